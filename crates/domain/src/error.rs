@@ -1,0 +1,15 @@
+//! Errors that cross the storage port.
+
+/// What a storage adapter reports. The server maps each to one problem response.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// A unique constraint refused the write (subdomain taken, tenant suffix taken…).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The row the write depends on does not exist (any more).
+    #[error("not found")]
+    NotFound,
+    /// The database could not be reached or failed; the caller answers 503 and retries later.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+}

@@ -1,0 +1,43 @@
+//! # registry-domain
+//!
+//! The pure core of the registry: everything that decides, nothing that does I/O.
+//!
+//! * [`policy`]: the service-account policy document (version 1): JSON Schema check, semantic
+//!   checks, compiled claim globs and IP allowlists, and evaluation of verified token claims.
+//! * [`naming`]: tenant suffixes and service subdomains (`{name}-{tenant}`, `{random}-anon`).
+//! * [`publishing`]: the rewrite of an uploaded discovery document to the hosted issuer and the
+//!   checks of the uploaded key set.
+//! * [`anonymous`]: lifetime of anonymous services.
+//! * [`credentials`]: the shape of static tokens and anonymous secrets.
+//! * [`claims`]: time-based checks of a verified JWT's registered claims.
+//! * [`ports`]: the traits the adapters implement (storage, clock, randomness, hashing, tokens).
+//!
+//! The crate never reads the clock or the network: time arrives as a parameter, so every rule can
+//! be tested at any instant.
+//!
+//! ```
+//! use registry_domain::policy::Policy;
+//! use serde_json::json;
+//!
+//! let parsed = Policy::parse(&json!({"kind": "static", "services": ["*"]})).unwrap();
+//! assert!(parsed.policy.static_scope().unwrap().matches("api-acme"));
+//! ```
+
+pub mod account;
+pub mod anonymous;
+pub mod claims;
+pub mod credentials;
+pub mod customer;
+pub mod error;
+pub mod naming;
+pub mod policy;
+pub mod ports;
+pub mod publishing;
+pub mod service;
+pub mod violation;
+
+pub use account::ServiceAccount;
+pub use customer::{Customer, Plan};
+pub use error::StoreError;
+pub use service::Service;
+pub use violation::{Violation, Violations};

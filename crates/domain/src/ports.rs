@@ -1,0 +1,180 @@
+//! Ports: what the domain needs from the outside world, as traits the adapters implement.
+//!
+//! Storage is split by subject ([`CustomerStore`], [`ServiceStore`], [`AccountStore`],
+//! [`CredentialStore`], [`ChangeFeed`]); one adapter (`registry-store`) implements them all. The
+//! storage traits are synchronous: diesel is, and the server runs them on a blocking pool.
+//! [`IdentityTokenVerifier`] is asynchronous because fetching an issuer's keys is.
+
+use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
+use crate::service::PublishedConfig;
+use std::future::Future;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Result of every storage call.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The time of day. Production reads the system clock; tests pin it.
+pub trait Clock: Send + Sync {
+    /// The current instant, UTC.
+    fn now(&self) -> OffsetDateTime;
+}
+
+/// A source of cryptographically secure random bytes.
+pub trait Randomness: Send + Sync {
+    /// Fills `buf` with random bytes.
+    fn fill_bytes(&self, buf: &mut [u8]);
+}
+
+/// A slow, salted one-way hash for secrets (argon2id in production).
+pub trait SecretHasher: Send + Sync {
+    /// Hashes `secret` with a fresh salt, returning a self-describing string (PHC format).
+    fn hash(&self, secret: &str) -> String;
+    /// Whether `secret` matches `hash`, in time independent of where they differ.
+    fn verify(&self, secret: &str, hash: &str) -> bool;
+}
+
+/// A secret's public lookup id and its hash, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialRecord {
+    /// The public lookup id embedded in the secret (see [`crate::credentials`]).
+    pub lookup_id: String,
+    /// The secret's [`SecretHasher`] hash.
+    pub hash: String,
+}
+
+/// Who a stored credential belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialOwner {
+    /// The static token of a service account.
+    Account(Uuid),
+    /// The management secret of an anonymous service.
+    AnonymousService(Uuid),
+}
+
+/// A credential found by its lookup id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCredential {
+    /// Whose it is.
+    pub owner: CredentialOwner,
+    /// The stored hash; it changes whenever the secret is regenerated.
+    pub hash: String,
+}
+
+/// Customers.
+pub trait CustomerStore: Send + Sync {
+    /// Creates a customer together with its first service account and that account's token, in
+    /// one transaction. `Conflict` when the tenant suffix is taken.
+    fn create_customer(
+        &self,
+        customer: &Customer,
+        first_account: &ServiceAccount,
+        token: &CredentialRecord,
+    ) -> StoreResult<()>;
+    /// A customer by id.
+    fn customer(&self, id: Uuid) -> StoreResult<Option<Customer>>;
+    /// A customer by tenant suffix.
+    fn customer_by_tenant(&self, tenant: &str) -> StoreResult<Option<Customer>>;
+    /// Every customer, oldest first.
+    fn customers(&self) -> StoreResult<Vec<Customer>>;
+    /// Changes a customer's plan; `None` when no customer has that tenant suffix.
+    fn set_plan(&self, tenant: &str, plan: Plan) -> StoreResult<Option<Customer>>;
+}
+
+/// Services and their published configurations.
+pub trait ServiceStore: Send + Sync {
+    /// Creates a service (with the anonymous secret for anonymous ones). `Conflict` when the
+    /// subdomain is taken.
+    fn create_service(&self, service: &Service, secret: Option<&CredentialRecord>) -> StoreResult<()>;
+    /// A service by subdomain (case-insensitive) or by id (its UUID text).
+    fn find_service(&self, subdomain_or_id: &str) -> StoreResult<Option<Service>>;
+    /// A service by id.
+    fn service(&self, id: Uuid) -> StoreResult<Option<Service>>;
+    /// The services of a customer, oldest first.
+    fn services_of(&self, customer_id: Uuid) -> StoreResult<Vec<Service>>;
+    /// Which of `subdomains` name services of `customer_id` (lower-case comparison).
+    fn owned_subdomains(&self, customer_id: Uuid, subdomains: &[String]) -> StoreResult<Vec<String>>;
+    /// Writes a service's title and description. `NotFound` when it is gone.
+    fn update_service(&self, service: &Service) -> StoreResult<()>;
+    /// Deletes a service, its published configuration and its secret; `false` when absent.
+    fn delete_service(&self, id: Uuid) -> StoreResult<bool>;
+    /// Up to `limit` anonymous services whose expiry is at or before `now`.
+    fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>>;
+    /// Publishes (inserts or replaces) a configuration. `NotFound` when the service is gone.
+    fn put_config(&self, config: &PublishedConfig) -> StoreResult<()>;
+    /// The published configuration of a service.
+    fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>>;
+    /// Removes a published configuration; `false` when nothing was published.
+    fn delete_config(&self, service_id: Uuid) -> StoreResult<bool>;
+    /// Every published configuration with its service (to warm a hosting cache).
+    fn published(&self) -> StoreResult<Vec<(Service, PublishedConfig)>>;
+}
+
+/// Service accounts, their policies and static tokens.
+pub trait AccountStore: Send + Sync {
+    /// Creates an account (and its token, for static ones), indexing its rules by issuer.
+    fn create_account(&self, account: &ServiceAccount, token: Option<&CredentialRecord>) -> StoreResult<()>;
+    /// An account by id.
+    fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>>;
+    /// A customer's accounts, oldest first.
+    fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>>;
+    /// Writes name and policy (re-indexing issuers). `NotFound` when it is gone.
+    fn update_account(&self, account: &ServiceAccount) -> StoreResult<()>;
+    /// Deletes an account with its token and issuer index; `false` when absent.
+    fn delete_account(&self, id: Uuid) -> StoreResult<bool>;
+    /// Replaces an account's token atomically. `NotFound` when the account is gone.
+    fn replace_token(&self, account_id: Uuid, token: &CredentialRecord) -> StoreResult<()>;
+    /// Accounts with at least one OIDC rule whose `iss` is exactly `issuer` (an indexed look-up).
+    fn accounts_by_issuer(&self, issuer: &str) -> StoreResult<Vec<ServiceAccount>>;
+}
+
+/// Credential look-up by public lookup id.
+pub trait CredentialStore: Send + Sync {
+    /// The credential with this lookup id, if any.
+    fn credential(&self, lookup_id: &str) -> StoreResult<Option<StoredCredential>>;
+}
+
+/// What changed, for replicas' caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// A service, its configuration or its secret changed (or it was deleted).
+    Service(Uuid),
+    /// A service account, its policy or its token changed (or it was deleted).
+    Account(Uuid),
+}
+
+/// A log of changes, so that replicas sharing a database can refresh their caches.
+pub trait ChangeFeed: Send + Sync {
+    /// Changes after sequence number `after`, oldest first, with the sequence of the last one
+    /// (`after` when there are none).
+    fn changes_since(&self, after: i64, limit: usize) -> StoreResult<(i64, Vec<Change>)>;
+    /// The sequence number of the newest change (0 when there is none).
+    fn latest_change(&self) -> StoreResult<i64>;
+    /// Whether the database answers.
+    fn ping(&self) -> StoreResult<()>;
+}
+
+/// A JWT whose signature and time claims have been verified.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifiedToken {
+    /// The `iss` claim.
+    pub issuer: String,
+    /// Every claim of the payload.
+    pub claims: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Why a presented JWT was not accepted. The text goes to the server log, never to the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TokenRejection(pub String);
+
+/// Verifies identity tokens minted by external OIDC issuers (the key source port).
+pub trait IdentityTokenVerifier: Send + Sync {
+    /// Verifies `token` at `now`: signature with the issuer's published keys, algorithm rules,
+    /// and the registered claims (see [`crate::claims`]).
+    fn verify(
+        &self,
+        token: &str,
+        now: OffsetDateTime,
+    ) -> impl Future<Output = Result<VerifiedToken, TokenRejection>> + Send;
+}

@@ -1,0 +1,394 @@
+//! Publishing a service's discovery document and key set.
+//!
+//! An upload is `{"openidConfiguration": {...}, "jwks": {"keys": [...]}}`. The discovery
+//! document's `issuer` and `jwks_uri` are replaced by the hosted ones (added when missing; every
+//! other member is kept as uploaded, in order), and it must then hold the five members that OIDC
+//! Discovery requires. The key set must hold 1–100 public signing keys with unique `kid`s; any
+//! private or symmetric material is refused, never stripped, because a key that was uploaded in
+//! the clear must be rotated.
+
+use crate::violation::escape_token;
+use crate::{Violation, Violations};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{Map, Value};
+use std::collections::HashSet;
+
+/// The path of the key set below the issuer (the one kube-apiserver uses).
+pub const JWKS_PATH: &str = "/openid/v1/jwks";
+/// Most keys accepted in one set.
+pub const MAX_KEYS: usize = 100;
+/// Smallest RSA modulus accepted, in bits.
+pub const MIN_RSA_BITS: usize = 2048;
+
+const REQUIRED_ARRAYS: [&str; 3] = [
+    "response_types_supported",
+    "subject_types_supported",
+    "id_token_signing_alg_values_supported",
+];
+const PRIVATE_MEMBERS: [&str; 9] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k", "priv"];
+
+/// The hosted issuer of `subdomain`: `template` with `{subdomain}` filled in, no trailing slash.
+///
+/// ```
+/// use registry_domain::publishing::{hosted_issuer, jwks_uri};
+/// let iss = hosted_issuer("http://{subdomain}.localhost:8080/", "api-acme");
+/// assert_eq!(iss, "http://api-acme.localhost:8080");
+/// assert_eq!(jwks_uri(&iss), "http://api-acme.localhost:8080/openid/v1/jwks");
+/// ```
+pub fn hosted_issuer(template: &str, subdomain: &str) -> String {
+    template
+        .replace("{subdomain}", subdomain)
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// The hosted key-set address of an issuer.
+pub fn jwks_uri(issuer: &str) -> String {
+    format!("{issuer}{JWKS_PATH}")
+}
+
+/// A checked, rewritten upload, ready to be served.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Publication {
+    /// The discovery document with the hosted `issuer` and `jwks_uri`.
+    pub openid_configuration: Value,
+    /// The key set as uploaded.
+    pub jwks: Value,
+    /// Sentences about valid but risky uploads.
+    pub warnings: Vec<String>,
+}
+
+/// Checks and rewrites an upload (the whole PUT body) for the service hosted at `issuer`.
+/// `previous_kids` are the key ids of the set published before, if any.
+///
+/// ```
+/// use registry_domain::publishing::publish;
+/// use serde_json::json;
+/// let upload = json!({
+///     "openidConfiguration": {
+///         "issuer": "https://kubernetes.default.svc.cluster.local",
+///         "jwks_uri": "https://10.0.0.1:6443/openid/v1/jwks",
+///         "response_types_supported": ["id_token"],
+///         "subject_types_supported": ["public"],
+///         "id_token_signing_alg_values_supported": ["ES256"]
+///     },
+///     "jwks": {"keys": [{"kty": "EC", "crv": "P-256", "kid": "k1", "use": "sig", "alg": "ES256",
+///         "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+///         "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}
+/// });
+/// let p = publish(&upload, "https://api-acme.example.com", None).unwrap();
+/// assert_eq!(p.openid_configuration["issuer"], "https://api-acme.example.com");
+/// assert_eq!(p.openid_configuration["jwks_uri"], "https://api-acme.example.com/openid/v1/jwks");
+/// assert_eq!(p.warnings.len(), 1); // the uploaded issuer differed
+/// ```
+pub fn publish(
+    upload: &Value,
+    issuer: &str,
+    previous_kids: Option<&[String]>,
+) -> Result<Publication, Violations> {
+    let mut problems = Vec::new();
+    let Some(body) = upload.as_object() else {
+        return Err(vec![Violation::new("", "the body must be a JSON object")]);
+    };
+    for key in body.keys() {
+        if key != "openidConfiguration" && key != "jwks" {
+            problems.push(Violation::new(
+                format!("/{}", escape_token(key)),
+                format!("unknown field {key:?}: only openidConfiguration and jwks are accepted"),
+            ));
+        }
+    }
+    let mut warnings = Vec::new();
+    let configuration = match body.get("openidConfiguration") {
+        Some(Value::Object(doc)) => Some(rewrite(doc, issuer, &mut problems, &mut warnings)),
+        Some(_) => {
+            problems.push(Violation::new("/openidConfiguration", "must be a JSON object"));
+            None
+        }
+        None => {
+            problems.push(Violation::new("/openidConfiguration", "is required"));
+            None
+        }
+    };
+    let kids = match body.get("jwks") {
+        Some(jwks) => check_key_set(jwks, &mut problems),
+        None => {
+            problems.push(Violation::new("/jwks", "is required"));
+            Vec::new()
+        }
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    if let Some(previous) = previous_kids.filter(|p| !p.is_empty()) {
+        if !previous.iter().any(|k| kids.contains(k)) {
+            warnings.push(format!(
+                "no key of the previously published set ({}) is in the new one: verifiers that \
+                 cached the old set will reject tokens signed with the new keys until they refetch; \
+                 publish old and new keys together during a rotation",
+                previous.join(", ")
+            ));
+        }
+    }
+    Ok(Publication {
+        openid_configuration: configuration.unwrap_or_default(),
+        jwks: body["jwks"].clone(),
+        warnings,
+    })
+}
+
+fn rewrite(
+    doc: &Map<String, Value>,
+    issuer: &str,
+    problems: &mut Violations,
+    warnings: &mut Vec<String>,
+) -> Value {
+    let mut doc = doc.clone();
+    match doc.get("issuer") {
+        Some(Value::String(uploaded)) if uploaded.trim_end_matches('/') == issuer => {}
+        Some(uploaded) => warnings.push(format!(
+            "the uploaded issuer {uploaded} differs from the hosted issuer {issuer:?}: tokens must \
+             carry the hosted issuer, so set --service-account-issuer={issuer} on the \
+             kube-apiserver (or the issuer setting of your identity provider)"
+        )),
+        None => {}
+    }
+    // `insert` on an existing key keeps its position (serde_json's preserve_order).
+    doc.insert("issuer".into(), Value::String(issuer.to_owned()));
+    doc.insert("jwks_uri".into(), Value::String(jwks_uri(issuer)));
+    for member in REQUIRED_ARRAYS {
+        let pointer = format!("/openidConfiguration/{member}");
+        match doc.get(member) {
+            None => problems.push(Violation::new(
+                pointer,
+                format!("{member} is required by OpenID Connect Discovery"),
+            )),
+            Some(Value::Array(items))
+                if !items.is_empty() && items.iter().all(Value::is_string) => {}
+            Some(_) => problems.push(Violation::new(
+                pointer,
+                "must be a non-empty array of strings",
+            )),
+        }
+    }
+    let offers_none = doc
+        .get("id_token_signing_alg_values_supported")
+        .and_then(Value::as_array)
+        .is_some_and(|algs| algs.iter().any(|a| a == "none"));
+    if offers_none {
+        warnings.push(
+            "id_token_signing_alg_values_supported lists \"none\": unsigned tokens must never be \
+             trusted, and verifiers such as cloud providers will refuse this issuer"
+                .to_owned(),
+        );
+    }
+    Value::Object(doc)
+}
+
+/// Checks a key set; returns the `kid`s found.
+fn check_key_set(jwks: &Value, problems: &mut Violations) -> Vec<String> {
+    let Some(set) = jwks.as_object() else {
+        problems.push(Violation::new("/jwks", "must be a JSON object with a keys array"));
+        return Vec::new();
+    };
+    for key in set.keys().filter(|k| *k != "keys") {
+        problems.push(Violation::new(
+            format!("/jwks/{}", escape_token(key)),
+            format!("unknown field {key:?}: a key set holds only keys"),
+        ));
+    }
+    let keys = match set.get("keys") {
+        Some(Value::Array(keys)) => keys,
+        Some(_) => {
+            problems.push(Violation::new("/jwks/keys", "must be an array of JSON Web Keys"));
+            return Vec::new();
+        }
+        None => {
+            problems.push(Violation::new("/jwks/keys", "is required"));
+            return Vec::new();
+        }
+    };
+    if keys.is_empty() || keys.len() > MAX_KEYS {
+        problems.push(Violation::new(
+            "/jwks/keys",
+            format!("must hold between 1 and {MAX_KEYS} keys (found {})", keys.len()),
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut kids = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let at = format!("/jwks/keys/{i}");
+        let Some(key) = key.as_object() else {
+            problems.push(Violation::new(at, "must be a JSON Web Key object"));
+            continue;
+        };
+        if let Some(kid) = check_key(key, &at, problems) {
+            if !seen.insert(kid.clone()) {
+                problems.push(Violation::new(
+                    format!("{at}/kid"),
+                    format!("kid {kid:?} appears more than once in the set"),
+                ));
+            }
+            kids.push(kid);
+        }
+    }
+    kids
+}
+
+/// Checks one key; returns its `kid` when it has a usable one.
+fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> Option<String> {
+    let private: Vec<&str> = PRIVATE_MEMBERS
+        .into_iter()
+        .filter(|m| key.contains_key(*m))
+        .collect();
+    let kty = key.get("kty").and_then(Value::as_str);
+    if !private.is_empty() || kty == Some("oct") {
+        problems.push(Violation::new(
+            at,
+            format!(
+                "this key contains private or symmetric key material ({}): only public keys may \
+                 be published. Treat the key as compromised: rotate it, and upload only the \
+                 public part of the new key",
+                if private.is_empty() { "kty oct".to_owned() } else { private.join(", ") }
+            ),
+        ));
+        return None;
+    }
+    let kid = match key.get("kid") {
+        Some(Value::String(kid)) if !kid.is_empty() => Some(kid.clone()),
+        _ => {
+            problems.push(Violation::new(format!("{at}/kid"), "every key needs a non-empty kid"));
+            None
+        }
+    };
+    match key.get("use") {
+        None => {}
+        Some(Value::String(u)) if u == "sig" => {}
+        Some(_) => problems.push(Violation::new(
+            format!("{at}/use"),
+            "use must be \"sig\" (or absent): published keys verify signatures",
+        )),
+    }
+    let alg = match key.get("alg") {
+        None => None,
+        Some(Value::String(alg)) => Some(alg.as_str()),
+        Some(_) => {
+            problems.push(Violation::new(format!("{at}/alg"), "alg must be a string"));
+            None
+        }
+    };
+    let member = |name: &str, problems: &mut Violations| -> Option<Vec<u8>> {
+        let pointer = format!("{at}/{name}");
+        match key.get(name).and_then(Value::as_str) {
+            None => {
+                problems.push(Violation::new(pointer, format!("{name} is required for this key type")));
+                None
+            }
+            Some(text) => match URL_SAFE_NO_PAD.decode(text.trim_end_matches('=')) {
+                Ok(bytes) if !bytes.is_empty() => Some(bytes),
+                _ => {
+                    problems.push(Violation::new(pointer, format!("{name} is not base64url")));
+                    None
+                }
+            },
+        }
+    };
+    let fits: &[&str] = match kty {
+        Some("RSA") => {
+            if let Some(n) = member("n", problems) {
+                let bits = n.len() * 8 - n.first().map_or(8, |b| b.leading_zeros() as usize);
+                if bits < MIN_RSA_BITS {
+                    problems.push(Violation::new(
+                        format!("{at}/n"),
+                        format!("RSA keys must have at least {MIN_RSA_BITS} bits (this one has {bits})"),
+                    ));
+                }
+            }
+            member("e", problems);
+            &["RS256", "RS384", "RS512", "PS256", "PS384", "PS512"]
+        }
+        Some("EC") => {
+            let (size, algs): (usize, &[&str]) = match key.get("crv").and_then(Value::as_str) {
+                Some("P-256") => (32, &["ES256"]),
+                Some("P-384") => (48, &["ES384"]),
+                Some("P-521") => (66, &["ES512"]),
+                _ => {
+                    problems.push(Violation::new(
+                        format!("{at}/crv"),
+                        "crv must be P-256, P-384 or P-521 for an EC key",
+                    ));
+                    (0, &[])
+                }
+            };
+            for coordinate in ["x", "y"] {
+                if let Some(bytes) = member(coordinate, problems) {
+                    if size != 0 && bytes.len() != size {
+                        problems.push(Violation::new(
+                            format!("{at}/{coordinate}"),
+                            format!("{coordinate} must be {size} bytes for this curve"),
+                        ));
+                    }
+                }
+            }
+            algs
+        }
+        Some("OKP") => {
+            let size = match key.get("crv").and_then(Value::as_str) {
+                Some("Ed25519") => 32,
+                Some("Ed448") => 57,
+                _ => {
+                    problems.push(Violation::new(
+                        format!("{at}/crv"),
+                        "crv must be Ed25519 or Ed448 for an OKP signing key",
+                    ));
+                    0
+                }
+            };
+            if let Some(x) = member("x", problems) {
+                if size != 0 && x.len() != size {
+                    problems.push(Violation::new(
+                        format!("{at}/x"),
+                        format!("x must be {size} bytes for this curve"),
+                    ));
+                }
+            }
+            &["EdDSA"]
+        }
+        Some(other) => {
+            problems.push(Violation::new(
+                format!("{at}/kty"),
+                format!("kty {other:?} is not supported: use RSA, EC or OKP"),
+            ));
+            &[]
+        }
+        None => {
+            problems.push(Violation::new(format!("{at}/kty"), "kty is required"));
+            &[]
+        }
+    };
+    if let Some(alg) = alg {
+        if !fits.is_empty() && !fits.contains(&alg) {
+            problems.push(Violation::new(
+                format!("{at}/alg"),
+                format!("alg {alg:?} does not fit this key (expected one of {})", fits.join(", ")),
+            ));
+        }
+    }
+    kid
+}
+
+/// The `kid`s of a published key set.
+pub fn key_ids(jwks: &Value) -> Vec<String> {
+    jwks.get("keys")
+        .and_then(Value::as_array)
+        .map(|keys| {
+            keys.iter()
+                .filter_map(|k| k.get("kid").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

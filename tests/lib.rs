@@ -1,1 +1,17 @@
 //! Integration test support (see `integration/`).
+//!
+//! The suite runs on whichever database [`fresh_database_url`] hands out: a fresh SQLite file by
+//! default, or a fresh database on a throwaway PostgreSQL cluster when
+//! `REGISTRY_TEST_POSTGRES_URL` names one (`cargo xtask test` starts such a cluster and runs the
+//! suite a second time). This package does not depend on diesel: PostgreSQL databases are
+//! created with `psql`.
+
+mod support;
+
+pub use support::database::{backend_name, fresh_database_url, POSTGRES_URL_VAR};
+
+/// The test OIDC issuer (see [`issuer::TestIssuer`]).
+pub use support::issuer;
+
+/// The real `registry` binary on a free port (see [`server::TestServer`]).
+pub use support::server;

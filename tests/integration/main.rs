@@ -1,1 +1,3 @@
-fn main() {}
+mod api;
+mod oidc;
+mod store;

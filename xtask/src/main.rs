@@ -1,1 +1,121 @@
-fn main() {}
+//! `cargo xtask <command>`: the project's chores in one place.
+//!
+//! * `test [--postgres-only] [-- TEST ARGS]`: the layering check, `cargo test --workspace`
+//!   (unit, doc and integration tests on SQLite), then the integration suite again on a
+//!   throwaway PostgreSQL cluster.
+//! * `lint`: rustfmt, clippy (warnings are errors), the layering check, and `cargo deny check
+//!   bans licenses sources` when cargo-deny is installed.
+//! * `layering`: the layering check alone (no build).
+//! * `bench`, `e2e`: not written yet.
+
+mod cmd;
+mod layering;
+mod postgres;
+
+use anyhow::{bail, Result};
+use cmd::{cargo, run};
+use std::process::ExitCode;
+
+const USAGE: &str =
+    "usage: cargo xtask <test [--postgres-only] [-- TEST ARGS] | lint | layering | bench | e2e>";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
+        Some("lint") => lint(),
+        Some("layering") => layering::check(),
+        Some(other @ ("bench" | "e2e")) => {
+            eprintln!("cargo xtask {other}: not yet implemented");
+            return ExitCode::FAILURE;
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn banner(title: &str) {
+    println!("\n=== {title} ===\n");
+}
+
+fn test(args: &[String]) -> Result<()> {
+    let (flags, test_args) = match args.iter().position(|a| a == "--") {
+        Some(i) => (&args[..i], &args[i + 1..]),
+        None => (args, &[][..]),
+    };
+    let mut postgres_only = false;
+    for flag in flags {
+        match flag.as_str() {
+            "--postgres-only" => postgres_only = true,
+            other => bail!("unknown flag {other:?}\n{USAGE}"),
+        }
+    }
+
+    if !postgres_only {
+        banner("layering");
+        layering::check()?;
+        banner("integration suite on SQLite");
+        println!("(with every unit and doc test of the workspace)");
+        run(cargo().args(["test", "--workspace", "--"]).args(test_args))?;
+    }
+
+    // Before starting the cluster, so that compile errors do not wait for initdb.
+    run(cargo().args([
+        "test",
+        "-p",
+        "registry-tests",
+        "--test",
+        "integration",
+        "--no-run",
+    ]))?;
+    let cluster = postgres::Cluster::start()?;
+    banner("integration suite on PostgreSQL");
+    let result = run(cargo()
+        .args([
+            "test",
+            "-p",
+            "registry-tests",
+            "--test",
+            "integration",
+            "--",
+        ])
+        .args(test_args)
+        .env("REGISTRY_TEST_POSTGRES_URL", cluster.admin_url())
+        .env("PATH", cluster.path_with_binaries()?));
+    drop(cluster);
+    result
+}
+
+fn lint() -> Result<()> {
+    banner("rustfmt");
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    banner("clippy");
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    banner("layering");
+    layering::check()?;
+    banner("cargo deny");
+    if cmd::succeeds(cargo().args(["deny", "--version"])) {
+        run(cargo().args(["deny", "check", "bans", "licenses", "sources"]))?;
+    } else {
+        println!(
+            "cargo-deny is not installed: skipped (install: cargo install --locked cargo-deny)"
+        );
+    }
+    Ok(())
+}

@@ -6,7 +6,7 @@ use time::{Duration, OffsetDateTime};
 /// The longest (and default) lifetime of an anonymous service.
 pub const MAX_LIFETIME: Duration = Duration::hours(24);
 
-/// Reads `ttlHours` from a creation request: absent or `null` means 24 hours; a number above 24
+/// Reads `ttlHours` from a creation request: absent means 24 hours; a number above 24
 /// is clamped to 24; zero, negative or anything that is not a number is refused.
 ///
 /// ```
@@ -18,10 +18,11 @@ pub const MAX_LIFETIME: Duration = Duration::hours(24);
 /// assert_eq!(lifetime(Some(&json!(100))).unwrap(), Duration::hours(24));
 /// assert!(lifetime(Some(&json!(0))).is_err());
 /// assert!(lifetime(Some(&json!("2"))).is_err());
+/// assert!(lifetime(Some(&json!(null))).is_err());
 /// ```
 pub fn lifetime(ttl_hours: Option<&serde_json::Value>) -> Result<Duration, Violation> {
     let hours = match ttl_hours {
-        None | Some(serde_json::Value::Null) => return Ok(MAX_LIFETIME),
+        None => return Ok(MAX_LIFETIME),
         Some(v) => v.as_f64(),
     };
     match hours {

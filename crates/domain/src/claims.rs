@@ -85,7 +85,9 @@ pub fn check(claims: &Map<String, Value>, now: OffsetDateTime) -> Result<(), Cla
     }
     let audience_ok = match claims.get("aud") {
         Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Array(items)) => items.iter().any(|a| a.as_str().is_some_and(|s| !s.is_empty())),
+        Some(Value::Array(items)) => items
+            .iter()
+            .any(|a| a.as_str().is_some_and(|s| !s.is_empty())),
         _ => false,
     };
     if !audience_ok {
@@ -111,20 +113,56 @@ mod tests {
             (json!({"iss":"i","aud":"a","iat":t,"exp":t+60}), Ok(())),
             (json!({"iss":"i","aud":["a"],"iat":t,"exp":t+60}), Ok(())),
             (json!({"iss":"i","aud":"a","iat":t-100,"exp":t-30}), Ok(())),
-            (json!({"iss":"i","aud":"a","iat":t-100,"exp":t-61}), Err(ClaimProblem::Expired)),
+            (
+                json!({"iss":"i","aud":"a","iat":t-100,"exp":t-61}),
+                Err(ClaimProblem::Expired),
+            ),
             (json!({"iss":"i","aud":"a","iat":t+59,"exp":t+600}), Ok(())),
-            (json!({"iss":"i","aud":"a","iat":t+61,"exp":t+600}), Err(ClaimProblem::IssuedInFuture)),
-            (json!({"iss":"i","aud":"a","iat":t,"nbf":t+61,"exp":t+600}), Err(ClaimProblem::NotYetValid)),
-            (json!({"iss":"i","aud":"a","iat":t,"nbf":t+60,"exp":t+600}), Ok(())),
-            (json!({"iss":"i","aud":"a","exp":t+60}), Err(ClaimProblem::Missing("iat"))),
-            (json!({"iss":"i","aud":"a","iat":t}), Err(ClaimProblem::Missing("exp"))),
-            (json!({"iss":"i","aud":"a","iat":"x","exp":t}), Err(ClaimProblem::Missing("iat"))),
-            (json!({"iss":"i","aud":"a","iat":t,"exp":t+86401}), Err(ClaimProblem::TooLongLived)),
+            (
+                json!({"iss":"i","aud":"a","iat":t+61,"exp":t+600}),
+                Err(ClaimProblem::IssuedInFuture),
+            ),
+            (
+                json!({"iss":"i","aud":"a","iat":t,"nbf":t+61,"exp":t+600}),
+                Err(ClaimProblem::NotYetValid),
+            ),
+            (
+                json!({"iss":"i","aud":"a","iat":t,"nbf":t+60,"exp":t+600}),
+                Ok(()),
+            ),
+            (
+                json!({"iss":"i","aud":"a","exp":t+60}),
+                Err(ClaimProblem::Missing("iat")),
+            ),
+            (
+                json!({"iss":"i","aud":"a","iat":t}),
+                Err(ClaimProblem::Missing("exp")),
+            ),
+            (
+                json!({"iss":"i","aud":"a","iat":"x","exp":t}),
+                Err(ClaimProblem::Missing("iat")),
+            ),
+            (
+                json!({"iss":"i","aud":"a","iat":t,"exp":t+86401}),
+                Err(ClaimProblem::TooLongLived),
+            ),
             (json!({"iss":"i","aud":"a","iat":t,"exp":t+86400}), Ok(())),
-            (json!({"iss":"i","iat":t,"exp":t+60}), Err(ClaimProblem::Audience)),
-            (json!({"iss":"i","aud":"","iat":t,"exp":t+60}), Err(ClaimProblem::Audience)),
-            (json!({"iss":"i","aud":[],"iat":t,"exp":t+60}), Err(ClaimProblem::Audience)),
-            (json!({"aud":"a","iat":t,"exp":t+60}), Err(ClaimProblem::Issuer)),
+            (
+                json!({"iss":"i","iat":t,"exp":t+60}),
+                Err(ClaimProblem::Audience),
+            ),
+            (
+                json!({"iss":"i","aud":"","iat":t,"exp":t+60}),
+                Err(ClaimProblem::Audience),
+            ),
+            (
+                json!({"iss":"i","aud":[],"iat":t,"exp":t+60}),
+                Err(ClaimProblem::Audience),
+            ),
+            (
+                json!({"aud":"a","iat":t,"exp":t+60}),
+                Err(ClaimProblem::Issuer),
+            ),
         ];
         for (claims, expected) in cases {
             assert_eq!(run(claims.clone()), expected, "{claims}");

@@ -95,7 +95,9 @@ pub fn parse(bearer: &str) -> Option<ParsedCredential<'_>> {
     };
     let (lookup_id, secret) = rest.split_once('_')?;
     let well_formed = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
     };
     (well_formed(lookup_id, LOOKUP_LEN) && well_formed(secret, SECRET_LEN))
         .then_some(ParsedCredential { kind, lookup_id })

@@ -44,7 +44,8 @@ pub enum NamingError {
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_LABEL_LEN
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -182,7 +183,16 @@ mod tests {
             assert!(validate_tenant(ok).is_ok(), "{ok}");
         }
         for bad in [
-            "", "a", "anon", "x-anon", "-ab", "ab-", "Acme", "a_b", "a.b", "abcdefghijklmnopqrstu",
+            "",
+            "a",
+            "anon",
+            "x-anon",
+            "-ab",
+            "ab-",
+            "Acme",
+            "a_b",
+            "a.b",
+            "abcdefghijklmnopqrstu",
         ] {
             assert!(validate_tenant(bad).is_err(), "{bad}");
         }
@@ -201,14 +211,26 @@ mod tests {
     #[test]
     fn service_name_rules() {
         let rng = Counter(std::sync::atomic::AtomicU8::new(0));
-        let ok = |n| registered_subdomain(Plan::Enterprise, "acme", Some(n), &rng);
+        let ok = |n: &str| registered_subdomain(Plan::Enterprise, "acme", Some(n), &rng);
         assert_eq!(ok("my-api").unwrap(), "my-api-acme");
-        assert!(matches!(ok("-x"), Err(NamingError::InvalidServiceName { .. })));
-        assert!(matches!(ok("a_b"), Err(NamingError::InvalidServiceName { .. })));
-        assert!(matches!(ok(""), Err(NamingError::InvalidServiceName { .. })));
+        assert!(matches!(
+            ok("-x"),
+            Err(NamingError::InvalidServiceName { .. })
+        ));
+        assert!(matches!(
+            ok("a_b"),
+            Err(NamingError::InvalidServiceName { .. })
+        ));
+        assert!(matches!(
+            ok(""),
+            Err(NamingError::InvalidServiceName { .. })
+        ));
         assert!(matches!(ok("x-anon"), Err(NamingError::ReservedSuffix(_))));
-        assert!(matches!(ok(&"a".repeat(58)), Err(NamingError::InvalidServiceName { .. })));
-        assert_eq!(ok(&"a".repeat(58 - 1)).unwrap().len(), 62);
+        assert!(matches!(
+            ok(&"a".repeat(59)),
+            Err(NamingError::InvalidServiceName { .. })
+        ));
+        assert_eq!(ok(&"a".repeat(58)).unwrap().len(), MAX_LABEL_LEN);
         let random = registered_subdomain(Plan::Free, "acme", None, &rng).unwrap();
         assert_eq!(random.len(), RANDOM_NAME_LEN + 5);
         assert!(random.ends_with("-acme"));

@@ -5,8 +5,8 @@
 //! storage traits are synchronous: diesel is, and the server runs them on a blocking pool.
 //! [`IdentityTokenVerifier`] is asynchronous because fetching an issuer's keys is.
 
-use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use crate::service::PublishedConfig;
+use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use std::future::Future;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -85,7 +85,11 @@ pub trait CustomerStore: Send + Sync {
 pub trait ServiceStore: Send + Sync {
     /// Creates a service (with the anonymous secret for anonymous ones). `Conflict` when the
     /// subdomain is taken.
-    fn create_service(&self, service: &Service, secret: Option<&CredentialRecord>) -> StoreResult<()>;
+    fn create_service(
+        &self,
+        service: &Service,
+        secret: Option<&CredentialRecord>,
+    ) -> StoreResult<()>;
     /// A service by subdomain (case-insensitive) or by id (its UUID text).
     fn find_service(&self, subdomain_or_id: &str) -> StoreResult<Option<Service>>;
     /// A service by id.
@@ -93,7 +97,11 @@ pub trait ServiceStore: Send + Sync {
     /// The services of a customer, oldest first.
     fn services_of(&self, customer_id: Uuid) -> StoreResult<Vec<Service>>;
     /// Which of `subdomains` name services of `customer_id` (lower-case comparison).
-    fn owned_subdomains(&self, customer_id: Uuid, subdomains: &[String]) -> StoreResult<Vec<String>>;
+    fn owned_subdomains(
+        &self,
+        customer_id: Uuid,
+        subdomains: &[String],
+    ) -> StoreResult<Vec<String>>;
     /// Writes a service's title and description. `NotFound` when it is gone.
     fn update_service(&self, service: &Service) -> StoreResult<()>;
     /// Deletes a service, its published configuration and its secret; `false` when absent.
@@ -113,7 +121,11 @@ pub trait ServiceStore: Send + Sync {
 /// Service accounts, their policies and static tokens.
 pub trait AccountStore: Send + Sync {
     /// Creates an account (and its token, for static ones), indexing its rules by issuer.
-    fn create_account(&self, account: &ServiceAccount, token: Option<&CredentialRecord>) -> StoreResult<()>;
+    fn create_account(
+        &self,
+        account: &ServiceAccount,
+        token: Option<&CredentialRecord>,
+    ) -> StoreResult<()>;
     /// An account by id.
     fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>>;
     /// A customer's accounts, oldest first.

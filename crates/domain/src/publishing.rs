@@ -103,7 +103,10 @@ pub fn publish(
     let configuration = match body.get("openidConfiguration") {
         Some(Value::Object(doc)) => Some(rewrite(doc, issuer, &mut problems, &mut warnings)),
         Some(_) => {
-            problems.push(Violation::new("/openidConfiguration", "must be a JSON object"));
+            problems.push(Violation::new(
+                "/openidConfiguration",
+                "must be a JSON object",
+            ));
             None
         }
         None => {
@@ -189,7 +192,10 @@ fn rewrite(
 /// Checks a key set; returns the `kid`s found.
 fn check_key_set(jwks: &Value, problems: &mut Violations) -> Vec<String> {
     let Some(set) = jwks.as_object() else {
-        problems.push(Violation::new("/jwks", "must be a JSON object with a keys array"));
+        problems.push(Violation::new(
+            "/jwks",
+            "must be a JSON object with a keys array",
+        ));
         return Vec::new();
     };
     for key in set.keys().filter(|k| *k != "keys") {
@@ -201,7 +207,10 @@ fn check_key_set(jwks: &Value, problems: &mut Violations) -> Vec<String> {
     let keys = match set.get("keys") {
         Some(Value::Array(keys)) => keys,
         Some(_) => {
-            problems.push(Violation::new("/jwks/keys", "must be an array of JSON Web Keys"));
+            problems.push(Violation::new(
+                "/jwks/keys",
+                "must be an array of JSON Web Keys",
+            ));
             return Vec::new();
         }
         None => {
@@ -212,7 +221,10 @@ fn check_key_set(jwks: &Value, problems: &mut Violations) -> Vec<String> {
     if keys.is_empty() || keys.len() > MAX_KEYS {
         problems.push(Violation::new(
             "/jwks/keys",
-            format!("must hold between 1 and {MAX_KEYS} keys (found {})", keys.len()),
+            format!(
+                "must hold between 1 and {MAX_KEYS} keys (found {})",
+                keys.len()
+            ),
         ));
     }
     let mut seen = HashSet::new();
@@ -250,7 +262,11 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
                 "this key contains private or symmetric key material ({}): only public keys may \
                  be published. Treat the key as compromised: rotate it, and upload only the \
                  public part of the new key",
-                if private.is_empty() { "kty oct".to_owned() } else { private.join(", ") }
+                if private.is_empty() {
+                    "kty oct".to_owned()
+                } else {
+                    private.join(", ")
+                }
             ),
         ));
         return None;
@@ -258,7 +274,10 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
     let kid = match key.get("kid") {
         Some(Value::String(kid)) if !kid.is_empty() => Some(kid.clone()),
         _ => {
-            problems.push(Violation::new(format!("{at}/kid"), "every key needs a non-empty kid"));
+            problems.push(Violation::new(
+                format!("{at}/kid"),
+                "every key needs a non-empty kid",
+            ));
             None
         }
     };
@@ -282,7 +301,10 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
         let pointer = format!("{at}/{name}");
         match key.get(name).and_then(Value::as_str) {
             None => {
-                problems.push(Violation::new(pointer, format!("{name} is required for this key type")));
+                problems.push(Violation::new(
+                    pointer,
+                    format!("{name} is required for this key type"),
+                ));
                 None
             }
             Some(text) => match URL_SAFE_NO_PAD.decode(text.trim_end_matches('=')) {
@@ -301,7 +323,9 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
                 if bits < MIN_RSA_BITS {
                     problems.push(Violation::new(
                         format!("{at}/n"),
-                        format!("RSA keys must have at least {MIN_RSA_BITS} bits (this one has {bits})"),
+                        format!(
+                            "RSA keys must have at least {MIN_RSA_BITS} bits (this one has {bits})"
+                        ),
                     ));
                 }
             }
@@ -371,7 +395,10 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
         if !fits.is_empty() && !fits.contains(&alg) {
             problems.push(Violation::new(
                 format!("{at}/alg"),
-                format!("alg {alg:?} does not fit this key (expected one of {})", fits.join(", ")),
+                format!(
+                    "alg {alg:?} does not fit this key (expected one of {})",
+                    fits.join(", ")
+                ),
             ));
         }
     }

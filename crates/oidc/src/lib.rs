@@ -1,1 +1,118 @@
-//! placeholder
+//! # registry-oidc
+//!
+//! The remote-JWKS adapter of the registry: verifies identity tokens minted by external OIDC
+//! issuers (DECISIONS.md §7).
+//!
+//! A token's header and payload are read without trust to learn `alg`, `kid` and `iss`; the
+//! issuer's keys come from `{iss}/.well-known/openid-configuration` → `jwks_uri`, fetched
+//! through a client that only connects to public addresses (checked at connect time by its DNS
+//! resolver, see [`classify`]) and cached per issuer as ready verifiers. Then the signature, and
+//! the registered claims through [`registry_domain::claims::check`].
+//!
+//! The verifier fetches whatever issuer a token names: callers should verify only tokens whose
+//! `iss` some policy rule names, so that strangers cannot make the registry fetch at will.
+//!
+//! ```no_run
+//! use registry_domain::ports::IdentityTokenVerifier;
+//! use registry_oidc::{OidcConfig, OidcVerifier};
+//! # async fn run(token: &str) -> Result<(), Box<dyn std::error::Error>> {
+//! let verifier = OidcVerifier::new(OidcConfig::default())?;
+//! let verified = verifier.verify(token, time::OffsetDateTime::now_utc()).await?;
+//! println!("{} says sub={:?}", verified.issuer, verified.claims.get("sub"));
+//! # Ok(()) }
+//! ```
+
+mod address;
+mod cache;
+mod config;
+mod error;
+mod fetch;
+mod keys;
+mod token;
+
+pub use address::{classify, AddressClass};
+pub use cache::OidcMetrics;
+pub use config::OidcConfig;
+pub use error::OidcError;
+pub use keys::Alg;
+
+use cache::KeyCache;
+use fetch::Fetcher;
+use registry_domain::claims;
+use registry_domain::ports::{IdentityTokenVerifier, TokenRejection, VerifiedToken};
+use std::sync::Arc;
+use time::OffsetDateTime;
+
+/// Verifies federated tokens against their issuers' published keys. Cheap to clone: clones
+/// share one key cache and one HTTP client.
+#[derive(Debug, Clone)]
+pub struct OidcVerifier {
+    cache: Arc<KeyCache>,
+    max_token_bytes: usize,
+}
+
+impl OidcVerifier {
+    /// A verifier with an empty key cache.
+    pub fn new(config: OidcConfig) -> Result<Self, OidcError> {
+        let fetcher = Fetcher::new(&config)?;
+        Ok(Self {
+            max_token_bytes: config.max_token_bytes,
+            cache: Arc::new(KeyCache::new(fetcher, config)),
+        })
+    }
+
+    /// Verifies `token` at `now`, with the detailed reason on refusal.
+    pub async fn verify_token(
+        &self,
+        token: &str,
+        now: OffsetDateTime,
+    ) -> Result<VerifiedToken, OidcError> {
+        let token = token::parse(token, self.max_token_bytes)?;
+        // The claims are checked before they are trusted only to spare a fetch for a token that
+        // would be refused anyway; the signature below still decides.
+        claims::check(&token.claims, now)?;
+        let keys = self.cache.keys(&token.issuer, token.kid.as_deref()).await?;
+        let verifier = keys.set.verifier(token.kid.as_deref(), token.alg)?;
+        verifier
+            .verify(token.signing_input, &token.signature)
+            .map_err(|_| OidcError::Signature)?;
+        Ok(VerifiedToken {
+            // The keys were looked up by this very `iss`, so the issuer that vouched for the
+            // token is the one it names.
+            issuer: token.issuer,
+            claims: token.claims,
+        })
+    }
+
+    /// The `iss` a token claims, read without verifying anything (`None` when the token is not
+    /// a well-formed compact JWS with an accepted algorithm). Callers use it to refuse tokens of
+    /// issuers that no policy trusts before any key is fetched, so a stranger cannot make the
+    /// registry fetch from arbitrary hosts or fill the key cache.
+    pub fn unverified_issuer(&self, token: &str) -> Option<String> {
+        token::parse(token, self.max_token_bytes)
+            .ok()
+            .map(|t| t.issuer)
+    }
+
+    /// Counters of fetches and cache hits.
+    pub fn metrics(&self) -> OidcMetrics {
+        self.cache.metrics()
+    }
+
+    /// Key refreshes attempted so far (each: discovery, then the key set).
+    pub fn fetch_count(&self) -> u64 {
+        self.metrics().key_fetches
+    }
+}
+
+impl IdentityTokenVerifier for OidcVerifier {
+    async fn verify(
+        &self,
+        token: &str,
+        now: OffsetDateTime,
+    ) -> Result<VerifiedToken, TokenRejection> {
+        self.verify_token(token, now)
+            .await
+            .map_err(TokenRejection::from)
+    }
+}

@@ -1,1 +1,74 @@
-fn main() {}
+//! `registry`: the binary. Parses the command line and hands over to the wiring in `app`.
+
+mod adapters;
+mod app;
+mod auth;
+mod background;
+mod body;
+mod cli;
+mod client_ip;
+mod customers;
+mod hosting;
+mod metrics;
+mod observe;
+mod problem;
+mod rate_limit;
+mod routes;
+mod settings;
+mod state;
+mod views;
+
+use clap::Parser;
+use cli::{Cli, Command, CustomerCommand};
+use settings::LogFormat;
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+fn print_json(value: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(settings) => {
+            init_logging(settings.log_format);
+            actix_web::rt::System::new().block_on(app::serve(*settings))
+        }
+        Command::Migrate(database) => {
+            app::open_store(&database.database_url)?;
+            eprintln!("migrations applied to {}", app::redact(&database.database_url));
+            Ok(())
+        }
+        Command::Customer { command } => {
+            let output = match command {
+                CustomerCommand::Create {
+                    tenant,
+                    plan,
+                    name,
+                    database,
+                } => customers::create(&app::open_store(&database.database_url)?, &tenant, &plan, &name)?,
+                CustomerCommand::List { database } => {
+                    customers::list(&app::open_store(&database.database_url)?)?
+                }
+                CustomerCommand::SetPlan {
+                    tenant,
+                    plan,
+                    database,
+                } => customers::set_plan(&app::open_store(&database.database_url)?, &tenant, &plan)?,
+            };
+            print_json(&output);
+            Ok(())
+        }
+    }
+}

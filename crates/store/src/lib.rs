@@ -1,1 +1,45 @@
-//! placeholder
+//! # registry-store
+//!
+//! The storage adapter of the registry: one [`Store`] that implements every storage port of
+//! [`registry_domain::ports`] (`CustomerStore`, `ServiceStore`, `AccountStore`,
+//! `CredentialStore`, `ChangeFeed`) on SQLite or PostgreSQL, chosen by the database URL.
+//!
+//! * One schema for both backends (`migrations/{sqlite,postgres}`, same folder names),
+//!   embedded in the binary and applied by [`Store::migrate`]. Ids and JSON are text, times
+//!   are unix milliseconds: what is read back is what was written, truncated to the
+//!   millisecond.
+//! * Every multi-row change runs in one transaction, and every change to a service (its
+//!   configuration, its secret) or to an account (its policy, its token) appends to the
+//!   change log in that same transaction, so replicas can refresh their caches.
+//! * Writers are serialized (SQLite has one writer anyway; on PostgreSQL the change log is
+//!   locked first), so the log's sequence numbers become visible in order.
+//! * Unique violations become `StoreError::Conflict` naming what is taken ("subdomain
+//!   taken", "tenant suffix taken"), a missing parent row `NotFound`, anything else
+//!   (including an unreachable database or an exhausted pool) `Unavailable`.
+//!
+//! No diesel type appears in the public API.
+//!
+//! ```
+//! use registry_domain::ports::ChangeFeed;
+//! use registry_store::{Backend, Store};
+//!
+//! let store = Store::connect("sqlite::memory:").unwrap();
+//! assert_eq!(store.backend(), Backend::Sqlite);
+//! store.migrate().unwrap();
+//! assert_eq!(store.latest_change().unwrap(), 0);
+//! ```
+
+mod accounts;
+mod customers;
+mod error;
+mod feed;
+mod migrate;
+mod pool;
+mod rows;
+mod schema;
+mod services;
+mod store;
+mod target;
+
+pub use error::SetupError;
+pub use store::{Backend, Store};

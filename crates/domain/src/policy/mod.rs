@@ -1,12 +1,72 @@
-//! The service-account policy document, version 1 (STUB: the public API is fixed, the bodies are
-//! being written).
+//! The service-account policy document, version 1 (spec §2, DECISIONS §5 and §7).
+//!
+//! [`Policy::parse`] checks a document against the JSON Schema ([`SCHEMA_SOURCE`]) and then
+//! for what the schema cannot say, reporting every problem with a JSON pointer; it compiles the
+//! claim patterns, service patterns and address ranges once, so that answering a request
+//! ([`Policy::oidc_scope`], [`Policy::evaluate`]) only compares.
+//!
+//! ```
+//! use registry_domain::policy::{Decision, Policy};
+//! use serde_json::json;
+//!
+//! let parsed = Policy::parse(&json!({
+//!     "kind": "oidc",
+//!     "rules": [{
+//!         "services": ["deploy-*"],
+//!         "claims": {
+//!             "iss": "https://token.actions.githubusercontent.com",
+//!             "aud": "https://registry.example",
+//!             "sub": "repo:acme/*:ref:refs/heads/main"
+//!         }
+//!     }],
+//!     "ip_allowlist": ["203.0.113.0/24"]
+//! }))
+//! .unwrap();
+//! assert!(parsed.warnings.is_empty());
+//! let policy = parsed.policy;
+//!
+//! let claims = json!({
+//!     "iss": "https://token.actions.githubusercontent.com",
+//!     "aud": "https://registry.example",
+//!     "sub": "repo:acme/api:ref:refs/heads/main"
+//! });
+//! let claims = claims.as_object().unwrap();
+//! let scope = policy.oidc_scope(claims).unwrap();
+//! assert!(scope.matches("deploy-acme"));
+//! assert!(!scope.matches("billing-acme"));
+//!
+//! let ip = "203.0.113.5".parse().unwrap();
+//! assert_eq!(
+//!     policy.evaluate(Some(claims), Some("deploy-acme"), ip),
+//!     Decision::Allow { rule: Some(0) }
+//! );
+//! let outside = "198.51.100.1".parse().unwrap();
+//! assert!(!policy.evaluate(Some(claims), Some("deploy-acme"), outside).is_allowed());
+//! ```
 
-use crate::Violations;
+mod eval;
+mod ip;
+mod pattern;
+mod rules;
+mod schema;
+mod services;
+
+pub use eval::{Decision, DenyReason, RuleMismatch};
+pub use ip::{parse_ip_entry, IpAllowlist, IpEntryError};
+pub use pattern::ClaimPattern;
+pub use schema::{schema, SCHEMA_PLACEHOLDER_ID, SCHEMA_SOURCE};
+pub use services::Scope;
+
+use crate::{Violation, Violations};
+use rules::OidcRules;
 use serde_json::{Map, Value};
+use services::ServiceSet;
+use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// How an account authenticates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PolicyKind {
     /// A static bearer token.
     Static,
@@ -16,6 +76,10 @@ pub enum PolicyKind {
 
 impl PolicyKind {
     /// `"static"` or `"oidc"`.
+    ///
+    /// ```
+    /// assert_eq!(registry_domain::policy::PolicyKind::Oidc.as_str(), "oidc");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyKind::Static => "static",
@@ -24,30 +88,19 @@ impl PolicyKind {
     }
 }
 
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A non-wildcard `services` entry, for the ownership check of spec §4 rule 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiteralService {
     /// Pointer into the policy document (e.g. `/rules/0/services/1`).
     pub pointer: String,
-    /// The subdomain as written.
+    /// The subdomain, lower-cased.
     pub subdomain: String,
-}
-
-/// A set of service patterns a caller may act on.
-#[derive(Debug, Clone, Default)]
-pub struct Scope {
-    patterns: Vec<String>,
-}
-
-impl Scope {
-    /// Whether `subdomain` is covered.
-    pub fn matches(&self, subdomain: &str) -> bool {
-        self.patterns.iter().any(|p| p == "*" || p == subdomain)
-    }
-    /// Whether the scope holds `"*"`.
-    pub fn includes_all(&self) -> bool {
-        self.patterns.iter().any(|p| p == "*")
-    }
 }
 
 /// A parsed policy and the warnings found while parsing it.
@@ -55,67 +108,223 @@ impl Scope {
 pub struct ParsedPolicy {
     /// The policy.
     pub policy: Policy,
-    /// Sentences about risky but valid choices.
+    /// Sentences about risky but valid choices (DECISIONS §7: a rule accepting any `sub` or
+    /// `aud`), for the `warnings` array of the response.
     pub warnings: Vec<String>,
 }
 
-/// A parsed, compiled policy document.
+/// A parsed, compiled policy document. Cloning is cheap (the compiled form is shared).
 #[derive(Debug, Clone)]
 pub struct Policy {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     document: Value,
     kind: PolicyKind,
-    services: Vec<String>,
+    /// Static policies only.
+    services: Option<ServiceSet>,
+    /// OIDC policies only (empty otherwise).
+    rules: OidcRules,
+    ip_allowlist: IpAllowlist,
 }
 
 impl Policy {
     /// Parses and checks a policy document.
+    ///
+    /// On failure, every problem found, each with an RFC 6901 pointer relative to the document
+    /// (the server puts `/policy` in front): first the JSON Schema's, and when the document
+    /// conforms, the checks the schema cannot express (each `ip_allowlist` entry parses as an
+    /// address or CIDR range).
+    ///
+    /// ```
+    /// use registry_domain::policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let errors = Policy::parse(&json!({
+    ///     "kind": "oidc",
+    ///     "rules": [{"services": ["*"], "claims": {"iss": "https://ci.example/*", "aud": "x"}}],
+    ///     "colour": "blue"
+    /// }))
+    /// .unwrap_err();
+    /// let pointers: Vec<&str> = errors.iter().map(|v| v.pointer.as_str()).collect();
+    /// assert!(pointers.contains(&"/colour"));
+    /// assert!(pointers.contains(&"/rules/0/claims/iss"));
+    /// assert!(pointers.contains(&"/rules/0/claims/sub"));
+    /// ```
     pub fn parse(document: &Value) -> Result<ParsedPolicy, Violations> {
-        let kind = match document.get("kind").and_then(Value::as_str) {
+        let violations = schema::check(document);
+        if !violations.is_empty() {
+            return Err(violations);
+        }
+        let kind = match document["kind"].as_str() {
             Some("oidc") => PolicyKind::Oidc,
             _ => PolicyKind::Static,
         };
-        let services = document
-            .get("services")
+        let entries = document
+            .get("ip_allowlist")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>())
             .unwrap_or_default();
+        let ip_allowlist = IpAllowlist::parse(entries).map_err(|errors| {
+            errors
+                .into_iter()
+                .map(|(i, e)| Violation::new(format!("/ip_allowlist/{i}"), e.to_string()))
+                .collect::<Violations>()
+        })?;
+        let (services, rules, warnings) = match kind {
+            PolicyKind::Static => {
+                let entries = document["services"].as_array().map(Vec::as_slice);
+                let set = ServiceSet::compile(
+                    entries.unwrap_or_default().iter().filter_map(Value::as_str),
+                );
+                (Some(set), OidcRules::default(), Vec::new())
+            }
+            PolicyKind::Oidc => {
+                let entries = document["rules"].as_array().map(Vec::as_slice);
+                let (rules, warnings) = OidcRules::compile(entries.unwrap_or_default());
+                (None, rules, warnings)
+            }
+        };
         Ok(ParsedPolicy {
             policy: Policy {
-                document: document.clone(),
-                kind,
-                services,
+                inner: Arc::new(Inner {
+                    document: document.clone(),
+                    kind,
+                    services,
+                    rules,
+                    ip_allowlist,
+                }),
             },
-            warnings: vec![],
+            warnings,
         })
     }
+
     /// The document as saved.
     pub fn document(&self) -> &Value {
-        &self.document
+        &self.inner.document
     }
+
     /// The kind.
     pub fn kind(&self) -> PolicyKind {
-        self.kind
+        self.inner.kind
     }
-    /// Distinct exact issuers of the OIDC rules.
+
+    /// Distinct exact issuers of the OIDC rules, in the order they first appear (empty for a
+    /// static policy).
+    ///
+    /// ```
+    /// use registry_domain::policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let rule = |iss: &str| json!({"services": ["*"], "claims": {"iss": iss, "aud": "a", "sub": "s"}});
+    /// let doc = json!({"kind": "oidc", "rules": [rule("https://b"), rule("https://a"), rule("https://b")]});
+    /// assert_eq!(Policy::parse(&doc).unwrap().policy.issuers(), ["https://b", "https://a"]);
+    /// ```
     pub fn issuers(&self) -> Vec<&str> {
-        vec![]
+        self.inner.rules.issuers()
     }
-    /// Every non-wildcard services entry with its pointer.
+
+    /// Every non-wildcard `services` entry (lower-cased) with its pointer, for the ownership
+    /// check of spec §4 rule 1.
+    ///
+    /// ```
+    /// use registry_domain::policy::{LiteralService, Policy};
+    /// use serde_json::json;
+    ///
+    /// let doc = json!({"kind": "static", "services": ["*", "API-acme", "build-*"]});
+    /// assert_eq!(
+    ///     Policy::parse(&doc).unwrap().policy.literal_services(),
+    ///     [LiteralService { pointer: "/services/1".into(), subdomain: "api-acme".into() }]
+    /// );
+    /// ```
     pub fn literal_services(&self) -> Vec<LiteralService> {
-        vec![]
+        let document = &self.inner.document;
+        let mut lists: Vec<(String, &Vec<Value>)> = Vec::new();
+        if let Some(services) = document.get("services").and_then(Value::as_array) {
+            lists.push(("/services".to_owned(), services));
+        }
+        if let Some(rules) = document.get("rules").and_then(Value::as_array) {
+            for (r, rule) in rules.iter().enumerate() {
+                if let Some(services) = rule.get("services").and_then(Value::as_array) {
+                    lists.push((format!("/rules/{r}/services"), services));
+                }
+            }
+        }
+        lists
+            .into_iter()
+            .flat_map(|(base, entries)| {
+                entries.iter().enumerate().filter_map(move |(i, entry)| {
+                    let entry = entry.as_str()?;
+                    (!services::is_wildcard(entry)).then(|| LiteralService {
+                        pointer: format!("{base}/{i}"),
+                        subdomain: entry.to_lowercase(),
+                    })
+                })
+            })
+            .collect()
     }
-    /// Whether the source address may call.
-    pub fn allows_ip(&self, _ip: IpAddr) -> bool {
-        true
+
+    /// The parsed `ip_allowlist` (empty when absent).
+    pub fn ip_allowlist(&self) -> &IpAllowlist {
+        &self.inner.ip_allowlist
     }
-    /// For a static policy, its services scope.
-    pub fn static_scope(&self) -> Option<Scope> {
-        (self.kind == PolicyKind::Static).then(|| Scope {
-            patterns: self.services.clone(),
-        })
+
+    /// Whether the source address may call (an empty or absent list allows all; see
+    /// [`IpAllowlist::allows`]).
+    pub fn allows_ip(&self, ip: IpAddr) -> bool {
+        self.inner.ip_allowlist.allows(ip)
     }
-    /// For an OIDC policy, the union of the services of every rule whose claims match.
-    pub fn oidc_scope(&self, _claims: &Map<String, Value>) -> Option<Scope> {
-        None
+
+    /// For a static policy, its services scope; `None` for an OIDC policy.
+    pub fn static_scope(&self) -> Option<Scope<'_>> {
+        let set = self.inner.services.as_ref()?;
+        let mut scope = Scope::default();
+        scope.push(set);
+        Some(scope)
+    }
+
+    /// For an OIDC policy, the union of the `services` of every rule whose claims all match the
+    /// verified `claims`; `None` when no rule matches (or the policy is static).
+    ///
+    /// Only the rules whose `iss` equals the token's `iss` are looked at.
+    pub fn oidc_scope(&self, claims: &Map<String, Value>) -> Option<Scope<'_>> {
+        eval::oidc_scope(&self.inner.rules, claims)
+    }
+
+    /// Decides a request and says why: `claims` are the verified JWT claims (`None` for a static
+    /// token), `subdomain` the service the call acts on (`None` for calls on no one service, such
+    /// as listing), `client_ip` the caller's address. See [`DenyReason`] for the order of checks.
+    ///
+    /// ```
+    /// use registry_domain::policy::{Decision, DenyReason, Policy};
+    /// use serde_json::json;
+    ///
+    /// let policy = Policy::parse(&json!({"kind": "static", "services": ["api-acme"]}))
+    ///     .unwrap()
+    ///     .policy;
+    /// let ip = "192.0.2.1".parse().unwrap();
+    /// assert_eq!(policy.evaluate(None, Some("api-acme"), ip), Decision::Allow { rule: None });
+    /// let Decision::Deny(reason) = policy.evaluate(None, Some("web-acme"), ip) else {
+    ///     panic!("web-acme is not covered");
+    /// };
+    /// assert_eq!(reason.to_string(), "service \"web-acme\" is not in the policy's services");
+    /// assert!(matches!(reason, DenyReason::ServiceNotCovered { .. }));
+    /// ```
+    pub fn evaluate(
+        &self,
+        claims: Option<&Map<String, Value>>,
+        subdomain: Option<&str>,
+        client_ip: IpAddr,
+    ) -> Decision {
+        eval::evaluate(self, claims, subdomain, client_ip)
+    }
+
+    fn oidc_rules(&self) -> &OidcRules {
+        &self.inner.rules
     }
 }
+
+#[cfg(test)]
+mod tests;

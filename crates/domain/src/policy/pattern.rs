@@ -1,0 +1,584 @@
+//! Claim patterns (DECISIONS §7) and the small glob engine that service patterns share.
+//!
+//! The engine is ours rather than the `glob` crate's: claim values contain `[`, `]`, `\` and `**`,
+//! which `glob` would read as syntax, and a pattern split at its `*`s into fixed-length pieces can be
+//! matched left to right without backtracking.
+
+use serde_json::Value;
+use std::fmt;
+
+/// Which characters a [`Glob`] treats as wildcards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wildcards {
+    /// `*` and `?` (claim patterns).
+    StarAndQuestion,
+    /// Only `*` (service patterns: a subdomain never holds `?`).
+    StarOnly,
+}
+
+/// One element of a piece: literal text, or a run of `?` (each exactly one character).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Atom {
+    Literal(Box<str>),
+    AnyChars(usize),
+}
+
+/// The text between two `*`: fixed length in characters.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Piece {
+    atoms: Vec<Atom>,
+    chars: usize,
+}
+
+impl Piece {
+    /// Byte offset where the piece ends when it matches at `start`.
+    fn match_at(&self, s: &str, start: usize) -> Option<usize> {
+        let mut pos = start;
+        for atom in &self.atoms {
+            match atom {
+                Atom::Literal(lit) => {
+                    if !s[pos..].starts_with(&**lit) {
+                        return None;
+                    }
+                    pos += lit.len();
+                }
+                Atom::AnyChars(n) => pos = advance_chars(s, pos, *n)?,
+            }
+        }
+        Some(pos)
+    }
+
+    /// End of the leftmost match starting in `from..` and ending at or before `limit`.
+    ///
+    /// Leftmost is optimal: pieces have a fixed length, so the earliest start gives the earliest
+    /// end and leaves the most room for the pieces after it.
+    fn find_in(&self, s: &str, from: usize, limit: usize) -> Option<usize> {
+        let window = &s[..limit];
+        let mut start = from;
+        loop {
+            if let Some(Atom::Literal(lit)) = self.atoms.first() {
+                // Jump straight to the next place the leading literal occurs.
+                start += window.get(start..)?.find(&**lit)?;
+            }
+            if let Some(end) = self.match_at(window, start) {
+                return Some(end);
+            }
+            start = advance_chars(window, start, 1)?;
+        }
+    }
+}
+
+/// Byte offset `n` characters after `pos`, if the string is that long.
+fn advance_chars(s: &str, pos: usize, n: usize) -> Option<usize> {
+    if n == 0 {
+        return Some(pos);
+    }
+    let rest = &s[pos..];
+    let mut it = rest.char_indices();
+    let (last, c) = it.nth(n - 1)?;
+    Some(pos + last + c.len_utf8())
+}
+
+/// A compiled glob: `*` is any run of characters, `?` (when enabled) exactly one, all else
+/// literal; anchored at both ends; case-sensitive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Glob {
+    /// No wildcard: plain equality.
+    Exact(Box<str>),
+    /// Only `*`: every string.
+    Any,
+    /// Pieces split at `*`; there is at least one `*`, or a `?`.
+    Pieces {
+        /// Must match at the start.
+        head: Piece,
+        /// Must be found in order, leftmost first.
+        middle: Vec<Piece>,
+        /// Must match at the end; `None` when the pattern has no `*` (head is everything).
+        tail: Option<Piece>,
+    },
+}
+
+impl Glob {
+    pub(crate) fn compile(pattern: &str, wildcards: Wildcards) -> Glob {
+        let question = wildcards == Wildcards::StarAndQuestion;
+        let is_wild = |c: char| c == '*' || (question && c == '?');
+        if !pattern.contains(is_wild) {
+            return Glob::Exact(pattern.into());
+        }
+        if pattern.chars().all(|c| c == '*') {
+            return Glob::Any;
+        }
+        // Runs of `*` collapse to one: `**` means nothing more than `*`.
+        let mut pieces: Vec<Piece> = vec![Piece::default()];
+        let mut literal = String::new();
+        let flush = |literal: &mut String, piece: &mut Piece| {
+            if !literal.is_empty() {
+                piece.chars += literal.chars().count();
+                piece
+                    .atoms
+                    .push(Atom::Literal(std::mem::take(literal).into_boxed_str()));
+            }
+        };
+        let mut prev_star = false;
+        for c in pattern.chars() {
+            match c {
+                '*' => {
+                    if !prev_star {
+                        let piece = pieces.last_mut().expect("never empty");
+                        flush(&mut literal, piece);
+                        pieces.push(Piece::default());
+                    }
+                    prev_star = true;
+                    continue;
+                }
+                '?' if question => {
+                    let piece = pieces.last_mut().expect("never empty");
+                    flush(&mut literal, piece);
+                    piece.chars += 1;
+                    match piece.atoms.last_mut() {
+                        Some(Atom::AnyChars(n)) => *n += 1,
+                        _ => piece.atoms.push(Atom::AnyChars(1)),
+                    }
+                }
+                _ => literal.push(c),
+            }
+            prev_star = false;
+        }
+        flush(&mut literal, pieces.last_mut().expect("never empty"));
+        let head = pieces.remove(0);
+        let tail = pieces.pop();
+        Glob::Pieces {
+            head,
+            middle: pieces,
+            tail,
+        }
+    }
+
+    pub(crate) fn matches(&self, s: &str) -> bool {
+        match self {
+            Glob::Exact(p) => **p == *s,
+            Glob::Any => true,
+            Glob::Pieces { head, middle, tail } => {
+                let Some(mut pos) = head.match_at(s, 0) else {
+                    return false;
+                };
+                let Some(tail) = tail else {
+                    return pos == s.len();
+                };
+                let Some(tail_start) = start_of_last_chars(s, tail.chars) else {
+                    return false;
+                };
+                if tail_start < pos || tail.match_at(s, tail_start) != Some(s.len()) {
+                    return false;
+                }
+                for piece in middle {
+                    match piece.find_in(s, pos, tail_start) {
+                        Some(end) => pos = end,
+                        None => return false,
+                    }
+                }
+                true
+            }
+        }
+    }
+}
+
+/// Byte offset where the last `n` characters of `s` begin.
+fn start_of_last_chars(s: &str, n: usize) -> Option<usize> {
+    if n == 0 {
+        return Some(s.len());
+    }
+    s.char_indices().rev().nth(n - 1).map(|(i, _)| i)
+}
+
+/// A compiled claim pattern of an OIDC rule (DECISIONS §7).
+///
+/// `*` matches any run of characters (also `/` and `:`), `?` exactly one character, everything
+/// else is literal (including `[`, `]` and `\`). Matching is anchored at both ends and
+/// case-sensitive. Every string is a valid pattern.
+///
+/// ```
+/// use registry_domain::policy::ClaimPattern;
+/// use serde_json::json;
+///
+/// let p = ClaimPattern::new("repo:acme/*:ref:refs/heads/main");
+/// assert!(p.matches_str("repo:acme/api:ref:refs/heads/main"));
+/// assert!(!p.matches_str("repo:ACME/api:ref:refs/heads/main"));
+/// // An array claim matches when any element does; integers by their decimal text.
+/// assert!(ClaimPattern::new("aud-?").matches(Some(&json!(["x", "aud-1"]))));
+/// assert!(ClaimPattern::new("4*").matches(Some(&json!(42))));
+/// // Booleans only match the literal words; missing claims never match, not even `*`.
+/// assert!(ClaimPattern::new("true").matches(Some(&json!(true))));
+/// assert!(!ClaimPattern::new("*").matches(Some(&json!(true))));
+/// assert!(!ClaimPattern::new("*").matches(None));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimPattern {
+    source: Box<str>,
+    glob: Glob,
+}
+
+impl ClaimPattern {
+    /// Compiles `pattern`; done once when a policy is parsed, never per request.
+    pub fn new(pattern: &str) -> Self {
+        Self {
+            source: pattern.into(),
+            glob: Glob::compile(pattern, Wildcards::StarAndQuestion),
+        }
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the pattern has no wildcard (it compares with `==`).
+    pub fn is_exact(&self) -> bool {
+        matches!(self.glob, Glob::Exact(_))
+    }
+
+    /// Whether the pattern is made only of `*`, so it accepts every string value.
+    ///
+    /// ```
+    /// use registry_domain::policy::ClaimPattern;
+    /// assert!(ClaimPattern::new("**").accepts_any_string());
+    /// assert!(!ClaimPattern::new("repo:*").accepts_any_string());
+    /// ```
+    pub fn accepts_any_string(&self) -> bool {
+        matches!(self.glob, Glob::Any)
+    }
+
+    /// Whether the string `value` matches.
+    pub fn matches_str(&self, value: &str) -> bool {
+        self.glob.matches(value)
+    }
+
+    /// Whether a claim (absent when `None`) matches, following the type rules of DECISIONS §7.
+    pub fn matches(&self, claim: Option<&Value>) -> bool {
+        claim.is_some_and(|v| self.matches_view(&ClaimView::of(v)))
+    }
+
+    pub(crate) fn matches_view(&self, view: &ClaimView<'_>) -> bool {
+        match view {
+            ClaimView::Never => false,
+            ClaimView::Str(s) => self.matches_str(s),
+            ClaimView::Int(text) => self.matches_str(text.as_str()),
+            ClaimView::Bool(b) => {
+                // `*` must not let `true` in: booleans match only the literal words.
+                self.is_exact() && *self.source == *if *b { "true" } else { "false" }
+            }
+            ClaimView::Array(items) => items
+                .iter()
+                .any(|item| !item.is_array() && self.matches_view(&ClaimView::of(item))),
+        }
+    }
+}
+
+impl fmt::Display for ClaimPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+/// A claim value reduced once per request to what patterns compare against.
+#[derive(Debug, Clone)]
+pub(crate) enum ClaimView<'a> {
+    /// Missing, null, object, fractional number, or nested array: matches nothing.
+    Never,
+    Str(&'a str),
+    Int(Decimal),
+    Bool(bool),
+    Array(&'a [Value]),
+}
+
+impl<'a> ClaimView<'a> {
+    pub(crate) fn of(value: &'a Value) -> Self {
+        match value {
+            Value::String(s) => ClaimView::Str(s),
+            Value::Bool(b) => ClaimView::Bool(*b),
+            Value::Array(items) => ClaimView::Array(items),
+            Value::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    ClaimView::Int(Decimal::signed(i))
+                } else if let Some(u) = n.as_u64() {
+                    ClaimView::Int(Decimal::unsigned(u, false))
+                } else {
+                    ClaimView::Never
+                }
+            }
+            Value::Null | Value::Object(_) => ClaimView::Never,
+        }
+    }
+
+    pub(crate) fn of_option(value: Option<&'a Value>) -> Self {
+        value.map_or(ClaimView::Never, ClaimView::of)
+    }
+}
+
+/// Decimal text of an integer, on the stack (no allocation per request).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Decimal {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn signed(i: i64) -> Self {
+        Self::unsigned(i.unsigned_abs(), i < 0)
+    }
+
+    fn unsigned(mut u: u64, negative: bool) -> Self {
+        // u64::MAX has 20 digits; a negative i64 has at most 19 digits plus the sign.
+        let mut buf = [0u8; 20];
+        let mut start = buf.len();
+        loop {
+            start -= 1;
+            buf[start] = b'0' + (u % 10) as u8;
+            u /= 10;
+            if u == 0 {
+                break;
+            }
+        }
+        if negative {
+            start -= 1;
+            buf[start] = b'-';
+        }
+        Self { buf, start }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[self.start..]).expect("ASCII digits")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// The definition, written as plainly as possible, to check the fast matcher against.
+    fn reference(p: &[char], s: &[char]) -> bool {
+        match p.split_first() {
+            None => s.is_empty(),
+            Some(('*', rest)) => (0..=s.len()).any(|i| reference(rest, &s[i..])),
+            Some(('?', rest)) => !s.is_empty() && reference(rest, &s[1..]),
+            Some((c, rest)) => s.first() == Some(c) && reference(rest, &s[1..]),
+        }
+    }
+
+    fn reference_str(p: &str, s: &str) -> bool {
+        let p: Vec<char> = p.chars().collect();
+        let s: Vec<char> = s.chars().collect();
+        reference(&p, &s)
+    }
+
+    #[test]
+    fn string_globs() {
+        let cases: &[(&str, &str, bool)] = &[
+            // Exact values compare whole and case-sensitively.
+            ("repo:acme/api", "repo:acme/api", true),
+            ("repo:acme/api", "repo:acme/ap", false),
+            ("repo:acme/api", "repo:acme/api2", false),
+            ("repo:acme/api", "repo:ACME/api", false),
+            // `*` crosses `/` and `:`, matches the empty run, and is anchored.
+            ("repo:acme/*", "repo:acme/api:ref:refs/heads/main", true),
+            ("repo:acme/*", "repo:acme/", true),
+            ("repo:acme/*", "xrepo:acme/api", false),
+            (
+                "*:ref:refs/heads/main",
+                "repo:a/b:ref:refs/heads/main",
+                true,
+            ),
+            (
+                "*:ref:refs/heads/main",
+                "repo:a/b:ref:refs/heads/mainx",
+                false,
+            ),
+            (
+                "repo:*/*:environment:prod",
+                "repo:a/b:environment:prod",
+                true,
+            ),
+            (
+                "repo:*/*:environment:prod",
+                "repo:ab:environment:prod",
+                false,
+            ),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "aXbYc", true),
+            ("a*b*c", "acb", false),
+            ("a*a", "a", false),
+            ("a*a", "aa", true),
+            ("**", "", true),
+            ("a**b", "ab", true),
+            ("a**b", "a/x/b", true),
+            // `?` is exactly one character, counted in characters, not bytes.
+            ("v?", "v1", true),
+            ("v?", "v", false),
+            ("v?", "v12", false),
+            ("v?", "vé", true),
+            ("?*?", "a", false),
+            ("?*?", "ab", true),
+            ("*?x", "x", false),
+            ("*?x", "ax", true),
+            // Head and tail must not overlap; middle pieces must end before the tail.
+            ("/*?", "/", false),
+            ("*?*é", "é", false),
+            ("*?*é", "xé", true),
+            // Glob syntax of other tools is literal here.
+            ("[abc]", "[abc]", true),
+            ("[abc]", "a", false),
+            ("a\\*b", "a\\xyzb", true),
+            ("a\\*b", "a*b", false),
+            ("{a,b}", "{a,b}", true),
+            ("[", "[", true),
+        ];
+        for (pattern, value, expected) in cases {
+            let p = ClaimPattern::new(pattern);
+            assert_eq!(
+                p.matches_str(value),
+                *expected,
+                "pattern {pattern:?} against {value:?}"
+            );
+            assert_eq!(
+                reference_str(pattern, value),
+                *expected,
+                "reference {pattern:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn claim_types() {
+        let cases: Vec<(&str, Option<Value>, bool)> = vec![
+            ("main", Some(json!("main")), true),
+            // Arrays: any element.
+            ("api://x", Some(json!(["a", "api://x"])), true),
+            ("api://*", Some(json!(["a", "b"])), false),
+            ("*", Some(json!([])), false),
+            ("1", Some(json!([true, 1])), true),
+            ("*", Some(json!([["nested"]])), false),
+            ("*", Some(json!([null, {}])), false),
+            // Integers by their decimal text, including negatives and u64 beyond i64.
+            ("42", Some(json!(42)), true),
+            ("4?", Some(json!(42)), true),
+            ("*", Some(json!(0)), true),
+            ("-7", Some(json!(-7)), true),
+            ("18446744073709551615", Some(json!(u64::MAX)), true),
+            ("-9223372036854775808", Some(json!(i64::MIN)), true),
+            ("42.0", Some(json!(42)), false),
+            // Fractions never match, not even `*`.
+            ("*", Some(json!(1.5)), false),
+            ("1.5", Some(json!(1.5)), false),
+            // Booleans: only the literal words.
+            ("true", Some(json!(true)), true),
+            ("false", Some(json!(false)), true),
+            ("true", Some(json!(false)), false),
+            ("*", Some(json!(true)), false),
+            ("t*", Some(json!(true)), false),
+            ("tru?", Some(json!(true)), false),
+            ("True", Some(json!(true)), false),
+            // A string "true" is a string: globs apply.
+            ("t*", Some(json!("true")), true),
+            // Missing, null and objects never match.
+            ("*", None, false),
+            ("*", Some(Value::Null), false),
+            ("null", Some(Value::Null), false),
+            ("*", Some(json!({"a": 1})), false),
+        ];
+        for (pattern, claim, expected) in cases {
+            assert_eq!(
+                ClaimPattern::new(pattern).matches(claim.as_ref()),
+                expected,
+                "pattern {pattern:?} against {claim:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn classification() {
+        assert!(ClaimPattern::new("abc[d]").is_exact());
+        assert!(!ClaimPattern::new("ab?").is_exact());
+        assert!(ClaimPattern::new("***").accepts_any_string());
+        assert!(!ClaimPattern::new("*?").accepts_any_string());
+        assert_eq!(ClaimPattern::new("a*").to_string(), "a*");
+    }
+
+    #[test]
+    fn star_only_globs_keep_question_marks_literal() {
+        let g = Glob::compile("api-?-*", Wildcards::StarOnly);
+        assert!(g.matches("api-?-prod"));
+        assert!(!g.matches("api-x-prod"));
+    }
+
+    /// A value built from `pattern` (each `*` a random run, each `?` one character), then
+    /// sometimes cut or extended: most random values miss a pattern at its first character,
+    /// these reach the overlapping and backtracking cases.
+    fn near_instance(pattern: &str) -> impl Strategy<Value = String> {
+        let fills = prop::collection::vec("[ab/é]{0,3}", pattern.len() + 1);
+        (fills, 0usize..4, "[ab]{0,2}").prop_map({
+            let pattern = pattern.to_owned();
+            move |(fills, edit, extra)| {
+                let mut value = String::new();
+                for (i, c) in pattern.chars().enumerate() {
+                    match c {
+                        '*' => value.push_str(&fills[i]),
+                        '?' => value.push(fills[i].chars().next().unwrap_or('a')),
+                        c => value.push(c),
+                    }
+                }
+                match edit {
+                    0 => {
+                        value.pop();
+                    }
+                    1 => value.push_str(&extra),
+                    2 => value.insert_str(0, &extra),
+                    _ => {}
+                }
+                value
+            }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn matcher_agrees_with_reference(
+            pattern in "[ab*?\\[\\]/:\\\\é]{0,10}",
+            value in "[ab*?\\[\\]/:\\\\é]{0,12}",
+        ) {
+            prop_assert_eq!(
+                ClaimPattern::new(&pattern).matches_str(&value),
+                reference_str(&pattern, &value),
+                "pattern {:?} value {:?}", pattern, value
+            );
+        }
+
+        #[test]
+        fn matcher_agrees_with_reference_on_near_misses(
+            (pattern, value) in "[ab*?\\[/é]{0,8}".prop_flat_map(|p| {
+                let value = near_instance(&p);
+                (Just(p), value)
+            })
+        ) {
+            prop_assert_eq!(
+                ClaimPattern::new(&pattern).matches_str(&value),
+                reference_str(&pattern, &value),
+                "pattern {:?} value {:?}", pattern, value
+            );
+        }
+
+        #[test]
+        fn patterns_match_their_own_literal_text(value in "[ab\\[\\]/:\\\\]{0,12}") {
+            prop_assert!(ClaimPattern::new(&value).matches_str(&value));
+        }
+
+        #[test]
+        fn integers_match_their_decimal_text(i in any::<i64>(), u in any::<u64>()) {
+            prop_assert!(ClaimPattern::new(&i.to_string()).matches(Some(&json!(i))));
+            prop_assert!(ClaimPattern::new(&u.to_string()).matches(Some(&json!(u))));
+        }
+    }
+}

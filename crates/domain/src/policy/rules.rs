@@ -1,0 +1,163 @@
+//! OIDC rules compiled for evaluation: grouped by exact issuer, claim names resolved to slots.
+
+use super::pattern::{ClaimPattern, ClaimView};
+use super::services::ServiceSet;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// Every OIDC rule of a policy, indexed by `iss` so a token only meets its issuer's rules.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OidcRules {
+    groups: Vec<IssuerGroup>,
+    by_issuer: HashMap<Box<str>, usize>,
+}
+
+/// The rules that pin one issuer, in document order.
+#[derive(Debug, Clone)]
+pub(crate) struct IssuerGroup {
+    pub(crate) issuer: Box<str>,
+    /// Distinct claim names these rules check; a rule's checks refer to them by position, so
+    /// each claim is looked up in the token once per request, not once per rule.
+    pub(crate) claim_names: Box<[Box<str>]>,
+    pub(crate) rules: Box<[Rule]>,
+}
+
+/// One rule, without its `iss` (the group pins it).
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    /// Position in the document's `rules`.
+    pub(crate) index: usize,
+    /// In the order the claims object lists them.
+    pub(crate) checks: Box<[Check]>,
+    pub(crate) services: ServiceSet,
+}
+
+/// One claim of a rule: which slot of the group's claim names, and the pattern.
+#[derive(Debug, Clone)]
+pub(crate) struct Check {
+    pub(crate) slot: usize,
+    pub(crate) pattern: ClaimPattern,
+}
+
+impl OidcRules {
+    /// Compiles `rules` of a document the schema accepted; returns the §7 warnings too.
+    pub(crate) fn compile(rules: &[Value]) -> (Self, Vec<String>) {
+        let mut compiled = OidcRules::default();
+        let mut names: Vec<Vec<Box<str>>> = Vec::new();
+        let mut grouped: Vec<Vec<Rule>> = Vec::new();
+        let mut warnings = Vec::new();
+        for (index, rule) in rules.iter().enumerate() {
+            let claims = rule
+                .get("claims")
+                .and_then(Value::as_object)
+                .expect("the schema requires claims");
+            let issuer = claims
+                .get("iss")
+                .and_then(Value::as_str)
+                .expect("the schema requires iss");
+            let group = match compiled.by_issuer.get(issuer) {
+                Some(&g) => g,
+                None => {
+                    let g = compiled.groups.len();
+                    compiled.by_issuer.insert(issuer.into(), g);
+                    compiled.groups.push(IssuerGroup {
+                        issuer: issuer.into(),
+                        claim_names: Box::default(),
+                        rules: Box::default(),
+                    });
+                    names.push(Vec::new());
+                    grouped.push(Vec::new());
+                    g
+                }
+            };
+            let checks = claims
+                .iter()
+                .filter(|(name, _)| name.as_str() != "iss")
+                .map(|(name, pattern)| {
+                    let pattern = ClaimPattern::new(pattern.as_str().expect("schema: strings"));
+                    if matches!(name.as_str(), "sub" | "aud") && pattern.accepts_any_string() {
+                        warnings.push(any_value_warning(index, name, &pattern, issuer));
+                    }
+                    let slot = match names[group].iter().position(|n| **n == **name) {
+                        Some(slot) => slot,
+                        None => {
+                            names[group].push(name.as_str().into());
+                            names[group].len() - 1
+                        }
+                    };
+                    Check { slot, pattern }
+                })
+                .collect();
+            let services = rule
+                .get("services")
+                .and_then(Value::as_array)
+                .expect("the schema requires services");
+            grouped[group].push(Rule {
+                index,
+                checks,
+                services: ServiceSet::compile(services.iter().filter_map(Value::as_str)),
+            });
+        }
+        for ((group, names), rules) in compiled.groups.iter_mut().zip(names).zip(grouped) {
+            group.claim_names = names.into();
+            group.rules = rules.into();
+        }
+        (compiled, warnings)
+    }
+
+    /// Distinct issuers in the order they first appear.
+    pub(crate) fn issuers(&self) -> Vec<&str> {
+        self.groups.iter().map(|g| &*g.issuer).collect()
+    }
+
+    /// The rules pinning `issuer` exactly.
+    pub(crate) fn group(&self, issuer: &str) -> Option<&IssuerGroup> {
+        self.by_issuer.get(issuer).map(|&g| &self.groups[g])
+    }
+
+    pub(crate) fn groups(&self) -> &[IssuerGroup] {
+        &self.groups
+    }
+}
+
+impl IssuerGroup {
+    /// The token's value of every claim these rules check, looked up once.
+    pub(crate) fn views<'a>(&self, claims: &'a Map<String, Value>) -> Vec<ClaimView<'a>> {
+        self.claim_names
+            .iter()
+            .map(|name| ClaimView::of_option(claims.get(&**name)))
+            .collect()
+    }
+}
+
+impl Rule {
+    /// The first check (in document order) the token fails, if any.
+    pub(crate) fn first_failure(&self, views: &[ClaimView<'_>]) -> Option<&Check> {
+        self.checks
+            .iter()
+            .find(|c| !c.pattern.matches_view(&views[c.slot]))
+    }
+
+    pub(crate) fn matches(&self, views: &[ClaimView<'_>]) -> bool {
+        self.first_failure(views).is_none()
+    }
+}
+
+/// The DECISIONS §7 warning for a rule whose `sub` or `aud` accepts every value.
+fn any_value_warning(index: usize, claim: &str, pattern: &ClaimPattern, issuer: &str) -> String {
+    let at = format!("rule {index} (/rules/{index})");
+    if claim == "sub" {
+        format!(
+            "{at} accepts any subject (\"sub\": \"{pattern}\"): every token {issuer} issues for \
+             the rule's audience gets in, e.g. every repository of a CI provider, not only yours; \
+             pin \"sub\" to your own subjects or add a claim that narrows it (such as \
+             \"repository_owner\")"
+        )
+    } else {
+        format!(
+            "{at} accepts any audience (\"aud\": \"{pattern}\"): tokens {issuer} issued for any \
+             other service get in too, e.g. a token that every repository of a CI provider can \
+             request; pin \"aud\" to the audience you configured for this registry"
+        )
+    }
+}

@@ -1,0 +1,266 @@
+//! Per-issuer key cache: freshness from `max-age`, stale keys as a fallback, single-flight
+//! fetches and rate limits on refetching.
+
+use crate::config::OidcConfig;
+use crate::error::OidcError;
+use crate::fetch::Fetcher;
+use crate::keys::KeySet;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Counters of the key cache, for tests and `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OidcMetrics {
+    /// Key refreshes attempted (each is one discovery request and, when that succeeds, one key
+    /// set request).
+    pub key_fetches: u64,
+    /// Refreshes that failed or answered no usable key.
+    pub key_fetch_failures: u64,
+    /// Look-ups answered from the cache without fetching.
+    pub cache_hits: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    key_fetches: AtomicU64,
+    key_fetch_failures: AtomicU64,
+    cache_hits: AtomicU64,
+}
+
+/// Keys as fetched at one instant.
+#[derive(Debug)]
+pub struct CachedKeys {
+    /// The verifiers.
+    pub set: KeySet,
+    fresh_until: Instant,
+    usable_until: Instant,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The last good keys.
+    keys: Option<Arc<CachedKeys>>,
+    last_kid_refetch: Option<Instant>,
+    failed_at: Option<Instant>,
+}
+
+/// One issuer: its state, and a gate that lets one fetch run at a time (later callers wait for
+/// it and reuse its result instead of fetching again).
+#[derive(Debug, Default)]
+struct Issuer {
+    state: Mutex<State>,
+    gate: tokio::sync::Mutex<()>,
+}
+
+enum Decision {
+    /// Use these keys (the token's `kid` may still be missing from them).
+    Use(Arc<CachedKeys>),
+    /// Fetch; `fallback` holds keys still usable if the fetch cannot be waited for or fails.
+    Fetch { fallback: Option<Arc<CachedKeys>> },
+    /// No usable keys and a fetch failed moments ago.
+    Unavailable,
+}
+
+fn elapsed_since(at: Option<Instant>, now: Instant) -> Duration {
+    at.map_or(Duration::MAX, |at| now.saturating_duration_since(at))
+}
+
+/// The key cache of every issuer seen.
+#[derive(Debug)]
+pub struct KeyCache {
+    fetcher: Fetcher,
+    config: OidcConfig,
+    issuers: RwLock<HashMap<String, Arc<Issuer>>>,
+    counters: Counters,
+}
+
+impl KeyCache {
+    /// An empty cache fetching with `fetcher`.
+    pub fn new(fetcher: Fetcher, config: OidcConfig) -> Self {
+        Self {
+            fetcher,
+            config,
+            issuers: RwLock::default(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> OidcMetrics {
+        OidcMetrics {
+            key_fetches: self.counters.key_fetches.load(Ordering::Relaxed),
+            key_fetch_failures: self.counters.key_fetch_failures.load(Ordering::Relaxed),
+            cache_hits: self.counters.cache_hits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The keys of `iss` to verify a token naming `kid`, fetching when there are none, they are
+    /// stale, or `kid` is unknown (at most once per refetch interval).
+    pub async fn keys(&self, iss: &str, kid: Option<&str>) -> Result<Arc<CachedKeys>, OidcError> {
+        let issuer = self.issuer(iss)?;
+        let fallback = match self.decide(&issuer, kid, Instant::now(), false) {
+            Decision::Use(keys) => return Ok(self.hit(keys)),
+            Decision::Unavailable => return Err(OidcError::Unavailable(iss.to_owned())),
+            Decision::Fetch { fallback } => fallback,
+        };
+        // Keys that are merely past their max-age (and know the kid) are good enough while
+        // another caller refreshes them: do not queue behind a possibly slow issuer.
+        let _gate = match fallback {
+            Some(keys) if kid.is_none_or(|k| keys.set.has_kid(k)) => match issuer.gate.try_lock() {
+                Ok(gate) => gate,
+                Err(_) => return Ok(self.hit(keys)),
+            },
+            _ => issuer.gate.lock().await,
+        };
+        // Decided again behind the gate: the fetch this caller waited for may have settled it.
+        let fallback = match self.decide(&issuer, kid, Instant::now(), true) {
+            Decision::Use(keys) => return Ok(self.hit(keys)),
+            Decision::Unavailable => return Err(OidcError::Unavailable(iss.to_owned())),
+            Decision::Fetch { fallback } => fallback,
+        };
+        self.counters.key_fetches.fetch_add(1, Ordering::Relaxed);
+        let fetched = match tokio::time::timeout(self.config.request_timeout, self.fetch(iss)).await
+        {
+            Ok(result) => result,
+            Err(_) => Err(OidcError::Timeout(iss.to_owned())),
+        };
+        let now = Instant::now();
+        let mut state = issuer.state.lock().unwrap_or_else(|e| e.into_inner());
+        match fetched {
+            Ok((set, max_age)) => {
+                let ttl = max_age
+                    .unwrap_or(self.config.default_key_ttl)
+                    .clamp(self.config.min_key_ttl, self.config.max_key_ttl);
+                let keys = Arc::new(CachedKeys {
+                    set,
+                    fresh_until: now + ttl,
+                    usable_until: now + ttl.max(self.config.stale_key_grace),
+                });
+                state.keys = Some(keys.clone());
+                state.failed_at = None;
+                Ok(keys)
+            }
+            Err(error) => {
+                self.counters
+                    .key_fetch_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    issuer = iss,
+                    error = error.detail(),
+                    "fetching issuer keys failed"
+                );
+                state.failed_at = Some(now);
+                fallback.ok_or(error)
+            }
+        }
+    }
+
+    fn hit(&self, keys: Arc<CachedKeys>) -> Arc<CachedKeys> {
+        self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+        keys
+    }
+
+    /// What to do for `kid` at `now`; with `commit`, a refetch for an unknown kid is recorded
+    /// (only the caller holding the gate commits).
+    fn decide(&self, issuer: &Issuer, kid: Option<&str>, now: Instant, commit: bool) -> Decision {
+        let mut state = issuer.state.lock().unwrap_or_else(|e| e.into_inner());
+        let usable = state.keys.clone().filter(|k| now < k.usable_until);
+        let recently_failed = elapsed_since(state.failed_at, now) < self.config.retry_after_failure;
+        match usable {
+            Some(keys) if now < keys.fresh_until => {
+                let kid_known = kid.is_none_or(|k| keys.set.has_kid(k));
+                let may_refetch = elapsed_since(state.last_kid_refetch, now)
+                    >= self.config.unknown_kid_refetch_interval;
+                // A refetch started by another caller may be about to bring this kid: wait for it
+                // (behind the gate) rather than refuse the token on keys about to be replaced.
+                let in_flight = !commit && issuer.gate.try_lock().is_err();
+                if kid_known || recently_failed || (!may_refetch && !in_flight) {
+                    return Decision::Use(keys);
+                }
+                if commit {
+                    state.last_kid_refetch = Some(now);
+                }
+                Decision::Fetch {
+                    fallback: Some(keys),
+                }
+            }
+            Some(keys) if recently_failed => Decision::Use(keys),
+            None if recently_failed => Decision::Unavailable,
+            fallback => Decision::Fetch { fallback },
+        }
+    }
+
+    /// The entry of `iss`, created on first sight once the issuer URL passes the guard.
+    fn issuer(&self, iss: &str) -> Result<Arc<Issuer>, OidcError> {
+        if let Some(issuer) = self
+            .issuers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(iss)
+        {
+            return Ok(issuer.clone());
+        }
+        let url = self.fetcher.url(iss)?;
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(OidcError::RefusedUrl {
+                url: iss.to_owned(),
+                reason: "an issuer has no query or fragment",
+            });
+        }
+        let mut issuers = self.issuers.write().unwrap_or_else(|e| e.into_inner());
+        if issuers.len() >= self.config.max_issuers && !issuers.contains_key(iss) {
+            let now = Instant::now();
+            issuers.retain(|_, issuer| {
+                let state = issuer.state.lock().unwrap_or_else(|e| e.into_inner());
+                state.keys.as_ref().is_some_and(|k| now < k.usable_until)
+            });
+            if issuers.len() >= self.config.max_issuers {
+                return Err(OidcError::TooManyIssuers);
+            }
+        }
+        Ok(issuers.entry(iss.to_owned()).or_default().clone())
+    }
+
+    /// Discovery, then the key set, both through the guarded client.
+    async fn fetch(&self, iss: &str) -> Result<(KeySet, Option<Duration>), OidcError> {
+        let base = iss.strip_suffix('/').unwrap_or(iss);
+        let discovery_url = self
+            .fetcher
+            .url(&format!("{base}/.well-known/openid-configuration"))?;
+        let discovery = self.fetcher.json(&discovery_url).await?.document;
+        let document_error = |url: &url::Url, reason: &str| OidcError::Document {
+            url: url.to_string(),
+            reason: reason.to_owned(),
+        };
+        match discovery.get("issuer") {
+            Some(Value::String(found)) if found == iss => {}
+            Some(Value::String(found)) => {
+                return Err(OidcError::IssuerMismatch {
+                    expected: iss.to_owned(),
+                    found: found.clone(),
+                })
+            }
+            _ => {
+                return Err(document_error(
+                    &discovery_url,
+                    "issuer is missing or not a string",
+                ))
+            }
+        }
+        let jwks_uri = discovery
+            .get("jwks_uri")
+            .and_then(Value::as_str)
+            .ok_or_else(|| document_error(&discovery_url, "jwks_uri is missing or not a string"))?;
+        let jwks_url = self.fetcher.url(jwks_uri)?;
+        let fetched = self.fetcher.json(&jwks_url).await?;
+        let set = KeySet::from_document(&fetched.document)
+            .map_err(|reason| document_error(&jwks_url, &reason))?;
+        if set.is_empty() {
+            return Err(OidcError::NoKeys(iss.to_owned()));
+        }
+        Ok((set, fetched.max_age))
+    }
+}

@@ -1,0 +1,129 @@
+//! Why a token or an issuer's keys were refused.
+
+use registry_domain::claims::ClaimProblem;
+use registry_domain::ports::TokenRejection;
+
+/// Everything that can go wrong while verifying a token. The text is for the server log.
+#[derive(Debug, thiserror::Error)]
+pub enum OidcError {
+    /// The HTTP client could not be built (TLS backend initialisation).
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    /// The token is not a well-formed compact JWS carrying a JSON object.
+    #[error("malformed token: {0}")]
+    Malformed(&'static str),
+    /// The token exceeds the size limit.
+    #[error("token longer than {0} bytes")]
+    TooLarge(usize),
+    /// The header's `alg` is not one of the accepted asymmetric algorithms.
+    #[error("algorithm {0:?} is not accepted")]
+    Algorithm(String),
+    /// The header lists critical extensions, none of which is supported.
+    #[error("critical header extensions are not supported")]
+    Critical,
+    /// The payload has no string `iss`.
+    #[error("claim iss is missing or not a string")]
+    MissingIssuer,
+    /// A URL (issuer, `jwks_uri`, redirect target) is not one the guard lets through.
+    #[error("refused URL {url}: {reason}")]
+    RefusedUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The HTTP exchange failed (refused address, connect error, timeout, redirect refused).
+    #[error("fetching {url} failed")]
+    Fetch {
+        /// The URL requested.
+        url: String,
+        /// The client's error, with its cause chain.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server answered with a status other than 200.
+    #[error("fetching {url} answered HTTP {status}")]
+    Status {
+        /// The URL requested.
+        url: String,
+        /// The status received.
+        status: u16,
+    },
+    /// The response body exceeded the size limit.
+    #[error("response of {url} exceeds {limit} bytes")]
+    ResponseTooLarge {
+        /// The URL requested.
+        url: String,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// A discovery document or key set is not the JSON expected.
+    #[error("invalid document at {url}: {reason}")]
+    Document {
+        /// The URL requested.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The discovery document names another issuer.
+    #[error("discovery document names issuer {found:?}, expected {expected:?}")]
+    IssuerMismatch {
+        /// The token's `iss`.
+        expected: String,
+        /// The document's `issuer`.
+        found: String,
+    },
+    /// The key set holds no key this verifier can use.
+    #[error("issuer {0} publishes no usable signing key")]
+    NoKeys(String),
+    /// A recent fetch failed and no good keys are cached; the next attempt waits.
+    #[error("keys of issuer {0} are unavailable (a recent fetch failed)")]
+    Unavailable(String),
+    /// Discovery and key set together took longer than the request timeout.
+    #[error("fetching the keys of issuer {0} timed out")]
+    Timeout(String),
+    /// Too many issuers are cached.
+    #[error("too many issuers cached")]
+    TooManyIssuers,
+    /// No cached key has the token's `kid`.
+    #[error("no key with kid {0:?}")]
+    UnknownKid(String),
+    /// The token has no `kid` but the issuer publishes several keys.
+    #[error("kid is required: the issuer publishes {0} keys")]
+    KidRequired(usize),
+    /// The selected key cannot verify this algorithm (type, curve or `alg` mismatch).
+    #[error("key {kid:?} does not fit algorithm {alg}")]
+    KeyMismatch {
+        /// The key's id, if any.
+        kid: Option<String>,
+        /// The header's algorithm.
+        alg: &'static str,
+    },
+    /// The signature does not verify.
+    #[error("invalid signature")]
+    Signature,
+    /// A registered claim is refused.
+    #[error(transparent)]
+    Claims(#[from] ClaimProblem),
+}
+
+impl OidcError {
+    /// The message with its cause chain, where transport errors keep their useful part (the
+    /// refused address, the timeout).
+    pub fn detail(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+}
+
+impl From<OidcError> for TokenRejection {
+    fn from(error: OidcError) -> Self {
+        TokenRejection(error.detail())
+    }
+}

@@ -1,0 +1,9 @@
+//! Production implementations of the domain's small ports.
+
+mod clock;
+mod hashing;
+mod random;
+
+pub use clock::SystemClock;
+pub use hashing::Argon2Hasher;
+pub use random::OsRandomness;

@@ -1,0 +1,96 @@
+//! Wiring: open the store, warm the caches, start the HTTP server and the background tasks.
+
+use crate::background;
+use crate::hosting;
+use crate::observe::observe;
+use crate::problem;
+use crate::routes;
+use crate::settings::Settings;
+use crate::state::AppState;
+use actix_web::{guard, middleware, web, App, HttpServer};
+use anyhow::Context;
+use registry_domain::ports::{ChangeFeed, ServiceStore};
+use registry_oidc::{OidcConfig, OidcVerifier};
+use registry_store::Store;
+
+/// Opens the database named by a URL and applies pending migrations.
+pub fn open_store(url: &str) -> anyhow::Result<Store> {
+    let store = Store::connect(url).with_context(|| format!("cannot open the database {}", redact(url)))?;
+    store.migrate().context("cannot apply database migrations")?;
+    Ok(store)
+}
+
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Runs the server until SIGTERM or SIGINT, then finishes in-flight requests.
+pub async fn serve(settings: Settings) -> anyhow::Result<()> {
+    problem::set_base_url(settings.base());
+    let url = settings.database.database_url.clone();
+    let store = web::block(move || open_store(&url)).await??;
+    let verifier = OidcVerifier::new(OidcConfig {
+        allow_insecure_issuers: settings.oidc_allow_insecure_issuers,
+        ..OidcConfig::default()
+    })
+    .context("cannot build the OIDC verifier")?;
+    let workers = settings.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+    });
+    let listen = settings.listen.clone();
+    let state = web::Data::new(AppState::new(settings, store, verifier)?);
+
+    let warm = state.clone();
+    let (after, published) = web::block(move || {
+        // Read the change sequence first: a change racing with the load is then replayed.
+        let after = warm.store.latest_change()?;
+        Ok::<_, registry_domain::StoreError>((after, warm.store.published()?))
+    })
+    .await??;
+    state.hosting.load(&published);
+
+    let app_state = state.clone();
+    let server = HttpServer::new(move || {
+        let hosted_state = app_state.clone();
+        App::new()
+            .app_data(app_state.clone())
+            .wrap(middleware::from_fn(observe))
+            .service(
+                web::scope("")
+                    .guard(guard::fn_guard(move |ctx| {
+                        hosting::hosted_request(&hosted_state, ctx.head())
+                    }))
+                    .default_service(web::to(hosting::serve)),
+            )
+            .configure(routes::configure)
+            .default_service(web::to(routes::not_found))
+    })
+    .workers(workers)
+    .shutdown_timeout(30)
+    .bind(&listen)
+    .with_context(|| format!("cannot listen on {listen}"))?;
+    for addr in server.addrs() {
+        // Tests and scripts read this line to learn a port chosen with `:0`.
+        println!("registry listening on http://{addr}");
+    }
+    tracing::info!(
+        issuers = state.hosting.len(),
+        workers,
+        "registry started"
+    );
+    actix_web::rt::spawn(background::follow_changes(state.clone(), after));
+    actix_web::rt::spawn(background::reap_expired(state.clone()));
+    server.run().await.context("server failed")?;
+    tracing::info!("registry stopped");
+    Ok(())
+}

@@ -1,0 +1,269 @@
+//! Who is calling, and may they: bearer extraction, static tokens, anonymous secrets, federated
+//! identity tokens, the IP allowlist and the service-pattern scope (DECISIONS §5–§7).
+
+mod federation;
+mod token_cache;
+
+pub use token_cache::TokenCache;
+
+use crate::client_ip::client_ip;
+use crate::problem::{ApiError, ApiResult};
+use crate::state::AppState;
+use actix_web::{http::header, web, HttpRequest};
+use registry_domain::credentials::{self, CredentialKind};
+use registry_domain::policy::{PolicyKind, Scope};
+use registry_domain::ports::{
+    AccountStore, CredentialOwner, CredentialStore, SecretHasher, ServiceStore,
+};
+use registry_domain::{Service, ServiceAccount};
+use serde_json::{Map, Value};
+use std::net::IpAddr;
+
+/// A service account acting through the API.
+#[derive(Debug)]
+pub struct AccountCaller {
+    /// The account.
+    pub account: ServiceAccount,
+    /// Verified claims, for federated callers.
+    pub claims: Option<Map<String, Value>>,
+    /// The client address.
+    pub ip: IpAddr,
+}
+
+impl AccountCaller {
+    /// The services this caller may act on.
+    pub fn scope(&self) -> Option<Scope<'_>> {
+        match (self.account.policy.kind(), &self.claims) {
+            (PolicyKind::Static, _) => self.account.policy.static_scope(),
+            (PolicyKind::Oidc, Some(claims)) => self.account.policy.oidc_scope(claims),
+            (PolicyKind::Oidc, None) => None,
+        }
+    }
+
+    /// Whether the caller may act on `subdomain`.
+    pub fn may_act_on(&self, subdomain: &str) -> bool {
+        self.scope().is_some_and(|s| s.matches(subdomain))
+    }
+
+    /// Whether the caller's patterns include `"*"` (needed to manage accounts).
+    pub fn has_full_scope(&self) -> bool {
+        self.scope().is_some_and(|s| s.includes_all())
+    }
+
+    /// The customer the caller acts for.
+    pub fn customer_id(&self) -> uuid::Uuid {
+        self.account.customer_id
+    }
+}
+
+/// The bearer token of the request.
+fn bearer(req: &HttpRequest) -> ApiResult<&str> {
+    let value = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| unauthorized("no Authorization header"))?
+        .to_str()
+        .map_err(|_| unauthorized("Authorization header is not text"))?;
+    let (scheme, token) = value
+        .split_once(' ')
+        .ok_or_else(|| unauthorized("Authorization header is not 'Bearer <token>'"))?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(unauthorized("Authorization scheme is not Bearer"));
+    }
+    Ok(token)
+}
+
+/// A 401 whose reason is logged, never returned.
+pub(crate) fn unauthorized(reason: &str) -> ApiError {
+    tracing::info!(reason, "authentication failed");
+    ApiError::Unauthorized { detail: None }
+}
+
+/// Whether a bearer looks like a compact JWS (three base64url segments).
+fn looks_like_jwt(token: &str) -> bool {
+    let mut parts = token.split('.');
+    let segments: Vec<&str> = parts.by_ref().take(4).collect();
+    segments.len() == 3
+        && segments[..2].iter().all(|s| !s.is_empty())
+        && segments
+            .iter()
+            .all(|s| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+}
+
+/// Refuses clients that failed to authenticate too often.
+fn check_brute_force(state: &AppState, ip: IpAddr) -> ApiResult<()> {
+    state.auth_failures.check(ip).map_err(|retry| ApiError::RateLimited {
+        retry_after_secs: retry.0.as_secs().max(1),
+        detail: "too many failed authentications from this address; retry later".into(),
+    })
+}
+
+fn record_failure(state: &AppState, ip: IpAddr, error: ApiError) -> ApiError {
+    if matches!(error, ApiError::Unauthorized { .. }) {
+        let _ = state.auth_failures.hit(ip);
+    }
+    error
+}
+
+/// Verifies a static token or anonymous secret; returns its owner.
+async fn verify_secret(state: &AppState, token: &str) -> ApiResult<CredentialOwner> {
+    let parsed = credentials::parse(token).ok_or_else(|| unauthorized("malformed bearer token"))?;
+    let lookup_id = parsed.lookup_id.to_owned();
+    let stored = state
+        .db(move |s| s.credential(&lookup_id))
+        .await?
+        .ok_or_else(|| unauthorized("unknown token lookup id"))?;
+    let kind_matches = matches!(
+        (parsed.kind, stored.owner),
+        (CredentialKind::StaticToken, CredentialOwner::Account(_))
+            | (CredentialKind::AnonymousSecret, CredentialOwner::AnonymousService(_))
+    );
+    if !kind_matches {
+        return Err(unauthorized("token prefix does not match its owner"));
+    }
+    if state.tokens.verified(parsed.lookup_id, &stored.hash, token) {
+        state.metrics.token_cache_hit();
+        return Ok(stored.owner);
+    }
+    state.metrics.argon2_verification();
+    let secret = token.to_owned();
+    let hash = stored.hash.clone();
+    let hasher = state.hasher.clone();
+    let ok = web::block(move || hasher.verify(&secret, &hash))
+        .await
+        .map_err(|_| ApiError::Internal)?;
+    if !ok {
+        return Err(unauthorized("token does not match its stored hash"));
+    }
+    state.tokens.remember(parsed.lookup_id, &stored.hash, token);
+    Ok(stored.owner)
+}
+
+async fn load_account(state: &AppState, id: uuid::Uuid) -> ApiResult<ServiceAccount> {
+    state
+        .db(move |s| s.account(id))
+        .await?
+        .ok_or_else(|| unauthorized("the token's account was deleted"))
+}
+
+fn check_ip(caller: &AccountCaller) -> ApiResult<()> {
+    if caller.account.policy.allows_ip(caller.ip) {
+        Ok(())
+    } else {
+        tracing::info!(ip = %caller.ip, account = %caller.account.id, "source address outside ip_allowlist");
+        Err(ApiError::Forbidden(
+            "the source address is not in this service account's ip_allowlist".into(),
+        ))
+    }
+}
+
+/// Authenticates a call that is not about one service (`/services` collection,
+/// `/service-accounts…`). Anonymous secrets are refused with 403.
+pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult<AccountCaller> {
+    let ip = client_ip(req, &state.trusted_proxies);
+    check_brute_force(state, ip)?;
+    let result = async {
+        let token = bearer(req)?;
+        let account = if looks_like_jwt(token) {
+            return federation::collection_caller(state, req, token, ip).await;
+        } else {
+            match verify_secret(state, token).await? {
+                CredentialOwner::Account(id) => load_account(state, id).await?,
+                CredentialOwner::AnonymousService(_) => {
+                    return Err(ApiError::Forbidden(
+                        "an anonymous service's secret only works on that service's own calls"
+                            .into(),
+                    ))
+                }
+            }
+        };
+        Ok(AccountCaller {
+            account,
+            claims: None,
+            ip,
+        })
+    }
+    .await
+    .map_err(|e| record_failure(state, ip, e))?;
+    check_ip(&result)?;
+    Ok(result)
+}
+
+/// Authenticates and authorizes a call on one service, found by subdomain or id; returns the
+/// service. Answers 404
+/// for services that do not exist, have expired or are not the caller's, and 403 when the
+/// caller's patterns do not cover the service.
+pub async fn service_caller(
+    state: &AppState,
+    req: &HttpRequest,
+    key: &str,
+) -> ApiResult<Service> {
+    let ip = client_ip(req, &state.trusted_proxies);
+    check_brute_force(state, ip)?;
+    let token = bearer(req).map_err(|e| record_failure(state, ip, e))?;
+    if looks_like_jwt(token) {
+        return federation::service_caller(state, req, token, key, ip)
+            .await
+            .map_err(|e| record_failure(state, ip, e));
+    }
+    let owner = verify_secret(state, token)
+        .await
+        .map_err(|e| record_failure(state, ip, e))?;
+    let now = state.now();
+    let wanted = key.to_owned();
+    let service = state
+        .db(move |s| s.find_service(&wanted))
+        .await?
+        .filter(|s| !s.is_expired_at(now));
+    match owner {
+        CredentialOwner::AnonymousService(id) => match service {
+            Some(service) if service.id == id => Ok(service),
+            _ => Err(not_found_service(key)),
+        },
+        CredentialOwner::Account(id) => {
+            let caller = AccountCaller {
+                account: load_account(state, id).await?,
+                claims: None,
+                ip,
+            };
+            check_ip(&caller)?;
+            let service = service
+                .filter(|s| s.customer_id == Some(caller.customer_id()))
+                .ok_or_else(|| not_found_service(key))?;
+            authorize(&caller, &service)?;
+            Ok(service)
+        }
+    }
+}
+
+/// 403 unless the caller's patterns cover the service.
+pub fn authorize(caller: &AccountCaller, service: &Service) -> ApiResult<()> {
+    if caller.may_act_on(&service.subdomain) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "this service account's policy does not cover the service {:?}",
+            service.subdomain
+        )))
+    }
+}
+
+/// The 404 of a service that does not exist for this caller.
+pub fn not_found_service(key: &str) -> ApiError {
+    ApiError::NotFound(format!("no service {key:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::looks_like_jwt;
+
+    #[test]
+    fn jwt_shape() {
+        assert!(looks_like_jwt("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"));
+        assert!(looks_like_jwt("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0."));
+        assert!(!looks_like_jwt("rgst_abc_def"));
+        assert!(!looks_like_jwt("a.b.c.d"));
+        assert!(!looks_like_jwt("a..c"));
+    }
+}

@@ -1,0 +1,134 @@
+//! Reading JSON request bodies: size limit, media type, syntax, and strict field checks.
+
+use crate::problem::{ApiError, ApiResult};
+use actix_web::http::header;
+use actix_web::{web, HttpRequest};
+use futures_util::StreamExt;
+use registry_domain::violation::escape_token;
+use registry_domain::Violation;
+use serde_json::{Map, Value};
+
+/// Reads the body as JSON. `None` when the body is empty.
+pub async fn read_json(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> ApiResult<Option<Value>> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::PayloadTooLarge(limit));
+    }
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("could not read the body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::PayloadTooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    if let Some(content_type) = req.headers().get(header::CONTENT_TYPE) {
+        let essence = content_type
+            .to_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+    }
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| ApiError::InvalidJson(e.to_string()))
+}
+
+/// A JSON object whose fields are checked one by one, collecting every problem.
+pub struct Fields<'a> {
+    object: &'a Map<String, Value>,
+    prefix: &'static str,
+    /// Problems found so far.
+    pub problems: Vec<Violation>,
+}
+
+impl<'a> Fields<'a> {
+    /// Starts checking `value`, which must be an object with no fields beyond `allowed`.
+    pub fn new(value: Option<&'a Value>, allowed: &[&str]) -> Result<Self, ApiError> {
+        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        let object = match value {
+            None => EMPTY.get_or_init(Map::new),
+            Some(Value::Object(o)) => o,
+            Some(_) => {
+                return Err(ApiError::Validation(vec![Violation::new(
+                    "",
+                    "the body must be a JSON object",
+                )]))
+            }
+        };
+        let problems = object
+            .keys()
+            .filter(|k| !allowed.contains(&k.as_str()))
+            .map(|k| {
+                Violation::new(
+                    format!("/{}", escape_token(k)),
+                    format!("unknown field {k:?} (accepted: {})", allowed.join(", ")),
+                )
+            })
+            .collect();
+        Ok(Self {
+            object,
+            prefix: "",
+            problems,
+        })
+    }
+
+    /// The raw value of a field.
+    pub fn raw(&self, name: &str) -> Option<&'a Value> {
+        self.object.get(name)
+    }
+
+    /// A string field: absent → `None`; present but not a non-empty string (or too long) → problem.
+    pub fn string(&mut self, name: &str, required: bool, max_len: usize) -> Option<String> {
+        let pointer = format!("{}/{name}", self.prefix);
+        match self.object.get(name) {
+            None if required => {
+                self.problems.push(Violation::new(pointer, format!("{name} is required")));
+                None
+            }
+            None => None,
+            Some(Value::String(s)) if s.trim().is_empty() => {
+                self.problems.push(Violation::new(pointer, format!("{name} must not be empty")));
+                None
+            }
+            Some(Value::String(s)) if s.chars().count() > max_len => {
+                self.problems.push(Violation::new(
+                    pointer,
+                    format!("{name} must be at most {max_len} characters"),
+                ));
+                None
+            }
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                self.problems.push(Violation::new(pointer, format!("{name} must be a string")));
+                None
+            }
+        }
+    }
+
+    /// Ends the check: the problems, if any, as one 400.
+    pub fn finish(self) -> ApiResult<()> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation(self.problems))
+        }
+    }
+}

@@ -1,0 +1,209 @@
+use anyhow::Context;
+use registry_domain::service::PublishedConfig;
+use registry_domain::Service;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use time::format_description::FormatItem;
+use time::macros::format_description;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The HTTP-date format (RFC 9110 §5.6.7), always GMT.
+pub(crate) const HTTP_DATE: &[FormatItem<'static>] = format_description!(
+    "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+);
+
+/// One document, ready to send.
+#[derive(Debug)]
+pub struct Document {
+    /// The body.
+    pub body: actix_web::web::Bytes,
+    /// Strong ETag, quoted.
+    pub etag: String,
+}
+
+impl Document {
+    fn new(text: &str) -> Self {
+        let digest = Sha256::digest(text.as_bytes());
+        let etag = format!(
+            "\"{}\"",
+            digest[..16].iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        Self {
+            body: actix_web::web::Bytes::copy_from_slice(text.as_bytes()),
+            etag,
+        }
+    }
+}
+
+/// What a subdomain serves.
+#[derive(Debug)]
+pub struct Hosted {
+    /// The discovery document.
+    pub discovery: Document,
+    /// The key set.
+    pub jwks: Document,
+    /// `Last-Modified`, formatted.
+    pub last_modified: String,
+    /// When it was published (whole seconds, for If-Modified-Since).
+    pub modified_at: OffsetDateTime,
+    /// Expiry of an anonymous service.
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+impl Hosted {
+    fn new(service: &Service, config: &PublishedConfig) -> Self {
+        let modified_at = config
+            .updated_at
+            .replace_nanosecond(0)
+            .unwrap_or(config.updated_at);
+        Self {
+            discovery: Document::new(&config.openid_configuration),
+            jwks: Document::new(&config.jwks),
+            last_modified: modified_at.format(HTTP_DATE).unwrap_or_default(),
+            modified_at,
+            expires_at: service.expires_at,
+        }
+    }
+}
+
+/// Subdomain → published documents, plus how to recognise a hosted `Host`.
+#[derive(Debug)]
+pub struct HostingCache {
+    by_subdomain: RwLock<HashMap<String, Arc<Hosted>>>,
+    subdomain_of: RwLock<HashMap<Uuid, String>>,
+    host_prefix: String,
+    host_suffix: String,
+    api_host: String,
+}
+
+fn host_of(url: &str) -> anyhow::Result<String> {
+    let rest = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .with_context(|| format!("{url:?} is not an absolute URL"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    Ok(strip_port(authority).to_ascii_lowercase())
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    })
+}
+
+impl HostingCache {
+    /// A cache for issuers built from `template` (`{subdomain}` in the host part); requests for
+    /// the host of `base_url` are never hosted ones.
+    pub fn new(template: &str, base_url: &str) -> anyhow::Result<Self> {
+        let host = host_of(template)?;
+        let path = template
+            .split_once("://")
+            .map(|(_, rest)| rest.split_once('/').map_or("", |(_, path)| path))
+            .unwrap_or("");
+        anyhow::ensure!(
+            path.trim_end_matches('/').is_empty(),
+            "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must not have a path: issuers are told apart by host"
+        );
+        let (host_prefix, host_suffix) = host.split_once("{subdomain}").with_context(|| {
+            format!("REGISTRY_ISSUER_URL_TEMPLATE {template:?} must hold {{subdomain}} in its host")
+        })?;
+        Ok(Self {
+            by_subdomain: RwLock::default(),
+            subdomain_of: RwLock::default(),
+            host_prefix: host_prefix.to_owned(),
+            host_suffix: host_suffix.to_owned(),
+            api_host: host_of(base_url)?,
+        })
+    }
+
+    /// The subdomain a `Host` header names, if it is a hosted issuer's host.
+    pub fn subdomain_for_host(&self, host: &str) -> Option<String> {
+        let host = strip_port(host).to_ascii_lowercase();
+        if host == self.api_host {
+            return None;
+        }
+        let label = host
+            .strip_prefix(&self.host_prefix)?
+            .strip_suffix(&self.host_suffix)?;
+        let is_label = !label.is_empty()
+            && label.len() <= 63
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        is_label.then(|| label.to_owned())
+    }
+
+    /// What a subdomain serves.
+    pub fn get(&self, subdomain: &str) -> Option<Arc<Hosted>> {
+        self.by_subdomain
+            .read()
+            .expect("hosting cache lock")
+            .get(subdomain)
+            .cloned()
+    }
+
+    /// Publishes (or replaces) a service's documents.
+    pub fn put(&self, service: &Service, config: &PublishedConfig) {
+        let hosted = Arc::new(Hosted::new(service, config));
+        let mut map = self.by_subdomain.write().expect("hosting cache lock");
+        map.insert(service.subdomain.clone(), hosted);
+        self.subdomain_of
+            .write()
+            .expect("hosting cache lock")
+            .insert(service.id, service.subdomain.clone());
+    }
+
+    /// Stops serving a service's documents.
+    pub fn remove(&self, service_id: Uuid) {
+        let subdomain = self
+            .subdomain_of
+            .write()
+            .expect("hosting cache lock")
+            .remove(&service_id);
+        if let Some(subdomain) = subdomain {
+            self.by_subdomain
+                .write()
+                .expect("hosting cache lock")
+                .remove(&subdomain);
+        }
+    }
+
+    /// Replaces everything (start-up warm-up).
+    pub fn load(&self, published: &[(Service, PublishedConfig)]) {
+        for (service, config) in published {
+            self.put(service, config);
+        }
+    }
+
+    /// How many subdomains are served.
+    pub fn len(&self) -> usize {
+        self.by_subdomain.read().expect("hosting cache lock").len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_hosted_hosts() {
+        let cache = HostingCache::new("http://{subdomain}.localhost:8080", "http://localhost:8080").unwrap();
+        assert_eq!(cache.subdomain_for_host("api-acme.localhost:8080").as_deref(), Some("api-acme"));
+        assert_eq!(cache.subdomain_for_host("API-acme.LOCALHOST").as_deref(), Some("api-acme"));
+        assert_eq!(cache.subdomain_for_host("localhost:8080"), None);
+        assert_eq!(cache.subdomain_for_host("a.b.localhost"), None);
+        assert_eq!(cache.subdomain_for_host("example.com"), None);
+        let prefixed = HostingCache::new("https://oidc-{subdomain}.example.com/", "https://api.example.com").unwrap();
+        assert_eq!(prefixed.subdomain_for_host("oidc-x-acme.example.com").as_deref(), Some("x-acme"));
+        assert_eq!(prefixed.subdomain_for_host("api.example.com"), None);
+        assert!(HostingCache::new("http://localhost:8080/{subdomain}", "http://localhost").is_err());
+        assert!(HostingCache::new("https://{subdomain}.example.com/oidc", "http://localhost").is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! Every error the API answers, and the one place that turns them into
+//! `application/problem+json` (RFC 9457) responses.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use registry_domain::naming::NamingError;
+use registry_domain::{StoreError, Violation};
+use serde_json::json;
+use std::sync::OnceLock;
+
+/// The API's base URL, for problem `type` addresses; set once at start-up.
+static BASE_URL: OnceLock<String> = OnceLock::new();
+
+/// Sets the base URL used in problem types (first call wins; tests may start several servers
+/// with the same one).
+pub fn set_base_url(base: &str) {
+    let _ = BASE_URL.set(base.trim_end_matches('/').to_owned());
+}
+
+/// An error answered to the client.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not JSON at all.
+    #[error("the request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    /// The body is JSON but breaks the rules.
+    #[error("the request body is invalid")]
+    Validation(Vec<Violation>),
+    /// A policy names services the customer does not own.
+    #[error("the policy names services that do not exist in your account")]
+    UnknownServices(Vec<Violation>),
+    /// A PATCH tried to change a policy's kind.
+    #[error("a policy's kind cannot change")]
+    KindImmutable(Violation),
+    /// A naming rule was broken.
+    #[error(transparent)]
+    Naming(#[from] NamingError),
+    /// Any other bad request, with a sentence.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Missing, malformed, unknown, revoked or expired credentials. The detail is generic unless
+    /// it helps an honest caller (X-Service-Account); the reason goes to the log.
+    #[error("authentication required")]
+    Unauthorized { detail: Option<String> },
+    /// Valid credentials, but not for this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The resource does not exist, or is not the caller's.
+    #[error("{0}")]
+    NotFound(String),
+    /// The method is not supported on this path; the methods that are.
+    #[error("method not allowed: this path accepts {0}")]
+    MethodNotAllowed(&'static str),
+    /// The subdomain is taken.
+    #[error("{0}")]
+    Conflict(String),
+    /// The body is larger than allowed.
+    #[error("the request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    /// The body is not JSON by its Content-Type.
+    #[error("the request body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    /// Too many requests from this client.
+    #[error("{detail}")]
+    RateLimited { retry_after_secs: u64, detail: String },
+    /// The database does not answer.
+    #[error("the service is temporarily unavailable, retry shortly")]
+    Unavailable,
+    /// A bug.
+    #[error("internal error")]
+    Internal,
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(what) => ApiError::Conflict(what),
+            StoreError::NotFound => ApiError::NotFound("not found".into()),
+            StoreError::Unavailable(reason) => {
+                tracing::error!(%reason, "storage unavailable");
+                ApiError::Unavailable
+            }
+        }
+    }
+}
+
+impl ApiError {
+    /// The problem's slug (`{base_url}/problems/{slug}`) and title.
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            ApiError::InvalidJson(_) => ("invalid-json", "Malformed JSON"),
+            ApiError::Validation(_) | ApiError::BadRequest(_) => {
+                ("validation-failed", "Invalid request")
+            }
+            ApiError::UnknownServices(_) => ("unknown-services", "Unknown services in policy"),
+            ApiError::KindImmutable(_) => ("kind-immutable", "Policy kind cannot change"),
+            ApiError::Naming(NamingError::PlanRequired(_)) => {
+                ("plan-required", "Plan does not allow this")
+            }
+            ApiError::Naming(_) => ("invalid-service-name", "Invalid service name"),
+            ApiError::Unauthorized { .. } => ("unauthorized", "Unauthorized"),
+            ApiError::Forbidden(_) => ("forbidden", "Forbidden"),
+            ApiError::NotFound(_) => ("not-found", "Not found"),
+            ApiError::MethodNotAllowed(_) => ("method-not-allowed", "Method not allowed"),
+            ApiError::Conflict(_) => ("conflict", "Conflict"),
+            ApiError::PayloadTooLarge(_) => ("payload-too-large", "Payload too large"),
+            ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
+            ApiError::RateLimited { .. } => ("rate-limited", "Too many requests"),
+            ApiError::Unavailable => ("unavailable", "Service unavailable"),
+            ApiError::Internal => ("internal", "Internal server error"),
+        }
+    }
+
+    fn violations(&self) -> Option<Vec<&Violation>> {
+        match self {
+            ApiError::Validation(v) | ApiError::UnknownServices(v) => Some(v.iter().collect()),
+            ApiError::KindImmutable(v) => Some(vec![v]),
+            _ => None,
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            ApiError::Unauthorized { detail } => detail.clone().unwrap_or_else(|| {
+                "missing, malformed, unknown, revoked or expired credentials: send \
+                 Authorization: Bearer <token>"
+                    .to_owned()
+            }),
+            ApiError::Validation(v) | ApiError::UnknownServices(v) if v.len() == 1 => {
+                format!("{}: {}", self, v[0])
+            }
+            ApiError::Validation(v) | ApiError::UnknownServices(v) => {
+                format!("{} ({} problems, see errors)", self, v.len())
+            }
+            ApiError::KindImmutable(v) => format!(
+                "{}: {} (to switch between static and oidc, delete the account and create a new one)",
+                self, v
+            ),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// The `type` URI of a problem slug.
+pub fn problem_type(slug: &str) -> String {
+    let base = BASE_URL.get().map(String::as_str).unwrap_or("http://localhost:8080");
+    format!("{base}/problems/{slug}")
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidJson(_)
+            | ApiError::Validation(_)
+            | ApiError::UnknownServices(_)
+            | ApiError::KindImmutable(_)
+            | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Naming(NamingError::PlanRequired(_)) => StatusCode::FORBIDDEN,
+            ApiError::Naming(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        let (slug, title) = self.kind();
+        let mut body = json!({
+            "type": problem_type(slug),
+            "title": title,
+            "status": status.as_u16(),
+            "detail": self.detail(),
+        });
+        if let Some(violations) = self.violations() {
+            body["errors"] = violations
+                .into_iter()
+                .map(|v| json!({"pointer": v.pointer, "message": v.message}))
+                .collect();
+        }
+        let mut response = HttpResponse::build(status);
+        response.insert_header((header::CONTENT_TYPE, "application/problem+json"));
+        response.insert_header((header::CACHE_CONTROL, "no-store"));
+        match self {
+            ApiError::Unauthorized { .. } => {
+                response.insert_header((
+                    header::WWW_AUTHENTICATE,
+                    "Bearer realm=\"registry\"",
+                ));
+            }
+            ApiError::RateLimited { retry_after_secs, .. } => {
+                response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            ApiError::MethodNotAllowed(allowed) => {
+                response.insert_header((header::ALLOW, *allowed));
+            }
+            _ => {}
+        }
+        response.body(body.to_string())
+    }
+}
+
+/// Result of a handler.
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,267 @@
+//! `/service-accounts…`: programmatic identities and their policies. Only callers whose
+//! patterns include `"*"` manage accounts, so no account can mint one broader than itself.
+
+use crate::auth::{self, AccountCaller};
+use crate::body::{read_json, Fields};
+use crate::problem::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::views;
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::credentials::{self, CredentialKind, GeneratedSecret};
+use registry_domain::policy::{ParsedPolicy, Policy, PolicyKind};
+use registry_domain::ports::{AccountStore, CredentialRecord, SecretHasher, ServiceStore};
+use registry_domain::{ServiceAccount, Violation};
+use serde_json::Value;
+use uuid::Uuid;
+
+const MAX_NAME: usize = 200;
+
+async fn manager(state: &AppState, req: &HttpRequest) -> ApiResult<AccountCaller> {
+    let caller = auth::collection_caller(state, req).await?;
+    if caller.has_full_scope() {
+        Ok(caller)
+    } else {
+        Err(ApiError::Forbidden(
+            "managing service accounts needs a service account whose services include \"*\"".into(),
+        ))
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound(format!("no service account {id:?}"))
+}
+
+/// The caller's customer's account with this id, or 404.
+async fn owned_account(state: &AppState, caller: &AccountCaller, id: &str) -> ApiResult<ServiceAccount> {
+    let parsed: Uuid = id.parse().map_err(|_| not_found(id))?;
+    let customer_id = caller.customer_id();
+    state
+        .db(move |s| s.account(parsed))
+        .await?
+        .filter(|a| a.customer_id == customer_id)
+        .ok_or_else(|| not_found(id))
+}
+
+/// Parses a policy from the body (pointers under `/policy`) and checks that every non-wildcard
+/// `services` entry names a service of the customer (spec §4 rule 1).
+async fn checked_policy(state: &AppState, customer_id: Uuid, document: &Value) -> ApiResult<ParsedPolicy> {
+    let parsed = Policy::parse(document).map_err(|violations| {
+        ApiError::Validation(violations.into_iter().map(|v| v.prefixed("/policy")).collect())
+    })?;
+    let literals = parsed.policy.literal_services();
+    if literals.is_empty() {
+        return Ok(parsed);
+    }
+    let names: Vec<String> = literals.iter().map(|l| l.subdomain.clone()).collect();
+    let owned = state
+        .db(move |s| s.owned_subdomains(customer_id, &names))
+        .await?;
+    let unknown: Vec<Violation> = literals
+        .into_iter()
+        .filter(|l| !owned.contains(&l.subdomain))
+        .map(|l| {
+            Violation::new(
+                format!("/policy{}", l.pointer),
+                format!("no service {:?} exists in your account", l.subdomain),
+            )
+        })
+        .collect();
+    if unknown.is_empty() {
+        Ok(parsed)
+    } else {
+        Err(ApiError::UnknownServices(unknown))
+    }
+}
+
+async fn new_token(state: &AppState) -> ApiResult<(GeneratedSecret, CredentialRecord)> {
+    let token = credentials::generate(CredentialKind::StaticToken, &state.rng);
+    let hasher = state.hasher.clone();
+    let plaintext = token.plaintext.clone();
+    let hash = web::block(move || hasher.hash(&plaintext))
+        .await
+        .map_err(|_| ApiError::Internal)?;
+    let record = CredentialRecord {
+        lookup_id: token.lookup_id.clone(),
+        hash,
+    };
+    Ok((token, record))
+}
+
+fn with_warnings(mut body: Value, warnings: Vec<String>) -> Value {
+    if !warnings.is_empty() {
+        body["warnings"] = warnings.into();
+    }
+    body
+}
+
+/// `POST /service-accounts`.
+pub async fn create(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let caller = manager(&state, &req).await?;
+    let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
+    let mut fields = Fields::new(body.as_ref(), &["name", "policy"])?;
+    let name = fields.string("name", true, MAX_NAME);
+    let document = fields.raw("policy").cloned();
+    if document.is_none() {
+        fields.problems.push(Violation::new("/policy", "policy is required"));
+    }
+    let policy = match &document {
+        Some(doc) => match checked_policy(&state, caller.customer_id(), doc).await {
+            Ok(parsed) => Some(parsed),
+            Err(ApiError::Validation(v)) => {
+                fields.problems.extend(v);
+                None
+            }
+            Err(e) if fields.problems.is_empty() => return Err(e),
+            Err(_) => None,
+        },
+        None => None,
+    };
+    fields.finish()?;
+    let (Some(name), Some(ParsedPolicy { policy, warnings })) = (name, policy) else {
+        return Err(ApiError::Internal);
+    };
+    let account = ServiceAccount {
+        id: Uuid::new_v4(),
+        customer_id: caller.customer_id(),
+        name,
+        policy,
+        created_at: state.now(),
+    };
+    let token = match account.policy.kind() {
+        PolicyKind::Static => Some(new_token(&state).await?),
+        PolicyKind::Oidc => None,
+    };
+    let row = account.clone();
+    let record = token.as_ref().map(|(_, r)| r.clone());
+    state
+        .db(move |s| s.create_account(&row, record.as_ref()))
+        .await?;
+    let mut body = views::account(&account);
+    if let Some((token, record)) = &token {
+        body["token"] = token.plaintext.clone().into();
+        state.tokens.remember(&token.lookup_id, &record.hash, &token.plaintext);
+    }
+    Ok(HttpResponse::Created()
+        .insert_header((
+            header::LOCATION,
+            format!("{}/service-accounts/{}", state.settings.base(), account.id),
+        ))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(with_warnings(body, warnings)))
+}
+
+/// `GET /service-accounts`: never with tokens.
+pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    let caller = manager(&state, &req).await?;
+    let customer_id = caller.customer_id();
+    let accounts = state.db(move |s| s.accounts_of(customer_id)).await?;
+    Ok(HttpResponse::Ok().json(accounts.iter().map(views::account).collect::<Vec<_>>()))
+}
+
+/// `GET /service-accounts/{id}`.
+pub async fn get(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let caller = manager(&state, &req).await?;
+    let account = owned_account(&state, &caller, &path).await?;
+    Ok(HttpResponse::Ok().json(views::account(&account)))
+}
+
+/// `PATCH /service-accounts/{id}`: name and/or policy; the kind never changes.
+pub async fn patch(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let caller = manager(&state, &req).await?;
+    let mut account = owned_account(&state, &caller, &path).await?;
+    let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
+    let mut fields = Fields::new(body.as_ref(), &["name", "policy"])?;
+    let name = fields.string("name", false, MAX_NAME);
+    let mut warnings = Vec::new();
+    if let Some(document) = fields.raw("policy").cloned() {
+        match checked_policy(&state, caller.customer_id(), &document).await {
+            Ok(parsed) if parsed.policy.kind() != account.policy.kind() => {
+                return Err(ApiError::KindImmutable(Violation::new(
+                    "/policy/kind",
+                    format!(
+                        "this account's kind is {:?} and cannot become {:?}",
+                        account.policy.kind().as_str(),
+                        parsed.policy.kind().as_str()
+                    ),
+                )));
+            }
+            Ok(parsed) => {
+                account.policy = parsed.policy;
+                warnings = parsed.warnings;
+            }
+            // Field problems and policy problems are reported together.
+            Err(ApiError::Validation(v)) => fields.problems.extend(v),
+            Err(e) if fields.problems.is_empty() => return Err(e),
+            Err(_) => {}
+        }
+    }
+    fields.finish()?;
+    if let Some(name) = name {
+        account.name = name;
+    }
+    let row = account.clone();
+    state.db(move |s| s.update_account(&row)).await.map_err(|e| match e {
+        ApiError::NotFound(_) => not_found(&path),
+        other => other,
+    })?;
+    Ok(HttpResponse::Ok().json(with_warnings(views::account(&account), warnings)))
+}
+
+/// `DELETE /service-accounts/{id}`: its token stops working at once.
+pub async fn delete(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let caller = manager(&state, &req).await?;
+    let account = owned_account(&state, &caller, &path).await?;
+    let id = account.id;
+    if !state.db(move |s| s.delete_account(id)).await? {
+        return Err(not_found(&path));
+    }
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `POST /service-accounts/{id}/regenerate-token`: the old token fails from now on.
+pub async fn regenerate_token(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let caller = manager(&state, &req).await?;
+    let account = owned_account(&state, &caller, &path).await?;
+    if account.policy.kind() != PolicyKind::Static {
+        return Err(ApiError::BadRequest(
+            "oidc service accounts authenticate with identity tokens and have no token to regenerate"
+                .into(),
+        ));
+    }
+    let (token, record) = new_token(&state).await?;
+    let id = account.id;
+    let stored = record.clone();
+    state
+        .db(move |s| s.replace_token(id, &stored))
+        .await
+        .map_err(|e| match e {
+            ApiError::NotFound(_) => not_found(&path),
+            other => other,
+        })?;
+    state.tokens.remember(&token.lookup_id, &record.hash, &token.plaintext);
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(serde_json::json!({"id": account.id.to_string(), "token": token.plaintext})))
+}

@@ -1,0 +1,101 @@
+//! `/services/{subdomain}/config`: the published discovery document and key set.
+
+use crate::auth;
+use crate::body::read_json;
+use crate::problem::{ApiError, ApiResult};
+use crate::routes::services::gone_as_not_found;
+use crate::state::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::ports::ServiceStore;
+use registry_domain::publishing::{key_ids, publish};
+use registry_domain::service::PublishedConfig;
+use serde_json::{json, Value};
+
+fn parse_stored(text: &str) -> ApiResult<Value> {
+    serde_json::from_str(text).map_err(|e| {
+        tracing::error!(error = %e, "a stored configuration is not JSON");
+        ApiError::Internal
+    })
+}
+
+fn nothing_published(subdomain: &str) -> ApiError {
+    ApiError::NotFound(format!("nothing is published for {subdomain:?}"))
+}
+
+/// `GET /services/{subdomain}/config`: what is published, as served.
+pub async fn get(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let service = auth::service_caller(&state, &req, &path).await?;
+    let id = service.id;
+    let config = state
+        .db(move |s| s.config(id))
+        .await?
+        .ok_or_else(|| nothing_published(&service.subdomain))?;
+    Ok(HttpResponse::Ok().json(json!({
+        "openidConfiguration": parse_stored(&config.openid_configuration)?,
+        "jwks": parse_stored(&config.jwks)?,
+    })))
+}
+
+/// `PUT /services/{subdomain}/config`: check, rewrite, store, and serve at once.
+pub async fn put(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let service = auth::service_caller(&state, &req, &path).await?;
+    let body = read_json(&req, payload, state.settings.max_body_bytes)
+        .await?
+        .ok_or_else(|| {
+            ApiError::Validation(vec![registry_domain::Violation::new(
+                "",
+                "the body must be {\"openidConfiguration\": {...}, \"jwks\": {\"keys\": [...]}}",
+            )])
+        })?;
+    let id = service.id;
+    let previous = state.db(move |s| s.config(id)).await?;
+    let previous_kids = match &previous {
+        Some(config) => Some(key_ids(&parse_stored(&config.jwks)?)),
+        None => None,
+    };
+    let issuer = state.issuer_of(&service.subdomain);
+    let publication =
+        publish(&body, &issuer, previous_kids.as_deref()).map_err(ApiError::Validation)?;
+    let config = PublishedConfig {
+        service_id: service.id,
+        openid_configuration: publication.openid_configuration.to_string(),
+        jwks: publication.jwks.to_string(),
+        updated_at: state.now(),
+    };
+    let row = config.clone();
+    state
+        .db(move |s| s.put_config(&row))
+        .await
+        .map_err(|e| gone_as_not_found(e, &path))?;
+    state.hosting.put(&service, &config);
+    Ok(HttpResponse::Ok().json(json!({
+        "openidConfiguration": publication.openid_configuration,
+        "jwks": publication.jwks,
+        "warnings": publication.warnings,
+    })))
+}
+
+/// `DELETE /services/{subdomain}/config`: stop publishing; the service stays.
+pub async fn delete(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let service = auth::service_caller(&state, &req, &path).await?;
+    let id = service.id;
+    let removed = state.db(move |s| s.delete_config(id)).await?;
+    state.hosting.remove(id);
+    if !removed {
+        return Err(nothing_published(&service.subdomain));
+    }
+    Ok(HttpResponse::NoContent().finish())
+}

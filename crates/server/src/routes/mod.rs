@@ -1,0 +1,84 @@
+//! HTTP routes. Handlers parse, call the domain and the store, and shape responses; the rules
+//! they apply live in `registry-domain`.
+
+pub mod accounts;
+pub mod anonymous;
+pub mod config;
+pub mod ops;
+pub mod services;
+
+use crate::problem::ApiError;
+use actix_web::web;
+
+/// Registers every API route. Each resource answers 405 (problem+json, with `Allow`) for the
+/// methods it does not serve.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/services")
+            .route(web::post().to(services::create))
+            .route(web::get().to(services::list))
+            .default_service(web::to(|| not_allowed("GET, POST"))),
+    )
+    .service(
+        web::resource("/services/{subdomain}")
+            .route(web::get().to(services::get))
+            .route(web::patch().to(services::patch))
+            .route(web::delete().to(services::delete))
+            .default_service(web::to(|| not_allowed("GET, PATCH, DELETE"))),
+    )
+    .service(
+        web::resource("/services/{subdomain}/config")
+            .route(web::get().to(config::get))
+            .route(web::put().to(config::put))
+            .route(web::delete().to(config::delete))
+            .default_service(web::to(|| not_allowed("GET, PUT, DELETE"))),
+    )
+    .service(
+        web::resource("/anonymous/services")
+            .route(web::post().to(anonymous::create))
+            .default_service(web::to(|| not_allowed("POST"))),
+    )
+    .service(
+        web::resource("/service-accounts")
+            .route(web::post().to(accounts::create))
+            .route(web::get().to(accounts::list))
+            .default_service(web::to(|| not_allowed("GET, POST"))),
+    )
+    .service(
+        web::resource("/service-accounts/{id}")
+            .route(web::get().to(accounts::get))
+            .route(web::patch().to(accounts::patch))
+            .route(web::delete().to(accounts::delete))
+            .default_service(web::to(|| not_allowed("GET, PATCH, DELETE"))),
+    )
+    .service(
+        web::resource("/service-accounts/{id}/regenerate-token")
+            .route(web::post().to(accounts::regenerate_token))
+            .default_service(web::to(|| not_allowed("POST"))),
+    )
+    .service(get_only("/healthz", ops::healthz))
+    .service(get_only("/readyz", ops::readyz))
+    .service(get_only("/metrics", ops::metrics))
+    .service(get_only("/openapi.json", ops::openapi))
+    .service(get_only("/schemas/service-account-policy/v1.json", ops::policy_schema));
+}
+
+fn get_only<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args>,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path)
+        .route(web::get().to(handler))
+        .default_service(web::to(|| not_allowed("GET")))
+}
+
+async fn not_allowed(allowed: &'static str) -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed(allowed))
+}
+
+/// The answer to a path no route serves.
+pub async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::NotFound("no such endpoint".into()))
+}

@@ -1,0 +1,62 @@
+//! Operations: health, readiness, metrics, the OpenAPI description and the policy schema.
+
+use crate::problem::{ApiError, ApiResult};
+use crate::state::AppState;
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+use registry_domain::ports::ChangeFeed;
+use serde_json::{json, Value};
+
+const OPENAPI: &str = include_str!("../openapi.json");
+const POLICY_SCHEMA: &str = include_str!("../../../../schemas/service-account-policy/v1.json");
+
+/// `GET /healthz`: the process answers.
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: the database answers.
+pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    state.db(|s| s.ping()).await?;
+    Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
+}
+
+/// `GET /metrics`: Prometheus text.
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let oidc = state.verifier.metrics();
+    let extra = [
+        ("registry_hosted_issuers", "gauge", "Issuers with a published configuration.", state.hosting.len() as u64),
+        ("registry_oidc_key_fetches_total", "counter", "Refreshes of issuers' discovery documents and key sets.", oidc.key_fetches),
+        ("registry_oidc_key_fetch_failures_total", "counter", "Key refreshes that failed or found no usable key.", oidc.key_fetch_failures),
+        ("registry_oidc_key_cache_hits_total", "counter", "Federated tokens verified with cached keys.", oidc.cache_hits),
+    ];
+    HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8"))
+        .body(state.metrics.render(&extra))
+}
+
+/// The OpenAPI document with this server's base URL.
+pub fn openapi_document(base_url: &str) -> ApiResult<Value> {
+    let mut doc: Value = serde_json::from_str(OPENAPI).map_err(|_| ApiError::Internal)?;
+    doc["servers"] = json!([{"url": base_url}]);
+    Ok(doc)
+}
+
+/// `GET /openapi.json`.
+pub async fn openapi(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(openapi_document(state.settings.base())?))
+}
+
+/// `GET /schemas/service-account-policy/v1.json`: the `{schema_url}` of the spec.
+pub async fn policy_schema(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    let mut schema: Value = serde_json::from_str(POLICY_SCHEMA).map_err(|_| ApiError::Internal)?;
+    schema["$id"] = json!(format!(
+        "{}/schemas/service-account-policy/v1.json",
+        state.settings.base()
+    ));
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "application/schema+json"))
+        .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"))
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .json(schema))
+}

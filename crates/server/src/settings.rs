@@ -1,0 +1,88 @@
+//! Settings of `registry serve`: each a flag and a `REGISTRY_*` environment variable.
+
+use clap::{Args, ValueEnum};
+use ipnetwork::IpNetwork;
+
+/// Where the database is; shared by every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// Database URL: `sqlite://FILE` (created when missing) or `postgres://…` for several replicas.
+    #[arg(long, env = "REGISTRY_DATABASE_URL", default_value = "sqlite://registry.db")]
+    pub database_url: String,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Every setting of the server (DECISIONS §10).
+#[derive(Debug, Clone, Args)]
+pub struct Settings {
+    /// Address and port to listen on.
+    #[arg(long, env = "REGISTRY_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Public base URL of the API (used in Location headers, problem types, dashboard links).
+    #[arg(long, env = "REGISTRY_BASE_URL", default_value = "http://localhost:8080")]
+    pub base_url: String,
+
+    /// Issuer URL of a service; `{subdomain}` is replaced by the service's subdomain.
+    #[arg(
+        long,
+        env = "REGISTRY_ISSUER_URL_TEMPLATE",
+        default_value = "http://{subdomain}.localhost:8080"
+    )]
+    pub issuer_url_template: String,
+
+    /// Comma-separated CIDRs of reverse proxies whose X-Forwarded-For is trusted.
+    #[arg(long, env = "REGISTRY_TRUSTED_PROXIES", value_delimiter = ',', default_value = "")]
+    pub trusted_proxies: Vec<String>,
+
+    /// Also fetch keys from http:// and loopback/private issuers (development and tests only).
+    #[arg(long, env = "REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub oidc_allow_insecure_issuers: bool,
+
+    /// Anonymous services one client address may create per hour.
+    #[arg(long, env = "REGISTRY_ANON_CREATE_PER_HOUR", default_value_t = 20)]
+    pub anon_create_per_hour: u32,
+
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "REGISTRY_MAX_BODY_BYTES", default_value_t = 65536)]
+    pub max_body_bytes: usize,
+
+    /// HTTP worker threads (default: the number of cores).
+    #[arg(long, env = "REGISTRY_WORKERS")]
+    pub workers: Option<usize>,
+
+    /// Log format.
+    #[arg(long, env = "REGISTRY_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl Settings {
+    /// The base URL without a trailing slash.
+    pub fn base(&self) -> &str {
+        self.base_url.trim_end_matches('/')
+    }
+
+    /// The trusted proxy networks, parsed.
+    pub fn trusted_proxy_networks(&self) -> anyhow::Result<Vec<IpNetwork>> {
+        self.trusted_proxies
+            .iter()
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<IpNetwork>()
+                    .map_err(|e| anyhow::anyhow!("REGISTRY_TRUSTED_PROXIES: {s:?} is not a CIDR: {e}"))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,89 @@
+//! What every handler shares.
+
+use crate::adapters::{Argon2Hasher, OsRandomness, SystemClock};
+use crate::auth::TokenCache;
+use crate::hosting::HostingCache;
+use crate::metrics::Metrics;
+use crate::problem::{ApiError, ApiResult};
+use crate::rate_limit::RateLimiter;
+use crate::settings::Settings;
+use actix_web::web;
+use ipnetwork::IpNetwork;
+use registry_domain::ports::{Clock, StoreResult};
+use registry_oidc::OidcVerifier;
+use registry_store::Store;
+use time::OffsetDateTime;
+
+/// The application: settings, adapters and caches.
+#[derive(Debug)]
+pub struct AppState {
+    /// Settings as given.
+    pub settings: Settings,
+    /// Trusted proxy networks, parsed from the settings.
+    pub trusted_proxies: Vec<IpNetwork>,
+    /// The database.
+    pub store: Store,
+    /// Published documents, served from memory.
+    pub hosting: HostingCache,
+    /// Remembered token verifications.
+    pub tokens: TokenCache,
+    /// Prometheus counters.
+    pub metrics: Metrics,
+    /// Verifier of federated identity tokens.
+    pub verifier: OidcVerifier,
+    /// Anonymous creations per client address.
+    pub anon_limiter: RateLimiter,
+    /// Failed authentications per client address.
+    pub auth_failures: RateLimiter,
+    /// Random source.
+    pub rng: OsRandomness,
+    /// Secret hashing.
+    pub hasher: Argon2Hasher,
+    clock: SystemClock,
+}
+
+impl AppState {
+    /// Builds the state from settings and an open store.
+    pub fn new(settings: Settings, store: Store, verifier: OidcVerifier) -> anyhow::Result<Self> {
+        let trusted_proxies = settings.trusted_proxy_networks()?;
+        let hosting = HostingCache::new(&settings.issuer_url_template, &settings.base_url)?;
+        let anon_limiter = RateLimiter::per_hour(settings.anon_create_per_hour);
+        Ok(Self {
+            trusted_proxies,
+            hosting,
+            tokens: TokenCache::default(),
+            metrics: Metrics::default(),
+            verifier,
+            anon_limiter,
+            auth_failures: RateLimiter::new(60, std::time::Duration::from_secs(60)),
+            rng: OsRandomness,
+            hasher: Argon2Hasher::default(),
+            clock: SystemClock,
+            store,
+            settings,
+        })
+    }
+
+    /// The current time.
+    pub fn now(&self) -> OffsetDateTime {
+        self.clock.now()
+    }
+
+    /// Runs a storage call on the blocking pool.
+    pub async fn db<T, F>(&self, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> StoreResult<T> + Send + 'static,
+    {
+        let store = self.store.clone();
+        web::block(move || f(&store))
+            .await
+            .map_err(|_| ApiError::Internal)?
+            .map_err(ApiError::from)
+    }
+
+    /// The hosted issuer URL of a subdomain.
+    pub fn issuer_of(&self, subdomain: &str) -> String {
+        registry_domain::publishing::hosted_issuer(&self.settings.issuer_url_template, subdomain)
+    }
+}

@@ -1,0 +1,165 @@
+//! [`AccountStore`] on [`Store`].
+
+use crate::error::Res;
+use crate::pool::Db;
+use crate::rows::{id_text, millis, policy_text, AccountRow};
+use crate::schema::{account_issuers, credentials, service_accounts};
+use crate::Store;
+use diesel::prelude::*;
+use registry_domain::ports::{AccountStore, Change, CredentialRecord, StoreResult};
+use registry_domain::{ServiceAccount, StoreError};
+use std::collections::BTreeSet;
+use uuid::Uuid;
+
+/// Inserts an account, its issuer index and its token (inside the caller's transaction).
+pub(crate) fn insert_account(
+    conn: &mut Db,
+    account: &ServiceAccount,
+    token: Option<&CredentialRecord>,
+) -> Res<()> {
+    diesel::insert_into(service_accounts::table)
+        .values((
+            service_accounts::id.eq(id_text(account.id)),
+            service_accounts::customer_id.eq(id_text(account.customer_id)),
+            service_accounts::name.eq(&account.name),
+            service_accounts::kind.eq(account.policy.kind().as_str()),
+            service_accounts::policy.eq(policy_text(&account.policy)?),
+            service_accounts::created_at.eq(millis(account.created_at)),
+        ))
+        .execute(conn)?;
+    index_issuers(conn, account)?;
+    if let Some(token) = token {
+        insert_token(conn, account.id, token)?;
+    }
+    Ok(())
+}
+
+fn index_issuers(conn: &mut Db, account: &ServiceAccount) -> Res<()> {
+    let issuers: BTreeSet<&str> = account.policy.issuers().into_iter().collect();
+    for issuer in issuers {
+        diesel::insert_into(account_issuers::table)
+            .values((
+                account_issuers::issuer.eq(issuer),
+                account_issuers::account_id.eq(id_text(account.id)),
+            ))
+            .execute(conn)?;
+    }
+    Ok(())
+}
+
+fn insert_token(conn: &mut Db, account_id: Uuid, token: &CredentialRecord) -> Res<()> {
+    diesel::insert_into(credentials::table)
+        .values((
+            credentials::lookup_id.eq(&token.lookup_id),
+            credentials::hash.eq(&token.hash),
+            credentials::account_id.eq(Some(id_text(account_id))),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+fn load(rows: Vec<AccountRow>) -> Res<Vec<ServiceAccount>> {
+    rows.into_iter().map(AccountRow::into_domain).collect()
+}
+
+impl AccountStore for Store {
+    fn create_account(
+        &self,
+        account: &ServiceAccount,
+        token: Option<&CredentialRecord>,
+    ) -> StoreResult<()> {
+        self.write(|conn, changed| {
+            insert_account(conn, account, token)?;
+            changed.push(Change::Account(account.id));
+            Ok(())
+        })
+    }
+
+    fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>> {
+        self.read(|conn| {
+            service_accounts::table
+                .find(id_text(id))
+                .first::<AccountRow>(conn)
+                .optional()?
+                .map(AccountRow::into_domain)
+                .transpose()
+        })
+    }
+
+    fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>> {
+        self.read(|conn| {
+            load(
+                service_accounts::table
+                    .filter(service_accounts::customer_id.eq(id_text(customer_id)))
+                    .order((service_accounts::created_at, service_accounts::id))
+                    .load(conn)?,
+            )
+        })
+    }
+
+    fn update_account(&self, account: &ServiceAccount) -> StoreResult<()> {
+        self.write(|conn, changed| {
+            let id = id_text(account.id);
+            let updated = diesel::update(service_accounts::table.find(&id))
+                .set((
+                    service_accounts::name.eq(&account.name),
+                    service_accounts::kind.eq(account.policy.kind().as_str()),
+                    service_accounts::policy.eq(policy_text(&account.policy)?),
+                ))
+                .execute(conn)?;
+            if updated == 0 {
+                return Err(StoreError::NotFound.into());
+            }
+            diesel::delete(account_issuers::table.filter(account_issuers::account_id.eq(&id)))
+                .execute(conn)?;
+            index_issuers(conn, account)?;
+            changed.push(Change::Account(account.id));
+            Ok(())
+        })
+    }
+
+    fn delete_account(&self, id: Uuid) -> StoreResult<bool> {
+        self.write(|conn, changed| {
+            // The token and the issuer index go with it (ON DELETE CASCADE).
+            let deleted =
+                diesel::delete(service_accounts::table.find(id_text(id))).execute(conn)?;
+            if deleted > 0 {
+                changed.push(Change::Account(id));
+            }
+            Ok(deleted > 0)
+        })
+    }
+
+    fn replace_token(&self, account_id: Uuid, token: &CredentialRecord) -> StoreResult<()> {
+        self.write(|conn, changed| {
+            let id = id_text(account_id);
+            let exists = service_accounts::table
+                .find(&id)
+                .select(service_accounts::id)
+                .first::<String>(conn)
+                .optional()?
+                .is_some();
+            if !exists {
+                return Err(StoreError::NotFound.into());
+            }
+            diesel::delete(credentials::table.filter(credentials::account_id.eq(&id)))
+                .execute(conn)?;
+            insert_token(conn, account_id, token)?;
+            changed.push(Change::Account(account_id));
+            Ok(())
+        })
+    }
+
+    fn accounts_by_issuer(&self, issuer: &str) -> StoreResult<Vec<ServiceAccount>> {
+        self.read(|conn| {
+            load(
+                service_accounts::table
+                    .inner_join(account_issuers::table)
+                    .filter(account_issuers::issuer.eq(issuer))
+                    .select(service_accounts::all_columns)
+                    .order((service_accounts::created_at, service_accounts::id))
+                    .load(conn)?,
+            )
+        })
+    }
+}

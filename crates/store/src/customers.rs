@@ -1,0 +1,81 @@
+//! [`CustomerStore`] on [`Store`].
+
+use crate::accounts::insert_account;
+use crate::rows::{id_text, millis, CustomerRow};
+use crate::schema::customers;
+use crate::Store;
+use diesel::prelude::*;
+use registry_domain::ports::{Change, CredentialRecord, CustomerStore, StoreResult};
+use registry_domain::{Customer, Plan, ServiceAccount};
+use uuid::Uuid;
+
+impl CustomerStore for Store {
+    fn create_customer(
+        &self,
+        customer: &Customer,
+        first_account: &ServiceAccount,
+        token: &CredentialRecord,
+    ) -> StoreResult<()> {
+        self.write(|conn, changed| {
+            diesel::insert_into(customers::table)
+                .values((
+                    customers::id.eq(id_text(customer.id)),
+                    customers::name.eq(&customer.name),
+                    customers::tenant.eq(&customer.tenant),
+                    customers::plan.eq(customer.plan.as_str()),
+                    customers::created_at.eq(millis(customer.created_at)),
+                ))
+                .execute(conn)?;
+            insert_account(conn, first_account, Some(token))?;
+            changed.push(Change::Account(first_account.id));
+            Ok(())
+        })
+    }
+
+    fn customer(&self, id: Uuid) -> StoreResult<Option<Customer>> {
+        self.read(|conn| {
+            customers::table
+                .find(id_text(id))
+                .first::<CustomerRow>(conn)
+                .optional()?
+                .map(CustomerRow::into_domain)
+                .transpose()
+        })
+    }
+
+    fn customer_by_tenant(&self, tenant: &str) -> StoreResult<Option<Customer>> {
+        self.read(|conn| {
+            customers::table
+                .filter(customers::tenant.eq(tenant))
+                .first::<CustomerRow>(conn)
+                .optional()?
+                .map(CustomerRow::into_domain)
+                .transpose()
+        })
+    }
+
+    fn customers(&self) -> StoreResult<Vec<Customer>> {
+        self.read(|conn| {
+            customers::table
+                .order((customers::created_at, customers::id))
+                .load::<CustomerRow>(conn)?
+                .into_iter()
+                .map(CustomerRow::into_domain)
+                .collect()
+        })
+    }
+
+    fn set_plan(&self, tenant: &str, plan: Plan) -> StoreResult<Option<Customer>> {
+        self.write(|conn, _| {
+            diesel::update(customers::table.filter(customers::tenant.eq(tenant)))
+                .set(customers::plan.eq(plan.as_str()))
+                .execute(conn)?;
+            customers::table
+                .filter(customers::tenant.eq(tenant))
+                .first::<CustomerRow>(conn)
+                .optional()?
+                .map(CustomerRow::into_domain)
+                .transpose()
+        })
+    }
+}

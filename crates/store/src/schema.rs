@@ -1,0 +1,81 @@
+//! The tables of `migrations/{sqlite,postgres}`, in the column types both backends share.
+
+diesel::table! {
+    customers (id) {
+        id -> Text,
+        name -> Text,
+        tenant -> Text,
+        plan -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    services (id) {
+        id -> Text,
+        customer_id -> Nullable<Text>,
+        subdomain -> Text,
+        title -> Nullable<Text>,
+        description -> Nullable<Text>,
+        created_at -> BigInt,
+        expires_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    service_accounts (id) {
+        id -> Text,
+        customer_id -> Text,
+        name -> Text,
+        kind -> Text,
+        policy -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    account_issuers (issuer, account_id) {
+        issuer -> Text,
+        account_id -> Text,
+    }
+}
+
+diesel::table! {
+    credentials (lookup_id) {
+        lookup_id -> Text,
+        hash -> Text,
+        account_id -> Nullable<Text>,
+        service_id -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    published_configs (service_id) {
+        service_id -> Text,
+        openid_configuration -> Text,
+        jwks -> Text,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    changes (seq) {
+        seq -> BigInt,
+        kind -> Text,
+        subject_id -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::joinable!(account_issuers -> service_accounts (account_id));
+diesel::joinable!(published_configs -> services (service_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    customers,
+    services,
+    service_accounts,
+    account_issuers,
+    credentials,
+    published_configs,
+    changes,
+);

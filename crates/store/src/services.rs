@@ -1,0 +1,243 @@
+//! [`ServiceStore`] on [`Store`].
+
+use crate::error::Res;
+use crate::pool::Db;
+use crate::rows::{id_text, millis, ConfigRow, ServiceRow};
+use crate::schema::{credentials, published_configs, services};
+use crate::Store;
+use diesel::prelude::*;
+use registry_domain::ports::{Change, CredentialRecord, ServiceStore, StoreResult};
+use registry_domain::service::PublishedConfig;
+use registry_domain::{Service, StoreError};
+use std::collections::HashSet;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Bound parameters per `IN (…)` query, far below every backend's limit.
+const IN_CHUNK: usize = 500;
+
+fn by_id(conn: &mut Db, id: &str) -> Res<Option<Service>> {
+    services::table
+        .find(id)
+        .first::<ServiceRow>(conn)
+        .optional()?
+        .map(ServiceRow::into_domain)
+        .transpose()
+}
+
+fn exists(conn: &mut Db, id: &str) -> Res<bool> {
+    Ok(services::table
+        .find(id)
+        .select(services::id)
+        .first::<String>(conn)
+        .optional()?
+        .is_some())
+}
+
+impl ServiceStore for Store {
+    fn create_service(
+        &self,
+        service: &Service,
+        secret: Option<&CredentialRecord>,
+    ) -> StoreResult<()> {
+        self.write(|conn, changed| {
+            let id = id_text(service.id);
+            diesel::insert_into(services::table)
+                .values((
+                    services::id.eq(&id),
+                    services::customer_id.eq(service.customer_id.map(id_text)),
+                    services::subdomain.eq(service.subdomain.to_lowercase()),
+                    services::title.eq(&service.title),
+                    services::description.eq(&service.description),
+                    services::created_at.eq(millis(service.created_at)),
+                    services::expires_at.eq(service.expires_at.map(millis)),
+                ))
+                .execute(conn)?;
+            if let Some(secret) = secret {
+                diesel::insert_into(credentials::table)
+                    .values((
+                        credentials::lookup_id.eq(&secret.lookup_id),
+                        credentials::hash.eq(&secret.hash),
+                        credentials::service_id.eq(Some(&id)),
+                    ))
+                    .execute(conn)?;
+            }
+            changed.push(Change::Service(service.id));
+            Ok(())
+        })
+    }
+
+    /// An id is tried first; a subdomain that happens to read as a UUID is still found.
+    fn find_service(&self, subdomain_or_id: &str) -> StoreResult<Option<Service>> {
+        self.read(|conn| {
+            if let Ok(id) = Uuid::parse_str(subdomain_or_id) {
+                if let Some(service) = by_id(conn, &id_text(id))? {
+                    return Ok(Some(service));
+                }
+            }
+            services::table
+                .filter(services::subdomain.eq(subdomain_or_id.to_lowercase()))
+                .first::<ServiceRow>(conn)
+                .optional()?
+                .map(ServiceRow::into_domain)
+                .transpose()
+        })
+    }
+
+    fn service(&self, id: Uuid) -> StoreResult<Option<Service>> {
+        self.read(|conn| by_id(conn, &id_text(id)))
+    }
+
+    fn services_of(&self, customer_id: Uuid) -> StoreResult<Vec<Service>> {
+        self.read(|conn| {
+            services::table
+                .filter(services::customer_id.eq(id_text(customer_id)))
+                .order((services::created_at, services::id))
+                .load::<ServiceRow>(conn)?
+                .into_iter()
+                .map(ServiceRow::into_domain)
+                .collect()
+        })
+    }
+
+    /// Answers with the entries of `subdomains` as given (first occurrence, input order) whose
+    /// lower-case form names a service of the customer.
+    fn owned_subdomains(
+        &self,
+        customer_id: Uuid,
+        subdomains: &[String],
+    ) -> StoreResult<Vec<String>> {
+        if subdomains.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(|conn| {
+            let wanted: Vec<String> = subdomains
+                .iter()
+                .map(|s| s.to_lowercase())
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            let mut owned = HashSet::new();
+            for chunk in wanted.chunks(IN_CHUNK) {
+                owned.extend(
+                    services::table
+                        .filter(services::customer_id.eq(id_text(customer_id)))
+                        .filter(services::subdomain.eq_any(chunk))
+                        .select(services::subdomain)
+                        .load::<String>(conn)?,
+                );
+            }
+            let mut seen = HashSet::new();
+            Ok(subdomains
+                .iter()
+                .filter(|s| owned.contains(&s.to_lowercase()) && seen.insert(s.as_str()))
+                .cloned()
+                .collect())
+        })
+    }
+
+    fn update_service(&self, service: &Service) -> StoreResult<()> {
+        self.write(|conn, changed| {
+            let updated = diesel::update(services::table.find(id_text(service.id)))
+                .set((
+                    services::title.eq(&service.title),
+                    services::description.eq(&service.description),
+                ))
+                .execute(conn)?;
+            if updated == 0 {
+                return Err(StoreError::NotFound.into());
+            }
+            changed.push(Change::Service(service.id));
+            Ok(())
+        })
+    }
+
+    fn delete_service(&self, id: Uuid) -> StoreResult<bool> {
+        self.write(|conn, changed| {
+            // Its configuration and secret go with it (ON DELETE CASCADE).
+            let deleted = diesel::delete(services::table.find(id_text(id))).execute(conn)?;
+            if deleted > 0 {
+                changed.push(Change::Service(id));
+            }
+            Ok(deleted > 0)
+        })
+    }
+
+    fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>> {
+        self.read(|conn| {
+            services::table
+                .filter(services::customer_id.is_null())
+                .filter(services::expires_at.le(millis(now)))
+                .order(services::expires_at)
+                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                .select(services::id)
+                .load::<String>(conn)?
+                .iter()
+                .map(|id| crate::rows::uuid(id))
+                .collect()
+        })
+    }
+
+    fn put_config(&self, config: &PublishedConfig) -> StoreResult<()> {
+        self.write(|conn, changed| {
+            let id = id_text(config.service_id);
+            if !exists(conn, &id)? {
+                return Err(StoreError::NotFound.into());
+            }
+            // No portable upsert; the write lock makes update-else-insert race free.
+            let updated = diesel::update(published_configs::table.find(&id))
+                .set((
+                    published_configs::openid_configuration.eq(&config.openid_configuration),
+                    published_configs::jwks.eq(&config.jwks),
+                    published_configs::updated_at.eq(millis(config.updated_at)),
+                ))
+                .execute(conn)?;
+            if updated == 0 {
+                diesel::insert_into(published_configs::table)
+                    .values((
+                        published_configs::service_id.eq(&id),
+                        published_configs::openid_configuration.eq(&config.openid_configuration),
+                        published_configs::jwks.eq(&config.jwks),
+                        published_configs::updated_at.eq(millis(config.updated_at)),
+                    ))
+                    .execute(conn)?;
+            }
+            changed.push(Change::Service(config.service_id));
+            Ok(())
+        })
+    }
+
+    fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>> {
+        self.read(|conn| {
+            published_configs::table
+                .find(id_text(service_id))
+                .first::<ConfigRow>(conn)
+                .optional()?
+                .map(ConfigRow::into_domain)
+                .transpose()
+        })
+    }
+
+    fn delete_config(&self, service_id: Uuid) -> StoreResult<bool> {
+        self.write(|conn, changed| {
+            let deleted =
+                diesel::delete(published_configs::table.find(id_text(service_id))).execute(conn)?;
+            if deleted > 0 {
+                changed.push(Change::Service(service_id));
+            }
+            Ok(deleted > 0)
+        })
+    }
+
+    fn published(&self) -> StoreResult<Vec<(Service, PublishedConfig)>> {
+        self.read(|conn| {
+            services::table
+                .inner_join(published_configs::table)
+                .order((services::created_at, services::id))
+                .load::<(ServiceRow, ConfigRow)>(conn)?
+                .into_iter()
+                .map(|(s, c)| Ok((s.into_domain()?, c.into_domain()?)))
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,201 @@
+//! The [`Store`] handle: a connection pool plus the transaction discipline every write follows.
+
+use crate::error::{map_diesel, Failure, Res, SetupError};
+use crate::pool::{self, Db, Manager, Pool, Pooled};
+use crate::rows::{id_text, millis};
+use crate::schema::changes;
+use crate::target::{self, Target};
+use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
+use diesel::prelude::*;
+use r2d2::ManageConnection;
+use registry_domain::ports::{Change, StoreResult};
+use registry_domain::StoreError;
+use std::fmt;
+use time::OffsetDateTime;
+
+/// Which database engine a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// A SQLite file (one writer at a time, WAL).
+    Sqlite,
+    /// A PostgreSQL database, possibly shared by several replicas.
+    Postgres,
+}
+
+impl Backend {
+    /// `"sqlite"` or `"postgres"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The registry's storage: implements every storage port of `registry_domain::ports` on SQLite
+/// or PostgreSQL. Cloning is cheap (the clones share one connection pool).
+///
+/// Every call blocks the calling thread; async callers run it on a blocking pool.
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    backend: Backend,
+}
+
+impl fmt::Debug for Store {
+    // The URL may carry a password: never print it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.pool.state();
+        f.debug_struct("Store")
+            .field("backend", &self.backend)
+            .field("connections", &state.connections)
+            .field("idle", &state.idle_connections)
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens a pool on `url`: `sqlite://PATH`, `sqlite:PATH` or a bare path for SQLite (the
+    /// file is created when missing), `postgres://…` or `postgresql://…` for PostgreSQL. Any
+    /// other scheme is refused. One connection is opened at once, so a wrong URL fails here.
+    /// The schema is not touched: call [`Store::migrate`].
+    pub fn connect(url: &str) -> Result<Store, SetupError> {
+        let target = target::parse(url)?;
+        let backend = match target {
+            Target::Sqlite(_) => Backend::Sqlite,
+            Target::Postgres(_) => Backend::Postgres,
+        };
+        // A probe outside the pool reports the driver's error at once; the pool would retry
+        // until its checkout timeout and then report only that.
+        let probe = Manager::new(target.clone());
+        probe.connect().map_err(|e| SetupError::Unreachable {
+            backend: backend.as_str(),
+            reason: e.to_string(),
+        })?;
+        Ok(Store {
+            pool: pool::build(target),
+            backend,
+        })
+    }
+
+    /// The backend the URL named.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Applies the pending migrations and returns how many there were. Safe to run from
+    /// several processes at once.
+    pub fn migrate(&self) -> Result<usize, SetupError> {
+        let mut conn = self.conn().map_err(|e| SetupError::Unreachable {
+            backend: self.backend.as_str(),
+            reason: e.0.to_string(),
+        })?;
+        let applied = crate::migrate::run(&mut conn).map_err(SetupError::Migration)?;
+        tracing::info!(
+            backend = self.backend.as_str(),
+            applied,
+            "database migrated"
+        );
+        Ok(applied)
+    }
+
+    /// Deletes change-log rows created before `older_than`, except the newest (so that the
+    /// latest sequence number never goes back). Returns how many were deleted. Replicas that
+    /// poll more often than the retention never miss a change.
+    pub fn prune_changes(&self, older_than: OffsetDateTime) -> StoreResult<usize> {
+        self.read(|conn| {
+            let Some(latest) = changes::table
+                .select(diesel::dsl::max(changes::seq))
+                .first::<Option<i64>>(conn)?
+            else {
+                return Ok(0);
+            };
+            Ok(diesel::delete(
+                changes::table
+                    .filter(changes::created_at.lt(millis(older_than)))
+                    .filter(changes::seq.lt(latest)),
+            )
+            .execute(conn)?)
+        })
+    }
+
+    pub(crate) fn conn(&self) -> Res<Pooled> {
+        self.pool
+            .get()
+            .map_err(|e| Failure(StoreError::Unavailable(e.to_string())))
+    }
+
+    /// Runs read-only statements on a pooled connection.
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&mut Db) -> Res<T>) -> StoreResult<T> {
+        let mut conn = self.conn()?;
+        Ok(f(&mut conn)?)
+    }
+
+    /// Runs `f` in one write transaction and appends the changes it reports to the change log
+    /// in the same transaction.
+    ///
+    /// Writers are serialized: SQLite's `BEGIN IMMEDIATE` takes the write lock up front (a
+    /// deferred transaction that reads first could not upgrade and would fail instead of
+    /// waiting), and on PostgreSQL every writer first locks the change log. That lock is what
+    /// makes sequence numbers become visible in increasing order, so a replica that has read
+    /// up to N never later finds a smaller number committed; it also makes check-then-write
+    /// sequences (publish = update or insert) free of races.
+    pub(crate) fn write<T>(
+        &self,
+        f: impl FnOnce(&mut Db, &mut Vec<Change>) -> Res<T>,
+    ) -> StoreResult<T> {
+        let mut pooled = self.conn()?;
+        let conn: &mut Db = &mut pooled;
+        match conn {
+            Db::Sqlite(c) => AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE"),
+            Db::Postgres(c) => AnsiTransactionManager::begin_transaction(c),
+        }
+        .map_err(map_diesel)?;
+        match in_transaction(conn, f) {
+            Ok(value) => {
+                <Db as Connection>::TransactionManager::commit_transaction(conn)
+                    .map_err(map_diesel)?;
+                Ok(value)
+            }
+            Err(Failure(e)) => {
+                // A failed rollback leaves the transaction manager broken; the pool then
+                // discards the connection.
+                let _ = <Db as Connection>::TransactionManager::rollback_transaction(conn);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn in_transaction<T>(conn: &mut Db, f: impl FnOnce(&mut Db, &mut Vec<Change>) -> Res<T>) -> Res<T> {
+    if let Db::Postgres(c) = conn {
+        // SHARE ROW EXCLUSIVE conflicts with itself and with writes, not with reads.
+        c.batch_execute("LOCK TABLE changes IN SHARE ROW EXCLUSIVE MODE")?;
+    }
+    let mut changed = Vec::new();
+    let value = f(conn, &mut changed)?;
+    let now = millis(OffsetDateTime::now_utc());
+    for change in changed {
+        let (kind, subject) = match change {
+            Change::Service(id) => (CHANGE_SERVICE, id),
+            Change::Account(id) => (CHANGE_ACCOUNT, id),
+        };
+        diesel::insert_into(changes::table)
+            .values((
+                changes::kind.eq(kind),
+                changes::subject_id.eq(id_text(subject)),
+                changes::created_at.eq(now),
+            ))
+            .execute(conn)?;
+    }
+    Ok(value)
+}
+
+pub(crate) const CHANGE_SERVICE: &str = "service";
+pub(crate) const CHANGE_ACCOUNT: &str = "account";

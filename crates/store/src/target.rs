@@ -1,0 +1,103 @@
+//! Which database a URL names: the backend is chosen from the scheme here, never by trying to
+//! connect (diesel's derived `establish` would fall through to SQLite and create a file named
+//! like the PostgreSQL URL).
+
+use crate::SetupError;
+
+/// A database to connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A SQLite file path, `file:` URI or `:memory:`.
+    Sqlite(String),
+    /// A libpq connection URL, passed on unchanged.
+    Postgres(String),
+}
+
+/// Reads `sqlite://PATH`, `sqlite:PATH`, a bare path, `postgres://…` or `postgresql://…`.
+pub(crate) fn parse(url: &str) -> Result<Target, SetupError> {
+    if url.trim().is_empty() {
+        return Err(SetupError::UnsupportedUrl(
+            "the database URL is empty".into(),
+        ));
+    }
+    let Some((scheme, rest)) = url.split_once(':') else {
+        return Ok(Target::Sqlite(url.to_owned()));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "postgres" | "postgresql" if rest.starts_with("//") => Ok(Target::Postgres(url.to_owned())),
+        "sqlite" => {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                Err(SetupError::UnsupportedUrl(
+                    "a sqlite URL needs a file path, e.g. sqlite://registry.db".into(),
+                ))
+            } else {
+                Ok(Target::Sqlite(path.to_owned()))
+            }
+        }
+        // SQLite opens `file:` URIs itself; a one-letter "scheme" is a Windows drive; `:memory:`
+        // and paths whose first colon follows a `/` or `.` are file names.
+        "file" | "" => Ok(Target::Sqlite(url.to_owned())),
+        s if s.len() == 1 || !s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) => {
+            Ok(Target::Sqlite(url.to_owned()))
+        }
+        s if s.contains(['/', '.']) => Ok(Target::Sqlite(url.to_owned())),
+        other => Err(SetupError::UnsupportedUrl(format!(
+            "unsupported database URL scheme {other:?}: use sqlite://PATH, postgres://… or postgresql://…"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite(p: &str) -> Result<Target, SetupError> {
+        Ok(Target::Sqlite(p.into()))
+    }
+
+    #[test]
+    fn sqlite_forms() {
+        assert_eq!(parse("sqlite://registry.db"), sqlite("registry.db"));
+        assert_eq!(parse("sqlite:///var/lib/r.db"), sqlite("/var/lib/r.db"));
+        assert_eq!(parse("sqlite:registry.db"), sqlite("registry.db"));
+        assert_eq!(parse("sqlite::memory:"), sqlite(":memory:"));
+        assert_eq!(parse("SQLite://x.db"), sqlite("x.db"));
+        assert_eq!(parse("registry.db"), sqlite("registry.db"));
+        assert_eq!(parse("/tmp/a/registry.db"), sqlite("/tmp/a/registry.db"));
+        assert_eq!(parse("./dir:with/colon.db"), sqlite("./dir:with/colon.db"));
+        assert_eq!(
+            parse("file:registry.db?mode=rwc"),
+            sqlite("file:registry.db?mode=rwc")
+        );
+        assert_eq!(parse(":memory:"), sqlite(":memory:"));
+    }
+
+    #[test]
+    fn postgres_forms() {
+        let u = "postgres://u:p@127.0.0.1:5432/db?sslmode=disable";
+        assert_eq!(parse(u), Ok(Target::Postgres(u.into())));
+        let u = "postgresql://localhost/db";
+        assert_eq!(parse(u), Ok(Target::Postgres(u.into())));
+    }
+
+    #[test]
+    fn other_schemes_are_refused_not_opened_as_files() {
+        for url in [
+            "mysql://localhost/db",
+            "postgres:db",
+            "http://x",
+            "redis://h",
+            "",
+            "  ",
+        ] {
+            let err = parse(url).unwrap_err();
+            assert!(
+                matches!(err, SetupError::UnsupportedUrl(_)),
+                "{url}: {err:?}"
+            );
+        }
+        let msg = parse("mysql://root:hunter2@h/db").unwrap_err().to_string();
+        assert!(msg.contains("mysql") && !msg.contains("hunter2"), "{msg}");
+    }
+}

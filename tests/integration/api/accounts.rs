@@ -1,0 +1,284 @@
+use registry_tests::server::{assert_problem, json, Customer, ServerOptions, TestServer};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn named_service(server: &TestServer, customer: &Customer, name: &str) {
+    let response = server
+        .authed(Method::POST, "/services", &customer.token)
+        .json(&json!({"title": name, "serviceName": name}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 201, "{name}");
+}
+
+fn account(server: &TestServer, customer: &Customer, policy: Value) -> Value {
+    let response = server
+        .authed(Method::POST, "/service-accounts", &customer.token)
+        .json(&json!({"name": "ci", "policy": policy}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    json(response)
+}
+
+fn pointers(problem: &Value) -> Vec<String> {
+    problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn crud_of_service_accounts_with_a_one_time_token() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    named_service(&server, &acme, "api");
+    let created = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(&json!({"name": "deployer", "policy": {"kind": "static", "services": ["api-acme"]}}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap().to_owned();
+    let created = json(created);
+    let id = created["id"].as_str().unwrap();
+    assert_eq!(location, format!("{}/service-accounts/{id}", server.base));
+    assert_eq!(created["name"], "deployer");
+    assert_eq!(created["policy"], json!({"kind": "static", "services": ["api-acme"]}));
+    let token = created["token"].as_str().unwrap();
+    assert!(token.starts_with("rgst_"));
+
+    let list = json(server.authed(Method::GET, "/service-accounts", &acme.token).send().unwrap());
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert!(list.iter().all(|a| a.get("token").is_none()));
+    let one = json(server.authed(Method::GET, &format!("/service-accounts/{id}"), &acme.token).send().unwrap());
+    assert_eq!(one["policy"], created["policy"]);
+    assert!(one.get("token").is_none());
+
+    let renamed = server
+        .authed(Method::PATCH, &format!("/service-accounts/{id}"), &acme.token)
+        .json(&json!({"name": "deployer-2"}))
+        .send()
+        .unwrap();
+    assert_eq!(json(renamed)["name"], "deployer-2");
+
+    assert_eq!(server.authed(Method::GET, "/services/api-acme", token).send().unwrap().status(), 200);
+    let deleted = server.authed(Method::DELETE, &format!("/service-accounts/{id}"), &acme.token).send().unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert_problem(server.authed(Method::GET, "/services/api-acme", token).send().unwrap(), 401, "unauthorized");
+    assert_problem(
+        server.authed(Method::GET, &format!("/service-accounts/{id}"), &acme.token).send().unwrap(),
+        404,
+        "not-found",
+    );
+    assert!(!server.log().contains(token));
+}
+
+#[test]
+fn policies_naming_services_the_customer_does_not_own_are_refused() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let other = server.customer("other", "business");
+    named_service(&server, &acme, "api");
+    named_service(&server, &other, "web");
+    let response = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(&json!({"name": "x", "policy": {"kind": "static", "services": ["api-acme", "typo-acme", "web-other", "api-*"]}}))
+        .send()
+        .unwrap();
+    let problem = assert_problem(response, 400, "unknown-services");
+    assert_eq!(pointers(&problem), ["/policy/services/1", "/policy/services/2"]);
+    let oidc = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(&json!({"name": "x", "policy": {"kind": "oidc", "rules": [
+            {"services": ["*"], "claims": {"iss": "https://token.actions.githubusercontent.com", "aud": "registry", "sub": "repo:acme/*"}},
+            {"services": ["nope-acme"], "claims": {"iss": "https://gitlab.com", "aud": "registry", "sub": "x"}}
+        ]}}))
+        .send()
+        .unwrap();
+    let problem = assert_problem(oidc, 400, "unknown-services");
+    assert_eq!(pointers(&problem), ["/policy/rules/1/services/0"]);
+    // The same check on PATCH.
+    let created = account(&server, &acme, json!({"kind": "static", "services": ["api-acme"]}));
+    let patch = server
+        .authed(Method::PATCH, &format!("/service-accounts/{}", created["id"].as_str().unwrap()), &acme.token)
+        .json(&json!({"policy": {"kind": "static", "services": ["web-other"]}}))
+        .send()
+        .unwrap();
+    assert_problem(patch, 400, "unknown-services");
+}
+
+#[test]
+fn invalid_policies_report_every_problem_under_policy() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let response = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(&json!({"policy": {"kind": "static", "services": [], "rules": [], "color": "red"}}))
+        .send()
+        .unwrap();
+    let problem = assert_problem(response, 400, "validation-failed");
+    let got = pointers(&problem);
+    for expected in ["/name", "/policy/services", "/policy/rules", "/policy/color"] {
+        assert!(got.iter().any(|p| p == expected), "{expected} missing in {got:?}");
+    }
+    let missing_sub = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(&json!({"name": "x", "policy": {"kind": "oidc", "rules": [{"services": ["*"], "claims": {"iss": "https://x", "aud": "a"}}]}}))
+        .send()
+        .unwrap();
+    let problem = assert_problem(missing_sub, 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/policy/rules/0/claims/sub"]);
+}
+
+#[test]
+fn kind_cannot_change_and_oidc_accounts_have_no_token() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let oidc = account(&server, &acme, json!({"kind": "oidc", "rules": [
+        {"services": ["*"], "claims": {"iss": "https://issuer.example", "aud": "registry", "sub": "*"}}
+    ]}));
+    assert!(oidc.get("token").is_none());
+    let warnings = oidc["warnings"].as_array().expect("a warning for sub *");
+    assert!(warnings[0].as_str().unwrap().contains("sub"));
+    let id = oidc["id"].as_str().unwrap();
+    let change = server
+        .authed(Method::PATCH, &format!("/service-accounts/{id}"), &acme.token)
+        .json(&json!({"policy": {"kind": "static", "services": ["*"]}}))
+        .send()
+        .unwrap();
+    let problem = assert_problem(change, 400, "kind-immutable");
+    assert_eq!(pointers(&problem), ["/policy/kind"]);
+    let regenerate = server
+        .authed(Method::POST, &format!("/service-accounts/{id}/regenerate-token"), &acme.token)
+        .send()
+        .unwrap();
+    assert_problem(regenerate, 400, "validation-failed");
+}
+
+#[test]
+fn regeneration_invalidates_the_old_token_at_once() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let created = account(&server, &acme, json!({"kind": "static", "services": ["*"]}));
+    let id = created["id"].as_str().unwrap();
+    let old = created["token"].as_str().unwrap().to_owned();
+    assert_eq!(server.authed(Method::GET, "/services", &old).send().unwrap().status(), 200);
+
+    // Hammer the API with the old token while regenerating: once the regeneration has
+    // returned, no request sent afterwards may succeed.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let regenerated_at = std::sync::Arc::new(std::sync::Mutex::new(None::<std::time::Instant>));
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, regenerated_at, old) = (stop.clone(), regenerated_at.clone(), old.clone());
+            let client = reqwest::blocking::Client::new();
+            let url = format!("{}/services", server.base);
+            std::thread::spawn(move || {
+                let mut late_successes = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let sent = std::time::Instant::now();
+                    let status = client.get(&url).bearer_auth(&old).send().unwrap().status();
+                    let after_regeneration = regenerated_at.lock().unwrap().is_some_and(|at| sent > at);
+                    if after_regeneration && status == 200 {
+                        late_successes += 1;
+                    }
+                }
+                late_successes
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let response = server
+        .authed(Method::POST, &format!("/service-accounts/{id}/regenerate-token"), &acme.token)
+        .send()
+        .unwrap();
+    *regenerated_at.lock().unwrap() = Some(std::time::Instant::now());
+    assert_eq!(response.status(), 200);
+    let body = json(response);
+    assert_eq!(body["id"], id);
+    let new = body["token"].as_str().unwrap();
+    assert_ne!(new, old);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let late: i32 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(late, 0, "requests with the old token succeeded after regeneration");
+    assert_problem(server.authed(Method::GET, "/services", &old).send().unwrap(), 401, "unauthorized");
+    assert_eq!(server.authed(Method::GET, "/services", new).send().unwrap().status(), 200);
+}
+
+/// The authorization matrix: caller scope × endpoint × owner (DECISIONS §5).
+#[test]
+fn authorization_matrix() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let other = server.customer("other", "business");
+    for name in ["web-1", "db"] {
+        named_service(&server, &acme, name);
+    }
+    named_service(&server, &other, "web-9");
+    let scoped = account(&server, &acme, json!({"kind": "static", "services": ["web-*"]}));
+    let scoped = scoped["token"].as_str().unwrap();
+
+    // (caller, method, path, body, expected status)
+    let cases: Vec<(&str, Method, &str, Value, u16)> = vec![
+        (scoped, Method::GET, "/services/web-1-acme", json!(null), 200),
+        (scoped, Method::PATCH, "/services/web-1-acme", json!({"title": "t"}), 200),
+        (scoped, Method::GET, "/services/db-acme", json!(null), 403),
+        (scoped, Method::PATCH, "/services/db-acme", json!({"title": "t"}), 403),
+        (scoped, Method::DELETE, "/services/db-acme", json!(null), 403),
+        (scoped, Method::PUT, "/services/db-acme/config", super::upload(&["k"]), 403),
+        (scoped, Method::GET, "/services/web-9-other", json!(null), 404),
+        (scoped, Method::GET, "/services/missing-acme", json!(null), 404),
+        (scoped, Method::POST, "/services", json!({"title": "t", "serviceName": "web-2"}), 201),
+        (scoped, Method::POST, "/services", json!({"title": "t", "serviceName": "api"}), 403),
+        (scoped, Method::POST, "/services", json!({"title": "t"}), 403),
+        (scoped, Method::GET, "/service-accounts", json!(null), 403),
+        (scoped, Method::POST, "/service-accounts", json!({"name": "x", "policy": {"kind": "static", "services": ["*"]}}), 403),
+        (&acme.token, Method::GET, "/services/db-acme", json!(null), 200),
+        (&acme.token, Method::GET, "/services/web-9-other", json!(null), 404),
+        (&other.token, Method::GET, "/services/web-1-acme", json!(null), 404),
+    ];
+    for (token, method, path, body, expected) in cases {
+        let mut request = server.authed(method.clone(), path, token);
+        if !body.is_null() {
+            request = request.json(&body);
+        }
+        let status = request.send().unwrap().status().as_u16();
+        assert_eq!(status, expected, "{method} {path}");
+    }
+    let visible = json(server.authed(Method::GET, "/services", scoped).send().unwrap());
+    let mut names: Vec<&str> = visible.as_array().unwrap().iter().map(|s| s["subdomain"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["web-1-acme", "web-2-acme"]);
+}
+
+#[test]
+fn ip_allowlists_apply_to_every_call_v4_and_v6() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_TRUSTED_PROXIES".into(), "127.0.0.1/32".into())],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let v4 = account(&server, &acme, json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}));
+    let v6 = account(&server, &acme, json!({"kind": "static", "services": ["*"], "ip_allowlist": ["2001:db8::/32", "198.51.100.7"]}));
+    let (v4, v6) = (v4["token"].as_str().unwrap(), v6["token"].as_str().unwrap());
+    let call = |token: &str, forwarded: Option<&str>| {
+        let mut request = server.authed(Method::GET, "/services", token);
+        if let Some(f) = forwarded {
+            request = request.header("x-forwarded-for", f);
+        }
+        request.send().unwrap().status().as_u16()
+    };
+    assert_eq!(call(v4, None), 403);
+    assert_eq!(call(v4, Some("203.0.113.44")), 200);
+    assert_eq!(call(v4, Some("203.0.113.44, 192.0.2.1")), 403);
+    assert_eq!(call(v6, Some("2001:db8::1")), 200);
+    assert_eq!(call(v6, Some("198.51.100.7")), 200);
+    assert_eq!(call(v6, Some("2001:db9::1")), 403);
+    let forbidden = server.authed(Method::GET, "/services", v4).send().unwrap();
+    assert_problem(forbidden, 403, "forbidden");
+}

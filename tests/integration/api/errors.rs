@@ -1,0 +1,102 @@
+use registry_tests::server::{assert_problem, ServerOptions, TestServer};
+use reqwest::Method;
+use serde_json::json;
+
+#[test]
+fn every_credential_failure_is_the_same_401() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let mut forged = acme.token.clone();
+    forged.pop();
+    forged.push(if acme.token.ends_with('a') { 'b' } else { 'a' });
+    let unknown = format!("rgst_{}_{}", "0".repeat(16), "0".repeat(52));
+    let attempts: Vec<Option<String>> = vec![
+        None,
+        Some("Basic dXNlcjpwYXNz".into()),
+        Some("Bearer".into()),
+        Some("Bearer not-a-token".into()),
+        Some(format!("Bearer {forged}")),
+        Some(format!("Bearer {unknown}")),
+        Some("Bearer eyJhbGciOiJub25lIn0.eyJpc3MiOiJ4In0.".into()),
+    ];
+    let mut details = Vec::new();
+    for authorization in attempts {
+        let mut request = server.request(Method::GET, "/services");
+        if let Some(value) = &authorization {
+            request = request.header("authorization", value);
+        }
+        let response = request.send().unwrap();
+        let challenge = response.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_owned());
+        let body = assert_problem(response, 401, "unauthorized");
+        assert!(challenge.unwrap_or_default().starts_with("Bearer"), "{authorization:?}");
+        details.push(body["detail"].as_str().unwrap().to_owned());
+    }
+    assert!(details.windows(2).all(|w| w[0] == w[1]), "details differ: {details:?}");
+    assert!(!server.log().contains(&forged));
+    assert!(!server.log().contains(&acme.token));
+}
+
+#[test]
+fn malformed_bodies_are_problems() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_MAX_BODY_BYTES".into(), "1024".into())],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let syntax = server
+        .authed(Method::POST, "/services", &acme.token)
+        .header("content-type", "application/json")
+        .body("{\"title\": ")
+        .send()
+        .unwrap();
+    assert_problem(syntax, 400, "invalid-json");
+    let not_object = server.authed(Method::POST, "/services", &acme.token).json(&json!(["x"])).send().unwrap();
+    assert_problem(not_object, 400, "validation-failed");
+    let media = server
+        .authed(Method::POST, "/services", &acme.token)
+        .header("content-type", "text/plain")
+        .body("title=x")
+        .send()
+        .unwrap();
+    assert_problem(media, 415, "unsupported-media-type");
+    let large = server
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!({"title": "x".repeat(2000)}))
+        .send()
+        .unwrap();
+    assert_problem(large, 413, "payload-too-large");
+    let deep = format!("{}{}", "[".repeat(500), "]".repeat(500));
+    let nested = server
+        .authed(Method::POST, "/services", &acme.token)
+        .header("content-type", "application/json")
+        .body(deep)
+        .send()
+        .unwrap();
+    assert_problem(nested, 400, "invalid-json");
+    // Nothing was created by any of it.
+    let list: serde_json::Value = server.authed(Method::GET, "/services", &acme.token).send().unwrap().json().unwrap();
+    assert_eq!(list, json!([]));
+}
+
+#[test]
+fn unknown_routes_and_methods_are_problems() {
+    let server = TestServer::start();
+    let unknown = server.request(Method::GET, "/nope").send().unwrap();
+    assert_problem(unknown, 404, "not-found");
+    let method = server.request(Method::PUT, "/services").send().unwrap();
+    assert_eq!(method.headers()["allow"], "GET, POST");
+    assert_problem(method, 405, "method-not-allowed");
+}
+
+#[test]
+fn request_ids_are_echoed_or_made() {
+    let server = TestServer::start();
+    let echoed = server.request(Method::GET, "/healthz").header("x-request-id", "abc-123").send().unwrap();
+    assert_eq!(echoed.headers()["x-request-id"], "abc-123");
+    let made = server.request(Method::GET, "/healthz").send().unwrap();
+    let id = made.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert!(uuid::Uuid::parse_str(&id).is_ok());
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let log = server.log();
+    assert!(log.contains("abc-123") && log.contains(&id), "{log}");
+}

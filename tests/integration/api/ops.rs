@@ -1,0 +1,100 @@
+use registry_tests::server::{json, run_cli, TestServer};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} missing in\n{text}"))
+}
+
+#[test]
+fn health_readiness_and_metrics() {
+    let server = TestServer::start();
+    assert_eq!(json(server.request(Method::GET, "/healthz").send().unwrap()), json!({"status": "ok"}));
+    assert_eq!(server.request(Method::GET, "/readyz").send().unwrap().status(), 200);
+    let acme = server.customer("acme", "business");
+    for _ in 0..5 {
+        let response = server.authed(Method::GET, "/services", &acme.token).send().unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let text = server.request(Method::GET, "/metrics").send().unwrap().text().unwrap();
+    // argon2 ran once for the token; the four other requests used the verification cache.
+    assert_eq!(metric(&text, "registry_argon2_verifications_total"), 1);
+    assert_eq!(metric(&text, "registry_token_cache_hits_total"), 4);
+    assert!(text.contains("registry_http_requests_total{route=\"/services\",method=\"GET\",status=\"200\"} 5"), "{text}");
+    assert!(text.contains("registry_http_request_duration_seconds_bucket{route=\"/services\""));
+}
+
+#[test]
+fn openapi_documents_exactly_the_methods_each_route_serves() {
+    let server = TestServer::start();
+    let doc = json(server.request(Method::GET, "/openapi.json").send().unwrap());
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["servers"][0]["url"], server.base.as_str());
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 12, "{}", paths.len());
+    for (path, item) in paths {
+        let concrete = path
+            .replace("{subdomain}", "some-acme")
+            .replace("{id}", "00000000-0000-0000-0000-000000000000");
+        let mut documented: Vec<String> = item
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| ["get", "put", "post", "delete", "patch"].contains(&k.as_str()))
+            .map(|k| k.to_uppercase())
+            .collect();
+        documented.sort();
+        // TRACE is served by no route, so the 405 lists what the route really has.
+        let response = server.request(Method::TRACE, &concrete).send().unwrap();
+        assert_eq!(response.status(), 405, "{path}");
+        let mut allowed: Vec<String> = response.headers()["allow"]
+            .to_str()
+            .unwrap()
+            .split(", ")
+            .map(str::to_owned)
+            .collect();
+        allowed.sort();
+        assert_eq!(allowed, documented, "{path}");
+    }
+}
+
+#[test]
+fn the_policy_schema_is_served_with_this_servers_address() {
+    let server = TestServer::start();
+    let response = server.request(Method::GET, "/schemas/service-account-policy/v1.json").send().unwrap();
+    assert_eq!(response.status(), 200);
+    let schema: Value = json(response);
+    assert_eq!(schema["$id"], format!("{}/schemas/service-account-policy/v1.json", server.base));
+    assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+}
+
+#[test]
+fn sigterm_stops_the_server_cleanly() {
+    let server = TestServer::start();
+    assert!(server.terminate().success());
+}
+
+#[test]
+fn customer_commands() {
+    let server = TestServer::start();
+    let out = server.create_customer("acme", "team");
+    assert_eq!(out["customer"]["tenant"], "acme");
+    assert_eq!(out["customer"]["plan"], "team");
+    assert_eq!(out["customer"]["name"], "acme Inc");
+    assert_eq!(out["serviceAccount"]["policy"], json!({"kind": "static", "services": ["*"]}));
+    assert!(out["token"].as_str().unwrap().starts_with("rgst_"));
+    let duplicate = run_cli(&["customer", "create", "--tenant", "acme", "--plan", "free", "--name", "X"], &server.database_url);
+    assert!(duplicate.unwrap_err().contains("taken"));
+    let invalid = run_cli(&["customer", "create", "--tenant", "anon", "--plan", "free", "--name", "X"], &server.database_url);
+    assert!(invalid.unwrap_err().contains("tenant"));
+    let bad_plan = run_cli(&["customer", "create", "--tenant", "ok", "--plan", "gold", "--name", "X"], &server.database_url);
+    assert!(bad_plan.unwrap_err().contains("plan"));
+    let updated = run_cli(&["customer", "set-plan", "--tenant", "acme", "--plan", "business"], &server.database_url).unwrap();
+    assert_eq!(updated["plan"], "business");
+    let list = run_cli(&["customer", "list"], &server.database_url).unwrap();
+    assert_eq!(list[0]["plan"], "business");
+    assert!(run_cli(&["customer", "set-plan", "--tenant", "nobody", "--plan", "free"], &server.database_url).is_err());
+}

@@ -1,0 +1,166 @@
+use registry_tests::server::{assert_problem, json, TestServer};
+use reqwest::Method;
+use serde_json::json;
+
+#[test]
+fn create_get_list_patch_delete_a_registered_service() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+
+    let created = server
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!({"title": "API", "serviceName": "Api", "description": "prod"}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    assert_eq!(
+        created.headers()["location"],
+        format!("{}/services/api-acme", server.base).as_str()
+    );
+    let body = json(created);
+    assert_eq!(body["subdomain"], "api-acme");
+    assert_eq!(body["title"], "API");
+    assert_eq!(body["description"], "prod");
+    assert_eq!(body["issuer"], server.issuer("api-acme"));
+    let id = body["id"].as_str().unwrap().to_owned();
+    assert!(uuid::Uuid::parse_str(&id).is_ok());
+    let created_at = body["createdAt"].as_str().unwrap();
+    assert!(created_at.ends_with('Z') && created_at.len() == 20, "{created_at}");
+
+    let got = json(server.authed(Method::GET, "/services/api-acme", &acme.token).send().unwrap());
+    assert_eq!(got, body);
+    // Legacy UUID ids and any case are accepted in place of the subdomain.
+    let by_id = json(server.authed(Method::GET, &format!("/services/{id}"), &acme.token).send().unwrap());
+    assert_eq!(by_id["subdomain"], "api-acme");
+    let upper = server.authed(Method::GET, "/services/API-ACME", &acme.token).send().unwrap();
+    assert_eq!(upper.status(), 200);
+
+    let list = json(server.authed(Method::GET, "/services", &acme.token).send().unwrap());
+    assert_eq!(list, json!([body]));
+
+    let patched = server
+        .authed(Method::PATCH, "/services/api-acme", &acme.token)
+        .json(&json!({"title": "API v2", "description": null}))
+        .send()
+        .unwrap();
+    assert_eq!(patched.status(), 200);
+    let patched = json(patched);
+    assert_eq!(patched["title"], "API v2");
+    assert_eq!(patched["description"], json!(null));
+
+    let deleted = server.authed(Method::DELETE, "/services/api-acme", &acme.token).send().unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(deleted.text().unwrap(), "");
+    let gone = server.authed(Method::GET, "/services/api-acme", &acme.token).send().unwrap();
+    assert_problem(gone, 404, "not-found");
+    let again = server.authed(Method::DELETE, "/services/api-acme", &acme.token).send().unwrap();
+    assert_problem(again, 404, "not-found");
+}
+
+#[test]
+fn naming_rules_follow_the_plan() {
+    let server = TestServer::start();
+    let free = server.customer("freeco", "free");
+    let random = json(
+        server
+            .authed(Method::POST, "/services", &free.token)
+            .json(&json!({"title": "x"}))
+            .send()
+            .unwrap(),
+    );
+    let subdomain = random["subdomain"].as_str().unwrap();
+    let (name, tenant) = subdomain.split_once('-').unwrap();
+    assert_eq!(tenant, "freeco");
+    assert_eq!(name.len(), 10);
+    assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+
+    let chosen = server
+        .authed(Method::POST, "/services", &free.token)
+        .json(&json!({"title": "x", "serviceName": "api"}))
+        .send()
+        .unwrap();
+    assert_problem(chosen, 403, "plan-required");
+
+    // After an upgrade the same request works.
+    registry_tests::server::run_cli(
+        &["customer", "set-plan", "--tenant", "freeco", "--plan", "enterprise"],
+        &server.database_url,
+    )
+    .unwrap();
+    let chosen = server
+        .authed(Method::POST, "/services", &free.token)
+        .json(&json!({"title": "x", "serviceName": "api"}))
+        .send()
+        .unwrap();
+    assert_eq!(chosen.status(), 201);
+    let taken = server
+        .authed(Method::POST, "/services", &free.token)
+        .json(&json!({"title": "y", "serviceName": "API"}))
+        .send()
+        .unwrap();
+    assert_problem(taken, 409, "conflict");
+    for bad in ["-api", "a_b", "x-anon", &"a".repeat(60)] {
+        let response = server
+            .authed(Method::POST, "/services", &free.token)
+            .json(&json!({"title": "y", "serviceName": bad}))
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 400, "{bad}");
+    }
+}
+
+#[test]
+fn create_validates_every_field_at_once() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let response = server
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!({"serviceName": 7, "description": "", "extra": true}))
+        .send()
+        .unwrap();
+    let body = assert_problem(response, 400, "validation-failed");
+    let pointers: Vec<&str> = body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(pointers, ["/extra", "/title", "/serviceName", "/description"]);
+}
+
+#[test]
+fn other_customers_get_404_on_every_service_call() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let evil = server.customer("evil", "business");
+    let created = json(
+        server
+            .authed(Method::POST, "/services", &acme.token)
+            .json(&json!({"title": "API", "serviceName": "api"}))
+            .send()
+            .unwrap(),
+    );
+    let id = created["id"].as_str().unwrap();
+    for key in ["api-acme", id] {
+        for (method, path) in [
+            (Method::GET, format!("/services/{key}")),
+            (Method::PATCH, format!("/services/{key}")),
+            (Method::DELETE, format!("/services/{key}")),
+            (Method::GET, format!("/services/{key}/config")),
+            (Method::PUT, format!("/services/{key}/config")),
+            (Method::DELETE, format!("/services/{key}/config")),
+        ] {
+            let response = server
+                .authed(method.clone(), &path, &evil.token)
+                .json(&super::upload(&["k1"]))
+                .send()
+                .unwrap();
+            assert_problem(response, 404, "not-found");
+        }
+    }
+    let list = json(server.authed(Method::GET, "/services", &evil.token).send().unwrap());
+    assert_eq!(list, json!([]));
+    // Nothing was changed by the attempts.
+    let still = json(server.authed(Method::GET, "/services/api-acme", &acme.token).send().unwrap());
+    assert_eq!(still, created);
+}

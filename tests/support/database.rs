@@ -1,0 +1,167 @@
+//! Fresh, empty databases for tests: one per call, never shared between tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The variable naming an admin URL of a throwaway PostgreSQL cluster, e.g.
+/// `postgres://postgres@127.0.0.1:5433/postgres`.
+pub const POSTGRES_URL_VAR: &str = "REGISTRY_TEST_POSTGRES_URL";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn postgres_admin_url() -> Option<String> {
+    std::env::var(POSTGRES_URL_VAR)
+        .ok()
+        .filter(|url| !url.trim().is_empty())
+}
+
+/// `"postgres"` when [`POSTGRES_URL_VAR`] is set, else `"sqlite"`: the backend of every URL
+/// [`fresh_database_url`] returns in this process.
+pub fn backend_name() -> &'static str {
+    if postgres_admin_url().is_some() {
+        "postgres"
+    } else {
+        "sqlite"
+    }
+}
+
+/// The URL of a new, empty database (no schema): a new database on the cluster named by
+/// [`POSTGRES_URL_VAR`] when it is set, else a new SQLite file in a temporary directory
+/// (`sqlite://…`). Panics with the reason when the database cannot be made.
+pub fn fresh_database_url() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    match postgres_admin_url() {
+        Some(admin) => fresh_postgres(&admin, n),
+        None => fresh_sqlite(n),
+    }
+}
+
+fn fresh_sqlite(n: u32) -> String {
+    let root = std::env::temp_dir().join("registry-tests");
+    static SWEEP: Once = Once::new();
+    SWEEP.call_once(|| sweep_dead_processes(&root));
+    let dir = root.join(std::process::id().to_string());
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    format!("sqlite://{}", dir.join(format!("db-{n}.db")).display())
+}
+
+/// Test processes cannot clean up when they exit, so each one removes the directories of
+/// earlier ones that are gone (Linux: a process is alive while `/proc/PID` exists).
+fn sweep_dead_processes(root: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+fn fresh_postgres(admin_url: &str, n: u32) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let name = format!("registry_test_{}_{n}_{nanos}", std::process::id());
+    let psql = psql();
+    // Parallel tests: one CREATE DATABASE at a time (they all copy template1).
+    static CREATE: Mutex<()> = Mutex::new(());
+    let _serial = CREATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut last_error = String::new();
+    for attempt in 0..5 {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(200 * attempt));
+        }
+        let output = Command::new(&psql)
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", admin_url, "-c"])
+            .arg(format!("CREATE DATABASE \"{name}\""))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", psql.display()));
+        if output.status.success() {
+            return with_database(admin_url, &name);
+        }
+        last_error = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+    }
+    panic!("cannot create database {name} on {POSTGRES_URL_VAR}: {last_error}");
+}
+
+/// `psql` from `PATH`, else from the newest `/usr/lib/postgresql/*/bin`.
+fn psql() -> PathBuf {
+    let on_path = Command::new("psql")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if on_path {
+        return PathBuf::from("psql");
+    }
+    let mut candidates: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let path = e.path().join("bin/psql");
+            path.exists().then_some((version, path))
+        })
+        .collect();
+    candidates.sort();
+    candidates
+        .pop()
+        .map(|(_, path)| path)
+        .unwrap_or_else(|| panic!("{POSTGRES_URL_VAR} is set but psql is not installed"))
+}
+
+/// `admin_url` with its database replaced by `database` (user, host, port and query kept).
+fn with_database(admin_url: &str, database: &str) -> String {
+    let (scheme, rest) = admin_url
+        .split_once("://")
+        .unwrap_or_else(|| panic!("{POSTGRES_URL_VAR} is not a postgres:// URL"));
+    let (before_query, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let authority = before_query
+        .split_once('/')
+        .map_or(before_query, |(a, _)| a);
+    let mut url = format!("{scheme}://{authority}/{database}");
+    if let Some(query) = query {
+        url.push('?');
+        url.push_str(query);
+    }
+    url
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_is_replaced_and_the_rest_kept() {
+        let cases = [
+            (
+                "postgres://postgres@127.0.0.1:5433/postgres",
+                "postgres://postgres@127.0.0.1:5433/t1",
+            ),
+            (
+                "postgres://u:p@h:1/admin?sslmode=disable",
+                "postgres://u:p@h:1/t1?sslmode=disable",
+            ),
+            ("postgresql://h", "postgresql://h/t1"),
+            ("postgres://h?host=/tmp/s", "postgres://h/t1?host=/tmp/s"),
+        ];
+        for (admin, expected) in cases {
+            assert_eq!(with_database(admin, "t1"), expected, "{admin}");
+        }
+    }
+}

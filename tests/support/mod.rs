@@ -1,0 +1,5 @@
+//! Modules of the support library.
+
+pub mod database;
+pub mod issuer;
+pub mod server;

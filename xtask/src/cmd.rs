@@ -1,0 +1,68 @@
+//! Running commands from the workspace root, echoing them first.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The workspace root (the parent of `xtask/`).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// `cargo`, the same one that runs this xtask.
+pub fn cargo() -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command.current_dir(root());
+    command
+}
+
+fn describe(command: &Command) -> String {
+    let mut line = command.get_program().to_string_lossy().into_owned();
+    for arg in command.get_args() {
+        line.push(' ');
+        line.push_str(&arg.to_string_lossy());
+    }
+    line
+}
+
+/// Runs `command`, failing unless it exits with success.
+pub fn run(command: &mut Command) -> Result<()> {
+    let line = describe(command);
+    println!("$ {line}");
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    if !status.success() {
+        bail!("`{line}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs `command` and returns its standard output, failing unless it exits with success.
+pub fn output(command: &mut Command) -> Result<String> {
+    let line = describe(command);
+    let out = command
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    if !out.status.success() {
+        bail!(
+            "`{line}` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether `command` runs and exits with success (its output is discarded).
+pub fn succeeds(command: &mut Command) -> bool {
+    command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}

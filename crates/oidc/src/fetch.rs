@@ -46,6 +46,22 @@ struct GuardedResolver {
     allow_insecure: bool,
 }
 
+/// The loopback addresses of `localhost` and `*.localhost`, which RFC 6761 §6.3 reserves for
+/// the local host: answered here because system resolvers disagree (glibc resolves `localhost`
+/// from `/etc/hosts` but not `foo.localhost`), and a hosted issuer is `{subdomain}.localhost`
+/// by default (DECISIONS §8). IPv4 first, so an IPv4-only listener is reached at once.
+fn localhost_addrs(host: &str) -> Option<[IpAddr; 2]> {
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    let is_localhost = host == "localhost"
+        || host
+            .strip_suffix(".localhost")
+            .is_some_and(|labels| !labels.is_empty());
+    is_localhost.then_some([
+        IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+    ])
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("{host} resolves to {ip}, which is not a public address")]
 struct RefusedAddress {
@@ -58,8 +74,10 @@ impl Resolve for GuardedResolver {
         let allow_insecure = self.allow_insecure;
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let addrs: Vec<SocketAddr> = match localhost_addrs(&host) {
+                Some(ips) => ips.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect(),
+                None => tokio::net::lookup_host((host.as_str(), 0)).await?.collect(),
+            };
             // All, not any: a name answering one public and one internal address would let the
             // connector pick the internal one.
             if let Some(bad) = addrs
@@ -237,6 +255,113 @@ mod tests {
         assert_eq!(max_age("public"), None);
         assert_eq!(max_age("max-age=abc"), None);
         assert_eq!(max_age("s-maxage=5"), None);
+    }
+
+    #[test]
+    fn localhost_names_are_loopback() {
+        for name in [
+            "localhost",
+            "LocalHost",
+            "localhost.",
+            "api-acme.localhost",
+            "a.b.localhost",
+        ] {
+            let ips = localhost_addrs(name).unwrap_or_else(|| panic!("{name}"));
+            assert!(ips.iter().all(IpAddr::is_loopback), "{name}");
+            assert!(ips.iter().any(IpAddr::is_ipv4) && ips.iter().any(IpAddr::is_ipv6));
+        }
+        for name in [
+            "notlocalhost",
+            "localhost.example.com",
+            ".localhost",
+            "localhos",
+            "",
+        ] {
+            assert_eq!(localhost_addrs(name), None, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn localhost_names_resolve_without_the_system_resolver_and_stay_guarded() {
+        let resolve = |allow_insecure, name: &str| {
+            GuardedResolver { allow_insecure }.resolve(name.parse().expect("a name"))
+        };
+        let addrs: Vec<IpAddr> = resolve(true, "issuer.localhost")
+            .await
+            .expect("resolved")
+            .map(|a| a.ip())
+            .collect();
+        assert_eq!(
+            addrs,
+            [
+                "127.0.0.1".parse::<IpAddr>().unwrap(),
+                "::1".parse().unwrap()
+            ]
+        );
+        let refused = match resolve(false, "issuer.localhost").await {
+            Ok(_) => panic!("a loopback name was admitted in secure mode"),
+            Err(e) => e.to_string(),
+        };
+        assert!(refused.contains("not a public address"), "{refused}");
+    }
+
+    /// A one-shot HTTP server on 127.0.0.1 answering `body`; returns its port and a counter
+    /// of the connections it accepted.
+    async fn serve_json(
+        body: &'static str,
+    ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => break,
+                    }
+                }
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            }
+        });
+        (port, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_subdomain_of_localhost_is_fetched_only_in_insecure_mode() {
+        use std::sync::atomic::Ordering;
+        let (port, accepted) = serve_json(r#"{"issuer":"ok"}"#).await;
+        let url = Url::parse(&format!("http://issuer.localhost:{port}/doc")).unwrap();
+
+        let secure = Fetcher::new(&OidcConfig::default()).unwrap();
+        // `http` is refused before resolution in secure mode; `https` reaches the resolver.
+        let https = Url::parse(&format!("https://issuer.localhost:{port}/doc")).unwrap();
+        let error = secure.json(&https).await.expect_err("loopback refused");
+        let chain = std::iter::successors(Some(&error as &dyn std::error::Error), |e| e.source())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(": ");
+        assert!(chain.contains("not a public address"), "{chain}");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            0,
+            "no connection in secure mode"
+        );
+
+        let insecure = Fetcher::new(&OidcConfig::insecure()).unwrap();
+        let fetched = insecure.json(&url).await.expect("fetched over loopback");
+        assert_eq!(fetched.document["issuer"], "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod body;
 mod cli;
 mod client_ip;
 mod customers;
+mod dashboard;
 mod hosting;
 mod metrics;
 mod observe;

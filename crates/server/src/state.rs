@@ -14,6 +14,11 @@ use registry_oidc::OidcVerifier;
 use registry_store::Store;
 use time::OffsetDateTime;
 
+/// Failed authentications one client address may make per minute before it gets 429. Guessing a
+/// 268-bit secret is hopeless anyway; the limit bounds the argon2 work a stranger can cause while
+/// staying far above what an honest client with a stale token produces.
+const AUTH_FAILURES_PER_MINUTE: u32 = 1000;
+
 /// The application: settings, adapters and caches.
 #[derive(Debug)]
 pub struct AppState {
@@ -55,7 +60,7 @@ impl AppState {
             metrics: Metrics::default(),
             verifier,
             anon_limiter,
-            auth_failures: RateLimiter::new(60, std::time::Duration::from_secs(60)),
+            auth_failures: RateLimiter::new(AUTH_FAILURES_PER_MINUTE, std::time::Duration::from_secs(60)),
             rng: OsRandomness,
             hasher: Argon2Hasher::default(),
             clock: SystemClock,

@@ -202,7 +202,7 @@ fn regeneration_invalidates_the_old_token_at_once() {
     assert_eq!(body["id"], id);
     let new = body["token"].as_str().unwrap();
     assert_ne!(new, old);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::thread::sleep(std::time::Duration::from_millis(100));
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let late: i32 = workers.into_iter().map(|w| w.join().unwrap()).sum();
     assert_eq!(late, 0, "requests with the old token succeeded after regeneration");

@@ -100,3 +100,22 @@ fn request_ids_are_echoed_or_made() {
     let log = server.log();
     assert!(log.contains("abc-123") && log.contains(&id), "{log}");
 }
+
+#[test]
+fn repeated_failed_authentication_is_rate_limited_per_address() {
+    let server = TestServer::start();
+    let unknown = format!("rgst_{}_{}", "0".repeat(16), "0".repeat(52));
+    let mut first_429 = None;
+    for attempt in 0..1100 {
+        let response = server.authed(Method::GET, "/services", &unknown).send().unwrap();
+        if response.status() == 429 {
+            assert!(response.headers().contains_key("retry-after"));
+            first_429 = Some(attempt);
+            break;
+        }
+        assert_eq!(response.status(), 401);
+    }
+    assert_eq!(first_429, Some(1000), "the 1001st failure within a minute is refused");
+    // While limited, even the healthz endpoint still answers (only authentication is limited).
+    assert_eq!(server.request(Method::GET, "/healthz").send().unwrap().status(), 200);
+}

@@ -4,8 +4,10 @@ mod accounts;
 mod anonymous;
 mod config;
 mod errors;
+mod federation;
 mod hosting;
 mod ops;
+mod replicas;
 mod services;
 
 use serde_json::{json, Value};

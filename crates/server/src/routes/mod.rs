@@ -7,6 +7,7 @@ pub mod config;
 pub mod ops;
 pub mod services;
 
+use crate::dashboard;
 use crate::problem::ApiError;
 use actix_web::web;
 
@@ -56,6 +57,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(accounts::regenerate_token))
             .default_service(web::to(|| not_allowed("POST"))),
     )
+    // The browser pages (not part of the API, so not in openapi.json).
+    .service(get_only("/", dashboard::landing))
+    .service(get_only("/dashboard/anonymous/{subdomain}", dashboard::anonymous))
     .service(get_only("/healthz", ops::healthz))
     .service(get_only("/readyz", ops::readyz))
     .service(get_only("/metrics", ops::metrics))

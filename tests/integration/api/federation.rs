@@ -1,0 +1,577 @@
+//! Federated callers (DECISIONS §5, §7; spec §4 rules, §5): identity tokens minted by a real
+//! issuer on loopback, verified by the real binary.
+
+use registry_tests::issuer::{compact, Behaviour, KeyKind, SigningKey, TestIssuer};
+use registry_tests::server::{assert_problem, json, Customer, ServerOptions, TestServer};
+use reqwest::blocking::Response;
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const AUDIENCE: &str = "registry";
+
+/// A server that admits `http` and loopback issuers, as the test issuer is.
+fn insecure_server() -> TestServer {
+    TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS".into(), "true".into())],
+        ..ServerOptions::default()
+    })
+}
+
+fn unix_now() -> i64 {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    i64::try_from(secs).expect("time fits")
+}
+
+/// Claims of a token for `iss` and `sub`, issued now, living ten minutes.
+fn claims(iss: &str, sub: &str) -> Value {
+    let now = unix_now();
+    json!({"iss": iss, "sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + 600})
+}
+
+fn create_service(server: &TestServer, customer: &Customer, name: &str) -> String {
+    let response = server
+        .authed(Method::POST, "/services", &customer.token)
+        .json(&json!({"title": name, "serviceName": name}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 201, "{name}");
+    json(response)["subdomain"].as_str().unwrap().to_owned()
+}
+
+/// An oidc account with one rule per `(services, sub pattern)`, all pinning `iss`; its id.
+fn oidc_account(
+    server: &TestServer,
+    customer: &Customer,
+    iss: &str,
+    rules: &[(&[&str], &str)],
+    ip_allowlist: Option<&[&str]>,
+) -> String {
+    let rules: Vec<Value> = rules
+        .iter()
+        .map(|(services, sub)| {
+            json!({"services": services, "claims": {"iss": iss, "aud": AUDIENCE, "sub": sub}})
+        })
+        .collect();
+    let mut policy = json!({"kind": "oidc", "rules": rules});
+    if let Some(list) = ip_allowlist {
+        policy["ip_allowlist"] = json!(list);
+    }
+    let response = server
+        .authed(Method::POST, "/service-accounts", &customer.token)
+        .json(&json!({"name": "federated", "policy": policy}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let body = json(response);
+    assert!(
+        body.get("token").is_none(),
+        "an oidc account has no token: {body}"
+    );
+    body["id"].as_str().unwrap().to_owned()
+}
+
+fn get(server: &TestServer, path: &str, token: &str) -> Response {
+    server.authed(Method::GET, path, token).send().unwrap()
+}
+
+/// The detail of the 401 a request without credentials gets: every refused token must get
+/// exactly this, so that a client learns nothing about why.
+fn anonymous_detail(server: &TestServer, path: &str) -> String {
+    let response = server.request(Method::GET, path).send().unwrap();
+    assert_problem(response, 401, "unauthorized")["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Asserts a 401 indistinguishable from a missing token's.
+#[track_caller]
+fn assert_refused(server: &TestServer, path: &str, token: &str) {
+    let expected = anonymous_detail(server, path);
+    let body = assert_problem(get(server, path, token), 401, "unauthorized");
+    assert_eq!(
+        body["detail"],
+        expected.as_str(),
+        "the 401 reveals more than a missing token's"
+    );
+}
+
+fn subdomains(list: &Value) -> Vec<&str> {
+    let mut names: Vec<&str> = list
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| s["subdomain"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+fn metric(server: &TestServer, name: &str) -> u64 {
+    let text = server
+        .request(Method::GET, "/metrics")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} missing in\n{text}"))
+}
+
+#[track_caller]
+fn assert_not_logged(server: &TestServer, tokens: &[&str]) {
+    let log = server.log();
+    for token in tokens {
+        assert!(!log.contains(token), "a token reached the log");
+        // The signature alone is what makes a token usable: not even that.
+        let signature = token.rsplit('.').next().unwrap_or_default();
+        assert!(
+            signature.is_empty() || !log.contains(signature),
+            "a token's signature reached the log"
+        );
+    }
+}
+
+#[test]
+fn rules_authorize_covered_services_of_their_own_customer_only() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let other = server.customer("other", "business");
+    let api = create_service(&server, &acme, "api");
+    let web = create_service(&server, &acme, "web");
+    let foreign = create_service(&server, &other, "svc");
+    oidc_account(
+        &server,
+        &acme,
+        &iss,
+        &[
+            (&[api.as_str()], "repo:acme/api:*"),
+            (&["*"], "repo:acme/admin"),
+        ],
+        None,
+    );
+    // The other customer trusts the same issuer, for its own repositories.
+    oidc_account(&server, &other, &iss, &[(&["*"], "repo:other/*")], None);
+
+    let deployer = issuer.mint("ES256", claims(&iss, "repo:acme/api:ref:refs/heads/main"));
+    let response = get(&server, &format!("/services/{api}"), &deployer);
+    assert_eq!(response.status(), 200);
+    assert_eq!(json(response)["subdomain"], api.as_str());
+    let uncovered = assert_problem(
+        get(&server, &format!("/services/{web}"), &deployer),
+        403,
+        "forbidden",
+    );
+    assert!(
+        uncovered["detail"].as_str().unwrap().contains(&web),
+        "{uncovered}"
+    );
+    assert_eq!(
+        subdomains(&json(get(&server, "/services", &deployer))),
+        [api.as_str()]
+    );
+    // Mutations are covered the same way.
+    let patched = server
+        .authed(Method::PATCH, &format!("/services/{api}"), &deployer)
+        .json(&json!({"title": "API v2"}))
+        .send()
+        .unwrap();
+    assert_eq!(patched.status(), 200);
+    let patch_web = server
+        .authed(Method::PATCH, &format!("/services/{web}"), &deployer)
+        .json(&json!({"title": "nope"}))
+        .send()
+        .unwrap();
+    assert_problem(patch_web, 403, "forbidden");
+
+    // A `*` rule reaches every service of its own customer and none of another's (spec §4
+    // rule 2): the foreign service answers exactly like one that does not exist.
+    let admin = issuer.mint("RS256", claims(&iss, "repo:acme/admin"));
+    assert_eq!(
+        get(&server, &format!("/services/{web}"), &admin).status(),
+        200
+    );
+    assert_eq!(
+        subdomains(&json(get(&server, "/services", &admin))),
+        [api.as_str(), web.as_str()]
+    );
+    assert_problem(
+        get(&server, &format!("/services/{foreign}"), &admin),
+        404,
+        "not-found",
+    );
+    assert_problem(
+        get(&server, "/services/nothing-acme", &admin),
+        404,
+        "not-found",
+    );
+    let delete_foreign = server
+        .authed(Method::DELETE, &format!("/services/{foreign}"), &admin)
+        .send()
+        .unwrap();
+    assert_problem(delete_foreign, 404, "not-found");
+    assert_eq!(
+        get(&server, &format!("/services/{foreign}"), &other.token).status(),
+        200,
+        "still there"
+    );
+    // And the other customer's own token does reach it.
+    let theirs = issuer.mint("EdDSA", claims(&iss, "repo:other/svc"));
+    assert_eq!(
+        get(&server, &format!("/services/{foreign}"), &theirs).status(),
+        200
+    );
+    assert_problem(
+        get(&server, &format!("/services/{api}"), &theirs),
+        404,
+        "not-found",
+    );
+
+    assert_not_logged(&server, &[&deployer, &admin, &theirs]);
+}
+
+#[test]
+fn refused_tokens_get_the_same_401_as_no_token_and_are_never_logged() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let api = create_service(&server, &acme, "api");
+    oidc_account(&server, &acme, &iss, &[(&["*"], "repo:acme/*")], None);
+    let path = format!("/services/{api}");
+    let good = issuer.mint("ES256", claims(&iss, "repo:acme/api"));
+    assert_eq!(get(&server, &path, &good).status(), 200);
+
+    let details: Vec<(&str, String)> = [path.as_str(), "/services", "/service-accounts"]
+        .into_iter()
+        .map(|p| (p, anonymous_detail(&server, p)))
+        .collect();
+    let now = unix_now();
+    let rsa_kid = issuer.key("RS256").kid().to_owned();
+    let mut wrong_audience = claims(&iss, "repo:acme/api");
+    wrong_audience["aud"] = json!("someone-else");
+    let unknown = TestIssuer::start();
+    let refused = [
+        ("claims match no rule", issuer.mint("ES256", claims(&iss, "repo:evil/api"))),
+        ("audience matches no rule", issuer.mint("ES256", wrong_audience)),
+        (
+            "expired",
+            issuer.mint(
+                "ES256",
+                json!({"iss": iss, "sub": "repo:acme/api", "aud": AUDIENCE, "iat": now - 7200, "exp": now - 3600}),
+            ),
+        ),
+        (
+            "alg none",
+            issuer.mint_with_header(json!({"alg": "none", "typ": "JWT"}), claims(&iss, "repo:acme/api")),
+        ),
+        (
+            "HS256 keyed with the RSA public key",
+            issuer.mint_with_header(
+                json!({"alg": "HS256", "typ": "JWT", "kid": rsa_kid}),
+                claims(&iss, "repo:acme/api"),
+            ),
+        ),
+        (
+            "signed by another key than the issuer's",
+            compact(
+                &json!({"alg": "ES256", "typ": "JWT", "kid": issuer.key("ES256").kid()}),
+                &claims(&iss, "repo:acme/api"),
+                |m| SigningKey::generate(KeyKind::P256, "stranger").sign("ES256", m),
+            ),
+        ),
+        ("unknown issuer", unknown.mint("ES256", claims(&unknown.url(), "repo:acme/api"))),
+    ];
+    for (case, token) in &refused {
+        for (path, expected) in &details {
+            let body = assert_problem(get(&server, path, token), 401, "unauthorized");
+            assert_eq!(
+                body["detail"],
+                expected.as_str(),
+                "{case} on {path}: the 401 says more than a missing token's"
+            );
+        }
+    }
+    assert_eq!(
+        unknown.discovery_fetches() + unknown.jwks_fetches(),
+        0,
+        "a stranger's issuer was fetched"
+    );
+    // Only the trusted issuer was fetched, once: refused tokens cost no refetch.
+    assert_eq!((issuer.discovery_fetches(), issuer.jwks_fetches()), (1, 1));
+    let all: Vec<&str> = std::iter::once(good.as_str())
+        .chain(refused.iter().map(|(_, t)| t.as_str()))
+        .collect();
+    assert_not_logged(&server, &all);
+}
+
+#[test]
+fn several_accepting_accounts_need_x_service_account_on_collection_calls() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let other = server.customer("other", "business");
+    let api = create_service(&server, &acme, "api");
+    let web = create_service(&server, &acme, "web");
+    let foreign = create_service(&server, &other, "svc");
+    let narrow = oidc_account(
+        &server,
+        &acme,
+        &iss,
+        &[(&[api.as_str()], "repo:shared/*")],
+        None,
+    );
+    let broad = oidc_account(&server, &acme, &iss, &[(&["*"], "repo:shared/*")], None);
+    let theirs = oidc_account(&server, &other, &iss, &[(&["*"], "repo:shared/*")], None);
+    let token = issuer.mint("ES256", claims(&iss, "repo:shared/tool"));
+
+    let ambiguous = assert_problem(get(&server, "/services", &token), 401, "unauthorized");
+    let detail = ambiguous["detail"].as_str().unwrap();
+    assert!(detail.contains("X-Service-Account"), "{detail}");
+    assert_ne!(detail, anonymous_detail(&server, "/services"));
+
+    let list_as = |id: &str| {
+        server
+            .authed(Method::GET, "/services", &token)
+            .header("X-Service-Account", id)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(subdomains(&json(list_as(&narrow))), [api.as_str()]);
+    assert_eq!(
+        subdomains(&json(list_as(&broad))),
+        [api.as_str(), web.as_str()]
+    );
+    assert_eq!(subdomains(&json(list_as(&theirs))), [foreign.as_str()]);
+    // An account that does not accept the token cannot be picked.
+    let bystander = oidc_account(&server, &acme, &iss, &[(&["*"], "repo:bystander/*")], None);
+    assert_problem(list_as(&bystander), 401, "unauthorized");
+    assert_problem(list_as("not-an-id"), 401, "unauthorized");
+
+    // A call on one service needs no choice: only its owner's accounts count, and one covers it.
+    assert_eq!(
+        get(&server, &format!("/services/{web}"), &token).status(),
+        200
+    );
+    assert_eq!(
+        get(&server, &format!("/services/{foreign}"), &token).status(),
+        200
+    );
+    assert_not_logged(&server, &[&token]);
+}
+
+#[test]
+fn ip_allowlist_applies_to_federated_callers() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let api = create_service(&server, &acme, "api");
+    oidc_account(
+        &server,
+        &acme,
+        &iss,
+        &[(&["*"], "repo:acme/far")],
+        Some(&["10.0.0.0/8", "2001:db8::/32"]),
+    );
+    oidc_account(
+        &server,
+        &acme,
+        &iss,
+        &[(&["*"], "repo:acme/near")],
+        Some(&["127.0.0.1"]),
+    );
+
+    let far = issuer.mint("ES256", claims(&iss, "repo:acme/far"));
+    let problem = assert_problem(
+        get(&server, &format!("/services/{api}"), &far),
+        403,
+        "forbidden",
+    );
+    assert!(
+        problem["detail"].as_str().unwrap().contains("ip_allowlist"),
+        "{problem}"
+    );
+    assert_problem(get(&server, "/services", &far), 403, "forbidden");
+
+    let near = issuer.mint("ES256", claims(&iss, "repo:acme/near"));
+    assert_eq!(
+        get(&server, &format!("/services/{api}"), &near).status(),
+        200
+    );
+    assert_eq!(get(&server, "/services", &near).status(), 200);
+}
+
+#[test]
+fn a_warm_key_cache_costs_no_fetch_and_outlives_the_issuer() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let api = create_service(&server, &acme, "api");
+    oidc_account(&server, &acme, &iss, &[(&["*"], "repo:acme/*")], None);
+    assert_eq!(metric(&server, "registry_oidc_key_fetches_total"), 0);
+
+    let path = format!("/services/{api}");
+    for (i, alg) in ["ES256", "RS256", "ES384", "EdDSA", "PS256", "ES256"]
+        .iter()
+        .enumerate()
+    {
+        let token = issuer.mint(alg, claims(&iss, &format!("repo:acme/job-{i}")));
+        assert_eq!(get(&server, &path, &token).status(), 200, "{alg}");
+        assert_eq!(get(&server, "/services", &token).status(), 200, "{alg}");
+    }
+    assert_eq!(
+        issuer.discovery_fetches(),
+        1,
+        "one discovery fetch for twelve requests"
+    );
+    assert_eq!(
+        issuer.jwks_fetches(),
+        1,
+        "one key set fetch for twelve requests"
+    );
+    assert_eq!(metric(&server, "registry_oidc_key_fetches_total"), 1);
+    assert_eq!(metric(&server, "registry_oidc_key_cache_hits_total"), 11);
+
+    // The issuer fails, then disappears: tokens it signed keep working from the cache.
+    let warm = issuer.mint("ES256", claims(&iss, "repo:acme/warm"));
+    let key = issuer.key("ES256");
+    issuer.set_behaviour(Behaviour::Unavailable);
+    assert_eq!(get(&server, &path, &warm).status(), 200);
+    drop(issuer);
+    assert_eq!(get(&server, &path, &warm).status(), 200);
+    let late = compact(
+        &json!({"alg": "ES256", "typ": "JWT", "kid": key.kid()}),
+        &claims(&iss, "repo:acme/late"),
+        |m| key.sign("ES256", m),
+    );
+    assert_eq!(
+        get(&server, &path, &late).status(),
+        200,
+        "a token minted after the issuer went away"
+    );
+    assert_eq!(metric(&server, "registry_oidc_key_fetches_total"), 1);
+    assert_eq!(metric(&server, "registry_oidc_key_fetch_failures_total"), 0);
+}
+
+#[test]
+fn loopback_issuers_are_refused_quickly_unless_insecure_issuers_are_allowed() {
+    let server = TestServer::start();
+    let issuer = TestIssuer::start();
+    let acme = server.customer("acme", "business");
+    let api = create_service(&server, &acme, "api");
+    let port = issuer.port();
+    // `http` is refused before any look-up; the `https` names reach the guarded resolver, which
+    // answers loopback for them and refuses to connect.
+    let issuers = [
+        issuer.url(),
+        format!("https://127.0.0.1:{port}"),
+        format!("https://localhost:{port}"),
+        format!("https://issuer.localhost:{port}"),
+    ];
+    for iss in &issuers {
+        // Saving the policy succeeds: what an issuer resolves to is only known when it is fetched.
+        oidc_account(&server, &acme, iss, &[(&["*"], "repo:acme/*")], None);
+    }
+    for iss in &issuers {
+        let token = issuer.mint("ES256", claims(iss, "repo:acme/api"));
+        let started = Instant::now();
+        assert_refused(&server, &format!("/services/{api}"), &token);
+        assert_refused(&server, "/services", &token);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{iss} took {:?}",
+            started.elapsed()
+        );
+        assert_not_logged(&server, &[&token]);
+    }
+    assert_eq!(
+        issuer.discovery_fetches() + issuer.jwks_fetches(),
+        0,
+        "the loopback issuer was fetched"
+    );
+}
+
+/// The issue "the issuer is itself a service hosted by the registry": a customer publishes its
+/// own issuer's documents on the registry and federates with it. The verifier fetches
+/// `http://{s}.localhost:{port}/…` from the registry itself.
+#[test]
+fn an_issuer_hosted_by_the_registry_federates_with_it() {
+    let server = insecure_server();
+    let acme = server.customer("acme", "business");
+    let idp = create_service(&server, &acme, "idp");
+    let api = create_service(&server, &acme, "api");
+    let web = create_service(&server, &acme, "web");
+    let hosted = server.issuer(&idp);
+    let key = SigningKey::generate(KeyKind::P256, "cluster-key-1");
+    let published = server
+        .authed(Method::PUT, &format!("/services/{idp}/config"), &acme.token)
+        .json(&json!({
+            "openidConfiguration": {
+                "issuer": hosted,
+                "jwks_uri": "https://172.18.0.2:6443/openid/v1/jwks",
+                "response_types_supported": ["id_token"],
+                "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["ES256"]
+            },
+            "jwks": {"keys": [key.public_jwk()]}
+        }))
+        .send()
+        .unwrap();
+    assert_eq!(
+        published.status(),
+        200,
+        "{}",
+        published.text().unwrap_or_default()
+    );
+    oidc_account(
+        &server,
+        &acme,
+        &hosted,
+        &[(&[api.as_str()], "system:serviceaccount:ci:*")],
+        None,
+    );
+
+    let token = compact(
+        &json!({"alg": "ES256", "typ": "JWT", "kid": key.kid()}),
+        &claims(&hosted, "system:serviceaccount:ci:deployer"),
+        |m| key.sign("ES256", m),
+    );
+    let response = get(&server, &format!("/services/{api}"), &token);
+    assert_eq!(
+        response.status(),
+        200,
+        "{}",
+        response.text().unwrap_or_default()
+    );
+    assert_problem(
+        get(&server, &format!("/services/{web}"), &token),
+        403,
+        "forbidden",
+    );
+    assert_eq!(
+        subdomains(&json(get(&server, "/services", &token))),
+        [api.as_str()]
+    );
+    assert_eq!(metric(&server, "registry_oidc_key_fetches_total"), 1);
+    assert_eq!(metric(&server, "registry_oidc_key_fetch_failures_total"), 0);
+
+    // A key the hosted issuer does not publish is refused.
+    let forged = compact(
+        &json!({"alg": "ES256", "typ": "JWT", "kid": key.kid()}),
+        &claims(&hosted, "system:serviceaccount:ci:deployer"),
+        |m| SigningKey::generate(KeyKind::P256, "forger").sign("ES256", m),
+    );
+    assert_refused(&server, &format!("/services/{api}"), &forged);
+    assert_not_logged(&server, &[&token, &forged]);
+}

@@ -47,7 +47,15 @@ pub struct Settings {
     pub trusted_proxies: Vec<String>,
 
     /// Also fetch keys from http:// and loopback/private issuers (development and tests only).
-    #[arg(long, env = "REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(
+        long,
+        env = "REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub oidc_allow_insecure_issuers: bool,
 
     /// Anonymous services one client address may create per hour.

@@ -32,6 +32,14 @@ fn not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("no service account {id:?}"))
 }
 
+/// An account that vanished between the check and the write is a 404 like any missing one.
+fn gone_as_not_found(error: ApiError, id: &str) -> ApiError {
+    match error {
+        ApiError::NotFound(_) => not_found(id),
+        other => other,
+    }
+}
+
 /// The caller's customer's account with this id, or 404.
 async fn owned_account(state: &AppState, caller: &AccountCaller, id: &str) -> ApiResult<ServiceAccount> {
     let parsed: Uuid = id.parse().map_err(|_| not_found(id))?;
@@ -214,10 +222,7 @@ pub async fn patch(
         account.name = name;
     }
     let row = account.clone();
-    state.db(move |s| s.update_account(&row)).await.map_err(|e| match e {
-        ApiError::NotFound(_) => not_found(&path),
-        other => other,
-    })?;
+    state.db(move |s| s.update_account(&row)).await.map_err(|e| gone_as_not_found(e, &path))?;
     Ok(HttpResponse::Ok().json(with_warnings(views::account(&account), warnings)))
 }
 
@@ -256,10 +261,7 @@ pub async fn regenerate_token(
     state
         .db(move |s| s.replace_token(id, &stored))
         .await
-        .map_err(|e| match e {
-            ApiError::NotFound(_) => not_found(&path),
-            other => other,
-        })?;
+        .map_err(|e| gone_as_not_found(e, &path))?;
     state.tokens.remember(&token.lookup_id, &record.hash, &token.plaintext);
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))

@@ -10,6 +10,8 @@ use std::time::Duration;
 const POLL_EVERY: Duration = Duration::from_millis(500);
 const REAP_EVERY: Duration = Duration::from_secs(60);
 const BATCH: usize = 500;
+/// How long change-log rows are kept: far longer than any replica lags behind.
+const KEEP_CHANGES: time::Duration = time::Duration::hours(1);
 
 /// Refreshes the hosting cache from the change feed, forever. `after` is the sequence the
 /// warm-up load saw.
@@ -60,7 +62,7 @@ async fn refresh_service(state: &AppState, id: uuid::Uuid) -> bool {
     }
 }
 
-/// Deletes expired anonymous services, forever.
+/// Deletes expired anonymous services and old change-log rows, forever.
 pub async fn reap_expired(state: web::Data<AppState>) {
     let mut interval = tokio::time::interval(REAP_EVERY);
     loop {
@@ -75,5 +77,6 @@ pub async fn reap_expired(state: web::Data<AppState>) {
                 tracing::info!(service = %id, "reaped an expired anonymous service");
             }
         }
+        let _ = state.db(move |s| s.prune_changes(now - KEEP_CHANGES)).await;
     }
 }

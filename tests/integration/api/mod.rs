@@ -3,10 +3,12 @@
 mod accounts;
 mod anonymous;
 mod config;
+mod dashboard;
 mod errors;
 mod federation;
 mod hosting;
 mod ops;
+mod policy_fixtures;
 mod replicas;
 mod services;
 

@@ -1,3 +1,4 @@
 mod api;
 mod oidc;
+mod security;
 mod store;

@@ -16,7 +16,14 @@ pub fn registry_binary() -> PathBuf {
         .get_or_init(|| {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let status = Command::new(cargo)
-                .args(["build", "--quiet", "-p", "registry-server", "--bin", "registry"])
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "registry-server",
+                    "--bin",
+                    "registry",
+                ])
                 .status()
                 .expect("run cargo build");
             assert!(status.success(), "building the registry binary failed");
@@ -158,7 +165,13 @@ impl TestServer {
     pub fn create_customer(&self, tenant: &str, plan: &str) -> Value {
         run_cli(
             &[
-                "customer", "create", "--tenant", tenant, "--plan", plan, "--name",
+                "customer",
+                "create",
+                "--tenant",
+                tenant,
+                "--plan",
+                plan,
+                "--name",
                 &format!("{tenant} Inc"),
             ],
             &self.database_url,
@@ -207,7 +220,10 @@ impl TestServer {
             if let Some(status) = self.child.try_wait().expect("wait") {
                 return status;
             }
-            assert!(Instant::now() < deadline, "the registry did not stop on SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "the registry did not stop on SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -262,12 +278,21 @@ pub fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
         .unwrap_or("")
         .to_owned();
     let body = json(response);
-    assert_eq!(content_type, "application/problem+json", "content type of {body}");
+    assert_eq!(
+        content_type, "application/problem+json",
+        "content type of {body}"
+    );
     assert!(
-        body["type"].as_str().unwrap_or("").ends_with(&format!("/problems/{slug}")),
+        body["type"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with(&format!("/problems/{slug}")),
         "expected problem {slug}, got {body}"
     );
     assert_eq!(body["status"], status, "{body}");
-    assert!(body["title"].is_string() && body["detail"].is_string(), "{body}");
+    assert!(
+        body["title"].is_string() && body["detail"].is_string(),
+        "{body}"
+    );
     body
 }

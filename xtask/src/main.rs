@@ -6,18 +6,30 @@
 //! * `lint`: rustfmt, clippy (warnings are errors), the layering check, and `cargo deny check
 //!   bans licenses sources` when cargo-deny is installed.
 //! * `layering`: the layering check alone (no build).
-//! * `bench`, `e2e`: not written yet.
+//! * `e2e [-- NODE TEST ARGS]`: the browser tests of the pages (`e2e/`; needs Node.js and
+//!   Chromium).
+//! * `bench [--rounds N] [--seconds S] [--services N] [--no-postgres] [--no-write] [--binary
+//!   PATH]`: the HTTP figures against nginx, written to docs/benchmarks.md (needs `wrk` and
+//!   `nginx-light`).
+//! * `fuzz [--seconds N] [TARGET…]`, `schemathesis [--max-examples N] [--seed S] [--postgres]`,
+//!   `faults [--rounds N] [kill] [postgres] [disk]`: the reliability suites
+//!   (docs/reliability.md).
 
+mod bench;
 mod cmd;
+mod e2e;
+mod faults;
+mod fuzz;
 mod layering;
 mod postgres;
+mod schemathesis;
 
 use anyhow::{bail, Result};
 use cmd::{cargo, run};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: cargo xtask <test [--postgres-only] [-- TEST ARGS] | lint | layering | bench | e2e>";
+    "usage: cargo xtask <test [--postgres-only] [-- TEST ARGS] | lint | layering | bench | e2e | fuzz | schemathesis | faults>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -25,10 +37,11 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("lint") => lint(),
         Some("layering") => layering::check(),
-        Some(other @ ("bench" | "e2e")) => {
-            eprintln!("cargo xtask {other}: not yet implemented");
-            return ExitCode::FAILURE;
-        }
+        Some("fuzz") => fuzz::run(&args[1..]),
+        Some("schemathesis") => schemathesis::run(&args[1..]),
+        Some("faults") => faults::run(&args[1..]),
+        Some("e2e") => e2e::run_suite(&args[1..]),
+        Some("bench") => bench::run_bench(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

@@ -59,33 +59,52 @@ impl Cluster {
             "--no-locale",
         ]))
         .context("initdb failed")?;
-        let options = format!(
-            // A cluster that lives for one test run needs no durability.
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=300 -c fsync=off \
-             -c synchronous_commit=off -c full_page_writes=off",
-            cluster.port,
-            cluster.dir.join("socket").display()
-        );
-        cluster.running = true;
-        let started = output(
-            cluster
-                .tool("pg_ctl")
-                .arg("-D")
-                .arg(&data)
-                .arg("-l")
-                .arg(cluster.dir.join("server.log"))
-                .args(["-w", "-o", &options, "start"]),
-        );
-        if let Err(e) = started {
-            let log = std::fs::read_to_string(cluster.dir.join("server.log")).unwrap_or_default();
-            return Err(e.context(format!("pg_ctl start failed; server log:\n{log}")));
-        }
+        cluster.start_server()?;
         println!(
             "PostgreSQL {} listening on 127.0.0.1:{}",
             cluster.version(),
             cluster.port
         );
         Ok(cluster)
+    }
+
+    /// Starts the server on the cluster's data directory, port and socket directory (also after
+    /// [`Cluster::stop_server`]: the fault chores stop and restart it under load).
+    pub fn start_server(&mut self) -> Result<()> {
+        let options = format!(
+            // A cluster that lives for one test run needs no durability.
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=300 -c fsync=off \
+             -c synchronous_commit=off -c full_page_writes=off",
+            self.port,
+            self.dir.join("socket").display()
+        );
+        self.running = true;
+        let started = output(
+            self.tool("pg_ctl")
+                .arg("-D")
+                .arg(self.dir.join("data"))
+                .arg("-l")
+                .arg(self.dir.join("server.log"))
+                .args(["-w", "-o", &options, "start"]),
+        );
+        if let Err(e) = started {
+            let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+            return Err(e.context(format!("pg_ctl start failed; server log:\n{log}")));
+        }
+        Ok(())
+    }
+
+    /// Stops the server (`pg_ctl stop -m fast`: clients are disconnected), keeping its files.
+    pub fn stop_server(&mut self) -> Result<()> {
+        output(
+            self.tool("pg_ctl")
+                .arg("-D")
+                .arg(self.dir.join("data"))
+                .args(["-m", "fast", "-w", "stop"]),
+        )
+        .context("pg_ctl stop failed")?;
+        self.running = false;
+        Ok(())
     }
 
     /// A superuser URL on the `postgres` database.

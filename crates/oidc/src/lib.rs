@@ -9,6 +9,10 @@
 //! resolver, see [`classify`]) and cached per issuer as ready verifiers. Then the signature, and
 //! the registered claims through [`registry_domain::claims::check`].
 //!
+//! The cargo feature `fuzzing` (off by default, never enabled by the server) adds
+//! `registry_oidc::fuzzing`: the same verification against a fixed key set, without the
+//! network, for the fuzz targets in `fuzz/`.
+//!
 //! The verifier fetches whatever issuer a token names: callers should verify only tokens whose
 //! `iss` some policy rule names, so that strangers cannot make the registry fetch at will.
 //!
@@ -29,6 +33,9 @@ mod error;
 mod fetch;
 mod keys;
 mod token;
+
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 
 pub use address::{classify, AddressClass};
 pub use cache::OidcMetrics;
@@ -72,10 +79,7 @@ impl OidcVerifier {
         // would be refused anyway; the signature below still decides.
         claims::check(&token.claims, now)?;
         let keys = self.cache.keys(&token.issuer, token.kid.as_deref()).await?;
-        let verifier = keys.set.verifier(token.kid.as_deref(), token.alg)?;
-        verifier
-            .verify(token.signing_input, &token.signature)
-            .map_err(|_| OidcError::Signature)?;
+        check_signature(&token, &keys.set)?;
         Ok(VerifiedToken {
             // The keys were looked up by this very `iss`, so the issuer that vouched for the
             // token is the one it names.
@@ -103,6 +107,17 @@ impl OidcVerifier {
     pub fn fetch_count(&self) -> u64 {
         self.metrics().key_fetches
     }
+}
+
+/// The signature check shared by [`OidcVerifier::verify_token`] and the `fuzzing` entry point.
+fn check_signature(
+    token: &token::UnverifiedToken<'_>,
+    set: &keys::KeySet,
+) -> Result<(), OidcError> {
+    let verifier = set.verifier(token.kid.as_deref(), token.alg)?;
+    verifier
+        .verify(token.signing_input, &token.signature)
+        .map_err(|_| OidcError::Signature)
 }
 
 impl IdentityTokenVerifier for OidcVerifier {

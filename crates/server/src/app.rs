@@ -15,8 +15,11 @@ use registry_store::Store;
 
 /// Opens the database named by a URL and applies pending migrations.
 pub fn open_store(url: &str) -> anyhow::Result<Store> {
-    let store = Store::connect(url).with_context(|| format!("cannot open the database {}", redact(url)))?;
-    store.migrate().context("cannot apply database migrations")?;
+    let store =
+        Store::connect(url).with_context(|| format!("cannot open the database {}", redact(url)))?;
+    store
+        .migrate()
+        .context("cannot apply database migrations")?;
     Ok(store)
 }
 
@@ -58,6 +61,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     })
     .await??;
     state.hosting.load(&published);
+    state.directory.caught_up_to(after);
 
     let app_state = state.clone();
     let server = HttpServer::new(move || {
@@ -83,12 +87,8 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         // Tests and scripts read this line to learn a port chosen with `:0`.
         println!("registry listening on http://{addr}");
     }
-    tracing::info!(
-        issuers = state.hosting.len(),
-        workers,
-        "registry started"
-    );
-    actix_web::rt::spawn(background::follow_changes(state.clone(), after));
+    tracing::info!(issuers = state.hosting.len(), workers, "registry started");
+    actix_web::rt::spawn(background::follow_changes(state.clone()));
     actix_web::rt::spawn(background::reap_expired(state.clone()));
     server.run().await.context("server failed")?;
     tracing::info!("registry stopped");

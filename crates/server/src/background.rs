@@ -2,9 +2,10 @@
 //! PostgreSQL database serve each other's writes within a second), and reaping expired
 //! anonymous services.
 
+use crate::directory;
 use crate::state::AppState;
 use actix_web::web;
-use registry_domain::ports::{Change, ChangeFeed, ServiceStore};
+use registry_domain::ports::ServiceStore;
 use std::time::Duration;
 
 const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -13,52 +14,16 @@ const BATCH: usize = 500;
 /// How long change-log rows are kept: far longer than any replica lags behind.
 const KEEP_CHANGES: time::Duration = time::Duration::hours(1);
 
-/// Refreshes the hosting cache from the change feed, forever. `after` is the sequence the
-/// warm-up load saw.
-pub async fn follow_changes(state: web::Data<AppState>, mut after: i64) {
+/// Applies the change feed to the caches (hosted documents, services, accounts), forever.
+/// Authenticated requests apply it themselves when they find it ahead; this is what makes
+/// public documents, which never touch the database, follow the other replicas' writes.
+pub async fn follow_changes(state: web::Data<AppState>) {
     let mut interval = tokio::time::interval(POLL_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
-        let since = after;
-        let Ok((last, changes)) = state.db(move |s| s.changes_since(since, BATCH)).await else {
-            continue; // the database is down; the next tick retries
-        };
-        let mut services: Vec<uuid::Uuid> = changes
-            .into_iter()
-            .filter_map(|c| match c {
-                Change::Service(id) => Some(id),
-                Change::Account(_) => None,
-            })
-            .collect();
-        services.sort_unstable();
-        services.dedup();
-        let mut refreshed = true;
-        for id in services {
-            refreshed &= refresh_service(&state, id).await;
-        }
-        if refreshed {
-            after = last;
-        }
-    }
-}
-
-/// Reloads one service's documents into the hosting cache; false when the database failed.
-async fn refresh_service(state: &AppState, id: uuid::Uuid) -> bool {
-    let loaded = state
-        .db(move |s| Ok((s.service(id)?, s.config(id)?)))
-        .await;
-    match loaded {
-        Ok((Some(service), Some(config))) => {
-            state.hosting.remove(id);
-            state.hosting.put(&service, &config);
-            true
-        }
-        Ok(_) => {
-            state.hosting.remove(id);
-            true
-        }
-        Err(_) => false,
+        // On failure (the database is down) the next tick retries from the same point.
+        let _ = directory::catch_up(&state, i64::MAX).await;
     }
 }
 

@@ -24,7 +24,8 @@ pub async fn read_json(
     }
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("could not read the body: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| ApiError::BadRequest(format!("could not read the body: {e}")))?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError::PayloadTooLarge(limit));
         }
@@ -46,9 +47,38 @@ pub async fn read_json(
             return Err(ApiError::UnsupportedMediaType);
         }
     }
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| ApiError::InvalidJson(e.to_string()))
+    let value: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    // PostgreSQL text cannot hold NUL: refused here on every backend, rather than stored on
+    // SQLite and failing as a 503 on PostgreSQL.
+    if let Some(pointer) = nul_pointer(&value) {
+        return Err(ApiError::Validation(vec![Violation::new(
+            pointer,
+            "text must not contain the NUL character (\\u0000)",
+        )]));
+    }
+    Ok(Some(value))
+}
+
+/// The RFC 6901 pointer of the first string or member name holding NUL, if any. serde_json's
+/// depth limit (128) bounds the recursion.
+fn nul_pointer(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) if s.contains('\0') => Some(String::new()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_pointer(item).map(|rest| format!("/{i}{rest}"))),
+        Value::Object(members) => members.iter().find_map(|(name, item)| {
+            let at = format!("/{}", escape_token(name));
+            if name.contains('\0') {
+                Some(at)
+            } else {
+                nul_pointer(item).map(|rest| format!("{at}{rest}"))
+            }
+        }),
+        _ => None,
+    }
 }
 
 /// A JSON object whose fields are checked one by one, collecting every problem.
@@ -100,12 +130,14 @@ impl<'a> Fields<'a> {
         let pointer = format!("{}/{name}", self.prefix);
         match self.object.get(name) {
             None if required => {
-                self.problems.push(Violation::new(pointer, format!("{name} is required")));
+                self.problems
+                    .push(Violation::new(pointer, format!("{name} is required")));
                 None
             }
             None => None,
             Some(Value::String(s)) if s.trim().is_empty() => {
-                self.problems.push(Violation::new(pointer, format!("{name} must not be empty")));
+                self.problems
+                    .push(Violation::new(pointer, format!("{name} must not be empty")));
                 None
             }
             Some(Value::String(s)) if s.chars().count() > max_len => {
@@ -117,7 +149,8 @@ impl<'a> Fields<'a> {
             }
             Some(Value::String(s)) => Some(s.clone()),
             Some(_) => {
-                self.problems.push(Violation::new(pointer, format!("{name} must be a string")));
+                self.problems
+                    .push(Violation::new(pointer, format!("{name} must be a string")));
                 None
             }
         }
@@ -130,5 +163,25 @@ impl<'a> Fields<'a> {
         } else {
             Err(ApiError::Validation(self.problems))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nul_pointer;
+    use serde_json::json;
+
+    #[test]
+    fn nul_is_found_in_strings_and_member_names_with_its_pointer() {
+        assert_eq!(nul_pointer(&json!({"title": "fine", "n": [1, "ok"]})), None);
+        assert_eq!(nul_pointer(&json!("a\u{0}b")).as_deref(), Some(""));
+        assert_eq!(
+            nul_pointer(&json!({"policy": {"rules": [{"claims": {"sub": "x\u{0}"}}]}})).as_deref(),
+            Some("/policy/rules/0/claims/sub")
+        );
+        assert_eq!(
+            nul_pointer(&json!({"a/b": {"k\u{0}": 1}})).as_deref(),
+            Some("/a~1b/k\u{0}")
+        );
     }
 }

@@ -51,7 +51,10 @@ mod tests {
 
     #[test]
     fn untrusted_peer_is_the_client_whatever_the_header_says() {
-        assert_eq!(resolve(ip("203.0.113.9"), vec![ip("1.2.3.4")], &[]), ip("203.0.113.9"));
+        assert_eq!(
+            resolve(ip("203.0.113.9"), vec![ip("1.2.3.4")], &[]),
+            ip("203.0.113.9")
+        );
     }
 
     #[test]
@@ -60,6 +63,9 @@ mod tests {
         let chain = vec![ip("1.1.1.1"), ip("198.51.100.7"), ip("10.0.0.3")];
         assert_eq!(resolve(ip("10.0.0.2"), chain, &trusted), ip("198.51.100.7"));
         assert_eq!(resolve(ip("10.0.0.2"), vec![], &trusted), ip("10.0.0.2"));
-        assert_eq!(resolve(ip("10.0.0.2"), vec![ip("10.9.9.9")], &trusted), ip("10.9.9.9"));
+        assert_eq!(
+            resolve(ip("10.0.0.2"), vec![ip("10.9.9.9")], &trusted),
+            ip("10.9.9.9")
+        );
     }
 }

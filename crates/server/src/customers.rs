@@ -70,7 +70,10 @@ pub fn list(store: &Store) -> anyhow::Result<Value> {
 /// Changes a customer's plan.
 pub fn set_plan(store: &Store, tenant: &str, plan: &str) -> anyhow::Result<Value> {
     let plan: Plan = plan.parse()?;
-    match store.set_plan(tenant, plan).context("could not change the plan")? {
+    match store
+        .set_plan(tenant, plan)
+        .context("could not change the plan")?
+    {
         Some(customer) => Ok(customer_json(&customer)),
         None => bail!("no customer has the tenant suffix {tenant:?}"),
     }

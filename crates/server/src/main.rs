@@ -9,6 +9,7 @@ mod cli;
 mod client_ip;
 mod customers;
 mod dashboard;
+mod directory;
 mod hosting;
 mod metrics;
 mod observe;
@@ -28,7 +29,7 @@ fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(observe::log_line)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Text => builder.init(),
@@ -37,7 +38,10 @@ fn init_logging(format: LogFormat) {
 }
 
 fn print_json(value: &serde_json::Value) {
-    println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,11 +49,16 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(settings) => {
             init_logging(settings.log_format);
-            actix_web::rt::System::new().block_on(app::serve(*settings))
+            let served = actix_web::rt::System::new().block_on(app::serve(*settings));
+            observe::flush_log();
+            served
         }
         Command::Migrate(database) => {
             app::open_store(&database.database_url)?;
-            eprintln!("migrations applied to {}", app::redact(&database.database_url));
+            eprintln!(
+                "migrations applied to {}",
+                app::redact(&database.database_url)
+            );
             Ok(())
         }
         Command::Customer { command } => {
@@ -59,7 +68,12 @@ fn main() -> anyhow::Result<()> {
                     plan,
                     name,
                     database,
-                } => customers::create(&app::open_store(&database.database_url)?, &tenant, &plan, &name)?,
+                } => customers::create(
+                    &app::open_store(&database.database_url)?,
+                    &tenant,
+                    &plan,
+                    &name,
+                )?,
                 CustomerCommand::List { database } => {
                     customers::list(&app::open_store(&database.database_url)?)?
                 }
@@ -67,7 +81,9 @@ fn main() -> anyhow::Result<()> {
                     tenant,
                     plan,
                     database,
-                } => customers::set_plan(&app::open_store(&database.database_url)?, &tenant, &plan)?,
+                } => {
+                    customers::set_plan(&app::open_store(&database.database_url)?, &tenant, &plan)?
+                }
             };
             print_json(&output);
             Ok(())

@@ -2,25 +2,49 @@
 //!
 //! The line holds the method, the route pattern (never the query string, where a careless client
 //! might put a secret), the status, the latency and the request id.
+//!
+//! This runs on every request, the public documents included, so it avoids work that does not
+//! change the outcome: request ids come from a counter rather than the system's random source,
+//! hosted documents are labelled without matching the path against every API route, and log
+//! lines go to a buffer that a background thread writes out, not one `write(2)` per request.
 
 use crate::state::AppState;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::web;
-use std::time::Instant;
+use std::io::{BufWriter, Stderr, Write};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-fn acceptable_id(value: &HeaderValue) -> Option<String> {
-    let text = value.to_str().ok()?;
-    let ok = !text.is_empty()
-        && text.len() <= 128
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
-    ok.then(|| text.to_owned())
+/// The route label of public documents (they are chosen by `Host`, not by a route pattern).
+const HOSTED_ROUTE: &str = "(hosted)";
+const UNMATCHED_ROUTE: &str = "(unmatched)";
+
+fn acceptable_id(value: &HeaderValue) -> bool {
+    value.to_str().is_ok_and(|text| {
+        !text.is_empty()
+            && text.len() <= 128
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+    })
+}
+
+/// A UUID-shaped id, unique per process: 64 random bits drawn once, then a counter. Ids only
+/// correlate log lines with responses; they need not be unpredictable, only distinct.
+fn new_request_id() -> HeaderValue {
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    let id = uuid::Uuid::from_u64_pair(prefix, COUNTER.fetch_add(1, Relaxed));
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    HeaderValue::from_bytes(id.hyphenated().encode_lower(&mut text).as_bytes())
+        .expect("a hyphenated UUID is a valid header value")
 }
 
 fn method_name(method: &actix_web::http::Method) -> &'static str {
@@ -43,33 +67,108 @@ pub async fn observe(
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
-    let request_id = req
-        .headers()
-        .get(&REQUEST_ID)
-        .and_then(acceptable_id)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let request_id = match req.headers().get(&REQUEST_ID) {
+        Some(given) if acceptable_id(given) => given.clone(),
+        _ => new_request_id(),
+    };
     let method = method_name(req.method());
     let state = req.app_data::<web::Data<AppState>>().cloned();
+    // The same test the router's guard applies, so the label is exact.
+    let hosted = state.as_ref().is_some_and(|state| {
+        req.headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(|host| state.hosting.subdomain_for_host(host).is_some())
+    });
     let mut response = next.call(req).await?;
-    let route = response
-        .request()
-        .match_pattern()
-        .unwrap_or_else(|| "(unmatched)".to_owned());
+    let matched;
+    let route = if hosted {
+        HOSTED_ROUTE
+    } else {
+        matched = response.request().match_pattern();
+        matched.as_deref().unwrap_or(UNMATCHED_ROUTE)
+    };
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
-    if let Ok(value) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert(REQUEST_ID, value);
-    }
-    if let Some(state) = state {
-        state.metrics.request(&route, method, status, elapsed);
+    if let Some(state) = &state {
+        state.metrics.request(route, method, status, elapsed);
     }
     tracing::info!(
         method,
         route = %route,
         status,
         latency_ms = elapsed.as_secs_f64() * 1000.0,
-        request_id = %request_id,
+        request_id = %request_id.to_str().unwrap_or_default(),
         "request"
     );
+    response.headers_mut().insert(REQUEST_ID, request_id);
     Ok(response)
+}
+
+/// How long a log line may wait in the buffer before it reaches stderr.
+const LOG_FLUSH_EVERY: Duration = Duration::from_millis(50);
+
+fn log_buffer() -> &'static Mutex<BufWriter<Stderr>> {
+    static BUFFER: OnceLock<Mutex<BufWriter<Stderr>>> = OnceLock::new();
+    BUFFER.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("log-flush".into())
+            .spawn(|| loop {
+                std::thread::sleep(LOG_FLUSH_EVERY);
+                flush_log();
+            })
+            .expect("start the log flusher");
+        Mutex::new(BufWriter::with_capacity(64 * 1024, std::io::stderr()))
+    })
+}
+
+/// One log line on its way to stderr, holding the buffer's lock while it is written.
+#[derive(Debug)]
+pub struct LogLine(MutexGuard<'static, BufWriter<Stderr>>);
+
+impl Write for LogLine {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.write(bytes)
+    }
+
+    /// Left to the flusher: flushing every line is the cost the buffer exists to avoid.
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Where `serve` writes its log (a `MakeWriter` for `tracing_subscriber`). One line per request
+/// would otherwise cost one `write(2)` per request: lines are appended to a 64 KiB buffer, which
+/// is written when it fills and at least every 50 ms; [`flush_log`] writes the rest at exit.
+pub fn log_line() -> LogLine {
+    LogLine(log_buffer().lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Writes out buffered log lines (before exiting).
+pub fn flush_log() {
+    let _ = log_buffer()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn made_ids_are_distinct_uuids_and_given_ones_are_checked() {
+        let a = new_request_id();
+        let b = new_request_id();
+        assert_ne!(a, b);
+        for id in [&a, &b] {
+            assert!(uuid::Uuid::parse_str(id.to_str().unwrap()).is_ok());
+        }
+        assert!(acceptable_id(&HeaderValue::from_static("abc-123:x.y_z")));
+        assert!(!acceptable_id(&HeaderValue::from_static("")));
+        assert!(!acceptable_id(&HeaderValue::from_static("a b")));
+        assert!(!acceptable_id(
+            &HeaderValue::from_str(&"a".repeat(129)).unwrap()
+        ));
+    }
 }

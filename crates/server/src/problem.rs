@@ -62,7 +62,10 @@ pub enum ApiError {
     UnsupportedMediaType,
     /// Too many requests from this client.
     #[error("{detail}")]
-    RateLimited { retry_after_secs: u64, detail: String },
+    RateLimited {
+        retry_after_secs: u64,
+        detail: String,
+    },
     /// The database does not answer.
     #[error("the service is temporarily unavailable, retry shortly")]
     Unavailable,
@@ -143,7 +146,10 @@ impl ApiError {
 
 /// The `type` URI of a problem slug.
 pub fn problem_type(slug: &str) -> String {
-    let base = BASE_URL.get().map(String::as_str).unwrap_or("http://localhost:8080");
+    let base = BASE_URL
+        .get()
+        .map(String::as_str)
+        .unwrap_or("http://localhost:8080");
     format!("{base}/problems/{slug}")
 }
 
@@ -190,12 +196,11 @@ impl ResponseError for ApiError {
         response.insert_header((header::CACHE_CONTROL, "no-store"));
         match self {
             ApiError::Unauthorized { .. } => {
-                response.insert_header((
-                    header::WWW_AUTHENTICATE,
-                    "Bearer realm=\"registry\"",
-                ));
+                response.insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"registry\""));
             }
-            ApiError::RateLimited { retry_after_secs, .. } => {
+            ApiError::RateLimited {
+                retry_after_secs, ..
+            } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
             }
             ApiError::MethodNotAllowed(allowed) => {

@@ -7,7 +7,11 @@ use ipnetwork::IpNetwork;
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
     /// Database URL: `sqlite://FILE` (created when missing) or `postgres://…` for several replicas.
-    #[arg(long, env = "REGISTRY_DATABASE_URL", default_value = "sqlite://registry.db")]
+    #[arg(
+        long,
+        env = "REGISTRY_DATABASE_URL",
+        default_value = "sqlite://registry.db"
+    )]
     pub database_url: String,
 }
 
@@ -31,7 +35,11 @@ pub struct Settings {
     pub database: DatabaseArgs,
 
     /// Public base URL of the API (used in Location headers, problem types, dashboard links).
-    #[arg(long, env = "REGISTRY_BASE_URL", default_value = "http://localhost:8080")]
+    #[arg(
+        long,
+        env = "REGISTRY_BASE_URL",
+        default_value = "http://localhost:8080"
+    )]
     pub base_url: String,
 
     /// Issuer URL of a service; `{subdomain}` is replaced by the service's subdomain.
@@ -43,7 +51,12 @@ pub struct Settings {
     pub issuer_url_template: String,
 
     /// Comma-separated CIDRs of reverse proxies whose X-Forwarded-For is trusted.
-    #[arg(long, env = "REGISTRY_TRUSTED_PROXIES", value_delimiter = ',', default_value = "")]
+    #[arg(
+        long,
+        env = "REGISTRY_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        default_value = ""
+    )]
     pub trusted_proxies: Vec<String>,
 
     /// Also fetch keys from http:// and loopback/private issuers (development and tests only).
@@ -88,8 +101,9 @@ impl Settings {
             .map(|s| s.trim())
             .filter(|s| !s.is_empty())
             .map(|s| {
-                s.parse::<IpNetwork>()
-                    .map_err(|e| anyhow::anyhow!("REGISTRY_TRUSTED_PROXIES: {s:?} is not a CIDR: {e}"))
+                s.parse::<IpNetwork>().map_err(|e| {
+                    anyhow::anyhow!("REGISTRY_TRUSTED_PROXIES: {s:?} is not a CIDR: {e}")
+                })
             })
             .collect()
     }

@@ -2,6 +2,7 @@
 
 use crate::adapters::{Argon2Hasher, OsRandomness, SystemClock};
 use crate::auth::TokenCache;
+use crate::directory::Directory;
 use crate::hosting::HostingCache;
 use crate::metrics::Metrics;
 use crate::problem::{ApiError, ApiResult};
@@ -30,6 +31,8 @@ pub struct AppState {
     pub store: Store,
     /// Published documents, served from memory.
     pub hosting: HostingCache,
+    /// Services and accounts, served from memory as fresh as the database.
+    pub directory: Directory,
     /// Remembered token verifications.
     pub tokens: TokenCache,
     /// Prometheus counters.
@@ -56,11 +59,15 @@ impl AppState {
         Ok(Self {
             trusted_proxies,
             hosting,
+            directory: Directory::default(),
             tokens: TokenCache::default(),
             metrics: Metrics::default(),
             verifier,
             anon_limiter,
-            auth_failures: RateLimiter::new(AUTH_FAILURES_PER_MINUTE, std::time::Duration::from_secs(60)),
+            auth_failures: RateLimiter::new(
+                AUTH_FAILURES_PER_MINUTE,
+                std::time::Duration::from_secs(60),
+            ),
             rng: OsRandomness,
             hasher: Argon2Hasher::default(),
             clock: SystemClock,

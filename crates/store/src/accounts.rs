@@ -79,7 +79,7 @@ impl AccountStore for Store {
         self.read(|conn| {
             service_accounts::table
                 .find(id_text(id))
-                .first::<AccountRow>(conn)
+                .get_result::<AccountRow>(conn)
                 .optional()?
                 .map(AccountRow::into_domain)
                 .transpose()
@@ -136,7 +136,7 @@ impl AccountStore for Store {
             let exists = service_accounts::table
                 .find(&id)
                 .select(service_accounts::id)
-                .first::<String>(conn)
+                .get_result::<String>(conn)
                 .optional()?
                 .is_some();
             if !exists {
@@ -151,6 +151,11 @@ impl AccountStore for Store {
     }
 
     fn accounts_by_issuer(&self, issuer: &str) -> StoreResult<Vec<ServiceAccount>> {
+        // No stored issuer holds NUL (PostgreSQL text cannot), and the issuer comes from an
+        // unauthenticated token: answer without a query PostgreSQL would fail.
+        if issuer.contains('\0') {
+            return Ok(Vec::new());
+        }
         self.read(|conn| {
             load(
                 service_accounts::table

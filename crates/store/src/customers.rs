@@ -36,7 +36,7 @@ impl CustomerStore for Store {
         self.read(|conn| {
             customers::table
                 .find(id_text(id))
-                .first::<CustomerRow>(conn)
+                .get_result::<CustomerRow>(conn)
                 .optional()?
                 .map(CustomerRow::into_domain)
                 .transpose()
@@ -47,7 +47,7 @@ impl CustomerStore for Store {
         self.read(|conn| {
             customers::table
                 .filter(customers::tenant.eq(tenant))
-                .first::<CustomerRow>(conn)
+                .get_result::<CustomerRow>(conn)
                 .optional()?
                 .map(CustomerRow::into_domain)
                 .transpose()
@@ -72,7 +72,7 @@ impl CustomerStore for Store {
                 .execute(conn)?;
             customers::table
                 .filter(customers::tenant.eq(tenant))
-                .first::<CustomerRow>(conn)
+                .get_result::<CustomerRow>(conn)
                 .optional()?
                 .map(CustomerRow::into_domain)
                 .transpose()

@@ -1,6 +1,7 @@
 //! [`CredentialStore`] and [`ChangeFeed`] on [`Store`].
 
-use crate::error::Failure;
+use crate::error::{Failure, Res};
+use crate::pool::Db;
 use crate::rows::uuid;
 use crate::schema::{changes, credentials};
 use crate::store::{CHANGE_ACCOUNT, CHANGE_SERVICE};
@@ -12,32 +13,85 @@ use registry_domain::ports::{
 };
 use registry_domain::StoreError;
 
+/// The credential row of a lookup id, with the change log's newest sequence read by the same
+/// statement (a sub-select), so that the caller knows how fresh its caches must be.
+fn credential_with_latest_change(
+    conn: &mut Db,
+    lookup_id: &str,
+) -> Res<Option<(StoredCredential, i64)>> {
+    let latest = changes::table
+        .select(diesel::dsl::max(changes::seq))
+        .single_value();
+    let Some((hash, account, service, latest)) = credentials::table
+        .find(lookup_id)
+        .select((
+            credentials::hash,
+            credentials::account_id,
+            credentials::service_id,
+            latest,
+        ))
+        .get_result::<(String, Option<String>, Option<String>, Option<i64>)>(conn)
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let owner = match (account, service) {
+        (Some(a), None) => CredentialOwner::Account(uuid(&a)?),
+        (None, Some(s)) => CredentialOwner::AnonymousService(uuid(&s)?),
+        _ => {
+            return Err(Failure(StoreError::Unavailable(format!(
+                "corrupt credential {lookup_id:?}: not exactly one owner"
+            ))))
+        }
+    };
+    Ok(Some((
+        StoredCredential { owner, hash },
+        latest.unwrap_or(0),
+    )))
+}
+
+fn latest_change(conn: &mut Db) -> Res<i64> {
+    Ok(changes::table
+        .select(diesel::dsl::max(changes::seq))
+        .get_result::<Option<i64>>(conn)?
+        .unwrap_or(0))
+}
+
 impl CredentialStore for Store {
     fn credential(&self, lookup_id: &str) -> StoreResult<Option<StoredCredential>> {
-        self.read(|conn| {
-            let Some((hash, account, service)) = credentials::table
-                .find(lookup_id)
-                .select((
-                    credentials::hash,
-                    credentials::account_id,
-                    credentials::service_id,
-                ))
-                .first::<(String, Option<String>, Option<String>)>(conn)
-                .optional()?
-            else {
-                return Ok(None);
-            };
-            let owner = match (account, service) {
-                (Some(a), None) => CredentialOwner::Account(uuid(&a)?),
-                (None, Some(s)) => CredentialOwner::AnonymousService(uuid(&s)?),
-                _ => {
-                    return Err(Failure(StoreError::Unavailable(format!(
-                        "corrupt credential {lookup_id:?}: not exactly one owner"
-                    ))))
-                }
-            };
-            Ok(Some(StoredCredential { owner, hash }))
-        })
+        Ok(self
+            .credential_and_latest_change(lookup_id)?
+            .map(|(credential, _)| credential))
+    }
+}
+
+/// Reads for the authentication of every request: one indexed statement each. Whoever caches
+/// what the database holds compares the newest change-log sequence with the one its caches
+/// have caught up to (every change to a service or an account appends to that log in the same
+/// transaction), so the caches are exactly as fresh as the database at the time of the read.
+impl Store {
+    /// The credential with this lookup id, and the newest change-log sequence (0 when the log is
+    /// empty), read by one statement.
+    pub fn credential_and_latest_change(
+        &self,
+        lookup_id: &str,
+    ) -> StoreResult<Option<(StoredCredential, i64)>> {
+        self.read(|conn| credential_with_latest_change(conn, lookup_id))
+    }
+
+    /// [`Store::credential_and_latest_change`] run in place, or `None` when that would wait:
+    /// on PostgreSQL (a network round trip) or when no pooled connection is idle.
+    pub fn credential_and_latest_change_now(
+        &self,
+        lookup_id: &str,
+    ) -> Option<StoreResult<Option<(StoredCredential, i64)>>> {
+        self.read_now(|conn| credential_with_latest_change(conn, lookup_id))
+    }
+
+    /// [`ChangeFeed::latest_change`] run in place, or `None` when that would wait (see
+    /// [`Store::credential_and_latest_change_now`]).
+    pub fn latest_change_now(&self) -> Option<StoreResult<i64>> {
+        self.read_now(latest_change)
     }
 }
 
@@ -66,12 +120,7 @@ impl ChangeFeed for Store {
     }
 
     fn latest_change(&self) -> StoreResult<i64> {
-        self.read(|conn| {
-            Ok(changes::table
-                .select(diesel::dsl::max(changes::seq))
-                .first::<Option<i64>>(conn)?
-                .unwrap_or(0))
-        })
+        self.read(latest_change)
     }
 
     fn ping(&self) -> StoreResult<()> {

@@ -17,6 +17,10 @@
 //!   taken", "tenant suffix taken"), a missing parent row `NotFound`, anything else
 //!   (including an unreachable database or an exhausted pool) `Unavailable`.
 //!
+//! * Single-row reads use `get_result` on a unique key, never `first`: `first` adds a bound
+//!   `LIMIT ?`, and SQLite re-prepares a statement whose `LIMIT` parameter is bound
+//!   again, so diesel's prepared-statement cache would never be used for them.
+//!
 //! No diesel type appears in the public API.
 //!
 //! ```

@@ -19,7 +19,7 @@ const IN_CHUNK: usize = 500;
 fn by_id(conn: &mut Db, id: &str) -> Res<Option<Service>> {
     services::table
         .find(id)
-        .first::<ServiceRow>(conn)
+        .get_result::<ServiceRow>(conn)
         .optional()?
         .map(ServiceRow::into_domain)
         .transpose()
@@ -29,7 +29,7 @@ fn exists(conn: &mut Db, id: &str) -> Res<bool> {
     Ok(services::table
         .find(id)
         .select(services::id)
-        .first::<String>(conn)
+        .get_result::<String>(conn)
         .optional()?
         .is_some())
 }
@@ -69,6 +69,11 @@ impl ServiceStore for Store {
 
     /// An id is tried first; a subdomain that happens to read as a UUID is still found.
     fn find_service(&self, subdomain_or_id: &str) -> StoreResult<Option<Service>> {
+        // PostgreSQL text cannot hold NUL, so no subdomain has one; asking would be an error
+        // there (a 503 for a client's typo), so the answer is known without asking.
+        if subdomain_or_id.contains('\0') {
+            return Ok(None);
+        }
         self.read(|conn| {
             if let Ok(id) = Uuid::parse_str(subdomain_or_id) {
                 if let Some(service) = by_id(conn, &id_text(id))? {
@@ -77,7 +82,7 @@ impl ServiceStore for Store {
             }
             services::table
                 .filter(services::subdomain.eq(subdomain_or_id.to_lowercase()))
-                .first::<ServiceRow>(conn)
+                .get_result::<ServiceRow>(conn)
                 .optional()?
                 .map(ServiceRow::into_domain)
                 .transpose()
@@ -211,7 +216,7 @@ impl ServiceStore for Store {
         self.read(|conn| {
             published_configs::table
                 .find(id_text(service_id))
-                .first::<ConfigRow>(conn)
+                .get_result::<ConfigRow>(conn)
                 .optional()?
                 .map(ConfigRow::into_domain)
                 .transpose()

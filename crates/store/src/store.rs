@@ -112,7 +112,7 @@ impl Store {
         self.read(|conn| {
             let Some(latest) = changes::table
                 .select(diesel::dsl::max(changes::seq))
-                .first::<Option<i64>>(conn)?
+                .get_result::<Option<i64>>(conn)?
             else {
                 return Ok(0);
             };
@@ -135,6 +135,18 @@ impl Store {
     pub(crate) fn read<T>(&self, f: impl FnOnce(&mut Db) -> Res<T>) -> StoreResult<T> {
         let mut conn = self.conn()?;
         Ok(f(&mut conn)?)
+    }
+
+    /// Runs read-only statements in place, only when that cannot wait: the database is SQLite
+    /// (in-process, so a point read on a warm page cache costs microseconds, less than handing it
+    /// to another thread) and a pooled connection is idle now. `None` otherwise: the caller then
+    /// uses the blocking path.
+    pub(crate) fn read_now<T>(&self, f: impl FnOnce(&mut Db) -> Res<T>) -> Option<StoreResult<T>> {
+        if self.backend != Backend::Sqlite {
+            return None;
+        }
+        let mut conn = self.pool.try_get()?;
+        Some(f(&mut conn).map_err(|Failure(e)| e))
     }
 
     /// Runs `f` in one write transaction and appends the changes it reports to the change log

@@ -46,31 +46,72 @@ fn crud_of_service_accounts_with_a_one_time_token() {
     let id = created["id"].as_str().unwrap();
     assert_eq!(location, format!("{}/service-accounts/{id}", server.base));
     assert_eq!(created["name"], "deployer");
-    assert_eq!(created["policy"], json!({"kind": "static", "services": ["api-acme"]}));
+    assert_eq!(
+        created["policy"],
+        json!({"kind": "static", "services": ["api-acme"]})
+    );
     let token = created["token"].as_str().unwrap();
     assert!(token.starts_with("rgst_"));
 
-    let list = json(server.authed(Method::GET, "/service-accounts", &acme.token).send().unwrap());
+    let list = json(
+        server
+            .authed(Method::GET, "/service-accounts", &acme.token)
+            .send()
+            .unwrap(),
+    );
     let list = list.as_array().unwrap();
     assert_eq!(list.len(), 2);
     assert!(list.iter().all(|a| a.get("token").is_none()));
-    let one = json(server.authed(Method::GET, &format!("/service-accounts/{id}"), &acme.token).send().unwrap());
+    let one = json(
+        server
+            .authed(Method::GET, &format!("/service-accounts/{id}"), &acme.token)
+            .send()
+            .unwrap(),
+    );
     assert_eq!(one["policy"], created["policy"]);
     assert!(one.get("token").is_none());
 
     let renamed = server
-        .authed(Method::PATCH, &format!("/service-accounts/{id}"), &acme.token)
+        .authed(
+            Method::PATCH,
+            &format!("/service-accounts/{id}"),
+            &acme.token,
+        )
         .json(&json!({"name": "deployer-2"}))
         .send()
         .unwrap();
     assert_eq!(json(renamed)["name"], "deployer-2");
 
-    assert_eq!(server.authed(Method::GET, "/services/api-acme", token).send().unwrap().status(), 200);
-    let deleted = server.authed(Method::DELETE, &format!("/service-accounts/{id}"), &acme.token).send().unwrap();
+    assert_eq!(
+        server
+            .authed(Method::GET, "/services/api-acme", token)
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    let deleted = server
+        .authed(
+            Method::DELETE,
+            &format!("/service-accounts/{id}"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
     assert_eq!(deleted.status(), 204);
-    assert_problem(server.authed(Method::GET, "/services/api-acme", token).send().unwrap(), 401, "unauthorized");
     assert_problem(
-        server.authed(Method::GET, &format!("/service-accounts/{id}"), &acme.token).send().unwrap(),
+        server
+            .authed(Method::GET, "/services/api-acme", token)
+            .send()
+            .unwrap(),
+        401,
+        "unauthorized",
+    );
+    assert_problem(
+        server
+            .authed(Method::GET, &format!("/service-accounts/{id}"), &acme.token)
+            .send()
+            .unwrap(),
         404,
         "not-found",
     );
@@ -90,7 +131,10 @@ fn policies_naming_services_the_customer_does_not_own_are_refused() {
         .send()
         .unwrap();
     let problem = assert_problem(response, 400, "unknown-services");
-    assert_eq!(pointers(&problem), ["/policy/services/1", "/policy/services/2"]);
+    assert_eq!(
+        pointers(&problem),
+        ["/policy/services/1", "/policy/services/2"]
+    );
     let oidc = server
         .authed(Method::POST, "/service-accounts", &acme.token)
         .json(&json!({"name": "x", "policy": {"kind": "oidc", "rules": [
@@ -102,9 +146,17 @@ fn policies_naming_services_the_customer_does_not_own_are_refused() {
     let problem = assert_problem(oidc, 400, "unknown-services");
     assert_eq!(pointers(&problem), ["/policy/rules/1/services/0"]);
     // The same check on PATCH.
-    let created = account(&server, &acme, json!({"kind": "static", "services": ["api-acme"]}));
+    let created = account(
+        &server,
+        &acme,
+        json!({"kind": "static", "services": ["api-acme"]}),
+    );
     let patch = server
-        .authed(Method::PATCH, &format!("/service-accounts/{}", created["id"].as_str().unwrap()), &acme.token)
+        .authed(
+            Method::PATCH,
+            &format!("/service-accounts/{}", created["id"].as_str().unwrap()),
+            &acme.token,
+        )
         .json(&json!({"policy": {"kind": "static", "services": ["web-other"]}}))
         .send()
         .unwrap();
@@ -122,8 +174,16 @@ fn invalid_policies_report_every_problem_under_policy() {
         .unwrap();
     let problem = assert_problem(response, 400, "validation-failed");
     let got = pointers(&problem);
-    for expected in ["/name", "/policy/services", "/policy/rules", "/policy/color"] {
-        assert!(got.iter().any(|p| p == expected), "{expected} missing in {got:?}");
+    for expected in [
+        "/name",
+        "/policy/services",
+        "/policy/rules",
+        "/policy/color",
+    ] {
+        assert!(
+            got.iter().any(|p| p == expected),
+            "{expected} missing in {got:?}"
+        );
     }
     let missing_sub = server
         .authed(Method::POST, "/service-accounts", &acme.token)
@@ -138,22 +198,34 @@ fn invalid_policies_report_every_problem_under_policy() {
 fn kind_cannot_change_and_oidc_accounts_have_no_token() {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
-    let oidc = account(&server, &acme, json!({"kind": "oidc", "rules": [
-        {"services": ["*"], "claims": {"iss": "https://issuer.example", "aud": "registry", "sub": "*"}}
-    ]}));
+    let oidc = account(
+        &server,
+        &acme,
+        json!({"kind": "oidc", "rules": [
+            {"services": ["*"], "claims": {"iss": "https://issuer.example", "aud": "registry", "sub": "*"}}
+        ]}),
+    );
     assert!(oidc.get("token").is_none());
     let warnings = oidc["warnings"].as_array().expect("a warning for sub *");
     assert!(warnings[0].as_str().unwrap().contains("sub"));
     let id = oidc["id"].as_str().unwrap();
     let change = server
-        .authed(Method::PATCH, &format!("/service-accounts/{id}"), &acme.token)
+        .authed(
+            Method::PATCH,
+            &format!("/service-accounts/{id}"),
+            &acme.token,
+        )
         .json(&json!({"policy": {"kind": "static", "services": ["*"]}}))
         .send()
         .unwrap();
     let problem = assert_problem(change, 400, "kind-immutable");
     assert_eq!(pointers(&problem), ["/policy/kind"]);
     let regenerate = server
-        .authed(Method::POST, &format!("/service-accounts/{id}/regenerate-token"), &acme.token)
+        .authed(
+            Method::POST,
+            &format!("/service-accounts/{id}/regenerate-token"),
+            &acme.token,
+        )
         .send()
         .unwrap();
     assert_problem(regenerate, 400, "validation-failed");
@@ -166,7 +238,14 @@ fn regeneration_invalidates_the_old_token_at_once() {
     let created = account(&server, &acme, json!({"kind": "static", "services": ["*"]}));
     let id = created["id"].as_str().unwrap();
     let old = created["token"].as_str().unwrap().to_owned();
-    assert_eq!(server.authed(Method::GET, "/services", &old).send().unwrap().status(), 200);
+    assert_eq!(
+        server
+            .authed(Method::GET, "/services", &old)
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
 
     // Hammer the API with the old token while regenerating: once the regeneration has
     // returned, no request sent afterwards may succeed.
@@ -182,7 +261,8 @@ fn regeneration_invalidates_the_old_token_at_once() {
                 while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                     let sent = std::time::Instant::now();
                     let status = client.get(&url).bearer_auth(&old).send().unwrap().status();
-                    let after_regeneration = regenerated_at.lock().unwrap().is_some_and(|at| sent > at);
+                    let after_regeneration =
+                        regenerated_at.lock().unwrap().is_some_and(|at| sent > at);
                     if after_regeneration && status == 200 {
                         late_successes += 1;
                     }
@@ -193,7 +273,11 @@ fn regeneration_invalidates_the_old_token_at_once() {
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(200));
     let response = server
-        .authed(Method::POST, &format!("/service-accounts/{id}/regenerate-token"), &acme.token)
+        .authed(
+            Method::POST,
+            &format!("/service-accounts/{id}/regenerate-token"),
+            &acme.token,
+        )
         .send()
         .unwrap();
     *regenerated_at.lock().unwrap() = Some(std::time::Instant::now());
@@ -205,9 +289,26 @@ fn regeneration_invalidates_the_old_token_at_once() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let late: i32 = workers.into_iter().map(|w| w.join().unwrap()).sum();
-    assert_eq!(late, 0, "requests with the old token succeeded after regeneration");
-    assert_problem(server.authed(Method::GET, "/services", &old).send().unwrap(), 401, "unauthorized");
-    assert_eq!(server.authed(Method::GET, "/services", new).send().unwrap().status(), 200);
+    assert_eq!(
+        late, 0,
+        "requests with the old token succeeded after regeneration"
+    );
+    assert_problem(
+        server
+            .authed(Method::GET, "/services", &old)
+            .send()
+            .unwrap(),
+        401,
+        "unauthorized",
+    );
+    assert_eq!(
+        server
+            .authed(Method::GET, "/services", new)
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
 }
 
 /// The authorization matrix: caller scope × endpoint × owner (DECISIONS §5).
@@ -220,27 +321,115 @@ fn authorization_matrix() {
         named_service(&server, &acme, name);
     }
     named_service(&server, &other, "web-9");
-    let scoped = account(&server, &acme, json!({"kind": "static", "services": ["web-*"]}));
+    let scoped = account(
+        &server,
+        &acme,
+        json!({"kind": "static", "services": ["web-*"]}),
+    );
     let scoped = scoped["token"].as_str().unwrap();
 
     // (caller, method, path, body, expected status)
     let cases: Vec<(&str, Method, &str, Value, u16)> = vec![
-        (scoped, Method::GET, "/services/web-1-acme", json!(null), 200),
-        (scoped, Method::PATCH, "/services/web-1-acme", json!({"title": "t"}), 200),
+        (
+            scoped,
+            Method::GET,
+            "/services/web-1-acme",
+            json!(null),
+            200,
+        ),
+        (
+            scoped,
+            Method::PATCH,
+            "/services/web-1-acme",
+            json!({"title": "t"}),
+            200,
+        ),
         (scoped, Method::GET, "/services/db-acme", json!(null), 403),
-        (scoped, Method::PATCH, "/services/db-acme", json!({"title": "t"}), 403),
-        (scoped, Method::DELETE, "/services/db-acme", json!(null), 403),
-        (scoped, Method::PUT, "/services/db-acme/config", super::upload(&["k"]), 403),
-        (scoped, Method::GET, "/services/web-9-other", json!(null), 404),
-        (scoped, Method::GET, "/services/missing-acme", json!(null), 404),
-        (scoped, Method::POST, "/services", json!({"title": "t", "serviceName": "web-2"}), 201),
-        (scoped, Method::POST, "/services", json!({"title": "t", "serviceName": "api"}), 403),
-        (scoped, Method::POST, "/services", json!({"title": "t"}), 403),
+        (
+            scoped,
+            Method::PATCH,
+            "/services/db-acme",
+            json!({"title": "t"}),
+            403,
+        ),
+        (
+            scoped,
+            Method::DELETE,
+            "/services/db-acme",
+            json!(null),
+            403,
+        ),
+        (
+            scoped,
+            Method::PUT,
+            "/services/db-acme/config",
+            super::upload(&["k"]),
+            403,
+        ),
+        (
+            scoped,
+            Method::GET,
+            "/services/web-9-other",
+            json!(null),
+            404,
+        ),
+        (
+            scoped,
+            Method::GET,
+            "/services/missing-acme",
+            json!(null),
+            404,
+        ),
+        (
+            scoped,
+            Method::POST,
+            "/services",
+            json!({"title": "t", "serviceName": "web-2"}),
+            201,
+        ),
+        (
+            scoped,
+            Method::POST,
+            "/services",
+            json!({"title": "t", "serviceName": "api"}),
+            403,
+        ),
+        (
+            scoped,
+            Method::POST,
+            "/services",
+            json!({"title": "t"}),
+            403,
+        ),
         (scoped, Method::GET, "/service-accounts", json!(null), 403),
-        (scoped, Method::POST, "/service-accounts", json!({"name": "x", "policy": {"kind": "static", "services": ["*"]}}), 403),
-        (&acme.token, Method::GET, "/services/db-acme", json!(null), 200),
-        (&acme.token, Method::GET, "/services/web-9-other", json!(null), 404),
-        (&other.token, Method::GET, "/services/web-1-acme", json!(null), 404),
+        (
+            scoped,
+            Method::POST,
+            "/service-accounts",
+            json!({"name": "x", "policy": {"kind": "static", "services": ["*"]}}),
+            403,
+        ),
+        (
+            &acme.token,
+            Method::GET,
+            "/services/db-acme",
+            json!(null),
+            200,
+        ),
+        (
+            &acme.token,
+            Method::GET,
+            "/services/web-9-other",
+            json!(null),
+            404,
+        ),
+        (
+            &other.token,
+            Method::GET,
+            "/services/web-1-acme",
+            json!(null),
+            404,
+        ),
     ];
     for (token, method, path, body, expected) in cases {
         let mut request = server.authed(method.clone(), path, token);
@@ -250,8 +439,18 @@ fn authorization_matrix() {
         let status = request.send().unwrap().status().as_u16();
         assert_eq!(status, expected, "{method} {path}");
     }
-    let visible = json(server.authed(Method::GET, "/services", scoped).send().unwrap());
-    let mut names: Vec<&str> = visible.as_array().unwrap().iter().map(|s| s["subdomain"].as_str().unwrap()).collect();
+    let visible = json(
+        server
+            .authed(Method::GET, "/services", scoped)
+            .send()
+            .unwrap(),
+    );
+    let mut names: Vec<&str> = visible
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["subdomain"].as_str().unwrap())
+        .collect();
     names.sort();
     assert_eq!(names, ["web-1-acme", "web-2-acme"]);
 }
@@ -263,8 +462,16 @@ fn ip_allowlists_apply_to_every_call_v4_and_v6() {
         ..ServerOptions::default()
     });
     let acme = server.customer("acme", "business");
-    let v4 = account(&server, &acme, json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}));
-    let v6 = account(&server, &acme, json!({"kind": "static", "services": ["*"], "ip_allowlist": ["2001:db8::/32", "198.51.100.7"]}));
+    let v4 = account(
+        &server,
+        &acme,
+        json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
+    );
+    let v6 = account(
+        &server,
+        &acme,
+        json!({"kind": "static", "services": ["*"], "ip_allowlist": ["2001:db8::/32", "198.51.100.7"]}),
+    );
     let (v4, v6) = (v4["token"].as_str().unwrap(), v6["token"].as_str().unwrap());
     let call = |token: &str, forwarded: Option<&str>| {
         let mut request = server.authed(Method::GET, "/services", token);

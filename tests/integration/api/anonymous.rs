@@ -5,7 +5,11 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 fn create(server: &TestServer, body: Value) -> Value {
-    let response = server.request(Method::POST, "/anonymous/services").json(&body).send().unwrap();
+    let response = server
+        .request(Method::POST, "/anonymous/services")
+        .json(&body)
+        .send()
+        .unwrap();
     assert_eq!(response.status(), 201);
     json(response)
 }
@@ -17,7 +21,12 @@ fn create_returns_the_secret_once_with_a_working_dashboard_url() {
     let sub = created["service"]["subdomain"].as_str().unwrap();
     let (random, suffix) = sub.rsplit_once('-').unwrap();
     assert_eq!(suffix, "anon");
-    assert!(random.len() >= 12 && random.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+    assert!(
+        random.len() >= 12
+            && random
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    );
     assert_eq!(created["service"]["name"], sub);
     assert!(uuid::Uuid::parse_str(created["service"]["id"].as_str().unwrap()).is_ok());
     let secret = created["secret"].as_str().unwrap();
@@ -31,7 +40,12 @@ fn create_returns_the_secret_once_with_a_working_dashboard_url() {
     let expires = created["expiresAt"].as_str().unwrap();
     assert!(expires.ends_with('Z'), "{expires}");
 
-    let got = json(server.authed(Method::GET, &format!("/services/{sub}"), secret).send().unwrap());
+    let got = json(
+        server
+            .authed(Method::GET, &format!("/services/{sub}"), secret)
+            .send()
+            .unwrap(),
+    );
     assert_eq!(got["subdomain"], sub);
     assert_eq!(got["title"], "Try");
     assert_eq!(got["expiresAt"], expires);
@@ -49,17 +63,49 @@ fn the_secret_manages_its_own_service_and_nothing_else() {
     let secret = mine["secret"].as_str().unwrap();
     let path = format!("/services/{sub}");
 
-    let patched = server.authed(Method::PATCH, &path, secret).json(&json!({"title": "T", "description": "D"})).send().unwrap();
+    let patched = server
+        .authed(Method::PATCH, &path, secret)
+        .json(&json!({"title": "T", "description": "D"}))
+        .send()
+        .unwrap();
     assert_eq!(patched.status(), 200);
     assert_eq!(json(patched)["description"], "D");
-    let put = server.authed(Method::PUT, &format!("{path}/config"), secret).json(&upload(&["a"])).send().unwrap();
+    let put = server
+        .authed(Method::PUT, &format!("{path}/config"), secret)
+        .json(&upload(&["a"]))
+        .send()
+        .unwrap();
     assert_eq!(put.status(), 200);
-    assert_eq!(server.hosted(Method::GET, sub, "/.well-known/openid-configuration").send().unwrap().status(), 200);
-    assert_eq!(server.authed(Method::GET, &format!("{path}/config"), secret).send().unwrap().status(), 200);
-    assert_eq!(server.authed(Method::DELETE, &format!("{path}/config"), secret).send().unwrap().status(), 204);
+    assert_eq!(
+        server
+            .hosted(Method::GET, sub, "/.well-known/openid-configuration")
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        server
+            .authed(Method::GET, &format!("{path}/config"), secret)
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        server
+            .authed(Method::DELETE, &format!("{path}/config"), secret)
+            .send()
+            .unwrap()
+            .status(),
+        204
+    );
 
     let other_sub = other["service"]["subdomain"].as_str().unwrap();
-    let foreign = server.authed(Method::GET, &format!("/services/{other_sub}"), secret).send().unwrap();
+    let foreign = server
+        .authed(Method::GET, &format!("/services/{other_sub}"), secret)
+        .send()
+        .unwrap();
     assert_problem(foreign, 404, "not-found");
     for (method, path) in [
         (Method::GET, "/services"),
@@ -67,10 +113,21 @@ fn the_secret_manages_its_own_service_and_nothing_else() {
         (Method::GET, "/service-accounts"),
         (Method::POST, "/service-accounts"),
     ] {
-        let response = server.authed(method, path, secret).json(&json!({"title": "x"})).send().unwrap();
+        let response = server
+            .authed(method, path, secret)
+            .json(&json!({"title": "x"}))
+            .send()
+            .unwrap();
         assert_problem(response, 403, "forbidden");
     }
-    assert_eq!(server.authed(Method::DELETE, &path, secret).send().unwrap().status(), 204);
+    assert_eq!(
+        server
+            .authed(Method::DELETE, &path, secret)
+            .send()
+            .unwrap()
+            .status(),
+        204
+    );
     // Deleted: the secret no longer opens anything.
     let after = server.authed(Method::GET, &path, secret).send().unwrap();
     assert_problem(after, 401, "unauthorized");
@@ -79,18 +136,36 @@ fn the_secret_manages_its_own_service_and_nothing_else() {
 #[test]
 fn ttl_hours_is_validated_and_clamped() {
     let server = TestServer::start();
-    for bad in [json!(0), json!(-1), json!("2"), json!(true), json!({}), json!(null)] {
-        let response = server.request(Method::POST, "/anonymous/services").json(&json!({"ttlHours": bad})).send().unwrap();
+    for bad in [
+        json!(0),
+        json!(-1),
+        json!("2"),
+        json!(true),
+        json!({}),
+        json!(null),
+    ] {
+        let response = server
+            .request(Method::POST, "/anonymous/services")
+            .json(&json!({"ttlHours": bad}))
+            .send()
+            .unwrap();
         let body = assert_problem(response, 400, "validation-failed");
         assert_eq!(body["errors"][0]["pointer"], "/ttlHours", "{bad}");
     }
     let clamped = create(&server, json!({"ttlHours": 100}));
     assert!(clamped["remainingSeconds"].as_i64().unwrap() <= 86400);
     assert!(clamped["remainingSeconds"].as_i64().unwrap() > 86300);
-    let default = server.request(Method::POST, "/anonymous/services").send().unwrap();
+    let default = server
+        .request(Method::POST, "/anonymous/services")
+        .send()
+        .unwrap();
     assert_eq!(default.status(), 201);
     assert!(json(default)["remainingSeconds"].as_i64().unwrap() > 86300);
-    let unknown = server.request(Method::POST, "/anonymous/services").json(&json!({"owner": "me"})).send().unwrap();
+    let unknown = server
+        .request(Method::POST, "/anonymous/services")
+        .json(&json!({"owner": "me"}))
+        .send()
+        .unwrap();
     assert_problem(unknown, 400, "validation-failed");
 }
 
@@ -100,13 +175,45 @@ fn an_expired_service_answers_404_everywhere_at_once() {
     let created = create(&server, json!({"ttlHours": 0.0008})); // about 3 seconds
     let sub = created["service"]["subdomain"].as_str().unwrap();
     let secret = created["secret"].as_str().unwrap();
-    let put = server.authed(Method::PUT, &format!("/services/{sub}/config"), secret).json(&upload(&["a"])).send().unwrap();
+    let put = server
+        .authed(Method::PUT, &format!("/services/{sub}/config"), secret)
+        .json(&upload(&["a"]))
+        .send()
+        .unwrap();
     assert_eq!(put.status(), 200);
-    assert_eq!(server.hosted(Method::GET, sub, "/keys").send().unwrap().status(), 200);
+    assert_eq!(
+        server
+            .hosted(Method::GET, sub, "/keys")
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
     std::thread::sleep(Duration::from_millis(3500));
-    assert_problem(server.authed(Method::GET, &format!("/services/{sub}"), secret).send().unwrap(), 404, "not-found");
-    assert_problem(server.authed(Method::GET, &format!("/services/{sub}/config"), secret).send().unwrap(), 404, "not-found");
-    assert_eq!(server.hosted(Method::GET, sub, "/keys").send().unwrap().status(), 404);
+    assert_problem(
+        server
+            .authed(Method::GET, &format!("/services/{sub}"), secret)
+            .send()
+            .unwrap(),
+        404,
+        "not-found",
+    );
+    assert_problem(
+        server
+            .authed(Method::GET, &format!("/services/{sub}/config"), secret)
+            .send()
+            .unwrap(),
+        404,
+        "not-found",
+    );
+    assert_eq!(
+        server
+            .hosted(Method::GET, sub, "/keys")
+            .send()
+            .unwrap()
+            .status(),
+        404
+    );
 }
 
 #[test]
@@ -117,8 +224,16 @@ fn creation_is_rate_limited_per_client_address() {
     });
     create(&server, json!({}));
     create(&server, json!({}));
-    let limited = server.request(Method::POST, "/anonymous/services").json(&json!({})).send().unwrap();
-    let retry_after: u64 = limited.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let limited = server
+        .request(Method::POST, "/anonymous/services")
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    let retry_after: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(retry_after > 0 && retry_after <= 3600);
     assert_problem(limited, 429, "rate-limited");
 }

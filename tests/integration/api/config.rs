@@ -21,42 +21,91 @@ fn publish_read_and_remove_a_configuration() {
     let sub = service(&server, &acme, "api");
     let path = format!("/services/{sub}/config");
 
-    let none = server.authed(Method::GET, &path, &acme.token).send().unwrap();
+    let none = server
+        .authed(Method::GET, &path, &acme.token)
+        .send()
+        .unwrap();
     assert_problem(none, 404, "not-found");
-    let none = server.authed(Method::DELETE, &path, &acme.token).send().unwrap();
+    let none = server
+        .authed(Method::DELETE, &path, &acme.token)
+        .send()
+        .unwrap();
     assert_problem(none, 404, "not-found");
 
-    let put = server.authed(Method::PUT, &path, &acme.token).json(&upload(&["k1"])).send().unwrap();
+    let put = server
+        .authed(Method::PUT, &path, &acme.token)
+        .json(&upload(&["k1"]))
+        .send()
+        .unwrap();
     assert_eq!(put.status(), 200);
     let put = json(put);
     let issuer = server.issuer(&sub);
     assert_eq!(put["openidConfiguration"]["issuer"], issuer.as_str());
-    assert_eq!(put["openidConfiguration"]["jwks_uri"], format!("{issuer}/openid/v1/jwks"));
+    assert_eq!(
+        put["openidConfiguration"]["jwks_uri"],
+        format!("{issuer}/openid/v1/jwks")
+    );
     assert_eq!(put["jwks"]["keys"][0], rsa_key("k1"));
     let warnings = put["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].as_str().unwrap().contains(&format!("--service-account-issuer={issuer}")));
+    assert!(warnings[0]
+        .as_str()
+        .unwrap()
+        .contains(&format!("--service-account-issuer={issuer}")));
 
-    let got = json(server.authed(Method::GET, &path, &acme.token).send().unwrap());
+    let got = json(
+        server
+            .authed(Method::GET, &path, &acme.token)
+            .send()
+            .unwrap(),
+    );
     assert_eq!(got["openidConfiguration"], put["openidConfiguration"]);
     assert_eq!(got["jwks"], put["jwks"]);
-    let order: Vec<&String> = got["openidConfiguration"].as_object().unwrap().keys().collect();
-    let uploaded: Vec<String> = cluster_discovery().as_object().unwrap().keys().cloned().collect();
+    let order: Vec<&String> = got["openidConfiguration"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    let uploaded: Vec<String> = cluster_discovery()
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
     assert_eq!(order, uploaded.iter().collect::<Vec<_>>());
 
     // A rotation with no overlapping kid is allowed, with a warning.
     let mut rotated = upload(&["k2"]);
     rotated["openidConfiguration"]["issuer"] = json!(issuer);
-    let put = json(server.authed(Method::PUT, &path, &acme.token).json(&rotated).send().unwrap());
+    let put = json(
+        server
+            .authed(Method::PUT, &path, &acme.token)
+            .json(&rotated)
+            .send()
+            .unwrap(),
+    );
     let warnings = put["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].as_str().unwrap().contains("k1"));
 
-    let removed = server.authed(Method::DELETE, &path, &acme.token).send().unwrap();
+    let removed = server
+        .authed(Method::DELETE, &path, &acme.token)
+        .send()
+        .unwrap();
     assert_eq!(removed.status(), 204);
-    assert_problem(server.authed(Method::GET, &path, &acme.token).send().unwrap(), 404, "not-found");
+    assert_problem(
+        server
+            .authed(Method::GET, &path, &acme.token)
+            .send()
+            .unwrap(),
+        404,
+        "not-found",
+    );
     // The service stays.
-    let kept = server.authed(Method::GET, &format!("/services/{sub}"), &acme.token).send().unwrap();
+    let kept = server
+        .authed(Method::GET, &format!("/services/{sub}"), &acme.token)
+        .send()
+        .unwrap();
     assert_eq!(kept.status(), 200);
 }
 
@@ -66,27 +115,54 @@ fn invalid_uploads_are_refused_with_pointers_and_change_nothing() {
     let acme = server.customer("acme", "business");
     let sub = service(&server, &acme, "api");
     let path = format!("/services/{sub}/config");
-    server.authed(Method::PUT, &path, &acme.token).json(&upload(&["good"])).send().unwrap();
+    server
+        .authed(Method::PUT, &path, &acme.token)
+        .json(&upload(&["good"]))
+        .send()
+        .unwrap();
 
     let mut private = rsa_key("leaked");
     private["d"] = json!("c2VjcmV0");
     let mut discovery = cluster_discovery();
-    discovery.as_object_mut().unwrap().remove("subject_types_supported");
+    discovery
+        .as_object_mut()
+        .unwrap()
+        .remove("subject_types_supported");
     let body = json!({"openidConfiguration": discovery, "jwks": {"keys": [private, rsa_key("x"), rsa_key("x")]}});
-    let response = server.authed(Method::PUT, &path, &acme.token).json(&body).send().unwrap();
+    let response = server
+        .authed(Method::PUT, &path, &acme.token)
+        .json(&body)
+        .send()
+        .unwrap();
     let problem = assert_problem(response, 400, "validation-failed");
     let errors = problem["errors"].as_array().unwrap();
-    let pointers: Vec<&str> = errors.iter().map(|e| e["pointer"].as_str().unwrap()).collect();
+    let pointers: Vec<&str> = errors
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
     assert_eq!(
         pointers,
-        ["/openidConfiguration/subject_types_supported", "/jwks/keys/0", "/jwks/keys/2/kid"]
+        [
+            "/openidConfiguration/subject_types_supported",
+            "/jwks/keys/0",
+            "/jwks/keys/2/kid"
+        ]
     );
     assert!(errors[1]["message"].as_str().unwrap().contains("rotate"));
 
-    let kept = json(server.authed(Method::GET, &path, &acme.token).send().unwrap());
+    let kept = json(
+        server
+            .authed(Method::GET, &path, &acme.token)
+            .send()
+            .unwrap(),
+    );
     assert_eq!(kept["jwks"]["keys"][0]["kid"], "good");
 
-    let empty = server.authed(Method::PUT, &path, &acme.token).json(&json!({"openidConfiguration": cluster_discovery(), "jwks": {"keys": []}})).send().unwrap();
+    let empty = server
+        .authed(Method::PUT, &path, &acme.token)
+        .json(&json!({"openidConfiguration": cluster_discovery(), "jwks": {"keys": []}}))
+        .send()
+        .unwrap();
     assert_problem(empty, 400, "validation-failed");
     let oct = server
         .authed(Method::PUT, &path, &acme.token)

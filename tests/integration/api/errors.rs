@@ -26,12 +26,21 @@ fn every_credential_failure_is_the_same_401() {
             request = request.header("authorization", value);
         }
         let response = request.send().unwrap();
-        let challenge = response.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_owned());
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned());
         let body = assert_problem(response, 401, "unauthorized");
-        assert!(challenge.unwrap_or_default().starts_with("Bearer"), "{authorization:?}");
+        assert!(
+            challenge.unwrap_or_default().starts_with("Bearer"),
+            "{authorization:?}"
+        );
         details.push(body["detail"].as_str().unwrap().to_owned());
     }
-    assert!(details.windows(2).all(|w| w[0] == w[1]), "details differ: {details:?}");
+    assert!(
+        details.windows(2).all(|w| w[0] == w[1]),
+        "details differ: {details:?}"
+    );
     assert!(!server.log().contains(&forged));
     assert!(!server.log().contains(&acme.token));
 }
@@ -50,7 +59,11 @@ fn malformed_bodies_are_problems() {
         .send()
         .unwrap();
     assert_problem(syntax, 400, "invalid-json");
-    let not_object = server.authed(Method::POST, "/services", &acme.token).json(&json!(["x"])).send().unwrap();
+    let not_object = server
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!(["x"]))
+        .send()
+        .unwrap();
     assert_problem(not_object, 400, "validation-failed");
     let media = server
         .authed(Method::POST, "/services", &acme.token)
@@ -74,7 +87,12 @@ fn malformed_bodies_are_problems() {
         .unwrap();
     assert_problem(nested, 400, "invalid-json");
     // Nothing was created by any of it.
-    let list: serde_json::Value = server.authed(Method::GET, "/services", &acme.token).send().unwrap().json().unwrap();
+    let list: serde_json::Value = server
+        .authed(Method::GET, "/services", &acme.token)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
     assert_eq!(list, json!([]));
 }
 
@@ -91,7 +109,11 @@ fn unknown_routes_and_methods_are_problems() {
 #[test]
 fn request_ids_are_echoed_or_made() {
     let server = TestServer::start();
-    let echoed = server.request(Method::GET, "/healthz").header("x-request-id", "abc-123").send().unwrap();
+    let echoed = server
+        .request(Method::GET, "/healthz")
+        .header("x-request-id", "abc-123")
+        .send()
+        .unwrap();
     assert_eq!(echoed.headers()["x-request-id"], "abc-123");
     let made = server.request(Method::GET, "/healthz").send().unwrap();
     let id = made.headers()["x-request-id"].to_str().unwrap().to_owned();
@@ -107,7 +129,10 @@ fn repeated_failed_authentication_is_rate_limited_per_address() {
     let unknown = format!("rgst_{}_{}", "0".repeat(16), "0".repeat(52));
     let mut first_429 = None;
     for attempt in 0..1100 {
-        let response = server.authed(Method::GET, "/services", &unknown).send().unwrap();
+        let response = server
+            .authed(Method::GET, "/services", &unknown)
+            .send()
+            .unwrap();
         if response.status() == 429 {
             assert!(response.headers().contains_key("retry-after"));
             first_429 = Some(attempt);
@@ -115,7 +140,18 @@ fn repeated_failed_authentication_is_rate_limited_per_address() {
         }
         assert_eq!(response.status(), 401);
     }
-    assert_eq!(first_429, Some(1000), "the 1001st failure within a minute is refused");
+    assert_eq!(
+        first_429,
+        Some(1000),
+        "the 1001st failure within a minute is refused"
+    );
     // While limited, even the healthz endpoint still answers (only authentication is limited).
-    assert_eq!(server.request(Method::GET, "/healthz").send().unwrap().status(), 200);
+    assert_eq!(
+        server
+            .request(Method::GET, "/healthz")
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
 }

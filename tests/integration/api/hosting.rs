@@ -25,7 +25,10 @@ fn documents_are_public_by_host_with_caching_headers() {
     let sub = published(&server);
     let issuer = server.issuer(&sub);
 
-    let discovery = server.hosted(Method::GET, &sub, "/.well-known/openid-configuration").send().unwrap();
+    let discovery = server
+        .hosted(Method::GET, &sub, "/.well-known/openid-configuration")
+        .send()
+        .unwrap();
     assert_eq!(discovery.status(), 200);
     let headers = discovery.headers().clone();
     assert_eq!(headers["content-type"], "application/json");
@@ -33,7 +36,10 @@ fn documents_are_public_by_host_with_caching_headers() {
     assert_eq!(headers["access-control-allow-origin"], "*");
     assert!(headers.get("access-control-allow-credentials").is_none());
     let etag = headers["etag"].to_str().unwrap().to_owned();
-    assert!(etag.starts_with('"') && etag.ends_with('"'), "strong etag {etag}");
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"'),
+        "strong etag {etag}"
+    );
     let last_modified = headers["last-modified"].to_str().unwrap().to_owned();
     assert!(last_modified.ends_with(" GMT"));
     let doc = json(discovery);
@@ -41,10 +47,18 @@ fn documents_are_public_by_host_with_caching_headers() {
     assert_eq!(doc["jwks_uri"], format!("{issuer}/openid/v1/jwks"));
 
     let mut jwks_bodies = Vec::new();
-    for path in ["/openid/v1/jwks", "/.well-known/jwks.json", "/keys", "/keys.json"] {
+    for path in [
+        "/openid/v1/jwks",
+        "/.well-known/jwks.json",
+        "/keys",
+        "/keys.json",
+    ] {
         let response = server.hosted(Method::GET, &sub, path).send().unwrap();
         assert_eq!(response.status(), 200, "{path}");
-        assert_eq!(response.headers()["content-type"], "application/jwk-set+json");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/jwk-set+json"
+        );
         jwks_bodies.push(json(response));
     }
     assert!(jwks_bodies.iter().all(|b| b == &jwks_bodies[0]));
@@ -70,12 +84,18 @@ fn documents_are_public_by_host_with_caching_headers() {
         .unwrap();
     assert_eq!(other.status(), 200);
 
-    let head = server.hosted(Method::HEAD, &sub, "/.well-known/openid-configuration").send().unwrap();
+    let head = server
+        .hosted(Method::HEAD, &sub, "/.well-known/openid-configuration")
+        .send()
+        .unwrap();
     assert_eq!(head.status(), 200);
     assert_eq!(head.headers()["etag"], etag.as_str());
     assert_eq!(head.text().unwrap(), "");
 
-    let post = server.hosted(Method::POST, &sub, "/.well-known/openid-configuration").send().unwrap();
+    let post = server
+        .hosted(Method::POST, &sub, "/.well-known/openid-configuration")
+        .send()
+        .unwrap();
     assert_eq!(post.status(), 405);
     assert_eq!(post.headers()["allow"], "GET, HEAD");
 
@@ -91,11 +111,20 @@ fn documents_are_public_by_host_with_caching_headers() {
 fn unknown_unpublished_and_removed_issuers_answer_404_at_once() {
     let server = TestServer::start();
     let sub = published(&server);
-    let unknown = server.hosted(Method::GET, "nope-acme", "/.well-known/openid-configuration").send().unwrap();
+    let unknown = server
+        .hosted(
+            Method::GET,
+            "nope-acme",
+            "/.well-known/openid-configuration",
+        )
+        .send()
+        .unwrap();
     assert_eq!(unknown.status(), 404);
-    let other_path = server.hosted(Method::GET, &sub, "/services").send().unwrap();
+    let other_path = server
+        .hosted(Method::GET, &sub, "/services")
+        .send()
+        .unwrap();
     assert_eq!(other_path.status(), 404);
-
 }
 
 #[test]
@@ -108,18 +137,63 @@ fn a_new_upload_is_served_at_once_and_a_removal_stops_it() {
         .send()
         .unwrap();
     let path = "/services/api-acme/config";
-    server.authed(Method::PUT, path, &acme.token).json(&upload(&["k1"])).send().unwrap();
-    let first = server.hosted(Method::GET, "api-acme", "/keys").send().unwrap();
+    server
+        .authed(Method::PUT, path, &acme.token)
+        .json(&upload(&["k1"]))
+        .send()
+        .unwrap();
+    let first = server
+        .hosted(Method::GET, "api-acme", "/keys")
+        .send()
+        .unwrap();
     let first_etag = first.headers()["etag"].to_str().unwrap().to_owned();
-    server.authed(Method::PUT, path, &acme.token).json(&upload(&["k1", "k2"])).send().unwrap();
-    let second = server.hosted(Method::GET, "api-acme", "/keys").send().unwrap();
+    server
+        .authed(Method::PUT, path, &acme.token)
+        .json(&upload(&["k1", "k2"]))
+        .send()
+        .unwrap();
+    let second = server
+        .hosted(Method::GET, "api-acme", "/keys")
+        .send()
+        .unwrap();
     assert_ne!(second.headers()["etag"].to_str().unwrap(), first_etag);
     assert_eq!(json(second)["keys"].as_array().unwrap().len(), 2);
 
-    server.authed(Method::DELETE, path, &acme.token).send().unwrap();
-    assert_eq!(server.hosted(Method::GET, "api-acme", "/keys").send().unwrap().status(), 404);
-    server.authed(Method::PUT, path, &acme.token).json(&upload(&["k1"])).send().unwrap();
-    assert_eq!(server.hosted(Method::GET, "api-acme", "/keys").send().unwrap().status(), 200);
-    server.authed(Method::DELETE, "/services/api-acme", &acme.token).send().unwrap();
-    assert_eq!(server.hosted(Method::GET, "api-acme", "/keys").send().unwrap().status(), 404);
+    server
+        .authed(Method::DELETE, path, &acme.token)
+        .send()
+        .unwrap();
+    assert_eq!(
+        server
+            .hosted(Method::GET, "api-acme", "/keys")
+            .send()
+            .unwrap()
+            .status(),
+        404
+    );
+    server
+        .authed(Method::PUT, path, &acme.token)
+        .json(&upload(&["k1"]))
+        .send()
+        .unwrap();
+    assert_eq!(
+        server
+            .hosted(Method::GET, "api-acme", "/keys")
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    server
+        .authed(Method::DELETE, "/services/api-acme", &acme.token)
+        .send()
+        .unwrap();
+    assert_eq!(
+        server
+            .hosted(Method::GET, "api-acme", "/keys")
+            .send()
+            .unwrap()
+            .status(),
+        404
+    );
 }

@@ -12,18 +12,41 @@ fn metric(text: &str, name: &str) -> u64 {
 #[test]
 fn health_readiness_and_metrics() {
     let server = TestServer::start();
-    assert_eq!(json(server.request(Method::GET, "/healthz").send().unwrap()), json!({"status": "ok"}));
-    assert_eq!(server.request(Method::GET, "/readyz").send().unwrap().status(), 200);
+    assert_eq!(
+        json(server.request(Method::GET, "/healthz").send().unwrap()),
+        json!({"status": "ok"})
+    );
+    assert_eq!(
+        server
+            .request(Method::GET, "/readyz")
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
     let acme = server.customer("acme", "business");
     for _ in 0..5 {
-        let response = server.authed(Method::GET, "/services", &acme.token).send().unwrap();
+        let response = server
+            .authed(Method::GET, "/services", &acme.token)
+            .send()
+            .unwrap();
         assert_eq!(response.status(), 200);
     }
-    let text = server.request(Method::GET, "/metrics").send().unwrap().text().unwrap();
+    let text = server
+        .request(Method::GET, "/metrics")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
     // argon2 ran once for the token; the four other requests used the verification cache.
     assert_eq!(metric(&text, "registry_argon2_verifications_total"), 1);
     assert_eq!(metric(&text, "registry_token_cache_hits_total"), 4);
-    assert!(text.contains("registry_http_requests_total{route=\"/services\",method=\"GET\",status=\"200\"} 5"), "{text}");
+    assert!(
+        text.contains(
+            "registry_http_requests_total{route=\"/services\",method=\"GET\",status=\"200\"} 5"
+        ),
+        "{text}"
+    );
     assert!(text.contains("registry_http_request_duration_seconds_bucket{route=\"/services\""));
 }
 
@@ -64,11 +87,20 @@ fn openapi_documents_exactly_the_methods_each_route_serves() {
 #[test]
 fn the_policy_schema_is_served_with_this_servers_address() {
     let server = TestServer::start();
-    let response = server.request(Method::GET, "/schemas/service-account-policy/v1.json").send().unwrap();
+    let response = server
+        .request(Method::GET, "/schemas/service-account-policy/v1.json")
+        .send()
+        .unwrap();
     assert_eq!(response.status(), 200);
     let schema: Value = json(response);
-    assert_eq!(schema["$id"], format!("{}/schemas/service-account-policy/v1.json", server.base));
-    assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+    assert_eq!(
+        schema["$id"],
+        format!("{}/schemas/service-account-policy/v1.json", server.base)
+    );
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
 }
 
 #[test]
@@ -84,17 +116,45 @@ fn customer_commands() {
     assert_eq!(out["customer"]["tenant"], "acme");
     assert_eq!(out["customer"]["plan"], "team");
     assert_eq!(out["customer"]["name"], "acme Inc");
-    assert_eq!(out["serviceAccount"]["policy"], json!({"kind": "static", "services": ["*"]}));
+    assert_eq!(
+        out["serviceAccount"]["policy"],
+        json!({"kind": "static", "services": ["*"]})
+    );
     assert!(out["token"].as_str().unwrap().starts_with("rgst_"));
-    let duplicate = run_cli(&["customer", "create", "--tenant", "acme", "--plan", "free", "--name", "X"], &server.database_url);
+    let duplicate = run_cli(
+        &[
+            "customer", "create", "--tenant", "acme", "--plan", "free", "--name", "X",
+        ],
+        &server.database_url,
+    );
     assert!(duplicate.unwrap_err().contains("taken"));
-    let invalid = run_cli(&["customer", "create", "--tenant", "anon", "--plan", "free", "--name", "X"], &server.database_url);
+    let invalid = run_cli(
+        &[
+            "customer", "create", "--tenant", "anon", "--plan", "free", "--name", "X",
+        ],
+        &server.database_url,
+    );
     assert!(invalid.unwrap_err().contains("tenant"));
-    let bad_plan = run_cli(&["customer", "create", "--tenant", "ok", "--plan", "gold", "--name", "X"], &server.database_url);
+    let bad_plan = run_cli(
+        &[
+            "customer", "create", "--tenant", "ok", "--plan", "gold", "--name", "X",
+        ],
+        &server.database_url,
+    );
     assert!(bad_plan.unwrap_err().contains("plan"));
-    let updated = run_cli(&["customer", "set-plan", "--tenant", "acme", "--plan", "business"], &server.database_url).unwrap();
+    let updated = run_cli(
+        &[
+            "customer", "set-plan", "--tenant", "acme", "--plan", "business",
+        ],
+        &server.database_url,
+    )
+    .unwrap();
     assert_eq!(updated["plan"], "business");
     let list = run_cli(&["customer", "list"], &server.database_url).unwrap();
     assert_eq!(list[0]["plan"], "business");
-    assert!(run_cli(&["customer", "set-plan", "--tenant", "nobody", "--plan", "free"], &server.database_url).is_err());
+    assert!(run_cli(
+        &["customer", "set-plan", "--tenant", "nobody", "--plan", "free"],
+        &server.database_url
+    )
+    .is_err());
 }

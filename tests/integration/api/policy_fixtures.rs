@@ -9,13 +9,18 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 fn fixtures(kind: &str) -> Vec<(String, Value)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/policies").join(kind);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/policies")
+        .join(kind);
     let mut out: Vec<(String, Value)> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|entry| {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
-            (path.file_name().unwrap().to_string_lossy().into_owned(), serde_json::from_str(&text).unwrap())
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                serde_json::from_str(&text).unwrap(),
+            )
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -65,8 +70,17 @@ fn invalid_fixtures_are_refused_with_their_pointers() {
             .collect();
         assert_eq!(got, expected, "{name}: {problem}");
     }
-    let accounts = json(server.authed(Method::GET, "/service-accounts", &acme.token).send().unwrap());
-    assert_eq!(accounts.as_array().unwrap().len(), 1, "only the bootstrap account exists");
+    let accounts = json(
+        server
+            .authed(Method::GET, "/service-accounts", &acme.token)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(
+        accounts.as_array().unwrap().len(),
+        1,
+        "only the bootstrap account exists"
+    );
 }
 
 #[test]
@@ -79,7 +93,10 @@ fn valid_fixtures_are_accepted_and_returned_as_saved() {
     for (name, policy) in valid {
         let literals = literal_services(&policy);
         // Fixtures that name services of a tenant other than acme cannot be owned here.
-        if literals.iter().any(|s| !s.to_lowercase().ends_with("-acme")) {
+        if literals
+            .iter()
+            .any(|s| !s.to_lowercase().ends_with("-acme"))
+        {
             continue;
         }
         for subdomain in literals.iter().map(|s| s.to_lowercase()) {
@@ -103,5 +120,8 @@ fn valid_fixtures_are_accepted_and_returned_as_saved() {
         assert_eq!(body["policy"], policy, "{name}");
         accepted += 1;
     }
-    assert!(accepted >= 8, "only {accepted} valid fixtures could be used");
+    assert!(
+        accepted >= 8,
+        "only {accepted} valid fixtures could be used"
+    );
 }

@@ -33,19 +33,36 @@ fn a_write_on_one_replica_is_served_by_the_other_within_seconds() {
     assert_eq!(put.status(), 200);
     let published_at = Instant::now();
     loop {
-        let response = b.hosted(Method::GET, "api-acme", "/openid/v1/jwks").send().unwrap();
+        let response = b
+            .hosted(Method::GET, "api-acme", "/openid/v1/jwks")
+            .send()
+            .unwrap();
         if response.status() == 200 {
             assert_eq!(json(response)["keys"][0]["kid"], "k1");
             break;
         }
-        assert!(published_at.elapsed() < Duration::from_secs(5), "not propagated within 5 s");
+        assert!(
+            published_at.elapsed() < Duration::from_secs(5),
+            "not propagated within 5 s"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // Removal propagates the same way.
-    a.authed(Method::DELETE, "/services/api-acme", &acme.token).send().unwrap();
+    a.authed(Method::DELETE, "/services/api-acme", &acme.token)
+        .send()
+        .unwrap();
     let removed_at = Instant::now();
-    while b.hosted(Method::GET, "api-acme", "/openid/v1/jwks").send().unwrap().status() != 404 {
-        assert!(removed_at.elapsed() < Duration::from_secs(5), "removal not propagated within 5 s");
+    while b
+        .hosted(Method::GET, "api-acme", "/openid/v1/jwks")
+        .send()
+        .unwrap()
+        .status()
+        != 404
+    {
+        assert!(
+            removed_at.elapsed() < Duration::from_secs(5),
+            "removal not propagated within 5 s"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -64,16 +81,47 @@ fn revocation_on_one_replica_holds_on_the_other_at_once() {
     let token = account["token"].as_str().unwrap();
     let id = account["id"].as_str().unwrap();
     // Warm b's verification cache with the token.
-    assert_eq!(b.authed(Method::GET, "/services", token).send().unwrap().status(), 200);
-    let regenerated = json(
-        a.authed(Method::POST, &format!("/service-accounts/{id}/regenerate-token"), &acme.token)
+    assert_eq!(
+        b.authed(Method::GET, "/services", token)
             .send()
-            .unwrap(),
+            .unwrap()
+            .status(),
+        200
     );
-    assert_problem(b.authed(Method::GET, "/services", token).send().unwrap(), 401, "unauthorized");
+    let regenerated = json(
+        a.authed(
+            Method::POST,
+            &format!("/service-accounts/{id}/regenerate-token"),
+            &acme.token,
+        )
+        .send()
+        .unwrap(),
+    );
+    assert_problem(
+        b.authed(Method::GET, "/services", token).send().unwrap(),
+        401,
+        "unauthorized",
+    );
     let new = regenerated["token"].as_str().unwrap();
-    assert_eq!(b.authed(Method::GET, "/services", new).send().unwrap().status(), 200);
-    let deleted = a.authed(Method::DELETE, &format!("/service-accounts/{id}"), &acme.token).send().unwrap();
+    assert_eq!(
+        b.authed(Method::GET, "/services", new)
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    let deleted = a
+        .authed(
+            Method::DELETE,
+            &format!("/service-accounts/{id}"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
     assert_eq!(deleted.status(), 204);
-    assert_problem(b.authed(Method::GET, "/services", new).send().unwrap(), 401, "unauthorized");
+    assert_problem(
+        b.authed(Method::GET, "/services", new).send().unwrap(),
+        401,
+        "unauthorized",
+    );
 }

@@ -25,17 +25,38 @@ fn create_get_list_patch_delete_a_registered_service() {
     let id = body["id"].as_str().unwrap().to_owned();
     assert!(uuid::Uuid::parse_str(&id).is_ok());
     let created_at = body["createdAt"].as_str().unwrap();
-    assert!(created_at.ends_with('Z') && created_at.len() == 20, "{created_at}");
+    assert!(
+        created_at.ends_with('Z') && created_at.len() == 20,
+        "{created_at}"
+    );
 
-    let got = json(server.authed(Method::GET, "/services/api-acme", &acme.token).send().unwrap());
+    let got = json(
+        server
+            .authed(Method::GET, "/services/api-acme", &acme.token)
+            .send()
+            .unwrap(),
+    );
     assert_eq!(got, body);
     // Legacy UUID ids and any case are accepted in place of the subdomain.
-    let by_id = json(server.authed(Method::GET, &format!("/services/{id}"), &acme.token).send().unwrap());
+    let by_id = json(
+        server
+            .authed(Method::GET, &format!("/services/{id}"), &acme.token)
+            .send()
+            .unwrap(),
+    );
     assert_eq!(by_id["subdomain"], "api-acme");
-    let upper = server.authed(Method::GET, "/services/API-ACME", &acme.token).send().unwrap();
+    let upper = server
+        .authed(Method::GET, "/services/API-ACME", &acme.token)
+        .send()
+        .unwrap();
     assert_eq!(upper.status(), 200);
 
-    let list = json(server.authed(Method::GET, "/services", &acme.token).send().unwrap());
+    let list = json(
+        server
+            .authed(Method::GET, "/services", &acme.token)
+            .send()
+            .unwrap(),
+    );
     assert_eq!(list, json!([body]));
 
     let patched = server
@@ -48,12 +69,21 @@ fn create_get_list_patch_delete_a_registered_service() {
     assert_eq!(patched["title"], "API v2");
     assert_eq!(patched["description"], json!(null));
 
-    let deleted = server.authed(Method::DELETE, "/services/api-acme", &acme.token).send().unwrap();
+    let deleted = server
+        .authed(Method::DELETE, "/services/api-acme", &acme.token)
+        .send()
+        .unwrap();
     assert_eq!(deleted.status(), 204);
     assert_eq!(deleted.text().unwrap(), "");
-    let gone = server.authed(Method::GET, "/services/api-acme", &acme.token).send().unwrap();
+    let gone = server
+        .authed(Method::GET, "/services/api-acme", &acme.token)
+        .send()
+        .unwrap();
     assert_problem(gone, 404, "not-found");
-    let again = server.authed(Method::DELETE, "/services/api-acme", &acme.token).send().unwrap();
+    let again = server
+        .authed(Method::DELETE, "/services/api-acme", &acme.token)
+        .send()
+        .unwrap();
     assert_problem(again, 404, "not-found");
 }
 
@@ -72,7 +102,9 @@ fn naming_rules_follow_the_plan() {
     let (name, tenant) = subdomain.split_once('-').unwrap();
     assert_eq!(tenant, "freeco");
     assert_eq!(name.len(), 10);
-    assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+    assert!(name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
 
     let chosen = server
         .authed(Method::POST, "/services", &free.token)
@@ -83,7 +115,14 @@ fn naming_rules_follow_the_plan() {
 
     // After an upgrade the same request works.
     registry_tests::server::run_cli(
-        &["customer", "set-plan", "--tenant", "freeco", "--plan", "enterprise"],
+        &[
+            "customer",
+            "set-plan",
+            "--tenant",
+            "freeco",
+            "--plan",
+            "enterprise",
+        ],
         &server.database_url,
     )
     .unwrap();
@@ -125,7 +164,10 @@ fn create_validates_every_field_at_once() {
         .iter()
         .map(|e| e["pointer"].as_str().unwrap())
         .collect();
-    assert_eq!(pointers, ["/extra", "/title", "/serviceName", "/description"]);
+    assert_eq!(
+        pointers,
+        ["/extra", "/title", "/serviceName", "/description"]
+    );
 }
 
 #[test]
@@ -158,9 +200,19 @@ fn other_customers_get_404_on_every_service_call() {
             assert_problem(response, 404, "not-found");
         }
     }
-    let list = json(server.authed(Method::GET, "/services", &evil.token).send().unwrap());
+    let list = json(
+        server
+            .authed(Method::GET, "/services", &evil.token)
+            .send()
+            .unwrap(),
+    );
     assert_eq!(list, json!([]));
     // Nothing was changed by the attempts.
-    let still = json(server.authed(Method::GET, "/services/api-acme", &acme.token).send().unwrap());
+    let still = json(
+        server
+            .authed(Method::GET, "/services/api-acme", &acme.token)
+            .send()
+            .unwrap(),
+    );
     assert_eq!(still, created);
 }

@@ -19,7 +19,11 @@ impl SecretHasher for Argon2Hasher {
 
     fn verify(&self, secret: &str, hash: &str) -> bool {
         PasswordHash::new(hash)
-            .map(|parsed| self.argon2.verify_password(secret.as_bytes(), &parsed).is_ok())
+            .map(|parsed| {
+                self.argon2
+                    .verify_password(secret.as_bytes(), &parsed)
+                    .is_ok()
+            })
             .unwrap_or(false)
     }
 }

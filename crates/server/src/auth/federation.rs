@@ -6,32 +6,48 @@
 //! another customer's services.
 
 use super::{not_found_service, unauthorized, AccountCaller};
+use crate::directory::{self, Trusting};
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::HttpRequest;
-use registry_domain::ports::{AccountStore, IdentityTokenVerifier, ServiceStore, VerifiedToken};
+use registry_domain::ports::{IdentityTokenVerifier, VerifiedToken};
 use registry_domain::{Service, ServiceAccount};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 const SELECT_HEADER: &str = "x-service-account";
 
-/// Verifies the token and loads the accounts that name its issuer. Tokens from issuers that no
-/// policy names are refused before any key is fetched.
-async fn verified(state: &AppState, token: &str) -> ApiResult<(VerifiedToken, Vec<ServiceAccount>)> {
+/// Verifies the token (or finds it verified before) and loads the accounts that name its
+/// issuer. Tokens from issuers that no policy names are refused before any key is fetched.
+async fn verified(state: &AppState, token: &str) -> ApiResult<(Arc<VerifiedToken>, Trusting)> {
+    // The request's one database read: the accounts below are as fresh as the database.
+    directory::refresh(state).await?;
+    let now = state.now();
+    if let Some(verified) = state.tokens.verified_identity(token, now) {
+        let candidates = directory::accounts_trusting(state, &verified.issuer).await?;
+        if candidates.is_empty() {
+            return Err(unauthorized("no service account trusts the token's issuer"));
+        }
+        state.metrics.identity_token_cache_hit();
+        return Ok((verified, candidates));
+    }
     let issuer = state
         .verifier
         .unverified_issuer(token)
         .ok_or_else(|| unauthorized("malformed identity token"))?;
-    let candidates = state.db(move |s| s.accounts_by_issuer(&issuer)).await?;
+    let candidates = directory::accounts_trusting(state, &issuer).await?;
     if candidates.is_empty() {
         return Err(unauthorized("no service account trusts the token's issuer"));
     }
-    let token = state
-        .verifier
-        .verify(token, state.now())
-        .await
-        .map_err(|rejection| unauthorized(&format!("identity token refused: {rejection}")))?;
-    Ok((token, candidates))
+    let verified = Arc::new(
+        state
+            .verifier
+            .verify(token, now)
+            .await
+            .map_err(|rejection| unauthorized(&format!("identity token refused: {rejection}")))?,
+    );
+    state.tokens.remember_identity(token, verified.clone(), now);
+    Ok((verified, candidates))
 }
 
 /// The accounts (any customer) whose rules accept the token's claims, narrowed by
@@ -39,8 +55,8 @@ async fn verified(state: &AppState, token: &str) -> ApiResult<(VerifiedToken, Ve
 fn accepting_accounts(
     req: &HttpRequest,
     token: &VerifiedToken,
-    candidates: Vec<ServiceAccount>,
-) -> ApiResult<Vec<ServiceAccount>> {
+    candidates: &[Arc<ServiceAccount>],
+) -> ApiResult<Vec<Arc<ServiceAccount>>> {
     let chosen = match req.headers().get(SELECT_HEADER) {
         None => None,
         Some(v) => Some(
@@ -50,21 +66,24 @@ fn accepting_accounts(
                 .ok_or_else(|| unauthorized("X-Service-Account is not a service account id"))?,
         ),
     };
-    let accepting: Vec<ServiceAccount> = candidates
-        .into_iter()
+    let accepting: Vec<Arc<ServiceAccount>> = candidates
+        .iter()
         .filter(|a| chosen.is_none_or(|id| a.id == id))
         .filter(|a| a.policy.oidc_scope(&token.claims).is_some())
+        .cloned()
         .collect();
     if accepting.is_empty() {
-        return Err(unauthorized("no service account's rules accept this identity token"));
+        return Err(unauthorized(
+            "no service account's rules accept this identity token",
+        ));
     }
     Ok(accepting)
 }
 
-fn caller(account: ServiceAccount, token: &VerifiedToken, ip: IpAddr) -> AccountCaller {
+fn caller(account: Arc<ServiceAccount>, token: &VerifiedToken, ip: IpAddr) -> AccountCaller {
     AccountCaller {
         account,
-        claims: Some(token.claims.clone()),
+        claims: Some(Arc::new(token.claims.clone())),
         ip,
     }
 }
@@ -77,7 +96,7 @@ pub(super) async fn collection_caller(
     ip: IpAddr,
 ) -> ApiResult<AccountCaller> {
     let (token, candidates) = verified(state, token).await?;
-    let mut accepting = accepting_accounts(req, &token, candidates)?;
+    let mut accepting = accepting_accounts(req, &token, &candidates)?;
     if accepting.len() > 1 {
         return Err(ApiError::Unauthorized {
             detail: Some(
@@ -99,22 +118,20 @@ pub(super) async fn service_caller(
     ip: IpAddr,
 ) -> ApiResult<Service> {
     let (token, candidates) = verified(state, token).await?;
-    let accepting = accepting_accounts(req, &token, candidates)?;
+    let accepting = accepting_accounts(req, &token, &candidates)?;
     let now = state.now();
-    let wanted = key.to_owned();
-    let service = state
-        .db(move |s| s.find_service(&wanted))
+    let service = directory::service(state, key)
         .await?
         .filter(|s| !s.is_expired_at(now))
         .ok_or_else(|| not_found_service(key))?;
-    let owners: Vec<&ServiceAccount> = accepting
+    let owners: Vec<&Arc<ServiceAccount>> = accepting
         .iter()
         .filter(|a| Some(a.customer_id) == service.customer_id)
         .collect();
     if owners.is_empty() {
         return Err(not_found_service(key));
     }
-    let reachable: Vec<&ServiceAccount> = owners
+    let reachable: Vec<&Arc<ServiceAccount>> = owners
         .into_iter()
         .filter(|a| a.policy.allows_ip(ip))
         .collect();
@@ -134,5 +151,5 @@ pub(super) async fn service_caller(
             service.subdomain
         )));
     }
-    Ok(service)
+    Ok(Service::clone(&service))
 }

@@ -7,25 +7,25 @@ mod token_cache;
 pub use token_cache::TokenCache;
 
 use crate::client_ip::client_ip;
+use crate::directory;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::{http::header, web, HttpRequest};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::policy::{PolicyKind, Scope};
-use registry_domain::ports::{
-    AccountStore, CredentialOwner, CredentialStore, SecretHasher, ServiceStore,
-};
+use registry_domain::ports::{CredentialOwner, SecretHasher};
 use registry_domain::{Service, ServiceAccount};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// A service account acting through the API.
 #[derive(Debug)]
 pub struct AccountCaller {
-    /// The account.
-    pub account: ServiceAccount,
-    /// Verified claims, for federated callers.
-    pub claims: Option<Map<String, Value>>,
+    /// The account (shared with the directory's cache).
+    pub account: Arc<ServiceAccount>,
+    /// Verified claims, for federated callers (shared with the token cache).
+    pub claims: Option<Arc<Map<String, Value>>>,
     /// The client address.
     pub ip: IpAddr,
 }
@@ -83,20 +83,28 @@ pub(crate) fn unauthorized(reason: &str) -> ApiError {
 /// Whether a bearer looks like a compact JWS (three base64url segments).
 fn looks_like_jwt(token: &str) -> bool {
     let mut parts = token.split('.');
-    let segments: Vec<&str> = parts.by_ref().take(4).collect();
-    segments.len() == 3
-        && segments[..2].iter().all(|s| !s.is_empty())
-        && segments
-            .iter()
-            .all(|s| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    let (Some(header), Some(payload), Some(signature), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !header.is_empty()
+        && !payload.is_empty()
+        && [header, payload, signature].iter().all(|s| {
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
 }
 
 /// Refuses clients that failed to authenticate too often.
 fn check_brute_force(state: &AppState, ip: IpAddr) -> ApiResult<()> {
-    state.auth_failures.check(ip).map_err(|retry| ApiError::RateLimited {
-        retry_after_secs: retry.0.as_secs().max(1),
-        detail: "too many failed authentications from this address; retry later".into(),
-    })
+    state
+        .auth_failures
+        .check(ip)
+        .map_err(|retry| ApiError::RateLimited {
+            retry_after_secs: retry.0.as_secs().max(1),
+            detail: "too many failed authentications from this address; retry later".into(),
+        })
 }
 
 fn record_failure(state: &AppState, ip: IpAddr, error: ApiError) -> ApiError {
@@ -109,15 +117,16 @@ fn record_failure(state: &AppState, ip: IpAddr, error: ApiError) -> ApiError {
 /// Verifies a static token or anonymous secret; returns its owner.
 async fn verify_secret(state: &AppState, token: &str) -> ApiResult<CredentialOwner> {
     let parsed = credentials::parse(token).ok_or_else(|| unauthorized("malformed bearer token"))?;
-    let lookup_id = parsed.lookup_id.to_owned();
-    let stored = state
-        .db(move |s| s.credential(&lookup_id))
+    let stored = directory::credential(state, parsed.lookup_id)
         .await?
         .ok_or_else(|| unauthorized("unknown token lookup id"))?;
     let kind_matches = matches!(
         (parsed.kind, stored.owner),
         (CredentialKind::StaticToken, CredentialOwner::Account(_))
-            | (CredentialKind::AnonymousSecret, CredentialOwner::AnonymousService(_))
+            | (
+                CredentialKind::AnonymousSecret,
+                CredentialOwner::AnonymousService(_)
+            )
     );
     if !kind_matches {
         return Err(unauthorized("token prefix does not match its owner"));
@@ -140,9 +149,8 @@ async fn verify_secret(state: &AppState, token: &str) -> ApiResult<CredentialOwn
     Ok(stored.owner)
 }
 
-async fn load_account(state: &AppState, id: uuid::Uuid) -> ApiResult<ServiceAccount> {
-    state
-        .db(move |s| s.account(id))
+async fn load_account(state: &AppState, id: uuid::Uuid) -> ApiResult<Arc<ServiceAccount>> {
+    directory::account(state, id)
         .await?
         .ok_or_else(|| unauthorized("the token's account was deleted"))
 }
@@ -194,11 +202,7 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
 /// service. Answers 404
 /// for services that do not exist, have expired or are not the caller's, and 403 when the
 /// caller's patterns do not cover the service.
-pub async fn service_caller(
-    state: &AppState,
-    req: &HttpRequest,
-    key: &str,
-) -> ApiResult<Service> {
+pub async fn service_caller(state: &AppState, req: &HttpRequest, key: &str) -> ApiResult<Service> {
     let ip = client_ip(req, &state.trusted_proxies);
     check_brute_force(state, ip)?;
     let token = bearer(req).map_err(|e| record_failure(state, ip, e))?;
@@ -211,14 +215,12 @@ pub async fn service_caller(
         .await
         .map_err(|e| record_failure(state, ip, e))?;
     let now = state.now();
-    let wanted = key.to_owned();
-    let service = state
-        .db(move |s| s.find_service(&wanted))
+    let service = directory::service(state, key)
         .await?
         .filter(|s| !s.is_expired_at(now));
     match owner {
         CredentialOwner::AnonymousService(id) => match service {
-            Some(service) if service.id == id => Ok(service),
+            Some(service) if service.id == id => Ok(Service::clone(&service)),
             _ => Err(not_found_service(key)),
         },
         CredentialOwner::Account(id) => {
@@ -232,7 +234,7 @@ pub async fn service_caller(
                 .filter(|s| s.customer_id == Some(caller.customer_id()))
                 .ok_or_else(|| not_found_service(key))?;
             authorize(&caller, &service)?;
-            Ok(service)
+            Ok(Service::clone(&service))
         }
     }
 }

@@ -1,28 +1,47 @@
-//! Remembered static-token and anonymous-secret verifications.
+//! Remembered verifications, so that a client that repeats a bearer does not pay for its
+//! verification again.
 //!
-//! argon2 costs ~17 ms, so a verified secret is remembered by its lookup id together with the
-//! hash stored for it at the time. Every request still reads the stored hash (one indexed query),
-//! so regeneration (a new hash) or deletion (no row) fails the very next request on every
-//! replica; only the argon2 work is skipped.
+//! * Static tokens and anonymous secrets: argon2 costs ~17 ms, so a verified secret is
+//!   remembered by its lookup id together with the hash stored for it at the time. Every request
+//!   still reads the stored hash (one indexed query), so regeneration (a new hash) or deletion (no
+//!   row) fails the very next request on every replica; only the argon2 work is skipped.
+//! * Identity tokens: checking a signature costs tens of microseconds (RS256 ~24 µs, ES256
+//!   ~70 µs) plus parsing, so a verified token is remembered by the SHA-256 of its exact text,
+//!   for at most [`IDENTITY_TTL`] and never past its `exp` (with the verifier's leeway). What
+//!   the token may do is still decided on every request from the accounts' current policies;
+//!   only the signature and time checks are skipped. A key the issuer withdraws is already
+//!   honoured for as long as the key cache keeps it (at least 5 minutes); this adds at most
+//!   [`IDENTITY_TTL`] to that.
 
+use registry_domain::ports::VerifiedToken;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use subtle::ConstantTimeEq;
+use time::{Duration, OffsetDateTime};
 
 const MAX_ENTRIES: usize = 100_000;
 
-/// lookup id → (stored hash, SHA-256 of the verified secret).
+/// Longest time a verified identity token is remembered.
+pub const IDENTITY_TTL: Duration = Duration::seconds(60);
+
+/// A verified identity token and when to stop trusting the verification.
+type RememberedIdentity = (Arc<VerifiedToken>, OffsetDateTime);
+
+/// Remembered verifications of secrets and identity tokens.
 #[derive(Debug, Default)]
 pub struct TokenCache {
-    entries: Mutex<HashMap<String, (String, [u8; 32])>>,
+    /// lookup id → (stored hash, SHA-256 of the verified secret).
+    secrets: Mutex<HashMap<String, (String, [u8; 32])>>,
+    /// SHA-256 of the token → the verification.
+    identities: Mutex<HashMap<[u8; 32], RememberedIdentity>>,
 }
 
 impl TokenCache {
     /// Whether `secret` was verified before against exactly `stored_hash`.
     pub fn verified(&self, lookup_id: &str, stored_hash: &str, secret: &str) -> bool {
         let digest = Sha256::digest(secret.as_bytes());
-        let entries = self.entries.lock().expect("token cache lock");
+        let entries = self.secrets.lock().expect("token cache lock");
         entries.get(lookup_id).is_some_and(|(hash, remembered)| {
             hash == stored_hash && bool::from(remembered.ct_eq(digest.as_slice()))
         })
@@ -31,17 +50,60 @@ impl TokenCache {
     /// Remembers a successful verification.
     pub fn remember(&self, lookup_id: &str, stored_hash: &str, secret: &str) {
         let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
-        let mut entries = self.entries.lock().expect("token cache lock");
+        let mut entries = self.secrets.lock().expect("token cache lock");
         if entries.len() >= MAX_ENTRIES {
             entries.clear();
         }
         entries.insert(lookup_id.to_owned(), (stored_hash.to_owned(), digest));
+    }
+
+    /// The earlier verification of exactly this identity token, if it still holds at `now`.
+    pub fn verified_identity(
+        &self,
+        token: &str,
+        now: OffsetDateTime,
+    ) -> Option<Arc<VerifiedToken>> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let entries = self.identities.lock().expect("token cache lock");
+        entries
+            .get(&digest)
+            .filter(|(_, until)| now <= *until)
+            .map(|(verified, _)| verified.clone())
+    }
+
+    /// Remembers the verification of an identity token at `now`.
+    pub fn remember_identity(
+        &self,
+        token: &str,
+        verified: Arc<VerifiedToken>,
+        now: OffsetDateTime,
+    ) {
+        // A NumericDate may have a fraction (RFC 7519 §2); rounding down stops trusting early.
+        let expires = verified
+            .claims
+            .get("exp")
+            .and_then(serde_json::Value::as_f64)
+            .and_then(|exp| OffsetDateTime::from_unix_timestamp(exp.floor() as i64).ok());
+        let Some(expires) = expires else {
+            return; // the verifier requires `exp`; without one there is nothing safe to keep
+        };
+        let until = (expires + registry_domain::claims::LEEWAY).min(now + IDENTITY_TTL);
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let mut entries = self.identities.lock().expect("token cache lock");
+        if entries.len() >= MAX_ENTRIES {
+            entries.retain(|_, (_, until)| now <= *until);
+            if entries.len() >= MAX_ENTRIES {
+                entries.clear();
+            }
+        }
+        entries.insert(digest, (verified, until));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_new_stored_hash_or_another_secret_misses() {
@@ -51,5 +113,50 @@ mod tests {
         assert!(!cache.verified("id", "hash-2", "secret"));
         assert!(!cache.verified("id", "hash-1", "secreT"));
         assert!(!cache.verified("other", "hash-1", "secret"));
+    }
+
+    fn token(exp: i64) -> Arc<VerifiedToken> {
+        token_with_exp(json!(exp))
+    }
+
+    fn token_with_exp(exp: serde_json::Value) -> Arc<VerifiedToken> {
+        let claims = json!({"iss": "https://issuer.example", "exp": exp});
+        Arc::new(VerifiedToken {
+            issuer: "https://issuer.example".into(),
+            claims: claims.as_object().unwrap().clone(),
+        })
+    }
+
+    #[test]
+    fn identity_tokens_are_remembered_briefly_and_never_past_their_expiry() {
+        let cache = TokenCache::default();
+        let now = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
+        cache.remember_identity("a.b.c", token(1_000_000 + 3600), now);
+        assert!(cache.verified_identity("a.b.c", now).is_some());
+        assert!(cache.verified_identity("a.b.C", now).is_none());
+        assert!(cache
+            .verified_identity("a.b.c", now + IDENTITY_TTL)
+            .is_some());
+        assert!(cache
+            .verified_identity("a.b.c", now + IDENTITY_TTL + Duration::seconds(1))
+            .is_none());
+
+        // A fractional `exp` counts too.
+        cache.remember_identity("j.k.l", token_with_exp(json!(1_000_000.5 + 3600.0)), now);
+        assert!(cache.verified_identity("j.k.l", now).is_some());
+
+        // Expiring in 10 s: kept until exp + leeway (70 s) would exceed the TTL, so 60 s...
+        cache.remember_identity("d.e.f", token(1_000_000 + 10), now);
+        assert!(cache
+            .verified_identity("d.e.f", now + Duration::seconds(60))
+            .is_some());
+        // ...and one that expired long ago (a clock jump) is not kept past exp + leeway.
+        cache.remember_identity("g.h.i", token(1_000_000 - 50), now);
+        assert!(cache
+            .verified_identity("g.h.i", now + Duration::seconds(10))
+            .is_some());
+        assert!(cache
+            .verified_identity("g.h.i", now + Duration::seconds(11))
+            .is_none());
     }
 }

@@ -125,10 +125,14 @@
   let countdownTimer = null;
   let resyncTimer = null;
 
-  function stopTimers() {
+  function stopCountdown() {
     clearInterval(countdownTimer);
-    clearInterval(resyncTimer);
     countdownTimer = null;
+  }
+
+  function stopTimers() {
+    stopCountdown();
+    clearInterval(resyncTimer);
     resyncTimer = null;
   }
 
@@ -194,7 +198,25 @@
     const el = $("countdown");
     el.textContent = formatSeconds(left);
     el.dataset.seconds = String(left);
-    if (left === 0) expired();
+    if (left === 0 && countdownTimer) {
+      stopCountdown();
+      setTimeout(confirmExpiry, 1000);
+    }
+  }
+
+  // remainingSeconds is rounded down, so the countdown may reach zero up to a second early:
+  // the server decides when the service is gone.
+  async function confirmExpiry() {
+    if (!secret) return;
+    const result = await api("GET", "");
+    if (result.ok && result.body) {
+      if (Number(result.body.remainingSeconds) > 0) render(result.body);
+      else setTimeout(confirmExpiry, 1000);
+    } else if (result.status === 401 || result.status === 404) {
+      expired();
+    } else {
+      setTimeout(confirmExpiry, 5000);
+    }
   }
 
   function expired() {
@@ -207,6 +229,8 @@
     show($("expired-message"), "error", "This service has expired: it and its published " +
       "documents are deleted. ");
     $("expired-message").append(homeLink("Create a new anonymous service."));
+    // Every control is now disabled: bring the reason into view wherever the reader was.
+    $("expired-message").scrollIntoView({ block: "center" });
   }
 
   function render(service) {
@@ -224,11 +248,11 @@
     const when = new Date(service.expiresAt);
     expires.textContent = isNaN(when.getTime())
       ? service.expiresAt
-      : when.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+      : when.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "long" });
     expires.title = service.expiresAt;
     deadline = performance.now() + Number(service.remainingSeconds) * 1000;
-    tick();
     if (!countdownTimer && secret) countdownTimer = setInterval(tick, 1000);
+    tick();
   }
 
   async function load(first) {
@@ -488,6 +512,12 @@
   $("delete").addEventListener("click", askDelete);
   $("confirm-yes").addEventListener("click", confirmDelete);
   $("confirm-no").addEventListener("click", () => $("confirm-delete").close());
+
+  // A link pasted into a tab already showing this page changes only the fragment, which does
+  // not reload the page: start again so the new secret is read (and removed from view).
+  window.addEventListener("hashchange", () => {
+    if (new URLSearchParams(location.hash.slice(1)).has("secret")) location.reload();
+  });
 
   secret = takeSecret();
   if (!subdomain || subdomain.includes("/")) {

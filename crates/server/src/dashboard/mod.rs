@@ -34,8 +34,16 @@ impl Page {
     /// Inlines `css` and `js` into the template's empty `<style>` and `<script>` elements.
     /// Panics on a malformed template: the templates are compiled in, and a unit test builds both.
     fn assemble(template: &str, css: &str, js: &str) -> Self {
-        assert_eq!(template.matches(STYLE_SLOT).count(), 1, "one {STYLE_SLOT} slot");
-        assert_eq!(template.matches(SCRIPT_SLOT).count(), 1, "one {SCRIPT_SLOT} slot");
+        assert_eq!(
+            template.matches(STYLE_SLOT).count(),
+            1,
+            "one {STYLE_SLOT} slot"
+        );
+        assert_eq!(
+            template.matches(SCRIPT_SLOT).count(),
+            1,
+            "one {SCRIPT_SLOT} slot"
+        );
         // Either would end the block early and leave the rest unhashed (and broken).
         assert!(!css.contains("</style"), "CSS must not close its element");
         assert!(!js.contains("</script"), "JS must not close its element");
@@ -75,8 +83,7 @@ fn csp_hash(block: &str) -> String {
     )
 }
 
-static LANDING: LazyLock<Page> =
-    LazyLock::new(|| Page::assemble(LANDING_HTML, STYLE, LANDING_JS));
+static LANDING: LazyLock<Page> = LazyLock::new(|| Page::assemble(LANDING_HTML, STYLE, LANDING_JS));
 static DASHBOARD: LazyLock<Page> =
     LazyLock::new(|| Page::assemble(DASHBOARD_HTML, STYLE, DASHBOARD_JS));
 
@@ -100,8 +107,12 @@ mod tests {
         for (page, js) in [(&*LANDING, LANDING_JS), (&*DASHBOARD, DASHBOARD_JS)] {
             assert!(page.html.contains(&format!("<script>{js}</script>")));
             assert!(page.html.contains(&format!("<style>{STYLE}</style>")));
-            assert!(page.csp.contains(&format!("script-src '{}';", csp_hash(js))));
-            assert!(page.csp.contains(&format!("style-src '{}';", csp_hash(STYLE))));
+            assert!(page
+                .csp
+                .contains(&format!("script-src '{}';", csp_hash(js))));
+            assert!(page
+                .csp
+                .contains(&format!("style-src '{}';", csp_hash(STYLE))));
             assert!(page.csp.starts_with("default-src 'none';"));
             assert!(!page.csp.contains("unsafe"));
         }

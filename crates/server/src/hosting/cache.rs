@@ -1,3 +1,4 @@
+use actix_web::http::header::HeaderValue;
 use anyhow::Context;
 use registry_domain::service::PublishedConfig;
 use registry_domain::Service;
@@ -14,13 +15,14 @@ pub(crate) const HTTP_DATE: &[FormatItem<'static>] = format_description!(
     "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
 );
 
-/// One document, ready to send.
+/// One document, ready to send: body and headers are built once, when it is published, and
+/// sending them shares the bytes (reference counts, no copy).
 #[derive(Debug)]
 pub struct Document {
     /// The body.
     pub body: actix_web::web::Bytes,
     /// Strong ETag, quoted.
-    pub etag: String,
+    pub etag: HeaderValue,
 }
 
 impl Document {
@@ -28,12 +30,20 @@ impl Document {
         let digest = Sha256::digest(text.as_bytes());
         let etag = format!(
             "\"{}\"",
-            digest[..16].iter().map(|b| format!("{b:02x}")).collect::<String>()
+            digest[..16]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         );
         Self {
             body: actix_web::web::Bytes::copy_from_slice(text.as_bytes()),
-            etag,
+            etag: HeaderValue::from_str(&etag).expect("hex digits are a valid header value"),
         }
+    }
+
+    /// The document as text (it was published as text).
+    pub fn text(&self) -> &str {
+        std::str::from_utf8(&self.body).unwrap_or_default()
     }
 }
 
@@ -45,7 +55,7 @@ pub struct Hosted {
     /// The key set.
     pub jwks: Document,
     /// `Last-Modified`, formatted.
-    pub last_modified: String,
+    pub last_modified: HeaderValue,
     /// When it was published (whole seconds, for If-Modified-Since).
     pub modified_at: OffsetDateTime,
     /// Expiry of an anonymous service.
@@ -61,11 +71,73 @@ impl Hosted {
         Self {
             discovery: Document::new(&config.openid_configuration),
             jwks: Document::new(&config.jwks),
-            last_modified: modified_at.format(HTTP_DATE).unwrap_or_default(),
+            last_modified: modified_at
+                .format(HTTP_DATE)
+                .ok()
+                .and_then(|date| HeaderValue::from_str(&date).ok())
+                .unwrap_or_else(|| HeaderValue::from_static("")),
             modified_at,
             expires_at: service.expires_at,
         }
     }
+}
+
+/// The longest DNS label.
+const MAX_LABEL: usize = 63;
+
+/// A subdomain read from a `Host` header: a DNS label, lower-cased into a fixed buffer, so that
+/// recognising the host of every public request allocates nothing.
+#[derive(Clone, Copy)]
+pub struct Label {
+    bytes: [u8; MAX_LABEL],
+    len: usize,
+}
+
+impl Label {
+    /// `text` lower-cased, when it is a non-empty label of letters, digits and `-`.
+    fn parse(text: &str) -> Option<Self> {
+        let is_label = !text.is_empty()
+            && text.len() <= MAX_LABEL
+            && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !is_label {
+            return None;
+        }
+        let mut bytes = [0; MAX_LABEL];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        bytes.make_ascii_lowercase();
+        Some(Self {
+            bytes,
+            len: text.len(),
+        })
+    }
+}
+
+impl std::ops::Deref for Label {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // Only ASCII letters, digits and `-` were copied in.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
+
+/// `host` without its `suffix`, ASCII case ignored.
+fn strip_suffix_ignore_case<'a>(host: &'a str, suffix: &str) -> Option<&'a str> {
+    let cut = host.len().checked_sub(suffix.len())?;
+    (host.is_char_boundary(cut) && host[cut..].eq_ignore_ascii_case(suffix)).then(|| &host[..cut])
+}
+
+/// `host` without its `prefix`, ASCII case ignored.
+fn strip_prefix_ignore_case<'a>(host: &'a str, prefix: &str) -> Option<&'a str> {
+    let cut = prefix.len();
+    (host.is_char_boundary(cut) && host.get(..cut)?.eq_ignore_ascii_case(prefix))
+        .then(|| &host[cut..])
 }
 
 /// Subdomain → published documents, plus how to recognise a hosted `Host`.
@@ -126,18 +198,13 @@ impl HostingCache {
     }
 
     /// The subdomain a `Host` header names, if it is a hosted issuer's host.
-    pub fn subdomain_for_host(&self, host: &str) -> Option<String> {
-        let host = strip_port(host).to_ascii_lowercase();
-        if host == self.api_host {
+    pub fn subdomain_for_host(&self, host: &str) -> Option<Label> {
+        let host = strip_port(host);
+        if host.eq_ignore_ascii_case(&self.api_host) {
             return None;
         }
-        let label = host
-            .strip_prefix(&self.host_prefix)?
-            .strip_suffix(&self.host_suffix)?;
-        let is_label = !label.is_empty()
-            && label.len() <= 63
-            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        is_label.then(|| label.to_owned())
+        let label = strip_prefix_ignore_case(host, &self.host_prefix)?;
+        Label::parse(strip_suffix_ignore_case(label, &self.host_suffix)?)
     }
 
     /// What a subdomain serves.
@@ -194,16 +261,55 @@ mod tests {
 
     #[test]
     fn recognises_hosted_hosts() {
-        let cache = HostingCache::new("http://{subdomain}.localhost:8080", "http://localhost:8080").unwrap();
-        assert_eq!(cache.subdomain_for_host("api-acme.localhost:8080").as_deref(), Some("api-acme"));
-        assert_eq!(cache.subdomain_for_host("API-acme.LOCALHOST").as_deref(), Some("api-acme"));
-        assert_eq!(cache.subdomain_for_host("localhost:8080"), None);
-        assert_eq!(cache.subdomain_for_host("a.b.localhost"), None);
-        assert_eq!(cache.subdomain_for_host("example.com"), None);
-        let prefixed = HostingCache::new("https://oidc-{subdomain}.example.com/", "https://api.example.com").unwrap();
-        assert_eq!(prefixed.subdomain_for_host("oidc-x-acme.example.com").as_deref(), Some("x-acme"));
-        assert_eq!(prefixed.subdomain_for_host("api.example.com"), None);
-        assert!(HostingCache::new("http://localhost:8080/{subdomain}", "http://localhost").is_err());
-        assert!(HostingCache::new("https://{subdomain}.example.com/oidc", "http://localhost").is_err());
+        let cache = HostingCache::new("http://{subdomain}.localhost:8080", "http://localhost:8080")
+            .unwrap();
+        assert_eq!(
+            cache
+                .subdomain_for_host("api-acme.localhost:8080")
+                .as_deref(),
+            Some("api-acme")
+        );
+        assert_eq!(
+            cache.subdomain_for_host("API-acme.LOCALHOST").as_deref(),
+            Some("api-acme")
+        );
+        assert_eq!(cache.subdomain_for_host("localhost:8080").as_deref(), None);
+        assert_eq!(cache.subdomain_for_host("a.b.localhost").as_deref(), None);
+        assert_eq!(cache.subdomain_for_host("example.com").as_deref(), None);
+        assert_eq!(cache.subdomain_for_host(".localhost").as_deref(), None);
+        assert_eq!(cache.subdomain_for_host("é.localhost").as_deref(), None);
+        assert_eq!(
+            cache
+                .subdomain_for_host(&format!("{}.localhost", "a".repeat(64)))
+                .as_deref(),
+            None
+        );
+        let prefixed = HostingCache::new(
+            "https://oidc-{subdomain}.example.com/",
+            "https://api.example.com",
+        )
+        .unwrap();
+        assert_eq!(
+            prefixed
+                .subdomain_for_host("oidc-x-acme.example.com")
+                .as_deref(),
+            Some("x-acme")
+        );
+        assert_eq!(
+            prefixed.subdomain_for_host("api.example.com").as_deref(),
+            None
+        );
+        assert_eq!(
+            prefixed
+                .subdomain_for_host("OIDC-X-acme.Example.COM")
+                .as_deref(),
+            Some("x-acme")
+        );
+        assert!(
+            HostingCache::new("http://localhost:8080/{subdomain}", "http://localhost").is_err()
+        );
+        assert!(
+            HostingCache::new("https://{subdomain}.example.com/oidc", "http://localhost").is_err()
+        );
     }
 }

@@ -1,7 +1,8 @@
-use super::cache::{Document, HTTP_DATE};
+use super::cache::{Document, Hosted, HTTP_DATE};
 use crate::problem::ApiError;
 use crate::state::AppState;
-use actix_web::http::{header, Method, StatusCode};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use time::PrimitiveDateTime;
 
@@ -13,20 +14,26 @@ const JWKS_PATHS: [&str; 4] = [
     "/keys.json",
 ];
 
+const CACHE_CONTROL: HeaderValue = HeaderValue::from_static("public, max-age=30");
+const ANY_ORIGIN: HeaderValue = HeaderValue::from_static("*");
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+const JWK_SET: HeaderValue = HeaderValue::from_static("application/jwk-set+json");
+
+/// The `Host` header's text. Only this header chooses the issuer (not `X-Forwarded-Host`), in
+/// the router's guard and in the handler alike.
+fn host(headers: &header::HeaderMap) -> Option<&str> {
+    headers.get(header::HOST).and_then(|h| h.to_str().ok())
+}
+
 /// Whether the request is for a hosted issuer (its `Host` names a subdomain).
 pub fn hosted_request(state: &AppState, req: &actix_web::dev::RequestHead) -> bool {
-    req.headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|host| state.hosting.subdomain_for_host(host).is_some())
+    host(req.headers()).is_some_and(|host| state.hosting.subdomain_for_host(host).is_some())
 }
 
 /// Serves a hosted issuer's discovery document or key set: public, cacheable, no redirects.
 pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let host = req.connection_info().host().to_owned();
-    let subdomain = state
-        .hosting
-        .subdomain_for_host(&host)
+    let subdomain = host(req.headers())
+        .and_then(|host| state.hosting.subdomain_for_host(host))
         .ok_or_else(|| ApiError::NotFound("no such issuer".into()))?;
     let path = req.path();
     let is_discovery = path == DISCOVERY_PATH;
@@ -39,25 +46,28 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Err(ApiError::MethodNotAllowed("GET, HEAD"));
     }
-    let now = state.now();
     let Some(hosted) = state
         .hosting
         .get(&subdomain)
-        .filter(|h| h.expires_at.is_none_or(|at| now < at))
+        .filter(|h| h.expires_at.is_none_or(|at| state.now() < at))
     else {
         state.metrics.hosting_miss();
         return Err(ApiError::NotFound(format!(
-            "nothing is published for {subdomain:?}"
+            "nothing is published for {:?}",
+            &*subdomain
         )));
     };
     state.metrics.hosting_hit();
-    let (document, content_type): (&Document, &str) = if is_discovery {
-        (&hosted.discovery, "application/json")
+    let (document, content_type): (&Document, HeaderValue) = if is_discovery {
+        (&hosted.discovery, JSON)
     } else {
-        (&hosted.jwks, "application/jwk-set+json")
+        (&hosted.jwks, JWK_SET)
     };
     let not_modified = match req.headers().get(header::IF_NONE_MATCH) {
-        Some(value) => etag_matches(value.to_str().unwrap_or(""), &document.etag),
+        Some(value) => etag_matches(
+            value.to_str().unwrap_or(""),
+            document.etag.to_str().unwrap_or_default(),
+        ),
         None => req
             .headers()
             .get(header::IF_MODIFIED_SINCE)
@@ -71,15 +81,32 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         StatusCode::OK
     });
     response
-        .insert_header((header::CACHE_CONTROL, "public, max-age=30"))
-        .insert_header((header::ETAG, document.etag.as_str()))
-        .insert_header((header::LAST_MODIFIED, hosted.last_modified.as_str()))
-        .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"));
+        .insert_header((header::CACHE_CONTROL, CACHE_CONTROL))
+        .insert_header((header::ETAG, document.etag.clone()))
+        .insert_header((header::LAST_MODIFIED, hosted.last_modified.clone()))
+        .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, ANY_ORIGIN));
     if not_modified {
         return Ok(response.finish());
     }
     response.insert_header((header::CONTENT_TYPE, content_type));
     Ok(response.body(document.body.clone()))
+}
+
+/// The body of `GET /services/{s}/config`, `{"openidConfiguration": …, "jwks": …}`: the
+/// published documents are already compact JSON, so the body is their bytes joined, exactly what
+/// serialising the parsed documents again would give, without parsing them.
+pub fn config_body(hosted: &Hosted) -> web::Bytes {
+    const OPEN: &[u8] = br#"{"openidConfiguration":"#;
+    const BETWEEN: &[u8] = br#","jwks":"#;
+    let mut body = Vec::with_capacity(
+        OPEN.len() + hosted.discovery.body.len() + BETWEEN.len() + hosted.jwks.body.len() + 1,
+    );
+    body.extend_from_slice(OPEN);
+    body.extend_from_slice(&hosted.discovery.body);
+    body.extend_from_slice(BETWEEN);
+    body.extend_from_slice(&hosted.jwks.body);
+    body.push(b'}');
+    body.into()
 }
 
 /// `If-None-Match` uses the weak comparison (RFC 9110 §13.1.2).

@@ -8,4 +8,4 @@ mod cache;
 mod handler;
 
 pub use cache::HostingCache;
-pub use handler::{hosted_request, serve};
+pub use handler::{config_body, hosted_request, serve};

@@ -41,7 +41,11 @@ fn gone_as_not_found(error: ApiError, id: &str) -> ApiError {
 }
 
 /// The caller's customer's account with this id, or 404.
-async fn owned_account(state: &AppState, caller: &AccountCaller, id: &str) -> ApiResult<ServiceAccount> {
+async fn owned_account(
+    state: &AppState,
+    caller: &AccountCaller,
+    id: &str,
+) -> ApiResult<ServiceAccount> {
     let parsed: Uuid = id.parse().map_err(|_| not_found(id))?;
     let customer_id = caller.customer_id();
     state
@@ -53,9 +57,18 @@ async fn owned_account(state: &AppState, caller: &AccountCaller, id: &str) -> Ap
 
 /// Parses a policy from the body (pointers under `/policy`) and checks that every non-wildcard
 /// `services` entry names a service of the customer (spec §4 rule 1).
-async fn checked_policy(state: &AppState, customer_id: Uuid, document: &Value) -> ApiResult<ParsedPolicy> {
+async fn checked_policy(
+    state: &AppState,
+    customer_id: Uuid,
+    document: &Value,
+) -> ApiResult<ParsedPolicy> {
     let parsed = Policy::parse(document).map_err(|violations| {
-        ApiError::Validation(violations.into_iter().map(|v| v.prefixed("/policy")).collect())
+        ApiError::Validation(
+            violations
+                .into_iter()
+                .map(|v| v.prefixed("/policy"))
+                .collect(),
+        )
     })?;
     let literals = parsed.policy.literal_services();
     if literals.is_empty() {
@@ -115,7 +128,9 @@ pub async fn create(
     let name = fields.string("name", true, MAX_NAME);
     let document = fields.raw("policy").cloned();
     if document.is_none() {
-        fields.problems.push(Violation::new("/policy", "policy is required"));
+        fields
+            .problems
+            .push(Violation::new("/policy", "policy is required"));
     }
     let policy = match &document {
         Some(doc) => match checked_policy(&state, caller.customer_id(), doc).await {
@@ -152,7 +167,9 @@ pub async fn create(
     let mut body = views::account(&account);
     if let Some((token, record)) = &token {
         body["token"] = token.plaintext.clone().into();
-        state.tokens.remember(&token.lookup_id, &record.hash, &token.plaintext);
+        state
+            .tokens
+            .remember(&token.lookup_id, &record.hash, &token.plaintext);
     }
     Ok(HttpResponse::Created()
         .insert_header((
@@ -222,7 +239,10 @@ pub async fn patch(
         account.name = name;
     }
     let row = account.clone();
-    state.db(move |s| s.update_account(&row)).await.map_err(|e| gone_as_not_found(e, &path))?;
+    state
+        .db(move |s| s.update_account(&row))
+        .await
+        .map_err(|e| gone_as_not_found(e, &path))?;
     Ok(HttpResponse::Ok().json(with_warnings(views::account(&account), warnings)))
 }
 
@@ -262,7 +282,9 @@ pub async fn regenerate_token(
         .db(move |s| s.replace_token(id, &stored))
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
-    state.tokens.remember(&token.lookup_id, &record.hash, &token.plaintext);
+    state
+        .tokens
+        .remember(&token.lookup_id, &record.hash, &token.plaintext);
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(serde_json::json!({"id": account.id.to_string(), "token": token.plaintext})))

@@ -68,7 +68,9 @@ pub async fn create(
         expires_at: Some(now + ttl),
     };
     let row = service.clone();
-    state.db(move |s| s.create_service(&row, Some(&record))).await?;
+    state
+        .db(move |s| s.create_service(&row, Some(&record)))
+        .await?;
     // The creator's first call should not pay for argon2 again.
     state
         .tokens
@@ -77,7 +79,10 @@ pub async fn create(
     let expires_at = service.expires_at.unwrap_or(now);
     let base = state.settings.base();
     Ok(HttpResponse::Created()
-        .insert_header((header::LOCATION, format!("{base}/services/{}", service.subdomain)))
+        .insert_header((
+            header::LOCATION,
+            format!("{base}/services/{}", service.subdomain),
+        ))
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(json!({
             "service": {

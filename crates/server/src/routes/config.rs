@@ -2,6 +2,7 @@
 
 use crate::auth;
 use crate::body::read_json;
+use crate::hosting;
 use crate::problem::{ApiError, ApiResult};
 use crate::routes::services::gone_as_not_found;
 use crate::state::AppState;
@@ -29,15 +30,14 @@ pub async fn get(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let service = auth::service_caller(&state, &req, &path).await?;
-    let id = service.id;
-    let config = state
-        .db(move |s| s.config(id))
-        .await?
+    // Authentication brought the hosting cache up to date with the database.
+    let hosted = state
+        .hosting
+        .get(&service.subdomain)
         .ok_or_else(|| nothing_published(&service.subdomain))?;
-    Ok(HttpResponse::Ok().json(json!({
-        "openidConfiguration": parse_stored(&config.openid_configuration)?,
-        "jwks": parse_stored(&config.jwks)?,
-    })))
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(hosting::config_body(&hosted)))
 }
 
 /// `PUT /services/{subdomain}/config`: check, rewrite, store, and serve at once.
@@ -56,10 +56,9 @@ pub async fn put(
                 "the body must be {\"openidConfiguration\": {...}, \"jwks\": {\"keys\": [...]}}",
             )])
         })?;
-    let id = service.id;
-    let previous = state.db(move |s| s.config(id)).await?;
-    let previous_kids = match &previous {
-        Some(config) => Some(key_ids(&parse_stored(&config.jwks)?)),
+    // Authentication brought the hosting cache up to date with the database.
+    let previous_kids = match state.hosting.get(&service.subdomain) {
+        Some(hosted) => Some(key_ids(&parse_stored(hosted.jwks.text())?)),
         None => None,
     };
     let issuer = state.issuer_of(&service.subdomain);

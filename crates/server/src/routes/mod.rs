@@ -59,12 +59,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     // The browser pages (not part of the API, so not in openapi.json).
     .service(get_only("/", dashboard::landing))
-    .service(get_only("/dashboard/anonymous/{subdomain}", dashboard::anonymous))
+    .service(get_only(
+        "/dashboard/anonymous/{subdomain}",
+        dashboard::anonymous,
+    ))
     .service(get_only("/healthz", ops::healthz))
     .service(get_only("/readyz", ops::readyz))
     .service(get_only("/metrics", ops::metrics))
     .service(get_only("/openapi.json", ops::openapi))
-    .service(get_only("/schemas/service-account-policy/v1.json", ops::policy_schema));
+    .service(get_only(
+        "/schemas/service-account-policy/v1.json",
+        ops::policy_schema,
+    ));
 }
 
 fn get_only<F, Args>(path: &str, handler: F) -> actix_web::Resource

@@ -25,13 +25,37 @@ pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let oidc = state.verifier.metrics();
     let extra = [
-        ("registry_hosted_issuers", "gauge", "Issuers with a published configuration.", state.hosting.len() as u64),
-        ("registry_oidc_key_fetches_total", "counter", "Refreshes of issuers' discovery documents and key sets.", oidc.key_fetches),
-        ("registry_oidc_key_fetch_failures_total", "counter", "Key refreshes that failed or found no usable key.", oidc.key_fetch_failures),
-        ("registry_oidc_key_cache_hits_total", "counter", "Federated tokens verified with cached keys.", oidc.cache_hits),
+        (
+            "registry_hosted_issuers",
+            "gauge",
+            "Issuers with a published configuration.",
+            state.hosting.len() as u64,
+        ),
+        (
+            "registry_oidc_key_fetches_total",
+            "counter",
+            "Refreshes of issuers' discovery documents and key sets.",
+            oidc.key_fetches,
+        ),
+        (
+            "registry_oidc_key_fetch_failures_total",
+            "counter",
+            "Key refreshes that failed or found no usable key.",
+            oidc.key_fetch_failures,
+        ),
+        // A remembered verification was made with cached keys too, and fetched nothing.
+        (
+            "registry_oidc_key_cache_hits_total",
+            "counter",
+            "Federated tokens verified with cached keys.",
+            oidc.cache_hits + state.metrics.identity_token_cache_hits(),
+        ),
     ];
     HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8"))
+        .insert_header((
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        ))
         .body(state.metrics.render(&extra))
 }
 

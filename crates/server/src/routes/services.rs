@@ -38,7 +38,11 @@ pub async fn create(
         .db(move |s| s.customer(customer_id))
         .await?
         .ok_or_else(|| auth::unauthorized("the caller's customer no longer exists"))?;
-    let attempts = if service_name.is_some() { 1 } else { RANDOM_NAME_ATTEMPTS };
+    let attempts = if service_name.is_some() {
+        1
+    } else {
+        RANDOM_NAME_ATTEMPTS
+    };
     for _ in 0..attempts {
         let subdomain = registered_subdomain(
             customer.plan,

@@ -1,0 +1,318 @@
+//! Secrets (static tokens, anonymous secrets, identity tokens, uploaded private key material)
+//! never reach the server log, an error body, a later read, `/metrics` or the CLI, and the
+//! database holds only their hashes: the whole database is dumped (`sqlite3 .dump`, or
+//! `pg_dump` on PostgreSQL) and searched.
+
+use super::{
+    anonymous_service, assert_no_secret, claims, create_service, insecure_server, oidc_account,
+    static_account,
+};
+use crate::api::{b64, upload};
+use registry_tests::issuer::TestIssuer;
+use registry_tests::server::{run_cli, TestServer};
+use reqwest::Method;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Records what the server answered, except the one response that hands a secret out.
+struct Transcript<'a> {
+    server: &'a TestServer,
+    seen: Vec<String>,
+}
+
+impl Transcript<'_> {
+    fn call(
+        &mut self,
+        method: Method,
+        path: &str,
+        authorization: Option<&str>,
+        body: Option<serde_json::Value>,
+    ) -> u16 {
+        let mut request = self.server.request(method.clone(), path);
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().unwrap();
+        let status = response.status().as_u16();
+        let headers = format!("{:?}", response.headers());
+        let text = response.text().unwrap();
+        // The path may hold a secret on purpose: the label keeps only what precedes a query.
+        let route = path.split('?').next().unwrap_or(path);
+        self.seen
+            .push(format!("{method} {route} → {status}\n{headers}\n{text}"));
+        status
+    }
+}
+
+/// `pg_dump` beside the `psql` the suite uses: PATH first, else the newest installed.
+fn pg_dump() -> PathBuf {
+    if Command::new("pg_dump")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return PathBuf::from("pg_dump");
+    }
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e.file_name().to_str()?.parse().ok()?,
+                e.path().join("bin/pg_dump"),
+            ))
+        })
+        .filter(|(_, p)| p.exists())
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .map(|(_, p)| p)
+        .expect("pg_dump is not installed")
+}
+
+/// The whole database as SQL text.
+fn dump(database_url: &str) -> String {
+    let output = match database_url.strip_prefix("sqlite://") {
+        Some(path) => Command::new("sqlite3")
+            .arg(path)
+            .arg(".dump")
+            .output()
+            .expect("the sqlite3 command-line shell is needed (apt-get install sqlite3)"),
+        None => Command::new(pg_dump())
+            .arg("--no-owner")
+            .arg(database_url)
+            .output()
+            .expect("run pg_dump"),
+    };
+    assert!(
+        output.status.success(),
+        "dumping the database failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("a UTF-8 dump")
+}
+
+#[test]
+fn secrets_reach_neither_logs_nor_bodies_nor_the_database_in_plaintext() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let (api, _) = create_service(&server, &acme, "api");
+    let (account, first) = static_account(&server, &acme, &["*"]);
+    let regenerated = server
+        .authed(
+            Method::POST,
+            &format!("/service-accounts/{account}/regenerate-token"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(regenerated.status(), 200);
+    let second = regenerated.json::<serde_json::Value>().unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (anon, anon_secret) = anonymous_service(&server);
+    let (_, other_anon_secret) = anonymous_service(&server);
+    oidc_account(&server, &acme, &iss, "repo:acme/*");
+    let federated = issuer.mint("ES256", claims(&iss, "repo:acme/api"));
+    // Private key material uploaded by mistake is a secret too: refused, and never echoed.
+    let random = |n: usize| -> Vec<u8> {
+        (0..n.div_ceil(16))
+            .flat_map(|_| uuid::Uuid::new_v4().into_bytes())
+            .take(n)
+            .collect()
+    };
+    let private_d = b64(&random(256));
+    let private_p = b64(&random(128));
+    let secrets = vec![
+        acme.token.clone(),
+        first.clone(),
+        second.clone(),
+        anon_secret.clone(),
+        other_anon_secret.clone(),
+        federated.clone(),
+        private_d.clone(),
+        private_p.clone(),
+    ];
+
+    let mut t = Transcript {
+        server: &server,
+        seen: Vec::new(),
+    };
+    let bearer = |token: &str| format!("Bearer {token}");
+    // Honest use of every credential.
+    assert_eq!(
+        t.call(Method::GET, "/services", Some(&bearer(&acme.token)), None),
+        200
+    );
+    assert_eq!(
+        t.call(
+            Method::GET,
+            "/service-accounts",
+            Some(&bearer(&second)),
+            None
+        ),
+        200
+    );
+    assert_eq!(
+        t.call(
+            Method::GET,
+            &format!("/service-accounts/{account}"),
+            Some(&bearer(&second)),
+            None
+        ),
+        200
+    );
+    assert_eq!(
+        t.call(
+            Method::GET,
+            &format!("/services/{anon}"),
+            Some(&bearer(&anon_secret)),
+            None
+        ),
+        200
+    );
+    assert_eq!(
+        t.call(
+            Method::GET,
+            &format!("/services/{api}"),
+            Some(&bearer(&federated)),
+            None
+        ),
+        200
+    );
+    // Every way of getting it wrong.
+    assert_eq!(
+        t.call(Method::GET, "/services", Some(&bearer(&first)), None),
+        401,
+        "revoked"
+    );
+    let mut tampered = second.clone();
+    tampered.replace_range(tampered.len() - 4.., "zzzz");
+    assert_eq!(
+        t.call(Method::GET, "/services", Some(&bearer(&tampered)), None),
+        401
+    );
+    assert_eq!(
+        t.call(
+            Method::GET,
+            "/services",
+            Some(&format!("Bearer {second} extra")),
+            None
+        ),
+        401
+    );
+    assert_eq!(
+        t.call(
+            Method::GET,
+            "/services",
+            Some(&format!("Basic {second}")),
+            None
+        ),
+        401
+    );
+    assert_eq!(
+        t.call(
+            Method::GET,
+            "/services",
+            Some(&format!("Bearer {}", &second[..second.len() - 1])),
+            None
+        ),
+        401
+    );
+    assert_eq!(
+        t.call(
+            Method::GET,
+            &format!("/services/{anon}"),
+            Some(&bearer(&other_anon_secret)),
+            None
+        ),
+        404
+    );
+    assert_eq!(
+        t.call(
+            Method::GET,
+            "/service-accounts",
+            Some(&bearer(&anon_secret)),
+            None
+        ),
+        403
+    );
+    assert_eq!(
+        t.call(
+            Method::POST,
+            "/services",
+            Some(&bearer(&anon_secret)),
+            Some(json!({"title": "x"}))
+        ),
+        403
+    );
+    let mut forged = federated.clone();
+    forged.replace_range(forged.len() - 6.., "AAAAAA");
+    assert_eq!(
+        t.call(
+            Method::GET,
+            &format!("/services/{api}"),
+            Some(&bearer(&forged)),
+            None
+        ),
+        401
+    );
+    // A careless client puts the token in the query string: the log keeps only the route.
+    assert_eq!(
+        t.call(
+            Method::GET,
+            &format!("/services?access_token={second}"),
+            None,
+            None
+        ),
+        401
+    );
+    let mut leaked = upload(&["k1"]);
+    leaked["jwks"]["keys"][0]["d"] = json!(private_d);
+    leaked["jwks"]["keys"][0]["p"] = json!(private_p);
+    assert_eq!(
+        t.call(
+            Method::PUT,
+            &format!("/services/{api}/config"),
+            Some(&bearer(&second)),
+            Some(leaked)
+        ),
+        400
+    );
+    assert_eq!(t.call(Method::GET, "/metrics", None, None), 200);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+
+    for seen in &t.seen {
+        assert_no_secret(
+            &format!("the response to {}", seen.lines().next().unwrap_or("")),
+            seen,
+            &secrets,
+        );
+    }
+    assert_no_secret("the server log", &server.log(), &secrets);
+    let listed = run_cli(&["customer", "list"], &server.database_url).expect("customer list");
+    assert_no_secret("`registry customer list`", &listed.to_string(), &secrets);
+
+    let database_url = server.database_url.clone();
+    drop(server);
+    let dump = dump(&database_url);
+    assert!(
+        dump.contains("$argon2id$"),
+        "no argon2id hash in the database dump"
+    );
+    let lookup = second.split('_').nth(1).unwrap();
+    assert!(
+        dump.contains(lookup),
+        "the public lookup id is stored for the indexed look-up"
+    );
+    assert_no_secret("the database", &dump, &secrets);
+}

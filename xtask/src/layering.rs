@@ -20,11 +20,21 @@ const WRAPPERS: [(&str, &[&str]); 6] = [
     // drives the registry and mints an identity token. Neither ships in the binary.
     (
         "reqwest",
-        &["registry-oidc", "registry-server", "registry-tests", "xtask"],
+        &[
+            "registry-oidc",
+            "registry-server",
+            "registry-tests",
+            "xtask",
+        ],
     ),
     (
         "josekit",
-        &["registry-oidc", "registry-server", "registry-tests", "xtask"],
+        &[
+            "registry-oidc",
+            "registry-server",
+            "registry-tests",
+            "xtask",
+        ],
     ),
 ];
 

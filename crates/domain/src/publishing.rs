@@ -48,6 +48,22 @@ pub fn jwks_uri(issuer: &str) -> String {
     format!("{issuer}{JWKS_PATH}")
 }
 
+/// Sets a discovery document's `issuer` and `jwks_uri` to the hosted ones, in place when they
+/// are present (serde_json's `preserve_order` keeps their position), appended when not. Also used
+/// to re-point documents published under an earlier issuer URL template.
+///
+/// ```
+/// use registry_domain::publishing::point_at;
+/// use serde_json::json;
+/// let mut doc = json!({"issuer": "https://old", "jwks_uri": "https://old/keys", "x": 1});
+/// point_at(doc.as_object_mut().unwrap(), "https://new");
+/// assert_eq!(doc.to_string(), r#"{"issuer":"https://new","jwks_uri":"https://new/openid/v1/jwks","x":1}"#);
+/// ```
+pub fn point_at(doc: &mut Map<String, Value>, issuer: &str) {
+    doc.insert("issuer".into(), Value::String(issuer.to_owned()));
+    doc.insert("jwks_uri".into(), Value::String(jwks_uri(issuer)));
+}
+
 /// A checked, rewritten upload, ready to be served.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Publication {
@@ -157,9 +173,7 @@ fn rewrite(
         )),
         None => {}
     }
-    // `insert` on an existing key keeps its position (serde_json's preserve_order).
-    doc.insert("issuer".into(), Value::String(issuer.to_owned()));
-    doc.insert("jwks_uri".into(), Value::String(jwks_uri(issuer)));
+    point_at(&mut doc, issuer);
     for member in REQUIRED_ARRAYS {
         let pointer = format!("/openidConfiguration/{member}");
         match doc.get(member) {

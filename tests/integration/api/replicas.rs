@@ -125,3 +125,38 @@ fn revocation_on_one_replica_holds_on_the_other_at_once() {
         "unauthorized",
     );
 }
+
+#[test]
+fn documents_follow_a_change_of_the_issuer_url_template() {
+    let first = TestServer::start();
+    let acme = first.customer("acme", "business");
+    first
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!({"title": "API", "serviceName": "api"}))
+        .send()
+        .unwrap();
+    first
+        .authed(Method::PUT, "/services/api-acme/config", &acme.token)
+        .json(&upload(&["k1"]))
+        .send()
+        .unwrap();
+    // Another port means another REGISTRY_ISSUER_URL_TEMPLATE for the same database.
+    let moved = replica_of(&first);
+    drop(first);
+    let issuer = moved.issuer("api-acme");
+    let doc = json(
+        moved
+            .hosted(Method::GET, "api-acme", "/.well-known/openid-configuration")
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(doc["issuer"], issuer.as_str());
+    assert_eq!(doc["jwks_uri"], format!("{issuer}/openid/v1/jwks"));
+    let config = json(
+        moved
+            .authed(Method::GET, "/services/api-acme/config", &acme.token)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(config["openidConfiguration"]["issuer"], issuer.as_str());
+}

@@ -1,5 +1,6 @@
 use actix_web::http::header::HeaderValue;
 use anyhow::Context;
+use registry_domain::publishing::{hosted_issuer, point_at};
 use registry_domain::service::PublishedConfig;
 use registry_domain::Service;
 use sha2::{Digest, Sha256};
@@ -63,13 +64,13 @@ pub struct Hosted {
 }
 
 impl Hosted {
-    fn new(service: &Service, config: &PublishedConfig) -> Self {
+    fn new(service: &Service, config: &PublishedConfig, issuer: &str) -> Self {
         let modified_at = config
             .updated_at
             .replace_nanosecond(0)
             .unwrap_or(config.updated_at);
         Self {
-            discovery: Document::new(&config.openid_configuration),
+            discovery: Document::new(&current_discovery(&config.openid_configuration, issuer)),
             jwks: Document::new(&config.jwks),
             last_modified: modified_at
                 .format(HTTP_DATE)
@@ -148,6 +149,22 @@ pub struct HostingCache {
     host_prefix: String,
     host_suffix: String,
     api_host: String,
+    template: String,
+}
+
+/// The stored discovery document, re-pointed at `issuer` when it was published under another
+/// issuer URL (the operator changed `REGISTRY_ISSUER_URL_TEMPLATE`): verifiers refuse a
+/// document whose `issuer` is not the URL they fetched it from.
+fn current_discovery(stored: &str, issuer: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(stored) {
+        Ok(serde_json::Value::Object(mut doc))
+            if doc.get("issuer").and_then(|i| i.as_str()) != Some(issuer) =>
+        {
+            point_at(&mut doc, issuer);
+            serde_json::Value::Object(doc).to_string()
+        }
+        _ => stored.to_owned(),
+    }
 }
 
 fn host_of(url: &str) -> anyhow::Result<String> {
@@ -194,6 +211,7 @@ impl HostingCache {
             host_prefix: host_prefix.to_owned(),
             host_suffix: host_suffix.to_owned(),
             api_host: host_of(base_url)?,
+            template: template.to_owned(),
         })
     }
 
@@ -218,7 +236,8 @@ impl HostingCache {
 
     /// Publishes (or replaces) a service's documents.
     pub fn put(&self, service: &Service, config: &PublishedConfig) {
-        let hosted = Arc::new(Hosted::new(service, config));
+        let issuer = hosted_issuer(&self.template, &service.subdomain);
+        let hosted = Arc::new(Hosted::new(service, config, &issuer));
         let mut map = self.by_subdomain.write().expect("hosting cache lock");
         map.insert(service.subdomain.clone(), hosted);
         self.subdomain_of
@@ -258,6 +277,18 @@ impl HostingCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn documents_published_under_another_template_are_re_pointed() {
+        let stored = r#"{"issuer":"http://a-acme.old:1","jwks_uri":"http://a-acme.old:1/openid/v1/jwks","x":1}"#;
+        assert_eq!(
+            current_discovery(stored, "https://a-acme.new"),
+            r#"{"issuer":"https://a-acme.new","jwks_uri":"https://a-acme.new/openid/v1/jwks","x":1}"#
+        );
+        let current =
+            r#"{"issuer":"https://a-acme.new","jwks_uri":"https://a-acme.new/openid/v1/jwks"}"#;
+        assert_eq!(current_discovery(current, "https://a-acme.new"), current);
+    }
 
     #[test]
     fn recognises_hosted_hosts() {

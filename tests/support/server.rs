@@ -296,3 +296,29 @@ pub fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
     );
     body
 }
+
+/// The audience the federated rules of the tests pin.
+pub const AUDIENCE: &str = "registry";
+
+/// A server that admits `http` and loopback issuers, as the test issuer is.
+pub fn insecure_server() -> TestServer {
+    TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS".into(), "true".into())],
+        ..ServerOptions::default()
+    })
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> i64 {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    i64::try_from(secs).expect("time fits")
+}
+
+/// Claims of a token for `iss` and `sub`, with [`AUDIENCE`], issued now, living ten minutes.
+pub fn claims(iss: &str, sub: &str) -> Value {
+    let now = unix_now();
+    serde_json::json!({"iss": iss, "sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + 600})
+}

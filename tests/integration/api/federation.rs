@@ -2,35 +2,13 @@
 //! issuer on loopback, verified by the real binary.
 
 use registry_tests::issuer::{compact, Behaviour, KeyKind, SigningKey, TestIssuer};
-use registry_tests::server::{assert_problem, json, Customer, ServerOptions, TestServer};
+use registry_tests::server::{
+    assert_problem, claims, insecure_server, json, unix_now, Customer, TestServer, AUDIENCE,
+};
 use reqwest::blocking::Response;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-const AUDIENCE: &str = "registry";
-
-/// A server that admits `http` and loopback issuers, as the test issuer is.
-fn insecure_server() -> TestServer {
-    TestServer::start_with(ServerOptions {
-        env: vec![("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS".into(), "true".into())],
-        ..ServerOptions::default()
-    })
-}
-
-fn unix_now() -> i64 {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
-    i64::try_from(secs).expect("time fits")
-}
-
-/// Claims of a token for `iss` and `sub`, issued now, living ten minutes.
-fn claims(iss: &str, sub: &str) -> Value {
-    let now = unix_now();
-    json!({"iss": iss, "sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + 600})
-}
+use std::time::{Duration, Instant};
 
 fn create_service(server: &TestServer, customer: &Customer, name: &str) -> String {
     let response = server

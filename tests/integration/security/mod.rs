@@ -8,35 +8,11 @@ mod jwt;
 mod secrets;
 mod tenancy;
 
-use registry_tests::server::{json, Customer, ServerOptions, TestServer};
+use registry_tests::server::{
+    claims, insecure_server, json, unix_now, Customer, TestServer, AUDIENCE,
+};
 use reqwest::Method;
-use serde_json::{json, Value};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// The audience every federated rule of this module pins.
-const AUDIENCE: &str = "registry";
-
-/// A server that admits `http` and loopback issuers, as the test issuer is.
-fn insecure_server() -> TestServer {
-    TestServer::start_with(ServerOptions {
-        env: vec![("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS".into(), "true".into())],
-        ..ServerOptions::default()
-    })
-}
-
-fn unix_now() -> i64 {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
-    i64::try_from(secs).expect("time fits")
-}
-
-/// Claims of a token for `iss` and `sub`, issued now, living ten minutes.
-fn claims(iss: &str, sub: &str) -> Value {
-    let now = unix_now();
-    json!({"iss": iss, "sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + 600})
-}
+use serde_json::json;
 
 /// Registers `{name}-{tenant}`; returns its subdomain and id.
 fn create_service(server: &TestServer, customer: &Customer, name: &str) -> (String, String) {

@@ -170,6 +170,19 @@ pub async fn catch_up(state: &AppState, latest: i64) -> ApiResult<()> {
     }
 }
 
+/// Makes the node that took a write to a service's documents serve the result at once, before
+/// the write is acknowledged: applies the change log through the caller's own (committed)
+/// change. Updating the hosting cache directly is not enough: a catch-up already under way may
+/// have read the service before the write committed and would store that older state after it
+/// (a just-published document answering 404, or a deleted one served again). Taking the same
+/// lock orders this catch-up after that one, and it reads the database after the commit.
+/// Should the database fail right now, the follower applies the change within half a second.
+pub async fn settle_write(state: &AppState) {
+    if let Err(error) = catch_up(state, i64::MAX).await {
+        tracing::warn!(%error, "a write is served from the next change-log catch-up");
+    }
+}
+
 /// Reloads one service's public documents: public requests never read the database.
 async fn reload_hosted(state: &AppState, id: Uuid) -> ApiResult<()> {
     match state

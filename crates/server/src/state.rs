@@ -1,6 +1,6 @@
 //! What every handler shares.
 
-use crate::adapters::{Argon2Hasher, OsRandomness, SystemClock};
+use crate::adapters::{HashingLanes, OsRandomness, SystemClock};
 use crate::auth::TokenCache;
 use crate::directory::Directory;
 use crate::hosting::HostingCache;
@@ -45,8 +45,8 @@ pub struct AppState {
     pub auth_failures: RateLimiter,
     /// Random source.
     pub rng: OsRandomness,
-    /// Secret hashing.
-    pub hasher: Argon2Hasher,
+    /// Secret hashing, on threads of its own.
+    pub hasher: HashingLanes,
     clock: SystemClock,
 }
 
@@ -69,7 +69,9 @@ impl AppState {
                 std::time::Duration::from_secs(60),
             ),
             rng: OsRandomness,
-            hasher: Argon2Hasher::default(),
+            hasher: HashingLanes::start(
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            )?,
             clock: SystemClock,
             store,
             settings,

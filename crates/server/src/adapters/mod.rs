@@ -5,5 +5,5 @@ mod hashing;
 mod random;
 
 pub use clock::SystemClock;
-pub use hashing::Argon2Hasher;
+pub use hashing::{Argon2Hasher, HashingLanes};
 pub use random::OsRandomness;

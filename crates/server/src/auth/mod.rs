@@ -10,10 +10,10 @@ use crate::client_ip::client_ip;
 use crate::directory;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
-use actix_web::{http::header, web, HttpRequest};
+use actix_web::{http::header, HttpRequest};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::policy::{PolicyKind, Scope};
-use registry_domain::ports::{CredentialOwner, SecretHasher};
+use registry_domain::ports::CredentialOwner;
 use registry_domain::{Service, ServiceAccount};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
@@ -136,12 +136,10 @@ async fn verify_secret(state: &AppState, token: &str) -> ApiResult<CredentialOwn
         return Ok(stored.owner);
     }
     state.metrics.argon2_verification();
-    let secret = token.to_owned();
-    let hash = stored.hash.clone();
-    let hasher = state.hasher.clone();
-    let ok = web::block(move || hasher.verify(&secret, &hash))
-        .await
-        .map_err(|_| ApiError::Internal)?;
+    let ok = state
+        .hasher
+        .verify(token.to_owned(), stored.hash.clone())
+        .await?;
     if !ok {
         return Err(unauthorized("token does not match its stored hash"));
     }

@@ -10,7 +10,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::credentials::{self, CredentialKind, GeneratedSecret};
 use registry_domain::policy::{ParsedPolicy, Policy, PolicyKind};
-use registry_domain::ports::{AccountStore, CredentialRecord, SecretHasher, ServiceStore};
+use registry_domain::ports::{AccountStore, CredentialRecord, ServiceStore};
 use registry_domain::{ServiceAccount, Violation};
 use serde_json::Value;
 use uuid::Uuid;
@@ -97,11 +97,7 @@ async fn checked_policy(
 
 async fn new_token(state: &AppState) -> ApiResult<(GeneratedSecret, CredentialRecord)> {
     let token = credentials::generate(CredentialKind::StaticToken, &state.rng);
-    let hasher = state.hasher.clone();
-    let plaintext = token.plaintext.clone();
-    let hash = web::block(move || hasher.hash(&plaintext))
-        .await
-        .map_err(|_| ApiError::Internal)?;
+    let hash = state.hasher.hash(token.plaintext.clone()).await?;
     let record = CredentialRecord {
         lookup_id: token.lookup_id.clone(),
         hash,

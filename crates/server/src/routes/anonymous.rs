@@ -11,7 +11,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::anonymous::{lifetime, remaining_seconds};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::naming::anonymous_subdomain;
-use registry_domain::ports::{CredentialRecord, SecretHasher, ServiceStore};
+use registry_domain::ports::{CredentialRecord, ServiceStore};
 use registry_domain::Service;
 use serde_json::json;
 
@@ -48,11 +48,7 @@ pub async fn create(
         })?;
 
     let secret = credentials::generate(CredentialKind::AnonymousSecret, &state.rng);
-    let hasher = state.hasher.clone();
-    let plaintext = secret.plaintext.clone();
-    let hash = web::block(move || hasher.hash(&plaintext))
-        .await
-        .map_err(|_| ApiError::Internal)?;
+    let hash = state.hasher.hash(secret.plaintext.clone()).await?;
     let record = CredentialRecord {
         lookup_id: secret.lookup_id.clone(),
         hash: hash.clone(),

@@ -2,6 +2,7 @@
 
 use crate::auth;
 use crate::body::read_json;
+use crate::directory;
 use crate::hosting;
 use crate::problem::{ApiError, ApiResult};
 use crate::routes::services::gone_as_not_found;
@@ -75,7 +76,7 @@ pub async fn put(
         .db(move |s| s.put_config(&row))
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
-    state.hosting.put(&service, &config);
+    directory::settle_write(&state).await;
     Ok(HttpResponse::Ok().json(json!({
         "openidConfiguration": publication.openid_configuration,
         "jwks": publication.jwks,
@@ -92,7 +93,7 @@ pub async fn delete(
     let service = auth::service_caller(&state, &req, &path).await?;
     let id = service.id;
     let removed = state.db(move |s| s.delete_config(id)).await?;
-    state.hosting.remove(id);
+    directory::settle_write(&state).await;
     if !removed {
         return Err(nothing_published(&service.subdomain));
     }

@@ -2,6 +2,7 @@
 
 use crate::auth;
 use crate::body::{read_json, Fields};
+use crate::directory;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::views;
@@ -152,7 +153,7 @@ pub async fn delete(
     let service = auth::service_caller(&state, &req, &path).await?;
     let id = service.id;
     let deleted = state.db(move |s| s.delete_service(id)).await?;
-    state.hosting.remove(id);
+    directory::settle_write(&state).await;
     if !deleted {
         return Err(auth::not_found_service(&path));
     }

@@ -16,13 +16,13 @@
 //!   caller's account returned (static token and identity token).
 
 #[path = "bench_client.rs"]
-mod client;
+pub mod client;
 #[path = "bench_report.rs"]
 mod report;
 #[path = "bench_servers.rs"]
-mod servers;
+pub mod servers;
 #[path = "bench_wrk.rs"]
-mod wrk;
+pub mod wrk;
 
 use crate::cmd::{cargo, output, root, run, succeeds};
 use crate::postgres::Cluster;
@@ -86,7 +86,8 @@ fn options(args: &[String]) -> Result<Options> {
     Ok(options)
 }
 
-fn require(tool: &str, package: &str) -> Result<()> {
+/// Fails with the apt command that installs `tool` when it is not on the PATH.
+pub fn require(tool: &str, package: &str) -> Result<()> {
     if !succeeds(
         Command::new("sh")
             .arg("-c")
@@ -108,26 +109,29 @@ fn cpus() -> (Option<usize>, Option<usize>) {
     }
 }
 
+/// Builds the optimised `registry` binary (what is measured) and returns its path.
+pub fn release_binary() -> Result<PathBuf> {
+    println!("\n=== release build ===\n");
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "registry-server",
+        "--bin",
+        "registry",
+    ]))?;
+    Ok(std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root().join("target"), PathBuf::from)
+        .join("release/registry"))
+}
+
 pub fn run_bench(args: &[String]) -> Result<()> {
     let options = options(args)?;
     require("wrk", "wrk")?;
     require("nginx", "nginx-light")?;
     let binary = match &options.binary {
         Some(binary) => binary.clone(),
-        None => {
-            println!("\n=== release build ===\n");
-            run(cargo().args([
-                "build",
-                "--release",
-                "-p",
-                "registry-server",
-                "--bin",
-                "registry",
-            ]))?;
-            std::env::var_os("CARGO_TARGET_DIR")
-                .map_or_else(|| root().join("target"), PathBuf::from)
-                .join("release/registry")
-        }
+        None => release_binary()?,
     };
     let dir = std::env::temp_dir().join(format!("registry-bench-{}", std::process::id()));
     if dir.exists() {
@@ -149,7 +153,8 @@ pub fn run_bench(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn load_average() -> String {
+/// The load averages of /proc/loadavg (1, 5, 15 minutes).
+pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()

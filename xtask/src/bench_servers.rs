@@ -66,6 +66,16 @@ pub fn get(port: u16, host: &str, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// The resident memory of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS in /proc/PID/status")
+}
+
 /// A running `registry serve`.
 #[derive(Debug)]
 pub struct Registry {
@@ -196,12 +206,7 @@ impl Registry {
 
     /// The process's resident memory (`VmRSS`), in KiB.
     pub fn rss_kib(&self) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("no VmRSS in /proc/PID/status")
+        rss_kib(self.child.id())
     }
 }
 

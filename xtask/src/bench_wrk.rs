@@ -82,8 +82,13 @@ impl Load {
 
     /// Runs wrk once.
     pub fn run(&self) -> Result<Sample> {
+        self.run_with_report().map(|(sample, _)| sample)
+    }
+
+    /// Runs wrk once; also its whole report (what a script's `done` printed).
+    pub fn run_with_report(&self) -> Result<(Sample, String)> {
         let out = self.command().output().context("running wrk")?;
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
         if !out.status.success() {
             bail!(
                 "wrk failed: {}{}",
@@ -91,7 +96,8 @@ impl Load {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        parse(&text).with_context(|| format!("reading wrk's report:\n{text}"))
+        let sample = parse(&text).with_context(|| format!("reading wrk's report:\n{text}"))?;
+        Ok((sample, text))
     }
 }
 

@@ -8,11 +8,15 @@
 //! * `postgres`: PostgreSQL stopped and started under load: `GET /readyz` and authenticated
 //!   calls answer 503 (never 500) while it is down, public documents keep being served from
 //!   memory, and the same registry process recovers by itself once it is back.
+//! * `pgkill`: `kill -9` of PostgreSQL itself (the postmaster and all its processes) in the
+//!   middle of the `kill` scenario's write stream, then PostgreSQL started again on the same data
+//!   directory (crash recovery), the registry never restarted (`faults/pgkill.rs`).
 //! * `disk`: SQLite on a 2 MiB tmpfs (needs root for `mount`): writes fail with clear 503s once
 //!   the disk is full, reads go on, writes recover when space returns (remount), no acknowledged
 //!   write is lost and the database passes `PRAGMA integrity_check`.
 
 pub mod harness;
+mod pgkill;
 
 use crate::postgres;
 use anyhow::{bail, ensure, Context, Result};
@@ -25,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: cargo xtask faults [--rounds N] [kill] [postgres] [disk]";
+const USAGE: &str = "usage: cargo xtask faults [--rounds N] [kill] [postgres] [pgkill] [disk]";
 
 /// One line of the final summary.
 struct Outcome {
@@ -45,7 +49,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     .and_then(|n| n.parse().ok())
                     .context("--rounds needs a number")?;
             }
-            "kill" | "postgres" | "disk" => only.push(arg.clone()),
+            "kill" | "postgres" | "pgkill" | "disk" => only.push(arg.clone()),
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
     }
@@ -93,6 +97,12 @@ pub fn run(args: &[String]) -> Result<()> {
                 result,
             });
         }
+    }
+    if wanted("pgkill") {
+        outcomes.push(Outcome {
+            scenario: "kill -9 of PostgreSQL during writes".into(),
+            result: pgkill::postgres_killed_during_writes(&binary, &work.0, rounds),
+        });
     }
     if wanted("disk") {
         outcomes.push(Outcome {
@@ -160,7 +170,7 @@ fn b64(bytes: &[u8]) -> String {
 }
 
 /// A valid PUT /config body whose key set holds `keys` RSA keys named `{kid}-{i}`.
-fn upload(kid: &str, keys: usize) -> Value {
+pub fn upload(kid: &str, keys: usize) -> Value {
     let mut n = vec![0xa5u8; 256];
     n[0] = 0xc3;
     let n = b64(&n);
@@ -188,6 +198,23 @@ struct Acked {
     accounts: Vec<(String, String, String)>,
     /// Statuses other than the expected success, by operation.
     unexpected: Vec<String>,
+    /// 5xx answers other than 503 `unavailable` (status and body).
+    server_errors: Vec<String>,
+    /// 503 `unavailable` answers.
+    unavailable: usize,
+}
+
+impl Acked {
+    fn refused(&mut self, method: &str, path: &str, response: &harness::Response) {
+        let status = response.status;
+        self.unexpected.push(format!("{method} {path} → {status}"));
+        if status == 503 && response.problem() == "unavailable" {
+            self.unavailable += 1;
+        } else if status >= 500 {
+            self.server_errors
+                .push(format!("{method} {path} → {status}: {}", response.body));
+        }
+    }
 }
 
 /// One writer: services, then their configuration, title and a service account, until `stop`
@@ -204,10 +231,7 @@ fn write_stream(http: Http, token: &str, prefix: &str, stop: &AtomicBool, acked:
             return;
         };
         if created.status != 201 {
-            record(&mut |a| {
-                a.unexpected
-                    .push(format!("POST /services → {}", created.status))
-            });
+            record(&mut |a| a.refused("POST", "/services", &created));
             continue;
         }
         let subdomain = created.json()["subdomain"]
@@ -240,10 +264,7 @@ fn write_stream(http: Http, token: &str, prefix: &str, stop: &AtomicBool, acked:
                 return;
             };
             if response.status != expected {
-                record(&mut |a| {
-                    a.unexpected
-                        .push(format!("{method} {path} → {}", response.status))
-                });
+                record(&mut |a| a.refused(method, &path, &response));
                 continue;
             }
             let reply = response.json();

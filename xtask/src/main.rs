@@ -11,9 +11,11 @@
 //! * `bench [--rounds N] [--seconds S] [--services N] [--no-postgres] [--no-write] [--binary
 //!   PATH]`: the HTTP figures against nginx, written to docs/benchmarks.md (needs `wrk` and
 //!   `nginx-light`).
-//! * `fuzz [--seconds N] [TARGET…]`, `schemathesis [--max-examples N] [--seed S] [--postgres]`,
-//!   `faults [--rounds N] [kill] [postgres] [disk]`: the reliability suites
-//!   (docs/reliability.md).
+//! * `fuzz [--seconds N] [TARGET…]`, `schemathesis [--max-examples N] [--seed S] [--postgres]
+//!   [--federated]`, `faults [--rounds N] [kill] [postgres] [pgkill] [disk]`: the reliability
+//!   suites (docs/reliability.md).
+//! * `soak [--minutes M] [--postgres] [--binary PATH]`: minutes of mixed load on the release
+//!   binary; no 5xx, nothing lost, memory flat (docs/reliability.md; needs `wrk`).
 
 mod bench;
 mod cmd;
@@ -23,13 +25,14 @@ mod fuzz;
 mod layering;
 mod postgres;
 mod schemathesis;
+mod soak;
 
 use anyhow::{bail, Result};
 use cmd::{cargo, run};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: cargo xtask <test [--postgres-only] [-- TEST ARGS] | lint | layering | bench | e2e | fuzz | schemathesis | faults>";
+    "usage: cargo xtask <test [--postgres-only] [-- TEST ARGS] | lint | layering | bench | e2e | fuzz | schemathesis | faults | soak>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("schemathesis") => schemathesis::run(&args[1..]),
         Some("faults") => faults::run(&args[1..]),
+        Some("soak") => soak::run(&args[1..]),
         Some("e2e") => e2e::run_suite(&args[1..]),
         Some("bench") => bench::run_bench(&args[1..]),
         _ => {

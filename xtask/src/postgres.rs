@@ -1,5 +1,6 @@
 //! A throwaway PostgreSQL cluster: a temporary data directory, a free loopback port, the unix
 //! socket inside the temporary directory, no password (trust), stopped and deleted on drop.
+//! Without durability (`fsync=off`) unless started with [`Cluster::start_durable`].
 
 use crate::cmd::{output, run, succeeds};
 use anyhow::{bail, Context, Result};
@@ -7,6 +8,8 @@ use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 const NOT_INSTALLED: &str = "PostgreSQL server binaries (initdb, pg_ctl, psql) were not found \
 on PATH nor in /usr/lib/postgresql/*/bin: install PostgreSQL (e.g. `apt-get install postgresql`) \
@@ -21,16 +24,34 @@ pub struct Cluster {
     /// `initdb` refuses to run as root: then everything runs as `postgres`.
     as_postgres: bool,
     running: bool,
+    /// `fsync`, `synchronous_commit` and `full_page_writes` on (PostgreSQL's defaults).
+    durable: bool,
 }
 
 impl Cluster {
+    /// A cluster for one test run: `fsync=off`, so a crash of the machine would lose commits.
     pub fn start() -> Result<Cluster> {
+        Cluster::start_with(false)
+    }
+
+    /// A cluster with PostgreSQL's durability settings, for the chores that crash it.
+    pub fn start_durable() -> Result<Cluster> {
+        Cluster::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Result<Cluster> {
+        // One process may run several clusters (the fault chores).
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
         let bin = binaries()?;
         let as_postgres = is_root();
         if as_postgres && !succeeds(Command::new("id").args(["-u", "postgres"])) {
             bail!("running as root, and there is no `postgres` user to run PostgreSQL as");
         }
-        let dir = std::env::temp_dir().join(format!("registry-pg-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "registry-pg-{}-{}",
+            std::process::id(),
+            STARTED.fetch_add(1, Ordering::SeqCst)
+        ));
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
         }
@@ -42,6 +63,7 @@ impl Cluster {
             port: free_port()?,
             as_postgres,
             running: false,
+            durable,
         };
         if as_postgres {
             run(Command::new("chown")
@@ -61,9 +83,10 @@ impl Cluster {
         .context("initdb failed")?;
         cluster.start_server()?;
         println!(
-            "PostgreSQL {} listening on 127.0.0.1:{}",
+            "PostgreSQL {} listening on 127.0.0.1:{}{}",
             cluster.version(),
-            cluster.port
+            cluster.port,
+            if durable { " (fsync on)" } else { "" }
         );
         Ok(cluster)
     }
@@ -71,10 +94,12 @@ impl Cluster {
     /// Starts the server on the cluster's data directory, port and socket directory (also after
     /// [`Cluster::stop_server`]: the fault chores stop and restart it under load).
     pub fn start_server(&mut self) -> Result<()> {
+        // A cluster that lives for one test run needs no durability, unless it is crashed.
+        let durability = if self.durable { "on" } else { "off" };
         let options = format!(
-            // A cluster that lives for one test run needs no durability.
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=300 -c fsync=off \
-             -c synchronous_commit=off -c full_page_writes=off",
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=300 \
+             -c fsync={durability} -c synchronous_commit={durability} \
+             -c full_page_writes={durability}",
             self.port,
             self.dir.join("socket").display()
         );
@@ -105,6 +130,61 @@ impl Cluster {
         .context("pg_ctl stop failed")?;
         self.running = false;
         Ok(())
+    }
+
+    /// `kill -9` of the postmaster and of every process it started (a crash: no shutdown
+    /// checkpoint, clients cut off mid-transaction), then waits until all are gone; how many
+    /// processes died. The files stay: [`Cluster::start_server`] then runs crash recovery.
+    pub fn kill9_server(&mut self) -> Result<usize> {
+        let postmaster = self.postmaster()?;
+        // Stopped first, it cannot start a backend between the listing and the kill.
+        output(Command::new("kill").args(["-STOP", &postmaster.to_string()]))?;
+        let mut pids = children_of(postmaster);
+        pids.push(postmaster);
+        output(
+            Command::new("kill")
+                .arg("-KILL")
+                .args(pids.iter().map(u32::to_string)),
+        )?;
+        self.running = false;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while pids.iter().any(|&pid| is_alive(pid)) {
+            if Instant::now() > deadline {
+                bail!("PostgreSQL processes survived kill -9: {pids:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(pids.len())
+    }
+
+    /// The process titles of the client backends (`… 127.0.0.1(PORT) INSERT`, `… idle`, `… idle
+    /// in transaction`): what each connection is doing now.
+    pub fn backend_titles(&self) -> Result<Vec<String>> {
+        Ok(children_of(self.postmaster()?)
+            .into_iter()
+            .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+            .map(|title| {
+                String::from_utf8_lossy(&title)
+                    .trim_end_matches(['\0', ' '])
+                    .to_owned()
+            })
+            .filter(|title| title.contains('('))
+            .collect())
+    }
+
+    fn postmaster(&self) -> Result<u32> {
+        let lock = self.dir.join("data/postmaster.pid");
+        std::fs::read_to_string(&lock)
+            .with_context(|| format!("reading {}", lock.display()))?
+            .lines()
+            .next()
+            .and_then(|pid| pid.trim().parse().ok())
+            .context("no postmaster pid in postmaster.pid")
+    }
+
+    /// The server's own log (`pg_ctl -l`).
+    pub fn server_log(&self) -> PathBuf {
+        self.dir.join("server.log")
     }
 
     /// A superuser URL on the `postgres` database.
@@ -187,6 +267,35 @@ fn binaries() -> Result<PathBuf> {
         .context(NOT_INSTALLED)
 }
 
+/// The processes whose parent is `parent` (from `/proc`).
+fn children_of(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let (_, ppid) = process_state(pid)?;
+            (ppid == parent).then_some(pid)
+        })
+        .collect()
+}
+
+/// A process's state letter and parent, from `/proc/PID/stat`; `None` when it does not exist.
+fn process_state(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`, where comm may hold spaces and parentheses.
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Whether a process exists and is not a zombie (dead, waiting to be reaped).
+fn is_alive(pid: u32) -> bool {
+    process_state(pid).is_some_and(|(state, _)| state != 'Z')
+}
+
 fn is_root() -> bool {
     output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
 }
@@ -195,4 +304,30 @@ fn free_port() -> Result<u16> {
     // The port is free now; PostgreSQL binds it a moment later. Good enough for a test run.
     let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_found_with_their_parent() {
+        let me = std::process::id();
+        let parent = std::os::unix::process::parent_id();
+        let (state, ppid) = process_state(me).expect("this process exists");
+        assert_eq!(ppid, parent);
+        assert_ne!(state, 'Z');
+        assert!(is_alive(me));
+        assert!(children_of(parent).contains(&me));
+        assert!(!children_of(me).contains(&me));
+
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(children_of(me).contains(&child.id()));
+        child.kill().unwrap();
+        // Killed but not reaped: a zombie, no longer alive.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!is_alive(child.id()));
+        child.wait().unwrap();
+        assert!(process_state(child.id()).is_none());
+    }
 }

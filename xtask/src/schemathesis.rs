@@ -1,5 +1,5 @@
-//! `cargo xtask schemathesis [--max-examples N] [--seed S] [--postgres]`: API fuzzing driven by
-//! the server's own `/openapi.json`.
+//! `cargo xtask schemathesis [--max-examples N] [--seed S] [--postgres] [--federated]`: API
+//! fuzzing driven by the server's own `/openapi.json`.
 //!
 //! Installs schemathesis (pinned) from PyPI into `target/schemathesis/venv`, starts the real
 //! binary on a free port with a fresh SQLite database (or, with `--postgres`, a throwaway
@@ -10,7 +10,14 @@
 //! the checks `not_a_server_error`, `response_schema_conformance` and `status_code_conformance`.
 //! Reports land in `target/schemathesis/report/`; the server log in
 //! `target/schemathesis/server.log`.
+//!
+//! With `--federated` the caller is an `oidc` service account instead: every request carries an
+//! RS256 identity token (JWT) minted here for an issuer that is a service hosted by the same
+//! registry (`http://idp-acme.localhost:PORT`, as the benchmark's P3 scenario does), so the whole
+//! pass goes through the federated path (discovery, key set, claims, policy rules). The server
+//! then runs with `REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS=true` (an `http`, loopback issuer).
 
+use crate::bench::client::{oidc_policy, upload as upload_of, Api, Signer};
 use crate::cmd::{output, root, run as run_command};
 use crate::faults::harness::{build_binary, customer, free_port, Registry};
 use anyhow::{bail, ensure, Context, Result};
@@ -19,12 +26,14 @@ use std::process::Command;
 
 const VERSION: &str = "4.32.5";
 const CHECKS: &str = "not_a_server_error,response_schema_conformance,status_code_conformance";
-const USAGE: &str = "usage: cargo xtask schemathesis [--max-examples N] [--seed S] [--postgres]";
+const USAGE: &str =
+    "usage: cargo xtask schemathesis [--max-examples N] [--seed S] [--postgres] [--federated]";
 
 pub fn run(args: &[String]) -> Result<()> {
     let mut max_examples: u32 = 50;
     let mut seed: u64 = 20_261_121;
     let mut on_postgres = false;
+    let mut federated = false;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let mut value = || {
@@ -34,6 +43,7 @@ pub fn run(args: &[String]) -> Result<()> {
         };
         match arg.as_str() {
             "--postgres" => on_postgres = true,
+            "--federated" => federated = true,
             "--max-examples" => max_examples = u32::try_from(value()?)?,
             "--seed" => seed = value()?,
             other => bail!("unknown argument {other:?}\n{USAGE}"),
@@ -75,13 +85,11 @@ pub fn run(args: &[String]) -> Result<()> {
     let _ = std::fs::remove_file(&log);
     let port = free_port()?;
     // Creation limits would turn most anonymous creations into 429s.
-    let registry = Registry::start(
-        &binary,
-        &url,
-        port,
-        &log,
-        &[("REGISTRY_ANON_CREATE_PER_HOUR", "1000000")],
-    )?;
+    let mut env = vec![("REGISTRY_ANON_CREATE_PER_HOUR", "1000000")];
+    if federated {
+        env.push(("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true"));
+    }
+    let registry = Registry::start(&binary, &url, port, &log, &env)?;
     let http = registry.http();
     let created = http.call(
         "POST",
@@ -136,6 +144,20 @@ pub fn run(args: &[String]) -> Result<()> {
         accounts.push(account.json()["id"].as_str().context("an id")?.to_owned());
     }
 
+    // A federated caller names its account in `X-Service-Account`: left to schemathesis, the
+    // header is fuzzed into 401s (documented) on nearly every call, until the registry's limit on
+    // failed authentications turns the rest into 429s and no success path is reached.
+    // (Operations' own `parameters` below only override the global ones they name.)
+    let (bearer, header) = if federated {
+        let (jwt, account) = federated_caller(port, &token)?;
+        (
+            jwt,
+            format!("\"header.X-Service-Account\" = \"{account}\"\n"),
+        )
+    } else {
+        (token.clone(), String::new())
+    };
+
     // The deleting calls get resources of their own, so that the others keep finding theirs.
     let config = dir.join("schemathesis.toml");
     std::fs::write(
@@ -143,7 +165,7 @@ pub fn run(args: &[String]) -> Result<()> {
         format!(
             "# Written by `cargo xtask schemathesis`.\n\
              headers = {{ Authorization = \"Bearer ${{REGISTRY_SCHEMATHESIS_TOKEN}}\" }}\n\n\
-             [parameters]\n\"path.subdomain\" = \"{subdomain}\"\n\"path.id\" = \"{target}\"\n\n\
+             [parameters]\n\"path.subdomain\" = \"{subdomain}\"\n\"path.id\" = \"{target}\"\n{header}\n\
              [[operations]]\ninclude-name = \"DELETE /services/{{subdomain}}\"\n\
              parameters = {{ \"path.subdomain\" = \"doomed-acme\" }}\n\n\
              [[operations]]\ninclude-name = \"DELETE /services/{{subdomain}}/config\"\n\
@@ -156,7 +178,12 @@ pub fn run(args: &[String]) -> Result<()> {
     )?;
     let report = dir.join("report");
     let _ = std::fs::remove_dir_all(&report);
-    println!("\n=== schemathesis on http://127.0.0.1:{port}/openapi.json ===\n");
+    let caller = if federated {
+        "an identity token (JWT) of an oidc account"
+    } else {
+        "the customer's static token"
+    };
+    println!("\n=== schemathesis on http://127.0.0.1:{port}/openapi.json, as {caller} ===\n");
     let result = run_command(
         Command::new(&st)
             // Its example database (`.schemathesis/`) then lands under target/.
@@ -170,7 +197,7 @@ pub fn run(args: &[String]) -> Result<()> {
             .args(["--workers", "1", "--no-color", "--report", "junit,ndjson"])
             .arg("--report-dir")
             .arg(&report)
-            .env("REGISTRY_SCHEMATHESIS_TOKEN", &token),
+            .env("REGISTRY_SCHEMATHESIS_TOKEN", &bearer),
     );
     drop(registry);
     drop(cluster);
@@ -190,6 +217,34 @@ pub fn run(args: &[String]) -> Result<()> {
         log.display()
     );
     result.context("schemathesis found failures (see the output above and the report)")
+}
+
+/// Sets up the federated caller: a service `idp` publishing an RS256 key, the issuer it is hosted
+/// as, an `oidc` account trusting that issuer's tokens; one such token (valid for an hour) and the
+/// account's id.
+///
+/// The account's rule covers `"*"`: every service schemathesis touches (including `doomed-acme`
+/// and `unpublish-acme`, which the deleting calls use, and those it creates itself), and the
+/// service-account calls, which only callers whose patterns include `"*"` may make
+/// (DECISIONS.md §5).
+fn federated_caller(port: u16, token: &str) -> Result<(String, String)> {
+    let base = format!("http://127.0.0.1:{port}");
+    let api = Api::new(base.clone(), token.to_owned())?;
+    let signer = Signer::generate("idp-1")?;
+    let idp = api.create_service("idp")?;
+    api.publish(&idp, &upload_of(signer.jwks()))?;
+    let issuer = format!("http://{idp}.localhost:{port}");
+    let (account, _) = api.create_account("federated", oidc_policy(&issuer, &["*"]))?;
+    let jwt = signer.mint(&issuer)?;
+    // A token the registry refuses would turn the whole pass into 401s.
+    let (status, answer) =
+        Api::new(base, jwt.clone())?.call(reqwest::Method::GET, "/service-accounts", None)?;
+    ensure!(
+        status == 200,
+        "the identity token is refused: GET /service-accounts → {status}: {answer}"
+    );
+    println!("federated caller: oidc account trusting {issuer}");
+    Ok((jwt, account))
 }
 
 /// Prints, per documented operation, how many responses of each status the run got (from the

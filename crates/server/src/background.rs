@@ -27,19 +27,25 @@ pub async fn follow_changes(state: web::Data<AppState>) {
     }
 }
 
-/// Deletes expired anonymous services and old change-log rows, forever.
+/// Deletes expired anonymous services and old change-log rows, and forgets verifications no
+/// longer needed, forever.
 pub async fn reap_expired(state: web::Data<AppState>) {
     let mut interval = tokio::time::interval(REAP_EVERY);
     loop {
         interval.tick().await;
         let now = state.now();
-        let Ok(expired) = state.db(move |s| s.expired_anonymous(now, BATCH)).await else {
-            continue;
-        };
-        for id in expired {
-            if state.db(move |s| s.delete_service(id)).await.is_ok() {
-                state.hosting.remove(id);
-                tracing::info!(service = %id, "reaped an expired anonymous service");
+        state.tokens.sweep(now);
+        // Batch after batch: a burst of creations an hour ago must not take hours to clear.
+        while let Ok(expired) = state.db(move |s| s.expired_anonymous(now, BATCH)).await {
+            let complete = expired.len() < BATCH;
+            for id in expired {
+                if state.db(move |s| s.delete_service(id)).await.is_ok() {
+                    state.hosting.remove(id);
+                    tracing::info!(service = %id, "reaped an expired anonymous service");
+                }
+            }
+            if complete {
+                break;
             }
         }
         let _ = state.db(move |s| s.prune_changes(now - KEEP_CHANGES)).await;

@@ -553,3 +553,86 @@ fn an_issuer_hosted_by_the_registry_federates_with_it() {
     assert_refused(&server, &format!("/services/{api}"), &forged);
     assert_not_logged(&server, &[&token, &forged]);
 }
+
+#[test]
+fn a_hanging_issuer_holds_up_only_its_own_cold_tokens() {
+    let server = insecure_server();
+    let (hanging, healthy) = (TestIssuer::start(), TestIssuer::start());
+    let acme = server.customer("acme", "business");
+    let api = create_service(&server, &acme, "api");
+    let published = server
+        .authed(Method::PUT, &format!("/services/{api}/config"), &acme.token)
+        .json(&super::upload(&["k1"]))
+        .send()
+        .unwrap();
+    assert_eq!(published.status(), 200);
+    oidc_account(
+        &server,
+        &acme,
+        &hanging.url(),
+        &[(&["*"], "repo:acme/*")],
+        None,
+    );
+    oidc_account(
+        &server,
+        &acme,
+        &healthy.url(),
+        &[(&["*"], "repo:acme/*")],
+        None,
+    );
+    let path = format!("/services/{api}");
+    let warm = healthy.mint("ES256", claims(&healthy.url(), "repo:acme/warm"));
+    assert_eq!(get(&server, &path, &warm).status(), 200);
+    hanging.set_behaviour(Behaviour::Slow(Duration::from_secs(30)));
+
+    std::thread::scope(|scope| {
+        let started = Instant::now();
+        let cold: Vec<_> = (0..8)
+            .map(|i| {
+                let token =
+                    hanging.mint("ES256", claims(&hanging.url(), &format!("repo:acme/{i}")));
+                let (server, path) = (&server, &path);
+                scope.spawn(move || {
+                    let response = get(server, path, &token);
+                    (response.status().as_u16(), started.elapsed())
+                })
+            })
+            .collect();
+        // While those wait on the issuer, everything else answers at once.
+        std::thread::sleep(Duration::from_millis(300));
+        for _ in 0..20 {
+            let calls = [
+                get(&server, &path, &warm),
+                get(&server, &path, &acme.token),
+                server
+                    .hosted(Method::GET, &api, "/openid/v1/jwks")
+                    .send()
+                    .unwrap(),
+                server.request(Method::GET, "/healthz").send().unwrap(),
+            ];
+            for response in calls {
+                assert_eq!(response.status(), 200);
+            }
+        }
+        let others_done = started.elapsed();
+        assert!(
+            others_done < Duration::from_secs(4),
+            "80 other requests took until {others_done:?}: they waited for the hanging issuer"
+        );
+        assert!(
+            cold.iter().all(|c| !c.is_finished()),
+            "the cold tokens were answered before the issuer's timeout"
+        );
+        for request in cold {
+            let (status, took) = request.join().unwrap();
+            assert_eq!(status, 401, "a token whose keys cannot be fetched");
+            assert!(
+                took >= Duration::from_secs(4) && took < Duration::from_secs(8),
+                "a cold token waited {took:?} (the fetch times out after 5 s)"
+            );
+        }
+    });
+    // Single flight: eight cold tokens, one discovery request to the hanging issuer.
+    assert_eq!(hanging.discovery_fetches(), 1);
+    assert_eq!(get(&server, &path, &warm).status(), 200);
+}

@@ -150,6 +150,11 @@ impl Registry {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// A client for this server.
     pub fn http(&self) -> Http {
         Http { addr: self.addr }
@@ -195,6 +200,11 @@ pub struct Http {
 }
 
 impl Http {
+    /// A client for the server at `addr`.
+    pub fn new(addr: SocketAddr) -> Http {
+        Http { addr }
+    }
+
     /// Sends a request; `host` overrides the `Host` header (hosted documents).
     pub fn send(
         &self,

@@ -131,7 +131,10 @@ async fn verify_secret(state: &AppState, token: &str) -> ApiResult<CredentialOwn
     if !kind_matches {
         return Err(unauthorized("token prefix does not match its owner"));
     }
-    if state.tokens.verified(parsed.lookup_id, &stored.hash, token) {
+    if state
+        .tokens
+        .verified(parsed.lookup_id, &stored.hash, token, state.now())
+    {
         state.metrics.token_cache_hit();
         return Ok(stored.owner);
     }
@@ -143,7 +146,9 @@ async fn verify_secret(state: &AppState, token: &str) -> ApiResult<CredentialOwn
     if !ok {
         return Err(unauthorized("token does not match its stored hash"));
     }
-    state.tokens.remember(parsed.lookup_id, &stored.hash, token);
+    state
+        .tokens
+        .remember(parsed.lookup_id, &stored.hash, token, state.now());
     Ok(stored.owner)
 }
 

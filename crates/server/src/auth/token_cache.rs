@@ -25,36 +25,90 @@ const MAX_ENTRIES: usize = 100_000;
 /// Longest time a verified identity token is remembered.
 pub const IDENTITY_TTL: Duration = Duration::seconds(60);
 
+/// How long a verified secret is remembered without being used. Its next use after that pays
+/// argon2 once more; meanwhile the secrets of deleted accounts and expired anonymous services,
+/// and those of callers long gone, do not hold memory.
+pub const SECRET_IDLE: Duration = Duration::minutes(10);
+
 /// A verified identity token and when to stop trusting the verification.
 type RememberedIdentity = (Arc<VerifiedToken>, OffsetDateTime);
+
+/// A verified secret: the hash stored for it then, its SHA-256, and when it was last used.
+#[derive(Debug)]
+struct RememberedSecret {
+    stored_hash: String,
+    digest: [u8; 32],
+    last_used: OffsetDateTime,
+}
 
 /// Remembered verifications of secrets and identity tokens.
 #[derive(Debug, Default)]
 pub struct TokenCache {
-    /// lookup id → (stored hash, SHA-256 of the verified secret).
-    secrets: Mutex<HashMap<String, (String, [u8; 32])>>,
+    /// lookup id → the verified secret.
+    secrets: Mutex<HashMap<String, RememberedSecret>>,
     /// SHA-256 of the token → the verification.
     identities: Mutex<HashMap<[u8; 32], RememberedIdentity>>,
 }
 
 impl TokenCache {
-    /// Whether `secret` was verified before against exactly `stored_hash`.
-    pub fn verified(&self, lookup_id: &str, stored_hash: &str, secret: &str) -> bool {
+    /// Whether `secret` was verified before against exactly `stored_hash` (a use at `now`).
+    pub fn verified(
+        &self,
+        lookup_id: &str,
+        stored_hash: &str,
+        secret: &str,
+        now: OffsetDateTime,
+    ) -> bool {
         let digest = Sha256::digest(secret.as_bytes());
-        let entries = self.secrets.lock().expect("token cache lock");
-        entries.get(lookup_id).is_some_and(|(hash, remembered)| {
-            hash == stored_hash && bool::from(remembered.ct_eq(digest.as_slice()))
-        })
+        let mut entries = self.secrets.lock().expect("token cache lock");
+        let Some(entry) = entries.get_mut(lookup_id) else {
+            return false;
+        };
+        let same =
+            entry.stored_hash == stored_hash && bool::from(entry.digest.ct_eq(digest.as_slice()));
+        if same {
+            entry.last_used = now;
+        }
+        same
     }
 
-    /// Remembers a successful verification.
-    pub fn remember(&self, lookup_id: &str, stored_hash: &str, secret: &str) {
+    /// Remembers a successful verification at `now`.
+    pub fn remember(&self, lookup_id: &str, stored_hash: &str, secret: &str, now: OffsetDateTime) {
         let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
         let mut entries = self.secrets.lock().expect("token cache lock");
         if entries.len() >= MAX_ENTRIES {
             entries.clear();
         }
-        entries.insert(lookup_id.to_owned(), (stored_hash.to_owned(), digest));
+        entries.insert(
+            lookup_id.to_owned(),
+            RememberedSecret {
+                stored_hash: stored_hash.to_owned(),
+                digest,
+                last_used: now,
+            },
+        );
+    }
+
+    /// Forgets the secrets idle for [`SECRET_IDLE`] and the identity verifications that no
+    /// longer hold at `now`: memory follows the recent callers, not every credential ever seen
+    /// (each CI job presents a token of its own).
+    pub fn sweep(&self, now: OffsetDateTime) {
+        self.secrets
+            .lock()
+            .expect("token cache lock")
+            .retain(|_, secret| now < secret.last_used + SECRET_IDLE);
+        self.identities
+            .lock()
+            .expect("token cache lock")
+            .retain(|_, (_, until)| now <= *until);
+    }
+
+    /// How many verifications are remembered: secrets, identity tokens.
+    pub fn len(&self) -> (usize, usize) {
+        (
+            self.secrets.lock().expect("token cache lock").len(),
+            self.identities.lock().expect("token cache lock").len(),
+        )
     }
 
     /// The earlier verification of exactly this identity token, if it still holds at `now`.
@@ -105,14 +159,42 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn at(seconds: i64) -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(1_000_000 + seconds).unwrap()
+    }
+
     #[test]
     fn a_new_stored_hash_or_another_secret_misses() {
         let cache = TokenCache::default();
-        cache.remember("id", "hash-1", "secret");
-        assert!(cache.verified("id", "hash-1", "secret"));
-        assert!(!cache.verified("id", "hash-2", "secret"));
-        assert!(!cache.verified("id", "hash-1", "secreT"));
-        assert!(!cache.verified("other", "hash-1", "secret"));
+        cache.remember("id", "hash-1", "secret", at(0));
+        assert!(cache.verified("id", "hash-1", "secret", at(1)));
+        assert!(!cache.verified("id", "hash-2", "secret", at(1)));
+        assert!(!cache.verified("id", "hash-1", "secreT", at(1)));
+        assert!(!cache.verified("other", "hash-1", "secret", at(1)));
+    }
+
+    #[test]
+    fn sweeping_forgets_idle_secrets_and_lapsed_identities_only() {
+        let cache = TokenCache::default();
+        cache.remember("used", "h", "s1", at(0));
+        cache.remember("idle", "h", "s2", at(0));
+        cache.remember_identity("a.b.c", token(1_000_000 + 3600), at(0));
+        cache.remember_identity("d.e.f", token(1_000_000 + 3600), at(30));
+        let idle = SECRET_IDLE.whole_seconds();
+        // A use (not a failed attempt) keeps a secret.
+        assert!(cache.verified("used", "h", "s1", at(idle - 1)));
+        assert!(!cache.verified("idle", "h", "wrong", at(idle - 1)));
+        cache.sweep(at(IDENTITY_TTL.whole_seconds() + 1));
+        assert_eq!(
+            cache.len(),
+            (2, 1),
+            "the first identity lapsed, the second holds"
+        );
+        assert!(cache.verified_identity("d.e.f", at(61)).is_some());
+        cache.sweep(at(idle));
+        assert_eq!(cache.len(), (1, 0));
+        assert!(cache.verified("used", "h", "s1", at(idle)));
+        assert!(!cache.verified("idle", "h", "s2", at(idle)));
     }
 
     fn token(exp: i64) -> Arc<VerifiedToken> {

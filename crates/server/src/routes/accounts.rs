@@ -163,9 +163,12 @@ pub async fn create(
     let mut body = views::account(&account);
     if let Some((token, record)) = &token {
         body["token"] = token.plaintext.clone().into();
-        state
-            .tokens
-            .remember(&token.lookup_id, &record.hash, &token.plaintext);
+        state.tokens.remember(
+            &token.lookup_id,
+            &record.hash,
+            &token.plaintext,
+            state.now(),
+        );
     }
     Ok(HttpResponse::Created()
         .insert_header((
@@ -278,9 +281,12 @@ pub async fn regenerate_token(
         .db(move |s| s.replace_token(id, &stored))
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
-    state
-        .tokens
-        .remember(&token.lookup_id, &record.hash, &token.plaintext);
+    state.tokens.remember(
+        &token.lookup_id,
+        &record.hash,
+        &token.plaintext,
+        state.now(),
+    );
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(serde_json::json!({"id": account.id.to_string(), "token": token.plaintext})))

@@ -23,12 +23,25 @@ pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
 /// `GET /metrics`: Prometheus text.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let oidc = state.verifier.metrics();
+    let (secrets, identities) = state.tokens.len();
     let extra = [
         (
             "registry_hosted_issuers",
             "gauge",
             "Issuers with a published configuration.",
             state.hosting.len() as u64,
+        ),
+        (
+            "registry_remembered_secrets",
+            "gauge",
+            "Verified static tokens and anonymous secrets remembered (used in the last 10 minutes).",
+            secrets as u64,
+        ),
+        (
+            "registry_remembered_identity_tokens",
+            "gauge",
+            "Verified identity tokens remembered (each for at most a minute).",
+            identities as u64,
         ),
         (
             "registry_oidc_key_fetches_total",

@@ -281,6 +281,24 @@ fn write_stream(http: Http, token: &str, prefix: &str, stop: &AtomicBool, acked:
     }
 }
 
+/// Four [`write_stream`]s named `{prefix}w{n}`; the flag that stops them, and their threads.
+fn start_writers(
+    http: Http,
+    token: &str,
+    prefix: &str,
+    acked: &Arc<Mutex<Acked>>,
+) -> (Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = (0..4)
+        .map(|w| {
+            let (stop, acked, token) = (stop.clone(), acked.clone(), token.to_owned());
+            let prefix = format!("{prefix}w{w}");
+            std::thread::spawn(move || write_stream(http, &token, &prefix, &stop, &acked))
+        })
+        .collect();
+    (stop, writers)
+}
+
 fn kill_during_writes(
     binary: &Path,
     database_url: &str,
@@ -311,15 +329,7 @@ fn kill_during_writes(
             &acked.lock().unwrap_or_else(|e| e.into_inner()),
         )
         .with_context(|| format!("after restart {round}"))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..4)
-            .map(|w| {
-                let (stop, acked, token) = (stop.clone(), acked.clone(), token.clone());
-                std::thread::spawn(move || {
-                    write_stream(http, &token, &format!("r{round}w{w}"), &stop, &acked)
-                })
-            })
-            .collect();
+        let (stop, writers) = start_writers(http, &token, &format!("r{round}"), &acked);
         // A different moment of the stream each round.
         std::thread::sleep(Duration::from_millis(3000 + 1100 * round as u64));
         registry.kill9()?;
@@ -403,14 +413,7 @@ fn verify_everything(http: Http, port: u16, token: &str, acked: &Acked) -> Resul
                 "service {subdomain} has no {field}: {service}"
             );
         }
-        let config = http.call(
-            "GET",
-            &format!("/services/{subdomain}/config"),
-            Some(token),
-            None,
-        )?;
-        let host = format!("{subdomain}.localhost:{port}");
-        let hosted = http.send("GET", "/openid/v1/jwks", None, None, Some(&host))?;
+        let (config, hosted) = http.stored_and_hosted(subdomain, token, port)?;
         match config.status {
             200 => {
                 let doc = config.json();

@@ -41,6 +41,8 @@ fn health_readiness_and_metrics() {
     // argon2 ran once for the token; the four other requests used the verification cache.
     assert_eq!(metric(&text, "registry_argon2_verifications_total"), 1);
     assert_eq!(metric(&text, "registry_token_cache_hits_total"), 4);
+    assert_eq!(metric(&text, "registry_remembered_secrets"), 1);
+    assert_eq!(metric(&text, "registry_remembered_identity_tokens"), 0);
     assert!(
         text.contains(
             "registry_http_requests_total{route=\"/services\",method=\"GET\",status=\"200\"} 5"

@@ -237,6 +237,25 @@ impl Http {
         parse_response(&raw)
     }
 
+    /// A service's configuration through the API (with `token`) and its key set as hosted on
+    /// its subdomain (the server listening on `port`): what a write must have left in both.
+    pub fn stored_and_hosted(
+        &self,
+        subdomain: &str,
+        token: &str,
+        port: u16,
+    ) -> Result<(Response, Response)> {
+        let stored = self.call(
+            "GET",
+            &format!("/services/{subdomain}/config"),
+            Some(token),
+            None,
+        )?;
+        let host = format!("{subdomain}.localhost:{port}");
+        let hosted = self.send("GET", "/openid/v1/jwks", None, None, Some(&host))?;
+        Ok((stored, hosted))
+    }
+
     /// `send` without a Host override.
     pub fn call(
         &self,

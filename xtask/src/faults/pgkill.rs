@@ -15,13 +15,13 @@
 //! processes does not drop the operating system's page cache, so it checks PostgreSQL's crash
 //! recovery and the registry's transactions, not the disk: that would need a machine crash.
 
-use super::{create_database, verify_everything, write_stream, Acked};
+use super::{create_database, start_writers, verify_everything, Acked};
 use crate::faults::harness::{customer, free_port, wait_until, Registry};
 use crate::postgres::Cluster;
 use anyhow::{ensure, Context, Result};
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,15 +42,7 @@ pub fn postgres_killed_during_writes(binary: &Path, work: &Path, rounds: usize) 
     let mut down = Vec::new();
     let mut ready_after = Vec::new();
     for round in 0..rounds {
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..4)
-            .map(|w| {
-                let (stop, acked, token) = (stop.clone(), acked.clone(), token.clone());
-                std::thread::spawn(move || {
-                    write_stream(http, &token, &format!("p{round}w{w}"), &stop, &acked)
-                })
-            })
-            .collect();
+        let (stop, writers) = start_writers(http, &token, &format!("p{round}"), &acked);
         // A different moment of the stream each round.
         std::thread::sleep(Duration::from_millis(4000 + 1100 * round as u64));
         if wait_for_a_transaction(&cluster)? {

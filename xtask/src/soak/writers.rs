@@ -3,9 +3,9 @@
 //! write must show it at once, in the API and in the hosted documents.
 
 use super::ledger::{first_kid, Account, Anonymous, Ledger, Service};
+use crate::bench::client::Signer;
 use crate::faults::harness::{Http, Response};
 use crate::faults::upload;
-use crate::bench::client::Signer;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -205,6 +205,36 @@ impl TestServer {
             .header("host", format!("{subdomain}.localhost:{}", self.port))
     }
 
+    /// `GET path` with a bearer token.
+    pub fn get(&self, path: &str, token: &str) -> Response {
+        self.authed(reqwest::Method::GET, path, token)
+            .send()
+            .expect("GET")
+    }
+
+    /// The detail of the 401 a request without credentials gets on `path`: every refused token
+    /// must get exactly this, so that a client learns nothing about why.
+    pub fn anonymous_401_detail(&self, path: &str) -> String {
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .expect("GET");
+        assert_problem(response, 401, "unauthorized")["detail"]
+            .as_str()
+            .expect("a detail")
+            .to_owned()
+    }
+
+    /// The value of a metric without labels, scraped from `/metrics` now.
+    pub fn metric(&self, name: &str) -> u64 {
+        let text = self
+            .request(reqwest::Method::GET, "/metrics")
+            .send()
+            .and_then(Response::text)
+            .expect("GET /metrics");
+        metric_in(&text, name)
+    }
+
     /// The hosted issuer URL of a subdomain.
     pub fn issuer(&self, subdomain: &str) -> String {
         format!("http://{subdomain}.localhost:{}", self.port)
@@ -263,6 +293,14 @@ pub fn run_cli(args: &[&str], database_url: &str) -> Result<Value, String> {
 }
 
 /// The response body as JSON (panics with the text when it is not).
+/// The value of a metric without labels in a Prometheus text; panics when it is missing.
+pub fn metric_in(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} missing in\n{text}"))
+}
+
 pub fn json(response: Response) -> Value {
     let text = response.text().expect("body");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))

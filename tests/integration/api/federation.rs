@@ -5,7 +5,6 @@ use registry_tests::issuer::{compact, Behaviour, KeyKind, SigningKey, TestIssuer
 use registry_tests::server::{
     assert_problem, claims, insecure_server, json, unix_now, Customer, TestServer, AUDIENCE,
 };
-use reqwest::blocking::Response;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -52,25 +51,11 @@ fn oidc_account(
     body["id"].as_str().unwrap().to_owned()
 }
 
-fn get(server: &TestServer, path: &str, token: &str) -> Response {
-    server.authed(Method::GET, path, token).send().unwrap()
-}
-
-/// The detail of the 401 a request without credentials gets: every refused token must get
-/// exactly this, so that a client learns nothing about why.
-fn anonymous_detail(server: &TestServer, path: &str) -> String {
-    let response = server.request(Method::GET, path).send().unwrap();
-    assert_problem(response, 401, "unauthorized")["detail"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// Asserts a 401 indistinguishable from a missing token's.
 #[track_caller]
 fn assert_refused(server: &TestServer, path: &str, token: &str) {
-    let expected = anonymous_detail(server, path);
-    let body = assert_problem(get(server, path, token), 401, "unauthorized");
+    let expected = server.anonymous_401_detail(path);
+    let body = assert_problem(server.get(path, token), 401, "unauthorized");
     assert_eq!(
         body["detail"],
         expected.as_str(),
@@ -87,19 +72,6 @@ fn subdomains(list: &Value) -> Vec<&str> {
         .collect();
     names.sort_unstable();
     names
-}
-
-fn metric(server: &TestServer, name: &str) -> u64 {
-    let text = server
-        .request(Method::GET, "/metrics")
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("metric {name} missing in\n{text}"))
 }
 
 #[track_caller]
@@ -140,11 +112,11 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
     oidc_account(&server, &other, &iss, &[(&["*"], "repo:other/*")], None);
 
     let deployer = issuer.mint("ES256", claims(&iss, "repo:acme/api:ref:refs/heads/main"));
-    let response = get(&server, &format!("/services/{api}"), &deployer);
+    let response = server.get(&format!("/services/{api}"), &deployer);
     assert_eq!(response.status(), 200);
     assert_eq!(json(response)["subdomain"], api.as_str());
     let uncovered = assert_problem(
-        get(&server, &format!("/services/{web}"), &deployer),
+        server.get(&format!("/services/{web}"), &deployer),
         403,
         "forbidden",
     );
@@ -153,7 +125,7 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
         "{uncovered}"
     );
     assert_eq!(
-        subdomains(&json(get(&server, "/services", &deployer))),
+        subdomains(&json(server.get("/services", &deployer))),
         [api.as_str()]
     );
     // Mutations are covered the same way.
@@ -174,20 +146,20 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
     // rule 2): the foreign service answers exactly like one that does not exist.
     let admin = issuer.mint("RS256", claims(&iss, "repo:acme/admin"));
     assert_eq!(
-        get(&server, &format!("/services/{web}"), &admin).status(),
+        server.get(&format!("/services/{web}"), &admin).status(),
         200
     );
     assert_eq!(
-        subdomains(&json(get(&server, "/services", &admin))),
+        subdomains(&json(server.get("/services", &admin))),
         [api.as_str(), web.as_str()]
     );
     assert_problem(
-        get(&server, &format!("/services/{foreign}"), &admin),
+        server.get(&format!("/services/{foreign}"), &admin),
         404,
         "not-found",
     );
     assert_problem(
-        get(&server, "/services/nothing-acme", &admin),
+        server.get("/services/nothing-acme", &admin),
         404,
         "not-found",
     );
@@ -197,18 +169,22 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
         .unwrap();
     assert_problem(delete_foreign, 404, "not-found");
     assert_eq!(
-        get(&server, &format!("/services/{foreign}"), &other.token).status(),
+        server
+            .get(&format!("/services/{foreign}"), &other.token)
+            .status(),
         200,
         "still there"
     );
     // And the other customer's own token does reach it.
     let theirs = issuer.mint("EdDSA", claims(&iss, "repo:other/svc"));
     assert_eq!(
-        get(&server, &format!("/services/{foreign}"), &theirs).status(),
+        server
+            .get(&format!("/services/{foreign}"), &theirs)
+            .status(),
         200
     );
     assert_problem(
-        get(&server, &format!("/services/{api}"), &theirs),
+        server.get(&format!("/services/{api}"), &theirs),
         404,
         "not-found",
     );
@@ -226,11 +202,11 @@ fn refused_tokens_get_the_same_401_as_no_token_and_are_never_logged() {
     oidc_account(&server, &acme, &iss, &[(&["*"], "repo:acme/*")], None);
     let path = format!("/services/{api}");
     let good = issuer.mint("ES256", claims(&iss, "repo:acme/api"));
-    assert_eq!(get(&server, &path, &good).status(), 200);
+    assert_eq!(server.get(&path, &good).status(), 200);
 
     let details: Vec<(&str, String)> = [path.as_str(), "/services", "/service-accounts"]
         .into_iter()
-        .map(|p| (p, anonymous_detail(&server, p)))
+        .map(|p| (p, server.anonymous_401_detail(p)))
         .collect();
     let now = unix_now();
     let rsa_kid = issuer.key("RS256").kid().to_owned();
@@ -270,7 +246,7 @@ fn refused_tokens_get_the_same_401_as_no_token_and_are_never_logged() {
     ];
     for (case, token) in &refused {
         for (path, expected) in &details {
-            let body = assert_problem(get(&server, path, token), 401, "unauthorized");
+            let body = assert_problem(server.get(path, token), 401, "unauthorized");
             assert_eq!(
                 body["detail"],
                 expected.as_str(),
@@ -312,10 +288,10 @@ fn several_accepting_accounts_need_x_service_account_on_collection_calls() {
     let theirs = oidc_account(&server, &other, &iss, &[(&["*"], "repo:shared/*")], None);
     let token = issuer.mint("ES256", claims(&iss, "repo:shared/tool"));
 
-    let ambiguous = assert_problem(get(&server, "/services", &token), 401, "unauthorized");
+    let ambiguous = assert_problem(server.get("/services", &token), 401, "unauthorized");
     let detail = ambiguous["detail"].as_str().unwrap();
     assert!(detail.contains("X-Service-Account"), "{detail}");
-    assert_ne!(detail, anonymous_detail(&server, "/services"));
+    assert_ne!(detail, server.anonymous_401_detail("/services"));
 
     let list_as = |id: &str| {
         server
@@ -337,11 +313,11 @@ fn several_accepting_accounts_need_x_service_account_on_collection_calls() {
 
     // A call on one service needs no choice: only its owner's accounts count, and one covers it.
     assert_eq!(
-        get(&server, &format!("/services/{web}"), &token).status(),
+        server.get(&format!("/services/{web}"), &token).status(),
         200
     );
     assert_eq!(
-        get(&server, &format!("/services/{foreign}"), &token).status(),
+        server.get(&format!("/services/{foreign}"), &token).status(),
         200
     );
     assert_not_logged(&server, &[&token]);
@@ -371,7 +347,7 @@ fn ip_allowlist_applies_to_federated_callers() {
 
     let far = issuer.mint("ES256", claims(&iss, "repo:acme/far"));
     let problem = assert_problem(
-        get(&server, &format!("/services/{api}"), &far),
+        server.get(&format!("/services/{api}"), &far),
         403,
         "forbidden",
     );
@@ -379,14 +355,11 @@ fn ip_allowlist_applies_to_federated_callers() {
         problem["detail"].as_str().unwrap().contains("ip_allowlist"),
         "{problem}"
     );
-    assert_problem(get(&server, "/services", &far), 403, "forbidden");
+    assert_problem(server.get("/services", &far), 403, "forbidden");
 
     let near = issuer.mint("ES256", claims(&iss, "repo:acme/near"));
-    assert_eq!(
-        get(&server, &format!("/services/{api}"), &near).status(),
-        200
-    );
-    assert_eq!(get(&server, "/services", &near).status(), 200);
+    assert_eq!(server.get(&format!("/services/{api}"), &near).status(), 200);
+    assert_eq!(server.get("/services", &near).status(), 200);
 }
 
 #[test]
@@ -397,7 +370,7 @@ fn a_warm_key_cache_costs_no_fetch_and_outlives_the_issuer() {
     let acme = server.customer("acme", "business");
     let api = create_service(&server, &acme, "api");
     oidc_account(&server, &acme, &iss, &[(&["*"], "repo:acme/*")], None);
-    assert_eq!(metric(&server, "registry_oidc_key_fetches_total"), 0);
+    assert_eq!(server.metric("registry_oidc_key_fetches_total"), 0);
 
     let path = format!("/services/{api}");
     for (i, alg) in ["ES256", "RS256", "ES384", "EdDSA", "PS256", "ES256"]
@@ -405,8 +378,8 @@ fn a_warm_key_cache_costs_no_fetch_and_outlives_the_issuer() {
         .enumerate()
     {
         let token = issuer.mint(alg, claims(&iss, &format!("repo:acme/job-{i}")));
-        assert_eq!(get(&server, &path, &token).status(), 200, "{alg}");
-        assert_eq!(get(&server, "/services", &token).status(), 200, "{alg}");
+        assert_eq!(server.get(&path, &token).status(), 200, "{alg}");
+        assert_eq!(server.get("/services", &token).status(), 200, "{alg}");
     }
     assert_eq!(
         issuer.discovery_fetches(),
@@ -418,28 +391,28 @@ fn a_warm_key_cache_costs_no_fetch_and_outlives_the_issuer() {
         1,
         "one key set fetch for twelve requests"
     );
-    assert_eq!(metric(&server, "registry_oidc_key_fetches_total"), 1);
-    assert_eq!(metric(&server, "registry_oidc_key_cache_hits_total"), 11);
+    assert_eq!(server.metric("registry_oidc_key_fetches_total"), 1);
+    assert_eq!(server.metric("registry_oidc_key_cache_hits_total"), 11);
 
     // The issuer fails, then disappears: tokens it signed keep working from the cache.
     let warm = issuer.mint("ES256", claims(&iss, "repo:acme/warm"));
     let key = issuer.key("ES256");
     issuer.set_behaviour(Behaviour::Unavailable);
-    assert_eq!(get(&server, &path, &warm).status(), 200);
+    assert_eq!(server.get(&path, &warm).status(), 200);
     drop(issuer);
-    assert_eq!(get(&server, &path, &warm).status(), 200);
+    assert_eq!(server.get(&path, &warm).status(), 200);
     let late = compact(
         &json!({"alg": "ES256", "typ": "JWT", "kid": key.kid()}),
         &claims(&iss, "repo:acme/late"),
         |m| key.sign("ES256", m),
     );
     assert_eq!(
-        get(&server, &path, &late).status(),
+        server.get(&path, &late).status(),
         200,
         "a token minted after the issuer went away"
     );
-    assert_eq!(metric(&server, "registry_oidc_key_fetches_total"), 1);
-    assert_eq!(metric(&server, "registry_oidc_key_fetch_failures_total"), 0);
+    assert_eq!(server.metric("registry_oidc_key_fetches_total"), 1);
+    assert_eq!(server.metric("registry_oidc_key_fetch_failures_total"), 0);
 }
 
 #[test]
@@ -525,7 +498,7 @@ fn an_issuer_hosted_by_the_registry_federates_with_it() {
         &claims(&hosted, "system:serviceaccount:ci:deployer"),
         |m| key.sign("ES256", m),
     );
-    let response = get(&server, &format!("/services/{api}"), &token);
+    let response = server.get(&format!("/services/{api}"), &token);
     assert_eq!(
         response.status(),
         200,
@@ -533,16 +506,16 @@ fn an_issuer_hosted_by_the_registry_federates_with_it() {
         response.text().unwrap_or_default()
     );
     assert_problem(
-        get(&server, &format!("/services/{web}"), &token),
+        server.get(&format!("/services/{web}"), &token),
         403,
         "forbidden",
     );
     assert_eq!(
-        subdomains(&json(get(&server, "/services", &token))),
+        subdomains(&json(server.get("/services", &token))),
         [api.as_str()]
     );
-    assert_eq!(metric(&server, "registry_oidc_key_fetches_total"), 1);
-    assert_eq!(metric(&server, "registry_oidc_key_fetch_failures_total"), 0);
+    assert_eq!(server.metric("registry_oidc_key_fetches_total"), 1);
+    assert_eq!(server.metric("registry_oidc_key_fetch_failures_total"), 0);
 
     // A key the hosted issuer does not publish is refused.
     let forged = compact(
@@ -582,7 +555,7 @@ fn a_hanging_issuer_holds_up_only_its_own_cold_tokens() {
     );
     let path = format!("/services/{api}");
     let warm = healthy.mint("ES256", claims(&healthy.url(), "repo:acme/warm"));
-    assert_eq!(get(&server, &path, &warm).status(), 200);
+    assert_eq!(server.get(&path, &warm).status(), 200);
     hanging.set_behaviour(Behaviour::Slow(Duration::from_secs(30)));
 
     std::thread::scope(|scope| {
@@ -593,7 +566,7 @@ fn a_hanging_issuer_holds_up_only_its_own_cold_tokens() {
                     hanging.mint("ES256", claims(&hanging.url(), &format!("repo:acme/{i}")));
                 let (server, path) = (&server, &path);
                 scope.spawn(move || {
-                    let response = get(server, path, &token);
+                    let response = server.get(path, &token);
                     (response.status().as_u16(), started.elapsed())
                 })
             })
@@ -602,8 +575,8 @@ fn a_hanging_issuer_holds_up_only_its_own_cold_tokens() {
         std::thread::sleep(Duration::from_millis(300));
         for _ in 0..20 {
             let calls = [
-                get(&server, &path, &warm),
-                get(&server, &path, &acme.token),
+                server.get(&path, &warm),
+                server.get(&path, &acme.token),
                 server
                     .hosted(Method::GET, &api, "/openid/v1/jwks")
                     .send()
@@ -634,5 +607,5 @@ fn a_hanging_issuer_holds_up_only_its_own_cold_tokens() {
     });
     // Single flight: eight cold tokens, one discovery request to the hanging issuer.
     assert_eq!(hanging.discovery_fetches(), 1);
-    assert_eq!(get(&server, &path, &warm).status(), 200);
+    assert_eq!(server.get(&path, &warm).status(), 200);
 }

@@ -1,13 +1,6 @@
-use registry_tests::server::{json, run_cli, TestServer};
+use registry_tests::server::{json, metric_in, run_cli, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
-
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("metric {name} missing in\n{text}"))
-}
 
 #[test]
 fn health_readiness_and_metrics() {
@@ -39,10 +32,10 @@ fn health_readiness_and_metrics() {
         .text()
         .unwrap();
     // argon2 ran once for the token; the four other requests used the verification cache.
-    assert_eq!(metric(&text, "registry_argon2_verifications_total"), 1);
-    assert_eq!(metric(&text, "registry_token_cache_hits_total"), 4);
-    assert_eq!(metric(&text, "registry_remembered_secrets"), 1);
-    assert_eq!(metric(&text, "registry_remembered_identity_tokens"), 0);
+    assert_eq!(metric_in(&text, "registry_argon2_verifications_total"), 1);
+    assert_eq!(metric_in(&text, "registry_token_cache_hits_total"), 4);
+    assert_eq!(metric_in(&text, "registry_remembered_secrets"), 1);
+    assert_eq!(metric_in(&text, "registry_remembered_identity_tokens"), 0);
     assert!(
         text.contains(
             "registry_http_requests_total{route=\"/services\",method=\"GET\",status=\"200\"} 5"

@@ -9,24 +9,11 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-fn get(server: &TestServer, path: &str, token: &str) -> reqwest::blocking::Response {
-    server.authed(Method::GET, path, token).send().unwrap()
-}
-
-/// The detail of the 401 a request without credentials gets.
-fn anonymous_detail(server: &TestServer, path: &str) -> String {
-    let response = server.request(Method::GET, path).send().unwrap();
-    assert_problem(response, 401, "unauthorized")["detail"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// Asserts a 401 that says no more than a missing token's.
 #[track_caller]
 fn assert_refused(server: &TestServer, path: &str, token: &str, case: &str) {
-    let expected = anonymous_detail(server, path);
-    let response = get(server, path, token);
+    let expected = server.anonymous_401_detail(path);
+    let response = server.get(path, token);
     assert_eq!(response.status(), 401, "{case}");
     let body = assert_problem(response, 401, "unauthorized");
     assert_eq!(
@@ -65,7 +52,7 @@ fn hostile_kids_are_refused_like_any_unknown_kid() {
     } = federation();
     let iss = issuer.url();
     let good = issuer.mint("ES256", claims(&iss, "repo:acme/api"));
-    assert_eq!(get(&server, &path, &good).status(), 200);
+    assert_eq!(server.get(&path, &good).status(), 200);
     assert_eq!((issuer.discovery_fetches(), issuer.jwks_fetches()), (1, 1));
 
     let key = issuer.key("ES256");
@@ -114,9 +101,9 @@ fn hostile_kids_are_refused_like_any_unknown_kid() {
         issuer.jwks_fetches()
     );
     // Nothing was harmed: the same token still works, the account and the service are there.
-    assert_eq!(get(&server, &path, &good).status(), 200);
+    assert_eq!(server.get(&path, &good).status(), 200);
     assert_eq!(
-        json(get(&server, "/services", &good))
+        json(server.get("/services", &good))
             .as_array()
             .map(Vec::len),
         Some(1)
@@ -230,7 +217,7 @@ fn keys_named_by_the_header_are_never_fetched_even_from_another_issuer() {
     assert!(issuer.jwks_fetches() <= 2, "{}", issuer.jwks_fetches());
     // The trusted issuer's own token still works.
     let good = issuer.mint("RS256", claims(&iss, "repo:acme/api"));
-    assert_eq!(get(&server, &path, &good).status(), 200);
+    assert_eq!(server.get(&path, &good).status(), 200);
 }
 
 #[test]
@@ -276,7 +263,7 @@ fn extreme_claim_values_and_alg_spellings_are_401_never_500() {
         assert_refused(&server, &path, &token, &format!("alg {alg:?}"));
     }
     let good = issuer.mint("ES256", claims(&iss, sub));
-    assert_eq!(get(&server, &path, &good).status(), 200);
+    assert_eq!(server.get(&path, &good).status(), 200);
     // A key of a type the issuer does not publish, under a published kid, fails too.
     let stranger = SigningKey::generate(KeyKind::Ed25519, key.kid());
     let token = compact(

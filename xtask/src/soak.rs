@@ -108,6 +108,8 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// Everything the run measured.
 struct Report {
+    /// How long the load ran.
+    minutes: u32,
     loads: Vec<(&'static str, u32, Outcome)>,
     ledger: Ledger,
     /// Seconds since the load started, and resident KiB.
@@ -217,6 +219,7 @@ fn soak(options: &Options, binary: &Path, url: &str, dir: &Path) -> Result<Repor
             .context("after a restart")?;
     scan_log(&log, &mut log_errors, &mut log_warnings);
     Ok(Report {
+        minutes: options.minutes,
         loads: outcomes,
         ledger,
         memory,
@@ -373,8 +376,8 @@ fn median(values: &mut [u64]) -> u64 {
 impl Report {
     /// Resident memory: the median of the minute after the warm-up, of the last minute, and
     /// the growth between them.
-    fn memory_figures(&self, minutes: u32) -> (u64, u64, u64, f64) {
-        let total = u64::from(minutes) * 60;
+    fn memory_figures(&self) -> (u64, u64, u64, f64) {
+        let total = u64::from(self.minutes) * 60;
         let warm = total / 5;
         let window = |from: u64, to: u64| {
             let mut v: Vec<u64> = self
@@ -433,8 +436,7 @@ impl Report {
                 &self.log_errors[..self.log_errors.len().min(5)]
             ));
         }
-        let minutes = u32::try_from(self.memory.last().map_or(0, |(s, _)| s / 60)).unwrap_or(0);
-        let (_, _, _, growth) = self.memory_figures(minutes.max(1));
+        let (_, _, _, growth) = self.memory_figures();
         if growth >= GROWTH_LIMIT {
             failures.push(format!(
                 "resident memory grew {:.1} % after the warm-up",
@@ -478,7 +480,7 @@ impl Report {
         for (kind, count) in &self.ledger.acknowledged {
             let _ = writeln!(out, "| {kind} | {count} |");
         }
-        let (baseline, last, max, growth) = self.memory_figures(options.minutes);
+        let (baseline, last, max, growth) = self.memory_figures();
         let _ = writeln!(
             out,
             "\n- Reads of one's own writes checked while the load ran (API and hosted documents): {}; \

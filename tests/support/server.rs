@@ -292,7 +292,6 @@ pub fn run_cli(args: &[&str], database_url: &str) -> Result<Value, String> {
     }
 }
 
-/// The response body as JSON (panics with the text when it is not).
 /// The value of a metric without labels in a Prometheus text; panics when it is missing.
 pub fn metric_in(text: &str, name: &str) -> u64 {
     text.lines()
@@ -301,6 +300,7 @@ pub fn metric_in(text: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("metric {name} missing in\n{text}"))
 }
 
+/// The response body as JSON (panics with the text when it is not).
 pub fn json(response: Response) -> Value {
     let text = response.text().expect("body");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))

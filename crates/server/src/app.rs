@@ -13,10 +13,21 @@ use registry_domain::ports::{ChangeFeed, ServiceStore};
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
 
-/// Opens the database named by a URL and applies pending migrations.
+/// Opens the database named by a URL for the server and applies pending migrations.
 pub fn open_store(url: &str) -> anyhow::Result<Store> {
-    let store =
-        Store::connect(url).with_context(|| format!("cannot open the database {}", redact(url)))?;
+    migrated(Store::connect(url), url)
+}
+
+/// Opens the database for a command of the command line, which exits when done.
+pub fn open_command_store(url: &str) -> anyhow::Result<Store> {
+    migrated(Store::connect_for_command(url), url)
+}
+
+fn migrated(
+    connected: Result<Store, registry_store::SetupError>,
+    url: &str,
+) -> anyhow::Result<Store> {
+    let store = connected.with_context(|| format!("cannot open the database {}", redact(url)))?;
     store
         .migrate()
         .context("cannot apply database migrations")?;

@@ -54,7 +54,7 @@ fn main() -> anyhow::Result<()> {
             served
         }
         Command::Migrate(database) => {
-            app::open_store(&database.database_url)?;
+            app::open_command_store(&database.database_url)?;
             eprintln!(
                 "migrations applied to {}",
                 app::redact(&database.database_url)
@@ -69,21 +69,23 @@ fn main() -> anyhow::Result<()> {
                     name,
                     database,
                 } => customers::create(
-                    &app::open_store(&database.database_url)?,
+                    &app::open_command_store(&database.database_url)?,
                     &tenant,
                     &plan,
                     &name,
                 )?,
                 CustomerCommand::List { database } => {
-                    customers::list(&app::open_store(&database.database_url)?)?
+                    customers::list(&app::open_command_store(&database.database_url)?)?
                 }
                 CustomerCommand::SetPlan {
                     tenant,
                     plan,
                     database,
-                } => {
-                    customers::set_plan(&app::open_store(&database.database_url)?, &tenant, &plan)?
-                }
+                } => customers::set_plan(
+                    &app::open_command_store(&database.database_url)?,
+                    &tenant,
+                    &plan,
+                )?,
             };
             print_json(&output);
             Ok(())

@@ -82,8 +82,21 @@ pub(crate) type Pooled = r2d2::PooledConnection<Manager>;
 /// How long a caller waits for a pooled connection before the store reports `Unavailable`.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How a pool keeps its connections, after what its process does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pooling {
+    /// A process that serves for a long time: a few connections are kept open, and replaced in
+    /// the background as they are checked out, so that requests rarely wait for a connect.
+    Serving,
+    /// A command that runs a few statements and exits: one connection, opened only while a
+    /// caller waits for it and never in the background. A PostgreSQL connect still running on
+    /// r2d2's worker thread when the process exits races libpq's Kerberos library, whose exit
+    /// handlers destroy the mutexes it is using: the process then aborts in `k5_mutex_lock`.
+    Command,
+}
+
 /// A pool for `target`; nothing is opened yet.
-pub(crate) fn build(target: Target) -> Pool {
+pub(crate) fn build(target: Target, pooling: Pooling) -> Pool {
     let builder = r2d2::Pool::builder().connection_timeout(CHECKOUT_TIMEOUT);
     let builder = match &target {
         // Every connection to `:memory:` is a database of its own: keep exactly one, forever.
@@ -92,6 +105,10 @@ pub(crate) fn build(target: Target) -> Pool {
             .min_idle(Some(1))
             .idle_timeout(None)
             .max_lifetime(None)
+            .connection_customizer(Box::new(SqlitePragmas)),
+        _ if pooling == Pooling::Command => builder
+            .max_size(1)
+            .min_idle(Some(0))
             .connection_customizer(Box::new(SqlitePragmas)),
         // SQLite has one writer at a time anyway; a few connections serve the readers. A file
         // connection cannot go stale the way a network one can, so checkouts skip the

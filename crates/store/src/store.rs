@@ -1,7 +1,7 @@
 //! The [`Store`] handle: a connection pool plus the transaction discipline every write follows.
 
 use crate::error::{map_diesel, Failure, Res, SetupError};
-use crate::pool::{self, Db, Manager, Pool, Pooled};
+use crate::pool::{self, Db, Manager, Pool, Pooled, Pooling};
 use crate::rows::{id_text, millis};
 use crate::schema::changes;
 use crate::target::{self, Target};
@@ -64,8 +64,19 @@ impl Store {
     /// Opens a pool on `url`: `sqlite://PATH`, `sqlite:PATH` or a bare path for SQLite (the
     /// file is created when missing), `postgres://…` or `postgresql://…` for PostgreSQL. Any
     /// other scheme is refused. One connection is opened at once, so a wrong URL fails here.
-    /// The schema is not touched: call [`Store::migrate`].
+    /// The schema is not touched: call [`Store::migrate`]. For a server; a command that runs
+    /// and exits uses [`Store::connect_for_command`].
     pub fn connect(url: &str) -> Result<Store, SetupError> {
+        Store::open(url, Pooling::Serving)
+    }
+
+    /// Like [`Store::connect`], with one connection that is only ever opened while the caller
+    /// waits for it, so that nothing is still connecting when the command exits.
+    pub fn connect_for_command(url: &str) -> Result<Store, SetupError> {
+        Store::open(url, Pooling::Command)
+    }
+
+    fn open(url: &str, pooling: Pooling) -> Result<Store, SetupError> {
         let target = target::parse(url)?;
         let backend = match target {
             Target::Sqlite(_) => Backend::Sqlite,
@@ -79,7 +90,7 @@ impl Store {
             reason: e.to_string(),
         })?;
         Ok(Store {
-            pool: pool::build(target),
+            pool: pool::build(target, pooling),
             backend,
         })
     }

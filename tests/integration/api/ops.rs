@@ -104,6 +104,19 @@ fn sigterm_stops_the_server_cleanly() {
     assert!(server.terminate().success());
 }
 
+/// A command that exited while the pool was still opening a PostgreSQL connection in the
+/// background aborted in libpq's Kerberos teardown (`k5_mutex_lock`), about once in fifty runs.
+#[test]
+fn commands_exit_cleanly_every_time() {
+    let server = TestServer::start();
+    server.create_customer("acme", "team");
+    for run in 0..100 {
+        let list = run_cli(&["customer", "list"], &server.database_url)
+            .unwrap_or_else(|stderr| panic!("run {run} failed: {stderr}"));
+        assert_eq!(list[0]["tenant"], "acme", "run {run}");
+    }
+}
+
 #[test]
 fn customer_commands() {
     let server = TestServer::start();

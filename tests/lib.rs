@@ -13,5 +13,8 @@ pub use support::database::{backend_name, fresh_database_url, POSTGRES_URL_VAR};
 /// The test OIDC issuer (see [`issuer::TestIssuer`]).
 pub use support::issuer;
 
+/// A TCP proxy that cuts a server off its PostgreSQL database (see [`proxy::Proxy`]).
+pub use support::proxy;
+
 /// The real `registry` binary on a free port (see [`server::TestServer`]).
 pub use support::server;

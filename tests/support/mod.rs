@@ -2,4 +2,5 @@
 
 pub mod database;
 pub mod issuer;
+pub mod proxy;
 pub mod server;

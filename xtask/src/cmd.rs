@@ -1,12 +1,16 @@
 //! Running commands from the workspace root, echoing them first.
 
 use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// The workspace root (the parent of `xtask/`).
+/// The workspace root (the parent of `xtask/`). `cargo run` names the package's folder at run
+/// time; the folder it was compiled in is only the fallback, because clones that share a target
+/// directory run one clone's build of xtask (sources unchanged, so cargo does not rebuild it).
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest_dir
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()

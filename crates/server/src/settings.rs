@@ -6,7 +6,8 @@ use ipnetwork::IpNetwork;
 /// Where the database is; shared by every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
-    /// Database URL: `sqlite://FILE` (created when missing) or `postgres://…` for several replicas.
+    /// Database URL: `sqlite://FILE` (created when missing) or `postgres://…` for several replicas
+    /// (libpq's URL; `connect_timeout=5` is added unless it names one).
     #[arg(
         long,
         env = "REGISTRY_DATABASE_URL",

@@ -3,6 +3,8 @@
 use crate::target::Target;
 use diesel::connection::{SimpleConnection, TransactionManager};
 use diesel::{Connection, PgConnection, SqliteConnection};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A connection to either backend. Queries written once against this type run on both; the
@@ -22,15 +24,36 @@ pub(crate) enum ConnectError {
     Query(#[from] diesel::result::Error),
 }
 
+/// Whether the database answered the last connect or connection check. The manager records
+/// it; the store reads it to choose how long a caller may wait for a connection.
+#[derive(Debug, Default)]
+pub(crate) struct Reachability {
+    unreachable: AtomicBool,
+}
+
+impl Reachability {
+    pub(crate) fn is_reachable(&self) -> bool {
+        !self.unreachable.load(Ordering::Relaxed)
+    }
+
+    fn record<T, E>(&self, outcome: &Result<T, E>) {
+        self.unreachable.store(outcome.is_err(), Ordering::Relaxed);
+    }
+}
+
 /// Opens connections to one [`Target`], never guessing the backend.
 #[derive(Debug)]
 pub(crate) struct Manager {
     target: Target,
+    reachability: Arc<Reachability>,
 }
 
 impl Manager {
-    pub(crate) fn new(target: Target) -> Self {
-        Manager { target }
+    pub(crate) fn new(target: Target, reachability: Arc<Reachability>) -> Self {
+        Manager {
+            target,
+            reachability,
+        }
     }
 }
 
@@ -39,14 +62,20 @@ impl r2d2::ManageConnection for Manager {
     type Error = ConnectError;
 
     fn connect(&self) -> Result<Db, ConnectError> {
-        Ok(match &self.target {
-            Target::Sqlite(path) => Db::Sqlite(SqliteConnection::establish(path)?),
-            Target::Postgres(url) => Db::Postgres(PgConnection::establish(url)?),
-        })
+        let connected = match &self.target {
+            Target::Sqlite(path) => SqliteConnection::establish(path).map(Db::Sqlite),
+            Target::Postgres(url) => PgConnection::establish(url).map(Db::Postgres),
+        };
+        self.reachability.record(&connected);
+        Ok(connected?)
     }
 
     fn is_valid(&self, conn: &mut Db) -> Result<(), ConnectError> {
-        Ok(conn.batch_execute("SELECT 1")?)
+        let checked = conn.batch_execute("SELECT 1");
+        if checked.is_err() {
+            self.reachability.record(&checked);
+        }
+        Ok(checked?)
     }
 
     fn has_broken(&self, conn: &mut Db) -> bool {
@@ -80,7 +109,12 @@ pub(crate) type Pool = r2d2::Pool<Manager>;
 pub(crate) type Pooled = r2d2::PooledConnection<Manager>;
 
 /// How long a caller waits for a pooled connection before the store reports `Unavailable`.
-const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The same while the last connect or check failed: during an outage each request gets its
+/// 503 at once instead of after 5 s, while the pool keeps trying in the background (every
+/// 2.5 s at most) and the first connect that works ends the outage.
+pub(crate) const OUTAGE_CHECKOUT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// How a pool keeps its connections, after what its process does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +130,7 @@ pub(crate) enum Pooling {
 }
 
 /// A pool for `target`; nothing is opened yet.
-pub(crate) fn build(target: Target, pooling: Pooling) -> Pool {
+pub(crate) fn build(target: Target, pooling: Pooling, reachability: Arc<Reachability>) -> Pool {
     let builder = r2d2::Pool::builder().connection_timeout(CHECKOUT_TIMEOUT);
     let builder = match &target {
         // Every connection to `:memory:` is a database of its own: keep exactly one, forever.
@@ -120,5 +154,5 @@ pub(crate) fn build(target: Target, pooling: Pooling) -> Pool {
             .connection_customizer(Box::new(SqlitePragmas)),
         Target::Postgres(_) => builder.max_size(16).min_idle(Some(2)),
     };
-    builder.build_unchecked(Manager { target })
+    builder.build_unchecked(Manager::new(target, reachability))
 }

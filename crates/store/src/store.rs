@@ -1,7 +1,7 @@
 //! The [`Store`] handle: a connection pool plus the transaction discipline every write follows.
 
 use crate::error::{map_diesel, Failure, Res, SetupError};
-use crate::pool::{self, Db, Manager, Pool, Pooled, Pooling};
+use crate::pool::{self, Db, Manager, Pool, Pooled, Pooling, Reachability};
 use crate::rows::{id_text, millis};
 use crate::schema::changes;
 use crate::target::{self, Target};
@@ -11,6 +11,7 @@ use r2d2::ManageConnection;
 use registry_domain::ports::{Change, StoreResult};
 use registry_domain::StoreError;
 use std::fmt;
+use std::sync::Arc;
 use time::OffsetDateTime;
 
 /// Which database engine a [`Store`] talks to.
@@ -46,6 +47,7 @@ impl fmt::Display for Backend {
 pub struct Store {
     pool: Pool,
     backend: Backend,
+    reachability: Arc<Reachability>,
 }
 
 impl fmt::Debug for Store {
@@ -84,14 +86,16 @@ impl Store {
         };
         // A probe outside the pool reports the driver's error at once; the pool would retry
         // until its checkout timeout and then report only that.
-        let probe = Manager::new(target.clone());
+        let reachability = Arc::new(Reachability::default());
+        let probe = Manager::new(target.clone(), reachability.clone());
         probe.connect().map_err(|e| SetupError::Unreachable {
             backend: backend.as_str(),
             reason: e.to_string(),
         })?;
         Ok(Store {
-            pool: pool::build(target, pooling),
+            pool: pool::build(target, pooling, reachability.clone()),
             backend,
+            reachability,
         })
     }
 
@@ -137,8 +141,13 @@ impl Store {
     }
 
     pub(crate) fn conn(&self) -> Res<Pooled> {
+        let timeout = if self.reachability.is_reachable() {
+            pool::CHECKOUT_TIMEOUT
+        } else {
+            pool::OUTAGE_CHECKOUT_TIMEOUT
+        };
         self.pool
-            .get()
+            .get_timeout(timeout)
             .map_err(|e| Failure(StoreError::Unavailable(e.to_string())))
     }
 

@@ -9,8 +9,20 @@ use crate::SetupError;
 pub(crate) enum Target {
     /// A SQLite file path, `file:` URI or `:memory:`.
     Sqlite(String),
-    /// A libpq connection URL, passed on unchanged.
+    /// A libpq connection URL, given a `connect_timeout` when it has none.
     Postgres(String),
+}
+
+/// libpq waits for a TCP connect as long as the kernel does, about two minutes for an address
+/// that drops packets, holding one of the pool's few connecting threads all that time.
+const PG_CONNECT_TIMEOUT_SECS: u32 = 5;
+
+fn with_connect_timeout(url: &str) -> String {
+    if url.contains("connect_timeout=") {
+        return url.to_owned();
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}connect_timeout={PG_CONNECT_TIMEOUT_SECS}")
 }
 
 /// Reads `sqlite://PATH`, `sqlite:PATH`, a bare path, `postgres://…` or `postgresql://…`.
@@ -24,7 +36,9 @@ pub(crate) fn parse(url: &str) -> Result<Target, SetupError> {
         return Ok(Target::Sqlite(url.to_owned()));
     };
     match scheme.to_ascii_lowercase().as_str() {
-        "postgres" | "postgresql" if rest.starts_with("//") => Ok(Target::Postgres(url.to_owned())),
+        "postgres" | "postgresql" if rest.starts_with("//") => {
+            Ok(Target::Postgres(with_connect_timeout(url)))
+        }
         "sqlite" => {
             let path = rest.strip_prefix("//").unwrap_or(rest);
             if path.is_empty() {
@@ -75,10 +89,17 @@ mod tests {
 
     #[test]
     fn postgres_forms() {
-        let u = "postgres://u:p@127.0.0.1:5432/db?sslmode=disable";
-        assert_eq!(parse(u), Ok(Target::Postgres(u.into())));
-        let u = "postgresql://localhost/db";
-        assert_eq!(parse(u), Ok(Target::Postgres(u.into())));
+        let postgres = |u: &str| Ok(Target::Postgres(u.into()));
+        assert_eq!(
+            parse("postgres://u:p@127.0.0.1:5432/db?sslmode=disable"),
+            postgres("postgres://u:p@127.0.0.1:5432/db?sslmode=disable&connect_timeout=5")
+        );
+        assert_eq!(
+            parse("postgresql://localhost/db"),
+            postgres("postgresql://localhost/db?connect_timeout=5")
+        );
+        let own = "postgres://localhost/db?connect_timeout=30";
+        assert_eq!(parse(own), postgres(own));
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod errors;
 mod federation;
 mod hosting;
 mod ops;
+mod outage;
 mod policy_fixtures;
 mod replicas;
 mod services;

@@ -1,0 +1,86 @@
+//! The database going away under a running server (DECISIONS §4: 503, the process stays up and
+//! recovers by itself). PostgreSQL only: the outage is a proxy between the server and its
+//! database that the test cuts.
+
+use super::upload;
+use registry_tests::proxy::Proxy;
+use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
+use reqwest::Method;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+#[test]
+fn an_outage_is_a_503_at_once_and_the_server_recovers_by_itself() {
+    if registry_tests::backend_name() != "postgres" {
+        eprintln!("skipped: the outage is made on PostgreSQL");
+        return;
+    }
+    let (proxy, through) = Proxy::in_front_of(&registry_tests::fresh_database_url());
+    let server = TestServer::start_with(ServerOptions {
+        database_url: Some(through),
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let created = server
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!({"title": "API", "serviceName": "api"}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let put = server
+        .authed(Method::PUT, "/services/api-acme/config", &acme.token)
+        .json(&upload(&["k1"]))
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    assert_eq!(server.get("/services", &acme.token).status(), 200);
+
+    proxy.cut();
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        assert_problem(server.get("/services", &acme.token), 503, "unavailable");
+        waits.push(started.elapsed());
+    }
+    // The first call may wait out the pool's 5 s checkout while it finds the outage; once a
+    // connect has failed, calls are told at once.
+    assert!(
+        waits[1..].iter().all(|w| *w < Duration::from_secs(2)),
+        "waits during the outage: {waits:?}"
+    );
+    assert_eq!(
+        server
+            .request(Method::GET, "/readyz")
+            .send()
+            .unwrap()
+            .status(),
+        503
+    );
+    let jwks = server
+        .hosted(Method::GET, "api-acme", "/openid/v1/jwks")
+        .send()
+        .unwrap();
+    assert_eq!(
+        jwks.status(),
+        200,
+        "public documents are served from memory"
+    );
+
+    proxy.restore();
+    let restored = Instant::now();
+    while server
+        .request(Method::GET, "/readyz")
+        .send()
+        .unwrap()
+        .status()
+        != 200
+    {
+        assert!(
+            restored.elapsed() < Duration::from_secs(10),
+            "not ready 10 s after the database came back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let listed = json(server.get("/services", &acme.token));
+    assert_eq!(listed[0]["subdomain"], "api-acme", "{listed}");
+}

@@ -20,6 +20,8 @@ mod pgkill;
 
 use crate::postgres;
 use anyhow::{bail, ensure, Context, Result};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use harness::{customer, free_port, wait_until, Http, Registry, WorkDir};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -151,29 +153,11 @@ fn create_database(cluster: &postgres::Cluster, name: &str) -> Result<String> {
     Ok(format!("{server}/{name}"))
 }
 
-/// base64url without padding.
-fn b64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-        }
-    }
-    out
-}
-
 /// A valid PUT /config body whose key set holds `keys` RSA keys named `{kid}-{i}`.
 pub fn upload(kid: &str, keys: usize) -> Value {
     let mut n = vec![0xa5u8; 256];
     n[0] = 0xc3;
-    let n = b64(&n);
+    let n = URL_SAFE_NO_PAD.encode(&n);
     let keys: Vec<Value> = (0..keys)
         .map(|i| json!({"kty": "RSA", "kid": format!("{kid}-{i}"), "use": "sig", "alg": "RS256", "e": "AQAB", "n": n}))
         .collect();

@@ -4,6 +4,8 @@
 //!
 //! `cargo bench -p registry-domain --bench publishing`
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use registry_domain::publishing::publish;
 use serde_json::{json, Value};
@@ -11,28 +13,11 @@ use std::hint::black_box;
 
 const ISSUER: &str = "https://k3s-acme.oidc.example.com";
 
-fn b64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
-}
-
 fn key(i: usize) -> Value {
     if i % 2 == 0 {
         let mut n = vec![0x5au8; 256];
         n[0] = 0xc5;
-        json!({"kty": "RSA", "kid": format!("k{i}"), "use": "sig", "alg": "RS256", "e": "AQAB", "n": b64(&n)})
+        json!({"kty": "RSA", "kid": format!("k{i}"), "use": "sig", "alg": "RS256", "e": "AQAB", "n": URL_SAFE_NO_PAD.encode(&n)})
     } else {
         json!({"kty": "EC", "crv": "P-256", "kid": format!("k{i}"), "use": "sig", "alg": "ES256",
                "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",

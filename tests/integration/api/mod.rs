@@ -13,6 +13,8 @@ mod policy_fixtures;
 mod replicas;
 mod services;
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use serde_json::{json, Value};
 
 /// A discovery document as a kind/k3s cluster serves it.
@@ -30,25 +32,7 @@ pub fn cluster_discovery() -> Value {
 pub fn rsa_key(kid: &str) -> Value {
     let mut n = vec![0xa5u8; 256];
     n[0] = 0xc3;
-    json!({"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256", "e": "AQAB", "n": b64(&n)})
-}
-
-/// base64url without padding.
-pub fn b64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
+    json!({"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256", "e": "AQAB", "n": URL_SAFE_NO_PAD.encode(&n)})
 }
 
 /// A valid upload body.

@@ -7,7 +7,10 @@ use super::{
     anonymous_service, assert_no_secret, claims, create_service, insecure_server, oidc_account,
     static_account,
 };
-use crate::api::{b64, upload};
+use crate::api::upload;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+
 use registry_tests::issuer::TestIssuer;
 use registry_tests::server::{run_cli, TestServer};
 use reqwest::Method;
@@ -130,8 +133,8 @@ fn secrets_reach_neither_logs_nor_bodies_nor_the_database_in_plaintext() {
             .take(n)
             .collect()
     };
-    let private_d = b64(&random(256));
-    let private_p = b64(&random(128));
+    let private_d = URL_SAFE_NO_PAD.encode(random(256));
+    let private_p = URL_SAFE_NO_PAD.encode(random(128));
     let secrets = vec![
         acme.token.clone(),
         first.clone(),

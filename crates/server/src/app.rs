@@ -94,14 +94,20 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     .shutdown_timeout(30)
     .bind(&listen)
     .with_context(|| format!("cannot listen on {listen}"))?;
-    for addr in server.addrs() {
-        // Tests and scripts read this line to learn a port chosen with `:0`.
-        println!("registry listening on http://{addr}");
-    }
+    let addrs = server.addrs();
+    let running = server.run();
+    // Tests and scripts read this line to learn a port chosen with `:0`, and may send SIGTERM
+    // as soon as they have it. The server installs its signal handlers when first polled, in
+    // the `await` below, before this task gets its turn.
+    actix_web::rt::spawn(async move {
+        for addr in addrs {
+            println!("registry listening on http://{addr}");
+        }
+    });
     tracing::info!(issuers = state.hosting.len(), workers, "registry started");
     actix_web::rt::spawn(background::follow_changes(state.clone()));
     actix_web::rt::spawn(background::reap_expired(state.clone()));
-    server.run().await.context("server failed")?;
+    running.await.context("server failed")?;
     tracing::info!("registry stopped");
     Ok(())
 }

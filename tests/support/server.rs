@@ -199,6 +199,15 @@ impl TestServer {
         self.request(method, path).bearer_auth(token)
     }
 
+    /// The status of a GET without credentials (`/readyz`, `/healthz`…).
+    pub fn status_of(&self, path: &str) -> u16 {
+        self.request(reqwest::Method::GET, path)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
     /// A public request to a hosted issuer, chosen by `Host`.
     pub fn hosted(&self, method: reqwest::Method, subdomain: &str, path: &str) -> RequestBuilder {
         self.request(method, path)
@@ -304,6 +313,16 @@ pub fn metric_in(text: &str, name: &str) -> u64 {
 pub fn json(response: Response) -> Value {
     let text = response.text().expect("body");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// The `pointer` of each entry of a problem's `errors`, in order.
+pub fn pointers(problem: &Value) -> Vec<String> {
+    problem["errors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no errors in {problem}"))
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// Asserts a problem response: status, content type, slug; returns the body.

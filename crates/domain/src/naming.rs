@@ -33,8 +33,11 @@ pub enum NamingError {
         /// What is wrong with it.
         reason: String,
     },
-    /// `serviceName` would make the subdomain look anonymous.
-    #[error("serviceName {0:?} would end the subdomain in '-anon', which is reserved for anonymous services")]
+    /// `serviceName` is `anon` or ends in `-anon`: reserved, so that nothing but an anonymous
+    /// service looks like one.
+    #[error(
+        "serviceName {0:?} is reserved: 'anon' and names ending in '-anon' mark anonymous services"
+    )]
     ReservedSuffix(String),
     /// The customer's plan does not allow choosing a name.
     #[error("choosing serviceName requires the business or enterprise plan (current plan: {0})")]
@@ -125,26 +128,43 @@ pub fn registered_subdomain(
     if !plan.may_choose_service_name() {
         return Err(NamingError::PlanRequired(plan));
     }
+    check_service_name(requested)?;
+    let subdomain = format!("{}-{tenant}", requested.to_ascii_lowercase());
+    if subdomain.len() > MAX_LABEL_LEN {
+        return Err(NamingError::InvalidServiceName {
+            name: requested.to_owned(),
+            reason: format!(
+                "the subdomain {subdomain:?} would be longer than {MAX_LABEL_LEN} characters"
+            ),
+        });
+    }
+    Ok(subdomain)
+}
+
+/// The rules of a requested `serviceName` that hold whatever the tenant and plan: a DNS label
+/// once folded to lower case, and not a reserved name. A request body can be checked with this
+/// before anything is read from storage; [`registered_subdomain`] applies it too.
+///
+/// ```
+/// use registry_domain::naming::{check_service_name, NamingError};
+/// assert!(check_service_name("Api-2").is_ok());
+/// assert!(matches!(check_service_name("api_2"), Err(NamingError::InvalidServiceName { .. })));
+/// assert!(matches!(check_service_name("web-anon"), Err(NamingError::ReservedSuffix(_))));
+/// ```
+pub fn check_service_name(requested: &str) -> Result<(), NamingError> {
     let name = requested.to_ascii_lowercase();
-    let invalid = |reason: &str| NamingError::InvalidServiceName {
-        name: requested.to_owned(),
-        reason: reason.to_owned(),
-    };
     if !is_dns_label(&name) {
-        return Err(invalid(
-            "use a-z, 0-9 and '-', starting and ending with a letter or digit",
-        ));
+        return Err(NamingError::InvalidServiceName {
+            name: requested.to_owned(),
+            reason: "use a-z, 0-9 and '-', starting and ending with a letter or digit, at most 63 \
+                     characters"
+                .to_owned(),
+        });
     }
     if name == "anon" || name.ends_with(ANON_SUFFIX) {
         return Err(NamingError::ReservedSuffix(requested.to_owned()));
     }
-    let subdomain = format!("{name}-{tenant}");
-    if subdomain.len() > MAX_LABEL_LEN {
-        return Err(invalid(&format!(
-            "the subdomain {subdomain:?} would be longer than {MAX_LABEL_LEN} characters"
-        )));
-    }
-    Ok(subdomain)
+    Ok(())
 }
 
 /// A new anonymous subdomain: `{random}-anon`.

@@ -34,18 +34,17 @@ pub async fn read_json(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    if let Some(content_type) = req.headers().get(header::CONTENT_TYPE) {
-        let essence = content_type
-            .to_str()
-            .unwrap_or("")
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        if essence != "application/json" && !essence.ends_with("+json") {
-            return Err(ApiError::UnsupportedMediaType);
-        }
+    // A body without a Content-Type is not declared JSON either (RFC 9110 lets a recipient take
+    // it for application/octet-stream): 415, like any other type, rather than a guess.
+    let essence = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .map(|essence| essence.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    if essence != "application/json" && !essence.ends_with("+json") {
+        return Err(ApiError::UnsupportedMediaType);
     }
     let value: Value =
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;

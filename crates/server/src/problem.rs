@@ -6,6 +6,7 @@ use actix_web::{HttpResponse, ResponseError};
 use registry_domain::naming::NamingError;
 use registry_domain::{StoreError, Violation};
 use serde_json::json;
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 /// The API's base URL, for problem `type` addresses; set once at start-up.
@@ -114,10 +115,20 @@ impl ApiError {
         }
     }
 
-    fn violations(&self) -> Option<Vec<&Violation>> {
+    fn violations(&self) -> Option<Vec<Cow<'_, Violation>>> {
         match self {
-            ApiError::Validation(v) | ApiError::UnknownServices(v) => Some(v.iter().collect()),
-            ApiError::KindImmutable(v) => Some(vec![v]),
+            ApiError::Validation(v) | ApiError::UnknownServices(v) => {
+                Some(v.iter().map(Cow::Borrowed).collect())
+            }
+            ApiError::KindImmutable(v) => Some(vec![Cow::Borrowed(v)]),
+            // The one naming rule that needs the tenant (the subdomain's length) is checked
+            // after the body; it still points at the field.
+            ApiError::Naming(
+                e @ (NamingError::InvalidServiceName { .. } | NamingError::ReservedSuffix(_)),
+            ) => Some(vec![Cow::Owned(Violation::new(
+                "/serviceName",
+                e.to_string(),
+            ))]),
             _ => None,
         }
     }

@@ -83,6 +83,16 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// Opens one connection outside any pool, so that a wrong URL fails at once with the driver's
+/// own error (a pool would retry until its checkout timeout and report only that). A SQLite file
+/// is switched to WAL here: the mode is kept in the file, and switching needs the file to
+/// itself, which the pool's first connection, opened in the background while the migrations
+/// write, did not always get ("database is locked" in the log at start-up).
+pub(crate) fn probe(target: &Target, reachability: Arc<Reachability>) -> Result<(), ConnectError> {
+    let mut conn = r2d2::ManageConnection::connect(&Manager::new(target.clone(), reachability))?;
+    r2d2::CustomizeConnection::on_acquire(&SqlitePragmas, &mut conn)
+}
+
 /// How long a SQLite writer waits for another one before giving up with "database is locked".
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
 

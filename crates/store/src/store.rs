@@ -1,13 +1,12 @@
 //! The [`Store`] handle: a connection pool plus the transaction discipline every write follows.
 
 use crate::error::{map_diesel, Failure, Res, SetupError};
-use crate::pool::{self, Db, Manager, Pool, Pooled, Pooling, Reachability};
+use crate::pool::{self, Db, Pool, Pooled, Pooling, Reachability};
 use crate::rows::{id_text, millis};
 use crate::schema::changes;
 use crate::target::{self, Target};
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
-use r2d2::ManageConnection;
 use registry_domain::ports::{Change, StoreResult};
 use registry_domain::StoreError;
 use std::fmt;
@@ -84,11 +83,8 @@ impl Store {
             Target::Sqlite(_) => Backend::Sqlite,
             Target::Postgres(_) => Backend::Postgres,
         };
-        // A probe outside the pool reports the driver's error at once; the pool would retry
-        // until its checkout timeout and then report only that.
         let reachability = Arc::new(Reachability::default());
-        let probe = Manager::new(target.clone(), reachability.clone());
-        probe.connect().map_err(|e| SetupError::Unreachable {
+        pool::probe(&target, reachability.clone()).map_err(|e| SetupError::Unreachable {
             backend: backend.as_str(),
             reason: e.to_string(),
         })?;

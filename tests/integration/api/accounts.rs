@@ -1,4 +1,4 @@
-use registry_tests::server::{assert_problem, json, Customer, ServerOptions, TestServer};
+use registry_tests::server::{assert_problem, json, pointers, Customer, ServerOptions, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -19,15 +19,6 @@ fn account(server: &TestServer, customer: &Customer, policy: Value) -> Value {
         .unwrap();
     assert_eq!(response.status(), 201);
     json(response)
-}
-
-fn pointers(problem: &Value) -> Vec<String> {
-    problem["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["pointer"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 #[test]
@@ -488,4 +479,73 @@ fn ip_allowlists_apply_to_every_call_v4_and_v6() {
     assert_eq!(call(v6, Some("2001:db9::1")), 403);
     let forbidden = server.authed(Method::GET, "/services", v4).send().unwrap();
     assert_problem(forbidden, 403, "forbidden");
+}
+
+/// DECISIONS §5: no account can mint an account broader than itself, and addresses are part of
+/// an account's reach: one limited to an office network must not create, widen or take over the
+/// token of an account usable from anywhere.
+#[test]
+fn an_address_limited_account_only_manages_accounts_inside_its_addresses() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_TRUSTED_PROXIES".into(), "127.0.0.1/32".into())],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let office = account(
+        &server,
+        &acme,
+        json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
+    );
+    let office = office["token"].as_str().unwrap();
+    let from_office = |method: Method, path: &str| {
+        server
+            .authed(method, path, office)
+            .header("x-forwarded-for", "203.0.113.44")
+    };
+    let create = |allowlist: Option<Value>| {
+        let mut policy = json!({"kind": "static", "services": ["*"]});
+        if let Some(list) = allowlist {
+            policy["ip_allowlist"] = list;
+        }
+        from_office(Method::POST, "/service-accounts")
+            .json(&json!({"name": "made", "policy": policy}))
+            .send()
+            .unwrap()
+    };
+    assert_problem(create(None), 403, "forbidden");
+    assert_problem(create(Some(json!(["198.51.100.0/24"]))), 403, "forbidden");
+    assert_problem(
+        create(Some(json!(["203.0.113.7", "192.0.2.1"]))),
+        403,
+        "forbidden",
+    );
+    let made = create(Some(json!(["203.0.113.7", "::ffff:203.0.113.8"])));
+    assert_eq!(made.status(), 201);
+    let made = json(made);
+    let made_path = format!("/service-accounts/{}", made["id"].as_str().unwrap());
+
+    let widened = from_office(Method::PATCH, &made_path)
+        .json(&json!({"policy": {"kind": "static", "services": ["*"]}}))
+        .send()
+        .unwrap();
+    assert_problem(widened, 403, "forbidden");
+    let kept = json(server.get(&made_path, &acme.token));
+    assert_eq!(kept["policy"]["ip_allowlist"][0], "203.0.113.7", "{kept}");
+
+    let bootstrap = format!("/service-accounts/{}/regenerate-token", acme.account_id);
+    let taken = from_office(Method::POST, &bootstrap).send().unwrap();
+    assert_problem(taken, 403, "forbidden");
+    assert_eq!(server.get("/services", &acme.token).status(), 200);
+    let own = from_office(Method::POST, &format!("{made_path}/regenerate-token"))
+        .send()
+        .unwrap();
+    assert_eq!(own.status(), 200);
+
+    // The unlimited bootstrap account still grants any addresses.
+    let unlimited = server
+        .authed(Method::PATCH, &made_path, &acme.token)
+        .json(&json!({"policy": {"kind": "static", "services": ["*"]}}))
+        .send()
+        .unwrap();
+    assert_eq!(unlimited.status(), 200);
 }

@@ -1,5 +1,5 @@
 use super::{cluster_discovery, rsa_key, upload};
-use registry_tests::server::{assert_problem, json, Customer, TestServer};
+use registry_tests::server::{assert_problem, json, pointers, Customer, TestServer};
 use reqwest::Method;
 use serde_json::json;
 
@@ -136,12 +136,8 @@ fn invalid_uploads_are_refused_with_pointers_and_change_nothing() {
         .unwrap();
     let problem = assert_problem(response, 400, "validation-failed");
     let errors = problem["errors"].as_array().unwrap();
-    let pointers: Vec<&str> = errors
-        .iter()
-        .map(|e| e["pointer"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        pointers,
+        pointers(&problem),
         [
             "/openidConfiguration/subject_types_supported",
             "/jwks/keys/0",

@@ -160,13 +160,13 @@ fn the_dashboard_is_strict_self_contained_and_the_same_for_every_path() {
 }
 
 #[test]
-fn the_pages_answer_get_only() {
+fn the_pages_answer_get_and_head_only() {
     let server = TestServer::start();
     for path in ["/", "/dashboard/anonymous/abc-anon"] {
         for method in [Method::POST, Method::PUT, Method::DELETE] {
             let response = server.request(method.clone(), path).send().unwrap();
             assert_eq!(response.status(), 405, "{method} {path}");
-            assert_eq!(header(&response, "allow"), "GET");
+            assert_eq!(header(&response, "allow"), "GET, HEAD");
         }
     }
     // Only one segment after /dashboard/anonymous/.

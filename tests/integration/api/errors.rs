@@ -72,6 +72,12 @@ fn malformed_bodies_are_problems() {
         .send()
         .unwrap();
     assert_problem(media, 415, "unsupported-media-type");
+    let undeclared = server
+        .authed(Method::POST, "/services", &acme.token)
+        .body("{\"title\": \"x\"}")
+        .send()
+        .unwrap();
+    assert_problem(undeclared, 415, "unsupported-media-type");
     let large = server
         .authed(Method::POST, "/services", &acme.token)
         .json(&json!({"title": "x".repeat(2000)}))
@@ -102,7 +108,7 @@ fn unknown_routes_and_methods_are_problems() {
     let unknown = server.request(Method::GET, "/nope").send().unwrap();
     assert_problem(unknown, 404, "not-found");
     let method = server.request(Method::PUT, "/services").send().unwrap();
-    assert_eq!(method.headers()["allow"], "GET, POST");
+    assert_eq!(method.headers()["allow"], "GET, HEAD, POST");
     assert_problem(method, 405, "method-not-allowed");
 }
 

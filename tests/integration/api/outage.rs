@@ -48,14 +48,7 @@ fn an_outage_is_a_503_at_once_and_the_server_recovers_by_itself() {
         waits[1..].iter().all(|w| *w < Duration::from_secs(2)),
         "waits during the outage: {waits:?}"
     );
-    assert_eq!(
-        server
-            .request(Method::GET, "/readyz")
-            .send()
-            .unwrap()
-            .status(),
-        503
-    );
+    assert_eq!(server.status_of("/readyz"), 503);
     let jwks = server
         .hosted(Method::GET, "api-acme", "/openid/v1/jwks")
         .send()
@@ -68,13 +61,7 @@ fn an_outage_is_a_503_at_once_and_the_server_recovers_by_itself() {
 
     proxy.restore();
     let restored = Instant::now();
-    while server
-        .request(Method::GET, "/readyz")
-        .send()
-        .unwrap()
-        .status()
-        != 200
-    {
+    while server.status_of("/readyz") != 200 {
         assert!(
             restored.elapsed() < Duration::from_secs(10),
             "not ready 10 s after the database came back"

@@ -1,4 +1,4 @@
-use registry_tests::server::{assert_problem, json, TestServer};
+use registry_tests::server::{assert_problem, json, pointers, TestServer};
 use reqwest::Method;
 use serde_json::json;
 
@@ -138,6 +138,8 @@ fn naming_rules_follow_the_plan() {
         .send()
         .unwrap();
     assert_problem(taken, 409, "conflict");
+    // Label rules, the reserved suffix and (with the tenant) the subdomain's length: each a 400
+    // that points at the field.
     for bad in ["-api", "a_b", "x-anon", &"a".repeat(60)] {
         let response = server
             .authed(Method::POST, "/services", &free.token)
@@ -145,6 +147,11 @@ fn naming_rules_follow_the_plan() {
             .send()
             .unwrap();
         assert_eq!(response.status(), 400, "{bad}");
+        let body = json(response);
+        assert_eq!(
+            body["errors"][0]["pointer"], "/serviceName",
+            "{bad}: {body}"
+        );
     }
 }
 
@@ -158,16 +165,18 @@ fn create_validates_every_field_at_once() {
         .send()
         .unwrap();
     let body = assert_problem(response, 400, "validation-failed");
-    let pointers: Vec<&str> = body["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["pointer"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        pointers,
+        pointers(&body),
         ["/extra", "/title", "/serviceName", "/description"]
     );
+    // A name that breaks the label rules is one of the problems, not a problem of its own.
+    let response = server
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!({"title": "t", "serviceName": "Bad_Name", "description": 4}))
+        .send()
+        .unwrap();
+    let body = assert_problem(response, 400, "validation-failed");
+    assert_eq!(pointers(&body), ["/serviceName", "/description"]);
 }
 
 #[test]

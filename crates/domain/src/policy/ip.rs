@@ -1,6 +1,6 @@
 //! The `ip_allowlist`: IPv4 and IPv6 addresses and CIDR ranges.
 
-use ipnetwork::IpNetwork;
+use ipnetwork::{IpNetwork, Ipv4Network};
 use std::net::IpAddr;
 
 /// Why an `ip_allowlist` entry was refused.
@@ -95,6 +95,57 @@ impl IpAllowlist {
             v6 => self.entries.iter().any(|net| net.contains(v6)),
         }
     }
+
+    /// Whether every address this list allows, `outer` allows too: `outer` is empty, or each
+    /// entry of this list lies inside one entry of `outer`. An account limited to some addresses
+    /// may only give the accounts it manages addresses inside its own, or they would be broader
+    /// than itself. Ranges covered only by several of `outer`'s entries together count as not
+    /// covered (the caller can write them as one range).
+    ///
+    /// ```
+    /// use registry_domain::policy::IpAllowlist;
+    ///
+    /// let office = IpAllowlist::parse(["203.0.113.0/24"]).unwrap();
+    /// let desk = IpAllowlist::parse(["203.0.113.7", "::ffff:203.0.113.8"]).unwrap();
+    /// assert!(desk.is_within(&office));
+    /// assert!(!office.is_within(&desk));
+    /// // No list allows every address: only an unrestricted caller grants that.
+    /// assert!(!IpAllowlist::default().is_within(&office));
+    /// assert!(office.is_within(&IpAllowlist::default()));
+    /// ```
+    pub fn is_within(&self, outer: &IpAllowlist) -> bool {
+        if outer.is_empty() {
+            return true;
+        }
+        !self.is_empty()
+            && self
+                .entries
+                .iter()
+                .all(|inner| outer.entries.iter().any(|o| range_within(*inner, *o)))
+    }
+}
+
+/// The IPv4 clients a range lets in, when it lets any in: an IPv4 range, or an IPv6 range
+/// inside the IPv4-mapped block with a prefix of at least 96 (see [`IpAllowlist::allows`]).
+fn as_v4(net: IpNetwork) -> Option<Ipv4Network> {
+    match net {
+        IpNetwork::V4(n) => Some(n),
+        IpNetwork::V6(n) if n.prefix() >= 96 => n
+            .network()
+            .to_ipv4_mapped()
+            .and_then(|a| Ipv4Network::new(a, n.prefix() - 96).ok()),
+        IpNetwork::V6(_) => None,
+    }
+}
+
+fn range_within(inner: IpNetwork, outer: IpNetwork) -> bool {
+    match (as_v4(inner), as_v4(outer), inner, outer) {
+        (Some(i), Some(o), _, _) => o.prefix() <= i.prefix() && o.contains(i.network()),
+        (None, None, IpNetwork::V6(i), IpNetwork::V6(o)) => {
+            o.prefix() <= i.prefix() && o.contains(i.network())
+        }
+        _ => false,
+    }
 }
 
 /// Parses one entry: an address, or an address, `/` and a prefix length in decimal without
@@ -151,6 +202,39 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    fn list(entries: &[&str]) -> IpAllowlist {
+        IpAllowlist::parse(entries.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn ranges_within_ranges() {
+        let outer = list(&["10.0.0.0/8", "2001:db8::/32"]);
+        for inner in [
+            &["10.1.0.0/16"][..],
+            &["10.0.0.0/8", "2001:db8:1::/48"],
+            &["::ffff:10.2.3.4"],
+            &["::ffff:10.0.0.0/104"],
+            &["10.9.9.9/8"],
+        ] {
+            assert!(list(inner).is_within(&outer), "{inner:?}");
+        }
+        for inner in [
+            &["11.0.0.0/8"][..],
+            &["10.0.0.0/7"],
+            &["10.0.0.1", "192.0.2.1"],
+            &["2001:db9::/32"],
+            &["::/0"],
+            &["0.0.0.0/0"],
+            // Lets in IPv6 clients of the mapped block's neighbourhood, not IPv4 ones.
+            &["::ffff:0:0/95"],
+        ] {
+            assert!(!list(inner).is_within(&outer), "{inner:?}");
+        }
+        // An IPv6 range that lets in no IPv4 client does not cover IPv4 ones.
+        assert!(!list(&["10.0.0.1"]).is_within(&list(&["::/0"])));
+        assert!(list(&["10.0.0.1"]).is_within(&list(&["::ffff:0:0/96"])));
     }
 
     #[test]

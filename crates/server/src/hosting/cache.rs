@@ -217,7 +217,9 @@ impl HostingCache {
 
     /// The subdomain a `Host` header names, if it is a hosted issuer's host.
     pub fn subdomain_for_host(&self, host: &str) -> Option<Label> {
+        // A fully qualified name may end in a dot; it names the same host.
         let host = strip_port(host);
+        let host = host.strip_suffix('.').unwrap_or(host);
         if host.eq_ignore_ascii_case(&self.api_host) {
             return None;
         }
@@ -303,6 +305,17 @@ mod tests {
         assert_eq!(
             cache.subdomain_for_host("API-acme.LOCALHOST").as_deref(),
             Some("api-acme")
+        );
+        assert_eq!(
+            cache
+                .subdomain_for_host("api-acme.localhost.:8080")
+                .as_deref(),
+            Some("api-acme")
+        );
+        assert_eq!(cache.subdomain_for_host("localhost.:8080").as_deref(), None);
+        assert_eq!(
+            cache.subdomain_for_host("api-acme.localhost..").as_deref(),
+            None
         );
         assert_eq!(cache.subdomain_for_host("localhost:8080").as_deref(), None);
         assert_eq!(cache.subdomain_for_host("a.b.localhost").as_deref(), None);

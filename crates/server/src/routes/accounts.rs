@@ -55,11 +55,28 @@ async fn owned_account(
         .ok_or_else(|| not_found(id))
 }
 
+/// Refuses to let a caller limited to some addresses give an account addresses outside its
+/// own (by a policy, or by a token for an account that has them): that account would be broader
+/// than the caller, which DECISIONS §5 forbids.
+fn within_callers_addresses(caller: &AccountCaller, policy: &Policy) -> ApiResult<()> {
+    let own = caller.account.policy.ip_allowlist();
+    if policy.ip_allowlist().is_within(own) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(
+            "this service account has an ip_allowlist, so the accounts it manages must have one \
+             whose every entry lies inside one of its own entries"
+                .into(),
+        ))
+    }
+}
+
 /// Parses a policy from the body (pointers under `/policy`) and checks that every non-wildcard
-/// `services` entry names a service of the customer (spec §4 rule 1).
+/// `services` entry names a service of the customer (spec §4 rule 1) and that it is no broader
+/// than the caller's addresses.
 async fn checked_policy(
     state: &AppState,
-    customer_id: Uuid,
+    caller: &AccountCaller,
     document: &Value,
 ) -> ApiResult<ParsedPolicy> {
     let parsed = Policy::parse(document).map_err(|violations| {
@@ -70,6 +87,8 @@ async fn checked_policy(
                 .collect(),
         )
     })?;
+    within_callers_addresses(caller, &parsed.policy)?;
+    let customer_id = caller.customer_id();
     let literals = parsed.policy.literal_services();
     if literals.is_empty() {
         return Ok(parsed);
@@ -129,7 +148,7 @@ pub async fn create(
             .push(Violation::new("/policy", "policy is required"));
     }
     let policy = match &document {
-        Some(doc) => match checked_policy(&state, caller.customer_id(), doc).await {
+        Some(doc) => match checked_policy(&state, &caller, doc).await {
             Ok(parsed) => Some(parsed),
             Err(ApiError::Validation(v)) => {
                 fields.problems.extend(v);
@@ -212,7 +231,7 @@ pub async fn patch(
     let name = fields.string("name", false, MAX_NAME);
     let mut warnings = Vec::new();
     if let Some(document) = fields.raw("policy").cloned() {
-        match checked_policy(&state, caller.customer_id(), &document).await {
+        match checked_policy(&state, &caller, &document).await {
             Ok(parsed) if parsed.policy.kind() != account.policy.kind() => {
                 return Err(ApiError::KindImmutable(Violation::new(
                     "/policy/kind",
@@ -274,6 +293,7 @@ pub async fn regenerate_token(
                 .into(),
         ));
     }
+    within_callers_addresses(&caller, &account.policy)?;
     let (token, record) = new_token(&state).await?;
     let id = account.id;
     let stored = record.clone();

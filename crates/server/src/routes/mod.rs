@@ -9,30 +9,30 @@ pub mod services;
 
 use crate::dashboard;
 use crate::problem::ApiError;
-use actix_web::web;
+use actix_web::{guard, web};
 
 /// Registers every API route. Each resource answers 405 (problem+json, with `Allow`) for the
-/// methods it does not serve.
+/// methods it does not serve; those that serve GET serve HEAD too.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/services")
             .route(web::post().to(services::create))
-            .route(web::get().to(services::list))
-            .default_service(web::to(|| not_allowed("GET, POST"))),
+            .route(get_or_head().to(services::list))
+            .default_service(web::to(|| not_allowed("GET, HEAD, POST"))),
     )
     .service(
         web::resource("/services/{subdomain}")
-            .route(web::get().to(services::get))
+            .route(get_or_head().to(services::get))
             .route(web::patch().to(services::patch))
             .route(web::delete().to(services::delete))
-            .default_service(web::to(|| not_allowed("GET, PATCH, DELETE"))),
+            .default_service(web::to(|| not_allowed("GET, HEAD, PATCH, DELETE"))),
     )
     .service(
         web::resource("/services/{subdomain}/config")
-            .route(web::get().to(config::get))
+            .route(get_or_head().to(config::get))
             .route(web::put().to(config::put))
             .route(web::delete().to(config::delete))
-            .default_service(web::to(|| not_allowed("GET, PUT, DELETE"))),
+            .default_service(web::to(|| not_allowed("GET, HEAD, PUT, DELETE"))),
     )
     .service(
         web::resource("/anonymous/services")
@@ -42,15 +42,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/service-accounts")
             .route(web::post().to(accounts::create))
-            .route(web::get().to(accounts::list))
-            .default_service(web::to(|| not_allowed("GET, POST"))),
+            .route(get_or_head().to(accounts::list))
+            .default_service(web::to(|| not_allowed("GET, HEAD, POST"))),
     )
     .service(
         web::resource("/service-accounts/{id}")
-            .route(web::get().to(accounts::get))
+            .route(get_or_head().to(accounts::get))
             .route(web::patch().to(accounts::patch))
             .route(web::delete().to(accounts::delete))
-            .default_service(web::to(|| not_allowed("GET, PATCH, DELETE"))),
+            .default_service(web::to(|| not_allowed("GET, HEAD, PATCH, DELETE"))),
     )
     .service(
         web::resource("/service-accounts/{id}/regenerate-token")
@@ -73,6 +73,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     ));
 }
 
+/// GET, and HEAD with the same status and headers but no body (RFC 9110 §9.3.2: a server
+/// answers HEAD wherever it answers GET; actix leaves the body out of a response to HEAD).
+fn get_or_head() -> actix_web::Route {
+    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
+}
+
 fn get_only<F, Args>(path: &str, handler: F) -> actix_web::Resource
 where
     F: actix_web::Handler<Args>,
@@ -80,8 +86,8 @@ where
     F::Output: actix_web::Responder + 'static,
 {
     web::resource(path)
-        .route(web::get().to(handler))
-        .default_service(web::to(|| not_allowed("GET")))
+        .route(get_or_head().to(handler))
+        .default_service(web::to(|| not_allowed("GET, HEAD")))
 }
 
 async fn not_allowed(allowed: &'static str) -> Result<actix_web::HttpResponse, ApiError> {

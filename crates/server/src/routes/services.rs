@@ -8,9 +8,9 @@ use crate::state::AppState;
 use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use registry_domain::naming::registered_subdomain;
+use registry_domain::naming::{check_service_name, registered_subdomain};
 use registry_domain::ports::{CustomerStore, ServiceStore};
-use registry_domain::Service;
+use registry_domain::{Service, Violation};
 
 /// Longest title accepted.
 pub const MAX_TITLE: usize = 200;
@@ -31,6 +31,11 @@ pub async fn create(
     let title = fields.string("title", true, MAX_TITLE);
     // Length and label rules of serviceName belong to the naming module.
     let service_name = fields.string("serviceName", false, 1024);
+    if let Some(Err(problem)) = service_name.as_deref().map(check_service_name) {
+        fields
+            .problems
+            .push(Violation::new("/serviceName", problem.to_string()));
+    }
     let description = fields.string("description", false, MAX_DESCRIPTION);
     fields.finish()?;
 

@@ -2,7 +2,7 @@
 //! one server's database without stopping the cluster the other tests share.
 
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -16,9 +16,15 @@ pub struct Proxy {
 
 #[derive(Debug, Default)]
 struct Shared {
-    cut: AtomicBool,
     stopped: AtomicBool,
-    streams: Mutex<Vec<TcpStream>>,
+    /// Under one lock, so that a connection is either refused or registered before a cut.
+    links: Mutex<Links>,
+}
+
+#[derive(Debug, Default)]
+struct Links {
+    cut: bool,
+    streams: Vec<TcpStream>,
 }
 
 impl Proxy {
@@ -28,12 +34,7 @@ impl Proxy {
         let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (user, host_port) = authority.rsplit_once('@').unwrap_or(("", authority));
-        let upstream = host_port
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut addrs| addrs.next())
-            .unwrap_or_else(|| panic!("no address for {host_port}"));
-        let proxy = Proxy::start(upstream);
+        let proxy = Proxy::start(host_port.to_owned());
         let user = if user.is_empty() {
             String::new()
         } else {
@@ -43,7 +44,7 @@ impl Proxy {
         (proxy, through)
     }
 
-    fn start(upstream: SocketAddr) -> Proxy {
+    fn start(upstream: String) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let addr = listener.local_addr().expect("proxy address");
         let shared = Arc::new(Shared::default());
@@ -54,22 +55,27 @@ impl Proxy {
                     return;
                 }
                 let Ok(client) = client else { continue };
+                // Every address of the name, as libpq would.
+                let Ok(server) = TcpStream::connect(upstream.as_str()) else {
+                    continue;
+                };
+                let mut links = accepting.links.lock().unwrap();
                 // While cut, a connection is closed as soon as it is made: libpq fails at once,
                 // as it does when the server is down.
-                if accepting.cut.load(Ordering::SeqCst) {
+                if links.cut {
                     continue;
                 }
-                let Ok(server) = TcpStream::connect(upstream) else {
+                let clones = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                );
+                let (Ok(c), Ok(s), Ok(c2), Ok(s2)) = clones else {
                     continue;
                 };
-                let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) else {
-                    continue;
-                };
-                accepting
-                    .streams
-                    .lock()
-                    .unwrap()
-                    .extend([c.try_clone().unwrap(), s.try_clone().unwrap()]);
+                links.streams.extend([c2, s2]);
+                drop(links);
                 pipe(client, server);
                 pipe(s, c);
             }
@@ -79,15 +85,16 @@ impl Proxy {
 
     /// Closes every connection through the proxy and refuses new ones, until [`Proxy::restore`].
     pub fn cut(&self) {
-        self.shared.cut.store(true, Ordering::SeqCst);
-        for stream in self.shared.streams.lock().unwrap().drain(..) {
+        let mut links = self.shared.links.lock().unwrap();
+        links.cut = true;
+        for stream in links.streams.drain(..) {
             let _ = stream.shutdown(Shutdown::Both);
         }
     }
 
     /// Lets connections through again.
     pub fn restore(&self) {
-        self.shared.cut.store(false, Ordering::SeqCst);
+        self.shared.links.lock().unwrap().cut = false;
     }
 }
 

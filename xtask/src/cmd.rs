@@ -9,7 +9,9 @@ use std::process::{Command, Stdio};
 /// directory run one clone's build of xtask (sources unchanged, so cargo does not rebuild it).
 pub fn root() -> PathBuf {
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+        .map(PathBuf::from)
+        .filter(|dir| dir.file_name().is_some_and(|name| name == "xtask"))
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest_dir
         .parent()
         .expect("xtask lives in the workspace")

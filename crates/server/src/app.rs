@@ -18,9 +18,16 @@ pub fn open_store(url: &str) -> anyhow::Result<Store> {
     migrated(Store::connect(url), url)
 }
 
-/// Opens the database for a command of the command line, which exits when done.
-pub fn open_command_store(url: &str) -> anyhow::Result<Store> {
-    migrated(Store::connect_for_command(url), url)
+/// Runs a command of the command line on the database named by a URL (migrated first), then
+/// closes the store (see [`Store::close`]) whatever the command's outcome.
+pub fn with_command_store<T>(
+    url: &str,
+    command: impl FnOnce(&Store) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let store = migrated(Store::connect_for_command(url), url)?;
+    let outcome = command(&store);
+    store.close();
+    outcome
 }
 
 fn migrated(
@@ -28,9 +35,10 @@ fn migrated(
     url: &str,
 ) -> anyhow::Result<Store> {
     let store = connected.with_context(|| format!("cannot open the database {}", redact(url)))?;
-    store
-        .migrate()
-        .context("cannot apply database migrations")?;
+    if let Err(error) = store.migrate() {
+        store.close();
+        return Err(error).context("cannot apply database migrations");
+    }
     Ok(store)
 }
 
@@ -107,7 +115,9 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     tracing::info!(issuers = state.hosting.len(), workers, "registry started");
     actix_web::rt::spawn(background::follow_changes(state.clone()));
     actix_web::rt::spawn(background::reap_expired(state.clone()));
-    running.await.context("server failed")?;
+    let ran = running.await.context("server failed");
+    state.store.close();
+    ran?;
     tracing::info!("registry stopped");
     Ok(())
 }

@@ -54,7 +54,7 @@ fn main() -> anyhow::Result<()> {
             served
         }
         Command::Migrate(database) => {
-            app::open_command_store(&database.database_url)?;
+            app::with_command_store(&database.database_url, |_| Ok(()))?;
             eprintln!(
                 "migrations applied to {}",
                 app::redact(&database.database_url)
@@ -68,24 +68,19 @@ fn main() -> anyhow::Result<()> {
                     plan,
                     name,
                     database,
-                } => customers::create(
-                    &app::open_command_store(&database.database_url)?,
-                    &tenant,
-                    &plan,
-                    &name,
-                )?,
+                } => app::with_command_store(&database.database_url, |store| {
+                    customers::create(store, &tenant, &plan, &name)
+                })?,
                 CustomerCommand::List { database } => {
-                    customers::list(&app::open_command_store(&database.database_url)?)?
+                    app::with_command_store(&database.database_url, customers::list)?
                 }
                 CustomerCommand::SetPlan {
                     tenant,
                     plan,
                     database,
-                } => customers::set_plan(
-                    &app::open_command_store(&database.database_url)?,
-                    &tenant,
-                    &plan,
-                )?,
+                } => app::with_command_store(&database.database_url, |store| {
+                    customers::set_plan(store, &tenant, &plan)
+                })?,
             };
             print_json(&output);
             Ok(())

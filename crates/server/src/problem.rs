@@ -9,6 +9,9 @@ use serde_json::json;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
+/// Where naming problems point in a `POST /services` body.
+pub const SERVICE_NAME_POINTER: &str = "/serviceName";
+
 /// The API's base URL, for problem `type` addresses; set once at start-up.
 static BASE_URL: OnceLock<String> = OnceLock::new();
 
@@ -126,7 +129,7 @@ impl ApiError {
             ApiError::Naming(
                 e @ (NamingError::InvalidServiceName { .. } | NamingError::ReservedSuffix(_)),
             ) => Some(vec![Cow::Owned(Violation::new(
-                "/serviceName",
+                SERVICE_NAME_POINTER,
                 e.to_string(),
             ))]),
             _ => None,

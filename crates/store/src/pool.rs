@@ -4,7 +4,7 @@ use crate::target::Target;
 use diesel::connection::{SimpleConnection, TransactionManager};
 use diesel::{Connection, PgConnection, SqliteConnection};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 /// A connection to either backend. Queries written once against this type run on both; the
@@ -22,6 +22,8 @@ pub(crate) enum ConnectError {
     Connection(#[from] diesel::ConnectionError),
     #[error(transparent)]
     Query(#[from] diesel::result::Error),
+    #[error("the store is closed: the process is exiting")]
+    Closed,
 }
 
 /// Whether the database answered the last connect or connection check. The manager records
@@ -41,18 +43,74 @@ impl Reachability {
     }
 }
 
+/// The connects under way, and whether more may start. libpq links the Kerberos library, whose
+/// exit handlers destroy mutexes that a connect in progress uses: a process that exits while
+/// r2d2's worker thread is inside a connect aborts in `k5_mutex_lock` (CI saw it, about one
+/// command in fifty). [`ConnectGate::close`], before the process exits, lets no connect start
+/// and waits for those under way.
+#[derive(Debug, Default)]
+pub(crate) struct ConnectGate {
+    state: Mutex<GateState>,
+    settled: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    closed: bool,
+    running: usize,
+}
+
+impl ConnectGate {
+    fn state(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a connect may start; it then counts until [`ConnectGate::leave`].
+    fn enter(&self) -> bool {
+        let mut state = self.state();
+        if state.closed {
+            return false;
+        }
+        state.running += 1;
+        true
+    }
+
+    fn leave(&self) {
+        let mut state = self.state();
+        state.running -= 1;
+        if state.running == 0 {
+            self.settled.notify_all();
+        }
+    }
+
+    /// Lets no connect start from now on and waits, at most `wait`, for those under way.
+    pub(crate) fn close(&self, wait: Duration) {
+        let mut state = self.state();
+        state.closed = true;
+        let _ = self
+            .settled
+            .wait_timeout_while(state, wait, |state| state.running > 0);
+    }
+}
+
 /// Opens connections to one [`Target`], never guessing the backend.
 #[derive(Debug)]
 pub(crate) struct Manager {
     target: Target,
     reachability: Arc<Reachability>,
+    gate: Arc<ConnectGate>,
 }
 
 impl Manager {
-    pub(crate) fn new(target: Target, reachability: Arc<Reachability>) -> Self {
+    pub(crate) fn new(
+        target: Target,
+        reachability: Arc<Reachability>,
+        gate: Arc<ConnectGate>,
+    ) -> Self {
         Manager {
             target,
             reachability,
+            gate,
         }
     }
 }
@@ -62,19 +120,21 @@ impl r2d2::ManageConnection for Manager {
     type Error = ConnectError;
 
     fn connect(&self) -> Result<Db, ConnectError> {
+        if !self.gate.enter() {
+            return Err(ConnectError::Closed);
+        }
         let connected = match &self.target {
             Target::Sqlite(path) => SqliteConnection::establish(path).map(Db::Sqlite),
             Target::Postgres(url) => PgConnection::establish(url).map(Db::Postgres),
         };
+        self.gate.leave();
         self.reachability.record(&connected);
         Ok(connected?)
     }
 
     fn is_valid(&self, conn: &mut Db) -> Result<(), ConnectError> {
         let checked = conn.batch_execute("SELECT 1");
-        if checked.is_err() {
-            self.reachability.record(&checked);
-        }
+        self.reachability.record(&checked);
         Ok(checked?)
     }
 
@@ -88,8 +148,8 @@ impl r2d2::ManageConnection for Manager {
 /// is switched to WAL here: the mode is kept in the file, and switching needs the file to
 /// itself, which the pool's first connection, opened in the background while the migrations
 /// write, did not always get ("database is locked" in the log at start-up).
-pub(crate) fn probe(target: &Target, reachability: Arc<Reachability>) -> Result<(), ConnectError> {
-    let mut conn = r2d2::ManageConnection::connect(&Manager::new(target.clone(), reachability))?;
+pub(crate) fn probe(manager: &Manager) -> Result<(), ConnectError> {
+    let mut conn = r2d2::ManageConnection::connect(manager)?;
     r2d2::CustomizeConnection::on_acquire(&SqlitePragmas, &mut conn)
 }
 
@@ -132,17 +192,16 @@ pub(crate) enum Pooling {
     /// A process that serves for a long time: a few connections are kept open, and replaced in
     /// the background as they are checked out, so that requests rarely wait for a connect.
     Serving,
-    /// A command that runs a few statements and exits: one connection, opened only while a
-    /// caller waits for it and never in the background. A PostgreSQL connect still running on
-    /// r2d2's worker thread when the process exits races libpq's Kerberos library, whose exit
-    /// handlers destroy the mutexes it is using: the process then aborts in `k5_mutex_lock`.
+    /// A command that runs a few statements and exits: one connection, opened when a caller
+    /// asks for it (on r2d2's worker, while the caller waits), never ahead of time.
     Command,
 }
 
 /// A pool for `target`; nothing is opened yet.
-pub(crate) fn build(target: Target, pooling: Pooling, reachability: Arc<Reachability>) -> Pool {
+pub(crate) fn build(manager: Manager, pooling: Pooling) -> Pool {
+    let target = &manager.target;
     let builder = r2d2::Pool::builder().connection_timeout(CHECKOUT_TIMEOUT);
-    let builder = match &target {
+    let builder = match target {
         // Every connection to `:memory:` is a database of its own: keep exactly one, forever.
         Target::Sqlite(path) if path == ":memory:" => builder
             .max_size(1)
@@ -164,5 +223,5 @@ pub(crate) fn build(target: Target, pooling: Pooling, reachability: Arc<Reachabi
             .connection_customizer(Box::new(SqlitePragmas)),
         Target::Postgres(_) => builder.max_size(16).min_idle(Some(2)),
     };
-    builder.build_unchecked(Manager::new(target, reachability))
+    builder.build_unchecked(manager)
 }

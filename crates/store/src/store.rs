@@ -1,7 +1,7 @@
 //! The [`Store`] handle: a connection pool plus the transaction discipline every write follows.
 
 use crate::error::{map_diesel, Failure, Res, SetupError};
-use crate::pool::{self, Db, Pool, Pooled, Pooling, Reachability};
+use crate::pool::{self, ConnectGate, Db, Manager, Pool, Pooled, Pooling, Reachability};
 use crate::rows::{id_text, millis};
 use crate::schema::changes;
 use crate::target::{self, Target};
@@ -47,7 +47,12 @@ pub struct Store {
     pool: Pool,
     backend: Backend,
     reachability: Arc<Reachability>,
+    gate: Arc<ConnectGate>,
 }
+
+/// How long [`Store::close`] waits for connects under way: longer than one connect may take
+/// (`connect_timeout`, 5 s).
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl fmt::Debug for Store {
     // The URL may carry a password: never print it.
@@ -71,8 +76,8 @@ impl Store {
         Store::open(url, Pooling::Serving)
     }
 
-    /// Like [`Store::connect`], with one connection that is only ever opened while the caller
-    /// waits for it, so that nothing is still connecting when the command exits.
+    /// Like [`Store::connect`], with one connection, opened when a caller asks for it and never
+    /// ahead of time: what a command that runs a few statements and exits needs.
     pub fn connect_for_command(url: &str) -> Result<Store, SetupError> {
         Store::open(url, Pooling::Command)
     }
@@ -84,15 +89,26 @@ impl Store {
             Target::Postgres(_) => Backend::Postgres,
         };
         let reachability = Arc::new(Reachability::default());
-        pool::probe(&target, reachability.clone()).map_err(|e| SetupError::Unreachable {
+        let gate = Arc::new(ConnectGate::default());
+        let manager = Manager::new(target, reachability.clone(), gate.clone());
+        pool::probe(&manager).map_err(|e| SetupError::Unreachable {
             backend: backend.as_str(),
             reason: e.to_string(),
         })?;
         Ok(Store {
-            pool: pool::build(target, pooling, reachability.clone()),
+            pool: pool::build(manager, pooling),
             backend,
             reachability,
+            gate,
         })
+    }
+
+    /// Opens no connection from now on, and waits (10 s at most) for the connects under way:
+    /// call it last, before the process exits. The pool opens connections in the background,
+    /// and a process that exits in the middle of a PostgreSQL connect can abort in libpq's
+    /// Kerberos library. Calls that need a new connection afterwards get `Unavailable`.
+    pub fn close(&self) {
+        self.gate.close(CLOSE_WAIT);
     }
 
     /// The backend the URL named.

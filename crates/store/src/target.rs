@@ -17,12 +17,25 @@ pub(crate) enum Target {
 /// that drops packets, holding one of the pool's few connecting threads all that time.
 const PG_CONNECT_TIMEOUT_SECS: u32 = 5;
 
-fn with_connect_timeout(url: &str) -> String {
-    if url.contains("connect_timeout=") {
-        return url.to_owned();
+/// `url` with `connect_timeout` added, unless it names one or the operator set
+/// `PGCONNECT_TIMEOUT` (`environment_sets_one`; a URL parameter would override it).
+fn with_connect_timeout(url: &str, environment_sets_one: bool) -> String {
+    // The query starts after the user part: a `?` in a password is not it.
+    let after_user = url.rfind('@').map_or(0, |at| at + 1);
+    let parameter = format!("connect_timeout={PG_CONNECT_TIMEOUT_SECS}");
+    match url[after_user..].split_once('?').map(|(_, query)| query) {
+        _ if environment_sets_one => url.to_owned(),
+        Some(query)
+            if query
+                .split('&')
+                .any(|pair| pair.split('=').next() == Some("connect_timeout")) =>
+        {
+            url.to_owned()
+        }
+        Some(query) if query.is_empty() || query.ends_with('&') => format!("{url}{parameter}"),
+        Some(_) => format!("{url}&{parameter}"),
+        None => format!("{url}?{parameter}"),
     }
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}connect_timeout={PG_CONNECT_TIMEOUT_SECS}")
 }
 
 /// Reads `sqlite://PATH`, `sqlite:PATH`, a bare path, `postgres://…` or `postgresql://…`.
@@ -37,7 +50,11 @@ pub(crate) fn parse(url: &str) -> Result<Target, SetupError> {
     };
     match scheme.to_ascii_lowercase().as_str() {
         "postgres" | "postgresql" if rest.starts_with("//") => {
-            Ok(Target::Postgres(with_connect_timeout(url)))
+            let environment_sets_one = std::env::var_os("PGCONNECT_TIMEOUT").is_some();
+            Ok(Target::Postgres(with_connect_timeout(
+                url,
+                environment_sets_one,
+            )))
         }
         "sqlite" => {
             let path = rest.strip_prefix("//").unwrap_or(rest);
@@ -100,6 +117,40 @@ mod tests {
         );
         let own = "postgres://localhost/db?connect_timeout=30";
         assert_eq!(parse(own), postgres(own));
+    }
+
+    #[test]
+    fn a_connect_timeout_is_added_only_where_none_is_set() {
+        for (url, expected) in [
+            ("postgres://h/db", "postgres://h/db?connect_timeout=5"),
+            ("postgres://h/db?", "postgres://h/db?connect_timeout=5"),
+            (
+                "postgres://h/db?sslmode=require&",
+                "postgres://h/db?sslmode=require&connect_timeout=5",
+            ),
+            (
+                "postgres://u:p?ss@h/db",
+                "postgres://u:p?ss@h/db?connect_timeout=5",
+            ),
+            (
+                "postgres://u:connect_timeout=1@h/db",
+                "postgres://u:connect_timeout=1@h/db?connect_timeout=5",
+            ),
+            (
+                "postgres://h/db?application_name=connect_timeout=9",
+                "postgres://h/db?application_name=connect_timeout=9&connect_timeout=5",
+            ),
+            (
+                "postgres://h/db?sslmode=require&connect_timeout=30",
+                "postgres://h/db?sslmode=require&connect_timeout=30",
+            ),
+        ] {
+            assert_eq!(with_connect_timeout(url, false), expected, "{url}");
+        }
+        assert_eq!(
+            with_connect_timeout("postgres://h/db", true),
+            "postgres://h/db"
+        );
     }
 
     #[test]

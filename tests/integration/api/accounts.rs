@@ -496,6 +496,7 @@ fn an_address_limited_account_only_manages_accounts_inside_its_addresses() {
         &acme,
         json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
     );
+    let office_id = office["id"].as_str().unwrap().to_owned();
     let office = office["token"].as_str().unwrap();
     let from_office = |method: Method, path: &str| {
         server
@@ -532,14 +533,46 @@ fn an_address_limited_account_only_manages_accounts_inside_its_addresses() {
     let kept = json(server.get(&made_path, &acme.token));
     assert_eq!(kept["policy"]["ip_allowlist"][0], "203.0.113.7", "{kept}");
 
-    let bootstrap = format!("/service-accounts/{}/regenerate-token", acme.account_id);
-    let taken = from_office(Method::POST, &bootstrap).send().unwrap();
-    assert_problem(taken, 403, "forbidden");
-    assert_eq!(server.get("/services", &acme.token).status(), 200);
-    let own = from_office(Method::POST, &format!("{made_path}/regenerate-token"))
+    // Accounts usable from anywhere are out of its reach: not re-keyed, renamed, narrowed (then
+    // re-keyed) or deleted.
+    let bootstrap = format!("/service-accounts/{}", acme.account_id);
+    let taken = from_office(Method::POST, &format!("{bootstrap}/regenerate-token"))
         .send()
         .unwrap();
-    assert_eq!(own.status(), 200);
+    assert_problem(taken, 403, "forbidden");
+    for body in [
+        json!({"name": "renamed"}),
+        json!({"policy": {"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.9"]}}),
+    ] {
+        let changed = from_office(Method::PATCH, &bootstrap)
+            .json(&body)
+            .send()
+            .unwrap();
+        assert_problem(changed, 403, "forbidden");
+    }
+    let deleted = from_office(Method::DELETE, &bootstrap).send().unwrap();
+    assert_problem(deleted, 403, "forbidden");
+    let untouched = json(server.get(&bootstrap, &acme.token));
+    assert_eq!(
+        untouched["policy"],
+        json!({"kind": "static", "services": ["*"]})
+    );
+    assert_eq!(server.get("/services", &acme.token).status(), 200);
+    // Nor can it free itself.
+    let own = format!("/service-accounts/{office_id}");
+    let freed = from_office(Method::PATCH, &own)
+        .json(&json!({"policy": {"kind": "static", "services": ["*"]}}))
+        .send()
+        .unwrap();
+    assert_problem(freed, 403, "forbidden");
+    let rekeyed = from_office(Method::POST, &format!("{made_path}/regenerate-token"))
+        .send()
+        .unwrap();
+    assert_eq!(rekeyed.status(), 200);
+    let removed = from_office(Method::DELETE, &made_path).send().unwrap();
+    assert_eq!(removed.status(), 204);
+    let made = create(Some(json!(["203.0.113.7"])));
+    let made_path = format!("/service-accounts/{}", json(made)["id"].as_str().unwrap());
 
     // The unlimited bootstrap account still grants any addresses.
     let unlimited = server

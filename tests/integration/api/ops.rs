@@ -59,6 +59,7 @@ fn head_answers_like_get_without_a_body() {
             }
         };
         let get = request(Method::GET).send().unwrap();
+        assert_eq!(get.status(), 200, "{path}");
         let head = request(Method::HEAD).send().unwrap();
         assert_eq!(head.status(), get.status(), "{path}");
         assert_eq!(

@@ -81,17 +81,10 @@ impl IpAllowlist {
             return true;
         }
         match ip.to_canonical() {
-            IpAddr::V4(v4) => {
-                let mapped = v4.to_ipv6_mapped();
-                self.entries.iter().any(|net| match net {
-                    IpNetwork::V4(n) => n.contains(v4),
-                    IpNetwork::V6(n) => {
-                        n.prefix() >= 96
-                            && n.network().to_ipv4_mapped().is_some()
-                            && n.contains(mapped)
-                    }
-                })
-            }
+            IpAddr::V4(v4) => self
+                .entries
+                .iter()
+                .any(|net| as_v4(*net).is_some_and(|n| n.contains(v4))),
             v6 => self.entries.iter().any(|net| net.contains(v6)),
         }
     }
@@ -109,7 +102,7 @@ impl IpAllowlist {
     /// let desk = IpAllowlist::parse(["203.0.113.7", "::ffff:203.0.113.8"]).unwrap();
     /// assert!(desk.is_within(&office));
     /// assert!(!office.is_within(&desk));
-    /// // No list allows every address: only an unrestricted caller grants that.
+    /// // The empty list lets every address in: it is within the empty list only.
     /// assert!(!IpAllowlist::default().is_within(&office));
     /// assert!(office.is_within(&IpAllowlist::default()));
     /// ```

@@ -173,7 +173,9 @@ fn host_of(url: &str) -> anyhow::Result<String> {
         .map(|(_, rest)| rest)
         .with_context(|| format!("{url:?} is not an absolute URL"))?;
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    Ok(strip_port(authority).to_ascii_lowercase())
+    Ok(strip_port(authority)
+        .trim_end_matches('.')
+        .to_ascii_lowercase())
 }
 
 fn strip_port(host: &str) -> &str {
@@ -217,7 +219,8 @@ impl HostingCache {
 
     /// The subdomain a `Host` header names, if it is a hosted issuer's host.
     pub fn subdomain_for_host(&self, host: &str) -> Option<Label> {
-        // A fully qualified name may end in a dot; it names the same host.
+        // A fully qualified name may end in a dot; it names the same host (`host_of` drops
+        // it from the configured ones).
         let host = strip_port(host);
         let host = host.strip_suffix('.').unwrap_or(host);
         if host.eq_ignore_ascii_case(&self.api_host) {

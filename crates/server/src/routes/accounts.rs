@@ -1,5 +1,6 @@
-//! `/service-accounts…`: programmatic identities and their policies. Only callers whose
-//! patterns include `"*"` manage accounts, so no account can mint one broader than itself.
+//! `/service-accounts…`: programmatic identities and their policies. No account can mint one
+//! broader than itself: only callers whose patterns include `"*"` manage accounts, and a caller
+//! limited to some addresses manages only accounts limited to addresses inside its own.
 
 use crate::auth::{self, AccountCaller};
 use crate::body::{read_json, Fields};
@@ -55,9 +56,22 @@ async fn owned_account(
         .ok_or_else(|| not_found(id))
 }
 
-/// Refuses to let a caller limited to some addresses give an account addresses outside its
-/// own (by a policy, or by a token for an account that has them): that account would be broader
-/// than the caller, which DECISIONS §5 forbids.
+/// An account the caller may change, delete or re-key: one of its customer's, and within its
+/// addresses. Otherwise a caller limited to an office network could narrow an account usable
+/// from anywhere and then take its token, or delete it.
+async fn managed_account(
+    state: &AppState,
+    caller: &AccountCaller,
+    id: &str,
+) -> ApiResult<ServiceAccount> {
+    let account = owned_account(state, caller, id).await?;
+    within_callers_addresses(caller, &account.policy)?;
+    Ok(account)
+}
+
+/// Refuses a caller limited to some addresses an account (a new policy, or one it would change,
+/// delete or re-key) usable from addresses outside its own: that account is broader than the
+/// caller, which DECISIONS §5 forbids.
 fn within_callers_addresses(caller: &AccountCaller, policy: &Policy) -> ApiResult<()> {
     let own = caller.account.policy.ip_allowlist();
     if policy.ip_allowlist().is_within(own) {
@@ -225,7 +239,7 @@ pub async fn patch(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let caller = manager(&state, &req).await?;
-    let mut account = owned_account(&state, &caller, &path).await?;
+    let mut account = managed_account(&state, &caller, &path).await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["name", "policy"])?;
     let name = fields.string("name", false, MAX_NAME);
@@ -271,7 +285,7 @@ pub async fn delete(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let caller = manager(&state, &req).await?;
-    let account = owned_account(&state, &caller, &path).await?;
+    let account = managed_account(&state, &caller, &path).await?;
     let id = account.id;
     if !state.db(move |s| s.delete_account(id)).await? {
         return Err(not_found(&path));
@@ -286,14 +300,13 @@ pub async fn regenerate_token(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let caller = manager(&state, &req).await?;
-    let account = owned_account(&state, &caller, &path).await?;
+    let account = managed_account(&state, &caller, &path).await?;
     if account.policy.kind() != PolicyKind::Static {
         return Err(ApiError::BadRequest(
             "oidc service accounts authenticate with identity tokens and have no token to regenerate"
                 .into(),
         ));
     }
-    within_callers_addresses(&caller, &account.policy)?;
     let (token, record) = new_token(&state).await?;
     let id = account.id;
     let stored = record.clone();

@@ -58,16 +58,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(|| not_allowed("POST"))),
     )
     // The browser pages (not part of the API, so not in openapi.json).
-    .service(get_only("/", dashboard::landing))
-    .service(get_only(
+    .service(get_and_head("/", dashboard::landing))
+    .service(get_and_head(
         "/dashboard/anonymous/{subdomain}",
         dashboard::anonymous,
     ))
-    .service(get_only("/healthz", ops::healthz))
-    .service(get_only("/readyz", ops::readyz))
-    .service(get_only("/metrics", ops::metrics))
-    .service(get_only("/openapi.json", ops::openapi))
-    .service(get_only(
+    .service(get_and_head("/healthz", ops::healthz))
+    .service(get_and_head("/readyz", ops::readyz))
+    .service(get_and_head("/metrics", ops::metrics))
+    .service(get_and_head("/openapi.json", ops::openapi))
+    .service(get_and_head(
         "/schemas/service-account-policy/v1.json",
         ops::policy_schema,
     ));
@@ -79,7 +79,7 @@ fn get_or_head() -> actix_web::Route {
     web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
 }
 
-fn get_only<F, Args>(path: &str, handler: F) -> actix_web::Resource
+fn get_and_head<F, Args>(path: &str, handler: F) -> actix_web::Resource
 where
     F: actix_web::Handler<Args>,
     Args: actix_web::FromRequest + 'static,

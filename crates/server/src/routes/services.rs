@@ -3,7 +3,7 @@
 use crate::auth;
 use crate::body::{read_json, Fields};
 use crate::directory;
-use crate::problem::{ApiError, ApiResult};
+use crate::problem::{ApiError, ApiResult, SERVICE_NAME_POINTER};
 use crate::state::AppState;
 use crate::views;
 use actix_web::http::header;
@@ -34,7 +34,7 @@ pub async fn create(
     if let Some(Err(problem)) = service_name.as_deref().map(check_service_name) {
         fields
             .problems
-            .push(Violation::new("/serviceName", problem.to_string()));
+            .push(Violation::new(SERVICE_NAME_POINTER, problem.to_string()));
     }
     let description = fields.string("description", false, MAX_DESCRIPTION);
     fields.finish()?;

@@ -1,22 +1,9 @@
-use super::upload;
+use super::{publish_api, upload};
 use registry_tests::server::{json, TestServer};
 use reqwest::Method;
-use serde_json::json;
 
 fn published(server: &TestServer) -> String {
-    let acme = server.customer("acme", "business");
-    server
-        .authed(Method::POST, "/services", &acme.token)
-        .json(&json!({"title": "API", "serviceName": "api"}))
-        .send()
-        .unwrap();
-    let put = server
-        .authed(Method::PUT, "/services/api-acme/config", &acme.token)
-        .json(&upload(&["k1"]))
-        .send()
-        .unwrap();
-    assert_eq!(put.status(), 200);
-    "api-acme".into()
+    publish_api(server, &server.customer("acme", "business"))
 }
 
 #[test]
@@ -131,17 +118,8 @@ fn unknown_unpublished_and_removed_issuers_answer_404_at_once() {
 fn a_new_upload_is_served_at_once_and_a_removal_stops_it() {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
-    server
-        .authed(Method::POST, "/services", &acme.token)
-        .json(&json!({"title": "API", "serviceName": "api"}))
-        .send()
-        .unwrap();
+    publish_api(&server, &acme);
     let path = "/services/api-acme/config";
-    server
-        .authed(Method::PUT, path, &acme.token)
-        .json(&upload(&["k1"]))
-        .send()
-        .unwrap();
     let first = server
         .hosted(Method::GET, "api-acme", "/keys")
         .send()

@@ -15,6 +15,8 @@ mod services;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use registry_tests::server::{Customer, TestServer};
+use reqwest::Method;
 use serde_json::{json, Value};
 
 /// A discovery document as a kind/k3s cluster serves it.
@@ -33,6 +35,29 @@ pub fn rsa_key(kid: &str) -> Value {
     let mut n = vec![0xa5u8; 256];
     n[0] = 0xc3;
     json!({"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256", "e": "AQAB", "n": URL_SAFE_NO_PAD.encode(&n)})
+}
+
+/// Registers the service `api-{tenant}` of `customer` and publishes [`upload`] with key `k1`;
+/// returns the subdomain.
+pub fn publish_api(server: &TestServer, customer: &Customer) -> String {
+    let created = server
+        .authed(Method::POST, "/services", &customer.token)
+        .json(&json!({"title": "API", "serviceName": "api"}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let subdomain = format!("api-{}", customer.tenant);
+    let put = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{subdomain}/config"),
+            &customer.token,
+        )
+        .json(&upload(&["k1"]))
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    subdomain
 }
 
 /// A valid upload body.

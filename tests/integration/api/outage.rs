@@ -2,11 +2,10 @@
 //! recovers by itself). PostgreSQL only: the outage is a proxy between the server and its
 //! database that the test cuts.
 
-use super::upload;
+use super::publish_api;
 use registry_tests::proxy::Proxy;
 use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
 use reqwest::Method;
-use serde_json::json;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -21,18 +20,7 @@ fn an_outage_is_a_503_at_once_and_the_server_recovers_by_itself() {
         ..ServerOptions::default()
     });
     let acme = server.customer("acme", "business");
-    let created = server
-        .authed(Method::POST, "/services", &acme.token)
-        .json(&json!({"title": "API", "serviceName": "api"}))
-        .send()
-        .unwrap();
-    assert_eq!(created.status(), 201);
-    let put = server
-        .authed(Method::PUT, "/services/api-acme/config", &acme.token)
-        .json(&upload(&["k1"]))
-        .send()
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    publish_api(&server, &acme);
     assert_eq!(server.get("/services", &acme.token).status(), 200);
 
     proxy.cut();

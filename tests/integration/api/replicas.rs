@@ -1,7 +1,7 @@
 //! Several `registry serve` processes on one database (PostgreSQL in production; the same
 //! mechanism works on one SQLite file).
 
-use super::upload;
+use super::publish_api;
 use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
 use reqwest::Method;
 use serde_json::json;
@@ -19,18 +19,7 @@ fn a_write_on_one_replica_is_served_by_the_other_within_seconds() {
     let a = TestServer::start();
     let b = replica_of(&a);
     let acme = a.customer("acme", "business");
-    let created = a
-        .authed(Method::POST, "/services", &acme.token)
-        .json(&json!({"title": "API", "serviceName": "api"}))
-        .send()
-        .unwrap();
-    assert_eq!(created.status(), 201);
-    let put = a
-        .authed(Method::PUT, "/services/api-acme/config", &acme.token)
-        .json(&upload(&["k1"]))
-        .send()
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    publish_api(&a, &acme);
     let published_at = Instant::now();
     loop {
         let response = b
@@ -130,16 +119,7 @@ fn revocation_on_one_replica_holds_on_the_other_at_once() {
 fn documents_follow_a_change_of_the_issuer_url_template() {
     let first = TestServer::start();
     let acme = first.customer("acme", "business");
-    first
-        .authed(Method::POST, "/services", &acme.token)
-        .json(&json!({"title": "API", "serviceName": "api"}))
-        .send()
-        .unwrap();
-    first
-        .authed(Method::PUT, "/services/api-acme/config", &acme.token)
-        .json(&upload(&["k1"]))
-        .send()
-        .unwrap();
+    publish_api(&first, &acme);
     // Another port means another REGISTRY_ISSUER_URL_TEMPLATE for the same database.
     let moved = replica_of(&first);
     drop(first);

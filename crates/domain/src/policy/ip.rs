@@ -131,14 +131,15 @@ fn as_v4(net: IpNetwork) -> Option<Ipv4Network> {
     }
 }
 
+/// Whether `inner` lies inside `outer`, both read as [`IpAllowlist::allows`] reads them: ranges
+/// that let IPv4 clients in are compared as IPv4 ranges, the others as IPv6 ones.
 fn range_within(inner: IpNetwork, outer: IpNetwork) -> bool {
-    match (as_v4(inner), as_v4(outer), inner, outer) {
-        (Some(i), Some(o), _, _) => o.prefix() <= i.prefix() && o.contains(i.network()),
-        (None, None, IpNetwork::V6(i), IpNetwork::V6(o)) => {
-            o.prefix() <= i.prefix() && o.contains(i.network())
-        }
-        _ => false,
-    }
+    let (inner, outer) = match (as_v4(inner), as_v4(outer)) {
+        (Some(i), Some(o)) => (IpNetwork::V4(i), IpNetwork::V4(o)),
+        (None, None) => (inner, outer),
+        _ => return false,
+    };
+    outer.prefix() <= inner.prefix() && outer.contains(inner.network())
 }
 
 /// Parses one entry: an address, or an address, `/` and a prefix length in decimal without

@@ -13,9 +13,9 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// The targets of `fuzz/Cargo.toml`.
-pub const TARGETS: [&str; 4] = ["policy", "publish", "jwt", "glob"];
+pub const TARGETS: [&str; 5] = ["policy", "publish", "jwt", "glob", "glob_cost"];
 
-const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [policy|publish|jwt|glob …]";
+const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [policy|publish|jwt|glob|glob_cost …]";
 
 /// What one target's run did.
 struct Run {

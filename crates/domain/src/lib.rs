@@ -7,6 +7,8 @@
 //! * [`naming`]: tenant suffixes and service subdomains (`{name}-{tenant}`, `{random}-anon`).
 //! * [`publishing`]: the rewrite of an uploaded discovery document to the hosted issuer and the
 //!   checks of the uploaded key set.
+//! * [`limits`]: what one customer may make every request pay for (policy sizes, issuers per
+//!   customer), and the keys of per-address limits.
 //! * [`anonymous`]: lifetime of anonymous services.
 //! * [`credentials`]: the shape of static tokens and anonymous secrets.
 //! * [`claims`]: time-based checks of a verified JWT's registered claims.
@@ -29,6 +31,7 @@ pub mod claims;
 pub mod credentials;
 pub mod customer;
 pub mod error;
+pub mod limits;
 pub mod naming;
 pub mod policy;
 pub mod ports;

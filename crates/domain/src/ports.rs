@@ -108,6 +108,8 @@ pub trait ServiceStore: Send + Sync {
     fn delete_service(&self, id: Uuid) -> StoreResult<bool>;
     /// Up to `limit` anonymous services whose expiry is at or before `now`.
     fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>>;
+    /// How many anonymous services are live at `now` (the ceiling of DECISIONS §9).
+    fn live_anonymous(&self, now: OffsetDateTime) -> StoreResult<u64>;
     /// Publishes (inserts or replaces) a configuration. `NotFound` when the service is gone.
     fn put_config(&self, config: &PublishedConfig) -> StoreResult<()>;
     /// The published configuration of a service.
@@ -138,6 +140,9 @@ pub trait AccountStore: Send + Sync {
     fn replace_token(&self, account_id: Uuid, token: &CredentialRecord) -> StoreResult<()>;
     /// Accounts with at least one OIDC rule whose `iss` is exactly `issuer` (an indexed look-up).
     fn accounts_by_issuer(&self, issuer: &str) -> StoreResult<Vec<ServiceAccount>>;
+    /// Every account whose policy is `oidc`, of every customer: the set of trusted issuers a
+    /// server holds in memory, so that tokens of any other issuer cost nothing.
+    fn oidc_accounts(&self) -> StoreResult<Vec<ServiceAccount>>;
 }
 
 /// Credential look-up by public lookup id.

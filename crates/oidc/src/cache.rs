@@ -1,5 +1,11 @@
 //! Per-issuer key cache: freshness from `max-age`, stale keys as a fallback, single-flight
 //! fetches and rate limits on refetching.
+//!
+//! At most `max_issuers` issuers are kept; a new one takes the place of the least recently used.
+//! So an issuer that tokens keep coming for is never refused: one customer refreshing the keys
+//! of many issuers of its own can slow others' next look-up by a fetch, not lock them out (the
+//! server also trusts at most a few issuers per customer, and only issuers some policy names
+//! ever reach this cache).
 
 use crate::config::OidcConfig;
 use crate::error::OidcError;
@@ -53,6 +59,8 @@ struct State {
 struct Issuer {
     state: Mutex<State>,
     gate: tokio::sync::Mutex<()>,
+    /// The cache's use counter when this issuer was last looked up (least recently used goes).
+    last_used: AtomicU64,
 }
 
 enum Decision {
@@ -75,6 +83,8 @@ pub struct KeyCache {
     config: OidcConfig,
     issuers: RwLock<HashMap<String, Arc<Issuer>>>,
     counters: Counters,
+    /// Bumped by every look-up: a logical clock for least-recently-used eviction.
+    uses: AtomicU64,
 }
 
 impl KeyCache {
@@ -85,6 +95,7 @@ impl KeyCache {
             config,
             issuers: RwLock::default(),
             counters: Counters::default(),
+            uses: AtomicU64::new(0),
         }
     }
 
@@ -193,14 +204,17 @@ impl KeyCache {
         }
     }
 
-    /// The entry of `iss`, created on first sight once the issuer URL passes the guard.
+    /// The entry of `iss`, created on first sight once the issuer URL passes the guard; when the
+    /// cache is full, the least recently used issuer makes room.
     fn issuer(&self, iss: &str) -> Result<Arc<Issuer>, OidcError> {
+        let tick = self.uses.fetch_add(1, Ordering::Relaxed);
         if let Some(issuer) = self
             .issuers
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(iss)
         {
+            issuer.last_used.store(tick, Ordering::Relaxed);
             return Ok(issuer.clone());
         }
         let url = self.fetcher.url(iss)?;
@@ -211,17 +225,24 @@ impl KeyCache {
             });
         }
         let mut issuers = self.issuers.write().unwrap_or_else(|e| e.into_inner());
-        if issuers.len() >= self.config.max_issuers && !issuers.contains_key(iss) {
-            let now = Instant::now();
-            issuers.retain(|_, issuer| {
-                let state = issuer.state.lock().unwrap_or_else(|e| e.into_inner());
-                state.keys.as_ref().is_some_and(|k| now < k.usable_until)
-            });
-            if issuers.len() >= self.config.max_issuers {
-                return Err(OidcError::TooManyIssuers);
+        if issuers.len() >= self.config.max_issuers.max(1) && !issuers.contains_key(iss) {
+            let least_recent = issuers
+                .iter()
+                .min_by_key(|(_, issuer)| issuer.last_used.load(Ordering::Relaxed))
+                .map(|(name, _)| name.clone());
+            if let Some(name) = least_recent {
+                issuers.remove(&name);
             }
         }
-        Ok(issuers.entry(iss.to_owned()).or_default().clone())
+        let issuer = issuers.entry(iss.to_owned()).or_default().clone();
+        issuer.last_used.store(tick, Ordering::Relaxed);
+        Ok(issuer)
+    }
+
+    /// How many issuers are cached.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.issuers.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Discovery, then the key set, both through the guarded client.
@@ -262,5 +283,51 @@ impl KeyCache {
             return Err(OidcError::NoKeys(iss.to_owned()));
         }
         Ok((set, fetched.max_age))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(max_issuers: usize) -> KeyCache {
+        let config = OidcConfig {
+            allow_insecure_issuers: true,
+            max_issuers,
+            ..OidcConfig::default()
+        };
+        KeyCache::new(Fetcher::new(&config).unwrap(), config)
+    }
+
+    /// One customer's many issuers (the probe: 1,000 of them, each kept fresh) never lock
+    /// another issuer out: it takes the place of the least recently used.
+    #[tokio::test]
+    async fn a_full_cache_makes_room_for_a_new_issuer() {
+        let cache = cache(3);
+        for iss in ["http://a.test", "http://b.test", "http://c.test"] {
+            cache.issuer(iss).unwrap();
+        }
+        cache.issuer("http://a.test").unwrap();
+        cache.issuer("http://d.test").unwrap();
+        assert_eq!(cache.len(), 3);
+        let held: Vec<String> = {
+            let issuers = cache.issuers.read().unwrap();
+            let mut held: Vec<String> = issuers.keys().cloned().collect();
+            held.sort();
+            held
+        };
+        assert_eq!(held, ["http://a.test", "http://c.test", "http://d.test"]);
+        // An attacker's steady stream of its own issuers only ever evicts its own.
+        for round in 0..100 {
+            cache.issuer("http://victim.test").unwrap();
+            cache
+                .issuer(&format!("http://attacker{round}.test"))
+                .unwrap();
+            assert!(cache
+                .issuers
+                .read()
+                .unwrap()
+                .contains_key("http://victim.test"));
+        }
     }
 }

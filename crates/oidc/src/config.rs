@@ -31,8 +31,8 @@ pub struct OidcConfig {
     pub retry_after_failure: Duration,
     /// Redirects followed per fetch (same host only).
     pub max_redirects: usize,
-    /// Issuers whose keys are cached at once; beyond it issuers without usable keys are dropped,
-    /// and new issuers are refused when none can be.
+    /// Issuers whose keys are cached at once; a new one takes the place of the least recently
+    /// used.
     pub max_issuers: usize,
     /// Tokens longer than this are refused before being parsed (bytes).
     pub max_token_bytes: usize,

@@ -82,9 +82,6 @@ pub enum OidcError {
     /// Discovery and key set together took longer than the request timeout.
     #[error("fetching the keys of issuer {0} timed out")]
     Timeout(String),
-    /// Too many issuers are cached.
-    #[error("too many issuers cached")]
-    TooManyIssuers,
     /// No cached key has the token's `kid`.
     #[error("no key with kid {0:?}")]
     UnknownKid(String),

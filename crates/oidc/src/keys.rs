@@ -6,6 +6,9 @@ use josekit::jwk::Jwk;
 use josekit::jws::{self, JwsVerifier};
 use serde_json::Value;
 
+/// Keys kept of one issuer's set.
+const MAX_KEYS: usize = 100;
+
 /// A signature algorithm the registry accepts. HMAC and `none` are deliberately absent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Alg {
@@ -125,11 +128,14 @@ impl KeySet {
             .get("keys")
             .and_then(Value::as_array)
             .ok_or("no keys array")?;
+        // The first usable keys only: what one issuer holds in the cache stays small, whatever
+        // its key set document says (a published set never has more, DECISIONS §8).
         let keys = entries
             .iter()
             .filter_map(Value::as_object)
             .filter_map(|map| Jwk::from_map(map.clone()).ok())
             .filter_map(|jwk| Key::from_jwk(&jwk))
+            .take(MAX_KEYS)
             .collect();
         Ok(KeySet { keys })
     }

@@ -9,7 +9,7 @@ use crate::settings::Settings;
 use crate::state::AppState;
 use actix_web::{guard, middleware, web, App, HttpServer};
 use anyhow::Context;
-use registry_domain::ports::{ChangeFeed, ServiceStore};
+use registry_domain::ports::{AccountStore, ChangeFeed, ServiceStore};
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
 
@@ -73,13 +73,15 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let state = web::Data::new(AppState::new(settings, store, verifier)?);
 
     let warm = state.clone();
-    let (after, published) = web::block(move || {
+    let (after, published, oidc_accounts) = web::block(move || {
         // Read the change sequence first: a change racing with the load is then replayed.
         let after = warm.store.latest_change()?;
-        Ok::<_, registry_domain::StoreError>((after, warm.store.published()?))
+        let published = warm.store.published()?;
+        Ok::<_, registry_domain::StoreError>((after, published, warm.store.oidc_accounts()?))
     })
     .await??;
     state.hosting.load(&published);
+    state.directory.load_trust(oidc_accounts);
     state.directory.caught_up_to(after);
 
     let app_state = state.clone();
@@ -112,7 +114,12 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
             println!("registry listening on http://{addr}");
         }
     });
-    tracing::info!(issuers = state.hosting.len(), workers, "registry started");
+    tracing::info!(
+        issuers = state.hosting.len(),
+        trusted_issuers = state.directory.trusted_issuers(),
+        workers,
+        "registry started"
+    );
     actix_web::rt::spawn(background::follow_changes(state.clone()));
     actix_web::rt::spawn(background::reap_expired(state.clone()));
     let ran = running.await.context("server failed");

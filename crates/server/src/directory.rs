@@ -1,5 +1,12 @@
 //! What authentication needs from the database, held in memory: services by id and subdomain,
-//! accounts by id, and which accounts trust an issuer, each with its policy parsed once.
+//! accounts by id, and every OIDC account indexed by the issuers it trusts, each with its policy
+//! parsed once.
+//!
+//! The trust index is exact, not a cache: loaded whole at start-up and changed only by the
+//! change log, so a token whose issuer no policy names is refused from memory, before any key
+//! fetch, database read or allocation in here (a stranger's made-up issuers cost nothing). Each
+//! account is one `Arc`, shared by every issuer it trusts; its size is bounded when it is saved
+//! (`registry_domain::limits`).
 //!
 //! Every change to a service (its configuration, its secret) or to an account (its policy, its
 //! token) appends to the change log in the same transaction. Each authenticated request reads the
@@ -39,6 +46,75 @@ pub struct Directory {
     /// Changes are applied by one task at a time, in order.
     applying: tokio::sync::Mutex<()>,
     entries: RwLock<Entries>,
+    trust: RwLock<TrustIndex>,
+}
+
+/// Every OIDC account, and the accounts trusting each issuer.
+#[derive(Debug, Default)]
+struct TrustIndex {
+    accounts: HashMap<Uuid, Arc<ServiceAccount>>,
+    by_issuer: HashMap<Box<str>, Trusting>,
+}
+
+impl TrustIndex {
+    /// Puts `account` in place of the account with `id` (`None`: it is gone, or not `oidc`).
+    /// Costs the lists of the issuers the two versions trust, not the whole index.
+    fn replace(&mut self, id: Uuid, account: Option<Arc<ServiceAccount>>) {
+        if let Some(old) = self.accounts.remove(&id) {
+            for issuer in old.policy.issuers() {
+                let Some(list) = self.by_issuer.get(issuer) else {
+                    continue;
+                };
+                let rest: Vec<Arc<ServiceAccount>> =
+                    list.iter().filter(|a| a.id != id).cloned().collect();
+                if rest.is_empty() {
+                    self.by_issuer.remove(issuer);
+                } else {
+                    self.by_issuer.insert(issuer.into(), rest.into());
+                }
+            }
+        }
+        if let Some(new) = account {
+            for issuer in new.policy.issuers() {
+                let mut list: Vec<Arc<ServiceAccount>> = self
+                    .by_issuer
+                    .get(issuer)
+                    .map(|l| l.to_vec())
+                    .unwrap_or_default();
+                list.push(new.clone());
+                list.sort_by_key(|a| (a.created_at, a.id));
+                self.by_issuer.insert(issuer.into(), list.into());
+            }
+            self.accounts.insert(id, new);
+        }
+    }
+
+    /// The whole index at once (start-up).
+    fn build(oidc_accounts: Vec<ServiceAccount>) -> Self {
+        let mut lists: HashMap<Box<str>, Vec<Arc<ServiceAccount>>> = HashMap::new();
+        let mut accounts = HashMap::new();
+        for account in oidc_accounts {
+            let account = Arc::new(account);
+            for issuer in account.policy.issuers() {
+                lists
+                    .entry(issuer.into())
+                    .or_default()
+                    .push(account.clone());
+            }
+            accounts.insert(account.id, account);
+        }
+        let by_issuer = lists
+            .into_iter()
+            .map(|(issuer, mut list)| {
+                list.sort_by_key(|a| (a.created_at, a.id));
+                (issuer, list.into())
+            })
+            .collect();
+        Self {
+            accounts,
+            by_issuer,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -49,10 +125,6 @@ struct Entries {
     services: HashMap<Uuid, Arc<Service>>,
     subdomains: HashMap<String, Uuid>,
     accounts: HashMap<Uuid, Arc<ServiceAccount>>,
-    /// Issuer → the accounts that trust it; emptied by any account change, since any account
-    /// may have started or stopped trusting any issuer. Empty lists are kept too: that is exact
-    /// for the same reason.
-    trusting: HashMap<String, Trusting>,
 }
 
 fn bounded<K, V>(map: &mut HashMap<K, V>) -> &mut HashMap<K, V> {
@@ -63,6 +135,35 @@ fn bounded<K, V>(map: &mut HashMap<K, V>) -> &mut HashMap<K, V> {
 }
 
 impl Directory {
+    /// Loads the trust index whole (start-up: with the change sequence read before it, so that
+    /// a change racing with the load is replayed).
+    pub fn load_trust(&self, oidc_accounts: Vec<ServiceAccount>) {
+        *self.trust.write().expect("trust lock") = TrustIndex::build(oidc_accounts);
+    }
+
+    /// The OIDC accounts (of any customer) with a rule whose `iss` is exactly `issuer`; `None`
+    /// when no policy names it. Never reads the database.
+    pub fn accounts_trusting(&self, issuer: &str) -> Option<Trusting> {
+        self.trust
+            .read()
+            .expect("trust lock")
+            .by_issuer
+            .get(issuer)
+            .cloned()
+    }
+
+    /// How many issuers some policy trusts.
+    pub fn trusted_issuers(&self) -> usize {
+        self.trust.read().expect("trust lock").by_issuer.len()
+    }
+
+    fn retrust(&self, id: Uuid, account: Option<ServiceAccount>) {
+        let account = account
+            .filter(|a| a.policy.kind() == registry_domain::policy::PolicyKind::Oidc)
+            .map(Arc::new);
+        self.trust.write().expect("trust lock").replace(id, account);
+    }
+
     /// Records that the caches reflect the change log up to `seq` (the start-up load).
     pub fn caught_up_to(&self, seq: i64) {
         self.applied.fetch_max(seq, Ordering::AcqRel);
@@ -100,7 +201,6 @@ impl Directory {
             }
             Change::Account(id) => {
                 entries.accounts.remove(&id);
-                entries.trusting.clear();
             }
         }
     }
@@ -152,16 +252,24 @@ pub async fn catch_up(state: &AppState, latest: i64) -> ApiResult<()> {
         let (last, changes) = state.db(move |s| s.changes_since(after, BATCH)).await?;
         let complete = changes.len() < BATCH;
         let mut services = Vec::new();
+        let mut accounts = Vec::new();
         for change in changes {
             directory.forget(change);
-            if let Change::Service(id) = change {
-                services.push(id);
+            match change {
+                Change::Service(id) => services.push(id),
+                Change::Account(id) => accounts.push(id),
             }
         }
         services.sort_unstable();
         services.dedup();
         for id in services {
             reload_hosted(state, id).await?;
+        }
+        accounts.sort_unstable();
+        accounts.dedup();
+        for id in accounts {
+            let found = state.db(move |s| s.account(id)).await?;
+            directory.retrust(id, found);
         }
         directory.caught_up_to(last);
         if complete {
@@ -183,16 +291,22 @@ pub async fn settle_write(state: &AppState) {
     }
 }
 
+/// Reads back the documents of a published service that left memory (the hosting cache's byte
+/// bound). Under the catch-up lock, like every other reload: a deletion committed after this
+/// read is applied after this reload, not before it.
+pub async fn reload_evicted(state: &AppState, id: Uuid) -> ApiResult<()> {
+    let _one_at_a_time = state.directory.applying.lock().await;
+    reload_hosted(state, id).await
+}
+
 /// Reloads one service's public documents: public requests never read the database.
 async fn reload_hosted(state: &AppState, id: Uuid) -> ApiResult<()> {
     match state
         .db(move |s| Ok((s.service(id)?, s.config(id)?)))
         .await?
     {
-        (Some(service), Some(config)) => {
-            state.hosting.remove(id);
-            state.hosting.put(&service, &config);
-        }
+        // Replaced in one step: a public GET in between sees the old documents or the new.
+        (Some(service), Some(config)) => state.hosting.put(&service, &config),
         _ => state.hosting.remove(id),
     }
     Ok(())
@@ -249,24 +363,4 @@ pub async fn account(state: &AppState, id: Uuid) -> ApiResult<Option<Arc<Service
         bounded(&mut entries.accounts).insert(id, found.clone());
     });
     Ok(Some(found))
-}
-
-/// The accounts (of any customer) with a rule whose `iss` is exactly `issuer`.
-pub async fn accounts_trusting(state: &AppState, issuer: &str) -> ApiResult<Trusting> {
-    let directory = &state.directory;
-    if let Some(accounts) = directory.read().trusting.get(issuer) {
-        return Ok(accounts.clone());
-    }
-    let generation = directory.generation();
-    let key = issuer.to_owned();
-    let found: Trusting = state
-        .db(move |s| s.accounts_by_issuer(&key))
-        .await?
-        .into_iter()
-        .map(Arc::new)
-        .collect();
-    directory.fill(generation, |entries| {
-        bounded(&mut entries.trusting).insert(issuer.to_owned(), found.clone());
-    });
-    Ok(found)
 }

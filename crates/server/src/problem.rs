@@ -73,6 +73,15 @@ pub enum ApiError {
     /// The database does not answer.
     #[error("the service is temporarily unavailable, retry shortly")]
     Unavailable,
+    /// A ceiling on something shared by every client is reached (DECISIONS §9).
+    #[error("{detail}")]
+    Capacity {
+        retry_after_secs: u64,
+        detail: String,
+    },
+    /// Too much secret hashing is queued; nothing else is affected.
+    #[error("the server is busy checking credentials, retry shortly")]
+    Busy,
     /// A bug.
     #[error("internal error")]
     Internal,
@@ -113,7 +122,8 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => ("payload-too-large", "Payload too large"),
             ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
             ApiError::RateLimited { .. } => ("rate-limited", "Too many requests"),
-            ApiError::Unavailable => ("unavailable", "Service unavailable"),
+            ApiError::Unavailable | ApiError::Busy => ("unavailable", "Service unavailable"),
+            ApiError::Capacity { .. } => ("capacity", "Capacity reached"),
             ApiError::Internal => ("internal", "Internal server error"),
         }
     }
@@ -185,7 +195,9 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::Busy | ApiError::Capacity { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -214,8 +226,14 @@ impl ResponseError for ApiError {
             }
             ApiError::RateLimited {
                 retry_after_secs, ..
+            }
+            | ApiError::Capacity {
+                retry_after_secs, ..
             } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            ApiError::Busy => {
+                response.insert_header((header::RETRY_AFTER, "1"));
             }
             ApiError::MethodNotAllowed(allowed) => {
                 response.insert_header((header::ALLOW, *allowed));

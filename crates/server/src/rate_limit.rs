@@ -1,5 +1,7 @@
-//! Fixed-window counters per client address.
+//! Fixed-window counters per client address, counted by the keys of DECISIONS §9
+//! ([`rate_limit_key`]: an IPv4 address alone, IPv4-mapped as IPv4, IPv6 by its /64).
 
+use registry_domain::limits::rate_limit_key;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
@@ -41,7 +43,7 @@ impl RateLimiter {
     pub fn check(&self, ip: IpAddr) -> Result<(), RetryAfter> {
         let now = Instant::now();
         let windows = self.windows.lock().expect("rate limiter lock");
-        match windows.get(&ip) {
+        match windows.get(&rate_limit_key(ip)) {
             Some((start, count)) if now < *start + self.window && *count >= self.limit => {
                 Err(RetryAfter(*start + self.window - now))
             }
@@ -55,7 +57,7 @@ impl RateLimiter {
             // Bounded memory under address-spraying: forget windows that have ended.
             windows.retain(|_, (start, _)| now < *start + self.window);
         }
-        let entry = windows.entry(ip).or_insert((now, 0));
+        let entry = windows.entry(rate_limit_key(ip)).or_insert((now, 0));
         if now >= entry.0 + self.window {
             *entry = (now, 0);
         }
@@ -83,5 +85,20 @@ mod tests {
         assert_eq!(wait, Duration::from_secs(6));
         assert!(limiter.hit_at(b, t0).is_ok());
         assert!(limiter.hit_at(a, t0 + Duration::from_secs(10)).is_ok());
+    }
+
+    #[test]
+    fn ipv6_counts_by_64_and_mapped_ipv4_as_ipv4() {
+        let limiter = RateLimiter::new(2, Duration::from_secs(10));
+        let t0 = Instant::now();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(limiter.hit_at(ip("2001:db8:0:1::1"), t0).is_ok());
+        assert!(limiter.hit_at(ip("2001:db8:0:1:ffff::2"), t0).is_ok());
+        assert!(limiter.hit_at(ip("2001:db8:0:1::3"), t0).is_err());
+        assert!(limiter.hit_at(ip("2001:db8:0:2::1"), t0).is_ok());
+        assert!(limiter.hit_at(ip("192.0.2.9"), t0).is_ok());
+        assert!(limiter.hit_at(ip("::ffff:192.0.2.9"), t0).is_ok());
+        assert!(limiter.hit_at(ip("192.0.2.9"), t0).is_err());
+        assert!(limiter.check(ip("::ffff:192.0.2.9")).is_err());
     }
 }

@@ -76,6 +76,16 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_ANON_CREATE_PER_HOUR", default_value_t = 20)]
     pub anon_create_per_hour: u32,
 
+    /// Most anonymous services live at once, across all clients; beyond it creation answers
+    /// 503 (problem `capacity`).
+    #[arg(long, env = "REGISTRY_ANON_MAX_ACTIVE", default_value_t = 100_000)]
+    pub anon_max_active: u64,
+
+    /// Most bytes of published documents held in memory; past it the least recently served
+    /// are read from the database again when asked for.
+    #[arg(long, env = "REGISTRY_HOSTING_CACHE_BYTES", default_value_t = 512 * 1024 * 1024)]
+    pub hosting_cache_bytes: usize,
+
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "REGISTRY_MAX_BODY_BYTES", default_value_t = 65536)]
     pub max_body_bytes: usize,

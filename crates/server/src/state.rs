@@ -1,7 +1,7 @@
 //! What every handler shares.
 
 use crate::adapters::{HashingLanes, OsRandomness, SystemClock};
-use crate::auth::TokenCache;
+use crate::auth::{Attempts, TokenCache};
 use crate::directory::Directory;
 use crate::hosting::HostingCache;
 use crate::metrics::Metrics;
@@ -35,6 +35,8 @@ pub struct AppState {
     pub directory: Directory,
     /// Remembered token verifications.
     pub tokens: TokenCache,
+    /// argon2 checks under way, one at a time per lookup id.
+    pub attempts: Attempts,
     /// Prometheus counters.
     pub metrics: Metrics,
     /// Verifier of federated identity tokens.
@@ -54,13 +56,18 @@ impl AppState {
     /// Builds the state from settings and an open store.
     pub fn new(settings: Settings, store: Store, verifier: OidcVerifier) -> anyhow::Result<Self> {
         let trusted_proxies = settings.trusted_proxy_networks()?;
-        let hosting = HostingCache::new(&settings.issuer_url_template, &settings.base_url)?;
+        let hosting = HostingCache::new(
+            &settings.issuer_url_template,
+            &settings.base_url,
+            settings.hosting_cache_bytes,
+        )?;
         let anon_limiter = RateLimiter::per_hour(settings.anon_create_per_hour);
         Ok(Self {
             trusted_proxies,
             hosting,
             directory: Directory::default(),
             tokens: TokenCache::default(),
+            attempts: Attempts::default(),
             metrics: Metrics::default(),
             verifier,
             anon_limiter,

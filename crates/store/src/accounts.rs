@@ -167,4 +167,15 @@ impl AccountStore for Store {
             )
         })
     }
+
+    fn oidc_accounts(&self) -> StoreResult<Vec<ServiceAccount>> {
+        self.read(|conn| {
+            load(
+                service_accounts::table
+                    .filter(service_accounts::kind.eq("oidc"))
+                    .order((service_accounts::created_at, service_accounts::id))
+                    .load(conn)?,
+            )
+        })
+    }
 }

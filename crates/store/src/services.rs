@@ -183,6 +183,17 @@ impl ServiceStore for Store {
         })
     }
 
+    fn live_anonymous(&self, now: OffsetDateTime) -> StoreResult<u64> {
+        self.read(|conn| {
+            let live: i64 = services::table
+                .filter(services::customer_id.is_null())
+                .filter(services::expires_at.gt(millis(now)))
+                .count()
+                .get_result(conn)?;
+            Ok(u64::try_from(live).unwrap_or(0))
+        })
+    }
+
     fn put_config(&self, config: &PublishedConfig) -> StoreResult<()> {
         self.write(|conn, changed| {
             let id = id_text(config.service_id);

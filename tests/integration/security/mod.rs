@@ -5,6 +5,7 @@
 mod bodies;
 mod fuzz_seeds;
 mod jwt;
+mod review;
 mod secrets;
 mod tenancy;
 

@@ -165,6 +165,23 @@ pub(super) fn oidc_scope<'a>(
     (!scope.is_empty()).then_some(scope)
 }
 
+pub(super) fn matching_rules(rules: &OidcRules, claims: &Map<String, Value>) -> Vec<usize> {
+    let Some(group) = claims
+        .get("iss")
+        .and_then(Value::as_str)
+        .and_then(|iss| rules.group(iss))
+    else {
+        return Vec::new();
+    };
+    let views = group.views(claims);
+    group
+        .rules
+        .iter()
+        .filter(|r| r.matches(&views))
+        .map(|r| r.index)
+        .collect()
+}
+
 pub(super) fn evaluate(
     policy: &Policy,
     claims: Option<&Map<String, Value>>,

@@ -226,6 +226,47 @@ impl Policy {
         self.inner.rules.issuers()
     }
 
+    /// Each exact issuer with the number of rules that name it.
+    ///
+    /// ```
+    /// use registry_domain::policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let rule = |iss: &str| json!({"services": ["*"], "claims": {"iss": iss, "aud": "a", "sub": "s"}});
+    /// let doc = json!({"kind": "oidc", "rules": [rule("https://b"), rule("https://a"), rule("https://b")]});
+    /// assert_eq!(Policy::parse(&doc).unwrap().policy.rules_per_issuer(), [("https://b", 2), ("https://a", 1)]);
+    /// ```
+    pub fn rules_per_issuer(&self) -> Vec<(&str, usize)> {
+        self.inner
+            .rules
+            .groups()
+            .iter()
+            .map(|g| (&*g.issuer, g.rules.len()))
+            .collect()
+    }
+
+    /// The issuer of every rule, with the rule's index, in document order.
+    ///
+    /// ```
+    /// use registry_domain::policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let rule = |iss: &str| json!({"services": ["*"], "claims": {"iss": iss, "aud": "a", "sub": "s"}});
+    /// let doc = json!({"kind": "oidc", "rules": [rule("https://b"), rule("https://a")]});
+    /// assert_eq!(Policy::parse(&doc).unwrap().policy.rule_issuers(), [(0, "https://b"), (1, "https://a")]);
+    /// ```
+    pub fn rule_issuers(&self) -> Vec<(usize, &str)> {
+        let mut all: Vec<(usize, &str)> = self
+            .inner
+            .rules
+            .groups()
+            .iter()
+            .flat_map(|g| g.rules.iter().map(move |r| (r.index, &*g.issuer)))
+            .collect();
+        all.sort_unstable_by_key(|(index, _)| *index);
+        all
+    }
+
     /// Every non-wildcard `services` entry (lower-cased) with its pointer, for the ownership
     /// check of spec §4 rule 1.
     ///
@@ -291,6 +332,43 @@ impl Policy {
     /// Only the rules whose `iss` equals the token's `iss` are looked at.
     pub fn oidc_scope(&self, claims: &Map<String, Value>) -> Option<Scope<'_>> {
         eval::oidc_scope(&self.inner.rules, claims)
+    }
+
+    /// For an OIDC policy, the indices of the rules whose claims all match the verified
+    /// `claims`, in document order (empty when none does, or the policy is static). With
+    /// [`Policy::rules_scope`], a request matches the token once and then asks about as many
+    /// services as it likes without matching again.
+    ///
+    /// ```
+    /// use registry_domain::policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let rule = |sub: &str, service: &str| json!({"services": [service],
+    ///     "claims": {"iss": "https://ci.example", "aud": "registry", "sub": sub}});
+    /// let policy = Policy::parse(&json!({"kind": "oidc",
+    ///     "rules": [rule("main", "api-acme"), rule("*", "docs-acme"), rule("dev", "web-acme")]}))
+    ///     .unwrap().policy;
+    /// let claims = json!({"iss": "https://ci.example", "aud": "registry", "sub": "main"});
+    /// let rules = policy.matching_rules(claims.as_object().unwrap());
+    /// assert_eq!(rules, [0, 1]);
+    /// let scope = policy.rules_scope(&rules);
+    /// assert!(scope.matches("api-acme") && scope.matches("docs-acme"));
+    /// assert!(!scope.matches("web-acme"));
+    /// ```
+    pub fn matching_rules(&self, claims: &Map<String, Value>) -> Vec<usize> {
+        eval::matching_rules(&self.inner.rules, claims)
+    }
+
+    /// The union of the `services` of the rules with these indices (see
+    /// [`Policy::matching_rules`]); indices of no rule are ignored.
+    pub fn rules_scope(&self, rules: &[usize]) -> Scope<'_> {
+        let mut scope = Scope::default();
+        for group in self.inner.rules.groups() {
+            for rule in group.rules.iter().filter(|r| rules.contains(&r.index)) {
+                scope.push(&rule.services);
+            }
+        }
+        scope
     }
 
     /// Decides a request and says why: `claims` are the verified JWT claims (`None` for a static

@@ -87,60 +87,142 @@ impl SecretHasher for Argon2Hasher {
 /// A hashing job: runs on a lane with that lane's hasher.
 type Job = Box<dyn FnOnce(&Argon2Hasher) + Send>;
 
+/// Verifications that may wait for a lane, per lane: beyond them a check answers 503 at once
+/// (a burst of wrong secrets cannot build a queue that every later request waits behind).
+const QUEUED_VERIFICATIONS_PER_LANE: usize = 8;
+/// New secrets that may wait for a lane, per lane (their callers are rate limited already).
+const QUEUED_HASHES_PER_LANE: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Priority {
+    /// Hashing a new secret: a creation someone is waiting for.
+    Hash,
+    /// Checking a presented secret: the work strangers can cause.
+    Verify,
+}
+
+#[derive(Default)]
+struct Pending {
+    hashes: std::collections::VecDeque<Job>,
+    verifications: std::collections::VecDeque<Job>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("hashes", &self.hashes.len())
+            .field("verifications", &self.verifications.len())
+            .finish()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    pending: Mutex<Pending>,
+    ready: std::sync::Condvar,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next job, new secrets first; `None` once the lanes are dropped.
+    fn next(&self) -> Option<Job> {
+        let mut pending = self.lock();
+        loop {
+            if let Some(job) = pending.hashes.pop_front() {
+                return Some(job);
+            }
+            if let Some(job) = pending.verifications.pop_front() {
+                return Some(job);
+            }
+            if pending.closed {
+                return None;
+            }
+            pending = self
+                .ready
+                .wait(pending)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
 /// argon2 on a fixed set of threads of its own, each with its [`Argon2Hasher`] and so its
 /// 19 MiB of blocks, allocated once: memory for hashing is bounded by the number of lanes, and so
 /// is the CPU it can take (a flood of new secrets queues for a lane instead of starving the rest
-/// of the server, as it would on the blocking pool).
+/// of the server, as it would on the blocking pool). Two bounded queues feed the lanes: new
+/// secrets go first, so that wrong secrets presented in bulk delay no creation; when a queue is
+/// full the caller gets [`ApiError::Busy`] (503) at once.
 #[derive(Debug)]
 pub struct HashingLanes {
-    jobs: std::sync::mpsc::Sender<Job>,
+    queue: std::sync::Arc<Queue>,
+    lanes: usize,
+}
+
+impl Drop for HashingLanes {
+    fn drop(&mut self) {
+        self.queue.lock().closed = true;
+        self.queue.ready.notify_all();
+    }
 }
 
 impl HashingLanes {
     /// Starts `lanes` threads (at least one); they end when the lanes are dropped.
     pub fn start(lanes: usize) -> std::io::Result<Self> {
-        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-        let queue = std::sync::Arc::new(std::sync::Mutex::new(queue));
-        for lane in 0..lanes.max(1) {
+        let lanes = lanes.max(1);
+        let queue = std::sync::Arc::new(Queue::default());
+        for lane in 0..lanes {
             let queue = queue.clone();
             std::thread::Builder::new()
                 .name(format!("argon2-{lane}"))
                 .spawn(move || {
                     let hasher = Argon2Hasher::default();
-                    // The lock is held only while waiting for the next job, not while running it.
-                    while let Ok(job) = queue
-                        .lock()
-                        .map_err(drop)
-                        .and_then(|q| q.recv().map_err(drop))
-                    {
+                    while let Some(job) = queue.next() {
                         job(&hasher);
                     }
                 })?;
         }
-        Ok(Self { jobs })
+        Ok(Self { queue, lanes })
     }
 
     async fn run<T: Send + 'static>(
         &self,
+        priority: Priority,
         work: impl FnOnce(&Argon2Hasher) -> T + Send + 'static,
     ) -> ApiResult<T> {
         let (answer, answered) = tokio::sync::oneshot::channel();
-        self.jobs
-            .send(Box::new(move |hasher| {
-                let _ = answer.send(work(hasher));
-            }))
-            .map_err(|_| ApiError::Internal)?;
+        let job: Job = Box::new(move |hasher| {
+            let _ = answer.send(work(hasher));
+        });
+        {
+            let mut pending = self.queue.lock();
+            let (queue, bound) = match priority {
+                Priority::Hash => (&mut pending.hashes, QUEUED_HASHES_PER_LANE),
+                Priority::Verify => (&mut pending.verifications, QUEUED_VERIFICATIONS_PER_LANE),
+            };
+            if queue.len() >= bound * self.lanes {
+                return Err(ApiError::Busy);
+            }
+            queue.push_back(job);
+        }
+        self.queue.ready.notify_one();
         answered.await.map_err(|_| ApiError::Internal)
     }
 
-    /// [`SecretHasher::hash`] on a lane.
+    /// [`SecretHasher::hash`] on a lane, before any verification that waits.
     pub async fn hash(&self, secret: String) -> ApiResult<String> {
-        self.run(move |hasher| hasher.hash(&secret)).await
+        self.run(Priority::Hash, move |hasher| hasher.hash(&secret))
+            .await
     }
 
-    /// [`SecretHasher::verify`] on a lane.
+    /// [`SecretHasher::verify`] on a lane; [`ApiError::Busy`] when too many wait already.
     pub async fn verify(&self, secret: String, hash: String) -> ApiResult<bool> {
-        self.run(move |hasher| hasher.verify(&secret, &hash)).await
+        self.run(Priority::Verify, move |hasher| {
+            hasher.verify(&secret, &hash)
+        })
+        .await
     }
 }
 

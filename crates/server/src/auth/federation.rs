@@ -1,9 +1,11 @@
 //! Callers that present an identity token from an external OIDC issuer (DECISIONS §7).
 //!
-//! Candidates are the accounts with a rule whose `iss` equals the token's exactly (an indexed
-//! look-up); an account accepts the token when one of its rules' claims match. For a call on a
-//! service only the service owner's accounts count (spec §4 rule 2), so a `*` rule never reaches
-//! another customer's services.
+//! Candidates are the accounts with a rule whose `iss` equals the token's exactly, found in the
+//! directory's trust index (memory, exact): a token whose issuer no policy names is refused
+//! before the database, the token cache or the key cache sees it. An account accepts the token
+//! when one of its rules' claims match; the matching runs once per account and request, and for
+//! a call on a service only the service owner's accounts are matched on the way to an answer
+//! (spec §4 rule 2: a `*` rule never reaches another customer's services).
 
 use super::{not_found_service, unauthorized, AccountCaller};
 use crate::directory::{self, Trusting};
@@ -14,30 +16,40 @@ use registry_domain::ports::{IdentityTokenVerifier, VerifiedToken};
 use registry_domain::{Service, ServiceAccount};
 use std::net::IpAddr;
 use std::sync::Arc;
+use uuid::Uuid;
 
 const SELECT_HEADER: &str = "x-service-account";
 
-/// Verifies the token (or finds it verified before) and loads the accounts that name its
-/// issuer. Tokens from issuers that no policy names are refused before any key is fetched.
+fn untrusted_issuer() -> ApiError {
+    unauthorized("no service account trusts the token's issuer")
+}
+
+/// Verifies the token (or finds it verified before) and the accounts that name its issuer.
 async fn verified(state: &AppState, token: &str) -> ApiResult<(Arc<VerifiedToken>, Trusting)> {
-    // The request's one database read: the accounts below are as fresh as the database.
-    directory::refresh(state).await?;
     let now = state.now();
-    if let Some(verified) = state.tokens.verified_identity(token, now) {
-        let candidates = directory::accounts_trusting(state, &verified.issuer).await?;
-        if candidates.is_empty() {
-            return Err(unauthorized("no service account trusts the token's issuer"));
-        }
+    // A look-up only: the token cache keeps tokens that verified, nothing else.
+    let remembered = state.tokens.verified_identity(token, now);
+    let issuer = match &remembered {
+        Some(verified) => verified.issuer.clone(),
+        None => state
+            .verifier
+            .unverified_issuer(token)
+            .ok_or_else(|| unauthorized("malformed identity token"))?,
+    };
+    // Memory only: made-up issuers stop here. An account that starts trusting an issuer is in
+    // the index on its own node at once and on the others at the next follower tick.
+    if state.directory.accounts_trusting(&issuer).is_none() {
+        return Err(untrusted_issuer());
+    }
+    // The request's one database read: revocations and narrowed policies hold at once.
+    directory::refresh(state).await?;
+    let candidates = state
+        .directory
+        .accounts_trusting(&issuer)
+        .ok_or_else(untrusted_issuer)?;
+    if let Some(verified) = remembered {
         state.metrics.identity_token_cache_hit();
         return Ok((verified, candidates));
-    }
-    let issuer = state
-        .verifier
-        .unverified_issuer(token)
-        .ok_or_else(|| unauthorized("malformed identity token"))?;
-    let candidates = directory::accounts_trusting(state, &issuer).await?;
-    if candidates.is_empty() {
-        return Err(unauthorized("no service account trusts the token's issuer"));
     }
     let verified = Arc::new(
         state
@@ -50,42 +62,45 @@ async fn verified(state: &AppState, token: &str) -> ApiResult<(Arc<VerifiedToken
     Ok((verified, candidates))
 }
 
-/// The accounts (any customer) whose rules accept the token's claims, narrowed by
-/// `X-Service-Account` when the client sent it.
-fn accepting_accounts(
-    req: &HttpRequest,
-    token: &VerifiedToken,
-    candidates: &[Arc<ServiceAccount>],
-) -> ApiResult<Vec<Arc<ServiceAccount>>> {
-    let chosen = match req.headers().get(SELECT_HEADER) {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<uuid::Uuid>().ok())
-                .ok_or_else(|| unauthorized("X-Service-Account is not a service account id"))?,
-        ),
-    };
-    let accepting: Vec<Arc<ServiceAccount>> = candidates
-        .iter()
-        .filter(|a| chosen.is_none_or(|id| a.id == id))
-        .filter(|a| a.policy.oidc_scope(&token.claims).is_some())
-        .cloned()
-        .collect();
-    if accepting.is_empty() {
-        return Err(unauthorized(
-            "no service account's rules accept this identity token",
-        ));
+/// The account the client chose with `X-Service-Account`, if it sent the header.
+fn chosen_account(req: &HttpRequest) -> ApiResult<Option<Uuid>> {
+    match req.headers().get(SELECT_HEADER) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<Uuid>().ok())
+            .map(Some)
+            .ok_or_else(|| unauthorized("X-Service-Account is not a service account id")),
     }
-    Ok(accepting)
 }
 
-fn caller(account: Arc<ServiceAccount>, token: &VerifiedToken, ip: IpAddr) -> AccountCaller {
-    AccountCaller {
-        account,
-        claims: Some(Arc::new(token.claims.clone())),
+/// The candidates the client's choice leaves.
+fn eligible(
+    candidates: &[Arc<ServiceAccount>],
+    chosen: Option<Uuid>,
+) -> impl Iterator<Item = &Arc<ServiceAccount>> + Clone {
+    candidates
+        .iter()
+        .filter(move |a| chosen.is_none_or(|id| a.id == id))
+}
+
+/// The account as a caller, when one of its rules accepts the token's claims.
+fn accepted(
+    account: &Arc<ServiceAccount>,
+    token: &VerifiedToken,
+    ip: IpAddr,
+) -> Option<AccountCaller> {
+    let rules = account.policy.matching_rules(&token.claims);
+    (!rules.is_empty()).then(|| AccountCaller {
+        account: account.clone(),
+        rules: Some(rules.into()),
         ip,
-    }
+    })
+}
+
+fn nobody_accepts() -> ApiError {
+    unauthorized("no service account's rules accept this identity token")
 }
 
 /// A federated caller of a collection call: exactly one account must accept the token.
@@ -95,9 +110,12 @@ pub(super) async fn collection_caller(
     token: &str,
     ip: IpAddr,
 ) -> ApiResult<AccountCaller> {
+    let chosen = chosen_account(req)?;
     let (token, candidates) = verified(state, token).await?;
-    let mut accepting = accepting_accounts(req, &token, &candidates)?;
-    if accepting.len() > 1 {
+    // Matching stops at the second account that accepts: that is already an ambiguity.
+    let mut accepting = eligible(&candidates, chosen).filter_map(|a| accepted(a, &token, ip));
+    let caller = accepting.next().ok_or_else(nobody_accepts)?;
+    if accepting.next().is_some() {
         return Err(ApiError::Unauthorized {
             detail: Some(
                 "several service accounts accept this identity token: choose one with the \
@@ -106,7 +124,7 @@ pub(super) async fn collection_caller(
             ),
         });
     }
-    Ok(caller(accepting.remove(0), &token, ip))
+    Ok(caller)
 }
 
 /// A federated caller of a call on one service.
@@ -117,35 +135,39 @@ pub(super) async fn service_caller(
     key: &str,
     ip: IpAddr,
 ) -> ApiResult<Service> {
+    let chosen = chosen_account(req)?;
     let (token, candidates) = verified(state, token).await?;
-    let accepting = accepting_accounts(req, &token, &candidates)?;
     let now = state.now();
     let service = directory::service(state, key)
         .await?
-        .filter(|s| !s.is_expired_at(now))
-        .ok_or_else(|| not_found_service(key))?;
-    let owners: Vec<&Arc<ServiceAccount>> = accepting
-        .iter()
-        .filter(|a| Some(a.customer_id) == service.customer_id)
+        .filter(|s| !s.is_expired_at(now));
+    let owner = service.as_ref().and_then(|s| s.customer_id);
+    let owners: Vec<AccountCaller> = eligible(&candidates, chosen)
+        .filter(|a| owner.is_some() && Some(a.customer_id) == owner)
+        .filter_map(|a| accepted(a, &token, ip))
         .collect();
-    if owners.is_empty() {
-        return Err(not_found_service(key));
-    }
-    let reachable: Vec<&Arc<ServiceAccount>> = owners
-        .into_iter()
-        .filter(|a| a.policy.allows_ip(ip))
+    let Some(service) = service.filter(|_| !owners.is_empty()) else {
+        // No account of the owner accepts: a token some other account accepts is a caller
+        // without this service (404, no existence oracle); one that nobody accepts, a 401.
+        let accepted_elsewhere = eligible(&candidates, chosen)
+            .filter(|a| owner.is_none() || Some(a.customer_id) != owner)
+            .any(|a| !a.policy.matching_rules(&token.claims).is_empty());
+        return Err(if accepted_elsewhere {
+            not_found_service(key)
+        } else {
+            nobody_accepts()
+        });
+    };
+    let reachable: Vec<&AccountCaller> = owners
+        .iter()
+        .filter(|c| c.account.policy.allows_ip(ip))
         .collect();
     if reachable.is_empty() {
         return Err(ApiError::Forbidden(
             "the source address is not in this service account's ip_allowlist".into(),
         ));
     }
-    let covered = reachable.iter().any(|a| {
-        a.policy
-            .oidc_scope(&token.claims)
-            .is_some_and(|scope| scope.matches(&service.subdomain))
-    });
-    if !covered {
+    if !reachable.iter().any(|c| c.may_act_on(&service.subdomain)) {
         return Err(ApiError::Forbidden(format!(
             "no rule that accepts this identity token covers the service {:?}",
             service.subdomain

@@ -1,9 +1,11 @@
 //! Who is calling, and may they: bearer extraction, static tokens, anonymous secrets, federated
 //! identity tokens, the IP allowlist and the service-pattern scope (DECISIONS §5–§7).
 
+mod attempts;
 mod federation;
 mod token_cache;
 
+pub use attempts::Attempts;
 pub use token_cache::TokenCache;
 
 use crate::client_ip::client_ip;
@@ -15,7 +17,6 @@ use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::policy::{PolicyKind, Scope};
 use registry_domain::ports::CredentialOwner;
 use registry_domain::{Service, ServiceAccount};
-use serde_json::{Map, Value};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -24,8 +25,9 @@ use std::sync::Arc;
 pub struct AccountCaller {
     /// The account (shared with the directory's cache).
     pub account: Arc<ServiceAccount>,
-    /// Verified claims, for federated callers (shared with the token cache).
-    pub claims: Option<Arc<Map<String, Value>>>,
+    /// For a federated caller, the rules whose claims the token matched (matched once per
+    /// request: asking about many services does not match again).
+    pub rules: Option<Box<[usize]>>,
     /// The client address.
     pub ip: IpAddr,
 }
@@ -33,9 +35,11 @@ pub struct AccountCaller {
 impl AccountCaller {
     /// The services this caller may act on.
     pub fn scope(&self) -> Option<Scope<'_>> {
-        match (self.account.policy.kind(), &self.claims) {
+        match (self.account.policy.kind(), &self.rules) {
             (PolicyKind::Static, _) => self.account.policy.static_scope(),
-            (PolicyKind::Oidc, Some(claims)) => self.account.policy.oidc_scope(claims),
+            (PolicyKind::Oidc, Some(rules)) => {
+                Some(self.account.policy.rules_scope(rules)).filter(|s| !s.is_empty())
+            }
             (PolicyKind::Oidc, None) => None,
         }
     }
@@ -114,27 +118,49 @@ fn record_failure(state: &AppState, ip: IpAddr, error: ApiError) -> ApiError {
     error
 }
 
-/// Verifies a static token or anonymous secret; returns its owner.
-async fn verify_secret(state: &AppState, token: &str) -> ApiResult<CredentialOwner> {
-    let parsed = credentials::parse(token).ok_or_else(|| unauthorized("malformed bearer token"))?;
-    let stored = directory::credential(state, parsed.lookup_id)
-        .await?
-        .ok_or_else(|| unauthorized("unknown token lookup id"))?;
-    let kind_matches = matches!(
-        (parsed.kind, stored.owner),
-        (CredentialKind::StaticToken, CredentialOwner::Account(_))
-            | (
-                CredentialKind::AnonymousSecret,
-                CredentialOwner::AnonymousService(_)
-            )
-    );
-    if !kind_matches {
-        return Err(unauthorized("token prefix does not match its owner"));
+/// Verifies a static token or anonymous secret; returns its owner. Counts its own failures
+/// against the client's limit: an argon2 check counts as an attempt before it runs, whatever
+/// its outcome, so a burst of wrong secrets is refused before it is hashed, not after.
+async fn verify_secret(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<CredentialOwner> {
+    let cheap = async {
+        let parsed =
+            credentials::parse(token).ok_or_else(|| unauthorized("malformed bearer token"))?;
+        let stored = directory::credential(state, parsed.lookup_id)
+            .await?
+            .ok_or_else(|| unauthorized("unknown token lookup id"))?;
+        let kind_matches = matches!(
+            (parsed.kind, stored.owner),
+            (CredentialKind::StaticToken, CredentialOwner::Account(_))
+                | (
+                    CredentialKind::AnonymousSecret,
+                    CredentialOwner::AnonymousService(_)
+                )
+        );
+        if !kind_matches {
+            return Err(unauthorized("token prefix does not match its owner"));
+        }
+        Ok((parsed.lookup_id, stored))
+    };
+    let (lookup_id, stored) = cheap.await.map_err(|e| record_failure(state, ip, e))?;
+    let remembered = || {
+        state
+            .tokens
+            .verified(lookup_id, &stored.hash, token, state.now())
+    };
+    if remembered() {
+        state.metrics.token_cache_hit();
+        return Ok(stored.owner);
     }
-    if state
-        .tokens
-        .verified(parsed.lookup_id, &stored.hash, token, state.now())
-    {
+    state
+        .auth_failures
+        .hit(ip)
+        .map_err(|retry| ApiError::RateLimited {
+            retry_after_secs: retry.0.as_secs().max(1),
+            detail: "too many failed authentications from this address; retry later".into(),
+        })?;
+    let _turn = state.attempts.turn(lookup_id).await?;
+    // The check this one waited for may have been of this very token.
+    if remembered() {
         state.metrics.token_cache_hit();
         return Ok(stored.owner);
     }
@@ -148,7 +174,7 @@ async fn verify_secret(state: &AppState, token: &str) -> ApiResult<CredentialOwn
     }
     state
         .tokens
-        .remember(parsed.lookup_id, &stored.hash, token, state.now());
+        .remember(lookup_id, &stored.hash, token, state.now());
     Ok(stored.owner)
 }
 
@@ -174,31 +200,29 @@ fn check_ip(caller: &AccountCaller) -> ApiResult<()> {
 pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult<AccountCaller> {
     let ip = client_ip(req, &state.trusted_proxies);
     check_brute_force(state, ip)?;
-    let result = async {
-        let token = bearer(req)?;
-        let account = if looks_like_jwt(token) {
-            return federation::collection_caller(state, req, token, ip).await;
-        } else {
-            match verify_secret(state, token).await? {
-                CredentialOwner::Account(id) => load_account(state, id).await?,
-                CredentialOwner::AnonymousService(_) => {
-                    return Err(ApiError::Forbidden(
-                        "an anonymous service's secret only works on that service's own calls"
-                            .into(),
-                    ))
-                }
+    let token = bearer(req).map_err(|e| record_failure(state, ip, e))?;
+    let caller = if looks_like_jwt(token) {
+        federation::collection_caller(state, req, token, ip)
+            .await
+            .map_err(|e| record_failure(state, ip, e))?
+    } else {
+        match verify_secret(state, token, ip).await? {
+            CredentialOwner::Account(id) => AccountCaller {
+                account: load_account(state, id)
+                    .await
+                    .map_err(|e| record_failure(state, ip, e))?,
+                rules: None,
+                ip,
+            },
+            CredentialOwner::AnonymousService(_) => {
+                return Err(ApiError::Forbidden(
+                    "an anonymous service's secret only works on that service's own calls".into(),
+                ))
             }
-        };
-        Ok(AccountCaller {
-            account,
-            claims: None,
-            ip,
-        })
-    }
-    .await
-    .map_err(|e| record_failure(state, ip, e))?;
-    check_ip(&result)?;
-    Ok(result)
+        }
+    };
+    check_ip(&caller)?;
+    Ok(caller)
 }
 
 /// Authenticates and authorizes a call on one service, found by subdomain or id; returns the
@@ -214,9 +238,7 @@ pub async fn service_caller(state: &AppState, req: &HttpRequest, key: &str) -> A
             .await
             .map_err(|e| record_failure(state, ip, e));
     }
-    let owner = verify_secret(state, token)
-        .await
-        .map_err(|e| record_failure(state, ip, e))?;
+    let owner = verify_secret(state, token, ip).await?;
     let now = state.now();
     let service = directory::service(state, key)
         .await?
@@ -228,8 +250,10 @@ pub async fn service_caller(state: &AppState, req: &HttpRequest, key: &str) -> A
         },
         CredentialOwner::Account(id) => {
             let caller = AccountCaller {
-                account: load_account(state, id).await?,
-                claims: None,
+                account: load_account(state, id)
+                    .await
+                    .map_err(|e| record_failure(state, ip, e))?,
+                rules: None,
                 ip,
             };
             check_ip(&caller)?;

@@ -5,6 +5,7 @@ use registry_domain::service::PublishedConfig;
 use registry_domain::Service;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use time::format_description::FormatItem;
 use time::macros::format_description;
@@ -61,6 +62,9 @@ pub struct Hosted {
     pub modified_at: OffsetDateTime,
     /// Expiry of an anonymous service.
     pub expires_at: Option<OffsetDateTime>,
+    /// The cache's use counter when last served (the least recently served leave first).
+    last_served: AtomicU64,
+    service_id: Uuid,
 }
 
 impl Hosted {
@@ -79,7 +83,14 @@ impl Hosted {
                 .unwrap_or_else(|| HeaderValue::from_static("")),
             modified_at,
             expires_at: service.expires_at,
+            last_served: AtomicU64::new(0),
+            service_id: service.id,
         }
+    }
+
+    /// Bytes of its documents: what the cache's bound counts.
+    fn bytes(&self) -> usize {
+        self.discovery.body.len() + self.jwks.body.len()
     }
 }
 
@@ -142,10 +153,19 @@ fn strip_prefix_ignore_case<'a>(host: &'a str, prefix: &str) -> Option<&'a str> 
 }
 
 /// Subdomain → published documents, plus how to recognise a hosted `Host`.
+///
+/// The documents held in memory are bounded in bytes (`REGISTRY_HOSTING_CACHE_BYTES`): past the
+/// bound, the least recently served leave memory but stay known, and a request for one of them
+/// reads it from the database again ([`Lookup::Evicted`]). A subdomain nobody published is
+/// answered from memory whatever the bound, so a flood of made-up hosts never reaches the
+/// database. Every change is made under one lock: a reader sees a service's old documents or its
+/// new ones, never none.
 #[derive(Debug)]
 pub struct HostingCache {
-    by_subdomain: RwLock<HashMap<String, Arc<Hosted>>>,
-    subdomain_of: RwLock<HashMap<Uuid, String>>,
+    hosts: RwLock<Hosts>,
+    max_bytes: usize,
+    /// Bumped by every hit: a logical clock for least-recently-served eviction.
+    served: AtomicU64,
     host_prefix: String,
     host_suffix: String,
     api_host: String,
@@ -194,7 +214,7 @@ fn strip_port(host: &str) -> &str {
 impl HostingCache {
     /// A cache for issuers built from `template` (`{subdomain}` in the host part); requests for
     /// the host of `base_url` are never hosted ones.
-    pub fn new(template: &str, base_url: &str) -> anyhow::Result<Self> {
+    pub fn new(template: &str, base_url: &str, max_bytes: usize) -> anyhow::Result<Self> {
         let host = host_of(template)?;
         let path = template
             .split_once("://")
@@ -208,8 +228,9 @@ impl HostingCache {
             format!("REGISTRY_ISSUER_URL_TEMPLATE {template:?} must hold {{subdomain}} in its host")
         })?;
         Ok(Self {
-            by_subdomain: RwLock::default(),
-            subdomain_of: RwLock::default(),
+            hosts: RwLock::default(),
+            max_bytes,
+            served: AtomicU64::new(0),
             host_prefix: host_prefix.to_owned(),
             host_suffix: host_suffix.to_owned(),
             api_host: host_of(base_url)?,
@@ -230,40 +251,66 @@ impl HostingCache {
         Label::parse(strip_suffix_ignore_case(label, &self.host_suffix)?)
     }
 
-    /// What a subdomain serves.
-    pub fn get(&self, subdomain: &str) -> Option<Arc<Hosted>> {
-        self.by_subdomain
-            .read()
-            .expect("hosting cache lock")
-            .get(subdomain)
-            .cloned()
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Hosts> {
+        self.hosts.read().expect("hosting cache lock")
     }
 
-    /// Publishes (or replaces) a service's documents.
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Hosts> {
+        self.hosts.write().expect("hosting cache lock")
+    }
+
+    /// What a subdomain serves, as far as memory knows.
+    pub fn lookup(&self, subdomain: &str) -> Lookup {
+        let hosts = self.read();
+        if let Some(hosted) = hosts.by_subdomain.get(subdomain) {
+            let tick = self.served.fetch_add(1, Ordering::Relaxed);
+            hosted.last_served.store(tick, Ordering::Relaxed);
+            return Lookup::Hit(hosted.clone());
+        }
+        match hosts.evicted.get(subdomain) {
+            Some(id) => Lookup::Evicted(*id),
+            None => Lookup::Miss,
+        }
+    }
+
+    /// What a subdomain serves, when it is in memory.
+    pub fn get(&self, subdomain: &str) -> Option<Arc<Hosted>> {
+        match self.lookup(subdomain) {
+            Lookup::Hit(hosted) => Some(hosted),
+            Lookup::Evicted(_) | Lookup::Miss => None,
+        }
+    }
+
+    /// Publishes a service's documents, replacing what it served before in one step.
     pub fn put(&self, service: &Service, config: &PublishedConfig) {
         let issuer = hosted_issuer(&self.template, &service.subdomain);
         let hosted = Arc::new(Hosted::new(service, config, &issuer));
-        let mut map = self.by_subdomain.write().expect("hosting cache lock");
-        map.insert(service.subdomain.clone(), hosted);
-        self.subdomain_of
-            .write()
-            .expect("hosting cache lock")
+        hosted.last_served.store(
+            self.served.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        let mut hosts = self.write();
+        if hosts
+            .subdomain_of
+            .get(&service.id)
+            .is_some_and(|s| *s != service.subdomain)
+        {
+            hosts.forget(service.id);
+        }
+        hosts.evicted.remove(&service.subdomain);
+        hosts.bytes += hosted.bytes();
+        if let Some(old) = hosts.by_subdomain.insert(service.subdomain.clone(), hosted) {
+            hosts.bytes -= old.bytes();
+        }
+        hosts
+            .subdomain_of
             .insert(service.id, service.subdomain.clone());
+        hosts.evict_down_to(self.max_bytes, &service.subdomain);
     }
 
     /// Stops serving a service's documents.
     pub fn remove(&self, service_id: Uuid) {
-        let subdomain = self
-            .subdomain_of
-            .write()
-            .expect("hosting cache lock")
-            .remove(&service_id);
-        if let Some(subdomain) = subdomain {
-            self.by_subdomain
-                .write()
-                .expect("hosting cache lock")
-                .remove(&subdomain);
-        }
+        self.write().forget(service_id);
     }
 
     /// Replaces everything (start-up warm-up).
@@ -273,15 +320,122 @@ impl HostingCache {
         }
     }
 
-    /// How many subdomains are served.
+    /// How many subdomains are served (in memory or not).
     pub fn len(&self) -> usize {
-        self.by_subdomain.read().expect("hosting cache lock").len()
+        self.read().subdomain_of.len()
+    }
+
+    /// Bytes of documents held in memory.
+    pub fn bytes(&self) -> usize {
+        self.read().bytes
+    }
+}
+
+/// What memory knows of a subdomain.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Its documents.
+    Hit(Arc<Hosted>),
+    /// Published, but its documents left memory: the service with this id is to be read again.
+    Evicted(Uuid),
+    /// Nothing is published there.
+    Miss,
+}
+
+#[derive(Debug, Default)]
+struct Hosts {
+    by_subdomain: HashMap<String, Arc<Hosted>>,
+    /// Every published service, in memory or evicted.
+    subdomain_of: HashMap<Uuid, String>,
+    /// Published services whose documents are not in memory.
+    evicted: HashMap<String, Uuid>,
+    /// Bytes of the documents in `by_subdomain`.
+    bytes: usize,
+}
+
+impl Hosts {
+    fn forget(&mut self, service_id: Uuid) {
+        if let Some(subdomain) = self.subdomain_of.remove(&service_id) {
+            if let Some(old) = self.by_subdomain.remove(&subdomain) {
+                self.bytes -= old.bytes();
+            }
+            self.evicted.remove(&subdomain);
+        }
+    }
+
+    /// Evicts the least recently served documents (never `keep`'s) until they fit `max_bytes`.
+    fn evict_down_to(&mut self, max_bytes: usize, keep: &str) {
+        while self.bytes > max_bytes {
+            let oldest = self
+                .by_subdomain
+                .iter()
+                .filter(|(subdomain, _)| subdomain.as_str() != keep)
+                .min_by_key(|(_, hosted)| hosted.last_served.load(Ordering::Relaxed))
+                .map(|(subdomain, _)| subdomain.clone());
+            let Some(subdomain) = oldest else {
+                return;
+            };
+            if let Some(old) = self.by_subdomain.remove(&subdomain) {
+                self.bytes -= old.bytes();
+                self.evicted.insert(subdomain, old.service_id);
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn published(subdomain: &str, padding: usize) -> (Service, PublishedConfig) {
+        let now = OffsetDateTime::now_utc();
+        let service = Service {
+            id: Uuid::new_v4(),
+            customer_id: None,
+            subdomain: subdomain.into(),
+            title: None,
+            description: None,
+            created_at: now,
+            expires_at: None,
+        };
+        let config = PublishedConfig {
+            service_id: service.id,
+            openid_configuration: format!(r#"{{"issuer":"x","pad":"{}"}}"#, "p".repeat(padding)),
+            jwks: r#"{"keys":[]}"#.into(),
+            updated_at: now,
+        };
+        (service, config)
+    }
+
+    #[test]
+    fn memory_is_bounded_and_the_least_recently_served_leave_it() {
+        let cache = HostingCache::new("http://{subdomain}.localhost", "http://api.localhost", 3000)
+            .unwrap();
+        let (a, b, c) = (
+            published("a-x", 1000),
+            published("b-x", 1000),
+            published("c-x", 1000),
+        );
+        cache.put(&a.0, &a.1);
+        cache.put(&b.0, &b.1);
+        assert!(cache.get("a-x").is_some()); // a is served after b was published
+        cache.put(&c.0, &c.1);
+        assert!(cache.bytes() <= 3000, "{}", cache.bytes());
+        assert!(matches!(cache.lookup("b-x"), Lookup::Evicted(id) if id == b.0.id));
+        assert!(matches!(cache.lookup("a-x"), Lookup::Hit(_)));
+        assert!(matches!(cache.lookup("nobody-x"), Lookup::Miss));
+        assert_eq!(cache.len(), 3);
+        // Read again, it comes back and something else leaves.
+        cache.put(&b.0, &b.1);
+        assert!(matches!(cache.lookup("b-x"), Lookup::Hit(_)));
+        assert!(cache.bytes() <= 3000);
+        cache.remove(b.0.id);
+        assert!(matches!(cache.lookup("b-x"), Lookup::Miss));
+        // A republication replaces in one step, and the bytes follow.
+        let before = cache.bytes();
+        cache.put(&a.0, &a.1);
+        assert_eq!(cache.bytes(), before);
+    }
 
     #[test]
     fn documents_published_under_another_template_are_re_pointed() {
@@ -297,8 +451,12 @@ mod tests {
 
     #[test]
     fn recognises_hosted_hosts() {
-        let cache = HostingCache::new("http://{subdomain}.localhost:8080", "http://localhost:8080")
-            .unwrap();
+        let cache = HostingCache::new(
+            "http://{subdomain}.localhost:8080",
+            "http://localhost:8080",
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(
             cache
                 .subdomain_for_host("api-acme.localhost:8080")
@@ -334,6 +492,7 @@ mod tests {
         let prefixed = HostingCache::new(
             "https://oidc-{subdomain}.example.com/",
             "https://api.example.com",
+            1 << 20,
         )
         .unwrap();
         assert_eq!(
@@ -353,10 +512,13 @@ mod tests {
             Some("x-acme")
         );
         assert!(
-            HostingCache::new("http://localhost:8080/{subdomain}", "http://localhost").is_err()
+            HostingCache::new("http://localhost:8080/{subdomain}", "http://localhost", 1).is_err()
         );
-        assert!(
-            HostingCache::new("https://{subdomain}.example.com/oidc", "http://localhost").is_err()
-        );
+        assert!(HostingCache::new(
+            "https://{subdomain}.example.com/oidc",
+            "http://localhost",
+            1
+        )
+        .is_err());
     }
 }

@@ -1,4 +1,4 @@
-use super::cache::{Document, Hosted, HTTP_DATE};
+use super::cache::{Document, Hosted, Lookup, HTTP_DATE};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use actix_web::http::header::{self, HeaderValue};
@@ -46,11 +46,15 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Err(ApiError::MethodNotAllowed("GET, HEAD"));
     }
-    let Some(hosted) = state
-        .hosting
-        .get(&subdomain)
-        .filter(|h| h.expires_at.is_none_or(|at| state.now() < at))
-    else {
+    let hosted = match state.hosting.lookup(&subdomain) {
+        Lookup::Hit(hosted) => Some(hosted),
+        Lookup::Evicted(id) => {
+            crate::directory::reload_evicted(&state, id).await?;
+            state.hosting.get(&subdomain)
+        }
+        Lookup::Miss => None,
+    };
+    let Some(hosted) = hosted.filter(|h| h.expires_at.is_none_or(|at| state.now() < at)) else {
         state.metrics.hosting_miss();
         return Err(ApiError::NotFound(format!(
             "nothing is published for {:?}",

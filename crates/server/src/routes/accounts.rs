@@ -4,12 +4,14 @@
 
 use crate::auth::{self, AccountCaller};
 use crate::body::{read_json, Fields};
+use crate::directory;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::credentials::{self, CredentialKind, GeneratedSecret};
+use registry_domain::limits;
 use registry_domain::policy::{ParsedPolicy, Policy, PolicyKind};
 use registry_domain::ports::{AccountStore, CredentialRecord, ServiceStore};
 use registry_domain::{ServiceAccount, Violation};
@@ -85,24 +87,44 @@ fn within_callers_addresses(caller: &AccountCaller, policy: &Policy) -> ApiResul
     }
 }
 
-/// Parses a policy from the body (pointers under `/policy`) and checks that every non-wildcard
-/// `services` entry names a service of the customer (spec §4 rule 1) and that it is no broader
-/// than the caller's addresses.
+fn under_policy(violations: Vec<Violation>) -> ApiError {
+    ApiError::Validation(
+        violations
+            .into_iter()
+            .map(|v| v.prefixed("/policy"))
+            .collect(),
+    )
+}
+
+/// Parses a policy from the body (pointers under `/policy`) and checks that it keeps within the
+/// limits (`registry_domain::limits`: its size, and the issuers and rules of the customer's
+/// accounts with it in place of account `replacing`), that every non-wildcard `services` entry
+/// names a service of the customer (spec §4 rule 1) and that it is no broader than the caller's
+/// addresses.
 async fn checked_policy(
     state: &AppState,
     caller: &AccountCaller,
     document: &Value,
+    replacing: Option<Uuid>,
 ) -> ApiResult<ParsedPolicy> {
-    let parsed = Policy::parse(document).map_err(|violations| {
-        ApiError::Validation(
-            violations
-                .into_iter()
-                .map(|v| v.prefixed("/policy"))
-                .collect(),
-        )
-    })?;
+    let parsed = Policy::parse(document).map_err(under_policy)?;
+    let too_large = limits::check_policy(document);
+    if !too_large.is_empty() {
+        return Err(under_policy(too_large));
+    }
     within_callers_addresses(caller, &parsed.policy)?;
     let customer_id = caller.customer_id();
+    if parsed.policy.kind() == PolicyKind::Oidc {
+        let others: Vec<Policy> = state
+            .db(move |s| s.accounts_of(customer_id))
+            .await?
+            .into_iter()
+            .filter(|a| Some(a.id) != replacing)
+            .map(|a| a.policy)
+            .collect();
+        limits::check_customer_budget(&parsed.policy, &others)
+            .map_err(|v| under_policy(vec![v]))?;
+    }
     let literals = parsed.policy.literal_services();
     if literals.is_empty() {
         return Ok(parsed);
@@ -162,7 +184,7 @@ pub async fn create(
             .push(Violation::new("/policy", "policy is required"));
     }
     let policy = match &document {
-        Some(doc) => match checked_policy(&state, &caller, doc).await {
+        Some(doc) => match checked_policy(&state, &caller, doc, None).await {
             Ok(parsed) => Some(parsed),
             Err(ApiError::Validation(v)) => {
                 fields.problems.extend(v);
@@ -193,6 +215,8 @@ pub async fn create(
     state
         .db(move |s| s.create_account(&row, record.as_ref()))
         .await?;
+    // The issuers it trusts are in this node's trust index before the answer.
+    directory::settle_write(&state).await;
     let mut body = views::account(&account);
     if let Some((token, record)) = &token {
         body["token"] = token.plaintext.clone().into();
@@ -245,7 +269,7 @@ pub async fn patch(
     let name = fields.string("name", false, MAX_NAME);
     let mut warnings = Vec::new();
     if let Some(document) = fields.raw("policy").cloned() {
-        match checked_policy(&state, &caller, &document).await {
+        match checked_policy(&state, &caller, &document, Some(account.id)).await {
             Ok(parsed) if parsed.policy.kind() != account.policy.kind() => {
                 return Err(ApiError::KindImmutable(Violation::new(
                     "/policy/kind",
@@ -275,6 +299,7 @@ pub async fn patch(
         .db(move |s| s.update_account(&row))
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
+    directory::settle_write(&state).await;
     Ok(HttpResponse::Ok().json(with_warnings(views::account(&account), warnings)))
 }
 
@@ -290,6 +315,7 @@ pub async fn delete(
     if !state.db(move |s| s.delete_account(id)).await? {
         return Err(not_found(&path));
     }
+    directory::settle_write(&state).await;
     Ok(HttpResponse::NoContent().finish())
 }
 

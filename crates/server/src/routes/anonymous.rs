@@ -47,6 +47,19 @@ pub async fn create(
             ),
         })?;
 
+    let now = state.now();
+    let live = state.db(move |s| s.live_anonymous(now)).await?;
+    if live >= state.settings.anon_max_active {
+        return Err(ApiError::Capacity {
+            retry_after_secs: 60,
+            detail: format!(
+                "the registry holds {} live anonymous services, the most it keeps; retry later, \
+                 when some have expired",
+                state.settings.anon_max_active
+            ),
+        });
+    }
+
     let secret = credentials::generate(CredentialKind::AnonymousSecret, &state.rng);
     let hash = state.hasher.hash(secret.plaintext.clone()).await?;
     let record = CredentialRecord {

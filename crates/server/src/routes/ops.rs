@@ -32,6 +32,18 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
             state.hosting.len() as u64,
         ),
         (
+            "registry_hosted_bytes",
+            "gauge",
+            "Bytes of published documents held in memory (bounded by REGISTRY_HOSTING_CACHE_BYTES).",
+            state.hosting.bytes() as u64,
+        ),
+        (
+            "registry_trusted_issuers",
+            "gauge",
+            "Issuers that some service account's policy trusts (held in memory).",
+            state.directory.trusted_issuers() as u64,
+        ),
+        (
             "registry_remembered_secrets",
             "gauge",
             "Verified static tokens and anonymous secrets remembered (used in the last 10 minutes).",

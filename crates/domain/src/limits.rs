@@ -1,0 +1,202 @@
+//! Bounds on what one customer can make every request pay for, and the keys of per-address
+//! limits (DECISIONS §9).
+//!
+//! A federated token meets every rule, of every customer, that names its issuer: so the size of
+//! policies, the number of issuers a customer may trust and the rules per issuer bound both the
+//! memory the registry keeps and the work one token can cause. They are checked when a policy is
+//! saved ([`check_policy`], [`check_customer_budget`]); policies already stored are served as
+//! they are.
+//!
+//! ```
+//! use registry_domain::limits::{check_policy, MAX_RULES};
+//! use registry_domain::policy::Policy;
+//! use serde_json::json;
+//!
+//! let rule = json!({"services": ["*"], "claims": {"iss": "https://ci.example", "aud": "a", "sub": "s"}});
+//! let rules: Vec<_> = std::iter::repeat(rule).take(MAX_RULES + 1).collect();
+//! let document = json!({"kind": "oidc", "rules": rules});
+//! assert!(Policy::parse(&document).is_ok());
+//! let problems = check_policy(&document);
+//! assert_eq!(problems[0].pointer, "/rules");
+//! ```
+
+use crate::policy::Policy;
+use crate::{Violation, Violations};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv6Addr};
+
+/// Largest policy document, in bytes of compact JSON.
+pub const MAX_POLICY_BYTES: usize = 16 * 1024;
+/// Most rules in one policy.
+pub const MAX_RULES: usize = 50;
+/// Most claims one rule lists (`iss` included).
+pub const MAX_CLAIMS_PER_RULE: usize = 16;
+/// Longest claim pattern, in characters: with matching linear in the claim's length for each
+/// 64 pattern characters, this bounds a match at 8 passes over the claim.
+pub const MAX_PATTERN_CHARS: usize = 512;
+/// Most entries in one `services` list.
+pub const MAX_SERVICES_ENTRIES: usize = 100;
+/// Most distinct issuers one customer's accounts may trust together.
+pub const MAX_ISSUERS_PER_CUSTOMER: usize = 20;
+/// Most rules one customer's accounts may have for any one issuer: the most a token of that
+/// issuer is matched against within the customer.
+pub const MAX_RULES_PER_ISSUER: usize = 200;
+
+/// The size limits of one policy document; every problem, each with a pointer into the
+/// document (the server puts `/policy` in front).
+///
+/// ```
+/// use registry_domain::limits::{check_policy, MAX_PATTERN_CHARS};
+/// use registry_domain::policy::Policy;
+/// use serde_json::json;
+///
+/// let long = "*".repeat(MAX_PATTERN_CHARS + 1);
+/// let document = json!({"kind": "oidc", "rules": [
+///     {"services": ["*"], "claims": {"iss": "https://ci.example", "aud": "a", "sub": long}}
+/// ]});
+/// assert!(Policy::parse(&document).is_ok());
+/// assert_eq!(check_policy(&document)[0].pointer, "/rules/0/claims/sub");
+/// ```
+pub fn check_policy(document: &Value) -> Violations {
+    let mut problems = Violations::new();
+    let bytes = document.to_string().len();
+    if bytes > MAX_POLICY_BYTES {
+        problems.push(Violation::new(
+            "",
+            format!("the policy is {bytes} bytes of JSON; at most {MAX_POLICY_BYTES} are accepted"),
+        ));
+    }
+    let mut services_lists: Vec<(String, &Vec<Value>)> = Vec::new();
+    if let Some(services) = document.get("services").and_then(Value::as_array) {
+        services_lists.push(("/services".into(), services));
+    }
+    let rules = document.get("rules").and_then(Value::as_array);
+    if let Some(rules) = rules {
+        if rules.len() > MAX_RULES {
+            problems.push(Violation::new(
+                "/rules",
+                format!("{} rules; a policy has at most {MAX_RULES}", rules.len()),
+            ));
+        }
+        for (r, rule) in rules.iter().enumerate() {
+            if let Some(services) = rule.get("services").and_then(Value::as_array) {
+                services_lists.push((format!("/rules/{r}/services"), services));
+            }
+            let Some(claims) = rule.get("claims").and_then(Value::as_object) else {
+                continue;
+            };
+            if claims.len() > MAX_CLAIMS_PER_RULE {
+                problems.push(Violation::new(
+                    format!("/rules/{r}/claims"),
+                    format!(
+                        "{} claims; a rule lists at most {MAX_CLAIMS_PER_RULE}",
+                        claims.len()
+                    ),
+                ));
+            }
+            for (name, pattern) in claims {
+                let chars = pattern.as_str().map_or(0, |p| p.chars().count());
+                if chars > MAX_PATTERN_CHARS {
+                    problems.push(Violation::new(
+                        format!("/rules/{r}/claims/{}", crate::violation::escape_token(name)),
+                        format!(
+                            "the pattern is {chars} characters long; at most \
+                             {MAX_PATTERN_CHARS} are accepted"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    for (pointer, entries) in services_lists {
+        if entries.len() > MAX_SERVICES_ENTRIES {
+            problems.push(Violation::new(
+                pointer,
+                format!(
+                    "{} entries; a services list has at most {MAX_SERVICES_ENTRIES}",
+                    entries.len()
+                ),
+            ));
+        }
+    }
+    problems
+}
+
+/// The customer-wide limits: with `policy` saved beside `others` (the customer's other
+/// accounts' policies), its accounts trust at most [`MAX_ISSUERS_PER_CUSTOMER`] issuers and have
+/// at most [`MAX_RULES_PER_ISSUER`] rules for each. The problem points at the first rule of
+/// `policy` that goes over (`/rules/{i}/claims/iss`).
+///
+/// ```
+/// use registry_domain::limits::{check_customer_budget, MAX_ISSUERS_PER_CUSTOMER};
+/// use registry_domain::policy::Policy;
+/// use serde_json::json;
+///
+/// let trusting = |iss: String| {
+///     Policy::parse(&json!({"kind": "oidc", "rules": [
+///         {"services": ["*"], "claims": {"iss": iss, "aud": "a", "sub": "s"}}
+///     ]})).unwrap().policy
+/// };
+/// let others: Vec<Policy> = (0..MAX_ISSUERS_PER_CUSTOMER)
+///     .map(|i| trusting(format!("https://idp{i}.example")))
+///     .collect();
+/// assert!(check_customer_budget(&trusting("https://idp0.example".into()), &others).is_ok());
+/// let over = check_customer_budget(&trusting("https://new.example".into()), &others).unwrap_err();
+/// assert_eq!(over.pointer, "/rules/0/claims/iss");
+/// ```
+pub fn check_customer_budget(policy: &Policy, others: &[Policy]) -> Result<(), Violation> {
+    let mut rules_by_issuer: BTreeMap<&str, usize> = BTreeMap::new();
+    for other in others {
+        for (issuer, rules) in other.rules_per_issuer() {
+            *rules_by_issuer.entry(issuer).or_default() += rules;
+        }
+    }
+    for (index, issuer) in policy.rule_issuers() {
+        let known = rules_by_issuer.len();
+        let rules = rules_by_issuer.entry(issuer).or_default();
+        if *rules == 0 && known >= MAX_ISSUERS_PER_CUSTOMER {
+            return Err(Violation::new(
+                format!("/rules/{index}/claims/iss"),
+                format!(
+                    "your service accounts trust {known} issuers already, the most one customer \
+                     may trust; remove the rules of an issuer you no longer use first"
+                ),
+            ));
+        }
+        *rules += 1;
+        if *rules > MAX_RULES_PER_ISSUER {
+            return Err(Violation::new(
+                format!("/rules/{index}/claims/iss"),
+                format!(
+                    "your service accounts have {MAX_RULES_PER_ISSUER} rules for {issuer:?} \
+                     already, the most one customer may have for one issuer"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The key a per-address limit counts a client under (DECISIONS §9): an IPv4 address alone, an
+/// IPv4-mapped IPv6 address as that IPv4 address, any other IPv6 address by its /64 (one home or
+/// one cloud instance gets a whole /64: counting single IPv6 addresses is no limit at all).
+///
+/// ```
+/// use registry_domain::limits::rate_limit_key;
+/// use std::net::IpAddr;
+///
+/// let key = |s: &str| rate_limit_key(s.parse::<IpAddr>().unwrap()).to_string();
+/// assert_eq!(key("203.0.113.7"), "203.0.113.7");
+/// assert_eq!(key("::ffff:203.0.113.7"), "203.0.113.7");
+/// assert_eq!(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
+/// ```
+pub fn rate_limit_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(Ipv6Addr::from(prefix))
+        }
+    }
+}

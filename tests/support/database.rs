@@ -96,6 +96,27 @@ fn fresh_postgres(admin_url: &str, n: u32) -> String {
     panic!("cannot create database {name} on {POSTGRES_URL_VAR}: {last_error}");
 }
 
+/// Runs one SQL statement on a test database (`sqlite3` or `psql`), as if someone changed a row
+/// outside the registry.
+pub fn execute_sql(database_url: &str, statement: &str) {
+    let output = match database_url.strip_prefix("sqlite://") {
+        Some(path) => Command::new("sqlite3")
+            .arg(path)
+            .arg(statement)
+            .output()
+            .expect("the sqlite3 command-line shell is needed (apt-get install sqlite3)"),
+        None => Command::new(psql())
+            .args([database_url, "-v", "ON_ERROR_STOP=1", "-c", statement])
+            .output()
+            .expect("run psql"),
+    };
+    assert!(
+        output.status.success(),
+        "{statement}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// `psql` from `PATH`, else from the newest `/usr/lib/postgresql/*/bin`.
 fn psql() -> PathBuf {
     let on_path = Command::new("psql")

@@ -49,6 +49,8 @@ pub struct ServerOptions {
     pub env: Vec<(String, String)>,
     /// Share this database instead of a fresh one (replica tests).
     pub database_url: Option<String>,
+    /// Run on a clock the test moves with [`TestServer::advance_clock`] (expiry tests).
+    pub shifted_clock: bool,
 }
 
 /// A running server; killed when dropped.
@@ -62,6 +64,7 @@ pub struct TestServer {
     /// Its database.
     pub database_url: String,
     log_path: PathBuf,
+    clock_path: Option<PathBuf>,
     _log_dir: TempDir,
     client: Client,
 }
@@ -99,6 +102,7 @@ impl TestServer {
             .unwrap_or_else(crate::fresh_database_url);
         let log_dir = TempDir::new("registry-log");
         let log_path = log_dir.0.join("server.log");
+        let clock_path = options.shifted_clock.then(|| log_dir.0.join("clock-shift"));
         for _attempt in 0..5 {
             let port = free_port();
             let base = format!("http://127.0.0.1:{port}");
@@ -122,6 +126,9 @@ impl TestServer {
             for (k, v) in &options.env {
                 command.env(k, v);
             }
+            if let Some(path) = &clock_path {
+                command.env("REGISTRY_TEST_CLOCK_FILE", path);
+            }
             let mut child = command.spawn().expect("spawn registry");
             let stdout = child.stdout.take().expect("stdout");
             let (tx, rx) = std::sync::mpsc::channel();
@@ -139,6 +146,7 @@ impl TestServer {
                     port,
                     database_url,
                     log_path,
+                    clock_path,
                     _log_dir: log_dir,
                     client: Client::builder()
                         .redirect(reqwest::redirect::Policy::none())
@@ -154,6 +162,22 @@ impl TestServer {
             "the registry did not start; log:\n{}",
             std::fs::read_to_string(&log_path).unwrap_or_default()
         );
+    }
+
+    /// Moves the server's clock `seconds` further ahead than it is (a server started with
+    /// [`ServerOptions::shifted_clock`]); returns once the server reads the new time.
+    pub fn advance_clock(&self, seconds: i64) {
+        let path = self
+            .clock_path
+            .as_ref()
+            .expect("a server started with ServerOptions::shifted_clock");
+        let shift: i64 = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        std::fs::write(path, (shift + seconds).to_string()).expect("clock file");
+        // The server reads the file again at most 50 ms after the last time it did.
+        std::thread::sleep(Duration::from_millis(120));
     }
 
     /// The server's process id.

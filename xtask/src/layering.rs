@@ -38,6 +38,36 @@ const WRAPPERS: [(&str, &[&str]); 6] = [
     ),
 ];
 
+/// The migrations of the two backends carry the same folder names, so that neither schema can
+/// gain a change the other lacks.
+fn migration_problems() -> Result<Vec<String>> {
+    let folders = |backend: &str| -> Result<std::collections::BTreeSet<String>> {
+        let dir = crate::cmd::root().join("migrations").join(backend);
+        let mut names = std::collections::BTreeSet::new();
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                names.insert(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        Ok(names)
+    };
+    let (sqlite, postgres) = (folders("sqlite")?, folders("postgres")?);
+    Ok(sqlite
+        .symmetric_difference(&postgres)
+        .map(|name| {
+            let has = if sqlite.contains(name) {
+                "sqlite"
+            } else {
+                "postgres"
+            };
+            format!("migration {name:?} exists for {has} only: add it for both backends")
+        })
+        .collect())
+}
+
 fn matches(pattern: &str, name: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => name.starts_with(prefix),
@@ -48,6 +78,7 @@ fn matches(pattern: &str, name: &str) -> bool {
 pub fn check() -> Result<()> {
     let mut problems = domain_problems()?;
     problems.extend(wrapper_problems()?);
+    problems.extend(migration_problems()?);
     if problems.is_empty() {
         println!("layering: ok");
         return Ok(());

@@ -12,4 +12,8 @@ pub enum StoreError {
     /// The database could not be reached or failed; the caller answers 503 and retries later.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// A row cannot be read back (changed outside the registry): retrying will not help. The
+    /// text names the row.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
 }

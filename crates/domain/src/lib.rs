@@ -2,6 +2,8 @@
 //!
 //! The pure core of the registry: everything that decides, nothing that does I/O.
 //!
+//! * [`access`]: the one access decision: may this credential make this call, from this
+//!   address, now (401, 403 or 404 otherwise), and the rules of managing service accounts.
 //! * [`policy`]: the service-account policy document (version 1): JSON Schema check, semantic
 //!   checks, compiled claim globs and IP allowlists, and evaluation of verified token claims.
 //! * [`naming`]: tenant suffixes and service subdomains (`{name}-{tenant}`, `{random}-anon`).
@@ -25,6 +27,7 @@
 //! assert!(parsed.policy.static_scope().unwrap().matches("api-acme"));
 //! ```
 
+pub mod access;
 pub mod account;
 pub mod anonymous;
 pub mod claims;

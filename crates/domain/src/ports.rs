@@ -15,7 +15,7 @@ use uuid::Uuid;
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// The time of day. Production reads the system clock; tests pin it.
-pub trait Clock: Send + Sync {
+pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The current instant, UTC.
     fn now(&self) -> OffsetDateTime;
 }
@@ -149,6 +149,23 @@ pub trait AccountStore: Send + Sync {
 pub trait CredentialStore: Send + Sync {
     /// The credential with this lookup id, if any.
     fn credential(&self, lookup_id: &str) -> StoreResult<Option<StoredCredential>>;
+    /// The credential with this lookup id and the change log's newest sequence (0 when it is
+    /// empty), read by one statement: the one read of a request with a static token. Whoever
+    /// caches what the database holds compares that sequence with the one its caches reflect.
+    fn credential_and_latest_change(
+        &self,
+        lookup_id: &str,
+    ) -> StoreResult<Option<(StoredCredential, i64)>>;
+    /// [`CredentialStore::credential_and_latest_change`] run in place, or `None` when that would
+    /// wait (a network round trip, no idle connection): the caller then runs it where waiting
+    /// is allowed. The default never runs in place.
+    fn credential_and_latest_change_now(
+        &self,
+        lookup_id: &str,
+    ) -> Option<StoreResult<Option<(StoredCredential, i64)>>> {
+        let _ = lookup_id;
+        None
+    }
 }
 
 /// What changed, for replicas' caches.
@@ -167,8 +184,32 @@ pub trait ChangeFeed: Send + Sync {
     fn changes_since(&self, after: i64, limit: usize) -> StoreResult<(i64, Vec<Change>)>;
     /// The sequence number of the newest change (0 when there is none).
     fn latest_change(&self) -> StoreResult<i64>;
+    /// The oldest sequence number the log still holds (`None` when it is empty). The log is
+    /// pruned by age, but always keeps its newest row.
+    fn oldest_change(&self) -> StoreResult<Option<i64>>;
+    /// [`ChangeFeed::latest_change`] run in place, or `None` when that would wait (see
+    /// [`CredentialStore::credential_and_latest_change_now`]). The default never runs in place.
+    fn latest_change_now(&self) -> Option<StoreResult<i64>> {
+        None
+    }
+    /// Deletes changes logged before `older_than`, except the newest (so that the newest
+    /// sequence never goes back); how many went. A replica whose position is older than what is
+    /// left reloads everything.
+    fn prune_changes(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
     /// Whether the database answers.
     fn ping(&self) -> StoreResult<()>;
+}
+
+/// Every storage port at once: what a server holds (as `Arc<dyn Storage>`), so that it depends
+/// on the ports, not on one adapter.
+pub trait Storage:
+    CustomerStore + ServiceStore + AccountStore + CredentialStore + ChangeFeed + std::fmt::Debug
+{
+}
+
+impl<T> Storage for T where
+    T: CustomerStore + ServiceStore + AccountStore + CredentialStore + ChangeFeed + std::fmt::Debug
+{
 }
 
 /// A JWT whose signature and time claims have been verified.

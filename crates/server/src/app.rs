@@ -1,5 +1,6 @@
 //! Wiring: open the store, warm the caches, start the HTTP server and the background tasks.
 
+use crate::adapters::{ShiftedClock, SystemClock};
 use crate::background;
 use crate::hosting;
 use crate::observe::observe;
@@ -9,9 +10,10 @@ use crate::settings::Settings;
 use crate::state::AppState;
 use actix_web::{guard, middleware, web, App, HttpServer};
 use anyhow::Context;
-use registry_domain::ports::{AccountStore, ChangeFeed, ServiceStore};
+use registry_domain::ports::{Clock, Storage};
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
+use std::sync::Arc;
 
 /// Opens the database named by a URL for the server and applies pending migrations.
 pub fn open_store(url: &str) -> anyhow::Result<Store> {
@@ -70,7 +72,15 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
     });
     let listen = settings.listen.clone();
-    let state = web::Data::new(AppState::new(settings, store, verifier)?);
+    let clock: Arc<dyn Clock> = match &settings.test_clock_file {
+        Some(path) => {
+            tracing::warn!(file = %path.display(), "the clock is shifted by a test file");
+            Arc::new(ShiftedClock::new(path.clone()))
+        }
+        None => Arc::new(SystemClock),
+    };
+    let storage: Arc<dyn Storage> = Arc::new(store.clone());
+    let state = web::Data::new(AppState::new(settings, storage, verifier, clock)?);
 
     let warm = state.clone();
     let (after, published, oidc_accounts) = web::block(move || {
@@ -123,7 +133,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     actix_web::rt::spawn(background::follow_changes(state.clone()));
     actix_web::rt::spawn(background::reap_expired(state.clone()));
     let ran = running.await.context("server failed");
-    state.store.close();
+    store.close();
     ran?;
     tracing::info!("registry stopped");
     Ok(())

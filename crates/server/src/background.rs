@@ -5,7 +5,6 @@
 use crate::directory;
 use crate::state::AppState;
 use actix_web::web;
-use registry_domain::ports::ServiceStore;
 use std::time::Duration;
 
 const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -40,10 +39,13 @@ pub async fn reap_expired(state: web::Data<AppState>) {
             let complete = expired.len() < BATCH;
             for id in expired {
                 if state.db(move |s| s.delete_service(id)).await.is_ok() {
-                    state.hosting.remove(id);
                     tracing::info!(service = %id, "reaped an expired anonymous service");
                 }
             }
+            // The deletions leave the hosting cache through the change log, like every other
+            // change (and on every replica alike). Until then the handler's own expiry check
+            // answers 404 for them.
+            directory::settle_write(&state).await;
             if complete {
                 break;
             }

@@ -22,7 +22,7 @@
 
 use crate::problem::ApiResult;
 use crate::state::AppState;
-use registry_domain::ports::{AccountStore, Change, ChangeFeed, ServiceStore, StoredCredential};
+use registry_domain::ports::{Change, StoredCredential};
 use registry_domain::{Service, ServiceAccount};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -169,6 +169,11 @@ impl Directory {
         self.applied.fetch_max(seq, Ordering::AcqRel);
     }
 
+    /// Takes the catch-up lock: changes are applied, and reloads made, one at a time.
+    pub async fn one_at_a_time(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.applying.lock().await
+    }
+
     /// The change-log sequence the caches reflect.
     pub fn applied(&self) -> i64 {
         self.applied.load(Ordering::Acquire)
@@ -190,13 +195,25 @@ impl Directory {
         }
     }
 
+    /// Empties the caches (a reload of everything follows).
+    fn forget_all(&self) {
+        let mut entries = self.entries.write().expect("directory lock");
+        entries.generation += 1;
+        entries.services.clear();
+        entries.subdomains.clear();
+        entries.accounts.clear();
+    }
+
     fn forget(&self, change: Change) {
         let mut entries = self.entries.write().expect("directory lock");
         entries.generation += 1;
         match change {
             Change::Service(id) => {
                 if let Some(service) = entries.services.remove(&id) {
-                    entries.subdomains.remove(&service.subdomain);
+                    // Only while the name still points at this id (see `HostingCache`).
+                    if entries.subdomains.get(&service.subdomain) == Some(&id) {
+                        entries.subdomains.remove(&service.subdomain);
+                    }
                 }
             }
             Change::Account(id) => {
@@ -237,45 +254,83 @@ pub async fn refresh(state: &AppState) -> ApiResult<()> {
     catch_up(state, latest).await
 }
 
-/// Applies the logged changes up to at least `latest` (everything there is, for `i64::MAX`).
+/// Applies the logged changes up to at least `latest` (everything there is, for `i64::MAX`),
+/// in log order. When the log no longer holds every change after this node's position (it was
+/// paused or cut off for longer than the log is kept), it reloads everything instead.
 pub async fn catch_up(state: &AppState, latest: i64) -> ApiResult<()> {
     let directory = &state.directory;
     if directory.applied() >= latest {
         return Ok(());
     }
     let _one_at_a_time = directory.applying.lock().await;
+    let mut first = true;
     loop {
         let after = directory.applied();
         if after >= latest {
             return Ok(());
         }
-        let (last, changes) = state.db(move |s| s.changes_since(after, BATCH)).await?;
+        let check_horizon = std::mem::take(&mut first);
+        let (oldest, (last, changes)) = state
+            .db(move |s| {
+                let oldest = if check_horizon {
+                    s.oldest_change()?
+                } else {
+                    None
+                };
+                Ok((oldest, s.changes_since(after, BATCH)?))
+            })
+            .await?;
+        // The log keeps its newest row, so `oldest - 1` is the last position it can replay
+        // from; a position before it may have missed pruned changes.
+        if oldest.is_some_and(|oldest| after < oldest - 1) {
+            tracing::warn!(
+                position = after,
+                oldest = oldest.unwrap_or_default(),
+                "behind the change log's horizon: reloading everything"
+            );
+            reload_everything(state).await?;
+            continue;
+        }
         let complete = changes.len() < BATCH;
-        let mut services = Vec::new();
-        let mut accounts = Vec::new();
-        for change in changes {
+        // Each subject once, at its last place in the log: a reload reads its current state.
+        let mut seen = std::collections::HashSet::with_capacity(changes.len());
+        let mut ordered: Vec<Change> = changes
+            .into_iter()
+            .rev()
+            .filter(|change| seen.insert(*change))
+            .collect();
+        ordered.reverse();
+        for change in ordered {
             directory.forget(change);
             match change {
-                Change::Service(id) => services.push(id),
-                Change::Account(id) => accounts.push(id),
+                Change::Service(id) => reload_hosted(state, id).await?,
+                Change::Account(id) => {
+                    let found = state.db(move |s| s.account(id)).await?;
+                    directory.retrust(id, found);
+                }
             }
-        }
-        services.sort_unstable();
-        services.dedup();
-        for id in services {
-            reload_hosted(state, id).await?;
-        }
-        accounts.sort_unstable();
-        accounts.dedup();
-        for id in accounts {
-            let found = state.db(move |s| s.account(id)).await?;
-            directory.retrust(id, found);
         }
         directory.caught_up_to(last);
         if complete {
             return Ok(());
         }
     }
+}
+
+/// Everything from the database at once: the hosted documents, the trust index, and empty
+/// caches; then the position read before them (changes racing with the load are replayed).
+async fn reload_everything(state: &AppState) -> ApiResult<()> {
+    let (latest, published, oidc_accounts) = state
+        .db(|s| {
+            let latest = s.latest_change()?;
+            Ok((latest, s.published()?, s.oidc_accounts()?))
+        })
+        .await?;
+    state.hosting.load(&published);
+    state.directory.load_trust(oidc_accounts);
+    state.directory.forget_all();
+    state.directory.caught_up_to(latest);
+    Ok(())
 }
 
 /// Makes the node that took a write to a service's documents serve the result at once, before
@@ -295,7 +350,7 @@ pub async fn settle_write(state: &AppState) {
 /// bound). Under the catch-up lock, like every other reload: a deletion committed after this
 /// read is applied after this reload, not before it.
 pub async fn reload_evicted(state: &AppState, id: Uuid) -> ApiResult<()> {
-    let _one_at_a_time = state.directory.applying.lock().await;
+    let _one_at_a_time = state.directory.one_at_a_time().await;
     reload_hosted(state, id).await
 }
 

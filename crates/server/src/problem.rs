@@ -96,6 +96,10 @@ impl From<StoreError> for ApiError {
                 tracing::error!(%reason, "storage unavailable");
                 ApiError::Unavailable
             }
+            StoreError::Corrupt(row) => {
+                tracing::error!(%row, "a stored row cannot be read");
+                ApiError::Internal
+            }
         }
     }
 }

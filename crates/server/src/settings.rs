@@ -86,6 +86,11 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_HOSTING_CACHE_BYTES", default_value_t = 512 * 1024 * 1024)]
     pub hosting_cache_bytes: usize,
 
+    /// Tests only: a file holding a number of seconds by which the clock is shifted (read again
+    /// every 50 ms), so that expiry can be tested without waiting.
+    #[arg(long, env = "REGISTRY_TEST_CLOCK_FILE", hide = true)]
+    pub test_clock_file: Option<std::path::PathBuf>,
+
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "REGISTRY_MAX_BODY_BYTES", default_value_t = 65536)]
     pub max_body_bytes: usize,

@@ -1,6 +1,6 @@
 //! What every handler shares.
 
-use crate::adapters::{HashingLanes, OsRandomness, SystemClock};
+use crate::adapters::{HashingLanes, OsRandomness};
 use crate::auth::{Attempts, TokenCache};
 use crate::directory::Directory;
 use crate::hosting::HostingCache;
@@ -10,9 +10,9 @@ use crate::rate_limit::RateLimiter;
 use crate::settings::Settings;
 use actix_web::web;
 use ipnetwork::IpNetwork;
-use registry_domain::ports::{Clock, StoreResult};
+use registry_domain::ports::{Clock, Storage, StoreResult};
 use registry_oidc::OidcVerifier;
-use registry_store::Store;
+use std::sync::Arc;
 use time::OffsetDateTime;
 
 /// Failed authentications one client address may make per minute before it gets 429. Guessing a
@@ -27,8 +27,8 @@ pub struct AppState {
     pub settings: Settings,
     /// Trusted proxy networks, parsed from the settings.
     pub trusted_proxies: Vec<IpNetwork>,
-    /// The database.
-    pub store: Store,
+    /// The database, through the domain's ports.
+    pub store: Arc<dyn Storage>,
     /// Published documents, served from memory.
     pub hosting: HostingCache,
     /// Services and accounts, served from memory as fresh as the database.
@@ -49,12 +49,17 @@ pub struct AppState {
     pub rng: OsRandomness,
     /// Secret hashing, on threads of its own.
     pub hasher: HashingLanes,
-    clock: SystemClock,
+    clock: Arc<dyn Clock>,
 }
 
 impl AppState {
     /// Builds the state from settings and an open store.
-    pub fn new(settings: Settings, store: Store, verifier: OidcVerifier) -> anyhow::Result<Self> {
+    pub fn new(
+        settings: Settings,
+        store: Arc<dyn Storage>,
+        verifier: OidcVerifier,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Self> {
         let trusted_proxies = settings.trusted_proxy_networks()?;
         let hosting = HostingCache::new(
             &settings.issuer_url_template,
@@ -79,7 +84,7 @@ impl AppState {
             hasher: HashingLanes::start(
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
             )?,
-            clock: SystemClock,
+            clock,
             store,
             settings,
         })
@@ -94,10 +99,10 @@ impl AppState {
     pub async fn db<T, F>(&self, f: F) -> ApiResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Store) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&dyn Storage) -> StoreResult<T> + Send + 'static,
     {
         let store = self.store.clone();
-        web::block(move || f(&store))
+        web::block(move || f(&*store))
             .await
             .map_err(|_| ApiError::Internal)?
             .map_err(ApiError::from)

@@ -1,6 +1,6 @@
 //! [`AccountStore`] on [`Store`].
 
-use crate::error::Res;
+use crate::error::{Failure, Res};
 use crate::pool::Db;
 use crate::rows::{id_text, millis, policy_text, AccountRow};
 use crate::schema::{account_issuers, credentials, service_accounts};
@@ -58,8 +58,20 @@ fn insert_token(conn: &mut Db, account_id: Uuid, token: &CredentialRecord) -> Re
     Ok(())
 }
 
+/// The accounts of `rows`. A row that cannot be read is left out and logged with its id (asked
+/// for by id, it is a 500): one corrupt row must not take a list, or a server's start, with it.
 fn load(rows: Vec<AccountRow>) -> Res<Vec<ServiceAccount>> {
-    rows.into_iter().map(AccountRow::into_domain).collect()
+    let mut accounts = Vec::with_capacity(rows.len());
+    for row in rows {
+        match row.into_domain() {
+            Ok(account) => accounts.push(account),
+            Err(Failure(StoreError::Corrupt(row))) => {
+                tracing::error!(%row, "left out a stored service account that cannot be read");
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(accounts)
 }
 
 impl AccountStore for Store {

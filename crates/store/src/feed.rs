@@ -39,8 +39,8 @@ fn credential_with_latest_change(
         (Some(a), None) => CredentialOwner::Account(uuid(&a)?),
         (None, Some(s)) => CredentialOwner::AnonymousService(uuid(&s)?),
         _ => {
-            return Err(Failure(StoreError::Unavailable(format!(
-                "corrupt credential {lookup_id:?}: not exactly one owner"
+            return Err(Failure(StoreError::Corrupt(format!(
+                "credential {lookup_id:?}: not exactly one owner"
             ))))
         }
     };
@@ -63,35 +63,21 @@ impl CredentialStore for Store {
             .credential_and_latest_change(lookup_id)?
             .map(|(credential, _)| credential))
     }
-}
 
-/// Reads for the authentication of every request: one indexed statement each. Whoever caches
-/// what the database holds compares the newest change-log sequence with the one its caches
-/// have caught up to (every change to a service or an account appends to that log in the same
-/// transaction), so the caches are exactly as fresh as the database at the time of the read.
-impl Store {
-    /// The credential with this lookup id, and the newest change-log sequence (0 when the log is
-    /// empty), read by one statement.
-    pub fn credential_and_latest_change(
+    fn credential_and_latest_change(
         &self,
         lookup_id: &str,
     ) -> StoreResult<Option<(StoredCredential, i64)>> {
         self.read(|conn| credential_with_latest_change(conn, lookup_id))
     }
 
-    /// [`Store::credential_and_latest_change`] run in place, or `None` when that would wait:
-    /// on PostgreSQL (a network round trip) or when no pooled connection is idle.
-    pub fn credential_and_latest_change_now(
+    /// In place on SQLite with an idle pooled connection; never on PostgreSQL (a network round
+    /// trip would hold an HTTP worker).
+    fn credential_and_latest_change_now(
         &self,
         lookup_id: &str,
     ) -> Option<StoreResult<Option<(StoredCredential, i64)>>> {
         self.read_now(|conn| credential_with_latest_change(conn, lookup_id))
-    }
-
-    /// [`ChangeFeed::latest_change`] run in place, or `None` when that would wait (see
-    /// [`Store::credential_and_latest_change_now`]).
-    pub fn latest_change_now(&self) -> Option<StoreResult<i64>> {
-        self.read_now(latest_change)
     }
 }
 
@@ -110,8 +96,8 @@ impl ChangeFeed for Store {
                 .map(|(seq, kind, subject)| match kind.as_str() {
                     CHANGE_SERVICE => Ok(Change::Service(uuid(&subject)?)),
                     CHANGE_ACCOUNT => Ok(Change::Account(uuid(&subject)?)),
-                    other => Err(Failure(StoreError::Unavailable(format!(
-                        "corrupt change {seq}: unknown kind {other:?}"
+                    other => Err(Failure(StoreError::Corrupt(format!(
+                        "change {seq}: unknown kind {other:?}"
                     )))),
                 })
                 .collect::<Result<_, _>>()?;
@@ -121,6 +107,35 @@ impl ChangeFeed for Store {
 
     fn latest_change(&self) -> StoreResult<i64> {
         self.read(latest_change)
+    }
+
+    fn oldest_change(&self) -> StoreResult<Option<i64>> {
+        self.read(|conn| {
+            Ok(changes::table
+                .select(diesel::dsl::min(changes::seq))
+                .get_result::<Option<i64>>(conn)?)
+        })
+    }
+
+    fn latest_change_now(&self) -> Option<StoreResult<i64>> {
+        self.read_now(latest_change)
+    }
+
+    fn prune_changes(&self, older_than: time::OffsetDateTime) -> StoreResult<usize> {
+        self.read(|conn| {
+            let Some(latest) = changes::table
+                .select(diesel::dsl::max(changes::seq))
+                .get_result::<Option<i64>>(conn)?
+            else {
+                return Ok(0);
+            };
+            Ok(diesel::delete(
+                changes::table
+                    .filter(changes::created_at.lt(crate::rows::millis(older_than)))
+                    .filter(changes::seq.lt(latest)),
+            )
+            .execute(conn)?)
+        })
     }
 
     fn ping(&self) -> StoreResult<()> {

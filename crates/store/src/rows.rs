@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 fn corrupt(what: impl std::fmt::Display) -> Failure {
-    Failure(StoreError::Unavailable(format!("corrupt {what}")))
+    Failure(StoreError::Corrupt(what.to_string()))
 }
 
 /// Unix milliseconds of `t`, rounded toward the past.
@@ -100,7 +100,7 @@ impl AccountRow {
     pub(crate) fn into_domain(self) -> Res<ServiceAccount> {
         let document: serde_json::Value = serde_json::from_str(&self.policy)
             .map_err(|e| corrupt(format_args!("policy of account {}: {e}", self.id)))?;
-        let parsed = Policy::parse(&document).map_err(|violations| {
+        let policy = Policy::from_stored(&document).map_err(|violations| {
             let why: Vec<String> = violations
                 .iter()
                 .map(|v| format!("{} {}", v.pointer, v.message))
@@ -115,7 +115,7 @@ impl AccountRow {
             id: uuid(&self.id)?,
             customer_id: uuid(&self.customer_id)?,
             name: self.name,
-            policy: parsed.policy,
+            policy,
             created_at: instant(self.created_at)?,
         })
     }

@@ -132,26 +132,6 @@ impl Store {
         Ok(applied)
     }
 
-    /// Deletes change-log rows created before `older_than`, except the newest (so that the
-    /// latest sequence number never goes back). Returns how many were deleted. Replicas that
-    /// poll more often than the retention never miss a change.
-    pub fn prune_changes(&self, older_than: OffsetDateTime) -> StoreResult<usize> {
-        self.read(|conn| {
-            let Some(latest) = changes::table
-                .select(diesel::dsl::max(changes::seq))
-                .get_result::<Option<i64>>(conn)?
-            else {
-                return Ok(0);
-            };
-            Ok(diesel::delete(
-                changes::table
-                    .filter(changes::created_at.lt(millis(older_than)))
-                    .filter(changes::seq.lt(latest)),
-            )
-            .execute(conn)?)
-        })
-    }
-
     pub(crate) fn conn(&self) -> Res<Pooled> {
         let timeout = if self.reachability.is_reachable() {
             pool::CHECKOUT_TIMEOUT

@@ -582,3 +582,62 @@ fn an_address_limited_account_only_manages_accounts_inside_its_addresses() {
         .unwrap();
     assert_eq!(unlimited.status(), 200);
 }
+
+/// A stored policy is read back without the upload schema (a stricter schema later must not
+/// lock accounts out), and one that cannot be read at all is a 500 for that account alone: the
+/// list, the other accounts and a server starting on the database are not affected.
+#[test]
+fn a_corrupt_stored_policy_is_a_500_for_that_account_only() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let broken = account(
+        &server,
+        &acme,
+        json!({"kind": "oidc", "rules": [{"services": ["*"],
+            "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "x"}}]}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let legacy = account(&server, &acme, json!({"kind": "static", "services": ["*"]}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    registry_tests::execute_sql(
+        &server.database_url,
+        &format!(
+            "UPDATE service_accounts SET policy = '{{\"kind\":\"oidc\",\"rules\":[{{\"claims\":{{\"iss\":7}}}}]}}' WHERE id = '{broken}'"
+        ),
+    );
+    registry_tests::execute_sql(
+        &server.database_url,
+        &format!(
+            "UPDATE service_accounts SET policy = '{{\"kind\":\"static\",\"services\":[\"*\"],\"note\":\"older\"}}' WHERE id = '{legacy}'"
+        ),
+    );
+    let one = server.get(&format!("/service-accounts/{broken}"), &acme.token);
+    assert_problem(one, 500, "internal");
+    let logged = (0..40).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        server.log().contains(&broken)
+    });
+    assert!(logged, "the log names the row:\n{}", server.log());
+    let other = server.get(&format!("/service-accounts/{legacy}"), &acme.token);
+    assert_eq!(other.status(), 200);
+    assert_eq!(json(other)["policy"]["note"], "older");
+    let list = server.get("/service-accounts", &acme.token);
+    assert_eq!(list.status(), 200);
+    let ids: Vec<String> = json(list)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(ids.contains(&legacy) && !ids.contains(&broken), "{ids:?}");
+    // A server starting on this database loads every other account.
+    let replica = TestServer::start_with(ServerOptions {
+        database_url: Some(server.database_url.clone()),
+        ..ServerOptions::default()
+    });
+    assert_eq!(replica.get("/services", &acme.token).status(), 200);
+}

@@ -2,7 +2,6 @@ use super::upload;
 use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::time::Duration;
 
 fn create(server: &TestServer, body: Value) -> Value {
     let response = server
@@ -171,8 +170,11 @@ fn ttl_hours_is_validated_and_clamped() {
 
 #[test]
 fn an_expired_service_answers_404_everywhere_at_once() {
-    let server = TestServer::start();
-    let created = create(&server, json!({"ttlHours": 0.0008})); // about 3 seconds
+    let server = TestServer::start_with(ServerOptions {
+        shifted_clock: true,
+        ..ServerOptions::default()
+    });
+    let created = create(&server, json!({"ttlHours": 1}));
     let sub = created["service"]["subdomain"].as_str().unwrap();
     let secret = created["secret"].as_str().unwrap();
     let put = server
@@ -189,7 +191,12 @@ fn an_expired_service_answers_404_everywhere_at_once() {
             .status(),
         200
     );
-    std::thread::sleep(Duration::from_millis(3500));
+    server.advance_clock(3599);
+    assert_eq!(
+        server.get(&format!("/services/{sub}"), secret).status(),
+        200
+    );
+    server.advance_clock(2);
     assert_problem(
         server
             .authed(Method::GET, &format!("/services/{sub}"), secret)

@@ -158,9 +158,38 @@ impl Policy {
         if !violations.is_empty() {
             return Err(violations);
         }
-        let kind = match document["kind"].as_str() {
+        Self::compile(document)
+    }
+
+    /// A policy as it was stored: saved through [`Policy::parse`] once, so the JSON Schema is
+    /// not run again (a stricter schema later must not lock existing accounts out). It is still
+    /// compiled whole, and a document changed outside the registry gets its problems, each with
+    /// a pointer, instead of a panic.
+    ///
+    /// ```
+    /// use registry_domain::policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let stored = json!({"kind": "static", "services": ["*"], "note": "from an older version"});
+    /// assert!(Policy::parse(&stored).is_err());
+    /// assert!(Policy::from_stored(&stored).is_ok());
+    /// let broken = json!({"kind": "oidc", "rules": [{"claims": {"iss": 7}}]});
+    /// assert_eq!(Policy::from_stored(&broken).unwrap_err()[0].pointer, "/rules/0/claims/iss");
+    /// ```
+    pub fn from_stored(document: &Value) -> Result<Policy, Violations> {
+        Self::compile(document).map(|parsed| parsed.policy)
+    }
+
+    fn compile(document: &Value) -> Result<ParsedPolicy, Violations> {
+        let kind = match document.get("kind").and_then(Value::as_str) {
             Some("oidc") => PolicyKind::Oidc,
-            _ => PolicyKind::Static,
+            Some("static") => PolicyKind::Static,
+            _ => {
+                return Err(vec![Violation::new(
+                    "/kind",
+                    "kind is \"static\" or \"oidc\"",
+                )])
+            }
         };
         let entries = document
             .get("ip_allowlist")
@@ -175,15 +204,23 @@ impl Policy {
         })?;
         let (services, rules, warnings) = match kind {
             PolicyKind::Static => {
-                let entries = document["services"].as_array().map(Vec::as_slice);
-                let set = ServiceSet::compile(
-                    entries.unwrap_or_default().iter().filter_map(Value::as_str),
-                );
+                let Some(entries) = document.get("services").and_then(Value::as_array) else {
+                    return Err(vec![Violation::new(
+                        "/services",
+                        "a static policy needs a services list",
+                    )]);
+                };
+                let set = ServiceSet::compile(entries.iter().filter_map(Value::as_str));
                 (Some(set), OidcRules::default(), Vec::new())
             }
             PolicyKind::Oidc => {
-                let entries = document["rules"].as_array().map(Vec::as_slice);
-                let (rules, warnings) = OidcRules::compile(entries.unwrap_or_default());
+                let Some(entries) = document.get("rules").and_then(Value::as_array) else {
+                    return Err(vec![Violation::new(
+                        "/rules",
+                        "an oidc policy needs a rules list",
+                    )]);
+                };
+                let (rules, warnings) = OidcRules::compile(entries)?;
                 (None, rules, warnings)
             }
         };

@@ -2,6 +2,8 @@
 
 use super::pattern::{ClaimPattern, ClaimView};
 use super::services::ServiceSet;
+use crate::violation::escape_token;
+use crate::{Violation, Violations};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
@@ -40,21 +42,37 @@ pub(crate) struct Check {
 }
 
 impl OidcRules {
-    /// Compiles `rules` of a document the schema accepted; returns the §7 warnings too.
-    pub(crate) fn compile(rules: &[Value]) -> (Self, Vec<String>) {
+    /// Compiles `rules`; returns the §7 warnings too. A document the schema accepted always
+    /// compiles; a stored one that does not (it was changed outside the registry) gets every
+    /// problem with its pointer, never a panic.
+    pub(crate) fn compile(rules: &[Value]) -> Result<(Self, Vec<String>), Violations> {
         let mut compiled = OidcRules::default();
         let mut names: Vec<Vec<Box<str>>> = Vec::new();
         let mut grouped: Vec<Vec<Rule>> = Vec::new();
         let mut warnings = Vec::new();
+        let mut problems = Violations::new();
         for (index, rule) in rules.iter().enumerate() {
-            let claims = rule
-                .get("claims")
-                .and_then(Value::as_object)
-                .expect("the schema requires claims");
-            let issuer = claims
-                .get("iss")
-                .and_then(Value::as_str)
-                .expect("the schema requires iss");
+            let Some(claims) = rule.get("claims").and_then(Value::as_object) else {
+                problems.push(Violation::new(
+                    format!("/rules/{index}/claims"),
+                    "a rule needs a claims object",
+                ));
+                continue;
+            };
+            let Some(issuer) = claims.get("iss").and_then(Value::as_str) else {
+                problems.push(Violation::new(
+                    format!("/rules/{index}/claims/iss"),
+                    "a rule needs an iss string",
+                ));
+                continue;
+            };
+            let Some(services) = rule.get("services").and_then(Value::as_array) else {
+                problems.push(Violation::new(
+                    format!("/rules/{index}/services"),
+                    "a rule needs a services list",
+                ));
+                continue;
+            };
             let group = match compiled.by_issuer.get(issuer) {
                 Some(&g) => g,
                 None => {
@@ -70,39 +88,42 @@ impl OidcRules {
                     g
                 }
             };
-            let checks = claims
-                .iter()
-                .filter(|(name, _)| name.as_str() != "iss")
-                .map(|(name, pattern)| {
-                    let pattern = ClaimPattern::new(pattern.as_str().expect("schema: strings"));
-                    if matches!(name.as_str(), "sub" | "aud") && pattern.accepts_any_string() {
-                        warnings.push(any_value_warning(index, name, &pattern, issuer));
+            let mut checks = Vec::new();
+            for (name, pattern) in claims.iter().filter(|(name, _)| name.as_str() != "iss") {
+                let Some(pattern) = pattern.as_str() else {
+                    problems.push(Violation::new(
+                        format!("/rules/{index}/claims/{}", escape_token(name)),
+                        "a claim pattern is a string",
+                    ));
+                    continue;
+                };
+                let pattern = ClaimPattern::new(pattern);
+                if matches!(name.as_str(), "sub" | "aud") && pattern.accepts_any_string() {
+                    warnings.push(any_value_warning(index, name, &pattern, issuer));
+                }
+                let slot = match names[group].iter().position(|n| **n == **name) {
+                    Some(slot) => slot,
+                    None => {
+                        names[group].push(name.as_str().into());
+                        names[group].len() - 1
                     }
-                    let slot = match names[group].iter().position(|n| **n == **name) {
-                        Some(slot) => slot,
-                        None => {
-                            names[group].push(name.as_str().into());
-                            names[group].len() - 1
-                        }
-                    };
-                    Check { slot, pattern }
-                })
-                .collect();
-            let services = rule
-                .get("services")
-                .and_then(Value::as_array)
-                .expect("the schema requires services");
+                };
+                checks.push(Check { slot, pattern });
+            }
             grouped[group].push(Rule {
                 index,
-                checks,
+                checks: checks.into(),
                 services: ServiceSet::compile(services.iter().filter_map(Value::as_str)),
             });
+        }
+        if !problems.is_empty() {
+            return Err(problems);
         }
         for ((group, names), rules) in compiled.groups.iter_mut().zip(names).zip(grouped) {
             group.claim_names = names.into();
             group.rules = rules.into();
         }
-        (compiled, warnings)
+        Ok((compiled, warnings))
     }
 
     /// Distinct issuers in the order they first appear.

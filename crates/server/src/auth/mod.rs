@@ -13,6 +13,7 @@ use crate::directory;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::{http::header, HttpRequest};
+use registry_domain::access::{self, Credential, Grant, Refusal, Request};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::policy::{PolicyKind, Scope};
 use registry_domain::ports::CredentialOwner;
@@ -28,8 +29,6 @@ pub struct AccountCaller {
     /// For a federated caller, the rules whose claims the token matched (matched once per
     /// request: asking about many services does not match again).
     pub rules: Option<Box<[usize]>>,
-    /// The client address.
-    pub ip: IpAddr,
 }
 
 impl AccountCaller {
@@ -47,11 +46,6 @@ impl AccountCaller {
     /// Whether the caller may act on `subdomain`.
     pub fn may_act_on(&self, subdomain: &str) -> bool {
         self.scope().is_some_and(|s| s.matches(subdomain))
-    }
-
-    /// Whether the caller's patterns include `"*"` (needed to manage accounts).
-    pub fn has_full_scope(&self) -> bool {
-        self.scope().is_some_and(|s| s.includes_all())
     }
 
     /// The customer the caller acts for.
@@ -184,14 +178,32 @@ async fn load_account(state: &AppState, id: uuid::Uuid) -> ApiResult<Arc<Service
         .ok_or_else(|| unauthorized("the token's account was deleted"))
 }
 
-fn check_ip(caller: &AccountCaller) -> ApiResult<()> {
-    if caller.account.policy.allows_ip(caller.ip) {
-        Ok(())
-    } else {
-        tracing::info!(ip = %caller.ip, account = %caller.account.id, "source address outside ip_allowlist");
-        Err(ApiError::Forbidden(
-            "the source address is not in this service account's ip_allowlist".into(),
-        ))
+/// The answer to a refused call (DECISIONS §4), for a service named `key` in the path.
+fn refused(refusal: Refusal, key: &str) -> ApiError {
+    match refusal {
+        Refusal::Unauthenticated(reason) => unauthorized(reason),
+        Refusal::Ambiguous => ApiError::Unauthorized {
+            detail: Some(
+                "several service accounts accept this identity token: choose one with the \
+                 X-Service-Account header"
+                    .into(),
+            ),
+        },
+        Refusal::Forbidden(detail) => {
+            tracing::info!(%detail, "call refused");
+            ApiError::Forbidden(detail)
+        }
+        Refusal::NotFound => not_found_service(key),
+    }
+}
+
+fn caller_of(grant: &Grant<'_>) -> Option<AccountCaller> {
+    match grant {
+        Grant::Account { account, rules } => Some(AccountCaller {
+            account: Arc::clone(account),
+            rules: rules.clone().map(Vec::into_boxed_slice),
+        }),
+        Grant::AnonymousService => None,
     }
 }
 
@@ -201,81 +213,86 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
     let ip = client_ip(req, &state.trusted_proxies);
     check_brute_force(state, ip)?;
     let token = bearer(req).map_err(|e| record_failure(state, ip, e))?;
-    let caller = if looks_like_jwt(token) {
-        federation::collection_caller(state, req, token, ip)
-            .await
-            .map_err(|e| record_failure(state, ip, e))?
+    let now = state.now();
+    let grant = if looks_like_jwt(token) {
+        let federated = federation::verified(state, req, token).await;
+        let (verified, candidates, chosen) = federated.map_err(|e| record_failure(state, ip, e))?;
+        let credential = Credential::IdentityToken {
+            claims: &verified.claims,
+            candidates: &candidates,
+            chosen,
+        };
+        let decided = access::decide(credential, Request::Collection, ip, now);
+        return decided
+            .map(|grant| caller_of(&grant).expect("an identity token acts as an account"))
+            .map_err(|refusal| record_failure(state, ip, refused(refusal, "")));
     } else {
         match verify_secret(state, token, ip).await? {
-            CredentialOwner::Account(id) => AccountCaller {
-                account: load_account(state, id)
+            CredentialOwner::Account(id) => {
+                let account = load_account(state, id)
                     .await
-                    .map_err(|e| record_failure(state, ip, e))?,
-                rules: None,
-                ip,
-            },
-            CredentialOwner::AnonymousService(_) => {
-                return Err(ApiError::Forbidden(
-                    "an anonymous service's secret only works on that service's own calls".into(),
-                ))
+                    .map_err(|e| record_failure(state, ip, e))?;
+                access::decide(Credential::Account(&account), Request::Collection, ip, now)
+                    .map(|grant| caller_of(&grant))
+                    .map_err(|refusal| refused(refusal, ""))?
             }
+            CredentialOwner::AnonymousService(id) => access::decide(
+                Credential::AnonymousSecret(id),
+                Request::Collection,
+                ip,
+                now,
+            )
+            .map(|grant| caller_of(&grant))
+            .map_err(|refusal| refused(refusal, ""))?,
         }
     };
-    check_ip(&caller)?;
-    Ok(caller)
+    grant.ok_or(ApiError::Internal)
 }
 
 /// Authenticates and authorizes a call on one service, found by subdomain or id; returns the
-/// service. Answers 404
-/// for services that do not exist, have expired or are not the caller's, and 403 when the
-/// caller's patterns do not cover the service.
+/// service. Answers 404 for services that do not exist, have expired or are not the caller's,
+/// and 403 when the caller's address or patterns do not allow it (`registry_domain::access`).
 pub async fn service_caller(state: &AppState, req: &HttpRequest, key: &str) -> ApiResult<Service> {
     let ip = client_ip(req, &state.trusted_proxies);
     check_brute_force(state, ip)?;
     let token = bearer(req).map_err(|e| record_failure(state, ip, e))?;
+    let now = state.now();
     if looks_like_jwt(token) {
-        return federation::service_caller(state, req, token, key, ip)
-            .await
-            .map_err(|e| record_failure(state, ip, e));
+        let federated = federation::verified(state, req, token).await;
+        let (verified, candidates, chosen) = federated.map_err(|e| record_failure(state, ip, e))?;
+        let service = directory::service(state, key).await?;
+        let credential = Credential::IdentityToken {
+            claims: &verified.claims,
+            candidates: &candidates,
+            chosen,
+        };
+        return match access::decide(credential, Request::Service(service.as_deref()), ip, now) {
+            Ok(_) => Ok(Service::clone(
+                service.as_deref().ok_or(ApiError::Internal)?,
+            )),
+            Err(refusal) => Err(record_failure(state, ip, refused(refusal, key))),
+        };
     }
     let owner = verify_secret(state, token, ip).await?;
-    let now = state.now();
-    let service = directory::service(state, key)
-        .await?
-        .filter(|s| !s.is_expired_at(now));
-    match owner {
-        CredentialOwner::AnonymousService(id) => match service {
-            Some(service) if service.id == id => Ok(Service::clone(&service)),
-            _ => Err(not_found_service(key)),
-        },
-        CredentialOwner::Account(id) => {
-            let caller = AccountCaller {
-                account: load_account(state, id)
-                    .await
-                    .map_err(|e| record_failure(state, ip, e))?,
-                rules: None,
-                ip,
-            };
-            check_ip(&caller)?;
-            let service = service
-                .filter(|s| s.customer_id == Some(caller.customer_id()))
-                .ok_or_else(|| not_found_service(key))?;
-            authorize(&caller, &service)?;
-            Ok(Service::clone(&service))
-        }
-    }
-}
-
-/// 403 unless the caller's patterns cover the service.
-pub fn authorize(caller: &AccountCaller, service: &Service) -> ApiResult<()> {
-    if caller.may_act_on(&service.subdomain) {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden(format!(
-            "this service account's policy does not cover the service {:?}",
-            service.subdomain
-        )))
-    }
+    let account = match owner {
+        CredentialOwner::Account(id) => Some(
+            load_account(state, id)
+                .await
+                .map_err(|e| record_failure(state, ip, e))?,
+        ),
+        CredentialOwner::AnonymousService(_) => None,
+    };
+    let credential = match (owner, &account) {
+        (_, Some(account)) => Credential::Account(account),
+        (CredentialOwner::AnonymousService(id), None) => Credential::AnonymousSecret(id),
+        (CredentialOwner::Account(_), None) => return Err(ApiError::Internal),
+    };
+    let service = directory::service(state, key).await?;
+    access::decide(credential, Request::Service(service.as_deref()), ip, now)
+        .map_err(|refusal| refused(refusal, key))?;
+    Ok(Service::clone(
+        service.as_deref().ok_or(ApiError::Internal)?,
+    ))
 }
 
 /// The 404 of a service that does not exist for this caller.

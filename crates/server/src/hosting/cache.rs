@@ -301,6 +301,10 @@ impl HostingCache {
         hosts.bytes += hosted.bytes();
         if let Some(old) = hosts.by_subdomain.insert(service.subdomain.clone(), hosted) {
             hosts.bytes -= old.bytes();
+            if old.service_id != service.id {
+                // The name passed to a new service: the old one no longer serves anything.
+                hosts.subdomain_of.remove(&old.service_id);
+            }
         }
         hosts
             .subdomain_of
@@ -313,11 +317,23 @@ impl HostingCache {
         self.write().forget(service_id);
     }
 
-    /// Replaces everything (start-up warm-up).
+    /// Serves exactly `published`, replacing everything at once (start-up, and a replica that
+    /// fell behind the change log's horizon).
     pub fn load(&self, published: &[(Service, PublishedConfig)]) {
+        let fresh = HostingCache {
+            hosts: RwLock::default(),
+            max_bytes: self.max_bytes,
+            served: AtomicU64::new(self.served.load(Ordering::Relaxed)),
+            host_prefix: String::new(),
+            host_suffix: String::new(),
+            api_host: String::new(),
+            template: self.template.clone(),
+        };
         for (service, config) in published {
-            self.put(service, config);
+            fresh.put(service, config);
         }
+        let hosts = std::mem::take(&mut *fresh.write());
+        *self.write() = hosts;
     }
 
     /// How many subdomains are served (in memory or not).
@@ -354,11 +370,23 @@ struct Hosts {
 }
 
 impl Hosts {
+    /// Stops serving the service `service_id`. A subdomain is let go only while it still
+    /// belongs to that service: a service deleted and created again under the same name has a
+    /// new id, and forgetting the old one must not take the new one's documents.
     fn forget(&mut self, service_id: Uuid) {
-        if let Some(subdomain) = self.subdomain_of.remove(&service_id) {
+        let Some(subdomain) = self.subdomain_of.remove(&service_id) else {
+            return;
+        };
+        if self
+            .by_subdomain
+            .get(&subdomain)
+            .is_some_and(|h| h.service_id == service_id)
+        {
             if let Some(old) = self.by_subdomain.remove(&subdomain) {
                 self.bytes -= old.bytes();
             }
+        }
+        if self.evicted.get(&subdomain) == Some(&service_id) {
             self.evicted.remove(&subdomain);
         }
     }
@@ -405,6 +433,27 @@ mod tests {
             updated_at: now,
         };
         (service, config)
+    }
+
+    #[test]
+    fn forgetting_a_deleted_service_spares_the_new_one_of_the_same_name() {
+        let cache = HostingCache::new(
+            "http://{subdomain}.localhost",
+            "http://api.localhost",
+            1 << 20,
+        )
+        .unwrap();
+        let old = published("api-x", 10);
+        let new = published("api-x", 20);
+        cache.put(&old.0, &old.1);
+        cache.put(&new.0, &new.1);
+        // The old id's removal arrives after the new service was published (log order).
+        cache.remove(old.0.id);
+        let served = cache.get("api-x").expect("the new service is still served");
+        assert_eq!(served.service_id, new.0.id);
+        cache.remove(new.0.id);
+        assert!(cache.get("api-x").is_none());
+        assert_eq!(cache.bytes(), 0);
     }
 
     #[test]

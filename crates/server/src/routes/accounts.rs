@@ -10,10 +10,11 @@ use crate::state::AppState;
 use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::access::{self, Refusal};
 use registry_domain::credentials::{self, CredentialKind, GeneratedSecret};
 use registry_domain::limits;
 use registry_domain::policy::{ParsedPolicy, Policy, PolicyKind};
-use registry_domain::ports::{AccountStore, CredentialRecord, ServiceStore};
+use registry_domain::ports::CredentialRecord;
 use registry_domain::{ServiceAccount, Violation};
 use serde_json::Value;
 use uuid::Uuid;
@@ -22,13 +23,19 @@ const MAX_NAME: usize = 200;
 
 async fn manager(state: &AppState, req: &HttpRequest) -> ApiResult<AccountCaller> {
     let caller = auth::collection_caller(state, req).await?;
-    if caller.has_full_scope() {
-        Ok(caller)
-    } else {
-        Err(ApiError::Forbidden(
-            "managing service accounts needs a service account whose services include \"*\"".into(),
-        ))
-    }
+    may_manage(&caller, None)?;
+    Ok(caller)
+}
+
+/// DECISIONS §5 (`registry_domain::access::may_manage`): the caller's patterns include `"*"`,
+/// and `target` (a new policy, or the one of an account it would change, delete or re-key) is
+/// no broader than the caller's addresses.
+fn may_manage(caller: &AccountCaller, target: Option<&Policy>) -> ApiResult<()> {
+    let scope = caller.scope().unwrap_or_default();
+    access::may_manage(&scope, &caller.account.policy, target).map_err(|refusal| match refusal {
+        Refusal::Forbidden(detail) => ApiError::Forbidden(detail),
+        _ => ApiError::Internal,
+    })
 }
 
 fn not_found(id: &str) -> ApiError {
@@ -67,24 +74,8 @@ async fn managed_account(
     id: &str,
 ) -> ApiResult<ServiceAccount> {
     let account = owned_account(state, caller, id).await?;
-    within_callers_addresses(caller, &account.policy)?;
+    may_manage(caller, Some(&account.policy))?;
     Ok(account)
-}
-
-/// Refuses a caller limited to some addresses an account (a new policy, or one it would change,
-/// delete or re-key) usable from addresses outside its own: that account is broader than the
-/// caller, which DECISIONS §5 forbids.
-fn within_callers_addresses(caller: &AccountCaller, policy: &Policy) -> ApiResult<()> {
-    let own = caller.account.policy.ip_allowlist();
-    if policy.ip_allowlist().is_within(own) {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden(
-            "this service account has an ip_allowlist, so the accounts it manages must have one \
-             whose every entry lies inside one of its own entries"
-                .into(),
-        ))
-    }
 }
 
 fn under_policy(violations: Vec<Violation>) -> ApiError {
@@ -112,7 +103,7 @@ async fn checked_policy(
     if !too_large.is_empty() {
         return Err(under_policy(too_large));
     }
-    within_callers_addresses(caller, &parsed.policy)?;
+    may_manage(caller, Some(&parsed.policy))?;
     let customer_id = caller.customer_id();
     if parsed.policy.kind() == PolicyKind::Oidc {
         let others: Vec<Policy> = state
@@ -271,14 +262,10 @@ pub async fn patch(
     if let Some(document) = fields.raw("policy").cloned() {
         match checked_policy(&state, &caller, &document, Some(account.id)).await {
             Ok(parsed) if parsed.policy.kind() != account.policy.kind() => {
-                return Err(ApiError::KindImmutable(Violation::new(
-                    "/policy/kind",
-                    format!(
-                        "this account's kind is {:?} and cannot become {:?}",
-                        account.policy.kind().as_str(),
-                        parsed.policy.kind().as_str()
-                    ),
-                )));
+                let why = access::kind_may_change(account.policy.kind(), parsed.policy.kind())
+                    .err()
+                    .unwrap_or_default();
+                return Err(ApiError::KindImmutable(Violation::new("/policy/kind", why)));
             }
             Ok(parsed) => {
                 account.policy = parsed.policy;
@@ -327,12 +314,8 @@ pub async fn regenerate_token(
 ) -> ApiResult<HttpResponse> {
     let caller = manager(&state, &req).await?;
     let account = managed_account(&state, &caller, &path).await?;
-    if account.policy.kind() != PolicyKind::Static {
-        return Err(ApiError::BadRequest(
-            "oidc service accounts authenticate with identity tokens and have no token to regenerate"
-                .into(),
-        ));
-    }
+    access::may_regenerate_token(account.policy.kind())
+        .map_err(|why| ApiError::BadRequest(why.into()))?;
     let (token, record) = new_token(&state).await?;
     let id = account.id;
     let stored = record.clone();

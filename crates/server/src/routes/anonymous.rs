@@ -11,7 +11,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::anonymous::{lifetime, remaining_seconds};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::naming::anonymous_subdomain;
-use registry_domain::ports::{CredentialRecord, ServiceStore};
+use registry_domain::ports::CredentialRecord;
 use registry_domain::Service;
 use serde_json::json;
 

@@ -8,7 +8,6 @@ use crate::problem::{ApiError, ApiResult};
 use crate::routes::services::gone_as_not_found;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use registry_domain::ports::ServiceStore;
 use registry_domain::publishing::{key_ids, publish};
 use registry_domain::service::PublishedConfig;
 use serde_json::{json, Value};

@@ -4,7 +4,6 @@ use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
-use registry_domain::ports::ChangeFeed;
 use serde_json::{json, Value};
 
 const OPENAPI: &str = include_str!("../openapi.json");

@@ -9,7 +9,6 @@ use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::naming::{check_service_name, registered_subdomain};
-use registry_domain::ports::{CustomerStore, ServiceStore};
 use registry_domain::{Service, Violation};
 
 /// Longest title accepted.

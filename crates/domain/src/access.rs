@@ -1,0 +1,379 @@
+//! The access decision (DECISIONS §4–§7): may this caller make this call, from this address,
+//! now? One function, [`decide`], for static tokens, anonymous secrets and identity tokens;
+//! and the rules of managing service accounts ([`may_manage`], [`may_regenerate_token`]). The
+//! server authenticates (argon2, signatures) and finds the service; what follows is decided here.
+//!
+//! The order of the answers is part of the contract: a credential that nobody accepts is a 401;
+//! an address outside the account's `ip_allowlist` a 403; a service that is not the caller's
+//! (or does not exist, or has expired) a 404, never a 403; a service the caller's patterns do
+//! not cover a 403.
+//!
+//! ```
+//! use registry_domain::access::{decide, Credential, Refusal, Request};
+//! use registry_domain::policy::Policy;
+//! use registry_domain::{Service, ServiceAccount};
+//! use serde_json::json;
+//! use std::sync::Arc;
+//! use time::macros::datetime;
+//! use uuid::Uuid;
+//!
+//! let customer = Uuid::new_v4();
+//! let now = datetime!(2026-11-23 12:00 UTC);
+//! let account = Arc::new(ServiceAccount {
+//!     id: Uuid::new_v4(),
+//!     customer_id: customer,
+//!     name: "deployer".into(),
+//!     policy: Policy::parse(&json!({"kind": "static", "services": ["api-acme"]})).unwrap().policy,
+//!     created_at: now,
+//! });
+//! let service = |name: &str| Service {
+//!     id: Uuid::new_v4(),
+//!     customer_id: Some(customer),
+//!     subdomain: name.into(),
+//!     title: None,
+//!     description: None,
+//!     created_at: now,
+//!     expires_at: None,
+//! };
+//! let ip = "192.0.2.1".parse().unwrap();
+//! let (api, web) = (service("api-acme"), service("web-acme"));
+//! assert!(decide(Credential::Account(&account), Request::Service(Some(&api)), ip, now).is_ok());
+//! assert!(matches!(
+//!     decide(Credential::Account(&account), Request::Service(Some(&web)), ip, now),
+//!     Err(Refusal::Forbidden(_))
+//! ));
+//! assert_eq!(
+//!     decide(Credential::Account(&account), Request::Service(None), ip, now).unwrap_err(),
+//!     Refusal::NotFound
+//! );
+//! ```
+
+use crate::policy::{Decision, DenyReason, Policy, PolicyKind};
+use crate::{Service, ServiceAccount};
+use serde_json::{Map, Value};
+use std::net::IpAddr;
+use std::sync::Arc;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// A credential the server has verified, and what it found for it.
+#[derive(Debug, Clone, Copy)]
+pub enum Credential<'a> {
+    /// A static token: its account.
+    Account(&'a Arc<ServiceAccount>),
+    /// An anonymous service's secret: the id of its service.
+    AnonymousSecret(Uuid),
+    /// An identity token whose signature and times verified.
+    IdentityToken {
+        /// Its claims.
+        claims: &'a Map<String, Value>,
+        /// The accounts (of any customer) with a rule naming the token's `iss`.
+        candidates: &'a [Arc<ServiceAccount>],
+        /// The account the client chose with `X-Service-Account`, if it did.
+        chosen: Option<Uuid>,
+    },
+}
+
+/// The call, as far as access is concerned.
+#[derive(Debug, Clone, Copy)]
+pub enum Request<'a> {
+    /// A call on one service: the service the path names, if there is one.
+    Service(Option<&'a Service>),
+    /// A call on no one service (`/services`, `/service-accounts…`).
+    Collection,
+}
+
+/// Who acts, once access is granted.
+#[derive(Debug, Clone)]
+pub enum Grant<'a> {
+    /// A service account. For an identity token, the rules its claims matched (all of them:
+    /// the caller's scope is their services).
+    Account {
+        /// The account.
+        account: &'a Arc<ServiceAccount>,
+        /// `Some` for an identity token.
+        rules: Option<Vec<usize>>,
+    },
+    /// An anonymous service's secret, on its own service.
+    AnonymousService,
+}
+
+impl Grant<'_> {
+    /// The account that acts, if one does.
+    pub fn account(&self) -> Option<&Arc<ServiceAccount>> {
+        match self {
+            Grant::Account { account, .. } => Some(account),
+            Grant::AnonymousService => None,
+        }
+    }
+}
+
+/// Why a call is refused, as DECISIONS §4 answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// 401: no account accepts the credential. The reason is for the log, never the client.
+    Unauthenticated(&'static str),
+    /// 401 whose detail the client sees: several accounts accept the identity token on a
+    /// collection call, and `X-Service-Account` must choose.
+    Ambiguous,
+    /// 403, with a sentence for the client.
+    Forbidden(String),
+    /// 404: no such service for this caller (missing, expired, or another customer's).
+    NotFound,
+}
+
+const OUTSIDE_ALLOWLIST: &str = "the source address is not in this service account's ip_allowlist";
+
+fn outside_allowlist() -> Refusal {
+    Refusal::Forbidden(OUTSIDE_ALLOWLIST.into())
+}
+
+/// Decides a call. `now` decides whether an anonymous service has expired.
+pub fn decide<'a>(
+    credential: Credential<'a>,
+    request: Request<'_>,
+    ip: IpAddr,
+    now: OffsetDateTime,
+) -> Result<Grant<'a>, Refusal> {
+    let request = match request {
+        Request::Service(service) => Request::Service(service.filter(|s| !s.is_expired_at(now))),
+        collection => collection,
+    };
+    match credential {
+        Credential::Account(account) => decide_static(account, request, ip),
+        Credential::AnonymousSecret(id) => match request {
+            Request::Service(Some(service)) if service.id == id => Ok(Grant::AnonymousService),
+            Request::Service(_) => Err(Refusal::NotFound),
+            Request::Collection => Err(Refusal::Forbidden(
+                "an anonymous service's secret only works on that service's own calls".into(),
+            )),
+        },
+        Credential::IdentityToken {
+            claims,
+            candidates,
+            chosen,
+        } => {
+            let eligible = || {
+                candidates
+                    .iter()
+                    .filter(move |a| chosen.is_none_or(|id| a.id == id))
+            };
+            match request {
+                Request::Collection => decide_federated_collection(claims, eligible(), ip),
+                Request::Service(service) => {
+                    decide_federated_service(claims, eligible(), service, ip)
+                }
+            }
+        }
+    }
+}
+
+fn decide_static<'a>(
+    account: &'a Arc<ServiceAccount>,
+    request: Request<'_>,
+    ip: IpAddr,
+) -> Result<Grant<'a>, Refusal> {
+    let policy = &account.policy;
+    if policy.kind() != PolicyKind::Static {
+        return Err(Refusal::Unauthenticated(
+            "a static token for an account whose policy is oidc",
+        ));
+    }
+    // The address first: a static token's caller is known, and its allowlist is its own.
+    if !policy.allows_ip(ip) {
+        return Err(outside_allowlist());
+    }
+    let grant = Grant::Account {
+        account,
+        rules: None,
+    };
+    let Request::Service(service) = request else {
+        return Ok(grant);
+    };
+    let service = service
+        .filter(|s| s.customer_id == Some(account.customer_id))
+        .ok_or(Refusal::NotFound)?;
+    match policy.evaluate(None, Some(&service.subdomain), ip) {
+        Decision::Allow { .. } => Ok(grant),
+        Decision::Deny(reason) => Err(refusal_of(reason)),
+    }
+}
+
+/// The 403 of a refusal after the claims matched.
+fn refusal_of(reason: DenyReason) -> Refusal {
+    match reason {
+        DenyReason::IpNotAllowed { .. } => outside_allowlist(),
+        DenyReason::ServiceNotCovered { subdomain, rules } if rules.is_empty() => {
+            Refusal::Forbidden(format!(
+                "this service account's policy does not cover the service {subdomain:?}"
+            ))
+        }
+        DenyReason::ServiceNotCovered { subdomain, .. } => Refusal::Forbidden(format!(
+            "no rule that accepts this identity token covers the service {subdomain:?}"
+        )),
+        DenyReason::KindMismatch { .. } | DenyReason::NoRuleMatched { .. } => {
+            Refusal::Unauthenticated("no rule accepts the credential")
+        }
+    }
+}
+
+/// The account's matching rules, when its policy accepts the token's claims.
+fn accepted(account: &ServiceAccount, claims: &Map<String, Value>) -> Option<Vec<usize>> {
+    let rules = account.policy.matching_rules(claims);
+    (!rules.is_empty()).then_some(rules)
+}
+
+fn decide_federated_collection<'a>(
+    claims: &Map<String, Value>,
+    mut eligible: impl Iterator<Item = &'a Arc<ServiceAccount>>,
+    ip: IpAddr,
+) -> Result<Grant<'a>, Refusal> {
+    // Matching stops at the second account that accepts: that is already an ambiguity.
+    let mut accepting = eligible
+        .by_ref()
+        .filter_map(|a| accepted(a, claims).map(|rules| (a, rules)));
+    let (account, rules) = accepting.next().ok_or(Refusal::Unauthenticated(
+        "no account's rules accept the token",
+    ))?;
+    if accepting.next().is_some() {
+        return Err(Refusal::Ambiguous);
+    }
+    if !account.policy.allows_ip(ip) {
+        return Err(outside_allowlist());
+    }
+    Ok(Grant::Account {
+        account,
+        rules: Some(rules),
+    })
+}
+
+fn decide_federated_service<'a>(
+    claims: &Map<String, Value>,
+    eligible: impl Iterator<Item = &'a Arc<ServiceAccount>> + Clone,
+    service: Option<&Service>,
+    ip: IpAddr,
+) -> Result<Grant<'a>, Refusal> {
+    let owner = service.and_then(|s| s.customer_id);
+    let mut outcome: Option<Result<Grant<'a>, Refusal>> = None;
+    if let (Some(service), Some(owner)) = (service, owner) {
+        // Only the owner's accounts are candidates (spec §4 rule 2); each is matched once.
+        for account in eligible.clone().filter(|a| a.customer_id == owner) {
+            let decision = account
+                .policy
+                .evaluate(Some(claims), Some(&service.subdomain), ip);
+            let refusal = match decision {
+                Decision::Allow { .. } => {
+                    let rules = account.policy.matching_rules(claims);
+                    return Ok(Grant::Account {
+                        account,
+                        rules: Some(rules),
+                    });
+                }
+                Decision::Deny(
+                    DenyReason::NoRuleMatched { .. } | DenyReason::KindMismatch { .. },
+                ) => continue,
+                Decision::Deny(reason) => refusal_of(reason),
+            };
+            // An account that accepts the token but does not cover the service outranks one
+            // whose allowlist refuses the address: the caller reaches the service's owner.
+            let covers_less = refusal != outside_allowlist();
+            if outcome.is_none() || covers_less {
+                outcome = Some(Err(refusal));
+            }
+        }
+    }
+    if let Some(outcome) = outcome {
+        return outcome;
+    }
+    // No account of the owner accepts: a token some other account accepts is a caller without
+    // this service (404, no existence oracle); one that nobody accepts, a 401.
+    let accepted_elsewhere = eligible
+        .filter(|a| owner.is_none() || Some(a.customer_id) != owner)
+        .any(|a| accepted(a, claims).is_some());
+    Err(if accepted_elsewhere {
+        Refusal::NotFound
+    } else {
+        Refusal::Unauthenticated("no account's rules accept the token")
+    })
+}
+
+/// DECISIONS §5 for `/service-accounts…`: the caller's patterns include `"*"`; and an account
+/// it creates, changes, deletes or re-keys (`target`, the new policy or the existing one) is
+/// no broader than the caller's addresses.
+///
+/// ```
+/// use registry_domain::access::{may_manage, Refusal};
+/// use registry_domain::policy::Policy;
+/// use serde_json::json;
+///
+/// let policy = |v: serde_json::Value| Policy::parse(&v).unwrap().policy;
+/// let office = policy(json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}));
+/// let anywhere = policy(json!({"kind": "static", "services": ["api-acme"]}));
+/// let scope = office.static_scope().unwrap();
+/// assert!(may_manage(&scope, &office, None).is_ok());
+/// assert!(matches!(may_manage(&scope, &office, Some(&anywhere)), Err(Refusal::Forbidden(_))));
+/// let narrow = anywhere.static_scope().unwrap();
+/// assert!(matches!(may_manage(&narrow, &anywhere, None), Err(Refusal::Forbidden(_))));
+/// ```
+pub fn may_manage(
+    caller_scope: &crate::policy::Scope<'_>,
+    caller_policy: &Policy,
+    target: Option<&Policy>,
+) -> Result<(), Refusal> {
+    if !caller_scope.includes_all() {
+        return Err(Refusal::Forbidden(
+            "managing service accounts needs a service account whose services include \"*\"".into(),
+        ));
+    }
+    match target {
+        Some(target)
+            if !target
+                .ip_allowlist()
+                .is_within(caller_policy.ip_allowlist()) =>
+        {
+            Err(Refusal::Forbidden(
+                "this service account has an ip_allowlist, so the accounts it manages must have \
+                 one whose every entry lies inside one of its own entries"
+                    .into(),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether an account has a token to regenerate: only `static` accounts do.
+///
+/// ```
+/// use registry_domain::access::may_regenerate_token;
+/// use registry_domain::policy::PolicyKind;
+/// assert!(may_regenerate_token(PolicyKind::Static).is_ok());
+/// assert!(may_regenerate_token(PolicyKind::Oidc).is_err());
+/// ```
+pub fn may_regenerate_token(kind: PolicyKind) -> Result<(), &'static str> {
+    match kind {
+        PolicyKind::Static => Ok(()),
+        PolicyKind::Oidc => Err(
+            "oidc service accounts authenticate with identity tokens and have no token to regenerate",
+        ),
+    }
+}
+
+/// A policy's kind never changes: to switch, delete the account and create another.
+///
+/// ```
+/// use registry_domain::access::kind_may_change;
+/// use registry_domain::policy::PolicyKind;
+/// assert!(kind_may_change(PolicyKind::Oidc, PolicyKind::Oidc).is_ok());
+/// assert!(kind_may_change(PolicyKind::Oidc, PolicyKind::Static).is_err());
+/// ```
+pub fn kind_may_change(from: PolicyKind, to: PolicyKind) -> Result<(), String> {
+    if from == to {
+        Ok(())
+    } else {
+        Err(format!(
+            "this account's kind is {:?} and cannot become {:?}",
+            from.as_str(),
+            to.as_str()
+        ))
+    }
+}

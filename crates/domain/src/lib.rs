@@ -11,6 +11,8 @@
 //!   checks of the uploaded key set.
 //! * [`limits`]: what one customer may make every request pay for (policy sizes, issuers per
 //!   customer), and the keys of per-address limits.
+//! * [`keys`]: the key lifecycle of a published service: retired keys that stay published for
+//!   a while, thumbprints, the key inventory.
 //! * [`anonymous`]: lifetime of anonymous services.
 //! * [`credentials`]: the shape of static tokens and anonymous secrets.
 //! * [`claims`]: time-based checks of a verified JWT's registered claims.
@@ -34,6 +36,7 @@ pub mod claims;
 pub mod credentials;
 pub mod customer;
 pub mod error;
+pub mod keys;
 pub mod limits;
 pub mod naming;
 pub mod policy;

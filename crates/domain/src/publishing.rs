@@ -48,6 +48,64 @@ pub fn jwks_uri(issuer: &str) -> String {
     format!("{issuer}{JWKS_PATH}")
 }
 
+/// The default subject of the wiring guide: a Kubernetes service account.
+pub const DEFAULT_WIRING_SUBJECT: &str = "system:serviceaccount:default:default";
+
+/// What to register in AWS, GCP and Azure to trust `issuer` (DECISIONS §11, "Wiring guide"),
+/// for tokens whose `sub` is `subject`. The AWS trust policy conditions on `aud` **and** `sub`:
+/// a policy on `aud` alone lets every subject of the issuer assume the role.
+///
+/// ```
+/// use registry_domain::publishing::wiring_guide;
+/// let guide = wiring_guide("https://k3s-acme.oidc.example.com", "system:serviceaccount:ci:deployer");
+/// let condition = &guide["aws"]["trustPolicy"]["Statement"][0]["Condition"]["StringEquals"];
+/// assert_eq!(condition["k3s-acme.oidc.example.com:aud"], "sts.amazonaws.com");
+/// assert_eq!(condition["k3s-acme.oidc.example.com:sub"], "system:serviceaccount:ci:deployer");
+/// assert_eq!(guide["jwksUri"], "https://k3s-acme.oidc.example.com/openid/v1/jwks");
+/// ```
+pub fn wiring_guide(issuer: &str, subject: &str) -> Value {
+    let host_and_path = issuer
+        .split_once("://")
+        .map_or(issuer, |(_, rest)| rest)
+        .trim_end_matches('/');
+    serde_json::json!({
+        "issuer": issuer,
+        "jwksUri": jwks_uri(issuer),
+        "aws": {
+            "providerUrl": issuer,
+            "audience": "sts.amazonaws.com",
+            "trustPolicy": {
+                "Version": "2012-10-17",
+                "Statement": [{
+                    "Effect": "Allow",
+                    "Principal": {
+                        "Federated": format!("arn:aws:iam::<ACCOUNT_ID>:oidc-provider/{host_and_path}")
+                    },
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            format!("{host_and_path}:aud"): "sts.amazonaws.com",
+                            format!("{host_and_path}:sub"): subject
+                        }
+                    }
+                }]
+            }
+        },
+        "gcp": {
+            "issuerUri": issuer,
+            "allowedAudiences": [
+                "//iam.googleapis.com/projects/<PROJECT_NUMBER>/locations/global/workloadIdentityPools/<POOL_ID>/providers/<PROVIDER_ID>"
+            ],
+            "attributeMapping": {"google.subject": "assertion.sub"}
+        },
+        "azure": {
+            "issuer": issuer,
+            "audience": "api://AzureADTokenExchange",
+            "subjectExample": subject
+        }
+    })
+}
+
 /// Sets a discovery document's `issuer` and `jwks_uri` to the hosted ones, in place when they
 /// are present (serde_json's `preserve_order` keeps their position), appended when not. Also used
 /// to re-point documents published under an earlier issuer URL template.
@@ -108,12 +166,18 @@ pub fn publish(
         return Err(vec![Violation::new("", "the body must be a JSON object")]);
     };
     for key in body.keys() {
-        if key != "openidConfiguration" && key != "jwks" {
+        if !["openidConfiguration", "jwks", "retainRemovedKeysHours"].contains(&key.as_str()) {
             problems.push(Violation::new(
                 format!("/{}", escape_token(key)),
-                format!("unknown field {key:?}: only openidConfiguration and jwks are accepted"),
+                format!(
+                    "unknown field {key:?}: only openidConfiguration, jwks and \
+                     retainRemovedKeysHours are accepted"
+                ),
             ));
         }
+    }
+    if let Err(violation) = crate::keys::retain_hours(body.get("retainRemovedKeysHours")) {
+        problems.push(violation);
     }
     let mut warnings = Vec::new();
     let configuration = match body.get("openidConfiguration") {
@@ -142,12 +206,7 @@ pub fn publish(
     }
     if let Some(previous) = previous_kids.filter(|p| !p.is_empty()) {
         if !previous.iter().any(|k| kids.contains(k)) {
-            warnings.push(format!(
-                "no key of the previously published set ({}) is in the new one: verifiers that \
-                 cached the old set will reject tokens signed with the new keys until they refetch; \
-                 publish old and new keys together during a rotation",
-                previous.join(", ")
-            ));
+            warnings.push(no_overlap_warning(previous, None));
         }
     }
     Ok(Publication {
@@ -155,6 +214,32 @@ pub fn publish(
         jwks: body["jwks"].clone(),
         warnings,
     })
+}
+
+/// The warning of an upload that keeps no key of the previous set (DECISIONS §8); with the
+/// time until which the registry keeps the old keys published, when it does (§11).
+pub(crate) fn no_overlap_warning(
+    previous: &[String],
+    retained_until: Option<time::OffsetDateTime>,
+) -> String {
+    let kept = match retained_until.and_then(|until| {
+        until
+            .format(&time::format_description::well_known::Rfc3339)
+            .ok()
+    }) {
+        Some(until) => format!(
+            "; the registry keeps the old keys published until {until} \
+             (retainRemovedKeysHours), so verifiers that refetch accept tokens signed with them \
+             until then"
+        ),
+        None => String::new(),
+    };
+    format!(
+        "no key of the previously published set ({}) is in the new one: verifiers that cached \
+         the old set will reject tokens signed with the new keys until they refetch; publish old \
+         and new keys together during a rotation{kept}",
+        previous.join(", ")
+    )
 }
 
 fn rewrite(
@@ -343,18 +428,28 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
                     ));
                 }
             }
-            member("e", problems);
+            if let Some(e) = member("e", problems) {
+                // A verifier refuses an even exponent or 1 (OpenSSL does).
+                let odd = e.last().is_some_and(|b| b & 1 == 1);
+                let above_one = e.iter().rev().skip(1).any(|b| *b != 0) || e.last() > Some(&1);
+                if !(odd && above_one) {
+                    problems.push(Violation::new(
+                        format!("{at}/e"),
+                        "the RSA exponent must be odd and greater than 1",
+                    ));
+                }
+            }
             &["RS256", "RS384", "RS512", "PS256", "PS384", "PS512"]
         }
         Some("EC") => {
             let (size, algs): (usize, &[&str]) = match key.get("crv").and_then(Value::as_str) {
+                // The curves of the algorithms verifiers accept (DECISIONS §7: ES256, ES384).
                 Some("P-256") => (32, &["ES256"]),
                 Some("P-384") => (48, &["ES384"]),
-                Some("P-521") => (66, &["ES512"]),
                 _ => {
                     problems.push(Violation::new(
                         format!("{at}/crv"),
-                        "crv must be P-256, P-384 or P-521 for an EC key",
+                        "crv must be P-256 or P-384 for an EC key (ES256, ES384)",
                     ));
                     (0, &[])
                 }

@@ -59,4 +59,6 @@ pub struct PublishedConfig {
     pub jwks: String,
     /// When it was published; drives `Last-Modified`.
     pub updated_at: OffsetDateTime,
+    /// Every key published, current and retired (DECISIONS §11).
+    pub keys: crate::keys::KeyState,
 }

@@ -114,6 +114,26 @@ impl Key {
     }
 }
 
+/// Imports uploaded keys exactly as the verifier imports an issuer's keys: a key the registry
+/// publishes is one that `OidcVerifier` (and so any verifier built on OpenSSL) can use. OpenSSL
+/// refuses an EC point that is not on its curve.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VerifierKeyImport;
+
+impl registry_domain::ports::KeyImport for VerifierKeyImport {
+    fn import(&self, jwk: &serde_json::Map<String, Value>) -> Result<(), String> {
+        let parsed = Jwk::from_map(jwk.clone()).map_err(|e| format!("not a JSON Web Key: {e}"))?;
+        match Key::from_jwk(&parsed) {
+            Some(_) => Ok(()),
+            None => Err(match jwk.get("kty").and_then(Value::as_str) {
+                Some("EC") => "the key does not import: its point is not on its curve".into(),
+                Some(kty) => format!("the key does not import as a {kty} signing key"),
+                None => "the key does not import".into(),
+            }),
+        }
+    }
+}
+
 /// The usable signing keys of one issuer.
 #[derive(Debug)]
 pub struct KeySet {

@@ -41,7 +41,7 @@ pub use address::{classify, AddressClass};
 pub use cache::OidcMetrics;
 pub use config::OidcConfig;
 pub use error::OidcError;
-pub use keys::Alg;
+pub use keys::{Alg, VerifierKeyImport};
 
 use cache::KeyCache;
 use fetch::Fetcher;

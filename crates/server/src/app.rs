@@ -90,7 +90,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         Ok::<_, registry_domain::StoreError>((after, published, warm.store.oidc_accounts()?))
     })
     .await??;
-    state.hosting.load(&published);
+    state.hosting.load(&published, state.now());
     state.directory.load_trust(oidc_accounts);
     state.directory.caught_up_to(after);
 

@@ -326,7 +326,7 @@ async fn reload_everything(state: &AppState) -> ApiResult<()> {
             Ok((latest, s.published()?, s.oidc_accounts()?))
         })
         .await?;
-    state.hosting.load(&published);
+    state.hosting.load(&published, state.now());
     state.directory.load_trust(oidc_accounts);
     state.directory.forget_all();
     state.directory.caught_up_to(latest);
@@ -354,6 +354,18 @@ pub async fn reload_evicted(state: &AppState, id: Uuid) -> ApiResult<()> {
     reload_hosted(state, id).await
 }
 
+/// Builds a hosted entry again from what it was built from, once its key set changed by itself
+/// (a retired key's time ran out): no database read, and every replica computes the same
+/// documents and ETag. Under the catch-up lock, so a newer configuration applied meanwhile wins.
+pub async fn refresh_hosted(state: &AppState, subdomain: &str) {
+    let _one_at_a_time = state.directory.one_at_a_time().await;
+    let now = state.now();
+    if let Some(hosted) = state.hosting.get(subdomain).filter(|h| h.is_stale_at(now)) {
+        let (service, config) = &*hosted.source;
+        state.hosting.put(service, config, now);
+    }
+}
+
 /// Reloads one service's public documents: public requests never read the database.
 async fn reload_hosted(state: &AppState, id: Uuid) -> ApiResult<()> {
     match state
@@ -361,7 +373,7 @@ async fn reload_hosted(state: &AppState, id: Uuid) -> ApiResult<()> {
         .await?
     {
         // Replaced in one step: a public GET in between sees the old documents or the new.
-        (Some(service), Some(config)) => state.hosting.put(&service, &config),
+        (Some(service), Some(config)) => state.hosting.put(&service, &config, state.now()),
         _ => state.hosting.remove(id),
     }
     Ok(())

@@ -44,8 +44,23 @@ fn print_json(value: &serde_json::Value) {
     );
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Exit codes: 0 done, 1 the command failed (one sentence on stderr), 2 the command line is
+/// wrong (clap's usage message).
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // One line, the causes joined (libpq's messages span lines): never a backtrace,
+            // whatever RUST_BACKTRACE says.
+            let message = format!("{error:#}");
+            let line: Vec<&str> = message.split_whitespace().collect();
+            eprintln!("registry: {}", line.join(" "));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(settings) => {
             init_logging(settings.log_format);

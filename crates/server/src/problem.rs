@@ -70,6 +70,9 @@ pub enum ApiError {
         retry_after_secs: u64,
         detail: String,
     },
+    /// A `kid` published now came back with other key material (DECISIONS §11).
+    #[error("a key id is already published with other key material")]
+    KidReused(Vec<Violation>),
     /// The database does not answer.
     #[error("the service is temporarily unavailable, retry shortly")]
     Unavailable,
@@ -114,6 +117,7 @@ impl ApiError {
             }
             ApiError::UnknownServices(_) => ("unknown-services", "Unknown services in policy"),
             ApiError::KindImmutable(_) => ("kind-immutable", "Policy kind cannot change"),
+            ApiError::KidReused(_) => ("kid-reused", "Key id reused with other material"),
             ApiError::Naming(NamingError::PlanRequired(_)) => {
                 ("plan-required", "Plan does not allow this")
             }
@@ -134,7 +138,7 @@ impl ApiError {
 
     fn violations(&self) -> Option<Vec<Cow<'_, Violation>>> {
         match self {
-            ApiError::Validation(v) | ApiError::UnknownServices(v) => {
+            ApiError::Validation(v) | ApiError::UnknownServices(v) | ApiError::KidReused(v) => {
                 Some(v.iter().map(Cow::Borrowed).collect())
             }
             ApiError::KindImmutable(v) => Some(vec![Cow::Borrowed(v)]),
@@ -157,10 +161,12 @@ impl ApiError {
                  Authorization: Bearer <token>"
                     .to_owned()
             }),
-            ApiError::Validation(v) | ApiError::UnknownServices(v) if v.len() == 1 => {
+            ApiError::Validation(v) | ApiError::UnknownServices(v) | ApiError::KidReused(v)
+                if v.len() == 1 =>
+            {
                 format!("{}: {}", self, v[0])
             }
-            ApiError::Validation(v) | ApiError::UnknownServices(v) => {
+            ApiError::Validation(v) | ApiError::UnknownServices(v) | ApiError::KidReused(v) => {
                 format!("{} ({} problems, see errors)", self, v.len())
             }
             ApiError::KindImmutable(v) => format!(
@@ -188,6 +194,7 @@ impl ResponseError for ApiError {
             | ApiError::Validation(_)
             | ApiError::UnknownServices(_)
             | ApiError::KindImmutable(_)
+            | ApiError::KidReused(_)
             | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Naming(NamingError::PlanRequired(_)) => StatusCode::FORBIDDEN,
             ApiError::Naming(_) => StatusCode::BAD_REQUEST,

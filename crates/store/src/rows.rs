@@ -5,6 +5,7 @@
 
 use crate::error::{Failure, Res};
 use diesel::Queryable;
+use registry_domain::keys::KeyState;
 use registry_domain::policy::Policy;
 use registry_domain::service::PublishedConfig;
 use registry_domain::{Customer, Plan, Service, ServiceAccount, StoreError};
@@ -136,17 +137,43 @@ pub(crate) struct ConfigRow {
     openid_configuration: String,
     jwks: String,
     updated_at: i64,
+    key_state: String,
 }
 
 impl ConfigRow {
     pub(crate) fn into_domain(self) -> Res<PublishedConfig> {
+        let updated_at = instant(self.updated_at)?;
+        let keys = if self.key_state.is_empty() {
+            // Published before the lifecycle was recorded: every key current.
+            let jwks: serde_json::Value = serde_json::from_str(&self.jwks).map_err(|e| {
+                corrupt(format_args!("key set of service {}: {e}", self.service_id))
+            })?;
+            KeyState::of_uploaded(&jwks, updated_at)
+        } else {
+            serde_json::from_str(&self.key_state).map_err(|e| {
+                corrupt(format_args!(
+                    "key state of service {}: {e}",
+                    self.service_id
+                ))
+            })?
+        };
         Ok(PublishedConfig {
             service_id: uuid(&self.service_id)?,
             openid_configuration: self.openid_configuration,
             jwks: self.jwks,
-            updated_at: instant(self.updated_at)?,
+            updated_at,
+            keys,
         })
     }
+}
+
+/// The key state as stored: JSON text.
+pub(crate) fn key_state_text(keys: &KeyState) -> Res<String> {
+    serde_json::to_string(keys).map_err(|e| {
+        Failure(StoreError::Unavailable(format!(
+            "cannot serialize a key state: {e}"
+        )))
+    })
 }
 
 #[cfg(test)]

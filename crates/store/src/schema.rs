@@ -55,6 +55,7 @@ diesel::table! {
         openid_configuration -> Text,
         jwks -> Text,
         updated_at -> BigInt,
+        key_state -> Text,
     }
 }
 

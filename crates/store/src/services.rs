@@ -2,7 +2,7 @@
 
 use crate::error::Res;
 use crate::pool::Db;
-use crate::rows::{id_text, millis, ConfigRow, ServiceRow};
+use crate::rows::{id_text, key_state_text, millis, ConfigRow, ServiceRow};
 use crate::schema::{credentials, published_configs, services};
 use crate::Store;
 use diesel::prelude::*;
@@ -206,6 +206,7 @@ impl ServiceStore for Store {
                     published_configs::openid_configuration.eq(&config.openid_configuration),
                     published_configs::jwks.eq(&config.jwks),
                     published_configs::updated_at.eq(millis(config.updated_at)),
+                    published_configs::key_state.eq(key_state_text(&config.keys)?),
                 ))
                 .execute(conn)?;
             if updated == 0 {
@@ -215,6 +216,7 @@ impl ServiceStore for Store {
                         published_configs::openid_configuration.eq(&config.openid_configuration),
                         published_configs::jwks.eq(&config.jwks),
                         published_configs::updated_at.eq(millis(config.updated_at)),
+                        published_configs::key_state.eq(key_state_text(&config.keys)?),
                     ))
                     .execute(conn)?;
             }

@@ -7,6 +7,7 @@ mod dashboard;
 mod errors;
 mod federation;
 mod hosting;
+mod keys;
 mod ops;
 mod outage;
 mod policy_fixtures;

@@ -245,3 +245,49 @@ fn customer_commands() {
     )
     .is_err());
 }
+
+/// Every failing command says one sentence on stderr and exits 1, never with a backtrace or a
+/// panic, even with `RUST_BACKTRACE=1` set as many Rust users have it; a wrong command line
+/// exits 2 with its usage.
+#[test]
+fn command_errors_are_one_sentence_and_an_exit_code() {
+    let database = registry_tests::fresh_database_url();
+    let run = |args: &[&str]| {
+        std::process::Command::new(registry_tests::server::registry_binary())
+            .args(args)
+            .env("REGISTRY_DATABASE_URL", &database)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &[
+            "customer", "create", "--tenant", "h", "--plan", "free", "--name", "H",
+        ][..],
+        &[
+            "customer", "create", "--tenant", "foo-acme", "--plan", "free", "--name", "F",
+        ],
+        &[
+            "customer", "set-plan", "--tenant", "nobody", "--plan", "free",
+        ],
+        &[
+            "customer",
+            "list",
+            "--database-url",
+            "postgres://127.0.0.1:1/none?connect_timeout=1",
+        ],
+    ] {
+        let output = run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("registry: "), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("backtrace") && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+    }
+    let usage = run(&["customer", "create", "--plan", "nope"]);
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("Usage"));
+}

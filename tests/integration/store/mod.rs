@@ -109,13 +109,17 @@ fn anonymous(subdomain: &str, created: i64, expires: i64) -> Service {
 }
 
 fn config(service_id: Uuid, issuer: &str, updated: i64) -> PublishedConfig {
+    let jwks = r#"{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k1","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}"#;
     PublishedConfig {
         service_id,
-        openid_configuration: json!({"issuer": issuer, "jwks_uri": format!("{issuer}/openid/v1/jwks")})
-            .to_string(),
-        jwks: r#"{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k1","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}"#
-            .into(),
+        openid_configuration:
+            json!({"issuer": issuer, "jwks_uri": format!("{issuer}/openid/v1/jwks")}).to_string(),
+        jwks: jwks.into(),
         updated_at: at(updated),
+        keys: registry_domain::keys::KeyState::of_uploaded(
+            &serde_json::from_str(jwks).unwrap(),
+            at(updated),
+        ),
     }
 }
 

@@ -42,11 +42,6 @@ impl Document {
             etag: HeaderValue::from_str(&etag).expect("hex digits are a valid header value"),
         }
     }
-
-    /// The document as text (it was published as text).
-    pub fn text(&self) -> &str {
-        std::str::from_utf8(&self.body).unwrap_or_default()
-    }
 }
 
 /// What a subdomain serves.
@@ -54,28 +49,48 @@ impl Document {
 pub struct Hosted {
     /// The discovery document.
     pub discovery: Document,
-    /// The key set.
+    /// The public key set: the uploaded keys, then the retired keys still published.
     pub jwks: Document,
+    /// The key set as uploaded (what `GET /services/{s}/config` returns).
+    pub uploaded_jwks: actix_web::web::Bytes,
     /// `Last-Modified`, formatted.
     pub last_modified: HeaderValue,
-    /// When it was published (whole seconds, for If-Modified-Since).
+    /// When the documents last changed (whole seconds, for If-Modified-Since).
     pub modified_at: OffsetDateTime,
     /// Expiry of an anonymous service.
     pub expires_at: Option<OffsetDateTime>,
+    /// When the public key set changes by itself (a retired key's time runs out): the entry is
+    /// built again from `source` then.
+    pub refresh_at: Option<OffsetDateTime>,
+    /// What it was built from.
+    pub source: Box<(Service, PublishedConfig)>,
     /// The cache's use counter when last served (the least recently served leave first).
     last_served: AtomicU64,
     service_id: Uuid,
 }
 
 impl Hosted {
-    fn new(service: &Service, config: &PublishedConfig, issuer: &str) -> Self {
-        let modified_at = config
-            .updated_at
-            .replace_nanosecond(0)
-            .unwrap_or(config.updated_at);
+    fn new(service: &Service, config: &PublishedConfig, issuer: &str, now: OffsetDateTime) -> Self {
+        let keys = &config.keys;
+        let jwks = match keys.published(now).any(|k| k.retired_at.is_some()) {
+            false => config.jwks.clone(),
+            true => {
+                let uploaded = serde_json::from_str(&config.jwks).unwrap_or_default();
+                keys.served(&uploaded, now).to_string()
+            }
+        };
+        // A retired key leaving the set is a change of the set, at the time it left.
+        let changed = keys
+            .keys
+            .iter()
+            .filter_map(|k| k.published_until)
+            .filter(|until| *until <= now)
+            .fold(config.updated_at, OffsetDateTime::max);
+        let modified_at = changed.replace_nanosecond(0).unwrap_or(changed);
         Self {
             discovery: Document::new(&current_discovery(&config.openid_configuration, issuer)),
-            jwks: Document::new(&config.jwks),
+            jwks: Document::new(&jwks),
+            uploaded_jwks: actix_web::web::Bytes::copy_from_slice(config.jwks.as_bytes()),
             last_modified: modified_at
                 .format(HTTP_DATE)
                 .ok()
@@ -83,14 +98,21 @@ impl Hosted {
                 .unwrap_or_else(|| HeaderValue::from_static("")),
             modified_at,
             expires_at: service.expires_at,
+            refresh_at: keys.next_change(now),
+            source: Box::new((service.clone(), config.clone())),
             last_served: AtomicU64::new(0),
             service_id: service.id,
         }
     }
 
-    /// Bytes of its documents: what the cache's bound counts.
+    /// Whether the public key set has changed by itself since the entry was built.
+    pub fn is_stale_at(&self, now: OffsetDateTime) -> bool {
+        self.refresh_at.is_some_and(|at| now >= at)
+    }
+
+    /// Bytes of its documents: what the cache's bound counts (the source twice, roughly).
     fn bytes(&self) -> usize {
-        self.discovery.body.len() + self.jwks.body.len()
+        2 * (self.discovery.body.len() + self.jwks.body.len())
     }
 }
 
@@ -281,10 +303,10 @@ impl HostingCache {
         }
     }
 
-    /// Publishes a service's documents, replacing what it served before in one step.
-    pub fn put(&self, service: &Service, config: &PublishedConfig) {
+    /// Publishes a service's documents as of `now`, replacing what it served before in one step.
+    pub fn put(&self, service: &Service, config: &PublishedConfig, now: OffsetDateTime) {
         let issuer = hosted_issuer(&self.template, &service.subdomain);
-        let hosted = Arc::new(Hosted::new(service, config, &issuer));
+        let hosted = Arc::new(Hosted::new(service, config, &issuer, now));
         hosted.last_served.store(
             self.served.fetch_add(1, Ordering::Relaxed),
             Ordering::Relaxed,
@@ -319,7 +341,7 @@ impl HostingCache {
 
     /// Serves exactly `published`, replacing everything at once (start-up, and a replica that
     /// fell behind the change log's horizon).
-    pub fn load(&self, published: &[(Service, PublishedConfig)]) {
+    pub fn load(&self, published: &[(Service, PublishedConfig)], now: OffsetDateTime) {
         let fresh = HostingCache {
             hosts: RwLock::default(),
             max_bytes: self.max_bytes,
@@ -330,7 +352,7 @@ impl HostingCache {
             template: self.template.clone(),
         };
         for (service, config) in published {
-            fresh.put(service, config);
+            fresh.put(service, config, now);
         }
         let hosts = std::mem::take(&mut *fresh.write());
         *self.write() = hosts;
@@ -431,6 +453,7 @@ mod tests {
             openid_configuration: format!(r#"{{"issuer":"x","pad":"{}"}}"#, "p".repeat(padding)),
             jwks: r#"{"keys":[]}"#.into(),
             updated_at: now,
+            keys: registry_domain::keys::KeyState::default(),
         };
         (service, config)
     }
@@ -445,8 +468,8 @@ mod tests {
         .unwrap();
         let old = published("api-x", 10);
         let new = published("api-x", 20);
-        cache.put(&old.0, &old.1);
-        cache.put(&new.0, &new.1);
+        cache.put(&old.0, &old.1, OffsetDateTime::now_utc());
+        cache.put(&new.0, &new.1, OffsetDateTime::now_utc());
         // The old id's removal arrives after the new service was published (log order).
         cache.remove(old.0.id);
         let served = cache.get("api-x").expect("the new service is still served");
@@ -465,24 +488,24 @@ mod tests {
             published("b-x", 1000),
             published("c-x", 1000),
         );
-        cache.put(&a.0, &a.1);
-        cache.put(&b.0, &b.1);
+        cache.put(&a.0, &a.1, OffsetDateTime::now_utc());
+        cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
         assert!(cache.get("a-x").is_some()); // a is served after b was published
-        cache.put(&c.0, &c.1);
+        cache.put(&c.0, &c.1, OffsetDateTime::now_utc());
         assert!(cache.bytes() <= 3000, "{}", cache.bytes());
         assert!(matches!(cache.lookup("b-x"), Lookup::Evicted(id) if id == b.0.id));
         assert!(matches!(cache.lookup("a-x"), Lookup::Hit(_)));
         assert!(matches!(cache.lookup("nobody-x"), Lookup::Miss));
         assert_eq!(cache.len(), 3);
         // Read again, it comes back and something else leaves.
-        cache.put(&b.0, &b.1);
+        cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
         assert!(matches!(cache.lookup("b-x"), Lookup::Hit(_)));
         assert!(cache.bytes() <= 3000);
         cache.remove(b.0.id);
         assert!(matches!(cache.lookup("b-x"), Lookup::Miss));
         // A republication replaces in one step, and the bytes follow.
         let before = cache.bytes();
-        cache.put(&a.0, &a.1);
+        cache.put(&a.0, &a.1, OffsetDateTime::now_utc());
         assert_eq!(cache.bytes(), before);
     }
 

@@ -47,6 +47,10 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         return Err(ApiError::MethodNotAllowed("GET, HEAD"));
     }
     let hosted = match state.hosting.lookup(&subdomain) {
+        Lookup::Hit(hosted) if hosted.is_stale_at(state.now()) => {
+            crate::directory::refresh_hosted(&state, &subdomain).await;
+            state.hosting.get(&subdomain)
+        }
         Lookup::Hit(hosted) => Some(hosted),
         Lookup::Evicted(id) => {
             crate::directory::reload_evicted(&state, id).await?;
@@ -96,19 +100,20 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
     Ok(response.body(document.body.clone()))
 }
 
-/// The body of `GET /services/{s}/config`, `{"openidConfiguration": …, "jwks": …}`: the
+/// The body of `GET /services/{s}/config`, `{"openidConfiguration": …, "jwks": …}` (the key
+/// set as uploaded, without the retired keys): the
 /// published documents are already compact JSON, so the body is their bytes joined, exactly what
 /// serialising the parsed documents again would give, without parsing them.
 pub fn config_body(hosted: &Hosted) -> web::Bytes {
     const OPEN: &[u8] = br#"{"openidConfiguration":"#;
     const BETWEEN: &[u8] = br#","jwks":"#;
     let mut body = Vec::with_capacity(
-        OPEN.len() + hosted.discovery.body.len() + BETWEEN.len() + hosted.jwks.body.len() + 1,
+        OPEN.len() + hosted.discovery.body.len() + BETWEEN.len() + hosted.uploaded_jwks.len() + 1,
     );
     body.extend_from_slice(OPEN);
     body.extend_from_slice(&hosted.discovery.body);
     body.extend_from_slice(BETWEEN);
-    body.extend_from_slice(&hosted.jwks.body);
+    body.extend_from_slice(&hosted.uploaded_jwks);
     body.push(b'}');
     body.into()
 }

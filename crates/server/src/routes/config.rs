@@ -8,18 +8,12 @@ use crate::problem::{ApiError, ApiResult};
 use crate::routes::services::gone_as_not_found;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use registry_domain::publishing::{key_ids, publish};
+use registry_domain::keys;
 use registry_domain::service::PublishedConfig;
-use serde_json::{json, Value};
+use registry_oidc::VerifierKeyImport;
+use serde_json::json;
 
-fn parse_stored(text: &str) -> ApiResult<Value> {
-    serde_json::from_str(text).map_err(|e| {
-        tracing::error!(error = %e, "a stored configuration is not JSON");
-        ApiError::Internal
-    })
-}
-
-fn nothing_published(subdomain: &str) -> ApiError {
+pub(crate) fn nothing_published(subdomain: &str) -> ApiError {
     ApiError::NotFound(format!("nothing is published for {subdomain:?}"))
 }
 
@@ -56,19 +50,30 @@ pub async fn put(
                 "the body must be {\"openidConfiguration\": {...}, \"jwks\": {\"keys\": [...]}}",
             )])
         })?;
-    // Authentication brought the hosting cache up to date with the database.
-    let previous_kids = match state.hosting.get(&service.subdomain) {
-        Some(hosted) => Some(key_ids(&parse_stored(hosted.jwks.text())?)),
-        None => None,
-    };
+    let id = service.id;
+    let previous = state.db(move |s| s.config(id)).await?;
+    let previous_keys = previous.map(|c| c.keys).unwrap_or_default();
     let issuer = state.issuer_of(&service.subdomain);
-    let publication =
-        publish(&body, &issuer, previous_kids.as_deref()).map_err(ApiError::Validation)?;
+    let now = state.now();
+    let upload = keys::upload(
+        &body,
+        &issuer,
+        &previous_keys,
+        &VerifierKeyImport,
+        now,
+        service.expires_at,
+    )
+    .map_err(|refused| match refused.kid_reused {
+        true => ApiError::KidReused(refused.violations),
+        false => ApiError::Validation(refused.violations),
+    })?;
+    let publication = upload.publication;
     let config = PublishedConfig {
         service_id: service.id,
         openid_configuration: publication.openid_configuration.to_string(),
         jwks: publication.jwks.to_string(),
-        updated_at: state.now(),
+        updated_at: now,
+        keys: upload.rotation.state,
     };
     let row = config.clone();
     state

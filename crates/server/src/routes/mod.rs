@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod anonymous;
 pub mod config;
+pub mod keys;
 pub mod ops;
 pub mod services;
 
@@ -34,6 +35,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::delete().to(config::delete))
             .default_service(web::to(|| not_allowed("GET, HEAD, PUT, DELETE"))),
     )
+    .service(get_and_head("/services/{subdomain}/keys", keys::list))
+    .service(
+        web::resource("/services/{subdomain}/keys/{kid}")
+            .route(web::delete().to(keys::delete))
+            .default_service(web::to(|| not_allowed("DELETE"))),
+    )
+    .service(get_and_head(
+        "/services/{subdomain}/federation",
+        keys::federation,
+    ))
     .service(
         web::resource("/anonymous/services")
             .route(web::post().to(anonymous::create))

@@ -1,0 +1,572 @@
+//! The key lifecycle of a published service (DECISIONS §11): rotations that never break a
+//! verifier. Verifiers cache a key set and keep accepting tokens signed by a key until those
+//! expire, so a key that an upload drops is **retired**: it stays in the public key set, after
+//! the uploaded keys, until `retiredAt + retainRemovedKeysHours`, then leaves it on its own.
+//!
+//! Time is a parameter everywhere: [`rotate`] and [`KeyState::served`] take `now`.
+//!
+//! ```
+//! use registry_domain::keys::{rotate, KeyState, Rotation};
+//! use serde_json::json;
+//! use time::macros::datetime;
+//!
+//! let key = |kid: &str, x: &str| json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": x});
+//! let a = key("a", "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo");
+//! let b = key("b", "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08");
+//! let t0 = datetime!(2026-11-23 10:00 UTC);
+//! let first = rotate(&KeyState::default(), &[a.clone()], 24, t0, None).unwrap();
+//! let second = rotate(&first.state, &[b.clone()], 24, t0 + time::Duration::hours(1), None).unwrap();
+//! assert_eq!(second.retired, ["a"]);
+//! // Until a's time is up, the public set holds b, then a.
+//! let served = second.state.served(&json!({"keys": [b]}), t0 + time::Duration::hours(2));
+//! assert_eq!(served["keys"].as_array().unwrap().len(), 2);
+//! let later = second.state.served(&json!({"keys": []}), t0 + time::Duration::hours(26));
+//! assert_eq!(later["keys"].as_array().unwrap().len(), 0);
+//! ```
+
+use crate::ports::KeyImport;
+use crate::publishing::{no_overlap_warning, publish, Publication};
+use crate::{Violation, Violations};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+
+/// Default of `retainRemovedKeysHours`.
+pub const DEFAULT_RETAIN_HOURS: u32 = 24;
+/// Largest `retainRemovedKeysHours` (a week).
+pub const MAX_RETAIN_HOURS: u32 = 168;
+/// Most keys in the public key set, uploaded and retained together.
+pub const MAX_PUBLISHED_KEYS: usize = 100;
+
+/// One key a service has published, current or retired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRecord {
+    /// Its `kid`.
+    pub kid: String,
+    /// The key as it was uploaded (public members only: uploads with private ones are refused).
+    pub jwk: Map<String, Value>,
+    /// RFC 7638 thumbprint (SHA-256, base64url): the key's material, whatever its other members.
+    pub thumbprint: String,
+    /// When it was first published.
+    #[serde(with = "time::serde::rfc3339")]
+    pub first_published_at: OffsetDateTime,
+    /// When an upload dropped it; `None` while it is current.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub retired_at: Option<OffsetDateTime>,
+    /// Until when a retired key stays published.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub published_until: Option<OffsetDateTime>,
+}
+
+impl KeyRecord {
+    /// Whether the key is in the public key set at `now`.
+    pub fn is_published_at(&self, now: OffsetDateTime) -> bool {
+        self.published_until.is_none_or(|until| now < until)
+    }
+
+    /// `"current"` or `"retired"`.
+    pub fn state(&self) -> &'static str {
+        if self.retired_at.is_some() {
+            "retired"
+        } else {
+            "current"
+        }
+    }
+}
+
+/// Every key a service publishes: the current ones in upload order, then the retired ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyState {
+    /// The keys.
+    pub keys: Vec<KeyRecord>,
+}
+
+/// What an upload did to the keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotation {
+    /// The keys after the upload.
+    pub state: KeyState,
+    /// `kid`s of the uploaded keys that were not published before.
+    pub added: Vec<String>,
+    /// `kid`s that this upload retired (kept published for a while, unless the retention is 0).
+    pub retired: Vec<String>,
+    /// Until when the keys this upload retired stay published (`None`: not at all).
+    pub retired_until: Option<OffsetDateTime>,
+}
+
+/// A problem of a rotation: its pointer, its sentence, and whether it is `kid-reused`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RotationProblem {
+    /// The violation, with its pointer into the upload.
+    pub violation: Violation,
+    /// True for the `kid-reused` problem (its own slug), false for `validation-failed`.
+    pub kid_reused: bool,
+}
+
+/// The RFC 7638 thumbprint of a public JWK (SHA-256, base64url); `None` for a key without the
+/// members its type requires.
+///
+/// ```
+/// use registry_domain::keys::thumbprint;
+/// use serde_json::json;
+/// // The example of RFC 7638 §3.1.
+/// let key = json!({"kty": "RSA", "e": "AQAB", "alg": "RS256", "kid": "2011-04-29",
+///   "n": "0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7aPFFxuhDR1L6tSoc_BJECPebWKRXjBZCiFV4n3oknjhMstn64tZ_2W-5JsGY4Hc5n9yBXArwl93lqt7_RN5w6Cf0h4QyQ5v-65YGjQR0_FDW2QvzqY368QQMicAtaSqzs8KJZgnYb9c7d0zgdAZHzu6qMQvRL5hajrn1n91CbOpbISD08qNLyrdkt-bFTWhAI4vMQFh6WeZu0fM4lFd2NcRwr3XPksINHaQ-G_xBniIqbw0Ls1jF44-csFCur-kEgU8awapJzKnqDKgw"});
+/// assert_eq!(
+///     thumbprint(key.as_object().unwrap()).unwrap(),
+///     "NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs"
+/// );
+/// ```
+pub fn thumbprint(jwk: &Map<String, Value>) -> Option<String> {
+    let member = |name: &str| jwk.get(name).and_then(Value::as_str);
+    // Required members only, in lexicographic order, no white space (RFC 7638 §3.2).
+    let canonical = match member("kty")? {
+        "RSA" => json!({"e": member("e")?, "kty": "RSA", "n": member("n")?}),
+        "EC" => json!({"crv": member("crv")?, "kty": "EC", "x": member("x")?, "y": member("y")?}),
+        "OKP" => json!({"crv": member("crv")?, "kty": "OKP", "x": member("x")?}),
+        _ => return None,
+    };
+    Some(URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.to_string().as_bytes())))
+}
+
+/// Reads `retainRemovedKeysHours` (absent: [`DEFAULT_RETAIN_HOURS`]); an integer 0–168, else a
+/// violation at `/retainRemovedKeysHours`.
+///
+/// ```
+/// use registry_domain::keys::retain_hours;
+/// use serde_json::json;
+/// assert_eq!(retain_hours(None).unwrap(), 24);
+/// assert_eq!(retain_hours(Some(&json!(0))).unwrap(), 0);
+/// for bad in [json!(null), json!("24"), json!(1.5), json!(-1), json!(169)] {
+///     assert!(retain_hours(Some(&bad)).is_err(), "{bad}");
+/// }
+/// ```
+pub fn retain_hours(value: Option<&Value>) -> Result<u32, Violation> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_RETAIN_HOURS);
+    };
+    value
+        .as_u64()
+        .and_then(|h| u32::try_from(h).ok())
+        .filter(|h| *h <= MAX_RETAIN_HOURS)
+        .ok_or_else(|| {
+            Violation::new(
+                "/retainRemovedKeysHours",
+                format!("must be a whole number of hours from 0 to {MAX_RETAIN_HOURS}"),
+            )
+        })
+}
+
+/// The keys after an upload of `uploaded` (the checked `jwks.keys`), `retain` hours of
+/// retention for the keys it drops, at `now`. `expires_at` is an anonymous service's end: its
+/// keys never outlive it.
+pub fn rotate(
+    previous: &KeyState,
+    uploaded: &[Value],
+    retain: u32,
+    now: OffsetDateTime,
+    expires_at: Option<OffsetDateTime>,
+) -> Result<Rotation, Vec<RotationProblem>> {
+    let live: Vec<&KeyRecord> = previous
+        .keys
+        .iter()
+        .filter(|k| k.is_published_at(now))
+        .collect();
+    let mut problems = Vec::new();
+    let mut current = Vec::with_capacity(uploaded.len());
+    let mut added = Vec::new();
+    for (i, key) in uploaded.iter().enumerate() {
+        let Some(jwk) = key.as_object() else { continue };
+        let (Some(kid), Some(thumbprint)) =
+            (jwk.get("kid").and_then(Value::as_str), thumbprint(jwk))
+        else {
+            continue;
+        };
+        let before = live.iter().find(|k| k.kid == kid);
+        if let Some(before) = before.filter(|k| k.thumbprint != thumbprint) {
+            problems.push(RotationProblem {
+                violation: Violation::new(
+                    format!("/jwks/keys/{i}"),
+                    format!(
+                        "kid {kid:?} is already published ({}) with other key material: \
+                         verifiers that cached the old key would reject tokens signed with this \
+                         one. Give the new key a new kid",
+                        before.state()
+                    ),
+                ),
+                kid_reused: true,
+            });
+            continue;
+        }
+        if before.is_none() {
+            added.push(kid.to_owned());
+        }
+        current.push(KeyRecord {
+            kid: kid.to_owned(),
+            jwk: jwk.clone(),
+            thumbprint,
+            first_published_at: before.map_or(now, |k| k.first_published_at),
+            retired_at: None,
+            published_until: None,
+        });
+    }
+    let until = now + time::Duration::hours(i64::from(retain));
+    let until = expires_at.map_or(until, |end| until.min(end));
+    let mut retired = Vec::new();
+    let mut kept = Vec::new();
+    for key in live {
+        if current.iter().any(|c| c.kid == key.kid) {
+            continue;
+        }
+        match key.retired_at {
+            // Retired earlier: its time is its own, an upload never changes it.
+            Some(_) => kept.push(key.clone()),
+            None => {
+                retired.push(key.kid.clone());
+                if retain > 0 && now < until {
+                    kept.push(KeyRecord {
+                        retired_at: Some(now),
+                        published_until: Some(until),
+                        ..key.clone()
+                    });
+                }
+            }
+        }
+    }
+    let total = current.len() + kept.len();
+    if total > MAX_PUBLISHED_KEYS {
+        let names: Vec<&str> = kept.iter().map(|k| k.kid.as_str()).collect();
+        problems.push(RotationProblem {
+            violation: Violation::new(
+                "/jwks/keys",
+                format!(
+                    "the public key set would hold {total} keys, uploaded and retained; at most \
+                     {MAX_PUBLISHED_KEYS} are published. Delete retired keys first \
+                     (DELETE /services/{{s}}/keys/{{kid}}): {}",
+                    names.join(", ")
+                ),
+            ),
+            kid_reused: false,
+        });
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let retired_until = kept
+        .iter()
+        .filter(|k| retired.contains(&k.kid))
+        .find_map(|k| k.published_until);
+    current.extend(kept);
+    Ok(Rotation {
+        state: KeyState { keys: current },
+        added,
+        retired,
+        retired_until,
+    })
+}
+
+/// An accepted upload: what is published, and what it did to the keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upload {
+    /// The rewritten discovery document, the key set as uploaded, the warnings.
+    pub publication: Publication,
+    /// The keys after the upload.
+    pub rotation: Rotation,
+}
+
+/// A refused upload: every problem, and whether it is a `kid-reused` refusal (its own slug).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadError {
+    /// The problems, with pointers into the upload.
+    pub violations: Violations,
+    /// A `kid` published now came back with other key material.
+    pub kid_reused: bool,
+}
+
+impl From<Violations> for UploadError {
+    fn from(violations: Violations) -> Self {
+        UploadError {
+            violations,
+            kid_reused: false,
+        }
+    }
+}
+
+/// `PUT /services/{s}/config` with its key lifecycle: the checks and rewrite of
+/// [`publish`](crate::publishing::publish), every key imported as a verifier would
+/// ([`KeyImport`]), then [`rotate`] from `previous` at `now` (`expires_at`: an anonymous
+/// service's end).
+pub fn upload(
+    body: &Value,
+    issuer: &str,
+    previous: &KeyState,
+    import: &dyn KeyImport,
+    now: OffsetDateTime,
+    expires_at: Option<OffsetDateTime>,
+) -> Result<Upload, UploadError> {
+    let mut publication = publish(body, issuer, None)?;
+    let keys: Vec<Value> = publication.jwks["keys"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let unusable: Violations = keys
+        .iter()
+        .enumerate()
+        .filter_map(|(i, key)| {
+            let why = import.import(key.as_object()?).err()?;
+            Some(Violation::new(
+                format!("/jwks/keys/{i}"),
+                format!("{why}: no verifier could use it"),
+            ))
+        })
+        .collect();
+    if !unusable.is_empty() {
+        return Err(unusable.into());
+    }
+    let retain = retain_hours(body.get("retainRemovedKeysHours")).map_err(|v| vec![v])?;
+    let rotation =
+        rotate(previous, &keys, retain, now, expires_at).map_err(|problems| UploadError {
+            kid_reused: problems.iter().any(|p| p.kid_reused),
+            violations: problems.into_iter().map(|p| p.violation).collect(),
+        })?;
+    let before: Vec<String> = previous
+        .published(now)
+        .filter(|k| k.retired_at.is_none())
+        .map(|k| k.kid.clone())
+        .collect();
+    let kept_one = rotation
+        .state
+        .keys
+        .iter()
+        .any(|k| k.retired_at.is_none() && before.contains(&k.kid));
+    if !before.is_empty() && !kept_one {
+        publication
+            .warnings
+            .push(no_overlap_warning(&before, rotation.retired_until));
+    }
+    Ok(Upload {
+        publication,
+        rotation,
+    })
+}
+
+/// Why a key cannot be deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyDeleteError {
+    /// It is current: upload a set without it first (409).
+    Current,
+    /// No published key has this `kid` (404).
+    Unknown,
+}
+
+impl KeyState {
+    /// The state of keys published before the lifecycle was recorded: every key of `jwks`
+    /// current, first published at `published_at`.
+    pub fn of_uploaded(jwks: &Value, published_at: OffsetDateTime) -> KeyState {
+        let keys = jwks
+            .get("keys")
+            .and_then(Value::as_array)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(Value::as_object)
+                    .filter_map(|jwk| {
+                        Some(KeyRecord {
+                            kid: jwk.get("kid")?.as_str()?.to_owned(),
+                            thumbprint: thumbprint(jwk)?,
+                            jwk: jwk.clone(),
+                            first_published_at: published_at,
+                            retired_at: None,
+                            published_until: None,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        KeyState { keys }
+    }
+
+    /// The public key set at `now`: the uploaded `jwks` as it was uploaded, then the retired
+    /// keys still published, in the order they were retired.
+    pub fn served(&self, uploaded: &Value, now: OffsetDateTime) -> Value {
+        let mut keys: Vec<Value> = uploaded
+            .get("keys")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        keys.extend(
+            self.keys
+                .iter()
+                .filter(|k| k.retired_at.is_some() && k.is_published_at(now))
+                .map(|k| Value::Object(k.jwk.clone())),
+        );
+        json!({"keys": keys})
+    }
+
+    /// When the public key set next changes by itself (a retired key's time runs out).
+    pub fn next_change(&self, now: OffsetDateTime) -> Option<OffsetDateTime> {
+        self.keys
+            .iter()
+            .filter_map(|k| k.published_until)
+            .filter(|until| now < *until)
+            .min()
+    }
+
+    /// The keys published at `now`, current ones first.
+    pub fn published(&self, now: OffsetDateTime) -> impl Iterator<Item = &KeyRecord> {
+        self.keys.iter().filter(move |k| k.is_published_at(now))
+    }
+
+    /// The state without the retired key `kid` (a compromised key, withdrawn at once).
+    pub fn without_retired(
+        &self,
+        kid: &str,
+        now: OffsetDateTime,
+    ) -> Result<KeyState, KeyDeleteError> {
+        match self.published(now).find(|k| k.kid == kid) {
+            None => Err(KeyDeleteError::Unknown),
+            Some(k) if k.retired_at.is_none() => Err(KeyDeleteError::Current),
+            Some(_) => Ok(KeyState {
+                keys: self.keys.iter().filter(|k| k.kid != kid).cloned().collect(),
+            }),
+        }
+    }
+
+    /// The inventory of `GET /services/{s}/keys` at `now`.
+    pub fn inventory(&self, now: OffsetDateTime) -> Value {
+        let rfc3339 = |t: OffsetDateTime| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default()
+        };
+        let keys: Vec<Value> = self
+            .published(now)
+            .map(|k| {
+                let mut view = json!({
+                    "kid": k.kid,
+                    "kty": k.jwk.get("kty").cloned().unwrap_or(Value::Null),
+                    "thumbprint": k.thumbprint,
+                    "state": k.state(),
+                    "firstPublishedAt": rfc3339(k.first_published_at),
+                });
+                if let Some(alg) = k.jwk.get("alg") {
+                    view["alg"] = alg.clone();
+                }
+                if let Some(at) = k.retired_at {
+                    view["retiredAt"] = rfc3339(at).into();
+                }
+                if let Some(until) = k.published_until {
+                    view["publishedUntil"] = rfc3339(until).into();
+                }
+                view
+            })
+            .collect();
+        json!({"keys": keys})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+    use time::Duration;
+
+    fn key(kid: &str, x: &str) -> Value {
+        json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": x})
+    }
+
+    const X1: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+    const X2: &str = "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08";
+    const X3: &str = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs";
+
+    #[test]
+    fn retired_keys_keep_their_time_and_come_back_with_their_own_material() {
+        let t0 = datetime!(2026-11-23 10:00 UTC);
+        let one = rotate(&KeyState::default(), &[key("a", X1)], 24, t0, None).unwrap();
+        assert_eq!(one.added, ["a"]);
+        let two = rotate(
+            &one.state,
+            &[key("b", X2)],
+            24,
+            t0 + Duration::hours(1),
+            None,
+        )
+        .unwrap();
+        let until = t0 + Duration::hours(25);
+        assert_eq!(two.retired_until, Some(until));
+        // A later upload neither extends nor shortens a's time.
+        let three = rotate(
+            &two.state,
+            &[key("c", X3)],
+            1,
+            t0 + Duration::hours(2),
+            None,
+        )
+        .unwrap();
+        let a = three.state.keys.iter().find(|k| k.kid == "a").unwrap();
+        assert_eq!(a.published_until, Some(until));
+        // a comes back with its own material: current again, first published at t0.
+        let four = rotate(
+            &three.state,
+            &[key("a", X1)],
+            24,
+            t0 + Duration::hours(3),
+            None,
+        )
+        .unwrap();
+        let a = &four.state.keys[0];
+        assert_eq!(
+            (a.kid.as_str(), a.retired_at, a.first_published_at),
+            ("a", None, t0)
+        );
+        // With other material: kid-reused, whatever its state.
+        let reused = rotate(
+            &four.state,
+            &[key("c", X1)],
+            24,
+            t0 + Duration::hours(3),
+            None,
+        )
+        .unwrap_err();
+        assert!(reused[0].kid_reused);
+        assert_eq!(reused[0].violation.pointer, "/jwks/keys/0");
+    }
+
+    #[test]
+    fn an_anonymous_services_keys_never_outlive_it() {
+        let t0 = datetime!(2026-11-23 10:00 UTC);
+        let end = t0 + Duration::hours(2);
+        let one = rotate(&KeyState::default(), &[key("a", X1)], 24, t0, Some(end)).unwrap();
+        let two = rotate(&one.state, &[key("b", X2)], 24, t0, Some(end)).unwrap();
+        assert_eq!(two.retired_until, Some(end));
+        assert_eq!(two.state.next_change(t0), Some(end));
+        let served = two.state.served(&json!({"keys": [key("b", X2)]}), end);
+        assert_eq!(served["keys"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_public_set_holds_at_most_a_hundred_keys() {
+        let t0 = datetime!(2026-11-23 10:00 UTC);
+        let many = |prefix: &str, n: usize| -> Vec<Value> {
+            (0..n)
+                .map(|i| {
+                    let x = URL_SAFE_NO_PAD.encode([u8::try_from(i).unwrap(); 32]);
+                    json!({"kty": "OKP", "crv": "Ed25519", "kid": format!("{prefix}{i}"),
+                        "x": format!("{x}{prefix}")})
+                })
+                .collect()
+        };
+        let first = rotate(&KeyState::default(), &many("a", 60), 24, t0, None).unwrap();
+        let refused = rotate(&first.state, &many("b", 60), 24, t0, None).unwrap_err();
+        assert_eq!(refused[0].violation.pointer, "/jwks/keys");
+        assert!(refused[0].violation.message.contains("a59"));
+        let state = first.state.without_retired("a1", t0);
+        assert_eq!(state, Err(KeyDeleteError::Current));
+        assert_eq!(
+            first.state.without_retired("zz", t0),
+            Err(KeyDeleteError::Unknown)
+        );
+    }
+}

@@ -1,0 +1,97 @@
+//! `/services/{subdomain}/keys…` and `/services/{subdomain}/federation`: the key inventory, the
+//! withdrawal of a retired key, and what to register in a cloud to trust the issuer
+//! (DECISIONS §11). Anonymous secrets may call them on their own service (§5).
+
+use crate::auth;
+use crate::directory;
+use crate::problem::{ApiError, ApiResult};
+use crate::routes::services::gone_as_not_found;
+use crate::state::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::keys::{KeyDeleteError, KeyState};
+use registry_domain::publishing::{wiring_guide, DEFAULT_WIRING_SUBJECT};
+use registry_domain::service::PublishedConfig;
+use serde::Deserialize;
+use serde_json::json;
+
+/// `GET /services/{subdomain}/keys`: every published key, current ones first.
+pub async fn list(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let service = auth::service_caller(&state, &req, &path).await?;
+    // Authentication brought the hosting cache up to date with the database.
+    let now = state.now();
+    let inventory = match state.hosting.get(&service.subdomain) {
+        Some(hosted) => hosted.source.1.keys.inventory(now),
+        None => KeyState::default().inventory(now),
+    };
+    Ok(HttpResponse::Ok().json(inventory))
+}
+
+/// `DELETE /services/{subdomain}/keys/{kid}`: withdraws a retired key at once (a compromised
+/// key); a current key is a 409, an unknown one a 404.
+pub async fn delete(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let (key, kid) = path.into_inner();
+    let service = auth::service_caller(&state, &req, &key).await?;
+    let id = service.id;
+    let Some(config) = state.db(move |s| s.config(id)).await? else {
+        return Err(unknown_key(&kid));
+    };
+    let now = state.now();
+    let keys = config
+        .keys
+        .without_retired(&kid, now)
+        .map_err(|e| match e {
+            KeyDeleteError::Current => ApiError::Conflict(format!(
+            "key {kid:?} is current: upload a key set without it first, then delete it once it \
+             is retired"
+        )),
+            KeyDeleteError::Unknown => unknown_key(&kid),
+        })?;
+    let row = PublishedConfig {
+        keys,
+        updated_at: now,
+        ..config
+    };
+    state
+        .db(move |s| s.put_config(&row))
+        .await
+        .map_err(|e| gone_as_not_found(e, &key))?;
+    directory::settle_write(&state).await;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+fn unknown_key(kid: &str) -> ApiError {
+    ApiError::NotFound(format!("no published key {kid:?}"))
+}
+
+/// The query of the wiring guide.
+#[derive(Debug, Deserialize)]
+pub struct WiringQuery {
+    subject: Option<String>,
+}
+
+/// `GET /services/{subdomain}/federation[?subject=…]`: what to register in AWS, GCP and Azure.
+pub async fn federation(
+    req: HttpRequest,
+    path: web::Path<String>,
+    query: web::Query<WiringQuery>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let service = auth::service_caller(&state, &req, &path).await?;
+    let subject = query
+        .subject
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_WIRING_SUBJECT);
+    let issuer = state.issuer_of(&service.subdomain);
+    let mut guide = wiring_guide(&issuer, subject);
+    guide["service"] = json!(service.subdomain);
+    Ok(HttpResponse::Ok().json(guide))
+}

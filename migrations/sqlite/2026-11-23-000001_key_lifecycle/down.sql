@@ -1,0 +1,1 @@
+ALTER TABLE published_configs DROP COLUMN key_state;

@@ -12,6 +12,8 @@ pub use support::database::{backend_name, execute_sql, fresh_database_url, POSTG
 
 /// The test OIDC issuer (see [`issuer::TestIssuer`]).
 pub use support::issuer;
+/// A stand-in for a kube-apiserver's issuer discovery endpoints.
+pub use support::kube;
 
 /// A TCP proxy that cuts a server off its PostgreSQL database (see [`proxy::Proxy`]).
 pub use support::proxy;

@@ -2,3 +2,4 @@ mod api;
 mod oidc;
 mod security;
 mod store;
+mod sync;

@@ -2,5 +2,6 @@
 
 pub mod database;
 pub mod issuer;
+pub mod kube;
 pub mod proxy;
 pub mod server;

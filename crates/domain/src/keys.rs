@@ -354,6 +354,81 @@ pub fn upload(
     })
 }
 
+/// What `registry sync` found comparing a source's documents with what is published.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SyncPlan {
+    /// Whether an upload is needed.
+    pub changed: bool,
+    /// `kid`s of the source's keys that are not published (or are, with other material).
+    pub added: Vec<String>,
+    /// `kid`s published now that the source no longer has.
+    pub retired: Vec<String>,
+}
+
+/// Compares a source's discovery document and key set with what is published (`published`:
+/// the `{openidConfiguration, jwks}` of `GET /services/{s}/config`, `None` when nothing is).
+/// Keys compare by `kid` and material (RFC 7638 thumbprint); the discovery document by its
+/// members other than `issuer` and `jwks_uri`, which the registry rewrites.
+///
+/// ```
+/// use registry_domain::keys::sync_plan;
+/// use serde_json::json;
+/// let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": "a", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
+/// let discovery = json!({"issuer": "https://kubernetes.default.svc", "jwks_uri": "https://10.0.0.1/openid/v1/jwks",
+///     "response_types_supported": ["id_token"]});
+/// let jwks = json!({"keys": [key]});
+/// assert!(sync_plan(None, &discovery, &jwks).changed);
+/// let published = json!({"openidConfiguration": {"issuer": "https://k3s-acme.example.com",
+///     "jwks_uri": "https://k3s-acme.example.com/openid/v1/jwks", "response_types_supported": ["id_token"]},
+///     "jwks": {"keys": [key]}});
+/// assert!(!sync_plan(Some(&published), &discovery, &jwks).changed);
+/// ```
+pub fn sync_plan(published: Option<&Value>, discovery: &Value, jwks: &Value) -> SyncPlan {
+    let fingerprints = |set: &Value| -> Vec<(String, Option<String>)> {
+        set.get("keys")
+            .and_then(Value::as_array)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(Value::as_object)
+                    .filter_map(|k| Some((k.get("kid")?.as_str()?.to_owned(), thumbprint(k))))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let rewritten = |doc: &Value| -> Map<String, Value> {
+        let mut doc = doc.as_object().cloned().unwrap_or_default();
+        doc.remove("issuer");
+        doc.remove("jwks_uri");
+        doc
+    };
+    let source = fingerprints(jwks);
+    let Some(published) = published else {
+        return SyncPlan {
+            changed: true,
+            added: source.into_iter().map(|(kid, _)| kid).collect(),
+            retired: Vec::new(),
+        };
+    };
+    let current = fingerprints(&published["jwks"]);
+    let added: Vec<String> = source
+        .iter()
+        .filter(|k| !current.contains(k))
+        .map(|(kid, _)| kid.clone())
+        .collect();
+    let retired: Vec<String> = current
+        .iter()
+        .filter(|(kid, _)| !source.iter().any(|(k, _)| k == kid))
+        .map(|(kid, _)| kid.clone())
+        .collect();
+    let discovery_changed = rewritten(&published["openidConfiguration"]) != rewritten(discovery);
+    let order_changed = current.len() == source.len() && current != source;
+    SyncPlan {
+        changed: discovery_changed || order_changed || !added.is_empty() || !retired.is_empty(),
+        added,
+        retired,
+    }
+}
+
 /// Why a key cannot be deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyDeleteError {

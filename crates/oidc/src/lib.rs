@@ -32,6 +32,7 @@ mod config;
 mod error;
 mod fetch;
 mod keys;
+pub mod sync;
 mod token;
 
 #[cfg(feature = "fuzzing")]

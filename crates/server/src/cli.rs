@@ -1,4 +1,4 @@
-//! The command line: `registry serve | migrate | customer …`.
+//! The command line: `registry serve | migrate | customer … | sync`.
 
 use crate::settings::{DatabaseArgs, Settings};
 use clap::{Parser, Subcommand};
@@ -26,6 +26,55 @@ pub enum Command {
         #[command(subcommand)]
         command: CustomerCommand,
     },
+    /// Keep a service's published documents in step with a source issuer (a Kubernetes API
+    /// server, any issuer URL, or files): upload only when they differ. Prints one JSON line per
+    /// cycle on stdout, errors on stderr. Exit codes: 0 in sync or updated, 1 failed (`--once`),
+    /// 2 wrong command line.
+    Sync(SyncArgs),
+}
+
+/// `registry sync`.
+#[derive(Debug, clap::Args)]
+pub struct SyncArgs {
+    /// The service (subdomain or id) whose documents to keep in step.
+    #[arg(long)]
+    pub service: String,
+    /// The registry's API.
+    #[arg(
+        long,
+        env = "REGISTRY_API_URL",
+        default_value = "http://localhost:8080"
+    )]
+    pub api_url: String,
+    /// A static token of the registry (prefer the environment: a flag shows in `ps`).
+    #[arg(long, env = "REGISTRY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// An identity token file (a projected service-account token whose audience is the
+    /// registry), read afresh before every call, for an `oidc` service account: no stored secret.
+    #[arg(long, conflicts_with = "token")]
+    pub identity_token_file: Option<std::path::PathBuf>,
+    /// The source issuer (default: the in-cluster API server,
+    /// https://kubernetes.default.svc, with the in-cluster CA and token).
+    #[arg(long, conflicts_with_all = ["discovery_file", "jwks_file"])]
+    pub source: Option<String>,
+    /// A PEM CA bundle for the source.
+    #[arg(long)]
+    pub source_ca: Option<std::path::PathBuf>,
+    /// A file with the bearer token the source wants, read before every fetch.
+    #[arg(long)]
+    pub source_token_file: Option<std::path::PathBuf>,
+    /// Read the discovery document from this file instead of a source URL.
+    #[arg(long, requires = "jwks_file")]
+    pub discovery_file: Option<std::path::PathBuf>,
+    /// Read the key set from this file instead of a source URL.
+    #[arg(long, requires = "discovery_file")]
+    pub jwks_file: Option<std::path::PathBuf>,
+    /// Run once and exit (the default).
+    #[arg(long, conflicts_with = "interval")]
+    pub once: bool,
+    /// Keep running, one cycle every SECONDS; retries with backoff when either side is down.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub interval: Option<u64>,
 }
 
 /// Customer subcommands.
@@ -34,7 +83,7 @@ pub enum CustomerCommand {
     /// Create a customer and its first service account (policy `{"kind":"static","services":["*"]}`);
     /// prints the customer, the account and the account's token as one JSON object.
     Create {
-        /// Tenant suffix: 2–20 characters of a-z, 0-9 and '-'.
+        /// Tenant suffix: 2–20 characters of a-z and 0-9 (no '-').
         #[arg(long)]
         tenant: String,
         /// Plan: free, team, business or enterprise.

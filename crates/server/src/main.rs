@@ -18,6 +18,7 @@ mod rate_limit;
 mod routes;
 mod settings;
 mod state;
+mod sync;
 mod views;
 
 use clap::Parser;
@@ -76,6 +77,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Sync(args) => sync::run(args),
         Command::Customer { command } => {
             let output = match command {
                 CustomerCommand::Create {

@@ -1,0 +1,357 @@
+//! `registry sync` (DECISIONS §11) against a stand-in for a kube-apiserver's discovery
+//! endpoints (TLS with its own CA, a bearer token): one upload per change on the source, none
+//! when nothing changed; federated with a token signed by the very keys it publishes; clear
+//! failures with exit codes when either side is down or refuses.
+
+use registry_tests::issuer::{compact, KeyKind, SigningKey};
+use registry_tests::kube::KubeApiServer;
+use registry_tests::server::{json, registry_binary, unix_now, Customer, TestServer, AUDIENCE};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn register(server: &TestServer, customer: &Customer) -> String {
+    let response = server
+        .authed(Method::POST, "/services", &customer.token)
+        .json(&json!({"title": "k3s", "serviceName": "k3s"}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    json(response)["subdomain"].as_str().unwrap().to_owned()
+}
+
+/// `registry sync --service SUB --source KUBE …` plus `extra`, with `REGISTRY_TOKEN` = `token`.
+fn sync(
+    server: &TestServer,
+    kube: &KubeApiServer,
+    sub: &str,
+    token: Option<&str>,
+    extra: &[&str],
+) -> Output {
+    let mut command = Command::new(registry_binary());
+    command
+        .args(["sync", "--service", sub, "--api-url", &server.base])
+        .args(["--source", &kube.url])
+        .arg("--source-ca")
+        .arg(&kube.ca_file)
+        .arg("--source-token-file")
+        .arg(&kube.token_file)
+        .args(extra)
+        .env_remove("REGISTRY_TOKEN")
+        .env("RUST_BACKTRACE", "1");
+    if let Some(token) = token {
+        command.env("REGISTRY_TOKEN", token);
+    }
+    command.output().unwrap()
+}
+
+fn line(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "sync failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(stdout.lines().count(), 1, "one JSON line: {stdout}");
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+/// PUTs of configurations the registry answered.
+fn puts(server: &TestServer) -> u64 {
+    let text = server
+        .request(Method::GET, "/metrics")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with(
+                r#"registry_http_requests_total{route="/services/{subdomain}/config",method="PUT""#,
+            )
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn public_kids(server: &TestServer, sub: &str) -> Vec<String> {
+    let set = json(
+        server
+            .hosted(Method::GET, sub, "/openid/v1/jwks")
+            .send()
+            .unwrap(),
+    );
+    set["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn sync_follows_a_clusters_rotation_with_one_upload_per_change() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = register(&server, &acme);
+    let k1 = SigningKey::generate(KeyKind::P256, "k1");
+    let k2 = SigningKey::generate(KeyKind::P256, "k2");
+    let kube = KubeApiServer::start(vec![k1.public_jwk()]);
+
+    let first = line(&sync(&server, &kube, &sub, Some(&acme.token), &["--once"]));
+    assert_eq!(first["changed"], true);
+    assert_eq!(first["added"], json!(["k1"]));
+    assert_eq!(first["service"], sub.as_str());
+    assert!(first["warnings"]
+        .to_string()
+        .contains("--service-account-issuer"));
+    assert_eq!(puts(&server), 1);
+    let again = line(&sync(&server, &kube, &sub, Some(&acme.token), &[]));
+    assert_eq!(
+        again,
+        json!({"service": sub, "changed": false, "added": [], "retired": [], "warnings": []})
+    );
+    assert_eq!(puts(&server), 1, "nothing changed, nothing uploaded");
+
+    // The cluster adds a key, then drops the old one.
+    kube.set_keys(vec![k1.public_jwk(), k2.public_jwk()]);
+    let added = line(&sync(&server, &kube, &sub, Some(&acme.token), &[]));
+    assert_eq!(
+        (added["changed"].clone(), added["added"].clone()),
+        (json!(true), json!(["k2"]))
+    );
+    kube.set_keys(vec![k2.public_jwk()]);
+    let retired = line(&sync(&server, &kube, &sub, Some(&acme.token), &[]));
+    assert_eq!(retired["retired"], json!(["k1"]));
+    assert_eq!(puts(&server), 3);
+    // The registry keeps the dropped key published, retired, after the cluster's.
+    assert_eq!(public_kids(&server, &sub), ["k2", "k1"]);
+    assert!(kube.requests() >= 8);
+}
+
+#[test]
+fn a_cluster_keeps_its_keys_published_with_its_own_token_and_no_stored_secret() {
+    let server = registry_tests::server::insecure_server();
+    let acme = server.customer("acme", "business");
+    let sub = register(&server, &acme);
+    let key = SigningKey::generate(KeyKind::P256, "sa-key");
+    let kube = KubeApiServer::start(vec![key.public_jwk()]);
+    // Bootstrap: the first upload needs a token, since nothing publishes the keys yet.
+    line(&sync(&server, &kube, &sub, Some(&acme.token), &[]));
+    // An oidc account trusting the cluster's hosted issuer, for the sync's own service account.
+    let issuer = server.issuer(&sub);
+    let subject = "system:serviceaccount:registry-sync:registry-sync";
+    let account = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(
+            &json!({"name": "cluster", "policy": {"kind": "oidc", "rules": [{"services": [sub],
+            "claims": {"iss": issuer, "aud": AUDIENCE, "sub": subject}}]}}),
+        )
+        .send()
+        .unwrap();
+    assert_eq!(account.status(), 201);
+    // The projected token on disk, signed by the very key the registry publishes.
+    let dir = registry_tests::server::TempDir::new("projected");
+    let token_file = dir.0.join("token");
+    let now = unix_now();
+    let token = compact(
+        &json!({"alg": "ES256", "kid": "sa-key"}),
+        &json!({"iss": issuer, "sub": subject, "aud": AUDIENCE, "iat": now, "exp": now + 600}),
+        |m| key.sign("ES256", m),
+    );
+    std::fs::write(&token_file, token).unwrap();
+    let rotated = SigningKey::generate(KeyKind::P256, "sa-key-2");
+    kube.set_keys(vec![key.public_jwk(), rotated.public_jwk()]);
+    let federated = line(&sync(
+        &server,
+        &kube,
+        &sub,
+        None,
+        &["--identity-token-file", token_file.to_str().unwrap()],
+    ));
+    assert_eq!(federated["added"], json!(["sa-key-2"]));
+    assert_eq!(public_kids(&server, &sub), ["sa-key", "sa-key-2"]);
+}
+
+#[test]
+fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = register(&server, &acme);
+    let kube = KubeApiServer::start(vec![SigningKey::generate(KeyKind::P256, "k1").public_jwk()]);
+    let fails = |output: Output, expected: &str| {
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "expected {expected:?} in {stderr}"
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("backtrace"),
+            "{stderr}"
+        );
+        assert!(output.stdout.is_empty());
+    };
+    // A wrong CA, a refused source token, a source that is down, a registry that is down, a
+    // bad registry token, no token at all.
+    let mut wrong_ca = Command::new(registry_binary());
+    wrong_ca
+        .args([
+            "sync",
+            "--service",
+            &sub,
+            "--api-url",
+            &server.base,
+            "--source",
+            &kube.url,
+        ])
+        .arg("--source-ca")
+        .arg(&kube.other_ca_file)
+        .arg("--source-token-file")
+        .arg(&kube.token_file)
+        .env("REGISTRY_TOKEN", &acme.token);
+    fails(wrong_ca.output().unwrap(), "cannot reach the source");
+    let bad_token_file = registry_tests::server::TempDir::new("bad-token");
+    let bad = bad_token_file.0.join("token");
+    std::fs::write(&bad, "not-the-token").unwrap();
+    let mut refused = Command::new(registry_binary());
+    refused
+        .args([
+            "sync",
+            "--service",
+            &sub,
+            "--api-url",
+            &server.base,
+            "--source",
+            &kube.url,
+        ])
+        .arg("--source-ca")
+        .arg(&kube.ca_file)
+        .arg("--source-token-file")
+        .arg(&bad)
+        .env("REGISTRY_TOKEN", &acme.token);
+    fails(refused.output().unwrap(), "answered 401");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = format!("https://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let mut source_down = Command::new(registry_binary());
+    source_down
+        .args([
+            "sync",
+            "--service",
+            &sub,
+            "--api-url",
+            &server.base,
+            "--source",
+            &down,
+        ])
+        .env("REGISTRY_TOKEN", &acme.token);
+    fails(source_down.output().unwrap(), "cannot reach the source");
+    let mut registry_down = Command::new(registry_binary());
+    registry_down
+        .args([
+            "sync",
+            "--service",
+            &sub,
+            "--api-url",
+            &down.replace("https", "http"),
+        ])
+        .args(["--source", &kube.url])
+        .arg("--source-ca")
+        .arg(&kube.ca_file)
+        .arg("--source-token-file")
+        .arg(&kube.token_file)
+        .env("REGISTRY_TOKEN", &acme.token);
+    fails(registry_down.output().unwrap(), "cannot reach the registry");
+    fails(
+        sync(
+            &server,
+            &kube,
+            &sub,
+            Some("rgst_aaaaaaaaaaaaaaaa_bbbb"),
+            &[],
+        ),
+        "the registry answered 401",
+    );
+    fails(sync(&server, &kube, &sub, None, &[]), "REGISTRY_TOKEN");
+    let usage = sync(
+        &server,
+        &kube,
+        &sub,
+        Some(&acme.token),
+        &["--interval", "0"],
+    );
+    assert_eq!(usage.status.code(), Some(2));
+
+    // --interval keeps going through a registry outage and publishes once it is back.
+    let mut running = Command::new(registry_binary())
+        .args([
+            "sync",
+            "--service",
+            &sub,
+            "--interval",
+            "1",
+            "--api-url",
+            &down.replace("https", "http"),
+        ])
+        .args(["--source", &kube.url])
+        .arg("--source-ca")
+        .arg(&kube.ca_file)
+        .arg("--source-token-file")
+        .arg(&kube.token_file)
+        .env("REGISTRY_TOKEN", &acme.token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        running.try_wait().unwrap().is_none(),
+        "still running after failed cycles"
+    );
+    let _ = running.kill();
+    let output = running.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.lines().count() >= 2, "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .all(|l| l.starts_with("registry sync: cannot reach the registry")),
+        "{stderr}"
+    );
+
+    let mut healthy = Command::new(registry_binary())
+        .args([
+            "sync",
+            "--service",
+            &sub,
+            "--interval",
+            "1",
+            "--api-url",
+            &server.base,
+        ])
+        .args(["--source", &kube.url])
+        .arg("--source-ca")
+        .arg(&kube.ca_file)
+        .arg("--source-token-file")
+        .arg(&kube.token_file)
+        .env("REGISTRY_TOKEN", &acme.token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(healthy.stdout.take().unwrap()).lines();
+    let started = Instant::now();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let second: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let _ = healthy.kill();
+    let _ = healthy.wait();
+    assert_eq!(
+        (first["changed"].clone(), second["changed"].clone()),
+        (json!(true), json!(false))
+    );
+}

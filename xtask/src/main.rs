@@ -6,6 +6,7 @@
 //! * `lint`: rustfmt, clippy (warnings are errors), the layering check, and `cargo deny check
 //!   bans licenses sources` when cargo-deny is installed.
 //! * `layering`: the layering check alone (no build).
+//! * `manifests`: `deploy/kubernetes/` validated against the Kubernetes schemas.
 //! * `e2e [-- NODE TEST ARGS]`: the browser tests of the pages (`e2e/`; needs Node.js and
 //!   Chromium).
 //! * `bench [--rounds N] [--seconds S] [--services N] [--no-postgres] [--no-write] [--binary
@@ -23,6 +24,7 @@ mod e2e;
 mod faults;
 mod fuzz;
 mod layering;
+mod manifests;
 mod postgres;
 mod schemathesis;
 mod soak;
@@ -32,7 +34,7 @@ use cmd::{cargo, run};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: cargo xtask <test [--postgres-only] [-- TEST ARGS] | lint | layering | bench | e2e | fuzz | schemathesis | faults | soak>";
+    "usage: cargo xtask <test [--postgres-only] [-- TEST ARGS] | lint | layering | manifests | bench | e2e | fuzz | schemathesis | faults | soak>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("lint") => lint(),
         Some("layering") => layering::check(),
+        Some("manifests") => manifests::check(),
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("schemathesis") => schemathesis::run(&args[1..]),
         Some("faults") => faults::run(&args[1..]),
@@ -80,6 +83,8 @@ fn test(args: &[String]) -> Result<()> {
     if !postgres_only {
         banner("layering");
         layering::check()?;
+        banner("Kubernetes manifests");
+        manifests::check()?;
         banner("integration suite on SQLite");
         println!("(with every unit and doc test of the workspace)");
         run(cargo().args(["test", "--workspace", "--"]).args(test_args))?;

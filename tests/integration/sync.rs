@@ -5,24 +5,50 @@
 
 use registry_tests::issuer::{compact, KeyKind, SigningKey};
 use registry_tests::kube::KubeApiServer;
-use registry_tests::server::{json, registry_binary, unix_now, Customer, TestServer, AUDIENCE};
+use registry_tests::server::{json, registry_binary, unix_now, TestServer, AUDIENCE};
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn register(server: &TestServer, customer: &Customer) -> String {
-    let response = server
-        .authed(Method::POST, "/services", &customer.token)
-        .json(&json!({"title": "k3s", "serviceName": "k3s"}))
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 201);
-    json(response)["subdomain"].as_str().unwrap().to_owned()
+/// `registry sync` of `sub` against the registry at `api` and the source at `source`, with its
+/// CA and token file when given, and `REGISTRY_TOKEN` = `token`.
+fn sync_command(
+    sub: &str,
+    api: &str,
+    source: &str,
+    ca: Option<&Path>,
+    token_file: Option<&Path>,
+    token: Option<&str>,
+) -> Command {
+    let mut command = Command::new(registry_binary());
+    command
+        .args([
+            "sync",
+            "--service",
+            sub,
+            "--api-url",
+            api,
+            "--source",
+            source,
+        ])
+        .env_remove("REGISTRY_TOKEN")
+        .env("RUST_BACKTRACE", "1");
+    if let Some(ca) = ca {
+        command.arg("--source-ca").arg(ca);
+    }
+    if let Some(file) = token_file {
+        command.arg("--source-token-file").arg(file);
+    }
+    if let Some(token) = token {
+        command.env("REGISTRY_TOKEN", token);
+    }
+    command
 }
 
-/// `registry sync --service SUB --source KUBE …` plus `extra`, with `REGISTRY_TOKEN` = `token`.
+/// `registry sync` of `sub` against `server` and `kube` (its CA and token), plus `extra`.
 fn sync(
     server: &TestServer,
     kube: &KubeApiServer,
@@ -30,21 +56,14 @@ fn sync(
     token: Option<&str>,
     extra: &[&str],
 ) -> Output {
-    let mut command = Command::new(registry_binary());
-    command
-        .args(["sync", "--service", sub, "--api-url", &server.base])
-        .args(["--source", &kube.url])
-        .arg("--source-ca")
-        .arg(&kube.ca_file)
-        .arg("--source-token-file")
-        .arg(&kube.token_file)
+    let (ca, token_file) = (
+        Some(kube.ca_file.as_path()),
+        Some(kube.token_file.as_path()),
+    );
+    sync_command(sub, &server.base, &kube.url, ca, token_file, token)
         .args(extra)
-        .env_remove("REGISTRY_TOKEN")
-        .env("RUST_BACKTRACE", "1");
-    if let Some(token) = token {
-        command.env("REGISTRY_TOKEN", token);
-    }
-    command.output().unwrap()
+        .output()
+        .unwrap()
 }
 
 fn line(output: &Output) -> Value {
@@ -95,7 +114,7 @@ fn public_kids(server: &TestServer, sub: &str) -> Vec<String> {
 fn sync_follows_a_clusters_rotation_with_one_upload_per_change() {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
-    let sub = register(&server, &acme);
+    let sub = crate::api::register_service(&server, &acme, "k3s");
     let k1 = SigningKey::generate(KeyKind::P256, "k1");
     let k2 = SigningKey::generate(KeyKind::P256, "k2");
     let kube = KubeApiServer::start(vec![k1.public_jwk()]);
@@ -135,7 +154,7 @@ fn sync_follows_a_clusters_rotation_with_one_upload_per_change() {
 fn a_cluster_keeps_its_keys_published_with_its_own_token_and_no_stored_secret() {
     let server = registry_tests::server::insecure_server();
     let acme = server.customer("acme", "business");
-    let sub = register(&server, &acme);
+    let sub = crate::api::register_service(&server, &acme, "k3s");
     let key = SigningKey::generate(KeyKind::P256, "sa-key");
     let kube = KubeApiServer::start(vec![key.public_jwk()]);
     // Bootstrap: the first upload needs a token, since nothing publishes the keys yet.
@@ -179,9 +198,10 @@ fn a_cluster_keeps_its_keys_published_with_its_own_token_and_no_stored_secret() 
 fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
-    let sub = register(&server, &acme);
+    let sub = crate::api::register_service(&server, &acme, "k3s");
     let kube = KubeApiServer::start(vec![SigningKey::generate(KeyKind::P256, "k1").public_jwk()]);
-    let fails = |output: Output, expected: &str| {
+    let fails = |mut command: Command, expected: &str| {
+        let output = command.output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert!(
@@ -195,114 +215,64 @@ fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
         );
         assert!(output.stdout.is_empty());
     };
+    let token = Some(acme.token.as_str());
+    let (ca, token_file) = (
+        Some(kube.ca_file.as_path()),
+        Some(kube.token_file.as_path()),
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = format!("127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let (source_down, registry_down) = (format!("https://{down}"), format!("http://{down}"));
+    let bad_token_dir = registry_tests::server::TempDir::new("bad-token");
+    let bad_token = bad_token_dir.0.join("token");
+    std::fs::write(&bad_token, "not-the-token").unwrap();
+    let other_ca = Some(kube.other_ca_file.as_path());
     // A wrong CA, a refused source token, a source that is down, a registry that is down, a
     // bad registry token, no token at all.
-    let mut wrong_ca = Command::new(registry_binary());
-    wrong_ca
-        .args([
-            "sync",
-            "--service",
-            &sub,
-            "--api-url",
-            &server.base,
-            "--source",
-            &kube.url,
-        ])
-        .arg("--source-ca")
-        .arg(&kube.other_ca_file)
-        .arg("--source-token-file")
-        .arg(&kube.token_file)
-        .env("REGISTRY_TOKEN", &acme.token);
-    fails(wrong_ca.output().unwrap(), "cannot reach the source");
-    let bad_token_file = registry_tests::server::TempDir::new("bad-token");
-    let bad = bad_token_file.0.join("token");
-    std::fs::write(&bad, "not-the-token").unwrap();
-    let mut refused = Command::new(registry_binary());
-    refused
-        .args([
-            "sync",
-            "--service",
-            &sub,
-            "--api-url",
-            &server.base,
-            "--source",
-            &kube.url,
-        ])
-        .arg("--source-ca")
-        .arg(&kube.ca_file)
-        .arg("--source-token-file")
-        .arg(&bad)
-        .env("REGISTRY_TOKEN", &acme.token);
-    fails(refused.output().unwrap(), "answered 401");
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let down = format!("https://127.0.0.1:{}", closed.local_addr().unwrap().port());
-    drop(closed);
-    let mut source_down = Command::new(registry_binary());
-    source_down
-        .args([
-            "sync",
-            "--service",
-            &sub,
-            "--api-url",
-            &server.base,
-            "--source",
-            &down,
-        ])
-        .env("REGISTRY_TOKEN", &acme.token);
-    fails(source_down.output().unwrap(), "cannot reach the source");
-    let mut registry_down = Command::new(registry_binary());
-    registry_down
-        .args([
-            "sync",
-            "--service",
-            &sub,
-            "--api-url",
-            &down.replace("https", "http"),
-        ])
-        .args(["--source", &kube.url])
-        .arg("--source-ca")
-        .arg(&kube.ca_file)
-        .arg("--source-token-file")
-        .arg(&kube.token_file)
-        .env("REGISTRY_TOKEN", &acme.token);
-    fails(registry_down.output().unwrap(), "cannot reach the registry");
-    fails(
-        sync(
-            &server,
-            &kube,
-            &sub,
-            Some("rgst_aaaaaaaaaaaaaaaa_bbbb"),
-            &[],
+    let (api, source) = (server.base.as_str(), kube.url.as_str());
+    let cases = [
+        (
+            sync_command(&sub, api, source, other_ca, token_file, token),
+            "cannot reach the source",
         ),
-        "the registry answered 401",
-    );
-    fails(sync(&server, &kube, &sub, None, &[]), "REGISTRY_TOKEN");
-    let usage = sync(
-        &server,
-        &kube,
-        &sub,
-        Some(&acme.token),
-        &["--interval", "0"],
-    );
+        (
+            sync_command(&sub, api, source, ca, Some(&bad_token), token),
+            "answered 401",
+        ),
+        (
+            sync_command(&sub, api, &source_down, None, None, token),
+            "cannot reach the source",
+        ),
+        (
+            sync_command(&sub, &registry_down, source, ca, token_file, token),
+            "cannot reach the registry",
+        ),
+        (
+            sync_command(
+                &sub,
+                api,
+                source,
+                ca,
+                token_file,
+                Some("rgst_aaaaaaaaaaaaaaaa_bbbb"),
+            ),
+            "the registry answered 401",
+        ),
+        (
+            sync_command(&sub, api, source, ca, token_file, None),
+            "REGISTRY_TOKEN",
+        ),
+    ];
+    for (command, expected) in cases {
+        fails(command, expected);
+    }
+    let usage = sync(&server, &kube, &sub, token, &["--interval", "0"]);
     assert_eq!(usage.status.code(), Some(2));
 
-    // --interval keeps going through a registry outage and publishes once it is back.
-    let mut running = Command::new(registry_binary())
-        .args([
-            "sync",
-            "--service",
-            &sub,
-            "--interval",
-            "1",
-            "--api-url",
-            &down.replace("https", "http"),
-        ])
-        .args(["--source", &kube.url])
-        .arg("--source-ca")
-        .arg(&kube.ca_file)
-        .arg("--source-token-file")
-        .arg(&kube.token_file)
-        .env("REGISTRY_TOKEN", &acme.token)
+    // --interval keeps going through a registry outage, one line per failed cycle.
+    let mut running = sync_command(&sub, &registry_down, source, ca, token_file, token)
+        .args(["--interval", "1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -322,23 +292,9 @@ fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
             .all(|l| l.starts_with("registry sync: cannot reach the registry")),
         "{stderr}"
     );
-
-    let mut healthy = Command::new(registry_binary())
-        .args([
-            "sync",
-            "--service",
-            &sub,
-            "--interval",
-            "1",
-            "--api-url",
-            &server.base,
-        ])
-        .args(["--source", &kube.url])
-        .arg("--source-ca")
-        .arg(&kube.ca_file)
-        .arg("--source-token-file")
-        .arg(&kube.token_file)
-        .env("REGISTRY_TOKEN", &acme.token)
+    // And publishes once the registry answers, then only reports.
+    let mut healthy = sync_command(&sub, api, source, ca, token_file, token)
+        .args(["--interval", "1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

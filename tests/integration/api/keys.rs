@@ -3,11 +3,9 @@
 //! the wiring guide. Verification is done by josekit on the key set fetched over HTTP, as a
 //! cloud's verifier would: never by the registry's own code.
 
-use super::cluster_discovery;
+use super::{cluster_discovery, register_service};
 use registry_tests::issuer::{compact, KeyKind, SigningKey};
-use registry_tests::server::{
-    assert_problem, json, pointers, unix_now, Customer, ServerOptions, TestServer,
-};
+use registry_tests::server::{assert_problem, json, pointers, unix_now, ServerOptions, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -17,16 +15,6 @@ fn clocked_server() -> TestServer {
         shifted_clock: true,
         ..ServerOptions::default()
     })
-}
-
-fn service(server: &TestServer, customer: &Customer, name: &str) -> String {
-    let response = server
-        .authed(Method::POST, "/services", &customer.token)
-        .json(&json!({"title": name, "serviceName": name}))
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 201);
-    json(response)["subdomain"].as_str().unwrap().to_owned()
 }
 
 fn put_keys(
@@ -103,7 +91,7 @@ fn verifies(set: &Value, token: &str) -> bool {
 fn a_verifier_keeps_the_old_key_for_the_retention_and_loses_it_after() {
     let server = clocked_server();
     let acme = server.customer("acme", "business");
-    let sub = service(&server, &acme, "k3s");
+    let sub = register_service(&server, &acme, "k3s");
     let issuer = server.issuer(&sub);
     let old = SigningKey::generate(KeyKind::P256, "old");
     let new = SigningKey::generate(KeyKind::P256, "new");
@@ -178,7 +166,7 @@ fn a_verifier_keeps_the_old_key_for_the_retention_and_loses_it_after() {
 fn retired_keys_can_be_withdrawn_and_retention_zero_drops_them() {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
-    let sub = service(&server, &acme, "k3s");
+    let sub = register_service(&server, &acme, "k3s");
     let a = SigningKey::generate(KeyKind::P256, "a");
     let b = SigningKey::generate(KeyKind::P256, "b");
     let c = SigningKey::generate(KeyKind::P256, "c");
@@ -276,7 +264,7 @@ fn retired_keys_can_be_withdrawn_and_retention_zero_drops_them() {
 fn keys_that_would_not_import_or_reuse_a_kid_are_refused_and_change_nothing() {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
-    let sub = service(&server, &acme, "k3s");
+    let sub = register_service(&server, &acme, "k3s");
     let good = SigningKey::generate(KeyKind::P256, "good");
     assert_eq!(
         put_keys(&server, &acme.token, &sub, &[good.public_jwk()], None).status(),
@@ -334,7 +322,7 @@ fn keys_that_would_not_import_or_reuse_a_kid_are_refused_and_change_nothing() {
 fn the_wiring_guide_names_the_issuer_and_pins_aud_and_sub() {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
-    let sub = service(&server, &acme, "k3s");
+    let sub = register_service(&server, &acme, "k3s");
     let guide = json(server.get(
         &format!("/services/{sub}/federation?subject=system:serviceaccount:ci:deployer"),
         &acme.token,
@@ -396,7 +384,7 @@ fn retirement_expiry_and_withdrawal_reach_the_other_replica() {
         ..ServerOptions::default()
     });
     let acme = a.customer("acme", "business");
-    let sub = service(&a, &acme, "k3s");
+    let sub = register_service(&a, &acme, "k3s");
     let keys: Vec<SigningKey> = ["k1", "k2", "k3"]
         .iter()
         .map(|kid| SigningKey::generate(KeyKind::P256, kid))

@@ -38,26 +38,32 @@ pub fn rsa_key(kid: &str) -> Value {
     json!({"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256", "e": "AQAB", "n": URL_SAFE_NO_PAD.encode(&n)})
 }
 
+/// Registers the service `{name}-{tenant}` of `customer`; returns its subdomain.
+pub fn register_service(server: &TestServer, customer: &Customer, name: &str) -> String {
+    let created = server
+        .authed(Method::POST, "/services", &customer.token)
+        .json(&json!({"title": name, "serviceName": name}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201, "registering {name}");
+    format!("{name}-{}", customer.tenant)
+}
+
+/// Publishes [`upload`] of `kids` on `subdomain`.
+pub fn publish_kids(server: &TestServer, token: &str, subdomain: &str, kids: &[&str]) {
+    let put = server
+        .authed(Method::PUT, &format!("/services/{subdomain}/config"), token)
+        .json(&upload(kids))
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200, "publishing on {subdomain}");
+}
+
 /// Registers the service `api-{tenant}` of `customer` and publishes [`upload`] with key `k1`;
 /// returns the subdomain.
 pub fn publish_api(server: &TestServer, customer: &Customer) -> String {
-    let created = server
-        .authed(Method::POST, "/services", &customer.token)
-        .json(&json!({"title": "API", "serviceName": "api"}))
-        .send()
-        .unwrap();
-    assert_eq!(created.status(), 201);
-    let subdomain = format!("api-{}", customer.tenant);
-    let put = server
-        .authed(
-            Method::PUT,
-            &format!("/services/{subdomain}/config"),
-            &customer.token,
-        )
-        .json(&upload(&["k1"]))
-        .send()
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    let subdomain = register_service(server, customer, "api");
+    publish_kids(server, &customer.token, &subdomain, &["k1"]);
     subdomain
 }
 

@@ -153,22 +153,8 @@ fn republish(server: &TestServer, customer: &registry_tests::server::Customer, k
         .send()
         .unwrap();
     assert_eq!(deleted.status(), 204);
-    let created = server
-        .authed(Method::POST, "/services", &customer.token)
-        .json(&json!({"title": "API", "serviceName": "api"}))
-        .send()
-        .unwrap();
-    assert_eq!(created.status(), 201);
-    let put = server
-        .authed(
-            Method::PUT,
-            &format!("/services/{subdomain}/config"),
-            &customer.token,
-        )
-        .json(&super::upload(&[kid]))
-        .send()
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    super::register_service(server, customer, "api");
+    super::publish_kids(server, &customer.token, &subdomain, &[kid]);
 }
 
 /// Waits until `server` publicly serves `kid` for `subdomain`; how long it took.
@@ -230,18 +216,8 @@ fn a_replica_behind_the_logs_horizon_reloads_everything() {
     };
     signal("-STOP");
     republish(&a, &acme, "k2");
-    let web = a
-        .authed(Method::POST, "/services", &acme.token)
-        .json(&json!({"title": "Web", "serviceName": "web"}))
-        .send()
-        .unwrap();
-    assert_eq!(web.status(), 201);
-    let put = a
-        .authed(Method::PUT, "/services/web-acme/config", &acme.token)
-        .json(&super::upload(&["w1"]))
-        .send()
-        .unwrap();
-    assert_eq!(put.status(), 200);
+    let web = super::register_service(&a, &acme, "web");
+    super::publish_kids(&a, &acme.token, &web, &["w1"]);
     use registry_domain::ports::ChangeFeed as _;
     let store = registry_store::Store::connect(&a.database_url).unwrap();
     let pruned = store

@@ -102,12 +102,7 @@ fn public_kids(server: &TestServer, sub: &str) -> Vec<String> {
             .send()
             .unwrap(),
     );
-    set["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["kid"].as_str().unwrap().to_owned())
-        .collect()
+    crate::api::keys::kids(&set)
 }
 
 #[test]

@@ -46,7 +46,8 @@ fn public_keys(server: &TestServer, subdomain: &str) -> (Value, String) {
     (json(response), etag)
 }
 
-fn kids(set: &Value) -> Vec<String> {
+/// The `kid`s of a key set, in order.
+pub fn kids(set: &Value) -> Vec<String> {
     set["keys"]
         .as_array()
         .unwrap()

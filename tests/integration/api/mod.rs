@@ -7,7 +7,7 @@ mod dashboard;
 mod errors;
 mod federation;
 mod hosting;
-mod keys;
+pub mod keys;
 mod ops;
 mod outage;
 mod policy_fixtures;

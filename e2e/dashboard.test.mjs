@@ -326,6 +326,47 @@ test("an anonymous service from creation to deletion, through the pages", async 
     assert.equal(keys[0].n, first.publicJwk.n);
   });
 
+  await t.test("a rotation keeps the old key, shown retired, until it is withdrawn", async () => {
+    const second = rsaKeys("e2e-key-2");
+    await field(page, "Key set (JWKS JSON)").fill(JSON.stringify({ keys: [second.publicJwk] }, null, 2));
+    await page.getByRole("button", { name: "Upload and publish" }).click();
+    const message = page.locator("#upload-message");
+    await message.locator("text=keeps the old keys published until").waitFor();
+    await page.getByRole("button", { name: "Show keys" }).click();
+    await page.locator("#keys-message", { hasText: "2 published, 1 of them retired." }).waitFor();
+    const rows = await page.locator("#keys-body tr").allTextContents();
+    assert.match(rows[0], /e2e-key-2.*current/);
+    assert.match(rows[1], /e2e-key-1.*retired/);
+    let keys = JSON.parse((await hosted(subdomain, "/openid/v1/jwks")).body).keys;
+    assert.deepEqual(keys.map((k) => k.kid), ["e2e-key-2", "e2e-key-1"]);
+    await screenshot(page, "keys.png");
+    await page.getByRole("button", { name: "Withdraw e2e-key-1" }).click();
+    await page.locator("#keys-message", { hasText: "Withdrawn: e2e-key-1" }).waitFor();
+    assert.equal(await page.locator("#keys-body tr").count(), 1);
+    keys = JSON.parse((await hosted(subdomain, "/openid/v1/jwks")).body).keys;
+    assert.deepEqual(keys.map((k) => k.kid), ["e2e-key-2"]);
+    // Back to the first key alone, as the rest of the walk-through expects.
+    await field(page, "Key set (JWKS JSON)").fill(JSON.stringify({ keys: [first.publicJwk] }, null, 2));
+    await page.getByRole("button", { name: "Upload and publish" }).click();
+    await message.locator("text=Published").waitFor();
+    await page.getByRole("button", { name: "Withdraw e2e-key-2" }).click();
+    await page.locator("#keys-message", { hasText: "Withdrawn: e2e-key-2" }).waitFor();
+    keys = JSON.parse((await hosted(subdomain, "/openid/v1/jwks")).body).keys;
+    assert.deepEqual(keys.map((k) => k.kid), ["e2e-key-1"]);
+  });
+
+  await t.test("the wiring guide shows what to register in each cloud", async () => {
+    await field(page, "Token subject (sub)").fill("system:serviceaccount:ci:deployer");
+    await page.getByRole("button", { name: "Show what to register" }).click();
+    await page.locator("#wiring").waitFor();
+    const policy = JSON.parse(await page.locator("#wiring-aws").textContent());
+    const host = `${subdomain}.localhost:${registry.port}`;
+    const condition = policy.Statement[0].Condition.StringEquals;
+    assert.equal(condition[`${host}:sub`], "system:serviceaccount:ci:deployer");
+    assert.equal(condition[`${host}:aud`], "sts.amazonaws.com");
+    assert.match(await page.locator("#wiring-azure").textContent(), /api:\/\/AzureADTokenExchange/);
+  });
+
   await t.test("'Show what is published' reads the published documents back", async () => {
     await page.reload();
     await page.locator("#service").waitFor();

@@ -512,8 +512,11 @@ impl KeyState {
 
     /// The inventory of `GET /services/{s}/keys` at `now`.
     pub fn inventory(&self, now: OffsetDateTime) -> Value {
+        // Whole seconds, like every timestamp of the API.
         let rfc3339 = |t: OffsetDateTime| {
-            t.format(&time::format_description::well_known::Rfc3339)
+            t.replace_nanosecond(0)
+                .unwrap_or(t)
+                .format(&time::format_description::well_known::Rfc3339)
                 .unwrap_or_default()
         };
         let keys: Vec<Value> = self

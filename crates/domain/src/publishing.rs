@@ -224,6 +224,8 @@ pub(crate) fn no_overlap_warning(
 ) -> String {
     let kept = match retained_until.and_then(|until| {
         until
+            .replace_nanosecond(0)
+            .unwrap_or(until)
             .format(&time::format_description::well_known::Rfc3339)
             .ok()
     }) {

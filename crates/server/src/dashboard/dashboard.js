@@ -361,6 +361,7 @@
         show(message, "ok", "Published. The issuer URL serves the documents now.");
       }
       showPublished(result.body);
+      if (!$("keys").hidden) refreshKeys();
       return;
     }
     const errors = (result.body && Array.isArray(result.body.errors)) ? result.body.errors : [];
@@ -447,6 +448,86 @@
     }
   }
 
+  // ---- Keys and the wiring guide. ----
+  function dateText(value) {
+    if (typeof value !== "string") return "";
+    const date = new Date(value);
+    return Number.isNaN(date.getTime()) ? value : date.toLocaleString();
+  }
+
+  function renderKeys(keys) {
+    const body = $("keys-body");
+    body.replaceChildren();
+    for (const key of keys) {
+      const row = document.createElement("tr");
+      const cells = [key.kid, key.kty, key.state, dateText(key.firstPublishedAt), dateText(key.publishedUntil)];
+      for (const text of cells) {
+        const cell = document.createElement("td");
+        cell.textContent = String(text ?? "");
+        row.append(cell);
+      }
+      const action = document.createElement("td");
+      if (key.state === "retired") {
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = "danger";
+        button.textContent = "Withdraw " + String(key.kid);
+        button.addEventListener("click", () => withdrawKey(String(key.kid)));
+        action.append(button);
+      }
+      row.append(action);
+      body.append(row);
+    }
+    $("keys").hidden = keys.length === 0;
+  }
+
+  async function refreshKeys() {
+    const message = $("keys-message");
+    clear(message);
+    const result = await api("GET", "/keys");
+    if (!survivable(result, message)) return;
+    if (result.ok && result.body && Array.isArray(result.body.keys)) {
+      renderKeys(result.body.keys);
+      const retired = result.body.keys.filter((k) => k.state === "retired").length;
+      show(message, "ok", result.body.keys.length === 0 ? "No key is published."
+        : result.body.keys.length + " published, " + retired + " of them retired.");
+    } else {
+      show(message, "error", "Could not read the keys: " + problemText(result) + ".");
+    }
+  }
+
+  async function withdrawKey(kid) {
+    const message = $("keys-message");
+    clear(message);
+    const result = await api("DELETE", "/keys/" + encodeURIComponent(kid));
+    if (!survivable(result, message)) return;
+    if (result.ok) {
+      await refreshKeys();
+      show($("keys-message"), "ok", "Withdrawn: " + kid + " is no longer published.");
+    } else {
+      show(message, "error", "Not withdrawn: " + problemText(result) + ".");
+    }
+  }
+
+  async function showWiring(event) {
+    event.preventDefault();
+    const message = $("wiring-message");
+    clear(message);
+    const subject = $("wiring-subject").value.trim();
+    const query = subject ? "?subject=" + encodeURIComponent(subject) : "";
+    const result = await api("GET", "/federation" + query);
+    if (!survivable(result, message)) return;
+    if (result.ok && result.body && result.body.aws) {
+      $("wiring-aws-url").textContent = String(result.body.aws.providerUrl);
+      $("wiring-aws").textContent = JSON.stringify(result.body.aws.trustPolicy, null, 2);
+      $("wiring-gcp").textContent = JSON.stringify(result.body.gcp, null, 2);
+      $("wiring-azure").textContent = JSON.stringify(result.body.azure, null, 2);
+      $("wiring").hidden = false;
+    } else {
+      show(message, "error", "Could not read the wiring guide: " + problemText(result) + ".");
+    }
+  }
+
   // ---- Keeping access. ----
   function dashboardLink() {
     return location.origin + location.pathname + "#secret=" + encodeURIComponent(secret);
@@ -507,6 +588,8 @@
   $("upload-form").addEventListener("submit", upload);
   $("published-refresh").addEventListener("click", refreshPublished);
   $("published-remove").addEventListener("click", removePublished);
+  $("keys-refresh").addEventListener("click", refreshKeys);
+  $("wiring-form").addEventListener("submit", showWiring);
   $("link-toggle").addEventListener("click", toggleLink);
   $("link-copy").addEventListener("click", copyLink);
   $("delete").addEventListener("click", askDelete);

@@ -360,8 +360,9 @@ pub async fn reload_evicted(state: &AppState, id: Uuid) -> ApiResult<()> {
 pub async fn refresh_hosted(state: &AppState, subdomain: &str) {
     let _one_at_a_time = state.directory.one_at_a_time().await;
     let now = state.now();
-    if let Some(hosted) = state.hosting.get(subdomain).filter(|h| h.is_stale_at(now)) {
-        let (service, config) = &*hosted.source;
+    let stale = state.hosting.get(subdomain).filter(|h| h.is_stale_at(now));
+    if let Some(source) = stale.as_ref().and_then(|h| h.source.as_ref()) {
+        let (service, config) = &**source;
         state.hosting.put(service, config, now);
     }
 }

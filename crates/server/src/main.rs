@@ -13,6 +13,7 @@ mod directory;
 mod hosting;
 mod metrics;
 mod observe;
+mod policy_cli;
 mod problem;
 mod rate_limit;
 mod routes;
@@ -78,6 +79,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sync(args) => sync::run(args),
+        Command::Policy { command } => policy_cli::run(command),
         Command::Customer { command } => {
             let output = match command {
                 CustomerCommand::Create {

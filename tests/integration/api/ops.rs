@@ -291,3 +291,201 @@ fn command_errors_are_one_sentence_and_an_exit_code() {
     assert_eq!(usage.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&usage.stderr).contains("Usage"));
 }
+
+/// `registry policy check`: the findings of a policy file, as lines for a person or as JSON,
+/// with exit 1 on an error (and on a warning with --deny-warnings); bad files are one sentence.
+#[test]
+fn policy_check_prints_findings_and_exits_by_severity() {
+    let dir = registry_tests::server::TempDir::new("policy-check");
+    let write = |name: &str, text: &str| {
+        let path = dir.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let risky = write(
+        "risky.json",
+        r#"{"kind": "oidc", "rules": [{"services": ["api-acme"], "claims": {
+            "iss": "https://token.actions.githubusercontent.com", "aud": "registry", "sub": "*"}}]}"#,
+    );
+    let clean = write(
+        "clean.json",
+        r#"{"kind": "oidc", "rules": [{"services": ["api-acme"], "claims": {
+            "iss": "https://token.actions.githubusercontent.com", "aud": "registry",
+            "sub": "repo:acme/infra:ref:refs/heads/main"}}]}"#,
+    );
+    let invalid = write(
+        "invalid.json",
+        r#"{"kind": "oidc", "rules": [{"services": []}]}"#,
+    );
+    let not_json = write("not.json", "{ nope");
+    let run = |args: &[&str]| {
+        Command::new(registry_binary())
+            .arg("policy")
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap()
+    };
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+
+    let output = run(&["check", &risky]);
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        text(&output.stdout),
+        "warning any-subject /rules/0/claims/sub: rule 0 accepts any subject: every token \
+         https://token.actions.githubusercontent.com issues for the rule's audience gets in; pin \
+         sub to your own subjects\nwarning github-subject-without-repository /rules/0/claims/sub: \
+         rule 0 trusts GitHub Actions without pinning a repository: any repository's workflow \
+         can get such a token; start sub with repo:OWNER/NAME:\n"
+    );
+    assert_eq!(
+        run(&["check", &risky, "--deny-warnings"]).status.code(),
+        Some(1)
+    );
+    let json_output = run(&["check", &risky, "--format", "json"]);
+    let findings: Value = serde_json::from_slice(&json_output.stdout).unwrap();
+    assert_eq!(findings["findings"][0]["code"], "any-subject");
+    assert_eq!(findings["findings"][0]["severity"], "warning");
+    assert_eq!(findings["findings"][1]["pointer"], "/rules/0/claims/sub");
+
+    let output = run(&["check", &clean]);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(text(&output.stdout).ends_with("clean.json: no findings\n"));
+
+    let output = run(&["check", &invalid, "--format", "json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let findings: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(findings["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["severity"] == "error" && f["code"] == "schema"));
+
+    for bad in [not_json.as_str(), "/no/such/file.json"] {
+        let output = run(&["check", bad]);
+        assert_eq!(output.status.code(), Some(1), "{bad}");
+        let stderr = text(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    assert_eq!(run(&["check"]).status.code(), Some(2));
+}
+
+/// `registry policy explain` and `registry policy test`, offline: golden text, JSON, exit codes
+/// and bad files.
+#[test]
+fn policy_explain_and_test_answer_offline() {
+    let dir = registry_tests::server::TempDir::new("policy-explain");
+    let write = |name: &str, text: &str| {
+        let path = dir.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let policy = write(
+        "policy.json",
+        r#"{"kind": "oidc", "rules": [
+            {"services": ["api-acme"], "claims": {"iss": "https://ci.example", "aud": "registry",
+             "sub": "repo:acme/infra:ref:refs/heads/main"}},
+            {"services": ["web-acme"], "claims": {"iss": "https://ci.example", "aud": "registry",
+             "sub": "repo:acme/web:*"}}]}"#,
+    );
+    let claims = write(
+        "claims.json",
+        r#"{"iss": "https://ci.example", "aud": "registry", "sub": "repo:Acme/infra:ref:refs/heads/main"}"#,
+    );
+    let run = |args: &[&str]| {
+        Command::new(registry_binary())
+            .arg("policy")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let output = run(&[
+        "explain",
+        &policy,
+        "--claims",
+        &claims,
+        "--service",
+        "api-acme",
+    ]);
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        text(&output.stdout),
+        "deny\n  claim-mismatch /rules/0/claims/sub: sub \"repo:Acme/infra:ref:refs/heads/main\" \
+         does not match \"repo:acme/infra:ref:refs/heads/main\"\n  claim-mismatch \
+         /rules/1/claims/sub: sub \"repo:Acme/infra:ref:refs/heads/main\" does not match \
+         \"repo:acme/web:*\"\n  hint /rules/0/claims/sub: \"repo:Acme/infra:ref:refs/heads/main\" \
+         differs from \"repo:acme/infra:ref:refs/heads/main\" only in case: matching is \
+         case-sensitive\n"
+    );
+    // A token's claims, unverified (and said so), as JSON.
+    let payload =
+        base64_url(r#"{"iss":"https://ci.example","aud":"registry","sub":"repo:acme/web:ref:x"}"#);
+    let token = format!("eyJhbGciOiJSUzI1NiJ9.{payload}.c2ln");
+    let output = run(&[
+        "explain",
+        &policy,
+        "--token",
+        &token,
+        "--service",
+        "web-acme",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(text(&output.stderr).contains("not checked"));
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(body["decision"], "allow");
+    assert_eq!(body["rule"], json!({"index": 1, "pointer": "/rules/1"}));
+
+    let cases = write(
+        "cases.json",
+        r#"[{"name": "main deploys the API", "expect": "allow", "rule": 0, "service": "api-acme",
+             "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/infra:ref:refs/heads/main"}},
+            {"name": "a fork is refused", "expect": "deny", "service": "api-acme",
+             "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:evil/infra:ref:refs/heads/main"}}]"#,
+    );
+    let output = run(&["test", &policy, &cases]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        "PASS main deploys the API: allow by rule 0\nPASS a fork is refused: deny \
+         (claim-mismatch)\nrules no case exercised: /rules/1\n"
+    );
+    let failing = write(
+        "failing.json",
+        r#"[{"name": "wrong expectation", "expect": "deny",
+             "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/web:x"}}]"#,
+    );
+    let output = run(&["test", &policy, &failing, "--format", "json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        body,
+        json!({"cases": [{"name": "wrong expectation", "passed": false, "decision": "allow", "rule": 1}],
+               "uncoveredRules": ["/rules/0"]})
+    );
+    let wrong_shape = write(
+        "shape.json",
+        r#"[{"name": "x", "claims": {}, "expect": "maybe"}]"#,
+    );
+    let not_a_policy = write("bad-policy.json", r#"{"kind": "oidc"}"#);
+    for args in [
+        vec!["test", policy.as_str(), wrong_shape.as_str()],
+        vec!["test", not_a_policy.as_str(), cases.as_str()],
+        vec!["explain", policy.as_str(), "--token", "not-a-jwt"],
+    ] {
+        let output = run(&args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let stderr = text(&output.stderr);
+        assert!(stderr.starts_with("registry: "), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    assert_eq!(run(&["explain", &policy]).status.code(), Some(2));
+}
+
+fn base64_url(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+}

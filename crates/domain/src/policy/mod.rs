@@ -45,14 +45,18 @@
 //! ```
 
 mod eval;
+mod explain;
 mod ip;
+mod lint;
 mod pattern;
 mod rules;
 mod schema;
 mod services;
 
 pub use eval::{Decision, DenyReason, RuleMismatch};
+pub use explain::{Explanation, Hint, Reason, ReasonCode};
 pub use ip::{parse_ip_entry, IpAllowlist, IpEntryError};
+pub use lint::{lint_document, Finding, Severity, GITHUB_ISSUER};
 pub use pattern::ClaimPattern;
 pub use schema::{schema, SCHEMA_PLACEHOLDER_ID, SCHEMA_SOURCE};
 pub use services::Scope;

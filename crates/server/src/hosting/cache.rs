@@ -62,8 +62,9 @@ pub struct Hosted {
     /// When the public key set changes by itself (a retired key's time runs out): the entry is
     /// built again from `source` then.
     pub refresh_at: Option<OffsetDateTime>,
-    /// What it was built from.
-    pub source: Box<(Service, PublishedConfig)>,
+    /// What it was built from, kept only while `refresh_at` is set (memory: most entries never
+    /// change by themselves).
+    pub source: Option<Box<(Service, PublishedConfig)>>,
     /// The cache's use counter when last served (the least recently served leave first).
     last_served: AtomicU64,
     service_id: Uuid,
@@ -87,6 +88,7 @@ impl Hosted {
             .filter(|until| *until <= now)
             .fold(config.updated_at, OffsetDateTime::max);
         let modified_at = changed.replace_nanosecond(0).unwrap_or(changed);
+        let refresh_at = keys.next_change(now);
         Self {
             discovery: Document::new(&current_discovery(&config.openid_configuration, issuer)),
             jwks: Document::new(&jwks),
@@ -98,8 +100,8 @@ impl Hosted {
                 .unwrap_or_else(|| HeaderValue::from_static("")),
             modified_at,
             expires_at: service.expires_at,
-            refresh_at: keys.next_change(now),
-            source: Box::new((service.clone(), config.clone())),
+            refresh_at,
+            source: refresh_at.map(|_| Box::new((service.clone(), config.clone()))),
             last_served: AtomicU64::new(0),
             service_id: service.id,
         }
@@ -110,9 +112,13 @@ impl Hosted {
         self.refresh_at.is_some_and(|at| now >= at)
     }
 
-    /// Bytes of its documents: what the cache's bound counts (the source twice, roughly).
+    /// Bytes of its documents: what the cache's bound counts (twice while it keeps its source).
     fn bytes(&self) -> usize {
-        2 * (self.discovery.body.len() + self.jwks.body.len())
+        let documents = self.discovery.body.len() + self.jwks.body.len();
+        match self.source {
+            Some(_) => 2 * documents,
+            None => documents,
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use crate::problem::{ApiError, ApiResult};
 use crate::routes::services::gone_as_not_found;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use registry_domain::keys::{KeyDeleteError, KeyState};
+use registry_domain::keys::KeyDeleteError;
 use registry_domain::publishing::{wiring_guide, DEFAULT_WIRING_SUBJECT};
 use registry_domain::service::PublishedConfig;
 use serde::Deserialize;
@@ -21,12 +21,10 @@ pub async fn list(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let service = auth::service_caller(&state, &req, &path).await?;
-    // Authentication brought the hosting cache up to date with the database.
+    let id = service.id;
+    let config = state.db(move |s| s.config(id)).await?;
     let now = state.now();
-    let inventory = match state.hosting.get(&service.subdomain) {
-        Some(hosted) => hosted.source.1.keys.inventory(now),
-        None => KeyState::default().inventory(now),
-    };
+    let inventory = config.map(|c| c.keys).unwrap_or_default().inventory(now);
     Ok(HttpResponse::Ok().json(inventory))
 }
 

@@ -1,0 +1,511 @@
+//! Why a policy admits or refuses a token (DECISIONS §12): the decision of
+//! [`Policy::evaluate`], with the matching rule, the first failing check of every rule of the
+//! token's issuer, and hints for near misses. A 401 says nothing to its caller; this is what the
+//! owner of the account can see.
+
+use super::pattern::{ClaimPattern, ClaimView};
+use super::services::fold_case;
+use super::{Policy, PolicyKind};
+use serde_json::{json, Map, Value};
+use std::fmt;
+use std::net::IpAddr;
+
+/// The reason codes of DECISIONS §12, stable strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReasonCode {
+    /// No rule names the token's issuer.
+    IssuerUnknown,
+    /// The issuer's keys could not be fetched.
+    IssuerUnreachable,
+    /// The signature does not verify.
+    SignatureInvalid,
+    /// No key of the issuer has the token's `kid`.
+    KeyUnknown,
+    /// The token's `alg` is not accepted, or does not fit the key.
+    AlgorithmNotAllowed,
+    /// `exp` has passed.
+    TokenExpired,
+    /// `nbf` or `iat` is in the future.
+    TokenNotYetValid,
+    /// `exp - iat` is above 24 hours.
+    TokenLifetimeTooLong,
+    /// A claim a rule lists is absent (or null).
+    ClaimMissing,
+    /// A claim does not match the rule's pattern.
+    ClaimMismatch,
+    /// A claim has a type no pattern can match (an object, a fraction…).
+    ClaimTypeMismatch,
+    /// `aud` does not match.
+    AudienceMismatch,
+    /// The matching rules do not cover the requested service.
+    ServiceNotAllowed,
+    /// The address is outside the `ip_allowlist`.
+    AddressNotAllowed,
+    /// Several accounts accept the token on a collection call.
+    AccountAmbiguous,
+}
+
+impl ReasonCode {
+    /// Every code, in the order of DECISIONS §12.
+    pub const ALL: [ReasonCode; 15] = [
+        ReasonCode::IssuerUnknown,
+        ReasonCode::IssuerUnreachable,
+        ReasonCode::SignatureInvalid,
+        ReasonCode::KeyUnknown,
+        ReasonCode::AlgorithmNotAllowed,
+        ReasonCode::TokenExpired,
+        ReasonCode::TokenNotYetValid,
+        ReasonCode::TokenLifetimeTooLong,
+        ReasonCode::ClaimMissing,
+        ReasonCode::ClaimMismatch,
+        ReasonCode::ClaimTypeMismatch,
+        ReasonCode::AudienceMismatch,
+        ReasonCode::ServiceNotAllowed,
+        ReasonCode::AddressNotAllowed,
+        ReasonCode::AccountAmbiguous,
+    ];
+
+    /// The stable string (`claim-mismatch`, …).
+    ///
+    /// ```
+    /// use registry_domain::policy::ReasonCode;
+    /// assert_eq!(ReasonCode::AudienceMismatch.as_str(), "audience-mismatch");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonCode::IssuerUnknown => "issuer-unknown",
+            ReasonCode::IssuerUnreachable => "issuer-unreachable",
+            ReasonCode::SignatureInvalid => "signature-invalid",
+            ReasonCode::KeyUnknown => "key-unknown",
+            ReasonCode::AlgorithmNotAllowed => "algorithm-not-allowed",
+            ReasonCode::TokenExpired => "token-expired",
+            ReasonCode::TokenNotYetValid => "token-not-yet-valid",
+            ReasonCode::TokenLifetimeTooLong => "token-lifetime-too-long",
+            ReasonCode::ClaimMissing => "claim-missing",
+            ReasonCode::ClaimMismatch => "claim-mismatch",
+            ReasonCode::ClaimTypeMismatch => "claim-type-mismatch",
+            ReasonCode::AudienceMismatch => "audience-mismatch",
+            ReasonCode::ServiceNotAllowed => "service-not-allowed",
+            ReasonCode::AddressNotAllowed => "address-not-allowed",
+            ReasonCode::AccountAmbiguous => "account-ambiguous",
+        }
+    }
+}
+
+impl fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a check failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason {
+    /// The rule it is about, if one.
+    pub rule: Option<usize>,
+    /// Pointer into the policy document.
+    pub pointer: Option<String>,
+    /// The code.
+    pub code: ReasonCode,
+    /// A sentence.
+    pub message: String,
+}
+
+/// A near miss: what probably went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hint {
+    /// The rule.
+    pub rule: usize,
+    /// Pointer into the policy document.
+    pub pointer: String,
+    /// A sentence.
+    pub message: String,
+}
+
+/// The answer of [`Policy::explain`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    /// Whether the policy admits the request.
+    pub allowed: bool,
+    /// The rule that admits it (an OIDC policy).
+    pub rule: Option<usize>,
+    /// Why not, when it is refused: every rule of the token's issuer, its first failing check.
+    pub reasons: Vec<Reason>,
+    /// Near misses.
+    pub hints: Vec<Hint>,
+}
+
+impl Explanation {
+    /// The body of `POST /service-accounts/{id}/explain` and `registry policy explain`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "decision": if self.allowed { "allow" } else { "deny" },
+            "rule": self.rule.map(|i| json!({"index": i, "pointer": format!("/rules/{i}")})),
+            "reasons": self.reasons.iter().map(|r| {
+                let mut v = json!({"code": r.code.as_str(), "message": r.message});
+                if let Some(rule) = r.rule { v["rule"] = rule.into(); }
+                if let Some(pointer) = &r.pointer { v["pointer"] = pointer.clone().into(); }
+                v
+            }).collect::<Vec<_>>(),
+            "hints": self.hints.iter().map(|h| json!({"rule": h.rule, "pointer": h.pointer,
+                "message": h.message})).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn near_misses(rule: usize, pointer: &str, pattern: &str, value: &Value, hints: &mut Vec<Hint>) {
+    let mut hint = |message: String| {
+        hints.push(Hint {
+            rule,
+            pointer: pointer.to_owned(),
+            message,
+        })
+    };
+    let candidates: Vec<&str> = match value {
+        Value::String(s) => vec![s.as_str()],
+        Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if let Value::Array(items) = value {
+        hint(format!(
+            "the token's value is a list of {} (none of them matches {pattern:?})",
+            items.len()
+        ));
+    }
+    for value in candidates {
+        let folded = ClaimPattern::new(&pattern.to_lowercase());
+        if folded.matches_str(&value.to_lowercase()) {
+            hint(format!(
+                "{value:?} differs from {pattern:?} only in case: matching is case-sensitive"
+            ));
+        }
+        let tidy = |s: &str| s.trim().trim_end_matches('/').to_owned();
+        let untidy = tidy(value) != value || tidy(pattern) != pattern;
+        if untidy && ClaimPattern::new(&tidy(pattern)).matches_str(&tidy(value)) {
+            hint(format!(
+                "{value:?} differs from {pattern:?} only by a trailing slash or spaces"
+            ));
+        }
+        let github = |s: &str, kind: &str| s.starts_with("repo:") && s.contains(kind);
+        if github(pattern, ":ref:") && github(value, ":environment:") {
+            hint(format!(
+                "the token's sub {value:?} names a deployment environment, the rule expects a \
+                 ref: GitHub puts environment:NAME in sub for jobs that use an environment"
+            ));
+        } else if github(pattern, ":environment:") && github(value, ":ref:") {
+            hint(format!(
+                "the token's sub {value:?} names a ref, the rule expects an environment: the job \
+                 does not declare the environment"
+            ));
+        }
+    }
+}
+
+impl Policy {
+    /// Explains the decision of [`Policy::evaluate`] for `claims` (`None`: a static token), the
+    /// requested `service` and the client `address` (`None`: not checked). The decision is
+    /// always `evaluate`'s; the explanation costs at most about twice as much.
+    ///
+    /// ```
+    /// use registry_domain::policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let policy = Policy::parse(&json!({"kind": "oidc", "rules": [{"services": ["api-acme"],
+    ///     "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/infra:ref:main"}}]}))
+    ///     .unwrap().policy;
+    /// let claims = json!({"iss": "https://ci.example", "aud": "registry", "sub": "repo:Acme/infra:ref:main"});
+    /// let explained = policy.explain(claims.as_object(), Some("api-acme"), None);
+    /// assert!(!explained.allowed);
+    /// assert_eq!(explained.reasons[0].code.as_str(), "claim-mismatch");
+    /// assert_eq!(explained.reasons[0].pointer.as_deref(), Some("/rules/0/claims/sub"));
+    /// assert!(explained.hints[0].message.contains("only in case"));
+    /// ```
+    pub fn explain(
+        &self,
+        claims: Option<&Map<String, Value>>,
+        service: Option<&str>,
+        address: Option<IpAddr>,
+    ) -> Explanation {
+        let mut reasons = Vec::new();
+        let mut hints = Vec::new();
+        let deny = |reasons, hints| Explanation {
+            allowed: false,
+            rule: None,
+            reasons,
+            hints,
+        };
+        let address_refused = |reasons: &mut Vec<Reason>| -> bool {
+            let refused = address.is_some_and(|ip| !self.allows_ip(ip));
+            if refused {
+                reasons.push(Reason {
+                    rule: None,
+                    pointer: Some("/ip_allowlist".into()),
+                    code: ReasonCode::AddressNotAllowed,
+                    message: format!(
+                        "the address {} is outside the ip_allowlist",
+                        address.map(|a| a.to_string()).unwrap_or_default()
+                    ),
+                });
+            }
+            refused
+        };
+        let claims = match (self.kind(), claims) {
+            (PolicyKind::Oidc, Some(claims)) => claims,
+            _ => {
+                if address_refused(&mut reasons) {
+                    return deny(reasons, hints);
+                }
+                let covered = match (self.static_scope(), service) {
+                    (Some(scope), Some(s)) => scope.matches(s),
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                if !covered {
+                    reasons.push(Reason {
+                        rule: None,
+                        pointer: Some("/services".into()),
+                        code: ReasonCode::ServiceNotAllowed,
+                        message: format!(
+                            "the policy's services do not cover {:?}",
+                            service.unwrap_or_default()
+                        ),
+                    });
+                    return deny(reasons, hints);
+                }
+                return Explanation {
+                    allowed: true,
+                    rule: None,
+                    reasons,
+                    hints,
+                };
+            }
+        };
+        let rules = self.oidc_rules();
+        let issuer = claims.get("iss").and_then(Value::as_str);
+        let Some(group) = issuer.and_then(|iss| rules.group(iss)) else {
+            let iss = issuer.unwrap_or_default();
+            for group in rules.groups() {
+                let tidy = |s: &str| s.trim().trim_end_matches('/').to_lowercase();
+                if tidy(&group.issuer) == tidy(iss) {
+                    let rule = group.rules[0].index;
+                    hints.push(Hint {
+                        rule,
+                        pointer: format!("/rules/{rule}/claims/iss"),
+                        message: format!(
+                            "the token's iss {iss:?} differs from {:?} only in case, a trailing \
+                             slash or spaces: iss is compared exactly",
+                            &*group.issuer
+                        ),
+                    });
+                }
+            }
+            reasons.push(Reason {
+                rule: None,
+                pointer: None,
+                code: ReasonCode::IssuerUnknown,
+                message: format!("no rule names the issuer {iss:?}"),
+            });
+            return deny(reasons, hints);
+        };
+        let views = group.views(claims);
+        let mut matched = Vec::new();
+        for rule in group.rules.iter() {
+            let Some(check) = rule.first_failure(&views) else {
+                matched.push(rule);
+                continue;
+            };
+            let name = &*group.claim_names[check.slot];
+            let pointer = format!(
+                "/rules/{}/claims/{}",
+                rule.index,
+                crate::violation::escape_token(name)
+            );
+            let pattern = check.pattern.as_str();
+            let value = claims.get(name);
+            let code = match (value, &views[check.slot]) {
+                (None | Some(Value::Null), _) => ReasonCode::ClaimMissing,
+                // An object or a fraction: no pattern matches it, not even `*`.
+                (_, ClaimView::Never) => ReasonCode::ClaimTypeMismatch,
+                (Some(Value::Bool(_)), _) if !check.pattern.is_exact() => {
+                    ReasonCode::ClaimTypeMismatch
+                }
+                _ if name == "aud" => ReasonCode::AudienceMismatch,
+                _ => ReasonCode::ClaimMismatch,
+            };
+            let message = match value {
+                None | Some(Value::Null) => format!("the token has no {name}"),
+                Some(found) => format!("{name} {found} does not match {pattern:?}"),
+            };
+            if let Some(value) = value {
+                near_misses(rule.index, &pointer, pattern, value, &mut hints);
+            }
+            reasons.push(Reason {
+                rule: Some(rule.index),
+                pointer: Some(pointer),
+                code,
+                message,
+            });
+        }
+        if matched.is_empty() || address_refused(&mut reasons) {
+            return deny(reasons, hints);
+        }
+        // The rules that matched have no failing check to report.
+        let Some(service) = service else {
+            return Explanation {
+                allowed: true,
+                rule: Some(matched[0].index),
+                reasons: Vec::new(),
+                hints: Vec::new(),
+            };
+        };
+        let lower = fold_case(service);
+        if let Some(rule) = matched.iter().find(|r| r.services.matches_lower(&lower)) {
+            return Explanation {
+                allowed: true,
+                rule: Some(rule.index),
+                reasons: Vec::new(),
+                hints: Vec::new(),
+            };
+        }
+        for rule in matched {
+            reasons.push(Reason {
+                rule: Some(rule.index),
+                pointer: Some(format!("/rules/{}/services", rule.index)),
+                code: ReasonCode::ServiceNotAllowed,
+                message: format!(
+                    "rule {} accepts the token, but its services do not cover {service:?}",
+                    rule.index
+                ),
+            });
+        }
+        deny(reasons, hints)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Decision;
+    use proptest::prelude::*;
+
+    fn policy(rules: &[(&str, &str, &[&str])], allowlist: &[&str]) -> Policy {
+        let rules: Vec<Value> = rules
+            .iter()
+            .map(|(sub, aud, services)| {
+                json!({"services": services, "claims": {"iss": "https://ci.example", "aud": aud, "sub": sub}})
+            })
+            .collect();
+        let mut document = json!({"kind": "oidc", "rules": rules});
+        if !allowlist.is_empty() {
+            document["ip_allowlist"] = json!(allowlist);
+        }
+        Policy::parse(&document).unwrap().policy
+    }
+
+    fn explain(policy: &Policy, claims: Value, service: Option<&str>) -> Explanation {
+        policy.explain(
+            claims.as_object(),
+            service,
+            Some("192.0.2.1".parse().unwrap()),
+        )
+    }
+
+    #[test]
+    fn every_policy_reason_and_hint_has_a_case() {
+        let p = policy(
+            &[
+                (
+                    "repo:acme/infra:ref:refs/heads/main",
+                    "registry",
+                    &["api-x"],
+                ),
+                ("team/", "registry", &["web-x"]),
+            ],
+            &[],
+        );
+        let iss = "https://ci.example";
+        let case = |claims: Value| explain(&p, claims, Some("api-x"));
+        let unknown = case(json!({"iss": "https://CI.example/", "aud": "registry", "sub": "x"}));
+        assert_eq!(unknown.reasons[0].code, ReasonCode::IssuerUnknown);
+        assert!(unknown.hints[0].message.contains("only in case"));
+        let missing = case(json!({"iss": iss, "aud": "registry"}));
+        assert_eq!(missing.reasons[0].code, ReasonCode::ClaimMissing);
+        let typed = case(json!({"iss": iss, "aud": "registry", "sub": {"a": 1}}));
+        assert_eq!(typed.reasons[0].code, ReasonCode::ClaimTypeMismatch);
+        let audience = case(json!({"iss": iss, "aud": ["a", "b"], "sub": "x"}));
+        assert_eq!(audience.reasons[0].code, ReasonCode::AudienceMismatch);
+        assert!(audience.hints[0].message.contains("list of 2"));
+        let environment = case(json!({"iss": iss, "aud": "registry",
+            "sub": "repo:acme/infra:environment:prod"}));
+        assert_eq!(environment.reasons[0].code, ReasonCode::ClaimMismatch);
+        assert!(environment
+            .hints
+            .iter()
+            .any(|h| h.message.contains("environment")));
+        let slash = case(json!({"iss": iss, "aud": "registry", "sub": "team"}));
+        assert!(slash
+            .hints
+            .iter()
+            .any(|h| h.message.contains("trailing slash")));
+        let service = case(json!({"iss": iss, "aud": "registry",
+            "sub": "repo:acme/infra:ref:refs/heads/main"}));
+        assert!(service.allowed);
+        let elsewhere = explain(
+            &p,
+            json!({"iss": iss, "aud": "registry",
+            "sub": "repo:acme/infra:ref:refs/heads/main"}),
+            Some("db-x"),
+        );
+        let uncovered = elsewhere
+            .reasons
+            .iter()
+            .find(|r| r.code == ReasonCode::ServiceNotAllowed)
+            .unwrap();
+        assert_eq!(uncovered.pointer.as_deref(), Some("/rules/0/services"));
+        let fenced = policy(&[("x", "registry", &["*"])], &["10.0.0.0/8"]);
+        let address = explain(
+            &fenced,
+            json!({"iss": iss, "aud": "registry", "sub": "x"}),
+            None,
+        );
+        assert_eq!(address.reasons[0].code, ReasonCode::AddressNotAllowed);
+        let codes: Vec<&str> = ReasonCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(codes.len(), 15);
+        assert!(codes.contains(&"account-ambiguous") && codes.contains(&"token-expired"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// `explain` decides as `evaluate` does, with the same matching rule.
+        #[test]
+        fn explain_agrees_with_evaluate(
+            subs in proptest::collection::vec("[ab*?]{1,4}", 1..5),
+            services in proptest::collection::vec("(api|web|\\*)", 1..5),
+            sub in "[ab]{0,4}",
+            aud in "(registry|other)",
+            service in proptest::option::of("(api|web|db)"),
+            fenced in any::<bool>(),
+            inside in any::<bool>(),
+        ) {
+            let rules: Vec<Value> = subs.iter().zip(services.iter().cycle()).map(|(s, svc)| {
+                json!({"services": [svc], "claims": {"iss": "https://ci.example", "aud": "registry", "sub": s}})
+            }).collect();
+            let mut document = json!({"kind": "oidc", "rules": rules});
+            if fenced {
+                document["ip_allowlist"] = json!(["192.0.2.0/24"]);
+            }
+            let policy = Policy::parse(&document).unwrap().policy;
+            let claims = json!({"iss": "https://ci.example", "aud": aud, "sub": sub});
+            let claims = claims.as_object().unwrap();
+            let ip: IpAddr = if inside { "192.0.2.9" } else { "198.51.100.9" }.parse().unwrap();
+            let evaluated = policy.evaluate(Some(claims), service.as_deref(), ip);
+            let explained = policy.explain(Some(claims), service.as_deref(), Some(ip));
+            prop_assert_eq!(explained.allowed, evaluated.is_allowed());
+            if let Decision::Allow { rule } = evaluated {
+                prop_assert_eq!(explained.rule, rule);
+            } else {
+                prop_assert!(!explained.reasons.is_empty());
+            }
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Findings about valid but risky policies (DECISIONS §12): what `registry policy check` prints.
+//! Each finding has a stable code, a severity, a pointer into the policy document and a
+//! sentence. Schema violations are errors; everything here is a warning.
+
+use super::pattern::ClaimPattern;
+use super::Policy;
+use crate::violation::escape_token;
+use crate::Violations;
+use serde_json::{json, Map, Value};
+
+/// The issuer of GitHub Actions' identity tokens.
+pub const GITHUB_ISSUER: &str = "https://token.actions.githubusercontent.com";
+
+/// How serious a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// The policy cannot be saved.
+    Error,
+    /// The policy can be saved, and probably should not be as it is.
+    Warning,
+}
+
+impl Severity {
+    /// `"error"` or `"warning"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Stable code (`any-subject`, `schema`, …).
+    pub code: &'static str,
+    /// Error or warning.
+    pub severity: Severity,
+    /// RFC 6901 pointer into the policy document.
+    pub pointer: String,
+    /// A sentence for a person.
+    pub message: String,
+}
+
+impl Finding {
+    fn warning(code: &'static str, pointer: String, message: String) -> Self {
+        Finding {
+            code,
+            severity: Severity::Warning,
+            pointer,
+            message,
+        }
+    }
+
+    /// The finding as `{code, severity, pointer, message}`.
+    pub fn to_json(&self) -> Value {
+        json!({"code": self.code, "severity": self.severity.as_str(),
+            "pointer": self.pointer, "message": self.message})
+    }
+}
+
+/// Every finding about `document`: its schema violations as errors (code `schema`) when it does
+/// not parse, else the warnings of [`Policy::lint`].
+///
+/// ```
+/// use registry_domain::policy::lint_document;
+/// use serde_json::json;
+///
+/// let findings = lint_document(&json!({"kind": "oidc", "rules": [{"services": ["*"],
+///     "claims": {"iss": "https://token.actions.githubusercontent.com", "aud": "registry", "sub": "*"}}]}));
+/// let codes: Vec<&str> = findings.iter().map(|f| f.code).collect();
+/// assert_eq!(codes, ["any-subject", "wildcard-services", "github-subject-without-repository"]);
+/// assert_eq!(lint_document(&json!({"kind": "nope"}))[0].code, "schema");
+/// ```
+pub fn lint_document(document: &Value) -> Vec<Finding> {
+    match Policy::parse(document) {
+        Ok(parsed) => parsed.policy.lint(),
+        Err(violations) => schema_findings(violations),
+    }
+}
+
+fn schema_findings(violations: Violations) -> Vec<Finding> {
+    violations
+        .into_iter()
+        .map(|v| Finding {
+            code: "schema",
+            severity: Severity::Error,
+            pointer: v.pointer,
+            message: v.message,
+        })
+        .collect()
+}
+
+fn claims_of(rule: &Value) -> Map<String, Value> {
+    rule.get("claims")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn services_of(rule: &Value) -> Vec<String> {
+    rule.get("services")
+        .and_then(Value::as_array)
+        .map(|s| {
+            s.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_lowercase)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn any_string(pattern: &str) -> bool {
+    ClaimPattern::new(pattern).accepts_any_string()
+}
+
+/// Whether a GitHub `sub` pattern pins one repository (`repo:owner/name:…`).
+fn pins_repository(pattern: &str) -> bool {
+    let Some(rest) = pattern.strip_prefix("repo:") else {
+        return false;
+    };
+    let Some((repository, _)) = rest.split_once(':') else {
+        return false;
+    };
+    let wild = |s: &str| s.is_empty() || s.contains(['*', '?']);
+    match repository.split_once('/') {
+        Some((owner, name)) => !wild(owner) && !wild(name),
+        None => false,
+    }
+}
+
+/// Whether rule `earlier` admits every token `later` admits, for at least `later`'s services: it
+/// pins the same issuer, every claim it checks `later` checks with the same pattern (or it
+/// accepts any value), and its services cover `later`'s.
+fn shadows(earlier: &Value, later: &Value) -> bool {
+    let (a, b) = (claims_of(earlier), claims_of(later));
+    if a.get("iss") != b.get("iss") {
+        return false;
+    }
+    let claims_covered = a.iter().all(|(name, pattern)| {
+        let pattern = pattern.as_str().unwrap_or_default();
+        name == "iss" || any_string(pattern) || b.get(name).and_then(Value::as_str) == Some(pattern)
+    });
+    let (sa, sb) = (services_of(earlier), services_of(later));
+    claims_covered && (sa.iter().any(|s| s == "*") || sb.iter().all(|s| sa.contains(s)))
+}
+
+impl Policy {
+    /// The warnings of DECISIONS §12 about this policy, in document order.
+    ///
+    /// ```
+    /// use registry_domain::policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let rule = json!({"services": ["api-acme"], "claims": {"iss": "http://idp.example/",
+    ///     "aud": "*", "sub": "ci"}});
+    /// let policy = Policy::parse(&json!({"kind": "oidc", "rules": [rule.clone(), rule],
+    ///     "ip_allowlist": ["0.0.0.0/0"]})).unwrap().policy;
+    /// let found: Vec<(&str, String)> = policy.lint().into_iter().map(|f| (f.code, f.pointer)).collect();
+    /// assert!(found.contains(&("any-audience", "/rules/0/claims/aud".into())));
+    /// assert!(found.contains(&("insecure-issuer", "/rules/0/claims/iss".into())));
+    /// assert!(found.contains(&("issuer-trailing-slash", "/rules/0/claims/iss".into())));
+    /// assert!(found.contains(&("duplicate-rule", "/rules/1".into())));
+    /// assert!(found.contains(&("allow-all-addresses", "/ip_allowlist/0".into())));
+    /// ```
+    pub fn lint(&self) -> Vec<Finding> {
+        let document = self.document();
+        let mut findings = Vec::new();
+        if let Some(entries) = document.get("services").and_then(Value::as_array) {
+            for (k, entry) in entries.iter().enumerate() {
+                if entry.as_str() == Some("*") {
+                    findings.push(Finding::warning(
+                        "wildcard-services",
+                        format!("/services/{k}"),
+                        "\"*\" covers every service of the customer, including those created \
+                         later: name the services this account needs"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        let rules = document
+            .get("rules")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for (i, rule) in rules.iter().enumerate() {
+            let claims = claims_of(rule);
+            let at = |name: &str| format!("/rules/{i}/claims/{}", escape_token(name));
+            let issuer = claims
+                .get("iss")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let sub = claims.get("sub").and_then(Value::as_str);
+            match sub {
+                None => findings.push(Finding::warning(
+                    "no-subject",
+                    format!("/rules/{i}/claims"),
+                    format!("rule {i} names no sub: every subject of {issuer} gets in"),
+                )),
+                Some(sub) if any_string(sub) => findings.push(Finding::warning(
+                    "any-subject",
+                    at("sub"),
+                    format!(
+                        "rule {i} accepts any subject: every token {issuer} issues for the \
+                         rule's audience gets in; pin sub to your own subjects"
+                    ),
+                )),
+                Some(_) => {}
+            }
+            if claims
+                .get("aud")
+                .and_then(Value::as_str)
+                .is_some_and(any_string)
+            {
+                findings.push(Finding::warning(
+                    "any-audience",
+                    at("aud"),
+                    format!(
+                        "rule {i} accepts any audience: tokens {issuer} issued for other \
+                         services get in too; pin aud to the audience you set for this registry"
+                    ),
+                ));
+            }
+            if issuer.starts_with("http://") {
+                findings.push(Finding::warning(
+                    "insecure-issuer",
+                    at("iss"),
+                    format!(
+                        "rule {i}'s issuer is http://: its keys can be changed in transit, and \
+                         the registry fetches only https issuers outside development"
+                    ),
+                ));
+            }
+            if issuer.ends_with('/') {
+                findings.push(Finding::warning(
+                    "issuer-trailing-slash",
+                    at("iss"),
+                    format!(
+                        "rule {i}'s issuer ends in '/': iss is compared exactly, and most \
+                         issuers write theirs without one ({:?})",
+                        issuer.trim_end_matches('/')
+                    ),
+                ));
+            }
+            for (k, entry) in services_of(rule).iter().enumerate() {
+                if entry == "*" {
+                    findings.push(Finding::warning(
+                        "wildcard-services",
+                        format!("/rules/{i}/services/{k}"),
+                        format!(
+                            "rule {i}'s services include \"*\": every service of the customer, \
+                             including those created later"
+                        ),
+                    ));
+                }
+            }
+            if issuer == GITHUB_ISSUER && !sub.is_some_and(pins_repository) {
+                findings.push(Finding::warning(
+                    "github-subject-without-repository",
+                    if sub.is_some() {
+                        at("sub")
+                    } else {
+                        format!("/rules/{i}/claims")
+                    },
+                    format!(
+                        "rule {i} trusts GitHub Actions without pinning a repository: any \
+                         repository's workflow can get such a token; start sub with \
+                         repo:OWNER/NAME:"
+                    ),
+                ));
+            }
+            let earlier = rules[..i].iter().enumerate();
+            if let Some((j, _)) = earlier.clone().find(|(_, r)| *r == rule) {
+                findings.push(Finding::warning(
+                    "duplicate-rule",
+                    format!("/rules/{i}"),
+                    format!("rule {i} repeats rule {j}"),
+                ));
+            } else if let Some((j, _)) = earlier.clone().find(|(_, r)| shadows(r, rule)) {
+                findings.push(Finding::warning(
+                    "shadowed-rule",
+                    format!("/rules/{i}"),
+                    format!(
+                        "rule {j} already admits every token rule {i} admits, for all of rule \
+                         {i}'s services: rule {i} never decides anything"
+                    ),
+                ));
+            }
+        }
+        let addresses = document
+            .get("ip_allowlist")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for (k, entry) in addresses.iter().enumerate() {
+            if matches!(entry.as_str(), Some("0.0.0.0/0" | "::/0")) {
+                findings.push(Finding::warning(
+                    "allow-all-addresses",
+                    format!("/ip_allowlist/{k}"),
+                    "this entry allows every address: the allowlist restricts nothing".into(),
+                ));
+            }
+        }
+        findings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codes(document: Value) -> Vec<(&'static str, String)> {
+        lint_document(&document)
+            .into_iter()
+            .map(|f| (f.code, f.pointer))
+            .collect()
+    }
+
+    #[test]
+    fn every_code_has_a_policy_that_produces_it() {
+        let rule = |iss: &str, sub: Option<&str>, services: Value| {
+            let mut claims = json!({"iss": iss, "aud": "registry"});
+            if let Some(sub) = sub {
+                claims["sub"] = json!(sub);
+            }
+            json!({"services": services, "claims": claims})
+        };
+        // no-subject cannot pass the schema (sub is required): the lint still says it for
+        // stored documents, which are not checked against the schema again.
+        let stored = Policy::from_stored(&json!({"kind": "oidc",
+            "rules": [rule("https://ci.example", None, json!(["a-x"]))]}))
+        .unwrap();
+        assert_eq!(stored.lint()[0].code, "no-subject");
+        let found = codes(json!({"kind": "oidc", "rules": [
+            rule("https://ci.example", Some("team-*"), json!(["*"])),
+            rule("https://ci.example", Some("team-a"), json!(["api-x"])),
+            rule(GITHUB_ISSUER, Some("repo:acme/*:ref:refs/heads/main"), json!(["api-x"])),
+            rule(GITHUB_ISSUER, Some("repo:acme/infra:environment:prod"), json!(["api-x"])),
+        ]}));
+        assert!(found.contains(&("wildcard-services", "/rules/0/services/0".into())));
+        assert!(found.contains(&(
+            "github-subject-without-repository",
+            "/rules/2/claims/sub".into()
+        )));
+        assert!(!found.iter().any(|(_, p)| p.starts_with("/rules/3")));
+        let shadowed = codes(json!({"kind": "oidc", "rules": [
+            json!({"services": ["*"], "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "team-*"}}),
+            json!({"services": ["api-x"], "claims": {"iss": "https://ci.example", "aud": "registry",
+                "sub": "team-*", "ref": "main"}}),
+        ]}));
+        assert!(shadowed.contains(&("shadowed-rule", "/rules/1".into())));
+        assert_eq!(
+            codes(json!({"kind": "static", "services": ["*"], "ip_allowlist": ["::/0"]})),
+            [
+                ("wildcard-services", "/services/0".into()),
+                ("allow-all-addresses", "/ip_allowlist/0".into())
+            ]
+        );
+    }
+}

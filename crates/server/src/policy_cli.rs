@@ -1,0 +1,273 @@
+//! `registry policy …`: policy documents offline, through the domain crate alone (DECISIONS §12).
+
+use crate::cli::{OutputFormat, PolicyCommand};
+use anyhow::Context;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use registry_domain::policy::{lint_document, Explanation, Policy, Severity};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+fn read_json(path: &Path) -> anyhow::Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+/// The policy of `path`, or the one sentence of why it is not one.
+fn read_policy(path: &Path) -> anyhow::Result<Policy> {
+    let document = read_json(path)?;
+    Policy::parse(&document)
+        .map(|p| p.policy)
+        .map_err(|violations| {
+            let first = violations
+                .first()
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            anyhow::anyhow!(
+                "{} is not a valid policy ({} problem(s); first: {first}); run `registry policy \
+             check` for all of them",
+                path.display(),
+                violations.len()
+            )
+        })
+}
+
+/// The claims of a compact JWS, read without checking anything.
+fn unverified_claims(token: &str) -> anyhow::Result<Map<String, Value>> {
+    let payload = token
+        .split('.')
+        .nth(1)
+        .context("the token is not a JWT (header.payload.signature)")?;
+    let bytes = URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .context("the token's payload is not base64url")?;
+    match serde_json::from_slice(&bytes) {
+        Ok(Value::Object(claims)) => Ok(claims),
+        _ => anyhow::bail!("the token's payload is not a JSON object"),
+    }
+}
+
+fn print_explanation(explanation: &Explanation) {
+    match explanation.rule {
+        Some(rule) if explanation.allowed => println!("allow: rule {rule} (/rules/{rule})"),
+        _ if explanation.allowed => println!("allow"),
+        _ => println!("deny"),
+    }
+    for reason in &explanation.reasons {
+        let pointer = reason.pointer.as_deref().unwrap_or("-");
+        println!("  {} {pointer}: {}", reason.code, reason.message);
+    }
+    for hint in &explanation.hints {
+        println!("  hint {}: {}", hint.pointer, hint.message);
+    }
+}
+
+/// One case of `registry policy test`.
+struct Case {
+    name: String,
+    claims: Map<String, Value>,
+    service: Option<String>,
+    ip: Option<std::net::IpAddr>,
+    allow: bool,
+    rule: Option<usize>,
+}
+
+fn read_cases(path: &Path) -> anyhow::Result<Vec<Case>> {
+    let Value::Array(items) = read_json(path)? else {
+        anyhow::bail!("{} is not a JSON list of cases", path.display());
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let wrong = |what: &str| anyhow::anyhow!("{} case {i}: {what}", path.display());
+            let name = item["name"]
+                .as_str()
+                .ok_or_else(|| wrong("name is not a string"))?;
+            let claims = item["claims"]
+                .as_object()
+                .ok_or_else(|| wrong("claims is not an object"))?;
+            let allow = match item["expect"].as_str() {
+                Some("allow") => true,
+                Some("deny") => false,
+                _ => return Err(wrong("expect is not \"allow\" or \"deny\"")),
+            };
+            let service = match &item["service"] {
+                Value::Null => None,
+                Value::String(s) => Some(s.clone()),
+                _ => return Err(wrong("service is not a string")),
+            };
+            let ip = match &item["ip"] {
+                Value::Null => None,
+                Value::String(s) => Some(s.parse().map_err(|_| wrong("ip is not an address"))?),
+                _ => return Err(wrong("ip is not a string")),
+            };
+            let rule = match &item["rule"] {
+                Value::Null => None,
+                v => Some(
+                    v.as_u64()
+                        .and_then(|r| usize::try_from(r).ok())
+                        .ok_or_else(|| wrong("rule is not a rule index"))?,
+                ),
+            };
+            Ok(Case {
+                name: name.to_owned(),
+                claims: claims.clone(),
+                service,
+                ip,
+                allow,
+                rule,
+            })
+        })
+        .collect()
+}
+
+/// A command that ran but found problems: exit 1 with nothing more on stderr than the output
+/// already says.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Failed(pub String);
+
+/// Runs a policy command.
+pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
+    match command {
+        PolicyCommand::Check {
+            file,
+            format,
+            deny_warnings,
+        } => {
+            let document = read_json(&file)?;
+            let findings = lint_document(&document);
+            match format {
+                OutputFormat::Json => println!(
+                    "{}",
+                    json!({"findings": findings.iter().map(|f| f.to_json()).collect::<Vec<_>>()})
+                ),
+                OutputFormat::Text if findings.is_empty() => {
+                    println!("{}: no findings", file.display());
+                }
+                OutputFormat::Text => {
+                    for f in &findings {
+                        let pointer = if f.pointer.is_empty() {
+                            "/"
+                        } else {
+                            &f.pointer
+                        };
+                        println!(
+                            "{} {} {pointer}: {}",
+                            f.severity.as_str(),
+                            f.code,
+                            f.message
+                        );
+                    }
+                }
+            }
+            let errors = findings
+                .iter()
+                .filter(|f| f.severity == Severity::Error)
+                .count();
+            let warnings = findings.len() - errors;
+            if errors > 0 || (deny_warnings && warnings > 0) {
+                return Err(Failed(format!(
+                    "{}: {errors} error(s), {warnings} warning(s)",
+                    file.display()
+                ))
+                .into());
+            }
+            Ok(())
+        }
+        PolicyCommand::Explain {
+            file,
+            claims,
+            token,
+            service,
+            ip,
+            format,
+        } => {
+            let policy = read_policy(&file)?;
+            let claims = match (claims, token) {
+                (Some(path), _) => match read_json(&path)? {
+                    Value::Object(claims) => claims,
+                    _ => anyhow::bail!("{} is not a JSON object of claims", path.display()),
+                },
+                (None, Some(token)) => {
+                    let claims = unverified_claims(&token)?;
+                    eprintln!("note: the token's signature and times are not checked");
+                    claims
+                }
+                (None, None) => anyhow::bail!("give --claims FILE or --token JWT"),
+            };
+            let explanation = policy.explain(Some(&claims), service.as_deref(), ip);
+            match format {
+                OutputFormat::Json => println!("{}", explanation.to_json()),
+                OutputFormat::Text => print_explanation(&explanation),
+            }
+            Ok(())
+        }
+        PolicyCommand::Test {
+            file,
+            cases,
+            format,
+        } => {
+            let policy = read_policy(&file)?;
+            let cases = read_cases(&cases)?;
+            let mut results = Vec::new();
+            let mut exercised = BTreeSet::new();
+            let mut failed = 0;
+            for case in &cases {
+                let explanation =
+                    policy.explain(Some(&case.claims), case.service.as_deref(), case.ip);
+                exercised.extend(explanation.rule);
+                let passed = explanation.allowed == case.allow
+                    && (case.rule.is_none() || case.rule == explanation.rule);
+                failed += usize::from(!passed);
+                results.push((case, explanation, passed));
+            }
+            let rules = policy
+                .document()
+                .get("rules")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let uncovered: Vec<String> = (0..rules)
+                .filter(|r| !exercised.contains(r))
+                .map(|r| format!("/rules/{r}"))
+                .collect();
+            match format {
+                OutputFormat::Json => println!(
+                    "{}",
+                    json!({
+                        "cases": results.iter().map(|(case, e, passed)| json!({
+                            "name": case.name, "passed": passed,
+                            "decision": if e.allowed { "allow" } else { "deny" },
+                            "rule": e.rule,
+                        })).collect::<Vec<_>>(),
+                        "uncoveredRules": uncovered,
+                    })
+                ),
+                OutputFormat::Text => {
+                    for (case, e, passed) in &results {
+                        let got = match e.rule {
+                            Some(rule) if e.allowed => format!("allow by rule {rule}"),
+                            _ if e.allowed => "allow".to_owned(),
+                            _ => format!(
+                                "deny ({})",
+                                e.reasons.first().map_or("no reason", |r| r.code.as_str())
+                            ),
+                        };
+                        let verdict = if *passed { "PASS" } else { "FAIL" };
+                        println!("{verdict} {}: {got}", case.name);
+                    }
+                    if !uncovered.is_empty() {
+                        println!("rules no case exercised: {}", uncovered.join(", "));
+                    }
+                }
+            }
+            if failed > 0 {
+                return Err(Failed(format!("{failed} of {} case(s) failed", cases.len())).into());
+            }
+            Ok(())
+        }
+    }
+}

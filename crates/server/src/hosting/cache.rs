@@ -487,8 +487,9 @@ mod tests {
 
     #[test]
     fn memory_is_bounded_and_the_least_recently_served_leave_it() {
-        // Each entry counts about 2 × 1,040 bytes: two fit, three do not.
-        let cache = HostingCache::new("http://{subdomain}.localhost", "http://api.localhost", 5000)
+        // Each entry counts about 1,040 bytes (no retired key, no source kept): two fit, three
+        // do not.
+        let cache = HostingCache::new("http://{subdomain}.localhost", "http://api.localhost", 2500)
             .unwrap();
         let (a, b, c) = (
             published("a-x", 1000),
@@ -499,7 +500,7 @@ mod tests {
         cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
         assert!(cache.get("a-x").is_some()); // a is served after b was published
         cache.put(&c.0, &c.1, OffsetDateTime::now_utc());
-        assert!(cache.bytes() <= 5000, "{}", cache.bytes());
+        assert!(cache.bytes() <= 2500, "{}", cache.bytes());
         assert!(matches!(cache.lookup("b-x"), Lookup::Evicted(id) if id == b.0.id));
         assert!(matches!(cache.lookup("a-x"), Lookup::Hit(_)));
         assert!(matches!(cache.lookup("nobody-x"), Lookup::Miss));
@@ -507,7 +508,7 @@ mod tests {
         // Read again, it comes back and something else leaves.
         cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
         assert!(matches!(cache.lookup("b-x"), Lookup::Hit(_)));
-        assert!(cache.bytes() <= 5000);
+        assert!(cache.bytes() <= 2500);
         cache.remove(b.0.id);
         assert!(matches!(cache.lookup("b-x"), Lookup::Miss));
         // A republication replaces in one step, and the bytes follow.

@@ -120,6 +120,16 @@ pub trait ServiceStore: Send + Sync {
     fn live_anonymous(&self, now: OffsetDateTime) -> StoreResult<u64>;
     /// Publishes (inserts or replaces) a configuration. `NotFound` when the service is gone.
     fn put_config(&self, config: &PublishedConfig) -> StoreResult<()>;
+    /// Publishes a configuration made from the one published now, in one transaction: `make`
+    /// gets the current configuration (`None` when nothing is published) and returns the one to
+    /// write, or `None` to write nothing. `Ok(true)` when it wrote; `NotFound` when the service
+    /// is gone. Two calls for one service run one after the other, the second seeing the
+    /// first's result (a key retired by one upload is never lost by the next).
+    fn update_config(
+        &self,
+        service_id: Uuid,
+        make: &mut dyn FnMut(Option<PublishedConfig>) -> Option<PublishedConfig>,
+    ) -> StoreResult<bool>;
     /// The published configuration of a service.
     fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>>;
     /// Removes a published configuration; `false` when nothing was published.

@@ -34,6 +34,32 @@ fn exists(conn: &mut Db, id: &str) -> Res<bool> {
         .is_some())
 }
 
+/// Inserts or replaces a configuration (inside the caller's transaction, whose write lock makes
+/// update-else-insert race free: there is no portable upsert).
+fn write_config(conn: &mut Db, config: &PublishedConfig) -> Res<()> {
+    let id = id_text(config.service_id);
+    let updated = diesel::update(published_configs::table.find(&id))
+        .set((
+            published_configs::openid_configuration.eq(&config.openid_configuration),
+            published_configs::jwks.eq(&config.jwks),
+            published_configs::updated_at.eq(millis(config.updated_at)),
+            published_configs::key_state.eq(key_state_text(&config.keys)?),
+        ))
+        .execute(conn)?;
+    if updated == 0 {
+        diesel::insert_into(published_configs::table)
+            .values((
+                published_configs::service_id.eq(&id),
+                published_configs::openid_configuration.eq(&config.openid_configuration),
+                published_configs::jwks.eq(&config.jwks),
+                published_configs::updated_at.eq(millis(config.updated_at)),
+                published_configs::key_state.eq(key_state_text(&config.keys)?),
+            ))
+            .execute(conn)?;
+    }
+    Ok(())
+}
+
 impl ServiceStore for Store {
     fn create_service(
         &self,
@@ -196,32 +222,37 @@ impl ServiceStore for Store {
 
     fn put_config(&self, config: &PublishedConfig) -> StoreResult<()> {
         self.write(|conn, changed| {
-            let id = id_text(config.service_id);
+            if !exists(conn, &id_text(config.service_id))? {
+                return Err(StoreError::NotFound.into());
+            }
+            write_config(conn, config)?;
+            changed.push(Change::Service(config.service_id));
+            Ok(())
+        })
+    }
+
+    fn update_config(
+        &self,
+        service_id: Uuid,
+        make: &mut dyn FnMut(Option<PublishedConfig>) -> Option<PublishedConfig>,
+    ) -> StoreResult<bool> {
+        self.write(|conn, changed| {
+            let id = id_text(service_id);
             if !exists(conn, &id)? {
                 return Err(StoreError::NotFound.into());
             }
-            // No portable upsert; the write lock makes update-else-insert race free.
-            let updated = diesel::update(published_configs::table.find(&id))
-                .set((
-                    published_configs::openid_configuration.eq(&config.openid_configuration),
-                    published_configs::jwks.eq(&config.jwks),
-                    published_configs::updated_at.eq(millis(config.updated_at)),
-                    published_configs::key_state.eq(key_state_text(&config.keys)?),
-                ))
-                .execute(conn)?;
-            if updated == 0 {
-                diesel::insert_into(published_configs::table)
-                    .values((
-                        published_configs::service_id.eq(&id),
-                        published_configs::openid_configuration.eq(&config.openid_configuration),
-                        published_configs::jwks.eq(&config.jwks),
-                        published_configs::updated_at.eq(millis(config.updated_at)),
-                        published_configs::key_state.eq(key_state_text(&config.keys)?),
-                    ))
-                    .execute(conn)?;
-            }
-            changed.push(Change::Service(config.service_id));
-            Ok(())
+            let current = published_configs::table
+                .find(&id)
+                .get_result::<ConfigRow>(conn)
+                .optional()?
+                .map(ConfigRow::into_domain)
+                .transpose()?;
+            let Some(config) = make(current) else {
+                return Ok(false);
+            };
+            write_config(conn, &config)?;
+            changed.push(Change::Service(service_id));
+            Ok(true)
         })
     }
 

@@ -51,35 +51,54 @@ pub async fn put(
             )])
         })?;
     let id = service.id;
-    let previous = state.db(move |s| s.config(id)).await?;
-    let previous_keys = previous.map(|c| c.keys).unwrap_or_default();
     let issuer = state.issuer_of(&service.subdomain);
     let now = state.now();
-    let upload = keys::upload(
-        &body,
-        &issuer,
-        &previous_keys,
-        &VerifierKeyImport,
-        now,
-        service.expires_at,
-    )
-    .map_err(|refused| match refused.kid_reused {
-        true => ApiError::KidReused(refused.violations),
-        false => ApiError::Validation(refused.violations),
-    })?;
-    let publication = upload.publication;
-    let config = PublishedConfig {
-        service_id: service.id,
-        openid_configuration: publication.openid_configuration.to_string(),
-        jwks: publication.jwks.to_string(),
-        updated_at: now,
-        keys: upload.rotation.state,
-    };
-    let row = config.clone();
-    state
-        .db(move |s| s.put_config(&row))
+    let expires_at = service.expires_at;
+    // Read the key state, rotate, write: one transaction, so that concurrent uploads to one
+    // service see each other's retired keys.
+    let outcome = state
+        .db(move |s| {
+            let mut outcome = None;
+            s.update_config(id, &mut |current| {
+                let previous = current.map(|c| c.keys).unwrap_or_default();
+                match keys::upload(
+                    &body,
+                    &issuer,
+                    &previous,
+                    &VerifierKeyImport,
+                    now,
+                    expires_at,
+                ) {
+                    Ok(upload) => {
+                        let publication = upload.publication;
+                        let config = PublishedConfig {
+                            service_id: id,
+                            openid_configuration: publication.openid_configuration.to_string(),
+                            jwks: publication.jwks.to_string(),
+                            updated_at: now,
+                            keys: upload.rotation.state,
+                        };
+                        outcome = Some(Ok(publication));
+                        Some(config)
+                    }
+                    Err(refused) => {
+                        outcome = Some(Err(refused));
+                        None
+                    }
+                }
+            })?;
+            Ok(outcome)
+        })
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
+    let publication = match outcome {
+        Some(Ok(publication)) => publication,
+        Some(Err(refused)) if refused.kid_reused => {
+            return Err(ApiError::KidReused(refused.violations))
+        }
+        Some(Err(refused)) => return Err(ApiError::Validation(refused.violations)),
+        None => return Err(ApiError::Internal),
+    };
     directory::settle_write(&state).await;
     Ok(HttpResponse::Ok().json(json!({
         "openidConfiguration": publication.openid_configuration,

@@ -38,29 +38,32 @@ pub async fn delete(
     let (key, kid) = path.into_inner();
     let service = auth::service_caller(&state, &req, &key).await?;
     let id = service.id;
-    let Some(config) = state.db(move |s| s.config(id)).await? else {
-        return Err(unknown_key(&kid));
-    };
     let now = state.now();
-    let keys = config
-        .keys
-        .without_retired(&kid, now)
-        .map_err(|e| match e {
-            KeyDeleteError::Current => ApiError::Conflict(format!(
+    let withdrawn = kid.clone();
+    let outcome = state
+        .db(move |s| {
+            let mut outcome = Err(KeyDeleteError::Unknown);
+            s.update_config(id, &mut |current| {
+                let config = current?;
+                outcome = config.keys.without_retired(&withdrawn, now);
+                let keys = outcome.clone().ok()?;
+                Some(PublishedConfig {
+                    keys,
+                    updated_at: now,
+                    ..config
+                })
+            })?;
+            Ok(outcome)
+        })
+        .await
+        .map_err(|e| gone_as_not_found(e, &key))?;
+    outcome.map_err(|e| match e {
+        KeyDeleteError::Current => ApiError::Conflict(format!(
             "key {kid:?} is current: upload a key set without it first, then delete it once it \
              is retired"
         )),
-            KeyDeleteError::Unknown => unknown_key(&kid),
-        })?;
-    let row = PublishedConfig {
-        keys,
-        updated_at: now,
-        ..config
-    };
-    state
-        .db(move |s| s.put_config(&row))
-        .await
-        .map_err(|e| gone_as_not_found(e, &key))?;
+        KeyDeleteError::Unknown => unknown_key(&kid),
+    })?;
     directory::settle_write(&state).await;
     Ok(HttpResponse::NoContent().finish())
 }

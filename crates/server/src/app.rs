@@ -2,6 +2,7 @@
 
 use crate::adapters::{ShiftedClock, SystemClock};
 use crate::background;
+use crate::directory;
 use crate::hosting;
 use crate::observe::observe;
 use crate::problem;
@@ -82,17 +83,9 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let storage: Arc<dyn Storage> = Arc::new(store.clone());
     let state = web::Data::new(AppState::new(settings, storage, verifier, clock)?);
 
-    let warm = state.clone();
-    let (after, published, oidc_accounts) = web::block(move || {
-        // Read the change sequence first: a change racing with the load is then replayed.
-        let after = warm.store.latest_change()?;
-        let published = warm.store.published()?;
-        Ok::<_, registry_domain::StoreError>((after, published, warm.store.oidc_accounts()?))
-    })
-    .await??;
-    state.hosting.load(&published, state.now());
-    state.directory.load_trust(oidc_accounts);
-    state.directory.caught_up_to(after);
+    directory::reload_everything(&state)
+        .await
+        .context("cannot load the published documents and the service accounts")?;
 
     let app_state = state.clone();
     let server = HttpServer::new(move || {

@@ -318,8 +318,9 @@ pub async fn catch_up(state: &AppState, latest: i64) -> ApiResult<()> {
 }
 
 /// Everything from the database at once: the hosted documents, the trust index, and empty
-/// caches; then the position read before them (changes racing with the load are replayed).
-async fn reload_everything(state: &AppState) -> ApiResult<()> {
+/// caches; then the position read before them (changes racing with the load are replayed). The
+/// start-up load, and a replica behind the change log's horizon.
+pub async fn reload_everything(state: &AppState) -> ApiResult<()> {
     let (latest, published, oidc_accounts) = state
         .db(|s| {
             let latest = s.latest_change()?;

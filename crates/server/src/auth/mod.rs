@@ -11,6 +11,7 @@ pub use token_cache::TokenCache;
 use crate::client_ip::client_ip;
 use crate::directory;
 use crate::problem::{ApiError, ApiResult};
+use crate::rate_limit::RetryAfter;
 use crate::state::AppState;
 use actix_web::{http::header, HttpRequest};
 use registry_domain::access::{self, Credential, Grant, Refusal, Request};
@@ -94,15 +95,17 @@ fn looks_like_jwt(token: &str) -> bool {
         })
 }
 
+/// The 429 of a client over its failed-authentication limit.
+fn too_many_failures(retry: RetryAfter) -> ApiError {
+    ApiError::RateLimited {
+        retry_after_secs: retry.0.as_secs().max(1),
+        detail: "too many failed authentications from this address; retry later".into(),
+    }
+}
+
 /// Refuses clients that failed to authenticate too often.
 fn check_brute_force(state: &AppState, ip: IpAddr) -> ApiResult<()> {
-    state
-        .auth_failures
-        .check(ip)
-        .map_err(|retry| ApiError::RateLimited {
-            retry_after_secs: retry.0.as_secs().max(1),
-            detail: "too many failed authentications from this address; retry later".into(),
-        })
+    state.auth_failures.check(ip).map_err(too_many_failures)
 }
 
 fn record_failure(state: &AppState, ip: IpAddr, error: ApiError) -> ApiError {
@@ -145,13 +148,7 @@ async fn verify_secret(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<C
         state.metrics.token_cache_hit();
         return Ok(stored.owner);
     }
-    state
-        .auth_failures
-        .hit(ip)
-        .map_err(|retry| ApiError::RateLimited {
-            retry_after_secs: retry.0.as_secs().max(1),
-            detail: "too many failed authentications from this address; retry later".into(),
-        })?;
+    state.auth_failures.hit(ip).map_err(too_many_failures)?;
     let _turn = state.attempts.turn(lookup_id).await?;
     // The check this one waited for may have been of this very token.
     if remembered() {
@@ -172,10 +169,32 @@ async fn verify_secret(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<C
     Ok(stored.owner)
 }
 
-async fn load_account(state: &AppState, id: uuid::Uuid) -> ApiResult<Arc<ServiceAccount>> {
-    directory::account(state, id)
-        .await?
-        .ok_or_else(|| unauthorized("the token's account was deleted"))
+/// Who a verified static token or anonymous secret belongs to.
+enum SecretHolder {
+    Account(Arc<ServiceAccount>),
+    AnonymousService(uuid::Uuid),
+}
+
+impl SecretHolder {
+    fn credential(&self) -> Credential<'_> {
+        match self {
+            SecretHolder::Account(account) => Credential::Account(account),
+            SecretHolder::AnonymousService(id) => Credential::AnonymousSecret(*id),
+        }
+    }
+}
+
+/// Verifies a static token or anonymous secret ([`verify_secret`]) and loads its account.
+async fn secret_holder(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<SecretHolder> {
+    match verify_secret(state, token, ip).await? {
+        CredentialOwner::Account(id) => directory::account(state, id)
+            .await?
+            .map(SecretHolder::Account)
+            .ok_or_else(|| {
+                record_failure(state, ip, unauthorized("the token's account was deleted"))
+            }),
+        CredentialOwner::AnonymousService(id) => Ok(SecretHolder::AnonymousService(id)),
+    }
 }
 
 /// The answer to a refused call (DECISIONS §4), for a service named `key` in the path.
@@ -214,7 +233,7 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
     check_brute_force(state, ip)?;
     let token = bearer(req).map_err(|e| record_failure(state, ip, e))?;
     let now = state.now();
-    let grant = if looks_like_jwt(token) {
+    if looks_like_jwt(token) {
         let federated = federation::verified(state, req, token).await;
         let (verified, candidates, chosen) = federated.map_err(|e| record_failure(state, ip, e))?;
         let credential = Credential::IdentityToken {
@@ -226,27 +245,12 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
         return decided
             .map(|grant| caller_of(&grant).expect("an identity token acts as an account"))
             .map_err(|refusal| record_failure(state, ip, refused(refusal, "")));
-    } else {
-        match verify_secret(state, token, ip).await? {
-            CredentialOwner::Account(id) => {
-                let account = load_account(state, id)
-                    .await
-                    .map_err(|e| record_failure(state, ip, e))?;
-                access::decide(Credential::Account(&account), Request::Collection, ip, now)
-                    .map(|grant| caller_of(&grant))
-                    .map_err(|refusal| refused(refusal, ""))?
-            }
-            CredentialOwner::AnonymousService(id) => access::decide(
-                Credential::AnonymousSecret(id),
-                Request::Collection,
-                ip,
-                now,
-            )
-            .map(|grant| caller_of(&grant))
-            .map_err(|refusal| refused(refusal, ""))?,
-        }
-    };
-    grant.ok_or(ApiError::Internal)
+    }
+    let holder = secret_holder(state, token, ip).await?;
+    let grant = access::decide(holder.credential(), Request::Collection, ip, now)
+        .map_err(|refusal| refused(refusal, ""))?;
+    // `decide` refuses an anonymous secret on a collection call: a grant here is an account.
+    caller_of(&grant).ok_or(ApiError::Internal)
 }
 
 /// Authenticates and authorizes a call on one service, found by subdomain or id; returns the
@@ -273,20 +277,8 @@ pub async fn service_caller(state: &AppState, req: &HttpRequest, key: &str) -> A
             Err(refusal) => Err(record_failure(state, ip, refused(refusal, key))),
         };
     }
-    let owner = verify_secret(state, token, ip).await?;
-    let account = match owner {
-        CredentialOwner::Account(id) => Some(
-            load_account(state, id)
-                .await
-                .map_err(|e| record_failure(state, ip, e))?,
-        ),
-        CredentialOwner::AnonymousService(_) => None,
-    };
-    let credential = match (owner, &account) {
-        (_, Some(account)) => Credential::Account(account),
-        (CredentialOwner::AnonymousService(id), None) => Credential::AnonymousSecret(id),
-        (CredentialOwner::Account(_), None) => return Err(ApiError::Internal),
-    };
+    let holder = secret_holder(state, token, ip).await?;
+    let credential = holder.credential();
     let service = directory::service(state, key).await?;
     access::decide(credential, Request::Service(service.as_deref()), ip, now)
         .map_err(|refusal| refused(refusal, key))?;

@@ -297,7 +297,7 @@ impl From<Violations> for UploadError {
 }
 
 /// `PUT /services/{s}/config` with its key lifecycle: the checks and rewrite of
-/// [`publish`](crate::publishing::publish), every key imported as a verifier would
+/// [`publish`], every key imported as a verifier would
 /// ([`KeyImport`]), then [`rotate`] from `previous` at `now` (`expires_at`: an anonymous
 /// service's end).
 pub fn upload(
@@ -502,6 +502,25 @@ impl KeyState {
             .min()
     }
 
+    /// The retired keys whose time ran out at or before `now` and that the state still holds
+    /// (an upload drops them; otherwise the reaper withdraws them, with a `key.expire` event).
+    pub fn expired(&self, now: OffsetDateTime) -> impl Iterator<Item = &KeyRecord> {
+        self.keys.iter().filter(move |k| !k.is_published_at(now))
+    }
+
+    /// The state without the key `kid`, if its time ran out at or before `now`.
+    pub fn without_expired(&self, kid: &str, now: OffsetDateTime) -> Option<KeyState> {
+        self.expired(now).any(|k| k.kid == kid).then(|| KeyState {
+            keys: self.keys.iter().filter(|k| k.kid != kid).cloned().collect(),
+        })
+    }
+
+    /// The earliest end of a retired key the state holds, expired or not: when the reaper
+    /// has something to do for it.
+    pub fn next_expiry(&self) -> Option<OffsetDateTime> {
+        self.keys.iter().filter_map(|k| k.published_until).min()
+    }
+
     /// The keys published at `now`, current ones first.
     pub fn published(&self, now: OffsetDateTime) -> impl Iterator<Item = &KeyRecord> {
         self.keys.iter().filter(move |k| k.is_published_at(now))
@@ -570,6 +589,27 @@ mod tests {
     const X1: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
     const X2: &str = "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08";
     const X3: &str = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs";
+
+    #[test]
+    fn expired_keys_are_found_and_withdrawn_one_by_one() {
+        let t0 = datetime!(2026-11-23 10:00 UTC);
+        let one = rotate(&KeyState::default(), &[key("a", X1)], 1, t0, None).unwrap();
+        let two = rotate(&one.state, &[key("b", X2)], 1, t0, None).unwrap();
+        let end = t0 + Duration::hours(1);
+        assert_eq!(two.state.next_expiry(), Some(end));
+        assert_eq!(two.state.expired(end - Duration::seconds(1)).count(), 0);
+        assert!(two
+            .state
+            .without_expired("a", end - Duration::seconds(1))
+            .is_none());
+        assert!(
+            two.state.without_expired("b", end).is_none(),
+            "b is current"
+        );
+        let after = two.state.without_expired("a", end).unwrap();
+        assert_eq!(after.keys.len(), 1);
+        assert_eq!(after.next_expiry(), None);
+    }
 
     #[test]
     fn retired_keys_keep_their_time_and_come_back_with_their_own_material() {

@@ -5,6 +5,7 @@
 //! storage traits are synchronous: diesel is, and the server runs them on a blocking pool.
 //! [`IdentityTokenVerifier`] is asynchronous because fetching an issuer's keys is.
 
+use crate::audit::{AuditEvent, AuditPage, AuditQuery};
 use crate::service::PublishedConfig;
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use std::future::Future;
@@ -78,6 +79,7 @@ pub trait CustomerStore: Send + Sync {
         customer: &Customer,
         first_account: &ServiceAccount,
         token: &CredentialRecord,
+        event: &AuditEvent,
     ) -> StoreResult<()>;
     /// A customer by id.
     fn customer(&self, id: Uuid) -> StoreResult<Option<Customer>>;
@@ -90,6 +92,11 @@ pub trait CustomerStore: Send + Sync {
 }
 
 /// Services and their published configurations.
+///
+/// Every call that changes something takes the [`AuditEvent`] of that change and writes it in
+/// the same transaction, when, and only when, the change is made (a delete of what is already
+/// gone, or an [`ServiceStore::update_config`] that writes nothing, writes no event). The same
+/// holds for [`CustomerStore`] and [`AccountStore`].
 pub trait ServiceStore: Send + Sync {
     /// Creates a service (with the anonymous secret for anonymous ones). `Conflict` when the
     /// subdomain is taken.
@@ -97,6 +104,7 @@ pub trait ServiceStore: Send + Sync {
         &self,
         service: &Service,
         secret: Option<&CredentialRecord>,
+        event: &AuditEvent,
     ) -> StoreResult<()>;
     /// A service by subdomain (case-insensitive) or by id (its UUID text).
     fn find_service(&self, subdomain_or_id: &str) -> StoreResult<Option<Service>>;
@@ -111,15 +119,15 @@ pub trait ServiceStore: Send + Sync {
         subdomains: &[String],
     ) -> StoreResult<Vec<String>>;
     /// Writes a service's title and description. `NotFound` when it is gone.
-    fn update_service(&self, service: &Service) -> StoreResult<()>;
+    fn update_service(&self, service: &Service, event: &AuditEvent) -> StoreResult<()>;
     /// Deletes a service, its published configuration and its secret; `false` when absent.
-    fn delete_service(&self, id: Uuid) -> StoreResult<bool>;
+    fn delete_service(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// Up to `limit` anonymous services whose expiry is at or before `now`.
-    fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>>;
+    fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Service>>;
     /// How many anonymous services are live at `now` (the ceiling of DECISIONS §9).
     fn live_anonymous(&self, now: OffsetDateTime) -> StoreResult<u64>;
     /// Publishes (inserts or replaces) a configuration. `NotFound` when the service is gone.
-    fn put_config(&self, config: &PublishedConfig) -> StoreResult<()>;
+    fn put_config(&self, config: &PublishedConfig, event: &AuditEvent) -> StoreResult<()>;
     /// Publishes a configuration made from the one published now, in one transaction: `make`
     /// gets the current configuration (`None` when nothing is published) and returns the one to
     /// write, or `None` to write nothing. `Ok(true)` when it wrote; `NotFound` when the service
@@ -129,11 +137,19 @@ pub trait ServiceStore: Send + Sync {
         &self,
         service_id: Uuid,
         make: &mut dyn FnMut(Option<PublishedConfig>) -> Option<PublishedConfig>,
+        event: &AuditEvent,
     ) -> StoreResult<bool>;
+    /// Up to `limit` services whose published key state holds a retired key whose time ran out
+    /// at or before `now` (to withdraw it, with its `key.expire` event).
+    fn configs_with_expired_keys(
+        &self,
+        now: OffsetDateTime,
+        limit: usize,
+    ) -> StoreResult<Vec<Uuid>>;
     /// The published configuration of a service.
     fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>>;
     /// Removes a published configuration; `false` when nothing was published.
-    fn delete_config(&self, service_id: Uuid) -> StoreResult<bool>;
+    fn delete_config(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// Every published configuration with its service (to warm a hosting cache).
     fn published(&self) -> StoreResult<Vec<(Service, PublishedConfig)>>;
 }
@@ -145,19 +161,30 @@ pub trait AccountStore: Send + Sync {
         &self,
         account: &ServiceAccount,
         token: Option<&CredentialRecord>,
+        event: &AuditEvent,
     ) -> StoreResult<()>;
     /// An account by id.
     fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>>;
     /// A customer's accounts, oldest first.
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>>;
     /// Writes name and policy (re-indexing issuers). `NotFound` when it is gone.
-    fn update_account(&self, account: &ServiceAccount) -> StoreResult<()>;
+    fn update_account(&self, account: &ServiceAccount, event: &AuditEvent) -> StoreResult<()>;
     /// Deletes an account with its token and issuer index; `false` when absent.
-    fn delete_account(&self, id: Uuid) -> StoreResult<bool>;
+    fn delete_account(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// Replaces an account's token atomically. `NotFound` when the account is gone.
-    fn replace_token(&self, account_id: Uuid, token: &CredentialRecord) -> StoreResult<()>;
+    fn replace_token(
+        &self,
+        account_id: Uuid,
+        token: &CredentialRecord,
+        event: &AuditEvent,
+    ) -> StoreResult<()>;
     /// Accounts with at least one OIDC rule whose `iss` is exactly `issuer` (an indexed look-up).
     fn accounts_by_issuer(&self, issuer: &str) -> StoreResult<Vec<ServiceAccount>>;
+    /// Records a use of an account at `minute` (see [`crate::audit::last_used_minute`]) unless
+    /// a later or equal one is recorded: replicas never move it backwards, and a minute is
+    /// written once. `Ok(false)` when nothing changed. Not a change of the change log: no
+    /// cache holds it.
+    fn record_use(&self, account_id: Uuid, minute: OffsetDateTime) -> StoreResult<bool>;
     /// Every account whose policy is `oidc`, of every customer: the set of trusted issuers a
     /// server holds in memory, so that tokens of any other issuer cost nothing.
     fn oidc_accounts(&self) -> StoreResult<Vec<ServiceAccount>>;
@@ -218,15 +245,37 @@ pub trait ChangeFeed: Send + Sync {
     fn ping(&self) -> StoreResult<()>;
 }
 
+/// The audit trail (DECISIONS §13). Events are written by the storage calls that make changes,
+/// each in its change's transaction and only when the change happened; this port reads and
+/// prunes them.
+pub trait AuditLog: Send + Sync {
+    /// A page of the trail, newest first, in the order the changes committed.
+    fn audit_events(&self, query: &AuditQuery) -> StoreResult<AuditPage>;
+    /// Deletes events older than `older_than`; how many went.
+    fn prune_audit(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
+}
+
 /// Every storage port at once: what a server holds (as `Arc<dyn Storage>`), so that it depends
 /// on the ports, not on one adapter.
 pub trait Storage:
-    CustomerStore + ServiceStore + AccountStore + CredentialStore + ChangeFeed + std::fmt::Debug
+    CustomerStore
+    + ServiceStore
+    + AccountStore
+    + CredentialStore
+    + ChangeFeed
+    + AuditLog
+    + std::fmt::Debug
 {
 }
 
 impl<T> Storage for T where
-    T: CustomerStore + ServiceStore + AccountStore + CredentialStore + ChangeFeed + std::fmt::Debug
+    T: CustomerStore
+        + ServiceStore
+        + AccountStore
+        + CredentialStore
+        + ChangeFeed
+        + AuditLog
+        + std::fmt::Debug
 {
 }
 

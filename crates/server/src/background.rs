@@ -1,14 +1,18 @@
 //! Background work of a server: following the change feed (so that replicas sharing a
-//! PostgreSQL database serve each other's writes within a second), and reaping expired
-//! anonymous services.
+//! PostgreSQL database serve each other's writes within a second), and the reaper: expired
+//! anonymous services, retired keys whose time ran out, and old rows of the change log and the
+//! audit trail.
 
 use crate::directory;
 use crate::state::AppState;
 use actix_web::web;
+use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
+use registry_domain::service::PublishedConfig;
 use std::time::Duration;
+use time::OffsetDateTime;
+use uuid::Uuid;
 
 const POLL_EVERY: Duration = Duration::from_millis(500);
-const REAP_EVERY: Duration = Duration::from_secs(60);
 const BATCH: usize = 500;
 /// How long change-log rows are kept: far longer than any replica lags behind.
 const KEEP_CHANGES: time::Duration = time::Duration::hours(1);
@@ -26,30 +30,103 @@ pub async fn follow_changes(state: web::Data<AppState>) {
     }
 }
 
-/// Deletes expired anonymous services and old change-log rows, and forgets verifications no
-/// longer needed, forever.
+/// The reaper, forever: every minute, expiry and retention.
 pub async fn reap_expired(state: web::Data<AppState>) {
-    let mut interval = tokio::time::interval(REAP_EVERY);
+    let every = Duration::from_secs(state.settings.reap_every_seconds);
+    let mut interval = tokio::time::interval(every);
     loop {
         interval.tick().await;
         let now = state.now();
         state.tokens.sweep(now);
-        // Batch after batch: a burst of creations an hour ago must not take hours to clear.
-        while let Ok(expired) = state.db(move |s| s.expired_anonymous(now, BATCH)).await {
-            let complete = expired.len() < BATCH;
-            for id in expired {
-                if state.db(move |s| s.delete_service(id)).await.is_ok() {
-                    tracing::info!(service = %id, "reaped an expired anonymous service");
-                }
-            }
-            // The deletions leave the hosting cache through the change log, like every other
-            // change (and on every replica alike). Until then the handler's own expiry check
-            // answers 404 for them.
-            directory::settle_write(&state).await;
-            if complete {
-                break;
+        reap_anonymous(&state, now).await;
+        reap_keys(&state, now).await;
+        // The deletions leave the caches through the change log, like every other change (and
+        // on every replica alike). Until then the handlers' own expiry checks hold.
+        directory::settle_write(&state).await;
+        let _ = state.db(move |s| s.prune_changes(now - KEEP_CHANGES)).await;
+        let keep = time::Duration::days(i64::from(state.settings.audit_retention_days));
+        let _ = state.db(move |s| s.prune_audit(now - keep)).await;
+    }
+}
+
+/// Deletes expired anonymous services, each with its `anonymous.expire` event. Batch after
+/// batch: a burst of creations an hour ago must not take hours to clear.
+async fn reap_anonymous(state: &AppState, now: OffsetDateTime) {
+    while let Ok(expired) = state.db(move |s| s.expired_anonymous(now, BATCH)).await {
+        let complete = expired.len() < BATCH;
+        for service in expired {
+            let event = AuditEvent::new(
+                Action::AnonymousExpire,
+                Resource::service(service.id, &service.subdomain),
+                Actor::system(),
+                None,
+                now,
+            );
+            let id = service.id;
+            if state
+                .db(move |s| s.delete_service(id, &event))
+                .await
+                .is_ok()
+            {
+                tracing::info!(service = %id, "reaped an expired anonymous service");
             }
         }
-        let _ = state.db(move |s| s.prune_changes(now - KEEP_CHANGES)).await;
+        if complete {
+            break;
+        }
     }
+}
+
+/// Withdraws retired keys whose time ran out, each with its `key.expire` event. They left the
+/// public key set on time already (it is computed for the instant it is served); this makes
+/// the stored state, and the trail, say so.
+async fn reap_keys(state: &AppState, now: OffsetDateTime) {
+    let Ok(due) = state
+        .db(move |s| s.configs_with_expired_keys(now, BATCH))
+        .await
+    else {
+        return;
+    };
+    for id in due {
+        let _ = expire_keys_of(state, id, now).await;
+    }
+}
+
+async fn expire_keys_of(
+    state: &AppState,
+    id: Uuid,
+    now: OffsetDateTime,
+) -> crate::problem::ApiResult<()> {
+    let (service, config) = state
+        .db(move |s| Ok((s.service(id)?, s.config(id)?)))
+        .await?;
+    let (Some(service), Some(config)) = (service, config) else {
+        return Ok(());
+    };
+    let kids: Vec<String> = config.keys.expired(now).map(|k| k.kid.clone()).collect();
+    for kid in kids {
+        let event = AuditEvent::new(
+            Action::KeyExpire,
+            Resource::key(&kid, &service.subdomain),
+            Actor::system(),
+            service.customer_id,
+            now,
+        );
+        // Read, withdraw, write in one transaction: an upload meanwhile may have dropped the
+        // key already, and then nothing is written (and no event).
+        state
+            .db(move |s| {
+                s.update_config(
+                    id,
+                    &mut |current: Option<PublishedConfig>| {
+                        let config = current?;
+                        let keys = config.keys.without_expired(&kid, now)?;
+                        Some(PublishedConfig { keys, ..config })
+                    },
+                    &event,
+                )
+            })
+            .await?;
+    }
+    Ok(())
 }

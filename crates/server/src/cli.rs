@@ -1,4 +1,4 @@
-//! The command line: `registry serve | migrate | customer … | sync`.
+//! The command line: `registry serve | migrate | customer … | audit | sync | policy …`.
 
 use crate::settings::{DatabaseArgs, Settings};
 use clap::{Parser, Subcommand};
@@ -26,6 +26,10 @@ pub enum Command {
         #[command(subcommand)]
         command: CustomerCommand,
     },
+    /// Print the audit trail of a customer (or of anonymous services) as JSON lines, newest
+    /// first, for operators. Exit codes: 0 printed (perhaps nothing), 1 failed (no such tenant,
+    /// database unreachable), 2 wrong command line.
+    Audit(AuditArgs),
     /// Keep a service's published documents in step with a source issuer (a Kubernetes API
     /// server, any issuer URL, or files): upload only when they differ. Prints one JSON line per
     /// cycle on stdout, errors on stderr. Exit codes: 0 in sync or updated, 1 failed (`--once`),
@@ -142,6 +146,39 @@ pub struct SyncArgs {
     /// Keep running, one cycle every SECONDS; retries with backoff when either side is down.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub interval: Option<u64>,
+}
+
+/// Arguments of `registry audit`.
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// Tenant suffix of the customer whose trail to print.
+    #[arg(
+        long,
+        required_unless_present = "anonymous",
+        conflicts_with = "anonymous"
+    )]
+    pub tenant: Option<String>,
+    /// Print the events of anonymous services (they belong to no customer).
+    #[arg(long)]
+    pub anonymous: bool,
+    /// Only events at or after this time (RFC 3339, e.g. 2026-11-23T10:00:00Z).
+    #[arg(long, value_parser = rfc3339)]
+    pub since: Option<time::OffsetDateTime>,
+    /// Only events of this action (e.g. config.put).
+    #[arg(long, value_parser = clap::builder::ValueParser::new(action))]
+    pub action: Option<registry_domain::audit::Action>,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+}
+
+fn rfc3339(text: &str) -> Result<time::OffsetDateTime, String> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| "not an RFC 3339 time such as 2026-11-23T10:00:00Z".to_owned())
+}
+
+fn action(text: &str) -> Result<registry_domain::audit::Action, String> {
+    text.parse()
+        .map_err(|e: registry_domain::audit::UnknownAction| e.to_string())
 }
 
 /// Customer subcommands.

@@ -3,6 +3,7 @@
 use crate::adapters::{Argon2Hasher, OsRandomness, SystemClock};
 use crate::views;
 use anyhow::{bail, Context};
+use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::naming::validate_tenant;
 use registry_domain::policy::Policy;
@@ -39,13 +40,21 @@ pub fn create(store: &Store, tenant: &str, plan: &str, name: &str) -> anyhow::Re
         name: format!("{name} bootstrap"),
         policy,
         created_at: now,
+        last_used_at: None,
     };
     let token = credentials::generate(CredentialKind::StaticToken, &OsRandomness);
     let record = CredentialRecord {
         lookup_id: token.lookup_id.clone(),
         hash: Argon2Hasher::default().hash(&token.plaintext),
     };
-    match store.create_customer(&customer, &account, &record) {
+    let event = AuditEvent::new(
+        Action::CustomerCreate,
+        Resource::customer(customer.id),
+        Actor::operator(),
+        Some(customer.id),
+        now,
+    );
+    match store.create_customer(&customer, &account, &record, &event) {
         Err(StoreError::Conflict(_)) => bail!("the tenant suffix {tenant:?} is already taken"),
         other => other.context("could not create the customer")?,
     }

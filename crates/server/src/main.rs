@@ -2,6 +2,7 @@
 
 mod adapters;
 mod app;
+mod audit;
 mod auth;
 mod background;
 mod body;
@@ -11,6 +12,7 @@ mod customers;
 mod dashboard;
 mod directory;
 mod hosting;
+mod last_use;
 mod metrics;
 mod observe;
 mod policy_cli;
@@ -78,6 +80,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Audit(args) => app::with_command_store(&args.database.database_url, |store| {
+            audit::print_trail(store, &args, &mut std::io::stdout().lock())
+        }),
         Command::Sync(args) => sync::run(args),
         Command::Policy { command } => policy_cli::run(command),
         Command::Customer { command } => {

@@ -13,7 +13,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
-use actix_web::web;
+use actix_web::{web, HttpMessage};
 use std::io::{BufWriter, Stderr, Write};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
@@ -77,6 +77,12 @@ pub async fn observe(
         _ => new_request_id(),
     };
     let method = method_name(req.method());
+    if !matches!(method, "GET" | "HEAD") {
+        // For the audit event of a change: reads never need it, and pay nothing.
+        req.extensions_mut().insert(crate::audit::RequestId(
+            request_id.to_str().unwrap_or_default().to_owned(),
+        ));
+    }
     let state = req.app_data::<web::Data<AppState>>().cloned();
     // The same test the router's guard applies, so the label is exact.
     let hosted = state.as_ref().is_some_and(|state| {

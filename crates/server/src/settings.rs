@@ -86,10 +86,25 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_HOSTING_CACHE_BYTES", default_value_t = 512 * 1024 * 1024)]
     pub hosting_cache_bytes: usize,
 
+    /// Days the audit trail keeps its events (DECISIONS §13); older ones are deleted by the
+    /// reaper.
+    #[arg(
+        long,
+        env = "REGISTRY_AUDIT_RETENTION_DAYS",
+        default_value_t = registry_domain::audit::DEFAULT_RETENTION_DAYS,
+        value_parser = clap::value_parser!(u32).range(1..=36_500)
+    )]
+    pub audit_retention_days: u32,
+
     /// Tests only: a file holding a number of seconds by which the clock is shifted (read again
     /// every 50 ms), so that expiry can be tested without waiting.
     #[arg(long, env = "REGISTRY_TEST_CLOCK_FILE", hide = true)]
     pub test_clock_file: Option<std::path::PathBuf>,
+
+    /// Tests only: seconds between two rounds of the reaper (expiry, retention).
+    #[arg(long, env = "REGISTRY_TEST_REAP_EVERY_SECONDS", hide = true, default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub reap_every_seconds: u64,
 
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "REGISTRY_MAX_BODY_BYTES", default_value_t = 65536)]

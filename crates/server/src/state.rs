@@ -4,6 +4,7 @@ use crate::adapters::{HashingLanes, OsRandomness};
 use crate::auth::{Attempts, TokenCache};
 use crate::directory::Directory;
 use crate::hosting::HostingCache;
+use crate::last_use::LastUse;
 use crate::metrics::Metrics;
 use crate::problem::{ApiError, ApiResult};
 use crate::rate_limit::RateLimiter;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub anon_limiter: RateLimiter,
     /// Failed authentications per client address.
     pub auth_failures: RateLimiter,
+    /// The minute each account's last use was written.
+    pub last_use: LastUse,
     /// Random source.
     pub rng: OsRandomness,
     /// Secret hashing, on threads of its own.
@@ -80,6 +83,7 @@ impl AppState {
                 AUTH_FAILURES_PER_MINUTE,
                 std::time::Duration::from_secs(60),
             ),
+            last_use: LastUse::default(),
             rng: OsRandomness,
             hasher: HashingLanes::start(
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),

@@ -40,5 +40,6 @@ pub fn account(account: &ServiceAccount) -> Value {
         "name": account.name,
         "policy": account.policy.document(),
         "createdAt": timestamp(account.created_at),
+        "lastUsedAt": account.last_used_at.map(timestamp),
     })
 }

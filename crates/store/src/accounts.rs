@@ -6,6 +6,7 @@ use crate::rows::{id_text, millis, policy_text, AccountRow};
 use crate::schema::{account_issuers, credentials, service_accounts};
 use crate::Store;
 use diesel::prelude::*;
+use registry_domain::audit::AuditEvent;
 use registry_domain::ports::{AccountStore, Change, CredentialRecord, StoreResult};
 use registry_domain::{ServiceAccount, StoreError};
 use std::collections::BTreeSet;
@@ -79,8 +80,9 @@ impl AccountStore for Store {
         &self,
         account: &ServiceAccount,
         token: Option<&CredentialRecord>,
+        event: &AuditEvent,
     ) -> StoreResult<()> {
-        self.write(|conn, changed| {
+        self.write(Some(event), |conn, changed| {
             insert_account(conn, account, token)?;
             changed.push(Change::Account(account.id));
             Ok(())
@@ -109,8 +111,8 @@ impl AccountStore for Store {
         })
     }
 
-    fn update_account(&self, account: &ServiceAccount) -> StoreResult<()> {
-        self.write(|conn, changed| {
+    fn update_account(&self, account: &ServiceAccount, event: &AuditEvent) -> StoreResult<()> {
+        self.write(Some(event), |conn, changed| {
             let id = id_text(account.id);
             let updated = diesel::update(service_accounts::table.find(&id))
                 .set((
@@ -130,8 +132,8 @@ impl AccountStore for Store {
         })
     }
 
-    fn delete_account(&self, id: Uuid) -> StoreResult<bool> {
-        self.write(|conn, changed| {
+    fn delete_account(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
+        self.write(Some(event), |conn, changed| {
             // The token and the issuer index go with it (ON DELETE CASCADE).
             let deleted =
                 diesel::delete(service_accounts::table.find(id_text(id))).execute(conn)?;
@@ -142,8 +144,13 @@ impl AccountStore for Store {
         })
     }
 
-    fn replace_token(&self, account_id: Uuid, token: &CredentialRecord) -> StoreResult<()> {
-        self.write(|conn, changed| {
+    fn replace_token(
+        &self,
+        account_id: Uuid,
+        token: &CredentialRecord,
+        event: &AuditEvent,
+    ) -> StoreResult<()> {
+        self.write(Some(event), |conn, changed| {
             let id = id_text(account_id);
             let exists = service_accounts::table
                 .find(&id)
@@ -177,6 +184,22 @@ impl AccountStore for Store {
                     .order((service_accounts::created_at, service_accounts::id))
                     .load(conn)?,
             )
+        })
+    }
+
+    fn record_use(&self, account_id: Uuid, minute: time::OffsetDateTime) -> StoreResult<bool> {
+        let minute = millis(minute);
+        self.read(|conn| {
+            let updated = diesel::update(
+                service_accounts::table.find(id_text(account_id)).filter(
+                    service_accounts::last_used_at
+                        .is_null()
+                        .or(service_accounts::last_used_at.lt(minute)),
+                ),
+            )
+            .set(service_accounts::last_used_at.eq(minute))
+            .execute(conn)?;
+            Ok(updated > 0)
         })
     }
 

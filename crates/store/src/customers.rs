@@ -5,6 +5,7 @@ use crate::rows::{id_text, millis, CustomerRow};
 use crate::schema::customers;
 use crate::Store;
 use diesel::prelude::*;
+use registry_domain::audit::AuditEvent;
 use registry_domain::ports::{Change, CredentialRecord, CustomerStore, StoreResult};
 use registry_domain::{Customer, Plan, ServiceAccount};
 use uuid::Uuid;
@@ -15,8 +16,9 @@ impl CustomerStore for Store {
         customer: &Customer,
         first_account: &ServiceAccount,
         token: &CredentialRecord,
+        event: &AuditEvent,
     ) -> StoreResult<()> {
-        self.write(|conn, changed| {
+        self.write(Some(event), |conn, changed| {
             diesel::insert_into(customers::table)
                 .values((
                     customers::id.eq(id_text(customer.id)),
@@ -66,7 +68,7 @@ impl CustomerStore for Store {
     }
 
     fn set_plan(&self, tenant: &str, plan: Plan) -> StoreResult<Option<Customer>> {
-        self.write(|conn, _| {
+        self.write(None, |conn, _| {
             diesel::update(customers::table.filter(customers::tenant.eq(tenant)))
                 .set(customers::plan.eq(plan.as_str()))
                 .execute(conn)?;

@@ -2,7 +2,8 @@
 //!
 //! The storage adapter of the registry: one [`Store`] that implements every storage port of
 //! [`registry_domain::ports`] (`CustomerStore`, `ServiceStore`, `AccountStore`,
-//! `CredentialStore`, `ChangeFeed`) on SQLite or PostgreSQL, chosen by the database URL.
+//! `CredentialStore`, `ChangeFeed`, `AuditLog`) on SQLite or PostgreSQL, chosen by the
+//! database URL.
 //!
 //! * One schema for both backends (`migrations/{sqlite,postgres}`, same folder names),
 //!   embedded in the binary and applied by [`Store::migrate`]. Ids and JSON are text, times
@@ -10,7 +11,8 @@
 //!   millisecond.
 //! * Every multi-row change runs in one transaction, and every change to a service (its
 //!   configuration, its secret) or to an account (its policy, its token) appends to the
-//!   change log in that same transaction, so replicas can refresh their caches.
+//!   change log in that same transaction, so replicas can refresh their caches; the change's
+//!   audit event goes in that transaction too, when (and only when) the change was made.
 //! * Writers are serialized (SQLite has one writer anyway; on PostgreSQL the change log is
 //!   locked first), so the log's sequence numbers become visible in order.
 //! * Unique violations become `StoreError::Conflict` naming what is taken ("subdomain
@@ -34,6 +36,7 @@
 //! ```
 
 mod accounts;
+mod audit;
 mod customers;
 mod error;
 mod feed;

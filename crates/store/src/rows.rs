@@ -95,6 +95,7 @@ pub(crate) struct AccountRow {
     _kind: String,
     policy: String,
     created_at: i64,
+    last_used_at: Option<i64>,
 }
 
 impl AccountRow {
@@ -118,6 +119,7 @@ impl AccountRow {
             name: self.name,
             policy,
             created_at: instant(self.created_at)?,
+            last_used_at: self.last_used_at.map(instant).transpose()?,
         })
     }
 }
@@ -138,6 +140,8 @@ pub(crate) struct ConfigRow {
     jwks: String,
     updated_at: i64,
     key_state: String,
+    // What `key_state` says, kept as a column for the reaper's query.
+    _key_expires_at: Option<i64>,
 }
 
 impl ConfigRow {

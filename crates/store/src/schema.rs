@@ -30,6 +30,7 @@ diesel::table! {
         kind -> Text,
         policy -> Text,
         created_at -> BigInt,
+        last_used_at -> Nullable<BigInt>,
     }
 }
 
@@ -56,6 +57,7 @@ diesel::table! {
         jwks -> Text,
         updated_at -> BigInt,
         key_state -> Text,
+        key_expires_at -> Nullable<BigInt>,
     }
 }
 
@@ -65,6 +67,34 @@ diesel::table! {
         kind -> Text,
         subject_id -> Text,
         created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    audit_events (seq) {
+        seq -> BigInt,
+        id -> Text,
+        customer_id -> Nullable<Text>,
+        at -> BigInt,
+        action -> Text,
+        resource_type -> Text,
+        resource_id -> Text,
+        subdomain -> Nullable<Text>,
+        actor_kind -> Text,
+        actor_account_id -> Nullable<Text>,
+        actor_iss -> Nullable<Text>,
+        actor_sub -> Nullable<Text>,
+        ip -> Nullable<Text>,
+        request_id -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    refusals (seq) {
+        seq -> BigInt,
+        account_id -> Text,
+        at -> BigInt,
+        refusal -> Text,
     }
 }
 
@@ -79,4 +109,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     credentials,
     published_configs,
     changes,
+    audit_events,
+    refusals,
 );

@@ -6,6 +6,7 @@ use crate::rows::{id_text, key_state_text, millis, ConfigRow, ServiceRow};
 use crate::schema::{credentials, published_configs, services};
 use crate::Store;
 use diesel::prelude::*;
+use registry_domain::audit::AuditEvent;
 use registry_domain::ports::{Change, CredentialRecord, ServiceStore, StoreResult};
 use registry_domain::service::PublishedConfig;
 use registry_domain::{Service, StoreError};
@@ -38,12 +39,14 @@ fn exists(conn: &mut Db, id: &str) -> Res<bool> {
 /// update-else-insert race free: there is no portable upsert).
 fn write_config(conn: &mut Db, config: &PublishedConfig) -> Res<()> {
     let id = id_text(config.service_id);
+    let key_expires_at = config.keys.next_expiry().map(millis);
     let updated = diesel::update(published_configs::table.find(&id))
         .set((
             published_configs::openid_configuration.eq(&config.openid_configuration),
             published_configs::jwks.eq(&config.jwks),
             published_configs::updated_at.eq(millis(config.updated_at)),
             published_configs::key_state.eq(key_state_text(&config.keys)?),
+            published_configs::key_expires_at.eq(key_expires_at),
         ))
         .execute(conn)?;
     if updated == 0 {
@@ -54,6 +57,7 @@ fn write_config(conn: &mut Db, config: &PublishedConfig) -> Res<()> {
                 published_configs::jwks.eq(&config.jwks),
                 published_configs::updated_at.eq(millis(config.updated_at)),
                 published_configs::key_state.eq(key_state_text(&config.keys)?),
+                published_configs::key_expires_at.eq(key_expires_at),
             ))
             .execute(conn)?;
     }
@@ -65,8 +69,9 @@ impl ServiceStore for Store {
         &self,
         service: &Service,
         secret: Option<&CredentialRecord>,
+        event: &AuditEvent,
     ) -> StoreResult<()> {
-        self.write(|conn, changed| {
+        self.write(Some(event), |conn, changed| {
             let id = id_text(service.id);
             diesel::insert_into(services::table)
                 .values((
@@ -167,8 +172,8 @@ impl ServiceStore for Store {
         })
     }
 
-    fn update_service(&self, service: &Service) -> StoreResult<()> {
-        self.write(|conn, changed| {
+    fn update_service(&self, service: &Service, event: &AuditEvent) -> StoreResult<()> {
+        self.write(Some(event), |conn, changed| {
             let updated = diesel::update(services::table.find(id_text(service.id)))
                 .set((
                     services::title.eq(&service.title),
@@ -183,8 +188,8 @@ impl ServiceStore for Store {
         })
     }
 
-    fn delete_service(&self, id: Uuid) -> StoreResult<bool> {
-        self.write(|conn, changed| {
+    fn delete_service(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
+        self.write(Some(event), |conn, changed| {
             // Its configuration and secret go with it (ON DELETE CASCADE).
             let deleted = diesel::delete(services::table.find(id_text(id))).execute(conn)?;
             if deleted > 0 {
@@ -194,17 +199,16 @@ impl ServiceStore for Store {
         })
     }
 
-    fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>> {
+    fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Service>> {
         self.read(|conn| {
             services::table
                 .filter(services::customer_id.is_null())
                 .filter(services::expires_at.le(millis(now)))
                 .order(services::expires_at)
                 .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-                .select(services::id)
-                .load::<String>(conn)?
-                .iter()
-                .map(|id| crate::rows::uuid(id))
+                .load::<ServiceRow>(conn)?
+                .into_iter()
+                .map(ServiceRow::into_domain)
                 .collect()
         })
     }
@@ -220,8 +224,8 @@ impl ServiceStore for Store {
         })
     }
 
-    fn put_config(&self, config: &PublishedConfig) -> StoreResult<()> {
-        self.write(|conn, changed| {
+    fn put_config(&self, config: &PublishedConfig, event: &AuditEvent) -> StoreResult<()> {
+        self.write(Some(event), |conn, changed| {
             if !exists(conn, &id_text(config.service_id))? {
                 return Err(StoreError::NotFound.into());
             }
@@ -235,8 +239,9 @@ impl ServiceStore for Store {
         &self,
         service_id: Uuid,
         make: &mut dyn FnMut(Option<PublishedConfig>) -> Option<PublishedConfig>,
+        event: &AuditEvent,
     ) -> StoreResult<bool> {
-        self.write(|conn, changed| {
+        self.write(Some(event), |conn, changed| {
             let id = id_text(service_id);
             if !exists(conn, &id)? {
                 return Err(StoreError::NotFound.into());
@@ -256,6 +261,24 @@ impl ServiceStore for Store {
         })
     }
 
+    fn configs_with_expired_keys(
+        &self,
+        now: OffsetDateTime,
+        limit: usize,
+    ) -> StoreResult<Vec<Uuid>> {
+        self.read(|conn| {
+            published_configs::table
+                .filter(published_configs::key_expires_at.le(millis(now)))
+                .order(published_configs::key_expires_at)
+                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                .select(published_configs::service_id)
+                .load::<String>(conn)?
+                .iter()
+                .map(|id| crate::rows::uuid(id))
+                .collect()
+        })
+    }
+
     fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>> {
         self.read(|conn| {
             published_configs::table
@@ -267,8 +290,8 @@ impl ServiceStore for Store {
         })
     }
 
-    fn delete_config(&self, service_id: Uuid) -> StoreResult<bool> {
-        self.write(|conn, changed| {
+    fn delete_config(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
+        self.write(Some(event), |conn, changed| {
             let deleted =
                 diesel::delete(published_configs::table.find(id_text(service_id))).execute(conn)?;
             if deleted > 0 {

@@ -7,6 +7,7 @@ use crate::schema::changes;
 use crate::target::{self, Target};
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
+use registry_domain::audit::AuditEvent;
 use registry_domain::ports::{Change, StoreResult};
 use registry_domain::StoreError;
 use std::fmt;
@@ -162,7 +163,8 @@ impl Store {
     }
 
     /// Runs `f` in one write transaction and appends the changes it reports to the change log
-    /// in the same transaction.
+    /// in the same transaction, with `event` in the audit trail when it reported any (no
+    /// change, no event).
     ///
     /// Writers are serialized: SQLite's `BEGIN IMMEDIATE` takes the write lock up front (a
     /// deferred transaction that reads first could not upgrade and would fail instead of
@@ -172,6 +174,7 @@ impl Store {
     /// sequences (publish = update or insert) free of races.
     pub(crate) fn write<T>(
         &self,
+        event: Option<&AuditEvent>,
         f: impl FnOnce(&mut Db, &mut Vec<Change>) -> Res<T>,
     ) -> StoreResult<T> {
         let mut pooled = self.conn()?;
@@ -181,7 +184,7 @@ impl Store {
             Db::Postgres(c) => AnsiTransactionManager::begin_transaction(c),
         }
         .map_err(map_diesel)?;
-        match in_transaction(conn, f) {
+        match in_transaction(conn, event, f) {
             Ok(value) => {
                 <Db as Connection>::TransactionManager::commit_transaction(conn)
                     .map_err(map_diesel)?;
@@ -197,13 +200,20 @@ impl Store {
     }
 }
 
-fn in_transaction<T>(conn: &mut Db, f: impl FnOnce(&mut Db, &mut Vec<Change>) -> Res<T>) -> Res<T> {
+fn in_transaction<T>(
+    conn: &mut Db,
+    event: Option<&AuditEvent>,
+    f: impl FnOnce(&mut Db, &mut Vec<Change>) -> Res<T>,
+) -> Res<T> {
     if let Db::Postgres(c) = conn {
         // SHARE ROW EXCLUSIVE conflicts with itself and with writes, not with reads.
         c.batch_execute("LOCK TABLE changes IN SHARE ROW EXCLUSIVE MODE")?;
     }
     let mut changed = Vec::new();
     let value = f(conn, &mut changed)?;
+    if let Some(event) = event.filter(|_| !changed.is_empty()) {
+        crate::audit::insert(conn, event)?;
+    }
     let now = millis(OffsetDateTime::now_utc());
     for change in changed {
         let (kind, subject) = match change {

@@ -2,6 +2,7 @@
 
 mod accounts;
 mod anonymous;
+mod audit;
 mod config;
 mod dashboard;
 mod errors;

@@ -22,7 +22,7 @@ fn an_account_reads_back_with_its_policy_document_as_saved() {
     });
     let a = account(c.id, "deployer", policy(document.clone()), 5);
     store
-        .create_account(&a, Some(&record(&lookup(), "h")))
+        .create_account(&a, Some(&record(&lookup(), "h")), &ev())
         .unwrap();
 
     let read = store.account(a.id).unwrap().unwrap();
@@ -43,11 +43,15 @@ fn accounts_of_lists_one_customers_accounts_oldest_first() {
     let late = account(acme.id, "late", static_policy(&["*"]), 50);
     let mid = account(acme.id, "mid", oidc_policy(&[GITHUB]), 20);
     store
-        .create_account(&late, Some(&record(&lookup(), "h")))
+        .create_account(&late, Some(&record(&lookup(), "h")), &ev())
         .unwrap();
-    store.create_account(&mid, None).unwrap();
+    store.create_account(&mid, None, &ev()).unwrap();
     store
-        .create_account(&account(globex.id, "other", static_policy(&["*"]), 1), None)
+        .create_account(
+            &account(globex.id, "other", static_policy(&["*"]), 1),
+            None,
+            &ev(),
+        )
         .unwrap();
 
     assert_eq!(
@@ -62,7 +66,7 @@ fn an_account_of_an_unknown_customer_is_not_found() {
     let store = store();
     let a = account(Uuid::new_v4(), "ghost", static_policy(&["*"]), 1);
     assert_eq!(
-        store.create_account(&a, None).unwrap_err(),
+        store.create_account(&a, None, &ev()).unwrap_err(),
         StoreError::NotFound
     );
 }
@@ -76,12 +80,12 @@ fn update_account_writes_name_and_policy() {
         policy: static_policy(&["api-acme"]),
         ..first.clone()
     };
-    store.update_account(&edited).unwrap();
+    store.update_account(&edited, &ev()).unwrap();
     assert_same_account(&store.account(first.id).unwrap().unwrap(), &edited);
 
     let ghost = account(c.id, "ghost", static_policy(&["*"]), 1);
     assert_eq!(
-        store.update_account(&ghost).unwrap_err(),
+        store.update_account(&ghost, &ev()).unwrap_err(),
         StoreError::NotFound
     );
 }
@@ -91,11 +95,11 @@ fn deleting_an_account_removes_its_token() {
     let store = store();
     let (_, first, token) = seeded(&store, "acme");
 
-    assert!(store.delete_account(first.id).unwrap());
+    assert!(store.delete_account(first.id, &ev()).unwrap());
 
     assert!(store.account(first.id).unwrap().is_none());
     assert_eq!(store.credential(&token.lookup_id).unwrap(), None);
-    assert!(!store.delete_account(first.id).unwrap());
+    assert!(!store.delete_account(first.id, &ev()).unwrap());
 }
 
 #[test]
@@ -104,7 +108,7 @@ fn replacing_a_token_swaps_it_atomically() {
     let (_, first, old) = seeded(&store, "acme");
     let new = record(&lookup(), "$argon2id$new");
 
-    store.replace_token(first.id, &new).unwrap();
+    store.replace_token(first.id, &new, &ev()).unwrap();
 
     assert_eq!(store.credential(&old.lookup_id).unwrap(), None);
     let stored = store.credential(&new.lookup_id).unwrap().unwrap();
@@ -118,7 +122,9 @@ fn a_failed_token_replacement_keeps_the_old_token() {
     let (_, first, old) = seeded(&store, "acme");
     let (_, _, someone_elses) = seeded(&store, "globex");
 
-    let err = store.replace_token(first.id, &someone_elses).unwrap_err();
+    let err = store
+        .replace_token(first.id, &someone_elses, &ev())
+        .unwrap_err();
 
     assert_eq!(
         err,
@@ -134,7 +140,7 @@ fn replacing_the_token_of_a_missing_account_is_not_found() {
     let store = store();
     let t = record(&lookup(), "h");
     assert_eq!(
-        store.replace_token(Uuid::new_v4(), &t).unwrap_err(),
+        store.replace_token(Uuid::new_v4(), &t, &ev()).unwrap_err(),
         StoreError::NotFound
     );
     assert_eq!(store.credential(&t.lookup_id).unwrap(), None);
@@ -144,7 +150,7 @@ fn replacing_the_token_of_a_missing_account_is_not_found() {
 fn an_account_id_cannot_be_reused() {
     let store = store();
     let (_, first, _) = seeded(&store, "acme");
-    let err = store.create_account(&first, None).unwrap_err();
+    let err = store.create_account(&first, None, &ev()).unwrap_err();
     assert_eq!(err, StoreError::Conflict("service account id taken".into()));
 }
 
@@ -159,7 +165,7 @@ fn accounts_are_found_by_the_exact_issuer_of_their_rules() {
     let github = account(globex.id, "gh", oidc_policy(&[GITHUB]), 2);
     let gitlab = account(acme.id, "gl", oidc_policy(&[GITLAB]), 3);
     for a in [&gitlab, &github, &both] {
-        store.create_account(a, None).unwrap();
+        store.create_account(a, None, &ev()).unwrap();
     }
 
     assert_eq!(
@@ -186,13 +192,16 @@ fn updating_an_account_reindexes_its_issuers() {
     let store = store();
     let (acme, ..) = seeded(&store, "acme");
     let a = account(acme.id, "ci", oidc_policy(&[GITHUB]), 1);
-    store.create_account(&a, None).unwrap();
+    store.create_account(&a, None, &ev()).unwrap();
 
     store
-        .update_account(&ServiceAccount {
-            policy: oidc_policy(&[GITLAB]),
-            ..a.clone()
-        })
+        .update_account(
+            &ServiceAccount {
+                policy: oidc_policy(&[GITLAB]),
+                ..a.clone()
+            },
+            &ev(),
+        )
         .unwrap();
 
     assert!(store.accounts_by_issuer(GITHUB).unwrap().is_empty());
@@ -204,10 +213,10 @@ fn deleting_an_account_removes_it_from_the_issuer_index() {
     let store = store();
     let (acme, ..) = seeded(&store, "acme");
     let a = account(acme.id, "ci", oidc_policy(&[GITHUB]), 1);
-    store.create_account(&a, None).unwrap();
+    store.create_account(&a, None, &ev()).unwrap();
     assert_eq!(ids(&store.accounts_by_issuer(GITHUB).unwrap()), [a.id]);
 
-    assert!(store.delete_account(a.id).unwrap());
+    assert!(store.delete_account(a.id, &ev()).unwrap());
 
     assert!(store.accounts_by_issuer(GITHUB).unwrap().is_empty());
 }

@@ -19,30 +19,38 @@ fn every_write_to_services_and_accounts_is_logged_in_order() {
     let store = store();
     let (c, first, _) = seeded(&store, "acme");
     let s = registered(c.id, "api-acme", 1);
-    store.create_service(&s, None).unwrap();
+    store.create_service(&s, None, &ev()).unwrap();
     store
-        .update_service(&Service {
-            title: Some("t".into()),
-            ..s.clone()
-        })
+        .update_service(
+            &Service {
+                title: Some("t".into()),
+                ..s.clone()
+            },
+            &ev(),
+        )
         .unwrap();
     store
-        .put_config(&config(s.id, "http://api-acme", 2))
+        .put_config(&config(s.id, "http://api-acme", 2), &ev())
         .unwrap();
-    store.delete_config(s.id).unwrap();
+    store.delete_config(s.id, &ev()).unwrap();
     let a = account(c.id, "ci", static_policy(&["*"]), 3);
     store
-        .create_account(&a, Some(&record(&lookup(), "h")))
+        .create_account(&a, Some(&record(&lookup(), "h")), &ev())
         .unwrap();
     store
-        .update_account(&ServiceAccount {
-            name: "ci2".into(),
-            ..a.clone()
-        })
+        .update_account(
+            &ServiceAccount {
+                name: "ci2".into(),
+                ..a.clone()
+            },
+            &ev(),
+        )
         .unwrap();
-    store.replace_token(a.id, &record(&lookup(), "h2")).unwrap();
-    store.delete_account(a.id).unwrap();
-    store.delete_service(s.id).unwrap();
+    store
+        .replace_token(a.id, &record(&lookup(), "h2"), &ev())
+        .unwrap();
+    store.delete_account(a.id, &ev()).unwrap();
+    store.delete_service(s.id, &ev()).unwrap();
 
     use Change::{Account, Service as Svc};
     assert_eq!(
@@ -71,20 +79,20 @@ fn failed_and_empty_writes_log_nothing() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let s = registered(c.id, "api-acme", 1);
-    store.create_service(&s, None).unwrap();
+    store.create_service(&s, None, &ev()).unwrap();
     let before = store.latest_change().unwrap();
 
     assert!(store
-        .create_service(&registered(c.id, "api-acme", 2), None)
+        .create_service(&registered(c.id, "api-acme", 2), None, &ev())
         .is_err());
-    assert!(!store.delete_service(Uuid::new_v4()).unwrap());
-    assert!(!store.delete_config(s.id).unwrap());
-    assert!(!store.delete_account(Uuid::new_v4()).unwrap());
+    assert!(!store.delete_service(Uuid::new_v4(), &ev()).unwrap());
+    assert!(!store.delete_config(s.id, &ev()).unwrap());
+    assert!(!store.delete_account(Uuid::new_v4(), &ev()).unwrap());
     assert!(store
-        .put_config(&config(Uuid::new_v4(), "http://x", 1))
+        .put_config(&config(Uuid::new_v4(), "http://x", 1), &ev())
         .is_err());
     assert!(store
-        .replace_token(Uuid::new_v4(), &record(&lookup(), "h"))
+        .replace_token(Uuid::new_v4(), &record(&lookup(), "h"), &ev())
         .is_err());
     store.set_plan("acme", Plan::Team).unwrap();
 
@@ -99,7 +107,7 @@ fn changes_are_read_in_pages() {
         .map(|i| registered(c.id, &format!("s{i}-acme"), i))
         .collect();
     for s in &services {
-        store.create_service(s, None).unwrap();
+        store.create_service(s, None, &ev()).unwrap();
     }
     let (start, _) = store.changes_since(0, 1).unwrap();
 
@@ -131,7 +139,7 @@ fn pruning_keeps_the_newest_change_and_its_number() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let last = registered(c.id, "api-acme", 1);
-    store.create_service(&last, None).unwrap();
+    store.create_service(&last, None, &ev()).unwrap();
     let latest = store.latest_change().unwrap();
 
     assert_eq!(
@@ -148,7 +156,7 @@ fn pruning_keeps_the_newest_change_and_its_number() {
     assert_eq!(pruned, 1);
     assert_eq!(store.latest_change().unwrap(), latest);
     assert_eq!(all_changes(&store), [Change::Service(last.id)]);
-    store.delete_service(last.id).unwrap();
+    store.delete_service(last.id, &ev()).unwrap();
     assert!(
         store.latest_change().unwrap() > latest,
         "numbers are never reused"
@@ -164,9 +172,9 @@ fn a_second_handle_on_the_same_database_sees_the_changes() {
     let cursor = replica.latest_change().unwrap();
     let (c, ..) = seeded(&writer, "acme");
     let s = registered(c.id, "api-acme", 1);
-    writer.create_service(&s, None).unwrap();
+    writer.create_service(&s, None, &ev()).unwrap();
     writer
-        .put_config(&config(s.id, "http://api-acme", 2))
+        .put_config(&config(s.id, "http://api-acme", 2), &ev())
         .unwrap();
 
     let (_, changes) = replica.changes_since(cursor, 100).unwrap();

@@ -26,7 +26,7 @@ fn of_two_writers_racing_for_a_subdomain_exactly_one_wins() {
                     let service = registered(c.id, &subdomain, round);
                     scope.spawn(move || {
                         barrier.wait();
-                        store.create_service(&service, None)
+                        store.create_service(&service, None, &ev())
                     })
                 })
                 .collect();
@@ -78,7 +78,7 @@ fn parallel_writers_all_succeed_and_a_polling_replica_misses_no_change() {
                     (0..EACH)
                         .map(|i| {
                             let s = registered(c.id, &format!("w{w}n{i}-acme"), i as i64);
-                            store.create_service(&s, None).unwrap();
+                            store.create_service(&s, None, &ev()).unwrap();
                             s.id
                         })
                         .collect::<Vec<_>>()

@@ -34,7 +34,7 @@ fn a_taken_tenant_is_a_conflict_and_nothing_of_the_second_customer_remains() {
     let token = record(&lookup(), "h");
 
     let err = store
-        .create_customer(&intruder, &account, &token)
+        .create_customer(&intruder, &account, &token, &ev())
         .unwrap_err();
 
     assert_eq!(err, StoreError::Conflict("tenant suffix taken".into()));
@@ -50,7 +50,7 @@ fn a_failure_after_the_customer_row_rolls_the_customer_back() {
     let c = customer("globex", 1);
     let a = account(c.id, "first", static_policy(&["*"]), 1);
 
-    let err = store.create_customer(&c, &a, &taken).unwrap_err();
+    let err = store.create_customer(&c, &a, &taken, &ev()).unwrap_err();
 
     assert_eq!(
         err,
@@ -68,7 +68,7 @@ fn customers_are_listed_oldest_first() {
         let c = customer(tenant, second);
         let a = account(c.id, "first", static_policy(&["*"]), second);
         store
-            .create_customer(&c, &a, &record(&lookup(), "h"))
+            .create_customer(&c, &a, &record(&lookup(), "h"), &ev())
             .unwrap();
         created.push(c);
     }
@@ -111,7 +111,7 @@ fn times_are_kept_to_the_millisecond() {
     c.created_at = time::macros::datetime!(2026-11-21 10:00:00.123_456_789 UTC);
     let a = account(c.id, "first", static_policy(&["*"]), 0);
     store
-        .create_customer(&c, &a, &record(&lookup(), "h"))
+        .create_customer(&c, &a, &record(&lookup(), "h"), &ev())
         .unwrap();
 
     let read = store.customer(c.id).unwrap().unwrap();

@@ -2,6 +2,7 @@
 //! `cargo xtask test` (see `registry_tests::fresh_database_url`).
 
 mod accounts;
+mod audit;
 mod change_feed;
 mod concurrency;
 mod connect;
@@ -9,6 +10,7 @@ mod credentials;
 mod customers;
 mod services;
 
+use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
 use registry_domain::policy::Policy;
 use registry_domain::ports::{CredentialRecord, CustomerStore};
 use registry_domain::service::PublishedConfig;
@@ -69,7 +71,19 @@ fn account(customer_id: Uuid, name: &str, policy: Policy, created: i64) -> Servi
         name: name.into(),
         policy,
         created_at: at(created),
+        last_used_at: None,
     }
+}
+
+/// An audit event for a write whose event is not what the test is about.
+fn ev() -> AuditEvent {
+    AuditEvent::new(
+        Action::ServiceUpdate,
+        Resource::customer(Uuid::nil()),
+        Actor::operator(),
+        None,
+        at(0),
+    )
 }
 
 fn record(lookup_id: &str, hash: &str) -> CredentialRecord {
@@ -128,7 +142,7 @@ fn seeded(store: &Store, tenant: &str) -> (Customer, ServiceAccount, CredentialR
     let c = customer(tenant, 0);
     let first = account(c.id, "bootstrap", static_policy(&["*"]), 0);
     let token = record(&lookup(), "$argon2id$first");
-    store.create_customer(&c, &first, &token).unwrap();
+    store.create_customer(&c, &first, &token, &ev()).unwrap();
     (c, first, token)
 }
 

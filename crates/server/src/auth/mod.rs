@@ -15,9 +15,10 @@ use crate::rate_limit::RetryAfter;
 use crate::state::AppState;
 use actix_web::{http::header, HttpRequest};
 use registry_domain::access::{self, Credential, Grant, Refusal, Request};
+use registry_domain::audit::Actor;
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::policy::{PolicyKind, Scope};
-use registry_domain::ports::CredentialOwner;
+use registry_domain::ports::{CredentialOwner, VerifiedToken};
 use registry_domain::{Service, ServiceAccount};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -30,6 +31,17 @@ pub struct AccountCaller {
     /// For a federated caller, the rules whose claims the token matched (matched once per
     /// request: asking about many services does not match again).
     pub rules: Option<Box<[usize]>>,
+    /// Who this is in the audit trail.
+    pub actor: Actor,
+}
+
+/// A caller allowed to act on one service.
+#[derive(Debug)]
+pub struct ServiceCaller {
+    /// The service.
+    pub service: Service,
+    /// Who acts on it, for the audit trail.
+    pub actor: Actor,
 }
 
 impl AccountCaller {
@@ -216,11 +228,37 @@ fn refused(refusal: Refusal, key: &str) -> ApiError {
     }
 }
 
-fn caller_of(grant: &Grant<'_>) -> Option<AccountCaller> {
+/// The actor of a granted call: a static token's account, a federated token's account with the
+/// token's `iss` and `sub`, or an anonymous secret.
+fn actor_of(grant: &Grant<'_>, identity: Option<&VerifiedToken>) -> Actor {
+    match (grant.account(), identity) {
+        (Some(account), Some(token)) => {
+            let sub = token.claims.get("sub").and_then(|s| s.as_str());
+            Actor::federated(
+                account.id,
+                Some(token.issuer.clone()),
+                sub.map(str::to_owned),
+            )
+        }
+        (Some(account), None) => Actor::static_token(account.id),
+        (None, _) => Actor::anonymous(),
+    }
+}
+
+/// What a granted call does besides acting: its account's `lastUsedAt` (DECISIONS §13).
+fn granted(state: &AppState, grant: &Grant<'_>, identity: Option<&VerifiedToken>) -> Actor {
+    if let Some(account) = grant.account() {
+        state.last_use.used(&state.store, account.id, state.now());
+    }
+    actor_of(grant, identity)
+}
+
+fn caller_of(grant: &Grant<'_>, actor: Actor) -> Option<AccountCaller> {
     match grant {
         Grant::Account { account, rules } => Some(AccountCaller {
             account: Arc::clone(account),
             rules: rules.clone().map(Vec::into_boxed_slice),
+            actor,
         }),
         Grant::AnonymousService => None,
     }
@@ -241,22 +279,28 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
             candidates: &candidates,
             chosen,
         };
-        let decided = access::decide(credential, Request::Collection, ip, now);
-        return decided
-            .map(|grant| caller_of(&grant).expect("an identity token acts as an account"))
-            .map_err(|refusal| record_failure(state, ip, refused(refusal, "")));
+        let grant = access::decide(credential, Request::Collection, ip, now)
+            .map_err(|refusal| record_failure(state, ip, refused(refusal, "")))?;
+        let actor = granted(state, &grant, Some(&verified));
+        // An identity token acts as an account.
+        return caller_of(&grant, actor).ok_or(ApiError::Internal);
     }
     let holder = secret_holder(state, token, ip).await?;
     let grant = access::decide(holder.credential(), Request::Collection, ip, now)
         .map_err(|refusal| refused(refusal, ""))?;
+    let actor = granted(state, &grant, None);
     // `decide` refuses an anonymous secret on a collection call: a grant here is an account.
-    caller_of(&grant).ok_or(ApiError::Internal)
+    caller_of(&grant, actor).ok_or(ApiError::Internal)
 }
 
 /// Authenticates and authorizes a call on one service, found by subdomain or id; returns the
 /// service. Answers 404 for services that do not exist, have expired or are not the caller's,
 /// and 403 when the caller's address or patterns do not allow it (`registry_domain::access`).
-pub async fn service_caller(state: &AppState, req: &HttpRequest, key: &str) -> ApiResult<Service> {
+pub async fn service_caller(
+    state: &AppState,
+    req: &HttpRequest,
+    key: &str,
+) -> ApiResult<ServiceCaller> {
     let ip = client_ip(req, &state.trusted_proxies);
     check_brute_force(state, ip)?;
     let token = bearer(req).map_err(|e| record_failure(state, ip, e))?;
@@ -270,21 +314,22 @@ pub async fn service_caller(state: &AppState, req: &HttpRequest, key: &str) -> A
             candidates: &candidates,
             chosen,
         };
-        return match access::decide(credential, Request::Service(service.as_deref()), ip, now) {
-            Ok(_) => Ok(Service::clone(
-                service.as_deref().ok_or(ApiError::Internal)?,
-            )),
-            Err(refusal) => Err(record_failure(state, ip, refused(refusal, key))),
-        };
+        let grant = access::decide(credential, Request::Service(service.as_deref()), ip, now)
+            .map_err(|refusal| record_failure(state, ip, refused(refusal, key)))?;
+        return Ok(ServiceCaller {
+            actor: granted(state, &grant, Some(&verified)),
+            service: Service::clone(service.as_deref().ok_or(ApiError::Internal)?),
+        });
     }
     let holder = secret_holder(state, token, ip).await?;
     let credential = holder.credential();
     let service = directory::service(state, key).await?;
-    access::decide(credential, Request::Service(service.as_deref()), ip, now)
+    let grant = access::decide(credential, Request::Service(service.as_deref()), ip, now)
         .map_err(|refusal| refused(refusal, key))?;
-    Ok(Service::clone(
-        service.as_deref().ok_or(ApiError::Internal)?,
-    ))
+    Ok(ServiceCaller {
+        actor: granted(state, &grant, None),
+        service: Service::clone(service.as_deref().ok_or(ApiError::Internal)?),
+    })
 }
 
 /// The 404 of a service that does not exist for this caller.

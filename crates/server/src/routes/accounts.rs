@@ -2,6 +2,7 @@
 //! broader than itself: only callers whose patterns include `"*"` manage accounts, and a caller
 //! limited to some addresses manages only accounts limited to addresses inside its own.
 
+use crate::audit;
 use crate::auth::{self, AccountCaller};
 use crate::body::{read_json, Fields};
 use crate::directory;
@@ -11,6 +12,7 @@ use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::access::{self, Refusal};
+use registry_domain::audit::{Action, AuditEvent, Resource};
 use registry_domain::credentials::{self, CredentialKind, GeneratedSecret};
 use registry_domain::limits;
 use registry_domain::policy::{ParsedPolicy, Policy, PolicyKind};
@@ -21,7 +23,9 @@ use uuid::Uuid;
 
 const MAX_NAME: usize = 200;
 
-async fn manager(state: &AppState, req: &HttpRequest) -> ApiResult<AccountCaller> {
+/// A caller allowed to manage the customer's accounts (and read its audit trail): its patterns
+/// include `"*"`.
+pub(crate) async fn manager(state: &AppState, req: &HttpRequest) -> ApiResult<AccountCaller> {
     let caller = auth::collection_caller(state, req).await?;
     may_manage(&caller, None)?;
     Ok(caller)
@@ -36,6 +40,24 @@ fn may_manage(caller: &AccountCaller, target: Option<&Policy>) -> ApiResult<()> 
         Refusal::Forbidden(detail) => ApiError::Forbidden(detail),
         _ => ApiError::Internal,
     })
+}
+
+/// The audit event of a change to the account `id` by `caller`.
+fn account_event(
+    state: &AppState,
+    req: &HttpRequest,
+    caller: &AccountCaller,
+    action: Action,
+    id: Uuid,
+) -> AuditEvent {
+    audit::event(
+        state,
+        req,
+        &caller.actor,
+        action,
+        Resource::account(id),
+        Some(caller.customer_id()),
+    )
 }
 
 fn not_found(id: &str) -> ApiError {
@@ -196,6 +218,7 @@ pub async fn create(
         name,
         policy,
         created_at: state.now(),
+        last_used_at: None,
     };
     let token = match account.policy.kind() {
         PolicyKind::Static => Some(new_token(&state).await?),
@@ -203,8 +226,9 @@ pub async fn create(
     };
     let row = account.clone();
     let record = token.as_ref().map(|(_, r)| r.clone());
+    let event = account_event(&state, &req, &caller, Action::AccountCreate, account.id);
     state
-        .db(move |s| s.create_account(&row, record.as_ref()))
+        .db(move |s| s.create_account(&row, record.as_ref(), &event))
         .await?;
     // The issuers it trusts are in this node's trust index before the answer.
     directory::settle_write(&state).await;
@@ -282,8 +306,9 @@ pub async fn patch(
         account.name = name;
     }
     let row = account.clone();
+    let event = account_event(&state, &req, &caller, Action::AccountUpdate, account.id);
     state
-        .db(move |s| s.update_account(&row))
+        .db(move |s| s.update_account(&row, &event))
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
     directory::settle_write(&state).await;
@@ -299,7 +324,8 @@ pub async fn delete(
     let caller = manager(&state, &req).await?;
     let account = managed_account(&state, &caller, &path).await?;
     let id = account.id;
-    if !state.db(move |s| s.delete_account(id)).await? {
+    let event = account_event(&state, &req, &caller, Action::AccountDelete, id);
+    if !state.db(move |s| s.delete_account(id, &event)).await? {
         return Err(not_found(&path));
     }
     directory::settle_write(&state).await;
@@ -319,8 +345,9 @@ pub async fn regenerate_token(
     let (token, record) = new_token(&state).await?;
     let id = account.id;
     let stored = record.clone();
+    let event = account_event(&state, &req, &caller, Action::AccountRegenerateToken, id);
     state
-        .db(move |s| s.replace_token(id, &stored))
+        .db(move |s| s.replace_token(id, &stored, &event))
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
     state.tokens.remember(

@@ -1,5 +1,6 @@
 //! `POST /anonymous/services`: a temporary service for anyone, managed with a one-time secret.
 
+use crate::audit;
 use crate::body::{read_json, Fields};
 use crate::client_ip::client_ip;
 use crate::problem::{ApiError, ApiResult};
@@ -9,6 +10,7 @@ use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::anonymous::{lifetime, remaining_seconds};
+use registry_domain::audit::{Action, Actor};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::naming::anonymous_subdomain;
 use registry_domain::ports::CredentialRecord;
@@ -77,8 +79,15 @@ pub async fn create(
         expires_at: Some(now + ttl),
     };
     let row = service.clone();
+    let event = audit::service_event(
+        &state,
+        &req,
+        &Actor::anonymous(),
+        Action::AnonymousCreate,
+        &service,
+    );
     state
-        .db(move |s| s.create_service(&row, Some(&record)))
+        .db(move |s| s.create_service(&row, Some(&record), &event))
         .await?;
     // The creator's first call should not pay for argon2 again.
     state

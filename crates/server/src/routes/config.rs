@@ -1,6 +1,7 @@
 //! `/services/{subdomain}/config`: the published discovery document and key set.
 
-use crate::auth;
+use crate::audit;
+use crate::auth::{self, ServiceCaller};
 use crate::body::read_json;
 use crate::directory;
 use crate::hosting;
@@ -8,6 +9,7 @@ use crate::problem::{ApiError, ApiResult};
 use crate::routes::services::gone_as_not_found;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::audit::Action;
 use registry_domain::keys;
 use registry_domain::service::PublishedConfig;
 use registry_oidc::VerifierKeyImport;
@@ -23,7 +25,7 @@ pub async fn get(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?;
+    let service = auth::service_caller(&state, &req, &path).await?.service;
     // Authentication brought the hosting cache up to date with the database.
     let hosted = state
         .hosting
@@ -41,7 +43,7 @@ pub async fn put(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?;
+    let ServiceCaller { service, actor } = auth::service_caller(&state, &req, &path).await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes)
         .await?
         .ok_or_else(|| {
@@ -54,39 +56,44 @@ pub async fn put(
     let issuer = state.issuer_of(&service.subdomain);
     let now = state.now();
     let expires_at = service.expires_at;
+    let event = audit::service_event(&state, &req, &actor, Action::ConfigPut, &service);
     // Read the key state, rotate, write: one transaction, so that concurrent uploads to one
     // service see each other's retired keys.
     let outcome = state
         .db(move |s| {
             let mut outcome = None;
-            s.update_config(id, &mut |current| {
-                let previous = current.map(|c| c.keys).unwrap_or_default();
-                match keys::upload(
-                    &body,
-                    &issuer,
-                    &previous,
-                    &VerifierKeyImport,
-                    now,
-                    expires_at,
-                ) {
-                    Ok(upload) => {
-                        let publication = upload.publication;
-                        let config = PublishedConfig {
-                            service_id: id,
-                            openid_configuration: publication.openid_configuration.to_string(),
-                            jwks: publication.jwks.to_string(),
-                            updated_at: now,
-                            keys: upload.rotation.state,
-                        };
-                        outcome = Some(Ok(publication));
-                        Some(config)
+            s.update_config(
+                id,
+                &mut |current| {
+                    let previous = current.map(|c| c.keys).unwrap_or_default();
+                    match keys::upload(
+                        &body,
+                        &issuer,
+                        &previous,
+                        &VerifierKeyImport,
+                        now,
+                        expires_at,
+                    ) {
+                        Ok(upload) => {
+                            let publication = upload.publication;
+                            let config = PublishedConfig {
+                                service_id: id,
+                                openid_configuration: publication.openid_configuration.to_string(),
+                                jwks: publication.jwks.to_string(),
+                                updated_at: now,
+                                keys: upload.rotation.state,
+                            };
+                            outcome = Some(Ok(publication));
+                            Some(config)
+                        }
+                        Err(refused) => {
+                            outcome = Some(Err(refused));
+                            None
+                        }
                     }
-                    Err(refused) => {
-                        outcome = Some(Err(refused));
-                        None
-                    }
-                }
-            })?;
+                },
+                &event,
+            )?;
             Ok(outcome)
         })
         .await
@@ -113,9 +120,10 @@ pub async fn delete(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?;
+    let ServiceCaller { service, actor } = auth::service_caller(&state, &req, &path).await?;
     let id = service.id;
-    let removed = state.db(move |s| s.delete_config(id)).await?;
+    let event = audit::service_event(&state, &req, &actor, Action::ConfigDelete, &service);
+    let removed = state.db(move |s| s.delete_config(id, &event)).await?;
     directory::settle_write(&state).await;
     if !removed {
         return Err(nothing_published(&service.subdomain));

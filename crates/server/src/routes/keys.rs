@@ -2,12 +2,14 @@
 //! withdrawal of a retired key, and what to register in a cloud to trust the issuer
 //! (DECISIONS §11). Anonymous secrets may call them on their own service (§5).
 
-use crate::auth;
+use crate::audit;
+use crate::auth::{self, ServiceCaller};
 use crate::directory;
 use crate::problem::{ApiError, ApiResult};
 use crate::routes::services::gone_as_not_found;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::audit::{Action, Resource};
 use registry_domain::keys::KeyDeleteError;
 use registry_domain::publishing::{wiring_guide, DEFAULT_WIRING_SUBJECT};
 use registry_domain::service::PublishedConfig;
@@ -20,7 +22,7 @@ pub async fn list(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?;
+    let service = auth::service_caller(&state, &req, &path).await?.service;
     let id = service.id;
     let config = state.db(move |s| s.config(id)).await?;
     let now = state.now();
@@ -36,23 +38,35 @@ pub async fn delete(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let (key, kid) = path.into_inner();
-    let service = auth::service_caller(&state, &req, &key).await?;
+    let ServiceCaller { service, actor } = auth::service_caller(&state, &req, &key).await?;
     let id = service.id;
     let now = state.now();
     let withdrawn = kid.clone();
+    let event = audit::event(
+        &state,
+        &req,
+        &actor,
+        Action::KeyDelete,
+        Resource::key(&kid, &service.subdomain),
+        service.customer_id,
+    );
     let outcome = state
         .db(move |s| {
             let mut outcome = Err(KeyDeleteError::Unknown);
-            s.update_config(id, &mut |current| {
-                let config = current?;
-                outcome = config.keys.without_retired(&withdrawn, now);
-                let keys = outcome.clone().ok()?;
-                Some(PublishedConfig {
-                    keys,
-                    updated_at: now,
-                    ..config
-                })
-            })?;
+            s.update_config(
+                id,
+                &mut |current| {
+                    let config = current?;
+                    outcome = config.keys.without_retired(&withdrawn, now);
+                    let keys = outcome.clone().ok()?;
+                    Some(PublishedConfig {
+                        keys,
+                        updated_at: now,
+                        ..config
+                    })
+                },
+                &event,
+            )?;
             Ok(outcome)
         })
         .await
@@ -85,7 +99,7 @@ pub async fn federation(
     query: web::Query<WiringQuery>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?;
+    let service = auth::service_caller(&state, &req, &path).await?.service;
     let subject = query
         .subject
         .as_deref()

@@ -3,6 +3,7 @@
 
 pub mod accounts;
 pub mod anonymous;
+pub mod audit;
 pub mod config;
 pub mod keys;
 pub mod ops;
@@ -68,6 +69,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(accounts::regenerate_token))
             .default_service(web::to(|| not_allowed("POST"))),
     )
+    .service(get_and_head("/audit-events", audit::list))
     // The browser pages (not part of the API, so not in openapi.json).
     .service(get_and_head("/", dashboard::landing))
     .service(get_and_head(

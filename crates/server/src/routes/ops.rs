@@ -73,6 +73,18 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
             "Federated tokens verified with cached keys.",
             oidc.cache_hits + state.metrics.identity_token_cache_hits(),
         ),
+        (
+            "registry_last_used_statements_total",
+            "counter",
+            "Writes of accounts' lastUsedAt sent to the database (at most one a minute per account).",
+            state.last_use.statements(),
+        ),
+        (
+            "registry_last_used_rows_written_total",
+            "counter",
+            "Of those, the ones that changed the row (another replica may have written the minute).",
+            state.last_use.rows_written(),
+        ),
     ];
     HttpResponse::Ok()
         .insert_header((

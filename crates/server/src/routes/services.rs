@@ -1,6 +1,7 @@
 //! `/services` and `/services/{subdomain}`.
 
-use crate::auth;
+use crate::audit;
+use crate::auth::{self, ServiceCaller};
 use crate::body::{read_json, Fields};
 use crate::directory;
 use crate::problem::{ApiError, ApiResult, SERVICE_NAME_POINTER};
@@ -8,6 +9,7 @@ use crate::state::AppState;
 use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::audit::Action;
 use registry_domain::naming::{check_service_name, registered_subdomain};
 use registry_domain::{Service, Violation};
 
@@ -70,7 +72,11 @@ pub async fn create(
             expires_at: None,
         };
         let row = service.clone();
-        match state.db(move |s| s.create_service(&row, None)).await {
+        let event = audit::service_event(&state, &req, &caller.actor, Action::ServiceCreate, &row);
+        match state
+            .db(move |s| s.create_service(&row, None, &event))
+            .await
+        {
             Ok(()) => {
                 let location = format!("{}/services/{}", state.settings.base(), service.subdomain);
                 return Ok(HttpResponse::Created()
@@ -112,7 +118,7 @@ pub async fn get(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?;
+    let service = auth::service_caller(&state, &req, &path).await?.service;
     Ok(HttpResponse::Ok().json(views::service(&state, &service, state.now())))
 }
 
@@ -123,7 +129,7 @@ pub async fn patch(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let mut service = auth::service_caller(&state, &req, &path).await?;
+    let ServiceCaller { mut service, actor } = auth::service_caller(&state, &req, &path).await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["title", "description"])?;
     let clears_description = fields.raw("description").is_some_and(|v| v.is_null());
@@ -141,8 +147,10 @@ pub async fn patch(
         service.description = description;
     }
     let row = service.clone();
+    let action = audit::service_action(&service, Action::ServiceUpdate, Action::AnonymousUpdate);
+    let event = audit::service_event(&state, &req, &actor, action, &service);
     state
-        .db(move |s| s.update_service(&row))
+        .db(move |s| s.update_service(&row, &event))
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
     Ok(HttpResponse::Ok().json(views::service(&state, &service, state.now())))
@@ -154,9 +162,11 @@ pub async fn delete(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?;
+    let ServiceCaller { service, actor } = auth::service_caller(&state, &req, &path).await?;
     let id = service.id;
-    let deleted = state.db(move |s| s.delete_service(id)).await?;
+    let action = audit::service_action(&service, Action::ServiceDelete, Action::AnonymousDelete);
+    let event = audit::service_event(&state, &req, &actor, action, &service);
+    let deleted = state.db(move |s| s.delete_service(id, &event)).await?;
     directory::settle_write(&state).await;
     if !deleted {
         return Err(auth::not_found_service(&path));

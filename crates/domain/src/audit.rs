@@ -1,0 +1,556 @@
+//! The audit trail (DECISIONS §13): who changed what, from where, with which credential.
+//!
+//! An [`AuditEvent`] is built by whoever makes a change and handed to the storage call that
+//! makes it; the adapter writes it in the change's own transaction, and only when the change
+//! happened (a delete of something already gone writes nothing). Pages are read newest first
+//! through an opaque [`Cursor`].
+//!
+//! ```
+//! use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
+//! use time::macros::datetime;
+//! use uuid::Uuid;
+//!
+//! let customer = Uuid::new_v4();
+//! let event = AuditEvent::new(
+//!     Action::ConfigPut,
+//!     Resource::service(Uuid::new_v4(), "api-acme"),
+//!     Actor::static_token(Uuid::new_v4()),
+//!     Some(customer),
+//!     datetime!(2026-11-23 12:00 UTC),
+//! );
+//! assert_eq!(event.action.as_str(), "config.put");
+//! assert_eq!(event.to_json()["actor"]["kind"], "static");
+//! ```
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{json, Map, Value};
+use std::fmt;
+use std::str::FromStr;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// What a change did. The strings are the contract's and never change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// An operator created a customer from the command line.
+    CustomerCreate,
+    /// A customer's service was registered.
+    ServiceCreate,
+    /// A customer's service's title or description changed.
+    ServiceUpdate,
+    /// A customer's service was deleted.
+    ServiceDelete,
+    /// A configuration was published.
+    ConfigPut,
+    /// A configuration was withdrawn.
+    ConfigDelete,
+    /// A retired key was withdrawn before its time.
+    KeyDelete,
+    /// A retired key's time ran out.
+    KeyExpire,
+    /// A service account was created.
+    AccountCreate,
+    /// A service account's name or policy changed.
+    AccountUpdate,
+    /// A service account was deleted.
+    AccountDelete,
+    /// A static token was replaced.
+    AccountRegenerateToken,
+    /// An anonymous service was created.
+    AnonymousCreate,
+    /// An anonymous service's title or description changed.
+    AnonymousUpdate,
+    /// An anonymous service was deleted by its secret's holder.
+    AnonymousDelete,
+    /// An anonymous service's time ran out.
+    AnonymousExpire,
+}
+
+impl Action {
+    /// Every action, in the contract's order.
+    pub const ALL: [Action; 16] = [
+        Action::CustomerCreate,
+        Action::ServiceCreate,
+        Action::ServiceUpdate,
+        Action::ServiceDelete,
+        Action::ConfigPut,
+        Action::ConfigDelete,
+        Action::KeyDelete,
+        Action::KeyExpire,
+        Action::AccountCreate,
+        Action::AccountUpdate,
+        Action::AccountDelete,
+        Action::AccountRegenerateToken,
+        Action::AnonymousCreate,
+        Action::AnonymousUpdate,
+        Action::AnonymousDelete,
+        Action::AnonymousExpire,
+    ];
+
+    /// The action's name, such as `config.put`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::CustomerCreate => "customer.create",
+            Action::ServiceCreate => "service.create",
+            Action::ServiceUpdate => "service.update",
+            Action::ServiceDelete => "service.delete",
+            Action::ConfigPut => "config.put",
+            Action::ConfigDelete => "config.delete",
+            Action::KeyDelete => "key.delete",
+            Action::KeyExpire => "key.expire",
+            Action::AccountCreate => "account.create",
+            Action::AccountUpdate => "account.update",
+            Action::AccountDelete => "account.delete",
+            Action::AccountRegenerateToken => "account.regenerate-token",
+            Action::AnonymousCreate => "anonymous.create",
+            Action::AnonymousUpdate => "anonymous.update",
+            Action::AnonymousDelete => "anonymous.delete",
+            Action::AnonymousExpire => "anonymous.expire",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The text named no action.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown action {0:?}; the actions are {list}", list = action_list())]
+pub struct UnknownAction(pub String);
+
+fn action_list() -> String {
+    Action::ALL.map(Action::as_str).join(", ")
+}
+
+impl FromStr for Action {
+    type Err = UnknownAction;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Action::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| UnknownAction(s.to_owned()))
+    }
+}
+
+/// What kind of credential made a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActorKind {
+    /// A service account's static token.
+    Static,
+    /// A service account through a federated identity token.
+    Oidc,
+    /// The management secret of an anonymous service.
+    Anonymous,
+    /// An operator at the command line.
+    Operator,
+    /// The registry itself (expiry).
+    System,
+}
+
+impl ActorKind {
+    /// `static`, `oidc`, `anonymous`, `operator` or `system`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActorKind::Static => "static",
+            ActorKind::Oidc => "oidc",
+            ActorKind::Anonymous => "anonymous",
+            ActorKind::Operator => "operator",
+            ActorKind::System => "system",
+        }
+    }
+
+    /// The kind a stored name stands for.
+    pub fn parse(s: &str) -> Option<ActorKind> {
+        [
+            ActorKind::Static,
+            ActorKind::Oidc,
+            ActorKind::Anonymous,
+            ActorKind::Operator,
+            ActorKind::System,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// Who made a change. Never a token or a secret: an account's id, and for a federated caller
+/// the `iss` and `sub` of its identity token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The credential's kind.
+    pub kind: ActorKind,
+    /// The service account, for `static` and `oidc`.
+    pub account_id: Option<Uuid>,
+    /// The identity token's issuer, for `oidc`.
+    pub iss: Option<String>,
+    /// The identity token's subject, for `oidc`.
+    pub sub: Option<String>,
+}
+
+impl Actor {
+    fn of(kind: ActorKind) -> Actor {
+        Actor {
+            kind,
+            account_id: None,
+            iss: None,
+            sub: None,
+        }
+    }
+
+    /// A service account with its static token.
+    pub fn static_token(account_id: Uuid) -> Actor {
+        Actor {
+            account_id: Some(account_id),
+            ..Actor::of(ActorKind::Static)
+        }
+    }
+
+    /// A service account through a federated identity token of `iss` for `sub`.
+    pub fn federated(account_id: Uuid, iss: Option<String>, sub: Option<String>) -> Actor {
+        Actor {
+            account_id: Some(account_id),
+            iss,
+            sub,
+            ..Actor::of(ActorKind::Oidc)
+        }
+    }
+
+    /// The holder of an anonymous service's secret.
+    pub fn anonymous() -> Actor {
+        Actor::of(ActorKind::Anonymous)
+    }
+
+    /// An operator at the command line.
+    pub fn operator() -> Actor {
+        Actor::of(ActorKind::Operator)
+    }
+
+    /// The registry itself.
+    pub fn system() -> Actor {
+        Actor::of(ActorKind::System)
+    }
+}
+
+/// What kind of thing a change was made to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResourceKind {
+    /// A customer.
+    Customer,
+    /// A service (its configuration included).
+    Service,
+    /// A published key, by `kid`.
+    Key,
+    /// A service account.
+    Account,
+}
+
+impl ResourceKind {
+    /// `customer`, `service`, `key` or `account`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Customer => "customer",
+            ResourceKind::Service => "service",
+            ResourceKind::Key => "key",
+            ResourceKind::Account => "account",
+        }
+    }
+
+    /// The kind a stored name stands for.
+    pub fn parse(s: &str) -> Option<ResourceKind> {
+        [
+            ResourceKind::Customer,
+            ResourceKind::Service,
+            ResourceKind::Key,
+            ResourceKind::Account,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// The thing a change was made to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    /// Its kind.
+    pub kind: ResourceKind,
+    /// Its id: a UUID, or a key's `kid`.
+    pub id: String,
+    /// The subdomain of the service it is or belongs to.
+    pub subdomain: Option<String>,
+}
+
+impl Resource {
+    /// A customer.
+    pub fn customer(id: Uuid) -> Resource {
+        Resource {
+            kind: ResourceKind::Customer,
+            id: id.to_string(),
+            subdomain: None,
+        }
+    }
+
+    /// A service (or its configuration).
+    pub fn service(id: Uuid, subdomain: &str) -> Resource {
+        Resource {
+            kind: ResourceKind::Service,
+            id: id.to_string(),
+            subdomain: Some(subdomain.to_owned()),
+        }
+    }
+
+    /// The key `kid` of the service at `subdomain`.
+    pub fn key(kid: &str, subdomain: &str) -> Resource {
+        Resource {
+            kind: ResourceKind::Key,
+            id: kid.to_owned(),
+            subdomain: Some(subdomain.to_owned()),
+        }
+    }
+
+    /// A service account.
+    pub fn account(id: Uuid) -> Resource {
+        Resource {
+            kind: ResourceKind::Account,
+            id: id.to_string(),
+            subdomain: None,
+        }
+    }
+}
+
+/// One change, as the trail keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEvent {
+    /// The event's own id.
+    pub id: Uuid,
+    /// When the change was made.
+    pub at: OffsetDateTime,
+    /// The customer whose trail holds it; `None` for anonymous services.
+    pub customer_id: Option<Uuid>,
+    /// What was done.
+    pub action: Action,
+    /// To what.
+    pub resource: Resource,
+    /// By whom.
+    pub actor: Actor,
+    /// The client's address, for changes requested over HTTP.
+    pub ip: Option<String>,
+    /// The request's `X-Request-Id`, for changes requested over HTTP.
+    pub request_id: Option<String>,
+}
+
+impl AuditEvent {
+    /// An event with a fresh id and no address or request id.
+    pub fn new(
+        action: Action,
+        resource: Resource,
+        actor: Actor,
+        customer_id: Option<Uuid>,
+        at: OffsetDateTime,
+    ) -> AuditEvent {
+        AuditEvent {
+            id: Uuid::new_v4(),
+            at,
+            customer_id,
+            action,
+            resource,
+            actor,
+            ip: None,
+            request_id: None,
+        }
+    }
+
+    /// The event with the client's address and request id of the HTTP request that made it.
+    pub fn from_request(mut self, ip: String, request_id: Option<String>) -> AuditEvent {
+        self.ip = Some(ip);
+        self.request_id = request_id;
+        self
+    }
+
+    /// The event as the API and the command line show it (DECISIONS §13): absent fields are
+    /// left out.
+    pub fn to_json(&self) -> Value {
+        let mut resource = Map::new();
+        resource.insert("type".into(), self.resource.kind.as_str().into());
+        resource.insert("id".into(), self.resource.id.clone().into());
+        if let Some(subdomain) = &self.resource.subdomain {
+            resource.insert("subdomain".into(), subdomain.clone().into());
+        }
+        let mut actor = Map::new();
+        actor.insert("kind".into(), self.actor.kind.as_str().into());
+        if let Some(id) = self.actor.account_id {
+            actor.insert("accountId".into(), id.to_string().into());
+        }
+        if let Some(iss) = &self.actor.iss {
+            actor.insert("iss".into(), iss.clone().into());
+        }
+        if let Some(sub) = &self.actor.sub {
+            actor.insert("sub".into(), sub.clone().into());
+        }
+        let mut event = json!({
+            "id": self.id.to_string(),
+            // Whole seconds, like every timestamp of the API.
+            "at": self.at.replace_nanosecond(0).unwrap_or(self.at).format(&Rfc3339).unwrap_or_default(),
+            "action": self.action.as_str(),
+            "resource": resource,
+            "actor": actor,
+        });
+        if let Some(ip) = &self.ip {
+            event["ip"] = ip.clone().into();
+        }
+        if let Some(request_id) = &self.request_id {
+            event["requestId"] = request_id.clone().into();
+        }
+        event
+    }
+}
+
+/// Whose events a query reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trail {
+    /// One customer's.
+    Customer(Uuid),
+    /// Those of anonymous services, which belong to no customer.
+    Anonymous,
+}
+
+/// A query of the trail: newest first, `limit` at most, older than `cursor`, optionally one
+/// action and no older than `since`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Whose events.
+    pub trail: Trail,
+    /// Where the previous page ended.
+    pub cursor: Option<Cursor>,
+    /// Only this action.
+    pub action: Option<Action>,
+    /// Only events at or after this instant.
+    pub since: Option<OffsetDateTime>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// Default and largest page sizes of `GET /audit-events`.
+pub const DEFAULT_PAGE: usize = 100;
+/// See [`DEFAULT_PAGE`].
+pub const MAX_PAGE: usize = 500;
+
+/// A page of the trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditPage {
+    /// The events, newest first.
+    pub events: Vec<AuditEvent>,
+    /// Where the next page starts, when there may be one.
+    pub next: Option<Cursor>,
+}
+
+/// A position in the trail: the page that follows holds events written before it. Events are
+/// numbered in the order their transactions commit, so events written while a client pages
+/// land before its first page, never between two of its pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// The log position of the last event of the previous page.
+    pub before: i64,
+}
+
+/// The text given as a cursor is not one the registry made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cursor is not a nextCursor returned by this API")]
+pub struct BadCursor;
+
+const CURSOR_PREFIX: &str = "a1.";
+
+impl Cursor {
+    /// The opaque text a client passes back.
+    pub fn encode(self) -> String {
+        URL_SAFE_NO_PAD.encode(format!("{CURSOR_PREFIX}{}", self.before))
+    }
+
+    /// Reads a cursor [`Cursor::encode`] made.
+    ///
+    /// ```
+    /// use registry_domain::audit::Cursor;
+    /// let cursor = Cursor { before: 42 };
+    /// assert_eq!(Cursor::decode(&cursor.encode()), Ok(cursor));
+    /// assert!(Cursor::decode("garbage!").is_err());
+    /// ```
+    pub fn decode(text: &str) -> Result<Cursor, BadCursor> {
+        let bytes = URL_SAFE_NO_PAD.decode(text).map_err(|_| BadCursor)?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| BadCursor)?;
+        let before = text
+            .strip_prefix(CURSOR_PREFIX)
+            .and_then(|n| n.parse::<i64>().ok())
+            .filter(|n| *n > 0)
+            .ok_or(BadCursor)?;
+        Ok(Cursor { before })
+    }
+}
+
+/// How long the trail keeps events by default (`REGISTRY_AUDIT_RETENTION_DAYS`).
+pub const DEFAULT_RETENTION_DAYS: u32 = 90;
+
+/// The minute a use of a service account is recorded as (DECISIONS §13: `lastUsedAt` is exact
+/// to the minute), so that every replica writes the same value within one minute and at most
+/// one write a minute changes the row.
+///
+/// ```
+/// use registry_domain::audit::last_used_minute;
+/// use time::macros::datetime;
+/// assert_eq!(
+///     last_used_minute(datetime!(2026-11-23 12:34:56.789 UTC)),
+///     datetime!(2026-11-23 12:34 UTC)
+/// );
+/// ```
+pub fn last_used_minute(now: OffsetDateTime) -> OffsetDateTime {
+    let seconds = now.unix_timestamp();
+    OffsetDateTime::from_unix_timestamp(seconds - seconds.rem_euclid(60)).unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_round_trip() {
+        for action in Action::ALL {
+            assert_eq!(action.as_str().parse::<Action>(), Ok(action));
+        }
+        let err = "config.post".parse::<Action>().unwrap_err().to_string();
+        assert!(err.contains("config.put"), "{err}");
+    }
+
+    #[test]
+    fn cursors_refuse_what_they_did_not_make() {
+        for bad in ["", "YTEuMA", "YTEuLTU", "eDEuNQ", "%%%", "YTEuNQ=="] {
+            assert_eq!(Cursor::decode(bad), Err(BadCursor), "{bad}");
+        }
+        assert_eq!(Cursor::decode("YTEuNQ"), Ok(Cursor { before: 5 }));
+    }
+
+    #[test]
+    fn federated_actor_shows_issuer_and_subject() {
+        let at = OffsetDateTime::UNIX_EPOCH;
+        let account = Uuid::nil();
+        let event = AuditEvent::new(
+            Action::KeyDelete,
+            Resource::key("k1", "api-acme"),
+            Actor::federated(account, Some("https://idp".into()), Some("ci".into())),
+            None,
+            at,
+        )
+        .from_request("192.0.2.1".into(), Some("r-1".into()));
+        let json = event.to_json();
+        assert_eq!(json["actor"]["iss"], "https://idp");
+        assert_eq!(json["actor"]["sub"], "ci");
+        assert_eq!(json["resource"]["type"], "key");
+        assert_eq!(json["resource"]["subdomain"], "api-acme");
+        assert_eq!(json["ip"], "192.0.2.1");
+        assert_eq!(json["requestId"], "r-1");
+        assert_eq!(json["at"], "1970-01-01T00:00:00Z");
+    }
+}

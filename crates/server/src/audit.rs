@@ -1,0 +1,100 @@
+//! The audit trail's server side (DECISIONS §13): the event of a change made over HTTP, and the
+//! request id it carries. The events themselves are written by the storage calls that make the
+//! changes, in their transactions.
+
+use crate::cli::AuditArgs;
+use crate::client_ip::client_ip;
+use crate::state::AppState;
+use actix_web::{HttpMessage, HttpRequest};
+use anyhow::Context;
+use registry_domain::audit::{Action, Actor, AuditEvent, AuditQuery, Resource, Trail, MAX_PAGE};
+use registry_domain::ports::{AuditLog, CustomerStore};
+use registry_domain::Service;
+use uuid::Uuid;
+
+/// The `X-Request-Id` of a request that may change something (set by `observe`; reads do not
+/// carry one, so they pay nothing for it).
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// The event of a change requested by `req`.
+pub fn event(
+    state: &AppState,
+    req: &HttpRequest,
+    actor: &Actor,
+    action: Action,
+    resource: Resource,
+    customer_id: Option<Uuid>,
+) -> AuditEvent {
+    let request_id = req.extensions().get::<RequestId>().map(|id| id.0.clone());
+    AuditEvent::new(action, resource, actor.clone(), customer_id, state.now()).from_request(
+        client_ip(req, &state.trusted_proxies).to_string(),
+        request_id,
+    )
+}
+
+/// The event of a change to a service (its configuration included): a customer's services have
+/// `service.*` and `config.*` actions, anonymous ones `anonymous.*` for the service itself.
+pub fn service_event(
+    state: &AppState,
+    req: &HttpRequest,
+    actor: &Actor,
+    action: Action,
+    service: &Service,
+) -> AuditEvent {
+    event(
+        state,
+        req,
+        actor,
+        action,
+        Resource::service(service.id, &service.subdomain),
+        service.customer_id,
+    )
+}
+
+/// The action of a change to the service itself: `service.update` for a customer's,
+/// `anonymous.update` for an anonymous one (and likewise for deletion).
+pub fn service_action(service: &Service, customers: Action, anonymous: Action) -> Action {
+    if service.customer_id.is_some() {
+        customers
+    } else {
+        anonymous
+    }
+}
+
+/// `registry audit`: every event of the trail asked for, newest first, one JSON object a line.
+pub fn print_trail<S: AuditLog + CustomerStore>(
+    store: &S,
+    args: &AuditArgs,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
+    let trail = match &args.tenant {
+        Some(tenant) => {
+            let customer = store
+                .customer_by_tenant(tenant)
+                .context("could not read the customers")?
+                .with_context(|| format!("no customer has the tenant suffix {tenant:?}"))?;
+            Trail::Customer(customer.id)
+        }
+        None => Trail::Anonymous,
+    };
+    let mut query = AuditQuery {
+        trail,
+        cursor: None,
+        action: args.action,
+        since: args.since,
+        limit: MAX_PAGE,
+    };
+    loop {
+        let page = store
+            .audit_events(&query)
+            .context("could not read the audit trail")?;
+        for event in &page.events {
+            writeln!(out, "{}", event.to_json())?;
+        }
+        match page.next {
+            Some(next) => query.cursor = Some(next),
+            None => return Ok(()),
+        }
+    }
+}

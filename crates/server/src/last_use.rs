@@ -1,0 +1,104 @@
+//! `lastUsedAt` of service accounts (DECISIONS §13): written at most once a minute per account
+//! and replica, off the request's path, never once per request.
+//!
+//! Each replica remembers the minute it last wrote for each account; a request in a later
+//! minute schedules one guarded write (`AccountStore::record_use`), which never moves the value
+//! backwards, so two replicas in the same minute change the row once.
+
+use registry_domain::audit::last_used_minute;
+use registry_domain::ports::Storage;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Accounts remembered before the map starts again: far more than any replica serves in a
+/// minute, and a bound on memory whatever the number of accounts.
+const MAX_REMEMBERED: usize = 100_000;
+
+/// The minute each account was last written by this replica.
+#[derive(Debug, Default)]
+pub struct LastUse {
+    written: Mutex<HashMap<Uuid, i64>>,
+    counts: Arc<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    statements: AtomicU64,
+    rows_written: AtomicU64,
+}
+
+impl LastUse {
+    /// Whether a use at `minute` is news to this replica (and is now remembered as written).
+    fn due(&self, account: Uuid, minute: OffsetDateTime) -> bool {
+        let minute = minute.unix_timestamp();
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if written.len() >= MAX_REMEMBERED && !written.contains_key(&account) {
+            // Forgetting costs one extra guarded write per account, nothing more.
+            written.clear();
+        }
+        let last = written.entry(account).or_insert(i64::MIN);
+        if *last >= minute {
+            return false;
+        }
+        *last = minute;
+        true
+    }
+
+    /// Writes sent to the database so far.
+    pub fn statements(&self) -> u64 {
+        self.counts.statements.load(Relaxed)
+    }
+
+    /// Writes that changed the row so far.
+    pub fn rows_written(&self) -> u64 {
+        self.counts.rows_written.load(Relaxed)
+    }
+
+    /// Records that `account` made a successful request at `now`: a write to the database in
+    /// the background when this minute is news.
+    pub fn used(&self, store: &Arc<dyn Storage>, account: Uuid, now: OffsetDateTime) {
+        let minute = last_used_minute(now);
+        if !self.due(account, minute) {
+            return;
+        }
+        let store = Arc::clone(store);
+        let counts = Arc::clone(&self.counts);
+        counts.statements.fetch_add(1, Relaxed);
+        actix_web::rt::spawn(async move {
+            let written =
+                actix_web::rt::task::spawn_blocking(move || store.record_use(account, minute))
+                    .await;
+            match written {
+                Ok(Ok(true)) => {
+                    counts.rows_written.fetch_add(1, Relaxed);
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, %account, "could not record an account's last use");
+                }
+                _ => {}
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn one_write_a_minute_per_account() {
+        let uses = LastUse::default();
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let t = datetime!(2026-11-23 12:00 UTC);
+        assert!(uses.due(a, t));
+        assert!(!uses.due(a, t));
+        assert!(uses.due(b, t));
+        assert!(uses.due(a, t + time::Duration::minutes(1)));
+        // A clock that steps back writes nothing.
+        assert!(!uses.due(a, t));
+    }
+}

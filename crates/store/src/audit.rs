@@ -1,0 +1,136 @@
+//! [`AuditLog`] on [`Store`], and the insert that every audited write runs in its transaction.
+
+use crate::error::{Failure, Res};
+use crate::pool::Db;
+use crate::rows::{id_text, instant, millis, uuid};
+use crate::schema::audit_events;
+use crate::Store;
+use diesel::prelude::*;
+use registry_domain::audit::{
+    Action, Actor, ActorKind, AuditEvent, AuditPage, AuditQuery, Cursor, Resource, ResourceKind,
+    Trail,
+};
+use registry_domain::ports::{AuditLog, StoreResult};
+use registry_domain::StoreError;
+
+/// Appends `event` (inside the caller's transaction).
+pub(crate) fn insert(conn: &mut Db, event: &AuditEvent) -> Res<()> {
+    diesel::insert_into(audit_events::table)
+        .values((
+            audit_events::id.eq(id_text(event.id)),
+            audit_events::customer_id.eq(event.customer_id.map(id_text)),
+            audit_events::at.eq(millis(event.at)),
+            audit_events::action.eq(event.action.as_str()),
+            audit_events::resource_type.eq(event.resource.kind.as_str()),
+            audit_events::resource_id.eq(&event.resource.id),
+            audit_events::subdomain.eq(event.resource.subdomain.as_deref()),
+            audit_events::actor_kind.eq(event.actor.kind.as_str()),
+            audit_events::actor_account_id.eq(event.actor.account_id.map(id_text)),
+            audit_events::actor_iss.eq(event.actor.iss.as_deref()),
+            audit_events::actor_sub.eq(event.actor.sub.as_deref()),
+            audit_events::ip.eq(event.ip.as_deref()),
+            audit_events::request_id.eq(event.request_id.as_deref()),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+#[derive(Queryable)]
+struct EventRow {
+    seq: i64,
+    id: String,
+    customer_id: Option<String>,
+    at: i64,
+    action: String,
+    resource_type: String,
+    resource_id: String,
+    subdomain: Option<String>,
+    actor_kind: String,
+    actor_account_id: Option<String>,
+    actor_iss: Option<String>,
+    actor_sub: Option<String>,
+    ip: Option<String>,
+    request_id: Option<String>,
+}
+
+fn corrupt(seq: i64, what: &str, value: &str) -> Failure {
+    Failure(StoreError::Corrupt(format!(
+        "audit event {seq}: unknown {what} {value:?}"
+    )))
+}
+
+impl EventRow {
+    fn into_domain(self) -> Res<AuditEvent> {
+        let seq = self.seq;
+        Ok(AuditEvent {
+            id: uuid(&self.id)?,
+            at: instant(self.at)?,
+            customer_id: self.customer_id.as_deref().map(uuid).transpose()?,
+            action: self
+                .action
+                .parse::<Action>()
+                .map_err(|_| corrupt(seq, "action", &self.action))?,
+            resource: Resource {
+                kind: ResourceKind::parse(&self.resource_type)
+                    .ok_or_else(|| corrupt(seq, "resource type", &self.resource_type))?,
+                id: self.resource_id,
+                subdomain: self.subdomain,
+            },
+            actor: Actor {
+                kind: ActorKind::parse(&self.actor_kind)
+                    .ok_or_else(|| corrupt(seq, "actor kind", &self.actor_kind))?,
+                account_id: self.actor_account_id.as_deref().map(uuid).transpose()?,
+                iss: self.actor_iss,
+                sub: self.actor_sub,
+            },
+            ip: self.ip,
+            request_id: self.request_id,
+        })
+    }
+}
+
+impl AuditLog for Store {
+    fn audit_events(&self, query: &AuditQuery) -> StoreResult<AuditPage> {
+        self.read(|conn| {
+            let mut select = audit_events::table.into_boxed();
+            select = match query.trail {
+                Trail::Customer(id) => select.filter(audit_events::customer_id.eq(id_text(id))),
+                Trail::Anonymous => select.filter(audit_events::customer_id.is_null()),
+            };
+            if let Some(cursor) = query.cursor {
+                select = select.filter(audit_events::seq.lt(cursor.before));
+            }
+            if let Some(action) = query.action {
+                select = select.filter(audit_events::action.eq(action.as_str()));
+            }
+            if let Some(since) = query.since {
+                select = select.filter(audit_events::at.ge(millis(since)));
+            }
+            // One more than asked: whether a next page exists, without a second query.
+            let limit = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
+            let mut rows = select
+                .order(audit_events::seq.desc())
+                .limit(limit)
+                .load::<EventRow>(conn)?;
+            let more = rows.len() > query.limit;
+            rows.truncate(query.limit);
+            let next = more
+                .then(|| rows.last().map(|r| Cursor { before: r.seq }))
+                .flatten();
+            let events = rows
+                .into_iter()
+                .map(EventRow::into_domain)
+                .collect::<Res<_>>()?;
+            Ok(AuditPage { events, next })
+        })
+    }
+
+    fn prune_audit(&self, older_than: time::OffsetDateTime) -> StoreResult<usize> {
+        self.read(|conn| {
+            Ok(
+                diesel::delete(audit_events::table.filter(audit_events::at.lt(millis(older_than))))
+                    .execute(conn)?,
+            )
+        })
+    }
+}

@@ -43,6 +43,7 @@ pub mod naming;
 pub mod policy;
 pub mod ports;
 pub mod publishing;
+pub mod refusal;
 pub mod service;
 pub mod violation;
 

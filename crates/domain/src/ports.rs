@@ -255,6 +255,27 @@ pub trait AuditLog: Send + Sync {
     fn prune_audit(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
 }
 
+/// The refusal log (DECISIONS §12): per account, the newest [`crate::refusal::KEPT_PER_ACCOUNT`]
+/// records of federated requests refused after their signature verified.
+pub trait RefusalLog: Send + Sync {
+    /// Appends `record` (see [`crate::refusal::record`]) to the log of each account given, and
+    /// keeps each log to its newest `KEPT_PER_ACCOUNT`.
+    fn record_refusals(
+        &self,
+        records: &[(Uuid, serde_json::Value)],
+        at: OffsetDateTime,
+    ) -> StoreResult<()>;
+    /// An account's refusals at or after `since`, newest first, `limit` at most.
+    fn refusals(
+        &self,
+        account_id: Uuid,
+        since: OffsetDateTime,
+        limit: usize,
+    ) -> StoreResult<Vec<serde_json::Value>>;
+    /// Deletes refusals older than `older_than`; how many went.
+    fn prune_refusals(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
+}
+
 /// Every storage port at once: what a server holds (as `Arc<dyn Storage>`), so that it depends
 /// on the ports, not on one adapter.
 pub trait Storage:
@@ -264,6 +285,7 @@ pub trait Storage:
     + CredentialStore
     + ChangeFeed
     + AuditLog
+    + RefusalLog
     + std::fmt::Debug
 {
 }
@@ -275,6 +297,7 @@ impl<T> Storage for T where
         + CredentialStore
         + ChangeFeed
         + AuditLog
+        + RefusalLog
         + std::fmt::Debug
 {
 }
@@ -288,10 +311,16 @@ pub struct VerifiedToken {
     pub claims: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Why a presented JWT was not accepted. The text goes to the server log, never to the client.
+/// Why a presented JWT was not accepted: the text goes to the server log, never to the client;
+/// the code goes to the owner of the account, through explain (DECISIONS §12).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct TokenRejection(pub String);
+#[error("{detail}")]
+pub struct TokenRejection {
+    /// Which of the token checks failed.
+    pub code: crate::policy::ReasonCode,
+    /// What exactly, in a sentence.
+    pub detail: String,
+}
 
 /// Verifies identity tokens minted by external OIDC issuers (the key source port).
 pub trait IdentityTokenVerifier: Send + Sync {

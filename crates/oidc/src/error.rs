@@ -1,6 +1,7 @@
 //! Why a token or an issuer's keys were refused.
 
 use registry_domain::claims::ClaimProblem;
+use registry_domain::policy::ReasonCode;
 use registry_domain::ports::TokenRejection;
 
 /// Everything that can go wrong while verifying a token. The text is for the server log.
@@ -119,8 +120,49 @@ impl OidcError {
     }
 }
 
+impl OidcError {
+    /// The reason code of DECISIONS §12 this failure is reported with.
+    pub fn reason_code(&self) -> ReasonCode {
+        match self {
+            OidcError::Malformed(_)
+            | OidcError::TooLarge(_)
+            | OidcError::Critical
+            | OidcError::Signature => ReasonCode::SignatureInvalid,
+            OidcError::Algorithm(_) | OidcError::KeyMismatch { .. } => {
+                ReasonCode::AlgorithmNotAllowed
+            }
+            OidcError::MissingIssuer | OidcError::Claims(ClaimProblem::Issuer) => {
+                ReasonCode::IssuerUnknown
+            }
+            OidcError::UnknownKid(_) | OidcError::KidRequired(_) => ReasonCode::KeyUnknown,
+            OidcError::Client(_)
+            | OidcError::RefusedUrl { .. }
+            | OidcError::Fetch { .. }
+            | OidcError::Status { .. }
+            | OidcError::ResponseTooLarge { .. }
+            | OidcError::Document { .. }
+            | OidcError::IssuerMismatch { .. }
+            | OidcError::NoKeys(_)
+            | OidcError::Unavailable(_)
+            | OidcError::Timeout(_) => ReasonCode::IssuerUnreachable,
+            OidcError::Claims(problem) => match problem {
+                ClaimProblem::Expired => ReasonCode::TokenExpired,
+                ClaimProblem::NotYetValid | ClaimProblem::IssuedInFuture => {
+                    ReasonCode::TokenNotYetValid
+                }
+                ClaimProblem::TooLongLived => ReasonCode::TokenLifetimeTooLong,
+                ClaimProblem::Audience => ReasonCode::AudienceMismatch,
+                ClaimProblem::Missing(_) | ClaimProblem::Issuer => ReasonCode::ClaimMissing,
+            },
+        }
+    }
+}
+
 impl From<OidcError> for TokenRejection {
     fn from(error: OidcError) -> Self {
-        TokenRejection(error.detail())
+        TokenRejection {
+            code: error.reason_code(),
+            detail: error.detail(),
+        }
     }
 }

@@ -12,10 +12,18 @@ use registry_domain::ports::{AuditLog, CustomerStore};
 use registry_domain::Service;
 use uuid::Uuid;
 
-/// The `X-Request-Id` of a request that may change something (set by `observe`; reads do not
-/// carry one, so they pay nothing for it).
+/// The `X-Request-Id` of an API request (set by `observe`).
 #[derive(Debug, Clone)]
-pub struct RequestId(pub String);
+pub struct RequestId(pub actix_web::http::header::HeaderValue);
+
+impl RequestId {
+    /// The id of `req`, if `observe` gave it one.
+    pub fn of(req: &HttpRequest) -> Option<String> {
+        let extensions = req.extensions();
+        let id = extensions.get::<RequestId>()?;
+        id.0.to_str().ok().map(str::to_owned)
+    }
+}
 
 /// The event of a change requested by `req`.
 pub fn event(
@@ -26,7 +34,7 @@ pub fn event(
     resource: Resource,
     customer_id: Option<Uuid>,
 ) -> AuditEvent {
-    let request_id = req.extensions().get::<RequestId>().map(|id| id.0.clone());
+    let request_id = RequestId::of(req);
     AuditEvent::new(action, resource, actor.clone(), customer_id, state.now()).from_request(
         client_ip(req, &state.trusted_proxies).to_string(),
         request_id,

@@ -46,6 +46,9 @@ pub async fn reap_expired(state: web::Data<AppState>) {
         let _ = state.db(move |s| s.prune_changes(now - KEEP_CHANGES)).await;
         let keep = time::Duration::days(i64::from(state.settings.audit_retention_days));
         let _ = state.db(move |s| s.prune_audit(now - keep)).await;
+        let _ = state
+            .db(move |s| s.prune_refusals(now - registry_domain::refusal::KEPT_FOR))
+            .await;
     }
 }
 

@@ -18,6 +18,7 @@ mod observe;
 mod policy_cli;
 mod problem;
 mod rate_limit;
+mod refusals;
 mod routes;
 mod settings;
 mod state;

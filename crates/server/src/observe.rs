@@ -77,12 +77,6 @@ pub async fn observe(
         _ => new_request_id(),
     };
     let method = method_name(req.method());
-    if !matches!(method, "GET" | "HEAD") {
-        // For the audit event of a change: reads never need it, and pay nothing.
-        req.extensions_mut().insert(crate::audit::RequestId(
-            request_id.to_str().unwrap_or_default().to_owned(),
-        ));
-    }
     let state = req.app_data::<web::Data<AppState>>().cloned();
     // The same test the router's guard applies, so the label is exact.
     let hosted = state.as_ref().is_some_and(|state| {
@@ -91,6 +85,12 @@ pub async fn observe(
             .and_then(|h| h.to_str().ok())
             .is_some_and(|host| state.hosting.subdomain_for_host(host).is_some())
     });
+    if !hosted {
+        // For audit events and refusal records (a shared buffer, not a copy); public documents
+        // never need it.
+        req.extensions_mut()
+            .insert(crate::audit::RequestId(request_id.clone()));
+    }
     let mut response = next.call(req).await?;
     let matched;
     let route = if hosted {

@@ -8,6 +8,7 @@ use crate::last_use::LastUse;
 use crate::metrics::Metrics;
 use crate::problem::{ApiError, ApiResult};
 use crate::rate_limit::RateLimiter;
+use crate::refusals::RefusalBudget;
 use crate::settings::Settings;
 use actix_web::web;
 use ipnetwork::IpNetwork;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub auth_failures: RateLimiter,
     /// The minute each account's last use was written.
     pub last_use: LastUse,
+    /// Refusals recorded per account this minute.
+    pub refusal_budget: RefusalBudget,
     /// Random source.
     pub rng: OsRandomness,
     /// Secret hashing, on threads of its own.
@@ -84,6 +87,7 @@ impl AppState {
                 std::time::Duration::from_secs(60),
             ),
             last_use: LastUse::default(),
+            refusal_budget: RefusalBudget::default(),
             rng: OsRandomness,
             hasher: HashingLanes::start(
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),

@@ -1,17 +1,21 @@
-//! [`AuditLog`] on [`Store`], and the insert that every audited write runs in its transaction.
+//! [`AuditLog`] and [`RefusalLog`] on [`Store`], and the insert that every audited write runs in
+//! its transaction.
 
 use crate::error::{Failure, Res};
 use crate::pool::Db;
 use crate::rows::{id_text, instant, millis, uuid};
-use crate::schema::audit_events;
+use crate::schema::{audit_events, refusals};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::{
     Action, Actor, ActorKind, AuditEvent, AuditPage, AuditQuery, Cursor, Resource, ResourceKind,
     Trail,
 };
-use registry_domain::ports::{AuditLog, StoreResult};
+use registry_domain::ports::{AuditLog, RefusalLog, StoreResult};
+use registry_domain::refusal::KEPT_PER_ACCOUNT;
 use registry_domain::StoreError;
+use serde_json::Value;
+use uuid::Uuid;
 
 /// Appends `event` (inside the caller's transaction).
 pub(crate) fn insert(conn: &mut Db, event: &AuditEvent) -> Res<()> {
@@ -129,6 +133,79 @@ impl AuditLog for Store {
         self.read(|conn| {
             Ok(
                 diesel::delete(audit_events::table.filter(audit_events::at.lt(millis(older_than))))
+                    .execute(conn)?,
+            )
+        })
+    }
+}
+
+impl RefusalLog for Store {
+    /// Outside the change log: no cache holds refusals.
+    fn record_refusals(
+        &self,
+        records: &[(Uuid, Value)],
+        at: time::OffsetDateTime,
+    ) -> StoreResult<()> {
+        let kept = i64::try_from(KEPT_PER_ACCOUNT).unwrap_or(i64::MAX);
+        self.read(|conn| {
+            for (account, record) in records {
+                let account = id_text(*account);
+                diesel::insert_into(refusals::table)
+                    .values((
+                        refusals::account_id.eq(&account),
+                        refusals::at.eq(millis(at)),
+                        refusals::refusal.eq(record.to_string()),
+                    ))
+                    .execute(conn)?;
+                // The oldest beyond the newest KEPT_PER_ACCOUNT go.
+                let oldest_kept = refusals::table
+                    .filter(refusals::account_id.eq(&account))
+                    .order(refusals::seq.desc())
+                    .offset(kept - 1)
+                    .limit(1)
+                    .select(refusals::seq)
+                    .get_result::<i64>(conn)
+                    .optional()?;
+                if let Some(oldest_kept) = oldest_kept {
+                    diesel::delete(
+                        refusals::table
+                            .filter(refusals::account_id.eq(&account))
+                            .filter(refusals::seq.lt(oldest_kept)),
+                    )
+                    .execute(conn)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn refusals(
+        &self,
+        account_id: Uuid,
+        since: time::OffsetDateTime,
+        limit: usize,
+    ) -> StoreResult<Vec<Value>> {
+        self.read(|conn| {
+            refusals::table
+                .filter(refusals::account_id.eq(id_text(account_id)))
+                .filter(refusals::at.ge(millis(since)))
+                .order(refusals::seq.desc())
+                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                .select((refusals::seq, refusals::refusal))
+                .load::<(i64, String)>(conn)?
+                .into_iter()
+                .map(|(seq, text)| {
+                    serde_json::from_str(&text)
+                        .map_err(|e| Failure(StoreError::Corrupt(format!("refusal {seq}: {e}"))))
+                })
+                .collect()
+        })
+    }
+
+    fn prune_refusals(&self, older_than: time::OffsetDateTime) -> StoreResult<usize> {
+        self.read(|conn| {
+            Ok(
+                diesel::delete(refusals::table.filter(refusals::at.lt(millis(older_than))))
                     .execute(conn)?,
             )
         })

@@ -41,7 +41,7 @@ fn assert_refused(result: Result<VerifiedToken, OidcError>, expected: &str) {
     match result {
         Ok(token) => panic!("accepted, expected a refusal containing {expected:?}: {token:?}"),
         Err(error) => {
-            let reason = registry_domain::ports::TokenRejection::from(error).0;
+            let reason = registry_domain::ports::TokenRejection::from(error).detail;
             assert!(
                 reason.contains(expected),
                 "reason {reason:?} lacks {expected:?}"

@@ -43,7 +43,11 @@ async fn the_port_trait_returns_a_rejection_with_the_reason() {
     let rejection = IdentityTokenVerifier::verify(&verifier, &tampered, now())
         .await
         .unwrap_err();
-    assert!(rejection.0.contains("invalid signature"), "{rejection}");
+    assert!(
+        rejection.detail.contains("invalid signature"),
+        "{rejection}"
+    );
+    assert_eq!(rejection.code.as_str(), "signature-invalid");
 }
 
 #[tokio::test]

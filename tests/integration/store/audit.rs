@@ -149,3 +149,37 @@ fn a_last_use_never_moves_backwards_and_a_minute_is_written_once() {
         Some(at(180))
     );
 }
+
+#[test]
+fn the_refusal_log_keeps_the_newest_hundred_per_account_for_seven_days() {
+    use registry_domain::ports::RefusalLog;
+    let store = store();
+    let acme = customer("acme", 0);
+    let boot = account(acme.id, "boot", static_policy(&["*"]), 0);
+    let other = account(acme.id, "other", static_policy(&["*"]), 0);
+    store
+        .create_customer(&acme, &boot, &record("l1", "h"), &ev())
+        .unwrap();
+    store.create_account(&other, None, &ev()).unwrap();
+    for i in 0..105 {
+        store
+            .record_refusals(
+                &[
+                    (boot.id, json!({"n": i})),
+                    (other.id, json!({"n": i, "other": true})),
+                ],
+                at(i),
+            )
+            .unwrap();
+    }
+    let kept = store.refusals(boot.id, at(0), 500).unwrap();
+    assert_eq!(kept.len(), 100);
+    assert_eq!(kept[0], json!({"n": 104}));
+    assert_eq!(kept[99], json!({"n": 5}));
+    assert_eq!(store.refusals(other.id, at(0), 500).unwrap().len(), 100);
+    assert_eq!(store.refusals(boot.id, at(100), 500).unwrap().len(), 5);
+    assert_eq!(store.prune_refusals(at(50)).unwrap(), 90);
+    // Deleting the account deletes its log.
+    assert!(store.delete_account(boot.id, &ev()).unwrap());
+    assert!(store.refusals(boot.id, at(0), 500).unwrap().is_empty());
+}

@@ -12,6 +12,7 @@ use crate::client_ip::client_ip;
 use crate::directory;
 use crate::problem::{ApiError, ApiResult};
 use crate::rate_limit::RetryAfter;
+use crate::refusals::{self, RefusedRequest};
 use crate::state::AppState;
 use actix_web::{http::header, HttpRequest};
 use registry_domain::access::{self, Credential, Grant, Refusal, Request};
@@ -253,6 +254,41 @@ fn granted(state: &AppState, grant: &Grant<'_>, identity: Option<&VerifiedToken>
     actor_of(grant, identity)
 }
 
+fn refused_request<'a>(
+    req: &'a HttpRequest,
+    ip: IpAddr,
+    token: &'a VerifiedToken,
+    candidates: &'a [Arc<ServiceAccount>],
+    chosen: Option<uuid::Uuid>,
+    service: Option<&'a Service>,
+) -> RefusedRequest<'a> {
+    RefusedRequest {
+        req,
+        ip,
+        token,
+        candidates,
+        chosen,
+        service,
+        ambiguous: false,
+    }
+}
+
+/// The answer to a federated call refused after its token verified: a 401 or 403 is recorded
+/// in the refusal log of the accounts' owner (DECISIONS §12) and counted as a failure.
+async fn refused_federated(
+    state: &AppState,
+    mut request: RefusedRequest<'_>,
+    refusal: Refusal,
+    key: &str,
+) -> ApiError {
+    let ip = request.ip;
+    if !matches!(refusal, Refusal::NotFound) {
+        request.ambiguous = matches!(refusal, Refusal::Ambiguous);
+        refusals::record(state, request).await;
+    }
+    record_failure(state, ip, refused(refusal, key))
+}
+
 fn caller_of(grant: &Grant<'_>, actor: Actor) -> Option<AccountCaller> {
     match grant {
         Grant::Account { account, rules } => Some(AccountCaller {
@@ -279,8 +315,13 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
             candidates: &candidates,
             chosen,
         };
-        let grant = access::decide(credential, Request::Collection, ip, now)
-            .map_err(|refusal| record_failure(state, ip, refused(refusal, "")))?;
+        let grant = match access::decide(credential, Request::Collection, ip, now) {
+            Ok(grant) => grant,
+            Err(refusal) => {
+                let request = refused_request(req, ip, &verified, &candidates, chosen, None);
+                return Err(refused_federated(state, request, refusal, "").await);
+            }
+        };
         let actor = granted(state, &grant, Some(&verified));
         // An identity token acts as an account.
         return caller_of(&grant, actor).ok_or(ApiError::Internal);
@@ -314,8 +355,15 @@ pub async fn service_caller(
             candidates: &candidates,
             chosen,
         };
-        let grant = access::decide(credential, Request::Service(service.as_deref()), ip, now)
-            .map_err(|refusal| record_failure(state, ip, refused(refusal, key)))?;
+        let grant = match access::decide(credential, Request::Service(service.as_deref()), ip, now)
+        {
+            Ok(grant) => grant,
+            Err(refusal) => {
+                let request =
+                    refused_request(req, ip, &verified, &candidates, chosen, service.as_deref());
+                return Err(refused_federated(state, request, refusal, key).await);
+            }
+        };
         return Ok(ServiceCaller {
             actor: granted(state, &grant, Some(&verified)),
             service: Service::clone(service.as_deref().ok_or(ApiError::Internal)?),

@@ -73,7 +73,7 @@ fn gone_as_not_found(error: ApiError, id: &str) -> ApiError {
 }
 
 /// The caller's customer's account with this id, or 404.
-async fn owned_account(
+pub(crate) async fn owned_account(
     state: &AppState,
     caller: &AccountCaller,
     id: &str,

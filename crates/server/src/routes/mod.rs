@@ -7,6 +7,7 @@ pub mod audit;
 pub mod config;
 pub mod keys;
 pub mod ops;
+pub mod refusals;
 pub mod services;
 
 use crate::dashboard;
@@ -69,6 +70,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(accounts::regenerate_token))
             .default_service(web::to(|| not_allowed("POST"))),
     )
+    .service(
+        web::resource("/service-accounts/{id}/explain")
+            .route(web::post().to(refusals::explain))
+            .default_service(web::to(|| not_allowed("POST"))),
+    )
+    .service(get_and_head(
+        "/service-accounts/{id}/refusals",
+        refusals::list,
+    ))
     .service(get_and_head("/audit-events", audit::list))
     // The browser pages (not part of the API, so not in openapi.json).
     .service(get_and_head("/", dashboard::landing))

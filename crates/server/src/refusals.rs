@@ -1,0 +1,104 @@
+//! Recording federated requests refused after their signature verified (DECISIONS §12), for
+//! the owner of the accounts that trust the token's issuer. Runs on refused requests only: the
+//! accepted path neither calls it nor pays for it.
+
+use crate::audit::RequestId;
+use crate::state::AppState;
+use actix_web::HttpRequest;
+use registry_domain::ports::VerifiedToken;
+use registry_domain::refusal::{self, Refused};
+use registry_domain::{Service, ServiceAccount};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use uuid::Uuid;
+
+/// Refusals recorded per account and minute, at most: the log keeps the newest 100, and a flood
+/// of refused tokens must not become a flood of writes.
+const PER_ACCOUNT_PER_MINUTE: u32 = 30;
+/// Accounts tracked before the counts start again (a bound on memory).
+const MAX_TRACKED: usize = 100_000;
+
+/// How many refusals each account recorded in the current minute.
+#[derive(Debug, Default)]
+pub struct RefusalBudget {
+    counts: Mutex<HashMap<Uuid, (i64, u32)>>,
+}
+
+impl RefusalBudget {
+    fn allows(&self, account: Uuid, minute: i64) -> bool {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if counts.len() >= MAX_TRACKED && !counts.contains_key(&account) {
+            counts.clear();
+        }
+        let (at, n) = counts.entry(account).or_insert((minute, 0));
+        if *at != minute {
+            (*at, *n) = (minute, 0);
+        }
+        *n += 1;
+        *n <= PER_ACCOUNT_PER_MINUTE
+    }
+}
+
+/// A refused federated request, as the auth module saw it.
+#[derive(Clone, Copy)]
+pub struct RefusedRequest<'a> {
+    /// The request.
+    pub req: &'a HttpRequest,
+    /// The client's address.
+    pub ip: IpAddr,
+    /// Its verified token.
+    pub token: &'a VerifiedToken,
+    /// The accounts (of any customer) that trust the token's issuer.
+    pub candidates: &'a [Arc<ServiceAccount>],
+    /// The account the client chose.
+    pub chosen: Option<Uuid>,
+    /// The service in the path, when it exists.
+    pub service: Option<&'a Service>,
+    /// Refused because several accounts accept the token.
+    pub ambiguous: bool,
+}
+
+/// Records `refused` against the accounts that trust its issuer within one customer. A failure
+/// to write is logged: the answer stays the 401 or 403 it was.
+pub async fn record(state: &AppState, refused: RefusedRequest<'_>) {
+    let chosen_owner = refused.chosen.and_then(|id| {
+        refused
+            .candidates
+            .iter()
+            .find(|a| a.id == id)
+            .map(|a| a.customer_id)
+    });
+    let customers: Vec<Uuid> = refused.candidates.iter().map(|a| a.customer_id).collect();
+    let Some(customer) = refusal::recording_customer(
+        refused.service.and_then(|s| s.customer_id),
+        chosen_owner,
+        &customers,
+    ) else {
+        return;
+    };
+    let at = state.now();
+    let minute = at.unix_timestamp().div_euclid(60);
+    let request_id = RequestId::of(refused.req);
+    let facts = Refused {
+        claims: &refused.token.claims,
+        service: refused.service.map(|s| s.subdomain.as_str()),
+        ip: refused.ip,
+        ambiguous: refused.ambiguous,
+        request_id: request_id.as_deref(),
+        at,
+    };
+    let records: Vec<(Uuid, serde_json::Value)> = refused
+        .candidates
+        .iter()
+        .filter(|a| a.customer_id == customer)
+        .filter_map(|a| Some((a.id, refusal::record(&a.policy, &facts)?)))
+        .filter(|(id, _)| state.refusal_budget.allows(*id, minute))
+        .collect();
+    if records.is_empty() {
+        return;
+    }
+    if let Err(error) = state.db(move |s| s.record_refusals(&records, at)).await {
+        tracing::warn!(%error, "could not record a refused request");
+    }
+}

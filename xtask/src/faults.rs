@@ -390,6 +390,7 @@ fn verify_everything(http: Http, port: u16, token: &str, acked: &Acked) -> Resul
         );
     }
     let configs: std::collections::HashSet<&String> = acked.configs.iter().collect();
+    let mut published = std::collections::HashSet::new();
     for (subdomain, service) in &services {
         for field in ["id", "subdomain", "title", "issuer", "createdAt"] {
             ensure!(
@@ -419,6 +420,7 @@ fn verify_everything(http: Http, port: u16, token: &str, acked: &Acked) -> Resul
                     hosted.json() == doc["jwks"],
                     "{subdomain}: hosted set differs from the stored one"
                 );
+                published.insert(subdomain.clone());
             }
             404 => {
                 ensure!(
@@ -440,10 +442,11 @@ fn verify_everything(http: Http, port: u16, token: &str, acked: &Acked) -> Resul
         "GET /service-accounts → {}",
         accounts.status
     );
-    let ids: std::collections::HashSet<String> = accounts
-        .json()
+    let accounts_listed = accounts.json();
+    let accounts_listed = accounts_listed
         .as_array()
-        .context("GET /service-accounts is not an array")?
+        .context("GET /service-accounts is not an array")?;
+    let ids: std::collections::HashSet<String> = accounts_listed
         .iter()
         .filter_map(|a| a["id"].as_str().map(str::to_owned))
         .collect();
@@ -464,7 +467,93 @@ fn verify_everything(http: Http, port: u16, token: &str, acked: &Acked) -> Resul
             "account {id} sees {visible:?}"
         );
     }
+    // The bootstrap account came with the customer (customer.create), not by account.create.
+    let created: std::collections::HashSet<String> = accounts_listed
+        .iter()
+        .filter(|a| {
+            !a["name"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with(" bootstrap")
+        })
+        .filter_map(|a| a["id"].as_str().map(str::to_owned))
+        .collect();
+    verify_audit(http, token, &services, &published, &created)?;
     Ok(services.len().saturating_sub(acked.services.len()))
+}
+
+/// The audit trail holds exactly one event per change that exists (DECISIONS §13): every
+/// acknowledged change has its event (the callers above checked that each one exists), and no
+/// event names a change that did not happen. The write streams only create and update, so
+/// what exists is what happened.
+fn verify_audit(
+    http: Http,
+    token: &str,
+    services: &BTreeMap<String, Value>,
+    published: &std::collections::HashSet<String>,
+    accounts: &std::collections::HashSet<String>,
+) -> Result<()> {
+    let mut events: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut path = "/audit-events?limit=500".to_owned();
+    loop {
+        let page = http.call("GET", &path, Some(token), None)?;
+        ensure!(page.status == 200, "GET {path} → {}", page.status);
+        let page = page.json();
+        for event in page["events"].as_array().context("no events array")? {
+            let resource = &event["resource"];
+            // Services by subdomain, accounts by id, the customer as "".
+            let key = match resource["type"].as_str() {
+                Some("customer") => "",
+                _ => resource["subdomain"]
+                    .as_str()
+                    .or(resource["id"].as_str())
+                    .unwrap_or_default(),
+            };
+            let action = event["action"].as_str().unwrap_or_default();
+            *events
+                .entry((action.to_owned(), key.to_owned()))
+                .or_default() += 1;
+        }
+        match page["nextCursor"].as_str() {
+            Some(cursor) => path = format!("/audit-events?limit=500&cursor={cursor}"),
+            None => break,
+        }
+    }
+    let patched: std::collections::HashSet<&String> = services
+        .iter()
+        .filter(|(_, s)| s["title"] == "patched")
+        .map(|(subdomain, _)| subdomain)
+        .collect();
+    let mut expected: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut expect = |action: &str, key: &str| {
+        expected.insert((action.to_owned(), key.to_owned()), 1);
+    };
+    for subdomain in services.keys() {
+        expect("service.create", subdomain);
+    }
+    for subdomain in published {
+        expect("config.put", subdomain);
+    }
+    for subdomain in patched {
+        expect("service.update", subdomain);
+    }
+    for id in accounts {
+        expect("account.create", id);
+    }
+    expect("customer.create", "");
+    let missing: Vec<_> = expected
+        .keys()
+        .filter(|k| !events.contains_key(*k))
+        .collect();
+    let extra: Vec<_> = events
+        .iter()
+        .filter(|(k, n)| expected.get(*k) != Some(*n))
+        .collect();
+    ensure!(
+        missing.is_empty() && extra.is_empty(),
+        "audit trail and data differ: changes without their event {missing:?}, events without          their change (or twice) {extra:?}"
+    );
+    Ok(())
 }
 
 fn sqlite_pragma(path: &Path, pragma: &str) -> Result<String> {

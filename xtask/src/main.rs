@@ -3,7 +3,8 @@
 //! * `test [--postgres-only] [-- TEST ARGS]`: the layering check, `cargo test --workspace`
 //!   (unit, doc and integration tests on SQLite), then the integration suite again on a
 //!   throwaway PostgreSQL cluster.
-//! * `lint`: rustfmt, clippy (warnings are errors), the layering check, and `cargo deny check
+//! * `lint`: rustfmt, clippy and rustdoc (warnings are errors), the examples of
+//!   `registry-domain` run, `cargo package` of it, the layering check, and `cargo deny check
 //!   bans licenses sources` when cargo-deny is installed.
 //! * `layering`: the layering check alone (no build).
 //! * `manifests`: `deploy/kubernetes/` validated against the Kubernetes schemas.
@@ -29,7 +30,7 @@ mod postgres;
 mod schemathesis;
 mod soak;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use cmd::{cargo, run};
 use std::process::ExitCode;
 
@@ -137,6 +138,22 @@ fn lint() -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    banner("rustdoc");
+    run(cargo()
+        .args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings"))?;
+    banner("registry-domain: examples and package");
+    for example in domain_examples()? {
+        let args = ["run", "--quiet", "-p", "registry-domain", "--example"];
+        run(cargo().args(args).arg(example))?;
+    }
+    run(cargo().args([
+        "package",
+        "-p",
+        "registry-domain",
+        "--allow-dirty",
+        "--no-verify",
+    ]))?;
     banner("layering");
     layering::check()?;
     banner("cargo deny");
@@ -148,4 +165,23 @@ fn lint() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The names of `crates/domain/examples/*.rs`, sorted. Each example asserts what it prints, so
+/// running it is a test.
+fn domain_examples() -> Result<Vec<String>> {
+    let dir = cmd::root().join("crates/domain/examples");
+    let mut names = Vec::new();
+    for entry in
+        std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
+    {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            if let Some(name) = path.file_stem().and_then(|s| s.to_str()) {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
 }

@@ -1,10 +1,12 @@
 //! One GitHub-Actions-like token against an OIDC policy of 10 and of 1,000 rules of its issuer,
-//! the matching rule last, exact and glob patterns mixed; and the whole access decision of a
+//! the matching rule last, exact and glob patterns mixed; the explanation of the same decision
+//! (`Policy::explain`), and of a token no rule matches; and the whole access decision of a
 //! request (`registry_domain::access::decide`) built on it. Results: docs/benchmarks.md.
 //!
 //! `cargo bench -p registry-domain --bench policy_eval`
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion};
 use registry_domain::access::{decide, Credential, Request};
 use registry_domain::policy::{Decision, Policy};
 use registry_domain::{Service, ServiceAccount};
@@ -116,6 +118,9 @@ fn bench(c: &mut Criterion) {
         });
         let stranger = token(rules + 7);
         assert!(policy.oidc_scope(&stranger).is_none());
+        explain_against_evaluate(
+            &mut group, &policy, rules, &claims, &stranger, &service, client,
+        );
         group.bench_with_input(
             BenchmarkId::new("oidc_scope_no_match", rules),
             &rules,
@@ -138,6 +143,64 @@ fn bench(c: &mut Criterion) {
     });
 }
 
+/// `Policy::explain` against `Policy::evaluate` on the same policy and request: the token of the
+/// last rule (allowed), and a token of another repository that no rule matches (refused, the
+/// worst case: every rule of the issuer is explained).
+fn explain_against_evaluate(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    policy: &Policy,
+    rules: usize,
+    last: &Map<String, Value>,
+    stranger: &Map<String, Value>,
+    service: &str,
+    client: IpAddr,
+) {
+    let refused = policy.explain(Some(stranger), Some(service), Some(client));
+    assert!(!refused.allowed && refused.reasons.len() == rules);
+    assert!(!policy
+        .evaluate(Some(stranger), Some(service), client)
+        .is_allowed());
+    assert_eq!(
+        policy.explain(Some(last), Some(service), Some(client)).rule,
+        Some(rules - 1)
+    );
+    group.bench_with_input(BenchmarkId::new("explain", rules), &rules, |b, _| {
+        b.iter(|| {
+            black_box(policy).explain(
+                Some(black_box(last)),
+                Some(black_box(service)),
+                Some(client),
+            )
+        })
+    });
+    group.bench_with_input(
+        BenchmarkId::new("evaluate_no_match", rules),
+        &rules,
+        |b, _| {
+            b.iter(|| {
+                black_box(policy).evaluate(
+                    Some(black_box(stranger)),
+                    Some(black_box(service)),
+                    client,
+                )
+            })
+        },
+    );
+    group.bench_with_input(
+        BenchmarkId::new("explain_no_match", rules),
+        &rules,
+        |b, _| {
+            b.iter(|| {
+                black_box(policy).explain(
+                    Some(black_box(stranger)),
+                    Some(black_box(service)),
+                    Some(client),
+                )
+            })
+        },
+    );
+}
+
 /// `access::decide` as the server calls it for a call on one service: a static token's
 /// account, and an identity token meeting the accounts that trust its issuer (three customers'
 /// accounts of 10 or 1,000 rules; the owner's last).
@@ -151,6 +214,7 @@ fn access(c: &mut Criterion, client: IpAddr) {
             name: "ci".into(),
             policy,
             created_at: now,
+            last_used_at: None,
         })
     };
     let mut group = c.benchmark_group("access");

@@ -25,6 +25,7 @@
 //!     name: "deployer".into(),
 //!     policy: Policy::parse(&json!({"kind": "static", "services": ["api-acme"]})).unwrap().policy,
 //!     created_at: now,
+//!     last_used_at: None,
 //! });
 //! let service = |name: &str| Service {
 //!     id: Uuid::new_v4(),

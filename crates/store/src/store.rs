@@ -11,7 +11,7 @@ use registry_domain::audit::AuditEvent;
 use registry_domain::ports::{Change, StoreResult};
 use registry_domain::StoreError;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use time::OffsetDateTime;
 
 /// Which database engine a [`Store`] talks to.
@@ -49,6 +49,8 @@ pub struct Store {
     backend: Backend,
     reachability: Arc<Reachability>,
     gate: Arc<ConnectGate>,
+    /// SQLite writers of this process, one at a time (see [`Store::write`]).
+    writers: Arc<Mutex<()>>,
 }
 
 /// How long [`Store::close`] waits for connects under way: longer than one connect may take
@@ -101,6 +103,7 @@ impl Store {
             backend,
             reachability,
             gate,
+            writers: Arc::default(),
         })
     }
 
@@ -177,6 +180,11 @@ impl Store {
         event: Option<&AuditEvent>,
         f: impl FnOnce(&mut Db, &mut Vec<Change>) -> Res<T>,
     ) -> StoreResult<T> {
+        // SQLite has one writer at a time anyway; a writer that finds the database locked sleeps
+        // in SQLite's busy handler (1 ms, then longer), while one waiting here wakes the moment
+        // the previous writer is done. Other processes (a command) still meet the busy handler.
+        let _one_writer = (self.backend == Backend::Sqlite)
+            .then(|| self.writers.lock().unwrap_or_else(PoisonError::into_inner));
         let mut pooled = self.conn()?;
         let conn: &mut Db = &mut pooled;
         match conn {

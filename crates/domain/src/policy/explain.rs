@@ -7,6 +7,7 @@ use super::pattern::{ClaimPattern, ClaimView};
 use super::services::fold_case;
 use super::{Policy, PolicyKind};
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -172,16 +173,22 @@ fn near_misses(rule: usize, pointer: &str, pattern: &str, value: &Value, hints: 
             items.len()
         ));
     }
+    // The pattern failed on every candidate: folding case (or tidying) can only make it match
+    // when it changes something, so the common case compiles no pattern and allocates nothing.
+    let lower_pattern = fold_case(pattern);
+    fn tidy(s: &str) -> &str {
+        s.trim().trim_end_matches('/')
+    }
     for value in candidates {
-        let folded = ClaimPattern::new(&pattern.to_lowercase());
-        if folded.matches_str(&value.to_lowercase()) {
+        let lower_value = fold_case(value);
+        let folds = matches!(lower_pattern, Cow::Owned(_)) || matches!(lower_value, Cow::Owned(_));
+        if folds && ClaimPattern::new(&lower_pattern).matches_str(&lower_value) {
             hint(format!(
                 "{value:?} differs from {pattern:?} only in case: matching is case-sensitive"
             ));
         }
-        let tidy = |s: &str| s.trim().trim_end_matches('/').to_owned();
         let untidy = tidy(value) != value || tidy(pattern) != pattern;
-        if untidy && ClaimPattern::new(&tidy(pattern)).matches_str(&tidy(value)) {
+        if untidy && ClaimPattern::new(tidy(pattern)).matches_str(tidy(value)) {
             hint(format!(
                 "{value:?} differs from {pattern:?} only by a trailing slash or spaces"
             ));
@@ -308,6 +315,22 @@ impl Policy {
             return deny(reasons, hints);
         };
         let views = group.views(claims);
+        // An allowed request has nothing to explain: find its rule as `evaluate` does, without
+        // allocating, and build reasons and hints only for a refusal.
+        if address.is_none_or(|ip| self.allows_ip(ip)) {
+            let lower = service.map(fold_case);
+            let admitting = group.rules.iter().find(|r| {
+                r.matches(&views) && lower.as_deref().is_none_or(|s| r.services.matches_lower(s))
+            });
+            if let Some(rule) = admitting {
+                return Explanation {
+                    allowed: true,
+                    rule: Some(rule.index),
+                    reasons: Vec::new(),
+                    hints: Vec::new(),
+                };
+            }
+        }
         let mut matched = Vec::new();
         for rule in group.rules.iter() {
             let Some(check) = rule.first_failure(&views) else {

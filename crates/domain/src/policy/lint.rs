@@ -203,23 +203,27 @@ impl Policy {
                     "any-subject",
                     at("sub"),
                     format!(
-                        "rule {i} accepts any subject: every token {issuer} issues for the \
-                         rule's audience gets in; pin sub to your own subjects"
+                        "rule {i} (/rules/{i}) accepts any subject (\"sub\": \"{sub}\"): every \
+                         token {issuer} issues for the rule's audience gets in, e.g. every \
+                         repository of a CI provider, not only yours; pin \"sub\" to your own \
+                         subjects or add a claim that narrows it (such as \"repository_owner\")"
                     ),
                 )),
                 Some(_) => {}
             }
-            if claims
+            if let Some(aud) = claims
                 .get("aud")
                 .and_then(Value::as_str)
-                .is_some_and(any_string)
+                .filter(|aud| any_string(aud))
             {
                 findings.push(Finding::warning(
                     "any-audience",
                     at("aud"),
                     format!(
-                        "rule {i} accepts any audience: tokens {issuer} issued for other \
-                         services get in too; pin aud to the audience you set for this registry"
+                        "rule {i} (/rules/{i}) accepts any audience (\"aud\": \"{aud}\"): \
+                         tokens {issuer} issued for any other service get in too, e.g. a token \
+                         that every repository of a CI provider can request; pin \"aud\" to the \
+                         audience you configured for this registry"
                     ),
                 ));
             }

@@ -206,7 +206,7 @@ impl Policy {
                 .map(|(i, e)| Violation::new(format!("/ip_allowlist/{i}"), e.to_string()))
                 .collect::<Violations>()
         })?;
-        let (services, rules, warnings) = match kind {
+        let (services, rules) = match kind {
             PolicyKind::Static => {
                 let Some(entries) = document.get("services").and_then(Value::as_array) else {
                     return Err(vec![Violation::new(
@@ -215,7 +215,7 @@ impl Policy {
                     )]);
                 };
                 let set = ServiceSet::compile(entries.iter().filter_map(Value::as_str));
-                (Some(set), OidcRules::default(), Vec::new())
+                (Some(set), OidcRules::default())
             }
             PolicyKind::Oidc => {
                 let Some(entries) = document.get("rules").and_then(Value::as_array) else {
@@ -224,22 +224,26 @@ impl Policy {
                         "an oidc policy needs a rules list",
                     )]);
                 };
-                let (rules, warnings) = OidcRules::compile(entries)?;
-                (None, rules, warnings)
+                (None, OidcRules::compile(entries)?)
             }
         };
-        Ok(ParsedPolicy {
-            policy: Policy {
-                inner: Arc::new(Inner {
-                    document: document.clone(),
-                    kind,
-                    services,
-                    rules,
-                    ip_allowlist,
-                }),
-            },
-            warnings,
-        })
+        let policy = Policy {
+            inner: Arc::new(Inner {
+                document: document.clone(),
+                kind,
+                services,
+                rules,
+                ip_allowlist,
+            }),
+        };
+        // The API's warnings (§7) are the lint's findings about any subject or audience.
+        let warnings = policy
+            .lint()
+            .into_iter()
+            .filter(|f| matches!(f.code, "any-subject" | "any-audience"))
+            .map(|f| format!("{}: {}", f.code, f.message))
+            .collect();
+        Ok(ParsedPolicy { policy, warnings })
     }
 
     /// The document as saved.
@@ -265,6 +269,27 @@ impl Policy {
     /// ```
     pub fn issuers(&self) -> Vec<&str> {
         self.inner.rules.issuers()
+    }
+
+    /// The names of the claims the OIDC rules look at, each once, sorted.
+    ///
+    /// ```
+    /// use registry_domain::policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let doc = json!({"kind": "oidc", "rules": [{"services": ["*"],
+    ///     "claims": {"iss": "https://i", "aud": "a", "sub": "s", "ref": "main"}}]});
+    /// assert_eq!(Policy::parse(&doc).unwrap().policy.claim_names(), ["aud", "iss", "ref", "sub"]);
+    /// ```
+    pub fn claim_names(&self) -> Vec<&str> {
+        let rules = self.inner.document.get("rules").and_then(Value::as_array);
+        let names: std::collections::BTreeSet<&str> = rules
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.get("claims").and_then(Value::as_object))
+            .flat_map(|claims| claims.keys().map(String::as_str))
+            .collect();
+        names.into_iter().collect()
     }
 
     /// Each exact issuer with the number of rules that name it.
@@ -444,6 +469,11 @@ impl Policy {
         &self.inner.rules
     }
 }
+
+/// The examples of the crate's README, run with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;
 
 #[cfg(test)]
 mod tests;

@@ -42,14 +42,13 @@ pub(crate) struct Check {
 }
 
 impl OidcRules {
-    /// Compiles `rules`; returns the §7 warnings too. A document the schema accepted always
+    /// Compiles `rules`. A document the schema accepted always
     /// compiles; a stored one that does not (it was changed outside the registry) gets every
     /// problem with its pointer, never a panic.
-    pub(crate) fn compile(rules: &[Value]) -> Result<(Self, Vec<String>), Violations> {
+    pub(crate) fn compile(rules: &[Value]) -> Result<Self, Violations> {
         let mut compiled = OidcRules::default();
         let mut names: Vec<Vec<Box<str>>> = Vec::new();
         let mut grouped: Vec<Vec<Rule>> = Vec::new();
-        let mut warnings = Vec::new();
         let mut problems = Violations::new();
         for (index, rule) in rules.iter().enumerate() {
             let Some(claims) = rule.get("claims").and_then(Value::as_object) else {
@@ -98,9 +97,6 @@ impl OidcRules {
                     continue;
                 };
                 let pattern = ClaimPattern::new(pattern);
-                if matches!(name.as_str(), "sub" | "aud") && pattern.accepts_any_string() {
-                    warnings.push(any_value_warning(index, name, &pattern, issuer));
-                }
                 let slot = match names[group].iter().position(|n| **n == **name) {
                     Some(slot) => slot,
                     None => {
@@ -123,7 +119,7 @@ impl OidcRules {
             group.claim_names = names.into();
             group.rules = rules.into();
         }
-        Ok((compiled, warnings))
+        Ok(compiled)
     }
 
     /// Distinct issuers in the order they first appear.
@@ -161,24 +157,5 @@ impl Rule {
 
     pub(crate) fn matches(&self, views: &[ClaimView<'_>]) -> bool {
         self.first_failure(views).is_none()
-    }
-}
-
-/// The DECISIONS §7 warning for a rule whose `sub` or `aud` accepts every value.
-fn any_value_warning(index: usize, claim: &str, pattern: &ClaimPattern, issuer: &str) -> String {
-    let at = format!("rule {index} (/rules/{index})");
-    if claim == "sub" {
-        format!(
-            "{at} accepts any subject (\"sub\": \"{pattern}\"): every token {issuer} issues for \
-             the rule's audience gets in, e.g. every repository of a CI provider, not only yours; \
-             pin \"sub\" to your own subjects or add a claim that narrows it (such as \
-             \"repository_owner\")"
-        )
-    } else {
-        format!(
-            "{at} accepts any audience (\"aud\": \"{pattern}\"): tokens {issuer} issued for any \
-             other service get in too, e.g. a token that every repository of a CI provider can \
-             request; pin \"aud\" to the audience you configured for this registry"
-        )
     }
 }

@@ -11,12 +11,16 @@ use std::sync::OnceLock;
 /// `{schema_url}`. Its `$id` is a placeholder (`https://registry.invalid/…`) that the server
 /// replaces with its own address when it serves the file.
 ///
+/// The crate reads its own copy, `crates/domain/schemas/service-account-policy/v1.json`, so
+/// that the packaged crate builds on its own; a test keeps it equal to the workspace's
+/// `schemas/service-account-policy/v1.json`.
+///
 /// ```
 /// let schema: serde_json::Value =
 ///     serde_json::from_str(registry_domain::policy::SCHEMA_SOURCE).unwrap();
 /// assert_eq!(schema["$id"], "https://registry.invalid/schemas/service-account-policy/v1.json");
 /// ```
-pub const SCHEMA_SOURCE: &str = include_str!("../../../../schemas/service-account-policy/v1.json");
+pub const SCHEMA_SOURCE: &str = include_str!("../../schemas/service-account-policy/v1.json");
 
 /// The placeholder `$id` of [`SCHEMA_SOURCE`].
 pub const SCHEMA_PLACEHOLDER_ID: &str =
@@ -256,5 +260,26 @@ fn describe(at: &str) -> String {
         ["rules", i] if i.parse::<usize>().is_ok() => format!("rule {i}"),
         [.., list, i] if i.parse::<usize>().is_ok() => format!("entry {i} of \"{list}\""),
         _ => format!("\"{}\"", last_token(at)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SCHEMA_SOURCE;
+    use std::path::Path;
+
+    #[test]
+    fn the_crate_copy_is_the_published_schema() {
+        let published = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../schemas/service-account-policy/v1.json");
+        // Built from the packaged crate, there is no workspace to compare with.
+        let Ok(published) = std::fs::read_to_string(published) else {
+            return;
+        };
+        assert!(
+            published == SCHEMA_SOURCE,
+            "schemas/service-account-policy/v1.json and its copy in crates/domain/schemas differ: \
+             change both"
+        );
     }
 }

@@ -147,12 +147,14 @@ fn warnings_for_rules_accepting_any_subject_or_audience() {
     ]}));
     let w = &parsed.warnings;
     assert_eq!(w.len(), 4, "{w:#?}");
-    assert!(w[0].starts_with("rule 1 (/rules/1) accepts any subject (\"sub\": \"*\")"));
+    assert!(w[0].starts_with("any-subject: rule 1 (/rules/1) accepts any subject (\"sub\": \"*\")"));
     assert!(w[0].contains("every repository of a CI provider"));
     assert!(w[0].contains(GH));
-    assert!(w[1].starts_with("rule 2 (/rules/2) accepts any audience (\"aud\": \"**\")"));
-    assert!(w[2].starts_with("rule 3 (/rules/3) accepts any audience"));
-    assert!(w[3].starts_with("rule 3 (/rules/3) accepts any subject"));
+    assert!(
+        w[1].starts_with("any-audience: rule 2 (/rules/2) accepts any audience (\"aud\": \"**\")")
+    );
+    assert!(w[2].starts_with("any-subject: rule 3 (/rules/3) accepts any subject"));
+    assert!(w[3].starts_with("any-audience: rule 3 (/rules/3) accepts any audience"));
 
     assert!(parse(json!({"kind": "static", "services": ["*"]}))
         .warnings

@@ -14,6 +14,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage};
+use std::borrow::Cow;
 use std::io::{BufWriter, Stderr, Write};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
@@ -92,18 +93,16 @@ pub async fn observe(
             .insert(crate::audit::RequestId(request_id.clone()));
     }
     let mut response = next.call(req).await?;
-    let matched;
-    let route = if hosted {
-        HOSTED_ROUTE
+    let route: Cow<'static, str> = if hosted {
+        Cow::Borrowed(HOSTED_ROUTE)
     } else {
-        matched = response.request().match_pattern();
-        matched.as_deref().unwrap_or(UNMATCHED_ROUTE)
+        response
+            .request()
+            .match_pattern()
+            .map_or(Cow::Borrowed(UNMATCHED_ROUTE), Cow::Owned)
     };
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
-    if let Some(state) = &state {
-        state.metrics.request(route, method, status, elapsed);
-    }
     tracing::info!(
         method,
         route = %route,
@@ -112,6 +111,9 @@ pub async fn observe(
         request_id = %request_id.to_str().unwrap_or_default(),
         "request"
     );
+    if let Some(state) = &state {
+        state.metrics.request(route, method, status, elapsed);
+    }
     response.headers_mut().insert(REQUEST_ID, request_id);
     Ok(response)
 }

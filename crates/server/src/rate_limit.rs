@@ -1,18 +1,33 @@
-//! Fixed-window counters per client address, counted by the keys of DECISIONS §9
+//! Per-client-address rate limits on `governor` (GCRA), keyed as DECISIONS §9 says
 //! ([`rate_limit_key`]: an IPv4 address alone, IPv4-mapped as IPv4, IPv6 by its /64).
+//!
+//! Memory is bounded under address spraying: the keyed state holds at most [`MAX_KEYS`]
+//! addresses (about 64 bytes each: a 16-byte key, 8 bytes of GCRA state, the map's overhead).
+//! Past it, the addresses whose limit has fully recovered are dropped, and if that is not
+//! enough, every address starts again from a full allowance. Spraying can then reset limits,
+//! but never grow memory; an attacker with that many addresses had as many allowances anyway.
 
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota};
 use registry_domain::limits::rate_limit_key;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::num::NonZeroU32;
+use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-/// At most `limit` events per `window` for each client address.
+/// Most addresses whose state a limiter keeps (about 6.4 MB).
+pub const MAX_KEYS: usize = 100_000;
+
+/// At most `limit` events per `window` for each client address, refilled continuously.
 #[derive(Debug)]
 pub struct RateLimiter {
-    limit: u32,
-    window: Duration,
-    windows: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    quota: Quota,
+    limiter: RwLock<DefaultKeyedRateLimiter<IpAddr>>,
+    /// Addresses refused by [`RateLimiter::hit`], and until when: what [`RateLimiter::check`]
+    /// reads (governor has no look without counting). Only addresses over their limit are
+    /// here, at most [`MAX_KEYS`].
+    refused: Mutex<HashMap<IpAddr, Instant>>,
 }
 
 /// Refused: retry after this long.
@@ -20,12 +35,16 @@ pub struct RateLimiter {
 pub struct RetryAfter(pub Duration);
 
 impl RateLimiter {
-    /// `limit` events per `window`.
+    /// `limit` events per `window`, all of them at once if need be.
     pub fn new(limit: u32, window: Duration) -> Self {
+        let burst = NonZeroU32::new(limit.max(1)).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::with_period(window / burst.get())
+            .unwrap_or_else(|| Quota::per_second(burst))
+            .allow_burst(burst);
         Self {
-            limit,
-            window,
-            windows: Mutex::new(HashMap::new()),
+            quota,
+            limiter: RwLock::new(governor::RateLimiter::keyed(quota)),
+            refused: Mutex::default(),
         }
     }
 
@@ -34,38 +53,70 @@ impl RateLimiter {
         Self::new(limit, Duration::from_secs(3600))
     }
 
-    /// Counts one event for `ip`; refuses when the window is full.
+    /// Counts one event for `ip`; refuses when its allowance is used up.
     pub fn hit(&self, ip: IpAddr) -> Result<(), RetryAfter> {
-        self.hit_at(ip, Instant::now())
-    }
-
-    /// Whether `ip` is currently over its limit, without counting an event.
-    pub fn check(&self, ip: IpAddr) -> Result<(), RetryAfter> {
-        let now = Instant::now();
-        let windows = self.windows.lock().expect("rate limiter lock");
-        match windows.get(&rate_limit_key(ip)) {
-            Some((start, count)) if now < *start + self.window && *count >= self.limit => {
-                Err(RetryAfter(*start + self.window - now))
+        let key = rate_limit_key(ip);
+        let outcome = {
+            let limiter = self.limiter.read().unwrap_or_else(PoisonError::into_inner);
+            let outcome = limiter.check_key(&key);
+            if limiter.len() <= MAX_KEYS {
+                outcome
+            } else {
+                drop(limiter);
+                self.bound();
+                outcome
             }
-            _ => Ok(()),
+        };
+        outcome.map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            if refused.len() >= MAX_KEYS {
+                refused.retain(|_, until| now < *until);
+                if refused.len() >= MAX_KEYS {
+                    refused.clear();
+                }
+            }
+            refused.insert(key, now + wait);
+            RetryAfter(wait)
+        })
+    }
+
+    /// Whether `ip` is over its limit now (its last event was refused and the allowance has not
+    /// come back yet), without counting an event.
+    pub fn check(&self, ip: IpAddr) -> Result<(), RetryAfter> {
+        let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        if refused.is_empty() {
+            return Ok(());
+        }
+        match refused.get(&rate_limit_key(ip)) {
+            Some(until) => match until.checked_duration_since(Instant::now()) {
+                Some(wait) if !wait.is_zero() => Err(RetryAfter(wait)),
+                _ => Ok(()),
+            },
+            None => Ok(()),
         }
     }
 
-    fn hit_at(&self, ip: IpAddr, now: Instant) -> Result<(), RetryAfter> {
-        let mut windows = self.windows.lock().expect("rate limiter lock");
-        if windows.len() > 100_000 {
-            // Bounded memory under address-spraying: forget windows that have ended.
-            windows.retain(|_, (start, _)| now < *start + self.window);
+    /// Addresses whose state is kept now.
+    pub fn len(&self) -> usize {
+        self.limiter
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Keeps the state within [`MAX_KEYS`] addresses.
+    fn bound(&self) {
+        let mut limiter = self.limiter.write().unwrap_or_else(PoisonError::into_inner);
+        if limiter.len() <= MAX_KEYS {
+            return;
         }
-        let entry = windows.entry(rate_limit_key(ip)).or_insert((now, 0));
-        if now >= entry.0 + self.window {
-            *entry = (now, 0);
+        limiter.retain_recent();
+        if limiter.len() > MAX_KEYS / 2 {
+            *limiter = governor::RateLimiter::keyed(self.quota);
         }
-        if entry.1 >= self.limit {
-            return Err(RetryAfter(entry.0 + self.window - now));
-        }
-        entry.1 += 1;
-        Ok(())
+        limiter.shrink_to_fit();
     }
 }
 
@@ -73,32 +124,62 @@ impl RateLimiter {
 mod tests {
     use super::*;
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
     #[test]
-    fn counts_per_address_and_window() {
-        let limiter = RateLimiter::new(2, Duration::from_secs(10));
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        let b: IpAddr = "192.0.2.2".parse().unwrap();
-        let t0 = Instant::now();
-        assert!(limiter.hit_at(a, t0).is_ok());
-        assert!(limiter.hit_at(a, t0).is_ok());
-        let RetryAfter(wait) = limiter.hit_at(a, t0 + Duration::from_secs(4)).unwrap_err();
-        assert_eq!(wait, Duration::from_secs(6));
-        assert!(limiter.hit_at(b, t0).is_ok());
-        assert!(limiter.hit_at(a, t0 + Duration::from_secs(10)).is_ok());
+    fn counts_per_address() {
+        let limiter = RateLimiter::new(2, Duration::from_secs(3600));
+        assert!(limiter.hit(ip("192.0.2.1")).is_ok());
+        assert!(limiter.check(ip("192.0.2.1")).is_ok());
+        assert!(limiter.hit(ip("192.0.2.1")).is_ok());
+        let RetryAfter(wait) = limiter.hit(ip("192.0.2.1")).unwrap_err();
+        // One event comes back every half hour.
+        assert!(wait > Duration::from_secs(1790) && wait <= Duration::from_secs(1800));
+        assert!(limiter.check(ip("192.0.2.1")).is_err());
+        assert!(limiter.hit(ip("192.0.2.2")).is_ok());
+        assert!(limiter.check(ip("192.0.2.2")).is_ok());
+    }
+
+    #[test]
+    fn the_allowance_comes_back() {
+        let limiter = RateLimiter::new(2, Duration::from_millis(200));
+        assert!(limiter.hit(ip("192.0.2.1")).is_ok());
+        assert!(limiter.hit(ip("192.0.2.1")).is_ok());
+        assert!(limiter.hit(ip("192.0.2.1")).is_err());
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(limiter.check(ip("192.0.2.1")).is_ok());
+        assert!(limiter.hit(ip("192.0.2.1")).is_ok());
     }
 
     #[test]
     fn ipv6_counts_by_64_and_mapped_ipv4_as_ipv4() {
         let limiter = RateLimiter::new(2, Duration::from_secs(10));
-        let t0 = Instant::now();
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert!(limiter.hit_at(ip("2001:db8:0:1::1"), t0).is_ok());
-        assert!(limiter.hit_at(ip("2001:db8:0:1:ffff::2"), t0).is_ok());
-        assert!(limiter.hit_at(ip("2001:db8:0:1::3"), t0).is_err());
-        assert!(limiter.hit_at(ip("2001:db8:0:2::1"), t0).is_ok());
-        assert!(limiter.hit_at(ip("192.0.2.9"), t0).is_ok());
-        assert!(limiter.hit_at(ip("::ffff:192.0.2.9"), t0).is_ok());
-        assert!(limiter.hit_at(ip("192.0.2.9"), t0).is_err());
+        assert!(limiter.hit(ip("2001:db8:0:1::1")).is_ok());
+        assert!(limiter.hit(ip("2001:db8:0:1:ffff::2")).is_ok());
+        assert!(limiter.hit(ip("2001:db8:0:1::3")).is_err());
+        assert!(limiter.check(ip("2001:db8:0:1:abcd::9")).is_err());
+        assert!(limiter.hit(ip("2001:db8:0:2::1")).is_ok());
+        assert!(limiter.hit(ip("192.0.2.9")).is_ok());
+        assert!(limiter.hit(ip("::ffff:192.0.2.9")).is_ok());
+        assert!(limiter.hit(ip("192.0.2.9")).is_err());
         assert!(limiter.check(ip("::ffff:192.0.2.9")).is_err());
+    }
+
+    #[test]
+    fn a_million_sprayed_addresses_stay_within_the_bound() {
+        let limiter = RateLimiter::new(1, Duration::from_secs(3600));
+        let victim = ip("192.0.2.1");
+        assert!(limiter.hit(victim).is_ok());
+        let mut most = 0;
+        for n in 0..1_000_000u32 {
+            // A different /64 each time (the attacker's best case).
+            let sprayed = IpAddr::from([0x2001, 0xdb8, (n >> 16) as u16, n as u16, 0, 0, 0, 1]);
+            assert!(limiter.hit(sprayed).is_ok());
+            most = most.max(limiter.len());
+        }
+        assert!(most <= MAX_KEYS + 1, "{most} addresses kept");
+        assert!(limiter.refused.lock().unwrap().len() <= MAX_KEYS);
     }
 }

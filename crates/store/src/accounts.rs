@@ -189,7 +189,7 @@ impl AccountStore for Store {
 
     fn record_use(&self, account_id: Uuid, minute: time::OffsetDateTime) -> StoreResult<bool> {
         let minute = millis(minute);
-        self.read(|conn| {
+        self.write_aside(|conn| {
             let updated = diesel::update(
                 service_accounts::table.find(id_text(account_id)).filter(
                     service_accounts::last_used_at

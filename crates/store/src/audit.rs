@@ -130,7 +130,7 @@ impl AuditLog for Store {
     }
 
     fn prune_audit(&self, older_than: time::OffsetDateTime) -> StoreResult<usize> {
-        self.read(|conn| {
+        self.write_aside(|conn| {
             Ok(
                 diesel::delete(audit_events::table.filter(audit_events::at.lt(millis(older_than))))
                     .execute(conn)?,
@@ -140,14 +140,14 @@ impl AuditLog for Store {
 }
 
 impl RefusalLog for Store {
-    /// Outside the change log: no cache holds refusals.
+    /// One transaction, outside the change log: no cache holds refusals.
     fn record_refusals(
         &self,
         records: &[(Uuid, Value)],
         at: time::OffsetDateTime,
     ) -> StoreResult<()> {
         let kept = i64::try_from(KEPT_PER_ACCOUNT).unwrap_or(i64::MAX);
-        self.read(|conn| {
+        self.write_aside(|conn| {
             for (account, record) in records {
                 let account = id_text(*account);
                 diesel::insert_into(refusals::table)
@@ -203,7 +203,7 @@ impl RefusalLog for Store {
     }
 
     fn prune_refusals(&self, older_than: time::OffsetDateTime) -> StoreResult<usize> {
-        self.read(|conn| {
+        self.write_aside(|conn| {
             Ok(
                 diesel::delete(refusals::table.filter(refusals::at.lt(millis(older_than))))
                     .execute(conn)?,

@@ -122,7 +122,7 @@ impl ChangeFeed for Store {
     }
 
     fn prune_changes(&self, older_than: time::OffsetDateTime) -> StoreResult<usize> {
-        self.read(|conn| {
+        self.write_aside(|conn| {
             let Some(latest) = changes::table
                 .select(diesel::dsl::max(changes::seq))
                 .get_result::<Option<i64>>(conn)?

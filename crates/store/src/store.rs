@@ -180,6 +180,18 @@ impl Store {
         event: Option<&AuditEvent>,
         f: impl FnOnce(&mut Db, &mut Vec<Change>) -> Res<T>,
     ) -> StoreResult<T> {
+        self.transaction(|conn| in_transaction(conn, event, f))
+    }
+
+    /// Runs `f` in one write transaction that no cache needs to hear of (no change log, no
+    /// audit event): records kept beside the data, such as the refusal log and last uses. On
+    /// PostgreSQL it does not lock the change log, so it never holds up the writes replicas
+    /// follow.
+    pub(crate) fn write_aside<T>(&self, f: impl FnOnce(&mut Db) -> Res<T>) -> StoreResult<T> {
+        self.transaction(f)
+    }
+
+    fn transaction<T>(&self, f: impl FnOnce(&mut Db) -> Res<T>) -> StoreResult<T> {
         // SQLite has one writer at a time anyway; a writer that finds the database locked sleeps
         // in SQLite's busy handler (1 ms, then longer), while one waiting here wakes the moment
         // the previous writer is done. Other processes (a command) still meet the busy handler.
@@ -192,7 +204,7 @@ impl Store {
             Db::Postgres(c) => AnsiTransactionManager::begin_transaction(c),
         }
         .map_err(map_diesel)?;
-        match in_transaction(conn, event, f) {
+        match f(conn) {
             Ok(value) => {
                 <Db as Connection>::TransactionManager::commit_transaction(conn)
                     .map_err(map_diesel)?;

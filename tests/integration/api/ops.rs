@@ -37,7 +37,68 @@ fn health_readiness_and_metrics() {
         ),
         "{text}"
     );
-    assert!(text.contains("registry_http_request_duration_seconds_bucket{route=\"/services\""));
+    assert!(text.contains(
+        "registry_http_request_duration_seconds_bucket{le=\"0.0005\",route=\"/services\"}"
+    ));
+}
+
+/// `/metrics` read by the Prometheus project's own Python parser (`prometheus_client`, which
+/// `cargo xtask test` installs and names in `REGISTRY_TEST_PYTHON`): every family is there with
+/// its type, and the exposition is valid OpenMetrics.
+#[test]
+fn metrics_parse_with_the_prometheus_parser() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    assert_eq!(server.get("/services", &acme.token).status(), 200);
+    let response = server.request(Method::GET, "/metrics").send().unwrap();
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/openmetrics-text"));
+    let text = response.text().unwrap();
+    let python = std::env::var("REGISTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = "import json, sys\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+        families = {f.name: f.type for f in text_string_to_metric_families(sys.stdin.read())}\n\
+        print(json.dumps(families))\n";
+    let mut child = Command::new(&python)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{python}: {e} (run the tests with cargo xtask test)"));
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), text.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "the parser refused /metrics (or prometheus_client is not installed: run the tests with \
+         cargo xtask test): {}\n{text}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let families: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for (name, kind) in [
+        ("registry_http_requests", "counter"),
+        ("registry_http_request_duration_seconds", "histogram"),
+        ("registry_hosting_cache_hits", "counter"),
+        ("registry_hosting_cache_misses", "counter"),
+        ("registry_token_cache_hits", "counter"),
+        ("registry_identity_token_cache_hits", "counter"),
+        ("registry_argon2_verifications", "counter"),
+        ("registry_hosted_issuers", "gauge"),
+        ("registry_hosted_bytes", "gauge"),
+        ("registry_trusted_issuers", "gauge"),
+        ("registry_remembered_secrets", "gauge"),
+        ("registry_remembered_identity_tokens", "gauge"),
+        ("registry_oidc_key_fetches", "counter"),
+        ("registry_oidc_key_fetch_failures", "counter"),
+        ("registry_oidc_key_cache_hits", "counter"),
+        ("registry_rate_limited_addresses", "gauge"),
+        ("registry_last_used_statements", "counter"),
+        ("registry_last_used_rows_written", "counter"),
+    ] {
+        assert_eq!(families[name], kind, "{name} in {families}");
+    }
 }
 
 /// Wherever GET is served, HEAD is too: the same status and headers, no body.
@@ -332,9 +393,11 @@ fn policy_check_prints_findings_and_exits_by_severity() {
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(
         text(&output.stdout),
-        "warning any-subject /rules/0/claims/sub: rule 0 accepts any subject: every token \
-         https://token.actions.githubusercontent.com issues for the rule's audience gets in; pin \
-         sub to your own subjects\nwarning github-subject-without-repository /rules/0/claims/sub: \
+        "warning any-subject /rules/0/claims/sub: rule 0 (/rules/0) accepts any subject \
+         (\"sub\": \"*\"): every token https://token.actions.githubusercontent.com issues for \
+         the rule's audience gets in, e.g. every repository of a CI provider, not only yours; \
+         pin \"sub\" to your own subjects or add a claim that narrows it (such as \
+         \"repository_owner\")\nwarning github-subject-without-repository /rules/0/claims/sub: \
          rule 0 trusts GitHub Actions without pinning a repository: any repository's workflow \
          can get such a token; start sub with repo:OWNER/NAME:\n"
     );

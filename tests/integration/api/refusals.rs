@@ -465,3 +465,33 @@ fn refused_requests_are_recorded_for_their_owner_only() {
     assert_eq!(log[0]["requestId"], "flood-24");
     assert!(log.len() <= 100);
 }
+
+#[test]
+fn an_ambiguous_token_is_recorded_on_each_account_that_accepts_it() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let policy = json!({"kind": "oidc", "rules": [{"services": ["*"], "claims": {
+        "iss": iss, "aud": AUDIENCE, "sub": "repo:acme/*"}}]});
+    let first = account(&server, &acme, policy.clone());
+    let second = account(&server, &acme, policy);
+    let token = issuer.mint("ES256", claims(&iss, "repo:acme/app"));
+    let refused = server.get("/services", &token);
+    assert_eq!(refused.status(), 401);
+    for id in [&first, &second] {
+        let log = refusals(&server, &acme, id);
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert_eq!(log[0]["code"], "account-ambiguous");
+        assert_eq!(log[0]["rule"], 0);
+        assert!(log[0].get("service").is_none());
+    }
+    // Chosen with X-Service-Account, the same token is accepted, and nothing more is recorded.
+    let chosen = server
+        .authed(Method::GET, "/services", &token)
+        .header("x-service-account", &first)
+        .send()
+        .unwrap();
+    assert_eq!(chosen.status(), 200);
+    assert_eq!(refusals(&server, &acme, &first).len(), 1);
+}

@@ -33,7 +33,7 @@ pub struct AccountCaller {
     /// request: asking about many services does not match again).
     pub rules: Option<Box<[usize]>>,
     /// Who this is in the audit trail.
-    pub actor: Actor,
+    pub who: Acting,
 }
 
 /// A caller allowed to act on one service.
@@ -42,7 +42,30 @@ pub struct ServiceCaller {
     /// The service.
     pub service: Service,
     /// Who acts on it, for the audit trail.
-    pub actor: Actor,
+    pub who: Acting,
+}
+
+/// Who a granted call acts as. The audit [`Actor`] is built from it only when the call changes
+/// something: reads pay for no copy of the token's `iss` and `sub`.
+#[derive(Debug, Clone)]
+pub struct Acting {
+    account: Option<uuid::Uuid>,
+    token: Option<Arc<VerifiedToken>>,
+}
+
+impl Acting {
+    /// A static token's account, a federated token's account with the token's `iss` and `sub`,
+    /// or an anonymous secret.
+    pub fn actor(&self) -> Actor {
+        match (self.account, &self.token) {
+            (Some(account), Some(token)) => {
+                let sub = token.claims.get("sub").and_then(|s| s.as_str());
+                Actor::federated(account, Some(token.issuer.clone()), sub.map(str::to_owned))
+            }
+            (Some(account), None) => Actor::static_token(account),
+            (None, _) => Actor::anonymous(),
+        }
+    }
 }
 
 impl AccountCaller {
@@ -152,11 +175,7 @@ async fn verify_secret(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<C
         Ok((parsed.lookup_id, stored))
     };
     let (lookup_id, stored) = cheap.await.map_err(|e| record_failure(state, ip, e))?;
-    let remembered = || {
-        state
-            .tokens
-            .verified(lookup_id, &stored.hash, token, state.now())
-    };
+    let remembered = || state.tokens.verified(lookup_id, &stored.hash, token);
     if remembered() {
         state.metrics.token_cache_hit();
         return Ok(stored.owner);
@@ -176,9 +195,7 @@ async fn verify_secret(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<C
     if !ok {
         return Err(unauthorized("token does not match its stored hash"));
     }
-    state
-        .tokens
-        .remember(lookup_id, &stored.hash, token, state.now());
+    state.tokens.remember(lookup_id, &stored.hash, token);
     Ok(stored.owner)
 }
 
@@ -229,29 +246,17 @@ fn refused(refusal: Refusal, key: &str) -> ApiError {
     }
 }
 
-/// The actor of a granted call: a static token's account, a federated token's account with the
-/// token's `iss` and `sub`, or an anonymous secret.
-fn actor_of(grant: &Grant<'_>, identity: Option<&VerifiedToken>) -> Actor {
-    match (grant.account(), identity) {
-        (Some(account), Some(token)) => {
-            let sub = token.claims.get("sub").and_then(|s| s.as_str());
-            Actor::federated(
-                account.id,
-                Some(token.issuer.clone()),
-                sub.map(str::to_owned),
-            )
-        }
-        (Some(account), None) => Actor::static_token(account.id),
-        (None, _) => Actor::anonymous(),
+/// What a granted call does besides acting: its account's `lastUsedAt` (DECISIONS §13); and
+/// who it acts as.
+fn granted(state: &AppState, grant: &Grant<'_>, token: Option<&Arc<VerifiedToken>>) -> Acting {
+    let account = grant.account().map(|a| a.id);
+    if let Some(id) = account {
+        state.last_use.used(&state.store, id, state.now());
     }
-}
-
-/// What a granted call does besides acting: its account's `lastUsedAt` (DECISIONS §13).
-fn granted(state: &AppState, grant: &Grant<'_>, identity: Option<&VerifiedToken>) -> Actor {
-    if let Some(account) = grant.account() {
-        state.last_use.used(&state.store, account.id, state.now());
+    Acting {
+        account,
+        token: token.cloned(),
     }
-    actor_of(grant, identity)
 }
 
 fn refused_request<'a>(
@@ -289,12 +294,12 @@ async fn refused_federated(
     record_failure(state, ip, refused(refusal, key))
 }
 
-fn caller_of(grant: &Grant<'_>, actor: Actor) -> Option<AccountCaller> {
+fn caller_of(grant: &Grant<'_>, who: Acting) -> Option<AccountCaller> {
     match grant {
         Grant::Account { account, rules } => Some(AccountCaller {
             account: Arc::clone(account),
             rules: rules.clone().map(Vec::into_boxed_slice),
-            actor,
+            who,
         }),
         Grant::AnonymousService => None,
     }
@@ -322,16 +327,16 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
                 return Err(refused_federated(state, request, refusal, "").await);
             }
         };
-        let actor = granted(state, &grant, Some(&verified));
+        let who = granted(state, &grant, Some(&verified));
         // An identity token acts as an account.
-        return caller_of(&grant, actor).ok_or(ApiError::Internal);
+        return caller_of(&grant, who).ok_or(ApiError::Internal);
     }
     let holder = secret_holder(state, token, ip).await?;
     let grant = access::decide(holder.credential(), Request::Collection, ip, now)
         .map_err(|refusal| refused(refusal, ""))?;
-    let actor = granted(state, &grant, None);
+    let who = granted(state, &grant, None);
     // `decide` refuses an anonymous secret on a collection call: a grant here is an account.
-    caller_of(&grant, actor).ok_or(ApiError::Internal)
+    caller_of(&grant, who).ok_or(ApiError::Internal)
 }
 
 /// Authenticates and authorizes a call on one service, found by subdomain or id; returns the
@@ -365,7 +370,7 @@ pub async fn service_caller(
             }
         };
         return Ok(ServiceCaller {
-            actor: granted(state, &grant, Some(&verified)),
+            who: granted(state, &grant, Some(&verified)),
             service: Service::clone(service.as_deref().ok_or(ApiError::Internal)?),
         });
     }
@@ -375,7 +380,7 @@ pub async fn service_caller(
     let grant = access::decide(credential, Request::Service(service.as_deref()), ip, now)
         .map_err(|refusal| refused(refusal, key))?;
     Ok(ServiceCaller {
-        actor: granted(state, &grant, None),
+        who: granted(state, &grant, None),
         service: Service::clone(service.as_deref().ok_or(ApiError::Internal)?),
     })
 }

@@ -13,14 +13,15 @@
 //!   honoured for as long as the key cache keeps it (at least 5 minutes); this adds at most
 //!   [`IDENTITY_TTL`] to that.
 
+use moka::sync::Cache;
 use registry_domain::ports::VerifiedToken;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
 use time::{Duration, OffsetDateTime};
 
-const MAX_ENTRIES: usize = 100_000;
+/// Most verifications of each kind remembered (the least recently used leave first).
+const MAX_ENTRIES: u64 = 100_000;
 
 /// Longest time a verified identity token is remembered.
 pub const IDENTITY_TTL: Duration = Duration::seconds(60);
@@ -30,85 +31,77 @@ pub const IDENTITY_TTL: Duration = Duration::seconds(60);
 /// and those of callers long gone, do not hold memory.
 pub const SECRET_IDLE: Duration = Duration::minutes(10);
 
-/// A verified identity token and when to stop trusting the verification.
+/// A verified identity token and when to stop trusting the verification (by the server's
+/// clock, which tests move: the cache's own expiry only bounds memory).
 type RememberedIdentity = (Arc<VerifiedToken>, OffsetDateTime);
 
-/// A verified secret: the hash stored for it then, its SHA-256, and when it was last used.
+/// A verified secret: the hash stored for it then, and its SHA-256.
 #[derive(Debug)]
 struct RememberedSecret {
     stored_hash: String,
     digest: [u8; 32],
-    last_used: OffsetDateTime,
 }
 
-/// Remembered verifications of secrets and identity tokens.
-#[derive(Debug, Default)]
+/// Remembered verifications of secrets and identity tokens, on `moka` caches bounded in
+/// entries, with idle expiry for secrets and a time to live for identity tokens.
+#[derive(Debug)]
 pub struct TokenCache {
     /// lookup id → the verified secret.
-    secrets: Mutex<HashMap<String, RememberedSecret>>,
+    secrets: Cache<String, Arc<RememberedSecret>>,
     /// SHA-256 of the token → the verification.
-    identities: Mutex<HashMap<[u8; 32], RememberedIdentity>>,
+    identities: Cache<[u8; 32], RememberedIdentity>,
+}
+
+fn std_duration(d: Duration) -> std::time::Duration {
+    std::time::Duration::try_from(d).unwrap_or_default()
+}
+
+impl Default for TokenCache {
+    fn default() -> Self {
+        Self {
+            secrets: Cache::builder()
+                .max_capacity(MAX_ENTRIES)
+                .time_to_idle(std_duration(SECRET_IDLE))
+                .build(),
+            identities: Cache::builder()
+                .max_capacity(MAX_ENTRIES)
+                .time_to_live(std_duration(IDENTITY_TTL))
+                .build(),
+        }
+    }
 }
 
 impl TokenCache {
-    /// Whether `secret` was verified before against exactly `stored_hash` (a use at `now`).
-    pub fn verified(
-        &self,
-        lookup_id: &str,
-        stored_hash: &str,
-        secret: &str,
-        now: OffsetDateTime,
-    ) -> bool {
-        let digest = Sha256::digest(secret.as_bytes());
-        let mut entries = self.secrets.lock().expect("token cache lock");
-        let Some(entry) = entries.get_mut(lookup_id) else {
+    /// Whether `secret` was verified before against exactly `stored_hash`.
+    pub fn verified(&self, lookup_id: &str, stored_hash: &str, secret: &str) -> bool {
+        let Some(entry) = self.secrets.get(lookup_id) else {
             return false;
         };
-        let same =
-            entry.stored_hash == stored_hash && bool::from(entry.digest.ct_eq(digest.as_slice()));
-        if same {
-            entry.last_used = now;
-        }
-        same
+        let digest = Sha256::digest(secret.as_bytes());
+        entry.stored_hash == stored_hash && bool::from(entry.digest.ct_eq(digest.as_slice()))
     }
 
-    /// Remembers a successful verification at `now`.
-    pub fn remember(&self, lookup_id: &str, stored_hash: &str, secret: &str, now: OffsetDateTime) {
+    /// Remembers a successful verification.
+    pub fn remember(&self, lookup_id: &str, stored_hash: &str, secret: &str) {
         let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
-        let mut entries = self.secrets.lock().expect("token cache lock");
-        if entries.len() >= MAX_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(
+        self.secrets.insert(
             lookup_id.to_owned(),
-            RememberedSecret {
+            Arc::new(RememberedSecret {
                 stored_hash: stored_hash.to_owned(),
                 digest,
-                last_used: now,
-            },
+            }),
         );
     }
 
-    /// Forgets the secrets idle for [`SECRET_IDLE`] and the identity verifications that no
-    /// longer hold at `now`: memory follows the recent callers, not every credential ever seen
-    /// (each CI job presents a token of its own).
-    pub fn sweep(&self, now: OffsetDateTime) {
-        self.secrets
-            .lock()
-            .expect("token cache lock")
-            .retain(|_, secret| now < secret.last_used + SECRET_IDLE);
-        self.identities
-            .lock()
-            .expect("token cache lock")
-            .retain(|_, (_, until)| now <= *until);
+    /// Lets the caches drop what has expired now (they also do it as they are used).
+    pub fn sweep(&self) {
+        self.secrets.run_pending_tasks();
+        self.identities.run_pending_tasks();
     }
 
     /// How many verifications are remembered: secrets, identity tokens.
-    pub fn len(&self) -> (usize, usize) {
-        (
-            self.secrets.lock().expect("token cache lock").len(),
-            self.identities.lock().expect("token cache lock").len(),
-        )
+    pub fn len(&self) -> (u64, u64) {
+        (self.secrets.entry_count(), self.identities.entry_count())
     }
 
     /// The earlier verification of exactly this identity token, if it still holds at `now`.
@@ -118,11 +111,10 @@ impl TokenCache {
         now: OffsetDateTime,
     ) -> Option<Arc<VerifiedToken>> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let entries = self.identities.lock().expect("token cache lock");
-        entries
+        self.identities
             .get(&digest)
             .filter(|(_, until)| now <= *until)
-            .map(|(verified, _)| verified.clone())
+            .map(|(verified, _)| verified)
     }
 
     /// Remembers the verification of an identity token at `now`.
@@ -143,14 +135,7 @@ impl TokenCache {
         };
         let until = (expires + registry_domain::claims::LEEWAY).min(now + IDENTITY_TTL);
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let mut entries = self.identities.lock().expect("token cache lock");
-        if entries.len() >= MAX_ENTRIES {
-            entries.retain(|_, (_, until)| now <= *until);
-            if entries.len() >= MAX_ENTRIES {
-                entries.clear();
-            }
-        }
-        entries.insert(digest, (verified, until));
+        self.identities.insert(digest, (verified, until));
     }
 }
 
@@ -159,42 +144,24 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn at(seconds: i64) -> OffsetDateTime {
-        OffsetDateTime::from_unix_timestamp(1_000_000 + seconds).unwrap()
-    }
-
     #[test]
     fn a_new_stored_hash_or_another_secret_misses() {
         let cache = TokenCache::default();
-        cache.remember("id", "hash-1", "secret", at(0));
-        assert!(cache.verified("id", "hash-1", "secret", at(1)));
-        assert!(!cache.verified("id", "hash-2", "secret", at(1)));
-        assert!(!cache.verified("id", "hash-1", "secreT", at(1)));
-        assert!(!cache.verified("other", "hash-1", "secret", at(1)));
+        cache.remember("id", "hash-1", "secret");
+        assert!(cache.verified("id", "hash-1", "secret"));
+        assert!(!cache.verified("id", "hash-2", "secret"));
+        assert!(!cache.verified("id", "hash-1", "secreT"));
+        assert!(!cache.verified("other", "hash-1", "secret"));
     }
 
     #[test]
-    fn sweeping_forgets_idle_secrets_and_lapsed_identities_only() {
+    fn entries_stay_within_the_bound() {
         let cache = TokenCache::default();
-        cache.remember("used", "h", "s1", at(0));
-        cache.remember("idle", "h", "s2", at(0));
-        cache.remember_identity("a.b.c", token(1_000_000 + 3600), at(0));
-        cache.remember_identity("d.e.f", token(1_000_000 + 3600), at(30));
-        let idle = SECRET_IDLE.whole_seconds();
-        // A use (not a failed attempt) keeps a secret.
-        assert!(cache.verified("used", "h", "s1", at(idle - 1)));
-        assert!(!cache.verified("idle", "h", "wrong", at(idle - 1)));
-        cache.sweep(at(IDENTITY_TTL.whole_seconds() + 1));
-        assert_eq!(
-            cache.len(),
-            (2, 1),
-            "the first identity lapsed, the second holds"
-        );
-        assert!(cache.verified_identity("d.e.f", at(61)).is_some());
-        cache.sweep(at(idle));
-        assert_eq!(cache.len(), (1, 0));
-        assert!(cache.verified("used", "h", "s1", at(idle)));
-        assert!(!cache.verified("idle", "h", "s2", at(idle)));
+        for n in 0..(MAX_ENTRIES + 5_000) {
+            cache.remember(&n.to_string(), "h", "s");
+        }
+        cache.sweep();
+        assert!(cache.len().0 <= MAX_ENTRIES, "{:?}", cache.len());
     }
 
     fn token(exp: i64) -> Arc<VerifiedToken> {

@@ -53,7 +53,7 @@ fn account_event(
     audit::event(
         state,
         req,
-        &caller.actor,
+        &caller.who.actor(),
         action,
         Resource::account(id),
         Some(caller.customer_id()),
@@ -235,12 +235,9 @@ pub async fn create(
     let mut body = views::account(&account);
     if let Some((token, record)) = &token {
         body["token"] = token.plaintext.clone().into();
-        state.tokens.remember(
-            &token.lookup_id,
-            &record.hash,
-            &token.plaintext,
-            state.now(),
-        );
+        state
+            .tokens
+            .remember(&token.lookup_id, &record.hash, &token.plaintext);
     }
     Ok(HttpResponse::Created()
         .insert_header((
@@ -350,12 +347,9 @@ pub async fn regenerate_token(
         .db(move |s| s.replace_token(id, &stored, &event))
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
-    state.tokens.remember(
-        &token.lookup_id,
-        &record.hash,
-        &token.plaintext,
-        state.now(),
-    );
+    state
+        .tokens
+        .remember(&token.lookup_id, &record.hash, &token.plaintext);
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(serde_json::json!({"id": account.id.to_string(), "token": token.plaintext})))

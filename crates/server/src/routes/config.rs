@@ -10,7 +10,7 @@ use crate::routes::services::gone_as_not_found;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::audit::Action;
-use registry_domain::keys::{self, KeyState};
+use registry_domain::keys;
 use registry_domain::service::PublishedConfig;
 use registry_oidc::VerifierKeyImport;
 use serde_json::json;
@@ -43,7 +43,7 @@ pub async fn put(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let ServiceCaller { service, actor } = auth::service_caller(&state, &req, &path).await?;
+    let ServiceCaller { service, who } = auth::service_caller(&state, &req, &path).await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes)
         .await?
         .ok_or_else(|| {
@@ -56,35 +56,26 @@ pub async fn put(
     let issuer = state.issuer_of(&service.subdomain);
     let now = state.now();
     let expires_at = service.expires_at;
-    let event = audit::service_event(&state, &req, &actor, Action::ConfigPut, &service);
-    let upload_onto = move |previous: &KeyState| {
-        keys::upload(
-            &body,
-            &issuer,
-            previous,
-            &VerifierKeyImport,
-            now,
-            expires_at,
-        )
-    };
+    let event = audit::service_event(&state, &req, &who.actor(), Action::ConfigPut, &service);
+    // Read the key state, rotate, write: one transaction, so that concurrent uploads to one
+    // service see each other's retired keys. (Rotating before the transaction and checking the
+    // state in it costs a second read and parse of the key state: slower on the one core the
+    // benchmark gives a server, docs/benchmarks.md.)
     let outcome = state
         .db(move |s| {
-            // The checks and key imports are the costly part: they run on the key state read
-            // before the write transaction, which then only checks that the state is still that
-            // one, and runs them again if another upload came first (it never loses the keys
-            // that upload retired). Writers wait for each other a shorter while.
-            let read = s.config(id)?.map(|c| c.keys).unwrap_or_default();
-            let mut ahead = Some(upload_onto(&read));
             let mut outcome = None;
             s.update_config(
                 id,
                 &mut |current| {
                     let previous = current.map(|c| c.keys).unwrap_or_default();
-                    let computed = match ahead.take() {
-                        Some(result) if previous == read => result,
-                        _ => upload_onto(&previous),
-                    };
-                    match computed {
+                    match keys::upload(
+                        &body,
+                        &issuer,
+                        &previous,
+                        &VerifierKeyImport,
+                        now,
+                        expires_at,
+                    ) {
                         Ok(upload) => {
                             let publication = upload.publication;
                             let config = PublishedConfig {
@@ -131,9 +122,9 @@ pub async fn delete(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let ServiceCaller { service, actor } = auth::service_caller(&state, &req, &path).await?;
+    let ServiceCaller { service, who } = auth::service_caller(&state, &req, &path).await?;
     let id = service.id;
-    let event = audit::service_event(&state, &req, &actor, Action::ConfigDelete, &service);
+    let event = audit::service_event(&state, &req, &who.actor(), Action::ConfigDelete, &service);
     let removed = state.db(move |s| s.delete_config(id, &event)).await?;
     directory::settle_write(&state).await;
     if !removed {

@@ -38,14 +38,14 @@ pub async fn delete(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let (key, kid) = path.into_inner();
-    let ServiceCaller { service, actor } = auth::service_caller(&state, &req, &key).await?;
+    let ServiceCaller { service, who } = auth::service_caller(&state, &req, &key).await?;
     let id = service.id;
     let now = state.now();
     let withdrawn = kid.clone();
     let event = audit::event(
         &state,
         &req,
-        &actor,
+        &who.actor(),
         Action::KeyDelete,
         Resource::key(&kid, &service.subdomain),
         service.customer_id,

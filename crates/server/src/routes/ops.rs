@@ -19,9 +19,11 @@ pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
 }
 
-/// `GET /metrics`: Prometheus text.
+/// `GET /metrics`: OpenMetrics text (Prometheus scrapes it).
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let oidc = state.verifier.metrics();
+    // The caches count lazily: let them settle first.
+    state.tokens.sweep();
     let (secrets, identities) = state.tokens.len();
     let extra = [
         (
@@ -46,13 +48,13 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
             "registry_remembered_secrets",
             "gauge",
             "Verified static tokens and anonymous secrets remembered (used in the last 10 minutes).",
-            secrets as u64,
+            secrets,
         ),
         (
             "registry_remembered_identity_tokens",
             "gauge",
             "Verified identity tokens remembered (each for at most a minute).",
-            identities as u64,
+            identities,
         ),
         (
             "registry_oidc_key_fetches_total",
@@ -74,6 +76,12 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
             oidc.cache_hits + state.metrics.identity_token_cache_hits(),
         ),
         (
+            "registry_rate_limited_addresses",
+            "gauge",
+            "Client addresses whose failed authentications and anonymous creations are counted (each limiter keeps at most 100000).",
+            (state.auth_failures.len() + state.anon_limiter.len()) as u64,
+        ),
+        (
             "registry_last_used_statements_total",
             "counter",
             "Writes of accounts' lastUsedAt sent to the database (at most one a minute per account).",
@@ -87,10 +95,7 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         ),
     ];
     HttpResponse::Ok()
-        .insert_header((
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        ))
+        .insert_header((header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE))
         .body(state.metrics.render(&extra))
 }
 

@@ -72,7 +72,13 @@ pub async fn create(
             expires_at: None,
         };
         let row = service.clone();
-        let event = audit::service_event(&state, &req, &caller.actor, Action::ServiceCreate, &row);
+        let event = audit::service_event(
+            &state,
+            &req,
+            &caller.who.actor(),
+            Action::ServiceCreate,
+            &row,
+        );
         match state
             .db(move |s| s.create_service(&row, None, &event))
             .await
@@ -129,7 +135,7 @@ pub async fn patch(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let ServiceCaller { mut service, actor } = auth::service_caller(&state, &req, &path).await?;
+    let ServiceCaller { mut service, who } = auth::service_caller(&state, &req, &path).await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["title", "description"])?;
     let clears_description = fields.raw("description").is_some_and(|v| v.is_null());
@@ -148,7 +154,7 @@ pub async fn patch(
     }
     let row = service.clone();
     let action = audit::service_action(&service, Action::ServiceUpdate, Action::AnonymousUpdate);
-    let event = audit::service_event(&state, &req, &actor, action, &service);
+    let event = audit::service_event(&state, &req, &who.actor(), action, &service);
     state
         .db(move |s| s.update_service(&row, &event))
         .await
@@ -162,10 +168,10 @@ pub async fn delete(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let ServiceCaller { service, actor } = auth::service_caller(&state, &req, &path).await?;
+    let ServiceCaller { service, who } = auth::service_caller(&state, &req, &path).await?;
     let id = service.id;
     let action = audit::service_action(&service, Action::ServiceDelete, Action::AnonymousDelete);
-    let event = audit::service_event(&state, &req, &actor, action, &service);
+    let event = audit::service_event(&state, &req, &who.actor(), action, &service);
     let deleted = state.db(move |s| s.delete_service(id, &event)).await?;
     directory::settle_write(&state).await;
     if !deleted {

@@ -15,75 +15,43 @@
 //!   served by the other, and how many requests the other accepts after a DELETE of the
 //!   caller's account returned (static token and identity token).
 
-#[path = "bench_client.rs"]
-pub mod client;
-#[path = "bench_report.rs"]
+mod nginx;
 mod report;
-#[path = "bench_servers.rs"]
-pub mod servers;
-#[path = "bench_wrk.rs"]
 pub mod wrk;
 
-use crate::cmd::{cargo, output, root, run, succeeds};
+use crate::api::{hosted_issuer, oidc_policy, upload, Api, Signer};
+use crate::cmd::{root, succeeds};
 use crate::postgres::Cluster;
+use crate::registry::{self, create_customer, truncate, Registry, WorkDir};
 use anyhow::{bail, Context, Result};
-use client::{create_customer, oidc_policy, upload, Api, Signer};
+use nginx::Nginx;
 use report::{median, Figures, Report, RoundSamples};
-use reqwest::Method;
-use servers::{get, truncate, Nginx, Registry, RegistryOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use wrk::Load;
 
-const USAGE: &str = "usage: cargo xtask bench [--rounds N] [--seconds S] [--services N] \
-[--no-postgres] [--no-write] [--binary PATH]";
-
-/// Options of a run.
-#[derive(Debug, Clone)]
-struct Options {
-    rounds: usize,
+#[derive(Debug, Clone, clap::Args)]
+pub struct Options {
+    /// Rounds of P1–P4 (the table shows medians).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Seconds of each wrk run.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     seconds: u32,
+    /// Published services for P5's memory figure.
+    #[arg(long, default_value_t = 10_000)]
     services: usize,
-    postgres: bool,
-    write: bool,
+    /// Skip P6 (two replicas on PostgreSQL).
+    #[arg(long)]
+    no_postgres: bool,
+    /// Print the table only; leave docs/benchmarks.md as it is.
+    #[arg(long)]
+    no_write: bool,
     /// A registry binary to measure instead of building this tree's (before/after comparisons).
+    #[arg(long)]
     binary: Option<PathBuf>,
-}
-
-fn options(args: &[String]) -> Result<Options> {
-    let mut options = Options {
-        rounds: 5,
-        seconds: 10,
-        services: 10_000,
-        postgres: true,
-        write: true,
-        binary: None,
-    };
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let mut number = |name: &str| -> Result<usize> {
-            args.next()
-                .and_then(|v| v.parse().ok())
-                .with_context(|| format!("{name} needs a number\n{USAGE}"))
-        };
-        match arg.as_str() {
-            "--rounds" => options.rounds = number("--rounds")?.max(1),
-            "--seconds" => options.seconds = u32::try_from(number("--seconds")?.max(1))?,
-            "--services" => options.services = number("--services")?,
-            "--no-postgres" => options.postgres = false,
-            "--no-write" => options.write = false,
-            "--binary" => {
-                let path = args
-                    .next()
-                    .with_context(|| format!("--binary needs a path\n{USAGE}"))?;
-                options.binary = Some(PathBuf::from(path));
-            }
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
-        }
-    }
-    Ok(options)
 }
 
 /// Fails with the apt command that installs `tool` when it is not on the PATH.
@@ -109,43 +77,25 @@ fn cpus() -> (Option<usize>, Option<usize>) {
     }
 }
 
-/// Builds the optimised `registry` binary (what is measured) and returns its path.
-pub fn release_binary() -> Result<PathBuf> {
-    println!("\n=== release build ===\n");
-    run(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "registry-server",
-        "--bin",
-        "registry",
-    ]))?;
-    Ok(std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root().join("target"), PathBuf::from)
-        .join("release/registry"))
-}
-
-pub fn run_bench(args: &[String]) -> Result<()> {
-    let options = options(args)?;
+pub fn run(options: &Options) -> Result<()> {
     require("wrk", "wrk")?;
     require("nginx", "nginx-light")?;
     let binary = match &options.binary {
         Some(binary) => binary.clone(),
-        None => release_binary()?,
+        None => {
+            println!("\n=== release build ===\n");
+            registry::build(true)?
+        }
     };
     let dir = std::env::temp_dir().join(format!("registry-bench-{}", std::process::id()));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    std::fs::create_dir_all(&dir)?;
+    let work = WorkDir::at(dir)?;
     let mut report = Report::new(options.seconds, load_average());
-    let result = measure(&options, &binary, &dir, &mut report);
-    let _ = std::fs::remove_dir_all(&dir);
-    result?;
+    measure(options, &binary, &work.0, &mut report)?;
+    drop(work);
     report.load_after = load_average();
     let table = report.render();
     println!("\n{table}");
-    if options.write {
+    if !options.no_write {
         let path = root().join("docs/benchmarks.md");
         report::write_section(&path, &table)?;
         println!("written to {}", path.display());
@@ -170,11 +120,21 @@ fn measure(options: &Options, binary: &Path, dir: &Path, report: &mut Report) ->
     http_rounds(options, binary, dir, (server_cpu, wrk_cpu), report)?;
     println!("\n=== P5: start-up and memory ===\n");
     startup_and_memory(options, binary, dir, &mut report.figures)?;
-    if options.postgres {
+    if !options.no_postgres {
         println!("\n=== P6: two replicas on PostgreSQL ===\n");
         replicas(binary, dir, &mut report.figures)?;
     }
     Ok(())
+}
+
+/// A server whose identity tokens may come from an `http` issuer it hosts itself, on loopback,
+/// with the server's default workers.
+fn federated_server(binary: &Path, database_url: &str, log: &Path) -> registry::Options {
+    registry::Options {
+        workers: None,
+        ..registry::Options::new(binary, database_url, log)
+    }
+    .env("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true")
 }
 
 /// P1–P4: sets the scene through the API, then runs the rounds.
@@ -187,14 +147,13 @@ fn http_rounds(
 ) -> Result<()> {
     let database_url = format!("sqlite://{}", dir.join("registry.db").display());
     let token = create_customer(binary, &database_url, "acme")?;
-    let registry = Registry::start(&RegistryOptions {
-        binary,
-        database_url: &database_url,
-        log: dir.join("registry.log"),
+    let registry = Registry::start(&registry::Options {
         workers: Some(1),
         cpu: server_cpu,
+        ..federated_server(binary, &database_url, &dir.join("registry.log"))
     })?;
-    let api = Api::new(registry.base(), token.clone())?;
+    let http = registry.http();
+    let api = Api::new(http, &token);
 
     // The document P1 serves, and P2's service.
     let site_key = Signer::generate("site-1")?;
@@ -202,106 +161,79 @@ fn http_rounds(
     api.publish(&api_service, &upload(site_key.jwks()))?;
     // P4 writes to a service of its own.
     let writes_service = api.create_service("writes")?;
-    let write_body = upload(site_key.jwks()).to_string();
-    api.publish(&writes_service, &serde_json::from_str(&write_body)?)?;
+    let write_body = upload(site_key.jwks());
+    api.publish(&writes_service, &write_body)?;
     // P3's issuer: a service hosted by this registry, trusted by an oidc account.
-    let idp_key = Signer::generate("idp-1")?;
-    let idp = api.create_service("idp")?;
-    api.publish(&idp, &upload(idp_key.jwks()))?;
-    let issuer = format!("http://{}", registry.issuer_host(&idp));
+    let (issuer, idp_key) = hosted_issuer(&api)?;
     api.create_account("ci", oidc_policy(&issuer, &[&api_service]))?;
     let jwt = idp_key.mint(&issuer)?;
-    let federated = Api::new(registry.base(), jwt.clone())?;
-    let (status, _) = federated.call(
-        Method::GET,
-        &format!("/services/{api_service}/config"),
-        None,
-    )?;
-    if status != 200 {
-        bail!(
-            "the identity token was refused ({status}); log:\n{}",
-            tail(&registry.log)
-        );
-    }
+    let path = format!("/services/{api_service}/config");
+    Api::new(http, &jwt)
+        .expect("GET", &path, None, 200)
+        .context("the identity token was refused")?;
 
-    let host = registry.issuer_host(&api_service);
-    let (status, document) = get(registry.port, &host, "/.well-known/openid-configuration")
-        .context("fetching the hosted discovery document")?;
-    if status != 200 {
-        bail!("the hosted discovery document answered {status}");
+    let discovery = "/.well-known/openid-configuration";
+    let document = http.hosted(&api_service, discovery)?;
+    if document.status != 200 {
+        bail!("the hosted discovery document answered {}", document.status);
     }
-    let nginx = Nginx::start(&dir.join("nginx"), document.as_bytes(), server_cpu)?;
+    let nginx = Nginx::start(&dir.join("nginx"), document.body.as_bytes(), server_cpu)?;
 
     let script = dir.join("put-config.lua");
-    std::fs::write(&script, wrk::script("PUT", &token, &write_body))?;
-    let load =
-        |url: String, headers: Vec<(String, String)>, script: Option<PathBuf>, connections| Load {
-            url,
-            headers,
-            script,
-            connections,
-            seconds: options.seconds,
-            cpu: wrk_cpu,
-        };
-    let discovery = "/.well-known/openid-configuration";
-    let loads = RoundLoads {
-        p1_registry: load(
-            format!("{}{discovery}", registry.base()),
-            vec![("Host".into(), host.clone())],
-            None,
-            32,
-        ),
-        p1_nginx: load(
-            format!("http://127.0.0.1:{}{discovery}", nginx.port),
-            vec![("Host".into(), host.clone())],
-            None,
-            32,
-        ),
-        p2: load(
-            format!("{}/services/{api_service}/config", registry.base()),
-            vec![("Authorization".into(), format!("Bearer {token}"))],
-            None,
-            32,
-        ),
-        p3: load(
-            format!("{}/services/{api_service}/config", registry.base()),
-            vec![("Authorization".into(), format!("Bearer {jwt}"))],
-            None,
-            32,
-        ),
-        p4: load(
-            format!("{}/services/{writes_service}/config", registry.base()),
-            Vec::new(),
-            Some(script),
-            8,
-        ),
+    std::fs::write(&script, wrk::script("PUT", &token, &write_body.to_string()))?;
+    let load = |url: String, headers: Vec<(String, String)>, script, connections| Load {
+        url,
+        headers,
+        script,
+        connections,
+        seconds: options.seconds,
+        cpu: wrk_cpu,
     };
-    report.commands = loads.describe();
+    let base = registry.base();
+    let (on_registry, on_nginx) = (
+        format!("{base}{discovery}"),
+        format!("http://127.0.0.1:{}{discovery}", nginx.port),
+    );
+    let config = format!("{base}/services/{api_service}/config");
+    let writes = format!("{base}/services/{writes_service}/config");
+    let host = || vec![("Host".to_owned(), http.issuer_host(&api_service))];
+    let bearer = |token: &str| vec![("Authorization".to_owned(), format!("Bearer {token}"))];
+    // The loads of a round, in the order they run.
+    let loads = [
+        ("P1 registry", load(on_registry, host(), None, 32)),
+        ("P1 nginx", load(on_nginx, host(), None, 32)),
+        ("P2", load(config.clone(), bearer(&token), None, 32)),
+        ("P3", load(config, bearer(&jwt), None, 32)),
+        ("P4", load(writes, Vec::new(), Some(script), 8)),
+    ];
+    report.commands = (loads.iter())
+        .map(|(name, load)| (name.to_string(), load.describe()))
+        .collect();
     report.nginx_config = nginx.config.clone();
-    report.registry_env = Registry::environment(registry.port, "sqlite://DIR/registry.db", Some(1))
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}"))
+    report.registry_env = (registry.environment.iter())
+        .map(|(k, v)| match k.as_str() {
+            "REGISTRY_DATABASE_URL" => format!("{k}=sqlite://DIR/registry.db"),
+            _ => format!("{k}={v}"),
+        })
         .collect();
 
-    // Warm-up: connections, caches, the CPU's frequency.
-    let warm = |l: &Load| {
+    // Warm-up of P1–P3: connections, caches, the CPU's frequency.
+    for (_, load) in &loads[..4] {
         Load {
             seconds: 2,
-            ..l.clone()
+            ..load.clone()
         }
-        .run()
-    };
-    for l in [&loads.p1_registry, &loads.p1_nginx, &loads.p2, &loads.p3] {
-        warm(l)?;
+        .run()?;
     }
+    let run = |i: usize| loads[i].1.run();
     for round in 0..options.rounds {
         println!("round {}/{}", round + 1, options.rounds);
         let samples = RoundSamples {
-            p1_registry: loads.p1_registry.run()?,
-            p1_nginx: loads.p1_nginx.run()?,
-            p2: loads.p2.run()?,
-            p3: loads.p3.run()?,
-            p4: loads.p4.run()?,
+            p1_registry: run(0)?,
+            p1_nginx: run(1)?,
+            p2: run(2)?,
+            p3: run(3)?,
+            p4: run(4)?,
         };
         println!("  {samples}");
         report.rounds.push(samples);
@@ -309,36 +241,6 @@ fn http_rounds(
         truncate(&nginx.log);
     }
     Ok(())
-}
-
-/// The loads of one round, in the order they run.
-struct RoundLoads {
-    p1_registry: Load,
-    p1_nginx: Load,
-    p2: Load,
-    p3: Load,
-    p4: Load,
-}
-
-impl RoundLoads {
-    fn describe(&self) -> Vec<(String, String)> {
-        [
-            ("P1 registry", &self.p1_registry),
-            ("P1 nginx", &self.p1_nginx),
-            ("P2", &self.p2),
-            ("P3", &self.p3),
-            ("P4", &self.p4),
-        ]
-        .into_iter()
-        .map(|(name, load)| (name.to_owned(), load.describe()))
-        .collect()
-    }
-}
-
-fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 /// P5: start-up on a new database and on an existing one, memory idle and after `services`
@@ -351,13 +253,8 @@ fn startup_and_memory(
 ) -> Result<()> {
     const STARTS: usize = 5;
     let start = |name: &str, database_url: &str| {
-        Registry::start(&RegistryOptions {
-            binary,
-            database_url,
-            log: dir.join(format!("{name}.log")),
-            workers: None,
-            cpu: None,
-        })
+        let log = dir.join(format!("{name}.log"));
+        Registry::start(&federated_server(binary, database_url, &log))
     };
     let mut fresh = Vec::new();
     for i in 0..STARTS {
@@ -377,7 +274,7 @@ fn startup_and_memory(
     let registry = start("memory", &url)?;
     std::thread::sleep(Duration::from_secs(1));
     figures.rss_idle_kib = registry.rss_kib()?;
-    let api = Api::new(registry.base(), token)?;
+    let api = Api::new(registry.http(), &token);
     let key = Signer::generate("load-1")?;
     let document = upload(key.jwks());
     let started = Instant::now();
@@ -423,17 +320,12 @@ fn replicas(binary: &Path, dir: &Path, figures: &mut Figures) -> Result<()> {
     let url = cluster.admin_url();
     let token = create_customer(binary, &url, "acme")?;
     let start = |name: &str| {
-        Registry::start(&RegistryOptions {
-            binary,
-            database_url: &url,
-            log: dir.join(format!("{name}.log")),
-            workers: None,
-            cpu: None,
-        })
+        let log = dir.join(format!("{name}.log"));
+        Registry::start(&federated_server(binary, &url, &log))
     };
     let a = start("replica-a")?;
     let b = start("replica-b")?;
-    let on_a = Api::new(a.base(), token)?;
+    let on_a = Api::new(a.http(), &token);
     let service = on_a.create_service("api")?;
     let key = Signer::generate("p6-0")?;
     on_a.publish(&service, &upload(key.jwks()))?;
@@ -447,8 +339,8 @@ fn replicas(binary: &Path, dir: &Path, figures: &mut Figures) -> Result<()> {
         on_a.publish(&service, &upload(key.jwks()))?;
         let published = Instant::now();
         loop {
-            if let Some((200, body)) = get(b.port, &b.issuer_host(&service), "/openid/v1/jwks") {
-                if body.contains(&format!("\"{kid}\"")) {
+            if let Ok(hosted) = b.http().hosted(&service, "/openid/v1/jwks") {
+                if hosted.status == 200 && hosted.body.contains(&format!("\"{kid}\"")) {
                     delays.push(published.elapsed().as_secs_f64() * 1000.0);
                     break;
                 }
@@ -471,10 +363,7 @@ fn replicas(binary: &Path, dir: &Path, figures: &mut Figures) -> Result<()> {
     figures.revocation_static = revocation(&on_a, &b, &service, &id, &static_token)?;
 
     // Revocation with an identity token (issuer hosted on A, verified by B through A).
-    let idp_key = Signer::generate("idp-1")?;
-    let idp = on_a.create_service("idp")?;
-    on_a.publish(&idp, &upload(idp_key.jwks()))?;
-    let issuer = format!("http://{}", a.issuer_host(&idp));
+    let (issuer, idp_key) = hosted_issuer(&on_a)?;
     let (id, _) = on_a.create_account("federated", oidc_policy(&issuer, &[&service]))?;
     let jwt = idp_key.mint(&issuer)?;
     figures.revocation_federated = revocation(&on_a, &b, &service, &id, &jwt)?;
@@ -493,15 +382,10 @@ fn revocation(
     id: &str,
     bearer: &str,
 ) -> Result<report::Revocation> {
-    let on_b = Api::new(b.base(), bearer.to_owned())?;
+    let on_b = Api::new(b.http(), bearer);
     let path = format!("/services/{service}/config");
-    let (status, _) = on_b.call(Method::GET, &path, None)?;
-    if status != 200 {
-        bail!(
-            "the bearer was refused on the other replica before the DELETE ({status}); log:\n{}",
-            tail(&b.log)
-        );
-    }
+    on_b.expect("GET", &path, None, 200)
+        .context("the bearer was refused on the other replica before the DELETE")?;
     // Each client stops after this many requests sent once the DELETE has returned: enough to
     // see every refusal, few enough to stay under the limit of failed authentications per
     // address (1000 a minute), which would turn the next scenario's requests into 429s.
@@ -515,14 +399,14 @@ fn revocation(
                 while result.after < AFTER {
                     let sent = Instant::now();
                     let after = deleted.get().is_some_and(|at| sent >= *at);
-                    let Ok((status, _)) = on_b.call(Method::GET, &path, None) else {
+                    let Ok(answer) = on_b.call("GET", &path, None) else {
                         continue;
                     };
                     if !after {
                         result.before += 1;
                     } else {
                         result.after += 1;
-                        if status == 200 {
+                        if answer.status == 200 {
                             result.accepted_after += 1;
                         }
                     }
@@ -565,31 +449,15 @@ pub fn machine() -> String {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .map_or(String::new(), |kib| format!(", {} GiB", kib / 1024 / 1024));
-    let kernel = output(Command::new("uname").arg("-r")).unwrap_or_default();
-    let rustc = output(Command::new("rustc").arg("--version")).unwrap_or_default();
-    let nginx = Command::new("nginx")
-        .arg("-v")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stderr)
-                .trim()
-                .replace("nginx version: ", "")
-        })
-        .unwrap_or_default();
-    let wrk = Command::new("wrk")
-        .arg("-v")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .split_whitespace()
-                .take(2)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default();
-    format!(
-        "{cores} cores ({cpu}){memory}; Linux {}; {}; {nginx}; {wrk}",
-        kernel.trim(),
-        rustc.trim()
-    )
+    // What a tool prints of itself, on stdout or on stderr (nginx).
+    let version = |program: &str, flag: &str| {
+        let out = Command::new(program).arg(flag).output();
+        let text = out.map_or(Vec::new(), |out| [out.stdout, out.stderr].concat());
+        String::from_utf8_lossy(&text).trim().to_owned()
+    };
+    let (kernel, rustc) = (version("uname", "-r"), version("rustc", "--version"));
+    let nginx = version("nginx", "-v").replace("nginx version: ", "");
+    let wrk = version("wrk", "-v");
+    let wrk = wrk.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    format!("{cores} cores ({cpu}){memory}; Linux {kernel}; {rustc}; {nginx}; {wrk}")
 }

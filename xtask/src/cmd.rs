@@ -18,10 +18,21 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// `cargo`, the same one that runs this xtask.
-pub fn cargo() -> Command {
+/// Cargo's target directory (honours `CARGO_TARGET_DIR` and `.cargo/config`).
+pub fn target_dir() -> Result<PathBuf> {
+    let metadata = output(&mut cargo("metadata --format-version 1 --no-deps"))?;
+    let metadata: serde_json::Value = serde_json::from_str(&metadata)
+        .context("cargo metadata printed something other than JSON")?;
+    metadata["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .context("cargo metadata has no target_directory")
+}
+
+/// `cargo` (the same one that runs this xtask) with `args`, split at spaces.
+pub fn cargo(args: &str) -> Command {
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    command.current_dir(root());
+    command.current_dir(root()).args(args.split_whitespace());
     command
 }
 

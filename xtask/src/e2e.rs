@@ -5,23 +5,15 @@
 //! missing, and runs the `node:test` suite, which starts the binary and drives the system's
 //! Chromium (playwright's own browser download does not work everywhere, and is not needed).
 
-use crate::cmd::{cargo, output, root, run, succeeds};
-use anyhow::{bail, Context, Result};
+use crate::cmd::{self, root, succeeds};
+use anyhow::{bail, Result};
 use std::path::PathBuf;
 use std::process::Command;
 
 const DEFAULT_CHROMIUM: &str = "/usr/bin/chromium";
 
-/// Runs the browser tests; `args` (after `--`) go to `node --test`, e.g.
-/// `--test-name-pattern=expir`.
-pub fn run_suite(args: &[String]) -> Result<()> {
-    let node_args = match args.split_first() {
-        None => &[][..],
-        Some((first, rest)) if first == "--" => rest,
-        Some((other, _)) => {
-            bail!("unknown argument {other:?}: cargo xtask e2e [-- NODE TEST ARGS]")
-        }
-    };
+/// Runs the browser tests; `node_args` go to `node --test`, e.g. `--test-name-pattern=expir`.
+pub fn run(node_args: &[String]) -> Result<()> {
     let chromium = std::env::var_os("CHROMIUM_PATH")
         .map(PathBuf::from)
         .unwrap_or_else(|| DEFAULT_CHROMIUM.into());
@@ -36,32 +28,24 @@ pub fn run_suite(args: &[String]) -> Result<()> {
         bail!("npm not found: the browser tests need Node.js 20 or later with npm");
     }
 
-    run(cargo().args(["build", "-p", "registry-server", "--bin", "registry"]))?;
-    let binary = target_dir()?.join("debug").join("registry");
+    let binary = crate::registry::build(false)?;
 
     let dir = root().join("e2e");
     if !dir.join("node_modules").join("playwright-core").is_dir() {
-        run(Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir))?;
+        cmd::run(
+            Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund"])
+                .current_dir(&dir),
+        )?;
     }
     // What `npm test` runs, with room for node's own flags before the file.
-    run(Command::new("node")
-        .args(["--test", "--test-concurrency=1"])
-        .args(node_args)
-        .arg("dashboard.test.mjs")
-        .current_dir(&dir)
-        .env("REGISTRY_BINARY", &binary)
-        .env("CHROMIUM_PATH", &chromium))
-}
-
-/// Cargo's target directory (honours `CARGO_TARGET_DIR` and `.cargo/config`).
-fn target_dir() -> Result<PathBuf> {
-    let metadata = output(cargo().args(["metadata", "--format-version", "1", "--no-deps"]))?;
-    let metadata: serde_json::Value = serde_json::from_str(&metadata)
-        .context("cargo metadata printed something other than JSON")?;
-    metadata["target_directory"]
-        .as_str()
-        .map(PathBuf::from)
-        .context("cargo metadata has no target_directory")
+    cmd::run(
+        Command::new("node")
+            .args(["--test", "--test-concurrency=1"])
+            .args(node_args)
+            .arg("dashboard.test.mjs")
+            .current_dir(&dir)
+            .env("REGISTRY_BINARY", &binary)
+            .env("CHROMIUM_PATH", &chromium),
+    )
 }

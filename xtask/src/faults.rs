@@ -3,8 +3,9 @@
 //! * `kill`: `kill -9` of the server in the middle of a stream of writes (services, published
 //!   configurations, title changes, service accounts with their tokens), then a restart on the
 //!   same database: every acknowledged write is there, nothing is half-written (a service's
-//!   configuration and hosted documents agree, every account's token works), and on SQLite
-//!   `PRAGMA integrity_check` says `ok`. Runs on SQLite, and on PostgreSQL when it is installed.
+//!   configuration and hosted documents agree, every account's token works), the audit trail
+//!   holds one event per change, and on SQLite `PRAGMA integrity_check` says `ok`. Runs on
+//!   SQLite, and on PostgreSQL when it is installed.
 //! * `postgres`: PostgreSQL stopped and started under load: `GET /readyz` and authenticated
 //!   calls answer 503 (never 500) while it is down, public documents keep being served from
 //!   memory, and the same registry process recovers by itself once it is back.
@@ -14,113 +15,92 @@
 //! * `disk`: SQLite on a 2 MiB tmpfs (needs root for `mount`): writes fail with clear 503s once
 //!   the disk is full, reads go on, writes recover when space returns (remount), no acknowledged
 //!   write is lost and the database passes `PRAGMA integrity_check`.
+//!
+//! What was acknowledged is kept in the [`Ledger`], and checked with [`Ledger::verify`].
 
-pub mod harness;
 mod pgkill;
 
+use crate::api::{fake_keys, upload, Api};
+use crate::http::{free_port, wait_until, Http};
+use crate::ledger::{locked, Ledger, Sent, Writer, TENANT};
 use crate::postgres;
+use crate::registry::{self, create_customer, Registry, WorkDir};
 use anyhow::{bail, ensure, Context, Result};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
-use harness::{customer, free_port, wait_until, Http, Registry, WorkDir};
-use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: cargo xtask faults [--rounds N] [kill] [postgres] [pgkill] [disk]";
-
-/// One line of the final summary.
-struct Outcome {
-    scenario: String,
-    result: Result<String>,
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// Kills of the server (and of PostgreSQL, for `pgkill`) per scenario.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// The scenarios to run; all of them when none is named.
+    #[arg(value_enum)]
+    scenarios: Vec<Scenario>,
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let mut rounds = 3;
-    let mut only: Vec<String> = Vec::new();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--rounds" => {
-                rounds = args
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .context("--rounds needs a number")?;
-            }
-            "kill" | "postgres" | "pgkill" | "disk" => only.push(arg.clone()),
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
-        }
-    }
-    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
-    let binary = harness::build_binary()?;
-    let work = WorkDir::new("faults")?;
-    let mut outcomes = Vec::new();
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    Kill,
+    Postgres,
+    Pgkill,
+    Disk,
+}
 
-    if wanted("kill") {
+pub fn run(options: &Options) -> Result<()> {
+    let wanted = |s| options.scenarios.is_empty() || options.scenarios.contains(&s);
+    let rounds = options.rounds;
+    let binary = registry::build(false)?;
+    let work = WorkDir::in_target("faults")?;
+    let mut outcomes: Vec<(&str, Result<String>)> = Vec::new();
+
+    if wanted(Scenario::Kill) {
         let path = work.0.join("kill.db");
         let url = format!("sqlite://{}", path.display());
-        outcomes.push(Outcome {
-            scenario: "kill -9 during writes (SQLite)".into(),
-            result: kill_during_writes(&binary, &url, &work.0, rounds, Some(&path)),
-        });
+        let result = kill_during_writes(&binary, &url, &work.0, rounds, Some(&path));
+        outcomes.push(("kill -9 during writes (SQLite)", result));
     }
-    let cluster = if wanted("kill") || wanted("postgres") {
+    if wanted(Scenario::Kill) || wanted(Scenario::Postgres) {
         match postgres::Cluster::start() {
-            Ok(cluster) => Some(cluster),
-            Err(e) => {
-                outcomes.push(Outcome {
-                    scenario: "PostgreSQL scenarios".into(),
-                    result: Err(e.context("cannot start a PostgreSQL cluster")),
-                });
-                None
+            Err(e) => outcomes.push((
+                "PostgreSQL scenarios",
+                Err(e.context("cannot start a PostgreSQL cluster")),
+            )),
+            Ok(mut cluster) => {
+                if wanted(Scenario::Kill) {
+                    let result = create_database(&cluster, "faults_kill")
+                        .and_then(|url| kill_during_writes(&binary, &url, &work.0, rounds, None));
+                    outcomes.push(("kill -9 during writes (PostgreSQL)", result));
+                }
+                if wanted(Scenario::Postgres) {
+                    let result = create_database(&cluster, "faults_outage")
+                        .and_then(|url| postgres_outage(&binary, &url, &work.0, &mut cluster));
+                    outcomes.push(("PostgreSQL stopped and started under load", result));
+                }
             }
         }
-    } else {
-        None
-    };
-    if let Some(mut cluster) = cluster {
-        if wanted("kill") {
-            let result = create_database(&cluster, "faults_kill")
-                .and_then(|url| kill_during_writes(&binary, &url, &work.0, rounds, None));
-            outcomes.push(Outcome {
-                scenario: "kill -9 during writes (PostgreSQL)".into(),
-                result,
-            });
-        }
-        if wanted("postgres") {
-            let result = create_database(&cluster, "faults_outage")
-                .and_then(|url| postgres_outage(&binary, &url, &work.0, &mut cluster));
-            outcomes.push(Outcome {
-                scenario: "PostgreSQL stopped and started under load".into(),
-                result,
-            });
-        }
     }
-    if wanted("pgkill") {
-        outcomes.push(Outcome {
-            scenario: "kill -9 of PostgreSQL during writes".into(),
-            result: pgkill::postgres_killed_during_writes(&binary, &work.0, rounds),
-        });
+    if wanted(Scenario::Pgkill) {
+        let result = pgkill::postgres_killed_during_writes(&binary, &work.0, rounds);
+        outcomes.push(("kill -9 of PostgreSQL during writes", result));
     }
-    if wanted("disk") {
-        outcomes.push(Outcome {
-            scenario: "disk full (SQLite on a 2 MiB tmpfs)".into(),
-            result: disk_full(&binary, &work.0),
-        });
+    if wanted(Scenario::Disk) {
+        let result = disk_full(&binary, &work.0);
+        outcomes.push(("disk full (SQLite on a 2 MiB tmpfs)", result));
     }
 
     println!("\n=== faults: summary ===\n");
     let mut failed = 0;
-    for outcome in &outcomes {
-        match &outcome.result {
-            Ok(summary) => println!("PASS  {}\n      {summary}", outcome.scenario),
+    for (scenario, result) in &outcomes {
+        match result {
+            Ok(summary) => println!("PASS  {scenario}\n      {summary}"),
             Err(e) => {
                 failed += 1;
-                println!("FAIL  {}\n      {e:#}", outcome.scenario);
+                println!("FAIL  {scenario}\n      {e:#}");
             }
         }
     }
@@ -135,15 +115,9 @@ fn create_database(cluster: &postgres::Cluster, name: &str) -> Result<String> {
     crate::cmd::output(
         Command::new("psql")
             .env("PATH", cluster.path_with_binaries()?)
-            .args([
-                "-X",
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-d",
-                &cluster.admin_url(),
-                "-c",
-            ])
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(cluster.admin_url())
+            .arg("-c")
             .arg(format!("CREATE DATABASE {name}")),
     )?;
     let admin = cluster.admin_url();
@@ -153,134 +127,73 @@ fn create_database(cluster: &postgres::Cluster, name: &str) -> Result<String> {
     Ok(format!("{server}/{name}"))
 }
 
-/// A valid PUT /config body whose key set holds `keys` RSA keys named `{kid}-{i}`.
-pub fn upload(kid: &str, keys: usize) -> Value {
-    let mut n = vec![0xa5u8; 256];
-    n[0] = 0xc3;
-    let n = URL_SAFE_NO_PAD.encode(&n);
-    let keys: Vec<Value> = (0..keys)
-        .map(|i| json!({"kty": "RSA", "kid": format!("{kid}-{i}"), "use": "sig", "alg": "RS256", "e": "AQAB", "n": n}))
-        .collect();
-    json!({
-        "openidConfiguration": {
-            "issuer": "https://kubernetes.default.svc.cluster.local",
-            "response_types_supported": ["id_token"],
-            "subject_types_supported": ["public"],
-            "id_token_signing_alg_values_supported": ["RS256"]
-        },
-        "jwks": {"keys": keys}
-    })
-}
-
-/// What the writers got acknowledged.
-#[derive(Default)]
-struct Acked {
-    services: Vec<String>,
-    configs: Vec<String>,
-    patched: Vec<String>,
-    /// (account id, subdomain it covers, token)
-    accounts: Vec<(String, String, String)>,
-    /// Statuses other than the expected success, by operation.
-    unexpected: Vec<String>,
-    /// 5xx answers other than 503 `unavailable` (status and body).
-    server_errors: Vec<String>,
-    /// 503 `unavailable` answers.
-    unavailable: usize,
-}
-
-impl Acked {
-    fn refused(&mut self, method: &str, path: &str, response: &harness::Response) {
-        let status = response.status;
-        self.unexpected.push(format!("{method} {path} → {status}"));
-        if status == 503 && response.problem() == "unavailable" {
-            self.unavailable += 1;
-        } else if status >= 500 {
-            self.server_errors
-                .push(format!("{method} {path} → {status}: {}", response.body));
-        }
-    }
-}
-
-/// One writer: services, then their configuration, title and a service account, until `stop`
-/// or the server disappears.
-fn write_stream(http: Http, token: &str, prefix: &str, stop: &AtomicBool, acked: &Mutex<Acked>) {
-    let record =
-        |f: &mut dyn FnMut(&mut Acked)| f(&mut acked.lock().unwrap_or_else(|e| e.into_inner()));
+/// One writer of the crash scenarios: services `{prefix}n{n}`, each then published (two keys),
+/// retitled `patched` and given a static account over it, until `stop` or the server stops
+/// answering.
+fn write_stream(writer: Writer, prefix: &str, stop: &AtomicBool) {
     let mut n = 0;
     while !stop.load(Ordering::SeqCst) {
         n += 1;
         let name = format!("{prefix}n{n}");
-        let body = json!({"title": name, "serviceName": name, "description": "d".repeat(300)});
-        let Ok(created) = http.call("POST", "/services", Some(token), Some(&body)) else {
+        let subdomain = format!("{name}-{TENANT}");
+        let created = writer.create_service(&name, Some(&"d".repeat(300)));
+        if created.answer.is_none() {
             return;
-        };
-        if created.status != 201 {
-            record(&mut |a| a.refused("POST", "/services", &created));
+        } else if !created.acked() {
             continue;
         }
-        let subdomain = created.json()["subdomain"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        record(&mut |a| a.services.push(subdomain.clone()));
-        let steps: [(&str, String, Value, u16); 3] = [
-            (
-                "PUT",
-                format!("/services/{subdomain}/config"),
-                upload(&subdomain, 2),
-                200,
-            ),
-            (
-                "PATCH",
-                format!("/services/{subdomain}"),
-                json!({"title": "patched"}),
-                200,
-            ),
-            (
-                "POST",
-                "/service-accounts".into(),
-                json!({"name": subdomain, "policy": {"kind": "static", "services": [subdomain]}}),
-                201,
-            ),
+        let steps: [&dyn Fn() -> Sent; 3] = [
+            &|| writer.publish("configuration published", &subdomain, &subdomain, 2),
+            &|| writer.retitle("title changed", &subdomain, "patched"),
+            &|| writer.create_account(&subdomain, std::slice::from_ref(&subdomain)),
         ];
-        for (step, (method, path, body, expected)) in steps.into_iter().enumerate() {
-            let Ok(response) = http.call(method, &path, Some(token), Some(&body)) else {
-                return;
-            };
-            if response.status != expected {
-                record(&mut |a| a.refused(method, &path, &response));
-                continue;
-            }
-            let reply = response.json();
-            record(&mut |a| match step {
-                0 => a.configs.push(subdomain.clone()),
-                1 => a.patched.push(subdomain.clone()),
-                _ => a.accounts.push((
-                    reply["id"].as_str().unwrap_or_default().to_owned(),
-                    subdomain.clone(),
-                    reply["token"].as_str().unwrap_or_default().to_owned(),
-                )),
-            });
+        // A refused step does not stop the others; no answer means the server is gone.
+        if steps.iter().any(|step| step().answer.is_none()) {
+            return;
         }
     }
 }
 
-/// Four [`write_stream`]s named `{prefix}w{n}`; the flag that stops them, and their threads.
-fn start_writers(
-    http: Http,
-    token: &str,
-    prefix: &str,
-    acked: &Arc<Mutex<Acked>>,
-) -> (Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let writers = (0..4)
-        .map(|w| {
-            let (stop, acked, token) = (stop.clone(), acked.clone(), token.to_owned());
-            let prefix = format!("{prefix}w{w}");
-            std::thread::spawn(move || write_stream(http, &token, &prefix, &stop, &acked))
-        })
-        .collect();
-    (stop, writers)
+/// Runs `during` while `workers` threads run `work(i, stop)`; sets `stop` after.
+fn alongside<R>(
+    workers: usize,
+    work: impl Fn(usize, &AtomicBool) + Sync,
+    during: impl FnOnce() -> R,
+) -> R {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for i in 0..workers {
+            let (work, stop) = (&work, &stop);
+            scope.spawn(move || work(i, stop));
+        }
+        let result = during();
+        stop.store(true, Ordering::SeqCst);
+        result
+    })
+}
+
+/// Runs `during` while four [`write_stream`]s named `{prefix}w{n}` write.
+fn with_writers<R>(writer: Writer, prefix: &str, during: impl FnOnce() -> R) -> R {
+    let work = |w, stop: &AtomicBool| write_stream(writer, &format!("{prefix}w{w}"), stop);
+    alongside(4, work, during)
+}
+
+/// The status of `GET /readyz`; `None` without an answer.
+fn readyz(http: Http) -> Option<u16> {
+    http.call("GET", "/readyz", None, None)
+        .ok()
+        .map(|r| r.status)
+}
+
+/// "N services, N configurations, N title changes, N accounts acknowledged".
+fn acknowledged(ledger: &Ledger) -> String {
+    format!(
+        "{} services, {} configurations, {} title changes, {} accounts acknowledged",
+        ledger.acknowledged("service created"),
+        ledger.acknowledged("configuration published"),
+        ledger.acknowledged("title changed"),
+        ledger.acknowledged("account created")
+    )
 }
 
 fn kill_during_writes(
@@ -290,64 +203,56 @@ fn kill_during_writes(
     rounds: usize,
     sqlite: Option<&Path>,
 ) -> Result<String> {
-    let token = customer(binary, database_url, "acme")?;
-    let log = work.join(format!(
-        "kill-{}.log",
-        if sqlite.is_some() {
-            "sqlite"
-        } else {
-            "postgres"
-        }
-    ));
-    let acked = Arc::new(Mutex::new(Acked::default()));
-    let mut in_flight_found = 0;
+    let token = create_customer(binary, database_url, TENANT)?;
+    let backend = if sqlite.is_some() {
+        "sqlite"
+    } else {
+        "postgres"
+    };
+    let log = work.join(format!("kill-{backend}.log"));
     // One port throughout: the issuer URLs of published documents name it.
-    let port = free_port()?;
+    let options = registry::Options {
+        port: Some(free_port()?),
+        ..registry::Options::new(binary, database_url, &log)
+    };
+    let mut registry = Registry::start(&options)?;
+    let ledger = Mutex::new(Ledger::new(registry.http(), &token)?);
     for round in 0..rounds {
-        let mut registry = Registry::start(binary, database_url, port, &log, &[])?;
-        let http = registry.http();
-        verify_everything(
-            http,
-            port,
-            &token,
-            &acked.lock().unwrap_or_else(|e| e.into_inner()),
-        )
-        .with_context(|| format!("after restart {round}"))?;
-        let (stop, writers) = start_writers(http, &token, &format!("r{round}"), &acked);
-        // A different moment of the stream each round.
-        std::thread::sleep(Duration::from_millis(3000 + 1100 * round as u64));
-        registry.kill9()?;
-        stop.store(true, Ordering::SeqCst);
-        for writer in writers {
-            writer
-                .join()
-                .map_err(|_| anyhow::anyhow!("a writer panicked"))?;
-        }
-        let a = acked.lock().unwrap_or_else(|e| e.into_inner());
+        locked(&ledger)
+            .verify(registry.http(), &token)
+            .with_context(|| format!("after {round} kills"))?;
+        let prefix = format!("r{round}");
+        let writer = Writer {
+            http: registry.http(),
+            token: &token,
+            ledger: &ledger,
+        };
+        with_writers(writer, &prefix, || {
+            // A different moment of the stream each round.
+            std::thread::sleep(Duration::from_millis(3000 + 1100 * round as u64));
+            registry.kill9()
+        })?;
         println!(
-            "round {round}: killed with {} services, {} configurations, {} accounts acknowledged so far",
-            a.services.len(),
-            a.configs.len(),
-            a.accounts.len()
+            "round {round}: killed with {} so far",
+            acknowledged(&locked(&ledger))
         );
+        registry = Registry::start(&options)?;
     }
-    // The last kill's aftermath.
-    let mut registry = Registry::start(binary, database_url, port, &log, &[])?;
-    let acked = acked.lock().unwrap_or_else(|e| e.into_inner());
-    in_flight_found += verify_everything(registry.http(), port, &token, &acked)?;
+    let ledger = locked(&ledger);
+    let verified = ledger.verify(registry.http(), &token)?;
     registry.terminate()?;
     ensure!(
-        acked.unexpected.iter().all(|u| !u.contains("→ 5")),
-        "server errors during the write stream: {:?}",
-        acked.unexpected
+        ledger.unavailable == 0 && ledger.server_errors.is_empty(),
+        "server errors during the write stream: {:?}, {} answers 503 unavailable",
+        ledger.server_errors,
+        ledger.unavailable
     );
     let mut summary = format!(
-        "{rounds} kills; {} services, {} configurations, {} title changes, {} accounts acknowledged, \
-         all present after restart; {in_flight_found} unacknowledged writes found whole",
-        acked.services.len(),
-        acked.configs.len(),
-        acked.patched.len(),
-        acked.accounts.len()
+        "{rounds} kills; {}, all present after restart; {} unacknowledged writes found whole; \
+         {} audit events, one per change",
+        acknowledged(&ledger),
+        verified.found_whole,
+        verified.audit_events
     );
     if let Some(path) = sqlite {
         let integrity = sqlite_pragma(path, "PRAGMA integrity_check")?;
@@ -359,210 +264,13 @@ fn kill_during_writes(
     Ok(summary)
 }
 
-/// Checks every acknowledged write and that nothing stored is half-written; returns how many
-/// services exist that were never acknowledged (writes in flight at the kill, found whole).
-fn verify_everything(http: Http, port: u16, token: &str, acked: &Acked) -> Result<usize> {
-    let listed = http.call("GET", "/services", Some(token), None)?;
-    ensure!(listed.status == 200, "GET /services → {}", listed.status);
-    let services: BTreeMap<String, Value> = listed
-        .json()
-        .as_array()
-        .context("GET /services is not an array")?
-        .iter()
-        .map(|s| {
-            (
-                s["subdomain"].as_str().unwrap_or_default().to_owned(),
-                s.clone(),
-            )
-        })
-        .collect();
-    for subdomain in &acked.services {
-        ensure!(
-            services.contains_key(subdomain),
-            "acknowledged service {subdomain} is missing"
-        );
-    }
-    for subdomain in &acked.patched {
-        let title = &services[subdomain]["title"];
-        ensure!(
-            title == "patched",
-            "acknowledged title change of {subdomain} is missing ({title})"
-        );
-    }
-    let configs: std::collections::HashSet<&String> = acked.configs.iter().collect();
-    let mut published = std::collections::HashSet::new();
-    for (subdomain, service) in &services {
-        for field in ["id", "subdomain", "title", "issuer", "createdAt"] {
-            ensure!(
-                service.get(field).is_some(),
-                "service {subdomain} has no {field}: {service}"
-            );
-        }
-        let (config, hosted) = http.stored_and_hosted(subdomain, token, port)?;
-        match config.status {
-            200 => {
-                let doc = config.json();
-                ensure!(
-                    doc["openidConfiguration"]["issuer"] == service["issuer"],
-                    "{subdomain}: configuration issuer differs from the service's"
-                );
-                let kids = doc["jwks"]["keys"].as_array().map_or(0, Vec::len);
-                ensure!(
-                    kids == 2,
-                    "{subdomain}: published set has {kids} keys, uploaded 2"
-                );
-                ensure!(
-                    hosted.status == 200,
-                    "{subdomain}: published but hosted → {}",
-                    hosted.status
-                );
-                ensure!(
-                    hosted.json() == doc["jwks"],
-                    "{subdomain}: hosted set differs from the stored one"
-                );
-                published.insert(subdomain.clone());
-            }
-            404 => {
-                ensure!(
-                    !configs.contains(subdomain),
-                    "acknowledged configuration of {subdomain} is missing"
-                );
-                ensure!(
-                    hosted.status == 404,
-                    "{subdomain}: unpublished but hosted → {}",
-                    hosted.status
-                );
-            }
-            other => bail!("GET /services/{subdomain}/config → {other}"),
-        }
-    }
-    let accounts = http.call("GET", "/service-accounts", Some(token), None)?;
-    ensure!(
-        accounts.status == 200,
-        "GET /service-accounts → {}",
-        accounts.status
-    );
-    let accounts_listed = accounts.json();
-    let accounts_listed = accounts_listed
-        .as_array()
-        .context("GET /service-accounts is not an array")?;
-    let ids: std::collections::HashSet<String> = accounts_listed
-        .iter()
-        .filter_map(|a| a["id"].as_str().map(str::to_owned))
-        .collect();
-    for (id, subdomain, account_token) in &acked.accounts {
-        ensure!(ids.contains(id), "acknowledged account {id} is missing");
-        let mine = http.call("GET", "/services", Some(account_token), None)?;
-        ensure!(
-            mine.status == 200,
-            "the token of acknowledged account {id} → {}",
-            mine.status
-        );
-        let mine = mine.json();
-        let visible: Vec<&str> = mine.as_array().map_or_else(Vec::new, |l| {
-            l.iter().filter_map(|s| s["subdomain"].as_str()).collect()
-        });
-        ensure!(
-            visible == [subdomain.as_str()],
-            "account {id} sees {visible:?}"
-        );
-    }
-    // The bootstrap account came with the customer (customer.create), not by account.create.
-    let created: std::collections::HashSet<String> = accounts_listed
-        .iter()
-        .filter(|a| {
-            !a["name"]
-                .as_str()
-                .unwrap_or_default()
-                .ends_with(" bootstrap")
-        })
-        .filter_map(|a| a["id"].as_str().map(str::to_owned))
-        .collect();
-    verify_audit(http, token, &services, &published, &created)?;
-    Ok(services.len().saturating_sub(acked.services.len()))
-}
-
-/// The audit trail holds exactly one event per change that exists (DECISIONS §13): every
-/// acknowledged change has its event (the callers above checked that each one exists), and no
-/// event names a change that did not happen. The write streams only create and update, so
-/// what exists is what happened.
-fn verify_audit(
-    http: Http,
-    token: &str,
-    services: &BTreeMap<String, Value>,
-    published: &std::collections::HashSet<String>,
-    accounts: &std::collections::HashSet<String>,
-) -> Result<()> {
-    let mut events: BTreeMap<(String, String), usize> = BTreeMap::new();
-    let mut path = "/audit-events?limit=500".to_owned();
-    loop {
-        let page = http.call("GET", &path, Some(token), None)?;
-        ensure!(page.status == 200, "GET {path} → {}", page.status);
-        let page = page.json();
-        for event in page["events"].as_array().context("no events array")? {
-            let resource = &event["resource"];
-            // Services by subdomain, accounts by id, the customer as "".
-            let key = match resource["type"].as_str() {
-                Some("customer") => "",
-                _ => resource["subdomain"]
-                    .as_str()
-                    .or(resource["id"].as_str())
-                    .unwrap_or_default(),
-            };
-            let action = event["action"].as_str().unwrap_or_default();
-            *events
-                .entry((action.to_owned(), key.to_owned()))
-                .or_default() += 1;
-        }
-        match page["nextCursor"].as_str() {
-            Some(cursor) => path = format!("/audit-events?limit=500&cursor={cursor}"),
-            None => break,
-        }
-    }
-    let patched: std::collections::HashSet<&String> = services
-        .iter()
-        .filter(|(_, s)| s["title"] == "patched")
-        .map(|(subdomain, _)| subdomain)
-        .collect();
-    let mut expected: BTreeMap<(String, String), usize> = BTreeMap::new();
-    let mut expect = |action: &str, key: &str| {
-        expected.insert((action.to_owned(), key.to_owned()), 1);
-    };
-    for subdomain in services.keys() {
-        expect("service.create", subdomain);
-    }
-    for subdomain in published {
-        expect("config.put", subdomain);
-    }
-    for subdomain in patched {
-        expect("service.update", subdomain);
-    }
-    for id in accounts {
-        expect("account.create", id);
-    }
-    expect("customer.create", "");
-    let missing: Vec<_> = expected
-        .keys()
-        .filter(|k| !events.contains_key(*k))
-        .collect();
-    let extra: Vec<_> = events
-        .iter()
-        .filter(|(k, n)| expected.get(*k) != Some(*n))
-        .collect();
-    ensure!(
-        missing.is_empty() && extra.is_empty(),
-        "audit trail and data differ: changes without their event {missing:?}, events without          their change (or twice) {extra:?}"
-    );
-    Ok(())
-}
-
 fn sqlite_pragma(path: &Path, pragma: &str) -> Result<String> {
     let out = crate::cmd::output(Command::new("sqlite3").arg(path).arg(pragma))
         .context("the sqlite3 command-line shell is needed (apt-get install sqlite3)")?;
     Ok(out.trim().to_owned())
 }
 
-/// Statuses seen by one kind of request, with the moments they came.
+/// Statuses seen by each kind of request, and the 5xx answers other than 503 `unavailable`.
 #[derive(Default)]
 struct Tally {
     counts: BTreeMap<String, usize>,
@@ -575,146 +283,86 @@ fn postgres_outage(
     work: &Path,
     cluster: &mut postgres::Cluster,
 ) -> Result<String> {
-    let token = customer(binary, database_url, "acme")?;
-    let port = free_port()?;
-    let mut registry = Registry::start(binary, database_url, port, &work.join("outage.log"), &[])?;
+    let token = create_customer(binary, database_url, TENANT)?;
+    let log = work.join("outage.log");
+    let mut registry = Registry::start(&registry::Options::new(binary, database_url, &log))?;
     let http = registry.http();
-    let created = http.call(
-        "POST",
-        "/services",
-        Some(&token),
-        Some(&json!({"title": "api", "serviceName": "api"})),
-    )?;
-    ensure!(created.status == 201, "POST /services → {}", created.status);
-    let published = http.call(
-        "PUT",
-        "/services/api-acme/config",
-        Some(&token),
-        Some(&upload("k", 1)),
-    )?;
-    ensure!(published.status == 200, "PUT config → {}", published.status);
-    let host = format!("api-acme.localhost:{port}");
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
-    let written = Arc::new(AtomicUsize::new(0));
-    let load: Vec<_> = (0..3)
-        .map(|worker| {
-            let (stop, tally, acked, written, token) = (
-                stop.clone(),
-                tally.clone(),
-                acked.clone(),
-                written.clone(),
-                token.clone(),
-            );
-            std::thread::spawn(move || {
-                let mut n = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    n += 1;
-                    let (op, result) = if worker == 0 {
-                        let name = format!("load{n}");
-                        let body = json!({"title": name, "serviceName": name});
-                        (
-                            "POST /services",
-                            http.call("POST", "/services", Some(&token), Some(&body)),
-                        )
-                    } else {
-                        (
-                            "GET /services/{s}",
-                            http.call("GET", "/services/api-acme", Some(&token), None),
-                        )
-                    };
-                    let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
-                    let key = match &result {
-                        Ok(r) => format!("{op} → {}", r.status),
-                        Err(_) => format!("{op} → connection error"),
-                    };
-                    if let Ok(r) = &result {
-                        if r.status >= 500 && !(r.status == 503 && r.problem() == "unavailable") {
-                            t.server_errors.push(format!("{key}: {}", r.body));
-                        }
-                        if r.status == 201 {
-                            let sub = r.json()["subdomain"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_owned();
-                            acked.lock().unwrap_or_else(|e| e.into_inner()).push(sub);
-                            written.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                    *t.counts.entry(key).or_default() += 1;
-                    drop(t);
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            })
+    let api = Api::new(http, &token);
+    let service = api.create_service("api")?;
+    api.publish(&service, &upload(fake_keys("k", 1)))?;
+    let ledger = Mutex::new(Ledger::new(http, &token)?);
+    let writer = Writer {
+        http,
+        token: &token,
+        ledger: &ledger,
+    };
+    let tally = Mutex::new(Tally::default());
+    let read = format!("/services/{service}");
+    // One writer creating services, two readers.
+    let load = |worker, stop: &AtomicBool| {
+        let mut n = 0;
+        while !stop.load(Ordering::SeqCst) {
+            n += 1;
+            let (op, answer) = if worker == 0 {
+                let sent = writer.create_service(&format!("load{n}"), None);
+                ("POST /services", sent.answer)
+            } else {
+                ("GET /services/{s}", api.call("GET", &read, None).ok())
+            };
+            let key = match &answer {
+                Some(r) => format!("{op} → {}", r.status),
+                None => format!("{op} → connection error"),
+            };
+            let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(r) = answer.filter(|r| r.status >= 500 && !r.is_unavailable()) {
+                t.server_errors.push(format!("{key}: {}", r.body));
+            }
+            *t.counts.entry(key).or_default() += 1;
+            drop(t);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let (down_for, to_503, ready, writes) = alongside(3, load, || {
+        std::thread::sleep(Duration::from_secs(2));
+        ensure!(
+            locked(&ledger).acknowledged("service created") > 0,
+            "no write succeeded before the outage"
+        );
+        let stopped_at = Instant::now();
+        cluster.stop_server()?;
+        let to_503 = wait_until(Duration::from_secs(30), || readyz(http) == Some(503))
+            .context("GET /readyz never answered 503 with PostgreSQL down")?;
+        let authed = api.call("GET", &read, None)?;
+        authed.expect(503, "an authenticated call with PostgreSQL down")?;
+        let public = http.hosted(&service, "/openid/v1/jwks")?;
+        public.expect(200, "the hosted key set with PostgreSQL down")?;
+        std::thread::sleep(Duration::from_secs(3));
+        let down_for = stopped_at.elapsed();
+        cluster.start_server()?;
+        let restarted_at = Instant::now();
+        let ready = wait_until(Duration::from_secs(60), || readyz(http) == Some(200))
+            .context("GET /readyz never recovered after PostgreSQL came back")?;
+        let writes = wait_until(Duration::from_secs(30), || {
+            let name = format!("after{}", restarted_at.elapsed().as_millis());
+            writer.create_service(&name, None).acked()
         })
-        .collect();
-
-    std::thread::sleep(Duration::from_secs(2));
-    let before_outage = written.load(Ordering::SeqCst);
-    ensure!(before_outage > 0, "no write succeeded before the outage");
-    let stopped_at = Instant::now();
-    cluster.stop_server()?;
-    let to_503 = wait_until(Duration::from_secs(30), || {
-        http.call("GET", "/readyz", None, None)
-            .is_ok_and(|r| r.status == 503)
-    })
-    .context("GET /readyz never answered 503 with PostgreSQL down")?;
-    let authed = http.call("GET", "/services/api-acme", Some(&token), None)?;
-    ensure!(
-        authed.status == 503 && authed.problem() == "unavailable",
-        "an authenticated call with PostgreSQL down → {} {}",
-        authed.status,
-        authed.body
-    );
-    let public = http.send("GET", "/openid/v1/jwks", None, None, Some(&host))?;
-    ensure!(
-        public.status == 200,
-        "the hosted key set with PostgreSQL down → {}",
-        public.status
-    );
-    std::thread::sleep(Duration::from_secs(3));
-    let down_for = stopped_at.elapsed();
-    cluster.start_server()?;
-    let restarted_at = Instant::now();
-    let ready = wait_until(Duration::from_secs(60), || {
-        http.call("GET", "/readyz", None, None)
-            .is_ok_and(|r| r.status == 200)
-    })
-    .context("GET /readyz never recovered after PostgreSQL came back")?;
-    let writes = wait_until(Duration::from_secs(30), || {
-        let name = format!("after{}", restarted_at.elapsed().as_millis());
-        let body = json!({"title": name, "serviceName": name});
-        http.call("POST", "/services", Some(&token), Some(&body))
-            .is_ok_and(|r| r.status == 201)
-    })
-    .context("writes never recovered after PostgreSQL came back")?;
-    std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::SeqCst);
-    for worker in load {
-        worker
-            .join()
-            .map_err(|_| anyhow::anyhow!("a load worker panicked"))?;
-    }
+        .context("writes never recovered after PostgreSQL came back")?;
+        std::thread::sleep(Duration::from_secs(1));
+        Ok((down_for, to_503, ready, writes))
+    })?;
     ensure!(
         registry.is_running(),
         "the registry exited during the outage"
     );
-    let tally = tally.lock().unwrap_or_else(|e| e.into_inner());
+    let tally = tally.into_inner().unwrap_or_else(|e| e.into_inner());
+    let ledger = locked(&ledger);
     ensure!(
-        tally.server_errors.is_empty(),
-        "unexpected server errors: {:?}",
-        tally.server_errors
+        tally.server_errors.is_empty() && ledger.server_errors.is_empty(),
+        "unexpected server errors: {:?} {:?}",
+        tally.server_errors,
+        ledger.server_errors
     );
-    for sub in acked.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-        let got = http.call("GET", &format!("/services/{sub}"), Some(&token), None)?;
-        ensure!(
-            got.status == 200,
-            "acknowledged service {sub} → {}",
-            got.status
-        );
-    }
+    let verified = ledger.verify(http, &token)?;
     registry.terminate()?;
     let counts: Vec<String> = tally
         .counts
@@ -724,12 +372,14 @@ fn postgres_outage(
     Ok(format!(
         "down {:.1} s; /readyz 503 after {:.1} s; ready {:.1} s after PostgreSQL restarted and a \
          write accepted {:.1} s later, same process; hosted documents served throughout; {} \
-         acknowledged writes all present; statuses under load: {}",
+         acknowledged writes all present, {} audit events, one per change; statuses under \
+         load: {}",
         down_for.as_secs_f64(),
         to_503.as_secs_f64(),
         ready.as_secs_f64(),
         writes.as_secs_f64(),
-        written.load(Ordering::SeqCst),
+        ledger.acknowledged("service created"),
+        verified.audit_events,
         counts.join(", ")
     ))
 }
@@ -773,27 +423,23 @@ fn disk_full(binary: &Path, work: &Path) -> Result<String> {
     )?;
     let path = tmpfs.0.join("registry.db");
     let url = format!("sqlite://{}", path.display());
-    let token = customer(binary, &url, "acme")?;
-    let port = free_port()?;
-    let log = work.join("disk.log");
-    let mut registry = Registry::start(binary, &url, port, &log, &[])?;
+    let token = create_customer(binary, &url, TENANT)?;
+    let options = registry::Options {
+        port: Some(free_port()?),
+        ..registry::Options::new(binary, &url, &work.join("disk.log"))
+    };
+    let mut registry = Registry::start(&options)?;
     let http = registry.http();
-    let created = http.call(
-        "POST",
-        "/services",
-        Some(&token),
-        Some(&json!({"title": "probe", "serviceName": "probe"})),
-    )?;
-    ensure!(created.status == 201, "POST /services → {}", created.status);
-    let published = http.call(
-        "PUT",
-        "/services/probe-acme/config",
-        Some(&token),
-        Some(&upload("p", 1)),
-    )?;
-    ensure!(published.status == 200, "PUT config → {}", published.status);
+    let api = Api::new(http, &token);
+    let probe = api.create_service("probe")?;
+    api.publish(&probe, &upload(fake_keys("p", 1)))?;
+    let ledger = Mutex::new(Ledger::new(http, &token)?);
+    let writer = Writer {
+        http,
+        token: &token,
+        ledger: &ledger,
+    };
 
-    let mut acked_services = vec!["probe-acme".to_owned()];
     let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
     let mut consecutive_503 = 0;
     let mut first_503 = None;
@@ -801,30 +447,26 @@ fn disk_full(binary: &Path, work: &Path) -> Result<String> {
     while consecutive_503 < 6 && n < 3000 {
         n += 1;
         let name = format!("fill{n}");
-        let body = json!({"title": name, "serviceName": name, "description": "x".repeat(2000)});
-        let created = http.call("POST", "/services", Some(&token), Some(&body))?;
-        let config = if created.status == 201 {
-            acked_services.push(format!("{name}-acme"));
-            Some(http.call(
-                "PUT",
-                &format!("/services/{name}-acme/config"),
-                Some(&token),
-                Some(&upload(&name, 60)),
-            )?)
-        } else {
-            None
-        };
-        for (op, r) in [
+        let created = writer.create_service(&name, Some(&"x".repeat(2000)));
+        let config = created.acked().then(|| {
+            let subdomain = format!("{name}-{TENANT}");
+            writer.publish("configuration published", &subdomain, &name, 60)
+        });
+        for (op, sent) in [
             ("POST /services", Some(&created)),
             ("PUT config", config.as_ref()),
         ] {
-            let Some(r) = r else { continue };
+            let Some(sent) = sent else { continue };
+            let r = sent
+                .answer
+                .as_ref()
+                .context("the registry stopped answering")?;
             *statuses.entry(format!("{op} → {}", r.status)).or_default() += 1;
             match r.status {
                 200 | 201 => consecutive_503 = 0,
                 503 => {
                     ensure!(
-                        r.problem() == "unavailable",
+                        r.is_unavailable(),
                         "a 503 that is not the unavailable problem: {}",
                         r.body
                     );
@@ -837,63 +479,46 @@ fn disk_full(binary: &Path, work: &Path) -> Result<String> {
     }
     let first_503 = first_503.context("the disk never filled up")?;
     // While full: reads, authentication and hosting go on.
-    let list = http.call("GET", "/services", Some(&token), None)?;
+    let list = api.call("GET", "/services", None)?;
     let ready = http.call("GET", "/readyz", None, None)?;
-    let hosted = http.send(
-        "GET",
-        "/openid/v1/jwks",
-        None,
-        None,
-        Some(&format!("probe-acme.localhost:{port}")),
-    )?;
-    ensure!(
-        list.status == 200,
-        "GET /services on a full disk → {}",
-        list.status
-    );
-    ensure!(
-        hosted.status == 200,
-        "hosted documents on a full disk → {}",
-        hosted.status
-    );
+    let hosted = http.hosted(&probe, "/openid/v1/jwks")?;
+    list.expect(200, "GET /services on a full disk")?;
+    hosted.expect(200, "hosted documents on a full disk")?;
     ensure!(
         registry.is_running(),
         "the registry exited when the disk filled up"
     );
     // Space comes back: writes recover without a restart.
     tmpfs.resize("64m")?;
+    let mut attempt = 0;
     let recovered = wait_until(Duration::from_secs(20), || {
-        let body = json!({"title": "after", "serviceName": "after"});
-        http.call("POST", "/services", Some(&token), Some(&body))
-            .is_ok_and(|r| r.status == 201)
+        attempt += 1;
+        writer
+            .create_service(&format!("after{attempt}"), None)
+            .acked()
     })
     .context("writes did not recover once space came back")?;
-    acked_services.push("after-acme".into());
     registry.terminate()?;
     let integrity = sqlite_pragma(&path, "PRAGMA integrity_check")?;
     ensure!(integrity == "ok", "PRAGMA integrity_check: {integrity}");
     // Every acknowledged write survives a restart.
-    let mut registry = Registry::start(binary, &url, port, &log, &[])?;
-    let http = registry.http();
-    for sub in &acked_services {
-        let got = http.call("GET", &format!("/services/{sub}"), Some(&token), None)?;
-        ensure!(
-            got.status == 200,
-            "acknowledged service {sub} after restart → {}",
-            got.status
-        );
-    }
+    let mut registry = Registry::start(&options)?;
+    let ledger = locked(&ledger);
+    let verified = ledger
+        .verify(registry.http(), &token)
+        .context("after a restart")?;
     registry.terminate()?;
     drop(tmpfs);
     let counts: Vec<String> = statuses.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     Ok(format!(
         "first 503 at write {first_503} of {n}; while full: GET /services {}, /readyz {}, hosted 200; \
          writes back {:.1} s after the remount, no restart; {} acknowledged services present after \
-         restart; PRAGMA integrity_check ok; {}",
+         restart, {} audit events, one per change; PRAGMA integrity_check ok; {}",
         list.status,
         ready.status,
         recovered.as_secs_f64(),
-        acked_services.len(),
+        ledger.acknowledged("service created"),
+        verified.audit_events,
         counts.join(", ")
     ))
 }

@@ -15,7 +15,15 @@ use std::time::Instant;
 /// The targets of `fuzz/Cargo.toml`.
 pub const TARGETS: [&str; 5] = ["policy", "publish", "jwt", "glob", "glob_cost"];
 
-const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [policy|publish|jwt|glob|glob_cost …]";
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// Seconds of fuzzing per target.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    seconds: u64,
+    /// The targets to run; every one when none is named.
+    #[arg(value_parser = TARGETS)]
+    targets: Vec<String>,
+}
 
 /// What one target's run did.
 struct Run {
@@ -48,40 +56,16 @@ fn ensure_cargo_fuzz() -> Result<()> {
     Ok(())
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let mut seconds: u64 = 60;
-    let mut targets: Vec<&'static str> = Vec::new();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--seconds" => {
-                seconds = args
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .filter(|n| *n > 0)
-                    .context("--seconds needs a positive number")?;
-            }
-            name => match TARGETS.iter().find(|t| **t == name) {
-                Some(target) => targets.push(target),
-                None => bail!("unknown fuzz target {name:?}\n{USAGE}"),
-            },
-        }
-    }
-    if targets.is_empty() {
-        targets = TARGETS.to_vec();
-    }
+pub fn run(options: &Options) -> Result<()> {
+    let seconds = options.seconds;
+    let targets: Vec<&'static str> = TARGETS
+        .into_iter()
+        .filter(|t| options.targets.is_empty() || options.targets.iter().any(|o| o == t))
+        .collect();
     ensure_cargo_fuzz()?;
     // The jwt target's seeds must verify with its keys, or it never reaches the accepting path.
-    run_command(crate::cmd::cargo().args([
-        "test",
-        "--quiet",
-        "-p",
-        "registry-oidc",
-        "--features",
-        "fuzzing",
-        "--lib",
-        "fuzzing",
-    ]))?;
+    let seeds_test = "test --quiet -p registry-oidc --features fuzzing --lib fuzzing";
+    run_command(&mut crate::cmd::cargo(seeds_test))?;
     // Build every target first, so that the time budget is spent fuzzing.
     run_command(nightly_cargo().args(["fuzz", "build", "--fuzz-dir", "fuzz"]))?;
 

@@ -90,15 +90,9 @@ pub fn check() -> Result<()> {
 }
 
 fn domain_problems() -> Result<Vec<String>> {
-    let tree = output(cargo().args([
-        "tree",
-        "-p",
-        "registry-domain",
-        "-e",
-        "normal",
-        "--prefix",
-        "none",
-    ]))?;
+    let tree = output(&mut cargo(
+        "tree -p registry-domain -e normal --prefix none",
+    ))?;
     Ok(domain_problems_in(&tree))
 }
 
@@ -116,7 +110,7 @@ fn domain_problems_in(tree: &str) -> Vec<String> {
 }
 
 fn wrapper_problems() -> Result<Vec<String>> {
-    let metadata = output(cargo().args(["metadata", "--format-version", "1", "--no-deps"]))?;
+    let metadata = output(&mut cargo("metadata --format-version 1 --no-deps"))?;
     let metadata: Value = serde_json::from_str(&metadata).context("reading cargo metadata")?;
     Ok(wrapper_problems_in(&metadata))
 }

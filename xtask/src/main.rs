@@ -1,59 +1,92 @@
-//! `cargo xtask <command>`: the project's chores in one place.
-//!
-//! * `test [--postgres-only] [-- TEST ARGS]`: the layering check, `cargo test --workspace`
-//!   (unit, doc and integration tests on SQLite), then the integration suite again on a
-//!   throwaway PostgreSQL cluster.
-//! * `lint`: rustfmt, clippy and rustdoc (warnings are errors), the examples of
-//!   `registry-domain` run, `cargo package` of it, the layering check, and `cargo deny check
-//!   bans licenses sources` when cargo-deny is installed.
-//! * `layering`: the layering check alone (no build).
-//! * `manifests`: `deploy/kubernetes/` validated against the Kubernetes schemas.
-//! * `e2e [-- NODE TEST ARGS]`: the browser tests of the pages (`e2e/`; needs Node.js and
-//!   Chromium).
-//! * `bench [--rounds N] [--seconds S] [--services N] [--no-postgres] [--no-write] [--binary
-//!   PATH]`: the HTTP figures against nginx, written to docs/benchmarks.md (needs `wrk` and
-//!   `nginx-light`).
-//! * `fuzz [--seconds N] [TARGET…]`, `schemathesis [--max-examples N] [--seed S] [--postgres]
-//!   [--federated]`, `faults [--rounds N] [kill] [postgres] [pgkill] [disk]`: the reliability
-//!   suites (docs/reliability.md).
-//! * `soak [--minutes M] [--postgres] [--binary PATH]`: minutes of mixed load on the release
-//!   binary; no 5xx, nothing lost, memory flat (docs/reliability.md; needs `wrk`).
+//! `cargo xtask <chore>`: the project's chores in one place (`cargo xtask --help` lists them,
+//! `cargo xtask <chore> --help` their flags).
 
+mod api;
 mod bench;
 mod cmd;
 mod e2e;
 mod faults;
 mod fuzz;
+mod http;
 mod layering;
+mod ledger;
 mod manifests;
 mod postgres;
+mod python;
+mod registry;
 mod schemathesis;
 mod soak;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
 use cmd::{cargo, run};
 use std::process::ExitCode;
 
-const USAGE: &str =
-    "usage: cargo xtask <test [--postgres-only] [-- TEST ARGS] | lint | layering | manifests | bench | e2e | fuzz | schemathesis | faults | soak>";
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "The project's chores."
+)]
+struct Cli {
+    #[command(subcommand)]
+    chore: Chore,
+}
+
+#[derive(Debug, Subcommand)]
+enum Chore {
+    /// The layering check, the Kubernetes manifests, `cargo test --workspace` (unit, doc and
+    /// integration tests on SQLite), then the integration suite again on a throwaway PostgreSQL
+    /// cluster.
+    Test {
+        /// Only the integration suite on PostgreSQL.
+        #[arg(long)]
+        postgres_only: bool,
+        /// Passed to the test binaries (after `--`).
+        #[arg(last = true)]
+        test_args: Vec<String>,
+    },
+    /// rustfmt, clippy and rustdoc (warnings are errors), the examples and `cargo package` of
+    /// registry-domain, the layering check, and `cargo deny` when it is installed.
+    Lint,
+    /// The layering check alone (no build).
+    Layering,
+    /// deploy/kubernetes/ validated against the Kubernetes schemas.
+    Manifests,
+    /// The browser tests of the pages (e2e/; needs Node.js and Chromium).
+    E2e {
+        /// Passed to `node --test` (after `--`).
+        #[arg(last = true)]
+        node_args: Vec<String>,
+    },
+    /// The HTTP figures against nginx, written to docs/benchmarks.md (needs wrk and nginx-light).
+    Bench(bench::Options),
+    /// The cargo-fuzz targets of fuzz/ (docs/reliability.md).
+    Fuzz(fuzz::Options),
+    /// API fuzzing from the server's own /openapi.json (docs/reliability.md).
+    Schemathesis(schemathesis::Options),
+    /// The real binary under crashes, database outages and a full disk (docs/reliability.md).
+    Faults(faults::Options),
+    /// Minutes of mixed load on the release binary: no 5xx, nothing lost, memory flat
+    /// (docs/reliability.md; needs wrk).
+    Soak(soak::Options),
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("test") => test(&args[1..]),
-        Some("lint") => lint(),
-        Some("layering") => layering::check(),
-        Some("manifests") => manifests::check(),
-        Some("fuzz") => fuzz::run(&args[1..]),
-        Some("schemathesis") => schemathesis::run(&args[1..]),
-        Some("faults") => faults::run(&args[1..]),
-        Some("soak") => soak::run(&args[1..]),
-        Some("e2e") => e2e::run_suite(&args[1..]),
-        Some("bench") => bench::run_bench(&args[1..]),
-        _ => {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+    let result = match Cli::parse().chore {
+        Chore::Test {
+            postgres_only,
+            test_args,
+        } => test(postgres_only, &test_args),
+        Chore::Lint => lint(),
+        Chore::Layering => layering::check(),
+        Chore::Manifests => manifests::check(),
+        Chore::E2e { node_args } => e2e::run(&node_args),
+        Chore::Bench(options) => bench::run(&options),
+        Chore::Fuzz(options) => fuzz::run(&options),
+        Chore::Schemathesis(options) => schemathesis::run(&options),
+        Chore::Faults(options) => faults::run(&options),
+        Chore::Soak(options) => soak::run(&options),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -68,19 +101,13 @@ fn banner(title: &str) {
     println!("\n=== {title} ===\n");
 }
 
-fn test(args: &[String]) -> Result<()> {
-    let (flags, test_args) = match args.iter().position(|a| a == "--") {
-        Some(i) => (&args[..i], &args[i + 1..]),
-        None => (args, &[][..]),
-    };
-    let mut postgres_only = false;
-    for flag in flags {
-        match flag.as_str() {
-            "--postgres-only" => postgres_only = true,
-            other => bail!("unknown flag {other:?}\n{USAGE}"),
-        }
-    }
+/// The Python that has the Prometheus project's parser, for the test that reads `/metrics` with
+/// it (`api::ops::metrics_parse_with_the_prometheus_parser`).
+fn prometheus_parser() -> Result<std::path::PathBuf> {
+    Ok(python::venv("prometheus-client", "prometheus-client==0.21.1")?.join("bin/python"))
+}
 
+fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
     if !postgres_only {
         banner("layering");
         layering::check()?;
@@ -88,32 +115,23 @@ fn test(args: &[String]) -> Result<()> {
         manifests::check()?;
         banner("integration suite on SQLite");
         println!("(with every unit and doc test of the workspace)");
-        run(cargo().args(["test", "--workspace", "--"]).args(test_args))?;
+        run(cargo("test --workspace --")
+            .args(test_args)
+            .env("REGISTRY_TEST_PYTHON", prometheus_parser()?))?;
     }
 
     // Before starting the cluster, so that compile errors do not wait for initdb.
-    run(cargo().args([
-        "test",
-        "-p",
-        "registry-tests",
-        "--test",
-        "integration",
-        "--no-run",
-    ]))?;
+    let integration = "test -p registry-tests --test integration";
+    run(cargo(integration).arg("--no-run"))?;
+    let parser = prometheus_parser()?;
     let cluster = postgres::Cluster::start()?;
     banner("integration suite on PostgreSQL");
     let on_postgres = |args: &[&str]| -> Result<()> {
-        run(cargo()
-            .args([
-                "test",
-                "-p",
-                "registry-tests",
-                "--test",
-                "integration",
-                "--",
-            ])
+        run(cargo(integration)
+            .arg("--")
             .args(args)
             .env("REGISTRY_TEST_POSTGRES_URL", cluster.admin_url())
+            .env("REGISTRY_TEST_PYTHON", &parser)
             .env("PATH", cluster.path_with_binaries()?))
     };
     let args: Vec<&str> = test_args.iter().map(String::as_str).collect();
@@ -128,37 +146,25 @@ fn test(args: &[String]) -> Result<()> {
 
 fn lint() -> Result<()> {
     banner("rustfmt");
-    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(&mut cargo("fmt --all -- --check"))?;
     banner("clippy");
-    run(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    run(&mut cargo(
+        "clippy --workspace --all-targets -- -D warnings",
+    ))?;
     banner("rustdoc");
-    run(cargo()
-        .args(["doc", "--workspace", "--no-deps"])
-        .env("RUSTDOCFLAGS", "-D warnings"))?;
+    run(cargo("doc --workspace --no-deps").env("RUSTDOCFLAGS", "-D warnings"))?;
     banner("registry-domain: examples and package");
     for example in domain_examples()? {
-        let args = ["run", "--quiet", "-p", "registry-domain", "--example"];
-        run(cargo().args(args).arg(example))?;
+        run(cargo("run --quiet -p registry-domain --example").arg(example))?;
     }
-    run(cargo().args([
-        "package",
-        "-p",
-        "registry-domain",
-        "--allow-dirty",
-        "--no-verify",
-    ]))?;
+    run(&mut cargo(
+        "package -p registry-domain --allow-dirty --no-verify",
+    ))?;
     banner("layering");
     layering::check()?;
     banner("cargo deny");
-    if cmd::succeeds(cargo().args(["deny", "--version"])) {
-        run(cargo().args(["deny", "check", "bans", "licenses", "sources"]))?;
+    if cmd::succeeds(&mut cargo("deny --version")) {
+        run(&mut cargo("deny check bans licenses sources"))?;
     } else {
         println!(
             "cargo-deny is not installed: skipped (install: cargo install --locked cargo-deny)"

@@ -11,15 +11,8 @@ use std::process::Command;
 const PACKAGE: &str = "kubernetes-validate==1.37.0";
 
 pub fn check() -> Result<()> {
-    let venv = root().join("target/kubernetes-validate/venv");
-    let validate = venv.join("bin/kubernetes-validate");
-    if !validate.exists() {
-        println!("installing {PACKAGE} into {}", venv.display());
-        run(Command::new("python3").arg("-m").arg("venv").arg(&venv))
-            .context("creating a Python virtual environment (python3 -m venv)")?;
-        run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", PACKAGE]))
-            .context("installing kubernetes-validate from PyPI")?;
-    }
+    let validate =
+        crate::python::venv("kubernetes-validate", PACKAGE)?.join("bin/kubernetes-validate");
     let broken = root().join("target/kubernetes-validate/broken.yaml");
     std::fs::write(
         &broken,

@@ -3,9 +3,9 @@
 //! Without durability (`fsync=off`) unless started with [`Cluster::start_durable`].
 
 use crate::cmd::{output, run, succeeds};
+use crate::http::free_port;
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -72,15 +72,9 @@ impl Cluster {
                 .arg(&cluster.dir))?;
         }
         let data = cluster.dir.join("data");
-        output(cluster.tool("initdb").arg("-D").arg(&data).args([
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "-E",
-            "UTF8",
-            "--no-locale",
-        ]))
-        .context("initdb failed")?;
+        let initdb = "-U postgres --auth=trust -E UTF8 --no-locale".split(' ');
+        output(cluster.tool("initdb").arg("-D").arg(&data).args(initdb))
+            .context("initdb failed")?;
         cluster.start_server()?;
         println!(
             "PostgreSQL {} listening on 127.0.0.1:{}{}",
@@ -104,13 +98,11 @@ impl Cluster {
             self.dir.join("socket").display()
         );
         self.running = true;
+        let log = self.dir.join("server.log");
         let started = output(
-            self.tool("pg_ctl")
-                .arg("-D")
-                .arg(self.dir.join("data"))
-                .arg("-l")
-                .arg(self.dir.join("server.log"))
-                .args(["-w", "-o", &options, "start"]),
+            self.pg_ctl("-w -l")
+                .arg(log)
+                .args(["-o", &options, "start"]),
         );
         if let Err(e) = started {
             let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
@@ -121,13 +113,7 @@ impl Cluster {
 
     /// Stops the server (`pg_ctl stop -m fast`: clients are disconnected), keeping its files.
     pub fn stop_server(&mut self) -> Result<()> {
-        output(
-            self.tool("pg_ctl")
-                .arg("-D")
-                .arg(self.dir.join("data"))
-                .args(["-m", "fast", "-w", "stop"]),
-        )
-        .context("pg_ctl stop failed")?;
+        output(&mut self.pg_ctl("-m fast -w stop")).context("pg_ctl stop failed")?;
         self.running = false;
         Ok(())
     }
@@ -201,6 +187,16 @@ impl Cluster {
         Ok(std::env::join_paths(paths)?)
     }
 
+    /// `pg_ctl -D DATA` with `args`, split at spaces.
+    fn pg_ctl(&self, args: &str) -> Command {
+        let mut command = self.tool("pg_ctl");
+        command
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(args.split(' '));
+        command
+    }
+
     fn tool(&self, name: &str) -> Command {
         let program = self.bin.join(name);
         if self.as_postgres {
@@ -222,12 +218,7 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         if self.running {
-            let stopped = output(
-                self.tool("pg_ctl")
-                    .arg("-D")
-                    .arg(self.dir.join("data"))
-                    .args(["-m", "immediate", "-w", "stop"]),
-            );
+            let stopped = output(&mut self.pg_ctl("-m immediate -w stop"));
             match stopped {
                 Ok(_) => println!("PostgreSQL stopped"),
                 Err(e) => eprintln!("xtask: stopping PostgreSQL: {e:#}"),
@@ -298,12 +289,6 @@ fn is_alive(pid: u32) -> bool {
 
 fn is_root() -> bool {
     output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
-}
-
-fn free_port() -> Result<u16> {
-    // The port is free now; PostgreSQL binds it a moment later. Good enough for a test run.
-    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
 }
 
 #[cfg(test)]

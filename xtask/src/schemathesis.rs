@@ -1,5 +1,4 @@
-//! `cargo xtask schemathesis [--max-examples N] [--seed S] [--postgres] [--federated]`: API
-//! fuzzing driven by the server's own `/openapi.json`.
+//! `cargo xtask schemathesis`: API fuzzing driven by the server's own `/openapi.json`.
 //!
 //! Installs schemathesis (pinned) from PyPI into `target/schemathesis/venv`, starts the real
 //! binary on a free port with a fresh SQLite database (or, with `--postgres`, a throwaway
@@ -17,53 +16,44 @@
 //! pass goes through the federated path (discovery, key set, claims, policy rules). The server
 //! then runs with `REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS=true` (an `http`, loopback issuer).
 
-use crate::bench::client::{oidc_policy, upload as upload_of, Api, Signer};
-use crate::cmd::{output, root, run as run_command};
-use crate::faults::harness::{build_binary, customer, free_port, Registry};
-use anyhow::{bail, ensure, Context, Result};
+use crate::api::{fake_keys, hosted_issuer, oidc_policy, upload, Api};
+use crate::cmd::{root, run as run_command};
+use crate::registry::{self, create_customer, Registry};
+use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use std::process::Command;
 
 const VERSION: &str = "4.32.5";
 const CHECKS: &str = "not_a_server_error,response_schema_conformance,status_code_conformance";
-const USAGE: &str =
-    "usage: cargo xtask schemathesis [--max-examples N] [--seed S] [--postgres] [--federated]";
 
-pub fn run(args: &[String]) -> Result<()> {
-    let mut max_examples: u32 = 50;
-    let mut seed: u64 = 20_261_121;
-    let mut on_postgres = false;
-    let mut federated = false;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let mut value = || {
-            args.next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .context(USAGE)
-        };
-        match arg.as_str() {
-            "--postgres" => on_postgres = true,
-            "--federated" => federated = true,
-            "--max-examples" => max_examples = u32::try_from(value()?)?,
-            "--seed" => seed = value()?,
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
-        }
-    }
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// Examples generated per operation.
+    #[arg(long, default_value_t = 50)]
+    max_examples: u32,
+    /// Seed of the generated cases.
+    #[arg(long, default_value_t = 20_261_121)]
+    seed: u64,
+    /// On a throwaway PostgreSQL cluster instead of SQLite.
+    #[arg(long)]
+    postgres: bool,
+    /// As an `oidc` account presenting an identity token, instead of the customer's token.
+    #[arg(long)]
+    federated: bool,
+}
+
+pub fn run(options: &Options) -> Result<()> {
+    let Options {
+        max_examples,
+        seed,
+        postgres: on_postgres,
+        federated,
+    } = *options;
     let dir = root().join("target/schemathesis");
-    let venv = dir.join("venv");
-    let st = venv.join("bin/st");
-    let installed = output(Command::new(&st).arg("--version")).unwrap_or_default();
-    if !installed.contains(VERSION) {
-        println!("installing schemathesis {VERSION} into {}", venv.display());
-        run_command(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-        run_command(
-            Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet"])
-                .arg(format!("schemathesis=={VERSION}")),
-        )?;
-    }
+    let st =
+        crate::python::venv("schemathesis", &format!("schemathesis=={VERSION}"))?.join("bin/st");
 
-    let binary = build_binary()?;
+    let binary = registry::build(false)?;
     // PostgreSQL refuses some text SQLite stores (NUL), so both backends are worth a run.
     let cluster = if on_postgres {
         Some(crate::postgres::Cluster::start()?)
@@ -80,68 +70,32 @@ pub fn run(args: &[String]) -> Result<()> {
             format!("sqlite://{}", db.display())
         }
     };
-    let token = customer(&binary, &url, "acme")?;
+    let token = create_customer(&binary, &url, "acme")?;
     let log = dir.join("server.log");
     let _ = std::fs::remove_file(&log);
-    let port = free_port()?;
     // Creation limits would turn most anonymous creations into 429s.
-    let mut env = vec![("REGISTRY_ANON_CREATE_PER_HOUR", "1000000")];
+    let mut server =
+        registry::Options::new(&binary, &url, &log).env("REGISTRY_ANON_CREATE_PER_HOUR", "1000000");
     if federated {
-        env.push(("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true"));
+        server = server.env("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true");
     }
-    let registry = Registry::start(&binary, &url, port, &log, &env)?;
-    let http = registry.http();
-    let created = http.call(
-        "POST",
-        "/services",
-        Some(&token),
-        Some(&json!({"title": "API", "serviceName": "api"})),
-    )?;
-    ensure!(
-        created.status == 201,
-        "POST /services → {}: {}",
-        created.status,
-        created.body
-    );
-    let subdomain = created.json()["subdomain"]
-        .as_str()
-        .context("a subdomain")?
-        .to_owned();
-    let upload = json!({
-        "openidConfiguration": {
-            "issuer": "https://kubernetes.default.svc.cluster.local",
-            "response_types_supported": ["id_token"],
-            "subject_types_supported": ["public"],
-            "id_token_signing_alg_values_supported": ["ES256"]
-        },
-        "jwks": {"keys": [{"kty": "EC", "crv": "P-256", "kid": "k1", "use": "sig", "alg": "ES256",
-            "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
-            "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}
-    });
+    let registry = Registry::start(&server)?;
+    let port = registry.port;
+    let api = Api::new(registry.http(), &token);
+    // Published services for the operations on `{subdomain}`, one to unpublish, one to delete.
+    let subdomain = api.create_service("api")?;
     for name in ["api", "unpublish"] {
         if name != "api" {
-            let body = json!({"title": name, "serviceName": name});
-            let made = http.call("POST", "/services", Some(&token), Some(&body))?;
-            ensure!(made.status == 201, "POST /services → {}", made.status);
+            api.create_service(name)?;
         }
-        let path = format!("/services/{name}-acme/config");
-        let published = http.call("PUT", &path, Some(&token), Some(&upload))?;
-        ensure!(published.status == 200, "PUT {path} → {}", published.status);
+        api.publish(&format!("{name}-acme"), &upload(fake_keys("k1", 1)))?;
     }
-    let body = json!({"title": "doomed", "serviceName": "doomed"});
-    let doomed = http.call("POST", "/services", Some(&token), Some(&body))?;
-    ensure!(doomed.status == 201, "POST /services → {}", doomed.status);
+    api.create_service("doomed")?;
     // Not the bootstrap account: schemathesis regenerates `{id}`'s token and deletes another.
     let mut accounts = Vec::new();
     for name in ["target", "doomed"] {
-        let body = json!({"name": name, "policy": {"kind": "static", "services": [subdomain]}});
-        let account = http.call("POST", "/service-accounts", Some(&token), Some(&body))?;
-        ensure!(
-            account.status == 201,
-            "POST /service-accounts → {}",
-            account.status
-        );
-        accounts.push(account.json()["id"].as_str().context("an id")?.to_owned());
+        let policy = json!({"kind": "static", "services": [subdomain]});
+        accounts.push(api.create_account(name, policy)?.0);
     }
 
     // A federated caller names its account in `X-Service-Account`: left to schemathesis, the
@@ -149,7 +103,7 @@ pub fn run(args: &[String]) -> Result<()> {
     // failed authentications turns the rest into 429s and no success path is reached.
     // (Operations' own `parameters` below only override the global ones they name.)
     let (bearer, header) = if federated {
-        let (jwt, account) = federated_caller(port, &token)?;
+        let (jwt, account) = federated_caller(&api)?;
         (
             jwt,
             format!("\"header.X-Service-Account\" = \"{account}\"\n"),
@@ -227,22 +181,14 @@ pub fn run(args: &[String]) -> Result<()> {
 /// and `unpublish-acme`, which the deleting calls use, and those it creates itself), and the
 /// service-account calls, which only callers whose patterns include `"*"` may make
 /// (DECISIONS.md §5).
-fn federated_caller(port: u16, token: &str) -> Result<(String, String)> {
-    let base = format!("http://127.0.0.1:{port}");
-    let api = Api::new(base.clone(), token.to_owned())?;
-    let signer = Signer::generate("idp-1")?;
-    let idp = api.create_service("idp")?;
-    api.publish(&idp, &upload_of(signer.jwks()))?;
-    let issuer = format!("http://{idp}.localhost:{port}");
+fn federated_caller(api: &Api) -> Result<(String, String)> {
+    let (issuer, signer) = hosted_issuer(api)?;
     let (account, _) = api.create_account("federated", oidc_policy(&issuer, &["*"]))?;
     let jwt = signer.mint(&issuer)?;
     // A token the registry refuses would turn the whole pass into 401s.
-    let (status, answer) =
-        Api::new(base, jwt.clone())?.call(reqwest::Method::GET, "/service-accounts", None)?;
-    ensure!(
-        status == 200,
-        "the identity token is refused: GET /service-accounts → {status}: {answer}"
-    );
+    Api::new(api.http, &jwt)
+        .expect("GET", "/service-accounts", None, 200)
+        .context("the identity token is refused")?;
     println!("federated caller: oidc account trusting {issuer}");
     Ok((jwt, account))
 }

@@ -7,21 +7,19 @@
 //! anonymous services, one federated caller), reading every write back from the API and from the
 //! hosted documents. Every request must get the answer it expects (no 5xx, no stale read); the
 //! server's log must hold no `ERROR`; resident memory after the warm-up (the first fifth) must
-//! grow less than 10 %. Then the ledger of acknowledged writes is checked against the server,
-//! and again after a restart on the same database. The report goes to
-//! `target/soak-report-{backend}.md`.
+//! grow less than 10 %. Then the ledger of acknowledged writes is checked against the server and
+//! its audit trail (every acknowledged change has its event, no event lacks its change), and again
+//! after a restart on the same database. The report goes to `target/soak-report-{backend}.md`.
 
-mod ledger;
 mod load;
 mod writers;
 
-use crate::bench::client::{oidc_policy, upload as signed_upload, Api, Signer};
-use crate::bench::servers::rss_kib;
-use crate::bench::{load_average, machine, release_binary, require};
+use crate::api::{hosted_issuer, oidc_policy, upload, Api, Signer};
+use crate::bench::{load_average, machine, require};
 use crate::cmd::root;
-use crate::faults::harness::{customer, free_port, Registry, WorkDir};
-use anyhow::{bail, ensure, Context, Result};
-use ledger::{Ledger, Service, Verified};
+use crate::ledger::{locked, Ledger, Verified, TENANT};
+use crate::registry::{self, create_customer, Registry, WorkDir};
+use anyhow::{bail, Context, Result};
 use load::{Outcome, Request};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -30,8 +28,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use writers::Scene;
 
-const USAGE: &str = "usage: cargo xtask soak [--minutes M] [--postgres] [--binary PATH]";
-const TENANT: &str = "acme";
 /// Services whose documents the public load reads.
 const PUBLISHED: usize = 8;
 /// Slots of each service writer (so that the data stays bounded).
@@ -42,45 +38,26 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// The most resident memory may grow after the warm-up.
 const GROWTH_LIMIT: f64 = 0.10;
 
-struct Options {
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// How long the load runs (the federated callers' identity token lives an hour).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=50))]
     minutes: u32,
+    /// On a throwaway PostgreSQL cluster instead of SQLite.
+    #[arg(long)]
     postgres: bool,
+    /// A registry binary to run instead of this tree's release build.
+    #[arg(long)]
     binary: Option<PathBuf>,
 }
 
-fn options(args: &[String]) -> Result<Options> {
-    let mut options = Options {
-        minutes: 10,
-        postgres: false,
-        binary: None,
-    };
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--minutes" => {
-                options.minutes = args.next().and_then(|m| m.parse().ok()).context(USAGE)?;
-            }
-            "--postgres" => options.postgres = true,
-            "--binary" => options.binary = Some(args.next().context(USAGE)?.into()),
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
-        }
-    }
-    // The identity token the federated callers use lives an hour.
-    ensure!(
-        (1..=50).contains(&options.minutes),
-        "--minutes must be 1 to 50\n{USAGE}"
-    );
-    Ok(options)
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let options = options(args)?;
+pub fn run(options: &Options) -> Result<()> {
     require("wrk", "wrk")?;
     let binary = match &options.binary {
         Some(binary) => binary.clone(),
-        None => release_binary()?,
+        None => registry::build(true)?,
     };
-    let work = WorkDir::new("soak")?;
+    let work = WorkDir::in_target("soak")?;
     let cluster = if options.postgres {
         Some(crate::postgres::Cluster::start()?)
     } else {
@@ -94,8 +71,8 @@ pub fn run(args: &[String]) -> Result<()> {
         ),
     };
     let report =
-        soak(&options, &binary, &url, &work.0).with_context(|| format!("soak on {backend}"))?;
-    let text = report.render(backend, &options);
+        soak(options, &binary, &url, &work.0).with_context(|| format!("soak on {backend}"))?;
+    let text = report.render(backend, options);
     println!("\n{text}");
     let path = root().join(format!(
         "target/soak-report-{}.md",
@@ -126,101 +103,87 @@ struct Report {
 }
 
 fn soak(options: &Options, binary: &Path, url: &str, dir: &Path) -> Result<Report> {
-    let token = customer(binary, url, TENANT)?;
-    let port = free_port()?;
+    let token = create_customer(binary, url, TENANT)?;
     let log = dir.join("registry.log");
-    let env = [
-        // The anonymous writer creates about ten a second from one address.
-        ("REGISTRY_ANON_CREATE_PER_HOUR", "1000000"),
-        // The federated callers' issuer is a service of this registry, on loopback.
-        ("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true"),
-    ];
-    let mut registry = Registry::start(binary, url, port, &log, &env)?;
-    let base = format!("http://127.0.0.1:{port}");
-    let (scene, ledger, loads) = set_scene(&base, port, token, dir, options.minutes * 60)?;
-    let ledger = Arc::new(Mutex::new(ledger));
-    let rss_after_setup = rss_kib(registry.pid())?;
+    let options_of_registry = registry::Options {
+        // The same port after the restart: the issuer URLs of published documents name it.
+        port: Some(crate::http::free_port()?),
+        ..registry::Options::new(binary, url, &log)
+    }
+    // The anonymous writer creates about ten a second from one address.
+    .env("REGISTRY_ANON_CREATE_PER_HOUR", "1000000")
+    // The federated callers' issuer is a service of this registry, on loopback.
+    .env("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true");
+    let mut registry = Registry::start(&options_of_registry)?;
+    let (scene, ledger, loads) = set_scene(&registry, token, dir, options.minutes * 60)?;
+    let rss_after_setup = registry.rss_kib()?;
     let load_before = load_average();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = loads
-        .into_iter()
-        .map(|(name, connections, load)| {
-            std::thread::spawn(move || load::run(&load).map(|o| (name, connections, o)))
-        })
-        .collect();
-    let mut jobs: Vec<std::thread::JoinHandle<()>> = Vec::new();
-    let spawn = |job: Box<WriterJob>| {
-        let (scene, stop, ledger) = (scene.clone(), stop.clone(), ledger.clone());
-        std::thread::spawn(move || job(&scene, &stop, &ledger))
-    };
-    for id in 0..2 {
-        jobs.push(spawn(Box::new(move |s, stop, l| {
-            writers::services(s, id, SLOTS, stop, l);
-        })));
-    }
-    jobs.push(spawn(Box::new(writers::accounts)));
-    jobs.push(spawn(Box::new(|s, stop, l| {
-        writers::anonymous(s, ANONYMOUS_TTL_HOURS, stop, l);
-    })));
-    jobs.push(spawn(Box::new(writers::federated)));
-
-    let started = Instant::now();
-    let duration = Duration::from_secs(u64::from(options.minutes) * 60);
+    let (stop, ledger) = (AtomicBool::new(false), Mutex::new(ledger));
     let mut memory = Vec::new();
     let mut log_errors = Vec::new();
     let mut log_warnings = 0;
-    while started.elapsed() < duration {
-        std::thread::sleep(SAMPLE_EVERY.min(duration.saturating_sub(started.elapsed())));
-        memory.push((started.elapsed().as_secs(), rss_kib(registry.pid())?));
-        scan_log(&log, &mut log_errors, &mut log_warnings);
-        if let Some((seconds, kib)) = memory.last() {
-            if memory.len() % (60 / SAMPLE_EVERY.as_secs() as usize) == 0 {
-                let l = ledger.lock().unwrap_or_else(|e| e.into_inner());
-                println!(
-                    "{:>4} s: RSS {:.1} MiB, {} writes acknowledged, {} reads checked, {} problems",
-                    seconds,
-                    *kib as f64 / 1024.0,
-                    l.acknowledged.values().sum::<u64>(),
-                    l.reads_checked,
-                    l.problem_count
-                );
-            }
+    let loads = std::thread::scope(|scope| -> Result<Vec<_>> {
+        let readers: Vec<_> = (loads.into_iter())
+            .map(|(name, connections, load)| {
+                scope.spawn(move || load::run(&load).map(|o| (name, connections, o)))
+            })
+            .collect();
+        let (scene, stop, ledger) = (&scene, &stop, &ledger);
+        for id in 0..2 {
+            scope.spawn(move || writers::services(scene, id, SLOTS, stop, ledger));
         }
-    }
-    stop.store(true, Ordering::SeqCst);
-    for job in jobs {
-        job.join()
-            .map_err(|_| anyhow::anyhow!("a writer panicked"))?;
-    }
-    let mut outcomes = Vec::new();
-    for reader in readers {
-        outcomes.push(
-            reader
-                .join()
-                .map_err(|_| anyhow::anyhow!("a reader panicked"))??,
-        );
-    }
+        scope.spawn(|| writers::accounts(scene, stop, ledger));
+        scope.spawn(|| writers::anonymous(scene, ANONYMOUS_TTL_HOURS, stop, ledger));
+        scope.spawn(|| writers::federated(scene, stop, ledger));
+
+        // Whatever happens, the writers stop, or the scope would wait for them forever.
+        let mut watch = || -> Result<()> {
+            let started = Instant::now();
+            let duration = Duration::from_secs(u64::from(options.minutes) * 60);
+            while started.elapsed() < duration {
+                std::thread::sleep(SAMPLE_EVERY.min(duration.saturating_sub(started.elapsed())));
+                let (seconds, kib) = (started.elapsed().as_secs(), registry.rss_kib()?);
+                memory.push((seconds, kib));
+                scan_log(&log, &mut log_errors, &mut log_warnings);
+                if memory.len() % (60 / SAMPLE_EVERY.as_secs() as usize) == 0 {
+                    let l = locked(ledger);
+                    println!(
+                        "{seconds:>4} s: RSS {:.1} MiB, {} writes acknowledged, {} reads \
+                         checked, {} problems",
+                        kib as f64 / 1024.0,
+                        l.acknowledged.values().sum::<u64>(),
+                        l.reads_checked,
+                        l.problem_count
+                    );
+                }
+            }
+            Ok(())
+        };
+        let watched = watch();
+        stop.store(true, Ordering::SeqCst);
+        watched?;
+        (readers.into_iter())
+            .map(|reader| reader.join().expect("a wrk reader panicked"))
+            .collect()
+    })?;
     let load_after = load_average();
     scan_log(&log, &mut log_errors, &mut log_warnings);
     let remembered = remembered(&registry);
 
-    let ledger = Arc::try_unwrap(ledger)
-        .map_err(|_| anyhow::anyhow!("the ledger is still shared"))?
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
-    let owned = |s: &str| s.starts_with('w') && s.ends_with(&format!("-{TENANT}"));
-    let verified = ledger::verify(registry.http(), port, &scene.token, &ledger, owned)
+    let ledger = ledger.into_inner().unwrap_or_else(|e| e.into_inner());
+    let verified = ledger
+        .verify(registry.http(), &scene.token)
         .context("after the load")?;
     registry.terminate()?;
-    let registry = Registry::start(binary, url, port, &log, &env)?;
-    let verified_after_restart =
-        ledger::verify(registry.http(), port, &scene.token, &ledger, owned)
-            .context("after a restart")?;
+    let registry = Registry::start(&options_of_registry)?;
+    let verified_after_restart = ledger
+        .verify(registry.http(), &scene.token)
+        .context("after a restart")?;
     scan_log(&log, &mut log_errors, &mut log_warnings);
     Ok(Report {
         minutes: options.minutes,
-        loads: outcomes,
+        loads,
         ledger,
         memory,
         rss_after_setup,
@@ -234,50 +197,39 @@ fn soak(options: &Options, binary: &Path, url: &str, dir: &Path) -> Result<Repor
     })
 }
 
-/// A writer: the scene, the stop flag, the shared ledger.
-type WriterJob = dyn FnOnce(&Scene, &AtomicBool, &Mutex<Ledger>) + Send;
-
 /// A wrk load: its name, connections and the load itself.
 type NamedLoad = (&'static str, u32, crate::bench::wrk::Load);
 
-/// The services, accounts and tokens of the run, the ledger they start, and the read loads.
+/// The services, accounts and tokens of the run, the ledger that follows what the writers do
+/// from then on, and the read loads.
 fn set_scene(
-    base: &str,
-    port: u16,
+    registry: &Registry,
     token: String,
     dir: &Path,
     seconds: u32,
 ) -> Result<(Scene, Ledger, Vec<NamedLoad>)> {
-    let api = Api::new(base.to_owned(), token.clone())?;
+    let http = registry.http();
+    let api = Api::new(http, &token);
     let site_key = Signer::generate("site-1")?;
     let mut published = Vec::new();
     for i in 0..PUBLISHED {
         let subdomain = api.create_service(&format!("pub{i}"))?;
-        api.publish(&subdomain, &signed_upload(site_key.jwks()))?;
+        api.publish(&subdomain, &upload(site_key.jwks()))?;
         published.push(subdomain);
     }
     let shared = published[0].clone();
     let federated_service = api.create_service("fed")?;
-    let idp_key = Signer::generate("idp-1")?;
-    let idp = api.create_service("idp")?;
-    api.publish(&idp, &signed_upload(idp_key.jwks()))?;
-    let issuer = format!("http://{idp}.localhost:{port}");
+    let (issuer, idp_key) = hosted_issuer(&api)?;
     api.create_account("ci", oidc_policy(&issuer, &[&shared, &federated_service]))?;
     let jwt = idp_key.mint(&issuer)?;
-    let signer = Arc::new(idp_key);
     let reader_policy = serde_json::json!({"kind": "static", "services": [shared]});
     let (_, reader) = api.create_account("reader", reader_policy)?;
     let reader = reader.context("a static account without a token")?;
 
-    let mut ledger = Ledger::default();
-    ledger.services.insert(
-        federated_service.clone(),
-        Service {
-            title: "fed".into(),
-            kid: None,
-        },
-    );
-    let host = |s: &str| ("Host".to_owned(), format!("{s}.localhost:{port}"));
+    let mut ledger = Ledger::new(http, &token)?;
+    ledger.follow(&federated_service, "fed");
+    let base = registry.base();
+    let host = |s: &str| ("Host".to_owned(), http.issuer_host(s));
     let bearer = |t: &str| ("Authorization".to_owned(), format!("Bearer {t}"));
     let get = |path: String, headers: Vec<(String, String)>| Request { path, headers };
     let public: Vec<Request> = published
@@ -302,30 +254,25 @@ fn set_scene(
         get(format!("/services/{federated_service}"), vec![bearer(&jwt)]),
         get("/services".into(), vec![bearer(&jwt)]),
     ];
+    let load = |title, name, requests: &[Request], connections| {
+        let load = load::load(dir, name, &base, requests, connections, seconds)?;
+        anyhow::Ok((title, connections, load))
+    };
     let loads = vec![
-        (
-            "public documents (by Host)",
-            8,
-            load::load(dir, "public", base, &public, 8, seconds)?,
-        ),
-        (
-            "API reads, static tokens",
-            4,
-            load::load(dir, "static", base, &static_reads, 4, seconds)?,
-        ),
-        (
+        load("public documents (by Host)", "public", &public, 8)?,
+        load("API reads, static tokens", "static", &static_reads, 4)?,
+        load(
             "API reads, identity token (RS256)",
+            "federated",
+            &federated_reads,
             4,
-            load::load(dir, "federated", base, &federated_reads, 4, seconds)?,
-        ),
+        )?,
     ];
     let scene = Scene {
-        http: crate::faults::harness::Http::new(([127, 0, 0, 1], port).into()),
-        port,
+        http,
         token,
-        tenant: TENANT.into(),
         issuer,
-        signer,
+        signer: Arc::new(idp_key),
         federated_service,
         shared_service: shared,
     };
@@ -334,11 +281,8 @@ fn set_scene(
 
 /// The gauges of remembered verifications (secrets, identity tokens) from `/metrics`.
 fn remembered(registry: &Registry) -> (String, String) {
-    let text = registry
-        .http()
-        .call("GET", "/metrics", None, None)
-        .map(|r| r.body)
-        .unwrap_or_default();
+    let metrics = registry.http().call("GET", "/metrics", None, None);
+    let text = metrics.map(|r| r.body).unwrap_or_default();
     let gauge = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_owned))
@@ -365,7 +309,7 @@ fn scan_log(log: &Path, errors: &mut Vec<String>, warnings: &mut u64) {
             *warnings += 1;
         }
     }
-    crate::bench::servers::truncate(log);
+    registry::truncate(log);
 }
 
 fn median(values: &mut [u64]) -> u64 {
@@ -480,48 +424,31 @@ impl Report {
         for (kind, count) in &self.ledger.acknowledged {
             let _ = writeln!(out, "| {kind} | {count} |");
         }
+        // The figures, named as the list below (Markdown as it is written) uses them.
         let (baseline, last, max, growth) = self.memory_figures();
-        let _ = writeln!(
-            out,
-            "\n- Reads of one's own writes checked while the load ran (API and hosted documents): {}; \
-             problems (unexpected status, no answer, stale read): {}.",
-            self.ledger.reads_checked, self.ledger.problem_count
-        );
-        let _ = writeln!(
-            out,
-            "- Server errors (5xx) across all loads: {}; server log: {} ERROR lines, {} WARN lines.",
-            self.server_errors(),
-            self.log_errors.len(),
-            self.log_warnings
-        );
-        let _ = writeln!(
-            out,
-            "- Resident memory: {:.1} MiB after setup; median {:.1} MiB in the minute after the \
-             warm-up, {:.1} MiB in the last minute ({:+.1} %); peak {:.1} MiB.",
-            mib(self.rss_after_setup),
-            mib(baseline),
-            mib(last),
-            growth * 100.0,
-            mib(max)
-        );
-        let per_minute: Vec<String> = self
-            .memory
-            .iter()
+        let [setup, baseline, last, max] = [self.rss_after_setup, baseline, last, max].map(mib);
+        let growth = growth * 100.0;
+        let (reads, problems) = (self.ledger.reads_checked, self.ledger.problem_count);
+        let (server_errors, errors) = (self.server_errors(), self.log_errors.len());
+        let (warnings, (secrets, tokens)) = (self.log_warnings, &self.remembered);
+        let (verified, after_restart) = (&self.verified, &self.verified_after_restart);
+        let per_minute: Vec<String> = (self.memory.iter())
             .skip(60 / SAMPLE_EVERY.as_secs() as usize - 1)
             .step_by(60 / SAMPLE_EVERY.as_secs() as usize)
             .map(|(s, k)| format!("{}′ {:.1}", (s + 30) / 60, mib(*k)))
             .collect();
-        let _ = writeln!(out, "- RSS by minute (MiB): {}.", per_minute.join(", "));
-        let _ = writeln!(
+        let per_minute = per_minute.join(", ");
+        let _ = write!(
             out,
-            "- Verifications remembered at the end of the load: {} secrets, {} identity tokens.",
-            self.remembered.0, self.remembered.1
-        );
-        let _ = writeln!(out, "- Checked after the load: {}.", self.verified);
-        let _ = writeln!(
-            out,
-            "- Checked again after a restart on the same database: {}.",
-            self.verified_after_restart
+            "
+- Reads of one's own writes checked while the load ran (API and hosted documents): {reads}; problems (unexpected status, no answer, stale read): {problems}.
+- Server errors (5xx) across all loads: {server_errors}; server log: {errors} ERROR lines, {warnings} WARN lines.
+- Resident memory: {setup:.1} MiB after setup; median {baseline:.1} MiB in the minute after the warm-up, {last:.1} MiB in the last minute ({growth:+.1} %); peak {max:.1} MiB.
+- RSS by minute (MiB): {per_minute}.
+- Verifications remembered at the end of the load: {secrets} secrets, {tokens} identity tokens.
+- Checked after the load: {verified}.
+- Checked again after a restart on the same database: {after_restart}.
+"
         );
         out
     }

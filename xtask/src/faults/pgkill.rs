@@ -6,7 +6,7 @@
 //! connections dropped). While PostgreSQL is down the registry must answer 503 `unavailable`,
 //! never another 5xx. PostgreSQL is then started again on the same data directory, runs crash
 //! recovery, and the same registry process must recover by itself: `/readyz` back, writes
-//! accepted, and [`verify_everything`] passes (every acknowledged write present, nothing
+//! accepted, and [`Ledger::verify`] passes (every acknowledged write present, nothing
 //! half-written). After the last round `pg_amcheck` checks the tables and indexes, and a fresh
 //! registry process verifies everything once more from the database alone.
 //!
@@ -15,14 +15,15 @@
 //! processes does not drop the operating system's page cache, so it checks PostgreSQL's crash
 //! recovery and the registry's transactions, not the disk: that would need a machine crash.
 
-use super::{create_database, start_writers, verify_everything, Acked};
-use crate::faults::harness::{customer, free_port, wait_until, Registry};
+use super::{acknowledged, create_database, readyz, with_writers};
+use crate::http::{free_port, wait_until};
+use crate::ledger::{locked, Ledger, Writer, TENANT};
 use crate::postgres::Cluster;
+use crate::registry::{self, create_customer, Registry};
 use anyhow::{ensure, Context, Result};
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// What PostgreSQL logs when it starts on a data directory it did not shut down.
@@ -31,81 +32,73 @@ const RECOVERY: &str = "automatic recovery in progress";
 pub fn postgres_killed_during_writes(binary: &Path, work: &Path, rounds: usize) -> Result<String> {
     let mut cluster = Cluster::start_durable()?;
     let database_url = create_database(&cluster, "faults_pgkill")?;
-    let token = customer(binary, &database_url, "acme")?;
-    let port = free_port()?;
+    let token = create_customer(binary, &database_url, TENANT)?;
     let log = work.join("pgkill.log");
-    let mut registry = Registry::start(binary, &database_url, port, &log, &[])?;
+    let options = registry::Options {
+        port: Some(free_port()?),
+        ..registry::Options::new(binary, &database_url, &log)
+    };
+    let mut registry = Registry::start(&options)?;
     let http = registry.http();
-    let acked = Arc::new(Mutex::new(Acked::default()));
+    let ledger = Mutex::new(Ledger::new(http, &token)?);
     let mut killed = 0;
     let mut aimed = 0;
     let mut down = Vec::new();
     let mut ready_after = Vec::new();
     for round in 0..rounds {
-        let (stop, writers) = start_writers(http, &token, &format!("p{round}"), &acked);
-        // A different moment of the stream each round.
-        std::thread::sleep(Duration::from_millis(4000 + 1100 * round as u64));
-        if wait_for_a_transaction(&cluster)? {
-            aimed += 1;
-        }
-        killed += cluster.kill9_server()?;
-        let killed_at = Instant::now();
-        wait_until(Duration::from_secs(30), || {
-            http.call("GET", "/readyz", None, None)
-                .is_ok_and(|r| r.status == 503)
-        })
-        .context("GET /readyz never answered 503 with PostgreSQL killed")?;
-        let listed = http.call("GET", "/services", Some(&token), None)?;
-        ensure!(
-            listed.status == 503 && listed.problem() == "unavailable",
-            "an authenticated call with PostgreSQL killed → {} {}",
-            listed.status,
-            listed.body
-        );
-        // Long enough for the writers to meet the outage, not only the kill.
-        std::thread::sleep(Duration::from_secs(3));
-        let acked_before = lock(&acked).services.len();
-        cluster
-            .start_server()
-            .with_context(|| format!("PostgreSQL did not restart after kill {round}"))?;
-        down.push(killed_at.elapsed());
-        let ready = wait_until(Duration::from_secs(60), || {
-            http.call("GET", "/readyz", None, None)
-                .is_ok_and(|r| r.status == 200)
-        })
-        .with_context(|| format!("GET /readyz never recovered after kill {round}"))?;
+        let prefix = format!("p{round}");
+        let writer = Writer {
+            http,
+            token: &token,
+            ledger: &ledger,
+        };
+        let (down_for, ready) = with_writers(writer, &prefix, || {
+            // A different moment of the stream each round.
+            std::thread::sleep(Duration::from_millis(4000 + 1100 * round as u64));
+            if wait_for_a_transaction(&cluster)? {
+                aimed += 1;
+            }
+            killed += cluster.kill9_server()?;
+            let killed_at = Instant::now();
+            wait_until(Duration::from_secs(30), || readyz(http) == Some(503))
+                .context("GET /readyz never answered 503 with PostgreSQL killed")?;
+            let listed = http.call("GET", "/services", Some(&token), None)?;
+            listed.expect(503, "an authenticated call with PostgreSQL killed")?;
+            // Long enough for the writers to meet the outage, not only the kill.
+            std::thread::sleep(Duration::from_secs(3));
+            let created = || locked(&ledger).acknowledged("service created");
+            let acked_before = created();
+            cluster
+                .start_server()
+                .with_context(|| format!("PostgreSQL did not restart after kill {round}"))?;
+            let down_for = killed_at.elapsed();
+            let ready = wait_until(Duration::from_secs(60), || readyz(http) == Some(200))
+                .with_context(|| format!("GET /readyz never recovered after kill {round}"))?;
+            wait_until(Duration::from_secs(30), || created() > acked_before)
+                .with_context(|| format!("no write accepted after kill {round}"))?;
+            std::thread::sleep(Duration::from_secs(1));
+            anyhow::Ok((down_for, ready))
+        })?;
+        down.push(down_for);
         ready_after.push(ready);
-        wait_until(Duration::from_secs(30), || {
-            lock(&acked).services.len() > acked_before
-        })
-        .with_context(|| format!("no write accepted after kill {round}"))?;
-        std::thread::sleep(Duration::from_secs(1));
-        stop.store(true, Ordering::SeqCst);
-        for writer in writers {
-            writer
-                .join()
-                .map_err(|_| anyhow::anyhow!("a writer panicked"))?;
-        }
         ensure!(
             registry.is_running(),
             "the registry exited after kill {round}"
         );
-        let a = lock(&acked);
-        verify_everything(http, port, &token, &a)
+        let l = locked(&ledger);
+        l.verify(http, &token)
             .with_context(|| format!("after kill {round}, same registry process"))?;
         ensure!(
-            a.server_errors.is_empty(),
+            l.server_errors.is_empty(),
             "server errors other than 503 unavailable: {:?}",
-            a.server_errors
+            l.server_errors
         );
         println!(
-            "round {round}: PostgreSQL killed and recovered, registry ready {:.1} s later; {} \
-             services, {} configurations, {} accounts acknowledged so far; {} answers 503",
+            "round {round}: PostgreSQL killed and recovered, registry ready {:.1} s later; {} so \
+             far; {} answers 503",
             ready.as_secs_f64(),
-            a.services.len(),
-            a.configs.len(),
-            a.accounts.len(),
-            a.unavailable
+            acknowledged(&l),
+            l.unavailable
         );
     }
     registry.terminate()?;
@@ -118,9 +111,10 @@ pub fn postgres_killed_during_writes(binary: &Path, work: &Path, rounds: usize) 
     );
     amcheck(&cluster, &database_url)?;
     // From the database alone: no cache of the old process.
-    let mut registry = Registry::start(binary, &database_url, port, &log, &[])?;
-    let a = lock(&acked);
-    let in_flight = verify_everything(registry.http(), port, &token, &a)
+    let mut registry = Registry::start(&options)?;
+    let l = locked(&ledger);
+    let verified = l
+        .verify(registry.http(), &token)
         .context("after a restart of the registry")?;
     registry.terminate()?;
     let log_text = std::fs::read_to_string(&log)?;
@@ -154,18 +148,16 @@ pub fn postgres_killed_during_writes(binary: &Path, work: &Path, rounds: usize) 
     };
     Ok(format!(
         "{rounds} kills of PostgreSQL ({killed} processes; {aimed} kills while a backend was busy, \
-         statements cut off: {cut}), fsync on; down {} s, registry ready \
-         {} s after the restart, same process; {} services, {} configurations, {} title changes, \
-         {} accounts acknowledged, all present after each recovery and after a registry restart; \
-         {in_flight} unacknowledged writes found whole; {} answers 503 unavailable, no other 5xx; \
-         {recoveries} crash recoveries logged; pg_amcheck clean",
+         statements cut off: {cut}), fsync on; down {} s, registry ready {} s after the restart, \
+         same process; {}, all present after each recovery and after a registry restart; {} \
+         unacknowledged writes found whole; {} audit events, one per change; {} answers 503 \
+         unavailable, no other 5xx; {recoveries} crash recoveries logged; pg_amcheck clean",
         seconds(&down),
         seconds(&ready_after),
-        a.services.len(),
-        a.configs.len(),
-        a.patched.len(),
-        a.accounts.len(),
-        a.unavailable
+        acknowledged(&l),
+        verified.found_whole,
+        verified.audit_events,
+        l.unavailable
     ))
 }
 
@@ -183,11 +175,6 @@ fn wait_for_a_transaction(cluster: &Cluster) -> Result<bool> {
         }
     }
     Ok(false)
-}
-
-/// A panicking writer must not hide what the others acknowledged.
-fn lock(acked: &Mutex<Acked>) -> MutexGuard<'_, Acked> {
-    acked.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `pg_amcheck` on the registry's database: heap pages and B-tree indexes (with every heap tuple

@@ -2,11 +2,9 @@
 //! what the server acknowledged, and reads its own writes back on the way: the node that took a
 //! write must show it at once, in the API and in the hosted documents.
 
-use super::ledger::{first_kid, Account, Anonymous, Ledger, Service};
-use crate::bench::client::Signer;
-use crate::faults::harness::{Http, Response};
-use crate::faults::upload;
-use serde_json::{json, Value};
+use crate::api::{fake_keys, upload, Signer};
+use crate::ledger::{kids, locked, Anonymous, Ledger, Service, Writer, TENANT};
+use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,12 +12,9 @@ use std::time::{Duration, Instant};
 /// What the writers work on.
 #[derive(Debug, Clone)]
 pub struct Scene {
-    pub http: Http,
-    pub port: u16,
+    pub http: crate::http::Http,
     /// The customer's token (a `*` account).
     pub token: String,
-    /// The tenant suffix of the customer's subdomains.
-    pub tenant: String,
     /// The issuer whose identity tokens the `oidc` account accepts for `federated_service`,
     /// and its signing key: the federated writer presents a new token at every step, as CI
     /// jobs do.
@@ -28,6 +23,18 @@ pub struct Scene {
     pub federated_service: String,
     /// The service the account writer's static accounts cover.
     pub shared_service: String,
+}
+
+impl Scene {
+    /// A writer with the customer's token.
+    fn writer<'a>(&'a self, ledger: &'a Mutex<Ledger>) -> Writer<'a> {
+        let (http, token) = (self.http, self.token.as_str());
+        Writer {
+            http,
+            token,
+            ledger,
+        }
+    }
 }
 
 /// A small deterministic generator, so that a run can be told apart from another by its seed.
@@ -46,70 +53,17 @@ impl Rng {
     }
 }
 
-/// One writer's view: the scene, the shared ledger, and its own pacing.
-struct Writer<'a> {
-    scene: &'a Scene,
-    ledger: &'a Mutex<Ledger>,
-}
-
+/// Read-backs: what a writer just wrote must show at once.
 impl Writer<'_> {
-    fn record(&self, f: impl FnOnce(&mut Ledger)) {
-        f(&mut self.ledger.lock().unwrap_or_else(|e| e.into_inner()));
-    }
-
-    /// Sends a request (`token` empty: none); any other status than `want` (or no answer) is a
-    /// problem, and `None`.
-    fn expect(
-        &self,
-        method: &str,
-        path: &str,
-        token: &str,
-        body: Option<&Value>,
-        want: u16,
-    ) -> Option<Response> {
-        let token = (!token.is_empty()).then_some(token);
-        match self.scene.http.call(method, path, token, body) {
-            Ok(response) if response.status == want => Some(response),
-            Ok(response) => {
-                let summary: String = response.body.chars().take(200).collect();
-                self.record(|l| {
-                    l.problem(format!(
-                        "{method} {path} → {} (wanted {want}): {summary}",
-                        response.status
-                    ));
-                });
-                None
-            }
-            Err(e) => {
-                self.record(|l| l.problem(format!("{method} {path}: no answer: {e:#}")));
-                None
-            }
-        }
-    }
-
-    /// The hosted key set of `subdomain`: its status and first `kid`.
-    fn hosted(&self, subdomain: &str) -> Option<(u16, Option<String>)> {
-        let host = format!("{subdomain}.localhost:{}", self.scene.port);
-        match self
-            .scene
-            .http
-            .send("GET", "/openid/v1/jwks", None, None, Some(&host))
-        {
-            Ok(response) => {
-                let kid = first_kid(&response.json()).map(str::to_owned);
-                Some((response.status, kid))
-            }
-            Err(e) => {
-                self.record(|l| l.problem(format!("GET {host}/openid/v1/jwks: no answer: {e:#}")));
-                None
-            }
-        }
-    }
-
-    /// Reads the hosted key set back: `kid` published, or nothing (404).
+    /// Reads the hosted key set back: `kid` published first, or nothing (404).
     fn check_hosted(&self, subdomain: &str, kid: Option<&str>) {
-        let Some((status, seen)) = self.hosted(subdomain) else {
-            return;
+        let path = "/openid/v1/jwks";
+        let (status, seen) = match self.http.hosted(subdomain, path) {
+            Ok(hosted) => (hosted.status, kids(&hosted.json()).into_iter().next()),
+            Err(e) => {
+                return self
+                    .record(|l| l.problem(format!("GET {subdomain} {path}: no answer: {e:#}")));
+            }
         };
         let fresh = match kid {
             Some(kid) => status == 200 && seen.as_deref() == Some(kid),
@@ -125,27 +79,28 @@ impl Writer<'_> {
         });
     }
 
-    /// Reads a service back through the API: its title and published `kid`.
-    fn check_api(&self, subdomain: &str, token: &str, expected: &Service) {
-        let service = self.expect("GET", &format!("/services/{subdomain}"), token, None, 200);
-        let want = if expected.kid.is_some() { 200 } else { 404 };
-        let config = self.expect(
-            "GET",
-            &format!("/services/{subdomain}/config"),
-            token,
-            None,
-            want,
-        );
-        let (Some(service), Some(config)) = (service, config) else {
+    /// Reads a service back through the API: its title and published key set.
+    fn check_api(&self, subdomain: &str, expected: &Service) {
+        let keys = &expected.keys.acked;
+        let want = if keys.is_some() { 200 } else { 404 };
+        let path = format!("/services/{subdomain}");
+        let service = self.send("GET", &path, None, 200);
+        let config = self.send("GET", &format!("{path}/config"), None, want);
+        let (Ok(service), Ok(config)) = (service, config) else {
             return;
         };
         let title = service.json()["title"].as_str().map(str::to_owned);
-        let kid = first_kid(&config.json()["jwks"]).map(str::to_owned);
+        let seen = Some(kids(&config.json()["jwks"])).filter(|k| !k.is_empty());
+        let fresh = title.as_deref() == Some(expected.title.acked.as_str())
+            && match (keys, &seen) {
+                (Some(keys), Some(seen)) => seen.starts_with(keys),
+                (keys, seen) => keys.is_none() && seen.is_none(),
+            };
         self.record(|l| {
             l.reads_checked += 1;
-            if title.as_deref() != Some(expected.title.as_str()) || kid != expected.kid {
+            if !fresh {
                 l.problem(format!(
-                    "stale read of {subdomain}: title {title:?} kid {kid:?}, wanted {expected:?}"
+                    "stale read of {subdomain}: title {title:?} keys {seen:?}, wanted {expected:?}"
                 ));
             }
         });
@@ -159,103 +114,58 @@ fn running(stop: &AtomicBool) -> bool {
 /// Registered services in `slots` slots of writer `id`: created, published, retitled,
 /// unpublished, deleted and created again, each write read back.
 pub fn services(scene: &Scene, id: usize, slots: usize, stop: &AtomicBool, ledger: &Mutex<Ledger>) {
-    let writer = Writer { scene, ledger };
-    let token = scene.token.as_str();
+    let writer = scene.writer(ledger);
     let mut rng = Rng::new(id as u64 + 1);
-    let mut mine: Vec<Option<Service>> = vec![None; slots];
     let mut generation = 0u64;
     while running(stop) {
         generation += 1;
-        let slot = rng.below(slots as u64) as usize;
+        let slot = rng.below(slots as u64);
         let name = format!("w{id}s{slot}");
-        let subdomain = format!("{name}-{}", scene.tenant);
-        let Some(current) = mine[slot].clone() else {
-            let body = json!({"title": name, "serviceName": name});
-            if writer
-                .expect("POST", "/services", token, Some(&body), 201)
-                .is_some()
-            {
-                let service = Service {
-                    title: name.clone(),
-                    kid: None,
-                };
-                writer.record(|l| {
-                    l.acknowledge("service created");
-                    l.deleted_services.remove(&subdomain);
-                    l.services.insert(subdomain.clone(), service.clone());
-                });
-                mine[slot] = Some(service);
-            }
+        let subdomain = format!("{name}-{TENANT}");
+        let current = locked(ledger).services.get(&subdomain).cloned();
+        let Some(current) = current.filter(|s| s.exists.acked) else {
+            writer.create_service(&name, None);
             continue;
         };
         let path = format!("/services/{subdomain}");
-        let config = format!("{path}/config");
         match rng.below(20) {
             0..=7 => {
                 let base = format!("{subdomain}-g{generation}");
-                let body = upload(&base, 1);
-                if writer
-                    .expect("PUT", &config, token, Some(&body), 200)
-                    .is_some()
-                {
-                    let kid = format!("{base}-0");
-                    let service = Service {
-                        kid: Some(kid.clone()),
-                        ..current
-                    };
-                    writer.record(|l| {
-                        l.acknowledge("configuration published");
-                        l.services.insert(subdomain.clone(), service.clone());
-                    });
-                    mine[slot] = Some(service);
-                    writer.check_hosted(&subdomain, Some(&kid));
+                let kind = "configuration published";
+                if writer.publish(kind, &subdomain, &base, 1).acked() {
+                    writer.check_hosted(&subdomain, Some(&format!("{base}-0")));
                 }
             }
             8..=12 => {
                 let title = format!("title {generation}");
-                let body = json!({"title": title});
-                if writer
-                    .expect("PATCH", &path, token, Some(&body), 200)
-                    .is_some()
-                {
-                    let service = Service { title, ..current };
-                    writer.record(|l| {
-                        l.acknowledge("title changed");
-                        l.services.insert(subdomain.clone(), service.clone());
-                    });
-                    mine[slot] = Some(service);
-                }
+                writer.retitle("title changed", &subdomain, &title);
             }
             13..=14 => {
-                let want = if current.kid.is_some() { 204 } else { 404 };
-                if writer
-                    .expect("DELETE", &config, token, None, want)
-                    .is_some()
-                {
-                    let service = Service {
-                        kid: None,
-                        ..current
-                    };
-                    writer.record(|l| {
-                        l.acknowledge("configuration removed");
-                        l.services.insert(subdomain.clone(), service.clone());
-                    });
-                    mine[slot] = Some(service);
+                // Withdrawing nothing is a 404, and no change.
+                let want = if current.keys.acked.is_some() {
+                    204
+                } else {
+                    404
+                };
+                let path = format!("{path}/config");
+                let sent = writer.write("configuration removed", "DELETE", &path, None, want);
+                if let Some(ack) = sent.ack.filter(|_| want == 204) {
+                    writer.record(|l| l.service_published(&subdomain, None, ack));
+                }
+                if sent.acked() {
                     writer.check_hosted(&subdomain, None);
                 }
             }
             15..=16 => {
-                if writer.expect("DELETE", &path, token, None, 204).is_some() {
-                    writer.record(|l| {
-                        l.acknowledge("service deleted");
-                        l.services.remove(&subdomain);
-                        l.deleted_services.insert(subdomain.clone());
-                    });
-                    mine[slot] = None;
+                let sent = writer.write("service deleted", "DELETE", &path, None, 204);
+                if let Some(ack) = sent.ack {
+                    writer.record(|l| l.service_deleted(&subdomain, ack));
+                }
+                if sent.acked() {
                     writer.check_hosted(&subdomain, None);
                 }
             }
-            _ => writer.check_api(&subdomain, token, &current),
+            _ => writer.check_api(&subdomain, &current),
         }
     }
 }
@@ -263,110 +173,69 @@ pub fn services(scene: &Scene, id: usize, slots: usize, stop: &AtomicBool, ledge
 /// Static service accounts over the shared service: created, used, their token regenerated
 /// (the old one must stop working at once), renamed, deleted (the token with them).
 pub fn accounts(scene: &Scene, stop: &AtomicBool, ledger: &Mutex<Ledger>) {
-    let writer = Writer { scene, ledger };
-    let token = scene.token.as_str();
+    let writer = scene.writer(ledger);
     let probe = format!("/services/{}", scene.shared_service);
+    let services = [scene.shared_service.clone()];
     let mut rng = Rng::new(101);
-    let mut mine: Vec<(String, Account)> = Vec::new();
+    // Ids and tokens of the live accounts.
+    let mut mine: Vec<(String, String)> = Vec::new();
     let mut n = 0u64;
     // Each round refuses about one token on purpose; failed authentications are limited to
     // 1,000 a minute per client address, so the rounds are paced well below that.
     while running(stop) {
         std::thread::sleep(Duration::from_millis(100));
         n += 1;
+        let name = format!("soak account {n}");
         if mine.len() < 4 {
-            let name = format!("soak account {n}");
-            let body = json!({"name": name, "policy": {"kind": "static", "services": [scene.shared_service]}});
-            let Some(created) = writer.expect("POST", "/service-accounts", token, Some(&body), 201)
-            else {
-                continue;
-            };
-            let created = created.json();
-            let (Some(id), Some(secret)) = (created["id"].as_str(), created["token"].as_str())
-            else {
-                writer.record(|l| {
-                    l.problem(format!("account created without id or token: {created}"))
-                });
-                continue;
-            };
-            let account = Account {
-                name,
-                token: secret.to_owned(),
-            };
-            writer.record(|l| {
-                l.acknowledge("account created");
-                l.accounts.insert(id.to_owned(), account.clone());
-            });
-            writer.expect("GET", &probe, &account.token, None, 200);
-            mine.push((id.to_owned(), account));
+            let reply = writer.create_account(&name, &services).json();
+            if let Some((id, secret)) = reply["id"].as_str().zip(reply["token"].as_str()) {
+                let _ = writer.with(secret).send("GET", &probe, None, 200);
+                mine.push((id.to_owned(), secret.to_owned()));
+            }
             continue;
         }
         let index = rng.below(mine.len() as u64) as usize;
-        let (id, account) = mine[index].clone();
+        let (id, old) = mine[index].clone();
         let path = format!("/service-accounts/{id}");
         match rng.below(10) {
             0..=3 => {
-                let Some(answer) = writer.expect(
-                    "POST",
-                    &format!("{path}/regenerate-token"),
-                    token,
-                    None,
-                    200,
-                ) else {
-                    continue;
-                };
-                let Some(fresh) = answer.json()["token"].as_str().map(str::to_owned) else {
-                    writer.record(|l| l.problem(format!("regeneration of {id} gave no token")));
-                    continue;
-                };
-                let renewed = Account {
-                    token: fresh,
-                    ..account.clone()
-                };
-                writer.record(|l| {
-                    l.acknowledge("token regenerated");
-                    l.accounts.insert(id.clone(), renewed.clone());
-                    l.retire(account.token.clone());
-                });
-                writer.expect("GET", &probe, &account.token, None, 401);
-                writer.expect("GET", &probe, &renewed.token, None, 200);
-                mine[index].1 = renewed;
+                let regenerate = format!("{path}/regenerate-token");
+                let sent = writer.write("token regenerated", "POST", &regenerate, None, 200);
+                let reply = sent.json();
+                let fresh = reply["token"].as_str();
+                if let Some(ack) = sent.ack {
+                    writer.record(|l| l.token_regenerated(&id, fresh, ack));
+                }
+                if let Some(fresh) = fresh {
+                    let _ = writer.with(&old).send("GET", &probe, None, 401);
+                    let _ = writer.with(fresh).send("GET", &probe, None, 200);
+                    mine[index].1 = fresh.to_owned();
+                }
             }
             4..=6 => {
-                let name = format!("soak account {n}");
                 let body = json!({"name": name});
-                if writer
-                    .expect("PATCH", &path, token, Some(&body), 200)
-                    .is_some()
-                {
-                    let renamed = Account {
-                        name,
-                        ..account.clone()
-                    };
+                let sent = writer.write("account renamed", "PATCH", &path, Some(&body), 200);
+                if let Some(ack) = sent.ack {
+                    writer.record(|l| l.account_renamed(&id, &name, ack));
+                }
+                let read = sent.acked().then(|| writer.send("GET", &path, None, 200));
+                if let Some(Ok(read)) = read {
+                    let seen = read.json()["name"].as_str().map(str::to_owned);
                     writer.record(|l| {
-                        l.acknowledge("account renamed");
-                        l.accounts.insert(id.clone(), renamed.clone());
+                        l.reads_checked += 1;
+                        if seen.as_deref() != Some(name.as_str()) {
+                            l.problem(format!("stale account name of {id}: {seen:?}"));
+                        }
                     });
-                    if let Some(read) = writer.expect("GET", &path, token, None, 200) {
-                        let seen = read.json()["name"].as_str().map(str::to_owned);
-                        writer.record(|l| {
-                            l.reads_checked += 1;
-                            if seen.as_deref() != Some(renamed.name.as_str()) {
-                                l.problem(format!("stale account name of {id}: {seen:?}"));
-                            }
-                        });
-                    }
-                    mine[index].1 = renamed;
                 }
             }
             _ => {
-                if writer.expect("DELETE", &path, token, None, 204).is_some() {
-                    writer.record(|l| {
-                        l.acknowledge("account deleted");
-                        l.accounts.remove(&id);
-                        l.retire(account.token.clone());
-                    });
-                    writer.expect("GET", &probe, &account.token, None, 401);
+                let sent = writer.write("account deleted", "DELETE", &path, None, 204);
+                if let Some(ack) = sent.ack {
+                    writer.record(|l| l.account_deleted(&id, ack));
+                }
+                if sent.acked() {
+                    let _ = writer.with(&old).send("GET", &probe, None, 401);
                     mine.remove(index);
                 }
             }
@@ -376,17 +245,16 @@ pub fn accounts(scene: &Scene, stop: &AtomicBool, ledger: &Mutex<Ledger>) {
 
 /// Anonymous services living `ttl_hours`: created, published with their secret, read from their
 /// public subdomain, then every other one deleted; the rest expire during the run (the reaper
-/// works under load).
+/// works under load). Their changes are in no customer's audit trail.
 pub fn anonymous(scene: &Scene, ttl_hours: f64, stop: &AtomicBool, ledger: &Mutex<Ledger>) {
-    let writer = Writer { scene, ledger };
+    let nobody = scene.writer(ledger).with("");
     let mut n = 0u64;
     while running(stop) {
         std::thread::sleep(Duration::from_millis(50));
         n += 1;
         let sent = Instant::now();
         let body = json!({"title": format!("soak {n}"), "ttlHours": ttl_hours});
-        let Some(created) = writer.expect("POST", "/anonymous/services", "", Some(&body), 201)
-        else {
+        let Ok(created) = nobody.send("POST", "/anonymous/services", Some(&body), 201) else {
             continue;
         };
         let arrived = Instant::now();
@@ -396,18 +264,17 @@ pub fn anonymous(scene: &Scene, ttl_hours: f64, stop: &AtomicBool, ledger: &Mute
             created["secret"].as_str(),
             created["remainingSeconds"].as_u64(),
         ) else {
-            writer.record(|l| l.problem(format!("anonymous creation answered {created}")));
+            nobody.record(|l| l.problem(format!("anonymous creation answered {created}")));
             continue;
         };
-        let kid = format!("{subdomain}-0");
+        let owner = nobody.with(secret);
         let config = format!("/services/{subdomain}/config");
-        let upload = upload(subdomain, 1);
-        if writer
-            .expect("PUT", &config, secret, Some(&upload), 200)
-            .is_none()
-        {
+        let upload = upload(fake_keys(subdomain, 1));
+        if owner.send("PUT", &config, Some(&upload), 200).is_err() {
             continue;
         }
+        owner.record(|l| l.acknowledge("anonymous service created and published"));
+        let kid = format!("{subdomain}-0");
         let mut record = Anonymous {
             subdomain: subdomain.to_owned(),
             secret: secret.to_owned(),
@@ -416,86 +283,47 @@ pub fn anonymous(scene: &Scene, ttl_hours: f64, stop: &AtomicBool, ledger: &Mute
             expires_latest: arrived + Duration::from_secs(remaining + 1),
             deleted: false,
         };
-        writer.record(|l| l.acknowledge("anonymous service created and published"));
-        writer.check_hosted(subdomain, Some(&kid));
-        if n % 2 == 0
-            && writer
-                .expect(
-                    "DELETE",
-                    &format!("/services/{subdomain}"),
-                    secret,
-                    None,
-                    204,
-                )
-                .is_some()
-        {
+        owner.check_hosted(subdomain, Some(&kid));
+        let path = format!("/services/{subdomain}");
+        if n % 2 == 0 && owner.send("DELETE", &path, None, 204).is_ok() {
             record.deleted = true;
-            writer.record(|l| l.acknowledge("anonymous service deleted"));
-            writer.check_hosted(subdomain, None);
+            owner.record(|l| l.acknowledge("anonymous service deleted"));
+            owner.check_hosted(subdomain, None);
         }
-        writer.record(|l| l.anonymous.push(record));
+        owner.record(|l| l.anonymous.push(record));
     }
 }
 
 /// A federated caller (`oidc` account) retitling and republishing its service with a new
 /// identity token each time, reading each write back with the same token.
 pub fn federated(scene: &Scene, stop: &AtomicBool, ledger: &Mutex<Ledger>) {
-    let writer = Writer { scene, ledger };
     let subdomain = scene.federated_service.as_str();
-    let path = format!("/services/{subdomain}");
-    let Some(mut current) = ledger
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .services
-        .get(subdomain)
-        .cloned()
-    else {
-        writer.record(|l| l.problem(format!("{subdomain} is not in the ledger")));
-        return;
-    };
     let mut n = 0u64;
     while running(stop) {
         std::thread::sleep(Duration::from_millis(20));
         n += 1;
-        let Ok(token) = scene
-            .signer
-            .mint_with_id(&scene.issuer, Some(&format!("soak-{n}")))
-        else {
-            writer.record(|l| l.problem("minting an identity token failed".into()));
+        let id = format!("soak-{n}");
+        let Ok(token) = scene.signer.mint_with_id(&scene.issuer, Some(&id)) else {
+            let problem = "minting an identity token failed".to_owned();
+            locked(ledger).problem(problem);
             continue;
         };
-        let jwt = token.as_str();
+        let writer = scene.writer(ledger).with(&token);
         if n % 5 == 0 {
             let base = format!("{subdomain}-f{n}");
-            if writer
-                .expect(
-                    "PUT",
-                    &format!("{path}/config"),
-                    jwt,
-                    Some(&upload(&base, 1)),
-                    200,
-                )
-                .is_some()
-            {
-                current.kid = Some(format!("{base}-0"));
-                writer.record(|l| {
-                    l.acknowledge("federated: configuration published");
-                    l.services.insert(subdomain.to_owned(), current.clone());
-                });
-                writer.check_hosted(subdomain, current.kid.as_deref());
+            let kind = "federated: configuration published";
+            if writer.publish(kind, subdomain, &base, 1).acked() {
+                writer.check_hosted(subdomain, Some(&format!("{base}-0")));
             }
         } else {
             let title = format!("federated {n}");
-            if writer
-                .expect("PATCH", &path, jwt, Some(&json!({"title": title})), 200)
-                .is_some()
-            {
-                current.title = title;
-                writer.record(|l| {
-                    l.acknowledge("federated: title changed");
-                    l.services.insert(subdomain.to_owned(), current.clone());
-                });
-                writer.check_api(subdomain, jwt, &current);
+            let kind = "federated: title changed";
+            if writer.retitle(kind, subdomain, &title).acked() {
+                // Not under the lock: the check records what it reads.
+                let current = locked(ledger).services.get(subdomain).cloned();
+                if let Some(current) = current {
+                    writer.check_api(subdomain, &current);
+                }
             }
         }
     }

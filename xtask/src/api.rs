@@ -1,99 +1,64 @@
-//! Setting the scene through the registry's own API (services, published documents, accounts),
-//! and the RS256 identity tokens of the federated scenarios.
+//! Setting a scene through the registry's own API (services, published documents, accounts), the
+//! bodies the chores upload, and the RS256 identity tokens of their federated callers.
 
+use crate::http::{Http, Response};
 use anyhow::{bail, Context, Result};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use josekit::jwk::alg::rsa::RsaKeyPair;
 use josekit::jws::{JwsHeader, RS256};
 use josekit::jwt::{self, JwtPayload};
-use reqwest::blocking::Client;
-use reqwest::Method;
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-/// The audience the benchmark's identity tokens carry.
+/// The audience the chores' identity tokens carry.
 pub const AUDIENCE: &str = "registry";
-/// The subject the benchmark's identity tokens carry.
+/// The subject the chores' identity tokens carry.
 pub const SUBJECT: &str = "repo:acme/app:ref:refs/heads/main";
-
-/// `registry customer create`: the first static token of a new customer.
-pub fn create_customer(binary: &Path, database_url: &str, tenant: &str) -> Result<String> {
-    let out = Command::new(binary)
-        .args([
-            "customer", "create", "--tenant", tenant, "--plan", "business",
-        ])
-        .args([
-            "--name",
-            "Benchmark customer",
-            "--database-url",
-            database_url,
-        ])
-        .output()
-        .context("running registry customer create")?;
-    if !out.status.success() {
-        bail!(
-            "registry customer create failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let created: Value = serde_json::from_slice(&out.stdout)?;
-    created["token"]
-        .as_str()
-        .map(str::to_owned)
-        .context("no token in the output of customer create")
-}
 
 /// One registry's API, as one caller.
 #[derive(Debug, Clone)]
 pub struct Api {
-    client: Client,
-    base: String,
+    pub http: Http,
     /// The caller's bearer token.
     pub token: String,
 }
 
 impl Api {
-    pub fn new(base: String, token: String) -> Result<Api> {
-        let client = Client::builder().timeout(Duration::from_secs(30)).build()?;
-        Ok(Api {
-            client,
-            base,
-            token,
-        })
-    }
-
-    /// Calls the API; the status and the JSON body (`null` when there is none).
-    pub fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<(u16, Value)> {
-        let mut request = self
-            .client
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(body);
+    pub fn new(http: Http, token: &str) -> Api {
+        Api {
+            http,
+            token: token.to_owned(),
         }
-        let response = request.send().with_context(|| format!("calling {path}"))?;
-        let status = response.status().as_u16();
-        let text = response.text()?;
-        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
-    fn expect(&self, method: Method, path: &str, body: Option<&Value>, want: u16) -> Result<Value> {
-        let (status, answer) = self.call(method.clone(), path, body)?;
-        if status != want {
-            bail!("{method} {path}: {status} (wanted {want}): {answer}");
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Response> {
+        self.http.call(method, path, Some(&self.token), body)
+    }
+
+    /// Calls the API, failing unless the status is `want`; the JSON answer.
+    pub fn expect(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        want: u16,
+    ) -> Result<Value> {
+        let answer = self.call(method, path, body)?;
+        if answer.status != want {
+            bail!(
+                "{method} {path}: {} (wanted {want}): {}",
+                answer.status,
+                answer.body
+            );
         }
-        Ok(answer)
+        Ok(answer.json())
     }
 
-    /// Registers `{name}-{tenant}`; its subdomain.
+    /// Registers `{name}-{tenant}`, titled `name`; its subdomain.
     pub fn create_service(&self, name: &str) -> Result<String> {
-        let created = self.expect(
-            Method::POST,
-            "/services",
-            Some(&json!({"title": name, "serviceName": name})),
-            201,
-        )?;
+        let body = json!({"title": name, "serviceName": name});
+        let created = self.expect("POST", "/services", Some(&body), 201)?;
         created["subdomain"]
             .as_str()
             .map(str::to_owned)
@@ -102,36 +67,21 @@ impl Api {
 
     /// Publishes a discovery document and a key set for a service.
     pub fn publish(&self, subdomain: &str, upload: &Value) -> Result<()> {
-        self.expect(
-            Method::PUT,
-            &format!("/services/{subdomain}/config"),
-            Some(upload),
-            200,
-        )?;
-        Ok(())
+        let path = format!("/services/{subdomain}/config");
+        self.expect("PUT", &path, Some(upload), 200).map(drop)
     }
 
     /// Creates a service account; its id and (static accounts) token.
     pub fn create_account(&self, name: &str, policy: Value) -> Result<(String, Option<String>)> {
-        let created = self.expect(
-            Method::POST,
-            "/service-accounts",
-            Some(&json!({"name": name, "policy": policy})),
-            201,
-        )?;
+        let body = json!({"name": name, "policy": policy});
+        let created = self.expect("POST", "/service-accounts", Some(&body), 201)?;
         let id = created["id"].as_str().context("no account id")?.to_owned();
         Ok((id, created["token"].as_str().map(str::to_owned)))
     }
 
-    /// Deletes a service account.
     pub fn delete_account(&self, id: &str) -> Result<()> {
-        self.expect(
-            Method::DELETE,
-            &format!("/service-accounts/{id}"),
-            None,
-            204,
-        )?;
-        Ok(())
+        let path = format!("/service-accounts/{id}");
+        self.expect("DELETE", &path, None, 204).map(drop)
     }
 }
 
@@ -149,6 +99,18 @@ pub fn upload(jwks: Value) -> Value {
         },
         "jwks": jwks
     })
+}
+
+/// A key set of `count` RSA public keys named `{base}-0`, `{base}-1`, …: valid, cheap, and
+/// nothing signs with them.
+pub fn fake_keys(base: &str, count: usize) -> Value {
+    let mut n = vec![0xa5u8; 256];
+    n[0] = 0xc3;
+    let n = URL_SAFE_NO_PAD.encode(&n);
+    let keys: Vec<Value> = (0..count)
+        .map(|i| json!({"kty": "RSA", "kid": format!("{base}-{i}"), "use": "sig", "alg": "RS256", "e": "AQAB", "n": n}))
+        .collect();
+    json!({ "keys": keys })
 }
 
 /// An RS256 signing key (2048-bit) and its public JWK.
@@ -187,12 +149,10 @@ impl Signer {
         header.set_token_type("JWT");
         header.set_key_id(&self.kid);
         // Whole seconds, as issuers write them (josekit writes a fraction otherwise).
-        let now = SystemTime::UNIX_EPOCH
-            + Duration::from_secs(
-                SystemTime::now()
-                    .duration_since(SystemTime::UNIX_EPOCH)?
-                    .as_secs(),
-            );
+        let seconds = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)?
+            .as_secs();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(seconds);
         let mut payload = JwtPayload::new();
         payload.set_issuer(iss);
         payload.set_subject(SUBJECT);
@@ -207,7 +167,7 @@ impl Signer {
     }
 }
 
-/// The policy of an `oidc` account that trusts this benchmark's tokens from `iss` on `services`.
+/// The policy of an `oidc` account that trusts the chores' tokens from `iss` on `services`.
 pub fn oidc_policy(iss: &str, services: &[&str]) -> Value {
     json!({
         "kind": "oidc",
@@ -216,4 +176,14 @@ pub fn oidc_policy(iss: &str, services: &[&str]) -> Value {
             "claims": {"iss": iss, "aud": AUDIENCE, "sub": SUBJECT}
         }]
     })
+}
+
+/// An identity provider hosted by the registry itself: a service `idp` publishing an RS256 key,
+/// so that identity tokens it signs verify on loopback (the server needs
+/// `REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS=true` for an `http` issuer). Its issuer URL and signer.
+pub fn hosted_issuer(api: &Api) -> Result<(String, Signer)> {
+    let signer = Signer::generate("idp-1")?;
+    let idp = api.create_service("idp")?;
+    api.publish(&idp, &upload(signer.jwks()))?;
+    Ok((format!("http://{}", api.http.issuer_host(&idp)), signer))
 }

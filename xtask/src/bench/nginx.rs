@@ -1,0 +1,120 @@
+//! nginx serving the registry's discovery document, the yardstick of P1.
+
+use crate::http::{free_port, Http};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// nginx serving one file as `/.well-known/openid-configuration`.
+#[derive(Debug)]
+pub struct Nginx {
+    child: Child,
+    /// Its loopback port.
+    pub port: u16,
+    /// Its configuration, for the report.
+    pub config: String,
+    /// Its access log.
+    pub log: PathBuf,
+}
+
+impl Nginx {
+    /// Starts nginx with one worker process in `dir`, serving `document` with the registry's
+    /// headers.
+    pub fn start(dir: &Path, document: &[u8], cpu: Option<usize>) -> Result<Nginx> {
+        let root = dir.join("www");
+        std::fs::create_dir_all(root.join(".well-known"))?;
+        std::fs::write(root.join(".well-known/openid-configuration"), document)?;
+        let port = free_port()?;
+        let log = dir.join("access.log");
+        let d = dir.display();
+        // As a static file server would be tuned: sendfile, cached file descriptors, long
+        // keep-alive. It logs every request like the registry does, through a buffer like the
+        // registry's (64 KiB, written at least every second).
+        let config = format!(
+            "worker_processes 1;
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+    access_log {log} combined buffer=64k flush=1s;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    open_file_cache max=64;
+    keepalive_requests 1000000;
+    client_body_temp_path {d}/tmp-body;
+    proxy_temp_path {d}/tmp-proxy;
+    fastcgi_temp_path {d}/tmp-fastcgi;
+    uwsgi_temp_path {d}/tmp-uwsgi;
+    scgi_temp_path {d}/tmp-scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location = /.well-known/openid-configuration {{
+            default_type application/json;
+            add_header Cache-Control \"public, max-age=30\";
+            add_header Access-Control-Allow-Origin \"*\";
+        }}
+    }}
+}}
+",
+            log = log.display(),
+            root = root.display(),
+        );
+        let conf = dir.join("nginx.conf");
+        std::fs::write(&conf, &config)?;
+        let mut command = match cpu {
+            Some(cpu) => {
+                let mut taskset = Command::new("taskset");
+                taskset.args(["-c", &cpu.to_string(), "nginx"]);
+                taskset
+            }
+            None => Command::new("nginx"),
+        };
+        let child = command
+            .arg("-c")
+            .arg(&conf)
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting nginx")?;
+        let nginx = Nginx {
+            child,
+            port,
+            config,
+            log,
+        };
+        let started = Instant::now();
+        let http = Http::local(port);
+        let path = "/.well-known/openid-configuration";
+        while http
+            .call("GET", path, None, None)
+            .map_or(true, |r| r.status != 200)
+        {
+            if started.elapsed() > Duration::from_secs(10) {
+                bail!(
+                    "nginx did not answer within 10 s: {}",
+                    std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(nginx)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: the master stops its worker too (SIGKILL would leave the worker listening).
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}

@@ -37,7 +37,7 @@ pub async fn reap_expired(state: web::Data<AppState>) {
     loop {
         interval.tick().await;
         let now = state.now();
-        state.tokens.sweep();
+        state.tokens.sweep(now);
         reap_anonymous(&state, now).await;
         reap_keys(&state, now).await;
         // The deletions leave the caches through the change log, like every other change (and

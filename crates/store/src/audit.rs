@@ -130,11 +130,19 @@ impl AuditLog for Store {
     }
 
     fn prune_audit(&self, older_than: time::OffsetDateTime) -> StoreResult<usize> {
+        // Events are written in time order, so everything before the first event young enough
+        // to keep goes; finding it reads only the rows that go (no index on `at` to keep up).
         self.write_aside(|conn| {
-            Ok(
-                diesel::delete(audit_events::table.filter(audit_events::at.lt(millis(older_than))))
-                    .execute(conn)?,
-            )
+            let first_kept = audit_events::table
+                .filter(audit_events::at.ge(millis(older_than)))
+                .order(audit_events::seq)
+                .select(audit_events::seq)
+                .limit(1)
+                .get_result::<i64>(conn)
+                .optional()?;
+            let old =
+                audit_events::table.filter(audit_events::seq.lt(first_kept.unwrap_or(i64::MAX)));
+            Ok(diesel::delete(old).execute(conn)?)
         })
     }
 }

@@ -16,7 +16,8 @@
 use moka::sync::Cache;
 use registry_domain::ports::VerifiedToken;
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use subtle::ConstantTimeEq;
 use time::{Duration, OffsetDateTime};
 
@@ -42,14 +43,16 @@ struct RememberedSecret {
     digest: [u8; 32],
 }
 
-/// Remembered verifications of secrets and identity tokens, on `moka` caches bounded in
-/// entries, with idle expiry for secrets and a time to live for identity tokens.
+/// Remembered verifications: secrets on a `moka` cache bounded in entries with idle expiry;
+/// identity tokens in a map bounded in entries, each kept until its own time.
 #[derive(Debug)]
 pub struct TokenCache {
     /// lookup id → the verified secret.
     secrets: Cache<String, Arc<RememberedSecret>>,
-    /// SHA-256 of the token → the verification.
-    identities: Cache<[u8; 32], RememberedIdentity>,
+    /// SHA-256 of the token → the verification. A map under a lock rather than a `moka` cache:
+    /// every federated request reads it, a `moka` read cost P3 about 5 % (docs/benchmarks.md),
+    /// and its expiry is the server's clock anyway.
+    identities: Mutex<HashMap<[u8; 32], RememberedIdentity>>,
 }
 
 fn std_duration(d: Duration) -> std::time::Duration {
@@ -63,15 +66,18 @@ impl Default for TokenCache {
                 .max_capacity(MAX_ENTRIES)
                 .time_to_idle(std_duration(SECRET_IDLE))
                 .build(),
-            identities: Cache::builder()
-                .max_capacity(MAX_ENTRIES)
-                .time_to_live(std_duration(IDENTITY_TTL))
-                .build(),
+            identities: Default::default(),
         }
     }
 }
 
 impl TokenCache {
+    fn identities(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], RememberedIdentity>> {
+        self.identities
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Whether `secret` was verified before against exactly `stored_hash`.
     pub fn verified(&self, lookup_id: &str, stored_hash: &str, secret: &str) -> bool {
         let Some(entry) = self.secrets.get(lookup_id) else {
@@ -93,15 +99,16 @@ impl TokenCache {
         );
     }
 
-    /// Lets the caches drop what has expired now (they also do it as they are used).
-    pub fn sweep(&self) {
+    /// Lets the secrets cache drop what has expired (it also does it as it is used), and forgets
+    /// the identity verifications that no longer hold at `now`.
+    pub fn sweep(&self, now: OffsetDateTime) {
         self.secrets.run_pending_tasks();
-        self.identities.run_pending_tasks();
+        self.identities().retain(|_, (_, until)| now <= *until);
     }
 
     /// How many verifications are remembered: secrets, identity tokens.
     pub fn len(&self) -> (u64, u64) {
-        (self.secrets.entry_count(), self.identities.entry_count())
+        (self.secrets.entry_count(), self.identities().len() as u64)
     }
 
     /// The earlier verification of exactly this identity token, if it still holds at `now`.
@@ -111,10 +118,10 @@ impl TokenCache {
         now: OffsetDateTime,
     ) -> Option<Arc<VerifiedToken>> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        self.identities
+        self.identities()
             .get(&digest)
             .filter(|(_, until)| now <= *until)
-            .map(|(verified, _)| verified)
+            .map(|(verified, _)| verified.clone())
     }
 
     /// Remembers the verification of an identity token at `now`.
@@ -135,7 +142,14 @@ impl TokenCache {
         };
         let until = (expires + registry_domain::claims::LEEWAY).min(now + IDENTITY_TTL);
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        self.identities.insert(digest, (verified, until));
+        let mut entries = self.identities();
+        if entries.len() >= MAX_ENTRIES as usize {
+            entries.retain(|_, (_, until)| now <= *until);
+            if entries.len() >= MAX_ENTRIES as usize {
+                entries.clear();
+            }
+        }
+        entries.insert(digest, (verified, until));
     }
 }
 
@@ -160,8 +174,19 @@ mod tests {
         for n in 0..(MAX_ENTRIES + 5_000) {
             cache.remember(&n.to_string(), "h", "s");
         }
-        cache.sweep();
-        assert!(cache.len().0 <= MAX_ENTRIES, "{:?}", cache.len());
+        let now = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
+        for n in 0..(MAX_ENTRIES + 5_000) {
+            cache.remember_identity(&n.to_string(), token(1_000_000 + 3600), now);
+        }
+        cache.sweep(now);
+        let (secrets, identities) = cache.len();
+        assert!(
+            secrets <= MAX_ENTRIES && identities <= MAX_ENTRIES,
+            "{:?}",
+            cache.len()
+        );
+        cache.sweep(now + IDENTITY_TTL + Duration::seconds(1));
+        assert_eq!(cache.len().1, 0, "lapsed verifications are forgotten");
     }
 
     fn token(exp: i64) -> Arc<VerifiedToken> {

@@ -23,7 +23,7 @@ pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let oidc = state.verifier.metrics();
     // The caches count lazily: let them settle first.
-    state.tokens.sweep();
+    state.tokens.sweep(state.now());
     let (secrets, identities) = state.tokens.len();
     let extra = [
         (

@@ -125,7 +125,7 @@ pub struct SyncArgs {
     #[arg(long, conflicts_with = "token")]
     pub identity_token_file: Option<std::path::PathBuf>,
     /// The source issuer (default: the in-cluster API server,
-    /// https://kubernetes.default.svc, with the in-cluster CA and token).
+    /// `https://kubernetes.default.svc`, with the in-cluster CA and token).
     #[arg(long, conflicts_with_all = ["discovery_file", "jwks_file"])]
     pub source: Option<String>,
     /// A PEM CA bundle for the source.

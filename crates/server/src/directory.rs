@@ -381,7 +381,7 @@ async fn reload_hosted(state: &AppState, id: Uuid) -> ApiResult<()> {
     Ok(())
 }
 
-/// A service by subdomain (case folded) or id, as [`ServiceStore::find_service`] finds it.
+/// A service by subdomain (case folded) or id, as [`ServiceStore::find_service`](registry_domain::ports::ServiceStore::find_service) finds it.
 pub async fn service(state: &AppState, subdomain_or_id: &str) -> ApiResult<Option<Arc<Service>>> {
     let directory = &state.directory;
     let by_id = Uuid::parse_str(subdomain_or_id).ok();

@@ -1,24 +1,14 @@
+use super::{create_account, register_service};
 use registry_tests::server::{assert_problem, json, pointers, Customer, ServerOptions, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
 
 fn named_service(server: &TestServer, customer: &Customer, name: &str) {
-    let response = server
-        .authed(Method::POST, "/services", &customer.token)
-        .json(&json!({"title": name, "serviceName": name}))
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 201, "{name}");
+    register_service(server, customer, name);
 }
 
 fn account(server: &TestServer, customer: &Customer, policy: Value) -> Value {
-    let response = server
-        .authed(Method::POST, "/service-accounts", &customer.token)
-        .json(&json!({"name": "ci", "policy": policy}))
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 201);
-    json(response)
+    create_account(server, customer, "ci", policy)
 }
 
 #[test]

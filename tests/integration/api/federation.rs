@@ -1,6 +1,7 @@
 //! Federated callers (DECISIONS §5, §7; spec §4 rules, §5): identity tokens minted by a real
 //! issuer on loopback, verified by the real binary.
 
+use super::register_service;
 use registry_tests::issuer::{compact, Behaviour, KeyKind, SigningKey, TestIssuer};
 use registry_tests::server::{
     assert_problem, claims, insecure_server, json, unix_now, Customer, TestServer, AUDIENCE,
@@ -8,16 +9,6 @@ use registry_tests::server::{
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-fn create_service(server: &TestServer, customer: &Customer, name: &str) -> String {
-    let response = server
-        .authed(Method::POST, "/services", &customer.token)
-        .json(&json!({"title": name, "serviceName": name}))
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 201, "{name}");
-    json(response)["subdomain"].as_str().unwrap().to_owned()
-}
 
 /// An oidc account with one rule per `(services, sub pattern)`, all pinning `iss`; its id.
 fn oidc_account(
@@ -95,9 +86,9 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
     let other = server.customer("other", "business");
-    let api = create_service(&server, &acme, "api");
-    let web = create_service(&server, &acme, "web");
-    let foreign = create_service(&server, &other, "svc");
+    let api = register_service(&server, &acme, "api");
+    let web = register_service(&server, &acme, "web");
+    let foreign = register_service(&server, &other, "svc");
     oidc_account(
         &server,
         &acme,
@@ -198,7 +189,7 @@ fn refused_tokens_get_the_same_401_as_no_token_and_are_never_logged() {
     let issuer = TestIssuer::start();
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
-    let api = create_service(&server, &acme, "api");
+    let api = register_service(&server, &acme, "api");
     oidc_account(&server, &acme, &iss, &[(&["*"], "repo:acme/*")], None);
     let path = format!("/services/{api}");
     let good = issuer.mint("ES256", claims(&iss, "repo:acme/api"));
@@ -274,9 +265,9 @@ fn several_accepting_accounts_need_x_service_account_on_collection_calls() {
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
     let other = server.customer("other", "business");
-    let api = create_service(&server, &acme, "api");
-    let web = create_service(&server, &acme, "web");
-    let foreign = create_service(&server, &other, "svc");
+    let api = register_service(&server, &acme, "api");
+    let web = register_service(&server, &acme, "web");
+    let foreign = register_service(&server, &other, "svc");
     let narrow = oidc_account(
         &server,
         &acme,
@@ -329,7 +320,7 @@ fn ip_allowlist_applies_to_federated_callers() {
     let issuer = TestIssuer::start();
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
-    let api = create_service(&server, &acme, "api");
+    let api = register_service(&server, &acme, "api");
     oidc_account(
         &server,
         &acme,
@@ -368,7 +359,7 @@ fn a_warm_key_cache_costs_no_fetch_and_outlives_the_issuer() {
     let issuer = TestIssuer::start();
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
-    let api = create_service(&server, &acme, "api");
+    let api = register_service(&server, &acme, "api");
     oidc_account(&server, &acme, &iss, &[(&["*"], "repo:acme/*")], None);
     assert_eq!(server.metric("registry_oidc_key_fetches_total"), 0);
 
@@ -420,7 +411,7 @@ fn loopback_issuers_are_refused_quickly_unless_insecure_issuers_are_allowed() {
     let server = TestServer::start();
     let issuer = TestIssuer::start();
     let acme = server.customer("acme", "business");
-    let api = create_service(&server, &acme, "api");
+    let api = register_service(&server, &acme, "api");
     let port = issuer.port();
     // `http` is refused before any look-up; the `https` names reach the guarded resolver, which
     // answers loopback for them and refuses to connect.
@@ -460,9 +451,9 @@ fn loopback_issuers_are_refused_quickly_unless_insecure_issuers_are_allowed() {
 fn an_issuer_hosted_by_the_registry_federates_with_it() {
     let server = insecure_server();
     let acme = server.customer("acme", "business");
-    let idp = create_service(&server, &acme, "idp");
-    let api = create_service(&server, &acme, "api");
-    let web = create_service(&server, &acme, "web");
+    let idp = register_service(&server, &acme, "idp");
+    let api = register_service(&server, &acme, "api");
+    let web = register_service(&server, &acme, "web");
     let hosted = server.issuer(&idp);
     let key = SigningKey::generate(KeyKind::P256, "cluster-key-1");
     let published = server
@@ -532,7 +523,7 @@ fn a_hanging_issuer_holds_up_only_its_own_cold_tokens() {
     let server = insecure_server();
     let (hanging, healthy) = (TestIssuer::start(), TestIssuer::start());
     let acme = server.customer("acme", "business");
-    let api = create_service(&server, &acme, "api");
+    let api = register_service(&server, &acme, "api");
     let published = server
         .authed(Method::PUT, &format!("/services/{api}/config"), &acme.token)
         .json(&super::upload(&["k1"]))

@@ -40,7 +40,7 @@ pub fn rsa_key(kid: &str) -> Value {
     json!({"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256", "e": "AQAB", "n": URL_SAFE_NO_PAD.encode(&n)})
 }
 
-/// Registers the service `{name}-{tenant}` of `customer`; returns its subdomain.
+/// Registers the service named `name` of `customer`; returns its subdomain.
 pub fn register_service(server: &TestServer, customer: &Customer, name: &str) -> String {
     let created = server
         .authed(Method::POST, "/services", &customer.token)
@@ -48,7 +48,26 @@ pub fn register_service(server: &TestServer, customer: &Customer, name: &str) ->
         .send()
         .unwrap();
     assert_eq!(created.status(), 201, "registering {name}");
-    format!("{name}-{}", customer.tenant)
+    registry_tests::server::json(created)["subdomain"]
+        .as_str()
+        .expect("subdomain")
+        .to_owned()
+}
+
+/// Creates the service account `{name, policy}` of `customer`; returns the 201's body.
+pub fn create_account(
+    server: &TestServer,
+    customer: &Customer,
+    name: &str,
+    policy: Value,
+) -> Value {
+    let created = server
+        .authed(Method::POST, "/service-accounts", &customer.token)
+        .json(&json!({"name": name, "policy": policy}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201, "creating {name}: {policy}");
+    registry_tests::server::json(created)
 }
 
 /// Publishes [`upload`] of `kids` on `subdomain`.

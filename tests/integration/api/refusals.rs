@@ -3,6 +3,7 @@
 //! code and the near-miss hints, and the refusal log records verified-but-refused requests for
 //! their owner only.
 
+use super::{create_account, register_service};
 use registry_tests::issuer::{compact, KeyKind, SigningKey, TestIssuer};
 use registry_tests::server::{
     assert_problem, claims, insecure_server, json, unix_now, Customer, TestServer, AUDIENCE,
@@ -10,24 +11,9 @@ use registry_tests::server::{
 use reqwest::Method;
 use serde_json::{json, Value};
 
-fn create_service(server: &TestServer, customer: &Customer, name: &str) -> String {
-    let response = server
-        .authed(Method::POST, "/services", &customer.token)
-        .json(&json!({"title": name, "serviceName": name}))
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 201, "{name}");
-    json(response)["subdomain"].as_str().unwrap().to_owned()
-}
-
 fn account(server: &TestServer, customer: &Customer, policy: Value) -> String {
-    let response = server
-        .authed(Method::POST, "/service-accounts", &customer.token)
-        .json(&json!({"name": "federated", "policy": policy}))
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 201, "{policy}");
-    json(response)["id"].as_str().unwrap().to_owned()
+    let body = create_account(server, customer, "federated", policy);
+    body["id"].as_str().unwrap().to_owned()
 }
 
 fn explain(server: &TestServer, customer: &Customer, id: &str, body: Value) -> Value {
@@ -65,8 +51,8 @@ fn explain_with_real_tokens_agrees_with_the_real_request_and_names_the_reason() 
     let issuer = TestIssuer::start();
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
-    let api = create_service(&server, &acme, "api");
-    let web = create_service(&server, &acme, "web");
+    let api = register_service(&server, &acme, "api");
+    let web = register_service(&server, &acme, "web");
     let id = account(
         &server,
         &acme,
@@ -384,7 +370,7 @@ fn refused_requests_are_recorded_for_their_owner_only() {
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
     let globex = server.customer("globex", "business");
-    let api = create_service(&server, &acme, "api");
+    let api = register_service(&server, &acme, "api");
     let id = account(
         &server,
         &acme,

@@ -39,26 +39,20 @@ fn exists(conn: &mut Db, id: &str) -> Res<bool> {
 /// update-else-insert race free: there is no portable upsert).
 fn write_config(conn: &mut Db, config: &PublishedConfig) -> Res<()> {
     let id = id_text(config.service_id);
-    let key_expires_at = config.keys.next_expiry().map(millis);
+    let key_state = key_state_text(&config.keys)?;
+    let columns = (
+        published_configs::openid_configuration.eq(&config.openid_configuration),
+        published_configs::jwks.eq(&config.jwks),
+        published_configs::updated_at.eq(millis(config.updated_at)),
+        published_configs::key_state.eq(&key_state),
+        published_configs::key_expires_at.eq(config.keys.next_expiry().map(millis)),
+    );
     let updated = diesel::update(published_configs::table.find(&id))
-        .set((
-            published_configs::openid_configuration.eq(&config.openid_configuration),
-            published_configs::jwks.eq(&config.jwks),
-            published_configs::updated_at.eq(millis(config.updated_at)),
-            published_configs::key_state.eq(key_state_text(&config.keys)?),
-            published_configs::key_expires_at.eq(key_expires_at),
-        ))
+        .set(columns)
         .execute(conn)?;
     if updated == 0 {
         diesel::insert_into(published_configs::table)
-            .values((
-                published_configs::service_id.eq(&id),
-                published_configs::openid_configuration.eq(&config.openid_configuration),
-                published_configs::jwks.eq(&config.jwks),
-                published_configs::updated_at.eq(millis(config.updated_at)),
-                published_configs::key_state.eq(key_state_text(&config.keys)?),
-                published_configs::key_expires_at.eq(key_expires_at),
-            ))
+            .values((published_configs::service_id.eq(&id), columns))
             .execute(conn)?;
     }
     Ok(())

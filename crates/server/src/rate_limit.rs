@@ -56,17 +56,13 @@ impl RateLimiter {
     /// Counts one event for `ip`; refuses when its allowance is used up.
     pub fn hit(&self, ip: IpAddr) -> Result<(), RetryAfter> {
         let key = rate_limit_key(ip);
-        let outcome = {
+        let (outcome, over_bound) = {
             let limiter = self.limiter.read().unwrap_or_else(PoisonError::into_inner);
-            let outcome = limiter.check_key(&key);
-            if limiter.len() <= MAX_KEYS {
-                outcome
-            } else {
-                drop(limiter);
-                self.bound();
-                outcome
-            }
+            (limiter.check_key(&key), limiter.len() > MAX_KEYS)
         };
+        if over_bound {
+            self.bound();
+        }
         outcome.map_err(|not_until| {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);

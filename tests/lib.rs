@@ -8,7 +8,9 @@
 
 mod support;
 
-pub use support::database::{backend_name, execute_sql, fresh_database_url, POSTGRES_URL_VAR};
+pub use support::database::{
+    backend_name, execute_sql, fresh_database_url, postgres_tool, sqlite_python, POSTGRES_URL_VAR,
+};
 
 /// The test OIDC issuer (see [`issuer::TestIssuer`]).
 pub use support::issuer;

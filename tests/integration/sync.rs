@@ -306,3 +306,64 @@ fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
         (json!(true), json!(false))
     );
 }
+
+/// The OpenSSL built into the binary trusts what `SSL_CERT_FILE` or `SSL_CERT_DIR` names (how an
+/// operator points it at a private CA, or at a host's bundle in an unusual place): without
+/// them and without `--source-ca`, nothing trusts the cluster's own CA. `serve` says at start
+/// what it trusts.
+#[test]
+fn the_built_in_openssl_trusts_ssl_cert_file_and_ssl_cert_dir() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = crate::api::register_service(&server, &acme, "k3s");
+    let kube = KubeApiServer::start(vec![SigningKey::generate(KeyKind::P256, "k1").public_jwk()]);
+    let sync_trusting = |variable: Option<(&str, &Path)>| {
+        let mut command = sync_command(
+            &sub,
+            &server.base,
+            &kube.url,
+            None,
+            Some(kube.token_file.as_path()),
+            Some(&acme.token),
+        );
+        command
+            .env_remove("SSL_CERT_FILE")
+            .env_remove("SSL_CERT_DIR");
+        if let Some((name, value)) = variable {
+            command.env(name, value);
+        }
+        command.output().unwrap()
+    };
+
+    let untrusted = sync_trusting(None);
+    assert_eq!(untrusted.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(stderr.contains("cannot reach the source"), "{stderr}");
+
+    let by_file = sync_trusting(Some(("SSL_CERT_FILE", &kube.ca_file)));
+    assert!(by_file.status.success(), "{by_file:?}");
+    assert_eq!(line(&by_file)["added"], json!(["k1"]));
+
+    // A directory in OpenSSL's hashed layout: `{subject name hash}.0`.
+    let dir = registry_tests::server::TempDir::new("cert-dir");
+    let pem = std::fs::read(&kube.ca_file).unwrap();
+    let hash = openssl::x509::X509::from_pem(&pem)
+        .unwrap()
+        .subject_name_hash();
+    std::fs::write(dir.0.join(format!("{hash:08x}.0")), &pem).unwrap();
+    let by_dir = sync_trusting(Some(("SSL_CERT_DIR", &dir.0)));
+    assert!(by_dir.status.success(), "{by_dir:?}");
+    assert_eq!(line(&by_dir)["changed"], false, "already in sync");
+
+    let log = server.log();
+    let bundle = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if bundle.exists() {
+        assert!(
+            log.contains("TLS trusts the certificate authorities found here")
+                && log.contains(bundle.to_str().unwrap()),
+            "{log}"
+        );
+    } else {
+        assert!(log.contains("no certificate authorities found"), "{log}");
+    }
+}

@@ -1,7 +1,7 @@
 //! Fresh, empty databases for tests: one per call, never shared between tests.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -74,7 +74,7 @@ fn fresh_postgres(admin_url: &str, n: u32) -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     let name = format!("registry_test_{}_{n}_{nanos}", std::process::id());
-    let psql = psql();
+    let psql = postgres_tool("psql");
     // Parallel tests: one CREATE DATABASE at a time (they all copy template1).
     static CREATE: Mutex<()> = Mutex::new(());
     let _serial = CREATE.lock().unwrap_or_else(|e| e.into_inner());
@@ -96,16 +96,16 @@ fn fresh_postgres(admin_url: &str, n: u32) -> String {
     panic!("cannot create database {name} on {POSTGRES_URL_VAR}: {last_error}");
 }
 
-/// Runs one SQL statement on a test database (`sqlite3` or `psql`), as if someone changed a row
+/// Runs one SQL statement on a test database (SQLite or `psql`), as if someone changed a row
 /// outside the registry.
 pub fn execute_sql(database_url: &str, statement: &str) {
     let output = match database_url.strip_prefix("sqlite://") {
-        Some(path) => Command::new("sqlite3")
-            .arg(path)
-            .arg(statement)
-            .output()
-            .expect("the sqlite3 command-line shell is needed (apt-get install sqlite3)"),
-        None => Command::new(psql())
+        Some(path) => sqlite_python(
+            path,
+            "db.executescript(sys.argv[2]); db.commit()",
+            statement,
+        ),
+        None => Command::new(postgres_tool("psql"))
             .args([database_url, "-v", "ON_ERROR_STOP=1", "-c", statement])
             .output()
             .expect("run psql"),
@@ -117,14 +117,30 @@ pub fn execute_sql(database_url: &str, statement: &str) {
     );
 }
 
-/// `psql` from `PATH`, else from the newest `/usr/lib/postgresql/*/bin`.
-fn psql() -> PathBuf {
-    let on_path = Command::new("psql")
+/// Runs `code` with Python's `sqlite3` module, `db` open on the SQLite file at `path` and
+/// `sys.argv[2]` = `argument`: the Python every machine of ours has, rather than the sqlite3
+/// shell, which would be one more package to install.
+pub fn sqlite_python(path: &str, code: &str, argument: &str) -> Output {
+    Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1])\n{code}"
+        ))
+        .arg(path)
+        .arg(argument)
+        .output()
+        .expect("python3 is needed to read SQLite databases in tests")
+}
+
+/// A PostgreSQL client tool (`psql`, `pg_dump`): from `PATH` (where `cargo xtask test` puts
+/// the binaries of the cluster it started), else from the newest `/usr/lib/postgresql/*/bin`.
+pub fn postgres_tool(name: &str) -> PathBuf {
+    let on_path = Command::new(name)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if on_path {
-        return PathBuf::from("psql");
+        return PathBuf::from(name);
     }
     let mut candidates: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
@@ -132,7 +148,7 @@ fn psql() -> PathBuf {
         .flatten()
         .filter_map(|e| {
             let version = e.file_name().to_str()?.parse::<u32>().ok()?;
-            let path = e.path().join("bin/psql");
+            let path = e.path().join("bin").join(name);
             path.exists().then_some((version, path))
         })
         .collect();
@@ -140,7 +156,7 @@ fn psql() -> PathBuf {
     candidates
         .pop()
         .map(|(_, path)| path)
-        .unwrap_or_else(|| panic!("{POSTGRES_URL_VAR} is set but psql is not installed"))
+        .unwrap_or_else(|| panic!("{POSTGRES_URL_VAR} is set but {name} is not installed"))
 }
 
 /// `admin_url` with its database replaced by `database` (user, host, port and query kept).

@@ -2,6 +2,7 @@
 //! `cargo xtask <chore> --help` their flags).
 
 mod api;
+mod bare_host;
 mod bench;
 mod cmd;
 mod e2e;
@@ -59,6 +60,9 @@ enum Chore {
         #[arg(last = true)]
         node_args: Vec<String>,
     },
+    /// The release binary in a root file system holding only the C runtime: serve with no
+    /// settings, create a customer, publish a configuration, fetch it publicly.
+    BareHost,
     /// The HTTP figures against nginx, written to docs/benchmarks.md (needs wrk and nginx-light).
     Bench(bench::Options),
     /// The cargo-fuzz targets of fuzz/ (docs/reliability.md).
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Chore::Layering => layering::check(),
         Chore::Manifests => manifests::check(),
         Chore::E2e { node_args } => e2e::run(&node_args),
+        Chore::BareHost => bare_host::run(),
         Chore::Bench(options) => bench::run(&options),
         Chore::Fuzz(options) => fuzz::run(&options),
         Chore::Schemathesis(options) => schemathesis::run(&options),

@@ -1,6 +1,10 @@
 //! A throwaway PostgreSQL cluster: a temporary data directory, a free loopback port, the unix
 //! socket inside the temporary directory, no password (trust), stopped and deleted on drop.
 //! Without durability (`fsync=off`) unless started with [`Cluster::start_durable`].
+//!
+//! The server binaries are the machine's when it has them (`PATH`, Debian's
+//! `/usr/lib/postgresql/N/bin`), else those that the `pgserver` wheel ships, installed once from
+//! PyPI into `target/postgresql/venv` with the machine's Python: no root, no package manager.
 
 use crate::cmd::{output, run, succeeds};
 use crate::http::free_port;
@@ -11,9 +15,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-const NOT_INSTALLED: &str = "PostgreSQL server binaries (initdb, pg_ctl, psql) were not found \
-on PATH nor in /usr/lib/postgresql/*/bin: install PostgreSQL (e.g. `apt-get install postgresql`) \
-to run the suite on PostgreSQL";
+/// The wheel whose binaries serve when the machine has none (PostgreSQL 16, manylinux x86_64).
+const WHEEL: &str = "pgserver==0.1.4";
+
+/// Set to `wheel`, the binaries come from the wheel even when the machine has its own.
+const FROM_VAR: &str = "XTASK_POSTGRES";
 
 /// A running cluster; dropping it stops it (`pg_ctl stop -m immediate`) and deletes its files.
 #[derive(Debug)]
@@ -21,8 +27,9 @@ pub struct Cluster {
     bin: PathBuf,
     dir: PathBuf,
     port: u16,
-    /// `initdb` refuses to run as root: then everything runs as `postgres`.
-    as_postgres: bool,
+    /// `initdb` refuses to run as root: then everything runs as this user (`postgres`, else
+    /// `nobody`).
+    run_as: Option<&'static str>,
     running: bool,
     /// `fsync`, `synchronous_commit` and `full_page_writes` on (PostgreSQL's defaults).
     durable: bool,
@@ -42,11 +49,16 @@ impl Cluster {
     fn start_with(durable: bool) -> Result<Cluster> {
         // One process may run several clusters (the fault chores).
         static STARTED: AtomicUsize = AtomicUsize::new(0);
-        let bin = binaries()?;
-        let as_postgres = is_root();
-        if as_postgres && !succeeds(Command::new("id").args(["-u", "postgres"])) {
-            bail!("running as root, and there is no `postgres` user to run PostgreSQL as");
-        }
+        let (bin, origin) = binaries()?;
+        let run_as = if !is_root() {
+            None
+        } else if succeeds(Command::new("id").args(["-u", "postgres"])) {
+            Some("postgres")
+        } else if succeeds(Command::new("id").args(["-u", "nobody"])) {
+            Some("nobody")
+        } else {
+            bail!("running as root, and there is neither a `postgres` nor a `nobody` user to run PostgreSQL as");
+        };
         let dir = std::env::temp_dir().join(format!(
             "registry-pg-{}-{}",
             std::process::id(),
@@ -61,15 +73,12 @@ impl Cluster {
             bin,
             dir,
             port: free_port()?,
-            as_postgres,
+            run_as,
             running: false,
             durable,
         };
-        if as_postgres {
-            run(Command::new("chown")
-                .arg("-R")
-                .arg("postgres:postgres")
-                .arg(&cluster.dir))?;
+        if let Some(user) = run_as {
+            run(Command::new("chown").arg("-R").arg(user).arg(&cluster.dir))?;
         }
         let data = cluster.dir.join("data");
         let initdb = "-U postgres --auth=trust -E UTF8 --no-locale".split(' ');
@@ -77,7 +86,7 @@ impl Cluster {
             .context("initdb failed")?;
         cluster.start_server()?;
         println!(
-            "PostgreSQL {} listening on 127.0.0.1:{}{}",
+            "PostgreSQL {} ({origin}) listening on 127.0.0.1:{}{}",
             cluster.version(),
             cluster.port,
             if durable { " (fsync on)" } else { "" }
@@ -199,9 +208,9 @@ impl Cluster {
 
     fn tool(&self, name: &str) -> Command {
         let program = self.bin.join(name);
-        if self.as_postgres {
+        if let Some(user) = self.run_as {
             let mut command = Command::new("runuser");
-            command.args(["-u", "postgres", "--"]).arg(program);
+            command.args(["-u", user, "--"]).arg(program);
             command
         } else {
             Command::new(program)
@@ -230,14 +239,13 @@ impl Drop for Cluster {
     }
 }
 
-/// The directory holding initdb, pg_ctl and psql: PATH first, else the newest
-/// `/usr/lib/postgresql/N/bin`.
-fn binaries() -> Result<PathBuf> {
-    let has_all = |dir: &Path| {
-        ["initdb", "pg_ctl", "postgres", "psql"]
-            .iter()
-            .all(|t| dir.join(t).exists())
-    };
+/// The directory holding initdb, pg_ctl, postgres and psql, and where it came from: `PATH`
+/// first, else the newest `/usr/lib/postgresql/N/bin`, else the wheel (also when
+/// `XTASK_POSTGRES=wheel`).
+fn binaries() -> Result<(PathBuf, String)> {
+    if std::env::var(FROM_VAR).as_deref() == Ok("wheel") {
+        return wheel();
+    }
     let mut versioned: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -253,9 +261,40 @@ fn binaries() -> Result<PathBuf> {
         .and_then(|initdb| std::fs::canonicalize(initdb).ok())
         .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
         .filter(|dir| has_all(dir));
-    on_path
-        .or_else(|| versioned.pop().map(|(_, bin)| bin))
-        .context(NOT_INSTALLED)
+    match on_path.or_else(|| versioned.pop().map(|(_, bin)| bin)) {
+        Some(bin) => {
+            let origin = format!("the machine's, {}", bin.display());
+            Ok((bin, origin))
+        }
+        None => wheel(),
+    }
+}
+
+/// The binaries of the `pgserver` wheel, installed now unless they already are.
+fn wheel() -> Result<(PathBuf, String)> {
+    let venv = crate::python::venv("postgresql", WHEEL).context(
+        "no PostgreSQL on this machine, and its binaries could not be fetched from PyPI",
+    )?;
+    let site_packages = std::fs::read_dir(venv.join("lib"))?
+        .flatten()
+        .map(|python| python.path().join("site-packages"))
+        .find(|dir| dir.exists())
+        .context("the virtual environment has no site-packages")?;
+    let bin = site_packages.join("pgserver/pginstall/bin");
+    if !has_all(&bin) {
+        bail!(
+            "{WHEEL} has no initdb, pg_ctl, postgres and psql in {}",
+            bin.display()
+        );
+    }
+    let origin = format!("{WHEEL} from PyPI, {}", bin.display());
+    Ok((bin, origin))
+}
+
+fn has_all(dir: &Path) -> bool {
+    ["initdb", "pg_ctl", "postgres", "psql", "pg_dump"]
+        .iter()
+        .all(|tool| dir.join(tool).exists())
 }
 
 /// The processes whose parent is `parent` (from `/proc`).
@@ -287,7 +326,8 @@ fn is_alive(pid: u32) -> bool {
     process_state(pid).is_some_and(|(state, _)| state != 'Z')
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
     output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
 }
 

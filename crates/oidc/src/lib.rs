@@ -33,6 +33,7 @@ mod error;
 mod fetch;
 mod keys;
 pub mod sync;
+mod tls;
 mod token;
 
 #[cfg(feature = "fuzzing")]
@@ -43,6 +44,7 @@ pub use cache::OidcMetrics;
 pub use config::OidcConfig;
 pub use error::OidcError;
 pub use keys::{Alg, VerifierKeyImport};
+pub use tls::{trust_roots, TrustRoots};
 
 use cache::KeyCache;
 use fetch::Fetcher;

@@ -69,6 +69,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         ..OidcConfig::default()
     })
     .context("cannot build the OIDC verifier")?;
+    log_trust_roots();
     let workers = settings.workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
     });
@@ -130,4 +131,22 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     ran?;
     tracing::info!("registry stopped");
     Ok(())
+}
+
+/// Says which certificate authorities TLS to issuers trusts: the OpenSSL inside the binary
+/// uses the host's bundle, found at start, and a host without one fails every https issuer.
+fn log_trust_roots() {
+    let roots = registry_oidc::trust_roots();
+    if roots.is_empty() {
+        tracing::warn!(
+            "no certificate authorities found on this host: https issuers cannot be verified \
+             (install CA certificates, or set SSL_CERT_FILE or SSL_CERT_DIR)"
+        );
+    } else {
+        tracing::info!(
+            file = ?roots.file,
+            dirs = ?roots.dirs,
+            "TLS trusts the certificate authorities found here"
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! Secrets (static tokens, anonymous secrets, identity tokens, uploaded private key material)
 //! never reach the server log, an error body, a later read, `/metrics` or the CLI, and the
-//! database holds only their hashes: the whole database is dumped (`sqlite3 .dump`, or
-//! `pg_dump` on PostgreSQL) and searched.
+//! database holds only their hashes: the whole database is dumped (Python's `sqlite3`
+//! `iterdump`, or `pg_dump` on PostgreSQL) and searched.
 
 use super::{
     anonymous_service, assert_no_secret, claims, create_service, insecure_server, oidc_account,
@@ -10,12 +10,11 @@ use super::{
 use crate::api::upload;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-
 use registry_tests::issuer::TestIssuer;
 use registry_tests::server::{run_cli, TestServer};
+use registry_tests::{postgres_tool, sqlite_python};
 use reqwest::Method;
 use serde_json::json;
-use std::path::PathBuf;
 use std::process::Command;
 
 /// Records what the server answered, except the one response that hands a secret out.
@@ -51,43 +50,11 @@ impl Transcript<'_> {
     }
 }
 
-/// `pg_dump` beside the `psql` the suite uses: PATH first, else the newest installed.
-fn pg_dump() -> PathBuf {
-    if Command::new("pg_dump")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return PathBuf::from("pg_dump");
-    }
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            Some((
-                e.file_name().to_str()?.parse().ok()?,
-                e.path().join("bin/pg_dump"),
-            ))
-        })
-        .filter(|(_, p)| p.exists())
-        .collect();
-    found.sort();
-    found
-        .pop()
-        .map(|(_, p)| p)
-        .expect("pg_dump is not installed")
-}
-
 /// The whole database as SQL text.
 fn dump(database_url: &str) -> String {
     let output = match database_url.strip_prefix("sqlite://") {
-        Some(path) => Command::new("sqlite3")
-            .arg(path)
-            .arg(".dump")
-            .output()
-            .expect("the sqlite3 command-line shell is needed (apt-get install sqlite3)"),
-        None => Command::new(pg_dump())
+        Some(path) => sqlite_python(path, "print('\\n'.join(db.iterdump()))", ""),
+        None => Command::new(postgres_tool("pg_dump"))
             .arg("--no-owner")
             .arg(database_url)
             .output()

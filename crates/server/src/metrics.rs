@@ -13,6 +13,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 const BUCKETS: [f64; 12] = [
@@ -48,6 +50,17 @@ pub struct Metrics {
     token_cache_hits: Counter,
     identity_token_cache_hits: Counter,
     argon2_verifications: Counter,
+    /// Each route's series, found with one look-up per request.
+    routes: RwLock<HashMap<String, Arc<RouteSeries>>>,
+}
+
+/// The series of one route (handles shared with the families).
+#[derive(Debug)]
+struct RouteSeries {
+    route: Cow<'static, str>,
+    latency: Histogram,
+    /// By (method, status): a route sees a handful.
+    responses: RwLock<Vec<(&'static str, u16, Counter)>>,
 }
 
 impl Default for Metrics {
@@ -60,6 +73,7 @@ impl Default for Metrics {
             token_cache_hits: Counter::default(),
             identity_token_cache_hits: Counter::default(),
             argon2_verifications: Counter::default(),
+            routes: RwLock::default(),
         }
     }
 }
@@ -68,26 +82,57 @@ impl Default for Metrics {
 pub type Extra<'a> = (&'a str, &'a str, &'a str, u64);
 
 impl Metrics {
-    /// Counts one finished request.
-    pub fn request(
-        &self,
-        route: Cow<'static, str>,
-        method: &'static str,
-        status: u16,
-        elapsed: Duration,
-    ) {
-        self.latency
-            .get_or_create(&RouteLabels {
-                route: route.clone(),
-            })
-            .observe(elapsed.as_secs_f64());
-        self.requests
-            .get_or_create(&ResponseLabels {
-                route,
-                method,
-                status,
-            })
-            .inc();
+    /// Counts one finished request: one look-up of the route (its series handles are kept
+    /// beside the families, which stay what the exposition reads), atomics after that.
+    pub fn request(&self, route: &str, method: &'static str, status: u16, elapsed: Duration) {
+        let known = self
+            .routes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(route)
+            .cloned();
+        let series = match known {
+            Some(series) => series,
+            None => {
+                let route: Cow<'static, str> = Cow::Owned(route.to_owned());
+                let series = Arc::new(RouteSeries {
+                    route: route.clone(),
+                    latency: self.latency.get_or_create(&RouteLabels { route }).clone(),
+                    responses: RwLock::default(),
+                });
+                self.routes
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(series.route.to_string())
+                    .or_insert(series)
+                    .clone()
+            }
+        };
+        series.latency.observe(elapsed.as_secs_f64());
+        let counted = series
+            .responses
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(m, s, _)| *m == method && *s == status)
+            .map(|(_, _, counter)| counter.inc())
+            .is_some();
+        if !counted {
+            let counter = self
+                .requests
+                .get_or_create(&ResponseLabels {
+                    route: series.route.clone(),
+                    method,
+                    status,
+                })
+                .clone();
+            counter.inc();
+            series
+                .responses
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((method, status, counter));
+        }
     }
 
     /// A public document served from memory.
@@ -190,10 +235,10 @@ mod tests {
     #[test]
     fn counts_by_route_method_and_status_with_cumulative_buckets() {
         let metrics = Metrics::default();
-        metrics.request("/a".into(), "GET", 200, Duration::from_micros(300));
-        metrics.request("/a".into(), "GET", 200, Duration::from_millis(3));
-        metrics.request("/a".into(), "PUT", 400, Duration::from_millis(3));
-        metrics.request("/b".into(), "GET", 200, Duration::from_secs(5));
+        metrics.request("/a", "GET", 200, Duration::from_micros(300));
+        metrics.request("/a", "GET", 200, Duration::from_millis(3));
+        metrics.request("/a", "PUT", 400, Duration::from_millis(3));
+        metrics.request("/b", "GET", 200, Duration::from_secs(5));
         let text = metrics.render(&[]);
         assert!(
             text.contains(

@@ -13,7 +13,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
-use actix_web::{web, HttpMessage};
+use actix_web::web;
 use std::borrow::Cow;
 use std::io::{BufWriter, Stderr, Write};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -86,13 +86,17 @@ pub async fn observe(
             .and_then(|h| h.to_str().ok())
             .is_some_and(|host| state.hosting.subdomain_for_host(host).is_some())
     });
-    if !hosted {
-        // For audit events and refusal records (a shared buffer, not a copy); public documents
-        // never need it.
-        req.extensions_mut()
-            .insert(crate::audit::RequestId(request_id.clone()));
-    }
-    let mut response = next.call(req).await?;
+    let (mut response, request_id) = if hosted {
+        (next.call(req).await?, request_id)
+    } else {
+        // For audit events and refusal records, in a task-local for the handler's duration (no
+        // allocation in the request's extensions, no copy of the id); public documents never
+        // need it.
+        let mut scoped = std::pin::pin!(crate::audit::REQUEST_ID.scope(request_id, next.call(req)));
+        let response = (&mut scoped).await?;
+        let request_id = scoped.as_mut().take_value().unwrap_or_else(new_request_id);
+        (response, request_id)
+    };
     let route: Cow<'static, str> = if hosted {
         Cow::Borrowed(HOSTED_ROUTE)
     } else {
@@ -112,7 +116,7 @@ pub async fn observe(
         "request"
     );
     if let Some(state) = &state {
-        state.metrics.request(route, method, status, elapsed);
+        state.metrics.request(&route, method, status, elapsed);
     }
     response.headers_mut().insert(REQUEST_ID, request_id);
     Ok(response)

@@ -2,9 +2,7 @@
 //! the owner of the accounts that trust the token's issuer. Runs on refused requests only: the
 //! accepted path neither calls it nor pays for it.
 
-use crate::audit::RequestId;
 use crate::state::AppState;
-use actix_web::HttpRequest;
 use registry_domain::ports::VerifiedToken;
 use registry_domain::refusal::{self, Refused};
 use registry_domain::{Service, ServiceAccount};
@@ -43,8 +41,6 @@ impl RefusalBudget {
 /// A refused federated request, as the auth module saw it.
 #[derive(Clone, Copy)]
 pub struct RefusedRequest<'a> {
-    /// The request.
-    pub req: &'a HttpRequest,
     /// The client's address.
     pub ip: IpAddr,
     /// Its verified token.
@@ -79,7 +75,7 @@ pub async fn record(state: &AppState, refused: RefusedRequest<'_>) {
     };
     let at = state.now();
     let minute = at.unix_timestamp().div_euclid(60);
-    let request_id = RequestId::of(refused.req);
+    let request_id = crate::audit::request_id();
     let facts = Refused {
         claims: &refused.token.claims,
         service: refused.service.map(|s| s.subdomain.as_str()),

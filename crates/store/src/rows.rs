@@ -141,10 +141,15 @@ pub(crate) struct ConfigRow {
     updated_at: i64,
     key_state: String,
     // What `key_state` says, kept as a column for the reaper's query.
-    _key_expires_at: Option<i64>,
+    key_expires_at: Option<i64>,
 }
 
 impl ConfigRow {
+    /// The stored `key_expires_at` (milliseconds), as the reaper sees it.
+    pub(crate) fn key_expires_at(&self) -> Option<i64> {
+        self.key_expires_at
+    }
+
     pub(crate) fn into_domain(self) -> Res<PublishedConfig> {
         let updated_at = instant(self.updated_at)?;
         let keys = if self.key_state.is_empty() {

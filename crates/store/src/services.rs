@@ -36,23 +36,39 @@ fn exists(conn: &mut Db, id: &str) -> Res<bool> {
 }
 
 /// Inserts or replaces a configuration (inside the caller's transaction, whose write lock makes
-/// update-else-insert race free: there is no portable upsert).
-fn write_config(conn: &mut Db, config: &PublishedConfig) -> Res<()> {
+/// update-else-insert race free: there is no portable upsert). `stored_expiry`: the
+/// `key_expires_at` of the row being replaced, when the caller read it.
+fn write_config(
+    conn: &mut Db,
+    config: &PublishedConfig,
+    stored_expiry: Option<Option<i64>>,
+) -> Res<()> {
     let id = id_text(config.service_id);
     let key_state = key_state_text(&config.keys)?;
-    let columns = (
+    let expiry = config.keys.next_expiry().map(millis);
+    let content = (
         published_configs::openid_configuration.eq(&config.openid_configuration),
         published_configs::jwks.eq(&config.jwks),
         published_configs::updated_at.eq(millis(config.updated_at)),
         published_configs::key_state.eq(&key_state),
-        published_configs::key_expires_at.eq(config.keys.next_expiry().map(millis)),
     );
-    let updated = diesel::update(published_configs::table.find(&id))
-        .set(columns)
-        .execute(conn)?;
+    let row = published_configs::table.find(&id);
+    let updated = if stored_expiry == Some(expiry) {
+        // SQLite rewrites an index's entry whenever its column is set, even to the value it
+        // holds: leaving the expiry out spares most uploads a page of the expiry index.
+        diesel::update(row).set(content).execute(conn)?
+    } else {
+        diesel::update(row)
+            .set((content, published_configs::key_expires_at.eq(expiry)))
+            .execute(conn)?
+    };
     if updated == 0 {
         diesel::insert_into(published_configs::table)
-            .values((published_configs::service_id.eq(&id), columns))
+            .values((
+                published_configs::service_id.eq(&id),
+                content,
+                published_configs::key_expires_at.eq(expiry),
+            ))
             .execute(conn)?;
     }
     Ok(())
@@ -223,7 +239,7 @@ impl ServiceStore for Store {
             if !exists(conn, &id_text(config.service_id))? {
                 return Err(StoreError::NotFound.into());
             }
-            write_config(conn, config)?;
+            write_config(conn, config, None)?;
             changed.push(Change::Service(config.service_id));
             Ok(())
         })
@@ -240,16 +256,16 @@ impl ServiceStore for Store {
             if !exists(conn, &id)? {
                 return Err(StoreError::NotFound.into());
             }
-            let current = published_configs::table
+            let row = published_configs::table
                 .find(&id)
                 .get_result::<ConfigRow>(conn)
-                .optional()?
-                .map(ConfigRow::into_domain)
-                .transpose()?;
+                .optional()?;
+            let stored_expiry = row.as_ref().map(ConfigRow::key_expires_at);
+            let current = row.map(ConfigRow::into_domain).transpose()?;
             let Some(config) = make(current) else {
                 return Ok(false);
             };
-            write_config(conn, &config)?;
+            write_config(conn, &config, stored_expiry)?;
             changed.push(Change::Service(service_id));
             Ok(true)
         })

@@ -23,6 +23,7 @@ use registry_domain::ports::{CredentialOwner, VerifiedToken};
 use registry_domain::{Service, ServiceAccount};
 use std::net::IpAddr;
 use std::sync::Arc;
+use time::OffsetDateTime;
 
 /// A service account acting through the API.
 #[derive(Debug)]
@@ -248,10 +249,15 @@ fn refused(refusal: Refusal, key: &str) -> ApiError {
 
 /// What a granted call does besides acting: its account's `lastUsedAt` (DECISIONS §13); and
 /// who it acts as.
-fn granted(state: &AppState, grant: &Grant<'_>, token: Option<&Arc<VerifiedToken>>) -> Acting {
+fn granted(
+    state: &AppState,
+    grant: &Grant<'_>,
+    token: Option<&Arc<VerifiedToken>>,
+    now: OffsetDateTime,
+) -> Acting {
     let account = grant.account().map(|a| a.id);
     if let Some(id) = account {
-        state.last_use.used(&state.store, id, state.now());
+        state.last_use.used(&state.store, id, now);
     }
     Acting {
         account,
@@ -260,7 +266,6 @@ fn granted(state: &AppState, grant: &Grant<'_>, token: Option<&Arc<VerifiedToken
 }
 
 fn refused_request<'a>(
-    req: &'a HttpRequest,
     ip: IpAddr,
     token: &'a VerifiedToken,
     candidates: &'a [Arc<ServiceAccount>],
@@ -268,7 +273,6 @@ fn refused_request<'a>(
     service: Option<&'a Service>,
 ) -> RefusedRequest<'a> {
     RefusedRequest {
-        req,
         ip,
         token,
         candidates,
@@ -323,18 +327,18 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
         let grant = match access::decide(credential, Request::Collection, ip, now) {
             Ok(grant) => grant,
             Err(refusal) => {
-                let request = refused_request(req, ip, &verified, &candidates, chosen, None);
+                let request = refused_request(ip, &verified, &candidates, chosen, None);
                 return Err(refused_federated(state, request, refusal, "").await);
             }
         };
-        let who = granted(state, &grant, Some(&verified));
+        let who = granted(state, &grant, Some(&verified), now);
         // An identity token acts as an account.
         return caller_of(&grant, who).ok_or(ApiError::Internal);
     }
     let holder = secret_holder(state, token, ip).await?;
     let grant = access::decide(holder.credential(), Request::Collection, ip, now)
         .map_err(|refusal| refused(refusal, ""))?;
-    let who = granted(state, &grant, None);
+    let who = granted(state, &grant, None, now);
     // `decide` refuses an anonymous secret on a collection call: a grant here is an account.
     caller_of(&grant, who).ok_or(ApiError::Internal)
 }
@@ -365,12 +369,12 @@ pub async fn service_caller(
             Ok(grant) => grant,
             Err(refusal) => {
                 let request =
-                    refused_request(req, ip, &verified, &candidates, chosen, service.as_deref());
+                    refused_request(ip, &verified, &candidates, chosen, service.as_deref());
                 return Err(refused_federated(state, request, refusal, key).await);
             }
         };
         return Ok(ServiceCaller {
-            who: granted(state, &grant, Some(&verified)),
+            who: granted(state, &grant, Some(&verified), now),
             service: Service::clone(service.as_deref().ok_or(ApiError::Internal)?),
         });
     }
@@ -380,7 +384,7 @@ pub async fn service_caller(
     let grant = access::decide(credential, Request::Service(service.as_deref()), ip, now)
         .map_err(|refusal| refused(refusal, key))?;
     Ok(ServiceCaller {
-        who: granted(state, &grant, None),
+        who: granted(state, &grant, None, now),
         service: Service::clone(service.as_deref().ok_or(ApiError::Internal)?),
     })
 }

@@ -2,7 +2,7 @@
 //! its transaction.
 
 use crate::error::{Failure, Res};
-use crate::pool::Db;
+use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis, uuid};
 use crate::schema::{audit_events, refusals};
 use crate::Store;
@@ -19,23 +19,24 @@ use uuid::Uuid;
 
 /// Appends `event` (inside the caller's transaction).
 pub(crate) fn insert(conn: &mut Db, event: &AuditEvent) -> Res<()> {
-    diesel::insert_into(audit_events::table)
-        .values((
-            audit_events::id.eq(id_text(event.id)),
-            audit_events::customer_id.eq(event.customer_id.map(id_text)),
-            audit_events::at.eq(millis(event.at)),
-            audit_events::action.eq(event.action.as_str()),
-            audit_events::resource_type.eq(event.resource.kind.as_str()),
-            audit_events::resource_id.eq(&event.resource.id),
-            audit_events::subdomain.eq(event.resource.subdomain.as_deref()),
-            audit_events::actor_kind.eq(event.actor.kind.as_str()),
-            audit_events::actor_account_id.eq(event.actor.account_id.map(id_text)),
-            audit_events::actor_iss.eq(event.actor.iss.as_deref()),
-            audit_events::actor_sub.eq(event.actor.sub.as_deref()),
-            audit_events::ip.eq(event.ip.as_deref()),
-            audit_events::request_id.eq(event.request_id.as_deref()),
-        ))
-        .execute(conn)?;
+    let values = (
+        audit_events::id.eq(id_text(event.id)),
+        audit_events::customer_id.eq(event.customer_id.map(id_text)),
+        audit_events::at.eq(millis(event.at)),
+        audit_events::action.eq(event.action.as_str()),
+        audit_events::resource_type.eq(event.resource.kind.as_str()),
+        audit_events::resource_id.eq(&event.resource.id),
+        audit_events::subdomain.eq(event.resource.subdomain.as_deref()),
+        audit_events::actor_kind.eq(event.actor.kind.as_str()),
+        audit_events::actor_account_id.eq(event.actor.account_id.map(id_text)),
+        audit_events::actor_iss.eq(event.actor.iss.as_deref()),
+        audit_events::actor_sub.eq(event.actor.sub.as_deref()),
+        audit_events::ip.eq(event.ip.as_deref()),
+        audit_events::request_id.eq(event.request_id.as_deref()),
+    );
+    on_backend!(conn, |c| diesel::insert_into(audit_events::table)
+        .values(values)
+        .execute(c))?;
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! [`CredentialStore`] and [`ChangeFeed`] on [`Store`].
 
 use crate::error::{Failure, Res};
-use crate::pool::Db;
+use crate::pool::{on_backend, Db};
 use crate::rows::uuid;
 use crate::schema::{changes, credentials};
 use crate::store::{CHANGE_ACCOUNT, CHANGE_SERVICE};
@@ -22,16 +22,20 @@ fn credential_with_latest_change(
     let latest = changes::table
         .select(diesel::dsl::max(changes::seq))
         .single_value();
-    let Some((hash, account, service, latest)) = credentials::table
-        .find(lookup_id)
-        .select((
-            credentials::hash,
-            credentials::account_id,
-            credentials::service_id,
-            latest,
-        ))
-        .get_result::<(String, Option<String>, Option<String>, Option<i64>)>(conn)
-        .optional()?
+    let query = credentials::table.find(lookup_id).select((
+        credentials::hash,
+        credentials::account_id,
+        credentials::service_id,
+        latest,
+    ));
+    // Every request with a secret asks: on the backend's own connection (`on_backend`).
+    let Some((hash, account, service, latest)) = on_backend!(conn, |c| query.get_result::<(
+        String,
+        Option<String>,
+        Option<String>,
+        Option<i64>
+    )>(c))
+    .optional()?
     else {
         return Ok(None);
     };
@@ -51,10 +55,9 @@ fn credential_with_latest_change(
 }
 
 fn latest_change(conn: &mut Db) -> Res<i64> {
-    Ok(changes::table
-        .select(diesel::dsl::max(changes::seq))
-        .get_result::<Option<i64>>(conn)?
-        .unwrap_or(0))
+    // Every federated request asks: on the backend's own connection (`on_backend`).
+    let query = changes::table.select(diesel::dsl::max(changes::seq));
+    Ok(on_backend!(conn, |c| query.get_result::<Option<i64>>(c))?.unwrap_or(0))
 }
 
 impl CredentialStore for Store {

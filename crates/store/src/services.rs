@@ -1,7 +1,7 @@
 //! [`ServiceStore`] on [`Store`].
 
 use crate::error::Res;
-use crate::pool::Db;
+use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, key_state_text, millis, ConfigRow, ServiceRow};
 use crate::schema::{credentials, published_configs, services};
 use crate::Store;
@@ -27,10 +27,8 @@ fn by_id(conn: &mut Db, id: &str) -> Res<Option<Service>> {
 }
 
 fn exists(conn: &mut Db, id: &str) -> Res<bool> {
-    Ok(services::table
-        .find(id)
-        .select(services::id)
-        .get_result::<String>(conn)
+    let query = services::table.find(id).select(services::id);
+    Ok(on_backend!(conn, |c| query.get_result::<String>(c))
         .optional()?
         .is_some())
 }
@@ -56,20 +54,20 @@ fn write_config(
     let updated = if stored_expiry == Some(expiry) {
         // SQLite rewrites an index's entry whenever its column is set, even to the value it
         // holds: leaving the expiry out spares most uploads a page of the expiry index.
-        diesel::update(row).set(content).execute(conn)?
+        let update = diesel::update(row).set(content);
+        on_backend!(&mut *conn, |c| update.execute(c))?
     } else {
-        diesel::update(row)
-            .set((content, published_configs::key_expires_at.eq(expiry)))
-            .execute(conn)?
+        let update =
+            diesel::update(row).set((content, published_configs::key_expires_at.eq(expiry)));
+        on_backend!(&mut *conn, |c| update.execute(c))?
     };
     if updated == 0 {
-        diesel::insert_into(published_configs::table)
-            .values((
-                published_configs::service_id.eq(&id),
-                content,
-                published_configs::key_expires_at.eq(expiry),
-            ))
-            .execute(conn)?;
+        let insert = diesel::insert_into(published_configs::table).values((
+            published_configs::service_id.eq(&id),
+            content,
+            published_configs::key_expires_at.eq(expiry),
+        ));
+        on_backend!(conn, |c| insert.execute(c))?;
     }
     Ok(())
 }
@@ -256,10 +254,8 @@ impl ServiceStore for Store {
             if !exists(conn, &id)? {
                 return Err(StoreError::NotFound.into());
             }
-            let row = published_configs::table
-                .find(&id)
-                .get_result::<ConfigRow>(conn)
-                .optional()?;
+            let query = published_configs::table.find(&id);
+            let row = on_backend!(&mut *conn, |c| query.get_result::<ConfigRow>(c)).optional()?;
             let stored_expiry = row.as_ref().map(ConfigRow::key_expires_at);
             let current = row.map(ConfigRow::into_domain).transpose()?;
             let Some(config) = make(current) else {

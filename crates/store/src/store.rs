@@ -1,7 +1,9 @@
 //! The [`Store`] handle: a connection pool plus the transaction discipline every write follows.
 
 use crate::error::{map_diesel, Failure, Res, SetupError};
-use crate::pool::{self, ConnectGate, Db, Manager, Pool, Pooled, Pooling, Reachability};
+use crate::pool::{
+    self, on_backend, ConnectGate, Db, Manager, Pool, Pooled, Pooling, Reachability,
+};
 use crate::rows::{id_text, millis};
 use crate::schema::changes;
 use crate::target::{self, Target};
@@ -240,13 +242,14 @@ fn in_transaction<T>(
             Change::Service(id) => (CHANGE_SERVICE, id),
             Change::Account(id) => (CHANGE_ACCOUNT, id),
         };
-        diesel::insert_into(changes::table)
-            .values((
-                changes::kind.eq(kind),
-                changes::subject_id.eq(id_text(subject)),
-                changes::created_at.eq(now),
-            ))
-            .execute(conn)?;
+        let values = (
+            changes::kind.eq(kind),
+            changes::subject_id.eq(id_text(subject)),
+            changes::created_at.eq(now),
+        );
+        on_backend!(&mut *conn, |c| diesel::insert_into(changes::table)
+            .values(values)
+            .execute(c))?;
     }
     Ok(value)
 }

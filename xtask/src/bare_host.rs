@@ -132,7 +132,6 @@ fn check(rootfs: &Path, settings: &[(String, String)], http: Http) -> Result<()>
 
 /// `registry` inside the bare root, with only `settings` in its environment.
 fn inside(rootfs: &Path, settings: &[(String, String)]) -> Command {
-    // Found here: the environment is cleared, so the child could not look them up.
     let chroot = on_path("chroot");
     let mut command = if crate::postgres::is_root() {
         Command::new(chroot)
@@ -150,15 +149,10 @@ fn inside(rootfs: &Path, settings: &[(String, String)]) -> Command {
     command
 }
 
-/// `program`'s path in this process's `PATH` (or `/usr/sbin`, where Debian keeps `chroot`), else
-/// its bare name.
+/// `program`'s full path (the environment of the command is cleared, so the child could not look
+/// it up), else its bare name.
 fn on_path(program: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| PathBuf::from(program))
+    crate::cmd::which(program).unwrap_or_else(|| PathBuf::from(program))
 }
 
 /// `registry serve` inside the bare root.

@@ -18,6 +18,16 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where `program` is: the first directory of `PATH` holding it, else `/usr/sbin` or
+/// `/usr/bin` (a `PATH` without the sbin directories still finds Debian's `chroot`).
+pub fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
 /// Cargo's target directory (honours `CARGO_TARGET_DIR` and `.cargo/config`).
 pub fn target_dir() -> Result<PathBuf> {
     let metadata = output(&mut cargo("metadata --format-version 1 --no-deps"))?;

@@ -255,9 +255,7 @@ fn binaries() -> Result<(PathBuf, String)> {
         .collect();
     versioned.sort();
     // On Debian, PATH holds only wrappers or symlinks; resolve to the real directory.
-    let on_path = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|dir| dir.join("initdb"))
-        .find(|initdb| initdb.exists())
+    let on_path = crate::cmd::which("initdb")
         .and_then(|initdb| std::fs::canonicalize(initdb).ok())
         .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
         .filter(|dir| has_all(dir));

@@ -106,6 +106,49 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub reap_every_seconds: u64,
 
+    /// Failed authentications one client address may make per minute before it gets 429
+    /// (an IPv4 address alone, IPv6 by its /64; DECISIONS §9). A credential this replica
+    /// verified within the last minute is never refused by it (§17).
+    #[arg(long, env = "REGISTRY_AUTH_FAILURES_PER_MINUTE", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub auth_failures_per_minute: u32,
+
+    /// Open connections one TCP peer address may hold at once (keyed like the rate limits;
+    /// `REGISTRY_TRUSTED_PROXIES` are exempt). Past it, new connections are closed at once.
+    #[arg(long, env = "REGISTRY_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_address: u32,
+
+    /// Most services (registered ones) one customer may have; past it 403 `quota-exceeded`.
+    #[arg(long, env = "REGISTRY_MAX_SERVICES_PER_CUSTOMER", default_value_t = 10_000)]
+    pub max_services_per_customer: u64,
+
+    /// Most service accounts one customer may have (the one `customer create` minted
+    /// included); past it 403 `quota-exceeded`.
+    #[arg(long, env = "REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER", default_value_t = 1_000)]
+    pub max_accounts_per_customer: u64,
+
+    /// Changing requests one credential (a static token's account, a federated account, an
+    /// anonymous secret) may make per minute; past it 429 with `Retry-After`.
+    #[arg(long, env = "REGISTRY_WRITES_PER_MINUTE", default_value_t = 300,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub writes_per_minute: u32,
+
+    /// `POST /service-accounts/{id}/explain` calls one customer may make per minute; past it
+    /// 429 with `Retry-After`.
+    #[arg(long, env = "REGISTRY_EXPLAIN_PER_MINUTE", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub explain_per_minute: u32,
+
+    /// Comma-separated CIDRs of the client addresses that may read `/metrics`; others get 404.
+    #[arg(
+        long,
+        env = "REGISTRY_METRICS_ALLOW",
+        value_delimiter = ',',
+        default_value = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
+    )]
+    pub metrics_allow: Vec<String>,
+
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "REGISTRY_MAX_BODY_BYTES", default_value_t = 65536)]
     pub max_body_bytes: usize,
@@ -127,15 +170,24 @@ impl Settings {
 
     /// The trusted proxy networks, parsed.
     pub fn trusted_proxy_networks(&self) -> anyhow::Result<Vec<IpNetwork>> {
-        self.trusted_proxies
-            .iter()
-            .map(|s| s.trim())
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<IpNetwork>().map_err(|e| {
-                    anyhow::anyhow!("REGISTRY_TRUSTED_PROXIES: {s:?} is not a CIDR: {e}")
-                })
-            })
-            .collect()
+        networks("REGISTRY_TRUSTED_PROXIES", &self.trusted_proxies)
     }
+
+    /// The networks that may read `/metrics`, parsed.
+    pub fn metrics_allow_networks(&self) -> anyhow::Result<Vec<IpNetwork>> {
+        networks("REGISTRY_METRICS_ALLOW", &self.metrics_allow)
+    }
+}
+
+/// A list of CIDRs from the setting `name`; blank entries are skipped.
+fn networks(name: &str, entries: &[String]) -> anyhow::Result<Vec<IpNetwork>> {
+    entries
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<IpNetwork>()
+                .map_err(|e| anyhow::anyhow!("{name}: {s:?} is not a CIDR: {e}"))
+        })
+        .collect()
 }

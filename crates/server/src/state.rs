@@ -17,11 +17,6 @@ use registry_oidc::OidcVerifier;
 use std::sync::Arc;
 use time::OffsetDateTime;
 
-/// Failed authentications one client address may make per minute before it gets 429. Guessing a
-/// 268-bit secret is hopeless anyway; the limit bounds the argon2 work a stranger can cause while
-/// staying far above what an honest client with a stale token produces.
-const AUTH_FAILURES_PER_MINUTE: u32 = 1000;
-
 /// The application: settings, adapters and caches.
 #[derive(Debug)]
 pub struct AppState {
@@ -82,8 +77,11 @@ impl AppState {
             metrics: Metrics::default(),
             verifier,
             anon_limiter,
+            // Guessing a 268-bit secret is hopeless anyway; the limit bounds the argon2 work a
+            // stranger can cause while staying far above what an honest client with a stale
+            // token produces.
             auth_failures: RateLimiter::new(
-                AUTH_FAILURES_PER_MINUTE,
+                settings.auth_failures_per_minute,
                 std::time::Duration::from_secs(60),
             ),
             last_use: LastUse::default(),

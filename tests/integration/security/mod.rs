@@ -4,10 +4,17 @@
 
 mod bodies;
 mod fuzz_seeds;
+mod hosting_bounds;
 mod jwt;
+mod leaks;
+mod rates;
+mod refusal_budget;
 mod review;
 mod secrets;
+mod shared_issuer;
+mod slow_clients;
 mod tenancy;
+mod validators;
 
 use registry_tests::server::{
     claims, insecure_server, json, unix_now, Customer, TestServer, AUDIENCE,

@@ -165,6 +165,8 @@ pub enum Behaviour {
     Slow(Duration),
     /// Serves an empty key set.
     EmptyKeys,
+    /// Answers 404 to everything: the issuer withdrew its documents.
+    NotFound,
 }
 
 #[derive(Debug)]
@@ -388,6 +390,7 @@ fn serve(mut stream: TcpStream, addr: SocketAddr, shared: &Mutex<State>) {
     let (status, headers, body) = match behaviour {
         Behaviour::CloseConnection => return,
         Behaviour::Unavailable => ("503 Service Unavailable", String::new(), String::new()),
+        Behaviour::NotFound => ("404 Not Found", String::new(), String::new()),
         Behaviour::Slow(delay) => {
             thread::sleep(delay);
             respond(&path, &base, false, shared)

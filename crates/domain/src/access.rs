@@ -114,8 +114,9 @@ impl Grant<'_> {
 pub enum Refusal {
     /// 401: no account accepts the credential. The reason is for the log, never the client.
     Unauthenticated(&'static str),
-    /// 401 whose detail the client sees: several accounts accept the identity token on a
-    /// collection call, and `X-Service-Account` must choose.
+    /// 401 whose detail the client sees: on a collection call, accounts of several customers
+    /// trust the identity token's issuer, or several accounts accept the token, and
+    /// `X-Service-Account` must choose.
     Ambiguous,
     /// 403, with a sentence for the client.
     Forbidden(String),
@@ -160,6 +161,12 @@ pub fn decide<'a>(
                     .filter(move |a| chosen.is_none_or(|id| a.id == id))
             };
             match request {
+                // A token of an issuer that several customers trust names its account: no
+                // customer's rules may decide whether another customer's token acts in its
+                // tenant, nor how that token is answered (DECISIONS §17).
+                Request::Collection if chosen.is_none() && spans_customers(candidates) => {
+                    Err(Refusal::Ambiguous)
+                }
                 Request::Collection => decide_federated_collection(claims, eligible(), ip),
                 Request::Service(service) => {
                     decide_federated_service(claims, eligible(), service, ip)
@@ -216,6 +223,13 @@ fn refusal_of(reason: DenyReason) -> Refusal {
             Refusal::Unauthenticated("no rule accepts the credential")
         }
     }
+}
+
+/// Whether the accounts belong to more than one customer.
+fn spans_customers(accounts: &[Arc<ServiceAccount>]) -> bool {
+    accounts
+        .split_first()
+        .is_some_and(|(first, rest)| rest.iter().any(|a| a.customer_id != first.customer_id))
 }
 
 /// The account's matching rules, when its policy accepts the token's claims.
@@ -376,5 +390,124 @@ pub fn kind_may_change(from: PolicyKind, to: PolicyKind) -> Result<(), String> {
             from.as_str(),
             to.as_str()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use time::macros::datetime;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    const GITHUB: &str = "https://token.actions.githubusercontent.com";
+
+    fn oidc_account(customer: Uuid, aud: &str, sub: &str) -> Arc<ServiceAccount> {
+        let policy = json!({"kind": "oidc", "rules": [{"services": ["*"],
+            "claims": {"iss": GITHUB, "aud": aud, "sub": sub}}]});
+        Arc::new(ServiceAccount {
+            id: Uuid::new_v4(),
+            customer_id: customer,
+            name: "ci".into(),
+            policy: Policy::parse(&policy).unwrap().policy,
+            created_at: NOW,
+            last_used_at: None,
+        })
+    }
+
+    fn claims(sub: &str) -> Map<String, Value> {
+        json!({"iss": GITHUB, "aud": "registry", "sub": sub})
+            .as_object()
+            .unwrap()
+            .clone()
+    }
+
+    fn collection<'a>(
+        claims: &'a Map<String, Value>,
+        candidates: &'a [Arc<ServiceAccount>],
+        chosen: Option<Uuid>,
+    ) -> Result<Grant<'a>, Refusal> {
+        let credential = Credential::IdentityToken {
+            claims,
+            candidates,
+            chosen,
+        };
+        decide(
+            credential,
+            Request::Collection,
+            "192.0.2.1".parse().unwrap(),
+            NOW,
+        )
+    }
+
+    /// The review's capture: B's broad rule for A's repositories must neither take A's
+    /// uncovered job nor make A's covered one act as anyone without naming its account.
+    #[test]
+    fn a_shared_issuer_never_picks_an_account_silently() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let ours = oidc_account(a, "registry", "repo:acme/infra:ref:refs/heads/main");
+        let theirs = oidc_account(b, "*", "repo:acme/*");
+        let candidates = [ours.clone(), theirs.clone()];
+        let release = claims("repo:acme/infra:ref:refs/heads/release");
+        let main = claims("repo:acme/infra:ref:refs/heads/main");
+        assert_eq!(
+            collection(&release, &candidates, None).unwrap_err(),
+            Refusal::Ambiguous
+        );
+        assert_eq!(
+            collection(&main, &candidates, None).unwrap_err(),
+            Refusal::Ambiguous
+        );
+        // Named, each account decides for itself alone.
+        let granted = collection(&main, &candidates, Some(ours.id)).unwrap();
+        assert_eq!(granted.account().unwrap().id, ours.id);
+        assert_eq!(
+            collection(&release, &candidates, Some(ours.id)).unwrap_err(),
+            Refusal::Unauthenticated("no account's rules accept the token")
+        );
+        // One customer's accounts alone: as before, the one that accepts acts.
+        let alone = [ours.clone()];
+        assert_eq!(
+            collection(&main, &alone, None)
+                .unwrap()
+                .account()
+                .unwrap()
+                .id,
+            ours.id
+        );
+        // Whether or not the other customer's rules match: here they do not.
+        let stranger = oidc_account(b, "registry", "repo:other/*");
+        let unrelated = [ours.clone(), stranger];
+        assert_eq!(
+            collection(&main, &unrelated, None).unwrap_err(),
+            Refusal::Ambiguous
+        );
+    }
+
+    /// Calls on one service consider the service owner's accounts only.
+    #[test]
+    fn a_service_call_is_decided_by_the_owners_accounts() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let ours = oidc_account(a, "registry", "repo:acme/infra:ref:refs/heads/main");
+        let theirs = oidc_account(b, "*", "repo:acme/*");
+        let candidates = [ours.clone(), theirs];
+        let service = Service {
+            id: Uuid::new_v4(),
+            customer_id: Some(a),
+            subdomain: "api-acme".into(),
+            title: None,
+            description: None,
+            created_at: NOW,
+            expires_at: None,
+        };
+        let main = claims("repo:acme/infra:ref:refs/heads/main");
+        let credential = Credential::IdentityToken {
+            claims: &main,
+            candidates: &candidates,
+            chosen: None,
+        };
+        let ip = "192.0.2.1".parse().unwrap();
+        let grant = decide(credential, Request::Service(Some(&service)), ip, NOW).unwrap();
+        assert_eq!(grant.account().unwrap().id, ours.id);
     }
 }

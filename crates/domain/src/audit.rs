@@ -449,45 +449,56 @@ pub struct AuditPage {
     pub next: Option<Cursor>,
 }
 
-/// A position in the trail: the page that follows holds events written before it. Events are
-/// numbered in the order their transactions commit, so events written while a client pages
-/// land before its first page, never between two of its pages.
+/// A position in the trail: the page that follows holds the events written before the event
+/// it names. Events are ordered as their transactions commit, so events written while a client
+/// pages land before its first page, never between two of its pages.
+///
+/// The cursor names the last event of the previous page by its id, a random UUID the client
+/// has already seen in that page: it carries no position in the log, which would count every
+/// customer's events (DECISIONS §17). The store resumes after that event within the caller's
+/// own trail; a cursor naming an event of another trail (or none) is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cursor {
-    /// The log position of the last event of the previous page.
-    pub before: i64,
+    /// The id of the last event of the previous page.
+    pub after: Uuid,
 }
 
-/// The text given as a cursor is not one the registry made.
+/// The text given as a cursor is not one the registry made, or not for this trail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cursor is not a nextCursor returned by this API")]
+#[error("cursor is not a nextCursor returned by this API for this caller's events")]
 pub struct BadCursor;
 
-const CURSOR_PREFIX: &str = "a1.";
+/// The version tag that starts every cursor's bytes; `a1` cursors carried a log position.
+const CURSOR_TAG: &[u8; 2] = b"a2";
 
 impl Cursor {
-    /// The opaque text a client passes back.
+    /// The opaque text a client passes back: always 24 characters.
     pub fn encode(self) -> String {
-        URL_SAFE_NO_PAD.encode(format!("{CURSOR_PREFIX}{}", self.before))
+        let mut bytes = [0u8; 18];
+        bytes[..2].copy_from_slice(CURSOR_TAG);
+        bytes[2..].copy_from_slice(self.after.as_bytes());
+        URL_SAFE_NO_PAD.encode(bytes)
     }
 
-    /// Reads a cursor [`Cursor::encode`] made.
+    /// Reads a cursor [`Cursor::encode`] made. Whether its event is in the caller's trail is
+    /// the store's to say.
     ///
     /// ```
     /// use registry_domain::audit::Cursor;
-    /// let cursor = Cursor { before: 42 };
+    /// use uuid::Uuid;
+    /// let cursor = Cursor { after: Uuid::new_v4() };
+    /// assert_eq!(cursor.encode().len(), 24);
     /// assert_eq!(Cursor::decode(&cursor.encode()), Ok(cursor));
     /// assert!(Cursor::decode("garbage!").is_err());
     /// ```
     pub fn decode(text: &str) -> Result<Cursor, BadCursor> {
         let bytes = URL_SAFE_NO_PAD.decode(text).map_err(|_| BadCursor)?;
-        let text = std::str::from_utf8(&bytes).map_err(|_| BadCursor)?;
-        let before = text
-            .strip_prefix(CURSOR_PREFIX)
-            .and_then(|n| n.parse::<i64>().ok())
-            .filter(|n| *n > 0)
+        let id = bytes
+            .strip_prefix(CURSOR_TAG.as_slice())
+            .and_then(|id| Uuid::from_slice(id).ok())
+            .filter(|id| !id.is_nil())
             .ok_or(BadCursor)?;
-        Ok(Cursor { before })
+        Ok(Cursor { after: id })
     }
 }
 
@@ -526,10 +537,32 @@ mod tests {
 
     #[test]
     fn cursors_refuse_what_they_did_not_make() {
-        for bad in ["", "YTEuMA", "YTEuLTU", "eDEuNQ", "%%%", "YTEuNQ=="] {
+        let id = Uuid::from_u128(0x0123_4567_89ab_4def_8123_4567_89ab_cdef);
+        let good = Cursor { after: id }.encode();
+        let short = URL_SAFE_NO_PAD.encode(&URL_SAFE_NO_PAD.decode(&good).unwrap()[..17]);
+        let nil = Cursor { after: Uuid::nil() }.encode();
+        // The a1 cursors of before, which carried a log position ("a1.5"), are refused too.
+        for bad in [
+            "",
+            "YTEuMA",
+            "YTEuNQ",
+            "%%%",
+            &short,
+            &nil,
+            &format!("{good}=="),
+        ] {
             assert_eq!(Cursor::decode(bad), Err(BadCursor), "{bad}");
         }
-        assert_eq!(Cursor::decode("YTEuNQ"), Ok(Cursor { before: 5 }));
+        assert_eq!(Cursor::decode(&good), Ok(Cursor { after: id }));
+    }
+
+    #[test]
+    fn a_cursor_is_the_same_length_whatever_it_names() {
+        let lengths: std::collections::HashSet<usize> = [Uuid::nil(), Uuid::max(), Uuid::new_v4()]
+            .into_iter()
+            .map(|after| Cursor { after }.encode().len())
+            .collect();
+        assert_eq!(lengths.len(), 1);
     }
 
     #[test]

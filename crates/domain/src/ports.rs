@@ -112,6 +112,8 @@ pub trait ServiceStore: Send + Sync {
     fn service(&self, id: Uuid) -> StoreResult<Option<Service>>;
     /// The services of a customer, oldest first.
     fn services_of(&self, customer_id: Uuid) -> StoreResult<Vec<Service>>;
+    /// How many services a customer has (its quota, DECISIONS §17).
+    fn count_services_of(&self, customer_id: Uuid) -> StoreResult<u64>;
     /// Which of `subdomains` name services of `customer_id` (lower-case comparison).
     fn owned_subdomains(
         &self,
@@ -167,6 +169,8 @@ pub trait AccountStore: Send + Sync {
     fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>>;
     /// A customer's accounts, oldest first.
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>>;
+    /// How many accounts a customer has (its quota, DECISIONS §17).
+    fn count_accounts_of(&self, customer_id: Uuid) -> StoreResult<u64>;
     /// Writes name and policy (re-indexing issuers). `NotFound` when it is gone.
     fn update_account(&self, account: &ServiceAccount, event: &AuditEvent) -> StoreResult<()>;
     /// Deletes an account with its token and issuer index; `false` when absent.
@@ -249,23 +253,26 @@ pub trait ChangeFeed: Send + Sync {
 /// each in its change's transaction and only when the change happened; this port reads and
 /// prunes them.
 pub trait AuditLog: Send + Sync {
-    /// A page of the trail, newest first, in the order the changes committed.
+    /// A page of the trail, newest first, in the order the changes committed. A cursor whose
+    /// event is not in the query's trail (another customer's, pruned, made up) is `NotFound`.
     fn audit_events(&self, query: &AuditQuery) -> StoreResult<AuditPage>;
     /// Deletes events older than `older_than`; how many went.
     fn prune_audit(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
 }
 
-/// The refusal log (DECISIONS §12): per account, the newest [`crate::refusal::KEPT_PER_ACCOUNT`]
-/// records of federated requests refused after their signature verified.
+/// The refusal log (DECISIONS §12): per account and class (near misses of its rules, others;
+/// §17), the newest [`crate::refusal::KEPT_PER_ACCOUNT`] records of federated requests refused
+/// after their signature verified.
 pub trait RefusalLog: Send + Sync {
-    /// Appends `record` (see [`crate::refusal::record`]) to the log of each account given, and
-    /// keeps each log to its newest `KEPT_PER_ACCOUNT`.
+    /// Appends `record` (see [`crate::refusal::record`]) to the log of each account given, in
+    /// the class [`crate::refusal::is_near_record`] says, and keeps each class of each log to
+    /// its newest `KEPT_PER_ACCOUNT`: records of one class never push out the other's.
     fn record_refusals(
         &self,
         records: &[(Uuid, serde_json::Value)],
         at: OffsetDateTime,
     ) -> StoreResult<()>;
-    /// An account's refusals at or after `since`, newest first, `limit` at most.
+    /// An account's refusals of both classes at or after `since`, newest first, `limit` at most.
     fn refusals(
         &self,
         account_id: Uuid,

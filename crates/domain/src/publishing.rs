@@ -20,6 +20,77 @@ pub const JWKS_PATH: &str = "/openid/v1/jwks";
 pub const MAX_KEYS: usize = 100;
 /// Smallest RSA modulus accepted, in bits.
 pub const MIN_RSA_BITS: usize = 2048;
+/// Largest RSA modulus accepted, in bits (DECISIONS §17): a verifier's work grows with the
+/// modulus, and a forged token must not cost it more than a key of 8192 bits does.
+pub const MAX_RSA_BITS: usize = 8192;
+/// Largest RSA public exponent accepted, 2^31 − 1 (DECISIONS §17): verifying takes one
+/// multiplication per bit of the exponent, so an exponent as large as the modulus (`n − 2`)
+/// makes every verification as slow as signing.
+pub const MAX_RSA_EXPONENT: u32 = i32::MAX as u32;
+
+/// Why an RSA public key is not one a verifier can afford (DECISIONS §17: a modulus of 2048 to
+/// 8192 bits and an odd public exponent from 3 to 2^31 − 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RsaBound {
+    /// The modulus has this many bits, outside [`MIN_RSA_BITS`]–[`MAX_RSA_BITS`].
+    #[error(
+        "RSA keys must have a modulus of {MIN_RSA_BITS} to {MAX_RSA_BITS} bits (this one has {0})"
+    )]
+    ModulusBits(usize),
+    /// The exponent is even, below 3 or above [`MAX_RSA_EXPONENT`].
+    #[error("the RSA exponent must be odd, from 3 to 2^31-1 ({MAX_RSA_EXPONENT})")]
+    Exponent,
+}
+
+/// The size in bits of an RSA modulus given as big-endian bytes (JWK `n`, decoded), if it is
+/// within the bounds. Leading zero bytes do not count.
+///
+/// ```
+/// use registry_domain::publishing::{rsa_modulus_bits, RsaBound};
+/// let mut n = vec![0xffu8; 256];
+/// assert_eq!(rsa_modulus_bits(&n), Ok(2048));
+/// n.insert(0, 0); // a leading zero is not a larger key
+/// assert_eq!(rsa_modulus_bits(&n), Ok(2048));
+/// assert_eq!(rsa_modulus_bits(&[0xff; 2048]), Err(RsaBound::ModulusBits(16384)));
+/// assert_eq!(rsa_modulus_bits(&[0x01; 256]), Err(RsaBound::ModulusBits(2041)));
+/// ```
+pub fn rsa_modulus_bits(n: &[u8]) -> Result<usize, RsaBound> {
+    let significant = n.iter().position(|b| *b != 0).map_or(&[][..], |i| &n[i..]);
+    let bits = significant.first().map_or(0, |first| {
+        significant.len() * 8 - first.leading_zeros() as usize
+    });
+    if (MIN_RSA_BITS..=MAX_RSA_BITS).contains(&bits) {
+        Ok(bits)
+    } else {
+        Err(RsaBound::ModulusBits(bits))
+    }
+}
+
+/// An RSA public exponent given as big-endian bytes (JWK `e`, decoded), if it is odd and from
+/// 3 to [`MAX_RSA_EXPONENT`].
+///
+/// ```
+/// use registry_domain::publishing::{rsa_exponent, RsaBound};
+/// assert_eq!(rsa_exponent(&[0x01, 0x00, 0x01]), Ok(65537));
+/// assert_eq!(rsa_exponent(&[0x03]), Ok(3));
+/// assert_eq!(rsa_exponent(&[0x01]), Err(RsaBound::Exponent));
+/// assert_eq!(rsa_exponent(&[0x01, 0x00, 0x00]), Err(RsaBound::Exponent)); // even
+/// assert_eq!(rsa_exponent(&[0x80, 0x00, 0x00, 0x01]), Err(RsaBound::Exponent)); // 2^31 + 1
+/// ```
+pub fn rsa_exponent(e: &[u8]) -> Result<u32, RsaBound> {
+    let significant = e.iter().position(|b| *b != 0).map_or(&[][..], |i| &e[i..]);
+    if significant.len() > 4 {
+        return Err(RsaBound::Exponent);
+    }
+    let value = significant
+        .iter()
+        .fold(0u32, |value, byte| (value << 8) | u32::from(*byte));
+    if value % 2 == 1 && (3..=MAX_RSA_EXPONENT).contains(&value) {
+        Ok(value)
+    } else {
+        Err(RsaBound::Exponent)
+    }
+}
 
 const REQUIRED_ARRAYS: [&str; 3] = [
     "response_types_supported",
@@ -420,25 +491,15 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
     let fits: &[&str] = match kty {
         Some("RSA") => {
             if let Some(n) = member("n", problems) {
-                let bits = n.len() * 8 - n.first().map_or(8, |b| b.leading_zeros() as usize);
-                if bits < MIN_RSA_BITS {
-                    problems.push(Violation::new(
-                        format!("{at}/n"),
-                        format!(
-                            "RSA keys must have at least {MIN_RSA_BITS} bits (this one has {bits})"
-                        ),
-                    ));
+                if let Err(bound) = rsa_modulus_bits(&n) {
+                    problems.push(Violation::new(format!("{at}/n"), bound.to_string()));
                 }
             }
             if let Some(e) = member("e", problems) {
-                // A verifier refuses an even exponent or 1 (OpenSSL does).
-                let odd = e.last().is_some_and(|b| b & 1 == 1);
-                let above_one = e.iter().rev().skip(1).any(|b| *b != 0) || e.last() > Some(&1);
-                if !(odd && above_one) {
-                    problems.push(Violation::new(
-                        format!("{at}/e"),
-                        "the RSA exponent must be odd and greater than 1",
-                    ));
+                // A verifier refuses an even exponent or 1 (OpenSSL does); a huge one is a
+                // verification as slow as a signature.
+                if let Err(bound) = rsa_exponent(&e) {
+                    problems.push(Violation::new(format!("{at}/e"), bound.to_string()));
                 }
             }
             &["RS256", "RS384", "RS512", "PS256", "PS384", "PS512"]

@@ -1,6 +1,11 @@
 //! The refusal log (DECISIONS §12): a federated request refused after its signature verified is
 //! recorded for the owner of the accounts that trust its issuer, so that they can find out why
 //! a 401 said nothing. Never the token; only the claims the owner's rules look at.
+//!
+//! Anyone can hold a genuine token of a shared issuer (any repository's workflow gets one of
+//! GitHub's, with the `aud` it asks for), so the log sorts each refusal into one of two classes
+//! with a budget and a retention of their own (DECISIONS §17): near misses of the account's own
+//! rules ([`is_near_miss`]), which outsiders cannot produce, and the rest.
 
 use crate::policy::{Policy, ReasonCode};
 use serde_json::{json, Map, Value};
@@ -9,7 +14,8 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// Refusals kept per account: the newest.
+/// Refusals kept per account and class (near misses, others): the newest of each, so that the
+/// log holds at most twice this many.
 pub const KEPT_PER_ACCOUNT: usize = 100;
 /// How long a refusal is kept.
 pub const KEPT_FOR: time::Duration = time::Duration::days(7);
@@ -60,9 +66,181 @@ pub struct Refused<'a> {
     pub at: OffsetDateTime,
 }
 
+/// How much of a rule's `sub` pattern a token's `sub` must share to be a near miss of that rule
+/// (see [`subject_anchor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectAnchor<'a> {
+    /// The pattern begins with a wildcard: it names no owner, so no `sub` is near by it.
+    Nothing,
+    /// The token's `sub` must begin with this text (ASCII case aside).
+    Prefix(&'a str),
+    /// The token's `sub` must be this text (ASCII case aside): the pattern has no wildcard and
+    /// no owner segment to cut at.
+    Exact(&'a str),
+}
+
+impl SubjectAnchor<'_> {
+    /// Whether the token's `sub` shares the anchor. Case is ignored (ASCII only): an owner whose
+    /// pattern differs from its tokens only in case is the near miss the hints are for, and the
+    /// shared issuers' owner names are unique regardless of case.
+    pub fn holds(&self, sub: &str) -> bool {
+        match *self {
+            SubjectAnchor::Nothing => false,
+            SubjectAnchor::Prefix(prefix) => sub
+                .as_bytes()
+                .get(..prefix.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes())),
+            SubjectAnchor::Exact(exact) => sub.eq_ignore_ascii_case(exact),
+        }
+    }
+}
+
+/// Separators of the subjects of shared issuers: GitHub `repo:owner/name:ref:…`, GitLab
+/// `project_path:group/project:…`, Buildkite and Terraform Cloud `organization:name:…`, CircleCI
+/// `org/id/project/…`.
+fn is_separator(c: u8) -> bool {
+    c == b':' || c == b'/'
+}
+
+/// The part of a `sub` pattern that names the token's owner, which a holder of a token of the
+/// same issuer cannot choose: the pattern's literal prefix (the text before its first `*` or
+/// `?`) through its second run of separators (`:` and `/`; a run such as `://` counts once),
+/// because the subjects of shared issuers begin with a kind and an owner's name (GitHub
+/// `repo:acme/`, GitLab `project_path:group/`, Terraform Cloud `organization:acme:`). With fewer
+/// than two runs, the whole literal prefix (or the whole pattern, exactly, when it has no
+/// wildcard); a pattern that begins with a wildcard anchors nothing.
+///
+/// ```
+/// use registry_domain::refusal::{subject_anchor, SubjectAnchor};
+///
+/// let main = subject_anchor("repo:acme/infra:ref:refs/heads/main");
+/// assert_eq!(main, SubjectAnchor::Prefix("repo:acme/"));
+/// assert!(main.holds("repo:acme/infra:ref:refs/heads/release"));
+/// assert!(main.holds("repo:acme/infra:environment:prod"));
+/// assert!(!main.holds("repo:evil/x:ref:refs/heads/main"));
+/// assert!(!main.holds("repo:acme-evil/infra:ref:refs/heads/main"));
+/// assert_eq!(subject_anchor("sc://org/project/*"), SubjectAnchor::Prefix("sc://org/"));
+/// assert_eq!(subject_anchor("1234*"), SubjectAnchor::Prefix("1234"));
+/// assert_eq!(subject_anchor("user:42"), SubjectAnchor::Exact("user:42"));
+/// assert_eq!(subject_anchor("*:ref:refs/heads/main"), SubjectAnchor::Nothing);
+/// ```
+pub fn subject_anchor(pattern: &str) -> SubjectAnchor<'_> {
+    let literal_len = pattern.find(['*', '?']).unwrap_or(pattern.len());
+    let literal = &pattern.as_bytes()[..literal_len];
+    let mut runs = 0;
+    for (i, &c) in literal.iter().enumerate() {
+        let run_ends = is_separator(c) && literal.get(i + 1).is_none_or(|&n| !is_separator(n));
+        if run_ends {
+            runs += 1;
+            if runs == 2 {
+                return SubjectAnchor::Prefix(&pattern[..=i]);
+            }
+        }
+    }
+    match (literal_len, literal_len == pattern.len()) {
+        (_, true) => SubjectAnchor::Exact(pattern),
+        (0, false) => SubjectAnchor::Nothing,
+        (_, false) => SubjectAnchor::Prefix(&pattern[..literal_len]),
+    }
+}
+
+/// Whether a refusal of a token with `claims` is a near miss of `policy`'s rules, and so goes
+/// to the class of the log that outsiders cannot fill (DECISIONS §17): a rule with the token's
+/// exact `iss` accepts all its claims (the service or the address was refused), or the token's
+/// `sub` shares the [`subject_anchor`] of such a rule's `sub` pattern. A holder of a token of
+/// the same issuer who is not the owner (`repo:evil/…`, `repo:acme-evil/…`) is far.
+///
+/// ```
+/// use registry_domain::policy::Policy;
+/// use registry_domain::refusal::is_near_miss;
+/// use serde_json::json;
+///
+/// let policy = Policy::parse(&json!({"kind": "oidc", "rules": [{"services": ["api-acme"],
+///     "claims": {"iss": "https://ci", "aud": "registry", "sub": "repo:acme/infra:ref:refs/heads/main"}}]}))
+///     .unwrap().policy;
+/// let token = |iss: &str, sub: &str| json!({"iss": iss, "aud": "registry", "sub": sub});
+/// let near = |claims: serde_json::Value| is_near_miss(&policy, claims.as_object().unwrap());
+/// assert!(near(token("https://ci", "repo:acme/infra:ref:refs/heads/release")));
+/// assert!(near(token("https://ci", "repo:acme/infra:ref:refs/heads/main"))); // another service
+/// assert!(!near(token("https://ci", "repo:evil/x:ref:refs/heads/main")));
+/// assert!(!near(token("https://ci", "repo:acme-evil/infra:ref:refs/heads/main")));
+/// assert!(!near(token("https://other", "repo:acme/infra:ref:refs/heads/release")));
+/// ```
+pub fn is_near_miss(policy: &Policy, claims: &Map<String, Value>) -> bool {
+    shares_an_owner(policy, claims) || !policy.matching_rules(claims).is_empty()
+}
+
+/// The second half of [`is_near_miss`]: the token's `sub` shares the [`subject_anchor`] of the
+/// `sub` pattern of a rule with its `iss`. Cheap: no pattern is matched.
+fn shares_an_owner(policy: &Policy, claims: &Map<String, Value>) -> bool {
+    let Some(iss) = claims.get("iss").and_then(Value::as_str) else {
+        return false;
+    };
+    let sub = claims.get("sub").and_then(Value::as_str);
+    let rules = policy.document().get("rules").and_then(Value::as_array);
+    sub.is_some_and(|sub| {
+        rules
+            .into_iter()
+            .flatten()
+            .filter_map(|rule| rule.get("claims"))
+            .filter(|c| c.get("iss").and_then(Value::as_str) == Some(iss))
+            .filter_map(|c| c.get("sub").and_then(Value::as_str))
+            .any(|pattern| subject_anchor(pattern).holds(sub))
+    })
+}
+
+/// The class a stored record belongs to: whether [`record`] found it a near miss.
+///
+/// ```
+/// use serde_json::json;
+/// assert!(registry_domain::refusal::is_near_record(&json!({"code": "claim-mismatch", "near": true})));
+/// assert!(!registry_domain::refusal::is_near_record(&json!({"code": "claim-mismatch"})));
+/// ```
+pub fn is_near_record(record: &Value) -> bool {
+    record.get("near").and_then(Value::as_bool) == Some(true)
+}
+
+/// The refusals an account's log shows: `records` (newest first, as kept: up to
+/// [`KEPT_PER_ACCOUNT`] of each class) cut to the newest `max`, where far ones only fill the
+/// places near misses leave, so that outsiders never crowd the owner's own refusals out of the
+/// view either. The order stays newest first.
+///
+/// ```
+/// use registry_domain::refusal::shown;
+/// use serde_json::json;
+/// let records: Vec<_> = (0..5)
+///     .map(|n| json!({"n": n, "near": n == 4}))
+///     .collect();
+/// let kept: Vec<_> = shown(records, 2).iter().map(|r| r["n"].as_i64().unwrap()).collect();
+/// assert_eq!(kept, [0, 4]);
+/// ```
+pub fn shown(records: Vec<Value>, max: usize) -> Vec<Value> {
+    let near = records
+        .iter()
+        .filter(|r| is_near_record(r))
+        .count()
+        .min(max);
+    let mut far_places = max - near;
+    let mut near_places = near;
+    records
+        .into_iter()
+        .filter(|record| {
+            let places = if is_near_record(record) {
+                &mut near_places
+            } else {
+                &mut far_places
+            };
+            let keep = *places > 0;
+            *places = places.saturating_sub(1);
+            keep
+        })
+        .collect()
+}
+
 /// The record of `refused` for an account with `policy`: `{at, code, rule?, hints, claims,
-/// service?, ip, requestId}`. `None` when this account's policy admits the request (the refusal
-/// was another account's business, or the client chose another).
+/// service?, ip, requestId, near}` (`near`: see [`is_near_miss`]; an ambiguous request is near,
+/// the account's rules accept it). `None` when this account's policy admits the request (the
+/// refusal was another account's business, or the client chose another).
 pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
     let explained = policy.explain(Some(refused.claims), refused.service, Some(refused.ip));
     let (code, rule) = if refused.ambiguous {
@@ -90,6 +268,14 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
         "claims": shown,
         "ip": refused.ip.to_string(),
         "requestId": refused.request_id,
+        // [`is_near_miss`], with the claim matching the explanation already did: a rule that
+        // accepted every claim left a refusal of the service or the address.
+        "near": refused.ambiguous
+            || shares_an_owner(policy, refused.claims)
+            || explained.reasons.iter().any(|r| matches!(
+                r.code,
+                ReasonCode::ServiceNotAllowed | ReasonCode::AddressNotAllowed
+            )),
     });
     if let Some(rule) = rule {
         record["rule"] = rule.into();
@@ -138,6 +324,7 @@ mod tests {
             claims: fine.as_object().unwrap(),
             ..refused
         };
+        assert_eq!(record["near"], true, "the owner's repository: near");
         assert!(super::record(&policy, &admitted).is_none());
         let ambiguous = Refused {
             ambiguous: true,
@@ -147,5 +334,144 @@ mod tests {
             super::record(&policy, &ambiguous).unwrap()["code"],
             "account-ambiguous"
         );
+    }
+
+    fn oidc(rules: Value) -> Policy {
+        Policy::parse(&json!({"kind": "oidc", "rules": rules}))
+            .unwrap()
+            .policy
+    }
+
+    fn near(policy: &Policy, claims: Value) -> bool {
+        is_near_miss(policy, claims.as_object().unwrap())
+    }
+
+    #[test]
+    fn anchors_cut_after_the_owner_segment_of_the_shared_issuers_subjects() {
+        for (pattern, anchor) in [
+            (
+                "repo:acme/infra:ref:refs/heads/main",
+                SubjectAnchor::Prefix("repo:acme/"),
+            ),
+            ("repo:acme/*", SubjectAnchor::Prefix("repo:acme/")),
+            (
+                "repo:acme/infra:environment:*",
+                SubjectAnchor::Prefix("repo:acme/"),
+            ),
+            (
+                "project_path:group/project:ref_type:branch:ref:main",
+                SubjectAnchor::Prefix("project_path:group/"),
+            ),
+            (
+                "organization:acme:project:p:workspace:w:run_phase:*",
+                SubjectAnchor::Prefix("organization:acme:"),
+            ),
+            ("sc://org/project/conn", SubjectAnchor::Prefix("sc://org/")),
+            ("repo:acme*", SubjectAnchor::Prefix("repo:acme")),
+            ("repo:ac?e/x", SubjectAnchor::Prefix("repo:ac")),
+            ("1234567890", SubjectAnchor::Exact("1234567890")),
+            ("repo:acme", SubjectAnchor::Exact("repo:acme")),
+            ("*", SubjectAnchor::Nothing),
+            ("?x:y:z", SubjectAnchor::Nothing),
+            ("", SubjectAnchor::Exact("")),
+        ] {
+            assert_eq!(subject_anchor(pattern), anchor, "{pattern}");
+        }
+        let exact = subject_anchor("repo:acme");
+        assert!(exact.holds("REPO:Acme"));
+        assert!(!exact.holds("repo:acme-evil"));
+        assert!(!SubjectAnchor::Nothing.holds(""));
+        // A cut inside a multi-byte character is no match, never a panic.
+        assert!(!SubjectAnchor::Prefix("repo:é/").holds("repo:\u{e9}\u{301}"));
+        assert!(SubjectAnchor::Prefix("repo:é/").holds("repo:é/x"));
+    }
+
+    #[test]
+    fn outsiders_are_far_and_the_owners_own_refusals_near() {
+        let policy = oidc(json!([
+            {"services": ["api-acme"], "claims": {"iss": "https://gh", "aud": "registry",
+                "sub": "repo:acme/infra:ref:refs/heads/main"}},
+            {"services": ["*"], "claims": {"iss": "https://gl", "aud": "registry",
+                "sub": "*", "namespace_path": "acme"}}
+        ]));
+        let gh = |sub: &str| json!({"iss": "https://gh", "aud": "registry", "sub": sub});
+        assert!(near(&policy, gh("repo:acme/infra:ref:refs/heads/release")));
+        assert!(near(&policy, gh("repo:acme/other:pull_request")));
+        assert!(near(&policy, gh("repo:ACME/infra:ref:refs/heads/main")));
+        let mut wrong_audience = gh("repo:acme/infra:ref:refs/heads/main");
+        wrong_audience["aud"] = json!("sts.amazonaws.com");
+        assert!(near(&policy, wrong_audience));
+        for outsider in [
+            "repo:evil/x:ref:refs/heads/main",
+            "repo:acme-evil/infra:ref:refs/heads/main",
+            "repo:acm/e/infra",
+            "repo:acme",
+            "",
+        ] {
+            assert!(!near(&policy, gh(outsider)), "{outsider}");
+        }
+        assert!(!near(
+            &policy,
+            json!({"iss": "https://gh", "aud": "registry", "sub": 7})
+        ));
+        assert!(!near(
+            &policy,
+            json!({"aud": "registry", "sub": "repo:acme/infra"})
+        ));
+        // The issuer is compared exactly, as the rules compare it.
+        assert!(!near(
+            &policy,
+            json!({"iss": "https://gh/", "aud": "registry",
+            "sub": "repo:acme/infra:ref:refs/heads/main"})
+        ));
+        // A rule whose sub is a wildcard names no owner: only tokens it accepts whole are near.
+        let gl = |namespace: &str| {
+            json!({"iss": "https://gl", "aud": "registry",
+            "sub": "project_path:acme/x", "namespace_path": namespace})
+        };
+        assert!(near(&policy, gl("acme")));
+        assert!(!near(&policy, gl("evil")));
+    }
+
+    #[test]
+    fn refusals_of_tokens_the_rules_accept_are_near_whatever_their_subject() {
+        let policy = Policy::parse(&json!({"kind": "oidc", "ip_allowlist": ["10.0.0.0/8"],
+            "rules": [{"services": ["api-acme"], "claims": {"iss": "https://ci",
+                "aud": "registry", "sub": "*", "repository_owner": "acme"}}]}))
+        .unwrap()
+        .policy;
+        let claims = json!({"iss": "https://ci", "aud": "registry", "sub": "anything",
+            "repository_owner": "acme"});
+        let at = |ip: &str, service: &'static str| {
+            let refused = Refused {
+                claims: claims.as_object().unwrap(),
+                service: Some(service),
+                ip: ip.parse().unwrap(),
+                ambiguous: false,
+                request_id: None,
+                at: OffsetDateTime::UNIX_EPOCH,
+            };
+            record(&policy, &refused).unwrap()
+        };
+        let outside = at("192.0.2.1", "api-acme");
+        assert_eq!(outside["code"], "address-not-allowed");
+        assert_eq!(outside["near"], true);
+        let elsewhere = at("10.1.2.3", "web-acme");
+        assert_eq!(elsewhere["code"], "service-not-allowed");
+        assert_eq!(elsewhere["near"], true);
+        assert!(is_near_record(&elsewhere));
+        let stranger = json!({"iss": "https://ci", "aud": "registry", "sub": "anything",
+            "repository_owner": "evil"});
+        let refused = Refused {
+            claims: stranger.as_object().unwrap(),
+            service: Some("api-acme"),
+            ip: "10.1.2.3".parse().unwrap(),
+            ambiguous: false,
+            request_id: None,
+            at: OffsetDateTime::UNIX_EPOCH,
+        };
+        let far = record(&policy, &refused).unwrap();
+        assert_eq!(far["near"], false);
+        assert!(!is_near_record(&far));
     }
 }

@@ -59,6 +59,10 @@ pub struct PublishedConfig {
     pub jwks: String,
     /// When it was published; drives `Last-Modified`.
     pub updated_at: OffsetDateTime,
+    /// The last change of the public documents before `updated_at`, as the store recorded it
+    /// (`None`: none known). A client may hold it as `Last-Modified`: when it falls in the same
+    /// second as `updated_at`, a date cannot tell the two versions apart (DECISIONS §17).
+    pub previous_change_at: Option<OffsetDateTime>,
     /// Every key published, current and retired (DECISIONS §11).
     pub keys: crate::keys::KeyState,
 }

@@ -158,12 +158,23 @@ impl KeyCache {
                 self.counters
                     .key_fetch_failures
                     .fetch_add(1, Ordering::Relaxed);
+                state.failed_at = Some(now);
+                // The grace of stale keys is for an issuer that cannot answer; one that answers
+                // that its keys are gone has withdrawn them (DECISIONS §17).
+                if error.is_withdrawal() {
+                    tracing::warn!(
+                        issuer = iss,
+                        error = error.detail(),
+                        "the issuer withdrew its keys: its cached keys are dropped"
+                    );
+                    state.keys = None;
+                    return Err(error);
+                }
                 tracing::warn!(
                     issuer = iss,
                     error = error.detail(),
                     "fetching issuer keys failed"
                 );
-                state.failed_at = Some(now);
                 fallback.ok_or(error)
             }
         }

@@ -77,6 +77,10 @@ pub enum OidcError {
     /// The key set holds no key this verifier can use.
     #[error("issuer {0} publishes no usable signing key")]
     NoKeys(String),
+    /// An issuer hosted by this registry publishes nothing now (its configuration or service
+    /// was deleted, or it expired).
+    #[error("issuer {0} publishes no key set")]
+    Withdrawn(String),
     /// A recent fetch failed and no good keys are cached; the next attempt waits.
     #[error("keys of issuer {0} are unavailable (a recent fetch failed)")]
     Unavailable(String),
@@ -121,6 +125,20 @@ impl OidcError {
 }
 
 impl OidcError {
+    /// Whether the issuer answered that its keys are gone (a 404 or 410 for its discovery
+    /// document or key set, or a set with no usable key), as opposed to not answering (a
+    /// time-out, a connection error, a 5xx): only the latter keeps stale keys in use.
+    pub fn is_withdrawal(&self) -> bool {
+        matches!(
+            self,
+            OidcError::Status {
+                status: 404 | 410,
+                ..
+            } | OidcError::NoKeys(_)
+                | OidcError::Withdrawn(_)
+        )
+    }
+
     /// The reason code of DECISIONS §12 this failure is reported with.
     pub fn reason_code(&self) -> ReasonCode {
         match self {
@@ -134,7 +152,9 @@ impl OidcError {
             OidcError::MissingIssuer | OidcError::Claims(ClaimProblem::Issuer) => {
                 ReasonCode::IssuerUnknown
             }
-            OidcError::UnknownKid(_) | OidcError::KidRequired(_) => ReasonCode::KeyUnknown,
+            OidcError::UnknownKid(_) | OidcError::KidRequired(_) | OidcError::Withdrawn(_) => {
+                ReasonCode::KeyUnknown
+            }
             OidcError::Client(_)
             | OidcError::RefusedUrl { .. }
             | OidcError::Fetch { .. }

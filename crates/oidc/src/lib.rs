@@ -31,6 +31,7 @@ mod cache;
 mod config;
 mod error;
 mod fetch;
+mod hosted;
 mod keys;
 pub mod sync;
 mod tls;
@@ -43,11 +44,13 @@ pub use address::{classify, AddressClass};
 pub use cache::OidcMetrics;
 pub use config::OidcConfig;
 pub use error::OidcError;
+pub use hosted::HostedKeys;
 pub use keys::{Alg, VerifierKeyImport};
 pub use tls::{trust_roots, TrustRoots};
 
 use cache::KeyCache;
 use fetch::Fetcher;
+use hosted::HostedSets;
 use registry_domain::claims;
 use registry_domain::ports::{IdentityTokenVerifier, TokenRejection, VerifiedToken};
 use std::sync::Arc;
@@ -58,6 +61,7 @@ use time::OffsetDateTime;
 #[derive(Debug, Clone)]
 pub struct OidcVerifier {
     cache: Arc<KeyCache>,
+    hosted: Arc<HostedSets>,
     max_token_bytes: usize,
 }
 
@@ -67,6 +71,7 @@ impl OidcVerifier {
         let fetcher = Fetcher::new(&config)?;
         Ok(Self {
             max_token_bytes: config.max_token_bytes,
+            hosted: Arc::new(HostedSets::new(config.max_issuers)),
             cache: Arc::new(KeyCache::new(fetcher, config)),
         })
     }
@@ -86,6 +91,36 @@ impl OidcVerifier {
         Ok(VerifiedToken {
             // The keys were looked up by this very `iss`, so the issuer that vouched for the
             // token is the one it names.
+            issuer: token.issuer,
+            claims: token.claims,
+        })
+    }
+
+    /// Verifies `token` at `now` against the key set of an issuer this registry hosts, as its
+    /// own data says (`keys`, looked up by the caller for the token's `iss`): no fetch, no
+    /// grace. `issuer` is the issuer `keys` were looked up for; a token naming another is
+    /// refused.
+    pub fn verify_hosted(
+        &self,
+        token: &str,
+        now: OffsetDateTime,
+        issuer: &str,
+        keys: HostedKeys<'_>,
+    ) -> Result<VerifiedToken, OidcError> {
+        let token = token::parse(token, self.max_token_bytes)?;
+        if token.issuer != issuer {
+            return Err(OidcError::Claims(claims::ClaimProblem::Issuer));
+        }
+        claims::check(&token.claims, now)?;
+        let set = match keys {
+            HostedKeys::Withdrawn => {
+                self.hosted.forget(issuer);
+                return Err(OidcError::Withdrawn(token.issuer));
+            }
+            HostedKeys::Published { version, jwks } => self.hosted.set(issuer, version, jwks)?,
+        };
+        check_signature(&token, &set)?;
+        Ok(VerifiedToken {
             issuer: token.issuer,
             claims: token.claims,
         })

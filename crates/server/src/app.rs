@@ -2,6 +2,8 @@
 
 use crate::adapters::{ShiftedClock, SystemClock};
 use crate::background;
+use crate::body;
+use crate::connections::{self, ConnectionLimit};
 use crate::directory;
 use crate::hosting;
 use crate::observe::observe;
@@ -89,11 +91,17 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         .context("cannot load the published documents and the service accounts")?;
 
     let app_state = state.clone();
+    let connections = ConnectionLimit::new(
+        state.settings.max_connections_per_address,
+        state.trusted_proxies.clone(),
+    );
     let server = HttpServer::new(move || {
         let hosted_state = app_state.clone();
         App::new()
             .app_data(app_state.clone())
+            .wrap(middleware::from_fn(body::deadline))
             .wrap(middleware::from_fn(observe))
+            .wrap(middleware::from_fn(connections::admitted))
             .service(
                 web::scope("")
                     .guard(guard::fn_guard(move |ctx| {
@@ -106,6 +114,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     })
     .workers(workers)
     .shutdown_timeout(30)
+    .on_connect(move |io, data| connections.on_connect(io, data))
     .bind(&listen)
     .with_context(|| format!("cannot listen on {listen}"))?;
     let addrs = server.addrs();

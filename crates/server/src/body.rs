@@ -1,12 +1,116 @@
-//! Reading JSON request bodies: size limit, media type, syntax, and strict field checks.
+//! Reading JSON request bodies: size limit, media type, syntax, and strict field checks; and
+//! the deadline every request body must meet (DECISIONS §17).
 
 use crate::problem::{ApiError, ApiResult};
+use actix_web::body::MessageBody;
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::error::PayloadError;
 use actix_web::http::header;
-use actix_web::{web, HttpRequest};
-use futures_util::StreamExt;
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage, HttpRequest};
+use futures_util::{Stream, StreamExt};
 use registry_domain::violation::escape_token;
 use registry_domain::Violation;
 use serde_json::{Map, Value};
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::{sleep_until, Instant, Sleep};
+
+/// Seconds a request body may take to arrive, counted from its headers (DECISIONS §17).
+pub const BODY_DEADLINE_SECS: u64 = 10;
+
+/// The middleware that holds every request body to [`BODY_DEADLINE_SECS`], whatever the
+/// handler does with it.
+///
+/// actix times out the headers (5 s) but never a body: a client that declares
+/// `Content-Length: 100` and sends one byte kept a handler waiting, and its connection open,
+/// for as long as it liked. Here the handler reads the body through a stream that fails with
+/// [`io::ErrorKind::TimedOut`](std::io::ErrorKind::TimedOut) at the deadline, which
+/// [`read_json`] answers with 408 (`Connection: close`).
+///
+/// A chunked body the handler did not read to its end (it answered first: 401, 413, or no
+/// body expected) is kept here until the response is on its way. actix closes a connection
+/// whose request body is unread when it sends the response; had the handler's copy of a
+/// chunked body been the last one, actix would instead drain it for as long as the client
+/// keeps it coming.
+pub async fn deadline(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let payload = req.take_payload();
+    if matches!(payload, Payload::None) {
+        return next.call(req).await;
+    }
+    let due = Instant::now() + Duration::from_secs(BODY_DEADLINE_SECS);
+    // Only a chunked body is drained when dropped; actix closes after any other unread one.
+    let chunked = HttpMessage::chunked(&req).unwrap_or(true);
+    let body = Rc::new(RefCell::new(Some(payload)));
+    req.set_payload(Payload::Stream {
+        payload: Box::pin(DeadlineBody {
+            body: Rc::clone(&body),
+            timer: Box::pin(sleep_until(due)),
+            timed_out: false,
+        }),
+    });
+    let response = next.call(req).await;
+    let unread = body.borrow_mut().take();
+    if let Some(unread) = unread.filter(|_| chunked) {
+        // actix decides between closing and draining as it sends the response, as soon as
+        // the middlewares outside this one return it: the payload outlives that moment by a
+        // second at least, and then goes.
+        let keep_until = due.max(Instant::now() + Duration::from_secs(1));
+        actix_web::rt::spawn(async move {
+            sleep_until(keep_until).await;
+            drop(unread);
+        });
+    }
+    response
+}
+
+/// The request body as the handler sees it: the real one until it ends, or until the deadline.
+struct DeadlineBody {
+    /// `None` once the body ended (or failed): the middleware's test of "read to its end".
+    body: Rc<RefCell<Option<Payload>>>,
+    timer: Pin<Box<Sleep>>,
+    timed_out: bool,
+}
+
+impl Stream for DeadlineBody {
+    type Item = Result<web::Bytes, PayloadError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.timed_out {
+            return Poll::Ready(None);
+        }
+        let mut body = this.body.borrow_mut();
+        let Some(payload) = body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match payload.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(chunk))) => Poll::Ready(Some(Ok(chunk))),
+            Poll::Ready(end) => {
+                *body = None;
+                Poll::Ready(end)
+            }
+            Poll::Pending => match this.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    // The payload stays: unread, it makes actix close the connection.
+                    this.timed_out = true;
+                    Poll::Ready(Some(Err(PayloadError::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the request body did not arrive in time",
+                    )))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
 
 /// Reads the body as JSON. `None` when the body is empty.
 pub async fn read_json(
@@ -24,8 +128,12 @@ pub async fn read_json(
     }
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::BadRequest(format!("could not read the body: {e}")))?;
+        let chunk = chunk.map_err(|e| match e {
+            PayloadError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                ApiError::RequestTimeout(BODY_DEADLINE_SECS)
+            }
+            e => ApiError::BadRequest(format!("could not read the body: {e}")),
+        })?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError::PayloadTooLarge(limit));
         }

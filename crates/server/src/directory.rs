@@ -360,12 +360,7 @@ pub async fn reload_evicted(state: &AppState, id: Uuid) -> ApiResult<()> {
 /// documents and ETag. Under the catch-up lock, so a newer configuration applied meanwhile wins.
 pub async fn refresh_hosted(state: &AppState, subdomain: &str) {
     let _one_at_a_time = state.directory.one_at_a_time().await;
-    let now = state.now();
-    let stale = state.hosting.get(subdomain).filter(|h| h.is_stale_at(now));
-    if let Some(source) = stale.as_ref().and_then(|h| h.source.as_ref()) {
-        let (service, config) = &**source;
-        state.hosting.put(service, config, now);
-    }
+    state.hosting.refresh(subdomain, state.now());
 }
 
 /// Reloads one service's public documents: public requests never read the database.

@@ -8,6 +8,7 @@ mod background;
 mod body;
 mod cli;
 mod client_ip;
+mod connections;
 mod customers;
 mod dashboard;
 mod directory;
@@ -28,6 +29,11 @@ mod views;
 use clap::Parser;
 use cli::{Cli, Command, CustomerCommand};
 use settings::LogFormat;
+
+/// jemalloc, whose background threads return freed memory to the system within about a
+/// second of its release (options in `.cargo/config.toml`).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

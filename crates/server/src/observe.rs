@@ -4,9 +4,10 @@
 //! might put a secret), the status, the latency and the request id.
 //!
 //! This runs on every request, the public documents included, so it avoids work that does not
-//! change the outcome: request ids come from a counter rather than the system's random source,
-//! hosted documents are labelled without matching the path against every API route, and log
-//! lines go to a buffer that a background thread writes out, not one `write(2)` per request.
+//! change the outcome: request ids come from a per-thread generator seeded from the system's
+//! random source, not from a system call each; hosted documents are labelled without matching
+//! the path against every API route; and log lines go to a buffer that a background thread
+//! writes out, not one `write(2)` per request.
 
 use crate::state::AppState;
 use actix_web::body::MessageBody;
@@ -16,7 +17,6 @@ use actix_web::middleware::Next;
 use actix_web::web;
 use std::borrow::Cow;
 use std::io::{BufWriter, Stderr, Write};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -36,18 +36,14 @@ fn acceptable_id(value: &HeaderValue) -> bool {
     })
 }
 
-/// A version-4 UUID, unique per process: 64 random bits drawn once (60 left after the version
-/// bits), then a counter. Ids only correlate log lines with responses; they need not be
-/// unpredictable, only distinct, and this costs no random draw per request.
+/// A version-4 UUID of 122 random bits. Ids correlate log lines with responses, and they are
+/// shown to clients: a counter would tell anyone how many requests the server answered between
+/// two of theirs (DECISIONS §17). The bits come from `rand`'s per-thread ChaCha generator,
+/// seeded (and periodically reseeded) from the operating system: unpredictable, without a
+/// system call per request.
 fn new_request_id() -> HeaderValue {
-    static PREFIX: OnceLock<u64> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = *PREFIX.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
-    let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&prefix.to_be_bytes());
-    bytes[8..].copy_from_slice(&COUNTER.fetch_add(1, Relaxed).to_be_bytes());
-    // Sets the version and variant bits: the counter's two top bits, which it never reaches.
-    let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
+    // One u128 is two draws of the generator; an array of bytes would be sixteen.
+    let id = uuid::Builder::from_random_bytes(rand::random::<u128>().to_ne_bytes()).into_uuid();
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
     HeaderValue::from_bytes(id.hyphenated().encode_lower(&mut text).as_bytes())
         .expect("a hyphenated UUID is a valid header value")
@@ -183,6 +179,20 @@ mod tests {
             assert_eq!(id.get_version(), Some(uuid::Version::Random));
             assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
         }
+        // Random in both halves: neither a fixed prefix nor a counter.
+        let halves: Vec<(u64, u64)> = (0..1000)
+            .map(|_| uuid::Uuid::parse_str(new_request_id().to_str().unwrap()).unwrap())
+            .map(|id| id.as_u64_pair())
+            .collect();
+        let distinct = |half: fn(&(u64, u64)) -> u64| {
+            halves
+                .iter()
+                .map(half)
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+        };
+        assert_eq!(distinct(|h| h.0), 1000);
+        assert_eq!(distinct(|h| h.1), 1000);
         assert!(acceptable_id(&HeaderValue::from_static("abc-123:x.y_z")));
         assert!(!acceptable_id(&HeaderValue::from_static("")));
         assert!(!acceptable_id(&HeaderValue::from_static("a b")));

@@ -7,11 +7,34 @@ use base64::Engine;
 use registry_domain::policy::{lint_document, Explanation, Policy, Severity};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
+use std::io::Read;
 use std::path::Path;
 
+/// The most a policy command reads of one file (DECISIONS §17). A policy the API accepts is
+/// far smaller; without a bound, `/dev/zero` or a FIFO that never ends would take all memory.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The text of `path`, at most [`MAX_FILE_BYTES`]: one byte more is read, never the rest, so
+/// a file that does not end (a device, a FIFO) fails as soon as it is too large.
+fn read_bounded(path: &Path) -> anyhow::Result<String> {
+    let cannot = || format!("cannot read {}", path.display());
+    let file = std::fs::File::open(path).with_context(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(cannot)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        anyhow::bail!(
+            "{} is larger than {} MiB, the most a policy command reads of a file",
+            path.display(),
+            MAX_FILE_BYTES / (1024 * 1024)
+        );
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
+}
+
 fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = read_bounded(path)?;
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 

@@ -58,6 +58,13 @@ pub enum ApiError {
     /// The subdomain is taken.
     #[error("{0}")]
     Conflict(String),
+    /// The body did not arrive in time after the headers (DECISIONS §17); the connection
+    /// closes after this answer.
+    #[error("the request body did not arrive within {0} seconds of the headers")]
+    RequestTimeout(u64),
+    /// A per-customer quota is reached (DECISIONS §17).
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// The body is larger than allowed.
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
@@ -127,6 +134,8 @@ impl ApiError {
             ApiError::NotFound(_) => ("not-found", "Not found"),
             ApiError::MethodNotAllowed(_) => ("method-not-allowed", "Method not allowed"),
             ApiError::Conflict(_) => ("conflict", "Conflict"),
+            ApiError::RequestTimeout(_) => ("request-timeout", "Request timeout"),
+            ApiError::QuotaExceeded(_) => ("quota-exceeded", "Quota exceeded"),
             ApiError::PayloadTooLarge(_) => ("payload-too-large", "Payload too large"),
             ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
             ApiError::RateLimited { .. } => ("rate-limited", "Too many requests"),
@@ -203,6 +212,8 @@ impl ResponseError for ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::QuotaExceeded(_) => StatusCode::FORBIDDEN,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -248,6 +259,9 @@ impl ResponseError for ApiError {
             }
             ApiError::MethodNotAllowed(allowed) => {
                 response.insert_header((header::ALLOW, *allowed));
+            }
+            ApiError::RequestTimeout(_) => {
+                response.insert_header((header::CONNECTION, "close"));
             }
             _ => {}
         }

@@ -1,40 +1,50 @@
-//! Per-client-address rate limits on `governor` (GCRA), keyed as DECISIONS §9 says
-//! ([`rate_limit_key`]: an IPv4 address alone, IPv4-mapped as IPv4, IPv6 by its /64).
+//! Rate limits on `governor` (GCRA): per client address, keyed as DECISIONS §9 says
+//! ([`rate_limit_key`]: an IPv4 address alone, IPv4-mapped as IPv4, IPv6 by its /64), and per
+//! credential, lookup id or customer (DECISIONS §17).
 //!
-//! Memory is bounded under address spraying: the keyed state holds at most [`MAX_KEYS`]
-//! addresses (about 64 bytes each: a 16-byte key, 8 bytes of GCRA state, the map's overhead).
-//! Past it, the addresses whose limit has fully recovered are dropped, and if that is not
-//! enough, every address starts again from a full allowance. Spraying can then reset limits,
-//! but never grow memory; an attacker with that many addresses had as many allowances anyway.
+//! Memory is bounded under spraying: the keyed state holds at most [`MAX_KEYS`] keys (about
+//! 64 bytes each for an address: a 16-byte key, 8 bytes of GCRA state, the map's overhead).
+//! Past it, the keys whose limit has fully recovered are dropped, and if that is not enough,
+//! every key starts again from a full allowance. Spraying can then reset limits, but never grow
+//! memory; an attacker with that many addresses had as many allowances anyway.
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use registry_domain::limits::rate_limit_key;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-/// Most addresses whose state a limiter keeps (about 6.4 MB).
+/// Most keys whose state a limiter keeps (about 6.4 MB of addresses).
 pub const MAX_KEYS: usize = 100_000;
 
-/// At most `limit` events per `window` for each client address, refilled continuously.
+/// At most `limit` events per `window` for each key (a client address unless said otherwise),
+/// refilled continuously.
 #[derive(Debug)]
-pub struct RateLimiter {
+pub struct RateLimiter<K: Hash + Eq + Clone = IpAddr> {
     quota: Quota,
-    limiter: RwLock<DefaultKeyedRateLimiter<IpAddr>>,
-    /// Addresses refused by [`RateLimiter::hit`], and until when: what [`RateLimiter::check`]
-    /// reads (governor has no look without counting). Only addresses over their limit are
-    /// here, at most [`MAX_KEYS`].
-    refused: Mutex<HashMap<IpAddr, Instant>>,
+    limiter: RwLock<DefaultKeyedRateLimiter<K>>,
+    /// Keys refused by [`RateLimiter::hit_key`], and until when: what
+    /// [`RateLimiter::check_key`] reads (governor has no look without counting). Only keys over
+    /// their limit are here, at most [`MAX_KEYS`].
+    refused: Mutex<HashMap<K, Instant>>,
 }
 
 /// Refused: retry after this long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryAfter(pub Duration);
 
-impl RateLimiter {
+impl RetryAfter {
+    /// Whole seconds for a `Retry-After` header, at least 1.
+    pub fn seconds(self) -> u64 {
+        self.0.as_secs_f64().ceil().max(1.0) as u64
+    }
+}
+
+impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// `limit` events per `window`, all of them at once if need be.
     pub fn new(limit: u32, window: Duration) -> Self {
         let burst = NonZeroU32::new(limit.max(1)).unwrap_or(NonZeroU32::MIN);
@@ -48,14 +58,18 @@ impl RateLimiter {
         }
     }
 
+    /// `limit` events per minute.
+    pub fn per_minute(limit: u32) -> Self {
+        Self::new(limit, Duration::from_secs(60))
+    }
+
     /// `limit` events per hour.
     pub fn per_hour(limit: u32) -> Self {
         Self::new(limit, Duration::from_secs(3600))
     }
 
-    /// Counts one event for `ip`; refuses when its allowance is used up.
-    pub fn hit(&self, ip: IpAddr) -> Result<(), RetryAfter> {
-        let key = rate_limit_key(ip);
+    /// Counts one event for `key`; refuses when its allowance is used up.
+    pub fn hit_key(&self, key: K) -> Result<(), RetryAfter> {
         let (outcome, over_bound) = {
             let limiter = self.limiter.read().unwrap_or_else(PoisonError::into_inner);
             (limiter.check_key(&key), limiter.len() > MAX_KEYS)
@@ -78,14 +92,14 @@ impl RateLimiter {
         })
     }
 
-    /// Whether `ip` is over its limit now (its last event was refused and the allowance has not
-    /// come back yet), without counting an event.
-    pub fn check(&self, ip: IpAddr) -> Result<(), RetryAfter> {
+    /// Whether `key` is over its limit now (its last event was refused and the allowance has
+    /// not come back yet), without counting an event.
+    pub fn check_key(&self, key: &K) -> Result<(), RetryAfter> {
         let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         if refused.is_empty() {
             return Ok(());
         }
-        match refused.get(&rate_limit_key(ip)) {
+        match refused.get(key) {
             Some(until) => match until.checked_duration_since(Instant::now()) {
                 Some(wait) if !wait.is_zero() => Err(RetryAfter(wait)),
                 _ => Ok(()),
@@ -94,7 +108,7 @@ impl RateLimiter {
         }
     }
 
-    /// Addresses whose state is kept now.
+    /// Keys whose state is kept now.
     pub fn len(&self) -> usize {
         self.limiter
             .read()
@@ -102,7 +116,7 @@ impl RateLimiter {
             .len()
     }
 
-    /// Keeps the state within [`MAX_KEYS`] addresses.
+    /// Keeps the state within [`MAX_KEYS`] keys.
     fn bound(&self) {
         let mut limiter = self.limiter.write().unwrap_or_else(PoisonError::into_inner);
         if limiter.len() <= MAX_KEYS {
@@ -116,6 +130,18 @@ impl RateLimiter {
     }
 }
 
+impl RateLimiter<IpAddr> {
+    /// Counts one event for the client address `ip`; refuses when its allowance is used up.
+    pub fn hit(&self, ip: IpAddr) -> Result<(), RetryAfter> {
+        self.hit_key(rate_limit_key(ip))
+    }
+
+    /// Whether the client address `ip` is over its limit now, without counting an event.
+    pub fn check(&self, ip: IpAddr) -> Result<(), RetryAfter> {
+        self.check_key(&rate_limit_key(ip))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,7 +152,7 @@ mod tests {
 
     #[test]
     fn counts_per_address() {
-        let limiter = RateLimiter::new(2, Duration::from_secs(3600));
+        let limiter: RateLimiter = RateLimiter::new(2, Duration::from_secs(3600));
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
         assert!(limiter.check(ip("192.0.2.1")).is_ok());
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
@@ -140,7 +166,7 @@ mod tests {
 
     #[test]
     fn the_allowance_comes_back() {
-        let limiter = RateLimiter::new(2, Duration::from_millis(200));
+        let limiter: RateLimiter = RateLimiter::new(2, Duration::from_millis(200));
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
         assert!(limiter.hit(ip("192.0.2.1")).is_err());
@@ -151,7 +177,7 @@ mod tests {
 
     #[test]
     fn ipv6_counts_by_64_and_mapped_ipv4_as_ipv4() {
-        let limiter = RateLimiter::new(2, Duration::from_secs(10));
+        let limiter: RateLimiter = RateLimiter::new(2, Duration::from_secs(10));
         assert!(limiter.hit(ip("2001:db8:0:1::1")).is_ok());
         assert!(limiter.hit(ip("2001:db8:0:1:ffff::2")).is_ok());
         assert!(limiter.hit(ip("2001:db8:0:1::3")).is_err());
@@ -165,7 +191,7 @@ mod tests {
 
     #[test]
     fn a_million_sprayed_addresses_stay_within_the_bound() {
-        let limiter = RateLimiter::new(1, Duration::from_secs(3600));
+        let limiter: RateLimiter = RateLimiter::new(1, Duration::from_secs(3600));
         let victim = ip("192.0.2.1");
         assert!(limiter.hit(victim).is_ok());
         let mut most = 0;

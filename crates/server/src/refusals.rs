@@ -11,25 +11,28 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use uuid::Uuid;
 
-/// Refusals recorded per account and minute, at most: the log keeps the newest 100, and a flood
-/// of refused tokens must not become a flood of writes.
+/// Refusals recorded per account, class and minute, at most: the log keeps the newest 100 of
+/// each class, and a flood of refused tokens must not become a flood of writes. Near misses of
+/// the account's rules and the rest each have this budget (DECISIONS §17): holders of a shared
+/// issuer's tokens use up the second only, never the owner's.
 const PER_ACCOUNT_PER_MINUTE: u32 = 30;
-/// Accounts tracked before the counts start again (a bound on memory).
+/// Budgets tracked before the counts start again (a bound on memory).
 const MAX_TRACKED: usize = 100_000;
 
-/// How many refusals each account recorded in the current minute.
+/// How many refusals each account recorded in the current minute, per class (near or not).
 #[derive(Debug, Default)]
 pub struct RefusalBudget {
-    counts: Mutex<HashMap<Uuid, (i64, u32)>>,
+    counts: Mutex<HashMap<(Uuid, bool), (i64, u32)>>,
 }
 
 impl RefusalBudget {
-    fn allows(&self, account: Uuid, minute: i64) -> bool {
+    fn allows(&self, account: Uuid, near: bool, minute: i64) -> bool {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if counts.len() >= MAX_TRACKED && !counts.contains_key(&account) {
+        let key = (account, near);
+        if counts.len() >= MAX_TRACKED && !counts.contains_key(&key) {
             counts.clear();
         }
-        let (at, n) = counts.entry(account).or_insert((minute, 0));
+        let (at, n) = counts.entry(key).or_insert((minute, 0));
         if *at != minute {
             (*at, *n) = (minute, 0);
         }
@@ -89,12 +92,39 @@ pub async fn record(state: &AppState, refused: RefusedRequest<'_>) {
         .iter()
         .filter(|a| a.customer_id == customer)
         .filter_map(|a| Some((a.id, refusal::record(&a.policy, &facts)?)))
-        .filter(|(id, _)| state.refusal_budget.allows(*id, minute))
+        .filter(|(id, record)| {
+            let near = refusal::is_near_record(record);
+            state.refusal_budget.allows(*id, near, minute)
+        })
         .collect();
     if records.is_empty() {
         return;
     }
     if let Err(error) = state.db(move |s| s.record_refusals(&records, at)).await {
         tracing::warn!(%error, "could not record a refused request");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn far_refusals_never_use_up_the_near_budget() {
+        let budget = RefusalBudget::default();
+        let account = Uuid::from_u128(1);
+        for _ in 0..200 {
+            budget.allows(account, false, 7);
+        }
+        assert!(!budget.allows(account, false, 7));
+        assert!(budget.allows(account, true, 7));
+        assert!(
+            budget.allows(account, false, 8),
+            "a new minute, a new budget"
+        );
+        for _ in 1..PER_ACCOUNT_PER_MINUTE {
+            assert!(budget.allows(account, true, 7));
+        }
+        assert!(!budget.allows(account, true, 7));
     }
 }

@@ -120,12 +120,20 @@ pub struct Settings {
     pub max_connections_per_address: u32,
 
     /// Most services (registered ones) one customer may have; past it 403 `quota-exceeded`.
-    #[arg(long, env = "REGISTRY_MAX_SERVICES_PER_CUSTOMER", default_value_t = 10_000)]
+    #[arg(
+        long,
+        env = "REGISTRY_MAX_SERVICES_PER_CUSTOMER",
+        default_value_t = 10_000
+    )]
     pub max_services_per_customer: u64,
 
     /// Most service accounts one customer may have (the one `customer create` minted
     /// included); past it 403 `quota-exceeded`.
-    #[arg(long, env = "REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER", default_value_t = 1_000)]
+    #[arg(
+        long,
+        env = "REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER",
+        default_value_t = 1_000
+    )]
     pub max_accounts_per_customer: u64,
 
     /// Changing requests one credential (a static token's account, a federated account, an

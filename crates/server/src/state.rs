@@ -1,7 +1,7 @@
 //! What every handler shares.
 
 use crate::adapters::{HashingLanes, OsRandomness};
-use crate::auth::{Attempts, TokenCache};
+use crate::auth::{Attempts, SecretFailures, TokenCache};
 use crate::directory::Directory;
 use crate::hosting::HostingCache;
 use crate::last_use::LastUse;
@@ -17,6 +17,9 @@ use registry_oidc::OidcVerifier;
 use std::sync::Arc;
 use time::OffsetDateTime;
 
+/// Failed secrets for one lookup id per minute, from any address (DECISIONS §17).
+const SECRET_FAILURES_PER_MINUTE: usize = 10;
+
 /// The application: settings, adapters and caches.
 #[derive(Debug)]
 pub struct AppState {
@@ -24,6 +27,8 @@ pub struct AppState {
     pub settings: Settings,
     /// Trusted proxy networks, parsed from the settings.
     pub trusted_proxies: Vec<IpNetwork>,
+    /// The client networks that may read `/metrics` (DECISIONS §17).
+    pub metrics_allow: Vec<IpNetwork>,
     /// The database, through the domain's ports.
     pub store: Arc<dyn Storage>,
     /// Published documents, served from memory.
@@ -42,6 +47,12 @@ pub struct AppState {
     pub anon_limiter: RateLimiter,
     /// Failed authentications per client address.
     pub auth_failures: RateLimiter,
+    /// Failed secrets per lookup id, from any address (DECISIONS §17).
+    pub secret_failures: SecretFailures,
+    /// Changing requests per credential: account, or anonymous service (DECISIONS §17).
+    pub writes: RateLimiter<uuid::Uuid>,
+    /// Explained tokens and claims per customer (DECISIONS §17).
+    pub explains: RateLimiter<uuid::Uuid>,
     /// The minute each account's last use was written.
     pub last_use: LastUse,
     /// Refusals recorded per account this minute.
@@ -62,6 +73,7 @@ impl AppState {
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
         let trusted_proxies = settings.trusted_proxy_networks()?;
+        let metrics_allow = settings.metrics_allow_networks()?;
         let hosting = HostingCache::new(
             &settings.issuer_url_template,
             &settings.base_url,
@@ -70,6 +82,7 @@ impl AppState {
         let anon_limiter = RateLimiter::per_hour(settings.anon_create_per_hour);
         Ok(Self {
             trusted_proxies,
+            metrics_allow,
             hosting,
             directory: Directory::default(),
             tokens: TokenCache::default(),
@@ -84,6 +97,12 @@ impl AppState {
                 settings.auth_failures_per_minute,
                 std::time::Duration::from_secs(60),
             ),
+            secret_failures: SecretFailures::new(
+                SECRET_FAILURES_PER_MINUTE,
+                std::time::Duration::from_secs(60),
+            ),
+            writes: RateLimiter::per_minute(settings.writes_per_minute),
+            explains: RateLimiter::per_minute(settings.explain_per_minute),
             last_use: LastUse::default(),
             refusal_budget: RefusalBudget::default(),
             rng: OsRandomness,

@@ -100,6 +100,16 @@ impl AccountStore for Store {
         })
     }
 
+    fn count_accounts_of(&self, customer_id: Uuid) -> StoreResult<u64> {
+        self.read(|conn| {
+            let held: i64 = service_accounts::table
+                .filter(service_accounts::customer_id.eq(id_text(customer_id)))
+                .count()
+                .get_result(conn)?;
+            Ok(u64::try_from(held).unwrap_or(0))
+        })
+    }
+
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>> {
         self.read(|conn| {
             load(

@@ -12,7 +12,7 @@ use registry_domain::audit::{
     Trail,
 };
 use registry_domain::ports::{AuditLog, RefusalLog, StoreResult};
-use registry_domain::refusal::KEPT_PER_ACCOUNT;
+use registry_domain::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use registry_domain::StoreError;
 use serde_json::Value;
 use uuid::Uuid;
@@ -103,7 +103,22 @@ impl AuditLog for Store {
                 Trail::Anonymous => select.filter(audit_events::customer_id.is_null()),
             };
             if let Some(cursor) = query.cursor {
-                select = select.filter(audit_events::seq.lt(cursor.before));
+                // The cursor's event, looked up in the caller's own trail: another trail's
+                // event is as unknown as a made-up one, and says nothing of where it stands.
+                let named = audit_events::table
+                    .filter(audit_events::id.eq(id_text(cursor.after)))
+                    .select((audit_events::seq, audit_events::customer_id))
+                    .load::<(i64, Option<String>)>(conn)?;
+                let owner = match query.trail {
+                    Trail::Customer(id) => Some(id_text(id)),
+                    Trail::Anonymous => None,
+                };
+                let before = named
+                    .into_iter()
+                    .find(|(_, customer)| *customer == owner)
+                    .map(|(seq, _)| seq)
+                    .ok_or(Failure(StoreError::NotFound))?;
+                select = select.filter(audit_events::seq.lt(before));
             }
             if let Some(action) = query.action {
                 select = select.filter(audit_events::action.eq(action.as_str()));
@@ -119,13 +134,13 @@ impl AuditLog for Store {
                 .load::<EventRow>(conn)?;
             let more = rows.len() > query.limit;
             rows.truncate(query.limit);
-            let next = more
-                .then(|| rows.last().map(|r| Cursor { before: r.seq }))
-                .flatten();
-            let events = rows
+            let events: Vec<AuditEvent> = rows
                 .into_iter()
                 .map(EventRow::into_domain)
                 .collect::<Res<_>>()?;
+            let next = more
+                .then(|| events.last().map(|e| Cursor { after: e.id }))
+                .flatten();
             Ok(AuditPage { events, next })
         })
     }
@@ -159,16 +174,20 @@ impl RefusalLog for Store {
         self.write_aside(|conn| {
             for (account, record) in records {
                 let account = id_text(*account);
+                let near = is_near_record(record);
                 diesel::insert_into(refusals::table)
                     .values((
                         refusals::account_id.eq(&account),
                         refusals::at.eq(millis(at)),
                         refusals::refusal.eq(record.to_string()),
+                        refusals::near.eq(near),
                     ))
                     .execute(conn)?;
-                // The oldest beyond the newest KEPT_PER_ACCOUNT go.
+                // The oldest of this class beyond its newest KEPT_PER_ACCOUNT go; the other
+                // class keeps its own (outsiders must not push out the owner's near misses).
                 let oldest_kept = refusals::table
                     .filter(refusals::account_id.eq(&account))
+                    .filter(refusals::near.eq(near))
                     .order(refusals::seq.desc())
                     .offset(kept - 1)
                     .limit(1)
@@ -179,6 +198,7 @@ impl RefusalLog for Store {
                     diesel::delete(
                         refusals::table
                             .filter(refusals::account_id.eq(&account))
+                            .filter(refusals::near.eq(near))
                             .filter(refusals::seq.lt(oldest_kept)),
                     )
                     .execute(conn)?;

@@ -142,6 +142,7 @@ pub(crate) struct ConfigRow {
     key_state: String,
     // What `key_state` says, kept as a column for the reaper's query.
     key_expires_at: Option<i64>,
+    previous_change_at: Option<i64>,
 }
 
 impl ConfigRow {
@@ -171,6 +172,7 @@ impl ConfigRow {
             openid_configuration: self.openid_configuration,
             jwks: self.jwks,
             updated_at,
+            previous_change_at: self.previous_change_at.map(instant).transpose()?,
             keys,
         })
     }

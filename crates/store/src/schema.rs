@@ -58,6 +58,7 @@ diesel::table! {
         updated_at -> BigInt,
         key_state -> Text,
         key_expires_at -> Nullable<BigInt>,
+        previous_change_at -> Nullable<BigInt>,
     }
 }
 
@@ -95,6 +96,7 @@ diesel::table! {
         account_id -> Text,
         at -> BigInt,
         refusal -> Text,
+        near -> Bool,
     }
 }
 

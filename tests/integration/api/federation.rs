@@ -89,7 +89,7 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
     let api = register_service(&server, &acme, "api");
     let web = register_service(&server, &acme, "web");
     let foreign = register_service(&server, &other, "svc");
-    oidc_account(
+    let acme_ci = oidc_account(
         &server,
         &acme,
         &iss,
@@ -99,7 +99,15 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
         ],
         None,
     );
-    // The other customer trusts the same issuer, for its own repositories.
+    // The other customer trusts the same issuer, for its own repositories: collection calls
+    // name their account (DECISIONS §17).
+    let listed = |token: &str| {
+        server
+            .authed(Method::GET, "/services", token)
+            .header("x-service-account", &acme_ci)
+            .send()
+            .unwrap()
+    };
     oidc_account(&server, &other, &iss, &[(&["*"], "repo:other/*")], None);
 
     let deployer = issuer.mint("ES256", claims(&iss, "repo:acme/api:ref:refs/heads/main"));
@@ -115,10 +123,12 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
         uncovered["detail"].as_str().unwrap().contains(&web),
         "{uncovered}"
     );
-    assert_eq!(
-        subdomains(&json(server.get("/services", &deployer))),
-        [api.as_str()]
-    );
+    assert_eq!(subdomains(&json(listed(&deployer))), [api.as_str()]);
+    let unnamed = assert_problem(server.get("/services", &deployer), 401, "unauthorized");
+    assert!(unnamed["detail"]
+        .as_str()
+        .unwrap()
+        .contains("X-Service-Account"));
     // Mutations are covered the same way.
     let patched = server
         .authed(Method::PATCH, &format!("/services/{api}"), &deployer)
@@ -141,7 +151,7 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
         200
     );
     assert_eq!(
-        subdomains(&json(server.get("/services", &admin))),
+        subdomains(&json(listed(&admin))),
         [api.as_str(), web.as_str()]
     );
     assert_problem(
@@ -445,8 +455,8 @@ fn loopback_issuers_are_refused_quickly_unless_insecure_issuers_are_allowed() {
 }
 
 /// The issue "the issuer is itself a service hosted by the registry": a customer publishes its
-/// own issuer's documents on the registry and federates with it. The verifier fetches
-/// `http://{s}.localhost:{port}/…` from the registry itself.
+/// own issuer's documents on the registry and federates with it. The verifier reads them from
+/// the registry's own data, never over HTTP (DECISIONS §17).
 #[test]
 fn an_issuer_hosted_by_the_registry_federates_with_it() {
     let server = insecure_server();
@@ -505,7 +515,7 @@ fn an_issuer_hosted_by_the_registry_federates_with_it() {
         subdomains(&json(server.get("/services", &token))),
         [api.as_str()]
     );
-    assert_eq!(server.metric("registry_oidc_key_fetches_total"), 1);
+    assert_eq!(server.metric("registry_oidc_key_fetches_total"), 0);
     assert_eq!(server.metric("registry_oidc_key_fetch_failures_total"), 0);
 
     // A key the hosted issuer does not publish is refused.

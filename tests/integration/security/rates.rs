@@ -1,1 +1,266 @@
-//! Second security review (DECISIONS §17): placeholder, filled by its finding's tests.
+//! Second security review, findings 4 (quotas), 6, 9 and 10 (DECISIONS §17): quotas per
+//! customer, write rates per credential, and failed authentications that cannot lock out a
+//! working credential nor buy argon2 work.
+
+use super::{anonymous_service, create_service, static_account};
+use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
+use reqwest::blocking::Response;
+use reqwest::Method;
+use serde_json::json;
+
+fn server_with(env: &[(&str, &str)], shifted_clock: bool) -> TestServer {
+    TestServer::start_with(ServerOptions {
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        shifted_clock,
+        ..ServerOptions::default()
+    })
+}
+
+/// A 429 with a `Retry-After` of whole seconds.
+#[track_caller]
+fn assert_rate_limited(response: Response) {
+    let retry: u64 = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After of whole seconds");
+    assert!((1..=60).contains(&retry), "Retry-After: {retry}");
+    assert_problem(response, 429, "rate-limited");
+}
+
+/// Finding 4: at most REGISTRY_MAX_SERVICES_PER_CUSTOMER services and
+/// REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER accounts per customer (the one `customer create` minted
+/// counts); past them 403 `quota-exceeded`, and another customer is not affected.
+#[test]
+fn quotas_bound_what_one_customer_makes() {
+    let server = server_with(
+        &[
+            ("REGISTRY_MAX_SERVICES_PER_CUSTOMER", "3"),
+            ("REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER", "2"),
+        ],
+        false,
+    );
+    let (acme, other) = (
+        server.customer("acme", "business"),
+        server.customer("other", "business"),
+    );
+    let services: Vec<String> = (0..3)
+        .map(|i| create_service(&server, &acme, &format!("svc{i}")).0)
+        .collect();
+    let refused = server
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!({"title": "one too many", "serviceName": "svc3"}))
+        .send()
+        .unwrap();
+    let problem = assert_problem(refused, 403, "quota-exceeded");
+    assert!(
+        problem["detail"].as_str().unwrap().contains('3'),
+        "{problem}"
+    );
+    create_service(&server, &other, "svc0");
+    let deleted = server
+        .authed(
+            Method::DELETE,
+            &format!("/services/{}", services[0]),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    create_service(&server, &acme, "svc3");
+
+    // The bootstrap account and one more.
+    let (second, _) = static_account(&server, &acme, &["*"]);
+    let account = |customer: &registry_tests::server::Customer| {
+        server
+            .authed(Method::POST, "/service-accounts", &customer.token)
+            .json(&json!({"name": "third", "policy": {"kind": "static", "services": ["*"]}}))
+            .send()
+            .unwrap()
+    };
+    assert_problem(account(&acme), 403, "quota-exceeded");
+    assert_eq!(account(&other).status(), 201);
+    let deleted = server
+        .authed(
+            Method::DELETE,
+            &format!("/service-accounts/{second}"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(account(&acme).status(), 201);
+    // Anonymous services belong to no customer and keep their own ceiling.
+    anonymous_service(&server);
+}
+
+/// Finding 6: one anonymous secret made 3,495 PATCHes a second. Now each credential makes at
+/// most REGISTRY_WRITES_PER_MINUTE changes a minute; reads, and other credentials, go on.
+#[test]
+fn writes_are_limited_per_credential() {
+    let server = server_with(&[("REGISTRY_WRITES_PER_MINUTE", "5")], false);
+    let acme = server.customer("acme", "business");
+    let (api, _) = create_service(&server, &acme, "api");
+    let (anon, secret) = anonymous_service(&server);
+    let (_, narrow) = static_account(&server, &acme, &[api.as_str()]);
+    let patch = |subdomain: &str, token: &str, n: usize| {
+        server
+            .authed(Method::PATCH, &format!("/services/{subdomain}"), token)
+            .json(&json!({"title": format!("title {n}")}))
+            .send()
+            .unwrap()
+    };
+    for (subdomain, token) in [(&anon, &secret), (&api, &narrow)] {
+        for n in 0..5 {
+            assert_eq!(patch(subdomain, token, n).status(), 200, "write {n}");
+        }
+        assert_rate_limited(patch(subdomain, token, 5));
+        let read = server.get(&format!("/services/{subdomain}"), token);
+        assert_eq!(read.status(), 200);
+        assert_eq!(
+            json(read)["title"],
+            "title 4",
+            "the refused write changed nothing"
+        );
+    }
+    // The customer's other account still writes.
+    assert_eq!(patch(&api, &acme.token, 9).status(), 200);
+    // Explaining changes nothing: it is not a write.
+    for _ in 0..6 {
+        let explained = server
+            .authed(
+                Method::POST,
+                &format!("/service-accounts/{}/explain", acme.account_id),
+                &acme.token,
+            )
+            .json(&json!({"claims": {"iss": "https://ci.example", "sub": "x", "aud": "y"}}))
+            .send()
+            .unwrap();
+        assert_eq!(explained.status(), 200);
+    }
+}
+
+/// Finding 9: junk tokens from one address of a /64 made a working token from another address
+/// of that /64 get 429. The per-address limit never refuses a credential this replica accepted
+/// within the last minute; one it has not is refused as before.
+#[test]
+fn a_neighbour_cannot_lock_out_a_working_token() {
+    let server = server_with(
+        &[
+            ("REGISTRY_AUTH_FAILURES_PER_MINUTE", "20"),
+            ("REGISTRY_TRUSTED_PROXIES", "127.0.0.1/32"),
+        ],
+        true,
+    );
+    let acme = server.customer("acme", "business");
+    let (api, _) = create_service(&server, &acme, "api");
+    let (_, idle) = static_account(&server, &acme, &["*"]);
+    // Past the minute in which the registry minted both tokens.
+    server.advance_clock(120);
+    let from = |token: &str, address: &str| {
+        server
+            .authed(Method::GET, &format!("/services/{api}"), token)
+            .header("x-forwarded-for", address)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(from(&acme.token, "2001:db8:7:7::1").status(), 200);
+    let junk = "rgst_0000000000000000_notavalidsecretnotavalidsecretnotavalidsecret";
+    let mut limited = false;
+    for _ in 0..40 {
+        if from(junk, "2001:db8:7:7::2").status() == 429 {
+            limited = true;
+            break;
+        }
+    }
+    assert!(limited, "the junk address was never limited");
+    for call in 0..50 {
+        assert_eq!(
+            from(&acme.token, "2001:db8:7:7::3").status(),
+            200,
+            "call {call} of the working token"
+        );
+    }
+    // A genuine token this replica has not accepted within the minute: refused like junk.
+    assert_rate_limited(from(&idle, "2001:db8:7:7::3"));
+    // Another /64 is not affected.
+    assert_eq!(from(&idle, "2001:db8:7:8::1").status(), 200);
+}
+
+/// Finding 10: wrong secrets for one lookup id, paced under the per-address limit from many
+/// addresses, made the registry run argon2 for each. Now at most 10 a minute per lookup id
+/// from any address; a secret this replica verified is still accepted.
+#[test]
+fn wrong_secrets_for_one_lookup_id_cost_little_argon2() {
+    let server = server_with(&[("REGISTRY_TRUSTED_PROXIES", "127.0.0.1/32")], false);
+    let acme = server.customer("acme", "business");
+    let (api, _) = create_service(&server, &acme, "api");
+    let path = format!("/services/{api}");
+    assert_eq!(server.get(&path, &acme.token).status(), 200);
+    let lookup_id = acme.token.split('_').nth(1).expect("rgst_<id>_<secret>");
+    let before = server.metric("registry_argon2_verifications_total");
+    let mut statuses = Vec::new();
+    let secret_len = acme.token.rsplit('_').next().unwrap().len();
+    for n in 0..24 {
+        // Well formed, of the right length, wrong.
+        let wrong = format!("rgst_{lookup_id}_{:0>secret_len$}", n);
+        let response = server
+            .authed(Method::GET, &path, &wrong)
+            .header("x-forwarded-for", format!("198.51.100.{}", n + 1))
+            .send()
+            .unwrap();
+        statuses.push(response.status().as_u16());
+        if response.status() == 429 {
+            assert_rate_limited(response);
+        }
+    }
+    assert_eq!(&statuses[..10], &[401; 10], "{statuses:?}");
+    assert!(statuses[10..].iter().all(|s| *s == 429), "{statuses:?}");
+    let hashed = server.metric("registry_argon2_verifications_total") - before;
+    assert!(
+        hashed <= 10,
+        "{hashed} argon2 verifications for one lookup id"
+    );
+    // The owner's token, verified before, is still accepted, from any address.
+    let owner = server
+        .authed(Method::GET, &path, &acme.token)
+        .header("x-forwarded-for", "198.51.100.1")
+        .send()
+        .unwrap();
+    assert_eq!(owner.status(), 200);
+}
+
+/// Finding 5: explaining cost 18–25 ms a call with large array claims, with no limit, on the
+/// HTTP workers. Now at most REGISTRY_EXPLAIN_PER_MINUTE a minute per customer (the work runs
+/// on the blocking pool); another customer is not affected, and other calls go on.
+#[test]
+fn explaining_is_limited_per_customer() {
+    let server = server_with(&[("REGISTRY_EXPLAIN_PER_MINUTE", "3")], false);
+    let (acme, other) = (
+        server.customer("acme", "business"),
+        server.customer("other", "business"),
+    );
+    // Large array claims: the case that cost the most.
+    let many: Vec<String> = (0..2_000).map(|n| format!("group-{n}")).collect();
+    let explain = |customer: &registry_tests::server::Customer| {
+        server
+            .authed(
+                Method::POST,
+                &format!("/service-accounts/{}/explain", customer.account_id),
+                &customer.token,
+            )
+            .json(&json!({"claims": {"iss": "https://ci.example", "sub": "x", "aud": many}}))
+            .send()
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(explain(&acme).status(), 200);
+    }
+    assert_rate_limited(explain(&acme));
+    assert_eq!(explain(&other).status(), 200);
+    assert_eq!(server.get("/service-accounts", &acme.token).status(), 200);
+}

@@ -56,7 +56,22 @@ fn send(
     path: &str,
     body: Option<&Value>,
 ) -> Response {
+    send_as(server, token, None, method, path, body)
+}
+
+/// [`send`], naming the caller's account with `X-Service-Account` when given.
+fn send_as(
+    server: &TestServer,
+    token: &str,
+    account: Option<&str>,
+    method: &Method,
+    path: &str,
+    body: Option<&Value>,
+) -> Response {
     let mut request = server.authed(method.clone(), path, token);
+    if let Some(account) = account {
+        request = request.header("x-service-account", account);
+    }
     if let Some(body) = body {
         request = request.json(body);
     }
@@ -150,14 +165,24 @@ fn no_customer_reaches_another_customers_services_or_accounts() {
                 } else {
                     (404, "not-found")
                 };
+                // Both customers trust the issuer: a federated caller names its account on
+                // calls that are not about one service (DECISIONS §17).
+                let account = (who == "federated token").then_some(evil_oidc.as_str());
                 let foreign = problem(
-                    send(&server, token, &method, &path, body.as_ref()),
+                    send_as(&server, token, account, &method, &path, body.as_ref()),
                     status,
                     slug,
                     id,
                 );
                 let missing = problem(
-                    send(&server, token, &method, &missing_path, body.as_ref()),
+                    send_as(
+                        &server,
+                        token,
+                        account,
+                        &method,
+                        &missing_path,
+                        body.as_ref(),
+                    ),
                     status,
                     slug,
                     &missing_account,

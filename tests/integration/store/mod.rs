@@ -130,6 +130,7 @@ fn config(service_id: Uuid, issuer: &str, updated: i64) -> PublishedConfig {
             json!({"issuer": issuer, "jwks_uri": format!("{issuer}/openid/v1/jwks")}).to_string(),
         jwks: jwks.into(),
         updated_at: at(updated),
+        previous_change_at: None,
         keys: registry_domain::keys::KeyState::of_uploaded(
             &serde_json::from_str(jwks).unwrap(),
             at(updated),

@@ -239,3 +239,56 @@ fn warns_on_rotation_without_overlap_and_on_alg_none() {
         1
     );
 }
+
+#[test]
+fn rsa_keys_are_bounded_in_modulus_and_exponent() {
+    let with_e = |bits: usize, e: &[u8]| {
+        let mut key = rsa_key("r", bits);
+        key["e"] = json!(URL_SAFE_NO_PAD.encode(e));
+        key
+    };
+    // An exponent as large as the modulus (the review's n − 2) makes verification cost what
+    // signing does.
+    let huge_e = vec![0xffu8; 256];
+    let refused = [
+        (rsa_key("r", 16384), "/jwks/keys/0/n"),
+        (rsa_key("r", 8200), "/jwks/keys/0/n"),
+        (rsa_key("r", 1024), "/jwks/keys/0/n"),
+        (with_e(2048, &[1]), "/jwks/keys/0/e"),
+        (with_e(2048, &[0, 0, 1]), "/jwks/keys/0/e"),
+        (with_e(2048, &[2]), "/jwks/keys/0/e"),
+        (with_e(2048, &[1, 0, 0]), "/jwks/keys/0/e"),
+        (with_e(2048, &[0x80, 0, 0, 1]), "/jwks/keys/0/e"),
+        (with_e(2048, &[1, 0, 0, 0, 1]), "/jwks/keys/0/e"),
+        (with_e(2048, &huge_e), "/jwks/keys/0/e"),
+    ];
+    for (key, pointer) in refused {
+        let problems = publish(&upload(vec![key.clone()]), ISSUER, None).unwrap_err();
+        assert_eq!(
+            problems
+                .iter()
+                .map(|v| v.pointer.as_str())
+                .collect::<Vec<_>>(),
+            [pointer],
+            "{key}"
+        );
+    }
+    for key in [
+        rsa_key("r", 2048),
+        rsa_key("r", 8192),
+        with_e(4096, &[3]),
+        with_e(2048, &[0x7f, 0xff, 0xff, 0xff]),
+        with_e(2048, &[0, 1, 0, 1]),
+    ] {
+        assert!(
+            publish(&upload(vec![key.clone()]), ISSUER, None).is_ok(),
+            "{key}"
+        );
+    }
+    assert_eq!(rsa_modulus_bits(&[]), Err(RsaBound::ModulusBits(0)));
+    assert_eq!(rsa_exponent(&[]), Err(RsaBound::Exponent));
+    assert_eq!(
+        rsa_exponent(&[0x7f, 0xff, 0xff, 0xff]),
+        Ok(MAX_RSA_EXPONENT)
+    );
+}

@@ -2,10 +2,13 @@
 //! identity tokens, the IP allowlist and the service-pattern scope (DECISIONS §5–§7).
 
 mod attempts;
+mod failures;
 mod federation;
 mod token_cache;
 
 pub use attempts::Attempts;
+pub use failures::SecretFailures;
+pub(crate) use federation::verify_identity;
 pub use token_cache::TokenCache;
 
 use crate::client_ip::client_ip;
@@ -135,14 +138,53 @@ fn looks_like_jwt(token: &str) -> bool {
 /// The 429 of a client over its failed-authentication limit.
 fn too_many_failures(retry: RetryAfter) -> ApiError {
     ApiError::RateLimited {
-        retry_after_secs: retry.0.as_secs().max(1),
+        retry_after_secs: retry.seconds(),
         detail: "too many failed authentications from this address; retry later".into(),
     }
 }
 
-/// Refuses clients that failed to authenticate too often.
-fn check_brute_force(state: &AppState, ip: IpAddr) -> ApiResult<()> {
-    state.auth_failures.check(ip).map_err(too_many_failures)
+/// The 429 of a lookup id whose secrets were tried too often (DECISIONS §17).
+fn too_many_wrong_secrets(retry: RetryAfter) -> ApiError {
+    tracing::info!("too many failed secrets for one lookup id");
+    ApiError::RateLimited {
+        retry_after_secs: retry.seconds(),
+        detail: "too many failed authentications for this credential; retry later".into(),
+    }
+}
+
+/// The client's address and bearer, once past the per-address limit on failed
+/// authentications (DECISIONS §9). The limit never refuses a credential this replica accepted
+/// within the last minute (§17): a neighbour in the same /64 or behind the same NAT cannot lock
+/// out a working token. Deciding that reads memory only.
+fn admitted<'r>(
+    state: &AppState,
+    req: &'r HttpRequest,
+    now: OffsetDateTime,
+) -> ApiResult<(IpAddr, &'r str)> {
+    let ip = client_ip(req, &state.trusted_proxies);
+    let token = bearer(req);
+    if let Err(retry) = state.auth_failures.check(ip) {
+        let recent = token
+            .as_ref()
+            .is_ok_and(|token| recently_verified(state, token, now));
+        if !recent {
+            return Err(too_many_failures(retry));
+        }
+    }
+    let token = token.map_err(|e| record_failure(state, ip, e))?;
+    Ok((ip, token))
+}
+
+/// Whether this replica accepted exactly this bearer within the last minute.
+fn recently_verified(state: &AppState, token: &str, now: OffsetDateTime) -> bool {
+    if looks_like_jwt(token) {
+        return state.tokens.recently_verified_identity(token, now);
+    }
+    credentials::parse(token).is_some_and(|parsed| {
+        state
+            .tokens
+            .recently_verified_secret(parsed.lookup_id, token, now)
+    })
 }
 
 fn record_failure(state: &AppState, ip: IpAddr, error: ApiError) -> ApiError {
@@ -176,12 +218,21 @@ async fn verify_secret(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<C
         Ok((parsed.lookup_id, stored))
     };
     let (lookup_id, stored) = cheap.await.map_err(|e| record_failure(state, ip, e))?;
-    let remembered = || state.tokens.verified(lookup_id, &stored.hash, token);
+    let now = state.now();
+    let remembered = || state.tokens.verified(lookup_id, &stored.hash, token, now);
     if remembered() {
         state.metrics.token_cache_hit();
         return Ok(stored.owner);
     }
+    // Each argon2 check counts against the client's address before it runs; and a lookup id
+    // whose secrets failed too often, from any address, is not hashed for until its allowance
+    // comes back: strangers who know a lookup id cannot make the registry hash for it more
+    // than a few times a minute, and a secret verified before never gets here.
     state.auth_failures.hit(ip).map_err(too_many_failures)?;
+    state
+        .secret_failures
+        .check(lookup_id)
+        .map_err(too_many_wrong_secrets)?;
     let _turn = state.attempts.turn(lookup_id).await?;
     // The check this one waited for may have been of this very token.
     if remembered() {
@@ -194,9 +245,10 @@ async fn verify_secret(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<C
         .verify(token.to_owned(), stored.hash.clone())
         .await?;
     if !ok {
+        state.secret_failures.record(lookup_id);
         return Err(unauthorized("token does not match its stored hash"));
     }
-    state.tokens.remember(lookup_id, &stored.hash, token);
+    state.tokens.remember(lookup_id, &stored.hash, token, now);
     Ok(stored.owner)
 }
 
@@ -234,8 +286,8 @@ fn refused(refusal: Refusal, key: &str) -> ApiError {
         Refusal::Unauthenticated(reason) => unauthorized(reason),
         Refusal::Ambiguous => ApiError::Unauthorized {
             detail: Some(
-                "several service accounts accept this identity token: choose one with the \
-                 X-Service-Account header"
+                "more than one service account may accept this identity token (its issuer is \
+                 trusted by several accounts): name yours with the X-Service-Account header"
                     .into(),
             ),
         },
@@ -247,22 +299,51 @@ fn refused(refusal: Refusal, key: &str) -> ApiError {
     }
 }
 
-/// What a granted call does besides acting: its account's `lastUsedAt` (DECISIONS §13); and
-/// who it acts as.
+/// The one call that is a POST and changes nothing.
+const EXPLAIN_ROUTE: &str = "/service-accounts/{id}/explain";
+
+/// Whether a call changes something, for the write rate of DECISIONS §17.
+fn changes(req: &HttpRequest) -> bool {
+    let reads = matches!(
+        *req.method(),
+        actix_web::http::Method::GET | actix_web::http::Method::HEAD
+    );
+    !reads && req.match_pattern().as_deref() != Some(EXPLAIN_ROUTE)
+}
+
+/// What a granted call does besides acting: the write rate of its credential (DECISIONS §17:
+/// the account for tokens, the service for an anonymous secret), its account's `lastUsedAt`
+/// (§13); and who it acts as.
 fn granted(
     state: &AppState,
+    req: &HttpRequest,
     grant: &Grant<'_>,
     token: Option<&Arc<VerifiedToken>>,
+    anonymous_service: Option<uuid::Uuid>,
     now: OffsetDateTime,
-) -> Acting {
+) -> ApiResult<Acting> {
     let account = grant.account().map(|a| a.id);
+    if let Some(credential) = account.or(anonymous_service) {
+        if changes(req) {
+            state
+                .writes
+                .hit_key(credential)
+                .map_err(|retry| ApiError::RateLimited {
+                    retry_after_secs: retry.seconds(),
+                    detail: format!(
+                        "this credential made more than {} changes in a minute; retry later",
+                        state.settings.writes_per_minute
+                    ),
+                })?;
+        }
+    }
     if let Some(id) = account {
         state.last_use.used(&state.store, id, now);
     }
-    Acting {
+    Ok(Acting {
         account,
         token: token.cloned(),
-    }
+    })
 }
 
 fn refused_request<'a>(
@@ -312,10 +393,8 @@ fn caller_of(grant: &Grant<'_>, who: Acting) -> Option<AccountCaller> {
 /// Authenticates a call that is not about one service (`/services` collection,
 /// `/service-accounts…`). Anonymous secrets are refused with 403.
 pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult<AccountCaller> {
-    let ip = client_ip(req, &state.trusted_proxies);
-    check_brute_force(state, ip)?;
-    let token = bearer(req).map_err(|e| record_failure(state, ip, e))?;
     let now = state.now();
+    let (ip, token) = admitted(state, req, now)?;
     if looks_like_jwt(token) {
         let federated = federation::verified(state, req, token).await;
         let (verified, candidates, chosen) = federated.map_err(|e| record_failure(state, ip, e))?;
@@ -331,14 +410,14 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
                 return Err(refused_federated(state, request, refusal, "").await);
             }
         };
-        let who = granted(state, &grant, Some(&verified), now);
+        let who = granted(state, req, &grant, Some(&verified), None, now)?;
         // An identity token acts as an account.
         return caller_of(&grant, who).ok_or(ApiError::Internal);
     }
     let holder = secret_holder(state, token, ip).await?;
     let grant = access::decide(holder.credential(), Request::Collection, ip, now)
         .map_err(|refusal| refused(refusal, ""))?;
-    let who = granted(state, &grant, None, now);
+    let who = granted(state, req, &grant, None, None, now)?;
     // `decide` refuses an anonymous secret on a collection call: a grant here is an account.
     caller_of(&grant, who).ok_or(ApiError::Internal)
 }
@@ -351,10 +430,8 @@ pub async fn service_caller(
     req: &HttpRequest,
     key: &str,
 ) -> ApiResult<ServiceCaller> {
-    let ip = client_ip(req, &state.trusted_proxies);
-    check_brute_force(state, ip)?;
-    let token = bearer(req).map_err(|e| record_failure(state, ip, e))?;
     let now = state.now();
+    let (ip, token) = admitted(state, req, now)?;
     if looks_like_jwt(token) {
         let federated = federation::verified(state, req, token).await;
         let (verified, candidates, chosen) = federated.map_err(|e| record_failure(state, ip, e))?;
@@ -373,9 +450,10 @@ pub async fn service_caller(
                 return Err(refused_federated(state, request, refusal, key).await);
             }
         };
+        let service = service.as_deref().ok_or(ApiError::Internal)?;
         return Ok(ServiceCaller {
-            who: granted(state, &grant, Some(&verified), now),
-            service: Service::clone(service.as_deref().ok_or(ApiError::Internal)?),
+            who: granted(state, req, &grant, Some(&verified), None, now)?,
+            service: Service::clone(service),
         });
     }
     let holder = secret_holder(state, token, ip).await?;
@@ -383,9 +461,11 @@ pub async fn service_caller(
     let service = directory::service(state, key).await?;
     let grant = access::decide(credential, Request::Service(service.as_deref()), ip, now)
         .map_err(|refusal| refused(refusal, key))?;
+    let service = service.as_deref().ok_or(ApiError::Internal)?;
+    let anonymous = matches!(grant, Grant::AnonymousService).then_some(service.id);
     Ok(ServiceCaller {
-        who: granted(state, &grant, None, now),
-        service: Service::clone(service.as_deref().ok_or(ApiError::Internal)?),
+        who: granted(state, req, &grant, None, anonymous, now)?,
+        service: Service::clone(service),
     })
 }
 

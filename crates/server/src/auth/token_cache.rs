@@ -9,9 +9,11 @@
 //!   ~70 µs) plus parsing, so a verified token is remembered by the SHA-256 of its exact text,
 //!   for at most [`IDENTITY_TTL`] and never past its `exp` (with the verifier's leeway). What
 //!   the token may do is still decided on every request from the accounts' current policies;
-//!   only the signature and time checks are skipped. A key the issuer withdraws is already
-//!   honoured for as long as the key cache keeps it (at least 5 minutes); this adds at most
-//!   [`IDENTITY_TTL`] to that.
+//!   only the signature and time checks are skipped. A key an external issuer withdraws is
+//!   already honoured for as long as the key cache keeps it (at least 5 minutes); this adds at
+//!   most [`IDENTITY_TTL`] to that. A token of an issuer this registry hosts is remembered with
+//!   the version (ETag) of the key set it verified against, and counts as verified only while
+//!   that set is still the one published (DECISIONS §17: a withdrawal applies at once).
 
 use moka::sync::Cache;
 use registry_domain::ports::VerifiedToken;
@@ -34,13 +36,39 @@ pub const SECRET_IDLE: Duration = Duration::minutes(10);
 
 /// A verified identity token and when to stop trusting the verification (by the server's
 /// clock, which tests move: the cache's own expiry only bounds memory).
-type RememberedIdentity = (Arc<VerifiedToken>, OffsetDateTime);
+#[derive(Debug, Clone)]
+pub struct RememberedIdentity {
+    /// The verification.
+    pub token: Arc<VerifiedToken>,
+    /// For an issuer this registry hosts, the version of the key set it verified against.
+    pub key_version: Option<KeyVersion>,
+    until: OffsetDateTime,
+    /// When this replica last accepted the token (verified it, or found it verified).
+    accepted_at: OffsetDateTime,
+}
 
-/// A verified secret: the hash stored for it then, and its SHA-256.
+/// The version (ETag) of a hosted key set.
+pub type KeyVersion = actix_web::http::header::HeaderValue;
+
+/// How long after its last verification a credential still counts as one this replica
+/// verified "recently": such a credential is never refused by the per-address limit on failed
+/// authentications or the per-lookup-id limit on failed secrets (DECISIONS §17).
+pub const RECENTLY: Duration = Duration::minutes(1);
+
+/// A verified secret: the hash stored for it then, its SHA-256, and when this replica last
+/// accepted it (Unix seconds, by the server's clock).
 #[derive(Debug)]
 struct RememberedSecret {
     stored_hash: String,
     digest: [u8; 32],
+    accepted_at: std::sync::atomic::AtomicI64,
+}
+
+impl RememberedSecret {
+    fn is(&self, secret: &str) -> bool {
+        let digest = Sha256::digest(secret.as_bytes());
+        bool::from(self.digest.ct_eq(digest.as_slice()))
+    }
 }
 
 /// Remembered verifications: secrets on a `moka` cache bounded in entries with idle expiry;
@@ -78,23 +106,52 @@ impl TokenCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether `secret` was verified before against exactly `stored_hash`.
-    pub fn verified(&self, lookup_id: &str, stored_hash: &str, secret: &str) -> bool {
+    /// Whether `secret` was verified before against exactly `stored_hash`; if so, it counts as
+    /// accepted at `now`.
+    pub fn verified(
+        &self,
+        lookup_id: &str,
+        stored_hash: &str,
+        secret: &str,
+        now: OffsetDateTime,
+    ) -> bool {
         let Some(entry) = self.secrets.get(lookup_id) else {
             return false;
         };
-        let digest = Sha256::digest(secret.as_bytes());
-        entry.stored_hash == stored_hash && bool::from(entry.digest.ct_eq(digest.as_slice()))
+        let verified = entry.is(secret) && entry.stored_hash == stored_hash;
+        if verified {
+            entry
+                .accepted_at
+                .store(now.unix_timestamp(), std::sync::atomic::Ordering::Relaxed);
+        }
+        verified
     }
 
-    /// Remembers a successful verification.
-    pub fn remember(&self, lookup_id: &str, stored_hash: &str, secret: &str) {
+    /// Whether this replica accepted exactly `secret` for `lookup_id` within [`RECENTLY`] of
+    /// `now`, from memory alone (no database read, no hashing): what lets a working credential
+    /// through limits that strangers' failures set off. The request is still authenticated in
+    /// full afterwards.
+    pub fn recently_verified_secret(
+        &self,
+        lookup_id: &str,
+        secret: &str,
+        now: OffsetDateTime,
+    ) -> bool {
+        self.secrets.get(lookup_id).is_some_and(|entry| {
+            let at = entry.accepted_at.load(std::sync::atomic::Ordering::Relaxed);
+            now.unix_timestamp() - at <= RECENTLY.whole_seconds() && entry.is(secret)
+        })
+    }
+
+    /// Remembers a successful verification at `now`.
+    pub fn remember(&self, lookup_id: &str, stored_hash: &str, secret: &str, now: OffsetDateTime) {
         let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
         self.secrets.insert(
             lookup_id.to_owned(),
             Arc::new(RememberedSecret {
                 stored_hash: stored_hash.to_owned(),
                 digest,
+                accepted_at: now.unix_timestamp().into(),
             }),
         );
     }
@@ -103,7 +160,9 @@ impl TokenCache {
     /// the identity verifications that no longer hold at `now`.
     pub fn sweep(&self, now: OffsetDateTime) {
         self.secrets.run_pending_tasks();
-        self.identities().retain(|_, (_, until)| now <= *until);
+        // Kept a minute past their end: [`TokenCache::recently_verified_identity`] reads them.
+        self.identities()
+            .retain(|_, entry| now <= entry.until.max(entry.accepted_at + RECENTLY));
     }
 
     /// How many verifications are remembered: secrets, identity tokens.
@@ -116,19 +175,32 @@ impl TokenCache {
         &self,
         token: &str,
         now: OffsetDateTime,
-    ) -> Option<Arc<VerifiedToken>> {
+    ) -> Option<RememberedIdentity> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let mut entries = self.identities();
+        let entry = entries
+            .get_mut(&digest)
+            .filter(|entry| now <= entry.until)?;
+        entry.accepted_at = now;
+        Some(entry.clone())
+    }
+
+    /// Whether this replica accepted exactly this identity token within [`RECENTLY`] of `now`
+    /// (see [`TokenCache::recently_verified_secret`]).
+    pub fn recently_verified_identity(&self, token: &str, now: OffsetDateTime) -> bool {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         self.identities()
             .get(&digest)
-            .filter(|(_, until)| now <= *until)
-            .map(|(verified, _)| verified.clone())
+            .is_some_and(|entry| now <= entry.accepted_at + RECENTLY)
     }
 
-    /// Remembers the verification of an identity token at `now`.
+    /// Remembers the verification of an identity token at `now`, against the hosted key set of
+    /// `key_version` when its issuer is one this registry hosts.
     pub fn remember_identity(
         &self,
         token: &str,
         verified: Arc<VerifiedToken>,
+        key_version: Option<KeyVersion>,
         now: OffsetDateTime,
     ) {
         // A NumericDate may have a fraction (RFC 7519 §2); rounding down stops trusting early.
@@ -144,12 +216,20 @@ impl TokenCache {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut entries = self.identities();
         if entries.len() >= MAX_ENTRIES as usize {
-            entries.retain(|_, (_, until)| now <= *until);
+            entries.retain(|_, entry| now <= entry.until);
             if entries.len() >= MAX_ENTRIES as usize {
                 entries.clear();
             }
         }
-        entries.insert(digest, (verified, until));
+        entries.insert(
+            digest,
+            RememberedIdentity {
+                token: verified,
+                key_version,
+                until,
+                accepted_at: now,
+            },
+        );
     }
 }
 
@@ -161,22 +241,38 @@ mod tests {
     #[test]
     fn a_new_stored_hash_or_another_secret_misses() {
         let cache = TokenCache::default();
-        cache.remember("id", "hash-1", "secret");
-        assert!(cache.verified("id", "hash-1", "secret"));
-        assert!(!cache.verified("id", "hash-2", "secret"));
-        assert!(!cache.verified("id", "hash-1", "secreT"));
-        assert!(!cache.verified("other", "hash-1", "secret"));
+        let now = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
+        cache.remember("id", "hash-1", "secret", now);
+        assert!(cache.verified("id", "hash-1", "secret", now));
+        assert!(!cache.verified("id", "hash-2", "secret", now));
+        assert!(!cache.verified("id", "hash-1", "secreT", now));
+        assert!(!cache.verified("other", "hash-1", "secret", now));
+    }
+
+    #[test]
+    fn recently_means_accepted_within_the_last_minute() {
+        let cache = TokenCache::default();
+        let now = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
+        cache.remember("id", "hash-1", "secret", now);
+        assert!(cache.recently_verified_secret("id", "secret", now + RECENTLY));
+        assert!(!cache.recently_verified_secret("id", "secreT", now));
+        assert!(!cache.recently_verified_secret("other", "secret", now));
+        let later = now + RECENTLY + Duration::seconds(1);
+        assert!(!cache.recently_verified_secret("id", "secret", later));
+        // Accepted again from memory: recent again.
+        assert!(cache.verified("id", "hash-1", "secret", later));
+        assert!(cache.recently_verified_secret("id", "secret", later));
     }
 
     #[test]
     fn entries_stay_within_the_bound() {
         let cache = TokenCache::default();
         for n in 0..(MAX_ENTRIES + 5_000) {
-            cache.remember(&n.to_string(), "h", "s");
+            cache.remember(&n.to_string(), "h", "s", OffsetDateTime::UNIX_EPOCH);
         }
         let now = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
         for n in 0..(MAX_ENTRIES + 5_000) {
-            cache.remember_identity(&n.to_string(), token(1_000_000 + 3600), now);
+            cache.remember_identity(&n.to_string(), token(1_000_000 + 3600), None, now);
         }
         cache.sweep(now);
         let (secrets, identities) = cache.len();
@@ -205,7 +301,7 @@ mod tests {
     fn identity_tokens_are_remembered_briefly_and_never_past_their_expiry() {
         let cache = TokenCache::default();
         let now = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
-        cache.remember_identity("a.b.c", token(1_000_000 + 3600), now);
+        cache.remember_identity("a.b.c", token(1_000_000 + 3600), None, now);
         assert!(cache.verified_identity("a.b.c", now).is_some());
         assert!(cache.verified_identity("a.b.C", now).is_none());
         assert!(cache
@@ -216,16 +312,21 @@ mod tests {
             .is_none());
 
         // A fractional `exp` counts too.
-        cache.remember_identity("j.k.l", token_with_exp(json!(1_000_000.5 + 3600.0)), now);
+        cache.remember_identity(
+            "j.k.l",
+            token_with_exp(json!(1_000_000.5 + 3600.0)),
+            None,
+            now,
+        );
         assert!(cache.verified_identity("j.k.l", now).is_some());
 
         // Expiring in 10 s: kept until exp + leeway (70 s) would exceed the TTL, so 60 s...
-        cache.remember_identity("d.e.f", token(1_000_000 + 10), now);
+        cache.remember_identity("d.e.f", token(1_000_000 + 10), None, now);
         assert!(cache
             .verified_identity("d.e.f", now + Duration::seconds(60))
             .is_some());
         // ...and one that expired long ago (a clock jump) is not kept past exp + leeway.
-        cache.remember_identity("g.h.i", token(1_000_000 - 50), now);
+        cache.remember_identity("g.h.i", token(1_000_000 - 50), None, now);
         assert!(cache
             .verified_identity("g.h.i", now + Duration::seconds(10))
             .is_some());

@@ -1,5 +1,6 @@
 use actix_web::http::header::HeaderValue;
 use anyhow::Context;
+use registry_domain::keys::KeyState;
 use registry_domain::publishing::{hosted_issuer, point_at};
 use registry_domain::service::PublishedConfig;
 use registry_domain::Service;
@@ -17,9 +18,36 @@ pub(crate) const HTTP_DATE: &[FormatItem<'static>] = format_description!(
     "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
 );
 
+/// What glibc's allocator takes for a request of `len` bytes: a header of 8 bytes, rounded up
+/// to 16, 32 at least.
+const fn allocation(len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    let chunk = (len + 8 + 15) & !15;
+    if chunk < 32 {
+        32
+    } else {
+        chunk
+    }
+}
+
+/// What a `Bytes` of `len` bytes keeps once it has been sent: its buffer, and the shared header
+/// (buffer, capacity, count) that its first clone allocates.
+const fn shared_bytes(len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    allocation(len) + allocation(3 * std::mem::size_of::<usize>())
+}
+
+/// Slots of the subdomain map counted per entry: the map grows by doubling, so it is at least
+/// 7/16 full, and [`Hosts::evict_down_to`] shrinks it when it is less than a third full.
+const MAP_SLOTS_PER_ENTRY: usize = 3;
+
 /// One document, ready to send: body and headers are built once, when it is published, and
 /// sending them shares the bytes (reference counts, no copy).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Document {
     /// The body.
     pub body: actix_web::web::Bytes,
@@ -29,82 +57,197 @@ pub struct Document {
 
 impl Document {
     fn new(text: &str) -> Self {
-        let digest = Sha256::digest(text.as_bytes());
-        let etag = format!(
-            "\"{}\"",
-            digest[..16]
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        );
+        Self::of(actix_web::web::Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    fn of(body: actix_web::web::Bytes) -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let digest = Sha256::digest(&body);
+        let mut etag = [b'"'; 34];
+        for (i, byte) in digest[..16].iter().enumerate() {
+            etag[1 + 2 * i] = HEX[usize::from(byte >> 4)];
+            etag[2 + 2 * i] = HEX[usize::from(byte & 15)];
+        }
         Self {
-            body: actix_web::web::Bytes::copy_from_slice(text.as_bytes()),
-            etag: HeaderValue::from_str(&etag).expect("hex digits are a valid header value"),
+            body,
+            etag: HeaderValue::from_bytes(&etag).expect("hex digits are a valid header value"),
         }
     }
 }
 
+/// What an entry keeps to build itself again when a retired key's time runs out, without the
+/// database: the retired keys as JSON text (parsed, a key costs several times its text, and
+/// the text's size is known exactly), and the times `Last-Modified` is made of.
+#[derive(Debug)]
+struct Source {
+    retired: Box<str>,
+    updated_at: OffsetDateTime,
+    previous_change_at: Option<OffsetDateTime>,
+}
+
 /// What a subdomain serves.
+///
+/// Everything it keeps is counted in [`Hosted::footprint`], which the cache's byte bound sums
+/// (DECISIONS §17): its documents and their headers, the uploaded key set when it differs from
+/// the served one, what it is rebuilt from, and its share of the cache's map.
 #[derive(Debug)]
 pub struct Hosted {
     /// The discovery document.
     pub discovery: Document,
     /// The public key set: the uploaded keys, then the retired keys still published.
     pub jwks: Document,
-    /// The key set as uploaded (what `GET /services/{s}/config` returns).
+    /// The key set as uploaded (what `GET /services/{s}/config` returns): the same bytes as
+    /// `jwks` while no retired key is published.
     pub uploaded_jwks: actix_web::web::Bytes,
     /// `Last-Modified`, formatted.
     pub last_modified: HeaderValue,
     /// When the documents last changed (whole seconds, for If-Modified-Since).
     pub modified_at: OffsetDateTime,
+    /// Whether another change of the documents falls in the second of `modified_at`: a client
+    /// holding that date may hold an older version, so the date alone never answers 304.
+    pub modified_second_shared: bool,
     /// Expiry of an anonymous service.
     pub expires_at: Option<OffsetDateTime>,
     /// When the public key set changes by itself (a retired key's time runs out): the entry is
-    /// built again from `source` then.
+    /// built again from its source then.
     pub refresh_at: Option<OffsetDateTime>,
-    /// What it was built from, kept only while `refresh_at` is set (memory: most entries never
-    /// change by themselves).
-    pub source: Option<Box<(Service, PublishedConfig)>>,
+    /// Kept only while `refresh_at` is set (most entries never change by themselves).
+    source: Option<Box<Source>>,
     /// The cache's use counter when last served (the least recently served leave first).
     last_served: AtomicU64,
     service_id: Uuid,
+    /// Bytes of memory it keeps, its key in the cache's map included.
+    footprint: usize,
+}
+
+/// What an entry is built from.
+struct Parts<'a> {
+    service_id: Uuid,
+    subdomain: &'a str,
+    expires_at: Option<OffsetDateTime>,
+    discovery: Document,
+    uploaded_jwks: actix_web::web::Bytes,
+    /// The retired keys (current ones have no end).
+    retired: &'a KeyState,
+    updated_at: OffsetDateTime,
+    previous_change_at: Option<OffsetDateTime>,
+}
+
+fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
+    t.replace_nanosecond(0).unwrap_or(t)
+}
+
+/// `at` as an HTTP date.
+pub(crate) fn http_date(at: OffsetDateTime) -> HeaderValue {
+    at.to_offset(time::UtcOffset::UTC)
+        .format(HTTP_DATE)
+        .ok()
+        .and_then(|date| HeaderValue::from_str(&date).ok())
+        .unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
 impl Hosted {
     fn new(service: &Service, config: &PublishedConfig, issuer: &str, now: OffsetDateTime) -> Self {
-        let keys = &config.keys;
-        let jwks = match keys.published(now).any(|k| k.retired_at.is_some()) {
-            false => config.jwks.clone(),
-            true => {
-                let uploaded = serde_json::from_str(&config.jwks).unwrap_or_default();
-                keys.served(&uploaded, now).to_string()
+        let retired = KeyState {
+            keys: config
+                .keys
+                .keys
+                .iter()
+                .filter(|k| k.retired_at.is_some())
+                .cloned()
+                .collect(),
+        };
+        Self::build(
+            Parts {
+                service_id: service.id,
+                subdomain: &service.subdomain,
+                expires_at: service.expires_at,
+                discovery: Document::new(&current_discovery(&config.openid_configuration, issuer)),
+                uploaded_jwks: actix_web::web::Bytes::copy_from_slice(config.jwks.as_bytes()),
+                retired: &retired,
+                updated_at: config.updated_at,
+                previous_change_at: config.previous_change_at,
+            },
+            now,
+        )
+    }
+
+    fn build(parts: Parts<'_>, now: OffsetDateTime) -> Self {
+        let Parts {
+            retired,
+            updated_at,
+            ..
+        } = parts;
+        let jwks = match retired.published(now).next() {
+            // The served set is the uploaded one: one copy of the bytes, one ETag.
+            None => Document::of(parts.uploaded_jwks.clone()),
+            Some(_) => {
+                let uploaded = serde_json::from_slice(&parts.uploaded_jwks).unwrap_or_default();
+                Document::new(&retired.served(&uploaded, now).to_string())
             }
         };
-        // A retired key leaving the set is a change of the set, at the time it left.
-        let changed = keys
-            .keys
-            .iter()
-            .filter_map(|k| k.published_until)
-            .filter(|until| *until <= now)
-            .fold(config.updated_at, OffsetDateTime::max);
-        let modified_at = changed.replace_nanosecond(0).unwrap_or(changed);
-        let refresh_at = keys.next_change(now);
-        Self {
-            discovery: Document::new(&current_discovery(&config.openid_configuration, issuer)),
-            jwks: Document::new(&jwks),
-            uploaded_jwks: actix_web::web::Bytes::copy_from_slice(config.jwks.as_bytes()),
-            last_modified: modified_at
-                .format(HTTP_DATE)
-                .ok()
-                .and_then(|date| HeaderValue::from_str(&date).ok())
-                .unwrap_or_else(|| HeaderValue::from_static("")),
+        // Every change of the documents this entry knows of: its publication, then each
+        // retired key that left the set since (a change of the set, at the time it left).
+        let changes = || {
+            std::iter::once(updated_at).chain(
+                retired
+                    .keys
+                    .iter()
+                    .filter_map(|k| k.published_until)
+                    .filter(|until| updated_at < *until && *until <= now),
+            )
+        };
+        let changed = changes().fold(updated_at, OffsetDateTime::max);
+        let modified_at = whole_second(changed);
+        let in_that_second = changes()
+            .chain(parts.previous_change_at)
+            .filter(|change| whole_second(*change) == modified_at)
+            .count();
+        let refresh_at = retired.next_change(now);
+        let source = refresh_at.map(|_| {
+            Box::new(Source {
+                retired: serde_json::to_string(retired)
+                    .unwrap_or_default()
+                    .into_boxed_str(),
+                updated_at,
+                previous_change_at: parts.previous_change_at,
+            })
+        });
+        let mut hosted = Self {
+            discovery: parts.discovery,
+            jwks,
+            uploaded_jwks: parts.uploaded_jwks,
+            last_modified: http_date(modified_at),
             modified_at,
-            expires_at: service.expires_at,
+            modified_second_shared: in_that_second > 1,
+            expires_at: parts.expires_at,
             refresh_at,
-            source: refresh_at.map(|_| Box::new((service.clone(), config.clone()))),
+            source,
             last_served: AtomicU64::new(0),
-            service_id: service.id,
-        }
+            service_id: parts.service_id,
+            footprint: 0,
+        };
+        hosted.footprint = hosted.kept_bytes(parts.subdomain);
+        hosted
+    }
+
+    /// Built again at `now` from what it keeps, when its key set changed by itself.
+    fn rebuilt(&self, subdomain: &str, now: OffsetDateTime) -> Option<Self> {
+        let source = self.source.as_deref()?;
+        let retired: KeyState = serde_json::from_str(&source.retired).ok()?;
+        Some(Self::build(
+            Parts {
+                service_id: self.service_id,
+                subdomain,
+                expires_at: self.expires_at,
+                discovery: self.discovery.clone(),
+                uploaded_jwks: self.uploaded_jwks.clone(),
+                retired: &retired,
+                updated_at: source.updated_at,
+                previous_change_at: source.previous_change_at,
+            },
+            now,
+        ))
     }
 
     /// Whether the public key set has changed by itself since the entry was built.
@@ -112,13 +255,30 @@ impl Hosted {
         self.refresh_at.is_some_and(|at| now >= at)
     }
 
-    /// Bytes of its documents: what the cache's bound counts (twice while it keeps its source).
-    fn bytes(&self) -> usize {
-        let documents = self.discovery.body.len() + self.jwks.body.len();
-        match self.source {
-            Some(_) => 2 * documents,
-            None => documents,
-        }
+    /// Every allocation the entry keeps, as the allocator counts it: the entry itself (behind
+    /// its `Arc`), its documents and headers, the uploaded key set unless it shares the served
+    /// one's bytes, its source, and its key and slots in the cache's map.
+    fn kept_bytes(&self, subdomain: &str) -> usize {
+        let header = |value: &HeaderValue| shared_bytes(value.len());
+        let uploaded = if self.uploaded_jwks.as_ptr() == self.jwks.body.as_ptr() {
+            0
+        } else {
+            shared_bytes(self.uploaded_jwks.len())
+        };
+        let source = self.source.as_ref().map_or(0, |source| {
+            allocation(std::mem::size_of::<Source>()) + allocation(source.retired.len())
+        });
+        let slot = std::mem::size_of::<(String, Arc<Hosted>)>() + 1;
+        allocation(std::mem::size_of::<Hosted>() + 2 * std::mem::size_of::<usize>())
+            + shared_bytes(self.discovery.body.len())
+            + header(&self.discovery.etag)
+            + shared_bytes(self.jwks.body.len())
+            + header(&self.jwks.etag)
+            + uploaded
+            + header(&self.last_modified)
+            + source
+            + allocation(subdomain.len())
+            + MAP_SLOTS_PER_ENTRY * slot
     }
 }
 
@@ -203,8 +363,19 @@ pub struct HostingCache {
 /// The stored discovery document, re-pointed at `issuer` when it was published under another
 /// issuer URL (the operator changed `REGISTRY_ISSUER_URL_TEMPLATE`): verifiers refuse a
 /// document whose `issuer` is not the URL they fetched it from.
-fn current_discovery(stored: &str, issuer: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(stored) {
+fn current_discovery<'a>(stored: &'a str, issuer: &str) -> std::borrow::Cow<'a, str> {
+    // The registry stores the document as serde_json writes it, `issuer` first unless the
+    // upload put it later: then the answer is known without parsing the whole document.
+    if let Some(rest) = stored.strip_prefix(r#"{"issuer":"#) {
+        let quoted = serde_json::to_string(issuer).unwrap_or_default();
+        if rest
+            .strip_prefix(quoted.as_str())
+            .is_some_and(|after| after.starts_with([',', '}']))
+        {
+            return std::borrow::Cow::Borrowed(stored);
+        }
+    }
+    std::borrow::Cow::Owned(match serde_json::from_str::<serde_json::Value>(stored) {
         Ok(serde_json::Value::Object(mut doc))
             if doc.get("issuer").and_then(|i| i.as_str()) != Some(issuer) =>
         {
@@ -212,7 +383,7 @@ fn current_discovery(stored: &str, issuer: &str) -> String {
             serde_json::Value::Object(doc).to_string()
         }
         _ => stored.to_owned(),
-    }
+    })
 }
 
 fn host_of(url: &str) -> anyhow::Result<String> {
@@ -312,7 +483,25 @@ impl HostingCache {
     /// Publishes a service's documents as of `now`, replacing what it served before in one step.
     pub fn put(&self, service: &Service, config: &PublishedConfig, now: OffsetDateTime) {
         let issuer = hosted_issuer(&self.template, &service.subdomain);
-        let hosted = Arc::new(Hosted::new(service, config, &issuer, now));
+        self.insert(
+            &service.subdomain,
+            Hosted::new(service, config, &issuer, now),
+        );
+    }
+
+    /// Builds a subdomain's entry again from what it keeps, once its key set changed by itself
+    /// (a retired key's time ran out): no database read, and every replica computes the same
+    /// documents and ETag. The caller orders it with the other changes (the catch-up lock).
+    pub fn refresh(&self, subdomain: &str, now: OffsetDateTime) {
+        let stale = self.get(subdomain).filter(|h| h.is_stale_at(now));
+        if let Some(rebuilt) = stale.and_then(|h| h.rebuilt(subdomain, now)) {
+            self.insert(subdomain, rebuilt);
+        }
+    }
+
+    fn insert(&self, subdomain: &str, hosted: Hosted) {
+        let hosted = Arc::new(hosted);
+        let service_id = hosted.service_id;
         hosted.last_served.store(
             self.served.fetch_add(1, Ordering::Relaxed),
             Ordering::Relaxed,
@@ -320,24 +509,22 @@ impl HostingCache {
         let mut hosts = self.write();
         if hosts
             .subdomain_of
-            .get(&service.id)
-            .is_some_and(|s| *s != service.subdomain)
+            .get(&service_id)
+            .is_some_and(|s| s != subdomain)
         {
-            hosts.forget(service.id);
+            hosts.forget(service_id);
         }
-        hosts.evicted.remove(&service.subdomain);
-        hosts.bytes += hosted.bytes();
-        if let Some(old) = hosts.by_subdomain.insert(service.subdomain.clone(), hosted) {
-            hosts.bytes -= old.bytes();
-            if old.service_id != service.id {
+        hosts.evicted.remove(subdomain);
+        hosts.bytes += hosted.footprint;
+        if let Some(old) = hosts.by_subdomain.insert(subdomain.to_owned(), hosted) {
+            hosts.bytes -= old.footprint;
+            if old.service_id != service_id {
                 // The name passed to a new service: the old one no longer serves anything.
                 hosts.subdomain_of.remove(&old.service_id);
             }
         }
-        hosts
-            .subdomain_of
-            .insert(service.id, service.subdomain.clone());
-        hosts.evict_down_to(self.max_bytes, &service.subdomain);
+        hosts.subdomain_of.insert(service_id, subdomain.to_owned());
+        hosts.evict_down_to(self.max_bytes, subdomain);
     }
 
     /// Stops serving a service's documents.
@@ -369,7 +556,7 @@ impl HostingCache {
         self.read().subdomain_of.len()
     }
 
-    /// Bytes of documents held in memory.
+    /// Bytes the entries held in memory keep, everything counted ([`Hosted::footprint`]).
     pub fn bytes(&self) -> usize {
         self.read().bytes
     }
@@ -393,7 +580,7 @@ struct Hosts {
     subdomain_of: HashMap<Uuid, String>,
     /// Published services whose documents are not in memory.
     evicted: HashMap<String, Uuid>,
-    /// Bytes of the documents in `by_subdomain`.
+    /// Bytes the entries in `by_subdomain` keep ([`Hosted::footprint`]).
     bytes: usize,
 }
 
@@ -411,8 +598,9 @@ impl Hosts {
             .is_some_and(|h| h.service_id == service_id)
         {
             if let Some(old) = self.by_subdomain.remove(&subdomain) {
-                self.bytes -= old.bytes();
+                self.bytes -= old.footprint;
             }
+            self.shrink();
         }
         if self.evicted.get(&subdomain) == Some(&service_id) {
             self.evicted.remove(&subdomain);
@@ -432,9 +620,19 @@ impl Hosts {
                 return;
             };
             if let Some(old) = self.by_subdomain.remove(&subdomain) {
-                self.bytes -= old.bytes();
+                self.bytes -= old.footprint;
                 self.evicted.insert(subdomain, old.service_id);
             }
+        }
+        self.shrink();
+    }
+
+    /// Gives back the map's slots once it is less than a third full: each entry counts
+    /// [`MAP_SLOTS_PER_ENTRY`] of them, and a map never shrinks by itself.
+    fn shrink(&mut self) {
+        let entries = self.by_subdomain.len();
+        if self.by_subdomain.capacity() > MAP_SLOTS_PER_ENTRY * entries + 16 {
+            self.by_subdomain.shrink_to(entries);
         }
     }
 }
@@ -442,6 +640,7 @@ impl Hosts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use registry_domain::keys::KeyRecord;
 
     fn published(subdomain: &str, padding: usize) -> (Service, PublishedConfig) {
         let now = OffsetDateTime::now_utc();
@@ -459,9 +658,218 @@ mod tests {
             openid_configuration: format!(r#"{{"issuer":"x","pad":"{}"}}"#, "p".repeat(padding)),
             jwks: r#"{"keys":[]}"#.into(),
             updated_at: now,
+            previous_change_at: None,
             keys: registry_domain::keys::KeyState::default(),
         };
         (service, config)
+    }
+
+    const TEMPLATE: &str = "http://{subdomain}.localhost";
+
+    /// A configuration as the registry stores it: a discovery document of about `document`
+    /// bytes, and `keys` keys with long `kid`s, the last `retired` of them retired and still
+    /// published (for an hour from `now`).
+    fn large(
+        subdomain: &str,
+        document: usize,
+        keys: usize,
+        retired: usize,
+        now: OffsetDateTime,
+    ) -> (Service, PublishedConfig) {
+        let (service, mut config) = published(subdomain, 0);
+        let issuer = hosted_issuer(TEMPLATE, subdomain);
+        let mut doc = serde_json::Map::new();
+        point_at(&mut doc, &issuer);
+        doc.insert("pad".into(), "p".repeat(document).into());
+        config.openid_configuration = serde_json::Value::Object(doc).to_string();
+        let key = |i: usize| {
+            let jwk = serde_json::json!({"kty": "OKP", "crv": "Ed25519",
+                "kid": format!("{i}-{}", "k".repeat(500)),
+                "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
+            KeyRecord {
+                kid: jwk["kid"].as_str().unwrap_or_default().to_owned(),
+                jwk: jwk.as_object().cloned().unwrap_or_default(),
+                thumbprint: "t".into(),
+                first_published_at: now - time::Duration::hours(2),
+                retired_at: (i >= keys - retired).then(|| now - time::Duration::hours(1)),
+                published_until: (i >= keys - retired).then(|| now + time::Duration::hours(1)),
+            }
+        };
+        let records: Vec<KeyRecord> = (0..keys).map(key).collect();
+        let uploaded: Vec<serde_json::Value> = records[..keys - retired]
+            .iter()
+            .map(|k| serde_json::Value::Object(k.jwk.clone()))
+            .collect();
+        config.jwks = serde_json::json!({ "keys": uploaded }).to_string();
+        config.keys = KeyState { keys: records };
+        config.updated_at = now - time::Duration::minutes(30);
+        (service, config)
+    }
+
+    /// The sizes of everything `hosted` keeps, read from what it holds (not from how it
+    /// counts): the entry, its documents and headers, the uploaded key set when it is a copy of
+    /// its own, its source, and its key in the cache's map.
+    fn sizes_of(hosted: &Hosted, subdomain: &str) -> usize {
+        let uploaded = if hosted.uploaded_jwks.as_ptr() == hosted.jwks.body.as_ptr() {
+            0
+        } else {
+            hosted.uploaded_jwks.len()
+        };
+        let source = hosted.source.as_ref().map_or(0, |source| {
+            std::mem::size_of::<Source>() + source.retired.len()
+        });
+        std::mem::size_of::<Hosted>()
+            + hosted.discovery.body.len()
+            + hosted.discovery.etag.len()
+            + hosted.jwks.body.len()
+            + hosted.jwks.etag.len()
+            + uploaded
+            + hosted.last_modified.len()
+            + source
+            + subdomain.len()
+            + std::mem::size_of::<(String, Arc<Hosted>)>()
+    }
+
+    /// What counting adds to the sizes at most: the allocator's headers and rounding of the
+    /// dozen allocations an entry makes, shared headers of its `Bytes`, map slots.
+    const OVERHEAD: usize = 1024;
+
+    #[test]
+    fn an_entry_counts_everything_it_keeps() {
+        let now = OffsetDateTime::now_utc();
+        for (what, (service, config), issuer) in [
+            ("plain", large("a-x", 30_000, 100, 0, now), None),
+            ("retired keys", large("b-x", 1_000, 100, 40, now), None),
+            (
+                "re-pointed",
+                large("c-x", 30_000, 20, 0, now),
+                Some("https://c-x.new"),
+            ),
+        ] {
+            let issuer = issuer.map_or_else(
+                || hosted_issuer(TEMPLATE, &service.subdomain),
+                str::to_owned,
+            );
+            let hosted = Hosted::new(&service, &config, &issuer, now);
+            let sizes = sizes_of(&hosted, &service.subdomain);
+            assert!(
+                sizes <= hosted.footprint && hosted.footprint <= sizes + OVERHEAD,
+                "{what}: keeps {sizes} bytes, counts {}",
+                hosted.footprint
+            );
+            assert_eq!(hosted.source.is_some(), what == "retired keys", "{what}");
+            // One copy of the key set while the served one is the uploaded one.
+            assert_eq!(
+                hosted.uploaded_jwks.as_ptr() == hosted.jwks.body.as_ptr(),
+                what != "retired keys",
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rebuilt_entry_counts_what_it_keeps_and_serves_what_a_fresh_one_would() {
+        let now = OffsetDateTime::now_utc();
+        let (service, config) = large("r-x", 2_000, 10, 3, now);
+        let issuer = hosted_issuer(TEMPLATE, "r-x");
+        let hosted = Hosted::new(&service, &config, &issuer, now);
+        let later = now + time::Duration::hours(2);
+        assert!(hosted.is_stale_at(later));
+        let rebuilt = hosted.rebuilt("r-x", later).expect("a source is kept");
+        let fresh = Hosted::new(&service, &config, &issuer, later);
+        assert_eq!(rebuilt.jwks.body, fresh.jwks.body);
+        assert_eq!(rebuilt.jwks.etag, fresh.jwks.etag);
+        assert_eq!(rebuilt.last_modified, fresh.last_modified);
+        assert_eq!(rebuilt.footprint, fresh.footprint);
+        assert!(rebuilt.source.is_none() && rebuilt.refresh_at.is_none());
+        // The retired keys left: the set is the uploaded one, and dated when they left.
+        assert_eq!(rebuilt.jwks.body, config.jwks.as_bytes());
+        assert_eq!(
+            rebuilt.modified_at,
+            whole_second(now + time::Duration::hours(1))
+        );
+    }
+
+    #[test]
+    fn the_bound_holds_under_churn_and_counts_what_entries_keep() {
+        const BOUND: usize = 1 << 20;
+        const SERVICES: usize = 60;
+        let now = OffsetDateTime::now_utc();
+        // About 90 KB each, 5 MB in all: five times the bound.
+        let services: Vec<(Service, PublishedConfig)> = (0..SERVICES)
+            .map(|i| {
+                large(
+                    &format!("s{i}-x"),
+                    30_000,
+                    100,
+                    usize::from(i % 5 == 0) * 10,
+                    now,
+                )
+            })
+            .collect();
+        let cache = HostingCache::new(TEMPLATE, "http://api.localhost", BOUND).unwrap();
+        let mut order: Vec<usize> = (0..SERVICES).collect();
+        for round in 0..6 {
+            for (step, &i) in order.iter().enumerate() {
+                let (service, config) = &services[i];
+                if !matches!(cache.lookup(&service.subdomain), Lookup::Hit(_)) {
+                    // What the handler does: read it back, then serve it.
+                    cache.put(service, config, now);
+                }
+                let hosts = cache.read();
+                let kept: usize = hosts
+                    .by_subdomain
+                    .iter()
+                    .map(|(subdomain, hosted)| sizes_of(hosted, subdomain))
+                    .sum();
+                assert!(
+                    kept <= hosts.bytes && hosts.bytes <= BOUND,
+                    "round {round}, step {step}: entries keep {kept} bytes, counted {} \
+                     (bound {BOUND})",
+                    hosts.bytes
+                );
+                assert!(
+                    hosts.by_subdomain.capacity()
+                        <= MAP_SLOTS_PER_ENTRY * hosts.by_subdomain.len() + 16
+                );
+            }
+            // A different order each round, the same on every run.
+            order.rotate_left(7 + round);
+            order.swap(round, SERVICES - 1 - round);
+        }
+        assert_eq!(cache.len(), SERVICES);
+    }
+
+    #[test]
+    fn a_second_shared_by_two_changes_is_known() {
+        let second = time::macros::datetime!(2026-11-25 10:00:00 UTC);
+        let at = |ms: i64| second + time::Duration::milliseconds(ms);
+        let (service, mut config) = published("v-x", 10);
+        let issuer = hosted_issuer(TEMPLATE, "v-x");
+        let build = |config: &PublishedConfig, now| Hosted::new(&service, config, &issuer, now);
+        config.updated_at = at(900);
+        // A lone version, or one whose predecessor is a second older: the date decides.
+        for previous in [None, Some(at(-100))] {
+            config.previous_change_at = previous;
+            let hosted = build(&config, at(950));
+            assert_eq!(hosted.modified_at, second);
+            assert!(!hosted.modified_second_shared, "{previous:?}");
+        }
+        config.previous_change_at = Some(at(100));
+        assert!(build(&config, at(950)).modified_second_shared);
+        // A retired key leaving in the second of the publication is a second change in it.
+        let (_, with_retired) = large("v-x", 10, 3, 1, at(0));
+        config.previous_change_at = None;
+        config.keys = with_retired.keys;
+        config.keys.keys[2].published_until = Some(at(950));
+        let left = build(&config, at(990));
+        assert_eq!(left.modified_at, second);
+        assert!(left.modified_second_shared);
+        // ... and not when it leaves in a later second, alone.
+        config.keys.keys[2].published_until = Some(at(1500));
+        let later = build(&config, at(2500));
+        assert_eq!(later.modified_at, second + time::Duration::seconds(1));
+        assert!(!later.modified_second_shared);
     }
 
     #[test]
@@ -487,20 +895,31 @@ mod tests {
 
     #[test]
     fn memory_is_bounded_and_the_least_recently_served_leave_it() {
-        // Each entry counts about 1,040 bytes (no retired key, no source kept): two fit, three
-        // do not.
-        let cache = HostingCache::new("http://{subdomain}.localhost", "http://api.localhost", 2500)
-            .unwrap();
         let (a, b, c) = (
             published("a-x", 1000),
             published("b-x", 1000),
             published("c-x", 1000),
         );
+        let each = Hosted::new(
+            &a.0,
+            &a.1,
+            "http://a-x.localhost",
+            OffsetDateTime::now_utc(),
+        )
+        .footprint;
+        // Two fit, three do not.
+        let bound = 2 * each + each / 2;
+        let cache = HostingCache::new(
+            "http://{subdomain}.localhost",
+            "http://api.localhost",
+            bound,
+        )
+        .unwrap();
         cache.put(&a.0, &a.1, OffsetDateTime::now_utc());
         cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
         assert!(cache.get("a-x").is_some()); // a is served after b was published
         cache.put(&c.0, &c.1, OffsetDateTime::now_utc());
-        assert!(cache.bytes() <= 2500, "{}", cache.bytes());
+        assert!(cache.bytes() <= bound, "{}", cache.bytes());
         assert!(matches!(cache.lookup("b-x"), Lookup::Evicted(id) if id == b.0.id));
         assert!(matches!(cache.lookup("a-x"), Lookup::Hit(_)));
         assert!(matches!(cache.lookup("nobody-x"), Lookup::Miss));
@@ -508,7 +927,7 @@ mod tests {
         // Read again, it comes back and something else leaves.
         cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
         assert!(matches!(cache.lookup("b-x"), Lookup::Hit(_)));
-        assert!(cache.bytes() <= 2500);
+        assert!(cache.bytes() <= bound);
         cache.remove(b.0.id);
         assert!(matches!(cache.lookup("b-x"), Lookup::Miss));
         // A republication replaces in one step, and the bytes follow.

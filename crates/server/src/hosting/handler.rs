@@ -1,10 +1,11 @@
-use super::cache::{Document, Hosted, Lookup, HTTP_DATE};
+use super::cache::{http_date, Document, Hosted, Lookup, HTTP_DATE};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use time::PrimitiveDateTime;
+use std::sync::{Arc, RwLock};
+use time::{OffsetDateTime, PrimitiveDateTime};
 
 const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
 const JWKS_PATHS: [&str; 4] = [
@@ -46,19 +47,9 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Err(ApiError::MethodNotAllowed("GET, HEAD"));
     }
-    let hosted = match state.hosting.lookup(&subdomain) {
-        Lookup::Hit(hosted) if hosted.is_stale_at(state.now()) => {
-            crate::directory::refresh_hosted(&state, &subdomain).await;
-            state.hosting.get(&subdomain)
-        }
-        Lookup::Hit(hosted) => Some(hosted),
-        Lookup::Evicted(id) => {
-            crate::directory::reload_evicted(&state, id).await?;
-            state.hosting.get(&subdomain)
-        }
-        Lookup::Miss => None,
-    };
-    let Some(hosted) = hosted.filter(|h| h.expires_at.is_none_or(|at| state.now() < at)) else {
+    let hosted = current(&state, &subdomain).await?;
+    let now = state.now();
+    let Some(hosted) = hosted.filter(|h| h.expires_at.is_none_or(|at| now < at)) else {
         state.metrics.hosting_miss();
         return Err(ApiError::NotFound(format!(
             "nothing is published for {:?}",
@@ -81,7 +72,15 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
             .get(header::IF_MODIFIED_SINCE)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| PrimitiveDateTime::parse(v, HTTP_DATE).ok())
-            .is_some_and(|since| hosted.modified_at <= since.assume_utc()),
+            .is_some_and(|since| unchanged_since(&hosted, since.assume_utc())),
+    };
+    let (date_at, date) = date(now);
+    // A replica whose clock is behind the one that took the write would otherwise date the
+    // document after its own Date (RFC 9110 §8.8.2.1); the earlier date only costs a 200.
+    let last_modified = if hosted.modified_at <= date_at {
+        hosted.last_modified.clone()
+    } else {
+        date.clone()
     };
     let mut response = HttpResponse::build(if not_modified {
         StatusCode::NOT_MODIFIED
@@ -89,15 +88,62 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         StatusCode::OK
     });
     response
+        .insert_header((header::DATE, date))
         .insert_header((header::CACHE_CONTROL, CACHE_CONTROL))
         .insert_header((header::ETAG, document.etag.clone()))
-        .insert_header((header::LAST_MODIFIED, hosted.last_modified.clone()))
+        .insert_header((header::LAST_MODIFIED, last_modified))
         .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, ANY_ORIGIN));
     if not_modified {
         return Ok(response.finish());
     }
     response.insert_header((header::CONTENT_TYPE, content_type));
     Ok(response.body(document.body.clone()))
+}
+
+/// What a subdomain serves now: from memory, built again when its key set changed by itself,
+/// or read back from the database when it left memory (the cache's byte bound).
+pub async fn current(state: &AppState, subdomain: &str) -> Result<Option<Arc<Hosted>>, ApiError> {
+    Ok(match state.hosting.lookup(subdomain) {
+        Lookup::Hit(hosted) if hosted.is_stale_at(state.now()) => {
+            crate::directory::refresh_hosted(state, subdomain).await;
+            state.hosting.get(subdomain)
+        }
+        Lookup::Hit(hosted) => Some(hosted),
+        Lookup::Evicted(id) => {
+            crate::directory::reload_evicted(state, id).await?;
+            state.hosting.get(subdomain)
+        }
+        Lookup::Miss => None,
+    })
+}
+
+/// Whether a client holding `since` as `Last-Modified` holds the current documents (RFC 9110
+/// §13.1.3). Dates have whole seconds: when the second of the last change saw another one, a
+/// client holding that date may hold the older version, so only a later date answers 304
+/// (DECISIONS §17).
+fn unchanged_since(hosted: &Hosted, since: OffsetDateTime) -> bool {
+    hosted.modified_at < since || (hosted.modified_at == since && !hosted.modified_second_shared)
+}
+
+/// The `Date` header at `now`, and its second. Sent by this handler rather than by the server,
+/// whose date is refreshed every 500 ms and may still name the second before a change that
+/// `Last-Modified` already names; formatted once a second.
+fn date(now: OffsetDateTime) -> (OffsetDateTime, HeaderValue) {
+    static DATE: RwLock<(i64, HeaderValue)> = RwLock::new((i64::MIN, HeaderValue::from_static("")));
+    let second = now.unix_timestamp();
+    let at = OffsetDateTime::from_unix_timestamp(second).unwrap_or(now);
+    if let Ok(cached) = DATE.read() {
+        if cached.0 == second {
+            return (at, cached.1.clone());
+        }
+    }
+    let value = http_date(at);
+    if let Ok(mut cached) = DATE.write() {
+        if cached.0 < second {
+            *cached = (second, value.clone());
+        }
+    }
+    (at, value)
 }
 
 /// The body of `GET /services/{s}/config`, `{"openidConfiguration": …, "jwks": …}` (the key

@@ -7,5 +7,5 @@
 mod cache;
 mod handler;
 
-pub use cache::HostingCache;
-pub use handler::{config_body, hosted_request, serve};
+pub use cache::{Hosted, HostingCache};
+pub use handler::{config_body, current, hosted_request, serve};

@@ -15,6 +15,7 @@ use registry_domain::access::{self, Refusal};
 use registry_domain::audit::{Action, AuditEvent, Resource};
 use registry_domain::credentials::{self, CredentialKind, GeneratedSecret};
 use registry_domain::limits;
+use registry_domain::limits::within_quota;
 use registry_domain::policy::{ParsedPolicy, Policy, PolicyKind};
 use registry_domain::ports::CredentialRecord;
 use registry_domain::{ServiceAccount, Violation};
@@ -212,6 +213,14 @@ pub async fn create(
     let (Some(name), Some(ParsedPolicy { policy, warnings })) = (name, policy) else {
         return Err(ApiError::Internal);
     };
+    let customer_id = caller.customer_id();
+    let held = state.db(move |s| s.count_accounts_of(customer_id)).await?;
+    within_quota(
+        "service accounts",
+        held,
+        state.settings.max_accounts_per_customer,
+    )
+    .map_err(ApiError::QuotaExceeded)?;
     let account = ServiceAccount {
         id: Uuid::new_v4(),
         customer_id: caller.customer_id(),
@@ -235,9 +244,12 @@ pub async fn create(
     let mut body = views::account(&account);
     if let Some((token, record)) = &token {
         body["token"] = token.plaintext.clone().into();
-        state
-            .tokens
-            .remember(&token.lookup_id, &record.hash, &token.plaintext);
+        state.tokens.remember(
+            &token.lookup_id,
+            &record.hash,
+            &token.plaintext,
+            state.now(),
+        );
     }
     Ok(HttpResponse::Created()
         .insert_header((
@@ -347,9 +359,12 @@ pub async fn regenerate_token(
         .db(move |s| s.replace_token(id, &stored, &event))
         .await
         .map_err(|e| gone_as_not_found(e, &path))?;
-    state
-        .tokens
-        .remember(&token.lookup_id, &record.hash, &token.plaintext);
+    state.tokens.remember(
+        &token.lookup_id,
+        &record.hash,
+        &token.plaintext,
+        state.now(),
+    );
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(serde_json::json!({"id": account.id.to_string(), "token": token.plaintext})))

@@ -92,7 +92,7 @@ pub async fn create(
     // The creator's first call should not pay for argon2 again.
     state
         .tokens
-        .remember(&secret.lookup_id, &hash, &secret.plaintext);
+        .remember(&secret.lookup_id, &hash, &secret.plaintext, now);
 
     let expires_at = service.expires_at.unwrap_or(now);
     let base = state.settings.base();

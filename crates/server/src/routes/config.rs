@@ -26,10 +26,10 @@ pub async fn get(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let service = auth::service_caller(&state, &req, &path).await?.service;
-    // Authentication brought the hosting cache up to date with the database.
-    let hosted = state
-        .hosting
-        .get(&service.subdomain)
+    // Authentication brought the hosting cache up to date with the database; documents that
+    // left memory (its byte bound) are read back.
+    let hosted = hosting::current(&state, &service.subdomain)
+        .await?
         .ok_or_else(|| nothing_published(&service.subdomain))?;
     Ok(HttpResponse::Ok()
         .content_type("application/json")
@@ -83,6 +83,8 @@ pub async fn put(
                                 openid_configuration: publication.openid_configuration.to_string(),
                                 jwks: publication.jwks.to_string(),
                                 updated_at: now,
+                                // Recorded by the store, which reads the version replaced.
+                                previous_change_at: None,
                                 keys: upload.rotation.state,
                             };
                             outcome = Some(Ok(publication));

@@ -88,7 +88,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     ))
     .service(get_and_head("/healthz", ops::healthz))
     .service(get_and_head("/readyz", ops::readyz))
-    .service(get_and_head("/metrics", ops::metrics))
+    .service(
+        web::resource("/metrics")
+            .route(get_or_head().to(ops::metrics))
+            .default_service(web::to(ops::metrics_other_method)),
+    )
     .service(get_and_head("/openapi.json", ops::openapi))
     .service(get_and_head(
         "/schemas/service-account-policy/v1.json",

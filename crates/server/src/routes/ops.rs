@@ -3,7 +3,7 @@
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::http::header;
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
 const OPENAPI: &str = include_str!("../openapi.json");
@@ -19,8 +19,20 @@ pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
 }
 
-/// `GET /metrics`: OpenMetrics text (Prometheus scrapes it).
-pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+/// Whether the client may see `/metrics` at all (DECISIONS §17): its address, as the trusted
+/// proxies tell it, is in `REGISTRY_METRICS_ALLOW`. The counters and cache sizes say how busy
+/// the registry and its other customers are.
+fn may_read_metrics(state: &AppState, req: &HttpRequest) -> bool {
+    let client = crate::client_ip::client_ip(req, &state.trusted_proxies);
+    state.metrics_allow.iter().any(|net| net.contains(client))
+}
+
+/// `GET /metrics`: OpenMetrics text (Prometheus scrapes it), for allowed addresses only; others
+/// get the 404 of a path no route serves, so the endpoint does not show from outside.
+pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    if !may_read_metrics(&state, &req) {
+        return super::not_found().await;
+    }
     let oidc = state.verifier.metrics();
     // The caches count lazily: let them settle first.
     state.tokens.sweep(state.now());
@@ -94,9 +106,21 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
             state.last_use.rows_written(),
         ),
     ];
-    HttpResponse::Ok()
+    Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE))
-        .body(state.metrics.render(&extra))
+        .body(state.metrics.render(&extra)))
+}
+
+/// `/metrics` with a method other than GET or HEAD: 405 for allowed addresses, and for the
+/// others the same 404 as [`metrics`], which a 405 would contradict.
+pub async fn metrics_other_method(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    if !may_read_metrics(&state, &req) {
+        return super::not_found().await;
+    }
+    Err(ApiError::MethodNotAllowed("GET, HEAD"))
 }
 
 /// The OpenAPI document with this server's base URL.

@@ -10,6 +10,7 @@ use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::audit::Action;
+use registry_domain::limits::within_quota;
 use registry_domain::naming::{check_service_name, registered_subdomain};
 use registry_domain::{Service, Violation};
 
@@ -45,6 +46,9 @@ pub async fn create(
         .db(move |s| s.customer(customer_id))
         .await?
         .ok_or_else(|| auth::unauthorized("the caller's customer no longer exists"))?;
+    let held = state.db(move |s| s.count_services_of(customer_id)).await?;
+    within_quota("services", held, state.settings.max_services_per_customer)
+        .map_err(ApiError::QuotaExceeded)?;
     let attempts = if service_name.is_some() {
         1
     } else {

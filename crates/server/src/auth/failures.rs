@@ -1,0 +1,104 @@
+//! Failed secrets per lookup id, from any address (DECISIONS §17): at most
+//! [`SecretFailures::limit`] in any sliding minute. A lookup id is public (it is inside every
+//! token), so without this bound strangers spread over many addresses could make the registry
+//! run argon2 for one credential as often as their per-address allowances add up to.
+//!
+//! Exact rather than a token bucket: a bucket refills while slow checks run, and the contract
+//! counts failures in a minute.
+
+use crate::rate_limit::{RetryAfter, MAX_KEYS};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The failures of each lookup id within the last window.
+#[derive(Debug)]
+pub struct SecretFailures {
+    limit: usize,
+    window: Duration,
+    ids: Mutex<HashMap<String, VecDeque<Instant>>>,
+}
+
+impl SecretFailures {
+    /// At most `limit` failures per lookup id in any `window`.
+    pub fn new(limit: usize, window: Duration) -> Self {
+        Self {
+            limit: limit.max(1),
+            window,
+            ids: Mutex::default(),
+        }
+    }
+
+    /// Whether a secret for `lookup_id` may be checked now; refused while `limit` failures fell
+    /// within the window, until the oldest of them leaves it.
+    pub fn check(&self, lookup_id: &str) -> Result<(), RetryAfter> {
+        let now = Instant::now();
+        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(failures) = ids.get_mut(lookup_id) else {
+            return Ok(());
+        };
+        while failures
+            .front()
+            .is_some_and(|at| now.duration_since(*at) >= self.window)
+        {
+            failures.pop_front();
+        }
+        match failures.front() {
+            Some(oldest) if failures.len() >= self.limit => {
+                Err(RetryAfter(self.window - now.duration_since(*oldest)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a failed secret for `lookup_id`.
+    pub fn record(&self, lookup_id: &str) {
+        let now = Instant::now();
+        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        if ids.len() >= MAX_KEYS && !ids.contains_key(lookup_id) {
+            // Memory stays bounded: ids whose failures all left the window go first, and if
+            // that is not enough every id starts again (spraying ids only resets counts).
+            ids.retain(|_, failures| {
+                failures
+                    .back()
+                    .is_some_and(|at| now.duration_since(*at) < self.window)
+            });
+            if ids.len() >= MAX_KEYS {
+                ids.clear();
+            }
+        }
+        let failures = ids.entry(lookup_id.to_owned()).or_default();
+        if failures.len() >= self.limit {
+            failures.pop_front();
+        }
+        failures.push_back(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_holds_in_any_window_and_comes_back() {
+        let failures = SecretFailures::new(3, Duration::from_millis(300));
+        for _ in 0..3 {
+            assert!(failures.check("a").is_ok());
+            failures.record("a");
+        }
+        let RetryAfter(wait) = failures.check("a").unwrap_err();
+        assert!(wait <= Duration::from_millis(300));
+        assert!(failures.check("b").is_ok());
+        std::thread::sleep(Duration::from_millis(320));
+        assert!(failures.check("a").is_ok());
+    }
+
+    #[test]
+    fn sprayed_ids_stay_within_the_bound() {
+        let failures = SecretFailures::new(10, Duration::from_secs(60));
+        for n in 0..(MAX_KEYS + 10) {
+            failures.record(&n.to_string());
+        }
+        assert!(failures.ids.lock().unwrap().len() <= MAX_KEYS);
+    }
+}

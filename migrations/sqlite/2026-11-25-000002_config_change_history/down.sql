@@ -1,0 +1,1 @@
+ALTER TABLE published_configs DROP COLUMN previous_change_at;

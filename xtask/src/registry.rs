@@ -98,6 +98,17 @@ impl Options {
             ),
             ("RUST_LOG".into(), "info".into()),
         ];
+        // The chores measure throughput and durability, one credential writing as fast as it
+        // can: the per-credential and per-customer limits of DECISIONS §17 are lifted here (the
+        // test suite holds them), unless a chore sets them itself.
+        for (name, value) in [
+            ("REGISTRY_WRITES_PER_MINUTE", "100000000"),
+            ("REGISTRY_EXPLAIN_PER_MINUTE", "100000000"),
+            ("REGISTRY_MAX_SERVICES_PER_CUSTOMER", "100000000"),
+            ("REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER", "100000000"),
+        ] {
+            env.push((name.into(), value.into()));
+        }
         env.extend(self.env.iter().cloned());
         if let Some(workers) = self.workers {
             env.push(("REGISTRY_WORKERS".into(), workers.to_string()));

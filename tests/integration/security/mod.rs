@@ -55,8 +55,19 @@ fn static_account(server: &TestServer, customer: &Customer, services: &[&str]) -
 /// An oidc account of `customer` trusting `iss` for subjects matching `sub`, on every service;
 /// its id.
 fn oidc_account(server: &TestServer, customer: &Customer, iss: &str, sub: &str) -> String {
+    oidc_account_for(server, customer, iss, AUDIENCE, sub)
+}
+
+/// [`oidc_account`] for audiences matching `aud`.
+fn oidc_account_for(
+    server: &TestServer,
+    customer: &Customer,
+    iss: &str,
+    aud: &str,
+    sub: &str,
+) -> String {
     let policy = json!({"kind": "oidc", "rules": [
-        {"services": ["*"], "claims": {"iss": iss, "aud": AUDIENCE, "sub": sub}}
+        {"services": ["*"], "claims": {"iss": iss, "aud": aud, "sub": sub}}
     ]});
     let response = server
         .authed(Method::POST, "/service-accounts", &customer.token)

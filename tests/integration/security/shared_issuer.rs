@@ -1,27 +1,13 @@
 //! Second security review, findings 1 and 2 (DECISIONS §17): a shared issuer never hands one
 //! tenant another's identity, and a withdrawn issuer is not an outage.
 
-use super::create_service;
+use super::{create_service, oidc_account_for as account};
 use registry_tests::issuer::{compact, Behaviour, KeyKind, SigningKey, TestIssuer};
 use registry_tests::server::{
-    assert_problem, claims, insecure_server, json, Customer, ServerOptions, TestServer, AUDIENCE,
+    assert_problem, claims, insecure_server, json, ServerOptions, TestServer, AUDIENCE,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
-
-/// An `oidc` account of `customer` with one rule on every service; its id.
-fn account(server: &TestServer, customer: &Customer, iss: &str, aud: &str, sub: &str) -> String {
-    let policy = json!({"kind": "oidc", "rules": [
-        {"services": ["*"], "claims": {"iss": iss, "aud": aud, "sub": sub}}
-    ]});
-    let response = server
-        .authed(Method::POST, "/service-accounts", &customer.token)
-        .json(&json!({"name": "ci", "policy": policy}))
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 201);
-    json(response)["id"].as_str().unwrap().to_owned()
-}
 
 fn subdomains(list: &Value) -> Vec<String> {
     let mut names: Vec<String> = list

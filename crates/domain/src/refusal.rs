@@ -167,7 +167,17 @@ pub fn subject_anchor(pattern: &str) -> SubjectAnchor<'_> {
 /// assert!(!near(token("https://other", "repo:acme/infra:ref:refs/heads/release")));
 /// ```
 pub fn is_near_miss(policy: &Policy, claims: &Map<String, Value>) -> bool {
-    shares_an_owner(policy, claims) || !policy.matching_rules(claims).is_empty()
+    near_miss(policy, claims, || !policy.matching_rules(claims).is_empty())
+}
+
+/// [`is_near_miss`], told by `claims_accepted` whether a rule accepts every claim (a caller
+/// that explained the refusal already knows, without matching again).
+fn near_miss(
+    policy: &Policy,
+    claims: &Map<String, Value>,
+    claims_accepted: impl FnOnce() -> bool,
+) -> bool {
+    shares_an_owner(policy, claims) || claims_accepted()
 }
 
 /// The second half of [`is_near_miss`]: the token's `sub` shares the [`subject_anchor`] of the
@@ -268,14 +278,13 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
         "claims": shown,
         "ip": refused.ip.to_string(),
         "requestId": refused.request_id,
-        // [`is_near_miss`], with the claim matching the explanation already did: a rule that
-        // accepted every claim left a refusal of the service or the address.
+        // A rule that accepted every claim left a refusal of the service or the address: the
+        // explanation's matching says so, without matching again.
         "near": refused.ambiguous
-            || shares_an_owner(policy, refused.claims)
-            || explained.reasons.iter().any(|r| matches!(
+            || near_miss(policy, refused.claims, || explained.reasons.iter().any(|r| matches!(
                 r.code,
                 ReasonCode::ServiceNotAllowed | ReasonCode::AddressNotAllowed
-            )),
+            ))),
     });
     if let Some(rule) = rule {
         record["rule"] = rule.into();

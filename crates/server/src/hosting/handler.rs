@@ -49,7 +49,7 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
     }
     let hosted = current(&state, &subdomain).await?;
     let now = state.now();
-    let Some(hosted) = hosted.filter(|h| h.expires_at.is_none_or(|at| now < at)) else {
+    let Some(hosted) = hosted else {
         state.metrics.hosting_miss();
         return Err(ApiError::NotFound(format!(
             "nothing is published for {:?}",
@@ -101,10 +101,12 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
 }
 
 /// What a subdomain serves now: from memory, built again when its key set changed by itself,
-/// or read back from the database when it left memory (the cache's byte bound).
+/// or read back from the database when it left memory (the cache's byte bound); nothing once
+/// an anonymous service has expired, even before the reaper deletes it.
 pub async fn current(state: &AppState, subdomain: &str) -> Result<Option<Arc<Hosted>>, ApiError> {
-    Ok(match state.hosting.lookup(subdomain) {
-        Lookup::Hit(hosted) if hosted.is_stale_at(state.now()) => {
+    let now = state.now();
+    let hosted = match state.hosting.lookup(subdomain) {
+        Lookup::Hit(hosted) if hosted.is_stale_at(now) => {
             crate::directory::refresh_hosted(state, subdomain).await;
             state.hosting.get(subdomain)
         }
@@ -114,7 +116,8 @@ pub async fn current(state: &AppState, subdomain: &str) -> Result<Option<Arc<Hos
             state.hosting.get(subdomain)
         }
         Lookup::Miss => None,
-    })
+    };
+    Ok(hosted.filter(|h| h.expires_at.is_none_or(|at| now < at)))
 }
 
 /// Whether a client holding `since` as `Last-Modified` holds the current documents (RFC 9110

@@ -54,10 +54,7 @@ async fn explain_token(
         }
     }
     match crate::auth::verify_identity(state, token).await? {
-        Ok(verified) => {
-            let claims = verified.claims.clone();
-            off_the_workers(account.clone(), Some(claims), service, ip).await
-        }
+        Ok(verified) => off_the_workers(account.clone(), Some(verified.claims), service, ip).await,
         Err(rejection) => Ok(refused_token(rejection.code, rejection.detail)
             .to_json()
             .to_string()),

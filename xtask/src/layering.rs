@@ -1,9 +1,13 @@
 //! Dependencies point inwards: the domain does no I/O, and each I/O library is used by the one
-//! adapter that wraps it.
+//! adapter that wraps it. Inside the server, no route decides a 403 or a 404 (the domain's
+//! access decision does), and no import circle forms between its modules that is not already
+//! on the list of those being taken apart.
 
 use crate::cmd::{cargo, output};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 /// Crates the domain must not reach, even transitively (by name or name prefix).
 const FORBIDDEN_IN_DOMAIN: [&str; 6] = ["actix", "diesel", "reqwest", "tokio", "josekit", "hyper"];
@@ -79,6 +83,8 @@ pub fn check() -> Result<()> {
     let mut problems = domain_problems()?;
     problems.extend(wrapper_problems()?);
     problems.extend(migration_problems()?);
+    problems.extend(route_problems()?);
+    problems.extend(cycle_problems()?);
     if problems.is_empty() {
         println!("layering: ok");
         return Ok(());
@@ -87,6 +93,333 @@ pub fn check() -> Result<()> {
         eprintln!("layering: {p}");
     }
     bail!("{} layering violation(s)", problems.len())
+}
+
+/// The server's sources, relative to the workspace root.
+const SERVER_SRC: &str = "crates/server/src";
+
+/// What only the domain's access decision may answer: a 403 or a 404 for a call.
+const DECIDED_STATUSES: [&str; 6] = [
+    "ApiError::Forbidden",
+    "ApiError::NotFound",
+    "StatusCode::FORBIDDEN",
+    "StatusCode::NOT_FOUND",
+    "HttpResponse::Forbidden",
+    "HttpResponse::NotFound",
+];
+
+/// (file under `routes/`, function): the 404s of routing, not of access. `not_found` answers a
+/// path no route serves (and `/metrics` for an address that may not see it).
+const ROUTING_ANSWERS: [(&str, &str); 1] = [("mod.rs", "not_found")];
+
+/// The import circles among the server's modules that exist today, each as its sorted module
+/// set (a strongly connected set of the graph of `crate::` paths). This list must only shrink:
+/// a circle passes when its modules all belong to one entry, so a new circle, or a module
+/// joining one, fails. When a circle is taken apart, remove or narrow its entry.
+const ALLOWED_CYCLES: &[&[&str]] = &[
+    // `state` holds the caches of `auth`, `directory`, `hosting` and `refusals`, and each of
+    // them takes the `AppState`.
+    &["auth", "directory", "hosting", "refusals", "state"],
+];
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The lines of `text` that count, numbered from 1: comments are not code, and a test module
+/// (from a `#[cfg(test)]` at the start of a line to the end of the file, where this workspace
+/// keeps them) does not ship: it may assert any status and import anything.
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .take_while(|(_, line)| !line.starts_with("#[cfg(test)]"))
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+        .map(|(i, line)| (i + 1, line))
+}
+
+/// The name of the function a line `fn name…` declares.
+fn declared_fn(line: &str) -> Option<&str> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "fn")?;
+    let name = words.get(at + 1)?;
+    let end = name
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(name.len());
+    Some(&name[..end])
+}
+
+/// `file` (relative to `routes/`): each 403 or 404 it decides, by line, outside the allowed
+/// routing answers.
+fn decided_statuses_in(file: &str, text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut function = None;
+    for (number, line) in code_lines(text) {
+        if let Some(name) = declared_fn(line) {
+            function = Some(name);
+        }
+        let allowed = ROUTING_ANSWERS
+            .iter()
+            .any(|(f, name)| *f == file && function == Some(*name));
+        for status in DECIDED_STATUSES {
+            if line.contains(status) && !allowed {
+                problems.push(format!(
+                    "{SERVER_SRC}/routes/{file}:{number}: `{status}` in a route: a 403 or 404 for \
+                     a call is registry_domain::access's decision, not a handler's"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+fn route_problems() -> Result<Vec<String>> {
+    let routes = crate::cmd::root().join(SERVER_SRC).join("routes");
+    let mut problems = Vec::new();
+    for path in rust_files(&routes)? {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let file = path.strip_prefix(&routes).unwrap_or(&path);
+        problems.extend(decided_statuses_in(&file.to_string_lossy(), &text));
+    }
+    Ok(problems)
+}
+
+/// The top-level module a file under `src/` belongs to (`auth/federation.rs` → `auth`,
+/// `state.rs` → `state`); `None` for the crate root.
+fn module_of(file: &Path) -> Option<String> {
+    let first = file.components().next()?.as_os_str().to_str()?;
+    let module = first.strip_suffix(".rs").unwrap_or(first);
+    (!matches!(module, "main" | "lib")).then(|| module.to_owned())
+}
+
+/// The first segment of each `crate::` path in `code`: `crate::state::AppState` → `state`;
+/// `crate::{auth, state::AppState}` → `auth`, `state`.
+fn crate_paths_in(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().next_back();
+        let after = &rest[at + "crate::".len()..];
+        rest = after;
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        match after.strip_prefix('{') {
+            Some(group) => found.extend(group_heads(group)),
+            None => found.extend(ident(after)),
+        }
+    }
+    found
+}
+
+/// The leading identifier of `text`.
+fn ident(text: &str) -> Option<String> {
+    let end = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    (end > 0).then(|| text[..end].to_owned())
+}
+
+/// The first segment of each entry of a `{…}` group, `group` starting after its `{`.
+fn group_heads(group: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let (mut depth, mut entry_start) = (0usize, true);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => entry_start = true,
+            c if c.is_whitespace() => {}
+            _ if entry_start && depth == 0 => {
+                entry_start = false;
+                heads.extend(ident(&group[i..]).filter(|head| head != "self"));
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+/// Modules, each with the modules it imports and where it first does.
+type Graph = BTreeMap<String, BTreeMap<String, String>>;
+
+fn server_graph() -> Result<Graph> {
+    let src = crate::cmd::root().join(SERVER_SRC);
+    let files = rust_files(&src)?;
+    let relative: Vec<&Path> = files
+        .iter()
+        .map(|f| f.strip_prefix(&src).unwrap_or(f))
+        .collect();
+    let modules: BTreeSet<String> = relative.iter().filter_map(|f| module_of(f)).collect();
+    let mut graph = Graph::new();
+    for (path, file) in files.iter().zip(&relative) {
+        let Some(from) = module_of(file) else {
+            continue;
+        };
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let imports = graph.entry(from.clone()).or_default();
+        for (number, line) in code_lines(&text) {
+            for to in crate_paths_in(line) {
+                if to != from && modules.contains(&to) {
+                    imports
+                        .entry(to)
+                        .or_insert_with(|| format!("{SERVER_SRC}/{}:{number}", file.display()));
+                }
+            }
+        }
+    }
+    Ok(graph)
+}
+
+/// The strongly connected sets of more than one module (Tarjan's algorithm), sorted.
+fn cycles(graph: &Graph) -> Vec<BTreeSet<String>> {
+    struct Walk<'g> {
+        graph: &'g Graph,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        on_stack: BTreeSet<&'g str>,
+        found: Vec<BTreeSet<String>>,
+    }
+    impl<'g> Walk<'g> {
+        fn visit(&mut self, node: &'g str) {
+            let n = self.index.len();
+            self.index.insert(node, n);
+            self.low.insert(node, n);
+            self.stack.push(node);
+            self.on_stack.insert(node);
+            for next in self.graph.get(node).into_iter().flat_map(|e| e.keys()) {
+                let next = next.as_str();
+                if !self.index.contains_key(next) {
+                    self.visit(next);
+                    let low = self.low[node].min(self.low[next]);
+                    self.low.insert(node, low);
+                } else if self.on_stack.contains(next) {
+                    let low = self.low[node].min(self.index[next]);
+                    self.low.insert(node, low);
+                }
+            }
+            if self.low[node] == self.index[node] {
+                let mut set = BTreeSet::new();
+                while let Some(member) = self.stack.pop() {
+                    self.on_stack.remove(member);
+                    set.insert(member.to_owned());
+                    if member == node {
+                        break;
+                    }
+                }
+                if set.len() > 1 {
+                    self.found.push(set);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for node in graph.keys() {
+        if !walk.index.contains_key(node.as_str()) {
+            walk.visit(node);
+        }
+    }
+    walk.found.sort();
+    walk.found
+}
+
+/// A shortest circle through `start` inside `set`, as its import sites: `a -> b (file:line)`.
+fn circle_through(graph: &Graph, set: &BTreeSet<String>, start: &str) -> Vec<String> {
+    let mut came_from: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(node) = queue.pop_front() {
+        for next in graph.get(node).into_iter().flat_map(|e| e.keys()) {
+            if !set.contains(next) || came_from.contains_key(next.as_str()) {
+                continue;
+            }
+            came_from.insert(next, node);
+            if next == start {
+                let mut hops = Vec::new();
+                let mut to = start;
+                loop {
+                    let from = came_from[to];
+                    hops.push(format!("{from} -> {to} ({})", graph[from][to]));
+                    to = from;
+                    if to == start {
+                        break;
+                    }
+                }
+                hops.reverse();
+                return hops;
+            }
+            queue.push_back(next);
+        }
+    }
+    Vec::new()
+}
+
+/// Each circle of `graph` outside `allowed`, with one of its paths, file and line per import;
+/// and a note on each circle that is still allowed.
+fn cycle_problems_in(graph: &Graph, allowed: &[&[&str]]) -> (Vec<String>, Vec<String>) {
+    let (mut problems, mut notes) = (Vec::new(), Vec::new());
+    let allowed: Vec<BTreeSet<&str>> = allowed
+        .iter()
+        .map(|c| c.iter().copied().collect())
+        .collect();
+    for set in cycles(graph) {
+        let names: Vec<&str> = set.iter().map(String::as_str).collect();
+        if allowed.iter().any(|a| names.iter().all(|m| a.contains(m))) {
+            notes.push(format!(
+                "allowed import circle (to take apart): {}",
+                names.join(", ")
+            ));
+            continue;
+        }
+        // Start from a module that no allowed circle explains, when there is one.
+        let closest = allowed
+            .iter()
+            .max_by_key(|a| names.iter().filter(|m| a.contains(*m)).count());
+        let start = names
+            .iter()
+            .find(|m| closest.is_none_or(|a| !a.contains(*m)))
+            .unwrap_or(&names[0]);
+        problems.push(format!(
+            "new import circle among the server's modules {{{}}}: {}; break it (a module imports \
+             only from modules that do not import it back), or shrink an existing one",
+            names.join(", "),
+            circle_through(graph, &set, start).join(", "),
+        ));
+    }
+    (problems, notes)
+}
+
+fn cycle_problems() -> Result<Vec<String>> {
+    let (problems, notes) = cycle_problems_in(&server_graph()?, ALLOWED_CYCLES);
+    for note in notes {
+        println!("layering: {note}");
+    }
+    Ok(problems)
 }
 
 fn domain_problems() -> Result<Vec<String>> {
@@ -167,6 +500,99 @@ mod tests {
             wrapper_problems_in(&metadata),
             ["registry-server depends on diesel_migrations; only registry-store may"]
         );
+    }
+
+    /// A graph of `from -> to` edges, each imported at `from.rs:1`.
+    fn graph(edges: &[(&str, &str)]) -> Graph {
+        let mut graph = Graph::new();
+        for (from, to) in edges {
+            graph
+                .entry((*from).to_owned())
+                .or_default()
+                .insert((*to).to_owned(), format!("{from}.rs:1"));
+            graph.entry((*to).to_owned()).or_default();
+        }
+        graph
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn cycles_are_the_strongly_connected_sets_of_more_than_one_module() {
+        let g = graph(&[
+            ("a", "b"),
+            ("b", "c"),
+            ("c", "a"),
+            ("c", "d"),
+            ("d", "e"),
+            ("e", "d"),
+            ("e", "f"),
+            ("g", "a"),
+        ]);
+        assert_eq!(cycles(&g), [set(&["a", "b", "c"]), set(&["d", "e"])]);
+        assert!(cycles(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])).is_empty());
+    }
+
+    #[test]
+    fn a_circle_passes_only_inside_an_allowed_set() {
+        let g = graph(&[("a", "b"), ("b", "a"), ("c", "d"), ("d", "c")]);
+        let (problems, notes) = cycle_problems_in(&g, &[&["a", "b", "x"]]);
+        assert_eq!(notes, ["allowed import circle (to take apart): a, b"]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("{c, d}: c -> d (c.rs:1), d -> c (d.rs:1)"),
+            "{problems:?}"
+        );
+        // A module joining an allowed circle makes a new one; the path shows the newcomer.
+        let g = graph(&[("a", "b"), ("b", "a"), ("b", "n"), ("n", "a")]);
+        let (problems, _) = cycle_problems_in(&g, &[&["a", "b"]]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("{a, b, n}: n -> a (n.rs:1), a -> b (a.rs:1), b -> n (b.rs:1)"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn crate_paths_name_their_top_module() {
+        assert_eq!(crate_paths_in("use crate::state::AppState;"), ["state"]);
+        assert_eq!(
+            crate_paths_in("    crate::directory::catch_up(&state).await; crate::problem::x()"),
+            ["directory", "problem"]
+        );
+        assert_eq!(
+            crate_paths_in("use crate::{auth, directory::{self, Entry}, self, state::{A, B}};"),
+            ["auth", "directory", "state"]
+        );
+        assert!(crate_paths_in("registry_crate::x; $crate::y; use std::fmt;").is_empty());
+        assert_eq!(module_of(Path::new("auth/federation.rs")).unwrap(), "auth");
+        assert_eq!(module_of(Path::new("state.rs")).unwrap(), "state");
+        assert_eq!(module_of(Path::new("main.rs")), None);
+    }
+
+    #[test]
+    fn routes_may_not_decide_a_403_or_404_but_routing_may_answer_one() {
+        let routes = "/// The answer to a path no route serves.\n\
+                      pub async fn not_found() -> Result<HttpResponse, ApiError> {\n\
+                      \x20   Err(ApiError::NotFound(\"no such endpoint\".into()))\n\
+                      }\n\
+                      // A comment may name ApiError::Forbidden.\n\
+                      fn account(x: u8) -> ApiResult<()> {\n\
+                      \x20   if x == 0 { return Err(ApiError::Forbidden(\"no\".into())); }\n\
+                      \x20   Ok(HttpResponse::NotFound().finish())\n\
+                      }\n\
+                      #[cfg(test)]\n\
+                      mod tests { const S: StatusCode = StatusCode::NOT_FOUND; }\n";
+        let problems = decided_statuses_in("mod.rs", routes);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("crates/server/src/routes/mod.rs:7: `ApiError::Forbidden`"));
+        assert!(
+            problems[1].starts_with("crates/server/src/routes/mod.rs:8: `HttpResponse::NotFound`")
+        );
+        // The name is allowed in routes/mod.rs only.
+        assert_eq!(decided_statuses_in("keys.rs", routes).len(), 3);
     }
 
     #[test]

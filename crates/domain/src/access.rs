@@ -95,8 +95,8 @@ pub enum Grant<'a> {
         /// `Some` for an identity token.
         rules: Option<Vec<usize>>,
     },
-    /// An anonymous service's secret, on its own service.
-    AnonymousService,
+    /// An anonymous service's secret, on its own service (its id).
+    AnonymousService(Uuid),
 }
 
 impl Grant<'_> {
@@ -104,7 +104,33 @@ impl Grant<'_> {
     pub fn account(&self) -> Option<&Arc<ServiceAccount>> {
         match self {
             Grant::Account { account, .. } => Some(account),
-            Grant::AnonymousService => None,
+            Grant::AnonymousService(_) => None,
+        }
+    }
+
+    /// The anonymous service whose secret acts, if one does.
+    pub fn anonymous_service(&self) -> Option<Uuid> {
+        match self {
+            Grant::AnonymousService(id) => Some(*id),
+            Grant::Account { .. } => None,
+        }
+    }
+
+    /// The caller this grant lets act: with, for an identity token, the verified token (its
+    /// `iss` and `sub` go to the audit trail), from `origin`.
+    pub fn caller(
+        &self,
+        token: Option<Arc<crate::ports::VerifiedToken>>,
+        origin: crate::app::Origin,
+    ) -> crate::app::Caller {
+        match self {
+            Grant::Account { account, rules } => crate::app::Caller::account(
+                Arc::clone(account),
+                rules.clone().map(Vec::into_boxed_slice),
+                token,
+                origin,
+            ),
+            Grant::AnonymousService(_) => crate::app::Caller::anonymous(origin),
         }
     }
 }
@@ -144,7 +170,7 @@ pub fn decide<'a>(
     match credential {
         Credential::Account(account) => decide_static(account, request, ip),
         Credential::AnonymousSecret(id) => match request {
-            Request::Service(Some(service)) if service.id == id => Ok(Grant::AnonymousService),
+            Request::Service(Some(service)) if service.id == id => Ok(Grant::AnonymousService(id)),
             Request::Service(_) => Err(Refusal::NotFound),
             Request::Collection => Err(Refusal::Forbidden(
                 "an anonymous service's secret only works on that service's own calls".into(),

@@ -36,6 +36,8 @@ use uuid::Uuid;
 pub enum Action {
     /// An operator created a customer from the command line.
     CustomerCreate,
+    /// An operator changed a customer's plan from the command line (`customer set-plan`).
+    CustomerUpdate,
     /// A customer's service was registered.
     ServiceCreate,
     /// A customer's service's title or description changed.
@@ -70,8 +72,9 @@ pub enum Action {
 
 impl Action {
     /// Every action, in the contract's order.
-    pub const ALL: [Action; 16] = [
+    pub const ALL: [Action; 17] = [
         Action::CustomerCreate,
+        Action::CustomerUpdate,
         Action::ServiceCreate,
         Action::ServiceUpdate,
         Action::ServiceDelete,
@@ -93,6 +96,7 @@ impl Action {
     pub fn as_str(self) -> &'static str {
         match self {
             Action::CustomerCreate => "customer.create",
+            Action::CustomerUpdate => "customer.update",
             Action::ServiceCreate => "service.create",
             Action::ServiceUpdate => "service.update",
             Action::ServiceDelete => "service.delete",

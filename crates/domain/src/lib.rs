@@ -32,6 +32,7 @@
 pub mod access;
 pub mod account;
 pub mod anonymous;
+pub mod app;
 pub mod audit;
 pub mod claims;
 pub mod credentials;

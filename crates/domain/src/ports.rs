@@ -38,10 +38,17 @@ pub trait Randomness: Send + Sync {
 /// A slow, salted one-way hash for secrets (argon2id in production).
 pub trait SecretHasher: Send + Sync {
     /// Hashes `secret` with a fresh salt, returning a self-describing string (PHC format).
-    fn hash(&self, secret: &str) -> String;
+    /// [`HasherBusy`] when the hasher refuses more work for now (its queue is full).
+    fn hash(&self, secret: &str) -> Result<String, HasherBusy>;
     /// Whether `secret` matches `hash`, in time independent of where they differ.
-    fn verify(&self, secret: &str, hash: &str) -> bool;
+    fn verify(&self, secret: &str, hash: &str) -> Result<bool, HasherBusy>;
 }
+
+/// A [`SecretHasher`] with too much work queued: nothing else is affected, and the caller
+/// retries shortly (503).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the secret hasher is busy")]
+pub struct HasherBusy;
 
 /// A secret's public lookup id and its hash, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,8 +94,16 @@ pub trait CustomerStore: Send + Sync {
     fn customer_by_tenant(&self, tenant: &str) -> StoreResult<Option<Customer>>;
     /// Every customer, oldest first.
     fn customers(&self) -> StoreResult<Vec<Customer>>;
-    /// Changes a customer's plan; `None` when no customer has that tenant suffix.
-    fn set_plan(&self, tenant: &str, plan: Plan) -> StoreResult<Option<Customer>>;
+    /// Changes a customer's plan, with `event` (`customer.update`) in the same transaction
+    /// when, and only when, the plan was another one: setting the plan a customer already has
+    /// changes nothing and writes no event. The customer as it is after the call; `None` when
+    /// no customer has that tenant suffix.
+    fn set_plan(
+        &self,
+        tenant: &str,
+        plan: Plan,
+        event: &AuditEvent,
+    ) -> StoreResult<Option<Customer>>;
 }
 
 /// Services and their published configurations.

@@ -3,14 +3,9 @@
 //! changes, in their transactions.
 
 use crate::cli::AuditArgs;
-use crate::client_ip::client_ip;
-use crate::state::AppState;
-use actix_web::HttpRequest;
 use anyhow::Context;
-use registry_domain::audit::{Action, Actor, AuditEvent, AuditQuery, Resource, Trail, MAX_PAGE};
+use registry_domain::audit::{AuditQuery, Trail, MAX_PAGE};
 use registry_domain::ports::{AuditLog, CustomerStore};
-use registry_domain::Service;
-use uuid::Uuid;
 
 tokio::task_local! {
     /// The `X-Request-Id` of the API request being handled: `observe` sets it around the
@@ -25,51 +20,6 @@ pub fn request_id() -> Option<String> {
         .try_with(|id| id.to_str().ok().map(str::to_owned))
         .ok()
         .flatten()
-}
-
-/// The event of a change requested by `req`.
-pub fn event(
-    state: &AppState,
-    req: &HttpRequest,
-    actor: &Actor,
-    action: Action,
-    resource: Resource,
-    customer_id: Option<Uuid>,
-) -> AuditEvent {
-    let request_id = request_id();
-    AuditEvent::new(action, resource, actor.clone(), customer_id, state.now()).from_request(
-        client_ip(req, &state.trusted_proxies).to_string(),
-        request_id,
-    )
-}
-
-/// The event of a change to a service (its configuration included): a customer's services have
-/// `service.*` and `config.*` actions, anonymous ones `anonymous.*` for the service itself.
-pub fn service_event(
-    state: &AppState,
-    req: &HttpRequest,
-    actor: &Actor,
-    action: Action,
-    service: &Service,
-) -> AuditEvent {
-    event(
-        state,
-        req,
-        actor,
-        action,
-        Resource::service(service.id, &service.subdomain),
-        service.customer_id,
-    )
-}
-
-/// The action of a change to the service itself: `service.update` for a customer's,
-/// `anonymous.update` for an anonymous one (and likewise for deletion).
-pub fn service_action(service: &Service, customers: Action, anonymous: Action) -> Action {
-    if service.customer_id.is_some() {
-        customers
-    } else {
-        anonymous
-    }
 }
 
 /// `registry audit`: every event of the trail asked for, newest first, one JSON object a line.

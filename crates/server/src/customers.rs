@@ -1,16 +1,42 @@
 //! `registry customer …`: operators create customers from the command line (DECISIONS §1).
+//! Each command calls one use case of `registry_domain::app::customers` and prints its answer.
 
 use crate::adapters::{Argon2Hasher, OsRandomness, SystemClock};
 use crate::views;
-use anyhow::{bail, Context};
-use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
-use registry_domain::credentials::{self, CredentialKind};
-use registry_domain::naming::validate_tenant;
-use registry_domain::policy::Policy;
-use registry_domain::ports::{Clock, CredentialRecord, CustomerStore, SecretHasher};
-use registry_domain::{Customer, Plan, ServiceAccount, StoreError};
+use registry_domain::app::customers::{self, CreateCustomer, SetPlan};
+use registry_domain::app::{AppError, Registry, Settings};
+use registry_domain::ports::Clock;
+use registry_domain::Customer;
+use registry_oidc::VerifierKeyImport;
 use registry_store::Store;
 use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// The use cases' ports over `store`; secrets are hashed on this thread.
+fn registry(store: &Store) -> Registry {
+    Registry {
+        store: Arc::new(store.clone()),
+        random: Arc::new(OsRandomness),
+        hasher: Arc::new(Argon2Hasher::default()),
+        key_import: Arc::new(VerifierKeyImport),
+        settings: Settings::default(),
+    }
+}
+
+/// The one sentence a failed command prints: the use case's own, or the database's failure
+/// after what the command was doing.
+fn failure(doing: &'static str) -> impl FnOnce(AppError) -> anyhow::Error {
+    move |error| match error {
+        AppError::Store(error) => anyhow::Error::new(error).context(doing),
+        // A rule of the command line's flags: `/name` is `--name`.
+        AppError::Invalid(violations) => anyhow::anyhow!(violations
+            .iter()
+            .map(|v| format!("--{} {}", v.pointer.trim_start_matches('/'), v.message))
+            .collect::<Vec<_>>()
+            .join("; ")),
+        other => anyhow::Error::new(other),
+    }
+}
 
 fn customer_json(c: &Customer) -> Value {
     json!({"id": c.id.to_string(), "name": c.name, "tenant": c.tenant, "plan": c.plan.as_str()})
@@ -18,72 +44,40 @@ fn customer_json(c: &Customer) -> Value {
 
 /// Creates a customer with its first static service account; returns what to print.
 pub fn create(store: &Store, tenant: &str, plan: &str, name: &str) -> anyhow::Result<Value> {
-    validate_tenant(tenant)?;
-    let plan: Plan = plan.parse()?;
-    if name.trim().is_empty() {
-        bail!("--name must not be empty");
-    }
-    let now = SystemClock.now();
-    let customer = Customer {
-        id: uuid::Uuid::new_v4(),
-        name: name.to_owned(),
+    let command = CreateCustomer {
         tenant: tenant.to_owned(),
-        plan,
-        created_at: now,
+        plan: plan.to_owned(),
+        name: name.to_owned(),
     };
-    let policy = Policy::parse(&json!({"kind": "static", "services": ["*"]}))
-        .map_err(|v| anyhow::anyhow!("bootstrap policy rejected: {v:?}"))?
-        .policy;
-    let account = ServiceAccount {
-        id: uuid::Uuid::new_v4(),
-        customer_id: customer.id,
-        name: format!("{name} bootstrap"),
-        policy,
-        created_at: now,
-        last_used_at: None,
-    };
-    let token = credentials::generate(CredentialKind::StaticToken, &OsRandomness);
-    let record = CredentialRecord {
-        lookup_id: token.lookup_id.clone(),
-        hash: Argon2Hasher::default().hash(&token.plaintext),
-    };
-    let event = AuditEvent::new(
-        Action::CustomerCreate,
-        Resource::customer(customer.id),
-        Actor::operator(),
-        Some(customer.id),
-        now,
-    );
-    match store.create_customer(&customer, &account, &record, &event) {
-        Err(StoreError::Conflict(_)) => bail!("the tenant suffix {tenant:?} is already taken"),
-        other => other.context("could not create the customer")?,
-    }
+    let created = customers::create(&registry(store), command, SystemClock.now())
+        .map_err(failure("could not create the customer"))?;
+    let account = &created.account;
     Ok(json!({
-        "customer": customer_json(&customer),
+        "customer": customer_json(&created.customer),
         "serviceAccount": {
             "id": account.id.to_string(),
             "name": account.name,
             "policy": account.policy.document(),
             "createdAt": views::timestamp(account.created_at),
         },
-        "token": token.plaintext,
+        "token": created.token,
     }))
 }
 
 /// Every customer.
 pub fn list(store: &Store) -> anyhow::Result<Value> {
-    let customers = store.customers().context("could not list customers")?;
+    let customers =
+        customers::list(&registry(store)).map_err(failure("could not list customers"))?;
     Ok(Value::Array(customers.iter().map(customer_json).collect()))
 }
 
-/// Changes a customer's plan.
+/// Changes a customer's plan (with its `customer.update` event when the plan is another one).
 pub fn set_plan(store: &Store, tenant: &str, plan: &str) -> anyhow::Result<Value> {
-    let plan: Plan = plan.parse()?;
-    match store
-        .set_plan(tenant, plan)
-        .context("could not change the plan")?
-    {
-        Some(customer) => Ok(customer_json(&customer)),
-        None => bail!("no customer has the tenant suffix {tenant:?}"),
-    }
+    let command = SetPlan {
+        tenant: tenant.to_owned(),
+        plan: plan.to_owned(),
+    };
+    let customer = customers::set_plan(&registry(store), command, SystemClock.now())
+        .map_err(failure("could not change the plan"))?;
+    Ok(customer_json(&customer))
 }

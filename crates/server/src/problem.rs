@@ -3,7 +3,9 @@
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
+use registry_domain::app::AppError;
 use registry_domain::naming::NamingError;
+use registry_domain::ports::HasherBusy;
 use registry_domain::{StoreError, Violation};
 use serde_json::json;
 use std::borrow::Cow;
@@ -110,6 +112,41 @@ impl From<StoreError> for ApiError {
                 tracing::error!(%row, "a stored row cannot be read");
                 ApiError::Internal
             }
+        }
+    }
+}
+
+impl From<HasherBusy> for ApiError {
+    fn from(_: HasherBusy) -> Self {
+        ApiError::Busy
+    }
+}
+
+impl From<AppError> for ApiError {
+    fn from(e: AppError) -> Self {
+        match e {
+            AppError::Invalid(v) => ApiError::Validation(v),
+            AppError::UnknownServices(v) => ApiError::UnknownServices(v),
+            AppError::KindImmutable(v) => ApiError::KindImmutable(v),
+            AppError::KidReused(v) => ApiError::KidReused(v),
+            AppError::Naming(e) => ApiError::Naming(e),
+            AppError::BadRequest(detail) => ApiError::BadRequest(detail),
+            AppError::Forbidden(detail) => {
+                tracing::info!(%detail, "call refused");
+                ApiError::Forbidden(detail)
+            }
+            AppError::NotFound(detail) => ApiError::NotFound(detail),
+            AppError::Conflict(detail) => ApiError::Conflict(detail),
+            AppError::QuotaExceeded(detail) => ApiError::QuotaExceeded(detail),
+            AppError::Capacity {
+                retry_after_secs,
+                detail,
+            } => ApiError::Capacity {
+                retry_after_secs,
+                detail,
+            },
+            AppError::Busy => ApiError::Busy,
+            AppError::Store(e) => e.into(),
         }
     }
 }

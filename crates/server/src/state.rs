@@ -12,8 +12,9 @@ use crate::refusals::RefusalBudget;
 use crate::settings::Settings;
 use actix_web::web;
 use ipnetwork::IpNetwork;
+use registry_domain::app::{AppError, Registry};
 use registry_domain::ports::{Clock, Storage, StoreResult};
-use registry_oidc::OidcVerifier;
+use registry_oidc::{OidcVerifier, VerifierKeyImport};
 use std::sync::Arc;
 use time::OffsetDateTime;
 
@@ -57,10 +58,10 @@ pub struct AppState {
     pub last_use: LastUse,
     /// Refusals recorded per account this minute.
     pub refusal_budget: RefusalBudget,
-    /// Random source.
-    pub rng: OsRandomness,
     /// Secret hashing, on threads of its own.
-    pub hasher: HashingLanes,
+    pub hasher: Arc<HashingLanes>,
+    /// The use cases' ports and settings.
+    pub registry: Arc<Registry>,
     clock: Arc<dyn Clock>,
 }
 
@@ -80,6 +81,21 @@ impl AppState {
             settings.hosting_cache_bytes,
         )?;
         let anon_limiter = RateLimiter::per_hour(settings.anon_create_per_hour);
+        let hasher = Arc::new(HashingLanes::start(
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        )?);
+        let registry = Arc::new(Registry {
+            store: store.clone(),
+            random: Arc::new(OsRandomness),
+            hasher: hasher.clone(),
+            key_import: Arc::new(VerifierKeyImport),
+            settings: registry_domain::app::Settings {
+                issuer_url_template: settings.issuer_url_template.clone(),
+                max_services_per_customer: settings.max_services_per_customer,
+                max_accounts_per_customer: settings.max_accounts_per_customer,
+                anon_max_active: settings.anon_max_active,
+            },
+        });
         Ok(Self {
             trusted_proxies,
             metrics_allow,
@@ -105,10 +121,8 @@ impl AppState {
             explains: RateLimiter::per_minute(settings.explain_per_minute),
             last_use: LastUse::default(),
             refusal_budget: RefusalBudget::default(),
-            rng: OsRandomness,
-            hasher: HashingLanes::start(
-                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
-            )?,
+            hasher,
+            registry,
             clock,
             store,
             settings,
@@ -128,6 +142,19 @@ impl AppState {
     {
         let store = self.store.clone();
         web::block(move || f(&*store))
+            .await
+            .map_err(|_| ApiError::Internal)?
+            .map_err(ApiError::from)
+    }
+
+    /// Runs a use case on the blocking pool, where waiting for the database is allowed.
+    pub async fn run<T, F>(&self, use_case: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Registry) -> Result<T, AppError> + Send + 'static,
+    {
+        let registry = self.registry.clone();
+        web::block(move || use_case(&registry))
             .await
             .map_err(|_| ApiError::Internal)?
             .map_err(ApiError::from)

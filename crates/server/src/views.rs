@@ -2,6 +2,7 @@
 
 use crate::state::AppState;
 use registry_domain::anonymous::remaining_seconds;
+use registry_domain::app::anonymous::CreatedAnonymous;
 use registry_domain::{Service, ServiceAccount};
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
@@ -41,5 +42,34 @@ pub fn account(account: &ServiceAccount) -> Value {
         "policy": account.policy.document(),
         "createdAt": timestamp(account.created_at),
         "lastUsedAt": account.last_used_at.map(timestamp),
+    })
+}
+
+/// The answer to `POST /anonymous/services`: the service, its secret (the one time it is
+/// shown), the dashboard's link and the service's lifetime.
+pub fn anonymous_created(
+    state: &AppState,
+    created: &CreatedAnonymous,
+    now: OffsetDateTime,
+) -> Value {
+    let (service, secret) = (&created.service, &created.secret.plaintext);
+    let expires_at = service.expires_at.unwrap_or(now);
+    json!({
+        "service": {
+            "id": service.id.to_string(),
+            "subdomain": service.subdomain,
+            "name": service.subdomain,
+            "title": service.title,
+            "description": service.description,
+            "issuer": state.issuer_of(&service.subdomain),
+        },
+        "secret": secret,
+        "dashboardUrl": format!(
+            "{}/dashboard/anonymous/{}#secret={secret}",
+            state.settings.base(),
+            service.subdomain
+        ),
+        "expiresAt": timestamp(expires_at),
+        "remainingSeconds": remaining_seconds(expires_at, now),
     })
 }

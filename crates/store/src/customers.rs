@@ -67,17 +67,35 @@ impl CustomerStore for Store {
         })
     }
 
-    fn set_plan(&self, tenant: &str, plan: Plan) -> StoreResult<Option<Customer>> {
+    fn set_plan(
+        &self,
+        tenant: &str,
+        plan: Plan,
+        event: &AuditEvent,
+    ) -> StoreResult<Option<Customer>> {
+        // A plan is no change of the change log (no cache holds it), so the event is written
+        // here, in the transaction of the change, and only when the plan was another one. The
+        // write still takes the log's lock, which orders the audit trail as writes commit.
         self.write(None, |conn, _| {
-            diesel::update(customers::table.filter(customers::tenant.eq(tenant)))
-                .set(customers::plan.eq(plan.as_str()))
-                .execute(conn)?;
-            customers::table
-                .filter(customers::tenant.eq(tenant))
-                .get_result::<CustomerRow>(conn)
+            let by_tenant = customers::table.filter(customers::tenant.eq(tenant));
+            let Some(current) = by_tenant
+                .select(customers::plan)
+                .get_result::<String>(conn)
                 .optional()?
-                .map(CustomerRow::into_domain)
-                .transpose()
+            else {
+                return Ok(None);
+            };
+            // Compared as stored: a row whose plan cannot be read is repaired by a new one.
+            if current != plan.as_str() {
+                diesel::update(by_tenant)
+                    .set(customers::plan.eq(plan.as_str()))
+                    .execute(conn)?;
+                crate::audit::insert(conn, event)?;
+            }
+            by_tenant
+                .get_result::<CustomerRow>(conn)?
+                .into_domain()
+                .map(Some)
         })
     }
 }

@@ -38,6 +38,40 @@ pub(crate) fn id_text(id: Uuid) -> String {
     id.hyphenated().to_string()
 }
 
+/// `result`, its corruption (if any) naming the row it was read from, `{row} {id}`, unless the
+/// message names the id already: the log of a list that leaves the row out must say which.
+fn naming<T>(result: Res<T>, row: &str, id: &str) -> Res<T> {
+    result.map_err(|failure| match failure {
+        Failure(StoreError::Corrupt(what)) if !what.contains(id) => {
+            corrupt(format_args!("{what} of {row} {id}"))
+        }
+        other => other,
+    })
+}
+
+/// The rows of a list that can be read, each through `read`. A row that cannot
+/// (`StoreError::Corrupt`) is left out and logged, naming it (asked for alone, it is a 500):
+/// one corrupt row must not take a list, the reaper or a server's start with it. Any other
+/// failure fails the list.
+pub(crate) fn readable<R, T>(
+    kind: &str,
+    rows: impl IntoIterator<Item = R>,
+    mut read: impl FnMut(R) -> Res<T>,
+) -> Res<Vec<T>> {
+    let rows = rows.into_iter();
+    let mut items = Vec::with_capacity(rows.size_hint().0);
+    for row in rows {
+        match read(row) {
+            Ok(item) => items.push(item),
+            Err(Failure(StoreError::Corrupt(row))) => {
+                tracing::error!(%row, "left out a stored {kind} that cannot be read");
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(items)
+}
+
 #[derive(Queryable)]
 pub(crate) struct CustomerRow {
     id: String,
@@ -73,15 +107,27 @@ pub(crate) struct ServiceRow {
 }
 
 impl ServiceRow {
+    /// Its ids and times: what can be corrupt.
+    fn ids_and_times(&self) -> Res<(Uuid, Option<Uuid>, OffsetDateTime, Option<OffsetDateTime>)> {
+        Ok((
+            uuid(&self.id)?,
+            self.customer_id.as_deref().map(uuid).transpose()?,
+            instant(self.created_at)?,
+            self.expires_at.map(instant).transpose()?,
+        ))
+    }
+
     pub(crate) fn into_domain(self) -> Res<Service> {
+        let (id, customer_id, created_at, expires_at) =
+            naming(self.ids_and_times(), "service", &self.id)?;
         Ok(Service {
-            id: uuid(&self.id)?,
-            customer_id: self.customer_id.as_deref().map(uuid).transpose()?,
+            id,
+            customer_id,
             subdomain: self.subdomain,
             title: self.title,
             description: self.description,
-            created_at: instant(self.created_at)?,
-            expires_at: self.expires_at.map(instant).transpose()?,
+            created_at,
+            expires_at,
         })
     }
 }
@@ -151,8 +197,21 @@ impl ConfigRow {
         self.key_expires_at
     }
 
+    /// Its id and times: what can be corrupt besides the key state.
+    fn id_and_times(&self) -> Res<(Uuid, OffsetDateTime, Option<OffsetDateTime>)> {
+        Ok((
+            uuid(&self.service_id)?,
+            instant(self.updated_at)?,
+            self.previous_change_at.map(instant).transpose()?,
+        ))
+    }
+
     pub(crate) fn into_domain(self) -> Res<PublishedConfig> {
-        let updated_at = instant(self.updated_at)?;
+        let (service_id, updated_at, previous_change_at) = naming(
+            self.id_and_times(),
+            "the configuration of service",
+            &self.service_id,
+        )?;
         let keys = if self.key_state.is_empty() {
             // Published before the lifecycle was recorded: every key current.
             let jwks: serde_json::Value = serde_json::from_str(&self.jwks).map_err(|e| {
@@ -168,11 +227,11 @@ impl ConfigRow {
             })?
         };
         Ok(PublishedConfig {
-            service_id: uuid(&self.service_id)?,
+            service_id,
             openid_configuration: self.openid_configuration,
             jwks: self.jwks,
             updated_at,
-            previous_change_at: self.previous_change_at.map(instant).transpose()?,
+            previous_change_at,
             keys,
         })
     }
@@ -202,6 +261,36 @@ mod tests {
         let before_epoch = datetime!(1969-12-31 23:59:59.999_5 UTC);
         assert_eq!(millis(before_epoch), -1);
         assert_eq!(instant(-1).unwrap(), datetime!(1969-12-31 23:59:59.999 UTC));
+    }
+
+    #[test]
+    fn a_list_leaves_corrupt_rows_out_and_fails_on_any_other_failure() {
+        let read = |n: i64| if n == 2 { Err(corrupt("row 2")) } else { Ok(n) };
+        assert_eq!(readable("number", [1, 2, 3], read).unwrap(), [1, 3]);
+        let down = readable("number", [1], |_| -> Res<i64> {
+            Err(Failure(StoreError::Unavailable("down".into())))
+        });
+        assert!(matches!(down, Err(Failure(StoreError::Unavailable(_)))));
+    }
+
+    #[test]
+    fn a_corrupt_time_names_its_row() {
+        let row = ServiceRow {
+            id: "6f9619ff-8b86-d011-b42d-00c04fc964ff".into(),
+            customer_id: None,
+            subdomain: "x".into(),
+            title: None,
+            description: None,
+            created_at: i64::MAX,
+            expires_at: None,
+        };
+        let Err(Failure(StoreError::Corrupt(what))) = row.into_domain() else {
+            panic!("a time out of range is corrupt");
+        };
+        assert!(
+            what.ends_with("of service 6f9619ff-8b86-d011-b42d-00c04fc964ff"),
+            "{what}"
+        );
     }
 
     #[test]

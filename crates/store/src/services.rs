@@ -2,7 +2,7 @@
 
 use crate::error::Res;
 use crate::pool::{on_backend, Db};
-use crate::rows::{id_text, key_state_text, millis, ConfigRow, ServiceRow};
+use crate::rows::{id_text, key_state_text, millis, readable, ConfigRow, ServiceRow};
 use crate::schema::{credentials, published_configs, services};
 use crate::Store;
 use diesel::prelude::*;
@@ -199,13 +199,11 @@ impl ServiceStore for Store {
 
     fn services_of(&self, customer_id: Uuid) -> StoreResult<Vec<Service>> {
         self.read(|conn| {
-            services::table
+            let rows = services::table
                 .filter(services::customer_id.eq(id_text(customer_id)))
                 .order((services::created_at, services::id))
-                .load::<ServiceRow>(conn)?
-                .into_iter()
-                .map(ServiceRow::into_domain)
-                .collect()
+                .load::<ServiceRow>(conn)?;
+            readable("service", rows, ServiceRow::into_domain)
         })
     }
 
@@ -272,17 +270,17 @@ impl ServiceStore for Store {
         })
     }
 
+    /// A corrupt row is left out (and stays: nothing can name it for deletion), so a batch can
+    /// come back shorter than `limit` while more are due.
     fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Service>> {
         self.read(|conn| {
-            services::table
+            let rows = services::table
                 .filter(services::customer_id.is_null())
                 .filter(services::expires_at.le(millis(now)))
                 .order(services::expires_at)
                 .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-                .load::<ServiceRow>(conn)?
-                .into_iter()
-                .map(ServiceRow::into_domain)
-                .collect()
+                .load::<ServiceRow>(conn)?;
+            readable("anonymous service", rows, ServiceRow::into_domain)
         })
     }
 
@@ -356,15 +354,13 @@ impl ServiceStore for Store {
         limit: usize,
     ) -> StoreResult<Vec<Uuid>> {
         self.read(|conn| {
-            published_configs::table
+            let ids = published_configs::table
                 .filter(published_configs::key_expires_at.le(millis(now)))
                 .order(published_configs::key_expires_at)
                 .limit(i64::try_from(limit).unwrap_or(i64::MAX))
                 .select(published_configs::service_id)
-                .load::<String>(conn)?
-                .iter()
-                .map(|id| crate::rows::uuid(id))
-                .collect()
+                .load::<String>(conn)?;
+            readable("published configuration", ids, |id| crate::rows::uuid(&id))
         })
     }
 
@@ -392,13 +388,13 @@ impl ServiceStore for Store {
 
     fn published(&self) -> StoreResult<Vec<(Service, PublishedConfig)>> {
         self.read(|conn| {
-            services::table
+            let rows = services::table
                 .inner_join(published_configs::table)
                 .order((services::created_at, services::id))
-                .load::<(ServiceRow, ConfigRow)>(conn)?
-                .into_iter()
-                .map(|(s, c)| Ok((s.into_domain()?, c.into_domain()?)))
-                .collect()
+                .load::<(ServiceRow, ConfigRow)>(conn)?;
+            readable("published service", rows, |(s, c)| {
+                Ok((s.into_domain()?, c.into_domain()?))
+            })
         })
     }
 }

@@ -307,6 +307,57 @@ fn customer_commands() {
     .is_err());
 }
 
+/// `registry audit` as JSON objects, newest first.
+fn audit_lines(server: &TestServer, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["audit"];
+    all.extend_from_slice(args);
+    match run_cli(&all, &server.database_url) {
+        Ok(Value::String(lines)) => lines
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+        // One line parses as one JSON document.
+        Ok(one) => vec![one],
+        Err(stderr) => panic!("registry audit failed: {stderr}"),
+    }
+}
+
+/// `customer set-plan` writes `customer.update` (DECISIONS §13), by the operator, into the
+/// customer's trail; setting the plan the customer already has changes nothing and writes none.
+#[test]
+fn set_plan_writes_a_customer_update_event() {
+    let server = TestServer::start();
+    let acme = server.create_customer("acme", "team");
+    let set_plan = |plan: &str| {
+        run_cli(
+            &["customer", "set-plan", "--tenant", "acme", "--plan", plan],
+            &server.database_url,
+        )
+        .unwrap()
+    };
+
+    assert_eq!(set_plan("enterprise")["plan"], "enterprise");
+    assert_eq!(set_plan("enterprise")["plan"], "enterprise");
+
+    let events = audit_lines(&server, &["--tenant", "acme"]);
+    let actions: Vec<&str> = events
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["customer.update", "customer.create"]);
+    let update = &events[0];
+    assert_eq!(update["actor"], json!({"kind": "operator"}));
+    assert_eq!(
+        update["resource"],
+        json!({"type": "customer", "id": acme["customer"]["id"]})
+    );
+    let filtered = audit_lines(
+        &server,
+        &["--tenant", "acme", "--action", "customer.update"],
+    );
+    assert_eq!(filtered, std::slice::from_ref(update));
+}
+
 /// Every failing command says one sentence on stderr and exits 1, never with a backtrace or a
 /// panic, even with `RUST_BACKTRACE=1` set as many Rust users have it; a wrong command line
 /// exits 2 with its usage.

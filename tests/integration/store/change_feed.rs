@@ -94,7 +94,7 @@ fn failed_and_empty_writes_log_nothing() {
     assert!(store
         .replace_token(Uuid::new_v4(), &record(&lookup(), "h"), &ev())
         .is_err());
-    store.set_plan("acme", Plan::Team).unwrap();
+    store.set_plan("acme", Plan::Team, &ev()).unwrap();
 
     assert_eq!(store.latest_change().unwrap(), before);
 }

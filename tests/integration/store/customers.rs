@@ -87,7 +87,7 @@ fn set_plan_changes_the_plan_of_that_tenant_only() {
     let (acme, ..) = seeded(&store, "acme");
     let (globex, ..) = seeded(&store, "globex");
 
-    let updated = store.set_plan("acme", Plan::Free).unwrap().unwrap();
+    let updated = store.set_plan("acme", Plan::Free, &ev()).unwrap().unwrap();
 
     assert_eq!(
         updated,
@@ -101,7 +101,50 @@ fn set_plan_changes_the_plan_of_that_tenant_only() {
         store.customer(globex.id).unwrap().unwrap().plan,
         Plan::Business
     );
-    assert_eq!(store.set_plan("initech", Plan::Team).unwrap(), None);
+    assert_eq!(store.set_plan("initech", Plan::Team, &ev()).unwrap(), None);
+}
+
+/// `customer.update` is written with a change of plan, and only then (DECISIONS §13).
+#[test]
+fn set_plan_writes_its_event_only_when_the_plan_changes() {
+    use registry_domain::audit::{AuditQuery, Trail};
+    use registry_domain::ports::AuditLog;
+    let store = store();
+    let (acme, ..) = seeded(&store, "acme");
+    let event = |seconds| {
+        AuditEvent::new(
+            Action::CustomerUpdate,
+            Resource::customer(acme.id),
+            Actor::operator(),
+            Some(acme.id),
+            at(seconds),
+        )
+    };
+    let updates = || {
+        store
+            .audit_events(&AuditQuery {
+                trail: Trail::Customer(acme.id),
+                cursor: None,
+                action: Some(Action::CustomerUpdate),
+                since: None,
+                limit: 10,
+            })
+            .unwrap()
+            .events
+    };
+
+    let changed = event(1);
+    store.set_plan("acme", Plan::Team, &changed).unwrap();
+    assert_eq!(updates(), vec![changed.clone()]);
+
+    // The same plan again, and a tenant nobody has: nothing changes, no event.
+    let same = store.set_plan("acme", Plan::Team, &event(2)).unwrap();
+    assert_eq!(same.map(|c| c.plan), Some(Plan::Team));
+    assert_eq!(
+        store.set_plan("initech", Plan::Free, &event(3)).unwrap(),
+        None
+    );
+    assert_eq!(updates(), vec![changed]);
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod audit;
 mod change_feed;
 mod concurrency;
 mod connect;
+mod corrupt_rows;
 mod credentials;
 mod customers;
 mod services;

@@ -1,8 +1,7 @@
-use crate::problem::{ApiError, ApiResult};
 use argon2::password_hash::phc::{Output, ParamsString, PasswordHash, Salt};
 use argon2::password_hash::{self, generate_salt};
 use argon2::{Algorithm, Argon2, Block, Params, Version};
-use registry_domain::ports::SecretHasher;
+use registry_domain::ports::{HasherBusy, SecretHasher};
 use std::sync::{Mutex, PoisonError};
 
 /// argon2id with the crate's default parameters (about 17 ms per verification here, which is
@@ -73,14 +72,26 @@ impl Argon2Hasher {
     }
 }
 
-impl SecretHasher for Argon2Hasher {
-    fn hash(&self, secret: &str) -> String {
+impl Argon2Hasher {
+    /// A new hash of `secret` (PHC string).
+    pub fn hash(&self, secret: &str) -> String {
         self.try_hash(secret)
             .expect("argon2 with default parameters cannot fail")
     }
 
-    fn verify(&self, secret: &str, hash: &str) -> bool {
+    /// Whether `secret` matches `hash`.
+    pub fn verify(&self, secret: &str, hash: &str) -> bool {
         self.try_verify(secret, hash).unwrap_or(false)
+    }
+}
+
+impl SecretHasher for Argon2Hasher {
+    fn hash(&self, secret: &str) -> Result<String, HasherBusy> {
+        Ok(Argon2Hasher::hash(self, secret))
+    }
+
+    fn verify(&self, secret: &str, hash: &str) -> Result<bool, HasherBusy> {
+        Ok(Argon2Hasher::verify(self, secret, hash))
     }
 }
 
@@ -154,7 +165,7 @@ impl Queue {
 /// is the CPU it can take (a flood of new secrets queues for a lane instead of starving the rest
 /// of the server, as it would on the blocking pool). Two bounded queues feed the lanes: new
 /// secrets go first, so that wrong secrets presented in bulk delay no creation; when a queue is
-/// full the caller gets [`ApiError::Busy`] (503) at once.
+/// full the caller gets `HasherBusy` (503) at once.
 #[derive(Debug)]
 pub struct HashingLanes {
     queue: std::sync::Arc<Queue>,
@@ -187,11 +198,12 @@ impl HashingLanes {
         Ok(Self { queue, lanes })
     }
 
-    async fn run<T: Send + 'static>(
+    /// Queues `work` for a lane, or refuses it when that priority's queue is full.
+    fn enqueue<T: Send + 'static>(
         &self,
         priority: Priority,
         work: impl FnOnce(&Argon2Hasher) -> T + Send + 'static,
-    ) -> ApiResult<T> {
+    ) -> Result<tokio::sync::oneshot::Receiver<T>, HasherBusy> {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |hasher| {
             let _ = answer.send(work(hasher));
@@ -203,26 +215,38 @@ impl HashingLanes {
                 Priority::Verify => (&mut pending.verifications, QUEUED_VERIFICATIONS_PER_LANE),
             };
             if queue.len() >= bound * self.lanes {
-                return Err(ApiError::Busy);
+                return Err(HasherBusy);
             }
             queue.push_back(job);
         }
         self.queue.ready.notify_one();
-        answered.await.map_err(|_| ApiError::Internal)
+        Ok(answered)
     }
 
-    /// [`SecretHasher::hash`] on a lane, before any verification that waits.
-    pub async fn hash(&self, secret: String) -> ApiResult<String> {
-        self.run(Priority::Hash, move |hasher| hasher.hash(&secret))
-            .await
-    }
-
-    /// [`SecretHasher::verify`] on a lane; [`ApiError::Busy`] when too many wait already.
-    pub async fn verify(&self, secret: String, hash: String) -> ApiResult<bool> {
-        self.run(Priority::Verify, move |hasher| {
+    /// A verification on a lane; [`HasherBusy`] when too many wait already.
+    pub async fn verify(&self, secret: String, hash: String) -> Result<bool, HasherBusy> {
+        let answered = self.enqueue(Priority::Verify, move |hasher| {
             hasher.verify(&secret, &hash)
-        })
-        .await
+        })?;
+        answered.await.map_err(|_| HasherBusy)
+    }
+}
+
+/// The use cases hash new secrets through the port, on the blocking pool: the lanes bound the
+/// work there too, and the thread waits for its answer.
+impl SecretHasher for HashingLanes {
+    fn hash(&self, secret: &str) -> Result<String, HasherBusy> {
+        let secret = secret.to_owned();
+        let answered = self.enqueue(Priority::Hash, move |hasher| hasher.hash(&secret))?;
+        answered.blocking_recv().map_err(|_| HasherBusy)
+    }
+
+    fn verify(&self, secret: &str, hash: &str) -> Result<bool, HasherBusy> {
+        let (secret, hash) = (secret.to_owned(), hash.to_owned());
+        let answered = self.enqueue(Priority::Verify, move |hasher| {
+            hasher.verify(&secret, &hash)
+        })?;
+        answered.blocking_recv().map_err(|_| HasherBusy)
     }
 }
 
@@ -273,8 +297,13 @@ mod tests {
 
     #[tokio::test]
     async fn lanes_hash_and_verify() {
-        let lanes = HashingLanes::start(2).unwrap();
-        let hash = lanes.hash("rgst_lane".into()).await.unwrap();
+        let lanes = std::sync::Arc::new(HashingLanes::start(2).unwrap());
+        // New secrets are hashed through the port, from the blocking pool.
+        let hasher = lanes.clone();
+        let hash = tokio::task::spawn_blocking(move || SecretHasher::hash(&*hasher, "rgst_lane"))
+            .await
+            .unwrap()
+            .unwrap();
         assert!(lanes
             .verify("rgst_lane".into(), hash.clone())
             .await

@@ -11,6 +11,7 @@ pub use failures::SecretFailures;
 pub(crate) use federation::verify_identity;
 pub use token_cache::TokenCache;
 
+use crate::audit;
 use crate::client_ip::client_ip;
 use crate::directory;
 use crate::problem::{ApiError, ApiResult};
@@ -19,80 +20,21 @@ use crate::refusals::{self, RefusedRequest};
 use crate::state::AppState;
 use actix_web::{http::header, HttpRequest};
 use registry_domain::access::{self, Credential, Grant, Refusal, Request};
-use registry_domain::audit::Actor;
+use registry_domain::app::{Caller, Origin};
 use registry_domain::credentials::{self, CredentialKind};
-use registry_domain::policy::{PolicyKind, Scope};
 use registry_domain::ports::{CredentialOwner, VerifiedToken};
 use registry_domain::{Service, ServiceAccount};
 use std::net::IpAddr;
 use std::sync::Arc;
 use time::OffsetDateTime;
 
-/// A service account acting through the API.
-#[derive(Debug)]
-pub struct AccountCaller {
-    /// The account (shared with the directory's cache).
-    pub account: Arc<ServiceAccount>,
-    /// For a federated caller, the rules whose claims the token matched (matched once per
-    /// request: asking about many services does not match again).
-    pub rules: Option<Box<[usize]>>,
-    /// Who this is in the audit trail.
-    pub who: Acting,
-}
-
 /// A caller allowed to act on one service.
 #[derive(Debug)]
 pub struct ServiceCaller {
     /// The service.
     pub service: Service,
-    /// Who acts on it, for the audit trail.
-    pub who: Acting,
-}
-
-/// Who a granted call acts as. The audit [`Actor`] is built from it only when the call changes
-/// something: reads pay for no copy of the token's `iss` and `sub`.
-#[derive(Debug, Clone)]
-pub struct Acting {
-    account: Option<uuid::Uuid>,
-    token: Option<Arc<VerifiedToken>>,
-}
-
-impl Acting {
-    /// A static token's account, a federated token's account with the token's `iss` and `sub`,
-    /// or an anonymous secret.
-    pub fn actor(&self) -> Actor {
-        match (self.account, &self.token) {
-            (Some(account), Some(token)) => {
-                let sub = token.claims.get("sub").and_then(|s| s.as_str());
-                Actor::federated(account, Some(token.issuer.clone()), sub.map(str::to_owned))
-            }
-            (Some(account), None) => Actor::static_token(account),
-            (None, _) => Actor::anonymous(),
-        }
-    }
-}
-
-impl AccountCaller {
-    /// The services this caller may act on.
-    pub fn scope(&self) -> Option<Scope<'_>> {
-        match (self.account.policy.kind(), &self.rules) {
-            (PolicyKind::Static, _) => self.account.policy.static_scope(),
-            (PolicyKind::Oidc, Some(rules)) => {
-                Some(self.account.policy.rules_scope(rules)).filter(|s| !s.is_empty())
-            }
-            (PolicyKind::Oidc, None) => None,
-        }
-    }
-
-    /// Whether the caller may act on `subdomain`.
-    pub fn may_act_on(&self, subdomain: &str) -> bool {
-        self.scope().is_some_and(|s| s.matches(subdomain))
-    }
-
-    /// The customer the caller acts for.
-    pub fn customer_id(&self) -> uuid::Uuid {
-        self.account.customer_id
-    }
+    /// Who acts on it.
+    pub caller: Caller,
 }
 
 /// The bearer token of the request.
@@ -319,12 +261,13 @@ fn granted(
     req: &HttpRequest,
     grant: &Grant<'_>,
     token: Option<&Arc<VerifiedToken>>,
-    anonymous_service: Option<uuid::Uuid>,
+    ip: IpAddr,
     now: OffsetDateTime,
-) -> ApiResult<Acting> {
+) -> ApiResult<Caller> {
     let account = grant.account().map(|a| a.id);
-    if let Some(credential) = account.or(anonymous_service) {
-        if changes(req) {
+    let changes = changes(req);
+    if let Some(credential) = account.or(grant.anonymous_service()) {
+        if changes {
             state
                 .writes
                 .hit_key(credential)
@@ -340,10 +283,9 @@ fn granted(
     if let Some(id) = account {
         state.last_use.used(&state.store, id, now);
     }
-    Ok(Acting {
-        account,
-        token: token.cloned(),
-    })
+    // Only changes carry the request id (into their audit events): reads pay for no copy.
+    let request_id = if changes { audit::request_id() } else { None };
+    Ok(grant.caller(token.cloned(), Origin::new(ip, request_id)))
 }
 
 fn refused_request<'a>(
@@ -379,20 +321,9 @@ async fn refused_federated(
     record_failure(state, ip, refused(refusal, key))
 }
 
-fn caller_of(grant: &Grant<'_>, who: Acting) -> Option<AccountCaller> {
-    match grant {
-        Grant::Account { account, rules } => Some(AccountCaller {
-            account: Arc::clone(account),
-            rules: rules.clone().map(Vec::into_boxed_slice),
-            who,
-        }),
-        Grant::AnonymousService => None,
-    }
-}
-
 /// Authenticates a call that is not about one service (`/services` collection,
 /// `/service-accounts…`). Anonymous secrets are refused with 403.
-pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult<AccountCaller> {
+pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult<Caller> {
     let now = state.now();
     let (ip, token) = admitted(state, req, now)?;
     if looks_like_jwt(token) {
@@ -410,16 +341,20 @@ pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult
                 return Err(refused_federated(state, request, refusal, "").await);
             }
         };
-        let who = granted(state, req, &grant, Some(&verified), None, now)?;
-        // An identity token acts as an account.
-        return caller_of(&grant, who).ok_or(ApiError::Internal);
+        return granted(state, req, &grant, Some(&verified), ip, now);
     }
     let holder = secret_holder(state, token, ip).await?;
     let grant = access::decide(holder.credential(), Request::Collection, ip, now)
         .map_err(|refusal| refused(refusal, ""))?;
-    let who = granted(state, req, &grant, None, None, now)?;
-    // `decide` refuses an anonymous secret on a collection call: a grant here is an account.
-    caller_of(&grant, who).ok_or(ApiError::Internal)
+    granted(state, req, &grant, None, ip, now)
+}
+
+/// Authenticates a call on the customer's service accounts or audit trail: a caller whose
+/// patterns include `"*"` (DECISIONS §5).
+pub async fn manager(state: &AppState, req: &HttpRequest) -> ApiResult<Caller> {
+    let caller = collection_caller(state, req).await?;
+    caller.may_manage(None)?;
+    Ok(caller)
 }
 
 /// Authenticates and authorizes a call on one service, found by subdomain or id; returns the
@@ -452,7 +387,7 @@ pub async fn service_caller(
         };
         let service = service.as_deref().ok_or(ApiError::Internal)?;
         return Ok(ServiceCaller {
-            who: granted(state, req, &grant, Some(&verified), None, now)?,
+            caller: granted(state, req, &grant, Some(&verified), ip, now)?,
             service: Service::clone(service),
         });
     }
@@ -462,9 +397,8 @@ pub async fn service_caller(
     let grant = access::decide(credential, Request::Service(service.as_deref()), ip, now)
         .map_err(|refusal| refused(refusal, key))?;
     let service = service.as_deref().ok_or(ApiError::Internal)?;
-    let anonymous = matches!(grant, Grant::AnonymousService).then_some(service.id);
     Ok(ServiceCaller {
-        who: granted(state, req, &grant, None, anonymous, now)?,
+        caller: granted(state, req, &grant, None, ip, now)?,
         service: Service::clone(service),
     })
 }

@@ -1,21 +1,20 @@
 //! `POST /anonymous/services`: a temporary service for anyone, managed with a one-time secret.
+//! Parse, hold the per-address creation limit, call `registry_domain::app::anonymous::create`,
+//! shape the answer.
 
 use crate::audit;
 use crate::body::{read_json, Fields};
 use crate::client_ip::client_ip;
 use crate::problem::{ApiError, ApiResult};
-use crate::routes::services::{MAX_DESCRIPTION, MAX_TITLE};
 use crate::state::AppState;
 use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use registry_domain::anonymous::{lifetime, remaining_seconds};
-use registry_domain::audit::{Action, Actor};
-use registry_domain::credentials::{self, CredentialKind};
-use registry_domain::naming::anonymous_subdomain;
-use registry_domain::ports::CredentialRecord;
-use registry_domain::Service;
-use serde_json::json;
+use registry_domain::anonymous::lifetime;
+use registry_domain::app::anonymous::{self, CreateAnonymous};
+use registry_domain::app::services::{MAX_DESCRIPTION, MAX_TITLE};
+use registry_domain::app::Origin;
+use serde_json::Value;
 
 /// Creates an anonymous service.
 pub async fn create(
@@ -24,19 +23,7 @@ pub async fn create(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
-    let mut fields = Fields::new(body.as_ref(), &["title", "description", "ttlHours"])?;
-    let title = fields.string("title", false, MAX_TITLE);
-    let description = fields.string("description", false, MAX_DESCRIPTION);
-    let ttl = match lifetime(fields.raw("ttlHours")) {
-        Ok(ttl) => Some(ttl),
-        Err(violation) => {
-            fields.problems.push(violation);
-            None
-        }
-    };
-    fields.finish()?;
-    let ttl = ttl.ok_or(ApiError::Internal)?;
-
+    let command = command(body.as_ref())?;
     let ip = client_ip(&req, &state.trusted_proxies);
     state
         .anon_limiter
@@ -48,75 +35,36 @@ pub async fn create(
                 state.settings.anon_create_per_hour
             ),
         })?;
-
-    let now = state.now();
-    let live = state.db(move |s| s.live_anonymous(now)).await?;
-    if live >= state.settings.anon_max_active {
-        return Err(ApiError::Capacity {
-            retry_after_secs: 60,
-            detail: format!(
-                "the registry holds {} live anonymous services, the most it keeps; retry later, \
-                 when some have expired",
-                state.settings.anon_max_active
-            ),
-        });
-    }
-
-    let secret = credentials::generate(CredentialKind::AnonymousSecret, &state.rng);
-    let hash = state.hasher.hash(secret.plaintext.clone()).await?;
-    let record = CredentialRecord {
-        lookup_id: secret.lookup_id.clone(),
-        hash: hash.clone(),
-    };
-    let now = state.now();
-    let service = Service {
-        id: uuid::Uuid::new_v4(),
-        customer_id: None,
-        subdomain: anonymous_subdomain(&state.rng),
-        title,
-        description,
-        created_at: now,
-        expires_at: Some(now + ttl),
-    };
-    let row = service.clone();
-    let event = audit::service_event(
-        &state,
-        &req,
-        &Actor::anonymous(),
-        Action::AnonymousCreate,
-        &service,
-    );
-    state
-        .db(move |s| s.create_service(&row, Some(&record), &event))
+    let origin = Origin::new(ip, audit::request_id());
+    let clock = state.clone();
+    let created = state
+        .run(move |registry| anonymous::create(registry, origin, command, || clock.now()))
         .await?;
+    let (secret, service) = (&created.secret, &created.service);
+    let now = service.created_at;
     // The creator's first call should not pay for argon2 again.
     state
         .tokens
-        .remember(&secret.lookup_id, &hash, &secret.plaintext, now);
-
-    let expires_at = service.expires_at.unwrap_or(now);
-    let base = state.settings.base();
+        .remember(&secret.lookup_id, &created.hash, &secret.plaintext, now);
+    let location = format!("{}/services/{}", state.settings.base(), service.subdomain);
     Ok(HttpResponse::Created()
-        .insert_header((
-            header::LOCATION,
-            format!("{base}/services/{}", service.subdomain),
-        ))
+        .insert_header((header::LOCATION, location))
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(json!({
-            "service": {
-                "id": service.id.to_string(),
-                "subdomain": service.subdomain,
-                "name": service.subdomain,
-                "title": service.title,
-                "description": service.description,
-                "issuer": state.issuer_of(&service.subdomain),
-            },
-            "secret": secret.plaintext,
-            "dashboardUrl": format!(
-                "{base}/dashboard/anonymous/{}#secret={}",
-                service.subdomain, secret.plaintext
-            ),
-            "expiresAt": views::timestamp(expires_at),
-            "remainingSeconds": remaining_seconds(expires_at, now),
-        })))
+        .json(views::anonymous_created(&state, &created, now)))
+}
+
+/// The body: `{title?, description?, ttlHours?}`, every problem reported at once.
+fn command(body: Option<&Value>) -> ApiResult<CreateAnonymous> {
+    let mut fields = Fields::new(body, &["title", "description", "ttlHours"])?;
+    let title = fields.string("title", false, MAX_TITLE);
+    let description = fields.string("description", false, MAX_DESCRIPTION);
+    let ttl = lifetime(fields.raw("ttlHours"))
+        .map_err(|violation| fields.problems.push(violation))
+        .ok();
+    fields.finish()?;
+    Ok(CreateAnonymous {
+        title,
+        description,
+        ttl: ttl.ok_or(ApiError::Internal)?,
+    })
 }

@@ -1,0 +1,799 @@
+//! Service accounts: create, list, read, change, delete, re-key (spec §4, DECISIONS §5–§6).
+//!
+//! No account can mint one broader than itself: only callers whose patterns include `"*"`
+//! manage accounts, and a caller limited to some addresses manages only accounts limited to
+//! addresses inside its own.
+
+use crate::access;
+use crate::app::{AppError, Caller, Registry};
+use crate::audit::{Action, AuditEvent, Resource};
+use crate::credentials::{self, CredentialKind};
+use crate::limits::{self, within_quota};
+use crate::policy::{ParsedPolicy, Policy, PolicyKind};
+use crate::ports::CredentialRecord;
+use crate::{ServiceAccount, Violation};
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Longest account name accepted.
+pub const MAX_NAME: usize = 200;
+
+/// `POST /service-accounts`.
+///
+/// `problems` carries what the request's own parsing found (unknown fields, a name of the wrong
+/// type or length): they are reported with the policy's problems in one 400, so that a client
+/// fixes everything at once. A missing name or policy is one more problem, unless `problems`
+/// already has one at its pointer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CreateAccount {
+    /// The name; required.
+    pub name: Option<String>,
+    /// The policy document, as sent; required.
+    pub policy: Option<Value>,
+    /// Problems the body already has, pointers from the body's root.
+    pub problems: Vec<Violation>,
+}
+
+/// `PATCH /service-accounts/{id}`: what to change; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdateAccount {
+    /// A new name.
+    pub name: Option<String>,
+    /// A new policy document, of the same kind.
+    pub policy: Option<Value>,
+    /// Problems the body already has (see [`CreateAccount::problems`]).
+    pub problems: Vec<Violation>,
+}
+
+/// A static token just generated: its plaintext is shown once; the server remembers the
+/// plaintext with its lookup id and hash, so that its first use skips the slow hash.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NewToken {
+    /// The whole token, to return to the client once.
+    pub plaintext: String,
+    /// Its public lookup id.
+    pub lookup_id: String,
+    /// Its [`SecretHasher`](crate::ports::SecretHasher) hash, as stored.
+    pub hash: String,
+}
+
+impl std::fmt::Debug for NewToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewToken")
+            .field("lookup_id", &self.lookup_id)
+            .field("plaintext", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`create`] made.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The account.
+    pub account: ServiceAccount,
+    /// Its token, for a `static` account.
+    pub token: Option<NewToken>,
+    /// Sentences about risky but valid choices of its policy.
+    pub warnings: Vec<String>,
+}
+
+/// What [`update`] wrote.
+#[derive(Debug, Clone)]
+pub struct Updated {
+    /// The account as it is now.
+    pub account: ServiceAccount,
+    /// Sentences about risky but valid choices of its new policy (none without one).
+    pub warnings: Vec<String>,
+}
+
+/// What [`regenerate_token`] made.
+#[derive(Debug, Clone)]
+pub struct Regenerated {
+    /// The account re-keyed.
+    pub account: ServiceAccount,
+    /// Its new token; the old one fails from now on.
+    pub token: NewToken,
+}
+
+/// The 404 of an account that does not exist for this caller (`id` as the client gave it).
+pub fn not_found(id: &str) -> AppError {
+    AppError::NotFound(format!("no service account {id:?}"))
+}
+
+/// The caller's customer's account with this id: another customer's, a missing one or a
+/// malformed id are all the same 404. Only callers that manage accounts (DECISIONS §5).
+pub fn get(registry: &Registry, caller: &Caller, id: &str) -> Result<ServiceAccount, AppError> {
+    caller.may_manage(None)?;
+    let parsed: Uuid = id.parse().map_err(|_| not_found(id))?;
+    let customer_id = caller.customer()?;
+    registry
+        .store
+        .account(parsed)?
+        .filter(|a| a.customer_id == customer_id)
+        .ok_or_else(|| not_found(id))
+}
+
+/// The caller's customer's accounts, oldest first.
+pub fn list(registry: &Registry, caller: &Caller) -> Result<Vec<ServiceAccount>, AppError> {
+    caller.may_manage(None)?;
+    Ok(registry.store.accounts_of(caller.customer()?)?)
+}
+
+/// An account the caller may change, delete or re-key: one of its customer's ([`get`]), and
+/// within its addresses. Otherwise a caller limited to an office network could narrow an
+/// account usable from anywhere and then take its token, or delete it.
+pub fn managed(registry: &Registry, caller: &Caller, id: &str) -> Result<ServiceAccount, AppError> {
+    let account = get(registry, caller, id)?;
+    caller.may_manage(Some(&account.policy))?;
+    Ok(account)
+}
+
+/// Creates an account for the caller's customer: a policy within the limits, naming only the
+/// customer's services and no broader than the caller, within the customer's quota; a `static`
+/// account gets its token.
+pub fn create(
+    registry: &Registry,
+    caller: &Caller,
+    command: CreateAccount,
+    now: OffsetDateTime,
+) -> Result<Created, AppError> {
+    caller.may_manage(None)?;
+    let mut problems = command.problems;
+    if command.name.is_none() && !problems.iter().any(|p| p.pointer == "/name") {
+        problems.push(Violation::new("/name", "name is required"));
+    }
+    let parsed = match &command.policy {
+        Some(document) => with_problems(
+            checked_policy(registry, caller, document, None),
+            &mut problems,
+        )?,
+        None => {
+            if !problems.iter().any(|p| p.pointer == "/policy") {
+                problems.push(Violation::new("/policy", "policy is required"));
+            }
+            None
+        }
+    };
+    let (Some(name), Some(ParsedPolicy { policy, warnings }), true) =
+        (command.name, parsed, problems.is_empty())
+    else {
+        return Err(AppError::Invalid(problems));
+    };
+    let store = &*registry.store;
+    let customer_id = caller.customer()?;
+    let held = store.count_accounts_of(customer_id)?;
+    within_quota(
+        "service accounts",
+        held,
+        registry.settings.max_accounts_per_customer,
+    )
+    .map_err(AppError::QuotaExceeded)?;
+    let account = ServiceAccount {
+        id: Uuid::new_v4(),
+        customer_id,
+        name,
+        policy,
+        created_at: now,
+        last_used_at: None,
+    };
+    let token = match account.policy.kind() {
+        PolicyKind::Static => Some(new_token(registry)?),
+        PolicyKind::Oidc => None,
+    };
+    let record = token.as_ref().map(NewToken::record);
+    let event = account_event(caller, Action::AccountCreate, account.id, now);
+    store.create_account(&account, record.as_ref(), &event)?;
+    Ok(Created {
+        account,
+        token,
+        warnings,
+    })
+}
+
+/// Changes the name and/or the policy of `account`, found by [`managed`] (checked again here):
+/// the new policy passes the checks of [`create`], and its kind is the old one's.
+pub fn update(
+    registry: &Registry,
+    caller: &Caller,
+    mut account: ServiceAccount,
+    command: UpdateAccount,
+    now: OffsetDateTime,
+) -> Result<Updated, AppError> {
+    caller.may_manage(Some(&account.policy))?;
+    let mut problems = command.problems;
+    let mut warnings = Vec::new();
+    if let Some(document) = &command.policy {
+        let checked = checked_policy(registry, caller, document, Some(account.id));
+        if let Some(parsed) = with_problems(checked, &mut problems)? {
+            if let Err(why) = access::kind_may_change(account.policy.kind(), parsed.policy.kind()) {
+                return Err(AppError::KindImmutable(Violation::new("/policy/kind", why)));
+            }
+            account.policy = parsed.policy;
+            warnings = parsed.warnings;
+        }
+    }
+    if !problems.is_empty() {
+        return Err(AppError::Invalid(problems));
+    }
+    if let Some(name) = command.name {
+        account.name = name;
+    }
+    let event = account_event(caller, Action::AccountUpdate, account.id, now);
+    let id = account.id;
+    registry
+        .store
+        .update_account(&account, &event)
+        .map_err(AppError::gone(|| {
+            format!("no service account {:?}", id.to_string())
+        }))?;
+    Ok(Updated { account, warnings })
+}
+
+/// Deletes an account the caller manages: its token stops working at once.
+pub fn delete(
+    registry: &Registry,
+    caller: &Caller,
+    id: &str,
+    now: OffsetDateTime,
+) -> Result<(), AppError> {
+    let account = managed(registry, caller, id)?;
+    let event = account_event(caller, Action::AccountDelete, account.id, now);
+    if registry.store.delete_account(account.id, &event)? {
+        Ok(())
+    } else {
+        Err(not_found(id))
+    }
+}
+
+/// Gives a `static` account the caller manages a new token; the old one fails from now on.
+/// An `oidc` account has none (400).
+pub fn regenerate_token(
+    registry: &Registry,
+    caller: &Caller,
+    id: &str,
+    now: OffsetDateTime,
+) -> Result<Regenerated, AppError> {
+    let account = managed(registry, caller, id)?;
+    access::may_regenerate_token(account.policy.kind())
+        .map_err(|why| AppError::BadRequest(why.into()))?;
+    let token = new_token(registry)?;
+    let event = account_event(caller, Action::AccountRegenerateToken, account.id, now);
+    registry
+        .store
+        .replace_token(account.id, &token.record(), &event)
+        .map_err(AppError::gone(|| format!("no service account {id:?}")))?;
+    Ok(Regenerated { account, token })
+}
+
+impl NewToken {
+    /// What the store keeps of it.
+    fn record(&self) -> CredentialRecord {
+        CredentialRecord {
+            lookup_id: self.lookup_id.clone(),
+            hash: self.hash.clone(),
+        }
+    }
+}
+
+/// A new static token, hashed.
+fn new_token(registry: &Registry) -> Result<NewToken, AppError> {
+    let secret = credentials::generate(CredentialKind::StaticToken, &*registry.random);
+    let hash = registry.hasher.hash(&secret.plaintext)?;
+    Ok(NewToken {
+        plaintext: secret.plaintext,
+        lookup_id: secret.lookup_id,
+        hash,
+    })
+}
+
+/// The audit event of a change to the account `id` by `caller`.
+fn account_event(caller: &Caller, action: Action, id: Uuid, now: OffsetDateTime) -> AuditEvent {
+    caller.event(action, Resource::account(id), caller.customer_id(), now)
+}
+
+/// Field problems and policy problems are reported together: a policy's 400 joins `problems`;
+/// any other refusal of the policy wins only when the body has no problem of its own.
+fn with_problems(
+    checked: Result<ParsedPolicy, AppError>,
+    problems: &mut Vec<Violation>,
+) -> Result<Option<ParsedPolicy>, AppError> {
+    match checked {
+        Ok(parsed) => Ok(Some(parsed)),
+        Err(AppError::Invalid(violations)) => {
+            problems.extend(violations);
+            Ok(None)
+        }
+        Err(other) if problems.is_empty() => Err(other),
+        Err(_) => Ok(None),
+    }
+}
+
+fn under_policy(violations: Vec<Violation>) -> AppError {
+    AppError::Invalid(
+        violations
+            .into_iter()
+            .map(|v| v.prefixed("/policy"))
+            .collect(),
+    )
+}
+
+/// Parses a policy from the body (pointers under `/policy`) and checks that it keeps within the
+/// limits ([`limits`]: its size, and the issuers and rules of the customer's accounts with it in
+/// place of account `replacing`), that it is no broader than the caller's addresses, and that
+/// every non-wildcard `services` entry names a service of the customer (spec §4 rule 1).
+fn checked_policy(
+    registry: &Registry,
+    caller: &Caller,
+    document: &Value,
+    replacing: Option<Uuid>,
+) -> Result<ParsedPolicy, AppError> {
+    let parsed = Policy::parse(document).map_err(under_policy)?;
+    let too_large = limits::check_policy(document);
+    if !too_large.is_empty() {
+        return Err(under_policy(too_large));
+    }
+    caller.may_manage(Some(&parsed.policy))?;
+    let customer_id = caller.customer()?;
+    let store = &*registry.store;
+    if parsed.policy.kind() == PolicyKind::Oidc {
+        let others: Vec<Policy> = store
+            .accounts_of(customer_id)?
+            .into_iter()
+            .filter(|a| Some(a.id) != replacing)
+            .map(|a| a.policy)
+            .collect();
+        limits::check_customer_budget(&parsed.policy, &others)
+            .map_err(|v| under_policy(vec![v]))?;
+    }
+    let literals = parsed.policy.literal_services();
+    if literals.is_empty() {
+        return Ok(parsed);
+    }
+    let names: Vec<String> = literals.iter().map(|l| l.subdomain.clone()).collect();
+    let owned = store.owned_subdomains(customer_id, &names)?;
+    let unknown: Vec<Violation> = literals
+        .into_iter()
+        .filter(|l| !owned.contains(&l.subdomain))
+        .map(|l| {
+            Violation::new(
+                format!("/policy{}", l.pointer),
+                format!("no service {:?} exists in your account", l.subdomain),
+            )
+        })
+        .collect();
+    if unknown.is_empty() {
+        Ok(parsed)
+    } else {
+        Err(AppError::UnknownServices(unknown))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::testing::{add_account, caller, registry_over, MemoryStore};
+    use crate::audit::{Actor, Resource};
+    use crate::ports::CredentialOwner;
+    use crate::{Customer, Plan, Service};
+    use serde_json::json;
+    use std::sync::Arc;
+    use time::macros::datetime;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-23 10:00 UTC);
+
+    struct World {
+        store: Arc<MemoryStore>,
+        registry: Registry,
+        customer: Customer,
+        admin: Caller,
+    }
+
+    fn world() -> World {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, customer, bootstrap) = registry_over(store.clone(), Plan::Business, NOW);
+        World {
+            store,
+            registry,
+            customer,
+            admin: caller(bootstrap),
+        }
+    }
+
+    impl World {
+        /// A service of the customer, written straight to the store.
+        fn service(&self, subdomain: &str) {
+            let service = Service {
+                id: Uuid::new_v4(),
+                customer_id: Some(self.customer.id),
+                subdomain: subdomain.into(),
+                title: Some("A service".into()),
+                description: None,
+                created_at: NOW,
+                expires_at: None,
+            };
+            let event = self
+                .admin
+                .service_event(Action::ServiceCreate, &service, NOW);
+            self.registry
+                .store
+                .create_service(&service, None, &event)
+                .unwrap();
+        }
+
+        fn caller_with(&self, policy: Value) -> Caller {
+            caller(add_account(&self.registry, &self.customer, policy, NOW))
+        }
+
+        fn create(
+            &self,
+            as_caller: &Caller,
+            name: &str,
+            policy: Value,
+        ) -> Result<Created, AppError> {
+            let command = CreateAccount {
+                name: Some(name.into()),
+                policy: Some(policy),
+                problems: Vec::new(),
+            };
+            create(&self.registry, as_caller, command, NOW)
+        }
+    }
+
+    fn oidc(issuer: &str) -> Value {
+        json!({"kind": "oidc", "rules": [{"services": ["*"],
+            "claims": {"iss": issuer, "aud": "registry", "sub": "repo:acme/infra:ref:main"}}]})
+    }
+
+    fn pointers(violations: &[Violation]) -> Vec<&str> {
+        violations.iter().map(|v| v.pointer.as_str()).collect()
+    }
+
+    #[test]
+    fn a_static_account_gets_a_hashed_token_and_its_event() {
+        let w = world();
+        let created = w
+            .create(
+                &w.admin,
+                "deployer",
+                json!({"kind": "static", "services": ["*"]}),
+            )
+            .unwrap();
+        let token = created.token.expect("a static account has a token");
+        assert!(token.plaintext.starts_with("rgst_"));
+        assert!(token.plaintext.contains(&token.lookup_id));
+        assert_eq!(token.hash, format!("plain:{}", token.plaintext));
+        assert!(!format!("{token:?}").contains(&token.plaintext));
+        let stored = w
+            .registry
+            .store
+            .credential(&token.lookup_id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.owner, CredentialOwner::Account(created.account.id));
+        assert_eq!(stored.hash, token.hash);
+        assert_eq!(created.account.customer_id, w.customer.id);
+        assert_eq!(created.account.created_at, NOW);
+        let event = w.store.last_event().unwrap();
+        assert_eq!(event.action, Action::AccountCreate);
+        assert_eq!(event.resource, Resource::account(created.account.id));
+        assert_eq!(event.customer_id, Some(w.customer.id));
+        let admin_id = w.admin.acting_account().unwrap().id;
+        assert_eq!(event.actor, Actor::static_token(admin_id));
+        assert_eq!(event.ip.as_deref(), Some("192.0.2.1"));
+        assert_eq!(event.request_id.as_deref(), Some("req-1"));
+    }
+
+    #[test]
+    fn an_oidc_account_has_no_token_and_its_warnings_come_back() {
+        let w = world();
+        let policy = json!({"kind": "oidc", "rules": [{"services": ["*"],
+            "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "*"}}]});
+        let created = w.create(&w.admin, "ci", policy).unwrap();
+        assert!(created.token.is_none());
+        assert!(
+            !created.warnings.is_empty(),
+            "a rule accepting any sub warns"
+        );
+        let listed = list(&w.registry, &w.admin).unwrap();
+        assert!(listed.iter().any(|a| a.id == created.account.id));
+    }
+
+    #[test]
+    fn the_quota_of_accounts_holds() {
+        let mut w = world();
+        // The bootstrap account is one.
+        w.registry.settings.max_accounts_per_customer = 2;
+        let policy = json!({"kind": "static", "services": ["*"]});
+        w.create(&w.admin, "one", policy.clone()).unwrap();
+        let before = w.store.events().len();
+        let refused = w.create(&w.admin, "two", policy).unwrap_err();
+        assert!(matches!(refused, AppError::QuotaExceeded(_)), "{refused:?}");
+        assert_eq!(w.store.events().len(), before, "nothing written");
+    }
+
+    #[test]
+    fn services_the_customer_does_not_own_are_named_under_policy() {
+        let w = world();
+        w.service("api-acme");
+        let policy = json!({"kind": "static", "services": ["api-acme", "nope-acme", "web-*"]});
+        let refused = w.create(&w.admin, "x", policy).unwrap_err();
+        let AppError::UnknownServices(unknown) = refused else {
+            panic!("{refused:?}");
+        };
+        assert_eq!(pointers(&unknown), ["/policy/services/1"]);
+        assert!(unknown[0].message.contains("nope-acme"));
+    }
+
+    #[test]
+    fn field_problems_and_policy_problems_make_one_400() {
+        let w = world();
+        let command = CreateAccount {
+            name: None,
+            policy: Some(json!({"kind": "static"})),
+            problems: vec![Violation::new("/extra", "unknown field")],
+        };
+        let refused = create(&w.registry, &w.admin, command, NOW).unwrap_err();
+        let AppError::Invalid(problems) = refused else {
+            panic!("{refused:?}");
+        };
+        let found = pointers(&problems);
+        assert_eq!(&found[..2], ["/extra", "/name"]);
+        assert!(found.len() > 2);
+        assert!(
+            found[2..].iter().all(|p| p.starts_with("/policy")),
+            "{found:?}"
+        );
+
+        let command = CreateAccount::default();
+        let refused = create(&w.registry, &w.admin, command, NOW).unwrap_err();
+        let AppError::Invalid(problems) = refused else {
+            panic!("{refused:?}");
+        };
+        assert_eq!(pointers(&problems), ["/name", "/policy"]);
+    }
+
+    #[test]
+    fn a_field_problem_wins_over_other_refusals_of_the_policy() {
+        let w = world();
+        let command = CreateAccount {
+            name: None,
+            policy: Some(json!({"kind": "static", "services": ["nope-acme"]})),
+            problems: Vec::new(),
+        };
+        let refused = create(&w.registry, &w.admin, command, NOW).unwrap_err();
+        assert_eq!(
+            refused,
+            AppError::Invalid(vec![Violation::new("/name", "name is required")])
+        );
+    }
+
+    #[test]
+    fn the_issuer_budget_counts_every_other_account_of_the_customer() {
+        let w = world();
+        let mut first = None;
+        for i in 0..limits::MAX_ISSUERS_PER_CUSTOMER {
+            let created = w.create(&w.admin, "ci", oidc(&format!("https://idp{i}.example")));
+            first.get_or_insert(created.unwrap().account);
+        }
+        let refused = w
+            .create(&w.admin, "one-too-many", oidc("https://new.example"))
+            .unwrap_err();
+        let AppError::Invalid(problems) = refused else {
+            panic!("{refused:?}");
+        };
+        assert_eq!(pointers(&problems), ["/policy/rules/0/claims/iss"]);
+        // An account changing its own issuer does not count against itself.
+        let command = UpdateAccount {
+            policy: Some(oidc("https://new.example")),
+            ..UpdateAccount::default()
+        };
+        update(&w.registry, &w.admin, first.unwrap(), command, NOW).unwrap();
+    }
+
+    #[test]
+    fn only_callers_with_every_service_manage_accounts() {
+        let w = world();
+        w.service("api-acme");
+        let narrow = w.caller_with(json!({"kind": "static", "services": ["api-acme"]}));
+        let policy = json!({"kind": "static", "services": ["api-acme"]});
+        let refused = w.create(&narrow, "x", policy).unwrap_err();
+        assert!(matches!(refused, AppError::Forbidden(_)), "{refused:?}");
+        assert!(matches!(
+            list(&w.registry, &narrow),
+            Err(AppError::Forbidden(_))
+        ));
+        let id = w.admin.acting_account().unwrap().id.to_string();
+        assert!(matches!(
+            get(&w.registry, &narrow, &id),
+            Err(AppError::Forbidden(_))
+        ));
+        assert!(matches!(
+            delete(&w.registry, &narrow, &id, NOW),
+            Err(AppError::Forbidden(_))
+        ));
+    }
+
+    #[test]
+    fn a_caller_with_an_allowlist_manages_only_accounts_inside_it() {
+        let w = world();
+        let office = w.caller_with(
+            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
+        );
+        let broader = json!({"kind": "static", "services": ["*"]});
+        let refused = w.create(&office, "anywhere", broader).unwrap_err();
+        let AppError::Forbidden(why) = refused else {
+            panic!("{refused:?}");
+        };
+        assert!(why.contains("ip_allowlist"), "{why}");
+        let inside =
+            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.8/29"]});
+        w.create(&office, "inside", inside).unwrap();
+        // Nor may it narrow, delete or re-key an account usable from anywhere.
+        let bootstrap = w.admin.acting_account().unwrap().id.to_string();
+        let refused = regenerate_token(&w.registry, &office, &bootstrap, NOW).unwrap_err();
+        assert!(matches!(refused, AppError::Forbidden(_)), "{refused:?}");
+        let refused = managed(&w.registry, &office, &bootstrap).unwrap_err();
+        assert!(matches!(refused, AppError::Forbidden(_)), "{refused:?}");
+    }
+
+    #[test]
+    fn another_customer_s_account_and_a_malformed_id_are_404() {
+        let w = world();
+        let other = Customer {
+            id: Uuid::new_v4(),
+            name: "Other".into(),
+            tenant: "other".into(),
+            plan: Plan::Business,
+            created_at: NOW,
+        };
+        let theirs = add_account(
+            &w.registry,
+            &other,
+            json!({"kind": "static", "services": ["*"]}),
+            NOW,
+        );
+        let id = theirs.id.to_string();
+        let expected = AppError::NotFound(format!("no service account {id:?}"));
+        assert_eq!(get(&w.registry, &w.admin, &id).unwrap_err(), expected);
+        assert_eq!(
+            delete(&w.registry, &w.admin, &id, NOW).unwrap_err(),
+            expected
+        );
+        assert_eq!(
+            regenerate_token(&w.registry, &w.admin, &id, NOW).unwrap_err(),
+            expected
+        );
+        assert_eq!(
+            get(&w.registry, &w.admin, "not-a-uuid").unwrap_err(),
+            AppError::NotFound("no service account \"not-a-uuid\"".into())
+        );
+        assert!(list(&w.registry, &w.admin)
+            .unwrap()
+            .iter()
+            .all(|a| a.id != theirs.id));
+    }
+
+    #[test]
+    fn an_update_changes_name_and_policy_with_its_event() {
+        let w = world();
+        let created = w
+            .create(&w.admin, "ci", oidc("https://ci.example"))
+            .unwrap();
+        let account = managed(&w.registry, &w.admin, &created.account.id.to_string()).unwrap();
+        let command = UpdateAccount {
+            name: Some("ci-2".into()),
+            policy: Some(oidc("https://other.example")),
+            problems: Vec::new(),
+        };
+        let updated = update(&w.registry, &w.admin, account, command, NOW).unwrap();
+        assert_eq!(updated.account.name, "ci-2");
+        assert_eq!(updated.account.policy.issuers(), ["https://other.example"]);
+        let stored = w
+            .registry
+            .store
+            .account(created.account.id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.name, "ci-2");
+        let event = w.store.last_event().unwrap();
+        assert_eq!(event.action, Action::AccountUpdate);
+        assert_eq!(event.resource, Resource::account(created.account.id));
+    }
+
+    #[test]
+    fn a_policy_s_kind_is_immutable() {
+        let w = world();
+        let created = w
+            .create(&w.admin, "x", json!({"kind": "static", "services": ["*"]}))
+            .unwrap();
+        let command = UpdateAccount {
+            policy: Some(oidc("https://ci.example")),
+            ..UpdateAccount::default()
+        };
+        let refused = update(&w.registry, &w.admin, created.account, command, NOW).unwrap_err();
+        let AppError::KindImmutable(why) = refused else {
+            panic!("{refused:?}");
+        };
+        assert_eq!(why.pointer, "/policy/kind");
+        assert!(why.message.contains("cannot become"), "{why:?}");
+        assert_eq!(w.store.last_event().unwrap().action, Action::AccountCreate);
+    }
+
+    #[test]
+    fn an_update_may_not_widen_an_account_beyond_the_caller() {
+        let w = world();
+        let office = w.caller_with(
+            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
+        );
+        let inside =
+            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.8/29"]});
+        let created = w.create(&office, "inside", inside).unwrap();
+        let command = UpdateAccount {
+            policy: Some(json!({"kind": "static", "services": ["*"]})),
+            ..UpdateAccount::default()
+        };
+        let refused = update(&w.registry, &office, created.account, command, NOW).unwrap_err();
+        assert!(matches!(refused, AppError::Forbidden(_)), "{refused:?}");
+    }
+
+    #[test]
+    fn delete_writes_its_event_and_then_the_account_is_404() {
+        let w = world();
+        let created = w
+            .create(&w.admin, "x", json!({"kind": "static", "services": ["*"]}))
+            .unwrap();
+        let id = created.account.id.to_string();
+        delete(&w.registry, &w.admin, &id, NOW).unwrap();
+        let event = w.store.last_event().unwrap();
+        assert_eq!(event.action, Action::AccountDelete);
+        assert_eq!(event.resource, Resource::account(created.account.id));
+        assert!(matches!(
+            get(&w.registry, &w.admin, &id),
+            Err(AppError::NotFound(_))
+        ));
+        let token = created.token.unwrap();
+        assert!(w
+            .registry
+            .store
+            .credential(&token.lookup_id)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn regenerate_replaces_a_static_token() {
+        let w = world();
+        let created = w
+            .create(&w.admin, "x", json!({"kind": "static", "services": ["*"]}))
+            .unwrap();
+        let old = created.token.unwrap();
+        let id = created.account.id.to_string();
+        let regenerated = regenerate_token(&w.registry, &w.admin, &id, NOW).unwrap();
+        assert_ne!(regenerated.token.plaintext, old.plaintext);
+        assert_eq!(regenerated.account.id, created.account.id);
+        let store = &w.registry.store;
+        assert!(store.credential(&old.lookup_id).unwrap().is_none());
+        let new = store
+            .credential(&regenerated.token.lookup_id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(new.hash, regenerated.token.hash);
+        let event = w.store.last_event().unwrap();
+        assert_eq!(event.action, Action::AccountRegenerateToken);
+        assert_eq!(event.resource, Resource::account(created.account.id));
+    }
+
+    #[test]
+    fn an_oidc_account_has_no_token_to_regenerate() {
+        let w = world();
+        let created = w
+            .create(&w.admin, "ci", oidc("https://ci.example"))
+            .unwrap();
+        let id = created.account.id.to_string();
+        let refused = regenerate_token(&w.registry, &w.admin, &id, NOW).unwrap_err();
+        let expected = access::may_regenerate_token(PolicyKind::Oidc).unwrap_err();
+        assert_eq!(refused, AppError::BadRequest(expected.into()));
+        assert_eq!(w.store.last_event().unwrap().action, Action::AccountCreate);
+    }
+}

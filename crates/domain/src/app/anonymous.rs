@@ -1,0 +1,224 @@
+//! Anonymous services (DECISIONS §9): a temporary service for anyone, managed with a secret
+//! shown once. Their changes and deletion go through [`services`](crate::app::services); the
+//! per-address creation limit is the server's (an HTTP-level limit).
+
+use crate::app::{AppError, Caller, Origin, Registry};
+use crate::audit::Action;
+use crate::credentials::{self, CredentialKind, GeneratedSecret};
+use crate::naming::anonymous_subdomain;
+use crate::ports::CredentialRecord;
+use crate::Service;
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+/// How long a client waits before trying again when the ceiling of live anonymous services is
+/// reached.
+pub const CEILING_RETRY_AFTER_SECS: u64 = 60;
+
+/// `POST /anonymous/services`, its body checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateAnonymous {
+    /// The title.
+    pub title: Option<String>,
+    /// The description.
+    pub description: Option<String>,
+    /// How long the service lives (see [`crate::anonymous::lifetime`]).
+    pub ttl: Duration,
+}
+
+/// A new anonymous service with its management secret.
+#[derive(Debug)]
+pub struct CreatedAnonymous {
+    /// The service, `expires_at` set.
+    pub service: Service,
+    /// The secret (plaintext and lookup id): shown to the creator once, never stored.
+    pub secret: GeneratedSecret,
+    /// The secret's stored hash, for the caller to remember that the secret is good (the
+    /// creator's first call then pays for no hashing).
+    pub hash: String,
+}
+
+/// Creates an anonymous service for whoever calls from `origin`, below the ceiling of live
+/// anonymous services (`anon_max_active`), with a new secret stored only as its hash and the
+/// `anonymous.create` event.
+///
+/// `now` is read twice: for the ceiling, before any hashing (a full registry costs no argon2),
+/// and once the secret is hashed, for the service's times. Hashing may wait for a free lane
+/// (and takes a second unoptimised): the lifetime starts when the service is made, as the
+/// `remainingSeconds` the creator reads says.
+pub fn create(
+    registry: &Registry,
+    origin: Origin,
+    command: CreateAnonymous,
+    now: impl Fn() -> OffsetDateTime,
+) -> Result<CreatedAnonymous, AppError> {
+    let store = &*registry.store;
+    let ceiling = registry.settings.anon_max_active;
+    if store.live_anonymous(now())? >= ceiling {
+        return Err(AppError::Capacity {
+            retry_after_secs: CEILING_RETRY_AFTER_SECS,
+            detail: format!(
+                "the registry holds {ceiling} live anonymous services, the most it keeps; retry \
+                 later, when some have expired"
+            ),
+        });
+    }
+    let secret = credentials::generate(CredentialKind::AnonymousSecret, &*registry.random);
+    let hash = registry.hasher.hash(&secret.plaintext)?;
+    let record = CredentialRecord {
+        lookup_id: secret.lookup_id.clone(),
+        hash: hash.clone(),
+    };
+    let now = now();
+    let service = Service {
+        id: Uuid::new_v4(),
+        customer_id: None,
+        subdomain: anonymous_subdomain(&*registry.random),
+        title: command.title,
+        description: command.description,
+        created_at: now,
+        expires_at: Some(now + command.ttl),
+    };
+    let event = Caller::anonymous(origin).service_event(Action::AnonymousCreate, &service, now);
+    registry
+        .store
+        .create_service(&service, Some(&record), &event)?;
+    Ok(CreatedAnonymous {
+        service,
+        secret,
+        hash,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::testing::{origin, registry_over, MemoryStore};
+    use crate::audit::{ActorKind, ResourceKind};
+    use crate::credentials::parse;
+    use crate::naming::is_anonymous_subdomain;
+    use crate::ports::{CredentialOwner, CredentialStore, ServiceStore};
+    use crate::Plan;
+    use std::sync::Arc;
+    use time::macros::datetime;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-23 12:00 UTC);
+
+    fn command() -> CreateAnonymous {
+        CreateAnonymous {
+            title: Some("demo".into()),
+            description: None,
+            ttl: Duration::hours(2),
+        }
+    }
+
+    fn setup(ceiling: u64) -> (Registry, Arc<MemoryStore>) {
+        let store = Arc::new(MemoryStore::default());
+        let (mut registry, ..) = registry_over(store.clone(), Plan::Business, NOW);
+        registry.settings.anon_max_active = ceiling;
+        (registry, store)
+    }
+
+    #[test]
+    fn creates_a_service_that_expires_with_a_secret_stored_as_its_hash() {
+        let (registry, store) = setup(10);
+
+        let created = create(&registry, origin(), command(), || NOW).unwrap();
+
+        let service = &created.service;
+        assert_eq!(service.customer_id, None);
+        assert!(is_anonymous_subdomain(&service.subdomain), "{service:?}");
+        assert_eq!(service.title.as_deref(), Some("demo"));
+        assert_eq!(service.created_at, NOW);
+        assert_eq!(service.expires_at, Some(NOW + Duration::hours(2)));
+        assert_eq!(store.service(service.id).unwrap().as_ref(), Some(service));
+        // The secret's shape: `rgan_{lookup}_{secret}`, its lookup id the outcome's.
+        let parsed = parse(&created.secret.plaintext).expect("a well-formed secret");
+        assert_eq!(parsed.kind, CredentialKind::AnonymousSecret);
+        assert_eq!(parsed.lookup_id, created.secret.lookup_id);
+        assert!(created.secret.plaintext.starts_with("rgan_"));
+        // Only the hash, made by the port, is stored, and it is the one the outcome carries.
+        assert_eq!(created.hash, format!("plain:{}", created.secret.plaintext));
+        let stored = store
+            .credential(&created.secret.lookup_id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.owner, CredentialOwner::AnonymousService(service.id));
+        assert_eq!(stored.hash, created.hash);
+    }
+
+    #[test]
+    fn writes_the_anonymous_create_event_from_the_caller_s_origin() {
+        let (registry, store) = setup(10);
+
+        let created = create(&registry, origin(), command(), || NOW).unwrap();
+
+        let events = store.events_of(Action::AnonymousCreate);
+        assert_eq!(events.len(), 1);
+        let event = &events[0];
+        assert_eq!(event.customer_id, None);
+        assert_eq!(event.at, NOW);
+        assert_eq!(event.actor.kind, ActorKind::Anonymous);
+        assert_eq!(event.actor.account_id, None);
+        assert_eq!(event.resource.kind, ResourceKind::Service);
+        assert_eq!(event.resource.id, created.service.id.to_string());
+        assert_eq!(
+            event.resource.subdomain.as_deref(),
+            Some(created.service.subdomain.as_str())
+        );
+        assert_eq!(event.ip.as_deref(), Some("192.0.2.1"));
+        assert_eq!(event.request_id.as_deref(), Some("req-1"));
+        let text = format!("{:?}", store.events());
+        assert!(!text.contains(&created.secret.plaintext), "{text}");
+    }
+
+    #[test]
+    fn the_ceiling_of_live_anonymous_services_is_a_capacity_error() {
+        let (registry, store) = setup(2);
+        create(&registry, origin(), command(), || NOW).unwrap();
+        create(&registry, origin(), command(), || NOW).unwrap();
+        let before = store.events().len();
+
+        let refused = create(&registry, origin(), command(), || NOW).unwrap_err();
+
+        assert_eq!(
+            refused,
+            AppError::Capacity {
+                retry_after_secs: 60,
+                detail: "the registry holds 2 live anonymous services, the most it keeps; retry \
+                         later, when some have expired"
+                    .into(),
+            }
+        );
+        assert_eq!(store.live_anonymous(NOW).unwrap(), 2);
+        assert_eq!(store.events().len(), before, "a refusal writes no event");
+        // Expired services no longer count.
+        let later = NOW + Duration::hours(3);
+        assert!(create(&registry, origin(), command(), || later).is_ok());
+    }
+
+    #[test]
+    fn the_lifetime_starts_once_the_secret_is_hashed() {
+        let (registry, store) = setup(1);
+        let hashed = NOW + Duration::seconds(2);
+        let readings = std::cell::Cell::new(0);
+        let clock = || {
+            readings.set(readings.get() + 1);
+            if readings.get() == 1 {
+                NOW
+            } else {
+                hashed
+            }
+        };
+
+        let created = create(&registry, origin(), command(), clock).unwrap();
+
+        assert_eq!(readings.get(), 2);
+        assert_eq!(created.service.created_at, hashed);
+        assert_eq!(
+            created.service.expires_at,
+            Some(hashed + Duration::hours(2))
+        );
+        assert_eq!(store.events_of(Action::AnonymousCreate)[0].at, hashed);
+    }
+}

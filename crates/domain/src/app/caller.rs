@@ -1,0 +1,170 @@
+//! Who a granted call acts as: the account (or anonymous secret) that
+//! [`access::decide`](crate::access::decide) accepted, its scope, and where the call came from.
+
+use crate::access::{self, Refusal};
+use crate::app::AppError;
+use crate::audit::{Action, Actor, AuditEvent, Resource};
+use crate::policy::{Policy, PolicyKind, Scope};
+use crate::ports::VerifiedToken;
+use crate::{Service, ServiceAccount};
+use std::net::IpAddr;
+use std::sync::Arc;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Where a call came from, for the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The client's address (behind trusted proxies).
+    pub ip: IpAddr,
+    /// The request's `X-Request-Id`.
+    pub request_id: Option<String>,
+}
+
+impl Origin {
+    /// A call from `ip` with that request id.
+    pub fn new(ip: IpAddr, request_id: Option<String>) -> Self {
+        Self { ip, request_id }
+    }
+}
+
+/// A caller whose call was granted: a service account (with, for an identity token, the rules
+/// its claims matched and the verified token), or an anonymous service's secret.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    account: Option<Arc<ServiceAccount>>,
+    rules: Option<Box<[usize]>>,
+    token: Option<Arc<VerifiedToken>>,
+    origin: Origin,
+}
+
+impl Caller {
+    /// A service account: `rules` and `token` are `Some` for an identity token.
+    pub fn account(
+        account: Arc<ServiceAccount>,
+        rules: Option<Box<[usize]>>,
+        token: Option<Arc<VerifiedToken>>,
+        origin: Origin,
+    ) -> Self {
+        Self {
+            account: Some(account),
+            rules,
+            token,
+            origin,
+        }
+    }
+
+    /// An anonymous service's secret (or nobody: anonymous creation).
+    pub fn anonymous(origin: Origin) -> Self {
+        Self {
+            account: None,
+            rules: None,
+            token: None,
+            origin,
+        }
+    }
+
+    /// The account that acts, if one does.
+    pub fn acting_account(&self) -> Option<&Arc<ServiceAccount>> {
+        self.account.as_ref()
+    }
+
+    /// The customer the caller acts for; `None` for an anonymous secret.
+    pub fn customer_id(&self) -> Option<Uuid> {
+        self.account.as_ref().map(|a| a.customer_id)
+    }
+
+    /// Where the call came from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The services this caller may act on (`None`: none at all).
+    pub fn scope(&self) -> Option<Scope<'_>> {
+        let account = self.account.as_ref()?;
+        match (account.policy.kind(), &self.rules) {
+            (PolicyKind::Static, _) => account.policy.static_scope(),
+            (PolicyKind::Oidc, Some(rules)) => {
+                Some(account.policy.rules_scope(rules)).filter(|s| !s.is_empty())
+            }
+            (PolicyKind::Oidc, None) => None,
+        }
+    }
+
+    /// Whether the caller may act on `subdomain`.
+    pub fn may_act_on(&self, subdomain: &str) -> bool {
+        self.scope().is_some_and(|s| s.matches(subdomain))
+    }
+
+    /// Who the caller is in the audit trail: a static token's account, a federated token's
+    /// account with the token's `iss` and `sub`, or an anonymous secret. Built only for changes:
+    /// reads pay for no copy of the claims.
+    pub fn actor(&self) -> Actor {
+        match (&self.account, &self.token) {
+            (Some(account), Some(token)) => {
+                let sub = token.claims.get("sub").and_then(|s| s.as_str());
+                Actor::federated(
+                    account.id,
+                    Some(token.issuer.clone()),
+                    sub.map(str::to_owned),
+                )
+            }
+            (Some(account), None) => Actor::static_token(account.id),
+            (None, _) => Actor::anonymous(),
+        }
+    }
+
+    /// The audit event of a change this caller makes now.
+    pub fn event(
+        &self,
+        action: Action,
+        resource: Resource,
+        customer_id: Option<Uuid>,
+        now: OffsetDateTime,
+    ) -> AuditEvent {
+        AuditEvent::new(action, resource, self.actor(), customer_id, now)
+            .from_request(self.origin.ip.to_string(), self.origin.request_id.clone())
+    }
+
+    /// The audit event of a change to `service` (its configuration included).
+    pub fn service_event(
+        &self,
+        action: Action,
+        service: &Service,
+        now: OffsetDateTime,
+    ) -> AuditEvent {
+        self.event(
+            action,
+            Resource::service(service.id, &service.subdomain),
+            service.customer_id,
+            now,
+        )
+    }
+
+    /// The customer of a caller on a collection call (`/services`, `/service-accounts…`):
+    /// anonymous secrets act on their own service only.
+    pub fn customer(&self) -> Result<Uuid, AppError> {
+        self.customer_id().ok_or_else(|| {
+            AppError::Forbidden(
+                "an anonymous service's secret only works on that service's own calls".into(),
+            )
+        })
+    }
+
+    /// DECISIONS §5 ([`access::may_manage`]): the caller manages the customer's accounts (its
+    /// patterns include `"*"`), and `target` (a new policy, or the one of an account it would
+    /// change, delete or re-key) is no broader than the caller's addresses.
+    pub fn may_manage(&self, target: Option<&Policy>) -> Result<(), AppError> {
+        let account = self.account.as_ref().ok_or_else(|| {
+            AppError::Forbidden(
+                "an anonymous service's secret only works on that service's own calls".into(),
+            )
+        })?;
+        let scope = self.scope().unwrap_or_default();
+        access::may_manage(&scope, &account.policy, target).map_err(|refusal| match refusal {
+            Refusal::Forbidden(detail) => AppError::Forbidden(detail),
+            // `may_manage` answers only 403s.
+            other => AppError::Forbidden(format!("{other:?}")),
+        })
+    }
+}

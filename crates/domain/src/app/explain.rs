@@ -1,0 +1,265 @@
+//! Why was a token refused (DECISIONS §12): explain a token or a set of claims by an account's
+//! policy, and the log of real requests refused after their signature verified. The same
+//! callers as the account's other calls (§5): another customer's account is a 404, a caller
+//! without `"*"` a 403 (see [`accounts::get`]).
+//!
+//! Verifying a token is I/O (its issuer's keys) and stays with the caller of these use cases,
+//! in three steps: [`account`] finds the account, [`screen_token`] says whether the token
+//! is worth verifying at all, and [`explain`] judges what verification (or the body's claims)
+//! gave.
+
+use crate::app::{accounts, AppError, Caller, Registry};
+use crate::policy::{Explanation, Reason, ReasonCode};
+use crate::ports::{TokenRejection, VerifiedToken};
+use crate::refusal::{self, KEPT_FOR, KEPT_PER_ACCOUNT};
+use crate::ServiceAccount;
+use serde_json::{Map, Value};
+use std::net::IpAddr;
+use std::sync::Arc;
+use time::OffsetDateTime;
+
+/// What to judge.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Evidence {
+    /// Claims given as such, judged by the policy alone (`None`: no claims at all).
+    Claims(Option<Map<String, Value>>),
+    /// A token, as its verification ended: its verified claims, or why it was rejected.
+    Token(Result<VerifiedToken, TokenRejection>),
+    /// A token whose issuer (read without verifying anything) no rule of the account names:
+    /// refused as a real request would be, before any of its keys are fetched. See
+    /// [`screen_token`].
+    UnnamedIssuer(String),
+}
+
+/// `POST /service-accounts/{id}/explain`: the account (from [`account`]), the evidence,
+/// and the request to judge it for.
+#[derive(Debug, Clone)]
+pub struct Explain {
+    /// The account whose policy judges.
+    pub account: Arc<ServiceAccount>,
+    /// The token or claims.
+    pub evidence: Evidence,
+    /// The service the request would call.
+    pub service: Option<String>,
+    /// The address the request would come from.
+    pub ip: Option<IpAddr>,
+}
+
+/// The account to explain for: the caller's customer's ([`accounts::get`]), else a 404.
+pub fn account(
+    registry: &Registry,
+    caller: &Caller,
+    id: &str,
+) -> Result<Arc<ServiceAccount>, AppError> {
+    accounts::get(registry, caller, id).map(Arc::new)
+}
+
+/// Before a token is verified: as for a real request, the keys of an issuer no rule of the
+/// account names are never fetched, and the token is explained as [`Evidence::UnnamedIssuer`]
+/// (`Some`). `None`: verify it, then [`explain`] with [`Evidence::Token`]. A token whose issuer
+/// cannot be read (`unverified_issuer` is `None`) is verified: it fails before any fetch, with
+/// its precise code.
+pub fn screen_token(
+    account: &ServiceAccount,
+    unverified_issuer: Option<String>,
+) -> Option<Evidence> {
+    unverified_issuer
+        .filter(|issuer| !account.policy.issuers().contains(&issuer.as_str()))
+        .map(Evidence::UnnamedIssuer)
+}
+
+/// The account's explanation of the evidence, as JSON text. With large array claims it takes
+/// milliseconds: run it where that does not hold up other requests (DECISIONS §17). The token
+/// itself is neither kept nor echoed.
+pub fn explain(command: Explain) -> String {
+    let Explain {
+        account,
+        evidence,
+        service,
+        ip,
+    } = command;
+    let explanation = match evidence {
+        Evidence::Claims(claims) => account
+            .policy
+            .explain(claims.as_ref(), service.as_deref(), ip),
+        Evidence::Token(Ok(verified)) => {
+            account
+                .policy
+                .explain(Some(&verified.claims), service.as_deref(), ip)
+        }
+        Evidence::Token(Err(rejection)) => refused_token(rejection.code, rejection.detail),
+        Evidence::UnnamedIssuer(issuer) => refused_token(
+            ReasonCode::IssuerUnknown,
+            format!("no rule of this service account names the issuer {issuer:?}"),
+        ),
+    };
+    explanation.to_json().to_string()
+}
+
+/// `GET /service-accounts/{id}/refusals`: of the last [`KEPT_FOR`], the newest
+/// [`KEPT_PER_ACCOUNT`], near misses first in line for a place (each record says which it is in
+/// `near`), newest first.
+pub fn refusals(
+    registry: &Registry,
+    caller: &Caller,
+    id: &str,
+    now: OffsetDateTime,
+) -> Result<Vec<Value>, AppError> {
+    let account = accounts::get(registry, caller, id)?;
+    let records = registry
+        .store
+        .refusals(account.id, now - KEPT_FOR, 2 * KEPT_PER_ACCOUNT)?;
+    Ok(refusal::shown(records, KEPT_PER_ACCOUNT))
+}
+
+/// The explanation of a token refused before the policy was asked.
+fn refused_token(code: ReasonCode, message: String) -> Explanation {
+    Explanation {
+        allowed: false,
+        rule: None,
+        reasons: vec![Reason {
+            rule: None,
+            pointer: None,
+            code,
+            message,
+        }],
+        hints: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::testing::{add_account, caller, registry};
+    use crate::{Customer, Plan};
+    use serde_json::json;
+    use time::macros::datetime;
+    use uuid::Uuid;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-23 10:00 UTC);
+
+    fn oidc_policy() -> Value {
+        json!({"kind": "oidc", "rules": [{"services": ["*"],
+            "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/infra"}}]})
+    }
+
+    fn claims(sub: &str) -> Map<String, Value> {
+        let claims = json!({"iss": "https://ci.example", "aud": "registry", "sub": sub});
+        claims.as_object().unwrap().clone()
+    }
+
+    fn judged(account: &Arc<ServiceAccount>, evidence: Evidence) -> Value {
+        let command = Explain {
+            account: account.clone(),
+            evidence,
+            service: Some("api-acme".into()),
+            ip: None,
+        };
+        serde_json::from_str(&explain(command)).unwrap()
+    }
+
+    fn other_customer() -> Customer {
+        Customer {
+            id: Uuid::new_v4(),
+            name: "Other".into(),
+            tenant: "other".into(),
+            plan: Plan::Free,
+            created_at: NOW,
+        }
+    }
+
+    #[test]
+    fn the_account_is_the_caller_s_customer_s_only() {
+        let (registry, customer, admin) = registry(Plan::Free, NOW);
+        let ours = add_account(&registry, &customer, oidc_policy(), NOW);
+        let admin = caller(admin);
+        let found = account(&registry, &admin, &ours.id.to_string()).unwrap();
+        assert_eq!(found.id, ours.id);
+        let theirs = add_account(&registry, &other_customer(), oidc_policy(), NOW);
+        let id = theirs.id.to_string();
+        let refused = account(&registry, &admin, &id).unwrap_err();
+        assert_eq!(
+            refused,
+            AppError::NotFound(format!("no service account {id:?}"))
+        );
+        let narrow = add_account(
+            &registry,
+            &customer,
+            json!({"kind": "static", "services": ["api-*"]}),
+            NOW,
+        );
+        let refused = account(&registry, &caller(narrow), &ours.id.to_string()).unwrap_err();
+        assert!(matches!(refused, AppError::Forbidden(_)), "{refused:?}");
+    }
+
+    #[test]
+    fn a_token_of_an_issuer_no_rule_names_is_refused_before_verification() {
+        let (registry, customer, _) = registry(Plan::Free, NOW);
+        let account = add_account(&registry, &customer, oidc_policy(), NOW);
+        assert_eq!(
+            screen_token(&account, Some("https://ci.example".into())),
+            None
+        );
+        assert_eq!(screen_token(&account, None), None, "verification says why");
+        let screened = screen_token(&account, Some("https://evil.example".into()));
+        let evidence = screened.expect("an unnamed issuer is refused at once");
+        let explained = judged(&account, evidence);
+        assert_eq!(explained["decision"], "deny");
+        assert_eq!(explained["reasons"][0]["code"], "issuer-unknown");
+        let message = explained["reasons"][0]["message"].as_str().unwrap();
+        assert!(message.contains("\"https://evil.example\""), "{message}");
+    }
+
+    #[test]
+    fn a_rejected_token_is_explained_by_its_rejection() {
+        let (registry, customer, _) = registry(Plan::Free, NOW);
+        let account = add_account(&registry, &customer, oidc_policy(), NOW);
+        let rejection = TokenRejection {
+            code: ReasonCode::TokenExpired,
+            detail: "the token expired 5 minutes ago".into(),
+        };
+        let explained = judged(&account, Evidence::Token(Err(rejection)));
+        assert_eq!(explained["decision"], "deny");
+        assert_eq!(explained["reasons"][0]["code"], "token-expired");
+        assert_eq!(
+            explained["reasons"][0]["message"],
+            "the token expired 5 minutes ago"
+        );
+    }
+
+    #[test]
+    fn verified_claims_and_given_claims_are_judged_by_the_policy() {
+        let (registry, customer, _) = registry(Plan::Free, NOW);
+        let account = add_account(&registry, &customer, oidc_policy(), NOW);
+        let verified = VerifiedToken {
+            issuer: "https://ci.example".into(),
+            claims: claims("repo:acme/infra"),
+        };
+        let explained = judged(&account, Evidence::Token(Ok(verified)));
+        assert_eq!(explained["decision"], "allow", "{explained}");
+        let explained = judged(&account, Evidence::Claims(Some(claims("repo:acme/other"))));
+        assert_eq!(explained["decision"], "deny");
+        assert_eq!(explained["reasons"][0]["code"], "claim-mismatch");
+    }
+
+    #[test]
+    fn refusals_are_listed_for_the_caller_s_accounts_only() {
+        let (registry, customer, admin) = registry(Plan::Free, NOW);
+        let admin = caller(admin);
+        let ours = add_account(&registry, &customer, oidc_policy(), NOW);
+        let old = json!({"code": "claim-mismatch", "near": false, "n": 0});
+        let recent = json!({"code": "claim-mismatch", "near": true, "n": 1});
+        let store = &registry.store;
+        store
+            .record_refusals(&[(ours.id, old)], NOW - KEPT_FOR - time::Duration::hours(1))
+            .unwrap();
+        store
+            .record_refusals(&[(ours.id, recent.clone())], NOW)
+            .unwrap();
+        let listed = refusals(&registry, &admin, &ours.id.to_string(), NOW).unwrap();
+        assert_eq!(listed, [recent], "older than KEPT_FOR is not shown");
+        let theirs = add_account(&registry, &other_customer(), oidc_policy(), NOW);
+        let refused = refusals(&registry, &admin, &theirs.id.to_string(), NOW).unwrap_err();
+        assert!(matches!(refused, AppError::NotFound(_)), "{refused:?}");
+    }
+}

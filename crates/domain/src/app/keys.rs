@@ -1,0 +1,62 @@
+//! Published keys: the inventory and the withdrawal of a retired key (DECISIONS §11).
+
+use crate::app::{config, AppError, Caller, Registry};
+use crate::audit::{Action, Resource};
+use crate::keys::KeyDeleteError;
+use crate::service::PublishedConfig;
+use crate::Service;
+use serde_json::Value;
+use time::OffsetDateTime;
+
+/// Every key `service` publishes or keeps, current ones first (`GET /services/{s}/keys`).
+pub fn inventory(
+    registry: &Registry,
+    service: &Service,
+    now: OffsetDateTime,
+) -> Result<Value, AppError> {
+    Ok(config::key_state(registry, service)?.inventory(now))
+}
+
+/// Withdraws the retired key `kid` of `service` at once (a compromised key): a current key is a
+/// 409, an unknown one a 404.
+pub fn withdraw(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    kid: &str,
+    now: OffsetDateTime,
+) -> Result<(), AppError> {
+    let event = caller.event(
+        Action::KeyDelete,
+        Resource::key(kid, &service.subdomain),
+        service.customer_id,
+        now,
+    );
+    let mut outcome = Err(KeyDeleteError::Unknown);
+    registry
+        .store
+        .update_config(
+            service.id,
+            &mut |current| {
+                let config = current?;
+                outcome = config.keys.without_retired(kid, now);
+                let keys = outcome.clone().ok()?;
+                Some(PublishedConfig {
+                    keys,
+                    updated_at: now,
+                    ..config
+                })
+            },
+            &event,
+        )
+        .map_err(AppError::gone(|| {
+            format!("no service {:?}", service.subdomain)
+        }))?;
+    outcome.map(drop).map_err(|e| match e {
+        KeyDeleteError::Current => AppError::Conflict(format!(
+            "key {kid:?} is current: upload a key set without it first, then delete it once it \
+             is retired"
+        )),
+        KeyDeleteError::Unknown => AppError::NotFound(format!("no published key {kid:?}")),
+    })
+}

@@ -1,0 +1,452 @@
+//! Registered services: create, list, read, change, delete (spec §3).
+
+use crate::app::{AppError, Caller, Registry};
+use crate::audit::Action;
+use crate::limits::within_quota;
+use crate::naming::registered_subdomain;
+use crate::{Service, StoreError};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Longest title accepted.
+pub const MAX_TITLE: usize = 200;
+/// Longest description accepted.
+pub const MAX_DESCRIPTION: usize = 2000;
+/// Attempts at a free random name before giving up.
+const RANDOM_NAME_ATTEMPTS: usize = 5;
+
+/// `POST /services`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreateService {
+    /// The title.
+    pub title: Option<String>,
+    /// The requested name (`{serviceName}-{tenant}`); random without it.
+    pub service_name: Option<String>,
+    /// The description.
+    pub description: Option<String>,
+}
+
+/// `PATCH /services/{s}`: what to change; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpdateService {
+    /// A new title.
+    pub title: Option<String>,
+    /// A new description; `Some(None)` clears it.
+    pub description: Option<Option<String>>,
+}
+
+/// The 404 of a service that does not exist for this caller.
+pub fn not_found(key: &str) -> AppError {
+    AppError::NotFound(format!("no service {key:?}"))
+}
+
+/// Registers a service for the caller's customer, under a name its scope covers, within the
+/// customer's quota; a random name is drawn again when taken.
+pub fn create(
+    registry: &Registry,
+    caller: &Caller,
+    command: CreateService,
+    now: OffsetDateTime,
+) -> Result<Service, AppError> {
+    let store = &*registry.store;
+    let customer = store
+        .customer(caller.customer()?)?
+        .ok_or_else(|| AppError::Forbidden("the caller's customer no longer exists".into()))?;
+    let held = store.count_services_of(customer.id)?;
+    within_quota(
+        "services",
+        held,
+        registry.settings.max_services_per_customer,
+    )
+    .map_err(AppError::QuotaExceeded)?;
+    let attempts = if command.service_name.is_some() {
+        1
+    } else {
+        RANDOM_NAME_ATTEMPTS
+    };
+    for _ in 0..attempts {
+        let subdomain = registered_subdomain(
+            customer.plan,
+            &customer.tenant,
+            command.service_name.as_deref(),
+            &*registry.random,
+        )?;
+        if !caller.may_act_on(&subdomain) {
+            return Err(AppError::Forbidden(format!(
+                "this service account's policy does not cover the subdomain {subdomain:?}"
+            )));
+        }
+        let service = Service {
+            id: Uuid::new_v4(),
+            customer_id: Some(customer.id),
+            subdomain,
+            title: command.title.clone(),
+            description: command.description.clone(),
+            created_at: now,
+            expires_at: None,
+        };
+        let event = caller.service_event(Action::ServiceCreate, &service, now);
+        match store.create_service(&service, None, &event) {
+            Ok(()) => return Ok(service),
+            Err(StoreError::Conflict(_)) if command.service_name.is_none() => continue,
+            Err(StoreError::Conflict(_)) => {
+                return Err(AppError::Conflict(format!(
+                    "the subdomain {:?} is already taken",
+                    service.subdomain
+                )))
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Err(AppError::Conflict(
+        "could not find a free random subdomain; retry".into(),
+    ))
+}
+
+/// The caller's customer's services that its scope covers, oldest first.
+pub fn list(registry: &Registry, caller: &Caller) -> Result<Vec<Service>, AppError> {
+    let services = registry.store.services_of(caller.customer()?)?;
+    Ok(services
+        .into_iter()
+        .filter(|s| caller.may_act_on(&s.subdomain))
+        .collect())
+}
+
+/// The action of a change to the service itself: `service.*` for a customer's, `anonymous.*`
+/// for an anonymous one.
+fn service_action(service: &Service, customers: Action, anonymous: Action) -> Action {
+    if service.customer_id.is_some() {
+        customers
+    } else {
+        anonymous
+    }
+}
+
+/// Changes the title and description of `service` (granted to the caller).
+pub fn update(
+    registry: &Registry,
+    caller: &Caller,
+    mut service: Service,
+    command: UpdateService,
+    now: OffsetDateTime,
+) -> Result<Service, AppError> {
+    if let Some(title) = command.title {
+        service.title = Some(title);
+    }
+    if let Some(description) = command.description {
+        service.description = description;
+    }
+    let action = service_action(&service, Action::ServiceUpdate, Action::AnonymousUpdate);
+    let event = caller.service_event(action, &service, now);
+    let key = service.subdomain.clone();
+    registry
+        .store
+        .update_service(&service, &event)
+        .map_err(AppError::gone(|| format!("no service {key:?}")))?;
+    Ok(service)
+}
+
+/// Deletes `service` (granted to the caller) with its configuration and secret.
+pub fn delete(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    now: OffsetDateTime,
+) -> Result<(), AppError> {
+    let action = service_action(service, Action::ServiceDelete, Action::AnonymousDelete);
+    let event = caller.service_event(action, service, now);
+    if registry.store.delete_service(service.id, &event)? {
+        Ok(())
+    } else {
+        Err(not_found(&service.subdomain))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::testing::{
+        add_account, caller, origin, registry, registry_over, FixedRandomness, MemoryStore,
+    };
+    use crate::audit::{ActorKind, ResourceKind};
+    use crate::ports::ServiceStore;
+    use crate::Plan;
+    use serde_json::json;
+    use std::sync::Arc;
+    use time::macros::datetime;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-23 12:00 UTC);
+
+    fn named(name: &str, title: &str) -> CreateService {
+        CreateService {
+            title: Some(title.into()),
+            service_name: Some(name.into()),
+            description: None,
+        }
+    }
+
+    fn random_name() -> CreateService {
+        CreateService {
+            title: Some("Random".into()),
+            ..CreateService::default()
+        }
+    }
+
+    #[test]
+    fn create_with_a_chosen_name_registers_it_and_audits_the_caller() {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, customer, admin) = registry_over(store.clone(), Plan::Business, NOW);
+        let service = create(&registry, &caller(admin.clone()), named("Api", "API"), NOW).unwrap();
+
+        assert_eq!(service.subdomain, "api-acme");
+        assert_eq!(service.customer_id, Some(customer.id));
+        assert_eq!(service.title.as_deref(), Some("API"));
+        assert_eq!(store.service(service.id).unwrap(), Some(service.clone()));
+        let events = store.events_of(Action::ServiceCreate);
+        assert_eq!(events.len(), 1);
+        let event = &events[0];
+        assert_eq!(event.actor.kind, ActorKind::Static);
+        assert_eq!(event.actor.account_id, Some(admin.id));
+        assert_eq!(event.ip.as_deref(), Some("192.0.2.1"));
+        assert_eq!(event.request_id.as_deref(), Some("req-1"));
+        assert_eq!(event.customer_id, Some(customer.id));
+        assert_eq!(event.resource.kind, ResourceKind::Service);
+        assert_eq!(event.resource.id, service.id.to_string());
+        assert_eq!(event.resource.subdomain.as_deref(), Some("api-acme"));
+        assert_eq!(event.at, NOW);
+    }
+
+    #[test]
+    fn a_random_name_is_drawn_again_when_taken() {
+        let store = Arc::new(MemoryStore::default());
+        let (mut registry, _, admin) = registry_over(store.clone(), Plan::Free, NOW);
+        let random = Arc::new(FixedRandomness::default());
+        registry.random = random.clone();
+        let admin = caller(admin);
+        let first = create(&registry, &admin, random_name(), NOW).unwrap();
+        random.rewind();
+        let second = create(&registry, &admin, random_name(), NOW).unwrap();
+
+        // The names of the first two draws, drawn again from the same bytes.
+        let same = FixedRandomness::default();
+        let draws: Vec<String> = (0..2)
+            .map(|_| registered_subdomain(Plan::Free, "acme", None, &same).unwrap())
+            .collect();
+        assert_ne!(draws[0], draws[1]);
+        assert!(draws[0].ends_with("-acme"), "{}", draws[0]);
+        assert_eq!(first.subdomain, draws[0]);
+        // The second creation drew the first name again, found it taken, and took the next.
+        assert_eq!(second.subdomain, draws[1]);
+        let created = store.events_of(Action::ServiceCreate);
+        assert_eq!(
+            created.len(),
+            2,
+            "one event per service made, none for the collision"
+        );
+        assert_eq!(
+            created[1].resource.subdomain.as_deref(),
+            Some(&*second.subdomain)
+        );
+    }
+
+    #[test]
+    fn random_names_that_keep_colliding_are_a_conflict() {
+        let store = Arc::new(MemoryStore::default());
+        let (mut registry, _, admin) = registry_over(store.clone(), Plan::Free, NOW);
+        let admin = caller(admin);
+        let random = Arc::new(FixedRandomness::default());
+        registry.random = random.clone();
+        // Take the names of every draw one creation may make, then draw them again.
+        for _ in 0..RANDOM_NAME_ATTEMPTS {
+            create(&registry, &admin, random_name(), NOW).unwrap();
+        }
+        random.rewind();
+        let err = create(&registry, &admin, random_name(), NOW).unwrap_err();
+
+        assert!(matches!(err, AppError::Conflict(_)), "{err:?}");
+        let created = store.events_of(Action::ServiceCreate);
+        assert_eq!(created.len(), RANDOM_NAME_ATTEMPTS);
+    }
+
+    #[test]
+    fn a_taken_chosen_name_is_a_conflict() {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, _, admin) = registry_over(store.clone(), Plan::Enterprise, NOW);
+        let admin = caller(admin);
+        create(&registry, &admin, named("api", "First"), NOW).unwrap();
+        let err = create(&registry, &admin, named("API", "Second"), NOW).unwrap_err();
+
+        assert!(
+            matches!(&err, AppError::Conflict(d) if d.contains("api-acme")),
+            "{err:?}"
+        );
+        assert_eq!(store.events_of(Action::ServiceCreate).len(), 1);
+    }
+
+    #[test]
+    fn a_customer_at_its_quota_creates_nothing() {
+        let store = Arc::new(MemoryStore::default());
+        let (mut registry, customer, admin) = registry_over(store.clone(), Plan::Business, NOW);
+        registry.settings.max_services_per_customer = 1;
+        let admin = caller(admin);
+        create(&registry, &admin, named("api", "API"), NOW).unwrap();
+        let err = create(&registry, &admin, named("web", "Web"), NOW).unwrap_err();
+
+        assert!(matches!(err, AppError::QuotaExceeded(_)), "{err:?}");
+        assert_eq!(store.count_services_of(customer.id).unwrap(), 1);
+        assert_eq!(store.find_service("web-acme").unwrap(), None);
+    }
+
+    #[test]
+    fn a_name_outside_the_callers_scope_is_forbidden() {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, customer, _) = registry_over(store.clone(), Plan::Business, NOW);
+        let web_only = add_account(
+            &registry,
+            &customer,
+            json!({"kind": "static", "services": ["web-*"]}),
+            NOW,
+        );
+        let web_only = caller(web_only);
+        let err = create(&registry, &web_only, named("api", "API"), NOW).unwrap_err();
+        assert!(
+            matches!(&err, AppError::Forbidden(d) if d.contains("api-acme")),
+            "{err:?}"
+        );
+        assert_eq!(store.find_service("api-acme").unwrap(), None);
+        // What its scope covers, it may create.
+        let web = create(&registry, &web_only, named("web-1", "Web"), NOW).unwrap();
+        assert_eq!(web.subdomain, "web-1-acme");
+        assert_eq!(store.events_of(Action::ServiceCreate).len(), 1);
+    }
+
+    #[test]
+    fn an_anonymous_caller_may_not_create_nor_list() {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, customer, _) = registry_over(store.clone(), Plan::Business, NOW);
+        let anonymous = Caller::anonymous(origin());
+        let err = create(&registry, &anonymous, named("api", "API"), NOW).unwrap_err();
+        assert!(matches!(err, AppError::Forbidden(_)), "{err:?}");
+        let err = list(&registry, &anonymous).unwrap_err();
+        assert!(matches!(err, AppError::Forbidden(_)), "{err:?}");
+        assert_eq!(store.count_services_of(customer.id).unwrap(), 0);
+        assert!(store.events_of(Action::ServiceCreate).is_empty());
+    }
+
+    #[test]
+    fn list_shows_only_what_the_scope_covers() {
+        let (registry, customer, admin) = registry(Plan::Business, NOW);
+        let admin = caller(admin);
+        for name in ["api", "web-1", "web-2"] {
+            create(&registry, &admin, named(name, name), NOW).unwrap();
+        }
+        // Another customer's service is never listed, even to a scope of "*".
+        let other = Service {
+            id: Uuid::new_v4(),
+            customer_id: Some(Uuid::new_v4()),
+            subdomain: "api-other".into(),
+            title: None,
+            description: None,
+            created_at: NOW,
+            expires_at: None,
+        };
+        let event = admin.service_event(Action::ServiceCreate, &other, NOW);
+        registry.store.create_service(&other, None, &event).unwrap();
+        let web_only = add_account(
+            &registry,
+            &customer,
+            json!({"kind": "static", "services": ["web-*"]}),
+            NOW,
+        );
+
+        let subdomains = |c: &Caller| -> Vec<String> {
+            let services = list(&registry, c).unwrap();
+            services.into_iter().map(|s| s.subdomain).collect()
+        };
+        assert_eq!(subdomains(&admin), ["api-acme", "web-1-acme", "web-2-acme"]);
+        assert_eq!(subdomains(&caller(web_only)), ["web-1-acme", "web-2-acme"]);
+    }
+
+    #[test]
+    fn update_changes_the_title_and_clears_the_description() {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, customer, admin) = registry_over(store.clone(), Plan::Business, NOW);
+        let admin = caller(admin);
+        let command = CreateService {
+            description: Some("to clear".into()),
+            ..named("api", "Old")
+        };
+        let service = create(&registry, &admin, command, NOW).unwrap();
+        let later = NOW + time::Duration::minutes(5);
+        let change = UpdateService {
+            title: Some("New".into()),
+            description: Some(None),
+        };
+        let updated = update(&registry, &admin, service.clone(), change, later).unwrap();
+
+        assert_eq!(updated.title.as_deref(), Some("New"));
+        assert_eq!(updated.description, None);
+        assert_eq!(updated.subdomain, "api-acme");
+        assert_eq!(store.service(service.id).unwrap(), Some(updated));
+        let event = store.last_event().unwrap();
+        assert_eq!(event.action, Action::ServiceUpdate);
+        assert_eq!(event.resource.id, service.id.to_string());
+        assert_eq!(event.customer_id, Some(customer.id));
+        assert_eq!(event.request_id.as_deref(), Some("req-1"));
+        assert_eq!(event.at, later);
+    }
+
+    #[test]
+    fn update_leaves_what_it_is_not_given() {
+        let (registry, _, admin) = registry(Plan::Business, NOW);
+        let admin = caller(admin);
+        let command = CreateService {
+            description: Some("kept".into()),
+            ..named("api", "Kept")
+        };
+        let service = create(&registry, &admin, command, NOW).unwrap();
+        let updated = update(&registry, &admin, service, UpdateService::default(), NOW).unwrap();
+        assert_eq!(updated.title.as_deref(), Some("Kept"));
+        assert_eq!(updated.description.as_deref(), Some("kept"));
+    }
+
+    #[test]
+    fn update_of_a_deleted_service_is_not_found() {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, _, admin) = registry_over(store.clone(), Plan::Business, NOW);
+        let admin = caller(admin);
+        let service = create(&registry, &admin, named("api", "API"), NOW).unwrap();
+        delete(&registry, &admin, &service, NOW).unwrap();
+        let change = UpdateService {
+            title: Some("New".into()),
+            description: None,
+        };
+        let err = update(&registry, &admin, service, change, NOW).unwrap_err();
+
+        assert!(
+            matches!(&err, AppError::NotFound(d) if d.contains("api-acme")),
+            "{err:?}"
+        );
+        assert!(store.events_of(Action::ServiceUpdate).is_empty());
+    }
+
+    #[test]
+    fn delete_audits_once_and_a_second_delete_is_not_found() {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, customer, admin) = registry_over(store.clone(), Plan::Business, NOW);
+        let admin_caller = caller(admin.clone());
+        let service = create(&registry, &admin_caller, named("api", "API"), NOW).unwrap();
+        delete(&registry, &admin_caller, &service, NOW).unwrap();
+
+        assert_eq!(store.service(service.id).unwrap(), None);
+        let event = store.last_event().unwrap();
+        assert_eq!(event.action, Action::ServiceDelete);
+        assert_eq!(event.resource.subdomain.as_deref(), Some("api-acme"));
+        assert_eq!(event.actor.account_id, Some(admin.id));
+        assert_eq!(event.customer_id, Some(customer.id));
+
+        let err = delete(&registry, &admin_caller, &service, NOW).unwrap_err();
+        assert!(matches!(err, AppError::NotFound(_)), "{err:?}");
+        assert_eq!(store.events_of(Action::ServiceDelete).len(), 1);
+    }
+}

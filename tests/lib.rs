@@ -20,5 +20,6 @@ pub use support::kube;
 /// A TCP proxy that cuts a server off its PostgreSQL database (see [`proxy::Proxy`]).
 pub use support::proxy;
 
-/// The real `registry` binary on a free port (see [`server::TestServer`]).
+/// The registry on a free port, in the test process or the real binary (see
+/// [`server::TestServer`]).
 pub use support::server;

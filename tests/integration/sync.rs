@@ -313,7 +313,7 @@ fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
 /// what it trusts.
 #[test]
 fn the_built_in_openssl_trusts_ssl_cert_file_and_ssl_cert_dir() {
-    let server = TestServer::start();
+    let server = TestServer::start_binary(); // reads its log
     let acme = server.customer("acme", "business");
     let sub = crate::api::register_service(&server, &acme, "k3s");
     let kube = KubeApiServer::start(vec![SigningKey::generate(KeyKind::P256, "k1").public_jwk()]);

@@ -1,12 +1,22 @@
-//! The real `registry` binary on a free loopback port, on a fresh database, with its log
-//! captured (so tests can assert that no secret reaches it).
+//! The registry on a free loopback port, on a fresh database: inside the test process (the
+//! library's HTTP server on a thread of its own, with a clock the test moves), or the real
+//! `registry` binary, whose log is captured (so tests can assert that no secret reaches it) and
+//! which answers signals.
+//!
+//! What servers in one test process share (the library's process-wide state): the base URL of
+//! problem `type` addresses is the first server's (tests match a problem by the end of its
+//! `type`, `/problems/{slug}`), and no `tracing` subscriber is installed, so an in-process
+//! server logs nothing: tests that read a log start the binary.
 
+use registry_domain::ports::Clock;
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Builds the binary once per test process (a no-op when it is fresh) and returns its path.
@@ -45,27 +55,76 @@ fn free_port() -> u16 {
 /// Options of a test server.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {
-    /// Extra environment variables (`REGISTRY_*`).
+    /// Settings as environment variables (`REGISTRY_*`), over the harness's own.
     pub env: Vec<(String, String)>,
     /// Share this database instead of a fresh one (replica tests).
     pub database_url: Option<String>,
-    /// Run on a clock the test moves with [`TestServer::advance_clock`] (expiry tests).
-    pub shifted_clock: bool,
+    /// Run the real `registry` binary rather than the server inside the test process: for tests
+    /// that read its log, its memory or its process id, or send it signals.
+    pub binary: bool,
 }
 
-/// A running server; killed when dropped.
+impl ServerOptions {
+    /// The real binary, with these settings.
+    pub fn binary(env: &[(&str, &str)]) -> Self {
+        Self {
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            binary: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// The clock of an in-process server: the system's, shifted by what the test says.
+#[derive(Debug, Default)]
+pub struct TestClock {
+    shift_secs: AtomicI64,
+}
+
+impl TestClock {
+    /// Moves the clock `seconds` further ahead.
+    pub fn advance(&self, seconds: i64) {
+        self.shift_secs.fetch_add(seconds, Ordering::SeqCst);
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> time::OffsetDateTime {
+        time::OffsetDateTime::now_utc()
+            + time::Duration::seconds(self.shift_secs.load(Ordering::SeqCst))
+    }
+}
+
+/// How a test server runs.
+#[derive(Debug)]
+enum Process {
+    /// The real binary, its stderr in a file.
+    Binary {
+        child: Child,
+        log_path: PathBuf,
+        _log_dir: TempDir,
+    },
+    /// The library's server on a thread of the test process, on its own actix `System`.
+    InProcess {
+        handle: actix_web::dev::ServerHandle,
+        thread: Option<JoinHandle<()>>,
+        clock: Arc<TestClock>,
+    },
+}
+
+/// A running server; stopped when dropped.
 #[derive(Debug)]
 pub struct TestServer {
-    child: Child,
+    process: Process,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     /// The port.
     pub port: u16,
     /// Its database.
     pub database_url: String,
-    log_path: PathBuf,
-    clock_path: Option<PathBuf>,
-    _log_dir: TempDir,
     client: Client,
 }
 
@@ -88,10 +147,45 @@ impl Drop for TempDir {
     }
 }
 
+/// The settings every test server gets, for a server on `port`; `env` may override them.
+fn settings_for(port: u16, database_url: &str, env: &[(String, String)]) -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = vec![
+        ("REGISTRY_LISTEN".into(), format!("127.0.0.1:{port}")),
+        ("REGISTRY_DATABASE_URL".into(), database_url.to_owned()),
+        (
+            "REGISTRY_BASE_URL".into(),
+            format!("http://127.0.0.1:{port}"),
+        ),
+        (
+            "REGISTRY_ISSUER_URL_TEMPLATE".into(),
+            format!("http://{{subdomain}}.localhost:{port}"),
+        ),
+        ("REGISTRY_WORKERS".into(), "2".into()),
+    ];
+    for (name, value) in env {
+        vars.retain(|(n, _)| n != name);
+        vars.push((name.clone(), value.clone()));
+    }
+    vars
+}
+
+fn client() -> Client {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
+
 impl TestServer {
-    /// A server with default settings on a fresh database.
+    /// An in-process server with default settings on a fresh database.
     pub fn start() -> Self {
         Self::start_with(ServerOptions::default())
+    }
+
+    /// The real binary with default settings on a fresh database.
+    pub fn start_binary() -> Self {
+        Self::start_with(ServerOptions::binary(&[]))
     }
 
     /// A server with options.
@@ -100,34 +194,78 @@ impl TestServer {
             .database_url
             .clone()
             .unwrap_or_else(crate::fresh_database_url);
+        if options.binary {
+            Self::spawn_binary(&options, database_url)
+        } else {
+            Self::start_in_process(&options, database_url)
+        }
+    }
+
+    fn start_in_process(options: &ServerOptions, database_url: String) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("its address").port();
+        let vars = settings_for(port, &database_url, &options.env);
+        let settings = registry_server::Settings::from_vars(vars).expect("test settings");
+        let clock = Arc::new(TestClock::default());
+        let server_clock: Arc<dyn Clock> = clock.clone();
+        let (sender, started) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("registry-{port}"))
+            .spawn(move || {
+                actix_web::rt::System::new().block_on(async move {
+                    let running =
+                        match registry_server::start(settings, listener, server_clock).await {
+                            Ok(running) => running,
+                            Err(error) => {
+                                let _ = sender.send(Err(format!("{error:#}")));
+                                return;
+                            }
+                        };
+                    let handle = running.handle();
+                    // Runs once the server has been polled, that is, serves.
+                    actix_web::rt::spawn(async move {
+                        let _ = sender.send(Ok(handle));
+                    });
+                    if let Err(error) = running.stopped().await {
+                        eprintln!("the in-process registry on port {port} failed: {error:#}");
+                    }
+                });
+            })
+            .expect("start the server's thread");
+        let handle = match started.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(handle)) => handle,
+            Ok(Err(error)) => panic!("the registry did not start: {error}"),
+            Err(_) => panic!("the registry did not start within 30 s"),
+        };
+        Self {
+            process: Process::InProcess {
+                handle,
+                thread: Some(thread),
+                clock,
+            },
+            base: format!("http://127.0.0.1:{port}"),
+            port,
+            database_url,
+            client: client(),
+        }
+    }
+
+    fn spawn_binary(options: &ServerOptions, database_url: String) -> Self {
         let log_dir = TempDir::new("registry-log");
         let log_path = log_dir.0.join("server.log");
-        let clock_path = options.shifted_clock.then(|| log_dir.0.join("clock-shift"));
         for _attempt in 0..5 {
             let port = free_port();
-            let base = format!("http://127.0.0.1:{port}");
             let log = std::fs::File::create(&log_path).expect("log file");
             let mut command = Command::new(registry_binary());
             command
                 .arg("serve")
                 .env_clear()
                 .env("PATH", std::env::var("PATH").unwrap_or_default())
-                .env("REGISTRY_LISTEN", format!("127.0.0.1:{port}"))
-                .env("REGISTRY_DATABASE_URL", &database_url)
-                .env("REGISTRY_BASE_URL", &base)
-                .env(
-                    "REGISTRY_ISSUER_URL_TEMPLATE",
-                    format!("http://{{subdomain}}.localhost:{port}"),
-                )
-                .env("REGISTRY_WORKERS", "2")
                 .env("RUST_LOG", "info")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::from(log));
-            for (k, v) in &options.env {
+            for (k, v) in settings_for(port, &database_url, &options.env) {
                 command.env(k, v);
-            }
-            if let Some(path) = &clock_path {
-                command.env("REGISTRY_TEST_CLOCK_FILE", path);
             }
             let mut child = command.spawn().expect("spawn registry");
             let stdout = child.stdout.take().expect("stdout");
@@ -141,18 +279,15 @@ impl TestServer {
             });
             if rx.recv_timeout(Duration::from_secs(30)).is_ok() {
                 return Self {
-                    child,
-                    base,
+                    process: Process::Binary {
+                        child,
+                        log_path,
+                        _log_dir: log_dir,
+                    },
+                    base: format!("http://127.0.0.1:{port}"),
                     port,
                     database_url,
-                    log_path,
-                    clock_path,
-                    _log_dir: log_dir,
-                    client: Client::builder()
-                        .redirect(reqwest::redirect::Policy::none())
-                        .timeout(Duration::from_secs(30))
-                        .build()
-                        .expect("client"),
+                    client: client(),
                 };
             }
             let _ = child.kill();
@@ -164,28 +299,32 @@ impl TestServer {
         );
     }
 
-    /// Moves the server's clock `seconds` further ahead than it is (a server started with
-    /// [`ServerOptions::shifted_clock`]); returns once the server reads the new time.
+    /// Moves the server's clock `seconds` further ahead than it is (an in-process server); the
+    /// server reads the new time at once.
     pub fn advance_clock(&self, seconds: i64) {
-        let path = self
-            .clock_path
-            .as_ref()
-            .expect("a server started with ServerOptions::shifted_clock");
-        let shift: i64 = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0);
-        std::fs::write(path, (shift + seconds).to_string()).expect("clock file");
-        // The server reads the file again at most 50 ms after the last time it did.
-        std::thread::sleep(Duration::from_millis(120));
+        match &self.process {
+            Process::InProcess { clock, .. } => clock.advance(seconds),
+            Process::Binary { .. } => panic!("only an in-process server's clock moves"),
+        }
     }
 
-    /// The server's process id.
+    fn child(&self, needs: &str) -> &Child {
+        match &self.process {
+            Process::Binary { child, .. } => child,
+            Process::InProcess { .. } => {
+                panic!(
+                    "{needs} needs the binary: start it with ServerOptions {{ binary: true, .. }}"
+                )
+            }
+        }
+    }
+
+    /// The server's process id (the binary).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child("a process id").id()
     }
 
-    /// The server's resident memory now, in KiB (`VmRSS`).
+    /// The server's resident memory now, in KiB (`VmRSS`; the binary).
     pub fn rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .expect("the server's /proc status");
@@ -196,9 +335,16 @@ impl TestServer {
             .expect("VmRSS")
     }
 
-    /// What the server logged so far.
+    /// What the server logged so far (the binary).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        match &self.process {
+            Process::Binary { log_path, .. } => {
+                std::fs::read_to_string(log_path).unwrap_or_default()
+            }
+            Process::InProcess { .. } => {
+                panic!("an in-process server has no log of its own: start the binary (ServerOptions {{ binary: true, .. }})")
+            }
+        }
     }
 
     /// Runs `registry customer create` against this server's database; returns its output.
@@ -289,14 +435,18 @@ impl TestServer {
         format!("http://{subdomain}.localhost:{}", self.port)
     }
 
-    /// Sends SIGTERM and waits for the exit status.
+    /// Sends SIGTERM to the binary and waits for its exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child("SIGTERM").id();
         let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args(["-TERM", &pid.to_string()])
             .status();
+        let Process::Binary { child, .. } = &mut self.process else {
+            unreachable!("checked above")
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
+            if let Some(status) = child.try_wait().expect("wait") {
                 return status;
             }
             assert!(
@@ -310,8 +460,20 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        match &mut self.process {
+            Process::Binary { child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Process::InProcess { handle, thread, .. } => {
+                // Sent at once; the thread ends when the server has stopped and closed its
+                // store, so that the next server on the same database finds it free.
+                drop(handle.stop(false));
+                if let Some(thread) = thread.take() {
+                    let _ = thread.join();
+                }
+            }
+        }
     }
 }
 
@@ -403,6 +565,14 @@ pub fn insecure_server() -> TestServer {
         env: vec![("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS".into(), "true".into())],
         ..ServerOptions::default()
     })
+}
+
+/// The real binary, admitting `http` and loopback issuers (tests that read its log).
+pub fn insecure_binary_server() -> TestServer {
+    TestServer::start_with(ServerOptions::binary(&[(
+        "REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS",
+        "true",
+    )]))
 }
 
 /// Seconds since the Unix epoch, now.

@@ -29,6 +29,8 @@
 //! assert!(parsed.policy.static_scope().unwrap().matches("api-acme"));
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod access;
 pub mod account;
 pub mod anonymous;

@@ -344,13 +344,45 @@ pub struct TokenRejection {
     pub detail: String,
 }
 
-/// Verifies identity tokens minted by external OIDC issuers (the key source port).
-pub trait IdentityTokenVerifier: Send + Sync {
-    /// Verifies `token` at `now`: signature with the issuer's published keys, algorithm rules,
-    /// and the registered claims (see [`crate::claims`]).
-    fn verify(
-        &self,
-        token: &str,
+/// Where the keys of a token's issuer come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IssuerKeys<'a> {
+    /// An issuer outside the registry: its keys are fetched from its discovery document.
+    Fetched,
+    /// An issuer this registry hosts, as its own data says: never fetched over HTTP.
+    Hosted {
+        /// The issuer the keys were looked up for; a token naming another is refused.
+        issuer: &'a str,
+        /// A tag that changes whenever `jwks` does (its ETag).
+        version: &'a [u8],
+        /// The key set document it publishes now (`{"keys": [...]}`).
+        jwks: &'a [u8],
+    },
+    /// An issuer this registry hosts that publishes nothing now (deleted, withdrawn, expired).
+    Withdrawn {
+        /// The issuer.
+        issuer: &'a str,
+    },
+}
+
+/// What [`IdentityTokenVerifier::verify`] answers, later.
+pub type Verification<'a> =
+    std::pin::Pin<Box<dyn Future<Output = Result<VerifiedToken, TokenRejection>> + Send + 'a>>;
+
+/// Verifies identity tokens (the key source port). Object-safe: the server holds an
+/// `Arc<dyn IdentityTokenVerifier>`, and tests may give it another.
+pub trait IdentityTokenVerifier: Send + Sync + std::fmt::Debug {
+    /// The `iss` a token claims, read without verifying anything (`None` when the token is not
+    /// a well-formed compact JWS with an accepted algorithm): callers refuse tokens of issuers
+    /// no policy trusts before any key is fetched.
+    fn unverified_issuer(&self, token: &str) -> Option<String>;
+
+    /// Verifies `token` at `now` with the keys `keys` says: signature, algorithm rules, and the
+    /// registered claims (see [`crate::claims`]).
+    fn verify<'a>(
+        &'a self,
+        token: &'a str,
+        keys: IssuerKeys<'a>,
         now: OffsetDateTime,
-    ) -> impl Future<Output = Result<VerifiedToken, TokenRejection>> + Send;
+    ) -> Verification<'a>;
 }

@@ -17,11 +17,13 @@
 //! `iss` some policy rule names, so that strangers cannot make the registry fetch at will.
 //!
 //! ```no_run
-//! use registry_domain::ports::IdentityTokenVerifier;
+//! use registry_domain::ports::{IdentityTokenVerifier, IssuerKeys};
 //! use registry_oidc::{OidcConfig, OidcVerifier};
+//! use std::sync::Arc;
 //! # async fn run(token: &str) -> Result<(), Box<dyn std::error::Error>> {
-//! let verifier = OidcVerifier::new(OidcConfig::default())?;
-//! let verified = verifier.verify(token, time::OffsetDateTime::now_utc()).await?;
+//! let verifier: Arc<dyn IdentityTokenVerifier> = Arc::new(OidcVerifier::new(OidcConfig::default())?);
+//! let now = time::OffsetDateTime::now_utc();
+//! let verified = verifier.verify(token, IssuerKeys::Fetched, now).await?;
 //! println!("{} says sub={:?}", verified.issuer, verified.claims.get("sub"));
 //! # Ok(()) }
 //! ```
@@ -52,7 +54,9 @@ use cache::KeyCache;
 use fetch::Fetcher;
 use hosted::HostedSets;
 use registry_domain::claims;
-use registry_domain::ports::{IdentityTokenVerifier, TokenRejection, VerifiedToken};
+use registry_domain::ports::{
+    IdentityTokenVerifier, IssuerKeys, TokenRejection, Verification, VerifiedToken,
+};
 use std::sync::Arc;
 use time::OffsetDateTime;
 
@@ -159,13 +163,31 @@ fn check_signature(
 }
 
 impl IdentityTokenVerifier for OidcVerifier {
-    async fn verify(
-        &self,
-        token: &str,
+    fn unverified_issuer(&self, token: &str) -> Option<String> {
+        OidcVerifier::unverified_issuer(self, token)
+    }
+
+    fn verify<'a>(
+        &'a self,
+        token: &'a str,
+        keys: IssuerKeys<'a>,
         now: OffsetDateTime,
-    ) -> Result<VerifiedToken, TokenRejection> {
-        self.verify_token(token, now)
-            .await
-            .map_err(TokenRejection::from)
+    ) -> Verification<'a> {
+        Box::pin(async move {
+            let verified = match keys {
+                IssuerKeys::Fetched => self.verify_token(token, now).await,
+                IssuerKeys::Hosted {
+                    issuer,
+                    version,
+                    jwks,
+                } => {
+                    self.verify_hosted(token, now, issuer, HostedKeys::Published { version, jwks })
+                }
+                IssuerKeys::Withdrawn { issuer } => {
+                    self.verify_hosted(token, now, issuer, HostedKeys::Withdrawn)
+                }
+            };
+            verified.map_err(TokenRejection::from)
+        })
     }
 }

@@ -1,21 +1,22 @@
 //! Wiring: open the store, warm the caches, start the HTTP server and the background tasks.
 
-use crate::adapters::{ShiftedClock, SystemClock};
+use crate::adapters::SystemClock;
 use crate::background;
 use crate::body;
 use crate::connections::{self, ConnectionLimit};
-use crate::directory;
-use crate::hosting;
 use crate::observe::observe;
 use crate::problem;
+use crate::public;
 use crate::routes;
 use crate::settings::Settings;
 use crate::state::AppState;
+use actix_web::dev::ServerHandle;
 use actix_web::{guard, middleware, web, App, HttpServer};
 use anyhow::Context;
 use registry_domain::ports::{Clock, Storage};
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Opens the database named by a URL for the server and applies pending migrations.
@@ -61,8 +62,92 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// Runs the server until SIGTERM or SIGINT, then finishes in-flight requests.
+/// Runs the server until SIGTERM or SIGINT, then finishes in-flight requests: `registry serve`,
+/// on `REGISTRY_LISTEN` and the system clock.
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let listen = Listen::Address(settings.listen.clone());
+    let running = launch(settings, listen, Arc::new(SystemClock), Signals::Stop).await?;
+    let addrs = running.addrs.clone();
+    // Tests and scripts read this line to learn a port chosen with `:0`, and may send SIGTERM
+    // as soon as they have it. The server installs its signal handlers when first polled, in
+    // the `await` below, before this task gets its turn.
+    actix_web::rt::spawn(async move {
+        for addr in addrs {
+            println!("registry listening on http://{addr}");
+        }
+    });
+    running.stopped().await
+}
+
+/// Starts the server inside another program: on a listener already bound, reading time from
+/// `clock`, deaf to signals (stop it with [`Running::handle`]). `settings.listen` is not used.
+/// Call it inside an actix `System` (the background tasks are spawned on the current one), then
+/// await [`Running::stopped`] there: the server serves while that future is polled.
+pub async fn start(
+    settings: Settings,
+    listener: std::net::TcpListener,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Running> {
+    launch(settings, Listen::Listener(listener), clock, Signals::Ignore).await
+}
+
+/// A started server.
+pub struct Running {
+    server: actix_web::dev::Server,
+    store: Store,
+    addrs: Vec<SocketAddr>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("addrs", &self.addrs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Running {
+    /// The addresses it listens on.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// What stops it (`stop(true)` finishes in-flight requests first, for up to 30 s).
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// Serves until stopped, then closes the store.
+    pub async fn stopped(self) -> anyhow::Result<()> {
+        let ran = self.server.await.context("server failed");
+        self.store.close();
+        ran?;
+        tracing::info!("registry stopped");
+        Ok(())
+    }
+}
+
+/// Where the server listens.
+enum Listen {
+    /// An address to bind (actix binds it: every address it resolves to, its backlog).
+    Address(String),
+    /// A listener bound already.
+    Listener(std::net::TcpListener),
+}
+
+/// Whether SIGTERM and SIGINT stop the server: only in a process of its own.
+#[derive(PartialEq, Eq)]
+enum Signals {
+    Stop,
+    Ignore,
+}
+
+async fn launch(
+    settings: Settings,
+    listen: Listen,
+    clock: Arc<dyn Clock>,
+    signals: Signals,
+) -> anyhow::Result<Running> {
     problem::set_base_url(settings.base());
     let url = settings.database.database_url.clone();
     let store = web::block(move || open_store(&url)).await??;
@@ -75,71 +160,69 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let workers = settings.workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
     });
-    let listen = settings.listen.clone();
-    let clock: Arc<dyn Clock> = match &settings.test_clock_file {
-        Some(path) => {
-            tracing::warn!(file = %path.display(), "the clock is shifted by a test file");
-            Arc::new(ShiftedClock::new(path.clone()))
-        }
-        None => Arc::new(SystemClock),
-    };
     let storage: Arc<dyn Storage> = Arc::new(store.clone());
     let state = web::Data::new(AppState::new(settings, storage, verifier, clock)?);
 
-    directory::reload_everything(&state)
+    state
+        .replica
+        .reload_everything()
         .await
         .context("cannot load the published documents and the service accounts")?;
 
     let app_state = state.clone();
+    let authenticator = web::Data::from(state.auth.clone());
     let connections = ConnectionLimit::new(
         state.settings.max_connections_per_address,
         state.trusted_proxies.clone(),
     );
-    let server = HttpServer::new(move || {
+    let mut server = HttpServer::new(move || {
         let hosted_state = app_state.clone();
         App::new()
             .app_data(app_state.clone())
+            // The components handlers take by themselves (the caller extractors of `auth`).
+            .app_data(authenticator.clone())
             .wrap(middleware::from_fn(body::deadline))
             .wrap(middleware::from_fn(observe))
             .wrap(middleware::from_fn(connections::admitted))
             .service(
                 web::scope("")
                     .guard(guard::fn_guard(move |ctx| {
-                        hosting::hosted_request(&hosted_state, ctx.head())
+                        public::hosted_request(&hosted_state, ctx.head())
                     }))
-                    .default_service(web::to(hosting::serve)),
+                    .default_service(web::to(public::serve)),
             )
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
     })
     .workers(workers)
     .shutdown_timeout(30)
-    .on_connect(move |io, data| connections.on_connect(io, data))
-    .bind(&listen)
-    .with_context(|| format!("cannot listen on {listen}"))?;
+    .on_connect(move |io, data| connections.on_connect(io, data));
+    if signals == Signals::Ignore {
+        server = server.disable_signals();
+    }
+    let server = match listen {
+        Listen::Address(listen) => server
+            .bind(&listen)
+            .with_context(|| format!("cannot listen on {listen}"))?,
+        Listen::Listener(listener) => server
+            .listen(listener)
+            .context("cannot listen on the given listener")?,
+    };
     let addrs = server.addrs();
-    let running = server.run();
-    // Tests and scripts read this line to learn a port chosen with `:0`, and may send SIGTERM
-    // as soon as they have it. The server installs its signal handlers when first polled, in
-    // the `await` below, before this task gets its turn.
-    actix_web::rt::spawn(async move {
-        for addr in addrs {
-            println!("registry listening on http://{addr}");
-        }
-    });
+    let server = server.run();
     tracing::info!(
-        issuers = state.hosting.len(),
-        trusted_issuers = state.directory.trusted_issuers(),
+        issuers = state.replica.hosting.len(),
+        trusted_issuers = state.replica.directory.trusted_issuers(),
         workers,
         "registry started"
     );
     actix_web::rt::spawn(background::follow_changes(state.clone()));
     actix_web::rt::spawn(background::reap_expired(state.clone()));
-    let ran = running.await.context("server failed");
-    store.close();
-    ran?;
-    tracing::info!("registry stopped");
-    Ok(())
+    Ok(Running {
+        server,
+        store,
+        addrs,
+    })
 }
 
 /// Says which certificate authorities TLS to issuers trusts: the OpenSSL inside the binary

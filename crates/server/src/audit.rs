@@ -2,10 +2,10 @@
 //! request id it carries. The events themselves are written by the storage calls that make the
 //! changes, in their transactions.
 
-use crate::cli::AuditArgs;
 use anyhow::Context;
-use registry_domain::audit::{AuditQuery, Trail, MAX_PAGE};
+use registry_domain::audit::{Action, AuditQuery, Trail, MAX_PAGE};
 use registry_domain::ports::{AuditLog, CustomerStore};
+use time::OffsetDateTime;
 
 tokio::task_local! {
     /// The `X-Request-Id` of the API request being handled: `observe` sets it around the
@@ -25,10 +25,12 @@ pub fn request_id() -> Option<String> {
 /// `registry audit`: every event of the trail asked for, newest first, one JSON object a line.
 pub fn print_trail<S: AuditLog + CustomerStore>(
     store: &S,
-    args: &AuditArgs,
+    tenant: Option<&str>,
+    action: Option<Action>,
+    since: Option<OffsetDateTime>,
     out: &mut impl std::io::Write,
 ) -> anyhow::Result<()> {
-    let trail = match &args.tenant {
+    let trail = match tenant {
         Some(tenant) => {
             let customer = store
                 .customer_by_tenant(tenant)
@@ -41,8 +43,8 @@ pub fn print_trail<S: AuditLog + CustomerStore>(
     let mut query = AuditQuery {
         trail,
         cursor: None,
-        action: args.action,
-        since: args.since,
+        action,
+        since,
         limit: MAX_PAGE,
     };
     loop {

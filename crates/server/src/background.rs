@@ -3,7 +3,6 @@
 //! anonymous services, retired keys whose time ran out, and old rows of the change log and the
 //! audit trail.
 
-use crate::directory;
 use crate::state::AppState;
 use actix_web::web;
 use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
@@ -26,7 +25,7 @@ pub async fn follow_changes(state: web::Data<AppState>) {
     loop {
         interval.tick().await;
         // On failure (the database is down) the next tick retries from the same point.
-        let _ = directory::catch_up(&state, i64::MAX).await;
+        let _ = state.replica.catch_up(i64::MAX).await;
     }
 }
 
@@ -37,16 +36,20 @@ pub async fn reap_expired(state: web::Data<AppState>) {
     loop {
         interval.tick().await;
         let now = state.now();
-        state.tokens.sweep(now);
+        state.auth.tokens.sweep(now);
         reap_anonymous(&state, now).await;
         reap_keys(&state, now).await;
         // The deletions leave the caches through the change log, like every other change (and
         // on every replica alike). Until then the handlers' own expiry checks hold.
-        directory::settle_write(&state).await;
-        let _ = state.db(move |s| s.prune_changes(now - KEEP_CHANGES)).await;
-        let keep = time::Duration::days(i64::from(state.settings.audit_retention_days));
-        let _ = state.db(move |s| s.prune_audit(now - keep)).await;
+        state.replica.settle_write().await;
         let _ = state
+            .replica
+            .db(move |s| s.prune_changes(now - KEEP_CHANGES))
+            .await;
+        let keep = time::Duration::days(i64::from(state.settings.audit_retention_days));
+        let _ = state.replica.db(move |s| s.prune_audit(now - keep)).await;
+        let _ = state
+            .replica
             .db(move |s| s.prune_refusals(now - registry_domain::refusal::KEPT_FOR))
             .await;
     }
@@ -55,7 +58,11 @@ pub async fn reap_expired(state: web::Data<AppState>) {
 /// Deletes expired anonymous services, each with its `anonymous.expire` event. Batch after
 /// batch: a burst of creations an hour ago must not take hours to clear.
 async fn reap_anonymous(state: &AppState, now: OffsetDateTime) {
-    while let Ok(expired) = state.db(move |s| s.expired_anonymous(now, BATCH)).await {
+    while let Ok(expired) = state
+        .replica
+        .db(move |s| s.expired_anonymous(now, BATCH))
+        .await
+    {
         let complete = expired.len() < BATCH;
         for service in expired {
             let event = AuditEvent::new(
@@ -67,6 +74,7 @@ async fn reap_anonymous(state: &AppState, now: OffsetDateTime) {
             );
             let id = service.id;
             if state
+                .replica
                 .db(move |s| s.delete_service(id, &event))
                 .await
                 .is_ok()
@@ -85,6 +93,7 @@ async fn reap_anonymous(state: &AppState, now: OffsetDateTime) {
 /// the stored state, and the trail, say so.
 async fn reap_keys(state: &AppState, now: OffsetDateTime) {
     let Ok(due) = state
+        .replica
         .db(move |s| s.configs_with_expired_keys(now, BATCH))
         .await
     else {
@@ -101,6 +110,7 @@ async fn expire_keys_of(
     now: OffsetDateTime,
 ) -> crate::problem::ApiResult<()> {
     let (service, config) = state
+        .replica
         .db(move |s| Ok((s.service(id)?, s.config(id)?)))
         .await?;
     let (Some(service), Some(config)) = (service, config) else {
@@ -118,6 +128,7 @@ async fn expire_keys_of(
         // Read, withdraw, write in one transaction: an upload meanwhile may have dropped the
         // key already, and then nothing is written (and no event).
         state
+            .replica
             .db(move |s| {
                 s.update_config(
                     id,

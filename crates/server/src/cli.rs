@@ -1,7 +1,72 @@
 //! The command line: `registry serve | migrate | customer … | audit | sync | policy …`.
 
+use crate::policy_cli::PolicyCommand;
 use crate::settings::{DatabaseArgs, Settings};
+use crate::sync::SyncArgs;
+use crate::{app, audit, customers, observe, policy_cli, sync};
 use clap::{Parser, Subcommand};
+
+/// Runs a command; `serve` on an actix `System` of its own, until a signal stops it (the caller
+/// installed the log first). An error is the command's failure, for one line on stderr.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(settings) => {
+            let served = actix_web::rt::System::new().block_on(app::serve(*settings));
+            observe::flush_log();
+            served
+        }
+        Command::Migrate(database) => {
+            app::with_command_store(&database.database_url, |_| Ok(()))?;
+            eprintln!(
+                "migrations applied to {}",
+                app::redact(&database.database_url)
+            );
+            Ok(())
+        }
+        Command::Audit(args) => app::with_command_store(&args.database.database_url, |store| {
+            audit::print_trail(
+                store,
+                args.tenant.as_deref(),
+                args.action,
+                args.since,
+                &mut std::io::stdout().lock(),
+            )
+        }),
+        Command::Sync(args) => sync::run(args),
+        Command::Policy { command } => policy_cli::run(command),
+        Command::Customer { command } => {
+            let output = match command {
+                CustomerCommand::Create {
+                    tenant,
+                    plan,
+                    name,
+                    database,
+                } => app::with_command_store(&database.database_url, |store| {
+                    customers::create(store, &tenant, &plan, &name)
+                })?,
+                CustomerCommand::List { database } => {
+                    app::with_command_store(&database.database_url, customers::list)?
+                }
+                CustomerCommand::SetPlan {
+                    tenant,
+                    plan,
+                    database,
+                } => app::with_command_store(&database.database_url, |store| {
+                    customers::set_plan(store, &tenant, &plan)
+                })?,
+            };
+            print_json(&output);
+            Ok(())
+        }
+    }
+}
+
+fn print_json(value: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
 
 /// Publishes OpenID Connect discovery documents and key sets of customer services, hosts
 /// temporary anonymous services, and authenticates service accounts.
@@ -41,111 +106,6 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
-}
-
-/// How a policy command prints its result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    /// One line per finding, for a person.
-    Text,
-    /// One JSON document on stdout.
-    Json,
-}
-
-/// Policy subcommands.
-#[derive(Debug, Subcommand)]
-pub enum PolicyCommand {
-    /// Check a policy document: its schema violations (errors) and the findings of the lint
-    /// (warnings), each with a code, a pointer and a sentence. Exit 1 on an error, and on a
-    /// warning with --deny-warnings; 0 otherwise.
-    Check {
-        /// The policy document (JSON).
-        file: std::path::PathBuf,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-        format: OutputFormat,
-        /// Treat warnings as errors (exit 1).
-        #[arg(long)]
-        deny_warnings: bool,
-    },
-    /// Explain what a policy decides for a token's claims: the matching rule, or for each rule
-    /// of the token's issuer the first check that failed, and hints for near misses. The policy
-    /// alone: no signature and no time checks. Exit 0 whatever the decision.
-    Explain {
-        /// The policy document (JSON).
-        file: std::path::PathBuf,
-        /// A JSON file holding the token's claims.
-        #[arg(long, conflicts_with = "token", required_unless_present = "token")]
-        claims: Option<std::path::PathBuf>,
-        /// A JWT whose claims to use (its signature is not checked).
-        #[arg(long)]
-        token: Option<String>,
-        /// The service (subdomain) the call would act on.
-        #[arg(long)]
-        service: Option<String>,
-        /// The client address.
-        #[arg(long)]
-        ip: Option<std::net::IpAddr>,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-        format: OutputFormat,
-    },
-    /// Run test cases against a policy: a JSON list of {name, claims, service?, ip?, expect:
-    /// "allow"|"deny", rule?}. Prints each result and the rules no case exercised. Exit 1 when
-    /// a case fails.
-    Test {
-        /// The policy document (JSON).
-        file: std::path::PathBuf,
-        /// The cases (JSON).
-        cases: std::path::PathBuf,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-        format: OutputFormat,
-    },
-}
-
-/// `registry sync`.
-#[derive(Debug, clap::Args)]
-pub struct SyncArgs {
-    /// The service (subdomain or id) whose documents to keep in step.
-    #[arg(long)]
-    pub service: String,
-    /// The registry's API.
-    #[arg(
-        long,
-        env = "REGISTRY_API_URL",
-        default_value = "http://localhost:8080"
-    )]
-    pub api_url: String,
-    /// A static token of the registry (prefer the environment: a flag shows in `ps`).
-    #[arg(long, env = "REGISTRY_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// An identity token file (a projected service-account token whose audience is the
-    /// registry), read afresh before every call, for an `oidc` service account: no stored secret.
-    #[arg(long, conflicts_with = "token")]
-    pub identity_token_file: Option<std::path::PathBuf>,
-    /// The source issuer (default: the in-cluster API server,
-    /// `https://kubernetes.default.svc`, with the in-cluster CA and token).
-    #[arg(long, conflicts_with_all = ["discovery_file", "jwks_file"])]
-    pub source: Option<String>,
-    /// A PEM CA bundle for the source.
-    #[arg(long)]
-    pub source_ca: Option<std::path::PathBuf>,
-    /// A file with the bearer token the source wants, read before every fetch.
-    #[arg(long)]
-    pub source_token_file: Option<std::path::PathBuf>,
-    /// Read the discovery document from this file instead of a source URL.
-    #[arg(long, requires = "jwks_file")]
-    pub discovery_file: Option<std::path::PathBuf>,
-    /// Read the key set from this file instead of a source URL.
-    #[arg(long, requires = "discovery_file")]
-    pub jwks_file: Option<std::path::PathBuf>,
-    /// Run once and exit (the default).
-    #[arg(long, conflicts_with = "interval")]
-    pub once: bool,
-    /// Keep running, one cycle every SECONDS; retries with backoff when either side is down.
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub interval: Option<u64>,
 }
 
 /// Arguments of `registry audit`.

@@ -80,7 +80,7 @@ pub async fn observe(
         req.headers()
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
-            .is_some_and(|host| state.hosting.subdomain_for_host(host).is_some())
+            .is_some_and(|host| state.replica.hosting.subdomain_for_host(host).is_some())
     });
     let (mut response, request_id) = if hosted {
         (next.call(req).await?, request_id)

@@ -1,14 +1,75 @@
 //! `registry policy …`: policy documents offline, through the domain crate alone (DECISIONS §12).
 
-use crate::cli::{OutputFormat, PolicyCommand};
 use anyhow::Context;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use clap::Subcommand;
 use registry_domain::policy::{lint_document, Explanation, Policy, Severity};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::Path;
+
+/// How a policy command prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// One line per finding, for a person.
+    Text,
+    /// One JSON document on stdout.
+    Json,
+}
+
+/// Policy subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Check a policy document: its schema violations (errors) and the findings of the lint
+    /// (warnings), each with a code, a pointer and a sentence. Exit 1 on an error, and on a
+    /// warning with --deny-warnings; 0 otherwise.
+    Check {
+        /// The policy document (JSON).
+        file: std::path::PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+        format: OutputFormat,
+        /// Treat warnings as errors (exit 1).
+        #[arg(long)]
+        deny_warnings: bool,
+    },
+    /// Explain what a policy decides for a token's claims: the matching rule, or for each rule
+    /// of the token's issuer the first check that failed, and hints for near misses. The policy
+    /// alone: no signature and no time checks. Exit 0 whatever the decision.
+    Explain {
+        /// The policy document (JSON).
+        file: std::path::PathBuf,
+        /// A JSON file holding the token's claims.
+        #[arg(long, conflicts_with = "token", required_unless_present = "token")]
+        claims: Option<std::path::PathBuf>,
+        /// A JWT whose claims to use (its signature is not checked).
+        #[arg(long)]
+        token: Option<String>,
+        /// The service (subdomain) the call would act on.
+        #[arg(long)]
+        service: Option<String>,
+        /// The client address.
+        #[arg(long)]
+        ip: Option<std::net::IpAddr>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+        format: OutputFormat,
+    },
+    /// Run test cases against a policy: a JSON list of {name, claims, service?, ip?, expect:
+    /// "allow"|"deny", rule?}. Prints each result and the rules no case exercised. Exit 1 when
+    /// a case fails.
+    Test {
+        /// The policy document (JSON).
+        file: std::path::PathBuf,
+        /// The cases (JSON).
+        cases: std::path::PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+        format: OutputFormat,
+    },
+}
 
 /// The most a policy command reads of one file (DECISIONS §17). A policy the API accepts is
 /// far smaller; without a bound, `/dev/zero` or a FIFO that never ends would take all memory.

@@ -2,7 +2,7 @@
 //! the owner of the accounts that trust the token's issuer. Runs on refused requests only: the
 //! accepted path neither calls it nor pays for it.
 
-use crate::state::AppState;
+use crate::replica::Replica;
 use registry_domain::ports::VerifiedToken;
 use registry_domain::refusal::{self, Refused};
 use registry_domain::{Service, ServiceAccount};
@@ -60,48 +60,52 @@ pub struct RefusedRequest<'a> {
 
 /// Records `refused` against the accounts that trust its issuer within one customer. A failure
 /// to write is logged: the answer stays the 401 or 403 it was.
-pub async fn record(state: &AppState, refused: RefusedRequest<'_>) {
-    let chosen_owner = refused.chosen.and_then(|id| {
-        refused
+impl RefusalBudget {
+    /// Records `refused` in the refusal log of the accounts' owner, within each account's
+    /// budget for this minute.
+    pub async fn record(&self, replica: &Replica, refused: RefusedRequest<'_>) {
+        let chosen_owner = refused.chosen.and_then(|id| {
+            refused
+                .candidates
+                .iter()
+                .find(|a| a.id == id)
+                .map(|a| a.customer_id)
+        });
+        let customers: Vec<Uuid> = refused.candidates.iter().map(|a| a.customer_id).collect();
+        let Some(customer) = refusal::recording_customer(
+            refused.service.and_then(|s| s.customer_id),
+            chosen_owner,
+            &customers,
+        ) else {
+            return;
+        };
+        let at = replica.now();
+        let minute = at.unix_timestamp().div_euclid(60);
+        let request_id = crate::audit::request_id();
+        let facts = Refused {
+            claims: &refused.token.claims,
+            service: refused.service.map(|s| s.subdomain.as_str()),
+            ip: refused.ip,
+            ambiguous: refused.ambiguous,
+            request_id: request_id.as_deref(),
+            at,
+        };
+        let records: Vec<(Uuid, serde_json::Value)> = refused
             .candidates
             .iter()
-            .find(|a| a.id == id)
-            .map(|a| a.customer_id)
-    });
-    let customers: Vec<Uuid> = refused.candidates.iter().map(|a| a.customer_id).collect();
-    let Some(customer) = refusal::recording_customer(
-        refused.service.and_then(|s| s.customer_id),
-        chosen_owner,
-        &customers,
-    ) else {
-        return;
-    };
-    let at = state.now();
-    let minute = at.unix_timestamp().div_euclid(60);
-    let request_id = crate::audit::request_id();
-    let facts = Refused {
-        claims: &refused.token.claims,
-        service: refused.service.map(|s| s.subdomain.as_str()),
-        ip: refused.ip,
-        ambiguous: refused.ambiguous,
-        request_id: request_id.as_deref(),
-        at,
-    };
-    let records: Vec<(Uuid, serde_json::Value)> = refused
-        .candidates
-        .iter()
-        .filter(|a| a.customer_id == customer)
-        .filter_map(|a| Some((a.id, refusal::record(&a.policy, &facts)?)))
-        .filter(|(id, record)| {
-            let near = refusal::is_near_record(record);
-            state.refusal_budget.allows(*id, near, minute)
-        })
-        .collect();
-    if records.is_empty() {
-        return;
-    }
-    if let Err(error) = state.db(move |s| s.record_refusals(&records, at)).await {
-        tracing::warn!(%error, "could not record a refused request");
+            .filter(|a| a.customer_id == customer)
+            .filter_map(|a| Some((a.id, refusal::record(&a.policy, &facts)?)))
+            .filter(|(id, record)| {
+                let near = refusal::is_near_record(record);
+                self.allows(*id, near, minute)
+            })
+            .collect();
+        if records.is_empty() {
+            return;
+        }
+        if let Err(error) = replica.db(move |s| s.record_refusals(&records, at)).await {
+            tracing::warn!(%error, "could not record a refused request");
+        }
     }
 }
 

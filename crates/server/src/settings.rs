@@ -1,6 +1,6 @@
 //! Settings of `registry serve`: each a flag and a `REGISTRY_*` environment variable.
 
-use clap::{Args, ValueEnum};
+use clap::{Args, FromArgMatches, ValueEnum};
 use ipnetwork::IpNetwork;
 
 /// Where the database is; shared by every subcommand.
@@ -96,11 +96,6 @@ pub struct Settings {
     )]
     pub audit_retention_days: u32,
 
-    /// Tests only: a file holding a number of seconds by which the clock is shifted (read again
-    /// every 50 ms), so that expiry can be tested without waiting.
-    #[arg(long, env = "REGISTRY_TEST_CLOCK_FILE", hide = true)]
-    pub test_clock_file: Option<std::path::PathBuf>,
-
     /// Tests only: seconds between two rounds of the reaper (expiry, retention).
     #[arg(long, env = "REGISTRY_TEST_REAP_EVERY_SECONDS", hide = true, default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -171,6 +166,33 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The settings `registry serve` reads when its environment holds these `REGISTRY_*`
+    /// variables and nothing else: the process's own environment and command line play no part,
+    /// and every setting not named takes its default. For a server started inside another
+    /// program (the integration tests start several in one process, each with its own
+    /// settings). An unknown variable or a value the flag refuses is an error.
+    pub fn from_vars<K, V>(vars: impl IntoIterator<Item = (K, V)>) -> anyhow::Result<Self>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let command = Self::augment_args(clap::Command::new("serve")).no_binary_name(true);
+        let mut args = Vec::new();
+        for (name, value) in vars {
+            let name = name.as_ref();
+            let long = command
+                .get_arguments()
+                .find(|arg| arg.get_env().is_some_and(|env| env == name))
+                .and_then(clap::Arg::get_long)
+                .ok_or_else(|| anyhow::anyhow!("{name} is not a setting of registry serve"))?;
+            args.push(format!("--{long}={}", value.as_ref()));
+        }
+        let matches = command
+            .mut_args(|arg| arg.env(None::<&'static str>))
+            .try_get_matches_from(args)?;
+        Ok(Self::from_arg_matches(&matches)?)
+    }
+
     /// The base URL without a trailing slash.
     pub fn base(&self) -> &str {
         self.base_url.trim_end_matches('/')
@@ -198,4 +220,32 @@ fn networks(name: &str, entries: &[String]) -> anyhow::Result<Vec<IpNetwork>> {
                 .map_err(|e| anyhow::anyhow!("{name}: {s:?} is not a CIDR: {e}"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_from_variables_alone() {
+        let settings = Settings::from_vars([
+            ("REGISTRY_LISTEN", "127.0.0.1:0"),
+            ("REGISTRY_TRUSTED_PROXIES", "10.0.0.0/8,192.168.0.0/16"),
+            ("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true"),
+            ("REGISTRY_TEST_REAP_EVERY_SECONDS", "1"),
+        ])
+        .unwrap();
+        assert_eq!(settings.listen, "127.0.0.1:0");
+        assert_eq!(settings.trusted_proxies, ["10.0.0.0/8", "192.168.0.0/16"]);
+        assert!(settings.oidc_allow_insecure_issuers);
+        assert_eq!(settings.reap_every_seconds, 1);
+        assert_eq!(settings.writes_per_minute, 300, "a default");
+        assert_eq!(settings.database.database_url, "sqlite://registry.db");
+        let unknown = Settings::from_vars([("REGISTRY_NO_SUCH_THING", "1")]).unwrap_err();
+        assert!(
+            unknown.to_string().contains("REGISTRY_NO_SUCH_THING"),
+            "{unknown}"
+        );
+        assert!(Settings::from_vars([("REGISTRY_WRITES_PER_MINUTE", "0")]).is_err());
+    }
 }

@@ -3,7 +3,6 @@
 //! `--interval` it keeps going: a failed cycle is one line on stderr and a retry after a backoff
 //! (1 s, doubling, at most the interval), never an exit.
 
-use crate::cli::SyncArgs;
 use registry_domain::keys::sync_plan;
 use registry_oidc::sync::{
     Credentials, RegistryApi, Source, SyncError, IN_CLUSTER_DIR, IN_CLUSTER_URL,
@@ -11,6 +10,50 @@ use registry_oidc::sync::{
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// `registry sync`.
+#[derive(Debug, clap::Args)]
+pub struct SyncArgs {
+    /// The service (subdomain or id) whose documents to keep in step.
+    #[arg(long)]
+    pub service: String,
+    /// The registry's API.
+    #[arg(
+        long,
+        env = "REGISTRY_API_URL",
+        default_value = "http://localhost:8080"
+    )]
+    pub api_url: String,
+    /// A static token of the registry (prefer the environment: a flag shows in `ps`).
+    #[arg(long, env = "REGISTRY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// An identity token file (a projected service-account token whose audience is the
+    /// registry), read afresh before every call, for an `oidc` service account: no stored secret.
+    #[arg(long, conflicts_with = "token")]
+    pub identity_token_file: Option<std::path::PathBuf>,
+    /// The source issuer (default: the in-cluster API server,
+    /// `https://kubernetes.default.svc`, with the in-cluster CA and token).
+    #[arg(long, conflicts_with_all = ["discovery_file", "jwks_file"])]
+    pub source: Option<String>,
+    /// A PEM CA bundle for the source.
+    #[arg(long)]
+    pub source_ca: Option<std::path::PathBuf>,
+    /// A file with the bearer token the source wants, read before every fetch.
+    #[arg(long)]
+    pub source_token_file: Option<std::path::PathBuf>,
+    /// Read the discovery document from this file instead of a source URL.
+    #[arg(long, requires = "jwks_file")]
+    pub discovery_file: Option<std::path::PathBuf>,
+    /// Read the key set from this file instead of a source URL.
+    #[arg(long, requires = "discovery_file")]
+    pub jwks_file: Option<std::path::PathBuf>,
+    /// Run once and exit (the default).
+    #[arg(long, conflicts_with = "interval")]
+    pub once: bool,
+    /// Keep running, one cycle every SECONDS; retries with backoff when either side is down.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub interval: Option<u64>,
+}
 
 /// The source the flags name.
 fn source(args: &SyncArgs) -> Source {

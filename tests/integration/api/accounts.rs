@@ -13,7 +13,7 @@ fn account(server: &TestServer, customer: &Customer, policy: Value) -> Value {
 
 #[test]
 fn crud_of_service_accounts_with_a_one_time_token() {
-    let server = TestServer::start();
+    let server = TestServer::start_binary(); // reads its log
     let acme = server.customer("acme", "business");
     named_service(&server, &acme, "api");
     let created = server
@@ -578,7 +578,7 @@ fn an_address_limited_account_only_manages_accounts_inside_its_addresses() {
 /// list, the other accounts and a server starting on the database are not affected.
 #[test]
 fn a_corrupt_stored_policy_is_a_500_for_that_account_only() {
-    let server = TestServer::start();
+    let server = TestServer::start_binary(); // reads its log
     let acme = server.customer("acme", "business");
     let broken = account(
         &server,

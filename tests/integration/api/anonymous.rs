@@ -15,7 +15,7 @@ fn create(server: &TestServer, body: Value) -> Value {
 
 #[test]
 fn create_returns_the_secret_once_with_a_working_dashboard_url() {
-    let server = TestServer::start();
+    let server = TestServer::start_binary(); // reads its log
     let created = create(&server, json!({"title": "Try", "ttlHours": 2}));
     let sub = created["service"]["subdomain"].as_str().unwrap();
     let (random, suffix) = sub.rsplit_once('-').unwrap();
@@ -170,10 +170,7 @@ fn ttl_hours_is_validated_and_clamped() {
 
 #[test]
 fn an_expired_service_answers_404_everywhere_at_once() {
-    let server = TestServer::start_with(ServerOptions {
-        shifted_clock: true,
-        ..ServerOptions::default()
-    });
+    let server = TestServer::start();
     let created = create(&server, json!({"ttlHours": 1}));
     let sub = created["service"]["subdomain"].as_str().unwrap();
     let secret = created["secret"].as_str().unwrap();

@@ -4,7 +4,7 @@ use serde_json::json;
 
 #[test]
 fn every_credential_failure_is_the_same_401() {
-    let server = TestServer::start();
+    let server = TestServer::start_binary(); // reads its log
     let acme = server.customer("acme", "business");
     let mut forged = acme.token.clone();
     forged.pop();
@@ -114,7 +114,7 @@ fn unknown_routes_and_methods_are_problems() {
 
 #[test]
 fn request_ids_are_echoed_or_made() {
-    let server = TestServer::start();
+    let server = TestServer::start_binary(); // reads its log
     let echoed = server
         .request(Method::GET, "/healthz")
         .header("x-request-id", "abc-123")

@@ -81,7 +81,7 @@ fn assert_not_logged(server: &TestServer, tokens: &[&str]) {
 
 #[test]
 fn rules_authorize_covered_services_of_their_own_customer_only() {
-    let server = insecure_server();
+    let server = registry_tests::server::insecure_binary_server(); // reads its log
     let issuer = TestIssuer::start();
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
@@ -195,7 +195,7 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
 
 #[test]
 fn refused_tokens_get_the_same_401_as_no_token_and_are_never_logged() {
-    let server = insecure_server();
+    let server = registry_tests::server::insecure_binary_server(); // reads its log
     let issuer = TestIssuer::start();
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
@@ -270,7 +270,7 @@ fn refused_tokens_get_the_same_401_as_no_token_and_are_never_logged() {
 
 #[test]
 fn several_accepting_accounts_need_x_service_account_on_collection_calls() {
-    let server = insecure_server();
+    let server = registry_tests::server::insecure_binary_server(); // reads its log
     let issuer = TestIssuer::start();
     let iss = issuer.url();
     let acme = server.customer("acme", "business");
@@ -418,7 +418,7 @@ fn a_warm_key_cache_costs_no_fetch_and_outlives_the_issuer() {
 
 #[test]
 fn loopback_issuers_are_refused_quickly_unless_insecure_issuers_are_allowed() {
-    let server = TestServer::start();
+    let server = TestServer::start_binary(); // reads its log
     let issuer = TestIssuer::start();
     let acme = server.customer("acme", "business");
     let api = register_service(&server, &acme, "api");
@@ -459,7 +459,7 @@ fn loopback_issuers_are_refused_quickly_unless_insecure_issuers_are_allowed() {
 /// the registry's own data, never over HTTP (DECISIONS §17).
 #[test]
 fn an_issuer_hosted_by_the_registry_federates_with_it() {
-    let server = insecure_server();
+    let server = registry_tests::server::insecure_binary_server(); // reads its log
     let acme = server.customer("acme", "business");
     let idp = register_service(&server, &acme, "idp");
     let api = register_service(&server, &acme, "api");

@@ -10,11 +10,9 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
+/// A server on a clock the test moves (every in-process server's is).
 fn clocked_server() -> TestServer {
-    TestServer::start_with(ServerOptions {
-        shifted_clock: true,
-        ..ServerOptions::default()
-    })
+    TestServer::start()
 }
 
 fn put_keys(
@@ -381,7 +379,6 @@ fn retirement_expiry_and_withdrawal_reach_the_other_replica() {
     let a = clocked_server();
     let b = TestServer::start_with(ServerOptions {
         database_url: Some(a.database_url.clone()),
-        shifted_clock: true,
         ..ServerOptions::default()
     });
     let acme = a.customer("acme", "business");

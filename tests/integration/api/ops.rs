@@ -197,7 +197,7 @@ fn the_policy_schema_is_served_with_this_servers_address() {
 #[test]
 fn a_fresh_start_logs_no_error() {
     for _ in 0..5 {
-        let server = TestServer::start();
+        let server = TestServer::start_binary();
         assert_eq!(server.status_of("/readyz"), 200);
         let log = server.log();
         assert!(!log.contains("ERROR"), "{log}");
@@ -206,7 +206,7 @@ fn a_fresh_start_logs_no_error() {
 
 #[test]
 fn sigterm_stops_the_server_cleanly() {
-    let server = TestServer::start();
+    let server = TestServer::start_binary();
     assert!(server.terminate().success());
 }
 

@@ -203,7 +203,12 @@ fn a_service_deleted_and_created_again_is_served_anew_by_the_other_replica() {
 #[test]
 fn a_replica_behind_the_logs_horizon_reloads_everything() {
     let a = TestServer::start();
-    let b = replica_of(&a);
+    // Stopped and continued with signals: the binary.
+    let b = TestServer::start_with(ServerOptions {
+        database_url: Some(a.database_url.clone()),
+        binary: true,
+        ..ServerOptions::default()
+    });
     let acme = a.customer("acme", "business");
     publish_api(&a, &acme);
     served_within(&b, "api-acme", "k1", Duration::from_secs(5));

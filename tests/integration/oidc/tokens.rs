@@ -1,7 +1,7 @@
 //! What a token must be: algorithms, keys, issuer and registered claims.
 
 use super::*;
-use registry_domain::ports::IdentityTokenVerifier;
+use registry_domain::ports::{IdentityTokenVerifier, IssuerKeys};
 use registry_tests::issuer::{compact, KeyKind, SigningKey, TestIssuer};
 
 #[tokio::test]
@@ -28,7 +28,7 @@ async fn the_port_trait_returns_a_rejection_with_the_reason() {
     let issuer = TestIssuer::start();
     let verifier = verifier();
     let good = issuer.mint("ES256", claims(&issuer.url()));
-    let verified = IdentityTokenVerifier::verify(&verifier, &good, now())
+    let verified = IdentityTokenVerifier::verify(&verifier, &good, IssuerKeys::Fetched, now())
         .await
         .unwrap();
     assert_eq!(verified.issuer, issuer.url());
@@ -40,7 +40,7 @@ async fn the_port_trait_returns_a_rejection_with_the_reason() {
     let payload = registry_tests::issuer::compact(&json!({}), &forged_claims, |_| Vec::new());
     let payload = payload.split('.').nth(1).unwrap();
     let tampered = format!("{header}.{payload}.{signature}");
-    let rejection = IdentityTokenVerifier::verify(&verifier, &tampered, now())
+    let rejection = IdentityTokenVerifier::verify(&verifier, &tampered, IssuerKeys::Fetched, now())
         .await
         .unwrap_err();
     assert!(

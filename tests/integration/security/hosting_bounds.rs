@@ -56,7 +56,8 @@ fn server(cache_bytes: u64, database_url: Option<String>) -> TestServer {
             ("REGISTRY_WRITES_PER_MINUTE".into(), "1000000".into()),
         ],
         database_url,
-        ..ServerOptions::default()
+        // Its memory is measured.
+        binary: true,
     })
 }
 

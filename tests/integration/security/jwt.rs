@@ -31,7 +31,10 @@ struct Federation {
 }
 
 fn federation() -> Federation {
-    let server = insecure_server();
+    federation_on(insecure_server())
+}
+
+fn federation_on(server: TestServer) -> Federation {
     let issuer = TestIssuer::start();
     let acme = server.customer("acme", "business");
     let (api, _) = create_service(&server, &acme, "api");
@@ -49,7 +52,7 @@ fn hostile_kids_are_refused_like_any_unknown_kid() {
         server,
         issuer,
         path,
-    } = federation();
+    } = federation_on(registry_tests::server::insecure_binary_server()); // reads its log
     let iss = issuer.url();
     let good = issuer.mint("ES256", claims(&iss, "repo:acme/api"));
     assert_eq!(server.get(&path, &good).status(), 200);

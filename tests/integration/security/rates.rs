@@ -8,13 +8,12 @@ use reqwest::blocking::Response;
 use reqwest::Method;
 use serde_json::json;
 
-fn server_with(env: &[(&str, &str)], shifted_clock: bool) -> TestServer {
+fn server_with(env: &[(&str, &str)]) -> TestServer {
     TestServer::start_with(ServerOptions {
         env: env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
-        shifted_clock,
         ..ServerOptions::default()
     })
 }
@@ -37,13 +36,10 @@ fn assert_rate_limited(response: Response) {
 /// counts); past them 403 `quota-exceeded`, and another customer is not affected.
 #[test]
 fn quotas_bound_what_one_customer_makes() {
-    let server = server_with(
-        &[
-            ("REGISTRY_MAX_SERVICES_PER_CUSTOMER", "3"),
-            ("REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER", "2"),
-        ],
-        false,
-    );
+    let server = server_with(&[
+        ("REGISTRY_MAX_SERVICES_PER_CUSTOMER", "3"),
+        ("REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER", "2"),
+    ]);
     let (acme, other) = (
         server.customer("acme", "business"),
         server.customer("other", "business"),
@@ -102,7 +98,7 @@ fn quotas_bound_what_one_customer_makes() {
 /// most REGISTRY_WRITES_PER_MINUTE changes a minute; reads, and other credentials, go on.
 #[test]
 fn writes_are_limited_per_credential() {
-    let server = server_with(&[("REGISTRY_WRITES_PER_MINUTE", "5")], false);
+    let server = server_with(&[("REGISTRY_WRITES_PER_MINUTE", "5")]);
     let acme = server.customer("acme", "business");
     let (api, _) = create_service(&server, &acme, "api");
     let (anon, secret) = anonymous_service(&server);
@@ -149,13 +145,10 @@ fn writes_are_limited_per_credential() {
 /// within the last minute; one it has not is refused as before.
 #[test]
 fn a_neighbour_cannot_lock_out_a_working_token() {
-    let server = server_with(
-        &[
-            ("REGISTRY_AUTH_FAILURES_PER_MINUTE", "20"),
-            ("REGISTRY_TRUSTED_PROXIES", "127.0.0.1/32"),
-        ],
-        true,
-    );
+    let server = server_with(&[
+        ("REGISTRY_AUTH_FAILURES_PER_MINUTE", "20"),
+        ("REGISTRY_TRUSTED_PROXIES", "127.0.0.1/32"),
+    ]);
     let acme = server.customer("acme", "business");
     let (api, _) = create_service(&server, &acme, "api");
     let (_, idle) = static_account(&server, &acme, &["*"]);
@@ -196,7 +189,7 @@ fn a_neighbour_cannot_lock_out_a_working_token() {
 /// from any address; a secret this replica verified is still accepted.
 #[test]
 fn wrong_secrets_for_one_lookup_id_cost_little_argon2() {
-    let server = server_with(&[("REGISTRY_TRUSTED_PROXIES", "127.0.0.1/32")], false);
+    let server = server_with(&[("REGISTRY_TRUSTED_PROXIES", "127.0.0.1/32")]);
     let acme = server.customer("acme", "business");
     let (api, _) = create_service(&server, &acme, "api");
     let path = format!("/services/{api}");
@@ -239,7 +232,7 @@ fn wrong_secrets_for_one_lookup_id_cost_little_argon2() {
 /// on the blocking pool); another customer is not affected, and other calls go on.
 #[test]
 fn explaining_is_limited_per_customer() {
-    let server = server_with(&[("REGISTRY_EXPLAIN_PER_MINUTE", "3")], false);
+    let server = server_with(&[("REGISTRY_EXPLAIN_PER_MINUTE", "3")]);
     let (acme, other) = (
         server.customer("acme", "business"),
         server.customer("other", "business"),

@@ -63,7 +63,6 @@ fn count(log: &[Value], near: bool) -> usize {
 fn outsiders_of_a_shared_issuer_cannot_crowd_out_the_owners_refusals() {
     let server = TestServer::start_with(ServerOptions {
         env: vec![("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS".into(), "true".into())],
-        shifted_clock: true,
         ..ServerOptions::default()
     });
     let issuer = TestIssuer::start();

@@ -39,6 +39,8 @@ fn made_up_issuers_cost_nothing_and_are_limited_per_customer() {
             ("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS".into(), "true".into()),
             ("REGISTRY_TRUSTED_PROXIES".into(), "127.0.0.1/32".into()),
         ],
+        // Measures its memory.
+        binary: true,
         ..ServerOptions::default()
     });
     let issuer = TestIssuer::start();

@@ -4,8 +4,7 @@
 //! `iterdump`, or `pg_dump` on PostgreSQL) and searched.
 
 use super::{
-    anonymous_service, assert_no_secret, claims, create_service, insecure_server, oidc_account,
-    static_account,
+    anonymous_service, assert_no_secret, claims, create_service, oidc_account, static_account,
 };
 use crate::api::upload;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -70,7 +69,7 @@ fn dump(database_url: &str) -> String {
 
 #[test]
 fn secrets_reach_neither_logs_nor_bodies_nor_the_database_in_plaintext() {
-    let server = insecure_server();
+    let server = registry_tests::server::insecure_binary_server();
     let issuer = TestIssuer::start();
     let iss = issuer.url();
     let acme = server.customer("acme", "business");

@@ -116,7 +116,7 @@ fn another_tenants_rule_never_captures_a_pipeline() {
 /// keys go at that fetch; a 503 keeps them (the grace of DECISIONS §7).
 #[test]
 fn an_issuer_that_answers_404_is_no_longer_trusted() {
-    let server = insecure_server();
+    let server = registry_tests::server::insecure_binary_server(); // reads its log
     let (down, gone) = (TestIssuer::start(), TestIssuer::start());
     let acme = server.customer("acme", "business");
     let (api, _) = create_service(&server, &acme, "api");
@@ -227,7 +227,8 @@ fn a_hosted_issuer_is_read_from_the_registrys_own_data() {
     }
     for server in [&first, &second] {
         let response = server.get(&path, &by_old);
-        assert_eq!(response.status(), 200, "{}", server.log());
+        let status = response.status();
+        assert_eq!(status, 200, "{}", response.text().unwrap_or_default());
         assert_eq!(server.get(&path, &by_new).status(), 200);
     }
 

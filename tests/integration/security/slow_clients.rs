@@ -268,6 +268,8 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
             ),
             ("REGISTRY_TRUSTED_PROXIES".into(), "127.0.0.3/32".into()),
         ],
+        // Reads its log.
+        binary: true,
         ..ServerOptions::default()
     });
     let port = server.port;

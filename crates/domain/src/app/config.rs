@@ -42,25 +42,33 @@ pub fn publish(
             service.id,
             &mut |current| {
                 let previous = current.map(|c| c.keys).unwrap_or_default();
-                let upload = keys::upload(
+                match keys::upload(
                     &command.body,
                     &issuer,
                     &previous,
                     &*registry.key_import,
                     now,
                     service.expires_at,
-                );
-                let config = upload.as_ref().ok().map(|upload| PublishedConfig {
-                    service_id: service.id,
-                    openid_configuration: upload.publication.openid_configuration.to_string(),
-                    jwks: upload.publication.jwks.to_string(),
-                    updated_at: now,
-                    // Recorded by the store, which reads the version replaced.
-                    previous_change_at: None,
-                    keys: upload.rotation.state.clone(),
-                });
-                outcome = Some(upload);
-                config
+                ) {
+                    Ok(upload) => {
+                        let publication = upload.publication;
+                        let config = PublishedConfig {
+                            service_id: service.id,
+                            openid_configuration: publication.openid_configuration.to_string(),
+                            jwks: publication.jwks.to_string(),
+                            updated_at: now,
+                            // Recorded by the store, which reads the version replaced.
+                            previous_change_at: None,
+                            keys: upload.rotation.state,
+                        };
+                        outcome = Some(Ok(publication));
+                        Some(config)
+                    }
+                    Err(refused) => {
+                        outcome = Some(Err(refused));
+                        None
+                    }
+                }
             },
             &event,
         )
@@ -68,7 +76,7 @@ pub fn publish(
             format!("no service {:?}", service.subdomain)
         }))?;
     match outcome {
-        Some(Ok(upload)) => Ok(upload.publication),
+        Some(Ok(publication)) => Ok(publication),
         Some(Err(refused)) if refused.kid_reused => Err(AppError::KidReused(refused.violations)),
         Some(Err(refused)) => Err(AppError::Invalid(refused.violations)),
         // The store calls `make` once for a service that exists.

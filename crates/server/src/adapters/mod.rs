@@ -4,6 +4,6 @@ mod clock;
 mod hashing;
 mod random;
 
-pub use clock::{ShiftedClock, SystemClock};
+pub use clock::SystemClock;
 pub use hashing::{Argon2Hasher, HashingLanes};
 pub use random::OsRandomness;

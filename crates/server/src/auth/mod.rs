@@ -2,31 +2,104 @@
 //! identity tokens, the IP allowlist and the service-pattern scope (DECISIONS §5–§7).
 
 mod attempts;
+mod extract;
 mod failures;
 mod federation;
 mod token_cache;
 
 pub use attempts::Attempts;
+pub use extract::{Collection, Manager};
 pub use failures::SecretFailures;
 pub(crate) use federation::verify_identity;
 pub use token_cache::TokenCache;
 
+use crate::adapters::HashingLanes;
 use crate::audit;
 use crate::client_ip::client_ip;
-use crate::directory;
+use crate::last_use::LastUse;
+use crate::metrics::Metrics;
 use crate::problem::{ApiError, ApiResult};
+use crate::rate_limit::RateLimiter;
 use crate::rate_limit::RetryAfter;
-use crate::refusals::{self, RefusedRequest};
-use crate::state::AppState;
+use crate::refusals::{RefusalBudget, RefusedRequest};
+use crate::replica::Replica;
+use crate::settings::Settings;
 use actix_web::{http::header, HttpRequest};
+use ipnetwork::IpNetwork;
 use registry_domain::access::{self, Credential, Grant, Refusal, Request};
 use registry_domain::app::{Caller, Origin};
 use registry_domain::credentials::{self, CredentialKind};
-use registry_domain::ports::{CredentialOwner, VerifiedToken};
+use registry_domain::ports::{CredentialOwner, IdentityTokenVerifier, VerifiedToken};
 use registry_domain::{Service, ServiceAccount};
 use std::net::IpAddr;
 use std::sync::Arc;
 use time::OffsetDateTime;
+
+/// Failed secrets for one lookup id per minute, from any address (DECISIONS §17).
+const SECRET_FAILURES_PER_MINUTE: usize = 10;
+
+/// Who is calling: the credential caches, the limits on failures and writes, the hasher and
+/// the verifier, over the replica's view of the data. One per process, shared by the workers.
+#[derive(Debug)]
+pub struct Authenticator {
+    replica: Arc<Replica>,
+    verifier: Arc<dyn IdentityTokenVerifier>,
+    hasher: Arc<HashingLanes>,
+    metrics: Arc<Metrics>,
+    trusted_proxies: Vec<IpNetwork>,
+    /// Remembered verifications of secrets and identity tokens.
+    pub tokens: TokenCache,
+    attempts: Attempts,
+    /// Failed authentications per client address.
+    pub auth_failures: RateLimiter,
+    secret_failures: SecretFailures,
+    writes: RateLimiter<uuid::Uuid>,
+    writes_per_minute: u32,
+    /// The minute each account's last use was written.
+    pub last_use: LastUse,
+    refusals: RefusalBudget,
+}
+
+impl Authenticator {
+    /// An authenticator with empty caches and the limits of `settings`.
+    pub fn new(
+        settings: &Settings,
+        replica: Arc<Replica>,
+        verifier: Arc<dyn IdentityTokenVerifier>,
+        hasher: Arc<HashingLanes>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            replica,
+            verifier,
+            hasher,
+            metrics,
+            trusted_proxies: settings.trusted_proxy_networks()?,
+            tokens: TokenCache::default(),
+            attempts: Attempts::default(),
+            // Guessing a 268-bit secret is hopeless anyway; the limit bounds the argon2 work a
+            // stranger can cause while staying far above what an honest client with a stale
+            // token produces.
+            auth_failures: RateLimiter::new(
+                settings.auth_failures_per_minute,
+                std::time::Duration::from_secs(60),
+            ),
+            secret_failures: SecretFailures::new(
+                SECRET_FAILURES_PER_MINUTE,
+                std::time::Duration::from_secs(60),
+            ),
+            writes: RateLimiter::per_minute(settings.writes_per_minute),
+            writes_per_minute: settings.writes_per_minute,
+            last_use: LastUse::default(),
+            refusals: RefusalBudget::default(),
+        })
+    }
+
+    /// The verifier of identity tokens.
+    pub fn verifier(&self) -> &dyn IdentityTokenVerifier {
+        &*self.verifier
+    }
+}
 
 /// A caller allowed to act on one service.
 #[derive(Debug)]
@@ -99,39 +172,38 @@ fn too_many_wrong_secrets(retry: RetryAfter) -> ApiError {
 /// within the last minute (§17): a neighbour in the same /64 or behind the same NAT cannot lock
 /// out a working token. Deciding that reads memory only.
 fn admitted<'r>(
-    state: &AppState,
+    auth: &Authenticator,
     req: &'r HttpRequest,
     now: OffsetDateTime,
 ) -> ApiResult<(IpAddr, &'r str)> {
-    let ip = client_ip(req, &state.trusted_proxies);
+    let ip = client_ip(req, &auth.trusted_proxies);
     let token = bearer(req);
-    if let Err(retry) = state.auth_failures.check(ip) {
+    if let Err(retry) = auth.auth_failures.check(ip) {
         let recent = token
             .as_ref()
-            .is_ok_and(|token| recently_verified(state, token, now));
+            .is_ok_and(|token| recently_verified(auth, token, now));
         if !recent {
             return Err(too_many_failures(retry));
         }
     }
-    let token = token.map_err(|e| record_failure(state, ip, e))?;
+    let token = token.map_err(|e| record_failure(auth, ip, e))?;
     Ok((ip, token))
 }
 
 /// Whether this replica accepted exactly this bearer within the last minute.
-fn recently_verified(state: &AppState, token: &str, now: OffsetDateTime) -> bool {
+fn recently_verified(auth: &Authenticator, token: &str, now: OffsetDateTime) -> bool {
     if looks_like_jwt(token) {
-        return state.tokens.recently_verified_identity(token, now);
+        return auth.tokens.recently_verified_identity(token, now);
     }
     credentials::parse(token).is_some_and(|parsed| {
-        state
-            .tokens
+        auth.tokens
             .recently_verified_secret(parsed.lookup_id, token, now)
     })
 }
 
-fn record_failure(state: &AppState, ip: IpAddr, error: ApiError) -> ApiError {
+fn record_failure(auth: &Authenticator, ip: IpAddr, error: ApiError) -> ApiError {
     if matches!(error, ApiError::Unauthorized { .. }) {
-        let _ = state.auth_failures.hit(ip);
+        let _ = auth.auth_failures.hit(ip);
     }
     error
 }
@@ -139,11 +211,17 @@ fn record_failure(state: &AppState, ip: IpAddr, error: ApiError) -> ApiError {
 /// Verifies a static token or anonymous secret; returns its owner. Counts its own failures
 /// against the client's limit: an argon2 check counts as an attempt before it runs, whatever
 /// its outcome, so a burst of wrong secrets is refused before it is hashed, not after.
-async fn verify_secret(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<CredentialOwner> {
+async fn verify_secret(
+    auth: &Authenticator,
+    token: &str,
+    ip: IpAddr,
+) -> ApiResult<CredentialOwner> {
     let cheap = async {
         let parsed =
             credentials::parse(token).ok_or_else(|| unauthorized("malformed bearer token"))?;
-        let stored = directory::credential(state, parsed.lookup_id)
+        let stored = auth
+            .replica
+            .credential(parsed.lookup_id)
             .await?
             .ok_or_else(|| unauthorized("unknown token lookup id"))?;
         let kind_matches = matches!(
@@ -159,38 +237,37 @@ async fn verify_secret(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<C
         }
         Ok((parsed.lookup_id, stored))
     };
-    let (lookup_id, stored) = cheap.await.map_err(|e| record_failure(state, ip, e))?;
-    let now = state.now();
-    let remembered = || state.tokens.verified(lookup_id, &stored.hash, token, now);
+    let (lookup_id, stored) = cheap.await.map_err(|e| record_failure(auth, ip, e))?;
+    let now = auth.replica.now();
+    let remembered = || auth.tokens.verified(lookup_id, &stored.hash, token, now);
     if remembered() {
-        state.metrics.token_cache_hit();
+        auth.metrics.token_cache_hit();
         return Ok(stored.owner);
     }
     // Each argon2 check counts against the client's address before it runs; and a lookup id
     // whose secrets failed too often, from any address, is not hashed for until its allowance
     // comes back: strangers who know a lookup id cannot make the registry hash for it more
     // than a few times a minute, and a secret verified before never gets here.
-    state.auth_failures.hit(ip).map_err(too_many_failures)?;
-    state
-        .secret_failures
+    auth.auth_failures.hit(ip).map_err(too_many_failures)?;
+    auth.secret_failures
         .check(lookup_id)
         .map_err(too_many_wrong_secrets)?;
-    let _turn = state.attempts.turn(lookup_id).await?;
+    let _turn = auth.attempts.turn(lookup_id).await?;
     // The check this one waited for may have been of this very token.
     if remembered() {
-        state.metrics.token_cache_hit();
+        auth.metrics.token_cache_hit();
         return Ok(stored.owner);
     }
-    state.metrics.argon2_verification();
-    let ok = state
+    auth.metrics.argon2_verification();
+    let ok = auth
         .hasher
         .verify(token.to_owned(), stored.hash.clone())
         .await?;
     if !ok {
-        state.secret_failures.record(lookup_id);
+        auth.secret_failures.record(lookup_id);
         return Err(unauthorized("token does not match its stored hash"));
     }
-    state.tokens.remember(lookup_id, &stored.hash, token, now);
+    auth.tokens.remember(lookup_id, &stored.hash, token, now);
     Ok(stored.owner)
 }
 
@@ -210,13 +287,15 @@ impl SecretHolder {
 }
 
 /// Verifies a static token or anonymous secret ([`verify_secret`]) and loads its account.
-async fn secret_holder(state: &AppState, token: &str, ip: IpAddr) -> ApiResult<SecretHolder> {
-    match verify_secret(state, token, ip).await? {
-        CredentialOwner::Account(id) => directory::account(state, id)
+async fn secret_holder(auth: &Authenticator, token: &str, ip: IpAddr) -> ApiResult<SecretHolder> {
+    match verify_secret(auth, token, ip).await? {
+        CredentialOwner::Account(id) => auth
+            .replica
+            .account(id)
             .await?
             .map(SecretHolder::Account)
             .ok_or_else(|| {
-                record_failure(state, ip, unauthorized("the token's account was deleted"))
+                record_failure(auth, ip, unauthorized("the token's account was deleted"))
             }),
         CredentialOwner::AnonymousService(id) => Ok(SecretHolder::AnonymousService(id)),
     }
@@ -257,7 +336,7 @@ fn changes(req: &HttpRequest) -> bool {
 /// the account for tokens, the service for an anonymous secret), its account's `lastUsedAt`
 /// (§13); and who it acts as.
 fn granted(
-    state: &AppState,
+    auth: &Authenticator,
     req: &HttpRequest,
     grant: &Grant<'_>,
     token: Option<&Arc<VerifiedToken>>,
@@ -268,20 +347,19 @@ fn granted(
     let changes = changes(req);
     if let Some(credential) = account.or(grant.anonymous_service()) {
         if changes {
-            state
-                .writes
+            auth.writes
                 .hit_key(credential)
                 .map_err(|retry| ApiError::RateLimited {
                     retry_after_secs: retry.seconds(),
                     detail: format!(
                         "this credential made more than {} changes in a minute; retry later",
-                        state.settings.writes_per_minute
+                        auth.writes_per_minute
                     ),
                 })?;
         }
     }
     if let Some(id) = account {
-        state.last_use.used(&state.store, id, now);
+        auth.last_use.used(auth.replica.store(), id, now);
     }
     // Only changes carry the request id (into their audit events): reads pay for no copy.
     let request_id = if changes { audit::request_id() } else { None };
@@ -308,7 +386,7 @@ fn refused_request<'a>(
 /// The answer to a federated call refused after its token verified: a 401 or 403 is recorded
 /// in the refusal log of the accounts' owner (DECISIONS §12) and counted as a failure.
 async fn refused_federated(
-    state: &AppState,
+    auth: &Authenticator,
     mut request: RefusedRequest<'_>,
     refusal: Refusal,
     key: &str,
@@ -316,89 +394,93 @@ async fn refused_federated(
     let ip = request.ip;
     if !matches!(refusal, Refusal::NotFound) {
         request.ambiguous = matches!(refusal, Refusal::Ambiguous);
-        refusals::record(state, request).await;
+        auth.refusals.record(&auth.replica, request).await;
     }
-    record_failure(state, ip, refused(refusal, key))
+    record_failure(auth, ip, refused(refusal, key))
 }
 
-/// Authenticates a call that is not about one service (`/services` collection,
-/// `/service-accounts…`). Anonymous secrets are refused with 403.
-pub async fn collection_caller(state: &AppState, req: &HttpRequest) -> ApiResult<Caller> {
-    let now = state.now();
-    let (ip, token) = admitted(state, req, now)?;
-    if looks_like_jwt(token) {
-        let federated = federation::verified(state, req, token).await;
-        let (verified, candidates, chosen) = federated.map_err(|e| record_failure(state, ip, e))?;
-        let credential = Credential::IdentityToken {
-            claims: &verified.claims,
-            candidates: &candidates,
-            chosen,
-        };
-        let grant = match access::decide(credential, Request::Collection, ip, now) {
-            Ok(grant) => grant,
-            Err(refusal) => {
-                let request = refused_request(ip, &verified, &candidates, chosen, None);
-                return Err(refused_federated(state, request, refusal, "").await);
-            }
-        };
-        return granted(state, req, &grant, Some(&verified), ip, now);
-    }
-    let holder = secret_holder(state, token, ip).await?;
-    let grant = access::decide(holder.credential(), Request::Collection, ip, now)
-        .map_err(|refusal| refused(refusal, ""))?;
-    granted(state, req, &grant, None, ip, now)
-}
-
-/// Authenticates a call on the customer's service accounts or audit trail: a caller whose
-/// patterns include `"*"` (DECISIONS §5).
-pub async fn manager(state: &AppState, req: &HttpRequest) -> ApiResult<Caller> {
-    let caller = collection_caller(state, req).await?;
-    caller.may_manage(None)?;
-    Ok(caller)
-}
-
-/// Authenticates and authorizes a call on one service, found by subdomain or id; returns the
-/// service. Answers 404 for services that do not exist, have expired or are not the caller's,
-/// and 403 when the caller's address or patterns do not allow it (`registry_domain::access`).
-pub async fn service_caller(
-    state: &AppState,
+/// Authenticates a call and asks `registry_domain::access::decide` about it: on the service
+/// the path names (`key`: its subdomain or id), or on no one service (`None`: `/services`,
+/// `/service-accounts…`, where anonymous secrets are refused with 403). Answers the caller and
+/// the service: 404 for a service that does not exist, has expired or is not the caller's, 403
+/// when the caller's address or patterns do not allow the call.
+async fn authorize(
+    auth: &Authenticator,
     req: &HttpRequest,
-    key: &str,
-) -> ApiResult<ServiceCaller> {
-    let now = state.now();
-    let (ip, token) = admitted(state, req, now)?;
+    key: Option<&str>,
+) -> ApiResult<(Caller, Option<Arc<Service>>)> {
+    let now = auth.replica.now();
+    let (ip, token) = admitted(auth, req, now)?;
+    let named = key.unwrap_or_default();
     if looks_like_jwt(token) {
-        let federated = federation::verified(state, req, token).await;
-        let (verified, candidates, chosen) = federated.map_err(|e| record_failure(state, ip, e))?;
-        let service = directory::service(state, key).await?;
+        let federated = federation::verified(auth, req, token).await;
+        let (verified, candidates, chosen) = federated.map_err(|e| record_failure(auth, ip, e))?;
+        let service = the_service(auth, key).await?;
         let credential = Credential::IdentityToken {
             claims: &verified.claims,
             candidates: &candidates,
             chosen,
         };
-        let grant = match access::decide(credential, Request::Service(service.as_deref()), ip, now)
-        {
+        let grant = match access::decide(credential, request(key, &service), ip, now) {
             Ok(grant) => grant,
             Err(refusal) => {
                 let request =
                     refused_request(ip, &verified, &candidates, chosen, service.as_deref());
-                return Err(refused_federated(state, request, refusal, key).await);
+                return Err(refused_federated(auth, request, refusal, named).await);
             }
         };
-        let service = service.as_deref().ok_or(ApiError::Internal)?;
-        return Ok(ServiceCaller {
-            caller: granted(state, req, &grant, Some(&verified), ip, now)?,
-            service: Service::clone(service),
-        });
+        let caller = granted(auth, req, &grant, Some(&verified), ip, now)?;
+        return Ok((caller, service));
     }
-    let holder = secret_holder(state, token, ip).await?;
-    let credential = holder.credential();
-    let service = directory::service(state, key).await?;
-    let grant = access::decide(credential, Request::Service(service.as_deref()), ip, now)
-        .map_err(|refusal| refused(refusal, key))?;
+    let holder = secret_holder(auth, token, ip).await?;
+    let service = the_service(auth, key).await?;
+    let grant = access::decide(holder.credential(), request(key, &service), ip, now)
+        .map_err(|refusal| refused(refusal, named))?;
+    Ok((granted(auth, req, &grant, None, ip, now)?, service))
+}
+
+/// The service the path names, if it names one.
+async fn the_service(auth: &Authenticator, key: Option<&str>) -> ApiResult<Option<Arc<Service>>> {
+    match key {
+        Some(key) => auth.replica.service(key).await,
+        None => Ok(None),
+    }
+}
+
+/// The call as `access::decide` sees it.
+fn request<'s>(key: Option<&str>, service: &'s Option<Arc<Service>>) -> Request<'s> {
+    match key {
+        Some(_) => Request::Service(service.as_deref()),
+        None => Request::Collection,
+    }
+}
+
+/// Authenticates a call that is not about one service (`/services` collection,
+/// `/service-accounts…`). Anonymous secrets are refused with 403.
+pub async fn collection_caller(auth: &Authenticator, req: &HttpRequest) -> ApiResult<Caller> {
+    Ok(authorize(auth, req, None).await?.0)
+}
+
+/// Authenticates a call on the customer's service accounts or audit trail: a caller whose
+/// patterns include `"*"` (DECISIONS §5).
+pub async fn manager(auth: &Authenticator, req: &HttpRequest) -> ApiResult<Caller> {
+    let caller = collection_caller(auth, req).await?;
+    caller.may_manage(None)?;
+    Ok(caller)
+}
+
+/// Authenticates and authorizes a call on one service, found by subdomain or id (see
+/// [`authorize`]).
+pub async fn service_caller(
+    auth: &Authenticator,
+    req: &HttpRequest,
+    key: &str,
+) -> ApiResult<ServiceCaller> {
+    let (caller, service) = authorize(auth, req, Some(key)).await?;
+    // A grant on a service names a service that exists.
     let service = service.as_deref().ok_or(ApiError::Internal)?;
     Ok(ServiceCaller {
-        caller: granted(state, req, &grant, None, ip, now)?,
+        caller,
         service: Service::clone(service),
     })
 }

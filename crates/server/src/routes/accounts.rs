@@ -1,9 +1,8 @@
 //! `/service-accounts…`: parse, call the use case of `registry_domain::app::accounts`, shape
 //! the answer (tokens are shown once, with `Cache-Control: no-store`).
 
-use crate::auth::manager;
+use crate::auth::Manager;
 use crate::body::{read_json, Fields};
-use crate::directory;
 use crate::problem::ApiResult;
 use crate::state::AppState;
 use crate::views;
@@ -16,6 +15,7 @@ use serde_json::Value;
 fn remember(state: &AppState, token: &NewToken) {
     let now = state.now();
     state
+        .auth
         .tokens
         .remember(&token.lookup_id, &token.hash, &token.plaintext, now);
 }
@@ -29,11 +29,11 @@ fn with_warnings(mut body: Value, warnings: Vec<String>) -> Value {
 
 /// `POST /service-accounts`.
 pub async fn create(
+    Manager(caller): Manager,
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let caller = manager(&state, &req).await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["name", "policy"])?;
     let name = fields.string("name", false, MAX_NAME);
@@ -48,7 +48,7 @@ pub async fn create(
         .run(move |registry| accounts::create(registry, &caller, command, now))
         .await?;
     // The issuers it trusts are in this node's trust index before the answer.
-    directory::settle_write(&state).await;
+    state.replica.settle_write().await;
     let mut body = views::account(&created.account);
     if let Some(token) = &created.token {
         body["token"] = token.plaintext.clone().into();
@@ -66,8 +66,7 @@ pub async fn create(
 }
 
 /// `GET /service-accounts`: never with tokens.
-pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    let caller = manager(&state, &req).await?;
+pub async fn list(Manager(caller): Manager, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     let accounts = state
         .run(move |registry| accounts::list(registry, &caller))
         .await?;
@@ -76,11 +75,10 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<Htt
 
 /// `GET /service-accounts/{id}`.
 pub async fn get(
-    req: HttpRequest,
+    Manager(caller): Manager,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let caller = manager(&state, &req).await?;
     let account = state
         .run(move |registry| accounts::get(registry, &caller, &path))
         .await?;
@@ -90,12 +88,12 @@ pub async fn get(
 /// `PATCH /service-accounts/{id}`: name and/or policy; the kind never changes. The account is
 /// found (404, 403) before the body is read.
 pub async fn patch(
+    Manager(caller): Manager,
     req: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let caller = manager(&state, &req).await?;
     let found = caller.clone();
     let account = state
         .run(move |registry| accounts::managed(registry, &found, &path))
@@ -113,7 +111,7 @@ pub async fn patch(
     let updated = state
         .run(move |registry| accounts::update(registry, &caller, account, command, now))
         .await?;
-    directory::settle_write(&state).await;
+    state.replica.settle_write().await;
     Ok(HttpResponse::Ok().json(with_warnings(
         views::account(&updated.account),
         updated.warnings,
@@ -122,26 +120,24 @@ pub async fn patch(
 
 /// `DELETE /service-accounts/{id}`: its token stops working at once.
 pub async fn delete(
-    req: HttpRequest,
+    Manager(caller): Manager,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let caller = manager(&state, &req).await?;
     let now = state.now();
     state
         .run(move |registry| accounts::delete(registry, &caller, &path, now))
         .await?;
-    directory::settle_write(&state).await;
+    state.replica.settle_write().await;
     Ok(HttpResponse::NoContent().finish())
 }
 
 /// `POST /service-accounts/{id}/regenerate-token`: the old token fails from now on.
 pub async fn regenerate_token(
-    req: HttpRequest,
+    Manager(caller): Manager,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let caller = manager(&state, &req).await?;
     let now = state.now();
     let regenerated = state
         .run(move |registry| accounts::regenerate_token(registry, &caller, &path, now))

@@ -44,6 +44,7 @@ pub async fn create(
     let now = service.created_at;
     // The creator's first call should not pay for argon2 again.
     state
+        .auth
         .tokens
         .remember(&secret.lookup_id, &created.hash, &secret.plaintext, now);
     let location = format!("{}/services/{}", state.settings.base(), service.subdomain);

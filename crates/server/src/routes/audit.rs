@@ -1,7 +1,7 @@
 //! `GET /audit-events`: the customer's audit trail, newest first (DECISIONS §13), over
 //! `registry_domain::app::audit`.
 
-use crate::auth::manager;
+use crate::auth::Manager;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -20,8 +20,11 @@ pub struct Params {
 }
 
 /// `GET /audit-events`: for callers whose patterns include `"*"`; only their customer's events.
-pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    let caller = manager(&state, &req).await?;
+pub async fn list(
+    Manager(caller): Manager,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
     let params = web::Query::<Params>::from_query(req.query_string())
         .map_err(|e| ApiError::BadRequest(format!("query string: {e}")))?
         .into_inner();

@@ -1,10 +1,9 @@
 //! `/services/{subdomain}/config`: the published discovery document and key set.
 
-use crate::auth::{self, ServiceCaller};
+use crate::auth::ServiceCaller;
 use crate::body::read_json;
-use crate::directory;
-use crate::hosting;
 use crate::problem::{ApiError, ApiResult};
+use crate::public;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::config::{self, PublishConfig};
@@ -12,29 +11,28 @@ use serde_json::json;
 
 /// `GET /services/{subdomain}/config`: what is published, as served.
 pub async fn get(
-    req: HttpRequest,
-    path: web::Path<String>,
+    ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?.service;
     // Authentication brought the hosting cache up to date with the database; documents that
     // left memory (its byte bound) are read back.
-    let hosted = hosting::current(&state, &service.subdomain)
+    let hosted = state
+        .replica
+        .current(&service.subdomain)
         .await?
         .ok_or_else(|| config::nothing_published(&service.subdomain))?;
     Ok(HttpResponse::Ok()
         .content_type("application/json")
-        .body(hosting::config_body(&hosted)))
+        .body(public::config_body(&hosted)))
 }
 
 /// `PUT /services/{subdomain}/config`: check, rewrite, store, and serve at once.
 pub async fn put(
+    ServiceCaller { service, caller }: ServiceCaller,
     req: HttpRequest,
-    path: web::Path<String>,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let ServiceCaller { service, caller } = auth::service_caller(&state, &req, &path).await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes)
         .await?
         .ok_or_else(|| {
@@ -48,7 +46,7 @@ pub async fn put(
     let publication = state
         .run(move |registry| config::publish(registry, &caller, &service, command, now))
         .await?;
-    directory::settle_write(&state).await;
+    state.replica.settle_write().await;
     Ok(HttpResponse::Ok().json(json!({
         "openidConfiguration": publication.openid_configuration,
         "jwks": publication.jwks,
@@ -58,16 +56,14 @@ pub async fn put(
 
 /// `DELETE /services/{subdomain}/config`: stop publishing; the service stays.
 pub async fn delete(
-    req: HttpRequest,
-    path: web::Path<String>,
+    ServiceCaller { service, caller }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let ServiceCaller { service, caller } = auth::service_caller(&state, &req, &path).await?;
     let now = state.now();
     let withdrawn = state
         .run(move |registry| config::withdraw(registry, &caller, &service, now))
         .await;
-    directory::settle_write(&state).await;
+    state.replica.settle_write().await;
     withdrawn?;
     Ok(HttpResponse::NoContent().finish())
 }

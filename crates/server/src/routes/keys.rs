@@ -2,11 +2,10 @@
 //! withdrawal of a retired key, and what to register in a cloud to trust the issuer
 //! (DECISIONS §11). Anonymous secrets may call them on their own service (§5).
 
-use crate::auth::{self, ServiceCaller};
-use crate::directory;
+use crate::auth::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use registry_domain::app::keys;
 use registry_domain::publishing::{wiring_guide, DEFAULT_WIRING_SUBJECT};
 use serde::Deserialize;
@@ -14,11 +13,9 @@ use serde_json::json;
 
 /// `GET /services/{subdomain}/keys`: every published key, current ones first.
 pub async fn list(
-    req: HttpRequest,
-    path: web::Path<String>,
+    ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?.service;
     let now = state.now();
     let inventory = state
         .run(move |registry| keys::inventory(registry, &service, now))
@@ -29,17 +26,16 @@ pub async fn list(
 /// `DELETE /services/{subdomain}/keys/{kid}`: withdraws a retired key at once (a compromised
 /// key); a current key is a 409, an unknown one a 404.
 pub async fn delete(
-    req: HttpRequest,
+    ServiceCaller { service, caller }: ServiceCaller,
     path: web::Path<(String, String)>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let (key, kid) = path.into_inner();
-    let ServiceCaller { service, caller } = auth::service_caller(&state, &req, &key).await?;
+    let (_, kid) = path.into_inner();
     let now = state.now();
     state
         .run(move |registry| keys::withdraw(registry, &caller, &service, &kid, now))
         .await?;
-    directory::settle_write(&state).await;
+    state.replica.settle_write().await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -51,12 +47,10 @@ pub struct WiringQuery {
 
 /// `GET /services/{subdomain}/federation[?subject=…]`: what to register in AWS, GCP and Azure.
 pub async fn federation(
-    req: HttpRequest,
-    path: web::Path<String>,
+    ServiceCaller { service, .. }: ServiceCaller,
     query: web::Query<WiringQuery>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?.service;
     let subject = query
         .subject
         .as_deref()

@@ -1,5 +1,6 @@
 //! Operations: health, readiness, metrics, the OpenAPI description and the policy schema.
 
+use crate::metrics::Extra;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::http::header;
@@ -15,7 +16,7 @@ pub async fn healthz() -> HttpResponse {
 
 /// `GET /readyz`: the database answers.
 pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    state.db(|s| s.ping()).await?;
+    state.replica.db(|s| s.ping()).await?;
     Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
 }
 
@@ -33,28 +34,35 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
     if !may_read_metrics(&state, &req) {
         return super::not_found().await;
     }
-    let oidc = state.verifier.metrics();
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE))
+        .body(state.metrics.render(&gauges(&state))))
+}
+
+/// What the components count besides the per-route series: cache sizes, key fetches, limits.
+fn gauges(state: &AppState) -> [Extra<'static>; 11] {
+    let oidc = state.oidc.metrics();
     // The caches count lazily: let them settle first.
-    state.tokens.sweep(state.now());
-    let (secrets, identities) = state.tokens.len();
-    let extra = [
+    state.auth.tokens.sweep(state.now());
+    let (secrets, identities) = state.auth.tokens.len();
+    [
         (
             "registry_hosted_issuers",
             "gauge",
             "Issuers with a published configuration.",
-            state.hosting.len() as u64,
+            state.replica.hosting.len() as u64,
         ),
         (
             "registry_hosted_bytes",
             "gauge",
             "Bytes of published documents held in memory (bounded by REGISTRY_HOSTING_CACHE_BYTES).",
-            state.hosting.bytes() as u64,
+            state.replica.hosting.bytes() as u64,
         ),
         (
             "registry_trusted_issuers",
             "gauge",
             "Issuers that some service account's policy trusts (held in memory).",
-            state.directory.trusted_issuers() as u64,
+            state.replica.directory.trusted_issuers() as u64,
         ),
         (
             "registry_remembered_secrets",
@@ -91,24 +99,21 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
             "registry_rate_limited_addresses",
             "gauge",
             "Client addresses whose failed authentications and anonymous creations are counted (each limiter keeps at most 100000).",
-            (state.auth_failures.len() + state.anon_limiter.len()) as u64,
+            (state.auth.auth_failures.len() + state.anon_limiter.len()) as u64,
         ),
         (
             "registry_last_used_statements_total",
             "counter",
             "Writes of accounts' lastUsedAt sent to the database (at most one a minute per account).",
-            state.last_use.statements(),
+            state.auth.last_use.statements(),
         ),
         (
             "registry_last_used_rows_written_total",
             "counter",
             "Of those, the ones that changed the row (another replica may have written the minute).",
-            state.last_use.rows_written(),
+            state.auth.last_use.rows_written(),
         ),
-    ];
-    Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE))
-        .body(state.metrics.render(&extra)))
+    ]
 }
 
 /// `/metrics` with a method other than GET or HEAD: 405 for allowed addresses, and for the

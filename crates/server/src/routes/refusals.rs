@@ -2,7 +2,7 @@
 //! `GET /service-accounts/{id}/refusals`, over `registry_domain::app::explain`. Verifying a
 //! token is this module's part (it is I/O); judging it is the use case's.
 
-use crate::auth::{self, manager};
+use crate::auth::{self, Manager};
 use crate::body::{read_json, Fields};
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -21,12 +21,12 @@ const MAX_TOKEN: usize = 64 * 1024;
 /// A token is judged like a real request: an issuer the account names, then keys, signature
 /// and times, then the policy. It is neither kept, logged nor echoed.
 pub async fn explain(
+    Manager(caller): Manager,
     req: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let caller = manager(&state, &req).await?;
     within_budget(&state, &caller)?;
     let account = state
         .run(move |registry| explain::account(registry, &caller, &path))
@@ -74,10 +74,10 @@ fn within_budget(state: &AppState, caller: &Caller) -> ApiResult<()> {
 /// A token as verification leaves it, unless the use case refuses it first: the keys of an
 /// issuer no rule of the account names are never fetched.
 async fn verified(state: &AppState, account: &ServiceAccount, token: &str) -> ApiResult<Evidence> {
-    let issuer = state.verifier.unverified_issuer(token);
+    let issuer = state.auth.verifier().unverified_issuer(token);
     Ok(match explain::screen_token(account, issuer) {
         Some(refused) => refused,
-        None => Evidence::Token(auth::verify_identity(state, token).await?),
+        None => Evidence::Token(auth::verify_identity(&state.auth, token).await?),
     })
 }
 
@@ -135,11 +135,10 @@ impl ExplainBody {
 /// `GET /service-accounts/{id}/refusals`: of the last 7 days, the newest 100, near misses first
 /// in line for a place (each record says which it is in `near`), newest first.
 pub async fn list(
-    req: HttpRequest,
+    Manager(caller): Manager,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let caller = manager(&state, &req).await?;
     let now = state.now();
     let refusals = state
         .run(move |registry| explain::refusals(registry, &caller, &path, now))

@@ -1,9 +1,8 @@
 //! `/services` and `/services/{subdomain}`: parse, call the use case of
 //! `registry_domain::app::services`, shape the answer.
 
-use crate::auth::{self, ServiceCaller};
+use crate::auth::{Collection, ServiceCaller};
 use crate::body::{read_json, Fields};
-use crate::directory;
 use crate::problem::{ApiResult, SERVICE_NAME_POINTER};
 use crate::state::AppState;
 use crate::views;
@@ -16,11 +15,11 @@ use registry_domain::Violation;
 
 /// `POST /services`: register a service.
 pub async fn create(
+    Collection(caller): Collection,
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let caller = auth::collection_caller(&state, &req).await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["title", "serviceName", "description"])?;
     let title = fields.string("title", true, MAX_TITLE);
@@ -49,8 +48,10 @@ pub async fn create(
 }
 
 /// `GET /services`: the customer's services that the caller's patterns cover.
-pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    let caller = auth::collection_caller(&state, &req).await?;
+pub async fn list(
+    Collection(caller): Collection,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
     let services = state
         .run(move |registry| services::list(registry, &caller))
         .await?;
@@ -64,22 +65,19 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<Htt
 
 /// `GET /services/{subdomain}`.
 pub async fn get(
-    req: HttpRequest,
-    path: web::Path<String>,
+    ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let service = auth::service_caller(&state, &req, &path).await?.service;
     Ok(HttpResponse::Ok().json(views::service(&state, &service, state.now())))
 }
 
 /// `PATCH /services/{subdomain}`: title and/or description.
 pub async fn patch(
+    ServiceCaller { service, caller }: ServiceCaller,
     req: HttpRequest,
-    path: web::Path<String>,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let ServiceCaller { service, caller } = auth::service_caller(&state, &req, &path).await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["title", "description"])?;
     let clears_description = fields.raw("description").is_some_and(|v| v.is_null());
@@ -102,16 +100,14 @@ pub async fn patch(
 
 /// `DELETE /services/{subdomain}`: the service, its configuration and its secret.
 pub async fn delete(
-    req: HttpRequest,
-    path: web::Path<String>,
+    ServiceCaller { service, caller }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let ServiceCaller { service, caller } = auth::service_caller(&state, &req, &path).await?;
     let now = state.now();
     let deleted = state
         .run(move |registry| services::delete(registry, &caller, &service, now))
         .await;
-    directory::settle_write(&state).await;
+    state.replica.settle_write().await;
     deleted?;
     Ok(HttpResponse::NoContent().finish())
 }

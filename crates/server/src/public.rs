@@ -1,10 +1,13 @@
-use super::cache::{http_date, Document, Hosted, Lookup, HTTP_DATE};
+//! The public path: a service's discovery document and key set, chosen by `Host`
+//! (DECISIONS §8), from the replica's memory; and the configuration body of the API's GET.
+
+use crate::hosting::{http_date, Document, Hosted, HTTP_DATE};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
@@ -28,13 +31,13 @@ fn host(headers: &header::HeaderMap) -> Option<&str> {
 
 /// Whether the request is for a hosted issuer (its `Host` names a subdomain).
 pub fn hosted_request(state: &AppState, req: &actix_web::dev::RequestHead) -> bool {
-    host(req.headers()).is_some_and(|host| state.hosting.subdomain_for_host(host).is_some())
+    host(req.headers()).is_some_and(|host| state.replica.hosting.subdomain_for_host(host).is_some())
 }
 
 /// Serves a hosted issuer's discovery document or key set: public, cacheable, no redirects.
 pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let subdomain = host(req.headers())
-        .and_then(|host| state.hosting.subdomain_for_host(host))
+        .and_then(|host| state.replica.hosting.subdomain_for_host(host))
         .ok_or_else(|| ApiError::NotFound("no such issuer".into()))?;
     let path = req.path();
     let is_discovery = path == DISCOVERY_PATH;
@@ -47,7 +50,7 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Err(ApiError::MethodNotAllowed("GET, HEAD"));
     }
-    let hosted = current(&state, &subdomain).await?;
+    let hosted = state.replica.current(&subdomain).await?;
     let now = state.now();
     let Some(hosted) = hosted else {
         state.metrics.hosting_miss();
@@ -57,11 +60,21 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         )));
     };
     state.metrics.hosting_hit();
-    let (document, content_type): (&Document, HeaderValue) = if is_discovery {
+    let document = if is_discovery {
         (&hosted.discovery, JSON)
     } else {
         (&hosted.jwks, JWK_SET)
     };
+    Ok(respond(&req, &hosted, document, now))
+}
+
+/// The answer with `document` (and its content type): 304 when the client's copy is current.
+fn respond(
+    req: &HttpRequest,
+    hosted: &Hosted,
+    (document, content_type): (&Document, HeaderValue),
+    now: OffsetDateTime,
+) -> HttpResponse {
     let not_modified = match req.headers().get(header::IF_NONE_MATCH) {
         Some(value) => etag_matches(
             value.to_str().unwrap_or(""),
@@ -72,7 +85,7 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
             .get(header::IF_MODIFIED_SINCE)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| PrimitiveDateTime::parse(v, HTTP_DATE).ok())
-            .is_some_and(|since| unchanged_since(&hosted, since.assume_utc())),
+            .is_some_and(|since| unchanged_since(hosted, since.assume_utc())),
     };
     let (date_at, date) = date(now);
     // A replica whose clock is behind the one that took the write would otherwise date the
@@ -94,30 +107,10 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         .insert_header((header::LAST_MODIFIED, last_modified))
         .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, ANY_ORIGIN));
     if not_modified {
-        return Ok(response.finish());
+        return response.finish();
     }
     response.insert_header((header::CONTENT_TYPE, content_type));
-    Ok(response.body(document.body.clone()))
-}
-
-/// What a subdomain serves now: from memory, built again when its key set changed by itself,
-/// or read back from the database when it left memory (the cache's byte bound); nothing once
-/// an anonymous service has expired, even before the reaper deletes it.
-pub async fn current(state: &AppState, subdomain: &str) -> Result<Option<Arc<Hosted>>, ApiError> {
-    let now = state.now();
-    let hosted = match state.hosting.lookup(subdomain) {
-        Lookup::Hit(hosted) if hosted.is_stale_at(now) => {
-            crate::directory::refresh_hosted(state, subdomain).await;
-            state.hosting.get(subdomain)
-        }
-        Lookup::Hit(hosted) => Some(hosted),
-        Lookup::Evicted(id) => {
-            crate::directory::reload_evicted(state, id).await?;
-            state.hosting.get(subdomain)
-        }
-        Lookup::Miss => None,
-    };
-    Ok(hosted.filter(|h| h.expires_at.is_none_or(|at| now < at)))
+    response.body(document.body.clone())
 }
 
 /// Whether a client holding `since` as `Last-Modified` holds the current documents (RFC 9110

@@ -1,0 +1,65 @@
+//! The caller of a request, as handler arguments: each runs the authentication and the access
+//! decision of its kind of call before the handler reads anything else, and refuses with the
+//! answer of DECISIONS §4 (401, 403, 404) when the call may not proceed.
+
+use super::{collection_caller, manager, service_caller, Authenticator, ServiceCaller};
+use crate::problem::ApiError;
+use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
+use futures_util::future::LocalBoxFuture;
+use registry_domain::app::Caller;
+
+/// A caller on no one service (`/services`): an account, never an anonymous secret.
+#[derive(Debug)]
+pub struct Collection(pub Caller);
+
+/// A caller managing the customer's service accounts or reading its audit trail: an account
+/// whose patterns include `"*"` (DECISIONS §5).
+#[derive(Debug)]
+pub struct Manager(pub Caller);
+
+fn authenticator(req: &HttpRequest) -> Result<web::Data<Authenticator>, ApiError> {
+    req.app_data::<web::Data<Authenticator>>()
+        .cloned()
+        .ok_or(ApiError::Internal)
+}
+
+impl FromRequest for Collection {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let auth = authenticator(&req)?;
+            collection_caller(&auth, &req).await.map(Collection)
+        })
+    }
+}
+
+impl FromRequest for Manager {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let auth = authenticator(&req)?;
+            manager(&auth, &req).await.map(Manager)
+        })
+    }
+}
+
+/// The service of the path's `{subdomain}` segment (a subdomain or an id).
+impl FromRequest for ServiceCaller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let auth = authenticator(&req)?;
+            let key = req.match_info().get("subdomain").unwrap_or_default();
+            service_caller(&auth, &req, key).await
+        })
+    }
+}

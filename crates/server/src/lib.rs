@@ -1,0 +1,40 @@
+//! `registry-server`: the registry's HTTP server and command line, as a library. The `registry`
+//! binary (`main.rs`) parses its command line and hands it to [`cli::run`]; other programs (the
+//! integration tests) start the server in their own process with [`start`].
+//!
+//! Process-wide state, which several servers in one process share: the base URL of problem
+//! `type` addresses (the first server's), the log (whatever `tracing` subscriber the process
+//! installed) and its buffer ([`log_line`], [`flush_log`]).
+
+mod adapters;
+mod app;
+mod audit;
+mod auth;
+mod background;
+mod body;
+pub mod cli;
+mod client_ip;
+mod connections;
+mod customers;
+mod dashboard;
+mod directory;
+mod hosting;
+mod last_use;
+mod metrics;
+mod observe;
+mod policy_cli;
+mod problem;
+mod public;
+mod rate_limit;
+mod refusals;
+mod replica;
+mod routes;
+pub mod settings;
+mod state;
+mod sync;
+mod views;
+
+pub use adapters::SystemClock;
+pub use app::{serve, start, Running};
+pub use observe::{flush_log, log_line, LogLine};
+pub use settings::{LogFormat, Settings};

@@ -1,0 +1,328 @@
+//! The replica's view of the data: the directory (services, accounts, the trust index) and the
+//! hosted documents, kept as fresh as the database by the change log (see `directory` for how),
+//! with the one read every authenticated request makes. Handlers and the authenticator reach the
+//! database's current state through it; the use cases of `registry_domain::app` write through
+//! the store and then [`Replica::settle_write`].
+
+use crate::directory::{bounded, Directory, BATCH};
+use crate::hosting::{Hosted, HostingCache, Lookup};
+use crate::problem::{ApiError, ApiResult};
+use actix_web::web;
+use registry_domain::ports::{Change, Clock, Storage, StoreResult, StoredCredential};
+use registry_domain::{Service, ServiceAccount};
+use std::borrow::Cow;
+use std::sync::Arc;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The directory and the hosted documents of this replica, over the store and the clock.
+#[derive(Debug)]
+pub struct Replica {
+    store: Arc<dyn Storage>,
+    clock: Arc<dyn Clock>,
+    issuer_url_template: String,
+    /// Services and accounts, served from memory as fresh as the database.
+    pub directory: Directory,
+    /// Published documents, served from memory.
+    pub hosting: HostingCache,
+}
+
+impl Replica {
+    /// A replica with empty caches ([`Replica::reload_everything`] fills them).
+    pub fn new(
+        store: Arc<dyn Storage>,
+        clock: Arc<dyn Clock>,
+        hosting: HostingCache,
+        issuer_url_template: &str,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            issuer_url_template: issuer_url_template.to_owned(),
+            directory: Directory::default(),
+            hosting,
+        }
+    }
+
+    /// The current time.
+    pub fn now(&self) -> OffsetDateTime {
+        self.clock.now()
+    }
+
+    /// The database.
+    pub fn store(&self) -> &Arc<dyn Storage> {
+        &self.store
+    }
+
+    /// Runs a storage call on the blocking pool.
+    pub async fn db<T, F>(&self, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Storage) -> StoreResult<T> + Send + 'static,
+    {
+        let store = self.store.clone();
+        web::block(move || f(&*store))
+            .await
+            .map_err(|_| ApiError::Internal)?
+            .map_err(ApiError::from)
+    }
+
+    /// The hosted issuer URL of a subdomain.
+    pub fn issuer_of(&self, subdomain: &str) -> String {
+        registry_domain::publishing::hosted_issuer(&self.issuer_url_template, subdomain)
+    }
+
+    /// The credential with this lookup id, after bringing every cache up to date with the database
+    /// as of the same read: the one statement a request with a static token or secret runs. It
+    /// runs in place when the store can do that without waiting (SQLite, an idle connection), else
+    /// on the blocking pool.
+    pub async fn credential(&self, lookup_id: &str) -> ApiResult<Option<StoredCredential>> {
+        let found = match self.store.credential_and_latest_change_now(lookup_id) {
+            Some(found) => found?,
+            None => {
+                let lookup_id = lookup_id.to_owned();
+                self.db(move |s| s.credential_and_latest_change(&lookup_id))
+                    .await?
+            }
+        };
+        let Some((credential, latest)) = found else {
+            return Ok(None);
+        };
+        self.catch_up(latest).await?;
+        Ok(Some(credential))
+    }
+
+    /// Brings every cache up to date with the database as of now: the one statement a request with
+    /// an identity token runs (in place when it can, like [`Replica::credential`]).
+    pub async fn refresh(&self) -> ApiResult<()> {
+        let latest = match self.store.latest_change_now() {
+            Some(latest) => latest?,
+            None => self.db(|s| s.latest_change()).await?,
+        };
+        self.catch_up(latest).await
+    }
+
+    /// Applies the logged changes up to at least `latest` (everything there is, for `i64::MAX`),
+    /// in log order. When the log no longer holds every change after this node's position (it was
+    /// paused or cut off for longer than the log is kept), it reloads everything instead.
+    pub async fn catch_up(&self, latest: i64) -> ApiResult<()> {
+        let directory = &self.directory;
+        if directory.applied() >= latest {
+            return Ok(());
+        }
+        let _one_at_a_time = directory.applying.lock().await;
+        let mut first = true;
+        loop {
+            let after = directory.applied();
+            if after >= latest {
+                return Ok(());
+            }
+            let check_horizon = std::mem::take(&mut first);
+            let (oldest, (last, changes)) = self
+                .db(move |s| {
+                    let oldest = if check_horizon {
+                        s.oldest_change()?
+                    } else {
+                        None
+                    };
+                    Ok((oldest, s.changes_since(after, BATCH)?))
+                })
+                .await?;
+            // The log keeps its newest row, so `oldest - 1` is the last position it can replay
+            // from; a position before it may have missed pruned changes.
+            if oldest.is_some_and(|oldest| after < oldest - 1) {
+                tracing::warn!(
+                    position = after,
+                    oldest = oldest.unwrap_or_default(),
+                    "behind the change log's horizon: reloading everything"
+                );
+                self.reload_everything().await?;
+                continue;
+            }
+            let complete = changes.len() < BATCH;
+            // Each subject once, at its last place in the log: a reload reads its current state.
+            let mut seen = std::collections::HashSet::with_capacity(changes.len());
+            let mut ordered: Vec<Change> = changes
+                .into_iter()
+                .rev()
+                .filter(|change| seen.insert(*change))
+                .collect();
+            ordered.reverse();
+            for change in ordered {
+                directory.forget(change);
+                match change {
+                    Change::Service(id) => self.reload_hosted(id).await?,
+                    Change::Account(id) => {
+                        let found = self.db(move |s| s.account(id)).await?;
+                        directory.retrust(id, found);
+                    }
+                }
+            }
+            directory.caught_up_to(last);
+            if complete {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Everything from the database at once: the hosted documents, the trust index, and empty
+    /// caches; then the position read before them (changes racing with the load are replayed). The
+    /// start-up load, and a replica behind the change log's horizon.
+    pub async fn reload_everything(&self) -> ApiResult<()> {
+        let (latest, published, oidc_accounts) = self
+            .db(|s| {
+                let latest = s.latest_change()?;
+                Ok((latest, s.published()?, s.oidc_accounts()?))
+            })
+            .await?;
+        self.hosting.load(&published, self.now());
+        self.directory.load_trust(oidc_accounts);
+        self.directory.forget_all();
+        self.directory.caught_up_to(latest);
+        Ok(())
+    }
+
+    /// Makes the node that took a write to a service's documents serve the result at once, before
+    /// the write is acknowledged: applies the change log through the caller's own (committed)
+    /// change. Updating the hosting cache directly is not enough: a catch-up already under way may
+    /// have read the service before the write committed and would store that older state after it
+    /// (a just-published document answering 404, or a deleted one served again). Taking the same
+    /// lock orders this catch-up after that one, and it reads the database after the commit.
+    /// Should the database fail right now, the follower applies the change within half a second.
+    pub async fn settle_write(&self) {
+        if let Err(error) = self.catch_up(i64::MAX).await {
+            tracing::warn!(%error, "a write is served from the next change-log catch-up");
+        }
+    }
+
+    /// Reads back the documents of a published service that left memory (the hosting cache's byte
+    /// bound). Under the catch-up lock, like every other reload: a deletion committed after this
+    /// read is applied after this reload, not before it.
+    pub async fn reload_evicted(&self, id: Uuid) -> ApiResult<()> {
+        let _one_at_a_time = self.directory.one_at_a_time().await;
+        self.reload_hosted(id).await
+    }
+
+    /// Builds a hosted entry again from what it was built from, once its key set changed by itself
+    /// (a retired key's time ran out): no database read, and every replica computes the same
+    /// documents and ETag. Under the catch-up lock, so a newer configuration applied meanwhile wins.
+    pub async fn refresh_hosted(&self, subdomain: &str) {
+        let _one_at_a_time = self.directory.one_at_a_time().await;
+        self.hosting.refresh(subdomain, self.now());
+    }
+
+    /// Reloads one service's public documents: public requests never read the database.
+    async fn reload_hosted(&self, id: Uuid) -> ApiResult<()> {
+        match self
+            .db(move |s| Ok((s.service(id)?, s.config(id)?)))
+            .await?
+        {
+            // Replaced in one step: a public GET in between sees the old documents or the new.
+            (Some(service), Some(config)) => self.hosting.put(&service, &config, self.now()),
+            _ => self.hosting.remove(id),
+        }
+        Ok(())
+    }
+
+    /// A service by subdomain (case folded) or id, as
+    /// [`ServiceStore::find_service`](registry_domain::ports::ServiceStore::find_service) finds it.
+    pub async fn service(&self, subdomain_or_id: &str) -> ApiResult<Option<Arc<Service>>> {
+        let directory = &self.directory;
+        let by_id = Uuid::parse_str(subdomain_or_id).ok();
+        let subdomain: Cow<'_, str> = if subdomain_or_id.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(subdomain_or_id.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(subdomain_or_id)
+        };
+        {
+            let entries = directory.read();
+            let cached = match by_id {
+                // The store tries the id first: a miss must ask it, not the subdomain map.
+                Some(id) => entries.services.get(&id),
+                None => entries
+                    .subdomains
+                    .get(subdomain.as_ref())
+                    .and_then(|id| entries.services.get(id)),
+            };
+            if let Some(service) = cached {
+                return Ok(Some(service.clone()));
+            }
+        }
+        let generation = directory.generation();
+        let key = subdomain_or_id.to_owned();
+        let Some(found) = self.db(move |s| s.find_service(&key)).await? else {
+            return Ok(None);
+        };
+        let found = Arc::new(found);
+        directory.fill(generation, |entries| {
+            bounded(&mut entries.subdomains).insert(found.subdomain.clone(), found.id);
+            bounded(&mut entries.services).insert(found.id, found.clone());
+        });
+        Ok(Some(found))
+    }
+
+    /// An account by id.
+    pub async fn account(&self, id: Uuid) -> ApiResult<Option<Arc<ServiceAccount>>> {
+        let directory = &self.directory;
+        if let Some(account) = directory.read().accounts.get(&id) {
+            return Ok(Some(account.clone()));
+        }
+        let generation = directory.generation();
+        let Some(found) = self.db(move |s| s.account(id)).await? else {
+            return Ok(None);
+        };
+        let found = Arc::new(found);
+        directory.fill(generation, |entries| {
+            bounded(&mut entries.accounts).insert(id, found.clone());
+        });
+        Ok(Some(found))
+    }
+
+    /// What a subdomain serves now: from memory, built again when its key set changed by itself,
+    /// or read back from the database when it left memory (the cache's byte bound); nothing once
+    /// an anonymous service has expired, even before the reaper deletes it.
+    pub async fn current(&self, subdomain: &str) -> ApiResult<Option<Arc<Hosted>>> {
+        let now = self.now();
+        let hosted = match self.hosting.lookup(subdomain) {
+            Lookup::Hit(hosted) if hosted.is_stale_at(now) => {
+                self.refresh_hosted(subdomain).await;
+                self.hosting.get(subdomain)
+            }
+            Lookup::Hit(hosted) => Some(hosted),
+            Lookup::Evicted(id) => {
+                self.reload_evicted(id).await?;
+                self.hosting.get(subdomain)
+            }
+            Lookup::Miss => None,
+        };
+        Ok(hosted.filter(|h| h.expires_at.is_none_or(|at| now < at)))
+    }
+
+    /// The documents an issuer this registry hosts publishes now: `None` when the issuer is not
+    /// one of its own (its keys are fetched over HTTP), `Some(None)` when it is but publishes
+    /// nothing (no configuration, deleted, expired). Read from the registry's own data, never over
+    /// HTTP, so that a withdrawal applies to the next token (DECISIONS §17).
+    pub async fn hosted_issuer(&self, issuer: &str) -> ApiResult<Option<Option<Arc<Hosted>>>> {
+        let template = &self.issuer_url_template;
+        let Some(scheme) = template.split_once("://").map(|(scheme, _)| scheme) else {
+            return Ok(None);
+        };
+        let host = issuer
+            .strip_prefix(scheme)
+            .and_then(|rest| rest.strip_prefix("://"))
+            .filter(|host| !host.contains('/'));
+        let Some(subdomain) = host.and_then(|host| self.hosting.subdomain_for_host(host)) else {
+            return Ok(None);
+        };
+        let ours = self.issuer_of(&subdomain);
+        if !ours.eq_ignore_ascii_case(issuer) {
+            // Another port or scheme: not an issuer of this registry's template.
+            return Ok(None);
+        }
+        // Ours but spelt in other letters: never fetched, and no hosted document names it.
+        if ours != issuer {
+            return Ok(Some(None));
+        }
+        Ok(Some(self.current(&subdomain).await?))
+    }
+}

@@ -3,8 +3,10 @@
 //! parsed once.
 //!
 //! The trust index is exact, not a cache: loaded whole at start-up and changed only by the
-//! change log, so a token whose issuer no policy names is refused from memory, before any key
-//! fetch, database read or allocation in here (a stranger's made-up issuers cost nothing). Each
+//! change log. A token whose issuer the index does not name costs the request's one database
+//! read (an account created on another replica a moment ago is in the change log: it is
+//! usable at once, DECISIONS §14); if no policy names it then either, that issuer is refused
+//! from memory for the next 10 s (a keyed hash of it, bounded), before any key fetch. Each
 //! account is one `Arc`, shared by every issuer it trusts; its size is bounded when it is saved
 //! (`registry_domain::limits`).
 //!
@@ -31,6 +33,9 @@ use uuid::Uuid;
 pub(crate) const BATCH: usize = 500;
 /// Entries per map before it is emptied (memory stays bounded whatever the callers send).
 const MAX_ENTRIES: usize = 100_000;
+/// How long an issuer that no policy named at its last database look-up is refused from
+/// memory (DECISIONS §14: a made-up name costs at most one read per 10 s).
+const UNKNOWN_ISSUER_SECONDS: i64 = 10;
 
 /// The accounts whose rules name one issuer.
 pub type Trusting = Arc<[Arc<ServiceAccount>]>;
@@ -44,6 +49,27 @@ pub struct Directory {
     pub(crate) applying: tokio::sync::Mutex<()>,
     entries: RwLock<Entries>,
     trust: RwLock<TrustIndex>,
+    unknown: UnknownIssuers,
+}
+
+/// Issuers that no policy named when the database was last read for them, by a keyed hash
+/// (the names are the client's, and may be long), with the second of that read.
+#[derive(Debug, Default)]
+struct UnknownIssuers {
+    keys: std::hash::RandomState,
+    seen: std::sync::Mutex<HashMap<u64, i64>>,
+}
+
+impl UnknownIssuers {
+    fn key(&self, issuer: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.keys, issuer)
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<u64, i64>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Every OIDC account, and the accounts trusting each issuer.
@@ -136,6 +162,25 @@ impl Directory {
     /// a change racing with the load is replayed).
     pub fn load_trust(&self, oidc_accounts: Vec<ServiceAccount>) {
         *self.trust.write().expect("trust lock") = TrustIndex::build(oidc_accounts);
+        self.unknown.seen().clear();
+    }
+
+    /// Whether the database said no policy names `issuer` within the last 10 s: then the
+    /// request is refused from memory, and a made-up issuer reads the database at most once
+    /// per 10 s.
+    pub fn recently_unknown(&self, issuer: &str, now: time::OffsetDateTime) -> bool {
+        let key = self.unknown.key(issuer);
+        self.unknown
+            .seen()
+            .get(&key)
+            .is_some_and(|&at| now.unix_timestamp() - at < UNKNOWN_ISSUER_SECONDS)
+    }
+
+    /// Remembers that no policy named `issuer` when the database was read at `now`.
+    pub fn remember_unknown(&self, issuer: &str, now: time::OffsetDateTime) {
+        let key = self.unknown.key(issuer);
+        let mut seen = self.unknown.seen();
+        bounded(&mut seen).insert(key, now.unix_timestamp());
     }
 
     /// The OIDC accounts (of any customer) with a rule whose `iss` is exactly `issuer`; `None`
@@ -158,6 +203,13 @@ impl Directory {
         let account = account
             .filter(|a| a.policy.kind() == registry_domain::policy::PolicyKind::Oidc)
             .map(Arc::new);
+        if let Some(account) = &account {
+            // Trusted from now on: no longer refused from memory.
+            let mut seen = self.unknown.seen();
+            for issuer in account.policy.issuers() {
+                seen.remove(&self.unknown.key(issuer));
+            }
+        }
         self.trust.write().expect("trust lock").replace(id, account);
     }
 

@@ -1,8 +1,9 @@
 //! Several `registry serve` processes on one database (PostgreSQL in production; the same
 //! mechanism works on one SQLite file).
 
-use super::publish_api;
-use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
+use super::{create_account, publish_api};
+use registry_tests::issuer::TestIssuer;
+use registry_tests::server::{assert_problem, claims, json, ServerOptions, TestServer, AUDIENCE};
 use reqwest::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -12,6 +13,78 @@ fn replica_of(primary: &TestServer) -> TestServer {
         database_url: Some(primary.database_url.clone()),
         ..ServerOptions::default()
     })
+}
+
+/// Two replicas on one database that accept the loopback test issuers.
+fn federating_replicas() -> (TestServer, TestServer) {
+    let insecure = vec![("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS".into(), "true".into())];
+    let a = TestServer::start_with(ServerOptions {
+        env: insecure.clone(),
+        ..ServerOptions::default()
+    });
+    let b = TestServer::start_with(ServerOptions {
+        env: insecure,
+        database_url: Some(a.database_url.clone()),
+        ..ServerOptions::default()
+    });
+    (a, b)
+}
+
+fn status(server: &TestServer, token: &str) -> u16 {
+    server
+        .authed(Method::GET, "/services", token)
+        .send()
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// DECISIONS §14: a service account is usable on every replica as soon as its create answered,
+/// an `oidc` one too: its issuer, new to the other replica's trust index, enters it at the
+/// request's one database read, before the follower's next tick. (The `cargo xtask bench` P6
+/// scenario: create on A, use on B at once.)
+#[test]
+fn a_new_account_is_usable_on_every_replica_as_soon_as_it_is_created() {
+    let (a, b) = federating_replicas();
+    let acme = a.customer("acme", "business");
+    let policy = |iss: &str| {
+        json!({"kind": "oidc", "rules": [
+            {"services": ["*"], "claims": {"iss": iss, "aud": AUDIENCE, "sub": "repo:acme/api"}}
+        ]})
+    };
+    // Several new issuers in a row: the follower (every half second) cannot be what lets
+    // each of them in.
+    for n in 0..4 {
+        let issuer = TestIssuer::start();
+        let iss = issuer.url();
+        let token = issuer.mint("RS256", claims(&iss, "repo:acme/api"));
+        create_account(&a, &acme, &format!("ci{n}"), policy(&iss));
+        assert_eq!(status(&b, &token), 200, "issuer {n} on the other replica");
+    }
+    let created = create_account(
+        &a,
+        &acme,
+        "deployer",
+        json!({"kind": "static", "services": ["*"]}),
+    );
+    assert_eq!(status(&b, created["token"].as_str().unwrap()), 200);
+
+    // An issuer the other replica was asked about before any policy named it is refused from
+    // memory for 10 s; the account's change, once applied there, lifts that at once.
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let token = issuer.mint("RS256", claims(&iss, "repo:acme/api"));
+    assert_eq!(status(&b, &token), 401);
+    assert_eq!(status(&b, &token), 401, "refused from memory");
+    create_account(&a, &acme, "late", policy(&iss));
+    let start = Instant::now();
+    while status(&b, &token) != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "a known-unknown issuer stays refused after its account's change was applied"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]

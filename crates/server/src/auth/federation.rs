@@ -1,8 +1,9 @@
 //! Callers that present an identity token from an external OIDC issuer (DECISIONS §7).
 //!
 //! Candidates are the accounts with a rule whose `iss` equals the token's exactly, found in the
-//! directory's trust index (memory, exact): a token whose issuer no policy names is refused
-//! before the database, the token cache or the key cache sees it. Which candidate accepts the
+//! directory's trust index (memory, exact, brought up to date by the request's one database
+//! read): a token whose issuer no policy names is refused before the token cache or the key
+//! cache sees it, and, for 10 s after such a look-up, before the database does too. Which candidate accepts the
 //! token, and for what, is `registry_domain::access::decide`.
 
 use super::{unauthorized, Authenticator};
@@ -50,19 +51,20 @@ async fn verified_token(
             .unverified_issuer(token)
             .ok_or_else(|| unauthorized("malformed identity token"))?,
     };
-    // Memory only: made-up issuers stop here. An account that starts trusting an issuer is in
-    // the index on its own node at once and on the others at the next follower tick.
-    if auth.replica.directory.accounts_trusting(&issuer).is_none() {
+    // Memory only for an issuer no policy named at its look-up in the last 10 s: made-up
+    // issuers stop here, and cost at most one database read per name per 10 s.
+    let directory = &auth.replica.directory;
+    if directory.accounts_trusting(&issuer).is_none() && directory.recently_unknown(&issuer, now) {
         return Err(untrusted_issuer());
     }
     // The request's one database read: revocations and narrowed policies hold at once, and
-    // so do the documents of the issuers this registry hosts.
+    // so do the documents of the issuers this registry hosts, and an account created on
+    // another replica a moment ago (its issuer enters this replica's index here).
     auth.replica.refresh().await?;
-    let candidates = auth
-        .replica
-        .directory
-        .accounts_trusting(&issuer)
-        .ok_or_else(untrusted_issuer)?;
+    let Some(candidates) = directory.accounts_trusting(&issuer) else {
+        directory.remember_unknown(&issuer, now);
+        return Err(untrusted_issuer());
+    };
     let hosted = auth.replica.hosted_issuer(&issuer).await?;
     let key_version = hosted.as_ref().and_then(|published| {
         published

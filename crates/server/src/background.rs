@@ -63,7 +63,9 @@ async fn reap_anonymous(state: &AppState, now: OffsetDateTime) {
         .db(move |s| s.expired_anonymous(now, BATCH))
         .await
     {
-        let complete = expired.len() < BATCH;
+        // A corrupt row is left out of the batch (and logged by the store), so a short batch
+        // does not mean the last one: go on until a batch deletes nothing.
+        let mut deleted = 0;
         for service in expired {
             let event = AuditEvent::new(
                 Action::AnonymousExpire,
@@ -79,10 +81,11 @@ async fn reap_anonymous(state: &AppState, now: OffsetDateTime) {
                 .await
                 .is_ok()
             {
+                deleted += 1;
                 tracing::info!(service = %id, "reaped an expired anonymous service");
             }
         }
-        if complete {
+        if deleted == 0 {
             break;
         }
     }

@@ -131,6 +131,10 @@ impl From<AppError> for ApiError {
             AppError::KidReused(v) => ApiError::KidReused(v),
             AppError::Naming(e) => ApiError::Naming(e),
             AppError::BadRequest(detail) => ApiError::BadRequest(detail),
+            AppError::Unauthenticated(reason) => {
+                tracing::info!(reason, "authentication failed");
+                ApiError::Unauthorized { detail: None }
+            }
             AppError::Forbidden(detail) => {
                 tracing::info!(%detail, "call refused");
                 ApiError::Forbidden(detail)

@@ -67,8 +67,10 @@ impl AppState {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
         )?);
         let metrics = Arc::new(Metrics::default());
+        let trusted_proxies = settings.trusted_proxy_networks()?;
         let auth = Arc::new(Authenticator::new(
             &settings,
+            trusted_proxies.clone(),
             replica.clone(),
             Arc::new(verifier.clone()),
             hasher.clone(),
@@ -87,7 +89,7 @@ impl AppState {
             },
         });
         Ok(Self {
-            trusted_proxies: settings.trusted_proxy_networks()?,
+            trusted_proxies,
             metrics_allow: settings.metrics_allow_networks()?,
             replica,
             auth,
@@ -117,10 +119,5 @@ impl AppState {
             .await
             .map_err(|_| ApiError::Internal)?
             .map_err(ApiError::from)
-    }
-
-    /// The hosted issuer URL of a subdomain.
-    pub fn issuer_of(&self, subdomain: &str) -> String {
-        self.replica.issuer_of(subdomain)
     }
 }

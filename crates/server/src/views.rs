@@ -23,7 +23,7 @@ pub fn service(state: &AppState, service: &Service, now: OffsetDateTime) -> Valu
         "subdomain": service.subdomain,
         "title": service.title,
         "description": service.description,
-        "issuer": state.issuer_of(&service.subdomain),
+        "issuer": state.registry.issuer_of(&service.subdomain),
         "createdAt": timestamp(service.created_at),
     });
     if let Some(expires_at) = service.expires_at {
@@ -61,7 +61,7 @@ pub fn anonymous_created(
             "name": service.subdomain,
             "title": service.title,
             "description": service.description,
-            "issuer": state.issuer_of(&service.subdomain),
+            "issuer": state.registry.issuer_of(&service.subdomain),
         },
         "secret": secret,
         "dashboardUrl": format!(

@@ -26,6 +26,10 @@ pub enum AppError {
     /// Any other bad request, with a sentence.
     #[error("{0}")]
     BadRequest(String),
+    /// The credential no longer names a caller (401): the reason is for the log, never the
+    /// client.
+    #[error("{0}")]
+    Unauthenticated(&'static str),
     /// The caller may not do this (403), with a sentence.
     #[error("{0}")]
     Forbidden(String),

@@ -51,7 +51,9 @@ pub fn create(
     let store = &*registry.store;
     let customer = store
         .customer(caller.customer()?)?
-        .ok_or_else(|| AppError::Forbidden("the caller's customer no longer exists".into()))?;
+        .ok_or(AppError::Unauthenticated(
+            "the caller's customer no longer exists",
+        ))?;
     let held = store.count_services_of(customer.id)?;
     within_quota(
         "services",
@@ -126,10 +128,11 @@ fn service_action(service: &Service, customers: Action, anonymous: Action) -> Ac
 pub fn update(
     registry: &Registry,
     caller: &Caller,
-    mut service: Service,
+    service: &Service,
     command: UpdateService,
     now: OffsetDateTime,
 ) -> Result<Service, AppError> {
+    let mut service = service.clone();
     if let Some(title) = command.title {
         service.title = Some(title);
     }
@@ -382,7 +385,7 @@ mod tests {
             title: Some("New".into()),
             description: Some(None),
         };
-        let updated = update(&registry, &admin, service.clone(), change, later).unwrap();
+        let updated = update(&registry, &admin, &service, change, later).unwrap();
 
         assert_eq!(updated.title.as_deref(), Some("New"));
         assert_eq!(updated.description, None);
@@ -405,7 +408,7 @@ mod tests {
             ..named("api", "Kept")
         };
         let service = create(&registry, &admin, command, NOW).unwrap();
-        let updated = update(&registry, &admin, service, UpdateService::default(), NOW).unwrap();
+        let updated = update(&registry, &admin, &service, UpdateService::default(), NOW).unwrap();
         assert_eq!(updated.title.as_deref(), Some("Kept"));
         assert_eq!(updated.description.as_deref(), Some("kept"));
     }
@@ -421,7 +424,7 @@ mod tests {
             title: Some("New".into()),
             description: None,
         };
-        let err = update(&registry, &admin, service, change, NOW).unwrap_err();
+        let err = update(&registry, &admin, &service, change, NOW).unwrap_err();
 
         assert!(
             matches!(&err, AppError::NotFound(d) if d.contains("api-acme")),

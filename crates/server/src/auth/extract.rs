@@ -1,6 +1,10 @@
 //! The caller of a request, as handler arguments: each runs the authentication and the access
 //! decision of its kind of call before the handler reads anything else, and refuses with the
 //! answer of DECISIONS §4 (401, 403, 404) when the call may not proceed.
+//!
+//! actix polls a handler's arguments together and answers with the first error: an argument
+//! that can fail (a query string) goes before the caller, so that its 400 never races the
+//! authentication (and never cancels it half-way).
 
 use super::{collection_caller, manager, service_caller, Authenticator, ServiceCaller};
 use crate::problem::ApiError;

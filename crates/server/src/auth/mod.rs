@@ -64,6 +64,7 @@ impl Authenticator {
     /// An authenticator with empty caches and the limits of `settings`.
     pub fn new(
         settings: &Settings,
+        trusted_proxies: Vec<IpNetwork>,
         replica: Arc<Replica>,
         verifier: Arc<dyn IdentityTokenVerifier>,
         hasher: Arc<HashingLanes>,
@@ -74,7 +75,7 @@ impl Authenticator {
             verifier,
             hasher,
             metrics,
-            trusted_proxies: settings.trusted_proxy_networks()?,
+            trusted_proxies,
             tokens: TokenCache::default(),
             attempts: Attempts::default(),
             // Guessing a 268-bit secret is hopeless anyway; the limit bounds the argon2 work a
@@ -104,8 +105,8 @@ impl Authenticator {
 /// A caller allowed to act on one service.
 #[derive(Debug)]
 pub struct ServiceCaller {
-    /// The service.
-    pub service: Service,
+    /// The service (shared with the directory's cache).
+    pub service: Arc<Service>,
     /// Who acts on it.
     pub caller: Caller,
 }
@@ -478,11 +479,8 @@ pub async fn service_caller(
 ) -> ApiResult<ServiceCaller> {
     let (caller, service) = authorize(auth, req, Some(key)).await?;
     // A grant on a service names a service that exists.
-    let service = service.as_deref().ok_or(ApiError::Internal)?;
-    Ok(ServiceCaller {
-        caller,
-        service: Service::clone(service),
-    })
+    let service = service.ok_or(ApiError::Internal)?;
+    Ok(ServiceCaller { caller, service })
 }
 
 /// The 404 of a service that does not exist for this caller.

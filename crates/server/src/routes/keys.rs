@@ -46,9 +46,11 @@ pub struct WiringQuery {
 }
 
 /// `GET /services/{subdomain}/federation[?subject=…]`: what to register in AWS, GCP and Azure.
+/// The query comes first: actix polls a handler's arguments together and answers the first
+/// error, and a malformed query is a 400 before any authentication (as it always was).
 pub async fn federation(
-    ServiceCaller { service, .. }: ServiceCaller,
     query: web::Query<WiringQuery>,
+    ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let subject = query
@@ -56,7 +58,7 @@ pub async fn federation(
         .as_deref()
         .filter(|s| !s.is_empty())
         .unwrap_or(DEFAULT_WIRING_SUBJECT);
-    let issuer = state.issuer_of(&service.subdomain);
+    let issuer = state.registry.issuer_of(&service.subdomain);
     let mut guide = wiring_guide(&issuer, subject);
     guide["service"] = json!(service.subdomain);
     Ok(HttpResponse::Ok().json(guide))

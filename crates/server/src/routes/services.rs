@@ -93,7 +93,7 @@ pub async fn patch(
     let command = UpdateService { title, description };
     let now = state.now();
     let service = state
-        .run(move |registry| services::update(registry, &caller, service, command, now))
+        .run(move |registry| services::update(registry, &caller, &service, command, now))
         .await?;
     Ok(HttpResponse::Ok().json(views::service(&state, &service, now)))
 }

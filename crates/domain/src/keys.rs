@@ -24,8 +24,10 @@
 //! assert_eq!(later["keys"].as_array().unwrap().len(), 0);
 //! ```
 
-use crate::ports::KeyImport;
 use crate::publishing::{no_overlap_warning, publish, Publication};
+// The upload's retention is read with the rest of the upload (`publishing`); its rules are
+// the key lifecycle's.
+pub use crate::publishing::{retain_hours, DEFAULT_RETAIN_HOURS, MAX_RETAIN_HOURS};
 use crate::{Violation, Violations};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -34,10 +36,14 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-/// Default of `retainRemovedKeysHours`.
-pub const DEFAULT_RETAIN_HOURS: u32 = 24;
-/// Largest `retainRemovedKeysHours` (a week).
-pub const MAX_RETAIN_HOURS: u32 = 168;
+/// Imports a public JSON Web Key as a verifier would (an EC point on its curve, an RSA key that
+/// builds): what the registry publishes must be usable. The OIDC adapter implements it with the
+/// very code that verifies identity tokens.
+pub trait KeyImport: Send + Sync {
+    /// `Ok` when the key imports; else a sentence saying why not.
+    fn import(&self, jwk: &serde_json::Map<String, serde_json::Value>) -> Result<(), String>;
+}
+
 /// Most keys in the public key set, uploaded and retained together.
 pub const MAX_PUBLISHED_KEYS: usize = 100;
 
@@ -131,34 +137,6 @@ pub fn thumbprint(jwk: &Map<String, Value>) -> Option<String> {
         _ => return None,
     };
     Some(URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.to_string().as_bytes())))
-}
-
-/// Reads `retainRemovedKeysHours` (absent: [`DEFAULT_RETAIN_HOURS`]); an integer 0–168, else a
-/// violation at `/retainRemovedKeysHours`.
-///
-/// ```
-/// use registry_domain::keys::retain_hours;
-/// use serde_json::json;
-/// assert_eq!(retain_hours(None).unwrap(), 24);
-/// assert_eq!(retain_hours(Some(&json!(0))).unwrap(), 0);
-/// for bad in [json!(null), json!("24"), json!(1.5), json!(-1), json!(169)] {
-///     assert!(retain_hours(Some(&bad)).is_err(), "{bad}");
-/// }
-/// ```
-pub fn retain_hours(value: Option<&Value>) -> Result<u32, Violation> {
-    let Some(value) = value else {
-        return Ok(DEFAULT_RETAIN_HOURS);
-    };
-    value
-        .as_u64()
-        .and_then(|h| u32::try_from(h).ok())
-        .filter(|h| *h <= MAX_RETAIN_HOURS)
-        .ok_or_else(|| {
-            Violation::new(
-                "/retainRemovedKeysHours",
-                format!("must be a whole number of hours from 0 to {MAX_RETAIN_HOURS}"),
-            )
-        })
 }
 
 /// The keys after an upload of `uploaded` (the checked `jwks.keys`), `retain` hours of

@@ -12,13 +12,8 @@ use std::future::Future;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// Imports a public JSON Web Key as a verifier would (an EC point on its curve, an RSA key that
-/// builds): what the registry publishes must be usable. The OIDC adapter implements it with the
-/// very code that verifies identity tokens.
-pub trait KeyImport: Send + Sync {
-    /// `Ok` when the key imports; else a sentence saying why not.
-    fn import(&self, jwk: &serde_json::Map<String, serde_json::Value>) -> Result<(), String>;
-}
+/// The key-import port, defined beside the key lifecycle that calls it.
+pub use crate::keys::KeyImport;
 
 /// Result of every storage call.
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -247,7 +247,7 @@ pub fn publish(
             ));
         }
     }
-    if let Err(violation) = crate::keys::retain_hours(body.get("retainRemovedKeysHours")) {
+    if let Err(violation) = retain_hours(body.get("retainRemovedKeysHours")) {
         problems.push(violation);
     }
     let mut warnings = Vec::new();
@@ -587,6 +587,39 @@ pub fn key_ids(jwks: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Default of `retainRemovedKeysHours`.
+pub const DEFAULT_RETAIN_HOURS: u32 = 24;
+/// Largest `retainRemovedKeysHours` (a week).
+pub const MAX_RETAIN_HOURS: u32 = 168;
+
+/// Reads `retainRemovedKeysHours` (absent: [`DEFAULT_RETAIN_HOURS`]); an integer 0–168, else a
+/// violation at `/retainRemovedKeysHours`.
+///
+/// ```
+/// use registry_domain::keys::retain_hours;
+/// use serde_json::json;
+/// assert_eq!(retain_hours(None).unwrap(), 24);
+/// assert_eq!(retain_hours(Some(&json!(0))).unwrap(), 0);
+/// for bad in [json!(null), json!("24"), json!(1.5), json!(-1), json!(169)] {
+///     assert!(retain_hours(Some(&bad)).is_err(), "{bad}");
+/// }
+/// ```
+pub fn retain_hours(value: Option<&Value>) -> Result<u32, Violation> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_RETAIN_HOURS);
+    };
+    value
+        .as_u64()
+        .and_then(|h| u32::try_from(h).ok())
+        .filter(|h| *h <= MAX_RETAIN_HOURS)
+        .ok_or_else(|| {
+            Violation::new(
+                "/retainRemovedKeysHours",
+                format!("must be a whole number of hours from 0 to {MAX_RETAIN_HOURS}"),
+            )
+        })
 }
 
 #[cfg(test)]

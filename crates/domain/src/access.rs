@@ -75,13 +75,23 @@ pub enum Credential<'a> {
     },
 }
 
-/// The call, as far as access is concerned.
+/// The call, as far as access is concerned: what it acts on.
 #[derive(Debug, Clone, Copy)]
 pub enum Request<'a> {
     /// A call on one service: the service the path names, if there is one.
     Service(Option<&'a Service>),
-    /// A call on no one service (`/services`, `/service-accounts…`).
-    Collection,
+    /// Listing or creating the customer's services (`/services`). Each new name is checked
+    /// against the grant's scope by the use case, once it is drawn.
+    Services,
+    /// The customer's service accounts (`/service-accounts…`, DECISIONS §5): the caller's
+    /// patterns include `"*"`, and `target` (a new policy, or the one of the account acted on,
+    /// when the call names one) is no broader than the caller's addresses ([`may_manage`]).
+    Accounts {
+        /// The policy the call creates, or that of the account it changes, deletes or re-keys.
+        target: Option<&'a Policy>,
+    },
+    /// The customer's audit trail (`/audit-events`): the caller's patterns include `"*"`.
+    AuditTrail,
 }
 
 /// Who acts, once access is granted.
@@ -165,14 +175,24 @@ pub fn decide<'a>(
 ) -> Result<Grant<'a>, Refusal> {
     let request = match request {
         Request::Service(service) => Request::Service(service.filter(|s| !s.is_expired_at(now))),
-        collection => collection,
+        Request::Accounts { target } => {
+            let grant = decide(credential, Request::Services, ip, now)?;
+            manages(&grant, target)?;
+            return Ok(grant);
+        }
+        Request::AuditTrail => {
+            let grant = decide(credential, Request::Services, ip, now)?;
+            manages(&grant, None)?;
+            return Ok(grant);
+        }
+        services => services,
     };
     match credential {
         Credential::Account(account) => decide_static(account, request, ip),
         Credential::AnonymousSecret(id) => match request {
             Request::Service(Some(service)) if service.id == id => Ok(Grant::AnonymousService(id)),
             Request::Service(_) => Err(Refusal::NotFound),
-            Request::Collection => Err(Refusal::Forbidden(
+            _ => Err(Refusal::Forbidden(
                 "an anonymous service's secret only works on that service's own calls".into(),
             )),
         },
@@ -190,13 +210,11 @@ pub fn decide<'a>(
                 // A token of an issuer that several customers trust names its account: no
                 // customer's rules may decide whether another customer's token acts in its
                 // tenant, nor how that token is answered (DECISIONS §17).
-                Request::Collection if chosen.is_none() && spans_customers(candidates) => {
-                    Err(Refusal::Ambiguous)
-                }
-                Request::Collection => decide_federated_collection(claims, eligible(), ip),
                 Request::Service(service) => {
                     decide_federated_service(claims, eligible(), service, ip)
                 }
+                _ if chosen.is_none() && spans_customers(candidates) => Err(Refusal::Ambiguous),
+                _ => decide_federated_collection(claims, eligible(), ip),
             }
         }
     }
@@ -248,6 +266,34 @@ fn refusal_of(reason: DenyReason) -> Refusal {
         DenyReason::KindMismatch { .. } | DenyReason::NoRuleMatched { .. } => {
             Refusal::Unauthenticated("no rule accepts the credential")
         }
+    }
+}
+
+/// [`may_manage`] for a granted caller: an anonymous secret manages nothing.
+fn manages(grant: &Grant<'_>, target: Option<&Policy>) -> Result<(), Refusal> {
+    match grant {
+        Grant::Account { account, rules } => {
+            let scope = scope_of(account, rules.as_deref()).unwrap_or_default();
+            may_manage(&scope, &account.policy, target)
+        }
+        Grant::AnonymousService(_) => Err(Refusal::Forbidden(
+            "an anonymous service's secret only works on that service's own calls".into(),
+        )),
+    }
+}
+
+/// The services an account may act on: a static policy's patterns, or those of the rules an
+/// identity token matched (`rules`); `None` when that is nothing.
+pub fn scope_of<'p>(
+    account: &'p ServiceAccount,
+    rules: Option<&[usize]>,
+) -> Option<crate::policy::Scope<'p>> {
+    match (account.policy.kind(), rules) {
+        (PolicyKind::Static, _) => account.policy.static_scope(),
+        (PolicyKind::Oidc, Some(rules)) => {
+            Some(account.policy.rules_scope(rules)).filter(|s| !s.is_empty())
+        }
+        (PolicyKind::Oidc, None) => None,
     }
 }
 
@@ -460,7 +506,7 @@ mod tests {
         };
         decide(
             credential,
-            Request::Collection,
+            Request::Services,
             "192.0.2.1".parse().unwrap(),
             NOW,
         )
@@ -511,6 +557,58 @@ mod tests {
     }
 
     /// Calls on one service consider the service owner's accounts only.
+    fn static_account(policy: Value) -> Arc<ServiceAccount> {
+        Arc::new(ServiceAccount {
+            id: Uuid::new_v4(),
+            customer_id: Uuid::new_v4(),
+            name: "deployer".into(),
+            policy: Policy::parse(&policy).unwrap().policy,
+            created_at: NOW,
+            last_used_at: None,
+        })
+    }
+
+    #[test]
+    fn accounts_and_the_audit_trail_need_a_star_and_targets_within_the_addresses() {
+        let ip = "203.0.113.9".parse().unwrap();
+        let star = static_account(json!({"kind": "static", "services": ["*"]}));
+        let narrow = static_account(json!({"kind": "static", "services": ["api-*"]}));
+        let office = static_account(json!({"kind": "static", "services": ["*"],
+            "ip_allowlist": ["203.0.113.0/24"]}));
+        let anywhere = static_account(json!({"kind": "static", "services": ["api-acme"]}));
+        let decide_for = |account: &Arc<ServiceAccount>, request| {
+            decide(Credential::Account(account), request, ip, NOW).map(|_| ())
+        };
+        let accounts = Request::Accounts { target: None };
+        assert_eq!(decide_for(&star, accounts), Ok(()));
+        assert_eq!(decide_for(&star, Request::AuditTrail), Ok(()));
+        assert_eq!(decide_for(&narrow, Request::Services), Ok(()));
+        for request in [accounts, Request::AuditTrail] {
+            assert!(matches!(
+                decide_for(&narrow, request),
+                Err(Refusal::Forbidden(_))
+            ));
+        }
+        // A caller limited to an office network manages only accounts limited to it.
+        let broader = Request::Accounts {
+            target: Some(&anywhere.policy),
+        };
+        assert!(matches!(
+            decide_for(&office, broader),
+            Err(Refusal::Forbidden(_))
+        ));
+        let within = Request::Accounts {
+            target: Some(&office.policy),
+        };
+        assert_eq!(decide_for(&office, within), Ok(()));
+        // An anonymous secret acts on its own service only.
+        let secret = Credential::AnonymousSecret(Uuid::new_v4());
+        assert!(matches!(
+            decide(secret, Request::AuditTrail, ip, NOW),
+            Err(Refusal::Forbidden(_))
+        ));
+    }
+
     #[test]
     fn a_service_call_is_decided_by_the_owners_accounts() {
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());

@@ -4,7 +4,7 @@
 use crate::access::{self, Refusal};
 use crate::app::AppError;
 use crate::audit::{Action, Actor, AuditEvent, Resource};
-use crate::policy::{Policy, PolicyKind, Scope};
+use crate::policy::{Policy, Scope};
 use crate::ports::VerifiedToken;
 use crate::{Service, ServiceAccount};
 use std::net::IpAddr;
@@ -81,14 +81,7 @@ impl Caller {
 
     /// The services this caller may act on (`None`: none at all).
     pub fn scope(&self) -> Option<Scope<'_>> {
-        let account = self.account.as_ref()?;
-        match (account.policy.kind(), &self.rules) {
-            (PolicyKind::Static, _) => account.policy.static_scope(),
-            (PolicyKind::Oidc, Some(rules)) => {
-                Some(account.policy.rules_scope(rules)).filter(|s| !s.is_empty())
-            }
-            (PolicyKind::Oidc, None) => None,
-        }
+        access::scope_of(self.account.as_ref()?, self.rules.as_deref())
     }
 
     /// Whether the caller may act on `subdomain`.

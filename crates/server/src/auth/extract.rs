@@ -6,7 +6,7 @@
 //! that can fail (a query string) goes before the caller, so that its 400 never races the
 //! authentication (and never cancels it half-way).
 
-use super::{collection_caller, manager, service_caller, Authenticator, ServiceCaller};
+use super::{auditor, collection_caller, manager, service_caller, Authenticator, ServiceCaller};
 use crate::problem::ApiError;
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use futures_util::future::LocalBoxFuture;
@@ -16,10 +16,14 @@ use registry_domain::app::Caller;
 #[derive(Debug)]
 pub struct Collection(pub Caller);
 
-/// A caller managing the customer's service accounts or reading its audit trail: an account
-/// whose patterns include `"*"` (DECISIONS §5).
+/// A caller managing the customer's service accounts: an account whose patterns include `"*"`
+/// (DECISIONS §5).
 #[derive(Debug)]
 pub struct Manager(pub Caller);
+
+/// A caller reading the customer's audit trail: an account whose patterns include `"*"`.
+#[derive(Debug)]
+pub struct Auditor(pub Caller);
 
 fn authenticator(req: &HttpRequest) -> Result<web::Data<Authenticator>, ApiError> {
     req.app_data::<web::Data<Authenticator>>()
@@ -27,31 +31,27 @@ fn authenticator(req: &HttpRequest) -> Result<web::Data<Authenticator>, ApiError
         .ok_or(ApiError::Internal)
 }
 
-impl FromRequest for Collection {
-    type Error = ApiError;
-    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+/// `FromRequest` for a caller wrapper: authenticates with `$authenticate` and wraps the caller.
+macro_rules! caller_argument {
+    ($wrapper:ident, $authenticate:ident) => {
+        impl FromRequest for $wrapper {
+            type Error = ApiError;
+            type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        Box::pin(async move {
-            let auth = authenticator(&req)?;
-            collection_caller(&auth, &req).await.map(Collection)
-        })
-    }
+            fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+                let req = req.clone();
+                Box::pin(async move {
+                    let auth = authenticator(&req)?;
+                    $authenticate(&auth, &req).await.map($wrapper)
+                })
+            }
+        }
+    };
 }
 
-impl FromRequest for Manager {
-    type Error = ApiError;
-    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        Box::pin(async move {
-            let auth = authenticator(&req)?;
-            manager(&auth, &req).await.map(Manager)
-        })
-    }
-}
+caller_argument!(Collection, collection_caller);
+caller_argument!(Manager, manager);
+caller_argument!(Auditor, auditor);
 
 /// The service of the path's `{subdomain}` segment (a subdomain or an id).
 impl FromRequest for ServiceCaller {

@@ -8,7 +8,7 @@ mod federation;
 mod token_cache;
 
 pub use attempts::Attempts;
-pub use extract::{Collection, Manager};
+pub use extract::{Auditor, Collection, Manager};
 pub use failures::SecretFailures;
 pub(crate) use federation::verify_identity;
 pub use token_cache::TokenCache;
@@ -400,18 +400,22 @@ async fn refused_federated(
     record_failure(auth, ip, refused(refusal, key))
 }
 
-/// Authenticates a call and asks `registry_domain::access::decide` about it: on the service
-/// the path names (`key`: its subdomain or id), or on no one service (`None`: `/services`,
-/// `/service-accounts…`, where anonymous secrets are refused with 403). Answers the caller and
+/// Authenticates a call and asks `registry_domain::access::decide` about it once: on the
+/// service the path names (its subdomain or id), or on no one service (`/services`,
+/// `/service-accounts…`, `/audit-events`, where anonymous secrets are refused with 403). Answers the caller and
 /// the service: 404 for a service that does not exist, has expired or is not the caller's, 403
 /// when the caller's address or patterns do not allow the call.
 async fn authorize(
     auth: &Authenticator,
     req: &HttpRequest,
-    key: Option<&str>,
+    call: Call<'_>,
 ) -> ApiResult<(Caller, Option<Arc<Service>>)> {
     let now = auth.replica.now();
     let (ip, token) = admitted(auth, req, now)?;
+    let key = match call {
+        Call::Service(key) => Some(key),
+        _ => None,
+    };
     let named = key.unwrap_or_default();
     if looks_like_jwt(token) {
         let federated = federation::verified(auth, req, token).await;
@@ -422,7 +426,7 @@ async fn authorize(
             candidates: &candidates,
             chosen,
         };
-        let grant = match access::decide(credential, request(key, &service), ip, now) {
+        let grant = match access::decide(credential, request(call, &service), ip, now) {
             Ok(grant) => grant,
             Err(refusal) => {
                 let request =
@@ -435,7 +439,7 @@ async fn authorize(
     }
     let holder = secret_holder(auth, token, ip).await?;
     let service = the_service(auth, key).await?;
-    let grant = access::decide(holder.credential(), request(key, &service), ip, now)
+    let grant = access::decide(holder.credential(), request(call, &service), ip, now)
         .map_err(|refusal| refused(refusal, named))?;
     Ok((granted(auth, req, &grant, None, ip, now)?, service))
 }
@@ -448,26 +452,45 @@ async fn the_service(auth: &Authenticator, key: Option<&str>) -> ApiResult<Optio
     }
 }
 
+/// What a call acts on, as its path says.
+#[derive(Debug, Clone, Copy)]
+enum Call<'k> {
+    /// The service named by this subdomain or id.
+    Service(&'k str),
+    /// `/services`.
+    Services,
+    /// `/service-accounts…`.
+    Accounts,
+    /// `/audit-events`.
+    AuditTrail,
+}
+
 /// The call as `access::decide` sees it.
-fn request<'s>(key: Option<&str>, service: &'s Option<Arc<Service>>) -> Request<'s> {
-    match key {
-        Some(_) => Request::Service(service.as_deref()),
-        None => Request::Collection,
+fn request<'s>(call: Call<'_>, service: &'s Option<Arc<Service>>) -> Request<'s> {
+    match call {
+        Call::Service(_) => Request::Service(service.as_deref()),
+        Call::Services => Request::Services,
+        // The account a call acts on is the use case's to find: its policy is checked there
+        // (`Caller::may_manage`).
+        Call::Accounts => Request::Accounts { target: None },
+        Call::AuditTrail => Request::AuditTrail,
     }
 }
 
-/// Authenticates a call that is not about one service (`/services` collection,
-/// `/service-accounts…`). Anonymous secrets are refused with 403.
+/// Authenticates a call on `/services` (list or create). Anonymous secrets are refused with 403.
 pub async fn collection_caller(auth: &Authenticator, req: &HttpRequest) -> ApiResult<Caller> {
-    Ok(authorize(auth, req, None).await?.0)
+    Ok(authorize(auth, req, Call::Services).await?.0)
 }
 
-/// Authenticates a call on the customer's service accounts or audit trail: a caller whose
-/// patterns include `"*"` (DECISIONS §5).
+/// Authenticates a call on the customer's service accounts: a caller whose patterns include
+/// `"*"` (DECISIONS §5).
 pub async fn manager(auth: &Authenticator, req: &HttpRequest) -> ApiResult<Caller> {
-    let caller = collection_caller(auth, req).await?;
-    caller.may_manage(None)?;
-    Ok(caller)
+    Ok(authorize(auth, req, Call::Accounts).await?.0)
+}
+
+/// Authenticates a read of the customer's audit trail: a caller whose patterns include `"*"`.
+pub async fn auditor(auth: &Authenticator, req: &HttpRequest) -> ApiResult<Caller> {
+    Ok(authorize(auth, req, Call::AuditTrail).await?.0)
 }
 
 /// Authenticates and authorizes a call on one service, found by subdomain or id (see
@@ -477,7 +500,7 @@ pub async fn service_caller(
     req: &HttpRequest,
     key: &str,
 ) -> ApiResult<ServiceCaller> {
-    let (caller, service) = authorize(auth, req, Some(key)).await?;
+    let (caller, service) = authorize(auth, req, Call::Service(key)).await?;
     // A grant on a service names a service that exists.
     let service = service.ok_or(ApiError::Internal)?;
     Ok(ServiceCaller { caller, service })

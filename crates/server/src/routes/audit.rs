@@ -1,7 +1,7 @@
 //! `GET /audit-events`: the customer's audit trail, newest first (DECISIONS §13), over
 //! `registry_domain::app::audit`.
 
-use crate::auth::Manager;
+use crate::auth::Auditor;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -21,7 +21,7 @@ pub struct Params {
 
 /// `GET /audit-events`: for callers whose patterns include `"*"`; only their customer's events.
 pub async fn list(
-    Manager(caller): Manager,
+    Auditor(caller): Auditor,
     req: HttpRequest,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {

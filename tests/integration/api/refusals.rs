@@ -27,6 +27,11 @@ fn explain(server: &TestServer, customer: &Customer, id: &str, body: Value) -> V
         .send()
         .unwrap();
     assert_eq!(response.status(), 200, "{body}");
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/json",
+        "an explanation is JSON"
+    );
     json(response)
 }
 

@@ -51,6 +51,7 @@ pub async fn explain(
     // On the blocking pool: with large array claims it takes milliseconds (DECISIONS §17).
     let explanation = state.run(move |_| Ok(explain::explain(command))).await?;
     Ok(HttpResponse::Ok()
+        .content_type("application/json")
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .body(explanation))
 }

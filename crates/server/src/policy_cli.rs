@@ -4,9 +4,10 @@ use anyhow::Context;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use clap::Subcommand;
-use registry_domain::policy::{lint_document, Explanation, Policy, Severity};
+use registry_domain::policy::{
+    lint_document, parse_cases, run_cases, Explanation, Policy, Severity, TestCase,
+};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::Path;
 
@@ -148,64 +149,8 @@ fn print_explanation(explanation: &Explanation) {
     }
 }
 
-/// One case of `registry policy test`.
-struct Case {
-    name: String,
-    claims: Map<String, Value>,
-    service: Option<String>,
-    ip: Option<std::net::IpAddr>,
-    allow: bool,
-    rule: Option<usize>,
-}
-
-fn read_cases(path: &Path) -> anyhow::Result<Vec<Case>> {
-    let Value::Array(items) = read_json(path)? else {
-        anyhow::bail!("{} is not a JSON list of cases", path.display());
-    };
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let wrong = |what: &str| anyhow::anyhow!("{} case {i}: {what}", path.display());
-            let name = item["name"]
-                .as_str()
-                .ok_or_else(|| wrong("name is not a string"))?;
-            let claims = item["claims"]
-                .as_object()
-                .ok_or_else(|| wrong("claims is not an object"))?;
-            let allow = match item["expect"].as_str() {
-                Some("allow") => true,
-                Some("deny") => false,
-                _ => return Err(wrong("expect is not \"allow\" or \"deny\"")),
-            };
-            let service = match &item["service"] {
-                Value::Null => None,
-                Value::String(s) => Some(s.clone()),
-                _ => return Err(wrong("service is not a string")),
-            };
-            let ip = match &item["ip"] {
-                Value::Null => None,
-                Value::String(s) => Some(s.parse().map_err(|_| wrong("ip is not an address"))?),
-                _ => return Err(wrong("ip is not a string")),
-            };
-            let rule = match &item["rule"] {
-                Value::Null => None,
-                v => Some(
-                    v.as_u64()
-                        .and_then(|r| usize::try_from(r).ok())
-                        .ok_or_else(|| wrong("rule is not a rule index"))?,
-                ),
-            };
-            Ok(Case {
-                name: name.to_owned(),
-                claims: claims.clone(),
-                service,
-                ip,
-                allow,
-                rule,
-            })
-        })
-        .collect()
+fn read_cases(path: &Path) -> anyhow::Result<Vec<TestCase>> {
+    parse_cases(&read_json(path)?).map_err(|why| anyhow::anyhow!("{} {why}", path.display()))
 }
 
 /// A command that ran but found problems: exit 1 with nothing more on stderr than the output
@@ -297,41 +242,24 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         } => {
             let policy = read_policy(&file)?;
             let cases = read_cases(&cases)?;
-            let mut results = Vec::new();
-            let mut exercised = BTreeSet::new();
-            let mut failed = 0;
-            for case in &cases {
-                let explanation =
-                    policy.explain(Some(&case.claims), case.service.as_deref(), case.ip);
-                exercised.extend(explanation.rule);
-                let passed = explanation.allowed == case.allow
-                    && (case.rule.is_none() || case.rule == explanation.rule);
-                failed += usize::from(!passed);
-                results.push((case, explanation, passed));
-            }
-            let rules = policy
-                .document()
-                .get("rules")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            let uncovered: Vec<String> = (0..rules)
-                .filter(|r| !exercised.contains(r))
-                .map(|r| format!("/rules/{r}"))
-                .collect();
+            let run = run_cases(&policy, &cases);
+            let results: Vec<_> = cases.iter().zip(&run.outcomes).collect();
+            let uncovered = &run.uncovered;
             match format {
                 OutputFormat::Json => println!(
                     "{}",
                     json!({
-                        "cases": results.iter().map(|(case, e, passed)| json!({
-                            "name": case.name, "passed": passed,
-                            "decision": if e.allowed { "allow" } else { "deny" },
-                            "rule": e.rule,
+                        "cases": results.iter().map(|(case, outcome)| json!({
+                            "name": case.name, "passed": outcome.passed,
+                            "decision": if outcome.explanation.allowed { "allow" } else { "deny" },
+                            "rule": outcome.explanation.rule,
                         })).collect::<Vec<_>>(),
                         "uncoveredRules": uncovered,
                     })
                 ),
                 OutputFormat::Text => {
-                    for (case, e, passed) in &results {
+                    for (case, outcome) in &results {
+                        let e = &outcome.explanation;
                         let got = match e.rule {
                             Some(rule) if e.allowed => format!("allow by rule {rule}"),
                             _ if e.allowed => "allow".to_owned(),
@@ -340,7 +268,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                                 e.reasons.first().map_or("no reason", |r| r.code.as_str())
                             ),
                         };
-                        let verdict = if *passed { "PASS" } else { "FAIL" };
+                        let verdict = if outcome.passed { "PASS" } else { "FAIL" };
                         println!("{verdict} {}: {got}", case.name);
                     }
                     if !uncovered.is_empty() {
@@ -348,6 +276,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                     }
                 }
             }
+            let failed = run.failed();
             if failed > 0 {
                 return Err(Failed(format!("{failed} of {} case(s) failed", cases.len())).into());
             }

@@ -44,6 +44,7 @@
 //! assert!(!policy.evaluate(Some(claims), Some("deploy-acme"), outside).is_allowed());
 //! ```
 
+mod cases;
 mod eval;
 mod explain;
 mod ip;
@@ -53,6 +54,7 @@ mod rules;
 mod schema;
 mod services;
 
+pub use cases::{parse_cases, run_cases, CaseOutcome, TestCase, TestRun};
 pub use eval::{Decision, DenyReason, RuleMismatch};
 pub use explain::{Explanation, Hint, Reason, ReasonCode};
 pub use ip::{parse_ip_entry, IpAllowlist, IpEntryError};

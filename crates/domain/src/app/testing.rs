@@ -4,7 +4,6 @@
 
 use crate::app::{Caller, Origin, Registry, Settings};
 use crate::audit::{Action, Actor, AuditEvent, AuditPage, AuditQuery, Cursor, Resource, Trail};
-use crate::credentials::{self, CredentialKind};
 use crate::policy::{Policy, PolicyKind};
 use crate::ports::{
     AccountStore, AuditLog, Change, ChangeFeed, CredentialOwner, CredentialRecord, CredentialStore,
@@ -670,34 +669,13 @@ pub(crate) fn registry_over(
         key_import: Arc::new(AcceptAllKeys),
         settings: Settings::default(),
     };
-    let customer = Customer {
-        id: Uuid::new_v4(),
-        name: "Acme".into(),
+    let command = super::customers::CreateCustomer {
         tenant: "acme".into(),
-        plan,
-        created_at: now,
+        plan: plan.as_str().into(),
+        name: "Acme".into(),
     };
-    let account = new_account(
-        &customer,
-        "bootstrap",
-        serde_json::json!({"kind": "static", "services": ["*"]}),
-        now,
-    );
-    let secret = credentials::generate(CredentialKind::StaticToken, &*registry.random);
-    let token = CredentialRecord {
-        lookup_id: secret.lookup_id,
-        hash: registry.hasher.hash(&secret.plaintext).unwrap(),
-    };
-    let event = AuditEvent::new(
-        Action::CustomerCreate,
-        Resource::customer(customer.id),
-        Actor::operator(),
-        Some(customer.id),
-        now,
-    );
-    store
-        .create_customer(&customer, &account, &token, &event)
-        .unwrap();
+    let created = super::customers::create(&registry, command, now).unwrap();
+    let (customer, account) = (created.customer, created.account);
     (registry, customer, Arc::new(account))
 }
 

@@ -162,8 +162,13 @@ pub trait ServiceStore: Send + Sync {
     fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>>;
     /// Removes a published configuration; `false` when nothing was published.
     fn delete_config(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
-    /// Every published configuration with its service (to warm a hosting cache).
-    fn published(&self) -> StoreResult<Vec<(Service, PublishedConfig)>>;
+    /// The service whose subdomain is `subdomain` (case folded) with its published
+    /// configuration, when it has one: one indexed read, what a replica reads for a subdomain
+    /// whose documents are not in memory. A row that cannot be read back is `None` (and logged).
+    fn published_by_subdomain(
+        &self,
+        subdomain: &str,
+    ) -> StoreResult<Option<(Service, PublishedConfig)>>;
 }
 
 /// Service accounts, their policies and static tokens.

@@ -167,7 +167,7 @@ async fn launch(
         .replica
         .reload_everything()
         .await
-        .context("cannot load the published documents and the service accounts")?;
+        .context("cannot load the service accounts")?;
 
     let app_state = state.clone();
     let authenticator = web::Data::from(state.auth.clone());

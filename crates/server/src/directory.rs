@@ -19,7 +19,7 @@
 //! anything older than the database at the moment of its read: a regenerated token, a deleted
 //! account or service, a narrowed policy take effect on the next request, on every replica, as
 //! if every request read everything from the database. The follower in `background` applies the
-//! same changes every half second, so that public documents (which never touch the database)
+//! same changes every half second, so that public documents (served from memory once read)
 //! follow too.
 
 use registry_domain::ports::Change;

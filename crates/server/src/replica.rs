@@ -5,7 +5,7 @@
 //! the store and then [`Replica::settle_write`].
 
 use crate::directory::{bounded, Directory, BATCH};
-use crate::hosting::{Hosted, HostingCache, Lookup};
+use crate::hosting::{Generation, Hosted, HostingCache, Lookup};
 use crate::problem::{ApiError, ApiResult};
 use actix_web::web;
 use registry_domain::ports::{Change, Clock, Storage, StoreResult, StoredCredential};
@@ -165,17 +165,18 @@ impl Replica {
         }
     }
 
-    /// Everything from the database at once: the hosted documents, the trust index, and empty
-    /// caches; then the position read before them (changes racing with the load are replayed). The
-    /// start-up load, and a replica behind the change log's horizon.
+    /// Starts again from the database: the trust index read whole, every cache emptied (hosted
+    /// documents are read when first asked for), then the position read before them (changes
+    /// racing with the load are replayed). Costs the same whatever the number of published
+    /// services (DECISIONS §14). The start-up load, and a replica behind the change log's horizon.
     pub async fn reload_everything(&self) -> ApiResult<()> {
-        let (latest, published, oidc_accounts) = self
+        let (latest, oidc_accounts) = self
             .db(|s| {
                 let latest = s.latest_change()?;
-                Ok((latest, s.published()?, s.oidc_accounts()?))
+                Ok((latest, s.oidc_accounts()?))
             })
             .await?;
-        self.hosting.load(&published, self.now());
+        self.hosting.clear();
         self.directory.load_trust(oidc_accounts);
         self.directory.forget_all();
         self.directory.caught_up_to(latest);
@@ -195,14 +196,6 @@ impl Replica {
         }
     }
 
-    /// Reads back the documents of a published service that left memory (the hosting cache's byte
-    /// bound). Under the catch-up lock, like every other reload: a deletion committed after this
-    /// read is applied after this reload, not before it.
-    pub async fn reload_evicted(&self, id: Uuid) -> ApiResult<()> {
-        let _one_at_a_time = self.directory.one_at_a_time().await;
-        self.reload_hosted(id).await
-    }
-
     /// Builds a hosted entry again from what it was built from, once its key set changed by itself
     /// (a retired key's time ran out): no database read, and every replica computes the same
     /// documents and ETag. Under the catch-up lock, so a newer configuration applied meanwhile wins.
@@ -211,7 +204,8 @@ impl Replica {
         self.hosting.refresh(subdomain, self.now());
     }
 
-    /// Reloads one service's public documents: public requests never read the database.
+    /// Applies a change of one service to the hosted documents: its current documents (a
+    /// publication is served at once, and clears its name's remembered miss), or none.
     async fn reload_hosted(&self, id: Uuid) -> ApiResult<()> {
         match self
             .db(move |s| Ok((s.service(id)?, s.config(id)?)))
@@ -279,23 +273,40 @@ impl Replica {
     }
 
     /// What a subdomain serves now: from memory, built again when its key set changed by itself,
-    /// or read back from the database when it left memory (the cache's byte bound); nothing once
-    /// an anonymous service has expired, even before the reaper deletes it.
+    /// or read from the database (one indexed read) when it is not in memory, and kept; a
+    /// subdomain that published nothing at a read less than 10 s ago is answered from memory.
+    /// Nothing once an anonymous service has expired, even before the reaper deletes it.
     pub async fn current(&self, subdomain: &str) -> ApiResult<Option<Arc<Hosted>>> {
         let now = self.now();
-        let hosted = match self.hosting.lookup(subdomain) {
+        let hosted = match self.hosting.lookup(subdomain, now) {
             Lookup::Hit(hosted) if hosted.is_stale_at(now) => {
                 self.refresh_hosted(subdomain).await;
-                self.hosting.get(subdomain)
+                match self.hosting.lookup(subdomain, now) {
+                    Lookup::Hit(hosted) => Some(hosted),
+                    Lookup::Missing => None,
+                    // Changed and evicted meanwhile.
+                    Lookup::Unknown(generation) => self.read_hosted(subdomain, generation).await?,
+                }
             }
             Lookup::Hit(hosted) => Some(hosted),
-            Lookup::Evicted(id) => {
-                self.reload_evicted(id).await?;
-                self.hosting.get(subdomain)
-            }
-            Lookup::Miss => None,
+            Lookup::Missing => None,
+            Lookup::Unknown(generation) => self.read_hosted(subdomain, generation).await?,
         };
         Ok(hosted.filter(|h| h.expires_at.is_none_or(|at| now < at)))
+    }
+
+    /// Reads a subdomain's documents from the database (one indexed read, outside the catch-up
+    /// lock: made-up names must not queue behind each other) and keeps them, or keeps that
+    /// nothing is published there, unless a change was applied since `generation`: the read
+    /// may be older than that change.
+    async fn read_hosted(
+        &self,
+        subdomain: &str,
+        generation: Generation,
+    ) -> ApiResult<Option<Arc<Hosted>>> {
+        let key = subdomain.to_owned();
+        let found = self.db(move |s| s.published_by_subdomain(&key)).await?;
+        Ok(self.hosting.fill(generation, subdomain, found, self.now()))
     }
 
     /// The documents an issuer this registry hosts publishes now: `None` when the issuer is not

@@ -386,15 +386,28 @@ impl ServiceStore for Store {
         })
     }
 
-    fn published(&self) -> StoreResult<Vec<(Service, PublishedConfig)>> {
+    /// One indexed read (the unique, lower-case subdomain), services joined with their
+    /// configuration: what the public path reads for a subdomain that is not in memory. A row
+    /// that cannot be read back is left out (`None`) and logged, as lists leave it out.
+    fn published_by_subdomain(
+        &self,
+        subdomain: &str,
+    ) -> StoreResult<Option<(Service, PublishedConfig)>> {
+        // PostgreSQL text cannot hold NUL, so no subdomain has one (see `find_service`).
+        if subdomain.contains('\0') {
+            return Ok(None);
+        }
         self.read(|conn| {
-            let rows = services::table
+            let query = services::table
                 .inner_join(published_configs::table)
-                .order((services::created_at, services::id))
-                .load::<(ServiceRow, ConfigRow)>(conn)?;
-            readable("published service", rows, |(s, c)| {
+                .filter(services::subdomain.eq(subdomain.to_lowercase()));
+            let row = on_backend!(conn, |c| query
+                .get_result::<(ServiceRow, ConfigRow)>(c)
+                .optional())?;
+            Ok(readable("published service", row, |(s, c)| {
                 Ok((s.into_domain()?, c.into_domain()?))
-            })
+            })?
+            .pop())
         })
     }
 }

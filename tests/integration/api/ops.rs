@@ -87,6 +87,8 @@ fn metrics_parse_with_the_prometheus_parser() {
         ("registry_argon2_verifications", "counter"),
         ("registry_hosted_issuers", "gauge"),
         ("registry_hosted_bytes", "gauge"),
+        ("registry_hosting_reads", "counter"),
+        ("registry_hosting_remembered_misses", "gauge"),
         ("registry_trusted_issuers", "gauge"),
         ("registry_remembered_secrets", "gauge"),
         ("registry_remembered_identity_tokens", "gauge"),

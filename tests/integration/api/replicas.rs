@@ -307,3 +307,188 @@ fn a_replica_behind_the_logs_horizon_reloads_everything() {
     served_within(&b, "api-acme", "k2", Duration::from_secs(5));
     served_within(&b, "web-acme", "w1", Duration::from_secs(5));
 }
+
+/// The public documents' ETags, Last-Modified and bodies of `subdomain` on `server`.
+fn served(server: &TestServer, subdomain: &str) -> Vec<(u16, String, String, String)> {
+    ["/.well-known/openid-configuration", "/openid/v1/jwks"]
+        .iter()
+        .map(|path| {
+            let response = server.hosted(Method::GET, subdomain, path).send().unwrap();
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .map(|v| v.to_str().unwrap().to_owned())
+                    .unwrap_or_default()
+            };
+            let (etag, modified) = (header("etag"), header("last-modified"));
+            (
+                response.status().as_u16(),
+                etag,
+                modified,
+                response.text().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// DECISIONS §14: a replica loads no hosted document at start-up, and serves every published
+/// service correctly at its first request (one indexed read), with the ETags of the replica
+/// that took the write.
+#[test]
+fn a_replica_started_on_published_services_serves_them_at_their_first_request() {
+    // One issuer template for every replica (each listens on a port of its own), as in
+    // production: the same documents everywhere.
+    let start = |database_url: Option<String>| {
+        TestServer::start_with(ServerOptions {
+            env: vec![(
+                "REGISTRY_ISSUER_URL_TEMPLATE".into(),
+                "http://{subdomain}.localhost".into(),
+            )],
+            database_url,
+            ..ServerOptions::default()
+        })
+    };
+    let a = start(None);
+    let acme = a.customer("acme", "business");
+    let api = publish_api(&a, &acme);
+    let web = super::register_service(&a, &acme, "web");
+    super::publish_kids(&a, &acme.token, &web, &["w1", "w2"]);
+    let b = start(Some(a.database_url.clone()));
+    assert_eq!(b.metric("registry_hosted_issuers"), 0, "nothing loaded");
+    assert_eq!(b.metric("registry_hosting_reads_total"), 0);
+    for subdomain in [&api, &web] {
+        let on_a = served(&a, subdomain);
+        assert!(on_a.iter().all(|(status, ..)| *status == 200), "{on_a:?}");
+        assert_eq!(
+            served(&b, subdomain),
+            on_a,
+            "{subdomain} at its first request"
+        );
+    }
+    // One read for each service (its two documents come from one entry), then memory.
+    assert_eq!(b.metric("registry_hosting_reads_total"), 2);
+    assert_eq!(b.metric("registry_hosted_issuers"), 2);
+    served(&b, &api);
+    assert_eq!(b.metric("registry_hosting_reads_total"), 2);
+    // The config GET and hosted issuers go the same way.
+    let c = start(Some(a.database_url.clone()));
+    let config = json(c.get(&format!("/services/{web}/config"), &acme.token));
+    assert_eq!(config["jwks"]["keys"][1]["kid"], "w2");
+    assert_eq!(c.metric("registry_hosting_reads_total"), 1);
+}
+
+/// DECISIONS §14: a host that names no published service reads the database at most once per
+/// name per 10 s, and the names remembered are bounded.
+#[test]
+fn a_made_up_host_reads_the_database_at_most_once_per_10_s() {
+    let server = TestServer::start();
+    let status = |subdomain: &str| {
+        server
+            .hosted(Method::GET, subdomain, "/openid/v1/jwks")
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let reads = || server.metric("registry_hosting_reads_total");
+    assert_eq!(status("made-up-x"), 404);
+    assert_eq!(reads(), 1);
+    for _ in 0..5 {
+        assert_eq!(status("made-up-x"), 404);
+        assert_eq!(status("MADE-UP-X"), 404);
+    }
+    assert_eq!(reads(), 1, "within 10 s, answered from memory");
+    server.advance_clock(9);
+    assert_eq!(status("made-up-x"), 404);
+    assert_eq!(reads(), 1);
+    server.advance_clock(2);
+    assert_eq!(status("made-up-x"), 404);
+    assert_eq!(reads(), 2, "read again after 10 s");
+    for n in 0..20 {
+        assert_eq!(status(&format!("other-{n}-x")), 404);
+        assert_eq!(status(&format!("other-{n}-x")), 404);
+    }
+    assert_eq!(reads(), 22, "one read per name");
+    assert_eq!(server.metric("registry_hosting_remembered_misses"), 21);
+    assert_eq!(server.metric("registry_hosted_issuers"), 0);
+}
+
+/// A name the other replica answered 404 for (and remembers for 10 s) is served there within
+/// §8's 5 s once it is published: the publication's change clears the remembered miss.
+#[test]
+fn a_publication_after_a_404_on_the_other_replica_is_served_there_within_5_s() {
+    let a = TestServer::start();
+    let b = replica_of(&a);
+    let acme = a.customer("acme", "business");
+    let subdomain = super::register_service(&a, &acme, "api");
+    let status = |server: &TestServer| {
+        server
+            .hosted(Method::GET, &subdomain, "/openid/v1/jwks")
+            .send()
+            .unwrap()
+            .status()
+    };
+    assert_eq!(status(&b), 404);
+    assert_eq!(status(&a), 404);
+    super::publish_kids(&a, &acme.token, &subdomain, &["k1"]);
+    assert_eq!(status(&a), 200, "at once on the node that took it");
+    served_within(&b, &subdomain, "k1", Duration::from_secs(5));
+    // A name never registered, asked for on b, then registered and published on a.
+    assert_eq!(
+        b.hosted(Method::GET, "web-acme", "/keys")
+            .send()
+            .unwrap()
+            .status(),
+        404
+    );
+    let web = super::register_service(&a, &acme, "web");
+    assert_eq!(web, "web-acme");
+    super::publish_kids(&a, &acme.token, &web, &["w1"]);
+    served_within(&b, &web, "w1", Duration::from_secs(5));
+}
+
+/// A deletion or a withdrawal is a 404 at once on the node that took it, whether the
+/// documents were in its memory or not, and on the other replica within 5 s.
+#[test]
+fn a_deletion_is_a_404_at_once_on_the_node_that_took_it() {
+    let a = TestServer::start();
+    let b = replica_of(&a);
+    let acme = a.customer("acme", "business");
+    let api = publish_api(&a, &acme);
+    let web = super::register_service(&a, &acme, "web");
+    super::publish_kids(&a, &acme.token, &web, &["w1"]);
+    served_within(&b, &api, "k1", Duration::from_secs(5));
+    served_within(&b, &web, "w1", Duration::from_secs(5));
+    let status = |server: &TestServer, subdomain: &str| {
+        server
+            .hosted(Method::GET, subdomain, "/openid/v1/jwks")
+            .send()
+            .unwrap()
+            .status()
+    };
+    // Deleted on b, which holds it.
+    let deleted = b
+        .authed(Method::DELETE, &format!("/services/{api}"), &acme.token)
+        .send()
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(status(&b, &api), 404);
+    // Withdrawn on a third replica, which never read it.
+    let c = replica_of(&a);
+    let withdrawn = c
+        .authed(
+            Method::DELETE,
+            &format!("/services/{web}/config"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(withdrawn.status(), 204);
+    assert_eq!(status(&c, &web), 404);
+    let started = Instant::now();
+    while status(&a, &api) != 404 || status(&a, &web) != 404 {
+        assert!(started.elapsed() < Duration::from_secs(5), "not propagated");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

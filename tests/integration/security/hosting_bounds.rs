@@ -4,8 +4,7 @@
 //! uploaded key set kept per entry was not counted). Scaled down: services of ~60 KB against a
 //! bound of 8 MiB, public GETs in random order; and the same work on a server whose bound is
 //! nearly nothing: its memory is the fixed overhead. (Each server publishes on its own fresh
-//! database: a server started on many published services loads them all at start-up, and what
-//! that leaves behind would blur the comparison.)
+//! database, so that the two runs do the same work.)
 
 use super::create_service;
 use registry_tests::server::{json, Customer, ServerOptions, TestServer};

@@ -381,8 +381,8 @@ fn anonymous_creation_is_limited_by_64_and_by_a_ceiling() {
     assert_eq!(response.status(), 201);
 }
 
-/// Finding 7: the published documents held in memory are bounded in bytes; documents that left
-/// memory are read back when asked for, and a deleted service is never served from a stale copy.
+/// Finding 7: the published documents held in memory are bounded in bytes; documents not in
+/// memory are read from the database when asked for, and a deleted service is never served from a stale copy.
 #[test]
 fn hosted_documents_in_memory_are_bounded_in_bytes() {
     let server = TestServer::start_with(ServerOptions {
@@ -406,7 +406,9 @@ fn hosted_documents_in_memory_are_bounded_in_bytes() {
         }
         assert!(server.metric("registry_hosted_bytes") <= 2500);
     }
-    assert_eq!(server.metric("registry_hosted_issuers"), 4);
+    // Only what fits is in memory; the others are read from the database when asked for.
+    let held = server.metric("registry_hosted_issuers");
+    assert!((1..4).contains(&held), "{held} issuers held");
     // Deleting the service of documents held or evicted: 404 from then on.
     let customer = server.customer("five", "business");
     let five = crate::api::publish_api(&server, &customer);

@@ -1,7 +1,7 @@
 //! A row that cannot be read back (changed outside the registry, or written by a bug) is left
-//! out of every list, and of the start-up load (`published`), and logged; asked for by id it is
-//! `StoreError::Corrupt` naming the row. One corrupt row must not take a customer's list, the
-//! reaper or a server's start with it.
+//! out of every list, and of the public path's read (`published_by_subdomain`), and logged; asked for by id it is
+//! `StoreError::Corrupt` naming the row. One corrupt row must not take a customer's list or the
+//! reaper with it.
 
 use super::*;
 use registry_domain::keys::{KeyRecord, KeyState};
@@ -49,7 +49,7 @@ fn a_corrupt_service_is_left_out_of_its_customers_list() {
 }
 
 #[test]
-fn a_corrupt_service_or_configuration_is_left_out_of_the_published_list() {
+fn a_corrupt_service_or_configuration_is_not_published() {
     let (store, url) = store_and_url();
     let (c, ..) = seeded(&store, "acme");
     let [a, bad_keys, bad_service, b] =
@@ -78,7 +78,11 @@ fn a_corrupt_service_or_configuration_is_left_out_of_the_published_list() {
         ),
     );
 
-    assert_eq!(store.published().unwrap(), expected);
+    for s in [&a, &bad_keys, &bad_service, &b] {
+        let published = store.published_by_subdomain(&s.subdomain).unwrap();
+        let wanted = expected.iter().find(|(e, _)| e.id == s.id).cloned();
+        assert_eq!(published, wanted, "{}", s.subdomain);
+    }
     assert_corrupt_naming(store.config(bad_keys.id), &bad_keys.id.to_string());
     assert!(store.config(bad_service.id).unwrap().is_some());
 }
@@ -141,12 +145,18 @@ fn the_reapers_lists_leave_a_corrupt_row_out() {
     let mut due = store.configs_with_expired_keys(at(100), 10).unwrap();
     due.sort();
     assert_eq!(due, both);
-    // The start-up load too (created at the same instant, they come by id).
-    let published: Vec<Uuid> = store
-        .published()
-        .unwrap()
-        .iter()
-        .map(|(s, _)| s.id)
-        .collect();
-    assert_eq!(published, both);
+    // The public path's read too.
+    assert_eq!(
+        store.published_by_subdomain("bbbbbbbbbbbb-anon").unwrap(),
+        None
+    );
+    for s in [&early, &late] {
+        assert_eq!(
+            store
+                .published_by_subdomain(&s.subdomain)
+                .unwrap()
+                .map(|(s, _)| s.id),
+            Some(s.id)
+        );
+    }
 }

@@ -215,7 +215,7 @@ fn deleting_a_service_removes_its_configuration_and_secret() {
     assert_eq!(store.service(s.id).unwrap(), None);
     assert_eq!(store.config(s.id).unwrap(), None);
     assert_eq!(store.credential(&secret.lookup_id).unwrap(), None);
-    assert!(store.published().unwrap().is_empty());
+    assert_eq!(store.published_by_subdomain(&s.subdomain).unwrap(), None);
     assert!(!store.delete_service(s.id, &ev()).unwrap());
 }
 
@@ -267,10 +267,14 @@ fn publishing_inserts_then_replaces_and_unpublishing_removes() {
     };
     store.put_config(&second, &ev()).unwrap();
     assert_eq!(store.config(s.id).unwrap(), Some(second.clone()));
-    assert_eq!(store.published().unwrap(), vec![(s.clone(), second)]);
+    assert_eq!(
+        store.published_by_subdomain("api-acme").unwrap(),
+        Some((s.clone(), second))
+    );
 
     assert!(store.delete_config(s.id, &ev()).unwrap());
     assert_eq!(store.config(s.id).unwrap(), None);
+    assert_eq!(store.published_by_subdomain("api-acme").unwrap(), None);
     assert!(!store.delete_config(s.id, &ev()).unwrap());
     assert_eq!(store.service(s.id).unwrap(), Some(s), "the service stays");
 }
@@ -285,7 +289,7 @@ fn publishing_for_a_missing_service_is_not_found() {
 }
 
 #[test]
-fn published_lists_every_published_service_with_its_configuration() {
+fn published_by_subdomain_finds_a_published_service_with_its_configuration() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let a = registered(c.id, "a-acme", 1);
@@ -301,7 +305,22 @@ fn published_lists_every_published_service_with_its_configuration() {
     store.put_config(&cb, &ev()).unwrap();
     store.put_config(&ca, &ev()).unwrap();
 
-    assert_eq!(store.published().unwrap(), vec![(a, ca), (b, cb)]);
+    assert_eq!(
+        store.published_by_subdomain("a-acme").unwrap(),
+        Some((a, ca))
+    );
+    // The subdomain is case folded, as `find_service` folds it.
+    assert_eq!(
+        store.published_by_subdomain("BBBBBBBBBBBB-anon").unwrap(),
+        Some((b, cb))
+    );
+    for nothing in ["c-acme", "nobody-acme", "a-acme\0", ""] {
+        assert_eq!(
+            store.published_by_subdomain(nothing).unwrap(),
+            None,
+            "{nothing:?}"
+        );
+    }
 }
 
 fn expired_ids(store: &Store, now: OffsetDateTime, limit: usize) -> Vec<Uuid> {

@@ -336,12 +336,16 @@ impl ServiceStore for MemoryStore {
         Ok(true)
     }
 
-    fn published(&self) -> StoreResult<Vec<(Service, PublishedConfig)>> {
+    fn published_by_subdomain(
+        &self,
+        subdomain: &str,
+    ) -> StoreResult<Option<(Service, PublishedConfig)>> {
         let s = self.lock();
+        let subdomain = subdomain.to_lowercase();
         Ok(s.services
             .iter()
-            .filter_map(|x| Some((x.clone(), s.configs.get(&x.id)?.clone())))
-            .collect())
+            .filter(|x| x.subdomain == subdomain)
+            .find_map(|x| Some((x.clone(), s.configs.get(&x.id)?.clone()))))
     }
 }
 

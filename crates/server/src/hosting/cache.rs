@@ -7,7 +7,7 @@ use registry_domain::Service;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use time::format_description::FormatItem;
 use time::macros::format_description;
 use time::OffsetDateTime;
@@ -257,7 +257,7 @@ impl Hosted {
 
     /// Every allocation the entry keeps, as the allocator counts it: the entry itself (behind
     /// its `Arc`), its documents and headers, the uploaded key set unless it shares the served
-    /// one's bytes, its source, and its key and slots in the cache's map.
+    /// one's bytes, its source, and its keys and slots in the cache's two maps.
     fn kept_bytes(&self, subdomain: &str) -> usize {
         let header = |value: &HeaderValue| shared_bytes(value.len());
         let uploaded = if self.uploaded_jwks.as_ptr() == self.jwks.body.as_ptr() {
@@ -269,6 +269,8 @@ impl Hosted {
             allocation(std::mem::size_of::<Source>()) + allocation(source.retired.len())
         });
         let slot = std::mem::size_of::<(String, Arc<Hosted>)>() + 1;
+        // Its service's entry in the map by id: the id, the subdomain again.
+        let by_id = std::mem::size_of::<(Uuid, String)>() + 1;
         allocation(std::mem::size_of::<Hosted>() + 2 * std::mem::size_of::<usize>())
             + shared_bytes(self.discovery.body.len())
             + header(&self.discovery.etag)
@@ -277,8 +279,8 @@ impl Hosted {
             + uploaded
             + header(&self.last_modified)
             + source
-            + allocation(subdomain.len())
-            + MAP_SLOTS_PER_ENTRY * slot
+            + 2 * allocation(subdomain.len())
+            + MAP_SLOTS_PER_ENTRY * (slot + by_id)
     }
 }
 
@@ -342,15 +344,24 @@ fn strip_prefix_ignore_case<'a>(host: &'a str, prefix: &str) -> Option<&'a str> 
 
 /// Subdomain → published documents, plus how to recognise a hosted `Host`.
 ///
-/// The documents held in memory are bounded in bytes (`REGISTRY_HOSTING_CACHE_BYTES`): past the
-/// bound, the least recently served leave memory but stay known, and a request for one of them
-/// reads it from the database again ([`Lookup::Evicted`]). A subdomain nobody published is
-/// answered from memory whatever the bound, so a flood of made-up hosts never reaches the
-/// database. Every change is made under one lock: a reader sees a service's old documents or its
-/// new ones, never none.
+/// Only what is in memory is known: nothing is loaded at start-up (DECISIONS §14), and a
+/// subdomain that is not in memory is read from the database ([`Lookup::Unknown`], one indexed
+/// read, the caller's) and kept. The documents held are bounded in bytes
+/// (`REGISTRY_HOSTING_CACHE_BYTES`): past the bound, the least recently served leave memory
+/// altogether. A subdomain the database said publishes nothing is remembered for 10 s (a keyed
+/// hash of it, at most [`MAX_MISSES`]), so a flood of made-up hosts costs at most one read per
+/// name per 10 s and no memory beyond that bound. Every change is made under one lock: a reader
+/// sees a service's old documents or its new ones, never none.
 #[derive(Debug)]
 pub struct HostingCache {
     hosts: RwLock<Hosts>,
+    misses: Misses,
+    /// Bumped by every change applied from the change log (and by a reload of everything),
+    /// under both locks. A read of the database begun before a change was applied is not kept:
+    /// it may be older than what the change brought.
+    generation: AtomicU64,
+    /// Database reads for subdomains that were not in memory.
+    reads: AtomicU64,
     max_bytes: usize,
     /// Bumped by every hit: a logical clock for least-recently-served eviction.
     served: AtomicU64,
@@ -358,6 +369,35 @@ pub struct HostingCache {
     host_suffix: String,
     api_host: String,
     template: String,
+}
+
+/// Subdomains remembered as publishing nothing, at most this many (the names are the client's).
+pub const MAX_MISSES: usize = 100_000;
+/// How long a subdomain the database said publishes nothing is answered from memory.
+const MISS_MILLIS: i64 = 10_000;
+
+/// Subdomains that published nothing when the database was last read for them, by a keyed
+/// hash, with the millisecond of that read.
+#[derive(Debug, Default)]
+struct Misses {
+    keys: std::hash::RandomState,
+    seen: Mutex<HashMap<u64, i64>>,
+}
+
+impl Misses {
+    fn key(&self, subdomain: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.keys, subdomain)
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<u64, i64>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn millis(at: OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
 }
 
 /// The stored discovery document, re-pointed at `issuer` when it was published under another
@@ -428,6 +468,9 @@ impl HostingCache {
         })?;
         Ok(Self {
             hosts: RwLock::default(),
+            misses: Misses::default(),
+            generation: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
             max_bytes,
             served: AtomicU64::new(0),
             host_prefix: host_prefix.to_owned(),
@@ -458,35 +501,75 @@ impl HostingCache {
         self.hosts.write().expect("hosting cache lock")
     }
 
-    /// What a subdomain serves, as far as memory knows.
-    pub fn lookup(&self, subdomain: &str) -> Lookup {
-        let hosts = self.read();
-        if let Some(hosted) = hosts.by_subdomain.get(subdomain) {
-            let tick = self.served.fetch_add(1, Ordering::Relaxed);
-            hosted.last_served.store(tick, Ordering::Relaxed);
-            return Lookup::Hit(hosted.clone());
+    /// What a subdomain serves, as far as memory knows at `now`.
+    pub fn lookup(&self, subdomain: &str, now: OffsetDateTime) -> Lookup {
+        if let Some(hosted) = self.get(subdomain) {
+            return Lookup::Hit(hosted);
         }
-        match hosts.evicted.get(subdomain) {
-            Some(id) => Lookup::Evicted(*id),
-            None => Lookup::Miss,
+        let key = self.misses.key(subdomain);
+        let seen = self.misses.seen();
+        if seen
+            .get(&key)
+            .is_some_and(|&at| (0..MISS_MILLIS).contains(&(millis(now) - at)))
+        {
+            return Lookup::Missing;
         }
+        // Read under the misses' lock, which every change holds while it bumps it.
+        Lookup::Unknown(Generation(self.generation.load(Ordering::Acquire)))
     }
 
     /// What a subdomain serves, when it is in memory.
     pub fn get(&self, subdomain: &str) -> Option<Arc<Hosted>> {
-        match self.lookup(subdomain) {
-            Lookup::Hit(hosted) => Some(hosted),
-            Lookup::Evicted(_) | Lookup::Miss => None,
-        }
+        let hosts = self.read();
+        let hosted = hosts.by_subdomain.get(subdomain)?;
+        let tick = self.served.fetch_add(1, Ordering::Relaxed);
+        hosted.last_served.store(tick, Ordering::Relaxed);
+        Some(hosted.clone())
     }
 
-    /// Publishes a service's documents as of `now`, replacing what it served before in one step.
+    /// Keeps what the database said at a read begun at `generation` for `subdomain` (the
+    /// service and its configuration, or nothing published), unless a change was applied since;
+    /// answers what the read found, to serve. Counts the read.
+    pub fn fill(
+        &self,
+        generation: Generation,
+        subdomain: &str,
+        found: Option<(Service, PublishedConfig)>,
+        now: OffsetDateTime,
+    ) -> Option<Arc<Hosted>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let Some((service, config)) = found else {
+            let key = self.misses.key(subdomain);
+            let mut seen = self.misses.seen();
+            if self.generation.load(Ordering::Acquire) == generation.0 {
+                if seen.len() >= MAX_MISSES {
+                    let now = millis(now);
+                    seen.retain(|_, at| (0..MISS_MILLIS).contains(&(now - *at)));
+                    if seen.len() >= MAX_MISSES {
+                        seen.clear();
+                    }
+                }
+                seen.insert(key, millis(now));
+            }
+            return None;
+        };
+        let issuer = hosted_issuer(&self.template, &service.subdomain);
+        let hosted = Arc::new(Hosted::new(&service, &config, &issuer, now));
+        let mut hosts = self.write();
+        if self.generation.load(Ordering::Acquire) == generation.0 {
+            self.insert(&mut hosts, &service.subdomain, hosted.clone());
+        }
+        Some(hosted)
+    }
+
+    /// Publishes a service's documents as of `now`, replacing what it served before in one
+    /// step: a change applied from the change log.
     pub fn put(&self, service: &Service, config: &PublishedConfig, now: OffsetDateTime) {
         let issuer = hosted_issuer(&self.template, &service.subdomain);
-        self.insert(
-            &service.subdomain,
-            Hosted::new(service, config, &issuer, now),
-        );
+        let hosted = Arc::new(Hosted::new(service, config, &issuer, now));
+        let mut hosts = self.write();
+        self.applied(Some(&service.subdomain));
+        self.insert(&mut hosts, &service.subdomain, hosted);
     }
 
     /// Builds a subdomain's entry again from what it keeps, once its key set changed by itself
@@ -495,18 +578,34 @@ impl HostingCache {
     pub fn refresh(&self, subdomain: &str, now: OffsetDateTime) {
         let stale = self.get(subdomain).filter(|h| h.is_stale_at(now));
         if let Some(rebuilt) = stale.and_then(|h| h.rebuilt(subdomain, now)) {
-            self.insert(subdomain, rebuilt);
+            let mut hosts = self.write();
+            // Only while the entry is still the one rebuilt (a change may have replaced it).
+            if hosts
+                .by_subdomain
+                .get(subdomain)
+                .is_some_and(|h| h.service_id == rebuilt.service_id && h.is_stale_at(now))
+            {
+                self.insert(&mut hosts, subdomain, Arc::new(rebuilt));
+            }
         }
     }
 
-    fn insert(&self, subdomain: &str, hosted: Hosted) {
-        let hosted = Arc::new(hosted);
+    /// A change applied (the caller holds the hosts' write lock): reads begun before it are not
+    /// kept, and `subdomain`, just published, is no longer a miss.
+    fn applied(&self, subdomain: Option<&str>) {
+        let mut seen = self.misses.seen();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(subdomain) = subdomain {
+            seen.remove(&self.misses.key(subdomain));
+        }
+    }
+
+    fn insert(&self, hosts: &mut Hosts, subdomain: &str, hosted: Arc<Hosted>) {
         let service_id = hosted.service_id;
         hosted.last_served.store(
             self.served.fetch_add(1, Ordering::Relaxed),
             Ordering::Relaxed,
         );
-        let mut hosts = self.write();
         if hosts
             .subdomain_of
             .get(&service_id)
@@ -514,7 +613,6 @@ impl HostingCache {
         {
             hosts.forget(service_id);
         }
-        hosts.evicted.remove(subdomain);
         hosts.bytes += hosted.footprint;
         if let Some(old) = hosts.by_subdomain.insert(subdomain.to_owned(), hosted) {
             hosts.bytes -= old.footprint;
@@ -527,59 +625,65 @@ impl HostingCache {
         hosts.evict_down_to(self.max_bytes, subdomain);
     }
 
-    /// Stops serving a service's documents.
+    /// Stops serving a service's documents: a change applied from the change log.
     pub fn remove(&self, service_id: Uuid) {
-        self.write().forget(service_id);
+        let mut hosts = self.write();
+        self.applied(None);
+        hosts.forget(service_id);
     }
 
-    /// Serves exactly `published`, replacing everything at once (start-up, and a replica that
-    /// fell behind the change log's horizon).
-    pub fn load(&self, published: &[(Service, PublishedConfig)], now: OffsetDateTime) {
-        let fresh = HostingCache {
-            hosts: RwLock::default(),
-            max_bytes: self.max_bytes,
-            served: AtomicU64::new(self.served.load(Ordering::Relaxed)),
-            host_prefix: String::new(),
-            host_suffix: String::new(),
-            api_host: String::new(),
-            template: self.template.clone(),
-        };
-        for (service, config) in published {
-            fresh.put(service, config, now);
-        }
-        let hosts = std::mem::take(&mut *fresh.write());
-        *self.write() = hosts;
+    /// Forgets everything, documents and misses (start-up, and a replica that fell behind the
+    /// change log's horizon): every subdomain is read again when asked for.
+    pub fn clear(&self) {
+        let mut hosts = self.write();
+        let mut seen = self.misses.seen();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        seen.clear();
+        seen.shrink_to_fit();
+        *hosts = Hosts::default();
     }
 
-    /// How many subdomains are served (in memory or not).
+    /// How many subdomains' documents are in memory.
     pub fn len(&self) -> usize {
-        self.read().subdomain_of.len()
+        self.read().by_subdomain.len()
     }
 
     /// Bytes the entries held in memory keep, everything counted ([`Hosted::footprint`]).
     pub fn bytes(&self) -> usize {
         self.read().bytes
     }
+
+    /// Subdomains remembered as publishing nothing (some may be older than 10 s).
+    pub fn misses(&self) -> usize {
+        self.misses.seen().len()
+    }
+
+    /// Database reads made for subdomains that were not in memory, since start.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
 }
+
+/// The cache's change count when a database read began (see [`HostingCache::fill`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generation(u64);
 
 /// What memory knows of a subdomain.
 #[derive(Debug)]
 pub enum Lookup {
     /// Its documents.
     Hit(Arc<Hosted>),
-    /// Published, but its documents left memory: the service with this id is to be read again.
-    Evicted(Uuid),
-    /// Nothing is published there.
-    Miss,
+    /// Nothing was published there when the database was read for it, less than 10 s ago.
+    Missing,
+    /// Not in memory: the database is to be read, then [`HostingCache::fill`] given what it said.
+    Unknown(Generation),
 }
 
 #[derive(Debug, Default)]
 struct Hosts {
     by_subdomain: HashMap<String, Arc<Hosted>>,
-    /// Every published service, in memory or evicted.
+    /// The service of each entry in memory, to find it by id.
     subdomain_of: HashMap<Uuid, String>,
-    /// Published services whose documents are not in memory.
-    evicted: HashMap<String, Uuid>,
     /// Bytes the entries in `by_subdomain` keep ([`Hosted::footprint`]).
     bytes: usize,
 }
@@ -602,9 +706,6 @@ impl Hosts {
             }
             self.shrink();
         }
-        if self.evicted.get(&subdomain) == Some(&service_id) {
-            self.evicted.remove(&subdomain);
-        }
     }
 
     /// Evicts the least recently served documents (never `keep`'s) until they fit `max_bytes`.
@@ -621,18 +722,23 @@ impl Hosts {
             };
             if let Some(old) = self.by_subdomain.remove(&subdomain) {
                 self.bytes -= old.footprint;
-                self.evicted.insert(subdomain, old.service_id);
+                if self.subdomain_of.get(&old.service_id) == Some(&subdomain) {
+                    self.subdomain_of.remove(&old.service_id);
+                }
             }
         }
         self.shrink();
     }
 
-    /// Gives back the map's slots once it is less than a third full: each entry counts
+    /// Gives back the maps' slots once they are less than a third full: each entry counts
     /// [`MAP_SLOTS_PER_ENTRY`] of them, and a map never shrinks by itself.
     fn shrink(&mut self) {
         let entries = self.by_subdomain.len();
         if self.by_subdomain.capacity() > MAP_SLOTS_PER_ENTRY * entries + 16 {
             self.by_subdomain.shrink_to(entries);
+        }
+        if self.subdomain_of.capacity() > MAP_SLOTS_PER_ENTRY * entries + 16 {
+            self.subdomain_of.shrink_to(entries);
         }
     }
 }
@@ -726,8 +832,9 @@ mod tests {
             + uploaded
             + hosted.last_modified.len()
             + source
-            + subdomain.len()
+            + 2 * subdomain.len()
             + std::mem::size_of::<(String, Arc<Hosted>)>()
+            + std::mem::size_of::<(Uuid, String)>()
     }
 
     /// What counting adds to the sizes at most: the allocator's headers and rounding of the
@@ -812,9 +919,12 @@ mod tests {
         for round in 0..6 {
             for (step, &i) in order.iter().enumerate() {
                 let (service, config) = &services[i];
-                if !matches!(cache.lookup(&service.subdomain), Lookup::Hit(_)) {
-                    // What the handler does: read it back, then serve it.
-                    cache.put(service, config, now);
+                if let Lookup::Unknown(generation) = cache.lookup(&service.subdomain, now) {
+                    // What the handler does: read it, then serve it.
+                    let found = Some((service.clone(), config.clone()));
+                    assert!(cache
+                        .fill(generation, &service.subdomain, found, now)
+                        .is_some());
                 }
                 let hosts = cache.read();
                 let kept: usize = hosts
@@ -837,7 +947,9 @@ mod tests {
             order.rotate_left(7 + round);
             order.swap(round, SERVICES - 1 - round);
         }
-        assert_eq!(cache.len(), SERVICES);
+        // Only what is in memory is known.
+        assert!(cache.len() < SERVICES);
+        assert_eq!(cache.len(), cache.read().subdomain_of.len());
     }
 
     #[test]
@@ -920,20 +1032,92 @@ mod tests {
         assert!(cache.get("a-x").is_some()); // a is served after b was published
         cache.put(&c.0, &c.1, OffsetDateTime::now_utc());
         assert!(cache.bytes() <= bound, "{}", cache.bytes());
-        assert!(matches!(cache.lookup("b-x"), Lookup::Evicted(id) if id == b.0.id));
-        assert!(matches!(cache.lookup("a-x"), Lookup::Hit(_)));
-        assert!(matches!(cache.lookup("nobody-x"), Lookup::Miss));
-        assert_eq!(cache.len(), 3);
+        let now = OffsetDateTime::now_utc();
+        // b left memory altogether: it is read again when asked for.
+        assert!(matches!(cache.lookup("b-x", now), Lookup::Unknown(_)));
+        assert!(matches!(cache.lookup("a-x", now), Lookup::Hit(_)));
+        assert!(matches!(cache.lookup("nobody-x", now), Lookup::Unknown(_)));
+        assert_eq!(cache.len(), 2);
         // Read again, it comes back and something else leaves.
-        cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
-        assert!(matches!(cache.lookup("b-x"), Lookup::Hit(_)));
+        let Lookup::Unknown(generation) = cache.lookup("b-x", now) else {
+            panic!("b is not in memory");
+        };
+        assert!(cache
+            .fill(generation, "b-x", Some(b.clone()), now)
+            .is_some());
+        assert!(matches!(cache.lookup("b-x", now), Lookup::Hit(_)));
         assert!(cache.bytes() <= bound);
         cache.remove(b.0.id);
-        assert!(matches!(cache.lookup("b-x"), Lookup::Miss));
+        assert!(matches!(cache.lookup("b-x", now), Lookup::Unknown(_)));
         // A republication replaces in one step, and the bytes follow.
         let before = cache.bytes();
         cache.put(&a.0, &a.1, OffsetDateTime::now_utc());
         assert_eq!(cache.bytes(), before);
+        assert_eq!(cache.read().subdomain_of.len(), cache.len());
+    }
+
+    #[test]
+    fn a_subdomain_that_publishes_nothing_is_remembered_for_10_s_until_it_is_published() {
+        let cache = HostingCache::new(TEMPLATE, "http://api.localhost", 1 << 20).unwrap();
+        let now = OffsetDateTime::now_utc();
+        let Lookup::Unknown(generation) = cache.lookup("n-x", now) else {
+            panic!("nothing is known at first");
+        };
+        assert!(cache.fill(generation, "n-x", None, now).is_none());
+        assert_eq!(cache.reads(), 1);
+        let later = |s: i64| now + time::Duration::milliseconds(s);
+        assert!(matches!(cache.lookup("n-x", later(9_999)), Lookup::Missing));
+        assert!(matches!(cache.lookup("other-x", now), Lookup::Unknown(_)));
+        assert!(matches!(
+            cache.lookup("n-x", later(10_000)),
+            Lookup::Unknown(_)
+        ));
+        // A publication applied clears the miss at once.
+        let (service, config) = published("n-x", 10);
+        cache.put(&service, &config, now);
+        assert!(matches!(cache.lookup("n-x", now), Lookup::Hit(_)));
+        cache.remove(service.id);
+        assert!(matches!(cache.lookup("n-x", now), Lookup::Unknown(_)));
+        // At most MAX_MISSES names are kept, whatever the callers send.
+        for i in 0..MAX_MISSES + 10 {
+            let name = format!("made-up-{i}");
+            let Lookup::Unknown(generation) = cache.lookup(&name, now) else {
+                panic!("{name} is not known");
+            };
+            cache.fill(generation, &name, None, now);
+        }
+        assert!(cache.misses.seen().len() <= MAX_MISSES);
+        cache.clear();
+        assert!(cache.misses.seen().is_empty());
+    }
+
+    #[test]
+    fn a_read_begun_before_a_change_is_applied_is_not_kept() {
+        let cache = HostingCache::new(TEMPLATE, "http://api.localhost", 1 << 20).unwrap();
+        let now = OffsetDateTime::now_utc();
+        let (service, old) = published("g-x", 10);
+        let new = PublishedConfig {
+            jwks: r#"{"keys":[{"kid":"new"}]}"#.into(),
+            ..old.clone()
+        };
+        // A read of the old version, then the new one applied before the read is kept.
+        let Lookup::Unknown(before) = cache.lookup("g-x", now) else {
+            panic!("not in memory");
+        };
+        cache.put(&service, &new, now);
+        let served = cache.fill(before, "g-x", Some((service.clone(), old)), now);
+        assert!(served.is_some(), "the read still answers its own request");
+        let kept = cache.get("g-x").expect("the applied version");
+        assert_eq!(kept.uploaded_jwks, new.jwks.as_bytes());
+        // A read that found nothing, then a publication: no miss is remembered.
+        cache.remove(service.id);
+        let Lookup::Unknown(before) = cache.lookup("g-x", now) else {
+            panic!("removed");
+        };
+        cache.put(&service, &new, now);
+        cache.remove(service.id);
+        cache.fill(before, "g-x", None, now);
+        assert!(matches!(cache.lookup("g-x", now), Lookup::Unknown(_)));
     }
 
     #[test]

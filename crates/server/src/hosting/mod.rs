@@ -2,9 +2,11 @@
 //!
 //! Documents are served from memory: [`HostingCache`] holds, per subdomain, the exact bytes
 //! with their ETags, built once when a configuration is published (or when a replica learns of
-//! it from the change feed), so a public GET never touches the database.
+//! it from the change feed, or first reads it), so a public GET of a subdomain in memory never
+//! touches the database; one that is not costs one indexed read, and nothing is loaded at
+//! start-up (DECISIONS §14).
 
 mod cache;
 
 pub(crate) use cache::{http_date, HTTP_DATE};
-pub use cache::{Document, Hosted, HostingCache, Lookup};
+pub use cache::{Document, Generation, Hosted, HostingCache, Lookup};

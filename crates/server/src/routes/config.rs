@@ -14,8 +14,8 @@ pub async fn get(
     ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    // Authentication brought the hosting cache up to date with the database; documents that
-    // left memory (its byte bound) are read back.
+    // Authentication brought the hosting cache up to date with the database; documents not in
+    // memory are read from it (one indexed read).
     let hosted = state
         .replica
         .current(&service.subdomain)

@@ -40,7 +40,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
 }
 
 /// What the components count besides the per-route series: cache sizes, key fetches, limits.
-fn gauges(state: &AppState) -> [Extra<'static>; 11] {
+fn gauges(state: &AppState) -> [Extra<'static>; 13] {
     let oidc = state.oidc.metrics();
     // The caches count lazily: let them settle first.
     state.auth.tokens.sweep(state.now());
@@ -49,8 +49,20 @@ fn gauges(state: &AppState) -> [Extra<'static>; 11] {
         (
             "registry_hosted_issuers",
             "gauge",
-            "Issuers with a published configuration.",
+            "Hosted issuers whose documents are held in memory (the others are read from the database when asked for).",
             state.replica.hosting.len() as u64,
+        ),
+        (
+            "registry_hosting_reads_total",
+            "counter",
+            "Database reads of public requests for a host whose documents were not in memory (a host that publishes nothing is read at most once per 10 s).",
+            state.replica.hosting.reads(),
+        ),
+        (
+            "registry_hosting_remembered_misses",
+            "gauge",
+            "Hosts that published nothing at their last database read, remembered for 10 s (at most 100000).",
+            state.replica.hosting.misses() as u64,
         ),
         (
             "registry_hosted_bytes",

@@ -64,8 +64,8 @@ fn send_with_id(request: reqwest::blocking::RequestBuilder, id: &str) -> u16 {
         .as_u16()
 }
 
-/// `registry audit` as JSON lines.
-fn cli_audit(server: &TestServer, args: &[&str]) -> Vec<Value> {
+/// `registry audit` as JSON lines (one event a line, newest first).
+pub(super) fn cli_audit(server: &TestServer, args: &[&str]) -> Vec<Value> {
     let mut all = vec!["audit"];
     all.extend_from_slice(args);
     match run_cli(&all, &server.database_url) {

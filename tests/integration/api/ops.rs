@@ -309,21 +309,6 @@ fn customer_commands() {
     .is_err());
 }
 
-/// `registry audit` as JSON objects, newest first.
-fn audit_lines(server: &TestServer, args: &[&str]) -> Vec<Value> {
-    let mut all = vec!["audit"];
-    all.extend_from_slice(args);
-    match run_cli(&all, &server.database_url) {
-        Ok(Value::String(lines)) => lines
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect(),
-        // One line parses as one JSON document.
-        Ok(one) => vec![one],
-        Err(stderr) => panic!("registry audit failed: {stderr}"),
-    }
-}
-
 /// `customer set-plan` writes `customer.update` (DECISIONS §13), by the operator, into the
 /// customer's trail; setting the plan the customer already has changes nothing and writes none.
 #[test]
@@ -341,7 +326,7 @@ fn set_plan_writes_a_customer_update_event() {
     assert_eq!(set_plan("enterprise")["plan"], "enterprise");
     assert_eq!(set_plan("enterprise")["plan"], "enterprise");
 
-    let events = audit_lines(&server, &["--tenant", "acme"]);
+    let events = super::audit::cli_audit(&server, &["--tenant", "acme"]);
     let actions: Vec<&str> = events
         .iter()
         .map(|e| e["action"].as_str().unwrap())
@@ -353,7 +338,7 @@ fn set_plan_writes_a_customer_update_event() {
         update["resource"],
         json!({"type": "customer", "id": acme["customer"]["id"]})
     );
-    let filtered = audit_lines(
+    let filtered = super::audit::cli_audit(
         &server,
         &["--tenant", "acme", "--action", "customer.update"],
     );

@@ -162,42 +162,57 @@ fn the_hosting_bound_counts_everything_an_entry_keeps_under_churn() {
     const BOUND: u64 = 8 * MIB;
     // About 18 MiB published: more than twice the bound.
     const SERVICES: usize = 300;
-    // The fixed overhead: the same work with (almost) nothing kept.
+    // Before the fix each entry kept its key set twice, one copy uncounted: resident memory grew
+    // by twice the bound and more (2.1 times in the probe of docs/hosting-memory-probe.py), on
+    // every run. Now it grows by the bound and the allocator's fragmentation: 1.0 to 1.7 times
+    // (debug build), which puts single runs near the limit now and then. A measurement is
+    // repeated, on two fresh servers, up to three times: the uncounted copy fails all three.
+    const ATTEMPTS: usize = 3;
+    let limit = BOUND + BOUND / 2 + 2 * MIB;
+    let mut seen = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let grown = growth_under_churn(BOUND, SERVICES);
+        seen.push(format!("{} MiB", grown / MIB));
+        if grown <= limit {
+            return;
+        }
+    }
+    panic!(
+        "resident memory grew by more than {} MiB over a server keeping almost nothing, with a \
+         {} MiB bound, in every attempt: {}",
+        limit / MIB,
+        BOUND / MIB,
+        seen.join(", ")
+    );
+}
+
+/// How much more resident memory the same churn takes on a server whose hosting bound is
+/// `bound` than on one whose bound is nearly nothing (the fixed overhead), at their peaks.
+fn growth_under_churn(bound: u64, services: usize) -> u64 {
     let reference = server(64 * 1024, None);
-    let baseline = churn(&reference, SERVICES);
+    let baseline = churn(&reference, services);
     drop(reference);
 
-    let bounded = server(BOUND, None);
-    let measured = churn(&bounded, SERVICES);
+    let bounded = server(bound, None);
+    let measured = churn(&bounded, services);
     assert!(
-        measured.most_hosted <= BOUND,
-        "registry_hosted_bytes reached {} for a bound of {BOUND}",
+        measured.most_hosted <= bound,
+        "registry_hosted_bytes reached {} for a bound of {bound}",
         measured.most_hosted
     );
     assert!(
-        measured.most_hosted >= BOUND - BOUND / 16,
-        "the cache held only {} bytes of {BOUND}: the measurement needs it full",
+        measured.most_hosted >= bound - bound / 16,
+        "the cache held only {} bytes of {bound}: the measurement needs it full",
         measured.most_hosted
     );
-    // Before the fix each entry kept its key set twice, one copy uncounted: resident memory grew
-    // by twice the bound and more (2.1 times in the probe of docs/hosting-memory-probe.py). Now
-    // it grows by the bound and the allocator's fragmentation (1.0 to 1.5 times, debug build).
-    let grown = measured.peak_rss.saturating_sub(baseline.peak_rss);
     eprintln!(
-        "peak VmRSS {} KiB with a {BOUND}-byte bound, {} KiB with 64 KiB; \
+        "peak VmRSS {} KiB with a {bound}-byte bound, {} KiB with 64 KiB; \
          registry_hosted_bytes at most {}",
         measured.peak_rss / 1024,
         baseline.peak_rss / 1024,
         measured.most_hosted
     );
-    assert!(
-        grown <= BOUND + BOUND / 2 + 2 * MIB,
-        "resident memory {} MiB with a {} MiB bound, {} MiB with almost none: {} MiB more",
-        measured.peak_rss / MIB,
-        BOUND / MIB,
-        baseline.peak_rss / MIB,
-        grown / MIB
-    );
+    measured.peak_rss.saturating_sub(baseline.peak_rss)
 }
 
 #[test]

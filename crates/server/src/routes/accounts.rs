@@ -9,6 +9,7 @@ use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::accounts::{self, CreateAccount, NewToken, UpdateAccount, MAX_NAME};
+use registry_domain::Violation;
 use serde_json::Value;
 
 /// Remembers a token just made, so that its first use skips the slow hash.
@@ -27,6 +28,20 @@ fn with_warnings(mut body: Value, warnings: Vec<String>) -> Value {
     body
 }
 
+/// The `name` and `policy` of an account body, with the problems of its shape (a use case
+/// adds the policy's own, so that one 400 reports them all).
+async fn account_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+) -> ApiResult<(Option<String>, Option<Value>, Vec<Violation>)> {
+    let body = read_json(req, payload, state.settings.max_body_bytes).await?;
+    let mut fields = Fields::new(body.as_ref(), &["name", "policy"])?;
+    let name = fields.string("name", false, MAX_NAME);
+    let policy = fields.raw("policy").cloned();
+    Ok((name, policy, fields.problems))
+}
+
 /// `POST /service-accounts`.
 pub async fn create(
     Manager(caller): Manager,
@@ -34,14 +49,11 @@ pub async fn create(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
-    let mut fields = Fields::new(body.as_ref(), &["name", "policy"])?;
-    let name = fields.string("name", false, MAX_NAME);
-    let policy = fields.raw("policy").cloned();
+    let (name, policy, problems) = account_body(&req, payload, &state).await?;
     let command = CreateAccount {
         name,
         policy,
-        problems: fields.problems,
+        problems,
     };
     let now = state.now();
     let created = state
@@ -98,14 +110,11 @@ pub async fn patch(
     let account = state
         .run(move |registry| accounts::managed(registry, &found, &path))
         .await?;
-    let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
-    let mut fields = Fields::new(body.as_ref(), &["name", "policy"])?;
-    let name = fields.string("name", false, MAX_NAME);
-    let policy = fields.raw("policy").cloned();
+    let (name, policy, problems) = account_body(&req, payload, &state).await?;
     let command = UpdateAccount {
         name,
         policy,
-        problems: fields.problems,
+        problems,
     };
     let now = state.now();
     let updated = state

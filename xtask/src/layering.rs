@@ -86,6 +86,7 @@ pub fn check() -> Result<()> {
     problems.extend(migration_problems()?);
     problems.extend(route_problems()?);
     problems.extend(cycle_problems()?);
+    problems.extend(size_problems()?);
     if problems.is_empty() {
         println!("layering: ok");
         return Ok(());
@@ -257,8 +258,8 @@ fn group_heads(group: &str) -> Vec<String> {
 /// Modules, each with the modules it imports and where it first does.
 type Graph = BTreeMap<String, BTreeMap<String, String>>;
 
-fn server_graph() -> Result<Graph> {
-    let src = crate::cmd::root().join(SERVER_SRC);
+fn module_graph(crate_src: &str) -> Result<Graph> {
+    let src = crate::cmd::root().join(crate_src);
     let files = rust_files(&src)?;
     let relative: Vec<&Path> = files
         .iter()
@@ -278,7 +279,7 @@ fn server_graph() -> Result<Graph> {
                 if to != from && modules.contains(&to) {
                     imports
                         .entry(to)
-                        .or_insert_with(|| format!("{SERVER_SRC}/{}:{number}", file.display()));
+                        .or_insert_with(|| format!("{crate_src}/{}:{number}", file.display()));
                 }
             }
         }
@@ -411,12 +412,48 @@ fn cycle_problems_in(graph: &Graph, allowed: &[&[&str]]) -> (Vec<String>, Vec<St
     (problems, notes)
 }
 
+/// The crates whose modules must not import each other in a circle: the server, and the node
+/// state it wires up.
+const NO_CIRCLES_IN: [&str; 2] = [SERVER_SRC, "crates/node/src"];
+
 fn cycle_problems() -> Result<Vec<String>> {
-    let (problems, notes) = cycle_problems_in(&server_graph()?, ALLOWED_CYCLES);
-    for note in notes {
-        println!("layering: {note}");
+    let mut problems = Vec::new();
+    for src in NO_CIRCLES_IN {
+        let (found, notes) = cycle_problems_in(&module_graph(src)?, ALLOWED_CYCLES);
+        for note in notes {
+            println!("layering: {note}");
+        }
+        problems.extend(found.into_iter().map(|p| format!("{src}: {p}")));
     }
     Ok(problems)
+}
+
+/// Most lines of code (not blank, not comments) the server may hold: it wires, speaks HTTP and
+/// parses the command line; what grows beyond belongs in the domain or in `registry-node`.
+const SERVER_CODE_LINES: usize = 3_500;
+
+fn size_problems() -> Result<Vec<String>> {
+    let src = crate::cmd::root().join(SERVER_SRC);
+    let mut lines = 0;
+    for file in rust_files(&src)? {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        // Unit tests count too: they are the server's as much as the code they test.
+        lines += text
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with("//"))
+            .count();
+    }
+    println!("layering: {SERVER_SRC} holds {lines} lines of code (at most {SERVER_CODE_LINES})");
+    Ok(if lines > SERVER_CODE_LINES {
+        vec![format!(
+            "{SERVER_SRC} holds {lines} lines of code, more than {SERVER_CODE_LINES}: move what \
+             is not HTTP, wiring or the command line into the domain or registry-node"
+        )]
+    } else {
+        Vec::new()
+    })
 }
 
 fn domain_problems() -> Result<Vec<String>> {

@@ -1,8 +1,8 @@
 //! Wiring: open the store, warm the caches, start the HTTP server and the background tasks.
 
-use crate::adapters::SystemClock;
 use crate::background;
 use crate::body;
+use crate::caller::Gate;
 use crate::connections::{self, ConnectionLimit};
 use crate::observe::observe;
 use crate::problem;
@@ -14,6 +14,7 @@ use actix_web::dev::ServerHandle;
 use actix_web::{guard, middleware, web, App, HttpServer};
 use anyhow::Context;
 use registry_domain::ports::{Clock, Storage};
+use registry_node::adapters::SystemClock;
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
 use std::net::SocketAddr;
@@ -170,7 +171,10 @@ async fn launch(
         .context("cannot load the service accounts")?;
 
     let app_state = state.clone();
-    let authenticator = web::Data::from(state.auth.clone());
+    let gate = web::Data::new(Gate {
+        auth: state.auth.clone(),
+        trusted_proxies: state.trusted_proxies.clone(),
+    });
     let connections = ConnectionLimit::new(
         state.settings.max_connections_per_address,
         state.trusted_proxies.clone(),
@@ -179,8 +183,8 @@ async fn launch(
         let hosted_state = app_state.clone();
         App::new()
             .app_data(app_state.clone())
-            // The components handlers take by themselves (the caller extractors of `auth`).
-            .app_data(authenticator.clone())
+            // What the caller arguments take by themselves (`caller`).
+            .app_data(gate.clone())
             .wrap(middleware::from_fn(body::deadline))
             .wrap(middleware::from_fn(observe))
             .wrap(middleware::from_fn(connections::admitted))
@@ -211,7 +215,7 @@ async fn launch(
     let addrs = server.addrs();
     let server = server.run();
     tracing::info!(
-        issuers = state.replica.hosting.len(),
+        issuers = state.replica.hosting.in_memory(),
         trusted_issuers = state.replica.directory.trusted_issuers(),
         workers,
         "registry started"

@@ -1,26 +1,10 @@
-//! The audit trail's server side (DECISIONS §13): the event of a change made over HTTP, and the
-//! request id it carries. The events themselves are written by the storage calls that make the
-//! changes, in their transactions.
+//! `registry audit` (DECISIONS §13): an operator's read of the audit trail. The events
+//! themselves are written by the storage calls that make the changes, in their transactions.
 
 use anyhow::Context;
 use registry_domain::audit::{Action, AuditQuery, Trail, MAX_PAGE};
 use registry_domain::ports::{AuditLog, CustomerStore};
 use time::OffsetDateTime;
-
-tokio::task_local! {
-    /// The `X-Request-Id` of the API request being handled: `observe` sets it around the
-    /// handler, where audit events and refusal records are built. A task-local rather than a
-    /// request extension, which cost every federated read about 1 % (docs/benchmarks.md).
-    pub static REQUEST_ID: actix_web::http::header::HeaderValue;
-}
-
-/// The `X-Request-Id` of the API request being handled, if `observe` gave it one.
-pub fn request_id() -> Option<String> {
-    REQUEST_ID
-        .try_with(|id| id.to_str().ok().map(str::to_owned))
-        .ok()
-        .flatten()
-}
 
 /// `registry audit`: every event of the trail asked for, newest first, one JSON object a line.
 pub fn print_trail<S: AuditLog + CustomerStore>(

@@ -6,35 +6,27 @@
 //! `type` addresses (the first server's), the log (whatever `tracing` subscriber the process
 //! installed) and its buffer ([`log_line`], [`flush_log`]).
 
-mod adapters;
 mod app;
 mod audit;
-mod auth;
 mod background;
 mod body;
+mod caller;
 pub mod cli;
 mod client_ip;
 mod connections;
 mod customers;
 mod dashboard;
-mod directory;
-mod hosting;
-mod last_use;
-mod metrics;
 mod observe;
 mod policy_cli;
 mod problem;
 mod public;
-mod rate_limit;
-mod refusals;
-mod replica;
 mod routes;
 pub mod settings;
 mod state;
 mod sync;
 mod views;
 
-pub use adapters::SystemClock;
 pub use app::{serve, start, Running};
 pub use observe::{flush_log, log_line, LogLine};
+pub use registry_node::adapters::SystemClock;
 pub use settings::{LogFormat, Settings};

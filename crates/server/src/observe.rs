@@ -88,7 +88,8 @@ pub async fn observe(
         // For audit events and refusal records, in a task-local for the handler's duration (no
         // allocation in the request's extensions, no copy of the id); public documents never
         // need it.
-        let mut scoped = std::pin::pin!(crate::audit::REQUEST_ID.scope(request_id, next.call(req)));
+        let mut scoped =
+            std::pin::pin!(registry_node::REQUEST_ID.scope(request_id, next.call(req)));
         let response = (&mut scoped).await?;
         let request_id = scoped.as_mut().take_value().unwrap_or_else(new_request_id);
         (response, request_id)

@@ -7,6 +7,7 @@ use registry_domain::app::AppError;
 use registry_domain::naming::NamingError;
 use registry_domain::ports::HasherBusy;
 use registry_domain::{StoreError, Violation};
+use registry_node::NodeError;
 use serde_json::json;
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -119,6 +120,26 @@ impl From<StoreError> for ApiError {
 impl From<HasherBusy> for ApiError {
     fn from(_: HasherBusy) -> Self {
         ApiError::Busy
+    }
+}
+
+impl From<NodeError> for ApiError {
+    fn from(e: NodeError) -> Self {
+        match e {
+            NodeError::Unauthorized { detail } => ApiError::Unauthorized { detail },
+            NodeError::Forbidden(detail) => ApiError::Forbidden(detail),
+            NodeError::NotFound(detail) => ApiError::NotFound(detail),
+            NodeError::RateLimited {
+                retry_after_secs,
+                detail,
+            } => ApiError::RateLimited {
+                retry_after_secs,
+                detail,
+            },
+            NodeError::Busy => ApiError::Busy,
+            NodeError::Store(e) => e.into(),
+            NodeError::Internal => ApiError::Internal,
+        }
     }
 }
 

@@ -1,12 +1,12 @@
 //! The public path: a service's discovery document and key set, chosen by `Host`
 //! (DECISIONS §8), from the replica's memory; and the configuration body of the API's GET.
 
-use crate::hosting::{http_date, Document, Hosted, HTTP_DATE};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_node::hosting::{http_date, Document, Hosted, HTTP_DATE};
 use std::sync::RwLock;
 use time::{OffsetDateTime, PrimitiveDateTime};
 

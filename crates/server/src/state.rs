@@ -2,18 +2,16 @@
 //! replica's view of the data, the authenticator, the use cases' ports, the metrics and the
 //! limits that belong to HTTP.
 
-use crate::adapters::{HashingLanes, OsRandomness};
-use crate::auth::Authenticator;
-use crate::hosting::HostingCache;
-use crate::metrics::Metrics;
 use crate::problem::{ApiError, ApiResult};
-use crate::rate_limit::RateLimiter;
-use crate::replica::Replica;
 use crate::settings::Settings;
 use actix_web::web;
 use ipnetwork::IpNetwork;
 use registry_domain::app::{AppError, Registry};
 use registry_domain::ports::{Clock, Storage};
+use registry_node::adapters::{HashingLanes, OsRandomness};
+use registry_node::hosting::HostingCache;
+use registry_node::rate_limit::RateLimiter;
+use registry_node::{Authenticator, Limits, Metrics, Replica};
 use registry_oidc::{OidcVerifier, VerifierKeyImport};
 use std::sync::Arc;
 use time::OffsetDateTime;
@@ -68,14 +66,17 @@ impl AppState {
         )?);
         let metrics = Arc::new(Metrics::default());
         let trusted_proxies = settings.trusted_proxy_networks()?;
+        let limits = Limits {
+            auth_failures_per_minute: settings.auth_failures_per_minute,
+            writes_per_minute: settings.writes_per_minute,
+        };
         let auth = Arc::new(Authenticator::new(
-            &settings,
-            trusted_proxies.clone(),
+            limits,
             replica.clone(),
             Arc::new(verifier.clone()),
             hasher.clone(),
             metrics.clone(),
-        )?);
+        ));
         let registry = Arc::new(Registry {
             store,
             random: Arc::new(OsRandomness),

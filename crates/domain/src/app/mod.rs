@@ -29,6 +29,7 @@ pub mod customers;
 pub mod explain;
 pub mod keys;
 pub mod services;
+pub mod upkeep;
 
 pub use caller::{Caller, Origin};
 pub use error::AppError;

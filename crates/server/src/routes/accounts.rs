@@ -1,8 +1,8 @@
 //! `/service-accounts…`: parse, call the use case of `registry_domain::app::accounts`, shape
 //! the answer (tokens are shown once, with `Cache-Control: no-store`).
 
-use crate::auth::Manager;
 use crate::body::{read_json, Fields};
+use crate::caller::Manager;
 use crate::problem::ApiResult;
 use crate::state::AppState;
 use crate::views;

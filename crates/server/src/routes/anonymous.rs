@@ -2,7 +2,6 @@
 //! Parse, hold the per-address creation limit, call `registry_domain::app::anonymous::create`,
 //! shape the answer.
 
-use crate::audit;
 use crate::body::{read_json, Fields};
 use crate::client_ip::client_ip;
 use crate::problem::{ApiError, ApiResult};
@@ -35,7 +34,7 @@ pub async fn create(
                 state.settings.anon_create_per_hour
             ),
         })?;
-    let origin = Origin::new(ip, audit::request_id());
+    let origin = Origin::new(ip, registry_node::request_id());
     let clock = state.clone();
     let created = state
         .run(move |registry| anonymous::create(registry, origin, command, || clock.now()))

@@ -1,7 +1,7 @@
 //! `GET /audit-events`: the customer's audit trail, newest first (DECISIONS §13), over
 //! `registry_domain::app::audit`.
 
-use crate::auth::Auditor;
+use crate::caller::Auditor;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};

@@ -1,7 +1,7 @@
 //! `/services/{subdomain}/config`: the published discovery document and key set.
 
-use crate::auth::ServiceCaller;
 use crate::body::read_json;
+use crate::caller::ServiceCaller;
 use crate::problem::{ApiError, ApiResult};
 use crate::public;
 use crate::state::AppState;

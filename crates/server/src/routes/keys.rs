@@ -2,7 +2,7 @@
 //! withdrawal of a retired key, and what to register in a cloud to trust the issuer
 //! (DECISIONS §11). Anonymous secrets may call them on their own service (§5).
 
-use crate::auth::ServiceCaller;
+use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};

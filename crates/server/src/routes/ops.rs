@@ -1,10 +1,10 @@
 //! Operations: health, readiness, metrics, the OpenAPI description and the policy schema.
 
-use crate::metrics::Extra;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_node::metrics::Extra;
 use serde_json::{json, Value};
 
 const OPENAPI: &str = include_str!("../openapi.json");
@@ -35,7 +35,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
         return super::not_found().await;
     }
     Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE))
+        .insert_header((header::CONTENT_TYPE, registry_node::metrics::CONTENT_TYPE))
         .body(state.metrics.render(&gauges(&state))))
 }
 
@@ -50,7 +50,7 @@ fn gauges(state: &AppState) -> [Extra<'static>; 13] {
             "registry_hosted_issuers",
             "gauge",
             "Hosted issuers whose documents are held in memory (the others are read from the database when asked for).",
-            state.replica.hosting.len() as u64,
+            state.replica.hosting.in_memory() as u64,
         ),
         (
             "registry_hosting_reads_total",
@@ -111,7 +111,7 @@ fn gauges(state: &AppState) -> [Extra<'static>; 13] {
             "registry_rate_limited_addresses",
             "gauge",
             "Client addresses whose failed authentications and anonymous creations are counted (each limiter keeps at most 100000).",
-            (state.auth.auth_failures.len() + state.anon_limiter.len()) as u64,
+            (state.auth.auth_failures.tracked_keys() + state.anon_limiter.tracked_keys()) as u64,
         ),
         (
             "registry_last_used_statements_total",

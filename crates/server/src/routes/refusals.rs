@@ -2,8 +2,8 @@
 //! `GET /service-accounts/{id}/refusals`, over `registry_domain::app::explain`. Verifying a
 //! token is this module's part (it is I/O); judging it is the use case's.
 
-use crate::auth::{self, Manager};
 use crate::body::{read_json, Fields};
+use crate::caller::Manager;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::http::header;
@@ -78,7 +78,7 @@ async fn verified(state: &AppState, account: &ServiceAccount, token: &str) -> Ap
     let issuer = state.auth.verifier().unverified_issuer(token);
     Ok(match explain::screen_token(account, issuer) {
         Some(refused) => refused,
-        None => Evidence::Token(auth::verify_identity(&state.auth, token).await?),
+        None => Evidence::Token(registry_node::verify_identity(&state.auth, token).await?),
     })
 }
 

@@ -1,8 +1,8 @@
 //! `/services` and `/services/{subdomain}`: parse, call the use case of
 //! `registry_domain::app::services`, shape the answer.
 
-use crate::auth::{Collection, ServiceCaller};
 use crate::body::{read_json, Fields};
+use crate::caller::{Collection, ServiceCaller};
 use crate::problem::{ApiResult, SERVICE_NAME_POINTER};
 use crate::state::AppState;
 use crate::views;

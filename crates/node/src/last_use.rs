@@ -89,10 +89,9 @@ impl LastUse {
         let store = Arc::clone(store);
         let counts = Arc::clone(&self.counts);
         counts.statements.fetch_add(1, Relaxed);
-        actix_web::rt::spawn(async move {
+        tokio::spawn(async move {
             let written =
-                actix_web::rt::task::spawn_blocking(move || store.record_use(account, minute))
-                    .await;
+                tokio::task::spawn_blocking(move || store.record_use(account, minute)).await;
             match written {
                 Ok(Ok(true)) => {
                     counts.rows_written.fetch_add(1, Relaxed);

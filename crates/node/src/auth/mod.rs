@@ -2,30 +2,24 @@
 //! identity tokens, the IP allowlist and the service-pattern scope (DECISIONS §5–§7).
 
 mod attempts;
-mod extract;
 mod failures;
 mod federation;
 mod token_cache;
 
 pub use attempts::Attempts;
-pub use extract::{Auditor, Collection, Manager};
 pub use failures::SecretFailures;
-pub(crate) use federation::verify_identity;
+pub use federation::verify_identity;
 pub use token_cache::TokenCache;
 
 use crate::adapters::HashingLanes;
-use crate::audit;
-use crate::client_ip::client_ip;
 use crate::last_use::LastUse;
 use crate::metrics::Metrics;
-use crate::problem::{ApiError, ApiResult};
 use crate::rate_limit::RateLimiter;
 use crate::rate_limit::RetryAfter;
 use crate::refusals::{RefusalBudget, RefusedRequest};
 use crate::replica::Replica;
-use crate::settings::Settings;
-use actix_web::{http::header, HttpRequest};
-use ipnetwork::IpNetwork;
+use crate::request::{request_id, Presented};
+use crate::{NodeError, NodeResult};
 use registry_domain::access::{self, Credential, Grant, Refusal, Request};
 use registry_domain::app::{Caller, Origin};
 use registry_domain::credentials::{self, CredentialKind};
@@ -46,7 +40,6 @@ pub struct Authenticator {
     verifier: Arc<dyn IdentityTokenVerifier>,
     hasher: Arc<HashingLanes>,
     metrics: Arc<Metrics>,
-    trusted_proxies: Vec<IpNetwork>,
     /// Remembered verifications of secrets and identity tokens.
     pub tokens: TokenCache,
     attempts: Attempts,
@@ -60,40 +53,47 @@ pub struct Authenticator {
     refusals: RefusalBudget,
 }
 
+/// The limits an authenticator enforces (DECISIONS §9, §17).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Failed authentications per client address and minute.
+    pub auth_failures_per_minute: u32,
+    /// Changes per credential and minute.
+    pub writes_per_minute: u32,
+}
+
 impl Authenticator {
-    /// An authenticator with empty caches and the limits of `settings`.
+    /// An authenticator with empty caches and these limits.
     pub fn new(
-        settings: &Settings,
-        trusted_proxies: Vec<IpNetwork>,
+        limits: Limits,
         replica: Arc<Replica>,
         verifier: Arc<dyn IdentityTokenVerifier>,
         hasher: Arc<HashingLanes>,
         metrics: Arc<Metrics>,
-    ) -> anyhow::Result<Self> {
-        Ok(Self {
+    ) -> Self {
+        Self {
             replica,
             verifier,
             hasher,
             metrics,
-            trusted_proxies,
             tokens: TokenCache::default(),
             attempts: Attempts::default(),
             // Guessing a 268-bit secret is hopeless anyway; the limit bounds the argon2 work a
             // stranger can cause while staying far above what an honest client with a stale
             // token produces.
             auth_failures: RateLimiter::new(
-                settings.auth_failures_per_minute,
+                limits.auth_failures_per_minute,
                 std::time::Duration::from_secs(60),
             ),
             secret_failures: SecretFailures::new(
                 SECRET_FAILURES_PER_MINUTE,
                 std::time::Duration::from_secs(60),
             ),
-            writes: RateLimiter::per_minute(settings.writes_per_minute),
-            writes_per_minute: settings.writes_per_minute,
+            writes: RateLimiter::per_minute(limits.writes_per_minute),
+            writes_per_minute: limits.writes_per_minute,
             last_use: LastUse::default(),
             refusals: RefusalBudget::default(),
-        })
+        }
     }
 
     /// The verifier of identity tokens.
@@ -102,20 +102,10 @@ impl Authenticator {
     }
 }
 
-/// A caller allowed to act on one service.
-#[derive(Debug)]
-pub struct ServiceCaller {
-    /// The service (shared with the directory's cache).
-    pub service: Arc<Service>,
-    /// Who acts on it.
-    pub caller: Caller,
-}
-
 /// The bearer token of the request.
-fn bearer(req: &HttpRequest) -> ApiResult<&str> {
+fn bearer<'r>(req: &Presented<'r>) -> NodeResult<&'r str> {
     let value = req
-        .headers()
-        .get(header::AUTHORIZATION)
+        .authorization
         .ok_or_else(|| unauthorized("no Authorization header"))?
         .to_str()
         .map_err(|_| unauthorized("Authorization header is not text"))?;
@@ -130,9 +120,9 @@ fn bearer(req: &HttpRequest) -> ApiResult<&str> {
 }
 
 /// A 401 whose reason is logged, never returned.
-pub(crate) fn unauthorized(reason: &str) -> ApiError {
+pub(crate) fn unauthorized(reason: &str) -> NodeError {
     tracing::info!(reason, "authentication failed");
-    ApiError::Unauthorized { detail: None }
+    NodeError::Unauthorized { detail: None }
 }
 
 /// Whether a bearer looks like a compact JWS (three base64url segments).
@@ -152,17 +142,17 @@ fn looks_like_jwt(token: &str) -> bool {
 }
 
 /// The 429 of a client over its failed-authentication limit.
-fn too_many_failures(retry: RetryAfter) -> ApiError {
-    ApiError::RateLimited {
+fn too_many_failures(retry: RetryAfter) -> NodeError {
+    NodeError::RateLimited {
         retry_after_secs: retry.seconds(),
         detail: "too many failed authentications from this address; retry later".into(),
     }
 }
 
 /// The 429 of a lookup id whose secrets were tried too often (DECISIONS §17).
-fn too_many_wrong_secrets(retry: RetryAfter) -> ApiError {
+fn too_many_wrong_secrets(retry: RetryAfter) -> NodeError {
     tracing::info!("too many failed secrets for one lookup id");
-    ApiError::RateLimited {
+    NodeError::RateLimited {
         retry_after_secs: retry.seconds(),
         detail: "too many failed authentications for this credential; retry later".into(),
     }
@@ -174,10 +164,10 @@ fn too_many_wrong_secrets(retry: RetryAfter) -> ApiError {
 /// out a working token. Deciding that reads memory only.
 fn admitted<'r>(
     auth: &Authenticator,
-    req: &'r HttpRequest,
+    req: &Presented<'r>,
     now: OffsetDateTime,
-) -> ApiResult<(IpAddr, &'r str)> {
-    let ip = client_ip(req, &auth.trusted_proxies);
+) -> NodeResult<(IpAddr, &'r str)> {
+    let ip = req.ip;
     let token = bearer(req);
     if let Err(retry) = auth.auth_failures.check(ip) {
         let recent = token
@@ -202,8 +192,8 @@ fn recently_verified(auth: &Authenticator, token: &str, now: OffsetDateTime) -> 
     })
 }
 
-fn record_failure(auth: &Authenticator, ip: IpAddr, error: ApiError) -> ApiError {
-    if matches!(error, ApiError::Unauthorized { .. }) {
+fn record_failure(auth: &Authenticator, ip: IpAddr, error: NodeError) -> NodeError {
+    if matches!(error, NodeError::Unauthorized { .. }) {
         let _ = auth.auth_failures.hit(ip);
     }
     error
@@ -216,7 +206,7 @@ async fn verify_secret(
     auth: &Authenticator,
     token: &str,
     ip: IpAddr,
-) -> ApiResult<CredentialOwner> {
+) -> NodeResult<CredentialOwner> {
     let cheap = async {
         let parsed =
             credentials::parse(token).ok_or_else(|| unauthorized("malformed bearer token"))?;
@@ -288,7 +278,7 @@ impl SecretHolder {
 }
 
 /// Verifies a static token or anonymous secret ([`verify_secret`]) and loads its account.
-async fn secret_holder(auth: &Authenticator, token: &str, ip: IpAddr) -> ApiResult<SecretHolder> {
+async fn secret_holder(auth: &Authenticator, token: &str, ip: IpAddr) -> NodeResult<SecretHolder> {
     match verify_secret(auth, token, ip).await? {
         CredentialOwner::Account(id) => auth
             .replica
@@ -303,10 +293,10 @@ async fn secret_holder(auth: &Authenticator, token: &str, ip: IpAddr) -> ApiResu
 }
 
 /// The answer to a refused call (DECISIONS §4), for a service named `key` in the path.
-fn refused(refusal: Refusal, key: &str) -> ApiError {
+fn refused(refusal: Refusal, key: &str) -> NodeError {
     match refusal {
         Refusal::Unauthenticated(reason) => unauthorized(reason),
-        Refusal::Ambiguous => ApiError::Unauthorized {
+        Refusal::Ambiguous => NodeError::Unauthorized {
             detail: Some(
                 "more than one service account may accept this identity token (its issuer is \
                  trusted by several accounts): name yours with the X-Service-Account header"
@@ -315,22 +305,10 @@ fn refused(refusal: Refusal, key: &str) -> ApiError {
         },
         Refusal::Forbidden(detail) => {
             tracing::info!(%detail, "call refused");
-            ApiError::Forbidden(detail)
+            NodeError::Forbidden(detail)
         }
         Refusal::NotFound => not_found_service(key),
     }
-}
-
-/// The one call that is a POST and changes nothing.
-const EXPLAIN_ROUTE: &str = "/service-accounts/{id}/explain";
-
-/// Whether a call changes something, for the write rate of DECISIONS §17.
-fn changes(req: &HttpRequest) -> bool {
-    let reads = matches!(
-        *req.method(),
-        actix_web::http::Method::GET | actix_web::http::Method::HEAD
-    );
-    !reads && req.match_pattern().as_deref() != Some(EXPLAIN_ROUTE)
 }
 
 /// What a granted call does besides acting: the write rate of its credential (DECISIONS §17:
@@ -338,19 +316,19 @@ fn changes(req: &HttpRequest) -> bool {
 /// (§13); and who it acts as.
 fn granted(
     auth: &Authenticator,
-    req: &HttpRequest,
+    req: &Presented<'_>,
     grant: &Grant<'_>,
     token: Option<&Arc<VerifiedToken>>,
     ip: IpAddr,
     now: OffsetDateTime,
-) -> ApiResult<Caller> {
+) -> NodeResult<Caller> {
     let account = grant.account().map(|a| a.id);
-    let changes = changes(req);
+    let changes = req.changes;
     if let Some(credential) = account.or(grant.anonymous_service()) {
         if changes {
             auth.writes
                 .hit_key(credential)
-                .map_err(|retry| ApiError::RateLimited {
+                .map_err(|retry| NodeError::RateLimited {
                     retry_after_secs: retry.seconds(),
                     detail: format!(
                         "this credential made more than {} changes in a minute; retry later",
@@ -363,7 +341,7 @@ fn granted(
         auth.last_use.used(auth.replica.store(), id, now);
     }
     // Only changes carry the request id (into their audit events): reads pay for no copy.
-    let request_id = if changes { audit::request_id() } else { None };
+    let request_id = if changes { request_id() } else { None };
     Ok(grant.caller(token.cloned(), Origin::new(ip, request_id)))
 }
 
@@ -391,7 +369,7 @@ async fn refused_federated(
     mut request: RefusedRequest<'_>,
     refusal: Refusal,
     key: &str,
-) -> ApiError {
+) -> NodeError {
     let ip = request.ip;
     if !matches!(refusal, Refusal::NotFound) {
         request.ambiguous = matches!(refusal, Refusal::Ambiguous);
@@ -407,9 +385,9 @@ async fn refused_federated(
 /// when the caller's address or patterns do not allow the call.
 async fn authorize(
     auth: &Authenticator,
-    req: &HttpRequest,
+    req: &Presented<'_>,
     call: Call<'_>,
-) -> ApiResult<(Caller, Option<Arc<Service>>)> {
+) -> NodeResult<(Caller, Option<Arc<Service>>)> {
     let now = auth.replica.now();
     let (ip, token) = admitted(auth, req, now)?;
     let key = match call {
@@ -445,7 +423,7 @@ async fn authorize(
 }
 
 /// The service the path names, if it names one.
-async fn the_service(auth: &Authenticator, key: Option<&str>) -> ApiResult<Option<Arc<Service>>> {
+async fn the_service(auth: &Authenticator, key: Option<&str>) -> NodeResult<Option<Arc<Service>>> {
     match key {
         Some(key) => auth.replica.service(key).await,
         None => Ok(None),
@@ -478,37 +456,36 @@ fn request<'s>(call: Call<'_>, service: &'s Option<Arc<Service>>) -> Request<'s>
 }
 
 /// Authenticates a call on `/services` (list or create). Anonymous secrets are refused with 403.
-pub async fn collection_caller(auth: &Authenticator, req: &HttpRequest) -> ApiResult<Caller> {
+pub async fn collection_caller(auth: &Authenticator, req: &Presented<'_>) -> NodeResult<Caller> {
     Ok(authorize(auth, req, Call::Services).await?.0)
 }
 
 /// Authenticates a call on the customer's service accounts: a caller whose patterns include
 /// `"*"` (DECISIONS §5).
-pub async fn manager(auth: &Authenticator, req: &HttpRequest) -> ApiResult<Caller> {
+pub async fn manager(auth: &Authenticator, req: &Presented<'_>) -> NodeResult<Caller> {
     Ok(authorize(auth, req, Call::Accounts).await?.0)
 }
 
 /// Authenticates a read of the customer's audit trail: a caller whose patterns include `"*"`.
-pub async fn auditor(auth: &Authenticator, req: &HttpRequest) -> ApiResult<Caller> {
+pub async fn auditor(auth: &Authenticator, req: &Presented<'_>) -> NodeResult<Caller> {
     Ok(authorize(auth, req, Call::AuditTrail).await?.0)
 }
 
 /// Authenticates and authorizes a call on one service, found by subdomain or id (see
-/// [`authorize`]).
+/// [`authorize`]): the caller, and the service (shared with the directory's cache).
 pub async fn service_caller(
     auth: &Authenticator,
-    req: &HttpRequest,
+    req: &Presented<'_>,
     key: &str,
-) -> ApiResult<ServiceCaller> {
+) -> NodeResult<(Caller, Arc<Service>)> {
     let (caller, service) = authorize(auth, req, Call::Service(key)).await?;
     // A grant on a service names a service that exists.
-    let service = service.ok_or(ApiError::Internal)?;
-    Ok(ServiceCaller { caller, service })
+    Ok((caller, service.ok_or(NodeError::Internal)?))
 }
 
 /// The 404 of a service that does not exist for this caller.
-pub fn not_found_service(key: &str) -> ApiError {
-    ApiError::NotFound(format!("no service {key:?}"))
+pub fn not_found_service(key: &str) -> NodeError {
+    NodeError::NotFound(format!("no service {key:?}"))
 }
 
 #[cfg(test)]

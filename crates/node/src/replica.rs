@@ -6,8 +6,7 @@
 
 use crate::directory::{bounded, Directory, BATCH};
 use crate::hosting::{Generation, Hosted, HostingCache, Lookup};
-use crate::problem::{ApiError, ApiResult};
-use actix_web::web;
+use crate::{NodeError, NodeResult};
 use registry_domain::ports::{Change, Clock, Storage, StoreResult, StoredCredential};
 use registry_domain::{Service, ServiceAccount};
 use std::borrow::Cow;
@@ -55,16 +54,16 @@ impl Replica {
     }
 
     /// Runs a storage call on the blocking pool.
-    pub async fn db<T, F>(&self, f: F) -> ApiResult<T>
+    pub async fn db<T, F>(&self, f: F) -> NodeResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&dyn Storage) -> StoreResult<T> + Send + 'static,
     {
         let store = self.store.clone();
-        web::block(move || f(&*store))
+        tokio::task::spawn_blocking(move || f(&*store))
             .await
-            .map_err(|_| ApiError::Internal)?
-            .map_err(ApiError::from)
+            .map_err(|_| NodeError::Internal)?
+            .map_err(NodeError::from)
     }
 
     /// The hosted issuer URL of a subdomain.
@@ -76,7 +75,7 @@ impl Replica {
     /// as of the same read: the one statement a request with a static token or secret runs. It
     /// runs in place when the store can do that without waiting (SQLite, an idle connection), else
     /// on the blocking pool.
-    pub async fn credential(&self, lookup_id: &str) -> ApiResult<Option<StoredCredential>> {
+    pub async fn credential(&self, lookup_id: &str) -> NodeResult<Option<StoredCredential>> {
         let found = match self.store.credential_and_latest_change_now(lookup_id) {
             Some(found) => found?,
             None => {
@@ -94,7 +93,7 @@ impl Replica {
 
     /// Brings every cache up to date with the database as of now: the one statement a request with
     /// an identity token runs (in place when it can, like [`Replica::credential`]).
-    pub async fn refresh(&self) -> ApiResult<()> {
+    pub async fn refresh(&self) -> NodeResult<()> {
         let latest = match self.store.latest_change_now() {
             Some(latest) => latest?,
             None => self.db(|s| s.latest_change()).await?,
@@ -105,7 +104,7 @@ impl Replica {
     /// Applies the logged changes up to at least `latest` (everything there is, for `i64::MAX`),
     /// in log order. When the log no longer holds every change after this node's position (it was
     /// paused or cut off for longer than the log is kept), it reloads everything instead.
-    pub async fn catch_up(&self, latest: i64) -> ApiResult<()> {
+    pub async fn catch_up(&self, latest: i64) -> NodeResult<()> {
         let directory = &self.directory;
         if directory.applied() >= latest {
             return Ok(());
@@ -169,7 +168,7 @@ impl Replica {
     /// documents are read when first asked for), then the position read before them (changes
     /// racing with the load are replayed). Costs the same whatever the number of published
     /// services (DECISIONS §14). The start-up load, and a replica behind the change log's horizon.
-    pub async fn reload_everything(&self) -> ApiResult<()> {
+    pub async fn reload_everything(&self) -> NodeResult<()> {
         let (latest, oidc_accounts) = self
             .db(|s| {
                 let latest = s.latest_change()?;
@@ -206,7 +205,7 @@ impl Replica {
 
     /// Applies a change of one service to the hosted documents: its current documents (a
     /// publication is served at once, and clears its name's remembered miss), or none.
-    async fn reload_hosted(&self, id: Uuid) -> ApiResult<()> {
+    async fn reload_hosted(&self, id: Uuid) -> NodeResult<()> {
         match self
             .db(move |s| Ok((s.service(id)?, s.config(id)?)))
             .await?
@@ -220,7 +219,7 @@ impl Replica {
 
     /// A service by subdomain (case folded) or id, as
     /// [`ServiceStore::find_service`](registry_domain::ports::ServiceStore::find_service) finds it.
-    pub async fn service(&self, subdomain_or_id: &str) -> ApiResult<Option<Arc<Service>>> {
+    pub async fn service(&self, subdomain_or_id: &str) -> NodeResult<Option<Arc<Service>>> {
         let directory = &self.directory;
         let by_id = Uuid::parse_str(subdomain_or_id).ok();
         let subdomain: Cow<'_, str> = if subdomain_or_id.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -256,7 +255,7 @@ impl Replica {
     }
 
     /// An account by id.
-    pub async fn account(&self, id: Uuid) -> ApiResult<Option<Arc<ServiceAccount>>> {
+    pub async fn account(&self, id: Uuid) -> NodeResult<Option<Arc<ServiceAccount>>> {
         let directory = &self.directory;
         if let Some(account) = directory.read().accounts.get(&id) {
             return Ok(Some(account.clone()));
@@ -276,7 +275,7 @@ impl Replica {
     /// or read from the database (one indexed read) when it is not in memory, and kept; a
     /// subdomain that published nothing at a read less than 10 s ago is answered from memory.
     /// Nothing once an anonymous service has expired, even before the reaper deletes it.
-    pub async fn current(&self, subdomain: &str) -> ApiResult<Option<Arc<Hosted>>> {
+    pub async fn current(&self, subdomain: &str) -> NodeResult<Option<Arc<Hosted>>> {
         let now = self.now();
         let hosted = match self.hosting.lookup(subdomain, now) {
             Lookup::Hit(hosted) if hosted.is_stale_at(now) => {
@@ -303,7 +302,7 @@ impl Replica {
         &self,
         subdomain: &str,
         generation: Generation,
-    ) -> ApiResult<Option<Arc<Hosted>>> {
+    ) -> NodeResult<Option<Arc<Hosted>>> {
         let key = subdomain.to_owned();
         let found = self.db(move |s| s.published_by_subdomain(&key)).await?;
         Ok(self.hosting.fill(generation, subdomain, found, self.now()))
@@ -313,7 +312,7 @@ impl Replica {
     /// one of its own (its keys are fetched over HTTP), `Some(None)` when it is but publishes
     /// nothing (no configuration, deleted, expired). Read from the registry's own data, never over
     /// HTTP, so that a withdrawal applies to the next token (DECISIONS §17).
-    pub async fn hosted_issuer(&self, issuer: &str) -> ApiResult<Option<Option<Arc<Hosted>>>> {
+    pub async fn hosted_issuer(&self, issuer: &str) -> NodeResult<Option<Option<Arc<Hosted>>>> {
         let template = &self.issuer_url_template;
         let Some(scheme) = template.split_once("://").map(|(scheme, _)| scheme) else {
             return Ok(None);

@@ -1,5 +1,5 @@
-use actix_web::http::header::HeaderValue;
-use anyhow::Context;
+use bytes::Bytes;
+use http::HeaderValue;
 use registry_domain::keys::KeyState;
 use registry_domain::publishing::{hosted_issuer, point_at};
 use registry_domain::service::PublishedConfig;
@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// The HTTP-date format (RFC 9110 §5.6.7), always GMT.
-pub(crate) const HTTP_DATE: &[FormatItem<'static>] = format_description!(
+pub const HTTP_DATE: &[FormatItem<'static>] = format_description!(
     "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
 );
 
@@ -50,17 +50,17 @@ const MAP_SLOTS_PER_ENTRY: usize = 3;
 #[derive(Debug, Clone)]
 pub struct Document {
     /// The body.
-    pub body: actix_web::web::Bytes,
+    pub body: Bytes,
     /// Strong ETag, quoted.
     pub etag: HeaderValue,
 }
 
 impl Document {
     fn new(text: &str) -> Self {
-        Self::of(actix_web::web::Bytes::copy_from_slice(text.as_bytes()))
+        Self::of(Bytes::copy_from_slice(text.as_bytes()))
     }
 
-    fn of(body: actix_web::web::Bytes) -> Self {
+    fn of(body: Bytes) -> Self {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let digest = Sha256::digest(&body);
         let mut etag = [b'"'; 34];
@@ -98,7 +98,7 @@ pub struct Hosted {
     pub jwks: Document,
     /// The key set as uploaded (what `GET /services/{s}/config` returns): the same bytes as
     /// `jwks` while no retired key is published.
-    pub uploaded_jwks: actix_web::web::Bytes,
+    pub uploaded_jwks: Bytes,
     /// `Last-Modified`, formatted.
     pub last_modified: HeaderValue,
     /// When the documents last changed (whole seconds, for If-Modified-Since).
@@ -126,7 +126,7 @@ struct Parts<'a> {
     subdomain: &'a str,
     expires_at: Option<OffsetDateTime>,
     discovery: Document,
-    uploaded_jwks: actix_web::web::Bytes,
+    uploaded_jwks: Bytes,
     /// The retired keys (current ones have no end).
     retired: &'a KeyState,
     updated_at: OffsetDateTime,
@@ -138,7 +138,7 @@ fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
 }
 
 /// `at` as an HTTP date.
-pub(crate) fn http_date(at: OffsetDateTime) -> HeaderValue {
+pub fn http_date(at: OffsetDateTime) -> HeaderValue {
     at.to_offset(time::UtcOffset::UTC)
         .format(HTTP_DATE)
         .ok()
@@ -163,7 +163,7 @@ impl Hosted {
                 subdomain: &service.subdomain,
                 expires_at: service.expires_at,
                 discovery: Document::new(&current_discovery(&config.openid_configuration, issuer)),
-                uploaded_jwks: actix_web::web::Bytes::copy_from_slice(config.jwks.as_bytes()),
+                uploaded_jwks: Bytes::copy_from_slice(config.jwks.as_bytes()),
                 retired: &retired,
                 updated_at: config.updated_at,
                 previous_change_at: config.previous_change_at,
@@ -426,11 +426,16 @@ fn current_discovery<'a>(stored: &'a str, issuer: &str) -> std::borrow::Cow<'a, 
     })
 }
 
-fn host_of(url: &str) -> anyhow::Result<String> {
+/// A URL setting the hosted documents cannot be built from.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UnusableUrl(String);
+
+fn host_of(url: &str) -> Result<String, UnusableUrl> {
     let rest = url
         .split_once("://")
         .map(|(_, rest)| rest)
-        .with_context(|| format!("{url:?} is not an absolute URL"))?;
+        .ok_or_else(|| UnusableUrl(format!("{url:?} is not an absolute URL")))?;
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     Ok(strip_port(authority)
         .trim_end_matches('.')
@@ -453,18 +458,21 @@ fn strip_port(host: &str) -> &str {
 impl HostingCache {
     /// A cache for issuers built from `template` (`{subdomain}` in the host part); requests for
     /// the host of `base_url` are never hosted ones.
-    pub fn new(template: &str, base_url: &str, max_bytes: usize) -> anyhow::Result<Self> {
+    pub fn new(template: &str, base_url: &str, max_bytes: usize) -> Result<Self, UnusableUrl> {
         let host = host_of(template)?;
         let path = template
             .split_once("://")
             .map(|(_, rest)| rest.split_once('/').map_or("", |(_, path)| path))
             .unwrap_or("");
-        anyhow::ensure!(
-            path.trim_end_matches('/').is_empty(),
-            "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must not have a path: issuers are told apart by host"
-        );
-        let (host_prefix, host_suffix) = host.split_once("{subdomain}").with_context(|| {
-            format!("REGISTRY_ISSUER_URL_TEMPLATE {template:?} must hold {{subdomain}} in its host")
+        if !path.trim_end_matches('/').is_empty() {
+            return Err(UnusableUrl(format!(
+                "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must not have a path: issuers are told apart by host"
+            )));
+        }
+        let (host_prefix, host_suffix) = host.split_once("{subdomain}").ok_or_else(|| {
+            UnusableUrl(format!(
+                "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must hold {{subdomain}} in its host"
+            ))
         })?;
         Ok(Self {
             hosts: RwLock::default(),
@@ -644,7 +652,7 @@ impl HostingCache {
     }
 
     /// How many subdomains' documents are in memory.
-    pub fn len(&self) -> usize {
+    pub fn in_memory(&self) -> usize {
         self.read().by_subdomain.len()
     }
 
@@ -948,8 +956,8 @@ mod tests {
             order.swap(round, SERVICES - 1 - round);
         }
         // Only what is in memory is known.
-        assert!(cache.len() < SERVICES);
-        assert_eq!(cache.len(), cache.read().subdomain_of.len());
+        assert!(cache.in_memory() < SERVICES);
+        assert_eq!(cache.in_memory(), cache.read().subdomain_of.len());
     }
 
     #[test]
@@ -1037,7 +1045,7 @@ mod tests {
         assert!(matches!(cache.lookup("b-x", now), Lookup::Unknown(_)));
         assert!(matches!(cache.lookup("a-x", now), Lookup::Hit(_)));
         assert!(matches!(cache.lookup("nobody-x", now), Lookup::Unknown(_)));
-        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.in_memory(), 2);
         // Read again, it comes back and something else leaves.
         let Lookup::Unknown(generation) = cache.lookup("b-x", now) else {
             panic!("b is not in memory");
@@ -1053,7 +1061,7 @@ mod tests {
         let before = cache.bytes();
         cache.put(&a.0, &a.1, OffsetDateTime::now_utc());
         assert_eq!(cache.bytes(), before);
-        assert_eq!(cache.read().subdomain_of.len(), cache.len());
+        assert_eq!(cache.read().subdomain_of.len(), cache.in_memory());
     }
 
     #[test]

@@ -9,15 +9,13 @@
 use super::{unauthorized, Authenticator};
 use crate::directory::Trusting;
 use crate::hosting::Hosted;
-use crate::problem::{ApiError, ApiResult};
-use actix_web::HttpRequest;
+use crate::request::Presented;
+use crate::{NodeError, NodeResult};
 use registry_domain::ports::{IssuerKeys, TokenRejection, VerifiedToken};
 use std::sync::Arc;
 use uuid::Uuid;
 
-const SELECT_HEADER: &str = "x-service-account";
-
-fn untrusted_issuer() -> ApiError {
+fn untrusted_issuer() -> NodeError {
     unauthorized("no service account trusts the token's issuer")
 }
 
@@ -29,9 +27,9 @@ pub(super) type Federated = (Arc<VerifiedToken>, Trusting, Option<Uuid>);
 /// issuer and the client's choice among them; `registry_domain::access` decides the rest.
 pub(super) async fn verified(
     auth: &Authenticator,
-    req: &HttpRequest,
+    req: &Presented<'_>,
     token: &str,
-) -> ApiResult<Federated> {
+) -> NodeResult<Federated> {
     let chosen = chosen_account(req)?;
     let (verified, candidates) = verified_token(auth, token).await?;
     Ok((verified, candidates, chosen))
@@ -40,7 +38,7 @@ pub(super) async fn verified(
 async fn verified_token(
     auth: &Authenticator,
     token: &str,
-) -> ApiResult<(Arc<VerifiedToken>, Trusting)> {
+) -> NodeResult<(Arc<VerifiedToken>, Trusting)> {
     let now = auth.replica.now();
     // A look-up only: the token cache keeps tokens that verified, nothing else.
     let remembered = auth.tokens.verified_identity(token, now);
@@ -93,10 +91,10 @@ async fn verified_token(
 
 /// Verifies a token as a request would, without the token cache (explaining a token): an
 /// issuer this registry hosts is read from its own data.
-pub(crate) async fn verify_identity(
+pub async fn verify_identity(
     auth: &Authenticator,
     token: &str,
-) -> ApiResult<Result<VerifiedToken, TokenRejection>> {
+) -> NodeResult<Result<VerifiedToken, TokenRejection>> {
     let now = auth.replica.now();
     let issuer = auth.verifier.unverified_issuer(token);
     let hosted = match &issuer {
@@ -129,8 +127,8 @@ pub(crate) async fn verify(
 }
 
 /// The account the client chose with `X-Service-Account`, if it sent the header.
-fn chosen_account(req: &HttpRequest) -> ApiResult<Option<Uuid>> {
-    match req.headers().get(SELECT_HEADER) {
+fn chosen_account(req: &Presented<'_>) -> NodeResult<Option<Uuid>> {
+    match req.service_account {
         None => Ok(None),
         Some(v) => v
             .to_str()

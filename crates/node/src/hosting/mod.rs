@@ -8,5 +8,6 @@
 
 mod cache;
 
-pub(crate) use cache::{http_date, HTTP_DATE};
-pub use cache::{Document, Generation, Hosted, HostingCache, Lookup};
+pub use cache::{
+    http_date, Document, Generation, Hosted, HostingCache, Lookup, UnusableUrl, HTTP_DATE,
+};

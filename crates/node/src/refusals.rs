@@ -81,7 +81,7 @@ impl RefusalBudget {
         };
         let at = replica.now();
         let minute = at.unix_timestamp().div_euclid(60);
-        let request_id = crate::audit::request_id();
+        let request_id = crate::request_id();
         let facts = Refused {
             claims: &refused.token.claims,
             service: refused.service.map(|s| s.subdomain.as_str()),

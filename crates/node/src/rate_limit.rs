@@ -109,7 +109,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     }
 
     /// Keys whose state is kept now.
-    pub fn len(&self) -> usize {
+    pub fn tracked_keys(&self) -> usize {
         self.limiter
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -199,7 +199,7 @@ mod tests {
             // A different /64 each time (the attacker's best case).
             let sprayed = IpAddr::from([0x2001, 0xdb8, (n >> 16) as u16, n as u16, 0, 0, 0, 1]);
             assert!(limiter.hit(sprayed).is_ok());
-            most = most.max(limiter.len());
+            most = most.max(limiter.tracked_keys());
         }
         assert!(most <= MAX_KEYS + 1, "{most} addresses kept");
         assert!(limiter.refused.lock().unwrap().len() <= MAX_KEYS);

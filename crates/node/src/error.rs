@@ -1,0 +1,48 @@
+//! Every way a node refuses or fails a call; the server answers each as a problem.
+
+use registry_domain::ports::HasherBusy;
+use registry_domain::StoreError;
+
+/// A refusal or failure of authentication, authorization or a read of the replica's data.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Missing, malformed, unknown, revoked or expired credentials. The detail is generic unless
+    /// it helps an honest caller (X-Service-Account); the reason went to the log.
+    #[error("authentication required")]
+    Unauthorized {
+        /// What an honest caller can do about it, when there is something.
+        detail: Option<String>,
+    },
+    /// Valid credentials, but not for this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The service does not exist, or is not the caller's.
+    #[error("{0}")]
+    NotFound(String),
+    /// Too many failed authentications or writes.
+    #[error("{detail}")]
+    RateLimited {
+        /// When to try again.
+        retry_after_secs: u64,
+        /// Which limit.
+        detail: String,
+    },
+    /// Too much secret hashing is queued; nothing else is affected.
+    #[error("the server is busy checking credentials")]
+    Busy,
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A blocking task did not finish (it panicked).
+    #[error("a blocking task failed")]
+    Internal,
+}
+
+impl From<HasherBusy> for NodeError {
+    fn from(_: HasherBusy) -> Self {
+        NodeError::Busy
+    }
+}
+
+/// The result of a node's call.
+pub type NodeResult<T> = Result<T, NodeError>;

@@ -1,0 +1,32 @@
+//! What authentication reads of a request, handed over by the HTTP layer.
+
+use http::HeaderValue;
+use std::net::IpAddr;
+
+tokio::task_local! {
+    /// The `X-Request-Id` of the API request being handled: the server sets it around the
+    /// handler, where audit events and refusal records are built. A task-local rather than a
+    /// request extension, which cost every federated read about 1 % (docs/benchmarks.md).
+    pub static REQUEST_ID: HeaderValue;
+}
+
+/// The `X-Request-Id` of the API request being handled, if the server gave it one.
+pub fn request_id() -> Option<String> {
+    REQUEST_ID
+        .try_with(|id| id.to_str().ok().map(str::to_owned))
+        .ok()
+        .flatten()
+}
+
+/// A request as authentication sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Presented<'r> {
+    /// The client's address (after trusted proxies).
+    pub ip: IpAddr,
+    /// The `Authorization` header.
+    pub authorization: Option<&'r HeaderValue>,
+    /// The `X-Service-Account` header: the account a federated caller chose.
+    pub service_account: Option<&'r HeaderValue>,
+    /// Whether the call changes something (the write rate of DECISIONS §17).
+    pub changes: bool,
+}

@@ -1,0 +1,112 @@
+//! The caller of a request, as handler arguments: each reads what authentication needs from
+//! the request ([`Presented`]), runs the authentication and the access decision of its kind of
+//! call (`registry_node`) before the handler reads anything else, and refuses with the answer
+//! of DECISIONS §4 (401, 403, 404) when the call may not proceed.
+//!
+//! actix polls a handler's arguments together and answers with the first error: an argument
+//! that can fail (a query string) goes before the caller, so that its 400 never races the
+//! authentication (and never cancels it half-way).
+
+use crate::client_ip::client_ip;
+use crate::problem::ApiError;
+use actix_web::http::{header, Method};
+use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
+use futures_util::future::LocalBoxFuture;
+use ipnetwork::IpNetwork;
+use registry_domain::app::Caller;
+use registry_domain::Service;
+use registry_node::Authenticator;
+use registry_node::{auditor, collection_caller, manager, service_caller, Presented};
+use std::sync::Arc;
+
+/// What the caller arguments take from the application: the authenticator and the proxies
+/// whose `X-Forwarded-For` names the client.
+#[derive(Debug)]
+pub struct Gate {
+    /// Who is calling.
+    pub auth: Arc<Authenticator>,
+    /// Trusted proxy networks.
+    pub trusted_proxies: Vec<IpNetwork>,
+}
+
+/// A caller on no one service (`/services`): an account, never an anonymous secret.
+#[derive(Debug)]
+pub struct Collection(pub Caller);
+
+/// A caller managing the customer's service accounts: an account whose patterns include `"*"`
+/// (DECISIONS §5).
+#[derive(Debug)]
+pub struct Manager(pub Caller);
+
+/// A caller reading the customer's audit trail: an account whose patterns include `"*"`.
+#[derive(Debug)]
+pub struct Auditor(pub Caller);
+
+/// The one call that is a POST and changes nothing.
+const EXPLAIN_ROUTE: &str = "/service-accounts/{id}/explain";
+
+/// What authentication reads of `req`.
+fn presented<'r>(gate: &Gate, req: &'r HttpRequest) -> Presented<'r> {
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD);
+    Presented {
+        ip: client_ip(req, &gate.trusted_proxies),
+        authorization: req.headers().get(header::AUTHORIZATION),
+        service_account: req.headers().get("x-service-account"),
+        changes: !reads && req.match_pattern().as_deref() != Some(EXPLAIN_ROUTE),
+    }
+}
+
+fn gate(req: &HttpRequest) -> Result<web::Data<Gate>, ApiError> {
+    req.app_data::<web::Data<Gate>>()
+        .cloned()
+        .ok_or(ApiError::Internal)
+}
+
+/// `FromRequest` for a caller wrapper: authenticates with `$authenticate` and wraps the caller.
+macro_rules! caller_argument {
+    ($wrapper:ident, $authenticate:ident) => {
+        impl FromRequest for $wrapper {
+            type Error = ApiError;
+            type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+            fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+                let req = req.clone();
+                Box::pin(async move {
+                    let gate = gate(&req)?;
+                    let caller = $authenticate(&gate.auth, &presented(&gate, &req)).await?;
+                    Ok($wrapper(caller))
+                })
+            }
+        }
+    };
+}
+
+caller_argument!(Collection, collection_caller);
+caller_argument!(Manager, manager);
+caller_argument!(Auditor, auditor);
+
+/// A caller allowed to act on the service of the path's `{subdomain}` segment (a subdomain or
+/// an id), with that service.
+#[derive(Debug)]
+pub struct ServiceCaller {
+    /// The service (shared with the directory's cache).
+    pub service: Arc<Service>,
+    /// Who acts on it.
+    pub caller: Caller,
+}
+
+impl FromRequest for ServiceCaller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let gate = gate(&req)?;
+            let key = req.match_info().get("subdomain").unwrap_or_default();
+            let (caller, service) =
+                service_caller(&gate.auth, &presented(&gate, &req), key).await?;
+            Ok(ServiceCaller { service, caller })
+        })
+    }
+}

@@ -8,7 +8,7 @@
 //! `type`, `/problems/{slug}`), and no `tracing` subscriber is installed, so an in-process
 //! server logs nothing: tests that read a log start the binary.
 
-use registry_domain::ports::Clock;
+use registry_domain::ports::{Clock, IdentityTokenVerifier};
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -62,6 +62,8 @@ pub struct ServerOptions {
     /// Run the real `registry` binary rather than the server inside the test process: for tests
     /// that read its log, its memory or its process id, or send it signals.
     pub binary: bool,
+    /// The verifier of identity tokens of an in-process server, in place of the OIDC adapter.
+    pub verifier: Option<Arc<dyn IdentityTokenVerifier>>,
 }
 
 impl ServerOptions {
@@ -207,20 +209,22 @@ impl TestServer {
         let vars = settings_for(port, &database_url, &options.env);
         let settings = registry_server::Settings::from_vars(vars).expect("test settings");
         let clock = Arc::new(TestClock::default());
-        let server_clock: Arc<dyn Clock> = clock.clone();
+        let injected = registry_server::Injected {
+            clock: clock.clone(),
+            verifier: options.verifier.clone(),
+        };
         let (sender, started) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(format!("registry-{port}"))
             .spawn(move || {
                 actix_web::rt::System::new().block_on(async move {
-                    let running =
-                        match registry_server::start(settings, listener, server_clock).await {
-                            Ok(running) => running,
-                            Err(error) => {
-                                let _ = sender.send(Err(format!("{error:#}")));
-                                return;
-                            }
-                        };
+                    let running = match registry_server::start(settings, listener, injected).await {
+                        Ok(running) => running,
+                        Err(error) => {
+                            let _ = sender.send(Err(format!("{error:#}")));
+                            return;
+                        }
+                    };
                     let handle = running.handle();
                     // Runs once the server has been polled, that is, serves.
                     actix_web::rt::spawn(async move {

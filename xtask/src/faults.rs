@@ -19,6 +19,7 @@
 //! What was acknowledged is kept in the [`Ledger`], and checked with [`Ledger::verify`].
 
 mod pgkill;
+mod standby;
 
 use crate::api::{fake_keys, upload, Api};
 use crate::http::{free_port, wait_until, Http};
@@ -49,6 +50,16 @@ enum Scenario {
     Postgres,
     Pgkill,
     Disk,
+    Standby,
+}
+
+/// The `standby` scenario alone: what `cargo xtask test` runs of this chore (DECISIONS §14 on
+/// a real primary and standby).
+pub fn run_standby() -> Result<()> {
+    run(&Options {
+        rounds: 1,
+        scenarios: vec![Scenario::Standby],
+    })
 }
 
 pub fn run(options: &Options) -> Result<()> {
@@ -87,6 +98,13 @@ pub fn run(options: &Options) -> Result<()> {
     if wanted(Scenario::Pgkill) {
         let result = pgkill::postgres_killed_during_writes(&binary, &work.0, rounds);
         outcomes.push(("kill -9 of PostgreSQL during writes", result));
+    }
+    if wanted(Scenario::Standby) {
+        let result = standby::read_replica_and_fail_over(&binary, &work.0);
+        outcomes.push((
+            "read replica, primary down, fail-over (PostgreSQL standby)",
+            result,
+        ));
     }
     if wanted(Scenario::Disk) {
         let result = disk_full(&binary, &work.0);

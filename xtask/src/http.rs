@@ -31,6 +31,8 @@ pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> Option<Du
 pub struct Response {
     pub status: u16,
     pub body: String,
+    /// The `Retry-After` header, when there is one.
+    pub retry_after: Option<String>,
 }
 
 impl Response {
@@ -48,12 +50,13 @@ impl Response {
             .to_owned()
     }
 
-    /// A 503 `unavailable`: the database is out of reach, the one 5xx a server may answer.
+    /// A 503 `database-unavailable`: the database is out of reach, the one 5xx a server may
+    /// answer.
     pub fn is_unavailable(&self) -> bool {
-        self.status == 503 && self.problem() == "unavailable"
+        self.status == 503 && self.problem() == "database-unavailable"
     }
 
-    /// Fails unless the status is `want` (503: the `unavailable` problem); the error names
+    /// Fails unless the status is `want` (503: the `database-unavailable` problem); the error names
     /// `what` and the answer.
     pub fn expect(&self, want: u16, what: &str) -> Result<()> {
         let wanted = self.status == want && (want != 503 || self.is_unavailable());
@@ -155,9 +158,15 @@ fn parse_response(raw: &[u8]) -> Result<Response> {
     if chunked {
         body = dechunk(&body)?;
     }
+    let retry_after = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("retry-after")
+            .then(|| value.trim().to_owned())
+    });
     Ok(Response {
         status,
         body: String::from_utf8_lossy(&body).into_owned(),
+        retry_after,
     })
 }
 
@@ -198,9 +207,10 @@ mod tests {
         assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
         let problem = Response {
             status: 503,
-            body: r#"{"type": "http://x/problems/unavailable"}"#.into(),
+            body: r#"{"type": "http://x/problems/database-unavailable"}"#.into(),
+            retry_after: None,
         };
-        assert_eq!(problem.problem(), "unavailable");
+        assert_eq!(problem.problem(), "database-unavailable");
         assert!(problem.is_unavailable());
     }
 }

@@ -146,6 +146,10 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
         result = on_postgres(&["--ignored", "api::outage"]);
     }
     drop(cluster);
+    if result.is_ok() && test_args.is_empty() {
+        banner("a primary and a synchronous standby: read replica, primary down, fail-over");
+        result = faults::run_standby();
+    }
     result
 }
 

@@ -33,6 +33,8 @@ pub struct Cluster {
     running: bool,
     /// `fsync`, `synchronous_commit` and `full_page_writes` on (PostgreSQL's defaults).
     durable: bool,
+    /// More `-c` settings, after (and over) those above.
+    settings: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -76,6 +78,7 @@ impl Cluster {
             run_as,
             running: false,
             durable,
+            settings: Vec::new(),
         };
         if let Some(user) = run_as {
             run(Command::new("chown").arg("-R").arg(user).arg(&cluster.dir))?;
@@ -99,13 +102,16 @@ impl Cluster {
     pub fn start_server(&mut self) -> Result<()> {
         // A cluster that lives for one test run needs no durability, unless it is crashed.
         let durability = if self.durable { "on" } else { "off" };
-        let options = format!(
+        let mut options = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=300 \
              -c fsync={durability} -c synchronous_commit={durability} \
              -c full_page_writes={durability}",
             self.port,
             self.dir.join("socket").display()
         );
+        for (name, value) in &self.settings {
+            options.push_str(&format!(" -c {name}={value}"));
+        }
         self.running = true;
         let log = self.dir.join("server.log");
         let started = output(
@@ -118,6 +124,91 @@ impl Cluster {
             return Err(e.context(format!("pg_ctl start failed; server log:\n{log}")));
         }
         Ok(())
+    }
+
+    /// A hot standby of this cluster, streaming from it (`pg_basebackup -R`), started on a port
+    /// of its own. It becomes synchronous with [`Cluster::wait_for_standby_applying`].
+    pub fn start_standby(&self) -> Result<Cluster> {
+        let dir = self.dir.with_file_name(format!(
+            "{}-standby",
+            self.dir.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(dir.join("socket"))
+            .with_context(|| format!("creating {}", dir.display()))?;
+        if let Some(user) = self.run_as {
+            run(Command::new("chown").arg("-R").arg(user).arg(&dir))?;
+        }
+        let mut standby = Cluster {
+            bin: self.bin.clone(),
+            dir,
+            port: free_port()?,
+            run_as: self.run_as,
+            running: false,
+            durable: self.durable,
+            settings: Vec::new(),
+        };
+        let source = format!(
+            "host=127.0.0.1 port={} user=postgres application_name=standby",
+            self.port
+        );
+        output(
+            standby
+                .tool("pg_basebackup")
+                .arg("-D")
+                .arg(standby.dir.join("data"))
+                .args(["-R", "-X", "stream", "-d", &source]),
+        )
+        .context("pg_basebackup failed")?;
+        standby.start_server()?;
+        println!(
+            "PostgreSQL standby of 127.0.0.1:{} listening on 127.0.0.1:{}",
+            self.port, standby.port
+        );
+        Ok(standby)
+    }
+
+    /// Makes every commit wait until a standby has applied it (`synchronous_standby_names =
+    /// '*'`, `synchronous_commit = remote_apply`; a restart of the server), then waits (at most
+    /// 30 s) until a standby streams synchronously.
+    pub fn wait_for_standby_applying(&mut self) -> Result<()> {
+        self.settings = vec![
+            ("synchronous_standby_names".into(), "'*'".into()),
+            ("synchronous_commit".into(), "remote_apply".into()),
+        ];
+        self.stop_server()?;
+        self.start_server()?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let state = output(
+                Command::new("psql")
+                    .env("PATH", self.path_with_binaries()?)
+                    .args(["-X", "-A", "-t", "-d"])
+                    .arg(self.admin_url())
+                    .arg("-c")
+                    .arg("SELECT sync_state FROM pg_stat_replication"),
+            )?;
+            if state.trim() == "sync" {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("no synchronous standby after 30 s (pg_stat_replication: {state:?})");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote`, waiting until it accepts writes).
+    pub fn promote(&mut self) -> Result<()> {
+        output(&mut self.pg_ctl("-w promote")).context("pg_ctl promote failed")?;
+        Ok(())
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Stops the server (`pg_ctl stop -m fast`: clients are disconnected), keeping its files.

@@ -260,8 +260,43 @@ pub trait ChangeFeed: Send + Sync {
     /// sequence never goes back); how many went. A replica whose position is older than what is
     /// left reloads everything.
     fn prune_changes(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
-    /// Whether the database answers.
+    /// Whether the database answers (the primary: where writes go).
     fn ping(&self) -> StoreResult<()>;
+    /// Which sides of the database answer now (DECISIONS §14). The default: a database without
+    /// a read replica, up when [`ChangeFeed::ping`] answers.
+    fn sides(&self) -> DatabaseSides {
+        DatabaseSides {
+            primary: self.ping().is_ok(),
+            read_replica: None,
+        }
+    }
+}
+
+/// Which sides of the database answer (DECISIONS §14).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DatabaseSides {
+    /// The primary, where writes go, and reads when there is no read replica.
+    pub primary: bool,
+    /// The read replica, when one is configured.
+    pub read_replica: Option<ReadReplica>,
+}
+
+impl DatabaseSides {
+    /// Whether requests that only read can be served: from the read replica, or from the
+    /// primary, which reads fall back to.
+    pub fn reads_work(&self) -> bool {
+        self.primary || self.read_replica.is_some_and(|r| r.up)
+    }
+}
+
+/// A read replica's state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReadReplica {
+    /// Whether it answers.
+    pub up: bool,
+    /// How far its replay is behind the primary's last change it received, in seconds (`None`
+    /// when it does not answer).
+    pub lag_seconds: Option<f64>,
 }
 
 /// The audit trail (DECISIONS §13). Events are written by the storage calls that make changes,

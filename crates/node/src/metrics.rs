@@ -81,6 +81,9 @@ impl Default for Metrics {
 /// A value owned elsewhere, read at scrape time: name, `"gauge"` or `"counter"`, help, value.
 pub type Extra<'a> = (&'a str, &'a str, &'a str, u64);
 
+/// A gauge measured in fractions (seconds): name and help.
+pub type Measured<'a> = (&'a str, &'a str, f64);
+
 impl Metrics {
     /// Counts one finished request: one look-up of the route (its series handles are kept
     /// beside the families, which stay what the exposition reads), atomics after that.
@@ -166,7 +169,7 @@ impl Metrics {
     }
 
     /// The OpenMetrics text exposition ([`CONTENT_TYPE`]). `extra` adds values owned elsewhere.
-    pub fn render(&self, extra: &[Extra<'_>]) -> String {
+    pub fn render(&self, extra: &[Extra<'_>], measured: &[Measured<'_>]) -> String {
         let mut registry = Registry::default();
         // A counter's family is named without `_total`; the exposition adds it.
         registry.register(
@@ -221,6 +224,11 @@ impl Metrics {
                 registry.register(*name, help, gauge);
             }
         }
+        for (name, help, value) in measured {
+            let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+            gauge.set(*value);
+            registry.register(*name, help.trim_end_matches('.'), gauge);
+        }
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
@@ -239,7 +247,7 @@ mod tests {
         metrics.request("/a", "GET", 200, Duration::from_millis(3));
         metrics.request("/a", "PUT", 400, Duration::from_millis(3));
         metrics.request("/b", "GET", 200, Duration::from_secs(5));
-        let text = metrics.render(&[]);
+        let text = metrics.render(&[], &[]);
         assert!(
             text.contains(
                 "registry_http_requests_total{route=\"/a\",method=\"GET\",status=\"200\"} 2\n"

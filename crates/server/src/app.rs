@@ -13,7 +13,7 @@ use crate::state::AppState;
 use actix_web::dev::ServerHandle;
 use actix_web::{guard, middleware, web, App, HttpServer};
 use anyhow::Context;
-use registry_domain::ports::{Clock, Storage};
+use registry_domain::ports::{Clock, IdentityTokenVerifier, Storage};
 use registry_node::adapters::SystemClock;
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
@@ -23,6 +23,14 @@ use std::sync::Arc;
 /// Opens the database named by a URL for the server and applies pending migrations.
 pub fn open_store(url: &str) -> anyhow::Result<Store> {
     migrated(Store::connect(url), url)
+}
+
+/// [`open_store`] for `registry serve`: with the read replica `read_url` names, if any.
+fn open_serving_store(url: &str, read_url: Option<&str>) -> anyhow::Result<Store> {
+    let Some(read_url) = read_url.filter(|u| !u.trim().is_empty()) else {
+        return open_store(url);
+    };
+    migrated(Store::connect_with_read_replica(url, read_url), url)
 }
 
 /// Runs a command of the command line on the database named by a URL (migrated first), then
@@ -67,7 +75,7 @@ pub fn redact(url: &str) -> String {
 /// on `REGISTRY_LISTEN` and the system clock.
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let listen = Listen::Address(settings.listen.clone());
-    let running = launch(settings, listen, Arc::new(SystemClock), Signals::Stop).await?;
+    let running = launch(settings, listen, Injected::none(), Signals::Stop).await?;
     let addrs = running.addrs.clone();
     // Tests and scripts read this line to learn a port chosen with `:0`, and may send SIGTERM
     // as soon as they have it. The server installs its signal handlers when first polled, in
@@ -80,16 +88,49 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     running.stopped().await
 }
 
-/// Starts the server inside another program: on a listener already bound, reading time from
-/// `clock`, deaf to signals (stop it with [`Running::handle`]). `settings.listen` is not used.
-/// Call it inside an actix `System` (the background tasks are spawned on the current one), then
-/// await [`Running::stopped`] there: the server serves while that future is polled.
+/// What a program that runs the server in its own process may give it in place of the real
+/// thing (the tests: a clock they move, a verifier of their own).
+pub struct Injected {
+    /// Where time comes from.
+    pub clock: Arc<dyn Clock>,
+    /// What verifies identity tokens; `None`: the OIDC adapter, as `registry serve` has.
+    pub verifier: Option<Arc<dyn IdentityTokenVerifier>>,
+}
+
+impl std::fmt::Debug for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Injected")
+            .field("verifier", &self.verifier)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Injected {
+    /// The system clock and the OIDC adapter.
+    pub fn none() -> Self {
+        Self {
+            clock: Arc::new(SystemClock),
+            verifier: None,
+        }
+    }
+}
+
+/// Starts the server inside another program: on a listener already bound, with what that
+/// program injects, deaf to signals (stop it with [`Running::handle`]). `settings.listen` is not
+/// used. Call it inside an actix `System` (the background tasks are spawned on the current
+/// one), then await [`Running::stopped`] there: the server serves while that future is polled.
 pub async fn start(
     settings: Settings,
     listener: std::net::TcpListener,
-    clock: Arc<dyn Clock>,
+    injected: Injected,
 ) -> anyhow::Result<Running> {
-    launch(settings, Listen::Listener(listener), clock, Signals::Ignore).await
+    launch(
+        settings,
+        Listen::Listener(listener),
+        injected,
+        Signals::Ignore,
+    )
+    .await
 }
 
 /// A started server.
@@ -146,12 +187,13 @@ enum Signals {
 async fn launch(
     settings: Settings,
     listen: Listen,
-    clock: Arc<dyn Clock>,
+    injected: Injected,
     signals: Signals,
 ) -> anyhow::Result<Running> {
     problem::set_base_url(settings.base());
     let url = settings.database.database_url.clone();
-    let store = web::block(move || open_store(&url)).await??;
+    let read_url = settings.database_read_url.clone();
+    let store = web::block(move || open_serving_store(&url, read_url.as_deref())).await??;
     let verifier = OidcVerifier::new(OidcConfig {
         allow_insecure_issuers: settings.oidc_allow_insecure_issuers,
         ..OidcConfig::default()
@@ -162,7 +204,15 @@ async fn launch(
         std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
     });
     let storage: Arc<dyn Storage> = Arc::new(store.clone());
-    let state = web::Data::new(AppState::new(settings, storage, verifier, clock)?);
+    let identity = injected
+        .verifier
+        .unwrap_or_else(|| Arc::new(verifier.clone()));
+    let state = web::Data::new(AppState::new(
+        settings,
+        storage,
+        (verifier, identity),
+        injected.clock,
+    )?);
 
     state
         .replica

@@ -26,7 +26,7 @@ mod state;
 mod sync;
 mod views;
 
-pub use app::{serve, start, Running};
+pub use app::{serve, start, Injected, Running};
 pub use observe::{flush_log, log_line, LogLine};
 pub use registry_node::adapters::SystemClock;
 pub use settings::{LogFormat, Settings};

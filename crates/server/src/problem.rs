@@ -201,7 +201,8 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => ("payload-too-large", "Payload too large"),
             ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
             ApiError::RateLimited { .. } => ("rate-limited", "Too many requests"),
-            ApiError::Unavailable | ApiError::Busy => ("unavailable", "Service unavailable"),
+            ApiError::Unavailable => ("database-unavailable", "Database unavailable"),
+            ApiError::Busy => ("unavailable", "Service unavailable"),
             ApiError::Capacity { .. } => ("capacity", "Capacity reached"),
             ApiError::Internal => ("internal", "Internal server error"),
         }
@@ -318,6 +319,10 @@ impl ResponseError for ApiError {
             }
             ApiError::Busy => {
                 response.insert_header((header::RETRY_AFTER, "1"));
+            }
+            // A restart or a fail-over of the database takes seconds (DECISIONS §14).
+            ApiError::Unavailable => {
+                response.insert_header((header::RETRY_AFTER, "5"));
             }
             ApiError::MethodNotAllowed(allowed) => {
                 response.insert_header((header::ALLOW, *allowed));

@@ -35,6 +35,13 @@ pub struct Settings {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
+    /// A hot standby of that PostgreSQL database (`postgres://…`): what serves requests is read
+    /// there, writes go to REGISTRY_DATABASE_URL, and reads fall back to it while the standby
+    /// does not answer. Revocation stays immediate on every replica only with a synchronous
+    /// standby and `synchronous_commit = remote_apply` (docs/api.md).
+    #[arg(long, env = "REGISTRY_DATABASE_READ_URL")]
+    pub database_read_url: Option<String>,
+
     /// Public base URL of the API (used in Location headers, problem types, dashboard links).
     #[arg(
         long,

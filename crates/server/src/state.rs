@@ -7,7 +7,7 @@ use crate::settings::Settings;
 use actix_web::web;
 use ipnetwork::IpNetwork;
 use registry_domain::app::{AppError, Registry};
-use registry_domain::ports::{Clock, Storage};
+use registry_domain::ports::{Clock, IdentityTokenVerifier, Storage};
 use registry_node::adapters::{HashingLanes, OsRandomness};
 use registry_node::hosting::HostingCache;
 use registry_node::rate_limit::RateLimiter;
@@ -43,11 +43,12 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Builds the components from settings and an open store.
+    /// Builds the components from settings, an open store, the OIDC adapter (for its counters)
+    /// and the verifier of identity tokens (the adapter itself, unless a test injects another).
     pub fn new(
         settings: Settings,
         store: Arc<dyn Storage>,
-        verifier: OidcVerifier,
+        (oidc, verifier): (OidcVerifier, Arc<dyn IdentityTokenVerifier>),
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
         let hosting = HostingCache::new(
@@ -73,7 +74,7 @@ impl AppState {
         let auth = Arc::new(Authenticator::new(
             limits,
             replica.clone(),
-            Arc::new(verifier.clone()),
+            verifier,
             hasher.clone(),
             metrics.clone(),
         ));
@@ -96,7 +97,7 @@ impl AppState {
             auth,
             registry,
             metrics,
-            oidc: verifier,
+            oidc,
             anon_limiter: RateLimiter::per_hour(settings.anon_create_per_hour),
             explains: RateLimiter::per_minute(settings.explain_per_minute),
             clock,

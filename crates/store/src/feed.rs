@@ -9,7 +9,8 @@ use crate::Store;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use registry_domain::ports::{
-    Change, ChangeFeed, CredentialOwner, CredentialStore, StoreResult, StoredCredential,
+    Change, ChangeFeed, CredentialOwner, CredentialStore, DatabaseSides, StoreResult,
+    StoredCredential,
 };
 use registry_domain::StoreError;
 
@@ -142,6 +143,13 @@ impl ChangeFeed for Store {
     }
 
     fn ping(&self) -> StoreResult<()> {
-        self.read(|conn| Ok(conn.batch_execute("SELECT 1")?))
+        self.read_primary(|conn| Ok(conn.batch_execute("SELECT 1")?))
+    }
+
+    fn sides(&self) -> DatabaseSides {
+        DatabaseSides {
+            primary: self.ping().is_ok(),
+            read_replica: self.read_replica_state(),
+        }
     }
 }

@@ -48,11 +48,33 @@ impl fmt::Display for Backend {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// The hot standby that reads go to, when there is one (DECISIONS §14).
+    replica: Option<ReadSide>,
     backend: Backend,
     reachability: Arc<Reachability>,
     gate: Arc<ConnectGate>,
     /// SQLite writers of this process, one at a time (see [`Store::write`]).
     writers: Arc<Mutex<()>>,
+}
+
+/// A hot standby of the primary, read from: its pool, and whether it answered last.
+#[derive(Clone)]
+struct ReadSide {
+    pool: Pool,
+    reachability: Arc<Reachability>,
+}
+
+impl ReadSide {
+    /// A connection to the standby; while it did not answer, the caller falls back to the
+    /// primary after a short wait rather than the whole checkout timeout.
+    fn conn(&self) -> Option<Pooled> {
+        let timeout = if self.reachability.is_reachable() {
+            pool::CHECKOUT_TIMEOUT
+        } else {
+            pool::OUTAGE_CHECKOUT_TIMEOUT
+        };
+        self.pool.get_timeout(timeout).ok()
+    }
 }
 
 /// How long [`Store::close`] waits for connects under way: longer than one connect may take
@@ -87,6 +109,38 @@ impl Store {
         Store::open(url, Pooling::Command)
     }
 
+    /// Like [`Store::connect`], reading from the hot standby `read_url` names (PostgreSQL
+    /// only, as the primary must be): what serves requests is read there, writes go to the
+    /// primary, and reads fall back to the primary while the standby does not answer
+    /// (DECISIONS §14). A standby that does not answer now is no error: the server starts on
+    /// the primary and uses the standby once it answers.
+    pub fn connect_with_read_replica(url: &str, read_url: &str) -> Result<Store, SetupError> {
+        let mut store = Store::open(url, Pooling::Serving)?;
+        let target = target::parse(read_url)?;
+        if store.backend != Backend::Postgres || !matches!(target, Target::Postgres(_)) {
+            return Err(SetupError::UnsupportedUrl(
+                "a read replica needs PostgreSQL: REGISTRY_DATABASE_URL and \
+                 REGISTRY_DATABASE_READ_URL must both be postgres:// URLs"
+                    .into(),
+            ));
+        }
+        let reachability = Arc::new(Reachability::default());
+        let manager = Manager::new(target, reachability.clone(), store.gate.clone());
+        if let Err(error) = pool::probe(&manager) {
+            tracing::warn!(%error, "the read replica does not answer: reading from the primary until it does");
+        }
+        store.replica = Some(ReadSide {
+            pool: pool::build(manager, Pooling::Serving),
+            reachability,
+        });
+        Ok(store)
+    }
+
+    /// Whether reads go to a read replica.
+    pub fn has_read_replica(&self) -> bool {
+        self.replica.is_some()
+    }
+
     fn open(url: &str, pooling: Pooling) -> Result<Store, SetupError> {
         let target = target::parse(url)?;
         let backend = match target {
@@ -102,6 +156,7 @@ impl Store {
         })?;
         Ok(Store {
             pool: pool::build(manager, pooling),
+            replica: None,
             backend,
             reachability,
             gate,
@@ -149,10 +204,42 @@ impl Store {
             .map_err(|e| Failure(StoreError::Unavailable(e.to_string())))
     }
 
-    /// Runs read-only statements on a pooled connection.
-    pub(crate) fn read<T>(&self, f: impl FnOnce(&mut Db) -> Res<T>) -> StoreResult<T> {
+    /// Runs read-only statements on a pooled connection: of the read replica when there is
+    /// one and it answers, else (or when it fails under them) of the primary.
+    pub(crate) fn read<T>(&self, mut f: impl FnMut(&mut Db) -> Res<T>) -> StoreResult<T> {
+        if let Some(mut conn) = self.replica.as_ref().and_then(ReadSide::conn) {
+            match f(&mut conn) {
+                Err(Failure(StoreError::Unavailable(reason))) => {
+                    tracing::debug!(%reason, "a read failed on the read replica: reading from the primary");
+                }
+                done => return done.map_err(|Failure(e)| e),
+            }
+        }
         let mut conn = self.conn()?;
         Ok(f(&mut conn)?)
+    }
+
+    /// Runs read-only statements on the primary, whatever reads usually use: what must see the
+    /// primary itself (whether it answers).
+    pub(crate) fn read_primary<T>(&self, f: impl FnOnce(&mut Db) -> Res<T>) -> StoreResult<T> {
+        let mut conn = self.conn()?;
+        Ok(f(&mut conn)?)
+    }
+
+    /// Whether the read replica answers, and how far behind it replays; `None` without one.
+    pub(crate) fn read_replica_state(&self) -> Option<registry_domain::ports::ReadReplica> {
+        let side = self.replica.as_ref()?;
+        let lag = side.conn().and_then(|mut conn| match &mut *conn {
+            Db::Postgres(c) => diesel::sql_query(REPLAY_LAG)
+                .get_result::<Lag>(c)
+                .ok()
+                .map(|row| row.seconds),
+            Db::Sqlite(_) => None,
+        });
+        Some(registry_domain::ports::ReadReplica {
+            up: lag.is_some(),
+            lag_seconds: lag,
+        })
     }
 
     /// Runs read-only statements in place, only when that cannot wait: the database is SQLite
@@ -256,3 +343,18 @@ fn in_transaction<T>(
 
 pub(crate) const CHANGE_SERVICE: &str = "service";
 pub(crate) const CHANGE_ACCOUNT: &str = "account";
+
+/// How far a standby's replay is behind what it received: nothing when it replayed all it
+/// received (an idle primary sends nothing, and the last replay's age would grow regardless),
+/// else the age of the last transaction it replayed. 0 on a primary.
+const REPLAY_LAG: &str = "SELECT CAST(CASE \
+    WHEN NOT pg_is_in_recovery() THEN 0 \
+    WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 \
+    ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0) \
+    END AS DOUBLE PRECISION) AS seconds";
+
+#[derive(diesel::QueryableByName)]
+struct Lag {
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    seconds: f64,
+}

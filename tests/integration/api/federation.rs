@@ -610,3 +610,76 @@ fn a_hanging_issuer_holds_up_only_its_own_cold_tokens() {
     assert_eq!(hanging.discovery_fetches(), 1);
     assert_eq!(server.get(&path, &warm).status(), 200);
 }
+
+/// A verifier port of the test's own: it knows one token, of an issuer a policy trusts, and
+/// one of an issuer none does; it counts the verifications asked of it.
+#[derive(Debug, Default)]
+struct CountingVerifier {
+    verifications: std::sync::atomic::AtomicUsize,
+}
+
+const INJECTED_ISSUER: &str = "https://ci.injected.example";
+const TRUSTED_TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.eyJ0cnVzdGVkIjp0cnVlfQ.c2ln";
+const MADE_UP_TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.eyJ0cnVzdGVkIjpmYWxzZX0.c2ln";
+
+impl registry_domain::ports::IdentityTokenVerifier for CountingVerifier {
+    fn unverified_issuer(&self, token: &str) -> Option<String> {
+        match token {
+            TRUSTED_TOKEN => Some(INJECTED_ISSUER.into()),
+            MADE_UP_TOKEN => Some("https://nobody.injected.example".into()),
+            _ => None,
+        }
+    }
+
+    fn verify<'a>(
+        &'a self,
+        token: &'a str,
+        _keys: registry_domain::ports::IssuerKeys<'a>,
+        now: time::OffsetDateTime,
+    ) -> registry_domain::ports::Verification<'a> {
+        self.verifications
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let claims = json!({
+            "iss": self.unverified_issuer(token),
+            "aud": AUDIENCE,
+            "sub": "repo:acme/app:ref:refs/heads/main",
+            "exp": now.unix_timestamp() + 300,
+        });
+        let verified = registry_domain::ports::VerifiedToken {
+            issuer: INJECTED_ISSUER.into(),
+            claims: claims.as_object().cloned().unwrap_or_default(),
+        };
+        Box::pin(async move { Ok(verified) })
+    }
+}
+
+#[test]
+fn identity_tokens_are_checked_by_the_verifier_port_the_server_is_given() {
+    let verifier = std::sync::Arc::new(CountingVerifier::default());
+    let server = TestServer::start_with(registry_tests::server::ServerOptions {
+        verifier: Some(verifier.clone()),
+        ..Default::default()
+    });
+    let customer = server.customer("acme", "business");
+    oidc_account(
+        &server,
+        &customer,
+        INJECTED_ISSUER,
+        &[(&["*"], "repo:acme/app:*")],
+        None,
+    );
+    let verifications = || {
+        verifier
+            .verifications
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+
+    assert_eq!(server.get("/services", TRUSTED_TOKEN).status(), 200);
+    assert_eq!(verifications(), 1);
+    // Remembered: the port is not asked again for the same token.
+    assert_eq!(server.get("/services", TRUSTED_TOKEN).status(), 200);
+    assert_eq!(verifications(), 1);
+    // An issuer no policy names never reaches the verifier.
+    assert_eq!(server.get("/services", MADE_UP_TOKEN).status(), 401);
+    assert_eq!(verifications(), 1);
+}

@@ -30,7 +30,11 @@ fn an_outage_is_a_503_at_once_and_the_server_recovers_by_itself() {
     let mut waits = Vec::new();
     for _ in 0..5 {
         let started = Instant::now();
-        assert_problem(server.get("/services", &acme.token), 503, "unavailable");
+        assert_problem(
+            server.get("/services", &acme.token),
+            503,
+            "database-unavailable",
+        );
         waits.push(started.elapsed());
     }
     // The first call may wait out the pool's 5 s checkout while it finds the outage; once a

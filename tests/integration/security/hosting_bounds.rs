@@ -57,6 +57,7 @@ fn server(cache_bytes: u64, database_url: Option<String>) -> TestServer {
         database_url,
         // Its memory is measured.
         binary: true,
+        verifier: None,
     })
 }
 

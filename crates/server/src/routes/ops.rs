@@ -14,10 +14,24 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: the database answers.
+/// `GET /readyz`: requests can be served, and which sides of the database answer (DECISIONS
+/// §14): 200 while reads work (from the read replica, or the primary they fall back to).
 pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    state.replica.db(|s| s.ping()).await?;
-    Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
+    let sides = state.replica.db(|s| Ok(s.sides())).await?;
+    let word = |up: bool| if up { "up" } else { "down" };
+    let body = json!({
+        "status": if sides.reads_work() { "ready" } else { "unavailable" },
+        "primary": word(sides.primary),
+        "readReplica": sides.read_replica.map_or("none", |r| word(r.up)),
+    });
+    let mut response = if sides.reads_work() {
+        HttpResponse::Ok()
+    } else {
+        HttpResponse::ServiceUnavailable()
+    };
+    Ok(response
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(body))
 }
 
 /// Whether the client may see `/metrics` at all (DECISIONS §17): its address, as the trusted
@@ -34,9 +48,21 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
     if !may_read_metrics(&state, &req) {
         return super::not_found().await;
     }
+    let sides = state.replica.db(|s| Ok(s.sides())).await?;
+    // Without an answer from the standby, its lag is unknown: the series is left out.
+    let lag = sides
+        .read_replica
+        .and_then(|r| r.lag_seconds)
+        .map(|seconds| {
+            (
+                "registry_read_replica_lag_seconds",
+                "How far the read replica's replay is behind what it received from the primary.",
+                seconds,
+            )
+        });
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, registry_node::metrics::CONTENT_TYPE))
-        .body(state.metrics.render(&gauges(&state))))
+        .body(state.metrics.render(&gauges(&state), lag.as_slice())))
 }
 
 /// What the components count besides the per-route series: cache sizes, key fetches, limits.

@@ -1,0 +1,231 @@
+//! `cargo xtask faults standby`: DECISIONS §14's read replica, the primary down, and a
+//! fail-over, on a real primary and a real streaming standby (`pg_basebackup`, synchronous,
+//! `synchronous_commit = remote_apply`).
+//!
+//! Two registry processes share the database as replicas behind a load balancer would: both
+//! write to libpq's multi-host URL of the two clusters (`target_session_attrs=read-write`) and
+//! read from the standby (`REGISTRY_DATABASE_READ_URL`).
+//! 1. Reads go to the standby (its client connections), revocation holds at once on the other
+//!    replica (an account deleted on A: its token refused on B by the next request), a new
+//!    account works at once on B, `/readyz` says both sides are up and `/metrics` shows the lag.
+//! 2. The primary is killed (`kill -9`) under the writers of the `kill` scenario: writes answer
+//!    503 `database-unavailable` with `Retry-After`, while public hosting, authenticated GETs
+//!    and federated authentication keep working from the standby, and `/readyz` stays 200 with
+//!    `"primary": "down"`.
+//! 3. The standby is promoted: writes resume within 10 s, neither registry restarted.
+//! 4. The ledger of acknowledged writes is checked against the promoted database: with
+//!    `remote_apply`, every write acknowledged before the kill is on the standby.
+
+use super::{acknowledged, create_database, with_writers};
+use crate::api::{hosted_issuer, oidc_policy, Api};
+use crate::http::{wait_until, Http};
+use crate::ledger::{locked, Ledger, Writer, TENANT};
+use crate::postgres::Cluster;
+use crate::registry::{self, create_customer, Registry};
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How soon writes must resume after the standby is promoted (DECISIONS §14).
+const FAIL_OVER_WITHIN: Duration = Duration::from_secs(10);
+
+pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> {
+    let mut primary = Cluster::start()?;
+    let database = "faults_standby";
+    create_database(&primary, database)?;
+    let mut standby = primary.start_standby()?;
+    primary.wait_for_standby_applying()?;
+    let write_url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{database}?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let read_url = format!(
+        "postgres://postgres@127.0.0.1:{}/{database}",
+        standby.port()
+    );
+    let token = create_customer(binary, &write_url, TENANT)?;
+    let start = |name: &str, template: Option<&str>| -> Result<Registry> {
+        let mut options = registry::Options::new(binary, &write_url, &work.join(name))
+            .env("REGISTRY_DATABASE_READ_URL", &read_url)
+            .env("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true");
+        if let Some(template) = template {
+            options = options.env("REGISTRY_ISSUER_URL_TEMPLATE", template);
+        }
+        Registry::start(&options)
+    };
+    let a = start("standby-a.log", None)?;
+    // The replicas of one registry host the same issuers.
+    let template = format!("http://{{subdomain}}.localhost:{}", a.port);
+    let b = start("standby-b.log", Some(&template))?;
+    let (ha, hb) = (a.http(), b.http());
+
+    let reads = replica_reads(&standby, ha, hb, &token)?;
+    let api = Api::new(ha, &token);
+    let (issuer, signer) = hosted_issuer(&api)?;
+    api.create_account("federated", oidc_policy(&issuer, &["*"]))?;
+    let identity = signer.mint(&issuer)?;
+    hb.call("GET", "/services", Some(&identity), None)?
+        .expect(200, "a federated call on B reading the standby")?;
+
+    let ledger = Mutex::new(Ledger::new(ha, &token)?);
+    let writer = Writer {
+        http: ha,
+        token: &token,
+        ledger: &ledger,
+    };
+    let (down, resumed) = with_writers(writer, "s", || -> Result<(String, Duration)> {
+        std::thread::sleep(Duration::from_secs(3));
+        primary.kill9_server()?;
+        let down = primary_down(ha, hb, &token, &identity, &issuer)?;
+        let promoted = Instant::now();
+        standby.promote()?;
+        let resumed = wait_until(Duration::from_secs(30), || {
+            ha.call("POST", "/services", Some(&token), Some(&json!({})))
+                .is_ok_and(|r| r.status == 201)
+        })
+        .context("no write accepted within 30 s of the promotion")?;
+        let resumed = promoted.elapsed().max(resumed);
+        std::thread::sleep(Duration::from_secs(1));
+        Ok((down, resumed))
+    })?;
+    ensure!(
+        resumed <= FAIL_OVER_WITHIN,
+        "writes resumed {:.1} s after the promotion (at most {} s)",
+        resumed.as_secs_f64(),
+        FAIL_OVER_WITHIN.as_secs()
+    );
+    hb.call("GET", "/services", Some(&identity), None)?
+        .expect(200, "a federated call on B after the fail-over")?;
+    let l = locked(&ledger);
+    let verified = l
+        .verify(ha, &token)
+        .context("the ledger against the promoted standby")?;
+    ensure!(
+        l.server_errors.is_empty(),
+        "server errors other than 503 database-unavailable: {:?}",
+        l.server_errors
+    );
+    Ok(format!(
+        "{reads}; {down}; writes resumed {:.1} s after the promotion, no registry restarted; \
+         {}, all on the promoted standby; {} unacknowledged writes found whole; {} audit events; \
+         {} answers 503 database-unavailable, no other 5xx",
+        resumed.as_secs_f64(),
+        acknowledged(&l),
+        verified.found_whole,
+        verified.audit_events,
+        l.unavailable
+    ))
+}
+
+/// Step 1: the replicas read the standby, and revocation holds at once across them.
+fn replica_reads(standby: &Cluster, ha: Http, hb: Http, token: &str) -> Result<String> {
+    let ready = ha.call("GET", "/readyz", None, None)?;
+    ensure!(
+        ready.status == 200
+            && ready.json()["primary"] == "up"
+            && ready.json()["readReplica"] == "up",
+        "GET /readyz with both sides up: {} {}",
+        ready.status,
+        ready.body
+    );
+    let metrics = ha.call("GET", "/metrics", None, None)?;
+    ensure!(
+        metrics.body.contains("registry_read_replica_lag_seconds"),
+        "/metrics has no registry_read_replica_lag_seconds"
+    );
+    const ROUNDS: usize = 20;
+    let policy = json!({"kind": "static", "services": ["*"]});
+    for round in 0..ROUNDS {
+        let created = ha.call(
+            "POST",
+            "/service-accounts",
+            Some(token),
+            Some(&json!({"name": format!("r{round}"), "policy": policy})),
+        )?;
+        created.expect(201, "an account created on A")?;
+        let body: Value = created.json();
+        let (id, secret) = (
+            body["id"].as_str().context("an account id")?,
+            body["token"].as_str().context("a token")?,
+        );
+        hb.call("GET", "/services", Some(secret), None)?
+            .expect(200, "a new account's token on B, at once")?;
+        ha.call(
+            "DELETE",
+            &format!("/service-accounts/{id}"),
+            Some(token),
+            None,
+        )?
+        .expect(204, "the account deleted on A")?;
+        let after = hb.call("GET", "/services", Some(secret), None)?;
+        if after.status != 401 {
+            bail!(
+                "round {round}: a deleted account's token on B answered {} (revocation must hold \
+                 at once with a remote_apply standby)",
+                after.status
+            );
+        }
+    }
+    let on_standby = standby.backend_titles()?.len();
+    ensure!(
+        on_standby > 0,
+        "no client connection on the standby: the replicas do not read from it"
+    );
+    Ok(format!(
+        "both replicas read the standby ({on_standby} connections); {ROUNDS} accounts created on \
+         A worked on B at once, and were refused on B by the first request after their deletion"
+    ))
+}
+
+/// Step 2, with the primary killed: writes are 503 with `Retry-After`, reads and federated
+/// authentication work, `/readyz` stays 200 and names the side that is down.
+fn primary_down(ha: Http, hb: Http, token: &str, identity: &str, issuer: &str) -> Result<String> {
+    let killed = Instant::now();
+    let refused = wait_until(Duration::from_secs(30), || {
+        ha.call("POST", "/services", Some(token), Some(&json!({})))
+            .is_ok_and(|r| r.is_unavailable())
+    })
+    .context("no write answered 503 database-unavailable with the primary killed")?;
+    let write = hb.call("POST", "/services", Some(token), Some(&json!({})))?;
+    write.expect(503, "a write on B with the primary down")?;
+    ensure!(
+        write.retry_after.is_some(),
+        "a 503 of a write without Retry-After"
+    );
+    let ready = hb.call("GET", "/readyz", None, None)?;
+    ensure!(
+        ready.status == 200
+            && ready.json()["primary"] == "down"
+            && ready.json()["readReplica"] == "up",
+        "GET /readyz with the primary down: {} {}",
+        ready.status,
+        ready.body
+    );
+    let mut reads = 0;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        for (http, credential) in [(ha, token), (hb, token), (hb, identity), (ha, identity)] {
+            http.call("GET", "/services", Some(credential), None)?
+                .expect(200, "an authenticated GET with the primary down")?;
+            reads += 1;
+        }
+        let subdomain = issuer
+            .trim_start_matches("http://")
+            .split('.')
+            .next()
+            .unwrap_or_default();
+        hb.hosted(subdomain, "/.well-known/jwks.json")?
+            .expect(200, "public hosting with the primary down")?;
+        reads += 1;
+    }
+    Ok(format!(
+        "primary killed: writes 503 database-unavailable with Retry-After after {:.1} s, \
+         /readyz 200 primary down, {reads} authenticated, federated and public GETs all 200 \
+         from the standby in {:.1} s",
+        refused.as_secs_f64(),
+        killed.elapsed().as_secs_f64()
+    ))
+}

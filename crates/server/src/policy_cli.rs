@@ -105,7 +105,8 @@ fn read_policy(path: &Path) -> anyhow::Result<Policy> {
     let document = read_json(path)?;
     Policy::parse(&document)
         .map(|p| p.policy)
-        .map_err(|violations| {
+        .map_err(|error| {
+            let violations = error.into_violations();
             let first = violations
                 .first()
                 .map(|v| v.to_string())

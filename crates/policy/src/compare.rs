@@ -516,3 +516,237 @@ fn edges(net: IpNetwork) -> Vec<IpAddr> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(document: Value) -> Policy {
+        Policy::parse(&document)
+            .unwrap_or_else(|e| panic!("{document}: {e}"))
+            .policy
+    }
+
+    fn rule(sub: &str, services: &[&str]) -> Value {
+        json!({"services": services,
+            "claims": {"iss": "https://ci.example", "aud": "registry", "sub": sub}})
+    }
+
+    fn oidc(rules: Vec<Value>, allowlist: Option<&[&str]>) -> Policy {
+        let mut document = json!({"kind": "oidc", "rules": rules});
+        if let Some(list) = allowlist {
+            document["ip_allowlist"] = json!(list);
+        }
+        policy(document)
+    }
+
+    /// Every witness is allowed by `new` and refused by `old`.
+    fn confirmed(old: &Policy, new: &Policy, comparison: &Comparison) {
+        for w in &comparison.witnesses {
+            assert_eq!(
+                new.evaluate(w.claims.as_ref(), w.service.as_deref(), w.ip),
+                super::super::Decision::Allow { rule: w.rule },
+                "{w:?}"
+            );
+            assert!(
+                !old.evaluate(w.claims.as_ref(), w.service.as_deref(), w.ip)
+                    .is_allowed(),
+                "{w:?}"
+            );
+        }
+    }
+
+    fn result(old: &Policy, new: &Policy) -> CompareResult {
+        let comparison = compare(old, new);
+        confirmed(old, new, &comparison);
+        assert_eq!(
+            comparison.result == CompareResult::Widens,
+            !comparison.witnesses.is_empty()
+        );
+        comparison.result
+    }
+
+    #[test]
+    fn glob_inclusion() {
+        let q = Wildcards::StarAndQuestion;
+        for (outer, inner) in [
+            ("*", "anything"),
+            ("*", "a*b?"),
+            ("repo:acme/*", "repo:acme/api:*"),
+            ("repo:acme/*", "repo:acme/api"),
+            ("repo:*:ref:main", "repo:acme/*:ref:main"),
+            ("a?c", "abc"),
+            ("a?c", "a?c"),
+            ("a*", "a**"),
+            ("*x*", "ax*"),
+        ] {
+            assert!(glob_covers(outer, inner, q), "{outer} ⊇ {inner}");
+        }
+        for (outer, inner) in [
+            ("repo:acme/api:*", "repo:acme/*"),
+            ("abc", "a?c"),
+            ("a?c", "a*c"),
+            ("x*", "*"),
+            ("*x", "*"),
+            ("abc", "abcd"),
+        ] {
+            assert!(!glob_covers(outer, inner, q), "{outer} ⊉ {inner}");
+        }
+        // Services: `?` is a character like any other.
+        assert!(!glob_covers("a?c", "abc", Wildcards::StarOnly));
+        assert!(glob_covers("api-*", "api-?", Wildcards::StarOnly));
+        // A boolean matches only the word itself.
+        assert!(!claim_pattern_covers("t*", "true"));
+        assert!(claim_pattern_covers("true", "true"));
+        assert!(claim_pattern_covers("t*", "tru?"));
+    }
+
+    #[test]
+    fn narrower_claims_and_services_are_proven() {
+        let old = oidc(vec![rule("repo:acme/*", &["api-*", "web-acme"])], None);
+        let new = oidc(
+            vec![
+                rule("repo:acme/api:ref:refs/heads/main", &["api-acme"]),
+                rule("repo:acme/web:*", &["web-acme", "api-*"]),
+            ],
+            None,
+        );
+        assert_eq!(result(&old, &new), CompareResult::NarrowerOrEqual);
+        assert_eq!(result(&old, &old), CompareResult::NarrowerOrEqual);
+        // Wider the other way round.
+        assert_eq!(result(&new, &old), CompareResult::Widens);
+    }
+
+    #[test]
+    fn a_new_rule_is_covered_by_several_old_ones_service_by_service() {
+        let old = oidc(
+            vec![
+                rule("repo:acme/*", &["api-acme"]),
+                rule("repo:*", &["web-acme"]),
+            ],
+            None,
+        );
+        let new = oidc(vec![rule("repo:acme/x", &["api-acme", "web-acme"])], None);
+        assert_eq!(result(&old, &new), CompareResult::NarrowerOrEqual);
+    }
+
+    #[test]
+    fn widenings_carry_a_witness() {
+        let old = oidc(
+            vec![
+                rule("repo:acme/api:*", &["api-acme"]),
+                rule("repo:acme/web:*", &["web-*"]),
+            ],
+            None,
+        );
+        // A broader subject in the second of two rules.
+        let new = oidc(
+            vec![
+                rule("repo:acme/api:*", &["api-acme"]),
+                rule("repo:acme/*", &["web-*"]),
+            ],
+            None,
+        );
+        let comparison = compare(&old, &new);
+        assert_eq!(comparison.result, CompareResult::Widens);
+        assert_eq!(comparison.witnesses[0].rule, Some(1));
+        assert_eq!(
+            comparison.witnesses[0].ip, None,
+            "no allowlist: any address"
+        );
+        confirmed(&old, &new, &comparison);
+        // A broader service pattern.
+        let new = oidc(
+            vec![
+                rule("repo:acme/api:*", &["api-*"]),
+                rule("repo:acme/web:*", &["web-*"]),
+            ],
+            None,
+        );
+        let comparison = compare(&old, &new);
+        assert_eq!(comparison.result, CompareResult::Widens);
+        assert_ne!(comparison.witnesses[0].service.as_deref(), Some("api-acme"));
+        // A claim the old rule checked and the new one drops.
+        let strict = oidc(
+            vec![
+                json!({"services": ["*"], "claims": {"iss": "https://ci.example", "aud":
+                "registry", "sub": "repo:acme/*", "ref": "refs/heads/main"}}),
+            ],
+            None,
+        );
+        let loose = oidc(vec![rule("repo:acme/*", &["*"])], None);
+        assert_eq!(result(&strict, &loose), CompareResult::Widens);
+        assert_eq!(result(&loose, &strict), CompareResult::NarrowerOrEqual);
+        // Another issuer.
+        let other = policy(
+            json!({"kind": "oidc", "rules": [{"services": ["*"], "claims":
+            {"iss": "https://other.example", "aud": "registry", "sub": "repo:acme/*"}}]}),
+        );
+        assert_eq!(result(&loose, &other), CompareResult::Widens);
+    }
+
+    #[test]
+    fn cidr_changes() {
+        let rules = || vec![rule("repo:acme/*", &["*"])];
+        let office = oidc(rules(), Some(&["203.0.113.0/24"]));
+        let desk = oidc(rules(), Some(&["203.0.113.7", "203.0.113.128/25"]));
+        let anywhere = oidc(rules(), None);
+        let wider = oidc(rules(), Some(&["203.0.112.0/23"]));
+        let v6 = oidc(rules(), Some(&["203.0.113.0/24", "2001:db8::/32"]));
+        assert_eq!(result(&office, &desk), CompareResult::NarrowerOrEqual);
+        assert_eq!(result(&anywhere, &office), CompareResult::NarrowerOrEqual);
+        for new in [&anywhere, &wider, &v6] {
+            let comparison = compare(&office, new);
+            assert_eq!(
+                comparison.result,
+                CompareResult::Widens,
+                "{:?}",
+                new.document()
+            );
+            confirmed(&office, new, &comparison);
+            let ip = comparison.witnesses[0]
+                .ip
+                .expect("an allowlist: the address says it");
+            assert!(!office.allows_ip(ip));
+        }
+        // Two old ranges that together cover the new one: no witness, and no proof either.
+        let halves = oidc(rules(), Some(&["203.0.113.0/25", "203.0.113.128/25"]));
+        assert_eq!(result(&halves, &office), CompareResult::Undetermined);
+        assert_eq!(compare(&halves, &office).unproven, ["/ip_allowlist"]);
+    }
+
+    #[test]
+    fn static_policies_and_kinds() {
+        let old = policy(json!({"kind": "static", "services": ["api-*", "web-acme"]}));
+        let narrower = policy(json!({"kind": "static", "services": ["api-acme"]}));
+        let wider = policy(json!({"kind": "static", "services": ["*-acme"]}));
+        assert_eq!(result(&old, &narrower), CompareResult::NarrowerOrEqual);
+        let comparison = compare(&old, &wider);
+        assert_eq!(comparison.result, CompareResult::Widens);
+        assert_eq!(comparison.witnesses[0].rule, None);
+        assert_eq!(comparison.witnesses[0].claims, None);
+        // Service patterns fold case.
+        let upper = policy(json!({"kind": "static", "services": ["API-acme"]}));
+        assert_eq!(result(&old, &upper), CompareResult::NarrowerOrEqual);
+        // A static policy where an OIDC one was: a static token gets in.
+        let oidc_old = oidc(vec![rule("repo:acme/*", &["*"])], None);
+        assert_eq!(result(&oidc_old, &narrower), CompareResult::Widens);
+        assert_eq!(result(&narrower, &oidc_old), CompareResult::Widens);
+        let nothing = Policy::from_stored(&json!({"kind": "oidc", "rules": []})).unwrap();
+        assert_eq!(result(&narrower, &nothing), CompareResult::NarrowerOrEqual);
+    }
+
+    #[test]
+    fn patterns_beyond_the_proof_are_undetermined() {
+        // `?*` and `*?` accept the same strings, which the textual proof does not see.
+        let old = oidc(vec![rule("*?", &["*"])], None);
+        let new = oidc(vec![rule("?*", &["*"])], None);
+        let comparison = compare(&old, &new);
+        assert_eq!(comparison.result, CompareResult::Undetermined);
+        assert_eq!(comparison.unproven, ["/rules/0"]);
+        assert_eq!(
+            comparison.to_json(),
+            json!({"result": "undetermined", "witnesses": []})
+        );
+    }
+}

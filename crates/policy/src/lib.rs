@@ -16,7 +16,7 @@ mod services;
 pub mod violation;
 
 pub use cases::{parse_cases, run_cases, CaseOutcome, TestCase, TestRun};
-pub use compare::{compare, CompareResult, Comparison, Witness};
+pub use compare::{compare, CompareResult, Comparison, Witness, MAX_WITNESSES};
 pub use error::PolicyError;
 pub use eval::{Decision, DenyReason};
 pub use explain::{Explanation, Hint, Reason, ReasonCode};

@@ -1,5 +1,6 @@
-//! Dependencies point inwards: the domain does no I/O, and each I/O library is used by the one
-//! adapter that wraps it. Inside the server, no route decides a 403 or a 404 (the domain's
+//! Dependencies point inwards: the domain does no I/O, the policy engine (`registry-policy`)
+//! neither, nor does it depend on any other crate of the registry, and each I/O library is used
+//! by the one adapter that wraps it. Inside the server, no route decides a 403 or a 404 (the domain's
 //! access decision does), and no import circle forms between its modules that is not already
 //! on the list of those being taken apart.
 
@@ -460,7 +461,12 @@ fn domain_problems() -> Result<Vec<String>> {
     let tree = output(&mut cargo(
         "tree -p registry-domain -e normal --prefix none",
     ))?;
-    Ok(domain_problems_in(&tree))
+    let mut problems = domain_problems_in(&tree);
+    let tree = output(&mut cargo(
+        "tree -p registry-policy -e normal --prefix none",
+    ))?;
+    problems.extend(policy_problems_in(&tree));
+    Ok(problems)
 }
 
 fn domain_problems_in(tree: &str) -> Vec<String> {
@@ -468,6 +474,25 @@ fn domain_problems_in(tree: &str) -> Vec<String> {
     for name in tree.lines().filter_map(|l| l.split_whitespace().next()) {
         if FORBIDDEN_IN_DOMAIN.iter().any(|f| name.starts_with(f)) {
             let problem = format!("registry-domain depends on {name} (the domain does no I/O)");
+            if !problems.contains(&problem) {
+                problems.push(problem);
+            }
+        }
+    }
+    problems
+}
+
+/// The policy engine is published on its own (DECISIONS §16): no I/O crate, and no crate of
+/// the registry (its storage, HTTP and ports stay out), even transitively.
+fn policy_problems_in(tree: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for name in tree.lines().filter_map(|l| l.split_whitespace().next()) {
+        let io = FORBIDDEN_IN_DOMAIN.iter().any(|f| name.starts_with(f));
+        let registry = name.starts_with("registry-") && name != "registry-policy";
+        if io || registry {
+            let problem = format!(
+                "registry-policy depends on {name} (the engine does no I/O and stands alone)"
+            );
             if !problems.contains(&problem) {
                 problems.push(problem);
             }
@@ -518,6 +543,16 @@ mod tests {
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("tokio") && problems[1].contains("diesel_derives"));
         assert!(domain_problems_in("registry-domain v0.1.0\nserde v1.0\n").is_empty());
+    }
+
+    #[test]
+    fn the_policy_engine_reaches_no_registry_crate_and_no_io() {
+        let tree = "registry-policy v0.1.0 (/w/crates/policy)\nserde_json v1.0\n\
+                    registry-domain v0.1.0 (/w/crates/domain)\ntokio v1.54.1\n";
+        let problems = policy_problems_in(tree);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("registry-domain") && problems[1].contains("tokio"));
+        assert!(policy_problems_in("registry-policy v0.1.0\nipnetwork v0.21\n").is_empty());
     }
 
     #[test]

@@ -47,8 +47,9 @@ enum Chore {
         #[arg(last = true)]
         test_args: Vec<String>,
     },
-    /// rustfmt, clippy and rustdoc (warnings are errors), the examples and `cargo package` of
-    /// registry-domain, the layering check, and `cargo deny` when it is installed.
+    /// rustfmt, clippy and rustdoc (warnings are errors), the examples of registry-domain,
+    /// `cargo package` of registry-policy (with its verification build) and registry-domain,
+    /// the layering check, and `cargo deny` when it is installed.
     Lint,
     /// The layering check alone (no build).
     Layering,
@@ -166,8 +167,10 @@ fn lint() -> Result<()> {
     for example in domain_examples()? {
         run(cargo("run --quiet -p registry-domain --example").arg(example))?;
     }
+    banner("registry-policy: package, with its verification build");
+    run(&mut cargo("package -p registry-policy --allow-dirty"))?;
     run(&mut cargo(
-        "package -p registry-domain --allow-dirty --no-verify",
+        "package -p registry-policy -p registry-domain --allow-dirty --no-verify",
     ))?;
     banner("layering");
     layering::check()?;

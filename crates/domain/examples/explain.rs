@@ -5,6 +5,7 @@
 
 use registry_domain::policy::{Policy, ReasonCode};
 use serde_json::json;
+use std::net::IpAddr;
 
 fn main() {
     let policy = Policy::parse(&json!({
@@ -65,7 +66,11 @@ fn main() {
     for hint in &explained.hints {
         println!("hint ({}): {}", hint.pointer, hint.message);
     }
-    let evaluated = policy.evaluate(web.as_object(), Some("web-acme"), [192, 0, 2, 1].into());
+    let evaluated = policy.evaluate(
+        web.as_object(),
+        Some("web-acme"),
+        IpAddr::from([192, 0, 2, 1]),
+    );
     assert_eq!(explained.allowed, evaluated.is_allowed());
     assert!(!explained.allowed);
     assert!(explained

@@ -248,6 +248,10 @@ fn decide_static<'a>(
     match policy.evaluate(None, Some(&service.subdomain), ip) {
         Decision::Allow { .. } => Ok(grant),
         Decision::Deny(reason) => Err(refusal_of(reason)),
+        // An outcome this version does not know is no grant.
+        _ => Err(Refusal::Unauthenticated(
+            "the policy engine did not allow the call",
+        )),
     }
 }
 
@@ -263,9 +267,8 @@ fn refusal_of(reason: DenyReason) -> Refusal {
         DenyReason::ServiceNotCovered { subdomain, .. } => Refusal::Forbidden(format!(
             "no rule that accepts this identity token covers the service {subdomain:?}"
         )),
-        DenyReason::KindMismatch { .. } | DenyReason::NoRuleMatched { .. } => {
-            Refusal::Unauthenticated("no rule accepts the credential")
-        }
+        // A reason this version does not know refuses the credential, saying least.
+        _ => Refusal::Unauthenticated("no rule accepts the credential"),
     }
 }
 
@@ -293,7 +296,7 @@ pub fn scope_of<'p>(
         (PolicyKind::Oidc, Some(rules)) => {
             Some(account.policy.rules_scope(rules)).filter(|s| !s.is_empty())
         }
-        (PolicyKind::Oidc, None) => None,
+        _ => None,
     }
 }
 
@@ -356,10 +359,11 @@ fn decide_federated_service<'a>(
                         rules: Some(rules),
                     });
                 }
-                Decision::Deny(
-                    DenyReason::NoRuleMatched { .. } | DenyReason::KindMismatch { .. },
-                ) => continue,
+                Decision::Deny(DenyReason::NoRuleMatched | DenyReason::KindMismatch { .. }) => {
+                    continue
+                }
                 Decision::Deny(reason) => refusal_of(reason),
+                _ => continue,
             };
             // An account that accepts the token but does not cover the service outranks one
             // whose allowlist refuses the address: the caller reaches the service's owner.
@@ -439,7 +443,7 @@ pub fn may_manage(
 pub fn may_regenerate_token(kind: PolicyKind) -> Result<(), &'static str> {
     match kind {
         PolicyKind::Static => Ok(()),
-        PolicyKind::Oidc => Err(
+        _ => Err(
             "oidc service accounts authenticate with identity tokens and have no token to regenerate",
         ),
     }

@@ -4,8 +4,9 @@
 //!
 //! * [`access`]: the one access decision: may this credential make this call, from this
 //!   address, now (401, 403 or 404 otherwise), and the rules of managing service accounts.
-//! * [`policy`]: the service-account policy document (version 1): JSON Schema check, semantic
-//!   checks, compiled claim globs and IP allowlists, and evaluation of verified token claims.
+//! * [`policy`]: the policy engine, re-exported from the crate `registry-policy`: the
+//!   service-account policy document (version 1), its checks, evaluation, explanation, lint,
+//!   policy tests and comparison.
 //! * [`naming`]: tenant suffixes and service subdomains (`{name}-{tenant}`, `{random}-anon`).
 //! * [`publishing`]: the rewrite of an uploaded discovery document to the hosted issuer and the
 //!   checks of the uploaded key set.
@@ -31,6 +32,11 @@
 
 #![warn(missing_docs)]
 
+/// The examples of the crate's README, run with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+
 pub mod access;
 pub mod account;
 pub mod anonymous;
@@ -43,12 +49,17 @@ pub mod error;
 pub mod keys;
 pub mod limits;
 pub mod naming;
-pub mod policy;
 pub mod ports;
 pub mod publishing;
 pub mod refusal;
 pub mod service;
-pub mod violation;
+
+/// The policy engine, the crate `registry-policy`: documents, claim patterns, `evaluate`,
+/// `explain`, lint, policy tests and `compare`. Re-exported here so that the registry's code
+/// (and code written against earlier versions of this crate) keeps its paths.
+pub use registry_policy as policy;
+/// Problems that point into a document ([`Violation`]), from `registry-policy`.
+pub use registry_policy::violation;
 
 pub use account::ServiceAccount;
 pub use customer::{Customer, Plan};

@@ -5,7 +5,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use clap::Subcommand;
 use registry_domain::policy::{
-    lint_document, parse_cases, run_cases, Explanation, Policy, Severity, TestCase,
+    compare, lint_document, parse_cases, run_cases, CompareResult, Comparison, Explanation, Policy,
+    Severity, TestCase,
 };
 use serde_json::{json, Map, Value};
 use std::io::Read;
@@ -70,6 +71,22 @@ pub enum PolicyCommand {
         #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
         format: OutputFormat,
     },
+    /// Compare two versions of a policy: does NEW admit a request OLD refuses? Prints
+    /// narrower-or-equal (proven), widens (with requests NEW admits and OLD refuses, each
+    /// confirmed by evaluating both policies) or undetermined. Exit 0, or 1 on widens with
+    /// --deny-widening; 2 when a file cannot be read or is not a valid policy.
+    Compare {
+        /// The policy as it is (JSON).
+        old: std::path::PathBuf,
+        /// The policy as it would be (JSON).
+        new: std::path::PathBuf,
+        /// Output format: text, or JSON {result, witnesses: [{rule, claims, service, ip?}]}.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+        format: OutputFormat,
+        /// Exit 1 when NEW widens OLD.
+        #[arg(long)]
+        deny_widening: bool,
+    },
 }
 
 /// The most a policy command reads of one file (DECISIONS §17). A policy the API accepts is
@@ -103,20 +120,19 @@ fn read_json(path: &Path) -> anyhow::Result<Value> {
 /// The policy of `path`, or the one sentence of why it is not one.
 fn read_policy(path: &Path) -> anyhow::Result<Policy> {
     let document = read_json(path)?;
-    Policy::parse(&document)
-        .map(|p| p.policy)
-        .map_err(|violations| {
-            let first = violations
-                .first()
-                .map(|v| v.to_string())
-                .unwrap_or_default();
-            anyhow::anyhow!(
-                "{} is not a valid policy ({} problem(s); first: {first}); run `registry policy \
+    Policy::parse(&document).map(|p| p.policy).map_err(|error| {
+        let violations = error.into_violations();
+        let first = violations
+            .first()
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        anyhow::anyhow!(
+            "{} is not a valid policy ({} problem(s); first: {first}); run `registry policy \
              check` for all of them",
-                path.display(),
-                violations.len()
-            )
-        })
+            path.display(),
+            violations.len()
+        )
+    })
 }
 
 /// The claims of a compact JWS, read without checking anything.
@@ -146,6 +162,38 @@ fn print_explanation(explanation: &Explanation) {
     }
     for hint in &explanation.hints {
         println!("  hint {}: {}", hint.pointer, hint.message);
+    }
+}
+
+fn print_comparison(comparison: &Comparison) {
+    match comparison.result {
+        CompareResult::Widens => println!("widens: NEW admits requests OLD refuses"),
+        CompareResult::NarrowerOrEqual => {
+            println!("narrower-or-equal: NEW admits no request OLD refuses")
+        }
+        _ => println!(
+            "undetermined: no request was found that NEW admits and OLD refuses, and none is \
+             ruled out for {}",
+            comparison.unproven.join(", ")
+        ),
+    }
+    for witness in &comparison.witnesses {
+        let rule = witness
+            .rule
+            .map_or_else(|| "the policy".to_owned(), |r| format!("rule {r}"));
+        let claims = witness.claims.as_ref().map_or_else(
+            || "a static token".to_owned(),
+            |c| format!("claims {}", Value::from(c.clone())),
+        );
+        let service = witness
+            .service
+            .as_deref()
+            .map_or_else(|| "no one service".to_owned(), |s| format!("service {s:?}"));
+        let ip = witness
+            .ip
+            .map(|ip| format!(" from {ip}"))
+            .unwrap_or_default();
+        println!("  {rule} of NEW admits {claims} on {service}{ip}");
     }
 }
 
@@ -279,6 +327,33 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             let failed = run.failed();
             if failed > 0 {
                 return Err(Failed(format!("{failed} of {} case(s) failed", cases.len())).into());
+            }
+            Ok(())
+        }
+        PolicyCommand::Compare {
+            old,
+            new,
+            format,
+            deny_widening,
+        } => {
+            // Exit 2 for a file that is not a policy, so that a review gate tells a broken file
+            // from a widening (exit 1).
+            let (old, new) = match read_policy(&old).and_then(|o| Ok((o, read_policy(&new)?))) {
+                Ok(policies) => policies,
+                Err(error) => {
+                    let message = format!("{error:#}");
+                    let line: Vec<&str> = message.split_whitespace().collect();
+                    eprintln!("registry: {}", line.join(" "));
+                    std::process::exit(2);
+                }
+            };
+            let comparison = compare(&old, &new);
+            match format {
+                OutputFormat::Json => println!("{}", comparison.to_json()),
+                OutputFormat::Text => print_comparison(&comparison),
+            }
+            if deny_widening && comparison.result == CompareResult::Widens {
+                return Err(Failed("NEW widens OLD (--deny-widening)".into()).into());
             }
             Ok(())
         }

@@ -148,8 +148,9 @@ impl AccountRow {
     pub(crate) fn into_domain(self) -> Res<ServiceAccount> {
         let document: serde_json::Value = serde_json::from_str(&self.policy)
             .map_err(|e| corrupt(format_args!("policy of account {}: {e}", self.id)))?;
-        let policy = Policy::from_stored(&document).map_err(|violations| {
-            let why: Vec<String> = violations
+        let policy = Policy::from_stored(&document).map_err(|error| {
+            let why: Vec<String> = error
+                .violations()
                 .iter()
                 .map(|v| format!("{} {}", v.pointer, v.message))
                 .collect();

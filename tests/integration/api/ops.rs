@@ -590,3 +590,147 @@ fn base64_url(text: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
 }
+
+/// `registry policy compare OLD NEW`: narrower-or-equal, widens (with a witness, exit 1 under
+/// --deny-widening) and undetermined, as text and JSON; bad files exit 2 with one sentence.
+#[test]
+fn policy_compare_says_whether_a_change_widens() {
+    let dir = registry_tests::server::TempDir::new("policy-compare");
+    let write = |name: &str, text: &str| {
+        let path = dir.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let rule = |sub: &str, services: &str| {
+        format!(
+            r#"{{"services": {services}, "claims": {{"iss": "https://ci.example",
+                "aud": "registry", "sub": "{sub}"}}}}"#
+        )
+    };
+    let old = write(
+        "old.json",
+        &format!(
+            r#"{{"kind": "oidc", "ip_allowlist": ["203.0.113.0/24"], "rules": [{}, {}]}}"#,
+            rule("repo:acme/api:*", r#"["api-acme"]"#),
+            rule("repo:acme/web:*", r#"["web-*"]"#)
+        ),
+    );
+    let narrower = write(
+        "narrower.json",
+        &format!(
+            r#"{{"kind": "oidc", "ip_allowlist": ["203.0.113.7"], "rules": [{}]}}"#,
+            rule("repo:acme/api:ref:refs/heads/main", r#"["api-acme"]"#)
+        ),
+    );
+    let wider = write(
+        "wider.json",
+        &format!(
+            r#"{{"kind": "oidc", "ip_allowlist": ["203.0.113.0/24"], "rules": [{}, {}]}}"#,
+            rule("repo:acme/api:*", r#"["api-acme"]"#),
+            rule("repo:acme/*", r#"["web-*"]"#)
+        ),
+    );
+    let wider_addresses = write(
+        "wider-addresses.json",
+        &format!(
+            r#"{{"kind": "oidc", "ip_allowlist": ["203.0.112.0/23"], "rules": [{}]}}"#,
+            rule("repo:acme/api:*", r#"["api-acme"]"#)
+        ),
+    );
+    // `*?` and `?*` accept the same subjects, which the proof does not see.
+    let glob_old = write(
+        "glob-old.json",
+        &format!(
+            r#"{{"kind": "oidc", "rules": [{}]}}"#,
+            rule("repo:*?", r#"["api-acme"]"#)
+        ),
+    );
+    let unproven = write(
+        "unproven.json",
+        &format!(
+            r#"{{"kind": "oidc", "rules": [{}]}}"#,
+            rule("repo:?*", r#"["api-acme"]"#)
+        ),
+    );
+    let run = |args: &[&str]| {
+        Command::new(registry_binary())
+            .arg("policy")
+            .arg("compare")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+
+    let output = run(&[&old, &narrower, "--deny-widening"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        "narrower-or-equal: NEW admits no request OLD refuses\n"
+    );
+    let output = run(&[&old, &narrower, "--format", "json"]);
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        body,
+        json!({"result": "narrower-or-equal", "witnesses": []})
+    );
+
+    // A broader subject in the second rule: the witness is a token of another repository.
+    let output = run(&[&old, &wider, "--format", "json"]);
+    assert_eq!(output.status.code(), Some(0));
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(body["result"], "widens");
+    let witness = &body["witnesses"][0];
+    assert_eq!(witness["rule"], 1);
+    assert_eq!(witness["claims"]["iss"], "https://ci.example");
+    assert!(!witness["claims"]["sub"]
+        .as_str()
+        .unwrap()
+        .starts_with("repo:acme/web:"));
+    assert!(witness["service"].as_str().unwrap().starts_with("web-"));
+    assert!(witness["ip"].as_str().unwrap().starts_with("203.0.113."));
+    let output = run(&[&old, &wider, "--deny-widening"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout
+            .starts_with("widens: NEW admits requests OLD refuses\n  rule 1 of NEW admits claims"),
+        "{stdout}"
+    );
+    assert!(text(&output.stderr).starts_with("registry: "));
+
+    // A wider address range: the witness comes from outside the old one.
+    let output = run(&[&old, &wider_addresses, "--format", "json"]);
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(body["result"], "widens");
+    let ip: std::net::IpAddr = body["witnesses"][0]["ip"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(!ip.to_string().starts_with("203.0.113."), "{ip}");
+
+    let output = run(&[&glob_old, &unproven, "--deny-widening"]);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(text(&output.stdout).starts_with("undetermined: "));
+    assert!(text(&output.stdout).contains("/rules/0"));
+
+    let not_a_policy = write("bad-policy.json", r#"{"kind": "oidc"}"#);
+    let not_json = write("not.json", "{ nope");
+    for args in [
+        [old.as_str(), not_a_policy.as_str()],
+        [not_json.as_str(), old.as_str()],
+        [old.as_str(), "/no/such/file.json"],
+    ] {
+        let output = run(&args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = text(&output.stderr);
+        assert!(stderr.starts_with("registry: "), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(output.stdout.is_empty());
+    }
+    assert_eq!(run(&[&old]).status.code(), Some(2));
+    let help = run(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(text(&help.stdout).contains("--deny-widening"));
+}

@@ -179,7 +179,7 @@ pub fn create(
     };
     let token = match account.policy.kind() {
         PolicyKind::Static => Some(new_token(registry)?),
-        PolicyKind::Oidc => None,
+        _ => None,
     };
     let record = token.as_ref().map(NewToken::record);
     let event = account_event(caller, Action::AccountCreate, account.id, now);
@@ -328,7 +328,7 @@ fn checked_policy(
     document: &Value,
     replacing: Option<Uuid>,
 ) -> Result<ParsedPolicy, AppError> {
-    let parsed = Policy::parse(document).map_err(under_policy)?;
+    let parsed = Policy::parse(document).map_err(|e| under_policy(e.into_violations()))?;
     let too_large = limits::check_policy(document);
     if !too_large.is_empty() {
         return Err(under_policy(too_large));

@@ -93,7 +93,7 @@ pub fn create(
         created_at: now,
     };
     let policy = Policy::parse(&json!({"kind": "static", "services": ["*"]}))
-        .map_err(AppError::Invalid)?
+        .map_err(|e| AppError::Invalid(e.into_violations()))?
         .policy;
     let account = ServiceAccount {
         id: Uuid::new_v4(),

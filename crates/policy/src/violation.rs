@@ -5,7 +5,7 @@ use std::fmt;
 /// One problem found in a request body, located by an RFC 6901 JSON pointer.
 ///
 /// ```
-/// use registry_domain::Violation;
+/// use registry_policy::Violation;
 /// let v = Violation::new("/policy/kind", "must be \"static\" or \"oidc\"");
 /// assert_eq!(v.pointer, "/policy/kind");
 /// ```
@@ -30,7 +30,7 @@ impl Violation {
     /// request body (a policy lives at `/policy`).
     ///
     /// ```
-    /// use registry_domain::Violation;
+    /// use registry_policy::Violation;
     /// let v = Violation::new("/kind", "required").prefixed("/policy");
     /// assert_eq!(v.pointer, "/policy/kind");
     /// ```
@@ -56,7 +56,7 @@ pub type Violations = Vec<Violation>;
 /// Escapes one reference token for use in a JSON pointer (RFC 6901 §3: `~` → `~0`, `/` → `~1`).
 ///
 /// ```
-/// assert_eq!(registry_domain::violation::escape_token("a/b~c"), "a~1b~0c");
+/// assert_eq!(registry_policy::violation::escape_token("a/b~c"), "a~1b~0c");
 /// ```
 pub fn escape_token(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")

@@ -13,6 +13,7 @@ use std::net::IpAddr;
 
 /// The reason codes of DECISIONS §12, stable strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReasonCode {
     /// No rule names the token's issuer.
     IssuerUnknown,
@@ -69,7 +70,7 @@ impl ReasonCode {
     /// The stable string (`claim-mismatch`, …).
     ///
     /// ```
-    /// use registry_domain::policy::ReasonCode;
+    /// use registry_policy::ReasonCode;
     /// assert_eq!(ReasonCode::AudienceMismatch.as_str(), "audience-mismatch");
     /// ```
     pub fn as_str(self) -> &'static str {
@@ -209,12 +210,14 @@ fn near_misses(rule: usize, pointer: &str, pattern: &str, value: &Value, hints: 
 }
 
 impl Policy {
-    /// Explains the decision of [`Policy::evaluate`] for `claims` (`None`: a static token), the
-    /// requested `service` and the client `address` (`None`: not checked). The decision is
-    /// always `evaluate`'s; the explanation costs at most about twice as much.
+    /// Explains the decision of [`Policy::evaluate`] for the same arguments: `claims` (`None`: a
+    /// static token), the requested `service` (`None`: a call on no one service) and the
+    /// client's address `ip` (an [`IpAddr`], or `None`: not checked). The decision is always
+    /// `evaluate`'s; an admitted request costs about as much as `evaluate`, a refused one
+    /// looks at every rule of the token's issuer to say why each refused it.
     ///
     /// ```
-    /// use registry_domain::policy::Policy;
+    /// use registry_policy::Policy;
     /// use serde_json::json;
     ///
     /// let policy = Policy::parse(&json!({"kind": "oidc", "rules": [{"services": ["api-acme"],
@@ -231,8 +234,9 @@ impl Policy {
         &self,
         claims: Option<&Map<String, Value>>,
         service: Option<&str>,
-        address: Option<IpAddr>,
+        ip: impl Into<Option<IpAddr>>,
     ) -> Explanation {
+        let address: Option<IpAddr> = ip.into();
         let mut reasons = Vec::new();
         let mut hints = Vec::new();
         let deny = |reasons, hints| Explanation {
@@ -319,9 +323,9 @@ impl Policy {
         // allocating, and build reasons and hints only for a refusal.
         if address.is_none_or(|ip| self.allows_ip(ip)) {
             let lower = service.map(fold_case);
-            let admitting = group.rules.iter().find(|r| {
-                r.matches(&views) && lower.as_deref().is_none_or(|s| r.services.matches_lower(s))
-            });
+            let admitting = group
+                .matching(&views)
+                .find(|r| lower.as_deref().is_none_or(|s| r.services.matches_lower(s)));
             if let Some(rule) = admitting {
                 return Explanation {
                     allowed: true,
@@ -408,7 +412,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Decision;
+    use crate::Decision;
     use proptest::prelude::*;
 
     fn policy(rules: &[(&str, &str, &[&str])], allowlist: &[&str]) -> Policy {

@@ -1,69 +1,32 @@
-//! The service-account policy document, version 1 (spec §2, DECISIONS §5 and §7).
-//!
-//! [`Policy::parse`] checks a document against the JSON Schema ([`SCHEMA_SOURCE`]) and then
-//! for what the schema cannot say, reporting every problem with a JSON pointer; it compiles the
-//! claim patterns, service patterns and address ranges once, so that answering a request
-//! ([`Policy::oidc_scope`], [`Policy::evaluate`]) only compares.
-//!
-//! ```
-//! use registry_domain::policy::{Decision, Policy};
-//! use serde_json::json;
-//!
-//! let parsed = Policy::parse(&json!({
-//!     "kind": "oidc",
-//!     "rules": [{
-//!         "services": ["deploy-*"],
-//!         "claims": {
-//!             "iss": "https://token.actions.githubusercontent.com",
-//!             "aud": "https://registry.example",
-//!             "sub": "repo:acme/*:ref:refs/heads/main"
-//!         }
-//!     }],
-//!     "ip_allowlist": ["203.0.113.0/24"]
-//! }))
-//! .unwrap();
-//! assert!(parsed.warnings.is_empty());
-//! let policy = parsed.policy;
-//!
-//! let claims = json!({
-//!     "iss": "https://token.actions.githubusercontent.com",
-//!     "aud": "https://registry.example",
-//!     "sub": "repo:acme/api:ref:refs/heads/main"
-//! });
-//! let claims = claims.as_object().unwrap();
-//! let scope = policy.oidc_scope(claims).unwrap();
-//! assert!(scope.matches("deploy-acme"));
-//! assert!(!scope.matches("billing-acme"));
-//!
-//! let ip = "203.0.113.5".parse().unwrap();
-//! assert_eq!(
-//!     policy.evaluate(Some(claims), Some("deploy-acme"), ip),
-//!     Decision::Allow { rule: Some(0) }
-//! );
-//! let outside = "198.51.100.1".parse().unwrap();
-//! assert!(!policy.evaluate(Some(claims), Some("deploy-acme"), outside).is_allowed());
-//! ```
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
 
 mod cases;
+mod compare;
+mod error;
 mod eval;
 mod explain;
+mod index;
 mod ip;
 mod lint;
 mod pattern;
 mod rules;
 mod schema;
 mod services;
+pub mod violation;
 
 pub use cases::{parse_cases, run_cases, CaseOutcome, TestCase, TestRun};
-pub use eval::{Decision, DenyReason, RuleMismatch};
+pub use compare::{compare, CompareResult, Comparison, Witness, MAX_WITNESSES};
+pub use error::PolicyError;
+pub use eval::{Decision, DenyReason};
 pub use explain::{Explanation, Hint, Reason, ReasonCode};
-pub use ip::{parse_ip_entry, IpAllowlist, IpEntryError};
+pub use ip::{parse_ip_entry, IpAllowlist};
 pub use lint::{lint_document, Finding, Severity, GITHUB_ISSUER};
 pub use pattern::ClaimPattern;
 pub use schema::{schema, SCHEMA_PLACEHOLDER_ID, SCHEMA_SOURCE};
 pub use services::Scope;
+pub use violation::{Violation, Violations};
 
-use crate::{Violation, Violations};
 use rules::OidcRules;
 use serde_json::{Map, Value};
 use services::ServiceSet;
@@ -73,6 +36,7 @@ use std::sync::Arc;
 
 /// How an account authenticates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum PolicyKind {
     /// A static bearer token.
     Static,
@@ -84,7 +48,7 @@ impl PolicyKind {
     /// `"static"` or `"oidc"`.
     ///
     /// ```
-    /// assert_eq!(registry_domain::policy::PolicyKind::Oidc.as_str(), "oidc");
+    /// assert_eq!(registry_policy::PolicyKind::Oidc.as_str(), "oidc");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
@@ -145,7 +109,7 @@ impl Policy {
     /// address or CIDR range).
     ///
     /// ```
-    /// use registry_domain::policy::Policy;
+    /// use registry_policy::Policy;
     /// use serde_json::json;
     ///
     /// let errors = Policy::parse(&json!({
@@ -153,18 +117,34 @@ impl Policy {
     ///     "rules": [{"services": ["*"], "claims": {"iss": "https://ci.example/*", "aud": "x"}}],
     ///     "colour": "blue"
     /// }))
-    /// .unwrap_err();
+    /// .unwrap_err()
+    /// .into_violations();
     /// let pointers: Vec<&str> = errors.iter().map(|v| v.pointer.as_str()).collect();
     /// assert!(pointers.contains(&"/colour"));
     /// assert!(pointers.contains(&"/rules/0/claims/iss"));
     /// assert!(pointers.contains(&"/rules/0/claims/sub"));
     /// ```
-    pub fn parse(document: &Value) -> Result<ParsedPolicy, Violations> {
+    pub fn parse(document: &Value) -> Result<ParsedPolicy, PolicyError> {
         let violations = schema::check(document);
         if !violations.is_empty() {
-            return Err(violations);
+            return Err(PolicyError::Invalid(violations));
         }
-        Self::compile(document)
+        Self::compile(document).map_err(PolicyError::Invalid)
+    }
+
+    /// [`Policy::parse`] of a JSON text; a text that is not JSON is [`PolicyError::Json`].
+    ///
+    /// ```
+    /// use registry_policy::{Policy, PolicyError};
+    ///
+    /// let parsed = Policy::parse_str(r#"{"kind": "static", "services": ["api-acme"]}"#).unwrap();
+    /// assert!(parsed.policy.static_scope().unwrap().matches("api-acme"));
+    /// assert!(matches!(Policy::parse_str("{ nope"), Err(PolicyError::Json(_))));
+    /// ```
+    pub fn parse_str(text: &str) -> Result<ParsedPolicy, PolicyError> {
+        let document: Value =
+            serde_json::from_str(text).map_err(|e| PolicyError::Json(e.to_string()))?;
+        Self::parse(&document)
     }
 
     /// A policy as it was stored: saved through [`Policy::parse`] once, so the JSON Schema is
@@ -173,17 +153,19 @@ impl Policy {
     /// a pointer, instead of a panic.
     ///
     /// ```
-    /// use registry_domain::policy::Policy;
+    /// use registry_policy::Policy;
     /// use serde_json::json;
     ///
     /// let stored = json!({"kind": "static", "services": ["*"], "note": "from an older version"});
     /// assert!(Policy::parse(&stored).is_err());
     /// assert!(Policy::from_stored(&stored).is_ok());
     /// let broken = json!({"kind": "oidc", "rules": [{"claims": {"iss": 7}}]});
-    /// assert_eq!(Policy::from_stored(&broken).unwrap_err()[0].pointer, "/rules/0/claims/iss");
+    /// assert_eq!(Policy::from_stored(&broken).unwrap_err().violations()[0].pointer, "/rules/0/claims/iss");
     /// ```
-    pub fn from_stored(document: &Value) -> Result<Policy, Violations> {
-        Self::compile(document).map(|parsed| parsed.policy)
+    pub fn from_stored(document: &Value) -> Result<Policy, PolicyError> {
+        Self::compile(document)
+            .map(|parsed| parsed.policy)
+            .map_err(PolicyError::Invalid)
     }
 
     fn compile(document: &Value) -> Result<ParsedPolicy, Violations> {
@@ -202,10 +184,11 @@ impl Policy {
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>())
             .unwrap_or_default();
-        let ip_allowlist = IpAllowlist::parse(entries).map_err(|errors| {
-            errors
+        let ip_allowlist = IpAllowlist::parse(entries).map_err(|error| {
+            error
+                .into_violations()
                 .into_iter()
-                .map(|(i, e)| Violation::new(format!("/ip_allowlist/{i}"), e.to_string()))
+                .map(|v| v.prefixed("/ip_allowlist"))
                 .collect::<Violations>()
         })?;
         let (services, rules) = match kind {
@@ -262,7 +245,7 @@ impl Policy {
     /// static policy).
     ///
     /// ```
-    /// use registry_domain::policy::Policy;
+    /// use registry_policy::Policy;
     /// use serde_json::json;
     ///
     /// let rule = |iss: &str| json!({"services": ["*"], "claims": {"iss": iss, "aud": "a", "sub": "s"}});
@@ -276,7 +259,7 @@ impl Policy {
     /// The names of the claims the OIDC rules look at, each once, sorted.
     ///
     /// ```
-    /// use registry_domain::policy::Policy;
+    /// use registry_policy::Policy;
     /// use serde_json::json;
     ///
     /// let doc = json!({"kind": "oidc", "rules": [{"services": ["*"],
@@ -297,7 +280,7 @@ impl Policy {
     /// Each exact issuer with the number of rules that name it.
     ///
     /// ```
-    /// use registry_domain::policy::Policy;
+    /// use registry_policy::Policy;
     /// use serde_json::json;
     ///
     /// let rule = |iss: &str| json!({"services": ["*"], "claims": {"iss": iss, "aud": "a", "sub": "s"}});
@@ -316,7 +299,7 @@ impl Policy {
     /// The issuer of every rule, with the rule's index, in document order.
     ///
     /// ```
-    /// use registry_domain::policy::Policy;
+    /// use registry_policy::Policy;
     /// use serde_json::json;
     ///
     /// let rule = |iss: &str| json!({"services": ["*"], "claims": {"iss": iss, "aud": "a", "sub": "s"}});
@@ -339,7 +322,7 @@ impl Policy {
     /// check of spec §4 rule 1.
     ///
     /// ```
-    /// use registry_domain::policy::{LiteralService, Policy};
+    /// use registry_policy::{LiteralService, Policy};
     /// use serde_json::json;
     ///
     /// let doc = json!({"kind": "static", "services": ["*", "API-acme", "build-*"]});
@@ -408,7 +391,7 @@ impl Policy {
     /// services as it likes without matching again.
     ///
     /// ```
-    /// use registry_domain::policy::Policy;
+    /// use registry_policy::Policy;
     /// use serde_json::json;
     ///
     /// let rule = |sub: &str, service: &str| json!({"services": [service],
@@ -439,19 +422,26 @@ impl Policy {
         scope
     }
 
-    /// Decides a request and says why: `claims` are the verified JWT claims (`None` for a static
-    /// token), `subdomain` the service the call acts on (`None` for calls on no one service, such
-    /// as listing), `client_ip` the caller's address. See [`DenyReason`] for the order of checks.
+    /// Decides a request: `claims` are the verified JWT claims (`None` for a static token),
+    /// `service` the subdomain the call acts on (`None` for calls on no one service, such as
+    /// listing), `ip` the caller's address (an [`IpAddr`], or `None`: the `ip_allowlist` is not
+    /// checked). See [`DenyReason`] for the order of checks, and [`Policy::explain`] (same
+    /// arguments) for why each rule refused a token.
+    ///
+    /// Only the rules the token can match are looked at: rules are filed by the exact values
+    /// and literal heads they pin, so the cost hardly grows with the number of rules.
     ///
     /// ```
-    /// use registry_domain::policy::{Decision, DenyReason, Policy};
+    /// use registry_policy::{Decision, DenyReason, Policy};
     /// use serde_json::json;
     ///
     /// let policy = Policy::parse(&json!({"kind": "static", "services": ["api-acme"]}))
     ///     .unwrap()
     ///     .policy;
-    /// let ip = "192.0.2.1".parse().unwrap();
+    /// let ip: std::net::IpAddr = "192.0.2.1".parse().unwrap();
     /// assert_eq!(policy.evaluate(None, Some("api-acme"), ip), Decision::Allow { rule: None });
+    /// // `None`: the address is not checked (the `ip_allowlist` is not looked at).
+    /// assert!(policy.evaluate(None, Some("api-acme"), None).is_allowed());
     /// let Decision::Deny(reason) = policy.evaluate(None, Some("web-acme"), ip) else {
     ///     panic!("web-acme is not covered");
     /// };
@@ -461,21 +451,16 @@ impl Policy {
     pub fn evaluate(
         &self,
         claims: Option<&Map<String, Value>>,
-        subdomain: Option<&str>,
-        client_ip: IpAddr,
+        service: Option<&str>,
+        ip: impl Into<Option<IpAddr>>,
     ) -> Decision {
-        eval::evaluate(self, claims, subdomain, client_ip)
+        eval::evaluate(self, claims, service, ip.into())
     }
 
     fn oidc_rules(&self) -> &OidcRules {
         &self.inner.rules
     }
 }
-
-/// The examples of the crate's README, run with the doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeExamples;
 
 #[cfg(test)]
 mod tests;

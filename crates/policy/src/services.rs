@@ -41,7 +41,7 @@ pub(crate) fn is_wildcard(entry: &str) -> bool {
 /// the policy's compiled patterns, so making one copies nothing.
 ///
 /// ```
-/// use registry_domain::policy::Policy;
+/// use registry_policy::Policy;
 /// use serde_json::json;
 ///
 /// let policy = Policy::parse(&json!({"kind": "static", "services": ["Build-*", "api-acme"]}))

@@ -13,6 +13,7 @@ pub const GITHUB_ISSUER: &str = "https://token.actions.githubusercontent.com";
 
 /// How serious a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Severity {
     /// The policy cannot be saved.
     Error,
@@ -64,7 +65,7 @@ impl Finding {
 /// not parse, else the warnings of [`Policy::lint`].
 ///
 /// ```
-/// use registry_domain::policy::lint_document;
+/// use registry_policy::lint_document;
 /// use serde_json::json;
 ///
 /// let findings = lint_document(&json!({"kind": "oidc", "rules": [{"services": ["*"],
@@ -76,7 +77,7 @@ impl Finding {
 pub fn lint_document(document: &Value) -> Vec<Finding> {
     match Policy::parse(document) {
         Ok(parsed) => parsed.policy.lint(),
-        Err(violations) => schema_findings(violations),
+        Err(error) => schema_findings(error.into_violations()),
     }
 }
 
@@ -150,7 +151,7 @@ impl Policy {
     /// The warnings of DECISIONS §12 about this policy, in document order.
     ///
     /// ```
-    /// use registry_domain::policy::Policy;
+    /// use registry_policy::Policy;
     /// use serde_json::json;
     ///
     /// let rule = json!({"services": ["api-acme"], "claims": {"iss": "http://idp.example/",

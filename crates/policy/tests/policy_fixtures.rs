@@ -1,7 +1,7 @@
 //! The policy fixtures in `tests/fixtures/policies` against both the raw schema file (as any
 //! client would use it) and `Policy::parse`.
 
-use registry_domain::policy::{Policy, SCHEMA_SOURCE};
+use registry_policy::{Policy, SCHEMA_SOURCE};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fs;
@@ -81,7 +81,7 @@ fn invalid_fixtures_are_refused_by_schema_and_parser_with_the_expected_pointers(
 
         let violations = match Policy::parse(document) {
             Ok(_) => panic!("{name}: the parser accepts it"),
-            Err(v) => v,
+            Err(error) => error.into_violations(),
         };
         let found: BTreeSet<&str> = violations.iter().map(|v| v.pointer.as_str()).collect();
         assert_eq!(found, expected, "{name}: {violations:#?}");

@@ -1,5 +1,7 @@
-//! OIDC rules compiled for evaluation: grouped by exact issuer, claim names resolved to slots.
+//! OIDC rules compiled for evaluation: grouped by exact issuer, claim names resolved to slots,
+//! each group's rules filed in a [`CandidateIndex`].
 
+use super::index::CandidateIndex;
 use super::pattern::{ClaimPattern, ClaimView};
 use super::services::ServiceSet;
 use crate::violation::escape_token;
@@ -22,6 +24,8 @@ pub(crate) struct IssuerGroup {
     /// each claim is looked up in the token once per request, not once per rule.
     pub(crate) claim_names: Box<[Box<str>]>,
     pub(crate) rules: Box<[Rule]>,
+    /// The rules by the literal text they pin.
+    index: CandidateIndex,
 }
 
 /// One rule, without its `iss` (the group pins it).
@@ -81,6 +85,7 @@ impl OidcRules {
                         issuer: issuer.into(),
                         claim_names: Box::default(),
                         rules: Box::default(),
+                        index: CandidateIndex::default(),
                     });
                     names.push(Vec::new());
                     grouped.push(Vec::new());
@@ -117,6 +122,7 @@ impl OidcRules {
         }
         for ((group, names), rules) in compiled.groups.iter_mut().zip(names).zip(grouped) {
             group.claim_names = names.into();
+            group.index = CandidateIndex::build(&rules);
             group.rules = rules.into();
         }
         Ok(compiled)
@@ -144,6 +150,27 @@ impl IssuerGroup {
             .iter()
             .map(|name| ClaimView::of_option(claims.get(&**name)))
             .collect()
+    }
+
+    /// The rules the token's claims (`views`, from [`IssuerGroup::views`]) can match, in
+    /// document order: a superset of those that do, usually a small one.
+    pub(crate) fn candidates<'g>(
+        &'g self,
+        views: &[ClaimView<'_>],
+    ) -> impl Iterator<Item = &'g Rule> + Clone + 'g {
+        let positions = self.index.candidates(views);
+        positions.into_iter().map(|p| &self.rules[p as usize])
+    }
+
+    /// The rules the token's claims match, in document order.
+    pub(crate) fn matching<'g, 'v>(
+        &'g self,
+        views: &'v [ClaimView<'v>],
+    ) -> impl Iterator<Item = &'g Rule> + Clone + 'v
+    where
+        'g: 'v,
+    {
+        self.candidates(views).filter(move |r| r.matches(views))
     }
 }
 

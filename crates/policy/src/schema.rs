@@ -11,16 +11,16 @@ use std::sync::OnceLock;
 /// `{schema_url}`. Its `$id` is a placeholder (`https://registry.invalid/…`) that the server
 /// replaces with its own address when it serves the file.
 ///
-/// The crate reads its own copy, `crates/domain/schemas/service-account-policy/v1.json`, so
+/// The crate reads its own copy, `crates/policy/schemas/service-account-policy/v1.json`, so
 /// that the packaged crate builds on its own; a test keeps it equal to the workspace's
 /// `schemas/service-account-policy/v1.json`.
 ///
 /// ```
 /// let schema: serde_json::Value =
-///     serde_json::from_str(registry_domain::policy::SCHEMA_SOURCE).unwrap();
+///     serde_json::from_str(registry_policy::SCHEMA_SOURCE).unwrap();
 /// assert_eq!(schema["$id"], "https://registry.invalid/schemas/service-account-policy/v1.json");
 /// ```
-pub const SCHEMA_SOURCE: &str = include_str!("../../schemas/service-account-policy/v1.json");
+pub const SCHEMA_SOURCE: &str = include_str!("../schemas/service-account-policy/v1.json");
 
 /// The placeholder `$id` of [`SCHEMA_SOURCE`].
 pub const SCHEMA_PLACEHOLDER_ID: &str =
@@ -29,7 +29,7 @@ pub const SCHEMA_PLACEHOLDER_ID: &str =
 /// The schema as JSON, parsed once.
 ///
 /// ```
-/// let schema = registry_domain::policy::schema();
+/// let schema = registry_policy::schema();
 /// assert_eq!(schema["properties"]["kind"]["enum"], serde_json::json!(["static", "oidc"]));
 /// ```
 pub fn schema() -> &'static Value {
@@ -278,7 +278,7 @@ mod tests {
         };
         assert!(
             published == SCHEMA_SOURCE,
-            "schemas/service-account-policy/v1.json and its copy in crates/domain/schemas differ: \
+            "schemas/service-account-policy/v1.json and its copy in crates/policy/schemas differ: \
              change both"
         );
     }

@@ -1,21 +1,16 @@
 //! One GitHub-Actions-like token against an OIDC policy of 10 and of 1,000 rules of its issuer,
 //! the matching rule last, exact and glob patterns mixed; the explanation of the same decision
-//! (`Policy::explain`), and of a token no rule matches; and the whole access decision of a
-//! request (`registry_domain::access::decide`) built on it. Results: docs/benchmarks.md.
+//! (`Policy::explain`), and of a token no rule matches. The access decision built on it is
+//! `registry-domain`'s `access` bench. Results: docs/benchmarks.md.
 //!
-//! `cargo bench -p registry-domain --bench policy_eval`
+//! `cargo bench -p registry-policy --bench policy_eval`
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion};
-use registry_domain::access::{decide, Credential, Request};
-use registry_domain::policy::{Decision, Policy};
-use registry_domain::{Service, ServiceAccount};
+use registry_policy::{Decision, Policy};
 use serde_json::{json, Map, Value};
 use std::hint::black_box;
 use std::net::IpAddr;
-use std::sync::Arc;
-use time::macros::datetime;
-use uuid::Uuid;
 
 const ISSUER: &str = "https://token.actions.githubusercontent.com";
 const AUDIENCE: &str = "https://registry.example";
@@ -135,8 +130,6 @@ fn bench(c: &mut Criterion) {
     }
     group.finish();
 
-    access(c, client);
-
     let document = policy(1_000).document().clone();
     c.bench_function("policy_parse/1000", |b| {
         b.iter(|| Policy::parse(black_box(&document)).is_ok())
@@ -199,78 +192,6 @@ fn explain_against_evaluate(
             })
         },
     );
-}
-
-/// `access::decide` as the server calls it for a call on one service: a static token's
-/// account, and an identity token meeting the accounts that trust its issuer (three customers'
-/// accounts of 10 or 1,000 rules; the owner's last).
-fn access(c: &mut Criterion, client: IpAddr) {
-    let now = datetime!(2026-11-23 12:00 UTC);
-    let owner = Uuid::new_v4();
-    let account = |customer: Uuid, policy: Policy| {
-        Arc::new(ServiceAccount {
-            id: Uuid::new_v4(),
-            customer_id: customer,
-            name: "ci".into(),
-            policy,
-            created_at: now,
-            last_used_at: None,
-        })
-    };
-    let mut group = c.benchmark_group("access");
-    for rules in [10usize, 1_000] {
-        let last = rules - 1;
-        let service = Service {
-            id: Uuid::new_v4(),
-            customer_id: Some(owner),
-            subdomain: format!("svc-{last}-acme"),
-            title: None,
-            description: None,
-            created_at: now,
-            expires_at: None,
-        };
-        let candidates: Vec<Arc<ServiceAccount>> = vec![
-            account(Uuid::new_v4(), policy(rules)),
-            account(Uuid::new_v4(), policy(rules)),
-            account(owner, policy(rules)),
-        ];
-        let claims = token(last);
-        let federated = Credential::IdentityToken {
-            claims: &claims,
-            candidates: &candidates,
-            chosen: None,
-        };
-        let request = Request::Service(Some(&service));
-        assert!(decide(federated, request, client, now).is_ok());
-        group.bench_with_input(
-            BenchmarkId::new("decide_federated", rules),
-            &rules,
-            |b, _| b.iter(|| decide(black_box(federated), black_box(request), client, now)),
-        );
-    }
-    let static_account = account(
-        owner,
-        Policy::parse(&json!({"kind": "static", "services": ["svc-*", "api-acme"],
-            "ip_allowlist": ["10.0.0.0/8"]}))
-        .expect("valid policy")
-        .policy,
-    );
-    let service = Service {
-        id: Uuid::new_v4(),
-        customer_id: Some(owner),
-        subdomain: "api-acme".into(),
-        title: None,
-        description: None,
-        created_at: now,
-        expires_at: None,
-    };
-    let request = Request::Service(Some(&service));
-    let credential = Credential::Account(&static_account);
-    assert!(decide(credential, request, client, now).is_ok());
-    group.bench_function("decide_static", |b| {
-        b.iter(|| decide(black_box(credential), black_box(request), client, now))
-    });
-    group.finish();
 }
 
 criterion_group!(benches, bench);

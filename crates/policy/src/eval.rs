@@ -1,6 +1,5 @@
 //! Evaluation of a request against a policy, with the reason when it is refused.
 
-use super::pattern::ClaimView;
 use super::rules::OidcRules;
 use super::services::{fold_case, Scope};
 use super::{Policy, PolicyKind};
@@ -10,6 +9,7 @@ use std::net::IpAddr;
 
 /// The outcome of [`Policy::evaluate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Decision {
     /// The request may proceed.
     Allow {
@@ -44,7 +44,11 @@ impl fmt::Display for Decision {
 ///
 /// Suggested statuses (DECISIONS §4): [`DenyReason::KindMismatch`] and
 /// [`DenyReason::NoRuleMatched`] are credential failures (401); the others are 403.
+///
+/// Which check of which rule refused a token is [`Policy::explain`]'s answer: `evaluate` only
+/// looks at the rules a token can match, and does not spend time on the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DenyReason {
     /// A JWT was presented for a static account, or a static token for an OIDC account.
     KindMismatch {
@@ -54,10 +58,7 @@ pub enum DenyReason {
         credential: PolicyKind,
     },
     /// No rule accepted the token's claims.
-    NoRuleMatched {
-        /// For every rule, in document order, the first claim it refused.
-        mismatches: Vec<RuleMismatch>,
-    },
+    NoRuleMatched,
     /// The source address is outside the non-empty `ip_allowlist`.
     IpNotAllowed {
         /// The client address.
@@ -73,33 +74,6 @@ pub enum DenyReason {
     },
 }
 
-/// The first claim one rule refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleMismatch {
-    /// Index of the rule in `rules`.
-    pub rule: usize,
-    /// The claim name (`iss` when the token has another issuer).
-    pub claim: String,
-    /// The rule's pattern for that claim.
-    pub expected: String,
-    /// The token's value as JSON text, shortened; `None` when the claim is missing.
-    pub found: Option<String>,
-}
-
-impl fmt::Display for RuleMismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rule {}: {} ", self.rule, self.claim)?;
-        match &self.found {
-            Some(found) => write!(f, "{found}")?,
-            None => f.write_str("missing")?,
-        }
-        write!(f, " does not match {:?}", self.expected)
-    }
-}
-
-/// How many rule mismatches a log line spells out.
-const SHOWN_MISMATCHES: usize = 5;
-
 impl fmt::Display for DenyReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -107,17 +81,7 @@ impl fmt::Display for DenyReason {
                 f,
                 "a {credential} credential was presented for an account whose policy is {policy}"
             ),
-            DenyReason::NoRuleMatched { mismatches } => {
-                f.write_str("no rule accepted the token's claims")?;
-                for (i, m) in mismatches.iter().take(SHOWN_MISMATCHES).enumerate() {
-                    f.write_str(if i == 0 { ": " } else { "; " })?;
-                    write!(f, "{m}")?;
-                }
-                if mismatches.len() > SHOWN_MISMATCHES {
-                    write!(f, "; and {} more", mismatches.len() - SHOWN_MISMATCHES)?;
-                }
-                Ok(())
-            }
+            DenyReason::NoRuleMatched => f.write_str("no rule accepted the token's claims"),
             DenyReason::IpNotAllowed { ip } => {
                 write!(f, "source address {ip} is not in the ip_allowlist")
             }
@@ -138,20 +102,6 @@ impl fmt::Display for DenyReason {
 
 impl std::error::Error for DenyReason {}
 
-/// Longest claim value text a mismatch keeps.
-const FOUND_CHARS: usize = 120;
-
-fn render(value: Option<&Value>) -> Option<String> {
-    let text = value?.to_string();
-    Some(if text.chars().count() > FOUND_CHARS {
-        let mut short: String = text.chars().take(FOUND_CHARS).collect();
-        short.push('…');
-        short
-    } else {
-        text
-    })
-}
-
 pub(super) fn oidc_scope<'a>(
     rules: &'a OidcRules,
     claims: &Map<String, Value>,
@@ -159,7 +109,7 @@ pub(super) fn oidc_scope<'a>(
     let group = rules.group(claims.get("iss")?.as_str()?)?;
     let views = group.views(claims);
     let mut scope = Scope::default();
-    for rule in group.rules.iter().filter(|r| r.matches(&views)) {
+    for rule in group.matching(&views) {
         scope.push(&rule.services);
     }
     (!scope.is_empty()).then_some(scope)
@@ -174,19 +124,14 @@ pub(super) fn matching_rules(rules: &OidcRules, claims: &Map<String, Value>) -> 
         return Vec::new();
     };
     let views = group.views(claims);
-    group
-        .rules
-        .iter()
-        .filter(|r| r.matches(&views))
-        .map(|r| r.index)
-        .collect()
+    group.matching(&views).map(|r| r.index).collect()
 }
 
 pub(super) fn evaluate(
     policy: &Policy,
     claims: Option<&Map<String, Value>>,
     subdomain: Option<&str>,
-    client_ip: IpAddr,
+    client_ip: Option<IpAddr>,
 ) -> Decision {
     let kind = policy.kind();
     let credential = if claims.is_some() {
@@ -202,8 +147,8 @@ pub(super) fn evaluate(
     }
     match claims {
         None => {
-            if !policy.allows_ip(client_ip) {
-                return Decision::Deny(DenyReason::IpNotAllowed { ip: client_ip });
+            if let Some(ip) = client_ip.filter(|ip| !policy.allows_ip(*ip)) {
+                return Decision::Deny(DenyReason::IpNotAllowed { ip });
             }
             match subdomain {
                 Some(s) if !policy.static_scope().is_some_and(|scope| scope.matches(s)) => {
@@ -223,25 +168,24 @@ fn evaluate_oidc(
     policy: &Policy,
     claims: &Map<String, Value>,
     subdomain: Option<&str>,
-    client_ip: IpAddr,
+    client_ip: Option<IpAddr>,
 ) -> Decision {
-    let rules = policy.oidc_rules();
-    let issuer = claims.get("iss").and_then(Value::as_str);
-    let group = issuer.and_then(|iss| rules.group(iss));
-    let views = group.map(|g| g.views(claims)).unwrap_or_default();
-    // Allocation-free on the way to an Allow; the explanation is built only when refusing.
-    let mut matched = group
-        .into_iter()
-        .flat_map(|g| g.rules.iter())
-        .filter(|r| r.matches(&views))
-        .peekable();
-    let Some(first) = matched.peek().map(|r| r.index) else {
-        return Decision::Deny(DenyReason::NoRuleMatched {
-            mismatches: mismatches(rules, claims, &views, issuer),
-        });
+    let Some(group) = claims
+        .get("iss")
+        .and_then(Value::as_str)
+        .and_then(|iss| policy.oidc_rules().group(iss))
+    else {
+        return Decision::Deny(DenyReason::NoRuleMatched);
     };
-    if !policy.allows_ip(client_ip) {
-        return Decision::Deny(DenyReason::IpNotAllowed { ip: client_ip });
+    let views = group.views(claims);
+    // Only the candidates of the index are matched, and nothing is allocated for the reasons
+    // of a refusal: those are `explain`'s.
+    let mut matched = group.matching(&views).peekable();
+    let Some(first) = matched.peek().map(|r| r.index) else {
+        return Decision::Deny(DenyReason::NoRuleMatched);
+    };
+    if let Some(ip) = client_ip.filter(|ip| !policy.allows_ip(*ip)) {
+        return Decision::Deny(DenyReason::IpNotAllowed { ip });
     }
     let Some(subdomain) = subdomain else {
         return Decision::Allow { rule: Some(first) };
@@ -260,40 +204,4 @@ fn evaluate_oidc(
         subdomain: subdomain.to_owned(),
         rules: tried,
     })
-}
-
-fn mismatches(
-    rules: &OidcRules,
-    claims: &Map<String, Value>,
-    views: &[ClaimView<'_>],
-    issuer: Option<&str>,
-) -> Vec<RuleMismatch> {
-    let mut out = Vec::new();
-    for group in rules.groups() {
-        let same_issuer = issuer == Some(&*group.issuer);
-        for rule in group.rules.iter() {
-            let mismatch = if same_issuer {
-                let Some(check) = rule.first_failure(views) else {
-                    continue;
-                };
-                let claim = &*group.claim_names[check.slot];
-                RuleMismatch {
-                    rule: rule.index,
-                    claim: claim.to_owned(),
-                    expected: check.pattern.as_str().to_owned(),
-                    found: render(claims.get(claim)),
-                }
-            } else {
-                RuleMismatch {
-                    rule: rule.index,
-                    claim: "iss".to_owned(),
-                    expected: group.issuer.to_string(),
-                    found: render(claims.get("iss")),
-                }
-            };
-            out.push(mismatch);
-        }
-    }
-    out.sort_by_key(|m| m.rule);
-    out
 }

@@ -1,30 +1,13 @@
 //! The `ip_allowlist`: IPv4 and IPv6 addresses and CIDR ranges.
 
+use crate::{PolicyError, Violation};
 use ipnetwork::{IpNetwork, Ipv4Network};
 use std::net::IpAddr;
-
-/// Why an `ip_allowlist` entry was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IpEntryError {
-    /// The part before any `/` is not an IPv4 or IPv6 address.
-    #[error("{0:?} is not an IPv4 or IPv6 address or CIDR range (e.g. 203.0.113.7, 203.0.113.0/24, 2001:db8::/32)")]
-    Address(String),
-    /// The prefix length after `/` is not a number in range.
-    #[error(
-        "{entry:?} has an invalid prefix length: after \"/\" write a whole number from 0 to {max}"
-    )]
-    Prefix {
-        /// The entry as written.
-        entry: String,
-        /// 32 for IPv4, 128 for IPv6.
-        max: u8,
-    },
-}
 
 /// The parsed `ip_allowlist` of a policy. Empty allows every address.
 ///
 /// ```
-/// use registry_domain::policy::IpAllowlist;
+/// use registry_policy::IpAllowlist;
 ///
 /// let list = IpAllowlist::parse(["203.0.113.0/24", "2001:db8::/32"]).unwrap();
 /// assert!(list.allows("203.0.113.9".parse().unwrap()));
@@ -40,16 +23,23 @@ pub struct IpAllowlist {
 }
 
 impl IpAllowlist {
-    /// Parses every entry; on failure, the index and the problem of each bad entry.
-    pub fn parse<'a>(
-        entries: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Self, Vec<(usize, IpEntryError)>> {
+    /// Parses every entry; on failure, [`PolicyError::Invalid`] with the problem of each bad
+    /// entry, its pointer the entry's index in the list (`/1`).
+    ///
+    /// ```
+    /// use registry_policy::IpAllowlist;
+    ///
+    /// let error = IpAllowlist::parse(["10.0.0.1", "x", "10.0.0.0/40"]).unwrap_err();
+    /// let pointers: Vec<String> = error.violations().into_iter().map(|v| v.pointer).collect();
+    /// assert_eq!(pointers, ["/1", "/2"]);
+    /// ```
+    pub fn parse<'a>(entries: impl IntoIterator<Item = &'a str>) -> Result<Self, PolicyError> {
         let mut nets = Vec::new();
         let mut errors = Vec::new();
         for (i, entry) in entries.into_iter().enumerate() {
             match parse_ip_entry(entry) {
                 Ok(net) => nets.push(net),
-                Err(e) => errors.push((i, e)),
+                Err(e) => errors.push(Violation::new(format!("/{i}"), e.to_string())),
             }
         }
         if errors.is_empty() {
@@ -57,7 +47,7 @@ impl IpAllowlist {
                 entries: nets.into(),
             })
         } else {
-            Err(errors)
+            Err(PolicyError::Invalid(errors))
         }
     }
 
@@ -96,7 +86,7 @@ impl IpAllowlist {
     /// covered (the caller can write them as one range).
     ///
     /// ```
-    /// use registry_domain::policy::IpAllowlist;
+    /// use registry_policy::IpAllowlist;
     ///
     /// let office = IpAllowlist::parse(["203.0.113.0/24"]).unwrap();
     /// let desk = IpAllowlist::parse(["203.0.113.7", "::ffff:203.0.113.8"]).unwrap();
@@ -147,20 +137,20 @@ fn range_within(inner: IpNetwork, outer: IpNetwork) -> bool {
 /// schema's `IpAddressOrRange` pattern.
 ///
 /// ```
-/// use registry_domain::policy::parse_ip_entry;
+/// use registry_policy::parse_ip_entry;
 /// assert_eq!(parse_ip_entry("10.0.0.0/8").unwrap().prefix(), 8);
 /// assert_eq!(parse_ip_entry("::1").unwrap().prefix(), 128);
 /// assert!(parse_ip_entry("10.0.0.0/33").is_err());
 /// assert!(parse_ip_entry("10.0.0.0/255.0.0.0").is_err());
 /// ```
-pub fn parse_ip_entry(entry: &str) -> Result<IpNetwork, IpEntryError> {
+pub fn parse_ip_entry(entry: &str) -> Result<IpNetwork, PolicyError> {
     let (addr, prefix) = match entry.split_once('/') {
         Some((a, p)) => (a, Some(p)),
         None => (entry, None),
     };
     let addr: IpAddr = addr
         .parse()
-        .map_err(|_| IpEntryError::Address(entry.to_owned()))?;
+        .map_err(|_| PolicyError::Address(entry.to_owned()))?;
     let max = if addr.is_ipv4() { 32 } else { 128 };
     let prefix = match prefix {
         None => max,
@@ -169,7 +159,7 @@ pub fn parse_ip_entry(entry: &str) -> Result<IpNetwork, IpEntryError> {
                 && !p.is_empty()
                 && p.len() <= 3
                 && !(p.len() > 1 && p.starts_with('0'));
-            let bad = || IpEntryError::Prefix {
+            let bad = || PolicyError::Prefix {
                 entry: entry.to_owned(),
                 max,
             };
@@ -184,7 +174,7 @@ pub fn parse_ip_entry(entry: &str) -> Result<IpNetwork, IpEntryError> {
             n
         }
     };
-    IpNetwork::new(addr, prefix).map_err(|_| IpEntryError::Prefix {
+    IpNetwork::new(addr, prefix).map_err(|_| PolicyError::Prefix {
         entry: entry.to_owned(),
         max,
     })
@@ -281,7 +271,7 @@ mod tests {
         ] {
             let err = parse_ip_entry(entry).expect_err(entry);
             assert_eq!(
-                matches!(err, IpEntryError::Prefix { .. }),
+                matches!(err, PolicyError::Prefix { .. }),
                 prefix_problem,
                 "{entry}: {err}"
             );
@@ -331,7 +321,7 @@ mod tests {
     #[test]
     fn parse_reports_every_bad_entry() {
         let errors = IpAllowlist::parse(["10.0.0.1", "x", "10.0.0.0/40"]).unwrap_err();
-        let indices: Vec<usize> = errors.iter().map(|(i, _)| *i).collect();
-        assert_eq!(indices, [1, 2]);
+        let pointers: Vec<String> = errors.violations().into_iter().map(|v| v.pointer).collect();
+        assert_eq!(pointers, ["/1", "/2"]);
     }
 }

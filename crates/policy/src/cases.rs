@@ -1,7 +1,7 @@
 //! Policy test cases (`registry policy test`): what a policy must answer for given claims,
 //! service and address, checked against [`Policy::explain`], with the rules no case exercised.
 
-use super::{Explanation, Policy};
+use super::{Explanation, Policy, PolicyError};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -49,11 +49,11 @@ impl TestRun {
 }
 
 /// Reads a JSON list of cases (`[{"name", "claims", "expect": "allow"|"deny", "service"?,
-/// "ip"?, "rule"?}]`); the error names the first case that is not one, and why (`case 2:
-/// claims is not an object`), or says `is not a JSON list of cases`.
+/// "ip"?, "rule"?}]`); the error ([`PolicyError::Cases`]) names the first case that is not
+/// one, and why (`case 2: claims is not an object`), or says `is not a JSON list of cases`.
 ///
 /// ```
-/// use registry_domain::policy::{parse_cases, run_cases, Policy};
+/// use registry_policy::{parse_cases, run_cases, Policy};
 /// use serde_json::json;
 ///
 /// let policy = Policy::parse(&json!({"kind": "oidc", "rules": [{"services": ["*"],
@@ -68,15 +68,15 @@ impl TestRun {
 /// assert_eq!(run.failed(), 0);
 /// assert!(run.uncovered.is_empty());
 /// ```
-pub fn parse_cases(document: &Value) -> Result<Vec<TestCase>, String> {
+pub fn parse_cases(document: &Value) -> Result<Vec<TestCase>, PolicyError> {
     let Value::Array(items) = document else {
-        return Err("is not a JSON list of cases".into());
+        return Err(PolicyError::Cases("is not a JSON list of cases".into()));
     };
     items
         .iter()
         .enumerate()
         .map(|(i, item)| {
-            let wrong = |what: &str| format!("case {i}: {what}");
+            let wrong = |what: &str| PolicyError::Cases(format!("case {i}: {what}"));
             let name = item["name"]
                 .as_str()
                 .ok_or_else(|| wrong("name is not a string"))?;

@@ -321,7 +321,7 @@ fn start_of_last_chars(s: &str, n: usize) -> Option<usize> {
 /// case-sensitive. Every string is a valid pattern.
 ///
 /// ```
-/// use registry_domain::policy::ClaimPattern;
+/// use registry_policy::ClaimPattern;
 /// use serde_json::json;
 ///
 /// let p = ClaimPattern::new("repo:acme/*:ref:refs/heads/main");
@@ -360,10 +360,24 @@ impl ClaimPattern {
         matches!(self.glob, Glob::Exact(_))
     }
 
+    /// What every value this pattern matches starts with, for the candidate index: the whole
+    /// value of an exact pattern, or the literal text before its first wildcard; `None` when the
+    /// pattern starts with a wildcard.
+    pub(crate) fn key(&self) -> Option<Key<'_>> {
+        match &self.glob {
+            Glob::Exact(value) => Some(Key::Exact(value)),
+            Glob::Any => None,
+            Glob::Pieces { head, .. } => match head.atoms.first() {
+                Some(Atom::Literal(text)) => Some(Key::Head(text)),
+                _ => None,
+            },
+        }
+    }
+
     /// Whether the pattern is made only of `*`, so it accepts every string value.
     ///
     /// ```
-    /// use registry_domain::policy::ClaimPattern;
+    /// use registry_policy::ClaimPattern;
     /// assert!(ClaimPattern::new("**").accepts_any_string());
     /// assert!(!ClaimPattern::new("repo:*").accepts_any_string());
     /// ```
@@ -401,6 +415,15 @@ impl fmt::Display for ClaimPattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.source)
     }
+}
+
+/// What the values a pattern matches have in common, as text: a string (or an integer's decimal
+/// text, or `true`/`false` for a boolean) matches an exact pattern only when it equals
+/// [`Key::Exact`], and a glob only when it starts with [`Key::Head`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Key<'a> {
+    Exact(&'a str),
+    Head(&'a str),
 }
 
 /// A claim value reduced once per request to what patterns compare against.
@@ -469,7 +492,7 @@ impl Decimal {
         Self { buf, start }
     }
 
-    fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         std::str::from_utf8(&self.buf[self.start..]).expect("ASCII digits")
     }
 }

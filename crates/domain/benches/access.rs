@@ -1,0 +1,168 @@
+//! The whole access decision of a request (`registry_domain::access::decide`): a static token,
+//! and one GitHub-Actions-like identity token meeting accounts whose OIDC policies hold 10 and
+//! 1,000 rules of its issuer, the matching rule last (the policies and the token of
+//! `registry-policy`'s `policy_eval` bench). Results: docs/benchmarks.md.
+//!
+//! `cargo bench -p registry-domain --bench access`
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use registry_domain::access::{decide, Credential, Request};
+use registry_domain::policy::Policy;
+use registry_domain::{Service, ServiceAccount};
+use serde_json::{json, Map, Value};
+use std::hint::black_box;
+use std::net::IpAddr;
+use std::sync::Arc;
+use time::macros::datetime;
+use uuid::Uuid;
+
+const ISSUER: &str = "https://token.actions.githubusercontent.com";
+const AUDIENCE: &str = "https://registry.example";
+
+/// Rule `i` admits repository `repo-{i}` of `acme`; even rules pin `sub` exactly, odd ones with a
+/// glob, every third also pins the workflow with a glob.
+fn policy(rules: usize) -> Policy {
+    let rules: Vec<Value> = (0..rules)
+        .map(|i| {
+            let mut claims = json!({
+                "iss": ISSUER,
+                "aud": AUDIENCE,
+                "sub": if i % 2 == 0 {
+                    format!("repo:acme/repo-{i}:ref:refs/heads/main")
+                } else {
+                    format!("repo:acme/repo-{i}:*")
+                },
+                "repository_owner": "acme",
+            });
+            if i % 3 == 0 {
+                claims["job_workflow_ref"] = json!(format!(
+                    "acme/repo-{i}/.github/workflows/*.yml@refs/heads/main"
+                ));
+            }
+            json!({"services": [format!("svc-{i}-acme"), "shared-*"], "claims": claims})
+        })
+        .collect();
+    let document =
+        json!({"kind": "oidc", "rules": rules, "ip_allowlist": ["10.0.0.0/8", "2001:db8::/32"]});
+    Policy::parse(&document).expect("valid policy").policy
+}
+
+/// The claims GitHub Actions puts in an ID token, for repository `repo-{n}`.
+fn token(n: usize) -> Map<String, Value> {
+    let repo = format!("acme/repo-{n}");
+    json!({
+        "jti": "8d2f3c1e-6b7a-4e55-9c0d-2a1b3c4d5e6f",
+        "sub": format!("repo:{repo}:ref:refs/heads/main"),
+        "aud": AUDIENCE,
+        "ref": "refs/heads/main",
+        "sha": "d6f1c2a9b8e7f6a5d4c3b2a1f0e9d8c7b6a5f4e3",
+        "repository": repo,
+        "repository_owner": "acme",
+        "repository_owner_id": "1234567",
+        "run_id": "9876543210",
+        "run_number": "482",
+        "run_attempt": "1",
+        "repository_visibility": "private",
+        "repository_id": "76543210",
+        "actor_id": "424242",
+        "actor": "octocat",
+        "workflow": "deploy",
+        "head_ref": "",
+        "base_ref": "",
+        "event_name": "push",
+        "ref_protected": "true",
+        "ref_type": "branch",
+        "workflow_ref": format!("{repo}/.github/workflows/deploy.yml@refs/heads/main"),
+        "workflow_sha": "d6f1c2a9b8e7f6a5d4c3b2a1f0e9d8c7b6a5f4e3",
+        "job_workflow_ref": format!("{repo}/.github/workflows/deploy.yml@refs/heads/main"),
+        "job_workflow_sha": "d6f1c2a9b8e7f6a5d4c3b2a1f0e9d8c7b6a5f4e3",
+        "runner_environment": "github-hosted",
+        "iss": ISSUER,
+        "nbf": 1_900_000_000,
+        "exp": 1_900_000_900,
+        "iat": 1_900_000_000
+    })
+    .as_object()
+    .expect("object")
+    .clone()
+}
+
+fn bench(c: &mut Criterion) {
+    let client: IpAddr = "10.1.2.3".parse().expect("address");
+    access(c, client);
+}
+
+/// `access::decide` as the server calls it for a call on one service: a static token's
+/// account, and an identity token meeting the accounts that trust its issuer (three customers'
+/// accounts of 10 or 1,000 rules; the owner's last).
+fn access(c: &mut Criterion, client: IpAddr) {
+    let now = datetime!(2026-11-23 12:00 UTC);
+    let owner = Uuid::new_v4();
+    let account = |customer: Uuid, policy: Policy| {
+        Arc::new(ServiceAccount {
+            id: Uuid::new_v4(),
+            customer_id: customer,
+            name: "ci".into(),
+            policy,
+            created_at: now,
+            last_used_at: None,
+        })
+    };
+    let mut group = c.benchmark_group("access");
+    for rules in [10usize, 1_000] {
+        let last = rules - 1;
+        let service = Service {
+            id: Uuid::new_v4(),
+            customer_id: Some(owner),
+            subdomain: format!("svc-{last}-acme"),
+            title: None,
+            description: None,
+            created_at: now,
+            expires_at: None,
+        };
+        let candidates: Vec<Arc<ServiceAccount>> = vec![
+            account(Uuid::new_v4(), policy(rules)),
+            account(Uuid::new_v4(), policy(rules)),
+            account(owner, policy(rules)),
+        ];
+        let claims = token(last);
+        let federated = Credential::IdentityToken {
+            claims: &claims,
+            candidates: &candidates,
+            chosen: None,
+        };
+        let request = Request::Service(Some(&service));
+        assert!(decide(federated, request, client, now).is_ok());
+        group.bench_with_input(
+            BenchmarkId::new("decide_federated", rules),
+            &rules,
+            |b, _| b.iter(|| decide(black_box(federated), black_box(request), client, now)),
+        );
+    }
+    let static_account = account(
+        owner,
+        Policy::parse(&json!({"kind": "static", "services": ["svc-*", "api-acme"],
+            "ip_allowlist": ["10.0.0.0/8"]}))
+        .expect("valid policy")
+        .policy,
+    );
+    let service = Service {
+        id: Uuid::new_v4(),
+        customer_id: Some(owner),
+        subdomain: "api-acme".into(),
+        title: None,
+        description: None,
+        created_at: now,
+        expires_at: None,
+    };
+    let request = Request::Service(Some(&service));
+    let credential = Credential::Account(&static_account);
+    assert!(decide(credential, request, client, now).is_ok());
+    group.bench_function("decide_static", |b| {
+        b.iter(|| decide(black_box(credential), black_box(request), client, now))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

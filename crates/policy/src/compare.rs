@@ -1,0 +1,752 @@
+//! Whether a new version of a policy admits a request the old one refuses (DECISIONS §16): what
+//! the review of a policy change needs.
+//!
+//! Two halves, each sound on its own. The proof: every rule of the new policy is subsumed by
+//! rules of the old one (same issuer; each claim the old rule checks, the new one checks with a
+//! pattern whose values all match the old pattern; the new rule's services inside the old
+//! rules'), and the new `ip_allowlist` lies inside the old one. The search: requests built from
+//! the new policy's own patterns and address ranges, each kept only when [`Policy::evaluate`]
+//! allows it under the new policy and refuses it under the old. A witness is a widening; a proof
+//! is `narrower-or-equal`; neither is `undetermined`.
+//!
+//! Pattern subsumption is decided on the patterns' text: the old pattern must match the new one
+//! read as a string of literal characters, `?` and `*` (an old `*` takes any run of them, an old
+//! `?` any one character or `?`). That is exact for literal and prefix or suffix patterns, and
+//! on the safe side otherwise (`?*` against `*?` is not proven).
+
+use super::{Policy, PolicyKind};
+use ipnetwork::IpNetwork;
+use serde_json::{json, Map, Value};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The answer of [`compare`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CompareResult {
+    /// Proven: the new policy admits no request the old one refuses.
+    NarrowerOrEqual,
+    /// The new policy admits a request the old one refuses; the witnesses show it.
+    Widens,
+    /// Neither proven nor disproven: review the change by hand.
+    Undetermined,
+}
+
+impl CompareResult {
+    /// `"narrower-or-equal"`, `"widens"` or `"undetermined"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompareResult::NarrowerOrEqual => "narrower-or-equal",
+            CompareResult::Widens => "widens",
+            CompareResult::Undetermined => "undetermined",
+        }
+    }
+}
+
+impl std::fmt::Display for CompareResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request the new policy admits and the old one refuses, as [`Policy::evaluate`] decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Witness {
+    /// The rule of the new policy that admits it (`None` for a static policy).
+    pub rule: Option<usize>,
+    /// The token's claims (`None`: a static token).
+    pub claims: Option<Map<String, Value>>,
+    /// The service the request acts on (`None`: a call on no one service, such as listing).
+    pub service: Option<String>,
+    /// The client's address, when either policy has an `ip_allowlist` (`None`: any address).
+    pub ip: Option<IpAddr>,
+}
+
+impl Witness {
+    /// `{rule, claims, service, ip?}`.
+    pub fn to_json(&self) -> Value {
+        let mut value = json!({
+            "rule": self.rule,
+            "claims": self.claims,
+            "service": self.service,
+        });
+        if let Some(ip) = self.ip {
+            value["ip"] = ip.to_string().into();
+        }
+        value
+    }
+}
+
+/// What [`compare`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Comparison {
+    /// The verdict.
+    pub result: CompareResult,
+    /// With [`CompareResult::Widens`], at least one request the new policy admits and the old
+    /// one refuses (at most one per rule of the new policy, at most [`MAX_WITNESSES`]); empty
+    /// otherwise.
+    pub witnesses: Vec<Witness>,
+    /// With [`CompareResult::Undetermined`], pointers into the new policy of what no proof
+    /// covers (`/rules/2`, `/services`, `/ip_allowlist`, `/kind`); empty otherwise.
+    pub unproven: Vec<String>,
+}
+
+impl Comparison {
+    /// `{result, witnesses}`, the output of `registry policy compare --format json`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "result": self.result.as_str(),
+            "witnesses": self.witnesses.iter().map(Witness::to_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The most witnesses [`compare`] reports.
+pub const MAX_WITNESSES: usize = 10;
+
+/// The most requests [`compare`] evaluates while looking for witnesses.
+const SEARCH_BUDGET: usize = 200_000;
+
+/// Whether `new` admits a request `old` refuses: [`CompareResult::Widens`] with witnesses that
+/// [`Policy::evaluate`] confirms (allowed by `new`, refused by `old`),
+/// [`CompareResult::NarrowerOrEqual`] only when proven, [`CompareResult::Undetermined`]
+/// otherwise.
+///
+/// ```
+/// use registry_policy::{compare, CompareResult, Policy};
+/// use serde_json::json;
+///
+/// let policy = |sub: &str, services: serde_json::Value| Policy::parse(&json!({"kind": "oidc",
+///     "rules": [{"services": services,
+///         "claims": {"iss": "https://ci.example", "aud": "registry", "sub": sub}}]}))
+///     .unwrap().policy;
+/// let old = policy("repo:acme/api:*", json!(["api-*"]));
+///
+/// // A narrower subject and fewer services: proven.
+/// let narrower = policy("repo:acme/api:ref:refs/heads/main", json!(["api-acme"]));
+/// assert_eq!(compare(&old, &narrower).result, CompareResult::NarrowerOrEqual);
+///
+/// // Every repository of acme: a token of another repository gets in.
+/// let wider = compare(&old, &policy("repo:acme/*", json!(["api-*"])));
+/// assert_eq!(wider.result, CompareResult::Widens);
+/// let witness = &wider.witnesses[0];
+/// assert_eq!(witness.rule, Some(0));
+/// let claims = witness.claims.as_ref().unwrap();
+/// assert!(!old.evaluate(Some(claims), witness.service.as_deref(), witness.ip).is_allowed());
+/// assert_eq!(wider.to_json()["result"], "widens");
+/// ```
+pub fn compare(old: &Policy, new: &Policy) -> Comparison {
+    let witnesses = search(old, new);
+    if !witnesses.is_empty() {
+        return Comparison {
+            result: CompareResult::Widens,
+            witnesses,
+            unproven: Vec::new(),
+        };
+    }
+    let unproven = unproven(old, new);
+    Comparison {
+        result: if unproven.is_empty() {
+            CompareResult::NarrowerOrEqual
+        } else {
+            CompareResult::Undetermined
+        },
+        witnesses: Vec::new(),
+        unproven,
+    }
+}
+
+/// One OIDC rule as written: its issuer, its other claims' patterns, its services (lower case).
+#[derive(Debug)]
+struct RuleText<'a> {
+    index: usize,
+    issuer: &'a str,
+    claims: Vec<(&'a str, &'a str)>,
+    services: Vec<String>,
+}
+
+fn rules_of(policy: &Policy) -> Vec<RuleText<'_>> {
+    let rules = policy.document().get("rules").and_then(Value::as_array);
+    rules
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(index, rule)| {
+            let claims = rule.get("claims")?.as_object()?;
+            Some(RuleText {
+                index,
+                issuer: claims.get("iss")?.as_str()?,
+                claims: claims
+                    .iter()
+                    .filter(|(name, _)| name.as_str() != "iss")
+                    .filter_map(|(name, p)| Some((name.as_str(), p.as_str()?)))
+                    .collect(),
+                services: services_of(rule.get("services")),
+            })
+        })
+        .collect()
+}
+
+fn services_of(list: Option<&Value>) -> Vec<String> {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_lowercase)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The proof.
+
+/// Pointers into `new` of what no proof covers; empty when `new` is proven narrower or equal.
+fn unproven(old: &Policy, new: &Policy) -> Vec<String> {
+    let mut unproven = Vec::new();
+    let ip_within = new.ip_allowlist().is_within(old.ip_allowlist());
+    match (old.kind(), new.kind()) {
+        (PolicyKind::Static, PolicyKind::Static) => {
+            let outer = services_of(old.document().get("services"));
+            let inner = services_of(new.document().get("services"));
+            if !inner.iter().all(|s| service_covered(&outer, s)) {
+                unproven.push("/services".to_owned());
+            }
+            if !ip_within {
+                unproven.push("/ip_allowlist".to_owned());
+            }
+        }
+        (PolicyKind::Oidc, PolicyKind::Oidc) => {
+            let old_rules = rules_of(old);
+            for rule in rules_of(new) {
+                if !rule_subsumed(&old_rules, &rule) {
+                    unproven.push(format!("/rules/{}", rule.index));
+                }
+            }
+            // A policy that admits no token admits nothing from anywhere.
+            if !ip_within && !rules_of(new).is_empty() {
+                unproven.push("/ip_allowlist".to_owned());
+            }
+        }
+        // Identity tokens where static tokens were: only a policy that admits none is proven.
+        (PolicyKind::Static, PolicyKind::Oidc) if rules_of(new).is_empty() => {}
+        _ => unproven.push("/kind".to_owned()),
+    }
+    unproven
+}
+
+/// Whether the rules of `old` admit every request `rule` admits (its address aside): for each
+/// of its services, and for calls on no service, an old rule whose claims cover `rule`'s.
+fn rule_subsumed(old: &[RuleText<'_>], rule: &RuleText<'_>) -> bool {
+    let covering: Vec<&RuleText<'_>> = old.iter().filter(|o| claims_cover(o, rule)).collect();
+    !covering.is_empty()
+        && rule
+            .services
+            .iter()
+            .all(|s| covering.iter().any(|o| service_covered(&o.services, s)))
+}
+
+/// Whether every token `inner` accepts, `outer` accepts: the same issuer, and each claim
+/// `outer` checks, `inner` checks with a pattern `outer` covers (a claim `inner` does not check
+/// may be missing, which no pattern accepts).
+fn claims_cover(outer: &RuleText<'_>, inner: &RuleText<'_>) -> bool {
+    outer.issuer == inner.issuer
+        && outer.claims.iter().all(|(name, pattern)| {
+            inner
+                .claims
+                .iter()
+                .any(|(n, p)| n == name && claim_pattern_covers(pattern, p))
+        })
+}
+
+/// Whether every claim value `inner` matches, `outer` matches: as strings, and a boolean
+/// (which only an exact `true` or `false` matches) only if `outer` is that same word.
+fn claim_pattern_covers(outer: &str, inner: &str) -> bool {
+    if outer == inner {
+        return true;
+    }
+    let boolean = matches!(inner, "true" | "false");
+    !boolean && glob_covers(outer, inner, Wildcards::StarAndQuestion)
+}
+
+/// Whether one of the `outer` service patterns covers the service pattern `inner`.
+fn service_covered(outer: &[String], inner: &str) -> bool {
+    outer
+        .iter()
+        .any(|o| glob_covers(o, inner, Wildcards::StarOnly))
+}
+
+/// Which characters are wildcards: claim patterns have `*` and `?`, service patterns only `*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wildcards {
+    StarAndQuestion,
+    StarOnly,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Symbol {
+    Star,
+    One,
+    Char(char),
+}
+
+fn symbols(pattern: &str, wildcards: Wildcards) -> Vec<Symbol> {
+    let mut out: Vec<Symbol> = Vec::new();
+    for c in pattern.chars() {
+        let symbol = match c {
+            '*' => Symbol::Star,
+            '?' if wildcards == Wildcards::StarAndQuestion => Symbol::One,
+            c => Symbol::Char(c),
+        };
+        // `**` means `*`.
+        if !(symbol == Symbol::Star && out.last() == Some(&Symbol::Star)) {
+            out.push(symbol);
+        }
+    }
+    out
+}
+
+/// The largest pattern pair (product of lengths) whose subsumption is worked out.
+const MAX_COVER_STEPS: usize = 1 << 22;
+
+/// Whether every string `inner` matches, `outer` matches (sound; see the module's comment).
+fn glob_covers(outer: &str, inner: &str, wildcards: Wildcards) -> bool {
+    let (outer, inner) = (symbols(outer, wildcards), symbols(inner, wildcards));
+    let (m, n) = (outer.len(), inner.len());
+    if (m + 1).saturating_mul(n + 1) > MAX_COVER_STEPS {
+        return false;
+    }
+    // covers[i][j]: outer[j..] covers inner[i..]; filled from the ends, one row kept at a time.
+    let mut next = vec![false; m + 1]; // row i + 1
+    let mut row = vec![false; m + 1];
+    for i in (0..=n).rev() {
+        for j in (0..=m).rev() {
+            row[j] = match outer.get(j) {
+                None => i == n,
+                Some(Symbol::Star) => row[j + 1] || (i < n && next[j]),
+                Some(Symbol::One) => i < n && !matches!(inner[i], Symbol::Star) && next[j + 1],
+                Some(Symbol::Char(c)) => i < n && inner[i] == Symbol::Char(*c) && next[j + 1],
+            };
+        }
+        std::mem::swap(&mut row, &mut next);
+    }
+    next[0]
+}
+
+// ---------------------------------------------------------------------------------------------
+// The search.
+
+/// What a `*` becomes in an instance of a pattern: the empty run first, then short runs that
+/// patterns rarely pin.
+const FILLERS: [&str; 4] = ["", "x", "0", "zq-compare"];
+
+/// An instance of a glob: each `*` is `filler`, each `?` its first character (or `x`).
+fn instance(pattern: &str, filler: &str, wildcards: Wildcards) -> String {
+    let one = filler.chars().next().unwrap_or('x');
+    symbols(pattern, wildcards)
+        .into_iter()
+        .fold(String::new(), |mut out, symbol| {
+            match symbol {
+                Symbol::Star => out.push_str(filler),
+                Symbol::One => out.push(one),
+                Symbol::Char(c) => out.push(c),
+            }
+            out
+        })
+}
+
+fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
+    let addresses = probe_addresses(old, new);
+    let show_ip = !old.ip_allowlist().is_empty() || !new.ip_allowlist().is_empty();
+    let mut budget = SEARCH_BUDGET;
+    let mut witnesses = Vec::new();
+    let try_request = |claims: Option<&Map<String, Value>>,
+                       service: Option<&str>,
+                       ip: IpAddr,
+                       budget: &mut usize|
+     -> Option<Witness> {
+        *budget = budget.saturating_sub(1);
+        let decision = new.evaluate(claims, service, ip);
+        let super::Decision::Allow { rule } = decision else {
+            return None;
+        };
+        (!old.evaluate(claims, service, ip).is_allowed()).then(|| Witness {
+            rule,
+            claims: claims.cloned(),
+            service: service.map(str::to_owned),
+            ip: show_ip.then_some(ip),
+        })
+    };
+    match new.kind() {
+        PolicyKind::Oidc => {
+            let ip_within = new.ip_allowlist().is_within(old.ip_allowlist());
+            let old_rules = rules_of(old);
+            let same_kind = old.kind() == PolicyKind::Oidc;
+            for rule in rules_of(new) {
+                // A subsumed rule can only widen through an address the old list refuses.
+                if same_kind && ip_within && rule_subsumed(&old_rules, &rule) {
+                    continue;
+                }
+                'rule: for filler in FILLERS {
+                    let mut claims = Map::new();
+                    claims.insert("iss".into(), rule.issuer.into());
+                    for (name, pattern) in &rule.claims {
+                        let value = instance(pattern, filler, Wildcards::StarAndQuestion);
+                        claims.insert((*name).to_owned(), value.into());
+                    }
+                    for service in service_probes(&rule.services) {
+                        for &ip in &addresses {
+                            if budget == 0 {
+                                break 'rule;
+                            }
+                            let found =
+                                try_request(Some(&claims), service.as_deref(), ip, &mut budget);
+                            if let Some(witness) = found {
+                                witnesses.push(witness);
+                                break 'rule;
+                            }
+                        }
+                    }
+                }
+                if witnesses.len() >= MAX_WITNESSES || budget == 0 {
+                    break;
+                }
+            }
+        }
+        _ => {
+            let services = services_of(new.document().get("services"));
+            'search: for service in service_probes(&services) {
+                for &ip in &addresses {
+                    if budget == 0 {
+                        break 'search;
+                    }
+                    if let Some(witness) = try_request(None, service.as_deref(), ip, &mut budget) {
+                        witnesses.push(witness);
+                        break 'search;
+                    }
+                }
+            }
+        }
+    }
+    witnesses
+}
+
+/// Services to try for a rule (or a static policy): an instance of each pattern, then no
+/// service at all (a call such as listing).
+fn service_probes(patterns: &[String]) -> Vec<Option<String>> {
+    let mut probes: Vec<Option<String>> = Vec::new();
+    for filler in FILLERS {
+        for pattern in patterns {
+            let filler = if filler.is_empty() && pattern.chars().all(|c| c == '*') {
+                "x"
+            } else {
+                filler
+            };
+            let probe = Some(instance(pattern, filler, Wildcards::StarOnly));
+            if !probes.contains(&probe) {
+                probes.push(probe);
+            }
+        }
+    }
+    probes.push(None);
+    probes
+}
+
+/// Client addresses to try, all inside the new allowlist: those the old one refuses first.
+/// When the new list is inside the old one the address cannot make a difference, and one
+/// address is enough.
+fn probe_addresses(old: &Policy, new: &Policy) -> Vec<IpAddr> {
+    let mut probes: Vec<IpAddr> = [
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V4(Ipv4Addr::BROADCAST),
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+    ]
+    .into();
+    for list in [new.ip_allowlist(), old.ip_allowlist()] {
+        for net in list.entries() {
+            probes.extend(edges(*net));
+        }
+    }
+    let mut allowed: Vec<IpAddr> = Vec::new();
+    for ip in probes {
+        if new.allows_ip(ip) && !allowed.contains(&ip) {
+            allowed.push(ip);
+        }
+    }
+    if new.ip_allowlist().is_within(old.ip_allowlist()) {
+        allowed.truncate(1);
+        return allowed;
+    }
+    allowed.sort_by_key(|ip| old.allows_ip(*ip));
+    allowed
+}
+
+/// The first and last addresses of a range, and the addresses just outside it.
+fn edges(net: IpNetwork) -> Vec<IpAddr> {
+    match net {
+        IpNetwork::V4(n) => {
+            let (first, last) = (u32::from(n.network()), u32::from(n.broadcast()));
+            [
+                Some(first),
+                Some(last),
+                first.checked_sub(1),
+                last.checked_add(1),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|a| IpAddr::V4(Ipv4Addr::from(a)))
+            .collect()
+        }
+        IpNetwork::V6(n) => {
+            let first = u128::from(n.network());
+            let size = 128 - u32::from(n.prefix());
+            let last = first | 1u128.checked_shl(size).map_or(u128::MAX, |s| s - 1);
+            [
+                Some(first),
+                Some(last),
+                first.checked_sub(1),
+                last.checked_add(1),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|a| IpAddr::V6(Ipv6Addr::from(a)))
+            .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(document: Value) -> Policy {
+        Policy::parse(&document)
+            .unwrap_or_else(|e| panic!("{document}: {e}"))
+            .policy
+    }
+
+    fn rule(sub: &str, services: &[&str]) -> Value {
+        json!({"services": services,
+            "claims": {"iss": "https://ci.example", "aud": "registry", "sub": sub}})
+    }
+
+    fn oidc(rules: Vec<Value>, allowlist: Option<&[&str]>) -> Policy {
+        let mut document = json!({"kind": "oidc", "rules": rules});
+        if let Some(list) = allowlist {
+            document["ip_allowlist"] = json!(list);
+        }
+        policy(document)
+    }
+
+    /// Every witness is allowed by `new` and refused by `old`.
+    fn confirmed(old: &Policy, new: &Policy, comparison: &Comparison) {
+        for w in &comparison.witnesses {
+            assert_eq!(
+                new.evaluate(w.claims.as_ref(), w.service.as_deref(), w.ip),
+                super::super::Decision::Allow { rule: w.rule },
+                "{w:?}"
+            );
+            assert!(
+                !old.evaluate(w.claims.as_ref(), w.service.as_deref(), w.ip)
+                    .is_allowed(),
+                "{w:?}"
+            );
+        }
+    }
+
+    fn result(old: &Policy, new: &Policy) -> CompareResult {
+        let comparison = compare(old, new);
+        confirmed(old, new, &comparison);
+        assert_eq!(
+            comparison.result == CompareResult::Widens,
+            !comparison.witnesses.is_empty()
+        );
+        comparison.result
+    }
+
+    #[test]
+    fn glob_inclusion() {
+        let q = Wildcards::StarAndQuestion;
+        for (outer, inner) in [
+            ("*", "anything"),
+            ("*", "a*b?"),
+            ("repo:acme/*", "repo:acme/api:*"),
+            ("repo:acme/*", "repo:acme/api"),
+            ("repo:*:ref:main", "repo:acme/*:ref:main"),
+            ("a?c", "abc"),
+            ("a?c", "a?c"),
+            ("a*", "a**"),
+            ("*x*", "ax*"),
+        ] {
+            assert!(glob_covers(outer, inner, q), "{outer} ⊇ {inner}");
+        }
+        for (outer, inner) in [
+            ("repo:acme/api:*", "repo:acme/*"),
+            ("abc", "a?c"),
+            ("a?c", "a*c"),
+            ("x*", "*"),
+            ("*x", "*"),
+            ("abc", "abcd"),
+        ] {
+            assert!(!glob_covers(outer, inner, q), "{outer} ⊉ {inner}");
+        }
+        // Services: `?` is a character like any other.
+        assert!(!glob_covers("a?c", "abc", Wildcards::StarOnly));
+        assert!(glob_covers("api-*", "api-?", Wildcards::StarOnly));
+        // A boolean matches only the word itself.
+        assert!(!claim_pattern_covers("t*", "true"));
+        assert!(claim_pattern_covers("true", "true"));
+        assert!(claim_pattern_covers("t*", "tru?"));
+    }
+
+    #[test]
+    fn narrower_claims_and_services_are_proven() {
+        let old = oidc(vec![rule("repo:acme/*", &["api-*", "web-acme"])], None);
+        let new = oidc(
+            vec![
+                rule("repo:acme/api:ref:refs/heads/main", &["api-acme"]),
+                rule("repo:acme/web:*", &["web-acme", "api-*"]),
+            ],
+            None,
+        );
+        assert_eq!(result(&old, &new), CompareResult::NarrowerOrEqual);
+        assert_eq!(result(&old, &old), CompareResult::NarrowerOrEqual);
+        // Wider the other way round.
+        assert_eq!(result(&new, &old), CompareResult::Widens);
+    }
+
+    #[test]
+    fn a_new_rule_is_covered_by_several_old_ones_service_by_service() {
+        let old = oidc(
+            vec![
+                rule("repo:acme/*", &["api-acme"]),
+                rule("repo:*", &["web-acme"]),
+            ],
+            None,
+        );
+        let new = oidc(vec![rule("repo:acme/x", &["api-acme", "web-acme"])], None);
+        assert_eq!(result(&old, &new), CompareResult::NarrowerOrEqual);
+    }
+
+    #[test]
+    fn widenings_carry_a_witness() {
+        let old = oidc(
+            vec![
+                rule("repo:acme/api:*", &["api-acme"]),
+                rule("repo:acme/web:*", &["web-*"]),
+            ],
+            None,
+        );
+        // A broader subject in the second of two rules.
+        let new = oidc(
+            vec![
+                rule("repo:acme/api:*", &["api-acme"]),
+                rule("repo:acme/*", &["web-*"]),
+            ],
+            None,
+        );
+        let comparison = compare(&old, &new);
+        assert_eq!(comparison.result, CompareResult::Widens);
+        assert_eq!(comparison.witnesses[0].rule, Some(1));
+        assert_eq!(
+            comparison.witnesses[0].ip, None,
+            "no allowlist: any address"
+        );
+        confirmed(&old, &new, &comparison);
+        // A broader service pattern.
+        let new = oidc(
+            vec![
+                rule("repo:acme/api:*", &["api-*"]),
+                rule("repo:acme/web:*", &["web-*"]),
+            ],
+            None,
+        );
+        let comparison = compare(&old, &new);
+        assert_eq!(comparison.result, CompareResult::Widens);
+        assert_ne!(comparison.witnesses[0].service.as_deref(), Some("api-acme"));
+        // A claim the old rule checked and the new one drops.
+        let strict = oidc(
+            vec![
+                json!({"services": ["*"], "claims": {"iss": "https://ci.example", "aud":
+                "registry", "sub": "repo:acme/*", "ref": "refs/heads/main"}}),
+            ],
+            None,
+        );
+        let loose = oidc(vec![rule("repo:acme/*", &["*"])], None);
+        assert_eq!(result(&strict, &loose), CompareResult::Widens);
+        assert_eq!(result(&loose, &strict), CompareResult::NarrowerOrEqual);
+        // Another issuer.
+        let other = policy(
+            json!({"kind": "oidc", "rules": [{"services": ["*"], "claims":
+            {"iss": "https://other.example", "aud": "registry", "sub": "repo:acme/*"}}]}),
+        );
+        assert_eq!(result(&loose, &other), CompareResult::Widens);
+    }
+
+    #[test]
+    fn cidr_changes() {
+        let rules = || vec![rule("repo:acme/*", &["*"])];
+        let office = oidc(rules(), Some(&["203.0.113.0/24"]));
+        let desk = oidc(rules(), Some(&["203.0.113.7", "203.0.113.128/25"]));
+        let anywhere = oidc(rules(), None);
+        let wider = oidc(rules(), Some(&["203.0.112.0/23"]));
+        let v6 = oidc(rules(), Some(&["203.0.113.0/24", "2001:db8::/32"]));
+        assert_eq!(result(&office, &desk), CompareResult::NarrowerOrEqual);
+        assert_eq!(result(&anywhere, &office), CompareResult::NarrowerOrEqual);
+        for new in [&anywhere, &wider, &v6] {
+            let comparison = compare(&office, new);
+            assert_eq!(
+                comparison.result,
+                CompareResult::Widens,
+                "{:?}",
+                new.document()
+            );
+            confirmed(&office, new, &comparison);
+            let ip = comparison.witnesses[0]
+                .ip
+                .expect("an allowlist: the address says it");
+            assert!(!office.allows_ip(ip));
+        }
+        // Two old ranges that together cover the new one: no witness, and no proof either.
+        let halves = oidc(rules(), Some(&["203.0.113.0/25", "203.0.113.128/25"]));
+        assert_eq!(result(&halves, &office), CompareResult::Undetermined);
+        assert_eq!(compare(&halves, &office).unproven, ["/ip_allowlist"]);
+    }
+
+    #[test]
+    fn static_policies_and_kinds() {
+        let old = policy(json!({"kind": "static", "services": ["api-*", "web-acme"]}));
+        let narrower = policy(json!({"kind": "static", "services": ["api-acme"]}));
+        let wider = policy(json!({"kind": "static", "services": ["*-acme"]}));
+        assert_eq!(result(&old, &narrower), CompareResult::NarrowerOrEqual);
+        let comparison = compare(&old, &wider);
+        assert_eq!(comparison.result, CompareResult::Widens);
+        assert_eq!(comparison.witnesses[0].rule, None);
+        assert_eq!(comparison.witnesses[0].claims, None);
+        // Service patterns fold case.
+        let upper = policy(json!({"kind": "static", "services": ["API-acme"]}));
+        assert_eq!(result(&old, &upper), CompareResult::NarrowerOrEqual);
+        // A static policy where an OIDC one was: a static token gets in.
+        let oidc_old = oidc(vec![rule("repo:acme/*", &["*"])], None);
+        assert_eq!(result(&oidc_old, &narrower), CompareResult::Widens);
+        assert_eq!(result(&narrower, &oidc_old), CompareResult::Widens);
+        let nothing = Policy::from_stored(&json!({"kind": "oidc", "rules": []})).unwrap();
+        assert_eq!(result(&narrower, &nothing), CompareResult::NarrowerOrEqual);
+    }
+
+    #[test]
+    fn patterns_beyond_the_proof_are_undetermined() {
+        // `?*` and `*?` accept the same strings, which the textual proof does not see.
+        let old = oidc(vec![rule("*?", &["*"])], None);
+        let new = oidc(vec![rule("?*", &["*"])], None);
+        let comparison = compare(&old, &new);
+        assert_eq!(comparison.result, CompareResult::Undetermined);
+        assert_eq!(comparison.unproven, ["/rules/0"]);
+        assert_eq!(
+            comparison.to_json(),
+            json!({"result": "undetermined", "witnesses": []})
+        );
+    }
+}

@@ -47,6 +47,8 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
         standby.port()
     );
     let token = create_customer(binary, &write_url, TENANT)?;
+    // The probes' writes (whether writes work) go to another customer, outside the ledger.
+    let probe = create_customer(binary, &write_url, "probe")?;
     let start = |name: &str, template: Option<&str>| -> Result<Registry> {
         let mut options = registry::Options::new(binary, &write_url, &work.join(name))
             .env("REGISTRY_DATABASE_READ_URL", &read_url)
@@ -79,12 +81,17 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
     let (down, resumed) = with_writers(writer, "s", || -> Result<(String, Duration)> {
         std::thread::sleep(Duration::from_secs(3));
         primary.kill9_server()?;
-        let down = primary_down(ha, hb, &token, &identity, &issuer)?;
+        let down = primary_down(ha, hb, &token, &probe, &identity, &issuer)?;
         let promoted = Instant::now();
         standby.promote()?;
         let resumed = wait_until(Duration::from_secs(30), || {
-            ha.call("POST", "/services", Some(&token), Some(&json!({})))
-                .is_ok_and(|r| r.status == 201)
+            ha.call(
+                "POST",
+                "/services",
+                Some(&probe),
+                Some(&json!({"title": "probe"})),
+            )
+            .is_ok_and(|r| r.status == 201)
         })
         .context("no write accepted within 30 s of the promotion")?;
         let resumed = promoted.elapsed().max(resumed);
@@ -182,14 +189,38 @@ fn replica_reads(standby: &Cluster, ha: Http, hb: Http, token: &str) -> Result<S
 
 /// Step 2, with the primary killed: writes are 503 with `Retry-After`, reads and federated
 /// authentication work, `/readyz` stays 200 and names the side that is down.
-fn primary_down(ha: Http, hb: Http, token: &str, identity: &str, issuer: &str) -> Result<String> {
+fn primary_down(
+    ha: Http,
+    hb: Http,
+    token: &str,
+    probe: &str,
+    identity: &str,
+    issuer: &str,
+) -> Result<String> {
     let killed = Instant::now();
+    let mut last = String::new();
     let refused = wait_until(Duration::from_secs(30), || {
-        ha.call("POST", "/services", Some(token), Some(&json!({})))
-            .is_ok_and(|r| r.is_unavailable())
+        let answer = ha.call(
+            "POST",
+            "/services",
+            Some(probe),
+            Some(&json!({"title": "probe"})),
+        );
+        last = match &answer {
+            Ok(r) => format!("{} {}", r.status, r.body),
+            Err(e) => format!("{e:#}"),
+        };
+        answer.is_ok_and(|r| r.is_unavailable())
     })
-    .context("no write answered 503 database-unavailable with the primary killed")?;
-    let write = hb.call("POST", "/services", Some(token), Some(&json!({})))?;
+    .with_context(|| {
+        format!("no write answered 503 database-unavailable with the primary killed; last: {last}")
+    })?;
+    let write = hb.call(
+        "POST",
+        "/services",
+        Some(probe),
+        Some(&json!({"title": "probe"})),
+    )?;
     write.expect(503, "a write on B with the primary down")?;
     ensure!(
         write.retry_after.is_some(),

@@ -10,13 +10,16 @@
 //! * P2: `GET /services/{s}/config` with a static token. P3: the same with an RS256 identity
 //!   token whose issuer is a service hosted by the same registry (`http://idp-acme.localhost:PORT`).
 //! * P4: `PUT /services/{s}/config` on SQLite.
-//! * P5: start-up to `/readyz`, resident memory idle and after `--services` published services.
+//! * P5: start-up to `/readyz`, resident memory idle and after 10,000 published services.
+//! * `--services N` alone: a replica over N published services on SQLite and PostgreSQL
+//!   (`bench/scale.rs`).
 //! * P6: two replicas on one throwaway PostgreSQL cluster: how long a PUT on one takes to be
 //!   served by the other, and how many requests the other accepts after a DELETE of the
 //!   caller's account returned (static token and identity token).
 
 mod nginx;
 mod report;
+mod scale;
 pub mod wrk;
 
 use crate::api::{hosted_issuer, oidc_policy, upload, Api, Signer};
@@ -40,9 +43,10 @@ pub struct Options {
     /// Seconds of each wrk run.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     seconds: u32,
-    /// Published services for P5's memory figure.
-    #[arg(long, default_value_t = 10_000)]
-    services: usize,
+    /// Run the scale benchmark alone: N published services (copied in the database), on
+    /// SQLite and PostgreSQL (DECISIONS §14), instead of P1–P6.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    services: Option<u64>,
     /// Skip P6 (two replicas on PostgreSQL).
     #[arg(long)]
     no_postgres: bool,
@@ -89,6 +93,16 @@ pub fn run(options: &Options) -> Result<()> {
     };
     let dir = std::env::temp_dir().join(format!("registry-bench-{}", std::process::id()));
     let work = WorkDir::at(dir)?;
+    if let Some(services) = options.services {
+        let section = scale::run(&binary, &work.0, services as usize, options.no_postgres)?;
+        println!("\n{section}");
+        if !options.no_write {
+            let path = root().join("docs/benchmarks.md");
+            report::write_titled_section(&path, scale::TITLE, &section)?;
+            println!("written to {}", path.display());
+        }
+        return Ok(());
+    }
     let mut report = Report::new(options.seconds, load_average());
     measure(options, &binary, &work.0, &mut report)?;
     drop(work);
@@ -119,7 +133,7 @@ fn measure(options: &Options, binary: &Path, dir: &Path, report: &mut Report) ->
     println!("\n=== P1–P4: one registry worker on SQLite, nginx with one worker ===\n");
     http_rounds(options, binary, dir, (server_cpu, wrk_cpu), report)?;
     println!("\n=== P5: start-up and memory ===\n");
-    startup_and_memory(options, binary, dir, &mut report.figures)?;
+    startup_and_memory(binary, dir, &mut report.figures)?;
     if !options.no_postgres {
         println!("\n=== P6: two replicas on PostgreSQL ===\n");
         replicas(binary, dir, &mut report.figures)?;
@@ -243,14 +257,13 @@ fn http_rounds(
     Ok(())
 }
 
+/// Services P5 publishes through the API for its memory figure (`--services` measures far more,
+/// copied in the database).
+const P5_SERVICES: usize = 10_000;
+
 /// P5: start-up on a new database and on an existing one, memory idle and after `services`
 /// published services, and start-up with those loaded.
-fn startup_and_memory(
-    options: &Options,
-    binary: &Path,
-    dir: &Path,
-    figures: &mut Figures,
-) -> Result<()> {
+fn startup_and_memory(binary: &Path, dir: &Path, figures: &mut Figures) -> Result<()> {
     const STARTS: usize = 5;
     let start = |name: &str, database_url: &str| {
         let log = dir.join(format!("{name}.log"));
@@ -278,9 +291,9 @@ fn startup_and_memory(
     let key = Signer::generate("load-1")?;
     let document = upload(key.jwks());
     let started = Instant::now();
-    populate(&api, &document, options.services)?;
+    populate(&api, &document, P5_SERVICES)?;
     figures.populate_secs = started.elapsed().as_secs_f64();
-    figures.services = options.services;
+    figures.services = P5_SERVICES;
     std::thread::sleep(Duration::from_secs(1));
     figures.rss_loaded_kib = registry.rss_kib()?;
     drop(registry);

@@ -127,7 +127,7 @@ impl Cluster {
     }
 
     /// A hot standby of this cluster, streaming from it (`pg_basebackup -R`), started on a port
-    /// of its own. It becomes synchronous with [`Cluster::wait_for_standby_applying`].
+    /// of its own. It becomes synchronous with [`Cluster::wait_for_standby`].
     pub fn start_standby(&self) -> Result<Cluster> {
         let dir = self.dir.with_file_name(format!(
             "{}-standby",
@@ -170,13 +170,13 @@ impl Cluster {
         Ok(standby)
     }
 
-    /// Makes every commit wait until a standby has applied it (`synchronous_standby_names =
-    /// '*'`, `synchronous_commit = remote_apply`; a restart of the server), then waits (at most
-    /// 30 s) until a standby streams synchronously.
-    pub fn wait_for_standby_applying(&mut self) -> Result<()> {
+    /// Makes every commit wait for a standby as `synchronous_commit` says (`remote_apply`:
+    /// until it has applied it; `synchronous_standby_names = '*'`; a restart of the server),
+    /// then waits (at most 30 s) until a standby streams synchronously.
+    pub fn wait_for_standby(&mut self, synchronous_commit: &str) -> Result<()> {
         self.settings = vec![
             ("synchronous_standby_names".into(), "'*'".into()),
-            ("synchronous_commit".into(), "remote_apply".into()),
+            ("synchronous_commit".into(), synchronous_commit.into()),
         ];
         self.stop_server()?;
         self.start_server()?;

@@ -95,7 +95,7 @@ fn met(ok: bool) -> &'static str {
     }
 }
 
-fn grouped(n: f64) -> String {
+pub fn grouped(n: f64) -> String {
     let digits = format!("{:.0}", n.max(0.0));
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -239,7 +239,7 @@ impl Report {
     }
 }
 
-fn today() -> String {
+pub fn today() -> String {
     crate::cmd::output(std::process::Command::new("date").args(["-u", "+%Y-%m-%d %H:%M"]))
         .map(|d| d.trim().to_owned())
         .unwrap_or_default()
@@ -247,14 +247,19 @@ fn today() -> String {
 
 /// Replaces (or appends) this command's section of the document at `path`, keeping the others.
 pub fn write_section(path: &Path, section: &str) -> Result<()> {
+    write_titled_section(path, SECTION, section)
+}
+
+/// Replaces (or appends) the section headed `title` (its first line) of the document at `path`.
+pub fn write_titled_section(path: &Path, title: &str, section: &str) -> Result<()> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let updated = match text.find(SECTION) {
+    let updated = match text.find(title) {
         Some(start) => {
-            let rest = &text[start + SECTION.len()..];
+            let rest = &text[start + title.len()..];
             let end = rest
                 .find("\n## ")
-                .map_or(text.len(), |i| start + SECTION.len() + i + 1);
+                .map_or(text.len(), |i| start + title.len() + i + 1);
             format!(
                 "{}{section}{}{}",
                 &text[..start],

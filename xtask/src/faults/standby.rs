@@ -36,7 +36,10 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
     let database = "faults_standby";
     create_database(&primary, database)?;
     let mut standby = primary.start_standby()?;
-    primary.wait_for_standby_applying()?;
+    // `XTASK_STANDBY_COMMIT=on` (or `local`) runs the scenario against a standby the primary
+    // does not wait to apply: the revocation step then fails, which shows it can.
+    let commit = std::env::var("XTASK_STANDBY_COMMIT").unwrap_or_else(|_| "remote_apply".into());
+    primary.wait_for_standby(&commit)?;
     let write_url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{database}?target_session_attrs=read-write",
         primary.port(),

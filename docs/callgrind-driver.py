@@ -1,0 +1,50 @@
+"""Instructions per request of a registry binary under callgrind (P1: public discovery by Host;
+P2: GET /services/{s}/config with a static token). Usage: drive.py BINARY P1|P2 N"""
+import json, os, socket, subprocess, sys, tempfile, time, http.client, glob, re
+
+binary, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+work = tempfile.mkdtemp(prefix="cg-")
+db = f"sqlite://{work}/r.db"
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+env = {"PATH": os.environ["PATH"], "REGISTRY_DATABASE_URL": db, "REGISTRY_LISTEN": f"127.0.0.1:{port}",
+       "REGISTRY_BASE_URL": f"http://127.0.0.1:{port}", "REGISTRY_WORKERS": "1",
+       "REGISTRY_ISSUER_URL_TEMPLATE": f"http://{{subdomain}}.localhost:{port}", "RUST_LOG": "warn"}
+out = subprocess.run([binary, "customer", "create", "--tenant", "acme", "--plan", "business", "--name", "Acme"],
+                     env=env, capture_output=True, text=True, check=True).stdout
+token = json.loads(out)["token"]
+proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/cg.out",
+                         "--dump-instr=no", binary, "serve"], env=env,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(600):
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5); c.request("GET", "/healthz")
+        if c.getresponse().status == 200: break
+    except OSError: time.sleep(0.2)
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+def call(method, path, body=None, headers=None):
+    h = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    h.update(headers or {})
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+    r = c.getresponse(); data = r.read(); return r.status, data
+st, data = call("POST", "/services", {"serviceName": "cg", "title": "cg"}); assert st == 201, (st, data)
+sub = json.loads(data)["subdomain"]
+n_hex = "c3" + "a5" * 255
+import base64
+nb = base64.urlsafe_b64encode(bytes.fromhex(n_hex)).rstrip(b"=").decode()
+upload = {"openidConfiguration": {"issuer": "x", "jwks_uri": "x", "response_types_supported": ["id_token"],
+          "subject_types_supported": ["public"], "id_token_signing_alg_values_supported": ["RS256"]},
+          "jwks": {"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "alg": "RS256", "e": "AQAB", "n": nb}]}}
+st, data = call("PUT", f"/services/{sub}/config", upload); assert st in (200, 201), (st, data)
+for i in range(n):
+    if which == "P1":
+        c.request("GET", "/.well-known/openid-configuration", headers={"Host": f"{sub}.localhost:{port}"})
+    else:
+        c.request("GET", f"/services/{sub}/config", headers={"Authorization": f"Bearer {token}"})
+    r = c.getresponse(); r.read(); assert r.status == 200, r.status
+proc.terminate(); proc.wait()
+total = 0
+for f in glob.glob(f"{work}/cg.out*"):
+    for line in open(f):
+        m = re.match(r"summary: (\d+)", line) or re.match(r"totals: (\d+)", line)
+        if m: total += int(m.group(1)); break
+print(which, n, total)

@@ -1,5 +1,6 @@
 //! A real OIDC issuer for tests: discovery document and key set served over plain HTTP on
-//! 127.0.0.1, real keys generated with josekit, behaviours switchable while it runs.
+//! 127.0.0.1, real keys (the test kit's, `registry_testkit::keys`), behaviours switchable while
+//! it runs.
 //!
 //! ```no_run
 //! use registry_tests::issuer::TestIssuer;
@@ -10,13 +11,6 @@
 //! # drop(token);
 //! ```
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
-use josekit::jwk::alg::ec::EcCurve;
-use josekit::jwk::alg::ed::EdCurve;
-use josekit::jwk::alg::rsa::RsaKeyPair;
-use josekit::jwk::{Jwk, KeyPair};
-use josekit::jws::{self, JwsSigner};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -26,131 +20,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
+/// Signing keys, compact tokens and HMAC signatures (the test kit's).
+pub use registry_testkit::{compact, hmac_sha256, KeyKind, SigningKey};
+
 /// Path of the discovery document.
 pub const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
 /// Path of the key set named by the discovery document.
 pub const JWKS_PATH: &str = "/jwks";
 /// A second path serving the same key set (a same-host redirect target).
 pub const JWKS_ALT_PATH: &str = "/jwks-alt";
-
-/// The kind of a signing key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
-    /// RSA 2048 (RS256/384/512, PS256/384/512).
-    Rsa,
-    /// EC P-256 (ES256).
-    P256,
-    /// EC P-384 (ES384).
-    P384,
-    /// Ed25519 (EdDSA).
-    Ed25519,
-}
-
-impl KeyKind {
-    /// The kind of key an algorithm signs with.
-    pub fn for_alg(alg: &str) -> KeyKind {
-        match alg {
-            "ES256" => KeyKind::P256,
-            "ES384" => KeyKind::P384,
-            "EdDSA" => KeyKind::Ed25519,
-            _ => KeyKind::Rsa,
-        }
-    }
-
-    fn prefix(self) -> &'static str {
-        match self {
-            KeyKind::Rsa => "rsa",
-            KeyKind::P256 => "p256",
-            KeyKind::P384 => "p384",
-            KeyKind::Ed25519 => "ed25519",
-        }
-    }
-}
-
-/// A private signing key with its `kid`.
-#[derive(Debug, Clone)]
-pub struct SigningKey {
-    kind: KeyKind,
-    private: Jwk,
-}
-
-impl SigningKey {
-    /// A fresh key of `kind` named `kid`.
-    pub fn generate(kind: KeyKind, kid: &str) -> SigningKey {
-        let mut private = match kind {
-            KeyKind::Rsa => Jwk::generate_rsa_key(2048),
-            KeyKind::P256 => Jwk::generate_ec_key(EcCurve::P256),
-            KeyKind::P384 => Jwk::generate_ec_key(EcCurve::P384),
-            KeyKind::Ed25519 => Jwk::generate_ed_key(EdCurve::Ed25519),
-        }
-        .expect("key generation");
-        private.set_key_id(kid);
-        SigningKey { kind, private }
-    }
-
-    /// The key's `kid`.
-    pub fn kid(&self) -> &str {
-        self.private.key_id().unwrap_or_default()
-    }
-
-    /// The key's kind.
-    pub fn kind(&self) -> KeyKind {
-        self.kind
-    }
-
-    /// The public JWK, as published.
-    pub fn public_jwk(&self) -> Value {
-        let mut public = self.private.to_public_key().expect("public key");
-        // josekit's `to_public_key` keeps only the key material.
-        public.set_key_id(self.kid());
-        Value::Object(public.into())
-    }
-
-    /// The public key as PEM (RSA keys only): the HMAC secret of the algorithm-confusion attack.
-    pub fn public_pem(&self) -> Vec<u8> {
-        RsaKeyPair::from_jwk(&self.private)
-            .expect("an RSA key")
-            .to_pem_public_key()
-    }
-
-    /// Signs `message` with `alg`, which must suit the key.
-    pub fn sign(&self, alg: &str, message: &[u8]) -> Vec<u8> {
-        let key = &self.private;
-        let signer: Box<dyn JwsSigner> = match alg {
-            "RS256" => Box::new(jws::RS256.signer_from_jwk(key).expect("RS256")),
-            "RS384" => Box::new(jws::RS384.signer_from_jwk(key).expect("RS384")),
-            "RS512" => Box::new(jws::RS512.signer_from_jwk(key).expect("RS512")),
-            "PS256" => Box::new(jws::PS256.signer_from_jwk(key).expect("PS256")),
-            "PS384" => Box::new(jws::PS384.signer_from_jwk(key).expect("PS384")),
-            "PS512" => Box::new(jws::PS512.signer_from_jwk(key).expect("PS512")),
-            "ES256" => Box::new(jws::ES256.signer_from_jwk(key).expect("ES256")),
-            "ES384" => Box::new(jws::ES384.signer_from_jwk(key).expect("ES384")),
-            "EdDSA" => Box::new(jws::EdDSA.signer_from_jwk(key).expect("EdDSA")),
-            other => panic!("no asymmetric signer for {other}"),
-        };
-        signer.sign(message).expect("signing")
-    }
-}
-
-/// A compact JWS of `header` and `claims`, exactly as given, signed by `sign`.
-pub fn compact(header: &Value, claims: &Value, sign: impl FnOnce(&[u8]) -> Vec<u8>) -> String {
-    let input = format!(
-        "{}.{}",
-        URL_SAFE_NO_PAD.encode(header.to_string()),
-        URL_SAFE_NO_PAD.encode(claims.to_string())
-    );
-    let signature = sign(input.as_bytes());
-    format!("{input}.{}", URL_SAFE_NO_PAD.encode(signature))
-}
-
-/// An HMAC-SHA256 signature.
-pub fn hmac_sha256(secret: &[u8], message: &[u8]) -> Vec<u8> {
-    jws::HS256
-        .signer_from_bytes(secret)
-        .expect("HMAC key")
-        .sign(message)
-        .expect("HMAC")
-}
 
 /// How the issuer answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,19 +129,14 @@ impl TestIssuer {
         self.state()
             .keys
             .iter()
-            .find(|k| k.kind == kind)
+            .find(|k| k.kind() == kind)
             .cloned()
             .unwrap_or_else(|| panic!("no {kind:?} key published"))
     }
 
     /// A token signed with `alg` by the published key of that kind, its `kid` in the header.
     pub fn mint(&self, alg: &str, claims: Value) -> String {
-        let key = self.key(alg);
-        compact(
-            &json!({"alg": alg, "typ": "JWT", "kid": key.kid()}),
-            &claims,
-            |m| key.sign(alg, m),
-        )
+        self.key(alg).sign_claims(alg, &claims)
     }
 
     /// A token with exactly `header`, signed as its `alg` says: `none` gets an empty signature,
@@ -297,7 +170,7 @@ impl TestIssuer {
     /// Replaces every key by a fresh one of the same kind with a new `kid`.
     pub fn rotate_keys(&self) {
         let mut state = self.state();
-        let kinds: Vec<KeyKind> = state.keys.iter().map(|k| k.kind).collect();
+        let kinds: Vec<KeyKind> = state.keys.iter().map(SigningKey::kind).collect();
         let keys: Vec<SigningKey> = kinds
             .into_iter()
             .map(|kind| new_key(&mut state, kind))
@@ -359,7 +232,13 @@ impl Drop for TestIssuer {
 }
 
 fn new_key(state: &mut State, kind: KeyKind) -> SigningKey {
-    let kid = format!("{}-{}", kind.prefix(), state.next_kid);
+    let prefix = match kind {
+        KeyKind::Rsa => "rsa",
+        KeyKind::P256 => "p256",
+        KeyKind::P384 => "p384",
+        KeyKind::Ed25519 => "ed25519",
+    };
+    let kid = format!("{prefix}-{}", state.next_kid);
     state.next_kid += 1;
     SigningKey::generate(kind, &kid)
 }

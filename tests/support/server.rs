@@ -1,7 +1,8 @@
 //! The registry on a free loopback port, on a fresh database: inside the test process (the
 //! library's HTTP server on a thread of its own, with a clock the test moves), or the real
 //! `registry` binary, whose log is captured (so tests can assert that no secret reaches it) and
-//! which answers signals.
+//! which answers signals. The binary is launched by the test kit (`registry_testkit::launch`),
+//! as the chores launch it, with the settings of `settings_for`.
 //!
 //! What servers in one test process share (the library's process-wide state): the base URL of
 //! problem `type` addresses is the first server's (tests match a problem by the end of its
@@ -9,15 +10,22 @@
 //! server logs nothing: tests that read a log start the binary.
 
 use registry_domain::ports::{Clock, IdentityTokenVerifier};
+use registry_testkit::{Launch, Launched};
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+/// Seconds since the Unix epoch, now (the test kit's).
+pub use registry_testkit::unix_now;
+/// A temporary directory removed on drop (the test kit's).
+pub use registry_testkit::TempDir;
+/// The audience the federated rules of the tests pin (the test kit's).
+pub use registry_testkit::AUDIENCE;
 
 /// Builds the binary once per test process (a no-op when it is fresh) and returns its path.
 pub fn registry_binary() -> PathBuf {
@@ -43,13 +51,6 @@ pub fn registry_binary() -> PathBuf {
             dir.join("registry")
         })
         .clone()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// Options of a test server.
@@ -103,10 +104,9 @@ impl Clock for TestClock {
 /// How a test server runs.
 #[derive(Debug)]
 enum Process {
-    /// The real binary, its stderr in a file.
+    /// The real binary, its stderr in a file of its own directory.
     Binary {
-        child: Child,
-        log_path: PathBuf,
+        process: Launched,
         _log_dir: TempDir,
     },
     /// The library's server on a thread of the test process, on its own actix `System`.
@@ -128,25 +128,6 @@ pub struct TestServer {
     /// Its database.
     pub database_url: String,
     client: Client,
-}
-
-/// A temporary directory removed on drop.
-#[derive(Debug)]
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    /// A new empty directory.
-    pub fn new(prefix: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The settings every test server gets, for a server on `port`; `env` may override them.
@@ -256,51 +237,25 @@ impl TestServer {
 
     fn spawn_binary(options: &ServerOptions, database_url: String) -> Self {
         let log_dir = TempDir::new("registry-log");
-        let log_path = log_dir.0.join("server.log");
-        for _attempt in 0..5 {
-            let port = free_port();
-            let log = std::fs::File::create(&log_path).expect("log file");
-            let mut command = Command::new(registry_binary());
-            command
-                .arg("serve")
-                .env_clear()
-                .env("PATH", std::env::var("PATH").unwrap_or_default())
-                .env("RUST_LOG", "info")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::from(log));
-            for (k, v) in settings_for(port, &database_url, &options.env) {
-                command.env(k, v);
-            }
-            let mut child = command.spawn().expect("spawn registry");
-            let stdout = child.stdout.take().expect("stdout");
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    if line.contains("listening on") {
-                        let _ = tx.send(());
-                    }
-                }
-            });
-            if rx.recv_timeout(Duration::from_secs(30)).is_ok() {
-                return Self {
-                    process: Process::Binary {
-                        child,
-                        log_path,
-                        _log_dir: log_dir,
-                    },
-                    base: format!("http://127.0.0.1:{port}"),
-                    port,
-                    database_url,
-                    client: client(),
-                };
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        let launch = Launch::new(&registry_binary(), &log_dir.join("server.log"));
+        let process = launch
+            .start(|port| {
+                let mut vars = vec![("RUST_LOG".to_owned(), "info".to_owned())];
+                vars.extend(settings_for(port, &database_url, &options.env));
+                vars
+            })
+            .unwrap_or_else(|error| panic!("the registry did not start: {error}"));
+        let port = process.port;
+        Self {
+            process: Process::Binary {
+                process,
+                _log_dir: log_dir,
+            },
+            base: format!("http://127.0.0.1:{port}"),
+            port,
+            database_url,
+            client: client(),
         }
-        panic!(
-            "the registry did not start; log:\n{}",
-            std::fs::read_to_string(&log_path).unwrap_or_default()
-        );
     }
 
     /// Moves the server's clock `seconds` further ahead than it is (an in-process server); the
@@ -312,9 +267,9 @@ impl TestServer {
         }
     }
 
-    fn child(&self, needs: &str) -> &Child {
+    fn binary(&self, needs: &str) -> &Launched {
         match &self.process {
-            Process::Binary { child, .. } => child,
+            Process::Binary { process, .. } => process,
             Process::InProcess { .. } => {
                 panic!(
                     "{needs} needs the binary: start it with ServerOptions {{ binary: true, .. }}"
@@ -325,25 +280,21 @@ impl TestServer {
 
     /// The server's process id (the binary).
     pub fn pid(&self) -> u32 {
-        self.child("a process id").id()
+        self.binary("a process id").pid()
     }
 
     /// The server's resident memory now, in KiB (`VmRSS`; the binary).
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
-            .expect("the server's /proc status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS")
+        self.binary("its memory")
+            .rss_kib()
+            .expect("the server's VmRSS")
     }
 
     /// What the server logged so far (the binary).
     pub fn log(&self) -> String {
         match &self.process {
-            Process::Binary { log_path, .. } => {
-                std::fs::read_to_string(log_path).unwrap_or_default()
+            Process::Binary { process, .. } => {
+                std::fs::read_to_string(&process.log).unwrap_or_default()
             }
             Process::InProcess { .. } => {
                 panic!("an in-process server has no log of its own: start the binary (ServerOptions {{ binary: true, .. }})")
@@ -441,34 +392,19 @@ impl TestServer {
 
     /// Sends SIGTERM to the binary and waits for its exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child("SIGTERM").id();
-        let _ = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status();
-        let Process::Binary { child, .. } = &mut self.process else {
+        self.binary("SIGTERM");
+        let Process::Binary { process, .. } = &mut self.process else {
             unreachable!("checked above")
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the registry did not stop on SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        process.terminate().expect("the registry stops on SIGTERM")
     }
 }
 
 impl Drop for TestServer {
     fn drop(&mut self) {
         match &mut self.process {
-            Process::Binary { child, .. } => {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            // Killed when its `Launched` is dropped.
+            Process::Binary { .. } => {}
             Process::InProcess { handle, thread, .. } => {
                 // Sent at once; the thread ends when the server has stopped and closed its
                 // store, so that the next server on the same database finds it free.
@@ -560,9 +496,6 @@ pub fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
     body
 }
 
-/// The audience the federated rules of the tests pin.
-pub const AUDIENCE: &str = "registry";
-
 /// A server that admits `http` and loopback issuers, as the test issuer is.
 pub fn insecure_server() -> TestServer {
     TestServer::start_with(ServerOptions {
@@ -577,15 +510,6 @@ pub fn insecure_binary_server() -> TestServer {
         "REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS",
         "true",
     )]))
-}
-
-/// Seconds since the Unix epoch, now.
-pub fn unix_now() -> i64 {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
-    i64::try_from(secs).expect("time fits")
 }
 
 /// Claims of a token for `iss` and `sub`, with [`AUDIENCE`], issued now, living ten minutes.

@@ -5,16 +5,10 @@ use crate::http::{Http, Response};
 use anyhow::{bail, Context, Result};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use josekit::jwk::alg::rsa::RsaKeyPair;
-use josekit::jws::{JwsHeader, RS256};
-use josekit::jwt::{self, JwtPayload};
+use registry_testkit::{KeyKind, SigningKey};
+/// The audience and subject the chores' identity tokens carry.
+pub use registry_testkit::{AUDIENCE, SUBJECT};
 use serde_json::{json, Value};
-use std::time::{Duration, SystemTime};
-
-/// The audience the chores' identity tokens carry.
-pub const AUDIENCE: &str = "registry";
-/// The subject the chores' identity tokens carry.
-pub const SUBJECT: &str = "repo:acme/app:ref:refs/heads/main";
 
 /// One registry's API, as one caller.
 #[derive(Debug, Clone)]
@@ -113,57 +107,30 @@ pub fn fake_keys(base: &str, count: usize) -> Value {
     json!({ "keys": keys })
 }
 
-/// An RS256 signing key (2048-bit) and its public JWK.
+/// An RS256 signing key (2048-bit) and its public JWK: the test kit's [`SigningKey`], with the
+/// `Result`s the chores' `?` expects.
 #[derive(Debug)]
-pub struct Signer {
-    key: RsaKeyPair,
-    kid: String,
-}
+pub struct Signer(SigningKey);
 
 impl Signer {
     pub fn generate(kid: &str) -> Result<Signer> {
-        Ok(Signer {
-            key: RsaKeyPair::generate(2048)?,
-            kid: kid.to_owned(),
-        })
+        Ok(Signer(SigningKey::generate(KeyKind::Rsa, kid)))
     }
 
-    /// The key set that publishes the public key.
+    /// The key set that publishes the public key (`kid`, `alg` RS256, `use` sig).
     pub fn jwks(&self) -> Value {
-        let mut jwk = self.key.to_jwk_public_key();
-        jwk.set_key_id(&self.kid);
-        jwk.set_algorithm("RS256");
-        jwk.set_key_use("sig");
-        json!({"keys": [Value::Object(jwk.as_ref().clone())]})
+        self.0.jwks()
     }
 
-    /// An identity token for `iss`, issued now, living an hour.
+    /// An identity token for `iss` ([`SUBJECT`], [`AUDIENCE`]), issued now, living an hour.
     pub fn mint(&self, iss: &str) -> Result<String> {
-        self.mint_with_id(iss, None)
+        Ok(self.0.mint(iss))
     }
 
     /// [`Signer::mint`] with a `jti`, so that tokens minted in the same second differ (as every
     /// CI job's token does).
     pub fn mint_with_id(&self, iss: &str, jti: Option<&str>) -> Result<String> {
-        let mut header = JwsHeader::new();
-        header.set_token_type("JWT");
-        header.set_key_id(&self.kid);
-        // Whole seconds, as issuers write them (josekit writes a fraction otherwise).
-        let seconds = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)?
-            .as_secs();
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(seconds);
-        let mut payload = JwtPayload::new();
-        payload.set_issuer(iss);
-        payload.set_subject(SUBJECT);
-        payload.set_audience(vec![AUDIENCE]);
-        payload.set_issued_at(&now);
-        payload.set_expires_at(&(now + Duration::from_secs(3600)));
-        if let Some(jti) = jti {
-            payload.set_jwt_id(jti);
-        }
-        let signer = RS256.signer_from_der(self.key.to_der_private_key())?;
-        Ok(jwt::encode_with_signer(&payload, &header, &signer)?)
+        Ok(self.0.mint_with_id(iss, jti))
     }
 }
 

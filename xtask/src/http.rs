@@ -1,18 +1,13 @@
 //! The one HTTP client of the chores: HTTP/1.1 on loopback with std alone, one connection per
 //! request, so that a killed server shows up as an error rather than a hang and no client
-//! library sits in a measurement. Also the free ports servers are started on.
+//! library sits in a measurement. Also the free ports servers are started on (the test kit's).
 
 use anyhow::{bail, ensure, Context, Result};
+pub use registry_testkit::free_port;
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-
-/// A loopback port that is free now (a server binds it a moment later: good enough here).
-pub fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
-}
 
 /// Polls `check` every 100 ms until it returns true or `limit` passes; the time it took.
 pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> Option<Duration> {

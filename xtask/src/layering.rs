@@ -22,8 +22,8 @@ const WRAPPERS: [(&str, &[&str]); 6] = [
     ("pq-sys", &["registry-store"]),
     // registry-tests: its support library runs the server in-process, on an actix `System`.
     ("actix*", &["registry-server", "registry-tests"]),
-    // registry-tests: its support library mints tokens for a test issuer; xtask: the benchmark
-    // drives the registry and mints an identity token. Neither ships in the binary.
+    // registry-tests: its support library drives the servers it starts; xtask: the benchmark
+    // drives the registry. Neither ships in the binary.
     (
         "reqwest",
         &[
@@ -33,14 +33,11 @@ const WRAPPERS: [(&str, &[&str]); 6] = [
             "xtask",
         ],
     ),
+    // registry-testkit: the signing keys and identity tokens of the tests and the chores, which
+    // reach josekit only through it. It does not ship in the binary.
     (
         "josekit",
-        &[
-            "registry-oidc",
-            "registry-server",
-            "registry-tests",
-            "xtask",
-        ],
+        &["registry-oidc", "registry-server", "registry-testkit"],
     ),
 ];
 
@@ -563,7 +560,8 @@ mod tests {
             {"name": "registry-server", "dependencies": [
                 {"name": "actix-web", "kind": null}, {"name": "diesel_migrations", "kind": null}]},
             {"name": "registry-tests", "dependencies": [
-                {"name": "diesel", "kind": "dev"}, {"name": "josekit", "kind": null}]},
+                {"name": "diesel", "kind": "dev"}, {"name": "josekit", "kind": "dev"}]},
+            {"name": "registry-testkit", "dependencies": [{"name": "josekit", "kind": null}]},
         ]});
         assert_eq!(
             wrapper_problems_in(&metadata),

@@ -1,16 +1,18 @@
-//! The real `registry` binary, the one way every chore builds, starts and stops it: on loopback,
-//! its log in a file, ready once `/readyz` answers 200, killed when dropped.
+//! The real `registry` binary, the one way every chore builds, starts and stops it: launched by
+//! the test kit (`registry_testkit::launch`: on loopback, its log in a file, killed when
+//! dropped) with the chores' settings, optionally pinned to a CPU, ready once `/readyz` answers
+//! 200.
 
 use crate::cmd::{cargo, output, root, run, target_dir};
-use crate::http::{free_port, Http};
+use crate::http::Http;
 use anyhow::{bail, Context, Result};
+pub use registry_testkit::tail;
+use registry_testkit::{Launch, Launched, TempDir};
 use serde_json::Value;
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// Builds the `registry` binary (`release`: optimised, what the benchmark and the soak
 /// measure; debug otherwise) and returns its path.
@@ -117,10 +119,10 @@ impl Options {
     }
 }
 
-/// A running `registry serve`; killed (SIGKILL) when dropped.
+/// A running `registry serve` (the test kit's [`Launched`]); killed (SIGKILL) when dropped.
 #[derive(Debug)]
 pub struct Registry {
-    child: Child,
+    process: Launched,
     pub port: u16,
     pub log: PathBuf,
     /// What it was started with (for reports).
@@ -129,96 +131,42 @@ pub struct Registry {
     pub ready_after: Duration,
 }
 
-/// Why a start failed when another process bound the free port first.
-const TAKEN: &str = "the port was taken before the registry bound it";
-
 impl Registry {
     /// Starts a server and waits until it is ready (at most 60 s).
     pub fn start(options: &Options) -> Result<Registry> {
-        if let Some(port) = options.port {
-            return Registry::start_on(options, port);
+        let mut wrapper = Vec::new();
+        if let Some(cpu) = options.cpu {
+            wrapper = vec!["taskset".into(), "-c".into(), cpu.to_string().into()];
         }
-        let mut attempts = 0;
-        loop {
-            match Registry::start_on(options, free_port()?) {
-                Err(e) if attempts < 5 && e.to_string().contains(TAKEN) => attempts += 1,
-                other => return other,
-            }
-        }
-    }
-
-    fn start_on(options: &Options, port: u16) -> Result<Registry> {
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&options.log)
-            .with_context(|| format!("opening {}", options.log.display()))?;
-        // Only what this start writes tells why it failed.
-        let log_start = log.metadata()?.len() as usize;
-        let environment = options.environment(port);
-        let mut command = match options.cpu {
-            Some(cpu) => {
-                let mut command = Command::new("taskset");
-                command.arg("-c").arg(cpu.to_string()).arg(&options.binary);
-                command
-            }
-            None => Command::new(&options.binary),
+        let launch = Launch {
+            wrapper,
+            port: options.port,
+            ..Launch::new(&options.binary, &options.log)
         };
-        command
-            .arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .envs(environment.iter().cloned())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log);
-        let started = Instant::now();
-        let mut child = command.spawn().context("starting the registry")?;
-        // The server prints this line once it has bound the port: until then, whatever answers
-        // on the port is not this server. The thread reads on, so the pipe never fills up.
-        let (bound, listening) = mpsc::channel();
-        let stdout = child.stdout.take().context("the registry's stdout")?;
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
-                    let _ = bound.send(());
-                }
-            }
-        });
-        let mut registry = Registry {
-            child,
-            port,
-            log: options.log.clone(),
-            environment,
-            ready_after: Duration::ZERO,
-        };
-        let http = registry.http();
-        let mut is_bound = false;
+        let mut process = launch
+            .start(|port| options.environment(port))
+            .context("starting the registry")?;
+        let http = Http::local(process.port);
         loop {
-            is_bound = is_bound || listening.try_recv().is_ok();
-            if is_bound
-                && http
-                    .call("GET", "/readyz", None, None)
-                    .is_ok_and(|r| r.status == 200)
+            if http
+                .call("GET", "/readyz", None, None)
+                .is_ok_and(|r| r.status == 200)
             {
-                registry.ready_after = started.elapsed();
-                return Ok(registry);
+                return Ok(Registry {
+                    port: process.port,
+                    log: process.log.clone(),
+                    environment: process.environment.clone(),
+                    ready_after: process.spawned.elapsed(),
+                    process,
+                });
             }
-            if let Ok(Some(status)) = registry.child.try_wait() {
-                let text = std::fs::read_to_string(&options.log).unwrap_or_default();
-                let written = text.get(log_start..).unwrap_or_default();
-                if written.contains("cannot listen on") {
-                    bail!("{TAKEN}");
-                }
-                bail!(
-                    "the registry exited ({status}); its log:\n{}",
-                    tail(written)
-                );
+            if let Some(why) = process.exit_report() {
+                bail!("{why}");
             }
-            if started.elapsed() > Duration::from_secs(60) {
+            if process.spawned.elapsed() > Duration::from_secs(60) {
                 bail!(
                     "the registry was not ready within 60 s; end of its log:\n{}",
-                    { tail(&std::fs::read_to_string(&options.log).unwrap_or_default()) }
+                    tail(&process.log_since_start())
                 );
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -237,53 +185,24 @@ impl Registry {
 
     /// `kill -9`: no chance to finish anything.
     pub fn kill9(&mut self) -> Result<()> {
-        // `Child::kill` is SIGKILL on Unix.
-        self.child.kill().context("SIGKILL")?;
-        self.child.wait().context("reaping the registry")?;
-        Ok(())
+        self.process.kill9().context("SIGKILL")
     }
 
     /// SIGTERM, then waits for the exit (graceful shutdown).
     pub fn terminate(&mut self) -> Result<()> {
-        run(Command::new("kill").args(["-TERM", &self.child.id().to_string()]))?;
-        let deadline = Instant::now() + Duration::from_secs(40);
-        while self.child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                bail!("the registry did not stop on SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.process.terminate()?;
         Ok(())
     }
 
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.process.is_running()
     }
 
     /// Its resident memory (`VmRSS`), in KiB.
     pub fn rss_kib(&self) -> Result<u64> {
-        let pid = self.child.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("no VmRSS in /proc/PID/status")
+        Ok(self.process.rss_kib()?)
     }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The last 20 lines of a log.
-pub fn tail(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 /// Empties a log file that a server keeps appending to (long runs write gigabytes of request
@@ -294,9 +213,10 @@ pub fn truncate(path: &Path) {
     }
 }
 
-/// A fresh, empty directory for a chore's databases and logs, removed on drop.
+/// A fresh, empty directory for a chore's databases and logs (the test kit's [`TempDir`]),
+/// removed on drop.
 #[derive(Debug)]
-pub struct WorkDir(pub PathBuf);
+pub struct WorkDir(pub TempDir);
 
 impl WorkDir {
     /// `target/{name}-{pid}`.
@@ -308,17 +228,8 @@ impl WorkDir {
         )
     }
 
+    /// `dir`, emptied first.
     pub fn at(dir: PathBuf) -> Result<WorkDir> {
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(WorkDir(dir))
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        Ok(WorkDir(TempDir::at(dir)?))
     }
 }

@@ -1,0 +1,129 @@
+//! What the integration tests (`registry-tests`) and the chores (`xtask`) share: the real
+//! `registry` binary launched on a free loopback port ([`launch`]), signing keys and the identity
+//! tokens they sign ([`keys`]), free ports and temporary directories.
+//!
+//! Std, josekit and serde_json only: no HTTP client, no async runtime, nothing of the server, so
+//! that the chores stay quick to build. What only one side needs stays with it: the tests'
+//! in-process server and test OIDC issuer, the chores' readiness wait on `/readyz`, their default
+//! settings and CPU pinning.
+
+pub mod keys;
+pub mod launch;
+
+pub use keys::{compact, hmac_sha256, KeyKind, SigningKey, AUDIENCE, SUBJECT};
+pub use launch::{Launch, Launched};
+
+use std::io;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A loopback port that is free now. Nothing holds it: a server binds it a moment later, and
+/// [`Launch`] takes another when something else was faster.
+pub fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Seconds since the Unix epoch, now, whole (as issuers write `iat` and `exp`).
+pub fn unix_now() -> i64 {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970")
+        .as_secs();
+    i64::try_from(secs).expect("time fits")
+}
+
+/// The last 20 lines of a log.
+pub fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// A directory removed, with everything in it, when dropped.
+#[derive(Debug)]
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A new empty directory in the system's temporary directory, named `{prefix}-…` (unique
+    /// within this process and among those running); panics when it cannot be made.
+    pub fn new(prefix: &str) -> TempDir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!(
+            "{prefix}-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        TempDir::at(std::env::temp_dir().join(name)).expect("a temporary directory")
+    }
+
+    /// `dir`, fresh and empty: whatever was there before is removed first.
+    pub fn at(dir: PathBuf) -> io::Result<TempDir> {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", dir.display())))?;
+        Ok(TempDir(dir))
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_free_port_can_be_bound() {
+        let port = free_port().unwrap();
+        assert_ne!(port, 0);
+        TcpListener::bind(("127.0.0.1", port)).expect("the free port binds");
+    }
+
+    #[test]
+    fn a_temporary_directory_is_fresh_and_removes_itself() {
+        let dir = TempDir::new("testkit");
+        let other = TempDir::new("testkit");
+        assert_ne!(dir.path(), other.path());
+        assert!(dir.is_dir() && std::fs::read_dir(&dir.0).unwrap().next().is_none());
+        std::fs::create_dir(dir.join("inner")).unwrap();
+        std::fs::write(dir.join("inner/file"), "x").unwrap();
+        let path = dir.path().to_owned();
+        drop(dir);
+        assert!(!path.exists());
+
+        // `at` empties what it is given.
+        std::fs::create_dir_all(path.join("old")).unwrap();
+        let again = TempDir::at(path.clone()).unwrap();
+        assert!(std::fs::read_dir(&again.0).unwrap().next().is_none());
+        drop(again);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn the_tail_is_the_last_twenty_lines() {
+        let text: String = (1..=25).map(|i| format!("{i}\n")).collect();
+        assert_eq!(tail(&text).lines().next(), Some("6"));
+        assert_eq!(tail("one"), "one");
+    }
+}

@@ -68,6 +68,7 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
     let (ha, hb) = (a.http(), b.http());
 
     let reads = replica_reads(&standby, ha, hb, &token)?;
+    let fallback = standby_down(&mut standby, ha, &token)?;
     let api = Api::new(ha, &token);
     let (issuer, signer) = hosted_issuer(&api)?;
     api.create_account("federated", oidc_policy(&issuer, &["*"]))?;
@@ -119,7 +120,7 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
         l.server_errors
     );
     Ok(format!(
-        "{reads}; {down}; writes resumed {:.1} s after the promotion, no registry restarted; \
+        "{reads}; {fallback}; {down}; writes resumed {:.1} s after the promotion, no registry restarted; \
          {}, all on the promoted standby; {} unacknowledged writes found whole; {} audit events; \
          {} answers 503 database-unavailable, no other 5xx",
         resumed.as_secs_f64(),
@@ -187,6 +188,37 @@ fn replica_reads(standby: &Cluster, ha: Http, hb: Http, token: &str) -> Result<S
     Ok(format!(
         "both replicas read the standby ({on_standby} connections); {ROUNDS} accounts created on \
          A worked on B at once, and were refused on B by the first request after their deletion"
+    ))
+}
+
+/// The standby stopped: reads fall back to the primary, `/readyz` stays 200 and says the read
+/// replica is down; then the standby comes back and is read again. (No write here: the primary
+/// waits for its synchronous standby.)
+fn standby_down(standby: &mut Cluster, http: Http, token: &str) -> Result<String> {
+    standby.stop_server()?;
+    let ready = http.call("GET", "/readyz", None, None)?;
+    ensure!(
+        ready.status == 200
+            && ready.json()["primary"] == "up"
+            && ready.json()["readReplica"] == "down",
+        "GET /readyz with the standby down: {} {}",
+        ready.status,
+        ready.body
+    );
+    for _ in 0..20 {
+        http.call("GET", "/services", Some(token), None)?
+            .expect(200, "an authenticated GET with the standby down")?;
+    }
+    standby.start_server()?;
+    let back = wait_until(Duration::from_secs(30), || {
+        http.call("GET", "/readyz", None, None)
+            .is_ok_and(|r| r.json()["readReplica"] == "up")
+    })
+    .context("the read replica never came back in /readyz")?;
+    Ok(format!(
+        "standby stopped: /readyz 200 readReplica down, 20 authenticated GETs 200 from the \
+         primary; back in /readyz {:.1} s after its restart",
+        back.as_secs_f64()
     ))
 }
 

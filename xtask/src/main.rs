@@ -124,6 +124,10 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
         run(cargo("test --workspace --")
             .args(test_args)
             .env("REGISTRY_TEST_PYTHON", prometheus_parser()?))?;
+        if test_args.is_empty() {
+            banner("the policy engine from Python (crates/policy-python, pytest)");
+            python::test_policy_binding()?;
+        }
     }
 
     // Before starting the cluster, so that compile errors do not wait for initdb.

@@ -5,8 +5,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use clap::Subcommand;
 use registry_domain::policy::{
-    compare, lint_document, parse_cases, run_cases, CompareResult, Comparison, Explanation, Policy,
-    Severity, TestCase,
+    compare, lint_document, parse_cases, run_cases, CompareResult, Finding, Policy, Tally, TestCase,
 };
 use serde_json::{json, Map, Value};
 use std::io::Read;
@@ -150,55 +149,16 @@ fn unverified_claims(token: &str) -> anyhow::Result<Map<String, Value>> {
     }
 }
 
-fn print_explanation(explanation: &Explanation) {
-    match explanation.rule {
-        Some(rule) if explanation.allowed => println!("allow: rule {rule} (/rules/{rule})"),
-        _ if explanation.allowed => println!("allow"),
-        _ => println!("deny"),
-    }
-    for reason in &explanation.reasons {
-        let pointer = reason.pointer.as_deref().unwrap_or("-");
-        println!("  {} {pointer}: {}", reason.code, reason.message);
-    }
-    for hint in &explanation.hints {
-        println!("  hint {}: {}", hint.pointer, hint.message);
-    }
-}
-
-fn print_comparison(comparison: &Comparison) {
-    match comparison.result {
-        CompareResult::Widens => println!("widens: NEW admits requests OLD refuses"),
-        CompareResult::NarrowerOrEqual => {
-            println!("narrower-or-equal: NEW admits no request OLD refuses")
-        }
-        _ => println!(
-            "undetermined: no request was found that NEW admits and OLD refuses, and none is \
-             ruled out for {}",
-            comparison.unproven.join(", ")
-        ),
-    }
-    for witness in &comparison.witnesses {
-        let rule = witness
-            .rule
-            .map_or_else(|| "the policy".to_owned(), |r| format!("rule {r}"));
-        let claims = witness.claims.as_ref().map_or_else(
-            || "a static token".to_owned(),
-            |c| format!("claims {}", Value::from(c.clone())),
-        );
-        let service = witness
-            .service
-            .as_deref()
-            .map_or_else(|| "no one service".to_owned(), |s| format!("service {s:?}"));
-        let ip = witness
-            .ip
-            .map(|ip| format!(" from {ip}"))
-            .unwrap_or_default();
-        println!("  {rule} of NEW admits {claims} on {service}{ip}");
-    }
-}
-
 fn read_cases(path: &Path) -> anyhow::Result<Vec<TestCase>> {
     parse_cases(&read_json(path)?).map_err(|why| anyhow::anyhow!("{} {why}", path.display()))
+}
+
+/// Prints an answer of the engine: its JSON, or its text (`registry_policy::report`), as a line.
+fn show(format: OutputFormat, json: Value, text: &dyn std::fmt::Display) {
+    match format {
+        OutputFormat::Json => println!("{json}"),
+        OutputFormat::Text => println!("{text}"),
+    }
 }
 
 /// A command that ran but found problems: exit 1 with nothing more on stderr than the output
@@ -215,43 +175,19 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             format,
             deny_warnings,
         } => {
-            let document = read_json(&file)?;
-            let findings = lint_document(&document);
+            let findings = lint_document(&read_json(&file)?);
+            let json =
+                json!({"findings": findings.iter().map(Finding::to_json).collect::<Vec<_>>()});
             match format {
-                OutputFormat::Json => println!(
-                    "{}",
-                    json!({"findings": findings.iter().map(|f| f.to_json()).collect::<Vec<_>>()})
-                ),
                 OutputFormat::Text if findings.is_empty() => {
-                    println!("{}: no findings", file.display());
+                    println!("{}: no findings", file.display())
                 }
-                OutputFormat::Text => {
-                    for f in &findings {
-                        let pointer = if f.pointer.is_empty() {
-                            "/"
-                        } else {
-                            &f.pointer
-                        };
-                        println!(
-                            "{} {} {pointer}: {}",
-                            f.severity.as_str(),
-                            f.code,
-                            f.message
-                        );
-                    }
-                }
+                OutputFormat::Text => findings.iter().for_each(|f| println!("{f}")),
+                OutputFormat::Json => println!("{json}"),
             }
-            let errors = findings
-                .iter()
-                .filter(|f| f.severity == Severity::Error)
-                .count();
-            let warnings = findings.len() - errors;
-            if errors > 0 || (deny_warnings && warnings > 0) {
-                return Err(Failed(format!(
-                    "{}: {errors} error(s), {warnings} warning(s)",
-                    file.display()
-                ))
-                .into());
+            let tally = Tally::of(&findings);
+            if tally.errors > 0 || (deny_warnings && tally.warnings > 0) {
+                return Err(Failed(format!("{}: {tally}", file.display())).into());
             }
             Ok(())
         }
@@ -277,10 +213,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                 (None, None) => anyhow::bail!("give --claims FILE or --token JWT"),
             };
             let explanation = policy.explain(Some(&claims), service.as_deref(), ip);
-            match format {
-                OutputFormat::Json => println!("{}", explanation.to_json()),
-                OutputFormat::Text => print_explanation(&explanation),
-            }
+            show(format, explanation.to_json(), &explanation);
             Ok(())
         }
         PolicyCommand::Test {
@@ -291,38 +224,9 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             let policy = read_policy(&file)?;
             let cases = read_cases(&cases)?;
             let run = run_cases(&policy, &cases);
-            let results: Vec<_> = cases.iter().zip(&run.outcomes).collect();
-            let uncovered = &run.uncovered;
             match format {
-                OutputFormat::Json => println!(
-                    "{}",
-                    json!({
-                        "cases": results.iter().map(|(case, outcome)| json!({
-                            "name": case.name, "passed": outcome.passed,
-                            "decision": if outcome.explanation.allowed { "allow" } else { "deny" },
-                            "rule": outcome.explanation.rule,
-                        })).collect::<Vec<_>>(),
-                        "uncoveredRules": uncovered,
-                    })
-                ),
-                OutputFormat::Text => {
-                    for (case, outcome) in &results {
-                        let e = &outcome.explanation;
-                        let got = match e.rule {
-                            Some(rule) if e.allowed => format!("allow by rule {rule}"),
-                            _ if e.allowed => "allow".to_owned(),
-                            _ => format!(
-                                "deny ({})",
-                                e.reasons.first().map_or("no reason", |r| r.code.as_str())
-                            ),
-                        };
-                        let verdict = if outcome.passed { "PASS" } else { "FAIL" };
-                        println!("{verdict} {}: {got}", case.name);
-                    }
-                    if !uncovered.is_empty() {
-                        println!("rules no case exercised: {}", uncovered.join(", "));
-                    }
-                }
+                OutputFormat::Json => println!("{}", run.report(&cases).to_json()),
+                OutputFormat::Text => print!("{}", run.report(&cases)),
             }
             let failed = run.failed();
             if failed > 0 {
@@ -348,10 +252,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                 }
             };
             let comparison = compare(&old, &new);
-            match format {
-                OutputFormat::Json => println!("{}", comparison.to_json()),
-                OutputFormat::Text => print_comparison(&comparison),
-            }
+            show(format, comparison.to_json(), &comparison);
             if deny_widening && comparison.result == CompareResult::Widens {
                 return Err(Failed("NEW widens OLD (--deny-widening)".into()).into());
             }

@@ -159,7 +159,8 @@ impl Cluster {
                 .tool("pg_basebackup")
                 .arg("-D")
                 .arg(standby.dir.join("data"))
-                .args(["-R", "-X", "stream", "-d", &source]),
+                // A fast checkpoint: a spread one waits minutes after a bulk load.
+                .args(["-R", "-X", "stream", "-c", "fast", "-d", &source]),
         )
         .context("pg_basebackup failed")?;
         standby.start_server()?;

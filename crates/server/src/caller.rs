@@ -42,8 +42,11 @@ pub struct Manager(pub Caller);
 #[derive(Debug)]
 pub struct Auditor(pub Caller);
 
-/// The one call that is a POST and changes nothing.
-const EXPLAIN_ROUTE: &str = "/service-accounts/{id}/explain";
+/// The calls that are a POST and change nothing.
+const READS_BY_POST: [&str; 2] = [
+    "/service-accounts/{id}/explain",
+    "/services/{subdomain}/preflight",
+];
 
 /// What authentication reads of `req`.
 fn presented<'r>(gate: &Gate, req: &'r HttpRequest) -> Presented<'r> {
@@ -52,7 +55,10 @@ fn presented<'r>(gate: &Gate, req: &'r HttpRequest) -> Presented<'r> {
         ip: client_ip(req, &gate.trusted_proxies),
         authorization: req.headers().get(header::AUTHORIZATION),
         service_account: req.headers().get("x-service-account"),
-        changes: !reads && req.match_pattern().as_deref() != Some(EXPLAIN_ROUTE),
+        changes: !reads
+            && !req
+                .match_pattern()
+                .is_some_and(|route| READS_BY_POST.contains(&route.as_str())),
     }
 }
 

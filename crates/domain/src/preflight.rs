@@ -329,8 +329,22 @@ pub enum Signature {
     Unknown,
 }
 
+/// Whether a key of `jwk`'s type (and curve) can sign with `alg` at all.
+fn fits(alg: &str, jwk: &Map<String, Value>) -> bool {
+    let member = |name: &str| jwk.get(name).and_then(Value::as_str);
+    match (member("kty"), member("crv")) {
+        (Some("RSA"), _) => alg.starts_with("RS") || alg.starts_with("PS"),
+        (Some("EC"), Some("P-256")) => alg == "ES256",
+        (Some("EC"), Some("P-384")) => alg == "ES384",
+        (Some("EC"), Some("P-521")) => alg == "ES512",
+        (Some("OKP"), _) => alg == "EdDSA",
+        _ => false,
+    }
+}
+
 /// Checks `token`'s signature against the published keys (current and retired): the keys of
-/// its `kid`, or every key when it has none. `verifies` is the adapter's check of one key.
+/// its `kid`, or, when it has none, every key of a type that can sign with its `alg`.
+/// `verifies` is the adapter's check of one key.
 pub fn check_signature(
     published: &Published<'_>,
     token: &Jws,
@@ -340,7 +354,11 @@ pub fn check_signature(
     let mut named = None;
     for (i, jwk) in published.keys() {
         let key_kid = jwk.get("kid").and_then(Value::as_str);
-        if kid.is_some() && key_kid != kid {
+        let candidate = match kid {
+            Some(_) => key_kid == kid,
+            None => fits(token.alg(), jwk),
+        };
+        if !candidate {
             continue;
         }
         if verifies(jwk) {

@@ -243,6 +243,12 @@ fn the_signature_is_checked_against_the_keys_of_the_kid_or_all() {
         check_signature(&published, &no_kid, |_| false),
         Signature::Unknown
     );
+    // Without a kid, only keys that can sign with the token's alg are tried.
+    let es256 = jws(json!({"alg": "ES256"}), claims());
+    assert_eq!(
+        check_signature(&published, &es256, |_| true),
+        Signature::Unknown
+    );
 }
 
 #[test]

@@ -50,6 +50,7 @@ pub mod keys;
 pub mod limits;
 pub mod naming;
 pub mod ports;
+pub mod preflight;
 pub mod publishing;
 pub mod refusal;
 pub mod service;

@@ -15,6 +15,16 @@ use uuid::Uuid;
 /// The key-import port, defined beside the key lifecycle that calls it.
 pub use crate::keys::KeyImport;
 
+/// Checks a compact JWS's signature with one public key, for the preflight of DECISIONS §15:
+/// the JOSE code the domain leaves to an adapter (`registry-oidc` implements it with the code
+/// that verifies identity tokens).
+pub trait TokenSignatureCheck: Send + Sync {
+    /// Whether `token`'s signature, made with the algorithm its header names, verifies with the
+    /// public key `jwk`; false for a key that cannot verify that algorithm, and for an algorithm
+    /// the registry does not verify (`none`, HMAC).
+    fn verifies(&self, token: &str, jwk: &serde_json::Map<String, serde_json::Value>) -> bool;
+}
+
 /// Result of every storage call.
 pub type StoreResult<T> = Result<T, StoreError>;
 

@@ -170,6 +170,40 @@ impl registry_domain::ports::KeyImport for VerifierKeyImport {
     }
 }
 
+/// Checks a preflight token's signature with one published key (DECISIONS §15), with the
+/// very verifiers that check identity tokens: the algorithm the token's header names, a key
+/// within the registry's bounds, josekit's verification.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VerifierSignatureCheck;
+
+impl registry_domain::ports::TokenSignatureCheck for VerifierSignatureCheck {
+    fn verifies(&self, token: &str, jwk: &serde_json::Map<String, Value>) -> bool {
+        let Some((input, signature)) = token.trim().rsplit_once('.') else {
+            return false;
+        };
+        let header = input
+            .split_once('.')
+            .and_then(|(header, _)| URL_SAFE_NO_PAD.decode(header).ok())
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+        let alg = header
+            .as_ref()
+            .and_then(|h| h.get("alg"))
+            .and_then(Value::as_str)
+            .and_then(Alg::from_name);
+        let (Some(alg), Ok(signature), Ok(jwk)) = (
+            alg,
+            URL_SAFE_NO_PAD.decode(signature),
+            Jwk::from_map(jwk.clone()),
+        ) else {
+            return false;
+        };
+        affordable(&jwk)
+            && alg
+                .verifier(&jwk)
+                .is_ok_and(|v| v.verify(input.as_bytes(), &signature).is_ok())
+    }
+}
+
 /// The usable signing keys of one issuer.
 #[derive(Debug)]
 pub struct KeySet {
@@ -330,5 +364,44 @@ mod tests {
         assert!(KeySet::from_document(&json!({"keys": []}))
             .unwrap()
             .is_empty());
+    }
+}
+
+#[cfg(test)]
+mod signature_check {
+    use super::*;
+    use registry_domain::ports::TokenSignatureCheck;
+    use serde_json::json;
+
+    fn token(alg: &str, signer: &dyn jws::JwsSigner) -> String {
+        let part = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
+        let input = format!(
+            "{}.{}",
+            part(json!({"alg": alg, "kid": "k"})),
+            part(json!({"iss": "https://i.example"}))
+        );
+        let signature = signer.sign(input.as_bytes()).unwrap();
+        format!("{input}.{}", URL_SAFE_NO_PAD.encode(signature))
+    }
+
+    fn public(jwk: &Jwk) -> serde_json::Map<String, Value> {
+        jwk.to_public_key().unwrap().into()
+    }
+
+    #[test]
+    fn verifies_with_the_signing_key_only() {
+        let ec = Jwk::generate_ec_key(josekit::jwk::alg::ec::EcCurve::P256).unwrap();
+        let other = Jwk::generate_ec_key(josekit::jwk::alg::ec::EcCurve::P256).unwrap();
+        let signed = token("ES256", &jws::ES256.signer_from_jwk(&ec).unwrap());
+        let check = VerifierSignatureCheck;
+        assert!(check.verifies(&signed, &public(&ec)));
+        assert!(!check.verifies(&signed, &public(&other)));
+        let rsa = Jwk::generate_rsa_key(2048).unwrap();
+        assert!(!check.verifies(&signed, &public(&rsa)), "wrong key type");
+        let rs = token("RS256", &jws::RS256.signer_from_jwk(&rsa).unwrap());
+        assert!(check.verifies(&rs, &public(&rsa)));
+        let forged = rs.replace(".ey", ".eX");
+        assert!(!check.verifies(&forged, &public(&rsa)));
+        assert!(!check.verifies("not-a-token", &public(&rsa)));
     }
 }

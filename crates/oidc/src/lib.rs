@@ -47,7 +47,7 @@ pub use cache::OidcMetrics;
 pub use config::OidcConfig;
 pub use error::OidcError;
 pub use hosted::HostedKeys;
-pub use keys::{Alg, VerifierKeyImport};
+pub use keys::{Alg, VerifierKeyImport, VerifierSignatureCheck};
 pub use tls::{trust_roots, TrustRoots};
 
 use cache::KeyCache;

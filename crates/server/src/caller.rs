@@ -42,7 +42,9 @@ pub struct Manager(pub Caller);
 #[derive(Debug)]
 pub struct Auditor(pub Caller);
 
-/// The one call that is a POST and changes nothing.
+/// The one call that is a POST and changes nothing. (`POST …/preflight` changes nothing either,
+/// but counts against the credential's writes per minute: checking a token against the keys
+/// of a service costs up to one signature check per key.)
 const EXPLAIN_ROUTE: &str = "/service-accounts/{id}/explain";
 
 /// What authentication reads of `req`.

@@ -7,7 +7,7 @@ use registry_domain::app::{AppError, Registry, Settings};
 use registry_domain::ports::Clock;
 use registry_domain::Customer;
 use registry_node::adapters::{Argon2Hasher, OsRandomness, SystemClock};
-use registry_oidc::VerifierKeyImport;
+use registry_oidc::{VerifierKeyImport, VerifierSignatureCheck};
 use registry_store::Store;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -19,6 +19,7 @@ fn registry(store: &Store) -> Registry {
         random: Arc::new(OsRandomness),
         hasher: Arc::new(Argon2Hasher::default()),
         key_import: Arc::new(VerifierKeyImport),
+        signatures: Arc::new(VerifierSignatureCheck),
         settings: Settings::default(),
     }
 }

@@ -12,7 +12,7 @@ use registry_node::adapters::{HashingLanes, OsRandomness};
 use registry_node::hosting::HostingCache;
 use registry_node::rate_limit::RateLimiter;
 use registry_node::{Authenticator, Limits, Metrics, Replica};
-use registry_oidc::{OidcVerifier, VerifierKeyImport};
+use registry_oidc::{OidcVerifier, VerifierKeyImport, VerifierSignatureCheck};
 use std::sync::Arc;
 use time::OffsetDateTime;
 
@@ -83,6 +83,7 @@ impl AppState {
             random: Arc::new(OsRandomness),
             hasher,
             key_import: Arc::new(VerifierKeyImport),
+            signatures: Arc::new(VerifierSignatureCheck),
             settings: registry_domain::app::Settings {
                 issuer_url_template: settings.issuer_url_template.clone(),
                 max_services_per_customer: settings.max_services_per_customer,

@@ -12,6 +12,7 @@ pub mod keys;
 mod ops;
 mod outage;
 mod policy_fixtures;
+mod preflight;
 mod refusals;
 mod replicas;
 mod services;

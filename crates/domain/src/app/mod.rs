@@ -28,13 +28,14 @@ pub mod config;
 pub mod customers;
 pub mod explain;
 pub mod keys;
+pub mod preflight;
 pub mod services;
 pub mod upkeep;
 
 pub use caller::{Caller, Origin};
 pub use error::AppError;
 
-use crate::ports::{KeyImport, Randomness, SecretHasher, Storage};
+use crate::ports::{KeyImport, Randomness, SecretHasher, Storage, TokenSignatureCheck};
 use std::sync::Arc;
 
 /// The settings the use cases apply (DECISIONS §9 and §17): the server reads them from its
@@ -74,6 +75,8 @@ pub struct Registry {
     pub hasher: Arc<dyn SecretHasher>,
     /// The check that an uploaded key is usable by a verifier.
     pub key_import: Arc<dyn KeyImport>,
+    /// The check of a preflight token's signature against one published key (DECISIONS §15).
+    pub signatures: Arc<dyn TokenSignatureCheck>,
     /// The settings.
     pub settings: Settings,
 }

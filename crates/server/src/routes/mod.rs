@@ -7,6 +7,7 @@ pub mod audit;
 pub mod config;
 pub mod keys;
 pub mod ops;
+pub mod preflight;
 pub mod refusals;
 pub mod services;
 
@@ -47,6 +48,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         "/services/{subdomain}/federation",
         keys::federation,
     ))
+    .service(
+        web::resource("/services/{subdomain}/preflight")
+            .route(get_or_head().to(preflight::documents))
+            .route(web::post().to(preflight::token))
+            .default_service(web::to(|| not_allowed("GET, HEAD, POST"))),
+    )
     .service(
         web::resource("/anonymous/services")
             .route(web::post().to(anonymous::create))

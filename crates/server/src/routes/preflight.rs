@@ -1,0 +1,41 @@
+//! `/services/{subdomain}/preflight`: what AWS, GCP and Azure would refuse of the published
+//! documents, and of a token (DECISIONS §15). Open to the callers of `…/federation`,
+//! anonymous secrets on their own service included. The token is never stored nor logged.
+
+use crate::body::read_json;
+use crate::caller::ServiceCaller;
+use crate::problem::ApiResult;
+use crate::state::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::app::preflight::{self, CheckDocuments, CheckToken};
+
+/// `GET /services/{subdomain}/preflight`: the published documents, checked per cloud.
+pub async fn documents(
+    ServiceCaller { service, .. }: ServiceCaller,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let now = state.now();
+    let answer = state
+        .run(move |registry| preflight::documents(registry, &service, CheckDocuments, now))
+        .await?;
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+/// `POST /services/{subdomain}/preflight` with `{"token"}`: the documents and the token,
+/// checked per cloud.
+pub async fn token(
+    ServiceCaller { service, .. }: ServiceCaller,
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
+    let command = CheckToken {
+        body: body.unwrap_or_else(|| serde_json::json!({})),
+    };
+    let now = state.now();
+    let answer = state
+        .run(move |registry| preflight::token(registry, &service, command, now))
+        .await?;
+    Ok(HttpResponse::Ok().json(answer))
+}

@@ -344,14 +344,24 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
         );
         thread::sleep(Duration::from_millis(50));
     }
-    let mut again = hold("127.0.0.1", LIMIT);
-    thread::sleep(Duration::from_millis(300));
-    for (i, stream) in again.iter_mut().enumerate() {
+    // Every place comes back, not only the first: the server counts a close when its worker
+    // gets to it, later on a busy machine, so the whole set is tried again for a while.
+    let mut again = loop {
+        let mut again = hold("127.0.0.1", LIMIT);
+        thread::sleep(Duration::from_millis(300));
+        let closed = again
+            .iter_mut()
+            .position(|stream| !still_open(stream, Duration::from_millis(20)));
+        let Some(i) = closed else {
+            break again;
+        };
+        drop(again);
         assert!(
-            still_open(stream, Duration::from_millis(20)),
-            "connection {i} of the second {LIMIT} was closed"
+            reopened.elapsed() < Duration::from_secs(5),
+            "connection {i} of the second {LIMIT} was closed 5 s after the first {LIMIT} closed"
         );
-    }
+        thread::sleep(Duration::from_millis(100));
+    };
     let mut extra = connect_from("127.0.0.1", port);
     let (response, closed) = read_until_closed(&mut extra, Duration::from_secs(3));
     assert!(

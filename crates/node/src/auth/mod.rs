@@ -472,7 +472,7 @@ pub async fn auditor(auth: &Authenticator, req: &Presented<'_>) -> NodeResult<Ca
 }
 
 /// Authenticates and authorizes a call on one service, found by subdomain or id (see
-/// [`authorize`]): the caller, and the service (shared with the directory's cache).
+/// `authorize`): the caller, and the service (shared with the directory's cache).
 pub async fn service_caller(
     auth: &Authenticator,
     req: &Presented<'_>,

@@ -87,7 +87,7 @@ struct Source {
 
 /// What a subdomain serves.
 ///
-/// Everything it keeps is counted in [`Hosted::footprint`], which the cache's byte bound sums
+/// Everything it keeps is counted in `Hosted::footprint`, which the cache's byte bound sums
 /// (DECISIONS §17): its documents and their headers, the uploaded key set when it differs from
 /// the served one, what it is rebuilt from, and its share of the cache's map.
 #[derive(Debug)]
@@ -349,7 +349,7 @@ fn strip_prefix_ignore_case<'a>(host: &'a str, prefix: &str) -> Option<&'a str> 
 /// read, the caller's) and kept. The documents held are bounded in bytes
 /// (`REGISTRY_HOSTING_CACHE_BYTES`): past the bound, the least recently served leave memory
 /// altogether. A subdomain the database said publishes nothing is remembered for 10 s (a keyed
-/// hash of it, at most [`MAX_MISSES`]), so a flood of made-up hosts costs at most one read per
+/// hash of it, at most `MAX_MISSES`), so a flood of made-up hosts costs at most one read per
 /// name per 10 s and no memory beyond that bound. Every change is made under one lock: a reader
 /// sees a service's old documents or its new ones, never none.
 #[derive(Debug)]
@@ -656,7 +656,7 @@ impl HostingCache {
         self.read().by_subdomain.len()
     }
 
-    /// Bytes the entries held in memory keep, everything counted ([`Hosted::footprint`]).
+    /// Bytes the entries held in memory keep, everything counted (`Hosted::footprint`).
     pub fn bytes(&self) -> usize {
         self.read().bytes
     }

@@ -346,7 +346,7 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
     }
     // Every place comes back, not only the first: the server counts a close when its worker
     // gets to it, later on a busy machine, so the whole set is tried again for a while.
-    let mut again = loop {
+    let again = loop {
         let mut again = hold("127.0.0.1", LIMIT);
         thread::sleep(Duration::from_millis(300));
         let closed = again

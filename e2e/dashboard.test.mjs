@@ -10,7 +10,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { generateKeyPairSync } from "node:crypto";
+import { createPrivateKey, generateKeyPairSync, sign } from "node:crypto";
 import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, closeSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
@@ -158,6 +158,14 @@ function rsaKeys(kid) {
     publicJwk: { ...publicKey.export({ format: "jwk" }), ...extra },
     privateJwk: { ...privateKey.export({ format: "jwk" }), ...extra },
   };
+}
+
+/** A compact RS256 JWS of `claims`, signed with `keys`' private key under its `kid`. */
+function jwt(keys, claims) {
+  const part = (value) => Buffer.from(JSON.stringify(value)).toString("base64url");
+  const input = part({ alg: "RS256", kid: keys.privateJwk.kid, typ: "JWT" }) + "." + part(claims);
+  const key = createPrivateKey({ key: keys.privateJwk, format: "jwk" });
+  return input + "." + sign("sha256", Buffer.from(input), key).toString("base64url");
 }
 
 /** A discovery document as a kind/k3s cluster serves it. */
@@ -365,6 +373,42 @@ test("an anonymous service from creation to deletion, through the pages", async 
     assert.equal(condition[`${host}:sub`], "system:serviceaccount:ci:deployer");
     assert.equal(condition[`${host}:aud`], "sts.amazonaws.com");
     assert.match(await page.locator("#wiring-azure").textContent(), /api:\/\/AzureADTokenExchange/);
+  });
+
+  await t.test("the preflight says what each cloud would refuse, and checks a pasted token", async () => {
+    await page.getByRole("button", { name: "Check with the clouds' rules" }).click();
+    await page.locator("#preflight").waitFor();
+    // The hosted issuer is http:// here: every cloud refuses it.
+    for (const cloud of ["aws", "gcp", "azure"]) {
+      const text = await page.locator(`#preflight-${cloud}`).textContent();
+      assert.match(text, /not ready/, text);
+      assert.match(text, /error issuer-not-https/, text);
+    }
+    assert.match(await page.locator("#preflight-message").textContent(), /No cloud would accept it yet/);
+
+    const issuer = `http://${subdomain}.localhost:${registry.port}`;
+    const now = Math.floor(Date.now() / 1000);
+    const token = jwt(first, { iss: issuer, sub: "system:serviceaccount:ci:deployer", aud: ["sts.amazonaws.com"], iat: now, exp: now + 600 });
+    await field(page, "Token (optional)").fill(token);
+    await page.getByRole("button", { name: "Check with the clouds' rules" }).click();
+    await page.locator("#preflight-token-summary", { hasText: "kid e2e-key-1" }).waitFor();
+    const aws = await page.locator("#preflight-aws").textContent();
+    assert.doesNotMatch(aws, /signature-invalid|key-unknown|audience-mismatch|issuer-mismatch/, aws);
+    assert.match(await page.locator("#preflight-gcp").textContent(), /audience-mismatch/);
+    await screenshot(page, "preflight.png");
+
+    // A token signed by a key this service never published.
+    const stranger = rsaKeys("e2e-key-1");
+    await field(page, "Token (optional)").fill(jwt(stranger, { iss: issuer, sub: "x", aud: "sts.amazonaws.com", iat: now, exp: now + 600 }));
+    await page.getByRole("button", { name: "Check with the clouds' rules" }).click();
+    await page.locator("#preflight-aws", { hasText: "signature-invalid" }).waitFor();
+    // The token is never echoed back whole.
+    assert.ok(!(await page.content()).includes(token.split(".")[2]), "the signature is not on the page");
+
+    await field(page, "Token (optional)").fill("not a token");
+    await page.getByRole("button", { name: "Check with the clouds' rules" }).click();
+    await page.locator("#preflight-message", { hasText: "Could not run the checks" }).waitFor();
+    await field(page, "Token (optional)").fill("");
   });
 
   await t.test("'Show what is published' reads the published documents back", async () => {

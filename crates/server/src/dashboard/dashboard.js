@@ -528,6 +528,55 @@
     }
   }
 
+  // ---- Preflight (DECISIONS §15). ----
+  const CLOUDS = [["aws", "AWS"], ["gcp", "GCP"], ["azure", "Azure"]];
+
+  function renderPreflight(body) {
+    const list = $("preflight-clouds");
+    list.replaceChildren();
+    for (const [name, label] of CLOUDS) {
+      const cloud = body.clouds[name];
+      if (!cloud) continue;
+      const item = document.createElement("li");
+      item.id = "preflight-" + name;
+      const head = document.createElement("strong");
+      head.textContent = label + ": " + (cloud.ready ? "ready" : "not ready");
+      item.append(head);
+      const findings = document.createElement("ul");
+      for (const f of cloud.findings || []) {
+        const li = document.createElement("li");
+        li.textContent = f.severity + " " + f.code + (f.pointer ? " at " + f.pointer : "") + ": " + f.message;
+        findings.append(li);
+      }
+      if (findings.childElementCount) item.append(findings);
+      list.append(item);
+    }
+    const token = body.token;
+    $("preflight-token-summary").textContent = token
+      ? "Token: alg " + String(token.header.alg) + ", kid " + String(token.header.kid ?? "none") +
+        ", iss " + String(token.claims.iss ?? "none") + ", aud " + JSON.stringify(token.claims.aud ?? null)
+      : "";
+    $("preflight").hidden = false;
+  }
+
+  async function runPreflight(event) {
+    event.preventDefault();
+    const message = $("preflight-message");
+    clear(message);
+    const token = $("preflight-token").value.trim();
+    const result = token ? await api("POST", "/preflight", { token }) : await api("GET", "/preflight");
+    if (!survivable(result, message)) return;
+    if (result.ok && result.body && result.body.clouds) {
+      renderPreflight(result.body);
+      const ready = CLOUDS.filter(([name]) => result.body.clouds[name]?.ready).map(([, label]) => label);
+      show(message, ready.length === CLOUDS.length ? "ok" : "warn", ready.length === 0
+        ? "No cloud would accept it yet: see what each would refuse below."
+        : "Ready for " + ready.join(", ") + "; see the findings below.");
+    } else {
+      show(message, "error", "Could not run the checks: " + problemText(result) + ".");
+    }
+  }
+
   // ---- Keeping access. ----
   function dashboardLink() {
     return location.origin + location.pathname + "#secret=" + encodeURIComponent(secret);
@@ -590,6 +639,7 @@
   $("published-remove").addEventListener("click", removePublished);
   $("keys-refresh").addEventListener("click", refreshKeys);
   $("wiring-form").addEventListener("submit", showWiring);
+  $("preflight-form").addEventListener("submit", runPreflight);
   $("link-toggle").addEventListener("click", toggleLink);
   $("link-copy").addEventListener("click", copyLink);
   $("delete").addEventListener("click", askDelete);

@@ -65,15 +65,15 @@ struct ReadSide {
 }
 
 impl ReadSide {
-    /// A connection to the standby; while it did not answer, the caller falls back to the
-    /// primary after a short wait rather than the whole checkout timeout.
+    /// A connection to the standby; none at once while its last connect or check failed, so
+    /// that reads go to the primary without waiting. The pool keeps reconnecting in the
+    /// background (every 2.5 s at most) after a failed checkout, and its first success makes
+    /// the standby reachable again.
     fn conn(&self) -> Option<Pooled> {
-        let timeout = if self.reachability.is_reachable() {
-            pool::CHECKOUT_TIMEOUT
-        } else {
-            pool::OUTAGE_CHECKOUT_TIMEOUT
-        };
-        self.pool.get_timeout(timeout).ok()
+        if !self.reachability.is_reachable() {
+            return None;
+        }
+        self.pool.get_timeout(pool::CHECKOUT_TIMEOUT).ok()
     }
 }
 

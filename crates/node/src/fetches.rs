@@ -104,23 +104,36 @@ impl Fetches {
             counts.ok += 1;
         }
         counts.last_at = counts.last_at.max(at);
-        let agent = clean_agent(agent);
-        let agents = &mut counts.agents;
-        if let Some(known) = agents.iter_mut().find(|a| *a.name == *agent) {
-            known.count += 1;
-            known.last_at = known.last_at.max(at);
-        } else if agents.len() < AGENTS_PER_DOCUMENT {
-            agents.push(Agent {
-                name: agent.into(),
-                count: 1,
-                last_at: at,
-            });
-        } else if let Some(least) = agents.iter_mut().min_by_key(|a| a.count) {
-            *least = Agent {
-                name: agent.into(),
-                count: least.count + 1,
-                last_at: at,
+        count_agent(&mut counts.agents, &clean_agent(agent), 1, at);
+    }
+
+    /// Puts back counts [`Fetches::take`] gave that could not be stored (the database was
+    /// down): they go with the next flush, within the same bounds.
+    pub fn give_back(&self, counts: Vec<DocumentFetches>) {
+        for f in counts {
+            let shard = &self.shards[(f.service_id.as_u128() as usize) % SHARDS];
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let full = shard.len() >= MAX_SERVICES * 2 / SHARDS;
+            let counts = match shard.get_mut(&(f.service_id, f.document)) {
+                Some(counts) => counts,
+                None if full => {
+                    self.dropped
+                        .fetch_add(f.ok + f.not_modified, Ordering::Relaxed);
+                    continue;
+                }
+                None => shard.entry((f.service_id, f.document)).or_insert(Counts {
+                    ok: 0,
+                    not_modified: 0,
+                    last_at: f.last_at,
+                    agents: Vec::new(),
+                }),
             };
+            counts.ok += f.ok;
+            counts.not_modified += f.not_modified;
+            counts.last_at = counts.last_at.max(f.last_at);
+            for a in f.agents {
+                count_agent(&mut counts.agents, &a.agent, a.count, a.last_at);
+            }
         }
     }
 
@@ -154,6 +167,27 @@ impl Fetches {
             }));
         }
         taken
+    }
+}
+
+/// Adds `n` fetches by `agent` to `agents` (space-saving: a new agent past the bound takes the
+/// place of the least frequent one, and its count).
+fn count_agent(agents: &mut Vec<Agent>, agent: &str, n: u64, at: OffsetDateTime) {
+    if let Some(known) = agents.iter_mut().find(|a| *a.name == *agent) {
+        known.count += n;
+        known.last_at = known.last_at.max(at);
+    } else if agents.len() < AGENTS_PER_DOCUMENT {
+        agents.push(Agent {
+            name: agent.into(),
+            count: n,
+            last_at: at,
+        });
+    } else if let Some(least) = agents.iter_mut().min_by_key(|a| a.count) {
+        *least = Agent {
+            name: agent.into(),
+            count: least.count + n,
+            last_at: at,
+        };
     }
 }
 
@@ -192,6 +226,17 @@ mod tests {
         assert_eq!(jwks.agents[0].agent, "aws");
         assert_eq!(jwks.agents[0].count, 2);
         assert!(fetches.take().is_empty(), "taken once");
+        fetches.record(service, DOC, false, b"gcp", AT);
+        fetches.give_back(taken);
+        let mut again = fetches.take();
+        again.sort_by_key(|f| f.document);
+        assert_eq!(
+            (again[1].ok, again[1].not_modified),
+            (2, 1),
+            "given back and added"
+        );
+        assert_eq!(again[1].agents.len(), 2);
+        assert_eq!(again[0].ok, 1);
     }
 
     #[test]

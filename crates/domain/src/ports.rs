@@ -343,6 +343,84 @@ pub trait RefusalLog: Send + Sync {
     fn prune_refusals(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
 }
 
+/// Which hosted document a public fetch was of (DECISIONS §15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FetchedDocument {
+    /// `/.well-known/openid-configuration`.
+    Discovery,
+    /// The key set, `/openid/v1/jwks` (and its aliases).
+    Jwks,
+}
+
+impl FetchedDocument {
+    /// Both, in the order the API lists them.
+    pub const ALL: [Self; 2] = [Self::Discovery, Self::Jwks];
+
+    /// The path the API names it by (and the store keeps).
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Discovery => "/.well-known/openid-configuration",
+            Self::Jwks => crate::publishing::JWKS_PATH,
+        }
+    }
+
+    /// The document a [`FetchedDocument::path`] names.
+    pub fn from_path(path: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.path() == path)
+    }
+}
+
+/// One User-Agent's fetches of a document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentFetches {
+    /// The User-Agent, cut to 100 characters, control characters removed.
+    pub agent: String,
+    /// How many fetches.
+    pub count: u64,
+    /// The last one.
+    pub last_at: OffsetDateTime,
+}
+
+/// A replica's fetches of one service's document since its last flush (or, read back, the
+/// sum of every replica's over a period).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentFetches {
+    /// The service.
+    pub service_id: Uuid,
+    /// The document.
+    pub document: FetchedDocument,
+    /// Answers 200.
+    pub ok: u64,
+    /// Answers 304.
+    pub not_modified: u64,
+    /// The last fetch.
+    pub last_at: OffsetDateTime,
+    /// The most frequent agents.
+    pub agents: Vec<AgentFetches>,
+}
+
+/// The fetch evidence of DECISIONS §15: public fetches per service, document and hour, summed
+/// over every replica; kept 24 hours.
+pub trait FetchLog: Send + Sync {
+    /// Adds each replica count to the hour bucket of its `last_at` (per document and per agent).
+    fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()>;
+    /// A service's fetches in the hour buckets from `since`'s on, one per document fetched,
+    /// with its `agents` most frequent agents, most frequent first.
+    fn fetches(
+        &self,
+        service_id: Uuid,
+        since: OffsetDateTime,
+        agents: usize,
+    ) -> StoreResult<Vec<DocumentFetches>>;
+    /// Deletes the buckets of hours before `older_than`'s; how many went.
+    fn prune_fetches(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
+}
+
+/// The start of `at`'s hour, in Unix milliseconds: the bucket a fetch counts in.
+pub fn fetch_hour(at: OffsetDateTime) -> i64 {
+    at.unix_timestamp().div_euclid(3600) * 3_600_000
+}
+
 /// Every storage port at once: what a server holds (as `Arc<dyn Storage>`), so that it depends
 /// on the ports, not on one adapter.
 pub trait Storage:
@@ -353,6 +431,7 @@ pub trait Storage:
     + ChangeFeed
     + AuditLog
     + RefusalLog
+    + FetchLog
     + std::fmt::Debug
 {
 }
@@ -365,6 +444,7 @@ impl<T> Storage for T where
         + ChangeFeed
         + AuditLog
         + RefusalLog
+        + FetchLog
         + std::fmt::Debug
 {
 }

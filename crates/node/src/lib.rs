@@ -11,6 +11,7 @@ pub mod adapters;
 mod auth;
 mod directory;
 mod error;
+pub mod fetches;
 pub mod hosting;
 pub mod last_use;
 pub mod metrics;

@@ -24,6 +24,8 @@ pub struct Replica {
     pub directory: Directory,
     /// Published documents, served from memory.
     pub hosting: HostingCache,
+    /// Public fetches counted since the last flush (DECISIONS §15).
+    pub fetches: crate::fetches::Fetches,
 }
 
 impl Replica {
@@ -40,6 +42,7 @@ impl Replica {
             issuer_url_template: issuer_url_template.to_owned(),
             directory: Directory::default(),
             hosting,
+            fetches: crate::fetches::Fetches::default(),
         }
     }
 

@@ -4,7 +4,7 @@
 
 use crate::state::AppState;
 use actix_web::web;
-use registry_domain::app::upkeep;
+use registry_domain::app::{fetches, upkeep};
 use std::time::Duration;
 
 const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -46,5 +46,21 @@ pub async fn reap_expired(state: web::Data<AppState>) {
         let _ = state
             .run(move |r| Ok(upkeep::prune(r, now, keep_audit)?))
             .await;
+    }
+}
+
+/// Adds this replica's counts of public fetches to the database (DECISIONS §15), once a
+/// `REGISTRY_FETCH_FLUSH_SECONDS`; counts that fail to go are kept for the next flush.
+pub async fn flush_fetches(state: web::Data<AppState>) {
+    let every = Duration::from_secs(state.settings.fetch_flush_seconds);
+    let mut interval = tokio::time::interval(every);
+    loop {
+        interval.tick().await;
+        let counts = state.replica.fetches.take();
+        let kept = counts.clone();
+        if let Err(error) = state.run(move |r| fetches::record(r, &counts)).await {
+            tracing::warn!(?error, "fetch counts not recorded: kept for the next flush");
+            state.replica.fetches.give_back(kept);
+        }
     }
 }

@@ -6,6 +6,7 @@ use crate::state::AppState;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::ports::FetchedDocument;
 use registry_node::hosting::{http_date, Document, Hosted, HTTP_DATE};
 use std::sync::RwLock;
 use time::{OffsetDateTime, PrimitiveDateTime};
@@ -65,7 +66,16 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
     } else {
         (&hosted.jwks, JWK_SET)
     };
-    Ok(respond(&req, &hosted, document, now))
+    let response = respond(&req, &hosted, document, now);
+    if req.method() == Method::GET {
+        let agent = req.headers().get(header::USER_AGENT);
+        let fetched =
+            [FetchedDocument::Jwks, FetchedDocument::Discovery][usize::from(is_discovery)];
+        let not_modified = response.status() == StatusCode::NOT_MODIFIED;
+        let agent = agent.map_or(&b""[..], HeaderValue::as_bytes);
+        (state.replica.fetches).record(hosted.service_id(), fetched, not_modified, agent, now);
+    }
+    Ok(response)
 }
 
 /// The answer with `document` (and its content type): 304 when the client's copy is current.

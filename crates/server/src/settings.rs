@@ -108,6 +108,12 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub reap_every_seconds: u64,
 
+    /// Seconds between two flushes of this replica's counts of public fetches to the database
+    /// (DECISIONS §15: `GET /services/{s}/fetches` sums every replica's within 60 s).
+    #[arg(long, env = "REGISTRY_FETCH_FLUSH_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=30))]
+    pub fetch_flush_seconds: u64,
+
     /// Failed authentications one client address may make per minute before it gets 429
     /// (an IPv4 address alone, IPv6 by its /64; DECISIONS §9). A credential this replica
     /// verified within the last minute is never refused by it (§17).

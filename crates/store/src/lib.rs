@@ -40,6 +40,7 @@ mod audit;
 mod customers;
 mod error;
 mod feed;
+mod fetches;
 mod migrate;
 mod pool;
 mod rows;

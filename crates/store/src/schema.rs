@@ -113,4 +113,28 @@ diesel::allow_tables_to_appear_in_same_query!(
     changes,
     audit_events,
     refusals,
+    fetch_counts,
+    fetch_agents,
 );
+
+diesel::table! {
+    fetch_counts (service_id, document, hour) {
+        service_id -> Text,
+        document -> Text,
+        hour -> BigInt,
+        ok -> BigInt,
+        not_modified -> BigInt,
+        last_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    fetch_agents (service_id, document, hour, agent) {
+        service_id -> Text,
+        document -> Text,
+        hour -> BigInt,
+        agent -> Text,
+        count -> BigInt,
+        last_at -> BigInt,
+    }
+}

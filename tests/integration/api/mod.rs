@@ -7,6 +7,7 @@ mod config;
 mod dashboard;
 mod errors;
 mod federation;
+mod fetches;
 mod hosting;
 pub mod keys;
 mod ops;

@@ -9,6 +9,7 @@ mod connect;
 mod corrupt_rows;
 mod credentials;
 mod customers;
+mod fetches;
 mod services;
 
 use registry_domain::audit::{Action, Actor, AuditEvent, Resource};

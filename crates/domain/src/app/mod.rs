@@ -27,6 +27,7 @@ pub mod audit;
 pub mod config;
 pub mod customers;
 pub mod explain;
+pub mod fetches;
 pub mod keys;
 pub mod preflight;
 pub mod services;

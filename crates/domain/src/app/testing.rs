@@ -7,8 +7,8 @@ use crate::audit::{Action, Actor, AuditEvent, AuditPage, AuditQuery, Cursor, Res
 use crate::policy::{Policy, PolicyKind};
 use crate::ports::{
     AccountStore, AuditLog, Change, ChangeFeed, CredentialOwner, CredentialRecord, CredentialStore,
-    CustomerStore, HasherBusy, KeyImport, Randomness, RefusalLog, SecretHasher, ServiceStore,
-    StoreResult, StoredCredential, TokenSignatureCheck,
+    CustomerStore, DocumentFetches, FetchLog, HasherBusy, KeyImport, Randomness, RefusalLog,
+    SecretHasher, ServiceStore, StoreResult, StoredCredential, TokenSignatureCheck,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::PublishedConfig;
@@ -40,6 +40,8 @@ struct State {
     /// Every audit event, in commit order.
     events: Vec<AuditEvent>,
     refusals: Vec<Refused>,
+    /// Every flushed count, as recorded.
+    fetches: Vec<DocumentFetches>,
 }
 
 #[derive(Debug)]
@@ -666,6 +668,69 @@ impl TokenSignatureCheck for GoodSignatures {
         let signature = parts.nth(1).and_then(|s| engine.decode(s).ok());
         signature.as_deref() == Some(b"good".as_slice())
             && kid.is_none_or(|k| jwk.get("kid") == Some(k))
+    }
+}
+
+impl FetchLog for MemoryStore {
+    fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
+        self.lock().fetches.extend_from_slice(counts);
+        Ok(())
+    }
+
+    fn fetches(
+        &self,
+        service_id: Uuid,
+        since: OffsetDateTime,
+        agents: usize,
+    ) -> StoreResult<Vec<DocumentFetches>> {
+        let since = crate::ports::fetch_hour(since);
+        let s = self.lock();
+        let mut sums: Vec<DocumentFetches> = Vec::new();
+        let kept = s
+            .fetches
+            .iter()
+            .filter(|f| f.service_id == service_id && crate::ports::fetch_hour(f.last_at) >= since);
+        for f in kept {
+            let sum = match sums.iter_mut().position(|d| d.document == f.document) {
+                Some(i) => &mut sums[i],
+                None => {
+                    sums.push(DocumentFetches {
+                        ok: 0,
+                        not_modified: 0,
+                        agents: Vec::new(),
+                        ..f.clone()
+                    });
+                    sums.last_mut().unwrap()
+                }
+            };
+            sum.ok += f.ok;
+            sum.not_modified += f.not_modified;
+            sum.last_at = sum.last_at.max(f.last_at);
+            for a in &f.agents {
+                match sum.agents.iter_mut().find(|b| b.agent == a.agent) {
+                    Some(b) => {
+                        b.count += a.count;
+                        b.last_at = b.last_at.max(a.last_at);
+                    }
+                    None => sum.agents.push(a.clone()),
+                }
+            }
+        }
+        for sum in &mut sums {
+            sum.agents
+                .sort_by(|a, b| b.count.cmp(&a.count).then(a.agent.cmp(&b.agent)));
+            sum.agents.truncate(agents);
+        }
+        Ok(sums)
+    }
+
+    fn prune_fetches(&self, older_than: OffsetDateTime) -> StoreResult<usize> {
+        let since = crate::ports::fetch_hour(older_than);
+        let mut s = self.lock();
+        let before = s.fetches.len();
+        s.fetches
+            .retain(|f| crate::ports::fetch_hour(f.last_at) >= since);
+        Ok(before - s.fetches.len())
     }
 }
 

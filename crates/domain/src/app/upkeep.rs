@@ -46,7 +46,8 @@ pub fn expire(registry: &Registry, now: OffsetDateTime) -> Expired {
 }
 
 /// Deletes the change-log rows older than [`KEEP_CHANGES`], audit events older than
-/// `audit_retention`, and refusal records past [`KEPT_FOR`](crate::refusal::KEPT_FOR).
+/// `audit_retention`, refusal records past [`KEPT_FOR`](crate::refusal::KEPT_FOR), and the
+/// fetch counts of hours before the last [24](crate::app::fetches::KEPT_FOR).
 pub fn prune(
     registry: &Registry,
     now: OffsetDateTime,
@@ -56,6 +57,7 @@ pub fn prune(
     store.prune_changes(now - KEEP_CHANGES)?;
     store.prune_audit(now - audit_retention)?;
     store.prune_refusals(now - crate::refusal::KEPT_FOR)?;
+    store.prune_fetches(now - crate::app::fetches::KEPT_FOR)?;
     Ok(())
 }
 

@@ -103,6 +103,8 @@ pub struct Hosted {
     pub last_modified: HeaderValue,
     /// When the documents last changed (whole seconds, for If-Modified-Since).
     pub modified_at: OffsetDateTime,
+    /// When the documents last changed, to the millisecond (the fetch evidence of §15).
+    pub changed_at: OffsetDateTime,
     /// Whether another change of the documents falls in the second of `modified_at`: a client
     /// holding that date may hold an older version, so the date alone never answers 304.
     pub modified_second_shared: bool,
@@ -219,6 +221,7 @@ impl Hosted {
             uploaded_jwks: parts.uploaded_jwks,
             last_modified: http_date(modified_at),
             modified_at,
+            changed_at: changed,
             modified_second_shared: in_that_second > 1,
             expires_at: parts.expires_at,
             refresh_at,
@@ -248,6 +251,11 @@ impl Hosted {
             },
             now,
         ))
+    }
+
+    /// The service whose documents these are.
+    pub fn service_id(&self) -> Uuid {
+        self.service_id
     }
 
     /// Whether the public key set has changed by itself since the entry was built.

@@ -54,6 +54,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(preflight::token))
             .default_service(web::to(|| not_allowed("GET, HEAD, POST"))),
     )
+    .service(get_and_head(
+        "/services/{subdomain}/fetches",
+        preflight::fetches,
+    ))
     .service(
         web::resource("/anonymous/services")
             .route(web::post().to(anonymous::create))

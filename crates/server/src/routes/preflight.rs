@@ -1,4 +1,4 @@
-//! `/services/{subdomain}/preflight`: what AWS, GCP and Azure would refuse of the published
+//! `/services/{subdomain}/preflight` and `…/fetches`: what AWS, GCP and Azure would refuse of the published
 //! documents, and of a token (DECISIONS §15). Open to the callers of `…/federation`,
 //! anonymous secrets on their own service included. The token is never stored nor logged.
 
@@ -7,6 +7,7 @@ use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::app::fetches;
 use registry_domain::app::preflight::{self, CheckDocuments, CheckToken};
 
 /// `GET /services/{subdomain}/preflight`: the published documents, checked per cloud.
@@ -36,6 +37,20 @@ pub async fn token(
     let now = state.now();
     let answer = state
         .run(move |registry| preflight::token(registry, &service, command, now))
+        .await?;
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+/// `GET /services/{subdomain}/fetches`: who fetched the documents, and since they changed.
+pub async fn fetches(
+    ServiceCaller { service, .. }: ServiceCaller,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let hosted = state.replica.current(&service.subdomain).await?;
+    let current = registry_node::fetches::served(hosted.as_deref());
+    let now = state.now();
+    let answer = state
+        .run(move |registry| fetches::evidence(registry, &service, current, now))
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }

@@ -1,0 +1,176 @@
+//! Fetch evidence (DECISIONS §15): whether the verifiers fetched a service's documents since
+//! they last changed. Every replica counts the public fetches in memory and adds its counts to
+//! the store at least every 30 s ([`record`]); [`evidence`] reads the sum of all of them.
+
+use crate::app::{AppError, Registry};
+use crate::ports::{DocumentFetches, FetchedDocument};
+use crate::Service;
+use serde_json::{json, Value};
+use time::format_description::well_known::Rfc3339;
+use time::{Duration, OffsetDateTime};
+
+/// How far back the evidence reaches (and how long the store keeps it).
+pub const KEPT_FOR: Duration = Duration::hours(24);
+/// How many agents a document lists.
+pub const TOP_AGENTS: usize = 10;
+
+/// What the replica serves of one document now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// Its `ETag`, quoted.
+    pub etag: String,
+    /// When it last changed.
+    pub changed_at: OffsetDateTime,
+}
+
+/// What the replica serves of a service now: discovery document, then key set; `None` when
+/// nothing is published.
+pub type Current = Option<[Served; 2]>;
+
+/// Adds a replica's counts to the store.
+pub fn record(registry: &Registry, counts: &[DocumentFetches]) -> Result<(), AppError> {
+    if !counts.is_empty() {
+        registry.store.record_fetches(counts)?;
+    }
+    Ok(())
+}
+
+/// `GET /services/{s}/fetches`: per document, what is served and who fetched it in the last
+/// 24 hours, summed over every replica.
+pub fn evidence(
+    registry: &Registry,
+    service: &Service,
+    current: Current,
+    now: OffsetDateTime,
+) -> Result<Value, AppError> {
+    let counted = registry
+        .store
+        .fetches(service.id, now - KEPT_FOR, TOP_AGENTS)?;
+    let documents: Vec<Value> = FetchedDocument::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(i, document)| {
+            let served = current.as_ref().map(|c| &c[i]);
+            let fetches = counted.iter().find(|f| f.document == document);
+            let last = fetches.map(|f| f.last_at);
+            let since_change = match (served, last) {
+                (Some(served), Some(last)) => last >= served.changed_at,
+                _ => false,
+            };
+            let agents: Vec<Value> = fetches
+                .map(|f| f.agents.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .map(|a| json!({"agent": a.agent, "count": a.count, "lastFetchedAt": rfc3339(a.last_at)}))
+                .collect();
+            json!({
+                "path": document.path(),
+                "currentETag": served.map(|s| s.etag.as_str()),
+                "lastChangedAt": served.map(|s| rfc3339(s.changed_at)),
+                "lastFetchedAt": last.map(rfc3339),
+                "fetchedSinceChange": since_change,
+                "fetches24h": fetches.map_or(0, |f| f.ok + f.not_modified),
+                "agents": agents,
+            })
+        })
+        .collect();
+    Ok(json!({ "documents": documents }))
+}
+
+fn rfc3339(at: OffsetDateTime) -> String {
+    at.format(&Rfc3339).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::services;
+    use crate::app::testing::{caller, registry};
+    use crate::ports::AgentFetches;
+    use crate::Plan;
+    use time::macros::datetime;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+
+    fn count(
+        service: &Service,
+        document: FetchedDocument,
+        agent: &str,
+        at: OffsetDateTime,
+    ) -> DocumentFetches {
+        DocumentFetches {
+            service_id: service.id,
+            document,
+            ok: 2,
+            not_modified: 1,
+            last_at: at,
+            agents: vec![AgentFetches {
+                agent: agent.into(),
+                count: 3,
+                last_at: at,
+            }],
+        }
+    }
+
+    fn served(changed_at: OffsetDateTime) -> Current {
+        let one = Served {
+            etag: "\"e\"".into(),
+            changed_at,
+        };
+        Some([one.clone(), one])
+    }
+
+    #[test]
+    fn sums_replicas_and_says_whether_fetched_since_the_change() {
+        let (registry, _, account) = registry(Plan::Business, NOW);
+        let command = services::CreateService::default();
+        let service = services::create(&registry, &caller(account), command, NOW).unwrap();
+        let at = NOW - Duration::minutes(5);
+        record(
+            &registry,
+            &[count(&service, FetchedDocument::Jwks, "aws", at)],
+        )
+        .unwrap();
+        record(
+            &registry,
+            &[count(
+                &service,
+                FetchedDocument::Jwks,
+                "gcp",
+                at + Duration::minutes(1),
+            )],
+        )
+        .unwrap();
+        record(
+            &registry,
+            &[count(
+                &service,
+                FetchedDocument::Jwks,
+                "aws",
+                at - Duration::hours(30),
+            )],
+        )
+        .unwrap();
+        let answer = evidence(&registry, &service, served(at), NOW).unwrap();
+        let [discovery, jwks] = answer["documents"].as_array().unwrap().as_slice() else {
+            panic!()
+        };
+        assert_eq!(discovery["path"], "/.well-known/openid-configuration");
+        assert_eq!(discovery["fetches24h"], 0);
+        assert_eq!(discovery["lastFetchedAt"], Value::Null);
+        assert_eq!(discovery["fetchedSinceChange"], false);
+        assert_eq!(jwks["path"], "/openid/v1/jwks");
+        assert_eq!(
+            jwks["fetches24h"], 6,
+            "two replicas' counts, not the day-old one"
+        );
+        assert_eq!(jwks["fetchedSinceChange"], true);
+        assert_eq!(jwks["currentETag"], "\"e\"");
+        assert_eq!(jwks["agents"].as_array().unwrap().len(), 2);
+        let later = evidence(&registry, &service, served(NOW - Duration::minutes(1)), NOW).unwrap();
+        assert_eq!(later["documents"][1]["fetchedSinceChange"], false);
+        let nothing = evidence(&registry, &service, None, NOW).unwrap();
+        assert_eq!(nothing["documents"][1]["currentETag"], Value::Null);
+        assert_eq!(nothing["documents"][1]["fetchedSinceChange"], false);
+    }
+}

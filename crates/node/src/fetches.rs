@@ -1,0 +1,285 @@
+//! The replica's count of public fetches (DECISIONS §15): per service and document, the 200s
+//! and 304s, the last fetch, and the most frequent User-Agents, in memory until the next flush
+//! to the store ([`Fetches::take`]). Bounded whatever clients send: at most
+//! [`MAX_SERVICES`] services between two flushes (fetches of others are dropped, and counted),
+//! [`AGENTS_PER_DOCUMENT`] agents per document (the space-saving algorithm: a new agent takes
+//! the place of the least frequent one, and its count), each cut to [`AGENT_CHARS`] characters.
+
+use crate::hosting::Hosted;
+use registry_domain::app::fetches::{Current, Served};
+use registry_domain::ports::{AgentFetches, DocumentFetches, FetchedDocument};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Services counted between two flushes, at most.
+pub const MAX_SERVICES: usize = 16_384;
+/// Agents kept per document between two flushes.
+pub const AGENTS_PER_DOCUMENT: usize = 32;
+/// Characters kept of a User-Agent.
+pub const AGENT_CHARS: usize = 100;
+const SHARDS: usize = 16;
+
+#[derive(Debug)]
+struct Agent {
+    name: Box<str>,
+    count: u64,
+    last_at: OffsetDateTime,
+}
+
+#[derive(Debug)]
+struct Counts {
+    ok: u64,
+    not_modified: u64,
+    last_at: OffsetDateTime,
+    agents: Vec<Agent>,
+}
+
+type Shard = HashMap<(Uuid, FetchedDocument), Counts>;
+
+/// The counts of one replica.
+#[derive(Debug)]
+pub struct Fetches {
+    shards: [Mutex<Shard>; SHARDS],
+    dropped: AtomicU64,
+}
+
+impl Default for Fetches {
+    fn default() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+/// `agent` cut to [`AGENT_CHARS`] characters, control characters removed; borrowed when
+/// nothing is to remove (the usual case).
+pub fn clean_agent(agent: &[u8]) -> std::borrow::Cow<'_, str> {
+    if agent.len() <= AGENT_CHARS && agent.iter().all(|b| (0x20..0x7f).contains(b)) {
+        if let Ok(text) = std::str::from_utf8(agent) {
+            return text.into();
+        }
+    }
+    String::from_utf8_lossy(agent)
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(AGENT_CHARS)
+        .collect::<String>()
+        .into()
+}
+
+impl Fetches {
+    /// Counts a public fetch of `service`'s `document` at `at` (304 when `not_modified`) by
+    /// `agent`, the User-Agent header's bytes (empty without one).
+    pub fn record(
+        &self,
+        service: Uuid,
+        document: FetchedDocument,
+        not_modified: bool,
+        agent: &[u8],
+        at: OffsetDateTime,
+    ) {
+        let shard = &self.shards[(service.as_u128() as usize) % SHARDS];
+        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let full = shard.len() >= MAX_SERVICES * 2 / SHARDS;
+        let counts = match shard.get_mut(&(service, document)) {
+            Some(counts) => counts,
+            None if full => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            None => shard.entry((service, document)).or_insert(Counts {
+                ok: 0,
+                not_modified: 0,
+                last_at: at,
+                agents: Vec::new(),
+            }),
+        };
+        if not_modified {
+            counts.not_modified += 1;
+        } else {
+            counts.ok += 1;
+        }
+        counts.last_at = counts.last_at.max(at);
+        count_agent(&mut counts.agents, &clean_agent(agent), 1, at);
+    }
+
+    /// Puts back counts [`Fetches::take`] gave that could not be stored (the database was
+    /// down): they go with the next flush, within the same bounds.
+    pub fn give_back(&self, counts: Vec<DocumentFetches>) {
+        for f in counts {
+            let shard = &self.shards[(f.service_id.as_u128() as usize) % SHARDS];
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let full = shard.len() >= MAX_SERVICES * 2 / SHARDS;
+            let counts = match shard.get_mut(&(f.service_id, f.document)) {
+                Some(counts) => counts,
+                None if full => {
+                    self.dropped
+                        .fetch_add(f.ok + f.not_modified, Ordering::Relaxed);
+                    continue;
+                }
+                None => shard.entry((f.service_id, f.document)).or_insert(Counts {
+                    ok: 0,
+                    not_modified: 0,
+                    last_at: f.last_at,
+                    agents: Vec::new(),
+                }),
+            };
+            counts.ok += f.ok;
+            counts.not_modified += f.not_modified;
+            counts.last_at = counts.last_at.max(f.last_at);
+            for a in f.agents {
+                count_agent(&mut counts.agents, &a.agent, a.count, a.last_at);
+            }
+        }
+    }
+
+    /// Fetches not counted because [`MAX_SERVICES`] services were counted already.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Every count since the last call, and none left: what to add to the store.
+    pub fn take(&self) -> Vec<DocumentFetches> {
+        let mut taken = Vec::new();
+        for shard in &self.shards {
+            let counts = std::mem::take(&mut *shard.lock().unwrap_or_else(PoisonError::into_inner));
+            taken.extend(counts.into_iter().map(|((service_id, document), c)| {
+                DocumentFetches {
+                    service_id,
+                    document,
+                    ok: c.ok,
+                    not_modified: c.not_modified,
+                    last_at: c.last_at,
+                    agents: c
+                        .agents
+                        .into_iter()
+                        .map(|a| AgentFetches {
+                            agent: a.name.into(),
+                            count: a.count,
+                            last_at: a.last_at,
+                        })
+                        .collect(),
+                }
+            }));
+        }
+        taken
+    }
+}
+
+/// Adds `n` fetches by `agent` to `agents` (space-saving: a new agent past the bound takes the
+/// place of the least frequent one, and its count).
+fn count_agent(agents: &mut Vec<Agent>, agent: &str, n: u64, at: OffsetDateTime) {
+    if let Some(known) = agents.iter_mut().find(|a| *a.name == *agent) {
+        known.count += n;
+        known.last_at = known.last_at.max(at);
+    } else if agents.len() < AGENTS_PER_DOCUMENT {
+        agents.push(Agent {
+            name: agent.into(),
+            count: n,
+            last_at: at,
+        });
+    } else if let Some(least) = agents.iter_mut().min_by_key(|a| a.count) {
+        *least = Agent {
+            name: agent.into(),
+            count: least.count + n,
+            last_at: at,
+        };
+    }
+}
+
+/// What `hosted` serves, as the fetch evidence reports it.
+pub fn served(hosted: Option<&Hosted>) -> Current {
+    let hosted = hosted?;
+    let served = |etag: &http::HeaderValue| Served {
+        etag: etag.to_str().unwrap_or_default().to_owned(),
+        changed_at: hosted.changed_at,
+    };
+    Some([served(&hosted.discovery.etag), served(&hosted.jwks.etag)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    const AT: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    const DOC: FetchedDocument = FetchedDocument::Jwks;
+
+    #[test]
+    fn counts_200s_304s_and_agents_until_taken() {
+        let fetches = Fetches::default();
+        let service = Uuid::new_v4();
+        fetches.record(service, DOC, false, b"aws", AT);
+        fetches.record(service, DOC, true, b"aws", AT + time::Duration::SECOND);
+        fetches.record(service, FetchedDocument::Discovery, false, b"", AT);
+        let mut taken = fetches.take();
+        taken.sort_by_key(|f| f.document);
+        assert_eq!(taken.len(), 2);
+        let jwks = &taken[1];
+        assert_eq!((jwks.ok, jwks.not_modified), (1, 1));
+        assert_eq!(jwks.last_at, AT + time::Duration::SECOND);
+        assert_eq!(jwks.agents.len(), 1);
+        assert_eq!(jwks.agents[0].agent, "aws");
+        assert_eq!(jwks.agents[0].count, 2);
+        assert!(fetches.take().is_empty(), "taken once");
+        fetches.record(service, DOC, false, b"gcp", AT);
+        fetches.give_back(taken);
+        let mut again = fetches.take();
+        again.sort_by_key(|f| f.document);
+        assert_eq!(
+            (again[1].ok, again[1].not_modified),
+            (2, 1),
+            "given back and added"
+        );
+        assert_eq!(again[1].agents.len(), 2);
+        assert_eq!(again[0].ok, 1);
+    }
+
+    #[test]
+    fn agents_are_bounded_and_the_frequent_ones_stay() {
+        let fetches = Fetches::default();
+        let service = Uuid::new_v4();
+        for i in 0..10_000 {
+            fetches.record(service, DOC, false, format!("bot {i}").as_bytes(), AT);
+            if i % 10 == 0 {
+                fetches.record(service, DOC, false, b"AWS STS", AT);
+            }
+        }
+        let taken = fetches.take();
+        let agents = &taken[0].agents;
+        assert_eq!(agents.len(), AGENTS_PER_DOCUMENT);
+        let top = agents.iter().max_by_key(|a| a.count).unwrap();
+        assert_eq!(top.agent, "AWS STS");
+        assert!(top.count >= 1000, "space-saving never undercounts");
+        assert_eq!(taken[0].ok, 11_000);
+    }
+
+    #[test]
+    fn services_are_bounded() {
+        let fetches = Fetches::default();
+        for _ in 0..MAX_SERVICES * 2 {
+            fetches.record(Uuid::new_v4(), DOC, false, b"a", AT);
+        }
+        let kept = fetches.take().len();
+        assert!(kept <= MAX_SERVICES * 2);
+        assert!(kept >= MAX_SERVICES / 2);
+        assert_eq!(fetches.dropped() as usize, MAX_SERVICES * 2 - kept);
+    }
+
+    #[test]
+    fn agents_are_cut_and_cleaned() {
+        assert!(matches!(
+            clean_agent(b"Go-http-client/1.1"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(clean_agent(b"a\x00b\r\nc\x7fd"), "abcd");
+        let long = "é".repeat(300);
+        assert_eq!(clean_agent(long.as_bytes()).chars().count(), AGENT_CHARS);
+        assert_eq!(clean_agent(&[b'x'; 500]).len(), AGENT_CHARS);
+        assert_eq!(clean_agent(b"\xff ok"), "\u{fffd} ok");
+    }
+}

@@ -1,0 +1,190 @@
+//! [`FetchLog`] on [`Store`]: the fetch evidence of DECISIONS §15, one row per service,
+//! document and hour (and per agent), which every replica adds its counts to.
+
+use crate::error::Res;
+use crate::pool::on_backend;
+use crate::rows::{id_text, instant, millis};
+use crate::schema::{fetch_agents, fetch_counts};
+use crate::Store;
+use diesel::prelude::*;
+use diesel::upsert::excluded;
+use registry_domain::ports::{
+    fetch_hour, AgentFetches, DocumentFetches, FetchLog, FetchedDocument, StoreResult,
+};
+use std::collections::HashMap;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl FetchLog for Store {
+    /// One transaction, outside the change log: no cache holds fetch counts. Counts add up
+    /// (`ON CONFLICT … DO UPDATE`), and the last fetch only moves forward.
+    fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
+        self.write_aside(|conn| {
+            for f in counts {
+                let (service, document) = (id_text(f.service_id), f.document.path());
+                let (hour, last) = (fetch_hour(f.last_at), millis(f.last_at));
+                let row = (
+                    fetch_counts::service_id.eq(&service),
+                    fetch_counts::document.eq(document),
+                    fetch_counts::hour.eq(hour),
+                    fetch_counts::ok.eq(count(f.ok)),
+                    fetch_counts::not_modified.eq(count(f.not_modified)),
+                    fetch_counts::last_at.eq(last),
+                );
+                on_backend!(&mut *conn, |c| diesel::insert_into(fetch_counts::table)
+                    .values(row)
+                    .on_conflict((
+                        fetch_counts::service_id,
+                        fetch_counts::document,
+                        fetch_counts::hour,
+                    ))
+                    .do_update()
+                    .set((
+                        fetch_counts::ok.eq(fetch_counts::ok + excluded(fetch_counts::ok)),
+                        fetch_counts::not_modified
+                            .eq(fetch_counts::not_modified + excluded(fetch_counts::not_modified)),
+                    ))
+                    .execute(c))?;
+                diesel::update(
+                    fetch_counts::table
+                        .filter(fetch_counts::service_id.eq(&service))
+                        .filter(fetch_counts::document.eq(document))
+                        .filter(fetch_counts::hour.eq(hour))
+                        .filter(fetch_counts::last_at.lt(last)),
+                )
+                .set(fetch_counts::last_at.eq(last))
+                .execute(conn)?;
+                for a in &f.agents {
+                    let at = millis(a.last_at);
+                    let row = (
+                        fetch_agents::service_id.eq(&service),
+                        fetch_agents::document.eq(document),
+                        fetch_agents::hour.eq(hour),
+                        fetch_agents::agent.eq(&a.agent),
+                        fetch_agents::count.eq(count(a.count)),
+                        fetch_agents::last_at.eq(at),
+                    );
+                    on_backend!(&mut *conn, |c| diesel::insert_into(fetch_agents::table)
+                        .values(row)
+                        .on_conflict((
+                            fetch_agents::service_id,
+                            fetch_agents::document,
+                            fetch_agents::hour,
+                            fetch_agents::agent,
+                        ))
+                        .do_update()
+                        .set(
+                            fetch_agents::count
+                                .eq(fetch_agents::count + excluded(fetch_agents::count)),
+                        )
+                        .execute(c))?;
+                    diesel::update(
+                        fetch_agents::table
+                            .filter(fetch_agents::service_id.eq(&service))
+                            .filter(fetch_agents::document.eq(document))
+                            .filter(fetch_agents::hour.eq(hour))
+                            .filter(fetch_agents::agent.eq(&a.agent))
+                            .filter(fetch_agents::last_at.lt(at)),
+                    )
+                    .set(fetch_agents::last_at.eq(at))
+                    .execute(conn)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn fetches(
+        &self,
+        service_id: Uuid,
+        since: OffsetDateTime,
+        agents: usize,
+    ) -> StoreResult<Vec<DocumentFetches>> {
+        let service = id_text(service_id);
+        let since = fetch_hour(since);
+        self.read(|conn| {
+            let rows = fetch_counts::table
+                .filter(fetch_counts::service_id.eq(&service))
+                .filter(fetch_counts::hour.ge(since))
+                .select((
+                    fetch_counts::document,
+                    fetch_counts::ok,
+                    fetch_counts::not_modified,
+                    fetch_counts::last_at,
+                ))
+                .load::<(String, i64, i64, i64)>(conn)?;
+            let mut sums: Vec<DocumentFetches> = Vec::new();
+            for (document, ok, not_modified, last) in rows {
+                let Some(document) = FetchedDocument::from_path(&document) else {
+                    continue;
+                };
+                let last = instant(last)?;
+                let (ok, not_modified) =
+                    (ok.max(0).unsigned_abs(), not_modified.max(0).unsigned_abs());
+                match sums.iter_mut().find(|s| s.document == document) {
+                    Some(sum) => {
+                        sum.ok += ok;
+                        sum.not_modified += not_modified;
+                        sum.last_at = sum.last_at.max(last);
+                    }
+                    None => sums.push(DocumentFetches {
+                        service_id,
+                        document,
+                        ok,
+                        not_modified,
+                        last_at: last,
+                        agents: Vec::new(),
+                    }),
+                }
+            }
+            let rows = fetch_agents::table
+                .filter(fetch_agents::service_id.eq(&service))
+                .filter(fetch_agents::hour.ge(since))
+                .select((
+                    fetch_agents::document,
+                    fetch_agents::agent,
+                    fetch_agents::count,
+                    fetch_agents::last_at,
+                ))
+                .load::<(String, String, i64, i64)>(conn)?;
+            let mut by_agent: HashMap<(String, String), (u64, i64)> = HashMap::new();
+            for (document, agent, n, last) in rows {
+                let entry = by_agent.entry((document, agent)).or_default();
+                entry.0 += n.max(0).unsigned_abs();
+                entry.1 = entry.1.max(last);
+            }
+            for sum in &mut sums {
+                let mut list = by_agent
+                    .iter()
+                    .filter(|((document, _), _)| document == sum.document.path())
+                    .map(|((_, agent), (n, last))| {
+                        Ok(AgentFetches {
+                            agent: agent.clone(),
+                            count: *n,
+                            last_at: instant(*last)?,
+                        })
+                    })
+                    .collect::<Res<Vec<_>>>()?;
+                list.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.agent.cmp(&b.agent)));
+                list.truncate(agents);
+                sum.agents = list;
+            }
+            Ok(sums)
+        })
+    }
+
+    fn prune_fetches(&self, older_than: OffsetDateTime) -> StoreResult<usize> {
+        let hour = fetch_hour(older_than);
+        self.write_aside(|conn| {
+            let agents = diesel::delete(fetch_agents::table.filter(fetch_agents::hour.lt(hour)))
+                .execute(conn)?;
+            let counts = diesel::delete(fetch_counts::table.filter(fetch_counts::hour.lt(hour)))
+                .execute(conn)?;
+            Ok(agents + counts)
+        })
+    }
+}

@@ -1,0 +1,2 @@
+DROP TABLE fetch_agents;
+DROP TABLE fetch_counts;

@@ -1,0 +1,187 @@
+//! Fetch evidence (DECISIONS §15): `GET /services/{s}/fetches` sums the public fetches every
+//! replica counted, within 60 s (here 1 s: `REGISTRY_FETCH_FLUSH_SECONDS`).
+
+use super::{publish_api, publish_kids};
+use registry_tests::server::{json, ServerOptions, TestServer};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const JWKS: &str = "/openid/v1/jwks";
+const DISCOVERY: &str = "/.well-known/openid-configuration";
+
+fn flushing_every_second(database_url: Option<String>) -> TestServer {
+    TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_FETCH_FLUSH_SECONDS".into(), "1".into())],
+        database_url,
+        ..ServerOptions::default()
+    })
+}
+
+/// A public GET by `agent`; its status.
+fn fetch(server: &TestServer, sub: &str, path: &str, agent: &str, etag: Option<&str>) -> u16 {
+    let mut request = server
+        .hosted(Method::GET, sub, path)
+        .header("user-agent", agent);
+    if let Some(etag) = etag {
+        request = request.header("if-none-match", etag);
+    }
+    let response = request.send();
+    response
+        .unwrap_or_else(|e| panic!("GET {path} by {agent:?}: {e:?}"))
+        .status()
+        .as_u16()
+}
+
+/// The document at `path` of the evidence.
+fn document(answer: &Value, path: &str) -> Value {
+    answer["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["path"] == path)
+        .unwrap_or_else(|| panic!("no {path} in {answer}"))
+        .clone()
+}
+
+/// The evidence once `ready` holds of it (within 60 s, DECISIONS §15).
+fn evidence_once(
+    server: &TestServer,
+    token: &str,
+    sub: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    loop {
+        let response = server.get(&format!("/services/{sub}/fetches"), token);
+        assert_eq!(response.status(), 200);
+        let answer = json(response);
+        if ready(&answer) {
+            return answer;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{answer}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn agent_count(doc: &Value, agent: &str) -> u64 {
+    doc["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["agent"] == agent)
+        .map_or(0, |a| a["count"].as_u64().unwrap())
+}
+
+#[test]
+fn every_replicas_fetches_are_summed_and_say_whether_a_change_was_picked_up() {
+    let a = flushing_every_second(None);
+    let b = flushing_every_second(Some(a.database_url.clone()));
+    let acme = a.customer("acme", "business");
+    let sub = publish_api(&a, &acme);
+
+    let before = json(a.get(&format!("/services/{sub}/fetches"), &acme.token));
+    let jwks = document(&before, JWKS);
+    assert_eq!(jwks["fetches24h"], 0);
+    assert_eq!(jwks["lastFetchedAt"], Value::Null);
+    assert_eq!(jwks["fetchedSinceChange"], false);
+    assert_eq!(jwks["agents"], json!([]));
+    let etag = jwks["currentETag"].as_str().unwrap().to_owned();
+    assert!(etag.starts_with('"'), "{before}");
+    assert!(document(&before, DISCOVERY)["lastChangedAt"].is_string());
+
+    for _ in 0..3 {
+        assert_eq!(fetch(&a, &sub, JWKS, "AWS STS", None), 200);
+    }
+    // On the other replica (once it serves the documents), and a 304.
+    let start = Instant::now();
+    while fetch(&b, &sub, "/keys", "Google", None) != 200 {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(fetch(&b, &sub, JWKS, "Google", Some(&etag)), 304);
+    assert_eq!(fetch(&b, &sub, DISCOVERY, "Azure\tAD", None), 200);
+    let long = "x".repeat(300);
+    assert_eq!(fetch(&a, &sub, DISCOVERY, &long, None), 200);
+
+    let answer = evidence_once(&b, &acme.token, &sub, |answer| {
+        document(answer, JWKS)["fetches24h"] == 5 && document(answer, DISCOVERY)["fetches24h"] == 2
+    });
+    let jwks = document(&answer, JWKS);
+    assert_eq!(jwks["fetchedSinceChange"], true, "{answer}");
+    assert_eq!(jwks["currentETag"], etag.as_str());
+    assert_eq!(agent_count(&jwks, "AWS STS"), 3);
+    assert_eq!(agent_count(&jwks, "Google"), 2, "a 200 and a 304");
+    assert_eq!(jwks["agents"][0]["agent"], "AWS STS", "most frequent first");
+    assert!(jwks["agents"][0]["lastFetchedAt"].is_string());
+    let discovery = document(&answer, DISCOVERY);
+    assert_eq!(
+        agent_count(&discovery, "AzureAD"),
+        1,
+        "control characters removed"
+    );
+    assert_eq!(agent_count(&discovery, &"x".repeat(100)), 1, "cut to 100");
+
+    // A new upload: nothing fetched it yet, on either replica.
+    publish_kids(&a, &acme.token, &sub, &["k1", "k2"]);
+    let changed = evidence_once(&a, &acme.token, &sub, |answer| {
+        document(answer, JWKS)["currentETag"] != etag.as_str()
+    });
+    assert_eq!(
+        document(&changed, JWKS)["fetchedSinceChange"],
+        false,
+        "{changed}"
+    );
+    assert_eq!(document(&changed, JWKS)["fetches24h"], 5);
+    let start = Instant::now();
+    while fetch(&b, &sub, JWKS, "AWS STS", Some(&etag)) != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "B serves the new set"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let picked_up = evidence_once(&a, &acme.token, &sub, |answer| {
+        document(answer, JWKS)["fetchedSinceChange"] == true
+    });
+    assert_eq!(document(&picked_up, DISCOVERY)["fetchedSinceChange"], false);
+}
+
+#[test]
+fn anonymous_secrets_see_their_own_services_evidence_and_no_other() {
+    let server = flushing_every_second(None);
+    let acme = server.customer("acme", "business");
+    let sub = publish_api(&server, &acme);
+    let created = json(
+        server
+            .request(Method::POST, "/anonymous/services")
+            .json(&json!({}))
+            .send()
+            .unwrap(),
+    );
+    let secret = created["secret"].as_str().unwrap();
+    let anon = created["service"]["subdomain"].as_str().unwrap();
+    let answer = json(server.get(&format!("/services/{anon}/fetches"), secret));
+    let jwks = document(&answer, JWKS);
+    assert_eq!(
+        jwks["currentETag"],
+        Value::Null,
+        "nothing published: {answer}"
+    );
+    assert_eq!(jwks["fetchedSinceChange"], false);
+    let path = format!("/services/{sub}/fetches");
+    assert_eq!(server.get(&path, secret).status(), 404);
+    let globex = server.customer("globex", "business");
+    assert_eq!(server.get(&path, &globex.token).status(), 404);
+    let anon_path = format!("/services/{anon}/fetches");
+    assert_eq!(server.get(&anon_path, &acme.token).status(), 404);
+    assert_eq!(
+        server.request(Method::GET, &path).send().unwrap().status(),
+        401
+    );
+    let post = server
+        .authed(Method::POST, &path, &acme.token)
+        .send()
+        .unwrap();
+    assert_eq!(post.status(), 405);
+}

@@ -65,6 +65,8 @@ async function startRegistry() {
       REGISTRY_BASE_URL: base,
       REGISTRY_ISSUER_URL_TEMPLATE: `http://{subdomain}.localhost:${port}`,
       REGISTRY_WORKERS: "2",
+      // Fetch counts reach the API at the next flush: every second here.
+      REGISTRY_FETCH_FLUSH_SECONDS: "1",
       RUST_LOG: "info",
     },
     stdio: ["ignore", "pipe", logFd],
@@ -409,6 +411,25 @@ test("an anonymous service from creation to deletion, through the pages", async 
     await page.getByRole("button", { name: "Check with the clouds' rules" }).click();
     await page.locator("#preflight-message", { hasText: "Could not run the checks" }).waitFor();
     await field(page, "Token (optional)").fill("");
+  });
+
+  await t.test("the fetch evidence shows that both documents were fetched since they changed", async () => {
+    await hosted(subdomain, "/.well-known/openid-configuration");
+    await hosted(subdomain, "/openid/v1/jwks");
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      await page.getByRole("button", { name: "Show fetches" }).click();
+      await page.locator("#fetches-message").filter({ hasText: /fetched/ }).waitFor();
+      const text = await page.locator("#fetches-message").textContent();
+      if (/Both documents were fetched/.test(text)) break;
+      assert.ok(Date.now() < deadline, `still: ${text}`);
+      await page.waitForTimeout(500);
+    }
+    const rows = await page.locator("#fetches-body tr").allTextContents();
+    assert.equal(rows.length, 2);
+    assert.ok(rows.some((row) => /openid-configuration.*fetched/.test(row)), rows.join(" | "));
+    assert.ok(rows.some((row) => /\/openid\/v1\/jwks/.test(row)), rows.join(" | "));
+    await screenshot(page, "fetches.png");
   });
 
   await t.test("'Show what is published' reads the published documents back", async () => {

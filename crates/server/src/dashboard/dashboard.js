@@ -577,6 +577,46 @@
     }
   }
 
+  // ---- Fetch evidence (DECISIONS §15). ----
+  function renderFetches(documents) {
+    const body = $("fetches-body");
+    body.replaceChildren();
+    for (const doc of documents) {
+      const row = document.createElement("tr");
+      const agents = (doc.agents || []).map((a) => (a.agent || "(no User-Agent)") + " \u00d7" + a.count).join(", ");
+      const cells = [
+        doc.path,
+        doc.fetches24h,
+        doc.lastFetchedAt ? dateText(doc.lastFetchedAt) : "never",
+        doc.fetchedSinceChange ? "fetched" : "not fetched yet",
+        agents,
+      ];
+      for (const text of cells) {
+        const cell = document.createElement("td");
+        cell.textContent = String(text ?? "");
+        row.append(cell);
+      }
+      body.append(row);
+    }
+    $("fetches").hidden = documents.length === 0;
+  }
+
+  async function refreshFetches() {
+    const message = $("fetches-message");
+    clear(message);
+    const result = await api("GET", "/fetches");
+    if (!survivable(result, message)) return;
+    if (result.ok && result.body && Array.isArray(result.body.documents)) {
+      renderFetches(result.body.documents);
+      const stale = result.body.documents.filter((d) => !d.fetchedSinceChange).length;
+      show(message, stale === 0 ? "ok" : "warn", stale === 0
+        ? "Both documents were fetched since they last changed."
+        : stale + " of the documents not fetched since they last changed.");
+    } else {
+      show(message, "error", "Could not read the fetches: " + problemText(result) + ".");
+    }
+  }
+
   // ---- Keeping access. ----
   function dashboardLink() {
     return location.origin + location.pathname + "#secret=" + encodeURIComponent(secret);
@@ -640,6 +680,7 @@
   $("keys-refresh").addEventListener("click", refreshKeys);
   $("wiring-form").addEventListener("submit", showWiring);
   $("preflight-form").addEventListener("submit", runPreflight);
+  $("fetches-refresh").addEventListener("click", refreshFetches);
   $("link-toggle").addEventListener("click", toggleLink);
   $("link-copy").addEventListener("click", copyLink);
   $("delete").addEventListener("click", askDelete);

@@ -13,7 +13,6 @@
 //! and one per distinct head length, independent of the number of rules.
 
 use super::pattern::{ClaimView, Key};
-use super::rules::Rule;
 use std::collections::HashMap;
 
 /// The rules of one issuer, filed by claim.
@@ -42,19 +41,23 @@ struct SlotIndex {
 type Filing = (usize, bool, Box<str>);
 
 impl CandidateIndex {
-    /// Files `rules` (an issuer's, in document order).
-    pub(crate) fn build(rules: &[Rule]) -> Self {
-        let filings_of = |rule: &Rule| -> Vec<Filing> {
-            rule.checks
-                .iter()
-                .filter_map(|check| match check.pattern.key()? {
-                    Key::Exact(value) => Some((check.slot, true, value.into())),
-                    Key::Head(head) => Some((check.slot, false, head.into())),
-                })
-                .collect()
+    /// Files an issuer's rules, given in document order as the keys each can be filed under:
+    /// (claim slot, the literal its pattern pins) for each of its claims that pins one.
+    pub(crate) fn build<'k, R>(rules: impl IntoIterator<Item = R>) -> Self
+    where
+        R: IntoIterator<Item = (usize, Key<'k>)>,
+    {
+        let filing = |(slot, key): (usize, Key<'_>)| -> Filing {
+            match key {
+                Key::Exact(value) => (slot, true, value.into()),
+                Key::Head(head) => (slot, false, head.into()),
+            }
         };
         let mut shared: HashMap<Filing, usize> = HashMap::new();
-        let candidates: Vec<Vec<Filing>> = rules.iter().map(filings_of).collect();
+        let candidates: Vec<Vec<Filing>> = rules
+            .into_iter()
+            .map(|keys| keys.into_iter().map(filing).collect())
+            .collect();
         for filing in candidates.iter().flatten() {
             *shared.entry(filing.clone()).or_default() += 1;
         }

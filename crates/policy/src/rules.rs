@@ -2,7 +2,7 @@
 //! each group's rules filed in a [`CandidateIndex`].
 
 use super::index::CandidateIndex;
-use super::pattern::{ClaimPattern, ClaimView};
+use super::pattern::{ClaimPattern, ClaimView, Key};
 use super::services::ServiceSet;
 use crate::violation::escape_token;
 use crate::{Violation, Violations};
@@ -122,7 +122,7 @@ impl OidcRules {
         }
         for ((group, names), rules) in compiled.groups.iter_mut().zip(names).zip(grouped) {
             group.claim_names = names.into();
-            group.index = CandidateIndex::build(&rules);
+            group.index = CandidateIndex::build(rules.iter().map(Rule::keys));
             group.rules = rules.into();
         }
         Ok(compiled)
@@ -175,6 +175,14 @@ impl IssuerGroup {
 }
 
 impl Rule {
+    /// The keys the candidate index may file this rule under: (claim slot, the literal its
+    /// pattern pins), for each check whose pattern pins one.
+    fn keys(&self) -> impl Iterator<Item = (usize, Key<'_>)> {
+        self.checks
+            .iter()
+            .filter_map(|check| Some((check.slot, check.pattern.key()?)))
+    }
+
     /// The first check (in document order) the token fails, if any.
     pub(crate) fn first_failure(&self, views: &[ClaimView<'_>]) -> Option<&Check> {
         self.checks

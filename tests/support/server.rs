@@ -375,6 +375,25 @@ impl TestServer {
             .to_owned()
     }
 
+    /// A new anonymous service (`POST /anonymous/services`, answered 201): its subdomain and
+    /// secret.
+    pub fn anonymous_service(&self) -> (String, String) {
+        let response = self
+            .request(reqwest::Method::POST, "/anonymous/services")
+            .json(&serde_json::json!({"title": "try"}))
+            .send()
+            .expect("POST /anonymous/services");
+        assert_eq!(response.status(), 201);
+        let body = json(response);
+        (
+            body["service"]["subdomain"]
+                .as_str()
+                .expect("a subdomain")
+                .to_owned(),
+            body["secret"].as_str().expect("a secret").to_owned(),
+        )
+    }
+
     /// The value of a metric without labels, scraped from `/metrics` now.
     pub fn metric(&self, name: &str) -> u64 {
         let text = self

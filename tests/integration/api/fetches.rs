@@ -152,15 +152,8 @@ fn anonymous_secrets_see_their_own_services_evidence_and_no_other() {
     let server = flushing_every_second(None);
     let acme = server.customer("acme", "business");
     let sub = publish_api(&server, &acme);
-    let created = json(
-        server
-            .request(Method::POST, "/anonymous/services")
-            .json(&json!({}))
-            .send()
-            .unwrap(),
-    );
-    let secret = created["secret"].as_str().unwrap();
-    let anon = created["service"]["subdomain"].as_str().unwrap();
+    let (anon, secret) = server.anonymous_service();
+    let (anon, secret) = (anon.as_str(), secret.as_str());
     let answer = json(server.get(&format!("/services/{anon}/fetches"), secret));
     let jwks = document(&answer, JWKS);
     assert_eq!(

@@ -345,15 +345,8 @@ fn the_wiring_guide_names_the_issuer_and_pins_aud_and_sub() {
         "system:serviceaccount:default:default"
     );
     // An anonymous secret may use the key and wiring calls of its own service only.
-    let created = json(
-        server
-            .request(Method::POST, "/anonymous/services")
-            .json(&json!({}))
-            .send()
-            .unwrap(),
-    );
-    let secret = created["secret"].as_str().unwrap();
-    let anon = created["service"]["subdomain"].as_str().unwrap();
+    let (anon, secret) = server.anonymous_service();
+    let (anon, secret) = (anon.as_str(), secret.as_str());
     assert_eq!(
         server
             .get(&format!("/services/{anon}/federation"), secret)

@@ -360,15 +360,8 @@ fn a_token_that_is_not_a_jws_is_a_400_at_token() {
 fn anonymous_secrets_preflight_their_own_service_and_no_other() {
     let server = https_server();
     let (acme, sub, _, keys) = published(&server);
-    let created = json(
-        server
-            .request(Method::POST, "/anonymous/services")
-            .json(&json!({}))
-            .send()
-            .unwrap(),
-    );
-    let secret = created["secret"].as_str().unwrap();
-    let anon = created["service"]["subdomain"].as_str().unwrap();
+    let (anon, secret) = server.anonymous_service();
+    let (anon, secret) = (anon.as_str(), secret.as_str());
     let answer = json(preflight(&server, secret, anon));
     assert_eq!(answer["published"], false);
     let issuer = answer["issuer"].as_str().unwrap().to_owned();

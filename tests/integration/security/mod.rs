@@ -78,21 +78,6 @@ fn oidc_account_for(
     json(response)["id"].as_str().unwrap().to_owned()
 }
 
-/// An anonymous service; its subdomain and secret.
-fn anonymous_service(server: &TestServer) -> (String, String) {
-    let response = server
-        .request(Method::POST, "/anonymous/services")
-        .json(&json!({"title": "try"}))
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 201);
-    let body = json(response);
-    (
-        body["service"]["subdomain"].as_str().unwrap().to_owned(),
-        body["secret"].as_str().unwrap().to_owned(),
-    )
-}
-
 /// The part of a secret that proves possession: everything after the public lookup id of a
 /// `rgst_`/`rgan_` credential, the signature of a JWS; else the whole text.
 fn secret_part(secret: &str) -> &str {

@@ -2,7 +2,7 @@
 //! customer, write rates per credential, and failed authentications that cannot lock out a
 //! working credential nor buy argon2 work.
 
-use super::{anonymous_service, create_service, static_account};
+use super::{create_service, static_account};
 use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
 use reqwest::blocking::Response;
 use reqwest::Method;
@@ -91,7 +91,7 @@ fn quotas_bound_what_one_customer_makes() {
     assert_eq!(deleted.status(), 204);
     assert_eq!(account(&acme).status(), 201);
     // Anonymous services belong to no customer and keep their own ceiling.
-    anonymous_service(&server);
+    server.anonymous_service();
 }
 
 /// Finding 6: one anonymous secret made 3,495 PATCHes a second. Now each credential makes at
@@ -101,7 +101,7 @@ fn writes_are_limited_per_credential() {
     let server = server_with(&[("REGISTRY_WRITES_PER_MINUTE", "5")]);
     let acme = server.customer("acme", "business");
     let (api, _) = create_service(&server, &acme, "api");
-    let (anon, secret) = anonymous_service(&server);
+    let (anon, secret) = server.anonymous_service();
     let (_, narrow) = static_account(&server, &acme, &[api.as_str()]);
     let patch = |subdomain: &str, token: &str, n: usize| {
         server

@@ -1,7 +1,7 @@
 //! Regression tests of the security review (docs/reliability.md, "Security review"): each
 //! reproduces one attack, scaled to run in seconds, and asserts the bound that now holds.
 
-use super::{anonymous_service, oidc_account, static_account};
+use super::{oidc_account, static_account};
 use registry_tests::issuer::{compact, TestIssuer};
 use registry_tests::server::{
     assert_problem, claims, insecure_server, json, pointers, run_cli, ServerOptions, TestServer,
@@ -265,7 +265,7 @@ fn tenants_with_hyphens_are_refused() {
 #[test]
 fn wrong_secrets_in_bulk_do_not_starve_hashing() {
     let server = TestServer::start();
-    let (subdomain, secret) = anonymous_service(&server);
+    let (subdomain, secret) = server.anonymous_service();
     // The real lookup id (it is public), a well-formed wrong secret.
     let last = secret.chars().last().unwrap();
     let wrong = format!(

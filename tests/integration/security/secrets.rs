@@ -3,9 +3,7 @@
 //! database holds only their hashes: the whole database is dumped (Python's `sqlite3`
 //! `iterdump`, or `pg_dump` on PostgreSQL) and searched.
 
-use super::{
-    anonymous_service, assert_no_secret, claims, create_service, oidc_account, static_account,
-};
+use super::{assert_no_secret, claims, create_service, oidc_account, static_account};
 use crate::api::upload;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -88,8 +86,8 @@ fn secrets_reach_neither_logs_nor_bodies_nor_the_database_in_plaintext() {
         .as_str()
         .unwrap()
         .to_owned();
-    let (anon, anon_secret) = anonymous_service(&server);
-    let (_, other_anon_secret) = anonymous_service(&server);
+    let (anon, anon_secret) = server.anonymous_service();
+    let (_, other_anon_secret) = server.anonymous_service();
     oidc_account(&server, &acme, &iss, "repo:acme/*");
     let federated = issuer.mint("ES256", claims(&iss, "repo:acme/api"));
     // Private key material uploaded by mistake is a secret too: refused, and never echoed.

@@ -2,9 +2,7 @@
 //! federated token and an anonymous secret each try every call on one customer's services and
 //! service accounts. Foreign resources answer exactly like missing ones, and nothing changes.
 
-use super::{
-    anonymous_service, claims, create_service, insecure_server, oidc_account, static_account,
-};
+use super::{claims, create_service, insecure_server, oidc_account, static_account};
 use crate::api::upload;
 use registry_tests::issuer::TestIssuer;
 use registry_tests::server::{assert_problem, json, TestServer};
@@ -107,7 +105,7 @@ fn no_customer_reaches_another_customers_services_or_accounts() {
     // The attacker trusts the same issuer for its own repositories, with a `*` scope.
     let evil_oidc = oidc_account(&server, &evil, &iss, "repo:evil/*");
     let federated = issuer.mint("ES256", claims(&iss, "repo:evil/tool"));
-    let (_, anonymous_secret) = anonymous_service(&server);
+    let (_, anonymous_secret) = server.anonymous_service();
     let before_services = json(send(&server, &acme.token, &Method::GET, "/services", None));
     let before_accounts = json(send(
         &server,

@@ -1,4 +1,5 @@
 mod api;
+mod https;
 mod oidc;
 mod security;
 mod store;

@@ -56,7 +56,8 @@ pub fn registry_binary() -> PathBuf {
 /// Options of a test server.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {
-    /// Settings as environment variables (`REGISTRY_*`), over the harness's own.
+    /// Settings as environment variables (`REGISTRY_*`), over the harness's own; `{port}` in a
+    /// value is the server's port.
     pub env: Vec<(String, String)>,
     /// Share this database instead of a fresh one (replica tests).
     pub database_url: Option<String>,
@@ -121,7 +122,7 @@ enum Process {
 #[derive(Debug)]
 pub struct TestServer {
     process: Process,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://NAME:PORT` [`TestServer::over_https`]).
     pub base: String,
     /// The port.
     pub port: u16,
@@ -147,9 +148,28 @@ fn settings_for(port: u16, database_url: &str, env: &[(String, String)]) -> Vec<
     ];
     for (name, value) in env {
         vars.retain(|(n, _)| n != name);
-        vars.push((name.clone(), value.clone()));
+        vars.push((name.clone(), value.replace("{port}", &port.to_string())));
     }
     vars
+}
+
+/// A client that trusts only the certificate authorities `ca_pems` and finds each of `names`
+/// on the loopback `port` (the names the certificate holds, not `127.0.0.1`, so that the name
+/// is checked as a relying party checks it); `tls_info` keeps the peer's certificate.
+pub fn https_client(ca_pems: &[&str], names: &[&str], port: u16) -> Client {
+    let roots = ca_pems
+        .iter()
+        .map(|pem| reqwest::Certificate::from_pem(pem.as_bytes()).expect("a CA certificate"));
+    let mut builder = Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .tls_certs_only(roots)
+        .tls_info(true)
+        .https_only(true);
+    for name in names {
+        builder = builder.resolve(name, std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    builder.build().expect("an HTTPS client")
 }
 
 fn client() -> Client {
@@ -256,6 +276,14 @@ impl TestServer {
             database_url,
             client: client(),
         }
+    }
+
+    /// The same server, called at `https://{host}:{port}` by a client that trusts `ca_pem`
+    /// (a server started with `REGISTRY_TLS_CERT` and `REGISTRY_TLS_KEY`).
+    pub fn over_https(mut self, ca_pem: &str, host: &str) -> Self {
+        self.base = format!("https://{host}:{}", self.port);
+        self.client = https_client(&[ca_pem], &[host], self.port);
+        self
     }
 
     /// Moves the server's clock `seconds` further ahead than it is (an in-process server); the

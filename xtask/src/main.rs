@@ -107,10 +107,12 @@ fn banner(title: &str) {
     println!("\n=== {title} ===\n");
 }
 
-/// The Python that has the Prometheus project's parser, for the test that reads `/metrics` with
-/// it (`api::ops::metrics_parse_with_the_prometheus_parser`).
+/// The Python of the suite's tests that use Python libraries: the Prometheus project's parser
+/// (`api::ops::metrics_parse_with_the_prometheus_parser`) and PyJWT as a relying party over
+/// HTTPS (`https::the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check`).
 fn prometheus_parser() -> Result<std::path::PathBuf> {
-    Ok(python::venv("prometheus-client", "prometheus-client==0.21.1")?.join("bin/python"))
+    let packages = "prometheus-client==0.21.1 pyjwt[crypto]==2.10.1";
+    Ok(python::venv("prometheus-client", packages)?.join("bin/python"))
 }
 
 fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {

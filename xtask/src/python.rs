@@ -6,8 +6,8 @@ use anyhow::{Context, Result};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The virtual environment `target/{name}/venv` holding `package` (a pinned `name==version`),
-/// installed now unless it already holds exactly that.
+/// The virtual environment `target/{name}/venv` holding `package` (pinned `name==version`s,
+/// separated by spaces), installed now unless it already holds exactly that.
 pub fn venv(name: &str, package: &str) -> Result<PathBuf> {
     let venv = root().join("target").join(name).join("venv");
     let marker = venv.join(".installed");
@@ -15,8 +15,10 @@ pub fn venv(name: &str, package: &str) -> Result<PathBuf> {
         println!("installing {package} into {}", venv.display());
         run(Command::new("python3").arg("-m").arg("venv").arg(&venv))
             .context("creating a Python virtual environment (python3 -m venv)")?;
-        run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", package]))
-            .with_context(|| format!("installing {package} from PyPI"))?;
+        run(Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet"])
+            .args(package.split_whitespace()))
+        .with_context(|| format!("installing {package} from PyPI"))?;
         std::fs::write(&marker, package)?;
     }
     Ok(venv)

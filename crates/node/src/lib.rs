@@ -9,6 +9,7 @@
 
 pub mod adapters;
 mod auth;
+pub mod connections;
 mod directory;
 mod error;
 pub mod fetches;

@@ -3,18 +3,20 @@
 use crate::background;
 use crate::body;
 use crate::caller::Gate;
-use crate::connections::{self, ConnectionLimit};
+use crate::connections;
 use crate::observe::observe;
 use crate::problem;
 use crate::public;
 use crate::routes;
 use crate::settings::Settings;
 use crate::state::AppState;
+use crate::tls;
 use actix_web::dev::ServerHandle;
 use actix_web::{guard, middleware, web, App, HttpServer};
 use anyhow::Context;
 use registry_domain::ports::{Clock, IdentityTokenVerifier, Storage};
 use registry_node::adapters::SystemClock;
+use registry_node::connections::ConnectionLimit;
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
 use std::net::SocketAddr;
@@ -81,8 +83,8 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     // as soon as they have it. The server installs its signal handlers when first polled, in
     // the `await` below, before this task gets its turn.
     actix_web::rt::spawn(async move {
-        for addr in addrs {
-            println!("registry listening on http://{addr}");
+        for (addr, scheme) in addrs {
+            println!("registry listening on {scheme}://{addr}");
         }
     });
     running.stopped().await
@@ -137,7 +139,7 @@ pub async fn start(
 pub struct Running {
     server: actix_web::dev::Server,
     store: Store,
-    addrs: Vec<SocketAddr>,
+    addrs: Vec<(SocketAddr, &'static str)>,
 }
 
 impl std::fmt::Debug for Running {
@@ -149,8 +151,8 @@ impl std::fmt::Debug for Running {
 }
 
 impl Running {
-    /// The addresses it listens on.
-    pub fn addrs(&self) -> &[SocketAddr] {
+    /// The addresses it listens on, each with its scheme (`http`, `https`).
+    pub fn addrs(&self) -> &[(SocketAddr, &'static str)] {
         &self.addrs
     }
 
@@ -214,6 +216,7 @@ async fn launch(
         injected.clock,
     )?);
 
+    let certificate = tls::certificate(&state.settings, &state.replica.hosting.names_served())?;
     state
         .replica
         .reload_everything()
@@ -229,6 +232,7 @@ async fn launch(
         state.settings.max_connections_per_address,
         state.trusted_proxies.clone(),
     );
+    let https = certificate.is_some();
     let mut server = HttpServer::new(move || {
         let hosted_state = app_state.clone();
         App::new()
@@ -236,6 +240,10 @@ async fn launch(
             // What the caller arguments take by themselves (`caller`).
             .app_data(gate.clone())
             .wrap(middleware::from_fn(body::deadline))
+            .wrap(middleware::Condition::new(
+                https,
+                middleware::from_fn(tls::redirect_plain),
+            ))
             .wrap(middleware::from_fn(observe))
             .wrap(middleware::from_fn(connections::admitted))
             .service(
@@ -250,19 +258,30 @@ async fn launch(
     })
     .workers(workers)
     .shutdown_timeout(30)
-    .on_connect(move |io, data| connections.on_connect(io, data));
+    .on_connect(move |io, data| connections::on_connect(&connections, io, data));
     if signals == Signals::Ignore {
         server = server.disable_signals();
     }
-    let server = match listen {
-        Listen::Address(listen) => server
-            .bind(&listen)
-            .with_context(|| format!("cannot listen on {listen}"))?,
-        Listen::Listener(listener) => server
-            .listen(listener)
-            .context("cannot listen on the given listener")?,
+    let at = match &listen {
+        Listen::Address(address) => address.clone(),
+        Listen::Listener(listener) => format!("{:?}", listener.local_addr()),
     };
-    let addrs = server.addrs();
+    let server = match (listen, certificate.map(registry_tls::server_config)) {
+        (Listen::Address(address), None) => server.bind(address),
+        (Listen::Address(address), Some(tls)) => server.bind_rustls_0_23(address, tls),
+        (Listen::Listener(listener), None) => server.listen(listener),
+        (Listen::Listener(listener), Some(tls)) => server.listen_rustls_0_23(listener, tls),
+    }
+    .with_context(|| format!("cannot listen on {at}"))?;
+    let server = match &state.settings.http_redirect_listen {
+        Some(plain) => server
+            .bind(plain)
+            .with_context(|| format!("cannot listen on {plain}"))?,
+        None => server,
+    };
+    let addrs = (server.addrs_with_scheme().into_iter())
+        .map(|(addr, scheme)| (addr, if scheme == "https" { "https" } else { "http" }))
+        .collect();
     let server = server.run();
     tracing::info!(
         issuers = state.replica.hosting.in_memory(),

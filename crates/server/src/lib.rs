@@ -24,6 +24,7 @@ mod routes;
 pub mod settings;
 mod state;
 mod sync;
+mod tls;
 mod views;
 
 pub use app::{serve, start, Injected, Running};

@@ -32,6 +32,22 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
 
+    /// PEM file of the TLS certificate chain (leaf first): with REGISTRY_TLS_KEY, the listener
+    /// speaks HTTPS only (TLS 1.3 and 1.2, HTTP/2 and HTTP/1.1). Both files are re-read when
+    /// they change (a renewal needs no restart); one that does not load keeps the certificate
+    /// served and logs why.
+    #[arg(long, env = "REGISTRY_TLS_CERT")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM file of that certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "REGISTRY_TLS_KEY")]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// With TLS: a second address, plain HTTP, that answers `GET /healthz` and redirects
+    /// everything else (308) to the same path over HTTPS on the API or issuer host asked for.
+    #[arg(long, env = "REGISTRY_HTTP_REDIRECT_LISTEN")]
+    pub http_redirect_listen: Option<String>,
+
     #[command(flatten)]
     pub database: DatabaseArgs,
 

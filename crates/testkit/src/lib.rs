@@ -1,14 +1,15 @@
 //! What the integration tests (`registry-tests`) and the chores (`xtask`) share: the real
 //! `registry` binary launched on a free loopback port ([`launch`]), signing keys and the identity
-//! tokens they sign ([`keys`]), free ports and temporary directories.
+//! tokens they sign ([`keys`]), certificates for HTTPS ([`tls`]), free ports and temporary directories.
 //!
-//! Std, josekit and serde_json only: no HTTP client, no async runtime, nothing of the server, so
+//! Std, josekit, rcgen and serde_json only: no HTTP client, no async runtime, nothing of the server, so
 //! that the chores stay quick to build. What only one side needs stays with it: the tests'
 //! in-process server and test OIDC issuer, the chores' readiness wait on `/readyz`, their default
 //! settings and CPU pinning.
 
 pub mod keys;
 pub mod launch;
+pub mod tls;
 
 pub use keys::{compact, hmac_sha256, KeyKind, SigningKey, AUDIENCE, SUBJECT};
 pub use launch::{Launch, Launched};

@@ -509,6 +509,29 @@ impl HostingCache {
         Label::parse(strip_suffix_ignore_case(label, &self.host_suffix)?)
     }
 
+    /// Where a plain-HTTP request for `host` belongs over HTTPS: `path` (with its query) on
+    /// the issuer's URL or on the API's origin `base_url`; `None` for any other host, so that
+    /// the redirect never points at a host the client chose.
+    pub fn https_location(&self, host: &str, path: &str, base_url: &str) -> Option<String> {
+        let origin = match self.subdomain_for_host(host) {
+            Some(subdomain) => hosted_issuer(&self.template, &subdomain),
+            None if host_of(&format!("x://{host}")).is_ok_and(|h| h == self.api_host) => {
+                base_url.trim_end_matches('/').to_owned()
+            }
+            None => return None,
+        };
+        let rest = origin.split_once("://").map_or("", |(_, rest)| rest);
+        let authority = rest.split('/').next().unwrap_or(rest);
+        Some(format!("https://{authority}{path}"))
+    }
+
+    /// The names a certificate for this listener must cover: the API's host, and the host of
+    /// an issuer (`example` as its subdomain: a wildcard covers them all).
+    pub fn names_served(&self) -> [String; 2] {
+        let issuer = format!("{}example{}", self.host_prefix, self.host_suffix);
+        [self.api_host.clone(), issuer]
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Hosts> {
         self.hosts.read().expect("hosting cache lock")
     }
@@ -1146,6 +1169,48 @@ mod tests {
         let current =
             r#"{"issuer":"https://a-acme.new","jwks_uri":"https://a-acme.new/openid/v1/jwks"}"#;
         assert_eq!(current_discovery(current, "https://a-acme.new"), current);
+    }
+
+    #[test]
+    fn plain_http_is_sent_to_the_https_url_of_a_known_host_only() {
+        let base = "https://registry.example.com";
+        let cache =
+            HostingCache::new("https://{subdomain}.oidc.example.com", base, 1 << 20).unwrap();
+        let path = "/.well-known/openid-configuration?x=1";
+        assert_eq!(
+            cache
+                .https_location("acme.oidc.example.com", path, base)
+                .as_deref(),
+            Some("https://acme.oidc.example.com/.well-known/openid-configuration?x=1")
+        );
+        assert_eq!(
+            cache
+                .https_location("Registry.Example.com:80", "/readyz", base)
+                .as_deref(),
+            Some("https://registry.example.com/readyz")
+        );
+        assert_eq!(cache.https_location("evil.example", "/", base), None);
+        assert_eq!(
+            cache.https_location("a.b.oidc.example.com", "/", base),
+            None
+        );
+        // A development template on a port keeps the port, with the scheme made https.
+        let cache = HostingCache::new(
+            "http://{subdomain}.localhost:8443",
+            "http://localhost:8443",
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(
+            cache
+                .https_location("acme.localhost:8080", "/keys", "http://localhost:8443")
+                .as_deref(),
+            Some("https://acme.localhost:8443/keys")
+        );
+        assert_eq!(
+            cache.names_served(),
+            ["localhost".to_owned(), "example.localhost".to_owned()]
+        );
     }
 
     #[test]

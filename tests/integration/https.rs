@@ -1,0 +1,442 @@
+//! HTTPS in the binary (`REGISTRY_TLS_CERT`, `REGISTRY_TLS_KEY`): a CA made here (rcgen) signs
+//! the certificate of the API's name and the issuers' wildcard; real clients check the chain
+//! and the name (reqwest on OpenSSL, Python's `ssl`, PyJWT as a relying party of a hosted
+//! issuer); a renewal of the files under load fails no request; the plain-HTTP listener only
+//! redirects; a bad pair stops the start with one sentence.
+
+use registry_testkit::tls::{ServerCertificate, TestCa};
+use registry_tests::issuer::{KeyKind, SigningKey};
+use registry_tests::server::{
+    assert_problem, https_client, json, registry_binary, ServerOptions, TempDir, TestServer,
+    AUDIENCE,
+};
+use reqwest::blocking::Client;
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const API: &str = "registry.test";
+const NAMES: [&str; 2] = [API, "*.oidc.test"];
+
+/// The certificate files of a test, in a directory of their own.
+struct Files {
+    dir: TempDir,
+}
+
+impl Files {
+    fn with(pair: &ServerCertificate) -> Self {
+        let files = Self {
+            dir: TempDir::new("tls"),
+        };
+        files.install(pair);
+        files
+    }
+
+    fn cert(&self) -> PathBuf {
+        self.dir.join("tls.crt")
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.join("tls.key")
+    }
+
+    /// Writes a pair in place, the certificate first (as `cp` of both would).
+    fn install(&self, pair: &ServerCertificate) {
+        pair.write(&self.cert(), &self.key()).unwrap();
+    }
+
+    /// The settings of a server that serves them, with the API and issuers on their names.
+    fn settings(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "REGISTRY_TLS_CERT".into(),
+                self.cert().display().to_string(),
+            ),
+            ("REGISTRY_TLS_KEY".into(), self.key().display().to_string()),
+            (
+                "REGISTRY_BASE_URL".into(),
+                format!("https://{API}:{{port}}"),
+            ),
+            (
+                "REGISTRY_ISSUER_URL_TEMPLATE".into(),
+                "https://{subdomain}.oidc.test:{port}".into(),
+            ),
+        ]
+    }
+}
+
+/// An in-process server on HTTPS, called by a client that trusts `ca`.
+fn https_server(ca: &TestCa, files: &Files, more: &[(&str, &str)]) -> TestServer {
+    let mut env = files.settings();
+    env.extend(more.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    TestServer::start_with(ServerOptions {
+        env,
+        ..ServerOptions::default()
+    })
+    .over_https(ca.pem(), API)
+}
+
+/// The leaf certificate a response came over (DER).
+fn leaf(response: &reqwest::blocking::Response) -> Vec<u8> {
+    let info = response.extensions().get::<reqwest::tls::TlsInfo>();
+    info.and_then(|info| info.peer_certificate())
+        .expect("the peer's certificate")
+        .to_vec()
+}
+
+/// An anonymous service publishing `key`'s set; its subdomain and issuer.
+fn publishing(server: &TestServer, key: &SigningKey) -> (String, String) {
+    let (subdomain, secret) = server.anonymous_service();
+    let issuer = format!("https://{subdomain}.oidc.test:{}", server.port);
+    let body = json!({
+        "openidConfiguration": {
+            "issuer": issuer, "jwks_uri": format!("{issuer}/openid/v1/jwks"),
+            "response_types_supported": ["id_token"], "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["ES256"]
+        },
+        "jwks": key.jwks(),
+    });
+    let path = format!("/services/{subdomain}/config");
+    let put = server
+        .authed(Method::PUT, &path, &secret)
+        .json(&body)
+        .send();
+    assert_eq!(put.unwrap().status(), 200);
+    (subdomain, issuer)
+}
+
+#[test]
+fn the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check() {
+    let ca = TestCa::new("registry test CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let server = https_server(&ca, &files, &[]);
+    let response = server.request(Method::GET, "/healthz").send().unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        leaf(&response),
+        leaf(&server.request(Method::GET, "/readyz").send().unwrap())
+    );
+
+    let key = SigningKey::generate(KeyKind::P256, "k1");
+    let (subdomain, issuer) = publishing(&server, &key);
+    let host = format!("{subdomain}.oidc.test");
+    let issuers = https_client(&[ca.pem()], &[&host], server.port);
+    let discovery = issuers
+        .get(format!("{issuer}/.well-known/openid-configuration"))
+        .send()
+        .unwrap();
+    assert_eq!(discovery.status(), 200);
+    assert_eq!(json(discovery)["issuer"], json!(issuer));
+
+    // A client that trusts another CA, or asks for a name the certificate lacks, is refused.
+    let stranger = TestCa::new("another CA");
+    let distrusting = https_client(&[stranger.pem()], &[API], server.port);
+    assert!(distrusting
+        .get(format!("{}/healthz", server.base))
+        .send()
+        .is_err());
+    let misnamed = https_client(&[ca.pem()], &["registry.example"], server.port);
+    let url = format!("https://registry.example:{}/healthz", server.port);
+    assert!(misnamed.get(url).send().is_err());
+
+    // Python's `ssl` and a relying-party library (PyJWT) on the issuer's own URLs.
+    let token = key.mint(&issuer);
+    let found = relying_party(&json!({
+        "ca": ca.pem(), "port": server.port, "issuer": issuer, "token": token,
+        "audience": AUDIENCE,
+    }));
+    assert_eq!(found["issuer"], json!(issuer));
+    assert_eq!(found["jwks_uri"], json!(format!("{issuer}/openid/v1/jwks")));
+    assert_eq!(found["sub"], json!(registry_testkit::SUBJECT));
+    assert_eq!(found["version"], json!("TLSv1.3"));
+    assert_eq!(found["capped_version"], json!("TLSv1.2"));
+    assert_eq!(found["alpn"], json!("h2"), "HTTP/2 is offered by ALPN");
+    let wrong_name = found["wrong_name"].as_str().unwrap();
+    assert!(wrong_name.contains("mismatch"), "{found}");
+}
+
+/// Runs tests/fixtures/relying_party.py with `given` on stdin; what it found.
+fn relying_party(given: &Value) -> Value {
+    let python = std::env::var("REGISTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/relying_party.py");
+    let mut child = Command::new(&python)
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{python}: {e} (run the tests with cargo xtask test)"));
+    let stdin = child.stdin.as_mut().unwrap();
+    std::io::Write::write_all(stdin, given.to_string().as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "the relying party failed (PyJWT is installed by cargo xtask test): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// What the load of [`a_renewal_under_load_fails_no_request`] counted.
+#[derive(Default)]
+struct Load {
+    requests: AtomicU64,
+    failures: Mutex<Vec<String>>,
+    leaves: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Load {
+    /// Requests `/healthz` until `stop`: on a new connection each time (`Connection: close`),
+    /// or on one kept alive across the renewals.
+    fn run(&self, client: &Client, url: &str, fresh: bool, stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            let mut request = client.get(url);
+            if fresh {
+                request = request.header("connection", "close");
+            }
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            match request.send() {
+                Ok(response) if response.status() == 200 => {
+                    let leaf = leaf(&response);
+                    let mut leaves = self.leaves.lock().unwrap();
+                    if !leaves.contains(&leaf) {
+                        leaves.push(leaf);
+                    }
+                }
+                Ok(response) => self.fail(format!("status {}", response.status())),
+                Err(error) => self.fail(format!("{error:?}")),
+            }
+        }
+    }
+
+    fn fail(&self, why: String) {
+        self.failures.lock().unwrap().push(why);
+    }
+}
+
+/// The certificate served to a new connection now.
+fn served_now(client: &Client, url: &str) -> Vec<u8> {
+    leaf(
+        &client
+            .get(url)
+            .header("connection", "close")
+            .send()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn a_renewal_under_load_fails_no_request() {
+    let ca = TestCa::new("registry test CA");
+    let first = ca.server_certificate(&NAMES);
+    let files = Files::with(&first);
+    let env = files.settings();
+    let server = TestServer::start_with(ServerOptions {
+        env,
+        binary: true,
+        ..ServerOptions::default()
+    });
+    let client = https_client(&[ca.pem()], &[API], server.port);
+    let url = format!("https://{API}:{}/healthz", server.port);
+    let load = Arc::new(Load::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = [true, true, false, false]
+        .into_iter()
+        .map(|fresh| {
+            let (load, stop, client, url) =
+                (load.clone(), stop.clone(), client.clone(), url.clone());
+            std::thread::spawn(move || load.run(&client, &url, fresh, &stop))
+        })
+        .collect();
+    let first_leaf = served_now(&client, &url);
+
+    // Three renewals: each new pair is served within a few seconds, to new connections.
+    let mut renewals = Vec::new();
+    for round in 0..3 {
+        let pair = ca.server_certificate(&NAMES);
+        if round == 1 {
+            // A broken key between two renewals: the chain served stays (and one line says
+            // why), until the files hold a pair again.
+            std::fs::write(files.key(), "-----BEGIN PRIVATE KEY-----\nbroken\n").unwrap();
+            std::thread::sleep(Duration::from_millis(2500));
+            assert_eq!(
+                served_now(&client, &url),
+                renewals[0],
+                "the broken key was taken"
+            );
+        }
+        files.install(&pair);
+        let written = served_leaf_of(&pair);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while served_now(&client, &url) != written {
+            assert!(
+                Instant::now() < deadline,
+                "renewal {round} not served within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        renewals.push(written);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+
+    let requests = load.requests.load(Ordering::Relaxed);
+    let failures = load.failures.lock().unwrap().clone();
+    let leaves = load.leaves.lock().unwrap().len();
+    println!(
+        "https renewal under load: {requests} requests (4 clients, 2 on a new connection each \
+         time), {} failed, {leaves} certificates served, 3 renewals and a broken key",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "failed requests: {failures:?}");
+    assert!(requests > 100, "too little load to tell: {requests}");
+    assert!(leaves >= 4, "{leaves} certificates seen, 4 served");
+    assert!(!renewals.contains(&first_leaf));
+    let log = server.log();
+    assert!(
+        log.matches("TLS certificate reloaded").count() >= 3,
+        "{log}"
+    );
+    let broken: Vec<_> = log
+        .lines()
+        .filter(|l| l.contains("still serving"))
+        .collect();
+    assert_eq!(broken.len(), 1, "one line for the broken key: {broken:?}");
+    assert!(
+        broken[0].contains("holds no usable private key"),
+        "{}",
+        broken[0]
+    );
+}
+
+/// The DER of a pair's certificate, as a client receives it.
+fn served_leaf_of(pair: &ServerCertificate) -> Vec<u8> {
+    let body: String = pair
+        .chain
+        .lines()
+        .filter(|line| !line.starts_with("-----"))
+        .collect();
+    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, body).unwrap()
+}
+
+#[test]
+fn plain_http_answers_healthz_and_redirects_the_api_and_the_issuers_only() {
+    let ca = TestCa::new("registry test CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let plain = registry_testkit::free_port().unwrap();
+    let listen = format!("127.0.0.1:{plain}");
+    let server = https_server(&ca, &files, &[("REGISTRY_HTTP_REDIRECT_LISTEN", &listen)]);
+    let client = Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let get = |host: &str, path: &str| {
+        client
+            .get(format!("http://{listen}{path}"))
+            .header("host", host)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(get(API, "/healthz").status(), 200);
+    let port = server.port;
+    for (host, path, location) in [
+        (
+            format!("{API}:{plain}"),
+            "/services?limit=5",
+            format!("https://{API}:{port}/services?limit=5"),
+        ),
+        (
+            API.to_owned(),
+            "/readyz",
+            format!("https://{API}:{port}/readyz"),
+        ),
+        (
+            "acme.oidc.test".to_owned(),
+            "/.well-known/openid-configuration",
+            format!("https://acme.oidc.test:{port}/.well-known/openid-configuration"),
+        ),
+    ] {
+        let response = get(&host, path);
+        assert_eq!(response.status(), 308, "{host}{path}");
+        assert_eq!(response.headers()["location"], location.as_str());
+    }
+    // A host that is neither the API nor an issuer is not sent anywhere.
+    assert_problem(get("elsewhere.example", "/"), 404, "not-found");
+    // The HTTPS listener itself speaks nothing else.
+    let plain_to_tls = client
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .send();
+    assert!(plain_to_tls.is_err() || plain_to_tls.unwrap().status() == 400);
+    assert_eq!(server.status_of("/healthz"), 200);
+}
+
+#[test]
+fn a_start_with_a_bad_pair_fails_with_one_sentence() {
+    let ca = TestCa::new("registry test CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let other = Files::with(&ca.server_certificate(&NAMES));
+    let database = TempDir::new("tls-start");
+    let url = format!("sqlite://{}", database.join("registry.db").display());
+    let cert = files.cert().display().to_string();
+    let cases = [
+        (
+            cert.clone(),
+            other.key().display().to_string(),
+            "is not the key of the certificate",
+        ),
+        (
+            cert.clone(),
+            "/nonexistent/tls.key".into(),
+            "cannot read the TLS key /nonexistent/tls.key",
+        ),
+        (
+            files.key().display().to_string(),
+            files.key().display().to_string(),
+            "holds no CERTIFICATE block",
+        ),
+        (
+            cert,
+            String::new(),
+            "REGISTRY_TLS_CERT is set without REGISTRY_TLS_KEY",
+        ),
+    ];
+    for (cert, key, says) in cases {
+        let mut command = Command::new(registry_binary());
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("REGISTRY_DATABASE_URL", &url)
+            .env("REGISTRY_TLS_CERT", &cert)
+            .env("RUST_LOG", "off");
+        if !key.is_empty() {
+            command.env("REGISTRY_TLS_KEY", &key);
+        }
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        let lines: Vec<_> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(
+            lines[0].starts_with("registry: ") && lines[0].contains(says),
+            "{stderr}"
+        );
+    }
+    let help = Command::new(registry_binary())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for setting in [
+        "REGISTRY_TLS_CERT",
+        "REGISTRY_TLS_KEY",
+        "REGISTRY_HTTP_REDIRECT_LISTEN",
+    ] {
+        assert!(help.contains(setting), "serve --help names {setting}");
+    }
+}

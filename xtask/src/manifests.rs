@@ -9,10 +9,12 @@
 //!   neither schema is refused.
 //! - `deploy/systemd/registry.service`: `systemd-analyze verify` in a root of its own (the unit,
 //!   an executable at `ExecStart`'s path, the host's system units); any line it prints fails.
+//! - `deploy/container/Containerfile`: the registry binary's shared libraries (ELF `NEEDED`) are
+//!   among those of its base image, distroless/cc-debian12.
 //!
 //! Each check refuses a broken input first, so that a check that accepts everything cannot pass.
 
-use crate::cmd::{root, run, which};
+use crate::cmd::{cargo, root, run, target_dir, which};
 use anyhow::{bail, ensure, Context, Result};
 use registry_testkit::TempDir;
 use std::path::{Path, PathBuf};
@@ -22,7 +24,8 @@ const PACKAGE: &str = "kubernetes-validate==1.37.0";
 
 pub fn check() -> Result<()> {
     kubernetes()?;
-    systemd_unit()
+    systemd_unit()?;
+    container_libraries()
 }
 
 fn kubernetes() -> Result<()> {
@@ -159,4 +162,104 @@ fn verify(analyze: &Path, unit: &str) -> Result<()> {
         bail!("systemd-analyze verify ({}): {said}", out.status);
     }
     Ok(())
+}
+
+/// What `gcr.io/distroless/cc-debian12` ships of the C runtime (glibc, libgcc_s): the only
+/// shared libraries the binary may need. The loader's name for x86-64 and arm64.
+const DISTROLESS_CC: &[&str] = &[
+    "libc.so.6",
+    "libm.so.6",
+    "libgcc_s.so.1",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "librt.so.1",
+    "libutil.so.1",
+    "ld-linux-x86-64.so.2",
+    "ld-linux-aarch64.so.1",
+];
+
+/// No container engine here: the image's one assumption is checked instead, that the binary
+/// runs on distroless/cc-debian12. The registry binary checked is the newest of
+/// `{target}/{debug,release}/registry` (the same libraries in both profiles), built (debug)
+/// when there is none.
+fn container_libraries() -> Result<()> {
+    let containerfile = std::fs::read_to_string(root().join("deploy/container/Containerfile"))
+        .context("reading deploy/container/Containerfile")?;
+    ensure!(
+        containerfile
+            .lines()
+            .any(|l| l.starts_with("FROM gcr.io/distroless/cc-debian12")),
+        "deploy/container/Containerfile does not run on gcr.io/distroless/cc-debian12, \
+         the libraries checked here"
+    );
+
+    let target = target_dir()?;
+    let newest = |target: &Path| {
+        ["debug", "release"]
+            .iter()
+            .map(|profile| target.join(profile).join("registry"))
+            .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+            .max()
+    };
+    let (built, binary) = match newest(&target) {
+        Some(found) => found,
+        None => {
+            run(&mut cargo("build -p registry-server --bin registry"))?;
+            newest(&target).context("cargo built no registry binary")?
+        }
+    };
+    let age = built.elapsed().map(|d| d.as_secs() / 60).unwrap_or(0);
+
+    let libraries = needed(&binary)?;
+    ensure!(
+        !libraries.is_empty(),
+        "readelf lists no NEEDED entry for {}: is it an ELF executable?",
+        binary.display()
+    );
+    let foreign: Vec<_> = libraries
+        .iter()
+        .filter(|l| !DISTROLESS_CC.contains(&l.as_str()))
+        .collect();
+    ensure!(
+        foreign.is_empty(),
+        "{} needs {foreign:?}, which distroless/cc-debian12 does not ship \
+         (deploy/container/Containerfile would build an image that cannot start)",
+        binary.display()
+    );
+    println!(
+        "container: {} (built {age} min ago) needs {}: all in distroless/cc-debian12",
+        binary.display(),
+        libraries.join(", ")
+    );
+    Ok(())
+}
+
+/// The `NEEDED` entries of an ELF file's dynamic section, and its interpreter's file name.
+fn needed(binary: &Path) -> Result<Vec<String>> {
+    let readelf = which("readelf").context("readelf is missing (Debian's binutils)")?;
+    let out = crate::cmd::output(Command::new(&readelf).arg("-d").arg("-l").arg(binary))?;
+    let mut libraries = Vec::new();
+    for line in out.lines() {
+        if line.contains("(NEEDED)") {
+            if let Some(name) = bracketed(line, "Shared library: [") {
+                libraries.push(name.to_string());
+            }
+        } else if let Some(interpreter) = bracketed(line, "Requesting program interpreter: ") {
+            let name = Path::new(interpreter)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            libraries.push(name);
+        }
+    }
+    libraries.sort();
+    libraries.dedup();
+    Ok(libraries)
+}
+
+/// The text after `prefix` in `line`, up to the next `]`.
+fn bracketed<'a>(line: &'a str, prefix: &str) -> Option<&'a str> {
+    let start = line.find(prefix)? + prefix.len();
+    let rest = &line[start..];
+    Some(&rest[..rest.find(']')?])
 }

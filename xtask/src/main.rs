@@ -36,7 +36,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Chore {
-    /// The layering check, the Kubernetes manifests, `cargo test --workspace` (unit, doc and
+    /// The layering check, the deployment files (`manifests`), `cargo test --workspace` (unit, doc and
     /// integration tests on SQLite), then the integration suite again on a throwaway PostgreSQL
     /// cluster.
     Test {
@@ -53,7 +53,9 @@ enum Chore {
     Lint,
     /// The layering check alone (no build).
     Layering,
-    /// deploy/kubernetes/ validated against the Kubernetes schemas.
+    /// deploy/: the Kubernetes manifests against the Kubernetes schemas (cert-manager's
+    /// Certificate against its CRD's), the systemd unit with `systemd-analyze verify`, and the
+    /// registry binary's shared libraries against the container's base image.
     Manifests,
     /// The browser tests of the pages (e2e/; needs Node.js and Chromium).
     E2e {
@@ -119,7 +121,7 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
     if !postgres_only {
         banner("layering");
         layering::check()?;
-        banner("Kubernetes manifests");
+        banner("deployment files (Kubernetes, systemd, container)");
         manifests::check()?;
         banner("integration suite on SQLite");
         println!("(with every unit and doc test of the workspace)");

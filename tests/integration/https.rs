@@ -155,6 +155,7 @@ fn the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check() {
     assert_eq!(found["version"], json!("TLSv1.3"));
     assert_eq!(found["capped_version"], json!("TLSv1.2"));
     assert_eq!(found["alpn"], json!("h2"), "HTTP/2 is offered by ALPN");
+    assert_eq!(found["h2"], json!(["HTTP/2", issuer]), "served over HTTP/2 by :authority");
     let wrong_name = found["wrong_name"].as_str().unwrap();
     assert!(wrong_name.contains("mismatch"), "{found}");
 }
@@ -438,5 +439,50 @@ fn a_start_with_a_bad_pair_fails_with_one_sentence() {
         "REGISTRY_HTTP_REDIRECT_LISTEN",
     ] {
         assert!(help.contains(setting), "serve --help names {setting}");
+    }
+}
+
+/// A TLS connection to the HTTPS listener, held open, that sends `GET /healthz` and reads what
+/// comes back (empty when the server closed it).
+fn tls_healthz(ca: &TestCa, port: u16) -> (openssl::ssl::SslStream<std::net::TcpStream>, String) {
+    let mut connector =
+        openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+    let root = openssl::x509::X509::from_pem(ca.pem().as_bytes()).unwrap();
+    connector.cert_store_mut().add_cert(root).unwrap();
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = connector.build().connect(API, tcp).unwrap();
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {API}\r\n\r\n");
+    std::io::Write::write_all(&mut tls, request.as_bytes()).unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = std::io::Read::read(&mut tls, &mut answer).unwrap_or(0);
+    answer.truncate(read);
+    (tls, String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[test]
+fn the_connection_limit_per_address_holds_over_tls() {
+    let ca = TestCa::new("registry test CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let limit = [("REGISTRY_MAX_CONNECTIONS_PER_ADDRESS", "2")];
+    let server = https_server(&ca, &files, &limit);
+    let (first, answer) = tls_healthz(&ca, server.port);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (_second, answer) = tls_healthz(&ca, server.port);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (_third, answer) = tls_healthz(&ca, server.port);
+    assert_eq!(answer, "", "a third connection is closed without an answer");
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_again, answer) = tls_healthz(&ca, server.port);
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the place of a closed connection never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

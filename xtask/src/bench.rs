@@ -7,6 +7,7 @@
 //! noise from other work on the machine hits both sides alike.
 //!
 //! * P1: public `GET /.well-known/openid-configuration` by `Host`, against nginx; one worker each.
+//!   P1-TLS: the same over HTTPS (keep-alive; one certificate made here for both, TLS 1.3).
 //! * P2: `GET /services/{s}/config` with a static token. P3: the same with an RS256 identity
 //!   token whose issuer is a service hosted by the same registry (`http://idp-acme.localhost:PORT`).
 //! * P4: `PUT /services/{s}/config` on SQLite.
@@ -28,6 +29,7 @@ use crate::postgres::Cluster;
 use crate::registry::{self, create_customer, truncate, Registry, WorkDir};
 use anyhow::{bail, Context, Result};
 use nginx::Nginx;
+use registry_testkit::tls::TestCa;
 use report::{median, Figures, Report, RoundSamples};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -191,7 +193,28 @@ fn http_rounds(
     if document.status != 200 {
         bail!("the hosted discovery document answered {}", document.status);
     }
-    let nginx = Nginx::start(&dir.join("nginx"), document.body.as_bytes(), server_cpu)?;
+    // P1-TLS: a second registry, over HTTPS on the same database and URLs, and nginx's HTTPS
+    // listener, with one certificate.
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let pair = TestCa::new("bench CA").server_certificate(&["localhost", "*.localhost"]);
+    pair.write(&cert, &key)?;
+    let tls_registry = Registry::start(
+        &registry::Options {
+            workers: Some(1),
+            cpu: server_cpu,
+            ..federated_server(binary, &database_url, &dir.join("registry-tls.log"))
+        }
+        .env("REGISTRY_TLS_CERT", &cert.display().to_string())
+        .env("REGISTRY_TLS_KEY", &key.display().to_string())
+        .env("REGISTRY_BASE_URL", &registry.base())
+        .env("REGISTRY_ISSUER_URL_TEMPLATE", &registry.issuer_template()),
+    )?;
+    let nginx = Nginx::start(
+        &dir.join("nginx"),
+        document.body.as_bytes(),
+        server_cpu,
+        (&cert, &key),
+    )?;
 
     let script = dir.join("put-config.lua");
     std::fs::write(&script, wrk::script("PUT", &token, &write_body.to_string()))?;
@@ -208,6 +231,10 @@ fn http_rounds(
         format!("{base}{discovery}"),
         format!("http://127.0.0.1:{}{discovery}", nginx.port),
     );
+    let (on_tls_registry, on_tls_nginx) = (
+        format!("https://127.0.0.1:{}{discovery}", tls_registry.port),
+        format!("https://127.0.0.1:{}{discovery}", nginx.tls_port),
+    );
     let config = format!("{base}/services/{api_service}/config");
     let writes = format!("{base}/services/{writes_service}/config");
     let host = || vec![("Host".to_owned(), http.issuer_host(&api_service))];
@@ -216,6 +243,8 @@ fn http_rounds(
     let loads = [
         ("P1 registry", load(on_registry, host(), None, 32)),
         ("P1 nginx", load(on_nginx, host(), None, 32)),
+        ("P1-TLS registry", load(on_tls_registry, host(), None, 32)),
+        ("P1-TLS nginx", load(on_tls_nginx, host(), None, 32)),
         ("P2", load(config.clone(), bearer(&token), None, 32)),
         ("P3", load(config, bearer(&jwt), None, 32)),
         ("P4", load(writes, Vec::new(), Some(script), 8)),
@@ -232,7 +261,7 @@ fn http_rounds(
         .collect();
 
     // Warm-up of P1–P3: connections, caches, the CPU's frequency.
-    for (_, load) in &loads[..4] {
+    for (_, load) in &loads[..6] {
         Load {
             seconds: 2,
             ..load.clone()
@@ -245,13 +274,16 @@ fn http_rounds(
         let samples = RoundSamples {
             p1_registry: run(0)?,
             p1_nginx: run(1)?,
-            p2: run(2)?,
-            p3: run(3)?,
-            p4: run(4)?,
+            p1_tls_registry: run(2)?,
+            p1_tls_nginx: run(3)?,
+            p2: run(4)?,
+            p3: run(5)?,
+            p4: run(6)?,
         };
         println!("  {samples}");
         report.rounds.push(samples);
         truncate(&registry.log);
+        truncate(&tls_registry.log);
         truncate(&nginx.log);
     }
     Ok(())

@@ -193,6 +193,8 @@ fn container_libraries() -> Result<()> {
          the libraries checked here"
     );
 
+    container_context(&containerfile)?;
+
     let target = target_dir()?;
     let newest = |target: &Path| {
         ["debug", "release"]
@@ -231,6 +233,51 @@ fn container_libraries() -> Result<()> {
         binary.display(),
         libraries.join(", ")
     );
+    Ok(())
+}
+
+/// The build stage's context: what its `COPY` lines take from the repository is a workspace
+/// that cargo resolves offline with the lock file as it is (`--locked`, as the image builds),
+/// so that a member or a path left out fails here rather than in `docker build`.
+fn container_context(containerfile: &str) -> Result<()> {
+    let context = TempDir::new("xtask-container");
+    for copy in containerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+    {
+        let words: Vec<&str> = copy.split_whitespace().collect();
+        if copy.starts_with("--") || words.len() < 2 {
+            continue; // from another stage
+        }
+        let (sources, destination) = words.split_at(words.len() - 1);
+        for source in sources {
+            ensure!(
+                destination[0] == "./" || destination[0] == *source,
+                "deploy/container/Containerfile: COPY {copy}: the check expects each path \
+                 copied to the same place"
+            );
+            run(Command::new("cp")
+                .arg("-r")
+                .arg(root().join(source))
+                .arg(context.join(source)))?;
+        }
+    }
+    let manifest = context.join("Cargo.toml");
+    run(
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "metadata",
+                "--locked",
+                "--offline",
+                "--format-version",
+                "1",
+                "--manifest-path",
+            ])
+            .arg(&manifest)
+            .stdout(std::process::Stdio::null()),
+    )
+    .context("the Containerfile's build context is not a workspace cargo resolves")?;
+    println!("container: the build stage's COPY lines hold a workspace that resolves (--locked)");
     Ok(())
 }
 

@@ -147,10 +147,17 @@ impl Registry {
             .start(|port| options.environment(port))
             .context("starting the registry")?;
         let http = Http::local(process.port);
+        // Over HTTPS its "listening on" line, which the launch waited for, is the sign: the
+        // server prints it once it serves, after loading what it serves.
+        let tls = options
+            .env
+            .iter()
+            .any(|(name, _)| name == "REGISTRY_TLS_CERT");
         loop {
-            if http
-                .call("GET", "/readyz", None, None)
-                .is_ok_and(|r| r.status == 200)
+            if tls
+                || http
+                    .call("GET", "/readyz", None, None)
+                    .is_ok_and(|r| r.status == 200)
             {
                 return Ok(Registry {
                     port: process.port,
@@ -181,6 +188,11 @@ impl Registry {
     /// `http://127.0.0.1:PORT`.
     pub fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Its `REGISTRY_ISSUER_URL_TEMPLATE`.
+    pub fn issuer_template(&self) -> String {
+        format!("http://{{subdomain}}.localhost:{}", self.port)
     }
 
     /// `kill -9`: no chance to finish anything.

@@ -240,10 +240,6 @@ async fn launch(
             // What the caller arguments take by themselves (`caller`).
             .app_data(gate.clone())
             .wrap(middleware::from_fn(body::deadline))
-            .wrap(middleware::Condition::new(
-                https,
-                middleware::from_fn(tls::redirect_plain),
-            ))
             .wrap(middleware::from_fn(observe))
             .wrap(middleware::from_fn(connections::admitted))
             .service(
@@ -258,7 +254,7 @@ async fn launch(
     })
     .workers(workers)
     .shutdown_timeout(30)
-    .on_connect(move |io, data| connections::on_connect(&connections, io, data));
+    .on_connect(move |io, data| connections::on_connect(&connections, https, io, data));
     if signals == Signals::Ignore {
         server = server.disable_signals();
     }

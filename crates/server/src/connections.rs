@@ -6,6 +6,7 @@
 //! connection for as long as the client likes. The counting is registry-node's.
 
 use crate::problem::ApiError;
+use crate::tls;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Extensions, ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
@@ -17,10 +18,15 @@ use std::sync::Arc;
 
 /// For `HttpServer::on_connect`: admits the connection `io` (TCP, or TLS over TCP), keeping
 /// its slot in the connection's data, or shuts it down when its address holds the most it may.
-pub fn on_connect(limit: &Arc<ConnectionLimit>, io: &dyn Any, data: &mut Extensions) {
+/// A plain TCP connection to a server that speaks `https` is marked [`tls::Plain`].
+pub fn on_connect(limit: &Arc<ConnectionLimit>, https: bool, io: &dyn Any, data: &mut Extensions) {
     type Tcp = actix_web::rt::net::TcpStream;
     let tls = io.downcast_ref::<actix_tls::accept::rustls_0_23::TlsStream<Tcp>>();
-    let Some(stream) = io.downcast_ref::<Tcp>().or(tls.map(|tls| tls.get_ref().0)) else {
+    let plain = io.downcast_ref::<Tcp>();
+    if https && plain.is_some() {
+        data.insert(tls::Plain);
+    }
+    let Some(stream) = plain.or(tls.map(|tls| tls.get_ref().0)) else {
         return;
     };
     let Ok(peer) = stream.peer_addr() else {
@@ -50,6 +56,7 @@ struct Refused;
 /// up the bytes that arrived before it, and a request among them must have no effect (its
 /// client is told nothing, and takes the connection for closed). Outermost, so that a flood
 /// of them is neither logged nor counted one by one ([`ConnectionLimit`] warns instead).
+/// On the plain listener beside HTTPS it runs only what [`tls::redirect`] lets through.
 pub async fn admitted(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
@@ -57,6 +64,11 @@ pub async fn admitted(
     if req.conn_data::<Refused>().is_some() {
         let response = ApiError::Busy.error_response();
         return Ok(req.into_response(response).map_into_right_body());
+    }
+    if req.conn_data::<tls::Plain>().is_some() {
+        if let Some(response) = tls::redirect(&req) {
+            return Ok(req.into_response(response).map_into_right_body());
+        }
     }
     next.call(req)
         .await

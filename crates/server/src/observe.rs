@@ -12,7 +12,7 @@
 use crate::state::AppState;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::web;
 use std::borrow::Cow;
@@ -76,12 +76,9 @@ pub async fn observe(
     let method = method_name(req.method());
     let state = req.app_data::<web::Data<AppState>>().cloned();
     // The same test the router's guard applies, so the label is exact.
-    let hosted = state.as_ref().is_some_and(|state| {
-        req.headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .is_some_and(|host| state.replica.hosting.subdomain_for_host(host).is_some())
-    });
+    let hosted = state
+        .as_ref()
+        .is_some_and(|state| crate::public::hosted_request(state, req.head()));
     let (mut response, request_id) = if hosted {
         (next.call(req).await?, request_id)
     } else {

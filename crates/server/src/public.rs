@@ -3,6 +3,7 @@
 
 use crate::problem::ApiError;
 use crate::state::AppState;
+use actix_web::dev::RequestHead;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -24,20 +25,24 @@ const ANY_ORIGIN: HeaderValue = HeaderValue::from_static("*");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 const JWK_SET: HeaderValue = HeaderValue::from_static("application/jwk-set+json");
 
-/// The `Host` header's text. Only this header chooses the issuer (not `X-Forwarded-Host`), in
-/// the router's guard and in the handler alike.
-fn host(headers: &header::HeaderMap) -> Option<&str> {
-    headers.get(header::HOST).and_then(|h| h.to_str().ok())
+/// The host a request names: its `Host` header, or over HTTP/2 its `:authority` (which takes
+/// the place of `Host` there). Only this chooses the issuer (never `X-Forwarded-Host`), in the
+/// router's guard, the handler and the log alike.
+pub fn host(req: &RequestHead) -> Option<&str> {
+    match req.headers().get(header::HOST) {
+        Some(host) => host.to_str().ok(),
+        None => req.uri.authority().map(|authority| authority.as_str()),
+    }
 }
 
-/// Whether the request is for a hosted issuer (its `Host` names a subdomain).
-pub fn hosted_request(state: &AppState, req: &actix_web::dev::RequestHead) -> bool {
-    host(req.headers()).is_some_and(|host| state.replica.hosting.subdomain_for_host(host).is_some())
+/// Whether the request is for a hosted issuer (the host it names is a subdomain's).
+pub fn hosted_request(state: &AppState, req: &RequestHead) -> bool {
+    host(req).is_some_and(|host| state.replica.hosting.subdomain_for_host(host).is_some())
 }
 
 /// Serves a hosted issuer's discovery document or key set: public, cacheable, no redirects.
 pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let subdomain = host(req.headers())
+    let subdomain = host(req.head())
         .and_then(|host| state.replica.hosting.subdomain_for_host(host))
         .ok_or_else(|| ApiError::NotFound("no such issuer".into()))?;
     let path = req.path();

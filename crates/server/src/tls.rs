@@ -4,10 +4,8 @@
 use crate::problem::ApiError;
 use crate::settings::Settings;
 use crate::state::AppState;
-use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::dev::ServiceRequest;
 use actix_web::http::header;
-use actix_web::middleware::Next;
 use actix_web::{web, HttpResponse, ResponseError};
 use anyhow::bail;
 use registry_tls::{CertificateFiles, Reloading};
@@ -50,29 +48,26 @@ pub fn certificate(
     Ok(Some(reloading))
 }
 
-/// Beside HTTPS, the plain-HTTP listener: `/healthz` runs, and anything else is sent (308) to
-/// the same path on the HTTPS URL of the API or issuer host it asked for.
-pub async fn redirect_plain(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    if req.app_config().secure() || req.path() == "/healthz" {
-        return next
-            .call(req)
-            .await
-            .map(ServiceResponse::map_into_left_body);
+/// The mark of a connection to the plain-HTTP listener beside HTTPS
+/// (`REGISTRY_HTTP_REDIRECT_LISTEN`), set where actix accepts it.
+#[derive(Debug, Clone, Copy)]
+pub struct Plain;
+
+/// What the plain-HTTP listener answers instead of running `req`: nothing for `/healthz`
+/// (it runs), and for anything else a 308 to the same path on the HTTPS URL of the API or
+/// issuer host it asked for, or a 404 for any other host.
+pub fn redirect(req: &ServiceRequest) -> Option<HttpResponse> {
+    if req.path() == "/healthz" {
+        return None;
     }
     let state = req
         .app_data::<web::Data<AppState>>()
         .expect("the app's state");
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok());
+    let host = crate::public::host(req.head());
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let location = host
         .and_then(|host| (state.replica.hosting).https_location(host, path, state.settings.base()));
-    let response = match location {
+    Some(match location {
         Some(location) => HttpResponse::PermanentRedirect()
             .insert_header((header::LOCATION, location))
             .finish(),
@@ -80,6 +75,5 @@ pub async fn redirect_plain(
             "plain HTTP redirects only the API's and the issuers' hosts to HTTPS".into(),
         )
         .error_response(),
-    };
-    Ok(req.into_response(response).map_into_right_body())
+    })
 }

@@ -281,7 +281,16 @@ fn rsa_keys_a_verifier_cannot_afford_are_refused_with_their_pointer() {
     let f4 = [1u8, 0, 1];
     // n − 2 of the real key: odd, as large as the modulus.
     let mut n_minus_2 = real_n.clone();
-    *n_minus_2.last_mut().unwrap() -= 2;
+    let mut take = 2;
+    for byte in n_minus_2.iter_mut().rev() {
+        // With the borrow: a modulus may end in the byte 1 (one key in 128).
+        let (rest, borrowed) = byte.overflowing_sub(take);
+        *byte = rest;
+        if !borrowed {
+            break;
+        }
+        take = 1;
+    }
     let refused = [
         (rsa_with("big", &modulus(16384), &f4), "/jwks/keys/1/n"),
         (rsa_with("small", &modulus(1024), &f4), "/jwks/keys/1/n"),

@@ -1,4 +1,5 @@
-//! nginx serving the registry's discovery document, the yardstick of P1.
+//! nginx serving the registry's discovery document, the yardstick of P1 (plain HTTP, and
+//! HTTPS with the registry's certificate).
 
 use crate::http::{free_port, Http};
 use anyhow::{bail, Context, Result};
@@ -12,6 +13,8 @@ pub struct Nginx {
     child: Child,
     /// Its loopback port.
     pub port: u16,
+    /// Its HTTPS port, serving the same.
+    pub tls_port: u16,
     /// Its configuration, for the report.
     pub config: String,
     /// Its access log.
@@ -20,12 +23,17 @@ pub struct Nginx {
 
 impl Nginx {
     /// Starts nginx with one worker process in `dir`, serving `document` with the registry's
-    /// headers.
-    pub fn start(dir: &Path, document: &[u8], cpu: Option<usize>) -> Result<Nginx> {
+    /// headers, on plain HTTP and on HTTPS with the certificate `tls` names (chain, key).
+    pub fn start(
+        dir: &Path,
+        document: &[u8],
+        cpu: Option<usize>,
+        (cert, key): (&Path, &Path),
+    ) -> Result<Nginx> {
         let root = dir.join("www");
         std::fs::create_dir_all(root.join(".well-known"))?;
         std::fs::write(root.join(".well-known/openid-configuration"), document)?;
-        let port = free_port()?;
+        let (port, tls_port) = (free_port()?, free_port()?);
         let log = dir.join("access.log");
         let d = dir.display();
         // As a static file server would be tuned: sendfile, cached file descriptors, long
@@ -49,8 +57,12 @@ http {{
     fastcgi_temp_path {d}/tmp-fastcgi;
     uwsgi_temp_path {d}/tmp-uwsgi;
     scgi_temp_path {d}/tmp-scgi;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3;
     server {{
         listen 127.0.0.1:{port};
+        listen 127.0.0.1:{tls_port} ssl;
         root {root};
         location = /.well-known/openid-configuration {{
             default_type application/json;
@@ -62,6 +74,8 @@ http {{
 ",
             log = log.display(),
             root = root.display(),
+            cert = cert.display(),
+            key = key.display(),
         );
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, &config)?;
@@ -86,6 +100,7 @@ http {{
         let nginx = Nginx {
             child,
             port,
+            tls_port,
             config,
             log,
         };

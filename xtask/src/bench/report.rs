@@ -29,6 +29,8 @@ pub fn median(values: impl Iterator<Item = f64>) -> f64 {
 pub struct RoundSamples {
     pub p1_registry: Sample,
     pub p1_nginx: Sample,
+    pub p1_tls_registry: Sample,
+    pub p1_tls_nginx: Sample,
     pub p2: Sample,
     pub p3: Sample,
     pub p4: Sample,
@@ -39,9 +41,12 @@ impl fmt::Display for RoundSamples {
         let s = |s: &Sample| format!("{:.0}/s p99 {:.2} ms", s.requests_per_sec, s.p99_ms);
         write!(
             f,
-            "P1 registry {} | P1 nginx {} | P2 {} | P3 {} | P4 {}",
+            "P1 registry {} | P1 nginx {} | P1-TLS registry {} | P1-TLS nginx {} | P2 {} | P3 {} \
+             | P4 {}",
             s(&self.p1_registry),
             s(&self.p1_nginx),
+            s(&self.p1_tls_registry),
+            s(&self.p1_tls_nginx),
             s(&self.p2),
             s(&self.p3),
             s(&self.p4)
@@ -137,6 +142,10 @@ impl Report {
         let f = &self.figures;
         let p1 = self.rate(|r| r.p1_registry);
         let nginx = self.rate(|r| r.p1_nginx);
+        let (tls, tls_nginx) = (
+            self.rate(|r| r.p1_tls_registry),
+            self.rate(|r| r.p1_tls_nginx),
+        );
         let p2 = self.rate(|r| r.p2);
         let p3 = self.rate(|r| r.p3);
         let p4 = self.rate(|r| r.p4);
@@ -147,8 +156,8 @@ impl Report {
             out,
             "Written by `cargo xtask bench` on {} (UTC). Machine: {}.\n\
              Load average (1/5/15 min) before: {}; after: {}. Pinning: {}. Each figure is the \
-             median of {} rounds of {} s, the runs of a round alternating registry, nginx, P2, P3, \
-             P4; requests that failed (not 2xx/3xx, or socket errors) are counted and must be 0.\n",
+             median of {} rounds of {} s, the runs of a round alternating registry, nginx, \
+             registry over HTTPS, nginx over HTTPS, P2, P3, P4; requests that failed (not 2xx/3xx, or socket errors) are counted and must be 0.\n",
             today(),
             super::machine(),
             self.load_before,
@@ -160,15 +169,23 @@ impl Report {
         // The values, named as the table below (Markdown as it is written) uses them.
         let ms = |pick: fn(&RoundSamples) -> Sample| format!("{:.2} ms", self.p99(pick));
         let (p1_p99, nginx_p99) = (ms(|r| r.p1_registry), ms(|r| r.p1_nginx));
+        let (tls_p99, tls_nginx_p99) = (ms(|r| r.p1_tls_registry), ms(|r| r.p1_tls_nginx));
+        let tls_ratio = ratio(tls, tls_nginx);
+        let tls_met = met(tls_ratio >= 1.0);
+        let [tls, tls_nginx] = [tls, tls_nginx].map(grouped);
         let (p2_p99, p3_p99, p4_p99) = (ms(|r| r.p2), ms(|r| r.p3), ms(|r| r.p4));
         let (r1, r2, r3) = (ratio(p1, nginx), ratio(p2, p1), ratio(p3, p1));
         let (m1, m2, m3) = (met(r1 >= 1.0), met(r2 >= 0.5), met(r3 >= 0.3));
         let [p1, nginx, p2, p3, p4] = [p1, nginx, p2, p3, p4].map(grouped);
         let failed = self.failures(|r| r.p1_registry)
+            + self.failures(|r| r.p1_tls_registry)
             + self.failures(|r| r.p2)
             + self.failures(|r| r.p3)
             + self.failures(|r| r.p4);
-        let (failed_met, nginx_failed) = (met(failed == 0), self.failures(|r| r.p1_nginx));
+        let (failed_met, nginx_failed) = (
+            met(failed == 0),
+            self.failures(|r| r.p1_nginx) + self.failures(|r| r.p1_tls_nginx),
+        );
         let (existing, fresh, loaded) = (f.ready_existing_ms, f.ready_fresh_ms, f.ready_loaded_ms);
         let existing_met = met(existing > 0.0 && existing <= 200.0);
         let (idle, rss_loaded) = (mib(f.rss_idle_kib), mib(f.rss_loaded_kib));
@@ -180,6 +197,8 @@ impl Report {
 |---|---|---:|---|---:|---|---|
 | P1 public discovery by `Host`, 1 worker | requests/s | {p1} | nginx {nginx} | {r1:.2} | ≥ 1.0 × nginx | {m1} |
 | P1 | p99 | {p1_p99} | nginx {nginx_p99} |  |  |  |
+| P1-TLS the same over HTTPS (TLS 1.3, keep-alive), 1 worker | requests/s | {tls} | nginx {tls_nginx} | {tls_ratio:.2} | ≥ 1.0 × nginx | {tls_met} |
+| P1-TLS | p99 | {tls_p99} | nginx {tls_nginx_p99} |  |  |  |
 | P2 `GET /services/{{s}}/config`, static token | requests/s | {p2} | P1 | {r2:.2} | ≥ 0.5 × P1 | {m2} |
 | P2 | p99 | {p2_p99} |  |  |  |  |
 | P3 the same, RS256 identity token (warm) | requests/s | {p3} | P1 | {r3:.2} | ≥ 0.3 × P1 | {m3} |

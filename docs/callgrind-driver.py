@@ -1,6 +1,7 @@
 """Instructions per request of a registry binary under callgrind (P1: public discovery by Host;
-P2: GET /services/{s}/config with a static token). Usage: drive.py BINARY P1|P2 N"""
-import json, os, socket, subprocess, sys, tempfile, time, http.client, glob, re
+P1TLS: P1 over HTTPS, keep-alive, TLS 1.3; P2: GET /services/{s}/config with a static token).
+Usage: drive.py BINARY P1|P1TLS|P2 N"""
+import json, os, socket, ssl, subprocess, sys, tempfile, time, http.client, glob, re
 
 binary, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 work = tempfile.mkdtemp(prefix="cg-")
@@ -9,6 +10,16 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.clos
 env = {"PATH": os.environ["PATH"], "REGISTRY_DATABASE_URL": db, "REGISTRY_LISTEN": f"127.0.0.1:{port}",
        "REGISTRY_BASE_URL": f"http://127.0.0.1:{port}", "REGISTRY_WORKERS": "1",
        "REGISTRY_ISSUER_URL_TEMPLATE": f"http://{{subdomain}}.localhost:{port}", "RUST_LOG": "warn"}
+tls = which == "P1TLS"
+if tls:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", f"{work}/key.pem", "-out", f"{work}/cert.pem", "-days", "2", "-subj", "/CN=localhost"],
+                   check=True, capture_output=True)
+    env.update(REGISTRY_TLS_CERT=f"{work}/cert.pem", REGISTRY_TLS_KEY=f"{work}/key.pem")
+def connect(timeout):
+    if tls:
+        return http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ssl._create_unverified_context())
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
 out = subprocess.run([binary, "customer", "create", "--tenant", "acme", "--plan", "business", "--name", "Acme"],
                      env=env, capture_output=True, text=True, check=True).stdout
 token = json.loads(out)["token"]
@@ -17,10 +28,10 @@ proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file=
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 for _ in range(600):
     try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5); c.request("GET", "/healthz")
+        c = connect(5); c.request("GET", "/healthz")
         if c.getresponse().status == 200: break
     except OSError: time.sleep(0.2)
-c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+c = connect(60)
 def call(method, path, body=None, headers=None):
     h = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     h.update(headers or {})
@@ -36,7 +47,7 @@ upload = {"openidConfiguration": {"issuer": "x", "jwks_uri": "x", "response_type
           "jwks": {"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "alg": "RS256", "e": "AQAB", "n": nb}]}}
 st, data = call("PUT", f"/services/{sub}/config", upload); assert st in (200, 201), (st, data)
 for i in range(n):
-    if which == "P1":
+    if which in ("P1", "P1TLS"):
         c.request("GET", "/.well-known/openid-configuration", headers={"Host": f"{sub}.localhost:{port}"})
     else:
         c.request("GET", f"/services/{sub}/config", headers={"Authorization": f"Bearer {token}"})

@@ -155,7 +155,11 @@ fn the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check() {
     assert_eq!(found["version"], json!("TLSv1.3"));
     assert_eq!(found["capped_version"], json!("TLSv1.2"));
     assert_eq!(found["alpn"], json!("h2"), "HTTP/2 is offered by ALPN");
-    assert_eq!(found["h2"], json!(["HTTP/2", issuer]), "served over HTTP/2 by :authority");
+    assert_eq!(
+        found["h2"],
+        json!(["HTTP/2", issuer]),
+        "served over HTTP/2 by :authority"
+    );
     let wrong_name = found["wrong_name"].as_str().unwrap();
     assert!(wrong_name.contains("mismatch"), "{found}");
 }

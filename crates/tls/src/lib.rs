@@ -2,7 +2,7 @@
 //! (`REGISTRY_TLS_CERT`, `REGISTRY_TLS_KEY`), checked at start, and re-read when they change.
 //!
 //! A renewal (cert-manager rewriting a mounted secret, certbot a live directory) changes the
-//! files under a running server; [`CertificateFiles::watch`] sees it within a second and the
+//! files under a running server; [`Reloading::watch`] sees it within a second and the
 //! next handshake gets the new chain. Connections already open keep theirs: nothing restarts,
 //! nothing is dropped. A file that does not load (half-written, a key of another certificate)
 //! keeps the chain that works and logs one line about it.

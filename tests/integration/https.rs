@@ -383,6 +383,35 @@ fn plain_http_answers_healthz_and_redirects_the_api_and_the_issuers_only() {
 }
 
 #[test]
+fn a_start_warns_of_names_and_schemes_the_certificate_does_not_fit() {
+    let ca = TestCa::new("registry test CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    // The harness's own URLs: http://127.0.0.1:PORT and http://{subdomain}.localhost:PORT.
+    let env = files.settings().into_iter().take(2).collect();
+    let server = TestServer::start_with(ServerOptions {
+        env,
+        binary: true,
+        ..ServerOptions::default()
+    });
+    // The log is written through a buffer, at least once a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.log().contains("REGISTRY_ISSUER_URL_TEMPLATE") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = server.log();
+    for warned in [
+        "does not cover this name: clients will refuse it name=\"127.0.0.1\"",
+        "does not cover this name: clients will refuse it name=\"example.localhost\"",
+        "says http:// setting=\"REGISTRY_BASE_URL\"",
+        "says http:// setting=\"REGISTRY_ISSUER_URL_TEMPLATE\"",
+    ] {
+        assert!(log.contains(warned), "no warning {warned:?} in\n{log}");
+    }
+    let good = https_server(&ca, &files, &[]);
+    assert_eq!(good.status_of("/healthz"), 200);
+}
+
+#[test]
 fn a_start_with_a_bad_pair_fails_with_one_sentence() {
     let ca = TestCa::new("registry test CA");
     let files = Files::with(&ca.server_certificate(&NAMES));

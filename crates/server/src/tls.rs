@@ -44,6 +44,19 @@ pub fn certificate(
             "the TLS certificate does not cover this name: clients will refuse it"
         );
     }
+    let urls = [
+        ("REGISTRY_BASE_URL", &settings.base_url),
+        (
+            "REGISTRY_ISSUER_URL_TEMPLATE",
+            &settings.issuer_url_template,
+        ),
+    ];
+    for (setting, _) in urls.iter().filter(|(_, url)| url.starts_with("http://")) {
+        tracing::warn!(
+            setting,
+            "the listener speaks HTTPS, but this setting says http://"
+        );
+    }
     reloading.watch(LOOK_EVERY);
     Ok(Some(reloading))
 }

@@ -1,8 +1,8 @@
 //! HTTPS in the binary (`REGISTRY_TLS_CERT`, `REGISTRY_TLS_KEY`): a CA made here (rcgen) signs
 //! the certificate of the API's name and the issuers' wildcard; real clients check the chain
-//! and the name (reqwest on OpenSSL, Python's `ssl`, PyJWT as a relying party of a hosted
-//! issuer); a renewal of the files under load fails no request; the plain-HTTP listener only
-//! redirects; a bad pair stops the start with one sentence.
+//! and the name (reqwest on OpenSSL, Python's `ssl`; pyoidc and PyJWT as relying parties of a
+//! hosted issuer, httpx over HTTP/2); a renewal of the files under load fails no request; the
+//! plain-HTTP listener only redirects; a bad pair stops the start with one sentence.
 
 use registry_testkit::tls::{ServerCertificate, TestCa};
 use registry_tests::issuer::{KeyKind, SigningKey};
@@ -152,6 +152,11 @@ fn the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check() {
     assert_eq!(found["issuer"], json!(issuer));
     assert_eq!(found["jwks_uri"], json!(format!("{issuer}/openid/v1/jwks")));
     assert_eq!(found["sub"], json!(registry_testkit::SUBJECT));
+    let oic = json!([issuer, 1, registry_testkit::SUBJECT]);
+    assert_eq!(
+        found["oic"], oic,
+        "pyoidc: discovery, the key set, the token"
+    );
     assert_eq!(found["version"], json!("TLSv1.3"));
     assert_eq!(found["capped_version"], json!("TLSv1.2"));
     assert_eq!(found["alpn"], json!("h2"), "HTTP/2 is offered by ALPN");

@@ -237,7 +237,7 @@ fn container_libraries() -> Result<()> {
 }
 
 /// The build stage's context: what its `COPY` lines take from the repository is a workspace
-/// that cargo resolves offline with the lock file as it is (`--locked`, as the image builds),
+/// that cargo resolves with the lock file as it is (`--locked`, as the image builds),
 /// so that a member or a path left out fails here rather than in `docker build`.
 fn container_context(containerfile: &str) -> Result<()> {
     let context = TempDir::new("xtask-container");
@@ -268,9 +268,11 @@ fn container_context(containerfile: &str) -> Result<()> {
             .args([
                 "metadata",
                 "--locked",
-                "--offline",
                 "--format-version",
                 "1",
+                // Linux's packages only: those of other platforms need not be downloaded.
+                "--filter-platform",
+                "x86_64-unknown-linux-gnu",
                 "--manifest-path",
             ])
             .arg(&manifest)

@@ -12,7 +12,9 @@ use registry_domain::ports::{AccountStore, CredentialRecord, CustomerStore, Refu
 use registry_domain::{Customer, Plan, ServiceAccount};
 use registry_store::Store;
 use registry_tests::issuer::TestIssuer;
-use registry_tests::server::{claims, json, Customer as TestCustomer, ServerOptions, TestServer};
+use registry_tests::server::{
+    claims, json, unix_now, Customer as TestCustomer, ServerOptions, TestServer,
+};
 use reqwest::Method;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
@@ -71,7 +73,10 @@ fn outsiders_of_a_shared_issuer_cannot_crowd_out_the_owners_refusals() {
     let id = oidc_account(&server, &acme, &issuer.url(), OWNER_RULE);
     let path = format!("/services/{api}");
 
-    // A flood of 200 genuine outsider tokens in one minute, then the owner's own job.
+    // A flood of 200 genuine outsider tokens in one minute, then the owner's own job. The
+    // server's clock is moved to the start of a minute first: a flood that crossed into the
+    // next one would rightly find a new budget there.
+    server.advance_clock(60 - unix_now().rem_euclid(60));
     outsiders(&server, &issuer, &path, 0, 200);
     owner_near_miss(&server, &issuer, &path, "owner-1");
     let log = refusals(&server, &acme, &id);

@@ -135,16 +135,7 @@ fn verify(analyze: &Path, unit: &str) -> Result<()> {
         .into_iter()
         .find(|d| Path::new(d).join("sysinit.target").is_file())
         .context("the host has no systemd units (/usr/lib/systemd/system/sysinit.target)")?;
-    let copied = Command::new("cp")
-        .arg("-a")
-        .arg(system)
-        .arg(&lib)
-        .status()?;
-    ensure!(
-        copied.success(),
-        "cannot copy {system} into {}",
-        lib.display()
-    );
+    run(Command::new("cp").arg("-a").arg(system).arg(&lib))?;
 
     let out = Command::new(analyze)
         .arg("verify")
@@ -263,21 +254,13 @@ fn container_context(containerfile: &str) -> Result<()> {
         }
     }
     let manifest = context.join("Cargo.toml");
-    run(
-        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args([
-                "metadata",
-                "--locked",
-                "--format-version",
-                "1",
-                // Linux's packages only: those of other platforms need not be downloaded.
-                "--filter-platform",
-                "x86_64-unknown-linux-gnu",
-                "--manifest-path",
-            ])
-            .arg(&manifest)
-            .stdout(std::process::Stdio::null()),
-    )
+    // Linux's packages only: those of other platforms need not be downloaded.
+    let metadata =
+        "metadata --locked --format-version 1 --filter-platform x86_64-unknown-linux-gnu";
+    run(cargo(metadata)
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .stdout(std::process::Stdio::null()))
     .context("the Containerfile's build context is not a workspace cargo resolves")?;
     println!("container: the build stage's COPY lines hold a workspace that resolves (--locked)");
     Ok(())

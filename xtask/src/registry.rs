@@ -90,14 +90,8 @@ impl Options {
         let mut env = vec![
             ("REGISTRY_LISTEN".into(), format!("127.0.0.1:{port}")),
             ("REGISTRY_DATABASE_URL".into(), self.database_url.clone()),
-            (
-                "REGISTRY_BASE_URL".into(),
-                format!("http://127.0.0.1:{port}"),
-            ),
-            (
-                "REGISTRY_ISSUER_URL_TEMPLATE".into(),
-                format!("http://{{subdomain}}.localhost:{port}"),
-            ),
+            ("REGISTRY_BASE_URL".into(), base_url(port)),
+            ("REGISTRY_ISSUER_URL_TEMPLATE".into(), issuer_template(port)),
             ("RUST_LOG".into(), "info".into()),
         ];
         // The chores measure throughput and durability, one credential writing as fast as it
@@ -187,12 +181,12 @@ impl Registry {
 
     /// `http://127.0.0.1:PORT`.
     pub fn base(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        base_url(self.port)
     }
 
     /// Its `REGISTRY_ISSUER_URL_TEMPLATE`.
     pub fn issuer_template(&self) -> String {
-        format!("http://{{subdomain}}.localhost:{}", self.port)
+        issuer_template(self.port)
     }
 
     /// `kill -9`: no chance to finish anything.
@@ -244,4 +238,14 @@ impl WorkDir {
     pub fn at(dir: PathBuf) -> Result<WorkDir> {
         Ok(WorkDir(TempDir::at(dir)?))
     }
+}
+
+/// The `REGISTRY_BASE_URL` of a chore's server on `port`.
+fn base_url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+/// The `REGISTRY_ISSUER_URL_TEMPLATE` of a chore's server on `port`.
+fn issuer_template(port: u16) -> String {
+    format!("http://{{subdomain}}.localhost:{port}")
 }

@@ -30,6 +30,8 @@ pub struct ServerCertificate {
     pub chain: String,
     /// Its private key (ECDSA P-256, PKCS#8), PEM.
     pub key: String,
+    /// The certificate, DER: what a client receives in the handshake.
+    pub der: Vec<u8>,
 }
 
 impl TestCa {
@@ -68,6 +70,7 @@ impl TestCa {
         ServerCertificate {
             chain: cert.pem(),
             key: key.serialize_pem(),
+            der: cert.der().to_vec(),
         }
     }
 }

@@ -20,7 +20,7 @@ pub struct CertificateFiles {
 
 /// A chain and key that load, with the bytes they were read from.
 #[derive(Debug, Clone)]
-pub struct Served {
+pub(crate) struct Served {
     pub(crate) key: Arc<CertifiedKey>,
     pub(crate) read: Contents,
 }
@@ -31,7 +31,7 @@ pub(crate) type Contents = (Vec<u8>, Vec<u8>);
 impl CertificateFiles {
     /// Reads and checks both files: at least one certificate, a key rustls can sign with, and
     /// that key the leaf certificate's.
-    pub fn load(&self) -> Result<Served, TlsError> {
+    pub(crate) fn load(&self) -> Result<Served, TlsError> {
         self.parse(self.read()?)
     }
 
@@ -83,14 +83,8 @@ impl CertificateFiles {
     }
 }
 
-impl Served {
-    /// Whether the leaf certificate is valid for the DNS name `host` (a wildcard covers one
-    /// label), as a client checking the name would find.
-    pub fn covers(&self, host: &str) -> bool {
-        covers(&self.key, host)
-    }
-}
-
+/// Whether `key`'s leaf certificate is valid for the DNS name `host` (a wildcard covers one
+/// label), as a client checking the name would find.
 pub(crate) fn covers(key: &CertifiedKey, host: &str) -> bool {
     let (Ok(name), Some(leaf)) = (ServerName::try_from(host), key.cert.first()) else {
         return false;
@@ -135,14 +129,14 @@ pub(crate) mod tests {
         let (dir, files) = files_in("names");
         write_pair(&dir, &["*.oidc.example.com", "registry.example.com"]);
         let served = files.load().unwrap();
-        assert!(served.covers("acme.oidc.example.com"));
-        assert!(served.covers("registry.example.com"));
+        assert!(covers(&served.key, "acme.oidc.example.com"));
+        assert!(covers(&served.key, "registry.example.com"));
         assert!(
-            !served.covers("a.b.oidc.example.com"),
+            !covers(&served.key, "a.b.oidc.example.com"),
             "a wildcard covers one label"
         );
-        assert!(!served.covers("oidc.example.com"));
-        assert!(!served.covers("other.example.com"));
+        assert!(!covers(&served.key, "oidc.example.com"));
+        assert!(!covers(&served.key, "other.example.com"));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 mod files;
 mod watch;
 
-pub use files::{CertificateFiles, Served};
+pub use files::CertificateFiles;
 pub use watch::Reloading;
 
 use std::path::PathBuf;

@@ -27,17 +27,15 @@ struct Seen {
 }
 
 impl Seen {
-    fn still(&mut self, message: Option<String>) {
-        match (&mut self.problem, message) {
-            (Some((known, logged)), message)
-                if !*logged && message.as_ref().is_none_or(|m| m == known) =>
-            {
-                tracing::warn!("{known}: still serving the previous certificate");
-                *logged = true;
-            }
-            (Some((known, _)), Some(message)) if *known == message => {}
-            (_, Some(message)) => self.problem = Some((message, false)),
-            (_, None) => {}
+    /// What a look found: `problem`, or `None` for the same contents as the last look. A new
+    /// problem waits for the next look; one still there then (or still unchanged) is logged.
+    fn still(&mut self, problem: Option<String>) {
+        let known = |p: &String| self.problem.as_ref().is_some_and(|(k, _)| k == p);
+        if let Some(new) = problem.filter(|p| !known(p)) {
+            self.problem = Some((new, false));
+        } else if let Some((known, logged @ false)) = &mut self.problem {
+            tracing::warn!("{known}: still serving the previous certificate");
+            *logged = true;
         }
     }
 }

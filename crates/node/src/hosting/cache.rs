@@ -450,6 +450,13 @@ fn host_of(url: &str) -> Result<String, UnusableUrl> {
         .to_ascii_lowercase())
 }
 
+/// The name a `Host` header gives, without its port. A fully qualified name may end in a dot;
+/// it names the same host (`host_of` drops it from the configured ones).
+fn name_of(host: &str) -> &str {
+    let host = strip_port(host);
+    host.strip_suffix('.').unwrap_or(host)
+}
+
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         return host.split_inclusive(']').next().unwrap_or(host);
@@ -498,10 +505,7 @@ impl HostingCache {
 
     /// The subdomain a `Host` header names, if it is a hosted issuer's host.
     pub fn subdomain_for_host(&self, host: &str) -> Option<Label> {
-        // A fully qualified name may end in a dot; it names the same host (`host_of` drops
-        // it from the configured ones).
-        let host = strip_port(host);
-        let host = host.strip_suffix('.').unwrap_or(host);
+        let host = name_of(host);
         if host.eq_ignore_ascii_case(&self.api_host) {
             return None;
         }
@@ -515,7 +519,7 @@ impl HostingCache {
     pub fn https_location(&self, host: &str, path: &str, base_url: &str) -> Option<String> {
         let origin = match self.subdomain_for_host(host) {
             Some(subdomain) => hosted_issuer(&self.template, &subdomain),
-            None if host_of(&format!("x://{host}")).is_ok_and(|h| h == self.api_host) => {
+            None if name_of(host).eq_ignore_ascii_case(&self.api_host) => {
                 base_url.trim_end_matches('/').to_owned()
             }
             None => return None,

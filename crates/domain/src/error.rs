@@ -16,4 +16,8 @@ pub enum StoreError {
     /// text names the row.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A creation would pass its [`crate::ports::Ceiling`]: counted in the creation's own
+    /// transaction, so that concurrent creations never pass it together. Nothing was written.
+    #[error("ceiling of {0} reached")]
+    CeilingReached(u64),
 }

@@ -26,22 +26,15 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 
-/// Whether a customer that holds `held` of something (`what`: "services", "service accounts")
-/// may make one more under its quota `max` (DECISIONS §17); else the sentence of the refusal.
+/// The sentence of a refusal for a customer at its quota `max` of `what` ("services",
+/// "service accounts"; DECISIONS §17).
 ///
 /// ```
-/// use registry_domain::limits::within_quota;
-/// assert!(within_quota("services", 9_999, 10_000).is_ok());
-/// assert!(within_quota("services", 10_000, 10_000).unwrap_err().contains("10000 services"));
+/// use registry_domain::limits::quota_reached;
+/// assert!(quota_reached("services", 10_000).contains("10000 services"));
 /// ```
-pub fn within_quota(what: &str, held: u64, max: u64) -> Result<(), String> {
-    if held < max {
-        Ok(())
-    } else {
-        Err(format!(
-            "this customer has reached its quota of {max} {what}: delete some before creating more"
-        ))
-    }
+pub fn quota_reached(what: &str, max: u64) -> String {
+    format!("this customer has reached its quota of {max} {what}: delete some before creating more")
 }
 
 /// Largest policy document, in bytes of compact JSON.

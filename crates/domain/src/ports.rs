@@ -119,11 +119,14 @@ pub trait CustomerStore: Send + Sync {
 /// holds for [`CustomerStore`] and [`AccountStore`].
 pub trait ServiceStore: Send + Sync {
     /// Creates a service (with the anonymous secret for anonymous ones). `Conflict` when the
-    /// subdomain is taken.
+    /// subdomain is taken; `CeilingReached` when the customer already holds `ceiling` services
+    /// (for an anonymous service: when `ceiling` anonymous services are live at its
+    /// `created_at`), counted in the same transaction as the insert.
     fn create_service(
         &self,
         service: &Service,
         secret: Option<&CredentialRecord>,
+        ceiling: Ceiling,
         event: &AuditEvent,
     ) -> StoreResult<()>;
     /// A service by subdomain (case-insensitive) or by id (its UUID text).
@@ -181,13 +184,33 @@ pub trait ServiceStore: Send + Sync {
     ) -> StoreResult<Option<(Service, PublishedConfig)>>;
 }
 
+/// The most rows of one kind that may exist once a creation commits: a customer's services or
+/// accounts (its quotas), or the live anonymous services (the registry's ceiling). The store
+/// counts them in the creation's own transaction, so that creations racing each other never
+/// pass the bound together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceiling(pub u64);
+
+impl Ceiling {
+    /// No bound.
+    pub const NONE: Ceiling = Ceiling(u64::MAX);
+
+    /// Whether one more may be made when `held` exist.
+    pub fn admits(self, held: u64) -> bool {
+        held < self.0
+    }
+}
+
 /// Service accounts, their policies and static tokens.
 pub trait AccountStore: Send + Sync {
     /// Creates an account (and its token, for static ones), indexing its rules by issuer.
+    /// `CeilingReached` when its customer already holds `ceiling` accounts, counted in the
+    /// same transaction as the insert.
     fn create_account(
         &self,
         account: &ServiceAccount,
         token: Option<&CredentialRecord>,
+        ceiling: Ceiling,
         event: &AuditEvent,
     ) -> StoreResult<()>;
     /// An account by id.
@@ -200,10 +223,16 @@ pub trait AccountStore: Send + Sync {
     fn update_account(&self, account: &ServiceAccount, event: &AuditEvent) -> StoreResult<()>;
     /// Deletes an account with its token and issuer index; `false` when absent.
     fn delete_account(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
-    /// Replaces an account's token atomically. `NotFound` when the account is gone.
+    /// The lookup id of an account's token (`None` for an account without one).
+    fn token_lookup_id(&self, account_id: Uuid) -> StoreResult<Option<String>>;
+    /// Replaces an account's token atomically, if its token is still `replaced` (a lookup id
+    /// read by [`AccountStore::token_lookup_id`]): of regenerations racing each other, one
+    /// replaces the token and the others get `Conflict`, so that nobody is handed a token
+    /// that never worked. `NotFound` when the account is gone.
     fn replace_token(
         &self,
         account_id: Uuid,
+        replaced: Option<&str>,
         token: &CredentialRecord,
         event: &AuditEvent,
     ) -> StoreResult<()>;
@@ -304,9 +333,11 @@ impl DatabaseSides {
 pub struct ReadReplica {
     /// Whether it answers.
     pub up: bool,
-    /// How far its replay is behind the primary's last change it received, in seconds (`None`
-    /// when it does not answer).
+    /// How far its replay is behind what the primary wrote, in seconds (`None` when it does not
+    /// answer).
     pub lag_seconds: Option<f64>,
+    /// Whether that is past the ceiling, so that reads go to the primary.
+    pub lagging: bool,
 }
 
 /// The audit trail (DECISIONS §13). Events are written by the storage calls that make changes,

@@ -342,29 +342,54 @@ fn fits(alg: &str, jwk: &Map<String, Value>) -> bool {
     }
 }
 
-/// Checks `token`'s signature against the published keys (current and retired): the keys of
-/// its `kid`, or, when it has none, every key of a type that can sign with its `alg`.
-/// `verifies` is the adapter's check of one key.
+/// The signature work one check of a token may spend, in units of one 2048-bit RSA
+/// verification ([`verification_cost`]): a few milliseconds of CPU at most, however many (and
+/// however large) keys a set publishes. A token without `kid` that no key within it verifies
+/// is reported as signed by no published key.
+pub const SIGNATURE_BUDGET: u32 = 16;
+
+/// What verifying with `jwk` costs, in units of one 2048-bit RSA verification: an RSA
+/// verification grows with the square of the modulus; curves cost about one unit.
+pub fn verification_cost(jwk: &Map<String, Value>) -> u32 {
+    let modulus_bytes = jwk
+        .get("n")
+        .and_then(Value::as_str)
+        .map_or(0, |n| n.len() * 3 / 4);
+    let blocks = u32::try_from(modulus_bytes.div_ceil(256)).unwrap_or(u32::MAX);
+    blocks.saturating_mul(blocks).max(1)
+}
+
+/// Checks `token`'s signature against the published keys (current and retired): the key of
+/// its `kid`, or, when it has none, the keys that can sign with its `alg` (a key's own `alg`,
+/// when it names one, must be the token's), within [`SIGNATURE_BUDGET`]: the first candidate
+/// is always tried, the others while the budget lasts. `verifies` is the adapter's check of
+/// one key.
 pub fn check_signature(
     published: &Published<'_>,
     token: &Jws,
     verifies: impl Fn(&Map<String, Value>) -> bool,
 ) -> Signature {
-    let kid = token.kid();
+    let (kid, alg) = (token.kid(), token.alg());
     let mut named = None;
+    let mut spent = 0u32;
     for (i, jwk) in published.keys() {
         let key_kid = jwk.get("kid").and_then(Value::as_str);
-        let candidate = match kid {
-            Some(_) => key_kid == kid,
-            None => fits(token.alg(), jwk),
-        };
-        if !candidate {
+        if kid.is_some() && key_kid != kid {
             continue;
         }
+        named = named.or(kid.map(|_| i));
+        let key_alg = jwk.get("alg").and_then(Value::as_str);
+        if !fits(alg, jwk) || key_alg.is_some_and(|key_alg| key_alg != alg) {
+            continue;
+        }
+        let cost = verification_cost(jwk);
+        if spent > 0 && spent.saturating_add(cost) > SIGNATURE_BUDGET {
+            break;
+        }
+        spent = spent.saturating_add(cost);
         if verifies(jwk) {
             return Signature::Verified { key: i };
         }
-        named = named.or(kid.map(|_| i));
     }
     match named {
         Some(key) => Signature::Invalid { key },

@@ -27,12 +27,17 @@ pub fn open_store(url: &str) -> anyhow::Result<Store> {
     migrated(Store::connect(url), url)
 }
 
-/// [`open_store`] for `registry serve`: with the read replica `read_url` names, if any.
-fn open_serving_store(url: &str, read_url: Option<&str>) -> anyhow::Result<Store> {
+/// [`open_store`] for `registry serve`: with the read replica `read_url` names, if any, read
+/// while it lags at most `max_lag` behind.
+fn open_serving_store(
+    url: &str,
+    read_url: Option<&str>,
+    max_lag: std::time::Duration,
+) -> anyhow::Result<Store> {
     let Some(read_url) = read_url.filter(|u| !u.trim().is_empty()) else {
         return open_store(url);
     };
-    migrated(Store::connect_with_read_replica(url, read_url), url)
+    migrated(Store::connect_with_read_replica(url, read_url, max_lag), url)
 }
 
 /// Runs a command of the command line on the database named by a URL (migrated first), then
@@ -195,7 +200,9 @@ async fn launch(
     problem::set_base_url(settings.base());
     let url = settings.database.database_url.clone();
     let read_url = settings.database_read_url.clone();
-    let store = web::block(move || open_serving_store(&url, read_url.as_deref())).await??;
+    let max_lag = std::time::Duration::from_secs(settings.read_replica_max_lag_seconds);
+    let store =
+        web::block(move || open_serving_store(&url, read_url.as_deref(), max_lag)).await??;
     let verifier = OidcVerifier::new(OidcConfig {
         allow_insecure_issuers: settings.oidc_allow_insecure_issuers,
         ..OidcConfig::default()

@@ -113,6 +113,8 @@ impl From<StoreError> for ApiError {
                 tracing::error!(%row, "a stored row cannot be read");
                 ApiError::Internal
             }
+            // Each use case that passes a ceiling answers its own refusal.
+            StoreError::CeilingReached(_) => ApiError::Internal,
         }
     }
 }

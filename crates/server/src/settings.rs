@@ -58,6 +58,13 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_DATABASE_READ_URL")]
     pub database_read_url: Option<String>,
 
+    /// With a read replica: the most its replay may lag behind the primary, in seconds, before
+    /// reads go to the primary until it catches up. A credential deleted or regenerated is
+    /// refused on every replica within this bound, whatever the standby does.
+    #[arg(long, env = "REGISTRY_READ_REPLICA_MAX_LAG_SECONDS", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub read_replica_max_lag_seconds: u64,
+
     /// Public base URL of the API (used in Location headers, problem types, dashboard links).
     #[arg(
         long,

@@ -6,7 +6,7 @@ use crate::problem::{ApiError, ApiResult};
 use crate::settings::Settings;
 use actix_web::web;
 use ipnetwork::IpNetwork;
-use registry_domain::app::{AppError, Registry};
+use registry_domain::app::{AppError, Caller, Registry};
 use registry_domain::ports::{Clock, IdentityTokenVerifier, Storage};
 use registry_node::adapters::{HashingLanes, OsRandomness};
 use registry_node::hosting::HostingCache;
@@ -37,8 +37,9 @@ pub struct AppState {
     pub oidc: OidcVerifier,
     /// Anonymous creations per client address.
     pub anon_limiter: RateLimiter,
-    /// Explained tokens and claims per customer (DECISIONS §17).
-    pub explains: RateLimiter<uuid::Uuid>,
+    /// Explained tokens and claims, and tokens checked by preflight, per customer (an
+    /// anonymous service is its own customer).
+    explains: RateLimiter<uuid::Uuid>,
     clock: Arc<dyn Clock>,
 }
 
@@ -104,6 +105,31 @@ impl AppState {
             clock,
             settings,
         })
+    }
+
+    /// Counts one explained token or claims, or one token checked by preflight, against the
+    /// caller's budget per minute (`REGISTRY_EXPLAIN_PER_MINUTE`): both cost more than any other
+    /// read. The budget is the customer's; an anonymous secret's is its service's (`service`).
+    pub fn within_explain_budget(
+        &self,
+        caller: &Caller,
+        service: Option<uuid::Uuid>,
+    ) -> ApiResult<()> {
+        let key = match (caller.customer_id(), service) {
+            (Some(customer), _) => customer,
+            (None, Some(service)) => service,
+            (None, None) => caller.customer()?,
+        };
+        let limit = self.settings.explain_per_minute;
+        self.explains
+            .hit_key(key)
+            .map_err(|retry| ApiError::RateLimited {
+                retry_after_secs: retry.seconds(),
+                detail: format!(
+                    "this customer explained or checked more than {limit} tokens or claims in a \
+                     minute; retry later"
+                ),
+            })
     }
 
     /// The current time.

@@ -46,6 +46,7 @@ mod pool;
 mod rows;
 mod schema;
 mod services;
+mod standby;
 mod store;
 mod target;
 

@@ -7,7 +7,7 @@ use crate::schema::{credentials, published_configs, services};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
-use registry_domain::ports::{Change, CredentialRecord, ServiceStore, StoreResult};
+use registry_domain::ports::{Ceiling, Change, CredentialRecord, ServiceStore, StoreResult};
 use registry_domain::service::PublishedConfig;
 use registry_domain::{Service, StoreError};
 use std::collections::HashSet;
@@ -142,9 +142,27 @@ impl ServiceStore for Store {
         &self,
         service: &Service,
         secret: Option<&CredentialRecord>,
+        ceiling: Ceiling,
         event: &AuditEvent,
     ) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
+            if ceiling != Ceiling::NONE {
+                // Writers are serialised (`Store::write`): the count and the insert are one step.
+                let held: i64 = match service.customer_id {
+                    Some(customer) => services::table
+                        .filter(services::customer_id.eq(id_text(customer)))
+                        .count()
+                        .get_result(conn)?,
+                    None => services::table
+                        .filter(services::customer_id.is_null())
+                        .filter(services::expires_at.gt(millis(service.created_at)))
+                        .count()
+                        .get_result(conn)?,
+                };
+                if !ceiling.admits(u64::try_from(held).unwrap_or(0)) {
+                    return Err(StoreError::CeilingReached(ceiling.0).into());
+                }
+            }
             let id = id_text(service.id);
             diesel::insert_into(services::table)
                 .values((

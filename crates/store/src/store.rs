@@ -6,6 +6,7 @@ use crate::pool::{
 };
 use crate::rows::{id_text, millis};
 use crate::schema::changes;
+use crate::standby;
 use crate::target::{self, Target};
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
@@ -57,20 +58,22 @@ pub struct Store {
     writers: Arc<Mutex<()>>,
 }
 
-/// A hot standby of the primary, read from: its pool, and whether it answered last.
+/// A hot standby of the primary, read from: its pool, whether it answered last, and how far
+/// it is behind.
 #[derive(Clone)]
 struct ReadSide {
     pool: Pool,
     reachability: Arc<Reachability>,
+    lag: Arc<standby::Lag>,
 }
 
 impl ReadSide {
     /// A connection to the standby; none at once while its last connect or check failed, so
-    /// that reads go to the primary without waiting. The pool keeps reconnecting in the
-    /// background (every 2.5 s at most) after a failed checkout, and its first success makes
-    /// the standby reachable again.
+    /// that reads go to the primary without waiting, and none while it lags past the ceiling.
+    /// The pool keeps reconnecting in the background (every 2.5 s at most) after a failed
+    /// checkout, and its first success makes the standby reachable again.
     fn conn(&self) -> Option<Pooled> {
-        if !self.reachability.is_reachable() {
+        if !self.reachability.is_reachable() || self.lag.is_lagging() {
             return None;
         }
         self.pool.get_timeout(pool::CHECKOUT_TIMEOUT).ok()
@@ -113,8 +116,14 @@ impl Store {
     /// only, as the primary must be): what serves requests is read there, writes go to the
     /// primary, and reads fall back to the primary while the standby does not answer
     /// (DECISIONS §14). A standby that does not answer now is no error: the server starts on
-    /// the primary and uses the standby once it answers.
-    pub fn connect_with_read_replica(url: &str, read_url: &str) -> Result<Store, SetupError> {
+    /// the primary and uses the standby once it answers. While the standby's replay is more
+    /// than `max_lag` behind the primary, reads go to the primary too (see `standby`): a
+    /// credential deleted or regenerated is refused within that bound whatever the standby does.
+    pub fn connect_with_read_replica(
+        url: &str,
+        read_url: &str,
+        max_lag: std::time::Duration,
+    ) -> Result<Store, SetupError> {
         let mut store = Store::open(url, Pooling::Serving)?;
         let target = target::parse(read_url)?;
         if store.backend != Backend::Postgres || !matches!(target, Target::Postgres(_)) {
@@ -129,9 +138,12 @@ impl Store {
         if let Err(error) = pool::probe(&manager) {
             tracing::warn!(%error, "the read replica does not answer: reading from the primary until it does");
         }
+        let pool = pool::build(manager, Pooling::Serving);
+        let lag = standby::watch(store.pool.clone(), pool.clone(), max_lag);
         store.replica = Some(ReadSide {
-            pool: pool::build(manager, Pooling::Serving),
+            pool,
             reachability,
+            lag,
         });
         Ok(store)
     }
@@ -226,19 +238,15 @@ impl Store {
         Ok(f(&mut conn)?)
     }
 
-    /// Whether the read replica answers, and how far behind it replays; `None` without one.
+    /// Whether the read replica answers, how far behind the primary it replays, and whether
+    /// that is past the ceiling; `None` without one. Read from the lag's watch: no query.
     pub(crate) fn read_replica_state(&self) -> Option<registry_domain::ports::ReadReplica> {
         let side = self.replica.as_ref()?;
-        let lag = side.conn().and_then(|mut conn| match &mut *conn {
-            Db::Postgres(c) => diesel::sql_query(REPLAY_LAG)
-                .get_result::<Lag>(c)
-                .ok()
-                .map(|row| row.seconds),
-            Db::Sqlite(_) => None,
-        });
+        let lag_seconds = side.lag.seconds();
         Some(registry_domain::ports::ReadReplica {
-            up: lag.is_some(),
-            lag_seconds: lag,
+            up: lag_seconds.is_some() && side.reachability.is_reachable(),
+            lag_seconds,
+            lagging: side.lag.is_lagging(),
         })
     }
 
@@ -344,17 +352,3 @@ fn in_transaction<T>(
 pub(crate) const CHANGE_SERVICE: &str = "service";
 pub(crate) const CHANGE_ACCOUNT: &str = "account";
 
-/// How far a standby's replay is behind what it received: nothing when it replayed all it
-/// received (an idle primary sends nothing, and the last replay's age would grow regardless),
-/// else the age of the last transaction it replayed. 0 on a primary.
-const REPLAY_LAG: &str = "SELECT CAST(CASE \
-    WHEN NOT pg_is_in_recovery() THEN 0 \
-    WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 \
-    ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0) \
-    END AS DOUBLE PRECISION) AS seconds";
-
-#[derive(diesel::QueryableByName)]
-struct Lag {
-    #[diesel(sql_type = diesel::sql_types::Double)]
-    seconds: f64,
-}

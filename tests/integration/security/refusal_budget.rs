@@ -8,7 +8,7 @@
 use super::{create_service, oidc_account};
 use registry_domain::audit::{AuditEvent, Resource};
 use registry_domain::policy::Policy;
-use registry_domain::ports::{AccountStore, CredentialRecord, CustomerStore, RefusalLog};
+use registry_domain::ports::{AccountStore, Ceiling, CredentialRecord, CustomerStore, RefusalLog};
 use registry_domain::{Customer, Plan, ServiceAccount};
 use registry_store::Store;
 use registry_tests::issuer::TestIssuer;
@@ -181,7 +181,7 @@ fn the_store_keeps_the_newest_hundred_of_each_class() {
             .unwrap()
             .policy,
     );
-    store.create_account(&other, None, &event()).unwrap();
+    store.create_account(&other, None, Ceiling::NONE, &event()).unwrap();
 
     for n in 0..3 {
         store

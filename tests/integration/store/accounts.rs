@@ -1,6 +1,6 @@
 use super::*;
 use registry_domain::policy::PolicyKind;
-use registry_domain::ports::{AccountStore, CredentialOwner, CredentialStore};
+use registry_domain::ports::{AccountStore, Ceiling, CredentialOwner, CredentialStore};
 use registry_domain::StoreError;
 
 const GITHUB: &str = "https://token.actions.githubusercontent.com";
@@ -22,7 +22,7 @@ fn an_account_reads_back_with_its_policy_document_as_saved() {
     });
     let a = account(c.id, "deployer", policy(document.clone()), 5);
     store
-        .create_account(&a, Some(&record(&lookup(), "h")), &ev())
+        .create_account(&a, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
         .unwrap();
 
     let read = store.account(a.id).unwrap().unwrap();
@@ -43,15 +43,14 @@ fn accounts_of_lists_one_customers_accounts_oldest_first() {
     let late = account(acme.id, "late", static_policy(&["*"]), 50);
     let mid = account(acme.id, "mid", oidc_policy(&[GITHUB]), 20);
     store
-        .create_account(&late, Some(&record(&lookup(), "h")), &ev())
+        .create_account(&late, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
         .unwrap();
-    store.create_account(&mid, None, &ev()).unwrap();
+    store.create_account(&mid, None, Ceiling::NONE, &ev()).unwrap();
     store
         .create_account(
             &account(globex.id, "other", static_policy(&["*"]), 1),
-            None,
-            &ev(),
-        )
+            None, Ceiling::NONE,
+            &ev(),)
         .unwrap();
 
     assert_eq!(
@@ -66,7 +65,7 @@ fn an_account_of_an_unknown_customer_is_not_found() {
     let store = store();
     let a = account(Uuid::new_v4(), "ghost", static_policy(&["*"]), 1);
     assert_eq!(
-        store.create_account(&a, None, &ev()).unwrap_err(),
+        store.create_account(&a, None, Ceiling::NONE, &ev()).unwrap_err(),
         StoreError::NotFound
     );
 }
@@ -108,12 +107,84 @@ fn replacing_a_token_swaps_it_atomically() {
     let (_, first, old) = seeded(&store, "acme");
     let new = record(&lookup(), "$argon2id$new");
 
-    store.replace_token(first.id, &new, &ev()).unwrap();
+    assert_eq!(
+        store.token_lookup_id(first.id).unwrap().as_deref(),
+        Some(&*old.lookup_id)
+    );
+    store
+        .replace_token(first.id, Some(&old.lookup_id), &new, &ev())
+        .unwrap();
 
     assert_eq!(store.credential(&old.lookup_id).unwrap(), None);
     let stored = store.credential(&new.lookup_id).unwrap().unwrap();
     assert_eq!(stored.owner, CredentialOwner::Account(first.id));
     assert_eq!(stored.hash, new.hash);
+    assert_eq!(
+        store.token_lookup_id(first.id).unwrap().as_deref(),
+        Some(&*new.lookup_id)
+    );
+}
+
+/// Regenerations that race read the same token: the first to write replaces it, the others
+/// are told it changed meanwhile, and the winner's token is the one kept.
+#[test]
+fn a_token_is_replaced_only_if_it_is_still_the_one_read() {
+    let store = store();
+    let (_, first, old) = seeded(&store, "acme");
+    let replacements: Vec<_> = (0..5)
+        .map(|i| record(&lookup(), &format!("$argon2id$n{i}")))
+        .collect();
+    let outcomes: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = replacements
+            .iter()
+            .map(|new| {
+                let (store, old) = (&store, &old);
+                scope.spawn(move || store.replace_token(first.id, Some(&old.lookup_id), new, &ev()))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let won: Vec<_> = outcomes.iter().filter(|o| o.is_ok()).collect();
+    assert_eq!(won.len(), 1, "{outcomes:?}");
+    for outcome in outcomes.iter().filter(|o| o.is_err()) {
+        assert!(
+            matches!(outcome, Err(StoreError::Conflict(_))),
+            "{outcome:?}"
+        );
+    }
+    let winner = outcomes.iter().position(Result::is_ok).unwrap();
+    assert_eq!(
+        store.token_lookup_id(first.id).unwrap().as_deref(),
+        Some(&*replacements[winner].lookup_id)
+    );
+    for (i, new) in replacements.iter().enumerate() {
+        assert_eq!(store.credential(&new.lookup_id).unwrap().is_some(), i == winner);
+    }
+}
+
+/// The quota is counted in the insert's transaction: creations racing each other never pass it.
+#[test]
+fn an_account_quota_holds_when_creations_race() {
+    let store = store();
+    let (customer, _, _) = seeded(&store, "acme");
+    let outcomes: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..12)
+            .map(|i| {
+                let store = &store;
+                scope.spawn(move || {
+                    let a = account(customer.id, &format!("ci{i}"), static_policy(&["*"]), 5);
+                    store.create_account(&a, None, Ceiling(4), &ev())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 3, "{outcomes:?}");
+    assert!(outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().err())
+        .all(|e| *e == StoreError::CeilingReached(4)));
+    assert_eq!(store.count_accounts_of(customer.id).unwrap(), 4);
 }
 
 #[test]
@@ -123,7 +194,7 @@ fn a_failed_token_replacement_keeps_the_old_token() {
     let (_, _, someone_elses) = seeded(&store, "globex");
 
     let err = store
-        .replace_token(first.id, &someone_elses, &ev())
+        .replace_token(first.id, Some(&old.lookup_id), &someone_elses, &ev())
         .unwrap_err();
 
     assert_eq!(
@@ -140,7 +211,9 @@ fn replacing_the_token_of_a_missing_account_is_not_found() {
     let store = store();
     let t = record(&lookup(), "h");
     assert_eq!(
-        store.replace_token(Uuid::new_v4(), &t, &ev()).unwrap_err(),
+        store
+            .replace_token(Uuid::new_v4(), None, &t, &ev())
+            .unwrap_err(),
         StoreError::NotFound
     );
     assert_eq!(store.credential(&t.lookup_id).unwrap(), None);
@@ -150,7 +223,7 @@ fn replacing_the_token_of_a_missing_account_is_not_found() {
 fn an_account_id_cannot_be_reused() {
     let store = store();
     let (_, first, _) = seeded(&store, "acme");
-    let err = store.create_account(&first, None, &ev()).unwrap_err();
+    let err = store.create_account(&first, None, Ceiling::NONE, &ev()).unwrap_err();
     assert_eq!(err, StoreError::Conflict("service account id taken".into()));
 }
 
@@ -165,7 +238,7 @@ fn accounts_are_found_by_the_exact_issuer_of_their_rules() {
     let github = account(globex.id, "gh", oidc_policy(&[GITHUB]), 2);
     let gitlab = account(acme.id, "gl", oidc_policy(&[GITLAB]), 3);
     for a in [&gitlab, &github, &both] {
-        store.create_account(a, None, &ev()).unwrap();
+        store.create_account(a, None, Ceiling::NONE, &ev()).unwrap();
     }
 
     assert_eq!(
@@ -192,7 +265,7 @@ fn updating_an_account_reindexes_its_issuers() {
     let store = store();
     let (acme, ..) = seeded(&store, "acme");
     let a = account(acme.id, "ci", oidc_policy(&[GITHUB]), 1);
-    store.create_account(&a, None, &ev()).unwrap();
+    store.create_account(&a, None, Ceiling::NONE, &ev()).unwrap();
 
     store
         .update_account(
@@ -213,7 +286,7 @@ fn deleting_an_account_removes_it_from_the_issuer_index() {
     let store = store();
     let (acme, ..) = seeded(&store, "acme");
     let a = account(acme.id, "ci", oidc_policy(&[GITHUB]), 1);
-    store.create_account(&a, None, &ev()).unwrap();
+    store.create_account(&a, None, Ceiling::NONE, &ev()).unwrap();
     assert_eq!(ids(&store.accounts_by_issuer(GITHUB).unwrap()), [a.id]);
 
     assert!(store.delete_account(a.id, &ev()).unwrap());

@@ -19,7 +19,7 @@ fn every_write_to_services_and_accounts_is_logged_in_order() {
     let store = store();
     let (c, first, _) = seeded(&store, "acme");
     let s = registered(c.id, "api-acme", 1);
-    store.create_service(&s, None, &ev()).unwrap();
+    store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
     store
         .update_service(
             &Service {
@@ -35,7 +35,7 @@ fn every_write_to_services_and_accounts_is_logged_in_order() {
     store.delete_config(s.id, &ev()).unwrap();
     let a = account(c.id, "ci", static_policy(&["*"]), 3);
     store
-        .create_account(&a, Some(&record(&lookup(), "h")), &ev())
+        .create_account(&a, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
         .unwrap();
     store
         .update_account(
@@ -46,8 +46,9 @@ fn every_write_to_services_and_accounts_is_logged_in_order() {
             &ev(),
         )
         .unwrap();
+    let replaced = store.token_lookup_id(a.id).unwrap();
     store
-        .replace_token(a.id, &record(&lookup(), "h2"), &ev())
+        .replace_token(a.id, replaced.as_deref(), &record(&lookup(), "h2"), &ev())
         .unwrap();
     store.delete_account(a.id, &ev()).unwrap();
     store.delete_service(s.id, &ev()).unwrap();
@@ -79,11 +80,11 @@ fn failed_and_empty_writes_log_nothing() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let s = registered(c.id, "api-acme", 1);
-    store.create_service(&s, None, &ev()).unwrap();
+    store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
     let before = store.latest_change().unwrap();
 
     assert!(store
-        .create_service(&registered(c.id, "api-acme", 2), None, &ev())
+        .create_service(&registered(c.id, "api-acme", 2), None, Ceiling::NONE, &ev())
         .is_err());
     assert!(!store.delete_service(Uuid::new_v4(), &ev()).unwrap());
     assert!(!store.delete_config(s.id, &ev()).unwrap());
@@ -92,7 +93,7 @@ fn failed_and_empty_writes_log_nothing() {
         .put_config(&config(Uuid::new_v4(), "http://x", 1), &ev())
         .is_err());
     assert!(store
-        .replace_token(Uuid::new_v4(), &record(&lookup(), "h"), &ev())
+        .replace_token(Uuid::new_v4(), None, &record(&lookup(), "h"), &ev())
         .is_err());
     store.set_plan("acme", Plan::Team, &ev()).unwrap();
 
@@ -107,7 +108,7 @@ fn changes_are_read_in_pages() {
         .map(|i| registered(c.id, &format!("s{i}-acme"), i))
         .collect();
     for s in &services {
-        store.create_service(s, None, &ev()).unwrap();
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
     }
     let (start, _) = store.changes_since(0, 1).unwrap();
 
@@ -139,7 +140,7 @@ fn pruning_keeps_the_newest_change_and_its_number() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let last = registered(c.id, "api-acme", 1);
-    store.create_service(&last, None, &ev()).unwrap();
+    store.create_service(&last, None, Ceiling::NONE, &ev()).unwrap();
     let latest = store.latest_change().unwrap();
 
     assert_eq!(
@@ -172,7 +173,7 @@ fn a_second_handle_on_the_same_database_sees_the_changes() {
     let cursor = replica.latest_change().unwrap();
     let (c, ..) = seeded(&writer, "acme");
     let s = registered(c.id, "api-acme", 1);
-    writer.create_service(&s, None, &ev()).unwrap();
+    writer.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
     writer
         .put_config(&config(s.id, "http://api-acme", 2), &ev())
         .unwrap();

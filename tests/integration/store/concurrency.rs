@@ -26,7 +26,7 @@ fn of_two_writers_racing_for_a_subdomain_exactly_one_wins() {
                     let service = registered(c.id, &subdomain, round);
                     scope.spawn(move || {
                         barrier.wait();
-                        store.create_service(&service, None, &ev())
+                        store.create_service(&service, None, Ceiling::NONE, &ev())
                     })
                 })
                 .collect();
@@ -41,6 +41,52 @@ fn of_two_writers_racing_for_a_subdomain_exactly_one_wins() {
         );
         assert!(setup.find_service(&subdomain).unwrap().is_some());
     }
+}
+
+/// The services quota and the anonymous ceiling are counted in the insert's transaction: 30
+/// creations racing on two handles (two replicas) with room for 3 make exactly 3.
+#[test]
+fn quotas_and_the_anonymous_ceiling_hold_when_creations_race() {
+    let url = registry_tests::fresh_database_url();
+    let setup = Store::connect(&url).unwrap();
+    setup.migrate().unwrap();
+    let (c, ..) = seeded(&setup, "acme");
+    let stores = [Store::connect(&url).unwrap(), Store::connect(&url).unwrap()];
+    let race = |make: &(dyn Fn(usize) -> Service + Sync)| -> Vec<Result<(), StoreError>> {
+        let barrier = Barrier::new(30);
+        thread::scope(|scope| {
+            let handles: Vec<_> = (0..30)
+                .map(|i| {
+                    let (store, barrier, service) = (&stores[i % 2], &barrier, make(i));
+                    scope.spawn(move || {
+                        barrier.wait();
+                        store.create_service(&service, None, Ceiling(3), &ev())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let counted = |results: &[Result<(), StoreError>]| {
+        assert!(
+            results
+                .iter()
+                .all(|r| r.is_ok() || *r == Err(StoreError::CeilingReached(3))),
+            "{results:?}"
+        );
+        results.iter().filter(|r| r.is_ok()).count()
+    };
+
+    let registered_ones = race(&|i| registered(c.id, &format!("q{i}-acme"), 1));
+    assert_eq!(counted(&registered_ones), 3);
+    assert_eq!(setup.count_services_of(c.id).unwrap(), 3);
+
+    let anonymous_ones = race(&|i| anonymous(&format!("anon{i}"), 10, 1_000));
+    assert_eq!(counted(&anonymous_ones), 3);
+    assert_eq!(setup.live_anonymous(at(10)).unwrap(), 3);
+    // Expired ones do not count.
+    let later = anonymous("anon-late", 2_000, 3_000);
+    setup.create_service(&later, None, Ceiling(3), &ev()).unwrap();
 }
 
 #[test]
@@ -78,7 +124,7 @@ fn parallel_writers_all_succeed_and_a_polling_replica_misses_no_change() {
                     (0..EACH)
                         .map(|i| {
                             let s = registered(c.id, &format!("w{w}n{i}-acme"), i as i64);
-                            store.create_service(&s, None, &ev()).unwrap();
+                            store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
                             s.id
                         })
                         .collect::<Vec<_>>()

@@ -33,7 +33,7 @@ fn a_corrupt_service_is_left_out_of_its_customers_list() {
     let (c, ..) = seeded(&store, "acme");
     let [a, broken, b] = [1, 2, 3].map(|n| registered(c.id, &format!("s{n}-acme"), n));
     for s in [&a, &broken, &b] {
-        store.create_service(s, None, &ev()).unwrap();
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
     }
     execute_sql(
         &url,
@@ -56,7 +56,7 @@ fn a_corrupt_service_or_configuration_is_not_published() {
         [1, 2, 3, 4].map(|n| registered(c.id, &format!("p{n}-acme"), n));
     let mut expected = Vec::new();
     for s in [&a, &bad_keys, &bad_service, &b] {
-        store.create_service(s, None, &ev()).unwrap();
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
         let published = config(s.id, &format!("http://{}", s.subdomain), 10);
         store.put_config(&published, &ev()).unwrap();
         if s.id == a.id || s.id == b.id {
@@ -106,7 +106,7 @@ fn the_reapers_lists_leave_a_corrupt_row_out() {
     let late = anonymous("cccccccccccc-anon", 0, 70);
     for s in [&early, &late] {
         store
-            .create_service(s, Some(&record(&lookup(), "h")), &ev())
+            .create_service(s, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
             .unwrap();
         let mut published = config(s.id, "http://anon", 10);
         published.keys = KeyState {

@@ -14,7 +14,7 @@ mod services;
 
 use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
 use registry_domain::policy::Policy;
-use registry_domain::ports::{CredentialRecord, CustomerStore};
+use registry_domain::ports::{Ceiling, CredentialRecord, CustomerStore};
 use registry_domain::service::PublishedConfig;
 use registry_domain::{Customer, Plan, Service, ServiceAccount};
 use registry_store::Store;

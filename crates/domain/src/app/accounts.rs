@@ -8,10 +8,10 @@ use crate::access;
 use crate::app::{AppError, Caller, Registry};
 use crate::audit::{Action, AuditEvent, Resource};
 use crate::credentials::{self, CredentialKind};
-use crate::limits::{self, within_quota};
+use crate::limits;
 use crate::policy::{ParsedPolicy, Policy, PolicyKind};
-use crate::ports::CredentialRecord;
-use crate::{ServiceAccount, Violation};
+use crate::ports::{Ceiling, CredentialRecord};
+use crate::{ServiceAccount, StoreError, Violation};
 use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -162,13 +162,6 @@ pub fn create(
     };
     let store = &*registry.store;
     let customer_id = caller.customer()?;
-    let held = store.count_accounts_of(customer_id)?;
-    within_quota(
-        "service accounts",
-        held,
-        registry.settings.max_accounts_per_customer,
-    )
-    .map_err(AppError::QuotaExceeded)?;
     let account = ServiceAccount {
         id: Uuid::new_v4(),
         customer_id,
@@ -183,7 +176,15 @@ pub fn create(
     };
     let record = token.as_ref().map(NewToken::record);
     let event = account_event(caller, Action::AccountCreate, account.id, now);
-    store.create_account(&account, record.as_ref(), &event)?;
+    let quota = Ceiling(registry.settings.max_accounts_per_customer);
+    store
+        .create_account(&account, record.as_ref(), quota, &event)
+        .map_err(|error| match error {
+            StoreError::CeilingReached(max) => {
+                AppError::QuotaExceeded(limits::quota_reached("service accounts", max))
+            }
+            other => other.into(),
+        })?;
     Ok(Created {
         account,
         token,
@@ -257,11 +258,14 @@ pub fn regenerate_token(
     let account = managed(registry, caller, id)?;
     access::may_regenerate_token(account.policy.kind())
         .map_err(|why| AppError::BadRequest(why.into()))?;
+    // Read before hashing: of the calls that race, the first to write wins and the others
+    // find the token changed under them (409), so no caller is handed a token that never worked.
+    let replaced = registry.store.token_lookup_id(account.id)?;
     let token = new_token(registry)?;
     let event = account_event(caller, Action::AccountRegenerateToken, account.id, now);
     registry
         .store
-        .replace_token(account.id, &token.record(), &event)
+        .replace_token(account.id, replaced.as_deref(), &token.record(), &event)
         .map_err(AppError::gone(|| format!("no service account {id:?}")))?;
     Ok(Regenerated { account, token })
 }
@@ -417,7 +421,7 @@ mod tests {
                 .service_event(Action::ServiceCreate, &service, NOW);
             self.registry
                 .store
-                .create_service(&service, None, &event)
+                .create_service(&service, None, Ceiling::NONE, &event)
                 .unwrap();
         }
 

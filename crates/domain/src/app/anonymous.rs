@@ -6,8 +6,8 @@ use crate::app::{AppError, Caller, Origin, Registry};
 use crate::audit::Action;
 use crate::credentials::{self, CredentialKind, GeneratedSecret};
 use crate::naming::anonymous_subdomain;
-use crate::ports::CredentialRecord;
-use crate::Service;
+use crate::ports::{Ceiling, CredentialRecord};
+use crate::{Service, StoreError};
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
@@ -54,14 +54,9 @@ pub fn create(
 ) -> Result<CreatedAnonymous, AppError> {
     let store = &*registry.store;
     let ceiling = registry.settings.anon_max_active;
+    // A full registry costs no argon2.
     if store.live_anonymous(now())? >= ceiling {
-        return Err(AppError::Capacity {
-            retry_after_secs: CEILING_RETRY_AFTER_SECS,
-            detail: format!(
-                "the registry holds {ceiling} live anonymous services, the most it keeps; retry \
-                 later, when some have expired"
-            ),
-        });
+        return Err(at_ceiling(ceiling));
     }
     let secret = credentials::generate(CredentialKind::AnonymousSecret, &*registry.random);
     let hash = registry.hasher.hash(&secret.plaintext)?;
@@ -80,14 +75,31 @@ pub fn create(
         expires_at: Some(now + command.ttl),
     };
     let event = Caller::anonymous(origin).service_event(Action::AnonymousCreate, &service, now);
+    // Counted again in the insert's transaction: creations racing past the check above
+    // never pass the ceiling together.
     registry
         .store
-        .create_service(&service, Some(&record), &event)?;
+        .create_service(&service, Some(&record), Ceiling(ceiling), &event)
+        .map_err(|error| match error {
+            StoreError::CeilingReached(_) => at_ceiling(ceiling),
+            other => other.into(),
+        })?;
     Ok(CreatedAnonymous {
         service,
         secret,
         hash,
     })
+}
+
+/// The 503 of a registry holding `ceiling` live anonymous services.
+fn at_ceiling(ceiling: u64) -> AppError {
+    AppError::Capacity {
+        retry_after_secs: CEILING_RETRY_AFTER_SECS,
+        detail: format!(
+            "the registry holds {ceiling} live anonymous services, the most it keeps; retry \
+             later, when some have expired"
+        ),
+    }
 }
 
 #[cfg(test)]

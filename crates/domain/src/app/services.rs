@@ -2,8 +2,9 @@
 
 use crate::app::{AppError, Caller, Registry};
 use crate::audit::Action;
-use crate::limits::within_quota;
+use crate::limits::quota_reached;
 use crate::naming::registered_subdomain;
+use crate::ports::Ceiling;
 use crate::{Service, StoreError};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -54,13 +55,7 @@ pub fn create(
         .ok_or(AppError::Unauthenticated(
             "the caller's customer no longer exists",
         ))?;
-    let held = store.count_services_of(customer.id)?;
-    within_quota(
-        "services",
-        held,
-        registry.settings.max_services_per_customer,
-    )
-    .map_err(AppError::QuotaExceeded)?;
+    let quota = Ceiling(registry.settings.max_services_per_customer);
     let attempts = if command.service_name.is_some() {
         1
     } else {
@@ -88,8 +83,11 @@ pub fn create(
             expires_at: None,
         };
         let event = caller.service_event(Action::ServiceCreate, &service, now);
-        match store.create_service(&service, None, &event) {
+        match store.create_service(&service, None, quota, &event) {
             Ok(()) => return Ok(service),
+            Err(StoreError::CeilingReached(max)) => {
+                return Err(AppError::QuotaExceeded(quota_reached("services", max)))
+            }
             Err(StoreError::Conflict(_)) if command.service_name.is_none() => continue,
             Err(StoreError::Conflict(_)) => {
                 return Err(AppError::Conflict(format!(
@@ -354,7 +352,7 @@ mod tests {
             expires_at: None,
         };
         let event = admin.service_event(Action::ServiceCreate, &other, NOW);
-        registry.store.create_service(&other, None, &event).unwrap();
+        registry.store.create_service(&other, None, Ceiling::NONE, &event).unwrap();
         let web_only = add_account(
             &registry,
             &customer,

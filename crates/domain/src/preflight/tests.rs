@@ -251,6 +251,63 @@ fn the_signature_is_checked_against_the_keys_of_the_kid_or_all() {
     );
 }
 
+/// A token without `kid` costs a bounded amount of signature work, however many keys a set
+/// publishes: a set of 100 large RSA keys is not verified 100 times.
+#[test]
+fn the_signature_work_of_a_token_without_kid_is_bounded() {
+    let big = |kid: &str| {
+        let mut key = rsa(kid);
+        // 4096 bits: four units each.
+        key["n"] = json!("A".repeat(683));
+        key
+    };
+    let keys: Vec<Value> = (0..100).map(|i| big(&format!("k{i}"))).collect();
+    let (discovery, jwks) = documents(keys);
+    let published = Published {
+        openid_configuration: &discovery,
+        jwks: &jwks,
+    };
+    let tried = std::cell::Cell::new(0);
+    let counting = |_: &Map<String, Value>| {
+        tried.set(tried.get() + 1);
+        false
+    };
+    let no_kid = jws(json!({"alg": "RS256"}), claims());
+    assert_eq!(check_signature(&published, &no_kid, counting), Signature::Unknown);
+    assert_eq!(tried.get(), SIGNATURE_BUDGET / 4);
+    // A key whose own alg is another one is no candidate.
+    tried.set(0);
+    let rs512 = jws(json!({"alg": "RS512"}), claims());
+    let mut keys: Vec<Value> = (0..3).map(|i| rsa(&format!("r{i}"))).collect();
+    keys[1]["alg"] = json!("RS512");
+    let (discovery, jwks) = documents(keys);
+    let published = Published {
+        openid_configuration: &discovery,
+        jwks: &jwks,
+    };
+    let only_r1 = |jwk: &Map<String, Value>| {
+        tried.set(tried.get() + 1);
+        jwk["kid"] == "r1"
+    };
+    assert_eq!(
+        check_signature(&published, &rs512, only_r1),
+        Signature::Verified { key: 1 }
+    );
+    assert_eq!(tried.get(), 1);
+    // The key a kid names is always tried, whatever its size.
+    let mut huge = rsa("huge");
+    huge["n"] = json!("A".repeat(2731));
+    let (discovery, jwks) = documents(vec![huge]);
+    let published = Published {
+        openid_configuration: &discovery,
+        jwks: &jwks,
+    };
+    assert_eq!(
+        check_signature(&published, &jws(json!({"alg": "RS256", "kid": "huge"}), claims()), |_| true),
+        Signature::Verified { key: 0 }
+    );
+}
+
 #[test]
 fn signature_invalid_and_key_unknown_are_errors_everywhere() {
     let invalid = check_with(vec![rsa("k1")], &rs256(), Signature::Invalid { key: 0 });

@@ -19,11 +19,17 @@ pub async fn healthz() -> HttpResponse {
 pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     let sides = state.replica.db(|s| Ok(s.sides())).await?;
     let word = |up: bool| if up { "up" } else { "down" };
-    let body = json!({
+    let mut body = json!({
         "status": if sides.reads_work() { "ready" } else { "unavailable" },
         "primary": word(sides.primary),
-        "readReplica": sides.read_replica.map_or("none", |r| word(r.up)),
+        "readReplica": sides.read_replica.map_or("none", |r| match r {
+            r if r.up && r.lagging => "lagging",
+            r => word(r.up),
+        }),
     });
+    if let Some(lag) = sides.read_replica.and_then(|r| r.lag_seconds) {
+        body["readReplicaLagSeconds"] = json!(lag);
+    }
     let mut response = if sides.reads_work() {
         HttpResponse::Ok()
     } else {
@@ -56,7 +62,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
         .map(|seconds| {
             (
                 "registry_read_replica_lag_seconds",
-                "How far the read replica's replay is behind what it received from the primary.",
+                "How far the read replica's replay is behind what the primary wrote.",
                 seconds,
             )
         });

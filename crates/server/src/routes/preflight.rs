@@ -25,11 +25,12 @@ pub async fn documents(
 /// `POST /services/{subdomain}/preflight` with `{"token"}`: the documents and the token,
 /// checked per cloud.
 pub async fn token(
-    ServiceCaller { service, .. }: ServiceCaller,
+    ServiceCaller { service, caller }: ServiceCaller,
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
+    state.within_explain_budget(&caller, Some(service.id))?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let command = CheckToken {
         body: body.unwrap_or_else(|| serde_json::json!({})),

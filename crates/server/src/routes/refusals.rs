@@ -4,12 +4,11 @@
 
 use crate::body::{read_json, Fields};
 use crate::caller::Manager;
-use crate::problem::{ApiError, ApiResult};
+use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::explain::{self, Evidence, Explain};
-use registry_domain::app::Caller;
 use registry_domain::{ServiceAccount, Violation};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
@@ -27,7 +26,7 @@ pub async fn explain(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    within_budget(&state, &caller)?;
+    state.within_explain_budget(&caller, None)?;
     let account = state
         .run(move |registry| explain::account(registry, &caller, &path))
         .await?;
@@ -54,22 +53,6 @@ pub async fn explain(
         .content_type("application/json")
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .body(explanation))
-}
-
-/// Explaining costs more than any other read (every rule against every claim, reasons and
-/// hints): a budget per customer (DECISIONS §17), an HTTP-level limit.
-fn within_budget(state: &AppState, caller: &Caller) -> ApiResult<()> {
-    let limit = state.settings.explain_per_minute;
-    state
-        .explains
-        .hit_key(caller.customer()?)
-        .map_err(|retry| ApiError::RateLimited {
-            retry_after_secs: retry.seconds(),
-            detail: format!(
-                "this customer explained more than {limit} tokens or claims in a minute; retry \
-                 later"
-            ),
-        })
 }
 
 /// A token as verification leaves it, unless the use case refuses it first: the keys of an

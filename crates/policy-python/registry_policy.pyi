@@ -13,20 +13,26 @@ class PolicyError(ValueError):
     """Every problem found: ``{"pointer": RFC 6901 pointer into the document, "message": str}``."""
 
 class Policy:
-    """A parsed, compiled policy document (version 1)."""
+    """A parsed, compiled policy document (version 1 or 2)."""
 
     def __init__(self, document: Document) -> None: ...
+    @property
+    def version(self) -> int:
+        """2 when the document's ``$schema`` names the version-2 schema, else 1."""
+        ...
     def evaluate(
         self,
         claims: Optional[Mapping[str, Any]],
         service: Optional[str],
         ip: Optional[object] = None,
+        action: Optional[str] = None,
     ) -> bool: ...
     def explain(
         self,
         claims: Optional[Mapping[str, Any]],
         service: Optional[str] = None,
         ip: Optional[object] = None,
+        action: Optional[str] = None,
     ) -> Dict[str, Any]: ...
 
 def lint(document: Document) -> List[Dict[str, str]]: ...

@@ -4,8 +4,10 @@
 //! - `Policy(document)`: a dict or a JSON text; an invalid one raises `PolicyError`, whose
 //!   `.errors` is the list of `{pointer, message}` (a required member that is missing is named
 //!   by its own pointer, `/rules/0/claims/sub`);
-//! - `Policy.evaluate(claims, service, ip=None) -> bool` and
-//!   `Policy.explain(claims, service=None, ip=None) -> dict` (the body of the HTTP explain);
+//! - `Policy.evaluate(claims, service, ip=None, action=None) -> bool` and
+//!   `Policy.explain(claims, service=None, ip=None, action=None) -> dict` (the body of the HTTP
+//!   explain); `action` is an action's name (`"config:write"`, …), an unknown one a
+//!   `ValueError`; `Policy.version` is 1 or 2;
 //! - `lint(document) -> list[dict]` (`{code, severity, pointer, message}`);
 //! - `compare(old, new) -> dict` (`{result, witnesses: [{rule, claims, service, ip?}]}`).
 //!
@@ -101,7 +103,17 @@ fn ip_of(ip: Option<&Bound<'_, PyAny>>) -> PyResult<Option<IpAddr>> {
         .map_err(|_| PyValueError::new_err(format!("{text:?} is not an IPv4 or IPv6 address")))
 }
 
-/// A parsed, compiled policy document (version 1).
+/// The action of a request: its name (`"config:write"`, …), or `None`: not checked.
+fn action_of(action: Option<&str>) -> PyResult<Option<engine::Action>> {
+    action
+        .map(|name| {
+            name.parse::<engine::Action>()
+                .map_err(|e| PyValueError::new_err(e.to_string()))
+        })
+        .transpose()
+}
+
+/// A parsed, compiled policy document (version 1 or 2).
 ///
 /// `Policy(document)` takes a dict or a JSON text; a document that is not a valid policy raises
 /// `PolicyError`, whose `.errors` lists every problem with its pointer.
@@ -120,40 +132,52 @@ impl Policy {
         })
     }
 
+    /// The version of the document: 2 when its `$schema` names the version-2 schema, else 1
+    /// (which allows every action).
+    #[getter]
+    fn version(&self) -> u8 {
+        self.policy.version()
+    }
+
     /// Whether the policy admits a request: `claims` are the token's verified claims (a dict;
     /// `None` for a static token), `service` the subdomain the call acts on (`None` for a call
     /// on no one service, such as listing), `ip` the client's address (`None`: the
-    /// `ip_allowlist` is not checked).
-    #[pyo3(signature = (claims, service, ip=None))]
+    /// `ip_allowlist` is not checked), `action` the action the call needs (`"config:write"`,
+    /// …; `None`: not checked; an unknown name raises `ValueError`).
+    #[pyo3(signature = (claims, service, ip=None, action=None))]
     fn evaluate(
         &self,
         claims: Option<&Bound<'_, PyAny>>,
         service: Option<&str>,
         ip: Option<&Bound<'_, PyAny>>,
+        action: Option<&str>,
     ) -> PyResult<bool> {
         let claims = claims_of(claims)?;
         let ip = ip_of(ip)?;
+        let action = action_of(action)?;
         Ok(self
             .policy
-            .evaluate(claims.as_ref(), service, ip)
+            .evaluate(claims.as_ref(), service, ip, action)
             .is_allowed())
     }
 
     /// Why the policy admits or refuses a request (the arguments of `evaluate`): the body of
     /// the registry's `POST /service-accounts/{id}/explain`, `{decision: "allow"|"deny", rule:
     /// {index, pointer}|None, reasons: [{code, message, rule?, pointer?}], hints: [{rule,
-    /// pointer, message}]}`.
-    #[pyo3(signature = (claims, service=None, ip=None))]
+    /// pointer, message}]}`; a refused action is the reason `action-not-allowed`.
+    #[pyo3(signature = (claims, service=None, ip=None, action=None))]
     fn explain<'py>(
         &self,
         py: Python<'py>,
         claims: Option<&Bound<'py, PyAny>>,
         service: Option<&str>,
         ip: Option<&Bound<'py, PyAny>>,
+        action: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let claims = claims_of(claims)?;
         let ip = ip_of(ip)?;
-        let explanation = self.policy.explain(claims.as_ref(), service, ip);
+        let action = action_of(action)?;
+        let explanation = self.policy.explain(claims.as_ref(), service, ip, action);
         from_json(py, &explanation.to_json())
     }
 

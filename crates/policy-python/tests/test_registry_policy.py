@@ -43,17 +43,17 @@ def test_the_golden_files_are_there():
 @pytest.mark.parametrize("policy_path, case", GOLDEN)
 def test_a_golden_case_is_decided_as_the_engine_decides_it(policy_path, case):
     policy = Policy(read(policy_path))
-    service, ip = case.get("service"), case.get("ip")
-    explained = policy.explain(case["claims"], service, ip)
+    service, ip, action = case.get("service"), case.get("ip"), case.get("action")
+    explained = policy.explain(case["claims"], service, ip, action)
     assert explained["decision"] == case["expect"], explained
     rule = explained["rule"]["index"] if explained["rule"] is not None else None
     assert rule == case.get("rule"), explained
     if rule is not None:
         assert explained["rule"]["pointer"] == f"/rules/{rule}"
-    assert policy.evaluate(case["claims"], service, ip) is (case["expect"] == "allow")
+    assert policy.evaluate(case["claims"], service, ip, action) is (case["expect"] == "allow")
     # The same policy given as JSON text decides the same.
     assert Policy(policy_path.read_text(encoding="utf-8")).evaluate(
-        case["claims"], service, ip
+        case["claims"], service, ip, action=action
     ) is (case["expect"] == "allow")
 
 

@@ -26,7 +26,7 @@ fn bench(c: &mut Criterion) {
         let claims = token(last);
         let service = format!("svc-{last}-acme");
         assert_eq!(
-            policy.evaluate(Some(&claims), Some(&service), client),
+            policy.evaluate(Some(&claims), Some(&service), client, None),
             Decision::Allow { rule: Some(last) },
             "only the last rule matches"
         );
@@ -36,6 +36,7 @@ fn bench(c: &mut Criterion) {
                     Some(black_box(&claims)),
                     Some(black_box(&service)),
                     client,
+                    None,
                 )
             })
         });
@@ -82,13 +83,15 @@ fn explain_against_evaluate(
     service: &str,
     client: IpAddr,
 ) {
-    let refused = policy.explain(Some(stranger), Some(service), Some(client));
+    let refused = policy.explain(Some(stranger), Some(service), Some(client), None);
     assert!(!refused.allowed && refused.reasons.len() == rules);
     assert!(!policy
-        .evaluate(Some(stranger), Some(service), client)
+        .evaluate(Some(stranger), Some(service), client, None)
         .is_allowed());
     assert_eq!(
-        policy.explain(Some(last), Some(service), Some(client)).rule,
+        policy
+            .explain(Some(last), Some(service), Some(client), None)
+            .rule,
         Some(rules - 1)
     );
     group.bench_with_input(BenchmarkId::new("explain", rules), &rules, |b, _| {
@@ -97,6 +100,7 @@ fn explain_against_evaluate(
                 Some(black_box(last)),
                 Some(black_box(service)),
                 Some(client),
+                None,
             )
         })
     });
@@ -109,6 +113,7 @@ fn explain_against_evaluate(
                     Some(black_box(stranger)),
                     Some(black_box(service)),
                     client,
+                    None,
                 )
             })
         },
@@ -122,6 +127,7 @@ fn explain_against_evaluate(
                     Some(black_box(stranger)),
                     Some(black_box(service)),
                     Some(client),
+                    None,
                 )
             })
         },

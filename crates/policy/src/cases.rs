@@ -1,7 +1,7 @@
 //! Policy test cases (`registry policy test`): what a policy must answer for given claims,
 //! service and address, checked against [`Policy::explain`], with the rules no case exercised.
 
-use super::{Explanation, Policy, PolicyError};
+use super::{Action, Explanation, Policy, PolicyError};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -17,6 +17,8 @@ pub struct TestCase {
     pub service: Option<String>,
     /// The client's address, if the case names one.
     pub ip: Option<IpAddr>,
+    /// The action the request needs, if the case names one.
+    pub action: Option<Action>,
     /// Whether the policy must allow it.
     pub allow: bool,
     /// The rule that must admit it, if the case says.
@@ -49,7 +51,7 @@ impl TestRun {
 }
 
 /// Reads a JSON list of cases (`[{"name", "claims", "expect": "allow"|"deny", "service"?,
-/// "ip"?, "rule"?}]`); the error ([`PolicyError::Cases`]) names the first case that is not
+/// "ip"?, "action"?, "rule"?}]`); the error ([`PolicyError::Cases`]) names the first case that is not
 /// one, and why (`case 2: claims is not an object`), or says `is not a JSON list of cases`.
 ///
 /// ```
@@ -98,6 +100,16 @@ pub fn parse_cases(document: &Value) -> Result<Vec<TestCase>, PolicyError> {
                 Value::String(s) => Some(s.parse().map_err(|_| wrong("ip is not an address"))?),
                 _ => return Err(wrong("ip is not a string")),
             };
+            let action = match &item["action"] {
+                Value::Null => None,
+                Value::String(s) => Some(Action::parse(s).ok_or_else(|| {
+                    wrong(&format!(
+                        "action {s:?} is not an action; {}",
+                        crate::actions::accepted_values()
+                    ))
+                })?),
+                _ => return Err(wrong("action is not a string")),
+            };
             let rule = match &item["rule"] {
                 Value::Null => None,
                 v => Some(
@@ -111,6 +123,7 @@ pub fn parse_cases(document: &Value) -> Result<Vec<TestCase>, PolicyError> {
                 claims: claims.clone(),
                 service,
                 ip,
+                action,
                 allow,
                 rule,
             })
@@ -125,7 +138,12 @@ pub fn run_cases(policy: &Policy, cases: &[TestCase]) -> TestRun {
     let outcomes = cases
         .iter()
         .map(|case| {
-            let explanation = policy.explain(Some(&case.claims), case.service.as_deref(), case.ip);
+            let explanation = policy.explain(
+                Some(&case.claims),
+                case.service.as_deref(),
+                case.ip,
+                case.action,
+            );
             exercised.extend(explanation.rule);
             let passed = explanation.allowed == case.allow
                 && (case.rule.is_none() || case.rule == explanation.rule);

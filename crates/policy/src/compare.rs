@@ -14,7 +14,7 @@
 //! `?` any one character or `?`). That is exact for literal and prefix or suffix patterns, and
 //! on the safe side otherwise (`?*` against `*?` is not proven).
 
-use super::{Policy, PolicyKind};
+use super::{Action, Actions, Policy, PolicyKind};
 use ipnetwork::IpNetwork;
 use serde_json::{json, Map, Value};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -60,10 +60,13 @@ pub struct Witness {
     pub service: Option<String>,
     /// The client's address, when either policy has an `ip_allowlist` (`None`: any address).
     pub ip: Option<IpAddr>,
+    /// The action the request needs, when the difference lies in the actions (`None`: any
+    /// action, not checked).
+    pub action: Option<Action>,
 }
 
 impl Witness {
-    /// `{rule, claims, service, ip?}`.
+    /// `{rule, claims, service, ip?, action?}`.
     pub fn to_json(&self) -> Value {
         let mut value = json!({
             "rule": self.rule,
@@ -72,6 +75,9 @@ impl Witness {
         });
         if let Some(ip) = self.ip {
             value["ip"] = ip.to_string().into();
+        }
+        if let Some(action) = self.action {
+            value["action"] = action.as_str().into();
         }
         value
     }
@@ -133,7 +139,7 @@ const SEARCH_BUDGET: usize = 200_000;
 /// let witness = &wider.witnesses[0];
 /// assert_eq!(witness.rule, Some(0));
 /// let claims = witness.claims.as_ref().unwrap();
-/// assert!(!old.evaluate(Some(claims), witness.service.as_deref(), witness.ip).is_allowed());
+/// assert!(!old.evaluate(Some(claims), witness.service.as_deref(), witness.ip, None).is_allowed());
 /// assert_eq!(wider.to_json()["result"], "widens");
 /// ```
 pub fn compare(old: &Policy, new: &Policy) -> Comparison {
@@ -164,6 +170,7 @@ struct RuleText<'a> {
     issuer: &'a str,
     claims: Vec<(&'a str, &'a str)>,
     services: Vec<String>,
+    actions: Actions,
 }
 
 fn rules_of(policy: &Policy) -> Vec<RuleText<'_>> {
@@ -183,6 +190,7 @@ fn rules_of(policy: &Policy) -> Vec<RuleText<'_>> {
                     .filter_map(|(name, p)| Some((name.as_str(), p.as_str()?)))
                     .collect(),
                 services: services_of(rule.get("services")),
+                actions: policy.rules_actions(&[index]),
             })
         })
         .collect()
@@ -211,6 +219,9 @@ fn unproven(old: &Policy, new: &Policy) -> Vec<String> {
             if !inner.iter().all(|s| service_covered(&outer, s)) {
                 unproven.push("/services".to_owned());
             }
+            if !old.actions().includes(new.actions()) {
+                unproven.push("/actions".to_owned());
+            }
             if !ip_within {
                 unproven.push("/ip_allowlist".to_owned());
             }
@@ -235,14 +246,19 @@ fn unproven(old: &Policy, new: &Policy) -> Vec<String> {
 }
 
 /// Whether the rules of `old` admit every request `rule` admits (its address aside): for each
-/// of its services, and for calls on no service, an old rule whose claims cover `rule`'s.
+/// of its services, and for calls on no service, and for each of its actions, an old rule whose
+/// claims cover `rule`'s, that covers the service and allows the action. (`"*"` is covered only
+/// by `"*"`: the union of the old rules' actions must include `rule`'s.)
 fn rule_subsumed(old: &[RuleText<'_>], rule: &RuleText<'_>) -> bool {
     let covering: Vec<&RuleText<'_>> = old.iter().filter(|o| claims_cover(o, rule)).collect();
-    !covering.is_empty()
-        && rule
-            .services
-            .iter()
-            .all(|s| covering.iter().any(|o| service_covered(&o.services, s)))
+    let union = |rules: &mut dyn Iterator<Item = &&RuleText<'_>>| {
+        rules.fold(Actions::NONE, |all, o| all.union(o.actions))
+    };
+    union(&mut covering.iter()).includes(rule.actions)
+        && rule.services.iter().all(|s| {
+            union(&mut covering.iter().filter(|o| service_covered(&o.services, s)))
+                .includes(rule.actions)
+        })
 }
 
 /// Whether every token `inner` accepts, `outer` accepts: the same issuer, and each claim
@@ -359,22 +375,37 @@ fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
     let show_ip = !old.ip_allowlist().is_empty() || !new.ip_allowlist().is_empty();
     let mut budget = SEARCH_BUDGET;
     let mut witnesses = Vec::new();
+    // A request without an action first (any action will do); when both policies admit it,
+    // each action the new policy may allow, in case only the actions differ.
     let try_request = |claims: Option<&Map<String, Value>>,
                        service: Option<&str>,
                        ip: IpAddr,
+                       actions: Actions,
                        budget: &mut usize|
      -> Option<Witness> {
-        *budget = budget.saturating_sub(1);
-        let decision = new.evaluate(claims, service, ip);
-        let super::Decision::Allow { rule } = decision else {
-            return None;
-        };
-        (!old.evaluate(claims, service, ip).is_allowed()).then(|| Witness {
-            rule,
-            claims: claims.cloned(),
-            service: service.map(str::to_owned),
-            ip: show_ip.then_some(ip),
-        })
+        let probes = std::iter::once(None).chain(actions.iter().map(Some));
+        for action in probes {
+            if *budget == 0 {
+                return None;
+            }
+            *budget -= 1;
+            let decision = new.evaluate(claims, service, ip, action);
+            let super::Decision::Allow { rule } = decision else {
+                // Refused without an action: refused with every one.
+                action?;
+                continue;
+            };
+            if !old.evaluate(claims, service, ip, action).is_allowed() {
+                return Some(Witness {
+                    rule,
+                    claims: claims.cloned(),
+                    service: service.map(str::to_owned),
+                    ip: show_ip.then_some(ip),
+                    action,
+                });
+            }
+        }
+        None
     };
     match new.kind() {
         PolicyKind::Oidc => {
@@ -398,8 +429,13 @@ fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
                             if budget == 0 {
                                 break 'rule;
                             }
-                            let found =
-                                try_request(Some(&claims), service.as_deref(), ip, &mut budget);
+                            let found = try_request(
+                                Some(&claims),
+                                service.as_deref(),
+                                ip,
+                                rule.actions,
+                                &mut budget,
+                            );
                             if let Some(witness) = found {
                                 witnesses.push(witness);
                                 break 'rule;
@@ -419,7 +455,9 @@ fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
                     if budget == 0 {
                         break 'search;
                     }
-                    if let Some(witness) = try_request(None, service.as_deref(), ip, &mut budget) {
+                    let found =
+                        try_request(None, service.as_deref(), ip, new.actions(), &mut budget);
+                    if let Some(witness) = found {
                         witnesses.push(witness);
                         break 'search;
                     }
@@ -544,12 +582,12 @@ mod tests {
     fn confirmed(old: &Policy, new: &Policy, comparison: &Comparison) {
         for w in &comparison.witnesses {
             assert_eq!(
-                new.evaluate(w.claims.as_ref(), w.service.as_deref(), w.ip),
+                new.evaluate(w.claims.as_ref(), w.service.as_deref(), w.ip, None),
                 super::super::Decision::Allow { rule: w.rule },
                 "{w:?}"
             );
             assert!(
-                !old.evaluate(w.claims.as_ref(), w.service.as_deref(), w.ip)
+                !old.evaluate(w.claims.as_ref(), w.service.as_deref(), w.ip, None)
                     .is_allowed(),
                 "{w:?}"
             );

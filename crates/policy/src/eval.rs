@@ -2,7 +2,7 @@
 
 use super::rules::OidcRules;
 use super::services::{fold_case, Scope};
-use super::{Policy, PolicyKind};
+use super::{Action, Policy, PolicyKind};
 use serde_json::{Map, Value};
 use std::fmt;
 use std::net::IpAddr;
@@ -39,7 +39,7 @@ impl fmt::Display for Decision {
 }
 
 /// Why a request was refused. The checks run in this order: kind, claims, source address,
-/// service; a token that no rule accepts is refused as such before its address is looked at, so
+/// service, action; a token that no rule accepts is refused as such before its address is looked at, so
 /// the refusal does not reveal an allowlist to a stranger.
 ///
 /// Suggested statuses (DECISIONS §4): [`DenyReason::KindMismatch`] and
@@ -72,6 +72,16 @@ pub enum DenyReason {
         /// The rules whose claims matched (empty for a static policy).
         rules: Vec<usize>,
     },
+    /// The claims matched and the service is covered (or the policy is static and covers it),
+    /// but the action is not allowed: not in a static policy's `actions`, nor in the `actions`
+    /// of any matching rule that covers the service.
+    ActionNotAllowed {
+        /// The action the call needs.
+        action: Action,
+        /// The matching rules that covered the service (every matching rule for a call on no
+        /// one service) and did not allow the action; empty for a static policy.
+        rules: Vec<usize>,
+    },
 }
 
 impl fmt::Display for DenyReason {
@@ -93,6 +103,17 @@ impl fmt::Display for DenyReason {
                 write!(
                     f,
                     "service {subdomain:?} is not in the services of the matching rule(s) {}",
+                    list.join(", ")
+                )
+            }
+            DenyReason::ActionNotAllowed { action, rules } if rules.is_empty() => {
+                write!(f, "action \"{action}\" is not in the policy's actions")
+            }
+            DenyReason::ActionNotAllowed { action, rules } => {
+                let list: Vec<String> = rules.iter().map(usize::to_string).collect();
+                write!(
+                    f,
+                    "action \"{action}\" is not in the actions of the matching rule(s) {}",
                     list.join(", ")
                 )
             }
@@ -132,6 +153,7 @@ pub(super) fn evaluate(
     claims: Option<&Map<String, Value>>,
     subdomain: Option<&str>,
     client_ip: Option<IpAddr>,
+    action: Option<Action>,
 ) -> Decision {
     let kind = policy.kind();
     let credential = if claims.is_some() {
@@ -157,10 +179,18 @@ pub(super) fn evaluate(
                         rules: vec![],
                     })
                 }
-                _ => Decision::Allow { rule: None },
+                _ => match action {
+                    Some(action) if !policy.actions().contains(action) => {
+                        Decision::Deny(DenyReason::ActionNotAllowed {
+                            action,
+                            rules: vec![],
+                        })
+                    }
+                    _ => Decision::Allow { rule: None },
+                },
             }
         }
-        Some(claims) => evaluate_oidc(policy, claims, subdomain, client_ip),
+        Some(claims) => evaluate_oidc(policy, claims, subdomain, client_ip, action),
     }
 }
 
@@ -169,6 +199,7 @@ fn evaluate_oidc(
     claims: &Map<String, Value>,
     subdomain: Option<&str>,
     client_ip: Option<IpAddr>,
+    action: Option<Action>,
 ) -> Decision {
     let Some(group) = claims
         .get("iss")
@@ -181,27 +212,43 @@ fn evaluate_oidc(
     // Only the candidates of the index are matched, and nothing is allocated for the reasons
     // of a refusal: those are `explain`'s.
     let mut matched = group.matching(&views).peekable();
-    let Some(first) = matched.peek().map(|r| r.index) else {
+    if matched.peek().is_none() {
         return Decision::Deny(DenyReason::NoRuleMatched);
-    };
+    }
     if let Some(ip) = client_ip.filter(|ip| !policy.allows_ip(*ip)) {
         return Decision::Deny(DenyReason::IpNotAllowed { ip });
     }
-    let Some(subdomain) = subdomain else {
-        return Decision::Allow { rule: Some(first) };
-    };
-    let lower = fold_case(subdomain);
+    let lower = subdomain.map(fold_case);
+    // The matching rules that cover the service (all of them for a call on no one service);
+    // the first of those that allows the action admits the request.
+    let mut covering = Vec::new();
     let mut tried = Vec::new();
     for rule in matched {
-        if rule.services.matches_lower(&lower) {
+        if lower
+            .as_deref()
+            .is_some_and(|s| !rule.services.matches_lower(s))
+        {
+            tried.push(rule.index);
+            continue;
+        }
+        if action.is_none_or(|a| rule.actions.contains(a)) {
             return Decision::Allow {
                 rule: Some(rule.index),
             };
         }
-        tried.push(rule.index);
+        covering.push(rule.index);
     }
-    Decision::Deny(DenyReason::ServiceNotCovered {
-        subdomain: subdomain.to_owned(),
-        rules: tried,
-    })
+    match (action, subdomain) {
+        (Some(action), _) if !covering.is_empty() => Decision::Deny(DenyReason::ActionNotAllowed {
+            action,
+            rules: covering,
+        }),
+        (_, Some(subdomain)) => Decision::Deny(DenyReason::ServiceNotCovered {
+            subdomain: subdomain.to_owned(),
+            rules: tried,
+        }),
+        // Unreachable: without a service every matching rule covers, and without an action the
+        // first one admits.
+        (_, None) => Decision::Deny(DenyReason::NoRuleMatched),
+    }
 }

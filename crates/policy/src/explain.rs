@@ -5,7 +5,7 @@
 
 use super::pattern::{ClaimPattern, ClaimView};
 use super::services::fold_case;
-use super::{Policy, PolicyKind};
+use super::{Action, Policy, PolicyKind};
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::fmt;
@@ -45,11 +45,14 @@ pub enum ReasonCode {
     AddressNotAllowed,
     /// Several accounts accept the token on a collection call.
     AccountAmbiguous,
+    /// The policy does not allow the action the call needs.
+    ActionNotAllowed,
 }
 
 impl ReasonCode {
-    /// Every code, in the order of DECISIONS §12.
-    pub const ALL: [ReasonCode; 15] = [
+    /// Every code: those of refusals in the order of the documentation, then
+    /// `action-not-allowed`.
+    pub const ALL: [ReasonCode; 16] = [
         ReasonCode::IssuerUnknown,
         ReasonCode::IssuerUnreachable,
         ReasonCode::SignatureInvalid,
@@ -65,6 +68,7 @@ impl ReasonCode {
         ReasonCode::ServiceNotAllowed,
         ReasonCode::AddressNotAllowed,
         ReasonCode::AccountAmbiguous,
+        ReasonCode::ActionNotAllowed,
     ];
 
     /// The stable string (`claim-mismatch`, …).
@@ -90,6 +94,7 @@ impl ReasonCode {
             ReasonCode::ServiceNotAllowed => "service-not-allowed",
             ReasonCode::AddressNotAllowed => "address-not-allowed",
             ReasonCode::AccountAmbiguous => "account-ambiguous",
+            ReasonCode::ActionNotAllowed => "action-not-allowed",
         }
     }
 }
@@ -211,8 +216,10 @@ fn near_misses(rule: usize, pointer: &str, pattern: &str, value: &Value, hints: 
 
 impl Policy {
     /// Explains the decision of [`Policy::evaluate`] for the same arguments: `claims` (`None`: a
-    /// static token), the requested `service` (`None`: a call on no one service) and the
-    /// client's address `ip` (an [`IpAddr`], or `None`: not checked). The decision is always
+    /// static token), the requested `service` (`None`: a call on no one service), the
+    /// client's address `ip` (an [`IpAddr`], or `None`: not checked) and the `action` the call
+    /// needs (`None`: not checked); a refused action is the reason `action-not-allowed`, which
+    /// names it. The decision is always
     /// `evaluate`'s; an admitted request costs about as much as `evaluate`, a refused one
     /// looks at every rule of the token's issuer to say why each refused it.
     ///
@@ -224,7 +231,7 @@ impl Policy {
     ///     "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/infra:ref:main"}}]}))
     ///     .unwrap().policy;
     /// let claims = json!({"iss": "https://ci.example", "aud": "registry", "sub": "repo:Acme/infra:ref:main"});
-    /// let explained = policy.explain(claims.as_object(), Some("api-acme"), None);
+    /// let explained = policy.explain(claims.as_object(), Some("api-acme"), None, None);
     /// assert!(!explained.allowed);
     /// assert_eq!(explained.reasons[0].code.as_str(), "claim-mismatch");
     /// assert_eq!(explained.reasons[0].pointer.as_deref(), Some("/rules/0/claims/sub"));
@@ -235,8 +242,10 @@ impl Policy {
         claims: Option<&Map<String, Value>>,
         service: Option<&str>,
         ip: impl Into<Option<IpAddr>>,
+        action: impl Into<Option<Action>>,
     ) -> Explanation {
         let address: Option<IpAddr> = ip.into();
+        let action: Option<Action> = action.into();
         let mut reasons = Vec::new();
         let mut hints = Vec::new();
         let deny = |reasons, hints| Explanation {
@@ -283,6 +292,17 @@ impl Policy {
                     });
                     return deny(reasons, hints);
                 }
+                if let Some(action) = action.filter(|a| !self.actions().contains(*a)) {
+                    reasons.push(Reason {
+                        rule: None,
+                        pointer: Some("/actions".into()),
+                        code: ReasonCode::ActionNotAllowed,
+                        message: format!(
+                            "the policy's actions do not include \"{action}\", the action                              the call needs"
+                        ),
+                    });
+                    return deny(reasons, hints);
+                }
                 return Explanation {
                     allowed: true,
                     rule: None,
@@ -323,9 +343,10 @@ impl Policy {
         // allocating, and build reasons and hints only for a refusal.
         if address.is_none_or(|ip| self.allows_ip(ip)) {
             let lower = service.map(fold_case);
-            let admitting = group
-                .matching(&views)
-                .find(|r| lower.as_deref().is_none_or(|s| r.services.matches_lower(s)));
+            let admitting = group.matching(&views).find(|r| {
+                lower.as_deref().is_none_or(|s| r.services.matches_lower(s))
+                    && action.is_none_or(|a| r.actions.contains(a))
+            });
             if let Some(rule) = admitting {
                 return Explanation {
                     allowed: true,
@@ -376,17 +397,16 @@ impl Policy {
         if matched.is_empty() || address_refused(&mut reasons) {
             return deny(reasons, hints);
         }
-        // The rules that matched have no failing check to report.
-        let Some(service) = service else {
-            return Explanation {
-                allowed: true,
-                rule: Some(matched[0].index),
-                reasons: Vec::new(),
-                hints: Vec::new(),
-            };
+        // The rules that matched have no failing check to report; the first that covers the
+        // service and allows the action admits the request.
+        let lower = service.map(fold_case);
+        let covers = |rule: &&crate::rules::Rule| {
+            lower
+                .as_deref()
+                .is_none_or(|s| rule.services.matches_lower(s))
         };
-        let lower = fold_case(service);
-        if let Some(rule) = matched.iter().find(|r| r.services.matches_lower(&lower)) {
+        let allows = |rule: &&crate::rules::Rule| action.is_none_or(|a| rule.actions.contains(a));
+        if let Some(rule) = matched.iter().find(|r| covers(r) && allows(r)) {
             return Explanation {
                 allowed: true,
                 rule: Some(rule.index),
@@ -394,6 +414,27 @@ impl Policy {
                 hints: Vec::new(),
             };
         }
+        let covering: Vec<_> = matched.iter().filter(|r| covers(r)).collect();
+        if let (Some(action), false) = (action, covering.is_empty()) {
+            for rule in covering {
+                let scope = match service {
+                    Some(service) => format!("and covers {service:?}"),
+                    None => "(a call on no one service)".to_owned(),
+                };
+                reasons.push(Reason {
+                    rule: Some(rule.index),
+                    pointer: Some(format!("/rules/{}/actions", rule.index)),
+                    code: ReasonCode::ActionNotAllowed,
+                    message: format!(
+                        "rule {} accepts the token {scope}, but its actions do not include \
+                         \"{action}\"",
+                        rule.index
+                    ),
+                });
+            }
+            return deny(reasons, hints);
+        }
+        let service = service.unwrap_or_default();
         for rule in matched {
             reasons.push(Reason {
                 rule: Some(rule.index),
@@ -434,6 +475,7 @@ mod tests {
             claims.as_object(),
             service,
             Some("192.0.2.1".parse().unwrap()),
+            None,
         )
     }
 
@@ -497,7 +539,7 @@ mod tests {
         );
         assert_eq!(address.reasons[0].code, ReasonCode::AddressNotAllowed);
         let codes: Vec<&str> = ReasonCode::ALL.iter().map(|c| c.as_str()).collect();
-        assert_eq!(codes.len(), 15);
+        assert_eq!(codes.len(), 16);
         assert!(codes.contains(&"account-ambiguous") && codes.contains(&"token-expired"));
     }
 
@@ -525,8 +567,8 @@ mod tests {
             let claims = json!({"iss": "https://ci.example", "aud": aud, "sub": sub});
             let claims = claims.as_object().unwrap();
             let ip: IpAddr = if inside { "192.0.2.9" } else { "198.51.100.9" }.parse().unwrap();
-            let evaluated = policy.evaluate(Some(claims), service.as_deref(), ip);
-            let explained = policy.explain(Some(claims), service.as_deref(), Some(ip));
+            let evaluated = policy.evaluate(Some(claims), service.as_deref(), ip, None);
+            let explained = policy.explain(Some(claims), service.as_deref(), Some(ip), None);
             prop_assert_eq!(explained.allowed, evaluated.is_allowed());
             if let Decision::Allow { rule } = evaluated {
                 prop_assert_eq!(explained.rule, rule);

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod actions;
 mod cases;
 mod compare;
 mod error;
@@ -16,6 +17,7 @@ mod schema;
 mod services;
 pub mod violation;
 
+pub use actions::{Action, Actions, UnknownAction};
 pub use cases::{parse_cases, run_cases, CaseOutcome, TestCase, TestRun};
 pub use compare::{compare, CompareResult, Comparison, Witness, MAX_WITNESSES};
 pub use error::PolicyError;
@@ -25,7 +27,10 @@ pub use ip::{parse_ip_entry, IpAllowlist};
 pub use lint::{lint_document, Finding, Severity, GITHUB_ISSUER};
 pub use pattern::ClaimPattern;
 pub use report::{RunReport, Tally};
-pub use schema::{schema, SCHEMA_PLACEHOLDER_ID, SCHEMA_SOURCE};
+pub use schema::{
+    schema, schema_v2, SCHEMA_PLACEHOLDER_ID, SCHEMA_SOURCE, SCHEMA_V2_PLACEHOLDER_ID,
+    SCHEMA_V2_SOURCE,
+};
 pub use services::Scope;
 pub use violation::{Violation, Violations};
 
@@ -95,6 +100,10 @@ pub struct Policy {
 struct Inner {
     document: Value,
     kind: PolicyKind,
+    /// 1 or 2 (see [`version_of`]).
+    version: u8,
+    /// Static policies: the top-level `actions` (version 1: every action).
+    actions: Actions,
     /// Static policies only.
     services: Option<ServiceSet>,
     /// OIDC policies only (empty otherwise).
@@ -127,7 +136,7 @@ impl Policy {
     /// assert!(pointers.contains(&"/rules/0/claims/sub"));
     /// ```
     pub fn parse(document: &Value) -> Result<ParsedPolicy, PolicyError> {
-        let violations = schema::check(document);
+        let violations = schema::check(document, version_of(document));
         if !violations.is_empty() {
             return Err(PolicyError::Invalid(violations));
         }
@@ -171,6 +180,7 @@ impl Policy {
     }
 
     fn compile(document: &Value) -> Result<ParsedPolicy, Violations> {
+        let version = version_of(document);
         let kind = match document.get("kind").and_then(Value::as_str) {
             Some("oidc") => PolicyKind::Oidc,
             Some("static") => PolicyKind::Static,
@@ -193,7 +203,7 @@ impl Policy {
                 .map(|v| v.prefixed("/ip_allowlist"))
                 .collect::<Violations>()
         })?;
-        let (services, rules) = match kind {
+        let (services, rules, actions) = match kind {
             PolicyKind::Static => {
                 let Some(entries) = document.get("services").and_then(Value::as_array) else {
                     return Err(vec![Violation::new(
@@ -201,8 +211,12 @@ impl Policy {
                         "a static policy needs a services list",
                     )]);
                 };
+                let actions = match version {
+                    1 => Actions::ALL,
+                    _ => Actions::compile(document.get("actions"), "/actions")?,
+                };
                 let set = ServiceSet::compile(entries.iter().filter_map(Value::as_str));
-                (Some(set), OidcRules::default())
+                (Some(set), OidcRules::default(), actions)
             }
             PolicyKind::Oidc => {
                 let Some(entries) = document.get("rules").and_then(Value::as_array) else {
@@ -211,13 +225,20 @@ impl Policy {
                         "an oidc policy needs a rules list",
                     )]);
                 };
-                (None, OidcRules::compile(entries)?)
+                let rules = OidcRules::compile(entries, version)?;
+                let actions = match version {
+                    1 => Actions::ALL,
+                    _ => rules.actions(),
+                };
+                (None, rules, actions)
             }
         };
         let policy = Policy {
             inner: Arc::new(Inner {
                 document: document.clone(),
                 kind,
+                version,
+                actions,
                 services,
                 rules,
                 ip_allowlist,
@@ -241,6 +262,62 @@ impl Policy {
     /// The kind.
     pub fn kind(&self) -> PolicyKind {
         self.inner.kind
+    }
+
+    /// The version of the document: 2 when its `$schema` names the version-2 schema, else 1
+    /// (see [`SCHEMA_V2_PATH`]).
+    ///
+    /// ```
+    /// use registry_policy::Policy;
+    /// use serde_json::json;
+    ///
+    /// let v1 = Policy::parse(&json!({"kind": "static", "services": ["*"]})).unwrap().policy;
+    /// assert_eq!(v1.version(), 1);
+    /// let v2 = Policy::parse(&json!({
+    ///     "$schema": "https://registry.example/schemas/service-account-policy/v2.json",
+    ///     "kind": "static", "services": ["*"], "actions": ["services:read"]
+    /// })).unwrap().policy;
+    /// assert_eq!(v2.version(), 2);
+    /// ```
+    pub fn version(&self) -> u8 {
+        self.inner.version
+    }
+
+    /// What the policy may ever allow: every action for a version-1 document
+    /// ([`Actions::ALL`]); for version 2, a static policy's `actions`, or the union of the
+    /// `actions` of every rule of an OIDC policy.
+    ///
+    /// ```
+    /// use registry_policy::{Action, Actions, Policy};
+    /// use serde_json::json;
+    ///
+    /// let policy = Policy::parse(&json!({
+    ///     "$schema": "https://registry.example/schemas/service-account-policy/v2.json",
+    ///     "kind": "static", "services": ["api-acme"], "actions": ["config:read", "config:write"]
+    /// })).unwrap().policy;
+    /// assert_eq!(policy.actions(), Actions::of(&[Action::ConfigRead, Action::ConfigWrite]));
+    /// ```
+    pub fn actions(&self) -> Actions {
+        self.inner.actions
+    }
+
+    /// The union of the `actions` of the OIDC rules with these indices (see
+    /// [`Policy::matching_rules`]; indices of no rule are ignored). A version-1 policy answers
+    /// [`Actions::ALL`], a static one [`Policy::actions`].
+    pub fn rules_actions(&self, rules: &[usize]) -> Actions {
+        if self.inner.version == 1 {
+            return Actions::ALL;
+        }
+        if self.inner.kind == PolicyKind::Static {
+            return self.inner.actions;
+        }
+        let mut actions = Actions::NONE;
+        for group in self.inner.rules.groups() {
+            for rule in group.rules.iter().filter(|r| rules.contains(&r.index)) {
+                actions = actions.union(rule.actions);
+            }
+        }
+        actions
     }
 
     /// Distinct exact issuers of the OIDC rules, in the order they first appear (empty for a
@@ -441,10 +518,10 @@ impl Policy {
     ///     .unwrap()
     ///     .policy;
     /// let ip: std::net::IpAddr = "192.0.2.1".parse().unwrap();
-    /// assert_eq!(policy.evaluate(None, Some("api-acme"), ip), Decision::Allow { rule: None });
+    /// assert_eq!(policy.evaluate(None, Some("api-acme"), ip, None), Decision::Allow { rule: None });
     /// // `None`: the address is not checked (the `ip_allowlist` is not looked at).
-    /// assert!(policy.evaluate(None, Some("api-acme"), None).is_allowed());
-    /// let Decision::Deny(reason) = policy.evaluate(None, Some("web-acme"), ip) else {
+    /// assert!(policy.evaluate(None, Some("api-acme"), None, None).is_allowed());
+    /// let Decision::Deny(reason) = policy.evaluate(None, Some("web-acme"), ip, None) else {
     ///     panic!("web-acme is not covered");
     /// };
     /// assert_eq!(reason.to_string(), "service \"web-acme\" is not in the policy's services");
@@ -455,8 +532,9 @@ impl Policy {
         claims: Option<&Map<String, Value>>,
         service: Option<&str>,
         ip: impl Into<Option<IpAddr>>,
+        action: impl Into<Option<Action>>,
     ) -> Decision {
-        eval::evaluate(self, claims, service, ip.into())
+        eval::evaluate(self, claims, service, ip.into(), action.into())
     }
 
     fn oidc_rules(&self) -> &OidcRules {
@@ -464,5 +542,22 @@ impl Policy {
     }
 }
 
+/// How the version of a document is told: the end of the address of the version-2 schema.
+/// A document whose `$schema` is a string ending in this is version 2; every other document
+/// (no `$schema`, the version-1 address, anything else) is version 1, which allows every action.
+pub const SCHEMA_V2_PATH: &str = "/schemas/service-account-policy/v2.json";
+
+/// The version of `document`: 2 when its `$schema` is a string ending in [`SCHEMA_V2_PATH`]
+/// (whatever the server's address before it), else 1.
+fn version_of(document: &Value) -> u8 {
+    match document.get("$schema").and_then(Value::as_str) {
+        Some(address) if address.ends_with(SCHEMA_V2_PATH) => 2,
+        _ => 1,
+    }
+}
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_v2;

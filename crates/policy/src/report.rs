@@ -48,9 +48,9 @@ impl fmt::Display for Hint {
 ///     "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/infra"}}]}))
 ///     .unwrap().policy;
 /// let token = |sub: &str| json!({"iss": "https://ci.example", "aud": "registry", "sub": sub});
-/// let allowed = policy.explain(token("repo:acme/infra").as_object(), Some("api-acme"), None);
+/// let allowed = policy.explain(token("repo:acme/infra").as_object(), Some("api-acme"), None, None);
 /// assert_eq!(allowed.to_string(), "allow: rule 0 (/rules/0)");
-/// let refused = policy.explain(token("repo:Acme/infra").as_object(), Some("api-acme"), None);
+/// let refused = policy.explain(token("repo:Acme/infra").as_object(), Some("api-acme"), None, None);
 /// assert_eq!(
 ///     refused.to_string(),
 ///     "deny\n  claim-mismatch /rules/0/claims/sub: sub \"repo:Acme/infra\" does not match \
@@ -76,7 +76,7 @@ impl fmt::Display for Explanation {
 }
 
 impl fmt::Display for Witness {
-    /// `{rule} of NEW admits {claims} on {service}[ from {ip}]`: `rule 1` or `the policy`,
+    /// `{rule} of NEW admits {claims} on {service}[ from {ip}][ for {action}]`: `rule 1` or `the policy`,
     /// `claims {…}` or `a static token`, `service "api-acme"` or `no one service`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.rule {
@@ -91,8 +91,11 @@ impl fmt::Display for Witness {
             Some(service) => write!(f, " on service {service:?}")?,
             None => f.write_str(" on no one service")?,
         }
-        match self.ip {
-            Some(ip) => write!(f, " from {ip}"),
+        if let Some(ip) = self.ip {
+            write!(f, " from {ip}")?;
+        }
+        match self.action {
+            Some(action) => write!(f, " for {action}"),
             None => Ok(()),
         }
     }
@@ -336,7 +339,7 @@ mod tests {
         let static_policy = policy(json!({"kind": "static", "services": ["api-acme"]}));
         assert_eq!(
             static_policy
-                .explain(None, Some("api-acme"), None)
+                .explain(None, Some("api-acme"), None, None)
                 .to_string(),
             "allow"
         );
@@ -346,6 +349,7 @@ mod tests {
             token("repo:acme/api").as_object(),
             Some("api-acme"),
             outside,
+            None,
         );
         assert_eq!(refused.reasons[0].code, ReasonCode::AddressNotAllowed);
         assert_eq!(
@@ -387,16 +391,23 @@ mod tests {
              ruled out for /rules/0"
         );
 
-        let listing = Witness {
+        let mut listing = Witness {
             rule: None,
             claims: None,
             service: None,
             ip: None,
+            action: None,
         };
         assert_eq!(
             listing.to_string(),
             "the policy of NEW admits a static token on no one service"
         );
+        listing.action = Some(crate::Action::AuditRead);
+        assert_eq!(
+            listing.to_string(),
+            "the policy of NEW admits a static token on no one service for audit:read"
+        );
+        assert_eq!(listing.to_json()["action"], "audit:read");
     }
 
     #[test]

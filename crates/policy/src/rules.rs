@@ -5,6 +5,7 @@ use super::index::CandidateIndex;
 use super::pattern::{ClaimPattern, ClaimView, Key};
 use super::services::ServiceSet;
 use crate::violation::escape_token;
+use crate::Actions;
 use crate::{Violation, Violations};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -36,6 +37,8 @@ pub(crate) struct Rule {
     /// In the order the claims object lists them.
     pub(crate) checks: Box<[Check]>,
     pub(crate) services: ServiceSet,
+    /// What the rule allows (version 1: every action).
+    pub(crate) actions: Actions,
 }
 
 /// One claim of a rule: which slot of the group's claim names, and the pattern.
@@ -49,7 +52,7 @@ impl OidcRules {
     /// Compiles `rules`. A document the schema accepted always
     /// compiles; a stored one that does not (it was changed outside the registry) gets every
     /// problem with its pointer, never a panic.
-    pub(crate) fn compile(rules: &[Value]) -> Result<Self, Violations> {
+    pub(crate) fn compile(rules: &[Value], version: u8) -> Result<Self, Violations> {
         let mut compiled = OidcRules::default();
         let mut names: Vec<Vec<Box<str>>> = Vec::new();
         let mut grouped: Vec<Vec<Rule>> = Vec::new();
@@ -75,6 +78,19 @@ impl OidcRules {
                     "a rule needs a services list",
                 ));
                 continue;
+            };
+            let actions = match version {
+                1 => Actions::ALL,
+                _ => {
+                    match Actions::compile(rule.get("actions"), &format!("/rules/{index}/actions"))
+                    {
+                        Ok(actions) => actions,
+                        Err(found) => {
+                            problems.extend(found);
+                            continue;
+                        }
+                    }
+                }
             };
             let group = match compiled.by_issuer.get(issuer) {
                 Some(&g) => g,
@@ -115,6 +131,7 @@ impl OidcRules {
                 index,
                 checks: checks.into(),
                 services: ServiceSet::compile(services.iter().filter_map(Value::as_str)),
+                actions,
             });
         }
         if !problems.is_empty() {
@@ -140,6 +157,14 @@ impl OidcRules {
 
     pub(crate) fn groups(&self) -> &[IssuerGroup] {
         &self.groups
+    }
+
+    /// The union of every rule's actions.
+    pub(crate) fn actions(&self) -> Actions {
+        self.groups
+            .iter()
+            .flat_map(|g| g.rules.iter())
+            .fold(Actions::NONE, |all, rule| all.union(rule.actions))
     }
 }
 

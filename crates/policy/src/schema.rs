@@ -37,16 +37,56 @@ pub fn schema() -> &'static Value {
     SCHEMA.get_or_init(|| serde_json::from_str(SCHEMA_SOURCE).expect("the schema file is JSON"))
 }
 
-fn validator() -> &'static Validator {
-    static VALIDATOR: OnceLock<Validator> = OnceLock::new();
-    VALIDATOR.get_or_init(|| {
-        jsonschema::draft202012::new(schema()).expect("the schema file is a valid 2020-12 schema")
+/// The policy document schema, version 2 (JSON Schema draft 2020-12): version 1 plus a
+/// required `actions` (top level for `kind: static`, in every rule for `kind: oidc`), a
+/// non-empty array of unique action names or `"*"`. A document is version 2 when its
+/// `$schema` is a string ending in [`crate::SCHEMA_V2_PATH`]; [`crate::Policy::parse`] checks it
+/// against this schema then, and against [`SCHEMA_SOURCE`] otherwise. Its `$id` is a placeholder
+/// ([`SCHEMA_V2_PLACEHOLDER_ID`]) that the server replaces with its own address.
+///
+/// The crate reads its own copy, `crates/policy/schemas/service-account-policy/v2.json`; a test
+/// keeps it equal to the workspace's `schemas/service-account-policy/v2.json`.
+///
+/// ```
+/// let schema: serde_json::Value =
+///     serde_json::from_str(registry_policy::SCHEMA_V2_SOURCE).unwrap();
+/// assert_eq!(schema["$id"], registry_policy::SCHEMA_V2_PLACEHOLDER_ID);
+/// ```
+pub const SCHEMA_V2_SOURCE: &str = include_str!("../schemas/service-account-policy/v2.json");
+
+/// The placeholder `$id` of [`SCHEMA_V2_SOURCE`].
+pub const SCHEMA_V2_PLACEHOLDER_ID: &str =
+    "https://registry.invalid/schemas/service-account-policy/v2.json";
+
+/// The version-2 schema as JSON, parsed once.
+///
+/// ```
+/// let schema = registry_policy::schema_v2();
+/// assert_eq!(schema["$defs"]["Actions"]["items"]["enum"][7], "*");
+/// ```
+pub fn schema_v2() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        serde_json::from_str(SCHEMA_V2_SOURCE).expect("the version-2 schema file is JSON")
     })
 }
 
-/// Every schema violation of `document`, in plain words; empty when it conforms.
-pub(super) fn check(document: &Value) -> Violations {
-    let validator = validator();
+fn validator(version: u8) -> &'static Validator {
+    static V1: OnceLock<Validator> = OnceLock::new();
+    static V2: OnceLock<Validator> = OnceLock::new();
+    let (cell, schema) = match version {
+        1 => (&V1, schema()),
+        _ => (&V2, schema_v2()),
+    };
+    cell.get_or_init(|| {
+        jsonschema::draft202012::new(schema).expect("the schema file is a valid 2020-12 schema")
+    })
+}
+
+/// Every violation of `document` against the schema of its `version`, in plain words; empty
+/// when it conforms.
+pub(super) fn check(document: &Value, version: u8) -> Violations {
+    let validator = validator(version);
     if validator.is_valid(document) {
         return Vec::new();
     }
@@ -63,7 +103,7 @@ pub(super) fn check(document: &Value) -> Violations {
         {
             continue;
         }
-        for v in translate(error, document) {
+        for v in translate(error, document, version) {
             if !out.contains(&v) {
                 out.push(v);
             }
@@ -115,7 +155,13 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-fn translate(error: &ValidationError<'_>, document: &Value) -> Vec<Violation> {
+/// Whether `at` is an entry of an `actions` list (`/actions/1`, `/rules/0/actions/0`).
+fn is_action_entry(at: &str) -> bool {
+    at.rsplit_once('/')
+        .is_some_and(|(parent, i)| parent.ends_with("/actions") && i.parse::<usize>().is_ok())
+}
+
+fn translate(error: &ValidationError<'_>, document: &Value, version: u8) -> Vec<Violation> {
     let at = error.instance_path().as_str();
     let instance = error.instance();
     let one = |message: String| vec![Violation::new(at, message)];
@@ -135,6 +181,16 @@ fn translate(error: &ValidationError<'_>, document: &Value) -> Vec<Violation> {
                      token issuer, audience and subject",
                     document_kind(document)
                 ),
+                (Place::Root, "actions") => format!(
+                    "\"actions\" is required when kind is \"static\" in a version-2 policy: \
+                     list the actions the account may take; {}",
+                    crate::actions::accepted_values()
+                ),
+                (Place::Rule, "actions") => format!(
+                    "every rule of a version-2 policy needs \"actions\": the actions it allows; \
+                     {}",
+                    crate::actions::accepted_values()
+                ),
                 (Place::Rule, _) => format!("every rule needs \"{name}\""),
                 (Place::Claims, "iss") => {
                     "claim \"iss\" is required: the exact issuer URL of the tokens".to_owned()
@@ -150,9 +206,14 @@ fn translate(error: &ValidationError<'_>, document: &Value) -> Vec<Violation> {
             vec![Violation::new(pointer, message)]
         }
         ValidationErrorKind::AdditionalProperties { unexpected } => {
-            let allowed = match place(at) {
-                Place::Root => "$schema, kind, services, rules, ip_allowlist",
-                Place::Rule => "services, claims",
+            let allowed = match (place(at), version) {
+                (Place::Root, 1) => "$schema, kind, services, rules, ip_allowlist",
+                (Place::Root, _) if document_kind(document) == "oidc" => {
+                    "$schema, kind, rules, ip_allowlist"
+                }
+                (Place::Root, _) => "$schema, kind, services, actions, rules, ip_allowlist",
+                (Place::Rule, 1) => "services, claims",
+                (Place::Rule, _) => "services, actions, claims",
                 _ => "none",
             };
             unexpected
@@ -169,11 +230,15 @@ fn translate(error: &ValidationError<'_>, document: &Value) -> Vec<Violation> {
             "\"{}\" is not allowed when kind is \"{}\"{}",
             last_token(at),
             document_kind(document),
-            if document_kind(document) == "oidc" {
-                ": each rule lists its own services"
-            } else {
-                ": rules belong to oidc policies"
+            match (document_kind(document), last_token(at).as_str()) {
+                ("oidc", "actions") => ": each rule lists its own actions",
+                ("oidc", _) => ": each rule lists its own services",
+                _ => ": rules belong to oidc policies",
             }
+        )),
+        ValidationErrorKind::Enum { .. } if is_action_entry(at) => one(format!(
+            "{instance} is not an action; {}",
+            crate::actions::accepted_values()
         )),
         ValidationErrorKind::Enum { .. } => one(format!(
             "kind must be \"static\" or \"oidc\", not {instance}"
@@ -265,21 +330,24 @@ fn describe(at: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::SCHEMA_SOURCE;
+    use super::{SCHEMA_SOURCE, SCHEMA_V2_SOURCE};
     use std::path::Path;
 
     #[test]
-    fn the_crate_copy_is_the_published_schema() {
-        let published = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../schemas/service-account-policy/v1.json");
-        // Built from the packaged crate, there is no workspace to compare with.
-        let Ok(published) = std::fs::read_to_string(published) else {
-            return;
-        };
-        assert!(
-            published == SCHEMA_SOURCE,
-            "schemas/service-account-policy/v1.json and its copy in crates/policy/schemas differ: \
-             change both"
-        );
+    fn the_crate_copies_are_the_published_schemas() {
+        for (file, source) in [("v1.json", SCHEMA_SOURCE), ("v2.json", SCHEMA_V2_SOURCE)] {
+            let published = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../schemas/service-account-policy")
+                .join(file);
+            // Built from the packaged crate, there is no workspace to compare with.
+            let Ok(published) = std::fs::read_to_string(published) else {
+                return;
+            };
+            assert!(
+                published == source,
+                "schemas/service-account-policy/{file} and its copy in crates/policy/schemas \
+                 differ: change both"
+            );
+        }
     }
 }

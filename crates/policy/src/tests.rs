@@ -286,13 +286,13 @@ fn evaluate_static() {
     ];
     for (subdomain, client, expected) in cases {
         assert_eq!(
-            policy.evaluate(None, subdomain, client),
+            policy.evaluate(None, subdomain, client, None),
             expected,
             "{subdomain:?} from {client}"
         );
     }
     assert_eq!(
-        policy.evaluate(Some(&github("x")), Some("api-acme"), inside),
+        policy.evaluate(Some(&github("x")), Some("api-acme"), inside, None),
         Decision::Deny(DenyReason::KindMismatch {
             policy: PolicyKind::Static,
             credential: PolicyKind::Oidc
@@ -354,14 +354,14 @@ fn evaluate_oidc() {
     ];
     for (claims, subdomain, client, expected) in cases {
         assert_eq!(
-            policy.evaluate(Some(claims), subdomain, client),
+            policy.evaluate(Some(claims), subdomain, client, None),
             expected,
             "{} on {subdomain:?} from {client}",
             claims["sub"]
         );
     }
     assert_eq!(
-        policy.evaluate(None, Some("api-acme"), inside),
+        policy.evaluate(None, Some("api-acme"), inside, None),
         Decision::Deny(DenyReason::KindMismatch {
             policy: PolicyKind::Oidc,
             credential: PolicyKind::Static
@@ -375,14 +375,14 @@ fn refusals_come_before_the_address_check_and_explain_says_why() {
     let mut stranger = github("repo:evil/api:ref:refs/heads/main");
     stranger.remove("repository_owner");
     // From outside the allowlist too: the claims are refused first.
-    let decision = policy.evaluate(Some(&stranger), Some("api-acme"), ip("198.51.100.1"));
+    let decision = policy.evaluate(Some(&stranger), Some("api-acme"), ip("198.51.100.1"), None);
     assert_eq!(decision, Decision::Deny(DenyReason::NoRuleMatched));
     assert_eq!(
         decision.to_string(),
         "denied: no rule accepted the token's claims"
     );
     // Which check of which rule refused it is explain's answer: every rule of the issuer.
-    let explained = policy.explain(Some(&stranger), Some("api-acme"), ip("198.51.100.1"));
+    let explained = policy.explain(Some(&stranger), Some("api-acme"), ip("198.51.100.1"), None);
     let summary: Vec<(Option<usize>, Option<&str>)> = explained
         .reasons
         .iter()
@@ -401,10 +401,10 @@ fn refusals_come_before_the_address_check_and_explain_says_why() {
     let mut almost = github("repo:acme/tool:ref:refs/heads/main");
     almost.remove("repository_owner");
     assert_eq!(
-        policy.evaluate(Some(&almost), None, ip("203.0.113.1")),
+        policy.evaluate(Some(&almost), None, ip("203.0.113.1"), None),
         Decision::Deny(DenyReason::NoRuleMatched)
     );
-    let explained = policy.explain(Some(&almost), None, ip("203.0.113.1"));
+    let explained = policy.explain(Some(&almost), None, ip("203.0.113.1"), None);
     let third = explained
         .reasons
         .iter()
@@ -518,7 +518,7 @@ fn schema_and_parser_agree_on_known_addresses() {
 
 fn assert_agree(entry: &str) {
     let document = json!({"kind": "static", "services": ["*"], "ip_allowlist": [entry]});
-    let by_schema = schema::check(&document).is_empty();
+    let by_schema = schema::check(&document, 1).is_empty();
     let by_parser = parse_ip_entry(entry).is_ok();
     assert_eq!(
         by_schema, by_parser,

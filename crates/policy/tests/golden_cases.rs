@@ -54,7 +54,12 @@ fn every_golden_case_passes_and_names_its_rule() {
                 "{where_}: name the rule"
             );
             // `evaluate` decides as `explain` does, with the same rule.
-            let decision = policy.evaluate(Some(&case.claims), case.service.as_deref(), case.ip);
+            let decision = policy.evaluate(
+                Some(&case.claims),
+                case.service.as_deref(),
+                case.ip,
+                case.action,
+            );
             let expected = if case.allow {
                 Decision::Allow { rule: case.rule }
             } else {

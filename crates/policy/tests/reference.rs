@@ -283,9 +283,9 @@ proptest! {
         ip in address(),
     ) {
         let expected = reference(&policy, Some(&claims), service.as_deref(), ip);
-        let decision = policy.evaluate(Some(&claims), service.as_deref(), ip);
+        let decision = policy.evaluate(Some(&claims), service.as_deref(), ip, None);
         prop_assert_eq!(&decision, &expected, "{}", policy.document());
-        let explained = policy.explain(Some(&claims), service.as_deref(), ip);
+        let explained = policy.explain(Some(&claims), service.as_deref(), ip, None);
         prop_assert_eq!(explained.allowed, expected.is_allowed());
         match expected {
             Decision::Allow { rule } => prop_assert_eq!(explained.rule, rule),
@@ -304,8 +304,8 @@ proptest! {
         ip in address(),
     ) {
         let expected = reference(&policy, None, service.as_deref(), ip);
-        prop_assert_eq!(policy.evaluate(None, service.as_deref(), ip), expected.clone());
-        prop_assert_eq!(policy.explain(None, service.as_deref(), ip).allowed, expected.is_allowed());
+        prop_assert_eq!(policy.evaluate(None, service.as_deref(), ip, None), expected.clone());
+        prop_assert_eq!(policy.explain(None, service.as_deref(), ip, None).allowed, expected.is_allowed());
     }
 
     /// `compare`'s witnesses are what they claim, and what it proves holds for every request
@@ -323,9 +323,9 @@ proptest! {
                 prop_assert!(!comparison.witnesses.is_empty());
                 for w in &comparison.witnesses {
                     let ip = w.ip;
-                    let decision = new.evaluate(w.claims.as_ref(), w.service.as_deref(), ip);
+                    let decision = new.evaluate(w.claims.as_ref(), w.service.as_deref(), ip, None);
                     prop_assert_eq!(decision, Decision::Allow { rule: w.rule });
-                    prop_assert!(!old.evaluate(w.claims.as_ref(), w.service.as_deref(), ip).is_allowed());
+                    prop_assert!(!old.evaluate(w.claims.as_ref(), w.service.as_deref(), ip, None).is_allowed());
                 }
             }
             CompareResult::NarrowerOrEqual => {

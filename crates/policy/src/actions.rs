@@ -1,0 +1,324 @@
+//! What a call does ([`Action`]) and what a policy lets its holder do ([`Actions`]).
+//!
+//! A version-2 policy lists the actions it allows (`actions`, top level for a static policy, in
+//! each rule of an OIDC one); a version-1 policy allows every action.
+
+use crate::violation::Violation;
+use crate::Violations;
+use serde_json::Value;
+use std::fmt;
+use std::str::FromStr;
+
+/// What a call does, as a policy names it (`services:read`, …).
+///
+/// ```
+/// use registry_policy::Action;
+///
+/// assert_eq!(Action::ConfigWrite.as_str(), "config:write");
+/// assert_eq!(Action::parse("audit:read"), Some(Action::AuditRead));
+/// assert_eq!(Action::parse("*"), None);
+/// assert_eq!("services:read".parse::<Action>(), Ok(Action::ServicesRead));
+/// assert_eq!(Action::AccountsWrite.to_string(), "accounts:write");
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Action {
+    /// `services:read`: list services, read one.
+    ServicesRead,
+    /// `services:write`: create, change and delete services.
+    ServicesWrite,
+    /// `config:read`: read a service's configuration, keys, federation, preflight and fetches.
+    ConfigRead,
+    /// `config:write`: change a service's configuration, delete its keys, set its domain.
+    ConfigWrite,
+    /// `accounts:read`: list and read service accounts, their refusals, explain.
+    AccountsRead,
+    /// `accounts:write`: create, change and delete service accounts, regenerate their tokens.
+    AccountsWrite,
+    /// `audit:read`: read the audit trail.
+    AuditRead,
+}
+
+impl Action {
+    /// Every action, in the order of the documentation (and of [`Actions::iter`]).
+    pub const ALL: [Action; 7] = [
+        Action::ServicesRead,
+        Action::ServicesWrite,
+        Action::ConfigRead,
+        Action::ConfigWrite,
+        Action::AccountsRead,
+        Action::AccountsWrite,
+        Action::AuditRead,
+    ];
+
+    /// The name a policy writes (`"services:read"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::ServicesRead => "services:read",
+            Action::ServicesWrite => "services:write",
+            Action::ConfigRead => "config:read",
+            Action::ConfigWrite => "config:write",
+            Action::AccountsRead => "accounts:read",
+            Action::AccountsWrite => "accounts:write",
+            Action::AuditRead => "audit:read",
+        }
+    }
+
+    /// The action a name stands for, the inverse of [`Action::as_str`]; `None` for any other
+    /// text, `"*"` included (that is [`Actions::ALL`], not one action).
+    pub fn parse(text: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.as_str() == text)
+    }
+
+    /// The bit of the action in an [`Actions`].
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of `str::parse::<Action>()`: the text names no action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownAction(pub String);
+
+impl fmt::Display for UnknownAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} is not an action; {}", self.0, accepted_values())
+    }
+}
+
+impl std::error::Error for UnknownAction {}
+
+impl FromStr for Action {
+    type Err = UnknownAction;
+
+    fn from_str(text: &str) -> Result<Action, UnknownAction> {
+        Action::parse(text).ok_or_else(|| UnknownAction(text.to_owned()))
+    }
+}
+
+/// The sentence that lists the accepted values of `actions`.
+pub(crate) fn accepted_values() -> String {
+    let names: Vec<String> = Action::ALL
+        .iter()
+        .map(|a| format!("\"{}\"", a.as_str()))
+        .collect();
+    format!(
+        "accepted values: {}, \"*\" (every action)",
+        names.join(", ")
+    )
+}
+
+/// A set of actions. `Actions::ALL` is what `"*"` grants (every action, and any added later) and
+/// what every version-1 document grants.
+///
+/// `"*"` is not the list of today's seven actions: a policy that lists them all does not grant
+/// an action added later, so it does not [include](Actions::includes) `Actions::ALL`.
+///
+/// ```
+/// use registry_policy::{Action, Actions};
+///
+/// let read = Actions::of(&[Action::ServicesRead, Action::ConfigRead]);
+/// assert!(read.contains(Action::ConfigRead));
+/// assert!(!read.contains(Action::ConfigWrite));
+/// assert!(Actions::ALL.includes(read));
+/// assert!(!read.includes(Actions::ALL));
+/// let seven = Actions::of(&Action::ALL);
+/// assert!(Actions::ALL.includes(seven) && !seven.includes(Actions::ALL));
+/// assert_eq!(read.union(Actions::of(&[Action::AuditRead])).iter().count(), 3);
+/// assert!(Actions::NONE.is_empty() && Actions::default().is_empty());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Actions(u16);
+
+impl Actions {
+    /// Every action, and any added later (`"*"`).
+    pub const ALL: Actions = Actions(u16::MAX);
+    /// No action.
+    pub const NONE: Actions = Actions(0);
+
+    /// The set of these actions.
+    pub fn of(actions: &[Action]) -> Actions {
+        Actions(actions.iter().fold(0, |bits, a| bits | a.bit()))
+    }
+
+    /// Whether the set holds `action`.
+    pub fn contains(self, action: Action) -> bool {
+        self.0 & action.bit() != 0
+    }
+
+    /// Whether the set holds every action `other` holds (`Actions::ALL` includes every set; a
+    /// list of every action known today does not include `Actions::ALL`).
+    pub fn includes(self, other: Actions) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The actions of either set.
+    pub fn union(self, other: Actions) -> Actions {
+        Actions(self.0 | other.0)
+    }
+
+    /// Whether the set holds no action.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Whether the set is `"*"` (every action, and any added later).
+    pub fn is_all(self) -> bool {
+        self == Actions::ALL
+    }
+
+    /// The actions of the set, in the order of [`Action::ALL`].
+    pub fn iter(self) -> impl Iterator<Item = Action> {
+        Action::ALL.into_iter().filter(move |a| self.contains(*a))
+    }
+
+    /// The set as a policy writes it: `["*"]` for [`Actions::ALL`], else the names in the
+    /// order of [`Action::ALL`].
+    ///
+    /// ```
+    /// use registry_policy::{Action, Actions};
+    /// use serde_json::json;
+    ///
+    /// assert_eq!(Actions::ALL.to_json(), json!(["*"]));
+    /// assert_eq!(Actions::of(&[Action::AuditRead, Action::ConfigRead]).to_json(),
+    ///     json!(["config:read", "audit:read"]));
+    /// ```
+    pub fn to_json(self) -> Value {
+        if self.is_all() {
+            return Value::from(vec!["*"]);
+        }
+        Value::from(self.iter().map(Action::as_str).collect::<Vec<_>>())
+    }
+
+    /// Reads an `actions` member at `pointer` (a non-empty array of unique action names or
+    /// `"*"`), with every problem pointed at; used where the schema did not run (a stored
+    /// document), so it never panics.
+    pub(crate) fn compile(value: Option<&Value>, pointer: &str) -> Result<Actions, Violations> {
+        let Some(value) = value else {
+            return Err(vec![Violation::new(
+                pointer,
+                format!(
+                    "\"actions\" is required in a version-2 policy; {}",
+                    accepted_values()
+                ),
+            )]);
+        };
+        let Some(items) = value.as_array() else {
+            return Err(vec![Violation::new(
+                pointer,
+                "\"actions\" must be an array of action names",
+            )]);
+        };
+        if items.is_empty() {
+            return Err(vec![Violation::new(
+                pointer,
+                "\"actions\" must list at least 1 entry",
+            )]);
+        }
+        let mut problems = Violations::new();
+        let mut actions = Actions::NONE;
+        for (i, item) in items.iter().enumerate() {
+            match item.as_str() {
+                Some("*") => actions = Actions::ALL,
+                Some(name) => match Action::parse(name) {
+                    Some(action) => actions = actions.union(Actions::of(&[action])),
+                    None => problems.push(unknown_action(&format!("{pointer}/{i}"), item)),
+                },
+                None => problems.push(unknown_action(&format!("{pointer}/{i}"), item)),
+            }
+        }
+        if problems.is_empty() {
+            Ok(actions)
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// The violation of an entry of `actions` that names no action.
+pub(crate) fn unknown_action(pointer: &str, found: &Value) -> Violation {
+    Violation::new(
+        pointer,
+        format!("{found} is not an action; {}", accepted_values()),
+    )
+}
+
+impl fmt::Display for Actions {
+    /// `*`, or the names separated by `, ` (`none` for the empty set).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_all() {
+            return f.write_str("*");
+        }
+        if self.is_empty() {
+            return f.write_str("none");
+        }
+        let names: Vec<&str> = self.iter().map(Action::as_str).collect();
+        f.write_str(&names.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_round_trip() {
+        for action in Action::ALL {
+            assert_eq!(Action::parse(action.as_str()), Some(action));
+            assert_eq!(action.to_string().parse::<Action>(), Ok(action));
+        }
+        assert!("config"
+            .parse::<Action>()
+            .unwrap_err()
+            .to_string()
+            .contains("audit:read"));
+    }
+
+    #[test]
+    fn all_is_not_the_list_of_seven() {
+        let seven = Actions::of(&Action::ALL);
+        assert_ne!(seven, Actions::ALL);
+        assert!(Action::ALL
+            .iter()
+            .all(|a| seven.contains(*a) && Actions::ALL.contains(*a)));
+        assert!(!seven.includes(Actions::ALL));
+        assert!(Actions::ALL.includes(seven));
+        assert!(Actions::NONE.iter().next().is_none());
+        assert_eq!(Actions::ALL.iter().count(), 7);
+        assert_eq!(seven.union(Actions::ALL), Actions::ALL);
+        assert_eq!(Actions::ALL.to_string(), "*");
+        assert_eq!(Actions::of(&[Action::AuditRead]).to_string(), "audit:read");
+    }
+
+    #[test]
+    fn compile_points_at_each_problem() {
+        let ok = Actions::compile(Some(&json!(["config:read", "config:write"])), "/actions");
+        assert_eq!(
+            ok,
+            Ok(Actions::of(&[Action::ConfigRead, Action::ConfigWrite]))
+        );
+        assert_eq!(
+            Actions::compile(Some(&json!(["audit:read", "*"])), "/actions"),
+            Ok(Actions::ALL)
+        );
+        let bad = Actions::compile(
+            Some(&json!(["config:read", "config:delete", 3])),
+            "/actions",
+        )
+        .unwrap_err();
+        let pointers: Vec<&str> = bad.iter().map(|v| v.pointer.as_str()).collect();
+        assert_eq!(pointers, ["/actions/1", "/actions/2"]);
+        assert!(bad[0].message.contains("\"services:read\""));
+        for value in [None, Some(json!("*")), Some(json!([]))] {
+            let problems = Actions::compile(value.as_ref(), "/rules/0/actions").unwrap_err();
+            assert_eq!(problems[0].pointer, "/rules/0/actions");
+        }
+    }
+}

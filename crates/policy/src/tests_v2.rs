@@ -1,0 +1,328 @@
+//! Version-2 documents: actions in the schema, `evaluate`, `explain`, `from_stored`.
+
+use super::*;
+use serde_json::json;
+
+const V2: &str = "https://registry.example/schemas/service-account-policy/v2.json";
+const ISS: &str = "https://ci.example";
+
+fn v2(mut document: Value) -> Value {
+    document["$schema"] = V2.into();
+    document
+}
+
+fn parse(document: Value) -> Policy {
+    Policy::parse(&document)
+        .unwrap_or_else(|e| panic!("{document}: {e}"))
+        .policy
+}
+
+fn pointers(document: Value) -> Vec<(String, String)> {
+    Policy::parse(&document)
+        .unwrap_err()
+        .into_violations()
+        .into_iter()
+        .map(|v| (v.pointer, v.message))
+        .collect()
+}
+
+fn token(sub: &str) -> Map<String, Value> {
+    json!({"iss": ISS, "aud": "registry", "sub": sub})
+        .as_object()
+        .unwrap()
+        .clone()
+}
+
+fn rule(sub: &str, services: &[&str], actions: &[&str]) -> Value {
+    json!({"services": services, "actions": actions,
+        "claims": {"iss": ISS, "aud": "registry", "sub": sub}})
+}
+
+#[test]
+fn the_version_is_told_by_the_schema_address() {
+    let static_v1 = json!({"kind": "static", "services": ["*"]});
+    for (schema, version) in [
+        (None, 1),
+        (
+            Some(json!(
+                "https://r.example/schemas/service-account-policy/v1.json"
+            )),
+            1,
+        ),
+        (
+            Some(json!(
+                "https://r.example/schemas/service-account-policy/v2.json"
+            )),
+            2,
+        ),
+        (Some(json!("/schemas/service-account-policy/v2.json")), 2),
+        (
+            Some(json!(
+                "https://r.example/schemas/service-account-policy/v2.json#"
+            )),
+            1,
+        ),
+        (Some(json!(2)), 1),
+    ] {
+        let mut document = static_v1.clone();
+        if let Some(schema) = schema {
+            document["$schema"] = schema;
+        }
+        if version == 2 {
+            document["actions"] = json!(["*"]);
+        }
+        let policy = Policy::from_stored(&document).unwrap();
+        assert_eq!(policy.version(), version, "{document}");
+    }
+    let v1 = parse(static_v1);
+    assert_eq!(v1.actions(), Actions::ALL);
+    assert_eq!(v1.rules_actions(&[]), Actions::ALL);
+    // A version-1 document allows every action.
+    for action in Action::ALL {
+        assert!(v1.evaluate(None, Some("x"), None, action).is_allowed());
+    }
+}
+
+#[test]
+fn the_v2_schema_requires_actions_where_they_belong() {
+    let found = pointers(v2(json!({"kind": "static", "services": ["*"]})));
+    assert_eq!(found[0].0, "/actions");
+    assert!(found[0].1.contains("\"config:write\""), "{}", found[0].1);
+    let found = pointers(v2(json!({"kind": "oidc", "rules": [
+        {"services": ["*"], "claims": {"iss": ISS, "aud": "a", "sub": "s"}}]})));
+    assert_eq!(found[0].0, "/rules/0/actions");
+    // A top-level `actions` in an oidc document is refused like any unknown member.
+    let found = pointers(v2(json!({"kind": "oidc", "actions": ["*"],
+        "rules": [rule("s", &["*"], &["*"])]})));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "/actions");
+    // In a version-1 document, `actions` is an unknown member.
+    let found = pointers(json!({"kind": "static", "services": ["*"], "actions": ["*"]}));
+    assert_eq!(found[0].0, "/actions");
+    // A rule of a static document: `rules` itself is refused.
+    let found = pointers(v2(
+        json!({"kind": "static", "services": ["*"], "actions": ["*"],
+        "rules": [rule("s", &["*"], &["*"])]}),
+    ));
+    assert!(found.iter().all(|(p, _)| p == "/rules"), "{found:?}");
+}
+
+#[test]
+fn unknown_actions_are_pointed_at_with_the_accepted_values() {
+    let found = pointers(v2(json!({"kind": "static", "services": ["*"],
+        "actions": ["config:read", "config:delete"]})));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "/actions/1");
+    assert!(
+        found[0].1.contains("\"config:delete\" is not an action"),
+        "{}",
+        found[0].1
+    );
+    assert!(
+        found[0].1.contains("\"audit:read\", \"*\""),
+        "{}",
+        found[0].1
+    );
+    let found = pointers(v2(json!({"kind": "oidc", "rules": [
+        rule("s", &["*"], &["services:read"]), rule("s", &["*"], &["read"])]})));
+    assert_eq!(found[0].0, "/rules/1/actions/0");
+    let found = pointers(v2(
+        json!({"kind": "static", "services": ["*"], "actions": []}),
+    ));
+    assert_eq!(found[0].0, "/actions");
+    let found = pointers(v2(json!({"kind": "static", "services": ["*"],
+        "actions": ["audit:read", "audit:read"]})));
+    assert_eq!(found[0].0, "/actions");
+    assert!(found[0].1.contains("more than once"), "{}", found[0].1);
+}
+
+#[test]
+fn static_v2_allows_only_its_actions() {
+    let policy = parse(v2(json!({"kind": "static", "services": ["api-*"],
+        "actions": ["config:read", "config:write"], "ip_allowlist": ["192.0.2.0/24"]})));
+    assert_eq!(policy.version(), 2);
+    assert_eq!(
+        policy.actions(),
+        Actions::of(&[Action::ConfigRead, Action::ConfigWrite])
+    );
+    assert_eq!(policy.rules_actions(&[3]), policy.actions());
+    let inside: IpAddr = "192.0.2.1".parse().unwrap();
+    let outside: IpAddr = "198.51.100.1".parse().unwrap();
+    assert!(policy
+        .evaluate(None, Some("api-acme"), inside, Action::ConfigRead)
+        .is_allowed());
+    assert!(policy
+        .evaluate(None, Some("api-acme"), inside, None)
+        .is_allowed());
+    assert!(policy
+        .evaluate(None, None, None, Action::ConfigWrite)
+        .is_allowed());
+    assert_eq!(
+        policy.evaluate(None, Some("api-acme"), inside, Action::AccountsWrite),
+        Decision::Deny(DenyReason::ActionNotAllowed {
+            action: Action::AccountsWrite,
+            rules: vec![]
+        })
+    );
+    // The order of checks: address, service, then action.
+    assert!(matches!(
+        policy.evaluate(None, Some("api-acme"), outside, Action::AccountsWrite),
+        Decision::Deny(DenyReason::IpNotAllowed { .. })
+    ));
+    assert!(matches!(
+        policy.evaluate(None, Some("web-acme"), inside, Action::AccountsWrite),
+        Decision::Deny(DenyReason::ServiceNotCovered { .. })
+    ));
+    let explained = policy.explain(None, Some("api-acme"), inside, Action::AuditRead);
+    assert!(!explained.allowed);
+    assert_eq!(explained.reasons[0].code, ReasonCode::ActionNotAllowed);
+    assert_eq!(explained.reasons[0].code.as_str(), "action-not-allowed");
+    assert_eq!(explained.reasons[0].pointer.as_deref(), Some("/actions"));
+    assert!(explained.reasons[0].message.contains("\"audit:read\""));
+    assert_eq!(
+        explained.to_json()["reasons"][0]["code"],
+        "action-not-allowed"
+    );
+    let reason = DenyReason::ActionNotAllowed {
+        action: Action::AuditRead,
+        rules: vec![],
+    };
+    assert!(reason.to_string().contains("\"audit:read\""));
+}
+
+#[test]
+fn oidc_v2_unites_the_actions_of_the_rules_that_match_and_cover() {
+    let policy = parse(v2(json!({"kind": "oidc", "rules": [
+        rule("repo:acme/*", &["api-acme"], &["config:read"]),
+        rule("repo:acme/api", &["api-acme", "web-acme"], &["config:write"]),
+        rule("repo:acme/*", &["docs-acme"], &["*"]),
+        rule("repo:other", &["*"], &["audit:read"]),
+    ]})));
+    assert_eq!(policy.version(), 2);
+    let all = policy.actions();
+    assert!(all.is_all());
+    assert_eq!(
+        policy.rules_actions(&[0, 1]),
+        Actions::of(&[Action::ConfigRead, Action::ConfigWrite])
+    );
+    let api = token("repo:acme/api");
+    let web = token("repo:acme/web");
+    let decide = |claims: &Map<String, Value>, service: Option<&str>, action: Option<Action>| {
+        let decision = policy.evaluate(Some(claims), service, None, action);
+        let explained = policy.explain(Some(claims), service, None, action);
+        assert_eq!(
+            explained.allowed,
+            decision.is_allowed(),
+            "{decision:?} {explained:?}"
+        );
+        if let Decision::Allow { rule } = decision {
+            assert_eq!(explained.rule, rule);
+        }
+        (decision, explained)
+    };
+    assert_eq!(
+        decide(&api, Some("api-acme"), Some(Action::ConfigRead)).0,
+        Decision::Allow { rule: Some(0) }
+    );
+    assert_eq!(
+        decide(&api, Some("api-acme"), Some(Action::ConfigWrite)).0,
+        Decision::Allow { rule: Some(1) }
+    );
+    assert_eq!(
+        decide(&api, Some("api-acme"), None).0,
+        Decision::Allow { rule: Some(0) }
+    );
+    // Rule 1 does not match web's token: writing is not allowed on api-acme.
+    let (decision, explained) = decide(&web, Some("api-acme"), Some(Action::ConfigWrite));
+    assert_eq!(
+        decision,
+        Decision::Deny(DenyReason::ActionNotAllowed {
+            action: Action::ConfigWrite,
+            rules: vec![0]
+        })
+    );
+    let reasons: Vec<(ReasonCode, Option<&str>)> = explained
+        .reasons
+        .iter()
+        .map(|r| (r.code, r.pointer.as_deref()))
+        .collect();
+    assert!(reasons.contains(&(ReasonCode::ActionNotAllowed, Some("/rules/0/actions"))));
+    assert!(explained
+        .reasons
+        .iter()
+        .any(|r| r.message.contains("\"config:write\"")));
+    // Rule 0 covers api-acme but not web-acme; rule 1 covers web-acme for api's token.
+    assert!(matches!(
+        decide(&web, Some("web-acme"), Some(Action::ConfigRead)).0,
+        Decision::Deny(DenyReason::ServiceNotCovered { .. })
+    ));
+    assert_eq!(
+        decide(&api, Some("web-acme"), Some(Action::ConfigRead)).0,
+        Decision::Deny(DenyReason::ActionNotAllowed {
+            action: Action::ConfigRead,
+            rules: vec![1]
+        })
+    );
+    // "*" allows everything on docs-acme.
+    assert_eq!(
+        decide(&web, Some("docs-acme"), Some(Action::AccountsWrite)).0,
+        Decision::Allow { rule: Some(2) }
+    );
+    // No service: the union of the matching rules' actions.
+    assert_eq!(
+        decide(&api, None, Some(Action::AuditRead)).0,
+        Decision::Allow { rule: Some(2) }
+    );
+    let narrow = parse(v2(json!({"kind": "oidc", "rules": [
+        rule("a", &["x"], &["config:read"]), rule("a", &["y"], &["services:read"])]})));
+    assert_eq!(
+        narrow.evaluate(Some(&token("a")), None, None, Action::AuditRead),
+        Decision::Deny(DenyReason::ActionNotAllowed {
+            action: Action::AuditRead,
+            rules: vec![0, 1]
+        })
+    );
+    assert_eq!(
+        narrow.evaluate(Some(&token("a")), None, None, Action::ServicesRead),
+        Decision::Allow { rule: Some(1) }
+    );
+    let explained = narrow.explain(Some(&token("a")), None, None, Action::AuditRead);
+    assert_eq!(explained.reasons.len(), 2);
+    assert!(explained
+        .reasons
+        .iter()
+        .all(|r| r.code == ReasonCode::ActionNotAllowed));
+}
+
+#[test]
+fn stored_v2_documents_compile_without_the_schema() {
+    let stored = v2(
+        json!({"kind": "static", "services": ["*"], "actions": ["audit:read"],
+        "note": "from an older version"}),
+    );
+    let policy = Policy::from_stored(&stored).unwrap();
+    assert_eq!(policy.actions(), Actions::of(&[Action::AuditRead]));
+    for (document, pointer) in [
+        (v2(json!({"kind": "static", "services": ["*"]})), "/actions"),
+        (
+            v2(json!({"kind": "static", "services": ["*"], "actions": "*"})),
+            "/actions",
+        ),
+        (
+            v2(json!({"kind": "static", "services": ["*"], "actions": [1, "*"]})),
+            "/actions/0",
+        ),
+        (
+            v2(json!({"kind": "oidc", "rules": [
+            {"services": ["*"], "claims": {"iss": ISS, "aud": "a", "sub": "s"}}]})),
+            "/rules/0/actions",
+        ),
+        (
+            v2(json!({"kind": "oidc", "rules": [rule("s", &["*"], &["nope"])]})),
+            "/rules/0/actions/0",
+        ),
+    ] {
+        let error = Policy::from_stored(&document).unwrap_err();
+        assert_eq!(error.violations()[0].pointer, pointer, "{document}");
+    }
+}

@@ -7,7 +7,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use registry_domain::access::{decide, Credential, Request};
-use registry_domain::policy::Policy;
+use registry_domain::policy::{Action, Policy};
 use registry_domain::{Service, ServiceAccount};
 use serde_json::json;
 use std::hint::black_box;
@@ -66,11 +66,11 @@ fn access(c: &mut Criterion, client: IpAddr) {
             chosen: None,
         };
         let request = Request::Service(Some(&service));
-        assert!(decide(federated, request, client, now).is_ok());
+        assert!(decide(federated, request, Action::ConfigRead, client, now).is_ok());
         group.bench_with_input(
             BenchmarkId::new("decide_federated", rules),
             &rules,
-            |b, _| b.iter(|| decide(black_box(federated), black_box(request), client, now)),
+            |b, _| b.iter(|| decide(black_box(federated), black_box(request), Action::ConfigRead, client, now)),
         );
     }
     let static_account = account(
@@ -91,9 +91,9 @@ fn access(c: &mut Criterion, client: IpAddr) {
     };
     let request = Request::Service(Some(&service));
     let credential = Credential::Account(&static_account);
-    assert!(decide(credential, request, client, now).is_ok());
+    assert!(decide(credential, request, Action::ConfigRead, client, now).is_ok());
     group.bench_function("decide_static", |b| {
-        b.iter(|| decide(black_box(credential), black_box(request), client, now))
+        b.iter(|| decide(black_box(credential), black_box(request), Action::ConfigRead, client, now))
     });
     group.finish();
 }

@@ -43,7 +43,7 @@ fn main() {
     ];
     let mut decisions = Vec::new();
     for (service, address) in cases {
-        let decision = policy.evaluate(Some(claims), Some(service), address);
+        let decision = policy.evaluate(Some(claims), Some(service), address, None);
         println!("{service} from {address}: {decision}");
         decisions.push(decision);
     }

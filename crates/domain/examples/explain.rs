@@ -30,7 +30,7 @@ fn main() {
         "aud": "registry",
         "sub": "repo:acme/infra:environment:production"
     });
-    let explained = policy.explain(claims.as_object(), Some("api-acme"), None);
+    let explained = policy.explain(claims.as_object(), Some("api-acme"), None, None);
     println!(
         "{}",
         serde_json::to_string_pretty(&explained.to_json()).expect("JSON")
@@ -59,7 +59,7 @@ fn main() {
         "aud": "registry",
         "sub": "repo:acme/web:ref:refs/heads/main"
     });
-    let explained = policy.explain(web.as_object(), Some("web-acme"), None);
+    let explained = policy.explain(web.as_object(), Some("web-acme"), None, None);
     for reason in &explained.reasons {
         println!("{}: {}", reason.code, reason.message);
     }
@@ -70,6 +70,7 @@ fn main() {
         web.as_object(),
         Some("web-acme"),
         IpAddr::from([192, 0, 2, 1]),
+        None,
     );
     assert_eq!(explained.allowed, evaluated.is_allowed());
     assert!(!explained.allowed);
@@ -84,7 +85,7 @@ fn main() {
         "aud": "registry",
         "sub": "repo:acme/infra:ref:refs/heads/main"
     });
-    let explained = policy.explain(infra.as_object(), Some("api-acme"), None);
+    let explained = policy.explain(infra.as_object(), Some("api-acme"), None, None);
     println!(
         "acme/infra on api-acme: {}",
         explained.to_json()["decision"]

@@ -6,11 +6,12 @@
 //! The order of the answers is part of the contract: a credential that nobody accepts is a 401;
 //! an address outside the account's `ip_allowlist` a 403; a service that is not the caller's
 //! (or does not exist, or has expired) a 404, never a 403; a service the caller's patterns do
-//! not cover a 403.
+//! not cover a 403; an action the caller's policy does not allow a 403 naming the action
+//! ([`Refusal::ActionNotAllowed`]). Every call names its [`Action`] (docs/api.md, "Actions").
 //!
 //! ```
 //! use registry_domain::access::{decide, Credential, Refusal, Request};
-//! use registry_domain::policy::Policy;
+//! use registry_domain::policy::{Action, Policy};
 //! use registry_domain::{Service, ServiceAccount};
 //! use serde_json::json;
 //! use std::sync::Arc;
@@ -23,7 +24,10 @@
 //!     id: Uuid::new_v4(),
 //!     customer_id: customer,
 //!     name: "deployer".into(),
-//!     policy: Policy::parse(&json!({"kind": "static", "services": ["api-acme"]})).unwrap().policy,
+//!     policy: Policy::parse(&json!({
+//!         "$schema": "https://registry.example/schemas/service-account-policy/v2.json",
+//!         "kind": "static", "services": ["api-acme"], "actions": ["config:read", "config:write"],
+//!     })).unwrap().policy,
 //!     created_at: now,
 //!     last_used_at: None,
 //! });
@@ -38,18 +42,18 @@
 //! };
 //! let ip = "192.0.2.1".parse().unwrap();
 //! let (api, web) = (service("api-acme"), service("web-acme"));
-//! assert!(decide(Credential::Account(&account), Request::Service(Some(&api)), ip, now).is_ok());
-//! assert!(matches!(
-//!     decide(Credential::Account(&account), Request::Service(Some(&web)), ip, now),
-//!     Err(Refusal::Forbidden(_))
-//! ));
+//! let ask = |service, action| decide(Credential::Account(&account), Request::Service(service), action, ip, now);
+//! assert!(ask(Some(&api), Action::ConfigWrite).is_ok());
+//! assert!(matches!(ask(Some(&web), Action::ConfigWrite), Err(Refusal::Forbidden(_))));
+//! assert_eq!(ask(None, Action::ConfigWrite).unwrap_err(), Refusal::NotFound);
+//! // The service is covered, but deleting it is not among the account's actions.
 //! assert_eq!(
-//!     decide(Credential::Account(&account), Request::Service(None), ip, now).unwrap_err(),
-//!     Refusal::NotFound
+//!     ask(Some(&api), Action::ServicesWrite).unwrap_err(),
+//!     Refusal::ActionNotAllowed(Action::ServicesWrite)
 //! );
 //! ```
 
-use crate::policy::{Decision, DenyReason, Policy, PolicyKind};
+use crate::policy::{Action, Actions, Decision, DenyReason, Policy, PolicyKind};
 use crate::{Service, ServiceAccount};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
@@ -158,6 +162,9 @@ pub enum Refusal {
     Forbidden(String),
     /// 404: no such service for this caller (missing, expired, or another customer's).
     NotFound,
+    /// 403 (`action-not-allowed`): the caller may act on what the call names, but its policy
+    /// does not allow this action.
+    ActionNotAllowed(Action),
 }
 
 const OUTSIDE_ALLOWLIST: &str = "the source address is not in this service account's ip_allowlist";
@@ -166,29 +173,32 @@ fn outside_allowlist() -> Refusal {
     Refusal::Forbidden(OUTSIDE_ALLOWLIST.into())
 }
 
-/// Decides a call. `now` decides whether an anonymous service has expired.
+/// Decides a call that takes `action` on what `request` names. `now` decides whether an
+/// anonymous service has expired. An anonymous service's secret may take every action on its
+/// own service (and nothing else).
 pub fn decide<'a>(
     credential: Credential<'a>,
     request: Request<'_>,
+    action: Action,
     ip: IpAddr,
     now: OffsetDateTime,
 ) -> Result<Grant<'a>, Refusal> {
     let request = match request {
         Request::Service(service) => Request::Service(service.filter(|s| !s.is_expired_at(now))),
         Request::Accounts { target } => {
-            let grant = decide(credential, Request::Services, ip, now)?;
+            let grant = decide(credential, Request::Services, action, ip, now)?;
             manages(&grant, target)?;
             return Ok(grant);
         }
         Request::AuditTrail => {
-            let grant = decide(credential, Request::Services, ip, now)?;
+            let grant = decide(credential, Request::Services, action, ip, now)?;
             manages(&grant, None)?;
             return Ok(grant);
         }
         services => services,
     };
     match credential {
-        Credential::Account(account) => decide_static(account, request, ip),
+        Credential::Account(account) => decide_static(account, request, action, ip),
         Credential::AnonymousSecret(id) => match request {
             Request::Service(Some(service)) if service.id == id => Ok(Grant::AnonymousService(id)),
             Request::Service(_) => Err(Refusal::NotFound),
@@ -209,12 +219,12 @@ pub fn decide<'a>(
             match request {
                 // A token of an issuer that several customers trust names its account: no
                 // customer's rules may decide whether another customer's token acts in its
-                // tenant, nor how that token is answered (DECISIONS §17).
+                // tenant, nor how that token is answered.
                 Request::Service(service) => {
-                    decide_federated_service(claims, eligible(), service, ip)
+                    decide_federated_service(claims, eligible(), service, action, ip)
                 }
                 _ if chosen.is_none() && spans_customers(candidates) => Err(Refusal::Ambiguous),
-                _ => decide_federated_collection(claims, eligible(), ip),
+                _ => decide_federated_collection(claims, eligible(), action, ip),
             }
         }
     }
@@ -223,6 +233,7 @@ pub fn decide<'a>(
 fn decide_static<'a>(
     account: &'a Arc<ServiceAccount>,
     request: Request<'_>,
+    action: Action,
     ip: IpAddr,
 ) -> Result<Grant<'a>, Refusal> {
     let policy = &account.policy;
@@ -240,12 +251,12 @@ fn decide_static<'a>(
         rules: None,
     };
     let Request::Service(service) = request else {
-        return Ok(grant);
+        return allows(policy.actions(), action).map(|()| grant);
     };
     let service = service
         .filter(|s| s.customer_id == Some(account.customer_id))
         .ok_or(Refusal::NotFound)?;
-    match policy.evaluate(None, Some(&service.subdomain), ip) {
+    match policy.evaluate(None, Some(&service.subdomain), ip, action) {
         Decision::Allow { .. } => Ok(grant),
         Decision::Deny(reason) => Err(refusal_of(reason)),
         // An outcome this version does not know is no grant.
@@ -255,9 +266,19 @@ fn decide_static<'a>(
     }
 }
 
+/// `Ok` when `granted` holds `action`.
+fn allows(granted: Actions, action: Action) -> Result<(), Refusal> {
+    if granted.contains(action) {
+        Ok(())
+    } else {
+        Err(Refusal::ActionNotAllowed(action))
+    }
+}
+
 /// The 403 of a refusal after the claims matched.
 fn refusal_of(reason: DenyReason) -> Refusal {
     match reason {
+        DenyReason::ActionNotAllowed { action, .. } => Refusal::ActionNotAllowed(action),
         DenyReason::IpNotAllowed { .. } => outside_allowlist(),
         DenyReason::ServiceNotCovered { subdomain, rules } if rules.is_empty() => {
             Refusal::Forbidden(format!(
@@ -277,7 +298,8 @@ fn manages(grant: &Grant<'_>, target: Option<&Policy>) -> Result<(), Refusal> {
     match grant {
         Grant::Account { account, rules } => {
             let scope = scope_of(account, rules.as_deref()).unwrap_or_default();
-            may_manage(&scope, &account.policy, target)
+            let actions = actions_of(account, rules.as_deref());
+            may_manage(&scope, actions, &account.policy, target)
         }
         Grant::AnonymousService(_) => Err(Refusal::Forbidden(
             "an anonymous service's secret only works on that service's own calls".into(),
@@ -300,6 +322,16 @@ pub fn scope_of<'p>(
     }
 }
 
+/// The actions an account may take: a static policy's, or the union of those of the rules an
+/// identity token matched (`rules`); every action for a version-1 policy.
+pub fn actions_of(account: &ServiceAccount, rules: Option<&[usize]>) -> Actions {
+    match (account.policy.kind(), rules) {
+        (PolicyKind::Oidc, Some(rules)) => account.policy.rules_actions(rules),
+        (PolicyKind::Oidc, None) => Actions::NONE,
+        _ => account.policy.actions(),
+    }
+}
+
 /// Whether the accounts belong to more than one customer.
 fn spans_customers(accounts: &[Arc<ServiceAccount>]) -> bool {
     accounts
@@ -316,6 +348,7 @@ fn accepted(account: &ServiceAccount, claims: &Map<String, Value>) -> Option<Vec
 fn decide_federated_collection<'a>(
     claims: &Map<String, Value>,
     mut eligible: impl Iterator<Item = &'a Arc<ServiceAccount>>,
+    action: Action,
     ip: IpAddr,
 ) -> Result<Grant<'a>, Refusal> {
     // Matching stops at the second account that accepts: that is already an ambiguity.
@@ -331,6 +364,7 @@ fn decide_federated_collection<'a>(
     if !account.policy.allows_ip(ip) {
         return Err(outside_allowlist());
     }
+    allows(account.policy.rules_actions(&rules), action)?;
     Ok(Grant::Account {
         account,
         rules: Some(rules),
@@ -341,6 +375,7 @@ fn decide_federated_service<'a>(
     claims: &Map<String, Value>,
     eligible: impl Iterator<Item = &'a Arc<ServiceAccount>> + Clone,
     service: Option<&Service>,
+    action: Action,
     ip: IpAddr,
 ) -> Result<Grant<'a>, Refusal> {
     let owner = service.and_then(|s| s.customer_id);
@@ -350,7 +385,7 @@ fn decide_federated_service<'a>(
         for account in eligible.clone().filter(|a| a.customer_id == owner) {
             let decision = account
                 .policy
-                .evaluate(Some(claims), Some(&service.subdomain), ip);
+                .evaluate(Some(claims), Some(&service.subdomain), ip, action);
             let refusal = match decision {
                 Decision::Allow { .. } => {
                     let rules = account.policy.matching_rules(claims);
@@ -365,8 +400,9 @@ fn decide_federated_service<'a>(
                 Decision::Deny(reason) => refusal_of(reason),
                 _ => continue,
             };
-            // An account that accepts the token but does not cover the service outranks one
-            // whose allowlist refuses the address: the caller reaches the service's owner.
+            // An account that accepts the token but does not cover the service (or the
+            // action) outranks one whose allowlist refuses the address: the caller reaches the
+            // service's owner.
             let covers_less = refusal != outside_allowlist();
             if outcome.is_none() || covers_less {
                 outcome = Some(Err(refusal));
@@ -388,26 +424,44 @@ fn decide_federated_service<'a>(
     })
 }
 
-/// DECISIONS §5 for `/service-accounts…`: the caller's patterns include `"*"`; and an account
-/// it creates, changes, deletes or re-keys (`target`, the new policy or the existing one) is
-/// no broader than the caller's addresses.
+/// Managing `/service-accounts…`: the caller's patterns include `"*"`; and an account it
+/// creates, changes, deletes or re-keys (`target`, the new policy or the existing one) is no
+/// broader than the caller: within its addresses, and allowed no action the caller may not
+/// take itself (`caller_actions`, [`actions_of`]). No account mints, widens or takes over an
+/// account broader than itself.
 ///
 /// ```
 /// use registry_domain::access::{may_manage, Refusal};
-/// use registry_domain::policy::Policy;
+/// use registry_domain::policy::{Action, Actions, Policy};
 /// use serde_json::json;
 ///
 /// let policy = |v: serde_json::Value| Policy::parse(&v).unwrap().policy;
 /// let office = policy(json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}));
 /// let anywhere = policy(json!({"kind": "static", "services": ["api-acme"]}));
 /// let scope = office.static_scope().unwrap();
-/// assert!(may_manage(&scope, &office, None).is_ok());
-/// assert!(matches!(may_manage(&scope, &office, Some(&anywhere)), Err(Refusal::Forbidden(_))));
+/// assert!(may_manage(&scope, office.actions(), &office, None).is_ok());
+/// assert!(matches!(may_manage(&scope, office.actions(), &office, Some(&anywhere)), Err(Refusal::Forbidden(_))));
 /// let narrow = anywhere.static_scope().unwrap();
-/// assert!(matches!(may_manage(&narrow, &anywhere, None), Err(Refusal::Forbidden(_))));
+/// assert!(matches!(may_manage(&narrow, anywhere.actions(), &anywhere, None), Err(Refusal::Forbidden(_))));
+///
+/// // A manager without config:write cannot mint an account that has it.
+/// let v2 = "https://registry.example/schemas/service-account-policy/v2.json";
+/// let manager = policy(json!({"$schema": v2, "kind": "static", "services": ["*"],
+///     "actions": ["accounts:read", "accounts:write", "config:read"]}));
+/// let writer = policy(json!({"$schema": v2, "kind": "static", "services": ["api-acme"],
+///     "actions": ["config:read", "config:write"]}));
+/// let reader = policy(json!({"$schema": v2, "kind": "static", "services": ["api-acme"],
+///     "actions": ["config:read"]}));
+/// let scope = manager.static_scope().unwrap();
+/// assert!(may_manage(&scope, manager.actions(), &manager, Some(&reader)).is_ok());
+/// assert!(matches!(
+///     may_manage(&scope, manager.actions(), &manager, Some(&writer)),
+///     Err(Refusal::Forbidden(_))
+/// ));
 /// ```
 pub fn may_manage(
     caller_scope: &crate::policy::Scope<'_>,
+    caller_actions: Actions,
     caller_policy: &Policy,
     target: Option<&Policy>,
 ) -> Result<(), Refusal> {
@@ -416,20 +470,41 @@ pub fn may_manage(
             "managing service accounts needs a service account whose services include \"*\"".into(),
         ));
     }
-    match target {
-        Some(target)
-            if !target
-                .ip_allowlist()
-                .is_within(caller_policy.ip_allowlist()) =>
-        {
-            Err(Refusal::Forbidden(
-                "this service account has an ip_allowlist, so the accounts it manages must have \
-                 one whose every entry lies inside one of its own entries"
-                    .into(),
-            ))
-        }
-        _ => Ok(()),
+    let Some(target) = target else {
+        return Ok(());
+    };
+    if !target
+        .ip_allowlist()
+        .is_within(caller_policy.ip_allowlist())
+    {
+        return Err(Refusal::Forbidden(
+            "this service account has an ip_allowlist, so the accounts it manages must have \
+             one whose every entry lies inside one of its own entries"
+                .into(),
+        ));
     }
+    if !caller_actions.includes(target.actions()) {
+        let missing: Vec<&str> = target
+            .actions()
+            .iter()
+            .filter(|a| !caller_actions.contains(*a))
+            .map(Action::as_str)
+            .collect();
+        let detail = if missing.is_empty() {
+            // Only "*" (every action, those added later included) is missing.
+            "this service account may not take every action (\"*\"), so the accounts it \
+             manages may not either"
+                .to_owned()
+        } else {
+            format!(
+                "this service account may not take the action(s) {}, so the accounts it manages \
+                 may not either",
+                missing.join(", ")
+            )
+        };
+        return Err(Refusal::Forbidden(detail));
+    }
+    Ok(())
 }
 
 /// Whether an account has a token to regenerate: only `static` accounts do.
@@ -511,6 +586,7 @@ mod tests {
         decide(
             credential,
             Request::Services,
+            Action::ServicesRead,
             "192.0.2.1".parse().unwrap(),
             NOW,
         )
@@ -581,7 +657,14 @@ mod tests {
             "ip_allowlist": ["203.0.113.0/24"]}));
         let anywhere = static_account(json!({"kind": "static", "services": ["api-acme"]}));
         let decide_for = |account: &Arc<ServiceAccount>, request| {
-            decide(Credential::Account(account), request, ip, NOW).map(|_| ())
+            decide(
+                Credential::Account(account),
+                request,
+                Action::AccountsWrite,
+                ip,
+                NOW,
+            )
+            .map(|_| ())
         };
         let accounts = Request::Accounts { target: None };
         assert_eq!(decide_for(&star, accounts), Ok(()));
@@ -608,7 +691,7 @@ mod tests {
         // An anonymous secret acts on its own service only.
         let secret = Credential::AnonymousSecret(Uuid::new_v4());
         assert!(matches!(
-            decide(secret, Request::AuditTrail, ip, NOW),
+            decide(secret, Request::AuditTrail, Action::AuditRead, ip, NOW),
             Err(Refusal::Forbidden(_))
         ));
     }
@@ -635,7 +718,186 @@ mod tests {
             chosen: None,
         };
         let ip = "192.0.2.1".parse().unwrap();
-        let grant = decide(credential, Request::Service(Some(&service)), ip, NOW).unwrap();
+        let grant = decide(
+            credential,
+            Request::Service(Some(&service)),
+            Action::ConfigRead,
+            ip,
+            NOW,
+        )
+        .unwrap();
         assert_eq!(grant.account().unwrap().id, ours.id);
+    }
+
+    const V2: &str = "https://registry.example/schemas/service-account-policy/v2.json";
+
+    fn service_of(customer: Uuid, subdomain: &str) -> Service {
+        Service {
+            id: Uuid::new_v4(),
+            customer_id: Some(customer),
+            subdomain: subdomain.into(),
+            title: None,
+            description: None,
+            created_at: NOW,
+            expires_at: None,
+        }
+    }
+
+    /// The review's capture: an account scoped to one service could delete it. With actions, a
+    /// sync agent's account keeps the keys published and does nothing else.
+    #[test]
+    fn a_static_account_takes_only_its_actions() {
+        let sync = static_account(json!({"$schema": V2, "kind": "static",
+            "services": ["k3s-acme"], "actions": ["config:read", "config:write"]}));
+        let k3s = service_of(sync.customer_id, "k3s-acme");
+        let ip = "192.0.2.1".parse().unwrap();
+        let ask = |request, action| {
+            decide(Credential::Account(&sync), request, action, ip, NOW).map(|_| ())
+        };
+        assert_eq!(ask(Request::Service(Some(&k3s)), Action::ConfigWrite), Ok(()));
+        assert_eq!(ask(Request::Service(Some(&k3s)), Action::ConfigRead), Ok(()));
+        for action in [Action::ServicesWrite, Action::ServicesRead] {
+            assert_eq!(
+                ask(Request::Service(Some(&k3s)), action),
+                Err(Refusal::ActionNotAllowed(action))
+            );
+        }
+        assert_eq!(
+            ask(Request::Services, Action::ServicesRead),
+            Err(Refusal::ActionNotAllowed(Action::ServicesRead))
+        );
+        // Another customer's service is still a 404, whatever the action.
+        let theirs = service_of(Uuid::new_v4(), "web-globex");
+        assert_eq!(
+            ask(Request::Service(Some(&theirs)), Action::ServicesWrite),
+            Err(Refusal::NotFound)
+        );
+        // A version-1 policy allows every action, as before.
+        let v1 = static_account(json!({"kind": "static", "services": ["*"]}));
+        for action in Action::ALL {
+            let service = service_of(v1.customer_id, "api-acme");
+            assert!(decide(
+                Credential::Account(&v1),
+                Request::Service(Some(&service)),
+                action,
+                ip,
+                NOW
+            )
+            .is_ok());
+        }
+    }
+
+    /// For an identity token, the actions of the rules that match it and cover the service.
+    #[test]
+    fn a_federated_call_unites_the_actions_of_its_matching_rules() {
+        let customer = Uuid::new_v4();
+        let rule = |sub: &str, services: Value, actions: Value| {
+            json!({"services": services, "actions": actions,
+                "claims": {"iss": GITHUB, "aud": "registry", "sub": sub}})
+        };
+        let policy = json!({"$schema": V2, "kind": "oidc", "rules": [
+            rule("repo:acme/*", json!(["*"]), json!(["config:read", "services:read"])),
+            rule("repo:acme/infra:*", json!(["api-acme"]), json!(["config:write"])),
+        ]});
+        let account = Arc::new(ServiceAccount {
+            id: Uuid::new_v4(),
+            customer_id: customer,
+            name: "ci".into(),
+            policy: Policy::parse(&policy).unwrap().policy,
+            created_at: NOW,
+            last_used_at: None,
+        });
+        let candidates = [account];
+        let ip = "192.0.2.1".parse().unwrap();
+        let (api, web) = (service_of(customer, "api-acme"), service_of(customer, "web-acme"));
+        let ask = |sub: &str, service: &Service, action| {
+            let claims = claims(sub);
+            let credential = Credential::IdentityToken {
+                claims: &claims,
+                candidates: &candidates,
+                chosen: None,
+            };
+            decide(credential, Request::Service(Some(service)), action, ip, NOW).map(|_| ())
+        };
+        let infra = "repo:acme/infra:ref:refs/heads/main";
+        assert_eq!(ask(infra, &api, Action::ConfigWrite), Ok(()));
+        assert_eq!(ask(infra, &api, Action::ConfigRead), Ok(()));
+        // The rule that allows config:write does not cover web-acme.
+        assert_eq!(
+            ask(infra, &web, Action::ConfigWrite),
+            Err(Refusal::ActionNotAllowed(Action::ConfigWrite))
+        );
+        assert_eq!(
+            ask("repo:acme/docs:ref:refs/heads/main", &api, Action::ConfigWrite),
+            Err(Refusal::ActionNotAllowed(Action::ConfigWrite))
+        );
+        assert_eq!(
+            ask(infra, &api, Action::ServicesWrite),
+            Err(Refusal::ActionNotAllowed(Action::ServicesWrite))
+        );
+        // On the collection, the matching rules' actions.
+        let claims = claims(infra);
+        let collection = |action| {
+            decide(
+                Credential::IdentityToken {
+                    claims: &claims,
+                    candidates: &candidates,
+                    chosen: None,
+                },
+                Request::Services,
+                action,
+                ip,
+                NOW,
+            )
+            .map(|_| ())
+        };
+        assert_eq!(collection(Action::ServicesRead), Ok(()));
+        assert_eq!(
+            collection(Action::ServicesWrite),
+            Err(Refusal::ActionNotAllowed(Action::ServicesWrite))
+        );
+    }
+
+    /// Managing accounts compares actions too: no account mints one broader than itself.
+    #[test]
+    fn a_manager_mints_no_account_with_actions_it_lacks() {
+        let ip = "192.0.2.1".parse().unwrap();
+        let manager = static_account(json!({"$schema": V2, "kind": "static", "services": ["*"],
+            "actions": ["accounts:read", "accounts:write", "config:read", "config:write"]}));
+        let policy = |v: Value| Policy::parse(&v).unwrap().policy;
+        let ok = policy(json!({"$schema": V2, "kind": "static", "services": ["api-acme"],
+            "actions": ["config:read", "config:write"]}));
+        let broader = policy(json!({"$schema": V2, "kind": "static", "services": ["api-acme"],
+            "actions": ["services:write"]}));
+        let v1 = policy(json!({"kind": "static", "services": ["api-acme"]}));
+        let manage = |target| {
+            decide(
+                Credential::Account(&manager),
+                Request::Accounts { target },
+                Action::AccountsWrite,
+                ip,
+                NOW,
+            )
+            .map(|_| ())
+        };
+        assert_eq!(manage(Some(&ok)), Ok(()));
+        for target in [&broader, &v1] {
+            let Err(Refusal::Forbidden(detail)) = manage(Some(target)) else {
+                panic!("a broader account was allowed");
+            };
+            assert!(detail.contains("may not"), "{detail}");
+        }
+        // Reading the trail is another action.
+        assert_eq!(
+            decide(
+                Credential::Account(&manager),
+                Request::AuditTrail,
+                Action::AuditRead,
+                ip,
+                NOW
+            )
+            .map(|_| ()),
+            Err(Refusal::ActionNotAllowed(Action::AuditRead))
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! with a budget and a retention of their own (DECISIONS §17): near misses of the account's own
 //! rules ([`is_near_miss`]), which outsiders cannot produce, and the rest.
 
-use crate::policy::{Policy, ReasonCode};
+use crate::policy::{Action, Policy, ReasonCode};
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
 use time::format_description::well_known::Rfc3339;
@@ -56,6 +56,8 @@ pub struct Refused<'a> {
     pub claims: &'a Map<String, Value>,
     /// The service in the path, if any.
     pub service: Option<&'a str>,
+    /// The action the call needed.
+    pub action: Action,
     /// The client's address.
     pub ip: IpAddr,
     /// Refused because several accounts accept the token and none was chosen.
@@ -248,11 +250,16 @@ pub fn shown(records: Vec<Value>, max: usize) -> Vec<Value> {
 }
 
 /// The record of `refused` for an account with `policy`: `{at, code, rule?, hints, claims,
-/// service?, ip, requestId, near}` (`near`: see [`is_near_miss`]; an ambiguous request is near,
+/// service?, ip, action, requestId, near}` (`near`: see [`is_near_miss`]; an ambiguous request is near,
 /// the account's rules accept it). `None` when this account's policy admits the request (the
 /// refusal was another account's business, or the client chose another).
 pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
-    let explained = policy.explain(Some(refused.claims), refused.service, Some(refused.ip));
+    let explained = policy.explain(
+        Some(refused.claims),
+        refused.service,
+        Some(refused.ip),
+        refused.action,
+    );
     let (code, rule) = if refused.ambiguous {
         (ReasonCode::AccountAmbiguous, explained.rule)
     } else if explained.allowed {
@@ -277,13 +284,16 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
             "message": h.message})).collect::<Vec<_>>(),
         "claims": shown,
         "ip": refused.ip.to_string(),
+        "action": refused.action.as_str(),
         "requestId": refused.request_id,
         // A rule that accepted every claim left a refusal of the service or the address: the
         // explanation's matching says so, without matching again.
         "near": refused.ambiguous
             || near_miss(policy, refused.claims, || explained.reasons.iter().any(|r| matches!(
                 r.code,
-                ReasonCode::ServiceNotAllowed | ReasonCode::AddressNotAllowed
+                ReasonCode::ServiceNotAllowed
+                    | ReasonCode::AddressNotAllowed
+                    | ReasonCode::ActionNotAllowed
             ))),
     });
     if let Some(rule) = rule {
@@ -311,6 +321,7 @@ mod tests {
         let refused = Refused {
             claims: claims.as_object().unwrap(),
             service: Some("api-acme"),
+            action: Action::ConfigRead,
             ip: "192.0.2.7".parse().unwrap(),
             ambiguous: false,
             request_id: Some("r1"),
@@ -455,6 +466,7 @@ mod tests {
             let refused = Refused {
                 claims: claims.as_object().unwrap(),
                 service: Some(service),
+                action: Action::ConfigRead,
                 ip: ip.parse().unwrap(),
                 ambiguous: false,
                 request_id: None,
@@ -474,6 +486,7 @@ mod tests {
         let refused = Refused {
             claims: stranger.as_object().unwrap(),
             service: Some("api-acme"),
+            action: Action::ConfigRead,
             ip: "10.1.2.3".parse().unwrap(),
             ambiguous: false,
             request_id: None,

@@ -16,6 +16,10 @@ pub enum NodeError {
     /// Valid credentials, but not for this.
     #[error("{0}")]
     Forbidden(String),
+    /// Valid credentials for what the call acts on, but not for its action (the detail names
+    /// it).
+    #[error("{0}")]
+    ActionNotAllowed(String),
     /// The service does not exist, or is not the caller's.
     #[error("{0}")]
     NotFound(String),

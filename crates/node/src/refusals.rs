@@ -54,6 +54,8 @@ pub struct RefusedRequest<'a> {
     pub chosen: Option<Uuid>,
     /// The service in the path, when it exists.
     pub service: Option<&'a Service>,
+    /// The action the call needed.
+    pub action: registry_domain::policy::Action,
     /// Refused because several accounts accept the token.
     pub ambiguous: bool,
 }
@@ -85,6 +87,7 @@ impl RefusalBudget {
         let facts = Refused {
             claims: &refused.token.claims,
             service: refused.service.map(|s| s.subdomain.as_str()),
+            action: refused.action,
             ip: refused.ip,
             ambiguous: refused.ambiguous,
             request_id: request_id.as_deref(),

@@ -1,6 +1,7 @@
 //! What authentication reads of a request, handed over by the HTTP layer.
 
 use http::HeaderValue;
+use registry_domain::policy::Action;
 use std::net::IpAddr;
 
 tokio::task_local! {
@@ -29,4 +30,6 @@ pub struct Presented<'r> {
     pub service_account: Option<&'r HeaderValue>,
     /// Whether the call changes something (the write rate of DECISIONS §17).
     pub changes: bool,
+    /// The action the call takes, which the caller's policy must allow.
+    pub action: Action,
 }

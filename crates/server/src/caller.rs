@@ -14,6 +14,7 @@ use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use ipnetwork::IpNetwork;
 use registry_domain::app::Caller;
+use registry_domain::policy::Action;
 use registry_domain::Service;
 use registry_node::Authenticator;
 use registry_node::{auditor, collection_caller, manager, service_caller, Presented};
@@ -44,17 +45,42 @@ pub struct Auditor(pub Caller);
 
 /// The one call that is a POST and changes nothing. (`POST …/preflight` changes nothing either,
 /// but counts against the credential's writes per minute: checking a token against the keys
-/// of a service costs up to one signature check per key.)
+/// of a service costs signature checks.)
 const EXPLAIN_ROUTE: &str = "/service-accounts/{id}/explain";
 
 /// What authentication reads of `req`.
 fn presented<'r>(gate: &Gate, req: &'r HttpRequest) -> Presented<'r> {
     let reads = matches!(*req.method(), Method::GET | Method::HEAD);
+    let route = req.match_pattern();
     Presented {
         ip: client_ip(req, &gate.trusted_proxies),
         authorization: req.headers().get(header::AUTHORIZATION),
         service_account: req.headers().get("x-service-account"),
-        changes: !reads && req.match_pattern().as_deref() != Some(EXPLAIN_ROUTE),
+        changes: !reads && route.as_deref() != Some(EXPLAIN_ROUTE),
+        action: action_of(route.as_deref().unwrap_or_default(), reads),
+    }
+}
+
+/// The action a call takes (docs/api.md, "Actions"): by its route, and whether it only reads.
+/// `…/explain` and `…/preflight` are POSTs that read.
+pub fn action_of(route: &str, reads: bool) -> Action {
+    let read_or_write = |read, write| if reads { read } else { write };
+    match route {
+        "/services" | "/services/{subdomain}" => {
+            read_or_write(Action::ServicesRead, Action::ServicesWrite)
+        }
+        "/services/{subdomain}/preflight" => Action::ConfigRead,
+        r if r.starts_with("/services/{subdomain}/") => {
+            read_or_write(Action::ConfigRead, Action::ConfigWrite)
+        }
+        EXPLAIN_ROUTE => Action::AccountsRead,
+        r if r.starts_with("/service-accounts") => {
+            read_or_write(Action::AccountsRead, Action::AccountsWrite)
+        }
+        "/audit-events" => Action::AuditRead,
+        // A route that takes a caller and is not listed here: the widest action, so that a
+        // forgotten entry refuses rather than lets through (a test lists every route).
+        _ => Action::AccountsWrite,
     }
 }
 
@@ -110,5 +136,42 @@ impl FromRequest for ServiceCaller {
                 service_caller(&gate.auth, &presented(&gate, &req), key).await?;
             Ok(ServiceCaller { service, caller })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::action_of;
+    use registry_domain::policy::Action::{self, *};
+
+    /// Every call that takes a caller, with its action (docs/api.md's table).
+    #[test]
+    fn every_call_takes_the_action_of_the_table() {
+        let table: &[(&str, bool, Action)] = &[
+            ("/services", true, ServicesRead),
+            ("/services", false, ServicesWrite),
+            ("/services/{subdomain}", true, ServicesRead),
+            ("/services/{subdomain}", false, ServicesWrite),
+            ("/services/{subdomain}/config", true, ConfigRead),
+            ("/services/{subdomain}/config", false, ConfigWrite),
+            ("/services/{subdomain}/keys", true, ConfigRead),
+            ("/services/{subdomain}/keys/{kid}", false, ConfigWrite),
+            ("/services/{subdomain}/federation", true, ConfigRead),
+            ("/services/{subdomain}/preflight", true, ConfigRead),
+            ("/services/{subdomain}/preflight", false, ConfigRead),
+            ("/services/{subdomain}/fetches", true, ConfigRead),
+            ("/service-accounts", true, AccountsRead),
+            ("/service-accounts", false, AccountsWrite),
+            ("/service-accounts/{id}", true, AccountsRead),
+            ("/service-accounts/{id}", false, AccountsWrite),
+            ("/service-accounts/{id}/regenerate-token", false, AccountsWrite),
+            ("/service-accounts/{id}/explain", false, AccountsRead),
+            ("/service-accounts/{id}/refusals", true, AccountsRead),
+            ("/audit-events", true, AuditRead),
+            ("/unlisted", true, AccountsWrite),
+        ];
+        for &(route, reads, action) in table {
+            assert_eq!(action_of(route, reads), action, "{route} (reads: {reads})");
+        }
     }
 }

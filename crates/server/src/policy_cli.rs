@@ -5,7 +5,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use clap::Subcommand;
 use registry_domain::policy::{
-    compare, lint_document, parse_cases, run_cases, CompareResult, Finding, Policy, Tally, TestCase,
+    compare, lint_document, parse_cases, run_cases, Action, CompareResult, Finding, Policy, Tally,
+    TestCase,
 };
 use serde_json::{json, Map, Value};
 use std::io::Read;
@@ -54,12 +55,16 @@ pub enum PolicyCommand {
         /// The client address.
         #[arg(long)]
         ip: Option<std::net::IpAddr>,
+        /// The action the call would take (services:read, services:write, config:read,
+        /// config:write, accounts:read, accounts:write, audit:read); not checked when absent.
+        #[arg(long, value_parser = parse_action)]
+        action: Option<Action>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
         format: OutputFormat,
     },
-    /// Run test cases against a policy: a JSON list of {name, claims, service?, ip?, expect:
-    /// "allow"|"deny", rule?}. Prints each result and the rules no case exercised. Exit 1 when
+    /// Run test cases against a policy: a JSON list of {name, claims, service?, ip?, action?,
+    /// expect: "allow"|"deny", rule?}. Prints each result and the rules no case exercised. Exit 1 when
     /// a case fails.
     Test {
         /// The policy document (JSON).
@@ -86,6 +91,14 @@ pub enum PolicyCommand {
         #[arg(long)]
         deny_widening: bool,
     },
+}
+
+/// An action named on the command line.
+fn parse_action(text: &str) -> Result<Action, String> {
+    Action::parse(text).ok_or_else(|| {
+        let known: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
+        format!("unknown action {text:?}: one of {}", known.join(", "))
+    })
 }
 
 /// The most a policy command reads of one file (DECISIONS §17). A policy the API accepts is
@@ -197,6 +210,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             token,
             service,
             ip,
+            action,
             format,
         } => {
             let policy = read_policy(&file)?;
@@ -212,7 +226,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                 }
                 (None, None) => anyhow::bail!("give --claims FILE or --token JWT"),
             };
-            let explanation = policy.explain(Some(&claims), service.as_deref(), ip);
+            let explanation = policy.explain(Some(&claims), service.as_deref(), ip, action);
             show(format, explanation.to_json(), &explanation);
             Ok(())
         }

@@ -52,6 +52,10 @@ pub enum ApiError {
     /// Valid credentials, but not for this.
     #[error("{0}")]
     Forbidden(String),
+    /// Valid credentials for what the call acts on, but its policy does not allow the call's
+    /// action (the detail names it).
+    #[error("{0}")]
+    ActionNotAllowed(String),
     /// The resource does not exist, or is not the caller's.
     #[error("{0}")]
     NotFound(String),
@@ -130,6 +134,7 @@ impl From<NodeError> for ApiError {
         match e {
             NodeError::Unauthorized { detail } => ApiError::Unauthorized { detail },
             NodeError::Forbidden(detail) => ApiError::Forbidden(detail),
+            NodeError::ActionNotAllowed(detail) => ApiError::ActionNotAllowed(detail),
             NodeError::NotFound(detail) => ApiError::NotFound(detail),
             NodeError::RateLimited {
                 retry_after_secs,
@@ -195,6 +200,7 @@ impl ApiError {
             ApiError::Naming(_) => ("invalid-service-name", "Invalid service name"),
             ApiError::Unauthorized { .. } => ("unauthorized", "Unauthorized"),
             ApiError::Forbidden(_) => ("forbidden", "Forbidden"),
+            ApiError::ActionNotAllowed(_) => ("action-not-allowed", "Action not allowed"),
             ApiError::NotFound(_) => ("not-found", "Not found"),
             ApiError::MethodNotAllowed(_) => ("method-not-allowed", "Method not allowed"),
             ApiError::Conflict(_) => ("conflict", "Conflict"),
@@ -273,7 +279,7 @@ impl ResponseError for ApiError {
             ApiError::Naming(NamingError::PlanRequired(_)) => StatusCode::FORBIDDEN,
             ApiError::Naming(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::ActionNotAllowed(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,

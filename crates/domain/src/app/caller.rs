@@ -144,9 +144,9 @@ impl Caller {
         })
     }
 
-    /// DECISIONS §5 ([`access::may_manage`]): the caller manages the customer's accounts (its
-    /// patterns include `"*"`), and `target` (a new policy, or the one of an account it would
-    /// change, delete or re-key) is no broader than the caller's addresses.
+    /// [`access::may_manage`]: the caller manages the customer's accounts (its patterns include
+    /// `"*"`), and `target` (a new policy, or the one of an account it would change, delete or
+    /// re-key) is no broader than the caller: within its addresses and its actions.
     pub fn may_manage(&self, target: Option<&Policy>) -> Result<(), AppError> {
         let account = self.account.as_ref().ok_or_else(|| {
             AppError::Forbidden(
@@ -154,7 +154,8 @@ impl Caller {
             )
         })?;
         let scope = self.scope().unwrap_or_default();
-        access::may_manage(&scope, &account.policy, target).map_err(|refusal| match refusal {
+        let actions = access::actions_of(account, self.rules.as_deref());
+        access::may_manage(&scope, actions, &account.policy, target).map_err(|refusal| match refusal {
             Refusal::Forbidden(detail) => AppError::Forbidden(detail),
             // `may_manage` answers only 403s.
             other => AppError::Forbidden(format!("{other:?}")),

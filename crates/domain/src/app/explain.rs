@@ -9,7 +9,7 @@
 //! gave.
 
 use crate::app::{accounts, AppError, Caller, Registry};
-use crate::policy::{Explanation, Reason, ReasonCode};
+use crate::policy::{Action, Explanation, Reason, ReasonCode};
 use crate::ports::{TokenRejection, VerifiedToken};
 use crate::refusal::{self, KEPT_FOR, KEPT_PER_ACCOUNT};
 use crate::ServiceAccount;
@@ -43,6 +43,8 @@ pub struct Explain {
     pub service: Option<String>,
     /// The address the request would come from.
     pub ip: Option<IpAddr>,
+    /// The action the request would take (`None`: not checked).
+    pub action: Option<Action>,
 }
 
 /// The account to explain for: the caller's customer's ([`accounts::get`]), else a 404.
@@ -77,15 +79,18 @@ pub fn explain(command: Explain) -> String {
         evidence,
         service,
         ip,
+        action,
     } = command;
     let explanation = match evidence {
-        Evidence::Claims(claims) => account
-            .policy
-            .explain(claims.as_ref(), service.as_deref(), ip),
+        Evidence::Claims(claims) => {
+            account
+                .policy
+                .explain(claims.as_ref(), service.as_deref(), ip, action)
+        }
         Evidence::Token(Ok(verified)) => {
             account
                 .policy
-                .explain(Some(&verified.claims), service.as_deref(), ip)
+                .explain(Some(&verified.claims), service.as_deref(), ip, action)
         }
         Evidence::Token(Err(rejection)) => refused_token(rejection.code, rejection.detail),
         Evidence::UnnamedIssuer(issuer) => refused_token(
@@ -154,6 +159,7 @@ mod tests {
             evidence,
             service: Some("api-acme".into()),
             ip: None,
+            action: None,
         };
         serde_json::from_str(&explain(command)).unwrap()
     }

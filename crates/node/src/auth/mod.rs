@@ -23,6 +23,7 @@ use crate::{NodeError, NodeResult};
 use registry_domain::access::{self, Credential, Grant, Refusal, Request};
 use registry_domain::app::{Caller, Origin};
 use registry_domain::credentials::{self, CredentialKind};
+use registry_domain::policy::Action;
 use registry_domain::ports::{CredentialOwner, IdentityTokenVerifier, VerifiedToken};
 use registry_domain::{Service, ServiceAccount};
 use std::net::IpAddr;
@@ -308,6 +309,14 @@ fn refused(refusal: Refusal, key: &str) -> NodeError {
             NodeError::Forbidden(detail)
         }
         Refusal::NotFound => not_found_service(key),
+        Refusal::ActionNotAllowed(action) => {
+            tracing::info!(action = action.as_str(), "call refused: action not allowed");
+            NodeError::ActionNotAllowed(format!(
+                "this service account's policy does not allow the action {:?} that this call \
+                 takes",
+                action.as_str()
+            ))
+        }
     }
 }
 
@@ -351,6 +360,7 @@ fn refused_request<'a>(
     candidates: &'a [Arc<ServiceAccount>],
     chosen: Option<uuid::Uuid>,
     service: Option<&'a Service>,
+    action: Action,
 ) -> RefusedRequest<'a> {
     RefusedRequest {
         ip,
@@ -358,6 +368,7 @@ fn refused_request<'a>(
         candidates,
         chosen,
         service,
+        action,
         ambiguous: false,
     }
 }
@@ -404,11 +415,18 @@ async fn authorize(
             candidates: &candidates,
             chosen,
         };
-        let grant = match access::decide(credential, request(call, &service), ip, now) {
+        let grant = match access::decide(credential, request(call, &service), req.action, ip, now)
+        {
             Ok(grant) => grant,
             Err(refusal) => {
-                let request =
-                    refused_request(ip, &verified, &candidates, chosen, service.as_deref());
+                let request = refused_request(
+                    ip,
+                    &verified,
+                    &candidates,
+                    chosen,
+                    service.as_deref(),
+                    req.action,
+                );
                 return Err(refused_federated(auth, request, refusal, named).await);
             }
         };
@@ -417,8 +435,14 @@ async fn authorize(
     }
     let holder = secret_holder(auth, token, ip).await?;
     let service = the_service(auth, key).await?;
-    let grant = access::decide(holder.credential(), request(call, &service), ip, now)
-        .map_err(|refusal| refused(refusal, named))?;
+    let grant = access::decide(
+        holder.credential(),
+        request(call, &service),
+        req.action,
+        ip,
+        now,
+    )
+    .map_err(|refusal| refused(refusal, named))?;
     Ok((granted(auth, req, &grant, None, ip, now)?, service))
 }
 

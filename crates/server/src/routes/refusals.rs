@@ -9,6 +9,7 @@ use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::explain::{self, Evidence, Explain};
+use registry_domain::policy::Action;
 use registry_domain::{ServiceAccount, Violation};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
@@ -16,7 +17,8 @@ use std::net::IpAddr;
 /// Longest token accepted (the verifier's own limit is lower).
 const MAX_TOKEN: usize = 64 * 1024;
 
-/// `POST /service-accounts/{id}/explain`: `{token, service?, ip?}` or `{claims, service?, ip?}`.
+/// `POST /service-accounts/{id}/explain`: `{token, service?, ip?, action?}` or `{claims,
+/// service?, ip?, action?}`.
 /// A token is judged like a real request: an issuer the account names, then keys, signature
 /// and times, then the policy. It is neither kept, logged nor echoed.
 pub async fn explain(
@@ -36,6 +38,7 @@ pub async fn explain(
         claims,
         service,
         ip,
+        action,
     } = ExplainBody::parse(body.as_ref())?;
     let evidence = match token {
         Some(token) => verified(&state, &account, &token).await?,
@@ -46,6 +49,7 @@ pub async fn explain(
         evidence,
         service,
         ip,
+        action,
     };
     // On the blocking pool: with large array claims it takes milliseconds (DECISIONS §17).
     let explanation = state.run(move |_| Ok(explain::explain(command))).await?;
@@ -71,11 +75,12 @@ struct ExplainBody {
     claims: Option<Map<String, Value>>,
     service: Option<String>,
     ip: Option<IpAddr>,
+    action: Option<Action>,
 }
 
 impl ExplainBody {
     fn parse(body: Option<&Value>) -> ApiResult<Self> {
-        let mut fields = Fields::new(body, &["token", "claims", "service", "ip"])?;
+        let mut fields = Fields::new(body, &["token", "claims", "service", "ip", "action"])?;
         let token = fields.string("token", false, MAX_TOKEN);
         let service = fields.string("service", false, 253);
         let ip = match fields
@@ -106,12 +111,26 @@ impl ExplainBody {
                  the policy alone), not both",
             ));
         }
+        let action = match fields.string("action", false, 64).map(|a| Action::parse(&a)) {
+            Some(Some(action)) => Some(action),
+            Some(None) => {
+                let known: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
+                let problem = Violation::new(
+                    "/action",
+                    format!("action is one of {}", known.join(", ")),
+                );
+                fields.problems.push(problem);
+                None
+            }
+            None => None,
+        };
         fields.finish()?;
         Ok(Self {
             token,
             claims,
             service,
             ip,
+            action,
         })
     }
 }

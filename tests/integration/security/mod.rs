@@ -7,6 +7,7 @@ mod fuzz_seeds;
 mod hosting_bounds;
 mod jwt;
 mod leaks;
+mod least_privilege;
 mod rates;
 mod refusal_budget;
 mod review;

@@ -108,6 +108,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(get_and_head(
         "/schemas/service-account-policy/v1.json",
         ops::policy_schema,
+    ))
+    .service(get_and_head(
+        "/schemas/service-account-policy/v2.json",
+        ops::policy_schema_v2,
     ));
 }
 

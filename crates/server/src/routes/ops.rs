@@ -187,14 +187,24 @@ pub async fn openapi(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
 /// `GET /schemas/service-account-policy/v1.json`: the `{schema_url}` of the spec.
 pub async fn policy_schema(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     // The very document the domain validates with, parsed once there.
-    let mut schema = registry_domain::policy::schema().clone();
+    Ok(served_schema(registry_domain::policy::schema(), "v1", &state))
+}
+
+/// `GET /schemas/service-account-policy/v2.json`: version 2, with `actions`.
+pub async fn policy_schema_v2(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    Ok(served_schema(registry_domain::policy::schema_v2(), "v2", &state))
+}
+
+/// A policy schema with this registry's address as its `$id`.
+fn served_schema(schema: &Value, version: &str, state: &AppState) -> HttpResponse {
+    let mut schema = schema.clone();
     schema["$id"] = json!(format!(
-        "{}/schemas/service-account-policy/v1.json",
+        "{}/schemas/service-account-policy/{version}.json",
         state.settings.base()
     ));
-    Ok(HttpResponse::Ok()
+    HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "application/schema+json"))
         .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"))
         .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
-        .json(schema))
+        .json(schema)
 }

@@ -1,0 +1,366 @@
+//! Third security review (docs/api.md "Actions" and "Limits"): an account does what its policy's
+//! actions allow and nothing else, no account mints or takes over one broader than itself, and
+//! the limits that raced or cost too much hold.
+
+use super::create_service;
+use registry_tests::server::{assert_problem, json, pointers, ServerOptions, TestServer};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::sync::Barrier;
+
+const V2: &str = "http://localhost:8080/schemas/service-account-policy/v2.json";
+
+fn server_with(env: &[(&str, &str)]) -> TestServer {
+    TestServer::start_with(ServerOptions {
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..ServerOptions::default()
+    })
+}
+
+/// A static version-2 account of `token`'s customer; its id and token.
+fn account_v2(server: &TestServer, token: &str, services: &[&str], actions: &[&str]) -> (String, String) {
+    let policy = json!({"$schema": V2, "kind": "static", "services": services, "actions": actions});
+    let response = server
+        .authed(Method::POST, "/service-accounts", token)
+        .json(&json!({"name": "scoped", "policy": policy}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 201, "creating {policy}");
+    let body = json(response);
+    (
+        body["id"].as_str().unwrap().to_owned(),
+        body["token"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// A 403 `action-not-allowed` whose detail names `action`.
+#[track_caller]
+fn assert_action_refused(response: reqwest::blocking::Response, action: &str) {
+    let problem = assert_problem(response, 403, "action-not-allowed");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains(action), "{detail}");
+}
+
+/// The review's capture: an account scoped to one service (`registry sync`'s) could delete it.
+/// With `config:read` and `config:write` it keeps the keys published and does nothing else; a
+/// read-only account reads.
+#[test]
+fn an_account_takes_only_the_actions_its_policy_lists() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let (k3s, _) = create_service(&server, &acme, "k3s");
+    let (_, sync) = account_v2(&server, &acme.token, &[&k3s], &["config:read", "config:write"]);
+
+    let put = server
+        .authed(Method::PUT, &format!("/services/{k3s}/config"), &sync)
+        .json(&crate::api::upload(&["k1"]))
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    assert_eq!(server.get(&format!("/services/{k3s}/keys"), &sync).status(), 200);
+    let delete = server
+        .authed(Method::DELETE, &format!("/services/{k3s}"), &sync)
+        .send()
+        .unwrap();
+    assert_action_refused(delete, "services:write");
+    assert_action_refused(server.get(&format!("/services/{k3s}"), &sync), "services:read");
+    assert_action_refused(server.get("/services", &sync), "services:read");
+    // Another customer's service stays a 404, whatever the action.
+    let other = server.customer("other", "business");
+    let (theirs, _) = create_service(&server, &other, "web");
+    assert_eq!(server.get(&format!("/services/{theirs}/keys"), &sync).status(), 404);
+    // The service is still there.
+    assert_eq!(server.get(&format!("/services/{k3s}"), &acme.token).status(), 200);
+
+    let (_, reader) = account_v2(&server, &acme.token, &["*"], &["services:read", "config:read"]);
+    assert_eq!(server.get("/services", &reader).status(), 200);
+    assert_eq!(server.get(&format!("/services/{k3s}/config"), &reader).status(), 200);
+    let put = server
+        .authed(Method::PUT, &format!("/services/{k3s}/config"), &reader)
+        .json(&crate::api::upload(&["k2"]))
+        .send()
+        .unwrap();
+    assert_action_refused(put, "config:write");
+    let create = server
+        .authed(Method::POST, "/services", &reader)
+        .json(&json!({"title": "x", "serviceName": "x"}))
+        .send()
+        .unwrap();
+    assert_action_refused(create, "services:write");
+    // services: ["*"] without accounts:* manages no account, and reads no audit trail.
+    assert_action_refused(server.get("/service-accounts", &reader), "accounts:read");
+    assert_action_refused(server.get("/audit-events", &reader), "audit:read");
+}
+
+/// Version 2's schema: `actions` is required where it belongs, refused elsewhere, and each
+/// value is known; the schema is served beside version 1.
+#[test]
+fn version_2_documents_are_checked_with_pointers() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let create = |policy: Value| {
+        server
+            .authed(Method::POST, "/service-accounts", &acme.token)
+            .json(&json!({"name": "x", "policy": policy}))
+            .send()
+            .unwrap()
+    };
+    let unknown = create(json!({"$schema": V2, "kind": "static", "services": ["*"],
+        "actions": ["config:read", "config:delete"]}));
+    let problem = assert_problem(unknown, 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/policy/actions/1"], "{problem}");
+    let missing = create(json!({"$schema": V2, "kind": "static", "services": ["*"]}));
+    let problem = assert_problem(missing, 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/policy/actions"], "{problem}");
+    let misplaced = create(json!({"$schema": V2, "kind": "oidc", "actions": ["*"], "rules": [
+        {"services": ["*"], "actions": ["config:read"],
+         "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/*"}}]}));
+    let problem = assert_problem(misplaced, 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/policy/actions"], "{problem}");
+
+    let schema = server
+        .request(Method::GET, "/schemas/service-account-policy/v2.json")
+        .send()
+        .unwrap();
+    assert_eq!(schema.status(), 200);
+    let schema = json(schema);
+    assert!(
+        schema["$id"]
+            .as_str()
+            .unwrap()
+            .ends_with("/schemas/service-account-policy/v2.json"),
+        "{}",
+        schema["$id"]
+    );
+    assert!(!schema["$id"].as_str().unwrap().contains("registry.invalid"));
+}
+
+/// No account mints, widens or re-keys an account broader than itself: actions count like
+/// addresses.
+#[test]
+fn a_manager_cannot_mint_widen_or_take_over_a_broader_account() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let (k3s, _) = create_service(&server, &acme, "k3s");
+    let (_, manager) = account_v2(
+        &server,
+        &acme.token,
+        &["*"],
+        &["accounts:read", "accounts:write", "config:read"],
+    );
+    let create = |actions: &[&str]| {
+        server
+            .authed(Method::POST, "/service-accounts", &manager)
+            .json(&json!({"name": "minted", "policy": {"$schema": V2, "kind": "static",
+                "services": [&k3s], "actions": actions}}))
+            .send()
+            .unwrap()
+    };
+    assert_eq!(create(&["config:read"]).status(), 201);
+    let problem = assert_problem(create(&["config:read", "config:write"]), 403, "forbidden");
+    assert!(problem["detail"].as_str().unwrap().contains("config:write"), "{problem}");
+    assert_problem(create(&["*"]), 403, "forbidden");
+    let v1 = server
+        .authed(Method::POST, "/service-accounts", &manager)
+        .json(&json!({"name": "v1", "policy": {"kind": "static", "services": [&k3s]}}))
+        .send()
+        .unwrap();
+    assert_problem(v1, 403, "forbidden");
+
+    // A narrow account it made may not be widened by it.
+    let (narrow, _) = account_v2(&server, &manager, &[&k3s], &["config:read"]);
+    let widen = server
+        .authed(Method::PATCH, &format!("/service-accounts/{narrow}"), &manager)
+        .json(&json!({"policy": {"$schema": V2, "kind": "static", "services": [&k3s],
+            "actions": ["config:read", "services:write"]}}))
+        .send()
+        .unwrap();
+    assert_problem(widen, 403, "forbidden");
+    // Nor may it take the token of a broader account (the bootstrap one, version 1).
+    let accounts = json(server.get("/service-accounts", &acme.token));
+    let bootstrap = accounts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["policy"].get("$schema").is_none())
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let take = server
+        .authed(
+            Method::POST,
+            &format!("/service-accounts/{bootstrap}/regenerate-token"),
+            &manager,
+        )
+        .send()
+        .unwrap();
+    assert_problem(take, 403, "forbidden");
+    let delete = server
+        .authed(Method::DELETE, &format!("/service-accounts/{bootstrap}"), &manager)
+        .send()
+        .unwrap();
+    assert_problem(delete, 403, "forbidden");
+}
+
+/// Explain names the action a policy does not allow.
+#[test]
+fn explain_takes_an_action() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let (k3s, _) = create_service(&server, &acme, "k3s");
+    let policy = json!({"$schema": V2, "kind": "oidc", "rules": [{"services": [&k3s],
+        "actions": ["config:read", "config:write"],
+        "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/infra:*"}}]});
+    let created = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(&json!({"name": "ci", "policy": policy}))
+        .send()
+        .unwrap();
+    let id = json(created)["id"].as_str().unwrap().to_owned();
+    let claims = json!({"iss": "https://ci.example", "aud": "registry",
+        "sub": "repo:acme/infra:ref:refs/heads/main"});
+    let explain = |action: Value| {
+        let response = server
+            .authed(Method::POST, &format!("/service-accounts/{id}/explain"), &acme.token)
+            .json(&json!({"claims": claims, "service": k3s, "action": action}))
+            .send()
+            .unwrap();
+        response
+    };
+    let allowed = json(explain(json!("config:write")));
+    assert_eq!(allowed["decision"], "allow", "{allowed}");
+    let refused = json(explain(json!("services:write")));
+    assert_eq!(refused["decision"], "deny", "{refused}");
+    let reason = &refused["reasons"][0];
+    assert_eq!(reason["code"], "action-not-allowed", "{refused}");
+    assert!(reason["message"].as_str().unwrap().contains("services:write"), "{refused}");
+    let problem = assert_problem(explain(json!("services:delete")), 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/action"]);
+}
+
+/// Finding 7: five regenerations at once: one token, four 409s, and the token handed out works.
+#[test]
+fn regenerations_at_once_hand_out_one_token() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let (id, old) = super::static_account(&server, &acme, &["*"]);
+    let barrier = Barrier::new(5);
+    let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..5)
+            .map(|_| {
+                let (server, barrier, id, token) = (&server, &barrier, &id, &acme.token);
+                scope.spawn(move || {
+                    barrier.wait();
+                    let response = server
+                        .authed(
+                            Method::POST,
+                            &format!("/service-accounts/{id}/regenerate-token"),
+                            token,
+                        )
+                        .send()
+                        .unwrap();
+                    let status = response.status().as_u16();
+                    (status, json(response))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let statuses: Vec<u16> = answers.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 4, "{statuses:?}");
+    for (_, body) in answers.iter().filter(|(s, _)| *s == 409) {
+        assert!(body["type"].as_str().unwrap().ends_with("/conflict"), "{body}");
+    }
+    let (_, won) = answers.iter().find(|(s, _)| *s == 200).unwrap();
+    let token = won["token"].as_str().unwrap();
+    assert_eq!(server.get("/services", token).status(), 200);
+    assert_eq!(server.get("/services", &old).status(), 401);
+}
+
+/// Finding 3: quotas and the anonymous ceiling are exact when creations race (the review saw 17
+/// accounts for a quota of 3, and 20 anonymous services for a ceiling of 3).
+#[test]
+fn quotas_and_the_anonymous_ceiling_are_exact_under_concurrency() {
+    let server = server_with(&[
+        ("REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER", "3"),
+        ("REGISTRY_ANON_MAX_ACTIVE", "3"),
+        ("REGISTRY_ANON_CREATE_PER_HOUR", "1000"),
+        ("REGISTRY_WRITES_PER_MINUTE", "1000"),
+    ]);
+    let acme = server.customer("acme", "business");
+    let race = |n: usize, send: &(dyn Fn(usize) -> u16 + Sync)| -> Vec<u16> {
+        let barrier = Barrier::new(n);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        send(i)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let accounts = race(30, &|i| {
+        server
+            .authed(Method::POST, "/service-accounts", &acme.token)
+            .json(&json!({"name": format!("a{i}"), "policy": {"kind": "static", "services": ["*"]}}))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    });
+    // The bootstrap account counts.
+    assert_eq!(accounts.iter().filter(|s| **s == 201).count(), 2, "{accounts:?}");
+    assert!(accounts.iter().all(|s| *s == 201 || *s == 403), "{accounts:?}");
+    let listed = json(server.get("/service-accounts", &acme.token));
+    assert_eq!(listed.as_array().unwrap().len(), 3);
+
+    let anonymous = race(20, &|_| {
+        server
+            .request(Method::POST, "/anonymous/services")
+            .json(&json!({"title": "race"}))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    });
+    assert_eq!(anonymous.iter().filter(|s| **s == 201).count(), 3, "{anonymous:?}");
+    assert!(anonymous.iter().all(|s| *s == 201 || *s == 503), "{anonymous:?}");
+}
+
+/// Finding 6: checking tokens by preflight counts against the customer's explain budget (an
+/// anonymous service is its own customer).
+#[test]
+fn preflight_token_checks_count_against_the_explain_budget() {
+    let server = server_with(&[("REGISTRY_EXPLAIN_PER_MINUTE", "3")]);
+    let (subdomain, secret) = server.anonymous_service();
+    let check = |token: &str| {
+        server
+            .authed(Method::POST, &format!("/services/{subdomain}/preflight"), token)
+            .json(&json!({"token": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"}))
+            .send()
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(check(&secret).status(), 200);
+    }
+    let limited = check(&secret);
+    assert!(limited.headers().contains_key("retry-after"));
+    assert_problem(limited, 429, "rate-limited");
+    // Another anonymous service has its own budget.
+    let (other, other_secret) = server.anonymous_service();
+    let response = server
+        .authed(Method::POST, &format!("/services/{other}/preflight"), &other_secret)
+        .json(&json!({"token": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}

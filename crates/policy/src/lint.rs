@@ -61,8 +61,9 @@ impl Finding {
     }
 }
 
-/// Every finding about `document`: its schema violations as errors (code `schema`) when it does
-/// not parse, else the warnings of [`Policy::lint`].
+/// Every finding about `document`: when it does not parse, its problems as errors (code
+/// `limit` for those of [`crate::limits::check_policy`], `schema` for the others), else the
+/// warnings of [`Policy::lint`].
 ///
 /// ```
 /// use registry_policy::lint_document;
@@ -77,15 +78,20 @@ impl Finding {
 pub fn lint_document(document: &Value) -> Vec<Finding> {
     match Policy::parse(document) {
         Ok(parsed) => parsed.policy.lint(),
-        Err(error) => schema_findings(error.into_violations()),
+        Err(error) => schema_findings(error.into_violations(), document),
     }
 }
 
-fn schema_findings(violations: Violations) -> Vec<Finding> {
+fn schema_findings(violations: Violations, document: &Value) -> Vec<Finding> {
+    let limits = crate::limits::check_policy(document);
     violations
         .into_iter()
         .map(|v| Finding {
-            code: "schema",
+            code: if limits.contains(&v) {
+                "limit"
+            } else {
+                "schema"
+            },
             severity: Severity::Error,
             pointer: v.pointer,
             message: v.message,

@@ -326,3 +326,68 @@ fn stored_v2_documents_compile_without_the_schema() {
         assert_eq!(error.violations()[0].pointer, pointer, "{document}");
     }
 }
+
+/// The review's probe, sent whole: a document holding a 60,000-character pattern is refused by
+/// its size before any pattern is compiled.
+#[test]
+fn oversized_documents_are_refused_before_anything_is_compiled() {
+    let mut sub = String::from("*");
+    for i in 0..29_999u32 {
+        sub.push(char::from_u32(0x10000 + i).unwrap());
+        sub.push('?');
+    }
+    sub.push('*');
+    let document = json!({"kind": "oidc", "rules": [{"services": ["*"],
+        "claims": {"iss": ISS, "aud": "registry", "sub": sub}}]});
+    assert!(document.to_string().len() > 64 * 1024);
+    let compiled = || crate::pattern::COMPILED.with(|n| n.get());
+    let before = compiled();
+    let refused = Policy::parse(&document).unwrap_err().into_violations();
+    assert_eq!(compiled(), before, "nothing is compiled");
+    let found: Vec<&str> = refused.iter().map(|v| v.pointer.as_str()).collect();
+    assert_eq!(found, ["", "/rules/0/claims/sub"], "{refused:?}");
+    assert!(refused[0].message.contains("at most 16384"));
+    assert!(refused[1]
+        .message
+        .contains("60000 characters long; at most 512"));
+    // Schema violations and limits are reported together.
+    let mut both = document.clone();
+    both["rules"][0]["colour"] = "blue".into();
+    let found: Vec<String> = Policy::parse(&both)
+        .unwrap_err()
+        .into_violations()
+        .into_iter()
+        .map(|v| v.pointer)
+        .collect();
+    assert_eq!(found, ["/rules/0/colour", "", "/rules/0/claims/sub"]);
+    assert_eq!(compiled(), before);
+    // A stored document is served as it is.
+    assert!(Policy::from_stored(&document).is_ok());
+    // Every limit, with the pointer of what goes over.
+    let rule = |i: usize| {
+        json!({"services": ["*"], "actions": ["*"],
+        "claims": {"iss": ISS, "aud": "a", "sub": format!("s{i}")}})
+    };
+    let many = v2(json!({"kind": "oidc", "rules": (0..51).map(rule).collect::<Vec<_>>()}));
+    assert_eq!(
+        Policy::parse(&many).unwrap_err().violations()[0].pointer,
+        "/rules"
+    );
+    let services: Vec<String> = (0..101).map(|i| format!("s{i}")).collect();
+    let listed = json!({"kind": "static", "services": services});
+    assert_eq!(
+        Policy::parse(&listed).unwrap_err().violations()[0].pointer,
+        "/services"
+    );
+    let mut claims = json!({"iss": ISS, "aud": "a", "sub": "s"});
+    for i in 0..14 {
+        claims[format!("c{i}")] = "x".into();
+    }
+    let wide = json!({"kind": "oidc", "rules": [{"services": ["*"], "claims": claims}]});
+    assert_eq!(
+        Policy::parse(&wide).unwrap_err().violations()[0].pointer,
+        "/rules/0/claims"
+    );
+    let findings = crate::lint_document(&document);
+    assert!(findings.iter().all(|f| f.code == "limit"), "{findings:?}");
+}

@@ -20,7 +20,7 @@ pub mod violation;
 
 pub use actions::{Action, Actions, UnknownAction};
 pub use cases::{parse_cases, run_cases, CaseOutcome, TestCase, TestRun};
-pub use compare::{compare, CompareResult, Comparison, Witness, MAX_WITNESSES};
+pub use compare::{compare, compare_with, CompareResult, Comparison, Witness, MAX_WITNESSES};
 pub use error::PolicyError;
 pub use eval::{Decision, DenyReason};
 pub use explain::{Explanation, Hint, Reason, ReasonCode};

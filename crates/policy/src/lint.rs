@@ -187,11 +187,43 @@ impl Policy {
                 }
             }
         }
+        // A version-2 grant of every action on every service: the least privilege it was
+        // meant to give is none.
+        let all_on_all = |services: Option<&Value>, actions: Option<&Value>| {
+            let has_star = |v: Option<&Value>| {
+                v.and_then(Value::as_array)
+                    .is_some_and(|a| a.iter().any(|e| e.as_str() == Some("*")))
+            };
+            self.version() == 2 && has_star(services) && has_star(actions)
+        };
+        if all_on_all(document.get("services"), document.get("actions")) {
+            findings.push(Finding::warning(
+                "all-actions-on-all-services",
+                "/actions".into(),
+                "\"actions\": [\"*\"] with \"services\": [\"*\"] lets this account do anything \
+                 to every service of the customer, including managing accounts: list the actions \
+                 it needs"
+                    .into(),
+            ));
+        }
         let rules = document
             .get("rules")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
+        for (i, rule) in rules.iter().enumerate() {
+            if all_on_all(rule.get("services"), rule.get("actions")) {
+                findings.push(Finding::warning(
+                    "all-actions-on-all-services",
+                    format!("/rules/{i}/actions"),
+                    format!(
+                        "rule {i} grants \"actions\": [\"*\"] with \"services\": [\"*\"]: the \
+                         tokens it accepts may do anything to every service of the customer, \
+                         including managing accounts; list the actions they need"
+                    ),
+                ));
+            }
+        }
         for (i, rule) in rules.iter().enumerate() {
             let claims = claims_of(rule);
             let at = |name: &str| format!("/rules/{i}/claims/{}", escape_token(name));

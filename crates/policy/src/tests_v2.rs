@@ -520,3 +520,40 @@ fn compare_knows_actions() {
     let elsewhere = oidc(vec![rule("repo:acme/api", &["web-acme"], &["config:read"])]);
     assert_eq!(compare(&old, &elsewhere).result, CompareResult::Widens);
 }
+
+#[test]
+fn lint_warns_of_every_action_on_every_service() {
+    let codes = |document: Value| -> Vec<(&'static str, String)> {
+        crate::lint_document(&document)
+            .into_iter()
+            .map(|f| (f.code, f.pointer))
+            .collect()
+    };
+    let found = codes(v2(
+        json!({"kind": "static", "services": ["*"], "actions": ["*"]}),
+    ));
+    assert!(
+        found.contains(&("all-actions-on-all-services", "/actions".into())),
+        "{found:?}"
+    );
+    let found = codes(v2(json!({"kind": "oidc", "rules": [
+        rule("repo:acme/api", &["api-acme"], &["*"]), rule("repo:acme/api", &["*"], &["*"])]})));
+    let hits: Vec<_> = found
+        .iter()
+        .filter(|(c, _)| *c == "all-actions-on-all-services")
+        .collect();
+    assert_eq!(
+        hits,
+        [&("all-actions-on-all-services", "/rules/1/actions".to_owned())]
+    );
+    let found = codes(v2(
+        json!({"kind": "static", "services": ["*"], "actions": ["audit:read"]}),
+    ));
+    assert!(found
+        .iter()
+        .all(|(c, _)| *c != "all-actions-on-all-services"));
+    let found = codes(json!({"kind": "static", "services": ["*"]}));
+    assert!(found
+        .iter()
+        .all(|(c, _)| *c != "all-actions-on-all-services"));
+}

@@ -9,7 +9,11 @@
 //!   explain); `action` is an action's name (`"config:write"`, …), an unknown one a
 //!   `ValueError`; `Policy.version` is 1 or 2;
 //! - `lint(document) -> list[dict]` (`{code, severity, pointer, message}`);
-//! - `compare(old, new) -> dict` (`{result, witnesses: [{rule, claims, service, ip?}]}`).
+//! - `compare(old, new) -> dict` (`{result, witnesses: [{rule, claims, service, ip?,
+//!   action?}]}`), bounded, and interruptible (`KeyboardInterrupt`).
+//!
+//! Documents of version 1 and 2 are accepted, under the engine's size limits (checked before
+//! anything is compiled).
 //!
 //! `lint` and `compare` take what `Policy()` takes (and a `Policy`). Documents and claims cross
 //! the boundary as JSON, through Python's own `json` module: a value JSON cannot hold (a set, a
@@ -206,15 +210,31 @@ fn lint<'py>(document: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 }
 
 /// Whether `new` admits a request `old` refuses (each what `Policy()` takes): `{result:
-/// "narrower-or-equal"|"widens"|"undetermined", witnesses: [{rule, claims, service, ip?}]}`.
-/// `widens` always comes with requests `new` admits and `old` refuses; `narrower-or-equal`
-/// only when proven.
+/// "narrower-or-equal"|"widens"|"undetermined", witnesses: [{rule, claims, service, ip?,
+/// action?}]}`. `widens` always comes with requests `new` admits and `old` refuses;
+/// `narrower-or-equal` only when proven. Its work is bounded (past its budget the answer is
+/// `undetermined`), and it can be interrupted: a signal (Ctrl-C) raises `KeyboardInterrupt`
+/// within a few milliseconds.
 #[pyfunction]
 fn compare<'py>(old: &Bound<'py, PyAny>, new: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = old.py();
     let (old, new) = (policy_of(old)?, policy_of(new)?);
-    // The search may evaluate many requests: other Python threads run meanwhile.
-    let comparison = py.detach(|| engine::compare(&old, &new));
+    // Other Python threads run meanwhile; every few milliseconds of work the GIL is taken back
+    // for a moment to run the signal handlers, and an exception they raise stops the work.
+    let mut raised: Option<PyErr> = None;
+    let comparison = py.detach(|| {
+        let mut keep_going = || match Python::attach(|py| py.check_signals()) {
+            Ok(()) => true,
+            Err(error) => {
+                raised = Some(error);
+                false
+            }
+        };
+        engine::compare_with(&old, &new, &mut keep_going)
+    });
+    if let Some(error) = raised {
+        return Err(error);
+    }
     from_json(py, &comparison.to_json())
 }
 

@@ -2,9 +2,13 @@
 golden policy test cases that `registry policy test` runs (crates/policy/tests/cases), the policy
 fixtures of the schema (tests/fixtures/policies), and the examples of the README."""
 
+import _thread
 import ipaddress
 import json
+import random
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -215,7 +219,7 @@ def test_compare_says_whether_new_widens_old():
     assert comparison["result"] == "widens"
     assert comparison["witnesses"]
     for witness in comparison["witnesses"]:
-        assert set(witness) <= {"rule", "claims", "service", "ip"}
+        assert set(witness) <= {"rule", "claims", "service", "ip", "action"}
         args = (witness["claims"], witness["service"], witness.get("ip"))
         # Every witness is a request NEW admits and OLD refuses.
         assert Policy(wider).evaluate(*args)
@@ -259,3 +263,73 @@ def test_the_readme_examples_run(path, heading):
     assert examples, f"{path}: no python example under {heading.strip()}"
     for example in examples:
         exec(compile(example, str(path), "exec"), {})
+
+
+V2 = "https://registry.example/schemas/service-account-policy/v2.json"
+
+
+def test_version_2_documents_allow_their_actions():
+    policy = Policy({"$schema": V2, "kind": "static", "services": ["api-acme"],
+                     "actions": ["config:read", "config:write"]})
+    assert policy.version == 2
+    assert Policy({"kind": "static", "services": ["*"]}).version == 1
+    assert policy.evaluate(None, "api-acme", action="config:write") is True
+    assert policy.evaluate(None, "api-acme", None, "accounts:write") is False
+    assert policy.evaluate(None, "api-acme") is True  # no action: not checked
+    explained = policy.explain(None, "api-acme", action="audit:read")
+    assert explained["decision"] == "deny"
+    assert explained["reasons"][0]["code"] == "action-not-allowed"
+    assert "audit:read" in explained["reasons"][0]["message"]
+    with pytest.raises(ValueError, match="not an action"):
+        policy.evaluate(None, "api-acme", action="config:delete")
+    with pytest.raises(ValueError, match="not an action"):
+        policy.explain(None, "api-acme", action="*")
+    with pytest.raises(PolicyError) as raised:
+        Policy({"$schema": V2, "kind": "static", "services": ["*"], "actions": ["config:read", "nope"]})
+    assert [e["pointer"] for e in raised.value.errors] == ["/actions/1"]
+    rule = {"services": ["*"], "actions": ["services:read"],
+            "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/*"}}
+    oidc_v2 = Policy({"$schema": V2, "kind": "oidc", "rules": [rule]})
+    assert oidc_v2.evaluate(token("repo:acme/api"), None, action="services:read") is True
+    assert oidc_v2.evaluate(token("repo:acme/api"), None, action="services:write") is False
+    wider = dict(rule, actions=["services:read", "services:write"])
+    compared = compare(oidc_v2, {"$schema": V2, "kind": "oidc", "rules": [wider]})
+    assert compared["result"] == "widens"
+    assert compared["witnesses"][0]["action"] == "services:write"
+
+
+def test_the_size_limits_apply_before_anything_is_compiled():
+    sub = "*" + "".join(chr(0x10000 + i) + "?" for i in range(30_000)) + "*"
+    document = {"kind": "oidc", "rules": [{"services": ["*"],
+                "claims": {"iss": "https://ci.example", "aud": "registry", "sub": sub}}]}
+    started = time.monotonic()
+    with pytest.raises(PolicyError) as raised:
+        Policy(document)
+    assert time.monotonic() - started < 1
+    pointers = [e["pointer"] for e in raised.value.errors]
+    assert pointers == ["", "/rules/0/claims/sub"]
+
+
+def adversarial(seed, length):
+    """A pattern of ?, * and two letters that makes the proof of compare work hard."""
+    rng = random.Random(seed)
+    return "".join(rng.choice("ab?*a?") for _ in range(length))
+
+
+def test_a_long_compare_can_be_interrupted():
+    rules = [{"services": ["*"], "claims": {"iss": "https://ci.example",
+              "aud": adversarial(2 * i, 230), "sub": adversarial(2 * i + 1, 230)}}
+             for i in range(30)]
+    policy = Policy({"kind": "oidc", "rules": rules})
+    interrupted = []
+    timer = threading.Timer(0.2, lambda: (interrupted.append(time.monotonic()), _thread.interrupt_main()))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                compare(policy, policy)
+        assert interrupted, "the timer fired"
+        assert time.monotonic() - interrupted[0] < 1
+    finally:
+        timer.cancel()

@@ -111,8 +111,63 @@ impl Comparison {
 /// The most witnesses [`compare`] reports.
 pub const MAX_WITNESSES: usize = 10;
 
-/// The most requests [`compare`] evaluates while looking for witnesses.
-const SEARCH_BUDGET: usize = 200_000;
+/// The work [`compare`] may spend on the proof, in units of about one step of the glob
+/// inclusion test (one cell of its table).
+const PROOF_BUDGET: u64 = 100_000_000;
+
+/// The work [`compare`] may spend looking for witnesses, in the same units: a request costs
+/// 16 units and one more for each 64 bytes of the two documents and of its claims (what
+/// evaluating it under both policies can cost: their rules, services and address ranges).
+const SEARCH_BUDGET: u64 = 10_000_000;
+
+/// How much work passes between two calls of the hook of [`compare_with`].
+const POLL_EVERY: u64 = 200_000;
+
+/// The work [`compare`] may still do, and the caller's hook to stop it.
+struct Budget<'a> {
+    left: u64,
+    unpolled: u64,
+    keep_going: &'a mut dyn FnMut() -> bool,
+    stopped: bool,
+}
+
+impl<'a> Budget<'a> {
+    fn new(keep_going: &'a mut dyn FnMut() -> bool) -> Self {
+        Budget {
+            left: 0,
+            unpolled: 0,
+            keep_going,
+            stopped: false,
+        }
+    }
+
+    /// Starts a phase with `units` to spend.
+    fn refill(&mut self, units: u64) {
+        if !self.stopped {
+            self.left = units;
+        }
+    }
+
+    /// Spends `units`; `false` (and nothing is left) when they are not there or the hook asked
+    /// to stop: the work must not be done.
+    fn spend(&mut self, units: u64) -> bool {
+        if self.stopped || units > self.left {
+            self.left = 0;
+            return false;
+        }
+        self.left -= units;
+        self.unpolled += units;
+        if self.unpolled >= POLL_EVERY {
+            self.unpolled = 0;
+            if !(self.keep_going)() {
+                self.stopped = true;
+                self.left = 0;
+                return false;
+            }
+        }
+        true
+    }
+}
 
 /// Whether `new` admits a request `old` refuses: [`CompareResult::Widens`] with witnesses that
 /// [`Policy::evaluate`] confirms (allowed by `new`, refused by `old`),
@@ -142,8 +197,42 @@ const SEARCH_BUDGET: usize = 200_000;
 /// assert!(!old.evaluate(Some(claims), witness.service.as_deref(), witness.ip, None).is_allowed());
 /// assert_eq!(wider.to_json()["result"], "widens");
 /// ```
+///
+/// The work is bounded (whatever the documents, it finishes within about a second): past its
+/// budget, what is not proven is [`CompareResult::Undetermined`], never a wrong
+/// `NarrowerOrEqual`.
 pub fn compare(old: &Policy, new: &Policy) -> Comparison {
-    let witnesses = search(old, new);
+    compare_with(old, new, &mut || true)
+}
+
+/// [`compare`], asking `keep_going` now and then (every few milliseconds of work) whether to go
+/// on: when it answers `false`, the comparison stops and answers what it found so far, at best
+/// [`CompareResult::Undetermined`] unless a witness was found (a witness is always confirmed;
+/// a proof is never cut short into `NarrowerOrEqual`). A caller that can be interrupted (the
+/// Python module checks for signals) passes its check here.
+///
+/// ```
+/// use registry_policy::{compare_with, CompareResult, Policy};
+/// use serde_json::json;
+///
+/// let policy = |sub: &str| Policy::parse(&json!({"kind": "oidc", "rules": [{"services": ["*"],
+///     "claims": {"iss": "https://ci.example", "aud": "registry", "sub": sub}}]}))
+///     .unwrap().policy;
+/// let mut asked = 0;
+/// let mut keep_going = || { asked += 1; true };
+/// let comparison = compare_with(&policy("repo:acme/*"), &policy("repo:acme/api"), &mut keep_going);
+/// assert_eq!(comparison.result, CompareResult::NarrowerOrEqual);
+/// ```
+pub fn compare_with(
+    old: &Policy,
+    new: &Policy,
+    keep_going: &mut dyn FnMut() -> bool,
+) -> Comparison {
+    let mut budget = Budget::new(keep_going);
+    budget.refill(PROOF_BUDGET);
+    let subsumed = subsumed_rules(old, new, &mut budget);
+    budget.refill(SEARCH_BUDGET);
+    let witnesses = search(old, new, &subsumed, &mut budget);
     if !witnesses.is_empty() {
         return Comparison {
             result: CompareResult::Widens,
@@ -151,7 +240,7 @@ pub fn compare(old: &Policy, new: &Policy) -> Comparison {
             unproven: Vec::new(),
         };
     }
-    let unproven = unproven(old, new);
+    let unproven = unproven(old, new, &subsumed);
     Comparison {
         result: if unproven.is_empty() {
             CompareResult::NarrowerOrEqual
@@ -208,15 +297,35 @@ fn services_of(list: Option<&Value>) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // The proof.
 
+/// For each rule of `new` (in the order of [`rules_of`]), whether the rules of `old` are proven
+/// to admit every request it admits (its address aside); `false` when the budget ran out
+/// first. For two static policies, one answer: whether the old `services` cover the new ones.
+/// Empty otherwise.
+fn subsumed_rules(old: &Policy, new: &Policy, budget: &mut Budget<'_>) -> Vec<bool> {
+    match (old.kind(), new.kind()) {
+        (PolicyKind::Oidc, PolicyKind::Oidc) => {}
+        (PolicyKind::Static, PolicyKind::Static) => {
+            let outer = services_of(old.document().get("services"));
+            let inner = services_of(new.document().get("services"));
+            return vec![inner.iter().all(|s| service_covered(&outer, s, budget))];
+        }
+        _ => return Vec::new(),
+    }
+    let old_rules = rules_of(old);
+    rules_of(new)
+        .iter()
+        .map(|rule| rule_subsumed(&old_rules, rule, budget))
+        .collect()
+}
+
 /// Pointers into `new` of what no proof covers; empty when `new` is proven narrower or equal.
-fn unproven(old: &Policy, new: &Policy) -> Vec<String> {
+/// `subsumed` is [`subsumed_rules`]'s answer.
+fn unproven(old: &Policy, new: &Policy, subsumed: &[bool]) -> Vec<String> {
     let mut unproven = Vec::new();
     let ip_within = new.ip_allowlist().is_within(old.ip_allowlist());
     match (old.kind(), new.kind()) {
         (PolicyKind::Static, PolicyKind::Static) => {
-            let outer = services_of(old.document().get("services"));
-            let inner = services_of(new.document().get("services"));
-            if !inner.iter().all(|s| service_covered(&outer, s)) {
+            if !subsumed.first().copied().unwrap_or(false) {
                 unproven.push("/services".to_owned());
             }
             if !old.actions().includes(new.actions()) {
@@ -227,9 +336,8 @@ fn unproven(old: &Policy, new: &Policy) -> Vec<String> {
             }
         }
         (PolicyKind::Oidc, PolicyKind::Oidc) => {
-            let old_rules = rules_of(old);
-            for rule in rules_of(new) {
-                if !rule_subsumed(&old_rules, &rule) {
+            for (rule, subsumed) in rules_of(new).iter().zip(subsumed) {
+                if !subsumed {
                     unproven.push(format!("/rules/{}", rule.index));
                 }
             }
@@ -249,46 +357,53 @@ fn unproven(old: &Policy, new: &Policy) -> Vec<String> {
 /// of its services, and for calls on no service, and for each of its actions, an old rule whose
 /// claims cover `rule`'s, that covers the service and allows the action. (`"*"` is covered only
 /// by `"*"`: the union of the old rules' actions must include `rule`'s.)
-fn rule_subsumed(old: &[RuleText<'_>], rule: &RuleText<'_>) -> bool {
-    let covering: Vec<&RuleText<'_>> = old.iter().filter(|o| claims_cover(o, rule)).collect();
+fn rule_subsumed(old: &[RuleText<'_>], rule: &RuleText<'_>, budget: &mut Budget<'_>) -> bool {
+    let covering: Vec<&RuleText<'_>> = old
+        .iter()
+        .filter(|o| claims_cover(o, rule, budget))
+        .collect();
     let union = |rules: &mut dyn Iterator<Item = &&RuleText<'_>>| {
         rules.fold(Actions::NONE, |all, o| all.union(o.actions))
     };
     union(&mut covering.iter()).includes(rule.actions)
         && rule.services.iter().all(|s| {
-            union(&mut covering.iter().filter(|o| service_covered(&o.services, s)))
-                .includes(rule.actions)
+            union(
+                &mut covering
+                    .iter()
+                    .filter(|o| service_covered(&o.services, s, budget)),
+            )
+            .includes(rule.actions)
         })
 }
 
 /// Whether every token `inner` accepts, `outer` accepts: the same issuer, and each claim
 /// `outer` checks, `inner` checks with a pattern `outer` covers (a claim `inner` does not check
 /// may be missing, which no pattern accepts).
-fn claims_cover(outer: &RuleText<'_>, inner: &RuleText<'_>) -> bool {
+fn claims_cover(outer: &RuleText<'_>, inner: &RuleText<'_>, budget: &mut Budget<'_>) -> bool {
     outer.issuer == inner.issuer
         && outer.claims.iter().all(|(name, pattern)| {
             inner
                 .claims
                 .iter()
-                .any(|(n, p)| n == name && claim_pattern_covers(pattern, p))
+                .any(|(n, p)| n == name && claim_pattern_covers(pattern, p, budget))
         })
 }
 
 /// Whether every claim value `inner` matches, `outer` matches: as strings, and a boolean
 /// (which only an exact `true` or `false` matches) only if `outer` is that same word.
-fn claim_pattern_covers(outer: &str, inner: &str) -> bool {
+fn claim_pattern_covers(outer: &str, inner: &str, budget: &mut Budget<'_>) -> bool {
     if outer == inner {
         return true;
     }
     let boolean = matches!(inner, "true" | "false");
-    !boolean && glob_covers(outer, inner, Wildcards::StarAndQuestion)
+    !boolean && glob_covers(outer, inner, Wildcards::StarAndQuestion, budget)
 }
 
 /// Whether one of the `outer` service patterns covers the service pattern `inner`.
-fn service_covered(outer: &[String], inner: &str) -> bool {
+fn service_covered(outer: &[String], inner: &str, budget: &mut Budget<'_>) -> bool {
     outer
         .iter()
-        .any(|o| glob_covers(o, inner, Wildcards::StarOnly))
+        .any(|o| glob_covers(o, inner, Wildcards::StarOnly, budget))
 }
 
 /// Which characters are wildcards: claim patterns have `*` and `?`, service patterns only `*`.
@@ -321,14 +436,30 @@ fn symbols(pattern: &str, wildcards: Wildcards) -> Vec<Symbol> {
     out
 }
 
-/// The largest pattern pair (product of lengths) whose subsumption is worked out.
-const MAX_COVER_STEPS: usize = 1 << 22;
-
-/// Whether every string `inner` matches, `outer` matches (sound; see the module's comment).
-fn glob_covers(outer: &str, inner: &str, wildcards: Wildcards) -> bool {
+/// Whether every string `inner` matches, `outer` matches (sound; see the module's comment);
+/// `false` when the budget does not allow the work.
+fn glob_covers(outer: &str, inner: &str, wildcards: Wildcards, budget: &mut Budget<'_>) -> bool {
+    let units = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    if !budget.spend(units(outer.len() + inner.len() + 1)) {
+        return false;
+    }
     let (outer, inner) = (symbols(outer, wildcards), symbols(inner, wildcards));
     let (m, n) = (outer.len(), inner.len());
-    if (m + 1).saturating_mul(n + 1) > MAX_COVER_STEPS {
+    // The literal text before the first wildcard of `outer` must start `inner` as literal text
+    // (a wildcard of `inner` there admits characters `outer` refuses), and likewise the text
+    // after its last: a cheap refusal before the table.
+    let head = outer.iter().take_while(|s| matches!(s, Symbol::Char(_)));
+    if head.clone().count() > n || !head.clone().zip(&inner).all(|(o, i)| o == i) {
+        return false;
+    }
+    let tail = outer
+        .iter()
+        .rev()
+        .take_while(|s| matches!(s, Symbol::Char(_)));
+    if tail.clone().count() > n || !tail.clone().zip(inner.iter().rev()).all(|(o, i)| o == i) {
+        return false;
+    }
+    if !budget.spend(units((m + 1).saturating_mul(n + 1))) {
         return false;
     }
     // covers[i][j]: outer[j..] covers inner[i..]; filled from the ends, one row kept at a time.
@@ -370,10 +501,13 @@ fn instance(pattern: &str, filler: &str, wildcards: Wildcards) -> String {
         })
 }
 
-fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
+/// Requests built from `new`'s patterns, each kept when `new` admits it and `old` refuses it;
+/// the rules `subsumed` (see [`subsumed_rules`]) are skipped when the address cannot make a
+/// difference.
+fn search(old: &Policy, new: &Policy, subsumed: &[bool], budget: &mut Budget<'_>) -> Vec<Witness> {
     let addresses = probe_addresses(old, new);
     let show_ip = !old.ip_allowlist().is_empty() || !new.ip_allowlist().is_empty();
-    let mut budget = SEARCH_BUDGET;
+    let size = old.document().to_string().len() + new.document().to_string().len();
     let mut witnesses = Vec::new();
     // A request without an action first (any action will do); when both policies admit it,
     // each action the new policy may allow, in case only the actions differ.
@@ -381,14 +515,19 @@ fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
                        service: Option<&str>,
                        ip: IpAddr,
                        actions: Actions,
-                       budget: &mut usize|
+                       budget: &mut Budget<'_>|
      -> Option<Witness> {
+        let chars = claims.map_or(0, |c| {
+            c.values()
+                .map(|v| v.as_str().map_or(1, str::len))
+                .sum::<usize>()
+        }) + service.map_or(0, str::len);
+        let units = 16 + u64::try_from((size + chars) / 64).unwrap_or(u64::MAX);
         let probes = std::iter::once(None).chain(actions.iter().map(Some));
         for action in probes {
-            if *budget == 0 {
+            if !budget.spend(units) {
                 return None;
             }
-            *budget -= 1;
             let decision = new.evaluate(claims, service, ip, action);
             let super::Decision::Allow { rule } = decision else {
                 // Refused without an action: refused with every one.
@@ -410,11 +549,9 @@ fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
     match new.kind() {
         PolicyKind::Oidc => {
             let ip_within = new.ip_allowlist().is_within(old.ip_allowlist());
-            let old_rules = rules_of(old);
-            let same_kind = old.kind() == PolicyKind::Oidc;
-            for rule in rules_of(new) {
+            for (r, rule) in rules_of(new).into_iter().enumerate() {
                 // A subsumed rule can only widen through an address the old list refuses.
-                if same_kind && ip_within && rule_subsumed(&old_rules, &rule) {
+                if ip_within && subsumed.get(r).copied().unwrap_or(false) {
                     continue;
                 }
                 'rule: for filler in FILLERS {
@@ -426,7 +563,7 @@ fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
                     }
                     for service in service_probes(&rule.services) {
                         for &ip in &addresses {
-                            if budget == 0 {
+                            if budget.left == 0 {
                                 break 'rule;
                             }
                             let found = try_request(
@@ -434,7 +571,7 @@ fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
                                 service.as_deref(),
                                 ip,
                                 rule.actions,
-                                &mut budget,
+                                budget,
                             );
                             if let Some(witness) = found {
                                 witnesses.push(witness);
@@ -443,7 +580,7 @@ fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
                         }
                     }
                 }
-                if witnesses.len() >= MAX_WITNESSES || budget == 0 {
+                if witnesses.len() >= MAX_WITNESSES || budget.left == 0 {
                     break;
                 }
             }
@@ -452,11 +589,10 @@ fn search(old: &Policy, new: &Policy) -> Vec<Witness> {
             let services = services_of(new.document().get("services"));
             'search: for service in service_probes(&services) {
                 for &ip in &addresses {
-                    if budget == 0 {
+                    if budget.left == 0 {
                         break 'search;
                     }
-                    let found =
-                        try_request(None, service.as_deref(), ip, new.actions(), &mut budget);
+                    let found = try_request(None, service.as_deref(), ip, new.actions(), budget);
                     if let Some(witness) = found {
                         witnesses.push(witness);
                         break 'search;
@@ -602,6 +738,20 @@ mod tests {
             !comparison.witnesses.is_empty()
         );
         comparison.result
+    }
+
+    fn glob_covers(outer: &str, inner: &str, wildcards: Wildcards) -> bool {
+        let mut go_on = || true;
+        let mut budget = Budget::new(&mut go_on);
+        budget.refill(PROOF_BUDGET);
+        super::glob_covers(outer, inner, wildcards, &mut budget)
+    }
+
+    fn claim_pattern_covers(outer: &str, inner: &str) -> bool {
+        let mut go_on = || true;
+        let mut budget = Budget::new(&mut go_on);
+        budget.refill(PROOF_BUDGET);
+        super::claim_pattern_covers(outer, inner, &mut budget)
     }
 
     #[test]

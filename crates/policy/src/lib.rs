@@ -9,8 +9,9 @@ mod eval;
 mod explain;
 mod index;
 mod ip;
+pub mod limits;
 mod lint;
-mod pattern;
+pub(crate) mod pattern;
 pub mod report;
 mod rules;
 mod schema;
@@ -19,7 +20,7 @@ pub mod violation;
 
 pub use actions::{Action, Actions, UnknownAction};
 pub use cases::{parse_cases, run_cases, CaseOutcome, TestCase, TestRun};
-pub use compare::{compare, CompareResult, Comparison, Witness, MAX_WITNESSES};
+pub use compare::{compare, compare_with, CompareResult, Comparison, Witness, MAX_WITNESSES};
 pub use error::PolicyError;
 pub use eval::{Decision, DenyReason};
 pub use explain::{Explanation, Hint, Reason, ReasonCode};
@@ -115,9 +116,10 @@ impl Policy {
     /// Parses and checks a policy document.
     ///
     /// On failure, every problem found, each with an RFC 6901 pointer relative to the document
-    /// (the server puts `/policy` in front): first the JSON Schema's, and when the document
-    /// conforms, the checks the schema cannot express (each `ip_allowlist` entry parses as an
-    /// address or CIDR range).
+    /// (the server puts `/policy` in front): first the JSON Schema's (that of the document's
+    /// [version](Policy::version)), then the size limits of [`limits::check_policy`], both
+    /// checked before any pattern is compiled; and when the document passes both, the checks
+    /// the schema cannot express (each `ip_allowlist` entry parses as an address or CIDR range).
     ///
     /// ```
     /// use registry_policy::Policy;
@@ -136,7 +138,14 @@ impl Policy {
     /// assert!(pointers.contains(&"/rules/0/claims/sub"));
     /// ```
     pub fn parse(document: &Value) -> Result<ParsedPolicy, PolicyError> {
-        let violations = schema::check(document, version_of(document));
+        // Nothing is compiled before the schema and the size limits pass: an oversized pattern
+        // costs its check, never its compilation.
+        let mut violations = schema::check(document, version_of(document));
+        for problem in limits::check_policy(document) {
+            if !violations.contains(&problem) {
+                violations.push(problem);
+            }
+        }
         if !violations.is_empty() {
             return Err(PolicyError::Invalid(violations));
         }

@@ -61,8 +61,9 @@ impl Finding {
     }
 }
 
-/// Every finding about `document`: its schema violations as errors (code `schema`) when it does
-/// not parse, else the warnings of [`Policy::lint`].
+/// Every finding about `document`: when it does not parse, its problems as errors (code
+/// `limit` for those of [`crate::limits::check_policy`], `schema` for the others), else the
+/// warnings of [`Policy::lint`].
 ///
 /// ```
 /// use registry_policy::lint_document;
@@ -77,15 +78,20 @@ impl Finding {
 pub fn lint_document(document: &Value) -> Vec<Finding> {
     match Policy::parse(document) {
         Ok(parsed) => parsed.policy.lint(),
-        Err(error) => schema_findings(error.into_violations()),
+        Err(error) => schema_findings(error.into_violations(), document),
     }
 }
 
-fn schema_findings(violations: Violations) -> Vec<Finding> {
+fn schema_findings(violations: Violations, document: &Value) -> Vec<Finding> {
+    let limits = crate::limits::check_policy(document);
     violations
         .into_iter()
         .map(|v| Finding {
-            code: "schema",
+            code: if limits.contains(&v) {
+                "limit"
+            } else {
+                "schema"
+            },
             severity: Severity::Error,
             pointer: v.pointer,
             message: v.message,
@@ -181,11 +187,43 @@ impl Policy {
                 }
             }
         }
+        // A version-2 grant of every action on every service: the least privilege it was
+        // meant to give is none.
+        let all_on_all = |services: Option<&Value>, actions: Option<&Value>| {
+            let has_star = |v: Option<&Value>| {
+                v.and_then(Value::as_array)
+                    .is_some_and(|a| a.iter().any(|e| e.as_str() == Some("*")))
+            };
+            self.version() == 2 && has_star(services) && has_star(actions)
+        };
+        if all_on_all(document.get("services"), document.get("actions")) {
+            findings.push(Finding::warning(
+                "all-actions-on-all-services",
+                "/actions".into(),
+                "\"actions\": [\"*\"] with \"services\": [\"*\"] lets this account do anything \
+                 to every service of the customer, including managing accounts: list the actions \
+                 it needs"
+                    .into(),
+            ));
+        }
         let rules = document
             .get("rules")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
+        for (i, rule) in rules.iter().enumerate() {
+            if all_on_all(rule.get("services"), rule.get("actions")) {
+                findings.push(Finding::warning(
+                    "all-actions-on-all-services",
+                    format!("/rules/{i}/actions"),
+                    format!(
+                        "rule {i} grants \"actions\": [\"*\"] with \"services\": [\"*\"]: the \
+                         tokens it accepts may do anything to every service of the customer, \
+                         including managing accounts; list the actions they need"
+                    ),
+                ));
+            }
+        }
         for (i, rule) in rules.iter().enumerate() {
             let claims = claims_of(rule);
             let at = |name: &str| format!("/rules/{i}/claims/{}", escape_token(name));

@@ -40,33 +40,37 @@ pub(crate) struct Piece {
 
 /// Shift-And search for a fixed-length piece whose positions are literal characters or `?`:
 /// one pass over the text, updating one bit per piece position, 64 positions per machine word.
+///
+/// The table is kept per block of 64 positions: for each block, only the characters that occur
+/// in it, each with its positions there. Its size is linear in the piece's length whatever
+/// characters it holds (a table per distinct character and block would cost distinct characters
+/// × length / 64 words: 220 MB for 30,000 distinct characters).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ShiftAnd {
     /// Piece length in characters.
     len: usize,
-    /// Machine words per state.
-    words: usize,
-    /// Positions that accept any character (`?`).
+    /// Positions that accept any character (`?`), one word per block.
     wild: Box<[u64]>,
-    /// For each distinct literal character, `words` words: its positions, and the wild ones.
-    masks: Box<[u64]>,
-    /// ASCII character → 1 + its index in `masks` (0: not in the piece).
-    ascii: Box<[u16; 128]>,
-    /// Other characters, sorted, with their index in `masks`.
-    others: Box<[(char, u32)]>,
+    /// Where each block's entries begin in `entries` (one more than there are blocks).
+    starts: Box<[u32]>,
+    /// Per block, sorted by character: each character of the block with its positions there
+    /// and the block's wild ones.
+    entries: Box<[(char, u64)]>,
+    /// Per block, ASCII character → 1 + its entry's offset within the block (0: not in it).
+    ascii: Box<[[u8; 128]]>,
 }
 
 impl ShiftAnd {
     fn new(atoms: &[Atom], len: usize) -> Self {
         let words = len.div_ceil(64);
         let mut wild = vec![0u64; words];
-        let mut chars: Vec<(char, usize)> = Vec::new();
+        let mut chars: Vec<(usize, char, usize)> = Vec::new();
         let mut at = 0;
         for atom in atoms {
             match atom {
                 Atom::Literal(lit) => {
                     for c in lit.chars() {
-                        chars.push((c, at));
+                        chars.push((at / 64, c, at % 64));
                         at += 1;
                     }
                 }
@@ -78,64 +82,81 @@ impl ShiftAnd {
                 }
             }
         }
-        let mut distinct: Vec<char> = chars.iter().map(|(c, _)| *c).collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let mut masks = Vec::with_capacity(distinct.len() * words);
-        for _ in &distinct {
-            masks.extend_from_slice(&wild);
-        }
-        for (c, p) in &chars {
-            let index = distinct.binary_search(c).expect("collected above");
-            masks[index * words + p / 64] |= 1 << (p % 64);
-        }
-        let mut ascii = Box::new([0u16; 128]);
-        let mut others = Vec::new();
-        for (index, c) in distinct.iter().enumerate() {
-            let index = u32::try_from(index).expect("a piece is far shorter than 2^32");
-            match usize::try_from(u32::from(*c)) {
-                Ok(code) if code < 128 => {
-                    ascii[code] = u16::try_from(index + 1).expect("at most 128 ASCII characters")
-                }
-                _ => others.push((*c, index)),
+        // By block, then character: each block's entries are one sorted run.
+        chars.sort_unstable();
+        let mut entries: Vec<(char, u64)> = Vec::new();
+        let mut starts = vec![0u32; words + 1];
+        let mut ascii = vec![[0u8; 128]; words];
+        let mut block = 0;
+        for (b, c, bit) in chars {
+            while block < b {
+                block += 1;
+                starts[block] = u32::try_from(entries.len()).expect("a piece is short");
             }
+            let begin = starts[b] as usize;
+            let in_block = entries.len() > begin;
+            match entries.last_mut() {
+                Some((last, mask)) if in_block && *last == c => *mask |= 1 << bit,
+                _ => {
+                    entries.push((c, wild[b] | 1 << bit));
+                    let offset = entries.len() - begin;
+                    if c.is_ascii() {
+                        ascii[b][c as usize] =
+                            u8::try_from(offset).expect("at most 64 entries per block");
+                    }
+                }
+            }
+        }
+        while block < words {
+            block += 1;
+            starts[block] = u32::try_from(entries.len()).expect("a piece is short");
         }
         Self {
             len,
-            words,
             wild: wild.into(),
-            masks: masks.into(),
-            ascii,
-            others: others.into(),
+            starts: starts.into(),
+            entries: entries.into(),
+            ascii: ascii.into(),
         }
     }
 
-    fn mask(&self, c: char) -> &[u64] {
-        let index = if c.is_ascii() {
-            usize::from(self.ascii[c as usize]).checked_sub(1)
+    /// The positions of block `b` that accept `c`.
+    #[inline]
+    fn mask(&self, b: usize, c: char) -> u64 {
+        let begin = self.starts[b] as usize;
+        if c.is_ascii() {
+            match self.ascii[b][c as usize] {
+                0 => self.wild[b],
+                offset => self.entries[begin + usize::from(offset) - 1].1,
+            }
         } else {
-            self.others
-                .binary_search_by_key(&c, |(k, _)| *k)
-                .ok()
-                .map(|i| self.others[i].1 as usize)
-        };
-        match index {
-            Some(i) => &self.masks[i * self.words..(i + 1) * self.words],
-            None => &self.wild,
+            let block = &self.entries[begin..self.starts[b + 1] as usize];
+            match block.binary_search_by_key(&c, |(k, _)| *k) {
+                Ok(i) => block[i].1,
+                Err(_) => self.wild[b],
+            }
         }
+    }
+
+    /// Bytes the table holds (its heap allocations), for the tests of its bound.
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.wild)
+            + std::mem::size_of_val(&*self.starts)
+            + std::mem::size_of_val(&*self.entries)
+            + std::mem::size_of_val(&*self.ascii)
     }
 
     /// Byte offset where the leftmost occurrence in `text[from..]` ends.
     fn find_end(&self, text: &str, from: usize) -> Option<usize> {
         let last = self.len - 1;
         let (last_word, last_bit) = (last / 64, 1u64 << (last % 64));
-        let mut state = vec![0u64; self.words];
+        let mut state = vec![0u64; self.wild.len()];
         for (i, c) in text[from..].char_indices() {
-            let mask = self.mask(c);
             let mut carry = 1u64;
-            for (word, m) in state.iter_mut().zip(mask) {
+            for (b, word) in state.iter_mut().enumerate() {
                 let next_carry = *word >> 63;
-                *word = ((*word << 1) | carry) & m;
+                *word = ((*word << 1) | carry) & self.mask(b, c);
                 carry = next_carry;
             }
             if state[last_word] & last_bit != 0 {
@@ -180,6 +201,12 @@ impl Piece {
         }
     }
 
+    /// Bytes the piece's search table holds.
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        self.search.as_ref().map_or(0, |s| s.heap_bytes())
+    }
+
     /// Readies the piece to be searched for (middle pieces only).
     fn prepare_search(&mut self) {
         if self.atoms.iter().any(|a| matches!(a, Atom::AnyChars(_))) {
@@ -218,8 +245,16 @@ pub(crate) enum Glob {
     },
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many globs this thread compiled, for the tests that nothing is compiled too early.
+    pub(crate) static COMPILED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl Glob {
     pub(crate) fn compile(pattern: &str, wildcards: Wildcards) -> Glob {
+        #[cfg(test)]
+        COMPILED.with(|n| n.set(n.get() + 1));
         let question = wildcards == Wildcards::StarAndQuestion;
         let is_wild = |c: char| c == '*' || (question && c == '?');
         if !pattern.contains(is_wild) {
@@ -274,6 +309,16 @@ impl Glob {
             head,
             middle: pieces,
             tail,
+        }
+    }
+
+    /// Bytes the search tables of the middle pieces hold (the only part of a compiled glob
+    /// that is not a copy of its text).
+    #[cfg(test)]
+    pub(crate) fn table_bytes(&self) -> usize {
+        match self {
+            Glob::Pieces { middle, .. } => middle.iter().map(Piece::heap_bytes).sum(),
+            _ => 0,
         }
     }
 
@@ -353,6 +398,12 @@ impl ClaimPattern {
     /// The pattern as written.
     pub fn as_str(&self) -> &str {
         &self.source
+    }
+
+    /// Bytes the compiled search tables hold, for the tests of their bound.
+    #[cfg(test)]
+    pub(crate) fn table_bytes(&self) -> usize {
+        self.glob.table_bytes()
     }
 
     /// Whether the pattern has no wildcard (it compares with `==`).
@@ -702,6 +753,37 @@ mod tests {
         assert!(pattern.matches_str(&found));
         let took = started.elapsed();
         assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+    }
+
+    /// The review's probe: `*`, then tens of thousands of distinct characters between `?`s,
+    /// then `*`. A table per distinct character cost distinct characters × length / 64 words
+    /// (220 MB for this one); now it is linear in the length.
+    #[test]
+    fn a_search_table_is_linear_in_the_pattern_length() {
+        let mut text = String::from("*");
+        for i in 0..29_999u32 {
+            text.push(char::from_u32(0x10000 + i).unwrap());
+            text.push('?');
+        }
+        text.push('*');
+        let chars = text.chars().count();
+        assert_eq!(chars, 60_000);
+        let pattern = ClaimPattern::new(&text);
+        let bytes = pattern.table_bytes();
+        assert!(bytes > 0);
+        assert!(bytes <= 40 * chars, "{bytes} bytes for {chars} characters");
+        // It still matches.
+        let mut hit = String::from("x");
+        for i in 0..29_999u32 {
+            hit.push(char::from_u32(0x10000 + i).unwrap());
+            hit.push('é');
+        }
+        hit.push('y');
+        assert!(pattern.matches_str(&hit));
+        assert!(!pattern.matches_str(&hit.replacen('é', "", 1)));
+        // ASCII pieces too: short ones cost a block.
+        let short = ClaimPattern::new("*a?b*");
+        assert!(short.table_bytes() <= 256, "{}", short.table_bytes());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Version-2 documents: actions in the schema, `evaluate`, `explain`, `from_stored`.
 
 use super::*;
+use crate::{compare, compare_with, CompareResult};
 use serde_json::json;
 
 const V2: &str = "https://registry.example/schemas/service-account-policy/v2.json";
@@ -325,4 +326,234 @@ fn stored_v2_documents_compile_without_the_schema() {
         let error = Policy::from_stored(&document).unwrap_err();
         assert_eq!(error.violations()[0].pointer, pointer, "{document}");
     }
+}
+
+/// The review's probe, sent whole: a document holding a 60,000-character pattern is refused by
+/// its size before any pattern is compiled.
+#[test]
+fn oversized_documents_are_refused_before_anything_is_compiled() {
+    let mut sub = String::from("*");
+    for i in 0..29_999u32 {
+        sub.push(char::from_u32(0x10000 + i).unwrap());
+        sub.push('?');
+    }
+    sub.push('*');
+    let document = json!({"kind": "oidc", "rules": [{"services": ["*"],
+        "claims": {"iss": ISS, "aud": "registry", "sub": sub}}]});
+    assert!(document.to_string().len() > 64 * 1024);
+    let compiled = || crate::pattern::COMPILED.with(|n| n.get());
+    let before = compiled();
+    let refused = Policy::parse(&document).unwrap_err().into_violations();
+    assert_eq!(compiled(), before, "nothing is compiled");
+    let found: Vec<&str> = refused.iter().map(|v| v.pointer.as_str()).collect();
+    assert_eq!(found, ["", "/rules/0/claims/sub"], "{refused:?}");
+    assert!(refused[0].message.contains("at most 16384"));
+    assert!(refused[1]
+        .message
+        .contains("60000 characters long; at most 512"));
+    // Schema violations and limits are reported together.
+    let mut both = document.clone();
+    both["rules"][0]["colour"] = "blue".into();
+    let found: Vec<String> = Policy::parse(&both)
+        .unwrap_err()
+        .into_violations()
+        .into_iter()
+        .map(|v| v.pointer)
+        .collect();
+    assert_eq!(found, ["/rules/0/colour", "", "/rules/0/claims/sub"]);
+    assert_eq!(compiled(), before);
+    // A stored document is served as it is.
+    assert!(Policy::from_stored(&document).is_ok());
+    // Every limit, with the pointer of what goes over.
+    let rule = |i: usize| {
+        json!({"services": ["*"], "actions": ["*"],
+        "claims": {"iss": ISS, "aud": "a", "sub": format!("s{i}")}})
+    };
+    let many = v2(json!({"kind": "oidc", "rules": (0..51).map(rule).collect::<Vec<_>>()}));
+    assert_eq!(
+        Policy::parse(&many).unwrap_err().violations()[0].pointer,
+        "/rules"
+    );
+    let services: Vec<String> = (0..101).map(|i| format!("s{i}")).collect();
+    let listed = json!({"kind": "static", "services": services});
+    assert_eq!(
+        Policy::parse(&listed).unwrap_err().violations()[0].pointer,
+        "/services"
+    );
+    let mut claims = json!({"iss": ISS, "aud": "a", "sub": "s"});
+    for i in 0..14 {
+        claims[format!("c{i}")] = "x".into();
+    }
+    let wide = json!({"kind": "oidc", "rules": [{"services": ["*"], "claims": claims}]});
+    assert_eq!(
+        Policy::parse(&wide).unwrap_err().violations()[0].pointer,
+        "/rules/0/claims"
+    );
+    let findings = crate::lint_document(&document);
+    assert!(findings.iter().all(|f| f.code == "limit"), "{findings:?}");
+}
+
+/// A 512-character pattern of `?`, `*` and two letters, different for each seed: the proof's
+/// table is full for every pair of them.
+fn adversarial(seed: u64) -> String {
+    let mut x = seed
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    (0..crate::limits::MAX_PATTERN_CHARS)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ['a', 'b', '?', '*', 'a', '?'][(x % 6) as usize]
+        })
+        .collect()
+}
+
+fn adversarial_policy(salt: u64, star_subs: bool) -> Policy {
+    let rules: Vec<Value> = (0..crate::limits::MAX_RULES as u64)
+        .map(|i| {
+            let sub = adversarial(salt + 2 * i + 1);
+            let sub = if star_subs { format!("*{sub}") } else { sub };
+            json!({"services": ["*"], "claims": {"iss": ISS,
+                "aud": adversarial(salt + 2 * i), "sub": sub}})
+        })
+        .collect();
+    // Beyond the byte limit: stored documents are not held to it, and compare must still end.
+    Policy::from_stored(&json!({"kind": "oidc", "rules": rules})).unwrap()
+}
+
+/// 50 rules of 512-character adversarial patterns on both sides: `compare` ends after a
+/// bounded amount of work (the hook is asked a bounded number of times), answers
+/// `undetermined` where its budget ran out, and never a wrong `narrower-or-equal`.
+#[test]
+fn compare_is_bounded_at_the_limits() {
+    let old = adversarial_policy(1, false);
+    let wider = adversarial_policy(1, true);
+    let other = adversarial_policy(1_000_000, false);
+    for (old, new, never) in [
+        (&old, &old, None),
+        (&wider, &old, None),
+        (&old, &wider, Some(CompareResult::NarrowerOrEqual)),
+        (&old, &other, Some(CompareResult::NarrowerOrEqual)),
+    ] {
+        let mut polls = 0;
+        let comparison = compare_with(old, new, &mut || {
+            polls += 1;
+            true
+        });
+        assert!(polls < 1_000, "{polls} polls");
+        assert_ne!(Some(comparison.result), never);
+        for w in &comparison.witnesses {
+            let claims = w.claims.as_ref();
+            assert!(new
+                .evaluate(claims, w.service.as_deref(), w.ip, w.action)
+                .is_allowed());
+            assert!(!old
+                .evaluate(claims, w.service.as_deref(), w.ip, w.action)
+                .is_allowed());
+        }
+    }
+    // The proof ran out of budget: undetermined, not narrower-or-equal.
+    assert_eq!(compare(&old, &old).result, CompareResult::Undetermined);
+    // Stopped by its hook at once: nothing proven, nothing found.
+    let stopped = compare_with(&old, &old, &mut || false);
+    assert_eq!(stopped.result, CompareResult::Undetermined);
+}
+
+#[test]
+fn compare_knows_actions() {
+    let static_v2 = |actions: &[&str]| {
+        parse(v2(
+            json!({"kind": "static", "services": ["api-acme"], "actions": actions}),
+        ))
+    };
+    let read = static_v2(&["config:read"]);
+    let write = static_v2(&["config:read", "config:write"]);
+    let star = static_v2(&["*"]);
+    let seven = static_v2(&Action::ALL.map(Action::as_str));
+    let v1 = parse(json!({"kind": "static", "services": ["api-acme"]}));
+    assert_eq!(
+        compare(&write, &read).result,
+        CompareResult::NarrowerOrEqual
+    );
+    assert_eq!(compare(&v1, &read).result, CompareResult::NarrowerOrEqual);
+    assert_eq!(
+        compare(&star, &seven).result,
+        CompareResult::NarrowerOrEqual
+    );
+    assert_ne!(
+        compare(&seven, &star).result,
+        CompareResult::NarrowerOrEqual
+    );
+    assert_ne!(compare(&read, &v1).result, CompareResult::NarrowerOrEqual);
+    let added = compare(&read, &write);
+    assert_eq!(added.result, CompareResult::Widens);
+    let witness = &added.witnesses[0];
+    assert_eq!(witness.action, Some(Action::ConfigWrite));
+    assert_eq!(added.to_json()["witnesses"][0]["action"], "config:write");
+    assert!(write
+        .evaluate(None, witness.service.as_deref(), witness.ip, witness.action)
+        .is_allowed());
+    assert!(!read
+        .evaluate(None, witness.service.as_deref(), witness.ip, witness.action)
+        .is_allowed());
+    // OIDC: a rule's actions must lie inside those of the old rules that cover it.
+    let oidc = |rules: Vec<Value>| parse(v2(json!({"kind": "oidc", "rules": rules})));
+    let old = oidc(vec![
+        rule("repo:acme/*", &["api-acme"], &["config:read"]),
+        rule("repo:acme/*", &["*"], &["services:read"]),
+    ]);
+    let same = oidc(vec![rule(
+        "repo:acme/api",
+        &["api-acme"],
+        &["config:read", "services:read"],
+    )]);
+    assert_eq!(compare(&old, &same).result, CompareResult::NarrowerOrEqual);
+    let more = oidc(vec![rule(
+        "repo:acme/api",
+        &["api-acme"],
+        &["config:write"],
+    )]);
+    let comparison = compare(&old, &more);
+    assert_eq!(comparison.result, CompareResult::Widens);
+    assert_eq!(comparison.witnesses[0].action, Some(Action::ConfigWrite));
+    let elsewhere = oidc(vec![rule("repo:acme/api", &["web-acme"], &["config:read"])]);
+    assert_eq!(compare(&old, &elsewhere).result, CompareResult::Widens);
+}
+
+#[test]
+fn lint_warns_of_every_action_on_every_service() {
+    let codes = |document: Value| -> Vec<(&'static str, String)> {
+        crate::lint_document(&document)
+            .into_iter()
+            .map(|f| (f.code, f.pointer))
+            .collect()
+    };
+    let found = codes(v2(
+        json!({"kind": "static", "services": ["*"], "actions": ["*"]}),
+    ));
+    assert!(
+        found.contains(&("all-actions-on-all-services", "/actions".into())),
+        "{found:?}"
+    );
+    let found = codes(v2(json!({"kind": "oidc", "rules": [
+        rule("repo:acme/api", &["api-acme"], &["*"]), rule("repo:acme/api", &["*"], &["*"])]})));
+    let hits: Vec<_> = found
+        .iter()
+        .filter(|(c, _)| *c == "all-actions-on-all-services")
+        .collect();
+    assert_eq!(
+        hits,
+        [&("all-actions-on-all-services", "/rules/1/actions".to_owned())]
+    );
+    let found = codes(v2(
+        json!({"kind": "static", "services": ["*"], "actions": ["audit:read"]}),
+    ));
+    assert!(found
+        .iter()
+        .all(|(c, _)| *c != "all-actions-on-all-services"));
+    let found = codes(json!({"kind": "static", "services": ["*"]}));
+    assert!(found
+        .iter()
+        .all(|(c, _)| *c != "all-actions-on-all-services"));
 }

@@ -3,9 +3,11 @@
 //!
 //! A federated token meets every rule, of every customer, that names its issuer: so the size of
 //! policies, the number of issuers a customer may trust and the rules per issuer bound both the
-//! memory the registry keeps and the work one token can cause. They are checked when a policy is
-//! saved ([`check_policy`], [`check_customer_budget`]); policies already stored are served as
-//! they are.
+//! memory the registry keeps and the work one token can cause. The limits of one document are the
+//! policy engine's ([`check_policy`]): `Policy::parse` checks them before it compiles a pattern,
+//! on every path (the API, the command line, the Python module). The customer-wide ones are
+//! checked when a policy is saved ([`check_customer_budget`]); policies already stored are served
+//! as they are.
 //!
 //! ```
 //! use registry_domain::limits::{check_policy, MAX_RULES};
@@ -15,14 +17,13 @@
 //! let rule = json!({"services": ["*"], "claims": {"iss": "https://ci.example", "aud": "a", "sub": "s"}});
 //! let rules: Vec<_> = std::iter::repeat(rule).take(MAX_RULES + 1).collect();
 //! let document = json!({"kind": "oidc", "rules": rules});
-//! assert!(Policy::parse(&document).is_ok());
-//! let problems = check_policy(&document);
-//! assert_eq!(problems[0].pointer, "/rules");
+//! assert_eq!(check_policy(&document)[0].pointer, "/rules");
+//! let refused = Policy::parse(&document).unwrap_err().into_violations();
+//! assert!(refused.iter().any(|v| v.pointer == "/rules"));
 //! ```
 
 use crate::policy::Policy;
-use crate::{Violation, Violations};
-use serde_json::Value;
+use crate::Violation;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -37,102 +38,16 @@ pub fn quota_reached(what: &str, max: u64) -> String {
     format!("this customer has reached its quota of {max} {what}: delete some before creating more")
 }
 
-/// Largest policy document, in bytes of compact JSON.
-pub const MAX_POLICY_BYTES: usize = 16 * 1024;
-/// Most rules in one policy.
-pub const MAX_RULES: usize = 50;
-/// Most claims one rule lists (`iss` included).
-pub const MAX_CLAIMS_PER_RULE: usize = 16;
-/// Longest claim pattern, in characters: with matching linear in the claim's length for each
-/// 64 pattern characters, this bounds a match at 8 passes over the claim.
-pub const MAX_PATTERN_CHARS: usize = 512;
-/// Most entries in one `services` list.
-pub const MAX_SERVICES_ENTRIES: usize = 100;
+pub use crate::policy::limits::{
+    check_policy, MAX_CLAIMS_PER_RULE, MAX_PATTERN_CHARS, MAX_POLICY_BYTES, MAX_RULES,
+    MAX_SERVICES_ENTRIES,
+};
+
 /// Most distinct issuers one customer's accounts may trust together.
 pub const MAX_ISSUERS_PER_CUSTOMER: usize = 20;
 /// Most rules one customer's accounts may have for any one issuer: the most a token of that
 /// issuer is matched against within the customer.
 pub const MAX_RULES_PER_ISSUER: usize = 200;
-
-/// The size limits of one policy document; every problem, each with a pointer into the
-/// document (the server puts `/policy` in front).
-///
-/// ```
-/// use registry_domain::limits::{check_policy, MAX_PATTERN_CHARS};
-/// use registry_domain::policy::Policy;
-/// use serde_json::json;
-///
-/// let long = "*".repeat(MAX_PATTERN_CHARS + 1);
-/// let document = json!({"kind": "oidc", "rules": [
-///     {"services": ["*"], "claims": {"iss": "https://ci.example", "aud": "a", "sub": long}}
-/// ]});
-/// assert!(Policy::parse(&document).is_ok());
-/// assert_eq!(check_policy(&document)[0].pointer, "/rules/0/claims/sub");
-/// ```
-pub fn check_policy(document: &Value) -> Violations {
-    let mut problems = Violations::new();
-    let bytes = document.to_string().len();
-    if bytes > MAX_POLICY_BYTES {
-        problems.push(Violation::new(
-            "",
-            format!("the policy is {bytes} bytes of JSON; at most {MAX_POLICY_BYTES} are accepted"),
-        ));
-    }
-    let mut services_lists: Vec<(String, &Vec<Value>)> = Vec::new();
-    if let Some(services) = document.get("services").and_then(Value::as_array) {
-        services_lists.push(("/services".into(), services));
-    }
-    let rules = document.get("rules").and_then(Value::as_array);
-    if let Some(rules) = rules {
-        if rules.len() > MAX_RULES {
-            problems.push(Violation::new(
-                "/rules",
-                format!("{} rules; a policy has at most {MAX_RULES}", rules.len()),
-            ));
-        }
-        for (r, rule) in rules.iter().enumerate() {
-            if let Some(services) = rule.get("services").and_then(Value::as_array) {
-                services_lists.push((format!("/rules/{r}/services"), services));
-            }
-            let Some(claims) = rule.get("claims").and_then(Value::as_object) else {
-                continue;
-            };
-            if claims.len() > MAX_CLAIMS_PER_RULE {
-                problems.push(Violation::new(
-                    format!("/rules/{r}/claims"),
-                    format!(
-                        "{} claims; a rule lists at most {MAX_CLAIMS_PER_RULE}",
-                        claims.len()
-                    ),
-                ));
-            }
-            for (name, pattern) in claims {
-                let chars = pattern.as_str().map_or(0, |p| p.chars().count());
-                if chars > MAX_PATTERN_CHARS {
-                    problems.push(Violation::new(
-                        format!("/rules/{r}/claims/{}", crate::violation::escape_token(name)),
-                        format!(
-                            "the pattern is {chars} characters long; at most \
-                             {MAX_PATTERN_CHARS} are accepted"
-                        ),
-                    ));
-                }
-            }
-        }
-    }
-    for (pointer, entries) in services_lists {
-        if entries.len() > MAX_SERVICES_ENTRIES {
-            problems.push(Violation::new(
-                pointer,
-                format!(
-                    "{} entries; a services list has at most {MAX_SERVICES_ENTRIES}",
-                    entries.len()
-                ),
-            ));
-        }
-    }
-    problems
-}
 
 /// The customer-wide limits: with `policy` saved beside `others` (the customer's other
 /// accounts' policies), its accounts trust at most [`MAX_ISSUERS_PER_CUSTOMER`] issuers and have

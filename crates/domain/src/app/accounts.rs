@@ -332,11 +332,8 @@ fn checked_policy(
     document: &Value,
     replacing: Option<Uuid>,
 ) -> Result<ParsedPolicy, AppError> {
+    // `parse` checks the size limits before it compiles a pattern.
     let parsed = Policy::parse(document).map_err(|e| under_policy(e.into_violations()))?;
-    let too_large = limits::check_policy(document);
-    if !too_large.is_empty() {
-        return Err(under_policy(too_large));
-    }
     caller.may_manage(Some(&parsed.policy))?;
     let customer_id = caller.customer()?;
     let store = &*registry.store;

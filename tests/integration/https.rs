@@ -2,7 +2,11 @@
 //! the certificate of the API's name and the issuers' wildcard; real clients check the chain
 //! and the name (reqwest on OpenSSL, Python's `ssl`; pyoidc and PyJWT as relying parties of a
 //! hosted issuer, httpx over HTTP/2); a renewal of the files under load fails no request; the
-//! plain-HTTP listener only redirects; a bad pair stops the start with one sentence.
+//! plain-HTTP listener only redirects; a bad pair stops the start with one sentence. And
+//! connections in their TLS handshake count towards the per-address limit: a peer's excess
+//! connections are closed before a handshake, a handshake that never ends is closed within
+//! 10 s, and 1,500 idle connections from one address leave another's requests as fast as on an
+//! idle server.
 
 use registry_testkit::tls::{ServerCertificate, TestCa};
 use registry_tests::issuer::{KeyKind, SigningKey};
@@ -471,21 +475,27 @@ fn a_start_with_a_bad_pair_fails_with_one_sentence() {
 }
 
 /// A TLS connection to the HTTPS listener, held open, that sends `GET /healthz` and reads what
-/// comes back (empty when the server closed it).
-fn tls_healthz(ca: &TestCa, port: u16) -> (openssl::ssl::SslStream<std::net::TcpStream>, String) {
+/// comes back (empty when the server closed it); no connection when the server closed it
+/// before the handshake finished.
+fn tls_healthz(
+    ca: &TestCa,
+    port: u16,
+) -> (Option<openssl::ssl::SslStream<std::net::TcpStream>>, String) {
     let mut connector =
         openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
     let root = openssl::x509::X509::from_pem(ca.pem().as_bytes()).unwrap();
     connector.cert_store_mut().add_cert(root).unwrap();
     let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut tls = connector.build().connect(API, tcp).unwrap();
+    let Ok(mut tls) = connector.build().connect(API, tcp) else {
+        return (None, String::new());
+    };
     let request = format!("GET /healthz HTTP/1.1\r\nHost: {API}\r\n\r\n");
     std::io::Write::write_all(&mut tls, request.as_bytes()).unwrap();
     let mut answer = vec![0u8; 4096];
     let read = std::io::Read::read(&mut tls, &mut answer).unwrap_or(0);
     answer.truncate(read);
-    (tls, String::from_utf8_lossy(&answer).into_owned())
+    (Some(tls), String::from_utf8_lossy(&answer).into_owned())
 }
 
 #[test]
@@ -498,8 +508,11 @@ fn the_connection_limit_per_address_holds_over_tls() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let (_second, answer) = tls_healthz(&ca, server.port);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let (_third, answer) = tls_healthz(&ca, server.port);
-    assert_eq!(answer, "", "a third connection is closed without an answer");
+    let (third, answer) = tls_healthz(&ca, server.port);
+    assert!(
+        third.is_none() && answer.is_empty(),
+        "a third connection is closed before its handshake: {answer}"
+    );
     drop(first);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -513,4 +526,225 @@ fn the_connection_limit_per_address_holds_over_tls() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The contract's bound on a TLS handshake, from the connection's first byte.
+const HANDSHAKE_BOUND: Duration = Duration::from_secs(10);
+
+/// `count` TCP connections to the server from the loopback address `source` (every
+/// 127.0.0.0/8 address is local on Linux), opened all at once, that send nothing; fewer when
+/// some are not accepted within 3 s (a server that stopped accepting: the backlog is full).
+fn idle_from(source: &str, port: u16, count: usize) -> Vec<std::net::TcpStream> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let source = format!("{source}:0").parse().expect("source");
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    runtime.block_on(async {
+        let mut connecting = tokio::task::JoinSet::new();
+        for _ in 0..count {
+            connecting.spawn(async move {
+                let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+                socket.bind(source).expect("bind the source address");
+                tokio::time::timeout(Duration::from_secs(3), socket.connect(server)).await
+            });
+        }
+        let mut held = Vec::with_capacity(count);
+        while let Some(connected) = connecting.join_next().await {
+            if let Ok(Ok(Ok(stream))) = connected {
+                let stream = stream.into_std().expect("std stream");
+                stream.set_nonblocking(false).expect("blocking");
+                held.push(stream);
+            }
+        }
+        held
+    })
+}
+
+/// Whether the server has closed `stream` (end of file or reset), without waiting.
+fn closed(stream: &std::net::TcpStream) -> bool {
+    stream.set_nonblocking(true).expect("non-blocking");
+    let mut byte = [0_u8; 1];
+    let outcome = match std::io::Read::read(&mut &*stream, &mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    stream.set_nonblocking(false).expect("blocking");
+    outcome
+}
+
+/// How long `GET /healthz` took on a new TLS connection from 127.0.0.1 (connect, handshake,
+/// request, the answer's first bytes), and whether it answered 200.
+fn timed_healthz(connector: &openssl::ssl::SslConnector, port: u16) -> (Duration, bool) {
+    let started = Instant::now();
+    let answered = (|| {
+        let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let tcp = std::net::TcpStream::connect_timeout(&server, Duration::from_secs(30)).ok()?;
+        tcp.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+        let mut tls = connector.connect(API, tcp).ok()?;
+        let request = format!("GET /healthz HTTP/1.1\r\nHost: {API}\r\nConnection: close\r\n\r\n");
+        std::io::Write::write_all(&mut tls, request.as_bytes()).ok()?;
+        let mut answer = [0_u8; 64];
+        let read = std::io::Read::read(&mut tls, &mut answer).ok()?;
+        Some(answer[..read].starts_with(b"HTTP/1.1 200"))
+    })();
+    (started.elapsed(), answered == Some(true))
+}
+
+/// The 99th percentile of [`timed_healthz`] by `clients` clients at once, `each` one after
+/// the other (fewer if they take more than 30 s in all), and how many failed.
+fn healthz_p99(ca: &TestCa, port: u16, clients: usize, each: usize) -> (Duration, usize) {
+    let mut connector =
+        openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+    let root = openssl::x509::X509::from_pem(ca.pem().as_bytes()).unwrap();
+    connector.cert_store_mut().add_cert(root).unwrap();
+    let connector = connector.build();
+    let started = Instant::now();
+    let client = || {
+        let mut took = Vec::with_capacity(each);
+        while took.len() < each && started.elapsed() < Duration::from_secs(30) {
+            took.push(timed_healthz(&connector, port));
+        }
+        took
+    };
+    let mut took: Vec<_> = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..clients).map(|_| scope.spawn(client)).collect();
+        let took = clients.into_iter().map(|c| c.join().unwrap());
+        took.flatten().collect()
+    });
+    let failed = took.iter().filter(|(_, ok)| !ok).count();
+    took.sort();
+    let rank = (took.len() * 99).div_ceil(100).max(1);
+    (took[rank - 1].0, failed)
+}
+
+#[test]
+fn connections_past_the_limit_are_closed_before_a_handshake_and_their_places_come_back() {
+    const LIMIT: usize = 4;
+    let ca = TestCa::new("registry test CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let limit = [("REGISTRY_MAX_CONNECTIONS_PER_ADDRESS", "4")];
+    let server = https_server(&ca, &files, &limit);
+
+    // Connections that never send a byte: the first four wait for a ClientHello, the rest
+    // are closed at once.
+    let held = idle_from("127.0.0.1", server.port, LIMIT + 3);
+    assert_eq!(held.len(), LIMIT + 3, "every connection is accepted");
+    std::thread::sleep(Duration::from_millis(500));
+    let (refused, waiting): (Vec<_>, Vec<_>) = held.into_iter().partition(closed);
+    assert_eq!(
+        (waiting.len(), refused.len()),
+        (LIMIT, 3),
+        "handshakes in progress count towards the limit of the address"
+    );
+    // Nor does a real client get a handshake while they wait.
+    let (_, tls) = healthz_p99(&ca, server.port, 1, 1);
+    assert_eq!(tls, 1, "a fifth connection got a handshake");
+
+    // Once they are closed, their places come back.
+    drop(waiting);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_again, answer) = tls_healthz(&ca, server.port);
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the places of closed connections never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(healthz_p99(&ca, server.port, 1, LIMIT).1, 0);
+}
+
+#[test]
+fn a_handshake_that_never_finishes_is_closed_within_10_s() {
+    let ca = TestCa::new("registry test CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let server = https_server(&ca, &files, &[]);
+    let mut silent = idle_from("127.0.0.1", server.port, 1).remove(0);
+    let mut halfway = idle_from("127.0.0.1", server.port, 1).remove(0);
+    let started = Instant::now();
+    // A TLS record header that announces a 512-byte handshake message, and 4 bytes of it.
+    std::io::Write::write_all(
+        &mut halfway,
+        &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc],
+    )
+    .unwrap();
+    for (what, stream) in [
+        ("nothing", &mut silent),
+        ("half a ClientHello", &mut halfway),
+    ] {
+        stream
+            .set_read_timeout(Some(HANDSHAKE_BOUND + Duration::from_secs(5)))
+            .unwrap();
+        let mut byte = [0_u8; 1];
+        let read = std::io::Read::read(stream, &mut byte);
+        let after = started.elapsed();
+        println!("a handshake sent {what} was closed after {after:?} ({read:?})");
+        assert!(
+            !matches!(&read, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+            "a handshake sent {what} was still open after {after:?}"
+        );
+        assert!(
+            after <= HANDSHAKE_BOUND + Duration::from_secs(1),
+            "a handshake sent {what} was closed after {after:?}"
+        );
+    }
+}
+
+#[test]
+fn idle_connections_from_one_address_leave_another_addresss_https_requests_fast() {
+    const IDLE: usize = 1500;
+    // Four clients at once, each on a new connection per request: one client alone would
+    // wait behind idle connections for its first request only.
+    const CLIENTS: usize = 4;
+    const REQUESTS: usize = 25;
+    let ca = TestCa::new("registry test CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    // The default limit per address (256).
+    let server = https_server(&ca, &files, &[]);
+    // The server is in this process too: a file descriptor for each end of each connection.
+    let files_allowed = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| {
+            let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+            line.split_whitespace().nth(3)?.parse::<usize>().ok()
+        })
+        .unwrap_or(usize::MAX);
+    let idle = IDLE.min(files_allowed.saturating_sub(1000) / 2);
+    if idle < IDLE {
+        println!("only {idle} idle connections: the soft limit of open files is {files_allowed}");
+    }
+
+    let (before, failed) = healthz_p99(&ca, server.port, CLIENTS, REQUESTS);
+    assert_eq!(failed, 0);
+    let started = Instant::now();
+    let held = idle_from("127.0.0.2", server.port, idle);
+    let (during, failed) = healthz_p99(&ca, server.port, CLIENTS, REQUESTS);
+    let measured_by = started.elapsed();
+    let refused = held.iter().filter(|stream| closed(stream)).count();
+    println!(
+        "HTTPS /healthz from 127.0.0.1, p99 of {CLIENTS} × {REQUESTS} on new connections: \
+         {before:?} on an idle server, {during:?} ({failed} failed) with {} idle connections from 127.0.0.2 \
+         ({refused} closed by the server at once), measured within {measured_by:?}",
+        held.len()
+    );
+    assert_eq!(held.len(), idle, "the server stopped accepting connections");
+    assert!(
+        measured_by < HANDSHAKE_BOUND,
+        "too slow to measure while the idle connections are held"
+    );
+    assert_eq!(failed, 0);
+    assert!(
+        during <= before + Duration::from_millis(50),
+        "p99 {during:?} with idle connections from another address, {before:?} without"
+    );
+    assert!(
+        refused >= idle.saturating_sub(256),
+        "only {refused} of {idle} refused"
+    );
 }

@@ -49,6 +49,11 @@ impl ConnectionLimit {
         })
     }
 
+    /// The most connections one address may hold.
+    pub fn max(&self) -> u32 {
+        self.max
+    }
+
     /// Counts a new connection from `ip`, or refuses it when its address holds the most it may
     /// (a warning then, at most one every ten seconds).
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Admission {

@@ -4,6 +4,7 @@ use crate::background;
 use crate::body;
 use crate::caller::Gate;
 use crate::connections;
+use crate::listeners::{self, Listeners};
 use crate::observe::observe;
 use crate::problem;
 use crate::public;
@@ -12,7 +13,7 @@ use crate::settings::Settings;
 use crate::state::AppState;
 use crate::tls;
 use actix_web::dev::ServerHandle;
-use actix_web::{guard, middleware, web, App, HttpServer};
+use actix_web::{guard, middleware, web, App};
 use anyhow::Context;
 use registry_domain::ports::{Clock, IdentityTokenVerifier, Storage};
 use registry_node::adapters::SystemClock;
@@ -239,8 +240,7 @@ async fn launch(
         state.settings.max_connections_per_address,
         state.trusted_proxies.clone(),
     );
-    let https = certificate.is_some();
-    let mut server = HttpServer::new(move || {
+    let app = move || {
         let hosted_state = app_state.clone();
         App::new()
             .app_data(app_state.clone())
@@ -258,33 +258,37 @@ async fn launch(
             )
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
-    })
-    .workers(workers)
-    .shutdown_timeout(30)
-    .on_connect(move |io, data| connections::on_connect(&connections, https, io, data));
-    if signals == Signals::Ignore {
-        server = server.disable_signals();
-    }
+    };
+    let server = Listeners::new(app, connections, workers, signals == Signals::Stop);
     let at = match &listen {
         Listen::Address(address) => address.clone(),
         Listen::Listener(listener) => format!("{:?}", listener.local_addr()),
     };
-    let server = match (listen, certificate.map(registry_tls::server_config)) {
-        (Listen::Address(address), None) => server.bind(address),
-        (Listen::Address(address), Some(tls)) => server.bind_rustls_0_23(address, tls),
-        (Listen::Listener(listener), None) => server.listen(listener),
-        (Listen::Listener(listener), Some(tls)) => server.listen_rustls_0_23(listener, tls),
-    }
-    .with_context(|| format!("cannot listen on {at}"))?;
+    let bound = match listen {
+        Listen::Address(address) => listeners::bind(&address),
+        Listen::Listener(listener) => Ok(vec![listener]),
+    };
+    let tls = certificate.map(registry_tls::server_config);
+    let server = bound
+        .and_then(|bound| {
+            bound
+                .into_iter()
+                .try_fold(server, |server, listener| match &tls {
+                    Some(tls) => server.https(listener, tls.clone()),
+                    None => server.plain(listener, false),
+                })
+        })
+        .with_context(|| format!("cannot listen on {at}"))?;
     let server = match &state.settings.http_redirect_listen {
-        Some(plain) => server
-            .bind(plain)
+        Some(plain) => listeners::bind(plain)
+            .and_then(|bound| {
+                let redirecting = |server: Listeners<_>, listener| server.plain(listener, true);
+                bound.into_iter().try_fold(server, redirecting)
+            })
             .with_context(|| format!("cannot listen on {plain}"))?,
         None => server,
     };
-    let addrs = (server.addrs_with_scheme().into_iter())
-        .map(|(addr, scheme)| (addr, if scheme == "https" { "https" } else { "http" }))
-        .collect();
+    let addrs = server.addrs().to_vec();
     let server = server.run();
     tracing::info!(
         issuers = state.replica.hosting.in_memory(),

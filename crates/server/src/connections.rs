@@ -1,34 +1,71 @@
-//! Open connections per client address (DECISIONS §17), where actix accepts a connection
-//! ([`on_connect`]): each admitted connection keeps its slot in its connection data, which
-//! actix drops with the connection (its dispatcher holds it; a request's copy is let go when
-//! the request is). A connection past the limit is shut down at once, so a flood from one
-//! address costs one file descriptor per attempt for microseconds rather than one per
-//! connection for as long as the client likes. The counting is registry-node's.
+//! Open connections per client address, counted where the server accepts a connection and
+//! held for its whole life; the counting is registry-node's.
+//!
+//! - On HTTPS, a connection is counted as it is accepted, before its TLS handshake reads a
+//!   byte ([`admitted_first`]): connections that never finish a handshake hold their own
+//!   address's places, and one past the limit is closed unread, before any handshake work.
+//!   Its slot lives as long as the service that handshakes and then serves it.
+//! - On plain HTTP, where HTTP starts at once, a connection is counted in [`on_connect`] and
+//!   keeps its slot in its connection data, which actix drops with the connection (its
+//!   dispatcher holds it; a request's copy is let go when the request is). One past the limit
+//!   is shut down at once, and [`admitted`] runs none of the requests it had already sent.
+//!
+//! Either way a flood from one address costs one file descriptor per attempt for microseconds
+//! rather than one per connection for as long as the client likes.
 
 use crate::problem::ApiError;
 use crate::tls;
 use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{Extensions, ServiceRequest, ServiceResponse};
+use actix_web::dev::{Extensions, Service, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
+use actix_web::rt::net::TcpStream;
 use actix_web::ResponseError;
 use registry_node::connections::{Admission, ConnectionLimit};
-use std::any::Any;
 use std::net::Shutdown;
 use std::sync::Arc;
 
-/// For `HttpServer::on_connect`: admits the connection `io` (TCP, or TLS over TCP), keeping
-/// its slot in the connection's data, or shuts it down when its address holds the most it may.
-/// A plain TCP connection to a server that speaks `https` is marked [`tls::Plain`].
-pub fn on_connect(limit: &Arc<ConnectionLimit>, https: bool, io: &dyn Any, data: &mut Extensions) {
-    type Tcp = actix_web::rt::net::TcpStream;
-    let tls = io.downcast_ref::<actix_tls::accept::rustls_0_23::TlsStream<Tcp>>();
-    let plain = io.downcast_ref::<Tcp>();
-    if https && plain.is_some() {
+/// The HTTPS listener's `service` (TLS handshake, then HTTP) behind the count of its address:
+/// a connection is admitted as it is accepted, before any byte of it is read, and keeps its
+/// place until `service` is done with it; one past the limit, or already gone, is closed
+/// without reaching `service`.
+pub fn admitted_first<S>(
+    limit: Arc<ConnectionLimit>,
+    service: S,
+) -> impl ServiceFactory<TcpStream, Config = (), Response = (), Error = S::Error, InitError = S::InitError>
+where
+    S: ServiceFactory<TcpStream, Config = (), Response = ()>,
+{
+    actix_service::apply_fn_factory(service, move |stream: TcpStream, service: &S::Service| {
+        let admission = match stream.peer_addr() {
+            Ok(peer) => limit.admit(peer.ip()),
+            Err(_) => Admission::Refused,
+        };
+        // Dropping the stream closes it: a client that sent nothing reads end-of-file.
+        let served = match admission {
+            Admission::Refused => None,
+            held => Some((held, service.call(stream))),
+        };
+        async move {
+            match served {
+                Some((_held, served)) => served.await,
+                None => Ok(()),
+            }
+        }
+    })
+}
+
+/// For the plain listeners' `on_connect`: admits the connection, keeping its slot in the
+/// connection's data, or shuts it down when its address holds the most it may. On the
+/// listener beside HTTPS (`redirects`), the connection is marked [`tls::Plain`].
+pub fn on_connect(
+    limit: &Arc<ConnectionLimit>,
+    redirects: bool,
+    stream: &TcpStream,
+    data: &mut Extensions,
+) {
+    if redirects {
         data.insert(tls::Plain);
     }
-    let Some(stream) = plain.or(tls.map(|tls| tls.get_ref().0)) else {
-        return;
-    };
     let Ok(peer) = stream.peer_addr() else {
         // Already gone: actix finds out on its first read.
         return;

@@ -16,6 +16,7 @@ mod client_ip;
 mod connections;
 mod customers;
 mod dashboard;
+mod listeners;
 mod observe;
 mod policy_cli;
 mod problem;

@@ -308,10 +308,15 @@ fn quotas_and_the_anonymous_ceiling_are_exact_under_concurrency() {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         })
     };
+    // The token verified once, as a working client's is: the race is the creations'.
+    assert_eq!(server.get("/service-accounts", &acme.token).status(), 200);
     let accounts = race(30, &|i| {
         server
             .authed(Method::POST, "/service-accounts", &acme.token)
-            .json(&json!({"name": format!("a{i}"), "policy": {"kind": "static", "services": ["*"]}}))
+            // Federated accounts: no token to hash, so every request reaches the quota.
+            .json(&json!({"name": format!("a{i}"), "policy": {"kind": "oidc", "rules": [
+                {"services": ["*"], "claims": {"iss": "https://ci.example", "aud": "registry",
+                    "sub": format!("repo:acme/r{i}:*")}}]}}))
             .send()
             .unwrap()
             .status()

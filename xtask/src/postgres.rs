@@ -183,14 +183,7 @@ impl Cluster {
         self.start_server()?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let state = output(
-                Command::new("psql")
-                    .env("PATH", self.path_with_binaries()?)
-                    .args(["-X", "-A", "-t", "-d"])
-                    .arg(self.admin_url())
-                    .arg("-c")
-                    .arg("SELECT sync_state FROM pg_stat_replication"),
-            )?;
+            let state = self.sql("SELECT sync_state FROM pg_stat_replication")?;
             if state.trim() == "sync" {
                 return Ok(());
             }
@@ -199,6 +192,18 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Runs one SQL statement as the superuser (psql); its output, unaligned, without headers.
+    pub fn sql(&self, statement: &str) -> Result<String> {
+        output(
+            Command::new("psql")
+                .env("PATH", self.path_with_binaries()?)
+                .args(["-X", "-A", "-t", "-d"])
+                .arg(self.admin_url())
+                .arg("-c")
+                .arg(statement),
+        )
     }
 
     /// Promotes a standby to a primary (`pg_ctl promote`, waiting until it accepts writes).

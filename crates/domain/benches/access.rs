@@ -70,7 +70,17 @@ fn access(c: &mut Criterion, client: IpAddr) {
         group.bench_with_input(
             BenchmarkId::new("decide_federated", rules),
             &rules,
-            |b, _| b.iter(|| decide(black_box(federated), black_box(request), Action::ConfigRead, client, now)),
+            |b, _| {
+                b.iter(|| {
+                    decide(
+                        black_box(federated),
+                        black_box(request),
+                        Action::ConfigRead,
+                        client,
+                        now,
+                    )
+                })
+            },
         );
     }
     let static_account = account(
@@ -93,7 +103,15 @@ fn access(c: &mut Criterion, client: IpAddr) {
     let credential = Credential::Account(&static_account);
     assert!(decide(credential, request, Action::ConfigRead, client, now).is_ok());
     group.bench_function("decide_static", |b| {
-        b.iter(|| decide(black_box(credential), black_box(request), Action::ConfigRead, client, now))
+        b.iter(|| {
+            decide(
+                black_box(credential),
+                black_box(request),
+                Action::ConfigRead,
+                client,
+                now,
+            )
+        })
     });
     group.finish();
 }

@@ -383,9 +383,10 @@ fn decide_federated_service<'a>(
     if let (Some(service), Some(owner)) = (service, owner) {
         // Only the owner's accounts are candidates (spec §4 rule 2); each is matched once.
         for account in eligible.clone().filter(|a| a.customer_id == owner) {
-            let decision = account
-                .policy
-                .evaluate(Some(claims), Some(&service.subdomain), ip, action);
+            let decision =
+                account
+                    .policy
+                    .evaluate(Some(claims), Some(&service.subdomain), ip, action);
             let refusal = match decision {
                 Decision::Allow { .. } => {
                     let rules = account.policy.matching_rules(claims);
@@ -754,8 +755,14 @@ mod tests {
         let ask = |request, action| {
             decide(Credential::Account(&sync), request, action, ip, NOW).map(|_| ())
         };
-        assert_eq!(ask(Request::Service(Some(&k3s)), Action::ConfigWrite), Ok(()));
-        assert_eq!(ask(Request::Service(Some(&k3s)), Action::ConfigRead), Ok(()));
+        assert_eq!(
+            ask(Request::Service(Some(&k3s)), Action::ConfigWrite),
+            Ok(())
+        );
+        assert_eq!(
+            ask(Request::Service(Some(&k3s)), Action::ConfigRead),
+            Ok(())
+        );
         for action in [Action::ServicesWrite, Action::ServicesRead] {
             assert_eq!(
                 ask(Request::Service(Some(&k3s)), action),
@@ -809,7 +816,10 @@ mod tests {
         });
         let candidates = [account];
         let ip = "192.0.2.1".parse().unwrap();
-        let (api, web) = (service_of(customer, "api-acme"), service_of(customer, "web-acme"));
+        let (api, web) = (
+            service_of(customer, "api-acme"),
+            service_of(customer, "web-acme"),
+        );
         let ask = |sub: &str, service: &Service, action| {
             let claims = claims(sub);
             let credential = Credential::IdentityToken {
@@ -828,7 +838,11 @@ mod tests {
             Err(Refusal::ActionNotAllowed(Action::ConfigWrite))
         );
         assert_eq!(
-            ask("repo:acme/docs:ref:refs/heads/main", &api, Action::ConfigWrite),
+            ask(
+                "repo:acme/docs:ref:refs/heads/main",
+                &api,
+                Action::ConfigWrite
+            ),
             Err(Refusal::ActionNotAllowed(Action::ConfigWrite))
         );
         assert_eq!(
@@ -865,10 +879,14 @@ mod tests {
         let manager = static_account(json!({"$schema": V2, "kind": "static", "services": ["*"],
             "actions": ["accounts:read", "accounts:write", "config:read", "config:write"]}));
         let policy = |v: Value| Policy::parse(&v).unwrap().policy;
-        let ok = policy(json!({"$schema": V2, "kind": "static", "services": ["api-acme"],
-            "actions": ["config:read", "config:write"]}));
-        let broader = policy(json!({"$schema": V2, "kind": "static", "services": ["api-acme"],
-            "actions": ["services:write"]}));
+        let ok = policy(
+            json!({"$schema": V2, "kind": "static", "services": ["api-acme"],
+            "actions": ["config:read", "config:write"]}),
+        );
+        let broader = policy(
+            json!({"$schema": V2, "kind": "static", "services": ["api-acme"],
+            "actions": ["services:write"]}),
+        );
         let v1 = policy(json!({"kind": "static", "services": ["api-acme"]}));
         let manage = |target| {
             decide(

@@ -38,7 +38,10 @@ fn open_serving_store(
     let Some(read_url) = read_url.filter(|u| !u.trim().is_empty()) else {
         return open_store(url);
     };
-    migrated(Store::connect_with_read_replica(url, read_url, max_lag), url)
+    migrated(
+        Store::connect_with_read_replica(url, read_url, max_lag),
+        url,
+    )
 }
 
 /// Runs a command of the command line on the database named by a URL (migrated first), then

@@ -164,7 +164,11 @@ mod tests {
             ("/service-accounts", false, AccountsWrite),
             ("/service-accounts/{id}", true, AccountsRead),
             ("/service-accounts/{id}", false, AccountsWrite),
-            ("/service-accounts/{id}/regenerate-token", false, AccountsWrite),
+            (
+                "/service-accounts/{id}/regenerate-token",
+                false,
+                AccountsWrite,
+            ),
             ("/service-accounts/{id}/explain", false, AccountsRead),
             ("/service-accounts/{id}/refusals", true, AccountsRead),
             ("/audit-events", true, AuditRead),

@@ -98,7 +98,10 @@ pub enum Command {
     /// Keep a service's published documents in step with a source issuer (a Kubernetes API
     /// server, any issuer URL, or files): upload only when they differ. Prints one JSON line per
     /// cycle on stdout, errors on stderr. Exit codes: 0 in sync or updated, 1 failed (`--once`),
-    /// 2 wrong command line.
+    /// 2 wrong command line. The least policy it needs (version 2): `{"$schema":
+    /// "{base_url}/schemas/service-account-policy/v2.json", "kind": "static", "services":
+    /// ["k3s-acme"], "actions": ["config:read", "config:write"]}` (or the same `services` and
+    /// `actions` in the rule of an `oidc` account).
     Sync(SyncArgs),
     /// Work with policy documents offline: no database, no network.
     Policy {

@@ -351,4 +351,3 @@ fn in_transaction<T>(
 
 pub(crate) const CHANGE_SERVICE: &str = "service";
 pub(crate) const CHANGE_ACCOUNT: &str = "account";
-

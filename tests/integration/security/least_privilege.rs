@@ -21,7 +21,12 @@ fn server_with(env: &[(&str, &str)]) -> TestServer {
 }
 
 /// A static version-2 account of `token`'s customer; its id and token.
-fn account_v2(server: &TestServer, token: &str, services: &[&str], actions: &[&str]) -> (String, String) {
+fn account_v2(
+    server: &TestServer,
+    token: &str,
+    services: &[&str],
+    actions: &[&str],
+) -> (String, String) {
     let policy = json!({"$schema": V2, "kind": "static", "services": services, "actions": actions});
     let response = server
         .authed(Method::POST, "/service-accounts", token)
@@ -52,7 +57,12 @@ fn an_account_takes_only_the_actions_its_policy_lists() {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
     let (k3s, _) = create_service(&server, &acme, "k3s");
-    let (_, sync) = account_v2(&server, &acme.token, &[&k3s], &["config:read", "config:write"]);
+    let (_, sync) = account_v2(
+        &server,
+        &acme.token,
+        &[&k3s],
+        &["config:read", "config:write"],
+    );
 
     let put = server
         .authed(Method::PUT, &format!("/services/{k3s}/config"), &sync)
@@ -60,24 +70,50 @@ fn an_account_takes_only_the_actions_its_policy_lists() {
         .send()
         .unwrap();
     assert_eq!(put.status(), 200);
-    assert_eq!(server.get(&format!("/services/{k3s}/keys"), &sync).status(), 200);
+    assert_eq!(
+        server.get(&format!("/services/{k3s}/keys"), &sync).status(),
+        200
+    );
     let delete = server
         .authed(Method::DELETE, &format!("/services/{k3s}"), &sync)
         .send()
         .unwrap();
     assert_action_refused(delete, "services:write");
-    assert_action_refused(server.get(&format!("/services/{k3s}"), &sync), "services:read");
+    assert_action_refused(
+        server.get(&format!("/services/{k3s}"), &sync),
+        "services:read",
+    );
     assert_action_refused(server.get("/services", &sync), "services:read");
     // Another customer's service stays a 404, whatever the action.
     let other = server.customer("other", "business");
     let (theirs, _) = create_service(&server, &other, "web");
-    assert_eq!(server.get(&format!("/services/{theirs}/keys"), &sync).status(), 404);
+    assert_eq!(
+        server
+            .get(&format!("/services/{theirs}/keys"), &sync)
+            .status(),
+        404
+    );
     // The service is still there.
-    assert_eq!(server.get(&format!("/services/{k3s}"), &acme.token).status(), 200);
+    assert_eq!(
+        server
+            .get(&format!("/services/{k3s}"), &acme.token)
+            .status(),
+        200
+    );
 
-    let (_, reader) = account_v2(&server, &acme.token, &["*"], &["services:read", "config:read"]);
+    let (_, reader) = account_v2(
+        &server,
+        &acme.token,
+        &["*"],
+        &["services:read", "config:read"],
+    );
     assert_eq!(server.get("/services", &reader).status(), 200);
-    assert_eq!(server.get(&format!("/services/{k3s}/config"), &reader).status(), 200);
+    assert_eq!(
+        server
+            .get(&format!("/services/{k3s}/config"), &reader)
+            .status(),
+        200
+    );
     let put = server
         .authed(Method::PUT, &format!("/services/{k3s}/config"), &reader)
         .json(&crate::api::upload(&["k2"]))
@@ -115,9 +151,11 @@ fn version_2_documents_are_checked_with_pointers() {
     let missing = create(json!({"$schema": V2, "kind": "static", "services": ["*"]}));
     let problem = assert_problem(missing, 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/policy/actions"], "{problem}");
-    let misplaced = create(json!({"$schema": V2, "kind": "oidc", "actions": ["*"], "rules": [
+    let misplaced = create(
+        json!({"$schema": V2, "kind": "oidc", "actions": ["*"], "rules": [
         {"services": ["*"], "actions": ["config:read"],
-         "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/*"}}]}));
+         "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "repo:acme/*"}}]}),
+    );
     let problem = assert_problem(misplaced, 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/policy/actions"], "{problem}");
 
@@ -154,14 +192,19 @@ fn a_manager_cannot_mint_widen_or_take_over_a_broader_account() {
     let create = |actions: &[&str]| {
         server
             .authed(Method::POST, "/service-accounts", &manager)
-            .json(&json!({"name": "minted", "policy": {"$schema": V2, "kind": "static",
-                "services": [&k3s], "actions": actions}}))
+            .json(
+                &json!({"name": "minted", "policy": {"$schema": V2, "kind": "static",
+                "services": [&k3s], "actions": actions}}),
+            )
             .send()
             .unwrap()
     };
     assert_eq!(create(&["config:read"]).status(), 201);
     let problem = assert_problem(create(&["config:read", "config:write"]), 403, "forbidden");
-    assert!(problem["detail"].as_str().unwrap().contains("config:write"), "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("config:write"),
+        "{problem}"
+    );
     assert_problem(create(&["*"]), 403, "forbidden");
     let v1 = server
         .authed(Method::POST, "/service-accounts", &manager)
@@ -173,9 +216,15 @@ fn a_manager_cannot_mint_widen_or_take_over_a_broader_account() {
     // A narrow account it made may not be widened by it.
     let (narrow, _) = account_v2(&server, &manager, &[&k3s], &["config:read"]);
     let widen = server
-        .authed(Method::PATCH, &format!("/service-accounts/{narrow}"), &manager)
-        .json(&json!({"policy": {"$schema": V2, "kind": "static", "services": [&k3s],
-            "actions": ["config:read", "services:write"]}}))
+        .authed(
+            Method::PATCH,
+            &format!("/service-accounts/{narrow}"),
+            &manager,
+        )
+        .json(
+            &json!({"policy": {"$schema": V2, "kind": "static", "services": [&k3s],
+            "actions": ["config:read", "services:write"]}}),
+        )
         .send()
         .unwrap();
     assert_problem(widen, 403, "forbidden");
@@ -200,7 +249,11 @@ fn a_manager_cannot_mint_widen_or_take_over_a_broader_account() {
         .unwrap();
     assert_problem(take, 403, "forbidden");
     let delete = server
-        .authed(Method::DELETE, &format!("/service-accounts/{bootstrap}"), &manager)
+        .authed(
+            Method::DELETE,
+            &format!("/service-accounts/{bootstrap}"),
+            &manager,
+        )
         .send()
         .unwrap();
     assert_problem(delete, 403, "forbidden");
@@ -225,7 +278,11 @@ fn explain_takes_an_action() {
         "sub": "repo:acme/infra:ref:refs/heads/main"});
     let explain = |action: Value| {
         let response = server
-            .authed(Method::POST, &format!("/service-accounts/{id}/explain"), &acme.token)
+            .authed(
+                Method::POST,
+                &format!("/service-accounts/{id}/explain"),
+                &acme.token,
+            )
             .json(&json!({"claims": claims, "service": k3s, "action": action}))
             .send()
             .unwrap();
@@ -237,7 +294,13 @@ fn explain_takes_an_action() {
     assert_eq!(refused["decision"], "deny", "{refused}");
     let reason = &refused["reasons"][0];
     assert_eq!(reason["code"], "action-not-allowed", "{refused}");
-    assert!(reason["message"].as_str().unwrap().contains("services:write"), "{refused}");
+    assert!(
+        reason["message"]
+            .as_str()
+            .unwrap()
+            .contains("services:write"),
+        "{refused}"
+    );
     let problem = assert_problem(explain(json!("services:delete")), 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/action"]);
 }
@@ -271,10 +334,21 @@ fn regenerations_at_once_hand_out_one_token() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let statuses: Vec<u16> = answers.iter().map(|(s, _)| *s).collect();
-    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
-    assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 4, "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 409).count(),
+        4,
+        "{statuses:?}"
+    );
     for (_, body) in answers.iter().filter(|(s, _)| *s == 409) {
-        assert!(body["type"].as_str().unwrap().ends_with("/conflict"), "{body}");
+        assert!(
+            body["type"].as_str().unwrap().ends_with("/conflict"),
+            "{body}"
+        );
     }
     let (_, won) = answers.iter().find(|(s, _)| *s == 200).unwrap();
     let token = won["token"].as_str().unwrap();
@@ -314,17 +388,26 @@ fn quotas_and_the_anonymous_ceiling_are_exact_under_concurrency() {
         server
             .authed(Method::POST, "/service-accounts", &acme.token)
             // Federated accounts: no token to hash, so every request reaches the quota.
-            .json(&json!({"name": format!("a{i}"), "policy": {"kind": "oidc", "rules": [
+            .json(
+                &json!({"name": format!("a{i}"), "policy": {"kind": "oidc", "rules": [
                 {"services": ["*"], "claims": {"iss": "https://ci.example", "aud": "registry",
-                    "sub": format!("repo:acme/r{i}:*")}}]}}))
+                    "sub": format!("repo:acme/r{i}:*")}}]}}),
+            )
             .send()
             .unwrap()
             .status()
             .as_u16()
     });
     // The bootstrap account counts.
-    assert_eq!(accounts.iter().filter(|s| **s == 201).count(), 2, "{accounts:?}");
-    assert!(accounts.iter().all(|s| *s == 201 || *s == 403), "{accounts:?}");
+    assert_eq!(
+        accounts.iter().filter(|s| **s == 201).count(),
+        2,
+        "{accounts:?}"
+    );
+    assert!(
+        accounts.iter().all(|s| *s == 201 || *s == 403),
+        "{accounts:?}"
+    );
     let listed = json(server.get("/service-accounts", &acme.token));
     assert_eq!(listed.as_array().unwrap().len(), 3);
 
@@ -337,8 +420,15 @@ fn quotas_and_the_anonymous_ceiling_are_exact_under_concurrency() {
             .status()
             .as_u16()
     });
-    assert_eq!(anonymous.iter().filter(|s| **s == 201).count(), 3, "{anonymous:?}");
-    assert!(anonymous.iter().all(|s| *s == 201 || *s == 503), "{anonymous:?}");
+    assert_eq!(
+        anonymous.iter().filter(|s| **s == 201).count(),
+        3,
+        "{anonymous:?}"
+    );
+    assert!(
+        anonymous.iter().all(|s| *s == 201 || *s == 503),
+        "{anonymous:?}"
+    );
 }
 
 /// Finding 6: checking tokens by preflight counts against the customer's explain budget (an
@@ -349,7 +439,11 @@ fn preflight_token_checks_count_against_the_explain_budget() {
     let (subdomain, secret) = server.anonymous_service();
     let check = |token: &str| {
         server
-            .authed(Method::POST, &format!("/services/{subdomain}/preflight"), token)
+            .authed(
+                Method::POST,
+                &format!("/services/{subdomain}/preflight"),
+                token,
+            )
             .json(&json!({"token": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"}))
             .send()
             .unwrap()
@@ -363,7 +457,11 @@ fn preflight_token_checks_count_against_the_explain_budget() {
     // Another anonymous service has its own budget.
     let (other, other_secret) = server.anonymous_service();
     let response = server
-        .authed(Method::POST, &format!("/services/{other}/preflight"), &other_secret)
+        .authed(
+            Method::POST,
+            &format!("/services/{other}/preflight"),
+            &other_secret,
+        )
         .json(&json!({"token": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"}))
         .send()
         .unwrap();

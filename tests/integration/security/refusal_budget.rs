@@ -181,7 +181,9 @@ fn the_store_keeps_the_newest_hundred_of_each_class() {
             .unwrap()
             .policy,
     );
-    store.create_account(&other, None, Ceiling::NONE, &event()).unwrap();
+    store
+        .create_account(&other, None, Ceiling::NONE, &event())
+        .unwrap();
 
     for n in 0..3 {
         store

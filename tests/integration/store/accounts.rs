@@ -45,12 +45,16 @@ fn accounts_of_lists_one_customers_accounts_oldest_first() {
     store
         .create_account(&late, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
         .unwrap();
-    store.create_account(&mid, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_account(&mid, None, Ceiling::NONE, &ev())
+        .unwrap();
     store
         .create_account(
             &account(globex.id, "other", static_policy(&["*"]), 1),
-            None, Ceiling::NONE,
-            &ev(),)
+            None,
+            Ceiling::NONE,
+            &ev(),
+        )
         .unwrap();
 
     assert_eq!(
@@ -65,7 +69,9 @@ fn an_account_of_an_unknown_customer_is_not_found() {
     let store = store();
     let a = account(Uuid::new_v4(), "ghost", static_policy(&["*"]), 1);
     assert_eq!(
-        store.create_account(&a, None, Ceiling::NONE, &ev()).unwrap_err(),
+        store
+            .create_account(&a, None, Ceiling::NONE, &ev())
+            .unwrap_err(),
         StoreError::NotFound
     );
 }
@@ -158,7 +164,10 @@ fn a_token_is_replaced_only_if_it_is_still_the_one_read() {
         Some(&*replacements[winner].lookup_id)
     );
     for (i, new) in replacements.iter().enumerate() {
-        assert_eq!(store.credential(&new.lookup_id).unwrap().is_some(), i == winner);
+        assert_eq!(
+            store.credential(&new.lookup_id).unwrap().is_some(),
+            i == winner
+        );
     }
 }
 
@@ -179,7 +188,11 @@ fn an_account_quota_holds_when_creations_race() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 3, "{outcomes:?}");
+    assert_eq!(
+        outcomes.iter().filter(|o| o.is_ok()).count(),
+        3,
+        "{outcomes:?}"
+    );
     assert!(outcomes
         .iter()
         .filter_map(|o| o.as_ref().err())
@@ -223,7 +236,9 @@ fn replacing_the_token_of_a_missing_account_is_not_found() {
 fn an_account_id_cannot_be_reused() {
     let store = store();
     let (_, first, _) = seeded(&store, "acme");
-    let err = store.create_account(&first, None, Ceiling::NONE, &ev()).unwrap_err();
+    let err = store
+        .create_account(&first, None, Ceiling::NONE, &ev())
+        .unwrap_err();
     assert_eq!(err, StoreError::Conflict("service account id taken".into()));
 }
 
@@ -265,7 +280,9 @@ fn updating_an_account_reindexes_its_issuers() {
     let store = store();
     let (acme, ..) = seeded(&store, "acme");
     let a = account(acme.id, "ci", oidc_policy(&[GITHUB]), 1);
-    store.create_account(&a, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_account(&a, None, Ceiling::NONE, &ev())
+        .unwrap();
 
     store
         .update_account(
@@ -286,7 +303,9 @@ fn deleting_an_account_removes_it_from_the_issuer_index() {
     let store = store();
     let (acme, ..) = seeded(&store, "acme");
     let a = account(acme.id, "ci", oidc_policy(&[GITHUB]), 1);
-    store.create_account(&a, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_account(&a, None, Ceiling::NONE, &ev())
+        .unwrap();
     assert_eq!(ids(&store.accounts_by_issuer(GITHUB).unwrap()), [a.id]);
 
     assert!(store.delete_account(a.id, &ev()).unwrap());

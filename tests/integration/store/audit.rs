@@ -48,14 +48,18 @@ fn events_are_written_with_their_change_and_only_with_it() {
         expires_at: None,
     };
     let made = event(Action::ServiceCreate, Some(acme.id), 1);
-    store.create_service(&service, None, Ceiling::NONE, &made).unwrap();
+    store
+        .create_service(&service, None, Ceiling::NONE, &made)
+        .unwrap();
     // A conflict, a delete of nothing, an update that writes nothing: no event.
     let again = Service {
         id: Uuid::new_v4(),
         ..service.clone()
     };
     let conflict = event(Action::ServiceCreate, Some(acme.id), 2);
-    assert!(store.create_service(&again, None, Ceiling::NONE, &conflict).is_err());
+    assert!(store
+        .create_service(&again, None, Ceiling::NONE, &conflict)
+        .is_err());
     let nothing = event(Action::ConfigDelete, Some(acme.id), 3);
     assert!(!store.delete_config(service.id, &nothing).unwrap());
     let unwritten = event(Action::ConfigPut, Some(acme.id), 4);
@@ -160,7 +164,9 @@ fn the_refusal_log_keeps_the_newest_hundred_per_account_for_seven_days() {
     store
         .create_customer(&acme, &boot, &record("l1", "h"), &ev())
         .unwrap();
-    store.create_account(&other, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_account(&other, None, Ceiling::NONE, &ev())
+        .unwrap();
     for i in 0..105 {
         store
             .record_refusals(

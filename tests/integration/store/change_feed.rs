@@ -19,7 +19,9 @@ fn every_write_to_services_and_accounts_is_logged_in_order() {
     let store = store();
     let (c, first, _) = seeded(&store, "acme");
     let s = registered(c.id, "api-acme", 1);
-    store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
     store
         .update_service(
             &Service {
@@ -80,7 +82,9 @@ fn failed_and_empty_writes_log_nothing() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let s = registered(c.id, "api-acme", 1);
-    store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
     let before = store.latest_change().unwrap();
 
     assert!(store
@@ -140,7 +144,9 @@ fn pruning_keeps_the_newest_change_and_its_number() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let last = registered(c.id, "api-acme", 1);
-    store.create_service(&last, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&last, None, Ceiling::NONE, &ev())
+        .unwrap();
     let latest = store.latest_change().unwrap();
 
     assert_eq!(
@@ -173,7 +179,9 @@ fn a_second_handle_on_the_same_database_sees_the_changes() {
     let cursor = replica.latest_change().unwrap();
     let (c, ..) = seeded(&writer, "acme");
     let s = registered(c.id, "api-acme", 1);
-    writer.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
+    writer
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
     writer
         .put_config(&config(s.id, "http://api-acme", 2), &ev())
         .unwrap();

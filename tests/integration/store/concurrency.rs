@@ -86,7 +86,9 @@ fn quotas_and_the_anonymous_ceiling_hold_when_creations_race() {
     assert_eq!(setup.live_anonymous(at(10)).unwrap(), 3);
     // Expired ones do not count.
     let later = anonymous("anon-late", 2_000, 3_000);
-    setup.create_service(&later, None, Ceiling(3), &ev()).unwrap();
+    setup
+        .create_service(&later, None, Ceiling(3), &ev())
+        .unwrap();
 }
 
 #[test]
@@ -124,7 +126,9 @@ fn parallel_writers_all_succeed_and_a_polling_replica_misses_no_change() {
                     (0..EACH)
                         .map(|i| {
                             let s = registered(c.id, &format!("w{w}n{i}-acme"), i as i64);
-                            store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
+                            store
+                                .create_service(&s, None, Ceiling::NONE, &ev())
+                                .unwrap();
                             s.id
                         })
                         .collect::<Vec<_>>()

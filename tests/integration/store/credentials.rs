@@ -8,7 +8,9 @@ fn credentials_are_found_by_lookup_id_with_their_owner() {
     let (_, first, token) = seeded(&store, "acme");
     let s = anonymous("abcdefghijkl-anon", 0, 3600);
     let secret = record(&lookup(), "$argon2id$anon");
-    store.create_service(&s, Some(&secret), Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&s, Some(&secret), Ceiling::NONE, &ev())
+        .unwrap();
 
     let t = store.credential(&token.lookup_id).unwrap().unwrap();
     assert_eq!(
@@ -30,7 +32,9 @@ fn a_secret_whose_lookup_id_is_taken_leaves_no_service_behind() {
     let (_, _, token) = seeded(&store, "acme");
     let s = anonymous("abcdefghijkl-anon", 0, 3600);
 
-    let err = store.create_service(&s, Some(&token), Ceiling::NONE, &ev()).unwrap_err();
+    let err = store
+        .create_service(&s, Some(&token), Ceiling::NONE, &ev())
+        .unwrap_err();
 
     assert_eq!(
         err,

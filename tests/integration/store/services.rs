@@ -7,7 +7,9 @@ fn a_service_is_found_by_subdomain_in_any_case_and_by_id() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let s = registered(c.id, "api-acme", 1);
-    store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
 
     assert_eq!(store.find_service("api-acme").unwrap(), Some(s.clone()));
     assert_eq!(store.find_service("API-Acme").unwrap(), Some(s.clone()));
@@ -32,7 +34,9 @@ fn a_subdomain_that_reads_as_a_uuid_is_still_found() {
     let (c, ..) = seeded(&store, "acme");
     // Business plans choose names; this one happens to be UUID-shaped.
     let s = registered(c.id, "0123abcd-0123-0123-0123-0123456789ab", 1);
-    store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
     assert_eq!(
         store
             .find_service("0123ABCD-0123-0123-0123-0123456789AB")
@@ -46,7 +50,9 @@ fn subdomains_are_stored_lower_case() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let s = registered(c.id, "Mixed-Acme", 1);
-    store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
     assert_eq!(
         store.service(s.id).unwrap().unwrap().subdomain,
         "mixed-acme"
@@ -62,7 +68,9 @@ fn a_taken_subdomain_is_a_conflict_whatever_its_case() {
         .unwrap();
 
     let again = registered(c.id, "API-ACME", 2);
-    let err = store.create_service(&again, None, Ceiling::NONE, &ev()).unwrap_err();
+    let err = store
+        .create_service(&again, None, Ceiling::NONE, &ev())
+        .unwrap_err();
 
     assert_eq!(err, StoreError::Conflict("subdomain taken".into()));
     assert_eq!(store.service(again.id).unwrap(), None);
@@ -77,7 +85,12 @@ fn a_taken_subdomain_is_a_conflict_whatever_its_case() {
 fn a_service_of_an_unknown_customer_is_not_found() {
     let store = store();
     let err = store
-        .create_service(&registered(Uuid::new_v4(), "api-ghost", 1), None, Ceiling::NONE, &ev())
+        .create_service(
+            &registered(Uuid::new_v4(), "api-ghost", 1),
+            None,
+            Ceiling::NONE,
+            &ev(),
+        )
         .unwrap_err();
     assert_eq!(err, StoreError::NotFound);
 }
@@ -89,16 +102,27 @@ fn services_of_lists_one_customers_services_oldest_first() {
     let (globex, ..) = seeded(&store, "globex");
     let later = registered(acme.id, "b-acme", 20);
     let earlier = registered(acme.id, "a-acme", 10);
-    store.create_service(&later, None, Ceiling::NONE, &ev()).unwrap();
-    store.create_service(&earlier, None, Ceiling::NONE, &ev()).unwrap();
     store
-        .create_service(&registered(globex.id, "x-globex", 5), None, Ceiling::NONE, &ev())
+        .create_service(&later, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .create_service(&earlier, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .create_service(
+            &registered(globex.id, "x-globex", 5),
+            None,
+            Ceiling::NONE,
+            &ev(),
+        )
         .unwrap();
     store
         .create_service(
             &anonymous("abcdefghijkl-anon", 1, 100),
-            Some(&record(&lookup(), "h")), Ceiling::NONE,
-            &ev(),)
+            Some(&record(&lookup(), "h")),
+            Ceiling::NONE,
+            &ev(),
+        )
         .unwrap();
 
     assert_eq!(store.services_of(acme.id).unwrap(), vec![earlier, later]);
@@ -116,7 +140,12 @@ fn owned_subdomains_answers_the_customers_own_in_the_order_asked() {
             .unwrap();
     }
     store
-        .create_service(&registered(globex.id, "api-globex", 1), None, Ceiling::NONE, &ev())
+        .create_service(
+            &registered(globex.id, "api-globex", 1),
+            None,
+            Ceiling::NONE,
+            &ev(),
+        )
         .unwrap();
 
     let asked: Vec<String> = [
@@ -146,7 +175,12 @@ fn owned_subdomains_handles_long_lists() {
     let store = store();
     let (acme, ..) = seeded(&store, "acme");
     store
-        .create_service(&registered(acme.id, "s7-acme", 1), None, Ceiling::NONE, &ev())
+        .create_service(
+            &registered(acme.id, "s7-acme", 1),
+            None,
+            Ceiling::NONE,
+            &ev(),
+        )
         .unwrap();
     let asked: Vec<String> = (0..1200).map(|i| format!("s{i}-acme")).collect();
     assert_eq!(
@@ -160,7 +194,9 @@ fn update_service_writes_title_and_description_only() {
     let store = store();
     let (c, ..) = seeded(&store, "acme");
     let s = registered(c.id, "api-acme", 1);
-    store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
 
     let edited = Service {
         title: Some("New title".into()),
@@ -197,7 +233,9 @@ fn deleting_a_service_removes_its_configuration_and_secret() {
     let store = store();
     let s = anonymous("abcdefghijkl-anon", 0, 3600);
     let secret = record(&lookup(), "$argon2id$anon");
-    store.create_service(&s, Some(&secret), Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&s, Some(&secret), Ceiling::NONE, &ev())
+        .unwrap();
     store
         .put_config(
             &config(s.id, "http://abcdefghijkl-anon.localhost:8080", 1),
@@ -253,8 +291,12 @@ fn publishing_inserts_then_replaces_and_unpublishing_removes() {
     let (c, ..) = seeded(&store, "acme");
     let s = registered(c.id, "api-acme", 1);
     let other = registered(c.id, "web-acme", 2);
-    store.create_service(&s, None, Ceiling::NONE, &ev()).unwrap();
-    store.create_service(&other, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .create_service(&other, None, Ceiling::NONE, &ev())
+        .unwrap();
     assert_eq!(store.config(s.id).unwrap(), None);
 
     let first = config(s.id, "http://api-acme.localhost:8080", 10);
@@ -294,11 +336,15 @@ fn published_by_subdomain_finds_a_published_service_with_its_configuration() {
     let a = registered(c.id, "a-acme", 1);
     let b = anonymous("bbbbbbbbbbbb-anon", 2, 1000);
     let unpublished = registered(c.id, "c-acme", 3);
-    store.create_service(&a, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&a, None, Ceiling::NONE, &ev())
+        .unwrap();
     store
         .create_service(&b, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
         .unwrap();
-    store.create_service(&unpublished, None, Ceiling::NONE, &ev()).unwrap();
+    store
+        .create_service(&unpublished, None, Ceiling::NONE, &ev())
+        .unwrap();
     let ca = config(a.id, "http://a", 5);
     let cb = config(b.id, "http://b", 6);
     store.put_config(&cb, &ev()).unwrap();

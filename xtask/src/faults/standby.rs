@@ -8,6 +8,9 @@
 //! 1. Reads go to the standby (its client connections), revocation holds at once on the other
 //!    replica (an account deleted on A: its token refused on B by the next request), a new
 //!    account works at once on B, `/readyz` says both sides are up and `/metrics` shows the lag.
+//!    The standby stopped, reads fall back to the primary; the standby's replay paused (commits
+//!    then not waiting for it), an account deleted on A is refused on A and B within the lag
+//!    ceiling (`REGISTRY_READ_REPLICA_MAX_LAG_SECONDS`, 3 s here), `/readyz` says `lagging`.
 //! 2. The primary is killed (`kill -9`) under the writers of the `kill` scenario: writes answer
 //!    503 `database-unavailable` with `Retry-After`, while public hosting, authenticated GETs
 //!    and federated authentication keep working from the standby, and `/readyz` stays 200 with
@@ -27,6 +30,9 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// The registries' `REGISTRY_READ_REPLICA_MAX_LAG_SECONDS`.
+const MAX_LAG: Duration = Duration::from_secs(3);
 
 /// How soon writes must resume after the standby is promoted (DECISIONS §14).
 const FAIL_OVER_WITHIN: Duration = Duration::from_secs(10);
@@ -57,6 +63,10 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
     let start = |name: &str, template: Option<&str>| -> Result<Registry> {
         let mut options = registry::Options::new(binary, &write_url, &work.join(name))
             .env("REGISTRY_DATABASE_READ_URL", &read_url)
+            .env(
+                "REGISTRY_READ_REPLICA_MAX_LAG_SECONDS",
+                &MAX_LAG.as_secs().to_string(),
+            )
             .env("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true");
         if let Some(template) = template {
             options = options.env("REGISTRY_ISSUER_URL_TEMPLATE", template);
@@ -71,6 +81,7 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
 
     let reads = replica_reads(&standby, ha, hb, &token)?;
     let fallback = standby_down(&mut standby, ha, &token)?;
+    let lagging = replay_paused(&primary, &standby, ha, hb, &token)?;
     let api = Api::new(ha, &token);
     let (issuer, signer) = hosted_issuer(&api)?;
     api.create_account("federated", oidc_policy(&issuer, &["*"]))?;
@@ -122,7 +133,7 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
         l.server_errors
     );
     Ok(format!(
-        "{reads}; {fallback}; {down}; writes resumed {:.1} s after the promotion, no registry restarted; \
+        "{reads}; {fallback}; {lagging}; {down}; writes resumed {:.1} s after the promotion, no registry restarted; \
          {}, all on the promoted standby; {} unacknowledged writes found whole; {} audit events; \
          {} answers 503 database-unavailable, no other 5xx",
         resumed.as_secs_f64(),
@@ -232,6 +243,87 @@ fn standby_down(standby: &mut Cluster, http: Http, token: &str) -> Result<String
         "standby stopped: /readyz 200 readReplica down, 20 authenticated GETs 200 from the \
          primary (median {:.0} ms); back in /readyz {:.1} s after its restart",
         median.as_secs_f64() * 1000.0,
+        back.as_secs_f64()
+    ))
+}
+
+/// The standby's replay paused (the review's capture: a deleted account's token kept working for
+/// as long as the pause): with commits that no longer wait for the standby, an account deleted on
+/// A is refused on A and on B within the lag ceiling, and `/readyz` says the standby lags; once
+/// replay resumes, the standby is read again.
+fn replay_paused(
+    primary: &Cluster,
+    standby: &Cluster,
+    ha: Http,
+    hb: Http,
+    token: &str,
+) -> Result<String> {
+    let created = ha.call(
+        "POST",
+        "/service-accounts",
+        Some(token),
+        Some(&json!({"name": "paused", "policy": {"kind": "static", "services": ["*"]}})),
+    )?;
+    created.expect(201, "an account created before the pause")?;
+    let body: Value = created.json();
+    let (id, secret) = (
+        body["id"].as_str().context("an account id")?.to_owned(),
+        body["token"].as_str().context("a token")?.to_owned(),
+    );
+    for http in [ha, hb] {
+        http.call("GET", "/services", Some(&secret), None)?
+            .expect(200, "the account's token before the pause")?;
+    }
+    primary.sql("ALTER SYSTEM SET synchronous_commit = 'local'")?;
+    primary.sql("SELECT pg_reload_conf()")?;
+    standby.sql("SELECT pg_wal_replay_pause()")?;
+    ha.call(
+        "DELETE",
+        &format!("/service-accounts/{id}"),
+        Some(token),
+        None,
+    )?
+    .expect(204, "the account deleted on A, replay paused")?;
+    let deleted = Instant::now();
+    let mut refused = Vec::new();
+    for (name, http) in [("A", ha), ("B", hb)] {
+        wait_until(MAX_LAG + Duration::from_secs(10), || {
+            http.call("GET", "/services", Some(&secret), None)
+                .is_ok_and(|r| r.status == 401)
+        })
+        .with_context(|| format!("a deleted account's token still worked on {name}"))?;
+        let since = deleted.elapsed();
+        ensure!(
+            since <= MAX_LAG,
+            "a deleted account's token worked on {name} for {:.1} s with replay paused (ceiling {} s)",
+            since.as_secs_f64(),
+            MAX_LAG.as_secs()
+        );
+        refused.push(format!("{name} {:.1} s", since.as_secs_f64()));
+    }
+    let ready = ha.call("GET", "/readyz", None, None)?;
+    ensure!(
+        ready.status == 200 && ready.json()["readReplica"] == "lagging",
+        "GET /readyz with replay paused: {} {}",
+        ready.status,
+        ready.body
+    );
+    let lag = ready.json()["readReplicaLagSeconds"]
+        .as_f64()
+        .unwrap_or(0.0);
+    standby.sql("SELECT pg_wal_replay_resume()")?;
+    primary.sql("ALTER SYSTEM RESET synchronous_commit")?;
+    primary.sql("SELECT pg_reload_conf()")?;
+    let back = wait_until(Duration::from_secs(30), || {
+        ha.call("GET", "/readyz", None, None)
+            .is_ok_and(|r| r.json()["readReplica"] == "up")
+    })
+    .context("the standby never caught up in /readyz after replay resumed")?;
+    Ok(format!(
+        "replay paused: a deleted account's token refused within the {} s ceiling ({}), /readyz \
+         200 readReplica lagging ({lag:.1} s), up again {:.1} s after replay resumed",
+        MAX_LAG.as_secs(),
+        refused.join(", "),
         back.as_secs_f64()
     ))
 }

@@ -155,10 +155,12 @@ impl Caller {
         })?;
         let scope = self.scope().unwrap_or_default();
         let actions = access::actions_of(account, self.rules.as_deref());
-        access::may_manage(&scope, actions, &account.policy, target).map_err(|refusal| match refusal {
-            Refusal::Forbidden(detail) => AppError::Forbidden(detail),
-            // `may_manage` answers only 403s.
-            other => AppError::Forbidden(format!("{other:?}")),
-        })
+        access::may_manage(&scope, actions, &account.policy, target).map_err(
+            |refusal| match refusal {
+                Refusal::Forbidden(detail) => AppError::Forbidden(detail),
+                // `may_manage` answers only 403s.
+                other => AppError::Forbidden(format!("{other:?}")),
+            },
+        )
     }
 }

@@ -352,7 +352,10 @@ mod tests {
             expires_at: None,
         };
         let event = admin.service_event(Action::ServiceCreate, &other, NOW);
-        registry.store.create_service(&other, None, Ceiling::NONE, &event).unwrap();
+        registry
+            .store
+            .create_service(&other, None, Ceiling::NONE, &event)
+            .unwrap();
         let web_only = add_account(
             &registry,
             &customer,

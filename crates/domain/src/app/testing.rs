@@ -6,9 +6,9 @@ use crate::app::{Caller, Origin, Registry, Settings};
 use crate::audit::{Action, Actor, AuditEvent, AuditPage, AuditQuery, Cursor, Resource, Trail};
 use crate::policy::{Policy, PolicyKind};
 use crate::ports::{
-    AccountStore, AuditLog, Ceiling, Change, ChangeFeed, CredentialOwner, CredentialRecord, CredentialStore,
-    CustomerStore, DocumentFetches, FetchLog, HasherBusy, KeyImport, Randomness, RefusalLog,
-    SecretHasher, ServiceStore, StoreResult, StoredCredential, TokenSignatureCheck,
+    AccountStore, AuditLog, Ceiling, Change, ChangeFeed, CredentialOwner, CredentialRecord,
+    CredentialStore, CustomerStore, DocumentFetches, FetchLog, HasherBusy, KeyImport, Randomness,
+    RefusalLog, SecretHasher, ServiceStore, StoreResult, StoredCredential, TokenSignatureCheck,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::PublishedConfig;

@@ -273,7 +273,10 @@ fn the_signature_work_of_a_token_without_kid_is_bounded() {
         false
     };
     let no_kid = jws(json!({"alg": "RS256"}), claims());
-    assert_eq!(check_signature(&published, &no_kid, counting), Signature::Unknown);
+    assert_eq!(
+        check_signature(&published, &no_kid, counting),
+        Signature::Unknown
+    );
     assert_eq!(tried.get(), SIGNATURE_BUDGET / 4);
     // A key whose own alg is another one is no candidate.
     tried.set(0);
@@ -303,7 +306,11 @@ fn the_signature_work_of_a_token_without_kid_is_bounded() {
         jwks: &jwks,
     };
     assert_eq!(
-        check_signature(&published, &jws(json!({"alg": "RS256", "kid": "huge"}), claims()), |_| true),
+        check_signature(
+            &published,
+            &jws(json!({"alg": "RS256", "kid": "huge"}), claims()),
+            |_| true
+        ),
         Signature::Verified { key: 0 }
     );
 }

@@ -415,8 +415,7 @@ async fn authorize(
             candidates: &candidates,
             chosen,
         };
-        let grant = match access::decide(credential, request(call, &service), req.action, ip, now)
-        {
+        let grant = match access::decide(credential, request(call, &service), req.action, ip, now) {
             Ok(grant) => grant,
             Err(refusal) => {
                 let request = refused_request(

@@ -187,12 +187,20 @@ pub async fn openapi(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
 /// `GET /schemas/service-account-policy/v1.json`: the `{schema_url}` of the spec.
 pub async fn policy_schema(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     // The very document the domain validates with, parsed once there.
-    Ok(served_schema(registry_domain::policy::schema(), "v1", &state))
+    Ok(served_schema(
+        registry_domain::policy::schema(),
+        "v1",
+        &state,
+    ))
 }
 
 /// `GET /schemas/service-account-policy/v2.json`: version 2, with `actions`.
 pub async fn policy_schema_v2(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    Ok(served_schema(registry_domain::policy::schema_v2(), "v2", &state))
+    Ok(served_schema(
+        registry_domain::policy::schema_v2(),
+        "v2",
+        &state,
+    ))
 }
 
 /// A policy schema with this registry's address as its `$id`.

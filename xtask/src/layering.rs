@@ -428,7 +428,10 @@ fn cycle_problems() -> Result<Vec<String>> {
 
 /// Most lines of code (not blank, not comments) the server may hold: it wires, speaks HTTP and
 /// parses the command line; what grows beyond belongs in the domain or in `registry-node`.
-const SERVER_CODE_LINES: usize = 3_500;
+/// Raised from 3,500 when the listeners (admission before the TLS handshake) and the table of
+/// actions came: both are HTTP, which is the server's. The rule that replaces this count, "no
+/// other crate speaks HTTP", is the next step of the crate redesign.
+const SERVER_CODE_LINES: usize = 4_000;
 
 fn size_problems() -> Result<Vec<String>> {
     let src = crate::cmd::root().join(SERVER_SRC);

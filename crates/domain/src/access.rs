@@ -557,11 +557,15 @@ mod tests {
     fn oidc_account(customer: Uuid, aud: &str, sub: &str) -> Arc<ServiceAccount> {
         let policy = json!({"kind": "oidc", "rules": [{"services": ["*"],
             "claims": {"iss": GITHUB, "aud": aud, "sub": sub}}]});
+        account_with(customer, &policy)
+    }
+
+    fn account_with(customer: Uuid, policy: &Value) -> Arc<ServiceAccount> {
         Arc::new(ServiceAccount {
             id: Uuid::new_v4(),
             customer_id: customer,
             name: "ci".into(),
-            policy: Policy::parse(&policy).unwrap().policy,
+            policy: Policy::parse(policy).unwrap().policy,
             created_at: NOW,
             last_used_at: None,
         })
@@ -806,15 +810,7 @@ mod tests {
             rule("repo:acme/*", json!(["*"]), json!(["config:read", "services:read"])),
             rule("repo:acme/infra:*", json!(["api-acme"]), json!(["config:write"])),
         ]});
-        let account = Arc::new(ServiceAccount {
-            id: Uuid::new_v4(),
-            customer_id: customer,
-            name: "ci".into(),
-            policy: Policy::parse(&policy).unwrap().policy,
-            created_at: NOW,
-            last_used_at: None,
-        });
-        let candidates = [account];
+        let candidates = [account_with(customer, &policy)];
         let ip = "192.0.2.1".parse().unwrap();
         let (api, web) = (
             service_of(customer, "api-acme"),

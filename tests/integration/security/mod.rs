@@ -18,10 +18,21 @@ mod tenancy;
 mod validators;
 
 use registry_tests::server::{
-    claims, insecure_server, json, unix_now, Customer, TestServer, AUDIENCE,
+    claims, insecure_server, json, unix_now, Customer, ServerOptions, TestServer, AUDIENCE,
 };
 use reqwest::Method;
 use serde_json::json;
+
+/// A server (in the test process) with these settings.
+fn server_with(env: &[(&str, &str)]) -> TestServer {
+    TestServer::start_with(ServerOptions {
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..ServerOptions::default()
+    })
+}
 
 /// Registers `{name}-{tenant}`; returns its subdomain and id.
 fn create_service(server: &TestServer, customer: &Customer, name: &str) -> (String, String) {

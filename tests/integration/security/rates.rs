@@ -2,21 +2,11 @@
 //! customer, write rates per credential, and failed authentications that cannot lock out a
 //! working credential nor buy argon2 work.
 
-use super::{create_service, static_account};
-use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
+use super::{create_service, server_with, static_account};
+use registry_tests::server::{assert_problem, json};
 use reqwest::blocking::Response;
 use reqwest::Method;
 use serde_json::json;
-
-fn server_with(env: &[(&str, &str)]) -> TestServer {
-    TestServer::start_with(ServerOptions {
-        env: env
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        ..ServerOptions::default()
-    })
-}
 
 /// A 429 with a `Retry-After` of whole seconds.
 #[track_caller]

@@ -81,7 +81,7 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
 
     let reads = replica_reads(&standby, ha, hb, &token)?;
     let fallback = standby_down(&mut standby, ha, &token)?;
-    let lagging = replay_paused(&primary, &standby, ha, hb, &token)?;
+    let lagging = replay_paused(&mut primary, &standby, ha, hb, &token, &commit)?;
     let api = Api::new(ha, &token);
     let (issuer, signer) = hosted_issuer(&api)?;
     api.create_account("federated", oidc_policy(&issuer, &["*"]))?;
@@ -252,30 +252,42 @@ fn standby_down(standby: &mut Cluster, http: Http, token: &str) -> Result<String
 /// A is refused on A and on B within the lag ceiling, and `/readyz` says the standby lags; once
 /// replay resumes, the standby is read again.
 fn replay_paused(
-    primary: &Cluster,
+    primary: &mut Cluster,
     standby: &Cluster,
     ha: Http,
     hb: Http,
     token: &str,
+    commit: &str,
 ) -> Result<String> {
-    let created = ha.call(
-        "POST",
-        "/service-accounts",
-        Some(token),
-        Some(&json!({"name": "paused", "policy": {"kind": "static", "services": ["*"]}})),
-    )?;
-    created.expect(201, "an account created before the pause")?;
-    let body: Value = created.json();
+    // Commits that do not wait for the standby to apply them (a restart of the primary: the
+    // setting is on its command line).
+    primary.wait_for_standby("local")?;
+    let mut created = None;
+    wait_until(Duration::from_secs(30), || {
+        created = ha
+            .call(
+                "POST",
+                "/service-accounts",
+                Some(token),
+                Some(&json!({"name": "paused", "policy": {"kind": "static", "services": ["*"]}})),
+            )
+            .ok()
+            .filter(|r| r.status == 201);
+        created.is_some()
+    })
+    .context("no account created within 30 s of the primary's restart")?;
+    let body: Value = created.context("an account")?.json();
     let (id, secret) = (
         body["id"].as_str().context("an account id")?.to_owned(),
         body["token"].as_str().context("a token")?.to_owned(),
     );
-    for http in [ha, hb] {
-        http.call("GET", "/services", Some(&secret), None)?
-            .expect(200, "the account's token before the pause")?;
+    for (name, http) in [("A", ha), ("B", hb)] {
+        wait_until(Duration::from_secs(10), || {
+            http.call("GET", "/services", Some(&secret), None)
+                .is_ok_and(|r| r.status == 200)
+        })
+        .with_context(|| format!("the new account's token never worked on {name}"))?;
     }
-    primary.sql("ALTER SYSTEM SET synchronous_commit = 'local'")?;
-    primary.sql("SELECT pg_reload_conf()")?;
     standby.sql("SELECT pg_wal_replay_pause()")?;
     ha.call(
         "DELETE",
@@ -312,11 +324,10 @@ fn replay_paused(
         .as_f64()
         .unwrap_or(0.0);
     standby.sql("SELECT pg_wal_replay_resume()")?;
-    primary.sql("ALTER SYSTEM RESET synchronous_commit")?;
-    primary.sql("SELECT pg_reload_conf()")?;
+    primary.wait_for_standby(commit)?;
     let back = wait_until(Duration::from_secs(30), || {
         ha.call("GET", "/readyz", None, None)
-            .is_ok_and(|r| r.json()["readReplica"] == "up")
+            .is_ok_and(|r| r.json()["readReplica"] == "up" && r.json()["primary"] == "up")
     })
     .context("the standby never caught up in /readyz after replay resumed")?;
     Ok(format!(

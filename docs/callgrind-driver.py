@@ -1,6 +1,8 @@
 """Instructions per request of a registry binary under callgrind (P1: public discovery by Host;
-P1TLS: P1 over HTTPS, keep-alive, TLS 1.3; P2: GET /services/{s}/config with a static token).
-Usage: drive.py BINARY P1|P1TLS|P2 N"""
+P1TLS: P1 over HTTPS, keep-alive, TLS 1.3; P2: GET /services/{s}/config with a static token;
+P3: the same with an RS256 identity token of the service's own hosted issuer, through an oidc
+account; needs Python's `cryptography`).
+Usage: drive.py BINARY P1|P1TLS|P2|P3 N"""
 import json, os, socket, ssl, subprocess, sys, tempfile, time, http.client, glob, re
 
 binary, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -9,7 +11,8 @@ db = f"sqlite://{work}/r.db"
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
 env = {"PATH": os.environ["PATH"], "REGISTRY_DATABASE_URL": db, "REGISTRY_LISTEN": f"127.0.0.1:{port}",
        "REGISTRY_BASE_URL": f"http://127.0.0.1:{port}", "REGISTRY_WORKERS": "1",
-       "REGISTRY_ISSUER_URL_TEMPLATE": f"http://{{subdomain}}.localhost:{port}", "RUST_LOG": "warn"}
+       "REGISTRY_ISSUER_URL_TEMPLATE": f"http://{{subdomain}}.localhost:{port}", "RUST_LOG": "warn",
+       "REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS": "true"}
 tls = which == "P1TLS"
 if tls:
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
@@ -41,16 +44,33 @@ st, data = call("POST", "/services", {"serviceName": "cg", "title": "cg"}); asse
 sub = json.loads(data)["subdomain"]
 n_hex = "c3" + "a5" * 255
 import base64
-nb = base64.urlsafe_b64encode(bytes.fromhex(n_hex)).rstrip(b"=").decode()
+b64 = lambda raw: base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+nb = b64(bytes.fromhex(n_hex))
+if which == "P3":
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    nb = b64(key.public_key().public_numbers().n.to_bytes(256, "big"))
 upload = {"openidConfiguration": {"issuer": "x", "jwks_uri": "x", "response_types_supported": ["id_token"],
           "subject_types_supported": ["public"], "id_token_signing_alg_values_supported": ["RS256"]},
           "jwks": {"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "alg": "RS256", "e": "AQAB", "n": nb}]}}
 st, data = call("PUT", f"/services/{sub}/config", upload); assert st in (200, 201), (st, data)
+bearer = token
+if which == "P3":
+    issuer = f"http://{sub}.localhost:{port}"
+    policy = {"kind": "oidc", "rules": [{"services": [sub],
+              "claims": {"iss": issuer, "aud": "registry", "sub": "ci"}}]}
+    st, data = call("POST", "/service-accounts", {"name": "ci", "policy": policy}); assert st == 201, (st, data)
+    now = int(time.time())
+    head = b64(json.dumps({"alg": "RS256", "kid": "k1", "typ": "JWT"}).encode())
+    body = b64(json.dumps({"iss": issuer, "aud": "registry", "sub": "ci", "iat": now, "exp": now + 3600}).encode())
+    signature = key.sign(f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
+    bearer = f"{head}.{body}.{b64(signature)}"
 for i in range(n):
     if which in ("P1", "P1TLS"):
         c.request("GET", "/.well-known/openid-configuration", headers={"Host": f"{sub}.localhost:{port}"})
     else:
-        c.request("GET", f"/services/{sub}/config", headers={"Authorization": f"Bearer {token}"})
+        c.request("GET", f"/services/{sub}/config", headers={"Authorization": f"Bearer {bearer}"})
     r = c.getresponse(); r.read(); assert r.status == 200, r.status
 proc.terminate(); proc.wait()
 total = 0

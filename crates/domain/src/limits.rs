@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// The sentence of a refusal for a customer at its quota `max` of `what` ("services",
-/// "service accounts"; DECISIONS §17).
+/// "service accounts").
 ///
 /// ```
 /// use registry_domain::limits::quota_reached;

@@ -498,6 +498,20 @@ fn tls_healthz(
     (Some(tls), String::from_utf8_lossy(&answer).into_owned())
 }
 
+/// Waits (10 s at most) until a TLS connection gets `/healthz` again; else fails with `why`.
+#[track_caller]
+fn place_comes_back(ca: &TestCa, port: u16, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_again, answer) = tls_healthz(ca, port);
+        if answer.starts_with("HTTP/1.1 200") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{why}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn the_connection_limit_per_address_holds_over_tls() {
     let ca = TestCa::new("registry test CA");
@@ -514,18 +528,11 @@ fn the_connection_limit_per_address_holds_over_tls() {
         "a third connection is closed before its handshake: {answer}"
     );
     drop(first);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_again, answer) = tls_healthz(&ca, server.port);
-        if answer.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the place of a closed connection never came back"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    place_comes_back(
+        &ca,
+        server.port,
+        "the place of a closed connection never came back",
+    );
 }
 
 /// The contract's bound on a TLS handshake, from the connection's first byte.
@@ -645,18 +652,11 @@ fn connections_past_the_limit_are_closed_before_a_handshake_and_their_places_com
 
     // Once they are closed, their places come back.
     drop(waiting);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_again, answer) = tls_healthz(&ca, server.port);
-        if answer.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the places of closed connections never came back"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    place_comes_back(
+        &ca,
+        server.port,
+        "the places of closed connections never came back",
+    );
     assert_eq!(healthz_p99(&ca, server.port, 1, LIMIT).1, 0);
 }
 

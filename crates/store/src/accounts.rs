@@ -59,6 +59,15 @@ fn insert_token(conn: &mut Db, account_id: Uuid, token: &CredentialRecord) -> Re
     Ok(())
 }
 
+/// How many accounts the customer has.
+fn accounts_held(conn: &mut Db, customer_id: Uuid) -> Res<u64> {
+    let held: i64 = service_accounts::table
+        .filter(service_accounts::customer_id.eq(id_text(customer_id)))
+        .count()
+        .get_result(conn)?;
+    Ok(u64::try_from(held).unwrap_or(0))
+}
+
 /// The lookup id of the token of the account `id`.
 fn token_of(conn: &mut Db, id: &str) -> Res<Option<String>> {
     Ok(credentials::table
@@ -93,15 +102,11 @@ impl AccountStore for Store {
         event: &AuditEvent,
     ) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
-            if ceiling != Ceiling::NONE {
-                // Writers are serialised (`Store::write`): the count and the insert are one step.
-                let held: i64 = service_accounts::table
-                    .filter(service_accounts::customer_id.eq(id_text(account.customer_id)))
-                    .count()
-                    .get_result(conn)?;
-                if !ceiling.admits(u64::try_from(held).unwrap_or(0)) {
-                    return Err(StoreError::CeilingReached(ceiling.0).into());
-                }
+            // Writers are serialised (`Store::write`): the count and the insert are one step.
+            if ceiling != Ceiling::NONE
+                && !ceiling.admits(accounts_held(conn, account.customer_id)?)
+            {
+                return Err(StoreError::CeilingReached(ceiling.0).into());
             }
             insert_account(conn, account, token)?;
             changed.push(Change::Account(account.id));
@@ -121,13 +126,7 @@ impl AccountStore for Store {
     }
 
     fn count_accounts_of(&self, customer_id: Uuid) -> StoreResult<u64> {
-        self.read(|conn| {
-            let held: i64 = service_accounts::table
-                .filter(service_accounts::customer_id.eq(id_text(customer_id)))
-                .count()
-                .get_result(conn)?;
-            Ok(u64::try_from(held).unwrap_or(0))
-        })
+        self.read(|conn| accounts_held(conn, customer_id))
     }
 
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>> {

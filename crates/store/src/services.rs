@@ -137,6 +137,25 @@ impl History {
     }
 }
 
+/// How many services the customer has.
+fn services_held(conn: &mut Db, customer_id: Uuid) -> Res<u64> {
+    let held: i64 = services::table
+        .filter(services::customer_id.eq(id_text(customer_id)))
+        .count()
+        .get_result(conn)?;
+    Ok(u64::try_from(held).unwrap_or(0))
+}
+
+/// How many anonymous services are live at `now`.
+fn live_anonymous_at(conn: &mut Db, now: OffsetDateTime) -> Res<u64> {
+    let live: i64 = services::table
+        .filter(services::customer_id.is_null())
+        .filter(services::expires_at.gt(millis(now)))
+        .count()
+        .get_result(conn)?;
+    Ok(u64::try_from(live).unwrap_or(0))
+}
+
 impl ServiceStore for Store {
     fn create_service(
         &self,
@@ -146,20 +165,13 @@ impl ServiceStore for Store {
         event: &AuditEvent,
     ) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
+            // Writers are serialised (`Store::write`): the count and the insert are one step.
             if ceiling != Ceiling::NONE {
-                // Writers are serialised (`Store::write`): the count and the insert are one step.
-                let held: i64 = match service.customer_id {
-                    Some(customer) => services::table
-                        .filter(services::customer_id.eq(id_text(customer)))
-                        .count()
-                        .get_result(conn)?,
-                    None => services::table
-                        .filter(services::customer_id.is_null())
-                        .filter(services::expires_at.gt(millis(service.created_at)))
-                        .count()
-                        .get_result(conn)?,
+                let held = match service.customer_id {
+                    Some(customer) => services_held(conn, customer)?,
+                    None => live_anonymous_at(conn, service.created_at)?,
                 };
-                if !ceiling.admits(u64::try_from(held).unwrap_or(0)) {
+                if !ceiling.admits(held) {
                     return Err(StoreError::CeilingReached(ceiling.0).into());
                 }
             }
@@ -303,24 +315,11 @@ impl ServiceStore for Store {
     }
 
     fn count_services_of(&self, customer_id: Uuid) -> StoreResult<u64> {
-        self.read(|conn| {
-            let held: i64 = services::table
-                .filter(services::customer_id.eq(id_text(customer_id)))
-                .count()
-                .get_result(conn)?;
-            Ok(u64::try_from(held).unwrap_or(0))
-        })
+        self.read(|conn| services_held(conn, customer_id))
     }
 
     fn live_anonymous(&self, now: OffsetDateTime) -> StoreResult<u64> {
-        self.read(|conn| {
-            let live: i64 = services::table
-                .filter(services::customer_id.is_null())
-                .filter(services::expires_at.gt(millis(now)))
-                .count()
-                .get_result(conn)?;
-            Ok(u64::try_from(live).unwrap_or(0))
-        })
+        self.read(|conn| live_anonymous_at(conn, now))
     }
 
     fn put_config(&self, config: &PublishedConfig, event: &AuditEvent) -> StoreResult<()> {

@@ -726,11 +726,18 @@ fn idle_connections_from_one_address_leave_another_addresss_https_requests_fast(
     let held = idle_from("127.0.0.2", server.port, idle);
     let (during, failed) = healthz_p99(&ca, server.port, CLIENTS, REQUESTS);
     let measured_by = started.elapsed();
-    let refused = held.iter().filter(|stream| closed(stream)).count();
+    // The server closes the connections past the limit as it accepts them; on a busy machine
+    // the last of those closes may still be on their way when the measurement ends.
+    let settled = Instant::now() + Duration::from_secs(3);
+    let mut refused = held.iter().filter(|stream| closed(stream)).count();
+    while refused < idle.saturating_sub(256) && Instant::now() < settled {
+        std::thread::sleep(Duration::from_millis(100));
+        refused = held.iter().filter(|stream| closed(stream)).count();
+    }
     println!(
         "HTTPS /healthz from 127.0.0.1, p99 of {CLIENTS} × {REQUESTS} on new connections: \
          {before:?} on an idle server, {during:?} ({failed} failed) with {} idle connections from 127.0.0.2 \
-         ({refused} closed by the server at once), measured within {measured_by:?}",
+         ({refused} closed by the server), measured within {measured_by:?}",
         held.len()
     );
     assert_eq!(held.len(), idle, "the server stopped accepting connections");

@@ -46,6 +46,7 @@ pub mod claims;
 pub mod credentials;
 pub mod customer;
 pub mod error;
+pub mod issuer;
 pub mod keys;
 pub mod limits;
 pub mod naming;

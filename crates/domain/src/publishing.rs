@@ -99,22 +99,12 @@ const REQUIRED_ARRAYS: [&str; 3] = [
 ];
 const PRIVATE_MEMBERS: [&str; 9] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k", "priv"];
 
-/// The hosted issuer of `subdomain`: `template` with `{subdomain}` filled in, no trailing slash.
+/// The hosted key-set address of an issuer.
 ///
 /// ```
-/// use registry_domain::publishing::{hosted_issuer, jwks_uri};
-/// let iss = hosted_issuer("http://{subdomain}.localhost:8080/", "api-acme");
-/// assert_eq!(iss, "http://api-acme.localhost:8080");
-/// assert_eq!(jwks_uri(&iss), "http://api-acme.localhost:8080/openid/v1/jwks");
+/// use registry_domain::publishing::jwks_uri;
+/// assert_eq!(jwks_uri("http://api-acme.localhost:8080"), "http://api-acme.localhost:8080/openid/v1/jwks");
 /// ```
-pub fn hosted_issuer(template: &str, subdomain: &str) -> String {
-    template
-        .replace("{subdomain}", subdomain)
-        .trim_end_matches('/')
-        .to_owned()
-}
-
-/// The hosted key-set address of an issuer.
 pub fn jwks_uri(issuer: &str) -> String {
     format!("{issuer}{JWKS_PATH}")
 }

@@ -23,11 +23,6 @@ pub struct Service {
 }
 
 impl Service {
-    /// Whether this is a temporary anonymous service.
-    pub fn is_anonymous(&self) -> bool {
-        self.customer_id.is_none()
-    }
-
     /// Whether the service no longer exists at `now` (anonymous services only ever expire).
     ///
     /// ```

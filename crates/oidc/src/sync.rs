@@ -83,20 +83,6 @@ pub enum SyncError {
     NoCredentials,
 }
 
-impl SyncError {
-    /// Whether retrying later may help (the other side is down), as opposed to a mistake in
-    /// the set-up that a retry will not fix.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            SyncError::SourceUnreachable { .. } | SyncError::RegistryUnreachable { .. } => true,
-            SyncError::SourceStatus { status, .. } | SyncError::RegistryStatus { status, .. } => {
-                *status >= 500 || *status == 429
-            }
-            _ => false,
-        }
-    }
-}
-
 fn read_file(path: &Path) -> Result<String, SyncError> {
     std::fs::read_to_string(path).map_err(|e| SyncError::File {
         path: path.to_owned(),

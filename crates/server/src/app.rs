@@ -4,6 +4,7 @@ use crate::background;
 use crate::body;
 use crate::caller::Gate;
 use crate::connections;
+use crate::connections::ConnectionLimit;
 use crate::listeners::{self, Listeners};
 use crate::observe::observe;
 use crate::problem;
@@ -11,13 +12,12 @@ use crate::public;
 use crate::routes;
 use crate::settings::Settings;
 use crate::state::AppState;
+use crate::system::SystemClock;
 use crate::tls;
 use actix_web::dev::ServerHandle;
 use actix_web::{guard, middleware, web, App};
 use anyhow::Context;
 use registry_domain::ports::{Clock, IdentityTokenVerifier, Storage};
-use registry_node::adapters::SystemClock;
-use registry_node::connections::ConnectionLimit;
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
 use std::net::SocketAddr;
@@ -206,7 +206,8 @@ async fn launch(
     let read_url = settings.database_read_url.clone();
     let max_lag = std::time::Duration::from_secs(settings.read_replica_max_lag_seconds);
     let store =
-        web::block(move || open_serving_store(&url, read_url.as_deref(), max_lag)).await??;
+        registry_replica::blocking(move || open_serving_store(&url, read_url.as_deref(), max_lag))
+            .await??;
     let verifier = OidcVerifier::new(OidcConfig {
         allow_insecure_issuers: settings.oidc_allow_insecure_issuers,
         ..OidcConfig::default()
@@ -227,7 +228,10 @@ async fn launch(
         injected.clock,
     )?);
 
-    let certificate = tls::certificate(&state.settings, &state.replica.hosting.names_served())?;
+    let certificate = tls::certificate(
+        &state.settings,
+        &state.replica.hosting.issuers().names_served(),
+    )?;
     state
         .replica
         .reload_everything()

@@ -31,7 +31,7 @@ pub async fn reap_expired(state: web::Data<AppState>) {
         interval.tick().await;
         let now = state.now();
         state.auth.tokens.sweep(now);
-        if let Ok(expired) = state.run(move |r| Ok(upkeep::expire(r, now))).await {
+        if let Ok(expired) = state.write(move |r| Ok(upkeep::expire(r, now))).await {
             if expired != upkeep::Expired::default() {
                 tracing::info!(
                     services = expired.services,
@@ -42,9 +42,8 @@ pub async fn reap_expired(state: web::Data<AppState>) {
         }
         // The deletions leave the caches through the change log, like every other change (and
         // on every replica alike). Until then the handlers' own expiry checks hold.
-        state.replica.settle_write().await;
         let _ = state
-            .run(move |r| Ok(upkeep::prune(r, now, keep_audit)?))
+            .write(move |r| Ok(upkeep::prune(r, now, keep_audit)?))
             .await;
     }
 }
@@ -58,7 +57,7 @@ pub async fn flush_fetches(state: web::Data<AppState>) {
         interval.tick().await;
         let counts = state.replica.fetches.take();
         let kept = counts.clone();
-        if let Err(error) = state.run(move |r| fetches::record(r, &counts)).await {
+        if let Err(error) = state.write(move |r| fetches::record(r, &counts)).await {
             tracing::warn!(?error, "fetch counts not recorded: kept for the next flush");
             state.replica.fetches.give_back(kept);
         }

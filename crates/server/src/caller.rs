@@ -1,6 +1,6 @@
 //! The caller of a request, as handler arguments: each reads what authentication needs from
 //! the request ([`Presented`]), runs the authentication and the access decision of its kind of
-//! call (`registry_node`) before the handler reads anything else, and refuses with the answer
+//! call (`registry_auth`) before the handler reads anything else, and refuses with the answer
 //! of DECISIONS §4 (401, 403, 404) when the call may not proceed.
 //!
 //! actix polls a handler's arguments together and answers with the first error: an argument
@@ -13,11 +13,11 @@ use actix_web::http::{header, Method};
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use ipnetwork::IpNetwork;
+use registry_auth::Authenticator;
+use registry_auth::{auditor, collection_caller, manager, service_caller, Presented};
 use registry_domain::app::Caller;
 use registry_domain::policy::Action;
 use registry_domain::Service;
-use registry_node::Authenticator;
-use registry_node::{auditor, collection_caller, manager, service_caller, Presented};
 use std::sync::Arc;
 
 /// What the caller arguments take from the application: the authenticator and the proxies
@@ -54,8 +54,11 @@ fn presented<'r>(gate: &Gate, req: &'r HttpRequest) -> Presented<'r> {
     let route = req.match_pattern();
     Presented {
         ip: client_ip(req, &gate.trusted_proxies),
-        authorization: req.headers().get(header::AUTHORIZATION),
-        service_account: req.headers().get("x-service-account"),
+        authorization: req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|v| v.as_bytes()),
+        service_account: req.headers().get("x-service-account").map(|v| v.as_bytes()),
         changes: !reads && route.as_deref() != Some(EXPLAIN_ROUTE),
         action: action_of(route.as_deref().unwrap_or_default(), reads),
     }

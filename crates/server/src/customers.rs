@@ -1,12 +1,13 @@
 //! `registry customer …`: operators create customers from the command line (DECISIONS §1).
 //! Each command calls one use case of `registry_domain::app::customers` and prints its answer.
 
+use crate::system::{OsRandomness, SystemClock};
 use crate::views;
 use registry_domain::app::customers::{self, CreateCustomer, SetPlan};
 use registry_domain::app::{AppError, Registry, Settings};
 use registry_domain::ports::Clock;
 use registry_domain::Customer;
-use registry_node::adapters::{Argon2Hasher, OsRandomness, SystemClock};
+use registry_hasher::Argon2Hasher;
 use registry_oidc::{VerifierKeyImport, VerifierSignatureCheck};
 use registry_store::Store;
 use serde_json::{json, Value};

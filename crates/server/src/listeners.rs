@@ -7,6 +7,7 @@
 //! listener, HTTP/2 offered by ALPN, in-flight requests finished on a graceful shutdown.
 
 use crate::connections;
+use crate::connections::ConnectionLimit;
 use actix_http::body::MessageBody;
 use actix_http::{HttpService, Request, Response, TlsAcceptorConfig};
 use actix_server::{GracefulShutdownSignal, Server, ServerBuilder};
@@ -14,7 +15,6 @@ use actix_service::{map_config, IntoServiceFactory, Service, ServiceFactory, Ser
 use actix_web::dev::{AppConfig, ServiceRequest, ServiceResponse};
 use actix_web::rt::net::TcpStream;
 use actix_web::App;
-use registry_node::connections::ConnectionLimit;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;

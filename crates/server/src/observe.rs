@@ -41,12 +41,11 @@ fn acceptable_id(value: &HeaderValue) -> bool {
 /// two of theirs (DECISIONS §17). The bits come from `rand`'s per-thread ChaCha generator,
 /// seeded (and periodically reseeded) from the operating system: unpredictable, without a
 /// system call per request.
-fn new_request_id() -> HeaderValue {
+fn new_request_id() -> web::Bytes {
     // One u128 is two draws of the generator; an array of bytes would be sixteen.
     let id = uuid::Builder::from_random_bytes(rand::random::<u128>().to_ne_bytes()).into_uuid();
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    HeaderValue::from_bytes(id.hyphenated().encode_lower(&mut text).as_bytes())
-        .expect("a hyphenated UUID is a valid header value")
+    web::Bytes::copy_from_slice(id.hyphenated().encode_lower(&mut text).as_bytes())
 }
 
 fn method_name(method: &actix_web::http::Method) -> &'static str {
@@ -70,7 +69,7 @@ pub async fn observe(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
     let request_id = match req.headers().get(&REQUEST_ID) {
-        Some(given) if acceptable_id(given) => given.clone(),
+        Some(given) if acceptable_id(given) => web::Bytes::copy_from_slice(given.as_bytes()),
         _ => new_request_id(),
     };
     let method = method_name(req.method());
@@ -86,7 +85,7 @@ pub async fn observe(
         // allocation in the request's extensions, no copy of the id); public documents never
         // need it.
         let mut scoped =
-            std::pin::pin!(registry_node::REQUEST_ID.scope(request_id, next.call(req)));
+            std::pin::pin!(registry_auth::REQUEST_ID.scope(request_id, next.call(req)));
         let response = (&mut scoped).await?;
         let request_id = scoped.as_mut().take_value().unwrap_or_else(new_request_id);
         (response, request_id)
@@ -106,13 +105,16 @@ pub async fn observe(
         route = %route,
         status,
         latency_ms = elapsed.as_secs_f64() * 1000.0,
-        request_id = %request_id.to_str().unwrap_or_default(),
+        request_id = %std::str::from_utf8(&request_id).unwrap_or_default(),
         "request"
     );
     if let Some(state) = &state {
         state.metrics.request(&route, method, status, elapsed);
     }
-    response.headers_mut().insert(REQUEST_ID, request_id);
+    // Visible ASCII only: made here or checked by `acceptable_id`.
+    if let Ok(request_id) = HeaderValue::from_maybe_shared(request_id) {
+        response.headers_mut().insert(REQUEST_ID, request_id);
+    }
     Ok(response)
 }
 
@@ -173,13 +175,15 @@ mod tests {
         let b = new_request_id();
         assert_ne!(a, b);
         for id in [&a, &b] {
-            let id = uuid::Uuid::parse_str(id.to_str().unwrap()).unwrap();
+            let id = uuid::Uuid::parse_str(std::str::from_utf8(id).unwrap()).unwrap();
             assert_eq!(id.get_version(), Some(uuid::Version::Random));
             assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
         }
         // Random in both halves: neither a fixed prefix nor a counter.
         let halves: Vec<(u64, u64)> = (0..1000)
-            .map(|_| uuid::Uuid::parse_str(new_request_id().to_str().unwrap()).unwrap())
+            .map(|_| {
+                uuid::Uuid::parse_str(std::str::from_utf8(&new_request_id()).unwrap()).unwrap()
+            })
             .map(|id| id.as_u64_pair())
             .collect();
         let distinct = |half: fn(&(u64, u64)) -> u64| {

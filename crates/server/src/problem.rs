@@ -3,11 +3,12 @@
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
+use registry_auth::AuthError;
 use registry_domain::app::AppError;
 use registry_domain::naming::NamingError;
 use registry_domain::ports::HasherBusy;
 use registry_domain::{StoreError, Violation};
-use registry_node::NodeError;
+use registry_replica::ReplicaError;
 use serde_json::json;
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -129,23 +130,32 @@ impl From<HasherBusy> for ApiError {
     }
 }
 
-impl From<NodeError> for ApiError {
-    fn from(e: NodeError) -> Self {
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
         match e {
-            NodeError::Unauthorized { detail } => ApiError::Unauthorized { detail },
-            NodeError::Forbidden(detail) => ApiError::Forbidden(detail),
-            NodeError::ActionNotAllowed(detail) => ApiError::ActionNotAllowed(detail),
-            NodeError::NotFound(detail) => ApiError::NotFound(detail),
-            NodeError::RateLimited {
+            AuthError::Unauthorized { detail } => ApiError::Unauthorized { detail },
+            AuthError::Forbidden(detail) => ApiError::Forbidden(detail),
+            AuthError::ActionNotAllowed(detail) => ApiError::ActionNotAllowed(detail),
+            AuthError::NotFound(detail) => ApiError::NotFound(detail),
+            AuthError::RateLimited {
                 retry_after_secs,
                 detail,
             } => ApiError::RateLimited {
                 retry_after_secs,
                 detail,
             },
-            NodeError::Busy => ApiError::Busy,
-            NodeError::Store(e) => e.into(),
-            NodeError::Internal => ApiError::Internal,
+            AuthError::Busy => ApiError::Busy,
+            AuthError::Store(e) => e.into(),
+            AuthError::Internal => ApiError::Internal,
+        }
+    }
+}
+
+impl From<ReplicaError> for ApiError {
+    fn from(e: ReplicaError) -> Self {
+        match e {
+            ReplicaError::Store(e) => e.into(),
+            ReplicaError::Interrupted => ApiError::Internal,
         }
     }
 }

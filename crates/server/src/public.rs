@@ -8,9 +8,49 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::ports::FetchedDocument;
-use registry_node::hosting::{http_date, Document, Hosted, HTTP_DATE};
+use registry_replica::hosting::{Document, Hosted};
+use std::cell::RefCell;
 use std::sync::RwLock;
+use time::format_description::FormatItem;
+use time::macros::format_description;
 use time::{OffsetDateTime, PrimitiveDateTime};
+
+/// The HTTP-date format (RFC 9110 §5.6.7), always GMT.
+const HTTP_DATE: &[FormatItem<'static>] = format_description!(
+    "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+);
+
+/// `at` as an HTTP date.
+fn http_date(at: OffsetDateTime) -> HeaderValue {
+    at.to_offset(time::UtcOffset::UTC)
+        .format(HTTP_DATE)
+        .ok()
+        .and_then(|date| HeaderValue::from_str(&date).ok())
+        .unwrap_or_else(|| HeaderValue::from_static(""))
+}
+
+/// `Last-Modified` for documents last changed at `at` (a whole second). Each worker remembers
+/// the last one it formatted: a run of requests for one service formats it once.
+fn last_modified(at: OffsetDateTime) -> HeaderValue {
+    thread_local! {
+        static LAST: RefCell<Option<(OffsetDateTime, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((when, value)) if *when == at => value.clone(),
+        _ => {
+            let value = http_date(at);
+            *last = Some((at, value.clone()));
+            value
+        }
+    })
+}
+
+/// A document's entity tag as a header value: the replica keeps it as shared bytes, so this
+/// copies nothing.
+fn etag(document: &Document) -> HeaderValue {
+    HeaderValue::from_maybe_shared(document.etag.clone())
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
+}
 
 const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
 const JWKS_PATHS: [&str; 4] = [
@@ -37,13 +77,20 @@ pub fn host(req: &RequestHead) -> Option<&str> {
 
 /// Whether the request is for a hosted issuer (the host it names is a subdomain's).
 pub fn hosted_request(state: &AppState, req: &RequestHead) -> bool {
-    host(req).is_some_and(|host| state.replica.hosting.subdomain_for_host(host).is_some())
+    host(req).is_some_and(|host| {
+        state
+            .replica
+            .hosting
+            .issuers()
+            .subdomain_of_host(host)
+            .is_some()
+    })
 }
 
 /// Serves a hosted issuer's discovery document or key set: public, cacheable, no redirects.
 pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let subdomain = host(req.head())
-        .and_then(|host| state.replica.hosting.subdomain_for_host(host))
+        .and_then(|host| state.replica.hosting.issuers().subdomain_of_host(host))
         .ok_or_else(|| ApiError::NotFound("no such issuer".into()))?;
     let path = req.path();
     let is_discovery = path == DISCOVERY_PATH;
@@ -93,7 +140,7 @@ fn respond(
     let not_modified = match req.headers().get(header::IF_NONE_MATCH) {
         Some(value) => etag_matches(
             value.to_str().unwrap_or(""),
-            document.etag.to_str().unwrap_or_default(),
+            std::str::from_utf8(&document.etag).unwrap_or_default(),
         ),
         None => req
             .headers()
@@ -106,7 +153,7 @@ fn respond(
     // A replica whose clock is behind the one that took the write would otherwise date the
     // document after its own Date (RFC 9110 §8.8.2.1); the earlier date only costs a 200.
     let last_modified = if hosted.modified_at <= date_at {
-        hosted.last_modified.clone()
+        last_modified(hosted.modified_at)
     } else {
         date.clone()
     };
@@ -118,7 +165,7 @@ fn respond(
     response
         .insert_header((header::DATE, date))
         .insert_header((header::CACHE_CONTROL, CACHE_CONTROL))
-        .insert_header((header::ETAG, document.etag.clone()))
+        .insert_header((header::ETAG, etag(document)))
         .insert_header((header::LAST_MODIFIED, last_modified))
         .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, ANY_ORIGIN));
     if not_modified {

@@ -2,17 +2,20 @@
 //! replica's view of the data, the authenticator, the use cases' ports, the metrics and the
 //! limits that belong to HTTP.
 
+use crate::metrics::Metrics;
 use crate::problem::{ApiError, ApiResult};
 use crate::settings::Settings;
-use actix_web::web;
+use crate::system::OsRandomness;
 use ipnetwork::IpNetwork;
+use registry_auth::rate_limit::RateLimiter;
+use registry_auth::{Authenticator, Limits};
 use registry_domain::app::{AppError, Caller, Registry};
+use registry_domain::issuer::Issuers;
 use registry_domain::ports::{Clock, IdentityTokenVerifier, Storage};
-use registry_node::adapters::{HashingLanes, OsRandomness};
-use registry_node::hosting::HostingCache;
-use registry_node::rate_limit::RateLimiter;
-use registry_node::{Authenticator, Limits, Metrics, Replica};
+use registry_hasher::HashingLanes;
 use registry_oidc::{OidcVerifier, VerifierKeyImport, VerifierSignatureCheck};
+use registry_replica::hosting::HostingCache;
+use registry_replica::Replica;
 use std::sync::Arc;
 use time::OffsetDateTime;
 
@@ -52,17 +55,9 @@ impl AppState {
         (oidc, verifier): (OidcVerifier, Arc<dyn IdentityTokenVerifier>),
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
-        let hosting = HostingCache::new(
-            &settings.issuer_url_template,
-            &settings.base_url,
-            settings.hosting_cache_bytes,
-        )?;
-        let replica = Arc::new(Replica::new(
-            store.clone(),
-            clock.clone(),
-            hosting,
-            &settings.issuer_url_template,
-        ));
+        let issuers = Issuers::new(&settings.issuer_url_template, &settings.base_url)?;
+        let hosting = HostingCache::new(issuers.clone(), settings.hosting_cache_bytes);
+        let replica = Arc::new(Replica::new(store.clone(), clock.clone(), hosting));
         let hasher = Arc::new(HashingLanes::start(
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
         )?);
@@ -86,7 +81,7 @@ impl AppState {
             key_import: Arc::new(VerifierKeyImport),
             signatures: Arc::new(VerifierSignatureCheck),
             settings: registry_domain::app::Settings {
-                issuer_url_template: settings.issuer_url_template.clone(),
+                issuers,
                 max_services_per_customer: settings.max_services_per_customer,
                 max_accounts_per_customer: settings.max_accounts_per_customer,
                 anon_max_active: settings.anon_max_active,
@@ -137,16 +132,28 @@ impl AppState {
         self.clock.now()
     }
 
-    /// Runs a use case on the blocking pool, where waiting for the database is allowed.
-    pub async fn run<T, F>(&self, use_case: F) -> ApiResult<T>
+    /// Runs a use case that only reads, on the blocking pool (`registry_replica::blocking`, the
+    /// one wrapper), where waiting for the database is allowed.
+    pub async fn read<T, F>(&self, use_case: F) -> ApiResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Registry) -> Result<T, AppError> + Send + 'static,
     {
         let registry = self.registry.clone();
-        web::block(move || use_case(&registry))
-            .await
-            .map_err(|_| ApiError::Internal)?
-            .map_err(ApiError::from)
+        Ok(registry_replica::blocking(move || use_case(&registry)).await??)
+    }
+
+    /// The one write path: runs a use case that changes something (it writes the change with
+    /// its audit event in one storage call), then settles it, making it visible on this replica
+    /// before the answer leaves (`Replica::settle_write`). It settles even when the use case
+    /// failed: a failure after a commit (a lost connection) must not leave the caches behind.
+    pub async fn write<T, F>(&self, use_case: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Registry) -> Result<T, AppError> + Send + 'static,
+    {
+        let written = self.read(use_case).await;
+        self.replica.settle_write().await;
+        written
     }
 }

@@ -78,8 +78,15 @@ pub fn redirect(req: &ServiceRequest) -> Option<HttpResponse> {
         .expect("the app's state");
     let host = crate::public::host(req.head());
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let issuers = state.replica.hosting.issuers();
     let location = host
-        .and_then(|host| (state.replica.hosting).https_location(host, path, state.settings.base()));
+        .and_then(|host| issuers.origin_of_host(host, state.settings.base()))
+        .map(|origin| {
+            // The origin's authority (its port included), over https.
+            let rest = origin.split_once("://").map_or("", |(_, rest)| rest);
+            let authority = rest.split('/').next().unwrap_or(rest);
+            format!("https://{authority}{path}")
+        });
     Some(match location {
         Some(location) => HttpResponse::PermanentRedirect()
             .insert_header((header::LOCATION, location))

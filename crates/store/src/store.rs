@@ -148,11 +148,6 @@ impl Store {
         Ok(store)
     }
 
-    /// Whether reads go to a read replica.
-    pub fn has_read_replica(&self) -> bool {
-        self.replica.is_some()
-    }
-
     fn open(url: &str, pooling: Pooling) -> Result<Store, SetupError> {
         let target = target::parse(url)?;
         let backend = match target {

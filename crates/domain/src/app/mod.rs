@@ -36,6 +36,7 @@ pub mod upkeep;
 pub use caller::{Caller, Origin};
 pub use error::AppError;
 
+use crate::issuer::Issuers;
 use crate::ports::{KeyImport, Randomness, SecretHasher, Storage, TokenSignatureCheck};
 use std::sync::Arc;
 
@@ -43,9 +44,8 @@ use std::sync::Arc;
 /// own settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// The hosted issuer URL of a service, `{subdomain}` replaced
-    /// (`REGISTRY_ISSUER_URL_TEMPLATE`).
-    pub issuer_url_template: String,
+    /// The hosted issuers' URLs (`REGISTRY_ISSUER_URL_TEMPLATE`).
+    pub issuers: Issuers,
     /// How many services one customer may hold.
     pub max_services_per_customer: u64,
     /// How many service accounts one customer may hold.
@@ -57,7 +57,8 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            issuer_url_template: "http://{subdomain}.localhost:8080".into(),
+            issuers: Issuers::new("http://{subdomain}.localhost:8080", "http://localhost:8080")
+                .expect("the default template is usable"),
             max_services_per_customer: 10_000,
             max_accounts_per_customer: 1_000,
             anon_max_active: 100_000,
@@ -94,6 +95,6 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     /// The hosted issuer URL of a subdomain.
     pub fn issuer_of(&self, subdomain: &str) -> String {
-        crate::publishing::hosted_issuer(&self.settings.issuer_url_template, subdomain)
+        self.settings.issuers.issuer_of(subdomain)
     }
 }

@@ -57,10 +57,9 @@ pub async fn create(
     };
     let now = state.now();
     let created = state
-        .run(move |registry| accounts::create(registry, &caller, command, now))
+        .write(move |registry| accounts::create(registry, &caller, command, now))
         .await?;
     // The issuers it trusts are in this node's trust index before the answer.
-    state.replica.settle_write().await;
     let mut body = views::account(&created.account);
     if let Some(token) = &created.token {
         body["token"] = token.plaintext.clone().into();
@@ -80,7 +79,7 @@ pub async fn create(
 /// `GET /service-accounts`: never with tokens.
 pub async fn list(Manager(caller): Manager, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     let accounts = state
-        .run(move |registry| accounts::list(registry, &caller))
+        .read(move |registry| accounts::list(registry, &caller))
         .await?;
     Ok(HttpResponse::Ok().json(accounts.iter().map(views::account).collect::<Vec<_>>()))
 }
@@ -92,7 +91,7 @@ pub async fn get(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let account = state
-        .run(move |registry| accounts::get(registry, &caller, &path))
+        .read(move |registry| accounts::get(registry, &caller, &path))
         .await?;
     Ok(HttpResponse::Ok().json(views::account(&account)))
 }
@@ -108,7 +107,7 @@ pub async fn patch(
 ) -> ApiResult<HttpResponse> {
     let found = caller.clone();
     let account = state
-        .run(move |registry| accounts::managed(registry, &found, &path))
+        .read(move |registry| accounts::managed(registry, &found, &path))
         .await?;
     let (name, policy, problems) = account_body(&req, payload, &state).await?;
     let command = UpdateAccount {
@@ -118,9 +117,8 @@ pub async fn patch(
     };
     let now = state.now();
     let updated = state
-        .run(move |registry| accounts::update(registry, &caller, account, command, now))
+        .write(move |registry| accounts::update(registry, &caller, account, command, now))
         .await?;
-    state.replica.settle_write().await;
     Ok(HttpResponse::Ok().json(with_warnings(
         views::account(&updated.account),
         updated.warnings,
@@ -135,9 +133,8 @@ pub async fn delete(
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
     state
-        .run(move |registry| accounts::delete(registry, &caller, &path, now))
+        .write(move |registry| accounts::delete(registry, &caller, &path, now))
         .await?;
-    state.replica.settle_write().await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -149,7 +146,7 @@ pub async fn regenerate_token(
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
     let regenerated = state
-        .run(move |registry| accounts::regenerate_token(registry, &caller, &path, now))
+        .write(move |registry| accounts::regenerate_token(registry, &caller, &path, now))
         .await?;
     remember(&state, &regenerated.token);
     Ok(HttpResponse::Ok()

@@ -34,10 +34,10 @@ pub async fn create(
                 state.settings.anon_create_per_hour
             ),
         })?;
-    let origin = Origin::new(ip, registry_node::request_id());
+    let origin = Origin::new(ip, registry_auth::request_id());
     let clock = state.clone();
     let created = state
-        .run(move |registry| anonymous::create(registry, origin, command, || clock.now()))
+        .write(move |registry| anonymous::create(registry, origin, command, || clock.now()))
         .await?;
     let (secret, service) = (&created.secret, &created.service);
     let now = service.created_at;

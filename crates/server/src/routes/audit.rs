@@ -35,7 +35,7 @@ pub async fn list(
         since: params.since,
     };
     let page = state
-        .run(move |registry| audit::list(registry, &caller, command))
+        .read(move |registry| audit::list(registry, &caller, command))
         .await?;
     let events: Vec<_> = page.events.iter().map(|e| e.to_json()).collect();
     Ok(HttpResponse::Ok().json(json!({

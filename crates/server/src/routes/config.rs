@@ -44,9 +44,8 @@ pub async fn put(
     let now = state.now();
     let command = PublishConfig { body };
     let publication = state
-        .run(move |registry| config::publish(registry, &caller, &service, command, now))
+        .write(move |registry| config::publish(registry, &caller, &service, command, now))
         .await?;
-    state.replica.settle_write().await;
     Ok(HttpResponse::Ok().json(json!({
         "openidConfiguration": publication.openid_configuration,
         "jwks": publication.jwks,
@@ -60,10 +59,8 @@ pub async fn delete(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
-    let withdrawn = state
-        .run(move |registry| config::withdraw(registry, &caller, &service, now))
-        .await;
-    state.replica.settle_write().await;
-    withdrawn?;
+    state
+        .write(move |registry| config::withdraw(registry, &caller, &service, now))
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -18,7 +18,7 @@ pub async fn list(
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
     let inventory = state
-        .run(move |registry| keys::inventory(registry, &service, now))
+        .read(move |registry| keys::inventory(registry, &service, now))
         .await?;
     Ok(HttpResponse::Ok().json(inventory))
 }
@@ -33,9 +33,8 @@ pub async fn delete(
     let (_, kid) = path.into_inner();
     let now = state.now();
     state
-        .run(move |registry| keys::withdraw(registry, &caller, &service, &kid, now))
+        .write(move |registry| keys::withdraw(registry, &caller, &service, &kid, now))
         .await?;
-    state.replica.settle_write().await;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -1,10 +1,10 @@
 //! Operations: health, readiness, metrics, the OpenAPI description and the policy schema.
 
+use crate::metrics::Extra;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use registry_node::metrics::Extra;
 use serde_json::{json, Value};
 
 const OPENAPI: &str = include_str!("../openapi.json");
@@ -67,7 +67,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
             )
         });
     Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, registry_node::metrics::CONTENT_TYPE))
+        .insert_header((header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE))
         .body(state.metrics.render(&gauges(&state), lag.as_slice())))
 }
 

@@ -17,7 +17,7 @@ pub async fn documents(
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
     let answer = state
-        .run(move |registry| preflight::documents(registry, &service, CheckDocuments, now))
+        .read(move |registry| preflight::documents(registry, &service, CheckDocuments, now))
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }
@@ -37,7 +37,7 @@ pub async fn token(
     };
     let now = state.now();
     let answer = state
-        .run(move |registry| preflight::token(registry, &service, command, now))
+        .read(move |registry| preflight::token(registry, &service, command, now))
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }
@@ -48,10 +48,10 @@ pub async fn fetches(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let hosted = state.replica.current(&service.subdomain).await?;
-    let current = registry_node::fetches::served(hosted.as_deref());
+    let current = registry_replica::fetches::served(hosted.as_deref());
     let now = state.now();
     let answer = state
-        .run(move |registry| fetches::evidence(registry, &service, current, now))
+        .read(move |registry| fetches::evidence(registry, &service, current, now))
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }

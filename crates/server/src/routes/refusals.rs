@@ -30,7 +30,7 @@ pub async fn explain(
 ) -> ApiResult<HttpResponse> {
     state.within_explain_budget(&caller, None)?;
     let account = state
-        .run(move |registry| explain::account(registry, &caller, &path))
+        .read(move |registry| explain::account(registry, &caller, &path))
         .await?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let ExplainBody {
@@ -52,7 +52,7 @@ pub async fn explain(
         action,
     };
     // On the blocking pool: with large array claims it takes milliseconds (DECISIONS §17).
-    let explanation = state.run(move |_| Ok(explain::explain(command))).await?;
+    let explanation = state.read(move |_| Ok(explain::explain(command))).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .insert_header((header::CACHE_CONTROL, "no-store"))
@@ -65,7 +65,7 @@ async fn verified(state: &AppState, account: &ServiceAccount, token: &str) -> Ap
     let issuer = state.auth.verifier().unverified_issuer(token);
     Ok(match explain::screen_token(account, issuer) {
         Some(refused) => refused,
-        None => Evidence::Token(registry_node::verify_identity(&state.auth, token).await?),
+        None => Evidence::Token(registry_auth::verify_identity(&state.auth, token).await?),
     })
 }
 
@@ -145,7 +145,7 @@ pub async fn list(
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
     let refusals = state
-        .run(move |registry| explain::refusals(registry, &caller, &path, now))
+        .read(move |registry| explain::refusals(registry, &caller, &path, now))
         .await?;
     Ok(HttpResponse::Ok().json(refusals))
 }

@@ -39,7 +39,7 @@ pub async fn create(
     };
     let now = state.now();
     let service = state
-        .run(move |registry| services::create(registry, &caller, command, now))
+        .write(move |registry| services::create(registry, &caller, command, now))
         .await?;
     let location = format!("{}/services/{}", state.settings.base(), service.subdomain);
     Ok(HttpResponse::Created()
@@ -53,7 +53,7 @@ pub async fn list(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let services = state
-        .run(move |registry| services::list(registry, &caller))
+        .read(move |registry| services::list(registry, &caller))
         .await?;
     let now = state.now();
     let shown: Vec<_> = services
@@ -93,7 +93,7 @@ pub async fn patch(
     let command = UpdateService { title, description };
     let now = state.now();
     let service = state
-        .run(move |registry| services::update(registry, &caller, &service, command, now))
+        .write(move |registry| services::update(registry, &caller, &service, command, now))
         .await?;
     Ok(HttpResponse::Ok().json(views::service(&state, &service, now)))
 }
@@ -104,10 +104,8 @@ pub async fn delete(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
-    let deleted = state
-        .run(move |registry| services::delete(registry, &caller, &service, now))
-        .await;
-    state.replica.settle_write().await;
-    deleted?;
+    state
+        .write(move |registry| services::delete(registry, &caller, &service, now))
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }

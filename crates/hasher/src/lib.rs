@@ -1,3 +1,8 @@
+//! `registry-hasher`: the domain's `SecretHasher` port on argon2id. Secrets (static tokens,
+//! anonymous secrets) are hashed and verified on lanes of threads of its own with bounded
+//! queues ([`HashingLanes`]): a full queue is refused at once (`HasherBusy`, a 503), so a flood
+//! of bad secrets never waits on the async workers or grows a queue without bound.
+
 use argon2::password_hash::phc::{Output, ParamsString, PasswordHash, Salt};
 use argon2::password_hash::{self, generate_salt};
 use argon2::{Algorithm, Argon2, Block, Params, Version};

@@ -2,10 +2,10 @@
 //! the owner of the accounts that trust the token's issuer. Runs on refused requests only: the
 //! accepted path neither calls it nor pays for it.
 
-use crate::replica::Replica;
 use registry_domain::ports::VerifiedToken;
 use registry_domain::refusal::{self, Refused};
 use registry_domain::{Service, ServiceAccount};
+use registry_replica::Replica;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};

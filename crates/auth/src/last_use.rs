@@ -91,7 +91,7 @@ impl LastUse {
         counts.statements.fetch_add(1, Relaxed);
         tokio::spawn(async move {
             let written =
-                tokio::task::spawn_blocking(move || store.record_use(account, minute)).await;
+                registry_replica::blocking(move || store.record_use(account, minute)).await;
             match written {
                 Ok(Ok(true)) => {
                     counts.rows_written.fetch_add(1, Relaxed);

@@ -48,7 +48,7 @@ pub struct RememberedIdentity {
 }
 
 /// The version (ETag) of a hosted key set.
-pub type KeyVersion = http::HeaderValue;
+pub type KeyVersion = bytes::Bytes;
 
 /// How long after its last verification a credential still counts as one this replica
 /// verified "recently": such a credential is never refused by the per-address limit on failed

@@ -1,22 +1,15 @@
 use bytes::Bytes;
-use http::HeaderValue;
+use registry_domain::issuer::Issuers;
 use registry_domain::keys::KeyState;
-use registry_domain::publishing::{hosted_issuer, point_at};
+use registry_domain::publishing::point_at;
 use registry_domain::service::PublishedConfig;
 use registry_domain::Service;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use time::format_description::FormatItem;
-use time::macros::format_description;
 use time::OffsetDateTime;
 use uuid::Uuid;
-
-/// The HTTP-date format (RFC 9110 §5.6.7), always GMT.
-pub const HTTP_DATE: &[FormatItem<'static>] = format_description!(
-    "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-);
 
 /// What glibc's allocator takes for a request of `len` bytes: a header of 8 bytes, rounded up
 /// to 16, 32 at least.
@@ -51,8 +44,8 @@ const MAP_SLOTS_PER_ENTRY: usize = 3;
 pub struct Document {
     /// The body.
     pub body: Bytes,
-    /// Strong ETag, quoted.
-    pub etag: HeaderValue,
+    /// Strong entity tag, quoted: a digest of the body.
+    pub etag: Bytes,
 }
 
 impl Document {
@@ -70,7 +63,7 @@ impl Document {
         }
         Self {
             body,
-            etag: HeaderValue::from_bytes(&etag).expect("hex digits are a valid header value"),
+            etag: Bytes::copy_from_slice(&etag),
         }
     }
 }
@@ -99,8 +92,6 @@ pub struct Hosted {
     /// The key set as uploaded (what `GET /services/{s}/config` returns): the same bytes as
     /// `jwks` while no retired key is published.
     pub uploaded_jwks: Bytes,
-    /// `Last-Modified`, formatted.
-    pub last_modified: HeaderValue,
     /// When the documents last changed (whole seconds, for If-Modified-Since).
     pub modified_at: OffsetDateTime,
     /// When the documents last changed, to the millisecond (the fetch evidence of §15).
@@ -137,15 +128,6 @@ struct Parts<'a> {
 
 fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
     t.replace_nanosecond(0).unwrap_or(t)
-}
-
-/// `at` as an HTTP date.
-pub fn http_date(at: OffsetDateTime) -> HeaderValue {
-    at.to_offset(time::UtcOffset::UTC)
-        .format(HTTP_DATE)
-        .ok()
-        .and_then(|date| HeaderValue::from_str(&date).ok())
-        .unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
 impl Hosted {
@@ -219,7 +201,6 @@ impl Hosted {
             discovery: parts.discovery,
             jwks,
             uploaded_jwks: parts.uploaded_jwks,
-            last_modified: http_date(modified_at),
             modified_at,
             changed_at: changed,
             modified_second_shared: in_that_second > 1,
@@ -267,7 +248,7 @@ impl Hosted {
     /// its `Arc`), its documents and headers, the uploaded key set unless it shares the served
     /// one's bytes, its source, and its keys and slots in the cache's two maps.
     fn kept_bytes(&self, subdomain: &str) -> usize {
-        let header = |value: &HeaderValue| shared_bytes(value.len());
+        let header = |value: &Bytes| shared_bytes(value.len());
         let uploaded = if self.uploaded_jwks.as_ptr() == self.jwks.body.as_ptr() {
             0
         } else {
@@ -285,69 +266,10 @@ impl Hosted {
             + shared_bytes(self.jwks.body.len())
             + header(&self.jwks.etag)
             + uploaded
-            + header(&self.last_modified)
             + source
             + 2 * allocation(subdomain.len())
             + MAP_SLOTS_PER_ENTRY * (slot + by_id)
     }
-}
-
-/// The longest DNS label.
-const MAX_LABEL: usize = 63;
-
-/// A subdomain read from a `Host` header: a DNS label, lower-cased into a fixed buffer, so that
-/// recognising the host of every public request allocates nothing.
-#[derive(Clone, Copy)]
-pub struct Label {
-    bytes: [u8; MAX_LABEL],
-    len: usize,
-}
-
-impl Label {
-    /// `text` lower-cased, when it is a non-empty label of letters, digits and `-`.
-    fn parse(text: &str) -> Option<Self> {
-        let is_label = !text.is_empty()
-            && text.len() <= MAX_LABEL
-            && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !is_label {
-            return None;
-        }
-        let mut bytes = [0; MAX_LABEL];
-        bytes[..text.len()].copy_from_slice(text.as_bytes());
-        bytes.make_ascii_lowercase();
-        Some(Self {
-            bytes,
-            len: text.len(),
-        })
-    }
-}
-
-impl std::ops::Deref for Label {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        // Only ASCII letters, digits and `-` were copied in.
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
-    }
-}
-
-impl std::fmt::Debug for Label {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self)
-    }
-}
-
-/// `host` without its `suffix`, ASCII case ignored.
-fn strip_suffix_ignore_case<'a>(host: &'a str, suffix: &str) -> Option<&'a str> {
-    let cut = host.len().checked_sub(suffix.len())?;
-    (host.is_char_boundary(cut) && host[cut..].eq_ignore_ascii_case(suffix)).then(|| &host[..cut])
-}
-
-/// `host` without its `prefix`, ASCII case ignored.
-fn strip_prefix_ignore_case<'a>(host: &'a str, prefix: &str) -> Option<&'a str> {
-    let cut = prefix.len();
-    (host.is_char_boundary(cut) && host.get(..cut)?.eq_ignore_ascii_case(prefix))
-        .then(|| &host[cut..])
 }
 
 /// Subdomain → published documents, plus how to recognise a hosted `Host`.
@@ -373,10 +295,7 @@ pub struct HostingCache {
     max_bytes: usize,
     /// Bumped by every hit: a logical clock for least-recently-served eviction.
     served: AtomicU64,
-    host_prefix: String,
-    host_suffix: String,
-    api_host: String,
-    template: String,
+    issuers: Issuers,
 }
 
 /// Subdomains remembered as publishing nothing, at most this many (the names are the client's).
@@ -434,106 +353,23 @@ fn current_discovery<'a>(stored: &'a str, issuer: &str) -> std::borrow::Cow<'a, 
     })
 }
 
-/// A URL setting the hosted documents cannot be built from.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UnusableUrl(String);
-
-fn host_of(url: &str) -> Result<String, UnusableUrl> {
-    let rest = url
-        .split_once("://")
-        .map(|(_, rest)| rest)
-        .ok_or_else(|| UnusableUrl(format!("{url:?} is not an absolute URL")))?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    Ok(strip_port(authority)
-        .trim_end_matches('.')
-        .to_ascii_lowercase())
-}
-
-/// The name a `Host` header gives, without its port. A fully qualified name may end in a dot;
-/// it names the same host (`host_of` drops it from the configured ones).
-fn name_of(host: &str) -> &str {
-    let host = strip_port(host);
-    host.strip_suffix('.').unwrap_or(host)
-}
-
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host.split_inclusive(']').next().unwrap_or(host);
-    }
-    host.rsplit_once(':').map_or(host, |(h, port)| {
-        if port.bytes().all(|b| b.is_ascii_digit()) {
-            h
-        } else {
-            host
-        }
-    })
-}
-
 impl HostingCache {
-    /// A cache for issuers built from `template` (`{subdomain}` in the host part); requests for
-    /// the host of `base_url` are never hosted ones.
-    pub fn new(template: &str, base_url: &str, max_bytes: usize) -> Result<Self, UnusableUrl> {
-        let host = host_of(template)?;
-        let path = template
-            .split_once("://")
-            .map(|(_, rest)| rest.split_once('/').map_or("", |(_, path)| path))
-            .unwrap_or("");
-        if !path.trim_end_matches('/').is_empty() {
-            return Err(UnusableUrl(format!(
-                "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must not have a path: issuers are told apart by host"
-            )));
-        }
-        let (host_prefix, host_suffix) = host.split_once("{subdomain}").ok_or_else(|| {
-            UnusableUrl(format!(
-                "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must hold {{subdomain}} in its host"
-            ))
-        })?;
-        Ok(Self {
+    /// An empty cache for the documents of `issuers`, holding at most `max_bytes`.
+    pub fn new(issuers: Issuers, max_bytes: usize) -> Self {
+        Self {
             hosts: RwLock::default(),
             misses: Misses::default(),
             generation: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             max_bytes,
             served: AtomicU64::new(0),
-            host_prefix: host_prefix.to_owned(),
-            host_suffix: host_suffix.to_owned(),
-            api_host: host_of(base_url)?,
-            template: template.to_owned(),
-        })
-    }
-
-    /// The subdomain a `Host` header names, if it is a hosted issuer's host.
-    pub fn subdomain_for_host(&self, host: &str) -> Option<Label> {
-        let host = name_of(host);
-        if host.eq_ignore_ascii_case(&self.api_host) {
-            return None;
+            issuers,
         }
-        let label = strip_prefix_ignore_case(host, &self.host_prefix)?;
-        Label::parse(strip_suffix_ignore_case(label, &self.host_suffix)?)
     }
 
-    /// Where a plain-HTTP request for `host` belongs over HTTPS: `path` (with its query) on
-    /// the issuer's URL or on the API's origin `base_url`; `None` for any other host, so that
-    /// the redirect never points at a host the client chose.
-    pub fn https_location(&self, host: &str, path: &str, base_url: &str) -> Option<String> {
-        let origin = match self.subdomain_for_host(host) {
-            Some(subdomain) => hosted_issuer(&self.template, &subdomain),
-            None if name_of(host).eq_ignore_ascii_case(&self.api_host) => {
-                base_url.trim_end_matches('/').to_owned()
-            }
-            None => return None,
-        };
-        let rest = origin.split_once("://").map_or("", |(_, rest)| rest);
-        let authority = rest.split('/').next().unwrap_or(rest);
-        Some(format!("https://{authority}{path}"))
-    }
-
-    /// The names a certificate for this listener must cover: the API's host, and the host of
-    /// an issuer (`example` as its subdomain: a wildcard covers them all).
-    pub fn names_served(&self) -> [String; 2] {
-        let issuer = format!("{}example{}", self.host_prefix, self.host_suffix);
-        [self.api_host.clone(), issuer]
+    /// The issuers whose documents these are.
+    pub fn issuers(&self) -> &Issuers {
+        &self.issuers
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Hosts> {
@@ -596,7 +432,7 @@ impl HostingCache {
             }
             return None;
         };
-        let issuer = hosted_issuer(&self.template, &service.subdomain);
+        let issuer = self.issuers.issuer_of(&service.subdomain);
         let hosted = Arc::new(Hosted::new(&service, &config, &issuer, now));
         let mut hosts = self.write();
         if self.generation.load(Ordering::Acquire) == generation.0 {
@@ -608,7 +444,7 @@ impl HostingCache {
     /// Publishes a service's documents as of `now`, replacing what it served before in one
     /// step: a change applied from the change log.
     pub fn put(&self, service: &Service, config: &PublishedConfig, now: OffsetDateTime) {
-        let issuer = hosted_issuer(&self.template, &service.subdomain);
+        let issuer = self.issuers.issuer_of(&service.subdomain);
         let hosted = Arc::new(Hosted::new(service, config, &issuer, now));
         let mut hosts = self.write();
         self.applied(Some(&service.subdomain));
@@ -813,7 +649,9 @@ mod tests {
         (service, config)
     }
 
-    const TEMPLATE: &str = "http://{subdomain}.localhost";
+    fn issuers() -> Issuers {
+        Issuers::new("http://{subdomain}.localhost", "http://api.localhost").unwrap()
+    }
 
     /// A configuration as the registry stores it: a discovery document of about `document`
     /// bytes, and `keys` keys with long `kid`s, the last `retired` of them retired and still
@@ -826,7 +664,7 @@ mod tests {
         now: OffsetDateTime,
     ) -> (Service, PublishedConfig) {
         let (service, mut config) = published(subdomain, 0);
-        let issuer = hosted_issuer(TEMPLATE, subdomain);
+        let issuer = issuers().issuer_of(subdomain);
         let mut doc = serde_json::Map::new();
         point_at(&mut doc, &issuer);
         doc.insert("pad".into(), "p".repeat(document).into());
@@ -873,7 +711,6 @@ mod tests {
             + hosted.jwks.body.len()
             + hosted.jwks.etag.len()
             + uploaded
-            + hosted.last_modified.len()
             + source
             + 2 * subdomain.len()
             + std::mem::size_of::<(String, Arc<Hosted>)>()
@@ -896,10 +733,8 @@ mod tests {
                 Some("https://c-x.new"),
             ),
         ] {
-            let issuer = issuer.map_or_else(
-                || hosted_issuer(TEMPLATE, &service.subdomain),
-                str::to_owned,
-            );
+            let issuer =
+                issuer.map_or_else(|| issuers().issuer_of(&service.subdomain), str::to_owned);
             let hosted = Hosted::new(&service, &config, &issuer, now);
             let sizes = sizes_of(&hosted, &service.subdomain);
             assert!(
@@ -921,7 +756,7 @@ mod tests {
     fn a_rebuilt_entry_counts_what_it_keeps_and_serves_what_a_fresh_one_would() {
         let now = OffsetDateTime::now_utc();
         let (service, config) = large("r-x", 2_000, 10, 3, now);
-        let issuer = hosted_issuer(TEMPLATE, "r-x");
+        let issuer = issuers().issuer_of("r-x");
         let hosted = Hosted::new(&service, &config, &issuer, now);
         let later = now + time::Duration::hours(2);
         assert!(hosted.is_stale_at(later));
@@ -929,7 +764,7 @@ mod tests {
         let fresh = Hosted::new(&service, &config, &issuer, later);
         assert_eq!(rebuilt.jwks.body, fresh.jwks.body);
         assert_eq!(rebuilt.jwks.etag, fresh.jwks.etag);
-        assert_eq!(rebuilt.last_modified, fresh.last_modified);
+        assert_eq!(rebuilt.modified_at, fresh.modified_at);
         assert_eq!(rebuilt.footprint, fresh.footprint);
         assert!(rebuilt.source.is_none() && rebuilt.refresh_at.is_none());
         // The retired keys left: the set is the uploaded one, and dated when they left.
@@ -957,7 +792,7 @@ mod tests {
                 )
             })
             .collect();
-        let cache = HostingCache::new(TEMPLATE, "http://api.localhost", BOUND).unwrap();
+        let cache = HostingCache::new(issuers(), BOUND);
         let mut order: Vec<usize> = (0..SERVICES).collect();
         for round in 0..6 {
             for (step, &i) in order.iter().enumerate() {
@@ -1000,7 +835,7 @@ mod tests {
         let second = time::macros::datetime!(2026-11-25 10:00:00 UTC);
         let at = |ms: i64| second + time::Duration::milliseconds(ms);
         let (service, mut config) = published("v-x", 10);
-        let issuer = hosted_issuer(TEMPLATE, "v-x");
+        let issuer = issuers().issuer_of("v-x");
         let build = |config: &PublishedConfig, now| Hosted::new(&service, config, &issuer, now);
         config.updated_at = at(900);
         // A lone version, or one whose predecessor is a second older: the date decides.
@@ -1029,12 +864,7 @@ mod tests {
 
     #[test]
     fn forgetting_a_deleted_service_spares_the_new_one_of_the_same_name() {
-        let cache = HostingCache::new(
-            "http://{subdomain}.localhost",
-            "http://api.localhost",
-            1 << 20,
-        )
-        .unwrap();
+        let cache = HostingCache::new(issuers(), 1 << 20);
         let old = published("api-x", 10);
         let new = published("api-x", 20);
         cache.put(&old.0, &old.1, OffsetDateTime::now_utc());
@@ -1064,12 +894,7 @@ mod tests {
         .footprint;
         // Two fit, three do not.
         let bound = 2 * each + each / 2;
-        let cache = HostingCache::new(
-            "http://{subdomain}.localhost",
-            "http://api.localhost",
-            bound,
-        )
-        .unwrap();
+        let cache = HostingCache::new(issuers(), bound);
         cache.put(&a.0, &a.1, OffsetDateTime::now_utc());
         cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
         assert!(cache.get("a-x").is_some()); // a is served after b was published
@@ -1101,7 +926,7 @@ mod tests {
 
     #[test]
     fn a_subdomain_that_publishes_nothing_is_remembered_for_10_s_until_it_is_published() {
-        let cache = HostingCache::new(TEMPLATE, "http://api.localhost", 1 << 20).unwrap();
+        let cache = HostingCache::new(issuers(), 1 << 20);
         let now = OffsetDateTime::now_utc();
         let Lookup::Unknown(generation) = cache.lookup("n-x", now) else {
             panic!("nothing is known at first");
@@ -1136,7 +961,7 @@ mod tests {
 
     #[test]
     fn a_read_begun_before_a_change_is_applied_is_not_kept() {
-        let cache = HostingCache::new(TEMPLATE, "http://api.localhost", 1 << 20).unwrap();
+        let cache = HostingCache::new(issuers(), 1 << 20);
         let now = OffsetDateTime::now_utc();
         let (service, old) = published("g-x", 10);
         let new = PublishedConfig {
@@ -1173,120 +998,5 @@ mod tests {
         let current =
             r#"{"issuer":"https://a-acme.new","jwks_uri":"https://a-acme.new/openid/v1/jwks"}"#;
         assert_eq!(current_discovery(current, "https://a-acme.new"), current);
-    }
-
-    #[test]
-    fn plain_http_is_sent_to_the_https_url_of_a_known_host_only() {
-        let base = "https://registry.example.com";
-        let cache =
-            HostingCache::new("https://{subdomain}.oidc.example.com", base, 1 << 20).unwrap();
-        let path = "/.well-known/openid-configuration?x=1";
-        assert_eq!(
-            cache
-                .https_location("acme.oidc.example.com", path, base)
-                .as_deref(),
-            Some("https://acme.oidc.example.com/.well-known/openid-configuration?x=1")
-        );
-        assert_eq!(
-            cache
-                .https_location("Registry.Example.com:80", "/readyz", base)
-                .as_deref(),
-            Some("https://registry.example.com/readyz")
-        );
-        assert_eq!(cache.https_location("evil.example", "/", base), None);
-        assert_eq!(
-            cache.https_location("a.b.oidc.example.com", "/", base),
-            None
-        );
-        // A development template on a port keeps the port, with the scheme made https.
-        let cache = HostingCache::new(
-            "http://{subdomain}.localhost:8443",
-            "http://localhost:8443",
-            1 << 20,
-        )
-        .unwrap();
-        assert_eq!(
-            cache
-                .https_location("acme.localhost:8080", "/keys", "http://localhost:8443")
-                .as_deref(),
-            Some("https://acme.localhost:8443/keys")
-        );
-        assert_eq!(
-            cache.names_served(),
-            ["localhost".to_owned(), "example.localhost".to_owned()]
-        );
-    }
-
-    #[test]
-    fn recognises_hosted_hosts() {
-        let cache = HostingCache::new(
-            "http://{subdomain}.localhost:8080",
-            "http://localhost:8080",
-            1 << 20,
-        )
-        .unwrap();
-        assert_eq!(
-            cache
-                .subdomain_for_host("api-acme.localhost:8080")
-                .as_deref(),
-            Some("api-acme")
-        );
-        assert_eq!(
-            cache.subdomain_for_host("API-acme.LOCALHOST").as_deref(),
-            Some("api-acme")
-        );
-        assert_eq!(
-            cache
-                .subdomain_for_host("api-acme.localhost.:8080")
-                .as_deref(),
-            Some("api-acme")
-        );
-        assert_eq!(cache.subdomain_for_host("localhost.:8080").as_deref(), None);
-        assert_eq!(
-            cache.subdomain_for_host("api-acme.localhost..").as_deref(),
-            None
-        );
-        assert_eq!(cache.subdomain_for_host("localhost:8080").as_deref(), None);
-        assert_eq!(cache.subdomain_for_host("a.b.localhost").as_deref(), None);
-        assert_eq!(cache.subdomain_for_host("example.com").as_deref(), None);
-        assert_eq!(cache.subdomain_for_host(".localhost").as_deref(), None);
-        assert_eq!(cache.subdomain_for_host("é.localhost").as_deref(), None);
-        assert_eq!(
-            cache
-                .subdomain_for_host(&format!("{}.localhost", "a".repeat(64)))
-                .as_deref(),
-            None
-        );
-        let prefixed = HostingCache::new(
-            "https://oidc-{subdomain}.example.com/",
-            "https://api.example.com",
-            1 << 20,
-        )
-        .unwrap();
-        assert_eq!(
-            prefixed
-                .subdomain_for_host("oidc-x-acme.example.com")
-                .as_deref(),
-            Some("x-acme")
-        );
-        assert_eq!(
-            prefixed.subdomain_for_host("api.example.com").as_deref(),
-            None
-        );
-        assert_eq!(
-            prefixed
-                .subdomain_for_host("OIDC-X-acme.Example.COM")
-                .as_deref(),
-            Some("x-acme")
-        );
-        assert!(
-            HostingCache::new("http://localhost:8080/{subdomain}", "http://localhost", 1).is_err()
-        );
-        assert!(HostingCache::new(
-            "https://{subdomain}.example.com/oidc",
-            "http://localhost",
-            1
-        )
-        .is_err());
     }
 }

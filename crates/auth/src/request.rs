@@ -1,6 +1,6 @@
-//! What authentication reads of a request, handed over by the HTTP layer.
+//! What authentication reads of a request, handed over by the HTTP layer as plain bytes.
 
-use http::HeaderValue;
+use bytes::Bytes;
 use registry_domain::policy::Action;
 use std::net::IpAddr;
 
@@ -8,13 +8,13 @@ tokio::task_local! {
     /// The `X-Request-Id` of the API request being handled: the server sets it around the
     /// handler, where audit events and refusal records are built. A task-local rather than a
     /// request extension, which cost every federated read about 1 % (docs/benchmarks.md).
-    pub static REQUEST_ID: HeaderValue;
+    pub static REQUEST_ID: Bytes;
 }
 
 /// The `X-Request-Id` of the API request being handled, if the server gave it one.
 pub fn request_id() -> Option<String> {
     REQUEST_ID
-        .try_with(|id| id.to_str().ok().map(str::to_owned))
+        .try_with(|id| std::str::from_utf8(id).ok().map(str::to_owned))
         .ok()
         .flatten()
 }
@@ -24,12 +24,22 @@ pub fn request_id() -> Option<String> {
 pub struct Presented<'r> {
     /// The client's address (after trusted proxies).
     pub ip: IpAddr,
-    /// The `Authorization` header.
-    pub authorization: Option<&'r HeaderValue>,
-    /// The `X-Service-Account` header: the account a federated caller chose.
-    pub service_account: Option<&'r HeaderValue>,
+    /// The `Authorization` header's value.
+    pub authorization: Option<&'r [u8]>,
+    /// The `X-Service-Account` header's value: the account a federated caller chose.
+    pub service_account: Option<&'r [u8]>,
     /// Whether the call changes something (the write rate of DECISIONS §17).
     pub changes: bool,
     /// The action the call takes, which the caller's policy must allow.
     pub action: Action,
+}
+
+/// A header value as text, when it is made of visible ASCII, spaces and tabs only (what an
+/// HTTP header value may hold as text).
+pub(crate) fn header_text(value: &[u8]) -> Option<&str> {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
 }

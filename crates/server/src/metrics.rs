@@ -148,24 +148,9 @@ impl Metrics {
         self.hosting_misses.inc();
     }
 
-    /// A secret accepted without running argon2.
-    pub fn token_cache_hit(&self) {
-        self.token_cache_hits.inc();
-    }
-
-    /// An identity token accepted without checking its signature again.
-    pub fn identity_token_cache_hit(&self) {
-        self.identity_token_cache_hits.inc();
-    }
-
     /// Identity tokens accepted without checking their signature again, so far.
     pub fn identity_token_cache_hits(&self) -> u64 {
         self.identity_token_cache_hits.get()
-    }
-
-    /// One argon2 verification.
-    pub fn argon2_verification(&self) {
-        self.argon2_verifications.inc();
     }
 
     /// The OpenMetrics text exposition ([`CONTENT_TYPE`]). `extra` adds values owned elsewhere.
@@ -233,6 +218,20 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
+    }
+}
+
+impl registry_auth::Counters for Metrics {
+    fn token_cache_hit(&self) {
+        self.token_cache_hits.inc();
+    }
+
+    fn argon2_verification(&self) {
+        self.argon2_verifications.inc();
+    }
+
+    fn identity_token_cache_hit(&self) {
+        self.identity_token_cache_hits.inc();
     }
 }
 

@@ -1,5 +1,5 @@
 //! Open connections per client address, counted where the server accepts a connection and
-//! held for its whole life; the counting is registry-node's.
+//! held for its whole life; `limit` counts them.
 //!
 //! - On HTTPS, a connection is counted as it is accepted, before its TLS handshake reads a
 //!   byte ([`admitted_first`]): connections that never finish a handshake hold their own
@@ -20,8 +20,11 @@ use actix_web::dev::{Extensions, Service, ServiceFactory, ServiceRequest, Servic
 use actix_web::middleware::Next;
 use actix_web::rt::net::TcpStream;
 use actix_web::ResponseError;
-use registry_node::connections::{Admission, ConnectionLimit};
 use std::net::Shutdown;
+
+mod limit;
+
+pub use limit::{Admission, ConnectionLimit};
 use std::sync::Arc;
 
 /// The HTTPS listener's `service` (TLS handshake, then HTTP) behind the count of its address:

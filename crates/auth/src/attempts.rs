@@ -3,7 +3,7 @@
 //! that sends its new token on several connections at once waits for the first check, whose
 //! success the others then find in the token cache.
 
-use crate::{NodeError, NodeResult};
+use crate::{AuthError, AuthResult};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -56,13 +56,13 @@ impl Attempts {
         self.gates.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits for the turn of `lookup_id`; [`NodeError::Busy`] when too many checks wait already.
-    pub async fn turn(&self, lookup_id: &str) -> NodeResult<Turn<'_>> {
+    /// Waits for the turn of `lookup_id`; [`AuthError::Busy`] when too many checks wait already.
+    pub async fn turn(&self, lookup_id: &str) -> AuthResult<Turn<'_>> {
         let lock = {
             let mut gates = self.lock();
             let gate = gates.entry(lookup_id.into()).or_default();
             if gate.turns > WAITING_PER_LOOKUP_ID {
-                return Err(NodeError::Busy);
+                return Err(AuthError::Busy);
             }
             gate.turns += 1;
             gate.lock.clone()
@@ -107,7 +107,7 @@ mod tests {
         for w in &mut waiting {
             assert!(std::future::Future::poll(w.as_mut(), &mut cx).is_pending());
         }
-        assert!(matches!(attempts.turn("abc").await, Err(NodeError::Busy)));
+        assert!(matches!(attempts.turn("abc").await, Err(AuthError::Busy)));
         drop(first);
         for w in waiting {
             w.await.unwrap();

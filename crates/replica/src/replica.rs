@@ -6,7 +6,7 @@
 
 use crate::directory::{bounded, Directory, BATCH};
 use crate::hosting::{Generation, Hosted, HostingCache, Lookup};
-use crate::{NodeError, NodeResult};
+use crate::ReplicaResult;
 use registry_domain::ports::{Change, Clock, Storage, StoreResult, StoredCredential};
 use registry_domain::{Service, ServiceAccount};
 use std::borrow::Cow;
@@ -19,7 +19,6 @@ use uuid::Uuid;
 pub struct Replica {
     store: Arc<dyn Storage>,
     clock: Arc<dyn Clock>,
-    issuer_url_template: String,
     /// Services and accounts, served from memory as fresh as the database.
     pub directory: Directory,
     /// Published documents, served from memory.
@@ -30,16 +29,10 @@ pub struct Replica {
 
 impl Replica {
     /// A replica with empty caches ([`Replica::reload_everything`] fills them).
-    pub fn new(
-        store: Arc<dyn Storage>,
-        clock: Arc<dyn Clock>,
-        hosting: HostingCache,
-        issuer_url_template: &str,
-    ) -> Self {
+    pub fn new(store: Arc<dyn Storage>, clock: Arc<dyn Clock>, hosting: HostingCache) -> Self {
         Self {
             store,
             clock,
-            issuer_url_template: issuer_url_template.to_owned(),
             directory: Directory::default(),
             hosting,
             fetches: crate::fetches::Fetches::default(),
@@ -57,28 +50,20 @@ impl Replica {
     }
 
     /// Runs a storage call on the blocking pool.
-    pub async fn db<T, F>(&self, f: F) -> NodeResult<T>
+    pub async fn db<T, F>(&self, f: F) -> ReplicaResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&dyn Storage) -> StoreResult<T> + Send + 'static,
     {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&*store))
-            .await
-            .map_err(|_| NodeError::Internal)?
-            .map_err(NodeError::from)
-    }
-
-    /// The hosted issuer URL of a subdomain.
-    pub fn issuer_of(&self, subdomain: &str) -> String {
-        registry_domain::publishing::hosted_issuer(&self.issuer_url_template, subdomain)
+        Ok(crate::blocking(move || f(&*store)).await??)
     }
 
     /// The credential with this lookup id, after bringing every cache up to date with the database
     /// as of the same read: the one statement a request with a static token or secret runs. It
     /// runs in place when the store can do that without waiting (SQLite, an idle connection), else
     /// on the blocking pool.
-    pub async fn credential(&self, lookup_id: &str) -> NodeResult<Option<StoredCredential>> {
+    pub async fn credential(&self, lookup_id: &str) -> ReplicaResult<Option<StoredCredential>> {
         let found = match self.store.credential_and_latest_change_now(lookup_id) {
             Some(found) => found?,
             None => {
@@ -96,7 +81,7 @@ impl Replica {
 
     /// Brings every cache up to date with the database as of now: the one statement a request with
     /// an identity token runs (in place when it can, like [`Replica::credential`]).
-    pub async fn refresh(&self) -> NodeResult<()> {
+    pub async fn refresh(&self) -> ReplicaResult<()> {
         let latest = match self.store.latest_change_now() {
             Some(latest) => latest?,
             None => self.db(|s| s.latest_change()).await?,
@@ -107,7 +92,7 @@ impl Replica {
     /// Applies the logged changes up to at least `latest` (everything there is, for `i64::MAX`),
     /// in log order. When the log no longer holds every change after this node's position (it was
     /// paused or cut off for longer than the log is kept), it reloads everything instead.
-    pub async fn catch_up(&self, latest: i64) -> NodeResult<()> {
+    pub async fn catch_up(&self, latest: i64) -> ReplicaResult<()> {
         let directory = &self.directory;
         if directory.applied() >= latest {
             return Ok(());
@@ -171,7 +156,7 @@ impl Replica {
     /// documents are read when first asked for), then the position read before them (changes
     /// racing with the load are replayed). Costs the same whatever the number of published
     /// services (DECISIONS §14). The start-up load, and a replica behind the change log's horizon.
-    pub async fn reload_everything(&self) -> NodeResult<()> {
+    pub async fn reload_everything(&self) -> ReplicaResult<()> {
         let (latest, oidc_accounts) = self
             .db(|s| {
                 let latest = s.latest_change()?;
@@ -208,7 +193,7 @@ impl Replica {
 
     /// Applies a change of one service to the hosted documents: its current documents (a
     /// publication is served at once, and clears its name's remembered miss), or none.
-    async fn reload_hosted(&self, id: Uuid) -> NodeResult<()> {
+    async fn reload_hosted(&self, id: Uuid) -> ReplicaResult<()> {
         match self
             .db(move |s| Ok((s.service(id)?, s.config(id)?)))
             .await?
@@ -222,7 +207,7 @@ impl Replica {
 
     /// A service by subdomain (case folded) or id, as
     /// [`ServiceStore::find_service`](registry_domain::ports::ServiceStore::find_service) finds it.
-    pub async fn service(&self, subdomain_or_id: &str) -> NodeResult<Option<Arc<Service>>> {
+    pub async fn service(&self, subdomain_or_id: &str) -> ReplicaResult<Option<Arc<Service>>> {
         let directory = &self.directory;
         let by_id = Uuid::parse_str(subdomain_or_id).ok();
         let subdomain: Cow<'_, str> = if subdomain_or_id.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -258,7 +243,7 @@ impl Replica {
     }
 
     /// An account by id.
-    pub async fn account(&self, id: Uuid) -> NodeResult<Option<Arc<ServiceAccount>>> {
+    pub async fn account(&self, id: Uuid) -> ReplicaResult<Option<Arc<ServiceAccount>>> {
         let directory = &self.directory;
         if let Some(account) = directory.read().accounts.get(&id) {
             return Ok(Some(account.clone()));
@@ -278,7 +263,7 @@ impl Replica {
     /// or read from the database (one indexed read) when it is not in memory, and kept; a
     /// subdomain that published nothing at a read less than 10 s ago is answered from memory.
     /// Nothing once an anonymous service has expired, even before the reaper deletes it.
-    pub async fn current(&self, subdomain: &str) -> NodeResult<Option<Arc<Hosted>>> {
+    pub async fn current(&self, subdomain: &str) -> ReplicaResult<Option<Arc<Hosted>>> {
         let now = self.now();
         let hosted = match self.hosting.lookup(subdomain, now) {
             Lookup::Hit(hosted) if hosted.is_stale_at(now) => {
@@ -305,7 +290,7 @@ impl Replica {
         &self,
         subdomain: &str,
         generation: Generation,
-    ) -> NodeResult<Option<Arc<Hosted>>> {
+    ) -> ReplicaResult<Option<Arc<Hosted>>> {
         let key = subdomain.to_owned();
         let found = self.db(move |s| s.published_by_subdomain(&key)).await?;
         Ok(self.hosting.fill(generation, subdomain, found, self.now()))
@@ -315,27 +300,11 @@ impl Replica {
     /// one of its own (its keys are fetched over HTTP), `Some(None)` when it is but publishes
     /// nothing (no configuration, deleted, expired). Read from the registry's own data, never over
     /// HTTP, so that a withdrawal applies to the next token (DECISIONS §17).
-    pub async fn hosted_issuer(&self, issuer: &str) -> NodeResult<Option<Option<Arc<Hosted>>>> {
-        let template = &self.issuer_url_template;
-        let Some(scheme) = template.split_once("://").map(|(scheme, _)| scheme) else {
-            return Ok(None);
-        };
-        let host = issuer
-            .strip_prefix(scheme)
-            .and_then(|rest| rest.strip_prefix("://"))
-            .filter(|host| !host.contains('/'));
-        let Some(subdomain) = host.and_then(|host| self.hosting.subdomain_for_host(host)) else {
-            return Ok(None);
-        };
-        let ours = self.issuer_of(&subdomain);
-        if !ours.eq_ignore_ascii_case(issuer) {
-            // Another port or scheme: not an issuer of this registry's template.
-            return Ok(None);
+    pub async fn hosted_issuer(&self, issuer: &str) -> ReplicaResult<Option<Option<Arc<Hosted>>>> {
+        match self.hosting.issuers().hosted(issuer) {
+            None => Ok(None),
+            Some(None) => Ok(Some(None)),
+            Some(Some(subdomain)) => Ok(Some(self.current(&subdomain).await?)),
         }
-        // Ours but spelt in other letters: never fetched, and no hosted document names it.
-        if ours != issuer {
-            return Ok(Some(None));
-        }
-        Ok(Some(self.current(&subdomain).await?))
     }
 }

@@ -194,8 +194,8 @@ fn count_agent(agents: &mut Vec<Agent>, agent: &str, n: u64, at: OffsetDateTime)
 /// What `hosted` serves, as the fetch evidence reports it.
 pub fn served(hosted: Option<&Hosted>) -> Current {
     let hosted = hosted?;
-    let served = |etag: &http::HeaderValue| Served {
-        etag: etag.to_str().unwrap_or_default().to_owned(),
+    let served = |etag: &bytes::Bytes| Served {
+        etag: String::from_utf8_lossy(etag).into_owned(),
         changed_at: hosted.changed_at,
     };
     Some([served(&hosted.discovery.etag), served(&hosted.jwks.etag)])

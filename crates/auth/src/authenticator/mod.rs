@@ -1,31 +1,26 @@
 //! Who is calling, and may they: bearer extraction, static tokens, anonymous secrets, federated
 //! identity tokens, the IP allowlist and the service-pattern scope (DECISIONS §5–§7).
 
-mod attempts;
-mod failures;
-mod federation;
-mod token_cache;
+pub(crate) mod federation;
 
-pub use attempts::Attempts;
-pub use failures::SecretFailures;
-pub use federation::verify_identity;
-pub use token_cache::TokenCache;
-
-use crate::adapters::HashingLanes;
+use crate::attempts::Attempts;
+use crate::failures::SecretFailures;
 use crate::last_use::LastUse;
-use crate::metrics::Metrics;
 use crate::rate_limit::RateLimiter;
 use crate::rate_limit::RetryAfter;
 use crate::refusals::{RefusalBudget, RefusedRequest};
-use crate::replica::Replica;
-use crate::request::{request_id, Presented};
-use crate::{NodeError, NodeResult};
+use crate::request::{header_text, request_id, Presented};
+use crate::token_cache::TokenCache;
+use crate::Counters;
+use crate::{AuthError, AuthResult};
 use registry_domain::access::{self, Credential, Grant, Refusal, Request};
 use registry_domain::app::{Caller, Origin};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::policy::Action;
 use registry_domain::ports::{CredentialOwner, IdentityTokenVerifier, VerifiedToken};
 use registry_domain::{Service, ServiceAccount};
+use registry_hasher::HashingLanes;
+use registry_replica::Replica;
 use std::net::IpAddr;
 use std::sync::Arc;
 use time::OffsetDateTime;
@@ -37,10 +32,10 @@ const SECRET_FAILURES_PER_MINUTE: usize = 10;
 /// the verifier, over the replica's view of the data. One per process, shared by the workers.
 #[derive(Debug)]
 pub struct Authenticator {
-    replica: Arc<Replica>,
-    verifier: Arc<dyn IdentityTokenVerifier>,
+    pub(crate) replica: Arc<Replica>,
+    pub(crate) verifier: Arc<dyn IdentityTokenVerifier>,
     hasher: Arc<HashingLanes>,
-    metrics: Arc<Metrics>,
+    pub(crate) counters: Arc<dyn Counters>,
     /// Remembered verifications of secrets and identity tokens.
     pub tokens: TokenCache,
     attempts: Attempts,
@@ -70,13 +65,13 @@ impl Authenticator {
         replica: Arc<Replica>,
         verifier: Arc<dyn IdentityTokenVerifier>,
         hasher: Arc<HashingLanes>,
-        metrics: Arc<Metrics>,
+        counters: Arc<dyn Counters>,
     ) -> Self {
         Self {
             replica,
             verifier,
             hasher,
-            metrics,
+            counters,
             tokens: TokenCache::default(),
             attempts: Attempts::default(),
             // Guessing a 268-bit secret is hopeless anyway; the limit bounds the argon2 work a
@@ -104,12 +99,12 @@ impl Authenticator {
 }
 
 /// The bearer token of the request.
-fn bearer<'r>(req: &Presented<'r>) -> NodeResult<&'r str> {
+fn bearer<'r>(req: &Presented<'r>) -> AuthResult<&'r str> {
     let value = req
         .authorization
-        .ok_or_else(|| unauthorized("no Authorization header"))?
-        .to_str()
-        .map_err(|_| unauthorized("Authorization header is not text"))?;
+        .ok_or_else(|| unauthorized("no Authorization header"))?;
+    let value =
+        header_text(value).ok_or_else(|| unauthorized("Authorization header is not text"))?;
     let (scheme, token) = value
         .split_once(' ')
         .ok_or_else(|| unauthorized("Authorization header is not 'Bearer <token>'"))?;
@@ -121,9 +116,9 @@ fn bearer<'r>(req: &Presented<'r>) -> NodeResult<&'r str> {
 }
 
 /// A 401 whose reason is logged, never returned.
-pub(crate) fn unauthorized(reason: &str) -> NodeError {
+pub(crate) fn unauthorized(reason: &str) -> AuthError {
     tracing::info!(reason, "authentication failed");
-    NodeError::Unauthorized { detail: None }
+    AuthError::Unauthorized { detail: None }
 }
 
 /// Whether a bearer looks like a compact JWS (three base64url segments).
@@ -143,17 +138,17 @@ fn looks_like_jwt(token: &str) -> bool {
 }
 
 /// The 429 of a client over its failed-authentication limit.
-fn too_many_failures(retry: RetryAfter) -> NodeError {
-    NodeError::RateLimited {
+fn too_many_failures(retry: RetryAfter) -> AuthError {
+    AuthError::RateLimited {
         retry_after_secs: retry.seconds(),
         detail: "too many failed authentications from this address; retry later".into(),
     }
 }
 
 /// The 429 of a lookup id whose secrets were tried too often (DECISIONS §17).
-fn too_many_wrong_secrets(retry: RetryAfter) -> NodeError {
+fn too_many_wrong_secrets(retry: RetryAfter) -> AuthError {
     tracing::info!("too many failed secrets for one lookup id");
-    NodeError::RateLimited {
+    AuthError::RateLimited {
         retry_after_secs: retry.seconds(),
         detail: "too many failed authentications for this credential; retry later".into(),
     }
@@ -167,7 +162,7 @@ fn admitted<'r>(
     auth: &Authenticator,
     req: &Presented<'r>,
     now: OffsetDateTime,
-) -> NodeResult<(IpAddr, &'r str)> {
+) -> AuthResult<(IpAddr, &'r str)> {
     let ip = req.ip;
     let token = bearer(req);
     if let Err(retry) = auth.auth_failures.check(ip) {
@@ -193,8 +188,8 @@ fn recently_verified(auth: &Authenticator, token: &str, now: OffsetDateTime) -> 
     })
 }
 
-fn record_failure(auth: &Authenticator, ip: IpAddr, error: NodeError) -> NodeError {
-    if matches!(error, NodeError::Unauthorized { .. }) {
+fn record_failure(auth: &Authenticator, ip: IpAddr, error: AuthError) -> AuthError {
+    if matches!(error, AuthError::Unauthorized { .. }) {
         let _ = auth.auth_failures.hit(ip);
     }
     error
@@ -207,7 +202,7 @@ async fn verify_secret(
     auth: &Authenticator,
     token: &str,
     ip: IpAddr,
-) -> NodeResult<CredentialOwner> {
+) -> AuthResult<CredentialOwner> {
     let cheap = async {
         let parsed =
             credentials::parse(token).ok_or_else(|| unauthorized("malformed bearer token"))?;
@@ -233,7 +228,7 @@ async fn verify_secret(
     let now = auth.replica.now();
     let remembered = || auth.tokens.verified(lookup_id, &stored.hash, token, now);
     if remembered() {
-        auth.metrics.token_cache_hit();
+        auth.counters.token_cache_hit();
         return Ok(stored.owner);
     }
     // Each argon2 check counts against the client's address before it runs; and a lookup id
@@ -247,10 +242,10 @@ async fn verify_secret(
     let _turn = auth.attempts.turn(lookup_id).await?;
     // The check this one waited for may have been of this very token.
     if remembered() {
-        auth.metrics.token_cache_hit();
+        auth.counters.token_cache_hit();
         return Ok(stored.owner);
     }
-    auth.metrics.argon2_verification();
+    auth.counters.argon2_verification();
     let ok = auth
         .hasher
         .verify(token.to_owned(), stored.hash.clone())
@@ -279,7 +274,7 @@ impl SecretHolder {
 }
 
 /// Verifies a static token or anonymous secret ([`verify_secret`]) and loads its account.
-async fn secret_holder(auth: &Authenticator, token: &str, ip: IpAddr) -> NodeResult<SecretHolder> {
+async fn secret_holder(auth: &Authenticator, token: &str, ip: IpAddr) -> AuthResult<SecretHolder> {
     match verify_secret(auth, token, ip).await? {
         CredentialOwner::Account(id) => auth
             .replica
@@ -294,10 +289,10 @@ async fn secret_holder(auth: &Authenticator, token: &str, ip: IpAddr) -> NodeRes
 }
 
 /// The answer to a refused call (DECISIONS §4), for a service named `key` in the path.
-fn refused(refusal: Refusal, key: &str) -> NodeError {
+fn refused(refusal: Refusal, key: &str) -> AuthError {
     match refusal {
         Refusal::Unauthenticated(reason) => unauthorized(reason),
-        Refusal::Ambiguous => NodeError::Unauthorized {
+        Refusal::Ambiguous => AuthError::Unauthorized {
             detail: Some(
                 "more than one service account may accept this identity token (its issuer is \
                  trusted by several accounts): name yours with the X-Service-Account header"
@@ -306,12 +301,12 @@ fn refused(refusal: Refusal, key: &str) -> NodeError {
         },
         Refusal::Forbidden(detail) => {
             tracing::info!(%detail, "call refused");
-            NodeError::Forbidden(detail)
+            AuthError::Forbidden(detail)
         }
         Refusal::NotFound => not_found_service(key),
         Refusal::ActionNotAllowed(action) => {
             tracing::info!(action = action.as_str(), "call refused: action not allowed");
-            NodeError::ActionNotAllowed(format!(
+            AuthError::ActionNotAllowed(format!(
                 "this service account's policy does not allow the action {:?} that this call \
                  takes",
                 action.as_str()
@@ -330,14 +325,14 @@ fn granted(
     token: Option<&Arc<VerifiedToken>>,
     ip: IpAddr,
     now: OffsetDateTime,
-) -> NodeResult<Caller> {
+) -> AuthResult<Caller> {
     let account = grant.account().map(|a| a.id);
     let changes = req.changes;
     if let Some(credential) = account.or(grant.anonymous_service()) {
         if changes {
             auth.writes
                 .hit_key(credential)
-                .map_err(|retry| NodeError::RateLimited {
+                .map_err(|retry| AuthError::RateLimited {
                     retry_after_secs: retry.seconds(),
                     detail: format!(
                         "this credential made more than {} changes in a minute; retry later",
@@ -380,7 +375,7 @@ async fn refused_federated(
     mut request: RefusedRequest<'_>,
     refusal: Refusal,
     key: &str,
-) -> NodeError {
+) -> AuthError {
     let ip = request.ip;
     if !matches!(refusal, Refusal::NotFound) {
         request.ambiguous = matches!(refusal, Refusal::Ambiguous);
@@ -398,7 +393,7 @@ async fn authorize(
     auth: &Authenticator,
     req: &Presented<'_>,
     call: Call<'_>,
-) -> NodeResult<(Caller, Option<Arc<Service>>)> {
+) -> AuthResult<(Caller, Option<Arc<Service>>)> {
     let now = auth.replica.now();
     let (ip, token) = admitted(auth, req, now)?;
     let key = match call {
@@ -446,9 +441,9 @@ async fn authorize(
 }
 
 /// The service the path names, if it names one.
-async fn the_service(auth: &Authenticator, key: Option<&str>) -> NodeResult<Option<Arc<Service>>> {
+async fn the_service(auth: &Authenticator, key: Option<&str>) -> AuthResult<Option<Arc<Service>>> {
     match key {
-        Some(key) => auth.replica.service(key).await,
+        Some(key) => Ok(auth.replica.service(key).await?),
         None => Ok(None),
     }
 }
@@ -479,18 +474,18 @@ fn request<'s>(call: Call<'_>, service: &'s Option<Arc<Service>>) -> Request<'s>
 }
 
 /// Authenticates a call on `/services` (list or create). Anonymous secrets are refused with 403.
-pub async fn collection_caller(auth: &Authenticator, req: &Presented<'_>) -> NodeResult<Caller> {
+pub async fn collection_caller(auth: &Authenticator, req: &Presented<'_>) -> AuthResult<Caller> {
     Ok(authorize(auth, req, Call::Services).await?.0)
 }
 
 /// Authenticates a call on the customer's service accounts: a caller whose patterns include
 /// `"*"` (DECISIONS §5).
-pub async fn manager(auth: &Authenticator, req: &Presented<'_>) -> NodeResult<Caller> {
+pub async fn manager(auth: &Authenticator, req: &Presented<'_>) -> AuthResult<Caller> {
     Ok(authorize(auth, req, Call::Accounts).await?.0)
 }
 
 /// Authenticates a read of the customer's audit trail: a caller whose patterns include `"*"`.
-pub async fn auditor(auth: &Authenticator, req: &Presented<'_>) -> NodeResult<Caller> {
+pub async fn auditor(auth: &Authenticator, req: &Presented<'_>) -> AuthResult<Caller> {
     Ok(authorize(auth, req, Call::AuditTrail).await?.0)
 }
 
@@ -500,15 +495,15 @@ pub async fn service_caller(
     auth: &Authenticator,
     req: &Presented<'_>,
     key: &str,
-) -> NodeResult<(Caller, Arc<Service>)> {
+) -> AuthResult<(Caller, Arc<Service>)> {
     let (caller, service) = authorize(auth, req, Call::Service(key)).await?;
     // A grant on a service names a service that exists.
-    Ok((caller, service.ok_or(NodeError::Internal)?))
+    Ok((caller, service.ok_or(AuthError::Internal)?))
 }
 
 /// The 404 of a service that does not exist for this caller.
-pub fn not_found_service(key: &str) -> NodeError {
-    NodeError::NotFound(format!("no service {key:?}"))
+pub fn not_found_service(key: &str) -> AuthError {
+    AuthError::NotFound(format!("no service {key:?}"))
 }
 
 #[cfg(test)]

@@ -8,6 +8,4 @@
 
 mod cache;
 
-pub use cache::{
-    http_date, Document, Generation, Hosted, HostingCache, Lookup, UnusableUrl, HTTP_DATE,
-};
+pub use cache::{Document, Generation, Hosted, HostingCache, Lookup};

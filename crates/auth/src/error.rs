@@ -1,11 +1,12 @@
-//! Every way a node refuses or fails a call; the server answers each as a problem.
+//! Every way authentication refuses or fails a call; the server answers each as a problem.
 
 use registry_domain::ports::HasherBusy;
 use registry_domain::StoreError;
+use registry_replica::ReplicaError;
 
 /// A refusal or failure of authentication, authorization or a read of the replica's data.
 #[derive(Debug, thiserror::Error)]
-pub enum NodeError {
+pub enum AuthError {
     /// Missing, malformed, unknown, revoked or expired credentials. The detail is generic unless
     /// it helps an honest caller (X-Service-Account); the reason went to the log.
     #[error("authentication required")]
@@ -42,11 +43,20 @@ pub enum NodeError {
     Internal,
 }
 
-impl From<HasherBusy> for NodeError {
-    fn from(_: HasherBusy) -> Self {
-        NodeError::Busy
+impl From<ReplicaError> for AuthError {
+    fn from(error: ReplicaError) -> Self {
+        match error {
+            ReplicaError::Store(error) => AuthError::Store(error),
+            ReplicaError::Interrupted => AuthError::Internal,
+        }
     }
 }
 
-/// The result of a node's call.
-pub type NodeResult<T> = Result<T, NodeError>;
+impl From<HasherBusy> for AuthError {
+    fn from(_: HasherBusy) -> Self {
+        AuthError::Busy
+    }
+}
+
+/// The result of authentication.
+pub type AuthResult<T> = Result<T, AuthError>;

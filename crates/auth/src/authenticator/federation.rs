@@ -7,15 +7,15 @@
 //! token, and for what, is `registry_domain::access::decide`.
 
 use super::{unauthorized, Authenticator};
-use crate::directory::Trusting;
-use crate::hosting::Hosted;
-use crate::request::Presented;
-use crate::{NodeError, NodeResult};
+use crate::request::{header_text, Presented};
+use crate::{AuthError, AuthResult};
 use registry_domain::ports::{IssuerKeys, TokenRejection, VerifiedToken};
+use registry_replica::hosting::Hosted;
+use registry_replica::Trusting;
 use std::sync::Arc;
 use uuid::Uuid;
 
-fn untrusted_issuer() -> NodeError {
+fn untrusted_issuer() -> AuthError {
     unauthorized("no service account trusts the token's issuer")
 }
 
@@ -29,7 +29,7 @@ pub(super) async fn verified(
     auth: &Authenticator,
     req: &Presented<'_>,
     token: &str,
-) -> NodeResult<Federated> {
+) -> AuthResult<Federated> {
     let chosen = chosen_account(req)?;
     let (verified, candidates) = verified_token(auth, token).await?;
     Ok((verified, candidates, chosen))
@@ -38,7 +38,7 @@ pub(super) async fn verified(
 async fn verified_token(
     auth: &Authenticator,
     token: &str,
-) -> NodeResult<(Arc<VerifiedToken>, Trusting)> {
+) -> AuthResult<(Arc<VerifiedToken>, Trusting)> {
     let now = auth.replica.now();
     // A look-up only: the token cache keeps tokens that verified, nothing else.
     let remembered = auth.tokens.verified_identity(token, now);
@@ -76,7 +76,7 @@ async fn verified_token(
             Some(_) => key_version.is_some() && remembered.key_version == key_version,
         };
         if still_published {
-            auth.metrics.identity_token_cache_hit();
+            auth.counters.identity_token_cache_hit();
             return Ok((remembered.token, candidates));
         }
     }
@@ -94,7 +94,7 @@ async fn verified_token(
 pub async fn verify_identity(
     auth: &Authenticator,
     token: &str,
-) -> NodeResult<Result<VerifiedToken, TokenRejection>> {
+) -> AuthResult<Result<VerifiedToken, TokenRejection>> {
     let now = auth.replica.now();
     let issuer = auth.verifier.unverified_issuer(token);
     let hosted = match &issuer {
@@ -118,7 +118,7 @@ pub(crate) async fn verify(
         None => IssuerKeys::Fetched,
         Some(Some(documents)) => IssuerKeys::Hosted {
             issuer,
-            version: documents.jwks.etag.as_bytes(),
+            version: &documents.jwks.etag[..],
             jwks: &documents.jwks.body,
         },
         Some(None) => IssuerKeys::Withdrawn { issuer },
@@ -127,12 +127,10 @@ pub(crate) async fn verify(
 }
 
 /// The account the client chose with `X-Service-Account`, if it sent the header.
-fn chosen_account(req: &Presented<'_>) -> NodeResult<Option<Uuid>> {
+fn chosen_account(req: &Presented<'_>) -> AuthResult<Option<Uuid>> {
     match req.service_account {
         None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .ok()
+        Some(v) => header_text(v)
             .and_then(|v| v.trim().parse::<Uuid>().ok())
             .map(Some)
             .ok_or_else(|| unauthorized("X-Service-Account is not a service account id")),

@@ -1,0 +1,321 @@
+//! The hosted issuers' URLs, derived in one place: which issuer URL a service's subdomain has,
+//! and which subdomain a `Host` header names. Built once from `REGISTRY_ISSUER_URL_TEMPLATE`
+//! (`{subdomain}` in its host, no path) and the API's base URL, whose host is never an issuer's.
+//!
+//! ```
+//! use registry_domain::issuer::Issuers;
+//! let issuers = Issuers::new("https://{subdomain}.oidc.example.com", "https://registry.example.com").unwrap();
+//! assert_eq!(issuers.issuer_of("acme"), "https://acme.oidc.example.com");
+//! assert_eq!(issuers.subdomain_of_host("ACME.oidc.example.com:443").as_deref(), Some("acme"));
+//! assert!(issuers.subdomain_of_host("registry.example.com").is_none());
+//! ```
+
+/// The issuers this registry hosts: the template their URLs are made from and the API's host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issuers {
+    template: String,
+    host_prefix: String,
+    host_suffix: String,
+    api_host: String,
+}
+
+impl Issuers {
+    /// The issuer URL of `subdomain`: the template with `{subdomain}` filled in, no trailing
+    /// slash.
+    pub fn issuer_of(&self, subdomain: &str) -> String {
+        self.template
+            .replace("{subdomain}", subdomain)
+            .trim_end_matches('/')
+            .to_owned()
+    }
+
+    /// The template, as configured.
+    pub fn template(&self) -> &str {
+        &self.template
+    }
+
+    /// The issuers of `template` (`{subdomain}` in the host part, no path); the host of
+    /// `base_url`, the API's, is never an issuer's.
+    pub fn new(template: &str, base_url: &str) -> Result<Self, UnusableUrl> {
+        let host = host_of(template)?;
+        let path = template
+            .split_once("://")
+            .map(|(_, rest)| rest.split_once('/').map_or("", |(_, path)| path))
+            .unwrap_or("");
+        if !path.trim_end_matches('/').is_empty() {
+            return Err(UnusableUrl(format!(
+                "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must not have a path: issuers are told apart by host"
+            )));
+        }
+        let (host_prefix, host_suffix) = host.split_once("{subdomain}").ok_or_else(|| {
+            UnusableUrl(format!(
+                "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must hold {{subdomain}} in its host"
+            ))
+        })?;
+        Ok(Self {
+            host_prefix: host_prefix.to_owned(),
+            host_suffix: host_suffix.to_owned(),
+            api_host: host_of(base_url)?,
+            template: template.to_owned(),
+        })
+    }
+
+    /// The subdomain a `Host` header names, if it is a hosted issuer's host.
+    pub fn subdomain_of_host(&self, host: &str) -> Option<Label> {
+        let host = name_of(host);
+        if host.eq_ignore_ascii_case(&self.api_host) {
+            return None;
+        }
+        let label = strip_prefix_ignore_case(host, &self.host_prefix)?;
+        Label::parse(strip_suffix_ignore_case(label, &self.host_suffix)?)
+    }
+
+    /// The origin a request for `host` belongs to: the issuer's URL or the API's `base_url`;
+    /// `None` for any other host (never a host the client chose).
+    pub fn origin_of_host(&self, host: &str, base_url: &str) -> Option<String> {
+        Some(match self.subdomain_of_host(host) {
+            Some(subdomain) => self.issuer_of(&subdomain),
+            None if name_of(host).eq_ignore_ascii_case(&self.api_host) => {
+                base_url.trim_end_matches('/').to_owned()
+            }
+            None => return None,
+        })
+    }
+
+    /// Which hosted issuer a token's `iss` is: `None` when it is not of this template (another
+    /// host, port or scheme: its keys are fetched over HTTP), `Some(None)` when it names a
+    /// hosted issuer in other letters than the registry publishes (no document names it),
+    /// `Some(Some(subdomain))` when it is exactly a hosted issuer's URL.
+    pub fn hosted(&self, issuer: &str) -> Option<Option<Label>> {
+        let (scheme, _) = self.template.split_once("://")?;
+        let host = issuer
+            .strip_prefix(scheme)
+            .and_then(|rest| rest.strip_prefix("://"))
+            .filter(|host| !host.contains('/'))?;
+        let subdomain = self.subdomain_of_host(host)?;
+        let ours = self.issuer_of(&subdomain);
+        if !ours.eq_ignore_ascii_case(issuer) {
+            return None;
+        }
+        Some((ours == issuer).then_some(subdomain))
+    }
+
+    /// The host names a certificate must cover: the API's host, and the host of an issuer
+    /// (`example` as its subdomain: a wildcard covers them all).
+    pub fn names_served(&self) -> [String; 2] {
+        let issuer = format!("{}example{}", self.host_prefix, self.host_suffix);
+        [self.api_host.clone(), issuer]
+    }
+}
+
+/// The longest DNS label.
+const MAX_LABEL: usize = 63;
+
+/// A subdomain read from a `Host` header: a DNS label, lower-cased into a fixed buffer, so that
+/// recognising the host of every public request allocates nothing.
+#[derive(Clone, Copy)]
+pub struct Label {
+    bytes: [u8; MAX_LABEL],
+    len: usize,
+}
+
+impl Label {
+    /// `text` lower-cased, when it is a non-empty label of letters, digits and `-`.
+    fn parse(text: &str) -> Option<Self> {
+        let is_label = !text.is_empty()
+            && text.len() <= MAX_LABEL
+            && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !is_label {
+            return None;
+        }
+        let mut bytes = [0; MAX_LABEL];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        bytes.make_ascii_lowercase();
+        Some(Self {
+            bytes,
+            len: text.len(),
+        })
+    }
+}
+
+impl std::ops::Deref for Label {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // Only ASCII letters, digits and `-` were copied in.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
+
+/// `host` without its `suffix`, ASCII case ignored.
+fn strip_suffix_ignore_case<'a>(host: &'a str, suffix: &str) -> Option<&'a str> {
+    let cut = host.len().checked_sub(suffix.len())?;
+    (host.is_char_boundary(cut) && host[cut..].eq_ignore_ascii_case(suffix)).then(|| &host[..cut])
+}
+
+/// `host` without its `prefix`, ASCII case ignored.
+fn strip_prefix_ignore_case<'a>(host: &'a str, prefix: &str) -> Option<&'a str> {
+    let cut = prefix.len();
+    (host.is_char_boundary(cut) && host.get(..cut)?.eq_ignore_ascii_case(prefix))
+        .then(|| &host[cut..])
+}
+
+/// A URL setting the issuers cannot be built from: the sentence a failed start prints.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UnusableUrl(String);
+
+fn host_of(url: &str) -> Result<String, UnusableUrl> {
+    let rest = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| UnusableUrl(format!("{url:?} is not an absolute URL")))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    Ok(strip_port(authority)
+        .trim_end_matches('.')
+        .to_ascii_lowercase())
+}
+
+/// The name a `Host` header gives, without its port. A fully qualified name may end in a dot;
+/// it names the same host (`host_of` drops it from the configured ones).
+fn name_of(host: &str) -> &str {
+    let host = strip_port(host);
+    host.strip_suffix('.').unwrap_or(host)
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_known_host_belongs_to_its_issuer_or_to_the_api_and_no_other_does() {
+        let base = "https://registry.example.com";
+        let issuers = Issuers::new("https://{subdomain}.oidc.example.com", base).unwrap();
+        assert_eq!(
+            issuers
+                .origin_of_host("acme.oidc.example.com", base)
+                .as_deref(),
+            Some("https://acme.oidc.example.com")
+        );
+        assert_eq!(
+            issuers
+                .origin_of_host("Registry.Example.com:80", base)
+                .as_deref(),
+            Some("https://registry.example.com")
+        );
+        assert_eq!(issuers.origin_of_host("evil.example", base), None);
+        assert_eq!(issuers.origin_of_host("a.b.oidc.example.com", base), None);
+        let issuers =
+            Issuers::new("http://{subdomain}.localhost:8443", "http://localhost:8443").unwrap();
+        assert_eq!(
+            issuers
+                .origin_of_host("acme.localhost:8080", "http://localhost:8443")
+                .as_deref(),
+            Some("http://acme.localhost:8443")
+        );
+        assert_eq!(
+            issuers.names_served(),
+            ["localhost".to_owned(), "example.localhost".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_tokens_issuer_is_hosted_only_in_the_spelling_the_registry_publishes() {
+        let issuers =
+            Issuers::new("http://{subdomain}.localhost:8080", "http://localhost:8080").unwrap();
+        let hosted = |iss: &str| issuers.hosted(iss).map(|s| s.map(|s| s.to_string()));
+        assert_eq!(
+            hosted("http://acme.localhost:8080"),
+            Some(Some("acme".into()))
+        );
+        assert_eq!(hosted("http://ACME.localhost:8080"), Some(None));
+        assert_eq!(hosted("http://acme.localhost:9090"), None);
+        assert_eq!(hosted("https://acme.localhost:8080"), None);
+        assert_eq!(hosted("http://acme.localhost:8080/x"), None);
+        assert_eq!(hosted("http://localhost:8080"), None);
+        assert_eq!(hosted("https://accounts.google.com"), None);
+    }
+
+    #[test]
+    fn recognises_hosted_hosts() {
+        let issuers =
+            Issuers::new("http://{subdomain}.localhost:8080", "http://localhost:8080").unwrap();
+        assert_eq!(
+            issuers
+                .subdomain_of_host("api-acme.localhost:8080")
+                .as_deref(),
+            Some("api-acme")
+        );
+        assert_eq!(
+            issuers.subdomain_of_host("API-acme.LOCALHOST").as_deref(),
+            Some("api-acme")
+        );
+        assert_eq!(
+            issuers
+                .subdomain_of_host("api-acme.localhost.:8080")
+                .as_deref(),
+            Some("api-acme")
+        );
+        assert_eq!(
+            issuers.subdomain_of_host("localhost.:8080").as_deref(),
+            None
+        );
+        assert_eq!(
+            issuers.subdomain_of_host("api-acme.localhost..").as_deref(),
+            None
+        );
+        assert_eq!(issuers.subdomain_of_host("localhost:8080").as_deref(), None);
+        assert_eq!(issuers.subdomain_of_host("a.b.localhost").as_deref(), None);
+        assert_eq!(issuers.subdomain_of_host("example.com").as_deref(), None);
+        assert_eq!(issuers.subdomain_of_host(".localhost").as_deref(), None);
+        assert_eq!(issuers.subdomain_of_host("é.localhost").as_deref(), None);
+        assert_eq!(
+            issuers
+                .subdomain_of_host(&format!("{}.localhost", "a".repeat(64)))
+                .as_deref(),
+            None
+        );
+        let prefixed = Issuers::new(
+            "https://oidc-{subdomain}.example.com/",
+            "https://api.example.com",
+        )
+        .unwrap();
+        assert_eq!(
+            prefixed
+                .subdomain_of_host("oidc-x-acme.example.com")
+                .as_deref(),
+            Some("x-acme")
+        );
+        assert_eq!(
+            prefixed.subdomain_of_host("api.example.com").as_deref(),
+            None
+        );
+        assert_eq!(
+            prefixed
+                .subdomain_of_host("OIDC-X-acme.Example.COM")
+                .as_deref(),
+            Some("x-acme")
+        );
+        assert!(Issuers::new("http://localhost:8080/{subdomain}", "http://localhost").is_err());
+        assert!(Issuers::new("https://{subdomain}.example.com/oidc", "http://localhost",).is_err());
+    }
+}

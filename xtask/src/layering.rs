@@ -446,7 +446,7 @@ fn domain_problems_in(tree: &str) -> Vec<String> {
     problems
 }
 
-/// The policy engine is published on its own (DECISIONS §16): no I/O crate, and no crate of
+/// The policy engine is published on its own: no I/O crate, and no crate of
 /// the registry (its storage, HTTP and ports stay out), even transitively.
 fn policy_problems_in(tree: &str) -> Vec<String> {
     let mut problems = Vec::new();

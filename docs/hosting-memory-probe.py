@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Measures the hosting cache's memory from outside (DECISIONS §17, second review, finding 4).
+"""Measures the hosting cache's memory from outside (second security review, finding 4; the
+bound it checks: docs/api.md, "Limits that hold (second security review)", "Hosting memory").
 
 Publishes N services of about SIZE bytes each through the API with a customer's token, then
 makes random public GETs of their documents, and reports `registry_hosted_bytes` (what the

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Slow-body probe of a running registry (DECISIONS §17, "Slow clients"; issue 25, finding 3).
+"""Slow-body probe of a running registry (issue 25, finding 3; what it checks: docs/api.md,
+"Limits that hold (second security review)", "Slow clients").
 
 Opens many connections that each send the headers of a request declaring `Content-Length: 100`
 and then one byte of the body, and never the rest: the attack of the second security review.

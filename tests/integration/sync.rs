@@ -1,6 +1,6 @@
-//! `registry sync` (DECISIONS §11) against a stand-in for a kube-apiserver's discovery
-//! endpoints (TLS with its own CA, a bearer token): one upload per change on the source, none
-//! when nothing changed; federated with a token signed by the very keys it publishes; clear
+//! `registry sync` (docs/api.md, "Key lifecycle") against a stand-in for a kube-apiserver's
+//! discovery endpoints (TLS with its own CA, a bearer token): one upload per change on the source,
+//! none when nothing changed; federated with a token signed by the very keys it publishes; clear
 //! failures with exit codes when either side is down or refuses.
 
 use registry_tests::issuer::{compact, KeyKind, SigningKey};

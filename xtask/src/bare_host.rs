@@ -26,7 +26,7 @@ const C_RUNTIME: [&str; 5] = [
     "ld-linux",
 ];
 
-/// The port `serve` listens on when nothing is set (DECISIONS §10: `127.0.0.1:8080`).
+/// The port `serve` listens on when nothing is set (`127.0.0.1:8080`).
 const DEFAULT_PORT: u16 = 8080;
 
 pub fn run() -> Result<()> {

@@ -46,7 +46,7 @@ pub struct Options {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     seconds: u32,
     /// Run the scale benchmark alone: N published services (copied in the database), on
-    /// SQLite and PostgreSQL (DECISIONS §14), instead of P1–P6.
+    /// SQLite and PostgreSQL, instead of P1–P6.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     services: Option<u64>,
     /// Skip P6 (two replicas on PostgreSQL).

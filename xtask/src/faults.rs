@@ -53,8 +53,8 @@ enum Scenario {
     Standby,
 }
 
-/// The `standby` scenario alone: what `cargo xtask test` runs of this chore (DECISIONS §14 on
-/// a real primary and standby).
+/// The `standby` scenario alone: what `cargo xtask test` runs of this chore (docs/api.md,
+/// "Read replicas and the primary down", on a real primary and standby).
 pub fn run_standby() -> Result<()> {
     run(&Options {
         rounds: 1,

@@ -80,6 +80,7 @@ pub fn check() -> Result<()> {
     problems.extend(migration_problems()?);
     problems.extend(route_problems()?);
     problems.extend(cycle_problems()?);
+    problems.extend(outside_citation_problems()?);
     if problems.is_empty() {
         println!("layering: ok");
         return Ok(());
@@ -446,7 +447,7 @@ fn domain_problems_in(tree: &str) -> Vec<String> {
     problems
 }
 
-/// The policy engine is published on its own (DECISIONS §16): no I/O crate, and no crate of
+/// The policy engine is published on its own: no I/O crate, and no crate of
 /// the registry (its storage, HTTP and ports stay out), even transitively.
 fn policy_problems_in(tree: &str) -> Vec<String> {
     let mut problems = Vec::new();
@@ -492,6 +493,78 @@ fn wrapper_problems_in(metadata: &Value) -> Vec<String> {
         }
     }
     problems
+}
+
+/// What a maintainer or a user of the repository reads: code, tests, chores and docs cite the
+/// project's own documents (`docs/api.md` and its sections), never the contract kept outside
+/// the repository, which they do not have.
+const SELF_CONTAINED: [&str; 5] = ["crates", "xtask", "tests", "docs", "README.md"];
+
+/// The name of that outside contract, in two pieces so that this file does not cite it.
+const OUTSIDE_CONTRACT: &str = concat!("DECI", "SIONS");
+
+/// Each line under [`SELF_CONTAINED`] that cites the contract outside the repository.
+fn outside_citation_problems() -> Result<Vec<String>> {
+    let root = crate::cmd::root();
+    let mut problems = Vec::new();
+    for top in SELF_CONTAINED {
+        for path in every_file(&root.join(top))? {
+            // Images and other files that are not text cite nothing.
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let file = path.strip_prefix(&root).unwrap_or(&path);
+            problems.extend(outside_citations_in(&file.to_string_lossy(), &text));
+        }
+    }
+    Ok(problems)
+}
+
+/// `file`'s lines that cite the outside contract, each as `file:line`.
+fn outside_citations_in(file: &str, text: &str) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains(OUTSIDE_CONTRACT))
+        .map(|(i, _)| {
+            format!(
+                "{file}:{}: cites {OUTSIDE_CONTRACT}, which is not in the repository: cite the \
+                 section of docs/api.md that states it (add it there if it is missing)",
+                i + 1
+            )
+        })
+        .collect()
+}
+
+/// Every file at or under `path`, sorted; none when it does not exist. Build outputs and
+/// caches (`target`, `node_modules`, `__pycache__`, hidden folders) are not the project's text.
+fn every_file(path: &Path) -> Result<Vec<PathBuf>> {
+    if path.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    let mut pending = vec![path.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry
+                .with_context(|| format!("reading {}", dir.display()))?
+                .path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_dir() {
+                let skipped = name.starts_with('.')
+                    || ["target", "node_modules", "__pycache__"].contains(&name.as_ref());
+                if !skipped {
+                    pending.push(path);
+                }
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 #[cfg(test)]
@@ -674,5 +747,18 @@ mod tests {
         assert!(matches("reqwest", "reqwest"));
         assert!(!matches("reqwest", "reqwest-middleware"));
         assert!(!matches("actix*", "tokio"));
+    }
+
+    #[test]
+    fn citations_of_the_outside_contract_are_reported_by_file_and_line() {
+        let text =
+            format!("//! Fine.\n/// See {OUTSIDE_CONTRACT} §5.\nok\n# {OUTSIDE_CONTRACT}.md\n");
+        let problems = outside_citations_in("crates/x/src/lib.rs", &text);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("crates/x/src/lib.rs:2: cites "));
+        assert!(problems[1].starts_with("crates/x/src/lib.rs:4: cites "));
+        assert!(
+            outside_citations_in("docs/api.md", "see docs/api.md, \"Key lifecycle\"").is_empty()
+        );
     }
 }

@@ -28,7 +28,7 @@ pub fn venv(name: &str, package: &str) -> Result<PathBuf> {
 /// runs on Python 3.9, the oldest the binding supports.
 const PYTEST: &str = "pytest==8.4.2";
 
-/// The Python binding of the policy engine (`crates/policy-python`, DECISIONS §16): installed
+/// The Python binding of the policy engine (`crates/policy-python`): installed
 /// with `pip install ./crates/policy-python` into `target/policy-python/venv` (beside pytest),
 /// then its tests run. pip builds the wheel from source, with maturin from PyPI (the package's
 /// `[build-system]`) and this machine's cargo, in `{target}/policy-python`, where the next run

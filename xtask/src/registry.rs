@@ -95,8 +95,8 @@ impl Options {
             ("RUST_LOG".into(), "info".into()),
         ];
         // The chores measure throughput and durability, one credential writing as fast as it
-        // can: the per-credential and per-customer limits of DECISIONS §17 are lifted here (the
-        // test suite holds them), unless a chore sets them itself.
+        // can: the per-credential and per-customer limits (docs/api.md, "Errors") are lifted here
+        // (the test suite holds them), unless a chore sets them itself.
         for (name, value) in [
             ("REGISTRY_WRITES_PER_MINUTE", "100000000"),
             ("REGISTRY_EXPLAIN_PER_MINUTE", "100000000"),

@@ -180,7 +180,7 @@ pub fn run(options: &Options) -> Result<()> {
 /// The account's rule covers `"*"`: every service schemathesis touches (including `doomed-acme`
 /// and `unpublish-acme`, which the deleting calls use, and those it creates itself), and the
 /// service-account calls, which only callers whose patterns include `"*"` may make
-/// (DECISIONS.md §5).
+/// (docs/api.md, "Authentication").
 fn federated_caller(api: &Api) -> Result<(String, String)> {
     let (issuer, signer) = hosted_issuer(api)?;
     let (account, _) = api.create_account("federated", oidc_policy(&issuer, &["*"]))?;

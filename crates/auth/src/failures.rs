@@ -1,4 +1,4 @@
-//! Failed secrets per lookup id, from any address (DECISIONS §17): at most
+//! Failed secrets per lookup id, from any address (docs/api.md, "Authentication"): at most
 //! [`SecretFailures::limit`] in any sliding minute. A lookup id is public (it is inside every
 //! token), so without this bound strangers spread over many addresses could make the registry
 //! run argon2 for one credential as often as their per-address allowances add up to.

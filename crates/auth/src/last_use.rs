@@ -1,5 +1,5 @@
-//! `lastUsedAt` of service accounts (DECISIONS §13): written at most once a minute per account
-//! and replica, off the request's path, never once per request.
+//! `lastUsedAt` of service accounts (docs/api.md, "Audit trail and last use"): written at most once
+//! a minute per account and replica, off the request's path, never once per request.
 //!
 //! Each replica remembers the minute it last wrote for each account; a request in a later
 //! minute schedules one guarded write (`AccountStore::record_use`), which never moves the value

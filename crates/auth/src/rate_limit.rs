@@ -1,6 +1,6 @@
-//! Rate limits on `governor` (GCRA): per client address, keyed as DECISIONS §9 says
-//! ([`rate_limit_key`]: an IPv4 address alone, IPv4-mapped as IPv4, IPv6 by its /64), and per
-//! credential, lookup id or customer (DECISIONS §17).
+//! Rate limits on `governor` (GCRA): per client address, keyed as docs/api.md says
+//! ("Limits"; [`rate_limit_key`]: an IPv4 address alone, IPv4-mapped as IPv4, IPv6 by its /64), and
+//! per credential, lookup id or customer (docs/api.md, "Authentication" and "Errors").
 //!
 //! Memory is bounded under spraying: the keyed state holds at most [`MAX_KEYS`] keys (about
 //! 64 bytes each for an address: a 16-byte key, 8 bytes of GCRA state, the map's overhead).

@@ -1,6 +1,6 @@
-//! Recording federated requests refused after their signature verified (DECISIONS §12), for
-//! the owner of the accounts that trust the token's issuer. Runs on refused requests only: the
-//! accepted path neither calls it nor pays for it.
+//! Recording federated requests refused after their signature verified (docs/api.md, "Explaining
+//! refusals"), for the owner of the accounts that trust the token's issuer. Runs on refused
+//! requests only: the accepted path neither calls it nor pays for it.
 
 use registry_domain::ports::VerifiedToken;
 use registry_domain::refusal::{self, Refused};
@@ -13,8 +13,8 @@ use uuid::Uuid;
 
 /// Refusals recorded per account, class and minute, at most: the log keeps the newest 100 of
 /// each class, and a flood of refused tokens must not become a flood of writes. Near misses of
-/// the account's rules and the rest each have this budget (DECISIONS §17): holders of a shared
-/// issuer's tokens use up the second only, never the owner's.
+/// the account's rules and the rest each have this budget (docs/api.md, "Explaining refusals"):
+/// holders of a shared issuer's tokens use up the second only, never the owner's.
 const PER_ACCOUNT_PER_MINUTE: u32 = 30;
 /// Budgets tracked before the counts start again (a bound on memory).
 const MAX_TRACKED: usize = 100_000;

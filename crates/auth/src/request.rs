@@ -28,7 +28,7 @@ pub struct Presented<'r> {
     pub authorization: Option<&'r [u8]>,
     /// The `X-Service-Account` header's value: the account a federated caller chose.
     pub service_account: Option<&'r [u8]>,
-    /// Whether the call changes something (the write rate of DECISIONS §17).
+    /// Whether the call changes something (the write rate: docs/api.md, "Errors", `rate-limited`).
     pub changes: bool,
     /// The action the call takes, which the caller's policy must allow.
     pub action: Action,

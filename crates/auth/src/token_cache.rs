@@ -13,7 +13,8 @@
 //!   already honoured for as long as the key cache keeps it (at least 5 minutes); this adds at
 //!   most [`IDENTITY_TTL`] to that. A token of an issuer this registry hosts is remembered with
 //!   the version (ETag) of the key set it verified against, and counts as verified only while
-//!   that set is still the one published (DECISIONS §17: a withdrawal applies at once).
+//!   that set is still the one published (a withdrawal applies at once: docs/api.md,
+//!   "Authentication").
 
 use moka::sync::Cache;
 use registry_domain::ports::VerifiedToken;
@@ -52,7 +53,7 @@ pub type KeyVersion = bytes::Bytes;
 
 /// How long after its last verification a credential still counts as one this replica
 /// verified "recently": such a credential is never refused by the per-address limit on failed
-/// authentications or the per-lookup-id limit on failed secrets (DECISIONS §17).
+/// authentications or the per-lookup-id limit on failed secrets (docs/api.md, "Authentication").
 pub const RECENTLY: Duration = Duration::minutes(1);
 
 /// A verified secret: the hash stored for it then, its SHA-256, and when this replica last

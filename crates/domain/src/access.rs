@@ -1,7 +1,8 @@
-//! The access decision (DECISIONS §4–§7): may this caller make this call, from this address,
-//! now? One function, [`decide`], for static tokens, anonymous secrets and identity tokens;
-//! and the rules of managing service accounts ([`may_manage`], [`may_regenerate_token`]). The
-//! server authenticates (argon2, signatures) and finds the service; what follows is decided here.
+//! The access decision (docs/api.md, "Authentication"): may this caller make this call, from this
+//! address, now? One function, [`decide`], for static tokens, anonymous secrets and identity
+//! tokens; and the rules of managing service accounts ([`may_manage`], [`may_regenerate_token`]).
+//! The server authenticates (argon2, signatures) and finds the service; what follows is decided
+//! here.
 //!
 //! The order of the answers is part of the contract: a credential that nobody accepts is a 401;
 //! an address outside the account's `ip_allowlist` a 403; a service that is not the caller's
@@ -87,9 +88,9 @@ pub enum Request<'a> {
     /// Listing or creating the customer's services (`/services`). Each new name is checked
     /// against the grant's scope by the use case, once it is drawn.
     Services,
-    /// The customer's service accounts (`/service-accounts…`, DECISIONS §5): the caller's
-    /// patterns include `"*"`, and `target` (a new policy, or the one of the account acted on,
-    /// when the call names one) is no broader than the caller's addresses ([`may_manage`]).
+    /// The customer's service accounts (`/service-accounts…`; docs/api.md, "Authentication"): the
+    /// caller's patterns include `"*"`, and `target` (a new policy, or the one of the account acted
+    /// on, when the call names one) is no broader than the caller's addresses ([`may_manage`]).
     Accounts {
         /// The policy the call creates, or that of the account it changes, deletes or re-keys.
         target: Option<&'a Policy>,
@@ -149,7 +150,7 @@ impl Grant<'_> {
     }
 }
 
-/// Why a call is refused, as DECISIONS §4 answers it.
+/// Why a call is refused, as docs/api.md answers it ("Authentication").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// 401: no account accepts the credential. The reason is for the log, never the client.

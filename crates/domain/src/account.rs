@@ -17,6 +17,7 @@ pub struct ServiceAccount {
     pub policy: Policy,
     /// Creation time.
     pub created_at: OffsetDateTime,
-    /// The minute of its last successful request (DECISIONS §13), `None` when never used.
+    /// The minute of its last successful request (docs/api.md, "Audit trail and last use"), `None`
+    /// when never used.
     pub last_used_at: Option<OffsetDateTime>,
 }

@@ -1,4 +1,5 @@
-//! The audit trail (DECISIONS §13): who changed what, from where, with which credential.
+//! The audit trail (docs/api.md, "Audit trail and last use"): who changed what, from where, with
+//! which credential.
 //!
 //! An [`AuditEvent`] is built by whoever makes a change and handed to the storage call that
 //! makes it; the adapter writes it in the change's own transaction, and only when the change
@@ -376,8 +377,8 @@ impl AuditEvent {
         self
     }
 
-    /// The event as the API and the command line show it (DECISIONS §13): absent fields are
-    /// left out.
+    /// The event as the API and the command line show it (docs/api.md, "Audit trail and last use"):
+    /// absent fields are left out.
     pub fn to_json(&self) -> Value {
         let mut resource = Map::new();
         resource.insert("type".into(), self.resource.kind.as_str().into());
@@ -459,8 +460,8 @@ pub struct AuditPage {
 ///
 /// The cursor names the last event of the previous page by its id, a random UUID the client
 /// has already seen in that page: it carries no position in the log, which would count every
-/// customer's events (DECISIONS §17). The store resumes after that event within the caller's
-/// own trail; a cursor naming an event of another trail (or none) is refused.
+/// customer's events (docs/api.md, "Audit trail and last use"). The store resumes after that event
+/// within the caller's own trail; a cursor naming an event of another trail (or none) is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cursor {
     /// The id of the last event of the previous page.
@@ -509,9 +510,9 @@ impl Cursor {
 /// How long the trail keeps events by default (`REGISTRY_AUDIT_RETENTION_DAYS`).
 pub const DEFAULT_RETENTION_DAYS: u32 = 90;
 
-/// The minute a use of a service account is recorded as (DECISIONS §13: `lastUsedAt` is exact
-/// to the minute), so that every replica writes the same value within one minute and at most
-/// one write a minute changes the row.
+/// The minute a use of a service account is recorded as (`lastUsedAt` is exact to the minute:
+/// docs/api.md, "Audit trail and last use"), so that every replica writes the same value within one
+/// minute and at most one write a minute changes the row.
 ///
 /// ```
 /// use registry_domain::audit::last_used_minute;

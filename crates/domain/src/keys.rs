@@ -1,7 +1,7 @@
-//! The key lifecycle of a published service (DECISIONS §11): rotations that never break a
-//! verifier. Verifiers cache a key set and keep accepting tokens signed by a key until those
-//! expire, so a key that an upload drops is **retired**: it stays in the public key set, after
-//! the uploaded keys, until `retiredAt + retainRemovedKeysHours`, then leaves it on its own.
+//! The key lifecycle of a published service (docs/api.md, "Key lifecycle"): rotations that never
+//! break a verifier. Verifiers cache a key set and keep accepting tokens signed by a key until
+//! those expire, so a key that an upload drops is **retired**: it stays in the public key set,
+//! after the uploaded keys, until `retiredAt + retainRemovedKeysHours`, then leaves it on its own.
 //!
 //! Time is a parameter everywhere: [`rotate`] and [`KeyState::served`] take `now`.
 //!

@@ -1,5 +1,5 @@
 //! Bounds on what one customer can make every request pay for, and the keys of per-address
-//! limits (DECISIONS §9).
+//! limits (docs/api.md, "Limits").
 //!
 //! A federated token meets every rule, of every customer, that names its issuer: so the size of
 //! policies, the number of issuers a customer may trust and the rules per issuer bound both the
@@ -104,9 +104,9 @@ pub fn check_customer_budget(policy: &Policy, others: &[Policy]) -> Result<(), V
     Ok(())
 }
 
-/// The key a per-address limit counts a client under (DECISIONS §9): an IPv4 address alone, an
-/// IPv4-mapped IPv6 address as that IPv4 address, any other IPv6 address by its /64 (one home or
-/// one cloud instance gets a whole /64: counting single IPv6 addresses is no limit at all).
+/// The key a per-address limit counts a client under (docs/api.md, "Limits"): an IPv4 address
+/// alone, an IPv4-mapped IPv6 address as that IPv4 address, any other IPv6 address by its /64 (one
+/// home or one cloud instance gets a whole /64: counting single IPv6 addresses is no limit at all).
 ///
 /// ```
 /// use registry_domain::limits::rate_limit_key;

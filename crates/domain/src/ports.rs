@@ -15,9 +15,9 @@ use uuid::Uuid;
 /// The key-import port, defined beside the key lifecycle that calls it.
 pub use crate::keys::KeyImport;
 
-/// Checks a compact JWS's signature with one public key, for the preflight of DECISIONS §15:
-/// the JOSE code the domain leaves to an adapter (`registry-oidc` implements it with the code
-/// that verifies identity tokens).
+/// Checks a compact JWS's signature with one public key, for the preflight (docs/api.md,
+/// "Preflight"): the JOSE code the domain leaves to an adapter (`registry-oidc` implements it with
+/// the code that verifies identity tokens).
 pub trait TokenSignatureCheck: Send + Sync {
     /// Whether `token`'s signature, made with the algorithm its header names, verifies with the
     /// public key `jwk`; false for a key that cannot verify that algorithm, and for an algorithm
@@ -135,7 +135,7 @@ pub trait ServiceStore: Send + Sync {
     fn service(&self, id: Uuid) -> StoreResult<Option<Service>>;
     /// The services of a customer, oldest first.
     fn services_of(&self, customer_id: Uuid) -> StoreResult<Vec<Service>>;
-    /// How many services a customer has (its quota, DECISIONS §17).
+    /// How many services a customer has (its quota: docs/api.md, "Errors").
     fn count_services_of(&self, customer_id: Uuid) -> StoreResult<u64>;
     /// Which of `subdomains` name services of `customer_id` (lower-case comparison).
     fn owned_subdomains(
@@ -149,7 +149,7 @@ pub trait ServiceStore: Send + Sync {
     fn delete_service(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// Up to `limit` anonymous services whose expiry is at or before `now`.
     fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Service>>;
-    /// How many anonymous services are live at `now` (the ceiling of DECISIONS §9).
+    /// How many anonymous services are live at `now` (the ceiling: docs/api.md, "Errors").
     fn live_anonymous(&self, now: OffsetDateTime) -> StoreResult<u64>;
     /// Publishes (inserts or replaces) a configuration. `NotFound` when the service is gone.
     fn put_config(&self, config: &PublishedConfig, event: &AuditEvent) -> StoreResult<()>;
@@ -217,7 +217,7 @@ pub trait AccountStore: Send + Sync {
     fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>>;
     /// A customer's accounts, oldest first.
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>>;
-    /// How many accounts a customer has (its quota, DECISIONS §17).
+    /// How many accounts a customer has (its quota: docs/api.md, "Errors").
     fn count_accounts_of(&self, customer_id: Uuid) -> StoreResult<u64>;
     /// Writes name and policy (re-indexing issuers). `NotFound` when it is gone.
     fn update_account(&self, account: &ServiceAccount, event: &AuditEvent) -> StoreResult<()>;
@@ -301,8 +301,8 @@ pub trait ChangeFeed: Send + Sync {
     fn prune_changes(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
     /// Whether the database answers (the primary: where writes go).
     fn ping(&self) -> StoreResult<()>;
-    /// Which sides of the database answer now (DECISIONS §14). The default: a database without
-    /// a read replica, up when [`ChangeFeed::ping`] answers.
+    /// Which sides of the database answer now (docs/api.md, "Read replicas and the primary down").
+    /// The default: a database without a read replica, up when [`ChangeFeed::ping`] answers.
     fn sides(&self) -> DatabaseSides {
         DatabaseSides {
             primary: self.ping().is_ok(),
@@ -311,7 +311,7 @@ pub trait ChangeFeed: Send + Sync {
     }
 }
 
-/// Which sides of the database answer (DECISIONS §14).
+/// Which sides of the database answer (docs/api.md, "Read replicas and the primary down").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DatabaseSides {
     /// The primary, where writes go, and reads when there is no read replica.
@@ -340,9 +340,9 @@ pub struct ReadReplica {
     pub lagging: bool,
 }
 
-/// The audit trail (DECISIONS §13). Events are written by the storage calls that make changes,
-/// each in its change's transaction and only when the change happened; this port reads and
-/// prunes them.
+/// The audit trail (docs/api.md, "Audit trail and last use"). Events are written by the storage
+/// calls that make changes, each in its change's transaction and only when the change happened;
+/// this port reads and prunes them.
 pub trait AuditLog: Send + Sync {
     /// A page of the trail, newest first, in the order the changes committed. A cursor whose
     /// event is not in the query's trail (another customer's, pruned, made up) is `NotFound`.
@@ -351,9 +351,9 @@ pub trait AuditLog: Send + Sync {
     fn prune_audit(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
 }
 
-/// The refusal log (DECISIONS §12): per account and class (near misses of its rules, others;
-/// §17), the newest [`crate::refusal::KEPT_PER_ACCOUNT`] records of federated requests refused
-/// after their signature verified.
+/// The refusal log (docs/api.md, "Explaining refusals"): per account and class (near misses of its
+/// rules, others), the newest [`crate::refusal::KEPT_PER_ACCOUNT`] records of federated requests
+/// refused after their signature verified.
 pub trait RefusalLog: Send + Sync {
     /// Appends `record` (see [`crate::refusal::record`]) to the log of each account given, in
     /// the class [`crate::refusal::is_near_record`] says, and keeps each class of each log to
@@ -374,7 +374,7 @@ pub trait RefusalLog: Send + Sync {
     fn prune_refusals(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
 }
 
-/// Which hosted document a public fetch was of (DECISIONS §15).
+/// Which hosted document a public fetch was of (docs/api.md, "Fetch evidence").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FetchedDocument {
     /// `/.well-known/openid-configuration`.
@@ -430,8 +430,8 @@ pub struct DocumentFetches {
     pub agents: Vec<AgentFetches>,
 }
 
-/// The fetch evidence of DECISIONS §15: public fetches per service, document and hour, summed
-/// over every replica; kept 24 hours.
+/// The fetch evidence (docs/api.md, "Fetch evidence"): public fetches per service, document and
+/// hour, summed over every replica; kept 24 hours.
 pub trait FetchLog: Send + Sync {
     /// Adds each replica count to the hour bucket of its `last_at` (per document and per agent).
     fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()>;
@@ -490,7 +490,7 @@ pub struct VerifiedToken {
 }
 
 /// Why a presented JWT was not accepted: the text goes to the server log, never to the client;
-/// the code goes to the owner of the account, through explain (DECISIONS §12).
+/// the code goes to the owner of the account, through explain (docs/api.md, "Explaining refusals").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{detail}")]
 pub struct TokenRejection {

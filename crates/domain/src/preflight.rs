@@ -1,12 +1,12 @@
-//! Before a cloud refuses (DECISIONS §15): what AWS, GCP and Azure would refuse of a hosted
-//! issuer's published documents, and of a token the owner's workload would present to them.
+//! Before a cloud refuses (docs/api.md, "Preflight"): what AWS, GCP and Azure would refuse of a
+//! hosted issuer's published documents, and of a token the owner's workload would present to them.
 //!
 //! Pure: the published documents, the hosted issuer, the token's parts, the outcome of the
 //! signature check (done by an adapter, [`crate::ports::TokenSignatureCheck`]) and `now` are
 //! parameters. Each cloud's rule is written once, in the [`Cloud`] methods; `docs/api.md`
 //! cites each cloud's documentation for it.
 //!
-//! Codes are a list of their own, apart from §12's reason codes: [`codes`].
+//! Codes are a list of their own, apart from the reason codes of explain: [`codes`].
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;

@@ -20,16 +20,16 @@ pub const JWKS_PATH: &str = "/openid/v1/jwks";
 pub const MAX_KEYS: usize = 100;
 /// Smallest RSA modulus accepted, in bits.
 pub const MIN_RSA_BITS: usize = 2048;
-/// Largest RSA modulus accepted, in bits (DECISIONS §17): a verifier's work grows with the
-/// modulus, and a forged token must not cost it more than a key of 8192 bits does.
+/// Largest RSA modulus accepted, in bits (docs/api.md, "Key lifecycle"): a verifier's work grows
+/// with the modulus, and a forged token must not cost it more than a key of 8192 bits does.
 pub const MAX_RSA_BITS: usize = 8192;
-/// Largest RSA public exponent accepted, 2^31 − 1 (DECISIONS §17): verifying takes one
-/// multiplication per bit of the exponent, so an exponent as large as the modulus (`n − 2`)
+/// Largest RSA public exponent accepted, 2^31 − 1 (docs/api.md, "Key lifecycle"): verifying takes
+/// one multiplication per bit of the exponent, so an exponent as large as the modulus (`n − 2`)
 /// makes every verification as slow as signing.
 pub const MAX_RSA_EXPONENT: u32 = i32::MAX as u32;
 
-/// Why an RSA public key is not one a verifier can afford (DECISIONS §17: a modulus of 2048 to
-/// 8192 bits and an odd public exponent from 3 to 2^31 − 1).
+/// Why an RSA public key is not one a verifier can afford (a modulus of 2048 to 8192 bits and an
+/// odd public exponent from 3 to 2^31 − 1: docs/api.md, "Key lifecycle").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RsaBound {
     /// The modulus has this many bits, outside [`MIN_RSA_BITS`]–[`MAX_RSA_BITS`].
@@ -112,9 +112,9 @@ pub fn jwks_uri(issuer: &str) -> String {
 /// The default subject of the wiring guide: a Kubernetes service account.
 pub const DEFAULT_WIRING_SUBJECT: &str = "system:serviceaccount:default:default";
 
-/// What to register in AWS, GCP and Azure to trust `issuer` (DECISIONS §11, "Wiring guide"),
-/// for tokens whose `sub` is `subject`. The AWS trust policy conditions on `aud` **and** `sub`:
-/// a policy on `aud` alone lets every subject of the issuer assume the role.
+/// What to register in AWS, GCP and Azure to trust `issuer` (docs/api.md, "Key lifecycle", the
+/// wiring guide), for tokens whose `sub` is `subject`. The AWS trust policy conditions on `aud`
+/// **and** `sub`: a policy on `aud` alone lets every subject of the issuer assume the role.
 ///
 /// ```
 /// use registry_domain::publishing::wiring_guide;
@@ -277,8 +277,9 @@ pub fn publish(
     })
 }
 
-/// The warning of an upload that keeps no key of the previous set (DECISIONS §8); with the
-/// time until which the registry keeps the old keys published, when it does (§11).
+/// The warning of an upload that keeps no key of the previous set (docs/api.md, "Upload checks");
+/// with the time until which the registry keeps the old keys published, when it does (docs/api.md,
+/// "Key lifecycle").
 pub(crate) fn no_overlap_warning(
     previous: &[String],
     retained_until: Option<time::OffsetDateTime>,
@@ -496,7 +497,8 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
         }
         Some("EC") => {
             let (size, algs): (usize, &[&str]) = match key.get("crv").and_then(Value::as_str) {
-                // The curves of the algorithms verifiers accept (DECISIONS §7: ES256, ES384).
+                // The curves of the algorithms verifiers accept (ES256, ES384: docs/api.md,
+                // "Key lifecycle").
                 Some("P-256") => (32, &["ES256"]),
                 Some("P-384") => (48, &["ES384"]),
                 _ => {

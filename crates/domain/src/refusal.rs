@@ -1,10 +1,10 @@
-//! The refusal log (DECISIONS §12): a federated request refused after its signature verified is
-//! recorded for the owner of the accounts that trust its issuer, so that they can find out why
-//! a 401 said nothing. Never the token; only the claims the owner's rules look at.
+//! The refusal log (docs/api.md, "Explaining refusals"): a federated request refused after its
+//! signature verified is recorded for the owner of the accounts that trust its issuer, so that they
+//! can find out why a 401 said nothing. Never the token; only the claims the owner's rules look at.
 //!
 //! Anyone can hold a genuine token of a shared issuer (any repository's workflow gets one of
 //! GitHub's, with the `aud` it asks for), so the log sorts each refusal into one of two classes
-//! with a budget and a retention of their own (DECISIONS §17): near misses of the account's own
+//! with a budget and a retention of their own: near misses of the account's own
 //! rules ([`is_near_miss`]), which outsiders cannot produce, and the rest.
 
 use crate::policy::{Action, Policy, ReasonCode};
@@ -147,10 +147,10 @@ pub fn subject_anchor(pattern: &str) -> SubjectAnchor<'_> {
 }
 
 /// Whether a refusal of a token with `claims` is a near miss of `policy`'s rules, and so goes
-/// to the class of the log that outsiders cannot fill (DECISIONS §17): a rule with the token's
-/// exact `iss` accepts all its claims (the service or the address was refused), or the token's
-/// `sub` shares the [`subject_anchor`] of such a rule's `sub` pattern. A holder of a token of
-/// the same issuer who is not the owner (`repo:evil/…`, `repo:acme-evil/…`) is far.
+/// to the class of the log that outsiders cannot fill (docs/api.md, "Explaining refusals"): a rule
+/// with the token's exact `iss` accepts all its claims (the service or the address was refused), or
+/// the token's `sub` shares the [`subject_anchor`] of such a rule's `sub` pattern. A holder of a
+/// token of the same issuer who is not the owner (`repo:evil/…`, `repo:acme-evil/…`) is far.
 ///
 /// ```
 /// use registry_domain::policy::Policy;

@@ -56,8 +56,9 @@ pub struct PublishedConfig {
     pub updated_at: OffsetDateTime,
     /// The last change of the public documents before `updated_at`, as the store recorded it
     /// (`None`: none known). A client may hold it as `Last-Modified`: when it falls in the same
-    /// second as `updated_at`, a date cannot tell the two versions apart (DECISIONS §17).
+    /// second as `updated_at`, a date cannot tell the two versions apart (docs/api.md, "Public
+    /// hosting").
     pub previous_change_at: Option<OffsetDateTime>,
-    /// Every key published, current and retired (DECISIONS §11).
+    /// Every key published, current and retired (docs/api.md, "Key lifecycle").
     pub keys: crate::keys::KeyState,
 }

@@ -160,7 +160,7 @@ impl KeyCache {
                     .fetch_add(1, Ordering::Relaxed);
                 state.failed_at = Some(now);
                 // The grace of stale keys is for an issuer that cannot answer; one that answers
-                // that its keys are gone has withdrawn them (DECISIONS §17).
+                // that its keys are gone has withdrawn them (docs/api.md, "Authentication").
                 if error.is_withdrawal() {
                     tracing::warn!(
                         issuer = iss,

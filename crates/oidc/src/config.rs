@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// How the verifier fetches and caches issuers' keys.
 ///
-/// [`OidcConfig::default`] holds the production values of DECISIONS.md §7; only
+/// [`OidcConfig::default`] holds the production values (docs/api.md, "Authentication"); only
 /// `allow_insecure_issuers` is meant to change outside tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OidcConfig {

@@ -139,7 +139,7 @@ impl OidcError {
         )
     }
 
-    /// The reason code of DECISIONS §12 this failure is reported with.
+    /// The reason code this failure is reported with (docs/api.md, "Explaining refusals").
     pub fn reason_code(&self) -> ReasonCode {
         match self {
             OidcError::Malformed(_)

@@ -49,7 +49,8 @@ struct GuardedResolver {
 /// The loopback addresses of `localhost` and `*.localhost`, which RFC 6761 §6.3 reserves for
 /// the local host: answered here because system resolvers disagree (glibc resolves `localhost`
 /// from `/etc/hosts` but not `foo.localhost`), and a hosted issuer is `{subdomain}.localhost`
-/// by default (DECISIONS §8). IPv4 first, so an IPv4-only listener is reached at once.
+/// by default (docs/api.md, "Public hosting"). IPv4 first, so an IPv4-only listener is reached at
+/// once.
 fn localhost_addrs(host: &str) -> Option<[IpAddr; 2]> {
     let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     let is_localhost = host == "localhost"

@@ -1,6 +1,6 @@
-//! Issuers this registry hosts itself (DECISIONS §17): their tokens are checked against the
-//! key sets the registry publishes, read from its own data by the caller, never fetched over
-//! HTTP. A withdrawal, a deletion or a key withdrawal then applies to the very next token, on
+//! Issuers this registry hosts itself (docs/api.md, "Authentication"): their tokens are checked
+//! against the key sets the registry publishes, read from its own data by the caller, never fetched
+//! over HTTP. A withdrawal, a deletion or a key withdrawal then applies to the very next token, on
 //! every replica, instead of after a key cache's grace.
 
 use crate::error::OidcError;

@@ -104,9 +104,9 @@ struct Key {
     verifiers: Vec<(Alg, Box<dyn JwsVerifier>)>,
 }
 
-/// Whether verifying with this key costs what the registry allows (DECISIONS §17): an RSA key
-/// needs a modulus of 2048 to 8192 bits and an odd exponent from 3 to 2^31 − 1, the bounds the
-/// domain puts on uploads. OpenSSL itself imports moduli of up to 16,384 bits and any
+/// Whether verifying with this key costs what the registry allows (docs/api.md, "Key lifecycle"):
+/// an RSA key needs a modulus of 2048 to 8192 bits and an odd exponent from 3 to 2^31 − 1, the
+/// bounds the domain puts on uploads. OpenSSL itself imports moduli of up to 16,384 bits and any
 /// exponent, and a forged token against such a key costs milliseconds of a worker's time.
 /// Other key types have a fixed size.
 fn affordable(jwk: &Jwk) -> bool {
@@ -170,7 +170,7 @@ impl registry_domain::ports::KeyImport for VerifierKeyImport {
     }
 }
 
-/// Checks a preflight token's signature with one published key (DECISIONS §15), with the
+/// Checks a preflight token's signature with one published key (docs/api.md, "Preflight"), with the
 /// very verifiers that check identity tokens: the algorithm the token's header names, a key
 /// within the registry's bounds, josekit's verification.
 #[derive(Debug, Clone, Copy, Default)]
@@ -219,7 +219,8 @@ impl KeySet {
             .and_then(Value::as_array)
             .ok_or("no keys array")?;
         // The first usable keys only: what one issuer holds in the cache stays small, whatever
-        // its key set document says (a published set never has more, DECISIONS §8).
+        // its key set document says (a published set never has more: docs/api.md,
+        // "Key lifecycle").
         let keys = entries
             .iter()
             .filter_map(Value::as_object)

@@ -1,7 +1,7 @@
 //! # registry-oidc
 //!
 //! The remote-JWKS adapter of the registry: verifies identity tokens minted by external OIDC
-//! issuers (DECISIONS.md §7).
+//! issuers (docs/api.md, "Authentication").
 //!
 //! A token's header and payload are read without trust to learn `alg`, `kid` and `iss`; the
 //! issuer's keys come from `{iss}/.well-known/openid-configuration` → `jwks_uri`, fetched

@@ -1,6 +1,7 @@
-//! The HTTP side of `registry sync` (DECISIONS §11): read a source issuer's discovery document
-//! and key set (a Kubernetes API server, any issuer URL, or files), read what the registry
-//! publishes, and upload when they differ (`registry_domain::keys::sync_plan` decides).
+//! The HTTP side of `registry sync` (docs/api.md, "Key lifecycle"): read a source issuer's
+//! discovery document and key set (a Kubernetes API server, any issuer URL, or files), read what
+//! the registry publishes, and upload when they differ (`registry_domain::keys::sync_plan`
+//! decides).
 //!
 //! Unlike the verifier's fetcher, this client goes where its operator points it (an in-cluster
 //! API server has a private address), with the operator's CA and bearer token.

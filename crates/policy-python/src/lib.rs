@@ -1,4 +1,4 @@
-//! The Python module `registry_policy` (DECISIONS §16): the registry's policy engine,
+//! The Python module `registry_policy`: the registry's policy engine,
 //! `registry-policy`, as it decides in the registry, for teams that embed it in Python.
 //!
 //! - `Policy(document)`: a dict or a JSON text; an invalid one raises `PolicyError`, whose

@@ -1,4 +1,4 @@
-"""The module registry_policy (DECISIONS §16) against the Rust engine's own expectations: the
+"""The module registry_policy against the Rust engine's own expectations: the
 golden policy test cases that `registry policy test` runs (crates/policy/tests/cases), the policy
 fixtures of the schema (tests/fixtures/policies), and the examples of the README."""
 

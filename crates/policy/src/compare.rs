@@ -1,5 +1,5 @@
-//! Whether a new version of a policy admits a request the old one refuses (DECISIONS §16): what
-//! the review of a policy change needs.
+//! Whether a new version of a policy admits a request the old one refuses: what the
+//! review of a policy change needs.
 //!
 //! Two halves, each sound on its own. The proof: every rule of the new policy is subsumed by
 //! rules of the old one (same issuer; each claim the old rule checks, the new one checks with a

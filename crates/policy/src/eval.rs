@@ -42,7 +42,7 @@ impl fmt::Display for Decision {
 /// service, action; a token that no rule accepts is refused as such before its address is looked at, so
 /// the refusal does not reveal an allowlist to a stranger.
 ///
-/// Suggested statuses (DECISIONS §4): [`DenyReason::KindMismatch`] and
+/// Suggested statuses (docs/api.md, "Authentication"): [`DenyReason::KindMismatch`] and
 /// [`DenyReason::NoRuleMatched`] are credential failures (401); the others are 403.
 ///
 /// Which check of which rule refused a token is [`Policy::explain`]'s answer: `evaluate` only

@@ -1,4 +1,4 @@
-//! Why a policy admits or refuses a token (DECISIONS §12): the decision of
+//! Why a policy admits or refuses a token (docs/api.md, "Explaining refusals"): the decision of
 //! [`Policy::evaluate`], with the matching rule, the first failing check of every rule of the
 //! token's issuer, and hints for near misses. A 401 says nothing to its caller; this is what the
 //! owner of the account can see.
@@ -11,7 +11,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::net::IpAddr;
 
-/// The reason codes of DECISIONS §12, stable strings.
+/// The reason codes of explain and the refusal log (docs/api.md, "Explaining refusals"), stable
+/// strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ReasonCode {

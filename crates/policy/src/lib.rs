@@ -86,8 +86,8 @@ pub struct LiteralService {
 pub struct ParsedPolicy {
     /// The policy.
     pub policy: Policy,
-    /// Sentences about risky but valid choices (DECISIONS §7: a rule accepting any `sub` or
-    /// `aud`), for the `warnings` array of the response.
+    /// Sentences about risky but valid choices (a rule accepting any `sub` or `aud`), for the
+    /// `warnings` array of the response (docs/api.md, "Responses").
     pub warnings: Vec<String>,
 }
 
@@ -253,7 +253,7 @@ impl Policy {
                 ip_allowlist,
             }),
         };
-        // The API's warnings (§7) are the lint's findings about any subject or audience.
+        // The API's warnings are the lint's findings about any subject or audience.
         let warnings = policy
             .lint()
             .into_iter()

@@ -1,6 +1,6 @@
-//! Findings about valid but risky policies (DECISIONS §12): what `registry policy check` prints.
-//! Each finding has a stable code, a severity, a pointer into the policy document and a
-//! sentence. Schema violations are errors; everything here is a warning.
+//! Findings about valid but risky policies (docs/api.md, "Explaining refusals"): what `registry
+//! policy check` prints. Each finding has a stable code, a severity, a pointer into the policy
+//! document and a sentence. Schema violations are errors; everything here is a warning.
 
 use super::pattern::ClaimPattern;
 use super::Policy;
@@ -154,7 +154,7 @@ fn shadows(earlier: &Value, later: &Value) -> bool {
 }
 
 impl Policy {
-    /// The warnings of DECISIONS §12 about this policy, in document order.
+    /// The lint's warnings about this policy, in document order.
     ///
     /// ```
     /// use registry_policy::Policy;

@@ -1,4 +1,5 @@
-//! Claim patterns (DECISIONS §7) and the small glob engine that service patterns share.
+//! Claim patterns (docs/api.md, "Authentication") and the small glob engine that service patterns
+//! share.
 //!
 //! The engine is ours rather than the `glob` crate's: claim values contain `[`, `]`, `\` and `**`,
 //! which `glob` would read as syntax, and a pattern split at its `*`s into fixed-length pieces can be
@@ -359,7 +360,7 @@ fn start_of_last_chars(s: &str, n: usize) -> Option<usize> {
     s.char_indices().rev().nth(n - 1).map(|(i, _)| i)
 }
 
-/// A compiled claim pattern of an OIDC rule (DECISIONS §7).
+/// A compiled claim pattern of an OIDC rule (docs/api.md, "Authentication").
 ///
 /// `*` matches any run of characters (also `/` and `:`), `?` exactly one character, everything
 /// else is literal (including `[`, `]` and `\`). Matching is anchored at both ends and
@@ -441,7 +442,8 @@ impl ClaimPattern {
         self.glob.matches(value)
     }
 
-    /// Whether a claim (absent when `None`) matches, following the type rules of DECISIONS §7.
+    /// Whether a claim (absent when `None`) matches, following the type rules of docs/api.md,
+    /// "Authentication".
     pub fn matches(&self, claim: Option<&Value>) -> bool {
         claim.is_some_and(|v| self.matches_view(&ClaimView::of(v)))
     }

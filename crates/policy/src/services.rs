@@ -94,7 +94,7 @@ impl<'a> Scope<'a> {
     }
 
     /// Whether the scope holds `"*"` (every service of the customer): the condition for managing
-    /// service accounts (DECISIONS §5).
+    /// service accounts (docs/api.md, "Authentication").
     pub fn includes_all(&self) -> bool {
         self.sets().iter().any(|s| s.includes_all)
     }

@@ -1,5 +1,6 @@
 //! The engine against a reference written as plainly as possible: a loop over the document's
-//! rules, a recursive glob, the type rules of DECISIONS §7. `evaluate`, `explain`,
+//! rules, a recursive glob, the type rules of docs/api.md,
+//! "Authentication". `evaluate`, `explain`,
 //! `matching_rules` and `compare` must agree with it on random policies and requests, whatever
 //! the candidate index does.
 

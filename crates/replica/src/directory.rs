@@ -5,10 +5,10 @@
 //! The trust index is exact, not a cache: loaded whole at start-up and changed only by the
 //! change log. A token whose issuer the index does not name costs the request's one database
 //! read (an account created on another replica a moment ago is in the change log: it is
-//! usable at once, DECISIONS §14); if no policy names it then either, that issuer is refused
-//! from memory for the next 10 s (a keyed hash of it, bounded), before any key fetch. Each
-//! account is one `Arc`, shared by every issuer it trusts; its size is bounded when it is saved
-//! (`registry_domain::limits`).
+//! usable at once, docs/api.md, "Authentication"); if no policy names it then either, that issuer
+//! is refused from memory for the next 10 s (a keyed hash of it, bounded), before any key fetch.
+//! Each account is one `Arc`, shared by every issuer it trusts; its size is bounded when it is
+//! saved (`registry_domain::limits`).
 //!
 //! Every change to a service (its configuration, its secret) or to an account (its policy, its
 //! token) appends to the change log in the same transaction. Each authenticated request reads the
@@ -34,7 +34,7 @@ pub(crate) const BATCH: usize = 500;
 /// Entries per map before it is emptied (memory stays bounded whatever the callers send).
 const MAX_ENTRIES: usize = 100_000;
 /// How long an issuer that no policy named at its last database look-up is refused from
-/// memory (DECISIONS §14: a made-up name costs at most one read per 10 s).
+/// memory (a made-up name costs at most one read per 10 s: docs/api.md, "Authentication").
 const UNKNOWN_ISSUER_SECONDS: i64 = 10;
 
 /// The accounts whose rules name one issuer.

@@ -1,6 +1,6 @@
-//! The replica's count of public fetches (DECISIONS §15): per service and document, the 200s
-//! and 304s, the last fetch, and the most frequent User-Agents, in memory until the next flush
-//! to the store ([`Fetches::take`]). Bounded whatever clients send: at most
+//! The replica's count of public fetches (docs/api.md, "Fetch evidence"): per service and document,
+//! the 200s and 304s, the last fetch, and the most frequent User-Agents, in memory until the next
+//! flush to the store ([`Fetches::take`]). Bounded whatever clients send: at most
 //! [`MAX_SERVICES`] services between two flushes (fetches of others are dropped, and counted),
 //! [`AGENTS_PER_DOCUMENT`] agents per document (the space-saving algorithm: a new agent takes
 //! the place of the least frequent one, and its count), each cut to [`AGENT_CHARS`] characters.

@@ -23,7 +23,7 @@ pub struct Replica {
     pub directory: Directory,
     /// Published documents, served from memory.
     pub hosting: HostingCache,
-    /// Public fetches counted since the last flush (DECISIONS §15).
+    /// Public fetches counted since the last flush (docs/api.md, "Fetch evidence").
     pub fetches: crate::fetches::Fetches,
 }
 
@@ -155,7 +155,8 @@ impl Replica {
     /// Starts again from the database: the trust index read whole, every cache emptied (hosted
     /// documents are read when first asked for), then the position read before them (changes
     /// racing with the load are replayed). Costs the same whatever the number of published
-    /// services (DECISIONS §14). The start-up load, and a replica behind the change log's horizon.
+    /// services (docs/api.md, "Limits that hold (second security review)"). The start-up load, and
+    /// a replica behind the change log's horizon.
     pub async fn reload_everything(&self) -> ReplicaResult<()> {
         let (latest, oidc_accounts) = self
             .db(|s| {
@@ -299,7 +300,8 @@ impl Replica {
     /// The documents an issuer this registry hosts publishes now: `None` when the issuer is not
     /// one of its own (its keys are fetched over HTTP), `Some(None)` when it is but publishes
     /// nothing (no configuration, deleted, expired). Read from the registry's own data, never over
-    /// HTTP, so that a withdrawal applies to the next token (DECISIONS §17).
+    /// HTTP, so that a withdrawal applies to the next token
+    /// (docs/api.md, "Authentication").
     pub async fn hosted_issuer(&self, issuer: &str) -> ReplicaResult<Option<Option<Arc<Hosted>>>> {
         match self.hosting.issuers().hosted(issuer) {
             None => Ok(None),

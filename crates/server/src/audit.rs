@@ -1,5 +1,6 @@
-//! `registry audit` (DECISIONS §13): an operator's read of the audit trail. The events
-//! themselves are written by the storage calls that make the changes, in their transactions.
+//! `registry audit` (docs/api.md, "Audit trail and last use"): an operator's read of the audit
+//! trail. The events themselves are written by the storage calls that make the changes, in their
+//! transactions.
 
 use anyhow::Context;
 use registry_domain::audit::{Action, AuditQuery, Trail, MAX_PAGE};

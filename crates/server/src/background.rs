@@ -48,8 +48,8 @@ pub async fn reap_expired(state: web::Data<AppState>) {
     }
 }
 
-/// Adds this replica's counts of public fetches to the database (DECISIONS §15), once a
-/// `REGISTRY_FETCH_FLUSH_SECONDS`; counts that fail to go are kept for the next flush.
+/// Adds this replica's counts of public fetches to the database (docs/api.md, "Fetch evidence"),
+/// once a `REGISTRY_FETCH_FLUSH_SECONDS`; counts that fail to go are kept for the next flush.
 pub async fn flush_fetches(state: web::Data<AppState>) {
     let every = Duration::from_secs(state.settings.fetch_flush_seconds);
     let mut interval = tokio::time::interval(every);

@@ -1,5 +1,6 @@
 //! Reading JSON request bodies: size limit, media type, syntax, and strict field checks; and
-//! the deadline every request body must meet (DECISIONS §17).
+//! the deadline every request body must meet (docs/api.md, "Limits that hold (second security
+//! review)").
 
 use crate::problem::{ApiError, ApiResult};
 use actix_web::body::MessageBody;
@@ -20,7 +21,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::{sleep_until, Instant, Sleep};
 
-/// Seconds a request body may take to arrive, counted from its headers (DECISIONS §17).
+/// Seconds a request body may take to arrive, counted from its headers (docs/api.md, "Limits that
+/// hold (second security review)").
 pub const BODY_DEADLINE_SECS: u64 = 10;
 
 /// The middleware that holds every request body to [`BODY_DEADLINE_SECS`], whatever the

@@ -1,7 +1,7 @@
 //! The caller of a request, as handler arguments: each reads what authentication needs from
 //! the request ([`Presented`]), runs the authentication and the access decision of its kind of
 //! call (`registry_auth`) before the handler reads anything else, and refuses with the answer
-//! of DECISIONS §4 (401, 403, 404) when the call may not proceed.
+//! of docs/api.md, "Authentication" (401, 403, 404) when the call may not proceed.
 //!
 //! actix polls a handler's arguments together and answers with the first error: an argument
 //! that can fail (a query string) goes before the caller, so that its 400 never races the
@@ -35,7 +35,7 @@ pub struct Gate {
 pub struct Collection(pub Caller);
 
 /// A caller managing the customer's service accounts: an account whose patterns include `"*"`
-/// (DECISIONS §5).
+/// (docs/api.md, "Authentication").
 #[derive(Debug)]
 pub struct Manager(pub Caller);
 

@@ -1,5 +1,5 @@
-//! The client's address (DECISIONS §5): the TCP peer, or behind trusted proxies the right-most
-//! `X-Forwarded-For` address that is not itself a trusted proxy.
+//! The client's address (docs/api.md, "Limits"): the TCP peer, or behind trusted proxies the
+//! right-most `X-Forwarded-For` address that is not itself a trusted proxy.
 //!
 //! The chain is read from the right, the end the trusted proxy wrote, and reading stops at the
 //! first entry that does not parse: everything left of it is whatever the client sent. Such a

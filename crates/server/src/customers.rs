@@ -1,4 +1,4 @@
-//! `registry customer …`: operators create customers from the command line (DECISIONS §1).
+//! `registry customer …`: operators create customers from the command line.
 //! Each command calls one use case of `registry_domain::app::customers` and prints its answer.
 
 use crate::system::{OsRandomness, SystemClock};

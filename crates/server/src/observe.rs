@@ -38,9 +38,9 @@ fn acceptable_id(value: &HeaderValue) -> bool {
 
 /// A version-4 UUID of 122 random bits. Ids correlate log lines with responses, and they are
 /// shown to clients: a counter would tell anyone how many requests the server answered between
-/// two of theirs (DECISIONS §17). The bits come from `rand`'s per-thread ChaCha generator,
-/// seeded (and periodically reseeded) from the operating system: unpredictable, without a
-/// system call per request.
+/// two of theirs (docs/api.md, "Responses"). The bits come from `rand`'s per-thread ChaCha
+/// generator, seeded (and periodically reseeded) from the operating system: unpredictable, without
+/// a system call per request.
 fn new_request_id() -> web::Bytes {
     // One u128 is two draws of the generator; an array of bytes would be sixteen.
     let id = uuid::Builder::from_random_bytes(rand::random::<u128>().to_ne_bytes()).into_uuid();

@@ -1,4 +1,5 @@
-//! `registry policy …`: policy documents offline, through the domain crate alone (DECISIONS §12).
+//! `registry policy …`: policy documents offline, through the domain crate alone (docs/api.md,
+//! "Explaining refusals").
 
 use anyhow::Context;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -101,8 +102,9 @@ fn parse_action(text: &str) -> Result<Action, String> {
     })
 }
 
-/// The most a policy command reads of one file (DECISIONS §17). A policy the API accepts is
-/// far smaller; without a bound, `/dev/zero` or a FIFO that never ends would take all memory.
+/// The most a policy command reads of one file (docs/api.md, "Limits that hold (second security
+/// review)"). A policy the API accepts is far smaller; without a bound, `/dev/zero` or a FIFO that
+/// never ends would take all memory.
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// The text of `path`, at most [`MAX_FILE_BYTES`]: one byte more is read, never the rest, so

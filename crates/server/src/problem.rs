@@ -66,11 +66,11 @@ pub enum ApiError {
     /// The subdomain is taken.
     #[error("{0}")]
     Conflict(String),
-    /// The body did not arrive in time after the headers (DECISIONS §17); the connection
-    /// closes after this answer.
+    /// The body did not arrive in time after the headers (docs/api.md, "Limits that hold (second
+    /// security review)"); the connection closes after this answer.
     #[error("the request body did not arrive within {0} seconds of the headers")]
     RequestTimeout(u64),
-    /// A per-customer quota is reached (DECISIONS §17).
+    /// A per-customer quota is reached (docs/api.md, "Errors").
     #[error("{0}")]
     QuotaExceeded(String),
     /// The body is larger than allowed.
@@ -85,13 +85,13 @@ pub enum ApiError {
         retry_after_secs: u64,
         detail: String,
     },
-    /// A `kid` published now came back with other key material (DECISIONS §11).
+    /// A `kid` published now came back with other key material (docs/api.md, "Key lifecycle").
     #[error("a key id is already published with other key material")]
     KidReused(Vec<Violation>),
     /// The database does not answer.
     #[error("the service is temporarily unavailable, retry shortly")]
     Unavailable,
-    /// A ceiling on something shared by every client is reached (DECISIONS §9).
+    /// A ceiling on something shared by every client is reached (docs/api.md, "Errors").
     #[error("{detail}")]
     Capacity {
         retry_after_secs: u64,
@@ -338,7 +338,8 @@ impl ResponseError for ApiError {
             ApiError::Busy => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
-            // A restart or a fail-over of the database takes seconds (DECISIONS §14).
+            // A restart or a fail-over of the database takes seconds (docs/api.md, "Read replicas
+            // and the primary down").
             ApiError::Unavailable => {
                 response.insert_header((header::RETRY_AFTER, "5"));
             }

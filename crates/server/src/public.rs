@@ -1,5 +1,6 @@
 //! The public path: a service's discovery document and key set, chosen by `Host`
-//! (DECISIONS §8), from the replica's memory; and the configuration body of the API's GET.
+//! (docs/api.md, "Public hosting"), from the replica's memory; and the configuration body of the
+//! API's GET.
 
 use crate::problem::ApiError;
 use crate::state::AppState;
@@ -178,7 +179,7 @@ fn respond(
 /// Whether a client holding `since` as `Last-Modified` holds the current documents (RFC 9110
 /// §13.1.3). Dates have whole seconds: when the second of the last change saw another one, a
 /// client holding that date may hold the older version, so only a later date answers 304
-/// (DECISIONS §17).
+/// (docs/api.md, "Public hosting").
 fn unchanged_since(hosted: &Hosted, since: OffsetDateTime) -> bool {
     hosted.modified_at < since || (hosted.modified_at == since && !hosted.modified_second_shared)
 }

@@ -25,7 +25,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// Every setting of the server (DECISIONS §10).
+/// Every setting of the server.
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
     /// Address and port to listen on.
@@ -116,8 +116,7 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_HOSTING_CACHE_BYTES", default_value_t = 512 * 1024 * 1024)]
     pub hosting_cache_bytes: usize,
 
-    /// Days the audit trail keeps its events (DECISIONS §13); older ones are deleted by the
-    /// reaper.
+    /// Days the audit trail keeps its events; older ones are deleted by the reaper.
     #[arg(
         long,
         env = "REGISTRY_AUDIT_RETENTION_DAYS",
@@ -132,14 +131,14 @@ pub struct Settings {
     pub reap_every_seconds: u64,
 
     /// Seconds between two flushes of this replica's counts of public fetches to the database
-    /// (DECISIONS §15: `GET /services/{s}/fetches` sums every replica's within 60 s).
+    /// (`GET /services/{s}/fetches` sums every replica's within 60 s).
     #[arg(long, env = "REGISTRY_FETCH_FLUSH_SECONDS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=30))]
     pub fetch_flush_seconds: u64,
 
     /// Failed authentications one client address may make per minute before it gets 429
-    /// (an IPv4 address alone, IPv6 by its /64; DECISIONS §9). A credential this replica
-    /// verified within the last minute is never refused by it (§17).
+    /// (an IPv4 address alone, IPv6 by its /64). A credential this replica
+    /// verified within the last minute is never refused by it.
     #[arg(long, env = "REGISTRY_AUTH_FAILURES_PER_MINUTE", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub auth_failures_per_minute: u32,

@@ -26,7 +26,7 @@ pub struct AppState {
     pub settings: Settings,
     /// Trusted proxy networks, parsed from the settings.
     pub trusted_proxies: Vec<IpNetwork>,
-    /// The client networks that may read `/metrics` (DECISIONS §17).
+    /// The client networks that may read `/metrics` (docs/api.md, "Responses").
     pub metrics_allow: Vec<IpNetwork>,
     /// The replica's view of the data: directory, hosted documents, catch-up.
     pub replica: Arc<Replica>,

@@ -1,7 +1,7 @@
-//! `registry sync` (DECISIONS §11): one cycle reads the source, compares it with what the
-//! registry publishes (`registry_domain::keys::sync_plan`) and uploads only on a change. With
-//! `--interval` it keeps going: a failed cycle is one line on stderr and a retry after a backoff
-//! (1 s, doubling, at most the interval), never an exit.
+//! `registry sync` (docs/api.md, "Key lifecycle"): one cycle reads the source, compares it with
+//! what the registry publishes (`registry_domain::keys::sync_plan`) and uploads only on a change.
+//! With `--interval` it keeps going: a failed cycle is one line on stderr and a retry after a
+//! backoff (1 s, doubling, at most the interval), never an exit.
 
 use registry_domain::keys::sync_plan;
 use registry_oidc::sync::{

@@ -1,4 +1,4 @@
-//! JSON representations of resources (DECISIONS §3).
+//! JSON representations of resources (docs/api.md, "Responses").
 
 use crate::state::AppState;
 use registry_domain::anonymous::remaining_seconds;

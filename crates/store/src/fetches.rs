@@ -1,5 +1,5 @@
-//! [`FetchLog`] on [`Store`]: the fetch evidence of DECISIONS §15, one row per service,
-//! document and hour (and per agent), which every replica adds its counts to.
+//! [`FetchLog`] on [`Store`]: the fetch evidence (docs/api.md, "Fetch evidence"), one row per
+//! service, document and hour (and per agent), which every replica adds its counts to.
 
 use crate::error::Res;
 use crate::pool::on_backend;

@@ -73,7 +73,8 @@ fn write_config(
     Ok(())
 }
 
-/// What `Last-Modified` needs to know of the version a write replaces (DECISIONS §17).
+/// What `Last-Modified` needs to know of the version a write replaces (docs/api.md, "Public
+/// hosting").
 struct History {
     updated_at: OffsetDateTime,
     previous_change_at: Option<OffsetDateTime>,

@@ -49,7 +49,8 @@ impl fmt::Display for Backend {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    /// The hot standby that reads go to, when there is one (DECISIONS §14).
+    /// The hot standby that reads go to, when there is one (docs/api.md, "Read replicas and the
+    /// primary down").
     replica: Option<ReadSide>,
     backend: Backend,
     reachability: Arc<Reachability>,
@@ -115,10 +116,11 @@ impl Store {
     /// Like [`Store::connect`], reading from the hot standby `read_url` names (PostgreSQL
     /// only, as the primary must be): what serves requests is read there, writes go to the
     /// primary, and reads fall back to the primary while the standby does not answer
-    /// (DECISIONS §14). A standby that does not answer now is no error: the server starts on
-    /// the primary and uses the standby once it answers. While the standby's replay is more
-    /// than `max_lag` behind the primary, reads go to the primary too (see `standby`): a
-    /// credential deleted or regenerated is refused within that bound whatever the standby does.
+    /// (docs/api.md, "Read replicas and the primary down"). A standby that does not answer now is
+    /// no error: the server starts on the primary and uses the standby once it answers. While the
+    /// standby's replay is more than `max_lag` behind the primary, reads go to the primary too (see
+    /// `standby`): a credential deleted or regenerated is refused within that bound whatever the
+    /// standby does.
     pub fn connect_with_read_replica(
         url: &str,
         read_url: &str,

@@ -292,7 +292,7 @@ fn regeneration_invalidates_the_old_token_at_once() {
     );
 }
 
-/// The authorization matrix: caller scope × endpoint × owner (DECISIONS §5).
+/// The authorization matrix: caller scope × endpoint × owner (docs/api.md, "Authentication").
 #[test]
 fn authorization_matrix() {
     let server = TestServer::start();
@@ -471,9 +471,9 @@ fn ip_allowlists_apply_to_every_call_v4_and_v6() {
     assert_problem(forbidden, 403, "forbidden");
 }
 
-/// DECISIONS §5: no account can mint an account broader than itself, and addresses are part of
-/// an account's reach: one limited to an office network must not create, widen or take over the
-/// token of an account usable from anywhere.
+/// docs/api.md, "Authentication": no account can mint an account broader than itself, and addresses
+/// are part of an account's reach: one limited to an office network must not create, widen or take
+/// over the token of an account usable from anywhere.
 #[test]
 fn an_address_limited_account_only_manages_accounts_inside_its_addresses() {
     let server = TestServer::start_with(ServerOptions {

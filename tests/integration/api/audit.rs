@@ -1,6 +1,6 @@
-//! The audit trail and `lastUsedAt` (DECISIONS §13), through the real binary: every change
-//! writes exactly one event with who made it, failed changes write none, one customer never
-//! sees another's, pages hold still while events are written.
+//! The audit trail and `lastUsedAt` (docs/api.md, "Audit trail and last use"), through the real
+//! binary: every change writes exactly one event with who made it, failed changes write none, one
+//! customer never sees another's, pages hold still while events are written.
 
 use super::{register_service, upload};
 use registry_tests::issuer::TestIssuer;
@@ -388,7 +388,8 @@ fn customers_see_only_their_own_trail_and_only_with_a_star() {
     register_service(&server, &globex, "g");
     let first_page = json(server.get("/audit-events?limit=2", &acme.token));
     let acme_cursor = first_page["nextCursor"].as_str().unwrap().to_owned();
-    // globex with acme's cursor: a 400, as for a forged one (DECISIONS §17), never acme's events.
+    // globex with acme's cursor: a 400, as for a forged one (docs/api.md, "Audit trail and last
+    // use"), never acme's events.
     assert_problem(
         server.get(
             &format!("/audit-events?cursor={acme_cursor}"),

@@ -1,5 +1,5 @@
-//! Federated callers (DECISIONS §5, §7; spec §4 rules, §5): identity tokens minted by a real
-//! issuer on loopback, verified by the real binary.
+//! Federated callers (docs/api.md, "Authentication"; spec §4 rules, §5): identity tokens minted by
+//! a real issuer on loopback, verified by the real binary.
 
 use super::register_service;
 use registry_tests::issuer::{compact, Behaviour, KeyKind, SigningKey, TestIssuer};
@@ -100,7 +100,7 @@ fn rules_authorize_covered_services_of_their_own_customer_only() {
         None,
     );
     // The other customer trusts the same issuer, for its own repositories: collection calls
-    // name their account (DECISIONS §17).
+    // name their account (docs/api.md, "Authentication").
     let listed = |token: &str| {
         server
             .authed(Method::GET, "/services", token)
@@ -456,7 +456,7 @@ fn loopback_issuers_are_refused_quickly_unless_insecure_issuers_are_allowed() {
 
 /// The issue "the issuer is itself a service hosted by the registry": a customer publishes its
 /// own issuer's documents on the registry and federates with it. The verifier reads them from
-/// the registry's own data, never over HTTP (DECISIONS §17).
+/// the registry's own data, never over HTTP (docs/api.md, "Authentication").
 #[test]
 fn an_issuer_hosted_by_the_registry_federates_with_it() {
     let server = registry_tests::server::insecure_binary_server(); // reads its log

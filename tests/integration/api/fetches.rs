@@ -1,5 +1,5 @@
-//! Fetch evidence (DECISIONS §15): `GET /services/{s}/fetches` sums the public fetches every
-//! replica counted, within 60 s (here 1 s: `REGISTRY_FETCH_FLUSH_SECONDS`).
+//! Fetch evidence (docs/api.md, "Fetch evidence"): `GET /services/{s}/fetches` sums the public
+//! fetches every replica counted, within 60 s (here 1 s: `REGISTRY_FETCH_FLUSH_SECONDS`).
 
 use super::{publish_api, publish_kids};
 use registry_tests::server::{json, ServerOptions, TestServer};
@@ -44,7 +44,7 @@ fn document(answer: &Value, path: &str) -> Value {
         .clone()
 }
 
-/// The evidence once `ready` holds of it (within 60 s, DECISIONS §15).
+/// The evidence once `ready` holds of it (within 60 s: docs/api.md, "Fetch evidence").
 fn evidence_once(
     server: &TestServer,
     token: &str,

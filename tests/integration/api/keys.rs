@@ -1,5 +1,5 @@
-//! The key lifecycle (DECISIONS §11): retired keys stay in the public key set for their
-//! retention, the inventory, the withdrawal of a retired key, the stricter key import of §8, and
+//! The key lifecycle (docs/api.md, "Key lifecycle"): retired keys stay in the public key set for
+//! their retention, the inventory, the withdrawal of a retired key, the stricter key import, and
 //! the wiring guide. Verification is done by josekit on the key set fetched over HTTP, as a
 //! cloud's verifier would: never by the registry's own code.
 

@@ -1,4 +1,4 @@
-//! The HTTP API, driven through the real binary (DECISIONS §3–§10).
+//! The HTTP API, driven through the real binary (docs/api.md).
 
 mod accounts;
 mod anonymous;

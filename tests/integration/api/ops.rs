@@ -309,8 +309,9 @@ fn customer_commands() {
     .is_err());
 }
 
-/// `customer set-plan` writes `customer.update` (DECISIONS §13), by the operator, into the
-/// customer's trail; setting the plan the customer already has changes nothing and writes none.
+/// `customer set-plan` writes `customer.update` (docs/api.md, "Audit trail and last use"), by the
+/// operator, into the customer's trail; setting the plan the customer already has changes nothing
+/// and writes none.
 #[test]
 fn set_plan_writes_a_customer_update_event() {
     let server = TestServer::start();

@@ -1,6 +1,6 @@
-//! The database going away under a running server (DECISIONS §4: 503, the process stays up and
-//! recovers by itself). PostgreSQL only: the outage is a proxy between the server and its
-//! database that the test cuts.
+//! The database going away under a running server (503, the process stays up and recovers by
+//! itself: docs/api.md, "Errors"). PostgreSQL only: the outage is a proxy between the server and
+//! its database that the test cuts.
 
 use super::publish_api;
 use registry_tests::proxy::Proxy;

@@ -1,6 +1,6 @@
-//! Before a cloud refuses (DECISIONS §15): `GET` and `POST /services/{s}/preflight`, with real
-//! keys and real signed tokens (RSA, EC P-256 and P-384, Ed25519), checked against the keys
-//! the registry publishes, current and retired.
+//! Before a cloud refuses (docs/api.md, "Preflight"): `GET` and `POST /services/{s}/preflight`,
+//! with real keys and real signed tokens (RSA, EC P-256 and P-384, Ed25519), checked against the
+//! keys the registry publishes, current and retired.
 
 use super::{cluster_discovery, register_service};
 use registry_tests::issuer::{compact, KeyKind, SigningKey};

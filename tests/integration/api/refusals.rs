@@ -1,7 +1,7 @@
-//! Explaining refusals over HTTP (DECISIONS §12): `POST /service-accounts/{id}/explain` with real
-//! signed tokens agrees with what the real request did, names every token and policy reason
-//! code and the near-miss hints, and the refusal log records verified-but-refused requests for
-//! their owner only.
+//! Explaining refusals over HTTP (docs/api.md, "Explaining refusals"): `POST
+//! /service-accounts/{id}/explain` with real signed tokens agrees with what the real request did,
+//! names every token and policy reason code and the near-miss hints, and the refusal log records
+//! verified-but-refused requests for their owner only.
 
 use super::{create_account, register_service};
 use registry_tests::issuer::{compact, KeyKind, SigningKey, TestIssuer};

@@ -39,10 +39,10 @@ fn status(server: &TestServer, token: &str) -> u16 {
         .as_u16()
 }
 
-/// DECISIONS §14: a service account is usable on every replica as soon as its create answered,
-/// an `oidc` one too: its issuer, new to the other replica's trust index, enters it at the
-/// request's one database read, before the follower's next tick. (The `cargo xtask bench` P6
-/// scenario: create on A, use on B at once.)
+/// docs/api.md, "Authentication": a service account is usable on every replica as soon as its
+/// create answered, an `oidc` one too: its issuer, new to the other replica's trust index, enters
+/// it at the request's one database read, before the follower's next tick. (The `cargo xtask bench`
+/// P6 scenario: create on A, use on B at once.)
 #[test]
 fn a_new_account_is_usable_on_every_replica_as_soon_as_it_is_created() {
     let (a, b) = federating_replicas();
@@ -332,9 +332,9 @@ fn served(server: &TestServer, subdomain: &str) -> Vec<(u16, String, String, Str
         .collect()
 }
 
-/// DECISIONS §14: a replica loads no hosted document at start-up, and serves every published
-/// service correctly at its first request (one indexed read), with the ETags of the replica
-/// that took the write.
+/// docs/api.md, "Limits that hold (second security review)": a replica loads no hosted document at
+/// start-up, and serves every published service correctly at its first request (one indexed read),
+/// with the ETags of the replica that took the write.
 #[test]
 fn a_replica_started_on_published_services_serves_them_at_their_first_request() {
     // One issuer template for every replica (each listens on a port of its own), as in
@@ -378,8 +378,8 @@ fn a_replica_started_on_published_services_serves_them_at_their_first_request() 
     assert_eq!(c.metric("registry_hosting_reads_total"), 1);
 }
 
-/// DECISIONS §14: a host that names no published service reads the database at most once per
-/// name per 10 s, and the names remembered are bounded.
+/// docs/api.md, "Responses": a host that names no published service reads the database at most once
+/// per name per 10 s, and the names remembered are bounded.
 #[test]
 fn a_made_up_host_reads_the_database_at_most_once_per_10_s() {
     let server = TestServer::start();
@@ -415,7 +415,8 @@ fn a_made_up_host_reads_the_database_at_most_once_per_10_s() {
 }
 
 /// A name the other replica answered 404 for (and remembers for 10 s) is served there within
-/// §8's 5 s once it is published: the publication's change clears the remembered miss.
+/// the 5 s of docs/api.md, "Public hosting", once it is published: the publication's change clears
+/// the remembered miss.
 #[test]
 fn a_publication_after_a_404_on_the_other_replica_is_served_there_within_5_s() {
     let a = TestServer::start();

@@ -149,8 +149,8 @@ async fn a_hanging_issuer_is_cut_off_by_the_timeout() {
     );
 }
 
-/// An empty key set is the issuer withdrawing its keys (DECISIONS §17), not an outage: the
-/// cached keys are dropped at that fetch, and tokens of the keys it had are refused.
+/// An empty key set is the issuer withdrawing its keys (docs/api.md, "Authentication"), not an
+/// outage: the cached keys are dropped at that fetch, and tokens of the keys it had are refused.
 #[tokio::test]
 async fn an_empty_key_set_is_a_withdrawal() {
     let issuer = TestIssuer::start();

@@ -1,10 +1,10 @@
-//! Second security review, finding 4 (DECISIONS §17): the hosting cache's byte bound counts
-//! everything an entry keeps. One tenant published 9,000 services of 64 KB: the cache said
-//! 512 MiB, resident memory was 1.20 GB and rose to 1.68 GB under random public GETs (the
-//! uploaded key set kept per entry was not counted). Scaled down: services of ~60 KB against a
-//! bound of 8 MiB, public GETs in random order; and the same work on a server whose bound is
-//! nearly nothing: its memory is the fixed overhead. (Each server publishes on its own fresh
-//! database, so that the two runs do the same work.)
+//! Second security review, finding 4 (docs/api.md, "Limits that hold (second security review)",
+//! "Hosting memory"): the hosting cache's byte bound counts everything an entry keeps. One tenant
+//! published 9,000 services of 64 KB: the cache said 512 MiB, resident memory was 1.20 GB and rose
+//! to 1.68 GB under random public GETs (the uploaded key set kept per entry was not counted).
+//! Scaled down: services of ~60 KB against a bound of 8 MiB, public GETs in random order; and the
+//! same work on a server whose bound is nearly nothing: its memory is the fixed overhead. (Each
+//! server publishes on its own fresh database, so that the two runs do the same work.)
 
 use super::create_service;
 use registry_tests::server::{json, Customer, ServerOptions, TestServer};

@@ -1,7 +1,8 @@
-//! Second security review, findings 11 and 12 and the key bounds of finding 5 (DECISIONS §17):
-//! request ids and audit cursors tell an outsider nothing of the registry's traffic or of other
-//! customers' volume, `/metrics` answers only allowed addresses, `registry policy …` reads at
-//! most 1 MiB of a file, and uploads refuse RSA keys a verifier cannot afford.
+//! Second security review, findings 11 and 12 and the key bounds of finding 5 (docs/api.md, "Limits
+//! that hold (second security review)"): request ids and audit cursors tell an outsider nothing of
+//! the registry's traffic or of other customers' volume, `/metrics` answers only allowed addresses,
+//! `registry policy …` reads at most 1 MiB of a file, and uploads refuse RSA keys a verifier cannot
+//! afford.
 
 use super::create_service;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

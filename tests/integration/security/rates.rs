@@ -1,6 +1,6 @@
-//! Second security review, findings 4 (quotas), 6, 9 and 10 (DECISIONS §17): quotas per
-//! customer, write rates per credential, and failed authentications that cannot lock out a
-//! working credential nor buy argon2 work.
+//! Second security review, findings 4 (quotas), 6, 9 and 10 (docs/api.md, "Errors" and
+//! "Authentication"): quotas per customer, write rates per credential, and failed authentications
+//! that cannot lock out a working credential nor buy argon2 work.
 
 use super::{create_service, server_with, static_account};
 use registry_tests::server::{assert_problem, json};

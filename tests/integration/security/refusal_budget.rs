@@ -1,9 +1,9 @@
-//! Finding 7 of the second review (DECISIONS §17): anyone can hold a genuine token of a shared
-//! issuer (any repository's workflow gets one of GitHub's, with the `sub` of its own repository
-//! and the `aud` it asks for). Such outsiders used to fill an account's refusal log with text
-//! they chose, use up its per-minute recording budget, and push the owner's own refusals out of
-//! the newest 100. Near misses of the account's rules now have a budget and a retention of their
-//! own: the owner's refusal is recorded during the flood and stays after it.
+//! Finding 7 of the second review (docs/api.md, "Explaining refusals"): anyone can hold a genuine
+//! token of a shared issuer (any repository's workflow gets one of GitHub's, with the `sub` of its
+//! own repository and the `aud` it asks for). Such outsiders used to fill an account's refusal log
+//! with text they chose, use up its per-minute recording budget, and push the owner's own refusals
+//! out of the newest 100. Near misses of the account's rules now have a budget and a retention of
+//! their own: the owner's refusal is recorded during the flood and stays after it.
 
 use super::{create_service, oidc_account};
 use registry_domain::audit::{AuditEvent, Resource};
@@ -117,7 +117,8 @@ fn outsiders_of_a_shared_issuer_cannot_crowd_out_the_owners_refusals() {
     owner_near_miss(&server, &issuer, &path, "owner-2");
     outsiders(&server, &issuer, &path, 5, 10);
     let log = refusals(&server, &acme, &id);
-    // The view shows the latest 100 (DECISIONS §12): the owner's two, then far ones.
+    // The view shows the latest 100 (docs/api.md, "Explaining refusals"): the owner's two, then far
+    // ones.
     assert_eq!(log.len(), 100);
     assert_eq!(count(&log, false), 98, "far ones fill the places left");
     assert_eq!(count(&log, true), 2, "the owner's two near misses");

@@ -1,5 +1,5 @@
-//! Second security review, findings 1 and 2 (DECISIONS §17): a shared issuer never hands one
-//! tenant another's identity, and a withdrawn issuer is not an outage.
+//! Second security review, findings 1 and 2 (docs/api.md, "Authentication"): a shared issuer never
+//! hands one tenant another's identity, and a withdrawn issuer is not an outage.
 
 use super::{create_service, oidc_account_for as account};
 use registry_tests::issuer::{compact, Behaviour, KeyKind, SigningKey, TestIssuer};
@@ -113,7 +113,8 @@ fn another_tenants_rule_never_captures_a_pipeline() {
 }
 
 /// Finding 2 for an external issuer: a 404 from it is a withdrawal, not an outage. Its cached
-/// keys go at that fetch; a 503 keeps them (the grace of DECISIONS §7).
+/// keys go at that fetch; a 503 keeps them (the grace of docs/api.md,
+/// "Authentication").
 #[test]
 fn an_issuer_that_answers_404_is_no_longer_trusted() {
     let server = registry_tests::server::insecure_binary_server(); // reads its log
@@ -220,7 +221,8 @@ fn a_hosted_issuer_is_read_from_the_registrys_own_data() {
     );
     let path = format!("/services/{api}");
     let (by_old, by_new) = (sign(&old, "ES256", "a"), sign(&new, "RS256", "b"));
-    // Within the propagation time of DECISIONS §8, the account is on the second replica too.
+    // Within the propagation time of docs/api.md, "Public hosting", the account is on the second
+    // replica too.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while second.get(&path, &by_old).status() != 200 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));

@@ -1,9 +1,9 @@
-//! Slow clients (DECISIONS §17; issue 25, finding 3). The review held ~21,000 connections that
-//! each declared `Content-Length: 100` and sent one byte: nothing ever timed them out, the file
-//! limit ran out and `/healthz` took 35 s. Here, scaled down: a body that stops arriving gets
-//! 408 ten seconds after its headers and its connection closes, whatever the handler; an
-//! unread body never keeps a connection open; and one address holds at most
-//! `REGISTRY_MAX_CONNECTIONS_PER_ADDRESS` connections, past which they are closed at once and
+//! Slow clients (docs/api.md, "Limits that hold (second security review)"; issue 25, finding 3).
+//! The review held ~21,000 connections that each declared `Content-Length: 100` and sent one byte:
+//! nothing ever timed them out, the file limit ran out and `/healthz` took 35 s. Here, scaled down:
+//! a body that stops arriving gets 408 ten seconds after its headers and its connection closes,
+//! whatever the handler; an unread body never keeps a connection open; and one address holds at
+//! most `REGISTRY_MAX_CONNECTIONS_PER_ADDRESS` connections, past which they are closed at once and
 //! run nothing, while other addresses and trusted proxies are served, and the places come
 //! back as connections close.
 

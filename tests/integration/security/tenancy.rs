@@ -1,6 +1,7 @@
-//! Cross-customer access on every endpoint (DECISIONS §5): another customer's static token, its
-//! federated token and an anonymous secret each try every call on one customer's services and
-//! service accounts. Foreign resources answer exactly like missing ones, and nothing changes.
+//! Cross-customer access on every endpoint (docs/api.md, "Authentication"): another customer's
+//! static token, its federated token and an anonymous secret each try every call on one customer's
+//! services and service accounts. Foreign resources answer exactly like missing ones, and nothing
+//! changes.
 
 use super::{claims, create_service, insecure_server, oidc_account, static_account};
 use crate::api::upload;
@@ -164,7 +165,7 @@ fn no_customer_reaches_another_customers_services_or_accounts() {
                     (404, "not-found")
                 };
                 // Both customers trust the issuer: a federated caller names its account on
-                // calls that are not about one service (DECISIONS §17).
+                // calls that are not about one service (docs/api.md, "Authentication").
                 let account = (who == "federated token").then_some(evil_oidc.as_str());
                 let foreign = problem(
                     send_as(&server, token, account, &method, &path, body.as_ref()),

@@ -1,7 +1,7 @@
-//! Second security review, finding 8 (DECISIONS §17): two uploads within one second, and
-//! `If-Modified-Since` with the first one's `Last-Modified` answered 304 though the key set had
-//! changed. Dates have whole seconds, so the registry records when a version shares its second
-//! with the change before it (in the database: every replica answers alike), and then only a
+//! Second security review, finding 8 (docs/api.md, "Public hosting"): two uploads within one
+//! second, and `If-Modified-Since` with the first one's `Last-Modified` answered 304 though the key
+//! set had changed. Dates have whole seconds, so the registry records when a version shares its
+//! second with the change before it (in the database: every replica answers alike), and then only a
 //! later date answers 304.
 
 use crate::api::{register_service, upload};
@@ -82,7 +82,8 @@ fn a_change_within_the_same_second_is_never_answered_304_by_date() {
     let jwks = get(&server, &subdomain, JWKS, &since);
     assert_eq!(jwks.status(), 200, "If-Modified-Since {first_modified}");
     let etag = header(&jwks, "etag");
-    // The new key first; the one it replaced stays published, retired (DECISIONS §11).
+    // The new key first; the one it replaced stays published, retired (docs/api.md, "Key
+    // lifecycle").
     assert_eq!(kids(jwks)[0], current);
     let discovery = get(&server, &subdomain, DISCOVERY, &since);
     assert_eq!(discovery.status(), 200);

@@ -1,6 +1,6 @@
-//! The audit trail and `lastUsedAt` in the storage adapter (DECISIONS §13): an event is
-//! written with its change and only with it, pages are newest first, retention prunes by age,
-//! and a last use never moves backwards.
+//! The audit trail and `lastUsedAt` in the storage adapter (docs/api.md, "Audit trail and last
+//! use"): an event is written with its change and only with it, pages are newest first, retention
+//! prunes by age, and a last use never moves backwards.
 
 use super::*;
 use registry_domain::audit::{AuditQuery, Trail};

@@ -104,7 +104,8 @@ fn set_plan_changes_the_plan_of_that_tenant_only() {
     assert_eq!(store.set_plan("initech", Plan::Team, &ev()).unwrap(), None);
 }
 
-/// `customer.update` is written with a change of plan, and only then (DECISIONS §13).
+/// `customer.update` is written with a change of plan, and only then (docs/api.md, "Audit trail and
+/// last use").
 #[test]
 fn set_plan_writes_its_event_only_when_the_plan_changes() {
     use registry_domain::audit::{AuditQuery, Trail};

@@ -1,5 +1,5 @@
-//! The fetch evidence of DECISIONS §15: replicas' counts add up per hour bucket, the last fetch
-//! only moves forward, and buckets older than a day go.
+//! The fetch evidence (docs/api.md, "Fetch evidence"): replicas' counts add up per hour bucket, the
+//! last fetch only moves forward, and buckets older than a day go.
 
 use super::store;
 use registry_domain::ports::{AgentFetches, DocumentFetches, FetchLog, FetchedDocument};

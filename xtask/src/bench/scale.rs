@@ -1,5 +1,5 @@
-//! `cargo xtask bench --services N`: a replica over N published services (DECISIONS §14), on
-//! SQLite and on PostgreSQL.
+//! `cargo xtask bench --services N`: a replica over N published services, on SQLite and on
+//! PostgreSQL.
 //!
 //! One service is registered and published through the API, and one `oidc` account trusting
 //! an issuer is created; then their rows are copied in the database, N−1 services and N/10−1
@@ -349,7 +349,7 @@ fn render(
         "{TITLE}\n\n\
          Written by `cargo xtask bench --services {services}` on {} (UTC). {} published services \
          and {} `oidc` accounts (each trusting an issuer of its own): one of each made through the \
-         API, the rest copies of its rows (DECISIONS §14). Release build, 2 workers, on loopback.\n\n\
+         API, the rest copies of its rows. Release build, 2 workers, on loopback.\n\n\
          | | SQLite | PostgreSQL |\n|---|---:|---:|\n",
         super::report::today(),
         grouped(services as f64),

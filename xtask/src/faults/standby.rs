@@ -1,6 +1,6 @@
-//! `cargo xtask faults standby`: DECISIONS §14's read replica, the primary down, and a
-//! fail-over, on a real primary and a real streaming standby (`pg_basebackup`, synchronous,
-//! `synchronous_commit = remote_apply`).
+//! `cargo xtask faults standby`: the read replica, the primary down, and a fail-over
+//! (docs/api.md, "Read replicas and the primary down"), on a real primary and a real streaming
+//! standby (`pg_basebackup`, synchronous, `synchronous_commit = remote_apply`).
 //!
 //! Two registry processes share the database as replicas behind a load balancer would: both
 //! write to libpq's multi-host URL of the two clusters (`target_session_attrs=read-write`) and
@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 /// The registries' `REGISTRY_READ_REPLICA_MAX_LAG_SECONDS`.
 const MAX_LAG: Duration = Duration::from_secs(3);
 
-/// How soon writes must resume after the standby is promoted (DECISIONS §14).
+/// How soon writes must resume after the standby is promoted (docs/api.md, "Read replicas and the
+/// primary down").
 const FAIL_OVER_WITHIN: Duration = Duration::from_secs(10);
 
 pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> {

@@ -1,5 +1,5 @@
-//! The audit trail against the ledger and the data (DECISIONS §13: one event per change, in the
-//! change's own transaction, none for a change that did not happen).
+//! The audit trail against the ledger and the data (one event per change, in the change's own
+//! transaction, none for a change that did not happen: docs/api.md, "Audit trail and last use").
 //!
 //! Against the ledger: every acknowledged change has its event, once, and no event names a change
 //! that was not acknowledged, unless one was in flight. Against the data, which settles what

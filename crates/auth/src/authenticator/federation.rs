@@ -1,4 +1,5 @@
-//! Callers that present an identity token from an external OIDC issuer (DECISIONS §7).
+//! Callers that present an identity token from an external OIDC issuer (docs/api.md,
+//! "Authentication").
 //!
 //! Candidates are the accounts with a rule whose `iss` equals the token's exactly, found in the
 //! directory's trust index (memory, exact, brought up to date by the request's one database

@@ -1,5 +1,5 @@
 //! Who is calling, and may they: bearer extraction, static tokens, anonymous secrets, federated
-//! identity tokens, the IP allowlist and the service-pattern scope (DECISIONS §5–§7).
+//! identity tokens, the IP allowlist and the service-pattern scope (docs/api.md, "Authentication").
 
 pub(crate) mod federation;
 
@@ -25,7 +25,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use time::OffsetDateTime;
 
-/// Failed secrets for one lookup id per minute, from any address (DECISIONS §17).
+/// Failed secrets for one lookup id per minute, from any address (docs/api.md, "Authentication").
 const SECRET_FAILURES_PER_MINUTE: usize = 10;
 
 /// Who is calling: the credential caches, the limits on failures and writes, the hasher and
@@ -49,7 +49,7 @@ pub struct Authenticator {
     refusals: RefusalBudget,
 }
 
-/// The limits an authenticator enforces (DECISIONS §9, §17).
+/// The limits an authenticator enforces (docs/api.md, "Authentication" and "Errors").
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Failed authentications per client address and minute.
@@ -145,7 +145,7 @@ fn too_many_failures(retry: RetryAfter) -> AuthError {
     }
 }
 
-/// The 429 of a lookup id whose secrets were tried too often (DECISIONS §17).
+/// The 429 of a lookup id whose secrets were tried too often (docs/api.md, "Authentication").
 fn too_many_wrong_secrets(retry: RetryAfter) -> AuthError {
     tracing::info!("too many failed secrets for one lookup id");
     AuthError::RateLimited {
@@ -155,9 +155,9 @@ fn too_many_wrong_secrets(retry: RetryAfter) -> AuthError {
 }
 
 /// The client's address and bearer, once past the per-address limit on failed
-/// authentications (DECISIONS §9). The limit never refuses a credential this replica accepted
-/// within the last minute (§17): a neighbour in the same /64 or behind the same NAT cannot lock
-/// out a working token. Deciding that reads memory only.
+/// authentications (docs/api.md, "Authentication"). The limit never refuses a credential this
+/// replica accepted within the last minute: a neighbour in the same /64 or behind the same NAT
+/// cannot lock out a working token. Deciding that reads memory only.
 fn admitted<'r>(
     auth: &Authenticator,
     req: &Presented<'r>,
@@ -288,7 +288,8 @@ async fn secret_holder(auth: &Authenticator, token: &str, ip: IpAddr) -> AuthRes
     }
 }
 
-/// The answer to a refused call (DECISIONS §4), for a service named `key` in the path.
+/// The answer to a refused call (docs/api.md, "Authentication"), for a service named `key` in the
+/// path.
 fn refused(refusal: Refusal, key: &str) -> AuthError {
     match refusal {
         Refusal::Unauthenticated(reason) => unauthorized(reason),
@@ -315,9 +316,9 @@ fn refused(refusal: Refusal, key: &str) -> AuthError {
     }
 }
 
-/// What a granted call does besides acting: the write rate of its credential (DECISIONS §17:
-/// the account for tokens, the service for an anonymous secret), its account's `lastUsedAt`
-/// (§13); and who it acts as.
+/// What a granted call does besides acting: the write rate of its credential (the account for
+/// tokens, the service for an anonymous secret; docs/api.md, "Errors"), its account's
+/// `lastUsedAt` (docs/api.md, "Audit trail and last use"); and who it acts as.
 fn granted(
     auth: &Authenticator,
     req: &Presented<'_>,
@@ -369,7 +370,8 @@ fn refused_request<'a>(
 }
 
 /// The answer to a federated call refused after its token verified: a 401 or 403 is recorded
-/// in the refusal log of the accounts' owner (DECISIONS §12) and counted as a failure.
+/// in the refusal log of the accounts' owner (docs/api.md, "Explaining refusals") and counted as a
+/// failure.
 async fn refused_federated(
     auth: &Authenticator,
     mut request: RefusedRequest<'_>,
@@ -479,7 +481,7 @@ pub async fn collection_caller(auth: &Authenticator, req: &Presented<'_>) -> Aut
 }
 
 /// Authenticates a call on the customer's service accounts: a caller whose patterns include
-/// `"*"` (DECISIONS §5).
+/// `"*"` (docs/api.md, "Authentication").
 pub async fn manager(auth: &Authenticator, req: &Presented<'_>) -> AuthResult<Caller> {
     Ok(authorize(auth, req, Call::Accounts).await?.0)
 }

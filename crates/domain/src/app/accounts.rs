@@ -1,4 +1,5 @@
-//! Service accounts: create, list, read, change, delete, re-key (spec §4, DECISIONS §5–§6).
+//! Service accounts: create, list, read, change, delete, re-key (spec §4; docs/api.md,
+//! "Authentication").
 //!
 //! No account can mint one broader than itself: only callers whose patterns include `"*"`
 //! manage accounts, and a caller limited to some addresses manages only accounts limited to
@@ -102,7 +103,8 @@ pub fn not_found(id: &str) -> AppError {
 }
 
 /// The caller's customer's account with this id: another customer's, a missing one or a
-/// malformed id are all the same 404. Only callers that manage accounts (DECISIONS §5).
+/// malformed id are all the same 404. Only callers that manage accounts
+/// (docs/api.md, "Authentication").
 pub fn get(registry: &Registry, caller: &Caller, id: &str) -> Result<ServiceAccount, AppError> {
     caller.may_manage(None)?;
     let parsed: Uuid = id.parse().map_err(|_| not_found(id))?;

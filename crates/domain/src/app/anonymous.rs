@@ -1,5 +1,5 @@
-//! Anonymous services (DECISIONS §9): a temporary service for anyone, managed with a secret
-//! shown once. Their changes and deletion go through [`services`](crate::app::services); the
+//! Anonymous services (docs/api.md, "Responses"): a temporary service for anyone, managed with a
+//! secret shown once. Their changes and deletion go through [`services`](crate::app::services); the
 //! per-address creation limit is the server's (an HTTP-level limit).
 
 use crate::app::{AppError, Caller, Origin, Registry};

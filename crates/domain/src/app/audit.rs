@@ -1,4 +1,5 @@
-//! The customer's audit trail, newest first (DECISIONS §13): `GET /audit-events`.
+//! The customer's audit trail, newest first (docs/api.md, "Audit trail and last use"): `GET
+//! /audit-events`.
 
 use crate::app::{AppError, Caller, Registry};
 use crate::audit::{
@@ -72,8 +73,8 @@ impl ListEvents {
 }
 
 /// A page of the caller's customer's trail; for callers that manage accounts (their patterns
-/// include `"*"`, DECISIONS §5). A cursor that names no event of this customer's is a 400, like
-/// a forged one (DECISIONS §17).
+/// include `"*"`). A cursor that names no event of this customer's is a 400, like a forged one
+/// (docs/api.md, "Audit trail and last use").
 pub fn list(
     registry: &Registry,
     caller: &Caller,

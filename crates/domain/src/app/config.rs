@@ -1,5 +1,5 @@
-//! A service's published configuration: publish (with the key lifecycle of DECISIONS §11),
-//! read, withdraw.
+//! A service's published configuration: publish (with the key lifecycle: docs/api.md, "Key
+//! lifecycle"), read, withdraw.
 
 use crate::app::{services, AppError, Caller, Registry};
 use crate::audit::Action;

@@ -1,4 +1,4 @@
-//! Customers (DECISIONS §1): operators create them, list them and change their plan from the
+//! Customers: operators create them, list them and change their plan from the
 //! command line. There is no caller: the actor of their events is the operator.
 
 use crate::app::{AppError, Registry};
@@ -139,8 +139,8 @@ pub fn list(registry: &Registry) -> Result<Vec<Customer>, AppError> {
 
 /// Changes the plan of the customer with that tenant suffix, with the `customer.update` event.
 /// The plan it already has is no change: the customer is answered as it is and no event is
-/// written (DECISIONS §13). An unknown plan is a 400, an unknown tenant a 404
-/// ([`unknown_tenant`]).
+/// written (docs/api.md, "Audit trail and last use"). An unknown plan is a 400, an unknown tenant a
+/// 404 ([`unknown_tenant`]).
 pub fn set_plan(
     registry: &Registry,
     command: SetPlan,

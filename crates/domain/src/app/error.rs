@@ -5,7 +5,8 @@ use crate::ports::HasherBusy;
 use crate::{StoreError, Violation};
 
 /// Why a use case refused or failed. The server maps each variant to one problem response
-/// (DECISIONS §4): the variant decides the status, the text is the detail the client reads.
+/// (docs/api.md, "Errors"): the variant decides the status, the text is the detail the client
+/// reads.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AppError {
     /// The command breaks the rules (400), every problem with its JSON pointer.

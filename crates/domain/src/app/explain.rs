@@ -1,6 +1,6 @@
-//! Why was a token refused (DECISIONS §12): explain a token or a set of claims by an account's
-//! policy, and the log of real requests refused after their signature verified. The same
-//! callers as the account's other calls (§5): another customer's account is a 404, a caller
+//! Why was a token refused (docs/api.md, "Explaining refusals"): explain a token or a set of claims
+//! by an account's policy, and the log of real requests refused after their signature verified. The
+//! same callers as the account's other calls: another customer's account is a 404, a caller
 //! without `"*"` a 403 (see [`accounts::get`]).
 //!
 //! Verifying a token is I/O (its issuer's keys) and stays with the caller of these use cases,
@@ -71,8 +71,8 @@ pub fn screen_token(
 }
 
 /// The account's explanation of the evidence, as JSON text. With large array claims it takes
-/// milliseconds: run it where that does not hold up other requests (DECISIONS §17). The token
-/// itself is neither kept nor echoed.
+/// milliseconds: run it where that does not hold up other requests (docs/api.md, "Limits that hold
+/// (second security review)"). The token itself is neither kept nor echoed.
 pub fn explain(command: Explain) -> String {
     let Explain {
         account,

@@ -1,6 +1,7 @@
-//! Fetch evidence (DECISIONS §15): whether the verifiers fetched a service's documents since
-//! they last changed. Every replica counts the public fetches in memory and adds its counts to
-//! the store at least every 30 s ([`record`]); [`evidence`] reads the sum of all of them.
+//! Fetch evidence (docs/api.md, "Fetch evidence"): whether the verifiers fetched a service's
+//! documents since they last changed. Every replica counts the public fetches in memory and adds
+//! its counts to the store at least every 30 s ([`record`]); [`evidence`] reads the sum of all of
+//! them.
 
 use crate::app::{AppError, Registry};
 use crate::ports::{DocumentFetches, FetchedDocument};

@@ -1,4 +1,5 @@
-//! Published keys: the inventory and the withdrawal of a retired key (DECISIONS §11).
+//! Published keys: the inventory and the withdrawal of a retired key (docs/api.md, "Key
+//! lifecycle").
 
 use crate::app::{config, AppError, Caller, Registry};
 use crate::audit::{Action, Resource};

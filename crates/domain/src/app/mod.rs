@@ -40,7 +40,7 @@ use crate::issuer::Issuers;
 use crate::ports::{KeyImport, Randomness, SecretHasher, Storage, TokenSignatureCheck};
 use std::sync::Arc;
 
-/// The settings the use cases apply (DECISIONS §9 and §17): the server reads them from its
+/// The settings the use cases apply (docs/api.md, "Errors"): the server reads them from its
 /// own settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -77,7 +77,8 @@ pub struct Registry {
     pub hasher: Arc<dyn SecretHasher>,
     /// The check that an uploaded key is usable by a verifier.
     pub key_import: Arc<dyn KeyImport>,
-    /// The check of a preflight token's signature against one published key (DECISIONS §15).
+    /// The check of a preflight token's signature against one published key (docs/api.md,
+    /// "Preflight").
     pub signatures: Arc<dyn TokenSignatureCheck>,
     /// The settings.
     pub settings: Settings,

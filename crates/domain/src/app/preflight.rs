@@ -1,5 +1,5 @@
-//! Before a cloud refuses (DECISIONS §15): what AWS, GCP and Azure would refuse of a service's
-//! published documents, and of a token its workload would present. Reads only: nothing is
+//! Before a cloud refuses (docs/api.md, "Preflight"): what AWS, GCP and Azure would refuse of a
+//! service's published documents, and of a token its workload would present. Reads only: nothing is
 //! written, and the token is never stored nor logged.
 
 use crate::app::{AppError, Registry};

@@ -1,6 +1,7 @@
-//! What the registry does by itself as time passes: anonymous services expire (DECISIONS §10),
-//! retired keys leave the stored state once their time ran out (§11), and old rows of the
-//! change log, the audit trail (§13) and the refusal log (§12) go. Each change is written with
+//! What the registry does by itself as time passes: anonymous services expire, retired keys
+//! leave the stored state once their time ran out, and old rows of the change log, the audit
+//! trail and the refusal log go (docs/api.md: "Public hosting", "Key lifecycle", "Audit trail
+//! and last use", "Explaining refusals"). Each change is written with
 //! its audit event, by the system actor, like every other change.
 //!
 //! A retired key leaves the public key set on time whether or not this ran (the set is computed

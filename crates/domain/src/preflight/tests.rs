@@ -1,4 +1,5 @@
-//! Every code of DECISIONS §15, for the clouds it concerns and not for the others.
+//! Every code of the preflight (docs/api.md, "Preflight"), for the clouds it concerns and not for
+//! the others.
 
 use super::*;
 use serde_json::json;

@@ -81,8 +81,9 @@ struct Source {
 /// What a subdomain serves.
 ///
 /// Everything it keeps is counted in `Hosted::footprint`, which the cache's byte bound sums
-/// (DECISIONS §17): its documents and their headers, the uploaded key set when it differs from
-/// the served one, what it is rebuilt from, and its share of the cache's map.
+/// (docs/api.md, "Limits that hold (second security review)", "Hosting memory"): its documents and
+/// their headers, the uploaded key set when it differs from the served one, what it is rebuilt
+/// from, and its share of the cache's map.
 #[derive(Debug)]
 pub struct Hosted {
     /// The discovery document.
@@ -94,7 +95,8 @@ pub struct Hosted {
     pub uploaded_jwks: Bytes,
     /// When the documents last changed (whole seconds, for If-Modified-Since).
     pub modified_at: OffsetDateTime,
-    /// When the documents last changed, to the millisecond (the fetch evidence of §15).
+    /// When the documents last changed, to the millisecond (the fetch evidence: docs/api.md, "Fetch
+    /// evidence").
     pub changed_at: OffsetDateTime,
     /// Whether another change of the documents falls in the second of `modified_at`: a client
     /// holding that date may hold an older version, so the date alone never answers 304.
@@ -274,13 +276,13 @@ impl Hosted {
 
 /// Subdomain → published documents, plus how to recognise a hosted `Host`.
 ///
-/// Only what is in memory is known: nothing is loaded at start-up (DECISIONS §14), and a
-/// subdomain that is not in memory is read from the database ([`Lookup::Unknown`], one indexed
-/// read, the caller's) and kept. The documents held are bounded in bytes
-/// (`REGISTRY_HOSTING_CACHE_BYTES`): past the bound, the least recently served leave memory
-/// altogether. A subdomain the database said publishes nothing is remembered for 10 s (a keyed
-/// hash of it, at most `MAX_MISSES`), so a flood of made-up hosts costs at most one read per
-/// name per 10 s and no memory beyond that bound. Every change is made under one lock: a reader
+/// Only what is in memory is known: nothing is loaded at start-up (docs/api.md, "Limits that hold
+/// (second security review)", "Hosting memory"), and a subdomain that is not in memory is read from
+/// the database ([`Lookup::Unknown`], one indexed read, the caller's) and kept. The documents held
+/// are bounded in bytes (`REGISTRY_HOSTING_CACHE_BYTES`): past the bound, the least recently served
+/// leave memory altogether. A subdomain the database said publishes nothing is remembered for 10 s
+/// (a keyed hash of it, at most `MAX_MISSES`), so a flood of made-up hosts costs at most one read
+/// per name per 10 s and no memory beyond that bound. Every change is made under one lock: a reader
 /// sees a service's old documents or its new ones, never none.
 #[derive(Debug)]
 pub struct HostingCache {

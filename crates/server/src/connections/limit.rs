@@ -1,5 +1,5 @@
-//! Open connections per client address (DECISIONS §17): at most
-//! `REGISTRY_MAX_CONNECTIONS_PER_ADDRESS` per TCP peer, keyed like the rate limits
+//! Open connections per client address (docs/api.md, "Limits that hold (second security review)"):
+//! at most `REGISTRY_MAX_CONNECTIONS_PER_ADDRESS` per TCP peer, keyed like the rate limits
 //! ([`rate_limit_key`]: IPv4 alone, IPv6 by its /64), `REGISTRY_TRUSTED_PROXIES` exempt.
 //!
 //! The server asks [`ConnectionLimit::admit`] where it accepts a connection, before any byte

@@ -528,7 +528,7 @@
     }
   }
 
-  // ---- Preflight (DECISIONS §15). ----
+  // ---- Preflight (docs/api.md, "Preflight"). ----
   const CLOUDS = [["aws", "AWS"], ["gcp", "GCP"], ["azure", "Azure"]];
 
   function renderPreflight(body) {
@@ -577,7 +577,7 @@
     }
   }
 
-  // ---- Fetch evidence (DECISIONS §15). ----
+  // ---- Fetch evidence (docs/api.md, "Fetch evidence"). ----
   function renderFetches(documents) {
     const body = $("fetches-body");
     body.replaceChildren();

@@ -1,5 +1,5 @@
-//! `GET /audit-events`: the customer's audit trail, newest first (DECISIONS §13), over
-//! `registry_domain::app::audit`.
+//! `GET /audit-events`: the customer's audit trail, newest first (docs/api.md, "Audit trail and
+//! last use"), over `registry_domain::app::audit`.
 
 use crate::caller::Auditor;
 use crate::problem::{ApiError, ApiResult};

@@ -1,6 +1,6 @@
 //! `/services/{subdomain}/keys…` and `/services/{subdomain}/federation`: the key inventory, the
 //! withdrawal of a retired key, and what to register in a cloud to trust the issuer
-//! (DECISIONS §11). Anonymous secrets may call them on their own service (§5).
+//! (docs/api.md, "Key lifecycle"). Anonymous secrets may call them on their own service.
 
 use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;

@@ -14,8 +14,9 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: requests can be served, and which sides of the database answer (DECISIONS
-/// §14): 200 while reads work (from the read replica, or the primary they fall back to).
+/// `GET /readyz`: requests can be served, and which sides of the database answer
+/// (docs/api.md, "Read replicas and the primary down"): 200 while reads work (from the read
+/// replica, or the primary they fall back to).
 pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     let sides = state.replica.db(|s| Ok(s.sides())).await?;
     let word = |up: bool| if up { "up" } else { "down" };
@@ -40,9 +41,9 @@ pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
         .json(body))
 }
 
-/// Whether the client may see `/metrics` at all (DECISIONS §17): its address, as the trusted
-/// proxies tell it, is in `REGISTRY_METRICS_ALLOW`. The counters and cache sizes say how busy
-/// the registry and its other customers are.
+/// Whether the client may see `/metrics` at all (docs/api.md, "Responses"): its address, as the
+/// trusted proxies tell it, is in `REGISTRY_METRICS_ALLOW`. The counters and cache sizes say how
+/// busy the registry and its other customers are.
 fn may_read_metrics(state: &AppState, req: &HttpRequest) -> bool {
     let client = crate::client_ip::client_ip(req, &state.trusted_proxies);
     state.metrics_allow.iter().any(|net| net.contains(client))

@@ -1,6 +1,7 @@
 //! `/services/{subdomain}/preflight` and `…/fetches`: what AWS, GCP and Azure would refuse of the published
-//! documents, and of a token (DECISIONS §15). Open to the callers of `…/federation`,
-//! anonymous secrets on their own service included. The token is never stored nor logged.
+//! documents, and of a token (docs/api.md, "Preflight" and "Fetch evidence"). Open to the callers
+//! of `…/federation`, anonymous secrets on their own service included. The token is never stored
+//! nor logged.
 
 use crate::body::read_json;
 use crate::caller::ServiceCaller;

@@ -1,6 +1,7 @@
-//! Why was a token refused (DECISIONS §12): `POST /service-accounts/{id}/explain` and
-//! `GET /service-accounts/{id}/refusals`, over `registry_domain::app::explain`. Verifying a
-//! token is this module's part (it is I/O); judging it is the use case's.
+//! Why was a token refused (docs/api.md, "Explaining refusals"): `POST
+//! /service-accounts/{id}/explain` and `GET /service-accounts/{id}/refusals`, over
+//! `registry_domain::app::explain`. Verifying a token is this module's part (it is I/O); judging it
+//! is the use case's.
 
 use crate::body::{read_json, Fields};
 use crate::caller::Manager;
@@ -51,7 +52,8 @@ pub async fn explain(
         ip,
         action,
     };
-    // On the blocking pool: with large array claims it takes milliseconds (DECISIONS §17).
+    // On the blocking pool: with large array claims it takes milliseconds
+    // (docs/api.md, "Limits that hold (second security review)").
     let explanation = state.read(move |_| Ok(explain::explain(command))).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/json")

@@ -1,4 +1,4 @@
-//! `ClaimPattern` (DECISIONS §7 glob) against a plain dynamic-programming matcher.
+//! `ClaimPattern` (the glob of docs/api.md, "Authentication") against a plain dynamic-programming matcher.
 //!
 //! Input: `pattern NUL value` (without a NUL byte the whole input is the pattern). Checked:
 //! the compiled matcher agrees with the reference on the value; the pattern matches its own
@@ -101,7 +101,7 @@ fuzz_target!(|data: &[u8]| {
     if let Some(value) = value {
         check(&compiled, &pattern, &String::from_utf8_lossy(value));
     }
-    // Never matched, whatever the pattern (DECISIONS §7).
+    // Never matched, whatever the pattern (docs/api.md, "Authentication").
     assert!(!compiled.matches(None));
     assert!(!compiled.matches(Some(&Value::Null)));
     assert!(!compiled.matches(Some(&serde_json::json!({"a": "b"}))));

@@ -79,6 +79,7 @@ pub fn check() -> Result<()> {
     problems.extend(wrapper_problems()?);
     problems.extend(migration_problems()?);
     problems.extend(route_problems()?);
+    problems.extend(settle_problems()?);
     problems.extend(cycle_problems()?);
     problems.extend(outside_citation_problems()?);
     if problems.is_empty() {
@@ -188,6 +189,31 @@ fn route_problems() -> Result<Vec<String>> {
             .with_context(|| format!("reading {}", path.display()))?;
         let file = path.strip_prefix(&routes).unwrap_or(&path);
         problems.extend(decided_statuses_in(&file.to_string_lossy(), &text));
+    }
+    Ok(problems)
+}
+
+/// The one write path: only `AppState::write` (in `state.rs`) settles a change, so that no
+/// handler can forget to.
+fn settle_problems() -> Result<Vec<String>> {
+    let src = crate::cmd::root().join(SERVER_SRC);
+    let mut problems = Vec::new();
+    for path in rust_files(&src)? {
+        let file = path.strip_prefix(&src).unwrap_or(&path);
+        if file == Path::new("state.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        for (line, code) in code_lines(&text) {
+            if code.contains("settle_write") {
+                problems.push(format!(
+                    "{SERVER_SRC}/{}:{line}: settles a write outside AppState::write; call \
+                     state.write(…) instead, the one write path",
+                    file.display()
+                ));
+            }
+        }
     }
     Ok(problems)
 }
@@ -498,7 +524,20 @@ fn wrapper_problems_in(metadata: &Value) -> Vec<String> {
 /// What a maintainer or a user of the repository reads: code, tests, chores and docs cite the
 /// project's own documents (`docs/api.md` and its sections), never the contract kept outside
 /// the repository, which they do not have.
-const SELF_CONTAINED: [&str; 5] = ["crates", "xtask", "tests", "docs", "README.md"];
+const SELF_CONTAINED: [&str; 12] = [
+    "crates",
+    "xtask",
+    "tests",
+    "docs",
+    "migrations",
+    "fuzz",
+    "deploy",
+    "schemas",
+    "README.md",
+    "ARCHITECTURE.md",
+    "Cargo.toml",
+    ".cargo/config.toml",
+];
 
 /// The name of that outside contract, in two pieces so that this file does not cite it.
 const OUTSIDE_CONTRACT: &str = concat!("DECI", "SIONS");

@@ -1,4 +1,4 @@
--- The audit trail (DECISIONS §13): one row per change, written in the change's transaction.
+-- The audit trail (docs/api.md, "Audit trail and last use"): one row per change, written in the change's transaction.
 -- `seq` orders events as their transactions committed (writers are serialized), which is what
 -- keeps pages stable while events are written. `customer_id` is NULL for anonymous services.
 CREATE TABLE audit_events (
@@ -32,7 +32,7 @@ ALTER TABLE service_accounts ADD COLUMN last_used_at BIGINT;
 ALTER TABLE published_configs ADD COLUMN key_expires_at BIGINT;
 CREATE INDEX published_configs_by_key_expiry ON published_configs (key_expires_at);
 
--- Federated requests refused after their signature verified (DECISIONS §12), for the owner of
+-- Federated requests refused after their signature verified (docs/api.md, "Explaining refusals"), for the owner of
 -- the accounts that trust the token's issuer: the latest 100 per account, 7 days.
 CREATE TABLE refusals (
     seq         BIGSERIAL PRIMARY KEY,

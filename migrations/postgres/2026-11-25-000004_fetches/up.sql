@@ -1,4 +1,4 @@
--- Fetch evidence (DECISIONS §15): public fetches of a service's documents, per hour, summed
+-- Fetch evidence (docs/api.md, "Fetch evidence"): public fetches of a service's documents, per hour, summed
 -- over every replica (each adds its counts at least every 30 s); kept 24 hours.
 CREATE TABLE fetch_counts (
     service_id TEXT NOT NULL,

@@ -235,13 +235,20 @@ impl Store {
         Ok(f(&mut conn)?)
     }
 
-    /// Whether the read replica answers, how far behind the primary it replays, and whether
-    /// that is past the ceiling; `None` without one. Read from the lag's watch: no query.
+    /// Whether the read replica answers now (one `SELECT 1` on it: the lag's watch looks only
+    /// four times a second, and a readiness probe must not report a standby that just went
+    /// down), how far behind the primary it replays, and whether that is past the ceiling;
+    /// `None` without one.
     pub(crate) fn read_replica_state(&self) -> Option<registry_domain::ports::ReadReplica> {
         let side = self.replica.as_ref()?;
         let lag_seconds = side.lag.seconds();
+        let answers = side.reachability.is_reachable()
+            && side
+                .pool
+                .get_timeout(pool::OUTAGE_CHECKOUT_TIMEOUT)
+                .is_ok_and(|mut conn| conn.batch_execute("SELECT 1").is_ok());
         Some(registry_domain::ports::ReadReplica {
-            up: lag_seconds.is_some() && side.reachability.is_reachable(),
+            up: lag_seconds.is_some() && answers,
             lag_seconds,
             lagging: side.lag.is_lagging(),
         })

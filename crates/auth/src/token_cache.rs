@@ -128,7 +128,7 @@ impl TokenCache {
         verified
     }
 
-    /// Whether this replica accepted exactly `secret` for `lookup_id` within [`RECENTLY`] of
+    /// Whether this replica accepted exactly `secret` for `lookup_id` within `RECENTLY` of
     /// `now`, from memory alone (no database read, no hashing): what lets a working credential
     /// through limits that strangers' failures set off. The request is still authenticated in
     /// full afterwards.
@@ -186,7 +186,7 @@ impl TokenCache {
         Some(entry.clone())
     }
 
-    /// Whether this replica accepted exactly this identity token within [`RECENTLY`] of `now`
+    /// Whether this replica accepted exactly this identity token within `RECENTLY` of `now`
     /// (see [`TokenCache::recently_verified_secret`]).
     pub fn recently_verified_identity(&self, token: &str, now: OffsetDateTime) -> bool {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();

@@ -1,7 +1,6 @@
 //! Every way authentication refuses or fails a call; the server answers each as a problem.
 
 use registry_domain::ports::HasherBusy;
-use registry_domain::StoreError;
 use registry_replica::ReplicaError;
 
 /// A refusal or failure of authentication, authorization or a read of the replica's data.
@@ -35,21 +34,12 @@ pub enum AuthError {
     /// Too much secret hashing is queued; nothing else is affected.
     #[error("the server is busy checking credentials")]
     Busy,
-    /// The database failed.
+    /// The replica's read failed (the database, or its blocking task).
     #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A blocking task did not finish (it panicked).
-    #[error("a blocking task failed")]
+    Replica(#[from] ReplicaError),
+    /// The replica did not give what a grant names (a service granted but not found).
+    #[error("a granted service was not found")]
     Internal,
-}
-
-impl From<ReplicaError> for AuthError {
-    fn from(error: ReplicaError) -> Self {
-        match error {
-            ReplicaError::Store(error) => AuthError::Store(error),
-            ReplicaError::Interrupted => AuthError::Internal,
-        }
-    }
 }
 
 impl From<HasherBusy> for AuthError {

@@ -145,7 +145,7 @@ impl From<AuthError> for ApiError {
                 detail,
             },
             AuthError::Busy => ApiError::Busy,
-            AuthError::Store(e) => e.into(),
+            AuthError::Replica(e) => e.into(),
             AuthError::Internal => ApiError::Internal,
         }
     }

@@ -22,6 +22,7 @@
 //! same changes every half second, so that public documents (served from memory once read)
 //! follow too.
 
+use crate::absent::Absent;
 use registry_domain::ports::Change;
 use registry_domain::{Service, ServiceAccount};
 use std::collections::HashMap;
@@ -33,9 +34,6 @@ use uuid::Uuid;
 pub(crate) const BATCH: usize = 500;
 /// Entries per map before it is emptied (memory stays bounded whatever the callers send).
 const MAX_ENTRIES: usize = 100_000;
-/// How long an issuer that no policy named at its last database look-up is refused from
-/// memory (a made-up name costs at most one read per 10 s: docs/api.md, "Authentication").
-const UNKNOWN_ISSUER_SECONDS: i64 = 10;
 
 /// The accounts whose rules name one issuer.
 pub type Trusting = Arc<[Arc<ServiceAccount>]>;
@@ -49,27 +47,8 @@ pub struct Directory {
     pub(crate) applying: tokio::sync::Mutex<()>,
     entries: RwLock<Entries>,
     trust: RwLock<TrustIndex>,
-    unknown: UnknownIssuers,
-}
-
-/// Issuers that no policy named when the database was last read for them, by a keyed hash
-/// (the names are the client's, and may be long), with the second of that read.
-#[derive(Debug, Default)]
-struct UnknownIssuers {
-    keys: std::hash::RandomState,
-    seen: std::sync::Mutex<HashMap<u64, i64>>,
-}
-
-impl UnknownIssuers {
-    fn key(&self, issuer: &str) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.keys, issuer)
-    }
-
-    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<u64, i64>> {
-        self.seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
+    /// Issuers no policy named at their last database look-up (docs/api.md, "Authentication").
+    unknown: Absent,
 }
 
 /// Every OIDC account, and the accounts trusting each issuer.
@@ -162,25 +141,19 @@ impl Directory {
     /// a change racing with the load is replayed).
     pub fn load_trust(&self, oidc_accounts: Vec<ServiceAccount>) {
         *self.trust.write().expect("trust lock") = TrustIndex::build(oidc_accounts);
-        self.unknown.seen().clear();
+        self.unknown.lock().clear();
     }
 
     /// Whether the database said no policy names `issuer` within the last 10 s: then the
     /// request is refused from memory, and a made-up issuer reads the database at most once
     /// per 10 s.
     pub fn recently_unknown(&self, issuer: &str, now: time::OffsetDateTime) -> bool {
-        let key = self.unknown.key(issuer);
-        self.unknown
-            .seen()
-            .get(&key)
-            .is_some_and(|&at| now.unix_timestamp() - at < UNKNOWN_ISSUER_SECONDS)
+        self.unknown.lock().recently(issuer, now)
     }
 
     /// Remembers that no policy named `issuer` when the database was read at `now`.
     pub fn remember_unknown(&self, issuer: &str, now: time::OffsetDateTime) {
-        let key = self.unknown.key(issuer);
-        let mut seen = self.unknown.seen();
-        bounded(&mut seen).insert(key, now.unix_timestamp());
+        self.unknown.lock().remember(issuer, now);
     }
 
     /// The OIDC accounts (of any customer) with a rule whose `iss` is exactly `issuer`; `None`
@@ -205,9 +178,9 @@ impl Directory {
             .map(Arc::new);
         if let Some(account) = &account {
             // Trusted from now on: no longer refused from memory.
-            let mut seen = self.unknown.seen();
+            let mut unknown = self.unknown.lock();
             for issuer in account.policy.issuers() {
-                seen.remove(&self.unknown.key(issuer));
+                unknown.forget(issuer);
             }
         }
         self.trust.write().expect("trust lock").replace(id, account);

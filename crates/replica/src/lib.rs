@@ -7,6 +7,7 @@
 //! It speaks the domain's ports only (storage and clock) and knows nothing of HTTP: documents
 //! are kept as the bytes a response carries, and the server decides how they are sent.
 
+mod absent;
 mod blocking;
 mod directory;
 mod error;

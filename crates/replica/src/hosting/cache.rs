@@ -1,3 +1,4 @@
+use crate::absent::Absent;
 use bytes::Bytes;
 use registry_domain::issuer::Issuers;
 use registry_domain::keys::KeyState;
@@ -7,7 +8,7 @@ use registry_domain::Service;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -281,13 +282,13 @@ impl Hosted {
 /// the database ([`Lookup::Unknown`], one indexed read, the caller's) and kept. The documents held
 /// are bounded in bytes (`REGISTRY_HOSTING_CACHE_BYTES`): past the bound, the least recently served
 /// leave memory altogether. A subdomain the database said publishes nothing is remembered for 10 s
-/// (a keyed hash of it, at most `MAX_MISSES`), so a flood of made-up hosts costs at most one read
+/// (a keyed hash of it, at most `absent::MAX_ABSENT`), so a flood of made-up hosts costs at most one read
 /// per name per 10 s and no memory beyond that bound. Every change is made under one lock: a reader
 /// sees a service's old documents or its new ones, never none.
 #[derive(Debug)]
 pub struct HostingCache {
     hosts: RwLock<Hosts>,
-    misses: Misses,
+    misses: Absent,
     /// Bumped by every change applied from the change log (and by a reload of everything),
     /// under both locks. A read of the database begun before a change was applied is not kept:
     /// it may be older than what the change brought.
@@ -298,35 +299,6 @@ pub struct HostingCache {
     /// Bumped by every hit: a logical clock for least-recently-served eviction.
     served: AtomicU64,
     issuers: Issuers,
-}
-
-/// Subdomains remembered as publishing nothing, at most this many (the names are the client's).
-pub const MAX_MISSES: usize = 100_000;
-/// How long a subdomain the database said publishes nothing is answered from memory.
-const MISS_MILLIS: i64 = 10_000;
-
-/// Subdomains that published nothing when the database was last read for them, by a keyed
-/// hash, with the millisecond of that read.
-#[derive(Debug, Default)]
-struct Misses {
-    keys: std::hash::RandomState,
-    seen: Mutex<HashMap<u64, i64>>,
-}
-
-impl Misses {
-    fn key(&self, subdomain: &str) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.keys, subdomain)
-    }
-
-    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<u64, i64>> {
-        self.seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-fn millis(at: OffsetDateTime) -> i64 {
-    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
 }
 
 /// The stored discovery document, re-pointed at `issuer` when it was published under another
@@ -360,7 +332,7 @@ impl HostingCache {
     pub fn new(issuers: Issuers, max_bytes: usize) -> Self {
         Self {
             hosts: RwLock::default(),
-            misses: Misses::default(),
+            misses: Absent::default(),
             generation: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             max_bytes,
@@ -387,12 +359,8 @@ impl HostingCache {
         if let Some(hosted) = self.get(subdomain) {
             return Lookup::Hit(hosted);
         }
-        let key = self.misses.key(subdomain);
-        let seen = self.misses.seen();
-        if seen
-            .get(&key)
-            .is_some_and(|&at| (0..MISS_MILLIS).contains(&(millis(now) - at)))
-        {
+        let misses = self.misses.lock();
+        if misses.recently(subdomain, now) {
             return Lookup::Missing;
         }
         // Read under the misses' lock, which every change holds while it bumps it.
@@ -420,17 +388,9 @@ impl HostingCache {
     ) -> Option<Arc<Hosted>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let Some((service, config)) = found else {
-            let key = self.misses.key(subdomain);
-            let mut seen = self.misses.seen();
+            let mut misses = self.misses.lock();
             if self.generation.load(Ordering::Acquire) == generation.0 {
-                if seen.len() >= MAX_MISSES {
-                    let now = millis(now);
-                    seen.retain(|_, at| (0..MISS_MILLIS).contains(&(now - *at)));
-                    if seen.len() >= MAX_MISSES {
-                        seen.clear();
-                    }
-                }
-                seen.insert(key, millis(now));
+                misses.remember(subdomain, now);
             }
             return None;
         };
@@ -474,10 +434,10 @@ impl HostingCache {
     /// A change applied (the caller holds the hosts' write lock): reads begun before it are not
     /// kept, and `subdomain`, just published, is no longer a miss.
     fn applied(&self, subdomain: Option<&str>) {
-        let mut seen = self.misses.seen();
+        let mut misses = self.misses.lock();
         self.generation.fetch_add(1, Ordering::AcqRel);
         if let Some(subdomain) = subdomain {
-            seen.remove(&self.misses.key(subdomain));
+            misses.forget(subdomain);
         }
     }
 
@@ -517,10 +477,9 @@ impl HostingCache {
     /// change log's horizon): every subdomain is read again when asked for.
     pub fn clear(&self) {
         let mut hosts = self.write();
-        let mut seen = self.misses.seen();
+        let mut misses = self.misses.lock();
         self.generation.fetch_add(1, Ordering::AcqRel);
-        seen.clear();
-        seen.shrink_to_fit();
+        misses.clear();
         *hosts = Hosts::default();
     }
 
@@ -536,7 +495,7 @@ impl HostingCache {
 
     /// Subdomains remembered as publishing nothing (some may be older than 10 s).
     pub fn misses(&self) -> usize {
-        self.misses.seen().len()
+        self.misses.lock().len()
     }
 
     /// Database reads made for subdomains that were not in memory, since start.
@@ -948,17 +907,17 @@ mod tests {
         assert!(matches!(cache.lookup("n-x", now), Lookup::Hit(_)));
         cache.remove(service.id);
         assert!(matches!(cache.lookup("n-x", now), Lookup::Unknown(_)));
-        // At most MAX_MISSES names are kept, whatever the callers send.
-        for i in 0..MAX_MISSES + 10 {
+        // At most MAX_ABSENT names are kept, whatever the callers send.
+        for i in 0..crate::absent::MAX_ABSENT + 10 {
             let name = format!("made-up-{i}");
             let Lookup::Unknown(generation) = cache.lookup(&name, now) else {
                 panic!("{name} is not known");
             };
             cache.fill(generation, &name, None, now);
         }
-        assert!(cache.misses.seen().len() <= MAX_MISSES);
+        assert!(cache.misses() <= crate::absent::MAX_ABSENT);
         cache.clear();
-        assert!(cache.misses.seen().is_empty());
+        assert_eq!(cache.misses(), 0);
     }
 
     #[test]

@@ -10,7 +10,6 @@ use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::ports::FetchedDocument;
 use registry_replica::hosting::{Document, Hosted};
-use std::cell::RefCell;
 use std::sync::RwLock;
 use time::format_description::FormatItem;
 use time::macros::format_description;
@@ -30,27 +29,15 @@ fn http_date(at: OffsetDateTime) -> HeaderValue {
         .unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
-/// `Last-Modified` for documents last changed at `at` (a whole second). Each worker remembers
-/// the last one it formatted: a run of requests for one service formats it once.
-fn last_modified(at: OffsetDateTime) -> HeaderValue {
-    thread_local! {
-        static LAST: RefCell<Option<(OffsetDateTime, HeaderValue)>> = const { RefCell::new(None) };
-    }
-    LAST.with_borrow_mut(|last| match last {
-        Some((when, value)) if *when == at => value.clone(),
-        _ => {
-            let value = http_date(at);
-            *last = Some((at, value.clone()));
-            value
-        }
-    })
+/// `at` as an HTTP date, in the bytes the replica keeps with each hosted entry
+/// (`HostingCache`'s `DateText`): formatted once, when the entry is built.
+pub fn http_date_bytes(at: OffsetDateTime) -> web::Bytes {
+    web::Bytes::copy_from_slice(http_date(at).as_bytes())
 }
 
-/// A document's entity tag as a header value: the replica keeps it as shared bytes, so this
-/// copies nothing.
-fn etag(document: &Document) -> HeaderValue {
-    HeaderValue::from_maybe_shared(document.etag.clone())
-        .unwrap_or_else(|_| HeaderValue::from_static(""))
+/// A header value of bytes the replica keeps: shared, not copied.
+fn shared_header(bytes: &web::Bytes) -> HeaderValue {
+    HeaderValue::from_maybe_shared(bytes.clone()).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
@@ -154,7 +141,7 @@ fn respond(
     // A replica whose clock is behind the one that took the write would otherwise date the
     // document after its own Date (RFC 9110 §8.8.2.1); the earlier date only costs a 200.
     let last_modified = if hosted.modified_at <= date_at {
-        last_modified(hosted.modified_at)
+        shared_header(&hosted.last_modified)
     } else {
         date.clone()
     };
@@ -166,7 +153,7 @@ fn respond(
     response
         .insert_header((header::DATE, date))
         .insert_header((header::CACHE_CONTROL, CACHE_CONTROL))
-        .insert_header((header::ETAG, etag(document)))
+        .insert_header((header::ETAG, shared_header(&document.etag)))
         .insert_header((header::LAST_MODIFIED, last_modified))
         .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, ANY_ORIGIN));
     if not_modified {

@@ -56,7 +56,11 @@ impl AppState {
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
         let issuers = Issuers::new(&settings.issuer_url_template, &settings.base_url)?;
-        let hosting = HostingCache::new(issuers.clone(), settings.hosting_cache_bytes);
+        let hosting = HostingCache::new(
+            issuers.clone(),
+            settings.hosting_cache_bytes,
+            crate::public::http_date_bytes,
+        );
         let replica = Arc::new(Replica::new(store.clone(), clock.clone(), hosting));
         let hasher = Arc::new(HashingLanes::start(
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),

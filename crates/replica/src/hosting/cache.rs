@@ -96,6 +96,9 @@ pub struct Hosted {
     pub uploaded_jwks: Bytes,
     /// When the documents last changed (whole seconds, for If-Modified-Since).
     pub modified_at: OffsetDateTime,
+    /// `modified_at` as the cache's [`DateText`] writes it.
+    pub last_modified: Bytes,
+    date_text: DateText,
     /// When the documents last changed, to the millisecond (the fetch evidence: docs/api.md, "Fetch
     /// evidence").
     pub changed_at: OffsetDateTime,
@@ -116,8 +119,13 @@ pub struct Hosted {
     footprint: usize,
 }
 
+/// How the documents' last change is written in the answers that carry it (the server gives
+/// an HTTP date): made once per entry, when it is built, so serving it formats nothing.
+pub type DateText = fn(OffsetDateTime) -> Bytes;
+
 /// What an entry is built from.
 struct Parts<'a> {
+    date_text: DateText,
     service_id: Uuid,
     subdomain: &'a str,
     expires_at: Option<OffsetDateTime>,
@@ -134,7 +142,13 @@ fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
 }
 
 impl Hosted {
-    fn new(service: &Service, config: &PublishedConfig, issuer: &str, now: OffsetDateTime) -> Self {
+    fn new(
+        service: &Service,
+        config: &PublishedConfig,
+        issuer: &str,
+        now: OffsetDateTime,
+        date_text: DateText,
+    ) -> Self {
         let retired = KeyState {
             keys: config
                 .keys
@@ -146,6 +160,7 @@ impl Hosted {
         };
         Self::build(
             Parts {
+                date_text,
                 service_id: service.id,
                 subdomain: &service.subdomain,
                 expires_at: service.expires_at,
@@ -205,6 +220,8 @@ impl Hosted {
             jwks,
             uploaded_jwks: parts.uploaded_jwks,
             modified_at,
+            last_modified: (parts.date_text)(modified_at),
+            date_text: parts.date_text,
             changed_at: changed,
             modified_second_shared: in_that_second > 1,
             expires_at: parts.expires_at,
@@ -224,6 +241,7 @@ impl Hosted {
         let retired: KeyState = serde_json::from_str(&source.retired).ok()?;
         Some(Self::build(
             Parts {
+                date_text: self.date_text,
                 service_id: self.service_id,
                 subdomain,
                 expires_at: self.expires_at,
@@ -269,6 +287,7 @@ impl Hosted {
             + shared_bytes(self.jwks.body.len())
             + header(&self.jwks.etag)
             + uploaded
+            + header(&self.last_modified)
             + source
             + 2 * allocation(subdomain.len())
             + MAP_SLOTS_PER_ENTRY * (slot + by_id)
@@ -299,6 +318,7 @@ pub struct HostingCache {
     /// Bumped by every hit: a logical clock for least-recently-served eviction.
     served: AtomicU64,
     issuers: Issuers,
+    date_text: DateText,
 }
 
 /// The stored discovery document, re-pointed at `issuer` when it was published under another
@@ -328,8 +348,9 @@ fn current_discovery<'a>(stored: &'a str, issuer: &str) -> std::borrow::Cow<'a, 
 }
 
 impl HostingCache {
-    /// An empty cache for the documents of `issuers`, holding at most `max_bytes`.
-    pub fn new(issuers: Issuers, max_bytes: usize) -> Self {
+    /// An empty cache for the documents of `issuers`, holding at most `max_bytes`, their last
+    /// change written by `date_text`.
+    pub fn new(issuers: Issuers, max_bytes: usize, date_text: DateText) -> Self {
         Self {
             hosts: RwLock::default(),
             misses: Absent::default(),
@@ -338,6 +359,7 @@ impl HostingCache {
             max_bytes,
             served: AtomicU64::new(0),
             issuers,
+            date_text,
         }
     }
 
@@ -395,7 +417,7 @@ impl HostingCache {
             return None;
         };
         let issuer = self.issuers.issuer_of(&service.subdomain);
-        let hosted = Arc::new(Hosted::new(&service, &config, &issuer, now));
+        let hosted = Arc::new(Hosted::new(&service, &config, &issuer, now, self.date_text));
         let mut hosts = self.write();
         if self.generation.load(Ordering::Acquire) == generation.0 {
             self.insert(&mut hosts, &service.subdomain, hosted.clone());
@@ -407,7 +429,7 @@ impl HostingCache {
     /// step: a change applied from the change log.
     pub fn put(&self, service: &Service, config: &PublishedConfig, now: OffsetDateTime) {
         let issuer = self.issuers.issuer_of(&service.subdomain);
-        let hosted = Arc::new(Hosted::new(service, config, &issuer, now));
+        let hosted = Arc::new(Hosted::new(service, config, &issuer, now, self.date_text));
         let mut hosts = self.write();
         self.applied(Some(&service.subdomain));
         self.insert(&mut hosts, &service.subdomain, hosted);
@@ -610,6 +632,10 @@ mod tests {
         (service, config)
     }
 
+    fn text(at: OffsetDateTime) -> Bytes {
+        Bytes::from(at.to_string())
+    }
+
     fn issuers() -> Issuers {
         Issuers::new("http://{subdomain}.localhost", "http://api.localhost").unwrap()
     }
@@ -672,6 +698,7 @@ mod tests {
             + hosted.jwks.body.len()
             + hosted.jwks.etag.len()
             + uploaded
+            + hosted.last_modified.len()
             + source
             + 2 * subdomain.len()
             + std::mem::size_of::<(String, Arc<Hosted>)>()
@@ -696,7 +723,7 @@ mod tests {
         ] {
             let issuer =
                 issuer.map_or_else(|| issuers().issuer_of(&service.subdomain), str::to_owned);
-            let hosted = Hosted::new(&service, &config, &issuer, now);
+            let hosted = Hosted::new(&service, &config, &issuer, now, text);
             let sizes = sizes_of(&hosted, &service.subdomain);
             assert!(
                 sizes <= hosted.footprint && hosted.footprint <= sizes + OVERHEAD,
@@ -718,14 +745,14 @@ mod tests {
         let now = OffsetDateTime::now_utc();
         let (service, config) = large("r-x", 2_000, 10, 3, now);
         let issuer = issuers().issuer_of("r-x");
-        let hosted = Hosted::new(&service, &config, &issuer, now);
+        let hosted = Hosted::new(&service, &config, &issuer, now, text);
         let later = now + time::Duration::hours(2);
         assert!(hosted.is_stale_at(later));
         let rebuilt = hosted.rebuilt("r-x", later).expect("a source is kept");
-        let fresh = Hosted::new(&service, &config, &issuer, later);
+        let fresh = Hosted::new(&service, &config, &issuer, later, text);
         assert_eq!(rebuilt.jwks.body, fresh.jwks.body);
         assert_eq!(rebuilt.jwks.etag, fresh.jwks.etag);
-        assert_eq!(rebuilt.modified_at, fresh.modified_at);
+        assert_eq!(rebuilt.last_modified, fresh.last_modified);
         assert_eq!(rebuilt.footprint, fresh.footprint);
         assert!(rebuilt.source.is_none() && rebuilt.refresh_at.is_none());
         // The retired keys left: the set is the uploaded one, and dated when they left.
@@ -753,7 +780,7 @@ mod tests {
                 )
             })
             .collect();
-        let cache = HostingCache::new(issuers(), BOUND);
+        let cache = HostingCache::new(issuers(), BOUND, text);
         let mut order: Vec<usize> = (0..SERVICES).collect();
         for round in 0..6 {
             for (step, &i) in order.iter().enumerate() {
@@ -797,7 +824,8 @@ mod tests {
         let at = |ms: i64| second + time::Duration::milliseconds(ms);
         let (service, mut config) = published("v-x", 10);
         let issuer = issuers().issuer_of("v-x");
-        let build = |config: &PublishedConfig, now| Hosted::new(&service, config, &issuer, now);
+        let build =
+            |config: &PublishedConfig, now| Hosted::new(&service, config, &issuer, now, text);
         config.updated_at = at(900);
         // A lone version, or one whose predecessor is a second older: the date decides.
         for previous in [None, Some(at(-100))] {
@@ -825,7 +853,7 @@ mod tests {
 
     #[test]
     fn forgetting_a_deleted_service_spares_the_new_one_of_the_same_name() {
-        let cache = HostingCache::new(issuers(), 1 << 20);
+        let cache = HostingCache::new(issuers(), 1 << 20, text);
         let old = published("api-x", 10);
         let new = published("api-x", 20);
         cache.put(&old.0, &old.1, OffsetDateTime::now_utc());
@@ -851,11 +879,12 @@ mod tests {
             &a.1,
             "http://a-x.localhost",
             OffsetDateTime::now_utc(),
+            text,
         )
         .footprint;
         // Two fit, three do not.
         let bound = 2 * each + each / 2;
-        let cache = HostingCache::new(issuers(), bound);
+        let cache = HostingCache::new(issuers(), bound, text);
         cache.put(&a.0, &a.1, OffsetDateTime::now_utc());
         cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
         assert!(cache.get("a-x").is_some()); // a is served after b was published
@@ -887,7 +916,7 @@ mod tests {
 
     #[test]
     fn a_subdomain_that_publishes_nothing_is_remembered_for_10_s_until_it_is_published() {
-        let cache = HostingCache::new(issuers(), 1 << 20);
+        let cache = HostingCache::new(issuers(), 1 << 20, text);
         let now = OffsetDateTime::now_utc();
         let Lookup::Unknown(generation) = cache.lookup("n-x", now) else {
             panic!("nothing is known at first");
@@ -922,7 +951,7 @@ mod tests {
 
     #[test]
     fn a_read_begun_before_a_change_is_applied_is_not_kept() {
-        let cache = HostingCache::new(issuers(), 1 << 20);
+        let cache = HostingCache::new(issuers(), 1 << 20, text);
         let now = OffsetDateTime::now_utc();
         let (service, old) = published("g-x", 10);
         let new = PublishedConfig {

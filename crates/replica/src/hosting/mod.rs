@@ -8,4 +8,4 @@
 
 mod cache;
 
-pub use cache::{Document, Generation, Hosted, HostingCache, Lookup};
+pub use cache::{DateText, Document, Generation, Hosted, HostingCache, Lookup};

@@ -16,6 +16,7 @@ mod client_ip;
 mod connections;
 mod customers;
 mod dashboard;
+mod http_date;
 mod listeners;
 mod metrics;
 mod observe;

@@ -2,6 +2,7 @@
 //! (docs/api.md, "Public hosting"), from the replica's memory; and the configuration body of the
 //! API's GET.
 
+use crate::http_date::{http_date, HTTP_DATE};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use actix_web::dev::RequestHead;
@@ -11,29 +12,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::ports::FetchedDocument;
 use registry_replica::hosting::{Document, Hosted};
 use std::sync::RwLock;
-use time::format_description::FormatItem;
-use time::macros::format_description;
 use time::{OffsetDateTime, PrimitiveDateTime};
-
-/// The HTTP-date format (RFC 9110 §5.6.7), always GMT.
-const HTTP_DATE: &[FormatItem<'static>] = format_description!(
-    "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-);
-
-/// `at` as an HTTP date.
-fn http_date(at: OffsetDateTime) -> HeaderValue {
-    at.to_offset(time::UtcOffset::UTC)
-        .format(HTTP_DATE)
-        .ok()
-        .and_then(|date| HeaderValue::from_str(&date).ok())
-        .unwrap_or_else(|| HeaderValue::from_static(""))
-}
-
-/// `at` as an HTTP date, in the bytes the replica keeps with each hosted entry
-/// (`HostingCache`'s `DateText`): formatted once, when the entry is built.
-pub fn http_date_bytes(at: OffsetDateTime) -> web::Bytes {
-    web::Bytes::copy_from_slice(http_date(at).as_bytes())
-}
 
 /// A header value of bytes the replica keeps: shared, not copied.
 fn shared_header(bytes: &web::Bytes) -> HeaderValue {

@@ -59,7 +59,7 @@ impl AppState {
         let hosting = HostingCache::new(
             issuers.clone(),
             settings.hosting_cache_bytes,
-            crate::public::http_date_bytes,
+            crate::http_date::http_date_bytes,
         );
         let replica = Arc::new(Replica::new(store.clone(), clock.clone(), hosting));
         let hasher = Arc::new(HashingLanes::start(

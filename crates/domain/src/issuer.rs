@@ -17,6 +17,7 @@ pub struct Issuers {
     host_prefix: String,
     host_suffix: String,
     api_host: String,
+    api_origin: String,
 }
 
 impl Issuers {
@@ -27,11 +28,6 @@ impl Issuers {
             .replace("{subdomain}", subdomain)
             .trim_end_matches('/')
             .to_owned()
-    }
-
-    /// The template, as configured.
-    pub fn template(&self) -> &str {
-        &self.template
     }
 
     /// The issuers of `template` (`{subdomain}` in the host part, no path); the host of
@@ -56,6 +52,7 @@ impl Issuers {
             host_prefix: host_prefix.to_owned(),
             host_suffix: host_suffix.to_owned(),
             api_host: host_of(base_url)?,
+            api_origin: base_url.trim_end_matches('/').to_owned(),
             template: template.to_owned(),
         })
     }
@@ -70,14 +67,12 @@ impl Issuers {
         Label::parse(strip_suffix_ignore_case(label, &self.host_suffix)?)
     }
 
-    /// The origin a request for `host` belongs to: the issuer's URL or the API's `base_url`;
+    /// The origin a request for `host` belongs to: the issuer's URL or the API's base URL;
     /// `None` for any other host (never a host the client chose).
-    pub fn origin_of_host(&self, host: &str, base_url: &str) -> Option<String> {
+    pub fn origin_of_host(&self, host: &str) -> Option<String> {
         Some(match self.subdomain_of_host(host) {
             Some(subdomain) => self.issuer_of(&subdomain),
-            None if name_of(host).eq_ignore_ascii_case(&self.api_host) => {
-                base_url.trim_end_matches('/').to_owned()
-            }
+            None if name_of(host).eq_ignore_ascii_case(&self.api_host) => self.api_origin.clone(),
             None => return None,
         })
     }
@@ -211,25 +206,19 @@ mod tests {
         let base = "https://registry.example.com";
         let issuers = Issuers::new("https://{subdomain}.oidc.example.com", base).unwrap();
         assert_eq!(
-            issuers
-                .origin_of_host("acme.oidc.example.com", base)
-                .as_deref(),
+            issuers.origin_of_host("acme.oidc.example.com").as_deref(),
             Some("https://acme.oidc.example.com")
         );
         assert_eq!(
-            issuers
-                .origin_of_host("Registry.Example.com:80", base)
-                .as_deref(),
+            issuers.origin_of_host("Registry.Example.com:80").as_deref(),
             Some("https://registry.example.com")
         );
-        assert_eq!(issuers.origin_of_host("evil.example", base), None);
-        assert_eq!(issuers.origin_of_host("a.b.oidc.example.com", base), None);
+        assert_eq!(issuers.origin_of_host("evil.example"), None);
+        assert_eq!(issuers.origin_of_host("a.b.oidc.example.com"), None);
         let issuers =
             Issuers::new("http://{subdomain}.localhost:8443", "http://localhost:8443").unwrap();
         assert_eq!(
-            issuers
-                .origin_of_host("acme.localhost:8080", "http://localhost:8443")
-                .as_deref(),
+            issuers.origin_of_host("acme.localhost:8080").as_deref(),
             Some("http://acme.localhost:8443")
         );
         assert_eq!(

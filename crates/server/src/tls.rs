@@ -80,7 +80,7 @@ pub fn redirect(req: &ServiceRequest) -> Option<HttpResponse> {
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let issuers = state.replica.hosting.issuers();
     let location = host
-        .and_then(|host| issuers.origin_of_host(host, state.settings.base()))
+        .and_then(|host| issuers.origin_of_host(host))
         .map(|origin| {
             // The origin's authority (its port included), over https.
             let rest = origin.split_once("://").map_or("", |(_, rest)| rest);

@@ -18,6 +18,8 @@
 //! * [`credentials`]: the shape of static tokens and anonymous secrets.
 //! * [`claims`]: time-based checks of a verified JWT's registered claims.
 //! * [`ports`]: the traits the adapters implement (storage, clock, randomness, hashing, tokens).
+//! * `testing` (the cargo feature `testing`, off by default): in-memory adapters of the ports
+//!   for tests, `MemoryStore` first, held to the real store's contract by the integration suite.
 //!
 //! The crate never reads the clock or the network: time arrives as a parameter, so every rule can
 //! be tested at any instant.
@@ -55,6 +57,8 @@ pub mod preflight;
 pub mod publishing;
 pub mod refusal;
 pub mod service;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 /// The policy engine, the crate `registry-policy`: documents, claim patterns, `evaluate`,
 /// `explain`, lint, policy tests and `compare`. Re-exported here so that the registry's code

@@ -1,5 +1,5 @@
 use super::*;
-use registry_domain::ports::{Change, ChangeFeed, ServiceStore};
+use registry_domain::ports::{AccountStore, Change, ChangeFeed, CredentialStore, ServiceStore};
 use registry_domain::StoreError;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,6 +89,75 @@ fn quotas_and_the_anonymous_ceiling_hold_when_creations_race() {
     setup
         .create_service(&later, None, Ceiling(3), &ev())
         .unwrap();
+}
+
+/// Regenerations that race read the same token: the first to write replaces it, the others
+/// are told it changed meanwhile, and the winner's token is the one kept.
+#[test]
+fn a_token_is_replaced_only_if_it_is_still_the_one_read() {
+    let store = store();
+    let (_, first, old) = seeded(&store, "acme");
+    let replacements: Vec<_> = (0..5)
+        .map(|i| record(&lookup(), &format!("$argon2id$n{i}")))
+        .collect();
+    let outcomes: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = replacements
+            .iter()
+            .map(|new| {
+                let (store, old) = (&store, &old);
+                scope.spawn(move || store.replace_token(first.id, Some(&old.lookup_id), new, &ev()))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let won: Vec<_> = outcomes.iter().filter(|o| o.is_ok()).collect();
+    assert_eq!(won.len(), 1, "{outcomes:?}");
+    for outcome in outcomes.iter().filter(|o| o.is_err()) {
+        assert!(
+            matches!(outcome, Err(StoreError::Conflict(_))),
+            "{outcome:?}"
+        );
+    }
+    let winner = outcomes.iter().position(Result::is_ok).unwrap();
+    assert_eq!(
+        store.token_lookup_id(first.id).unwrap().as_deref(),
+        Some(&*replacements[winner].lookup_id)
+    );
+    for (i, new) in replacements.iter().enumerate() {
+        assert_eq!(
+            store.credential(&new.lookup_id).unwrap().is_some(),
+            i == winner
+        );
+    }
+}
+
+/// The quota is counted in the insert's transaction: creations racing each other never pass it.
+#[test]
+fn an_account_quota_holds_when_creations_race() {
+    let store = store();
+    let (customer, _, _) = seeded(&store, "acme");
+    let outcomes: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..12)
+            .map(|i| {
+                let store = &store;
+                scope.spawn(move || {
+                    let a = account(customer.id, &format!("ci{i}"), static_policy(&["*"]), 5);
+                    store.create_account(&a, None, Ceiling(4), &ev())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        outcomes.iter().filter(|o| o.is_ok()).count(),
+        3,
+        "{outcomes:?}"
+    );
+    assert!(outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().err())
+        .all(|e| *e == StoreError::CeilingReached(4)));
+    assert_eq!(store.count_accounts_of(customer.id).unwrap(), 4);
 }
 
 #[test]

@@ -375,7 +375,7 @@ fn checked_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::testing::{add_account, caller, registry_over, MemoryStore};
+    use crate::app::testing::{add_account, add_customer, caller, registry_over, MemoryStore};
     use crate::audit::{Actor, Resource};
     use crate::ports::CredentialOwner;
     use crate::{Customer, Plan, Service};
@@ -643,13 +643,7 @@ mod tests {
     #[test]
     fn another_customer_s_account_and_a_malformed_id_are_404() {
         let w = world();
-        let other = Customer {
-            id: Uuid::new_v4(),
-            name: "Other".into(),
-            tenant: "other".into(),
-            plan: Plan::Business,
-            created_at: NOW,
-        };
+        let (other, _) = add_customer(&w.registry, "other", Plan::Business, NOW);
         let theirs = add_account(
             &w.registry,
             &other,

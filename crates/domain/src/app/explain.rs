@@ -135,11 +135,10 @@ fn refused_token(code: ReasonCode, message: String) -> Explanation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::testing::{add_account, caller, registry};
+    use crate::app::testing::{add_account, add_customer, caller, registry};
     use crate::{Customer, Plan};
     use serde_json::json;
     use time::macros::datetime;
-    use uuid::Uuid;
 
     const NOW: OffsetDateTime = datetime!(2026-11-23 10:00 UTC);
 
@@ -164,14 +163,9 @@ mod tests {
         serde_json::from_str(&explain(command)).unwrap()
     }
 
-    fn other_customer() -> Customer {
-        Customer {
-            id: Uuid::new_v4(),
-            name: "Other".into(),
-            tenant: "other".into(),
-            plan: Plan::Free,
-            created_at: NOW,
-        }
+    /// Another customer, in the registry's store.
+    fn other_customer(registry: &Registry) -> Customer {
+        add_customer(registry, "other", Plan::Free, NOW).0
     }
 
     #[test]
@@ -181,7 +175,7 @@ mod tests {
         let admin = caller(admin);
         let found = account(&registry, &admin, &ours.id.to_string()).unwrap();
         assert_eq!(found.id, ours.id);
-        let theirs = add_account(&registry, &other_customer(), oidc_policy(), NOW);
+        let theirs = add_account(&registry, &other_customer(&registry), oidc_policy(), NOW);
         let id = theirs.id.to_string();
         let refused = account(&registry, &admin, &id).unwrap_err();
         assert_eq!(
@@ -264,7 +258,7 @@ mod tests {
             .unwrap();
         let listed = refusals(&registry, &admin, &ours.id.to_string(), NOW).unwrap();
         assert_eq!(listed, [recent], "older than KEPT_FOR is not shown");
-        let theirs = add_account(&registry, &other_customer(), oidc_policy(), NOW);
+        let theirs = add_account(&registry, &other_customer(&registry), oidc_policy(), NOW);
         let refused = refusals(&registry, &admin, &theirs.id.to_string(), NOW).unwrap_err();
         assert!(matches!(refused, AppError::NotFound(_)), "{refused:?}");
     }

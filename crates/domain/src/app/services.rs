@@ -167,7 +167,8 @@ pub fn delete(
 mod tests {
     use super::*;
     use crate::app::testing::{
-        add_account, caller, origin, registry, registry_over, FixedRandomness, MemoryStore,
+        add_account, add_customer, caller, origin, registry, registry_over, FixedRandomness,
+        MemoryStore,
     };
     use crate::audit::{ActorKind, ResourceKind};
     use crate::ports::ServiceStore;
@@ -338,13 +339,17 @@ mod tests {
     fn list_shows_only_what_the_scope_covers() {
         let (registry, customer, admin) = registry(Plan::Business, NOW);
         let admin = caller(admin);
-        for name in ["api", "web-1", "web-2"] {
-            create(&registry, &admin, named(name, name), NOW).unwrap();
+        // Listed oldest first (the store's order for services created at one instant is
+        // their ids').
+        for (second, name) in (0..).zip(["api", "web-1", "web-2"]) {
+            let at = NOW + time::Duration::seconds(second);
+            create(&registry, &admin, named(name, name), at).unwrap();
         }
         // Another customer's service is never listed, even to a scope of "*".
+        let (someone_else, _) = add_customer(&registry, "other", Plan::Business, NOW);
         let other = Service {
             id: Uuid::new_v4(),
-            customer_id: Some(Uuid::new_v4()),
+            customer_id: Some(someone_else.id),
             subdomain: "api-other".into(),
             title: None,
             description: None,

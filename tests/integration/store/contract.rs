@@ -1,0 +1,1865 @@
+//! The storage contract: what the use cases rely on from the storage ports, written once and
+//! checked on every store. Each case is a function of `&dyn Storage`; its test runs it on the
+//! in-memory fake that the use cases' unit tests run over (`registry_domain::testing`), then on
+//! the real store (SQLite, or PostgreSQL under `cargo xtask test`). The real store is the
+//! truth: where the fake answered otherwise, the fake was fixed.
+//!
+//! What only the real store has (concurrency, connecting, migrations, corrupt rows, the clock
+//! that dates its change log) is tested beside this file, on the real store alone.
+
+use super::*;
+use registry_domain::audit::{AuditQuery, Cursor, Trail};
+use registry_domain::keys::{KeyRecord, KeyState};
+use registry_domain::policy::PolicyKind;
+use registry_domain::ports::{
+    AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument, Storage,
+};
+use registry_domain::testing::MemoryStore;
+use registry_domain::StoreError;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use time::macros::datetime;
+
+/// Runs `case` on a fresh in-memory store, then on a fresh real store; a failure says which.
+fn on_every_store(case: fn(&dyn Storage)) {
+    on("in-memory", &MemoryStore::default(), case);
+    on(registry_tests::backend_name(), &store(), case);
+}
+
+fn on(name: &str, store: &dyn Storage, case: fn(&dyn Storage)) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| case(store))) {
+        eprintln!("the contract case failed on the {name} store");
+        resume_unwind(panic);
+    }
+}
+
+fn all_changes(store: &dyn Storage) -> Vec<Change> {
+    store.changes_since(0, 1000).unwrap().1
+}
+
+fn ids(accounts: &[ServiceAccount]) -> Vec<Uuid> {
+    accounts.iter().map(|a| a.id).collect()
+}
+
+fn trail(store: &dyn Storage, trail: Trail) -> Vec<AuditEvent> {
+    store
+        .audit_events(&AuditQuery {
+            trail,
+            cursor: None,
+            action: None,
+            since: None,
+            limit: 500,
+        })
+        .unwrap()
+        .events
+}
+
+fn event(action: Action, customer: Option<Uuid>, at_seconds: i64) -> AuditEvent {
+    AuditEvent::new(
+        action,
+        Resource::customer(Uuid::new_v4()),
+        Actor::system(),
+        customer,
+        at(at_seconds),
+    )
+}
+
+/// A retired key that leaves the public set at `until`.
+fn retired(kid: &str, until: OffsetDateTime) -> KeyRecord {
+    KeyRecord {
+        kid: kid.into(),
+        jwk: serde_json::Map::new(),
+        thumbprint: kid.into(),
+        first_published_at: at(0),
+        retired_at: Some(at(1)),
+        published_until: Some(until),
+    }
+}
+
+fn with_retired(mut config: PublishedConfig, kid: &str, until: OffsetDateTime) -> PublishedConfig {
+    config.keys.keys.push(retired(kid, until));
+    config
+}
+
+const GITHUB: &str = "https://token.actions.githubusercontent.com";
+const GITLAB: &str = "https://gitlab.example.com";
+
+// Customers.
+
+#[test]
+fn a_customer_is_created_with_its_first_account_and_token_on_every_store() {
+    on_every_store(a_customer_is_created_with_its_first_account_and_token);
+}
+
+fn a_customer_is_created_with_its_first_account_and_token(store: &dyn Storage) {
+    let (c, first, token) = seeded(store, "acme");
+
+    assert_eq!(store.customer(c.id).unwrap(), Some(c.clone()));
+    assert_eq!(store.customer_by_tenant("acme").unwrap(), Some(c.clone()));
+    let accounts = store.accounts_of(c.id).unwrap();
+    assert_eq!(accounts.len(), 1);
+    assert_same_account(&accounts[0], &first);
+    let stored = store.credential(&token.lookup_id).unwrap().unwrap();
+    assert_eq!(stored.owner, CredentialOwner::Account(first.id));
+    assert_eq!(stored.hash, token.hash);
+    assert_eq!(all_changes(store), [Change::Account(first.id)]);
+    assert_eq!(store.customer(Uuid::new_v4()).unwrap(), None);
+    assert_eq!(store.customer_by_tenant("globex").unwrap(), None);
+}
+
+#[test]
+fn a_taken_tenant_is_a_conflict_and_nothing_of_the_second_customer_remains_on_every_store() {
+    on_every_store(a_taken_tenant_is_a_conflict_and_nothing_of_the_second_customer_remains);
+}
+
+fn a_taken_tenant_is_a_conflict_and_nothing_of_the_second_customer_remains(store: &dyn Storage) {
+    let (original, ..) = seeded(store, "acme");
+    let before = store.latest_change().unwrap();
+    let intruder = customer("acme", 5);
+    let account = account(intruder.id, "second", static_policy(&["*"]), 5);
+    let token = record(&lookup(), "h");
+
+    let err = store
+        .create_customer(&intruder, &account, &token, &ev())
+        .unwrap_err();
+
+    assert_eq!(err, StoreError::Conflict("tenant suffix taken".into()));
+    assert_eq!(store.customers().unwrap(), vec![original]);
+    assert!(store.account(account.id).unwrap().is_none());
+    assert_eq!(store.credential(&token.lookup_id).unwrap(), None);
+    assert_eq!(store.latest_change().unwrap(), before);
+}
+
+#[test]
+fn a_customer_whose_token_lookup_id_is_taken_leaves_nothing_behind_on_every_store() {
+    on_every_store(a_customer_whose_token_lookup_id_is_taken_leaves_nothing_behind);
+}
+
+fn a_customer_whose_token_lookup_id_is_taken_leaves_nothing_behind(store: &dyn Storage) {
+    let (_, _, taken) = seeded(store, "acme");
+    let c = customer("globex", 1);
+    let a = account(c.id, "first", static_policy(&["*"]), 1);
+
+    let err = store.create_customer(&c, &a, &taken, &ev()).unwrap_err();
+
+    assert_eq!(
+        err,
+        StoreError::Conflict("credential lookup id taken".into())
+    );
+    assert_eq!(store.customer_by_tenant("globex").unwrap(), None);
+    assert!(store.account(a.id).unwrap().is_none());
+}
+
+#[test]
+fn customers_are_listed_oldest_first_on_every_store() {
+    on_every_store(customers_are_listed_oldest_first);
+}
+
+fn customers_are_listed_oldest_first(store: &dyn Storage) {
+    for (tenant, second) in [("bravo", 30), ("alpha", 10), ("charlie", 20)] {
+        let c = customer(tenant, second);
+        let a = account(c.id, "first", static_policy(&["*"]), second);
+        store
+            .create_customer(&c, &a, &record(&lookup(), "h"), &ev())
+            .unwrap();
+    }
+    let tenants: Vec<String> = store
+        .customers()
+        .unwrap()
+        .into_iter()
+        .map(|c| c.tenant)
+        .collect();
+    assert_eq!(tenants, ["alpha", "charlie", "bravo"]);
+}
+
+/// `customer.update` is written with a change of plan, and only then (docs/api.md, "Audit trail and last use"); a plan
+/// is no change of the change log.
+#[test]
+fn a_plan_changes_for_its_tenant_only_with_its_event_only_when_it_differs_on_every_store() {
+    on_every_store(a_plan_changes_for_its_tenant_only_with_its_event_only_when_it_differs);
+}
+
+fn a_plan_changes_for_its_tenant_only_with_its_event_only_when_it_differs(store: &dyn Storage) {
+    let (acme, ..) = seeded(store, "acme");
+    let (globex, ..) = seeded(store, "globex");
+    let before = store.latest_change().unwrap();
+    let event = |seconds| {
+        AuditEvent::new(
+            Action::CustomerUpdate,
+            Resource::customer(acme.id),
+            Actor::operator(),
+            Some(acme.id),
+            at(seconds),
+        )
+    };
+    let updates = || {
+        store
+            .audit_events(&AuditQuery {
+                trail: Trail::Customer(acme.id),
+                cursor: None,
+                action: Some(Action::CustomerUpdate),
+                since: None,
+                limit: 10,
+            })
+            .unwrap()
+            .events
+    };
+
+    let changed = event(1);
+    let updated = store.set_plan("acme", Plan::Free, &changed).unwrap();
+
+    let free = Customer {
+        plan: Plan::Free,
+        ..acme.clone()
+    };
+    assert_eq!(updated, Some(free.clone()));
+    assert_eq!(store.customer(acme.id).unwrap(), Some(free));
+    assert_eq!(
+        store.customer(globex.id).unwrap().unwrap().plan,
+        Plan::Business
+    );
+    assert_eq!(updates(), vec![changed.clone()]);
+    // The same plan again, and a tenant nobody has: nothing changes, no event.
+    let same = store.set_plan("acme", Plan::Free, &event(2)).unwrap();
+    assert_eq!(same.map(|c| c.plan), Some(Plan::Free));
+    assert_eq!(
+        store.set_plan("initech", Plan::Team, &event(3)).unwrap(),
+        None
+    );
+    assert_eq!(updates(), vec![changed]);
+    assert_eq!(store.latest_change().unwrap(), before);
+}
+
+#[test]
+fn times_read_back_truncated_to_the_millisecond_on_every_store() {
+    on_every_store(times_read_back_truncated_to_the_millisecond);
+}
+
+fn times_read_back_truncated_to_the_millisecond(store: &dyn Storage) {
+    let precise = datetime!(2026-11-21 10:00:00.123_456_789 UTC);
+    let kept = datetime!(2026-11-21 10:00:00.123 UTC);
+    let c = Customer {
+        created_at: precise,
+        ..customer("acme", 0)
+    };
+    let first = ServiceAccount {
+        created_at: precise,
+        ..account(c.id, "first", static_policy(&["*"]), 0)
+    };
+    let created = AuditEvent::new(
+        Action::CustomerCreate,
+        Resource::customer(c.id),
+        Actor::operator(),
+        Some(c.id),
+        precise,
+    );
+    store
+        .create_customer(&c, &first, &record(&lookup(), "h"), &created)
+        .unwrap();
+    let s = Service {
+        created_at: precise,
+        expires_at: Some(precise + Duration::hours(1)),
+        ..anonymous("abcdefghijkl-anon", 0, 0)
+    };
+    store
+        .create_service(&s, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+        .unwrap();
+    let published = PublishedConfig {
+        updated_at: precise,
+        previous_change_at: Some(precise),
+        ..config(s.id, "http://abcdefghijkl-anon", 0)
+    };
+    store.put_config(&published, &ev()).unwrap();
+    assert!(store.record_use(first.id, precise).unwrap());
+
+    assert_eq!(store.customer(c.id).unwrap().unwrap().created_at, kept);
+    let read = store.account(first.id).unwrap().unwrap();
+    assert_eq!((read.created_at, read.last_used_at), (kept, Some(kept)));
+    let read = store.service(s.id).unwrap().unwrap();
+    assert_eq!(
+        (read.created_at, read.expires_at),
+        (kept, Some(kept + Duration::hours(1)))
+    );
+    let read = store.config(s.id).unwrap().unwrap();
+    assert_eq!(
+        (read.updated_at, read.previous_change_at),
+        (kept, Some(kept))
+    );
+    assert_eq!(trail(store, Trail::Customer(c.id))[0].at, kept);
+}
+
+// Services.
+
+#[test]
+fn a_service_is_found_by_subdomain_in_any_case_and_by_id_on_every_store() {
+    on_every_store(a_service_is_found_by_subdomain_in_any_case_and_by_id);
+}
+
+fn a_service_is_found_by_subdomain_in_any_case_and_by_id(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    let s = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+
+    assert_eq!(store.find_service("api-acme").unwrap(), Some(s.clone()));
+    assert_eq!(store.find_service("API-Acme").unwrap(), Some(s.clone()));
+    assert_eq!(
+        store.find_service(&s.id.to_string()).unwrap(),
+        Some(s.clone())
+    );
+    let upper_id = s.id.hyphenated().to_string().to_uppercase();
+    assert_eq!(store.find_service(&upper_id).unwrap(), Some(s.clone()));
+    assert_eq!(store.service(s.id).unwrap(), Some(s.clone()));
+    assert_eq!(store.find_service("web-acme").unwrap(), None);
+    assert_eq!(store.find_service("api-acme\0").unwrap(), None);
+    assert_eq!(
+        store.find_service(&Uuid::new_v4().to_string()).unwrap(),
+        None
+    );
+    assert_eq!(store.service(Uuid::new_v4()).unwrap(), None);
+
+    // Subdomains are kept in lower case; one that reads as a UUID is still found (Business
+    // plans choose names).
+    let mixed = registered(c.id, "Mixed-Acme", 2);
+    let uuid_like = registered(c.id, "0123abcd-0123-0123-0123-0123456789ab", 3);
+    for s in [&mixed, &uuid_like] {
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
+    }
+    assert_eq!(
+        store.service(mixed.id).unwrap().unwrap().subdomain,
+        "mixed-acme"
+    );
+    assert_eq!(
+        store
+            .find_service("0123ABCD-0123-0123-0123-0123456789AB")
+            .unwrap(),
+        Some(uuid_like)
+    );
+}
+
+#[test]
+fn a_taken_subdomain_is_a_conflict_whatever_its_case_on_every_store() {
+    on_every_store(a_taken_subdomain_is_a_conflict_whatever_its_case);
+}
+
+fn a_taken_subdomain_is_a_conflict_whatever_its_case(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    store
+        .create_service(&registered(c.id, "api-acme", 1), None, Ceiling::NONE, &ev())
+        .unwrap();
+    let before = store.latest_change().unwrap();
+
+    let again = registered(c.id, "API-ACME", 2);
+    let err = store
+        .create_service(&again, None, Ceiling::NONE, &ev())
+        .unwrap_err();
+
+    assert_eq!(err, StoreError::Conflict("subdomain taken".into()));
+    assert_eq!(store.service(again.id).unwrap(), None);
+    let anon = anonymous("api-acme", 3, 100);
+    let secret = record(&lookup(), "h");
+    let err = store
+        .create_service(&anon, Some(&secret), Ceiling::NONE, &ev())
+        .unwrap_err();
+    assert_eq!(err, StoreError::Conflict("subdomain taken".into()));
+    assert_eq!(store.credential(&secret.lookup_id).unwrap(), None);
+    assert_eq!(store.latest_change().unwrap(), before);
+}
+
+#[test]
+fn an_id_cannot_be_reused_on_every_store() {
+    on_every_store(an_id_cannot_be_reused);
+}
+
+fn an_id_cannot_be_reused(store: &dyn Storage) {
+    let (c, first, _) = seeded(store, "acme");
+    let s = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+
+    let same_customer = Customer {
+        tenant: "globex".into(),
+        ..c.clone()
+    };
+    let other_first = account(c.id, "first", static_policy(&["*"]), 1);
+    assert_eq!(
+        store
+            .create_customer(&same_customer, &other_first, &record(&lookup(), "h"), &ev())
+            .unwrap_err(),
+        StoreError::Conflict("customer id taken".into())
+    );
+    let same_service = Service {
+        subdomain: "web-acme".into(),
+        ..s
+    };
+    assert_eq!(
+        store
+            .create_service(&same_service, None, Ceiling::NONE, &ev())
+            .unwrap_err(),
+        StoreError::Conflict("service id taken".into())
+    );
+    assert_eq!(
+        store
+            .create_account(&first, None, Ceiling::NONE, &ev())
+            .unwrap_err(),
+        StoreError::Conflict("service account id taken".into())
+    );
+    assert_eq!(store.find_service("web-acme").unwrap(), None);
+    assert_eq!(store.customer_by_tenant("globex").unwrap(), None);
+}
+
+#[test]
+fn a_service_or_account_of_an_unknown_customer_is_not_found_on_every_store() {
+    on_every_store(a_service_or_account_of_an_unknown_customer_is_not_found);
+}
+
+fn a_service_or_account_of_an_unknown_customer_is_not_found(store: &dyn Storage) {
+    let ghost = Uuid::new_v4();
+    let s = registered(ghost, "api-ghost", 1);
+    assert_eq!(
+        store
+            .create_service(&s, None, Ceiling::NONE, &ev())
+            .unwrap_err(),
+        StoreError::NotFound
+    );
+    let a = account(ghost, "ghost", static_policy(&["*"]), 1);
+    let token = record(&lookup(), "h");
+    assert_eq!(
+        store
+            .create_account(&a, Some(&token), Ceiling::NONE, &ev())
+            .unwrap_err(),
+        StoreError::NotFound
+    );
+    assert_eq!(store.service(s.id).unwrap(), None);
+    assert!(store.account(a.id).unwrap().is_none());
+    assert_eq!(store.credential(&token.lookup_id).unwrap(), None);
+    assert_eq!(store.latest_change().unwrap(), 0);
+}
+
+#[test]
+fn services_of_lists_one_customers_services_oldest_first_on_every_store() {
+    on_every_store(services_of_lists_one_customers_services_oldest_first);
+}
+
+fn services_of_lists_one_customers_services_oldest_first(store: &dyn Storage) {
+    let (acme, ..) = seeded(store, "acme");
+    let (globex, ..) = seeded(store, "globex");
+    let later = registered(acme.id, "b-acme", 20);
+    let earlier = registered(acme.id, "a-acme", 10);
+    for s in [
+        &later,
+        &earlier,
+        &registered(globex.id, "x-globex", 5),
+        &anonymous("abcdefghijkl-anon", 1, 100),
+    ] {
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
+    }
+
+    assert_eq!(store.services_of(acme.id).unwrap(), vec![earlier, later]);
+    assert_eq!(store.count_services_of(acme.id).unwrap(), 2);
+    assert_eq!(store.services_of(Uuid::new_v4()).unwrap(), vec![]);
+    assert_eq!(store.count_services_of(Uuid::new_v4()).unwrap(), 0);
+}
+
+#[test]
+fn owned_subdomains_answers_the_customers_own_in_the_order_asked_on_every_store() {
+    on_every_store(owned_subdomains_answers_the_customers_own_in_the_order_asked);
+}
+
+fn owned_subdomains_answers_the_customers_own_in_the_order_asked(store: &dyn Storage) {
+    let (acme, ..) = seeded(store, "acme");
+    let (globex, ..) = seeded(store, "globex");
+    for name in ["api-acme", "web-acme", "s7-acme"] {
+        store
+            .create_service(&registered(acme.id, name, 1), None, Ceiling::NONE, &ev())
+            .unwrap();
+    }
+    store
+        .create_service(
+            &registered(globex.id, "api-globex", 1),
+            None,
+            Ceiling::NONE,
+            &ev(),
+        )
+        .unwrap();
+
+    let asked: Vec<String> = [
+        "Web-Acme",
+        "api-globex",
+        "nope-acme",
+        "api-acme",
+        "web-acme",
+        "Web-Acme",
+    ]
+    .map(String::from)
+    .to_vec();
+    let owned = store.owned_subdomains(acme.id, &asked).unwrap();
+
+    assert_eq!(owned, ["Web-Acme", "api-acme", "web-acme"]);
+    assert!(store.owned_subdomains(acme.id, &[]).unwrap().is_empty());
+    assert!(store
+        .owned_subdomains(Uuid::new_v4(), &asked)
+        .unwrap()
+        .is_empty());
+    // Long lists too.
+    let asked: Vec<String> = (0..1200).map(|i| format!("s{i}-acme")).collect();
+    assert_eq!(
+        store.owned_subdomains(acme.id, &asked).unwrap(),
+        ["s7-acme"]
+    );
+}
+
+#[test]
+fn update_service_writes_title_and_description_only_on_every_store() {
+    on_every_store(update_service_writes_title_and_description_only);
+}
+
+fn update_service_writes_title_and_description_only(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    let s = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+
+    let edited = Service {
+        title: Some("New title".into()),
+        description: Some("What it does".into()),
+        subdomain: "renamed-acme".into(),
+        created_at: at(99),
+        ..s.clone()
+    };
+    store.update_service(&edited, &ev()).unwrap();
+
+    let read = store.service(s.id).unwrap().unwrap();
+    assert_eq!(
+        read,
+        Service {
+            subdomain: s.subdomain.clone(),
+            created_at: s.created_at,
+            ..edited
+        }
+    );
+    let cleared = Service {
+        title: None,
+        description: None,
+        ..read
+    };
+    store.update_service(&cleared, &ev()).unwrap();
+    assert_eq!(store.service(s.id).unwrap(), Some(cleared));
+    let before = store.latest_change().unwrap();
+    let ghost = registered(c.id, "ghost-acme", 1);
+    assert_eq!(
+        store.update_service(&ghost, &ev()).unwrap_err(),
+        StoreError::NotFound
+    );
+    assert_eq!(store.latest_change().unwrap(), before);
+}
+
+#[test]
+fn deleting_a_service_removes_its_configuration_and_secret_on_every_store() {
+    on_every_store(deleting_a_service_removes_its_configuration_and_secret);
+}
+
+fn deleting_a_service_removes_its_configuration_and_secret(store: &dyn Storage) {
+    let s = anonymous("abcdefghijkl-anon", 0, 3600);
+    let secret = record(&lookup(), "$argon2id$anon");
+    store
+        .create_service(&s, Some(&secret), Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .put_config(
+            &config(s.id, "http://abcdefghijkl-anon.localhost:8080", 1),
+            &ev(),
+        )
+        .unwrap();
+    assert_eq!(
+        store.credential(&secret.lookup_id).unwrap().unwrap().owner,
+        CredentialOwner::AnonymousService(s.id)
+    );
+
+    assert!(store.delete_service(s.id, &ev()).unwrap());
+
+    assert_eq!(store.service(s.id).unwrap(), None);
+    assert_eq!(store.config(s.id).unwrap(), None);
+    assert_eq!(store.credential(&secret.lookup_id).unwrap(), None);
+    assert_eq!(store.published_by_subdomain(&s.subdomain).unwrap(), None);
+    assert!(!store.delete_service(s.id, &ev()).unwrap());
+}
+
+#[test]
+fn expired_anonymous_lists_due_services_up_to_the_limit_soonest_first_on_every_store() {
+    on_every_store(expired_anonymous_lists_due_services_up_to_the_limit_soonest_first);
+}
+
+fn expired_anonymous_lists_due_services_up_to_the_limit_soonest_first(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    store
+        .create_service(&registered(c.id, "api-acme", 0), None, Ceiling::NONE, &ev())
+        .unwrap();
+    let due_early = anonymous("aaaaaaaaaaaa-anon", 0, 50);
+    let due_now = anonymous("bbbbbbbbbbbb-anon", 0, 100);
+    let due_mid = anonymous("cccccccccccc-anon", 0, 70);
+    let not_yet = anonymous("dddddddddddd-anon", 0, 101);
+    for s in [&due_now, &not_yet, &due_early, &due_mid] {
+        store
+            .create_service(s, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+            .unwrap();
+    }
+    let expired_ids = |now, limit| -> Vec<Uuid> {
+        let expired = store.expired_anonymous(now, limit).unwrap();
+        expired.iter().map(|s| s.id).collect()
+    };
+
+    assert_eq!(
+        expired_ids(at(100), 10),
+        vec![due_early.id, due_mid.id, due_now.id]
+    );
+    assert_eq!(expired_ids(at(100), 2), vec![due_early.id, due_mid.id]);
+    assert_eq!(expired_ids(at(49), 10), Vec::<Uuid>::new());
+    assert_eq!(expired_ids(at(100), 0), Vec::<Uuid>::new());
+    assert_eq!(store.expired_anonymous(at(50), 1).unwrap(), vec![due_early]);
+}
+
+#[test]
+fn live_anonymous_counts_the_anonymous_services_not_yet_expired_on_every_store() {
+    on_every_store(live_anonymous_counts_the_anonymous_services_not_yet_expired);
+}
+
+fn live_anonymous_counts_the_anonymous_services_not_yet_expired(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    store
+        .create_service(&registered(c.id, "api-acme", 0), None, Ceiling::NONE, &ev())
+        .unwrap();
+    for s in [
+        anonymous("aaaaaaaaaaaa-anon", 0, 100),
+        anonymous("bbbbbbbbbbbb-anon", 0, 200),
+    ] {
+        store
+            .create_service(&s, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+            .unwrap();
+    }
+
+    let live = |seconds| store.live_anonymous(at(seconds)).unwrap();
+    assert_eq!(
+        [live(0), live(99), live(100), live(199), live(200)],
+        [2, 2, 1, 1, 0]
+    );
+}
+
+#[test]
+fn publishing_inserts_then_replaces_and_unpublishing_removes_on_every_store() {
+    on_every_store(publishing_inserts_then_replaces_and_unpublishing_removes);
+}
+
+fn publishing_inserts_then_replaces_and_unpublishing_removes(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    let s = registered(c.id, "api-acme", 1);
+    let other = registered(c.id, "web-acme", 2);
+    for s in [&s, &other] {
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
+    }
+    assert_eq!(store.config(s.id).unwrap(), None);
+
+    let first = config(s.id, "http://api-acme.localhost:8080", 10);
+    store.put_config(&first, &ev()).unwrap();
+    assert_eq!(store.config(s.id).unwrap(), Some(first));
+    // Written as given: `put_config` keeps no history.
+    let second = PublishedConfig {
+        jwks: r#"{"keys":[]}"#.into(),
+        previous_change_at: Some(at(3)),
+        ..config(s.id, "http://x", 5)
+    };
+    store.put_config(&second, &ev()).unwrap();
+    assert_eq!(store.config(s.id).unwrap(), Some(second.clone()));
+    assert_eq!(store.config(other.id).unwrap(), None);
+
+    assert!(store.delete_config(s.id, &ev()).unwrap());
+    assert_eq!(store.config(s.id).unwrap(), None);
+    assert!(!store.delete_config(s.id, &ev()).unwrap());
+    assert_eq!(store.service(s.id).unwrap(), Some(s), "the service stays");
+    assert_eq!(
+        store
+            .put_config(&config(Uuid::new_v4(), "http://x", 1), &ev())
+            .unwrap_err(),
+        StoreError::NotFound
+    );
+}
+
+/// What the key lifecycle and the reaper publish through: `make` sees what is published, and
+/// the store dates the version it writes from the one it replaces (docs/api.md, "Limits that hold").
+#[test]
+fn update_config_writes_what_make_makes_of_the_current_configuration_on_every_store() {
+    on_every_store(update_config_writes_what_make_makes_of_the_current_configuration);
+}
+
+fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    let s = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+    let read = || store.config(s.id).unwrap().unwrap();
+    assert_eq!(
+        store
+            .update_config(Uuid::new_v4(), &mut |_| None, &ev())
+            .unwrap_err(),
+        StoreError::NotFound
+    );
+
+    // Nothing published: `make` sees nothing, and no earlier change is known.
+    let mut seen = Vec::new();
+    let first = PublishedConfig {
+        previous_change_at: Some(at(1)),
+        ..config(s.id, "http://first", 10)
+    };
+    let wrote = store
+        .update_config(
+            s.id,
+            &mut |current| {
+                seen.push(current);
+                Some(first.clone())
+            },
+            &ev(),
+        )
+        .unwrap();
+    assert!(wrote);
+    let first = PublishedConfig {
+        previous_change_at: None,
+        ..first
+    };
+    assert_eq!(read(), first);
+
+    // `make` sees what is published; `None` writes nothing and logs nothing.
+    let before = store.latest_change().unwrap();
+    let wrote = store
+        .update_config(
+            s.id,
+            &mut |current| {
+                seen.push(current);
+                None
+            },
+            &ev(),
+        )
+        .unwrap();
+    assert!(!wrote);
+    assert_eq!(seen, [None, Some(first.clone())]);
+    assert_eq!(read(), first);
+    assert_eq!(store.latest_change().unwrap(), before);
+
+    // A new version records the one it replaces as the last change before it.
+    let second = config(s.id, "http://second", 20);
+    assert!(store
+        .update_config(s.id, &mut |_| Some(second.clone()), &ev())
+        .unwrap());
+    assert_eq!(
+        read(),
+        PublishedConfig {
+            previous_change_at: Some(at(10)),
+            ..second
+        }
+    );
+    // One dated before the version it replaces (a replica whose clock is behind) is dated as
+    // that version.
+    let behind = config(s.id, "http://behind", 15);
+    store
+        .update_config(s.id, &mut |_| Some(behind.clone()), &ev())
+        .unwrap();
+    assert_eq!(
+        read(),
+        PublishedConfig {
+            updated_at: at(20),
+            previous_change_at: Some(at(20)),
+            ..behind
+        }
+    );
+    // The reaper writes the same version without a retired key whose time ran out: the version
+    // is dated when the key left.
+    let retiring = with_retired(config(s.id, "http://retiring", 30), "old", at(100));
+    store
+        .update_config(s.id, &mut |_| Some(retiring.clone()), &ev())
+        .unwrap();
+    let reaped = PublishedConfig {
+        keys: KeyState {
+            keys: retiring.keys.keys[..1].to_vec(),
+        },
+        ..read()
+    };
+    store
+        .update_config(s.id, &mut |_| Some(reaped.clone()), &ev())
+        .unwrap();
+    assert_eq!(
+        read(),
+        PublishedConfig {
+            updated_at: at(100),
+            previous_change_at: Some(at(30)),
+            ..reaped
+        }
+    );
+}
+
+#[test]
+fn configs_with_expired_keys_lists_due_services_soonest_first_on_every_store() {
+    on_every_store(configs_with_expired_keys_lists_due_services_soonest_first);
+}
+
+fn configs_with_expired_keys_lists_due_services_soonest_first(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    let services: Vec<Service> = (0..4)
+        .map(|i| registered(c.id, &format!("s{i}-acme"), i))
+        .collect();
+    let leaving = [Some(50), Some(30), None, Some(200)];
+    for (s, until) in services.iter().zip(leaving) {
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
+        let published = config(s.id, "http://x", 10);
+        let published = match until {
+            Some(until) => with_retired(published, "old", at(until)),
+            None => published,
+        };
+        store.put_config(&published, &ev()).unwrap();
+    }
+
+    let due = |now, limit| store.configs_with_expired_keys(at(now), limit).unwrap();
+    assert_eq!(due(100, 10), [services[1].id, services[0].id]);
+    assert_eq!(due(100, 1), [services[1].id]);
+    assert_eq!(due(30, 10), [services[1].id]);
+    assert!(due(29, 10).is_empty());
+    assert!(due(100, 0).is_empty());
+}
+
+#[test]
+fn published_by_subdomain_finds_a_published_service_with_its_configuration_on_every_store() {
+    on_every_store(published_by_subdomain_finds_a_published_service_with_its_configuration);
+}
+
+fn published_by_subdomain_finds_a_published_service_with_its_configuration(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    let a = registered(c.id, "a-acme", 1);
+    let b = anonymous("bbbbbbbbbbbb-anon", 2, 1000);
+    let unpublished = registered(c.id, "c-acme", 3);
+    store
+        .create_service(&a, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .create_service(&b, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .create_service(&unpublished, None, Ceiling::NONE, &ev())
+        .unwrap();
+    let ca = config(a.id, "http://a", 5);
+    let cb = config(b.id, "http://b", 6);
+    store.put_config(&cb, &ev()).unwrap();
+    store.put_config(&ca, &ev()).unwrap();
+
+    assert_eq!(
+        store.published_by_subdomain("a-acme").unwrap(),
+        Some((a.clone(), ca))
+    );
+    // The subdomain is case folded, as `find_service` folds it.
+    assert_eq!(
+        store.published_by_subdomain("BBBBBBBBBBBB-anon").unwrap(),
+        Some((b, cb))
+    );
+    for nothing in ["c-acme", "nobody-acme", "a-acme\0", ""] {
+        assert_eq!(
+            store.published_by_subdomain(nothing).unwrap(),
+            None,
+            "{nothing:?}"
+        );
+    }
+    assert!(store.delete_config(a.id, &ev()).unwrap());
+    assert_eq!(store.published_by_subdomain("a-acme").unwrap(), None);
+}
+
+// Quotas and the anonymous ceiling (docs/api.md, "Limits").
+
+#[test]
+fn a_customers_services_past_its_quota_are_a_ceiling_reached_on_every_store() {
+    on_every_store(a_customers_services_past_its_quota_are_a_ceiling_reached);
+}
+
+fn a_customers_services_past_its_quota_are_a_ceiling_reached(store: &dyn Storage) {
+    let (acme, ..) = seeded(store, "acme");
+    let (globex, ..) = seeded(store, "globex");
+    store
+        .create_service(
+            &anonymous("abcdefghijkl-anon", 0, 100),
+            None,
+            Ceiling(2),
+            &ev(),
+        )
+        .unwrap();
+    for name in ["a-acme", "b-acme"] {
+        store
+            .create_service(&registered(acme.id, name, 1), None, Ceiling(2), &ev())
+            .unwrap();
+    }
+    let before = store.latest_change().unwrap();
+
+    let third = registered(acme.id, "c-acme", 2);
+    assert_eq!(
+        store
+            .create_service(&third, None, Ceiling(2), &ev())
+            .unwrap_err(),
+        StoreError::CeilingReached(2)
+    );
+    assert_eq!(store.service(third.id).unwrap(), None);
+    assert_eq!(store.count_services_of(acme.id).unwrap(), 2);
+    assert_eq!(store.latest_change().unwrap(), before);
+    // Another customer's quota is its own; no ceiling, no bound.
+    store
+        .create_service(
+            &registered(globex.id, "a-globex", 2),
+            None,
+            Ceiling(2),
+            &ev(),
+        )
+        .unwrap();
+    store
+        .create_service(&third, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert_eq!(store.count_services_of(acme.id).unwrap(), 3);
+}
+
+#[test]
+fn anonymous_services_past_the_ceiling_live_at_their_creation_are_refused_on_every_store() {
+    on_every_store(anonymous_services_past_the_ceiling_live_at_their_creation_are_refused);
+}
+
+fn anonymous_services_past_the_ceiling_live_at_their_creation_are_refused(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    store
+        .create_service(&registered(c.id, "api-acme", 0), None, Ceiling(2), &ev())
+        .unwrap();
+    let create =
+        |s: &Service| store.create_service(s, Some(&record(&lookup(), "h")), Ceiling(2), &ev());
+    create(&anonymous("aaaaaaaaaaaa-anon", 0, 100)).unwrap();
+    create(&anonymous("bbbbbbbbbbbb-anon", 10, 50)).unwrap();
+
+    let refused = anonymous("cccccccccccc-anon", 20, 200);
+    assert_eq!(create(&refused), Err(StoreError::CeilingReached(2)));
+    assert_eq!(store.service(refused.id).unwrap(), None);
+    // At its expiry a service is no longer live: it leaves room.
+    create(&anonymous("dddddddddddd-anon", 50, 300)).unwrap();
+    assert_eq!(
+        create(&anonymous("eeeeeeeeeeee-anon", 60, 300)),
+        Err(StoreError::CeilingReached(2))
+    );
+}
+
+#[test]
+fn a_customers_accounts_past_its_quota_are_a_ceiling_reached_on_every_store() {
+    on_every_store(a_customers_accounts_past_its_quota_are_a_ceiling_reached);
+}
+
+fn a_customers_accounts_past_its_quota_are_a_ceiling_reached(store: &dyn Storage) {
+    let (acme, ..) = seeded(store, "acme");
+    let (globex, ..) = seeded(store, "globex");
+    for name in ["ci", "deploy"] {
+        let a = account(acme.id, name, static_policy(&["*"]), 1);
+        store.create_account(&a, None, Ceiling(3), &ev()).unwrap();
+    }
+    let before = store.latest_change().unwrap();
+
+    let fourth = account(acme.id, "fourth", static_policy(&["*"]), 2);
+    let token = record(&lookup(), "h");
+    assert_eq!(
+        store
+            .create_account(&fourth, Some(&token), Ceiling(3), &ev())
+            .unwrap_err(),
+        StoreError::CeilingReached(3)
+    );
+    assert!(store.account(fourth.id).unwrap().is_none());
+    assert_eq!(store.credential(&token.lookup_id).unwrap(), None);
+    assert_eq!(store.count_accounts_of(acme.id).unwrap(), 3);
+    assert_eq!(store.latest_change().unwrap(), before);
+    let theirs = account(globex.id, "ci", static_policy(&["*"]), 2);
+    store
+        .create_account(&theirs, None, Ceiling(3), &ev())
+        .unwrap();
+    store
+        .create_account(&fourth, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert_eq!(store.count_accounts_of(acme.id).unwrap(), 4);
+}
+
+// Accounts and their tokens.
+
+#[test]
+fn an_account_reads_back_with_its_policy_document_as_saved_on_every_store() {
+    on_every_store(an_account_reads_back_with_its_policy_document_as_saved);
+}
+
+fn an_account_reads_back_with_its_policy_document_as_saved(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    // Member order and the optional members survive the round trip.
+    let document = json!({
+        "services": ["api-acme", "web-*"],
+        "kind": "static",
+        "ip_allowlist": ["10.0.0.0/8"]
+    });
+    let a = ServiceAccount {
+        // A last use is written by `record_use` only.
+        last_used_at: Some(at(4)),
+        ..account(c.id, "deployer", policy(document.clone()), 5)
+    };
+    store
+        .create_account(&a, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+        .unwrap();
+
+    let read = store.account(a.id).unwrap().unwrap();
+    assert_same_account(&read, &a);
+    assert_eq!(read.last_used_at, None);
+    assert_eq!(read.policy.kind(), PolicyKind::Static);
+    assert_eq!(
+        serde_json::to_string(read.policy.document()).unwrap(),
+        serde_json::to_string(&document).unwrap()
+    );
+    assert!(store.account(Uuid::new_v4()).unwrap().is_none());
+}
+
+#[test]
+fn accounts_of_lists_one_customers_accounts_oldest_first_on_every_store() {
+    on_every_store(accounts_of_lists_one_customers_accounts_oldest_first);
+}
+
+fn accounts_of_lists_one_customers_accounts_oldest_first(store: &dyn Storage) {
+    let (acme, first, _) = seeded(store, "acme");
+    let (globex, ..) = seeded(store, "globex");
+    let late = account(acme.id, "late", static_policy(&["*"]), 50);
+    let mid = account(acme.id, "mid", oidc_policy(&[GITHUB]), 20);
+    store
+        .create_account(&late, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .create_account(&mid, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .create_account(
+            &account(globex.id, "other", static_policy(&["*"]), 1),
+            None,
+            Ceiling::NONE,
+            &ev(),
+        )
+        .unwrap();
+
+    assert_eq!(
+        ids(&store.accounts_of(acme.id).unwrap()),
+        [first.id, mid.id, late.id]
+    );
+    assert_eq!(store.count_accounts_of(acme.id).unwrap(), 3);
+    assert!(store.accounts_of(Uuid::new_v4()).unwrap().is_empty());
+    assert_eq!(store.count_accounts_of(Uuid::new_v4()).unwrap(), 0);
+}
+
+#[test]
+fn update_account_writes_name_and_policy_and_reindexes_issuers_on_every_store() {
+    on_every_store(update_account_writes_name_and_policy_and_reindexes_issuers);
+}
+
+fn update_account_writes_name_and_policy_and_reindexes_issuers(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    let a = account(c.id, "ci", oidc_policy(&[GITHUB]), 1);
+    store
+        .create_account(&a, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert!(store.record_use(a.id, at(60)).unwrap());
+
+    let edited = ServiceAccount {
+        name: "renamed".into(),
+        policy: oidc_policy(&[GITLAB]),
+        created_at: at(99),
+        last_used_at: None,
+        ..a.clone()
+    };
+    store.update_account(&edited, &ev()).unwrap();
+
+    let read = store.account(a.id).unwrap().unwrap();
+    assert_same_account(
+        &read,
+        &ServiceAccount {
+            created_at: a.created_at,
+            ..edited
+        },
+    );
+    assert_eq!(
+        read.last_used_at,
+        Some(at(60)),
+        "an update keeps the last use"
+    );
+    assert!(store.accounts_by_issuer(GITHUB).unwrap().is_empty());
+    assert_eq!(ids(&store.accounts_by_issuer(GITLAB).unwrap()), [a.id]);
+    let before = store.latest_change().unwrap();
+    let ghost = account(c.id, "ghost", static_policy(&["*"]), 1);
+    assert_eq!(
+        store.update_account(&ghost, &ev()).unwrap_err(),
+        StoreError::NotFound
+    );
+    assert_eq!(store.latest_change().unwrap(), before);
+}
+
+#[test]
+fn deleting_an_account_removes_its_token_issuers_and_refusals_on_every_store() {
+    on_every_store(deleting_an_account_removes_its_token_issuers_and_refusals);
+}
+
+fn deleting_an_account_removes_its_token_issuers_and_refusals(store: &dyn Storage) {
+    let (c, first, token) = seeded(store, "acme");
+    let ci = account(c.id, "ci", oidc_policy(&[GITHUB]), 1);
+    store
+        .create_account(&ci, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .record_refusals(&[(ci.id, json!({"n": 1}))], at(2))
+        .unwrap();
+
+    assert!(store.delete_account(first.id, &ev()).unwrap());
+    assert!(store.delete_account(ci.id, &ev()).unwrap());
+
+    assert!(store.account(first.id).unwrap().is_none());
+    assert_eq!(store.credential(&token.lookup_id).unwrap(), None);
+    assert_eq!(store.token_lookup_id(first.id).unwrap(), None);
+    assert!(store.accounts_by_issuer(GITHUB).unwrap().is_empty());
+    assert!(store.refusals(ci.id, at(0), 10).unwrap().is_empty());
+    assert!(!store.delete_account(first.id, &ev()).unwrap());
+}
+
+#[test]
+fn replacing_a_token_swaps_it_on_every_store() {
+    on_every_store(replacing_a_token_swaps_it);
+}
+
+fn replacing_a_token_swaps_it(store: &dyn Storage) {
+    let (c, first, old) = seeded(store, "acme");
+    let new = record(&lookup(), "$argon2id$new");
+
+    assert_eq!(
+        store.token_lookup_id(first.id).unwrap().as_deref(),
+        Some(&*old.lookup_id)
+    );
+    store
+        .replace_token(first.id, Some(&old.lookup_id), &new, &ev())
+        .unwrap();
+
+    assert_eq!(store.credential(&old.lookup_id).unwrap(), None);
+    let stored = store.credential(&new.lookup_id).unwrap().unwrap();
+    assert_eq!(stored.owner, CredentialOwner::Account(first.id));
+    assert_eq!(stored.hash, new.hash);
+    assert_eq!(
+        store.token_lookup_id(first.id).unwrap().as_deref(),
+        Some(&*new.lookup_id)
+    );
+    // An account without a token gets one.
+    let tokenless = account(c.id, "ci", static_policy(&["*"]), 1);
+    store
+        .create_account(&tokenless, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert_eq!(store.token_lookup_id(tokenless.id).unwrap(), None);
+    let given = record(&lookup(), "h");
+    store
+        .replace_token(tokenless.id, None, &given, &ev())
+        .unwrap();
+    assert_eq!(
+        store.token_lookup_id(tokenless.id).unwrap(),
+        Some(given.lookup_id)
+    );
+}
+
+/// Of regenerations racing each other, the one whose token is no longer the one it read is
+/// told so (409), and the token that works stays.
+#[test]
+fn a_token_replaced_meanwhile_is_a_conflict_on_every_store() {
+    on_every_store(a_token_replaced_meanwhile_is_a_conflict);
+}
+
+fn a_token_replaced_meanwhile_is_a_conflict(store: &dyn Storage) {
+    let (_, first, old) = seeded(store, "acme");
+    let winner = record(&lookup(), "$argon2id$winner");
+    store
+        .replace_token(first.id, Some(&old.lookup_id), &winner, &ev())
+        .unwrap();
+    let before = store.latest_change().unwrap();
+
+    for stale in [Some(old.lookup_id.as_str()), None] {
+        let late = record(&lookup(), "$argon2id$late");
+        let err = store
+            .replace_token(first.id, stale, &late, &ev())
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+        assert_eq!(store.credential(&late.lookup_id).unwrap(), None);
+    }
+    assert_eq!(
+        store.token_lookup_id(first.id).unwrap(),
+        Some(winner.lookup_id.clone())
+    );
+    assert!(store.credential(&winner.lookup_id).unwrap().is_some());
+    assert_eq!(store.latest_change().unwrap(), before);
+}
+
+#[test]
+fn a_replacement_whose_lookup_id_is_taken_keeps_the_old_token_on_every_store() {
+    on_every_store(a_replacement_whose_lookup_id_is_taken_keeps_the_old_token);
+}
+
+fn a_replacement_whose_lookup_id_is_taken_keeps_the_old_token(store: &dyn Storage) {
+    let (_, first, old) = seeded(store, "acme");
+    let (_, _, someone_elses) = seeded(store, "globex");
+
+    let err = store
+        .replace_token(first.id, Some(&old.lookup_id), &someone_elses, &ev())
+        .unwrap_err();
+
+    assert_eq!(
+        err,
+        StoreError::Conflict("credential lookup id taken".into())
+    );
+    let kept = store.credential(&old.lookup_id).unwrap().unwrap();
+    assert_eq!(kept.owner, CredentialOwner::Account(first.id));
+    assert_eq!(kept.hash, old.hash);
+    let theirs = store.credential(&someone_elses.lookup_id).unwrap().unwrap();
+    assert_ne!(theirs.owner, CredentialOwner::Account(first.id));
+}
+
+#[test]
+fn replacing_the_token_of_a_missing_account_is_not_found_on_every_store() {
+    on_every_store(replacing_the_token_of_a_missing_account_is_not_found);
+}
+
+fn replacing_the_token_of_a_missing_account_is_not_found(store: &dyn Storage) {
+    let t = record(&lookup(), "h");
+    assert_eq!(
+        store
+            .replace_token(Uuid::new_v4(), None, &t, &ev())
+            .unwrap_err(),
+        StoreError::NotFound
+    );
+    assert_eq!(store.credential(&t.lookup_id).unwrap(), None);
+    assert_eq!(store.latest_change().unwrap(), 0);
+}
+
+#[test]
+fn accounts_are_found_by_the_exact_issuer_of_their_rules_on_every_store() {
+    on_every_store(accounts_are_found_by_the_exact_issuer_of_their_rules);
+}
+
+fn accounts_are_found_by_the_exact_issuer_of_their_rules(store: &dyn Storage) {
+    let (acme, ..) = seeded(store, "acme");
+    let (globex, ..) = seeded(store, "globex");
+    let both = account(acme.id, "both", oidc_policy(&[GITHUB, GITLAB, GITHUB]), 1);
+    let github = account(globex.id, "gh", oidc_policy(&[GITHUB]), 2);
+    let gitlab = account(acme.id, "gl", oidc_policy(&[GITLAB]), 3);
+    for a in [&gitlab, &github, &both] {
+        store.create_account(a, None, Ceiling::NONE, &ev()).unwrap();
+    }
+
+    assert_eq!(
+        ids(&store.accounts_by_issuer(GITHUB).unwrap()),
+        [both.id, github.id]
+    );
+    assert_eq!(
+        ids(&store.accounts_by_issuer(GITLAB).unwrap()),
+        [both.id, gitlab.id]
+    );
+    for other in [
+        format!("{GITHUB}/"),
+        GITHUB.to_uppercase(),
+        String::new(),
+        format!("{GITHUB}\0"),
+    ] {
+        assert!(
+            store.accounts_by_issuer(&other).unwrap().is_empty(),
+            "{other:?}"
+        );
+    }
+    // Every OIDC account of every customer, oldest first; static ones are not.
+    assert_eq!(
+        ids(&store.oidc_accounts().unwrap()),
+        [both.id, github.id, gitlab.id]
+    );
+}
+
+#[test]
+fn a_last_use_never_moves_backwards_and_a_minute_is_written_once_on_every_store() {
+    on_every_store(a_last_use_never_moves_backwards_and_a_minute_is_written_once);
+}
+
+fn a_last_use_never_moves_backwards_and_a_minute_is_written_once(store: &dyn Storage) {
+    let (_, boot, _) = seeded(store, "acme");
+    let before = store.latest_change().unwrap();
+    assert_eq!(store.account(boot.id).unwrap().unwrap().last_used_at, None);
+
+    assert!(store.record_use(boot.id, at(120)).unwrap());
+    // Another replica in the same minute, or one whose clock is behind: no write.
+    assert!(!store.record_use(boot.id, at(120)).unwrap());
+    assert!(!store.record_use(boot.id, at(60)).unwrap());
+    assert_eq!(
+        store.account(boot.id).unwrap().unwrap().last_used_at,
+        Some(at(120))
+    );
+    assert!(store.record_use(boot.id, at(180)).unwrap());
+    assert!(!store.record_use(Uuid::new_v4(), at(180)).unwrap());
+    assert_eq!(
+        store.account(boot.id).unwrap().unwrap().last_used_at,
+        Some(at(180))
+    );
+    // No cache holds it: no change of the change log.
+    assert_eq!(store.latest_change().unwrap(), before);
+}
+
+// Credentials.
+
+#[test]
+fn credentials_are_found_by_lookup_id_with_their_owner_on_every_store() {
+    on_every_store(credentials_are_found_by_lookup_id_with_their_owner);
+}
+
+fn credentials_are_found_by_lookup_id_with_their_owner(store: &dyn Storage) {
+    let (_, first, token) = seeded(store, "acme");
+    let s = anonymous("abcdefghijkl-anon", 0, 3600);
+    let secret = record(&lookup(), "$argon2id$anon");
+    store
+        .create_service(&s, Some(&secret), Ceiling::NONE, &ev())
+        .unwrap();
+
+    let t = store.credential(&token.lookup_id).unwrap().unwrap();
+    assert_eq!(
+        (t.owner, t.hash),
+        (CredentialOwner::Account(first.id), token.hash)
+    );
+    let a = store.credential(&secret.lookup_id).unwrap().unwrap();
+    assert_eq!(
+        (a.owner, a.hash.clone()),
+        (CredentialOwner::AnonymousService(s.id), secret.hash)
+    );
+    assert_eq!(store.credential("no-such-lookup").unwrap(), None);
+    assert_eq!(store.credential("").unwrap(), None);
+    // With the change log's newest sequence, read at once.
+    let latest = store.latest_change().unwrap();
+    assert_eq!(
+        store
+            .credential_and_latest_change(&secret.lookup_id)
+            .unwrap(),
+        Some((a, latest))
+    );
+    assert_eq!(
+        store
+            .credential_and_latest_change("no-such-lookup")
+            .unwrap(),
+        None
+    );
+}
+
+#[test]
+fn a_secret_whose_lookup_id_is_taken_leaves_no_service_behind_on_every_store() {
+    on_every_store(a_secret_whose_lookup_id_is_taken_leaves_no_service_behind);
+}
+
+fn a_secret_whose_lookup_id_is_taken_leaves_no_service_behind(store: &dyn Storage) {
+    let (c, _, token) = seeded(store, "acme");
+    let s = anonymous("abcdefghijkl-anon", 0, 3600);
+
+    let err = store
+        .create_service(&s, Some(&token), Ceiling::NONE, &ev())
+        .unwrap_err();
+
+    assert_eq!(
+        err,
+        StoreError::Conflict("credential lookup id taken".into())
+    );
+    assert_eq!(store.find_service("abcdefghijkl-anon").unwrap(), None);
+    // Nor an account whose token's lookup id is taken.
+    let a = account(c.id, "ci", static_policy(&["*"]), 1);
+    assert_eq!(
+        store
+            .create_account(&a, Some(&token), Ceiling::NONE, &ev())
+            .unwrap_err(),
+        StoreError::Conflict("credential lookup id taken".into())
+    );
+    assert!(store.account(a.id).unwrap().is_none());
+}
+
+// The change log.
+
+#[test]
+fn an_empty_log_starts_at_zero_on_every_store() {
+    on_every_store(an_empty_log_starts_at_zero);
+}
+
+fn an_empty_log_starts_at_zero(store: &dyn Storage) {
+    assert_eq!(store.latest_change().unwrap(), 0);
+    assert_eq!(store.oldest_change().unwrap(), None);
+    assert_eq!(store.changes_since(0, 10).unwrap(), (0, vec![]));
+    assert_eq!(store.changes_since(7, 10).unwrap(), (7, vec![]));
+    assert_eq!(store.prune_changes(at(1_000_000)).unwrap(), 0);
+    store.ping().unwrap();
+}
+
+#[test]
+fn every_write_to_services_and_accounts_is_logged_in_order_on_every_store() {
+    on_every_store(every_write_to_services_and_accounts_is_logged_in_order);
+}
+
+fn every_write_to_services_and_accounts_is_logged_in_order(store: &dyn Storage) {
+    let (c, first, _) = seeded(store, "acme");
+    let s = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .update_service(
+            &Service {
+                title: Some("t".into()),
+                ..s.clone()
+            },
+            &ev(),
+        )
+        .unwrap();
+    store
+        .put_config(&config(s.id, "http://api-acme", 2), &ev())
+        .unwrap();
+    store
+        .update_config(
+            s.id,
+            &mut |_| Some(config(s.id, "http://api-acme", 3)),
+            &ev(),
+        )
+        .unwrap();
+    store.delete_config(s.id, &ev()).unwrap();
+    let a = account(c.id, "ci", static_policy(&["*"]), 3);
+    store
+        .create_account(&a, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .update_account(
+            &ServiceAccount {
+                name: "ci2".into(),
+                ..a.clone()
+            },
+            &ev(),
+        )
+        .unwrap();
+    let replaced = store.token_lookup_id(a.id).unwrap();
+    store
+        .replace_token(a.id, replaced.as_deref(), &record(&lookup(), "h2"), &ev())
+        .unwrap();
+    store.delete_account(a.id, &ev()).unwrap();
+    store.delete_service(s.id, &ev()).unwrap();
+
+    use Change::{Account, Service as Svc};
+    assert_eq!(
+        all_changes(store),
+        [
+            Account(first.id),
+            Svc(s.id),
+            Svc(s.id),
+            Svc(s.id),
+            Svc(s.id),
+            Svc(s.id),
+            Account(a.id),
+            Account(a.id),
+            Account(a.id),
+            Account(a.id),
+            Svc(s.id),
+        ]
+    );
+    let (last, _) = store.changes_since(0, 1000).unwrap();
+    assert_eq!(last, store.latest_change().unwrap());
+    let (first_seq, _) = store.changes_since(0, 1).unwrap();
+    assert_eq!(store.oldest_change().unwrap(), Some(first_seq));
+}
+
+#[test]
+fn failed_and_empty_writes_log_nothing_on_every_store() {
+    on_every_store(failed_and_empty_writes_log_nothing);
+}
+
+fn failed_and_empty_writes_log_nothing(store: &dyn Storage) {
+    let (c, first, _) = seeded(store, "acme");
+    let s = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+    let before = store.latest_change().unwrap();
+
+    assert!(store
+        .create_service(&registered(c.id, "api-acme", 2), None, Ceiling::NONE, &ev())
+        .is_err());
+    assert!(store
+        .create_service(&registered(c.id, "web-acme", 2), None, Ceiling(1), &ev())
+        .is_err());
+    assert!(!store.delete_service(Uuid::new_v4(), &ev()).unwrap());
+    assert!(!store.delete_config(s.id, &ev()).unwrap());
+    assert!(!store.update_config(s.id, &mut |_| None, &ev()).unwrap());
+    assert!(!store.delete_account(Uuid::new_v4(), &ev()).unwrap());
+    assert!(store
+        .put_config(&config(Uuid::new_v4(), "http://x", 1), &ev())
+        .is_err());
+    assert!(store
+        .replace_token(Uuid::new_v4(), None, &record(&lookup(), "h"), &ev())
+        .is_err());
+    // Writes no cache needs to hear of.
+    store.set_plan("acme", Plan::Team, &ev()).unwrap();
+    store.record_use(first.id, at(60)).unwrap();
+    store
+        .record_refusals(&[(first.id, json!({"n": 1}))], at(60))
+        .unwrap();
+    store
+        .record_fetches(&[DocumentFetches {
+            service_id: s.id,
+            document: FetchedDocument::Discovery,
+            ok: 1,
+            not_modified: 0,
+            last_at: at(60),
+            agents: Vec::new(),
+        }])
+        .unwrap();
+
+    assert_eq!(store.latest_change().unwrap(), before);
+}
+
+#[test]
+fn changes_are_read_in_pages_on_every_store() {
+    on_every_store(changes_are_read_in_pages);
+}
+
+fn changes_are_read_in_pages(store: &dyn Storage) {
+    let (c, ..) = seeded(store, "acme");
+    let services: Vec<Service> = (0..5)
+        .map(|i| registered(c.id, &format!("s{i}-acme"), i))
+        .collect();
+    for s in &services {
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
+    }
+    let (start, _) = store.changes_since(0, 1).unwrap();
+
+    let mut seen = Vec::new();
+    let mut cursor = start;
+    loop {
+        let (next, page) = store.changes_since(cursor, 2).unwrap();
+        assert!(page.len() <= 2);
+        if page.is_empty() {
+            assert_eq!(next, cursor);
+            break;
+        }
+        assert!(next > cursor);
+        seen.extend(page);
+        cursor = next;
+    }
+    assert_eq!(
+        seen,
+        services
+            .iter()
+            .map(|s| Change::Service(s.id))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(cursor, store.latest_change().unwrap());
+}
+
+/// The real store dates a change when it is written, the fake by its event: the bounds are far
+/// on either side of both.
+#[test]
+fn pruning_keeps_the_newest_change_and_its_number_on_every_store() {
+    on_every_store(pruning_keeps_the_newest_change_and_its_number);
+}
+
+fn pruning_keeps_the_newest_change_and_its_number(store: &dyn Storage) {
+    let long_ago = datetime!(2000-01-01 00:00 UTC);
+    let far_ahead = datetime!(2100-01-01 00:00 UTC);
+    let (c, ..) = seeded(store, "acme");
+    let last = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&last, None, Ceiling::NONE, &ev())
+        .unwrap();
+    let latest = store.latest_change().unwrap();
+
+    assert_eq!(store.prune_changes(long_ago).unwrap(), 0);
+    assert_eq!(all_changes(store).len(), 2);
+    assert_eq!(store.prune_changes(far_ahead).unwrap(), 1);
+
+    assert_eq!(store.latest_change().unwrap(), latest);
+    assert_eq!(store.oldest_change().unwrap(), Some(latest));
+    assert_eq!(all_changes(store), [Change::Service(last.id)]);
+    assert_eq!(store.prune_changes(far_ahead).unwrap(), 0);
+    store.delete_service(last.id, &ev()).unwrap();
+    assert!(
+        store.latest_change().unwrap() > latest,
+        "numbers are never reused"
+    );
+}
+
+// The audit trail (docs/api.md, "Audit trail and last use").
+
+#[test]
+fn events_are_written_with_their_change_and_only_with_it_on_every_store() {
+    on_every_store(events_are_written_with_their_change_and_only_with_it);
+}
+
+fn events_are_written_with_their_change_and_only_with_it(store: &dyn Storage) {
+    let acme = customer("acme", 0);
+    let first = account(acme.id, "boot", static_policy(&["*"]), 0);
+    let created = event(Action::CustomerCreate, Some(acme.id), 0);
+    store
+        .create_customer(&acme, &first, &record(&lookup(), "h"), &created)
+        .unwrap();
+    let service = registered(acme.id, "api-acme", 1);
+    let made = event(Action::ServiceCreate, Some(acme.id), 1);
+    store
+        .create_service(&service, None, Ceiling::NONE, &made)
+        .unwrap();
+    // A conflict, a ceiling, a delete of nothing, an update that writes nothing: no event.
+    let again = Service {
+        id: Uuid::new_v4(),
+        ..service.clone()
+    };
+    let conflict = event(Action::ServiceCreate, Some(acme.id), 2);
+    assert!(store
+        .create_service(&again, None, Ceiling::NONE, &conflict)
+        .is_err());
+    let refused = event(Action::ServiceCreate, Some(acme.id), 2);
+    let over = registered(acme.id, "web-acme", 2);
+    assert!(store
+        .create_service(&over, None, Ceiling(1), &refused)
+        .is_err());
+    let nothing = event(Action::ConfigDelete, Some(acme.id), 3);
+    assert!(!store.delete_config(service.id, &nothing).unwrap());
+    let unwritten = event(Action::ConfigPut, Some(acme.id), 4);
+    assert!(!store
+        .update_config(service.id, &mut |_| None, &unwritten)
+        .unwrap());
+    let gone = event(Action::AccountDelete, Some(acme.id), 4);
+    assert!(!store.delete_account(Uuid::new_v4(), &gone).unwrap());
+    let deleted = event(Action::ServiceDelete, Some(acme.id), 5);
+    assert!(store.delete_service(service.id, &deleted).unwrap());
+
+    let events = trail(store, Trail::Customer(acme.id));
+    assert_eq!(events, [deleted, made, created]);
+    assert!(trail(store, Trail::Anonymous).is_empty());
+    assert!(trail(store, Trail::Customer(Uuid::new_v4())).is_empty());
+}
+
+#[test]
+fn the_trail_is_read_in_pages_newest_first_filtered_and_pruned_by_age_on_every_store() {
+    on_every_store(the_trail_is_read_in_pages_newest_first_filtered_and_pruned_by_age);
+}
+
+fn the_trail_is_read_in_pages_newest_first_filtered_and_pruned_by_age(store: &dyn Storage) {
+    let acme = customer("acme", 0);
+    let boot = account(acme.id, "boot", static_policy(&["*"]), 0);
+    store
+        .create_customer(
+            &acme,
+            &boot,
+            &record(&lookup(), "h"),
+            &event(Action::CustomerCreate, Some(acme.id), 0),
+        )
+        .unwrap();
+    // Events are written in time order (each dated by its write).
+    let anonymous_one = event(Action::ServiceCreate, None, 30);
+    store
+        .create_service(
+            &anonymous("abcdefghijkl-anon", 30, 100),
+            None,
+            Ceiling::NONE,
+            &anonymous_one,
+        )
+        .unwrap();
+    let mut named = boot.clone();
+    for i in 1..=9 {
+        named.name = format!("n{i}");
+        store
+            .update_account(&named, &event(Action::AccountUpdate, Some(acme.id), i * 60))
+            .unwrap();
+    }
+    let mut query = AuditQuery {
+        trail: Trail::Customer(acme.id),
+        cursor: None,
+        action: None,
+        since: None,
+        limit: 4,
+    };
+    let mut seen = Vec::new();
+    loop {
+        let page = store.audit_events(&query).unwrap();
+        assert!(page.events.len() <= 4);
+        seen.extend(page.events.iter().map(|e| e.at));
+        match page.next {
+            Some(next) => query.cursor = Some(next),
+            None => break,
+        }
+    }
+    let expected: Vec<_> = (0..=9).rev().map(|i| at(i * 60)).collect();
+    assert_eq!(seen, expected, "newest first, each once");
+    // A cursor of another trail, or made up, is not found.
+    let elsewhere = Some(Cursor {
+        after: anonymous_one.id,
+    });
+    for cursor in [
+        elsewhere,
+        Some(Cursor {
+            after: Uuid::new_v4(),
+        }),
+    ] {
+        query.cursor = cursor;
+        assert_eq!(
+            store.audit_events(&query).unwrap_err(),
+            StoreError::NotFound
+        );
+    }
+    assert_eq!(trail(store, Trail::Anonymous), [anonymous_one]);
+
+    query.cursor = None;
+    query.action = Some(Action::CustomerCreate);
+    assert_eq!(store.audit_events(&query).unwrap().events.len(), 1);
+    query.action = None;
+    query.since = Some(at(8 * 60));
+    query.limit = 500;
+    assert_eq!(store.audit_events(&query).unwrap().events.len(), 2);
+    // The events before 5 minutes go, of every trail (the anonymous one at 30 s too).
+    assert_eq!(store.prune_audit(at(5 * 60)).unwrap(), 6);
+    assert_eq!(trail(store, Trail::Customer(acme.id)).len(), 5);
+    assert!(trail(store, Trail::Anonymous).is_empty());
+}
+
+// The refusal log (docs/api.md, "Explaining refusals").
+
+#[test]
+fn the_refusal_log_keeps_the_newest_hundred_per_account_and_class_on_every_store() {
+    on_every_store(the_refusal_log_keeps_the_newest_hundred_per_account_and_class);
+}
+
+fn the_refusal_log_keeps_the_newest_hundred_per_account_and_class(store: &dyn Storage) {
+    let (acme, boot, _) = seeded(store, "acme");
+    let other = account(acme.id, "other", static_policy(&["*"]), 0);
+    store
+        .create_account(&other, None, Ceiling::NONE, &ev())
+        .unwrap();
+    for i in 0..105 {
+        store
+            .record_refusals(
+                &[
+                    (boot.id, json!({"n": i})),
+                    (other.id, json!({"n": i, "other": true})),
+                ],
+                at(i),
+            )
+            .unwrap();
+    }
+    let kept = store.refusals(boot.id, at(0), 500).unwrap();
+    assert_eq!(kept.len(), 100);
+    assert_eq!(kept[0], json!({"n": 104}));
+    assert_eq!(kept[99], json!({"n": 5}));
+    assert_eq!(store.refusals(other.id, at(0), 500).unwrap().len(), 100);
+    assert_eq!(store.refusals(boot.id, at(100), 500).unwrap().len(), 5);
+    assert_eq!(store.refusals(boot.id, at(0), 3).unwrap().len(), 3);
+    assert_eq!(store.prune_refusals(at(50)).unwrap(), 90);
+
+    // Near misses are a class of their own: a hundred others do not push them out.
+    let near = [
+        json!({"n": "a", "near": true}),
+        json!({"n": "b", "near": true}),
+    ];
+    for (record, second) in near.iter().zip([200, 201]) {
+        store
+            .record_refusals(&[(boot.id, record.clone())], at(second))
+            .unwrap();
+    }
+    let far: Vec<(Uuid, Value)> = (0..100).map(|i| (boot.id, json!({"far": i}))).collect();
+    store.record_refusals(&far, at(300)).unwrap();
+    let kept = store.refusals(boot.id, at(0), 500).unwrap();
+    assert_eq!(kept.len(), 102);
+    assert_eq!(kept[0], json!({"far": 99}));
+    assert_eq!(kept[100..], [near[1].clone(), near[0].clone()]);
+
+    // One transaction: an account that does not exist fails it all.
+    let err = store
+        .record_refusals(
+            &[(boot.id, json!({"n": "c"})), (Uuid::new_v4(), json!({}))],
+            at(400),
+        )
+        .unwrap_err();
+    assert_eq!(err, StoreError::NotFound);
+    assert_eq!(store.refusals(boot.id, at(0), 500).unwrap().len(), 102);
+}
+
+// The fetch evidence (docs/api.md, "Fetch evidence").
+
+fn counts(service: Uuid, at: OffsetDateTime, agents: &[(&str, u64)]) -> DocumentFetches {
+    DocumentFetches {
+        service_id: service,
+        document: FetchedDocument::Jwks,
+        ok: 2,
+        not_modified: 1,
+        last_at: at,
+        agents: agents
+            .iter()
+            .map(|(agent, count)| AgentFetches {
+                agent: (*agent).into(),
+                count: *count,
+                last_at: at,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned_on_every_store() {
+    on_every_store(replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned);
+}
+
+fn replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned(store: &dyn Storage) {
+    const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    let (service, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let later = NOON + Duration::minutes(10);
+    // Two replicas flush in the same hour, the later fetch first.
+    store
+        .record_fetches(&[counts(service, later, &[("aws", 3), ("gcp", 1)])])
+        .unwrap();
+    store
+        .record_fetches(&[
+            counts(
+                service,
+                NOON + Duration::minutes(5),
+                &[("aws", 2), ("azure", 4)],
+            ),
+            counts(other, NOON, &[("aws", 1)]),
+        ])
+        .unwrap();
+    // A day and more ago.
+    let old = NOON - Duration::hours(26);
+    store
+        .record_fetches(&[counts(service, old, &[("old", 50)])])
+        .unwrap();
+
+    let read = store
+        .fetches(service, NOON - Duration::hours(24), 2)
+        .unwrap();
+    assert_eq!(read.len(), 1, "{read:?}");
+    let jwks = &read[0];
+    assert_eq!(
+        (jwks.service_id, jwks.document),
+        (service, FetchedDocument::Jwks)
+    );
+    assert_eq!((jwks.ok, jwks.not_modified), (4, 2));
+    assert_eq!(jwks.last_at, later, "the last fetch only moves forward");
+    let agents: Vec<(&str, u64)> = jwks
+        .agents
+        .iter()
+        .map(|a| (a.agent.as_str(), a.count))
+        .collect();
+    assert_eq!(
+        agents,
+        [("aws", 5), ("azure", 4)],
+        "the most frequent first"
+    );
+    assert_eq!(jwks.agents[0].last_at, later);
+    let all = store.fetches(service, old, 10).unwrap();
+    assert_eq!(all[0].ok, 6);
+    assert_eq!(all[0].agents.len(), 4);
+
+    // The old hour's bucket and its one agent.
+    assert_eq!(store.prune_fetches(NOON - Duration::hours(24)).unwrap(), 2);
+    let all = store.fetches(service, old, 10).unwrap();
+    assert_eq!(all[0].ok, 4, "the old bucket went");
+    assert_eq!(store.fetches(other, old, 10).unwrap()[0].ok, 2);
+    assert!(store.fetches(Uuid::new_v4(), old, 10).unwrap().is_empty());
+}

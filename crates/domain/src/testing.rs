@@ -28,7 +28,7 @@ use crate::ports::{
     StoredCredential, TokenSignatureCheck,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
-use crate::service::PublishedConfig;
+use crate::service::{PublishedConfig, VersionHistory};
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -131,66 +131,6 @@ fn stored_event(event: &AuditEvent) -> AuditEvent {
     AuditEvent {
         at: ms(event.at),
         ..event.clone()
-    }
-}
-
-/// What `Last-Modified` needs to know of the version a write replaces (docs/api.md, "Limits that hold"): as the
-/// real store keeps it, so that [`ServiceStore::update_config`] dates versions as it does.
-struct History {
-    updated_at: OffsetDateTime,
-    previous_change_at: Option<OffsetDateTime>,
-    /// The retired keys that leave (or left) the public set after `updated_at`: `kid`, when.
-    leaving: Vec<(String, OffsetDateTime)>,
-}
-
-impl History {
-    fn of(config: &PublishedConfig) -> Self {
-        let leaving = config
-            .keys
-            .keys
-            .iter()
-            .filter_map(|k| Some((k.kid.clone(), k.published_until?)))
-            .filter(|(_, until)| *until > config.updated_at)
-            .collect();
-        Self {
-            updated_at: config.updated_at,
-            previous_change_at: config.previous_change_at,
-            leaving,
-        }
-    }
-
-    /// The last change of the public documents at or before `at`.
-    fn last_change(&self, at: OffsetDateTime, inclusive: bool) -> Option<OffsetDateTime> {
-        std::iter::once(self.updated_at)
-            .chain(self.leaving.iter().map(|(_, until)| *until))
-            .filter(|change| *change < at || (inclusive && *change == at))
-            .max()
-    }
-
-    /// `config`, about to replace the version this history describes, with
-    /// `previous_change_at` recorded; never dated before the version it replaces, and dated
-    /// when the last dropped retired key left when the version itself is kept.
-    fn applied_to(&self, mut config: PublishedConfig) -> PublishedConfig {
-        if config.updated_at == self.updated_at {
-            let kept = |kid: &str| config.keys.keys.iter().any(|k| k.kid == kid);
-            let left = self
-                .leaving
-                .iter()
-                .filter(|(kid, _)| !kept(kid))
-                .map(|(_, until)| *until)
-                .max();
-            match left {
-                Some(left) => {
-                    config.updated_at = left;
-                    config.previous_change_at = self.last_change(left, false);
-                }
-                None => config.previous_change_at = self.previous_change_at,
-            }
-            return config;
-        }
-        config.updated_at = config.updated_at.max(self.updated_at);
-        config.previous_change_at = self.last_change(config.updated_at, true);
-        config
     }
 }
 
@@ -523,17 +463,11 @@ impl ServiceStore for MemoryStore {
             return Err(StoreError::NotFound);
         }
         let current = s.configs.get(&service_id).cloned();
-        let history = current.as_ref().map(History::of);
+        let history = current.as_ref().map(VersionHistory::of);
         let Some(config) = make(current) else {
             return Ok(false);
         };
-        let config = match history {
-            Some(history) => history.applied_to(config),
-            None => PublishedConfig {
-                previous_change_at: None,
-                ..config
-            },
-        };
+        let config = VersionHistory::date(history.as_ref(), config);
         s.configs.insert(service_id, stored_config(config));
         s.commit(event, &[Change::Service(service_id)]);
         Ok(true)

@@ -8,7 +8,7 @@ use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
 use registry_domain::ports::{Ceiling, Change, CredentialRecord, ServiceStore, StoreResult};
-use registry_domain::service::PublishedConfig;
+use registry_domain::service::{PublishedConfig, VersionHistory};
 use registry_domain::{Service, StoreError};
 use std::collections::HashSet;
 use time::OffsetDateTime;
@@ -71,71 +71,6 @@ fn write_config(
         on_backend!(conn, |c| insert.execute(c))?;
     }
     Ok(())
-}
-
-/// What `Last-Modified` needs to know of the version a write replaces (docs/api.md, "Public
-/// hosting").
-struct History {
-    updated_at: OffsetDateTime,
-    previous_change_at: Option<OffsetDateTime>,
-    /// The retired keys that leave (or left) the public set after `updated_at`: `kid`, when.
-    leaving: Vec<(String, OffsetDateTime)>,
-}
-
-impl History {
-    fn of(config: &PublishedConfig) -> Self {
-        let leaving = config
-            .keys
-            .keys
-            .iter()
-            .filter_map(|k| Some((k.kid.clone(), k.published_until?)))
-            .filter(|(_, until)| *until > config.updated_at)
-            .collect();
-        Self {
-            updated_at: config.updated_at,
-            previous_change_at: config.previous_change_at,
-            leaving,
-        }
-    }
-
-    /// The last change of the public documents at or before `at`, as far as the row tells:
-    /// its publication, or a retired key's leaving.
-    fn last_change(&self, at: OffsetDateTime, inclusive: bool) -> Option<OffsetDateTime> {
-        std::iter::once(self.updated_at)
-            .chain(self.leaving.iter().map(|(_, until)| *until))
-            .filter(|change| *change < at || (inclusive && *change == at))
-            .max()
-    }
-
-    /// `config`, about to replace the version this history describes, with
-    /// `previous_change_at` recorded: the last change before it, so that a version published
-    /// in the same second as that change is known as such on every replica. Two more rules keep
-    /// `Last-Modified` from moving back, which would make a client's older date look current:
-    /// a version is never dated before the one it replaces (replicas' clocks differ), and when
-    /// a write keeps the version but drops retired keys that had already left (the reaper), the
-    /// version is dated when the last of them left, since the row will no longer tell.
-    fn applied_to(&self, mut config: PublishedConfig) -> PublishedConfig {
-        if config.updated_at == self.updated_at {
-            let kept = |kid: &str| config.keys.keys.iter().any(|k| k.kid == kid);
-            let left = self
-                .leaving
-                .iter()
-                .filter(|(kid, _)| !kept(kid))
-                .map(|(_, until)| *until)
-                .max();
-            match left {
-                Some(left) => {
-                    config.updated_at = left;
-                    config.previous_change_at = self.last_change(left, false);
-                }
-                None => config.previous_change_at = self.previous_change_at,
-            }
-            return config;
-        }
-        config.updated_at = config.updated_at.max(self.updated_at);
-        config.previous_change_at = self.last_change(config.updated_at, true);
-        config
-    }
 }
 
 /// How many services the customer has.
@@ -349,17 +284,11 @@ impl ServiceStore for Store {
             let row = on_backend!(&mut *conn, |c| query.get_result::<ConfigRow>(c)).optional()?;
             let stored_expiry = row.as_ref().map(ConfigRow::key_expires_at);
             let current = row.map(ConfigRow::into_domain).transpose()?;
-            let history = current.as_ref().map(History::of);
+            let history = current.as_ref().map(VersionHistory::of);
             let Some(mut config) = make(current) else {
                 return Ok(false);
             };
-            config = match history {
-                Some(history) => history.applied_to(config),
-                None => PublishedConfig {
-                    previous_change_at: None,
-                    ..config
-                },
-            };
+            config = VersionHistory::date(history.as_ref(), config);
             write_config(conn, &config, stored_expiry)?;
             changed.push(Change::Service(service_id));
             Ok(true)
@@ -427,77 +356,5 @@ impl ServiceStore for Store {
             })?
             .pop())
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use registry_domain::keys::{KeyRecord, KeyState};
-    use time::macros::datetime;
-
-    fn key(kid: &str, until: Option<OffsetDateTime>) -> KeyRecord {
-        KeyRecord {
-            kid: kid.into(),
-            jwk: serde_json::Map::new(),
-            thumbprint: kid.into(),
-            first_published_at: datetime!(2026-11-25 09:00 UTC),
-            retired_at: until.map(|_| datetime!(2026-11-25 09:30 UTC)),
-            published_until: until,
-        }
-    }
-
-    fn version(at: OffsetDateTime, keys: Vec<KeyRecord>) -> PublishedConfig {
-        PublishedConfig {
-            service_id: Uuid::nil(),
-            openid_configuration: "{}".into(),
-            jwks: "{}".into(),
-            updated_at: at,
-            previous_change_at: None,
-            keys: KeyState { keys },
-        }
-    }
-
-    #[test]
-    fn a_new_version_records_the_last_change_before_it() {
-        let t = datetime!(2026-11-25 10:00:00.100 UTC);
-        let first = version(t, vec![key("a", None)]);
-        let second = History::of(&first).applied_to(version(
-            t + time::Duration::milliseconds(300),
-            vec![key("b", None)],
-        ));
-        assert_eq!(second.previous_change_at, Some(t));
-        // A retired key that left in between is the last change.
-        let left = t + time::Duration::milliseconds(500);
-        let with_retired = version(t, vec![key("a", None), key("old", Some(left))]);
-        let next = History::of(&with_retired).applied_to(version(
-            t + time::Duration::seconds(1),
-            vec![key("a", None)],
-        ));
-        assert_eq!(next.previous_change_at, Some(left));
-        // A replica whose clock is behind never dates a version before the one it replaces.
-        let behind = History::of(&first).applied_to(version(
-            t - time::Duration::milliseconds(50),
-            vec![key("c", None)],
-        ));
-        assert_eq!(behind.updated_at, t);
-        assert_eq!(behind.previous_change_at, Some(t));
-    }
-
-    #[test]
-    fn dropping_keys_that_left_dates_the_version_when_they_left() {
-        let t = datetime!(2026-11-25 10:00:00 UTC);
-        let left = t + time::Duration::hours(24);
-        let current = PublishedConfig {
-            previous_change_at: Some(t - time::Duration::hours(1)),
-            ..version(t, vec![key("a", None), key("old", Some(left))])
-        };
-        // The reaper: the same version, without the key whose time ran out.
-        let reaped = History::of(&current).applied_to(version(t, vec![key("a", None)]));
-        assert_eq!(reaped.updated_at, left);
-        assert_eq!(reaped.previous_change_at, Some(t));
-        // A write that keeps the version and its keys keeps its history.
-        let same = History::of(&current).applied_to(current.clone());
-        assert_eq!(same, current);
     }
 }

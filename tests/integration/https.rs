@@ -548,21 +548,28 @@ fn idle_from(source: &str, port: u16, count: usize) -> Vec<std::net::TcpStream> 
         .expect("runtime");
     let source = format!("{source}:0").parse().expect("source");
     let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // In waves smaller than the listener's accept queue (1,024): a wave that overflowed it would
+    // have the kernel drop the last handshakes' final ACKs, and those connections would reach
+    // the server only when it sends its SYN-ACK again, up to 15 s later, after the test has
+    // counted them as held.
+    const WAVE: usize = 250;
     runtime.block_on(async {
-        let mut connecting = tokio::task::JoinSet::new();
-        for _ in 0..count {
-            connecting.spawn(async move {
-                let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-                socket.bind(source).expect("bind the source address");
-                tokio::time::timeout(Duration::from_secs(3), socket.connect(server)).await
-            });
-        }
         let mut held = Vec::with_capacity(count);
-        while let Some(connected) = connecting.join_next().await {
-            if let Ok(Ok(Ok(stream))) = connected {
-                let stream = stream.into_std().expect("std stream");
-                stream.set_nonblocking(false).expect("blocking");
-                held.push(stream);
+        for wave in (0..count).step_by(WAVE) {
+            let mut connecting = tokio::task::JoinSet::new();
+            for _ in wave..count.min(wave + WAVE) {
+                connecting.spawn(async move {
+                    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+                    socket.bind(source).expect("bind the source address");
+                    tokio::time::timeout(Duration::from_secs(3), socket.connect(server)).await
+                });
+            }
+            while let Some(connected) = connecting.join_next().await {
+                if let Ok(Ok(Ok(stream))) = connected {
+                    let stream = stream.into_std().expect("std stream");
+                    stream.set_nonblocking(false).expect("blocking");
+                    held.push(stream);
+                }
             }
         }
         held
@@ -726,12 +733,10 @@ fn idle_connections_from_one_address_leave_another_addresss_https_requests_fast(
     let held = idle_from("127.0.0.2", server.port, idle);
     let (during, failed) = healthz_p99(&ca, server.port, CLIENTS, REQUESTS);
     let measured_by = started.elapsed();
-    // The server closes the connections past the limit as it accepts them. 1,500 connects at
-    // once overflow the listener's accept queue (1,024): the kernel drops the last handshakes'
-    // final ACKs, the clients count those connections open, and the server accepts them only
-    // when its SYN-ACK is sent again (1, 3, then 7 s later). Until a second before the held
-    // connections' handshake time runs out (then they would be closed as well, and prove
-    // nothing), wait for those late arrivals to be refused.
+    // The server closes the connections past the limit as it accepts them, a little after the
+    // client saw them connected. Until a second before the held connections' handshake time
+    // runs out (then they would be closed as well, and prove nothing), wait for the last ones
+    // to be refused.
     let settled = started + HANDSHAKE_BOUND - Duration::from_secs(1);
     let mut refused = held.iter().filter(|stream| closed(stream)).count();
     while refused < idle.saturating_sub(256) && Instant::now() < settled {

@@ -2,7 +2,7 @@
 //! library's HTTP server on a thread of its own, with a clock the test moves), or the real
 //! `registry` binary, whose log is captured (so tests can assert that no secret reaches it) and
 //! which answers signals. The binary is launched by the test kit (`registry_testkit::launch`),
-//! as the chores launch it, with the settings of `settings_for`.
+//! as the chores launch it, with the test kit's settings (`registry_testkit::Settings`).
 //!
 //! What servers in one test process share (the library's process-wide state): the base URL of
 //! problem `type` addresses is the first server's (tests match a problem by the end of its
@@ -131,26 +131,13 @@ pub struct TestServer {
     client: Client,
 }
 
-/// The settings every test server gets, for a server on `port`; `env` may override them.
-fn settings_for(port: u16, database_url: &str, env: &[(String, String)]) -> Vec<(String, String)> {
-    let mut vars: Vec<(String, String)> = vec![
-        ("REGISTRY_LISTEN".into(), format!("127.0.0.1:{port}")),
-        ("REGISTRY_DATABASE_URL".into(), database_url.to_owned()),
-        (
-            "REGISTRY_BASE_URL".into(),
-            format!("http://127.0.0.1:{port}"),
-        ),
-        (
-            "REGISTRY_ISSUER_URL_TEMPLATE".into(),
-            format!("http://{{subdomain}}.localhost:{port}"),
-        ),
-        ("REGISTRY_WORKERS".into(), "2".into()),
-    ];
-    for (name, value) in env {
-        vars.retain(|(n, _)| n != name);
-        vars.push((name.clone(), value.replace("{port}", &port.to_string())));
+/// The settings of a test server: the test kit's, for a server on loopback (the chores' too),
+/// with the test's own over them.
+fn settings_for(database_url: &str, options: &ServerOptions) -> registry_testkit::Settings {
+    registry_testkit::Settings {
+        more: options.env.clone(),
+        ..registry_testkit::Settings::new(database_url)
     }
-    vars
 }
 
 /// A client that trusts only the certificate authorities `ca_pems` and finds each of `names`
@@ -207,7 +194,7 @@ impl TestServer {
     fn start_in_process(options: &ServerOptions, database_url: String) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
         let port = listener.local_addr().expect("its address").port();
-        let vars = settings_for(port, &database_url, &options.env);
+        let vars = settings_for(&database_url, options).environment(port);
         let settings = registry_server::Settings::from_vars(vars).expect("test settings");
         let clock = Arc::new(TestClock::default());
         let injected = registry_server::Injected {
@@ -248,7 +235,7 @@ impl TestServer {
                 thread: Some(thread),
                 clock,
             },
-            base: format!("http://127.0.0.1:{port}"),
+            base: registry_testkit::settings::base_url(port),
             port,
             database_url,
             client: client(),
@@ -259,11 +246,7 @@ impl TestServer {
         let log_dir = TempDir::new("registry-log");
         let launch = Launch::new(&registry_binary(), &log_dir.join("server.log"));
         let process = launch
-            .start(|port| {
-                let mut vars = vec![("RUST_LOG".to_owned(), "info".to_owned())];
-                vars.extend(settings_for(port, &database_url, &options.env));
-                vars
-            })
+            .start(&settings_for(&database_url, options))
             .unwrap_or_else(|error| panic!("the registry did not start: {error}"));
         let port = process.port;
         Self {
@@ -271,7 +254,7 @@ impl TestServer {
                 process,
                 _log_dir: log_dir,
             },
-            base: format!("http://127.0.0.1:{port}"),
+            base: registry_testkit::settings::base_url(port),
             port,
             database_url,
             client: client(),

@@ -1,10 +1,10 @@
 //! Setting a scene through the registry's own API (services, published documents, accounts), the
 //! bodies the chores upload, and the RS256 identity tokens of their federated callers.
 
-use crate::http::{Http, Response};
 use anyhow::{bail, Context, Result};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use registry_testkit::http::{Http, Response};
 use registry_testkit::{KeyKind, SigningKey};
 /// The audience and subject the chores' identity tokens carry.
 pub use registry_testkit::{AUDIENCE, SUBJECT};
@@ -27,7 +27,7 @@ impl Api {
     }
 
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Response> {
-        self.http.call(method, path, Some(&self.token), body)
+        Ok(self.http.call(method, path, Some(&self.token), body)?)
     }
 
     /// Calls the API, failing unless the status is `want`; the JSON answer.

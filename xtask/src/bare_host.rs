@@ -9,8 +9,9 @@
 
 use crate::api::{upload, Api, Signer};
 use crate::cmd::{output, root};
-use crate::http::{wait_until, Http};
 use anyhow::{bail, ensure, Context, Result};
+use registry_testkit::http::Http;
+use registry_testkit::wait_until;
 use serde_json::Value;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -55,7 +56,7 @@ pub fn run() -> Result<()> {
     let port = if TcpListener::bind(("127.0.0.1", DEFAULT_PORT)).is_ok() {
         DEFAULT_PORT
     } else {
-        let port = crate::http::free_port()?;
+        let port = registry_testkit::free_port()?;
         println!("port {DEFAULT_PORT} is taken here: the server gets REGISTRY_LISTEN and REGISTRY_ISSUER_URL_TEMPLATE for port {port}");
         settings.push(("REGISTRY_LISTEN".into(), format!("127.0.0.1:{port}")));
         settings.push((

@@ -146,11 +146,9 @@ fn measure(options: &Options, binary: &Path, dir: &Path, report: &mut Report) ->
 /// A server whose identity tokens may come from an `http` issuer it hosts itself, on loopback,
 /// with the server's default workers.
 fn federated_server(binary: &Path, database_url: &str, log: &Path) -> registry::Options {
-    registry::Options {
-        workers: None,
-        ..registry::Options::new(binary, database_url, log)
-    }
-    .env("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true")
+    registry::Options::new(binary, database_url, log)
+        .workers(None)
+        .env("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true")
 }
 
 /// P1–P4: sets the scene through the API, then runs the rounds.
@@ -164,9 +162,8 @@ fn http_rounds(
     let database_url = format!("sqlite://{}", dir.join("registry.db").display());
     let token = create_customer(binary, &database_url, "acme")?;
     let registry = Registry::start(&registry::Options {
-        workers: Some(1),
         cpu: server_cpu,
-        ..federated_server(binary, &database_url, &dir.join("registry.log"))
+        ..federated_server(binary, &database_url, &dir.join("registry.log")).workers(Some(1))
     })?;
     let http = registry.http();
     let api = Api::new(http, &token);
@@ -200,9 +197,9 @@ fn http_rounds(
     pair.write(&cert, &key)?;
     let tls_registry = Registry::start(
         &registry::Options {
-            workers: Some(1),
             cpu: server_cpu,
             ..federated_server(binary, &database_url, &dir.join("registry-tls.log"))
+                .workers(Some(1))
         }
         .env("REGISTRY_TLS_CERT", &cert.display().to_string())
         .env("REGISTRY_TLS_KEY", &key.display().to_string())

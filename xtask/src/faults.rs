@@ -22,11 +22,12 @@ mod pgkill;
 mod standby;
 
 use crate::api::{fake_keys, upload, Api};
-use crate::http::{free_port, wait_until, Http};
 use crate::ledger::{locked, Ledger, Sent, Writer, TENANT};
 use crate::postgres;
 use crate::registry::{self, create_customer, Registry, WorkDir};
 use anyhow::{bail, ensure, Context, Result};
+use registry_testkit::http::Http;
+use registry_testkit::{free_port, wait_until};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

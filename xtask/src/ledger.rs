@@ -16,8 +16,8 @@ mod writer;
 pub use verify::{kids, Verified};
 pub use writer::{Sent, Writer};
 
-use crate::http::Http;
 use anyhow::Result;
+use registry_testkit::http::Http;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;

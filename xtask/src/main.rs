@@ -8,7 +8,6 @@ mod cmd;
 mod e2e;
 mod faults;
 mod fuzz;
-mod http;
 mod layering;
 mod ledger;
 mod manifests;

@@ -7,8 +7,8 @@
 //! PyPI into `target/postgresql/venv` with the machine's Python: no root, no package manager.
 
 use crate::cmd::{output, run, succeeds};
-use crate::http::free_port;
 use anyhow::{bail, Context, Result};
+use registry_testkit::free_port;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,13 +1,14 @@
 //! The real `registry` binary, the one way every chore builds, starts and stops it: launched by
 //! the test kit (`registry_testkit::launch`: on loopback, its log in a file, killed when
-//! dropped) with the chores' settings, optionally pinned to a CPU, ready once `/readyz` answers
-//! 200.
+//! dropped) with the test kit's settings and the chores' limits lifted, optionally pinned to a
+//! CPU, ready once `/readyz` answers 200.
 
 use crate::cmd::{cargo, output, root, run, target_dir};
-use crate::http::Http;
 use anyhow::{bail, Context, Result};
+use registry_testkit::http::Http;
+use registry_testkit::settings::{base_url, issuer_template};
 pub use registry_testkit::tail;
-use registry_testkit::{Launch, Launched, TempDir};
+use registry_testkit::{Launch, Launched, Settings, TempDir};
 use serde_json::Value;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -45,71 +46,57 @@ pub fn create_customer(binary: &Path, database_url: &str, tenant: &str) -> Resul
         .context("customer create printed no token")
 }
 
-/// How to start a registry.
+/// How to start a registry: where its binary and log are, and the test kit's settings of a
+/// server on loopback, with the chores' limits lifted.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub binary: PathBuf,
-    pub database_url: String,
     /// Its log (stderr), appended to: a restarted server continues the same file.
     pub log: PathBuf,
     /// A fixed port, for chores that restart a server on the same database (the issuer URLs of
     /// published documents name the port). Otherwise a free one, and another if something else
     /// takes it first.
     pub port: Option<u16>,
-    /// `REGISTRY_WORKERS`; `None`: the server's default, one per core.
-    pub workers: Option<usize>,
     /// The CPU it is pinned to (taskset), so that a load generator can have another.
     pub cpu: Option<usize>,
-    /// More environment, after the settings every server gets.
-    pub env: Vec<(String, String)>,
+    /// Its settings (two workers unless a chore says otherwise).
+    pub settings: Settings,
 }
 
 impl Options {
-    /// Two workers (the chores' machines have two cores), no pinning, nothing else set.
+    /// Two workers (the chores' machines have two cores), no pinning, the limits lifted.
     pub fn new(binary: &Path, database_url: &str, log: &Path) -> Options {
-        Options {
-            binary: binary.to_owned(),
-            database_url: database_url.to_owned(),
-            log: log.to_owned(),
-            port: None,
-            workers: Some(2),
-            cpu: None,
-            env: Vec::new(),
-        }
-    }
-
-    /// Adds `name=value` to the environment.
-    pub fn env(mut self, name: &str, value: &str) -> Options {
-        self.env.push((name.to_owned(), value.to_owned()));
-        self
-    }
-
-    /// The whole environment of a server on `port`: the registry sees nothing else (no
-    /// `REGISTRY_*` or `RUST_LOG` of the caller's), so that runs repeat and reports are true.
-    fn environment(&self, port: u16) -> Vec<(String, String)> {
-        let mut env = vec![
-            ("REGISTRY_LISTEN".into(), format!("127.0.0.1:{port}")),
-            ("REGISTRY_DATABASE_URL".into(), self.database_url.clone()),
-            ("REGISTRY_BASE_URL".into(), base_url(port)),
-            ("REGISTRY_ISSUER_URL_TEMPLATE".into(), issuer_template(port)),
-            ("RUST_LOG".into(), "info".into()),
-        ];
+        let mut settings = Settings::new(database_url);
         // The chores measure throughput and durability, one credential writing as fast as it
         // can: the per-credential and per-customer limits (docs/api.md, "Errors") are lifted here
         // (the test suite holds them), unless a chore sets them itself.
-        for (name, value) in [
-            ("REGISTRY_WRITES_PER_MINUTE", "100000000"),
-            ("REGISTRY_EXPLAIN_PER_MINUTE", "100000000"),
-            ("REGISTRY_MAX_SERVICES_PER_CUSTOMER", "100000000"),
-            ("REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER", "100000000"),
+        for name in [
+            "REGISTRY_WRITES_PER_MINUTE",
+            "REGISTRY_EXPLAIN_PER_MINUTE",
+            "REGISTRY_MAX_SERVICES_PER_CUSTOMER",
+            "REGISTRY_MAX_ACCOUNTS_PER_CUSTOMER",
         ] {
-            env.push((name.into(), value.into()));
+            settings = settings.set(name, "100000000");
         }
-        env.extend(self.env.iter().cloned());
-        if let Some(workers) = self.workers {
-            env.push(("REGISTRY_WORKERS".into(), workers.to_string()));
+        Options {
+            binary: binary.to_owned(),
+            log: log.to_owned(),
+            port: None,
+            cpu: None,
+            settings,
         }
-        env
+    }
+
+    /// Sets the setting `name` to `value`.
+    pub fn env(mut self, name: &str, value: &str) -> Options {
+        self.settings = self.settings.set(name, value);
+        self
+    }
+
+    /// `REGISTRY_WORKERS`; `None`: the server's default, one per core.
+    pub fn workers(mut self, workers: Option<usize>) -> Options {
+        self.settings.workers = workers;
+        self
     }
 }
 
@@ -138,13 +125,14 @@ impl Registry {
             ..Launch::new(&options.binary, &options.log)
         };
         let mut process = launch
-            .start(|port| options.environment(port))
+            .start(&options.settings)
             .context("starting the registry")?;
         let http = Http::local(process.port);
         // Over HTTPS its "listening on" line, which the launch waited for, is the sign: the
         // server prints it once it serves, after loading what it serves.
         let tls = options
-            .env
+            .settings
+            .more
             .iter()
             .any(|(name, _)| name == "REGISTRY_TLS_CERT");
         loop {
@@ -238,14 +226,4 @@ impl WorkDir {
     pub fn at(dir: PathBuf) -> Result<WorkDir> {
         Ok(WorkDir(TempDir::at(dir)?))
     }
-}
-
-/// The `REGISTRY_BASE_URL` of a chore's server on `port`.
-fn base_url(port: u16) -> String {
-    format!("http://127.0.0.1:{port}")
-}
-
-/// The `REGISTRY_ISSUER_URL_TEMPLATE` of a chore's server on `port`.
-fn issuer_template(port: u16) -> String {
-    format!("http://{{subdomain}}.localhost:{port}")
 }

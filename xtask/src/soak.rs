@@ -107,7 +107,7 @@ fn soak(options: &Options, binary: &Path, url: &str, dir: &Path) -> Result<Repor
     let log = dir.join("registry.log");
     let options_of_registry = registry::Options {
         // The same port after the restart: the issuer URLs of published documents name it.
-        port: Some(crate::http::free_port()?),
+        port: Some(registry_testkit::free_port()?),
         ..registry::Options::new(binary, url, &log)
     }
     // The anonymous writer creates about ten a second from one address.

@@ -259,16 +259,6 @@ pub trait CredentialStore: Send + Sync {
         &self,
         lookup_id: &str,
     ) -> StoreResult<Option<(StoredCredential, i64)>>;
-    /// [`CredentialStore::credential_and_latest_change`] run in place, or `None` when that would
-    /// wait (a network round trip, no idle connection): the caller then runs it where waiting
-    /// is allowed. The default never runs in place.
-    fn credential_and_latest_change_now(
-        &self,
-        lookup_id: &str,
-    ) -> Option<StoreResult<Option<(StoredCredential, i64)>>> {
-        let _ = lookup_id;
-        None
-    }
 }
 
 /// What changed, for replicas' caches.
@@ -290,25 +280,30 @@ pub trait ChangeFeed: Send + Sync {
     /// The oldest sequence number the log still holds (`None` when it is empty). The log is
     /// pruned by age, but always keeps its newest row.
     fn oldest_change(&self) -> StoreResult<Option<i64>>;
-    /// [`ChangeFeed::latest_change`] run in place, or `None` when that would wait (see
-    /// [`CredentialStore::credential_and_latest_change_now`]). The default never runs in place.
-    fn latest_change_now(&self) -> Option<StoreResult<i64>> {
-        None
-    }
     /// Deletes changes logged before `older_than`, except the newest (so that the newest
     /// sequence never goes back); how many went. A replica whose position is older than what is
     /// left reloads everything.
     fn prune_changes(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
+}
+
+/// The database behind the storage ports, as the read model and the readiness check see it: the
+/// reads a request runs, taken in place when that cannot wait, and which sides answer. No use
+/// case needs it, so it is not part of [`Storage`].
+pub trait Database: Send + Sync + std::fmt::Debug {
+    /// [`CredentialStore::credential_and_latest_change`] run in place, or `None` when that would
+    /// wait (a network round trip, no idle connection): the caller then runs it where waiting
+    /// is allowed.
+    fn credential_and_latest_change_now(
+        &self,
+        lookup_id: &str,
+    ) -> Option<StoreResult<Option<(StoredCredential, i64)>>>;
+    /// [`ChangeFeed::latest_change`] run in place, or `None` when that would wait (see
+    /// [`Database::credential_and_latest_change_now`]).
+    fn latest_change_now(&self) -> Option<StoreResult<i64>>;
     /// Whether the database answers (the primary: where writes go).
     fn ping(&self) -> StoreResult<()>;
     /// Which sides of the database answer now (docs/api.md, "Read replicas and the primary down").
-    /// The default: a database without a read replica, up when [`ChangeFeed::ping`] answers.
-    fn sides(&self) -> DatabaseSides {
-        DatabaseSides {
-            primary: self.ping().is_ok(),
-            read_replica: None,
-        }
-    }
+    fn sides(&self) -> DatabaseSides;
 }
 
 /// Which sides of the database answer (docs/api.md, "Read replicas and the primary down").

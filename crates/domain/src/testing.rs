@@ -686,10 +686,6 @@ impl ChangeFeed for MemoryStore {
             .retain(|(seq, _, at)| *at >= older_than || *seq == latest);
         Ok(before - s.changes.len())
     }
-
-    fn ping(&self) -> StoreResult<()> {
-        Ok(())
-    }
 }
 
 impl AuditLog for MemoryStore {

@@ -7,7 +7,9 @@
 use crate::directory::{bounded, Directory, BATCH};
 use crate::hosting::{Generation, Hosted, HostingCache, Lookup};
 use crate::ReplicaResult;
-use registry_domain::ports::{Change, Clock, Storage, StoreResult, StoredCredential};
+use registry_domain::ports::{
+    Change, Clock, Database, DatabaseSides, Storage, StoreResult, StoredCredential,
+};
 use registry_domain::{Service, ServiceAccount};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -18,6 +20,8 @@ use uuid::Uuid;
 #[derive(Debug)]
 pub struct Replica {
     store: Arc<dyn Storage>,
+    /// The same database, for the reads taken in place and its sides.
+    database: Arc<dyn Database>,
     clock: Arc<dyn Clock>,
     /// Services and accounts, served from memory as fresh as the database.
     pub directory: Directory,
@@ -28,10 +32,14 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// A replica with empty caches ([`Replica::reload_everything`] fills them).
-    pub fn new(store: Arc<dyn Storage>, clock: Arc<dyn Clock>, hosting: HostingCache) -> Self {
+    /// A replica of `store` with empty caches ([`Replica::reload_everything`] fills them).
+    pub fn new<S>(store: Arc<S>, clock: Arc<dyn Clock>, hosting: HostingCache) -> Self
+    where
+        S: Storage + Database + 'static,
+    {
         Self {
-            store,
+            store: store.clone(),
+            database: store,
             clock,
             directory: Directory::default(),
             hosting,
@@ -59,12 +67,19 @@ impl Replica {
         Ok(crate::blocking(move || f(&*store)).await??)
     }
 
+    /// Which sides of the database answer now (docs/api.md, "Read replicas and the primary
+    /// down"), asked on the blocking pool.
+    pub async fn sides(&self) -> ReplicaResult<DatabaseSides> {
+        let database = self.database.clone();
+        crate::blocking(move || database.sides()).await
+    }
+
     /// The credential with this lookup id, after bringing every cache up to date with the database
     /// as of the same read: the one statement a request with a static token or secret runs. It
     /// runs in place when the store can do that without waiting (SQLite, an idle connection), else
     /// on the blocking pool.
     pub async fn credential(&self, lookup_id: &str) -> ReplicaResult<Option<StoredCredential>> {
-        let found = match self.store.credential_and_latest_change_now(lookup_id) {
+        let found = match self.database.credential_and_latest_change_now(lookup_id) {
             Some(found) => found?,
             None => {
                 let lookup_id = lookup_id.to_owned();
@@ -82,7 +97,7 @@ impl Replica {
     /// Brings every cache up to date with the database as of now: the one statement a request with
     /// an identity token runs (in place when it can, like [`Replica::credential`]).
     pub async fn refresh(&self) -> ReplicaResult<()> {
-        let latest = match self.store.latest_change_now() {
+        let latest = match self.database.latest_change_now() {
             Some(latest) => latest?,
             None => self.db(|s| s.latest_change()).await?,
         };

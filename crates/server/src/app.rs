@@ -17,7 +17,7 @@ use crate::tls;
 use actix_web::dev::ServerHandle;
 use actix_web::{guard, middleware, web, App};
 use anyhow::Context;
-use registry_domain::ports::{Clock, IdentityTokenVerifier, Storage};
+use registry_domain::ports::{Clock, IdentityTokenVerifier};
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
 use std::net::SocketAddr;
@@ -217,13 +217,12 @@ async fn launch(
     let workers = settings.workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
     });
-    let storage: Arc<dyn Storage> = Arc::new(store.clone());
     let identity = injected
         .verifier
         .unwrap_or_else(|| Arc::new(verifier.clone()));
     let state = web::Data::new(AppState::new(
         settings,
-        storage,
+        Arc::new(store.clone()),
         (verifier, identity),
         injected.clock,
     )?);

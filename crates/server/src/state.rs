@@ -11,7 +11,7 @@ use registry_auth::rate_limit::RateLimiter;
 use registry_auth::{Authenticator, Limits};
 use registry_domain::app::{AppError, Caller, Registry};
 use registry_domain::issuer::Issuers;
-use registry_domain::ports::{Clock, IdentityTokenVerifier, Storage};
+use registry_domain::ports::{Clock, Database, IdentityTokenVerifier, Storage};
 use registry_hasher::HashingLanes;
 use registry_oidc::{OidcVerifier, VerifierKeyImport, VerifierSignatureCheck};
 use registry_replica::hosting::HostingCache;
@@ -49,9 +49,9 @@ pub struct AppState {
 impl AppState {
     /// Builds the components from settings, an open store, the OIDC adapter (for its counters)
     /// and the verifier of identity tokens (the adapter itself, unless a test injects another).
-    pub fn new(
+    pub fn new<S: Storage + Database + 'static>(
         settings: Settings,
-        store: Arc<dyn Storage>,
+        store: Arc<S>,
         (oidc, verifier): (OidcVerifier, Arc<dyn IdentityTokenVerifier>),
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {

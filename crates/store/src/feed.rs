@@ -1,4 +1,5 @@
-//! [`CredentialStore`] and [`ChangeFeed`] on [`Store`].
+//! [`CredentialStore`], [`ChangeFeed`] and [`Database`] on [`Store`]: what a replica reads to
+//! keep its caches as fresh as the database, and whether the database answers.
 
 use crate::error::{Failure, Res};
 use crate::pool::{on_backend, Db};
@@ -9,7 +10,7 @@ use crate::Store;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use registry_domain::ports::{
-    Change, ChangeFeed, CredentialOwner, CredentialStore, DatabaseSides, StoreResult,
+    Change, ChangeFeed, CredentialOwner, CredentialStore, Database, DatabaseSides, StoreResult,
     StoredCredential,
 };
 use registry_domain::StoreError;
@@ -74,15 +75,6 @@ impl CredentialStore for Store {
     ) -> StoreResult<Option<(StoredCredential, i64)>> {
         self.read(|conn| credential_with_latest_change(conn, lookup_id))
     }
-
-    /// In place on SQLite with an idle pooled connection; never on PostgreSQL (a network round
-    /// trip would hold an HTTP worker).
-    fn credential_and_latest_change_now(
-        &self,
-        lookup_id: &str,
-    ) -> Option<StoreResult<Option<(StoredCredential, i64)>>> {
-        self.read_now(|conn| credential_with_latest_change(conn, lookup_id))
-    }
 }
 
 impl ChangeFeed for Store {
@@ -121,10 +113,6 @@ impl ChangeFeed for Store {
         })
     }
 
-    fn latest_change_now(&self) -> Option<StoreResult<i64>> {
-        self.read_now(latest_change)
-    }
-
     fn prune_changes(&self, older_than: time::OffsetDateTime) -> StoreResult<usize> {
         self.write_aside(|conn| {
             let Some(latest) = changes::table
@@ -140,6 +128,22 @@ impl ChangeFeed for Store {
             )
             .execute(conn)?)
         })
+    }
+}
+
+impl Database for Store {
+    /// In place on SQLite with an idle pooled connection; never on PostgreSQL (a network round
+    /// trip would hold an HTTP worker).
+    fn credential_and_latest_change_now(
+        &self,
+        lookup_id: &str,
+    ) -> Option<StoreResult<Option<(StoredCredential, i64)>>> {
+        self.read_now(|conn| credential_with_latest_change(conn, lookup_id))
+    }
+
+    /// In place as [`Database::credential_and_latest_change_now`] is.
+    fn latest_change_now(&self) -> Option<StoreResult<i64>> {
+        self.read_now(latest_change)
     }
 
     fn ping(&self) -> StoreResult<()> {

@@ -1,6 +1,6 @@
 //! The real `registry` binary, started the one way the tests and the chores start it:
-//! `<binary> serve` on a loopback port with nothing of the caller's environment but `PATH` and
-//! the settings given, its log (stderr) appended to a file, started once it prints that it
+//! `<binary> serve` on a loopback port with nothing of the caller's environment but `PATH`,
+//! `RUST_LOG=info` and the settings given (see [`crate::settings`]), its log (stderr) appended to a file, started once it prints that it
 //! listens, killed when dropped.
 //!
 //! What a caller waits for beyond that (the chores: `/readyz` answering 200) and the settings it
@@ -47,20 +47,17 @@ impl Launch {
         }
     }
 
-    /// Starts the server with the settings `environment` gives for its port (the server sees
-    /// nothing else but `PATH`), and returns once it has bound the port. Fails when it exits
-    /// first (the error holds the end of what it logged) or is not listening within 60 s.
-    pub fn start(
-        &self,
-        environment: impl Fn(u16) -> Vec<(String, String)>,
-    ) -> io::Result<Launched> {
+    /// Starts the server with `settings` for its port (the server sees nothing else but `PATH`
+    /// and `RUST_LOG`), and returns once it has bound the port. Fails when it exits first (the
+    /// error holds the end of what it logged) or is not listening within 60 s.
+    pub fn start(&self, settings: &crate::Settings) -> io::Result<Launched> {
         let mut attempts = 0;
         loop {
             let port = match self.port {
                 Some(port) => port,
                 None => crate::free_port()?,
             };
-            match self.start_on(port, environment(port)) {
+            match self.start_on(port, settings.environment(port)) {
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse && self.port.is_none() => {
                     attempts += 1;
                     if attempts > RETRIES {
@@ -94,6 +91,9 @@ impl Launch {
             .arg("serve")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            // Its request lines and what it decides, for the tests that read the log and for a
+            // chore's report when it fails.
+            .env("RUST_LOG", "info")
             .envs(environment.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -258,8 +258,8 @@ mod tests {
         path
     }
 
-    fn settings(port: u16) -> Vec<(String, String)> {
-        vec![("REGISTRY_LISTEN".into(), format!("127.0.0.1:{port}"))]
+    fn settings() -> crate::Settings {
+        crate::Settings::new("sqlite://launched.db").set("REGISTRY_LOG_FORMAT", "text")
     }
 
     #[test]
@@ -267,7 +267,7 @@ mod tests {
         let dir = TempDir::new("testkit-launch");
         let binary = script(
             &dir,
-            r#"echo "$1 $REGISTRY_LISTEN ${HOME:-no-home}" >&2
+            r#"echo "$1 $REGISTRY_LISTEN $RUST_LOG ${HOME:-no-home}" >&2
 echo "registry listening on http://$REGISTRY_LISTEN"
 exec sleep 60"#,
         );
@@ -276,14 +276,14 @@ exec sleep 60"#,
             wrapper: vec!["env".into()],
             ..Launch::new(&binary, &dir.join("log"))
         };
-        let mut launched = launch.start(settings).unwrap();
-        assert_eq!(launched.environment, settings(launched.port));
+        let mut launched = launch.start(&settings()).unwrap();
+        assert_eq!(launched.environment, settings().environment(launched.port));
         assert!(launched.is_running());
         assert!(launched.rss_kib().unwrap() > 0);
         let log = std::fs::read_to_string(dir.join("log")).unwrap();
         assert_eq!(
             log.trim(),
-            format!("serve 127.0.0.1:{} no-home", launched.port)
+            format!("serve 127.0.0.1:{} info no-home", launched.port)
         );
         let status = launched.terminate().unwrap();
         assert!(!status.success(), "SIGTERM ends sleep: {status}");
@@ -304,7 +304,7 @@ exec sleep 60"#,
             ),
         );
         let mut launched = Launch::new(&binary, &dir.join("log"))
-            .start(settings)
+            .start(&settings())
             .unwrap();
         assert!(launched.log_since_start().is_empty());
         launched.kill9().unwrap();
@@ -316,7 +316,7 @@ exec sleep 60"#,
             port: Some(crate::free_port().unwrap()),
             ..Launch::new(&binary, &dir.join("log"))
         };
-        let error = fixed.start(settings).unwrap_err();
+        let error = fixed.start(&settings()).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::AddrInUse, "{error}");
     }
 
@@ -326,7 +326,7 @@ exec sleep 60"#,
         std::fs::write(dir.join("log"), "an earlier start\n").unwrap();
         let binary = script(&dir, "echo 'Error: bad settings' >&2; exit 2");
         let error = Launch::new(&binary, &dir.join("log"))
-            .start(settings)
+            .start(&settings())
             .unwrap_err();
         let text = error.to_string();
         assert!(

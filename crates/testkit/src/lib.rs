@@ -1,18 +1,23 @@
 //! What the integration tests (`registry-tests`) and the chores (`xtask`) share: the real
 //! `registry` binary launched on a free loopback port ([`launch`]), signing keys and the identity
-//! tokens they sign ([`keys`]), certificates for HTTPS ([`tls`]), free ports and temporary directories.
+//! tokens they sign ([`keys`]), certificates for HTTPS ([`tls`]), the settings of a server on
+//! loopback ([`settings`]), a std-only HTTP client ([`http`]), free ports and temporary
+//! directories.
 //!
-//! Std, josekit, rcgen and serde_json only: no HTTP client, no async runtime, nothing of the server, so
+//! Std, josekit, rcgen and serde_json only: no HTTP library, no async runtime, nothing of the server, so
 //! that the chores stay quick to build. What only one side needs stays with it: the tests'
-//! in-process server and test OIDC issuer, the chores' readiness wait on `/readyz`, their default
-//! settings and CPU pinning.
+//! in-process server and test OIDC issuer, the chores' readiness wait on `/readyz`, the limits
+//! they lift and CPU pinning.
 
+pub mod http;
 pub mod keys;
 pub mod launch;
+pub mod settings;
 pub mod tls;
 
 pub use keys::{compact, hmac_sha256, KeyKind, SigningKey, AUDIENCE, SUBJECT};
 pub use launch::{Launch, Launched};
+pub use settings::Settings;
 
 use std::io;
 use std::net::TcpListener;
@@ -23,6 +28,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// [`Launch`] takes another when something else was faster.
 pub fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Polls `check` every 100 ms until it returns true or `limit` passes; the time it took.
+pub fn wait_until(
+    limit: std::time::Duration,
+    mut check: impl FnMut() -> bool,
+) -> Option<std::time::Duration> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        if check() {
+            return Some(started.elapsed());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    None
 }
 
 /// Seconds since the Unix epoch, now, whole (as issuers write `iat` and `exp`).

@@ -1,5 +1,5 @@
 use super::*;
-use registry_domain::ports::{ChangeFeed, CustomerStore, ServiceStore};
+use registry_domain::ports::{ChangeFeed, CustomerStore, Database, ServiceStore};
 use registry_domain::StoreError;
 use registry_store::SetupError;
 

@@ -1391,7 +1391,6 @@ fn an_empty_log_starts_at_zero(store: &dyn Storage) {
     assert_eq!(store.changes_since(0, 10).unwrap(), (0, vec![]));
     assert_eq!(store.changes_since(7, 10).unwrap(), (7, vec![]));
     assert_eq!(store.prune_changes(at(1_000_000)).unwrap(), 0);
-    store.ping().unwrap();
 }
 
 #[test]

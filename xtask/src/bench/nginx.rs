@@ -1,8 +1,9 @@
 //! nginx serving the registry's discovery document, the yardstick of P1 (plain HTTP, and
 //! HTTPS with the registry's certificate).
 
-use crate::http::{free_port, Http};
 use anyhow::{bail, Context, Result};
+use registry_testkit::free_port;
+use registry_testkit::http::Http;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

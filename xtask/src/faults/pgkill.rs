@@ -16,11 +16,11 @@
 //! recovery and the registry's transactions, not the disk: that would need a machine crash.
 
 use super::{acknowledged, create_database, readyz, with_writers};
-use crate::http::{free_port, wait_until};
 use crate::ledger::{locked, Ledger, Writer, TENANT};
 use crate::postgres::Cluster;
 use crate::registry::{self, create_customer, Registry};
 use anyhow::{ensure, Context, Result};
+use registry_testkit::{free_port, wait_until};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;

@@ -21,11 +21,12 @@
 
 use super::{acknowledged, create_database, with_writers};
 use crate::api::{hosted_issuer, oidc_policy, Api};
-use crate::http::{wait_until, Http};
 use crate::ledger::{locked, Ledger, Writer, TENANT};
 use crate::postgres::Cluster;
 use crate::registry::{self, create_customer, Registry};
 use anyhow::{bail, ensure, Context, Result};
+use registry_testkit::http::Http;
+use registry_testkit::wait_until;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Mutex;

@@ -11,8 +11,8 @@
 //! services' events are in no customer's trail.
 
 use super::{Change, Ledger, TENANT};
-use crate::http::Http;
 use anyhow::{ensure, Context, Result};
+use registry_testkit::http::Http;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,8 +1,8 @@
 //! The check that the server holds what the ledger says.
 
 use super::{audit, Ledger};
-use crate::http::Http;
 use anyhow::{bail, ensure, Result};
+use registry_testkit::http::Http;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 
 use super::{locked, Ack, Ledger, TENANT};
 use crate::api::{fake_keys, upload};
-use crate::http::{Http, Response};
+use registry_testkit::http::{Http, Response};
 use serde_json::{json, Value};
 use std::sync::Mutex;
 

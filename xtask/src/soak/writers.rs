@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 /// What the writers work on.
 #[derive(Debug, Clone)]
 pub struct Scene {
-    pub http: crate::http::Http,
+    pub http: registry_testkit::http::Http,
     /// The customer's token (a `*` account).
     pub token: String,
     /// The issuer whose identity tokens the `oidc` account accepts for `federated_service`,

@@ -7,5 +7,8 @@
 //! start-up (docs/api.md, "Limits that hold (second security review)", "Hosting memory").
 
 mod cache;
+mod hosted;
+mod hosts;
 
-pub use cache::{DateText, Document, Generation, Hosted, HostingCache, Lookup};
+pub use cache::{Generation, HostingCache, Lookup};
+pub use hosted::{DateText, Document, Hosted};

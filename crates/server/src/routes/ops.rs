@@ -18,7 +18,7 @@ pub async fn healthz() -> HttpResponse {
 /// (docs/api.md, "Read replicas and the primary down"): 200 while reads work (from the read
 /// replica, or the primary they fall back to).
 pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    let sides = state.replica.db(|s| Ok(s.sides())).await?;
+    let sides = state.replica.sides().await?;
     let word = |up: bool| if up { "up" } else { "down" };
     let mut body = json!({
         "status": if sides.reads_work() { "ready" } else { "unavailable" },
@@ -55,7 +55,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
     if !may_read_metrics(&state, &req) {
         return super::not_found().await;
     }
-    let sides = state.replica.db(|s| Ok(s.sides())).await?;
+    let sides = state.replica.sides().await?;
     // Without an answer from the standby, its lag is unknown: the series is left out.
     let lag = sides
         .read_replica

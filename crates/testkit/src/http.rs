@@ -1,30 +1,24 @@
-//! The one HTTP client of the chores: HTTP/1.1 on loopback with std alone, one connection per
-//! request, so that a killed server shows up as an error rather than a hang and no client
-//! library sits in a measurement. Also the free ports servers are started on (the test kit's).
+//! The one HTTP client of the chores (and of any test that wants no client library between it
+//! and the server): HTTP/1.1 on loopback with std alone, one connection per request, so that a
+//! killed server shows up as an error rather than a hang and no client library sits in a
+//! measurement.
 
-use anyhow::{bail, ensure, Context, Result};
-pub use registry_testkit::free_port;
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Polls `check` every 100 ms until it returns true or `limit` passes; the time it took.
-pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> Option<Duration> {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if check() {
-            return Some(started.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    None
+/// A response that cannot be read as HTTP/1.1.
+fn malformed(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
 }
 
 /// A response: status and body text.
 #[derive(Debug, Clone)]
 pub struct Response {
+    /// Its status code.
     pub status: u16,
+    /// Its body, as text (lossy).
     pub body: String,
     /// The `Retry-After` header, when there is one.
     pub retry_after: Option<String>,
@@ -53,11 +47,15 @@ impl Response {
 
     /// Fails unless the status is `want` (503: the `database-unavailable` problem); the error names
     /// `what` and the answer.
-    pub fn expect(&self, want: u16, what: &str) -> Result<()> {
-        let wanted = self.status == want && (want != 503 || self.is_unavailable());
+    pub fn expect(&self, want: u16, what: &str) -> io::Result<()> {
+        if self.status == want && (want != 503 || self.is_unavailable()) {
+            return Ok(());
+        }
         let body: String = self.body.chars().take(300).collect();
-        ensure!(wanted, "{what} → {} (wanted {want}): {body}", self.status);
-        Ok(())
+        Err(io::Error::other(format!(
+            "{what} → {} (wanted {want}): {body}",
+            self.status
+        )))
     }
 }
 
@@ -75,6 +73,7 @@ impl Http {
         }
     }
 
+    /// The port it calls.
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
@@ -87,7 +86,7 @@ impl Http {
         token: Option<&str>,
         body: Option<&Value>,
         host: Option<&str>,
-    ) -> Result<Response> {
+    ) -> io::Result<Response> {
         let mut stream = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5))?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
         stream.set_write_timeout(Some(Duration::from_secs(30)))?;
@@ -118,7 +117,7 @@ impl Http {
         path: &str,
         token: Option<&str>,
         body: Option<&Value>,
-    ) -> Result<Response> {
+    ) -> io::Result<Response> {
         self.send(method, path, token, body, None)
     }
 
@@ -128,23 +127,23 @@ impl Http {
     }
 
     /// A public document of a service, as its subdomain serves it.
-    pub fn hosted(&self, subdomain: &str, path: &str) -> Result<Response> {
+    pub fn hosted(&self, subdomain: &str, path: &str) -> io::Result<Response> {
         self.send("GET", path, None, None, Some(&self.issuer_host(subdomain)))
     }
 }
 
-fn parse_response(raw: &[u8]) -> Result<Response> {
+fn parse_response(raw: &[u8]) -> io::Result<Response> {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .context("no complete response head")?;
+        .ok_or_else(|| malformed("no complete response head"))?;
     let head = String::from_utf8_lossy(&raw[..split]);
     let status = head
         .lines()
         .next()
         .and_then(|l| l.split(' ').nth(1))
         .and_then(|s| s.parse().ok())
-        .context("no status line")?;
+        .ok_or_else(|| malformed("no status line"))?;
     let chunked = head.lines().any(|l| {
         let l = l.to_ascii_lowercase();
         l.starts_with("transfer-encoding:") && l.contains("chunked")
@@ -165,22 +164,22 @@ fn parse_response(raw: &[u8]) -> Result<Response> {
     })
 }
 
-fn dechunk(mut data: &[u8]) -> Result<Vec<u8>> {
+fn dechunk(mut data: &[u8]) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();
     loop {
         let line_end = data
             .windows(2)
             .position(|w| w == b"\r\n")
-            .context("truncated chunk size")?;
+            .ok_or_else(|| malformed("truncated chunk size"))?;
         let size_text = String::from_utf8_lossy(&data[..line_end]);
         let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .context("bad chunk size")?;
+            .map_err(|_| malformed("bad chunk size"))?;
         data = &data[line_end + 2..];
         if size == 0 {
             return Ok(out);
         }
         if data.len() < size + 2 {
-            bail!("truncated chunk");
+            return Err(malformed("truncated chunk"));
         }
         out.extend_from_slice(&data[..size]);
         data = &data[size + 2..];

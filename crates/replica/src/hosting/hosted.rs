@@ -1,0 +1,340 @@
+//! One subdomain's documents, ready to send ([`Hosted`]), built from a service and its published
+//! configuration, with every byte it keeps counted (its `footprint`, which the cache's bound
+//! sums) and what it needs to build itself again when a retired key's time runs out.
+
+use bytes::Bytes;
+use registry_domain::keys::KeyState;
+use registry_domain::publishing::point_at;
+use registry_domain::service::PublishedConfig;
+use registry_domain::Service;
+use sha2::{Digest, Sha256};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// What glibc's allocator takes for a request of `len` bytes: a header of 8 bytes, rounded up
+/// to 16, 32 at least.
+const fn allocation(len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    let chunk = (len + 8 + 15) & !15;
+    if chunk < 32 {
+        32
+    } else {
+        chunk
+    }
+}
+
+/// What a `Bytes` of `len` bytes keeps once it has been sent: its buffer, and the shared header
+/// (buffer, capacity, count) that its first clone allocates.
+const fn shared_bytes(len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    allocation(len) + allocation(3 * std::mem::size_of::<usize>())
+}
+
+/// Slots of the subdomain map counted per entry: the map grows by doubling, so it is at least
+/// 7/16 full, and the cache's map shrinks it when it is less than a third full.
+pub(super) const MAP_SLOTS_PER_ENTRY: usize = 3;
+
+/// One document, ready to send: body and headers are built once, when it is published, and
+/// sending them shares the bytes (reference counts, no copy).
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The body.
+    pub body: Bytes,
+    /// Strong entity tag, quoted: a digest of the body.
+    pub etag: Bytes,
+}
+
+impl Document {
+    fn new(text: &str) -> Self {
+        Self::of(Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    fn of(body: Bytes) -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let digest = Sha256::digest(&body);
+        let mut etag = [b'"'; 34];
+        for (i, byte) in digest[..16].iter().enumerate() {
+            etag[1 + 2 * i] = HEX[usize::from(byte >> 4)];
+            etag[2 + 2 * i] = HEX[usize::from(byte & 15)];
+        }
+        Self {
+            body,
+            etag: Bytes::copy_from_slice(&etag),
+        }
+    }
+}
+
+/// What an entry keeps to build itself again when a retired key's time runs out, without the
+/// database: the retired keys as JSON text (parsed, a key costs several times its text, and
+/// the text's size is known exactly), and the times `Last-Modified` is made of.
+#[derive(Debug)]
+pub(super) struct Source {
+    pub(super) retired: Box<str>,
+    updated_at: OffsetDateTime,
+    previous_change_at: Option<OffsetDateTime>,
+}
+
+/// What a subdomain serves.
+///
+/// Everything it keeps is counted in `Hosted::footprint`, which the cache's byte bound sums
+/// (docs/api.md, "Limits that hold (second security review)", "Hosting memory"): its documents and
+/// their headers, the uploaded key set when it differs from the served one, what it is rebuilt
+/// from, and its share of the cache's map.
+#[derive(Debug)]
+pub struct Hosted {
+    /// The discovery document.
+    pub discovery: Document,
+    /// The public key set: the uploaded keys, then the retired keys still published.
+    pub jwks: Document,
+    /// The key set as uploaded (what `GET /services/{s}/config` returns): the same bytes as
+    /// `jwks` while no retired key is published.
+    pub uploaded_jwks: Bytes,
+    /// When the documents last changed (whole seconds, for If-Modified-Since).
+    pub modified_at: OffsetDateTime,
+    /// `modified_at` as the cache's [`DateText`] writes it.
+    pub last_modified: Bytes,
+    date_text: DateText,
+    /// When the documents last changed, to the millisecond (the fetch evidence: docs/api.md, "Fetch
+    /// evidence").
+    pub changed_at: OffsetDateTime,
+    /// Whether another change of the documents falls in the second of `modified_at`: a client
+    /// holding that date may hold an older version, so the date alone never answers 304.
+    pub modified_second_shared: bool,
+    /// Expiry of an anonymous service.
+    pub expires_at: Option<OffsetDateTime>,
+    /// When the public key set changes by itself (a retired key's time runs out): the entry is
+    /// built again from its source then.
+    pub refresh_at: Option<OffsetDateTime>,
+    /// Kept only while `refresh_at` is set (most entries never change by themselves).
+    pub(super) source: Option<Box<Source>>,
+    /// The cache's use counter when last served (the least recently served leave first).
+    pub(super) last_served: AtomicU64,
+    pub(super) service_id: Uuid,
+    /// Bytes of memory it keeps, its key in the cache's map included.
+    pub(super) footprint: usize,
+}
+
+/// How the documents' last change is written in the answers that carry it (the server gives
+/// an HTTP date): made once per entry, when it is built, so serving it formats nothing.
+pub type DateText = fn(OffsetDateTime) -> Bytes;
+
+/// What an entry is built from.
+struct Parts<'a> {
+    date_text: DateText,
+    service_id: Uuid,
+    subdomain: &'a str,
+    expires_at: Option<OffsetDateTime>,
+    discovery: Document,
+    uploaded_jwks: Bytes,
+    /// The retired keys (current ones have no end).
+    retired: &'a KeyState,
+    updated_at: OffsetDateTime,
+    previous_change_at: Option<OffsetDateTime>,
+}
+
+pub(super) fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
+    t.replace_nanosecond(0).unwrap_or(t)
+}
+
+impl Hosted {
+    /// The documents of `service` as `config` publishes them under `issuer`, at `now`.
+    pub(super) fn new(
+        service: &Service,
+        config: &PublishedConfig,
+        issuer: &str,
+        now: OffsetDateTime,
+        date_text: DateText,
+    ) -> Self {
+        let retired = KeyState {
+            keys: config
+                .keys
+                .keys
+                .iter()
+                .filter(|k| k.retired_at.is_some())
+                .cloned()
+                .collect(),
+        };
+        Self::build(
+            Parts {
+                date_text,
+                service_id: service.id,
+                subdomain: &service.subdomain,
+                expires_at: service.expires_at,
+                discovery: Document::new(&current_discovery(&config.openid_configuration, issuer)),
+                uploaded_jwks: Bytes::copy_from_slice(config.jwks.as_bytes()),
+                retired: &retired,
+                updated_at: config.updated_at,
+                previous_change_at: config.previous_change_at,
+            },
+            now,
+        )
+    }
+
+    fn build(parts: Parts<'_>, now: OffsetDateTime) -> Self {
+        let Parts {
+            retired,
+            updated_at,
+            ..
+        } = parts;
+        let jwks = match retired.published(now).next() {
+            // The served set is the uploaded one: one copy of the bytes, one ETag.
+            None => Document::of(parts.uploaded_jwks.clone()),
+            Some(_) => {
+                let uploaded = serde_json::from_slice(&parts.uploaded_jwks).unwrap_or_default();
+                Document::new(&retired.served(&uploaded, now).to_string())
+            }
+        };
+        // Every change of the documents this entry knows of: its publication, then each
+        // retired key that left the set since (a change of the set, at the time it left).
+        let changes = || {
+            std::iter::once(updated_at).chain(
+                retired
+                    .keys
+                    .iter()
+                    .filter_map(|k| k.published_until)
+                    .filter(|until| updated_at < *until && *until <= now),
+            )
+        };
+        let changed = changes().fold(updated_at, OffsetDateTime::max);
+        let modified_at = whole_second(changed);
+        let in_that_second = changes()
+            .chain(parts.previous_change_at)
+            .filter(|change| whole_second(*change) == modified_at)
+            .count();
+        let refresh_at = retired.next_change(now);
+        let source = refresh_at.map(|_| {
+            Box::new(Source {
+                retired: serde_json::to_string(retired)
+                    .unwrap_or_default()
+                    .into_boxed_str(),
+                updated_at,
+                previous_change_at: parts.previous_change_at,
+            })
+        });
+        let mut hosted = Self {
+            discovery: parts.discovery,
+            jwks,
+            uploaded_jwks: parts.uploaded_jwks,
+            modified_at,
+            last_modified: (parts.date_text)(modified_at),
+            date_text: parts.date_text,
+            changed_at: changed,
+            modified_second_shared: in_that_second > 1,
+            expires_at: parts.expires_at,
+            refresh_at,
+            source,
+            last_served: AtomicU64::new(0),
+            service_id: parts.service_id,
+            footprint: 0,
+        };
+        hosted.footprint = hosted.kept_bytes(parts.subdomain);
+        hosted
+    }
+
+    /// Built again at `now` from what it keeps, when its key set changed by itself.
+    pub(super) fn rebuilt(&self, subdomain: &str, now: OffsetDateTime) -> Option<Self> {
+        let source = self.source.as_deref()?;
+        let retired: KeyState = serde_json::from_str(&source.retired).ok()?;
+        Some(Self::build(
+            Parts {
+                date_text: self.date_text,
+                service_id: self.service_id,
+                subdomain,
+                expires_at: self.expires_at,
+                discovery: self.discovery.clone(),
+                uploaded_jwks: self.uploaded_jwks.clone(),
+                retired: &retired,
+                updated_at: source.updated_at,
+                previous_change_at: source.previous_change_at,
+            },
+            now,
+        ))
+    }
+
+    /// The service whose documents these are.
+    pub fn service_id(&self) -> Uuid {
+        self.service_id
+    }
+
+    /// Whether the public key set has changed by itself since the entry was built.
+    pub fn is_stale_at(&self, now: OffsetDateTime) -> bool {
+        self.refresh_at.is_some_and(|at| now >= at)
+    }
+
+    /// Every allocation the entry keeps, as the allocator counts it: the entry itself (behind
+    /// its `Arc`), its documents and headers, the uploaded key set unless it shares the served
+    /// one's bytes, its source, and its keys and slots in the cache's two maps.
+    fn kept_bytes(&self, subdomain: &str) -> usize {
+        let header = |value: &Bytes| shared_bytes(value.len());
+        let uploaded = if self.uploaded_jwks.as_ptr() == self.jwks.body.as_ptr() {
+            0
+        } else {
+            shared_bytes(self.uploaded_jwks.len())
+        };
+        let source = self.source.as_ref().map_or(0, |source| {
+            allocation(std::mem::size_of::<Source>()) + allocation(source.retired.len())
+        });
+        let slot = std::mem::size_of::<(String, Arc<Hosted>)>() + 1;
+        // Its service's entry in the map by id: the id, the subdomain again.
+        let by_id = std::mem::size_of::<(Uuid, String)>() + 1;
+        allocation(std::mem::size_of::<Hosted>() + 2 * std::mem::size_of::<usize>())
+            + shared_bytes(self.discovery.body.len())
+            + header(&self.discovery.etag)
+            + shared_bytes(self.jwks.body.len())
+            + header(&self.jwks.etag)
+            + uploaded
+            + header(&self.last_modified)
+            + source
+            + 2 * allocation(subdomain.len())
+            + MAP_SLOTS_PER_ENTRY * (slot + by_id)
+    }
+}
+
+/// The stored discovery document, re-pointed at `issuer` when it was published under another
+/// issuer URL (the operator changed `REGISTRY_ISSUER_URL_TEMPLATE`): verifiers refuse a
+/// document whose `issuer` is not the URL they fetched it from.
+fn current_discovery<'a>(stored: &'a str, issuer: &str) -> std::borrow::Cow<'a, str> {
+    // The registry stores the document as serde_json writes it, `issuer` first unless the
+    // upload put it later: then the answer is known without parsing the whole document.
+    if let Some(rest) = stored.strip_prefix(r#"{"issuer":"#) {
+        let quoted = serde_json::to_string(issuer).unwrap_or_default();
+        if rest
+            .strip_prefix(quoted.as_str())
+            .is_some_and(|after| after.starts_with([',', '}']))
+        {
+            return std::borrow::Cow::Borrowed(stored);
+        }
+    }
+    std::borrow::Cow::Owned(match serde_json::from_str::<serde_json::Value>(stored) {
+        Ok(serde_json::Value::Object(mut doc))
+            if doc.get("issuer").and_then(|i| i.as_str()) != Some(issuer) =>
+        {
+            point_at(&mut doc, issuer);
+            serde_json::Value::Object(doc).to_string()
+        }
+        _ => stored.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_published_under_another_template_are_re_pointed() {
+        let stored = r#"{"issuer":"http://a-acme.old:1","jwks_uri":"http://a-acme.old:1/openid/v1/jwks","x":1}"#;
+        assert_eq!(
+            current_discovery(stored, "https://a-acme.new"),
+            r#"{"issuer":"https://a-acme.new","jwks_uri":"https://a-acme.new/openid/v1/jwks","x":1}"#
+        );
+        let current =
+            r#"{"issuer":"https://a-acme.new","jwks_uri":"https://a-acme.new/openid/v1/jwks"}"#;
+        assert_eq!(current_discovery(current, "https://a-acme.new"), current);
+    }
+}

@@ -304,6 +304,19 @@ pub trait Database: Send + Sync + std::fmt::Debug {
     fn ping(&self) -> StoreResult<()>;
     /// Which sides of the database answer now (docs/api.md, "Read replicas and the primary down").
     fn sides(&self) -> DatabaseSides;
+    /// The connections of each side's pool now (the primary's first), for the metrics.
+    fn pools(&self) -> Vec<PoolUse>;
+}
+
+/// The connections of one side's pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolUse {
+    /// `"primary"` or `"read_replica"`.
+    pub side: &'static str,
+    /// Connections lent out.
+    pub in_use: u32,
+    /// Connections open and waiting.
+    pub idle: u32,
 }
 
 /// Which sides of the database answer (docs/api.md, "Read replicas and the primary down").

@@ -67,6 +67,11 @@ impl Replica {
         Ok(crate::blocking(move || f(&*store)).await??)
     }
 
+    /// The connections of each side's pool now.
+    pub fn pools(&self) -> Vec<registry_domain::ports::PoolUse> {
+        self.database.pools()
+    }
+
     /// Which sides of the database answer now (docs/api.md, "Read replicas and the primary
     /// down"), asked on the blocking pool.
     pub async fn sides(&self) -> ReplicaResult<DatabaseSides> {

@@ -322,9 +322,11 @@ fn log_trust_roots() {
              (install CA certificates, or set SSL_CERT_FILE or SSL_CERT_DIR)"
         );
     } else {
+        // Plain values (a path, a list of paths), never Rust's debug notation of them.
+        let dirs: Vec<String> = roots.dirs.iter().map(|d| d.display().to_string()).collect();
         tracing::info!(
-            file = ?roots.file,
-            dirs = ?roots.dirs,
+            file = roots.file.as_ref().map(|f| tracing::field::display(f.display())),
+            dirs = %dirs.join(", "),
             "TLS trusts the certificate authorities found here"
         );
     }

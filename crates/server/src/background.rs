@@ -58,7 +58,7 @@ pub async fn flush_fetches(state: web::Data<AppState>) {
         let counts = state.replica.fetches.take();
         let kept = counts.clone();
         if let Err(error) = state.write(move |r| fetches::record(r, &counts)).await {
-            tracing::warn!(?error, "fetch counts not recorded: kept for the next flush");
+            tracing::warn!(%error, "fetch counts not recorded: kept for the next flush");
             state.replica.fetches.give_back(kept);
         }
     }

@@ -21,7 +21,7 @@ use registry_domain::Service;
 use std::sync::Arc;
 
 /// What the caller arguments take from the application: the authenticator and the proxies
-/// whose `X-Forwarded-For` names the client.
+/// whose `X-Forwarded-For` or `Forwarded` names the client.
 #[derive(Debug)]
 pub struct Gate {
     /// Who is calling.

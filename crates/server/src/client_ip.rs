@@ -1,11 +1,16 @@
 //! The client's address (docs/api.md, "Limits"): the TCP peer, or behind trusted proxies the
-//! right-most `X-Forwarded-For` address that is not itself a trusted proxy.
+//! right-most address of the forwarding chain that is not itself a trusted proxy. The chain is
+//! `X-Forwarded-For`, or the `for=` parameters of RFC 7239 `Forwarded`: proxies write one or the
+//! other (some both, alike).
 //!
 //! The chain is read from the right, the end the trusted proxy wrote, and reading stops at the
 //! first entry that does not parse: everything left of it is whatever the client sent. Such a
 //! chain never resolves to the proxy's own address (a request that came through a proxy is not
 //! the proxy's), but to [`UNKNOWN`], which no allowlist entry narrower than everything contains.
+//! When a request carries both headers and they name different clients, one of them is the
+//! client's own invention, and which one cannot be told: the client is [`UNKNOWN`] too.
 
+use actix_web::http::header::HeaderMap;
 use actix_web::HttpRequest;
 use ipnetwork::IpNetwork;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -19,16 +24,57 @@ pub fn client_ip(req: &HttpRequest, trusted: &[IpNetwork]) -> IpAddr {
     if trusted.is_empty() {
         return peer;
     }
-    let headers = req.headers().get_all("x-forwarded-for");
-    // Header lines are one list in order (RFC 9110 §5.3); one that is not text ends it there.
-    let mut entries: Vec<&str> = Vec::new();
-    for value in headers {
+    let headers = req.headers();
+    let forwarded_for = chain(headers, "x-forwarded-for", Some);
+    let forwarded = chain(headers, "forwarded", forwarded_for_parameter);
+    match (forwarded_for.is_empty(), forwarded.is_empty()) {
+        (false, true) => resolve(peer, &forwarded_for, trusted),
+        (true, false) => resolve(peer, &forwarded, trusted),
+        (true, true) => peer,
+        (false, false) => {
+            let one = resolve(peer, &forwarded_for, trusted);
+            if one == resolve(peer, &forwarded, trusted) {
+                one
+            } else {
+                UNKNOWN
+            }
+        }
+    }
+}
+
+/// The entries of every line of the header `name`, in order (one list, RFC 9110 §5.3), each
+/// through `entry` (`None`: not an address, as a line that is not text is).
+fn chain<'a>(
+    headers: &'a HeaderMap,
+    name: &str,
+    entry: impl Fn(&'a str) -> Option<&'a str>,
+) -> Vec<&'a str> {
+    let mut entries = Vec::new();
+    for value in headers.get_all(name) {
         match value.to_str() {
-            Ok(text) => entries.extend(text.split(',')),
+            Ok(text) => entries.extend(text.split(',').map(|e| entry(e).unwrap_or(""))),
             Err(_) => entries.push(""),
         }
     }
-    resolve(peer, &entries, trusted)
+    entries
+}
+
+/// The `for=` value of one `Forwarded` element (`for=192.0.2.60;proto=https`,
+/// `For="[2001:db8::17]:4711"`), unquoted; `None` without one.
+fn forwarded_for_parameter(element: &str) -> Option<&str> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("for") {
+            return None;
+        }
+        let value = value.trim();
+        Some(
+            value
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(value),
+        )
+    })
 }
 
 /// One `X-Forwarded-For` entry: an address, `ip:port` or `[v6]:port`.
@@ -124,6 +170,29 @@ mod tests {
             resolve(peer, &["::ffff:192.0.2.1"], &trusted),
             ip("192.0.2.1")
         );
+    }
+
+    #[test]
+    fn forwarded_elements_give_their_for_parameter() {
+        assert_eq!(
+            forwarded_for_parameter("for=192.0.2.60;proto=http;by=203.0.113.43"),
+            Some("192.0.2.60")
+        );
+        assert_eq!(
+            forwarded_for_parameter(r#" proto=https; For="[2001:db8:cafe::17]:4711""#),
+            Some("[2001:db8:cafe::17]:4711")
+        );
+        assert_eq!(forwarded_for_parameter("by=10.0.0.1"), None);
+        let trusted = nets(&["127.0.0.1/32"]);
+        let chain = [Some("[2001:db8:cafe::17]:4711"), Some("198.51.100.7")];
+        let chain: Vec<&str> = chain.iter().map(|e| e.unwrap_or("")).collect();
+        assert_eq!(
+            resolve(ip("127.0.0.1"), &chain, &trusted),
+            ip("198.51.100.7")
+        );
+        // `for=unknown` and obfuscated identifiers are no address: the client is unknown.
+        assert_eq!(resolve(ip("127.0.0.1"), &["unknown"], &trusted), UNKNOWN);
+        assert_eq!(resolve(ip("127.0.0.1"), &["_hidden"], &trusted), UNKNOWN);
     }
 
     #[test]

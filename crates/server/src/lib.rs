@@ -22,6 +22,7 @@ mod metrics;
 mod observe;
 mod policy_cli;
 mod problem;
+mod process;
 mod public;
 mod routes;
 pub mod settings;

@@ -81,8 +81,13 @@ impl Default for Metrics {
 /// A value owned elsewhere, read at scrape time: name, `"gauge"` or `"counter"`, help, value.
 pub type Extra<'a> = (&'a str, &'a str, &'a str, u64);
 
-/// A gauge measured in fractions (seconds): name and help.
+/// A value measured in fractions (seconds, bytes), read at scrape time: name, help, value; a
+/// gauge, or a counter when the name ends in `_total`.
 pub type Measured<'a> = (&'a str, &'a str, f64);
+
+/// One series of a labelled gauge read at scrape time: name, help, labels, value. Series of one
+/// name make one family (the help of the first is the family's).
+pub type Labeled<'a> = (&'a str, &'a str, Vec<(&'static str, String)>, f64);
 
 impl Metrics {
     /// Counts one finished request: one look-up of the route (its series handles are kept
@@ -154,7 +159,12 @@ impl Metrics {
     }
 
     /// The OpenMetrics text exposition ([`CONTENT_TYPE`]). `extra` adds values owned elsewhere.
-    pub fn render(&self, extra: &[Extra<'_>], measured: &[Measured<'_>]) -> String {
+    pub fn render(
+        &self,
+        extra: &[Extra<'_>],
+        measured: &[Measured<'_>],
+        labeled: &[Labeled<'_>],
+    ) -> String {
         let mut registry = Registry::default();
         // A counter's family is named without `_total`; the exposition adds it.
         registry.register(
@@ -210,9 +220,36 @@ impl Metrics {
             }
         }
         for (name, help, value) in measured {
-            let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-            gauge.set(*value);
-            registry.register(*name, help.trim_end_matches('.'), gauge);
+            let help = help.trim_end_matches('.');
+            // A name in `_total` is a counter read elsewhere (the process's CPU seconds).
+            if let Some(family) = name.strip_suffix("_total") {
+                let counter = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+                counter.inc_by(*value);
+                registry.register(family, help, counter);
+            } else {
+                let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+                gauge.set(*value);
+                registry.register(*name, help, gauge);
+            }
+        }
+        type LabeledGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+        let mut families: Vec<(
+            &str,
+            &str,
+            Family<Vec<(&'static str, String)>, LabeledGauge>,
+        )> = Vec::new();
+        for (name, help, labels, value) in labeled {
+            let at = match families.iter().position(|(n, _, _)| n == name) {
+                Some(at) => at,
+                None => {
+                    families.push((name, help, Family::default()));
+                    families.len() - 1
+                }
+            };
+            families[at].2.get_or_create(labels).set(*value);
+        }
+        for (name, help, family) in families {
+            registry.register(name, help.trim_end_matches('.'), family);
         }
         let mut out = String::new();
         // Writing to a String cannot fail.
@@ -246,7 +283,7 @@ mod tests {
         metrics.request("/a", "GET", 200, Duration::from_millis(3));
         metrics.request("/a", "PUT", 400, Duration::from_millis(3));
         metrics.request("/b", "GET", 200, Duration::from_secs(5));
-        let text = metrics.render(&[], &[]);
+        let text = metrics.render(&[], &[], &[]);
         assert!(
             text.contains(
                 "registry_http_requests_total{route=\"/a\",method=\"GET\",status=\"200\"} 2\n"
@@ -282,6 +319,19 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+        let labeled = [
+            ("x_up", "Up.", vec![("side", "primary".to_owned())], 1.0),
+            (
+                "x_up",
+                "Up.",
+                vec![("side", "read_replica".to_owned())],
+                0.0,
+            ),
+        ];
+        let text = metrics.render(&[], &[], &labeled);
+        assert!(text.contains("# HELP x_up Up"), "{text}");
+        assert!(text.contains("x_up{side=\"primary\"} 1.0\n"), "{text}");
+        assert!(text.contains("x_up{side=\"read_replica\"} 0.0\n"), "{text}");
         assert!(
             text.contains("registry_http_request_duration_seconds_sum{route=\"/b\"} 5.0\n"),
             "{text}"

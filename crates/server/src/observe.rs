@@ -1,7 +1,10 @@
 //! One log line and one metrics sample per request, and the `X-Request-Id` echo.
 //!
-//! The line holds the method, the route pattern (never the query string, where a careless client
-//! might put a secret), the status, the latency and the request id.
+//! The line holds the method, the route pattern (for hosted documents and paths no route serves,
+//! the path; never the query string, where a careless client might put a secret), the status,
+//! the latency, the request id, the client's address (after trusted proxies), the `Host` and the
+//! User-Agent (cut to 100 characters). Every other line logged while an API request is served
+//! carries its request id too (the `request` span).
 //!
 //! This runs on every request, the public documents included, so it avoids work that does not
 //! change the outcome: request ids come from a per-thread generator seeded from the system's
@@ -12,13 +15,14 @@
 use crate::state::AppState;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::web;
 use std::borrow::Cow;
 use std::io::{BufWriter, Stderr, Write};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -78,34 +82,52 @@ pub async fn observe(
     let hosted = state
         .as_ref()
         .is_some_and(|state| crate::public::hosted_request(state, req.head()));
-    let (mut response, request_id) = if hosted {
-        (next.call(req).await?, request_id)
+    // Every line logged while an API request is served names it (hosted documents log nothing
+    // of their own: no span on the public path).
+    let span = if hosted {
+        tracing::Span::none()
     } else {
-        // For audit events and refusal records, in a task-local for the handler's duration (no
-        // allocation in the request's extensions, no copy of the id); public documents never
-        // need it.
-        let mut scoped =
-            std::pin::pin!(registry_auth::REQUEST_ID.scope(request_id, next.call(req)));
-        let response = (&mut scoped).await?;
-        let request_id = scoped.as_mut().take_value().unwrap_or_else(new_request_id);
-        (response, request_id)
+        let id = std::str::from_utf8(&request_id).unwrap_or_default();
+        tracing::info_span!("request", request_id = id)
     };
+    // For audit events, refusal records and problems' `instance`, in a task-local for the
+    // handler's duration (no allocation in the request's extensions, no copy of the id).
+    let call = registry_auth::REQUEST_ID.scope(request_id, next.call(req).instrument(span));
+    let mut scoped = std::pin::pin!(call);
+    let mut response = (&mut scoped).await?;
+    let request_id = scoped.as_mut().take_value().unwrap_or_else(new_request_id);
+    let request = response.request();
     let route: Cow<'static, str> = if hosted {
         Cow::Borrowed(HOSTED_ROUTE)
     } else {
-        response
-            .request()
+        request
             .match_pattern()
             .map_or(Cow::Borrowed(UNMATCHED_ROUTE), Cow::Owned)
     };
+    // The path itself only where no route pattern names the request (never the query string).
+    let path = (hosted || request.match_pattern().is_none()).then(|| cut(request.path(), 200));
+    let header = |name: header::HeaderName, most: usize| {
+        request
+            .headers()
+            .get(name)
+            .map(|value| cut(&String::from_utf8_lossy(value.as_bytes()), most).to_owned())
+    };
+    let client = state.as_ref().map_or_else(
+        || request.peer_addr().map(|a| a.ip()),
+        |state| Some(crate::client_ip::client_ip(request, &state.trusted_proxies)),
+    );
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
     tracing::info!(
         method,
         route = %route,
+        path,
         status,
         latency_ms = elapsed.as_secs_f64() * 1000.0,
         request_id = %std::str::from_utf8(&request_id).unwrap_or_default(),
+        client = client.map(tracing::field::display),
+        host = header(header::HOST, 255),
+        user_agent = header(header::USER_AGENT, 100),
         "request"
     );
     if let Some(state) = &state {
@@ -116,6 +138,13 @@ pub async fn observe(
         response.headers_mut().insert(REQUEST_ID, request_id);
     }
     Ok(response)
+}
+
+/// `text` cut to at most `most` characters (a header is the client's to make as long as it likes).
+fn cut(text: &str, most: usize) -> &str {
+    text.char_indices()
+        .nth(most)
+        .map_or(text, |(end, _)| &text[..end])
 }
 
 /// How long a log line may wait in the buffer before it reaches stderr.

@@ -81,7 +81,7 @@ pub struct Settings {
     )]
     pub issuer_url_template: String,
 
-    /// Comma-separated CIDRs of reverse proxies whose X-Forwarded-For is trusted.
+    /// Comma-separated CIDRs of reverse proxies whose X-Forwarded-For or Forwarded (for=) is trusted.
     #[arg(
         long,
         env = "REGISTRY_TRUSTED_PROXIES",

@@ -10,8 +10,8 @@ use crate::Store;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use registry_domain::ports::{
-    Change, ChangeFeed, CredentialOwner, CredentialStore, Database, DatabaseSides, StoreResult,
-    StoredCredential,
+    Change, ChangeFeed, CredentialOwner, CredentialStore, Database, DatabaseSides, PoolUse,
+    StoreResult, StoredCredential,
 };
 use registry_domain::StoreError;
 
@@ -155,5 +155,9 @@ impl Database for Store {
             primary: self.ping().is_ok(),
             read_replica: self.read_replica_state(),
         }
+    }
+
+    fn pools(&self) -> Vec<PoolUse> {
+        self.pool_use()
     }
 }

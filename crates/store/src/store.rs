@@ -254,6 +254,23 @@ impl Store {
         })
     }
 
+    /// The connections of each pool now: the primary's, then the standby's.
+    pub(crate) fn pool_use(&self) -> Vec<registry_domain::ports::PoolUse> {
+        let usage = |side, pool: &Pool| {
+            let state = pool.state();
+            registry_domain::ports::PoolUse {
+                side,
+                in_use: state.connections.saturating_sub(state.idle_connections),
+                idle: state.idle_connections,
+            }
+        };
+        let mut pools = vec![usage("primary", &self.pool)];
+        if let Some(side) = &self.replica {
+            pools.push(usage("read_replica", &side.pool));
+        }
+        pools
+    }
+
     /// Runs read-only statements in place, only when that cannot wait: the database is SQLite
     /// (in-process, so a point read on a warm page cache costs microseconds, less than handing it
     /// to another thread) and a pooled connection is idle now. `None` otherwise: the caller then

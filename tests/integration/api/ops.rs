@@ -98,8 +98,233 @@ fn metrics_parse_with_the_prometheus_parser() {
         ("registry_rate_limited_addresses", "gauge"),
         ("registry_last_used_statements", "counter"),
         ("registry_last_used_rows_written", "counter"),
+        ("registry_build_info", "gauge"),
+        ("registry_database_up", "gauge"),
+        ("registry_database_connections", "gauge"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+        ("process_cpu_seconds", "counter"),
     ] {
         assert_eq!(families[name], kind, "{name} in {families}");
+    }
+}
+
+/// What an operator reads off `/metrics` besides the requests: which build runs, how the process
+/// does, whether each side of the database answers and how its pool is used.
+#[test]
+fn metrics_name_the_build_the_process_and_the_database() {
+    let server = TestServer::start();
+    let text = server
+        .request(Method::GET, "/metrics")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+            .to_owned()
+    };
+    let build = line("registry_build_info{");
+    assert!(
+        build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+            && build.contains("commit=\"")
+            && build.ends_with(" 1.0"),
+        "{build}"
+    );
+    assert!(line("registry_database_up{side=\"primary\"}").ends_with(" 1.0"));
+    assert!(
+        !text.contains("registry_database_up{side=\"read_replica\"}"),
+        "{text}"
+    );
+    let idle = line("registry_database_connections{side=\"primary\",state=\"idle\"}");
+    let in_use = line("registry_database_connections{side=\"primary\",state=\"in_use\"}");
+    let value = |line: &str| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap();
+    assert!(value(&idle) + value(&in_use) >= 1.0, "{idle} {in_use}");
+    assert!(value(&line("process_resident_memory_bytes ")) > 1e6);
+    assert!(value(&line("process_open_fds ")) >= 3.0);
+    let started = value(&line("process_start_time_seconds "));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        started <= now + 1.0 && started > now - 3600.0,
+        "{started} {now}"
+    );
+}
+
+/// Every problem's `type` resolves to a page saying what it means and what to do (HTML for a
+/// browser, JSON for a program), and `instance` is the request's id.
+#[test]
+fn problems_explain_themselves_and_name_their_request() {
+    let server = TestServer::start();
+    let response = server
+        .request(Method::GET, "/services")
+        .header("x-request-id", "trace-42")
+        .send()
+        .unwrap();
+    assert_eq!(response.headers()["x-request-id"], "trace-42");
+    let problem = json(response);
+    assert_eq!(problem["instance"], "trace-42", "{problem}");
+    let made = server
+        .request(Method::GET, "/no-such-endpoint")
+        .send()
+        .unwrap();
+    let id = made.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(json(made)["instance"], id.as_str());
+    // A problem on an issuer host too.
+    let hosted = server
+        .hosted(
+            Method::GET,
+            "nothing-here",
+            "/.well-known/openid-configuration",
+        )
+        .send()
+        .unwrap();
+    let id = hosted.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(json(hosted)["instance"], id.as_str());
+
+    let page_url = problem["type"].as_str().unwrap();
+    assert!(page_url.ends_with("/problems/unauthorized"), "{page_url}");
+    let path = &page_url[page_url.find("/problems/").unwrap()..];
+    let page = server.request(Method::GET, path).send().unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let html = page.text().unwrap();
+    assert!(
+        html.contains("<h1>Unauthorized</h1>") && html.contains("What to do"),
+        "{html}"
+    );
+    let described = json(
+        server
+            .request(Method::GET, path)
+            .header("accept", "application/json")
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(described["type"], page_url);
+    assert_eq!(described["status"], 401);
+    assert_eq!(described["title"], "Unauthorized");
+    assert!(described["whatToDo"].as_str().unwrap().contains("Bearer"));
+    // Every slug the API answers has a page.
+    for slug in [
+        "invalid-json",
+        "validation-failed",
+        "unknown-services",
+        "kind-immutable",
+        "kid-reused",
+        "invalid-service-name",
+        "unauthorized",
+        "forbidden",
+        "action-not-allowed",
+        "plan-required",
+        "not-found",
+        "method-not-allowed",
+        "conflict",
+        "request-timeout",
+        "quota-exceeded",
+        "payload-too-large",
+        "unsupported-media-type",
+        "rate-limited",
+        "database-unavailable",
+        "unavailable",
+        "capacity",
+        "internal",
+    ] {
+        let page = server
+            .request(Method::GET, &format!("/problems/{slug}"))
+            .send()
+            .unwrap();
+        assert_eq!(page.status(), 200, "{slug}");
+    }
+    let unknown = server
+        .request(Method::GET, "/problems/no-such-problem")
+        .send()
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+}
+
+/// The request line names the client, the host, the User-Agent (cut to 100 characters) and, where
+/// no route pattern does, the path; every line logged while a request is served names its id;
+/// JSON values are plain values.
+#[test]
+fn request_logs_say_who_asked_for_what() {
+    let server = TestServer::start_with(registry_tests::server::ServerOptions::binary(&[(
+        "REGISTRY_LOG_FORMAT",
+        "json",
+    )]));
+    let agent = format!("curl/8.0 {}", "x".repeat(200));
+    let _ = server
+        .hosted(
+            Method::GET,
+            "nothing-here",
+            "/.well-known/openid-configuration",
+        )
+        .header("user-agent", &agent)
+        .send()
+        .unwrap();
+    let refused = server
+        .request(Method::GET, "/services")
+        .header(
+            "authorization",
+            "Bearer rgst_0000000000000000_wrongwrongwrongwrongwrongwrongwrongwrong",
+        )
+        .header("x-request-id", "refused-1")
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let log = server.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let hosted = lines
+        .iter()
+        .find(|l| l["message"] == "request" && l["route"] == "(hosted)")
+        .unwrap_or_else(|| panic!("no hosted request line in {log}"));
+    assert_eq!(
+        hosted["path"], "/.well-known/openid-configuration",
+        "{hosted}"
+    );
+    assert_eq!(hosted["client"], "127.0.0.1", "{hosted}");
+    assert!(
+        hosted["host"]
+            .as_str()
+            .unwrap()
+            .starts_with("nothing-here."),
+        "{hosted}"
+    );
+    assert_eq!(
+        hosted["user_agent"].as_str().unwrap(),
+        &agent[..100],
+        "{hosted}"
+    );
+    let api = lines
+        .iter()
+        .find(|l| l["message"] == "request" && l["request_id"] == "refused-1")
+        .unwrap_or_else(|| panic!("no request line of refused-1 in {log}"));
+    assert_eq!(api["route"], "/services", "{api}");
+    assert!(api.get("path").is_none(), "{api}");
+    let failed = lines
+        .iter()
+        .find(|l| l["message"] == "authentication failed")
+        .unwrap_or_else(|| panic!("no authentication failure in {log}"));
+    assert_eq!(failed["span"]["request_id"], "refused-1", "{failed}");
+    let roots = lines
+        .iter()
+        .find(|l| l["message"] == "TLS trusts the certificate authorities found here");
+    if let Some(roots) = roots {
+        assert!(!roots.to_string().contains("Some("), "{roots}");
     }
 }
 

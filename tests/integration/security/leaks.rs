@@ -180,6 +180,37 @@ fn metrics_answer_only_allowed_addresses() {
         assert_eq!(response.status(), 200, "{inside:?}");
         assert!(response.text().unwrap().contains("registry_hosted_bytes"));
     }
+    // RFC 7239 `Forwarded` is read the same way; with `X-Forwarded-For` beside it, both must
+    // name the same client (one of them would be the client's own invention).
+    let headers = |pairs: &[(&str, &str)]| {
+        let mut request = proxied.request(Method::GET, "/metrics");
+        for (name, value) in pairs {
+            request = request.header(*name, *value);
+        }
+        request.send().unwrap().status()
+    };
+    for (pairs, status) in [
+        (vec![("forwarded", "for=10.1.2.3;proto=https")], 200),
+        (vec![("forwarded", r#"for="[fd00::5]:4711""#)], 200),
+        (vec![("forwarded", "for=10.0.0.1, for=203.0.113.7")], 404),
+        (vec![("forwarded", "for=unknown")], 404),
+        (
+            vec![
+                ("forwarded", "for=203.0.113.7"),
+                ("x-forwarded-for", "10.1.2.3"),
+            ],
+            404,
+        ),
+        (
+            vec![
+                ("forwarded", "for=10.1.2.3"),
+                ("x-forwarded-for", "10.1.2.3"),
+            ],
+            200,
+        ),
+    ] {
+        assert_eq!(headers(&pairs), status, "{pairs:?}");
+    }
     // An allowed client with a method /metrics does not serve: 405, as before.
     let post = proxied.request(Method::POST, "/metrics").send().unwrap();
     assert_eq!(post.status(), 405);

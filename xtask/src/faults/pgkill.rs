@@ -5,7 +5,7 @@
 //! crash takes the database down: no shutdown checkpoint, transactions cut off mid-way, clients'
 //! connections dropped). While PostgreSQL is down the registry must answer 503 `unavailable`,
 //! never another 5xx. PostgreSQL is then started again on the same data directory, runs crash
-//! recovery, and the same registry process must recover by itself: `/readyz` back, writes
+//! recovery, and the same registry process must recover by itself: `/readyz` ready again, writes
 //! accepted, and [`Ledger::verify`] passes (every acknowledged write present, nothing
 //! half-written). After the last round `pg_amcheck` checks the tables and indexes, and a fresh
 //! registry process verifies everything once more from the database alone.
@@ -60,8 +60,10 @@ pub fn postgres_killed_during_writes(binary: &Path, work: &Path, rounds: usize) 
             }
             killed += cluster.kill9_server()?;
             let killed_at = Instant::now();
-            wait_until(Duration::from_secs(30), || readyz(http) == Some(503))
-                .context("GET /readyz never answered 503 with PostgreSQL killed")?;
+            wait_until(Duration::from_secs(30), || {
+                readyz(http).as_deref() == Some("degraded")
+            })
+            .context("GET /readyz never said degraded with PostgreSQL killed")?;
             let listed = http.call("GET", "/services", Some(&token), None)?;
             listed.expect(503, "an authenticated call with PostgreSQL killed")?;
             // Long enough for the writers to meet the outage, not only the kill.
@@ -72,8 +74,10 @@ pub fn postgres_killed_during_writes(binary: &Path, work: &Path, rounds: usize) 
                 .start_server()
                 .with_context(|| format!("PostgreSQL did not restart after kill {round}"))?;
             let down_for = killed_at.elapsed();
-            let ready = wait_until(Duration::from_secs(60), || readyz(http) == Some(200))
-                .with_context(|| format!("GET /readyz never recovered after kill {round}"))?;
+            let ready = wait_until(Duration::from_secs(60), || {
+                readyz(http).as_deref() == Some("ready")
+            })
+            .with_context(|| format!("GET /readyz never recovered after kill {round}"))?;
             wait_until(Duration::from_secs(30), || created() > acked_before)
                 .with_context(|| format!("no write accepted after kill {round}"))?;
             std::thread::sleep(Duration::from_secs(1));

@@ -1,6 +1,6 @@
 //! Operations: health, readiness, metrics, the OpenAPI description and the policy schema.
 
-use crate::metrics::Extra;
+use crate::metrics::{Extra, Labeled, Measured};
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
 use actix_web::http::header;
@@ -14,29 +14,28 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: requests can be served, and which sides of the database answer
-/// (docs/api.md, "Read replicas and the primary down"): 200 while reads work (from the read
-/// replica, or the primary they fall back to).
+/// `GET /readyz`: whether this replica serves (docs/api.md, "Readiness"). It answers only once
+/// the replica has started (migrated, loaded), and its listener closes when it drains after
+/// SIGTERM; while it serves, it is ready, whatever the shared database does: with a side of the
+/// database down it is 200 `degraded` and says which, because every replica shares that database,
+/// and taking them all out of service would stop the public documents memory still serves.
 pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     let sides = state.replica.sides().await?;
     let word = |up: bool| if up { "up" } else { "down" };
+    let every_side_up = sides.primary && sides.read_replica.is_none_or(|r| r.up);
     let mut body = json!({
-        "status": if sides.reads_work() { "ready" } else { "unavailable" },
+        "status": if every_side_up { "ready" } else { "degraded" },
         "primary": word(sides.primary),
         "readReplica": sides.read_replica.map_or("none", |r| match r {
             r if r.up && r.lagging => "lagging",
             r => word(r.up),
         }),
+        "reads": word(sides.reads_work()),
     });
     if let Some(lag) = sides.read_replica.and_then(|r| r.lag_seconds) {
         body["readReplicaLagSeconds"] = json!(lag);
     }
-    let mut response = if sides.reads_work() {
-        HttpResponse::Ok()
-    } else {
-        HttpResponse::ServiceUnavailable()
-    };
-    Ok(response
+    Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(body))
 }
@@ -57,7 +56,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
     }
     let sides = state.replica.sides().await?;
     // Without an answer from the standby, its lag is unknown: the series is left out.
-    let lag = sides
+    let mut measured: Vec<Measured<'static>> = sides
         .read_replica
         .and_then(|r| r.lag_seconds)
         .map(|seconds| {
@@ -66,10 +65,67 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
                 "How far the read replica's replay is behind what the primary wrote.",
                 seconds,
             )
-        });
+        })
+        .into_iter()
+        .collect();
+    if let Some(process) = crate::process::figures() {
+        measured.extend([
+            (
+                "process_resident_memory_bytes",
+                "Resident memory of the process, in bytes.",
+                process.resident_bytes,
+            ),
+            (
+                "process_open_fds",
+                "File descriptors the process holds open.",
+                process.open_fds,
+            ),
+            (
+                "process_start_time_seconds",
+                "When the process started, in seconds since the Unix epoch.",
+                process.start_time_seconds,
+            ),
+            (
+                "process_cpu_seconds_total",
+                "User and system CPU time the process used, in seconds.",
+                process.cpu_seconds,
+            ),
+        ]);
+    }
+    let mut labeled: Vec<Labeled<'static>> = vec![(
+        "registry_build_info",
+        "The registry's version and the commit it was built from (always 1).",
+        vec![
+            ("version", env!("CARGO_PKG_VERSION").to_owned()),
+            ("commit", env!("REGISTRY_COMMIT").to_owned()),
+        ],
+        1.0,
+    )];
+    let up = |side: &str, up: bool| {
+        (
+            "registry_database_up",
+            "Whether each side of the database answers (1) or not (0).",
+            vec![("side", side.to_owned())],
+            if up { 1.0 } else { 0.0 },
+        )
+    };
+    labeled.push(up("primary", sides.primary));
+    if let Some(replica) = sides.read_replica {
+        labeled.push(up("read_replica", replica.up));
+    }
+    for pool in state.replica.pools() {
+        for (kind, count) in [("in_use", pool.in_use), ("idle", pool.idle)] {
+            labeled.push((
+                "registry_database_connections",
+                "Connections of each side's pool, lent out (in_use) or waiting (idle).",
+                vec![("side", pool.side.to_owned()), ("state", kind.to_owned())],
+                f64::from(count),
+            ));
+        }
+    }
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE))
-        .body(state.metrics.render(&gauges(&state), lag.as_slice())))
+        .body(state.metrics.render(&gauges(&state), &measured, &labeled)))
 }
 
 /// What the components count besides the per-route series: cache sizes, key fetches, limits.

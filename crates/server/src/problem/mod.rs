@@ -1,8 +1,12 @@
 //! Every error the API answers, and the one place that turns them into
-//! `application/problem+json` (RFC 9457) responses.
+//! `application/problem+json` (RFC 9457) responses; `kinds` is the table of their slugs, titles
+//! and pages.
+
+pub mod kinds;
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
+use kinds::Kind;
 use registry_auth::AuthError;
 use registry_domain::app::AppError;
 use registry_domain::naming::NamingError;
@@ -194,35 +198,31 @@ impl From<AppError> for ApiError {
 }
 
 impl ApiError {
-    /// The problem's slug (`{base_url}/problems/{slug}`) and title.
-    fn kind(&self) -> (&'static str, &'static str) {
+    /// What kind of problem it is (slug, status, title: [`kinds`]).
+    fn kind(&self) -> &'static Kind {
         match self {
-            ApiError::InvalidJson(_) => ("invalid-json", "Malformed JSON"),
-            ApiError::Validation(_) | ApiError::BadRequest(_) => {
-                ("validation-failed", "Invalid request")
-            }
-            ApiError::UnknownServices(_) => ("unknown-services", "Unknown services in policy"),
-            ApiError::KindImmutable(_) => ("kind-immutable", "Policy kind cannot change"),
-            ApiError::KidReused(_) => ("kid-reused", "Key id reused with other material"),
-            ApiError::Naming(NamingError::PlanRequired(_)) => {
-                ("plan-required", "Plan does not allow this")
-            }
-            ApiError::Naming(_) => ("invalid-service-name", "Invalid service name"),
-            ApiError::Unauthorized { .. } => ("unauthorized", "Unauthorized"),
-            ApiError::Forbidden(_) => ("forbidden", "Forbidden"),
-            ApiError::ActionNotAllowed(_) => ("action-not-allowed", "Action not allowed"),
-            ApiError::NotFound(_) => ("not-found", "Not found"),
-            ApiError::MethodNotAllowed(_) => ("method-not-allowed", "Method not allowed"),
-            ApiError::Conflict(_) => ("conflict", "Conflict"),
-            ApiError::RequestTimeout(_) => ("request-timeout", "Request timeout"),
-            ApiError::QuotaExceeded(_) => ("quota-exceeded", "Quota exceeded"),
-            ApiError::PayloadTooLarge(_) => ("payload-too-large", "Payload too large"),
-            ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
-            ApiError::RateLimited { .. } => ("rate-limited", "Too many requests"),
-            ApiError::Unavailable => ("database-unavailable", "Database unavailable"),
-            ApiError::Busy => ("unavailable", "Service unavailable"),
-            ApiError::Capacity { .. } => ("capacity", "Capacity reached"),
-            ApiError::Internal => ("internal", "Internal server error"),
+            ApiError::InvalidJson(_) => &kinds::INVALID_JSON,
+            ApiError::Validation(_) | ApiError::BadRequest(_) => &kinds::VALIDATION_FAILED,
+            ApiError::UnknownServices(_) => &kinds::UNKNOWN_SERVICES,
+            ApiError::KindImmutable(_) => &kinds::KIND_IMMUTABLE,
+            ApiError::KidReused(_) => &kinds::KID_REUSED,
+            ApiError::Naming(NamingError::PlanRequired(_)) => &kinds::PLAN_REQUIRED,
+            ApiError::Naming(_) => &kinds::INVALID_SERVICE_NAME,
+            ApiError::Unauthorized { .. } => &kinds::UNAUTHORIZED,
+            ApiError::Forbidden(_) => &kinds::FORBIDDEN,
+            ApiError::ActionNotAllowed(_) => &kinds::ACTION_NOT_ALLOWED,
+            ApiError::NotFound(_) => &kinds::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => &kinds::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => &kinds::CONFLICT,
+            ApiError::RequestTimeout(_) => &kinds::REQUEST_TIMEOUT,
+            ApiError::QuotaExceeded(_) => &kinds::QUOTA_EXCEEDED,
+            ApiError::PayloadTooLarge(_) => &kinds::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => &kinds::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::RateLimited { .. } => &kinds::RATE_LIMITED,
+            ApiError::Unavailable => &kinds::DATABASE_UNAVAILABLE,
+            ApiError::Busy => &kinds::UNAVAILABLE,
+            ApiError::Capacity { .. } => &kinds::CAPACITY,
+            ApiError::Internal => &kinds::INTERNAL,
         }
     }
 
@@ -279,41 +279,22 @@ pub fn problem_type(slug: &str) -> String {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        match self {
-            ApiError::InvalidJson(_)
-            | ApiError::Validation(_)
-            | ApiError::UnknownServices(_)
-            | ApiError::KindImmutable(_)
-            | ApiError::KidReused(_)
-            | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Naming(NamingError::PlanRequired(_)) => StatusCode::FORBIDDEN,
-            ApiError::Naming(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) | ApiError::ActionNotAllowed(_) => StatusCode::FORBIDDEN,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::QuotaExceeded(_) => StatusCode::FORBIDDEN,
-            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable | ApiError::Busy | ApiError::Capacity { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        StatusCode::from_u16(self.kind().status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        let (slug, title) = self.kind();
+        let kind = self.kind();
         let mut body = json!({
-            "type": problem_type(slug),
-            "title": title,
+            "type": problem_type(kind.slug),
+            "title": kind.title,
             "status": status.as_u16(),
             "detail": self.detail(),
         });
+        // The request's id (its `X-Request-Id`), which the log lines of the request carry too.
+        if let Some(id) = registry_auth::request_id() {
+            body["instance"] = json!(id);
+        }
         if let Some(violations) = self.violations() {
             body["errors"] = violations
                 .into_iter()

@@ -1,0 +1,125 @@
+//! Every kind of problem the API answers, in one table: the slug of its `type` URI, its status,
+//! its title, and what its page (`GET /problems/{slug}`) says it means and what to do about it.
+
+/// One kind of problem.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Kind {
+    /// The last segment of the problem's `type` (`{base_url}/problems/{slug}`).
+    pub slug: &'static str,
+    /// The HTTP status it is answered with.
+    pub status: u16,
+    /// The problem's `title`.
+    pub title: &'static str,
+    /// What it means.
+    pub means: &'static str,
+    /// What the caller can do about it.
+    pub to_do: &'static str,
+}
+
+macro_rules! kinds {
+    ($($name:ident = $slug:literal, $status:literal, $title:literal, $means:literal, $to_do:literal;)*) => {
+        $(
+            #[doc = concat!("`", $slug, "`: ", $title, ".")]
+            pub const $name: Kind = Kind {
+                slug: $slug,
+                status: $status,
+                title: $title,
+                means: $means,
+                to_do: $to_do,
+            };
+        )*
+        /// Every kind, in the order of docs/api.md's table.
+        pub const KINDS: &[Kind] = &[$($name),*];
+    };
+}
+
+kinds! {
+    INVALID_JSON = "invalid-json", 400, "Malformed JSON",
+        "The request body does not parse as JSON.",
+        "Send a JSON object with Content-Type: application/json; check quoting and trailing commas.";
+    VALIDATION_FAILED = "validation-failed", 400, "Invalid request",
+        "The request breaks a rule: a field is missing, unknown or of the wrong shape, a value is out of range, or the call does not apply to this resource. Each problem in `errors` points (RFC 6901) at the part of the body it is about.",
+        "Fix every entry of `errors` (or what `detail` names) and send the request again; nothing was changed.";
+    UNKNOWN_SERVICES = "unknown-services", 400, "Unknown services in policy",
+        "The policy names services that this customer does not own.",
+        "Create the services first, or remove them from the policy (each entry of `errors` points at one).";
+    KIND_IMMUTABLE = "kind-immutable", 400, "Policy kind cannot change",
+        "A PATCH tried to turn a static-token account into a federated one, or the other way round.",
+        "Delete the account and create a new one of the other kind.";
+    KID_REUSED = "kid-reused", 400, "Key id reused with other material",
+        "A key id (`kid`) that is published now came back with other key material: verifiers that cached the old key would refuse tokens signed by the new one.",
+        "Give the new key a new `kid`; keep the old key in the set until tokens signed by it have expired.";
+    INVALID_SERVICE_NAME = "invalid-service-name", 400, "Invalid service name",
+        "The service name would make a subdomain longer than 63 characters, or is not a DNS label.",
+        "Choose a shorter name of lower-case letters, digits and hyphens.";
+    UNAUTHORIZED = "unauthorized", 401, "Unauthorized",
+        "The request carried no credential, or one that is malformed, unknown, revoked or expired.",
+        "Send Authorization: Bearer with a current token (a static token, an anonymous secret or an identity token a policy trusts). A token shown once and lost is replaced by regenerating it.";
+    FORBIDDEN = "forbidden", 403, "Forbidden",
+        "The credential is valid, but its policy does not cover what the call acts on.",
+        "Use an account whose policy names this service, or widen the policy (`registry policy explain` shows which rule decides).";
+    ACTION_NOT_ALLOWED = "action-not-allowed", 403, "Action not allowed",
+        "The credential may act on what the call names, but its policy (version 2) does not list the call's action; `detail` names the action.",
+        "Add the action to the policy's `actions`, or use an account made for this job.";
+    PLAN_REQUIRED = "plan-required", 403, "Plan does not allow this",
+        "The customer's plan does not include what the request asked for (a chosen service name on a free or team plan).",
+        "Leave `serviceName` out to get a generated name, or move to a plan that includes it.";
+    NOT_FOUND = "not-found", 404, "Not found",
+        "There is no such resource for this caller, nothing is published there, or no such endpoint.",
+        "Check the path and the credential: resources of other customers are answered the same way as missing ones.";
+    METHOD_NOT_ALLOWED = "method-not-allowed", 405, "Method not allowed",
+        "The path does not serve this method.",
+        "Use one of the methods the `Allow` header lists.";
+    CONFLICT = "conflict", 409, "Conflict",
+        "The subdomain is taken, or several generated names in a row were.",
+        "Choose another name, or retry to get another generated one.";
+    REQUEST_TIMEOUT = "request-timeout", 408, "Request timeout",
+        "The request body did not arrive in time after its headers; the connection is closed.",
+        "Send the body at once, on a new connection.";
+    QUOTA_EXCEEDED = "quota-exceeded", 403, "Quota exceeded",
+        "The customer holds as many services or service accounts as it may.",
+        "Delete ones no longer used, or ask the operator to raise the quota.";
+    PAYLOAD_TOO_LARGE = "payload-too-large", 413, "Payload too large",
+        "The request body is larger than the server accepts.",
+        "Send a smaller body (a key set with fewer keys, a shorter policy).";
+    UNSUPPORTED_MEDIA_TYPE = "unsupported-media-type", 415, "Unsupported media type",
+        "The body is not declared as JSON.",
+        "Send Content-Type: application/json.";
+    RATE_LIMITED = "rate-limited", 429, "Too many requests",
+        "This client, credential or customer made more requests of this kind than it may in the time.",
+        "Wait as many seconds as `Retry-After` says, then retry; spread the calls out.";
+    DATABASE_UNAVAILABLE = "database-unavailable", 503, "Database unavailable",
+        "The database does not answer. Public documents in memory are still served; the server recovers by itself.",
+        "Retry after `Retry-After` seconds. Operators: check the database (and `/readyz`, which says which side is down).";
+    UNAVAILABLE = "unavailable", 503, "Service unavailable",
+        "Too many credential checks are waiting; nothing else is affected.",
+        "Retry after `Retry-After` seconds.";
+    CAPACITY = "capacity", 503, "Capacity reached",
+        "A ceiling shared by every client is reached (live anonymous services).",
+        "Retry after `Retry-After` seconds, or create a service with an account.";
+    INTERNAL = "internal", 500, "Internal server error",
+        "A bug in the registry; the details went only to its log.",
+        "Retry; if it persists, give the operator the problem's `instance` (the request id), which the log names.";
+}
+
+/// The kind whose slug this is.
+pub fn find(slug: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|kind| kind.slug == slug)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_distinct_and_every_kind_is_found() {
+        for kind in KINDS {
+            assert_eq!(find(kind.slug), Some(kind));
+            assert!(
+                kind.means.ends_with('.') && kind.to_do.ends_with('.'),
+                "{kind:?}"
+            );
+        }
+        assert_eq!(find("no-such-problem"), None);
+    }
+}

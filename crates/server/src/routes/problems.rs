@@ -1,0 +1,99 @@
+//! `GET /problems/{slug}`: the page a problem's `type` URI names (docs/api.md, "Errors"), saying
+//! what the problem means and what to do; HTML for a person, JSON for a program that asks for it.
+
+use crate::problem::kinds::{self, Kind};
+use crate::problem::{problem_type, ApiError, ApiResult};
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::json;
+
+/// The page of one kind of problem.
+pub async fn page(req: HttpRequest, slug: web::Path<String>) -> ApiResult<HttpResponse> {
+    let kind = kinds::find(&slug)
+        .ok_or_else(|| ApiError::NotFound(format!("no problem is called {:?}", slug.as_str())))?;
+    let mut response = HttpResponse::Ok();
+    response.insert_header((header::CACHE_CONTROL, "public, max-age=3600"));
+    response.insert_header((header::VARY, "Accept"));
+    if wants_json(&req) {
+        return Ok(response.json(json!({
+            "type": problem_type(kind.slug),
+            "slug": kind.slug,
+            "status": kind.status,
+            "title": kind.title,
+            "meaning": kind.means,
+            "whatToDo": kind.to_do,
+        })));
+    }
+    Ok(response
+        .insert_header((header::CONTENT_TYPE, "text/html; charset=utf-8"))
+        .body(html(kind)))
+}
+
+/// Whether `Accept` names JSON and not HTML (a browser names HTML; a default is HTML).
+fn wants_json(req: &HttpRequest) -> bool {
+    let accept = req
+        .headers()
+        .get_all(header::ACCEPT)
+        .filter_map(|value| value.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    accept.contains("json") && !accept.contains("text/html")
+}
+
+/// The page as HTML: the text escaped, `code` in backquotes set as code.
+fn html(kind: &Kind) -> String {
+    let text = |words: &str| {
+        let escaped = words
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;");
+        let mut out = String::new();
+        for (i, part) in escaped.split('`').enumerate() {
+            if i % 2 == 1 {
+                out.push_str("<code>");
+                out.push_str(part);
+                out.push_str("</code>");
+            } else {
+                out.push_str(part);
+            }
+        }
+        out
+    };
+    format!(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{title} ({status}) — registry</title>\n</head>\n<body>\n\
+         <main>\n<h1>{title}</h1>\n<p>HTTP {status}, problem <code>{slug}</code>.</p>\n\
+         <h2>What it means</h2>\n<p>{means}</p>\n<h2>What to do</h2>\n<p>{to_do}</p>\n\
+         <p>Every problem's <code>instance</code> is the request's id, which the registry's \
+         log names too.</p>\n</main>\n</body>\n</html>\n",
+        title = text(kind.title),
+        status = kind.status,
+        slug = kind.slug,
+        means = text(kind.means),
+        to_do = text(kind.to_do),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_escape_their_text_and_set_code() {
+        let kind = Kind {
+            slug: "x",
+            status: 400,
+            title: "A <b> & \"c\"",
+            means: "Send `Content-Type`.",
+            to_do: "Nothing.",
+        };
+        let page = html(&kind);
+        assert!(
+            page.contains("<h1>A &lt;b&gt; &amp; &quot;c&quot;</h1>"),
+            "{page}"
+        );
+        assert!(page.contains("Send <code>Content-Type</code>."), "{page}");
+    }
+}

@@ -27,9 +27,15 @@ pub fn build(release: bool) -> Result<PathBuf> {
     Ok(target_dir()?.join(profile).join("registry"))
 }
 
-/// `registry customer create` on a database (the business plan, named after its tenant): the
+/// `registry customer create` on a database (the business plan, named after its tenant),
+/// migrated first as an operator would (`customer create` never sets up a database): the
 /// customer's bootstrap token.
 pub fn create_customer(binary: &Path, database_url: &str, tenant: &str) -> Result<String> {
+    output(
+        Command::new(binary)
+            .arg("migrate")
+            .env("REGISTRY_DATABASE_URL", database_url),
+    )?;
     let text = output(
         Command::new(binary)
             .args([

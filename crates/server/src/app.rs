@@ -17,6 +17,7 @@ use crate::tls;
 use actix_web::dev::ServerHandle;
 use actix_web::{guard, middleware, web, App};
 use anyhow::Context;
+use registry_domain::issuer::Issuers;
 use registry_domain::ports::{Clock, IdentityTokenVerifier};
 use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
@@ -44,16 +45,46 @@ fn open_serving_store(
     )
 }
 
-/// Runs a command of the command line on the database named by a URL (migrated first), then
-/// closes the store (see [`Store::close`]) whatever the command's outcome.
+/// Runs a command of the command line on the registry database a URL names (its pending
+/// migrations applied first), then closes the store (see [`Store::close`]) whatever the
+/// command's outcome. Never creates a database: a SQLite file that does not exist, or a
+/// database without the registry's tables, is an error naming the URL.
 pub fn with_command_store<T>(
     url: &str,
     command: impl FnOnce(&Store) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let store = migrated(Store::connect_for_command(url), url)?;
+    let store = migrated(Store::connect_existing(url), url)?;
     let outcome = command(&store);
     store.close();
     outcome
+}
+
+/// `registry migrate`: applies the pending migrations to the database a URL names, creating a
+/// SQLite file that does not exist; how many were applied.
+pub fn migrate(url: &str) -> anyhow::Result<usize> {
+    let store = Store::connect_for_command(url)
+        .with_context(|| format!("cannot open the database {}", redact(url)))?;
+    let applied = store.migrate().context("cannot apply database migrations");
+    store.close();
+    applied
+}
+
+/// `registry migrate --check`: the migrations not applied yet to the database a URL names,
+/// without changing or creating anything (every migration, for a SQLite file that does not
+/// exist). A database a newer registry migrated is an error.
+pub fn pending_migrations(url: &str) -> anyhow::Result<Vec<String>> {
+    if Store::names_missing_file(url)? {
+        return Ok(registry_store::MigrationStatus::all_pending());
+    }
+    let store = Store::connect_for_command(url)
+        .with_context(|| format!("cannot open the database {}", redact(url)))?;
+    let status = store.migration_status();
+    store.close();
+    let status = status?;
+    if let Some(unknown) = status.unknown.first() {
+        return Err(registry_store::SetupError::SchemaNewer(unknown.clone()).into());
+    }
+    Ok(status.pending)
 }
 
 fn migrated(
@@ -202,6 +233,29 @@ async fn launch(
     signals: Signals,
 ) -> anyhow::Result<Running> {
     problem::set_base_url(settings.base());
+    // Everything that can be checked without the database is, first: the settings that are
+    // parsed further, the certificate, and the listeners (a port in use is reported before
+    // the database is touched, and nothing is migrated by a server that cannot serve).
+    let issuers = Issuers::new(&settings.issuer_url_template, &settings.base_url)?;
+    settings.trusted_proxy_networks()?;
+    settings.metrics_allow_networks()?;
+    let certificate = tls::certificate(&settings, &issuers.names_served())?;
+    let at = match &listen {
+        Listen::Address(address) => address.clone(),
+        Listen::Listener(listener) => format!("{:?}", listener.local_addr()),
+    };
+    let bound = match listen {
+        Listen::Address(address) => listeners::bind(&address),
+        Listen::Listener(listener) => Ok(vec![listener]),
+    }
+    .with_context(|| format!("cannot listen on {at}"))?;
+    let redirecting = match &settings.http_redirect_listen {
+        Some(plain) => {
+            listeners::bind(plain).with_context(|| format!("cannot listen on {plain}"))?
+        }
+        None => Vec::new(),
+    };
+
     let url = settings.database.database_url.clone();
     let read_url = settings.database_read_url.clone();
     let max_lag = std::time::Duration::from_secs(settings.read_replica_max_lag_seconds);
@@ -222,15 +276,11 @@ async fn launch(
         .unwrap_or_else(|| Arc::new(verifier.clone()));
     let state = web::Data::new(AppState::new(
         settings,
+        issuers,
         Arc::new(store.clone()),
         (verifier, identity),
         injected.clock,
     )?);
-
-    let certificate = tls::certificate(
-        &state.settings,
-        &state.replica.hosting.issuers().names_served(),
-    )?;
     state
         .replica
         .reload_everything()
@@ -266,34 +316,18 @@ async fn launch(
             .default_service(web::to(routes::not_found))
     };
     let server = Listeners::new(app, connections, workers, signals == Signals::Stop);
-    let at = match &listen {
-        Listen::Address(address) => address.clone(),
-        Listen::Listener(listener) => format!("{:?}", listener.local_addr()),
-    };
-    let bound = match listen {
-        Listen::Address(address) => listeners::bind(&address),
-        Listen::Listener(listener) => Ok(vec![listener]),
-    };
     let tls = certificate.map(registry_tls::server_config);
     let server = bound
-        .and_then(|bound| {
-            bound
-                .into_iter()
-                .try_fold(server, |server, listener| match &tls {
-                    Some(tls) => server.https(listener, tls.clone()),
-                    None => server.plain(listener, false),
-                })
+        .into_iter()
+        .try_fold(server, |server, listener| match &tls {
+            Some(tls) => server.https(listener, tls.clone()),
+            None => server.plain(listener, false),
         })
-        .with_context(|| format!("cannot listen on {at}"))?;
-    let server = match &state.settings.http_redirect_listen {
-        Some(plain) => listeners::bind(plain)
-            .and_then(|bound| {
-                let redirecting = |server: Listeners<_>, listener| server.plain(listener, true);
-                bound.into_iter().try_fold(server, redirecting)
-            })
-            .with_context(|| format!("cannot listen on {plain}"))?,
-        None => server,
-    };
+        .context("cannot serve on the listener")?;
+    let server = redirecting
+        .into_iter()
+        .try_fold(server, |server, listener| server.plain(listener, true))
+        .context("cannot serve on the redirecting listener")?;
     let addrs = server.addrs().to_vec();
     let server = server.run();
     tracing::info!(

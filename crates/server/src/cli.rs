@@ -15,12 +15,22 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             observe::flush_log();
             served
         }
-        Command::Migrate(database) => {
-            app::with_command_store(&database.database_url, |_| Ok(()))?;
-            eprintln!(
-                "migrations applied to {}",
-                app::redact(&database.database_url)
-            );
+        Command::Migrate(args) => {
+            let url = &args.database.database_url;
+            if args.check {
+                let pending = app::pending_migrations(url)?;
+                if pending.is_empty() {
+                    println!("{}: up to date", app::redact(url));
+                    return Ok(());
+                }
+                println!("{}: {} pending", app::redact(url), pending.len());
+                for name in &pending {
+                    println!("  {name}");
+                }
+                return Err(PendingMigrations(pending.len()).into());
+            }
+            let applied = app::migrate(url)?;
+            println!("{}: {applied} applied, up to date", app::redact(url));
             Ok(())
         }
         Command::Audit(args) => app::with_command_store(&args.database.database_url, |store| {
@@ -61,6 +71,55 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// A command-line error about a value that came from a `REGISTRY_*` variable, not from the
+/// command line, names the variable instead of the flag the user never typed (`help` and
+/// `--version`, which clap reports as errors, pass unchanged).
+pub fn name_the_variable(error: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(invalid)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    let long = invalid
+        .strip_prefix("--")
+        .and_then(|rest| rest.split([' ', '=']).next())
+        .unwrap_or_default();
+    let typed = std::env::args()
+        .any(|arg| arg == format!("--{long}") || arg.starts_with(&format!("--{long}=")));
+    let command = <Cli as clap::CommandFactory>::command();
+    let variable = command
+        .get_subcommands()
+        .flat_map(clap::Command::get_arguments)
+        .find(|arg| arg.get_long() == Some(long))
+        .and_then(clap::Arg::get_env)
+        .and_then(|name| name.to_str())
+        .filter(|name| !typed && std::env::var_os(name).is_some());
+    match variable {
+        Some(name) => {
+            let text = error
+                .render()
+                .to_string()
+                .replace(&format!("'{invalid}'"), name);
+            clap::Error::raw(error.kind(), text.trim_start_matches("error: "))
+        }
+        None => error,
+    }
+}
+
+/// `registry migrate --check` found migrations to apply (exit 1, after listing them).
+#[derive(Debug, thiserror::Error)]
+#[error("{0} migrations pending: run `registry migrate`")]
+pub struct PendingMigrations(usize);
+
+/// `registry migrate`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// Only report the pending migrations (exit 1 when there are some); change nothing.
+    #[arg(long)]
+    pub check: bool,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+}
+
 fn print_json(value: &serde_json::Value) {
     println!(
         "{}",
@@ -83,8 +142,14 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP server (applies pending migrations first).
     Serve(Box<Settings>),
-    /// Apply pending database migrations and exit.
-    Migrate(DatabaseArgs),
+    /// Apply the pending database migrations and exit (creating a SQLite database that does not
+    /// exist yet); with --check, only say which are pending (exit 1 when some are). Several
+    /// replicas may migrate at once: one applies, the others find nothing left. A database a
+    /// newer registry migrated is refused. Exit codes: 0 up to date, 1 pending (--check) or
+    /// failed, 2 wrong command line.
+    ///
+    /// Example: `registry migrate --check --database-url postgres://registry@db/registry`
+    Migrate(MigrateArgs),
     /// Manage customers (tenants).
     Customer {
         /// What to do with customers.

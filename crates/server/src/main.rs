@@ -25,7 +25,15 @@ fn init_logging(format: LogFormat) {
 /// Exit codes: 0 done, 1 the command failed (one sentence on stderr), 2 the command line is
 /// wrong (clap's usage message).
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // Help and --version come this way too, with 0.
+            let error = cli::name_the_variable(error);
+            let _ = error.print();
+            return std::process::ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
+        }
+    };
     if let Command::Serve(settings) = &cli.command {
         init_logging(settings.log_format);
     }

@@ -6,8 +6,9 @@ use ipnetwork::IpNetwork;
 /// Where the database is; shared by every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
-    /// Database URL: `sqlite://FILE` (created when missing) or `postgres://…` for several replicas
-    /// (libpq's URL; `connect_timeout=5` is added unless it names one).
+    /// Database URL: `sqlite://FILE` or `postgres://…` for several replicas (libpq's URL;
+    /// `connect_timeout=5` is added unless it names one). Only `serve` and `migrate` create a
+    /// database; other commands refuse one that does not exist or holds no registry.
     #[arg(
         long,
         env = "REGISTRY_DATABASE_URL",

@@ -47,15 +47,16 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Builds the components from settings, an open store, the OIDC adapter (for its counters)
-    /// and the verifier of identity tokens (the adapter itself, unless a test injects another).
+    /// Builds the components from settings, the issuers they name, an open store, the OIDC
+    /// adapter (for its counters) and the verifier of identity tokens (the adapter itself,
+    /// unless a test injects another).
     pub fn new<S: Storage + Database + 'static>(
         settings: Settings,
+        issuers: Issuers,
         store: Arc<S>,
         (oidc, verifier): (OidcVerifier, Arc<dyn IdentityTokenVerifier>),
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
-        let issuers = Issuers::new(&settings.issuer_url_template, &settings.base_url)?;
         let hosting = HostingCache::new(
             issuers.clone(),
             settings.hosting_cache_bytes,

@@ -20,6 +20,15 @@ pub enum SetupError {
     /// Applying the migrations failed.
     #[error("cannot migrate the database: {0}")]
     Migration(String),
+    /// A command that only uses a database was pointed at a SQLite file that does not exist.
+    #[error("there is no database at {0}: check REGISTRY_DATABASE_URL (or --database-url), or create one with `registry migrate`")]
+    NoDatabase(String),
+    /// A command that only uses a database was pointed at one without the registry's tables.
+    #[error("the database holds no registry: check REGISTRY_DATABASE_URL (or --database-url), or set it up with `registry migrate`")]
+    NoSchema,
+    /// The database was migrated by a newer registry than this binary.
+    #[error("the database's schema is newer than this binary: it does not know the migration {0} (upgrade the binary, or roll the database back)")]
+    SchemaNewer(String),
 }
 
 /// A failed storage step inside this crate: already a domain error, so that `?` works on

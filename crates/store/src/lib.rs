@@ -51,4 +51,5 @@ mod store;
 mod target;
 
 pub use error::SetupError;
+pub use migrate::MigrationStatus;
 pub use store::{Backend, Store};

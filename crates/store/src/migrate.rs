@@ -2,8 +2,10 @@
 
 use crate::pool::Db;
 use diesel::connection::SimpleConnection;
+use diesel::migration::MigrationSource;
 use diesel::result::Error as DieselError;
 use diesel::Connection;
+use diesel::RunQueryDsl;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
 const SQLITE: EmbeddedMigrations = embed_migrations!("../../migrations/sqlite");
@@ -11,6 +13,95 @@ const POSTGRES: EmbeddedMigrations = embed_migrations!("../../migrations/postgre
 
 /// Any constant will do, as long as nothing else in the database uses it.
 const MIGRATION_LOCK: i64 = 0x7265_6769_7374_7279; // "registry"
+
+/// Where the database's schema stands against the migrations this binary holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationStatus {
+    /// The names (`2026-11-21-000001_init`) of the migrations not applied yet, oldest first.
+    pub pending: Vec<String>,
+    /// How many of this binary's migrations are applied.
+    pub applied: usize,
+    /// Versions applied to the database that this binary does not know (a newer binary's).
+    pub unknown: Vec<String>,
+}
+
+impl MigrationStatus {
+    /// Every migration this binary holds, as pending (a database that does not exist yet).
+    pub fn all_pending() -> Vec<String> {
+        MigrationSource::<diesel::pg::Pg>::migrations(&SQLITE)
+            .map(|all| all.iter().map(|m| m.name().to_string()).collect())
+            .unwrap_or_default()
+    }
+}
+
+fn embedded(conn: &Db) -> EmbeddedMigrations {
+    match conn {
+        Db::Sqlite(_) => SQLITE,
+        Db::Postgres(_) => POSTGRES,
+    }
+}
+
+/// Whether the registry's migrations table exists (a database without it holds no registry).
+pub(crate) fn has_schema(conn: &mut Db) -> Result<bool, String> {
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let query = match conn {
+        Db::Sqlite(_) => {
+            "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' \
+             AND name = '__diesel_schema_migrations'"
+        }
+        Db::Postgres(_) => {
+            "SELECT COUNT(*) AS n FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name = '__diesel_schema_migrations'"
+        }
+    };
+    let counted: Count = diesel::sql_query(query)
+        .get_result(conn)
+        .map_err(|e| e.to_string())?;
+    Ok(counted.n > 0)
+}
+
+/// What is applied, pending and unknown.
+pub(crate) fn status(conn: &mut Db) -> Result<MigrationStatus, String> {
+    let migrations = embedded(conn);
+    let known: Vec<(String, String)> = MigrationSource::<diesel::pg::Pg>::migrations(&migrations)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|m| (m.name().to_string(), m.name().version().to_string()))
+        .collect();
+    let applied: Vec<String> = if has_schema(conn)? {
+        let versions = match conn {
+            Db::Sqlite(c) => c.applied_migrations(),
+            Db::Postgres(c) => c.applied_migrations(),
+        };
+        versions
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(MigrationStatus {
+        pending: known
+            .iter()
+            .filter(|(_, version)| !applied.contains(version))
+            .map(|(name, _)| name.clone())
+            .collect(),
+        applied: known
+            .iter()
+            .filter(|(_, version)| applied.contains(version))
+            .count(),
+        unknown: applied
+            .iter()
+            .filter(|version| !known.iter().any(|(_, v)| v == *version))
+            .cloned()
+            .collect(),
+    })
+}
 
 /// Applies pending migrations. Several processes may start at once on one database (the
 /// server and `registry customer create`, or replicas): the work runs in one transaction that

@@ -1,6 +1,7 @@
 //! The [`Store`] handle: a connection pool plus the transaction discipline every write follows.
 
 use crate::error::{map_diesel, Failure, Res, SetupError};
+use crate::migrate::MigrationStatus;
 use crate::pool::{
     self, on_backend, ConnectGate, Db, Manager, Pool, Pooled, Pooling, Reachability,
 };
@@ -186,13 +187,55 @@ impl Store {
         self.backend
     }
 
-    /// Applies the pending migrations and returns how many there were. Safe to run from
-    /// several processes at once.
-    pub fn migrate(&self) -> Result<usize, SetupError> {
-        let mut conn = self.conn().map_err(|e| SetupError::Unreachable {
+    /// Like [`Store::connect_for_command`], for a command that uses a registry's database and
+    /// must never create one: refuses a SQLite file that does not exist (before anything could
+    /// create it) and a database without the registry's tables.
+    pub fn connect_existing(url: &str) -> Result<Store, SetupError> {
+        if let Some(file) = target::parse(url)?.sqlite_file() {
+            if !file.exists() {
+                return Err(SetupError::NoDatabase(file.display().to_string()));
+            }
+        }
+        let store = Store::open(url, Pooling::Command)?;
+        let mut conn = store.setup_conn()?;
+        let has_schema = crate::migrate::has_schema(&mut conn).map_err(SetupError::Migration)?;
+        drop(conn);
+        if !has_schema {
+            store.close();
+            return Err(SetupError::NoSchema);
+        }
+        Ok(store)
+    }
+
+    /// Whether a SQLite URL names a file that does not exist (`registry migrate --check` reports
+    /// it without creating it); `false` for PostgreSQL.
+    pub fn names_missing_file(url: &str) -> Result<bool, SetupError> {
+        Ok(target::parse(url)?
+            .sqlite_file()
+            .is_some_and(|file| !file.exists()))
+    }
+
+    /// Where the schema stands against this binary's migrations.
+    pub fn migration_status(&self) -> Result<MigrationStatus, SetupError> {
+        crate::migrate::status(&mut *self.setup_conn()?).map_err(SetupError::Migration)
+    }
+
+    fn setup_conn(&self) -> Result<Pooled, SetupError> {
+        self.conn().map_err(|e| SetupError::Unreachable {
             backend: self.backend.as_str(),
             reason: e.0.to_string(),
-        })?;
+        })
+    }
+
+    /// Applies the pending migrations and returns how many there were. Safe to run from
+    /// several processes at once. Refuses a database a newer registry migrated
+    /// ([`SetupError::SchemaNewer`]).
+    pub fn migrate(&self) -> Result<usize, SetupError> {
+        let mut conn = self.setup_conn()?;
+        let status = crate::migrate::status(&mut conn).map_err(SetupError::Migration)?;
+        if let Some(unknown) = status.unknown.first() {
+            return Err(SetupError::SchemaNewer(unknown.clone()));
+        }
         let applied = crate::migrate::run(&mut conn).map_err(SetupError::Migration)?;
         tracing::info!(
             backend = self.backend.as_str(),

@@ -13,6 +13,29 @@ pub(crate) enum Target {
     Postgres(String),
 }
 
+impl Target {
+    /// The file a SQLite target names (a path, or the path of a `file:` URI); `None` for
+    /// PostgreSQL and for in-memory databases.
+    pub(crate) fn sqlite_file(&self) -> Option<std::path::PathBuf> {
+        let Target::Sqlite(name) = self else {
+            return None;
+        };
+        let path = match name.strip_prefix("file:") {
+            Some(uri) => {
+                let path = uri.split(['?', '#']).next().unwrap_or_default();
+                // `file://host/path` and `file:///path`: the path after the authority.
+                match path.strip_prefix("//") {
+                    Some(rest) => &rest[rest.find('/').unwrap_or(rest.len())..],
+                    None => path,
+                }
+            }
+            None => name.as_str(),
+        };
+        (!path.is_empty() && path != ":memory:" && !name.contains("mode=memory"))
+            .then(|| std::path::PathBuf::from(path))
+    }
+}
+
 /// libpq waits for a TCP connect as long as the kernel does, about two minutes for an address
 /// that drops packets, holding one of the pool's few connecting threads all that time.
 const PG_CONNECT_TIMEOUT_SECS: u32 = 5;

@@ -471,6 +471,158 @@ fn sigterm_right_after_the_listening_line_stops_the_server_cleanly() {
     }
 }
 
+/// Runs `registry ARGS` with `env` only (and `PATH`): exit code, stdout, stderr.
+fn registry(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let output = Command::new(registry_binary())
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .output()
+        .expect("run registry");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The operator's commands never make a database up: a command run from the wrong directory,
+/// or with a mistyped URL, says so instead of creating an empty one. `migrate` creates it,
+/// `migrate --check` says what is pending without changing anything.
+#[test]
+fn commands_never_invent_a_database() {
+    let dir = registry_tests::server::TempDir::new("no-database");
+    let missing = dir.join("nothere.db");
+    let url = format!("sqlite://{}", missing.display());
+    let (code, stdout, stderr) = registry(&["customer", "list", "--database-url", &url], &[]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains(&missing.display().to_string()) && stderr.contains("no database"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        !missing.exists(),
+        "the command created {}",
+        missing.display()
+    );
+    // The same from the environment, for `audit` too.
+    let (code, _, stderr) = registry(
+        &["audit", "--tenant", "acme"],
+        &[("REGISTRY_DATABASE_URL", &url)],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(!missing.exists());
+
+    // An existing file that holds no registry.
+    let empty = dir.join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let empty_url = format!("sqlite://{}", empty.display());
+    let (code, _, stderr) = registry(&["customer", "list", "--database-url", &empty_url], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("holds no registry"), "{stderr}");
+
+    // `migrate --check`: everything pending, nothing created; `migrate` creates and applies.
+    let (code, stdout, _) = registry(&["migrate", "--check", "--database-url", &url], &[]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("pending") && stdout.contains("_init"),
+        "{stdout}"
+    );
+    assert!(!missing.exists());
+    let (code, stdout, stderr) = registry(&["migrate", "--database-url", &url], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("up to date"), "{stdout}");
+    let (code, stdout, _) = registry(&["migrate", "--check", "--database-url", &url], &[]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("up to date"), "{stdout}");
+    let (code, stdout, stderr) = registry(&["customer", "list", "--database-url", &url], &[]);
+    assert_eq!((code, stdout.trim()), (Some(0), "[]"), "{stderr}");
+
+    // A database a newer registry migrated: refused by every command, `serve` included.
+    let python = std::env::var("REGISTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        "import sqlite3; c = sqlite3.connect({:?}); \
+         c.execute(\"INSERT INTO __diesel_schema_migrations (version) VALUES ('29990101000001')\"); \
+         c.commit()",
+        missing.display().to_string()
+    );
+    let inserted = Command::new(&python)
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(inserted.success());
+    for args in [
+        vec!["migrate", "--database-url", &url],
+        vec!["migrate", "--check", "--database-url", &url],
+        vec!["customer", "list", "--database-url", &url],
+    ] {
+        let (code, _, stderr) = registry(&args, &[]);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("newer than this binary") && stderr.contains("29990101000001"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let (code, _, stderr) = registry(
+        &["serve"],
+        &[
+            ("REGISTRY_DATABASE_URL", &url),
+            ("REGISTRY_LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("newer than this binary"), "{stderr}");
+}
+
+/// `serve` checks what it can before it touches the database: a port in use is reported first
+/// (and no database is created or migrated), and a bad value in a `REGISTRY_*` variable names
+/// the variable, not a flag the operator never typed.
+#[test]
+fn serve_reports_its_settings_and_listeners_before_the_database() {
+    let dir = registry_tests::server::TempDir::new("serve-checks");
+    let database = dir.join("registry.db");
+    let url = format!("sqlite://{}", database.display());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let (code, _, stderr) = registry(
+        &["serve"],
+        &[
+            ("REGISTRY_DATABASE_URL", &url),
+            ("REGISTRY_LISTEN", &listen),
+        ],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot listen on"), "{stderr}");
+    assert!(!stderr.contains("database migrated"), "{stderr}");
+    assert!(
+        !database.exists(),
+        "serve touched the database before it could listen"
+    );
+
+    let (code, _, stderr) = registry(
+        &["serve"],
+        &[
+            ("REGISTRY_DATABASE_URL", &url),
+            ("REGISTRY_LOG_FORMAT", "yaml"),
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("REGISTRY_LOG_FORMAT") && !stderr.contains("--log-format"),
+        "{stderr}"
+    );
+    // Typed on the command line, the flag is what is named.
+    let (code, _, stderr) = registry(&["serve", "--log-format", "yaml"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--log-format"), "{stderr}");
+    let (code, stdout, _) = registry(&["--version"], &[]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.starts_with("registry "), "{stdout}");
+}
+
 /// A command that exited while the pool was still opening a PostgreSQL connection in the
 /// background aborted in libpq's Kerberos teardown (`k5_mutex_lock`), about once in fifty runs.
 #[test]

@@ -1,8 +1,9 @@
 //! Every error the API answers, and the one place that turns them into
 //! `application/problem+json` (RFC 9457) responses; `kinds` is the table of their slugs, titles
-//! and pages.
+//! and what their pages say, `pages` serves those pages.
 
 pub mod kinds;
+pub mod pages;
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};

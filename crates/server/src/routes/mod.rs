@@ -8,7 +8,6 @@ pub mod config;
 pub mod keys;
 pub mod ops;
 pub mod preflight;
-pub mod problems;
 pub mod refusals;
 pub mod services;
 
@@ -106,7 +105,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(ops::metrics_other_method)),
     )
     .service(get_and_head("/openapi.json", ops::openapi))
-    .service(get_and_head("/problems/{slug}", problems::page))
+    .service(get_and_head("/problems/{slug}", crate::problem::pages::page))
     .service(get_and_head(
         "/schemas/service-account-policy/v1.json",
         ops::policy_schema,

@@ -1,8 +1,8 @@
 //! `GET /problems/{slug}`: the page a problem's `type` URI names (docs/api.md, "Errors"), saying
 //! what the problem means and what to do; HTML for a person, JSON for a program that asks for it.
 
-use crate::problem::kinds::{self, Kind};
-use crate::problem::{problem_type, ApiError, ApiResult};
+use super::kinds::{self, Kind};
+use super::{problem_type, ApiError, ApiResult};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;

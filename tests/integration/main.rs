@@ -4,3 +4,4 @@ mod oidc;
 mod security;
 mod store;
 mod sync;
+mod walkthrough;

@@ -497,7 +497,8 @@ pub fn pointers(problem: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Asserts a problem response: status, content type, slug; returns the body.
+/// Asserts a problem response: status, content type, slug, and `instance` the request's id;
+/// returns the body without `instance`.
 pub fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
     assert_eq!(response.status().as_u16(), status, "status");
     let content_type = response
@@ -506,7 +507,22 @@ pub fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let body = json(response);
+    let request_id = response
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut body = json(response);
+    // `instance` is the request's id, different for every request: checked here, then left
+    // out, so that callers compare what the problem says.
+    if let (Some(id), Some(fields)) = (request_id, body.as_object_mut()) {
+        let instance = fields.remove("instance");
+        assert_eq!(
+            instance.as_ref().and_then(Value::as_str),
+            Some(id.as_str()),
+            "the problem's instance is not its request's id"
+        );
+    }
     assert_eq!(
         content_type, "application/problem+json",
         "content type of {body}"

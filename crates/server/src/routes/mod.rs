@@ -105,7 +105,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(ops::metrics_other_method)),
     )
     .service(get_and_head("/openapi.json", ops::openapi))
-    .service(get_and_head("/problems/{slug}", crate::problem::pages::page))
+    .service(get_and_head(
+        "/problems/{slug}",
+        crate::problem::pages::page,
+    ))
     .service(get_and_head(
         "/schemas/service-account-policy/v1.json",
         ops::policy_schema,

@@ -84,4 +84,7 @@ pub struct Customer {
     pub plan: Plan,
     /// When the customer was created.
     pub created_at: OffsetDateTime,
+    /// Since when it is disabled (`registry customer disable`): its credentials are refused and
+    /// its services' documents are not served. `None`: enabled.
+    pub disabled_at: Option<OffsetDateTime>,
 }

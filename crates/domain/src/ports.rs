@@ -109,6 +109,25 @@ pub trait CustomerStore: Send + Sync {
         plan: Plan,
         event: &AuditEvent,
     ) -> StoreResult<Option<Customer>>;
+    /// Disables the customer (`disabled_at`: since when) or enables it (`None`), with `event`
+    /// (`customer.update`) when, and only when, that changes it. While it is disabled,
+    /// [`AccountStore::account`], [`AccountStore::accounts_by_issuer`],
+    /// [`AccountStore::oidc_accounts`], [`ServiceStore::service`], [`ServiceStore::find_service`]
+    /// and [`ServiceStore::published_by_subdomain`] answer as if its accounts and services did
+    /// not exist; every one of them is logged as changed, so
+    /// that replicas read them again. The customer as it is after the call; `None` when no
+    /// customer has that tenant suffix.
+    fn set_disabled(
+        &self,
+        tenant: &str,
+        disabled_at: Option<OffsetDateTime>,
+        event: &AuditEvent,
+    ) -> StoreResult<Option<Customer>>;
+    /// Deletes the customer and everything it holds (services, their configurations and secrets,
+    /// accounts, their tokens, its audit trail), each service and account logged as changed, so
+    /// that every replica stops serving them at its next request. `false` when no customer has
+    /// that tenant suffix.
+    fn delete_customer(&self, tenant: &str) -> StoreResult<bool>;
 }
 
 /// Services and their published configurations.

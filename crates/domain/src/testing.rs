@@ -144,8 +144,38 @@ impl State {
         }
     }
 
+    /// Rows of the change log without an event (a customer deleted), at `at`.
+    fn log(&mut self, changes: &[Change], at: OffsetDateTime) {
+        for change in changes {
+            let seq = self.changes.last().map_or(0, |(seq, _, _)| *seq) + 1;
+            self.changes.push((seq, *change, ms(at)));
+        }
+    }
+
     fn customer_exists(&self, id: Uuid) -> bool {
         self.customers.iter().any(|c| c.id == id)
+    }
+
+    /// Whether `customer` is disabled: the reads that serve requests leave out what it holds.
+    fn disabled(&self, customer: Option<Uuid>) -> bool {
+        customer.is_some_and(|id| {
+            self.customers
+                .iter()
+                .any(|c| c.id == id && c.disabled_at.is_some())
+        })
+    }
+
+    /// Every service and account of `customer`, as changes.
+    fn holdings(&self, customer: Uuid) -> Vec<Change> {
+        let services = self
+            .services
+            .iter()
+            .filter(|x| x.customer_id == Some(customer));
+        let accounts = self.accounts.iter().filter(|a| a.customer_id == customer);
+        services
+            .map(|x| Change::Service(x.id))
+            .chain(accounts.map(|a| Change::Account(a.id)))
+            .collect()
     }
 
     fn service_exists(&self, id: Uuid) -> bool {
@@ -303,6 +333,69 @@ impl CustomerStore for MemoryStore {
         s.commit(event, &[]);
         Ok(Some(customer))
     }
+
+    fn set_disabled(
+        &self,
+        tenant: &str,
+        disabled_at: Option<OffsetDateTime>,
+        event: &AuditEvent,
+    ) -> StoreResult<Option<Customer>> {
+        let mut s = self.lock();
+        let Some(customer) = s.customers.iter_mut().find(|c| c.tenant == tenant) else {
+            return Ok(None);
+        };
+        if customer.disabled_at.is_some() == disabled_at.is_some() {
+            return Ok(Some(customer.clone()));
+        }
+        customer.disabled_at = disabled_at.map(ms);
+        let customer = customer.clone();
+        let changes = s.holdings(customer.id);
+        s.commit(event, &changes);
+        Ok(Some(customer))
+    }
+
+    fn delete_customer(&self, tenant: &str) -> StoreResult<bool> {
+        let mut s = self.lock();
+        let Some(id) = s
+            .customers
+            .iter()
+            .find(|c| c.tenant == tenant)
+            .map(|c| c.id)
+        else {
+            return Ok(false);
+        };
+        let changes = s.holdings(id);
+        let services: Vec<Uuid> = s
+            .services
+            .iter()
+            .filter(|x| x.customer_id == Some(id))
+            .map(|x| x.id)
+            .collect();
+        let accounts: Vec<Uuid> = s
+            .accounts
+            .iter()
+            .filter(|a| a.customer_id == id)
+            .map(|a| a.id)
+            .collect();
+        for service in &services {
+            s.configs.remove(service);
+            s.remove_credentials_of(CredentialOwner::AnonymousService(*service));
+        }
+        for account in &accounts {
+            s.remove_credentials_of(CredentialOwner::Account(*account));
+        }
+        s.services.retain(|x| x.customer_id != Some(id));
+        s.accounts.retain(|a| a.customer_id != id);
+        s.refusals.retain(|r| !accounts.contains(&r.account));
+        s.events.retain(|e| e.customer_id != Some(id));
+        s.customers.retain(|c| c.id != id);
+        let at = s
+            .changes
+            .last()
+            .map_or(OffsetDateTime::UNIX_EPOCH, |(_, _, at)| *at);
+        s.log(&changes, at);
+        Ok(true)
+    }
 }
 
 impl ServiceStore for MemoryStore {
@@ -349,17 +442,27 @@ impl ServiceStore for MemoryStore {
     /// An id is tried first; a subdomain that happens to read as a UUID is still found.
     fn find_service(&self, subdomain_or_id: &str) -> StoreResult<Option<Service>> {
         let s = self.lock();
+        let served = |x: &&Service| !s.disabled(x.customer_id);
         let by_id = Uuid::parse_str(subdomain_or_id)
             .ok()
-            .and_then(|id| s.services.iter().find(|x| x.id == id));
+            .and_then(|id| s.services.iter().filter(served).find(|x| x.id == id));
         let lower = subdomain_or_id.to_lowercase();
         Ok(by_id
-            .or_else(|| s.services.iter().find(|x| x.subdomain == lower))
+            .or_else(|| {
+                s.services
+                    .iter()
+                    .filter(served)
+                    .find(|x| x.subdomain == lower)
+            })
             .cloned())
     }
 
     fn service(&self, id: Uuid) -> StoreResult<Option<Service>> {
-        Ok(self.lock().services.iter().find(|x| x.id == id).cloned())
+        let s = self.lock();
+        Ok(s.services
+            .iter()
+            .find(|x| x.id == id && !s.disabled(x.customer_id))
+            .cloned())
     }
 
     fn services_of(&self, customer_id: Uuid) -> StoreResult<Vec<Service>> {
@@ -512,7 +615,7 @@ impl ServiceStore for MemoryStore {
         let subdomain = subdomain.to_lowercase();
         Ok(s.services
             .iter()
-            .filter(|x| x.subdomain == subdomain)
+            .filter(|x| x.subdomain == subdomain && !s.disabled(x.customer_id))
             .find_map(|x| Some((x.clone(), s.configs.get(&x.id)?.clone()))))
     }
 }
@@ -544,7 +647,11 @@ impl AccountStore for MemoryStore {
     }
 
     fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>> {
-        Ok(self.lock().accounts.iter().find(|a| a.id == id).cloned())
+        let s = self.lock();
+        Ok(s.accounts
+            .iter()
+            .find(|a| a.id == id && !s.disabled(Some(a.customer_id)))
+            .cloned())
     }
 
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>> {
@@ -615,9 +722,10 @@ impl AccountStore for MemoryStore {
     }
 
     fn accounts_by_issuer(&self, issuer: &str) -> StoreResult<Vec<ServiceAccount>> {
-        Ok(self
-            .lock()
-            .sorted_accounts(|a| a.policy.issuers().contains(&issuer)))
+        let s = self.lock();
+        Ok(s.sorted_accounts(|a| {
+            a.policy.issuers().contains(&issuer) && !s.disabled(Some(a.customer_id))
+        }))
     }
 
     fn record_use(&self, account_id: Uuid, minute: OffsetDateTime) -> StoreResult<bool> {
@@ -634,9 +742,10 @@ impl AccountStore for MemoryStore {
     }
 
     fn oidc_accounts(&self) -> StoreResult<Vec<ServiceAccount>> {
-        Ok(self
-            .lock()
-            .sorted_accounts(|a| a.policy.kind() == PolicyKind::Oidc))
+        let s = self.lock();
+        Ok(s.sorted_accounts(|a| {
+            a.policy.kind() == PolicyKind::Oidc && !s.disabled(Some(a.customer_id))
+        }))
     }
 }
 

@@ -64,6 +64,35 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 } => app::with_command_store(&database.database_url, |store| {
                     customers::set_plan(store, &tenant, &plan)
                 })?,
+                CustomerCommand::Disable { tenant, database } => {
+                    app::with_command_store(&database.database_url, |store| {
+                        customers::set_disabled(store, &tenant, true)
+                    })?
+                }
+                CustomerCommand::Enable { tenant, database } => {
+                    app::with_command_store(&database.database_url, |store| {
+                        customers::set_disabled(store, &tenant, false)
+                    })?
+                }
+                CustomerCommand::Delete {
+                    tenant,
+                    yes,
+                    database,
+                } => {
+                    if !yes {
+                        anyhow::bail!(
+                            "deleting the customer {tenant:?} deletes everything it holds and cannot be undone: add --yes"
+                        );
+                    }
+                    app::with_command_store(&database.database_url, |store| {
+                        customers::delete(store, &tenant)
+                    })?
+                }
+                CustomerCommand::Token { tenant, database } => {
+                    app::with_command_store(&database.database_url, |store| {
+                        customers::mint_token(store, &tenant)
+                    })?
+                }
             };
             print_json(&output);
             Ok(())
@@ -240,6 +269,54 @@ pub enum CustomerCommand {
         /// New plan: free, team, business or enterprise.
         #[arg(long)]
         plan: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Disable a customer: its credentials get 401 and its services' public documents 404, on
+    /// every replica from its next request, until it is enabled again; nothing is deleted.
+    /// Prints the customer.
+    ///
+    /// Example: `registry customer disable --tenant acme`
+    Disable {
+        /// Tenant suffix of the customer.
+        #[arg(long)]
+        tenant: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Enable a disabled customer again. Prints the customer.
+    ///
+    /// Example: `registry customer enable --tenant acme`
+    Enable {
+        /// Tenant suffix of the customer.
+        #[arg(long)]
+        tenant: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Delete a customer and everything it holds (services, published documents, accounts,
+    /// tokens, its audit trail), on every replica from its next request. Cannot be undone.
+    ///
+    /// Example: `registry customer delete --tenant acme --yes`
+    Delete {
+        /// Tenant suffix of the customer.
+        #[arg(long)]
+        tenant: String,
+        /// Confirms the deletion (required).
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Mint a new service account on every service (`"services": ["*"]`) and print its token,
+    /// once: the way back after a lost bootstrap token. Revoke the old one afterwards
+    /// (`DELETE /service-accounts/{id}` with the new token).
+    ///
+    /// Example: `registry customer token --tenant acme`
+    Token {
+        /// Tenant suffix of the customer.
+        #[arg(long)]
+        tenant: String,
         #[command(flatten)]
         database: DatabaseArgs,
     },

@@ -6,7 +6,7 @@ use crate::views;
 use registry_domain::app::customers::{self, CreateCustomer, SetPlan};
 use registry_domain::app::{AppError, Registry, Settings};
 use registry_domain::ports::Clock;
-use registry_domain::Customer;
+use registry_domain::{Customer, ServiceAccount};
 use registry_hasher::Argon2Hasher;
 use registry_oidc::{VerifierKeyImport, VerifierSignatureCheck};
 use registry_store::Store;
@@ -41,7 +41,26 @@ fn failure(doing: &'static str) -> impl FnOnce(AppError) -> anyhow::Error {
 }
 
 fn customer_json(c: &Customer) -> Value {
-    json!({"id": c.id.to_string(), "name": c.name, "tenant": c.tenant, "plan": c.plan.as_str()})
+    json!({
+        "id": c.id.to_string(),
+        "name": c.name,
+        "tenant": c.tenant,
+        "plan": c.plan.as_str(),
+        "disabledAt": c.disabled_at.map(views::timestamp),
+    })
+}
+
+/// The account and token a command minted, as printed.
+fn minted_json(account: &ServiceAccount, token: String) -> Value {
+    json!({
+        "serviceAccount": {
+            "id": account.id.to_string(),
+            "name": account.name,
+            "policy": account.policy.document(),
+            "createdAt": views::timestamp(account.created_at),
+        },
+        "token": token,
+    })
 }
 
 /// Creates a customer with its first static service account; returns what to print.
@@ -53,17 +72,9 @@ pub fn create(store: &Store, tenant: &str, plan: &str, name: &str) -> anyhow::Re
     };
     let created = customers::create(&registry(store), command, SystemClock.now())
         .map_err(failure("could not create the customer"))?;
-    let account = &created.account;
-    Ok(json!({
-        "customer": customer_json(&created.customer),
-        "serviceAccount": {
-            "id": account.id.to_string(),
-            "name": account.name,
-            "policy": account.policy.document(),
-            "createdAt": views::timestamp(account.created_at),
-        },
-        "token": created.token,
-    }))
+    let mut printed = minted_json(&created.account, created.token);
+    printed["customer"] = customer_json(&created.customer);
+    Ok(printed)
 }
 
 /// Every customer.
@@ -82,4 +93,30 @@ pub fn set_plan(store: &Store, tenant: &str, plan: &str) -> anyhow::Result<Value
     let customer = customers::set_plan(&registry(store), command, SystemClock.now())
         .map_err(failure("could not change the plan"))?;
     Ok(customer_json(&customer))
+}
+
+/// Disables (`disabled`) or enables a customer; prints it.
+pub fn set_disabled(store: &Store, tenant: &str, disabled: bool) -> anyhow::Result<Value> {
+    let doing = if disabled {
+        "could not disable the customer"
+    } else {
+        "could not enable the customer"
+    };
+    let customer = customers::set_disabled(&registry(store), tenant, disabled, SystemClock.now())
+        .map_err(failure(doing))?;
+    Ok(customer_json(&customer))
+}
+
+/// Deletes a customer and everything it holds.
+pub fn delete(store: &Store, tenant: &str) -> anyhow::Result<Value> {
+    customers::delete(&registry(store), tenant)
+        .map_err(failure("could not delete the customer"))?;
+    Ok(json!({"deleted": tenant}))
+}
+
+/// Mints a new account on every service for a customer; prints it with its token.
+pub fn mint_token(store: &Store, tenant: &str) -> anyhow::Result<Value> {
+    let (account, token) = customers::mint_token(&registry(store), tenant, SystemClock.now())
+        .map_err(failure("could not mint a token"))?;
+    Ok(minted_json(&account, token))
 }

@@ -97,21 +97,33 @@ pub async fn observe(
     let mut response = (&mut scoped).await?;
     let request_id = scoped.as_mut().take_value().unwrap_or_else(new_request_id);
     let request = response.request();
-    let route: Cow<'static, str> = if hosted {
-        Cow::Borrowed(HOSTED_ROUTE)
+    let pattern = if hosted {
+        None
     } else {
-        request
-            .match_pattern()
-            .map_or(Cow::Borrowed(UNMATCHED_ROUTE), Cow::Owned)
+        request.match_pattern()
+    };
+    let route: Cow<'static, str> = match pattern {
+        Some(pattern) => Cow::Owned(pattern),
+        None if hosted => Cow::Borrowed(HOSTED_ROUTE),
+        None => Cow::Borrowed(UNMATCHED_ROUTE),
     };
     // The path itself only where no route pattern names the request (never the query string).
-    let path = (hosted || request.match_pattern().is_none()).then(|| cut(request.path(), 200));
+    let path = matches!(route, Cow::Borrowed(_)).then(|| cut(request.path(), 200));
+    // Borrowed from the request: nothing is copied for the line (one that is not text, rare,
+    // is made text).
     let header = |name: header::HeaderName, most: usize| {
         request
             .headers()
             .get(name)
-            .map(|value| cut(&String::from_utf8_lossy(value.as_bytes()), most).to_owned())
+            .map(|value| match value.to_str() {
+                Ok(text) => Cow::Borrowed(cut(text, most)),
+                Err(_) => {
+                    Cow::Owned(cut(&String::from_utf8_lossy(value.as_bytes()), most).to_owned())
+                }
+            })
     };
+    let host = header(header::HOST, 255);
+    let user_agent = header(header::USER_AGENT, 100);
     let client = state.as_ref().map_or_else(
         || request.peer_addr().map(|a| a.ip()),
         |state| Some(crate::client_ip::client_ip(request, &state.trusted_proxies)),
@@ -126,8 +138,8 @@ pub async fn observe(
         latency_ms = elapsed.as_secs_f64() * 1000.0,
         request_id = %std::str::from_utf8(&request_id).unwrap_or_default(),
         client = client.map(tracing::field::display),
-        host = header(header::HOST, 255),
-        user_agent = header(header::USER_AGENT, 100),
+        host = host.as_deref(),
+        user_agent = user_agent.as_deref(),
         "request"
     );
     if let Some(state) = &state {

@@ -1,13 +1,16 @@
 //! [`CustomerStore`] on [`Store`].
 
 use crate::accounts::insert_account;
-use crate::rows::{id_text, millis, CustomerRow};
-use crate::schema::customers;
+use crate::error::Res;
+use crate::pool::Db;
+use crate::rows::{id_text, millis, uuid, CustomerRow};
+use crate::schema::{audit_events, customers, service_accounts, services};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
 use registry_domain::ports::{Change, CredentialRecord, CustomerStore, StoreResult};
 use registry_domain::{Customer, Plan, ServiceAccount};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 impl CustomerStore for Store {
@@ -98,4 +101,68 @@ impl CustomerStore for Store {
                 .map(Some)
         })
     }
+
+    fn set_disabled(
+        &self,
+        tenant: &str,
+        disabled_at: Option<OffsetDateTime>,
+        event: &AuditEvent,
+    ) -> StoreResult<Option<Customer>> {
+        self.write(None, |conn, changed| {
+            let by_tenant = customers::table.filter(customers::tenant.eq(tenant));
+            let Some((id, current)) = by_tenant
+                .select((customers::id, customers::disabled_at))
+                .get_result::<(String, Option<i64>)>(conn)
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            if current.is_some() != disabled_at.is_some() {
+                diesel::update(by_tenant)
+                    .set(customers::disabled_at.eq(disabled_at.map(millis)))
+                    .execute(conn)?;
+                changed.extend(holdings(conn, &id)?);
+                crate::audit::insert(conn, event)?;
+            }
+            by_tenant
+                .get_result::<CustomerRow>(conn)?
+                .into_domain()
+                .map(Some)
+        })
+    }
+
+    fn delete_customer(&self, tenant: &str) -> StoreResult<bool> {
+        self.write(None, |conn, changed| {
+            let Some(id) = customers::table
+                .filter(customers::tenant.eq(tenant))
+                .select(customers::id)
+                .get_result::<String>(conn)
+                .optional()?
+            else {
+                return Ok(false);
+            };
+            changed.extend(holdings(conn, &id)?);
+            diesel::delete(audit_events::table.filter(audit_events::customer_id.eq(&id)))
+                .execute(conn)?;
+            // Services, configurations, accounts and credentials go with it (ON DELETE CASCADE).
+            diesel::delete(customers::table.find(&id)).execute(conn)?;
+            Ok(true)
+        })
+    }
+}
+
+/// Every service and account of the customer `id`, as changes: what replicas must read again
+/// when the customer is disabled, enabled or deleted.
+fn holdings(conn: &mut Db, id: &str) -> Res<Vec<Change>> {
+    let services = services::table
+        .filter(services::customer_id.eq(id))
+        .select(services::id)
+        .load::<String>(conn)?;
+    let accounts = service_accounts::table
+        .filter(service_accounts::customer_id.eq(id))
+        .select(service_accounts::id)
+        .load::<String>(conn)?;
+    let services = services.iter().map(|s| uuid(s).map(Change::Service));
+    let accounts = accounts.iter().map(|a| uuid(a).map(Change::Account));
+    services.chain(accounts).collect()
 }

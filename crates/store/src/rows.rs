@@ -79,6 +79,7 @@ pub(crate) struct CustomerRow {
     tenant: String,
     plan: String,
     created_at: i64,
+    disabled_at: Option<i64>,
 }
 
 impl CustomerRow {
@@ -91,6 +92,7 @@ impl CustomerRow {
             name: self.name,
             tenant: self.tenant,
             created_at: instant(self.created_at)?,
+            disabled_at: self.disabled_at.map(instant).transpose()?,
         })
     }
 }

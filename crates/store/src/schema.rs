@@ -7,6 +7,7 @@ diesel::table! {
         tenant -> Text,
         plan -> Text,
         created_at -> BigInt,
+        disabled_at -> Nullable<BigInt>,
     }
 }
 

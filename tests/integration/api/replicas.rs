@@ -493,3 +493,115 @@ fn a_deletion_is_a_404_at_once_on_the_node_that_took_it() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// docs/api.md, "Customers": an operator disables a customer (its tokens 401, its documents 404),
+/// enables it again, mints a new token after a lost one, and deletes it, each on every replica
+/// from its next request, and other customers never notice.
+#[test]
+fn a_customers_lifecycle_holds_on_every_replica_at_once() {
+    let (a, b) = federating_replicas();
+    let acme = a.customer("acme", "business");
+    let other = a.customer("other", "business");
+    let api = publish_api(&a, &acme);
+    let others = publish_api(&a, &other);
+    let jwks = |server: &TestServer, subdomain: &str| {
+        server
+            .hosted(Method::GET, subdomain, "/openid/v1/jwks")
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    // Both replicas have the customer's account and documents in memory.
+    for server in [&a, &b] {
+        assert_eq!(status(server, &acme.token), 200);
+        assert_eq!(jwks(server, &api), 200);
+    }
+    let cli = |args: &[&str]| registry_tests::server::run_cli(args, &a.database_url);
+
+    let disabled = cli(&["customer", "disable", "--tenant", "acme"]).unwrap();
+    assert!(disabled["disabledAt"].is_string(), "{disabled}");
+    for server in [&a, &b] {
+        assert_problem(server.get("/services", &acme.token), 401, "unauthorized");
+        // The public path reads no database: each replica's follower applies the change
+        // within half a second.
+        gone_within(server, &api, Duration::from_secs(2));
+        assert_problem(
+            server
+                .hosted(Method::GET, &api, "/openid/v1/jwks")
+                .send()
+                .unwrap(),
+            404,
+            "not-found",
+        );
+        assert_eq!(status(server, &other.token), 200);
+        assert_eq!(jwks(server, &others), 200);
+    }
+    let listed = cli(&["customer", "list"]).unwrap();
+    assert!(listed[0]["disabledAt"].is_string() && listed[1]["disabledAt"].is_null());
+
+    let enabled = cli(&["customer", "enable", "--tenant", "acme"]).unwrap();
+    assert!(enabled["disabledAt"].is_null(), "{enabled}");
+    for server in [&a, &b] {
+        assert_eq!(status(server, &acme.token), 200);
+        let started = Instant::now();
+        while jwks(server, &api) != 200 {
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "not served again"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // The audit trail says the operator did both.
+    let events = json(a.get("/audit-events?action=customer.update", &acme.token));
+    assert_eq!(events["events"].as_array().unwrap().len(), 2, "{events}");
+    assert_eq!(events["events"][0]["actor"]["kind"], "operator");
+
+    // A lost token: the operator mints another, which works everywhere at once.
+    let minted = cli(&["customer", "token", "--tenant", "acme"]).unwrap();
+    let token = minted["token"].as_str().unwrap();
+    assert_eq!(minted["serviceAccount"]["policy"]["services"], json!(["*"]));
+    for server in [&a, &b] {
+        assert_eq!(status(server, token), 200);
+    }
+
+    // Deleting needs --yes, then takes everything, on both replicas.
+    let refused = cli(&["customer", "delete", "--tenant", "acme"]).unwrap_err();
+    assert!(refused.contains("--yes"), "{refused}");
+    assert_eq!(status(&b, &acme.token), 200);
+    cli(&["customer", "delete", "--tenant", "acme", "--yes"]).unwrap();
+    for server in [&a, &b] {
+        assert_eq!(status(server, &acme.token), 401);
+        assert_eq!(status(server, token), 401);
+        gone_within(server, &api, Duration::from_secs(2));
+        assert_eq!(status(server, &other.token), 200);
+    }
+    let unknown = cli(&["customer", "disable", "--tenant", "acme"]).unwrap_err();
+    assert!(
+        unknown.contains("no customer has the tenant suffix"),
+        "{unknown}"
+    );
+    // Its name is free again.
+    a.customer("acme", "business");
+}
+
+/// Waits until `subdomain`'s key set answers 404 on `server`, at most `limit`.
+fn gone_within(server: &TestServer, subdomain: &str, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        let status = server
+            .hosted(Method::GET, subdomain, "/openid/v1/jwks")
+            .send()
+            .unwrap()
+            .status();
+        if status == 404 {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{subdomain} still served ({status})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -154,6 +154,7 @@ fn the_store_keeps_the_newest_hundred_of_each_class() {
         tenant: "acme".into(),
         plan: Plan::Business,
         created_at: at(0),
+        disabled_at: None,
     };
     let policy = Policy::parse(&json!({"kind": "static", "services": ["*"]}))
         .unwrap()

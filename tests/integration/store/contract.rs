@@ -1862,3 +1862,145 @@ fn replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned(store: &dyn St
     assert_eq!(store.fetches(other, old, 10).unwrap()[0].ok, 2);
     assert!(store.fetches(Uuid::new_v4(), old, 10).unwrap().is_empty());
 }
+
+#[test]
+fn a_disabled_customers_holdings_are_not_read_until_it_is_enabled_on_every_store() {
+    on_every_store(a_disabled_customers_holdings_are_not_read_until_it_is_enabled);
+}
+
+fn a_disabled_customers_holdings_are_not_read_until_it_is_enabled(store: &dyn Storage) {
+    let (c, first, _) = seeded(store, "acme");
+    let (other, other_first, _) = seeded(store, "globex");
+    let federated = account(c.id, "ci", oidc_policy(&["https://ci.example"]), 1);
+    store
+        .create_account(&federated, None, Ceiling::NONE, &ev())
+        .unwrap();
+    let s = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .put_config(&config(s.id, "https://api-acme.example", 2), &ev())
+        .unwrap();
+    let before = store.latest_change().unwrap();
+
+    let disabled = store
+        .set_disabled(
+            "acme",
+            Some(at(10)),
+            &event(Action::CustomerUpdate, Some(c.id), 10),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(disabled.disabled_at, Some(at(10)));
+    assert_eq!(store.customer(c.id).unwrap(), Some(disabled.clone()));
+    assert!(store.account(first.id).unwrap().is_none());
+    assert!(store
+        .accounts_by_issuer("https://ci.example")
+        .unwrap()
+        .is_empty());
+    assert!(ids(&store.oidc_accounts().unwrap()).is_empty());
+    assert_eq!(store.service(s.id).unwrap(), None);
+    assert_eq!(store.find_service("api-acme").unwrap(), None);
+    assert_eq!(store.published_by_subdomain("api-acme").unwrap(), None);
+    // Every service and account is logged, once, for the replicas; one event.
+    let (_, logged) = store.changes_since(before, 100).unwrap();
+    let mut logged_ids: Vec<String> = logged.iter().map(|c| format!("{c:?}")).collect();
+    logged_ids.sort();
+    let mut expected: Vec<String> = [
+        Change::Service(s.id),
+        Change::Account(first.id),
+        Change::Account(federated.id),
+    ]
+    .iter()
+    .map(|c| format!("{c:?}"))
+    .collect();
+    expected.sort();
+    assert_eq!(logged_ids, expected);
+    let events = trail(store, Trail::Customer(c.id)).len();
+    // Again: no change, no event, no change logged.
+    let again = store
+        .set_disabled(
+            "acme",
+            Some(at(20)),
+            &event(Action::CustomerUpdate, Some(c.id), 20),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.disabled_at, Some(at(10)));
+    assert_eq!(trail(store, Trail::Customer(c.id)).len(), events);
+    assert_eq!(store.changes_since(before, 100).unwrap().1.len(), 3);
+    // Other customers are untouched.
+    assert_same_account(
+        &store.account(other_first.id).unwrap().unwrap(),
+        &other_first,
+    );
+    assert_eq!(store.customer(other.id).unwrap().unwrap().disabled_at, None);
+
+    let enabled = store
+        .set_disabled("acme", None, &event(Action::CustomerUpdate, Some(c.id), 30))
+        .unwrap()
+        .unwrap();
+    assert_eq!(enabled.disabled_at, None);
+    assert_same_account(&store.account(first.id).unwrap().unwrap(), &first);
+    assert_eq!(
+        ids(&store.accounts_by_issuer("https://ci.example").unwrap()),
+        [federated.id]
+    );
+    assert_eq!(store.service(s.id).unwrap(), Some(s.clone()));
+    assert!(store.published_by_subdomain("api-acme").unwrap().is_some());
+    assert_eq!(trail(store, Trail::Customer(c.id)).len(), events + 1);
+    assert_eq!(
+        store
+            .set_disabled(
+                "nobody",
+                Some(at(40)),
+                &event(Action::CustomerUpdate, None, 40)
+            )
+            .unwrap(),
+        None
+    );
+}
+
+#[test]
+fn a_deleted_customer_leaves_nothing_behind_on_every_store() {
+    on_every_store(a_deleted_customer_leaves_nothing_behind);
+}
+
+fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
+    let (c, first, token) = seeded(store, "acme");
+    let (_, other_first, other_token) = seeded(store, "globex");
+    let s = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .put_config(&config(s.id, "https://api-acme.example", 2), &ev())
+        .unwrap();
+    let before = store.latest_change().unwrap();
+
+    assert!(store.delete_customer("acme").unwrap());
+    assert_eq!(store.customer(c.id).unwrap(), None);
+    assert_eq!(store.customer_by_tenant("acme").unwrap(), None);
+    assert!(store.account(first.id).unwrap().is_none());
+    assert_eq!(store.credential(&token.lookup_id).unwrap(), None);
+    assert_eq!(store.service(s.id).unwrap(), None);
+    assert_eq!(store.config(s.id).unwrap(), None);
+    assert!(trail(store, Trail::Customer(c.id)).is_empty());
+    let (_, logged) = store.changes_since(before, 100).unwrap();
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    assert!(logged.contains(&Change::Service(s.id)) && logged.contains(&Change::Account(first.id)));
+    // The other customer keeps everything; the tenant and the subdomain are free again.
+    assert!(store.credential(&other_token.lookup_id).unwrap().is_some());
+    assert!(store.account(other_first.id).unwrap().is_some());
+    assert!(!store.delete_customer("acme").unwrap());
+    seeded(store, "acme");
+    let again = registered(
+        store.customer_by_tenant("acme").unwrap().unwrap().id,
+        "api-acme",
+        3,
+    );
+    store
+        .create_service(&again, None, Ceiling::NONE, &ev())
+        .unwrap();
+}

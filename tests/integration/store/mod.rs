@@ -39,6 +39,7 @@ fn customer(tenant: &str, created: i64) -> Customer {
         tenant: tenant.into(),
         plan: Plan::Business,
         created_at: at(created),
+        disabled_at: None,
     }
 }
 

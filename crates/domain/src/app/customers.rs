@@ -6,7 +6,7 @@ use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::credentials::{self, CredentialKind};
 use crate::naming::validate_tenant;
 use crate::policy::Policy;
-use crate::ports::CredentialRecord;
+use crate::ports::{Ceiling, CredentialRecord};
 use crate::{Customer, Plan, ServiceAccount, StoreError, Violation};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -91,23 +91,14 @@ pub fn create(
         tenant,
         plan,
         created_at: now,
+        disabled_at: None,
     };
-    let policy = Policy::parse(&json!({"kind": "static", "services": ["*"]}))
-        .map_err(|e| AppError::Invalid(e.into_violations()))?
-        .policy;
-    let account = ServiceAccount {
-        id: Uuid::new_v4(),
-        customer_id: customer.id,
-        name: format!("{} bootstrap", customer.name),
-        policy,
-        created_at: now,
-        last_used_at: None,
-    };
-    let token = credentials::generate(CredentialKind::StaticToken, &*registry.random);
-    let record = CredentialRecord {
-        lookup_id: token.lookup_id.clone(),
-        hash: registry.hasher.hash(&token.plaintext)?,
-    };
+    let (account, token, record) = account_on_every_service(
+        registry,
+        &customer,
+        format!("{} bootstrap", customer.name),
+        now,
+    )?;
     let event = AuditEvent::new(
         Action::CustomerCreate,
         Resource::customer(customer.id),
@@ -122,7 +113,7 @@ pub fn create(
         Ok(()) => Ok(CreatedCustomer {
             customer,
             account,
-            token: token.plaintext,
+            token,
         }),
         Err(StoreError::Conflict(_)) => Err(AppError::Conflict(format!(
             "the tenant suffix {:?} is already taken",
@@ -130,6 +121,33 @@ pub fn create(
         ))),
         Err(other) => Err(other.into()),
     }
+}
+
+/// A static account of `customer` on every service (`"*"`), its token (shown once) and the
+/// token's record (hashed through the port).
+fn account_on_every_service(
+    registry: &Registry,
+    customer: &Customer,
+    name: String,
+    now: OffsetDateTime,
+) -> Result<(ServiceAccount, String, CredentialRecord), AppError> {
+    let policy = Policy::parse(&json!({"kind": "static", "services": ["*"]}))
+        .map_err(|e| AppError::Invalid(e.into_violations()))?
+        .policy;
+    let account = ServiceAccount {
+        id: Uuid::new_v4(),
+        customer_id: customer.id,
+        name,
+        policy,
+        created_at: now,
+        last_used_at: None,
+    };
+    let token = credentials::generate(CredentialKind::StaticToken, &*registry.random);
+    let record = CredentialRecord {
+        lookup_id: token.lookup_id.clone(),
+        hash: registry.hasher.hash(&token.plaintext)?,
+    };
+    Ok((account, token.plaintext, record))
 }
 
 /// Every customer, oldest first.
@@ -148,8 +166,8 @@ pub fn set_plan(
 ) -> Result<Customer, AppError> {
     let plan = plan(&command.plan)?;
     let store = &*registry.store;
-    // Tenant suffixes never change and customers are never deleted: the id read here is the
-    // one the store changes.
+    // Tenant suffixes never change: the id read here is the one the store changes (or, should
+    // the customer be deleted meanwhile, the store finds no one).
     let customer = store
         .customer_by_tenant(&command.tenant)?
         .ok_or_else(|| unknown_tenant(&command.tenant))?;
@@ -163,6 +181,69 @@ pub fn set_plan(
     store
         .set_plan(&command.tenant, plan, &event)?
         .ok_or_else(|| unknown_tenant(&command.tenant))
+}
+
+/// `registry customer disable` (`disabled`: true) and `enable`: the customer by tenant suffix
+/// is disabled since `now` (its credentials are refused and its services' documents not served,
+/// on every replica from its next request) or enabled again, with a `customer.update` event
+/// when that changes it. Disabling a disabled customer changes nothing (it stays disabled since
+/// the first time). An unknown tenant is a 404 ([`unknown_tenant`]).
+pub fn set_disabled(
+    registry: &Registry,
+    tenant: &str,
+    disabled: bool,
+    now: OffsetDateTime,
+) -> Result<Customer, AppError> {
+    let store = &*registry.store;
+    let customer = store
+        .customer_by_tenant(tenant)?
+        .ok_or_else(|| unknown_tenant(tenant))?;
+    let event = AuditEvent::new(
+        Action::CustomerUpdate,
+        Resource::customer(customer.id),
+        Actor::operator(),
+        Some(customer.id),
+        now,
+    );
+    store
+        .set_disabled(tenant, disabled.then_some(now), &event)?
+        .ok_or_else(|| unknown_tenant(tenant))
+}
+
+/// `registry customer delete`: the customer by tenant suffix and everything it holds, gone from
+/// every replica at its next request. An unknown tenant is a 404 ([`unknown_tenant`]).
+pub fn delete(registry: &Registry, tenant: &str) -> Result<(), AppError> {
+    if registry.store.delete_customer(tenant)? {
+        Ok(())
+    } else {
+        Err(unknown_tenant(tenant))
+    }
+}
+
+/// `registry customer token`: a new static account of the customer on every service, and its
+/// token (the way back after a lost bootstrap token), with the `account.create` event of the
+/// operator. Not counted against the customer's accounts quota: it is the operator's, and the
+/// way back must not be closed by a full quota. An unknown tenant is a 404.
+pub fn mint_token(
+    registry: &Registry,
+    tenant: &str,
+    now: OffsetDateTime,
+) -> Result<(ServiceAccount, String), AppError> {
+    let store = &*registry.store;
+    let customer = store
+        .customer_by_tenant(tenant)?
+        .ok_or_else(|| unknown_tenant(tenant))?;
+    let name = format!("{} operator token", customer.name);
+    let (account, token, record) = account_on_every_service(registry, &customer, name, now)?;
+    let event = AuditEvent::new(
+        Action::AccountCreate,
+        Resource::account(account.id),
+        Actor::operator(),
+        Some(customer.id),
+        now,
+    );
+    store.create_account(&account, Some(&record), Ceiling::NONE, &event)?;
+    Ok((account, token))
 }
 
 #[cfg(test)]
@@ -341,5 +422,72 @@ mod tests {
         assert!(matches!(gold, AppError::BadRequest(_)), "{gold:?}");
         assert_eq!(store.customer(acme.id).unwrap().unwrap().plan, Plan::Team);
         assert_eq!(store.events(), before);
+    }
+
+    #[test]
+    fn a_disabled_customer_holds_nothing_the_requests_read_until_enabled() {
+        use crate::ports::AccountStore;
+        let (registry, store, acme) = setup(Plan::Business);
+        let created = create(&registry, new("globex", "team", "Globex"), NOW).unwrap();
+        let account = created.account.id;
+        let before = store.events().len();
+
+        let disabled = set_disabled(&registry, "globex", true, LATER).unwrap();
+        assert_eq!(disabled.disabled_at, Some(LATER));
+        assert!(store.account(account).unwrap().is_none());
+        assert_eq!(store.events().len(), before + 1);
+        assert_eq!(store.last_event().unwrap().action, Action::CustomerUpdate);
+        // Again: nothing changes, no event, disabled since the first time.
+        let again = set_disabled(&registry, "globex", true, LATER + time::Duration::hours(1));
+        assert_eq!(again.unwrap().disabled_at, Some(LATER));
+        assert_eq!(store.events().len(), before + 1);
+        // Another customer is untouched.
+        assert!(store
+            .accounts_of(acme.id)
+            .unwrap()
+            .iter()
+            .all(|a| store.account(a.id).unwrap().is_some()));
+
+        let enabled = set_disabled(&registry, "globex", false, LATER).unwrap();
+        assert_eq!(enabled.disabled_at, None);
+        assert_eq!(store.account(account).unwrap().map(|a| a.id), Some(account));
+        assert!(matches!(
+            set_disabled(&registry, "nobody", true, LATER),
+            Err(AppError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn a_deleted_customer_leaves_nothing_and_a_minted_token_works() {
+        use crate::ports::AccountStore;
+        let (registry, store, _) = setup(Plan::Business);
+        let created = create(&registry, new("globex", "team", "Globex"), NOW).unwrap();
+
+        let (account, token) = mint_token(&registry, "globex", LATER).unwrap();
+        assert_eq!(
+            account.policy.document(),
+            &json!({"kind": "static", "services": ["*"]})
+        );
+        let parsed = parse(&token).unwrap();
+        let stored = store.credential(parsed.lookup_id).unwrap().unwrap();
+        assert_eq!(stored.owner, CredentialOwner::Account(account.id));
+        let event = store.last_event().unwrap();
+        assert_eq!(
+            (event.action, event.actor.clone()),
+            (Action::AccountCreate, Actor::operator())
+        );
+
+        delete(&registry, "globex").unwrap();
+        assert_eq!(store.customer_by_tenant("globex").unwrap(), None);
+        assert!(store.account(created.account.id).unwrap().is_none());
+        assert_eq!(store.credential(parsed.lookup_id).unwrap(), None);
+        assert!(matches!(
+            delete(&registry, "globex"),
+            Err(AppError::NotFound(_))
+        ));
+        assert!(matches!(
+            mint_token(&registry, "globex", LATER),
+            Err(AppError::NotFound(_))
+        ));
     }
 }

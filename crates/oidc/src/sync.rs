@@ -253,7 +253,7 @@ pub enum Credentials {
     IdentityTokenFile(PathBuf),
 }
 
-/// The registry's API, as `registry sync` uses it.
+/// The registry's API, as `registry sync` and the command line's client commands call it.
 #[derive(Debug, Clone)]
 pub struct RegistryApi {
     base: String,
@@ -278,7 +278,10 @@ impl RegistryApi {
         }
     }
 
-    async fn call(
+    /// One call of the API (`GET`, `PUT`, `POST`, `PATCH` or `DELETE` on `path`, with a JSON
+    /// body): the status and the body as JSON (`Null` when it has none or is not JSON). An
+    /// error only when the registry does not answer.
+    pub async fn call(
         &self,
         method: &'static str,
         path: &str,
@@ -287,6 +290,9 @@ impl RegistryApi {
         let url = format!("{}{path}", self.base);
         let mut request = match method {
             "PUT" => self.client.put(&url),
+            "POST" => self.client.post(&url),
+            "PATCH" => self.client.patch(&url),
+            "DELETE" => self.client.delete(&url),
             _ => self.client.get(&url),
         }
         .bearer_auth(self.bearer()?);

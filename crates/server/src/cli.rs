@@ -1,5 +1,10 @@
-//! The command line: `registry serve | migrate | customer … | audit | sync | policy …`.
+//! The command line: the server and the operator's commands (`registry serve | migrate | customer …
+//! | audit | sync | policy …`), and the client of the API (`services`, `config`, `keys`,
+//! `accounts`, `preflight`, `fetches`, `audit-events`: `api_cli`).
 
+use crate::api_cli::{
+    self, AccountsCommand, Call, ConfigCommand, Connection, KeysCommand, ServicesCommand,
+};
 use crate::policy_cli::PolicyCommand;
 use crate::settings::{DatabaseArgs, Settings};
 use crate::sync::SyncArgs;
@@ -43,6 +48,50 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }),
         Command::Sync(args) => sync::run(args),
+        Command::Services {
+            command,
+            connection,
+        } => Ok(api_cli::run(&connection, Call::Services(command))?),
+        Command::Config {
+            command,
+            connection,
+        } => Ok(api_cli::run(&connection, Call::Config(command))?),
+        Command::Keys {
+            command,
+            connection,
+        } => Ok(api_cli::run(&connection, Call::Keys(command))?),
+        Command::Accounts {
+            command,
+            connection,
+        } => Ok(api_cli::run(&connection, Call::Accounts(command))?),
+        Command::Preflight {
+            service,
+            token_file,
+            connection,
+        } => Ok(api_cli::run(
+            &connection,
+            Call::Preflight {
+                service,
+                token_file,
+            },
+        )?),
+        Command::Fetches {
+            service,
+            connection,
+        } => Ok(api_cli::run(&connection, Call::Fetches { service })?),
+        Command::AuditEvents {
+            since,
+            action,
+            limit,
+            connection,
+        } => Ok(api_cli::run(
+            &connection,
+            Call::AuditEvents {
+                since,
+                action,
+                limit,
+            },
+        )?),
         Command::Policy { command } => policy_cli::run(command),
         Command::Customer { command } => {
             let output = match command {
@@ -197,6 +246,88 @@ pub enum Command {
     /// ["k3s-acme"], "actions": ["config:read", "config:write"]}` (or the same `services` and
     /// `actions` in the rule of an `oidc` account).
     Sync(SyncArgs),
+    /// Your services (a client of the API: REGISTRY_API_URL, REGISTRY_TOKEN; --format json for
+    /// the API's JSON). Exit codes: 0 done, 1 refused by the API (one sentence) or unreachable,
+    /// 2 wrong command line.
+    ///
+    /// Example: `REGISTRY_TOKEN=rgst_… registry services list`
+    Services {
+        /// What to do.
+        #[command(subcommand)]
+        command: ServicesCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// What a service publishes: get, push (upload) or delete its documents (a client of the
+    /// API, as `services` is).
+    ///
+    /// Example: `registry config push k3s-acme --discovery-file openid-configuration.json --jwks-file jwks.json`
+    Config {
+        /// What to do.
+        #[command(subcommand)]
+        command: ConfigCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// The keys a service publishes, and withdrawing a retired one (a client of the API).
+    ///
+    /// Example: `registry keys list k3s-acme`
+    Keys {
+        /// What to do.
+        #[command(subcommand)]
+        command: KeysCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Your service accounts (a client of the API).
+    ///
+    /// Example: `registry accounts create --name deployer --policy-file deployer.json`
+    Accounts {
+        /// What to do.
+        #[command(subcommand)]
+        command: AccountsCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// What AWS, GCP and Azure will say of a service's documents, and of a token your workload
+    /// would present (a client of the API).
+    ///
+    /// Example: `registry preflight k3s-acme --token-file token.jwt`
+    Preflight {
+        /// Subdomain or id.
+        service: String,
+        /// A token to check too (a file holding the JWT).
+        #[arg(long)]
+        token_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Who fetched a service's documents, and whether since they last changed (a client of the
+    /// API).
+    ///
+    /// Example: `registry fetches k3s-acme`
+    Fetches {
+        /// Subdomain or id.
+        service: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Your audit trail, newest first (a client of the API; operators have `registry audit`).
+    ///
+    /// Example: `registry audit-events --action config.put --since 2026-11-01T00:00:00Z`
+    AuditEvents {
+        /// Events at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this action (`config.put`, `account.create`…).
+        #[arg(long)]
+        action: Option<String>,
+        /// At most this many (1–500, default 100).
+        #[arg(long)]
+        limit: Option<u32>,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Work with policy documents offline: no database, no network.
     Policy {
         /// What to do with a policy.

@@ -1,0 +1,605 @@
+//! The customer-facing commands: the binary as a client of the API, as `vault` is of Vault
+//! (`registry services …`, `config …`, `keys …`, `accounts …`, `preflight`, `fetches`,
+//! `audit-events`). Each reads `REGISTRY_API_URL` and `REGISTRY_TOKEN` (or an identity token
+//! file), makes its call, and prints a table, or the API's JSON with `--format json`. An API
+//! problem is one sentence on stderr (title, detail, each pointer) and exit 1; a wrong command
+//! line is clap's usage and exit 2.
+
+use registry_oidc::sync::{Credentials, RegistryApi};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+/// How to reach the API, shared by every client command.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Connection {
+    /// The registry's API.
+    #[arg(
+        long,
+        global = true,
+        env = "REGISTRY_API_URL",
+        default_value = "http://localhost:8080"
+    )]
+    pub api_url: String,
+    /// A static token or an anonymous secret (prefer the environment: a flag shows in `ps`).
+    #[arg(long, global = true, env = "REGISTRY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// A file holding an identity token for an `oidc` service account, read at each call.
+    #[arg(long, global = true, conflicts_with = "token")]
+    pub identity_token_file: Option<PathBuf>,
+    /// What to print: a table for people, or the API's JSON for programs.
+    #[arg(long, global = true, value_enum, default_value = "table")]
+    pub format: Format,
+}
+
+/// What a client command prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns (lists) or `field: value` lines (one resource).
+    Table,
+    /// The API's answer, as JSON.
+    Json,
+}
+
+/// `registry services …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum ServicesCommand {
+    /// List the services the credential reaches.
+    ///
+    /// Example: `registry services list --format json`
+    List,
+    /// Show one service (subdomain or id).
+    ///
+    /// Example: `registry services get k3s-acme`
+    Get {
+        /// Subdomain or id.
+        service: String,
+    },
+    /// Register a service.
+    ///
+    /// Example: `registry services create --name k3s --title "Dev cluster"`
+    Create {
+        /// The URL name (business and enterprise plans): the subdomain is `{name}-{tenant}`.
+        #[arg(long)]
+        name: Option<String>,
+        /// A title.
+        #[arg(long)]
+        title: Option<String>,
+        /// A description.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Delete a service and what it publishes.
+    ///
+    /// Example: `registry services delete k3s-acme`
+    Delete {
+        /// Subdomain or id.
+        service: String,
+    },
+}
+
+/// `registry config …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum ConfigCommand {
+    /// Show what a service publishes.
+    ///
+    /// Example: `registry config get k3s-acme`
+    Get {
+        /// Subdomain or id.
+        service: String,
+    },
+    /// Publish a discovery document and a key set (keys dropped stay published, retired).
+    ///
+    /// Example: `registry config push k3s-acme --discovery-file openid-configuration.json --jwks-file jwks.json`
+    Push {
+        /// Subdomain or id.
+        service: String,
+        /// The discovery document (`kubectl get --raw /.well-known/openid-configuration`).
+        #[arg(long)]
+        discovery_file: PathBuf,
+        /// The key set (`kubectl get --raw /openid/v1/jwks`).
+        #[arg(long)]
+        jwks_file: PathBuf,
+        /// How long keys the upload drops stay published, retired (0–168, default 24).
+        #[arg(long)]
+        retain_hours: Option<u32>,
+    },
+    /// Withdraw what a service publishes.
+    ///
+    /// Example: `registry config delete k3s-acme`
+    Delete {
+        /// Subdomain or id.
+        service: String,
+    },
+}
+
+/// `registry keys …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum KeysCommand {
+    /// The keys a service publishes, current and retired, with until when.
+    ///
+    /// Example: `registry keys list k3s-acme`
+    List {
+        /// Subdomain or id.
+        service: String,
+    },
+    /// Withdraw a retired key at once (a compromised key).
+    ///
+    /// Example: `registry keys delete k3s-acme 2f1c…`
+    Delete {
+        /// Subdomain or id.
+        service: String,
+        /// The key's `kid`.
+        kid: String,
+    },
+}
+
+/// `registry accounts …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum AccountsCommand {
+    /// List the customer's service accounts.
+    ///
+    /// Example: `registry accounts list`
+    List,
+    /// Show one account.
+    ///
+    /// Example: `registry accounts get 3553eb88-5cd4-413c-a51b-09f15e5c26fa`
+    Get {
+        /// The account's id.
+        id: String,
+    },
+    /// Create an account from a policy file (a static one prints its token, once).
+    ///
+    /// Example: `registry accounts create --name deployer --policy-file deployer.json`
+    Create {
+        /// Its name.
+        #[arg(long)]
+        name: String,
+        /// The policy document (JSON).
+        #[arg(long)]
+        policy_file: PathBuf,
+    },
+    /// Change an account's name or policy.
+    ///
+    /// Example: `registry accounts update 3553eb88-… --policy-file deployer.json`
+    Update {
+        /// The account's id.
+        id: String,
+        /// A new name.
+        #[arg(long)]
+        name: Option<String>,
+        /// A new policy document (JSON).
+        #[arg(long)]
+        policy_file: Option<PathBuf>,
+    },
+    /// Delete an account (its token stops working at once).
+    ///
+    /// Example: `registry accounts delete 3553eb88-…`
+    Delete {
+        /// The account's id.
+        id: String,
+    },
+    /// Replace a static account's token; prints the new one, once.
+    ///
+    /// Example: `registry accounts regenerate 3553eb88-…`
+    Regenerate {
+        /// The account's id.
+        id: String,
+    },
+}
+
+/// What a client command asks of the API.
+#[derive(Debug)]
+pub enum Call {
+    /// `registry services …`.
+    Services(ServicesCommand),
+    /// `registry config …`.
+    Config(ConfigCommand),
+    /// `registry keys …`.
+    Keys(KeysCommand),
+    /// `registry accounts …`.
+    Accounts(AccountsCommand),
+    /// `registry preflight SERVICE [--token-file F]`.
+    Preflight {
+        /// Subdomain or id.
+        service: String,
+        /// A token a workload would present, checked too.
+        token_file: Option<PathBuf>,
+    },
+    /// `registry fetches SERVICE`.
+    Fetches {
+        /// Subdomain or id.
+        service: String,
+    },
+    /// `registry audit-events [--since T] [--action A] [--limit N]`.
+    AuditEvents {
+        /// Events at or after this RFC 3339 time.
+        since: Option<String>,
+        /// Only this action (`config.put`…).
+        action: Option<String>,
+        /// At most this many (1–500).
+        limit: Option<u32>,
+    },
+}
+
+/// Why a client command failed: one sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// A file named on the command line could not be read or is not JSON.
+    #[error("{0}")]
+    File(String),
+    /// The registry did not answer, or the credentials are missing.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The API answered a problem.
+    #[error("{0}")]
+    Problem(String),
+}
+
+/// A request: method, path, body.
+type Request = (&'static str, String, Option<Value>);
+
+fn read_json(path: &PathBuf) -> Result<Value, ClientError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ClientError::File(format!("cannot read {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| ClientError::File(format!("{} is not JSON: {e}", path.display())))
+}
+
+/// Path segments are the user's: percent-encode what is not unreserved.
+fn segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+fn request(call: &Call) -> Result<Request, ClientError> {
+    let service = |s: &str| format!("/services/{}", segment(s));
+    let account = |id: &str| format!("/service-accounts/{}", segment(id));
+    Ok(match call {
+        Call::Services(ServicesCommand::List) => ("GET", "/services".into(), None),
+        Call::Services(ServicesCommand::Get { service: s }) => ("GET", service(s), None),
+        Call::Services(ServicesCommand::Create {
+            name,
+            title,
+            description,
+        }) => {
+            let mut body = json!({});
+            for (field, value) in [
+                ("serviceName", name),
+                ("title", title),
+                ("description", description),
+            ] {
+                if let Some(value) = value {
+                    body[field] = json!(value);
+                }
+            }
+            ("POST", "/services".into(), Some(body))
+        }
+        Call::Services(ServicesCommand::Delete { service: s }) => ("DELETE", service(s), None),
+        Call::Config(ConfigCommand::Get { service: s }) => {
+            ("GET", format!("{}/config", service(s)), None)
+        }
+        Call::Config(ConfigCommand::Push {
+            service: s,
+            discovery_file,
+            jwks_file,
+            retain_hours,
+        }) => {
+            let mut body = json!({
+                "openidConfiguration": read_json(discovery_file)?,
+                "jwks": read_json(jwks_file)?,
+            });
+            if let Some(hours) = retain_hours {
+                body["retainRemovedKeysHours"] = json!(hours);
+            }
+            ("PUT", format!("{}/config", service(s)), Some(body))
+        }
+        Call::Config(ConfigCommand::Delete { service: s }) => {
+            ("DELETE", format!("{}/config", service(s)), None)
+        }
+        Call::Keys(KeysCommand::List { service: s }) => {
+            ("GET", format!("{}/keys", service(s)), None)
+        }
+        Call::Keys(KeysCommand::Delete { service: s, kid }) => (
+            "DELETE",
+            format!("{}/keys/{}", service(s), segment(kid)),
+            None,
+        ),
+        Call::Accounts(AccountsCommand::List) => ("GET", "/service-accounts".into(), None),
+        Call::Accounts(AccountsCommand::Get { id }) => ("GET", account(id), None),
+        Call::Accounts(AccountsCommand::Create { name, policy_file }) => (
+            "POST",
+            "/service-accounts".into(),
+            Some(json!({"name": name, "policy": read_json(policy_file)?})),
+        ),
+        Call::Accounts(AccountsCommand::Update {
+            id,
+            name,
+            policy_file,
+        }) => {
+            let mut body = json!({});
+            if let Some(name) = name {
+                body["name"] = json!(name);
+            }
+            if let Some(file) = policy_file {
+                body["policy"] = read_json(file)?;
+            }
+            ("PATCH", account(id), Some(body))
+        }
+        Call::Accounts(AccountsCommand::Delete { id }) => ("DELETE", account(id), None),
+        Call::Accounts(AccountsCommand::Regenerate { id }) => {
+            ("POST", format!("{}/regenerate-token", account(id)), None)
+        }
+        Call::Preflight {
+            service: s,
+            token_file: None,
+        } => ("GET", format!("{}/preflight", service(s)), None),
+        Call::Preflight {
+            service: s,
+            token_file: Some(file),
+        } => {
+            let token = std::fs::read_to_string(file)
+                .map_err(|e| ClientError::File(format!("cannot read {}: {e}", file.display())))?;
+            (
+                "POST",
+                format!("{}/preflight", service(s)),
+                Some(json!({"token": token.trim()})),
+            )
+        }
+        Call::Fetches { service: s } => ("GET", format!("{}/fetches", service(s)), None),
+        Call::AuditEvents {
+            since,
+            action,
+            limit,
+        } => {
+            let mut query = Vec::new();
+            if let Some(limit) = limit {
+                query.push(format!("limit={limit}"));
+            }
+            if let Some(action) = action {
+                query.push(format!("action={}", segment(action)));
+            }
+            if let Some(since) = since {
+                query.push(format!("since={}", segment(since)));
+            }
+            let query = if query.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", query.join("&"))
+            };
+            ("GET", format!("/audit-events{query}"), None)
+        }
+    })
+}
+
+/// A problem answer as one sentence: its title, its detail, and each pointer with its message.
+fn problem_sentence(status: u16, body: &Value) -> String {
+    let title = body["title"].as_str().unwrap_or("the API refused the call");
+    let mut sentence = format!("{title} ({status})");
+    if let Some(detail) = body["detail"].as_str() {
+        sentence.push_str(&format!(": {detail}"));
+    }
+    for error in body["errors"].as_array().into_iter().flatten() {
+        sentence.push_str(&format!(
+            "; {} {}",
+            error["pointer"].as_str().unwrap_or(""),
+            error["message"].as_str().unwrap_or("")
+        ));
+    }
+    sentence
+}
+
+/// Runs a client command: the call, then what it prints.
+pub fn run(connection: &Connection, call: Call) -> Result<(), ClientError> {
+    let (method, path, body) = request(&call)?;
+    let credentials = match (&connection.token, &connection.identity_token_file) {
+        (_, Some(file)) => Credentials::IdentityTokenFile(file.clone()),
+        (Some(token), None) if !token.is_empty() => Credentials::Token(token.clone()),
+        _ => {
+            return Err(ClientError::Unreachable(
+                "no credentials: set REGISTRY_TOKEN (or --token, or --identity-token-file)".into(),
+            ))
+        }
+    };
+    let api = RegistryApi::new(&connection.api_url, credentials)
+        .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+    let (status, answer) = runtime
+        .block_on(api.call(method, &path, body.as_ref()))
+        .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+    if status >= 400 {
+        return Err(ClientError::Problem(problem_sentence(status, &answer)));
+    }
+    let text = match connection.format {
+        Format::Json if answer.is_null() => String::new(),
+        Format::Json => serde_json::to_string_pretty(&answer).unwrap_or_default(),
+        Format::Table => table(&call, &answer),
+    };
+    if !text.is_empty() {
+        println!("{}", text.trim_end());
+    }
+    Ok(())
+}
+
+/// The columns of a list: header and the JSON pointer of each row's value.
+type Columns = &'static [(&'static str, &'static str)];
+
+const SERVICES: Columns = &[
+    ("SUBDOMAIN", "/subdomain"),
+    ("TITLE", "/title"),
+    ("ISSUER", "/issuer"),
+    ("CREATED", "/createdAt"),
+];
+const ACCOUNTS: Columns = &[
+    ("ID", "/id"),
+    ("NAME", "/name"),
+    ("KIND", "/policy/kind"),
+    ("LAST USED", "/lastUsedAt"),
+];
+const KEYS: Columns = &[
+    ("KID", "/kid"),
+    ("STATE", "/state"),
+    ("ALG", "/alg"),
+    ("FIRST PUBLISHED", "/firstPublishedAt"),
+    ("PUBLISHED UNTIL", "/publishedUntil"),
+];
+const EVENTS: Columns = &[
+    ("AT", "/at"),
+    ("ACTION", "/action"),
+    ("RESOURCE", "/resource/type"),
+    ("ID", "/resource/id"),
+    ("ACTOR", "/actor/kind"),
+];
+const FETCHES: Columns = &[
+    ("PATH", "/path"),
+    ("FETCHED SINCE CHANGE", "/fetchedSinceChange"),
+    ("FETCHES 24H", "/fetches24h"),
+    ("LAST FETCH", "/lastFetchedAt"),
+];
+
+/// What a table mode prints for the answer to `call`.
+fn table(call: &Call, answer: &Value) -> String {
+    let list = |rows: &Value, columns: Columns| {
+        rows_table(rows.as_array().map_or(&[], Vec::as_slice), columns)
+    };
+    match call {
+        Call::Services(ServicesCommand::List) => list(answer, SERVICES),
+        Call::Accounts(AccountsCommand::List) => list(answer, ACCOUNTS),
+        Call::Keys(KeysCommand::List { .. }) => list(&answer["keys"], KEYS),
+        Call::AuditEvents { .. } => list(&answer["events"], EVENTS),
+        Call::Fetches { .. } => list(&answer["documents"], FETCHES),
+        Call::Preflight { .. } => {
+            let mut rows = Vec::new();
+            for (cloud, verdict) in answer["clouds"].as_object().into_iter().flatten() {
+                let findings: Vec<&str> = verdict["findings"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f["code"].as_str())
+                    .collect();
+                rows.push(json!({"cloud": cloud, "ready": verdict["ready"], "findings": findings.join(", ")}));
+            }
+            rows_table(
+                &rows,
+                &[
+                    ("CLOUD", "/cloud"),
+                    ("READY", "/ready"),
+                    ("FINDINGS", "/findings"),
+                ],
+            )
+        }
+        _ if answer.is_null() => "done".into(),
+        _ => fields(answer),
+    }
+}
+
+/// A value as a cell: text as it is, `-` for nothing, anything else as compact JSON.
+fn cell(value: Option<&Value>) -> String {
+    match value {
+        None | Some(Value::Null) => "-".into(),
+        Some(Value::String(text)) if text.is_empty() => "-".into(),
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Rows as aligned columns under their headers.
+fn rows_table(rows: &[Value], columns: Columns) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            columns
+                .iter()
+                .map(|(_, at)| cell(row.pointer(at)))
+                .collect()
+        })
+        .collect();
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (header, _))| {
+            cells
+                .iter()
+                .map(|row| row[i].chars().count())
+                .chain([header.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |values: Vec<&str>| {
+        values
+            .iter()
+            .zip(&widths)
+            .map(|(value, width)| format!("{value:<width$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    let mut out = vec![line(columns.iter().map(|(header, _)| *header).collect())];
+    out.extend(
+        cells
+            .iter()
+            .map(|row| line(row.iter().map(String::as_str).collect())),
+    );
+    out.join("\n")
+}
+
+/// One resource as `field: value` lines, in the API's order.
+fn fields(answer: &Value) -> String {
+    match answer.as_object() {
+        Some(object) => object
+            .iter()
+            .map(|(name, value)| format!("{name}: {}", cell(Some(value))))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => cell(Some(answer)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_are_aligned_columns_with_a_dash_for_nothing() {
+        let rows = [
+            json!({"subdomain": "k3s-acme", "title": "Dev", "issuer": "http://k3s-acme.localhost:8080", "createdAt": "2026-11-26T10:00:00Z"}),
+            json!({"subdomain": "a-acme", "title": null, "issuer": "http://a-acme.localhost:8080", "createdAt": "2026-11-26T11:00:00Z"}),
+        ];
+        let text = rows_table(&rows, SERVICES);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "SUBDOMAIN  TITLE  ISSUER                          CREATED"
+        );
+        assert_eq!(
+            lines[2],
+            "a-acme     -      http://a-acme.localhost:8080    2026-11-26T11:00:00Z"
+        );
+    }
+
+    #[test]
+    fn a_problem_is_one_sentence_with_its_pointers() {
+        let body = json!({"title": "Invalid request", "detail": "the request body is invalid (2 problems, see errors)",
+            "errors": [{"pointer": "/name", "message": "is required"}, {"pointer": "/policy", "message": "is required"}]});
+        assert_eq!(
+            problem_sentence(400, &body),
+            "Invalid request (400): the request body is invalid (2 problems, see errors); /name is required; /policy is required"
+        );
+    }
+
+    #[test]
+    fn path_segments_are_encoded() {
+        assert_eq!(segment("k3s-acme"), "k3s-acme");
+        assert_eq!(segment("a/b c"), "a%2Fb%20c");
+    }
+}

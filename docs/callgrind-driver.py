@@ -23,6 +23,8 @@ def connect(timeout):
     if tls:
         return http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ssl._create_unverified_context())
     return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+# `customer create` never creates a database (docs/api.md, "Customers"): migrate first.
+subprocess.run([binary, "migrate"], env=env, capture_output=True, check=True)
 out = subprocess.run([binary, "customer", "create", "--tenant", "acme", "--plan", "business", "--name", "Acme"],
                      env=env, capture_output=True, text=True, check=True).stdout
 token = json.loads(out)["token"]

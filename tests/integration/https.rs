@@ -113,6 +113,32 @@ fn publishing(server: &TestServer, key: &SigningKey) -> (String, String) {
     (subdomain, issuer)
 }
 
+/// The metrics say when the certificate served for each name ends, so that an alert fires before
+/// a renewal that did not happen breaks every client.
+#[test]
+fn the_metrics_say_when_the_certificate_ends() {
+    let ca = TestCa::new("registry test CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let server = https_server(&ca, &files, &[]);
+    let text = server
+        .request(Method::GET, "/metrics")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    for name in [format!("{API}:{}", server.port), "*.oidc.test".to_owned()] {
+        let prefix = format!("registry_tls_certificate_not_after_seconds{{name=\"{name}\"}} ");
+        let value: f64 = text
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+            .parse()
+            .unwrap();
+        // The test CA's certificates end on 4096-01-01 (rcgen's default).
+        assert_eq!(value, 67_090_118_400.0, "{name}");
+    }
+}
+
 #[test]
 fn the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check() {
     let ca = TestCa::new("registry test CA");

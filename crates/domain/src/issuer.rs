@@ -95,6 +95,15 @@ impl Issuers {
         Some((ours == issuer).then_some(subdomain))
     }
 
+    /// The API's host and the issuers' hosts as a pattern (`*` for the subdomain), the names a
+    /// certificate is served for: `["registry.example.com", "*.oidc.example.com"]`.
+    pub fn hosts(&self) -> [String; 2] {
+        [
+            self.api_host.clone(),
+            format!("{}*{}", self.host_prefix, self.host_suffix),
+        ]
+    }
+
     /// The host names a certificate must cover: the API's host, and the host of an issuer
     /// (`example` as its subdomain: a wildcard covers them all).
     pub fn names_served(&self) -> [String; 2] {

@@ -276,7 +276,7 @@ async fn launch(
         .unwrap_or_else(|| Arc::new(verifier.clone()));
     let state = web::Data::new(AppState::new(
         settings,
-        issuers,
+        (issuers, certificate.clone()),
         Arc::new(store.clone()),
         (verifier, identity),
         injected.clock,

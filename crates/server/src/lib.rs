@@ -25,6 +25,7 @@ mod policy_cli;
 mod problem;
 mod process;
 mod public;
+mod request_line;
 mod routes;
 pub mod settings;
 mod state;
@@ -35,5 +36,6 @@ mod views;
 
 pub use app::{serve, start, Injected, Running};
 pub use observe::{flush_log, log_line, LogLine};
+pub use request_line::set_format as set_request_line_format;
 pub use settings::{LogFormat, Settings};
 pub use system::SystemClock;

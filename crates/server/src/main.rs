@@ -16,6 +16,7 @@ fn init_logging(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(registry_server::log_line)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    registry_server::set_request_line_format(format);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),

@@ -1,4 +1,5 @@
-//! One log line and one metrics sample per request, and the `X-Request-Id` echo.
+//! One log line (`request_line`) and one metrics sample per request, and the `X-Request-Id`
+//! echo.
 //!
 //! The line holds the method, the route pattern (for hosted documents and paths no route serves,
 //! the path; never the query string, where a careless client might put a secret), the status,
@@ -130,18 +131,18 @@ pub async fn observe(
     );
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
-    tracing::info!(
+    crate::request_line::RequestLine {
         method,
-        route = %route,
+        route: &route,
         path,
         status,
-        latency_ms = elapsed.as_secs_f64() * 1000.0,
-        request_id = %std::str::from_utf8(&request_id).unwrap_or_default(),
-        client = client.map(tracing::field::display),
-        host = host.as_deref(),
-        user_agent = user_agent.as_deref(),
-        "request"
-    );
+        latency: elapsed,
+        request_id: std::str::from_utf8(&request_id).unwrap_or_default(),
+        client,
+        host: host.as_deref(),
+        user_agent: user_agent.as_deref(),
+    }
+    .log();
     if let Some(state) = &state {
         state.metrics.request(&route, method, status, elapsed);
     }

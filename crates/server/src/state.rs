@@ -16,6 +16,7 @@ use registry_hasher::HashingLanes;
 use registry_oidc::{OidcVerifier, VerifierKeyImport, VerifierSignatureCheck};
 use registry_replica::hosting::HostingCache;
 use registry_replica::Replica;
+use registry_tls::Reloading;
 use std::sync::Arc;
 use time::OffsetDateTime;
 
@@ -44,15 +45,18 @@ pub struct AppState {
     /// anonymous service is its own customer).
     explains: RateLimiter<uuid::Uuid>,
     clock: Arc<dyn Clock>,
+    /// The certificate the HTTPS listener serves (re-read when its files change); `None` over
+    /// plain HTTP.
+    pub certificate: Option<Arc<Reloading>>,
 }
 
 impl AppState {
-    /// Builds the components from settings, the issuers they name, an open store, the OIDC
-    /// adapter (for its counters) and the verifier of identity tokens (the adapter itself,
-    /// unless a test injects another).
+    /// Builds the components from settings, the issuers they name and the certificate served
+    /// for them, an open store, the OIDC adapter (for its counters) and the verifier of identity
+    /// tokens (the adapter itself, unless a test injects another).
     pub fn new<S: Storage + Database + 'static>(
         settings: Settings,
-        issuers: Issuers,
+        (issuers, certificate): (Issuers, Option<Arc<Reloading>>),
         store: Arc<S>,
         (oidc, verifier): (OidcVerifier, Arc<dyn IdentityTokenVerifier>),
         clock: Arc<dyn Clock>,
@@ -104,6 +108,7 @@ impl AppState {
             explains: RateLimiter::per_minute(settings.explain_per_minute),
             clock,
             settings,
+            certificate,
         })
     }
 

@@ -9,9 +9,11 @@
 //!
 //! No OpenSSL on this path: rustls with the `ring` provider, TLS 1.3 and 1.2.
 
+mod expiry;
 mod files;
 mod watch;
 
+pub use expiry::not_after;
 pub use files::CertificateFiles;
 pub use watch::Reloading;
 

@@ -121,6 +121,12 @@ impl Reloading {
         crate::files::covers(&self.current(), host)
     }
 
+    /// When the certificate served now stops being valid (its leaf's `notAfter`, in seconds
+    /// since the Unix epoch); `None` when it cannot be read.
+    pub fn not_after(&self) -> Option<i64> {
+        crate::expiry::not_after(self.current().cert.first()?.as_ref())
+    }
+
     /// The chain served now.
     pub fn current(&self) -> Arc<CertifiedKey> {
         Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))

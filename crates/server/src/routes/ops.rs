@@ -113,6 +113,18 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
     if let Some(replica) = sides.read_replica {
         labeled.push(up("read_replica", replica.up));
     }
+    if let Some(not_after) = state.certificate.as_ref().and_then(|c| c.not_after()) {
+        // One certificate serves every name today; each name is a series of its own, so that
+        // an alert names what breaks.
+        for name in state.replica.hosting.issuers().hosts() {
+            labeled.push((
+                "registry_tls_certificate_not_after_seconds",
+                "When the certificate served for each name stops being valid, in seconds since the Unix epoch.",
+                vec![("name", name)],
+                not_after as f64,
+            ));
+        }
+    }
     for pool in state.replica.pools() {
         for (kind, count) in [("in_use", pool.in_use), ("idle", pool.idle)] {
             labeled.push((

@@ -8,7 +8,7 @@ use crate::api_cli::{
 use crate::policy_cli::PolicyCommand;
 use crate::settings::{DatabaseArgs, Settings};
 use crate::sync::SyncArgs;
-use crate::{app, audit, customers, observe, policy_cli, sync};
+use crate::{app, audit, customers, log_buffer, policy_cli, sync};
 use clap::{Parser, Subcommand};
 
 /// Runs a command; `serve` on an actix `System` of its own, until a signal stops it (the caller
@@ -17,7 +17,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(settings) => {
             let served = actix_web::rt::System::new().block_on(app::serve(*settings));
-            observe::flush_log();
+            log_buffer::flush_log();
             served
         }
         Command::Migrate(args) => {

@@ -19,6 +19,7 @@ mod customers;
 mod dashboard;
 mod http_date;
 mod listeners;
+mod log_buffer;
 mod metrics;
 mod observe;
 mod policy_cli;
@@ -35,7 +36,7 @@ mod tls;
 mod views;
 
 pub use app::{serve, start, Injected, Running};
-pub use observe::{flush_log, log_line, LogLine};
+pub use log_buffer::{flush_log, log_line, LogLine};
 pub use request_line::set_format as set_request_line_format;
 pub use settings::{LogFormat, Settings};
 pub use system::SystemClock;

@@ -78,7 +78,7 @@ impl RequestLine<'_> {
                 LogFormat::Text => self.text(line, prefix, now.subsec_micros()),
             }
             line.push('\n');
-            let _ = crate::observe::log_line().write_all(line.as_bytes());
+            let _ = crate::log_buffer::log_line().write_all(line.as_bytes());
         });
     }
 

@@ -126,7 +126,7 @@ fn the_metrics_say_when_the_certificate_ends() {
         .unwrap()
         .text()
         .unwrap();
-    for name in [format!("{API}:{}", server.port), "*.oidc.test".to_owned()] {
+    for name in NAMES {
         let prefix = format!("registry_tls_certificate_not_after_seconds{{name=\"{name}\"}} ");
         let value: f64 = text
             .lines()

@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -223,21 +224,17 @@ impl Metrics {
             let help = help.trim_end_matches('.');
             // A name in `_total` is a counter read elsewhere (the process's CPU seconds).
             if let Some(family) = name.strip_suffix("_total") {
-                let counter = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+                let counter = Counter::<f64, AtomicU64>::default();
                 counter.inc_by(*value);
                 registry.register(family, help, counter);
             } else {
-                let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+                let gauge = Gauge::<f64, AtomicU64>::default();
                 gauge.set(*value);
                 registry.register(*name, help, gauge);
             }
         }
-        type LabeledGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
-        let mut families: Vec<(
-            &str,
-            &str,
-            Family<Vec<(&'static str, String)>, LabeledGauge>,
-        )> = Vec::new();
+        type LabeledFamily = Family<Vec<(&'static str, String)>, Gauge<f64, AtomicU64>>;
+        let mut families: Vec<(&str, &str, LabeledFamily)> = Vec::new();
         for (name, help, labels, value) in labeled {
             let at = match families.iter().position(|(n, _, _)| n == name) {
                 Some(at) => at,

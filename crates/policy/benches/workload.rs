@@ -10,8 +10,16 @@ pub const ISSUER: &str = "https://token.actions.githubusercontent.com";
 pub const AUDIENCE: &str = "https://registry.example";
 
 /// Rule `i` admits repository `repo-{i}` of `acme`; even rules pin `sub` exactly, odd ones with a
-/// glob, every third also pins the workflow with a glob.
+/// glob, every third also pins the workflow with a glob. Past `limits::MAX_RULES` rules
+/// `Policy::parse` refuses a document, so it is compiled as a stored one
+/// (`Policy::from_stored`: a policy saved before the limits is served as it is), which is what
+/// evaluation meets.
 pub fn policy(rules: usize) -> Policy {
+    Policy::from_stored(&document(rules)).expect("a valid policy")
+}
+
+/// The document of [`policy`].
+pub fn document(rules: usize) -> Value {
     let rules: Vec<Value> = (0..rules)
         .map(|i| {
             let mut claims = json!({
@@ -32,9 +40,7 @@ pub fn policy(rules: usize) -> Policy {
             json!({"services": [format!("svc-{i}-acme"), "shared-*"], "claims": claims})
         })
         .collect();
-    let document =
-        json!({"kind": "oidc", "rules": rules, "ip_allowlist": ["10.0.0.0/8", "2001:db8::/32"]});
-    Policy::parse(&document).expect("valid policy").policy
+    json!({"kind": "oidc", "rules": rules, "ip_allowlist": ["10.0.0.0/8", "2001:db8::/32"]})
 }
 
 /// The claims GitHub Actions puts in an ID token, for repository `repo-{n}`.

@@ -253,11 +253,15 @@ impl Policy {
                 ip_allowlist,
             }),
         };
-        // The API's warnings are the lint's findings about any subject or audience.
-        let warnings = policy
-            .lint()
+        // The API's warnings are the lint's findings about any subject or audience, rule by
+        // rule: the whole lint compares every rule with every other, quadratic in the rules.
+        let warnings = document
+            .get("rules")
+            .and_then(Value::as_array)
             .into_iter()
-            .filter(|f| matches!(f.code, "any-subject" | "any-audience"))
+            .flatten()
+            .enumerate()
+            .flat_map(|(i, rule)| lint::open_claims(i, rule))
             .map(|f| format!("{}: {}", f.code, f.message))
             .collect();
         Ok(ParsedPolicy { policy, warnings })

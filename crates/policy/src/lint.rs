@@ -140,6 +140,52 @@ fn pins_repository(pattern: &str) -> bool {
 /// Whether rule `earlier` admits every token `later` admits, for at least `later`'s services: it
 /// pins the same issuer, every claim it checks `later` checks with the same pattern (or it
 /// accepts any value), and its services cover `later`'s.
+/// The findings of rule `i` that a save answers as warnings: it accepts any subject, or any
+/// audience. Each rule on its own, so that a save costs what its rules do (the rest of the lint
+/// compares rules with each other).
+pub(crate) fn open_claims(i: usize, rule: &Value) -> Vec<Finding> {
+    let claims = claims_of(rule);
+    let at = |name: &str| format!("/rules/{i}/claims/{}", escape_token(name));
+    let issuer = claims
+        .get("iss")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut findings = Vec::new();
+    if let Some(sub) = claims
+        .get("sub")
+        .and_then(Value::as_str)
+        .filter(|sub| any_string(sub))
+    {
+        findings.push(Finding::warning(
+            "any-subject",
+            at("sub"),
+            format!(
+                "rule {i} (/rules/{i}) accepts any subject (\"sub\": \"{sub}\"): every \
+                 token {issuer} issues for the rule's audience gets in, e.g. every \
+                 repository of a CI provider, not only yours; pin \"sub\" to your own \
+                 subjects or add a claim that narrows it (such as \"repository_owner\")"
+            ),
+        ));
+    }
+    if let Some(aud) = claims
+        .get("aud")
+        .and_then(Value::as_str)
+        .filter(|aud| any_string(aud))
+    {
+        findings.push(Finding::warning(
+            "any-audience",
+            at("aud"),
+            format!(
+                "rule {i} (/rules/{i}) accepts any audience (\"aud\": \"{aud}\"): \
+                 tokens {issuer} issued for any other service get in too, e.g. a token \
+                 that every repository of a CI provider can request; pin \"aud\" to the \
+                 audience you configured for this registry"
+            ),
+        ));
+    }
+    findings
+}
+
 fn shadows(earlier: &Value, later: &Value) -> bool {
     let (a, b) = (claims_of(earlier), claims_of(later));
     if a.get("iss") != b.get("iss") {
@@ -232,40 +278,14 @@ impl Policy {
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             let sub = claims.get("sub").and_then(Value::as_str);
-            match sub {
-                None => findings.push(Finding::warning(
+            if sub.is_none() {
+                findings.push(Finding::warning(
                     "no-subject",
                     format!("/rules/{i}/claims"),
                     format!("rule {i} names no sub: every subject of {issuer} gets in"),
-                )),
-                Some(sub) if any_string(sub) => findings.push(Finding::warning(
-                    "any-subject",
-                    at("sub"),
-                    format!(
-                        "rule {i} (/rules/{i}) accepts any subject (\"sub\": \"{sub}\"): every \
-                         token {issuer} issues for the rule's audience gets in, e.g. every \
-                         repository of a CI provider, not only yours; pin \"sub\" to your own \
-                         subjects or add a claim that narrows it (such as \"repository_owner\")"
-                    ),
-                )),
-                Some(_) => {}
-            }
-            if let Some(aud) = claims
-                .get("aud")
-                .and_then(Value::as_str)
-                .filter(|aud| any_string(aud))
-            {
-                findings.push(Finding::warning(
-                    "any-audience",
-                    at("aud"),
-                    format!(
-                        "rule {i} (/rules/{i}) accepts any audience (\"aud\": \"{aud}\"): \
-                         tokens {issuer} issued for any other service get in too, e.g. a token \
-                         that every repository of a CI provider can request; pin \"aud\" to the \
-                         audience you configured for this registry"
-                    ),
                 ));
             }
+            findings.extend(open_claims(i, rule));
             if issuer.starts_with("http://") {
                 findings.push(Finding::warning(
                     "insecure-issuer",

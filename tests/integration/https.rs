@@ -11,8 +11,8 @@
 use registry_testkit::tls::{ServerCertificate, TestCa};
 use registry_tests::issuer::{KeyKind, SigningKey};
 use registry_tests::server::{
-    assert_problem, https_client, json, registry_binary, ServerOptions, TempDir, TestServer,
-    AUDIENCE,
+    assert_problem, https_client, json, registry_binary, series_in, ServerOptions, TempDir,
+    TestServer, AUDIENCE,
 };
 use reqwest::blocking::Client;
 use reqwest::Method;
@@ -120,20 +120,12 @@ fn the_metrics_say_when_the_certificate_ends() {
     let ca = TestCa::new("registry test CA");
     let files = Files::with(&ca.server_certificate(&NAMES));
     let server = https_server(&ca, &files, &[]);
-    let text = server
-        .request(Method::GET, "/metrics")
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let text = server.metrics_text();
     for name in NAMES {
-        let prefix = format!("registry_tls_certificate_not_after_seconds{{name=\"{name}\"}} ");
-        let value: f64 = text
-            .lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
-            .parse()
-            .unwrap();
+        let value = series_in(
+            &text,
+            &format!("registry_tls_certificate_not_after_seconds{{name=\"{name}\"}}"),
+        );
         // The test CA's certificates end on 4096-01-01 (rcgen's default).
         assert_eq!(value, 67_090_118_400.0, "{name}");
     }

@@ -79,12 +79,7 @@ fn line(output: &Output) -> Value {
 
 /// PUTs of configurations the registry answered.
 fn puts(server: &TestServer) -> u64 {
-    let text = server
-        .request(Method::GET, "/metrics")
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let text = server.metrics_text();
     text.lines()
         .filter(|l| {
             l.starts_with(

@@ -405,14 +405,17 @@ impl TestServer {
         )
     }
 
-    /// The value of a metric without labels, scraped from `/metrics` now.
-    pub fn metric(&self, name: &str) -> u64 {
-        let text = self
-            .request(reqwest::Method::GET, "/metrics")
+    /// `/metrics` as the server answers it now.
+    pub fn metrics_text(&self) -> String {
+        self.request(reqwest::Method::GET, "/metrics")
             .send()
             .and_then(Response::text)
-            .expect("GET /metrics");
-        metric_in(&text, name)
+            .expect("GET /metrics")
+    }
+
+    /// The value of a metric without labels, scraped from `/metrics` now.
+    pub fn metric(&self, name: &str) -> u64 {
+        metric_in(&self.metrics_text(), name)
     }
 
     /// The hosted issuer URL of a subdomain.
@@ -458,6 +461,23 @@ pub struct Customer {
     pub account_id: String,
 }
 
+/// Runs `registry ARGS` with nothing of this process's environment but `PATH`, and `env`:
+/// its exit code, stdout and stderr.
+pub fn run_registry(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let output = Command::new(registry_binary())
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .output()
+        .expect("run registry");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// Runs the CLI on a database; `Ok(stdout as JSON)` or `Err(stderr)`.
 pub fn run_cli(args: &[&str], database_url: &str) -> Result<Value, String> {
     let output = Command::new(registry_binary())
@@ -479,6 +499,18 @@ pub fn metric_in(text: &str, name: &str) -> u64 {
         .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("metric {name} missing in\n{text}"))
+}
+
+/// The value of one series (`name{labels}`, or a name without labels) in a Prometheus text;
+/// panics when it is missing.
+pub fn series_in(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("series {series} missing in\n{text}"))
 }
 
 /// The response body as JSON (panics with the text when it is not).

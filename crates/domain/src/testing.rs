@@ -138,10 +138,7 @@ impl State {
     /// A change made: its audit event and its rows of the change log.
     fn commit(&mut self, event: &AuditEvent, changes: &[Change]) {
         self.events.push(stored_event(event));
-        for change in changes {
-            let seq = self.changes.last().map_or(0, |(seq, _, _)| *seq) + 1;
-            self.changes.push((seq, *change, ms(event.at)));
-        }
+        self.log(changes, event.at);
     }
 
     /// Rows of the change log without an event (a customer deleted), at `at`.

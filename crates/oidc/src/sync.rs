@@ -253,6 +253,18 @@ pub enum Credentials {
     IdentityTokenFile(PathBuf),
 }
 
+impl Credentials {
+    /// What the command line's flags give: an identity token file first, else a static token
+    /// that is not empty; `None` without either.
+    pub fn from_flags(token: Option<&str>, identity_token_file: Option<&Path>) -> Option<Self> {
+        match (token, identity_token_file) {
+            (_, Some(file)) => Some(Credentials::IdentityTokenFile(file.to_owned())),
+            (Some(token), None) if !token.is_empty() => Some(Credentials::Token(token.to_owned())),
+            _ => None,
+        }
+    }
+}
+
 /// The registry's API, as `registry sync` and the command line's client commands call it.
 #[derive(Debug, Clone)]
 pub struct RegistryApi {

@@ -261,7 +261,7 @@ impl Policy {
             .into_iter()
             .flatten()
             .enumerate()
-            .flat_map(|(i, rule)| lint::open_claims(i, rule))
+            .flat_map(|(i, rule)| lint::open_claims(i, &lint::claims_of(rule)))
             .map(|f| format!("{}: {}", f.code, f.message))
             .collect();
         Ok(ParsedPolicy { policy, warnings })

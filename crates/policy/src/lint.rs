@@ -99,7 +99,8 @@ fn schema_findings(violations: Violations, document: &Value) -> Vec<Finding> {
         .collect()
 }
 
-fn claims_of(rule: &Value) -> Map<String, Value> {
+/// A rule's claims (empty when it has none).
+pub(crate) fn claims_of(rule: &Value) -> Map<String, Value> {
     rule.get("claims")
         .and_then(Value::as_object)
         .cloned()
@@ -137,14 +138,10 @@ fn pins_repository(pattern: &str) -> bool {
     }
 }
 
-/// Whether rule `earlier` admits every token `later` admits, for at least `later`'s services: it
-/// pins the same issuer, every claim it checks `later` checks with the same pattern (or it
-/// accepts any value), and its services cover `later`'s.
-/// The findings of rule `i` that a save answers as warnings: it accepts any subject, or any
-/// audience. Each rule on its own, so that a save costs what its rules do (the rest of the lint
-/// compares rules with each other).
-pub(crate) fn open_claims(i: usize, rule: &Value) -> Vec<Finding> {
-    let claims = claims_of(rule);
+/// The findings of rule `i`, whose claims are `claims`, that a save answers as warnings: it
+/// accepts any subject, or any audience. Each rule on its own, so that a save costs what its
+/// rules do (the rest of the lint compares rules with each other).
+pub(crate) fn open_claims(i: usize, claims: &Map<String, Value>) -> Vec<Finding> {
     let at = |name: &str| format!("/rules/{i}/claims/{}", escape_token(name));
     let issuer = claims
         .get("iss")
@@ -186,6 +183,9 @@ pub(crate) fn open_claims(i: usize, rule: &Value) -> Vec<Finding> {
     findings
 }
 
+/// Whether rule `earlier` admits every token `later` admits, for at least `later`'s services: it
+/// pins the same issuer, every claim it checks `later` checks with the same pattern (or it
+/// accepts any value), and its services cover `later`'s.
 fn shadows(earlier: &Value, later: &Value) -> bool {
     let (a, b) = (claims_of(earlier), claims_of(later));
     if a.get("iss") != b.get("iss") {
@@ -285,7 +285,7 @@ impl Policy {
                     format!("rule {i} names no sub: every subject of {issuer} gets in"),
                 ));
             }
-            findings.extend(open_claims(i, rule));
+            findings.extend(open_claims(i, &claims));
             if issuer.starts_with("http://") {
                 findings.push(Finding::warning(
                     "insecure-issuer",

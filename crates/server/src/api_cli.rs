@@ -397,15 +397,15 @@ fn problem_sentence(status: u16, body: &Value) -> String {
 /// Runs a client command: the call, then what it prints.
 pub fn run(connection: &Connection, call: Call) -> Result<(), ClientError> {
     let (method, path, body) = request(&call)?;
-    let credentials = match (&connection.token, &connection.identity_token_file) {
-        (_, Some(file)) => Credentials::IdentityTokenFile(file.clone()),
-        (Some(token), None) if !token.is_empty() => Credentials::Token(token.clone()),
-        _ => {
-            return Err(ClientError::Unreachable(
-                "no credentials: set REGISTRY_TOKEN (or --token, or --identity-token-file)".into(),
-            ))
-        }
-    };
+    let credentials = Credentials::from_flags(
+        connection.token.as_deref(),
+        connection.identity_token_file.as_deref(),
+    )
+    .ok_or_else(|| {
+        ClientError::Unreachable(
+            "no credentials: set REGISTRY_TOKEN (or --token, or --identity-token-file)".into(),
+        )
+    })?;
     let api = RegistryApi::new(&connection.api_url, credentials)
         .map_err(|e| ClientError::Unreachable(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -62,36 +62,28 @@ pub fn with_command_store<T>(
 /// `registry migrate`: applies the pending migrations to the database a URL names, creating a
 /// SQLite file that does not exist; how many were applied.
 pub fn migrate(url: &str) -> anyhow::Result<usize> {
-    let store = Store::connect_for_command(url)
-        .with_context(|| format!("cannot open the database {}", redact(url)))?;
+    let store = opened(Store::connect_for_command(url), url)?;
     let applied = store.migrate().context("cannot apply database migrations");
     store.close();
     applied
 }
 
 /// `registry migrate --check`: the migrations not applied yet to the database a URL names,
-/// without changing or creating anything (every migration, for a SQLite file that does not
-/// exist). A database a newer registry migrated is an error.
+/// without changing or creating anything (see [`Store::pending_migrations`]).
 pub fn pending_migrations(url: &str) -> anyhow::Result<Vec<String>> {
-    if Store::names_missing_file(url)? {
-        return Ok(registry_store::MigrationStatus::all_pending());
-    }
-    let store = Store::connect_for_command(url)
-        .with_context(|| format!("cannot open the database {}", redact(url)))?;
-    let status = store.migration_status();
-    store.close();
-    let status = status?;
-    if let Some(unknown) = status.unknown.first() {
-        return Err(registry_store::SetupError::SchemaNewer(unknown.clone()).into());
-    }
-    Ok(status.pending)
+    opened(Store::pending_migrations(url), url)
+}
+
+/// What opening the database a URL names gave, its failure said with the URL.
+fn opened<T>(connected: Result<T, registry_store::SetupError>, url: &str) -> anyhow::Result<T> {
+    connected.with_context(|| format!("cannot open the database {}", redact(url)))
 }
 
 fn migrated(
     connected: Result<Store, registry_store::SetupError>,
     url: &str,
 ) -> anyhow::Result<Store> {
-    let store = connected.with_context(|| format!("cannot open the database {}", redact(url)))?;
+    let store = opened(connected, url)?;
     if let Err(error) = store.migrate() {
         store.close();
         return Err(error).context("cannot apply database migrations");

@@ -106,41 +106,45 @@ pub async fn observe(
         None if hosted => Cow::Borrowed(HOSTED_ROUTE),
         None => Cow::Borrowed(UNMATCHED_ROUTE),
     };
-    // The path itself only where no route pattern names the request (never the query string).
-    let path = matches!(route, Cow::Borrowed(_)).then(|| cut(request.path(), 200));
-    // Borrowed from the request: nothing is copied for the line (one that is not text, rare,
-    // is made text).
-    let header = |name: header::HeaderName, most: usize| {
-        request
-            .headers()
-            .get(name)
-            .map(|value| match value.to_str() {
-                Ok(text) => Cow::Borrowed(cut(text, most)),
-                Err(_) => {
-                    Cow::Owned(cut(&String::from_utf8_lossy(value.as_bytes()), most).to_owned())
-                }
-            })
-    };
-    let host = header(header::HOST, 255);
-    let user_agent = header(header::USER_AGENT, 100);
-    let client = state.as_ref().map_or_else(
-        || request.peer_addr().map(|a| a.ip()),
-        |state| Some(crate::client_ip::client_ip(request, &state.trusted_proxies)),
-    );
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
-    crate::request_line::RequestLine {
-        method,
-        route: &route,
-        path,
-        status,
-        latency: elapsed,
-        request_id: std::str::from_utf8(&request_id).unwrap_or_default(),
-        client,
-        host: host.as_deref(),
-        user_agent: user_agent.as_deref(),
+    // The line's fields are read only when it is written.
+    if let Some(format) = crate::request_line::enabled() {
+        // The path itself only where no route pattern names the request (never the query
+        // string).
+        let path = matches!(route, Cow::Borrowed(_)).then(|| cut(request.path(), 200));
+        // Borrowed from the request: nothing is copied for the line (one that is not text,
+        // rare, is made text).
+        let header = |name: header::HeaderName, most: usize| {
+            request
+                .headers()
+                .get(name)
+                .map(|value| match value.to_str() {
+                    Ok(text) => Cow::Borrowed(cut(text, most)),
+                    Err(_) => {
+                        Cow::Owned(cut(&String::from_utf8_lossy(value.as_bytes()), most).to_owned())
+                    }
+                })
+        };
+        let host = header(header::HOST, 255);
+        let user_agent = header(header::USER_AGENT, 100);
+        let client = state.as_ref().map_or_else(
+            || request.peer_addr().map(|a| a.ip()),
+            |state| Some(crate::client_ip::client_ip(request, &state.trusted_proxies)),
+        );
+        crate::request_line::RequestLine {
+            method,
+            route: &route,
+            path,
+            status,
+            latency: elapsed,
+            request_id: std::str::from_utf8(&request_id).unwrap_or_default(),
+            client,
+            host: host.as_deref(),
+            user_agent: user_agent.as_deref(),
+        }
+        .write(format);
     }
-    .log();
     if let Some(state) = &state {
         state.metrics.request(&route, method, status, elapsed);
     }

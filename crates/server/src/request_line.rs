@@ -54,15 +54,18 @@ thread_local! {
     static SCRATCH: RefCell<(String, u64, String)> = const { RefCell::new((String::new(), u64::MAX, String::new())) };
 }
 
+/// The log's format, when it takes request lines (`info` lines of this module); `None`
+/// otherwise, and then nothing of the line need be read.
+pub fn enabled() -> Option<LogFormat> {
+    FORMAT
+        .get()
+        .copied()
+        .filter(|_| tracing::enabled!(tracing::Level::INFO))
+}
+
 impl RequestLine<'_> {
-    /// Writes the line to the log, if the log takes `info` lines of this module.
-    pub fn log(&self) {
-        let Some(&format) = FORMAT.get() else {
-            return;
-        };
-        if !tracing::enabled!(tracing::Level::INFO) {
-            return;
-        }
+    /// Writes the line to the log, in `format` (what [`enabled`] answered).
+    pub fn write(&self, format: LogFormat) {
         SCRATCH.with(|scratch| {
             let (line, second, prefix) = &mut *scratch.borrow_mut();
             line.clear();

@@ -85,11 +85,8 @@ fn source(args: &SyncArgs) -> Source {
 }
 
 fn credentials(args: &SyncArgs) -> Result<Credentials, SyncError> {
-    match (&args.token, &args.identity_token_file) {
-        (_, Some(file)) => Ok(Credentials::IdentityTokenFile(file.clone())),
-        (Some(token), None) if !token.is_empty() => Ok(Credentials::Token(token.clone())),
-        _ => Err(SyncError::NoCredentials),
-    }
+    Credentials::from_flags(args.token.as_deref(), args.identity_token_file.as_deref())
+        .ok_or(SyncError::NoCredentials)
 }
 
 /// One cycle: the JSON line to print.

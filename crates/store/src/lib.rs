@@ -61,5 +61,4 @@ mod store;
 mod target;
 
 pub use error::SetupError;
-pub use migrate::MigrationStatus;
 pub use store::{Backend, Store};

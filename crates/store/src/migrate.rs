@@ -1,6 +1,7 @@
 //! The schema migrations, compiled into the binary, one set per backend (same folder names).
 
 use crate::pool::Db;
+use crate::SetupError;
 use diesel::connection::SimpleConnection;
 use diesel::migration::MigrationSource;
 use diesel::result::Error as DieselError;
@@ -14,24 +15,21 @@ const POSTGRES: EmbeddedMigrations = embed_migrations!("../../migrations/postgre
 /// Any constant will do, as long as nothing else in the database uses it.
 const MIGRATION_LOCK: i64 = 0x7265_6769_7374_7279; // "registry"
 
-/// Where the database's schema stands against the migrations this binary holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigrationStatus {
-    /// The names (`2026-11-21-000001_init`) of the migrations not applied yet, oldest first.
-    pub pending: Vec<String>,
-    /// How many of this binary's migrations are applied.
-    pub applied: usize,
-    /// Versions applied to the database that this binary does not know (a newer binary's).
-    pub unknown: Vec<String>,
+/// Every migration this binary holds, oldest first (`2026-11-21-000001_init`): what a database
+/// that does not exist yet has pending.
+pub(crate) fn all() -> Vec<String> {
+    names(&SQLITE).into_iter().map(|(name, _)| name).collect()
 }
 
-impl MigrationStatus {
-    /// Every migration this binary holds, as pending (a database that does not exist yet).
-    pub fn all_pending() -> Vec<String> {
-        MigrationSource::<diesel::pg::Pg>::migrations(&SQLITE)
-            .map(|all| all.iter().map(|m| m.name().to_string()).collect())
-            .unwrap_or_default()
-    }
+/// The name and the version of each migration of `migrations`, oldest first.
+fn names(migrations: &EmbeddedMigrations) -> Vec<(String, String)> {
+    MigrationSource::<diesel::pg::Pg>::migrations(migrations)
+        .map(|all| {
+            all.iter()
+                .map(|m| (m.name().to_string(), m.name().version().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn embedded(conn: &Db) -> EmbeddedMigrations {
@@ -64,43 +62,35 @@ pub(crate) fn has_schema(conn: &mut Db) -> Result<bool, String> {
     Ok(counted.n > 0)
 }
 
-/// What is applied, pending and unknown.
-pub(crate) fn status(conn: &mut Db) -> Result<MigrationStatus, String> {
-    let migrations = embedded(conn);
-    let known: Vec<(String, String)> = MigrationSource::<diesel::pg::Pg>::migrations(&migrations)
-        .map_err(|e| e.to_string())?
-        .iter()
-        .map(|m| (m.name().to_string(), m.name().version().to_string()))
-        .collect();
-    let applied: Vec<String> = if has_schema(conn)? {
+/// The migrations not applied yet, oldest first. A version applied to the database that this
+/// binary does not know (a newer binary migrated it) is [`SetupError::SchemaNewer`], naming the
+/// first.
+pub(crate) fn pending(conn: &mut Db) -> Result<Vec<String>, SetupError> {
+    let known = names(&embedded(conn));
+    let applied: Vec<String> = if has_schema(conn).map_err(SetupError::Migration)? {
         let versions = match conn {
             Db::Sqlite(c) => c.applied_migrations(),
             Db::Postgres(c) => c.applied_migrations(),
         };
         versions
-            .map_err(|e| e.to_string())?
+            .map_err(|e| SetupError::Migration(e.to_string()))?
             .iter()
             .map(ToString::to_string)
             .collect()
     } else {
         Vec::new()
     };
-    Ok(MigrationStatus {
-        pending: known
-            .iter()
-            .filter(|(_, version)| !applied.contains(version))
-            .map(|(name, _)| name.clone())
-            .collect(),
-        applied: known
-            .iter()
-            .filter(|(_, version)| applied.contains(version))
-            .count(),
-        unknown: applied
-            .iter()
-            .filter(|version| !known.iter().any(|(_, v)| v == *version))
-            .cloned()
-            .collect(),
-    })
+    if let Some(unknown) = applied
+        .iter()
+        .find(|version| !known.iter().any(|(_, v)| v == *version))
+    {
+        return Err(SetupError::SchemaNewer(unknown.clone()));
+    }
+    Ok(known
+        .into_iter()
+        .filter(|(_, version)| !applied.contains(version))
+        .map(|(name, _)| name)
+        .collect())
 }
 
 /// Applies pending migrations. Several processes may start at once on one database (the

@@ -1,7 +1,6 @@
 //! The [`Store`] handle: a connection pool plus the transaction discipline every write follows.
 
 use crate::error::{map_diesel, Failure, Res, SetupError};
-use crate::migrate::MigrationStatus;
 use crate::pool::{
     self, on_backend, ConnectGate, Db, Manager, Pool, Pooled, Pooling, Reachability,
 };
@@ -191,10 +190,8 @@ impl Store {
     /// must never create one: refuses a SQLite file that does not exist (before anything could
     /// create it) and a database without the registry's tables.
     pub fn connect_existing(url: &str) -> Result<Store, SetupError> {
-        if let Some(file) = target::parse(url)?.sqlite_file() {
-            if !file.exists() {
-                return Err(SetupError::NoDatabase(file.display().to_string()));
-            }
+        if let Some(file) = missing_file(url)? {
+            return Err(SetupError::NoDatabase(file.display().to_string()));
         }
         let store = Store::open(url, Pooling::Command)?;
         let mut conn = store.setup_conn()?;
@@ -207,17 +204,20 @@ impl Store {
         Ok(store)
     }
 
-    /// Whether a SQLite URL names a file that does not exist (`registry migrate --check` reports
-    /// it without creating it); `false` for PostgreSQL.
-    pub fn names_missing_file(url: &str) -> Result<bool, SetupError> {
-        Ok(target::parse(url)?
-            .sqlite_file()
-            .is_some_and(|file| !file.exists()))
-    }
-
-    /// Where the schema stands against this binary's migrations.
-    pub fn migration_status(&self) -> Result<MigrationStatus, SetupError> {
-        crate::migrate::status(&mut *self.setup_conn()?).map_err(SetupError::Migration)
+    /// The migrations the database a URL names has not applied yet, oldest first, without
+    /// changing or creating anything: every one of them for a SQLite file that does not exist
+    /// (`registry migrate --check`). A database a newer registry migrated is
+    /// [`SetupError::SchemaNewer`].
+    pub fn pending_migrations(url: &str) -> Result<Vec<String>, SetupError> {
+        if missing_file(url)?.is_some() {
+            return Ok(crate::migrate::all());
+        }
+        let store = Store::connect_for_command(url)?;
+        let pending = store
+            .setup_conn()
+            .and_then(|mut conn| crate::migrate::pending(&mut conn));
+        store.close();
+        pending
     }
 
     fn setup_conn(&self) -> Result<Pooled, SetupError> {
@@ -232,10 +232,8 @@ impl Store {
     /// ([`SetupError::SchemaNewer`]).
     pub fn migrate(&self) -> Result<usize, SetupError> {
         let mut conn = self.setup_conn()?;
-        let status = crate::migrate::status(&mut conn).map_err(SetupError::Migration)?;
-        if let Some(unknown) = status.unknown.first() {
-            return Err(SetupError::SchemaNewer(unknown.clone()));
-        }
+        // Only for the check: the migrations below find what is pending themselves.
+        crate::migrate::pending(&mut conn)?;
         let applied = crate::migrate::run(&mut conn).map_err(SetupError::Migration)?;
         tracing::info!(
             backend = self.backend.as_str(),
@@ -411,6 +409,14 @@ fn in_transaction<T>(
             .execute(c))?;
     }
     Ok(value)
+}
+
+/// The file a SQLite URL names, when it does not exist; `None` for one that does, and for
+/// PostgreSQL.
+fn missing_file(url: &str) -> Result<Option<std::path::PathBuf>, SetupError> {
+    Ok(target::parse(url)?
+        .sqlite_file()
+        .filter(|file| !file.exists()))
 }
 
 pub(crate) const CHANGE_SERVICE: &str = "service";

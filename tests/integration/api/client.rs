@@ -2,24 +2,17 @@
 //! default, the API's JSON with `--format json`, an API problem as one sentence with exit 1, a
 //! wrong command line with exit 2.
 
-use registry_tests::server::{registry_binary, TestServer};
+use registry_tests::server::{run_registry, TestServer};
 use serde_json::Value;
-use std::process::Command;
 
 /// Runs `registry ARGS` against `server` with `token`: exit code, stdout, stderr.
 fn client(server: &TestServer, token: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let output = Command::new(registry_binary())
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("REGISTRY_API_URL", &server.base)
-        .env("REGISTRY_TOKEN", token)
-        .output()
-        .expect("run registry");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
+    run_registry(
+        args,
+        &[
+            ("REGISTRY_API_URL", &server.base),
+            ("REGISTRY_TOKEN", token),
+        ],
     )
 }
 
@@ -161,24 +154,17 @@ fn a_customer_works_with_the_api_from_the_command_line() {
         "{help}"
     );
     // No registry there: one sentence, exit 1.
-    let (code, _, stderr) = Command::new(registry_binary())
-        .args([
+    let (code, _, stderr) = run_registry(
+        &[
             "services",
             "list",
             "--api-url",
             "http://127.0.0.1:9",
             "--token",
             "x",
-        ])
-        .output()
-        .map(|o| {
-            (
-                o.status.code(),
-                (),
-                String::from_utf8_lossy(&o.stderr).into_owned(),
-            )
-        })
-        .unwrap();
+        ],
+        &[],
+    );
     assert_eq!(code, Some(1));
     assert!(stderr.contains("cannot reach the registry"), "{stderr}");
 }

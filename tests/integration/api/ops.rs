@@ -1,4 +1,6 @@
-use registry_tests::server::{json, metric_in, registry_binary, run_cli, TestServer};
+use registry_tests::server::{
+    json, metric_in, registry_binary, run_cli, run_registry, series_in, TestServer,
+};
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -20,12 +22,7 @@ fn health_readiness_and_metrics() {
             .unwrap();
         assert_eq!(response.status(), 200);
     }
-    let text = server
-        .request(Method::GET, "/metrics")
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let text = server.metrics_text();
     // argon2 ran once for the token; the four other requests used the verification cache.
     assert_eq!(metric_in(&text, "registry_argon2_verifications_total"), 1);
     assert_eq!(metric_in(&text, "registry_token_cache_hits_total"), 4);
@@ -115,12 +112,7 @@ fn metrics_parse_with_the_prometheus_parser() {
 #[test]
 fn metrics_name_the_build_the_process_and_the_database() {
     let server = TestServer::start();
-    let text = server
-        .request(Method::GET, "/metrics")
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let text = server.metrics_text();
     let line = |prefix: &str| {
         text.lines()
             .find(|line| line.starts_with(prefix))
@@ -134,18 +126,22 @@ fn metrics_name_the_build_the_process_and_the_database() {
             && build.ends_with(" 1.0"),
         "{build}"
     );
-    assert!(line("registry_database_up{side=\"primary\"}").ends_with(" 1.0"));
+    assert_eq!(
+        series_in(&text, "registry_database_up{side=\"primary\"}"),
+        1.0
+    );
     assert!(
         !text.contains("registry_database_up{side=\"read_replica\"}"),
         "{text}"
     );
-    let idle = line("registry_database_connections{side=\"primary\",state=\"idle\"}");
-    let in_use = line("registry_database_connections{side=\"primary\",state=\"in_use\"}");
-    let value = |line: &str| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap();
-    assert!(value(&idle) + value(&in_use) >= 1.0, "{idle} {in_use}");
-    assert!(value(&line("process_resident_memory_bytes ")) > 1e6);
-    assert!(value(&line("process_open_fds ")) >= 3.0);
-    let started = value(&line("process_start_time_seconds "));
+    let connections = |state: &str| {
+        let series = format!("registry_database_connections{{side=\"primary\",state=\"{state}\"}}");
+        series_in(&text, &series)
+    };
+    assert!(connections("idle") + connections("in_use") >= 1.0, "{text}");
+    assert!(series_in(&text, "process_resident_memory_bytes") > 1e6);
+    assert!(series_in(&text, "process_open_fds") >= 3.0);
+    let started = series_in(&text, "process_start_time_seconds");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -471,22 +467,6 @@ fn sigterm_right_after_the_listening_line_stops_the_server_cleanly() {
     }
 }
 
-/// Runs `registry ARGS` with `env` only (and `PATH`): exit code, stdout, stderr.
-fn registry(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let output = Command::new(registry_binary())
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(env.iter().copied())
-        .output()
-        .expect("run registry");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 /// The operator's commands never make a database up: a command run from the wrong directory,
 /// or with a mistyped URL, says so instead of creating an empty one. `migrate` creates it,
 /// `migrate --check` says what is pending without changing anything.
@@ -495,7 +475,7 @@ fn commands_never_invent_a_database() {
     let dir = registry_tests::server::TempDir::new("no-database");
     let missing = dir.join("nothere.db");
     let url = format!("sqlite://{}", missing.display());
-    let (code, stdout, stderr) = registry(&["customer", "list", "--database-url", &url], &[]);
+    let (code, stdout, stderr) = run_registry(&["customer", "list", "--database-url", &url], &[]);
     assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
     assert!(
@@ -509,7 +489,7 @@ fn commands_never_invent_a_database() {
         missing.display()
     );
     // The same from the environment, for `audit` too.
-    let (code, _, stderr) = registry(
+    let (code, _, stderr) = run_registry(
         &["audit", "--tenant", "acme"],
         &[("REGISTRY_DATABASE_URL", &url)],
     );
@@ -520,25 +500,25 @@ fn commands_never_invent_a_database() {
     let empty = dir.join("empty.db");
     std::fs::write(&empty, b"").unwrap();
     let empty_url = format!("sqlite://{}", empty.display());
-    let (code, _, stderr) = registry(&["customer", "list", "--database-url", &empty_url], &[]);
+    let (code, _, stderr) = run_registry(&["customer", "list", "--database-url", &empty_url], &[]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("holds no registry"), "{stderr}");
 
     // `migrate --check`: everything pending, nothing created; `migrate` creates and applies.
-    let (code, stdout, _) = registry(&["migrate", "--check", "--database-url", &url], &[]);
+    let (code, stdout, _) = run_registry(&["migrate", "--check", "--database-url", &url], &[]);
     assert_eq!(code, Some(1), "{stdout}");
     assert!(
         stdout.contains("pending") && stdout.contains("_init"),
         "{stdout}"
     );
     assert!(!missing.exists());
-    let (code, stdout, stderr) = registry(&["migrate", "--database-url", &url], &[]);
+    let (code, stdout, stderr) = run_registry(&["migrate", "--database-url", &url], &[]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("up to date"), "{stdout}");
-    let (code, stdout, _) = registry(&["migrate", "--check", "--database-url", &url], &[]);
+    let (code, stdout, _) = run_registry(&["migrate", "--check", "--database-url", &url], &[]);
     assert_eq!(code, Some(0), "{stdout}");
     assert!(stdout.contains("up to date"), "{stdout}");
-    let (code, stdout, stderr) = registry(&["customer", "list", "--database-url", &url], &[]);
+    let (code, stdout, stderr) = run_registry(&["customer", "list", "--database-url", &url], &[]);
     assert_eq!((code, stdout.trim()), (Some(0), "[]"), "{stderr}");
 
     // A database a newer registry migrated: refused by every command, `serve` included.
@@ -559,14 +539,14 @@ fn commands_never_invent_a_database() {
         vec!["migrate", "--check", "--database-url", &url],
         vec!["customer", "list", "--database-url", &url],
     ] {
-        let (code, _, stderr) = registry(&args, &[]);
+        let (code, _, stderr) = run_registry(&args, &[]);
         assert_eq!(code, Some(1), "{args:?}: {stderr}");
         assert!(
             stderr.contains("newer than this binary") && stderr.contains("29990101000001"),
             "{args:?}: {stderr}"
         );
     }
-    let (code, _, stderr) = registry(
+    let (code, _, stderr) = run_registry(
         &["serve"],
         &[
             ("REGISTRY_DATABASE_URL", &url),
@@ -587,7 +567,7 @@ fn serve_reports_its_settings_and_listeners_before_the_database() {
     let url = format!("sqlite://{}", database.display());
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let listen = taken.local_addr().unwrap().to_string();
-    let (code, _, stderr) = registry(
+    let (code, _, stderr) = run_registry(
         &["serve"],
         &[
             ("REGISTRY_DATABASE_URL", &url),
@@ -602,7 +582,7 @@ fn serve_reports_its_settings_and_listeners_before_the_database() {
         "serve touched the database before it could listen"
     );
 
-    let (code, _, stderr) = registry(
+    let (code, _, stderr) = run_registry(
         &["serve"],
         &[
             ("REGISTRY_DATABASE_URL", &url),
@@ -615,10 +595,10 @@ fn serve_reports_its_settings_and_listeners_before_the_database() {
         "{stderr}"
     );
     // Typed on the command line, the flag is what is named.
-    let (code, _, stderr) = registry(&["serve", "--log-format", "yaml"], &[]);
+    let (code, _, stderr) = run_registry(&["serve", "--log-format", "yaml"], &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--log-format"), "{stderr}");
-    let (code, stdout, _) = registry(&["--version"], &[]);
+    let (code, stdout, _) = run_registry(&["--version"], &[]);
     assert_eq!(code, Some(0));
     assert!(stdout.starts_with("registry "), "{stdout}");
 }

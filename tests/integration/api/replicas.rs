@@ -383,14 +383,7 @@ fn a_replica_started_on_published_services_serves_them_at_their_first_request() 
 #[test]
 fn a_made_up_host_reads_the_database_at_most_once_per_10_s() {
     let server = TestServer::start();
-    let status = |subdomain: &str| {
-        server
-            .hosted(Method::GET, subdomain, "/openid/v1/jwks")
-            .send()
-            .unwrap()
-            .status()
-            .as_u16()
-    };
+    let status = |subdomain: &str| jwks_status(&server, subdomain);
     let reads = || server.metric("registry_hosting_reads_total");
     assert_eq!(status("made-up-x"), 404);
     assert_eq!(reads(), 1);
@@ -461,13 +454,7 @@ fn a_deletion_is_a_404_at_once_on_the_node_that_took_it() {
     super::publish_kids(&a, &acme.token, &web, &["w1"]);
     served_within(&b, &api, "k1", Duration::from_secs(5));
     served_within(&b, &web, "w1", Duration::from_secs(5));
-    let status = |server: &TestServer, subdomain: &str| {
-        server
-            .hosted(Method::GET, subdomain, "/openid/v1/jwks")
-            .send()
-            .unwrap()
-            .status()
-    };
+    let status = jwks_status;
     // Deleted on b, which holds it.
     let deleted = b
         .authed(Method::DELETE, &format!("/services/{api}"), &acme.token)
@@ -504,14 +491,7 @@ fn a_customers_lifecycle_holds_on_every_replica_at_once() {
     let other = a.customer("other", "business");
     let api = publish_api(&a, &acme);
     let others = publish_api(&a, &other);
-    let jwks = |server: &TestServer, subdomain: &str| {
-        server
-            .hosted(Method::GET, subdomain, "/openid/v1/jwks")
-            .send()
-            .unwrap()
-            .status()
-            .as_u16()
-    };
+    let jwks = jwks_status;
     // Both replicas have the customer's account and documents in memory.
     for server in [&a, &b] {
         assert_eq!(status(server, &acme.token), 200);
@@ -525,7 +505,7 @@ fn a_customers_lifecycle_holds_on_every_replica_at_once() {
         assert_problem(server.get("/services", &acme.token), 401, "unauthorized");
         // The public path reads no database: each replica's follower applies the change
         // within half a second.
-        gone_within(server, &api, Duration::from_secs(2));
+        jwks_status_within(server, &api, 404, Duration::from_secs(2));
         assert_problem(
             server
                 .hosted(Method::GET, &api, "/openid/v1/jwks")
@@ -544,14 +524,7 @@ fn a_customers_lifecycle_holds_on_every_replica_at_once() {
     assert!(enabled["disabledAt"].is_null(), "{enabled}");
     for server in [&a, &b] {
         assert_eq!(status(server, &acme.token), 200);
-        let started = Instant::now();
-        while jwks(server, &api) != 200 {
-            assert!(
-                started.elapsed() < Duration::from_secs(2),
-                "not served again"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        jwks_status_within(server, &api, 200, Duration::from_secs(2));
     }
     // The audit trail says the operator did both.
     let events = json(a.get("/audit-events?action=customer.update", &acme.token));
@@ -574,7 +547,7 @@ fn a_customers_lifecycle_holds_on_every_replica_at_once() {
     for server in [&a, &b] {
         assert_eq!(status(server, &acme.token), 401);
         assert_eq!(status(server, token), 401);
-        gone_within(server, &api, Duration::from_secs(2));
+        jwks_status_within(server, &api, 404, Duration::from_secs(2));
         assert_eq!(status(server, &other.token), 200);
     }
     let unknown = cli(&["customer", "disable", "--tenant", "acme"]).unwrap_err();
@@ -586,21 +559,27 @@ fn a_customers_lifecycle_holds_on_every_replica_at_once() {
     a.customer("acme", "business");
 }
 
-/// Waits until `subdomain`'s key set answers 404 on `server`, at most `limit`.
-fn gone_within(server: &TestServer, subdomain: &str, limit: Duration) {
+/// The status of `subdomain`'s public key set on `server`.
+fn jwks_status(server: &TestServer, subdomain: &str) -> u16 {
+    server
+        .hosted(Method::GET, subdomain, "/openid/v1/jwks")
+        .send()
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Waits until `subdomain`'s public key set answers `want` on `server`, at most `limit`.
+fn jwks_status_within(server: &TestServer, subdomain: &str, want: u16, limit: Duration) {
     let started = Instant::now();
     loop {
-        let status = server
-            .hosted(Method::GET, subdomain, "/openid/v1/jwks")
-            .send()
-            .unwrap()
-            .status();
-        if status == 404 {
+        let status = jwks_status(server, subdomain);
+        if status == want {
             return;
         }
         assert!(
             started.elapsed() < limit,
-            "{subdomain} still served ({status})"
+            "{subdomain} answers {status}, not {want}, after {limit:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -1863,6 +1863,27 @@ fn replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned(store: &dyn St
     assert!(store.fetches(Uuid::new_v4(), old, 10).unwrap().is_empty());
 }
 
+/// `api-acme`, a service of `customer` with a published configuration.
+fn published_api(store: &dyn Storage, customer: Uuid) -> Service {
+    let s = registered(customer, "api-acme", 1);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .put_config(&config(s.id, "https://api-acme.example", 2), &ev())
+        .unwrap();
+    s
+}
+
+/// Asserts that the change log holds exactly `expected` after `before`, each once, in any order.
+fn logged_since(store: &dyn Storage, before: i64, expected: &[Change]) {
+    let (_, logged) = store.changes_since(before, 100).unwrap();
+    assert_eq!(logged.len(), expected.len(), "{logged:?}");
+    for change in expected {
+        assert!(logged.contains(change), "{change:?} not in {logged:?}");
+    }
+}
+
 #[test]
 fn a_disabled_customers_holdings_are_not_read_until_it_is_enabled_on_every_store() {
     on_every_store(a_disabled_customers_holdings_are_not_read_until_it_is_enabled);
@@ -1875,13 +1896,7 @@ fn a_disabled_customers_holdings_are_not_read_until_it_is_enabled(store: &dyn St
     store
         .create_account(&federated, None, Ceiling::NONE, &ev())
         .unwrap();
-    let s = registered(c.id, "api-acme", 1);
-    store
-        .create_service(&s, None, Ceiling::NONE, &ev())
-        .unwrap();
-    store
-        .put_config(&config(s.id, "https://api-acme.example", 2), &ev())
-        .unwrap();
+    let s = published_api(store, c.id);
     let before = store.latest_change().unwrap();
 
     let disabled = store
@@ -1904,19 +1919,15 @@ fn a_disabled_customers_holdings_are_not_read_until_it_is_enabled(store: &dyn St
     assert_eq!(store.find_service("api-acme").unwrap(), None);
     assert_eq!(store.published_by_subdomain("api-acme").unwrap(), None);
     // Every service and account is logged, once, for the replicas; one event.
-    let (_, logged) = store.changes_since(before, 100).unwrap();
-    let mut logged_ids: Vec<String> = logged.iter().map(|c| format!("{c:?}")).collect();
-    logged_ids.sort();
-    let mut expected: Vec<String> = [
-        Change::Service(s.id),
-        Change::Account(first.id),
-        Change::Account(federated.id),
-    ]
-    .iter()
-    .map(|c| format!("{c:?}"))
-    .collect();
-    expected.sort();
-    assert_eq!(logged_ids, expected);
+    logged_since(
+        store,
+        before,
+        &[
+            Change::Service(s.id),
+            Change::Account(first.id),
+            Change::Account(federated.id),
+        ],
+    );
     let events = trail(store, Trail::Customer(c.id)).len();
     // Again: no change, no event, no change logged.
     let again = store
@@ -1970,13 +1981,7 @@ fn a_deleted_customer_leaves_nothing_behind_on_every_store() {
 fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
     let (c, first, token) = seeded(store, "acme");
     let (_, other_first, other_token) = seeded(store, "globex");
-    let s = registered(c.id, "api-acme", 1);
-    store
-        .create_service(&s, None, Ceiling::NONE, &ev())
-        .unwrap();
-    store
-        .put_config(&config(s.id, "https://api-acme.example", 2), &ev())
-        .unwrap();
+    let s = published_api(store, c.id);
     let before = store.latest_change().unwrap();
 
     assert!(store.delete_customer("acme").unwrap());
@@ -1987,9 +1992,11 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
     assert_eq!(store.service(s.id).unwrap(), None);
     assert_eq!(store.config(s.id).unwrap(), None);
     assert!(trail(store, Trail::Customer(c.id)).is_empty());
-    let (_, logged) = store.changes_since(before, 100).unwrap();
-    assert_eq!(logged.len(), 2, "{logged:?}");
-    assert!(logged.contains(&Change::Service(s.id)) && logged.contains(&Change::Account(first.id)));
+    logged_since(
+        store,
+        before,
+        &[Change::Service(s.id), Change::Account(first.id)],
+    );
     // The other customer keeps everything; the tenant and the subdomain are free again.
     assert!(store.credential(&other_token.lookup_id).unwrap().is_some());
     assert!(store.account(other_first.id).unwrap().is_some());

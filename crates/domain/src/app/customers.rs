@@ -6,7 +6,7 @@ use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::credentials::{self, CredentialKind};
 use crate::naming::validate_tenant;
 use crate::policy::Policy;
-use crate::ports::{Ceiling, CredentialRecord};
+use crate::ports::{Ceiling, CredentialRecord, Storage, StoreResult};
 use crate::{Customer, Plan, ServiceAccount, StoreError, Violation};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -165,12 +165,31 @@ pub fn set_plan(
     now: OffsetDateTime,
 ) -> Result<Customer, AppError> {
     let plan = plan(&command.plan)?;
-    let store = &*registry.store;
+    update(registry, &command.tenant, now, |store, event| {
+        store.set_plan(&command.tenant, plan, event)
+    })
+}
+
+/// The customer with that tenant suffix, or the 404 of [`unknown_tenant`].
+fn by_tenant(registry: &Registry, tenant: &str) -> Result<Customer, AppError> {
+    registry
+        .store
+        .customer_by_tenant(tenant)?
+        .ok_or_else(|| unknown_tenant(tenant))
+}
+
+/// An operator's change to the customer with that tenant suffix, made by `change` with the
+/// `customer.update` event (which the store writes only when something changed): the customer
+/// as it is after it.
+fn update(
+    registry: &Registry,
+    tenant: &str,
+    now: OffsetDateTime,
+    change: impl FnOnce(&dyn Storage, &AuditEvent) -> StoreResult<Option<Customer>>,
+) -> Result<Customer, AppError> {
     // Tenant suffixes never change: the id read here is the one the store changes (or, should
     // the customer be deleted meanwhile, the store finds no one).
-    let customer = store
-        .customer_by_tenant(&command.tenant)?
-        .ok_or_else(|| unknown_tenant(&command.tenant))?;
+    let customer = by_tenant(registry, tenant)?;
     let event = AuditEvent::new(
         Action::CustomerUpdate,
         Resource::customer(customer.id),
@@ -178,9 +197,7 @@ pub fn set_plan(
         Some(customer.id),
         now,
     );
-    store
-        .set_plan(&command.tenant, plan, &event)?
-        .ok_or_else(|| unknown_tenant(&command.tenant))
+    change(&*registry.store, &event)?.ok_or_else(|| unknown_tenant(tenant))
 }
 
 /// `registry customer disable` (`disabled`: true) and `enable`: the customer by tenant suffix
@@ -194,20 +211,9 @@ pub fn set_disabled(
     disabled: bool,
     now: OffsetDateTime,
 ) -> Result<Customer, AppError> {
-    let store = &*registry.store;
-    let customer = store
-        .customer_by_tenant(tenant)?
-        .ok_or_else(|| unknown_tenant(tenant))?;
-    let event = AuditEvent::new(
-        Action::CustomerUpdate,
-        Resource::customer(customer.id),
-        Actor::operator(),
-        Some(customer.id),
-        now,
-    );
-    store
-        .set_disabled(tenant, disabled.then_some(now), &event)?
-        .ok_or_else(|| unknown_tenant(tenant))
+    update(registry, tenant, now, |store, event| {
+        store.set_disabled(tenant, disabled.then_some(now), event)
+    })
 }
 
 /// `registry customer delete`: the customer by tenant suffix and everything it holds, gone from
@@ -229,10 +235,7 @@ pub fn mint_token(
     tenant: &str,
     now: OffsetDateTime,
 ) -> Result<(ServiceAccount, String), AppError> {
-    let store = &*registry.store;
-    let customer = store
-        .customer_by_tenant(tenant)?
-        .ok_or_else(|| unknown_tenant(tenant))?;
+    let customer = by_tenant(registry, tenant)?;
     let name = format!("{} operator token", customer.name);
     let (account, token, record) = account_on_every_service(registry, &customer, name, now)?;
     let event = AuditEvent::new(
@@ -242,7 +245,9 @@ pub fn mint_token(
         Some(customer.id),
         now,
     );
-    store.create_account(&account, Some(&record), Ceiling::NONE, &event)?;
+    registry
+        .store
+        .create_account(&account, Some(&record), Ceiling::NONE, &event)?;
     Ok((account, token))
 }
 

@@ -12,6 +12,8 @@
 //!   token whose issuer is a service hosted by the same registry (`http://idp-acme.localhost:PORT`).
 //! * P4: `PUT /services/{s}/config` on SQLite.
 //! * P5: start-up to `/readyz`, resident memory idle and after 10,000 published services.
+//! * `--workers 1,2,4,8` alone: P1, JWKS, P1-TLS against nginx, P2 and P3, with each number of
+//!   workers, the servers and wrk on disjoint cores (`bench/scaling.rs`).
 //! * `--services N` alone: a replica over N published services on SQLite and PostgreSQL
 //!   (`bench/scale.rs`).
 //! * P6: two replicas on one throwaway PostgreSQL cluster: how long a PUT on one takes to be
@@ -21,6 +23,7 @@
 mod nginx;
 mod report;
 mod scale;
+mod scaling;
 pub mod wrk;
 
 use crate::api::{hosted_issuer, oidc_policy, upload, Api, Signer};
@@ -49,6 +52,14 @@ pub struct Options {
     /// SQLite and PostgreSQL, instead of P1–P6.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     services: Option<u64>,
+    /// Run the scaling benchmark alone: P1, JWKS and P1-TLS against nginx, P2 and P3, with each
+    /// of these numbers of workers (e.g. `--workers 1,2,4,8`), servers and wrk on disjoint cores.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=256))]
+    workers: Vec<u64>,
+    /// With `--workers`: measure a number of workers even when wrk cannot have a core of its
+    /// own (the figure is marked as measured on shared cores).
+    #[arg(long)]
+    share_cores: bool,
     /// Skip P6 (two replicas on PostgreSQL).
     #[arg(long)]
     no_postgres: bool,
@@ -73,11 +84,11 @@ pub fn require(tool: &str, package: &str) -> Result<()> {
 }
 
 /// CPUs for the servers and for wrk, when there are two to keep apart.
-fn cpus() -> (Option<usize>, Option<usize>) {
+fn cpus() -> (Option<String>, Option<String>) {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let taskset = succeeds(Command::new("taskset").arg("-V"));
     if cores >= 2 && taskset {
-        (Some(1), Some(0))
+        (Some("1".into()), Some("0".into()))
     } else {
         (None, None)
     }
@@ -95,6 +106,22 @@ pub fn run(options: &Options) -> Result<()> {
     };
     let dir = std::env::temp_dir().join(format!("registry-bench-{}", std::process::id()));
     let work = WorkDir::at(dir)?;
+    if !options.workers.is_empty() {
+        let plan = scaling::Plan {
+            workers: options.workers.iter().map(|&w| w as usize).collect(),
+            rounds: options.rounds,
+            seconds: options.seconds,
+            share_cores: options.share_cores,
+        };
+        let section = scaling::run(&binary, &work.0, &plan)?;
+        println!("\n{section}");
+        if !options.no_write {
+            let path = root().join("docs/benchmarks.md");
+            report::write_titled_section(&path, scaling::TITLE, &section)?;
+            println!("written to {}", path.display());
+        }
+        return Ok(());
+    }
     if let Some(services) = options.services {
         let section = scale::run(&binary, &work.0, services as usize, options.no_postgres)?;
         println!("\n{section}");
@@ -128,8 +155,11 @@ pub fn load_average() -> String {
 
 fn measure(options: &Options, binary: &Path, dir: &Path, report: &mut Report) -> Result<()> {
     let (server_cpu, wrk_cpu) = cpus();
-    report.pinning = match server_cpu {
-        Some(cpu) => format!("servers on CPU {cpu}, wrk on CPU {}", wrk_cpu.unwrap_or(0)),
+    report.pinning = match &server_cpu {
+        Some(cpu) => format!(
+            "servers on CPU {cpu}, wrk on CPU {}",
+            wrk_cpu.as_deref().unwrap_or("0")
+        ),
         None => "no pinning (one core, or no taskset)".into(),
     };
     println!("\n=== P1–P4: one registry worker on SQLite, nginx with one worker ===\n");
@@ -156,13 +186,13 @@ fn http_rounds(
     options: &Options,
     binary: &Path,
     dir: &Path,
-    (server_cpu, wrk_cpu): (Option<usize>, Option<usize>),
+    (server_cpu, wrk_cpu): (Option<String>, Option<String>),
     report: &mut Report,
 ) -> Result<()> {
     let database_url = format!("sqlite://{}", dir.join("registry.db").display());
     let token = create_customer(binary, &database_url, "acme")?;
     let registry = Registry::start(&registry::Options {
-        cpu: server_cpu,
+        cpus: server_cpu.clone(),
         ..federated_server(binary, &database_url, &dir.join("registry.log")).workers(Some(1))
     })?;
     let http = registry.http();
@@ -197,7 +227,7 @@ fn http_rounds(
     pair.write(&cert, &key)?;
     let tls_registry = Registry::start(
         &registry::Options {
-            cpu: server_cpu,
+            cpus: server_cpu.clone(),
             ..federated_server(binary, &database_url, &dir.join("registry-tls.log"))
                 .workers(Some(1))
         }
@@ -208,8 +238,9 @@ fn http_rounds(
     )?;
     let nginx = Nginx::start(
         &dir.join("nginx"),
-        document.body.as_bytes(),
-        server_cpu,
+        (document.body.as_bytes(), None),
+        server_cpu.as_deref(),
+        1,
         (&cert, &key),
     )?;
 
@@ -221,7 +252,8 @@ fn http_rounds(
         script,
         connections,
         seconds: options.seconds,
-        cpu: wrk_cpu,
+        cpus: wrk_cpu.clone(),
+        threads: 1,
     };
     let base = registry.base();
     let (on_registry, on_nginx) = (

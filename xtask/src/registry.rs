@@ -64,7 +64,7 @@ pub struct Options {
     /// takes it first.
     pub port: Option<u16>,
     /// The CPU it is pinned to (taskset), so that a load generator can have another.
-    pub cpu: Option<usize>,
+    pub cpus: Option<String>,
     /// Its settings (two workers unless a chore says otherwise).
     pub settings: Settings,
 }
@@ -88,7 +88,7 @@ impl Options {
             binary: binary.to_owned(),
             log: log.to_owned(),
             port: None,
-            cpu: None,
+            cpus: None,
             settings,
         }
     }
@@ -122,8 +122,8 @@ impl Registry {
     /// Starts a server and waits until it is ready (at most 60 s).
     pub fn start(options: &Options) -> Result<Registry> {
         let mut wrapper = Vec::new();
-        if let Some(cpu) = options.cpu {
-            wrapper = vec!["taskset".into(), "-c".into(), cpu.to_string().into()];
+        if let Some(cpus) = &options.cpus {
+            wrapper = vec!["taskset".into(), "-c".into(), cpus.into()];
         }
         let launch = Launch {
             wrapper,

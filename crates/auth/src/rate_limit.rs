@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,12 @@ pub struct RateLimiter<K: Hash + Eq + Clone = IpAddr> {
     /// [`RateLimiter::check_key`] reads (governor has no look without counting). Only keys over
     /// their limit are here, at most [`MAX_KEYS`].
     refused: Mutex<HashMap<K, Instant>>,
+    /// When the last refusal ends, in nanoseconds after `created`: until then some key may be
+    /// refused. Every authenticated request asks [`RateLimiter::check_key`]; past that moment it
+    /// answers from this one value, which only a refusal writes, without the map's lock (a lock
+    /// every worker took on every request).
+    refusals_end: AtomicU64,
+    created: Instant,
 }
 
 /// Refused: retry after this long.
@@ -55,6 +62,8 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             quota,
             limiter: RwLock::new(governor::RateLimiter::keyed(quota)),
             refused: Mutex::default(),
+            refusals_end: AtomicU64::new(0),
+            created: Instant::now(),
         }
     }
 
@@ -88,6 +97,8 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
                 }
             }
             refused.insert(key, now + wait);
+            self.refusals_end
+                .fetch_max(self.nanos_at(now + wait), Ordering::Relaxed);
             RetryAfter(wait)
         })
     }
@@ -95,6 +106,9 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// Whether `key` is over its limit now (its last event was refused and the allowance has
     /// not come back yet), without counting an event.
     pub fn check_key(&self, key: &K) -> Result<(), RetryAfter> {
+        if self.nanos_at(Instant::now()) >= self.refusals_end.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         if refused.is_empty() {
             return Ok(());
@@ -106,6 +120,11 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             },
             None => Ok(()),
         }
+    }
+
+    fn nanos_at(&self, at: Instant) -> u64 {
+        let nanos = at.saturating_duration_since(self.created).as_nanos();
+        u64::try_from(nanos).unwrap_or(u64::MAX)
     }
 
     /// Keys whose state is kept now.

@@ -15,13 +15,23 @@
 //!   the version (ETag) of the key set it verified against, and counts as verified only while
 //!   that set is still the one published (a withdrawal applies at once: docs/api.md,
 //!   "Authentication").
+//!
+//! Both are shared by the replica's workers, and each worker thread keeps its own copy of the
+//! entries it used ([`Front`]): a request repeated on many workers reads no lock and writes no
+//! line another worker reads. A copy is never trusted more than the shared entry was: a
+//! secret's copy is checked against the stored hash the request just read, as the shared entry
+//! is; an identity's copy ends at the same `until`.
 
+use crossbeam_utils::CachePadded;
 use moka::sync::Cache;
 use registry_domain::ports::VerifiedToken;
 use sha2::{Digest, Sha256};
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use subtle::ConstantTimeEq;
+use thread_local::ThreadLocal;
 use time::{Duration, OffsetDateTime};
 
 /// Most verifications of each kind remembered (the least recently used leave first).
@@ -78,11 +88,48 @@ impl RememberedSecret {
 pub struct TokenCache {
     /// lookup id → the verified secret.
     secrets: Cache<String, Arc<RememberedSecret>>,
+    /// Each thread's copies of the secrets it found in `secrets`.
+    secrets_seen: Front<String, Arc<RememberedSecret>>,
     /// SHA-256 of the token → the verification. A map under a lock rather than a `moka` cache:
     /// every federated request reads it, a `moka` read cost P3 about 5 % (docs/benchmarks.md),
     /// and its expiry is the server's clock anyway.
     identities: Mutex<HashMap<[u8; 32], RememberedIdentity>>,
+    /// Each thread's copies of the identities it found in `identities`.
+    identities_seen: Front<[u8; 32], RememberedIdentity>,
 }
+
+/// Entries each worker thread copied from a shared map, read without a lock; at most
+/// [`FRONT_ENTRIES`] per thread (then the thread starts again from the shared map).
+#[derive(Debug)]
+struct Front<K: Send, V: Send>(ThreadLocal<CachePadded<RefCell<HashMap<K, V>>>>);
+
+/// Entries a thread keeps in a [`Front`].
+const FRONT_ENTRIES: usize = 4096;
+
+impl<K: Send + Eq + std::hash::Hash, V: Send> Front<K, V> {
+    fn new() -> Self {
+        Self(ThreadLocal::new())
+    }
+
+    /// This thread's copies.
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<K, V>) -> R) -> R {
+        f(&mut self.0.get_or_default().borrow_mut())
+    }
+
+    /// Keeps a copy in this thread's entries.
+    fn keep(&self, key: K, value: V) {
+        self.with(|entries| {
+            if entries.len() >= FRONT_ENTRIES {
+                entries.clear();
+            }
+            entries.insert(key, value);
+        });
+    }
+}
+
+/// How often a thread that accepts a remembered identity from its own copy tells the shared
+/// entry (which [`TokenCache::recently_verified_identity`] asks on any thread).
+const SHARE_ACCEPTANCE_EVERY: Duration = Duration::seconds(10);
 
 fn std_duration(d: Duration) -> std::time::Duration {
     std::time::Duration::try_from(d).unwrap_or_default()
@@ -95,7 +142,9 @@ impl Default for TokenCache {
                 .max_capacity(MAX_ENTRIES)
                 .time_to_idle(std_duration(SECRET_IDLE))
                 .build(),
+            secrets_seen: Front::new(),
             identities: Default::default(),
+            identities_seen: Front::new(),
         }
     }
 }
@@ -116,16 +165,28 @@ impl TokenCache {
         secret: &str,
         now: OffsetDateTime,
     ) -> bool {
-        let Some(entry) = self.secrets.get(lookup_id) else {
-            return false;
+        let matches =
+            |entry: &RememberedSecret| entry.stored_hash == stored_hash && entry.is(secret);
+        let seen = self.secrets_seen.with(|seen| seen.get(lookup_id).cloned());
+        let entry = match seen.filter(|entry| matches(entry)) {
+            Some(entry) => entry,
+            // Not seen by this thread, or seen before the secret changed.
+            None => {
+                let Some(entry) = self.secrets.get(lookup_id).filter(|e| matches(e)) else {
+                    return false;
+                };
+                self.secrets_seen.keep(lookup_id.to_owned(), entry.clone());
+                entry
+            }
         };
-        let verified = entry.is(secret) && entry.stored_hash == stored_hash;
-        if verified {
-            entry
-                .accepted_at
-                .store(now.unix_timestamp(), std::sync::atomic::Ordering::Relaxed);
+        let second = now.unix_timestamp();
+        // Written once a second at most: every thread that accepts the secret reads this line.
+        if entry.accepted_at.load(Relaxed) != second {
+            entry.accepted_at.store(second, Relaxed);
+            // A use the shared cache sees, for its idle expiry.
+            let _ = self.secrets.get(lookup_id);
         }
-        verified
+        true
     }
 
     /// Whether this replica accepted exactly `secret` for `lookup_id` within `RECENTLY` of
@@ -139,7 +200,7 @@ impl TokenCache {
         now: OffsetDateTime,
     ) -> bool {
         self.secrets.get(lookup_id).is_some_and(|entry| {
-            let at = entry.accepted_at.load(std::sync::atomic::Ordering::Relaxed);
+            let at = entry.accepted_at.load(Relaxed);
             now.unix_timestamp() - at <= RECENTLY.whole_seconds() && entry.is(secret)
         })
     }
@@ -178,12 +239,33 @@ impl TokenCache {
         now: OffsetDateTime,
     ) -> Option<RememberedIdentity> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let mut entries = self.identities();
-        let entry = entries
-            .get_mut(&digest)
-            .filter(|entry| now <= entry.until)?;
-        entry.accepted_at = now;
-        Some(entry.clone())
+        // A thread's copy holds in `accepted_at` when it last told the shared entry.
+        let seen = self.identities_seen.with(|seen| {
+            let entry = seen.get_mut(&digest).filter(|entry| now <= entry.until)?;
+            let tell = now - entry.accepted_at >= SHARE_ACCEPTANCE_EVERY;
+            if tell {
+                entry.accepted_at = now;
+            }
+            Some((entry.clone(), tell))
+        });
+        if let Some((entry, tell)) = seen {
+            if tell {
+                if let Some(shared) = self.identities().get_mut(&digest) {
+                    shared.accepted_at = shared.accepted_at.max(now);
+                }
+            }
+            return Some(entry);
+        }
+        let entry = {
+            let mut entries = self.identities();
+            let entry = entries
+                .get_mut(&digest)
+                .filter(|entry| now <= entry.until)?;
+            entry.accepted_at = now;
+            entry.clone()
+        };
+        self.identities_seen.keep(digest, entry.clone());
+        Some(entry)
     }
 
     /// Whether this replica accepted exactly this identity token within `RECENTLY` of `now`
@@ -222,15 +304,17 @@ impl TokenCache {
                 entries.clear();
             }
         }
-        entries.insert(
-            digest,
-            RememberedIdentity {
-                token: verified,
-                key_version,
-                until,
-                accepted_at: now,
-            },
-        );
+        let accepted_at = entries.get(&digest).map_or(now, |e| e.accepted_at.max(now));
+        let entry = RememberedIdentity {
+            token: verified,
+            key_version,
+            until,
+            accepted_at,
+        };
+        entries.insert(digest, entry.clone());
+        drop(entries);
+        // This thread's copy, if any, may be of an earlier verification (an older key set).
+        self.identities_seen.keep(digest, entry);
     }
 }
 
@@ -284,6 +368,49 @@ mod tests {
         );
         cache.sweep(now + IDENTITY_TTL + Duration::seconds(1));
         assert_eq!(cache.len().1, 0, "lapsed verifications are forgotten");
+    }
+
+    #[test]
+    fn each_threads_copies_follow_the_shared_entries() {
+        let cache = TokenCache::default();
+        let now = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
+        cache.remember("id", "hash-1", "old", now);
+        assert!(cache.verified("id", "hash-1", "old", now), "copied here");
+        // The token regenerated, and its new secret verified, on another worker.
+        std::thread::scope(|scope| {
+            scope.spawn(|| cache.remember("id", "hash-2", "new", now));
+        });
+        assert!(cache.verified("id", "hash-2", "new", now));
+        assert!(!cache.verified("id", "hash-2", "old", now));
+        assert!(!cache.verified("id", "hash-1", "new", now));
+
+        let version = |v: &'static str| Some(bytes::Bytes::from_static(v.as_bytes()));
+        cache.remember_identity("a.b.c", token(1_000_000 + 3600), version("v1"), now);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let seen = cache.verified_identity("a.b.c", now).unwrap();
+                assert_eq!(seen.key_version, version("v1"));
+                // Verified again there against a newer key set.
+                cache.remember_identity("a.b.c", token(1_000_000 + 3600), version("v2"), now);
+                let later = now + Duration::seconds(30);
+                assert!(cache.verified_identity("a.b.c", later).is_some());
+            });
+        });
+        let seen = cache.verified_identity("a.b.c", now).unwrap();
+        assert_eq!(seen.key_version, version("v1"), "this thread's copy");
+        cache.remember_identity("a.b.c", token(1_000_000 + 3600), version("v2"), now);
+        let seen = cache.verified_identity("a.b.c", now).unwrap();
+        assert_eq!(
+            seen.key_version,
+            version("v2"),
+            "replaced by its own verification"
+        );
+        // Accepted from a copy 30 s later, on the other thread: the shared entry heard of it.
+        let later = now + Duration::seconds(30) + RECENTLY;
+        assert!(cache.recently_verified_identity("a.b.c", later));
+        assert!(cache
+            .verified_identity("a.b.c", now + IDENTITY_TTL + Duration::SECOND)
+            .is_none());
     }
 
     fn token(exp: i64) -> Arc<VerifiedToken> {

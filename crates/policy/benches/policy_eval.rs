@@ -75,6 +75,12 @@ fn bench(c: &mut Criterion) {
     c.bench_function("policy_from_stored/1000", |b| {
         b.iter(|| Policy::from_stored(black_box(&stored)).is_ok())
     });
+    // What `registry policy check` adds to the compilation: every warning, duplicates and
+    // shadowed rules included.
+    let compiled = Policy::from_stored(&stored).expect("a stored policy");
+    c.bench_function("policy_lint/1000", |b| {
+        b.iter(|| black_box(&compiled).lint().len())
+    });
 }
 
 /// `Policy::explain` against `Policy::evaluate` on the same policy and request: the token of the

@@ -7,6 +7,7 @@ use super::Policy;
 use crate::violation::escape_token;
 use crate::Violations;
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 
 /// The issuer of GitHub Actions' identity tokens.
 pub const GITHUB_ISSUER: &str = "https://token.actions.githubusercontent.com";
@@ -183,11 +184,36 @@ pub(crate) fn open_claims(i: usize, claims: &Map<String, Value>) -> Vec<Finding>
     findings
 }
 
+/// A rule as the duplicate and shadow checks read it, taken apart once.
+struct RuleParts {
+    /// The rule's JSON text: equal texts are equal rules.
+    text: String,
+    claims: Map<String, Value>,
+    services: Vec<String>,
+}
+
+impl RuleParts {
+    fn of(rule: &Value) -> Self {
+        Self {
+            text: rule.to_string(),
+            claims: claims_of(rule),
+            services: services_of(rule),
+        }
+    }
+
+    /// The pattern a rule that shadows this one must have for `sub`, or none: which earlier
+    /// rules can shadow a later one is looked up by its issuer and this.
+    fn subject_key(&self) -> (Option<&str>, Option<&str>) {
+        let claim = |name: &str| self.claims.get(name).and_then(Value::as_str);
+        (claim("iss"), claim("sub").filter(|p| !any_string(p)))
+    }
+}
+
 /// Whether rule `earlier` admits every token `later` admits, for at least `later`'s services: it
 /// pins the same issuer, every claim it checks `later` checks with the same pattern (or it
 /// accepts any value), and its services cover `later`'s.
-fn shadows(earlier: &Value, later: &Value) -> bool {
-    let (a, b) = (claims_of(earlier), claims_of(later));
+fn shadows(earlier: &RuleParts, later: &RuleParts) -> bool {
+    let (a, b) = (&earlier.claims, &later.claims);
     if a.get("iss") != b.get("iss") {
         return false;
     }
@@ -195,8 +221,38 @@ fn shadows(earlier: &Value, later: &Value) -> bool {
         let pattern = pattern.as_str().unwrap_or_default();
         name == "iss" || any_string(pattern) || b.get(name).and_then(Value::as_str) == Some(pattern)
     });
-    let (sa, sb) = (services_of(earlier), services_of(later));
+    let (sa, sb) = (&earlier.services, &later.services);
     claims_covered && (sa.iter().any(|s| s == "*") || sb.iter().all(|s| sa.contains(s)))
+}
+
+/// For each rule, the first earlier rule it repeats (`Ok`) or, failing that, the first earlier
+/// rule that shadows it (`Err`). Linear in the rules for the usual policy: only earlier rules
+/// with the same issuer, and the same subject or none, can shadow a rule, and they are looked
+/// up, not compared pair by pair (a 1,000-rule policy once took 0.8 s to lint).
+fn repeats_and_shadows(rules: &[Value]) -> Vec<Option<Result<usize, usize>>> {
+    let parts: Vec<RuleParts> = rules.iter().map(RuleParts::of).collect();
+    let mut first_with_text: HashMap<&str, usize> = HashMap::new();
+    // Earlier rules by (issuer, subject pattern); `None` as subject: any subject.
+    let mut by_subject: HashMap<(Option<&str>, Option<&str>), Vec<usize>> = HashMap::new();
+    let mut found = Vec::with_capacity(rules.len());
+    for (i, rule) in parts.iter().enumerate() {
+        if let Some(&j) = first_with_text.get(rule.text.as_str()) {
+            found.push(Some(Ok(j)));
+            continue;
+        }
+        first_with_text.insert(&rule.text, i);
+        let (issuer, subject) = rule.subject_key();
+        let same_subject = subject.and_then(|s| by_subject.get(&(issuer, Some(s))));
+        let any_subject = by_subject.get(&(issuer, None));
+        let shadowing = [same_subject, any_subject]
+            .into_iter()
+            .flatten()
+            .filter_map(|earlier| earlier.iter().find(|&&j| shadows(&parts[j], rule)))
+            .min();
+        found.push(shadowing.map(|&j| Err(j)));
+        by_subject.entry((issuer, subject)).or_default().push(i);
+    }
+    found
 }
 
 impl Policy {
@@ -270,6 +326,7 @@ impl Policy {
                 ));
             }
         }
+        let repeated = repeats_and_shadows(&rules);
         for (i, rule) in rules.iter().enumerate() {
             let claims = claims_of(rule);
             let at = |name: &str| format!("/rules/{i}/claims/{}", escape_token(name));
@@ -334,22 +391,21 @@ impl Policy {
                     ),
                 ));
             }
-            let earlier = rules[..i].iter().enumerate();
-            if let Some((j, _)) = earlier.clone().find(|(_, r)| *r == rule) {
-                findings.push(Finding::warning(
+            match repeated[i] {
+                Some(Ok(j)) => findings.push(Finding::warning(
                     "duplicate-rule",
                     format!("/rules/{i}"),
                     format!("rule {i} repeats rule {j}"),
-                ));
-            } else if let Some((j, _)) = earlier.clone().find(|(_, r)| shadows(r, rule)) {
-                findings.push(Finding::warning(
+                )),
+                Some(Err(j)) => findings.push(Finding::warning(
                     "shadowed-rule",
                     format!("/rules/{i}"),
                     format!(
                         "rule {j} already admits every token rule {i} admits, for all of rule \
                          {i}'s services: rule {i} never decides anything"
                     ),
-                ));
+                )),
+                None => {}
             }
         }
         let addresses = document
@@ -379,6 +435,58 @@ mod tests {
             .into_iter()
             .map(|f| (f.code, f.pointer))
             .collect()
+    }
+
+    /// The checks rule by rule, as they were before the index: every earlier rule compared.
+    fn pairwise(rules: &[Value]) -> Vec<Option<Result<usize, usize>>> {
+        let parts: Vec<RuleParts> = rules.iter().map(RuleParts::of).collect();
+        (0..rules.len())
+            .map(|i| {
+                let earlier = 0..i;
+                if let Some(j) = earlier.clone().find(|&j| rules[j] == rules[i]) {
+                    return Some(Ok(j));
+                }
+                earlier
+                    .clone()
+                    .find(|&j| shadows(&parts[j], &parts[i]))
+                    .map(Err)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_index_finds_what_comparing_every_pair_finds() {
+        let issuers = ["https://a.example", "https://b.example"];
+        let subjects = [None, Some("*"), Some("ci"), Some("ci-*"), Some("deploy")];
+        let services = [json!(["*"]), json!(["api-x"]), json!(["api-x", "web-x"])];
+        let audiences = [None, Some("*"), Some("sts")];
+        // Every rule of a small grid, in a scrambled order, and repeated.
+        let mut grid = Vec::new();
+        for iss in issuers {
+            for sub in subjects {
+                for services in &services {
+                    for aud in audiences {
+                        let mut claims = json!({"iss": iss});
+                        if let Some(sub) = sub {
+                            claims["sub"] = json!(sub);
+                        }
+                        if let Some(aud) = aud {
+                            claims["aud"] = json!(aud);
+                        }
+                        grid.push(json!({"services": services, "claims": claims}));
+                    }
+                }
+            }
+        }
+        let mut rules = Vec::new();
+        for k in 0..grid.len() * 2 {
+            rules.push(grid[(k * 37 + 11) % grid.len()].clone());
+        }
+        let found = repeats_and_shadows(&rules);
+        assert_eq!(found, pairwise(&rules));
+        assert!(found.iter().any(|f| matches!(f, Some(Ok(_)))));
+        assert!(found.iter().any(|f| matches!(f, Some(Err(_)))));
+        assert!(found.iter().any(Option::is_none));
     }
 
     #[test]

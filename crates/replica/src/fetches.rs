@@ -4,13 +4,19 @@
 //! [`MAX_SERVICES`] services between two flushes (fetches of others are dropped, and counted),
 //! [`AGENTS_PER_DOCUMENT`] agents per document (the space-saving algorithm: a new agent takes
 //! the place of the least frequent one, and its count), each cut to [`AGENT_CHARS`] characters.
+//!
+//! Each worker thread counts in its own map, under a lock only [`Fetches::take`] also takes:
+//! the fetches of one popular document on many workers never wait for one another. `take` adds
+//! the threads' counts up.
 
 use crate::hosting::Hosted;
+use crossbeam_utils::CachePadded;
 use registry_domain::app::fetches::{Current, Served};
 use registry_domain::ports::{AgentFetches, DocumentFetches, FetchedDocument};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use thread_local::ThreadLocal;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -20,7 +26,8 @@ pub const MAX_SERVICES: usize = 16_384;
 pub const AGENTS_PER_DOCUMENT: usize = 32;
 /// Characters kept of a User-Agent.
 pub const AGENT_CHARS: usize = 100;
-const SHARDS: usize = 16;
+/// Documents counted between two flushes, at most (two a service).
+const MAX_DOCUMENTS: usize = MAX_SERVICES * 2;
 
 #[derive(Debug)]
 struct Agent {
@@ -40,19 +47,13 @@ struct Counts {
 type Shard = HashMap<(Uuid, FetchedDocument), Counts>;
 
 /// The counts of one replica.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Fetches {
-    shards: [Mutex<Shard>; SHARDS],
+    per_thread: ThreadLocal<CachePadded<Mutex<Shard>>>,
+    /// Documents counted in all the threads' maps (written when a thread counts a document new
+    /// to it, not at every fetch).
+    documents: AtomicUsize,
     dropped: AtomicU64,
-}
-
-impl Default for Fetches {
-    fn default() -> Self {
-        Self {
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
-            dropped: AtomicU64::new(0),
-        }
-    }
 }
 
 /// `agent` cut to [`AGENT_CHARS`] characters, control characters removed; borrowed when
@@ -82,21 +83,10 @@ impl Fetches {
         agent: &[u8],
         at: OffsetDateTime,
     ) {
-        let shard = &self.shards[(service.as_u128() as usize) % SHARDS];
-        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        let full = shard.len() >= MAX_SERVICES * 2 / SHARDS;
-        let counts = match shard.get_mut(&(service, document)) {
-            Some(counts) => counts,
-            None if full => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            None => shard.entry((service, document)).or_insert(Counts {
-                ok: 0,
-                not_modified: 0,
-                last_at: at,
-                agents: Vec::new(),
-            }),
+        let mut shard = self.mine();
+        let Some(counts) = self.counts(&mut shard, (service, document), at) else {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
         };
         if not_modified {
             counts.not_modified += 1;
@@ -110,23 +100,13 @@ impl Fetches {
     /// Puts back counts [`Fetches::take`] gave that could not be stored (the database was
     /// down): they go with the next flush, within the same bounds.
     pub fn give_back(&self, counts: Vec<DocumentFetches>) {
+        let mut shard = self.mine();
         for f in counts {
-            let shard = &self.shards[(f.service_id.as_u128() as usize) % SHARDS];
-            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            let full = shard.len() >= MAX_SERVICES * 2 / SHARDS;
-            let counts = match shard.get_mut(&(f.service_id, f.document)) {
-                Some(counts) => counts,
-                None if full => {
-                    self.dropped
-                        .fetch_add(f.ok + f.not_modified, Ordering::Relaxed);
-                    continue;
-                }
-                None => shard.entry((f.service_id, f.document)).or_insert(Counts {
-                    ok: 0,
-                    not_modified: 0,
-                    last_at: f.last_at,
-                    agents: Vec::new(),
-                }),
+            let Some(counts) = self.counts(&mut shard, (f.service_id, f.document), f.last_at)
+            else {
+                self.dropped
+                    .fetch_add(f.ok + f.not_modified, Ordering::Relaxed);
+                continue;
             };
             counts.ok += f.ok;
             counts.not_modified += f.not_modified;
@@ -142,31 +122,69 @@ impl Fetches {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// This thread's counts.
+    fn mine(&self) -> MutexGuard<'_, Shard> {
+        let shard = self.per_thread.get_or_default();
+        shard.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The counts of `key` in `shard`, new ones (first fetched `at`) while fewer than
+    /// [`MAX_DOCUMENTS`] are counted; `None` past that.
+    fn counts<'s>(
+        &self,
+        shard: &'s mut Shard,
+        key: (Uuid, FetchedDocument),
+        at: OffsetDateTime,
+    ) -> Option<&'s mut Counts> {
+        if !shard.contains_key(&key) {
+            if self.documents.load(Ordering::Relaxed) >= MAX_DOCUMENTS {
+                return None;
+            }
+            self.documents.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(shard.entry(key).or_insert(Counts {
+            ok: 0,
+            not_modified: 0,
+            last_at: at,
+            agents: Vec::new(),
+        }))
+    }
+
     /// Every count since the last call, and none left: what to add to the store.
     pub fn take(&self) -> Vec<DocumentFetches> {
-        let mut taken = Vec::new();
-        for shard in &self.shards {
+        let mut all = Shard::new();
+        for shard in &self.per_thread {
             let counts = std::mem::take(&mut *shard.lock().unwrap_or_else(PoisonError::into_inner));
-            taken.extend(counts.into_iter().map(|((service_id, document), c)| {
-                DocumentFetches {
-                    service_id,
-                    document,
-                    ok: c.ok,
-                    not_modified: c.not_modified,
-                    last_at: c.last_at,
-                    agents: c
-                        .agents
-                        .into_iter()
-                        .map(|a| AgentFetches {
-                            agent: a.name.into(),
-                            count: a.count,
-                            last_at: a.last_at,
-                        })
-                        .collect(),
+            self.documents.fetch_sub(counts.len(), Ordering::Relaxed);
+            for (key, c) in counts {
+                let Some(sum) = all.get_mut(&key) else {
+                    all.insert(key, c);
+                    continue;
+                };
+                sum.ok += c.ok;
+                sum.not_modified += c.not_modified;
+                sum.last_at = sum.last_at.max(c.last_at);
+                for a in c.agents {
+                    count_agent(&mut sum.agents, &a.name, a.count, a.last_at);
                 }
-            }));
+            }
         }
-        taken
+        (all.into_iter())
+            .map(|((service_id, document), c)| DocumentFetches {
+                service_id,
+                document,
+                ok: c.ok,
+                not_modified: c.not_modified,
+                last_at: c.last_at,
+                agents: (c.agents.into_iter())
+                    .map(|a| AgentFetches {
+                        agent: a.name.into(),
+                        count: a.count,
+                        last_at: a.last_at,
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 }
 
@@ -256,6 +274,28 @@ mod tests {
         assert_eq!(top.agent, "AWS STS");
         assert!(top.count >= 1000, "space-saving never undercounts");
         assert_eq!(taken[0].ok, 11_000);
+    }
+
+    #[test]
+    fn the_counts_of_every_thread_are_added_up() {
+        let fetches = Fetches::default();
+        let service = Uuid::new_v4();
+        std::thread::scope(|scope| {
+            for agent in ["aws", "gcp", "aws"] {
+                let fetches = &fetches;
+                scope.spawn(move || {
+                    for _ in 0..100 {
+                        fetches.record(service, DOC, false, agent.as_bytes(), AT);
+                    }
+                });
+            }
+        });
+        let taken = fetches.take();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].ok, 300);
+        let aws = taken[0].agents.iter().find(|a| a.agent == "aws").unwrap();
+        assert_eq!(aws.count, 200);
+        assert_eq!(fetches.documents.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -3,21 +3,24 @@
 //! exposition is OpenMetrics text, which Prometheus scrapes as it does its own format; the
 //! metric names and labels are the ones the hand-written exposition had.
 //!
-//! Every request records a sample: a family finds its series under a read lock (shared by all
-//! workers) and only adds to atomics; a new series is created once.
+//! Every request records a sample in its own thread's counts, under a lock no other worker
+//! takes (only a scrape visits every thread's counts, and adds them up): workers never share a
+//! counter, so recording costs the same on 1 core or 16.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use crossbeam_utils::CachePadded;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
+use thread_local::ThreadLocal;
 
+/// The latency buckets' upper bounds, in seconds (and `+Inf` after them).
 const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
@@ -27,56 +30,85 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResponseLabels {
-    route: Cow<'static, str>,
+    route: String,
     method: &'static str,
     status: u16,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
-    route: Cow<'static, str>,
+    route: String,
 }
 
-fn latency_histogram() -> Histogram {
-    Histogram::new(BUCKETS)
+/// What one thread counted since the start.
+#[derive(Debug, Default)]
+struct Counts {
+    routes: HashMap<Box<str>, RouteCounts>,
+    hosting_hits: u64,
+    hosting_misses: u64,
+    token_cache_hits: u64,
+    identity_token_cache_hits: u64,
+    argon2_verifications: u64,
+}
+
+/// One route's requests: latencies by bucket (the last is `+Inf`), their sum, and the
+/// responses by (method, status), of which a route sees a handful.
+#[derive(Debug, Default, Clone)]
+struct RouteCounts {
+    buckets: [u64; BUCKETS.len() + 1],
+    sum: f64,
+    responses: Vec<(&'static str, u16, u64)>,
+}
+
+impl RouteCounts {
+    fn add(&mut self, other: &RouteCounts) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets) {
+            *mine += theirs;
+        }
+        self.sum += other.sum;
+        for &(method, status, n) in &other.responses {
+            *self.response(method, status) += n;
+        }
+    }
+
+    fn response(&mut self, method: &'static str, status: u16) -> &mut u64 {
+        let at = match (self.responses.iter()).position(|(m, s, _)| *m == method && *s == status) {
+            Some(at) => at,
+            None => {
+                self.responses.push((method, status, 0));
+                self.responses.len() - 1
+            }
+        };
+        &mut self.responses[at].2
+    }
+}
+
+/// A latency histogram added up from every thread's counts at scrape time.
+#[derive(Debug, Default)]
+struct SummedHistogram(OnceLock<RouteCounts>);
+
+impl TypedMetric for SummedHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for SummedHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let counts = self.0.get().cloned().unwrap_or_default();
+        let bounds = BUCKETS.iter().copied().chain([f64::INFINITY]);
+        let buckets: Vec<(f64, u64)> = bounds.zip(counts.buckets).collect();
+        let count = counts.buckets.iter().sum();
+        encoder.encode_histogram::<NoLabelSet>(counts.sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
 }
 
 /// The registry's metrics.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Metrics {
-    requests: Family<ResponseLabels, Counter>,
-    latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
-    hosting_hits: Counter,
-    hosting_misses: Counter,
-    token_cache_hits: Counter,
-    identity_token_cache_hits: Counter,
-    argon2_verifications: Counter,
-    /// Each route's series, found with one look-up per request.
-    routes: RwLock<HashMap<String, Arc<RouteSeries>>>,
-}
-
-/// The series of one route (handles shared with the families).
-#[derive(Debug)]
-struct RouteSeries {
-    route: Cow<'static, str>,
-    latency: Histogram,
-    /// By (method, status): a route sees a handful.
-    responses: RwLock<Vec<(&'static str, u16, Counter)>>,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self {
-            requests: Family::default(),
-            latency: Family::new_with_constructor(latency_histogram),
-            hosting_hits: Counter::default(),
-            hosting_misses: Counter::default(),
-            token_cache_hits: Counter::default(),
-            identity_token_cache_hits: Counter::default(),
-            argon2_verifications: Counter::default(),
-            routes: RwLock::default(),
-        }
-    }
+    per_thread: ThreadLocal<CachePadded<Mutex<Counts>>>,
 }
 
 /// A value owned elsewhere, read at scrape time: name, `"gauge"` or `"counter"`, help, value.
@@ -91,72 +123,64 @@ pub type Measured<'a> = (&'a str, &'a str, f64);
 pub type Labeled<'a> = (&'a str, &'a str, Vec<(&'static str, String)>, f64);
 
 impl Metrics {
-    /// Counts one finished request: one look-up of the route (its series handles are kept
-    /// beside the families, which stay what the exposition reads), atomics after that.
-    pub fn request(&self, route: &str, method: &'static str, status: u16, elapsed: Duration) {
-        let known = self
-            .routes
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(route)
-            .cloned();
-        let series = match known {
-            Some(series) => series,
-            None => {
-                let route: Cow<'static, str> = Cow::Owned(route.to_owned());
-                let series = Arc::new(RouteSeries {
-                    route: route.clone(),
-                    latency: self.latency.get_or_create(&RouteLabels { route }).clone(),
-                    responses: RwLock::default(),
-                });
-                self.routes
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entry(series.route.to_string())
-                    .or_insert(series)
-                    .clone()
+    /// This thread's counts.
+    fn mine(&self) -> MutexGuard<'_, Counts> {
+        let counts = self.per_thread.get_or_default();
+        counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every thread's counts added up.
+    fn total(&self) -> Counts {
+        let mut total = Counts::default();
+        for counts in &self.per_thread {
+            let counts = counts.lock().unwrap_or_else(PoisonError::into_inner);
+            for (route, route_counts) in &counts.routes {
+                match total.routes.get_mut(route) {
+                    Some(sum) => sum.add(route_counts),
+                    None => {
+                        total.routes.insert(route.clone(), route_counts.clone());
+                    }
+                }
             }
-        };
-        series.latency.observe(elapsed.as_secs_f64());
-        let counted = series
-            .responses
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .find(|(m, s, _)| *m == method && *s == status)
-            .map(|(_, _, counter)| counter.inc())
-            .is_some();
-        if !counted {
-            let counter = self
-                .requests
-                .get_or_create(&ResponseLabels {
-                    route: series.route.clone(),
-                    method,
-                    status,
-                })
-                .clone();
-            counter.inc();
-            series
-                .responses
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((method, status, counter));
+            total.hosting_hits += counts.hosting_hits;
+            total.hosting_misses += counts.hosting_misses;
+            total.token_cache_hits += counts.token_cache_hits;
+            total.identity_token_cache_hits += counts.identity_token_cache_hits;
+            total.argon2_verifications += counts.argon2_verifications;
         }
+        total
+    }
+
+    /// Counts one finished request, in this thread's counts.
+    pub fn request(&self, route: &str, method: &'static str, status: u16, elapsed: Duration) {
+        let mut counts = self.mine();
+        let route_counts = match counts.routes.get_mut(route) {
+            Some(known) => known,
+            None => counts.routes.entry(route.into()).or_default(),
+        };
+        let seconds = elapsed.as_secs_f64();
+        let bucket = BUCKETS.iter().position(|le| seconds <= *le);
+        route_counts.buckets[bucket.unwrap_or(BUCKETS.len())] += 1;
+        route_counts.sum += seconds;
+        *route_counts.response(method, status) += 1;
     }
 
     /// A public document served from memory.
     pub fn hosting_hit(&self) {
-        self.hosting_hits.inc();
+        self.mine().hosting_hits += 1;
     }
 
     /// A public request for something not published.
     pub fn hosting_miss(&self) {
-        self.hosting_misses.inc();
+        self.mine().hosting_misses += 1;
     }
 
     /// Identity tokens accepted without checking their signature again, so far.
     pub fn identity_token_cache_hits(&self) -> u64 {
-        self.identity_token_cache_hits.get()
+        (self.per_thread.iter())
+            .map(|c| c.lock().unwrap_or_else(PoisonError::into_inner))
+            .map(|c| c.identity_token_cache_hits)
+            .sum()
     }
 
     /// The OpenMetrics text exposition ([`CONTENT_TYPE`]). `extra` adds values owned elsewhere.
@@ -166,47 +190,66 @@ impl Metrics {
         measured: &[Measured<'_>],
         labeled: &[Labeled<'_>],
     ) -> String {
+        let total = self.total();
         let mut registry = Registry::default();
+        let requests = Family::<ResponseLabels, Counter>::default();
+        let latency = Family::<RouteLabels, SummedHistogram>::default();
+        for (route, counts) in &total.routes {
+            for &(method, status, n) in &counts.responses {
+                let labels = ResponseLabels {
+                    route: route.to_string(),
+                    method,
+                    status,
+                };
+                requests.get_or_create(&labels).inc_by(n);
+            }
+            let labels = RouteLabels {
+                route: route.to_string(),
+            };
+            let _ = latency.get_or_create(&labels).0.set(counts.clone());
+        }
         // A counter's family is named without `_total`; the exposition adds it.
         registry.register(
             "registry_http_requests",
             "HTTP requests by route, method and status",
-            self.requests.clone(),
+            requests,
         );
         registry.register(
             "registry_http_request_duration_seconds",
             "Request latency by route",
-            self.latency.clone(),
+            latency,
         );
         let counters = [
             (
                 "registry_hosting_cache_hits",
                 "Public documents served from memory",
-                &self.hosting_hits,
+                total.hosting_hits,
             ),
             (
                 "registry_hosting_cache_misses",
                 "Public requests for unpublished issuers",
-                &self.hosting_misses,
+                total.hosting_misses,
             ),
             (
                 "registry_token_cache_hits",
                 "Secrets accepted from the verification cache",
-                &self.token_cache_hits,
+                total.token_cache_hits,
             ),
             (
                 "registry_identity_token_cache_hits",
                 "Identity tokens accepted from the verification cache",
-                &self.identity_token_cache_hits,
+                total.identity_token_cache_hits,
             ),
             (
                 "registry_argon2_verifications",
                 "argon2 verifications run",
-                &self.argon2_verifications,
+                total.argon2_verifications,
             ),
         ];
-        for (name, help, counter) in counters {
-            registry.register(name, help, counter.clone());
+        for (name, help, value) in counters {
+            let counter = Counter::<u64>::default();
+            counter.inc_by(value);
+            registry.register(name, help, counter);
         }
         for (name, kind, help, value) in extra {
             let help = help.trim_end_matches('.');
@@ -257,15 +300,15 @@ impl Metrics {
 
 impl registry_auth::Counters for Metrics {
     fn token_cache_hit(&self) {
-        self.token_cache_hits.inc();
+        self.mine().token_cache_hits += 1;
     }
 
     fn argon2_verification(&self) {
-        self.argon2_verifications.inc();
+        self.mine().argon2_verifications += 1;
     }
 
     fn identity_token_cache_hit(&self) {
-        self.identity_token_cache_hits.inc();
+        self.mine().identity_token_cache_hits += 1;
     }
 }
 
@@ -333,5 +376,38 @@ mod tests {
             text.contains("registry_http_request_duration_seconds_sum{route=\"/b\"} 5.0\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn every_threads_counts_are_added_up() {
+        use registry_auth::Counters;
+        let metrics = Metrics::default();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..250 {
+                        metrics.request("/a", "GET", 200, Duration::from_millis(2));
+                    }
+                    metrics.identity_token_cache_hit();
+                });
+            }
+        });
+        metrics.identity_token_cache_hit();
+        let text = metrics.render(&[], &[], &[]);
+        assert!(
+            text.contains(
+                "registry_http_requests_total{route=\"/a\",method=\"GET\",status=\"200\"} 1000\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("registry_http_request_duration_seconds_count{route=\"/a\"} 1000\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("registry_identity_token_cache_hits_total 5\n"),
+            "{text}"
+        );
+        assert_eq!(metrics.identity_token_cache_hits(), 5);
     }
 }

@@ -11,7 +11,7 @@ use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::ports::FetchedDocument;
 use registry_replica::hosting::{Document, Hosted};
-use std::sync::RwLock;
+use std::cell::RefCell;
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 /// A header value of bytes the replica keeps: shared, not copied.
@@ -152,23 +152,22 @@ fn unchanged_since(hosted: &Hosted, since: OffsetDateTime) -> bool {
 
 /// The `Date` header at `now`, and its second. Sent by this handler rather than by the server,
 /// whose date is refreshed every 500 ms and may still name the second before a change that
-/// `Last-Modified` already names; formatted once a second.
+/// `Last-Modified` already names; formatted once a second by each worker (per thread: a value
+/// every worker read from one place would be one more cache line they pass around).
 fn date(now: OffsetDateTime) -> (OffsetDateTime, HeaderValue) {
-    static DATE: RwLock<(i64, HeaderValue)> = RwLock::new((i64::MIN, HeaderValue::from_static("")));
+    thread_local! {
+        static DATE: RefCell<(i64, HeaderValue)> =
+            const { RefCell::new((i64::MIN, HeaderValue::from_static(""))) };
+    }
     let second = now.unix_timestamp();
     let at = OffsetDateTime::from_unix_timestamp(second).unwrap_or(now);
-    if let Ok(cached) = DATE.read() {
-        if cached.0 == second {
-            return (at, cached.1.clone());
+    DATE.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if cached.0 != second {
+            *cached = (second, http_date(at));
         }
-    }
-    let value = http_date(at);
-    if let Ok(mut cached) = DATE.write() {
-        if cached.0 < second {
-            *cached = (second, value.clone());
-        }
-    }
-    (at, value)
+        (at, cached.1.clone())
+    })
 }
 
 /// The body of `GET /services/{s}/config`, `{"openidConfiguration": …, "jwks": …}` (the key

@@ -23,17 +23,23 @@ pub struct Nginx {
 }
 
 impl Nginx {
-    /// Starts nginx with one worker process in `dir`, serving `document` with the registry's
-    /// headers, on plain HTTP and on HTTPS with the certificate `tls` names (chain, key).
+    /// Starts nginx with `workers` worker processes in `dir`, serving the discovery document
+    /// and, when given, the key set with the registry's headers, on plain HTTP and on HTTPS with
+    /// the certificate `tls` names (chain, key).
     pub fn start(
         dir: &Path,
-        document: &[u8],
-        cpu: Option<usize>,
+        (discovery, jwks): (&[u8], Option<&[u8]>),
+        cpus: Option<&str>,
+        workers: usize,
         (cert, key): (&Path, &Path),
     ) -> Result<Nginx> {
         let root = dir.join("www");
         std::fs::create_dir_all(root.join(".well-known"))?;
-        std::fs::write(root.join(".well-known/openid-configuration"), document)?;
+        std::fs::write(root.join(".well-known/openid-configuration"), discovery)?;
+        if let Some(jwks) = jwks {
+            std::fs::create_dir_all(root.join("openid/v1"))?;
+            std::fs::write(root.join("openid/v1/jwks"), jwks)?;
+        }
         let (port, tls_port) = (free_port()?, free_port()?);
         let log = dir.join("access.log");
         let d = dir.display();
@@ -41,7 +47,7 @@ impl Nginx {
         // keep-alive. It logs every request like the registry does, through a buffer like the
         // registry's (64 KiB, written at least every second).
         let config = format!(
-            "worker_processes 1;
+            "worker_processes {workers};
 daemon off;
 pid {d}/nginx.pid;
 error_log {d}/error.log;
@@ -70,6 +76,11 @@ http {{
             add_header Cache-Control \"public, max-age=30\";
             add_header Access-Control-Allow-Origin \"*\";
         }}
+        location = /openid/v1/jwks {{
+            default_type application/jwk-set+json;
+            add_header Cache-Control \"public, max-age=30\";
+            add_header Access-Control-Allow-Origin \"*\";
+        }}
     }}
 }}
 ",
@@ -80,10 +91,10 @@ http {{
         );
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, &config)?;
-        let mut command = match cpu {
-            Some(cpu) => {
+        let mut command = match cpus {
+            Some(cpus) => {
                 let mut taskset = Command::new("taskset");
-                taskset.args(["-c", &cpu.to_string(), "nginx"]);
+                taskset.args(["-c", cpus, "nginx"]);
                 taskset
             }
             None => Command::new("nginx"),

@@ -312,7 +312,8 @@ fn p2_with_and_without_standby(binary: &Path, dir: &Path) -> Result<[(f64, f64);
             script: None,
             connections: 32,
             seconds: 10,
-            cpu: None,
+            cpus: None,
+            threads: 1,
         };
         let sample = load.run()?;
         figures[slot] = (sample.requests_per_sec, sample.p99_ms);

@@ -14,8 +14,10 @@ pub struct Load {
     pub script: Option<PathBuf>,
     pub connections: u32,
     pub seconds: u32,
-    /// The CPU wrk runs on (the servers run on another).
-    pub cpu: Option<usize>,
+    /// The CPUs wrk runs on, a `taskset` list (the servers run on others).
+    pub cpus: Option<String>,
+    /// wrk's threads.
+    pub threads: u32,
 }
 
 /// What one run measured.
@@ -29,16 +31,16 @@ pub struct Sample {
 
 impl Load {
     fn command(&self) -> Command {
-        let mut command = match self.cpu {
-            Some(cpu) => {
+        let mut command = match &self.cpus {
+            Some(cpus) => {
                 let mut c = Command::new("taskset");
-                c.args(["-c", &cpu.to_string(), "wrk"]);
+                c.args(["-c", cpus, "wrk"]);
                 c
             }
             None => Command::new("wrk"),
         };
         command.args([
-            "-t1",
+            &format!("-t{}", self.threads),
             &format!("-c{}", self.connections),
             &format!("-d{}s", self.seconds),
             "--latency",
@@ -55,13 +57,13 @@ impl Load {
 
     /// The command line, secrets elided (for the report).
     pub fn describe(&self) -> String {
-        let mut line = match self.cpu {
-            Some(cpu) => format!("taskset -c {cpu} wrk"),
+        let mut line = match &self.cpus {
+            Some(cpus) => format!("taskset -c {cpus} wrk"),
             None => "wrk".to_owned(),
         };
         line.push_str(&format!(
-            " -t1 -c{} -d{}s --latency",
-            self.connections, self.seconds
+            " -t{} -c{} -d{}s --latency",
+            self.threads, self.connections, self.seconds
         ));
         for (name, value) in &self.headers {
             let value = if name.eq_ignore_ascii_case("authorization") {

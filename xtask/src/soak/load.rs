@@ -105,7 +105,8 @@ pub fn load(
         script: Some(path),
         connections,
         seconds,
-        cpu: None,
+        cpus: None,
+        threads: 1,
     })
 }
 

@@ -33,7 +33,7 @@ pub struct HostingCache {
     /// Database reads for subdomains that were not in memory.
     reads: AtomicU64,
     max_bytes: usize,
-    /// Bumped by every hit: a logical clock for least-recently-served eviction.
+    /// A logical clock for least-recently-served eviction, moved by every insertion.
     served: AtomicU64,
     issuers: Issuers,
     date_text: DateText,
@@ -85,8 +85,13 @@ impl HostingCache {
     pub fn get(&self, subdomain: &str) -> Option<Arc<Hosted>> {
         let hosts = self.read();
         let hosted = hosts.by_subdomain.get(subdomain)?;
-        let tick = self.served.fetch_add(1, Ordering::Relaxed);
-        hosted.last_served.store(tick, Ordering::Relaxed);
+        // The tick moves at each insertion, not at each request (a counter every worker wrote
+        // on every request): an entry served since the last insertion counts as served last,
+        // and it is written once per insertion, not at every request.
+        let tick = self.served.load(Ordering::Relaxed);
+        if hosted.last_served.load(Ordering::Relaxed) != tick {
+            hosted.last_served.store(tick, Ordering::Relaxed);
+        }
         Some(hosted.clone())
     }
 

@@ -1,0 +1,381 @@
+//! `cargo xtask bench --workers 1,2,4,8`: how the registry's figures grow with its workers, side
+//! by side with nginx given as many workers, in one run.
+//!
+//! For W workers the servers (the registry over HTTP, the registry over HTTPS, nginx) are pinned
+//! to CPUs 0..W−1 and wrk to the others, with up to 8 threads and 256 connections. A W that
+//! leaves wrk no core of its own is not measured: the table says so, unless `--share-cores`
+//! asks for a figure anyway (marked as such; server and wrk then share every core).
+//!
+//! The scenarios: P1 (discovery document by `Host`), JWKS (the key set), P1-TLS, each against
+//! nginx serving the same bytes; P2 (`GET /services/{s}/config` with a static token) and P3
+//! (the same with an identity token of an issuer the registry hosts), as ratios to P1.
+
+use super::nginx::Nginx;
+use super::report::median;
+use super::wrk::Load;
+use super::{federated_server, machine};
+use crate::api::{hosted_issuer, oidc_policy, upload, Api, Signer};
+use crate::registry::{self, create_customer, truncate, Registry};
+use anyhow::{bail, Context, Result};
+use registry_testkit::free_port;
+use registry_testkit::tls::TestCa;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+/// The section of docs/benchmarks.md this writes.
+pub const TITLE: &str = "## Every core counts (`cargo xtask bench --workers 1,2,4,8`)";
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub workers: Vec<usize>,
+    pub rounds: u64,
+    pub seconds: u32,
+    /// Measure a W even when wrk cannot have a core of its own.
+    pub share_cores: bool,
+}
+
+/// wrk's threads at most, and its connections (as in issue 39's measurement).
+const WRK_THREADS: usize = 8;
+const CONNECTIONS: u32 = 256;
+
+/// The scenarios of one W, in the order they run.
+const SCENARIOS: [&str; 8] = [
+    "P1",
+    "P1 nginx",
+    "JWKS",
+    "JWKS nginx",
+    "P1-TLS",
+    "P1-TLS nginx",
+    "P2",
+    "P3",
+];
+
+/// Where the servers and wrk run for W workers on a machine with `cores` cores: `None` when wrk
+/// would have no core of its own (and sharing was not asked for).
+fn placement(workers: usize, cores: usize, share: bool) -> Option<Placement> {
+    if workers < cores {
+        let wrk_cores = cores - workers;
+        return Some(Placement {
+            servers: Some(format!("0-{}", workers - 1)),
+            wrk: Some(format!("{workers}-{}", cores - 1)),
+            wrk_threads: wrk_cores.min(WRK_THREADS),
+        });
+    }
+    share.then(|| Placement {
+        servers: None,
+        wrk: None,
+        wrk_threads: cores.min(WRK_THREADS),
+    })
+}
+
+/// CPUs (`taskset` lists) of the servers and of wrk; `None`: unpinned, sharing every core.
+#[derive(Debug, Clone)]
+struct Placement {
+    servers: Option<String>,
+    wrk: Option<String>,
+    wrk_threads: usize,
+}
+
+/// What the scenarios need: the registry's data on SQLite, and what to ask it.
+struct Scene {
+    database_url: String,
+    /// The HTTP registry's port, the same at every W: the issuer URLs name it.
+    port: u16,
+    token: String,
+    jwt: String,
+    service: String,
+    discovery: Vec<u8>,
+    jwks: Vec<u8>,
+    tls: (PathBuf, PathBuf),
+}
+
+/// Runs the plan; answers the section for docs/benchmarks.md.
+pub fn run(binary: &Path, dir: &Path, plan: &Plan) -> Result<String> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let scene = scene(binary, dir)?;
+    let mut rows = Vec::new();
+    for &workers in &plan.workers {
+        let Some(placement) = placement(workers, cores, plan.share_cores) else {
+            println!("W={workers}: too few cores");
+            rows.push((workers, None));
+            continue;
+        };
+        println!("\n=== {workers} worker(s): servers on {placement:?} ===\n");
+        let rounds = measure(binary, dir, &scene, plan, workers, &placement)?;
+        rows.push((workers, Some((placement, rounds))));
+    }
+    Ok(render(plan, cores, &rows))
+}
+
+/// Sets the scene through the API of a registry on the port every W will use.
+fn scene(binary: &Path, dir: &Path) -> Result<Scene> {
+    let database_url = format!("sqlite://{}", dir.join("scaling.db").display());
+    let token = create_customer(binary, &database_url, "acme")?;
+    let port = free_port()?;
+    let setup = Registry::start(&registry::Options {
+        port: Some(port),
+        ..federated_server(binary, &database_url, &dir.join("setup.log"))
+    })?;
+    let http = setup.http();
+    let api = Api::new(http, &token);
+    let key = Signer::generate("site-1")?;
+    let service = api.create_service("api")?;
+    api.publish(&service, &upload(key.jwks()))?;
+    let (issuer, idp_key) = hosted_issuer(&api)?;
+    api.create_account("ci", oidc_policy(&issuer, &[&service]))?;
+    let jwt = idp_key.mint(&issuer)?;
+    Api::new(http, &jwt)
+        .expect("GET", &format!("/services/{service}/config"), None, 200)
+        .context("the identity token was refused")?;
+    let document = |path: &str| -> Result<Vec<u8>> {
+        let answer = http.hosted(&service, path)?;
+        if answer.status != 200 {
+            bail!("{path} answered {}", answer.status);
+        }
+        Ok(answer.body.into_bytes())
+    };
+    let (discovery, jwks) = (
+        document("/.well-known/openid-configuration")?,
+        document("/openid/v1/jwks")?,
+    );
+    let tls = (dir.join("tls.crt"), dir.join("tls.key"));
+    let pair = TestCa::new("bench CA").server_certificate(&["localhost", "*.localhost"]);
+    pair.write(&tls.0, &tls.1)?;
+    Ok(Scene {
+        database_url,
+        port,
+        token,
+        jwt,
+        service,
+        discovery,
+        jwks,
+        tls,
+    })
+}
+
+/// Each round's requests per second of every scenario ([`SCENARIOS`]) with W workers.
+fn measure(
+    binary: &Path,
+    dir: &Path,
+    scene: &Scene,
+    plan: &Plan,
+    workers: usize,
+    placement: &Placement,
+) -> Result<Vec<[f64; 8]>> {
+    let options = |name: &str| registry::Options {
+        cpus: placement.servers.clone(),
+        ..federated_server(
+            binary,
+            &scene.database_url,
+            &dir.join(format!("{name}.log")),
+        )
+        .workers(Some(workers))
+    };
+    let plain = Registry::start(&registry::Options {
+        port: Some(scene.port),
+        ..options("registry")
+    })?;
+    let (cert, key) = (&scene.tls.0, &scene.tls.1);
+    let tls = Registry::start(
+        &options("registry-tls")
+            .env("REGISTRY_TLS_CERT", &cert.display().to_string())
+            .env("REGISTRY_TLS_KEY", &key.display().to_string())
+            .env("REGISTRY_BASE_URL", &plain.base())
+            .env("REGISTRY_ISSUER_URL_TEMPLATE", &plain.issuer_template()),
+    )?;
+    let nginx = Nginx::start(
+        &dir.join(format!("nginx-{workers}")),
+        (&scene.discovery, Some(&scene.jwks)),
+        placement.servers.as_deref(),
+        workers,
+        (cert, key),
+    )?;
+    let host = vec![("Host".to_owned(), plain.http().issuer_host(&scene.service))];
+    let bearer = |token: &str| vec![("Authorization".to_owned(), format!("Bearer {token}"))];
+    let load = |url: String, headers: Vec<(String, String)>| Load {
+        url,
+        headers,
+        script: None,
+        connections: CONNECTIONS,
+        seconds: plan.seconds,
+        cpus: placement.wrk.clone(),
+        threads: placement.wrk_threads as u32,
+    };
+    let (discovery, jwks) = ("/.well-known/openid-configuration", "/openid/v1/jwks");
+    let on = |port: u16, scheme: &str, path: &str| format!("{scheme}://127.0.0.1:{port}{path}");
+    let config = format!("{}/services/{}/config", plain.base(), scene.service);
+    let loads: [Load; 8] = [
+        load(on(plain.port, "http", discovery), host.clone()),
+        load(on(nginx.port, "http", discovery), host.clone()),
+        load(on(plain.port, "http", jwks), host.clone()),
+        load(on(nginx.port, "http", jwks), host.clone()),
+        load(on(tls.port, "https", discovery), host.clone()),
+        load(on(nginx.tls_port, "https", discovery), host.clone()),
+        load(config.clone(), bearer(&scene.token)),
+        load(config, bearer(&scene.jwt)),
+    ];
+    for load in &loads {
+        Load {
+            seconds: 2,
+            ..load.clone()
+        }
+        .run()?;
+    }
+    let mut rounds = Vec::new();
+    for round in 0..plan.rounds {
+        let mut rates = [0.0; 8];
+        for (i, load) in loads.iter().enumerate() {
+            let sample = load.run()?;
+            if sample.failures > 0 {
+                bail!(
+                    "{} with {workers} worker(s): {} failed requests",
+                    SCENARIOS[i],
+                    sample.failures
+                );
+            }
+            rates[i] = sample.requests_per_sec;
+        }
+        println!("  round {}: {rates:.0?}", round + 1);
+        rounds.push(rates);
+        truncate(&plain.log);
+        truncate(&tls.log);
+        truncate(&nginx.log);
+    }
+    Ok(rounds)
+}
+
+/// The goals of issue 39 for W workers, from the median ratios: (what, ratio, at least).
+fn goals(workers: usize, ratio: impl Fn(usize, usize) -> f64) -> Vec<(String, f64, f64)> {
+    let mut goals = vec![(format!("P2 / P1 at W={workers}"), ratio(6, 0), 0.6)];
+    if workers == 8 {
+        goals.push(("P3 / P1 at W=8".into(), ratio(7, 0), 0.5));
+    }
+    if workers == 1 || workers == 8 {
+        for (name, of, nginx) in [("P1", 0, 1), ("JWKS", 2, 3), ("P1-TLS", 4, 5)] {
+            goals.push((
+                format!("{name} / nginx at W={workers}"),
+                ratio(of, nginx),
+                1.2,
+            ));
+        }
+    }
+    goals
+}
+
+type Row = (usize, Option<(Placement, Vec<[f64; 8]>)>);
+
+fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{TITLE}\n");
+    let _ = writeln!(
+        out,
+        "Machine: {}. {} round(s) of {} s per scenario, wrk with {CONNECTIONS} connections and \
+         up to {WRK_THREADS} threads on the cores the servers do not have; each cell lists the \
+         rounds' ratios.\n",
+        machine(),
+        plan.rounds,
+        plan.seconds
+    );
+    out.push_str(
+        "| W | servers / wrk CPUs | P1 / nginx | JWKS / nginx | P1-TLS / nginx-TLS | P2 / P1 | \
+         P3 / P1 | P1 req/s | P2 req/s | P3 req/s |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut checks = Vec::new();
+    for (workers, measured) in rows {
+        let Some((placement, rounds)) = measured else {
+            let _ = writeln!(
+                out,
+                "| {workers} | not measured: {workers} worker(s) and wrk need {} cores, this \
+                 machine has {cores} | | | | | | | | |",
+                workers + 1
+            );
+            continue;
+        };
+        let ratios = |a: usize, b: usize| {
+            (rounds.iter())
+                .map(|r| format!("{:.2}", r[a] / r[b]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let rate = |i: usize| median(rounds.iter().map(|r| r[i]));
+        let cpus = match (&placement.servers, &placement.wrk) {
+            (Some(servers), Some(wrk)) => format!("{servers} / {wrk}"),
+            _ => "shared (too few cores)".into(),
+        };
+        let _ = writeln!(
+            out,
+            "| {workers} | {cpus} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} |",
+            ratios(0, 1),
+            ratios(2, 3),
+            ratios(4, 5),
+            ratios(6, 0),
+            ratios(7, 0),
+            rate(0),
+            rate(6),
+            rate(7),
+        );
+        let median_ratio = |a: usize, b: usize| median(rounds.iter().map(|r| r[a] / r[b]));
+        checks.extend(goals(*workers, median_ratio));
+    }
+    out.push_str("\nGoals (median of the rounds):\n\n");
+    if checks.is_empty() {
+        out.push_str("- none measured\n");
+    }
+    for (what, value, least) in checks {
+        let verdict = if value >= least { "met" } else { "not met" };
+        let _ = writeln!(out, "- {what}: {value:.3} (at least {least}): {verdict}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrk_gets_the_cores_the_servers_do_not_have() {
+        let p = placement(4, 16, false).unwrap();
+        assert_eq!(p.servers.as_deref(), Some("0-3"));
+        assert_eq!(p.wrk.as_deref(), Some("4-15"));
+        assert_eq!(p.wrk_threads, 8);
+        let p = placement(1, 2, false).unwrap();
+        assert_eq!(
+            (p.servers.as_deref(), p.wrk.as_deref()),
+            (Some("0-0"), Some("1-1"))
+        );
+        assert_eq!(p.wrk_threads, 1);
+        assert!(placement(2, 2, false).is_none(), "no core left for wrk");
+        assert!(placement(2, 2, true).unwrap().servers.is_none());
+    }
+
+    #[test]
+    fn a_w_without_cores_says_so_and_goals_are_judged() {
+        let plan = Plan {
+            workers: vec![1, 8],
+            rounds: 2,
+            seconds: 1,
+            share_cores: false,
+        };
+        let p = placement(1, 2, false).unwrap();
+        let round = [130.0, 100.0, 125.0, 100.0, 119.0, 100.0, 70.0, 60.0];
+        let text = render(&plan, 2, &[(1, Some((p, vec![round, round]))), (8, None)]);
+        assert!(text.contains("| 1 | 0-0 / 1-1 | 1.30, 1.30 |"), "{text}");
+        assert!(
+            text.contains("not measured: 8 worker(s) and wrk need 9 cores"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- P2 / P1 at W=1: 0.538 (at least 0.6): not met"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- P1 / nginx at W=1: 1.300 (at least 1.2): met"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- P1-TLS / nginx at W=1: 1.190 (at least 1.2): not met"),
+            "{text}"
+        );
+    }
+}

@@ -120,7 +120,8 @@ fn sync_follows_a_clusters_rotation_with_one_upload_per_change() {
     let again = line(&sync(&server, &kube, &sub, Some(&acme.token), &[]));
     assert_eq!(
         again,
-        json!({"service": sub, "changed": false, "added": [], "retired": [], "warnings": []})
+        json!({"service": sub, "changed": false, "added": [], "retired": [], "warnings": [],
+            "pending": [{"kid": "k1", "reasons": ["lead"]}]})
     );
     assert_eq!(puts(&server), 1, "nothing changed, nothing uploaded");
 

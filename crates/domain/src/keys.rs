@@ -27,7 +27,10 @@
 use crate::publishing::{no_overlap_warning, publish, Publication};
 // The upload's retention is read with the rest of the upload (`publishing`); its rules are
 // the key lifecycle's.
-pub use crate::publishing::{retain_hours, DEFAULT_RETAIN_HOURS, MAX_RETAIN_HOURS};
+pub use crate::publishing::{
+    lead_seconds, retain_hours, DEFAULT_LEAD_SECONDS, DEFAULT_RETAIN_HOURS, MAX_LEAD_SECONDS,
+    MAX_RETAIN_HOURS,
+};
 use crate::{Violation, Violations};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -66,6 +69,15 @@ pub struct KeyRecord {
     /// Until when a retired key stays published.
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub published_until: Option<OffsetDateTime>,
+    /// Seconds it must have been published before it is safe to sign with: the
+    /// `rotationLeadSeconds` of the upload that first published it (docs/api.md, "Key
+    /// readiness"). Keys published before leads existed have the default.
+    #[serde(default = "default_lead_seconds")]
+    pub lead_seconds: u32,
+}
+
+fn default_lead_seconds() -> u32 {
+    DEFAULT_LEAD_SECONDS
 }
 
 impl KeyRecord {
@@ -190,6 +202,7 @@ pub fn rotate(
             first_published_at: before.map_or(now, |k| k.first_published_at),
             retired_at: None,
             published_until: None,
+            lead_seconds: before.map_or(DEFAULT_LEAD_SECONDS, |k| k.lead_seconds),
         });
     }
     let until = now + time::Duration::hours(i64::from(retain));
@@ -318,11 +331,18 @@ pub fn upload(
         return Err(unusable.into());
     }
     let retain = retain_hours(body.get("retainRemovedKeysHours")).map_err(|v| vec![v])?;
-    let rotation =
+    let lead = lead_seconds(body.get("rotationLeadSeconds")).map_err(|v| vec![v])?;
+    let mut rotation =
         rotate(previous, &keys, retain, now, expires_at).map_err(|problems| UploadError {
             kid_reused: problems.iter().any(|p| p.kid_reused),
             violations: problems.into_iter().map(|p| p.violation).collect(),
         })?;
+    // The lead is the upload's that first publishes a key; later uploads leave it.
+    for key in &mut rotation.state.keys {
+        if rotation.added.contains(&key.kid) {
+            key.lead_seconds = lead;
+        }
+    }
     let before: Vec<String> = previous
         .published(now)
         .filter(|k| k.retired_at.is_none())
@@ -446,6 +466,7 @@ impl KeyState {
                             first_published_at: published_at,
                             retired_at: None,
                             published_until: None,
+                            lead_seconds: DEFAULT_LEAD_SECONDS,
                         })
                     })
                     .collect()

@@ -470,8 +470,20 @@ pub trait FetchLog: Send + Sync {
         since: OffsetDateTime,
         agents: usize,
     ) -> StoreResult<Vec<DocumentFetches>>;
-    /// Deletes the buckets of hours before `older_than`'s; how many went.
+    /// Deletes the buckets of hours before `older_than`'s, and the readiness of keys found safe
+    /// before it; how many went.
     fn prune_fetches(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
+    /// When key `kid` of `service_id` was found safe to sign with (docs/api.md, "Key
+    /// readiness"), if it was: once safe, a key stays safe.
+    fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>>;
+    /// Records that key `kid` of `service_id` became safe to sign with at `at`, unless a time is
+    /// recorded already; answers the time recorded (the first one, when replicas race).
+    fn record_key_safe(
+        &self,
+        service_id: Uuid,
+        kid: &str,
+        at: OffsetDateTime,
+    ) -> StoreResult<OffsetDateTime>;
 }
 
 /// The start of `at`'s hour, in Unix milliseconds: the bucket a fetch counts in.

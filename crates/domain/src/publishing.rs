@@ -227,17 +227,26 @@ pub fn publish(
         return Err(vec![Violation::new("", "the body must be a JSON object")]);
     };
     for key in body.keys() {
-        if !["openidConfiguration", "jwks", "retainRemovedKeysHours"].contains(&key.as_str()) {
+        const FIELDS: [&str; 4] = [
+            "openidConfiguration",
+            "jwks",
+            "retainRemovedKeysHours",
+            "rotationLeadSeconds",
+        ];
+        if !FIELDS.contains(&key.as_str()) {
             problems.push(Violation::new(
                 format!("/{}", escape_token(key)),
                 format!(
-                    "unknown field {key:?}: only openidConfiguration, jwks and \
-                     retainRemovedKeysHours are accepted"
+                    "unknown field {key:?}: only openidConfiguration, jwks, \
+                     retainRemovedKeysHours and rotationLeadSeconds are accepted"
                 ),
             ));
         }
     }
     if let Err(violation) = retain_hours(body.get("retainRemovedKeysHours")) {
+        problems.push(violation);
+    }
+    if let Err(violation) = lead_seconds(body.get("rotationLeadSeconds")) {
         problems.push(violation);
     }
     let mut warnings = Vec::new();
@@ -610,6 +619,39 @@ pub fn retain_hours(value: Option<&Value>) -> Result<u32, Violation> {
             Violation::new(
                 "/retainRemovedKeysHours",
                 format!("must be a whole number of hours from 0 to {MAX_RETAIN_HOURS}"),
+            )
+        })
+}
+
+/// Default of `rotationLeadSeconds` (docs/api.md, "Key readiness").
+pub const DEFAULT_LEAD_SECONDS: u32 = 600;
+/// Largest `rotationLeadSeconds` (a week).
+pub const MAX_LEAD_SECONDS: u32 = 604_800;
+
+/// Reads `rotationLeadSeconds` (absent: [`DEFAULT_LEAD_SECONDS`]): how long a key the upload
+/// publishes first must be published before it is safe to sign with; an integer 0–604800, else a
+/// violation at `/rotationLeadSeconds`.
+///
+/// ```
+/// use registry_domain::publishing::lead_seconds;
+/// use serde_json::json;
+/// assert_eq!(lead_seconds(None), Ok(600));
+/// assert_eq!(lead_seconds(Some(&json!(0))), Ok(0));
+/// assert!(lead_seconds(Some(&json!(604_801))).is_err());
+/// assert!(lead_seconds(Some(&json!("60"))).is_err());
+/// ```
+pub fn lead_seconds(value: Option<&Value>) -> Result<u32, Violation> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_LEAD_SECONDS);
+    };
+    value
+        .as_u64()
+        .and_then(|s| u32::try_from(s).ok())
+        .filter(|s| *s <= MAX_LEAD_SECONDS)
+        .ok_or_else(|| {
+            Violation::new(
+                "/rotationLeadSeconds",
+                format!("must be a whole number of seconds from 0 to {MAX_LEAD_SECONDS}"),
             )
         })
 }

@@ -157,6 +157,7 @@ mod tests {
             first_published_at: datetime!(2026-11-25 09:00 UTC),
             retired_at: until.map(|_| datetime!(2026-11-25 09:30 UTC)),
             published_until: until,
+            lead_seconds: 600,
         }
     }
 

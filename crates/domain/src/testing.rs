@@ -68,6 +68,7 @@ struct State {
     refusals: Vec<Refused>,
     /// One bucket per service, document and hour.
     fetches: BTreeMap<(Uuid, FetchedDocument, i64), FetchBucket>,
+    key_safe: BTreeMap<(Uuid, String), OffsetDateTime>,
 }
 
 #[derive(Debug)]
@@ -1003,7 +1004,30 @@ impl FetchLog for MemoryStore {
             }
             !goes
         });
-        Ok(pruned)
+        let before = s.key_safe.len();
+        s.key_safe.retain(|_, at| *at >= older_than);
+        Ok(pruned + before - s.key_safe.len())
+    }
+
+    fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>> {
+        Ok(self
+            .lock()
+            .key_safe
+            .get(&(service_id, kid.to_owned()))
+            .copied())
+    }
+
+    fn record_key_safe(
+        &self,
+        service_id: Uuid,
+        kid: &str,
+        at: OffsetDateTime,
+    ) -> StoreResult<OffsetDateTime> {
+        let mut s = self.lock();
+        Ok(*s
+            .key_safe
+            .entry((service_id, kid.to_owned()))
+            .or_insert(ms(at)))
     }
 }
 

@@ -84,6 +84,23 @@ pub enum SyncError {
     NoCredentials,
 }
 
+/// A path segment of the API made of the user's text: what is not unreserved (RFC 3986) is
+/// percent-encoded.
+///
+/// ```
+/// assert_eq!(registry_oidc::sync::path_segment("a b/c"), "a%20b%2Fc");
+/// ```
+pub fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
 fn read_file(path: &Path) -> Result<String, SyncError> {
     std::fs::read_to_string(path).map_err(|e| SyncError::File {
         path: path.to_owned(),
@@ -366,6 +383,33 @@ impl RegistryApi {
                 &body,
             )),
         }
+    }
+
+    /// The keys among `kids` that `service` publishes and that are not safe to sign with yet
+    /// (`GET …/keys/{kid}/readiness`), each as `{kid, reasons}`; keys not published are left out.
+    pub async fn pending(&self, service: &str, kids: &[&str]) -> Result<Vec<Value>, SyncError> {
+        let mut pending = Vec::new();
+        for kid in kids {
+            let path = format!("/services/{service}/keys/{}/readiness", path_segment(kid));
+            match self.call("GET", &path, None).await? {
+                (200, body) if body["safeToSign"] == false => {
+                    let reasons: Vec<Value> = (body["pending"].as_array().into_iter().flatten())
+                        .map(|p| p["reason"].clone())
+                        .collect();
+                    pending.push(serde_json::json!({"kid": kid, "reasons": reasons}));
+                }
+                (200 | 404, _) => {}
+                (status, body) => {
+                    return Err(Self::refused(
+                        "GET",
+                        format!("{}{path}", self.base),
+                        status,
+                        &body,
+                    ))
+                }
+            }
+        }
+        Ok(pending)
     }
 
     /// Uploads the documents; the response's `warnings`.

@@ -5,7 +5,7 @@
 //! problem is one sentence on stderr (title, detail, each pointer) and exit 1; a wrong command
 //! line is clap's usage and exit 2.
 
-use registry_oidc::sync::{Credentials, RegistryApi};
+use registry_oidc::sync::{path_segment as segment, Credentials, RegistryApi};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -102,6 +102,10 @@ pub enum ConfigCommand {
         /// How long keys the upload drops stay published, retired (0–168, default 24).
         #[arg(long)]
         retain_hours: Option<u32>,
+        /// How long keys this upload publishes first must be published before they are safe to
+        /// sign with (0–604800 seconds, default 600; `registry keys wait`).
+        #[arg(long)]
+        lead_seconds: Option<u32>,
     },
     /// Withdraw what a service publishes.
     ///
@@ -131,6 +135,48 @@ pub enum KeysCommand {
         /// The key's `kid`.
         kid: String,
     },
+    /// Whether a key is safe to sign with, and what holds it back.
+    ///
+    /// Example: `registry keys readiness k3s-acme 2026-11`
+    Readiness {
+        /// Subdomain or id.
+        service: String,
+        /// The key's `kid`.
+        kid: String,
+    },
+    /// Wait until a key is safe to sign with. Prints one JSON line each time what holds it back
+    /// changes; exits 0 once it is safe, 1 at the timeout, 2 on a usage or API error.
+    ///
+    /// Example: `registry keys wait --service k3s-acme --kid 2026-11 --timeout 30m`
+    Wait {
+        /// Subdomain or id.
+        #[arg(long)]
+        service: String,
+        /// The key's `kid`.
+        #[arg(long)]
+        kid: String,
+        /// How long to wait: `90s`, `10m`, `1h` (a bare number is seconds).
+        #[arg(long, default_value = "1h", value_parser = duration)]
+        timeout: std::time::Duration,
+    },
+}
+
+/// A duration of the command line: a whole number with `s`, `m` or `h`, or alone (seconds).
+fn duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let seconds: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 90s, 10m or 1h"))?;
+    let unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{text:?} is not a duration such as 90s, 10m or 1h")),
+    };
+    Ok(std::time::Duration::from_secs(seconds.saturating_mul(unit)))
 }
 
 /// `registry accounts …`.
@@ -245,18 +291,6 @@ fn read_json(path: &PathBuf) -> Result<Value, ClientError> {
         .map_err(|e| ClientError::File(format!("{} is not JSON: {e}", path.display())))
 }
 
-/// Path segments are the user's: percent-encode what is not unreserved.
-fn segment(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
 fn request(call: &Call) -> Result<Request, ClientError> {
     let service = |s: &str| format!("/services/{}", segment(s));
     let account = |id: &str| format!("/service-accounts/{}", segment(id));
@@ -289,6 +323,7 @@ fn request(call: &Call) -> Result<Request, ClientError> {
             discovery_file,
             jwks_file,
             retain_hours,
+            lead_seconds,
         }) => {
             let mut body = json!({
                 "openidConfiguration": read_json(discovery_file)?,
@@ -296,6 +331,9 @@ fn request(call: &Call) -> Result<Request, ClientError> {
             });
             if let Some(hours) = retain_hours {
                 body["retainRemovedKeysHours"] = json!(hours);
+            }
+            if let Some(seconds) = lead_seconds {
+                body["rotationLeadSeconds"] = json!(seconds);
             }
             ("PUT", format!("{}/config", service(s)), Some(body))
         }
@@ -308,6 +346,16 @@ fn request(call: &Call) -> Result<Request, ClientError> {
         Call::Keys(KeysCommand::Delete { service: s, kid }) => (
             "DELETE",
             format!("{}/keys/{}", service(s), segment(kid)),
+            None,
+        ),
+        Call::Keys(
+            KeysCommand::Readiness { service: s, kid }
+            | KeysCommand::Wait {
+                service: s, kid, ..
+            },
+        ) => (
+            "GET",
+            format!("{}/keys/{}/readiness", service(s), segment(kid)),
             None,
         ),
         Call::Accounts(AccountsCommand::List) => ("GET", "/service-accounts".into(), None),
@@ -394,9 +442,8 @@ fn problem_sentence(status: u16, body: &Value) -> String {
     sentence
 }
 
-/// Runs a client command: the call, then what it prints.
-pub fn run(connection: &Connection, call: Call) -> Result<(), ClientError> {
-    let (method, path, body) = request(&call)?;
+/// The API client of a command and the runtime that drives it.
+fn client(connection: &Connection) -> Result<(RegistryApi, tokio::runtime::Runtime), ClientError> {
     let credentials = Credentials::from_flags(
         connection.token.as_deref(),
         connection.identity_token_file.as_deref(),
@@ -412,12 +459,90 @@ pub fn run(connection: &Connection, call: Call) -> Result<(), ClientError> {
         .enable_all()
         .build()
         .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+    Ok((api, runtime))
+}
+
+/// Makes `request`'s call: the answer of a success, the problem sentence of a failure.
+fn call(
+    (api, runtime): &(RegistryApi, tokio::runtime::Runtime),
+    (method, path, body): &Request,
+) -> Result<Value, ClientError> {
     let (status, answer) = runtime
-        .block_on(api.call(method, &path, body.as_ref()))
+        .block_on(api.call(method, path, body.as_ref()))
         .map_err(|e| ClientError::Unreachable(e.to_string()))?;
     if status >= 400 {
         return Err(ClientError::Problem(problem_sentence(status, &answer)));
     }
+    Ok(answer)
+}
+
+/// How often `registry keys wait` asks.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Why `registry keys wait` stopped without the key being safe.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    /// The timeout came first (exit 1).
+    #[error("key {kid:?} is not safe to sign with after {waited:?}: still pending: {pending}")]
+    TimedOut {
+        /// The key.
+        kid: String,
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// The reasons still pending.
+        pending: String,
+    },
+    /// The registry refused or did not answer (exit 2).
+    #[error(transparent)]
+    Api(#[from] ClientError),
+}
+
+/// `registry keys wait`: polls the key's readiness, prints one JSON line each time `pending`
+/// changes, and returns once the key is safe to sign with, or fails at `timeout`.
+pub fn wait(connection: &Connection, command: Call) -> Result<(), WaitError> {
+    let Call::Keys(KeysCommand::Wait { kid, timeout, .. }) = &command else {
+        return Ok(());
+    };
+    let asked = request(&command)?;
+    let api = client(connection)?;
+    let started = std::time::Instant::now();
+    let mut printed: Option<Value> = None;
+    loop {
+        let answer = call(&api, &asked)?;
+        let safe = answer["safeToSign"] == true;
+        let pending = answer["pending"].clone();
+        if printed.as_ref() != Some(&pending) {
+            let line = json!({
+                "kid": answer["kid"],
+                "safeToSign": safe,
+                "safeToSignAt": answer["safeToSignAt"],
+                "pending": pending,
+            });
+            println!("{line}");
+            printed = Some(pending);
+        }
+        if safe {
+            return Ok(());
+        }
+        let waited = started.elapsed();
+        if waited >= *timeout {
+            let reasons: Vec<&str> = (answer["pending"].as_array().into_iter().flatten())
+                .filter_map(|p| p["reason"].as_str())
+                .collect();
+            return Err(WaitError::TimedOut {
+                kid: kid.clone(),
+                waited: *timeout,
+                pending: reasons.join(", "),
+            });
+        }
+        std::thread::sleep(WAIT_POLL.min(*timeout - waited));
+    }
+}
+
+/// Runs a client command: the call, then what it prints.
+pub fn run(connection: &Connection, call: Call) -> Result<(), ClientError> {
+    let asked = request(&call)?;
+    let answer = self::call(&client(connection)?, &asked)?;
     let text = match connection.format {
         Format::Json if answer.is_null() => String::new(),
         Format::Json => serde_json::to_string_pretty(&answer).unwrap_or_default(),
@@ -458,6 +583,11 @@ const EVENTS: Columns = &[
     ("ID", "/resource/id"),
     ("ACTOR", "/actor/kind"),
 ];
+const VERIFIERS: Columns = &[
+    ("VERIFIER", "/agent"),
+    ("LAST FETCH", "/lastFetchedAt"),
+    ("FETCHED SINCE KEY", "/fetchedSinceKey"),
+];
 const FETCHES: Columns = &[
     ("PATH", "/path"),
     ("FETCHED SINCE CHANGE", "/fetchedSinceChange"),
@@ -474,6 +604,25 @@ fn table(call: &Call, answer: &Value) -> String {
         Call::Services(ServicesCommand::List) => list(answer, SERVICES),
         Call::Accounts(AccountsCommand::List) => list(answer, ACCOUNTS),
         Call::Keys(KeysCommand::List { .. }) => list(&answer["keys"], KEYS),
+        Call::Keys(KeysCommand::Readiness { .. }) => {
+            let mut text = fields(&json!({
+                "kid": answer["kid"],
+                "state": answer["state"],
+                "safeToSign": answer["safeToSign"],
+                "safeToSignAt": answer["safeToSignAt"],
+                "leadSeconds": answer["leadSeconds"],
+                "firstPublishedAt": answer["firstPublishedAt"],
+            }));
+            for pending in answer["pending"].as_array().into_iter().flatten() {
+                text.push_str(&format!(
+                    "\npending: {}",
+                    pending["message"].as_str().unwrap_or_default()
+                ));
+            }
+            text.push_str("\n\n");
+            text.push_str(&list(&answer["verifiers"], VERIFIERS));
+            text
+        }
         Call::AuditEvents { .. } => list(&answer["events"], EVENTS),
         Call::Fetches { .. } => list(&answer["documents"], FETCHES),
         Call::Preflight { .. } => {

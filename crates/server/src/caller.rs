@@ -159,6 +159,11 @@ mod tests {
             ("/services/{subdomain}/config", false, ConfigWrite),
             ("/services/{subdomain}/keys", true, ConfigRead),
             ("/services/{subdomain}/keys/{kid}", false, ConfigWrite),
+            (
+                "/services/{subdomain}/keys/{kid}/readiness",
+                true,
+                ConfigRead,
+            ),
             ("/services/{subdomain}/federation", true, ConfigRead),
             ("/services/{subdomain}/preflight", true, ConfigRead),
             ("/services/{subdomain}/preflight", false, ConfigRead),

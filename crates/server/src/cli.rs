@@ -57,6 +57,20 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             connection,
         } => Ok(api_cli::run(&connection, Call::Config(command))?),
         Command::Keys {
+            command: command @ KeysCommand::Wait { .. },
+            connection,
+        } => api_cli::wait(&connection, Call::Keys(command)).map_err(|error| {
+            let code = match error {
+                api_cli::WaitError::TimedOut { .. } => 1,
+                api_cli::WaitError::Api(_) => 2,
+            };
+            Exit {
+                code,
+                message: error.to_string(),
+            }
+            .into()
+        }),
+        Command::Keys {
             command,
             connection,
         } => Ok(api_cli::run(&connection, Call::Keys(command))?),
@@ -183,6 +197,17 @@ pub fn name_the_variable(error: clap::Error) -> clap::Error {
     }
 }
 
+/// A failure with an exit code of its own (`registry keys wait`: 1 at the timeout, 2 when the
+/// registry refuses or does not answer).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Exit {
+    /// The process's exit code.
+    pub code: u8,
+    /// The sentence for stderr.
+    pub message: String,
+}
+
 /// `registry migrate --check` found migrations to apply (exit 1, after listing them).
 #[derive(Debug, thiserror::Error)]
 #[error("{0} migrations pending: run `registry migrate`")]
@@ -269,9 +294,10 @@ pub enum Command {
         #[command(flatten)]
         connection: Connection,
     },
-    /// The keys a service publishes, and withdrawing a retired one (a client of the API).
+    /// The keys a service publishes, withdrawing a retired one, and whether a new one is safe to
+    /// sign with (a client of the API).
     ///
-    /// Example: `registry keys list k3s-acme`
+    /// Example: `registry keys wait --service k3s-acme --kid 2026-11`
     Keys {
         /// What to do.
         #[command(subcommand)]

@@ -24,7 +24,7 @@ fn init_logging(format: LogFormat) {
 }
 
 /// Exit codes: 0 done, 1 the command failed (one sentence on stderr), 2 the command line is
-/// wrong (clap's usage message).
+/// wrong (clap's usage message); a command may name its own (`cli::Exit`).
 fn main() -> std::process::ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -46,7 +46,10 @@ fn main() -> std::process::ExitCode {
             let message = format!("{error:#}");
             let line: Vec<&str> = message.split_whitespace().collect();
             eprintln!("registry: {}", line.join(" "));
-            std::process::ExitCode::FAILURE
+            let code = error
+                .downcast_ref::<cli::Exit>()
+                .map_or(1, |exit| exit.code);
+            std::process::ExitCode::from(code)
         }
     }
 }

@@ -103,12 +103,18 @@ async fn cycle(
     } else {
         Vec::new()
     };
+    // The source's keys not yet safe to sign with (docs/api.md, "Key readiness").
+    let kids: Vec<&str> = (jwks["keys"].as_array().into_iter().flatten())
+        .filter_map(|k| k["kid"].as_str())
+        .collect();
+    let pending = api.pending(service, &kids).await?;
     Ok(json!({
         "service": service,
         "changed": plan.changed,
         "added": plan.added,
         "retired": plan.retired,
         "warnings": warnings,
+        "pending": pending,
     }))
 }
 

@@ -4,7 +4,7 @@
 use crate::error::Res;
 use crate::pool::on_backend;
 use crate::rows::{id_text, instant, millis};
-use crate::schema::{fetch_agents, fetch_counts};
+use crate::schema::{fetch_agents, fetch_counts, key_readiness};
 use crate::Store;
 use diesel::prelude::*;
 use diesel::upsert::excluded;
@@ -184,7 +184,53 @@ impl FetchLog for Store {
                 .execute(conn)?;
             let counts = diesel::delete(fetch_counts::table.filter(fetch_counts::hour.lt(hour)))
                 .execute(conn)?;
-            Ok(agents + counts)
+            let ready = diesel::delete(
+                key_readiness::table.filter(key_readiness::safe_at.lt(millis(older_than))),
+            )
+            .execute(conn)?;
+            Ok(agents + counts + ready)
+        })
+    }
+
+    fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>> {
+        let service = id_text(service_id);
+        self.read(|conn| {
+            let at = key_readiness::table
+                .filter(key_readiness::service_id.eq(&service))
+                .filter(key_readiness::kid.eq(kid))
+                .select(key_readiness::safe_at)
+                .first::<i64>(conn)
+                .optional()?;
+            at.map(instant).transpose()
+        })
+    }
+
+    /// Outside the change log, like the counts it is derived from; the first time recorded
+    /// stays (`ON CONFLICT DO NOTHING`).
+    fn record_key_safe(
+        &self,
+        service_id: Uuid,
+        kid: &str,
+        at: OffsetDateTime,
+    ) -> StoreResult<OffsetDateTime> {
+        let service = id_text(service_id);
+        self.write_aside(|conn| {
+            let row = (
+                key_readiness::service_id.eq(&service),
+                key_readiness::kid.eq(kid),
+                key_readiness::safe_at.eq(millis(at)),
+            );
+            on_backend!(&mut *conn, |c| diesel::insert_into(key_readiness::table)
+                .values(row)
+                .on_conflict((key_readiness::service_id, key_readiness::kid))
+                .do_nothing()
+                .execute(c))?;
+            let stored = key_readiness::table
+                .filter(key_readiness::service_id.eq(&service))
+                .filter(key_readiness::kid.eq(kid))
+                .select(key_readiness::safe_at)
+                .first::<i64>(conn)?;
+            instant(stored)
         })
     }
 }

@@ -116,6 +116,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     refusals,
     fetch_counts,
     fetch_agents,
+    key_readiness,
 );
 
 diesel::table! {
@@ -137,5 +138,13 @@ diesel::table! {
         agent -> Text,
         count -> BigInt,
         last_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    key_readiness (service_id, kid) {
+        service_id -> Text,
+        kid -> Text,
+        safe_at -> BigInt,
     }
 }

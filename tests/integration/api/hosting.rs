@@ -9,7 +9,8 @@ fn published(server: &TestServer) -> String {
 #[test]
 fn documents_are_public_by_host_with_caching_headers() {
     let server = TestServer::start();
-    let sub = published(&server);
+    let customer = server.customer("acme", "business");
+    let sub = publish_api(&server, &customer);
     let issuer = server.issuer(&sub);
 
     let discovery = server
@@ -19,7 +20,12 @@ fn documents_are_public_by_host_with_caching_headers() {
     assert_eq!(discovery.status(), 200);
     let headers = discovery.headers().clone();
     assert_eq!(headers["content-type"], "application/json");
-    assert_eq!(headers["cache-control"], "public, max-age=30");
+    assert_eq!(
+        headers["cache-control"],
+        "public, max-age=30, stale-while-revalidate=30, stale-if-error=86400"
+    );
+    let service = json(server.get(&format!("/services/{sub}"), &customer.token));
+    assert_eq!(headers["surrogate-key"], service["id"].as_str().unwrap());
     assert_eq!(headers["access-control-allow-origin"], "*");
     assert!(headers.get("access-control-allow-credentials").is_none());
     let etag = headers["etag"].to_str().unwrap().to_owned();

@@ -15,6 +15,7 @@ mod ops;
 mod outage;
 mod policy_fixtures;
 mod preflight;
+mod readiness;
 mod refusals;
 mod replicas;
 mod services;

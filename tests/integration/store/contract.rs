@@ -72,6 +72,7 @@ fn retired(kid: &str, until: OffsetDateTime) -> KeyRecord {
         first_published_at: at(0),
         retired_at: Some(at(1)),
         published_until: Some(until),
+        lead_seconds: 600,
     }
 }
 
@@ -1861,6 +1862,35 @@ fn replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned(store: &dyn St
     assert_eq!(all[0].ok, 4, "the old bucket went");
     assert_eq!(store.fetches(other, old, 10).unwrap()[0].ok, 2);
     assert!(store.fetches(Uuid::new_v4(), old, 10).unwrap().is_empty());
+}
+
+#[test]
+fn the_first_time_a_key_is_found_safe_stays_on_every_store() {
+    on_every_store(the_first_time_a_key_is_found_safe_stays);
+}
+
+fn the_first_time_a_key_is_found_safe_stays(store: &dyn Storage) {
+    const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    let service = Uuid::new_v4();
+    assert_eq!(store.key_safe_at(service, "k2").unwrap(), None);
+    let at = NOON + Duration::milliseconds(1234) + Duration::nanoseconds(999);
+    let kept = NOON + Duration::milliseconds(1234);
+    assert_eq!(
+        store.record_key_safe(service, "k2", at).unwrap(),
+        kept,
+        "to the millisecond"
+    );
+    // Another replica found it safe later: the first time stays.
+    let later = NOON + Duration::minutes(5);
+    assert_eq!(store.record_key_safe(service, "k2", later).unwrap(), kept);
+    assert_eq!(store.key_safe_at(service, "k2").unwrap(), Some(kept));
+    assert_eq!(store.key_safe_at(service, "k3").unwrap(), None);
+    assert_eq!(store.key_safe_at(Uuid::new_v4(), "k2").unwrap(), None);
+    // Kept as long as the evidence it came from.
+    store.prune_fetches(NOON).unwrap();
+    assert_eq!(store.key_safe_at(service, "k2").unwrap(), Some(kept));
+    assert_eq!(store.prune_fetches(later).unwrap(), 1);
+    assert_eq!(store.key_safe_at(service, "k2").unwrap(), None);
 }
 
 /// `api-acme`, a service of `customer` with a published configuration.

@@ -96,6 +96,7 @@ fn retired(kid: &str, until: OffsetDateTime) -> KeyRecord {
         first_published_at: at(0),
         retired_at: Some(at(1)),
         published_until: Some(until),
+        lead_seconds: 600,
     }
 }
 

@@ -10,8 +10,11 @@ use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
-/// How far back the evidence reaches (and how long the store keeps it).
-pub const KEPT_FOR: Duration = Duration::hours(24);
+/// How far back the evidence reaches.
+pub const WINDOW: Duration = Duration::hours(24);
+/// How long the store keeps the counts: a verifier seen in the last 7 days holds a new key back
+/// (docs/api.md, "Key readiness"), so its fetches are kept that long, and a day more.
+pub const KEPT_FOR: Duration = Duration::days(8);
 /// How many agents a document lists.
 pub const TOP_AGENTS: usize = 10;
 
@@ -46,7 +49,7 @@ pub fn evidence(
 ) -> Result<Value, AppError> {
     let counted = registry
         .store
-        .fetches(service.id, now - KEPT_FOR, TOP_AGENTS)?;
+        .fetches(service.id, now - WINDOW, TOP_AGENTS)?;
     let documents: Vec<Value> = FetchedDocument::ALL
         .into_iter()
         .enumerate()

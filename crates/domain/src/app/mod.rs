@@ -30,6 +30,7 @@ pub mod explain;
 pub mod fetches;
 pub mod keys;
 pub mod preflight;
+pub mod readiness;
 pub mod services;
 pub mod upkeep;
 

@@ -48,7 +48,7 @@ pub fn expire(registry: &Registry, now: OffsetDateTime) -> Expired {
 
 /// Deletes the change-log rows older than [`KEEP_CHANGES`], audit events older than
 /// `audit_retention`, refusal records past [`KEPT_FOR`](crate::refusal::KEPT_FOR), and the
-/// fetch counts of hours before the last [24](crate::app::fetches::KEPT_FOR).
+/// fetch counts (and key readiness) older than [8 days](crate::app::fetches::KEPT_FOR).
 pub fn prune(
     registry: &Registry,
     now: OffsetDateTime,
@@ -152,6 +152,7 @@ mod tests {
             first_published_at: NOW,
             retired_at: published_until.map(|_| NOW),
             published_until,
+            lead_seconds: 600,
         }
     }
 

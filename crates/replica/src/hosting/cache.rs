@@ -303,6 +303,7 @@ mod tests {
                 first_published_at: now - time::Duration::hours(2),
                 retired_at: (i >= keys - retired).then(|| now - time::Duration::hours(1)),
                 published_until: (i >= keys - retired).then(|| now + time::Duration::hours(1)),
+                lead_seconds: 600,
             }
         };
         let records: Vec<KeyRecord> = (0..keys).map(key).collect();

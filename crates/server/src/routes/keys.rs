@@ -1,12 +1,13 @@
 //! `/services/{subdomain}/keys…` and `/services/{subdomain}/federation`: the key inventory, the
-//! withdrawal of a retired key, and what to register in a cloud to trust the issuer
-//! (docs/api.md, "Key lifecycle"). Anonymous secrets may call them on their own service.
+//! withdrawal of a retired key, whether a key is safe to sign with, and what to register in a
+//! cloud to trust the issuer (docs/api.md, "Key lifecycle" and "Key readiness"). Anonymous
+//! secrets may call them on their own service.
 
 use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
-use registry_domain::app::keys;
+use registry_domain::app::{keys, readiness};
 use registry_domain::publishing::{wiring_guide, DEFAULT_WIRING_SUBJECT};
 use serde::Deserialize;
 use serde_json::json;
@@ -36,6 +37,21 @@ pub async fn delete(
         .write(move |registry| keys::withdraw(registry, &caller, &service, &kid, now))
         .await?;
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// `GET /services/{subdomain}/keys/{kid}/readiness`: whether the key is safe to sign with, and
+/// what holds it back; an unknown kid is a 404.
+pub async fn readiness(
+    ServiceCaller { service, .. }: ServiceCaller,
+    path: web::Path<(String, String)>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let (_, kid) = path.into_inner();
+    let now = state.now();
+    let answer = state
+        .read(move |registry| readiness::readiness(registry, &service, &kid, now))
+        .await?;
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 /// The query of the wiring guide.

@@ -45,6 +45,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(|| not_allowed("DELETE"))),
     )
     .service(get_and_head(
+        "/services/{subdomain}/keys/{kid}/readiness",
+        keys::readiness,
+    ))
+    .service(get_and_head(
         "/services/{subdomain}/federation",
         keys::federation,
     ))

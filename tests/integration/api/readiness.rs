@@ -1,0 +1,210 @@
+//! Key readiness (docs/api.md, "Key readiness"): a new key is safe to sign with once its lead time
+//! is over and every verifier that fetched the key set in the 7 days before has fetched it since;
+//! `registry keys readiness` and `registry keys wait` read it from the command line.
+
+use super::{cluster_discovery, register_service, rsa_key};
+use registry_tests::server::{
+    assert_problem, json, pointers, run_registry, ServerOptions, TestServer,
+};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+fn server() -> TestServer {
+    TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_FETCH_FLUSH_SECONDS".into(), "1".into())],
+        ..ServerOptions::default()
+    })
+}
+
+fn put(server: &TestServer, token: &str, sub: &str, kids: &[&str], lead: Option<Value>) -> u16 {
+    let mut body = json!({"openidConfiguration": cluster_discovery(),
+        "jwks": {"keys": kids.iter().map(|k| rsa_key(k)).collect::<Vec<_>>()}});
+    if let Some(lead) = lead {
+        body["rotationLeadSeconds"] = lead;
+    }
+    let response = server
+        .authed(Method::PUT, &format!("/services/{sub}/config"), token)
+        .json(&body)
+        .send()
+        .unwrap();
+    response.status().as_u16()
+}
+
+fn fetch_keys(server: &TestServer, sub: &str, agent: &str) {
+    let response = server
+        .hosted(Method::GET, sub, "/openid/v1/jwks")
+        .header("user-agent", agent)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+fn readiness(server: &TestServer, token: &str, sub: &str, kid: &str) -> Value {
+    let response = server.get(&format!("/services/{sub}/keys/{kid}/readiness"), token);
+    assert_eq!(response.status(), 200);
+    json(response)
+}
+
+/// The readiness once `ready` holds of it (fetches reach the database within a second here).
+fn readiness_once(
+    server: &TestServer,
+    token: &str,
+    sub: &str,
+    kid: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    loop {
+        let answer = readiness(server, token, sub, kid);
+        if ready(&answer) {
+            return answer;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{answer}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// What holds the key back: `lead`, and each verifier's agent.
+fn pending(answer: &Value) -> Vec<String> {
+    let mut reasons: Vec<String> = (answer["pending"].as_array().unwrap().iter())
+        .map(|p| match p["agent"].as_str() {
+            Some(agent) => agent.to_owned(),
+            None => p["reason"].as_str().unwrap().to_owned(),
+        })
+        .collect();
+    reasons.sort();
+    reasons
+}
+
+#[test]
+fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
+    let server = server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    assert_eq!(put(&server, &acme.token, &sub, &["k1"], None), 200);
+    // Two verifiers know the key set with k1 only.
+    fetch_keys(&server, &sub, "aws-sts");
+    fetch_keys(&server, &sub, "gcp-sts");
+    let start = Instant::now();
+    while !server
+        .get(&format!("/services/{sub}/fetches"), &acme.token)
+        .text()
+        .unwrap()
+        .contains("gcp-sts")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "fetches never counted"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server.advance_clock(5);
+
+    // A lead out of range is refused, naming it.
+    let refused = server
+        .authed(Method::PUT, &format!("/services/{sub}/config"), &acme.token)
+        .json(&json!({"openidConfiguration": cluster_discovery(),
+            "jwks": {"keys": [rsa_key("k1"), rsa_key("k2")]}, "rotationLeadSeconds": 604_801}))
+        .send()
+        .unwrap();
+    assert_eq!(
+        pointers(&assert_problem(refused, 400, "validation-failed")),
+        ["/rotationLeadSeconds"]
+    );
+
+    // k2 is published beside k1, with a lead of a minute.
+    assert_eq!(
+        put(&server, &acme.token, &sub, &["k1", "k2"], Some(json!(60))),
+        200
+    );
+    let answer = readiness(&server, &acme.token, &sub, "k2");
+    assert_eq!(answer["safeToSign"], false, "{answer}");
+    assert_eq!(answer["safeToSignAt"], Value::Null);
+    assert_eq!(answer["leadSeconds"], 60);
+    assert_eq!(answer["state"], "current");
+    assert_eq!(pending(&answer), ["aws-sts", "gcp-sts", "lead"]);
+    let verifiers = answer["verifiers"].as_array().unwrap();
+    assert_eq!(verifiers.len(), 2);
+    assert!(verifiers.iter().all(|v| v["fetchedSinceKey"] == false));
+    // k1 keeps the default lead of its upload.
+    assert_eq!(
+        readiness(&server, &acme.token, &sub, "k1")["leadSeconds"],
+        600
+    );
+
+    // The lead ends; aws fetches the new set, then gcp.
+    server.advance_clock(61);
+    let answer = readiness(&server, &acme.token, &sub, "k2");
+    assert_eq!(pending(&answer), ["aws-sts", "gcp-sts"]);
+    fetch_keys(&server, &sub, "aws-sts");
+    let answer = readiness_once(&server, &acme.token, &sub, "k2", |a| {
+        pending(a) == ["gcp-sts"]
+    });
+    assert_eq!(answer["safeToSign"], false);
+    fetch_keys(&server, &sub, "gcp-sts");
+    let answer = readiness_once(&server, &acme.token, &sub, "k2", |a| {
+        a["safeToSign"] == true
+    });
+    assert_eq!(answer["pending"], json!([]));
+    assert!(answer["safeToSignAt"].is_string(), "{answer}");
+    let verifiers = answer["verifiers"].as_array().unwrap();
+    assert!(verifiers.iter().all(|v| v["fetchedSinceKey"] == true));
+
+    // From the command line: the table, and `wait`, which returns at once for a safe key...
+    let env = [
+        ("REGISTRY_API_URL", server.base.as_str()),
+        ("REGISTRY_TOKEN", acme.token.as_str()),
+    ];
+    let (code, stdout, stderr) = run_registry(&["keys", "readiness", &sub, "k2"], &env);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("safeToSign: true"), "{stdout}");
+    assert!(stdout.contains("aws-sts"), "{stdout}");
+    let wait = |kid: &str, timeout: &str| {
+        run_registry(
+            &[
+                "keys",
+                "wait",
+                "--service",
+                &sub,
+                "--kid",
+                kid,
+                "--timeout",
+                timeout,
+            ],
+            &env,
+        )
+    };
+    let (code, stdout, stderr) = wait("k2", "5s");
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert_eq!(lines[0]["safeToSign"], true);
+    // ...gives up at its timeout on a key still held back, saying by what (exit 1)...
+    assert_eq!(put(&server, &acme.token, &sub, &["k2", "k3"], None), 200);
+    let (code, stdout, stderr) = wait("k3", "2s");
+    assert_eq!(code, Some(1), "{stdout} {stderr}");
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["safeToSign"], false);
+    assert!(
+        stderr.contains("not safe to sign with") && stderr.contains("lead"),
+        "{stderr}"
+    );
+    // ...and says what the API refused (exit 2); so does a timeout that is no duration.
+    let (code, _, stderr) = wait("nope", "2s");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("404"), "{stderr}");
+    let (code, _, stderr) = wait("k3", "soon");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is not a duration"), "{stderr}");
+
+    // An unknown kid is a 404; so is another customer's service.
+    let response = server.get(&format!("/services/{sub}/keys/nope/readiness"), &acme.token);
+    assert_problem(response, 404, "not-found");
+    let other = server.customer("other", "business");
+    let response = server.get(&format!("/services/{sub}/keys/k2/readiness"), &other.token);
+    assert_problem(response, 404, "not-found");
+}

@@ -26,7 +26,11 @@ const WRAPPERS: [(&str, &[&str]); 10] = [
     ("http", &["registry-server"]),
     ("hyper*", &["registry-server"]),
     // registry-tests: its support library drives the servers it starts.
-    ("reqwest", &["registry-oidc", "registry-tests"]),
+    // registry-cdn: the purges of the caches in front of the registry.
+    (
+        "reqwest",
+        &["registry-oidc", "registry-cdn", "registry-tests"],
+    ),
     // registry-testkit: the signing keys and identity tokens of the tests and the chores, which
     // reach josekit only through it. It does not ship in the binary.
     (

@@ -4,6 +4,7 @@
 mod api;
 mod bare_host;
 mod bench;
+mod cdn;
 mod cmd;
 mod e2e;
 mod faults;
@@ -73,6 +74,9 @@ enum Chore {
     Schemathesis(schemathesis::Options),
     /// The real binary under crashes, database outages and a full disk (docs/reliability.md).
     Faults(faults::Options),
+    /// A key rotation through Varnish (deploy/cdn/) in front of two registries on PostgreSQL,
+    /// with jose and PyJWT as relying parties (needs varnish and Node.js).
+    Cdn,
     /// Minutes of mixed load on the release binary: no 5xx, nothing lost, memory flat
     /// (docs/reliability.md; needs wrk).
     Soak(soak::Options),
@@ -93,6 +97,7 @@ fn main() -> ExitCode {
         Chore::Fuzz(options) => fuzz::run(&options),
         Chore::Schemathesis(options) => schemathesis::run(&options),
         Chore::Faults(options) => faults::run(&options),
+        Chore::Cdn => cdn::run(),
         Chore::Soak(options) => soak::run(&options),
     };
     match result {
@@ -111,7 +116,7 @@ fn banner(title: &str) {
 /// The Python of the suite's tests that use Python libraries: the Prometheus project's parser
 /// (`api::ops::metrics_parse_with_the_prometheus_parser`), and pyoidc, PyJWT and httpx as
 /// relying parties over HTTPS and HTTP/2 (`https::the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check`).
-fn prometheus_parser() -> Result<std::path::PathBuf> {
+pub(crate) fn prometheus_parser() -> Result<std::path::PathBuf> {
     let packages =
         "prometheus-client==0.21.1 pyjwt[crypto]==2.10.1 httpx[http2]==0.28.1 oic==1.7.0";
     Ok(python::venv("prometheus-client", packages)?.join("bin/python"))
@@ -158,6 +163,10 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
     if result.is_ok() && test_args.is_empty() {
         banner("a primary and a synchronous standby: read replica, primary down, fail-over");
         result = faults::run_standby();
+    }
+    if result.is_ok() && test_args.is_empty() {
+        banner("a key rotation through Varnish in front of two registries (deploy/cdn/)");
+        result = cdn::run();
     }
     result
 }

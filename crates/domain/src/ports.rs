@@ -484,6 +484,12 @@ pub trait FetchLog: Send + Sync {
         kid: &str,
         at: OffsetDateTime,
     ) -> StoreResult<OffsetDateTime>;
+    /// Records that every cache in front of the registry dropped its copies of `service_id`'s
+    /// documents as of their change at `changed_at` (docs/api.md, "Behind a CDN"); a later
+    /// change recorded before stays.
+    fn record_purge(&self, service_id: Uuid, changed_at: OffsetDateTime) -> StoreResult<()>;
+    /// The newest change of `service_id`'s documents whose purge succeeded, if one did.
+    fn purged_through(&self, service_id: Uuid) -> StoreResult<Option<OffsetDateTime>>;
 }
 
 /// The start of `at`'s hour, in Unix milliseconds: the bucket a fetch counts in.

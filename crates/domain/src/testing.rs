@@ -69,6 +69,7 @@ struct State {
     /// One bucket per service, document and hour.
     fetches: BTreeMap<(Uuid, FetchedDocument, i64), FetchBucket>,
     key_safe: BTreeMap<(Uuid, String), OffsetDateTime>,
+    purges: BTreeMap<Uuid, OffsetDateTime>,
 }
 
 #[derive(Debug)]
@@ -1028,6 +1029,17 @@ impl FetchLog for MemoryStore {
             .key_safe
             .entry((service_id, kid.to_owned()))
             .or_insert(ms(at)))
+    }
+
+    fn record_purge(&self, service_id: Uuid, changed_at: OffsetDateTime) -> StoreResult<()> {
+        let mut s = self.lock();
+        let purged = s.purges.entry(service_id).or_insert(ms(changed_at));
+        *purged = (*purged).max(ms(changed_at));
+        Ok(())
+    }
+
+    fn purged_through(&self, service_id: Uuid) -> StoreResult<Option<OffsetDateTime>> {
+        Ok(self.lock().purges.get(&service_id).copied())
     }
 }
 

@@ -316,6 +316,17 @@ impl RegistryApi {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(u16, Value), SyncError> {
+        let body = body.map(|body| ("application/json", body.to_string()));
+        self.send(method, path, body).await
+    }
+
+    /// One call with a body of another type (`content type`, text): as [`RegistryApi::call`].
+    pub async fn send(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<(&'static str, String)>,
+    ) -> Result<(u16, Value), SyncError> {
         let url = format!("{}{path}", self.base);
         let mut request = match method {
             "PUT" => self.client.put(&url),
@@ -325,10 +336,8 @@ impl RegistryApi {
             _ => self.client.get(&url),
         }
         .bearer_auth(self.bearer()?);
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
+        if let Some((content_type, body)) = body {
+            request = request.header("content-type", content_type).body(body);
         }
         let unreachable = |e: reqwest::Error| SyncError::RegistryUnreachable {
             url: url.clone(),

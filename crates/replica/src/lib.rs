@@ -18,4 +18,4 @@ mod replica;
 pub use blocking::blocking;
 pub use directory::{Directory, Trusting};
 pub use error::{ReplicaError, ReplicaResult};
-pub use replica::Replica;
+pub use replica::{DocumentsChanged, Replica};

@@ -12,8 +12,9 @@ use registry_domain::ports::{
 };
 use registry_domain::{Service, ServiceAccount};
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use time::OffsetDateTime;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use uuid::Uuid;
 
 /// The directory and the hosted documents of this replica, over the store and the clock.
@@ -29,6 +30,20 @@ pub struct Replica {
     pub hosting: HostingCache,
     /// Public fetches counted since the last flush (docs/api.md, "Fetch evidence").
     pub fetches: crate::fetches::Fetches,
+    /// Who hears of the changes of public documents this replica applies (the purger).
+    watcher: std::sync::Mutex<Option<UnboundedSender<DocumentsChanged>>>,
+}
+
+/// A change of a service's public documents, as this replica applied it: what the caches in
+/// front of the registry must drop (docs/api.md, "Behind a CDN").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentsChanged {
+    /// The service.
+    pub service_id: Uuid,
+    /// The subdomain its documents are (or were) served under.
+    pub subdomain: String,
+    /// When the documents changed.
+    pub changed_at: OffsetDateTime,
 }
 
 impl Replica {
@@ -44,6 +59,26 @@ impl Replica {
             directory: Directory::default(),
             hosting,
             fetches: crate::fetches::Fetches::default(),
+            watcher: std::sync::Mutex::default(),
+        }
+    }
+
+    /// From now on, every change of public documents this replica applies (a publication, a
+    /// withdrawal, a retired key leaving the key set) is sent to the receiver this answers.
+    pub fn watch_documents(&self) -> UnboundedReceiver<DocumentsChanged> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        *self.watcher.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
+        receiver
+    }
+
+    fn documents_changed(&self, service_id: Uuid, subdomain: String, changed_at: OffsetDateTime) {
+        let watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(watcher) = watcher.as_ref() {
+            let _ = watcher.send(DocumentsChanged {
+                service_id,
+                subdomain,
+                changed_at,
+            });
         }
     }
 
@@ -209,7 +244,10 @@ impl Replica {
     /// documents and ETag. Under the catch-up lock, so a newer configuration applied meanwhile wins.
     pub async fn refresh_hosted(&self, subdomain: &str) {
         let _one_at_a_time = self.directory.one_at_a_time().await;
-        self.hosting.refresh(subdomain, self.now());
+        let now = self.now();
+        if let Some(service_id) = self.hosting.refresh(subdomain, now) {
+            self.documents_changed(service_id, subdomain.to_owned(), now);
+        }
     }
 
     /// Applies a change of one service to the hosted documents: its current documents (a
@@ -220,8 +258,18 @@ impl Replica {
             .await?
         {
             // Replaced in one step: a public GET in between sees the old documents or the new.
-            (Some(service), Some(config)) => self.hosting.put(&service, &config, self.now()),
-            _ => self.hosting.remove(id),
+            (Some(service), Some(config)) => {
+                self.hosting.put(&service, &config, self.now());
+                self.documents_changed(id, service.subdomain, config.updated_at);
+            }
+            // Only documents this replica served are purged: what a cache holds came through a
+            // replica that served it, and that one purges (errors, 404s included, are never
+            // cached: they say `no-store`).
+            _ => {
+                if let Some(subdomain) = self.hosting.remove(id) {
+                    self.documents_changed(id, subdomain, self.now());
+                }
+            }
         }
         Ok(())
     }

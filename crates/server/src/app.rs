@@ -331,6 +331,7 @@ async fn launch(
     actix_web::rt::spawn(background::follow_changes(state.clone()));
     actix_web::rt::spawn(background::reap_expired(state.clone()));
     actix_web::rt::spawn(background::flush_fetches(state.clone()));
+    actix_web::rt::spawn(background::purge_changes(state.clone()));
     Ok(Running {
         server,
         store,

@@ -48,6 +48,33 @@ pub async fn reap_expired(state: web::Data<AppState>) {
     }
 }
 
+/// Purges the caches in front of the registry of every change of public documents this replica
+/// applies (docs/api.md, "Behind a CDN"), each in a task of its own (its retries last up to 60 s),
+/// and records the purges that succeeded, which key readiness waits for.
+pub async fn purge_changes(state: web::Data<AppState>) {
+    let Some(purger) = state.purger.clone() else {
+        return;
+    };
+    let mut changes = state.replica.watch_documents();
+    while let Some(change) = changes.recv().await {
+        let (state, purger) = (state.clone(), purger.clone());
+        actix_web::rt::spawn(async move {
+            let issuer = state.registry.issuer_of(&change.subdomain);
+            // The issuer's authority, as clients send it in Host (with its port, if any).
+            let authority = issuer.split_once("://").map_or(&*issuer, |(_, rest)| rest);
+            let authority = authority.split('/').next().unwrap_or(authority);
+            if purger.purge(authority, &crate::public::PUBLIC_PATHS).await {
+                let store = state.registry.store.clone();
+                let (id, at) = (change.service_id, change.changed_at);
+                let recorded = registry_replica::blocking(move || store.record_purge(id, at)).await;
+                if !matches!(recorded, Ok(Ok(()))) {
+                    tracing::warn!(service = %id, "a purge succeeded but could not be recorded");
+                }
+            }
+        });
+    }
+}
+
 /// Adds this replica's counts of public fetches to the database (docs/api.md, "Fetch evidence"),
 /// once a `REGISTRY_FETCH_FLUSH_SECONDS`; counts that fail to go are kept for the next flush.
 pub async fn flush_fetches(state: web::Data<AppState>) {

@@ -117,9 +117,49 @@ impl Stream for DeadlineBody {
 /// Reads the body as JSON. `None` when the body is empty.
 pub async fn read_json(
     req: &HttpRequest,
-    mut payload: web::Payload,
+    payload: web::Payload,
     limit: usize,
 ) -> ApiResult<Option<Value>> {
+    let body = read_bytes(req, payload, limit).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    // A body without a Content-Type is not declared JSON either (RFC 9110 lets a recipient take
+    // it for application/octet-stream): 415, like any other type, rather than a guess.
+    let essence = content_type(req);
+    if essence != "application/json" && !essence.ends_with("+json") {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let value: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    // PostgreSQL text cannot hold NUL: refused here on every backend, rather than stored on
+    // SQLite and failing as a 503 on PostgreSQL.
+    if let Some(pointer) = nul_pointer(&value) {
+        return Err(ApiError::Validation(vec![Violation::new(
+            pointer,
+            "text must not contain the NUL character (\\u0000)",
+        )]));
+    }
+    Ok(Some(value))
+}
+
+/// The essence of the request's `Content-Type` (`application/json`), lower case; empty without
+/// one.
+pub fn content_type(req: &HttpRequest) -> String {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .map(|essence| essence.trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// Reads the body, at most `limit` bytes (413 past it, 408 at the deadline).
+pub async fn read_bytes(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> ApiResult<web::BytesMut> {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -141,32 +181,7 @@ pub async fn read_json(
         }
         body.extend_from_slice(&chunk);
     }
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    // A body without a Content-Type is not declared JSON either (RFC 9110 lets a recipient take
-    // it for application/octet-stream): 415, like any other type, rather than a guess.
-    let essence = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split(';').next())
-        .map(|essence| essence.trim().to_ascii_lowercase())
-        .unwrap_or_default();
-    if essence != "application/json" && !essence.ends_with("+json") {
-        return Err(ApiError::UnsupportedMediaType);
-    }
-    let value: Value =
-        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    // PostgreSQL text cannot hold NUL: refused here on every backend, rather than stored on
-    // SQLite and failing as a 503 on PostgreSQL.
-    if let Some(pointer) = nul_pointer(&value) {
-        return Err(ApiError::Validation(vec![Violation::new(
-            pointer,
-            "text must not contain the NUL character (\\u0000)",
-        )]));
-    }
-    Ok(Some(value))
+    Ok(body)
 }
 
 /// The RFC 6901 pointer of the first string or member name holding NUL, if any. serde_json's

@@ -48,6 +48,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }),
         Command::Sync(args) => sync::run(args),
+        Command::FetchLog(args) => crate::fetch_log_cli::run(args),
         Command::Services {
             command,
             connection,
@@ -271,6 +272,14 @@ pub enum Command {
     /// ["k3s-acme"], "actions": ["config:read", "config:write"]}` (or the same `services` and
     /// `actions` in the rule of an `oidc` account).
     Sync(SyncArgs),
+    /// Ship a cache's access log to the registry as fetch evidence: JSON lines on stdin
+    /// (`{time, host, path, status, method, userAgent}`, as `varnishncsa -j` writes them with
+    /// deploy/cdn/varnishncsa.format), posted to `POST /fetch-log` in batches. Prints one JSON line
+    /// per batch. Exit codes: 0 at the end of stdin with every line shipped, 1 when lines were
+    /// refused or the registry stayed unreachable for 60 s, 2 wrong command line.
+    ///
+    /// Example: `varnishncsa -j -F "$(cat deploy/cdn/varnishncsa.format)" | registry fetch-log --api-url https://registry.example.com`
+    FetchLog(crate::fetch_log_cli::FetchLogArgs),
     /// Your services (a client of the API: REGISTRY_API_URL, REGISTRY_TOKEN; --format json for
     /// the API's JSON). Exit codes: 0 done, 1 refused by the API (one sentence) or unreachable,
     /// 2 wrong command line.

@@ -17,6 +17,7 @@ mod client_ip;
 mod connections;
 mod customers;
 mod dashboard;
+mod fetch_log_cli;
 mod http_date;
 mod listeners;
 mod log_buffer;

@@ -118,8 +118,9 @@ pub type Extra<'a> = (&'a str, &'a str, &'a str, u64);
 /// gauge, or a counter when the name ends in `_total`.
 pub type Measured<'a> = (&'a str, &'a str, f64);
 
-/// One series of a labelled gauge read at scrape time: name, help, labels, value. Series of one
-/// name make one family (the help of the first is the family's).
+/// One series of a labelled value read at scrape time: name, help, labels, value. Series of one
+/// name make one family (the help of the first is the family's); a gauge, or a counter when the
+/// name ends in `_total`.
 pub type Labeled<'a> = (&'a str, &'a str, Vec<(&'static str, String)>, f64);
 
 impl Metrics {
@@ -276,19 +277,36 @@ impl Metrics {
                 registry.register(*name, help, gauge);
             }
         }
-        type LabeledFamily = Family<Vec<(&'static str, String)>, Gauge<f64, AtomicU64>>;
-        let mut families: Vec<(&str, &str, LabeledFamily)> = Vec::new();
+        type Labels = Vec<(&'static str, String)>;
+        type Named<'a, M> = (&'a str, &'a str, Family<Labels, M>);
+        let mut gauges: Vec<Named<'_, Gauge<f64, AtomicU64>>> = Vec::new();
+        let mut counters: Vec<Named<'_, Counter<f64, AtomicU64>>> = Vec::new();
         for (name, help, labels, value) in labeled {
-            let at = match families.iter().position(|(n, _, _)| n == name) {
+            // A name in `_total` is a counter (its family is named without it).
+            if let Some(family) = name.strip_suffix("_total") {
+                let at = match counters.iter().position(|(n, _, _)| *n == family) {
+                    Some(at) => at,
+                    None => {
+                        counters.push((family, help, Family::default()));
+                        counters.len() - 1
+                    }
+                };
+                counters[at].2.get_or_create(labels).inc_by(*value);
+                continue;
+            }
+            let at = match gauges.iter().position(|(n, _, _)| n == name) {
                 Some(at) => at,
                 None => {
-                    families.push((name, help, Family::default()));
-                    families.len() - 1
+                    gauges.push((name, help, Family::default()));
+                    gauges.len() - 1
                 }
             };
-            families[at].2.get_or_create(labels).set(*value);
+            gauges[at].2.get_or_create(labels).set(*value);
         }
-        for (name, help, family) in families {
+        for (name, help, family) in gauges {
+            registry.register(name, help.trim_end_matches('.'), family);
+        }
+        for (name, help, family) in counters {
             registry.register(name, help.trim_end_matches('.'), family);
         }
         let mut out = String::new();

@@ -20,6 +20,14 @@ fn shared_header(bytes: &web::Bytes) -> HeaderValue {
 }
 
 const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
+/// Every path a hosted issuer serves: the discovery document, the key set and its aliases.
+pub const PUBLIC_PATHS: [&str; 5] = [
+    DISCOVERY_PATH,
+    JWKS_PATHS[0],
+    JWKS_PATHS[1],
+    JWKS_PATHS[2],
+    JWKS_PATHS[3],
+];
 const JWKS_PATHS: [&str; 4] = [
     registry_domain::publishing::JWKS_PATH,
     "/.well-known/jwks.json",
@@ -59,19 +67,39 @@ pub fn hosted_request(state: &AppState, req: &RequestHead) -> bool {
     })
 }
 
+/// The document a public path serves: the discovery document, or the key set (at its path or one
+/// of its aliases).
+pub fn served_document(path: &str) -> Option<FetchedDocument> {
+    if path == DISCOVERY_PATH {
+        Some(FetchedDocument::Discovery)
+    } else if JWKS_PATHS.contains(&path) {
+        Some(FetchedDocument::Jwks)
+    } else {
+        None
+    }
+}
+
+/// Whether this request's fetch arrives in a cache's log instead (docs/api.md, "Behind a CDN"):
+/// the log is taken (`REGISTRY_FETCH_LOG_TOKEN`) and the request came from a trusted proxy.
+fn counted_from_the_log(req: &HttpRequest, state: &AppState) -> bool {
+    state.settings.fetch_log_token.is_some()
+        && req.peer_addr().is_some_and(|peer| {
+            (state.trusted_proxies.iter()).any(|network| network.contains(peer.ip()))
+        })
+}
+
 /// Serves a hosted issuer's discovery document or key set: public, cacheable, no redirects.
 pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let subdomain = host(req.head())
         .and_then(|host| state.replica.hosting.issuers().subdomain_of_host(host))
         .ok_or_else(|| ApiError::NotFound("no such issuer".into()))?;
-    let path = req.path();
-    let is_discovery = path == DISCOVERY_PATH;
-    if !is_discovery && !JWKS_PATHS.contains(&path) {
+    let Some(fetched) = served_document(req.path()) else {
         return Err(ApiError::NotFound(format!(
             "issuer hosts serve only {DISCOVERY_PATH} and {}",
             JWKS_PATHS[0]
         )));
-    }
+    };
+    let is_discovery = fetched == FetchedDocument::Discovery;
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Err(ApiError::MethodNotAllowed("GET, HEAD"));
     }
@@ -91,10 +119,8 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         (&hosted.jwks, JWK_SET)
     };
     let response = respond(&req, &hosted, document, now);
-    if req.method() == Method::GET {
+    if req.method() == Method::GET && !counted_from_the_log(&req, &state) {
         let agent = req.headers().get(header::USER_AGENT);
-        let fetched =
-            [FetchedDocument::Jwks, FetchedDocument::Discovery][usize::from(is_discovery)];
         let not_modified = response.status() == StatusCode::NOT_MODIFIED;
         let agent = agent.map_or(&b""[..], HeaderValue::as_bytes);
         (state.replica.fetches).record(hosted.service_id(), fetched, not_modified, agent, now);

@@ -137,6 +137,23 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..=30))]
     pub fetch_flush_seconds: u64,
 
+    /// Comma-separated addresses (`http(s)://host:port`) of the caches in front of the registry:
+    /// when a service's public documents change, each replica sends them `PURGE` for every public
+    /// path of the service, with the issuer's Host.
+    #[arg(
+        long,
+        env = "REGISTRY_PURGE_URLS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub purge_urls: Vec<String>,
+
+    /// The bearer of `POST /fetch-log`, which takes a cache's access log as fetch evidence
+    /// (`registry fetch-log`); without it the endpoint answers 404. While it is set, public GETs
+    /// from REGISTRY_TRUSTED_PROXIES are counted from the log only.
+    #[arg(long, env = "REGISTRY_FETCH_LOG_TOKEN", hide_env_values = true)]
+    pub fetch_log_token: Option<String>,
+
     /// Failed authentications one client address may make per minute before it gets 429
     /// (an IPv4 address alone, IPv6 by its /64). A credential this replica
     /// verified within the last minute is never refused by it.
@@ -237,6 +254,12 @@ impl Settings {
     /// The trusted proxy networks, parsed.
     pub fn trusted_proxy_networks(&self) -> anyhow::Result<Vec<IpNetwork>> {
         networks("REGISTRY_TRUSTED_PROXIES", &self.trusted_proxies)
+    }
+
+    /// The purger of the caches of `REGISTRY_PURGE_URLS`; `None` without any.
+    pub fn purger(&self) -> anyhow::Result<Option<registry_cdn::Purger>> {
+        registry_cdn::Purger::new(&self.purge_urls)
+            .map_err(|e| anyhow::anyhow!("REGISTRY_PURGE_URLS: {e}"))
     }
 
     /// The networks that may read `/metrics`, parsed.

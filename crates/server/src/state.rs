@@ -48,6 +48,8 @@ pub struct AppState {
     /// The certificate the HTTPS listener serves (re-read when its files change); `None` over
     /// plain HTTP.
     pub certificate: Option<Arc<Reloading>>,
+    /// The caches in front of the registry to purge (`REGISTRY_PURGE_URLS`), if any.
+    pub purger: Option<Arc<registry_cdn::Purger>>,
 }
 
 impl AppState {
@@ -72,6 +74,7 @@ impl AppState {
         )?);
         let metrics = Arc::new(Metrics::default());
         let trusted_proxies = settings.trusted_proxy_networks()?;
+        let purger = settings.purger()?.map(Arc::new);
         let limits = Limits {
             auth_failures_per_minute: settings.auth_failures_per_minute,
             writes_per_minute: settings.writes_per_minute,
@@ -109,6 +112,7 @@ impl AppState {
             clock,
             settings,
             certificate,
+            purger,
         })
     }
 

@@ -4,7 +4,7 @@
 use crate::error::Res;
 use crate::pool::on_backend;
 use crate::rows::{id_text, instant, millis};
-use crate::schema::{fetch_agents, fetch_counts, key_readiness};
+use crate::schema::{fetch_agents, fetch_counts, key_readiness, purges};
 use crate::Store;
 use diesel::prelude::*;
 use diesel::upsert::excluded;
@@ -231,6 +231,40 @@ impl FetchLog for Store {
                 .select(key_readiness::safe_at)
                 .first::<i64>(conn)?;
             instant(stored)
+        })
+    }
+
+    /// Outside the change log; the newest change only moves forward.
+    fn record_purge(&self, service_id: Uuid, changed_at: OffsetDateTime) -> StoreResult<()> {
+        let service = id_text(service_id);
+        let at = millis(changed_at);
+        self.write_aside(|conn| {
+            let row = (purges::service_id.eq(&service), purges::changed_at.eq(at));
+            on_backend!(&mut *conn, |c| diesel::insert_into(purges::table)
+                .values(row)
+                .on_conflict(purges::service_id)
+                .do_nothing()
+                .execute(c))?;
+            diesel::update(
+                purges::table
+                    .filter(purges::service_id.eq(&service))
+                    .filter(purges::changed_at.lt(at)),
+            )
+            .set(purges::changed_at.eq(at))
+            .execute(conn)?;
+            Ok(())
+        })
+    }
+
+    fn purged_through(&self, service_id: Uuid) -> StoreResult<Option<OffsetDateTime>> {
+        let service = id_text(service_id);
+        self.read(|conn| {
+            let at = purges::table
+                .filter(purges::service_id.eq(&service))
+                .select(purges::changed_at)
+                .first::<i64>(conn)
+                .optional()?;
+            at.map(instant).transpose()
         })
     }
 }

@@ -117,6 +117,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     fetch_counts,
     fetch_agents,
     key_readiness,
+    purges,
 );
 
 diesel::table! {
@@ -146,5 +147,12 @@ diesel::table! {
         service_id -> Text,
         kid -> Text,
         safe_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    purges (service_id) {
+        service_id -> Text,
+        changed_at -> BigInt,
     }
 }

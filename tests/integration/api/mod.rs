@@ -3,6 +3,7 @@
 mod accounts;
 mod anonymous;
 mod audit;
+mod cdn;
 mod client;
 mod config;
 mod dashboard;

@@ -1,8 +1,10 @@
 //! Key readiness (docs/api.md, "Key readiness"): whether a new key is safe to sign with, from
 //! what the registry saw of the verifiers' fetches, instead of a guessed wait.
 //!
-//! A key is safe when it has been published for its lead time and every verifier that fetched
-//! the service's key set in the 7 days before the key was first published has fetched it since.
+//! A key is safe when it has been published for its lead time, every verifier that fetched the
+//! service's key set in the 7 days before the key was first published has fetched it since, and,
+//! when caches in front of the registry are purged, the purge of the change that published it
+//! succeeded.
 //! A verifier is a distinct User-Agent, as the fetch evidence counts them; one not seen for 7
 //! days no longer holds a key back. The first time a key is found safe is recorded, and a key
 //! stays safe from then on, whatever the evidence says later.
@@ -40,6 +42,8 @@ pub enum Pending {
     Lead(OffsetDateTime),
     /// This verifier has not fetched the key set since the key was first published.
     Verifier(String),
+    /// The caches in front of the registry have not all dropped the documents without the key.
+    Purge,
 }
 
 /// Whether a key is safe to sign with at `now`, and why not.
@@ -105,12 +109,13 @@ fn rfc3339(at: OffsetDateTime) -> String {
 }
 
 /// `GET /services/{s}/keys/{kid}/readiness`: whether key `kid` of `service` is safe to sign
-/// with (404 for a key the service does not publish). The first time it is found safe is
-/// recorded: from then on it stays safe.
+/// with (404 for a key the service does not publish), `purging` when caches in front of the
+/// registry are purged. The first time it is found safe is recorded: from then on it stays safe.
 pub fn readiness(
     registry: &Registry,
     service: &Service,
     kid: &str,
+    purging: bool,
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
     let keys = config::key_state(registry, service)?;
@@ -123,7 +128,14 @@ pub fn readiness(
         .filter(|f| f.document == FetchedDocument::Jwks)
         .flat_map(|f| f.agents.iter().map(|a| (a.agent.clone(), a.last_at)))
         .collect();
-    let assessed = assess(key, &agents, now);
+    let mut assessed = assess(key, &agents, now);
+    if purging {
+        let purged = registry.store.purged_through(service.id)?;
+        if purged.is_none_or(|at| at < millis(key.first_published_at)) {
+            assessed.pending.push(Pending::Purge);
+            assessed.safe_at = None;
+        }
+    }
     let safe_at = match registry.store.key_safe_at(service.id, kid)? {
         Some(at) => Some(at),
         None => match assessed.safe_at {
@@ -143,6 +155,11 @@ pub fn readiness(
                         key.lead_seconds,
                         rfc3339(*ends)
                     ),
+                }),
+                Pending::Purge => json!({
+                    "reason": "purge",
+                    "message": "the caches in front of the registry have not all dropped their \
+                                copies of the key set published before this key",
                 }),
                 Pending::Verifier(agent) => json!({
                     "reason": "verifier",
@@ -269,7 +286,7 @@ mod tests {
             .record_fetches(&[fetched("aws", T0 - Duration::days(1))])
             .unwrap();
         let at = |s: i64| T0 + Duration::seconds(s);
-        let answer = readiness(&registry, &service, "new", at(30)).unwrap();
+        let answer = readiness(&registry, &service, "new", false, at(30)).unwrap();
         assert_eq!(answer["safeToSign"], false);
         assert_eq!(answer["leadSeconds"], 60);
         let reasons: Vec<&str> = (answer["pending"].as_array().unwrap().iter())
@@ -277,18 +294,51 @@ mod tests {
             .collect();
         assert_eq!(reasons, ["lead", "verifier"]);
         store.record_fetches(&[fetched("aws", at(90))]).unwrap();
-        let answer = readiness(&registry, &service, "new", at(100)).unwrap();
+        let answer = readiness(&registry, &service, "new", false, at(100)).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
         assert_eq!(answer["safeToSignAt"], rfc3339(at(90)));
         assert_eq!(answer["pending"], json!([]));
         assert_eq!(answer["verifiers"][0]["fetchedSinceKey"], true);
         // Evidence that would move the time does not: it stays what it was found.
         store.record_fetches(&[fetched("aws", at(500))]).unwrap();
-        let answer = readiness(&registry, &service, "new", at(600)).unwrap();
+        let answer = readiness(&registry, &service, "new", false, at(600)).unwrap();
         assert_eq!(answer["safeToSignAt"], rfc3339(at(90)));
         assert!(matches!(
-            readiness(&registry, &service, "other", at(600)),
+            readiness(&registry, &service, "other", false, at(600)),
             Err(AppError::NotFound(_))
         ));
+    }
+
+    #[test]
+    fn with_caches_to_purge_a_key_waits_for_the_purge_of_its_publication() {
+        let (registry, _, account) = registry(Plan::Business, T0);
+        let command = services::CreateService::default();
+        let service = services::create(&registry, &caller(account.clone()), command, T0).unwrap();
+        let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": "new",
+            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
+        let body = json!({
+            "openidConfiguration": {"issuer": "https://k.example",
+                "jwks_uri": "https://k.example/jwks", "response_types_supported": ["id_token"],
+                "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["EdDSA"]},
+            "jwks": {"keys": [key]},
+            "rotationLeadSeconds": 0});
+        let command = config_app::PublishConfig { body };
+        config_app::publish(&registry, &caller(account), &service, command, T0).unwrap();
+        let later = T0 + Duration::seconds(5);
+        let answer = readiness(&registry, &service, "new", true, later).unwrap();
+        assert_eq!(answer["safeToSign"], false);
+        assert_eq!(answer["pending"][0]["reason"], "purge");
+        // A purge of an earlier change does not count; the publication's does.
+        let store = &registry.store;
+        store
+            .record_purge(service.id, T0 - Duration::hours(1))
+            .unwrap();
+        let answer = readiness(&registry, &service, "new", true, later).unwrap();
+        assert_eq!(answer["safeToSign"], false);
+        store.record_purge(service.id, T0).unwrap();
+        let answer = readiness(&registry, &service, "new", true, later).unwrap();
+        assert_eq!(answer["safeToSign"], true, "{answer}");
+        assert_eq!(store.purged_through(service.id).unwrap(), Some(T0));
     }
 }

@@ -135,19 +135,20 @@ impl HostingCache {
     /// Builds a subdomain's entry again from what it keeps, once its key set changed by itself
     /// (a retired key's time ran out): no database read, and every replica computes the same
     /// documents and ETag. The caller orders it with the other changes (the catch-up lock).
-    pub fn refresh(&self, subdomain: &str, now: OffsetDateTime) {
+    /// Answers the service whose documents changed, when they did.
+    pub fn refresh(&self, subdomain: &str, now: OffsetDateTime) -> Option<Uuid> {
         let stale = self.get(subdomain).filter(|h| h.is_stale_at(now));
-        if let Some(rebuilt) = stale.and_then(|h| h.rebuilt(subdomain, now)) {
-            let mut hosts = self.write();
-            // Only while the entry is still the one rebuilt (a change may have replaced it).
-            if hosts
-                .by_subdomain
-                .get(subdomain)
-                .is_some_and(|h| h.service_id == rebuilt.service_id && h.is_stale_at(now))
-            {
-                self.insert(&mut hosts, subdomain, Arc::new(rebuilt));
-            }
+        let rebuilt = stale.and_then(|h| h.rebuilt(subdomain, now))?;
+        let mut hosts = self.write();
+        // Only while the entry is still the one rebuilt (a change may have replaced it).
+        let current = (hosts.by_subdomain.get(subdomain))
+            .is_some_and(|h| h.service_id == rebuilt.service_id && h.is_stale_at(now));
+        if !current {
+            return None;
         }
+        let service_id = rebuilt.service_id;
+        self.insert(&mut hosts, subdomain, Arc::new(rebuilt));
+        Some(service_id)
     }
 
     /// A change applied (the caller holds the hosts' write lock): reads begun before it are not
@@ -186,10 +187,10 @@ impl HostingCache {
     }
 
     /// Stops serving a service's documents: a change applied from the change log.
-    pub fn remove(&self, service_id: Uuid) {
+    pub fn remove(&self, service_id: Uuid) -> Option<String> {
         let mut hosts = self.write();
         self.applied(None);
-        hosts.forget(service_id);
+        hosts.forget(service_id)
     }
 
     /// Forgets everything, documents and misses (start-up, and a replica that fell behind the

@@ -21,10 +21,9 @@ impl Hosts {
     /// Stops serving the service `service_id`. A subdomain is let go only while it still
     /// belongs to that service: a service deleted and created again under the same name has a
     /// new id, and forgetting the old one must not take the new one's documents.
-    pub(super) fn forget(&mut self, service_id: Uuid) {
-        let Some(subdomain) = self.subdomain_of.remove(&service_id) else {
-            return;
-        };
+    /// Forgets a service's documents; the subdomain they were served under, if they were.
+    pub(super) fn forget(&mut self, service_id: Uuid) -> Option<String> {
+        let subdomain = self.subdomain_of.remove(&service_id)?;
         if self
             .by_subdomain
             .get(&subdomain)
@@ -35,6 +34,7 @@ impl Hosts {
             }
             self.shrink();
         }
+        Some(subdomain)
     }
 
     /// Evicts the least recently served documents (never `keep`'s) until they fit `max_bytes`.

@@ -48,8 +48,9 @@ pub async fn readiness(
 ) -> ApiResult<HttpResponse> {
     let (_, kid) = path.into_inner();
     let now = state.now();
+    let purging = state.purger.is_some();
     let answer = state
-        .read(move |registry| readiness::readiness(registry, &service, &kid, now))
+        .read(move |registry| readiness::readiness(registry, &service, &kid, purging, now))
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }

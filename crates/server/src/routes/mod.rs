@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod anonymous;
 pub mod audit;
 pub mod config;
+pub mod fetch_log;
 pub mod keys;
 pub mod ops;
 pub mod preflight;
@@ -95,6 +96,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         refusals::list,
     ))
     .service(get_and_head("/audit-events", audit::list))
+    .service(
+        web::resource("/fetch-log")
+            .route(web::post().to(fetch_log::post))
+            .default_service(web::to(|| not_allowed("POST"))),
+    )
     // The browser pages (not part of the API, so not in openapi.json).
     .service(get_and_head("/", dashboard::landing))
     .service(get_and_head(

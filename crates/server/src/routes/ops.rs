@@ -125,6 +125,17 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
             ));
         }
     }
+    if let Some(purger) = &state.purger {
+        let (purged, failed) = purger.outcomes();
+        for (result, count) in [("purged", purged), ("failed", failed)] {
+            labeled.push((
+                "registry_purges_total",
+                "Paths the caches in front of the registry were asked to drop, by outcome (failed: after 60 s of retries).",
+                vec![("result", result.to_owned())],
+                count as f64,
+            ));
+        }
+    }
     for pool in state.replica.pools() {
         for (kind, count) in [("in_use", pool.in_use), ("idle", pool.idle)] {
             labeled.push((

@@ -6,3 +6,9 @@ CREATE TABLE key_readiness (
     safe_at BIGINT NOT NULL,
     PRIMARY KEY (service_id, kid)
 );
+-- Purges of the caches in front of the registry (docs/api.md, "Behind a CDN"): per service, the
+-- newest change of its documents that every cache was told to drop.
+CREATE TABLE purges (
+    service_id TEXT NOT NULL PRIMARY KEY,
+    changed_at BIGINT NOT NULL
+);

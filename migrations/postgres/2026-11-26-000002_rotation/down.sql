@@ -1,1 +1,2 @@
+DROP TABLE purges;
 DROP TABLE key_readiness;

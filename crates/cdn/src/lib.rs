@@ -1,0 +1,126 @@
+//! The caches in front of the registry (docs/api.md, "Behind a CDN"): when a service's public
+//! documents change, each replica asks every cache of `REGISTRY_PURGE_URLS` to drop its copies
+//! (`PURGE {path}` with the issuer's `Host`), so that a new key set is visible through the cache
+//! at once instead of when its copy expires.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+use url::Url;
+
+/// How long a purge is retried before it counts as failed.
+pub const RETRY_FOR: Duration = Duration::from_secs(60);
+/// How long one `PURGE` may take.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A `REGISTRY_PURGE_URLS` entry that is not an `http(s)://host:port` address.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not the address of a cache (http://host:port or https://host:port)")]
+pub struct BadTarget(pub String);
+
+/// The caches to purge, and the outcomes so far.
+#[derive(Debug)]
+pub struct Purger {
+    targets: Vec<Url>,
+    client: reqwest::Client,
+    purged: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Purger {
+    /// A purger of the caches at `targets`; `None` when there are none.
+    pub fn new(targets: &[String]) -> Result<Option<Self>, BadTarget> {
+        let targets: Vec<Url> = (targets.iter())
+            .map(|t| t.trim())
+            .filter(|t| !t.is_empty())
+            .map(|t| {
+                Url::parse(t)
+                    .ok()
+                    .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                    .filter(|u| u.path() == "/" && u.query().is_none())
+                    .ok_or_else(|| BadTarget(t.to_owned()))
+            })
+            .collect::<Result<_, _>>()?;
+        if targets.is_empty() {
+            return Ok(None);
+        }
+        let client = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| BadTarget(e.to_string()))?;
+        Ok(Some(Self {
+            targets,
+            client,
+            purged: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }))
+    }
+
+    /// Purges `paths` under the host `authority` (as clients send it: with the port when the
+    /// issuer URL has one) from every cache, each retried with backoff for up to [`RETRY_FOR`];
+    /// true when every cache purged every path.
+    pub async fn purge(&self, authority: &str, paths: &[&str]) -> bool {
+        let mut all = true;
+        for target in &self.targets {
+            for path in paths {
+                let ok = self.purge_one(target, authority, path).await;
+                let counter = if ok { &self.purged } else { &self.failed };
+                counter.fetch_add(1, Relaxed);
+                all &= ok;
+            }
+        }
+        all
+    }
+
+    async fn purge_one(&self, target: &Url, authority: &str, path: &str) -> bool {
+        let Ok(url) = target.join(path) else {
+            return false;
+        };
+        let method = reqwest::Method::from_bytes(b"PURGE").unwrap_or(reqwest::Method::DELETE);
+        let started = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let sent = (self.client.request(method.clone(), url.clone()))
+                .header("host", authority)
+                .send()
+                .await;
+            let why = match sent {
+                Ok(answer) if answer.status().is_success() => return true,
+                Ok(answer) => format!("answered {}", answer.status()),
+                Err(error) => error.to_string(),
+            };
+            if started.elapsed() + pause > RETRY_FOR {
+                tracing::warn!(cache = %target, host = authority, path, why, "purge failed");
+                return false;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// Paths purged, and paths whose purge failed, so far.
+    pub fn outcomes(&self) -> (u64, u64) {
+        (self.purged.load(Relaxed), self.failed.load(Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_cache_addresses() {
+        assert!(Purger::new(&[]).unwrap().is_none());
+        assert!(Purger::new(&[" ".into()]).unwrap().is_none());
+        let purger = Purger::new(&["http://127.0.0.1:6081".into(), "https://cdn:443/".into()]);
+        assert_eq!(purger.unwrap().unwrap().targets.len(), 2);
+        for bad in [
+            "cdn:6081",
+            "ftp://cdn",
+            "http://cdn/purge",
+            "http://cdn/?x=1",
+        ] {
+            assert!(Purger::new(&[bad.into()]).is_err(), "{bad}");
+        }
+    }
+}

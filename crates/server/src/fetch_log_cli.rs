@@ -1,0 +1,154 @@
+//! `registry fetch-log`: ships a cache's access log to the registry as fetch evidence
+//! (`POST /fetch-log`, docs/api.md, "Behind a CDN"). It reads JSON lines on stdin (`varnishncsa -j`
+//! with the format of `deploy/cdn/`), and posts them in batches: when a batch is full, and at
+//! least every second while lines come.
+
+use anyhow::Context;
+use registry_oidc::sync::{Credentials, RegistryApi};
+use serde_json::json;
+use std::io::BufRead;
+use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// `registry fetch-log`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct FetchLogArgs {
+    /// The registry's API.
+    #[arg(
+        long,
+        env = "REGISTRY_API_URL",
+        default_value = "http://localhost:8080"
+    )]
+    pub api_url: String,
+    /// The registry's REGISTRY_FETCH_LOG_TOKEN (prefer the environment: a flag shows in `ps`).
+    #[arg(long, env = "REGISTRY_FETCH_LOG_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Most bytes posted at once: at most the registry's REGISTRY_MAX_BODY_BYTES.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub batch_bytes: u64,
+}
+
+/// A batch waits at most this long for more lines.
+const SHIP_EVERY: Duration = Duration::from_secs(1);
+/// How long a batch the registry could not take is tried again (then it is dropped).
+const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// A batch of lines not counted, for the exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} lines of the log were not counted (see above)")]
+struct Dropped(u64);
+
+/// Reads stdin to its end, shipping batches as they fill; fails when a batch was dropped.
+pub fn run(args: FetchLogArgs) -> anyhow::Result<()> {
+    let api = RegistryApi::new(&args.api_url, Credentials::Token(args.token))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (lines, incoming) = channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let limit = usize::try_from(args.batch_bytes).unwrap_or(usize::MAX);
+    let mut batch = Batch::default();
+    let mut dropped = 0;
+    loop {
+        let wait = batch.since.map_or(SHIP_EVERY, |since| {
+            SHIP_EVERY.saturating_sub(since.elapsed())
+        });
+        let (line, done) = match incoming.recv_timeout(wait) {
+            Ok(line) => (Some(line.context("reading stdin")?), false),
+            Err(RecvTimeoutError::Timeout) => (None, false),
+            Err(RecvTimeoutError::Disconnected) => (None, true),
+        };
+        let line = line.filter(|l| !l.trim().is_empty());
+        if line
+            .as_ref()
+            .is_some_and(|l| batch.text.len() + l.len() + 1 > limit)
+        {
+            dropped += batch.ship(&runtime, &api);
+        }
+        if let Some(line) = line {
+            batch.push(&line);
+        }
+        let due = batch
+            .since
+            .is_some_and(|since| since.elapsed() >= SHIP_EVERY);
+        if due || done {
+            dropped += batch.ship(&runtime, &api);
+        }
+        if done {
+            return if dropped == 0 {
+                Ok(())
+            } else {
+                Err(Dropped(dropped).into())
+            };
+        }
+    }
+}
+
+/// Lines waiting to be posted, and since when.
+#[derive(Debug, Default)]
+struct Batch {
+    text: String,
+    lines: u64,
+    since: Option<Instant>,
+}
+
+impl Batch {
+    fn push(&mut self, line: &str) {
+        self.text.push_str(line);
+        self.text.push('\n');
+        self.lines += 1;
+        self.since.get_or_insert_with(Instant::now);
+    }
+
+    /// Posts the batch and empties it: prints `{"lines", "accepted", "skipped"}`; answers how
+    /// many lines were dropped (refused, or the registry unreachable for [`RETRY_FOR`]).
+    fn ship(&mut self, runtime: &tokio::runtime::Runtime, api: &RegistryApi) -> u64 {
+        let (text, lines) = (
+            std::mem::take(&mut self.text),
+            std::mem::take(&mut self.lines),
+        );
+        self.since = None;
+        if lines == 0 {
+            return 0;
+        }
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(250);
+        loop {
+            let body = Some((crate::routes::fetch_log::NDJSON, text.clone()));
+            let why = match runtime.block_on(api.send("POST", "/fetch-log", body)) {
+                Ok((200, answer)) => {
+                    let line = json!({"lines": lines, "accepted": answer["accepted"],
+                        "skipped": answer["skipped"]});
+                    println!("{line}");
+                    return 0;
+                }
+                // The registry will refuse these lines again: say why, and go on.
+                Ok((status @ 400..=499, answer)) if status != 429 => {
+                    let detail = answer["detail"].as_str().unwrap_or_default();
+                    let first = (answer["errors"].as_array().into_iter().flatten())
+                        .filter_map(|e| e["message"].as_str())
+                        .next()
+                        .unwrap_or_default();
+                    eprintln!(
+                        "registry fetch-log: {lines} lines refused ({status}): {detail} {first}"
+                    );
+                    return lines;
+                }
+                Ok((status, _)) => format!("the registry answered {status}"),
+                Err(error) => error.to_string(),
+            };
+            if started.elapsed() >= RETRY_FOR {
+                eprintln!("registry fetch-log: {lines} lines dropped after {RETRY_FOR:?}: {why}");
+                return lines;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! `POST /fetch-log`: fetch evidence from the cache in front of the registry (docs/api.md, "Behind
+//! a CDN"). Behind a cache the registry sees only the cache's misses; the cache's access log, as
+//! JSON lines (`registry fetch-log` ships `varnishncsa`'s), counts every fetch a verifier made,
+//! exactly as a fetch the registry answered itself would count.
+
+use crate::body::{content_type, read_bytes};
+use crate::problem::{ApiError, ApiResult};
+use crate::public::served_document;
+use crate::state::AppState;
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::ports::FetchedDocument;
+use registry_domain::Violation;
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// The media type of the body: one JSON object a line.
+pub const NDJSON: &str = "application/x-ndjson";
+
+/// One line of a cache's access log.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Line {
+    time: String,
+    host: String,
+    path: String,
+    status: Status,
+    method: String,
+    user_agent: String,
+}
+
+/// A status as a number, or as the text of one (log formats write either).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Status {
+    Number(u16),
+    Text(String),
+}
+
+/// A fetch the line records: when, of what, by whom, and whether it was a 304.
+#[derive(Debug)]
+struct Fetch {
+    at: OffsetDateTime,
+    host: String,
+    document: FetchedDocument,
+    not_modified: bool,
+    agent: String,
+}
+
+/// Whether `given` is the configured token, in constant time (both are hashed first, so the
+/// comparison's length is the digest's).
+fn same_token(given: &str, expected: &str) -> bool {
+    let (a, b) = (Sha256::digest(given), Sha256::digest(expected));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+        == 0
+}
+
+/// Reads line `number` (1-based); `Ok(None)` for a line that is not a counted fetch (another
+/// method or status, a path that is not a document).
+fn parse(number: usize, text: &str) -> Result<Option<Fetch>, Violation> {
+    let malformed =
+        |why: String| Violation::new(format!("/{}", number - 1), format!("line {number}: {why}"));
+    let line: Line = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
+    let at = OffsetDateTime::parse(&line.time, &Rfc3339)
+        .map_err(|_| malformed(format!("time {:?} is not an RFC 3339 time", line.time)))?;
+    let status = match &line.status {
+        Status::Number(n) => Some(*n),
+        Status::Text(text) => text.parse().ok(),
+    }
+    .ok_or_else(|| malformed("status is not a number".into()))?;
+    let counted = matches!(line.method.as_str(), "GET" | "HEAD") && matches!(status, 200 | 304);
+    let document = served_document(&line.path).filter(|_| counted);
+    Ok(document.map(|document| Fetch {
+        at,
+        host: line.host,
+        document,
+        not_modified: status == 304,
+        // A log writes `-` for a header the request did not have.
+        agent: if line.user_agent == "-" {
+            String::new()
+        } else {
+            line.user_agent
+        },
+    }))
+}
+
+/// `POST /fetch-log` (bearer `REGISTRY_FETCH_LOG_TOKEN`): counts each `GET`/`HEAD` line answered
+/// 200 or 304 for a hosted document, at its time; every other line is skipped. A malformed line
+/// is a 400 naming it, and nothing of the batch is counted.
+pub async fn post(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    // Without its token the endpoint is not served: the routing answer of any unknown path.
+    let Some(expected) = state.settings.fetch_log_token.as_deref() else {
+        return super::not_found().await;
+    };
+    let bearer = (req.headers().get(header::AUTHORIZATION))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    if !bearer.is_some_and(|given| same_token(given, expected)) {
+        return Err(ApiError::Unauthorized { detail: None });
+    }
+    let body = read_bytes(&req, payload, state.settings.max_body_bytes).await?;
+    if content_type(&req) != NDJSON {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::BadRequest("the body is not UTF-8 text".into()))?;
+    let mut fetches = Vec::new();
+    let mut problems = Vec::new();
+    let mut lines = 0;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        lines += 1;
+        match parse(i + 1, line) {
+            Ok(fetch) => fetches.extend(fetch),
+            Err(problem) => problems.push(problem),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::Validation(problems));
+    }
+    // The service a host publishes for, looked up once per host of the batch.
+    let mut services: HashMap<String, Option<uuid::Uuid>> = HashMap::new();
+    let mut accepted = 0;
+    for fetch in fetches {
+        if !services.contains_key(&fetch.host) {
+            let subdomain = state
+                .replica
+                .hosting
+                .issuers()
+                .subdomain_of_host(&fetch.host);
+            let service = match subdomain {
+                Some(subdomain) => {
+                    (state.replica.current(&subdomain).await?).map(|hosted| hosted.service_id())
+                }
+                None => None,
+            };
+            services.insert(fetch.host.clone(), service);
+        }
+        if let Some(Some(service)) = services.get(&fetch.host) {
+            let agent = fetch.agent.as_bytes();
+            (state.replica.fetches).record(
+                *service,
+                fetch.document,
+                fetch.not_modified,
+                agent,
+                fetch.at,
+            );
+            accepted += 1;
+        }
+    }
+    Ok(HttpResponse::Ok().json(json!({"accepted": accepted, "skipped": lines - accepted})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counted_lines_skipped_lines_and_malformed_ones() {
+        let line = |method: &str, path: &str, status: &str| {
+            format!(
+                r#"{{"time":"2026-11-26T12:00:01.250Z","host":"api-acme.example.com","path":"{path}","status":{status},"method":"{method}","userAgent":"aws"}}"#
+            )
+        };
+        let fetch = parse(1, &line("GET", "/keys.json", "304"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(fetch.document, FetchedDocument::Jwks);
+        assert!(fetch.not_modified);
+        assert_eq!(fetch.at.millisecond(), 250);
+        assert!(parse(
+            1,
+            &line("HEAD", "/.well-known/openid-configuration", "\"200\"")
+        )
+        .unwrap()
+        .is_some());
+        assert!(parse(1, &line("POST", "/keys", "200")).unwrap().is_none());
+        assert!(parse(1, &line("GET", "/other", "200")).unwrap().is_none());
+        assert!(parse(1, &line("GET", "/keys", "404")).unwrap().is_none());
+        let bad = parse(3, r#"{"time":"yesterday"}"#).unwrap_err();
+        assert_eq!(bad.pointer, "/2");
+        assert!(bad.message.starts_with("line 3: "), "{}", bad.message);
+        let bad = parse(1, &line("GET", "/keys", "\"two hundred\"")).unwrap_err();
+        assert!(bad.message.contains("status"), "{}", bad.message);
+        assert!(same_token("s3cret", "s3cret") && !same_token("s3cret", "s3cre"));
+    }
+}

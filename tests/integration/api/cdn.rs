@@ -1,0 +1,296 @@
+//! Behind a CDN (docs/api.md, "Behind a CDN"): the purges a replica sends to the caches in front
+//! of it when a service's documents change, and the caches' access log taken as fetch evidence
+//! (`POST /fetch-log`, `registry fetch-log`).
+
+use super::{publish_kids, register_service};
+use registry_tests::server::{
+    assert_problem, json, pointers, registry_binary, ServerOptions, TestServer,
+};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "log-shipper-secret";
+
+/// A cache that answers every request 200 and remembers each as `METHOD path host`.
+fn cache() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut host = String::new();
+                    let mut length = 0usize;
+                    loop {
+                        let mut header = String::new();
+                        reader.read_line(&mut header).unwrap();
+                        let header = header.trim_end();
+                        if header.is_empty() {
+                            break;
+                        }
+                        let (name, value) = header.split_once(':').unwrap();
+                        match name.to_ascii_lowercase().as_str() {
+                            "host" => host = value.trim().to_owned(),
+                            "content-length" => length = value.trim().parse().unwrap(),
+                            _ => {}
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).unwrap();
+                    let mut words = request.split_whitespace();
+                    let (method, path) = (words.next().unwrap(), words.next().unwrap());
+                    log.lock().unwrap().push(format!("{method} {path} {host}"));
+                    stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .unwrap();
+                }
+            });
+        }
+    });
+    (address, seen)
+}
+
+#[test]
+fn a_change_purges_every_public_path_of_its_issuer_from_every_cache_and_readiness_waits_for_it() {
+    let (first, first_seen) = cache();
+    let (second, second_seen) = cache();
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_PURGE_URLS".into(), format!("{first},{second}"))],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    publish_kids(&server, &acme.token, &sub, &["k1"]);
+    let issuer = server.issuer(&sub);
+    let authority = issuer.split_once("://").unwrap().1.to_owned();
+    let expected: Vec<String> = [
+        "/.well-known/openid-configuration",
+        "/openid/v1/jwks",
+        "/.well-known/jwks.json",
+        "/keys",
+        "/keys.json",
+    ]
+    .iter()
+    .map(|path| format!("PURGE {path} {authority}"))
+    .collect();
+    let start = Instant::now();
+    while first_seen.lock().unwrap().len() < 5 || second_seen.lock().unwrap().len() < 5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "purges never came"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for seen in [&first_seen, &second_seen] {
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort();
+        let mut want = expected.clone();
+        want.sort();
+        assert_eq!(seen, want);
+    }
+    // A key published with no lead and no verifier is safe once the purge is recorded.
+    server.advance_clock(5);
+    let put = server
+        .authed(Method::PUT, &format!("/services/{sub}/config"), &acme.token)
+        .json(&json!({"openidConfiguration": super::cluster_discovery(),
+            "jwks": {"keys": [super::rsa_key("k1"), super::rsa_key("k2")]},
+            "rotationLeadSeconds": 0}))
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let start = Instant::now();
+    loop {
+        let path = format!("/services/{sub}/keys/k2/readiness");
+        let answer = json(server.get(&path, &acme.token));
+        if answer["safeToSign"] == true {
+            break;
+        }
+        assert_eq!(answer["pending"][0]["reason"], "purge", "{answer}");
+        assert!(start.elapsed() < Duration::from_secs(10), "{answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let metrics = server.metrics_text();
+    assert!(
+        metrics.contains("registry_purges_total{result=\"purged\"} 20"),
+        "{metrics}"
+    );
+}
+
+fn log_line(host: &str, path: &str, status: u16, method: &str, agent: &str) -> String {
+    json!({"time": "2026-11-26T12:00:01.5Z", "host": host, "path": path, "status": status,
+        "method": method, "userAgent": agent})
+    .to_string()
+}
+
+fn post_log(
+    server: &TestServer,
+    token: &str,
+    content_type: &str,
+    body: String,
+) -> reqwest::blocking::Response {
+    server
+        .request(Method::POST, "/fetch-log")
+        .bearer_auth(token)
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .unwrap()
+}
+
+/// The agents of the key set's evidence once `agent` shows in it.
+fn agents_once(server: &TestServer, token: &str, sub: &str, agent: &str) -> Vec<Value> {
+    let start = Instant::now();
+    loop {
+        let answer = json(server.get(&format!("/services/{sub}/fetches"), token));
+        let jwks = answer["documents"][1].clone();
+        let agents = jwks["agents"].as_array().cloned().unwrap_or_default();
+        if agents.iter().any(|a| a["agent"] == agent) {
+            return agents;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{answer}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_caches_access_log_counts_as_the_fetches_it_records() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![
+            ("REGISTRY_FETCH_LOG_TOKEN".into(), TOKEN.into()),
+            ("REGISTRY_FETCH_FLUSH_SECONDS".into(), "1".into()),
+            ("REGISTRY_TRUSTED_PROXIES".into(), "127.0.0.1/32".into()),
+        ],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    publish_kids(&server, &acme.token, &sub, &["k1"]);
+    let host = server.issuer(&sub).split_once("://").unwrap().1.to_owned();
+
+    // A fetch that reached the registry from the (trusted) cache is not counted directly: the
+    // cache's log will say it.
+    let direct = server
+        .hosted(Method::GET, &sub, "/openid/v1/jwks")
+        .header("user-agent", "direct")
+        .send()
+        .unwrap();
+    assert_eq!(direct.status(), 200);
+
+    let lines = [
+        log_line(&host, "/openid/v1/jwks", 200, "GET", "aws-sts"),
+        log_line(&host, "/keys.json", 304, "HEAD", "gcp-sts"),
+        log_line(&host, "/openid/v1/jwks", 200, "POST", "aws-sts"),
+        log_line(
+            "elsewhere.example",
+            "/openid/v1/jwks",
+            200,
+            "GET",
+            "aws-sts",
+        ),
+        log_line(&host, "/openid/v1/jwks", 404, "GET", "aws-sts"),
+    ];
+    let answer = post_log(
+        &server,
+        TOKEN,
+        "application/x-ndjson",
+        lines.join("\n") + "\n",
+    );
+    assert_eq!(answer.status(), 200);
+    assert_eq!(json(answer), json!({"accepted": 2, "skipped": 3}));
+    let agents = agents_once(&server, &acme.token, &sub, "gcp-sts");
+    let names: Vec<&str> = agents
+        .iter()
+        .map(|a| a["agent"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"aws-sts") && !names.contains(&"direct"),
+        "{names:?}"
+    );
+    let aws = agents.iter().find(|a| a["agent"] == "aws-sts").unwrap();
+    assert_eq!(
+        aws["lastFetchedAt"], "2026-11-26T12:00:01.5Z",
+        "counted at its time"
+    );
+
+    // A malformed line: 400 naming it, and nothing of the batch counted.
+    let body = format!(
+        "{}\n{{\"time\": \"soon\"}}\n",
+        log_line(&host, "/keys", 200, "GET", "azure")
+    );
+    let refused = post_log(&server, TOKEN, "application/x-ndjson", body);
+    let problem = assert_problem(refused, 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/1"]);
+    assert!(problem.to_string().contains("line 2"), "{problem}");
+    // The wrong token, the wrong type, too much.
+    let line = log_line(&host, "/keys", 200, "GET", "azure");
+    assert_problem(
+        post_log(&server, "nope", "application/x-ndjson", line.clone()),
+        401,
+        "unauthorized",
+    );
+    assert_problem(
+        post_log(&server, TOKEN, "application/json", line.clone()),
+        415,
+        "unsupported-media-type",
+    );
+    let big = (line.clone() + "\n").repeat(70_000 / line.len() + 1);
+    assert_problem(
+        post_log(&server, TOKEN, "application/x-ndjson", big),
+        413,
+        "payload-too-large",
+    );
+
+    // `registry fetch-log` ships stdin in batches, one JSON line per batch.
+    let mut shipper = std::process::Command::new(registry_binary())
+        .args(["fetch-log", "--api-url", &server.base])
+        .env_clear()
+        .env("REGISTRY_FETCH_LOG_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = shipper.stdin.take().unwrap();
+    for agent in ["azure", "azure", "oci"] {
+        writeln!(
+            stdin,
+            "{}",
+            log_line(&host, "/openid/v1/jwks", 200, "GET", agent)
+        )
+        .unwrap();
+    }
+    drop(stdin);
+    let output = shipper.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shipped: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(shipped, json!({"lines": 3, "accepted": 3, "skipped": 0}));
+    let agents = agents_once(&server, &acme.token, &sub, "oci");
+    let azure = agents.iter().find(|a| a["agent"] == "azure").unwrap();
+    assert_eq!(azure["count"], 2);
+}
+
+#[test]
+fn without_its_token_the_fetch_log_is_not_served() {
+    let server = TestServer::start();
+    let response = post_log(&server, TOKEN, "application/x-ndjson", "{}".into());
+    assert_problem(response, 404, "not-found");
+}

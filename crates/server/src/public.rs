@@ -6,7 +6,7 @@ use crate::http_date::{http_date, HTTP_DATE};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use actix_web::dev::RequestHead;
-use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::ports::FetchedDocument;
@@ -39,8 +39,9 @@ const JWKS_PATHS: [&str; 4] = [
 /// registry cannot be reached (docs/api.md, "Behind a CDN").
 const CACHE_CONTROL: HeaderValue =
     HeaderValue::from_static("public, max-age=30, stale-while-revalidate=30, stale-if-error=86400");
-/// The header that names a response's purge key for CDNs that purge by key.
-const SURROGATE_KEY: &str = "surrogate-key";
+/// The header that names a response's purge key for CDNs that purge by key (a name made once:
+/// parsing a header name that is not a standard one costs an allocation per response).
+const SURROGATE_KEY: HeaderName = HeaderName::from_static("surrogate-key");
 const ANY_ORIGIN: HeaderValue = HeaderValue::from_static("*");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 const JWK_SET: HeaderValue = HeaderValue::from_static("application/jwk-set+json");
@@ -166,21 +167,12 @@ fn respond(
         .insert_header((header::ETAG, shared_header(&document.etag)))
         .insert_header((header::LAST_MODIFIED, last_modified))
         .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, ANY_ORIGIN))
-        .insert_header((SURROGATE_KEY, surrogate_key(hosted.service_id())));
+        .insert_header((SURROGATE_KEY, shared_header(&hosted.surrogate_key)));
     if not_modified {
         return response.finish();
     }
     response.insert_header((header::CONTENT_TYPE, content_type));
     response.body(document.body.clone())
-}
-
-/// The `Surrogate-Key` of a service's documents: its id. Formatted per response rather than kept
-/// in the entry: 36 bytes for each of a million hosted services would cost more than the
-/// formatting does.
-fn surrogate_key(service: uuid::Uuid) -> HeaderValue {
-    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    let text = service.hyphenated().encode_lower(&mut text);
-    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// Whether a client holding `since` as `Last-Modified` holds the current documents (RFC 9110

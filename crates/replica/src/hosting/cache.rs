@@ -337,6 +337,7 @@ mod tests {
             + hosted.jwks.etag.len()
             + uploaded
             + hosted.last_modified.len()
+            + hosted.surrogate_key.len()
             + source
             + 2 * subdomain.len()
             + std::mem::size_of::<(String, Arc<Hosted>)>()

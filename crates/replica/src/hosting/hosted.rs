@@ -99,6 +99,9 @@ pub struct Hosted {
     pub modified_at: OffsetDateTime,
     /// `modified_at` as the cache's [`DateText`] writes it.
     pub last_modified: Bytes,
+    /// The service's id as text: the `Surrogate-Key` of the documents (docs/api.md, "Behind a
+    /// CDN"), made once per entry like the other headers rather than at every response.
+    pub surrogate_key: Bytes,
     date_text: DateText,
     /// When the documents last changed, to the millisecond (the fetch evidence: docs/api.md, "Fetch
     /// evidence").
@@ -223,6 +226,7 @@ impl Hosted {
             uploaded_jwks: parts.uploaded_jwks,
             modified_at,
             last_modified: (parts.date_text)(modified_at),
+            surrogate_key: Bytes::from(parts.service_id.hyphenated().to_string()),
             date_text: parts.date_text,
             changed_at: changed,
             modified_second_shared: in_that_second > 1,
@@ -290,6 +294,7 @@ impl Hosted {
             + header(&self.jwks.etag)
             + uploaded
             + header(&self.last_modified)
+            + header(&self.surrogate_key)
             + source
             + 2 * allocation(subdomain.len())
             + MAP_SLOTS_PER_ENTRY * (slot + by_id)

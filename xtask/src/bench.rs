@@ -114,23 +114,11 @@ pub fn run(options: &Options) -> Result<()> {
             share_cores: options.share_cores,
         };
         let section = scaling::run(&binary, &work.0, &plan)?;
-        println!("\n{section}");
-        if !options.no_write {
-            let path = root().join("docs/benchmarks.md");
-            report::write_titled_section(&path, scaling::TITLE, &section)?;
-            println!("written to {}", path.display());
-        }
-        return Ok(());
+        return publish(options, scaling::TITLE, &section);
     }
     if let Some(services) = options.services {
         let section = scale::run(&binary, &work.0, services as usize, options.no_postgres)?;
-        println!("\n{section}");
-        if !options.no_write {
-            let path = root().join("docs/benchmarks.md");
-            report::write_titled_section(&path, scale::TITLE, &section)?;
-            println!("written to {}", path.display());
-        }
-        return Ok(());
+        return publish(options, scale::TITLE, &section);
     }
     let mut report = Report::new(options.seconds, load_average());
     measure(options, &binary, &work.0, &mut report)?;
@@ -141,6 +129,17 @@ pub fn run(options: &Options) -> Result<()> {
     if !options.no_write {
         let path = root().join("docs/benchmarks.md");
         report::write_section(&path, &table)?;
+        println!("written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Prints a section and, unless `--no-write`, puts it under `title` in docs/benchmarks.md.
+fn publish(options: &Options, title: &str, section: &str) -> Result<()> {
+    println!("\n{section}");
+    if !options.no_write {
+        let path = root().join("docs/benchmarks.md");
+        report::write_titled_section(&path, title, section)?;
         println!("written to {}", path.display());
     }
     Ok(())

@@ -608,17 +608,28 @@ pub const MAX_RETAIN_HOURS: u32 = 168;
 /// }
 /// ```
 pub fn retain_hours(value: Option<&Value>) -> Result<u32, Violation> {
+    let retention = ("/retainRemovedKeysHours", "hours", DEFAULT_RETAIN_HOURS);
+    whole_number(value, retention, MAX_RETAIN_HOURS)
+}
+
+/// An optional whole number of the upload, from 0 to `max`, in `unit`s: `default` when absent,
+/// else a violation at `pointer`.
+fn whole_number(
+    value: Option<&Value>,
+    (pointer, unit, default): (&str, &str, u32),
+    max: u32,
+) -> Result<u32, Violation> {
     let Some(value) = value else {
-        return Ok(DEFAULT_RETAIN_HOURS);
+        return Ok(default);
     };
     value
         .as_u64()
-        .and_then(|h| u32::try_from(h).ok())
-        .filter(|h| *h <= MAX_RETAIN_HOURS)
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n <= max)
         .ok_or_else(|| {
             Violation::new(
-                "/retainRemovedKeysHours",
-                format!("must be a whole number of hours from 0 to {MAX_RETAIN_HOURS}"),
+                pointer,
+                format!("must be a whole number of {unit} from 0 to {max}"),
             )
         })
 }
@@ -641,19 +652,8 @@ pub const MAX_LEAD_SECONDS: u32 = 604_800;
 /// assert!(lead_seconds(Some(&json!("60"))).is_err());
 /// ```
 pub fn lead_seconds(value: Option<&Value>) -> Result<u32, Violation> {
-    let Some(value) = value else {
-        return Ok(DEFAULT_LEAD_SECONDS);
-    };
-    value
-        .as_u64()
-        .and_then(|s| u32::try_from(s).ok())
-        .filter(|s| *s <= MAX_LEAD_SECONDS)
-        .ok_or_else(|| {
-            Violation::new(
-                "/rotationLeadSeconds",
-                format!("must be a whole number of seconds from 0 to {MAX_LEAD_SECONDS}"),
-            )
-        })
+    let lead = ("/rotationLeadSeconds", "seconds", DEFAULT_LEAD_SECONDS);
+    whole_number(value, lead, MAX_LEAD_SECONDS)
 }
 
 #[cfg(test)]

@@ -252,8 +252,8 @@ mod tests {
         assert_eq!(at.safe_at, Some(T0));
     }
 
-    #[test]
-    fn a_key_found_safe_stays_safe() {
+    /// A service that published the key `new` at `T0`, with this lead.
+    fn published(lead: u32) -> (Registry, Service) {
         let (registry, _, account) = registry(Plan::Business, T0);
         let command = services::CreateService::default();
         let service = services::create(&registry, &caller(account.clone()), command, T0).unwrap();
@@ -265,9 +265,15 @@ mod tests {
                 "subject_types_supported": ["public"],
                 "id_token_signing_alg_values_supported": ["EdDSA"]},
             "jwks": {"keys": [key]},
-            "rotationLeadSeconds": 60});
+            "rotationLeadSeconds": lead});
         let command = config_app::PublishConfig { body };
         config_app::publish(&registry, &caller(account), &service, command, T0).unwrap();
+        (registry, service)
+    }
+
+    #[test]
+    fn a_key_found_safe_stays_safe() {
+        let (registry, service) = published(60);
         let fetched = |agent: &str, at: OffsetDateTime| DocumentFetches {
             service_id: service.id,
             document: FetchedDocument::Jwks,
@@ -311,20 +317,7 @@ mod tests {
 
     #[test]
     fn with_caches_to_purge_a_key_waits_for_the_purge_of_its_publication() {
-        let (registry, _, account) = registry(Plan::Business, T0);
-        let command = services::CreateService::default();
-        let service = services::create(&registry, &caller(account.clone()), command, T0).unwrap();
-        let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": "new",
-            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
-        let body = json!({
-            "openidConfiguration": {"issuer": "https://k.example",
-                "jwks_uri": "https://k.example/jwks", "response_types_supported": ["id_token"],
-                "subject_types_supported": ["public"],
-                "id_token_signing_alg_values_supported": ["EdDSA"]},
-            "jwks": {"keys": [key]},
-            "rotationLeadSeconds": 0});
-        let command = config_app::PublishConfig { body };
-        config_app::publish(&registry, &caller(account), &service, command, T0).unwrap();
+        let (registry, service) = published(0);
         let later = T0 + Duration::seconds(5);
         let answer = readiness(&registry, &service, "new", true, later).unwrap();
         assert_eq!(answer["safeToSign"], false);

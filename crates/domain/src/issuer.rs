@@ -30,6 +30,22 @@ impl Issuers {
             .to_owned()
     }
 
+    /// The authority of `subdomain`'s issuer as clients send it in `Host`: its host, with the port
+    /// when the issuer URL names one (the template has no path).
+    ///
+    /// ```
+    /// use registry_domain::issuer::Issuers;
+    /// let issuers = Issuers::new("http://{subdomain}.localhost:6081", "http://127.0.0.1:8080").unwrap();
+    /// assert_eq!(issuers.authority_of("acme"), "acme.localhost:6081");
+    /// ```
+    pub fn authority_of(&self, subdomain: &str) -> String {
+        let issuer = self.issuer_of(subdomain);
+        match issuer.split_once("://") {
+            Some((_, authority)) => authority.to_owned(),
+            None => issuer,
+        }
+    }
+
     /// The issuers of `template` (`{subdomain}` in the host part, no path); the host of
     /// `base_url`, the API's, is never an issuer's.
     pub fn new(template: &str, base_url: &str) -> Result<Self, UnusableUrl> {

@@ -108,12 +108,8 @@ impl Fetches {
                     .fetch_add(f.ok + f.not_modified, Ordering::Relaxed);
                 continue;
             };
-            counts.ok += f.ok;
-            counts.not_modified += f.not_modified;
-            counts.last_at = counts.last_at.max(f.last_at);
-            for a in f.agents {
-                count_agent(&mut counts.agents, &a.agent, a.count, a.last_at);
-            }
+            let agents = f.agents.iter().map(|a| (&*a.agent, a.count, a.last_at));
+            counts.add(f.ok, f.not_modified, f.last_at, agents);
         }
     }
 
@@ -161,12 +157,8 @@ impl Fetches {
                     all.insert(key, c);
                     continue;
                 };
-                sum.ok += c.ok;
-                sum.not_modified += c.not_modified;
-                sum.last_at = sum.last_at.max(c.last_at);
-                for a in c.agents {
-                    count_agent(&mut sum.agents, &a.name, a.count, a.last_at);
-                }
+                let agents = c.agents.iter().map(|a| (&*a.name, a.count, a.last_at));
+                sum.add(c.ok, c.not_modified, c.last_at, agents);
             }
         }
         (all.into_iter())
@@ -185,6 +177,24 @@ impl Fetches {
                     .collect(),
             })
             .collect()
+    }
+}
+
+impl Counts {
+    /// Adds counts of the same document: a thread's, or a flush given back.
+    fn add<'a>(
+        &mut self,
+        ok: u64,
+        not_modified: u64,
+        last_at: OffsetDateTime,
+        agents: impl Iterator<Item = (&'a str, u64, OffsetDateTime)>,
+    ) {
+        self.ok += ok;
+        self.not_modified += not_modified;
+        self.last_at = self.last_at.max(last_at);
+        for (agent, n, at) in agents {
+            count_agent(&mut self.agents, agent, n, at);
+        }
     }
 }
 

@@ -59,11 +59,9 @@ pub async fn purge_changes(state: web::Data<AppState>) {
     while let Some(change) = changes.recv().await {
         let (state, purger) = (state.clone(), purger.clone());
         actix_web::rt::spawn(async move {
-            let issuer = state.registry.issuer_of(&change.subdomain);
-            // The issuer's authority, as clients send it in Host (with its port, if any).
-            let authority = issuer.split_once("://").map_or(&*issuer, |(_, rest)| rest);
-            let authority = authority.split('/').next().unwrap_or(authority);
-            if purger.purge(authority, &crate::public::PUBLIC_PATHS).await {
+            let issuers = state.replica.hosting.issuers();
+            let authority = issuers.authority_of(&change.subdomain);
+            if purger.purge(&authority, &crate::public::PUBLIC_PATHS).await {
                 let store = state.registry.store.clone();
                 let (id, at) = (change.service_id, change.changed_at);
                 let recorded = registry_replica::blocking(move || store.record_purge(id, at)).await;

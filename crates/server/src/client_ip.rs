@@ -87,9 +87,20 @@ fn parse_hop(entry: &str) -> Option<IpAddr> {
     Some(ip.to_canonical())
 }
 
+/// Whether `ip` is one of the trusted proxies.
+fn is_trusted(ip: IpAddr, trusted: &[IpNetwork]) -> bool {
+    trusted.iter().any(|n| n.contains(ip))
+}
+
+/// Whether the request's TCP peer is one of the trusted proxies.
+pub fn from_trusted_proxy(req: &HttpRequest, trusted: &[IpNetwork]) -> bool {
+    req.peer_addr()
+        .is_some_and(|peer| is_trusted(peer.ip().to_canonical(), trusted))
+}
+
 /// Walks the forwarding chain from the right while the hops are trusted proxies.
 fn resolve(peer: IpAddr, chain: &[&str], trusted: &[IpNetwork]) -> IpAddr {
-    let is_trusted = |ip: IpAddr| trusted.iter().any(|n| n.contains(ip));
+    let is_trusted = |ip: IpAddr| is_trusted(ip, trusted);
     if !is_trusted(peer) || chain.is_empty() {
         return peer;
     }

@@ -84,9 +84,7 @@ pub fn served_document(path: &str) -> Option<FetchedDocument> {
 /// the log is taken (`REGISTRY_FETCH_LOG_TOKEN`) and the request came from a trusted proxy.
 fn counted_from_the_log(req: &HttpRequest, state: &AppState) -> bool {
     state.settings.fetch_log_token.is_some()
-        && req.peer_addr().is_some_and(|peer| {
-            (state.trusted_proxies.iter()).any(|network| network.contains(peer.ip()))
-        })
+        && crate::client_ip::from_trusted_proxy(req, &state.trusted_proxies)
 }
 
 /// Serves a hosted issuer's discovery document or key set: public, cacheable, no redirects.

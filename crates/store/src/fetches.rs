@@ -1,8 +1,8 @@
 //! [`FetchLog`] on [`Store`]: the fetch evidence (docs/api.md, "Fetch evidence"), one row per
 //! service, document and hour (and per agent), which every replica adds its counts to.
 
-use crate::error::Res;
-use crate::pool::on_backend;
+use crate::error::{Failure, Res};
+use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis};
 use crate::schema::{fetch_agents, fetch_counts, key_readiness, purges};
 use crate::Store;
@@ -11,9 +11,20 @@ use diesel::upsert::excluded;
 use registry_domain::ports::{
     fetch_hour, AgentFetches, DocumentFetches, FetchLog, FetchedDocument, StoreResult,
 };
+use registry_domain::StoreError;
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
+
+/// When key `kid` of `service` was found safe to sign with (Unix milliseconds), if it was.
+fn safe_at(conn: &mut Db, service: &str, kid: &str) -> Res<Option<i64>> {
+    Ok(key_readiness::table
+        .filter(key_readiness::service_id.eq(service))
+        .filter(key_readiness::kid.eq(kid))
+        .select(key_readiness::safe_at)
+        .first::<i64>(conn)
+        .optional()?)
+}
 
 fn count(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -194,15 +205,7 @@ impl FetchLog for Store {
 
     fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>> {
         let service = id_text(service_id);
-        self.read(|conn| {
-            let at = key_readiness::table
-                .filter(key_readiness::service_id.eq(&service))
-                .filter(key_readiness::kid.eq(kid))
-                .select(key_readiness::safe_at)
-                .first::<i64>(conn)
-                .optional()?;
-            at.map(instant).transpose()
-        })
+        self.read(|conn| safe_at(conn, &service, kid)?.map(instant).transpose())
     }
 
     /// Outside the change log, like the counts it is derived from; the first time recorded
@@ -225,12 +228,8 @@ impl FetchLog for Store {
                 .on_conflict((key_readiness::service_id, key_readiness::kid))
                 .do_nothing()
                 .execute(c))?;
-            let stored = key_readiness::table
-                .filter(key_readiness::service_id.eq(&service))
-                .filter(key_readiness::kid.eq(kid))
-                .select(key_readiness::safe_at)
-                .first::<i64>(conn)?;
-            instant(stored)
+            let stored = safe_at(conn, &service, kid)?;
+            instant(stored.ok_or(Failure(StoreError::NotFound))?)
         })
     }
 

@@ -363,3 +363,52 @@ fn the_built_in_openssl_trusts_ssl_cert_file_and_ssl_cert_dir() {
         assert!(log.contains("no certificate authorities found"), "{log}");
     }
 }
+
+#[test]
+fn two_clusters_sync_as_two_sources_and_removing_one_retires_its_keys_only() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = crate::api::register_service(&server, &acme, "k3s");
+    let blue = KubeApiServer::start(vec![SigningKey::generate(KeyKind::P256, "blue").public_jwk()]);
+    let green =
+        KubeApiServer::start(vec![SigningKey::generate(KeyKind::P256, "green").public_jwk()]);
+    let as_source = |kube: &KubeApiServer, name: &str| {
+        line(&sync(&server, kube, &sub, Some(&acme.token), &["--source-name", name]))
+    };
+    assert_eq!(as_source(&blue, "blue")["added"], json!(["blue"]));
+    let first_green = as_source(&green, "green");
+    assert_eq!(
+        (first_green["added"].clone(), first_green["retired"].clone()),
+        (json!(["green"]), json!([])),
+        "another source's keys are not this source's to retire"
+    );
+    assert_eq!(public_kids(&server, &sub), ["blue", "green"]);
+    // Each sync compares with its own source's upload: nothing changed, nothing uploaded.
+    assert_eq!(as_source(&blue, "blue")["changed"], false);
+    assert_eq!(as_source(&green, "green")["changed"], false);
+    assert_eq!(puts(&server), 2);
+
+    // The blue cluster is gone: its source is removed with the client command.
+    let removed = Command::new(registry_binary())
+        .args(["config", "delete", &sub, "--source", "blue", "--api-url", &server.base])
+        .env("REGISTRY_TOKEN", &acme.token)
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
+    assert_eq!(public_kids(&server, &sub), ["green", "blue"], "blue is retired, still published");
+    let shown = Command::new(registry_binary())
+        .args(["config", "get", &sub, "--source", "green", "--api-url", &server.base, "--format", "json"])
+        .env("REGISTRY_TOKEN", &acme.token)
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(crate::api::keys::kids(&shown["jwks"]), ["green"]);
+    let bad = sync(&server, &green, &sub, Some(&acme.token), &["--source-name", "Green!"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("query parameter source"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

@@ -14,8 +14,8 @@
 //! let a = key("a", "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo");
 //! let b = key("b", "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08");
 //! let t0 = datetime!(2026-11-23 10:00 UTC);
-//! let first = rotate(&KeyState::default(), &[a.clone()], 24, t0, None).unwrap();
-//! let second = rotate(&first.state, &[b.clone()], 24, t0 + time::Duration::hours(1), None).unwrap();
+//! let first = rotate(&KeyState::default(), "default", &[a.clone()], 24, t0, None).unwrap();
+//! let second = rotate(&first.state, "default", &[b.clone()], 24, t0 + time::Duration::hours(1), None).unwrap();
 //! assert_eq!(second.retired, ["a"]);
 //! // Until a's time is up, the public set holds b, then a.
 //! let served = second.state.served(&json!({"keys": [b]}), t0 + time::Duration::hours(2));
@@ -37,6 +37,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use time::OffsetDateTime;
 
 /// Imports a public JSON Web Key as a verifier would (an EC point on its curve, an RSA key that
@@ -47,8 +48,45 @@ pub trait KeyImport: Send + Sync {
     fn import(&self, jwk: &serde_json::Map<String, serde_json::Value>) -> Result<(), String>;
 }
 
-/// Most keys in the public key set, uploaded and retained together.
+/// Most keys in the public key set, uploaded and retained together, every source's.
 pub const MAX_PUBLISHED_KEYS: usize = 100;
+
+/// The key source of an upload that names none (docs/api.md, "Key sources").
+pub const DEFAULT_SOURCE: &str = "default";
+
+/// Longest key source name.
+pub const MAX_SOURCE_NAME: usize = 32;
+
+/// Checks a key source's name (`[a-z0-9-]{1,32}`); `None` is [`DEFAULT_SOURCE`].
+///
+/// ```
+/// use registry_domain::keys::source_name;
+/// assert_eq!(source_name(None).unwrap(), "default");
+/// assert_eq!(source_name(Some("blue-1")).unwrap(), "blue-1");
+/// assert!(source_name(Some("Blue")).is_err());
+/// assert!(source_name(Some("")).is_err());
+/// ```
+pub fn source_name(name: Option<&str>) -> Result<&str, String> {
+    let Some(name) = name else {
+        return Ok(DEFAULT_SOURCE);
+    };
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    if (1..=MAX_SOURCE_NAME).contains(&name.len()) && name.chars().all(allowed) {
+        Ok(name)
+    } else {
+        Err(format!(
+            "{name:?} is not a key source name: 1 to {MAX_SOURCE_NAME} characters of a-z, 0-9 and -"
+        ))
+    }
+}
+
+fn default_source() -> String {
+    DEFAULT_SOURCE.to_owned()
+}
+
+fn is_default_source(source: &str) -> bool {
+    source == DEFAULT_SOURCE
+}
 
 /// One key a service has published, current or retired.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +112,13 @@ pub struct KeyRecord {
     /// readiness"). Keys published before leads existed have the default.
     #[serde(default = "default_lead_seconds")]
     pub lead_seconds: u32,
+    /// The key source whose upload published it (docs/api.md, "Key sources"); keys published
+    /// before sources existed are the default source's.
+    #[serde(
+        default = "default_source",
+        skip_serializing_if = "is_default_source"
+    )]
+    pub source: String,
 }
 
 fn default_lead_seconds() -> u32 {
@@ -96,11 +141,28 @@ impl KeyRecord {
     }
 }
 
-/// Every key a service publishes: the current ones in upload order, then the retired ones.
+/// Every key a service publishes: the current ones by source (in the order of the sources'
+/// names) and in upload order within a source, then the retired ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyState {
     /// The keys.
     pub keys: Vec<KeyRecord>,
+    /// The key sources that have current keys, by name (empty in states written before
+    /// sources existed: their keys are the default source's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, SourceUpload>,
+}
+
+/// What the registry keeps of a key source's latest upload besides its keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceUpload {
+    /// Its rewritten discovery document; `None` while it is the one published (the latest
+    /// upload's), so that one source's document is stored once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<Value>,
+    /// Its `retainRemovedKeysHours`: how long its keys stay published when the source is removed.
+    pub retain_hours: u32,
 }
 
 /// What an upload did to the keys.
@@ -151,21 +213,18 @@ pub fn thumbprint(jwk: &Map<String, Value>) -> Option<String> {
     Some(URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.to_string().as_bytes())))
 }
 
-/// The keys after an upload of `uploaded` (the checked `jwks.keys`), `retain` hours of
-/// retention for the keys it drops, at `now`. `expires_at` is an anonymous service's end: its
-/// keys never outlive it.
+/// The keys after `source` uploads `uploaded` (the checked `jwks.keys`), `retain` hours of
+/// retention for the keys of that source it drops, at `now`; every other source's keys stay as
+/// they are. `expires_at` is an anonymous service's end: its keys never outlive it.
 pub fn rotate(
     previous: &KeyState,
+    source: &str,
     uploaded: &[Value],
     retain: u32,
     now: OffsetDateTime,
     expires_at: Option<OffsetDateTime>,
 ) -> Result<Rotation, Vec<RotationProblem>> {
-    let live: Vec<&KeyRecord> = previous
-        .keys
-        .iter()
-        .filter(|k| k.is_published_at(now))
-        .collect();
+    let live: Vec<&KeyRecord> = previous.published(now).collect();
     let mut problems = Vec::new();
     let mut current = Vec::with_capacity(uploaded.len());
     let mut added = Vec::new();
@@ -178,11 +237,16 @@ pub fn rotate(
         };
         let before = live.iter().find(|k| k.kid == kid);
         if let Some(before) = before.filter(|k| k.thumbprint != thumbprint) {
+            let whose = if before.source == source {
+                String::new()
+            } else {
+                format!(" by key source {:?}", before.source)
+            };
             problems.push(RotationProblem {
                 violation: Violation::new(
                     format!("/jwks/keys/{i}"),
                     format!(
-                        "kid {kid:?} is already published ({}) with other key material: \
+                        "kid {kid:?} is already published ({}){whose} with other key material: \
                          verifiers that cached the old key would reject tokens signed with this \
                          one. Give the new key a new kid",
                         before.state()
@@ -190,6 +254,10 @@ pub fn rotate(
                 ),
                 kid_reused: true,
             });
+            continue;
+        }
+        // The same key, current in another source, stays that source's: listed once.
+        if before.is_some_and(|k| k.retired_at.is_none() && k.source != source) {
             continue;
         }
         if before.is_none() {
@@ -203,6 +271,7 @@ pub fn rotate(
             retired_at: None,
             published_until: None,
             lead_seconds: before.map_or(DEFAULT_LEAD_SECONDS, |k| k.lead_seconds),
+            source: source.to_owned(),
         });
     }
     let until = now + time::Duration::hours(i64::from(retain));
@@ -216,6 +285,8 @@ pub fn rotate(
         match key.retired_at {
             // Retired earlier: its time is its own, an upload never changes it.
             Some(_) => kept.push(key.clone()),
+            // Another source's current key: that source's uploads decide.
+            None if key.source != source => current.push(key.clone()),
             None => {
                 retired.push(key.kid.clone());
                 if retain > 0 && now < until {
@@ -228,6 +299,8 @@ pub fn rotate(
             }
         }
     }
+    // Stable: upload order within a source.
+    current.sort_by(|a, b| a.source.cmp(&b.source));
     let total = current.len() + kept.len();
     if total > MAX_PUBLISHED_KEYS {
         let names: Vec<&str> = kept.iter().map(|k| k.kid.as_str()).collect();
@@ -235,9 +308,9 @@ pub fn rotate(
             violation: Violation::new(
                 "/jwks/keys",
                 format!(
-                    "the public key set would hold {total} keys, uploaded and retained; at most \
-                     {MAX_PUBLISHED_KEYS} are published. Delete retired keys first \
-                     (DELETE /services/{{s}}/keys/{{kid}}): {}",
+                    "the public key set would hold {total} keys, every source's, uploaded and \
+                     retained; at most {MAX_PUBLISHED_KEYS} are published. Delete retired keys \
+                     first (DELETE /services/{{s}}/keys/{{kid}}): {}",
                     names.join(", ")
                 ),
             ),
@@ -253,7 +326,10 @@ pub fn rotate(
         .find_map(|k| k.published_until);
     current.extend(kept);
     Ok(Rotation {
-        state: KeyState { keys: current },
+        state: KeyState {
+            keys: current,
+            sources: previous.sources.clone(),
+        },
         added,
         retired,
         retired_until,
@@ -267,6 +343,8 @@ pub struct Upload {
     pub publication: Publication,
     /// The keys after the upload.
     pub rotation: Rotation,
+    /// Its `retainRemovedKeysHours`.
+    pub retain_hours: u32,
 }
 
 /// A refused upload: every problem, and whether it is a `kid-reused` refusal (its own slug).
@@ -287,13 +365,15 @@ impl From<Violations> for UploadError {
     }
 }
 
-/// `PUT /services/{s}/config` with its key lifecycle: the checks and rewrite of
+/// `PUT /services/{s}/config[?source=…]` with its key lifecycle: the checks and rewrite of
 /// [`publish`], every key imported as a verifier would
-/// ([`KeyImport`]), then [`rotate`] from `previous` at `now` (`expires_at`: an anonymous
-/// service's end).
+/// ([`KeyImport`]), then [`rotate`] of `source`'s keys from `previous` at `now` (`expires_at`:
+/// an anonymous service's end). The state's sources record this upload
+/// ([`KeyState::with_upload`]).
 pub fn upload(
     body: &Value,
     issuer: &str,
+    source: &str,
     previous: &KeyState,
     import: &dyn KeyImport,
     now: OffsetDateTime,
@@ -332,11 +412,12 @@ pub fn upload(
     }
     let retain = retain_hours(body.get("retainRemovedKeysHours")).map_err(|v| vec![v])?;
     let lead = lead_seconds(body.get("rotationLeadSeconds")).map_err(|v| vec![v])?;
-    let mut rotation =
-        rotate(previous, &keys, retain, now, expires_at).map_err(|problems| UploadError {
+    let mut rotation = rotate(previous, source, &keys, retain, now, expires_at).map_err(
+        |problems| UploadError {
             kid_reused: problems.iter().any(|p| p.kid_reused),
             violations: problems.into_iter().map(|p| p.violation).collect(),
-        })?;
+        },
+    )?;
     // The lead is the upload's that first publishes a key; later uploads leave it.
     for key in &mut rotation.state.keys {
         if rotation.added.contains(&key.kid) {
@@ -345,7 +426,7 @@ pub fn upload(
     }
     let before: Vec<String> = previous
         .published(now)
-        .filter(|k| k.retired_at.is_none())
+        .filter(|k| k.retired_at.is_none() && k.source == source)
         .map(|k| k.kid.clone())
         .collect();
     let kept_one = rotation
@@ -361,6 +442,7 @@ pub fn upload(
     Ok(Upload {
         publication,
         rotation,
+        retain_hours: retain,
     })
 }
 
@@ -449,6 +531,125 @@ pub enum KeyDeleteError {
 }
 
 impl KeyState {
+    /// The key sources with current keys, by name: the recorded ones, or the default source
+    /// for a state written before sources existed.
+    pub fn sources(&self) -> BTreeMap<String, SourceUpload> {
+        let mut sources = self.sources.clone();
+        if sources.is_empty() && self.keys.iter().any(|k| k.retired_at.is_none()) {
+            sources.insert(
+                DEFAULT_SOURCE.to_owned(),
+                SourceUpload {
+                    discovery: None,
+                    retain_hours: DEFAULT_RETAIN_HOURS,
+                },
+            );
+        }
+        sources
+    }
+
+    /// This state, made by `source`'s upload from `previous`, with that upload recorded: its
+    /// discovery document becomes the published one, so the source whose document was
+    /// published until now (`published_before`, the document) keeps its own; sources left with
+    /// no current key are dropped.
+    pub fn with_upload(
+        self,
+        previous: &KeyState,
+        published_before: Option<Value>,
+        source: &str,
+        retain_hours: u32,
+    ) -> KeyState {
+        let mut sources = previous.sources();
+        for (name, kept) in &mut sources {
+            if name != source && kept.discovery.is_none() {
+                kept.discovery = published_before.clone();
+            }
+        }
+        sources.insert(
+            source.to_owned(),
+            SourceUpload {
+                discovery: None,
+                retain_hours,
+            },
+        );
+        KeyState { sources, ..self }.without_empty_sources()
+    }
+
+    fn without_empty_sources(mut self) -> KeyState {
+        let keys = &self.keys;
+        self.sources
+            .retain(|name, _| keys.iter().any(|k| k.retired_at.is_none() && &k.source == name));
+        self
+    }
+
+    /// The state after `source` is removed at `now` (`DELETE /services/{s}/config?source=…`):
+    /// its current keys retire for its upload's retention (never past `expires_at`), the
+    /// other sources' keys stay. `None` when no current key is the source's.
+    pub fn without_source(
+        &self,
+        source: &str,
+        now: OffsetDateTime,
+        expires_at: Option<OffsetDateTime>,
+    ) -> Option<KeyState> {
+        let sources = self.sources();
+        let removed = sources.get(source)?;
+        let until = now + time::Duration::hours(i64::from(removed.retain_hours));
+        let until = expires_at.map_or(until, |end| until.min(end));
+        let mut current = Vec::new();
+        let mut retired = Vec::new();
+        let mut retiring = Vec::new();
+        for key in self.published(now) {
+            if key.retired_at.is_some() {
+                retired.push(key.clone());
+            } else if key.source != source {
+                current.push(key.clone());
+            } else if removed.retain_hours > 0 && now < until {
+                retiring.push(KeyRecord {
+                    retired_at: Some(now),
+                    published_until: Some(until),
+                    ..key.clone()
+                });
+            }
+        }
+        // In the order they were retired.
+        current.extend(retired);
+        current.extend(retiring);
+        let state = KeyState {
+            keys: current,
+            sources,
+        };
+        Some(state.without_empty_sources())
+    }
+
+    /// The public key set's current part: every source's current keys (`{"keys": [...]}`),
+    /// what the store keeps as the published key set.
+    pub fn current_set(&self) -> Value {
+        let keys: Vec<Value> = self
+            .keys
+            .iter()
+            .filter(|k| k.retired_at.is_none())
+            .map(|k| Value::Object(k.jwk.clone()))
+            .collect();
+        json!({"keys": keys})
+    }
+
+    /// `source`'s latest upload as `GET /services/{s}/config?source=…` answers it: its
+    /// discovery document (`published`: the one published now) and its current keys; `None`
+    /// for a source with no current key.
+    pub fn source_upload(&self, source: &str, published: &Value) -> Option<Value> {
+        let recorded = self.sources();
+        let upload = recorded.get(source)?;
+        let keys: Vec<Value> = self
+            .keys
+            .iter()
+            .filter(|k| k.retired_at.is_none() && k.source == source)
+            .map(|k| Value::Object(k.jwk.clone()))
+            .collect();
+        Some(json!({
+            "openidConfiguration": upload.discovery.as_ref().unwrap_or(published),
+            "jwks": {"keys": keys},
+        }))
+    }
+
     /// The state of keys published before the lifecycle was recorded: every key of `jwks`
     /// current, first published at `published_at`.
     pub fn of_uploaded(jwks: &Value, published_at: OffsetDateTime) -> KeyState {
@@ -467,12 +668,16 @@ impl KeyState {
                             retired_at: None,
                             published_until: None,
                             lead_seconds: DEFAULT_LEAD_SECONDS,
+                            source: default_source(),
                         })
                     })
                     .collect()
             })
             .unwrap_or_default();
-        KeyState { keys }
+        KeyState {
+            keys,
+            sources: BTreeMap::new(),
+        }
     }
 
     /// The public key set at `now`: the uploaded `jwks` as it was uploaded, then the retired
@@ -511,6 +716,7 @@ impl KeyState {
     pub fn without_expired(&self, kid: &str, now: OffsetDateTime) -> Option<KeyState> {
         self.expired(now).any(|k| k.kid == kid).then(|| KeyState {
             keys: self.keys.iter().filter(|k| k.kid != kid).cloned().collect(),
+            sources: self.sources.clone(),
         })
     }
 
@@ -536,6 +742,7 @@ impl KeyState {
             Some(k) if k.retired_at.is_none() => Err(KeyDeleteError::Current),
             Some(_) => Ok(KeyState {
                 keys: self.keys.iter().filter(|k| k.kid != kid).cloned().collect(),
+                sources: self.sources.clone(),
             }),
         }
     }
@@ -557,6 +764,7 @@ impl KeyState {
                     "kty": k.jwk.get("kty").cloned().unwrap_or(Value::Null),
                     "thumbprint": k.thumbprint,
                     "state": k.state(),
+                    "source": k.source,
                     "firstPublishedAt": rfc3339(k.first_published_at),
                 });
                 if let Some(alg) = k.jwk.get("alg") {
@@ -592,8 +800,8 @@ mod tests {
     #[test]
     fn expired_keys_are_found_and_withdrawn_one_by_one() {
         let t0 = datetime!(2026-11-23 10:00 UTC);
-        let one = rotate(&KeyState::default(), &[key("a", X1)], 1, t0, None).unwrap();
-        let two = rotate(&one.state, &[key("b", X2)], 1, t0, None).unwrap();
+        let one = rotate(&KeyState::default(), DEFAULT_SOURCE, &[key("a", X1)], 1, t0, None).unwrap();
+        let two = rotate(&one.state, DEFAULT_SOURCE, &[key("b", X2)], 1, t0, None).unwrap();
         let end = t0 + Duration::hours(1);
         assert_eq!(two.state.next_expiry(), Some(end));
         assert_eq!(two.state.expired(end - Duration::seconds(1)).count(), 0);
@@ -613,10 +821,11 @@ mod tests {
     #[test]
     fn retired_keys_keep_their_time_and_come_back_with_their_own_material() {
         let t0 = datetime!(2026-11-23 10:00 UTC);
-        let one = rotate(&KeyState::default(), &[key("a", X1)], 24, t0, None).unwrap();
+        let one = rotate(&KeyState::default(), DEFAULT_SOURCE, &[key("a", X1)], 24, t0, None).unwrap();
         assert_eq!(one.added, ["a"]);
         let two = rotate(
             &one.state,
+            DEFAULT_SOURCE,
             &[key("b", X2)],
             24,
             t0 + Duration::hours(1),
@@ -628,6 +837,7 @@ mod tests {
         // A later upload neither extends nor shortens a's time.
         let three = rotate(
             &two.state,
+            DEFAULT_SOURCE,
             &[key("c", X3)],
             1,
             t0 + Duration::hours(2),
@@ -639,6 +849,7 @@ mod tests {
         // a comes back with its own material: current again, first published at t0.
         let four = rotate(
             &three.state,
+            DEFAULT_SOURCE,
             &[key("a", X1)],
             24,
             t0 + Duration::hours(3),
@@ -653,6 +864,7 @@ mod tests {
         // With other material: kid-reused, whatever its state.
         let reused = rotate(
             &four.state,
+            DEFAULT_SOURCE,
             &[key("c", X1)],
             24,
             t0 + Duration::hours(3),
@@ -667,8 +879,8 @@ mod tests {
     fn an_anonymous_services_keys_never_outlive_it() {
         let t0 = datetime!(2026-11-23 10:00 UTC);
         let end = t0 + Duration::hours(2);
-        let one = rotate(&KeyState::default(), &[key("a", X1)], 24, t0, Some(end)).unwrap();
-        let two = rotate(&one.state, &[key("b", X2)], 24, t0, Some(end)).unwrap();
+        let one = rotate(&KeyState::default(), DEFAULT_SOURCE, &[key("a", X1)], 24, t0, Some(end)).unwrap();
+        let two = rotate(&one.state, DEFAULT_SOURCE, &[key("b", X2)], 24, t0, Some(end)).unwrap();
         assert_eq!(two.retired_until, Some(end));
         assert_eq!(two.state.next_change(t0), Some(end));
         let served = two.state.served(&json!({"keys": [key("b", X2)]}), end);
@@ -687,8 +899,8 @@ mod tests {
                 })
                 .collect()
         };
-        let first = rotate(&KeyState::default(), &many("a", 60), 24, t0, None).unwrap();
-        let refused = rotate(&first.state, &many("b", 60), 24, t0, None).unwrap_err();
+        let first = rotate(&KeyState::default(), DEFAULT_SOURCE, &many("a", 60), 24, t0, None).unwrap();
+        let refused = rotate(&first.state, DEFAULT_SOURCE, &many("b", 60), 24, t0, None).unwrap_err();
         assert_eq!(refused[0].violation.pointer, "/jwks/keys");
         assert!(refused[0].violation.message.contains("a59"));
         let state = first.state.without_retired("a1", t0);
@@ -697,5 +909,77 @@ mod tests {
             first.state.without_retired("zz", t0),
             Err(KeyDeleteError::Unknown)
         );
+    }
+
+    #[test]
+    fn sources_rotate_their_own_keys_and_retire_alone() {
+        let t0 = datetime!(2026-11-23 10:00 UTC);
+        let upload = |state: &KeyState, source: &str, keys: &[Value], retain: u32| {
+            let rotation = rotate(state, source, keys, retain, t0, None).unwrap();
+            let state = rotation
+                .state
+                .clone()
+                .with_upload(state, Some(json!({"n": source})), source, retain);
+            (rotation, state)
+        };
+        let kids = |state: &KeyState| -> Vec<(String, String, &'static str)> {
+            (state.keys.iter())
+                .map(|k| (k.kid.clone(), k.source.clone(), k.state()))
+                .collect()
+        };
+        let (_, green) = upload(&KeyState::default(), "green", &[key("g1", X1)], 24);
+        let (_, both) = upload(&green, "blue", &[key("b1", X2)], 2);
+        // By source name, then upload order; both sources recorded, blue's document published.
+        assert_eq!(
+            kids(&both),
+            [
+                ("b1".into(), "blue".into(), "current"),
+                ("g1".into(), "green".into(), "current")
+            ]
+        );
+        assert_eq!(both.sources["blue"].discovery, None);
+        assert_eq!(both.sources["green"].discovery, Some(json!({"n": "blue"})));
+        assert_eq!(both.current_set()["keys"].as_array().unwrap().len(), 2);
+
+        // Green rotates: only g1 retires.
+        let (rotation, rotated) = upload(&both, "green", &[key("g2", X3)], 24);
+        assert_eq!(rotation.retired, ["g1"]);
+        assert_eq!(rotated.keys[2].state(), "retired");
+        let green_upload = rotated.source_upload("green", &json!({})).unwrap();
+        assert_eq!(green_upload["jwks"]["keys"][0]["kid"], "g2");
+
+        // Another source's kid with other material is kid-reused; with the same, it stays theirs.
+        let reused = rotate(&rotated, "green", &[key("b1", X1)], 24, t0, None).unwrap_err();
+        assert!(reused[0].kid_reused && reused[0].violation.message.contains("\"blue\""));
+        let shared = rotate(&rotated, "green", &[key("g2", X3), key("b1", X2)], 24, t0, None)
+            .unwrap();
+        assert!(shared.added.is_empty() && shared.retired.is_empty());
+        assert_eq!(shared.state.keys.iter().filter(|k| k.kid == "b1").count(), 1);
+
+        // Blue goes: its key retires for blue's 2 hours, green's stay; blue is no source.
+        let without = rotated.without_source("blue", t0, None).unwrap();
+        let b1 = without.keys.iter().find(|k| k.kid == "b1").unwrap();
+        assert_eq!(b1.published_until, Some(t0 + Duration::hours(2)));
+        assert_eq!(without.current_set()["keys"][0]["kid"], "g2");
+        assert!(!without.sources.contains_key("blue"));
+        assert!(without.without_source("blue", t0, None).is_none());
+        assert!(without.source_upload("blue", &json!({})).is_none());
+    }
+
+    #[test]
+    fn states_before_sources_are_the_default_sources() {
+        let t0 = datetime!(2026-11-23 10:00 UTC);
+        let stored = r#"{"keys":[{"kid":"a","jwk":{},"thumbprint":"t","firstPublishedAt":"2026-11-23T10:00:00Z"}]}"#;
+        let state: KeyState = serde_json::from_str(stored).unwrap();
+        assert_eq!(state.keys[0].source, DEFAULT_SOURCE);
+        assert!(state.sources().contains_key(DEFAULT_SOURCE));
+        let published = json!({"issuer": "x"});
+        assert_eq!(
+            state.source_upload("default", &published).unwrap()["openidConfiguration"],
+            published
+        );
+        // Written back, a default-source key carries no source member.
+        assert!(!serde_json::to_string(&state).unwrap().contains("source"));
+        assert!(state.without_source(DEFAULT_SOURCE, t0, None).is_some());
     }
 }

@@ -158,6 +158,7 @@ mod tests {
             retired_at: until.map(|_| datetime!(2026-11-25 09:30 UTC)),
             published_until: until,
             lead_seconds: 600,
+            source: crate::keys::DEFAULT_SOURCE.into(),
         }
     }
 
@@ -168,7 +169,10 @@ mod tests {
             jwks: "{}".into(),
             updated_at: at,
             previous_change_at: None,
-            keys: KeyState { keys },
+            keys: KeyState {
+                keys,
+                ..KeyState::default()
+            },
         }
     }
 

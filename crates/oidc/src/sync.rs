@@ -101,6 +101,21 @@ pub fn path_segment(text: &str) -> String {
         .collect()
 }
 
+/// The path of `service`'s published configuration, with `?source=` when a key source is named.
+///
+/// ```
+/// use registry_oidc::sync::config_path;
+/// assert_eq!(config_path("k3s-acme", None), "/services/k3s-acme/config");
+/// assert_eq!(config_path("k3s-acme", Some("blue")), "/services/k3s-acme/config?source=blue");
+/// ```
+pub fn config_path(service: &str, source: Option<&str>) -> String {
+    let path = format!("/services/{}/config", path_segment(service));
+    match source {
+        Some(source) => format!("{path}?source={}", path_segment(source)),
+        None => path,
+    }
+}
+
 fn read_file(path: &Path) -> Result<String, SyncError> {
     std::fs::read_to_string(path).map_err(|e| SyncError::File {
         path: path.to_owned(),
@@ -373,15 +388,20 @@ impl RegistryApi {
         }
     }
 
-    /// What `service` publishes (`GET /services/{s}/config`); `None` when nothing is.
-    pub async fn published(&self, service: &str) -> Result<Option<Value>, SyncError> {
-        let path = format!("/services/{service}/config");
+    /// What `service` publishes (`GET /services/{s}/config`), or what key source `source`
+    /// uploaded last (`?source=`); `None` when nothing is.
+    pub async fn published(
+        &self,
+        service: &str,
+        source: Option<&str>,
+    ) -> Result<Option<Value>, SyncError> {
+        let path = config_path(service, source);
         match self.call("GET", &path, None).await? {
             (200, body) => Ok(Some(body)),
             (404, body)
                 if body["detail"]
                     .as_str()
-                    .is_some_and(|d| d.starts_with("nothing")) =>
+                    .is_some_and(|d| d.starts_with("nothing") || d.contains("no key source")) =>
             {
                 Ok(None)
             }
@@ -421,14 +441,16 @@ impl RegistryApi {
         Ok(pending)
     }
 
-    /// Uploads the documents; the response's `warnings`.
+    /// Uploads the documents, as key source `source` when one is named; the response's
+    /// `warnings`.
     pub async fn publish(
         &self,
         service: &str,
+        source: Option<&str>,
         discovery: &Value,
         jwks: &Value,
     ) -> Result<Vec<String>, SyncError> {
-        let path = format!("/services/{service}/config");
+        let path = config_path(service, source);
         let body = serde_json::json!({"openidConfiguration": discovery, "jwks": jwks});
         match self.call("PUT", &path, Some(&body)).await? {
             (200, body) => Ok(body["warnings"]

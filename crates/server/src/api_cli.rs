@@ -5,7 +5,7 @@
 //! problem is one sentence on stderr (title, detail, each pointer) and exit 1; a wrong command
 //! line is clap's usage and exit 2.
 
-use registry_oidc::sync::{path_segment as segment, Credentials, RegistryApi};
+use registry_oidc::sync::{config_path, path_segment as segment, Credentials, RegistryApi};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -80,19 +80,26 @@ pub enum ServicesCommand {
 /// `registry config …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum ConfigCommand {
-    /// Show what a service publishes.
+    /// Show what a service publishes, or what one key source uploaded last.
     ///
-    /// Example: `registry config get k3s-acme`
+    /// Example: `registry config get k3s-acme --source blue`
     Get {
         /// Subdomain or id.
         service: String,
+        /// Only this key source's latest upload.
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
     },
     /// Publish a discovery document and a key set (keys dropped stay published, retired).
     ///
-    /// Example: `registry config push k3s-acme --discovery-file openid-configuration.json --jwks-file jwks.json`
+    /// Example: `registry config push k3s-acme --source green --discovery-file openid-configuration.json --jwks-file jwks.json`
     Push {
         /// Subdomain or id.
         service: String,
+        /// Upload as this key source (`[a-z0-9-]{1,32}`, default `default`): its keys replace
+        /// that source's only, every other source's stay published.
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
         /// The discovery document (`kubectl get --raw /.well-known/openid-configuration`).
         #[arg(long)]
         discovery_file: PathBuf,
@@ -107,12 +114,15 @@ pub enum ConfigCommand {
         #[arg(long)]
         lead_seconds: Option<u32>,
     },
-    /// Withdraw what a service publishes.
+    /// Withdraw what a service publishes, or retire one key source's keys.
     ///
-    /// Example: `registry config delete k3s-acme`
+    /// Example: `registry config delete k3s-acme --source blue`
     Delete {
         /// Subdomain or id.
         service: String,
+        /// Retire only this key source's keys; the others and the discovery document stay.
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
     },
 }
 
@@ -315,11 +325,12 @@ fn request(call: &Call) -> Result<Request, ClientError> {
             ("POST", "/services".into(), Some(body))
         }
         Call::Services(ServicesCommand::Delete { service: s }) => ("DELETE", service(s), None),
-        Call::Config(ConfigCommand::Get { service: s }) => {
-            ("GET", format!("{}/config", service(s)), None)
+        Call::Config(ConfigCommand::Get { service: s, source }) => {
+            ("GET", config_path(s, source.as_deref()), None)
         }
         Call::Config(ConfigCommand::Push {
             service: s,
+            source,
             discovery_file,
             jwks_file,
             retain_hours,
@@ -335,10 +346,10 @@ fn request(call: &Call) -> Result<Request, ClientError> {
             if let Some(seconds) = lead_seconds {
                 body["rotationLeadSeconds"] = json!(seconds);
             }
-            ("PUT", format!("{}/config", service(s)), Some(body))
+            ("PUT", config_path(s, source.as_deref()), Some(body))
         }
-        Call::Config(ConfigCommand::Delete { service: s }) => {
-            ("DELETE", format!("{}/config", service(s)), None)
+        Call::Config(ConfigCommand::Delete { service: s, source }) => {
+            ("DELETE", config_path(s, source.as_deref()), None)
         }
         Call::Keys(KeysCommand::List { service: s }) => {
             ("GET", format!("{}/keys", service(s)), None)

@@ -47,6 +47,11 @@ pub struct SyncArgs {
     /// Read the key set from this file instead of a source URL.
     #[arg(long, requires = "discovery_file")]
     pub jwks_file: Option<std::path::PathBuf>,
+    /// Upload as this key source (`[a-z0-9-]{1,32}`), so that several clusters publish under
+    /// one issuer, each through its own `registry sync`; removing a source
+    /// (`registry config delete SERVICE --source NAME`) retires its keys only.
+    #[arg(long, value_name = "NAME")]
+    pub source_name: Option<String>,
     /// Run once and exit (the default).
     #[arg(long, conflicts_with = "interval")]
     pub once: bool,
@@ -94,12 +99,13 @@ async fn cycle(
     api: &RegistryApi,
     source: &Source,
     service: &str,
+    source_name: Option<&str>,
 ) -> Result<serde_json::Value, SyncError> {
     let (discovery, jwks) = source.fetch().await?;
-    let published = api.published(service).await?;
+    let published = api.published(service, source_name).await?;
     let plan = sync_plan(published.as_ref(), &discovery, &jwks);
     let warnings = if plan.changed {
-        api.publish(service, &discovery, &jwks).await?
+        api.publish(service, source_name, &discovery, &jwks).await?
     } else {
         Vec::new()
     };
@@ -127,13 +133,13 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
         let api = RegistryApi::new(&args.api_url, credentials(&args)?)?;
         let source = source(&args);
         let Some(interval) = args.interval.map(Duration::from_secs) else {
-            let line = cycle(&api, &source, &args.service).await?;
+            let line = cycle(&api, &source, &args.service, args.source_name.as_deref()).await?;
             println!("{line}");
             return Ok(());
         };
         let mut backoff = Duration::from_secs(1);
         loop {
-            match cycle(&api, &source, &args.service).await {
+            match cycle(&api, &source, &args.service, args.source_name.as_deref()).await {
                 Ok(line) => {
                     println!("{line}");
                     backoff = Duration::from_secs(1);

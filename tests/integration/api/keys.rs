@@ -22,19 +22,32 @@ fn put_keys(
     keys: &[Value],
     retain: Option<Value>,
 ) -> reqwest::blocking::Response {
+    put_keys_as(server, token, subdomain, None, keys, retain)
+}
+
+/// `PUT /services/{subdomain}/config[?source=…]` of `keys` with a cluster's discovery document.
+pub fn put_keys_as(
+    server: &TestServer,
+    token: &str,
+    subdomain: &str,
+    source: Option<&str>,
+    keys: &[Value],
+    retain: Option<Value>,
+) -> reqwest::blocking::Response {
     let mut body = json!({"openidConfiguration": cluster_discovery(), "jwks": {"keys": keys}});
     if let Some(retain) = retain {
         body["retainRemovedKeysHours"] = retain;
     }
+    let query = source.map_or(String::new(), |s| format!("?source={s}"));
     server
-        .authed(Method::PUT, &format!("/services/{subdomain}/config"), token)
+        .authed(Method::PUT, &format!("/services/{subdomain}/config{query}"), token)
         .json(&body)
         .send()
         .unwrap()
 }
 
 /// The public key set and its ETag, as any client fetches them.
-fn public_keys(server: &TestServer, subdomain: &str) -> (Value, String) {
+pub fn public_keys(server: &TestServer, subdomain: &str) -> (Value, String) {
     let response = server
         .hosted(Method::GET, subdomain, "/openid/v1/jwks")
         .send()
@@ -55,7 +68,7 @@ pub fn kids(set: &Value) -> Vec<String> {
 }
 
 /// A token signed by `key` (ES256), as a cluster would issue it.
-fn token(key: &SigningKey, issuer: &str) -> String {
+pub fn token(key: &SigningKey, issuer: &str) -> String {
     let now = unix_now();
     compact(
         &json!({"alg": "ES256", "typ": "JWT", "kid": key.kid()}),
@@ -66,7 +79,7 @@ fn token(key: &SigningKey, issuer: &str) -> String {
 }
 
 /// Whether josekit verifies `token` with the key of its `kid` in `set`.
-fn verifies(set: &Value, token: &str) -> bool {
+pub fn verifies(set: &Value, token: &str) -> bool {
     let header = josekit::jwt::decode_header(token).unwrap();
     let kid = header
         .claim("kid")

@@ -11,6 +11,7 @@ mod errors;
 mod federation;
 mod fetches;
 mod hosting;
+mod key_sources;
 pub mod keys;
 mod ops;
 mod outage;

@@ -73,6 +73,7 @@ fn retired(kid: &str, until: OffsetDateTime) -> KeyRecord {
         retired_at: Some(at(1)),
         published_until: Some(until),
         lead_seconds: 600,
+        source: registry_domain::keys::DEFAULT_SOURCE.into(),
     }
 }
 
@@ -783,6 +784,7 @@ fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn
     let reaped = PublishedConfig {
         keys: KeyState {
             keys: retiring.keys.keys[..1].to_vec(),
+            ..KeyState::default()
         },
         ..read()
     };

@@ -97,6 +97,7 @@ fn retired(kid: &str, until: OffsetDateTime) -> KeyRecord {
         retired_at: Some(at(1)),
         published_until: Some(until),
         lead_seconds: 600,
+        source: registry_domain::keys::DEFAULT_SOURCE.into(),
     }
 }
 
@@ -112,6 +113,7 @@ fn the_reapers_lists_leave_a_corrupt_row_out() {
         let mut published = config(s.id, "http://anon", 10);
         published.keys = KeyState {
             keys: vec![retired("old", at(30))],
+            ..KeyState::default()
         };
         store.put_config(&published, &ev()).unwrap();
     }

@@ -15,12 +15,26 @@ pub fn nothing_published(subdomain: &str) -> AppError {
     AppError::NotFound(format!("nothing is published for {subdomain:?}"))
 }
 
-/// `PUT /services/{s}/config`: the whole body, `{"openidConfiguration": {...}, "jwks": {...},
-/// "retainRemovedKeysHours"?}`.
+/// The 404 of a key source that has no current key.
+pub fn no_source(subdomain: &str, source: &str) -> AppError {
+    AppError::NotFound(format!("{subdomain:?} has no key source {source:?}"))
+}
+
+/// The key source a request names (`?source=`), checked; absent: the default source.
+pub fn source_of(name: Option<&str>) -> Result<String, AppError> {
+    keys::source_name(name)
+        .map(str::to_owned)
+        .map_err(|why| AppError::BadRequest(format!("query parameter source: {why}")))
+}
+
+/// `PUT /services/{s}/config[?source=…]`: the whole body, `{"openidConfiguration": {...},
+/// "jwks": {...}, "retainRemovedKeysHours"?, "rotationLeadSeconds"?}`, uploaded as `source`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PublishConfig {
     /// The request body.
     pub body: Value,
+    /// The key source it uploads (checked by [`source_of`]).
+    pub source: String,
 }
 
 /// Checks, rewrites and publishes an upload for `service` (granted to the caller): the key state
@@ -41,10 +55,13 @@ pub fn publish(
         .update_config(
             service.id,
             &mut |current| {
-                let previous = current.map(|c| c.keys).unwrap_or_default();
+                let (previous, published_before) = current
+                    .map(|c| (c.keys, serde_json::from_str(&c.openid_configuration).ok()))
+                    .unwrap_or_default();
                 match keys::upload(
                     &command.body,
                     &issuer,
+                    &command.source,
                     &previous,
                     &*registry.key_import,
                     now,
@@ -52,14 +69,20 @@ pub fn publish(
                 ) {
                     Ok(upload) => {
                         let publication = upload.publication;
+                        let keys = upload.rotation.state.with_upload(
+                            &previous,
+                            published_before,
+                            &command.source,
+                            upload.retain_hours,
+                        );
                         let config = PublishedConfig {
                             service_id: service.id,
                             openid_configuration: publication.openid_configuration.to_string(),
-                            jwks: publication.jwks.to_string(),
+                            jwks: keys.current_set().to_string(),
                             updated_at: now,
                             // Recorded by the store, which reads the version replaced.
                             previous_change_at: None,
-                            keys: upload.rotation.state,
+                            keys,
                         };
                         outcome = Some(Ok(publication));
                         Some(config)
@@ -97,6 +120,64 @@ pub fn withdraw(
     } else {
         Err(nothing_published(&service.subdomain))
     }
+}
+
+/// `DELETE /services/{s}/config?source=…`: `source`'s keys retire (for its upload's
+/// retention), every other source's stay, and so does the discovery document.
+pub fn withdraw_source(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    source: &str,
+    now: OffsetDateTime,
+) -> Result<(), AppError> {
+    let event = caller.service_event(Action::ConfigDelete, service, now);
+    let mut found = None;
+    registry
+        .store
+        .update_config(
+            service.id,
+            &mut |current| {
+                let current = current?;
+                found = Some(false);
+                let keys = current.keys.without_source(source, now, service.expires_at)?;
+                found = Some(true);
+                Some(PublishedConfig {
+                    jwks: keys.current_set().to_string(),
+                    updated_at: now,
+                    previous_change_at: None,
+                    keys,
+                    ..current
+                })
+            },
+            &event,
+        )
+        .map_err(AppError::gone(|| {
+            format!("no service {:?}", service.subdomain)
+        }))?;
+    match found {
+        Some(true) => Ok(()),
+        Some(false) => Err(no_source(&service.subdomain, source)),
+        None => Err(nothing_published(&service.subdomain)),
+    }
+}
+
+/// `GET /services/{s}/config?source=…`: that source's latest upload,
+/// `{openidConfiguration, jwks}` (its current keys).
+pub fn source_upload(
+    registry: &Registry,
+    service: &Service,
+    source: &str,
+) -> Result<Value, AppError> {
+    let config = registry
+        .store
+        .config(service.id)?
+        .ok_or_else(|| nothing_published(&service.subdomain))?;
+    let published: Value = serde_json::from_str(&config.openid_configuration).unwrap_or_default();
+    config
+        .keys
+        .source_upload(source, &published)
+        .ok_or_else(|| no_source(&service.subdomain, source))
 }
 
 /// The key state of what `service` publishes (empty when nothing is).

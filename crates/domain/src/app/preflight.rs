@@ -161,7 +161,10 @@ mod tests {
                 &registry,
                 &caller,
                 &service,
-                config::PublishConfig { body },
+                config::PublishConfig {
+            body,
+            source: crate::keys::DEFAULT_SOURCE.into(),
+        },
                 NOW,
             )
             .unwrap();

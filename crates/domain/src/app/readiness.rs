@@ -213,6 +213,7 @@ mod tests {
             retired_at: None,
             published_until: None,
             lead_seconds,
+            source: crate::keys::DEFAULT_SOURCE.into(),
         }
     }
 
@@ -266,7 +267,10 @@ mod tests {
                 "id_token_signing_alg_values_supported": ["EdDSA"]},
             "jwks": {"keys": [key]},
             "rotationLeadSeconds": lead});
-        let command = config_app::PublishConfig { body };
+        let command = config_app::PublishConfig {
+            body,
+            source: crate::keys::DEFAULT_SOURCE.into(),
+        };
         config_app::publish(&registry, &caller(account), &service, command, T0).unwrap();
         (registry, service)
     }

@@ -153,6 +153,7 @@ mod tests {
             retired_at: published_until.map(|_| NOW),
             published_until,
             lead_seconds: 600,
+            source: crate::keys::DEFAULT_SOURCE.into(),
         }
     }
 
@@ -210,6 +211,7 @@ mod tests {
             previous_change_at: None,
             keys: KeyState {
                 keys: vec![key("current", None), key("old", Some(until))],
+                ..KeyState::default()
             },
         };
         let event = AuditEvent::new(

@@ -305,6 +305,7 @@ mod tests {
                 retired_at: (i >= keys - retired).then(|| now - time::Duration::hours(1)),
                 published_until: (i >= keys - retired).then(|| now + time::Duration::hours(1)),
                 lead_seconds: 600,
+                source: registry_domain::keys::DEFAULT_SOURCE.into(),
             }
         };
         let records: Vec<KeyRecord> = (0..keys).map(key).collect();
@@ -313,7 +314,7 @@ mod tests {
             .map(|k| serde_json::Value::Object(k.jwk.clone()))
             .collect();
         config.jwks = serde_json::json!({ "keys": uploaded }).to_string();
-        config.keys = KeyState { keys: records };
+        config.keys = KeyState { keys: records, ..Default::default() };
         config.updated_at = now - time::Duration::minutes(30);
         (service, config)
     }

@@ -162,6 +162,7 @@ impl Hosted {
                 .filter(|k| k.retired_at.is_some())
                 .cloned()
                 .collect(),
+            ..KeyState::default()
         };
         Self::build(
             Parts {

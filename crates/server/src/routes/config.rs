@@ -7,13 +7,30 @@ use crate::public;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::config::{self, PublishConfig};
+use serde::Deserialize;
 use serde_json::json;
 
-/// `GET /services/{subdomain}/config`: what is published, as served.
+/// `?source=`: the key source a call reads, uploads or removes (docs/api.md, "Key sources").
+#[derive(Debug, Deserialize)]
+pub struct SourceQuery {
+    source: Option<String>,
+}
+
+/// `GET /services/{subdomain}/config[?source=…]`: what is published, as served; with a source,
+/// that source's latest upload. The query comes first: a malformed one is a 400 before any
+/// authentication, as for every query of the API.
 pub async fn get(
+    query: web::Query<SourceQuery>,
     ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
+    if let Some(name) = query.into_inner().source {
+        let source = config::source_of(Some(&name))?;
+        let upload = state
+            .read(move |registry| config::source_upload(registry, &service, &source))
+            .await?;
+        return Ok(HttpResponse::Ok().json(upload));
+    }
     // Authentication brought the hosting cache up to date with the database; documents not in
     // memory are read from it (one indexed read).
     let hosted = state
@@ -26,8 +43,9 @@ pub async fn get(
         .body(public::config_body(&hosted)))
 }
 
-/// `PUT /services/{subdomain}/config`: check, rewrite, store, and serve at once.
+/// `PUT /services/{subdomain}/config[?source=…]`: check, rewrite, store, and serve at once.
 pub async fn put(
+    query: web::Query<SourceQuery>,
     ServiceCaller { service, caller }: ServiceCaller,
     req: HttpRequest,
     payload: web::Payload,
@@ -41,8 +59,9 @@ pub async fn put(
                 "the body must be {\"openidConfiguration\": {...}, \"jwks\": {\"keys\": [...]}}",
             )])
         })?;
+    let source = config::source_of(query.into_inner().source.as_deref())?;
     let now = state.now();
-    let command = PublishConfig { body };
+    let command = PublishConfig { body, source };
     let publication = state
         .write(move |registry| config::publish(registry, &caller, &service, command, now))
         .await?;
@@ -53,14 +72,28 @@ pub async fn put(
     })))
 }
 
-/// `DELETE /services/{subdomain}/config`: stop publishing; the service stays.
+/// `DELETE /services/{subdomain}/config[?source=…]`: stop publishing, the service stays; with
+/// a source, retire that source's keys and keep the rest.
 pub async fn delete(
+    query: web::Query<SourceQuery>,
     ServiceCaller { service, caller }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
-    state
-        .write(move |registry| config::withdraw(registry, &caller, &service, now))
-        .await?;
+    match query.into_inner().source {
+        None => {
+            state
+                .write(move |registry| config::withdraw(registry, &caller, &service, now))
+                .await?
+        }
+        Some(name) => {
+            let source = config::source_of(Some(&name))?;
+            state
+                .write(move |registry| {
+                    config::withdraw_source(registry, &caller, &service, &source, now)
+                })
+                .await?
+        }
+    }
     Ok(HttpResponse::NoContent().finish())
 }

@@ -1,0 +1,150 @@
+//! Key sources (docs/api.md, "Key sources"): one uploaded key set per source under one issuer,
+//! the public key set their union then the retired keys, one source retired while the others
+//! stay. Tokens are verified by josekit on the key set fetched over HTTP, as a cloud would.
+
+use super::keys::{kids, public_keys, put_keys_as, token, verifies};
+use super::{cluster_discovery, register_service};
+use registry_tests::issuer::{KeyKind, SigningKey};
+use registry_tests::server::{assert_problem, json, TestServer};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn config_of(server: &TestServer, token: &str, path: &str) -> reqwest::blocking::Response {
+    server.authed(Method::GET, path, token).send().unwrap()
+}
+
+#[test]
+fn two_clusters_publish_under_one_issuer_and_one_retires_while_the_other_stays() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    let blue = SigningKey::generate(KeyKind::P256, "blue-1");
+    let green = SigningKey::generate(KeyKind::P256, "green-1");
+    let put = |source: Option<&str>, key: &SigningKey, retain: Option<Value>| {
+        put_keys_as(&server, &acme.token, &sub, source, &[key.public_jwk()], retain)
+    };
+
+    // Blue publishes as the default source, green as its own: both verify under one issuer.
+    assert_eq!(put(None, &blue, Some(json!(2))).status(), 200);
+    let mut green_discovery = cluster_discovery();
+    green_discovery["claims_supported"] = json!(["sub", "iss"]);
+    let green_put = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{sub}/config?source=green"),
+            &acme.token,
+        )
+        .json(&json!({"openidConfiguration": green_discovery, "jwks": {"keys": [green.public_jwk()]}}))
+        .send()
+        .unwrap();
+    assert_eq!(green_put.status(), 200);
+    let green_body = json(green_put);
+    assert_eq!(kids(&green_body["jwks"]), ["green-1"], "the answer is the source's upload");
+    assert!(
+        green_body["warnings"].as_array().unwrap().iter().all(|w| !w.to_string().contains("overlap")),
+        "another source's keys are no rotation: {green_body}"
+    );
+    let (set, _) = public_keys(&server, &sub);
+    // By source name ("default" < "green"), each in upload order.
+    assert_eq!(kids(&set), ["blue-1", "green-1"]);
+    assert!(verifies(&set, &token(&blue, &issuer)));
+    assert!(verifies(&set, &token(&green, &issuer)));
+    // The discovery document is the latest upload's, with the registry's issuer.
+    let discovery = json(
+        server
+            .hosted(Method::GET, &sub, "/.well-known/openid-configuration")
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(discovery["claims_supported"], json!(["sub", "iss"]));
+    assert_eq!(discovery["issuer"], issuer.as_str());
+
+    // Each source's own upload, and the inventory naming each key's source.
+    let blue_upload = json(config_of(&server, &acme.token, &format!("/services/{sub}/config?source=default")));
+    assert_eq!(kids(&blue_upload["jwks"]), ["blue-1"]);
+    assert!(blue_upload["openidConfiguration"].get("claims_supported").is_none(), "its own document");
+    assert_eq!(blue_upload["openidConfiguration"]["issuer"], issuer.as_str());
+    let green_upload = json(config_of(&server, &acme.token, &format!("/services/{sub}/config?source=green")));
+    assert_eq!(kids(&green_upload["jwks"]), ["green-1"]);
+    assert_eq!(green_upload["openidConfiguration"]["claims_supported"], json!(["sub", "iss"]));
+    let all = json(config_of(&server, &acme.token, &format!("/services/{sub}/config")));
+    assert_eq!(kids(&all["jwks"]), ["blue-1", "green-1"]);
+    let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    let sources: Vec<(&str, &str)> = inventory["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["kid"].as_str().unwrap(), k["source"].as_str().unwrap()))
+        .collect();
+    assert_eq!(sources, [("blue-1", "default"), ("green-1", "green")]);
+
+    // A kid another source publishes, with other material: kid-reused, nothing changes.
+    let impostor = SigningKey::generate(KeyKind::P256, "blue-1");
+    let reused = put(Some("green"), &impostor, None);
+    let problem = assert_problem(reused, 400, "kid-reused");
+    assert!(problem["detail"].to_string().contains("default"), "{problem}");
+    assert_eq!(kids(&public_keys(&server, &sub).0), ["blue-1", "green-1"]);
+
+    // Green rotates: only green's old key retires; blue's stays current.
+    let green2 = SigningKey::generate(KeyKind::P256, "green-2");
+    assert_eq!(put(Some("green"), &green2, Some(json!(1))).status(), 200);
+    assert_eq!(kids(&public_keys(&server, &sub).0), ["blue-1", "green-2", "green-1"]);
+
+    // The blue cluster goes away: its keys retire for its retention (2 h), the rest stays.
+    let removed = server
+        .authed(Method::DELETE, &format!("/services/{sub}/config?source=default"), &acme.token)
+        .send()
+        .unwrap();
+    assert_eq!(removed.status(), 204);
+    let (set, _) = public_keys(&server, &sub);
+    assert_eq!(kids(&set), ["green-2", "green-1", "blue-1"]);
+    assert!(verifies(&set, &token(&blue, &issuer)), "blue's tokens verify through the retention");
+    let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    assert_eq!(inventory["keys"][2]["state"], "retired");
+    assert_problem(
+        config_of(&server, &acme.token, &format!("/services/{sub}/config?source=default")),
+        404,
+        "not-found",
+    );
+    assert_problem(
+        server
+            .authed(Method::DELETE, &format!("/services/{sub}/config?source=default"), &acme.token)
+            .send()
+            .unwrap(),
+        404,
+        "not-found",
+    );
+    server.advance_clock(2 * 3600 + 60);
+    let (set, _) = public_keys(&server, &sub);
+    assert_eq!(kids(&set), ["green-2"]);
+    assert!(verifies(&set, &token(&green2, &issuer)));
+    assert!(!verifies(&set, &token(&blue, &issuer)));
+}
+
+#[test]
+fn source_names_are_checked_and_the_cap_counts_every_source() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let key = SigningKey::generate(KeyKind::P256, "k1");
+    for bad in ["Blue", "", "a_b", &"x".repeat(33)] {
+        let path = format!("/services/{sub}/config?source={bad}");
+        let refused = put_keys_as(&server, &acme.token, &sub, Some(bad), &[key.public_jwk()], None);
+        let problem = assert_problem(refused, 400, "validation-failed");
+        assert!(problem["detail"].to_string().contains("query parameter source"), "{path}: {problem}");
+        assert_problem(config_of(&server, &acme.token, &path), 400, "validation-failed");
+    }
+    // 60 keys in one source and 41 in another: the union would hold 101.
+    let many = |prefix: &str, n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| SigningKey::generate(KeyKind::Ed25519, &format!("{prefix}{i}")).public_jwk())
+            .collect()
+    };
+    assert_eq!(put_keys_as(&server, &acme.token, &sub, Some("a"), &many("a", 60), None).status(), 200);
+    let refused = put_keys_as(&server, &acme.token, &sub, Some("b"), &many("b", 41), None);
+    let problem = assert_problem(refused, 400, "validation-failed");
+    assert!(problem.to_string().contains("101 keys"), "{problem}");
+    assert_eq!(put_keys_as(&server, &acme.token, &sub, Some("b"), &many("b", 40), None).status(), 200);
+    assert_eq!(kids(&public_keys(&server, &sub).0).len(), 100);
+}

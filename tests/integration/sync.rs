@@ -369,11 +369,20 @@ fn two_clusters_sync_as_two_sources_and_removing_one_retires_its_keys_only() {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
     let sub = crate::api::register_service(&server, &acme, "k3s");
-    let blue = KubeApiServer::start(vec![SigningKey::generate(KeyKind::P256, "blue").public_jwk()]);
-    let green =
-        KubeApiServer::start(vec![SigningKey::generate(KeyKind::P256, "green").public_jwk()]);
+    let blue = KubeApiServer::start(vec![
+        SigningKey::generate(KeyKind::P256, "blue").public_jwk()
+    ]);
+    let green = KubeApiServer::start(vec![
+        SigningKey::generate(KeyKind::P256, "green").public_jwk()
+    ]);
     let as_source = |kube: &KubeApiServer, name: &str| {
-        line(&sync(&server, kube, &sub, Some(&acme.token), &["--source-name", name]))
+        line(&sync(
+            &server,
+            kube,
+            &sub,
+            Some(&acme.token),
+            &["--source-name", name],
+        ))
     };
     assert_eq!(as_source(&blue, "blue")["added"], json!(["blue"]));
     let first_green = as_source(&green, "green");
@@ -390,21 +399,57 @@ fn two_clusters_sync_as_two_sources_and_removing_one_retires_its_keys_only() {
 
     // The blue cluster is gone: its source is removed with the client command.
     let removed = Command::new(registry_binary())
-        .args(["config", "delete", &sub, "--source", "blue", "--api-url", &server.base])
+        .args([
+            "config",
+            "delete",
+            &sub,
+            "--source",
+            "blue",
+            "--api-url",
+            &server.base,
+        ])
         .env("REGISTRY_TOKEN", &acme.token)
         .output()
         .unwrap();
-    assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
-    assert_eq!(public_kids(&server, &sub), ["green", "blue"], "blue is retired, still published");
+    assert!(
+        removed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    assert_eq!(
+        public_kids(&server, &sub),
+        ["green", "blue"],
+        "blue is retired, still published"
+    );
     let shown = Command::new(registry_binary())
-        .args(["config", "get", &sub, "--source", "green", "--api-url", &server.base, "--format", "json"])
+        .args([
+            "config",
+            "get",
+            &sub,
+            "--source",
+            "green",
+            "--api-url",
+            &server.base,
+            "--format",
+            "json",
+        ])
         .env("REGISTRY_TOKEN", &acme.token)
         .output()
         .unwrap();
-    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
     let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(crate::api::keys::kids(&shown["jwks"]), ["green"]);
-    let bad = sync(&server, &green, &sub, Some(&acme.token), &["--source-name", "Green!"]);
+    let bad = sync(
+        &server,
+        &green,
+        &sub,
+        Some(&acme.token),
+        &["--source-name", "Green!"],
+    );
     assert_eq!(bad.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("query parameter source"),

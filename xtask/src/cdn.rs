@@ -26,8 +26,8 @@ const FETCH_LOG_TOKEN: &str = "cdn-chore-fetch-log-token";
 const JOSE: &str = "jose-relying-party";
 const PYJWT: &str = "pyjwt-relying-party";
 
-/// A process killed when dropped (varnishd, the log shipper).
-struct Killed(Child);
+/// A process killed when dropped (varnishd, the log shipper; Pebble for the acme chore).
+pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -245,7 +245,11 @@ pub fn run() -> Result<()> {
 }
 
 /// Polls `check` every 50 ms until it holds, for at most `limit`.
-fn wait(limit: Duration, what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
+pub(crate) fn wait(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<bool>,
+) -> Result<()> {
     let started = Instant::now();
     loop {
         if check().unwrap_or(false) {

@@ -1,6 +1,7 @@
 //! `cargo xtask <chore>`: the project's chores in one place (`cargo xtask --help` lists them,
 //! `cargo xtask <chore> --help` their flags).
 
+mod acme;
 mod api;
 mod bare_host;
 mod bench;
@@ -77,6 +78,10 @@ enum Chore {
     /// A key rotation through Varnish (deploy/cdn/) in front of two registries on PostgreSQL,
     /// with jose and PyJWT as relying parties (needs varnish and Node.js).
     Cdn,
+    /// A custom domain end to end: verified by its DNS TXT record, a certificate from Pebble
+    /// (ACME, HTTP-01) served by two registries on PostgreSQL, PyJWT as relying party (needs
+    /// pebble, curl, and root for port 443).
+    Acme,
     /// Minutes of mixed load on the release binary: no 5xx, nothing lost, memory flat
     /// (docs/reliability.md; needs wrk).
     Soak(soak::Options),
@@ -98,6 +103,7 @@ fn main() -> ExitCode {
         Chore::Schemathesis(options) => schemathesis::run(&options),
         Chore::Faults(options) => faults::run(&options),
         Chore::Cdn => cdn::run(),
+        Chore::Acme => acme::run(),
         Chore::Soak(options) => soak::run(&options),
     };
     match result {
@@ -167,6 +173,10 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
     if result.is_ok() && test_args.is_empty() {
         banner("a key rotation through Varnish in front of two registries (deploy/cdn/)");
         result = cdn::run();
+    }
+    if result.is_ok() && test_args.is_empty() {
+        banner("custom domains: a certificate from Pebble on two registries (docs/api.md, \"Custom domains\")");
+        result = acme::run();
     }
     result
 }

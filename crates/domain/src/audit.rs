@@ -69,11 +69,15 @@ pub enum Action {
     AnonymousDelete,
     /// An anonymous service's time ran out.
     AnonymousExpire,
+    /// A service's custom domain was set (docs/api.md, "Custom domains").
+    DomainPut,
+    /// A service's custom domain was removed.
+    DomainDelete,
 }
 
 impl Action {
     /// Every action, in the contract's order.
-    pub const ALL: [Action; 17] = [
+    pub const ALL: [Action; 19] = [
         Action::CustomerCreate,
         Action::CustomerUpdate,
         Action::ServiceCreate,
@@ -91,6 +95,8 @@ impl Action {
         Action::AnonymousUpdate,
         Action::AnonymousDelete,
         Action::AnonymousExpire,
+        Action::DomainPut,
+        Action::DomainDelete,
     ];
 
     /// The action's name, such as `config.put`.
@@ -113,6 +119,8 @@ impl Action {
             Action::AnonymousUpdate => "anonymous.update",
             Action::AnonymousDelete => "anonymous.delete",
             Action::AnonymousExpire => "anonymous.expire",
+            Action::DomainPut => "domain.put",
+            Action::DomainDelete => "domain.delete",
         }
     }
 }

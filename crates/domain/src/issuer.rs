@@ -111,6 +111,41 @@ impl Issuers {
         Some((ours == issuer).then_some(subdomain))
     }
 
+    /// The host of `subdomain`'s issuer, without a port: what a custom domain's CNAME names.
+    ///
+    /// ```
+    /// use registry_domain::issuer::Issuers;
+    /// let issuers = Issuers::new("http://{subdomain}.localhost:6081", "http://127.0.0.1:8080").unwrap();
+    /// assert_eq!(issuers.host_of_issuer("acme"), "acme.localhost");
+    /// ```
+    pub fn host_of_issuer(&self, subdomain: &str) -> String {
+        name_of(&self.authority_of(subdomain)).to_owned()
+    }
+
+    /// Why `domain` (lower case, no port) cannot be a custom domain: the API's host, or a host
+    /// under the issuers' own base (`acme.oidc.example.com`, or `oidc.example.com` itself).
+    ///
+    /// ```
+    /// use registry_domain::issuer::Issuers;
+    /// let issuers = Issuers::new("https://{subdomain}.oidc.example.com", "https://registry.example.com").unwrap();
+    /// assert!(issuers.refuses_custom_domain("login.customer.com").is_none());
+    /// assert!(issuers.refuses_custom_domain("registry.example.com").is_some());
+    /// assert!(issuers.refuses_custom_domain("a.oidc.example.com").is_some());
+    /// assert!(issuers.refuses_custom_domain("oidc.example.com").is_some());
+    /// ```
+    pub fn refuses_custom_domain(&self, domain: &str) -> Option<String> {
+        if domain.eq_ignore_ascii_case(&self.api_host) {
+            return Some(format!("{domain:?} is the registry's API host"));
+        }
+        let base = self.host_suffix.trim_start_matches('.');
+        let under = !base.is_empty()
+            && (domain.eq_ignore_ascii_case(base)
+                || strip_suffix_ignore_case(domain, &self.host_suffix).is_some());
+        under.then(|| {
+            format!("{domain:?} is under {base:?}, where the registry's own issuers are served")
+        })
+    }
+
     /// The API's host and the issuers' hosts as a pattern (`*` for the subdomain), the names a
     /// certificate is served for: `["registry.example.com", "*.oidc.example.com"]`.
     pub fn hosts(&self) -> [String; 2] {

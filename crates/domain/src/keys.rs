@@ -114,10 +114,7 @@ pub struct KeyRecord {
     pub lead_seconds: u32,
     /// The key source whose upload published it (docs/api.md, "Key sources"); keys published
     /// before sources existed are the default source's.
-    #[serde(
-        default = "default_source",
-        skip_serializing_if = "is_default_source"
-    )]
+    #[serde(default = "default_source", skip_serializing_if = "is_default_source")]
     pub source: String,
 }
 
@@ -412,12 +409,13 @@ pub fn upload(
     }
     let retain = retain_hours(body.get("retainRemovedKeysHours")).map_err(|v| vec![v])?;
     let lead = lead_seconds(body.get("rotationLeadSeconds")).map_err(|v| vec![v])?;
-    let mut rotation = rotate(previous, source, &keys, retain, now, expires_at).map_err(
-        |problems| UploadError {
-            kid_reused: problems.iter().any(|p| p.kid_reused),
-            violations: problems.into_iter().map(|p| p.violation).collect(),
-        },
-    )?;
+    let mut rotation =
+        rotate(previous, source, &keys, retain, now, expires_at).map_err(|problems| {
+            UploadError {
+                kid_reused: problems.iter().any(|p| p.kid_reused),
+                violations: problems.into_iter().map(|p| p.violation).collect(),
+            }
+        })?;
     // The lead is the upload's that first publishes a key; later uploads leave it.
     for key in &mut rotation.state.keys {
         if rotation.added.contains(&key.kid) {
@@ -576,8 +574,10 @@ impl KeyState {
 
     fn without_empty_sources(mut self) -> KeyState {
         let keys = &self.keys;
-        self.sources
-            .retain(|name, _| keys.iter().any(|k| k.retired_at.is_none() && &k.source == name));
+        self.sources.retain(|name, _| {
+            keys.iter()
+                .any(|k| k.retired_at.is_none() && &k.source == name)
+        });
         self
     }
 
@@ -800,7 +800,15 @@ mod tests {
     #[test]
     fn expired_keys_are_found_and_withdrawn_one_by_one() {
         let t0 = datetime!(2026-11-23 10:00 UTC);
-        let one = rotate(&KeyState::default(), DEFAULT_SOURCE, &[key("a", X1)], 1, t0, None).unwrap();
+        let one = rotate(
+            &KeyState::default(),
+            DEFAULT_SOURCE,
+            &[key("a", X1)],
+            1,
+            t0,
+            None,
+        )
+        .unwrap();
         let two = rotate(&one.state, DEFAULT_SOURCE, &[key("b", X2)], 1, t0, None).unwrap();
         let end = t0 + Duration::hours(1);
         assert_eq!(two.state.next_expiry(), Some(end));
@@ -821,7 +829,15 @@ mod tests {
     #[test]
     fn retired_keys_keep_their_time_and_come_back_with_their_own_material() {
         let t0 = datetime!(2026-11-23 10:00 UTC);
-        let one = rotate(&KeyState::default(), DEFAULT_SOURCE, &[key("a", X1)], 24, t0, None).unwrap();
+        let one = rotate(
+            &KeyState::default(),
+            DEFAULT_SOURCE,
+            &[key("a", X1)],
+            24,
+            t0,
+            None,
+        )
+        .unwrap();
         assert_eq!(one.added, ["a"]);
         let two = rotate(
             &one.state,
@@ -879,8 +895,24 @@ mod tests {
     fn an_anonymous_services_keys_never_outlive_it() {
         let t0 = datetime!(2026-11-23 10:00 UTC);
         let end = t0 + Duration::hours(2);
-        let one = rotate(&KeyState::default(), DEFAULT_SOURCE, &[key("a", X1)], 24, t0, Some(end)).unwrap();
-        let two = rotate(&one.state, DEFAULT_SOURCE, &[key("b", X2)], 24, t0, Some(end)).unwrap();
+        let one = rotate(
+            &KeyState::default(),
+            DEFAULT_SOURCE,
+            &[key("a", X1)],
+            24,
+            t0,
+            Some(end),
+        )
+        .unwrap();
+        let two = rotate(
+            &one.state,
+            DEFAULT_SOURCE,
+            &[key("b", X2)],
+            24,
+            t0,
+            Some(end),
+        )
+        .unwrap();
         assert_eq!(two.retired_until, Some(end));
         assert_eq!(two.state.next_change(t0), Some(end));
         let served = two.state.served(&json!({"keys": [key("b", X2)]}), end);
@@ -899,8 +931,17 @@ mod tests {
                 })
                 .collect()
         };
-        let first = rotate(&KeyState::default(), DEFAULT_SOURCE, &many("a", 60), 24, t0, None).unwrap();
-        let refused = rotate(&first.state, DEFAULT_SOURCE, &many("b", 60), 24, t0, None).unwrap_err();
+        let first = rotate(
+            &KeyState::default(),
+            DEFAULT_SOURCE,
+            &many("a", 60),
+            24,
+            t0,
+            None,
+        )
+        .unwrap();
+        let refused =
+            rotate(&first.state, DEFAULT_SOURCE, &many("b", 60), 24, t0, None).unwrap_err();
         assert_eq!(refused[0].violation.pointer, "/jwks/keys");
         assert!(refused[0].violation.message.contains("a59"));
         let state = first.state.without_retired("a1", t0);
@@ -916,10 +957,12 @@ mod tests {
         let t0 = datetime!(2026-11-23 10:00 UTC);
         let upload = |state: &KeyState, source: &str, keys: &[Value], retain: u32| {
             let rotation = rotate(state, source, keys, retain, t0, None).unwrap();
-            let state = rotation
-                .state
-                .clone()
-                .with_upload(state, Some(json!({"n": source})), source, retain);
+            let state = rotation.state.clone().with_upload(
+                state,
+                Some(json!({"n": source})),
+                source,
+                retain,
+            );
             (rotation, state)
         };
         let kids = |state: &KeyState| -> Vec<(String, String, &'static str)> {
@@ -951,10 +994,20 @@ mod tests {
         // Another source's kid with other material is kid-reused; with the same, it stays theirs.
         let reused = rotate(&rotated, "green", &[key("b1", X1)], 24, t0, None).unwrap_err();
         assert!(reused[0].kid_reused && reused[0].violation.message.contains("\"blue\""));
-        let shared = rotate(&rotated, "green", &[key("g2", X3), key("b1", X2)], 24, t0, None)
-            .unwrap();
+        let shared = rotate(
+            &rotated,
+            "green",
+            &[key("g2", X3), key("b1", X2)],
+            24,
+            t0,
+            None,
+        )
+        .unwrap();
         assert!(shared.added.is_empty() && shared.retired.is_empty());
-        assert_eq!(shared.state.keys.iter().filter(|k| k.kid == "b1").count(), 1);
+        assert_eq!(
+            shared.state.keys.iter().filter(|k| k.kid == "b1").count(),
+            1
+        );
 
         // Blue goes: its key retires for blue's 2 hours, green's stay; blue is no source.
         let without = rotated.without_source("blue", t0, None).unwrap();

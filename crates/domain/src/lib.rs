@@ -46,6 +46,7 @@ pub mod app;
 pub mod audit;
 pub mod claims;
 pub mod credentials;
+pub mod custom_domain;
 pub mod customer;
 pub mod error;
 pub mod issuer;

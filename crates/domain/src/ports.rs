@@ -6,6 +6,7 @@
 //! [`IdentityTokenVerifier`] is asynchronous because fetching an issuer's keys is.
 
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
+use crate::custom_domain::CustomDomain;
 use crate::service::PublishedConfig;
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use std::future::Future;
@@ -497,6 +498,51 @@ pub fn fetch_hour(at: OffsetDateTime) -> i64 {
     at.unix_timestamp().div_euclid(3600) * 3_600_000
 }
 
+/// Custom domains (docs/api.md, "Custom domains"): one per service at most, a name held by one
+/// service at a time. Every change is logged as a change of its service, so that replicas reload
+/// the domain with the service's documents.
+pub trait DomainStore: Send + Sync {
+    /// The service's domain, if it has one.
+    fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>>;
+    /// The domain with this name (lower case), whatever its status.
+    fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>>;
+    /// Adds the service's domain, or replaces it (another name starts over), with `event`.
+    /// `Conflict` when another service holds the name; `NotFound` when the service is gone.
+    fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()>;
+    /// Removes the service's domain, its certificate and its challenges; `false` when it had none.
+    fn delete_domain(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
+    /// Records the worker's progress on a domain (no audit event), unless the service's domain
+    /// is no longer this name (deleted or replaced meanwhile): `false` then, nothing written.
+    fn update_domain(&self, domain: &CustomDomain) -> StoreResult<bool>;
+    /// Every domain that is served (active, with its certificate): what a replica loads at start.
+    fn served_domains(&self) -> StoreResult<Vec<CustomDomain>>;
+    /// Up to `limit` domains the worker has something to do for at `now`, most overdue first.
+    fn domains_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<CustomDomain>>;
+    /// Takes the ordering lock of the service's domain until `until`, when nobody holds it at
+    /// `now`: one replica orders for a domain at a time.
+    fn lock_domain(
+        &self,
+        service_id: Uuid,
+        until: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> StoreResult<bool>;
+    /// Keeps an HTTP-01 challenge's answer for `domain`, for every replica to serve.
+    fn put_challenge(
+        &self,
+        domain: &str,
+        token: &str,
+        key_authorization: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<()>;
+    /// The answer of `domain`'s challenge `token`, if one is kept.
+    fn challenge(&self, domain: &str, token: &str) -> StoreResult<Option<String>>;
+    /// The ACME account of `directory` (its credentials, sealed), if one was made.
+    fn acme_account(&self, directory: &str) -> StoreResult<Option<String>>;
+    /// Keeps the ACME account of `directory`, unless one is kept already (another replica made
+    /// one first): the one kept, which the caller then uses.
+    fn put_acme_account(&self, directory: &str, sealed: &str) -> StoreResult<String>;
+}
+
 /// Every storage port at once: what a server holds (as `Arc<dyn Storage>`), so that it depends
 /// on the ports, not on one adapter.
 pub trait Storage:
@@ -508,6 +554,7 @@ pub trait Storage:
     + AuditLog
     + RefusalLog
     + FetchLog
+    + DomainStore
     + std::fmt::Debug
 {
 }
@@ -521,6 +568,7 @@ impl<T> Storage for T where
         + AuditLog
         + RefusalLog
         + FetchLog
+        + DomainStore
         + std::fmt::Debug
 {
 }

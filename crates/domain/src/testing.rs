@@ -20,12 +20,13 @@
 //! ```
 
 use crate::audit::{Action, AuditEvent, AuditPage, AuditQuery, Cursor, Trail};
+use crate::custom_domain::CustomDomain;
 use crate::policy::PolicyKind;
 use crate::ports::{
     fetch_hour, AccountStore, AgentFetches, AuditLog, Ceiling, Change, ChangeFeed, CredentialOwner,
-    CredentialRecord, CredentialStore, CustomerStore, DocumentFetches, FetchLog, FetchedDocument,
-    HasherBusy, KeyImport, Randomness, RefusalLog, SecretHasher, ServiceStore, StoreResult,
-    StoredCredential, TokenSignatureCheck,
+    CredentialRecord, CredentialStore, CustomerStore, DocumentFetches, DomainStore, FetchLog,
+    FetchedDocument, HasherBusy, KeyImport, Randomness, RefusalLog, SecretHasher, ServiceStore,
+    StoreResult, StoredCredential, TokenSignatureCheck,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{PublishedConfig, VersionHistory};
@@ -70,6 +71,11 @@ struct State {
     fetches: BTreeMap<(Uuid, FetchedDocument, i64), FetchBucket>,
     key_safe: BTreeMap<(Uuid, String), OffsetDateTime>,
     purges: BTreeMap<Uuid, OffsetDateTime>,
+    /// By service, with the ordering lock's end.
+    domains: BTreeMap<Uuid, (CustomDomain, Option<OffsetDateTime>)>,
+    /// `(domain, token)` → key authorization.
+    challenges: BTreeMap<(String, String), String>,
+    acme_accounts: BTreeMap<String, String>,
 }
 
 #[derive(Debug)]
@@ -518,6 +524,9 @@ impl ServiceStore for MemoryStore {
         }
         s.services.retain(|x| x.id != id);
         s.configs.remove(&id);
+        if let Some((gone, _)) = s.domains.remove(&id) {
+            s.challenges.retain(|(domain, _), _| *domain != gone.domain);
+        }
         s.remove_credentials_of(CredentialOwner::AnonymousService(id));
         s.commit(event, &[Change::Service(id)]);
         Ok(true)
@@ -907,6 +916,152 @@ impl RefusalLog for MemoryStore {
         let before = s.refusals.len();
         s.refusals.retain(|r| r.at >= older_than);
         Ok(before - s.refusals.len())
+    }
+}
+
+/// A domain as the store keeps it: times to the millisecond.
+fn stored_domain(domain: &CustomDomain) -> CustomDomain {
+    let mut kept = domain.clone();
+    kept.created_at = ms(kept.created_at);
+    kept.next_attempt_at = ms(kept.next_attempt_at);
+    if let Some(certificate) = &mut kept.certificate {
+        certificate.not_before = ms(certificate.not_before);
+        certificate.not_after = ms(certificate.not_after);
+    }
+    kept
+}
+
+impl DomainStore for MemoryStore {
+    fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>> {
+        Ok(self.lock().domains.get(&service_id).map(|(d, _)| d.clone()))
+    }
+
+    fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>> {
+        let s = self.lock();
+        Ok(s.domains
+            .values()
+            .find(|(d, _)| d.domain == domain)
+            .map(|(d, _)| d.clone()))
+    }
+
+    fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()> {
+        let mut s = self.lock();
+        if !s.service_exists(domain.service_id) {
+            return Err(StoreError::NotFound);
+        }
+        let taken = s
+            .domains
+            .values()
+            .any(|(d, _)| d.domain == domain.domain && d.service_id != domain.service_id);
+        if taken {
+            return Err(StoreError::Conflict("domain taken".into()));
+        }
+        if let Some((old, _)) = s.domains.get(&domain.service_id) {
+            let old = old.domain.clone();
+            s.challenges.retain(|(d, _), _| *d != old);
+        }
+        s.domains
+            .insert(domain.service_id, (stored_domain(domain), None));
+        s.commit(event, &[Change::Service(domain.service_id)]);
+        Ok(())
+    }
+
+    fn delete_domain(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
+        let mut s = self.lock();
+        let Some((gone, _)) = s.domains.remove(&service_id) else {
+            return Ok(false);
+        };
+        s.challenges.retain(|(d, _), _| *d != gone.domain);
+        s.commit(event, &[Change::Service(service_id)]);
+        Ok(true)
+    }
+
+    fn update_domain(&self, domain: &CustomDomain) -> StoreResult<bool> {
+        let mut s = self.lock();
+        let Some((kept, _)) = s.domains.get_mut(&domain.service_id) else {
+            return Ok(false);
+        };
+        if kept.domain != domain.domain {
+            return Ok(false);
+        }
+        *kept = stored_domain(domain);
+        let at = kept.created_at;
+        s.log(&[Change::Service(domain.service_id)], at);
+        Ok(true)
+    }
+
+    fn served_domains(&self) -> StoreResult<Vec<CustomDomain>> {
+        let s = self.lock();
+        Ok(s.domains
+            .values()
+            .map(|(d, _)| d)
+            .filter(|d| d.is_served())
+            .cloned()
+            .collect())
+    }
+
+    fn domains_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<CustomDomain>> {
+        let s = self.lock();
+        let mut due: Vec<CustomDomain> = s
+            .domains
+            .values()
+            .map(|(d, _)| d)
+            .filter(|d| d.is_due(now))
+            .cloned()
+            .collect();
+        due.sort_by_key(|d| (d.next_attempt_at, d.service_id));
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    fn lock_domain(
+        &self,
+        service_id: Uuid,
+        until: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> StoreResult<bool> {
+        let mut s = self.lock();
+        let Some((_, lock)) = s.domains.get_mut(&service_id) else {
+            return Ok(false);
+        };
+        if lock.is_some_and(|end| now < end) {
+            return Ok(false);
+        }
+        *lock = Some(ms(until));
+        Ok(true)
+    }
+
+    fn put_challenge(
+        &self,
+        domain: &str,
+        token: &str,
+        key_authorization: &str,
+        _now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        self.lock().challenges.insert(
+            (domain.to_owned(), token.to_owned()),
+            key_authorization.to_owned(),
+        );
+        Ok(())
+    }
+
+    fn challenge(&self, domain: &str, token: &str) -> StoreResult<Option<String>> {
+        let s = self.lock();
+        Ok(s.challenges
+            .get(&(domain.to_owned(), token.to_owned()))
+            .cloned())
+    }
+
+    fn acme_account(&self, directory: &str) -> StoreResult<Option<String>> {
+        Ok(self.lock().acme_accounts.get(directory).cloned())
+    }
+
+    fn put_acme_account(&self, directory: &str, sealed: &str) -> StoreResult<String> {
+        let mut s = self.lock();
+        Ok(s.acme_accounts
+            .entry(directory.to_owned())
+            .or_insert_with(|| sealed.to_owned())
+            .clone())
     }
 }
 

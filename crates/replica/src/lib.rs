@@ -10,6 +10,7 @@
 mod absent;
 mod blocking;
 mod directory;
+pub mod domains;
 mod error;
 pub mod fetches;
 pub mod hosting;

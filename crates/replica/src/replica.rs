@@ -5,6 +5,7 @@
 //! the store and then [`Replica::settle_write`].
 
 use crate::directory::{bounded, Directory, BATCH};
+use crate::domains::{DomainChanged, Domains};
 use crate::hosting::{Generation, Hosted, HostingCache, Lookup};
 use crate::ReplicaResult;
 use registry_domain::ports::{
@@ -30,8 +31,12 @@ pub struct Replica {
     pub hosting: HostingCache,
     /// Public fetches counted since the last flush (docs/api.md, "Fetch evidence").
     pub fetches: crate::fetches::Fetches,
+    /// Custom domains served (docs/api.md, "Custom domains").
+    pub domains: Domains,
     /// Who hears of the changes of public documents this replica applies (the purger).
     watcher: std::sync::Mutex<Option<UnboundedSender<DocumentsChanged>>>,
+    /// Who hears of the changes of custom domains this replica applies (the TLS listener).
+    domain_watcher: std::sync::Mutex<Option<UnboundedSender<DomainChanged>>>,
 }
 
 /// A change of a service's public documents, as this replica applied it: what the caches in
@@ -59,7 +64,33 @@ impl Replica {
             directory: Directory::default(),
             hosting,
             fetches: crate::fetches::Fetches::default(),
+            domains: Domains::default(),
             watcher: std::sync::Mutex::default(),
+            domain_watcher: std::sync::Mutex::default(),
+        }
+    }
+
+    /// From now on, every change of the custom domains served (a domain activated, a new
+    /// certificate, a domain dropped) is sent to the receiver this answers. What is served
+    /// already is in [`Domains::all`].
+    pub fn watch_domains(&self) -> UnboundedReceiver<DomainChanged> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        *self
+            .domain_watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(sender);
+        receiver
+    }
+
+    fn domains_changed(&self, changes: Vec<DomainChanged>) {
+        let watcher = self
+            .domain_watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(watcher) = watcher.as_ref() {
+            for change in changes {
+                let _ = watcher.send(change);
+            }
         }
     }
 
@@ -213,12 +244,20 @@ impl Replica {
     /// services (docs/api.md, "Limits that hold (second security review)"). The start-up load, and
     /// a replica behind the change log's horizon.
     pub async fn reload_everything(&self) -> ReplicaResult<()> {
-        let (latest, oidc_accounts) = self
+        let (latest, oidc_accounts, domains) = self
             .db(|s| {
                 let latest = s.latest_change()?;
-                Ok((latest, s.oidc_accounts()?))
+                let mut domains = Vec::new();
+                for domain in s.served_domains()? {
+                    if let Some(service) = s.service(domain.service_id)? {
+                        domains.push((domain, service.subdomain));
+                    }
+                }
+                Ok((latest, s.oidc_accounts()?, domains))
             })
             .await?;
+        let changes = self.domains.load(domains);
+        self.domains_changed(changes);
         self.hosting.clear();
         self.directory.load_trust(oidc_accounts);
         self.directory.forget_all();
@@ -253,10 +292,13 @@ impl Replica {
     /// Applies a change of one service to the hosted documents: its current documents (a
     /// publication is served at once, and clears its name's remembered miss), or none.
     async fn reload_hosted(&self, id: Uuid) -> ReplicaResult<()> {
-        match self
-            .db(move |s| Ok((s.service(id)?, s.config(id)?)))
-            .await?
-        {
+        let (service, config, domain) = self
+            .db(move |s| Ok((s.service(id)?, s.config(id)?, s.domain_of(id)?)))
+            .await?;
+        let served = domain.zip(service.as_ref().map(|s| s.subdomain.clone()));
+        let changes = self.domains.apply(id, served);
+        self.domains_changed(changes);
+        match (service, config) {
             // Replaced in one step: a public GET in between sees the old documents or the new.
             (Some(service), Some(config)) => {
                 self.hosting.put(&service, &config, self.now());
@@ -371,6 +413,13 @@ impl Replica {
     /// HTTP, so that a withdrawal applies to the next token
     /// (docs/api.md, "Authentication").
     pub async fn hosted_issuer(&self, issuer: &str) -> ReplicaResult<Option<Option<Arc<Hosted>>>> {
+        // A custom domain's issuer is exactly `https://<domain>` (docs/api.md, "Custom domains").
+        if let Some(served) = issuer
+            .strip_prefix("https://")
+            .and_then(|name| self.domains.get(name))
+        {
+            return Ok(Some(self.current(&served.subdomain).await?));
+        }
         match self.hosting.issuers().hosted(issuer) {
             None => Ok(None),
             Some(None) => Ok(Some(None)),

@@ -126,6 +126,35 @@ pub enum ConfigCommand {
     },
 }
 
+/// `registry domain …` (docs/api.md, "Custom domains").
+#[derive(Debug, clap::Subcommand)]
+pub enum DomainCommand {
+    /// Show a service's custom domain: its status, the DNS records to set, its certificate.
+    ///
+    /// Example: `registry domain get k3s-acme`
+    Get {
+        /// Subdomain or id.
+        service: String,
+    },
+    /// Serve a service's documents under a domain of yours (issuer `https://DOMAIN`), once the
+    /// DNS records it prints are set.
+    ///
+    /// Example: `registry domain set k3s-acme login.example.com`
+    Set {
+        /// Subdomain or id.
+        service: String,
+        /// The domain, such as login.example.com.
+        domain: String,
+    },
+    /// Stop serving a service's custom domain (its certificate is deleted).
+    ///
+    /// Example: `registry domain delete k3s-acme`
+    Delete {
+        /// Subdomain or id.
+        service: String,
+    },
+}
+
 /// `registry keys …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum KeysCommand {
@@ -252,6 +281,8 @@ pub enum Call {
     Config(ConfigCommand),
     /// `registry keys …`.
     Keys(KeysCommand),
+    /// `registry domain …`.
+    Domain(DomainCommand),
     /// `registry accounts …`.
     Accounts(AccountsCommand),
     /// `registry preflight SERVICE [--token-file F]`.
@@ -350,6 +381,17 @@ fn request(call: &Call) -> Result<Request, ClientError> {
         }
         Call::Config(ConfigCommand::Delete { service: s, source }) => {
             ("DELETE", config_path(s, source.as_deref()), None)
+        }
+        Call::Domain(DomainCommand::Get { service: s }) => {
+            ("GET", format!("{}/domain", service(s)), None)
+        }
+        Call::Domain(DomainCommand::Set { service: s, domain }) => (
+            "PUT",
+            format!("{}/domain", service(s)),
+            Some(json!({"domain": domain})),
+        ),
+        Call::Domain(DomainCommand::Delete { service: s }) => {
+            ("DELETE", format!("{}/domain", service(s)), None)
         }
         Call::Keys(KeysCommand::List { service: s }) => {
             ("GET", format!("{}/keys", service(s)), None)
@@ -599,6 +641,7 @@ const VERIFIERS: Columns = &[
     ("LAST FETCH", "/lastFetchedAt"),
     ("FETCHED SINCE KEY", "/fetchedSinceKey"),
 ];
+const RECORDS: Columns = &[("TYPE", "/type"), ("NAME", "/name"), ("VALUE", "/value")];
 const FETCHES: Columns = &[
     ("PATH", "/path"),
     ("FETCHED SINCE CHANGE", "/fetchedSinceChange"),
@@ -654,6 +697,28 @@ fn table(call: &Call, answer: &Value) -> String {
                     ("READY", "/ready"),
                     ("FINDINGS", "/findings"),
                 ],
+            )
+        }
+        Call::Domain(DomainCommand::Get { .. } | DomainCommand::Set { .. }) => {
+            let mut summary = json!({"domain": answer["domain"], "status": answer["status"]});
+            if let Some(certificate) = answer.get("certificate") {
+                summary["certificate"] = json!(format!(
+                    "{} until {}",
+                    cell(certificate.get("issuer")),
+                    cell(certificate.get("notAfter"))
+                ));
+            }
+            if let Some(error) = answer.get("error") {
+                summary["error"] = json!(format!(
+                    "{}: {}",
+                    cell(error.get("code")),
+                    cell(error.get("message"))
+                ));
+            }
+            format!(
+                "{}\n\n{}",
+                fields(&summary),
+                list(&answer["records"], RECORDS)
             )
         }
         _ if answer.is_null() => "done".into(),

@@ -297,6 +297,11 @@ async fn launch(
             .wrap(middleware::from_fn(body::deadline))
             .wrap(middleware::from_fn(observe))
             .wrap(middleware::from_fn(connections::admitted))
+            // Before the hosted documents: an ACME server asks a custom domain's host.
+            .route(
+                routes::domains::CHALLENGE_PATH,
+                web::get().to(routes::domains::challenge),
+            )
             .service(
                 web::scope("")
                     .guard(guard::fn_guard(move |ctx| {
@@ -332,6 +337,8 @@ async fn launch(
     actix_web::rt::spawn(background::reap_expired(state.clone()));
     actix_web::rt::spawn(background::flush_fetches(state.clone()));
     actix_web::rt::spawn(background::purge_changes(state.clone()));
+    actix_web::rt::spawn(crate::custom_domains::work(state.clone()));
+    actix_web::rt::spawn(crate::custom_domains::install_certificates(state.clone()));
     Ok(Running {
         server,
         store,

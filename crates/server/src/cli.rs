@@ -3,7 +3,8 @@
 //! `accounts`, `preflight`, `fetches`, `audit-events`: `api_cli`).
 
 use crate::api_cli::{
-    self, AccountsCommand, Call, ConfigCommand, Connection, KeysCommand, ServicesCommand,
+    self, AccountsCommand, Call, ConfigCommand, Connection, DomainCommand, KeysCommand,
+    ServicesCommand,
 };
 use crate::policy_cli::PolicyCommand;
 use crate::settings::{DatabaseArgs, Settings};
@@ -79,6 +80,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             command,
             connection,
         } => Ok(api_cli::run(&connection, Call::Accounts(command))?),
+        Command::Domain {
+            command,
+            connection,
+        } => Ok(api_cli::run(&connection, Call::Domain(command))?),
         Command::Preflight {
             service,
             token_file,
@@ -300,6 +305,17 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: ConfigCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// A service's custom domain: set, get or delete it (a client of the API). `set` prints the
+    /// DNS records to create; the registry then proves ownership and obtains a certificate.
+    ///
+    /// Example: `registry domain set k3s-acme login.example.com`
+    Domain {
+        /// What to do.
+        #[command(subcommand)]
+        command: DomainCommand,
         #[command(flatten)]
         connection: Connection,
     },

@@ -15,6 +15,7 @@ mod caller;
 pub mod cli;
 mod client_ip;
 mod connections;
+mod custom_domains;
 mod customers;
 mod dashboard;
 mod fetch_log_cli;

@@ -10,8 +10,10 @@ use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::ports::FetchedDocument;
+use registry_replica::domains::Served;
 use registry_replica::hosting::{Document, Hosted};
 use std::cell::RefCell;
+use std::sync::Arc;
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 /// A header value of bytes the replica keeps: shared, not copied.
@@ -56,7 +58,28 @@ pub fn host(req: &RequestHead) -> Option<&str> {
     }
 }
 
-/// Whether the request is for a hosted issuer (the host it names is a subdomain's).
+/// A `Host` as a name: without its port and a final dot, lower case.
+pub fn name_of_host(host: &str) -> String {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !name.contains(']') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The custom domain a `Host` names, when it is served (docs/api.md, "Custom domains").
+pub fn custom_domain(state: &AppState, host: &str) -> Option<Arc<Served>> {
+    let domains = &state.replica.domains;
+    if domains.is_empty() {
+        return None;
+    }
+    domains.get(&name_of_host(host))
+}
+
+/// Whether the request is for a hosted issuer (the host it names is a subdomain's, or a custom
+/// domain served).
 pub fn hosted_request(state: &AppState, req: &RequestHead) -> bool {
     host(req).is_some_and(|host| {
         state
@@ -65,6 +88,7 @@ pub fn hosted_request(state: &AppState, req: &RequestHead) -> bool {
             .issuers()
             .subdomain_of_host(host)
             .is_some()
+            || custom_domain(state, host).is_some()
     })
 }
 
@@ -89,9 +113,17 @@ fn counted_from_the_log(req: &HttpRequest, state: &AppState) -> bool {
 
 /// Serves a hosted issuer's discovery document or key set: public, cacheable, no redirects.
 pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let subdomain = host(req.head())
-        .and_then(|host| state.replica.hosting.issuers().subdomain_of_host(host))
-        .ok_or_else(|| ApiError::NotFound("no such issuer".into()))?;
+    let host = host(req.head()).unwrap_or_default();
+    let label = state.replica.hosting.issuers().subdomain_of_host(host);
+    let domain = match label {
+        Some(_) => None,
+        None => custom_domain(&state, host),
+    };
+    let subdomain: &str = match (&label, &domain) {
+        (Some(label), _) => label,
+        (None, Some(served)) => &served.subdomain,
+        (None, None) => return Err(ApiError::NotFound("no such issuer".into())),
+    };
     let Some(fetched) = served_document(req.path()) else {
         return Err(ApiError::NotFound(format!(
             "issuer hosts serve only {DISCOVERY_PATH} and {}",
@@ -102,20 +134,25 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Err(ApiError::MethodNotAllowed("GET, HEAD"));
     }
-    let hosted = state.replica.current(&subdomain).await?;
+    let hosted = state.replica.current(subdomain).await?;
     let now = state.now();
     let Some(hosted) = hosted else {
         state.metrics.hosting_miss();
         return Err(ApiError::NotFound(format!(
             "nothing is published for {:?}",
-            &*subdomain
+            subdomain
         )));
     };
     state.metrics.hosting_hit();
-    let document = if is_discovery {
-        (&hosted.discovery, JSON)
-    } else {
-        (&hosted.jwks, JWK_SET)
+    // Under a custom domain, the discovery document names the domain's issuer; the key set is
+    // the same bytes.
+    let renamed = domain
+        .filter(|_| is_discovery)
+        .map(|served| served.discovery(&hosted));
+    let document = match (&renamed, is_discovery) {
+        (Some(renamed), _) => (renamed, JSON),
+        (None, true) => (&hosted.discovery, JSON),
+        (None, false) => (&hosted.jwks, JWK_SET),
     };
     let response = respond(&req, &hosted, document, now);
     if req.method() == Method::GET && !counted_from_the_log(&req, &state) {

@@ -154,6 +154,36 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_FETCH_LOG_TOKEN", hide_env_values = true)]
     pub fetch_log_token: Option<String>,
 
+    /// The ACME directory custom domains get their certificates from (RFC 8555), such as
+    /// `https://acme-v02.api.letsencrypt.org/directory`. Without it, custom domains are refused
+    /// (409 `custom-domains-disabled`). Needs REGISTRY_DATA_KEY and TLS (REGISTRY_TLS_CERT).
+    #[arg(long, env = "REGISTRY_ACME_DIRECTORY")]
+    pub acme_directory: Option<String>,
+
+    /// The contact of the ACME account (an e-mail address).
+    #[arg(long, env = "REGISTRY_ACME_EMAIL")]
+    pub acme_email: Option<String>,
+
+    /// A PEM file of the root that the ACME directory's HTTPS certificate chains to, for an ACME
+    /// server with a private CA (a test server such as Pebble).
+    #[arg(long, env = "REGISTRY_ACME_CA_FILE")]
+    pub acme_ca_file: Option<std::path::PathBuf>,
+
+    /// 32 random bytes, base64 (`openssl rand -base64 32`): the key that seals custom domains'
+    /// private keys and the ACME account at rest (AES-256-GCM). The same on every replica.
+    #[arg(long, env = "REGISTRY_DATA_KEY", hide_env_values = true)]
+    pub data_key: Option<String>,
+
+    /// The DNS server (`host:port`) the TXT records proving a custom domain's ownership are
+    /// looked up through (default: the system's resolver).
+    #[arg(long, env = "REGISTRY_DNS_RESOLVER")]
+    pub dns_resolver: Option<String>,
+
+    /// Seconds between the first TXT lookups of a custom domain (doubling up to 5 minutes).
+    #[arg(long, env = "REGISTRY_DOMAIN_CHECK_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub domain_check_seconds: u64,
+
     /// Failed authentications one client address may make per minute before it gets 429
     /// (an IPv4 address alone, IPv6 by its /64). A credential this replica
     /// verified within the last minute is never refused by it.

@@ -50,6 +50,9 @@ pub struct AppState {
     pub certificate: Option<Arc<Reloading>>,
     /// The caches in front of the registry to purge (`REGISTRY_PURGE_URLS`), if any.
     pub purger: Option<Arc<registry_cdn::Purger>>,
+    /// Custom domains' ACME directory, sealing key and DNS lookups (`REGISTRY_ACME_DIRECTORY`),
+    /// if custom domains are on.
+    pub custom_domains: Option<Arc<crate::custom_domains::CustomDomains>>,
 }
 
 impl AppState {
@@ -75,6 +78,9 @@ impl AppState {
         let metrics = Arc::new(Metrics::default());
         let trusted_proxies = settings.trusted_proxy_networks()?;
         let purger = settings.purger()?.map(Arc::new);
+        let custom_domains =
+            crate::custom_domains::CustomDomains::from_settings(&settings, certificate.as_ref())?
+                .map(Arc::new);
         let limits = Limits {
             auth_failures_per_minute: settings.auth_failures_per_minute,
             writes_per_minute: settings.writes_per_minute,
@@ -97,6 +103,7 @@ impl AppState {
                 max_services_per_customer: settings.max_services_per_customer,
                 max_accounts_per_customer: settings.max_accounts_per_customer,
                 anon_max_active: settings.anon_max_active,
+                custom_domains: custom_domains.is_some(),
             },
         });
         Ok(Self {
@@ -113,6 +120,7 @@ impl AppState {
             settings,
             certificate,
             purger,
+            custom_domains,
         })
     }
 

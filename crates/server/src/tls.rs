@@ -61,6 +61,9 @@ pub fn certificate(
     Ok(Some(reloading))
 }
 
+/// Where HTTP-01 challenges are asked for (RFC 8555 §8.3).
+const ACME_CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
+
 /// The mark of a connection to the plain-HTTP listener beside HTTPS
 /// (`REGISTRY_HTTP_REDIRECT_LISTEN`), set where actix accepts it.
 #[derive(Debug, Clone, Copy)]
@@ -70,7 +73,9 @@ pub struct Plain;
 /// (it runs), and for anything else a 308 to the same path on the HTTPS URL of the API or
 /// issuer host it asked for, or a 404 for any other host.
 pub fn redirect(req: &ServiceRequest) -> Option<HttpResponse> {
-    if req.path() == "/healthz" {
+    // An ACME server's HTTP-01 request runs (`routes::domains::challenge`): it never follows a
+    // redirect to a certificate the domain does not have yet.
+    if req.path() == "/healthz" || req.path().starts_with(ACME_CHALLENGE_PREFIX) {
         return None;
     }
     let state = req
@@ -79,8 +84,12 @@ pub fn redirect(req: &ServiceRequest) -> Option<HttpResponse> {
     let host = crate::public::host(req.head());
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let issuers = state.replica.hosting.issuers();
+    let custom = host
+        .and_then(|host| crate::public::custom_domain(state, host))
+        .map(|served| served.domain.issuer());
     let location = host
         .and_then(|host| issuers.origin_of_host(host))
+        .or(custom)
         .map(|origin| {
             // The origin's authority (its port included), over https.
             let rest = origin.split_once("://").map_or("", |(_, rest)| rest);

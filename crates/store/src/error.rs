@@ -76,8 +76,9 @@ pub(crate) fn map_diesel(e: DieselError) -> StoreError {
 }
 
 fn conflict_subject(what: &str) -> &'static str {
-    const SUBJECTS: [(&str, &str); 9] = [
+    const SUBJECTS: [(&str, &str); 10] = [
         ("subdomain", "subdomain taken"),
+        ("custom_domains", "domain taken"),
         ("tenant", "tenant suffix taken"),
         ("credentials_account_id", "account already has a token"),
         ("credentials.account_id", "account already has a token"),

@@ -48,6 +48,7 @@ macro_rules! disabled_customers {
 mod accounts;
 mod audit;
 mod customers;
+mod domains;
 mod error;
 mod feed;
 mod fetches;

@@ -118,7 +118,46 @@ diesel::allow_tables_to_appear_in_same_query!(
     fetch_agents,
     key_readiness,
     purges,
+    custom_domains,
+    acme_challenges,
+    acme_accounts,
 );
+
+diesel::table! {
+    custom_domains (service_id) {
+        service_id -> Text,
+        domain -> Text,
+        status -> Text,
+        txt_token -> Text,
+        created_at -> BigInt,
+        next_attempt_at -> BigInt,
+        attempts -> Integer,
+        error_code -> Nullable<Text>,
+        error_message -> Nullable<Text>,
+        certificate_chain -> Nullable<Text>,
+        certificate_key -> Nullable<Text>,
+        not_before -> Nullable<BigInt>,
+        not_after -> Nullable<BigInt>,
+        certificate_issuer -> Nullable<Text>,
+        locked_until -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    acme_challenges (domain, token) {
+        domain -> Text,
+        token -> Text,
+        key_authorization -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    acme_accounts (directory) {
+        directory -> Text,
+        credentials -> Text,
+    }
+}
 
 diesel::table! {
     fetch_counts (service_id, document, hour) {

@@ -4,16 +4,20 @@ use crate::files::{CertificateFiles, Contents, Served};
 use crate::TlsError;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-/// Serves the chain last loaded from [`CertificateFiles`] to every handshake, whatever name it
-/// asks for (one certificate holds the API's name and the issuers' wildcard).
+/// Serves the chain last loaded from [`CertificateFiles`] to every handshake (one certificate
+/// holds the API's name and the issuers' wildcard), except a handshake whose SNI names a custom
+/// domain: that one gets the domain's own certificate ([`Reloading::serve_domain`]).
 #[derive(Debug)]
 pub struct Reloading {
     files: CertificateFiles,
     current: RwLock<Arc<CertifiedKey>>,
     seen: Mutex<Seen>,
+    /// Custom domains' certificates, by lower-case name.
+    domains: RwLock<HashMap<String, Arc<CertifiedKey>>>,
 }
 
 /// What the files held at the last look, loadable or not.
@@ -66,7 +70,36 @@ impl Reloading {
                 contents: served.read,
                 problem: None,
             }),
+            domains: RwLock::default(),
         }
+    }
+
+    /// Serves `chain_pem` with `key_pem` to handshakes naming `domain` (SNI), from now on; an
+    /// error (nothing changes) when they do not load or the key is not the chain's.
+    pub fn serve_domain(
+        &self,
+        domain: &str,
+        chain_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Result<(), TlsError> {
+        let files = CertificateFiles {
+            cert: format!("(custom domain {domain})").into(),
+            key: format!("(custom domain {domain})").into(),
+        };
+        let served = files.parse((chain_pem.to_vec(), key_pem.to_vec()))?;
+        self.domains
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(domain.to_ascii_lowercase(), served.key);
+        Ok(())
+    }
+
+    /// Stops serving `domain`'s own certificate: its handshakes get the operator's again.
+    pub fn drop_domain(&self, domain: &str) {
+        self.domains
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&domain.to_ascii_lowercase());
     }
 
     /// Looks at the files every `every` on a thread of its own, which ends with the last
@@ -134,7 +167,14 @@ impl Reloading {
 }
 
 impl ResolvesServerCert for Reloading {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(name) = hello.server_name() {
+            // rustls hands the name over in lower case.
+            let domains = self.domains.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(key) = domains.get(name) {
+                return Some(key.clone());
+            }
+        }
         Some(self.current())
     }
 }

@@ -22,7 +22,14 @@ fn two_clusters_publish_under_one_issuer_and_one_retires_while_the_other_stays()
     let blue = SigningKey::generate(KeyKind::P256, "blue-1");
     let green = SigningKey::generate(KeyKind::P256, "green-1");
     let put = |source: Option<&str>, key: &SigningKey, retain: Option<Value>| {
-        put_keys_as(&server, &acme.token, &sub, source, &[key.public_jwk()], retain)
+        put_keys_as(
+            &server,
+            &acme.token,
+            &sub,
+            source,
+            &[key.public_jwk()],
+            retain,
+        )
     };
 
     // Blue publishes as the default source, green as its own: both verify under one issuer.
@@ -40,9 +47,17 @@ fn two_clusters_publish_under_one_issuer_and_one_retires_while_the_other_stays()
         .unwrap();
     assert_eq!(green_put.status(), 200);
     let green_body = json(green_put);
-    assert_eq!(kids(&green_body["jwks"]), ["green-1"], "the answer is the source's upload");
+    assert_eq!(
+        kids(&green_body["jwks"]),
+        ["green-1"],
+        "the answer is the source's upload"
+    );
     assert!(
-        green_body["warnings"].as_array().unwrap().iter().all(|w| !w.to_string().contains("overlap")),
+        green_body["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|w| !w.to_string().contains("overlap")),
         "another source's keys are no rotation: {green_body}"
     );
     let (set, _) = public_keys(&server, &sub);
@@ -61,14 +76,37 @@ fn two_clusters_publish_under_one_issuer_and_one_retires_while_the_other_stays()
     assert_eq!(discovery["issuer"], issuer.as_str());
 
     // Each source's own upload, and the inventory naming each key's source.
-    let blue_upload = json(config_of(&server, &acme.token, &format!("/services/{sub}/config?source=default")));
+    let blue_upload = json(config_of(
+        &server,
+        &acme.token,
+        &format!("/services/{sub}/config?source=default"),
+    ));
     assert_eq!(kids(&blue_upload["jwks"]), ["blue-1"]);
-    assert!(blue_upload["openidConfiguration"].get("claims_supported").is_none(), "its own document");
-    assert_eq!(blue_upload["openidConfiguration"]["issuer"], issuer.as_str());
-    let green_upload = json(config_of(&server, &acme.token, &format!("/services/{sub}/config?source=green")));
+    assert!(
+        blue_upload["openidConfiguration"]
+            .get("claims_supported")
+            .is_none(),
+        "its own document"
+    );
+    assert_eq!(
+        blue_upload["openidConfiguration"]["issuer"],
+        issuer.as_str()
+    );
+    let green_upload = json(config_of(
+        &server,
+        &acme.token,
+        &format!("/services/{sub}/config?source=green"),
+    ));
     assert_eq!(kids(&green_upload["jwks"]), ["green-1"]);
-    assert_eq!(green_upload["openidConfiguration"]["claims_supported"], json!(["sub", "iss"]));
-    let all = json(config_of(&server, &acme.token, &format!("/services/{sub}/config")));
+    assert_eq!(
+        green_upload["openidConfiguration"]["claims_supported"],
+        json!(["sub", "iss"])
+    );
+    let all = json(config_of(
+        &server,
+        &acme.token,
+        &format!("/services/{sub}/config"),
+    ));
     assert_eq!(kids(&all["jwks"]), ["blue-1", "green-1"]);
     let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
     let sources: Vec<(&str, &str)> = inventory["keys"]
@@ -83,33 +121,54 @@ fn two_clusters_publish_under_one_issuer_and_one_retires_while_the_other_stays()
     let impostor = SigningKey::generate(KeyKind::P256, "blue-1");
     let reused = put(Some("green"), &impostor, None);
     let problem = assert_problem(reused, 400, "kid-reused");
-    assert!(problem["detail"].to_string().contains("default"), "{problem}");
+    assert!(
+        problem["detail"].to_string().contains("default"),
+        "{problem}"
+    );
     assert_eq!(kids(&public_keys(&server, &sub).0), ["blue-1", "green-1"]);
 
     // Green rotates: only green's old key retires; blue's stays current.
     let green2 = SigningKey::generate(KeyKind::P256, "green-2");
     assert_eq!(put(Some("green"), &green2, Some(json!(1))).status(), 200);
-    assert_eq!(kids(&public_keys(&server, &sub).0), ["blue-1", "green-2", "green-1"]);
+    assert_eq!(
+        kids(&public_keys(&server, &sub).0),
+        ["blue-1", "green-2", "green-1"]
+    );
 
     // The blue cluster goes away: its keys retire for its retention (2 h), the rest stays.
     let removed = server
-        .authed(Method::DELETE, &format!("/services/{sub}/config?source=default"), &acme.token)
+        .authed(
+            Method::DELETE,
+            &format!("/services/{sub}/config?source=default"),
+            &acme.token,
+        )
         .send()
         .unwrap();
     assert_eq!(removed.status(), 204);
     let (set, _) = public_keys(&server, &sub);
     assert_eq!(kids(&set), ["green-2", "green-1", "blue-1"]);
-    assert!(verifies(&set, &token(&blue, &issuer)), "blue's tokens verify through the retention");
+    assert!(
+        verifies(&set, &token(&blue, &issuer)),
+        "blue's tokens verify through the retention"
+    );
     let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
     assert_eq!(inventory["keys"][2]["state"], "retired");
     assert_problem(
-        config_of(&server, &acme.token, &format!("/services/{sub}/config?source=default")),
+        config_of(
+            &server,
+            &acme.token,
+            &format!("/services/{sub}/config?source=default"),
+        ),
         404,
         "not-found",
     );
     assert_problem(
         server
-            .authed(Method::DELETE, &format!("/services/{sub}/config?source=default"), &acme.token)
+            .authed(
+                Method::DELETE,
+                &format!("/services/{sub}/config?source=default"),
+                &acme.token,
+            )
             .send()
             .unwrap(),
         404,
@@ -130,10 +189,26 @@ fn source_names_are_checked_and_the_cap_counts_every_source() {
     let key = SigningKey::generate(KeyKind::P256, "k1");
     for bad in ["Blue", "", "a_b", &"x".repeat(33)] {
         let path = format!("/services/{sub}/config?source={bad}");
-        let refused = put_keys_as(&server, &acme.token, &sub, Some(bad), &[key.public_jwk()], None);
+        let refused = put_keys_as(
+            &server,
+            &acme.token,
+            &sub,
+            Some(bad),
+            &[key.public_jwk()],
+            None,
+        );
         let problem = assert_problem(refused, 400, "validation-failed");
-        assert!(problem["detail"].to_string().contains("query parameter source"), "{path}: {problem}");
-        assert_problem(config_of(&server, &acme.token, &path), 400, "validation-failed");
+        assert!(
+            problem["detail"]
+                .to_string()
+                .contains("query parameter source"),
+            "{path}: {problem}"
+        );
+        assert_problem(
+            config_of(&server, &acme.token, &path),
+            400,
+            "validation-failed",
+        );
     }
     // 60 keys in one source and 41 in another: the union would hold 101.
     let many = |prefix: &str, n: usize| -> Vec<Value> {
@@ -141,10 +216,16 @@ fn source_names_are_checked_and_the_cap_counts_every_source() {
             .map(|i| SigningKey::generate(KeyKind::Ed25519, &format!("{prefix}{i}")).public_jwk())
             .collect()
     };
-    assert_eq!(put_keys_as(&server, &acme.token, &sub, Some("a"), &many("a", 60), None).status(), 200);
+    assert_eq!(
+        put_keys_as(&server, &acme.token, &sub, Some("a"), &many("a", 60), None).status(),
+        200
+    );
     let refused = put_keys_as(&server, &acme.token, &sub, Some("b"), &many("b", 41), None);
     let problem = assert_problem(refused, 400, "validation-failed");
     assert!(problem.to_string().contains("101 keys"), "{problem}");
-    assert_eq!(put_keys_as(&server, &acme.token, &sub, Some("b"), &many("b", 40), None).status(), 200);
+    assert_eq!(
+        put_keys_as(&server, &acme.token, &sub, Some("b"), &many("b", 40), None).status(),
+        200
+    );
     assert_eq!(kids(&public_keys(&server, &sub).0).len(), 100);
 }

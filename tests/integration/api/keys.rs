@@ -40,7 +40,11 @@ pub fn put_keys_as(
     }
     let query = source.map_or(String::new(), |s| format!("?source={s}"));
     server
-        .authed(Method::PUT, &format!("/services/{subdomain}/config{query}"), token)
+        .authed(
+            Method::PUT,
+            &format!("/services/{subdomain}/config{query}"),
+            token,
+        )
         .json(&body)
         .send()
         .unwrap()

@@ -140,7 +140,9 @@ pub fn withdraw_source(
             &mut |current| {
                 let current = current?;
                 found = Some(false);
-                let keys = current.keys.without_source(source, now, service.expires_at)?;
+                let keys = current
+                    .keys
+                    .without_source(source, now, service.expires_at)?;
                 found = Some(true);
                 Some(PublishedConfig {
                     jwks: keys.current_set().to_string(),

@@ -40,6 +40,12 @@ pub enum AppError {
     /// The state forbids it (409), with a sentence.
     #[error("{0}")]
     Conflict(String),
+    /// Another service holds the domain (409, `domain-taken`).
+    #[error("{0}")]
+    DomainTaken(String),
+    /// No ACME directory is configured (409, `custom-domains-disabled`).
+    #[error("{0}")]
+    CustomDomainsDisabled(String),
     /// A per-customer quota is reached (403, `quota-exceeded`).
     #[error("{0}")]
     QuotaExceeded(String),

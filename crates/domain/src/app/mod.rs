@@ -26,6 +26,7 @@ pub mod anonymous;
 pub mod audit;
 pub mod config;
 pub mod customers;
+pub mod domains;
 pub mod explain;
 pub mod fetches;
 pub mod keys;
@@ -53,6 +54,8 @@ pub struct Settings {
     pub max_accounts_per_customer: u64,
     /// How many anonymous services may live at once, of everyone's.
     pub anon_max_active: u64,
+    /// Whether custom domains are taken (an ACME directory is configured).
+    pub custom_domains: bool,
 }
 
 impl Default for Settings {
@@ -63,6 +66,7 @@ impl Default for Settings {
             max_services_per_customer: 10_000,
             max_accounts_per_customer: 1_000,
             anon_max_active: 100_000,
+            custom_domains: false,
         }
     }
 }

@@ -162,9 +162,9 @@ mod tests {
                 &caller,
                 &service,
                 config::PublishConfig {
-            body,
-            source: crate::keys::DEFAULT_SOURCE.into(),
-        },
+                    body,
+                    source: crate::keys::DEFAULT_SOURCE.into(),
+                },
                 NOW,
             )
             .unwrap();

@@ -314,7 +314,10 @@ mod tests {
             .map(|k| serde_json::Value::Object(k.jwk.clone()))
             .collect();
         config.jwks = serde_json::json!({ "keys": uploaded }).to_string();
-        config.keys = KeyState { keys: records, ..Default::default() };
+        config.keys = KeyState {
+            keys: records,
+            ..Default::default()
+        };
         config.updated_at = now - time::Duration::minutes(30);
         (service, config)
     }

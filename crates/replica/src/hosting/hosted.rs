@@ -51,7 +51,7 @@ pub struct Document {
 }
 
 impl Document {
-    fn new(text: &str) -> Self {
+    pub(crate) fn new(text: &str) -> Self {
         Self::of(Bytes::copy_from_slice(text.as_bytes()))
     }
 

@@ -73,6 +73,12 @@ kinds! {
     CONFLICT = "conflict", 409, "Conflict",
         "The subdomain is taken, or several generated names in a row were.",
         "Choose another name, or retry to get another generated one.";
+    DOMAIN_TAKEN = "domain-taken", 409, "Domain taken",
+        "Another service has this custom domain, in whatever status.",
+        "Remove it from the other service first (DELETE /services/{s}/domain), or choose another domain.";
+    CUSTOM_DOMAINS_DISABLED = "custom-domains-disabled", 409, "Custom domains disabled",
+        "This registry takes no custom domains: its operator has not configured an ACME directory (REGISTRY_ACME_DIRECTORY).",
+        "Ask the operator to enable custom domains, or use the service's own issuer URL.";
     REQUEST_TIMEOUT = "request-timeout", 408, "Request timeout",
         "The request body did not arrive in time after its headers; the connection is closed.",
         "Send the body at once, on a new connection.";

@@ -71,6 +71,12 @@ pub enum ApiError {
     /// The subdomain is taken.
     #[error("{0}")]
     Conflict(String),
+    /// Another service holds the custom domain.
+    #[error("{0}")]
+    DomainTaken(String),
+    /// Custom domains are not on (no ACME directory).
+    #[error("{0}")]
+    CustomDomainsDisabled(String),
     /// The body did not arrive in time after the headers (docs/api.md, "Limits that hold (second
     /// security review)"); the connection closes after this answer.
     #[error("the request body did not arrive within {0} seconds of the headers")]
@@ -184,6 +190,8 @@ impl From<AppError> for ApiError {
             }
             AppError::NotFound(detail) => ApiError::NotFound(detail),
             AppError::Conflict(detail) => ApiError::Conflict(detail),
+            AppError::DomainTaken(detail) => ApiError::DomainTaken(detail),
+            AppError::CustomDomainsDisabled(detail) => ApiError::CustomDomainsDisabled(detail),
             AppError::QuotaExceeded(detail) => ApiError::QuotaExceeded(detail),
             AppError::Capacity {
                 retry_after_secs,
@@ -215,6 +223,8 @@ impl ApiError {
             ApiError::NotFound(_) => &kinds::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => &kinds::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => &kinds::CONFLICT,
+            ApiError::DomainTaken(_) => &kinds::DOMAIN_TAKEN,
+            ApiError::CustomDomainsDisabled(_) => &kinds::CUSTOM_DOMAINS_DISABLED,
             ApiError::RequestTimeout(_) => &kinds::REQUEST_TIMEOUT,
             ApiError::QuotaExceeded(_) => &kinds::QUOTA_EXCEEDED,
             ApiError::PayloadTooLarge(_) => &kinds::PAYLOAD_TOO_LARGE,

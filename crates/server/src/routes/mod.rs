@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod anonymous;
 pub mod audit;
 pub mod config;
+pub mod domains;
 pub mod fetch_log;
 pub mod keys;
 pub mod ops;
@@ -37,6 +38,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(get_or_head().to(config::get))
             .route(web::put().to(config::put))
             .route(web::delete().to(config::delete))
+            .default_service(web::to(|| not_allowed("GET, HEAD, PUT, DELETE"))),
+    )
+    .service(
+        web::resource("/services/{subdomain}/domain")
+            .route(get_or_head().to(domains::get))
+            .route(web::put().to(domains::put))
+            .route(web::delete().to(domains::delete))
             .default_service(web::to(|| not_allowed("GET, HEAD, PUT, DELETE"))),
     )
     .service(get_and_head("/services/{subdomain}/keys", keys::list))

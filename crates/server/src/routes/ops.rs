@@ -125,6 +125,16 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
             ));
         }
     }
+    for served in state.replica.domains.all() {
+        if let Some(certificate) = &served.domain.certificate {
+            labeled.push((
+                "registry_domain_certificate_not_after_seconds",
+                "When each custom domain's certificate stops being valid, in seconds since the Unix epoch (renewed at two thirds of its lifetime).",
+                vec![("domain", served.domain.domain.clone())],
+                certificate.not_after.unix_timestamp() as f64,
+            ));
+        }
+    }
     if let Some(purger) = &state.purger {
         let (purged, failed) = purger.outcomes();
         for (result, count) in [("purged", purged), ("failed", failed)] {

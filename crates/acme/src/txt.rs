@@ -1,0 +1,70 @@
+//! The proof of ownership: the TXT record `_registry-challenge.<domain>` holds the token the
+//! registry gave, looked up through `REGISTRY_DNS_RESOLVER` (or the system's resolver).
+
+use crate::AcmeError;
+use hickory_resolver::config::{NameServerConfig, ResolverConfig};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::proto::rr::RData;
+use hickory_resolver::TokioResolver;
+use std::net::SocketAddr;
+
+/// Looks up TXT records.
+pub struct TxtLookup {
+    resolver: TokioResolver,
+}
+
+impl std::fmt::Debug for TxtLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TxtLookup")
+    }
+}
+
+impl TxtLookup {
+    /// A lookup through the DNS server at `server` (`host:port`), or the system's resolver
+    /// (`/etc/resolv.conf`) when `None`. Answers are not cached: each check asks again.
+    pub fn new(server: Option<&str>) -> Result<Self, AcmeError> {
+        let builder = match server {
+            Some(server) => {
+                let address: SocketAddr = server.parse().map_err(|_| {
+                    AcmeError::Setting(format!(
+                        "REGISTRY_DNS_RESOLVER {server:?} is not an address and port such as 127.0.0.1:53"
+                    ))
+                })?;
+                let mut name_server = NameServerConfig::udp_and_tcp(address.ip());
+                for connection in &mut name_server.connections {
+                    connection.port = address.port();
+                }
+                let config = ResolverConfig::from_name_servers(vec![name_server]);
+                TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
+            }
+            None => TokioResolver::builder_tokio()
+                .map_err(|e| AcmeError::Setting(format!("the system's DNS configuration: {e}")))?,
+        };
+        let mut builder = builder;
+        builder.options_mut().cache_size = 0;
+        let resolver = builder
+            .build()
+            .map_err(|e| AcmeError::Setting(format!("the DNS resolver: {e}")))?;
+        Ok(Self { resolver })
+    }
+
+    /// Whether a TXT record of `name` holds exactly `value` (a record split in several strings
+    /// counts joined). No record, or no such name, is `false`.
+    pub async fn holds(&self, name: &str, value: &str) -> Result<bool, AcmeError> {
+        let fqdn = format!("{}.", name.trim_end_matches('.'));
+        match self.resolver.txt_lookup(fqdn).await {
+            Ok(found) => Ok(found.answers().iter().any(|record| match &record.data {
+                RData::TXT(txt) => {
+                    let joined: Vec<u8> = txt.txt_data.iter().flatten().copied().collect();
+                    joined == value.as_bytes()
+                }
+                _ => false,
+            })),
+            Err(error) if error.is_no_records_found() || error.is_nx_domain() => Ok(false),
+            Err(error) => Err(AcmeError::Dns {
+                name: name.to_owned(),
+                why: error.to_string(),
+            }),
+        }
+    }
+}

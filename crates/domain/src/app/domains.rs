@@ -1,0 +1,153 @@
+//! A service's custom domain (docs/api.md, "Custom domains"): set, read, remove. The worker that
+//! takes a domain from `verifying` to `active` is the server's (it does I/O); the rules it
+//! follows are [`crate::custom_domain`]'s.
+
+use crate::app::{AppError, Caller, Registry};
+use crate::audit::Action;
+use crate::custom_domain::{check_domain, CustomDomain};
+use crate::{Service, StoreError};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use time::OffsetDateTime;
+
+/// The 404 of a service with no custom domain.
+pub fn no_domain(subdomain: &str) -> AppError {
+    AppError::NotFound(format!("{subdomain:?} has no custom domain"))
+}
+
+/// `PUT /services/{s}/domain` `{domain}`: the domain to serve the service's documents under,
+/// verifying from now on; the same domain again changes nothing. Another service's domain is a
+/// 409 `domain-taken`; without an ACME directory, a 409 `custom-domains-disabled`.
+pub fn set(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    domain: &str,
+    now: OffsetDateTime,
+) -> Result<CustomDomain, AppError> {
+    if !registry.settings.custom_domains {
+        return Err(AppError::CustomDomainsDisabled(
+            "custom domains are not enabled on this registry (the operator sets \
+             REGISTRY_ACME_DIRECTORY)"
+                .into(),
+        ));
+    }
+    if service.customer_id.is_none() {
+        return Err(AppError::Forbidden(
+            "an anonymous service cannot have a custom domain: register a service".into(),
+        ));
+    }
+    check_domain(domain, &registry.settings.issuers).map_err(|v| AppError::Invalid(vec![v]))?;
+    if let Some(current) = registry.store.domain_of(service.id)? {
+        if current.domain == domain {
+            return Ok(current);
+        }
+    }
+    let mut token = [0u8; 24];
+    registry.random.fill_bytes(&mut token);
+    let added = CustomDomain::new(
+        service.id,
+        domain.to_owned(),
+        URL_SAFE_NO_PAD.encode(token),
+        now,
+    );
+    let event = caller.service_event(Action::DomainPut, service, now);
+    match registry.store.put_domain(&added, &event) {
+        Ok(()) => Ok(added),
+        Err(StoreError::Conflict(_)) => Err(AppError::DomainTaken(format!(
+            "{domain:?} is another service's custom domain"
+        ))),
+        Err(StoreError::NotFound) => Err(crate::app::services::not_found(&service.subdomain)),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// `GET /services/{s}/domain`.
+pub fn get(registry: &Registry, service: &Service) -> Result<CustomDomain, AppError> {
+    registry
+        .store
+        .domain_of(service.id)?
+        .ok_or_else(|| no_domain(&service.subdomain))
+}
+
+/// `DELETE /services/{s}/domain`: no longer served, its certificate and key deleted.
+pub fn remove(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    now: OffsetDateTime,
+) -> Result<(), AppError> {
+    let event = caller.service_event(Action::DomainDelete, service, now);
+    if registry.store.delete_domain(service.id, &event)? {
+        Ok(())
+    } else {
+        Err(no_domain(&service.subdomain))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::services::{self, CreateService};
+    use crate::app::testing::{caller, registry_over, MemoryStore};
+    use crate::custom_domain::DomainStatus;
+    use crate::ports::DomainStore;
+    use crate::Plan;
+    use std::sync::Arc;
+    use time::macros::datetime;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-28 10:00 UTC);
+
+    /// A registry with custom domains on (or off), its store, and two services of one caller.
+    fn two_services(enabled: bool) -> (Registry, Arc<MemoryStore>, Caller, Service, Service) {
+        let store = Arc::new(MemoryStore::default());
+        let (mut registry, _, account) = registry_over(store.clone(), Plan::Business, NOW);
+        registry.settings.custom_domains = enabled;
+        let caller = caller(account);
+        let create =
+            || services::create(&registry, &caller, CreateService::default(), NOW).unwrap();
+        let (a, b) = (create(), create());
+        (registry, store, caller, a, b)
+    }
+
+    #[test]
+    fn a_domain_is_set_once_held_by_one_service_and_removed() {
+        let (registry, store, caller, a, b) = two_services(true);
+        let added = set(&registry, &caller, &a, "login.acme.com", NOW).unwrap();
+        assert_eq!(added.status, DomainStatus::Verifying);
+        assert_eq!(added.txt_token.len(), 32);
+        let again = set(&registry, &caller, &a, "login.acme.com", NOW).unwrap();
+        assert_eq!(
+            again.txt_token, added.txt_token,
+            "the same domain changes nothing"
+        );
+        assert!(matches!(
+            set(&registry, &caller, &b, "login.acme.com", NOW),
+            Err(AppError::DomainTaken(_))
+        ));
+        assert!(matches!(
+            set(&registry, &caller, &b, "Login.acme.com", NOW),
+            Err(AppError::Invalid(_))
+        ));
+        remove(&registry, &caller, &a, NOW).unwrap();
+        assert!(matches!(get(&registry, &a), Err(AppError::NotFound(_))));
+        assert!(store.domain_named("login.acme.com").unwrap().is_none());
+        assert!(matches!(
+            remove(&registry, &caller, &a, NOW),
+            Err(AppError::NotFound(_))
+        ));
+        assert_eq!(store.events_of(Action::DomainPut).len(), 1);
+        assert_eq!(store.events_of(Action::DomainDelete).len(), 1);
+        // Free again: the other service takes it.
+        assert!(set(&registry, &caller, &b, "login.acme.com", NOW).is_ok());
+    }
+
+    #[test]
+    fn without_an_acme_directory_domains_are_refused() {
+        let (registry, _, caller, a, _) = two_services(false);
+        assert!(matches!(
+            set(&registry, &caller, &a, "login.acme.com", NOW),
+            Err(AppError::CustomDomainsDisabled(_))
+        ));
+    }
+}

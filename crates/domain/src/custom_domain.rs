@@ -1,0 +1,412 @@
+//! Custom domains (docs/api.md, "Custom domains"): a customer's own host serving a service's
+//! documents under the issuer `https://<domain>`, once a TXT record proves the customer owns it
+//! and a certificate has been obtained for it by ACME. This module holds the rules: which names
+//! may be a custom domain, the DNS records a customer sets, and how a domain moves from
+//! `verifying` to `active` (when to look again, when to give up, when to renew). Time is a
+//! parameter everywhere.
+//!
+//! ```
+//! use registry_domain::custom_domain::{CustomDomain, DomainStatus, Schedule};
+//! use time::macros::datetime;
+//! let t0 = datetime!(2026-11-28 10:00 UTC);
+//! let schedule = Schedule::default();
+//! let domain = CustomDomain::new(uuid::Uuid::nil(), "login.acme.com".into(), "token".into(), t0);
+//! assert_eq!(domain.status, DomainStatus::Verifying);
+//! // No TXT record yet: look again in 10 s, then less often.
+//! let later = domain.checked(false, &schedule, t0);
+//! assert_eq!(later.next_attempt_at, t0 + time::Duration::seconds(10));
+//! // Found: the certificate is ordered at once.
+//! let found = later.checked(true, &schedule, t0 + time::Duration::seconds(10));
+//! assert_eq!(found.status, DomainStatus::Issuing);
+//! ```
+
+use crate::issuer::Issuers;
+use crate::Violation;
+use serde_json::{json, Value};
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+/// The name under which the TXT record proving ownership is looked up: `_registry-challenge.`
+/// then the domain.
+pub const CHALLENGE_LABEL: &str = "_registry-challenge";
+
+/// Longest domain name (RFC 1035).
+pub const MAX_DOMAIN: usize = 253;
+
+/// Where a custom domain stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DomainStatus {
+    /// Waiting for the TXT record that proves ownership.
+    Verifying,
+    /// Owned; its certificate is being ordered (or an order failed and is retried).
+    Issuing,
+    /// Served, with its certificate.
+    Active,
+    /// The TXT record never came (72 hours): nothing more is tried.
+    Failed,
+}
+
+impl DomainStatus {
+    /// Its name in the API and the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DomainStatus::Verifying => "verifying",
+            DomainStatus::Issuing => "issuing",
+            DomainStatus::Active => "active",
+            DomainStatus::Failed => "failed",
+        }
+    }
+
+    /// The status of a name [`DomainStatus::as_str`] gave.
+    pub fn parse(name: &str) -> Option<DomainStatus> {
+        [
+            DomainStatus::Verifying,
+            DomainStatus::Issuing,
+            DomainStatus::Active,
+            DomainStatus::Failed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+}
+
+/// Why a domain is not (or no longer) progressing: `dns-not-verified` or `acme-order-failed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainProblem {
+    /// The code.
+    pub code: String,
+    /// A sentence (for an order, the ACME server's problem detail).
+    pub message: String,
+}
+
+/// A domain's certificate as stored: the chain, its private key sealed under
+/// `REGISTRY_DATA_KEY`, and what the API shows of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DomainCertificate {
+    /// The chain, leaf first (PEM).
+    pub chain_pem: String,
+    /// The leaf's private key, sealed (never stored in the clear).
+    pub sealed_key: String,
+    /// Not valid before.
+    pub not_before: OffsetDateTime,
+    /// Not valid after.
+    pub not_after: OffsetDateTime,
+    /// The issuer's name.
+    pub issuer: String,
+}
+
+impl std::fmt::Debug for DomainCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DomainCertificate")
+            .field("not_after", &self.not_after)
+            .field("issuer", &self.issuer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DomainCertificate {
+    /// When it is renewed: once two thirds of its lifetime have passed.
+    pub fn renew_at(&self) -> OffsetDateTime {
+        self.not_before + (self.not_after - self.not_before) * 2 / 3
+    }
+}
+
+/// A service's custom domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomDomain {
+    /// The service it serves.
+    pub service_id: Uuid,
+    /// The domain, lower case.
+    pub domain: String,
+    /// Where it stands.
+    pub status: DomainStatus,
+    /// The value the TXT record must hold.
+    pub txt_token: String,
+    /// When it was added.
+    pub created_at: OffsetDateTime,
+    /// When the worker next looks at it (the TXT record, an order, a renewal).
+    pub next_attempt_at: OffsetDateTime,
+    /// Looks or orders that failed in a row: the backoff.
+    pub attempts: u32,
+    /// Why it is failed, or why the last order failed.
+    pub problem: Option<DomainProblem>,
+    /// Its certificate, once there is one.
+    pub certificate: Option<DomainCertificate>,
+}
+
+/// How often the worker looks again (docs/api.md, "Custom domains").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    /// The first interval between TXT lookups (10 s), doubling up to `longest_check`.
+    pub first_check: Duration,
+    /// The longest interval between TXT lookups (5 minutes).
+    pub longest_check: Duration,
+    /// How long ownership may take before the domain fails (72 hours).
+    pub give_up_after: Duration,
+    /// The first retry of a failed order (1 minute), doubling up to `longest_retry`.
+    pub first_retry: Duration,
+    /// The longest interval between orders (1 hour).
+    pub longest_retry: Duration,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule {
+            first_check: Duration::seconds(10),
+            longest_check: Duration::minutes(5),
+            give_up_after: Duration::hours(72),
+            first_retry: Duration::minutes(1),
+            longest_retry: Duration::hours(1),
+        }
+    }
+}
+
+/// `first` doubled `attempts` times, at most `longest`.
+fn backoff(first: Duration, longest: Duration, attempts: u32) -> Duration {
+    let factor = 2i32.saturating_pow(attempts.min(20));
+    (first * factor).min(longest)
+}
+
+/// Checks a domain a customer asks for: a lower-case DNS name of at least two labels, no
+/// wildcard, no port, at most 253 characters, neither the API's host nor under the issuers'
+/// base. The violation points at `/domain`.
+///
+/// ```
+/// use registry_domain::custom_domain::check_domain;
+/// use registry_domain::issuer::Issuers;
+/// let issuers = Issuers::new("https://{subdomain}.oidc.example.com", "https://registry.example.com").unwrap();
+/// assert!(check_domain("login.acme.com", &issuers).is_ok());
+/// for bad in ["Login.acme.com", "acme", "*.acme.com", "acme.com:443", "a..b", "-a.com", "x.oidc.example.com"] {
+///     assert_eq!(check_domain(bad, &issuers).unwrap_err().pointer, "/domain", "{bad}");
+/// }
+/// ```
+pub fn check_domain(domain: &str, issuers: &Issuers) -> Result<(), Violation> {
+    let refuse = |why: String| Err(Violation::new("/domain", why));
+    if domain.len() > MAX_DOMAIN {
+        return refuse(format!("a domain has at most {MAX_DOMAIN} characters"));
+    }
+    if domain.contains('*') {
+        return refuse("a wildcard cannot be a custom domain: name one host".into());
+    }
+    if domain.contains(':') {
+        return refuse("a domain has no port: relying parties reach it on 443".into());
+    }
+    let labels: Vec<&str> = domain.split('.').collect();
+    let label_ok = |l: &&str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if labels.len() < 2 || !labels.iter().all(label_ok) {
+        return refuse(format!(
+            "{domain:?} is not a lower-case DNS name of at least two labels (letters, digits and \
+             hyphens, such as login.example.com)"
+        ));
+    }
+    match issuers.refuses_custom_domain(domain) {
+        Some(why) => refuse(why),
+        None => Ok(()),
+    }
+}
+
+impl CustomDomain {
+    /// A domain just added at `now`, waiting for its TXT record to hold `txt_token`.
+    pub fn new(service_id: Uuid, domain: String, txt_token: String, now: OffsetDateTime) -> Self {
+        CustomDomain {
+            service_id,
+            domain,
+            status: DomainStatus::Verifying,
+            txt_token,
+            created_at: now,
+            next_attempt_at: now,
+            attempts: 0,
+            problem: None,
+            certificate: None,
+        }
+    }
+
+    /// The issuer it serves: `https://<domain>`, never with a port.
+    pub fn issuer(&self) -> String {
+        format!("https://{}", self.domain)
+    }
+
+    /// The name the TXT record is looked up under.
+    pub fn challenge_name(&self) -> String {
+        format!("{CHALLENGE_LABEL}.{}", self.domain)
+    }
+
+    /// Whether its documents are served now: active, with a certificate.
+    pub fn is_served(&self) -> bool {
+        self.status == DomainStatus::Active && self.certificate.is_some()
+    }
+
+    /// After a TXT lookup at `now` that found the token (`found`) or not.
+    pub fn checked(mut self, found: bool, schedule: &Schedule, now: OffsetDateTime) -> Self {
+        if found {
+            self.status = DomainStatus::Issuing;
+            self.attempts = 0;
+            self.next_attempt_at = now;
+            self.problem = None;
+        } else if now - self.created_at >= schedule.give_up_after {
+            self.status = DomainStatus::Failed;
+            self.problem = Some(DomainProblem {
+                code: "dns-not-verified".into(),
+                message: format!(
+                    "no TXT record {} holding the token was found within {} hours",
+                    self.challenge_name(),
+                    schedule.give_up_after.whole_hours()
+                ),
+            });
+        } else {
+            let wait = backoff(schedule.first_check, schedule.longest_check, self.attempts);
+            self.attempts = self.attempts.saturating_add(1);
+            self.next_attempt_at = (now + wait).min(self.created_at + schedule.give_up_after);
+        }
+        self
+    }
+
+    /// After an order at `now`: its certificate (`Ok`), or why it failed (`Err`, retried with
+    /// backoff; an active domain keeps serving the certificate it has).
+    pub fn ordered(
+        mut self,
+        outcome: Result<DomainCertificate, String>,
+        schedule: &Schedule,
+        now: OffsetDateTime,
+    ) -> Self {
+        match outcome {
+            Ok(certificate) => {
+                self.status = DomainStatus::Active;
+                self.attempts = 0;
+                self.problem = None;
+                self.next_attempt_at = certificate.renew_at();
+                self.certificate = Some(certificate);
+            }
+            Err(message) => {
+                let wait = backoff(schedule.first_retry, schedule.longest_retry, self.attempts);
+                self.attempts = self.attempts.saturating_add(1);
+                self.next_attempt_at = now + wait;
+                self.problem = Some(DomainProblem {
+                    code: "acme-order-failed".into(),
+                    message,
+                });
+            }
+        }
+        self
+    }
+
+    /// Whether the worker has something to do for it at `now`: look for the TXT record, order,
+    /// or renew.
+    pub fn is_due(&self, now: OffsetDateTime) -> bool {
+        self.status != DomainStatus::Failed && self.next_attempt_at <= now
+    }
+
+    /// The answer of `GET /services/{s}/domain` (and of the PUT): the domain, its status, the
+    /// records to set (`issuer_host`: the service's issuer host, the CNAME's target), the
+    /// certificate once there is one, the problem when there is one.
+    pub fn view(&self, issuer_host: &str) -> Value {
+        let mut view = json!({
+            "domain": self.domain,
+            "status": self.status.as_str(),
+            "records": [
+                {"type": "CNAME", "name": self.domain, "value": issuer_host},
+                {"type": "TXT", "name": self.challenge_name(), "value": self.txt_token},
+            ],
+        });
+        if let Some(certificate) = &self.certificate {
+            view["certificate"] = json!({
+                "notBefore": rfc3339(certificate.not_before),
+                "notAfter": rfc3339(certificate.not_after),
+                "issuer": certificate.issuer,
+            });
+        }
+        if let Some(problem) = &self.problem {
+            view["error"] = json!({"code": problem.code, "message": problem.message});
+        }
+        view
+    }
+}
+
+fn rfc3339(at: OffsetDateTime) -> String {
+    at.replace_nanosecond(0)
+        .unwrap_or(at)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    const T0: OffsetDateTime = datetime!(2026-11-28 10:00 UTC);
+
+    fn added() -> CustomDomain {
+        CustomDomain::new(Uuid::nil(), "login.acme.com".into(), "t0k3n".into(), T0)
+    }
+
+    fn certificate(days: i64) -> DomainCertificate {
+        DomainCertificate {
+            chain_pem: "chain".into(),
+            sealed_key: "sealed".into(),
+            not_before: T0,
+            not_after: T0 + Duration::days(days),
+            issuer: "CN=Pebble".into(),
+        }
+    }
+
+    #[test]
+    fn lookups_back_off_to_five_minutes_and_give_up_after_72_hours() {
+        let schedule = Schedule::default();
+        let mut domain = added();
+        let mut waits = Vec::new();
+        let mut now = T0;
+        for _ in 0..8 {
+            domain = domain.checked(false, &schedule, now);
+            waits.push((domain.next_attempt_at - now).whole_seconds());
+            now = domain.next_attempt_at;
+        }
+        assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(domain.status, DomainStatus::Verifying);
+        let late = domain.checked(false, &schedule, T0 + Duration::hours(72));
+        assert_eq!(late.status, DomainStatus::Failed);
+        assert_eq!(late.problem.as_ref().unwrap().code, "dns-not-verified");
+        assert!(!late.is_due(T0 + Duration::days(9)));
+        assert_eq!(late.view("x")["error"]["code"], "dns-not-verified");
+    }
+
+    #[test]
+    fn an_order_activates_and_renews_at_two_thirds_and_a_failure_is_retried() {
+        let schedule = Schedule::default();
+        let issuing = added().checked(true, &schedule, T0);
+        assert_eq!(
+            (issuing.status, issuing.is_due(T0)),
+            (DomainStatus::Issuing, true)
+        );
+        let failed = issuing.ordered(
+            Err("urn:ietf:params:acme:error:connection".into()),
+            &schedule,
+            T0,
+        );
+        assert_eq!(failed.status, DomainStatus::Issuing);
+        assert_eq!(failed.next_attempt_at, T0 + Duration::minutes(1));
+        assert_eq!(failed.view("x")["error"]["code"], "acme-order-failed");
+        let active = failed.ordered(Ok(certificate(90)), &schedule, T0);
+        assert!(active.is_served() && active.problem.is_none());
+        assert_eq!(active.next_attempt_at, T0 + Duration::days(60));
+        let view = active.view("acme.oidc.example.com");
+        assert_eq!(view["status"], "active");
+        assert_eq!(view["certificate"]["issuer"], "CN=Pebble");
+        assert_eq!(view["records"][0]["value"], "acme.oidc.example.com");
+        assert_eq!(
+            view["records"][1]["name"],
+            "_registry-challenge.login.acme.com"
+        );
+        assert_eq!(view["records"][1]["value"], "t0k3n");
+        // A failed renewal keeps the certificate served.
+        let renewing = active.ordered(Err("down".into()), &schedule, T0 + Duration::days(60));
+        assert!(renewing.is_served());
+    }
+}

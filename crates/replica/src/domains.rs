@@ -1,0 +1,145 @@
+//! The custom domains this replica serves (docs/api.md, "Custom domains"): active ones with
+//! their certificate, by name, kept as fresh as the database by the change log (a domain's
+//! changes are its service's). Under a custom domain the service's documents are served with the
+//! issuer `https://<domain>`: the key set is the subdomain's, byte for byte, and the discovery
+//! document is the subdomain's with `issuer` and `jwks_uri` pointed at the domain.
+
+use crate::hosting::{Document, Hosted};
+use registry_domain::custom_domain::CustomDomain;
+use registry_domain::publishing::point_at;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use uuid::Uuid;
+
+/// A custom domain served now.
+#[derive(Debug)]
+pub struct Served {
+    /// The domain, with its certificate (the key sealed).
+    pub domain: CustomDomain,
+    /// The subdomain of its service, whose documents it serves.
+    pub subdomain: String,
+    /// The discovery document for this domain's issuer, and the ETag of the subdomain's
+    /// document it was made from.
+    discovery: Mutex<Option<(bytes::Bytes, Document)>>,
+}
+
+impl Served {
+    /// The discovery document of `hosted` (the subdomain's) under this domain's issuer: made
+    /// once per version of the subdomain's document.
+    pub fn discovery(&self, hosted: &Hosted) -> Document {
+        let mut kept = self
+            .discovery
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((from, document)) = kept.as_ref() {
+            if *from == hosted.discovery.etag {
+                return document.clone();
+            }
+        }
+        let mut doc: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&hosted.discovery.body).unwrap_or_default();
+        point_at(&mut doc, &self.domain.issuer());
+        let document = Document::new(&serde_json::Value::Object(doc).to_string());
+        *kept = Some((hosted.discovery.etag.clone(), document.clone()));
+        document
+    }
+}
+
+/// A change of the domains served, as this replica applied it: what the TLS listener installs
+/// or drops.
+#[derive(Debug, Clone)]
+pub enum DomainChanged {
+    /// Served from now on (or with a new certificate).
+    Served(Arc<Served>),
+    /// No longer served.
+    Dropped(String),
+}
+
+/// The custom domains served, by name and by service.
+#[derive(Debug, Default)]
+pub struct Domains {
+    by_name: RwLock<HashMap<String, Arc<Served>>>,
+    /// How many are served: read without the lock by every request for a host that is no
+    /// subdomain's (the API's included), and written only when a domain comes or goes.
+    count: AtomicUsize,
+}
+
+impl Domains {
+    /// Whether no domain is served (no lock taken).
+    pub fn is_empty(&self) -> bool {
+        self.count.load(Ordering::Relaxed) == 0
+    }
+
+    /// The domain `name` (lower case, no port), when it is served.
+    pub fn get(&self, name: &str) -> Option<Arc<Served>> {
+        self.read().get(name).cloned()
+    }
+
+    /// Every domain served.
+    pub fn all(&self) -> Vec<Arc<Served>> {
+        self.read().values().cloned().collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Served>>> {
+        self.by_name.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Applies what the database holds for `service_id`: its domain and subdomain when it has
+    /// one, or nothing. Answers what changed for the TLS listener.
+    pub(crate) fn apply(
+        &self,
+        service_id: Uuid,
+        found: Option<(CustomDomain, String)>,
+    ) -> Vec<DomainChanged> {
+        let mut by_name = self.by_name.write().unwrap_or_else(PoisonError::into_inner);
+        let mut changes = Vec::new();
+        let before: Vec<String> = (by_name.iter())
+            .filter(|(_, s)| s.domain.service_id == service_id)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let keep = found.filter(|(domain, _)| domain.is_served());
+        for name in before {
+            if keep.as_ref().is_none_or(|(d, _)| d.domain != name) {
+                by_name.remove(&name);
+                changes.push(DomainChanged::Dropped(name));
+            }
+        }
+        if let Some((domain, subdomain)) = keep {
+            let unchanged = by_name
+                .get(&domain.domain)
+                .is_some_and(|s| s.domain == domain && s.subdomain == subdomain);
+            if !unchanged {
+                let served = Arc::new(Served {
+                    domain,
+                    subdomain,
+                    discovery: Mutex::default(),
+                });
+                by_name.insert(served.domain.domain.clone(), served.clone());
+                changes.push(DomainChanged::Served(served));
+            }
+        }
+        self.count.store(by_name.len(), Ordering::Relaxed);
+        changes
+    }
+
+    /// Replaces every domain with `served` (with their subdomains): the start-up load.
+    pub(crate) fn load(&self, served: Vec<(CustomDomain, String)>) -> Vec<DomainChanged> {
+        let mut by_name = self.by_name.write().unwrap_or_else(PoisonError::into_inner);
+        let mut changes: Vec<DomainChanged> = by_name
+            .drain()
+            .map(|(name, _)| DomainChanged::Dropped(name))
+            .collect();
+        for (domain, subdomain) in served.into_iter().filter(|(d, _)| d.is_served()) {
+            let served = Arc::new(Served {
+                domain,
+                subdomain,
+                discovery: Mutex::default(),
+            });
+            by_name.insert(served.domain.domain.clone(), served.clone());
+            changes.push(DomainChanged::Served(served));
+        }
+        self.count.store(by_name.len(), Ordering::Relaxed);
+        changes
+    }
+}

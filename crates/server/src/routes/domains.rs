@@ -1,0 +1,87 @@
+//! `/services/{subdomain}/domain`: a service's custom domain (docs/api.md, "Custom domains"),
+//! and the HTTP-01 answers of its certificate orders, which every replica serves.
+
+use crate::body::{read_json, Fields};
+use crate::caller::ServiceCaller;
+use crate::problem::ApiResult;
+use crate::state::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::app::domains;
+use registry_domain::custom_domain::CustomDomain;
+
+/// Where an ACME server asks for the answer of an HTTP-01 challenge (RFC 8555 §8.3).
+pub const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/{token}";
+
+/// The answer of the domain calls: the domain, its status, the records to set.
+fn answer(state: &AppState, subdomain: &str, domain: &CustomDomain) -> serde_json::Value {
+    domain.view(&state.replica.hosting.issuers().host_of_issuer(subdomain))
+}
+
+/// `PUT /services/{subdomain}/domain` `{domain}`: 202, verifying until the TXT record is seen.
+pub async fn put(
+    ServiceCaller { service, caller }: ServiceCaller,
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
+    let mut fields = Fields::new(body.as_ref(), &["domain"])?;
+    let domain = fields.string("domain", true, 1024);
+    fields.finish()?;
+    let domain = domain.unwrap_or_default();
+    let now = state.now();
+    let subdomain = service.subdomain.clone();
+    let set = state
+        .write(move |registry| domains::set(registry, &caller, &service, &domain, now))
+        .await?;
+    Ok(HttpResponse::Accepted().json(answer(&state, &subdomain, &set)))
+}
+
+/// `GET /services/{subdomain}/domain`.
+pub async fn get(
+    ServiceCaller { service, .. }: ServiceCaller,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let subdomain = service.subdomain.clone();
+    let domain = state
+        .read(move |registry| domains::get(registry, &service))
+        .await?;
+    Ok(HttpResponse::Ok().json(answer(&state, &subdomain, &domain)))
+}
+
+/// `DELETE /services/{subdomain}/domain`: 204; no longer served, its certificate deleted.
+pub async fn delete(
+    ServiceCaller { service, caller }: ServiceCaller,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let now = state.now();
+    state
+        .write(move |registry| domains::remove(registry, &caller, &service, now))
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `GET /.well-known/acme-challenge/{token}` on a custom domain's host: the key authorization
+/// of an order under way, as plain text (every replica answers it from the database); 404
+/// otherwise.
+pub async fn challenge(
+    req: HttpRequest,
+    token: web::Path<String>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let host = crate::public::host(req.head()).map(crate::public::name_of_host);
+    let (Some(host), Some(_)) = (host, state.custom_domains.as_ref()) else {
+        return super::not_found().await;
+    };
+    let token = token.into_inner();
+    match state
+        .replica
+        .db(move |s| s.challenge(&host, &token))
+        .await?
+    {
+        Some(answer) => Ok(HttpResponse::Ok()
+            .content_type("application/octet-stream")
+            .body(answer)),
+        None => super::not_found().await,
+    }
+}

@@ -1,0 +1,312 @@
+//! [`DomainStore`] on [`Store`]: custom domains, their HTTP-01 answers and the ACME accounts.
+//! A domain's changes are logged as changes of its service, so that every replica reloads the
+//! domain (and its certificate) with the service.
+
+use crate::error::{Failure, Res};
+use crate::pool::{on_backend, Db};
+use crate::rows::{id_text, instant, millis, readable, uuid};
+use crate::schema::{acme_accounts, acme_challenges, custom_domains};
+use crate::Store;
+use diesel::prelude::*;
+use registry_domain::audit::AuditEvent;
+use registry_domain::custom_domain::{
+    CustomDomain, DomainCertificate, DomainProblem, DomainStatus,
+};
+use registry_domain::ports::{Change, DomainStore, StoreResult};
+use registry_domain::StoreError;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+#[derive(Queryable)]
+struct DomainRow {
+    service_id: String,
+    domain: String,
+    status: String,
+    txt_token: String,
+    created_at: i64,
+    next_attempt_at: i64,
+    attempts: i32,
+    error_code: Option<String>,
+    error_message: Option<String>,
+    certificate_chain: Option<String>,
+    certificate_key: Option<String>,
+    not_before: Option<i64>,
+    not_after: Option<i64>,
+    certificate_issuer: Option<String>,
+}
+
+/// The columns of [`DomainRow`], in its order (the lock is not part of a domain).
+macro_rules! domain_columns {
+    () => {
+        (
+            custom_domains::service_id,
+            custom_domains::domain,
+            custom_domains::status,
+            custom_domains::txt_token,
+            custom_domains::created_at,
+            custom_domains::next_attempt_at,
+            custom_domains::attempts,
+            custom_domains::error_code,
+            custom_domains::error_message,
+            custom_domains::certificate_chain,
+            custom_domains::certificate_key,
+            custom_domains::not_before,
+            custom_domains::not_after,
+            custom_domains::certificate_issuer,
+        )
+    };
+}
+
+impl DomainRow {
+    fn into_domain(self) -> Res<CustomDomain> {
+        let status = DomainStatus::parse(&self.status).ok_or_else(|| {
+            Failure(StoreError::Corrupt(format!(
+                "status {:?} of custom domain {}",
+                self.status, self.domain
+            )))
+        })?;
+        let problem = match (self.error_code, self.error_message) {
+            (Some(code), Some(message)) => Some(DomainProblem { code, message }),
+            _ => None,
+        };
+        let certificate = match (
+            self.certificate_chain,
+            self.certificate_key,
+            self.not_before,
+            self.not_after,
+            self.certificate_issuer,
+        ) {
+            (Some(chain_pem), Some(sealed_key), Some(from), Some(to), Some(issuer)) => {
+                Some(DomainCertificate {
+                    chain_pem,
+                    sealed_key,
+                    not_before: instant(from)?,
+                    not_after: instant(to)?,
+                    issuer,
+                })
+            }
+            _ => None,
+        };
+        Ok(CustomDomain {
+            service_id: uuid(&self.service_id)?,
+            domain: self.domain,
+            status,
+            txt_token: self.txt_token,
+            created_at: instant(self.created_at)?,
+            next_attempt_at: instant(self.next_attempt_at)?,
+            attempts: u32::try_from(self.attempts).unwrap_or(0),
+            problem,
+            certificate,
+        })
+    }
+}
+
+/// Writes every column of `domain` but the lock (inserted, or replacing the service's row).
+fn write_domain(conn: &mut Db, domain: &CustomDomain) -> Res<()> {
+    let problem = domain.problem.as_ref();
+    let certificate = domain.certificate.as_ref();
+    let values = (
+        custom_domains::service_id.eq(id_text(domain.service_id)),
+        custom_domains::domain.eq(&domain.domain),
+        custom_domains::status.eq(domain.status.as_str()),
+        custom_domains::txt_token.eq(&domain.txt_token),
+        custom_domains::created_at.eq(millis(domain.created_at)),
+        custom_domains::next_attempt_at.eq(millis(domain.next_attempt_at)),
+        custom_domains::attempts.eq(i32::try_from(domain.attempts).unwrap_or(i32::MAX)),
+        custom_domains::error_code.eq(problem.map(|p| p.code.as_str())),
+        custom_domains::error_message.eq(problem.map(|p| p.message.as_str())),
+        custom_domains::certificate_chain.eq(certificate.map(|c| c.chain_pem.as_str())),
+        custom_domains::certificate_key.eq(certificate.map(|c| c.sealed_key.as_str())),
+        custom_domains::not_before.eq(certificate.map(|c| millis(c.not_before))),
+        custom_domains::not_after.eq(certificate.map(|c| millis(c.not_after))),
+        custom_domains::certificate_issuer.eq(certificate.map(|c| c.issuer.as_str())),
+    );
+    let service = id_text(domain.service_id);
+    let updated = diesel::update(custom_domains::table.find(&service))
+        .set(values.clone())
+        .execute(conn)?;
+    if updated == 0 {
+        on_backend!(&mut *conn, |c| diesel::insert_into(custom_domains::table)
+            .values(values)
+            .execute(c))?;
+    }
+    Ok(())
+}
+
+fn domain_row(conn: &mut Db, service_id: Uuid) -> Res<Option<CustomDomain>> {
+    custom_domains::table
+        .find(id_text(service_id))
+        .select(domain_columns!())
+        .get_result::<DomainRow>(conn)
+        .optional()?
+        .map(DomainRow::into_domain)
+        .transpose()
+}
+
+fn forget_challenges(conn: &mut Db, domain: &str) -> Res<()> {
+    diesel::delete(acme_challenges::table.filter(acme_challenges::domain.eq(domain)))
+        .execute(conn)?;
+    Ok(())
+}
+
+impl DomainStore for Store {
+    fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>> {
+        self.read(|conn| domain_row(conn, service_id))
+    }
+
+    fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>> {
+        self.read(|conn| {
+            custom_domains::table
+                .filter(custom_domains::domain.eq(domain))
+                .select(domain_columns!())
+                .get_result::<DomainRow>(conn)
+                .optional()?
+                .map(DomainRow::into_domain)
+                .transpose()
+        })
+    }
+
+    fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()> {
+        self.write(Some(event), |conn, changed| {
+            if let Some(old) = domain_row(conn, domain.service_id)? {
+                forget_challenges(conn, &old.domain)?;
+            }
+            write_domain(conn, domain)?;
+            // A new name starts over: no lock of the old one's order.
+            diesel::update(custom_domains::table.find(id_text(domain.service_id)))
+                .set(custom_domains::locked_until.eq(None::<i64>))
+                .execute(conn)?;
+            changed.push(Change::Service(domain.service_id));
+            Ok(())
+        })
+    }
+
+    fn delete_domain(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
+        self.write(Some(event), |conn, changed| {
+            let Some(old) = domain_row(conn, service_id)? else {
+                return Ok(false);
+            };
+            forget_challenges(conn, &old.domain)?;
+            diesel::delete(custom_domains::table.find(id_text(service_id))).execute(conn)?;
+            changed.push(Change::Service(service_id));
+            Ok(true)
+        })
+    }
+
+    fn update_domain(&self, domain: &CustomDomain) -> StoreResult<bool> {
+        self.write(None, |conn, changed| {
+            let current = domain_row(conn, domain.service_id)?;
+            if current.is_none_or(|c| c.domain != domain.domain) {
+                return Ok(false);
+            }
+            write_domain(conn, domain)?;
+            changed.push(Change::Service(domain.service_id));
+            Ok(true)
+        })
+    }
+
+    fn served_domains(&self) -> StoreResult<Vec<CustomDomain>> {
+        self.read(|conn| {
+            let rows = custom_domains::table
+                .filter(custom_domains::status.eq(DomainStatus::Active.as_str()))
+                .filter(custom_domains::certificate_chain.is_not_null())
+                .order(custom_domains::service_id)
+                .select(domain_columns!())
+                .load::<DomainRow>(conn)?;
+            readable("custom domain", rows, DomainRow::into_domain)
+        })
+    }
+
+    fn domains_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<CustomDomain>> {
+        self.read(|conn| {
+            let rows = custom_domains::table
+                .filter(custom_domains::next_attempt_at.le(millis(now)))
+                .filter(custom_domains::status.ne(DomainStatus::Failed.as_str()))
+                .order((custom_domains::next_attempt_at, custom_domains::service_id))
+                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                .select(domain_columns!())
+                .load::<DomainRow>(conn)?;
+            readable("custom domain", rows, DomainRow::into_domain)
+        })
+    }
+
+    fn lock_domain(
+        &self,
+        service_id: Uuid,
+        until: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> StoreResult<bool> {
+        self.write_aside(|conn| {
+            let free = custom_domains::locked_until
+                .is_null()
+                .or(custom_domains::locked_until.le(millis(now)));
+            let taken =
+                diesel::update(custom_domains::table.find(id_text(service_id)).filter(free))
+                    .set(custom_domains::locked_until.eq(millis(until)))
+                    .execute(conn)?;
+            Ok(taken == 1)
+        })
+    }
+
+    fn put_challenge(
+        &self,
+        domain: &str,
+        token: &str,
+        key_authorization: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        self.write_aside(|conn| {
+            let row = (
+                acme_challenges::domain.eq(domain),
+                acme_challenges::token.eq(token),
+                acme_challenges::key_authorization.eq(key_authorization),
+                acme_challenges::created_at.eq(millis(now)),
+            );
+            on_backend!(&mut *conn, |c| diesel::insert_into(acme_challenges::table)
+                .values(row)
+                .on_conflict((acme_challenges::domain, acme_challenges::token))
+                .do_nothing()
+                .execute(c))?;
+            Ok(())
+        })
+    }
+
+    fn challenge(&self, domain: &str, token: &str) -> StoreResult<Option<String>> {
+        // From the primary: Pebble asks the moment the ordering replica wrote it.
+        self.read_primary(|conn| {
+            Ok(acme_challenges::table
+                .find((domain, token))
+                .select(acme_challenges::key_authorization)
+                .get_result::<String>(conn)
+                .optional()?)
+        })
+    }
+
+    fn acme_account(&self, directory: &str) -> StoreResult<Option<String>> {
+        self.read_primary(|conn| {
+            Ok(acme_accounts::table
+                .find(directory)
+                .select(acme_accounts::credentials)
+                .get_result::<String>(conn)
+                .optional()?)
+        })
+    }
+
+    fn put_acme_account(&self, directory: &str, sealed: &str) -> StoreResult<String> {
+        self.write_aside(|conn| {
+            let row = (
+                acme_accounts::directory.eq(directory),
+                acme_accounts::credentials.eq(sealed),
+            );
+            on_backend!(&mut *conn, |c| diesel::insert_into(acme_accounts::table)
+                .values(row)
+                .on_conflict(acme_accounts::directory)
+                .do_nothing()
+                .execute(c))?;
+            Ok(acme_accounts::table
+                .find(directory)
+                .select(acme_accounts::credentials)
+                .get_result::<String>(conn)?)
+        })
+    }
+}

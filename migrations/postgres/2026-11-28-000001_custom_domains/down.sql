@@ -1,0 +1,3 @@
+DROP TABLE acme_accounts;
+DROP TABLE acme_challenges;
+DROP TABLE custom_domains;

@@ -23,16 +23,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const API: &str = "registry.test";
-const NAMES: [&str; 2] = [API, "*.oidc.test"];
+pub const API: &str = "registry.test";
+pub const NAMES: [&str; 2] = [API, "*.oidc.test"];
 
 /// The certificate files of a test, in a directory of their own.
-struct Files {
+pub struct Files {
     dir: TempDir,
 }
 
 impl Files {
-    fn with(pair: &ServerCertificate) -> Self {
+    pub fn with(pair: &ServerCertificate) -> Self {
         let files = Self {
             dir: TempDir::new("tls"),
         };
@@ -74,7 +74,7 @@ impl Files {
 }
 
 /// An in-process server on HTTPS, called by a client that trusts `ca`.
-fn https_server(ca: &TestCa, files: &Files, more: &[(&str, &str)]) -> TestServer {
+pub fn https_server(ca: &TestCa, files: &Files, more: &[(&str, &str)]) -> TestServer {
     let mut env = files.settings();
     env.extend(more.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     TestServer::start_with(ServerOptions {
@@ -85,7 +85,7 @@ fn https_server(ca: &TestCa, files: &Files, more: &[(&str, &str)]) -> TestServer
 }
 
 /// The leaf certificate a response came over (DER).
-fn leaf(response: &reqwest::blocking::Response) -> Vec<u8> {
+pub fn leaf(response: &reqwest::blocking::Response) -> Vec<u8> {
     let info = response.extensions().get::<reqwest::tls::TlsInfo>();
     info.and_then(|info| info.peer_certificate())
         .expect("the peer's certificate")

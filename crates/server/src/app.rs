@@ -337,8 +337,8 @@ async fn launch(
     actix_web::rt::spawn(background::reap_expired(state.clone()));
     actix_web::rt::spawn(background::flush_fetches(state.clone()));
     actix_web::rt::spawn(background::purge_changes(state.clone()));
-    actix_web::rt::spawn(crate::custom_domains::work(state.clone()));
-    actix_web::rt::spawn(crate::custom_domains::install_certificates(state.clone()));
+    actix_web::rt::spawn(crate::domain_worker::work(state.clone()));
+    actix_web::rt::spawn(crate::domain_worker::install_certificates(state.clone()));
     Ok(Running {
         server,
         store,

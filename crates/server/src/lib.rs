@@ -18,6 +18,7 @@ mod connections;
 mod custom_domains;
 mod customers;
 mod dashboard;
+mod domain_worker;
 mod fetch_log_cli;
 mod http_date;
 mod listeners;

@@ -7,6 +7,7 @@ mod cdn;
 mod client;
 mod config;
 mod dashboard;
+mod domains;
 mod errors;
 mod federation;
 mod fetches;

@@ -71,9 +71,11 @@ async fn verified_token(
             .map(|documents| documents.jwks.etag.clone())
     });
     if let Some(remembered) = remembered {
-        // A hosted issuer's token counts as verified only against the key set published now.
+        // A hosted issuer's token counts as verified only against the key set published now;
+        // one verified against hosted keys is not verified once the issuer is no longer hosted
+        // (a custom domain removed).
         let still_published = match &hosted {
-            None => true,
+            None => remembered.key_version.is_none(),
             Some(_) => key_version.is_some() && remembered.key_version == key_version,
         };
         if still_published {

@@ -85,6 +85,31 @@ pub fn remove(
     }
 }
 
+/// Up to `limit` domains the worker has something to do for at `now`.
+pub fn due(
+    registry: &Registry,
+    now: OffsetDateTime,
+    limit: usize,
+) -> Result<Vec<CustomDomain>, AppError> {
+    Ok(registry.store.domains_due(now, limit)?)
+}
+
+/// Takes the ordering lock of the service's domain until `until`: `false` when another replica
+/// holds it.
+pub fn lock(
+    registry: &Registry,
+    service_id: uuid::Uuid,
+    until: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Result<bool, AppError> {
+    Ok(registry.store.lock_domain(service_id, until, now)?)
+}
+
+/// Records the worker's step (`next`), unless the domain was removed or replaced meanwhile.
+pub fn progress(registry: &Registry, next: &CustomDomain) -> Result<bool, AppError> {
+    Ok(registry.store.update_domain(next)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

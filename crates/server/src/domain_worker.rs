@@ -1,0 +1,92 @@
+//! The custom domains' worker (docs/api.md, "Custom domains"), which every replica runs: each
+//! second, the domains due get their next step (a TXT lookup, an order, a renewal), one replica
+//! ordering for a domain at a time (a lock in the database); and the installer that hands each
+//! served domain's certificate to this replica's TLS listener.
+
+use crate::state::AppState;
+use actix_web::web;
+use registry_domain::app::domains;
+use registry_domain::custom_domain::{CustomDomain, DomainStatus};
+use registry_replica::domains::DomainChanged;
+use std::time::Duration;
+
+/// How often the worker asks which domains are due.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// Domains handled per look.
+const BATCH: usize = 16;
+/// How long one replica holds a domain's ordering lock: longer than an order takes.
+const ORDER_LOCK: time::Duration = time::Duration::minutes(5);
+
+/// The worker's loop; returns at once when custom domains are off.
+pub async fn work(state: web::Data<AppState>) {
+    if state.custom_domains.is_none() {
+        return;
+    }
+    let mut interval = tokio::time::interval(LOOK_EVERY);
+    loop {
+        interval.tick().await;
+        let now = state.now();
+        let due = match state.read(move |r| domains::due(r, now, BATCH)).await {
+            Ok(due) => due,
+            Err(error) => {
+                tracing::warn!(%error, "custom domains: cannot read the domains due");
+                continue;
+            }
+        };
+        for domain in due {
+            let name = domain.domain.clone();
+            if let Err(error) = advance(&state, domain).await {
+                tracing::warn!(domain = name, %error, "custom domain: the step failed; retried");
+            }
+        }
+    }
+}
+
+/// One step of one domain: a TXT lookup, or an order (when this replica takes the lock).
+async fn advance(state: &AppState, domain: CustomDomain) -> Result<(), crate::problem::ApiError> {
+    let Some(worker) = state.custom_domains.clone() else {
+        return Ok(());
+    };
+    let next = match domain.status {
+        DomainStatus::Verifying => worker.look(domain, state.now()).await,
+        DomainStatus::Issuing | DomainStatus::Active => {
+            let (id, now) = (domain.service_id, state.now());
+            let until = now + ORDER_LOCK;
+            if !state
+                .read(move |r| domains::lock(r, id, until, now))
+                .await?
+            {
+                return Ok(());
+            }
+            let outcome = worker.order(&state.replica, &domain).await;
+            if let Err(why) = &outcome {
+                tracing::warn!(
+                    domain = domain.domain,
+                    why,
+                    "custom domain: the order failed"
+                );
+            }
+            domain.ordered(outcome, worker.schedule(), state.now())
+        }
+        DomainStatus::Failed => return Ok(()),
+    };
+    // Through the one write path: this replica serves the new state at once.
+    state.write(move |r| domains::progress(r, &next)).await?;
+    Ok(())
+}
+
+/// Hands each served domain's certificate to the TLS listener as this replica applies it:
+/// those served at start, then every change.
+pub async fn install_certificates(state: web::Data<AppState>) {
+    let (Some(worker), Some(tls)) = (state.custom_domains.clone(), state.certificate.clone())
+    else {
+        return;
+    };
+    let mut changes = state.replica.watch_domains();
+    for served in state.replica.domains.all() {
+        worker.install(&tls, &DomainChanged::Served(served));
+    }
+    while let Some(change) = changes.recv().await {
+        worker.install(&tls, &change);
+    }
+}

@@ -1,0 +1,392 @@
+//! Custom domains (docs/api.md, "Custom domains") without an ACME server: the domain calls, and
+//! a domain whose certificate is in the database (a test CA's, sealed under the data key as the
+//! worker seals it) served by SNI with its own issuer, federating, answering HTTP-01 challenges,
+//! and gone at once when removed. `cargo xtask acme` runs the whole way through Pebble.
+
+use super::{create_account, register_service};
+use crate::https::{https_server, leaf, Files, NAMES};
+use registry_acme::DataKey;
+use registry_domain::custom_domain::{CustomDomain, DomainCertificate};
+use registry_domain::ports::DomainStore;
+use registry_store::Store;
+use registry_testkit::tls::{ServerCertificate, TestCa};
+use registry_tests::issuer::{KeyKind, SigningKey};
+use registry_tests::server::{assert_problem, https_client, json, pointers, TestServer, AUDIENCE};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const DOMAIN: &str = "login.customer.test";
+const DATA_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// A server on HTTPS taking custom domains: an ACME directory that is never reached (no TXT
+/// record is ever found: the DNS server named does not answer), its plain listener, the data key.
+fn taking_domains(ca: &TestCa, files: &Files) -> (TestServer, String) {
+    let plain = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
+    let dns = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
+    let server = https_server(
+        ca,
+        files,
+        &[
+            ("REGISTRY_ACME_DIRECTORY", "https://127.0.0.1:9/dir"),
+            ("REGISTRY_DATA_KEY", DATA_KEY),
+            ("REGISTRY_DNS_RESOLVER", &dns),
+            ("REGISTRY_HTTP_REDIRECT_LISTEN", &plain),
+        ],
+    );
+    (server, plain)
+}
+
+fn domain_call(
+    server: &TestServer,
+    method: Method,
+    sub: &str,
+    token: &str,
+) -> reqwest::blocking::Response {
+    server
+        .authed(method, &format!("/services/{sub}/domain"), token)
+        .send()
+        .unwrap()
+}
+
+fn put_domain(
+    server: &TestServer,
+    sub: &str,
+    token: &str,
+    body: Value,
+) -> reqwest::blocking::Response {
+    server
+        .authed(Method::PUT, &format!("/services/{sub}/domain"), token)
+        .json(&body)
+        .send()
+        .unwrap()
+}
+
+#[test]
+fn a_domain_is_asked_for_read_and_removed_with_the_records_to_set() {
+    let ca = TestCa::new("operator CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let (server, _) = taking_domains(&ca, &files);
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let other = register_service(&server, &acme, "old");
+
+    let added = put_domain(&server, &sub, &acme.token, json!({"domain": DOMAIN}));
+    assert_eq!(added.status(), 202);
+    let added = json(added);
+    assert_eq!(added["domain"], DOMAIN);
+    assert_eq!(added["status"], "verifying");
+    let records = added["records"].as_array().unwrap();
+    assert_eq!(
+        records[0],
+        json!({"type": "CNAME", "name": DOMAIN, "value": format!("{sub}.oidc.test")})
+    );
+    assert_eq!(records[1]["type"], "TXT");
+    assert_eq!(records[1]["name"], format!("_registry-challenge.{DOMAIN}"));
+    assert!(records[1]["value"].as_str().unwrap().len() >= 32);
+    assert!(added.get("certificate").is_none() && added.get("error").is_none());
+    // The same domain again: the same records; read back the same.
+    let again = json(put_domain(
+        &server,
+        &sub,
+        &acme.token,
+        json!({"domain": DOMAIN}),
+    ));
+    assert_eq!(again, added);
+    assert_eq!(
+        json(domain_call(&server, Method::GET, &sub, &acme.token)),
+        added
+    );
+
+    // Another service's domain, in any status: 409 domain-taken.
+    assert_problem(
+        put_domain(&server, &other, &acme.token, json!({"domain": DOMAIN})),
+        409,
+        "domain-taken",
+    );
+    // Names that cannot be a custom domain.
+    for bad in [
+        "Login.customer.test",
+        "customer",
+        "*.customer.test",
+        "login.customer.test:443",
+        "registry.test",
+        "x.oidc.test",
+        "oidc.test",
+        &format!("{}.test", "a".repeat(250)),
+    ] {
+        let problem = assert_problem(
+            put_domain(&server, &other, &acme.token, json!({"domain": bad})),
+            400,
+            "validation-failed",
+        );
+        assert_eq!(pointers(&problem), ["/domain"], "{bad}: {problem}");
+    }
+    let extra = put_domain(
+        &server,
+        &other,
+        &acme.token,
+        json!({"domain": "a.example.com", "port": 443}),
+    );
+    assert_problem(extra, 400, "validation-failed");
+    // An anonymous service has no custom domain.
+    let (anonymous, secret) = server.anonymous_service();
+    assert_problem(
+        put_domain(
+            &server,
+            &anonymous,
+            &secret,
+            json!({"domain": "anon.example.com"}),
+        ),
+        403,
+        "forbidden",
+    );
+    // Nothing is served for the domain while it is verifying.
+    let client = https_client(&[ca.pem()], &[DOMAIN], server.port);
+    let served = client
+        .get(format!(
+            "https://{DOMAIN}:{}/.well-known/openid-configuration",
+            server.port
+        ))
+        .send();
+    assert!(
+        served.is_err(),
+        "no certificate for the domain, no document: {served:?}"
+    );
+
+    assert_problem(
+        domain_call(&server, Method::GET, &other, &acme.token),
+        404,
+        "not-found",
+    );
+    assert_eq!(
+        domain_call(&server, Method::DELETE, &sub, &acme.token).status(),
+        204
+    );
+    assert_problem(
+        domain_call(&server, Method::DELETE, &sub, &acme.token),
+        404,
+        "not-found",
+    );
+    assert_eq!(
+        put_domain(&server, &other, &acme.token, json!({"domain": DOMAIN})).status(),
+        202,
+        "free again"
+    );
+    let events = json(server.get("/audit-events?action=domain.put", &acme.token));
+    assert_eq!(events["events"].as_array().unwrap().len(), 2);
+    let events = json(server.get("/audit-events?action=domain.delete", &acme.token));
+    assert_eq!(events["events"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn without_an_acme_directory_custom_domains_are_refused() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    assert_problem(
+        put_domain(&server, &sub, &acme.token, json!({"domain": DOMAIN})),
+        409,
+        "custom-domains-disabled",
+    );
+}
+
+/// `domain` made active with `certificate`, as the worker records an order.
+fn activate(store: &Store, domain: CustomDomain, certificate: &ServerCertificate) {
+    let key = DataKey::from_base64(DATA_KEY).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let active = domain.ordered(
+        Ok(DomainCertificate {
+            chain_pem: certificate.chain.clone(),
+            sealed_key: key.seal(certificate.key.as_bytes()),
+            not_before: now - time::Duration::hours(1),
+            not_after: now + time::Duration::days(90),
+            issuer: "CN=domain CA".into(),
+        }),
+        &Default::default(),
+        now,
+    );
+    assert!(store.update_domain(&active).unwrap());
+}
+
+/// Waits until `check` holds (the replicas apply the change log within half a second).
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "not within 10 s: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn an_active_domain_serves_the_documents_under_its_own_issuer_and_certificate() {
+    let ca = TestCa::new("operator CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let (server, plain) = taking_domains(&ca, &files);
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let key = SigningKey::generate(KeyKind::P256, "k1");
+    let published = server
+        .authed(Method::PUT, &format!("/services/{sub}/config"), &acme.token)
+        .json(&json!({"openidConfiguration": super::cluster_discovery(), "jwks": key.jwks()}))
+        .send()
+        .unwrap();
+    assert_eq!(published.status(), 200);
+    assert_eq!(
+        put_domain(&server, &sub, &acme.token, json!({"domain": DOMAIN})).status(),
+        202
+    );
+    let store = Store::connect(&server.database_url).unwrap();
+    let domain = store.domain_named(DOMAIN).unwrap().unwrap();
+    let domain_ca = TestCa::new("domain CA");
+    let certificate = domain_ca.server_certificate(&[DOMAIN]);
+    activate(&store, domain, &certificate);
+
+    // A client that trusts only the domain's CA gets its certificate, by SNI.
+    let port = server.port;
+    let client = https_client(&[domain_ca.pem()], &[DOMAIN], port);
+    let url = |path: &str| format!("https://{DOMAIN}:{port}{path}");
+    eventually("the domain is served", || {
+        client
+            .get(url("/openid/v1/jwks"))
+            .send()
+            .is_ok_and(|r| r.status() == 200)
+    });
+    let discovery = client
+        .get(url("/.well-known/openid-configuration"))
+        .send()
+        .unwrap();
+    assert_eq!(
+        leaf(&discovery),
+        certificate.der,
+        "the domain's own certificate"
+    );
+    let discovery = json(discovery);
+    assert_eq!(
+        discovery["issuer"],
+        format!("https://{DOMAIN}"),
+        "never with a port"
+    );
+    assert_eq!(
+        discovery["jwks_uri"],
+        format!("https://{DOMAIN}/openid/v1/jwks")
+    );
+    assert_eq!(discovery["response_types_supported"], json!(["id_token"]));
+    let keys = json(client.get(url("/openid/v1/jwks")).send().unwrap());
+    let host = format!("{sub}.oidc.test");
+    let issuer_client = https_client(&[ca.pem()], &[&host], port);
+    let at_subdomain = |path: &str| {
+        json(
+            issuer_client
+                .get(format!("https://{host}:{port}{path}"))
+                .send()
+                .unwrap(),
+        )
+    };
+    assert_eq!(
+        keys,
+        at_subdomain("/openid/v1/jwks"),
+        "both issuers serve the same keys"
+    );
+    assert_eq!(
+        at_subdomain("/.well-known/openid-configuration")["issuer"],
+        format!("https://{host}:{port}"),
+        "the subdomain keeps its own issuer"
+    );
+    // The API's name still gets the operator's certificate.
+    assert_eq!(server.status_of("/healthz"), 200);
+    let shown = json(domain_call(&server, Method::GET, &sub, &acme.token));
+    assert_eq!(shown["status"], "active");
+    assert_eq!(shown["certificate"]["issuer"], "CN=domain CA");
+    let metrics = server.metrics_text();
+    assert!(
+        metrics.contains(&format!(
+            "registry_domain_certificate_not_after_seconds{{domain=\"{DOMAIN}\"}}"
+        )),
+        "{metrics}"
+    );
+
+    // A token whose issuer is the domain is checked against the hosted keys, never fetched.
+    let other = register_service(&server, &acme, "api");
+    let policy = json!({"kind": "oidc", "rules": [{"services": [other],
+        "claims": {"iss": format!("https://{DOMAIN}"), "aud": AUDIENCE, "sub": registry_testkit::SUBJECT}}]});
+    create_account(&server, &acme, "federated", policy);
+    let token = key.mint(&format!("https://{DOMAIN}"));
+    let called = server.get(&format!("/services/{other}"), &token);
+    assert_eq!(
+        called.status(),
+        200,
+        "{}",
+        called.text().unwrap_or_default()
+    );
+    assert_eq!(server.metric("registry_oidc_key_fetches_total"), 0);
+
+    // The plain listener answers an HTTP-01 challenge stored for the domain, and redirects it.
+    store
+        .put_challenge(
+            DOMAIN,
+            "tok3n",
+            "tok3n.thumbprint",
+            time::OffsetDateTime::now_utc(),
+        )
+        .unwrap();
+    let plain_client = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let get = |host: &str, path: &str| {
+        plain_client
+            .get(format!("http://{plain}{path}"))
+            .header("host", host)
+            .send()
+            .unwrap()
+    };
+    let answer = get(&format!("{DOMAIN}:80"), "/.well-known/acme-challenge/tok3n");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.text().unwrap(), "tok3n.thumbprint");
+    assert_eq!(
+        get(DOMAIN, "/.well-known/acme-challenge/other").status(),
+        404
+    );
+    assert_eq!(
+        get("elsewhere.test", "/.well-known/acme-challenge/tok3n").status(),
+        404
+    );
+    let redirected = get(DOMAIN, "/.well-known/openid-configuration");
+    assert_eq!(redirected.status(), 308);
+    assert_eq!(
+        redirected.headers()["location"],
+        url("/.well-known/openid-configuration").replace(&format!(":{port}"), "")
+    );
+
+    // Removed: no longer served, at once on this replica.
+    assert_eq!(
+        domain_call(&server, Method::DELETE, &sub, &acme.token).status(),
+        204
+    );
+    // A new connection (a kept one keeps its handshake): its name no longer gets its certificate.
+    eventually("the domain's certificate is no longer served", || {
+        let fresh = https_client(&[domain_ca.pem()], &[DOMAIN], port);
+        fresh
+            .get(url("/.well-known/openid-configuration"))
+            .send()
+            .is_err()
+    });
+    assert_problem(
+        client
+            .get(url("/.well-known/openid-configuration"))
+            .send()
+            .unwrap(),
+        404,
+        "not-found",
+    );
+    let operator = https_client(&[ca.pem()], &[DOMAIN], port);
+    let gone = operator
+        .get(url("/.well-known/openid-configuration"))
+        .send();
+    assert!(gone.is_err() || gone.unwrap().status() == 404);
+    assert_eq!(
+        server.get(&format!("/services/{other}"), &token).status(),
+        401
+    );
+}

@@ -61,7 +61,16 @@ pub async fn purge_changes(state: web::Data<AppState>) {
         actix_web::rt::spawn(async move {
             let issuers = state.replica.hosting.issuers();
             let authority = issuers.authority_of(&change.subdomain);
-            if purger.purge(&authority, &crate::public::PUBLIC_PATHS).await {
+            // The service's custom domain serves the same documents under its own host.
+            let domains: Vec<String> = (state.replica.domains.all().into_iter())
+                .filter(|served| served.domain.service_id == change.service_id)
+                .map(|served| served.domain.domain.clone())
+                .collect();
+            let mut purged = true;
+            for domain in &domains {
+                purged &= purger.purge(domain, &crate::public::PUBLIC_PATHS).await;
+            }
+            if purger.purge(&authority, &crate::public::PUBLIC_PATHS).await && purged {
                 let store = state.registry.store.clone();
                 let (id, at) = (change.service_id, change.changed_at);
                 let recorded = registry_replica::blocking(move || store.record_purge(id, at)).await;

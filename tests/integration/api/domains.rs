@@ -306,6 +306,30 @@ fn an_active_domain_serves_the_documents_under_its_own_issuer_and_certificate() 
         "{metrics}"
     );
 
+    // Preflight and the wiring guide describe the issuer asked for, one of the service's.
+    let issuer = format!("https://{DOMAIN}");
+    let guide = json(server.get(
+        &format!("/services/{sub}/federation?issuer={issuer}"),
+        &acme.token,
+    ));
+    assert_eq!(guide["issuer"], issuer.as_str(), "{guide}");
+    let guide = json(server.get(&format!("/services/{sub}/federation"), &acme.token));
+    assert_eq!(guide["issuer"], format!("https://{host}:{port}"));
+    let checked = server.get(
+        &format!("/services/{sub}/preflight?issuer={issuer}"),
+        &acme.token,
+    );
+    assert_eq!(checked.status(), 200);
+    let refused = server.get(
+        &format!("/services/{sub}/preflight?issuer=https://elsewhere.test"),
+        &acme.token,
+    );
+    let problem = assert_problem(refused, 400, "validation-failed");
+    assert!(
+        problem["detail"].as_str().unwrap().contains(&issuer),
+        "{problem}"
+    );
+
     // A token whose issuer is the domain is checked against the hosted keys, never fetched.
     let other = register_service(&server, &acme, "api");
     let policy = json!({"kind": "oidc", "rules": [{"services": [other],

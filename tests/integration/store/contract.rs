@@ -9,10 +9,11 @@
 
 use super::*;
 use registry_domain::audit::{AuditQuery, Cursor, Trail};
+use registry_domain::custom_domain::{CustomDomain, DomainCertificate, Schedule};
 use registry_domain::keys::{KeyRecord, KeyState};
 use registry_domain::policy::PolicyKind;
 use registry_domain::ports::{
-    AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument, Storage,
+    AgentFetches, Change, CredentialOwner, DocumentFetches, DomainStore, FetchedDocument, Storage,
 };
 use registry_domain::testing::MemoryStore;
 use registry_domain::StoreError;
@@ -2042,4 +2043,148 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
     store
         .create_service(&again, None, Ceiling::NONE, &ev())
         .unwrap();
+}
+
+/// A domain of `service` added at `created`.
+fn domain_of(service: Uuid, name: &str, created: i64) -> CustomDomain {
+    CustomDomain::new(service, name.into(), format!("token-{name}"), at(created))
+}
+
+#[test]
+fn a_custom_domain_is_held_by_one_service_and_goes_with_it_on_every_store() {
+    on_every_store(a_custom_domain_is_held_by_one_service_and_goes_with_it);
+}
+
+fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) {
+    let a = anonymous("aaaaaaaaaaaa-anon", 0, 3600);
+    let b = anonymous("bbbbbbbbbbbb-anon", 0, 3600);
+    for s in [&a, &b] {
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
+    }
+    let before = all_changes(store).len();
+    let added = domain_of(a.id, "login.acme.com", 10);
+    store.put_domain(&added, &ev()).unwrap();
+    assert_eq!(store.domain_of(a.id).unwrap(), Some(added.clone()));
+    assert_eq!(
+        store.domain_named("login.acme.com").unwrap(),
+        Some(added.clone())
+    );
+    assert_eq!(all_changes(store)[before..], [Change::Service(a.id)]);
+    // Another service: the name is taken, whatever its status.
+    let taken = store.put_domain(&domain_of(b.id, "login.acme.com", 11), &ev());
+    assert!(matches!(taken, Err(StoreError::Conflict(_))), "{taken:?}");
+    let gone = store.put_domain(&domain_of(Uuid::new_v4(), "x.acme.com", 11), &ev());
+    assert_eq!(gone, Err(StoreError::NotFound));
+    // Another name replaces the service's domain; its challenges go with the old name.
+    store
+        .put_challenge("login.acme.com", "t", "t.k", at(12))
+        .unwrap();
+    assert_eq!(
+        store.challenge("login.acme.com", "t").unwrap().as_deref(),
+        Some("t.k")
+    );
+    store
+        .put_domain(&domain_of(a.id, "id.acme.com", 13), &ev())
+        .unwrap();
+    assert_eq!(store.challenge("login.acme.com", "t").unwrap(), None);
+    assert_eq!(store.domain_named("login.acme.com").unwrap(), None);
+    // The worker's progress on a replaced name is not written.
+    assert!(!store.update_domain(&added).unwrap());
+    // The service goes, and its domain and challenges with it.
+    store
+        .put_challenge("id.acme.com", "u", "u.k", at(14))
+        .unwrap();
+    assert!(store.delete_service(a.id, &ev()).unwrap());
+    assert_eq!(store.domain_of(a.id).unwrap(), None);
+    assert_eq!(store.challenge("id.acme.com", "u").unwrap(), None);
+    assert!(!store.delete_domain(a.id, &ev()).unwrap());
+}
+
+#[test]
+fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones_on_every_store() {
+    on_every_store(the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones);
+}
+
+fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store: &dyn Storage) {
+    let services: Vec<Service> = (0..3)
+        .map(|i| {
+            anonymous(
+                &format!("{i}{i}{i}{i}{i}{i}{i}{i}{i}{i}{i}{i}-anon"),
+                0,
+                3600,
+            )
+        })
+        .collect();
+    for s in &services {
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
+    }
+    let schedule = Schedule::default();
+    let names = ["a.example.com", "b.example.com", "c.example.com"];
+    for (s, name) in services.iter().zip(names) {
+        store.put_domain(&domain_of(s.id, name, 0), &ev()).unwrap();
+    }
+    // a: looked at, next in 10 s; b: failed; c: due now.
+    let a = store.domain_of(services[0].id).unwrap().unwrap();
+    assert!(store
+        .update_domain(&a.checked(false, &schedule, at(0)))
+        .unwrap());
+    let b = store.domain_of(services[1].id).unwrap().unwrap();
+    let failed = b.checked(false, &schedule, at(0) + time::Duration::hours(72));
+    assert!(store.update_domain(&failed).unwrap());
+    let due: Vec<String> = store
+        .domains_due(at(5), 10)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.domain)
+        .collect();
+    assert_eq!(due, ["c.example.com"]);
+    assert_eq!(
+        store.domains_due(at(10), 10).unwrap().len(),
+        2,
+        "a's time came"
+    );
+    assert_eq!(store.domains_due(at(10), 1).unwrap().len(), 1);
+    assert_eq!(store.domain_of(services[1].id).unwrap().unwrap(), failed);
+
+    // One lock holder at a time, until its lock ends.
+    let c = services[2].id;
+    assert!(store.lock_domain(c, at(300), at(0)).unwrap());
+    assert!(!store.lock_domain(c, at(600), at(299)).unwrap());
+    assert!(store.lock_domain(c, at(900), at(300)).unwrap());
+    assert!(!store.lock_domain(Uuid::new_v4(), at(300), at(0)).unwrap());
+
+    // Served once active with a certificate, which reads back as written.
+    assert!(store.served_domains().unwrap().is_empty());
+    let issuing = store
+        .domain_of(c)
+        .unwrap()
+        .unwrap()
+        .checked(true, &schedule, at(1));
+    let certificate = DomainCertificate {
+        chain_pem: "-----BEGIN CERTIFICATE-----".into(),
+        sealed_key: "sealed".into(),
+        not_before: at(1),
+        not_after: at(1) + time::Duration::days(90),
+        issuer: "CN=Pebble".into(),
+    };
+    let active = issuing.ordered(Ok(certificate), &schedule, at(2));
+    assert!(store.update_domain(&active).unwrap());
+    assert_eq!(store.served_domains().unwrap(), [active]);
+
+    // ACME accounts: the first kept wins.
+    assert_eq!(store.acme_account("https://acme/dir").unwrap(), None);
+    assert_eq!(
+        store.put_acme_account("https://acme/dir", "first").unwrap(),
+        "first"
+    );
+    assert_eq!(
+        store
+            .put_acme_account("https://acme/dir", "second")
+            .unwrap(),
+        "first"
+    );
+    assert_eq!(
+        store.acme_account("https://acme/dir").unwrap().as_deref(),
+        Some("first")
+    );
 }

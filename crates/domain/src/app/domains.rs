@@ -85,6 +85,37 @@ pub fn remove(
     }
 }
 
+/// The issuer a call describes (`?issuer=` of preflight and the wiring guide): the subdomain's
+/// when `asked` is `None`; else `asked` when it is the subdomain's issuer or the issuer of the
+/// service's custom domain once it is served; any other issuer is a 400.
+pub fn issuer(
+    registry: &Registry,
+    service: &Service,
+    asked: Option<&str>,
+) -> Result<String, AppError> {
+    let own = registry.issuer_of(&service.subdomain);
+    let Some(asked) = asked.filter(|a| *a != own) else {
+        return Ok(own);
+    };
+    let custom = registry
+        .store
+        .domain_of(service.id)?
+        .filter(CustomDomain::is_served)
+        .map(|d| d.issuer());
+    match custom {
+        Some(custom) if custom == asked => Ok(custom),
+        custom => Err(AppError::BadRequest(format!(
+            "query parameter issuer: {asked:?} is not an issuer of {:?}; its issuers are {}",
+            service.subdomain,
+            std::iter::once(own)
+                .chain(custom)
+                .map(|i| format!("{i:?}"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ))),
+    }
+}
+
 /// Up to `limit` domains the worker has something to do for at `now`.
 pub fn due(
     registry: &Registry,

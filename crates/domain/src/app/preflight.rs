@@ -8,15 +8,21 @@ use crate::{Service, Violation};
 use serde_json::Value;
 use time::OffsetDateTime;
 
-/// `GET /services/{s}/preflight`: the published documents, checked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CheckDocuments;
+/// `GET /services/{s}/preflight[?issuer=…]`: the published documents, checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckDocuments {
+    /// The issuer to describe (`?issuer=`): the subdomain's when `None`, or the service's
+    /// custom domain's (docs/api.md, "Custom domains").
+    pub issuer: Option<String>,
+}
 
-/// `POST /services/{s}/preflight`: the request body, `{"token": "<compact JWS>"}`.
+/// `POST /services/{s}/preflight[?issuer=…]`: the request body, `{"token": "<compact JWS>"}`.
 #[derive(Clone, PartialEq)]
 pub struct CheckToken {
     /// The request body (it holds a credential: never logged, hence no `Debug` of it).
     pub body: Value,
+    /// The issuer to describe, as [`CheckDocuments::issuer`].
+    pub issuer: Option<String>,
 }
 
 impl std::fmt::Debug for CheckToken {
@@ -53,10 +59,10 @@ fn served(
 pub fn documents(
     registry: &Registry,
     service: &Service,
-    _command: CheckDocuments,
+    command: CheckDocuments,
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
-    let issuer = registry.issuer_of(&service.subdomain);
+    let issuer = crate::app::domains::issuer(registry, service, command.issuer.as_deref())?;
     let served = served(registry, service, &issuer, now)?;
     let published = served.as_ref().map(|(discovery, jwks)| Published {
         openid_configuration: discovery,
@@ -95,7 +101,7 @@ pub fn token(
         None => return Err(invalid("the token is required".into())),
     };
     let jws = Jws::parse(text).map_err(invalid)?;
-    let issuer = registry.issuer_of(&service.subdomain);
+    let issuer = crate::app::domains::issuer(registry, service, command.issuer.as_deref())?;
     let served = served(registry, service, &issuer, now)?;
     let published = served.as_ref().map(|(discovery, jwks)| Published {
         openid_configuration: discovery,
@@ -179,7 +185,7 @@ mod tests {
     #[test]
     fn documents_are_checked_as_served_with_retired_keys() {
         let (registry, service, issuer) = published_service();
-        let answer = documents(&registry, &service, CheckDocuments, NOW).unwrap();
+        let answer = documents(&registry, &service, CheckDocuments::default(), NOW).unwrap();
         assert_eq!(answer["issuer"], issuer.as_str());
         assert_eq!(answer["published"], true);
         // The default template is http:// with a port.
@@ -197,7 +203,7 @@ mod tests {
         let (registry, _, account) = registry(Plan::Business, NOW);
         let command = services::CreateService::default();
         let service = services::create(&registry, &caller(account), command, NOW).unwrap();
-        let answer = documents(&registry, &service, CheckDocuments, NOW).unwrap();
+        let answer = documents(&registry, &service, CheckDocuments::default(), NOW).unwrap();
         assert_eq!(answer["published"], false);
         for cloud in ["aws", "gcp", "azure"] {
             assert!(answer["clouds"][cloud]

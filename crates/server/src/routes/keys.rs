@@ -7,7 +7,7 @@ use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
-use registry_domain::app::{keys, readiness};
+use registry_domain::app::{domains, keys, readiness};
 use registry_domain::publishing::{wiring_guide, DEFAULT_WIRING_SUBJECT};
 use serde::Deserialize;
 use serde_json::json;
@@ -59,6 +59,9 @@ pub async fn readiness(
 #[derive(Debug, Deserialize)]
 pub struct WiringQuery {
     subject: Option<String>,
+    /// Which of the service's issuers (docs/api.md, "Custom domains"); the subdomain's when
+    /// absent.
+    issuer: Option<String>,
 }
 
 /// `GET /services/{subdomain}/federation[?subject=…]`: what to register in AWS, GCP and Azure.
@@ -69,13 +72,15 @@ pub async fn federation(
     ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let subject = query
-        .subject
-        .as_deref()
+    let WiringQuery { subject, issuer } = query.into_inner();
+    let subject = subject
         .filter(|s| !s.is_empty())
-        .unwrap_or(DEFAULT_WIRING_SUBJECT);
-    let issuer = state.registry.issuer_of(&service.subdomain);
-    let mut guide = wiring_guide(&issuer, subject);
-    guide["service"] = json!(service.subdomain);
+        .unwrap_or_else(|| DEFAULT_WIRING_SUBJECT.to_owned());
+    let subdomain = service.subdomain.clone();
+    let issuer = state
+        .read(move |registry| domains::issuer(registry, &service, issuer.as_deref()))
+        .await?;
+    let mut guide = wiring_guide(&issuer, &subject);
+    guide["service"] = json!(subdomain);
     Ok(HttpResponse::Ok().json(guide))
 }

@@ -10,15 +10,27 @@ use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::fetches;
 use registry_domain::app::preflight::{self, CheckDocuments, CheckToken};
+use serde::Deserialize;
 
-/// `GET /services/{subdomain}/preflight`: the published documents, checked per cloud.
+/// `?issuer=`: which of the service's issuers a call describes (docs/api.md, "Custom domains").
+#[derive(Debug, Deserialize)]
+pub struct IssuerQuery {
+    /// The issuer URL; the subdomain's when absent.
+    pub issuer: Option<String>,
+}
+
+/// `GET /services/{subdomain}/preflight[?issuer=…]`: the published documents, checked per cloud.
 pub async fn documents(
+    query: web::Query<IssuerQuery>,
     ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
+    let command = CheckDocuments {
+        issuer: query.into_inner().issuer,
+    };
     let answer = state
-        .read(move |registry| preflight::documents(registry, &service, CheckDocuments, now))
+        .read(move |registry| preflight::documents(registry, &service, command, now))
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }
@@ -26,6 +38,7 @@ pub async fn documents(
 /// `POST /services/{subdomain}/preflight` with `{"token"}`: the documents and the token,
 /// checked per cloud.
 pub async fn token(
+    query: web::Query<IssuerQuery>,
     ServiceCaller { service, caller }: ServiceCaller,
     req: HttpRequest,
     payload: web::Payload,
@@ -35,6 +48,7 @@ pub async fn token(
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let command = CheckToken {
         body: body.unwrap_or_else(|| serde_json::json!({})),
+        issuer: query.into_inner().issuer,
     };
     let now = state.now();
     let answer = state

@@ -157,6 +157,8 @@ mod tests {
             ("/services/{subdomain}", false, ServicesWrite),
             ("/services/{subdomain}/config", true, ConfigRead),
             ("/services/{subdomain}/config", false, ConfigWrite),
+            ("/services/{subdomain}/domain", true, ConfigRead),
+            ("/services/{subdomain}/domain", false, ConfigWrite),
             ("/services/{subdomain}/keys", true, ConfigRead),
             ("/services/{subdomain}/keys/{kid}", false, ConfigWrite),
             (

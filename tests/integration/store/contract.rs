@@ -13,7 +13,7 @@ use registry_domain::custom_domain::{CustomDomain, DomainCertificate, Schedule};
 use registry_domain::keys::{KeyRecord, KeyState};
 use registry_domain::policy::PolicyKind;
 use registry_domain::ports::{
-    AgentFetches, Change, CredentialOwner, DocumentFetches, DomainStore, FetchedDocument, Storage,
+    AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument, Storage,
 };
 use registry_domain::testing::MemoryStore;
 use registry_domain::StoreError;

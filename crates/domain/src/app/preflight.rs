@@ -236,7 +236,7 @@ mod tests {
     }
 
     fn token_check(registry: &Registry, service: &Service, body: Value) -> Value {
-        token(registry, service, CheckToken { body }, NOW).unwrap()
+        token(registry, service, CheckToken { body, issuer: None }, NOW).unwrap()
     }
 
     #[test]
@@ -247,14 +247,24 @@ mod tests {
             json!({"token": 3}),
             json!({}),
         ] {
-            let refused = token(&registry, &service, CheckToken { body }, NOW).unwrap_err();
+            let refused =
+                token(&registry, &service, CheckToken { body, issuer: None }, NOW).unwrap_err();
             let AppError::Invalid(violations) = refused else {
                 panic!("{refused:?}")
             };
             assert_eq!(violations[0].pointer, "/token");
         }
         let extra = json!({"token": "a.b.c", "more": 1});
-        let refused = token(&registry, &service, CheckToken { body: extra }, NOW).unwrap_err();
+        let refused = token(
+            &registry,
+            &service,
+            CheckToken {
+                body: extra,
+                issuer: None,
+            },
+            NOW,
+        )
+        .unwrap_err();
         assert!(matches!(refused, AppError::Invalid(v) if v[0].pointer == "/more"));
     }
 

@@ -129,8 +129,20 @@ fn a_change_purges_every_public_path_of_its_issuer_from_every_cache_and_readines
     );
 }
 
+/// When the cache's log says its requests were made: an hour ago (inside the evidence's
+/// 24 hours whatever the day the suite runs), half a second past a second.
+fn logged_at() -> time::OffsetDateTime {
+    let now = time::OffsetDateTime::now_utc();
+    now.replace_nanosecond(500_000_000).unwrap() - time::Duration::hours(1)
+}
+
+fn rfc3339(at: time::OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
 fn log_line(host: &str, path: &str, status: u16, method: &str, agent: &str) -> String {
-    json!({"time": "2026-11-26T12:00:01.5Z", "host": host, "path": path, "status": status,
+    json!({"time": rfc3339(logged_at()), "host": host, "path": path, "status": status,
         "method": method, "userAgent": agent})
     .to_string()
 }
@@ -220,9 +232,15 @@ fn a_caches_access_log_counts_as_the_fetches_it_records() {
         "{names:?}"
     );
     let aws = agents.iter().find(|a| a["agent"] == "aws-sts").unwrap();
-    assert_eq!(
-        aws["lastFetchedAt"], "2026-11-26T12:00:01.5Z",
-        "counted at its time"
+    let counted_at = time::OffsetDateTime::parse(
+        aws["lastFetchedAt"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    assert_eq!(counted_at.nanosecond(), 500_000_000, "counted at its time");
+    assert!(
+        (logged_at() - counted_at).abs() < time::Duration::minutes(1),
+        "counted at its time: {counted_at}"
     );
 
     // A malformed line: 400 naming it, and nothing of the batch counted.

@@ -402,30 +402,69 @@ pub trait RefusalLog: Send + Sync {
     fn prune_refusals(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
 }
 
-/// Which hosted document a public fetch was of (docs/api.md, "Fetch evidence").
+/// Which hosted document a public fetch was of (docs/api.md, "Fetch evidence"), under which of
+/// the service's issuers: its subdomain's, or its custom domain's (counted apart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FetchedDocument {
     /// `/.well-known/openid-configuration`.
     Discovery,
     /// The key set, `/openid/v1/jwks` (and its aliases).
     Jwks,
+    /// The discovery document under the service's custom domain.
+    DomainDiscovery,
+    /// The key set under the service's custom domain.
+    DomainJwks,
 }
 
 impl FetchedDocument {
-    /// Both, in the order the API lists them.
-    pub const ALL: [Self; 2] = [Self::Discovery, Self::Jwks];
+    /// Every document, in the order the API lists them: the subdomain's, then the custom
+    /// domain's.
+    pub const ALL: [Self; 4] = [
+        Self::Discovery,
+        Self::Jwks,
+        Self::DomainDiscovery,
+        Self::DomainJwks,
+    ];
 
-    /// The path the API names it by (and the store keeps).
+    /// The path the API names it by.
     pub fn path(self) -> &'static str {
         match self {
-            Self::Discovery => "/.well-known/openid-configuration",
-            Self::Jwks => crate::publishing::JWKS_PATH,
+            Self::Discovery | Self::DomainDiscovery => "/.well-known/openid-configuration",
+            Self::Jwks | Self::DomainJwks => crate::publishing::JWKS_PATH,
         }
     }
 
-    /// The document a [`FetchedDocument::path`] names.
-    pub fn from_path(path: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|d| d.path() == path)
+    /// What the store keeps it as: the path, after `domain:` under a custom domain.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Discovery => "/.well-known/openid-configuration",
+            Self::Jwks => crate::publishing::JWKS_PATH,
+            Self::DomainDiscovery => "domain:/.well-known/openid-configuration",
+            Self::DomainJwks => "domain:/openid/v1/jwks",
+        }
+    }
+
+    /// The document a [`FetchedDocument::key`] names.
+    pub fn from_key(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.key() == key)
+    }
+
+    /// Whether it is a key set (under either issuer).
+    pub fn is_jwks(self) -> bool {
+        matches!(self, Self::Jwks | Self::DomainJwks)
+    }
+
+    /// Whether it was fetched under the custom domain.
+    pub fn is_custom_domain(self) -> bool {
+        matches!(self, Self::DomainDiscovery | Self::DomainJwks)
+    }
+
+    /// The same document under the custom domain.
+    pub fn on_custom_domain(self) -> Self {
+        match self {
+            Self::Discovery | Self::DomainDiscovery => Self::DomainDiscovery,
+            Self::Jwks | Self::DomainJwks => Self::DomainJwks,
+        }
     }
 }
 

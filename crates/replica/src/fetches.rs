@@ -9,7 +9,7 @@
 //! the fetches of one popular document on many workers never wait for one another. `take` adds
 //! the threads' counts up.
 
-use crate::hosting::Hosted;
+use crate::hosting::{Document, Hosted};
 use crossbeam_utils::CachePadded;
 use registry_domain::app::fetches::{Current, Served};
 use registry_domain::ports::{AgentFetches, DocumentFetches, FetchedDocument};
@@ -222,11 +222,17 @@ fn count_agent(agents: &mut Vec<Agent>, agent: &str, n: u64, at: OffsetDateTime)
 /// What `hosted` serves, as the fetch evidence reports it.
 pub fn served(hosted: Option<&Hosted>) -> Current {
     let hosted = hosted?;
+    served_as(hosted, &hosted.discovery)
+}
+
+/// What `hosted` serves with `discovery` as its discovery document (a custom domain's), as the
+/// fetch evidence reports it.
+pub fn served_as(hosted: &Hosted, discovery: &Document) -> Current {
     let served = |etag: &bytes::Bytes| Served {
         etag: String::from_utf8_lossy(etag).into_owned(),
         changed_at: hosted.changed_at,
     };
-    Some([served(&hosted.discovery.etag), served(&hosted.jwks.etag)])
+    Some([served(&discovery.etag), served(&hosted.jwks.etag)])
 }
 
 #[cfg(test)]

@@ -643,6 +643,7 @@ const VERIFIERS: Columns = &[
 ];
 const RECORDS: Columns = &[("TYPE", "/type"), ("NAME", "/name"), ("VALUE", "/value")];
 const FETCHES: Columns = &[
+    ("ISSUER", "/issuer"),
     ("PATH", "/path"),
     ("FETCHED SINCE CHANGE", "/fetchedSinceChange"),
     ("FETCHES 24H", "/fetches24h"),
@@ -826,5 +827,44 @@ mod tests {
     fn path_segments_are_encoded() {
         assert_eq!(segment("k3s-acme"), "k3s-acme");
         assert_eq!(segment("a/b c"), "a%2Fb%20c");
+    }
+
+    #[test]
+    fn a_domain_shows_its_status_certificate_problem_and_records() {
+        let answer = json!({"domain": "login.acme.com", "status": "active",
+            "records": [
+                {"type": "CNAME", "name": "login.acme.com", "value": "k3s-acme.oidc.example.com"},
+                {"type": "TXT", "name": "_registry-challenge.login.acme.com", "value": "t0k3n"}],
+            "certificate": {"notBefore": "2026-11-28T00:00:00Z", "notAfter": "2027-02-26T00:00:00Z",
+                "issuer": "CN=R11"},
+            "error": {"code": "acme-order-failed", "message": "the renewal failed"}});
+        let call = Call::Domain(DomainCommand::Get {
+            service: "k3s-acme".into(),
+        });
+        let text = table(&call, &answer);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..4],
+            [
+                "domain: login.acme.com",
+                "status: active",
+                "certificate: CN=R11 until 2027-02-26T00:00:00Z",
+                "error: acme-order-failed: the renewal failed",
+            ]
+        );
+        assert_eq!(lines[5], "TYPE   NAME                                VALUE");
+        assert_eq!(lines[7], "TXT    _registry-challenge.login.acme.com  t0k3n");
+        let set = Call::Domain(DomainCommand::Set {
+            service: "k3s-acme".into(),
+            domain: "login.acme.com".into(),
+        });
+        assert_eq!(
+            request(&set).ok(),
+            Some((
+                "PUT",
+                "/services/k3s-acme/domain".to_owned(),
+                Some(json!({"domain": "login.acme.com"}))
+            ))
+        );
     }
 }

@@ -159,6 +159,11 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         let agent = req.headers().get(header::USER_AGENT);
         let not_modified = response.status() == StatusCode::NOT_MODIFIED;
         let agent = agent.map_or(&b""[..], HeaderValue::as_bytes);
+        // A custom domain's fetches are counted apart (docs/api.md, "Fetch evidence").
+        let fetched = match label.is_none() {
+            true => fetched.on_custom_domain(),
+            false => fetched,
+        };
         (state.replica.fetches).record(hosted.service_id(), fetched, not_modified, agent, now);
     }
     Ok(response)

@@ -36,7 +36,7 @@ impl FetchLog for Store {
     fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
         self.write_aside(|conn| {
             for f in counts {
-                let (service, document) = (id_text(f.service_id), f.document.path());
+                let (service, document) = (id_text(f.service_id), f.document.key());
                 let (hour, last) = (fetch_hour(f.last_at), millis(f.last_at));
                 let row = (
                     fetch_counts::service_id.eq(&service),
@@ -130,7 +130,7 @@ impl FetchLog for Store {
                 .load::<(String, i64, i64, i64)>(conn)?;
             let mut sums: Vec<DocumentFetches> = Vec::new();
             for (document, ok, not_modified, last) in rows {
-                let Some(document) = FetchedDocument::from_path(&document) else {
+                let Some(document) = FetchedDocument::from_key(&document) else {
                     continue;
                 };
                 let last = instant(last)?;
@@ -171,7 +171,7 @@ impl FetchLog for Store {
             for sum in &mut sums {
                 let mut list = by_agent
                     .iter()
-                    .filter(|((document, _), _)| document == sum.document.path())
+                    .filter(|((document, _), _)| document == sum.document.key())
                     .map(|((_, agent), (n, last))| {
                         Ok(AgentFetches {
                             agent: agent.clone(),

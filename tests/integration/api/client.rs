@@ -92,7 +92,26 @@ fn a_customer_works_with_the_api_from_the_command_line() {
         "{preflight}"
     );
     let fetches = ok(&server, &acme.token, &["fetches", "k3s-acme"]);
-    assert!(fetches.starts_with("PATH"), "{fetches}");
+    assert!(
+        fetches.starts_with("ISSUER") && fetches.contains("PATH"),
+        "{fetches}"
+    );
+    // Custom domains: off on this registry, one sentence and exit 1; `--help` has an example.
+    let (code, _, stderr) = client(
+        &server,
+        &acme.token,
+        &["domain", "set", "k3s-acme", "login.example.com"],
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("(409)") && stderr.contains("REGISTRY_ACME_DIRECTORY"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = client(&server, &acme.token, &["domain", "get", "k3s-acme"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("has no custom domain"), "{stderr}");
+    let help = ok(&server, &acme.token, &["domain", "set", "--help"]);
+    assert!(help.contains("Example: `registry domain set"), "{help}");
 
     let policy = std::env::temp_dir().join(format!("client-policy-{}.json", std::process::id()));
     std::fs::write(&policy, r#"{"kind": "static", "services": ["k3s-acme"]}"#).unwrap();

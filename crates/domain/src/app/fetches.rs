@@ -31,6 +31,17 @@ pub struct Served {
 /// nothing is published.
 pub type Current = Option<[Served; 2]>;
 
+/// What the replica serves under one of the service's issuers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuerServed {
+    /// The issuer URL.
+    pub issuer: String,
+    /// Whether it is the service's custom domain (else its subdomain).
+    pub custom_domain: bool,
+    /// Its documents now.
+    pub current: Current,
+}
+
 /// Adds a replica's counts to the store.
 pub fn record(registry: &Registry, counts: &[DocumentFetches]) -> Result<(), AppError> {
     if !counts.is_empty() {
@@ -39,22 +50,34 @@ pub fn record(registry: &Registry, counts: &[DocumentFetches]) -> Result<(), App
     Ok(())
 }
 
-/// `GET /services/{s}/fetches`: per document, what is served and who fetched it in the last
-/// 24 hours, summed over every replica.
+/// `GET /services/{s}/fetches`: per issuer (the subdomain's, then the custom domain's while it
+/// is served) and document, what is served and who fetched it in the last 24 hours, summed over
+/// every replica.
 pub fn evidence(
     registry: &Registry,
     service: &Service,
-    current: Current,
+    issuers: &[IssuerServed],
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
     let counted = registry
         .store
         .fetches(service.id, now - WINDOW, TOP_AGENTS)?;
-    let documents: Vec<Value> = FetchedDocument::ALL
-        .into_iter()
-        .enumerate()
-        .map(|(i, document)| {
-            let served = current.as_ref().map(|c| &c[i]);
+    let documents: Vec<Value> = issuers
+        .iter()
+        .flat_map(|served| {
+            [FetchedDocument::Discovery, FetchedDocument::Jwks]
+                .into_iter()
+                .enumerate()
+                .map(move |(i, document)| {
+                    let document = match served.custom_domain {
+                        true => document.on_custom_domain(),
+                        false => document,
+                    };
+                    (served, i, document)
+                })
+        })
+        .map(|(issuer, i, document)| {
+            let served = issuer.current.as_ref().map(|c| &c[i]);
             let fetches = counted.iter().find(|f| f.document == document);
             let last = fetches.map(|f| f.last_at);
             let since_change = match (served, last) {
@@ -68,6 +91,7 @@ pub fn evidence(
                 .map(|a| json!({"agent": a.agent, "count": a.count, "lastFetchedAt": rfc3339(a.last_at)}))
                 .collect();
             json!({
+                "issuer": issuer.issuer,
                 "path": document.path(),
                 "currentETag": served.map(|s| s.etag.as_str()),
                 "lastChangedAt": served.map(|s| rfc3339(s.changed_at)),
@@ -116,12 +140,23 @@ mod tests {
         }
     }
 
-    fn served(changed_at: OffsetDateTime) -> Current {
-        let one = Served {
-            etag: "\"e\"".into(),
-            changed_at,
-        };
-        Some([one.clone(), one])
+    fn served(changed_at: OffsetDateTime) -> Vec<IssuerServed> {
+        vec![issuer("https://s.example", false, Some(changed_at))]
+    }
+
+    fn issuer(url: &str, custom_domain: bool, changed_at: Option<OffsetDateTime>) -> IssuerServed {
+        let current = changed_at.map(|changed_at| {
+            let one = Served {
+                etag: "\"e\"".into(),
+                changed_at,
+            };
+            [one.clone(), one]
+        });
+        IssuerServed {
+            issuer: url.into(),
+            custom_domain,
+            current,
+        }
     }
 
     #[test]
@@ -155,11 +190,12 @@ mod tests {
             )],
         )
         .unwrap();
-        let answer = evidence(&registry, &service, served(at), NOW).unwrap();
+        let answer = evidence(&registry, &service, &served(at), NOW).unwrap();
         let [discovery, jwks] = answer["documents"].as_array().unwrap().as_slice() else {
             panic!()
         };
         assert_eq!(discovery["path"], "/.well-known/openid-configuration");
+        assert_eq!(discovery["issuer"], "https://s.example");
         assert_eq!(discovery["fetches24h"], 0);
         assert_eq!(discovery["lastFetchedAt"], Value::Null);
         assert_eq!(discovery["fetchedSinceChange"], false);
@@ -171,10 +207,47 @@ mod tests {
         assert_eq!(jwks["fetchedSinceChange"], true);
         assert_eq!(jwks["currentETag"], "\"e\"");
         assert_eq!(jwks["agents"].as_array().unwrap().len(), 2);
-        let later = evidence(&registry, &service, served(NOW - Duration::minutes(1)), NOW).unwrap();
+        let later = evidence(
+            &registry,
+            &service,
+            &served(NOW - Duration::minutes(1)),
+            NOW,
+        )
+        .unwrap();
         assert_eq!(later["documents"][1]["fetchedSinceChange"], false);
-        let nothing = evidence(&registry, &service, None, NOW).unwrap();
+        let nothing = evidence(
+            &registry,
+            &service,
+            &[issuer("https://s.example", false, None)],
+            NOW,
+        )
+        .unwrap();
         assert_eq!(nothing["documents"][1]["currentETag"], Value::Null);
         assert_eq!(nothing["documents"][1]["fetchedSinceChange"], false);
+    }
+
+    #[test]
+    fn a_custom_domains_fetches_are_counted_apart() {
+        let (registry, _, account) = registry(Plan::Business, NOW);
+        let command = services::CreateService::default();
+        let service = services::create(&registry, &caller(account), command, NOW).unwrap();
+        let at = NOW - Duration::minutes(5);
+        let fetched = [
+            count(&service, FetchedDocument::Jwks, "aws", at),
+            count(&service, FetchedDocument::DomainJwks, "gcp", at),
+        ];
+        record(&registry, &fetched).unwrap();
+        let issuers = [
+            issuer("https://s.example", false, Some(at)),
+            issuer("https://login.acme.com", true, Some(at)),
+        ];
+        let answer = evidence(&registry, &service, &issuers, NOW).unwrap();
+        let documents = answer["documents"].as_array().unwrap();
+        assert_eq!(documents.len(), 4);
+        assert_eq!(documents[3]["issuer"], "https://login.acme.com");
+        assert_eq!(documents[3]["path"], "/openid/v1/jwks");
+        assert_eq!(documents[3]["agents"][0]["agent"], "gcp");
+        assert_eq!(documents[1]["agents"][0]["agent"], "aws");
+        assert_eq!(documents[1]["fetches24h"], 3);
     }
 }

@@ -11,7 +11,6 @@
 
 use crate::app::{config, AppError, Registry};
 use crate::keys::KeyRecord;
-use crate::ports::FetchedDocument;
 use crate::Service;
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
@@ -125,7 +124,7 @@ pub fn readiness(
     let since = key.first_published_at - VERIFIER_WINDOW;
     let fetches = registry.store.fetches(service.id, since, AGENTS)?;
     let agents: Vec<(String, OffsetDateTime)> = (fetches.iter())
-        .filter(|f| f.document == FetchedDocument::Jwks)
+        .filter(|f| f.document.is_jwks())
         .flat_map(|f| f.agents.iter().map(|a| (a.agent.clone(), a.last_at)))
         .collect();
     let mut assessed = assess(key, &agents, now);
@@ -280,7 +279,7 @@ mod tests {
         let (registry, service) = published(60);
         let fetched = |agent: &str, at: OffsetDateTime| DocumentFetches {
             service_id: service.id,
-            document: FetchedDocument::Jwks,
+            document: crate::ports::FetchedDocument::Jwks,
             ok: 1,
             not_modified: 0,
             last_at: at,

@@ -8,7 +8,7 @@ use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use registry_domain::app::fetches;
+use registry_domain::app::fetches::{self, IssuerServed};
 use registry_domain::app::preflight::{self, CheckDocuments, CheckToken};
 use serde::Deserialize;
 
@@ -63,10 +63,28 @@ pub async fn fetches(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let hosted = state.replica.current(&service.subdomain).await?;
-    let current = registry_replica::fetches::served(hosted.as_deref());
+    let mut issuers = vec![IssuerServed {
+        issuer: state.registry.issuer_of(&service.subdomain),
+        custom_domain: false,
+        current: registry_replica::fetches::served(hosted.as_deref()),
+    }];
+    // The custom domain's documents, counted apart, while it is served.
+    let domain = (state.replica.domains.all().into_iter())
+        .find(|served| served.domain.service_id == service.id);
+    if let Some(domain) = domain {
+        let current = hosted.as_deref().and_then(|hosted| {
+            let discovery = domain.discovery(hosted);
+            registry_replica::fetches::served_as(hosted, &discovery)
+        });
+        issuers.push(IssuerServed {
+            issuer: domain.domain.issuer(),
+            custom_domain: true,
+            current,
+        });
+    }
     let now = state.now();
     let answer = state
-        .read(move |registry| fetches::evidence(registry, &service, current, now))
+        .read(move |registry| fetches::evidence(registry, &service, &issuers, now))
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }

@@ -72,6 +72,7 @@ pub fn name_of_host(host: &str) -> String {
 /// The custom domain a `Host` names, when it is served (docs/api.md, "Custom domains").
 pub fn custom_domain(state: &AppState, host: &str) -> Option<Arc<Served>> {
     let domains = &state.replica.domains;
+    // Before making the name: most hosts asked for are no custom domain's.
     if domains.is_empty() {
         return None;
     }

@@ -423,14 +423,7 @@ impl Api {
     fn expect(&self, method: &str, path: &str, body: Option<&Value>, want: u16) -> Result<Value> {
         let url = format!("https://{API_HOST}{path}");
         let answer = self.curl.call(method, &url, Some(&self.token), body)?;
-        if answer.status != want {
-            bail!(
-                "{method} {path}: {} (wanted {want}): {}",
-                answer.status,
-                answer.body
-            );
-        }
-        Ok(answer.json())
+        crate::api::expected(method, path, answer, want)
     }
 }
 

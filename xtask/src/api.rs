@@ -38,15 +38,7 @@ impl Api {
         body: Option<&Value>,
         want: u16,
     ) -> Result<Value> {
-        let answer = self.call(method, path, body)?;
-        if answer.status != want {
-            bail!(
-                "{method} {path}: {} (wanted {want}): {}",
-                answer.status,
-                answer.body
-            );
-        }
-        Ok(answer.json())
+        expected(method, path, self.call(method, path, body)?, want)
     }
 
     /// Registers `{name}-{tenant}`, titled `name`; its subdomain.
@@ -153,4 +145,17 @@ pub fn hosted_issuer(api: &Api) -> Result<(String, Signer)> {
     let idp = api.create_service("idp")?;
     api.publish(&idp, &upload(signer.jwks()))?;
     Ok((format!("http://{}", api.http.issuer_host(&idp)), signer))
+}
+
+/// The JSON of `answer` to `method path` when its status is `want`; else the failure naming the
+/// call, the status and the body.
+pub fn expected(method: &str, path: &str, answer: Response, want: u16) -> Result<Value> {
+    if answer.status != want {
+        bail!(
+            "{method} {path}: {} (wanted {want}): {}",
+            answer.status,
+            answer.body
+        );
+    }
+    Ok(answer.json())
 }

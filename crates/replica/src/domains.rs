@@ -25,6 +25,21 @@ pub struct Served {
 }
 
 impl Served {
+    /// Serves `domain` for `subdomain` from now on, in `by_name`: the change to report.
+    fn keep(
+        by_name: &mut HashMap<String, Arc<Served>>,
+        domain: CustomDomain,
+        subdomain: String,
+    ) -> DomainChanged {
+        let served = Arc::new(Served {
+            domain,
+            subdomain,
+            discovery: Mutex::default(),
+        });
+        by_name.insert(served.domain.domain.clone(), served.clone());
+        DomainChanged::Served(served)
+    }
+
     /// The discovery document of `hosted` (the subdomain's) under this domain's issuer: made
     /// once per version of the subdomain's document.
     pub fn discovery(&self, hosted: &Hosted) -> Document {
@@ -114,13 +129,7 @@ impl Domains {
                 .get(&domain.domain)
                 .is_some_and(|s| s.domain == domain && s.subdomain == subdomain);
             if !unchanged {
-                let served = Arc::new(Served {
-                    domain,
-                    subdomain,
-                    discovery: Mutex::default(),
-                });
-                by_name.insert(served.domain.domain.clone(), served.clone());
-                changes.push(DomainChanged::Served(served));
+                changes.push(Served::keep(&mut by_name, domain, subdomain));
             }
         }
         self.count.store(by_name.len(), Ordering::Relaxed);
@@ -135,13 +144,7 @@ impl Domains {
             .map(|(name, _)| DomainChanged::Dropped(name))
             .collect();
         for (domain, subdomain) in served.into_iter().filter(|(d, _)| d.is_served()) {
-            let served = Arc::new(Served {
-                domain,
-                subdomain,
-                discovery: Mutex::default(),
-            });
-            by_name.insert(served.domain.domain.clone(), served.clone());
-            changes.push(DomainChanged::Served(served));
+            changes.push(Served::keep(&mut by_name, domain, subdomain));
         }
         self.count.store(by_name.len(), Ordering::Relaxed);
         changes

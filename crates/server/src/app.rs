@@ -297,11 +297,6 @@ async fn launch(
             .wrap(middleware::from_fn(body::deadline))
             .wrap(middleware::from_fn(observe))
             .wrap(middleware::from_fn(connections::admitted))
-            // Before the hosted documents: an ACME server asks a custom domain's host.
-            .route(
-                routes::domains::CHALLENGE_PATH,
-                web::get().to(routes::domains::challenge),
-            )
             .service(
                 web::scope("")
                     .guard(guard::fn_guard(move |ctx| {

@@ -64,6 +64,32 @@ pub fn certificate(
 /// Where HTTP-01 challenges are asked for (RFC 8555 §8.3).
 const ACME_CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 
+/// The answer of an ACME server's HTTP-01 request on the plain listener (docs/api.md, "Custom
+/// domains"): the key authorization stored for the host's domain and the token, as every
+/// replica reads it from the database, or a 404; `None` for any other path. Answered here, on
+/// the plain listener only, rather than by a route every request would be matched against;
+/// never redirected: the domain has no certificate yet.
+pub async fn challenge(req: &ServiceRequest) -> Option<HttpResponse> {
+    let token = req.path().strip_prefix(ACME_CHALLENGE_PREFIX)?.to_owned();
+    let state = req
+        .app_data::<web::Data<AppState>>()
+        .expect("the app's state");
+    let host = crate::public::host(req.head()).map(crate::public::name_of_host);
+    let not_found = || ApiError::NotFound("no such challenge".into()).error_response();
+    let (Some(host), Some(_)) = (host, state.custom_domains.as_ref()) else {
+        return Some(not_found());
+    };
+    Some(
+        match state.replica.db(move |s| s.challenge(&host, &token)).await {
+            Ok(Some(answer)) => HttpResponse::Ok()
+                .content_type("application/octet-stream")
+                .body(answer),
+            Ok(None) => not_found(),
+            Err(error) => ApiError::from(error).error_response(),
+        },
+    )
+}
+
 /// The mark of a connection to the plain-HTTP listener beside HTTPS
 /// (`REGISTRY_HTTP_REDIRECT_LISTEN`), set where actix accepts it.
 #[derive(Debug, Clone, Copy)]
@@ -73,9 +99,7 @@ pub struct Plain;
 /// (it runs), and for anything else a 308 to the same path on the HTTPS URL of the API or
 /// issuer host it asked for, or a 404 for any other host.
 pub fn redirect(req: &ServiceRequest) -> Option<HttpResponse> {
-    // An ACME server's HTTP-01 request runs (`routes::domains::challenge`): it never follows a
-    // redirect to a certificate the domain does not have yet.
-    if req.path() == "/healthz" || req.path().starts_with(ACME_CHALLENGE_PREFIX) {
+    if req.path() == "/healthz" {
         return None;
     }
     let state = req

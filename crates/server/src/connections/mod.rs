@@ -106,7 +106,11 @@ pub async fn admitted(
         return Ok(req.into_response(response).map_into_right_body());
     }
     if req.conn_data::<tls::Plain>().is_some() {
-        if let Some(response) = tls::redirect(&req) {
+        let answered = match tls::challenge(&req).await {
+            Some(response) => Some(response),
+            None => tls::redirect(&req),
+        };
+        if let Some(response) = answered {
             return Ok(req.into_response(response).map_into_right_body());
         }
     }

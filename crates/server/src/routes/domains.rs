@@ -1,5 +1,5 @@
-//! `/services/{subdomain}/domain`: a service's custom domain (docs/api.md, "Custom domains"),
-//! and the HTTP-01 answers of its certificate orders, which every replica serves.
+//! `/services/{subdomain}/domain`: a service's custom domain (docs/api.md, "Custom domains").
+//! The HTTP-01 answers of its certificate orders are the plain listener's (`tls::challenge`).
 
 use crate::body::{read_json, Fields};
 use crate::caller::ServiceCaller;
@@ -8,9 +8,6 @@ use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::domains;
 use registry_domain::custom_domain::CustomDomain;
-
-/// Where an ACME server asks for the answer of an HTTP-01 challenge (RFC 8555 §8.3).
-pub const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/{token}";
 
 /// The answer of the domain calls: the domain, its status, the records to set.
 fn answer(state: &AppState, subdomain: &str, domain: &CustomDomain) -> serde_json::Value {
@@ -59,29 +56,4 @@ pub async fn delete(
         .write(move |registry| domains::remove(registry, &caller, &service, now))
         .await?;
     Ok(HttpResponse::NoContent().finish())
-}
-
-/// `GET /.well-known/acme-challenge/{token}` on a custom domain's host: the key authorization
-/// of an order under way, as plain text (every replica answers it from the database); 404
-/// otherwise.
-pub async fn challenge(
-    req: HttpRequest,
-    token: web::Path<String>,
-    state: web::Data<AppState>,
-) -> ApiResult<HttpResponse> {
-    let host = crate::public::host(req.head()).map(crate::public::name_of_host);
-    let (Some(host), Some(_)) = (host, state.custom_domains.as_ref()) else {
-        return super::not_found().await;
-    };
-    let token = token.into_inner();
-    match state
-        .replica
-        .db(move |s| s.challenge(&host, &token))
-        .await?
-    {
-        Some(answer) => Ok(HttpResponse::Ok()
-            .content_type("application/octet-stream")
-            .body(answer)),
-        None => super::not_found().await,
-    }
 }

@@ -625,6 +625,7 @@ const ACCOUNTS: Columns = &[
 const KEYS: Columns = &[
     ("KID", "/kid"),
     ("STATE", "/state"),
+    ("SOURCE", "/source"),
     ("ALG", "/alg"),
     ("FIRST PUBLISHED", "/firstPublishedAt"),
     ("PUBLISHED UNTIL", "/publishedUntil"),

@@ -40,11 +40,11 @@ impl Files {
         files
     }
 
-    fn cert(&self) -> PathBuf {
+    pub fn cert(&self) -> PathBuf {
         self.dir.join("tls.crt")
     }
 
-    fn key(&self) -> PathBuf {
+    pub fn key(&self) -> PathBuf {
         self.dir.join("tls.key")
     }
 

@@ -5,6 +5,7 @@ use crate::body;
 use crate::caller::Gate;
 use crate::connections;
 use crate::connections::ConnectionLimit;
+use crate::custom_domains::CustomDomains;
 use crate::listeners::{self, Listeners};
 use crate::observe::observe;
 use crate::problem;
@@ -232,6 +233,7 @@ async fn launch(
     settings.trusted_proxy_networks()?;
     settings.metrics_allow_networks()?;
     let certificate = tls::certificate(&settings, &issuers.names_served())?;
+    let custom_domains = CustomDomains::from_settings(&settings, certificate.as_ref())?;
     let at = match &listen {
         Listen::Address(address) => address.clone(),
         Listen::Listener(listener) => format!("{:?}", listener.local_addr()),
@@ -268,7 +270,7 @@ async fn launch(
         .unwrap_or_else(|| Arc::new(verifier.clone()));
     let state = web::Data::new(AppState::new(
         settings,
-        (issuers, certificate.clone()),
+        (issuers, certificate.clone(), custom_domains),
         Arc::new(store.clone()),
         (verifier, identity),
         injected.clock,

@@ -56,12 +56,16 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Builds the components from settings, the issuers they name and the certificate served
-    /// for them, an open store, the OIDC adapter (for its counters) and the verifier of identity
+    /// Builds the components from settings, the issuers they name, the certificate served
+    /// for them and what custom domains need (all checked before the database), an open store, the OIDC adapter (for its counters) and the verifier of identity
     /// tokens (the adapter itself, unless a test injects another).
     pub fn new<S: Storage + Database + 'static>(
         settings: Settings,
-        (issuers, certificate): (Issuers, Option<Arc<Reloading>>),
+        (issuers, certificate, custom_domains): (
+            Issuers,
+            Option<Arc<Reloading>>,
+            Option<crate::custom_domains::CustomDomains>,
+        ),
         store: Arc<S>,
         (oidc, verifier): (OidcVerifier, Arc<dyn IdentityTokenVerifier>),
         clock: Arc<dyn Clock>,
@@ -78,9 +82,7 @@ impl AppState {
         let metrics = Arc::new(Metrics::default());
         let trusted_proxies = settings.trusted_proxy_networks()?;
         let purger = settings.purger()?.map(Arc::new);
-        let custom_domains =
-            crate::custom_domains::CustomDomains::from_settings(&settings, certificate.as_ref())?
-                .map(Arc::new);
+        let custom_domains = custom_domains.map(Arc::new);
         let limits = Limits {
             auth_failures_per_minute: settings.auth_failures_per_minute,
             writes_per_minute: settings.writes_per_minute,

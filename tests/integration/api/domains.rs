@@ -414,3 +414,65 @@ fn an_active_domain_serves_the_documents_under_its_own_issuer_and_certificate() 
         401
     );
 }
+
+#[test]
+fn a_start_without_what_custom_domains_need_fails_with_one_sentence_before_the_database() {
+    let ca = TestCa::new("operator CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let dir = registry_tests::server::TempDir::new("acme-start");
+    let database = dir.join("registry.db");
+    let tls = [
+        ("REGISTRY_TLS_CERT", files.cert().display().to_string()),
+        ("REGISTRY_TLS_KEY", files.key().display().to_string()),
+        ("REGISTRY_HTTP_REDIRECT_LISTEN", "127.0.0.1:0".to_owned()),
+    ];
+    let cases: [(&[(&str, String)], &str); 4] = [
+        (&[], "REGISTRY_ACME_DIRECTORY needs REGISTRY_DATA_KEY"),
+        (
+            &[("REGISTRY_DATA_KEY", DATA_KEY.to_owned())],
+            "REGISTRY_ACME_DIRECTORY needs HTTPS",
+        ),
+        (
+            &[
+                ("REGISTRY_DATA_KEY", "c2hvcnQ=".to_owned()),
+                tls[0].clone(),
+                tls[1].clone(),
+                tls[2].clone(),
+            ],
+            "REGISTRY_DATA_KEY holds 5 bytes; it must hold 32",
+        ),
+        (
+            &[
+                ("REGISTRY_DATA_KEY", DATA_KEY.to_owned()),
+                tls[0].clone(),
+                tls[1].clone(),
+                tls[2].clone(),
+                ("REGISTRY_DNS_RESOLVER", "nowhere".to_owned()),
+            ],
+            "REGISTRY_DNS_RESOLVER \"nowhere\" is not an address and port",
+        ),
+    ];
+    for (more, says) in cases {
+        let mut command = std::process::Command::new(registry_tests::server::registry_binary());
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env(
+                "REGISTRY_DATABASE_URL",
+                format!("sqlite://{}", database.display()),
+            )
+            .env("REGISTRY_ACME_DIRECTORY", "https://acme.example/directory")
+            .env("RUST_LOG", "off");
+        for (name, value) in more {
+            command.env(name, value);
+        }
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with("registry: ") && stderr.contains(says),
+            "{says}: {stderr}"
+        );
+        assert!(!database.exists(), "checked before the database");
+    }
+}

@@ -239,7 +239,13 @@ fn host_of(url: &str) -> Result<String, UnusableUrl> {
 
 /// The name a `Host` header gives, without its port. A fully qualified name may end in a dot;
 /// it names the same host (`host_of` drops it from the configured ones).
-fn name_of(host: &str) -> &str {
+///
+/// ```
+/// use registry_domain::issuer::name_of;
+/// assert_eq!(name_of("login.example.com.:80"), "login.example.com");
+/// assert_eq!(name_of("[::1]:8080"), "[::1]");
+/// ```
+pub fn name_of(host: &str) -> &str {
     let host = strip_port(host);
     host.strip_suffix('.').unwrap_or(host)
 }

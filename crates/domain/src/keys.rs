@@ -271,8 +271,7 @@ pub fn rotate(
             source: source.to_owned(),
         });
     }
-    let until = now + time::Duration::hours(i64::from(retain));
-    let until = expires_at.map_or(until, |end| until.min(end));
+    let until = retirement_end(retain, now, expires_at);
     let mut retired = Vec::new();
     let mut kept = Vec::new();
     for key in live {
@@ -331,6 +330,17 @@ pub fn rotate(
         retired,
         retired_until,
     })
+}
+
+/// Until when a key retired at `now` with `retain` hours of retention stays published: never past
+/// an anonymous service's end (`expires_at`).
+fn retirement_end(
+    retain: u32,
+    now: OffsetDateTime,
+    expires_at: Option<OffsetDateTime>,
+) -> OffsetDateTime {
+    let until = now + time::Duration::hours(i64::from(retain));
+    expires_at.map_or(until, |end| until.min(end))
 }
 
 /// An accepted upload: what is published, and what it did to the keys.
@@ -592,8 +602,7 @@ impl KeyState {
     ) -> Option<KeyState> {
         let sources = self.sources();
         let removed = sources.get(source)?;
-        let until = now + time::Duration::hours(i64::from(removed.retain_hours));
-        let until = expires_at.map_or(until, |end| until.min(end));
+        let until = retirement_end(removed.retain_hours, now, expires_at);
         let mut current = Vec::new();
         let mut retired = Vec::new();
         let mut retiring = Vec::new();
@@ -623,10 +632,13 @@ impl KeyState {
     /// The public key set's current part: every source's current keys (`{"keys": [...]}`),
     /// what the store keeps as the published key set.
     pub fn current_set(&self) -> Value {
-        let keys: Vec<Value> = self
-            .keys
-            .iter()
-            .filter(|k| k.retired_at.is_none())
+        self.current_keys(|_| true)
+    }
+
+    /// `{"keys": [...]}` of the current keys whose source `of` accepts.
+    fn current_keys(&self, of: impl Fn(&str) -> bool) -> Value {
+        let keys: Vec<Value> = (self.keys.iter())
+            .filter(|k| k.retired_at.is_none() && of(&k.source))
             .map(|k| Value::Object(k.jwk.clone()))
             .collect();
         json!({"keys": keys})
@@ -638,15 +650,9 @@ impl KeyState {
     pub fn source_upload(&self, source: &str, published: &Value) -> Option<Value> {
         let recorded = self.sources();
         let upload = recorded.get(source)?;
-        let keys: Vec<Value> = self
-            .keys
-            .iter()
-            .filter(|k| k.retired_at.is_none() && k.source == source)
-            .map(|k| Value::Object(k.jwk.clone()))
-            .collect();
         Some(json!({
             "openidConfiguration": upload.discovery.as_ref().unwrap_or(published),
-            "jwks": {"keys": keys},
+            "jwks": self.current_keys(|of| of == source),
         }))
     }
 

@@ -95,6 +95,16 @@ impl Domains {
         self.read().get(name).cloned()
     }
 
+    /// The domain of the service `service_id`, when it is served.
+    pub fn of_service(&self, service_id: Uuid) -> Option<Arc<Served>> {
+        if self.is_empty() {
+            return None;
+        }
+        (self.read().values())
+            .find(|served| served.domain.service_id == service_id)
+            .cloned()
+    }
+
     /// Every domain served.
     pub fn all(&self) -> Vec<Arc<Served>> {
         self.read().values().cloned().collect()

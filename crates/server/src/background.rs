@@ -62,13 +62,11 @@ pub async fn purge_changes(state: web::Data<AppState>) {
             let issuers = state.replica.hosting.issuers();
             let authority = issuers.authority_of(&change.subdomain);
             // The service's custom domain serves the same documents under its own host.
-            let domains: Vec<String> = (state.replica.domains.all().into_iter())
-                .filter(|served| served.domain.service_id == change.service_id)
-                .map(|served| served.domain.domain.clone())
-                .collect();
             let mut purged = true;
-            for domain in &domains {
-                purged &= purger.purge(domain, &crate::public::PUBLIC_PATHS).await;
+            if let Some(served) = state.replica.domains.of_service(change.service_id) {
+                purged = purger
+                    .purge(&served.domain.domain, &crate::public::PUBLIC_PATHS)
+                    .await;
             }
             if purger.purge(&authority, &crate::public::PUBLIC_PATHS).await && purged {
                 let store = state.registry.store.clone();

@@ -60,13 +60,7 @@ pub fn host(req: &RequestHead) -> Option<&str> {
 
 /// A `Host` as a name: without its port and a final dot, lower case.
 pub fn name_of_host(host: &str) -> String {
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if !name.contains(']') && port.bytes().all(|b| b.is_ascii_digit()) => {
-            name
-        }
-        _ => host,
-    };
-    name.trim_end_matches('.').to_ascii_lowercase()
+    registry_domain::issuer::name_of(host).to_ascii_lowercase()
 }
 
 /// The custom domain a `Host` names, when it is served (docs/api.md, "Custom domains").

@@ -108,12 +108,13 @@ pub fn redirect(req: &ServiceRequest) -> Option<HttpResponse> {
     let host = crate::public::host(req.head());
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let issuers = state.replica.hosting.issuers();
-    let custom = host
-        .and_then(|host| crate::public::custom_domain(state, host))
-        .map(|served| served.domain.issuer());
+    let custom = || {
+        let served = crate::public::custom_domain(state, host?)?;
+        Some(served.domain.issuer())
+    };
     let location = host
         .and_then(|host| issuers.origin_of_host(host))
-        .or(custom)
+        .or_else(custom)
         .map(|origin| {
             // The origin's authority (its port included), over https.
             let rest = origin.split_once("://").map_or("", |(_, rest)| rest);

@@ -69,9 +69,7 @@ pub async fn fetches(
         current: registry_replica::fetches::served(hosted.as_deref()),
     }];
     // The custom domain's documents, counted apart, while it is served.
-    let domain = (state.replica.domains.all().into_iter())
-        .find(|served| served.domain.service_id == service.id);
-    if let Some(domain) = domain {
+    if let Some(domain) = state.replica.domains.of_service(service.id) {
         let current = hosted.as_deref().and_then(|hosted| {
             let discovery = domain.discovery(hosted);
             registry_replica::fetches::served_as(hosted, &discovery)

@@ -58,6 +58,19 @@ pub struct RememberedIdentity {
     accepted_at: OffsetDateTime,
 }
 
+impl RememberedIdentity {
+    /// A copy in this thread's own allocations, for its [`Front`]: the clones a request makes of
+    /// it then write no reference count that another thread writes.
+    fn own_copy(&self) -> Self {
+        Self {
+            token: Arc::new(VerifiedToken::clone(&self.token)),
+            key_version: (self.key_version.as_deref()).map(bytes::Bytes::copy_from_slice),
+            until: self.until,
+            accepted_at: self.accepted_at,
+        }
+    }
+}
+
 /// The version (ETag) of a hosted key set.
 pub type KeyVersion = bytes::Bytes;
 
@@ -167,25 +180,31 @@ impl TokenCache {
     ) -> bool {
         let matches =
             |entry: &RememberedSecret| entry.stored_hash == stored_hash && entry.is(secret);
-        let seen = self.secrets_seen.with(|seen| seen.get(lookup_id).cloned());
-        let entry = match seen.filter(|entry| matches(entry)) {
-            Some(entry) => entry,
-            // Not seen by this thread, or seen before the secret changed.
-            None => {
-                let Some(entry) = self.secrets.get(lookup_id).filter(|e| matches(e)) else {
-                    return false;
-                };
-                self.secrets_seen.keep(lookup_id.to_owned(), entry.clone());
-                entry
-            }
-        };
         let second = now.unix_timestamp();
         // Written once a second at most: every thread that accepts the secret reads this line.
-        if entry.accepted_at.load(Relaxed) != second {
-            entry.accepted_at.store(second, Relaxed);
-            // A use the shared cache sees, for its idle expiry.
-            let _ = self.secrets.get(lookup_id);
+        let accepted = |entry: &RememberedSecret| {
+            if entry.accepted_at.load(Relaxed) != second {
+                entry.accepted_at.store(second, Relaxed);
+                // A use the shared cache sees, for its idle expiry.
+                let _ = self.secrets.get(lookup_id);
+            }
+        };
+        // Read in place: a clone of the entry would write its reference count, which every
+        // thread's copy shares.
+        let seen = self.secrets_seen.with(|seen| {
+            let entry = seen.get(lookup_id).filter(|entry| matches(entry))?;
+            accepted(entry);
+            Some(())
+        });
+        if seen.is_some() {
+            return true;
         }
+        // Not seen by this thread, or seen before the secret changed.
+        let Some(entry) = self.secrets.get(lookup_id).filter(|e| matches(e)) else {
+            return false;
+        };
+        accepted(&entry);
+        self.secrets_seen.keep(lookup_id.to_owned(), entry);
         true
     }
 
@@ -262,7 +281,7 @@ impl TokenCache {
                 .get_mut(&digest)
                 .filter(|entry| now <= entry.until)?;
             entry.accepted_at = now;
-            entry.clone()
+            entry.own_copy()
         };
         self.identities_seen.keep(digest, entry.clone());
         Some(entry)
@@ -311,10 +330,11 @@ impl TokenCache {
             until,
             accepted_at,
         };
-        entries.insert(digest, entry.clone());
+        let own = entry.own_copy();
+        entries.insert(digest, entry);
         drop(entries);
         // This thread's copy, if any, may be of an earlier verification (an older key set).
-        self.identities_seen.keep(digest, entry);
+        self.identities_seen.keep(digest, own);
     }
 }
 

@@ -21,12 +21,17 @@
 //! if every request read everything from the database. The follower in `background` applies the
 //! same changes every half second, so that public documents (served from memory once read)
 //! follow too.
+//!
+//! Each worker thread reads its own copies of the services, accounts and trust lists it used
+//! (see `near`), checked against the shared maps again after any change: a request repeated on
+//! many workers takes no lock and writes no reference count that another worker writes.
 
 use crate::absent::Absent;
+use crate::near::{Copied, Near};
 use registry_domain::ports::Change;
 use registry_domain::{Service, ServiceAccount};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use uuid::Uuid;
 
@@ -38,17 +43,72 @@ const MAX_ENTRIES: usize = 100_000;
 /// The accounts whose rules name one issuer.
 pub type Trusting = Arc<[Arc<ServiceAccount>]>;
 
+/// Services each worker thread keeps its own copies of.
+const NEAR_SERVICES: usize = 4096;
+/// Accounts each worker thread keeps its own copies of, alone or in trust lists.
+const NEAR_ACCOUNTS: usize = 1024;
+
+impl Copied for Service {
+    fn copied(&self) -> Arc<Self> {
+        Arc::new(self.clone())
+    }
+}
+
+/// A copy of the account shares its compiled policy, which requests only read.
+impl Copied for ServiceAccount {
+    fn copied(&self) -> Arc<Self> {
+        Arc::new(self.clone())
+    }
+}
+
+/// A trust list's copy holds copies of its accounts: a caller keeps the account it acts as.
+impl Copied for [Arc<ServiceAccount>] {
+    fn copied(&self) -> Arc<Self> {
+        self.iter().map(|account| account.copied()).collect()
+    }
+
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
 /// The cached entries and the sequence number they reflect.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Directory {
     /// The newest change-log sequence whose changes these entries and the hosting cache reflect.
     applied: AtomicI64,
     /// Changes are applied by one task at a time, in order.
     pub(crate) applying: tokio::sync::Mutex<()>,
     entries: RwLock<Entries>,
+    /// Bumped, under the entries' write lock, by every invalidation. A fill whose database read
+    /// began before an invalidation is dropped: the row it read may be the one the invalidation
+    /// was about. The workers' copies of entries are checked again.
+    generation: AtomicU64,
+    services_near: Near<String, Service>,
+    accounts_near: Near<Uuid, ServiceAccount>,
     trust: RwLock<TrustIndex>,
+    /// Bumped, under the trust index's write lock, by every change of it.
+    trust_changes: AtomicU64,
+    trust_near: Near<String, [Arc<ServiceAccount>]>,
     /// Issuers no policy named at their last database look-up (docs/api.md, "Authentication").
     unknown: Absent,
+}
+
+impl Default for Directory {
+    fn default() -> Self {
+        Self {
+            applied: AtomicI64::default(),
+            applying: tokio::sync::Mutex::default(),
+            entries: RwLock::default(),
+            generation: AtomicU64::default(),
+            services_near: Near::new(NEAR_SERVICES),
+            accounts_near: Near::new(NEAR_ACCOUNTS),
+            trust: RwLock::default(),
+            trust_changes: AtomicU64::default(),
+            trust_near: Near::new(NEAR_ACCOUNTS),
+            unknown: Absent::default(),
+        }
+    }
 }
 
 /// Every OIDC account, and the accounts trusting each issuer.
@@ -121,9 +181,6 @@ impl TrustIndex {
 
 #[derive(Debug, Default)]
 pub(crate) struct Entries {
-    /// Bumped by every invalidation. A fill whose database read began before an invalidation is
-    /// dropped: the row it read may be the one the invalidation was about.
-    pub(crate) generation: u64,
     pub(crate) services: HashMap<Uuid, Arc<Service>>,
     pub(crate) subdomains: HashMap<String, Uuid>,
     pub(crate) accounts: HashMap<Uuid, Arc<ServiceAccount>>,
@@ -140,7 +197,10 @@ impl Directory {
     /// Loads the trust index whole (start-up: with the change sequence read before it, so that
     /// a change racing with the load is replayed).
     pub fn load_trust(&self, oidc_accounts: Vec<ServiceAccount>) {
-        *self.trust.write().expect("trust lock") = TrustIndex::build(oidc_accounts);
+        let mut trust = self.trust.write().expect("trust lock");
+        *trust = TrustIndex::build(oidc_accounts);
+        self.trust_changes.fetch_add(1, Ordering::Release);
+        drop(trust);
         self.unknown.lock().clear();
     }
 
@@ -159,12 +219,18 @@ impl Directory {
     /// The OIDC accounts (of any customer) with a rule whose `iss` is exactly `issuer`; `None`
     /// when no policy names it. Never reads the database.
     pub fn accounts_trusting(&self, issuer: &str) -> Option<Trusting> {
-        self.trust
+        let changes = self.trust_changes.load(Ordering::Acquire);
+        if let Some(own) = self.trust_near.current(issuer, changes, |_| {}) {
+            return Some(own);
+        }
+        let shared = self
+            .trust
             .read()
             .expect("trust lock")
             .by_issuer
             .get(issuer)
-            .cloned()
+            .cloned()?;
+        Some(self.trust_near.copy_of(issuer, &shared, changes))
     }
 
     /// How many issuers some policy trusts.
@@ -183,7 +249,9 @@ impl Directory {
                 unknown.forget(issuer);
             }
         }
-        self.trust.write().expect("trust lock").replace(id, account);
+        let mut trust = self.trust.write().expect("trust lock");
+        trust.replace(id, account);
+        self.trust_changes.fetch_add(1, Ordering::Release);
     }
 
     /// Records that the caches reflect the change log up to `seq` (the start-up load).
@@ -201,18 +269,47 @@ impl Directory {
         self.applied.load(Ordering::Acquire)
     }
 
-    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, Entries> {
-        self.entries.read().expect("directory lock")
+    /// The count of invalidations: a database read begun now is kept by [`Directory::fill`]
+    /// only while it has not moved.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
-    pub(crate) fn generation(&self) -> u64 {
-        self.read().generation
+    /// The service in memory under `key` (a subdomain, lower case, or an id as text; `id` when
+    /// it is one): this thread's copy while nothing was invalidated since it was checked.
+    pub(crate) fn service(&self, key: &str, id: Option<Uuid>) -> Option<Arc<Service>> {
+        let changes = self.generation();
+        if let Some(own) = self.services_near.current(key, changes, |_| {}) {
+            return Some(own);
+        }
+        let shared = {
+            let entries = self.entries.read().expect("directory lock");
+            match id {
+                // The store tries the id first: a miss must ask it, not the subdomain map.
+                Some(id) => entries.services.get(&id),
+                None => (entries.subdomains.get(key)).and_then(|id| entries.services.get(id)),
+            }
+            .cloned()?
+        };
+        Some(self.services_near.copy_of(key, &shared, changes))
+    }
+
+    /// The account in memory with this id, as [`Directory::service`] finds a service.
+    pub(crate) fn account(&self, id: Uuid) -> Option<Arc<ServiceAccount>> {
+        let changes = self.generation();
+        if let Some(own) = self.accounts_near.current(&id, changes, |_| {}) {
+            return Some(own);
+        }
+        let entries = self.entries.read().expect("directory lock");
+        let shared = entries.accounts.get(&id).cloned()?;
+        drop(entries);
+        Some(self.accounts_near.copy_of(&id, &shared, changes))
     }
 
     /// Stores what a database read found, unless something was invalidated since `generation`.
     pub(crate) fn fill(&self, generation: u64, f: impl FnOnce(&mut Entries)) {
         let mut entries = self.entries.write().expect("directory lock");
-        if entries.generation == generation {
+        if self.generation() == generation {
             f(&mut entries);
         }
     }
@@ -220,15 +317,15 @@ impl Directory {
     /// Empties the caches (a reload of everything follows).
     pub(crate) fn forget_all(&self) {
         let mut entries = self.entries.write().expect("directory lock");
-        entries.generation += 1;
         entries.services.clear();
         entries.subdomains.clear();
         entries.accounts.clear();
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     pub(crate) fn forget(&self, change: Change) {
         let mut entries = self.entries.write().expect("directory lock");
-        entries.generation += 1;
+        self.generation.fetch_add(1, Ordering::Release);
         match change {
             Change::Service(id) => {
                 if let Some(service) = entries.services.remove(&id) {
@@ -242,5 +339,94 @@ impl Directory {
                 entries.accounts.remove(&id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use registry_domain::policy::Policy;
+    use time::OffsetDateTime;
+
+    fn service(subdomain: &str) -> Service {
+        Service {
+            id: Uuid::new_v4(),
+            customer_id: None,
+            subdomain: subdomain.into(),
+            title: None,
+            description: None,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            expires_at: None,
+        }
+    }
+
+    fn account(issuer: &str) -> ServiceAccount {
+        let policy = serde_json::json!({"kind": "oidc", "rules": [{"services": ["a-x"],
+            "claims": {"iss": issuer, "aud": "https://registry.example", "sub": "ci"}}]});
+        ServiceAccount {
+            id: Uuid::new_v4(),
+            customer_id: Uuid::new_v4(),
+            name: "ci".into(),
+            policy: Policy::parse(&policy).expect("a valid policy").policy,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            last_used_at: None,
+        }
+    }
+
+    #[test]
+    fn each_thread_reads_its_own_copies_and_every_change_reaches_them() {
+        let directory = Directory::default();
+        let a = Arc::new(service("a-x"));
+        let reader = Arc::new(account("https://ci.example"));
+        directory.fill(directory.generation(), |entries| {
+            entries.subdomains.insert(a.subdomain.clone(), a.id);
+            entries.services.insert(a.id, a.clone());
+            entries.accounts.insert(reader.id, reader.clone());
+        });
+        let first = directory.service("a-x", None).expect("in memory");
+        assert!(!Arc::ptr_eq(&first, &a), "a copy of its own");
+        assert_eq!(*first, *a);
+        assert!(Arc::ptr_eq(
+            &directory.service("a-x", None).unwrap(),
+            &first
+        ));
+        let mine = directory.account(reader.id).expect("in memory");
+        assert!(!Arc::ptr_eq(&mine, &reader));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let theirs = directory.service("a-x", None).expect("in memory");
+                assert!(!Arc::ptr_eq(&theirs, &first), "each thread has its own");
+            });
+        });
+        // A change of another account: the copies are checked, and kept.
+        directory.forget(Change::Account(Uuid::new_v4()));
+        assert!(Arc::ptr_eq(
+            &directory.service("a-x", None).unwrap(),
+            &first
+        ));
+        // The changed ones are gone at once.
+        directory.forget(Change::Service(a.id));
+        assert!(directory.service("a-x", None).is_none());
+        directory.forget(Change::Account(reader.id));
+        assert!(directory.account(reader.id).is_none());
+    }
+
+    #[test]
+    fn trust_lists_are_copied_whole_and_follow_every_change() {
+        let directory = Directory::default();
+        let issuer = "https://ci.example";
+        let first = account(issuer);
+        directory.load_trust(vec![first.clone()]);
+        let trusting = directory.accounts_trusting(issuer).expect("trusted");
+        assert_eq!(trusting.len(), 1);
+        let again = directory.accounts_trusting(issuer).expect("trusted");
+        assert!(Arc::ptr_eq(&again, &trusting), "this thread's copy");
+        let second = account(issuer);
+        directory.retrust(second.id, Some(second.clone()));
+        let both = directory.accounts_trusting(issuer).expect("trusted");
+        assert_eq!(both.len(), 2, "a new account trusts the issuer at once");
+        directory.retrust(first.id, None);
+        directory.retrust(second.id, None);
+        assert!(directory.accounts_trusting(issuer).is_none());
     }
 }

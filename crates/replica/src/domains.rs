@@ -5,10 +5,11 @@
 //! document is the subdomain's with `issuer` and `jwks_uri` pointed at the domain.
 
 use crate::hosting::{Document, Hosted};
+use crate::near::{Copied, Near};
 use registry_domain::custom_domain::CustomDomain;
 use registry_domain::publishing::point_at;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use uuid::Uuid;
 
@@ -22,6 +23,17 @@ pub struct Served {
     /// The discovery document for this domain's issuer, and the ETag of the subdomain's
     /// document it was made from.
     discovery: Mutex<Option<(bytes::Bytes, Document)>>,
+}
+
+/// A worker's own copy (see `near`), which makes its discovery document again at its first use.
+impl Copied for Served {
+    fn copied(&self) -> Arc<Self> {
+        Arc::new(Served {
+            domain: self.domain.clone(),
+            subdomain: self.subdomain.clone(),
+            discovery: Mutex::default(),
+        })
+    }
 }
 
 impl Served {
@@ -71,13 +83,31 @@ pub enum DomainChanged {
     Dropped(String),
 }
 
-/// The custom domains served, by name and by service.
-#[derive(Debug, Default)]
+/// The custom domains served, by name and by service. Each worker thread serves its own copy
+/// of the domains it served before (see `near`).
+#[derive(Debug)]
 pub struct Domains {
     by_name: RwLock<HashMap<String, Arc<Served>>>,
     /// How many are served: read without the lock by every request for a host that is no
     /// subdomain's (the API's included), and written only when a domain comes or goes.
     count: AtomicUsize,
+    /// Bumped, under the write lock, by every change of the domains served.
+    changes: AtomicU64,
+    near: Near<String, Served>,
+}
+
+/// Domains each worker thread keeps its own copies of.
+const NEAR_DOMAINS: usize = 256;
+
+impl Default for Domains {
+    fn default() -> Self {
+        Self {
+            by_name: RwLock::default(),
+            count: AtomicUsize::default(),
+            changes: AtomicU64::default(),
+            near: Near::new(NEAR_DOMAINS),
+        }
+    }
 }
 
 impl Domains {
@@ -86,13 +116,19 @@ impl Domains {
         self.count.load(Ordering::Relaxed) == 0
     }
 
-    /// The domain `name` (lower case, no port), when it is served. No lock is taken while no
-    /// domain is served (every API request and federated token asks).
+    /// The domain `name` (lower case, no port), when it is served: this thread's copy. No lock
+    /// is taken while no domain is served (every API request and federated token asks), nor
+    /// when no domain changed since the copy was checked.
     pub fn get(&self, name: &str) -> Option<Arc<Served>> {
         if self.is_empty() {
             return None;
         }
-        self.read().get(name).cloned()
+        let changes = self.changes.load(Ordering::Acquire);
+        if let Some(own) = self.near.current(name, changes, |_| {}) {
+            return Some(own);
+        }
+        let shared = self.read().get(name).cloned()?;
+        Some(self.near.copy_of(name, &shared, changes))
     }
 
     /// The domain of the service `service_id`, when it is served.
@@ -143,6 +179,7 @@ impl Domains {
             }
         }
         self.count.store(by_name.len(), Ordering::Relaxed);
+        self.changes.fetch_add(1, Ordering::Release);
         changes
     }
 
@@ -157,6 +194,7 @@ impl Domains {
             changes.push(Served::keep(&mut by_name, domain, subdomain));
         }
         self.count.store(by_name.len(), Ordering::Relaxed);
+        self.changes.fetch_add(1, Ordering::Release);
         changes
     }
 }

@@ -14,6 +14,7 @@ pub mod domains;
 mod error;
 pub mod fetches;
 pub mod hosting;
+mod near;
 mod replica;
 
 pub use blocking::blocking;

@@ -326,19 +326,8 @@ impl Replica {
         } else {
             Cow::Borrowed(subdomain_or_id)
         };
-        {
-            let entries = directory.read();
-            let cached = match by_id {
-                // The store tries the id first: a miss must ask it, not the subdomain map.
-                Some(id) => entries.services.get(&id),
-                None => entries
-                    .subdomains
-                    .get(subdomain.as_ref())
-                    .and_then(|id| entries.services.get(id)),
-            };
-            if let Some(service) = cached {
-                return Ok(Some(service.clone()));
-            }
+        if let Some(service) = directory.service(&subdomain, by_id) {
+            return Ok(Some(service));
         }
         let generation = directory.generation();
         let key = subdomain_or_id.to_owned();
@@ -356,8 +345,8 @@ impl Replica {
     /// An account by id.
     pub async fn account(&self, id: Uuid) -> ReplicaResult<Option<Arc<ServiceAccount>>> {
         let directory = &self.directory;
-        if let Some(account) = directory.read().accounts.get(&id) {
-            return Ok(Some(account.clone()));
+        if let Some(account) = directory.account(id) {
+            return Ok(Some(account));
         }
         let generation = directory.generation();
         let Some(found) = self.db(move |s| s.account(id)).await? else {

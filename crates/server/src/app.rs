@@ -281,21 +281,24 @@ async fn launch(
         .await
         .context("cannot load the service accounts")?;
 
-    let app_state = state.clone();
-    let gate = web::Data::new(Gate {
-        auth: state.auth.clone(),
-        trusted_proxies: state.trusted_proxies.clone(),
-    });
+    let shared = state.clone();
     let connections = ConnectionLimit::new(
         state.settings.max_connections_per_address,
         state.trusted_proxies.clone(),
     );
+    // Run once per worker (and listener): each worker's handles are its own allocations, so
+    // the clone every request's extractors make of them writes no line another worker writes.
     let app = move || {
+        let app_state = web::Data::new(AppState::clone(&shared));
+        let gate = web::Data::new(Gate {
+            auth: shared.auth.clone(),
+            trusted_proxies: shared.trusted_proxies.clone(),
+        });
         let hosted_state = app_state.clone();
         App::new()
-            .app_data(app_state.clone())
+            .app_data(app_state)
             // What the caller arguments take by themselves (`caller`).
-            .app_data(gate.clone())
+            .app_data(gate)
             .wrap(middleware::from_fn(body::deadline))
             .wrap(middleware::from_fn(observe))
             .wrap(middleware::from_fn(connections::admitted))

@@ -20,8 +20,10 @@ use registry_tls::Reloading;
 use std::sync::Arc;
 use time::OffsetDateTime;
 
-/// The application: settings and components.
-#[derive(Debug)]
+/// The application: settings and components. Cloning is cheap (the components are shared):
+/// each worker holds its own clone, so that the handle every request takes is no reference
+/// count that every worker writes.
+#[derive(Debug, Clone)]
 pub struct AppState {
     /// Settings as given.
     pub settings: Settings,
@@ -40,10 +42,10 @@ pub struct AppState {
     /// The OIDC adapter behind the authenticator's verifier port, for its counters.
     pub oidc: OidcVerifier,
     /// Anonymous creations per client address.
-    pub anon_limiter: RateLimiter,
+    pub anon_limiter: Arc<RateLimiter>,
     /// Explained tokens and claims, and tokens checked by preflight, per customer (an
     /// anonymous service is its own customer).
-    explains: RateLimiter<uuid::Uuid>,
+    explains: Arc<RateLimiter<uuid::Uuid>>,
     clock: Arc<dyn Clock>,
     /// The certificate the HTTPS listener serves (re-read when its files change); `None` over
     /// plain HTTP.
@@ -116,8 +118,8 @@ impl AppState {
             registry,
             metrics,
             oidc,
-            anon_limiter: RateLimiter::per_hour(settings.anon_create_per_hour),
-            explains: RateLimiter::per_minute(settings.explain_per_minute),
+            anon_limiter: Arc::new(RateLimiter::per_hour(settings.anon_create_per_hour)),
+            explains: Arc::new(RateLimiter::per_minute(settings.explain_per_minute)),
             clock,
             settings,
             certificate,

@@ -52,6 +52,7 @@ mod domains;
 mod error;
 mod feed;
 mod fetches;
+mod in_place;
 mod migrate;
 mod pool;
 mod rows;

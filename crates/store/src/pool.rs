@@ -108,7 +108,7 @@ impl ConnectGate {
 }
 
 /// Opens connections to one [`Target`], never guessing the backend.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Manager {
     target: Target,
     reachability: Arc<Reachability>,
@@ -126,6 +126,19 @@ impl Manager {
             reachability,
             gate,
         }
+    }
+
+    /// A connection outside any pool, with the session settings a pooled one gets.
+    pub(crate) fn open(&self) -> Result<Db, ConnectError> {
+        let mut conn = r2d2::ManageConnection::connect(self)?;
+        r2d2::CustomizeConnection::on_acquire(&SqlitePragmas, &mut conn)?;
+        Ok(conn)
+    }
+
+    /// Whether connections open a SQLite file (not `:memory:`, where each is a database of its
+    /// own).
+    pub(crate) fn opens_sqlite_file(&self) -> bool {
+        matches!(&self.target, Target::Sqlite(path) if path != ":memory:")
     }
 }
 
@@ -163,8 +176,7 @@ impl r2d2::ManageConnection for Manager {
 /// itself, which the pool's first connection, opened in the background while the migrations
 /// write, did not always get ("database is locked" in the log at start-up).
 pub(crate) fn probe(manager: &Manager) -> Result<(), ConnectError> {
-    let mut conn = r2d2::ManageConnection::connect(manager)?;
-    r2d2::CustomizeConnection::on_acquire(&SqlitePragmas, &mut conn)
+    manager.open().map(drop)
 }
 
 /// How long a SQLite writer waits for another one before giving up with "database is locked".

@@ -1,6 +1,7 @@
 //! The [`Store`] handle: a connection pool plus the transaction discipline every write follows.
 
 use crate::error::{map_diesel, Failure, Res, SetupError};
+use crate::in_place::InPlace;
 use crate::pool::{
     self, on_backend, ConnectGate, Db, Manager, Pool, Pooled, Pooling, Reachability,
 };
@@ -57,6 +58,8 @@ pub struct Store {
     gate: Arc<ConnectGate>,
     /// SQLite writers of this process, one at a time (see [`Store::write`]).
     writers: Arc<Mutex<()>>,
+    /// A serving process's SQLite reads taken in place, on each thread's own connection.
+    in_place: Option<Arc<InPlace>>,
 }
 
 /// A hot standby of the primary, read from: its pool, whether it answered last, and how far
@@ -163,7 +166,10 @@ impl Store {
             backend: backend.as_str(),
             reason: e.to_string(),
         })?;
+        let in_place = (pooling == Pooling::Serving && manager.opens_sqlite_file())
+            .then(|| Arc::new(InPlace::new(manager.clone())));
         Ok(Store {
+            in_place,
             pool: pool::build(manager, pooling),
             replica: None,
             backend,
@@ -314,11 +320,14 @@ impl Store {
 
     /// Runs read-only statements in place, only when that cannot wait: the database is SQLite
     /// (in-process, so a point read on a warm page cache costs microseconds, less than handing it
-    /// to another thread) and a pooled connection is idle now. `None` otherwise: the caller then
-    /// uses the blocking path.
+    /// to another thread), on the thread's own connection in a serving process, else on a pooled
+    /// connection idle now. `None` otherwise: the caller then uses the blocking path.
     pub(crate) fn read_now<T>(&self, f: impl FnOnce(&mut Db) -> Res<T>) -> Option<StoreResult<T>> {
         if self.backend != Backend::Sqlite {
             return None;
+        }
+        if let Some(in_place) = &self.in_place {
+            return in_place.read(f);
         }
         let mut conn = self.pool.try_get()?;
         Some(f(&mut conn).map_err(|Failure(e)| e))

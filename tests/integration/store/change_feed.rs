@@ -60,3 +60,44 @@ fn a_second_handle_on_the_same_database_sees_the_changes() {
     assert!(changes.ends_with(&[Change::Service(s.id), Change::Service(s.id)]));
     assert_eq!(replica.config(s.id).unwrap(), writer.config(s.id).unwrap());
 }
+
+/// The one read of an authenticated request, taken in place (on SQLite, on each thread's own
+/// connection), sees every write committed before it, by any handle, on every thread: a
+/// deleted account's token is gone at the next read.
+#[test]
+fn reads_taken_in_place_see_every_committed_write_on_every_thread() {
+    use registry_domain::ports::{AccountStore, Database};
+    let url = registry_tests::fresh_database_url();
+    let writer = Store::connect(&url).unwrap();
+    writer.migrate().unwrap();
+    let reader = Store::connect(&url).unwrap();
+    if reader.backend() != registry_store::Backend::Sqlite {
+        // A network round trip would hold an HTTP worker: never in place.
+        assert!(reader.latest_change_now().is_none());
+        return;
+    }
+    let latest = || reader.latest_change_now().expect("in place").unwrap();
+    let before = latest();
+    let (_, account, token) = seeded(&writer, "acme");
+    let created = latest();
+    assert!(created > before);
+    let credential = || {
+        reader
+            .credential_and_latest_change_now(&token.lookup_id)
+            .expect("in place")
+            .unwrap()
+    };
+    assert_eq!(credential().map(|(_, at)| at), Some(created));
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            assert_eq!(latest(), created, "another thread, its own connection");
+            assert!(credential().is_some());
+        });
+    });
+    assert!(writer.delete_account(account.id, &ev()).unwrap());
+    assert!(credential().is_none(), "deleted: gone at the next read");
+    std::thread::scope(|scope| {
+        scope.spawn(|| assert!(credential().is_none()));
+    });
+    assert!(latest() > created);
+}

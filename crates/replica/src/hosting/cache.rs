@@ -4,6 +4,7 @@
 use super::hosted::{DateText, Hosted};
 use super::hosts::Hosts;
 use crate::absent::Absent;
+use crate::near::Near;
 use registry_domain::issuer::Issuers;
 use registry_domain::service::PublishedConfig;
 use registry_domain::Service;
@@ -22,13 +23,19 @@ use uuid::Uuid;
 /// (a keyed hash of it, at most `absent::MAX_ABSENT`), so a flood of made-up hosts costs at most one read
 /// per name per 10 s and no memory beyond that bound. Every change is made under one lock: a reader
 /// sees a service's old documents or its new ones, never none.
+///
+/// Each worker thread serves its own copy of the documents it served before (see `near`), at
+/// most [`NEAR_BYTES`] of them per thread beside the bound: serving a popular subdomain on
+/// many workers takes no lock and writes no reference count another worker writes.
 #[derive(Debug)]
 pub struct HostingCache {
     hosts: RwLock<Hosts>,
+    near: Near<String, Hosted>,
     misses: Absent,
-    /// Bumped by every change applied from the change log (and by a reload of everything),
-    /// under both locks. A read of the database begun before a change was applied is not kept:
-    /// it may be older than what the change brought.
+    /// Bumped by every change of what is served (a change applied from the change log, an entry
+    /// rebuilt, a reload of everything), under both locks. A read of the database begun before
+    /// a change is not kept: it may be older than what the change brought; and the workers'
+    /// copies are checked again.
     generation: AtomicU64,
     /// Database reads for subdomains that were not in memory.
     reads: AtomicU64,
@@ -45,6 +52,7 @@ impl HostingCache {
     pub fn new(issuers: Issuers, max_bytes: usize, date_text: DateText) -> Self {
         Self {
             hosts: RwLock::default(),
+            near: Near::new(NEAR_BYTES),
             misses: Absent::default(),
             generation: AtomicU64::new(0),
             reads: AtomicU64::new(0),
@@ -68,10 +76,16 @@ impl HostingCache {
         self.hosts.write().expect("hosting cache lock")
     }
 
-    /// What a subdomain serves, as far as memory knows at `now`.
+    /// What a subdomain serves, as far as memory knows at `now`: this thread's copy when no
+    /// change was made since it was checked.
     pub fn lookup(&self, subdomain: &str, now: OffsetDateTime) -> Lookup {
+        let changes = self.generation.load(Ordering::Acquire);
+        let seen = |hosted: &Hosted| self.served(hosted);
+        if let Some(own) = self.near.current(subdomain, changes, seen) {
+            return Lookup::Hit(own);
+        }
         if let Some(hosted) = self.get(subdomain) {
-            return Lookup::Hit(hosted);
+            return Lookup::Hit(self.near.copy_of(subdomain, &hosted, changes));
         }
         let misses = self.misses.lock();
         if misses.recently(subdomain, now) {
@@ -81,18 +95,22 @@ impl HostingCache {
         Lookup::Unknown(Generation(self.generation.load(Ordering::Acquire)))
     }
 
-    /// What a subdomain serves, when it is in memory.
-    pub fn get(&self, subdomain: &str) -> Option<Arc<Hosted>> {
+    /// What a subdomain serves, when the shared map holds it.
+    fn get(&self, subdomain: &str) -> Option<Arc<Hosted>> {
         let hosts = self.read();
         let hosted = hosts.by_subdomain.get(subdomain)?;
-        // The tick moves at each insertion, not at each request (a counter every worker wrote
-        // on every request): an entry served since the last insertion counts as served last,
-        // and it is written once per insertion, not at every request.
+        self.served(hosted);
+        Some(hosted.clone())
+    }
+
+    /// Counts `hosted` as served last. The tick moves at each insertion, not at each request (a
+    /// counter every worker wrote on every request): an entry served since the last insertion
+    /// counts as served last, and it is written once per insertion, not at every request.
+    fn served(&self, hosted: &Hosted) {
         let tick = self.served.load(Ordering::Relaxed);
         if hosted.last_served.load(Ordering::Relaxed) != tick {
             hosted.last_served.store(tick, Ordering::Relaxed);
         }
-        Some(hosted.clone())
     }
 
     /// Keeps what the database said at a read begun at `generation` for `subdomain` (the
@@ -147,6 +165,7 @@ impl HostingCache {
             return None;
         }
         let service_id = rebuilt.service_id;
+        self.applied(None);
         self.insert(&mut hosts, subdomain, Arc::new(rebuilt));
         Some(service_id)
     }
@@ -223,6 +242,9 @@ impl HostingCache {
         self.reads.load(Ordering::Relaxed)
     }
 }
+
+/// Bytes of documents each worker thread keeps its own copies of, beside the cache's bound.
+pub const NEAR_BYTES: usize = 1 << 20;
 
 /// The cache's change count when a database read began (see [`HostingCache::fill`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -619,5 +641,56 @@ mod tests {
         cache.remove(service.id);
         cache.fill(before, "g-x", None, now);
         assert!(matches!(cache.lookup("g-x", now), Lookup::Unknown(_)));
+    }
+
+    fn hit(cache: &HostingCache, subdomain: &str, now: OffsetDateTime) -> Arc<Hosted> {
+        match cache.lookup(subdomain, now) {
+            Lookup::Hit(hosted) => hosted,
+            other => panic!("{subdomain} not served: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_thread_serves_its_own_copy_and_every_change_reaches_it() {
+        let cache = HostingCache::new(issuers(), 1 << 20, text);
+        let now = OffsetDateTime::now_utc();
+        let (service, old) = published("n-x", 10);
+        cache.put(&service, &old, now);
+        let shared = cache.get("n-x").expect("in memory");
+        let first = hit(&cache, "n-x", now);
+        assert!(!Arc::ptr_eq(&first, &shared), "a copy of its own");
+        assert_ne!(first.jwks.body.as_ptr(), shared.jwks.body.as_ptr());
+        assert_eq!(first.jwks.body, shared.jwks.body);
+        assert_eq!(first.discovery.etag, shared.discovery.etag);
+        assert!(
+            Arc::ptr_eq(&hit(&cache, "n-x", now), &first),
+            "served again"
+        );
+        std::thread::scope(|scope| {
+            scope.spawn(|| assert!(!Arc::ptr_eq(&hit(&cache, "n-x", now), &first)));
+        });
+        // A change of another service: the copy is checked, and kept.
+        let (other, config) = published("o-x", 10);
+        cache.put(&other, &config, now);
+        assert!(Arc::ptr_eq(&hit(&cache, "n-x", now), &first));
+        // A new configuration is served at once, and so is a withdrawal.
+        let new = PublishedConfig {
+            jwks: r#"{"keys":[{"kid":"new"}]}"#.into(),
+            ..old.clone()
+        };
+        cache.put(&service, &new, now);
+        assert_eq!(hit(&cache, "n-x", now).uploaded_jwks, new.jwks.as_bytes());
+        cache.remove(service.id);
+        assert!(matches!(cache.lookup("n-x", now), Lookup::Unknown(_)));
+        // A rebuilt entry (a retired key's time ran out) is served at once too.
+        let (service, config) = large("r-x", 100, 3, 1, now);
+        cache.put(&service, &config, now);
+        let before = hit(&cache, "r-x", now);
+        let later = now + time::Duration::hours(2);
+        assert!(before.is_stale_at(later));
+        assert_eq!(cache.refresh("r-x", later), Some(service.id));
+        let after = hit(&cache, "r-x", later);
+        assert!(!after.is_stale_at(later));
+        assert_ne!(after.jwks.etag, before.jwks.etag);
     }
 }

@@ -123,6 +123,46 @@ pub struct Hosted {
     pub(super) footprint: usize,
 }
 
+/// A worker's own copy (see `near`): every byte in its own buffers, so that sending it touches
+/// no reference count another worker touches. Without what it is rebuilt from: only the shared
+/// entry is rebuilt.
+impl crate::near::Copied for Hosted {
+    fn copied(&self) -> Arc<Self> {
+        let own = |bytes: &Bytes| Bytes::copy_from_slice(bytes);
+        let document = |document: &Document| Document {
+            body: own(&document.body),
+            etag: own(&document.etag),
+        };
+        let jwks = document(&self.jwks);
+        let uploaded_jwks = if self.uploaded_jwks.as_ptr() == self.jwks.body.as_ptr() {
+            jwks.body.clone()
+        } else {
+            own(&self.uploaded_jwks)
+        };
+        Arc::new(Self {
+            discovery: document(&self.discovery),
+            jwks,
+            uploaded_jwks,
+            modified_at: self.modified_at,
+            last_modified: own(&self.last_modified),
+            surrogate_key: own(&self.surrogate_key),
+            date_text: self.date_text,
+            changed_at: self.changed_at,
+            modified_second_shared: self.modified_second_shared,
+            expires_at: self.expires_at,
+            refresh_at: self.refresh_at,
+            source: None,
+            last_served: AtomicU64::new(0),
+            service_id: self.service_id,
+            footprint: self.footprint,
+        })
+    }
+
+    fn weight(&self) -> usize {
+        self.footprint
+    }
+}
+
 /// How the documents' last change is written in the answers that carry it (the server gives
 /// an HTTP date): made once per entry, when it is built, so serving it formats nothing.
 pub type DateText = fn(OffsetDateTime) -> Bytes;

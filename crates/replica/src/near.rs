@@ -1,0 +1,227 @@
+//! Each worker thread's own copies of the entries it reads from a shared map ([`Near`]).
+//!
+//! An entry that every worker reads through one shared map costs each request the map's read
+//! lock and the entry's reference count: two cache lines that every other worker writes too,
+//! which travel from core to core at every request once there are many. A worker that keeps its
+//! own copy (its own allocations, so its own reference counts) reads no lock and writes no line
+//! another worker reads.
+//!
+//! A copy is trusted only as of the owner's count of changes it was checked at: the owner bumps
+//! that count, under its write lock, with every change of the shared map. After any change, a
+//! worker's next use of a copy reads the shared entry once (the lock, as without copies) and
+//! keeps the copy when that entry is still the one it was made from. So a copy is never older
+//! than what the shared map held when the request read the count.
+
+use crossbeam_utils::CachePadded;
+use std::borrow::Borrow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Arc;
+use thread_local::ThreadLocal;
+
+/// What a worker can copy into its own allocations.
+pub(crate) trait Copied {
+    /// A copy that shares no reference count a request touches with `self`.
+    fn copied(&self) -> Arc<Self>;
+
+    /// What the copy counts against a thread's budget ([`Near::new`]).
+    fn weight(&self) -> usize {
+        1
+    }
+}
+
+/// Each thread's copies of the entries of one shared map, by key, at most `budget` in weight per
+/// thread (past it, the thread starts again from the shared map).
+#[derive(Debug)]
+pub(crate) struct Near<K: Send, T: Send + Sync + ?Sized> {
+    copies: ThreadLocal<CachePadded<RefCell<Copies<K, T>>>>,
+    budget: usize,
+}
+
+#[derive(Debug)]
+struct Copies<K, T: ?Sized> {
+    by_key: HashMap<K, Copy<T>>,
+    weight: usize,
+}
+
+impl<K, T: ?Sized> Default for Copies<K, T> {
+    fn default() -> Self {
+        Self {
+            by_key: HashMap::new(),
+            weight: 0,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Copy<T: ?Sized> {
+    /// The owner's count of changes when the copy was last found current.
+    checked_at: u64,
+    /// The shared entry it was made from (held, so that its address names it).
+    origin: Arc<T>,
+    own: Arc<T>,
+}
+
+impl<K, T> Near<K, T>
+where
+    K: Send + Eq + Hash,
+    T: Copied + Send + Sync + ?Sized,
+{
+    /// No copies yet; each thread keeps at most `budget` in weight.
+    pub(crate) fn new(budget: usize) -> Self {
+        Self {
+            copies: ThreadLocal::new(),
+            budget,
+        }
+    }
+
+    /// This thread's copy of the entry at `key`, when it was found current at the owner's count
+    /// `changes` (read before the call); `seen` is shown the shared entry it was made from (the
+    /// owner's bookkeeping of use, which should write to it rarely).
+    pub(crate) fn current<Q>(&self, key: &Q, changes: u64, seen: impl FnOnce(&T)) -> Option<Arc<T>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let copies: &RefCell<Copies<K, T>> = self.copies.get()?;
+        let copies = copies.borrow();
+        let copy = copies.by_key.get(key)?;
+        if copy.checked_at != changes {
+            return None;
+        }
+        seen(&copy.origin);
+        Some(copy.own.clone())
+    }
+
+    /// This thread's copy of `origin`, the entry at `key` that the shared map held once the owner's
+    /// count was `changes`: the copy it has when made from the same entry, else a new one, kept
+    /// for the next requests. An entry heavier than a quarter of the budget is not copied: the
+    /// answer is `origin` itself.
+    pub(crate) fn copy_of<Q>(&self, key: &Q, origin: &Arc<T>, changes: u64) -> Arc<T>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let weight = origin.weight();
+        if weight > self.budget / 4 {
+            return origin.clone();
+        }
+        let mut copies = self.copies.get_or_default().borrow_mut();
+        if let Some(copy) = copies.by_key.get_mut(key) {
+            if Arc::ptr_eq(&copy.origin, origin) {
+                copy.checked_at = changes;
+                return copy.own.clone();
+            }
+        }
+        if let Some(old) = copies.by_key.remove(key) {
+            copies.weight -= old.origin.weight();
+        }
+        if copies.weight + weight > self.budget {
+            *copies = Copies::default();
+        }
+        let own = origin.copied();
+        copies.weight += weight;
+        copies.by_key.insert(
+            key.to_owned(),
+            Copy {
+                checked_at: changes,
+                origin: origin.clone(),
+                own: own.clone(),
+            },
+        );
+        own
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct Entry(String);
+
+    impl Copied for Entry {
+        fn copied(&self) -> Arc<Self> {
+            Arc::new(self.clone())
+        }
+
+        fn weight(&self) -> usize {
+            self.0.len()
+        }
+    }
+
+    #[test]
+    fn a_copy_is_its_own_allocation_and_serves_until_the_count_moves() {
+        let near: Near<String, Entry> = Near::new(100);
+        let origin = Arc::new(Entry("a".into()));
+        assert!(near.current("k", 0, |_| {}).is_none());
+        let own = near.copy_of("k", &origin, 0);
+        assert_eq!(own, origin);
+        assert!(!Arc::ptr_eq(&own, &origin), "the copy shares no count");
+        let again = near
+            .current("k", 0, |_| {})
+            .expect("current at the same count");
+        assert!(Arc::ptr_eq(&again, &own));
+        // Another change anywhere: checked against the shared entry once, then current again.
+        assert!(near.current("k", 1, |_| {}).is_none());
+        let checked = near.copy_of("k", &origin, 1);
+        assert!(
+            Arc::ptr_eq(&checked, &own),
+            "the same origin keeps its copy"
+        );
+        assert!(near.current("k", 1, |_| {}).is_some());
+        // A new entry under the key: a new copy.
+        let replaced = Arc::new(Entry("b".into()));
+        assert!(near.current("k", 2, |_| {}).is_none());
+        let fresh = near.copy_of("k", &replaced, 2);
+        assert_eq!(fresh.0, "b");
+        assert_eq!(
+            near.current("k", 2, |_| {}).map(|e| e.0.clone()),
+            Some("b".into())
+        );
+    }
+
+    #[test]
+    fn each_thread_has_its_own_copies() {
+        let near: Near<String, Entry> = Near::new(100);
+        let origin = Arc::new(Entry("a".into()));
+        let mine = near.copy_of("k", &origin, 0);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                assert!(
+                    near.current("k", 0, |_| {}).is_none(),
+                    "another thread copies its own"
+                );
+                let theirs = near.copy_of("k", &origin, 0);
+                assert!(!Arc::ptr_eq(&theirs, &mine));
+            });
+        });
+    }
+
+    #[test]
+    fn copies_stay_within_the_budget() {
+        let near: Near<String, Entry> = Near::new(8);
+        let heavy = Arc::new(Entry("abc".into()));
+        let served = near.copy_of("heavy", &heavy, 0);
+        assert!(
+            Arc::ptr_eq(&served, &heavy),
+            "over a quarter of the budget: not copied"
+        );
+        assert!(near.current("heavy", 0, |_| {}).is_none());
+        for (i, key) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
+            near.copy_of(key, &Arc::new(Entry("xx".into())), 0);
+            let kept = ["a", "b", "c", "d", "e"][..=i]
+                .iter()
+                .filter(|k| near.current(**k, 0, |_| {}).is_some())
+                .count();
+            assert!(
+                kept * 2 <= 8,
+                "{kept} copies of weight 2 kept in a budget of 8"
+            );
+        }
+        // The fifth started the thread's copies again.
+        assert!(near.current("a", 0, |_| {}).is_none());
+        assert!(near.current("e", 0, |_| {}).is_some());
+    }
+}

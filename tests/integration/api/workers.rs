@@ -49,6 +49,13 @@ fn public_kids(server: &TestServer, client: &Client, subdomain: &str) -> (u16, V
     (status, kids(&body))
 }
 
+/// `DELETE path` through the server's own connection answers 204.
+#[track_caller]
+fn delete(server: &TestServer, path: &str, token: &str) {
+    let deleted = server.authed(Method::DELETE, path, token).send().unwrap();
+    assert_eq!(deleted.status(), 204, "DELETE {path}");
+}
+
 fn kids(jwks: &Value) -> Vec<String> {
     (jwks["keys"].as_array().into_iter().flatten())
         .filter_map(|key| key["kid"].as_str().map(str::to_owned))
@@ -132,15 +139,7 @@ fn a_change_through_one_worker_holds_on_every_worker_at_its_next_request() {
     }
 
     // A withdrawn key set: the hosted issuer's tokens fail on every worker.
-    let withdrawn = server
-        .authed(
-            Method::DELETE,
-            &format!("/services/{idp}/config"),
-            &acme.token,
-        )
-        .send()
-        .unwrap();
-    assert_eq!(withdrawn.status(), 204);
+    delete(&server, &format!("/services/{idp}/config"), &acme.token);
     for client in &clients {
         assert_eq!(
             get(&server, client, &format!("/services/{idp}"), &identity).0,
@@ -150,25 +149,13 @@ fn a_change_through_one_worker_holds_on_every_worker_at_its_next_request() {
 
     // A deleted account: its token fails on every worker.
     let id = reader["id"].as_str().expect("an id");
-    let deleted = server
-        .authed(
-            Method::DELETE,
-            &format!("/service-accounts/{id}"),
-            &acme.token,
-        )
-        .send()
-        .unwrap();
-    assert_eq!(deleted.status(), 204);
+    delete(&server, &format!("/service-accounts/{id}"), &acme.token);
     for client in &clients {
         assert_eq!(get(&server, client, &config, &reader_token).0, 401);
     }
 
     // A withdrawn configuration: no worker serves it any more.
-    let withdrawn = server
-        .authed(Method::DELETE, &config, &acme.token)
-        .send()
-        .unwrap();
-    assert_eq!(withdrawn.status(), 204);
+    delete(&server, &config, &acme.token);
     for client in &clients {
         assert_eq!(public_kids(&server, client, &api).0, 404);
     }

@@ -25,7 +25,7 @@ use uuid::Uuid;
 /// sees a service's old documents or its new ones, never none.
 ///
 /// Each worker thread serves its own copy of the documents it served before (see `near`), at
-/// most [`NEAR_BYTES`] of them per thread beside the bound: serving a popular subdomain on
+/// most 1 MiB of them per thread (`NEAR_BYTES`) beside the bound: serving a popular subdomain on
 /// many workers takes no lock and writes no reference count another worker writes.
 #[derive(Debug)]
 pub struct HostingCache {
@@ -244,7 +244,7 @@ impl HostingCache {
 }
 
 /// Bytes of documents each worker thread keeps its own copies of, beside the cache's bound.
-pub const NEAR_BYTES: usize = 1 << 20;
+const NEAR_BYTES: usize = 1 << 20;
 
 /// The cache's change count when a database read began (see [`HostingCache::fill`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

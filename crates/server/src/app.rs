@@ -16,7 +16,7 @@ use crate::state::AppState;
 use crate::system::SystemClock;
 use crate::tls;
 use actix_web::dev::ServerHandle;
-use actix_web::{guard, middleware, web, App};
+use actix_web::{middleware, web, App};
 use anyhow::Context;
 use registry_domain::issuer::Issuers;
 use registry_domain::ports::{Clock, IdentityTokenVerifier};
@@ -294,21 +294,14 @@ async fn launch(
             auth: shared.auth.clone(),
             trusted_proxies: shared.trusted_proxies.clone(),
         });
-        let hosted_state = app_state.clone();
         App::new()
             .app_data(app_state)
             // What the caller arguments take by themselves (`caller`).
             .app_data(gate)
+            .wrap(middleware::from_fn(public::hosted))
             .wrap(middleware::from_fn(body::deadline))
             .wrap(middleware::from_fn(observe))
             .wrap(middleware::from_fn(connections::admitted))
-            .service(
-                web::scope("")
-                    .guard(guard::fn_guard(move |ctx| {
-                        public::hosted_request(&hosted_state, ctx.head())
-                    }))
-                    .default_service(web::to(public::serve)),
-            )
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
     };

@@ -77,7 +77,7 @@ pub async fn observe(
     };
     let method = method_name(req.method());
     let state = req.app_data::<web::Data<AppState>>().cloned();
-    // The same test the router's guard applies, so the label is exact.
+    // The same test `public::hosted` applies, so the label is exact.
     let hosted = state
         .as_ref()
         .is_some_and(|state| crate::public::hosted_request(state, req.head()));

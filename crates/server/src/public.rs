@@ -5,10 +5,14 @@
 use crate::http_date::{http_date, HTTP_DATE};
 use crate::problem::ApiError;
 use crate::state::AppState;
-use actix_web::dev::RequestHead;
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{RequestHead, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
+use actix_web::middleware::Next;
+use actix_web::ResponseError;
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::issuer::Label;
 use registry_domain::ports::FetchedDocument;
 use registry_replica::domains::Served;
 use registry_replica::hosting::{Document, Hosted};
@@ -50,7 +54,7 @@ const JWK_SET: HeaderValue = HeaderValue::from_static("application/jwk-set+json"
 
 /// The host a request names: its `Host` header, or over HTTP/2 its `:authority` (which takes
 /// the place of `Host` there). Only this chooses the issuer (never `X-Forwarded-Host`), in the
-/// router's guard, the handler and the log alike.
+/// hosted middleware and the log alike.
 pub fn host(req: &RequestHead) -> Option<&str> {
     match req.headers().get(header::HOST) {
         Some(host) => host.to_str().ok(),
@@ -73,18 +77,52 @@ pub fn custom_domain(state: &AppState, host: &str) -> Option<Arc<Served>> {
     domains.get(&name_of_host(host))
 }
 
+/// The hosted issuer a request's host names: a subdomain's, or a custom domain served.
+enum Named {
+    Subdomain(Label),
+    Domain(Arc<Served>),
+}
+
+impl Named {
+    fn of(state: &AppState, req: &RequestHead) -> Option<Self> {
+        let host = host(req)?;
+        match state.replica.hosting.issuers().subdomain_of_host(host) {
+            Some(label) => Some(Named::Subdomain(label)),
+            None => custom_domain(state, host).map(Named::Domain),
+        }
+    }
+}
+
 /// Whether the request is for a hosted issuer (the host it names is a subdomain's, or a custom
 /// domain served).
 pub fn hosted_request(state: &AppState, req: &RequestHead) -> bool {
-    host(req).is_some_and(|host| {
-        state
-            .replica
-            .hosting
-            .issuers()
-            .subdomain_of_host(host)
-            .is_some()
-            || custom_domain(state, host).is_some()
-    })
+    Named::of(state, req).is_some()
+}
+
+/// The middleware that answers every request for a hosted issuer (docs/api.md, "Public
+/// hosting"), ahead of the router: an issuer's host serves its documents and nothing else, so
+/// the API's routes are never matched against its requests, and its host is read once. The
+/// innermost middleware: the request is observed, and its body held to its deadline, as any
+/// other (`serve` never reads it).
+pub async fn hosted(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let named = state
+        .as_ref()
+        .and_then(|state| Named::of(state, req.head()));
+    let (Some(state), Some(named)) = (state, named) else {
+        return next
+            .call(req)
+            .await
+            .map(ServiceResponse::map_into_left_body);
+    };
+    let (request, _unread) = req.into_parts();
+    let response = serve(&request, &state, named)
+        .await
+        .unwrap_or_else(|error| error.error_response());
+    Ok(ServiceResponse::new(request, response).map_into_right_body())
 }
 
 /// The document a public path serves: the discovery document, or the key set (at its path or one
@@ -107,17 +145,14 @@ fn counted_from_the_log(req: &HttpRequest, state: &AppState) -> bool {
 }
 
 /// Serves a hosted issuer's discovery document or key set: public, cacheable, no redirects.
-pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let host = host(req.head()).unwrap_or_default();
-    let label = state.replica.hosting.issuers().subdomain_of_host(host);
-    let domain = match label {
-        Some(_) => None,
-        None => custom_domain(&state, host),
-    };
-    let subdomain: &str = match (&label, &domain) {
-        (Some(label), _) => label,
-        (None, Some(served)) => &served.subdomain,
-        (None, None) => return Err(ApiError::NotFound("no such issuer".into())),
+async fn serve(
+    req: &HttpRequest,
+    state: &AppState,
+    named: Named,
+) -> Result<HttpResponse, ApiError> {
+    let (subdomain, domain): (&str, Option<&Served>) = match &named {
+        Named::Subdomain(label) => (label, None),
+        Named::Domain(served) => (&served.subdomain, Some(served)),
     };
     let Some(fetched) = served_document(req.path()) else {
         return Err(ApiError::NotFound(format!(
@@ -149,15 +184,15 @@ pub async fn serve(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpR
         (None, true) => (&hosted.discovery, JSON),
         (None, false) => (&hosted.jwks, JWK_SET),
     };
-    let response = respond(&req, &hosted, document, now);
-    if req.method() == Method::GET && !counted_from_the_log(&req, &state) {
+    let response = respond(req, &hosted, document, now);
+    if req.method() == Method::GET && !counted_from_the_log(req, state) {
         let agent = req.headers().get(header::USER_AGENT);
         let not_modified = response.status() == StatusCode::NOT_MODIFIED;
         let agent = agent.map_or(&b""[..], HeaderValue::as_bytes);
         // A custom domain's fetches are counted apart (docs/api.md, "Fetch evidence").
-        let fetched = match label.is_none() {
-            true => fetched.on_custom_domain(),
-            false => fetched,
+        let fetched = match domain {
+            Some(_) => fetched.on_custom_domain(),
+            None => fetched,
         };
         (state.replica.fetches).record(hosted.service_id(), fetched, not_modified, agent, now);
     }

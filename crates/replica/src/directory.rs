@@ -220,17 +220,11 @@ impl Directory {
     /// when no policy names it. Never reads the database.
     pub fn accounts_trusting(&self, issuer: &str) -> Option<Trusting> {
         let changes = self.trust_changes.load(Ordering::Acquire);
-        if let Some(own) = self.trust_near.current(issuer, changes, |_| {}) {
-            return Some(own);
-        }
-        let shared = self
-            .trust
-            .read()
-            .expect("trust lock")
-            .by_issuer
-            .get(issuer)
-            .cloned()?;
-        Some(self.trust_near.copy_of(issuer, &shared, changes))
+        let shared = || {
+            let trust = self.trust.read().expect("trust lock");
+            trust.by_issuer.get(issuer).cloned()
+        };
+        self.trust_near.get(issuer, changes, |_| {}, shared)
     }
 
     /// How many issuers some policy trusts.
@@ -278,32 +272,25 @@ impl Directory {
     /// The service in memory under `key` (a subdomain, lower case, or an id as text; `id` when
     /// it is one): this thread's copy while nothing was invalidated since it was checked.
     pub(crate) fn service(&self, key: &str, id: Option<Uuid>) -> Option<Arc<Service>> {
-        let changes = self.generation();
-        if let Some(own) = self.services_near.current(key, changes, |_| {}) {
-            return Some(own);
-        }
-        let shared = {
+        let shared = || {
             let entries = self.entries.read().expect("directory lock");
             match id {
                 // The store tries the id first: a miss must ask it, not the subdomain map.
                 Some(id) => entries.services.get(&id),
                 None => (entries.subdomains.get(key)).and_then(|id| entries.services.get(id)),
             }
-            .cloned()?
+            .cloned()
         };
-        Some(self.services_near.copy_of(key, &shared, changes))
+        (self.services_near).get(key, self.generation(), |_| {}, shared)
     }
 
     /// The account in memory with this id, as [`Directory::service`] finds a service.
     pub(crate) fn account(&self, id: Uuid) -> Option<Arc<ServiceAccount>> {
-        let changes = self.generation();
-        if let Some(own) = self.accounts_near.current(&id, changes, |_| {}) {
-            return Some(own);
-        }
-        let entries = self.entries.read().expect("directory lock");
-        let shared = entries.accounts.get(&id).cloned()?;
-        drop(entries);
-        Some(self.accounts_near.copy_of(&id, &shared, changes))
+        let shared = || {
+            let entries = self.entries.read().expect("directory lock");
+            entries.accounts.get(&id).cloned()
+        };
+        (self.accounts_near).get(&id, self.generation(), |_| {}, shared)
     }
 
     /// Stores what a database read found, unless something was invalidated since `generation`.

@@ -124,11 +124,7 @@ impl Domains {
             return None;
         }
         let changes = self.changes.load(Ordering::Acquire);
-        if let Some(own) = self.near.current(name, changes, |_| {}) {
-            return Some(own);
-        }
-        let shared = self.read().get(name).cloned()?;
-        Some(self.near.copy_of(name, &shared, changes))
+        (self.near).get(name, changes, |_| {}, || self.read().get(name).cloned())
     }
 
     /// The domain of the service `service_id`, when it is served.

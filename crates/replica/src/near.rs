@@ -76,10 +76,32 @@ where
         }
     }
 
+    /// The entry at `key` as of the owner's count `changes` (read before the call): this thread's
+    /// copy when it was found current at that count, else a copy of what `shared` reads from the
+    /// shared map (`None` when the map holds nothing there). `seen` is shown the shared entry
+    /// behind a copy served as current (the owner's bookkeeping of use, which should write to it
+    /// rarely).
+    pub(crate) fn get<Q>(
+        &self,
+        key: &Q,
+        changes: u64,
+        seen: impl FnOnce(&T),
+        shared: impl FnOnce() -> Option<Arc<T>>,
+    ) -> Option<Arc<T>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(own) = self.current(key, changes, seen) {
+            return Some(own);
+        }
+        Some(self.copy_of(key, &shared()?, changes))
+    }
+
     /// This thread's copy of the entry at `key`, when it was found current at the owner's count
     /// `changes` (read before the call); `seen` is shown the shared entry it was made from (the
     /// owner's bookkeeping of use, which should write to it rarely).
-    pub(crate) fn current<Q>(&self, key: &Q, changes: u64, seen: impl FnOnce(&T)) -> Option<Arc<T>>
+    fn current<Q>(&self, key: &Q, changes: u64, seen: impl FnOnce(&T)) -> Option<Arc<T>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -98,7 +120,7 @@ where
     /// count was `changes`: the copy it has when made from the same entry, else a new one, kept
     /// for the next requests. An entry heavier than a quarter of the budget is not copied: the
     /// answer is `origin` itself.
-    pub(crate) fn copy_of<Q>(&self, key: &Q, origin: &Arc<T>, changes: u64) -> Arc<T>
+    fn copy_of<Q>(&self, key: &Q, origin: &Arc<T>, changes: u64) -> Arc<T>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,

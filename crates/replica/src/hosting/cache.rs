@@ -81,11 +81,11 @@ impl HostingCache {
     pub fn lookup(&self, subdomain: &str, now: OffsetDateTime) -> Lookup {
         let changes = self.generation.load(Ordering::Acquire);
         let seen = |hosted: &Hosted| self.served(hosted);
-        if let Some(own) = self.near.current(subdomain, changes, seen) {
+        if let Some(own) = self
+            .near
+            .get(subdomain, changes, seen, || self.get(subdomain))
+        {
             return Lookup::Hit(own);
-        }
-        if let Some(hosted) = self.get(subdomain) {
-            return Lookup::Hit(self.near.copy_of(subdomain, &hosted, changes));
         }
         let misses = self.misses.lock();
         if misses.recently(subdomain, now) {

@@ -20,6 +20,7 @@
 //!   served by the other, and how many requests the other accepts after a DELETE of the
 //!   caller's account returned (static token and identity token).
 
+mod cpu;
 mod nginx;
 mod report;
 mod scale;

@@ -14,6 +14,7 @@ mod layering;
 mod ledger;
 mod manifests;
 mod postgres;
+mod processes;
 mod python;
 mod registry;
 mod schemathesis;

@@ -7,6 +7,7 @@
 //! PyPI into `target/postgresql/venv` with the machine's Python: no root, no package manager.
 
 use crate::cmd::{output, run, succeeds};
+use crate::processes::{children_of, is_alive};
 use anyhow::{bail, Context, Result};
 use registry_testkit::free_port;
 use std::ffi::OsString;
@@ -392,62 +393,7 @@ fn has_all(dir: &Path) -> bool {
         .all(|tool| dir.join(tool).exists())
 }
 
-/// The processes whose parent is `parent` (from `/proc`).
-fn children_of(parent: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let (_, ppid) = process_state(pid)?;
-            (ppid == parent).then_some(pid)
-        })
-        .collect()
-}
-
-/// A process's state letter and parent, from `/proc/PID/stat`; `None` when it does not exist.
-fn process_state(pid: u32) -> Option<(char, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid …`, where comm may hold spaces and parentheses.
-    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
-    let state = rest.next()?.chars().next()?;
-    let ppid = rest.next()?.parse().ok()?;
-    Some((state, ppid))
-}
-
-/// Whether a process exists and is not a zombie (dead, waiting to be reaped).
-fn is_alive(pid: u32) -> bool {
-    process_state(pid).is_some_and(|(state, _)| state != 'Z')
-}
-
 /// Whether this process runs as root.
 pub fn is_root() -> bool {
     output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn processes_are_found_with_their_parent() {
-        let me = std::process::id();
-        let parent = std::os::unix::process::parent_id();
-        let (state, ppid) = process_state(me).expect("this process exists");
-        assert_eq!(ppid, parent);
-        assert_ne!(state, 'Z');
-        assert!(is_alive(me));
-        assert!(children_of(parent).contains(&me));
-        assert!(!children_of(me).contains(&me));
-
-        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
-        assert!(children_of(me).contains(&child.id()));
-        child.kill().unwrap();
-        // Killed but not reaped: a zombie, no longer alive.
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(!is_alive(child.id()));
-        child.wait().unwrap();
-        assert!(process_state(child.id()).is_none());
-    }
 }

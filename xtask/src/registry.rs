@@ -194,6 +194,11 @@ impl Registry {
         Ok(())
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         self.process.is_running()

@@ -23,6 +23,11 @@ pub struct Nginx {
 }
 
 impl Nginx {
+    /// The master's process id (its workers run under it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts nginx with `workers` worker processes in `dir`, serving the discovery document
     /// and, when given, the key set with the registry's headers, on plain HTTP and on HTTPS with
     /// the certificate `tls` names (chain, key).

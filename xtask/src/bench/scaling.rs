@@ -8,8 +8,12 @@
 //!
 //! The scenarios: P1 (discovery document by `Host`), JWKS (the key set), P1-TLS, each against
 //! nginx serving the same bytes; P2 (`GET /services/{s}/config` with a static token) and P3
-//! (the same with an identity token of an issuer the registry hosts), as ratios to P1.
+//! (the same with an identity token of an issuer the registry hosts), as ratios to P1. A second
+//! table gives what each request cost the server on the CPU (`bench/cpu.rs`), user and system
+//! time: steadier than the rates on a small or busy machine, and, growing with W, the mark of
+//! workers that wait for one another.
 
+use super::cpu::{self, CpuTime};
 use super::nginx::Nginx;
 use super::report::median;
 use super::wrk::Load;
@@ -50,6 +54,17 @@ const SCENARIOS: [&str; 8] = [
     "P2",
     "P3",
 ];
+
+/// One scenario in one round: requests a second, and the server's CPU time per request
+/// (microseconds).
+#[derive(Debug, Clone, Copy, Default)]
+struct Measured {
+    rate: f64,
+    cpu: CpuTime,
+}
+
+/// Every scenario of one round, in the order of [`SCENARIOS`].
+type Round = [Measured; 8];
 
 /// Where the servers and wrk run for W workers on a machine with `cores` cores: `None` when wrk
 /// would have no core of its own (and sharing was not asked for).
@@ -162,7 +177,7 @@ fn measure(
     plan: &Plan,
     workers: usize,
     placement: &Placement,
-) -> Result<Vec<[f64; 8]>> {
+) -> Result<Vec<Round>> {
     let options = |name: &str| registry::Options {
         cpus: placement.servers.clone(),
         ..federated_server(
@@ -205,6 +220,18 @@ fn measure(
     let (discovery, jwks) = ("/.well-known/openid-configuration", "/openid/v1/jwks");
     let on = |port: u16, scheme: &str, path: &str| format!("{scheme}://127.0.0.1:{port}{path}");
     let config = format!("{}/services/{}/config", plain.base(), scene.service);
+    // The process whose CPU time each scenario costs.
+    let (http, https) = (plain.pid(), tls.pid());
+    let servers: [u32; 8] = [
+        http,
+        nginx.pid(),
+        http,
+        nginx.pid(),
+        https,
+        nginx.pid(),
+        http,
+        http,
+    ];
     let loads: [Load; 8] = [
         load(on(plain.port, "http", discovery), host.clone()),
         load(on(nginx.port, "http", discovery), host.clone()),
@@ -224,9 +251,11 @@ fn measure(
     }
     let mut rounds = Vec::new();
     for round in 0..plan.rounds {
-        let mut rates = [0.0; 8];
+        let mut measured = [Measured::default(); 8];
         for (i, load) in loads.iter().enumerate() {
+            let before = cpu::of_tree(servers[i])?;
             let sample = load.run()?;
+            let after = cpu::of_tree(servers[i])?;
             if sample.failures > 0 {
                 bail!(
                     "{} with {workers} worker(s): {} failed requests",
@@ -234,10 +263,18 @@ fn measure(
                     sample.failures
                 );
             }
-            rates[i] = sample.requests_per_sec;
+            measured[i] = Measured {
+                rate: sample.requests_per_sec,
+                cpu: after.per_request_since(before, sample.requests),
+            };
         }
-        println!("  round {}: {rates:.0?}", round + 1);
-        rounds.push(rates);
+        let rates = measured.map(|m| m.rate);
+        let costs = measured.map(|m| m.cpu.total());
+        println!(
+            "  round {}: {rates:.0?} req/s, {costs:.2?} µs CPU per request",
+            round + 1
+        );
+        rounds.push(measured);
         truncate(&plain.log);
         truncate(&tls.log);
         truncate(&nginx.log);
@@ -263,7 +300,7 @@ fn goals(workers: usize, ratio: impl Fn(usize, usize) -> f64) -> Vec<(String, f6
     goals
 }
 
-type Row = (usize, Option<(Placement, Vec<[f64; 8]>)>);
+type Row = (usize, Option<(Placement, Vec<Round>)>);
 
 fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
     let mut out = String::new();
@@ -294,11 +331,11 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
         };
         let ratios = |a: usize, b: usize| {
             (rounds.iter())
-                .map(|r| format!("{:.2}", r[a] / r[b]))
+                .map(|r| format!("{:.2}", r[a].rate / r[b].rate))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let rate = |i: usize| median(rounds.iter().map(|r| r[i]));
+        let rate = |i: usize| median(rounds.iter().map(|r| r[i].rate));
         let cpus = match (&placement.servers, &placement.wrk) {
             (Some(servers), Some(wrk)) => format!("{servers} / {wrk}"),
             _ => "shared (too few cores)".into(),
@@ -315,9 +352,11 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
             rate(6),
             rate(7),
         );
-        let median_ratio = |a: usize, b: usize| median(rounds.iter().map(|r| r[a] / r[b]));
+        let median_ratio =
+            |a: usize, b: usize| median(rounds.iter().map(|r| r[a].rate / r[b].rate));
         checks.extend(goals(*workers, median_ratio));
     }
+    cpu_table(&mut out, rows);
     out.push_str("\nGoals (median of the rounds):\n\n");
     if checks.is_empty() {
         out.push_str("- none measured\n");
@@ -327,6 +366,34 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
         let _ = writeln!(out, "- {what}: {value:.3} (at least {least}): {verdict}");
     }
     out
+}
+
+/// The servers' CPU time per request, medians of the rounds: `user + system` microseconds.
+fn cpu_table(out: &mut String, rows: &[Row]) {
+    out.push_str(
+        "\nCPU time of the server per request, microseconds, user + system (median of the \
+         rounds; nginx: its master and workers; the kernel's share includes the loopback \
+         delivery to wrk):\n\n",
+    );
+    out.push_str("| W |");
+    for scenario in SCENARIOS {
+        let _ = write!(out, " {scenario} |");
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(SCENARIOS.len()));
+    out.push('\n');
+    for (workers, measured) in rows {
+        let Some((_, rounds)) = measured else {
+            continue;
+        };
+        let _ = write!(out, "| {workers} |");
+        for i in 0..SCENARIOS.len() {
+            let user = median(rounds.iter().map(|r| r[i].cpu.user));
+            let system = median(rounds.iter().map(|r| r[i].cpu.system));
+            let _ = write!(out, " {user:.2} + {system:.2} |");
+        }
+        out.push('\n');
+    }
 }
 
 #[cfg(test)]
@@ -358,8 +425,18 @@ mod tests {
             share_cores: false,
         };
         let p = placement(1, 2, false).unwrap();
-        let round = [130.0, 100.0, 125.0, 100.0, 119.0, 100.0, 70.0, 60.0];
+        let round = [130.0, 100.0, 125.0, 100.0, 119.0, 100.0, 70.0, 60.0].map(|rate| Measured {
+            rate,
+            cpu: CpuTime {
+                user: 400.0 / rate,
+                system: 5.0,
+            },
+        });
         let text = render(&plan, 2, &[(1, Some((p, vec![round, round]))), (8, None)]);
+        assert!(
+            text.contains("| 1 | 3.08 + 5.00 | 4.00 + 5.00 | 3.20 + 5.00 |"),
+            "{text}"
+        );
         assert!(text.contains("| 1 | 0-0 / 1-1 | 1.30, 1.30 |"), "{text}");
         assert!(
             text.contains("not measured: 8 worker(s) and wrk need 9 cores"),

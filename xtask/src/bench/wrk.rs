@@ -24,6 +24,8 @@ pub struct Load {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Sample {
     pub requests_per_sec: f64,
+    /// Requests answered in the run.
+    pub requests: u64,
     pub p99_ms: f64,
     /// Answers that were not 2xx or 3xx, and socket errors.
     pub failures: u64,
@@ -123,6 +125,8 @@ fn parse(report: &str) -> Option<Sample> {
         if let Some(rate) = line.strip_prefix("Requests/sec:") {
             sample.requests_per_sec = rate.trim().parse().ok()?;
             found.0 = true;
+        } else if let Some((count, _)) = line.split_once(" requests in ") {
+            sample.requests = count.trim().parse().ok()?;
         } else if let Some(p99) = line.strip_prefix("99%") {
             sample.p99_ms = milliseconds(p99.trim())?;
             found.1 = true;
@@ -173,6 +177,7 @@ Transfer/sec:     24.00MB
 ";
         let sample = parse(report).unwrap();
         assert!((sample.requests_per_sec - 47684.46).abs() < 1e-6);
+        assert_eq!(sample.requests, 238_000);
         assert!((sample.p99_ms - 4.91).abs() < 1e-9);
         assert_eq!(sample.failures, 7);
         assert_eq!(milliseconds("459.00us"), Some(0.459));

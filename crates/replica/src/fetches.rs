@@ -13,6 +13,7 @@ use crate::hosting::{Document, Hosted};
 use crossbeam_utils::CachePadded;
 use registry_domain::app::fetches::{Current, Served};
 use registry_domain::ports::{AgentFetches, DocumentFetches, FetchedDocument};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -132,18 +133,22 @@ impl Fetches {
         key: (Uuid, FetchedDocument),
         at: OffsetDateTime,
     ) -> Option<&'s mut Counts> {
-        if !shard.contains_key(&key) {
-            if self.documents.load(Ordering::Relaxed) >= MAX_DOCUMENTS {
-                return None;
+        // One look-up a fetch: the key is hashed once.
+        match shard.entry(key) {
+            Entry::Occupied(known) => Some(known.into_mut()),
+            Entry::Vacant(new) => {
+                if self.documents.load(Ordering::Relaxed) >= MAX_DOCUMENTS {
+                    return None;
+                }
+                self.documents.fetch_add(1, Ordering::Relaxed);
+                Some(new.insert(Counts {
+                    ok: 0,
+                    not_modified: 0,
+                    last_at: at,
+                    agents: Vec::new(),
+                }))
             }
-            self.documents.fetch_add(1, Ordering::Relaxed);
         }
-        Some(shard.entry(key).or_insert(Counts {
-            ok: 0,
-            not_modified: 0,
-            last_at: at,
-            agents: Vec::new(),
-        }))
     }
 
     /// Every count since the last call, and none left: what to add to the store.

@@ -9,7 +9,6 @@ use crate::custom_domains::CustomDomains;
 use crate::listeners::{self, Listeners};
 use crate::observe::observe;
 use crate::problem;
-use crate::public;
 use crate::routes;
 use crate::settings::Settings;
 use crate::state::AppState;
@@ -298,9 +297,8 @@ async fn launch(
             .app_data(app_state)
             // What the caller arguments take by themselves (`caller`).
             .app_data(gate)
-            .wrap(middleware::from_fn(public::hosted))
-            .wrap(middleware::from_fn(body::deadline))
             .wrap(middleware::from_fn(observe))
+            .wrap(middleware::from_fn(body::deadline))
             .wrap(middleware::from_fn(connections::admitted))
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))

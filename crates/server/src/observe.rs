@@ -1,5 +1,6 @@
 //! One log line (`request_line`) and one metrics sample per request, and the `X-Request-Id`
-//! echo.
+//! echo; and, since it reads the host first, the turn of a hosted issuer's request to the public
+//! path (`public::answer`) ahead of the router.
 //!
 //! The line holds the method, the route pattern (for hosted documents and paths no route serves,
 //! the path; never the query string, where a careless client might put a secret), the status,
@@ -13,8 +14,9 @@
 //! the path against every API route; and log lines go to a buffer that a background thread
 //! writes out, not one `write(2)` per request.
 
+use crate::public;
 use crate::state::AppState;
-use actix_web::body::MessageBody;
+use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
@@ -65,11 +67,13 @@ fn method_name(method: &actix_web::http::Method) -> &'static str {
     }
 }
 
-/// The middleware.
+/// The middleware. It reads the host first: a hosted issuer's request is answered here
+/// (`public::answer`), without a span (hosted documents log nothing of their own); any other
+/// goes on to the router.
 pub async fn observe(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let started = Instant::now();
     let request_id = match req.headers().get(&REQUEST_ID) {
         Some(given) if acceptable_id(given) => web::Bytes::copy_from_slice(given.as_bytes()),
@@ -77,21 +81,26 @@ pub async fn observe(
     };
     let method = method_name(req.method());
     let state = req.app_data::<web::Data<AppState>>().cloned();
-    // The same test `public::hosted` applies, so the label is exact.
-    let hosted = state
-        .as_ref()
-        .is_some_and(|state| crate::public::hosted_request(state, req.head()));
-    // Every line logged while an API request is served names it (hosted documents log nothing
-    // of their own: no span on the public path).
+    let named = (state.as_ref()).and_then(|state| public::Named::of(state, req.head()));
+    let hosted = named.is_some();
+    // Every line logged while an API request is served names it.
     let span = if hosted {
         tracing::Span::none()
     } else {
         let id = std::str::from_utf8(&request_id).unwrap_or_default();
         tracing::info_span!("request", request_id = id)
     };
+    let answered = async {
+        match (named, &state) {
+            (Some(named), Some(state)) => Ok(public::answer(req, state, named)
+                .await
+                .map_into_right_body()),
+            _ => (next.call(req).instrument(span).await).map(ServiceResponse::map_into_left_body),
+        }
+    };
     // For audit events, refusal records and problems' `instance`, in a task-local for the
     // handler's duration (no allocation in the request's extensions, no copy of the id).
-    let call = registry_auth::REQUEST_ID.scope(request_id, next.call(req).instrument(span));
+    let call = registry_auth::REQUEST_ID.scope(request_id, answered);
     let mut scoped = std::pin::pin!(call);
     let mut response = (&mut scoped).await?;
     let request_id = scoped.as_mut().take_value().unwrap_or_else(new_request_id);

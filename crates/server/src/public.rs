@@ -5,11 +5,9 @@
 use crate::http_date::{http_date, HTTP_DATE};
 use crate::problem::ApiError;
 use crate::state::AppState;
-use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{RequestHead, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
-use actix_web::middleware::Next;
 use actix_web::ResponseError;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::issuer::Label;
@@ -53,8 +51,8 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 const JWK_SET: HeaderValue = HeaderValue::from_static("application/jwk-set+json");
 
 /// The host a request names: its `Host` header, or over HTTP/2 its `:authority` (which takes
-/// the place of `Host` there). Only this chooses the issuer (never `X-Forwarded-Host`), in the
-/// hosted middleware and the log alike.
+/// the place of `Host` there). Only this chooses the issuer (never `X-Forwarded-Host`), for the
+/// public path and the log alike.
 pub fn host(req: &RequestHead) -> Option<&str> {
     match req.headers().get(header::HOST) {
         Some(host) => host.to_str().ok(),
@@ -78,13 +76,14 @@ pub fn custom_domain(state: &AppState, host: &str) -> Option<Arc<Served>> {
 }
 
 /// The hosted issuer a request's host names: a subdomain's, or a custom domain served.
-enum Named {
+pub enum Named {
     Subdomain(Label),
     Domain(Arc<Served>),
 }
 
 impl Named {
-    fn of(state: &AppState, req: &RequestHead) -> Option<Self> {
+    /// What the request's host names, if it is a hosted issuer's.
+    pub fn of(state: &AppState, req: &RequestHead) -> Option<Self> {
         let host = host(req)?;
         match state.replica.hosting.issuers().subdomain_of_host(host) {
             Some(label) => Some(Named::Subdomain(label)),
@@ -93,36 +92,16 @@ impl Named {
     }
 }
 
-/// Whether the request is for a hosted issuer (the host it names is a subdomain's, or a custom
-/// domain served).
-pub fn hosted_request(state: &AppState, req: &RequestHead) -> bool {
-    Named::of(state, req).is_some()
-}
-
-/// The middleware that answers every request for a hosted issuer (docs/api.md, "Public
-/// hosting"), ahead of the router: an issuer's host serves its documents and nothing else, so
-/// the API's routes are never matched against its requests, and its host is read once. The
-/// innermost middleware: the request is observed, and its body held to its deadline, as any
-/// other (`serve` never reads it).
-pub async fn hosted(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    let state = req.app_data::<web::Data<AppState>>().cloned();
-    let named = state
-        .as_ref()
-        .and_then(|state| Named::of(state, req.head()));
-    let (Some(state), Some(named)) = (state, named) else {
-        return next
-            .call(req)
-            .await
-            .map(ServiceResponse::map_into_left_body);
-    };
+/// Answers a request for the hosted issuer it `named` (docs/api.md, "Public hosting"), ahead of
+/// the router: an issuer's host serves its documents and nothing else, so the API's routes are
+/// never matched against its requests. `observe` calls it, having read the host: the request is
+/// logged and counted, and its body held to its deadline, as any other (`serve` never reads it).
+pub async fn answer(req: ServiceRequest, state: &AppState, named: Named) -> ServiceResponse {
     let (request, _unread) = req.into_parts();
-    let response = serve(&request, &state, named)
+    let response = serve(&request, state, named)
         .await
         .unwrap_or_else(|error| error.error_response());
-    Ok(ServiceResponse::new(request, response).map_into_right_body())
+    ServiceResponse::new(request, response)
 }
 
 /// The document a public path serves: the discovery document, or the key set (at its path or one

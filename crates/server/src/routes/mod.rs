@@ -26,51 +26,48 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(get_or_head().to(services::list))
             .default_service(web::to(|| not_allowed("GET, HEAD, POST"))),
     )
+    // One scope per service and per account: the router matches the path's `{subdomain}` (or
+    // `{id}`) once, then the rest of it against fixed names; flat resources matched each
+    // pattern in turn, a regular expression each.
     .service(
-        web::resource("/services/{subdomain}")
-            .route(get_or_head().to(services::get))
-            .route(web::patch().to(services::patch))
-            .route(web::delete().to(services::delete))
-            .default_service(web::to(|| not_allowed("GET, HEAD, PATCH, DELETE"))),
+        web::scope("/services/{subdomain}")
+            .service(
+                web::resource("")
+                    .route(get_or_head().to(services::get))
+                    .route(web::patch().to(services::patch))
+                    .route(web::delete().to(services::delete))
+                    .default_service(web::to(|| not_allowed("GET, HEAD, PATCH, DELETE"))),
+            )
+            .service(
+                web::resource("/config")
+                    .route(get_or_head().to(config::get))
+                    .route(web::put().to(config::put))
+                    .route(web::delete().to(config::delete))
+                    .default_service(web::to(|| not_allowed("GET, HEAD, PUT, DELETE"))),
+            )
+            .service(
+                web::resource("/domain")
+                    .route(get_or_head().to(domains::get))
+                    .route(web::put().to(domains::put))
+                    .route(web::delete().to(domains::delete))
+                    .default_service(web::to(|| not_allowed("GET, HEAD, PUT, DELETE"))),
+            )
+            .service(get_and_head("/keys", keys::list))
+            .service(
+                web::resource("/keys/{kid}")
+                    .route(web::delete().to(keys::delete))
+                    .default_service(web::to(|| not_allowed("DELETE"))),
+            )
+            .service(get_and_head("/keys/{kid}/readiness", keys::readiness))
+            .service(get_and_head("/federation", keys::federation))
+            .service(
+                web::resource("/preflight")
+                    .route(get_or_head().to(preflight::documents))
+                    .route(web::post().to(preflight::token))
+                    .default_service(web::to(|| not_allowed("GET, HEAD, POST"))),
+            )
+            .service(get_and_head("/fetches", preflight::fetches)),
     )
-    .service(
-        web::resource("/services/{subdomain}/config")
-            .route(get_or_head().to(config::get))
-            .route(web::put().to(config::put))
-            .route(web::delete().to(config::delete))
-            .default_service(web::to(|| not_allowed("GET, HEAD, PUT, DELETE"))),
-    )
-    .service(
-        web::resource("/services/{subdomain}/domain")
-            .route(get_or_head().to(domains::get))
-            .route(web::put().to(domains::put))
-            .route(web::delete().to(domains::delete))
-            .default_service(web::to(|| not_allowed("GET, HEAD, PUT, DELETE"))),
-    )
-    .service(get_and_head("/services/{subdomain}/keys", keys::list))
-    .service(
-        web::resource("/services/{subdomain}/keys/{kid}")
-            .route(web::delete().to(keys::delete))
-            .default_service(web::to(|| not_allowed("DELETE"))),
-    )
-    .service(get_and_head(
-        "/services/{subdomain}/keys/{kid}/readiness",
-        keys::readiness,
-    ))
-    .service(get_and_head(
-        "/services/{subdomain}/federation",
-        keys::federation,
-    ))
-    .service(
-        web::resource("/services/{subdomain}/preflight")
-            .route(get_or_head().to(preflight::documents))
-            .route(web::post().to(preflight::token))
-            .default_service(web::to(|| not_allowed("GET, HEAD, POST"))),
-    )
-    .service(get_and_head(
-        "/services/{subdomain}/fetches",
-        preflight::fetches,
-    ))
     .service(
         web::resource("/anonymous/services")
             .route(web::post().to(anonymous::create))
@@ -83,26 +80,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(|| not_allowed("GET, HEAD, POST"))),
     )
     .service(
-        web::resource("/service-accounts/{id}")
-            .route(get_or_head().to(accounts::get))
-            .route(web::patch().to(accounts::patch))
-            .route(web::delete().to(accounts::delete))
-            .default_service(web::to(|| not_allowed("GET, HEAD, PATCH, DELETE"))),
+        web::scope("/service-accounts/{id}")
+            .service(
+                web::resource("")
+                    .route(get_or_head().to(accounts::get))
+                    .route(web::patch().to(accounts::patch))
+                    .route(web::delete().to(accounts::delete))
+                    .default_service(web::to(|| not_allowed("GET, HEAD, PATCH, DELETE"))),
+            )
+            .service(
+                web::resource("/regenerate-token")
+                    .route(web::post().to(accounts::regenerate_token))
+                    .default_service(web::to(|| not_allowed("POST"))),
+            )
+            .service(
+                web::resource("/explain")
+                    .route(web::post().to(refusals::explain))
+                    .default_service(web::to(|| not_allowed("POST"))),
+            )
+            .service(get_and_head("/refusals", refusals::list)),
     )
-    .service(
-        web::resource("/service-accounts/{id}/regenerate-token")
-            .route(web::post().to(accounts::regenerate_token))
-            .default_service(web::to(|| not_allowed("POST"))),
-    )
-    .service(
-        web::resource("/service-accounts/{id}/explain")
-            .route(web::post().to(refusals::explain))
-            .default_service(web::to(|| not_allowed("POST"))),
-    )
-    .service(get_and_head(
-        "/service-accounts/{id}/refusals",
-        refusals::list,
-    ))
     .service(get_and_head("/audit-events", audit::list))
     .service(
         web::resource("/fetch-log")

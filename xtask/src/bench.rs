@@ -54,7 +54,8 @@ pub struct Options {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     services: Option<u64>,
     /// Run the scaling benchmark alone: P1, JWKS and P1-TLS against nginx, P2 and P3, with each
-    /// of these numbers of workers (e.g. `--workers 1,2,4,8`), servers and wrk on disjoint cores.
+    /// of these numbers of workers (e.g. `--workers 1,2,4,8`), servers and wrk on disjoint cores;
+    /// requests a second, and the servers' CPU time per request.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=256))]
     workers: Vec<u64>,
     /// With `--workers`: measure a number of workers even when wrk cannot have a core of its

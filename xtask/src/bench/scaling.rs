@@ -220,29 +220,28 @@ fn measure(
     let (discovery, jwks) = ("/.well-known/openid-configuration", "/openid/v1/jwks");
     let on = |port: u16, scheme: &str, path: &str| format!("{scheme}://127.0.0.1:{port}{path}");
     let config = format!("{}/services/{}/config", plain.base(), scene.service);
-    // The process whose CPU time each scenario costs.
-    let (http, https) = (plain.pid(), tls.pid());
-    let servers: [u32; 8] = [
-        http,
-        nginx.pid(),
-        http,
-        nginx.pid(),
-        https,
-        nginx.pid(),
-        http,
-        http,
+    // Each scenario's load, beside the process whose CPU time it costs.
+    let (http, https, static_files) = (plain.pid(), tls.pid(), nginx.pid());
+    let loads: [(Load, u32); 8] = [
+        (load(on(plain.port, "http", discovery), host.clone()), http),
+        (
+            load(on(nginx.port, "http", discovery), host.clone()),
+            static_files,
+        ),
+        (load(on(plain.port, "http", jwks), host.clone()), http),
+        (
+            load(on(nginx.port, "http", jwks), host.clone()),
+            static_files,
+        ),
+        (load(on(tls.port, "https", discovery), host.clone()), https),
+        (
+            load(on(nginx.tls_port, "https", discovery), host.clone()),
+            static_files,
+        ),
+        (load(config.clone(), bearer(&scene.token)), http),
+        (load(config, bearer(&scene.jwt)), http),
     ];
-    let loads: [Load; 8] = [
-        load(on(plain.port, "http", discovery), host.clone()),
-        load(on(nginx.port, "http", discovery), host.clone()),
-        load(on(plain.port, "http", jwks), host.clone()),
-        load(on(nginx.port, "http", jwks), host.clone()),
-        load(on(tls.port, "https", discovery), host.clone()),
-        load(on(nginx.tls_port, "https", discovery), host.clone()),
-        load(config.clone(), bearer(&scene.token)),
-        load(config, bearer(&scene.jwt)),
-    ];
-    for load in &loads {
+    for (load, _) in &loads {
         Load {
             seconds: 2,
             ..load.clone()
@@ -252,10 +251,10 @@ fn measure(
     let mut rounds = Vec::new();
     for round in 0..plan.rounds {
         let mut measured = [Measured::default(); 8];
-        for (i, load) in loads.iter().enumerate() {
-            let before = cpu::of_tree(servers[i])?;
+        for (i, (load, server)) in loads.iter().enumerate() {
+            let before = cpu::of_tree(*server)?;
             let sample = load.run()?;
-            let after = cpu::of_tree(servers[i])?;
+            let after = cpu::of_tree(*server)?;
             if sample.failures > 0 {
                 bail!(
                     "{} with {workers} worker(s): {} failed requests",

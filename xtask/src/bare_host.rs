@@ -8,7 +8,7 @@
 //! and publishes its configuration, and both documents are fetched as the public would.
 
 use crate::api::{upload, Api, Signer};
-use crate::cmd::{output, root};
+use crate::cmd::{output, root, shared_libraries};
 use anyhow::{bail, ensure, Context, Result};
 use registry_testkit::http::Http;
 use registry_testkit::wait_until;
@@ -210,25 +210,6 @@ impl Drop for Server {
 }
 
 /// The shared libraries `ldd` names (their paths; the vDSO by name).
-fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
-    let listed = output(Command::new("ldd").arg(binary))?;
-    Ok(listed
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            let path = match line.split_once("=>") {
-                Some((name, target)) => target
-                    .split_whitespace()
-                    .next()
-                    .filter(|t| t.starts_with('/'))
-                    .unwrap_or(name.trim()),
-                None => line.split_whitespace().next()?,
-            };
-            Some(PathBuf::from(path))
-        })
-        .collect())
-}
-
 fn is_c_runtime(library: &Path) -> bool {
     let name = library
         .file_name()

@@ -19,8 +19,12 @@
 //! * P6: two replicas on one throwaway PostgreSQL cluster: how long a PUT on one takes to be
 //!   served by the other, and how many requests the other accepts after a DELETE of the
 //!   caller's account returned (static token and identity token).
+//!
+//! `cargo xtask bench-kit` packs `--workers` for a machine without Rust, wrk or nginx
+//! (`bench/kit.rs`).
 
 mod cpu;
+pub mod kit;
 mod nginx;
 mod report;
 mod scale;
@@ -534,5 +538,11 @@ pub fn machine() -> String {
     let nginx = version("nginx", "-v").replace("nginx version: ", "");
     let wrk = version("wrk", "-v");
     let wrk = wrk.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
-    format!("{cores} cores ({cpu}){memory}; Linux {kernel}; {rustc}; {nginx}; {wrk}")
+    // A tool this machine lacks (rustc, where a bench kit runs) is left out.
+    let tools = [format!("Linux {kernel}"), rustc, nginx, wrk]
+        .into_iter()
+        .filter(|part| !part.is_empty() && part != "Linux ")
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!("{cores} cores ({cpu}){memory}; {tools}")
 }

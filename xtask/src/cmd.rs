@@ -1,7 +1,7 @@
 //! Running commands from the workspace root, echoing them first.
 
 use anyhow::{bail, Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The workspace root (the parent of `xtask/`). `cargo run` names the package's folder at run
@@ -37,6 +37,32 @@ pub fn target_dir() -> Result<PathBuf> {
         .as_str()
         .map(PathBuf::from)
         .context("cargo metadata has no target_directory")
+}
+
+/// The shared libraries `ldd` says `binary` loads, the dynamic loader among them (`linux-vdso`,
+/// which the kernel provides, as a bare name).
+pub fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
+    Ok(ldd_paths(&output(Command::new("ldd").arg(binary))?))
+}
+
+/// The paths of `ldd`'s lines: `name => /path (address)`, `/loader (address)`, or
+/// `linux-vdso.so.1 (address)`.
+fn ldd_paths(listed: &str) -> Vec<PathBuf> {
+    listed
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let path = match line.split_once("=>") {
+                Some((name, target)) => target
+                    .split_whitespace()
+                    .next()
+                    .filter(|t| t.starts_with('/'))
+                    .unwrap_or(name.trim()),
+                None => line.split_whitespace().next()?,
+            };
+            Some(PathBuf::from(path))
+        })
+        .collect()
 }
 
 /// `cargo` (the same one that runs this xtask) with `args`, split at spaces.
@@ -92,4 +118,27 @@ pub fn succeeds(command: &mut Command) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_lines_name_each_library_and_the_loader() {
+        let listed = "\tlinux-vdso.so.1 (0x00007ffd2b1f1000)\n\
+                      \tlibssl.so.3 => /lib/x86_64-linux-gnu/libssl.so.3 (0x00007f0bef763000)\n\
+                      \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f0bef01e000)\n\
+                      \t/lib64/ld-linux-x86-64.so.2 (0x00007f0befa4a000)\n";
+        assert_eq!(
+            ldd_paths(listed),
+            [
+                "linux-vdso.so.1",
+                "/lib/x86_64-linux-gnu/libssl.so.3",
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                "/lib64/ld-linux-x86-64.so.2",
+            ]
+            .map(PathBuf::from)
+        );
+    }
 }

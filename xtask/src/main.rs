@@ -70,6 +70,10 @@ enum Chore {
     BareHost,
     /// The HTTP figures against nginx, written to docs/benchmarks.md (needs wrk and nginx-light).
     Bench(bench::Options),
+    /// `bench --workers` packed for a machine with no Rust, wrk, nginx or network (a lent
+    /// many-core machine): the release registry, xtask, nginx, wrk and taskset with their
+    /// libraries and loader in `kit.tar.gz`, and `run.sh`, which unpacks and runs it.
+    BenchKit(bench::kit::Options),
     /// The cargo-fuzz targets of fuzz/ (docs/reliability.md).
     Fuzz(fuzz::Options),
     /// API fuzzing from the server's own /openapi.json (docs/reliability.md).
@@ -100,6 +104,7 @@ fn main() -> ExitCode {
         Chore::E2e { node_args } => e2e::run(&node_args),
         Chore::BareHost => bare_host::run(),
         Chore::Bench(options) => bench::run(&options),
+        Chore::BenchKit(options) => bench::kit::run(&options),
         Chore::Fuzz(options) => fuzz::run(&options),
         Chore::Schemathesis(options) => schemathesis::run(&options),
         Chore::Faults(options) => faults::run(&options),

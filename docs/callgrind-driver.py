@@ -2,7 +2,7 @@
 P1TLS: P1 over HTTPS, keep-alive, TLS 1.3; P2: GET /services/{s}/config with a static token;
 P3: the same with an RS256 identity token of the service's own hosted issuer, through an oidc
 account; needs Python's `cryptography`).
-Usage: drive.py BINARY P1|P1TLS|P2|P3 N"""
+Usage: [RUST_LOG=info] callgrind-driver.py BINARY P1|P1TLS|P2|P3 N"""
 import json, os, socket, ssl, subprocess, sys, tempfile, time, http.client, glob, re
 
 binary, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -11,7 +11,10 @@ db = f"sqlite://{work}/r.db"
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
 env = {"PATH": os.environ["PATH"], "REGISTRY_DATABASE_URL": db, "REGISTRY_LISTEN": f"127.0.0.1:{port}",
        "REGISTRY_BASE_URL": f"http://127.0.0.1:{port}", "REGISTRY_WORKERS": "1",
-       "REGISTRY_ISSUER_URL_TEMPLATE": f"http://{{subdomain}}.localhost:{port}", "RUST_LOG": "warn",
+       "REGISTRY_ISSUER_URL_TEMPLATE": f"http://{{subdomain}}.localhost:{port}",
+       # `warn` unless RUST_LOG says otherwise: `RUST_LOG=info` counts the request line and the
+       # rest of the log as `serve` writes them by default.
+       "RUST_LOG": os.environ.get("RUST_LOG", "warn"),
        "REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS": "true"}
 tls = which == "P1TLS"
 if tls:

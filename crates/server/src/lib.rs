@@ -23,6 +23,7 @@ mod fetch_log_cli;
 mod http_date;
 mod listeners;
 mod log_buffer;
+mod log_format;
 mod metrics;
 mod observe;
 mod policy_cli;
@@ -40,6 +41,6 @@ mod views;
 
 pub use app::{serve, start, Injected, Running};
 pub use log_buffer::{flush_log, log_line, LogLine};
-pub use request_line::set_format as set_request_line_format;
+pub use log_format::init as init_log;
 pub use settings::{LogFormat, Settings};
 pub use system::SystemClock;

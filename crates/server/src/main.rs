@@ -2,26 +2,11 @@
 
 use clap::Parser;
 use registry_server::cli::{self, Cli, Command};
-use registry_server::LogFormat;
 
 /// jemalloc, whose background threads return freed memory to the system within about a
 /// second of its release (options in `.cargo/config.toml`).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(registry_server::log_line)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    registry_server::set_request_line_format(format);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-}
 
 /// Exit codes: 0 done, 1 the command failed (one sentence on stderr), 2 the command line is
 /// wrong (clap's usage message); a command may name its own (`cli::Exit`).
@@ -36,7 +21,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     if let Command::Serve(settings) = &cli.command {
-        init_logging(settings.log_format);
+        registry_server::init_log(settings.log_format);
     }
     match cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

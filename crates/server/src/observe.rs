@@ -5,8 +5,8 @@
 //! The line holds the method, the route pattern (for hosted documents and paths no route serves,
 //! the path; never the query string, where a careless client might put a secret), the status,
 //! the latency, the request id, the client's address (after trusted proxies), the `Host` and the
-//! User-Agent (cut to 100 characters). Every other line logged while an API request is served
-//! carries its request id too (the `request` span).
+//! User-Agent (cut to 100 characters). Every other line logged while a request is served
+//! carries its request id too (`log_format`).
 //!
 //! This runs on every request, the public documents included, so it avoids work that does not
 //! change the outcome: request ids come from a per-thread generator seeded from the system's
@@ -23,7 +23,6 @@ use actix_web::middleware::Next;
 use actix_web::web;
 use std::borrow::Cow;
 use std::time::Instant;
-use tracing::Instrument;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -68,8 +67,7 @@ fn method_name(method: &actix_web::http::Method) -> &'static str {
 }
 
 /// The middleware. It reads the host first: a hosted issuer's request is answered here
-/// (`public::answer`), without a span (hosted documents log nothing of their own); any other
-/// goes on to the router.
+/// (`public::answer`); any other goes on to the router.
 pub async fn observe(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
@@ -83,23 +81,17 @@ pub async fn observe(
     let state = req.app_data::<web::Data<AppState>>().cloned();
     let named = (state.as_ref()).and_then(|state| public::Named::of(state, req.head()));
     let hosted = named.is_some();
-    // Every line logged while an API request is served names it.
-    let span = if hosted {
-        tracing::Span::none()
-    } else {
-        let id = std::str::from_utf8(&request_id).unwrap_or_default();
-        tracing::info_span!("request", request_id = id)
-    };
     let answered = async {
         match (named, &state) {
             (Some(named), Some(state)) => Ok(public::answer(req, state, named)
                 .await
                 .map_into_right_body()),
-            _ => (next.call(req).instrument(span).await).map(ServiceResponse::map_into_left_body),
+            _ => (next.call(req).await).map(ServiceResponse::map_into_left_body),
         }
     };
-    // For audit events, refusal records and problems' `instance`, in a task-local for the
-    // handler's duration (no allocation in the request's extensions, no copy of the id).
+    // For audit events, refusal records, problems' `instance` and every line logged meanwhile
+    // (`log_format`), in a task-local for the handler's duration (no allocation in the
+    // request's extensions, no copy of the id, no tracing span).
     let call = registry_auth::REQUEST_ID.scope(request_id, answered);
     let mut scoped = std::pin::pin!(call);
     let mut response = (&mut scoped).await?;
@@ -166,6 +158,10 @@ pub async fn observe(
 
 /// `text` cut to at most `most` characters (a header is the client's to make as long as it likes).
 fn cut(text: &str, most: usize) -> &str {
+    // No more bytes than `most`, no more characters either: the usual header is not walked.
+    if text.len() <= most {
+        return text;
+    }
     text.char_indices()
         .nth(most)
         .map_or(text, |(end, _)| &text[..end])
@@ -207,5 +203,14 @@ mod tests {
         assert!(!acceptable_id(
             &HeaderValue::from_str(&"a".repeat(129)).unwrap()
         ));
+    }
+
+    #[test]
+    fn a_header_is_cut_to_characters_not_bytes() {
+        assert_eq!(cut("curl/8.0", 100), "curl/8.0");
+        assert_eq!(cut("abcdef", 4), "abcd");
+        // Six bytes, three characters: within a limit of four characters.
+        assert_eq!(cut("ééé", 4), "ééé");
+        assert_eq!(cut("éééé", 2), "éé");
     }
 }

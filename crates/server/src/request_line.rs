@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
 
 /// Makes request lines follow `format`, the format of the rest of the log.
-pub fn set_format(format: LogFormat) {
+pub(crate) fn set_format(format: LogFormat) {
     let _ = FORMAT.set(format);
 }
 
@@ -86,74 +86,157 @@ impl RequestLine<'_> {
     }
 
     fn text(&self, line: &mut String, prefix: &str, micros: u32) {
-        let _ = write!(
-            line,
-            "{prefix}{micros:06}Z  INFO {}: request method={} route={}",
-            module_path!(),
-            self.method,
-            self.route
-        );
+        line.push_str(prefix);
+        push_padded(line, micros.into(), 6);
+        line.push_str(concat!("Z  INFO ", module_path!(), ": request method="));
+        line.push_str(self.method);
+        line.push_str(" route=");
+        line.push_str(self.route);
         if let Some(path) = self.path {
             line.push_str(" path=");
             line.push_str(path);
         }
-        let _ = write!(line, " status={} latency_ms=", self.status);
+        line.push_str(" status=");
+        push_decimal(line, self.status.into());
+        line.push_str(" latency_ms=");
         latency_ms(line, self.latency);
         line.push_str(" request_id=");
         line.push_str(self.request_id);
         if let Some(client) = self.client {
-            let _ = write!(line, " client={client}");
+            line.push_str(" client=");
+            push_ip(line, client);
         }
-        for (name, value) in [("host", self.host), ("user_agent", self.user_agent)] {
+        for (name, value) in [(" host=", self.host), (" user_agent=", self.user_agent)] {
             if let Some(value) = value {
-                let _ = write!(line, " {name}={value:?}");
+                line.push_str(name);
+                push_quoted(line, value);
             }
         }
     }
 
     fn json(&self, line: &mut String, prefix: &str, micros: u32) {
-        let _ = write!(line, "{{\"timestamp\":\"{prefix}{micros:06}Z\",\"level\":\"INFO\",\"message\":\"request\",\"method\":\"{}\",\"route\":", self.method);
+        line.push_str("{\"timestamp\":\"");
+        line.push_str(prefix);
+        push_padded(line, micros.into(), 6);
+        line.push_str("Z\",\"level\":\"INFO\",\"message\":\"request\",\"method\":\"");
+        line.push_str(self.method);
+        line.push_str("\",\"route\":");
         json_string(line, self.route);
         if let Some(path) = self.path {
             line.push_str(",\"path\":");
             json_string(line, path);
         }
-        let _ = write!(line, ",\"status\":{},\"latency_ms\":", self.status);
+        line.push_str(",\"status\":");
+        push_decimal(line, self.status.into());
+        line.push_str(",\"latency_ms\":");
         latency_ms(line, self.latency);
         line.push_str(",\"request_id\":");
         json_string(line, self.request_id);
         if let Some(client) = self.client {
-            let _ = write!(line, ",\"client\":\"{client}\"");
+            line.push_str(",\"client\":\"");
+            push_ip(line, client);
+            line.push('"');
         }
-        for (name, value) in [("host", self.host), ("user_agent", self.user_agent)] {
+        for (name, value) in [
+            (",\"host\":", self.host),
+            (",\"user_agent\":", self.user_agent),
+        ] {
             if let Some(value) = value {
-                let _ = write!(line, ",\"{name}\":");
+                line.push_str(name);
                 json_string(line, value);
             }
         }
-        let _ = write!(line, ",\"target\":\"{}\"}}", module_path!());
+        line.push_str(concat!(",\"target\":\"", module_path!(), "\"}"));
+    }
+}
+
+// The line is written field by field with the helpers below rather than `write!`: each `write!`
+// goes through `fmt::Arguments`, a formatter and its padding logic, which cost more than the
+// rest of the line together (docs/benchmarks.md).
+
+/// `n` in decimal.
+fn push_decimal(line: &mut String, n: u64) {
+    push_padded(line, n, 1);
+}
+
+/// `n` in decimal, with leading zeros to at least `width` digits.
+fn push_padded(line: &mut String, mut n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    start = start.min(digits.len().saturating_sub(width));
+    // Digits only: valid, and one copy rather than a `push` each.
+    line.push_str(std::str::from_utf8(&digits[start..]).unwrap_or_default());
+}
+
+/// An address as `Display` writes it (IPv6 through `Display` itself: rare, and its
+/// shortening rules are not worth repeating).
+fn push_ip(line: &mut String, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    line.push('.');
+                }
+                push_decimal(line, octet.into());
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(line, "{v6}");
+        }
+    }
+}
+
+/// `text` quoted as `{:?}` quotes it (as tracing writes a string field): as it is between
+/// quotes when it is printable ASCII without quotes or backslashes, as almost every header is.
+fn push_quoted(line: &mut String, text: &str) {
+    if text
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
+        line.push('"');
+        line.push_str(text);
+        line.push('"');
+    } else {
+        let _ = write!(line, "{text:?}");
     }
 }
 
 /// Milliseconds to the microsecond, as a number (`0.125`).
 fn latency_ms(line: &mut String, latency: Duration) {
-    let micros = latency.as_micros();
-    let _ = write!(line, "{}.{:03}", micros / 1000, micros % 1000);
+    let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+    push_decimal(line, micros / 1000);
+    line.push('.');
+    push_padded(line, micros % 1000, 3);
 }
 
-/// `text` as a JSON string.
+/// `text` as a JSON string: the runs that need no escape are copied whole.
 fn json_string(line: &mut String, text: &str) {
     line.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => line.push_str("\\\""),
-            '\\' => line.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(line, "\\u{:04x}", u32::from(c));
+    let mut rest = text;
+    while let Some(at) = rest
+        .bytes()
+        .position(|b| b == b'"' || b == b'\\' || b < 0x20)
+    {
+        // `at` is an ASCII byte's index: a character boundary on both sides.
+        line.push_str(&rest[..at]);
+        match rest.as_bytes()[at] {
+            b'"' => line.push_str("\\\""),
+            b'\\' => line.push_str("\\\\"),
+            control => {
+                let _ = write!(line, "\\u{control:04x}");
             }
-            c => line.push(c),
         }
+        rest = &rest[at + 1..];
     }
+    line.push_str(rest);
     line.push('"');
 }
 
@@ -221,6 +304,52 @@ mod tests {
             "2026-11-26T12:00:00.000007Z  INFO registry_server::request_line: request method=GET \
              route=(hosted) status=200 latency_ms=1.234 request_id=abc-1 host=\"api-acme.example\""
         );
+    }
+
+    #[test]
+    fn numbers_addresses_and_quoted_values_read_as_display_and_debug_write_them() {
+        let mut text = String::new();
+        for (n, width) in [(0, 1), (7, 1), (42, 6), (1_234_567, 3), (u64::MAX, 1)] {
+            text.clear();
+            push_padded(&mut text, n, width);
+            assert_eq!(text, format!("{n:0width$}"));
+        }
+        for latency in [0, 999, 1_000, 1_234, 61_000_005] {
+            text.clear();
+            latency_ms(&mut text, Duration::from_micros(latency));
+            assert_eq!(text, format!("{}.{:03}", latency / 1000, latency % 1000));
+        }
+        for ip in [
+            "0.0.0.0",
+            "203.0.113.7",
+            "255.255.255.255",
+            "2001:db8::1",
+            "::ffff:1.2.3.4",
+        ] {
+            text.clear();
+            push_ip(&mut text, ip.parse().unwrap());
+            assert_eq!(text, ip);
+        }
+        for value in [
+            "api-acme.example:8080",
+            "it's",
+            "a \"b\"",
+            "c\\d",
+            "tab\there",
+            "é",
+            "\u{7f}",
+        ] {
+            text.clear();
+            push_quoted(&mut text, value);
+            assert_eq!(text, format!("{value:?}"));
+            text.clear();
+            json_string(&mut text, value);
+            assert_eq!(
+                serde_json::from_str::<String>(&text).unwrap(),
+                value,
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -50,6 +50,13 @@ fn write_out(bytes: &mut Vec<u8>) {
 #[derive(Debug)]
 pub struct LogLine(MutexGuard<'static, Vec<u8>>);
 
+impl LogLine {
+    /// The buffer itself, for a line written piece by piece (`request_line`); whole lines only.
+    pub(crate) fn bytes(&mut self) -> &mut Vec<u8> {
+        &mut self.0
+    }
+}
+
 impl Write for LogLine {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         self.0.extend_from_slice(bytes);

@@ -11,7 +11,6 @@
 
 use crate::settings::LogFormat;
 use std::cell::RefCell;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::sync::OnceLock;
@@ -50,8 +49,8 @@ pub struct RequestLine<'a> {
 }
 
 thread_local! {
-    /// The line being written, and the second whose timestamp prefix it holds.
-    static SCRATCH: RefCell<(String, u64, String)> = const { RefCell::new((String::new(), u64::MAX, String::new())) };
+    /// The second whose timestamp prefix is kept, and that prefix (`YYYY-MM-DDTHH:MM:SS.`).
+    static PREFIX: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
 /// The log's format, when it takes request lines (`info` lines of this module); `None`
@@ -64,89 +63,90 @@ pub fn enabled() -> Option<LogFormat> {
 }
 
 impl RequestLine<'_> {
-    /// Writes the line to the log, in `format` (what [`enabled`] answered).
+    /// Writes the line to the log, in `format` (what [`enabled`] answered): straight into this
+    /// thread's log buffer.
     pub fn write(&self, format: LogFormat) {
-        SCRATCH.with(|scratch| {
-            let (line, second, prefix) = &mut *scratch.borrow_mut();
-            line.clear();
-            let now = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        PREFIX.with(|cell| {
+            let (second, prefix) = &mut *cell.borrow_mut();
             if now.as_secs() != *second {
                 *second = now.as_secs();
                 *prefix = second_prefix(now.as_secs());
             }
+            let mut log = crate::log_buffer::log_line();
+            let line = log.bytes();
             match format {
                 LogFormat::Json => self.json(line, prefix, now.subsec_micros()),
                 LogFormat::Text => self.text(line, prefix, now.subsec_micros()),
             }
-            line.push('\n');
-            let _ = crate::log_buffer::log_line().write_all(line.as_bytes());
+            line.push(b'\n');
         });
     }
 
-    fn text(&self, line: &mut String, prefix: &str, micros: u32) {
-        line.push_str(prefix);
+    fn text(&self, line: &mut Vec<u8>, prefix: &str, micros: u32) {
+        line.extend_from_slice(prefix.as_bytes());
         push_padded(line, micros.into(), 6);
-        line.push_str(concat!("Z  INFO ", module_path!(), ": request method="));
-        line.push_str(self.method);
-        line.push_str(" route=");
-        line.push_str(self.route);
+        line.extend_from_slice(concat!("Z  INFO ", module_path!(), ": request method=").as_bytes());
+        line.extend_from_slice(self.method.as_bytes());
+        line.extend_from_slice(b" route=");
+        line.extend_from_slice(self.route.as_bytes());
         if let Some(path) = self.path {
-            line.push_str(" path=");
-            line.push_str(path);
+            line.extend_from_slice(b" path=");
+            line.extend_from_slice(path.as_bytes());
         }
-        line.push_str(" status=");
+        line.extend_from_slice(b" status=");
         push_decimal(line, self.status.into());
-        line.push_str(" latency_ms=");
+        line.extend_from_slice(b" latency_ms=");
         latency_ms(line, self.latency);
-        line.push_str(" request_id=");
-        line.push_str(self.request_id);
+        line.extend_from_slice(b" request_id=");
+        line.extend_from_slice(self.request_id.as_bytes());
         if let Some(client) = self.client {
-            line.push_str(" client=");
+            line.extend_from_slice(b" client=");
             push_ip(line, client);
         }
         for (name, value) in [(" host=", self.host), (" user_agent=", self.user_agent)] {
             if let Some(value) = value {
-                line.push_str(name);
+                line.extend_from_slice(name.as_bytes());
                 push_quoted(line, value);
             }
         }
     }
 
-    fn json(&self, line: &mut String, prefix: &str, micros: u32) {
-        line.push_str("{\"timestamp\":\"");
-        line.push_str(prefix);
+    fn json(&self, line: &mut Vec<u8>, prefix: &str, micros: u32) {
+        line.extend_from_slice(b"{\"timestamp\":\"");
+        line.extend_from_slice(prefix.as_bytes());
         push_padded(line, micros.into(), 6);
-        line.push_str("Z\",\"level\":\"INFO\",\"message\":\"request\",\"method\":\"");
-        line.push_str(self.method);
-        line.push_str("\",\"route\":");
+        line.extend_from_slice(b"Z\",\"level\":\"INFO\",\"message\":\"request\",\"method\":\"");
+        line.extend_from_slice(self.method.as_bytes());
+        line.extend_from_slice(b"\",\"route\":");
         json_string(line, self.route);
         if let Some(path) = self.path {
-            line.push_str(",\"path\":");
+            line.extend_from_slice(b",\"path\":");
             json_string(line, path);
         }
-        line.push_str(",\"status\":");
+        line.extend_from_slice(b",\"status\":");
         push_decimal(line, self.status.into());
-        line.push_str(",\"latency_ms\":");
+        line.extend_from_slice(b",\"latency_ms\":");
         latency_ms(line, self.latency);
-        line.push_str(",\"request_id\":");
+        line.extend_from_slice(b",\"request_id\":");
         json_string(line, self.request_id);
         if let Some(client) = self.client {
-            line.push_str(",\"client\":\"");
+            line.extend_from_slice(b",\"client\":\"");
             push_ip(line, client);
-            line.push('"');
+            line.push(b'"');
         }
         for (name, value) in [
             (",\"host\":", self.host),
             (",\"user_agent\":", self.user_agent),
         ] {
             if let Some(value) = value {
-                line.push_str(name);
+                line.extend_from_slice(name.as_bytes());
                 json_string(line, value);
             }
         }
-        line.push_str(concat!(",\"target\":\"", module_path!(), "\"}"));
+        line.extend_from_slice(concat!(",\"target\":\"", module_path!(), "\"}").as_bytes());
     }
 }
 
@@ -155,12 +155,12 @@ impl RequestLine<'_> {
 // rest of the line together (docs/benchmarks.md).
 
 /// `n` in decimal.
-fn push_decimal(line: &mut String, n: u64) {
+fn push_decimal(line: &mut Vec<u8>, n: u64) {
     push_padded(line, n, 1);
 }
 
 /// `n` in decimal, with leading zeros to at least `width` digits.
-fn push_padded(line: &mut String, mut n: u64, width: usize) {
+fn push_padded(line: &mut Vec<u8>, mut n: u64, width: usize) {
     let mut digits = [b'0'; 20];
     let mut start = digits.len();
     loop {
@@ -172,18 +172,17 @@ fn push_padded(line: &mut String, mut n: u64, width: usize) {
         }
     }
     start = start.min(digits.len().saturating_sub(width));
-    // Digits only: valid, and one copy rather than a `push` each.
-    line.push_str(std::str::from_utf8(&digits[start..]).unwrap_or_default());
+    line.extend_from_slice(&digits[start..]);
 }
 
 /// An address as `Display` writes it (IPv6 through `Display` itself: rare, and its
 /// shortening rules are not worth repeating).
-fn push_ip(line: &mut String, ip: IpAddr) {
+fn push_ip(line: &mut Vec<u8>, ip: IpAddr) {
     match ip {
         IpAddr::V4(v4) => {
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    line.push('.');
+                    line.push(b'.');
                 }
                 push_decimal(line, octet.into());
             }
@@ -196,48 +195,47 @@ fn push_ip(line: &mut String, ip: IpAddr) {
 
 /// `text` quoted as `{:?}` quotes it (as tracing writes a string field): as it is between
 /// quotes when it is printable ASCII without quotes or backslashes, as almost every header is.
-fn push_quoted(line: &mut String, text: &str) {
+fn push_quoted(line: &mut Vec<u8>, text: &str) {
     if text
         .bytes()
         .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
     {
-        line.push('"');
-        line.push_str(text);
-        line.push('"');
+        line.push(b'"');
+        line.extend_from_slice(text.as_bytes());
+        line.push(b'"');
     } else {
         let _ = write!(line, "{text:?}");
     }
 }
 
 /// Milliseconds to the microsecond, as a number (`0.125`).
-fn latency_ms(line: &mut String, latency: Duration) {
+fn latency_ms(line: &mut Vec<u8>, latency: Duration) {
     let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
     push_decimal(line, micros / 1000);
-    line.push('.');
+    line.push(b'.');
     push_padded(line, micros % 1000, 3);
 }
 
 /// `text` as a JSON string: the runs that need no escape are copied whole.
-fn json_string(line: &mut String, text: &str) {
-    line.push('"');
-    let mut rest = text;
+fn json_string(line: &mut Vec<u8>, text: &str) {
+    line.push(b'"');
+    let mut rest = text.as_bytes();
     while let Some(at) = rest
-        .bytes()
-        .position(|b| b == b'"' || b == b'\\' || b < 0x20)
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
     {
-        // `at` is an ASCII byte's index: a character boundary on both sides.
-        line.push_str(&rest[..at]);
-        match rest.as_bytes()[at] {
-            b'"' => line.push_str("\\\""),
-            b'\\' => line.push_str("\\\\"),
+        line.extend_from_slice(&rest[..at]);
+        match rest[at] {
+            b'"' => line.extend_from_slice(b"\\\""),
+            b'\\' => line.extend_from_slice(b"\\\\"),
             control => {
                 let _ = write!(line, "\\u{control:04x}");
             }
         }
         rest = &rest[at + 1..];
     }
-    line.push_str(rest);
-    line.push('"');
+    line.extend_from_slice(rest);
+    line.push(b'"');
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.` of a second since the Unix epoch (UTC), as the other lines start.
@@ -259,6 +257,13 @@ fn second_prefix(second: u64) -> String {
 mod tests {
     use super::*;
 
+    /// What `write` puts in a line.
+    fn written(write: impl FnOnce(&mut Vec<u8>)) -> String {
+        let mut line = Vec::new();
+        write(&mut line);
+        String::from_utf8(line).unwrap()
+    }
+
     fn line() -> RequestLine<'static> {
         RequestLine {
             method: "GET",
@@ -275,8 +280,7 @@ mod tests {
 
     #[test]
     fn the_json_line_is_json_with_plain_values() {
-        let mut text = String::new();
-        line().json(&mut text, "2026-11-26T12:00:00.", 42);
+        let text = written(|l| line().json(l, "2026-11-26T12:00:00.", 42));
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(value["timestamp"], "2026-11-26T12:00:00.000042Z");
         assert_eq!(value["message"], "request");
@@ -291,14 +295,15 @@ mod tests {
 
     #[test]
     fn the_text_line_reads_like_the_others() {
-        let mut text = String::new();
-        RequestLine {
-            path: None,
-            client: None,
-            user_agent: None,
-            ..line()
-        }
-        .text(&mut text, "2026-11-26T12:00:00.", 7);
+        let text = written(|l| {
+            RequestLine {
+                path: None,
+                client: None,
+                user_agent: None,
+                ..line()
+            }
+            .text(l, "2026-11-26T12:00:00.", 7)
+        });
         assert_eq!(
             text,
             "2026-11-26T12:00:00.000007Z  INFO registry_server::request_line: request method=GET \
@@ -308,15 +313,12 @@ mod tests {
 
     #[test]
     fn numbers_addresses_and_quoted_values_read_as_display_and_debug_write_them() {
-        let mut text = String::new();
         for (n, width) in [(0, 1), (7, 1), (42, 6), (1_234_567, 3), (u64::MAX, 1)] {
-            text.clear();
-            push_padded(&mut text, n, width);
+            let text = written(|l| push_padded(l, n, width));
             assert_eq!(text, format!("{n:0width$}"));
         }
         for latency in [0, 999, 1_000, 1_234, 61_000_005] {
-            text.clear();
-            latency_ms(&mut text, Duration::from_micros(latency));
+            let text = written(|l| latency_ms(l, Duration::from_micros(latency)));
             assert_eq!(text, format!("{}.{:03}", latency / 1000, latency % 1000));
         }
         for ip in [
@@ -326,9 +328,7 @@ mod tests {
             "2001:db8::1",
             "::ffff:1.2.3.4",
         ] {
-            text.clear();
-            push_ip(&mut text, ip.parse().unwrap());
-            assert_eq!(text, ip);
+            assert_eq!(written(|l| push_ip(l, ip.parse().unwrap())), ip);
         }
         for value in [
             "api-acme.example:8080",
@@ -338,12 +338,10 @@ mod tests {
             "tab\there",
             "é",
             "\u{7f}",
+            "\u{1}",
         ] {
-            text.clear();
-            push_quoted(&mut text, value);
-            assert_eq!(text, format!("{value:?}"));
-            text.clear();
-            json_string(&mut text, value);
+            assert_eq!(written(|l| push_quoted(l, value)), format!("{value:?}"));
+            let text = written(|l| json_string(l, value));
             assert_eq!(
                 serde_json::from_str::<String>(&text).unwrap(),
                 value,

@@ -131,10 +131,19 @@ fn looks_like_jwt(token: &str) -> bool {
     };
     !header.is_empty()
         && !payload.is_empty()
-        && [header, payload, signature].iter().all(|s| {
-            s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
+        && [header, payload, signature].iter().all(|s| base64url(s))
+}
+
+/// Whether `text` holds base64url characters only. Each byte is tested without a branch, so
+/// that the compiler tests many at once: an identity token is a kilobyte or more, and every
+/// federated request reads it (docs/benchmarks.md).
+fn base64url(text: &str) -> bool {
+    text.bytes().fold(true, |ok, b| {
+        let digit = b.wrapping_sub(b'0') < 10;
+        // Upper case folded onto lower case; no other byte lands in `a..=z` that way.
+        let letter = (b | 0x20).wrapping_sub(b'a') < 26;
+        ok & (digit | letter | (b == b'-') | (b == b'_'))
+    })
 }
 
 /// The 429 of a client over its failed-authentication limit.
@@ -510,7 +519,22 @@ pub fn not_found_service(key: &str) -> AuthError {
 
 #[cfg(test)]
 mod tests {
-    use super::looks_like_jwt;
+    use super::{base64url, looks_like_jwt};
+
+    #[test]
+    fn base64url_takes_exactly_the_alphabet_of_rfc_4648_section_5() {
+        for b in 0..=u8::MAX {
+            let text = [b'A', b, b'z'];
+            let expected = b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+            assert_eq!(
+                std::str::from_utf8(&text).is_ok_and(base64url),
+                expected,
+                "byte {b:#04x}"
+            );
+        }
+        assert!(base64url(""));
+        assert!(!base64url("é"));
+    }
 
     #[test]
     fn jwt_shape() {

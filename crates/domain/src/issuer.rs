@@ -254,18 +254,34 @@ fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         return host.split_inclusive(']').next().unwrap_or(host);
     }
-    host.rsplit_once(':').map_or(host, |(h, port)| {
-        if port.bytes().all(|b| b.is_ascii_digit()) {
-            h
-        } else {
-            host
+    // Bytes from the end: the port is a few digits away, and every public request asks.
+    match host.bytes().rposition(|b| b == b':') {
+        Some(colon) if host.as_bytes()[colon + 1..].iter().all(u8::is_ascii_digit) => {
+            &host[..colon]
         }
-    })
+        _ => host,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_is_the_digits_after_the_last_colon() {
+        for (host, name) in [
+            ("acme.localhost:8080", "acme.localhost"),
+            ("acme.localhost", "acme.localhost"),
+            ("acme.localhost:", "acme.localhost"),
+            ("acme.localhost:http", "acme.localhost:http"),
+            ("a:1:2", "a:1"),
+            ("[::1]:8080", "[::1]"),
+            ("[::1]", "[::1]"),
+            ("", ""),
+        ] {
+            assert_eq!(strip_port(host), name, "{host}");
+        }
+    }
 
     #[test]
     fn a_known_host_belongs_to_its_issuer_or_to_the_api_and_no_other_does() {

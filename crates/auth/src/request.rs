@@ -41,7 +41,7 @@ pub(crate) fn header_text(value: &[u8]) -> Option<&str> {
     value
         .iter()
         .fold(true, |ok, &b| {
-            ok & ((b == b'\t') | ((b >= b' ') & (b <= b'~')))
+            ok & ((b == b'\t') | (b.wrapping_sub(b' ') <= b'~' - b' '))
         })
         .then(|| std::str::from_utf8(value).ok())
         .flatten()

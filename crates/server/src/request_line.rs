@@ -160,19 +160,11 @@ fn push_decimal(line: &mut Vec<u8>, n: u64) {
 }
 
 /// `n` in decimal, with leading zeros to at least `width` digits.
-fn push_padded(line: &mut Vec<u8>, mut n: u64, width: usize) {
-    let mut digits = [b'0'; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    start = start.min(digits.len().saturating_sub(width));
-    line.extend_from_slice(&digits[start..]);
+fn push_padded(line: &mut Vec<u8>, n: u64, width: usize) {
+    let mut buffer = itoa::Buffer::new();
+    let digits = buffer.format(n);
+    line.resize(line.len() + width.saturating_sub(digits.len()), b'0');
+    line.extend_from_slice(digits.as_bytes());
 }
 
 /// An address as `Display` writes it (IPv6 through `Display` itself: rare, and its

@@ -66,6 +66,11 @@ pub struct Options {
     /// own (the figure is marked as measured on shared cores).
     #[arg(long)]
     share_cores: bool,
+    /// With `--workers`: record where the registry spends its time during each of its
+    /// scenarios' warm-up runs (`perf record`, 999 samples a second, no call graphs) into
+    /// `DIR/<scenario>-W<workers>.data`; the measured rounds run without it.
+    #[arg(long, value_name = "DIR")]
+    perf: Option<PathBuf>,
     /// Skip P6 (two replicas on PostgreSQL).
     #[arg(long)]
     no_postgres: bool,
@@ -113,11 +118,15 @@ pub fn run(options: &Options) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("registry-bench-{}", std::process::id()));
     let work = WorkDir::at(dir)?;
     if !options.workers.is_empty() {
+        if options.perf.is_some() {
+            require("perf", "linux-perf")?;
+        }
         let plan = scaling::Plan {
             workers: options.workers.iter().map(|&w| w as usize).collect(),
             rounds: options.rounds,
             seconds: options.seconds,
             share_cores: options.share_cores,
+            perf: options.perf.clone(),
         };
         let section = scaling::run(&binary, &work.0, &plan)?;
         return publish(options, scaling::TITLE, &section);

@@ -3,12 +3,12 @@
 //! cores; the build machines have two).
 //!
 //! The kit is two files: `kit.tar.gz` and `run.sh`. The archive holds the stripped release
-//! registry, this xtask, nginx, wrk and taskset (`real/`), every shared library they load and
-//! the dynamic loader (`lib/`), and one launcher each (`bin/`) that starts the program through
-//! the carried loader with the carried libraries, so that nothing depends on what the other
-//! machine has installed but a shell, `tar` and `gzip`. `run.sh` unpacks it into a temporary
-//! folder, puts `bin/` first on the `PATH` and runs `xtask bench --no-write --binary
-//! bin/registry` with its own arguments.
+//! registry, this xtask, nginx, wrk, taskset and, where this machine has it, perf (`real/`),
+//! every shared library they load and the dynamic loader (`lib/`), and one launcher each
+//! (`bin/`) that starts the program through the carried loader with the carried libraries, so
+//! that nothing depends on what the other machine has installed but a shell, `tar` and `gzip`.
+//! `run.sh` unpacks it into a temporary folder, puts `bin/` first on the `PATH` and runs
+//! `xtask bench --no-write --binary bin/registry` with its own arguments.
 
 use super::require;
 use crate::cmd::{output, root, shared_libraries};
@@ -42,6 +42,9 @@ const TOOLS: [(&str, &str); 3] = [
     ("taskset", "util-linux"),
 ];
 
+/// Programs carried when this machine has them: `perf`, for `bench --perf`.
+const OPTIONAL_TOOLS: [&str; 1] = ["perf"];
+
 pub fn run(options: &Options) -> Result<()> {
     for (tool, package) in TOOLS {
         require(tool, package)?;
@@ -56,6 +59,11 @@ pub fn run(options: &Options) -> Result<()> {
         let path =
             crate::cmd::which(tool).with_context(|| format!("`{tool}` is not on the PATH"))?;
         programs.push((tool, path));
+    }
+    for tool in OPTIONAL_TOOLS {
+        if let Some(path) = crate::cmd::which(tool) {
+            programs.push((tool, path));
+        }
     }
 
     let out = root().join(&options.out);

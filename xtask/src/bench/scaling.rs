@@ -25,6 +25,7 @@ use registry_testkit::free_port;
 use registry_testkit::tls::TestCa;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 /// The section of docs/benchmarks.md this writes.
 pub const TITLE: &str = "## Every core counts (`cargo xtask bench --workers 1,2,4,8`)";
@@ -37,6 +38,8 @@ pub struct Plan {
     pub seconds: u32,
     /// Measure a W even when wrk cannot have a core of its own.
     pub share_cores: bool,
+    /// Where to put a `perf record` of each of the registry's warm-up runs, if anywhere.
+    pub perf: Option<PathBuf>,
 }
 
 /// wrk's threads at most, and its connections (as in issue 39's measurement).
@@ -241,12 +244,24 @@ fn measure(
         (load(config.clone(), bearer(&scene.token)), http),
         (load(config, bearer(&scene.jwt)), http),
     ];
-    for (load, _) in &loads {
-        Load {
+    for (i, (load, server)) in loads.iter().enumerate() {
+        let warm_up = Load {
             seconds: 2,
             ..load.clone()
+        };
+        match &plan.perf {
+            Some(dir) if *server != static_files => {
+                let name = SCENARIOS[i].replace(' ', "-");
+                recorded(
+                    &warm_up,
+                    *server,
+                    &dir.join(format!("{name}-W{workers}.data")),
+                )?;
+            }
+            _ => {
+                warm_up.run()?;
+            }
         }
-        .run()?;
     }
     let mut rounds = Vec::new();
     for round in 0..plan.rounds {
@@ -279,6 +294,45 @@ fn measure(
         truncate(&nginx.log);
     }
     Ok(rounds)
+}
+
+/// Runs `load` while `perf record` samples the process `pid` and its threads into `file`: a flat
+/// profile (no call graphs, which a release build without frame pointers would garble) of where
+/// the workers spend their time. A machine that does not let perf sample (a container without
+/// the capability, say) gets a warning, and the measurement goes on.
+fn recorded(load: &Load, pid: u32, file: &Path) -> Result<()> {
+    let perf = perf_record(pid, load.seconds, file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting perf record")?;
+    load.run()?;
+    let out = perf.wait_with_output().context("waiting for perf record")?;
+    if !out.status.success() {
+        println!(
+            "  perf record gave no profile for {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// `perf record` of the process `pid` and its threads for `seconds`, into `file`.
+fn perf_record(pid: u32, seconds: u32, file: &Path) -> Command {
+    let mut perf = Command::new("perf");
+    perf.args([
+        "record",
+        "--quiet",
+        "-F",
+        "999",
+        "-p",
+        &pid.to_string(),
+        "-o",
+    ])
+    .arg(file)
+    .args(["--", "sleep", &seconds.to_string()]);
+    perf
 }
 
 /// The goals of issue 39 for W workers, from the median ratios: (what, ratio, at least).
@@ -416,12 +470,24 @@ mod tests {
     }
 
     #[test]
+    fn perf_samples_the_registrys_threads_for_the_warm_up_into_its_file() {
+        let perf = perf_record(4242, 2, Path::new("/tmp/prof/P2-W8.data"));
+        let args: Vec<_> = perf.get_args().map(|a| a.to_string_lossy()).collect();
+        assert_eq!(perf.get_program(), "perf");
+        assert_eq!(
+            args.join(" "),
+            "record --quiet -F 999 -p 4242 -o /tmp/prof/P2-W8.data -- sleep 2"
+        );
+    }
+
+    #[test]
     fn a_w_without_cores_says_so_and_goals_are_judged() {
         let plan = Plan {
             workers: vec![1, 8],
             rounds: 2,
             seconds: 1,
             share_cores: false,
+            perf: None,
         };
         let p = placement(1, 2, false).unwrap();
         let round = [130.0, 100.0, 125.0, 100.0, 119.0, 100.0, 70.0, 60.0].map(|rate| Measured {

@@ -138,12 +138,16 @@ impl Database for Store {
         &self,
         lookup_id: &str,
     ) -> Option<StoreResult<Option<(StoredCredential, i64)>>> {
-        self.read_now(|conn| credential_with_latest_change(conn, lookup_id))
+        let read = |conn: &mut Db| credential_with_latest_change(conn, lookup_id);
+        self.read_now(|threads| threads.credential(lookup_id, read), read)
     }
 
     /// In place as [`Database::credential_and_latest_change_now`] is.
     fn latest_change_now(&self) -> Option<StoreResult<i64>> {
-        self.read_now(latest_change)
+        self.read_now(
+            |threads| threads.latest_change(latest_change),
+            latest_change,
+        )
     }
 
     fn ping(&self) -> StoreResult<()> {

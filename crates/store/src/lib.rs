@@ -61,6 +61,7 @@ mod services;
 mod standby;
 mod store;
 mod target;
+mod wal_index;
 
 pub use error::SetupError;
 pub use store::{Backend, Store};

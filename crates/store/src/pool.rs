@@ -140,6 +140,16 @@ impl Manager {
     pub(crate) fn opens_sqlite_file(&self) -> bool {
         matches!(&self.target, Target::Sqlite(path) if path != ":memory:")
     }
+
+    /// The SQLite file whose WAL index tells its version (`wal_index`): one named by a plain
+    /// path. A `file:` URI may choose a VFS that keeps the index in memory, and a stale `-shm`
+    /// file beside it would then seem never to change.
+    pub(crate) fn versioned_file(&self) -> Option<std::path::PathBuf> {
+        match &self.target {
+            Target::Sqlite(name) if !name.starts_with("file:") => self.target.sqlite_file(),
+            _ => None,
+        }
+    }
 }
 
 impl r2d2::ManageConnection for Manager {

@@ -167,7 +167,7 @@ impl Store {
             reason: e.to_string(),
         })?;
         let in_place = (pooling == Pooling::Serving && manager.opens_sqlite_file())
-            .then(|| Arc::new(InPlace::new(manager.clone())));
+            .then(|| Arc::new(InPlace::new(manager.clone(), manager.versioned_file())));
         Ok(Store {
             in_place,
             pool: pool::build(manager, pooling),
@@ -320,14 +320,19 @@ impl Store {
 
     /// Runs read-only statements in place, only when that cannot wait: the database is SQLite
     /// (in-process, so a point read on a warm page cache costs microseconds, less than handing it
-    /// to another thread), on the thread's own connection in a serving process, else on a pooled
-    /// connection idle now. `None` otherwise: the caller then uses the blocking path.
-    pub(crate) fn read_now<T>(&self, f: impl FnOnce(&mut Db) -> Res<T>) -> Option<StoreResult<T>> {
+    /// to another thread), on the thread's own connection in a serving process (`threads`, which
+    /// may answer from what the thread read before), else `f` on a pooled connection idle now.
+    /// `None` otherwise: the caller then uses the blocking path.
+    pub(crate) fn read_now<T>(
+        &self,
+        threads: impl FnOnce(&InPlace) -> Option<StoreResult<T>>,
+        f: impl FnOnce(&mut Db) -> Res<T>,
+    ) -> Option<StoreResult<T>> {
         if self.backend != Backend::Sqlite {
             return None;
         }
         if let Some(in_place) = &self.in_place {
-            return in_place.read(f);
+            return threads(in_place);
         }
         let mut conn = self.pool.try_get()?;
         Some(f(&mut conn).map_err(|Failure(e)| e))

@@ -101,3 +101,40 @@ fn reads_taken_in_place_see_every_committed_write_on_every_thread() {
     });
     assert!(latest() > created);
 }
+
+/// On SQLite a thread answers the request's read from what it read before while the database is
+/// unchanged (its WAL index says so): a commit by another process, straight into the file, is
+/// still seen at the next read, on a thread that has answered from memory before.
+#[test]
+fn reads_taken_in_place_see_a_commit_by_another_process_at_once() {
+    use registry_domain::ports::Database;
+    let url = registry_tests::fresh_database_url();
+    let Some(path) = url.strip_prefix("sqlite://") else {
+        return; // PostgreSQL: never in place (above).
+    };
+    let store = Store::connect(&url).unwrap();
+    store.migrate().unwrap();
+    let (_, _, token) = seeded(&store, "acme");
+    let credential = || {
+        store
+            .credential_and_latest_change_now(&token.lookup_id)
+            .expect("in place")
+            .unwrap()
+    };
+    let latest = || store.latest_change_now().expect("in place").unwrap();
+    let before = latest();
+    for _ in 0..3 {
+        assert!(credential().is_some());
+        assert_eq!(latest(), before);
+    }
+    let deleted = registry_tests::sqlite_python(
+        path,
+        "db.execute('DELETE FROM credentials WHERE lookup_id = ?', (sys.argv[2],))\n\
+         db.execute(\"INSERT INTO changes (kind, subject_id, created_at) VALUES ('account', 'x', 0)\")\n\
+         db.commit()",
+        &token.lookup_id,
+    );
+    assert!(deleted.status.success(), "{deleted:?}");
+    assert!(credential().is_none(), "deleted by another process");
+    assert!(latest() > before, "logged by another process");
+}

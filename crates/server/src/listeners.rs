@@ -15,7 +15,9 @@ use actix_service::{map_config, IntoServiceFactory, Service, ServiceFactory, Ser
 use actix_web::dev::{AppConfig, ServiceRequest, ServiceResponse};
 use actix_web::rt::net::TcpStream;
 use actix_web::App;
+use std::cell::Cell;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use std::{fmt, io};
@@ -146,7 +148,8 @@ where
     }
 }
 
-/// `HttpServer`'s settings of a connection's HTTP, over TCP or TLS (`T`).
+/// `HttpServer`'s settings of a connection's HTTP, over TCP or TLS (`T`). Built on the worker
+/// thread that serves the connections (the listener's factory runs there).
 fn http<T, S, B>(shutdown: &GracefulShutdownSignal) -> actix_http::HttpServiceBuilder<T, S>
 where
     S: ServiceFactory<Request, Config = ()>,
@@ -156,13 +159,56 @@ where
     S::InitError: fmt::Debug,
     <S::Service as Service<Request>>::Future: 'static,
 {
-    let shutdown = shutdown.clone();
+    let shutdown = WorkerShutdown::new(shutdown.clone());
     HttpService::build()
-        .graceful_shutdown_signal(move || {
-            let shutdown = shutdown.clone();
-            async move { shutdown.notified().await }
-        })
+        .graceful_shutdown_signal(move || shutdown.notified())
         .client_disconnect_timeout(DISCONNECT_TIMEOUT)
+}
+
+/// One worker's view of the server's graceful shutdown. A connection polls its signal each time
+/// it is polled, at least once a request; actix-server's signal is a `watch` channel shared by
+/// every worker, whose poll locks one of a few mutexes that all workers take (on 16 cores, P1's
+/// share of that poll grew sixfold from 1 to 8 workers). Here the worker's connections wait on
+/// the worker's own `Notify`, and one task of the worker waits on the server's signal for them.
+struct WorkerShutdown {
+    server: GracefulShutdownSignal,
+    /// The task that waits on the server's signal was started (at the first connection).
+    waiting: Cell<bool>,
+    /// The server's signal came: a connection made from now on drains at once.
+    fired: Cell<bool>,
+    connections: tokio::sync::Notify,
+}
+
+impl WorkerShutdown {
+    fn new(server: GracefulShutdownSignal) -> Rc<Self> {
+        Rc::new(Self {
+            server,
+            waiting: Cell::new(false),
+            fired: Cell::new(false),
+            connections: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Resolves when the server starts a graceful shutdown (at once if it has).
+    fn notified(self: &Rc<Self>) -> impl std::future::Future<Output = ()> + 'static {
+        if !self.waiting.replace(true) {
+            let worker = self.clone();
+            actix_web::rt::spawn(async move {
+                worker.server.notified().await;
+                worker.fired.set(true);
+                worker.connections.notify_waiters();
+            });
+        }
+        let worker = self.clone();
+        async move {
+            // Made before `fired` is read: `notify_waiters` wakes every `Notified` made before
+            // it, polled or not, so no signal falls between the two.
+            let notified = worker.connections.notified();
+            if !worker.fired.get() {
+                notified.await;
+            }
+        }
+    }
 }
 
 /// What the app is told of its listener, as `HttpServer` tells it: whether it is HTTPS, and

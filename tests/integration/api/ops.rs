@@ -1,5 +1,5 @@
 use registry_tests::server::{
-    json, metric_in, registry_binary, run_cli, run_registry, series_in, TestServer,
+    json, metric_in, registry_binary, run_cli, run_registry, series_in, ServerOptions, TestServer,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -431,6 +431,44 @@ fn a_fresh_start_logs_no_error() {
 fn sigterm_stops_the_server_cleanly() {
     let server = TestServer::start_binary();
     assert!(server.terminate().success());
+}
+
+/// A graceful stop closes the connections that sit idle between requests at once (each worker
+/// hears of it through its own signal, `listeners::WorkerShutdown`), on every worker: the
+/// process does not wait for their keep-alive to run out.
+#[test]
+fn sigterm_closes_idle_keep_alive_connections_at_once() {
+    use std::io::{Read, Write};
+    let server = TestServer::start_with(ServerOptions::binary(&[("REGISTRY_WORKERS", "2")]));
+    let mut idle: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                .unwrap();
+            let mut answer = [0u8; 512];
+            let read = stream.read(&mut answer).unwrap();
+            assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
+            stream
+        })
+        .collect();
+    let asked = std::time::Instant::now();
+    assert!(server.terminate().success());
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(4),
+        "stopped after {:?}: it waited for idle connections",
+        asked.elapsed()
+    );
+    for stream in &mut idle {
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(1)))
+            .unwrap();
+        let mut rest = Vec::new();
+        assert!(
+            stream.read_to_end(&mut rest).is_ok(),
+            "closed, not left open"
+        );
+    }
 }
 
 /// Scripts send SIGTERM as soon as the server has said where it listens. The line used to come

@@ -30,7 +30,7 @@ pub(crate) struct InPlace {
 #[derive(Default)]
 struct Thread {
     conn: Option<Db>,
-    wal_index: Option<WalIndex>,
+    wal_index: Option<&'static WalIndex>,
     memo: Memo,
 }
 
@@ -140,13 +140,18 @@ impl InPlace {
         let mut thread = cell.try_borrow_mut().ok()?;
         let thread = &mut *thread;
         if thread.conn.is_none() {
-            thread.conn = Some(self.manager.open().ok()?);
-            // Opened after the connection, which made sure the index exists.
-            thread.wal_index = self.file.as_deref().and_then(WalIndex::open);
+            let mut conn = self.manager.open().ok()?;
+            // Looked for with the connection open, which keeps the index there; only in WAL
+            // mode, where the index is live (a `-shm` file left from another mode is not).
+            thread.wal_index = match &self.file {
+                Some(file) if in_wal_mode(&mut conn) => WalIndex::of(file),
+                _ => None,
+            };
+            thread.conn = Some(conn);
         }
         // Read before the statement: a commit between the two leaves a version that the next
         // request does not see again, so what the statement read is never kept for too long.
-        let version = thread.wal_index.as_ref().and_then(WalIndex::version);
+        let version = thread.wal_index.and_then(WalIndex::version);
         thread.memo.now_at(version);
         if version.is_some() {
             if let Some(known) = recall(&thread.memo) {
@@ -167,6 +172,20 @@ impl InPlace {
             }
         }
     }
+}
+
+/// Whether a connection's database is in WAL mode.
+fn in_wal_mode(conn: &mut Db) -> bool {
+    use diesel::RunQueryDsl;
+    let Db::Sqlite(conn) = conn else {
+        return false;
+    };
+    let mode = diesel::dsl::sql::<diesel::sql_types::Text>(
+        "(SELECT journal_mode FROM pragma_journal_mode())",
+    );
+    diesel::select(mode)
+        .get_result::<String>(conn)
+        .is_ok_and(|mode| mode.eq_ignore_ascii_case("wal"))
 }
 
 #[cfg(test)]
@@ -193,6 +212,71 @@ mod tests {
         memo.now_at(None);
         assert_eq!(memo.credential("a"), None, "no version: nothing kept");
         assert_eq!(memo.latest_change, None);
+    }
+
+    /// A WAL database with one table, and the threads' reads of it.
+    fn database(name: &str) -> (std::path::PathBuf, diesel::SqliteConnection, InPlace) {
+        use crate::pool::{ConnectGate, Reachability};
+        use diesel::connection::SimpleConnection;
+        use diesel::Connection;
+        let dir = std::env::temp_dir().join(format!("in-place-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        let _ = std::fs::remove_file(&path);
+        let mut admin = diesel::SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+        admin
+            .batch_execute("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER);")
+            .unwrap();
+        let manager = Manager::new(
+            crate::target::Target::Sqlite(path.display().to_string()),
+            std::sync::Arc::new(Reachability::default()),
+            std::sync::Arc::new(ConnectGate::default()),
+        );
+        let in_place = InPlace::new(manager.clone(), manager.versioned_file());
+        (path, admin, in_place)
+    }
+
+    fn latest(in_place: &InPlace, read: impl FnOnce(&mut Db) -> Res<i64>) -> i64 {
+        in_place.latest_change(read).expect("in place").unwrap()
+    }
+
+    #[test]
+    fn a_thread_answers_from_memory_until_a_commit() {
+        use diesel::connection::SimpleConnection;
+        let (_path, mut admin, in_place) = database("memory.db");
+        assert_eq!(latest(&in_place, |_| Ok(1)), 1);
+        let unread = |_: &mut Db| -> Res<i64> { panic!("the database is unchanged") };
+        assert_eq!(latest(&in_place, unread), 1, "from memory");
+        assert_eq!(latest(&in_place, unread), 1, "again");
+        admin.batch_execute("INSERT INTO t VALUES (1);").unwrap();
+        assert_eq!(latest(&in_place, |_| Ok(2)), 2, "read again after a commit");
+        // A commit that lands while the statement runs: what it read is not kept past it (the
+        // version is read before the statement).
+        admin.batch_execute("INSERT INTO t VALUES (1);").unwrap();
+        let committing = |_: &mut Db| -> Res<i64> {
+            admin.batch_execute("INSERT INTO t VALUES (2);").unwrap();
+            Ok(2)
+        };
+        assert_eq!(latest(&in_place, committing), 2);
+        assert_eq!(latest(&in_place, |_| Ok(3)), 3, "read again");
+        assert_eq!(latest(&in_place, unread), 3);
+    }
+
+    #[test]
+    fn a_failed_read_forgets_what_the_thread_kept() {
+        let (_path, _admin, in_place) = database("failed.db");
+        assert_eq!(latest(&in_place, |_| Ok(1)), 1);
+        let failed = in_place.credential("another", |_| {
+            Err(Failure(registry_domain::StoreError::Unavailable(
+                "gone".into(),
+            )))
+        });
+        assert!(matches!(failed, Some(Err(_))));
+        assert_eq!(
+            latest(&in_place, |_| Ok(4)),
+            4,
+            "a new connection reads again"
+        );
     }
 
     #[test]

@@ -5,21 +5,26 @@
 //! the WAL index, the VFS's global mutex twice, and `fcntl` locks on one inode that the kernel
 //! serialises. On many cores every worker's credential read queued there (issue 39, 16 cores:
 //! `pthread_mutex_lock`, futex waits and `posix_lock_inode` among the top of P2's profile). The
-//! WAL index's header says the same thing for the price of one `pread` on a file this thread
-//! alone holds open.
+//! WAL index's header says the same thing for the price of one `pread`.
 //!
 //! The header (48 bytes, stored twice: <https://www.sqlite.org/walformat.html>) counts every
 //! write transaction and names the last committed frame and its checksum, so every commit
-//! changes it, and a checkpoint that restarts the log changes its salts. A writer writes the
-//! second copy, then (after a memory barrier) the first; this reads the first, then the second,
-//! as SQLite's own readers do. Both copies equal to a header read earlier therefore mean that no
-//! commit had finished writing the header since: the database is as it was, and what was read
-//! from it then is still its answer. A torn or uninitialised header is no version at all: the
-//! caller then reads the database.
+//! changes it, and a checkpoint that restarts the log changes its salts. A writer writes both
+//! copies before its commit returns; a read that a writer tears finds copies that differ (no
+//! version) or a header no commit leaves behind (a version never seen again). Both copies equal
+//! to a header read earlier therefore mean that no commit has returned since: the database is
+//! as it was, and what was read from it then is still its answer.
+//!
+//! The `-shm` file is opened once per database per process and never closed. SQLite's locks on
+//! it are POSIX record locks, which belong to the process: closing any descriptor of the file
+//! would release every lock that the process's connections hold on it (the mark that the index
+//! is in use, the read marks, the write lock), and another process could then rebuild the index
+//! under them.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 /// The length of one copy of the WAL-index header.
 const HEADER: usize = 48;
@@ -31,20 +36,32 @@ const IS_INIT: usize = 12;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Version([u8; HEADER]);
 
-/// One thread's handle on a database's WAL index: a file of its own, so that no other thread
-/// shares its reference count.
+/// A database's WAL index, open for the rest of the process.
 #[derive(Debug)]
 pub(crate) struct WalIndex {
     file: File,
 }
 
+/// Every WAL index this process opened, by the database's canonical path: each stays open.
+static OPENED: Mutex<Vec<(PathBuf, &'static WalIndex)>> = Mutex::new(Vec::new());
+
 impl WalIndex {
-    /// The WAL index of the SQLite database at `database`, when it has one (a database in WAL
-    /// mode, with a connection of this process open on it, has).
-    pub(crate) fn open(database: &Path) -> Option<Self> {
-        let mut name = database.as_os_str().to_owned();
+    /// The WAL index of the SQLite database at `database`, when it has one: a database in WAL
+    /// mode with a connection of this process open on it has. Named as SQLite names it, after
+    /// the database's path with its links resolved.
+    pub(crate) fn of(database: &Path) -> Option<&'static WalIndex> {
+        let database = database.canonicalize().ok()?;
+        let mut opened = OPENED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, index)) = opened.iter().find(|(path, _)| *path == database) {
+            return Some(index);
+        }
+        let mut name = database.clone().into_os_string();
         name.push("-shm");
-        File::open(name).ok().map(|file| Self { file })
+        let index: &'static WalIndex = Box::leak(Box::new(WalIndex {
+            file: File::open(name).ok()?,
+        }));
+        opened.push((database, index));
+        Some(index)
     }
 
     /// The database's version now; `None` while a writer is rewriting the header, before the
@@ -100,7 +117,7 @@ mod tests {
         writer
             .batch_execute("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1);")
             .unwrap();
-        let index = WalIndex::open(&path).expect("a database in WAL mode has a WAL index");
+        let index = WalIndex::of(&path).expect("a database in WAL mode has a WAL index");
         let before = index.version().expect("an initialised header");
         reader.batch_execute("SELECT * FROM t;").unwrap();
         assert_eq!(index.version(), Some(before), "a read changes nothing");
@@ -118,7 +135,13 @@ mod tests {
             restarted,
             "a commit into a log that restarted"
         );
-        assert!(WalIndex::open(&dir.join("none.db")).is_none());
+        assert!(WalIndex::of(&dir.join("none.db")).is_none());
+        let link = dir.join("link.db");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(
+            std::ptr::eq(WalIndex::of(&link).unwrap(), index),
+            "one index per database file, whatever names it"
+        );
         drop((writer, reader));
         std::fs::remove_dir_all(&dir).unwrap();
     }

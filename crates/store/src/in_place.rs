@@ -279,6 +279,41 @@ mod tests {
         );
     }
 
+    /// The POSIX locks this process holds on `file`, as `/proc/locks` lists them.
+    fn locks_on(file: &std::path::Path) -> usize {
+        use std::os::unix::fs::MetadataExt;
+        let inode = format!(":{}", std::fs::metadata(file).unwrap().ino());
+        let pid = std::process::id().to_string();
+        std::fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .filter(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.get(4) == Some(&pid.as_str())
+                    && fields.get(5).is_some_and(|id| id.ends_with(&inode))
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_failed_read_leaves_sqlites_locks_on_the_index_in_place() {
+        let (path, _admin, in_place) = database("locks.db");
+        assert_eq!(latest(&in_place, |_| Ok(1)), 1);
+        let mut shm = path.clone().into_os_string();
+        shm.push("-shm");
+        let held = locks_on(std::path::Path::new(&shm));
+        assert!(held > 0, "the connections mark the index as in use");
+        let failed = in_place.credential("another", |_| {
+            Err(Failure(registry_domain::StoreError::Unavailable(
+                "gone".into(),
+            )))
+        });
+        assert!(matches!(failed, Some(Err(_))));
+        // The failed connection closed; the other one's locks must not go with it, as they
+        // would if a descriptor of the file had been closed.
+        assert!(locks_on(std::path::Path::new(&shm)) > 0);
+    }
+
     #[test]
     fn a_memo_forgets_everything_past_its_bound() {
         let mut memo = Memo::default();

@@ -214,15 +214,30 @@ mod tests {
         assert_eq!(memo.latest_change, None);
     }
 
-    /// A WAL database with one table, and the threads' reads of it.
-    fn database(name: &str) -> (std::path::PathBuf, diesel::SqliteConnection, InPlace) {
+    /// A folder of a test's own, removed when the test ends.
+    struct Scratch(std::path::PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A WAL database with one table (in `Scratch`), and the threads' reads of it.
+    fn database(
+        name: &str,
+    ) -> (
+        Scratch,
+        std::path::PathBuf,
+        diesel::SqliteConnection,
+        InPlace,
+    ) {
         use crate::pool::{ConnectGate, Reachability};
         use diesel::connection::SimpleConnection;
         use diesel::Connection;
-        let dir = std::env::temp_dir().join(format!("in-place-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("in-place-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(name);
-        let _ = std::fs::remove_file(&path);
         let mut admin = diesel::SqliteConnection::establish(path.to_str().unwrap()).unwrap();
         admin
             .batch_execute("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER);")
@@ -233,7 +248,7 @@ mod tests {
             std::sync::Arc::new(ConnectGate::default()),
         );
         let in_place = InPlace::new(manager.clone(), manager.versioned_file());
-        (path, admin, in_place)
+        (Scratch(dir), path, admin, in_place)
     }
 
     fn latest(in_place: &InPlace, read: impl FnOnce(&mut Db) -> Res<i64>) -> i64 {
@@ -243,7 +258,7 @@ mod tests {
     #[test]
     fn a_thread_answers_from_memory_until_a_commit() {
         use diesel::connection::SimpleConnection;
-        let (_path, mut admin, in_place) = database("memory.db");
+        let (_dir, _path, mut admin, in_place) = database("memory.db");
         assert_eq!(latest(&in_place, |_| Ok(1)), 1);
         let unread = |_: &mut Db| -> Res<i64> { panic!("the database is unchanged") };
         assert_eq!(latest(&in_place, unread), 1, "from memory");
@@ -264,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_failed_read_forgets_what_the_thread_kept() {
-        let (_path, _admin, in_place) = database("failed.db");
+        let (_dir, _path, _admin, in_place) = database("failed.db");
         assert_eq!(latest(&in_place, |_| Ok(1)), 1);
         let failed = in_place.credential("another", |_| {
             Err(Failure(registry_domain::StoreError::Unavailable(
@@ -297,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_failed_read_leaves_sqlites_locks_on_the_index_in_place() {
-        let (path, _admin, in_place) = database("locks.db");
+        let (_dir, path, _admin, in_place) = database("locks.db");
         assert_eq!(latest(&in_place, |_| Ok(1)), 1);
         let mut shm = path.clone().into_os_string();
         shm.push("-shm");

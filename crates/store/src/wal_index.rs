@@ -15,11 +15,12 @@
 //! to a header read earlier therefore mean that no commit has returned since: the database is
 //! as it was, and what was read from it then is still its answer.
 //!
-//! The `-shm` file is opened once per database per process and never closed. SQLite's locks on
-//! it are POSIX record locks, which belong to the process: closing any descriptor of the file
-//! would release every lock that the process's connections hold on it (the mark that the index
-//! is in use, the read marks, the write lock), and another process could then rebuild the index
-//! under them.
+//! Each `-shm` file is opened once per process and never closed. SQLite's locks on it are POSIX
+//! record locks, which belong to the process: closing any descriptor of the file would release
+//! every lock that the process's connections hold on it (the mark that the index is in use, the
+//! read marks, the write lock), and another process could then rebuild the index under them.
+//! When the last connection closes, SQLite deletes the file and the next one makes another,
+//! which gets a descriptor of its own.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -48,19 +49,31 @@ static OPENED: Mutex<Vec<(PathBuf, &'static WalIndex)>> = Mutex::new(Vec::new())
 impl WalIndex {
     /// The WAL index of the SQLite database at `database`, when it has one: a database in WAL
     /// mode with a connection of this process open on it has. Named as SQLite names it, after
-    /// the database's path with its links resolved.
+    /// the database's path with its links resolved. An index kept from before is answered only
+    /// while it is still the file of that name: once every connection closed, SQLite deletes
+    /// the file, and the next one makes another, which a descriptor of the old one would never
+    /// see change.
     pub(crate) fn of(database: &Path) -> Option<&'static WalIndex> {
         let database = database.canonicalize().ok()?;
-        let mut opened = OPENED.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, index)) = opened.iter().find(|(path, _)| *path == database) {
-            return Some(index);
-        }
         let mut name = database.clone().into_os_string();
         name.push("-shm");
+        let current = std::fs::metadata(&name).ok()?;
+        let mut opened = OPENED.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = opened.iter().position(|(path, _)| *path == database);
+        if let Some(at) = kept {
+            let index = opened[at].1;
+            if index.file.metadata().is_ok_and(|m| same_file(&m, &current)) {
+                return Some(index);
+            }
+        }
         let index: &'static WalIndex = Box::leak(Box::new(WalIndex {
             file: File::open(name).ok()?,
         }));
-        opened.push((database, index));
+        match kept {
+            // The old descriptor stays open (leaked): closing it would drop the locks.
+            Some(at) => opened[at].1 = index,
+            None => opened.push((database, index)),
+        }
         Some(index)
     }
 
@@ -71,6 +84,12 @@ impl WalIndex {
         self.file.read_exact_at(&mut both, 0).ok()?;
         version_of(&both)
     }
+}
+
+/// Whether two metadata are of one file (device and inode).
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    (a.dev(), a.ino()) == (b.dev(), b.ino())
 }
 
 /// The version two header copies name, when they agree and say they were initialised.
@@ -142,7 +161,25 @@ mod tests {
             std::ptr::eq(WalIndex::of(&link).unwrap(), index),
             "one index per database file, whatever names it"
         );
+        // The last connection closed: SQLite deleted the index file, and the next one makes
+        // another.
         drop((writer, reader));
+        assert!(!dir.join("v.db-shm").exists());
+        let mut again = open();
+        again.batch_execute("SELECT * FROM t;").unwrap();
+        let renewed = WalIndex::of(&path).unwrap();
+        assert!(
+            !std::ptr::eq(renewed, index),
+            "a new index file, a new descriptor"
+        );
+        let before = renewed.version().unwrap();
+        again.batch_execute("INSERT INTO t VALUES (5);").unwrap();
+        assert_ne!(
+            renewed.version().unwrap(),
+            before,
+            "seen through the new descriptor"
+        );
+        drop(again);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,13 +7,20 @@
 //! `pthread_mutex_lock`, futex waits and `posix_lock_inode` among the top of P2's profile). The
 //! WAL index's header says the same thing for the price of one `pread`.
 //!
-//! The header (48 bytes, stored twice: <https://www.sqlite.org/walformat.html>) counts every
-//! write transaction and names the last committed frame and its checksum, so every commit
-//! changes it, and a checkpoint that restarts the log changes its salts. A writer writes both
-//! copies before its commit returns; a read that a writer tears finds copies that differ (no
-//! version) or a header no commit leaves behind (a version never seen again). Both copies equal
-//! to a header read earlier therefore mean that no commit has returned since: the database is
-//! as it was, and what was read from it then is still its answer.
+//! The header (48 bytes, stored twice: <https://www.sqlite.org/walformat.html>) names the last
+//! committed frame (`mxFrame`), the running checksum of the log up to it, and the log's salts,
+//! so every commit changes it: it appends at least one frame. A checkpoint that restarts the
+//! log sets `mxFrame` back, but with new salts (the first one counts up, the second is
+//! random), and every frame's checksum starts from them, so a restarted log never names a
+//! state it named before. A writer writes both copies before its commit returns, each with a
+//! checksum of its first 40 bytes; a read that a writer tears finds copies that differ or a
+//! checksum that does not hold (no version). Both copies equal to a header read earlier
+//! therefore mean that no commit has returned since: the database is as it was, and what was
+//! read from it then is still its answer.
+//!
+//! The header is read with `pread`, where SQLite's connections write it through their mappings
+//! of the file: both go through the kernel's one cache of the file's pages, which holds on the
+//! local file systems a SQLite database in WAL mode must live on anyway (docs/operations.md).
 //!
 //! Each `-shm` file is opened once per process and never closed. SQLite's locks on it are POSIX
 //! record locks, which belong to the process: closing any descriptor of the file would release
@@ -32,6 +39,10 @@ const HEADER: usize = 48;
 
 /// The byte of the header that says it was initialised (`isInit`).
 const IS_INIT: usize = 12;
+
+/// Where the header's checksum of its own first bytes (`aCksum`) starts: it covers the bytes
+/// before it.
+const CHECKSUM: usize = 40;
 
 /// The state of the database as its WAL index's header names it: equal versions, equal content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,13 +103,30 @@ fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
     (a.dev(), a.ino()) == (b.dev(), b.ino())
 }
 
-/// The version two header copies name, when they agree and say they were initialised.
+/// The version two header copies name, when they agree, say they were initialised and hold
+/// their checksum.
 fn version_of(both: &[u8; 2 * HEADER]) -> Option<Version> {
     let (first, second) = both.split_at(HEADER);
-    if first != second || first[IS_INIT] != 1 {
+    if first != second || first[IS_INIT] != 1 || checksum(&first[..CHECKSUM]) != first[CHECKSUM..] {
         return None;
     }
     first.try_into().ok().map(Version)
+}
+
+/// SQLite's checksum of a WAL-index header's first bytes, as it stores it: over words of the
+/// machine's own byte order, two sums that each feed the other (`walChecksumBytes`).
+fn checksum(bytes: &[u8]) -> [u8; 8] {
+    let word =
+        |at: usize| u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let (mut s1, mut s2) = (0u32, 0u32);
+    for pair in (0..bytes.len()).step_by(8) {
+        s1 = s1.wrapping_add(word(pair)).wrapping_add(s2);
+        s2 = s2.wrapping_add(word(pair + 4)).wrapping_add(s1);
+    }
+    let mut sums = [0u8; 8];
+    sums[..4].copy_from_slice(&s1.to_ne_bytes());
+    sums[4..].copy_from_slice(&s2.to_ne_bytes());
+    sums
 }
 
 #[cfg(test)]
@@ -108,14 +136,22 @@ mod tests {
     use diesel::{Connection, SqliteConnection};
 
     #[test]
-    fn copies_that_differ_or_were_never_initialised_name_no_version() {
-        let mut both = [7u8; 2 * HEADER];
-        both[IS_INIT] = 1;
-        both[HEADER + IS_INIT] = 1;
+    fn copies_that_differ_were_never_initialised_or_fail_their_checksum_name_no_version() {
+        let mut header = [7u8; HEADER];
+        header[IS_INIT] = 1;
+        let sums = checksum(&header[..CHECKSUM]);
+        header[CHECKSUM..].copy_from_slice(&sums);
+        let mut both = [0u8; 2 * HEADER];
+        both[..HEADER].copy_from_slice(&header);
+        both[HEADER..].copy_from_slice(&header);
         assert!(version_of(&both).is_some());
         let mut torn = both;
         torn[HEADER + 20] = 8;
         assert_eq!(version_of(&torn), None, "a writer between the copies");
+        let mut mixed = both;
+        mixed[20] = 8;
+        mixed[HEADER + 20] = 8;
+        assert_eq!(version_of(&mixed), None, "both copies torn alike");
         let mut fresh = both;
         fresh[IS_INIT] = 0;
         fresh[HEADER + IS_INIT] = 0;
@@ -145,15 +181,26 @@ mod tests {
         assert_ne!(after, before, "a commit");
         writer.batch_execute("UPDATE t SET x = 3;").unwrap();
         assert_ne!(index.version().unwrap(), after, "another commit");
-        let restarted = index.version().unwrap();
-        writer
-            .batch_execute("PRAGMA wal_checkpoint(TRUNCATE); INSERT INTO t VALUES (4);")
-            .unwrap();
-        assert_ne!(
-            index.version().unwrap(),
-            restarted,
-            "a commit into a log that restarted"
-        );
+        // A log checkpointed to its end restarts at the next commit, from frame 0 again: its
+        // versions are still none seen before.
+        let mut seen = vec![before, after, index.version().unwrap()];
+        for round in 0..3 {
+            writer
+                .batch_execute("PRAGMA wal_checkpoint(TRUNCATE);")
+                .unwrap();
+            seen.push(index.version().unwrap());
+            for x in 0..2 {
+                writer
+                    .batch_execute(&format!("INSERT INTO t VALUES ({round}{x});"))
+                    .unwrap();
+                let version = index.version().unwrap();
+                assert!(
+                    !seen.contains(&version),
+                    "a commit into a log that restarted (round {round}, commit {x})"
+                );
+                seen.push(version);
+            }
+        }
         assert!(WalIndex::of(&dir.join("none.db")).is_none());
         let link = dir.join("link.db");
         std::os::unix::fs::symlink(&path, &link).unwrap();

@@ -103,7 +103,8 @@ fn reads_taken_in_place_see_every_committed_write_on_every_thread() {
 }
 
 /// On SQLite a thread answers the request's read from what it read before while the database is
-/// unchanged (its WAL index says so): a commit by another process, straight into the file, is
+/// unchanged (its WAL index says so): so well that it answers while another process holds every
+/// lock a SQLite reader needs. And a commit by another process, straight into the file, is
 /// still seen at the next read, on a thread that has answered from memory before.
 #[test]
 fn reads_taken_in_place_see_a_commit_by_another_process_at_once() {
@@ -126,6 +127,41 @@ fn reads_taken_in_place_see_a_commit_by_another_process_at_once() {
     for _ in 0..3 {
         assert!(credential().is_some());
         assert_eq!(latest(), before);
+    }
+    {
+        // Every read mark of the WAL index (`WAL_READ_LOCK(0..4)`, bytes 123 to 127 of the
+        // `-shm` file) locked by another process: no SQLite read can begin until it lets go.
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+        let mut locker = Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import fcntl, os, sys\n\
+                 fd = os.open(os.path.realpath(sys.argv[1]) + '-shm', os.O_RDWR)\n\
+                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 5, 123, 0)\n\
+                 print('locked', flush=True)\n\
+                 sys.stdin.read()",
+            )
+            .arg(path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut said = String::new();
+        BufReader::new(locker.stdout.take().unwrap())
+            .read_line(&mut said)
+            .unwrap();
+        assert_eq!(said.trim(), "locked", "the read marks could not be taken");
+        let found = (store.credential_and_latest_change_now(&token.lookup_id))
+            .map(|read| read.map(|found| found.is_some()).map_err(|e| e.to_string()));
+        let latest_now = (store.latest_change_now()).map(|read| read.map_err(|e| e.to_string()));
+        drop(locker.stdin.take());
+        assert!(locker.wait().unwrap().success());
+        assert_eq!(
+            (found, latest_now),
+            (Some(Ok(true)), Some(Ok(before))),
+            "answered from memory, no read begun"
+        );
     }
     let deleted = registry_tests::sqlite_python(
         path,

@@ -362,9 +362,13 @@ impl Replica {
     /// What a subdomain serves now: from memory, built again when its key set changed by itself,
     /// or read from the database (one indexed read) when it is not in memory, and kept; a
     /// subdomain that published nothing at a read less than 10 s ago is answered from memory.
-    /// Nothing once an anonymous service has expired, even before the reaper deletes it.
-    pub async fn current(&self, subdomain: &str) -> ReplicaResult<Option<Arc<Hosted>>> {
-        let now = self.now();
+    /// Nothing once an anonymous service has expired at `now` (the request's time), even before
+    /// the reaper deletes it.
+    pub async fn current(
+        &self,
+        subdomain: &str,
+        now: OffsetDateTime,
+    ) -> ReplicaResult<Option<Arc<Hosted>>> {
         let hosted = match self.hosting.lookup(subdomain, now) {
             Lookup::Hit(hosted) if hosted.is_stale_at(now) => {
                 self.refresh_hosted(subdomain).await;
@@ -372,12 +376,14 @@ impl Replica {
                     Lookup::Hit(hosted) => Some(hosted),
                     Lookup::Missing => None,
                     // Changed and evicted meanwhile.
-                    Lookup::Unknown(generation) => self.read_hosted(subdomain, generation).await?,
+                    Lookup::Unknown(generation) => {
+                        self.read_hosted(subdomain, generation, now).await?
+                    }
                 }
             }
             Lookup::Hit(hosted) => Some(hosted),
             Lookup::Missing => None,
-            Lookup::Unknown(generation) => self.read_hosted(subdomain, generation).await?,
+            Lookup::Unknown(generation) => self.read_hosted(subdomain, generation, now).await?,
         };
         Ok(hosted.filter(|h| h.expires_at.is_none_or(|at| now < at)))
     }
@@ -390,29 +396,34 @@ impl Replica {
         &self,
         subdomain: &str,
         generation: Generation,
+        now: OffsetDateTime,
     ) -> ReplicaResult<Option<Arc<Hosted>>> {
         let key = subdomain.to_owned();
         let found = self.db(move |s| s.published_by_subdomain(&key)).await?;
-        Ok(self.hosting.fill(generation, subdomain, found, self.now()))
+        Ok(self.hosting.fill(generation, subdomain, found, now))
     }
 
     /// The documents an issuer this registry hosts publishes now: `None` when the issuer is not
     /// one of its own (its keys are fetched over HTTP), `Some(None)` when it is but publishes
-    /// nothing (no configuration, deleted, expired). Read from the registry's own data, never over
+    /// nothing at `now` (no configuration, deleted, expired). Read from the registry's own data, never over
     /// HTTP, so that a withdrawal applies to the next token
     /// (docs/api.md, "Authentication").
-    pub async fn hosted_issuer(&self, issuer: &str) -> ReplicaResult<Option<Option<Arc<Hosted>>>> {
+    pub async fn hosted_issuer(
+        &self,
+        issuer: &str,
+        now: OffsetDateTime,
+    ) -> ReplicaResult<Option<Option<Arc<Hosted>>>> {
         // A custom domain's issuer is exactly `https://<domain>` (docs/api.md, "Custom domains").
         if let Some(served) = issuer
             .strip_prefix("https://")
             .and_then(|name| self.domains.get(name))
         {
-            return Ok(Some(self.current(&served.subdomain).await?));
+            return Ok(Some(self.current(&served.subdomain, now).await?));
         }
         match self.hosting.issuers().hosted(issuer) {
             None => Ok(None),
             Some(None) => Ok(Some(None)),
-            Some(Some(subdomain)) => Ok(Some(self.current(&subdomain).await?)),
+            Some(Some(subdomain)) => Ok(Some(self.current(&subdomain, now).await?)),
         }
     }
 }

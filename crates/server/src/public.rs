@@ -143,8 +143,8 @@ async fn serve(
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Err(ApiError::MethodNotAllowed("GET, HEAD"));
     }
-    let hosted = state.replica.current(subdomain).await?;
     let now = state.now();
+    let hosted = state.replica.current(subdomain, now).await?;
     let Some(hosted) = hosted else {
         state.metrics.hosting_miss();
         return Err(ApiError::NotFound(format!(
@@ -205,23 +205,23 @@ fn respond(
     } else {
         date.clone()
     };
-    let mut response = HttpResponse::build(if not_modified {
-        StatusCode::NOT_MODIFIED
+    // The head's map filled directly: the builder would check each pair a second time.
+    let mut response = if not_modified {
+        HttpResponse::new(StatusCode::NOT_MODIFIED)
     } else {
-        StatusCode::OK
-    });
-    response
-        .insert_header((header::DATE, date))
-        .insert_header((header::CACHE_CONTROL, CACHE_CONTROL))
-        .insert_header((header::ETAG, shared_header(&document.etag)))
-        .insert_header((header::LAST_MODIFIED, last_modified))
-        .insert_header((header::ACCESS_CONTROL_ALLOW_ORIGIN, ANY_ORIGIN))
-        .insert_header((SURROGATE_KEY, shared_header(&hosted.surrogate_key)));
-    if not_modified {
-        return response.finish();
+        HttpResponse::with_body(StatusCode::OK, document.body.clone()).map_into_boxed_body()
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::DATE, date);
+    headers.insert(header::CACHE_CONTROL, CACHE_CONTROL);
+    headers.insert(header::ETAG, shared_header(&document.etag));
+    headers.insert(header::LAST_MODIFIED, last_modified);
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, ANY_ORIGIN);
+    headers.insert(SURROGATE_KEY, shared_header(&hosted.surrogate_key));
+    if !not_modified {
+        headers.insert(header::CONTENT_TYPE, content_type);
     }
-    response.insert_header((header::CONTENT_TYPE, content_type));
-    response.body(document.body.clone())
+    response
 }
 
 /// Whether a client holding `since` as `Last-Modified` holds the current documents (RFC 9110

@@ -64,7 +64,7 @@ async fn verified_token(
         directory.remember_unknown(&issuer, now);
         return Err(untrusted_issuer());
     };
-    let hosted = auth.replica.hosted_issuer(&issuer).await?;
+    let hosted = auth.replica.hosted_issuer(&issuer, now).await?;
     let key_version = hosted.as_ref().and_then(|published| {
         published
             .as_ref()
@@ -101,7 +101,7 @@ pub async fn verify_identity(
     let now = auth.replica.now();
     let issuer = auth.verifier.unverified_issuer(token);
     let hosted = match &issuer {
-        Some(issuer) => auth.replica.hosted_issuer(issuer).await?,
+        Some(issuer) => auth.replica.hosted_issuer(issuer, now).await?,
         None => None,
     };
     let issuer = issuer.unwrap_or_default();

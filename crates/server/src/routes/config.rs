@@ -35,7 +35,7 @@ pub async fn get(
     // memory are read from it (one indexed read).
     let hosted = state
         .replica
-        .current(&service.subdomain)
+        .current(&service.subdomain, state.now())
         .await?
         .ok_or_else(|| config::nothing_published(&service.subdomain))?;
     Ok(HttpResponse::Ok()

@@ -142,9 +142,8 @@ pub async fn post(
                 .issuers()
                 .subdomain_of_host(&fetch.host);
             let service = match subdomain {
-                Some(subdomain) => {
-                    (state.replica.current(&subdomain).await?).map(|hosted| hosted.service_id())
-                }
+                Some(subdomain) => (state.replica.current(&subdomain, state.now()).await?)
+                    .map(|hosted| hosted.service_id()),
                 None => None,
             };
             services.insert(fetch.host.clone(), service);

@@ -62,7 +62,10 @@ pub async fn fetches(
     ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let hosted = state.replica.current(&service.subdomain).await?;
+    let hosted = state
+        .replica
+        .current(&service.subdomain, state.now())
+        .await?;
     let mut issuers = vec![IssuerServed {
         issuer: state.registry.issuer_of(&service.subdomain),
         custom_domain: false,

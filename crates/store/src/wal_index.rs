@@ -19,8 +19,9 @@
 //! read from it then is still its answer.
 //!
 //! The header is read with `pread`, where SQLite's connections write it through their mappings
-//! of the file: both go through the kernel's one cache of the file's pages, which holds on the
-//! local file systems a SQLite database in WAL mode must live on anyway (docs/operations.md).
+//! of the file: both go through the kernel's one cache of the file's pages. That holds on the
+//! local file systems named in `LOCAL_FILE_SYSTEMS`; on any other (NFS, SMB, FUSE, 9p,
+//! virtiofs…, where a read may bypass that cache) no index is used, and every read asks SQLite.
 //!
 //! Each `-shm` file is opened once per process and never closed. SQLite's locks on it are POSIX
 //! record locks, which belong to the process: closing any descriptor of the file would release
@@ -44,6 +45,18 @@ const IS_INIT: usize = 12;
 /// before it.
 const CHECKSUM: usize = 40;
 
+/// The file systems (`statfs`'s type, `linux/magic.h`) on which `pread` and every mapping of a
+/// file share the kernel's one cache of its pages: ext2 to ext4, XFS, Btrfs, F2FS, tmpfs and
+/// overlayfs (whose files are those of the layers beneath).
+const LOCAL_FILE_SYSTEMS: [i64; 6] = [
+    0xEF53,
+    0x5846_5342,
+    0x9123_683E,
+    0xF2F5_2010,
+    0x0102_1994,
+    0x794C_7630,
+];
+
 /// The state of the database as its WAL index's header names it: equal versions, equal content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Version([u8; HEADER]);
@@ -66,6 +79,9 @@ impl WalIndex {
     /// see change.
     pub(crate) fn of(database: &Path) -> Option<&'static WalIndex> {
         let database = database.canonicalize().ok()?;
+        if !on_a_local_file_system(&database) {
+            return None;
+        }
         let mut name = database.clone().into_os_string();
         name.push("-shm");
         let current = std::fs::metadata(&name).ok()?;
@@ -95,6 +111,11 @@ impl WalIndex {
         self.file.read_exact_at(&mut both, 0).ok()?;
         version_of(&both)
     }
+}
+
+/// Whether `path` lies on one of the [`LOCAL_FILE_SYSTEMS`].
+fn on_a_local_file_system(path: &Path) -> bool {
+    rustix::fs::statfs(path).is_ok_and(|fs| LOCAL_FILE_SYSTEMS.contains(&i64::from(fs.f_type)))
 }
 
 /// Whether two metadata are of one file (device and inode).
@@ -156,6 +177,14 @@ mod tests {
         fresh[IS_INIT] = 0;
         fresh[HEADER + IS_INIT] = 0;
         assert_eq!(version_of(&fresh), None, "not initialised");
+    }
+
+    #[test]
+    fn the_index_is_read_on_local_file_systems_only() {
+        assert!(on_a_local_file_system(&std::env::temp_dir()));
+        assert!(on_a_local_file_system(Path::new("/dev/shm")), "tmpfs");
+        assert!(!on_a_local_file_system(Path::new("/proc")), "procfs");
+        assert!(!on_a_local_file_system(Path::new("/nowhere")));
     }
 
     #[test]

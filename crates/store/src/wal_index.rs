@@ -114,6 +114,8 @@ impl WalIndex {
 }
 
 /// Whether `path` lies on one of the [`LOCAL_FILE_SYSTEMS`].
+// `f_type` is an `i64` on x86-64 but 32 bits wide on other machines.
+#[allow(clippy::useless_conversion)]
 fn on_a_local_file_system(path: &Path) -> bool {
     rustix::fs::statfs(path).is_ok_and(|fs| LOCAL_FILE_SYSTEMS.contains(&i64::from(fs.f_type)))
 }

@@ -133,15 +133,26 @@ fn reads_taken_in_place_see_a_commit_by_another_process_at_once() {
         // `-shm` file) locked by another process: no SQLite read can begin until it lets go.
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
+        // Retried for a while: a read begun meanwhile (the pool opening a connection) holds
+        // one of the marks for microseconds.
+        const HOLD_READ_MARKS: &str = r#"
+import fcntl, os, sys, time
+fd = os.open(os.path.realpath(sys.argv[1]) + '-shm', os.O_RDWR)
+for attempt in range(200):
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 5, 123, 0)
+        print('locked', flush=True)
+        break
+    except OSError:
+        time.sleep(0.025)
+else:
+    print('busy', flush=True)
+    sys.exit(1)
+sys.stdin.read()
+"#;
         let mut locker = Command::new("python3")
             .arg("-c")
-            .arg(
-                "import fcntl, os, sys\n\
-                 fd = os.open(os.path.realpath(sys.argv[1]) + '-shm', os.O_RDWR)\n\
-                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 5, 123, 0)\n\
-                 print('locked', flush=True)\n\
-                 sys.stdin.read()",
-            )
+            .arg(HOLD_READ_MARKS)
             .arg(path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -184,7 +184,6 @@ mod tests {
     #[test]
     fn the_index_is_read_on_local_file_systems_only() {
         assert!(on_a_local_file_system(&std::env::temp_dir()));
-        assert!(on_a_local_file_system(Path::new("/dev/shm")), "tmpfs");
         assert!(!on_a_local_file_system(Path::new("/proc")), "procfs");
         assert!(!on_a_local_file_system(Path::new("/nowhere")));
     }

@@ -205,7 +205,8 @@ fn respond(
     } else {
         date.clone()
     };
-    // The head's map filled directly: the builder would check each pair a second time.
+    // The head's map filled directly, without the builder's conversion and pending-error check
+    // around each header.
     let mut response = if not_modified {
         HttpResponse::new(StatusCode::NOT_MODIFIED)
     } else {

@@ -134,6 +134,7 @@ pub async fn post(
     // The service a host publishes for, looked up once per host of the batch.
     let mut services: HashMap<String, Option<uuid::Uuid>> = HashMap::new();
     let mut accepted = 0;
+    let now = state.now();
     for fetch in fetches {
         if !services.contains_key(&fetch.host) {
             let subdomain = state
@@ -142,7 +143,7 @@ pub async fn post(
                 .issuers()
                 .subdomain_of_host(&fetch.host);
             let service = match subdomain {
-                Some(subdomain) => (state.replica.current(&subdomain, state.now()).await?)
+                Some(subdomain) => (state.replica.current(&subdomain, now).await?)
                     .map(|hosted| hosted.service_id()),
                 None => None,
             };

@@ -73,11 +73,13 @@ pub enum Action {
     DomainPut,
     /// A service's custom domain was removed.
     DomainDelete,
+    /// The owner dismissed a verifier of a key (docs/api.md, "Key readiness").
+    VerifierDismiss,
 }
 
 impl Action {
     /// Every action, in the contract's order.
-    pub const ALL: [Action; 19] = [
+    pub const ALL: [Action; 20] = [
         Action::CustomerCreate,
         Action::CustomerUpdate,
         Action::ServiceCreate,
@@ -97,6 +99,7 @@ impl Action {
         Action::AnonymousExpire,
         Action::DomainPut,
         Action::DomainDelete,
+        Action::VerifierDismiss,
     ];
 
     /// The action's name, such as `config.put`.
@@ -121,6 +124,7 @@ impl Action {
             Action::AnonymousExpire => "anonymous.expire",
             Action::DomainPut => "domain.put",
             Action::DomainDelete => "domain.delete",
+            Action::VerifierDismiss => "verifier.dismiss",
         }
     }
 }

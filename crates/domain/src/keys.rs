@@ -31,6 +31,8 @@ pub use crate::publishing::{
     lead_seconds, retain_hours, DEFAULT_LEAD_SECONDS, DEFAULT_RETAIN_HOURS, MAX_LEAD_SECONDS,
     MAX_RETAIN_HOURS,
 };
+use crate::network::Network;
+use crate::ports::VerifierCandidate;
 use crate::{Violation, Violations};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -116,6 +118,54 @@ pub struct KeyRecord {
     /// before sources existed are the default source's.
     #[serde(default = "default_source", skip_serializing_if = "is_default_source")]
     pub source: String,
+    /// Its verifiers, fixed when it was first published (docs/api.md, "Key readiness"); `None`
+    /// for a key published before they were fixed, whose verifiers are found from the evidence
+    /// of its week before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifiers: Option<Vec<KeyVerifier>>,
+}
+
+/// A verifier of a key (docs/api.md, "Key readiness"): an agent that fetched the service's key
+/// set in at least two distinct clock hours of the week before the key was first published,
+/// with the networks it fetched from. Only its fetches from those networks count for the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyVerifier {
+    /// Its User-Agent.
+    pub agent: String,
+    /// The networks it fetched from, the most often seen first.
+    pub networks: Vec<Network>,
+    /// Its last fetch before the key was published.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_fetched_at: OffsetDateTime,
+}
+
+/// Verifiers a key holds at most: the most active agents.
+pub const MAX_VERIFIERS: usize = 32;
+
+/// Networks a verifier keeps at most.
+pub const MAX_VERIFIER_NETWORKS: usize = 8;
+
+/// In how many distinct clock hours an agent must have fetched the key set to be a verifier.
+pub const VERIFIER_HOURS: u32 = 2;
+
+/// The verifiers of a key published now, from the agents that fetched the key set in the week
+/// before (`candidates`): those seen in at least `min_hours` distinct hours from at least one
+/// network, the [`MAX_VERIFIERS`] most active, each with its [`MAX_VERIFIER_NETWORKS`] most
+/// seen networks.
+pub fn verifiers_of(candidates: &[VerifierCandidate], min_hours: u32) -> Vec<KeyVerifier> {
+    let mut chosen: Vec<&VerifierCandidate> = (candidates.iter())
+        .filter(|c| c.hours >= min_hours && !c.networks.is_empty())
+        .collect();
+    chosen.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.agent.cmp(&b.agent)));
+    chosen.truncate(MAX_VERIFIERS);
+    (chosen.into_iter())
+        .map(|c| KeyVerifier {
+            agent: c.agent.clone(),
+            networks: c.networks.iter().take(MAX_VERIFIER_NETWORKS).copied().collect(),
+            last_fetched_at: c.last_at,
+        })
+        .collect()
 }
 
 fn default_lead_seconds() -> u32 {
@@ -269,6 +319,7 @@ pub fn rotate(
             published_until: None,
             lead_seconds: before.map_or(DEFAULT_LEAD_SECONDS, |k| k.lead_seconds),
             source: source.to_owned(),
+            verifiers: before.and_then(|k| k.verifiers.clone()),
         });
     }
     let until = retirement_end(retain, now, expires_at);
@@ -675,6 +726,7 @@ impl KeyState {
                             published_until: None,
                             lead_seconds: DEFAULT_LEAD_SECONDS,
                             source: default_source(),
+                            verifiers: None,
                         })
                     })
                     .collect()

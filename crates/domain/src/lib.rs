@@ -53,6 +53,7 @@ pub mod issuer;
 pub mod keys;
 pub mod limits;
 pub mod naming;
+pub mod network;
 pub mod ports;
 pub mod preflight;
 pub mod publishing;

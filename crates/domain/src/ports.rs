@@ -7,6 +7,7 @@
 
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
 use crate::custom_domain::CustomDomain;
+use crate::network::Network;
 use crate::service::PublishedConfig;
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use std::future::Future;
@@ -435,7 +436,7 @@ impl FetchedDocument {
     }
 
     /// What the store keeps it as: the path, after `domain:` under a custom domain.
-    pub fn key(self) -> &'static str {
+    pub const fn key(self) -> &'static str {
         match self {
             Self::Discovery => "/.well-known/openid-configuration",
             Self::Jwks => crate::publishing::JWKS_PATH,
@@ -477,6 +478,45 @@ pub struct AgentFetches {
     pub count: u64,
     /// The last one.
     pub last_at: OffsetDateTime,
+    /// The networks it fetched from, each with its last fetch from there (a bounded few: the
+    /// most frequent).
+    pub networks: Vec<NetworkFetch>,
+}
+
+/// An agent's last fetch from one network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkFetch {
+    /// Where from.
+    pub network: Network,
+    /// When, last.
+    pub last_at: OffsetDateTime,
+}
+
+/// The stored name of the agents past [`STORED_AGENTS_PER_HOUR`] of one document, issuer and
+/// hour, counted together (docs/api.md, "Fetch evidence"). A control character starts it, which
+/// no counted User-Agent holds, so no client can send it.
+pub const OTHER_AGENTS: &str = "\u{1}other";
+
+/// Agents stored per document, issuer and hour, at most; the rest are [`OTHER_AGENTS`].
+pub const STORED_AGENTS_PER_HOUR: usize = 64;
+
+/// Networks stored per agent, document, issuer and hour, at most.
+pub const STORED_NETWORKS_PER_AGENT: usize = 16;
+
+/// An agent that fetched a service's key set in the week before a key's publication: what
+/// decides whether it is one of the key's verifiers (docs/api.md, "Key readiness").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifierCandidate {
+    /// The User-Agent.
+    pub agent: String,
+    /// Its fetches in the period.
+    pub count: u64,
+    /// In how many distinct clock hours it fetched.
+    pub hours: u32,
+    /// Its last fetch in the period.
+    pub last_at: OffsetDateTime,
+    /// The networks it fetched from, the most often seen first.
+    pub networks: Vec<Network>,
 }
 
 /// A replica's fetches of one service's document since its last flush (or, read back, the
@@ -510,6 +550,23 @@ pub trait FetchLog: Send + Sync {
         since: OffsetDateTime,
         agents: usize,
     ) -> StoreResult<Vec<DocumentFetches>>;
+    /// The agents that fetched `service_id`'s key set (under any of its issuers) in the hours
+    /// from `since`'s up to `until`, counting only hours whose fetches all came before `until`,
+    /// each with its networks; [`OTHER_AGENTS`] is left out.
+    fn verifier_candidates(
+        &self,
+        service_id: Uuid,
+        since: OffsetDateTime,
+        until: OffsetDateTime,
+    ) -> StoreResult<Vec<VerifierCandidate>>;
+    /// The last fetch of `service_id`'s key set (under any of its issuers) by each of `agents`
+    /// from each network it fetched from, in the hours from `since`'s on.
+    fn verifier_fetches(
+        &self,
+        service_id: Uuid,
+        agents: &[String],
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<(String, NetworkFetch)>>;
     /// Deletes the buckets of hours before `older_than`'s, and the readiness of keys found safe
     /// before it; how many went.
     fn prune_fetches(&self, older_than: OffsetDateTime) -> StoreResult<usize>;

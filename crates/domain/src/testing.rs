@@ -25,14 +25,16 @@ use crate::policy::PolicyKind;
 use crate::ports::{
     fetch_hour, AccountStore, AgentFetches, AuditLog, Ceiling, Change, ChangeFeed, CredentialOwner,
     CredentialRecord, CredentialStore, CustomerStore, DocumentFetches, DomainStore, FetchLog,
-    FetchedDocument, HasherBusy, KeyImport, Randomness, RefusalLog, SecretHasher, ServiceStore,
-    StoreResult, StoredCredential, TokenSignatureCheck,
+    FetchedDocument, HasherBusy, KeyImport, NetworkFetch, Randomness, RefusalLog, SecretHasher,
+    ServiceStore, StoreResult, StoredCredential, TokenSignatureCheck, VerifierCandidate,
+    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_NETWORKS_PER_AGENT,
 };
+use crate::network::Network;
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{PublishedConfig, VersionHistory};
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use time::OffsetDateTime;
@@ -92,8 +94,16 @@ struct FetchBucket {
     ok: u64,
     not_modified: u64,
     last_at: OffsetDateTime,
-    /// Per agent: how many, and the last one.
-    agents: BTreeMap<String, (u64, OffsetDateTime)>,
+    /// Per agent: how many, the last one, and the last one from each network.
+    agents: BTreeMap<String, AgentBucket>,
+}
+
+/// One agent's fetches of one document in one hour.
+#[derive(Debug)]
+struct AgentBucket {
+    count: u64,
+    last_at: OffsetDateTime,
+    networks: BTreeMap<Network, OffsetDateTime>,
 }
 
 /// `t` as the store keeps it: unix milliseconds, truncated toward the past.
@@ -1083,12 +1093,124 @@ impl FetchLog for MemoryStore {
             bucket.last_at = bucket.last_at.max(last);
             for a in &f.agents {
                 let at = ms(a.last_at);
-                let (count, agent_last) = bucket.agents.entry(a.agent.clone()).or_insert((0, at));
-                *count += a.count;
-                *agent_last = (*agent_last).max(at);
+                // Past the bound, a new agent counts as one of the others, as the real store does.
+                let name = match bucket.agents.contains_key(&a.agent)
+                    || bucket.agents.len() < STORED_AGENTS_PER_HOUR
+                {
+                    true => a.agent.clone(),
+                    false => OTHER_AGENTS.to_owned(),
+                };
+                let agent = bucket.agents.entry(name).or_insert(AgentBucket {
+                    count: 0,
+                    last_at: at,
+                    networks: BTreeMap::new(),
+                });
+                agent.count += a.count;
+                agent.last_at = agent.last_at.max(at);
+                for n in &a.networks {
+                    let known = agent.networks.len();
+                    let at = ms(n.last_at);
+                    match agent.networks.get_mut(&n.network) {
+                        Some(last) => *last = (*last).max(at),
+                        None if known < STORED_NETWORKS_PER_AGENT => {
+                            agent.networks.insert(n.network, at);
+                        }
+                        None => {}
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    fn verifier_candidates(
+        &self,
+        service_id: Uuid,
+        since: OffsetDateTime,
+        until: OffsetDateTime,
+    ) -> StoreResult<Vec<VerifierCandidate>> {
+        let (from, to, until) = (fetch_hour(since), fetch_hour(until), ms(until));
+        let s = self.lock();
+        let mut by_agent: BTreeMap<&str, (VerifierCandidate, BTreeMap<Network, u32>)> =
+            BTreeMap::new();
+        let buckets = s.fetches.iter().filter(|((service, document, hour), _)| {
+            *service == service_id && document.is_jwks() && (from..=to).contains(hour)
+        });
+        for (_, bucket) in buckets {
+            for (agent, fetched) in &bucket.agents {
+                if agent == OTHER_AGENTS || fetched.last_at >= until {
+                    continue;
+                }
+                let (candidate, networks) = by_agent.entry(agent).or_insert_with(|| {
+                    let candidate = VerifierCandidate {
+                        agent: agent.clone(),
+                        count: 0,
+                        hours: 0,
+                        last_at: fetched.last_at,
+                        networks: Vec::new(),
+                    };
+                    (candidate, BTreeMap::new())
+                });
+                candidate.count += fetched.count;
+                candidate.last_at = candidate.last_at.max(fetched.last_at);
+                for network in fetched.networks.keys() {
+                    *networks.entry(*network).or_default() += 1;
+                }
+            }
+        }
+        // Distinct hours per agent: both issuers' key sets in one hour are one hour.
+        let mut hours: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
+        for ((service, document, hour), bucket) in &s.fetches {
+            if *service != service_id || !document.is_jwks() || !(from..=to).contains(hour) {
+                continue;
+            }
+            for (agent, fetched) in &bucket.agents {
+                if fetched.last_at < until {
+                    hours.entry(agent).or_default().insert(*hour);
+                }
+            }
+        }
+        Ok(by_agent
+            .into_iter()
+            .map(|(agent, (mut candidate, networks))| {
+                candidate.hours = hours.get(agent).map_or(0, |h| h.len() as u32);
+                let mut networks: Vec<(Network, u32)> = networks.into_iter().collect();
+                networks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                candidate.networks = networks.into_iter().map(|(n, _)| n).collect();
+                candidate
+            })
+            .collect())
+    }
+
+    fn verifier_fetches(
+        &self,
+        service_id: Uuid,
+        agents: &[String],
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<(String, NetworkFetch)>> {
+        let since = fetch_hour(since);
+        let s = self.lock();
+        let mut last: BTreeMap<(&str, Network), OffsetDateTime> = BTreeMap::new();
+        let buckets = s.fetches.iter().filter(|((service, document, hour), _)| {
+            *service == service_id && document.is_jwks() && *hour >= since
+        });
+        for (_, bucket) in buckets {
+            for agent in agents {
+                let Some(fetched) = bucket.agents.get(agent) else {
+                    continue;
+                };
+                for (network, at) in &fetched.networks {
+                    let entry = last.entry((agent, *network)).or_insert(*at);
+                    *entry = (*entry).max(*at);
+                }
+            }
+        }
+        Ok(last
+            .into_iter()
+            .map(|((agent, network), last_at)| {
+                (agent.to_owned(), NetworkFetch { network, last_at })
+            })
+            .collect())
     }
 
     fn fetches(
@@ -1122,12 +1244,12 @@ impl FetchLog for MemoryStore {
                     agents: Vec::new(),
                 }),
             }
-            for (agent, (count, last)) in &bucket.agents {
+            for (agent, fetched) in &bucket.agents {
                 let entry = by_agent
                     .entry((*document, agent.as_str()))
-                    .or_insert((0, *last));
-                entry.0 += count;
-                entry.1 = entry.1.max(*last);
+                    .or_insert((0, fetched.last_at));
+                entry.0 += fetched.count;
+                entry.1 = entry.1.max(fetched.last_at);
             }
         }
         for sum in &mut sums {
@@ -1138,6 +1260,7 @@ impl FetchLog for MemoryStore {
                     agent: (*agent).to_owned(),
                     count: *count,
                     last_at: *last,
+                    networks: Vec::new(),
                 })
                 .collect();
             list.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.agent.cmp(&b.agent)));
@@ -1156,7 +1279,8 @@ impl FetchLog for MemoryStore {
         s.fetches.retain(|(_, _, bucket_hour), bucket| {
             let goes = *bucket_hour < hour;
             if goes {
-                pruned += 1 + bucket.agents.len();
+                let networks: usize = bucket.agents.values().map(|a| a.networks.len()).sum();
+                pruned += 1 + bucket.agents.len() + networks;
             }
             !goes
         });

@@ -7,6 +7,7 @@ import ipaddress
 import json
 import random
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -322,6 +323,11 @@ def test_a_long_compare_can_be_interrupted():
              for i in range(30)]
     policy = Policy({"kind": "oidc", "rules": rules})
     interrupted = []
+    # A process started in the background by a non-interactive shell (nohup, CI, a service
+    # manager) inherits SIGINT ignored, and Python then installs no handler for it:
+    # interrupt_main() would do nothing. The test checks the binding, not how its process was
+    # started, so it sets Python's own handler for its duration.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.2, lambda: (interrupted.append(time.monotonic()), _thread.interrupt_main()))
     timer.start()
     try:
@@ -333,3 +339,4 @@ def test_a_long_compare_can_be_interrupted():
         assert time.monotonic() - interrupted[0] < 1
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)

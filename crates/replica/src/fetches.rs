@@ -12,7 +12,8 @@
 use crate::hosting::{Document, Hosted};
 use crossbeam_utils::CachePadded;
 use registry_domain::app::fetches::{Current, Served};
-use registry_domain::ports::{AgentFetches, DocumentFetches, FetchedDocument};
+use registry_domain::network::Network;
+use registry_domain::ports::{AgentFetches, DocumentFetches, FetchedDocument, NetworkFetch};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -27,6 +28,8 @@ pub const MAX_SERVICES: usize = 16_384;
 pub const AGENTS_PER_DOCUMENT: usize = 32;
 /// Characters kept of a User-Agent.
 pub const AGENT_CHARS: usize = 100;
+/// Networks kept per agent between two flushes (space-saving, as the agents).
+pub const NETWORKS_PER_AGENT: usize = 8;
 /// Documents counted between two flushes, at most (two a service).
 const MAX_DOCUMENTS: usize = MAX_SERVICES * 2;
 
@@ -35,6 +38,8 @@ struct Agent {
     name: Box<str>,
     count: u64,
     last_at: OffsetDateTime,
+    /// Where it fetched from: how often from each network, and when last.
+    networks: Vec<(Network, u64, OffsetDateTime)>,
 }
 
 #[derive(Debug)]
@@ -75,13 +80,14 @@ pub fn clean_agent(agent: &[u8]) -> std::borrow::Cow<'_, str> {
 
 impl Fetches {
     /// Counts a public fetch of `service`'s `document` at `at` (304 when `not_modified`) by
-    /// `agent`, the User-Agent header's bytes (empty without one).
+    /// `agent`, the User-Agent header's bytes (empty without one), from `network`.
     pub fn record(
         &self,
         service: Uuid,
         document: FetchedDocument,
         not_modified: bool,
         agent: &[u8],
+        network: Network,
         at: OffsetDateTime,
     ) {
         let mut shard = self.mine();
@@ -95,7 +101,8 @@ impl Fetches {
             counts.ok += 1;
         }
         counts.last_at = counts.last_at.max(at);
-        count_agent(&mut counts.agents, &clean_agent(agent), 1, at);
+        let networks = [(network, 1, at)];
+        count_agent(&mut counts.agents, &clean_agent(agent), 1, at, &networks);
     }
 
     /// Puts back counts [`Fetches::take`] gave that could not be stored (the database was
@@ -109,8 +116,16 @@ impl Fetches {
                     .fetch_add(f.ok + f.not_modified, Ordering::Relaxed);
                 continue;
             };
-            let agents = f.agents.iter().map(|a| (&*a.agent, a.count, a.last_at));
-            counts.add(f.ok, f.not_modified, f.last_at, agents);
+            for a in &f.agents {
+                // The counts per network went with the flush; each comes back as one fetch.
+                let networks: Vec<_> = (a.networks.iter())
+                    .map(|n| (n.network, 1, n.last_at))
+                    .collect();
+                count_agent(&mut counts.agents, &a.agent, a.count, a.last_at, &networks);
+            }
+            counts.ok += f.ok;
+            counts.not_modified += f.not_modified;
+            counts.last_at = counts.last_at.max(f.last_at);
         }
     }
 
@@ -162,8 +177,7 @@ impl Fetches {
                     all.insert(key, c);
                     continue;
                 };
-                let agents = c.agents.iter().map(|a| (&*a.name, a.count, a.last_at));
-                sum.add(c.ok, c.not_modified, c.last_at, agents);
+                sum.add(c);
             }
         }
         (all.into_iter())
@@ -178,6 +192,9 @@ impl Fetches {
                         agent: a.name.into(),
                         count: a.count,
                         last_at: a.last_at,
+                        networks: (a.networks.into_iter())
+                            .map(|(network, _, last_at)| NetworkFetch { network, last_at })
+                            .collect(),
                     })
                     .collect(),
             })
@@ -186,41 +203,65 @@ impl Fetches {
 }
 
 impl Counts {
-    /// Adds counts of the same document: a thread's, or a flush given back.
-    fn add<'a>(
-        &mut self,
-        ok: u64,
-        not_modified: u64,
-        last_at: OffsetDateTime,
-        agents: impl Iterator<Item = (&'a str, u64, OffsetDateTime)>,
-    ) {
-        self.ok += ok;
-        self.not_modified += not_modified;
-        self.last_at = self.last_at.max(last_at);
-        for (agent, n, at) in agents {
-            count_agent(&mut self.agents, agent, n, at);
+    /// Adds another thread's counts of the same document.
+    fn add(&mut self, other: Counts) {
+        self.ok += other.ok;
+        self.not_modified += other.not_modified;
+        self.last_at = self.last_at.max(other.last_at);
+        for a in other.agents {
+            count_agent(&mut self.agents, &a.name, a.count, a.last_at, &a.networks);
         }
     }
 }
 
-/// Adds `n` fetches by `agent` to `agents` (space-saving: a new agent past the bound takes the
-/// place of the least frequent one, and its count).
-fn count_agent(agents: &mut Vec<Agent>, agent: &str, n: u64, at: OffsetDateTime) {
-    if let Some(known) = agents.iter_mut().find(|a| *a.name == *agent) {
-        known.count += n;
-        known.last_at = known.last_at.max(at);
-    } else if agents.len() < AGENTS_PER_DOCUMENT {
-        agents.push(Agent {
-            name: agent.into(),
-            count: n,
-            last_at: at,
-        });
-    } else if let Some(least) = agents.iter_mut().min_by_key(|a| a.count) {
-        *least = Agent {
-            name: agent.into(),
-            count: least.count + n,
-            last_at: at,
-        };
+/// Adds `n` fetches by `agent` to `agents`, from `networks` (space-saving, for agents and for
+/// each agent's networks: a new one past the bound takes the place of the least frequent one,
+/// and its count).
+fn count_agent(
+    agents: &mut Vec<Agent>,
+    agent: &str,
+    n: u64,
+    at: OffsetDateTime,
+    networks: &[(Network, u64, OffsetDateTime)],
+) {
+    let known = match agents.iter().position(|a| *a.name == *agent) {
+        Some(i) => &mut agents[i],
+        None if agents.len() < AGENTS_PER_DOCUMENT => {
+            agents.push(Agent {
+                name: agent.into(),
+                count: 0,
+                last_at: at,
+                networks: Vec::new(),
+            });
+            let last = agents.len() - 1;
+            &mut agents[last]
+        }
+        None => {
+            let Some(least) = agents.iter_mut().min_by_key(|a| a.count) else {
+                return;
+            };
+            // It takes the count, not the networks: those were another agent's.
+            *least = Agent {
+                name: agent.into(),
+                count: least.count,
+                last_at: at,
+                networks: Vec::new(),
+            };
+            least
+        }
+    };
+    known.count += n;
+    known.last_at = known.last_at.max(at);
+    for &(network, m, last) in networks {
+        let kept = &mut known.networks;
+        if let Some(seen) = kept.iter_mut().find(|(k, _, _)| *k == network) {
+            seen.1 += m;
+            seen.2 = seen.2.max(last);
+        } else if kept.len() < NETWORKS_PER_AGENT {
+            kept.push((network, m, last));
+        } else if let Some(least) = kept.iter_mut().min_by_key(|(_, count, _)| *count) {
+            *least = (network, least.1 + m, last);
+        }
     }
 }
 
@@ -247,14 +288,15 @@ mod tests {
 
     const AT: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
     const DOC: FetchedDocument = FetchedDocument::Jwks;
+    const NET: Network = Network::V4([10, 0, 0]);
 
     #[test]
     fn counts_200s_304s_and_agents_until_taken() {
         let fetches = Fetches::default();
         let service = Uuid::new_v4();
-        fetches.record(service, DOC, false, b"aws", AT);
-        fetches.record(service, DOC, true, b"aws", AT + time::Duration::SECOND);
-        fetches.record(service, FetchedDocument::Discovery, false, b"", AT);
+        fetches.record(service, DOC, false, b"aws", NET, AT);
+        fetches.record(service, DOC, true, b"aws", NET, AT + time::Duration::SECOND);
+        fetches.record(service, FetchedDocument::Discovery, false, b"", NET, AT);
         let mut taken = fetches.take();
         taken.sort_by_key(|f| f.document);
         assert_eq!(taken.len(), 2);
@@ -265,7 +307,7 @@ mod tests {
         assert_eq!(jwks.agents[0].agent, "aws");
         assert_eq!(jwks.agents[0].count, 2);
         assert!(fetches.take().is_empty(), "taken once");
-        fetches.record(service, DOC, false, b"gcp", AT);
+        fetches.record(service, DOC, false, b"gcp", NET, AT);
         fetches.give_back(taken);
         let mut again = fetches.take();
         again.sort_by_key(|f| f.document);
@@ -283,9 +325,9 @@ mod tests {
         let fetches = Fetches::default();
         let service = Uuid::new_v4();
         for i in 0..10_000 {
-            fetches.record(service, DOC, false, format!("bot {i}").as_bytes(), AT);
+            fetches.record(service, DOC, false, format!("bot {i}").as_bytes(), NET, AT);
             if i % 10 == 0 {
-                fetches.record(service, DOC, false, b"AWS STS", AT);
+                fetches.record(service, DOC, false, b"AWS STS", NET, AT);
             }
         }
         let taken = fetches.take();
@@ -298,6 +340,26 @@ mod tests {
     }
 
     #[test]
+    fn each_agents_networks_are_bounded_and_the_frequent_ones_stay() {
+        let fetches = Fetches::default();
+        let service = Uuid::new_v4();
+        let home = Network::V4([203, 0, 113]);
+        for i in 0..200u8 {
+            let elsewhere = Network::V4([198, 51, i]);
+            fetches.record(service, DOC, false, b"AWS STS", elsewhere, AT);
+            fetches.record(service, DOC, false, b"AWS STS", home, AT + time::Duration::SECOND);
+        }
+        let taken = fetches.take();
+        let networks = &taken[0].agents[0].networks;
+        assert_eq!(networks.len(), NETWORKS_PER_AGENT);
+        let kept = networks.iter().find(|n| n.network == home).unwrap();
+        assert_eq!(kept.last_at, AT + time::Duration::SECOND);
+        // Given back, they go with the next flush.
+        fetches.give_back(taken);
+        assert_eq!(fetches.take()[0].agents[0].networks.len(), NETWORKS_PER_AGENT);
+    }
+
+    #[test]
     fn the_counts_of_every_thread_are_added_up() {
         let fetches = Fetches::default();
         let service = Uuid::new_v4();
@@ -306,7 +368,7 @@ mod tests {
                 let fetches = &fetches;
                 scope.spawn(move || {
                     for _ in 0..100 {
-                        fetches.record(service, DOC, false, agent.as_bytes(), AT);
+                        fetches.record(service, DOC, false, agent.as_bytes(), NET, AT);
                     }
                 });
             }
@@ -323,7 +385,7 @@ mod tests {
     fn services_are_bounded() {
         let fetches = Fetches::default();
         for _ in 0..MAX_SERVICES * 2 {
-            fetches.record(Uuid::new_v4(), DOC, false, b"a", AT);
+            fetches.record(Uuid::new_v4(), DOC, false, b"a", NET, AT);
         }
         let kept = fetches.take().len();
         assert!(kept <= MAX_SERVICES * 2);

@@ -231,6 +231,7 @@ async fn launch(
     let issuers = Issuers::new(&settings.issuer_url_template, &settings.base_url)?;
     settings.trusted_proxy_networks()?;
     settings.metrics_allow_networks()?;
+    settings.check_fetch_log_token()?;
     let certificate = tls::certificate(&settings, &issuers.names_served())?;
     let custom_domains = CustomDomains::from_settings(&settings, certificate.as_ref())?;
     let at = match &listen {

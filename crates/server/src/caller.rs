@@ -166,6 +166,11 @@ mod tests {
                 true,
                 ConfigRead,
             ),
+            (
+                "/services/{subdomain}/keys/{kid}/readiness/verifiers/{agent}",
+                false,
+                ConfigWrite,
+            ),
             ("/services/{subdomain}/federation", true, ConfigRead),
             ("/services/{subdomain}/preflight", true, ConfigRead),
             ("/services/{subdomain}/preflight", false, ConfigRead),

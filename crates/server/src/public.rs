@@ -11,6 +11,7 @@ use actix_web::http::{Method, StatusCode};
 use actix_web::ResponseError;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::issuer::Label;
+use registry_domain::network::Network;
 use registry_domain::ports::FetchedDocument;
 use registry_replica::domains::Served;
 use registry_replica::hosting::{Document, Hosted};
@@ -173,7 +174,12 @@ async fn serve(
             Some(_) => fetched.on_custom_domain(),
             None => fetched,
         };
-        (state.replica.fetches).record(hosted.service_id(), fetched, not_modified, agent, now);
+        // Key readiness recognises a verifier by its networks too (docs/api.md, "Key
+        // readiness").
+        let address = crate::client_ip::client_ip(req, &state.trusted_proxies);
+        let network = Network::of(address);
+        let service = hosted.service_id();
+        (state.replica.fetches).record(service, fetched, not_modified, agent, network, now);
     }
     Ok(response)
 }

@@ -3,6 +3,9 @@
 use clap::{Args, FromArgMatches, ValueEnum};
 use ipnetwork::IpNetwork;
 
+/// Fewest characters of `REGISTRY_FETCH_LOG_TOKEN`.
+pub const MIN_FETCH_LOG_TOKEN: usize = 32;
+
 /// Where the database is; shared by every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
@@ -130,6 +133,14 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_TEST_REAP_EVERY_SECONDS", hide = true, default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub reap_every_seconds: u64,
+
+    /// Tests only: in how many distinct clock hours an agent must have fetched a key set to be
+    /// a verifier of the next key (docs/api.md, "Key readiness": 2). For a test of real
+    /// processes that cannot wait an hour (`cargo xtask cdn`).
+    #[arg(long, env = "REGISTRY_TEST_VERIFIER_HOURS", hide = true,
+          default_value_t = registry_domain::keys::VERIFIER_HOURS,
+          value_parser = clap::value_parser!(u32).range(1..=168))]
+    pub verifier_hours: u32,
 
     /// Seconds between two flushes of this replica's counts of public fetches to the database
     /// (`GET /services/{s}/fetches` sums every replica's within 60 s).
@@ -279,6 +290,18 @@ impl Settings {
     /// The base URL without a trailing slash.
     pub fn base(&self) -> &str {
         self.base_url.trim_end_matches('/')
+    }
+
+    /// Refuses a fetch-log token shorter than [`MIN_FETCH_LOG_TOKEN`] characters (docs/api.md,
+    /// "Behind a CDN"): the token lets anyone who holds it write key readiness's evidence.
+    pub fn check_fetch_log_token(&self) -> anyhow::Result<()> {
+        match &self.fetch_log_token {
+            Some(token) if token.chars().count() < MIN_FETCH_LOG_TOKEN => anyhow::bail!(
+                "REGISTRY_FETCH_LOG_TOKEN must be at least {MIN_FETCH_LOG_TOKEN} characters \
+                 long (for example: openssl rand -hex 32)"
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// The trusted proxy networks, parsed.

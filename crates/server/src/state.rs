@@ -108,6 +108,7 @@ impl AppState {
                 max_accounts_per_customer: settings.max_accounts_per_customer,
                 anon_max_active: settings.anon_max_active,
                 custom_domains: custom_domains.is_some(),
+                verifier_hours: settings.verifier_hours,
             },
         });
         Ok(Self {

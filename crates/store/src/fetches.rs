@@ -4,15 +4,18 @@
 use crate::error::{Failure, Res};
 use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis};
-use crate::schema::{fetch_agents, fetch_counts, key_readiness, purges};
+use crate::schema::{fetch_agents, fetch_counts, fetch_networks, key_readiness, purges};
 use crate::Store;
 use diesel::prelude::*;
 use diesel::upsert::excluded;
+use registry_domain::network::Network;
 use registry_domain::ports::{
-    fetch_hour, AgentFetches, DocumentFetches, FetchLog, FetchedDocument, StoreResult,
+    fetch_hour, AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
+    StoreResult, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
+    STORED_NETWORKS_PER_AGENT,
 };
 use registry_domain::StoreError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -28,6 +31,57 @@ fn safe_at(conn: &mut Db, service: &str, kid: &str) -> Res<Option<i64>> {
 
 fn count(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The key sets' documents as stored: under the subdomain and under the custom domain.
+const KEY_SETS: [&str; 2] = [FetchedDocument::Jwks.key(), FetchedDocument::DomainJwks.key()];
+
+/// Adds `agent`'s last fetch from each of `networks` to the bucket `(service, document, hour)`:
+/// a network already there moves forward, a new one is added while the agent has fewer than
+/// [`STORED_NETWORKS_PER_AGENT`] there.
+fn record_networks(
+    conn: &mut Db,
+    (service, document, hour): (&str, &str, i64),
+    agent: &str,
+    networks: &[NetworkFetch],
+) -> Res<()> {
+    if networks.is_empty() {
+        return Ok(());
+    }
+    let bucket = fetch_networks::table
+        .filter(fetch_networks::service_id.eq(service))
+        .filter(fetch_networks::document.eq(document))
+        .filter(fetch_networks::hour.eq(hour))
+        .filter(fetch_networks::agent.eq(agent));
+    let known: Vec<String> = bucket.select(fetch_networks::network).load(conn)?;
+    let mut room = STORED_NETWORKS_PER_AGENT.saturating_sub(known.len());
+    for n in networks {
+        let (network, at) = (n.network.to_string(), millis(n.last_at));
+        if known.contains(&network) {
+            diesel::update(
+                bucket
+                    .filter(fetch_networks::network.eq(&network))
+                    .filter(fetch_networks::last_at.lt(at)),
+            )
+            .set(fetch_networks::last_at.eq(at))
+            .execute(conn)?;
+        } else if room > 0 {
+            room -= 1;
+            let row = (
+                fetch_networks::service_id.eq(service),
+                fetch_networks::document.eq(document),
+                fetch_networks::hour.eq(hour),
+                fetch_networks::agent.eq(agent),
+                fetch_networks::network.eq(&network),
+                fetch_networks::last_at.eq(at),
+            );
+            on_backend!(&mut *conn, |c| diesel::insert_into(fetch_networks::table)
+                .values(row)
+                .on_conflict_do_nothing()
+                .execute(c))?;
+        }
+    }
+    Ok(())
 }
 
 impl FetchLog for Store {
@@ -71,11 +125,28 @@ impl FetchLog for Store {
                 .execute(conn)?;
                 for a in &f.agents {
                     let at = millis(a.last_at);
+                    let bucket = fetch_agents::table
+                        .filter(fetch_agents::service_id.eq(&service))
+                        .filter(fetch_agents::document.eq(document))
+                        .filter(fetch_agents::hour.eq(hour));
+                    let known = bucket
+                        .filter(fetch_agents::agent.eq(&a.agent))
+                        .count()
+                        .get_result::<i64>(conn)?
+                        > 0;
+                    // Past the bound, whatever outsiders send, a new agent is one of the others.
+                    let full = !known
+                        && bucket.count().get_result::<i64>(conn)?
+                            >= count(STORED_AGENTS_PER_HOUR as u64);
+                    let agent = if full { OTHER_AGENTS } else { a.agent.as_str() };
+                    if !full {
+                        record_networks(conn, (&service, document, hour), agent, &a.networks)?;
+                    }
                     let row = (
                         fetch_agents::service_id.eq(&service),
                         fetch_agents::document.eq(document),
                         fetch_agents::hour.eq(hour),
-                        fetch_agents::agent.eq(&a.agent),
+                        fetch_agents::agent.eq(agent),
                         fetch_agents::count.eq(count(a.count)),
                         fetch_agents::last_at.eq(at),
                     );
@@ -98,7 +169,7 @@ impl FetchLog for Store {
                             .filter(fetch_agents::service_id.eq(&service))
                             .filter(fetch_agents::document.eq(document))
                             .filter(fetch_agents::hour.eq(hour))
-                            .filter(fetch_agents::agent.eq(&a.agent))
+                            .filter(fetch_agents::agent.eq(agent))
                             .filter(fetch_agents::last_at.lt(at)),
                     )
                     .set(fetch_agents::last_at.eq(at))
@@ -177,6 +248,7 @@ impl FetchLog for Store {
                             agent: agent.clone(),
                             count: *n,
                             last_at: instant(*last)?,
+                            networks: Vec::new(),
                         })
                     })
                     .collect::<Res<Vec<_>>>()?;
@@ -188,9 +260,110 @@ impl FetchLog for Store {
         })
     }
 
+    fn verifier_candidates(
+        &self,
+        service_id: Uuid,
+        since: OffsetDateTime,
+        until: OffsetDateTime,
+    ) -> StoreResult<Vec<VerifierCandidate>> {
+        let service = id_text(service_id);
+        let (from, to, until) = (fetch_hour(since), fetch_hour(until), millis(until));
+        self.read(|conn| {
+            // At most 64 agents an hour and document: a week of them is a bounded read.
+            let rows = fetch_agents::table
+                .filter(fetch_agents::service_id.eq(&service))
+                .filter(fetch_agents::document.eq_any(KEY_SETS))
+                .filter(fetch_agents::hour.between(from, to))
+                .filter(fetch_agents::last_at.lt(until))
+                .filter(fetch_agents::agent.ne(OTHER_AGENTS))
+                .select((
+                    fetch_agents::agent,
+                    fetch_agents::hour,
+                    fetch_agents::count,
+                    fetch_agents::last_at,
+                ))
+                .load::<(String, i64, i64, i64)>(conn)?;
+            let mut by_agent: HashMap<String, (u64, HashSet<i64>, i64)> = HashMap::new();
+            for (agent, hour, n, last) in rows {
+                let entry = by_agent.entry(agent).or_default();
+                entry.0 += n.max(0).unsigned_abs();
+                entry.1.insert(hour);
+                entry.2 = entry.2.max(last);
+            }
+            let networks = fetch_networks::table
+                .filter(fetch_networks::service_id.eq(&service))
+                .filter(fetch_networks::document.eq_any(KEY_SETS))
+                .filter(fetch_networks::hour.between(from, to))
+                .filter(fetch_networks::last_at.lt(until))
+                .select((
+                    fetch_networks::agent,
+                    fetch_networks::network,
+                    fetch_networks::hour,
+                ))
+                .load::<(String, String, i64)>(conn)?;
+            let mut hours_seen: HashMap<(String, Network), HashSet<i64>> = HashMap::new();
+            for (agent, network, hour) in networks {
+                if let Ok(network) = network.parse::<Network>() {
+                    hours_seen.entry((agent, network)).or_default().insert(hour);
+                }
+            }
+            let mut candidates = Vec::with_capacity(by_agent.len());
+            for (agent, (n, hours, last)) in by_agent {
+                let mut networks: Vec<(Network, usize)> = (hours_seen.iter())
+                    .filter(|((a, _), _)| *a == agent)
+                    .map(|((_, network), hours)| (*network, hours.len()))
+                    .collect();
+                networks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                candidates.push(VerifierCandidate {
+                    agent,
+                    count: n,
+                    hours: u32::try_from(hours.len()).unwrap_or(u32::MAX),
+                    last_at: instant(last)?,
+                    networks: networks.into_iter().map(|(network, _)| network).collect(),
+                });
+            }
+            Ok(candidates)
+        })
+    }
+
+    fn verifier_fetches(
+        &self,
+        service_id: Uuid,
+        agents: &[String],
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<(String, NetworkFetch)>> {
+        let service = id_text(service_id);
+        self.read(|conn| {
+            let rows = fetch_networks::table
+                .filter(fetch_networks::service_id.eq(&service))
+                .filter(fetch_networks::document.eq_any(KEY_SETS))
+                .filter(fetch_networks::hour.ge(fetch_hour(since)))
+                .filter(fetch_networks::agent.eq_any(agents))
+                .group_by((fetch_networks::agent, fetch_networks::network))
+                .select((
+                    fetch_networks::agent,
+                    fetch_networks::network,
+                    diesel::dsl::max(fetch_networks::last_at),
+                ))
+                .load::<(String, String, Option<i64>)>(conn)?;
+            let mut fetches = Vec::with_capacity(rows.len());
+            for (agent, network, last) in rows {
+                let (Ok(network), Some(last)) = (network.parse::<Network>(), last) else {
+                    continue;
+                };
+                let last_at = instant(last)?;
+                fetches.push((agent, NetworkFetch { network, last_at }));
+            }
+            Ok(fetches)
+        })
+    }
+
     fn prune_fetches(&self, older_than: OffsetDateTime) -> StoreResult<usize> {
         let hour = fetch_hour(older_than);
         self.write_aside(|conn| {
+            let networks =
+                diesel::delete(fetch_networks::table.filter(fetch_networks::hour.lt(hour)))
+                    .execute(conn)?;
             let agents = diesel::delete(fetch_agents::table.filter(fetch_agents::hour.lt(hour)))
                 .execute(conn)?;
             let counts = diesel::delete(fetch_counts::table.filter(fetch_counts::hour.lt(hour)))
@@ -199,7 +372,7 @@ impl FetchLog for Store {
                 key_readiness::table.filter(key_readiness::safe_at.lt(millis(older_than))),
             )
             .execute(conn)?;
-            Ok(agents + counts + ready)
+            Ok(networks + agents + counts + ready)
         })
     }
 

@@ -116,6 +116,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     refusals,
     fetch_counts,
     fetch_agents,
+    fetch_networks,
     key_readiness,
     purges,
     custom_domains,
@@ -177,6 +178,17 @@ diesel::table! {
         hour -> BigInt,
         agent -> Text,
         count -> BigInt,
+        last_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    fetch_networks (service_id, document, hour, agent, network) {
+        service_id -> Text,
+        document -> Text,
+        hour -> BigInt,
+        agent -> Text,
+        network -> Text,
         last_at -> BigInt,
     }
 }

@@ -13,7 +13,7 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "log-shipper-secret";
+const TOKEN: &str = "log-shipper-secret-of-at-least-32-characters";
 
 /// A cache that answers every request 200 and remembers each as `METHOD path host`.
 fn cache() -> (String, Arc<Mutex<Vec<String>>>) {
@@ -131,9 +131,11 @@ fn a_change_purges_every_public_path_of_its_issuer_from_every_cache_and_readines
 
 /// When the cache's log says its requests were made: an hour ago (inside the evidence's
 /// 24 hours whatever the day the suite runs), half a second past a second.
+/// A time a cache logs a fetch at: two minutes ago (lines more than ten minutes old are
+/// skipped).
 fn logged_at() -> time::OffsetDateTime {
     let now = time::OffsetDateTime::now_utc();
-    now.replace_nanosecond(500_000_000).unwrap() - time::Duration::hours(1)
+    now.replace_nanosecond(500_000_000).unwrap() - time::Duration::minutes(2)
 }
 
 fn rfc3339(at: time::OffsetDateTime) -> String {
@@ -264,12 +266,33 @@ fn a_caches_access_log_counts_as_the_fetches_it_records() {
         415,
         "unsupported-media-type",
     );
-    let big = (line.clone() + "\n").repeat(70_000 / line.len() + 1);
+    // Up to 1 MiB, whatever the general body limit (64 KiB here); more is a 413.
+    let bulk = log_line(&host, "/keys", 200, "GET", "bulk");
+    let lines_of = |bytes: usize| (bulk.clone() + "\n").repeat(bytes / (bulk.len() + 1));
+    let answer = post_log(&server, TOKEN, "application/x-ndjson", lines_of(999_900));
+    assert_eq!(answer.status(), 200);
     assert_problem(
-        post_log(&server, TOKEN, "application/x-ndjson", big),
+        post_log(&server, TOKEN, "application/x-ndjson", lines_of(1_100_000)),
         413,
         "payload-too-large",
     );
+    // Lines dated too far from the batch's arrival are skipped: a line of 2031 made a key
+    // nobody fetched safe.
+    let dated = |at: time::OffsetDateTime| {
+        json!({"time": rfc3339(at), "host": host, "path": "/openid/v1/jwks", "status": 200,
+            "method": "GET", "userAgent": "from-another-time"})
+        .to_string()
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let body = [
+        dated(now + time::Duration::days(5 * 365)),
+        dated(now - time::Duration::minutes(11)),
+        dated(now + time::Duration::minutes(2)),
+        dated(now - time::Duration::minutes(9)),
+    ]
+    .join("\n");
+    let answer = post_log(&server, TOKEN, "application/x-ndjson", body);
+    assert_eq!(json(answer), json!({"accepted": 1, "skipped": 3}));
 
     // `registry fetch-log` ships stdin in batches, one JSON line per batch.
     let mut shipper = std::process::Command::new(registry_binary())

@@ -476,3 +476,83 @@ fn a_start_without_what_custom_domains_need_fails_with_one_sentence_before_the_d
         assert!(!database.exists(), "checked before the database");
     }
 }
+
+/// A cache's log line for a custom domain's host, with or without a port, counts for that
+/// domain's issuer (docs/api.md, "Behind a CDN"); before, such lines were skipped.
+#[test]
+fn a_caches_log_lines_for_a_custom_domain_count_for_its_issuer() {
+    const TOKEN: &str = "log-shipper-secret-of-at-least-32-characters";
+    let ca = TestCa::new("operator CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let plain = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
+    let dns = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
+    let server = https_server(
+        &ca,
+        &files,
+        &[
+            ("REGISTRY_ACME_DIRECTORY", "https://127.0.0.1:9/dir"),
+            ("REGISTRY_DATA_KEY", DATA_KEY),
+            ("REGISTRY_DNS_RESOLVER", &dns),
+            ("REGISTRY_FETCH_LOG_TOKEN", TOKEN),
+            ("REGISTRY_FETCH_FLUSH_SECONDS", "1"),
+            ("REGISTRY_HTTP_REDIRECT_LISTEN", &plain),
+        ],
+    );
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let key = SigningKey::generate(KeyKind::P256, "k1");
+    let published = server
+        .authed(Method::PUT, &format!("/services/{sub}/config"), &acme.token)
+        .json(&json!({"openidConfiguration": super::cluster_discovery(), "jwks": key.jwks()}))
+        .send()
+        .unwrap();
+    assert_eq!(published.status(), 200);
+    assert_eq!(
+        put_domain(&server, &sub, &acme.token, json!({"domain": DOMAIN})).status(),
+        202
+    );
+    let store = Store::connect(&server.database_url).unwrap();
+    let domain = store.domain_named(DOMAIN).unwrap().unwrap();
+    activate(&store, domain, &TestCa::new("domain CA").server_certificate(&[DOMAIN]));
+    let now = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let line = |host: &str, agent: &str| {
+        json!({"time": now, "host": host, "path": "/openid/v1/jwks", "status": 200,
+            "method": "GET", "userAgent": agent, "clientAddress": "203.0.113.7"})
+        .to_string()
+    };
+    let body = [
+        line(DOMAIN, "gcp-sts"),
+        line(&format!("{DOMAIN}:443"), "aws-sts"),
+        line(&format!("{sub}.oidc.test"), "azure"),
+    ]
+    .join("\n");
+    eventually("the domain is served", || {
+        let answer = server
+            .request(Method::POST, "/fetch-log")
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/x-ndjson")
+            .body(line(DOMAIN, "probe"))
+            .send()
+            .unwrap();
+        answer.status() == 200 && json(answer)["accepted"] == 1
+    });
+    let answer = server
+        .request(Method::POST, "/fetch-log")
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(json(answer), json!({"accepted": 3, "skipped": 0}));
+    eventually("the domain's key set counted apart", || {
+        let evidence = json(server.get(&format!("/services/{sub}/fetches"), &acme.token));
+        let on_domain = (evidence["documents"].as_array().unwrap().iter())
+            .find(|d| d["issuer"] == format!("https://{DOMAIN}") && d["path"] == "/openid/v1/jwks")
+            .cloned()
+            .unwrap_or_default();
+        let agents = on_domain["agents"].to_string();
+        agents.contains("gcp-sts") && agents.contains("aws-sts") && !agents.contains("azure")
+    });
+}

@@ -65,6 +65,32 @@ fn readiness_once(
     }
 }
 
+/// Waits until the service's fetch evidence (flushed every second here) shows `agent`.
+fn wait_for_agent(server: &TestServer, token: &str, sub: &str, agent: &str) {
+    let start = Instant::now();
+    while !server
+        .get(&format!("/services/{sub}/fetches"), token)
+        .text()
+        .unwrap()
+        .contains(agent)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "fetches of {agent} never counted"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A client whose connections come from `address` (on loopback: another /24 than 127.0.0.1's).
+fn client_from(address: &str) -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .local_address(address.parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
 /// What holds the key back: `lead`, and each verifier's agent.
 fn pending(answer: &Value) -> Vec<String> {
     let mut reasons: Vec<String> = (answer["pending"].as_array().unwrap().iter())
@@ -83,23 +109,19 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
     let acme = server.customer("acme", "business");
     let sub = register_service(&server, &acme, "api");
     assert_eq!(put(&server, &acme.token, &sub, &["k1"], None), 200);
-    // Two verifiers know the key set with k1 only.
+    // Two verifiers know the key set with k1 only: each fetched it in two distinct hours.
     fetch_keys(&server, &sub, "aws-sts");
     fetch_keys(&server, &sub, "gcp-sts");
-    let start = Instant::now();
-    while !server
-        .get(&format!("/services/{sub}/fetches"), &acme.token)
-        .text()
-        .unwrap()
-        .contains("gcp-sts")
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "fetches never counted"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // An agent seen in one hour only is no verifier.
+    fetch_keys(&server, &sub, "one-off");
+    // Each flush counts at its last fetch's hour: the first hour's are flushed first.
+    wait_for_agent(&server, &acme.token, &sub, "one-off");
+    server.advance_clock(3600);
+    fetch_keys(&server, &sub, "aws-sts");
+    fetch_keys(&server, &sub, "gcp-sts");
+    std::thread::sleep(Duration::from_millis(1_500));
     server.advance_clock(5);
+
 
     // A lead out of range is refused, naming it.
     let refused = server
@@ -127,6 +149,10 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
     let verifiers = answer["verifiers"].as_array().unwrap();
     assert_eq!(verifiers.len(), 2);
     assert!(verifiers.iter().all(|v| v["fetchedSinceKey"] == false));
+    assert!(
+        verifiers.iter().all(|v| v["networks"] == json!(["127.0.0.0/24"])),
+        "{answer}"
+    );
     // k1 keeps the default lead of its upload.
     assert_eq!(
         readiness(&server, &acme.token, &sub, "k1")["leadSeconds"],
@@ -207,4 +233,79 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
     let other = server.customer("other", "business");
     let response = server.get(&format!("/services/{sub}/keys/k2/readiness"), &other.token);
     assert_problem(response, 404, "not-found");
+}
+
+/// The fourth security review (docs/api.md, "Key readiness"): no outsider can make a key safe,
+/// or hold one back, by sending made-up or copied User-Agents.
+#[test]
+fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
+    let server = server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    assert_eq!(put(&server, &acme.token, &sub, &["k1"], Some(json!(0))), 200);
+    // The verifier: two hours of fetches from 127.0.0.0/24.
+    fetch_keys(&server, &sub, "aws-sts");
+    wait_for_agent(&server, &acme.token, &sub, "aws-sts");
+    server.advance_clock(3600);
+    fetch_keys(&server, &sub, "aws-sts");
+    // Before the publication, one fetch under a new agent (from anywhere) holds nothing back.
+    let elsewhere = client_from("127.0.9.9");
+    let outsider = |agent: &str| {
+        let response = elsewhere
+            .get(format!("http://127.0.0.1:{}/openid/v1/jwks", server.port))
+            .header("host", format!("{sub}.localhost:{}", server.port))
+            .header("user-agent", agent)
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    };
+    outsider("new-agent/1.0");
+    wait_for_agent(&server, &acme.token, &sub, "new-agent/1.0");
+    server.advance_clock(5);
+    assert_eq!(put(&server, &acme.token, &sub, &["k1", "k2"], Some(json!(0))), 200);
+    server.advance_clock(1);
+    let before = readiness(&server, &acme.token, &sub, "k2");
+    assert_eq!(pending(&before), ["aws-sts"], "{before}");
+
+    // 5,000 GETs under 1,000 made-up agents from another /24, and the verifier's exact agent
+    // from another /24: neither safeToSign nor pending moves.
+    for i in 0..5_000 {
+        outsider(&format!("made-up/{}", i % 1_000));
+    }
+    outsider("aws-sts");
+    // All of them counted (the key set's evidence lists only its top agents).
+    let start = Instant::now();
+    loop {
+        let evidence = json(server.get(&format!("/services/{sub}/fetches"), &acme.token));
+        if evidence["documents"][1]["fetches24h"].as_u64() >= Some(5_004) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{evidence}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let after = readiness(&server, &acme.token, &sub, "k2");
+    assert_eq!(after["safeToSign"], false, "{after}");
+    assert_eq!(after["pending"], before["pending"], "{after}");
+    assert_eq!(after["verifiers"][0]["fetchedSinceKey"], false);
+
+    // The verifier itself, from its own network: safe.
+    fetch_keys(&server, &sub, "aws-sts");
+    let safe = readiness_once(&server, &acme.token, &sub, "k2", |a| a["safeToSign"] == true);
+    assert_eq!(safe["verifiers"][0]["networks"], json!(["127.0.0.0/24"]));
+
+    // A verifier that will never come back is dismissed by the owner (an audit event).
+    assert_eq!(put(&server, &acme.token, &sub, &["k2", "k3"], Some(json!(0))), 200);
+    server.advance_clock(1);
+    assert_eq!(pending(&readiness(&server, &acme.token, &sub, "k3")), ["aws-sts"]);
+    let path = format!("/services/{sub}/keys/k3/readiness/verifiers/aws-sts");
+    let response = server.authed(Method::DELETE, &path, &acme.token).send().unwrap();
+    assert_eq!(response.status(), 204);
+    let answer = readiness(&server, &acme.token, &sub, "k3");
+    assert_eq!(answer["safeToSign"], true, "{answer}");
+    let response = server.authed(Method::DELETE, &path, &acme.token).send().unwrap();
+    assert_problem(response, 404, "not-found");
+    let audit = server.get("/audit-events?action=verifier.dismiss", &acme.token);
+    assert_eq!(audit.status(), 200);
+    let events = json(audit);
+    assert_eq!(events["events"].as_array().map(Vec::len), Some(1), "{events}");
 }

@@ -1,7 +1,7 @@
 //! A service's published configuration: publish (with the key lifecycle: docs/api.md, "Key
 //! lifecycle"), read, withdraw.
 
-use crate::app::{services, AppError, Caller, Registry};
+use crate::app::{readiness, services, AppError, Caller, Registry};
 use crate::audit::Action;
 use crate::keys::{self, KeyState};
 use crate::publishing::Publication;
@@ -49,6 +49,9 @@ pub fn publish(
 ) -> Result<Publication, AppError> {
     let issuer = registry.issuer_of(&service.subdomain);
     let event = caller.service_event(Action::ConfigPut, service, now);
+    // The verifiers of any key this upload publishes first, fixed now (docs/api.md, "Key
+    // readiness"): read before the transaction, which holds the service's row.
+    let verifiers = readiness::verifiers_at(registry, service.id, now)?;
     let mut outcome = None;
     registry
         .store
@@ -69,12 +72,17 @@ pub fn publish(
                 ) {
                     Ok(upload) => {
                         let publication = upload.publication;
-                        let keys = upload.rotation.state.with_upload(
+                        let mut keys = upload.rotation.state.with_upload(
                             &previous,
                             published_before,
                             &command.source,
                             upload.retain_hours,
                         );
+                        for key in &mut keys.keys {
+                            if upload.rotation.added.contains(&key.kid) {
+                                key.verifiers = Some(verifiers.clone());
+                            }
+                        }
                         let config = PublishedConfig {
                             service_id: service.id,
                             openid_configuration: publication.openid_configuration.to_string(),

@@ -136,6 +136,7 @@ mod tests {
                 agent: agent.into(),
                 count: 3,
                 last_at: at,
+                networks: Vec::new(),
             }],
         }
     }

@@ -56,6 +56,10 @@ pub struct Settings {
     pub anon_max_active: u64,
     /// Whether custom domains are taken (an ACME directory is configured).
     pub custom_domains: bool,
+    /// In how many distinct clock hours an agent must have fetched a key set to be a verifier of
+    /// the next key ([`crate::keys::VERIFIER_HOURS`]; only tests that cannot wait an hour set
+    /// less).
+    pub verifier_hours: u32,
 }
 
 impl Default for Settings {
@@ -67,6 +71,7 @@ impl Default for Settings {
             max_accounts_per_customer: 1_000,
             anon_max_active: 100_000,
             custom_domains: false,
+            verifier_hours: crate::keys::VERIFIER_HOURS,
         }
     }
 }

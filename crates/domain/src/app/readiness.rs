@@ -1,36 +1,44 @@
 //! Key readiness (docs/api.md, "Key readiness"): whether a new key is safe to sign with, from
 //! what the registry saw of the verifiers' fetches, instead of a guessed wait.
 //!
-//! A key is safe when it has been published for its lead time, every verifier that fetched the
-//! service's key set in the 7 days before the key was first published has fetched it since, and,
-//! when caches in front of the registry are purged, the purge of the change that published it
-//! succeeded.
-//! A verifier is a distinct User-Agent, as the fetch evidence counts them; one not seen for 7
-//! days no longer holds a key back. The first time a key is found safe is recorded, and a key
-//! stays safe from then on, whatever the evidence says later.
+//! A key is safe when it has been published for its lead time, every verifier of the key has
+//! fetched the key set since, and, when caches in front of the registry are purged, the purge of
+//! the change that published it succeeded.
+//!
+//! A key's verifiers are fixed when it is first published ([`crate::keys::verifiers_of`]): the
+//! agents that fetched the key set in at least two distinct clock hours of the week before, each
+//! with the networks it fetched from. No agent joins later, so a fetch under a new agent holds no
+//! key back; and only a verifier's fetch from one of its own networks counts, so sending a
+//! verifier's User-Agent from elsewhere makes no key safe. One not seen for 7 days no longer
+//! holds a key back. The first time a key is found safe is recorded, and a key stays safe from
+//! then on, whatever the evidence says later.
 
-use crate::app::{config, AppError, Registry};
-use crate::keys::KeyRecord;
+use crate::app::{config, AppError, Caller, Registry};
+use crate::audit::Action;
+use crate::keys::{verifiers_of, KeyRecord, KeyVerifier};
+use crate::network::Network;
+use crate::ports::NetworkFetch;
+use crate::service::PublishedConfig;
 use crate::Service;
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
 
 /// How far back a verifier counts, from the key's first publication and from now.
 pub const VERIFIER_WINDOW: Duration = Duration::days(7);
 
-/// Agents read per key set: far more verifiers than a service has.
-const AGENTS: usize = 1_000;
-
-/// One verifier of a key: who, when it last fetched the key set, whether that was after the
-/// key was first published.
+/// One verifier of a key: who, from where, when it last fetched the key set, whether that was
+/// after the key was first published.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verifier {
     /// Its User-Agent.
     pub agent: String,
-    /// Its last fetch of the key set.
+    /// The networks its fetches count from.
+    pub networks: Vec<Network>,
+    /// Its last fetch of the key set from one of them.
     pub last_fetched_at: OffsetDateTime,
-    /// Whether it fetched the key set since the key was first published.
+    /// Whether it fetched the key set from one of them since the key was first published.
     pub fetched_since_key: bool,
 }
 
@@ -63,22 +71,31 @@ fn millis(t: OffsetDateTime) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(nanos - nanos.rem_euclid(1_000_000)).unwrap_or(t)
 }
 
-/// The readiness of `key` at `now`, given each agent's last fetch of the key set (as far back as
-/// [`VERIFIER_WINDOW`] before the key's first publication).
+/// The readiness of `key` at `now`, given its verifiers and their fetches of the key set since
+/// it was first published (`fetches`: each agent's last fetch from each network). A fetch
+/// counts only for the verifier of its agent, and only from one of the verifier's networks.
 pub fn assess(
     key: &KeyRecord,
-    agents: &[(String, OffsetDateTime)],
+    verifiers: &[KeyVerifier],
+    fetches: &[(String, NetworkFetch)],
     now: OffsetDateTime,
 ) -> Readiness {
     let published = millis(key.first_published_at);
-    let verifiers: Vec<Verifier> = agents
-        .iter()
-        .filter(|(_, last)| *last >= published - VERIFIER_WINDOW && now - *last < VERIFIER_WINDOW)
-        .map(|(agent, last)| Verifier {
-            agent: agent.clone(),
-            last_fetched_at: *last,
-            fetched_since_key: millis(*last) >= published,
+    let verifiers: Vec<Verifier> = (verifiers.iter())
+        .map(|v| {
+            let since = (fetches.iter())
+                .filter(|(agent, f)| *agent == v.agent && v.networks.contains(&f.network))
+                .map(|(_, f)| f.last_at)
+                .filter(|at| millis(*at) >= published)
+                .max();
+            Verifier {
+                agent: v.agent.clone(),
+                networks: v.networks.clone(),
+                last_fetched_at: since.map_or(v.last_fetched_at, |at| at.max(v.last_fetched_at)),
+                fetched_since_key: since.is_some(),
+            }
         })
+        .filter(|v| now - v.last_fetched_at < VERIFIER_WINDOW)
         .collect();
     let lead_ends = published + Duration::seconds(i64::from(key.lead_seconds));
     let mut pending = Vec::new();
@@ -107,6 +124,31 @@ fn rfc3339(at: OffsetDateTime) -> String {
     at.format(&Rfc3339).unwrap_or_default()
 }
 
+/// The verifiers a key of `service_id` first published at `published` gets: the agents that
+/// fetched the key set in the week before, as [`verifiers_of`] chooses them.
+pub fn verifiers_at(
+    registry: &Registry,
+    service_id: Uuid,
+    published: OffsetDateTime,
+) -> Result<Vec<KeyVerifier>, AppError> {
+    let candidates =
+        (registry.store).verifier_candidates(service_id, published - VERIFIER_WINDOW, published)?;
+    Ok(verifiers_of(&candidates, registry.settings.verifier_hours))
+}
+
+/// The verifiers of `key`: fixed at its publication, or, for a key published before they were,
+/// found now from the evidence of its week before.
+fn verifiers_of_key(
+    registry: &Registry,
+    service: &Service,
+    key: &KeyRecord,
+) -> Result<Vec<KeyVerifier>, AppError> {
+    match &key.verifiers {
+        Some(fixed) => Ok(fixed.clone()),
+        None => verifiers_at(registry, service.id, millis(key.first_published_at)),
+    }
+}
+
 /// `GET /services/{s}/keys/{kid}/readiness`: whether key `kid` of `service` is safe to sign
 /// with (404 for a key the service does not publish), `purging` when caches in front of the
 /// registry are purged. The first time it is found safe is recorded: from then on it stays safe.
@@ -121,13 +163,13 @@ pub fn readiness(
     let key = (keys.keys.iter())
         .find(|k| k.kid == kid && k.is_published_at(now))
         .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
-    let since = key.first_published_at - VERIFIER_WINDOW;
-    let fetches = registry.store.fetches(service.id, since, AGENTS)?;
-    let agents: Vec<(String, OffsetDateTime)> = (fetches.iter())
-        .filter(|f| f.document.is_jwks())
-        .flat_map(|f| f.agents.iter().map(|a| (a.agent.clone(), a.last_at)))
-        .collect();
-    let mut assessed = assess(key, &agents, now);
+    let verifiers = verifiers_of_key(registry, service, key)?;
+    let agents: Vec<String> = verifiers.iter().map(|v| v.agent.clone()).collect();
+    let fetches = match agents.is_empty() {
+        true => Vec::new(),
+        false => (registry.store).verifier_fetches(service.id, &agents, key.first_published_at)?,
+    };
+    let mut assessed = assess(key, &verifiers, &fetches, now);
     if purging {
         let purged = registry.store.purged_through(service.id)?;
         if purged.is_none_or(|at| at < millis(key.first_published_at)) {
@@ -164,8 +206,10 @@ pub fn readiness(
                     "reason": "verifier",
                     "agent": agent,
                     "message": format!(
-                        "{agent:?} fetched the key set in the 7 days before this key was \
-                         published, and not since: it may still hold a key set without it"
+                        "{agent:?} fetched the key set in the week before this key was \
+                         published, and not since from its networks: it may still hold a key \
+                         set without it (a verifier that will not come back can be dismissed: \
+                         DELETE …/readiness/verifiers/{{agent}})"
                     ),
                 }),
             })
@@ -173,8 +217,10 @@ pub fn readiness(
     };
     let verifiers: Vec<Value> = (assessed.verifiers.iter())
         .map(|v| {
+            let networks: Vec<String> = v.networks.iter().map(Network::to_string).collect();
             json!({
                 "agent": v.agent,
+                "networks": networks,
                 "lastFetchedAt": rfc3339(v.last_fetched_at),
                 "fetchedSinceKey": v.fetched_since_key,
             })
@@ -192,16 +238,74 @@ pub fn readiness(
     }))
 }
 
+/// `DELETE /services/{s}/keys/{kid}/readiness/verifiers/{agent}`: the owner dismisses a
+/// verifier of key `kid` that will never come back; it no longer holds the key back. 404 for a
+/// key not published or an agent that is not one of its verifiers.
+pub fn dismiss_verifier(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    kid: &str,
+    agent: &str,
+    now: OffsetDateTime,
+) -> Result<(), AppError> {
+    // A key published before verifiers were fixed gets them fixed now, without the dismissed one.
+    let keys = config::key_state(registry, service)?;
+    let key = (keys.keys.iter())
+        .find(|k| k.kid == kid && k.is_published_at(now))
+        .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
+    let found = verifiers_of_key(registry, service, key)?;
+    let event = caller.service_event(Action::VerifierDismiss, service, now);
+    let mut outcome = None;
+    registry
+        .store
+        .update_config(
+            service.id,
+            &mut |current| {
+                let mut current = current?;
+                let key = (current.keys.keys.iter_mut()).find(|k| k.kid == kid)?;
+                let mut verifiers = key.verifiers.clone().unwrap_or_else(|| found.clone());
+                let before = verifiers.len();
+                verifiers.retain(|v| v.agent != agent);
+                outcome = Some(verifiers.len() < before);
+                if verifiers.len() == before {
+                    return None;
+                }
+                key.verifiers = Some(verifiers);
+                Some(PublishedConfig {
+                    updated_at: now,
+                    previous_change_at: None,
+                    ..current
+                })
+            },
+            &event,
+        )
+        .map_err(AppError::gone(|| {
+            format!("no service {:?}", service.subdomain)
+        }))?;
+    match outcome {
+        Some(true) => Ok(()),
+        Some(false) => Err(AppError::NotFound(format!(
+            "{agent:?} is not a verifier of key {kid:?}"
+        ))),
+        None => Err(AppError::NotFound(format!("no published key {kid:?}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::app::testing::{caller, registry};
     use crate::app::{config as config_app, services};
-    use crate::ports::{AgentFetches, DocumentFetches};
+    use crate::ports::{AgentFetches, DocumentFetches, FetchedDocument};
     use crate::Plan;
     use time::macros::datetime;
 
     const T0: OffsetDateTime = datetime!(2026-11-26 12:00 UTC);
+
+    fn net(text: &str) -> Network {
+        text.parse().unwrap()
+    }
 
     fn key(lead_seconds: u32) -> KeyRecord {
         KeyRecord {
@@ -213,19 +317,31 @@ mod tests {
             published_until: None,
             lead_seconds,
             source: crate::keys::DEFAULT_SOURCE.into(),
+            verifiers: None,
         }
     }
 
+    fn verifier(agent: &str, network: &str, last: OffsetDateTime) -> KeyVerifier {
+        KeyVerifier {
+            agent: agent.into(),
+            networks: vec![net(network)],
+            last_fetched_at: last,
+        }
+    }
+
+    fn fetch(agent: &str, network: &str, at: OffsetDateTime) -> (String, NetworkFetch) {
+        let network = net(network);
+        (agent.into(), NetworkFetch { network, last_at: at })
+    }
+
     #[test]
-    fn safe_after_the_lead_once_every_recent_verifier_fetched_since() {
+    fn safe_after_the_lead_once_every_recent_verifier_fetched_since_from_its_network() {
         let minutes = |m: i64| T0 + Duration::minutes(m);
-        let agents = vec![
-            ("aws".to_owned(), minutes(-30)),
-            ("gcp".to_owned(), minutes(-60 * 24 * 6)),
-            // Gone for more than 7 days before the key: not a verifier.
-            ("old".to_owned(), minutes(-60 * 24 * 8)),
+        let verifiers = [
+            verifier("aws", "10.0.1.0/24", minutes(-30)),
+            verifier("gcp", "10.0.2.0/24", minutes(-60 * 24 * 6)),
         ];
-        let at = assess(&key(600), &agents, minutes(5));
+        let at = assess(&key(600), &verifiers, &[], minutes(5));
         assert_eq!(at.verifiers.len(), 2);
         assert_eq!(
             at.pending,
@@ -236,29 +352,64 @@ mod tests {
             ]
         );
         assert_eq!(at.safe_at, None);
-        // aws fetched after the key was published, gcp did not come back: gcp holds it.
-        let agents = vec![
-            ("aws".to_owned(), minutes(12)),
-            ("gcp".to_owned(), minutes(-60 * 24 * 6)),
+        // aws fetched after the key was published from its network; gcp's agent was sent from
+        // another network (anyone can send it), and another agent from gcp's: neither counts.
+        let fetches = [
+            fetch("aws", "10.0.1.0/24", minutes(12)),
+            fetch("gcp", "192.0.2.0/24", minutes(13)),
+            fetch("bot", "10.0.2.0/24", minutes(13)),
         ];
-        let at = assess(&key(600), &agents, minutes(20));
+        let at = assess(&key(600), &verifiers, &fetches, minutes(20));
+        assert_eq!(at.pending, [Pending::Verifier("gcp".into())]);
+        assert!(!at.verifiers[1].fetched_since_key);
+        assert_eq!(at.verifiers[1].last_fetched_at, minutes(-60 * 24 * 6));
+        // A fetch before the publication, from the right network, does not count either.
+        let early = [fetch("gcp", "10.0.2.0/24", minutes(-1))];
+        let at = assess(&key(0), &verifiers[1..], &early, minutes(20));
         assert_eq!(at.pending, [Pending::Verifier("gcp".into())]);
         // A day later gcp has not been seen for 7 days: it no longer holds the key back.
-        let at = assess(&key(600), &agents, minutes(60 * 24 + 1));
+        let at = assess(&key(600), &verifiers, &fetches, minutes(60 * 24 + 1));
         assert!(at.pending.is_empty());
         assert_eq!(at.safe_at, Some(minutes(12)), "the latest verifier's fetch");
         // No verifier at all: safe at the end of the lead.
-        let at = assess(&key(0), &[], minutes(1));
+        let at = assess(&key(0), &[], &[], minutes(1));
         assert_eq!(at.safe_at, Some(T0));
     }
 
-    /// A service that published the key `new` at `T0`, with this lead.
-    fn published(lead: u32) -> (Registry, Service) {
+    /// A fetch of the service's key set by `agent` from `address` at `at`.
+    fn fetched(service: &Service, agent: &str, address: &str, at: OffsetDateTime) -> DocumentFetches {
+        DocumentFetches {
+            service_id: service.id,
+            document: FetchedDocument::Jwks,
+            ok: 1,
+            not_modified: 0,
+            last_at: at,
+            agents: vec![AgentFetches {
+                agent: agent.into(),
+                count: 1,
+                last_at: at,
+                networks: vec![NetworkFetch {
+                    network: Network::of(address.parse().unwrap()),
+                    last_at: at,
+                }],
+            }],
+        }
+    }
+
+    fn new_service() -> (Registry, Service, Caller) {
         let (registry, _, account) = registry(Plan::Business, T0);
         let command = services::CreateService::default();
         let service = services::create(&registry, &caller(account.clone()), command, T0).unwrap();
-        let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": "new",
-            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
+        (registry, service, caller(account))
+    }
+
+    /// Publishes the key `kid` at `at` with this lead.
+    fn publish(registry: &Registry, service: &Service, who: &Caller, kid: &str, lead: u32, at: OffsetDateTime) {
+        let x = match kid {
+            "new" => "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo",
+            _ => "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08",
+        };
+        let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": x});
         let body = json!({
             "openidConfiguration": {"issuer": "https://k.example",
                 "jwks_uri": "https://k.example/jwks", "response_types_supported": ["id_token"],
@@ -270,30 +421,88 @@ mod tests {
             body,
             source: crate::keys::DEFAULT_SOURCE.into(),
         };
-        config_app::publish(&registry, &caller(account), &service, command, T0).unwrap();
+        config_app::publish(registry, who, service, command, at).unwrap();
+    }
+
+    /// A service that published the key `new` at `T0`, with this lead.
+    fn published(lead: u32) -> (Registry, Service) {
+        let (registry, service, who) = new_service();
+        publish(&registry, &service, &who, "new", lead, T0);
         (registry, service)
+    }
+
+    fn reasons(answer: &Value) -> Vec<String> {
+        (answer["pending"].as_array().unwrap().iter())
+            .map(|p| p["agent"].as_str().or(p["reason"].as_str()).unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn verifiers_are_fixed_at_publication_and_recognised_by_their_network() {
+        let (registry, service, who) = new_service();
+        let store = &registry.store;
+        let hours = |h: i64| T0 - Duration::hours(h);
+        // aws fetched in two distinct hours of the week before; gcp in one only; a bot under
+        // many agents, each in one hour.
+        store.record_fetches(&[fetched(&service, "aws", "10.0.1.7", hours(30))]).unwrap();
+        store.record_fetches(&[fetched(&service, "aws", "10.0.1.8", hours(2))]).unwrap();
+        store.record_fetches(&[fetched(&service, "gcp", "10.0.2.7", hours(2))]).unwrap();
+        for i in 0..50 {
+            let agent = format!("bot {i}");
+            store.record_fetches(&[fetched(&service, &agent, "192.0.2.1", hours(1))]).unwrap();
+        }
+        publish(&registry, &service, &who, "new", 0, T0);
+        let at = |s: i64| T0 + Duration::seconds(s);
+        let answer = readiness(&registry, &service, "new", false, at(1)).unwrap();
+        assert_eq!(reasons(&answer), ["aws"], "{answer}");
+        assert_eq!(answer["verifiers"][0]["networks"], json!(["10.0.1.0/24"]));
+        // An agent first seen after the publication never joins; the verifier's agent from
+        // another network counts for nothing.
+        store.record_fetches(&[fetched(&service, "late", "10.0.9.1", at(2))]).unwrap();
+        store.record_fetches(&[fetched(&service, "late", "10.0.9.1", at(3700))]).unwrap();
+        store.record_fetches(&[fetched(&service, "aws", "192.0.2.1", at(3))]).unwrap();
+        let answer = readiness(&registry, &service, "new", false, at(3800)).unwrap();
+        assert_eq!(reasons(&answer), ["aws"], "{answer}");
+        assert_eq!(answer["safeToSign"], false);
+        // Its own network: safe.
+        store.record_fetches(&[fetched(&service, "aws", "10.0.1.200", at(3900))]).unwrap();
+        let answer = readiness(&registry, &service, "new", false, at(3901)).unwrap();
+        assert_eq!(answer["safeToSign"], true, "{answer}");
+        assert_eq!(answer["verifiers"][0]["fetchedSinceKey"], true);
+    }
+
+    #[test]
+    fn a_dismissed_verifier_holds_the_key_back_no_longer() {
+        let (registry, service, who) = new_service();
+        let store = &registry.store;
+        for h in [3, 2] {
+            let at = T0 - Duration::hours(h);
+            store.record_fetches(&[fetched(&service, "gone", "10.0.3.1", at)]).unwrap();
+        }
+        publish(&registry, &service, &who, "new", 0, T0);
+        let later = T0 + Duration::minutes(1);
+        let answer = readiness(&registry, &service, "new", false, later).unwrap();
+        assert_eq!(reasons(&answer), ["gone"]);
+        let refused = dismiss_verifier(&registry, &who, &service, "new", "nobody", later);
+        assert!(matches!(refused, Err(AppError::NotFound(_))), "{refused:?}");
+        let refused = dismiss_verifier(&registry, &who, &service, "nokey", "gone", later);
+        assert!(matches!(refused, Err(AppError::NotFound(_))), "{refused:?}");
+        dismiss_verifier(&registry, &who, &service, "new", "gone", later).unwrap();
+        let answer = readiness(&registry, &service, "new", false, later).unwrap();
+        assert_eq!(answer["safeToSign"], true, "{answer}");
+        assert_eq!(answer["verifiers"], json!([]));
     }
 
     #[test]
     fn a_key_found_safe_stays_safe() {
-        let (registry, service) = published(60);
-        let fetched = |agent: &str, at: OffsetDateTime| DocumentFetches {
-            service_id: service.id,
-            document: crate::ports::FetchedDocument::Jwks,
-            ok: 1,
-            not_modified: 0,
-            last_at: at,
-            agents: vec![AgentFetches {
-                agent: agent.into(),
-                count: 1,
-                last_at: at,
-            }],
-        };
-        // A verifier of the day before.
+        let (registry, service, who) = new_service();
+        // A verifier of the days before.
         let store = &registry.store;
-        store
-            .record_fetches(&[fetched("aws", T0 - Duration::days(1))])
-            .unwrap();
+        for days in [2, 1] {
+            let at = T0 - Duration::days(days);
+            store.record_fetches(&[fetched(&service, "aws", "10.0.1.1", at)]).unwrap();
+        }
+        publish(&registry, &service, &who, "new", 60, T0);
         let at = |s: i64| T0 + Duration::seconds(s);
         let answer = readiness(&registry, &service, "new", false, at(30)).unwrap();
         assert_eq!(answer["safeToSign"], false);
@@ -302,14 +511,14 @@ mod tests {
             .map(|p| p["reason"].as_str().unwrap())
             .collect();
         assert_eq!(reasons, ["lead", "verifier"]);
-        store.record_fetches(&[fetched("aws", at(90))]).unwrap();
+        store.record_fetches(&[fetched(&service, "aws", "10.0.1.1", at(90))]).unwrap();
         let answer = readiness(&registry, &service, "new", false, at(100)).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
         assert_eq!(answer["safeToSignAt"], rfc3339(at(90)));
         assert_eq!(answer["pending"], json!([]));
         assert_eq!(answer["verifiers"][0]["fetchedSinceKey"], true);
         // Evidence that would move the time does not: it stays what it was found.
-        store.record_fetches(&[fetched("aws", at(500))]).unwrap();
+        store.record_fetches(&[fetched(&service, "aws", "10.0.1.1", at(500))]).unwrap();
         let answer = readiness(&registry, &service, "new", false, at(600)).unwrap();
         assert_eq!(answer["safeToSignAt"], rfc3339(at(90)));
         assert!(matches!(

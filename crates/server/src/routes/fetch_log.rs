@@ -5,18 +5,21 @@
 
 use crate::body::{content_type, read_bytes};
 use crate::problem::{ApiError, ApiResult};
-use crate::public::served_document;
+use crate::client_ip;
+use crate::public::{custom_domain, served_document};
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
+use registry_domain::network::Network;
 use registry_domain::ports::FetchedDocument;
 use registry_domain::Violation;
 use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
+use time::{Duration, OffsetDateTime};
 
 /// The media type of the body: one JSON object a line.
 pub const NDJSON: &str = "application/x-ndjson";
@@ -31,6 +34,10 @@ struct Line {
     status: Status,
     method: String,
     user_agent: String,
+    /// The client's address as the cache saw it (docs/api.md, "Key readiness"): what
+    /// recognises a verifier by its network.
+    #[serde(default)]
+    client_address: Option<String>,
 }
 
 /// A status as a number, or as the text of one (log formats write either).
@@ -49,7 +56,16 @@ struct Fetch {
     document: FetchedDocument,
     not_modified: bool,
     agent: String,
+    network: Network,
 }
+
+/// How much older than the batch's arrival a line may be and still count (docs/api.md, "Behind
+/// a CDN"): a cache ships its log within seconds, and an old line could only forge evidence.
+const OLDEST_LINE: Duration = Duration::minutes(10);
+/// How much newer than the batch's arrival a line may be (the cache's clock may run ahead).
+const NEWEST_LINE: Duration = Duration::minutes(1);
+/// The largest batch, whatever `REGISTRY_MAX_BODY_BYTES` says (docs/api.md, "Behind a CDN").
+pub const MAX_BATCH_BYTES: usize = 1 << 20;
 
 /// Whether `given` is the configured token, in constant time (both are hashed first, so the
 /// comparison's length is the digest's).
@@ -74,9 +90,16 @@ fn parse(number: usize, text: &str) -> Result<Option<Fetch>, Violation> {
         Status::Text(text) => text.parse().ok(),
     }
     .ok_or_else(|| malformed("status is not a number".into()))?;
+    let address = match line.client_address.as_deref() {
+        None | Some("-") => client_ip::UNKNOWN,
+        Some(text) => text.parse::<IpAddr>().map_err(|_| {
+            malformed(format!("clientAddress {text:?} is not an IP address"))
+        })?,
+    };
     let counted = matches!(line.method.as_str(), "GET" | "HEAD") && matches!(status, 200 | 304);
     let document = served_document(&line.path).filter(|_| counted);
     Ok(document.map(|document| Fetch {
+        network: Network::of(address),
         at,
         host: line.host,
         document,
@@ -109,7 +132,7 @@ pub async fn post(
     if !bearer.is_some_and(|given| same_token(given, expected)) {
         return Err(ApiError::Unauthorized { detail: None });
     }
-    let body = read_bytes(&req, payload, state.settings.max_body_bytes).await?;
+    let body = read_bytes(&req, payload, MAX_BATCH_BYTES).await?;
     if content_type(&req) != NDJSON {
         return Err(ApiError::UnsupportedMediaType);
     }
@@ -131,31 +154,40 @@ pub async fn post(
     if !problems.is_empty() {
         return Err(ApiError::Validation(problems));
     }
-    // The service a host publishes for, looked up once per host of the batch.
-    let mut services: HashMap<String, Option<uuid::Uuid>> = HashMap::new();
+    // The service a host publishes for, and whether the host is its custom domain, looked up
+    // once per host of the batch.
+    let mut services: HashMap<String, Option<(uuid::Uuid, bool)>> = HashMap::new();
     let mut accepted = 0;
     let now = state.now();
     for fetch in fetches {
+        if fetch.at < now - OLDEST_LINE || fetch.at > now + NEWEST_LINE {
+            continue;
+        }
         if !services.contains_key(&fetch.host) {
-            let subdomain = state
-                .replica
-                .hosting
-                .issuers()
-                .subdomain_of_host(&fetch.host);
-            let service = match subdomain {
-                Some(subdomain) => (state.replica.current(&subdomain, now).await?)
-                    .map(|hosted| hosted.service_id()),
+            let issuers = state.replica.hosting.issuers();
+            let named = match issuers.subdomain_of_host(&fetch.host) {
+                Some(subdomain) => Some((subdomain.to_string(), false)),
+                None => custom_domain(&state, &fetch.host)
+                    .map(|served| (served.subdomain.to_string(), true)),
+            };
+            let service = match named {
+                Some((subdomain, on_domain)) => (state.replica.current(&subdomain, now).await?)
+                    .map(|hosted| (hosted.service_id(), on_domain)),
                 None => None,
             };
             services.insert(fetch.host.clone(), service);
         }
-        if let Some(Some(service)) = services.get(&fetch.host) {
-            let agent = fetch.agent.as_bytes();
+        if let Some(Some((service, on_domain))) = services.get(&fetch.host) {
+            let document = match on_domain {
+                true => fetch.document.on_custom_domain(),
+                false => fetch.document,
+            };
             (state.replica.fetches).record(
                 *service,
-                fetch.document,
+                document,
                 fetch.not_modified,
-                agent,
+                fetch.agent.as_bytes(),
+                fetch.network,
                 fetch.at,
             );
             accepted += 1;
@@ -181,6 +213,7 @@ mod tests {
         assert_eq!(fetch.document, FetchedDocument::Jwks);
         assert!(fetch.not_modified);
         assert_eq!(fetch.at.millisecond(), 250);
+        assert_eq!(fetch.network, Network::of(client_ip::UNKNOWN), "no address: unknown");
         assert!(parse(
             1,
             &line("HEAD", "/.well-known/openid-configuration", "\"200\"")
@@ -193,6 +226,11 @@ mod tests {
         let bad = parse(3, r#"{"time":"yesterday"}"#).unwrap_err();
         assert_eq!(bad.pointer, "/2");
         assert!(bad.message.starts_with("line 3: "), "{}", bad.message);
+        let with_address = r#"{"time":"2026-11-26T12:00:01Z","host":"h","path":"/keys","status":200,"method":"GET","userAgent":"aws","clientAddress":"203.0.113.9"}"#;
+        let fetch = parse(1, with_address).unwrap().unwrap();
+        assert_eq!(fetch.network.to_string(), "203.0.113.0/24");
+        let bad = parse(1, &with_address.replace("203.0.113.9", "here")).unwrap_err();
+        assert!(bad.message.contains("clientAddress"), "{}", bad.message);
         let bad = parse(1, &line("GET", "/keys", "\"two hundred\"")).unwrap_err();
         assert!(bad.message.contains("status"), "{}", bad.message);
         assert!(same_token("s3cret", "s3cret") && !same_token("s3cret", "s3cre"));

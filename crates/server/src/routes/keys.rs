@@ -55,6 +55,23 @@ pub async fn readiness(
     Ok(HttpResponse::Ok().json(answer))
 }
 
+/// `DELETE /services/{subdomain}/keys/{kid}/readiness/verifiers/{agent}`: the owner dismisses a
+/// verifier of the key that will never come back (the agent percent-encoded, `/` as `%2F`).
+pub async fn dismiss_verifier(
+    ServiceCaller { service, caller }: ServiceCaller,
+    path: web::Path<(String, String, String)>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let (_, kid, agent) = path.into_inner();
+    let now = state.now();
+    state
+        .write(move |registry| {
+            readiness::dismiss_verifier(registry, &caller, &service, &kid, &agent, now)
+        })
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
 /// The query of the wiring guide.
 #[derive(Debug, Deserialize)]
 pub struct WiringQuery {

@@ -59,6 +59,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(|| not_allowed("DELETE"))),
             )
             .service(get_and_head("/keys/{kid}/readiness", keys::readiness))
+            .service(
+                web::resource("/keys/{kid}/readiness/verifiers/{agent}")
+                    .route(web::delete().to(keys::dismiss_verifier))
+                    .default_service(web::to(|| not_allowed("DELETE"))),
+            )
             .service(get_and_head("/federation", keys::federation))
             .service(
                 web::resource("/preflight")

@@ -1,0 +1,1 @@
+DROP TABLE fetch_networks;

@@ -3,7 +3,7 @@
 //! (`PURGE {path}` with the issuer's `Host`), so that a new key set is visible through the cache
 //! at once instead of when its copy expires.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 use url::Url;
 
@@ -21,6 +21,9 @@ pub struct BadTarget(pub String);
 #[derive(Debug)]
 pub struct Purger {
     targets: Vec<Url>,
+    /// Per target: whether its last purge attempt failed (an outage began and has not ended),
+    /// so that an outage is logged once, at its first failed attempt, and once when it ends.
+    down: Vec<AtomicBool>,
     client: reqwest::Client,
     purged: AtomicU64,
     failed: AtomicU64,
@@ -49,6 +52,7 @@ impl Purger {
             .build()
             .map_err(|e| BadTarget(e.to_string()))?;
         Ok(Some(Self {
+            down: targets.iter().map(|_| AtomicBool::new(false)).collect(),
             targets,
             client,
             purged: AtomicU64::new(0),
@@ -61,9 +65,9 @@ impl Purger {
     /// true when every cache purged every path.
     pub async fn purge(&self, authority: &str, paths: &[&str]) -> bool {
         let mut all = true;
-        for target in &self.targets {
+        for (index, target) in self.targets.iter().enumerate() {
             for path in paths {
-                let ok = self.purge_one(target, authority, path).await;
+                let ok = self.purge_one(index, target, authority, path).await;
                 let counter = if ok { &self.purged } else { &self.failed };
                 counter.fetch_add(1, Relaxed);
                 all &= ok;
@@ -72,7 +76,7 @@ impl Purger {
         all
     }
 
-    async fn purge_one(&self, target: &Url, authority: &str, path: &str) -> bool {
+    async fn purge_one(&self, index: usize, target: &Url, authority: &str, path: &str) -> bool {
         let Ok(url) = target.join(path) else {
             return false;
         };
@@ -85,10 +89,21 @@ impl Purger {
                 .send()
                 .await;
             let why = match sent {
-                Ok(answer) if answer.status().is_success() => return true,
+                Ok(answer) if answer.status().is_success() => {
+                    if self.outage_ends(index) {
+                        tracing::info!(cache = %target, "the cache takes purges again");
+                    }
+                    return true;
+                }
                 Ok(answer) => format!("answered {}", answer.status()),
                 Err(error) => error.to_string(),
             };
+            // An operator learns of an outage when it begins, not a minute later (and only if
+            // it lasts that long): once per cache and outage, not at every retry.
+            if self.outage_begins(index) {
+                tracing::warn!(cache = %target, host = authority, path, why,
+                    "a purge attempt failed; retrying with backoff for up to 60 s");
+            }
             if started.elapsed() + pause > RETRY_FOR {
                 tracing::warn!(cache = %target, host = authority, path, why, "purge failed");
                 return false;
@@ -96,6 +111,20 @@ impl Purger {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(10));
         }
+    }
+
+    /// Records a failed attempt on target `index`: true when it is the first of an outage.
+    fn outage_begins(&self, index: usize) -> bool {
+        self.down
+            .get(index)
+            .is_some_and(|down| !down.swap(true, Relaxed))
+    }
+
+    /// Records a purge that succeeded on target `index`: true when it ends an outage.
+    fn outage_ends(&self, index: usize) -> bool {
+        self.down
+            .get(index)
+            .is_some_and(|down| down.swap(false, Relaxed))
     }
 
     /// Paths purged, and paths whose purge failed, so far.
@@ -107,6 +136,33 @@ impl Purger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outage_is_noted_once_when_it_begins_and_once_when_it_ends() {
+        let purger = Purger::new(&["http://127.0.0.1:6081".into(), "http://cdn:80".into()])
+            .unwrap()
+            .unwrap();
+        assert!(purger.outage_begins(0), "the first failed attempt");
+        assert!(!purger.outage_begins(0), "not every retry");
+        assert!(purger.outage_begins(1), "per cache");
+        assert!(purger.outage_ends(0));
+        assert!(!purger.outage_ends(0));
+        assert!(purger.outage_begins(0), "the next outage");
+    }
+
+    /// A purge of a cache that refuses connections logs its first failed attempt at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_purge_is_logged_at_its_first_attempt() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let purger = Purger::new(&[format!("http://127.0.0.1:{port}")]).unwrap().unwrap();
+        assert!(!purger.purge("s.example", &["/openid/v1/jwks"]).await);
+        assert_eq!(purger.outcomes(), (0, 1));
+        assert!(!purger.outage_begins(0), "the outage was noted");
+    }
 
     #[test]
     fn targets_are_cache_addresses() {

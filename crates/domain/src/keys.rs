@@ -118,6 +118,10 @@ pub struct KeyRecord {
     /// before sources existed are the default source's.
     #[serde(default = "default_source", skip_serializing_if = "is_default_source")]
     pub source: String,
+    /// The other key sources that uploaded it with the same material since (docs/api.md, "Key
+    /// sources"): it belongs to each, and retires only when none of them still has it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_sources: Vec<String>,
     /// Its verifiers, fixed when it was first published (docs/api.md, "Key readiness"); `None`
     /// for a key published before they were fixed, whose verifiers are found from the evidence
     /// of its week before.
@@ -173,6 +177,39 @@ fn default_lead_seconds() -> u32 {
 }
 
 impl KeyRecord {
+    /// Whether `source` holds the key (it published it first, or uploaded it since).
+    pub fn held_by(&self, source: &str) -> bool {
+        self.source == source || self.also_sources.iter().any(|s| s == source)
+    }
+
+    /// Every source that holds the key, the first publisher first.
+    pub fn sources(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.source.as_str()).chain(self.also_sources.iter().map(String::as_str))
+    }
+
+    /// The key with `source` added to its holders.
+    fn held_also_by(&self, source: &str) -> KeyRecord {
+        let mut key = self.clone();
+        if !key.held_by(source) {
+            key.also_sources.push(source.to_owned());
+        }
+        key
+    }
+
+    /// The key without `source` among its holders; `None` when it was the only one.
+    fn without_holder(&self, source: &str) -> Option<KeyRecord> {
+        let mut holders: Vec<&str> = self.sources().filter(|s| *s != source).collect();
+        if holders.is_empty() {
+            return None;
+        }
+        let first = holders.remove(0).to_owned();
+        Some(KeyRecord {
+            also_sources: holders.into_iter().map(str::to_owned).collect(),
+            source: first,
+            ..self.clone()
+        })
+    }
+
     /// Whether the key is in the public key set at `now`.
     pub fn is_published_at(&self, now: OffsetDateTime) -> bool {
         self.published_until.is_none_or(|until| now < until)
@@ -284,7 +321,7 @@ pub fn rotate(
         };
         let before = live.iter().find(|k| k.kid == kid);
         if let Some(before) = before.filter(|k| k.thumbprint != thumbprint) {
-            let whose = if before.source == source {
+            let whose = if before.held_by(source) {
                 String::new()
             } else {
                 format!(" by key source {:?}", before.source)
@@ -303,8 +340,9 @@ pub fn rotate(
             });
             continue;
         }
-        // The same key, current in another source, stays that source's: listed once.
-        if before.is_some_and(|k| k.retired_at.is_none() && k.source != source) {
+        // The same key, current already: listed once, held by this source too.
+        if let Some(before) = before.filter(|k| k.retired_at.is_none()) {
+            current.push(before.held_also_by(source));
             continue;
         }
         if before.is_none() {
@@ -319,6 +357,7 @@ pub fn rotate(
             published_until: None,
             lead_seconds: before.map_or(DEFAULT_LEAD_SECONDS, |k| k.lead_seconds),
             source: source.to_owned(),
+            also_sources: Vec::new(),
             verifiers: before.and_then(|k| k.verifiers.clone()),
         });
     }
@@ -333,7 +372,11 @@ pub fn rotate(
             // Retired earlier: its time is its own, an upload never changes it.
             Some(_) => kept.push(key.clone()),
             // Another source's current key: that source's uploads decide.
-            None if key.source != source => current.push(key.clone()),
+            None if !key.held_by(source) => current.push(key.clone()),
+            // This source dropped it, another still has it: it stays, theirs.
+            None if key.without_holder(source).is_some() => {
+                current.extend(key.without_holder(source));
+            }
             None => {
                 retired.push(key.kid.clone());
                 if retain > 0 && now < until {
@@ -485,7 +528,7 @@ pub fn upload(
     }
     let before: Vec<String> = previous
         .published(now)
-        .filter(|k| k.retired_at.is_none() && k.source == source)
+        .filter(|k| k.retired_at.is_none() && k.held_by(source))
         .map(|k| k.kid.clone())
         .collect();
     let kept_one = rotation
@@ -637,7 +680,7 @@ impl KeyState {
         let keys = &self.keys;
         self.sources.retain(|name, _| {
             keys.iter()
-                .any(|k| k.retired_at.is_none() && &k.source == name)
+                .any(|k| k.retired_at.is_none() && k.held_by(name))
         });
         self
     }
@@ -660,8 +703,11 @@ impl KeyState {
         for key in self.published(now) {
             if key.retired_at.is_some() {
                 retired.push(key.clone());
-            } else if key.source != source {
+            } else if !key.held_by(source) {
                 current.push(key.clone());
+            } else if let Some(kept) = key.without_holder(source) {
+                // Another source still has it: it stays current.
+                current.push(kept);
             } else if removed.retain_hours > 0 && now < until {
                 retiring.push(KeyRecord {
                     retired_at: Some(now),
@@ -686,10 +732,10 @@ impl KeyState {
         self.current_keys(|_| true)
     }
 
-    /// `{"keys": [...]}` of the current keys whose source `of` accepts.
+    /// `{"keys": [...]}` of the current keys one of whose sources `of` accepts.
     fn current_keys(&self, of: impl Fn(&str) -> bool) -> Value {
         let keys: Vec<Value> = (self.keys.iter())
-            .filter(|k| k.retired_at.is_none() && of(&k.source))
+            .filter(|k| k.retired_at.is_none() && k.sources().any(&of))
             .map(|k| Value::Object(k.jwk.clone()))
             .collect();
         json!({"keys": keys})
@@ -726,6 +772,7 @@ impl KeyState {
                             published_until: None,
                             lead_seconds: DEFAULT_LEAD_SECONDS,
                             source: default_source(),
+                            also_sources: Vec::new(),
                             verifiers: None,
                         })
                     })
@@ -823,6 +870,7 @@ impl KeyState {
                     "thumbprint": k.thumbprint,
                     "state": k.state(),
                     "source": k.source,
+                    "sources": k.sources().collect::<Vec<_>>(),
                     "firstPublishedAt": rfc3339(k.first_published_at),
                 });
                 if let Some(alg) = k.jwk.get("alg") {
@@ -1075,6 +1123,41 @@ mod tests {
         assert!(!without.sources.contains_key("blue"));
         assert!(without.without_source("blue", t0, None).is_none());
         assert!(without.source_upload("blue", &json!({})).is_none());
+    }
+
+    #[test]
+    fn a_key_uploaded_by_several_sources_belongs_to_each_and_retires_with_the_last() {
+        let t0 = datetime!(2026-11-23 10:00 UTC);
+        let upload = |state: &KeyState, source: &str, keys: &[Value]| {
+            let rotation = rotate(state, source, keys, 24, t0, None).unwrap();
+            let retired = rotation.retired.clone();
+            let state = rotation.state.with_upload(state, None, source, 24);
+            (retired, state)
+        };
+        let (_, blue) = upload(&KeyState::default(), "blue", &[key("shared", X1)]);
+        let (_, both) = upload(&blue, "green", &[key("shared", X1), key("g1", X2)]);
+        let shared = both.keys.iter().find(|k| k.kid == "shared").unwrap();
+        assert_eq!(shared.sources().collect::<Vec<_>>(), ["blue", "green"]);
+        assert_eq!(both.keys.iter().filter(|k| k.kid == "shared").count(), 1);
+        for source in ["blue", "green"] {
+            let listed = both.source_upload(source, &json!({})).unwrap();
+            let kids = listed["jwks"]["keys"].to_string();
+            assert!(kids.contains("\"shared\""), "{source}: {kids}");
+        }
+        // Blue's sync goes: the key stays current, green's alone.
+        let without_blue = both.without_source("blue", t0, None).unwrap();
+        let kept = without_blue.keys.iter().find(|k| k.kid == "shared").unwrap();
+        assert_eq!((kept.state(), kept.source.as_str()), ("current", "green"));
+        assert!(kept.also_sources.is_empty());
+        assert!(!without_blue.sources.contains_key("blue"));
+        // Blue uploads a set without it: green still has it, nothing retires.
+        let (retired, after) = upload(&both, "blue", &[key("b2", X3)]);
+        assert!(retired.is_empty(), "{retired:?}");
+        let kept = after.keys.iter().find(|k| k.kid == "shared").unwrap();
+        assert_eq!(kept.sources().collect::<Vec<_>>(), ["green"]);
+        // Then green drops it too: it retires.
+        let (retired, _) = upload(&after, "green", &[key("g1", X2)]);
+        assert_eq!(retired, ["shared"]);
     }
 
     #[test]

@@ -159,6 +159,7 @@ mod tests {
             published_until: until,
             lead_seconds: 600,
             source: crate::keys::DEFAULT_SOURCE.into(),
+            also_sources: Vec::new(),
             verifiers: None,
         }
     }

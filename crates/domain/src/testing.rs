@@ -402,6 +402,9 @@ impl CustomerStore for MemoryStore {
         s.services.retain(|x| x.customer_id != Some(id));
         s.accounts.retain(|a| a.customer_id != id);
         s.refusals.retain(|r| !accounts.contains(&r.account));
+        s.fetches.retain(|(service, _, _), _| !services.contains(service));
+        s.key_safe.retain(|(service, _), _| !services.contains(service));
+        s.purges.retain(|service, _| !services.contains(service));
         s.events.retain(|e| e.customer_id != Some(id));
         s.customers.retain(|c| c.id != id);
         let at = s

@@ -4,7 +4,10 @@ use crate::accounts::insert_account;
 use crate::error::Res;
 use crate::pool::Db;
 use crate::rows::{id_text, millis, uuid, CustomerRow};
-use crate::schema::{audit_events, customers, service_accounts, services};
+use crate::schema::{
+    audit_events, customers, fetch_agents, fetch_counts, fetch_networks, key_readiness, purges,
+    service_accounts, services,
+};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
@@ -143,6 +146,21 @@ impl CustomerStore for Store {
             };
             changed.extend(holdings(conn, &id)?);
             diesel::delete(audit_events::table.filter(audit_events::customer_id.eq(&id)))
+                .execute(conn)?;
+            // The fetch evidence of its services (agents, networks, counts) goes at once, not
+            // after its retention (docs/api.md, "Customer lifecycle"): no foreign key holds it.
+            let services = services::table
+                .filter(services::customer_id.eq(&id))
+                .select(services::id);
+            diesel::delete(fetch_networks::table.filter(fetch_networks::service_id.eq_any(services)))
+                .execute(conn)?;
+            diesel::delete(fetch_agents::table.filter(fetch_agents::service_id.eq_any(services)))
+                .execute(conn)?;
+            diesel::delete(fetch_counts::table.filter(fetch_counts::service_id.eq_any(services)))
+                .execute(conn)?;
+            diesel::delete(key_readiness::table.filter(key_readiness::service_id.eq_any(services)))
+                .execute(conn)?;
+            diesel::delete(purges::table.filter(purges::service_id.eq_any(services)))
                 .execute(conn)?;
             // Services, configurations, accounts and credentials go with it (ON DELETE CASCADE).
             diesel::delete(customers::table.find(&id)).execute(conn)?;

@@ -229,3 +229,62 @@ fn source_names_are_checked_and_the_cap_counts_every_source() {
     );
     assert_eq!(kids(&public_keys(&server, &sub).0).len(), 100);
 }
+
+/// The fourth security review (docs/api.md, "Key sources"): a key two sources upload belongs to
+/// each, so removing one source's sync keeps it published (it removed it before); a service has
+/// at most 8 sources, an anonymous one 1.
+#[test]
+fn a_shared_key_stays_while_a_source_has_it_and_sources_are_bounded() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let shared = SigningKey::generate(KeyKind::P256, "shared");
+    let put = |source: &str, keys: &[&SigningKey]| {
+        let jwks: Vec<Value> = keys.iter().map(|k| k.public_jwk()).collect();
+        put_keys_as(&server, &acme.token, &sub, Some(source), &jwks, None)
+    };
+    assert_eq!(put("blue", &[&shared]).status(), 200);
+    assert_eq!(put("green", &[&shared]).status(), 200);
+    for source in ["blue", "green"] {
+        let upload = json(config_of(
+            &server,
+            &acme.token,
+            &format!("/services/{sub}/config?source={source}"),
+        ));
+        assert_eq!(kids(&upload["jwks"]), ["shared"], "{source}");
+    }
+    let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    assert_eq!(inventory["keys"][0]["sources"], json!(["blue", "green"]));
+    let removed = server
+        .authed(
+            Method::DELETE,
+            &format!("/services/{sub}/config?source=blue"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(removed.status(), 204);
+    let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    assert_eq!(inventory["keys"][0]["state"], "current", "{inventory}");
+    assert_eq!(inventory["keys"][0]["source"], "green");
+    assert_eq!(kids(&public_keys(&server, &sub).0), ["shared"]);
+
+    // Eight sources; a ninth is refused, and nothing changes.
+    for i in 1..8 {
+        let key = SigningKey::generate(KeyKind::P256, &format!("k{i}"));
+        assert_eq!(put(&format!("s{i}"), &[&key]).status(), 200, "source {i}");
+    }
+    let ninth = SigningKey::generate(KeyKind::P256, "k9");
+    let problem = assert_problem(put("s9", &[&ninth]), 409, "too-many-sources");
+    assert!(problem["detail"].to_string().contains('8'), "{problem}");
+    assert!(!kids(&public_keys(&server, &sub).0).contains(&"k9".to_owned()));
+
+    // An anonymous service publishes from one source.
+    let (anon, secret) = server.anonymous_service();
+    let key = SigningKey::generate(KeyKind::P256, "a1");
+    let anonymous_put = |source: &str| {
+        put_keys_as(&server, &secret, &anon, Some(source), &[key.public_jwk()], None)
+    };
+    assert_eq!(anonymous_put("default").status(), 200);
+    assert_problem(anonymous_put("other"), 409, "too-many-sources");
+}

@@ -76,6 +76,7 @@ fn retired(kid: &str, until: OffsetDateTime) -> KeyRecord {
         published_until: Some(until),
         lead_seconds: 600,
         source: registry_domain::keys::DEFAULT_SOURCE.into(),
+        also_sources: Vec::new(),
         verifiers: None,
     }
 }
@@ -2119,9 +2120,21 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
     let (c, first, token) = seeded(store, "acme");
     let (_, other_first, other_token) = seeded(store, "globex");
     let s = published_api(store, c.id);
+    // Its services' fetch evidence goes with it at once (fourth security review).
+    let now = at(0);
+    store
+        .record_fetches(&[fetched_from(s.id, now, "aws", &["10.0.1.0/24"])])
+        .unwrap();
+    store.record_key_safe(s.id, "k1", now).unwrap();
+    store.record_purge(s.id, now).unwrap();
     let before = store.latest_change().unwrap();
 
     assert!(store.delete_customer("acme").unwrap());
+    assert!(store.fetches(s.id, now, 10).unwrap().is_empty());
+    let agents = ["aws".to_owned()];
+    assert!(store.verifier_fetches(s.id, &agents, now).unwrap().is_empty());
+    assert_eq!(store.key_safe_at(s.id, "k1").unwrap(), None);
+    assert_eq!(store.purged_through(s.id).unwrap(), None);
     assert_eq!(store.customer(c.id).unwrap(), None);
     assert_eq!(store.customer_by_tenant("acme").unwrap(), None);
     assert!(store.account(first.id).unwrap().is_none());

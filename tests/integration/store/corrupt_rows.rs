@@ -98,6 +98,7 @@ fn retired(kid: &str, until: OffsetDateTime) -> KeyRecord {
         published_until: Some(until),
         lead_seconds: 600,
         source: registry_domain::keys::DEFAULT_SOURCE.into(),
+        also_sources: Vec::new(),
         verifiers: None,
     }
 }

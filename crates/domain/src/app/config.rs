@@ -83,6 +83,10 @@ pub fn publish(
                                 key.verifiers = Some(verifiers.clone());
                             }
                         }
+                        if let Err(refused) = within_bounds(service, &keys) {
+                            outcome = Some(Err(refused));
+                            return None;
+                        }
                         let config = PublishedConfig {
                             service_id: service.id,
                             openid_configuration: publication.openid_configuration.to_string(),
@@ -96,7 +100,10 @@ pub fn publish(
                         Some(config)
                     }
                     Err(refused) => {
-                        outcome = Some(Err(refused));
+                        outcome = Some(Err(match refused.kid_reused {
+                            true => AppError::KidReused(refused.violations),
+                            false => AppError::Invalid(refused.violations),
+                        }));
                         None
                     }
                 }
@@ -107,12 +114,48 @@ pub fn publish(
             format!("no service {:?}", service.subdomain)
         }))?;
     match outcome {
-        Some(Ok(publication)) => Ok(publication),
-        Some(Err(refused)) if refused.kid_reused => Err(AppError::KidReused(refused.violations)),
-        Some(Err(refused)) => Err(AppError::Invalid(refused.violations)),
+        Some(outcome) => outcome,
         // The store calls `make` once for a service that exists.
         None => Err(services::not_found(&service.subdomain)),
     }
+}
+
+/// Key sources a registered service may publish from (docs/api.md, "Key sources").
+pub const MAX_SOURCES: usize = 8;
+/// Key sources an anonymous service may publish from.
+pub const MAX_ANONYMOUS_SOURCES: usize = 1;
+/// The most a service's key state may take, stored (every source's keys, retired ones and
+/// their verifiers): whatever is uploaded, what one service costs every replica is bounded.
+pub const MAX_KEY_STATE_BYTES: usize = 1 << 20;
+
+/// Refuses a key state past the bounds: more sources than the service may have (409
+/// `too-many-sources`), or more than [`MAX_KEY_STATE_BYTES`] stored (413).
+fn within_bounds(service: &Service, keys: &KeyState) -> Result<(), AppError> {
+    let most = match service.customer_id {
+        Some(_) => MAX_SOURCES,
+        None => MAX_ANONYMOUS_SOURCES,
+    };
+    let sources = keys.sources();
+    if sources.len() > most {
+        let names: Vec<&str> = sources.keys().map(String::as_str).collect();
+        return Err(AppError::TooManySources(format!(
+            "{:?} would publish keys from {} key sources ({}); it may have {most}: remove one \
+             first (DELETE /services/{{s}}/config?source=NAME)",
+            service.subdomain,
+            sources.len(),
+            names.join(", ")
+        )));
+    }
+    let size = serde_json::to_vec(keys).map_or(0, |bytes| bytes.len());
+    if size > MAX_KEY_STATE_BYTES {
+        return Err(AppError::TooLarge(format!(
+            "{:?}'s key state would take {size} bytes stored, every source's keys and the \
+             retired ones; at most {MAX_KEY_STATE_BYTES} are kept: upload fewer or smaller keys, \
+             or delete retired ones (DELETE /services/{{s}}/keys/{{kid}})",
+            service.subdomain
+        )));
+    }
+    Ok(())
 }
 
 /// Stops publishing `service`'s documents; the service stays.

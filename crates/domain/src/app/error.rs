@@ -46,6 +46,16 @@ pub enum AppError {
     /// No ACME directory is configured (409, `custom-domains-disabled`).
     #[error("{0}")]
     CustomDomainsDisabled(String),
+    /// The customer has as many unproven domain claims as it may (409,
+    /// `too-many-pending-domains`).
+    #[error("{0}")]
+    TooManyPendingDomains(String),
+    /// The service has as many key sources as it may (409, `too-many-sources`).
+    #[error("{0}")]
+    TooManySources(String),
+    /// What the change would store is larger than the registry keeps (413, with a sentence).
+    #[error("{0}")]
+    TooLarge(String),
     /// A per-customer quota is reached (403, `quota-exceeded`).
     #[error("{0}")]
     QuotaExceeded(String),

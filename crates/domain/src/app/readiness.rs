@@ -317,6 +317,7 @@ mod tests {
             published_until: None,
             lead_seconds,
             source: crate::keys::DEFAULT_SOURCE.into(),
+            also_sources: Vec::new(),
             verifiers: None,
         }
     }

@@ -154,6 +154,7 @@ mod tests {
             published_until,
             lead_seconds: 600,
             source: crate::keys::DEFAULT_SOURCE.into(),
+            also_sources: Vec::new(),
             verifiers: None,
         }
     }

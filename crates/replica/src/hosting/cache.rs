@@ -328,6 +328,7 @@ mod tests {
                 published_until: (i >= keys - retired).then(|| now + time::Duration::hours(1)),
                 lead_seconds: 600,
                 source: registry_domain::keys::DEFAULT_SOURCE.into(),
+                also_sources: Vec::new(),
                 verifiers: None,
             }
         };

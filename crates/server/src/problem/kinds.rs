@@ -74,8 +74,14 @@ kinds! {
         "The subdomain is taken, or several generated names in a row were.",
         "Choose another name, or retry to get another generated one.";
     DOMAIN_TAKEN = "domain-taken", 409, "Domain taken",
-        "Another service has this custom domain, in whatever status.",
-        "Remove it from the other service first (DELETE /services/{s}/domain), or choose another domain.";
+        "Another service holds this custom domain: its owner proved it with the TXT record first.",
+        "Choose another domain, or have it removed from the service that holds it (DELETE /services/{s}/domain).";
+    TOO_MANY_PENDING_DOMAINS = "too-many-pending-domains", 409, "Too many pending domains",
+        "The customer has as many custom domains waiting for their TXT record as it may (REGISTRY_MAX_PENDING_DOMAINS).",
+        "Set the TXT records of the domains already asked for, or remove the ones you will not prove (DELETE /services/{s}/domain).";
+    TOO_MANY_SOURCES = "too-many-sources", 409, "Too many key sources",
+        "The service publishes keys from as many key sources as it may (8; 1 for an anonymous service).",
+        "Upload as a source the service has already, or remove one (DELETE /services/{s}/config?source=NAME).";
     CUSTOM_DOMAINS_DISABLED = "custom-domains-disabled", 409, "Custom domains disabled",
         "This registry takes no custom domains: its operator has not configured an ACME directory (REGISTRY_ACME_DIRECTORY).",
         "Ask the operator to enable custom domains, or use the service's own issuer URL.";

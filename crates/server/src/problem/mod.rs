@@ -77,6 +77,15 @@ pub enum ApiError {
     /// Custom domains are not on (no ACME directory).
     #[error("{0}")]
     CustomDomainsDisabled(String),
+    /// The customer has as many unproven domain claims as it may.
+    #[error("{0}")]
+    TooManyPendingDomains(String),
+    /// The service has as many key sources as it may.
+    #[error("{0}")]
+    TooManySources(String),
+    /// What a change would store is too large, with a sentence.
+    #[error("{0}")]
+    TooLarge(String),
     /// The body did not arrive in time after the headers (docs/api.md, "Limits that hold (second
     /// security review)"); the connection closes after this answer.
     #[error("the request body did not arrive within {0} seconds of the headers")]
@@ -192,6 +201,9 @@ impl From<AppError> for ApiError {
             AppError::Conflict(detail) => ApiError::Conflict(detail),
             AppError::DomainTaken(detail) => ApiError::DomainTaken(detail),
             AppError::CustomDomainsDisabled(detail) => ApiError::CustomDomainsDisabled(detail),
+            AppError::TooManyPendingDomains(detail) => ApiError::TooManyPendingDomains(detail),
+            AppError::TooManySources(detail) => ApiError::TooManySources(detail),
+            AppError::TooLarge(detail) => ApiError::TooLarge(detail),
             AppError::QuotaExceeded(detail) => ApiError::QuotaExceeded(detail),
             AppError::Capacity {
                 retry_after_secs,
@@ -225,6 +237,9 @@ impl ApiError {
             ApiError::Conflict(_) => &kinds::CONFLICT,
             ApiError::DomainTaken(_) => &kinds::DOMAIN_TAKEN,
             ApiError::CustomDomainsDisabled(_) => &kinds::CUSTOM_DOMAINS_DISABLED,
+            ApiError::TooManyPendingDomains(_) => &kinds::TOO_MANY_PENDING_DOMAINS,
+            ApiError::TooManySources(_) => &kinds::TOO_MANY_SOURCES,
+            ApiError::TooLarge(_) => &kinds::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout(_) => &kinds::REQUEST_TIMEOUT,
             ApiError::QuotaExceeded(_) => &kinds::QUOTA_EXCEEDED,
             ApiError::PayloadTooLarge(_) => &kinds::PAYLOAD_TOO_LARGE,

@@ -30,6 +30,9 @@ use uuid::Uuid;
 /// then the domain.
 pub const CHALLENGE_LABEL: &str = "_registry-challenge";
 
+/// The code of a claim another service proved first.
+pub const DOMAIN_TAKEN: &str = "domain-taken";
+
 /// Longest domain name (RFC 1035).
 pub const MAX_DOMAIN: usize = 253;
 
@@ -236,6 +239,12 @@ impl CustomDomain {
     /// The name the TXT record is looked up under.
     pub fn challenge_name(&self) -> String {
         format!("{CHALLENGE_LABEL}.{}", self.domain)
+    }
+
+    /// Whether its service holds the name: proven by its TXT record (issuing or active). Until
+    /// then it is a claim, and other services may claim the name too.
+    pub fn is_held(&self) -> bool {
+        matches!(self.status, DomainStatus::Issuing | DomainStatus::Active)
     }
 
     /// Whether its documents are served now: active, with a certificate.

@@ -6,7 +6,7 @@
 //! [`IdentityTokenVerifier`] is asynchronous because fetching an issuer's keys is.
 
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
-use crate::custom_domain::CustomDomain;
+use crate::custom_domain::{CustomDomain, DomainProblem};
 use crate::network::Network;
 use crate::service::PublishedConfig;
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
@@ -602,9 +602,17 @@ pub trait DomainStore: Send + Sync {
     fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>>;
     /// The domain with this name (lower case), whatever its status.
     fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>>;
-    /// Adds the service's domain, or replaces it (another name starts over), with `event`.
-    /// `Conflict` when another service holds the name; `NotFound` when the service is gone.
+    /// Adds the service's claim of a domain, or replaces it (another name starts over), with
+    /// `event`. `Conflict` when another service holds the name proven (issuing or active);
+    /// another service's unproven claim of it is no conflict; `NotFound` when the service is
+    /// gone.
     fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()>;
+    /// How many of the customer's services' domains are unproven claims (verifying).
+    fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize>;
+    /// Records that `proven` (its TXT record found, now issuing) holds its name, and turns every
+    /// other service's claim of the name failed with `taken`; `false`, nothing written, when
+    /// another service holds the name already or the service's domain is no longer this name.
+    fn hold_domain(&self, proven: &CustomDomain, taken: &DomainProblem) -> StoreResult<bool>;
     /// Removes the service's domain, its certificate and its challenges; `false` when it had none.
     fn delete_domain(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// Records the worker's progress on a domain (no audit event), unless the service's domain

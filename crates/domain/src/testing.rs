@@ -20,7 +20,7 @@
 //! ```
 
 use crate::audit::{Action, AuditEvent, AuditPage, AuditQuery, Cursor, Trail};
-use crate::custom_domain::CustomDomain;
+use crate::custom_domain::{CustomDomain, DomainProblem};
 use crate::policy::PolicyKind;
 use crate::ports::{
     fetch_hour, AccountStore, AgentFetches, AuditLog, Ceiling, Change, ChangeFeed, CredentialOwner,
@@ -951,10 +951,52 @@ impl DomainStore for MemoryStore {
 
     fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>> {
         let s = self.lock();
-        Ok(s.domains
-            .values()
-            .find(|(d, _)| d.domain == domain)
-            .map(|(d, _)| d.clone()))
+        let mut named: Vec<&CustomDomain> = (s.domains.values())
+            .map(|(d, _)| d)
+            .filter(|d| d.domain == domain)
+            .collect();
+        // The holder when there is one; else the oldest claim.
+        named.sort_by_key(|d| (!d.is_held(), d.created_at, d.service_id));
+        Ok(named.first().map(|d| (*d).clone()))
+    }
+
+    fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize> {
+        let s = self.lock();
+        let services: Vec<Uuid> = (s.services.iter())
+            .filter(|x| x.customer_id == Some(customer_id))
+            .map(|x| x.id)
+            .collect();
+        Ok((s.domains.values())
+            .filter(|(d, _)| services.contains(&d.service_id))
+            .filter(|(d, _)| d.status == crate::custom_domain::DomainStatus::Verifying)
+            .count())
+    }
+
+    fn hold_domain(&self, proven: &CustomDomain, taken: &DomainProblem) -> StoreResult<bool> {
+        let mut s = self.lock();
+        let mine = s.domains.get(&proven.service_id);
+        if mine.is_none_or(|(d, _)| d.domain != proven.domain) {
+            return Ok(false);
+        }
+        let held_by_another = (s.domains.values())
+            .any(|(d, _)| d.domain == proven.domain && d.service_id != proven.service_id && d.is_held());
+        if held_by_another {
+            return Ok(false);
+        }
+        let mut changed = vec![Change::Service(proven.service_id)];
+        for (other, _) in s.domains.values_mut() {
+            if other.domain == proven.domain && other.service_id != proven.service_id {
+                other.status = crate::custom_domain::DomainStatus::Failed;
+                other.problem = Some(taken.clone());
+                changed.push(Change::Service(other.service_id));
+            }
+        }
+        if let Some((kept, _)) = s.domains.get_mut(&proven.service_id) {
+            *kept = stored_domain(proven);
+        }
+        let at = proven.created_at;
+        s.log(&changed, at);
+        Ok(true)
     }
 
     fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()> {
@@ -962,10 +1004,9 @@ impl DomainStore for MemoryStore {
         if !s.service_exists(domain.service_id) {
             return Err(StoreError::NotFound);
         }
-        let taken = s
-            .domains
-            .values()
-            .any(|(d, _)| d.domain == domain.domain && d.service_id != domain.service_id);
+        let taken = (s.domains.values()).any(|(d, _)| {
+            d.domain == domain.domain && d.service_id != domain.service_id && d.is_held()
+        });
         if taken {
             return Err(StoreError::Conflict("domain taken".into()));
         }

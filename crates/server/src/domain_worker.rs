@@ -48,7 +48,12 @@ async fn advance(state: &AppState, domain: CustomDomain) -> Result<(), crate::pr
         return Ok(());
     };
     let next = match domain.status {
-        DomainStatus::Verifying => worker.look(domain, state.now()).await,
+        DomainStatus::Verifying => {
+            let now = state.now();
+            let looked = worker.look(domain, now).await;
+            state.write(move |r| domains::looked(r, looked, now)).await?;
+            return Ok(());
+        }
         DomainStatus::Issuing | DomainStatus::Active => {
             let (id, now) = (domain.service_id, state.now());
             let until = now + ORDER_LOCK;

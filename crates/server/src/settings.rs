@@ -165,6 +165,12 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_FETCH_LOG_TOKEN", hide_env_values = true)]
     pub fetch_log_token: Option<String>,
 
+    /// How many custom domains of one customer may wait for their TXT record at once; past
+    /// it, `PUT /services/{s}/domain` answers 409 `too-many-pending-domains`.
+    #[arg(long, env = "REGISTRY_MAX_PENDING_DOMAINS", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub max_pending_domains: u64,
+
     /// The ACME directory custom domains get their certificates from (RFC 8555), such as
     /// `https://acme-v02.api.letsencrypt.org/directory`. Without it, custom domains are refused
     /// (409 `custom-domains-disabled`). Needs REGISTRY_DATA_KEY and TLS (REGISTRY_TLS_CERT).

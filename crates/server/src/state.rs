@@ -109,6 +109,8 @@ impl AppState {
                 anon_max_active: settings.anon_max_active,
                 custom_domains: custom_domains.is_some(),
                 verifier_hours: settings.verifier_hours,
+                max_pending_domains: usize::try_from(settings.max_pending_domains)
+                    .unwrap_or(usize::MAX),
             },
         });
         Ok(Self {

@@ -5,7 +5,7 @@
 use crate::error::{Failure, Res};
 use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis, readable, uuid};
-use crate::schema::{acme_accounts, acme_challenges, custom_domains};
+use crate::schema::{acme_accounts, acme_challenges, custom_domains, services};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
@@ -143,6 +143,19 @@ fn domain_row(conn: &mut Db, service_id: Uuid) -> Res<Option<CustomDomain>> {
         .transpose()
 }
 
+/// Whether a service other than `service_id` holds `domain` proven (issuing or active).
+fn held_by_another(conn: &mut Db, domain: &str, service_id: Uuid) -> Res<bool> {
+    let held = [DomainStatus::Issuing.as_str(), DomainStatus::Active.as_str()];
+    let holders = custom_domains::table
+        .filter(custom_domains::domain.eq(domain))
+        .filter(custom_domains::status.eq_any(held))
+        .filter(custom_domains::service_id.ne(id_text(service_id)))
+        .count()
+        .get_result::<i64>(conn)?;
+    Ok(holders > 0)
+}
+
+/// Challenges are kept by name: only the name's holder orders, so they are its.
 fn forget_challenges(conn: &mut Db, domain: &str) -> Res<()> {
     diesel::delete(acme_challenges::table.filter(acme_challenges::domain.eq(domain)))
         .execute(conn)?;
@@ -156,10 +169,14 @@ impl DomainStore for Store {
 
     fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>> {
         self.read(|conn| {
+            // The holder when there is one; else the oldest claim.
+            let held = [DomainStatus::Issuing.as_str(), DomainStatus::Active.as_str()];
+            let held_first = custom_domains::status.eq_any(held).desc();
             custom_domains::table
                 .filter(custom_domains::domain.eq(domain))
+                .order((held_first, custom_domains::created_at, custom_domains::service_id))
                 .select(domain_columns!())
-                .get_result::<DomainRow>(conn)
+                .first::<DomainRow>(conn)
                 .optional()?
                 .map(DomainRow::into_domain)
                 .transpose()
@@ -168,6 +185,12 @@ impl DomainStore for Store {
 
     fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
+            if held_by_another(conn, &domain.domain, domain.service_id)? {
+                return Err(Failure(StoreError::Conflict(format!(
+                    "{:?} is held by another service",
+                    domain.domain
+                ))));
+            }
             if let Some(old) = domain_row(conn, domain.service_id)? {
                 forget_challenges(conn, &old.domain)?;
             }
@@ -178,6 +201,49 @@ impl DomainStore for Store {
                 .execute(conn)?;
             changed.push(Change::Service(domain.service_id));
             Ok(())
+        })
+    }
+
+    fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize> {
+        self.read(|conn| {
+            let services = services::table
+                .filter(services::customer_id.eq(id_text(customer_id)))
+                .select(services::id);
+            let pending = custom_domains::table
+                .filter(custom_domains::service_id.eq_any(services))
+                .filter(custom_domains::status.eq(DomainStatus::Verifying.as_str()))
+                .count()
+                .get_result::<i64>(conn)?;
+            Ok(usize::try_from(pending).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn hold_domain(&self, proven: &CustomDomain, taken: &DomainProblem) -> StoreResult<bool> {
+        self.write(None, |conn, changed| {
+            let current = domain_row(conn, proven.service_id)?;
+            if current.is_none_or(|c| c.domain != proven.domain)
+                || held_by_another(conn, &proven.domain, proven.service_id)?
+            {
+                return Ok(false);
+            }
+            write_domain(conn, proven)?;
+            changed.push(Change::Service(proven.service_id));
+            let others = custom_domains::table
+                .filter(custom_domains::domain.eq(&proven.domain))
+                .filter(custom_domains::service_id.ne(id_text(proven.service_id)))
+                .select(custom_domains::service_id)
+                .load::<String>(conn)?;
+            diesel::update(custom_domains::table.filter(custom_domains::service_id.eq_any(&others)))
+                .set((
+                    custom_domains::status.eq(DomainStatus::Failed.as_str()),
+                    custom_domains::error_code.eq(&taken.code),
+                    custom_domains::error_message.eq(&taken.message),
+                ))
+                .execute(conn)?;
+            for other in &others {
+                changed.push(Change::Service(uuid(other)?));
+            }
+            Ok(true)
         })
     }
 

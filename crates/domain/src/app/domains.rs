@@ -3,8 +3,8 @@
 //! follows are [`crate::custom_domain`]'s.
 
 use crate::app::{AppError, Caller, Registry};
-use crate::audit::Action;
-use crate::custom_domain::{check_domain, CustomDomain};
+use crate::audit::{Action, Actor, AuditEvent, Resource};
+use crate::custom_domain::{check_domain, CustomDomain, DomainProblem, DomainStatus, DOMAIN_TAKEN};
 use crate::{Service, StoreError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -38,9 +38,23 @@ pub fn set(
         ));
     }
     check_domain(domain, &registry.settings.issuers).map_err(|v| AppError::Invalid(vec![v]))?;
-    if let Some(current) = registry.store.domain_of(service.id)? {
+    let current = registry.store.domain_of(service.id)?;
+    // The same domain again changes nothing, unless it failed: a PUT starts it over.
+    if let Some(current) = current.as_ref().filter(|c| c.status != DomainStatus::Failed) {
         if current.domain == domain {
-            return Ok(current);
+            return Ok(current.clone());
+        }
+    }
+    // Unproven claims are bounded per customer: each costs every replica's worker lookups.
+    if let Some(customer) = service.customer_id {
+        let replaced = current.is_some_and(|c| c.status == DomainStatus::Verifying);
+        let pending = (registry.store.pending_domains(customer)?).saturating_sub(usize::from(replaced));
+        let most = registry.settings.max_pending_domains;
+        if pending >= most {
+            return Err(AppError::TooManyPendingDomains(format!(
+                "your services have {pending} custom domains waiting for their TXT record; at \
+                 most {most} may wait at once: prove or remove one first"
+            )));
         }
     }
     let mut token = [0u8; 24];
@@ -55,7 +69,7 @@ pub fn set(
     match registry.store.put_domain(&added, &event) {
         Ok(()) => Ok(added),
         Err(StoreError::Conflict(_)) => Err(AppError::DomainTaken(format!(
-            "{domain:?} is another service's custom domain"
+            "{domain:?} is held by another service, whose owner proved it with the TXT record"
         ))),
         Err(StoreError::NotFound) => Err(crate::app::services::not_found(&service.subdomain)),
         Err(other) => Err(other.into()),
@@ -141,6 +155,52 @@ pub fn progress(registry: &Registry, next: &CustomDomain) -> Result<bool, AppErr
     Ok(registry.store.update_domain(next)?)
 }
 
+/// Records a TXT lookup's outcome (`looked`: the claim after [`CustomDomain::checked`]) at
+/// `now`: a claim proven holds the name, and every other service's claim of it turns failed
+/// (`domain-taken`), unless another service proved it first (then this one fails so); a claim
+/// not proven in time is deleted, its name free again (a `system` event); any other outcome is
+/// recorded as it is.
+pub fn looked(
+    registry: &Registry,
+    looked: CustomDomain,
+    now: OffsetDateTime,
+) -> Result<bool, AppError> {
+    let taken = DomainProblem {
+        code: DOMAIN_TAKEN.into(),
+        message: format!(
+            "another service proved {} with its TXT record first",
+            looked.domain
+        ),
+    };
+    match looked.status {
+        DomainStatus::Issuing => {
+            if registry.store.hold_domain(&looked, &taken)? {
+                return Ok(true);
+            }
+            let refused = CustomDomain {
+                status: DomainStatus::Failed,
+                problem: Some(taken),
+                ..looked
+            };
+            Ok(registry.store.update_domain(&refused)?)
+        }
+        DomainStatus::Failed => {
+            let Some(service) = registry.store.service(looked.service_id)? else {
+                return Ok(false);
+            };
+            let event = AuditEvent::new(
+                Action::DomainDelete,
+                Resource::service(service.id, &service.subdomain),
+                Actor::system(),
+                service.customer_id,
+                now,
+            );
+            Ok(registry.store.delete_domain(service.id, &event)?)
+        }
+        _ => Ok(registry.store.update_domain(&looked)?),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,10 +238,6 @@ mod tests {
             "the same domain changes nothing"
         );
         assert!(matches!(
-            set(&registry, &caller, &b, "login.acme.com", NOW),
-            Err(AppError::DomainTaken(_))
-        ));
-        assert!(matches!(
             set(&registry, &caller, &b, "Login.acme.com", NOW),
             Err(AppError::Invalid(_))
         ));
@@ -196,6 +252,62 @@ mod tests {
         assert_eq!(store.events_of(Action::DomainDelete).len(), 1);
         // Free again: the other service takes it.
         assert!(set(&registry, &caller, &b, "login.acme.com", NOW).is_ok());
+    }
+
+    /// The fourth security review: a domain is held only once proven; other claims of it are
+    /// no conflict until then, and turn failed once another service proves it.
+    #[test]
+    fn a_domain_is_held_by_the_first_to_prove_it() {
+        let (registry, store, caller, a, b) = two_services(true);
+        let schedule = crate::custom_domain::Schedule::default();
+        let claim_a = set(&registry, &caller, &a, "login.acme.com", NOW).unwrap();
+        let claim_b = set(&registry, &caller, &b, "login.acme.com", NOW).unwrap();
+        assert_ne!(claim_a.txt_token, claim_b.txt_token);
+        // b proves it first: it holds the name, a's claim fails.
+        let proven = claim_b.clone().checked(true, &schedule, NOW);
+        assert!(looked(&registry, proven, NOW).unwrap());
+        assert_eq!(get(&registry, &b).unwrap().status, DomainStatus::Issuing);
+        let lost = get(&registry, &a).unwrap();
+        assert_eq!(lost.status, DomainStatus::Failed);
+        assert_eq!(lost.problem.unwrap().code, "domain-taken");
+        // a's late proof changes nothing; a new claim of the name is a 409 naming no one.
+        let late = claim_a.checked(true, &schedule, NOW);
+        looked(&registry, late, NOW).unwrap();
+        assert_eq!(get(&registry, &a).unwrap().status, DomainStatus::Failed);
+        let refused = set(&registry, &caller, &a, "login.acme.com", NOW);
+        let Err(AppError::DomainTaken(detail)) = refused else {
+            panic!("{refused:?}")
+        };
+        assert!(!detail.contains(&b.subdomain), "{detail}");
+        assert_eq!(store.domain_named("login.acme.com").unwrap().unwrap().service_id, b.id);
+    }
+
+    #[test]
+    fn a_claim_not_proven_in_time_is_deleted_and_claims_are_bounded() {
+        let (mut registry, store, caller, a, _) = two_services(true);
+        let schedule = crate::custom_domain::Schedule::default();
+        let claim = set(&registry, &caller, &a, "login.acme.com", NOW).unwrap();
+        let later = NOW + schedule.give_up_after;
+        let expired = claim.checked(false, &schedule, later);
+        assert!(looked(&registry, expired, later).unwrap());
+        assert!(matches!(get(&registry, &a), Err(AppError::NotFound(_))));
+        assert!(store.domain_named("login.acme.com").unwrap().is_none());
+        let deleted = store.events_of(Action::DomainDelete);
+        assert_eq!(deleted.len(), 1);
+        assert_eq!(deleted[0].actor, Actor::system());
+
+        registry.settings.max_pending_domains = 2;
+        let create =
+            || services::create(&registry, &caller, CreateService::default(), NOW).unwrap();
+        let services: Vec<Service> = (0..3).map(|_| create()).collect();
+        set(&registry, &caller, &services[0], "a.acme.com", NOW).unwrap();
+        set(&registry, &caller, &services[1], "b.acme.com", NOW).unwrap();
+        assert!(matches!(
+            set(&registry, &caller, &services[2], "c.acme.com", NOW),
+            Err(AppError::TooManyPendingDomains(_))
+        ));
+        // Replacing one's own claim is no new one.
+        set(&registry, &caller, &services[1], "b2.acme.com", NOW).unwrap();
     }
 
     #[test]

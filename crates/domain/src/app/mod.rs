@@ -60,6 +60,9 @@ pub struct Settings {
     /// the next key ([`crate::keys::VERIFIER_HOURS`]; only tests that cannot wait an hour set
     /// less).
     pub verifier_hours: u32,
+    /// How many unproven custom domain claims one customer may have at once
+    /// (`REGISTRY_MAX_PENDING_DOMAINS`).
+    pub max_pending_domains: usize,
 }
 
 impl Default for Settings {
@@ -72,6 +75,7 @@ impl Default for Settings {
             anon_max_active: 100_000,
             custom_domains: false,
             verifier_hours: crate::keys::VERIFIER_HOURS,
+            max_pending_domains: 5,
         }
     }
 }

@@ -1,0 +1,3 @@
+DROP INDEX custom_domains_held;
+DROP INDEX custom_domains_by_domain;
+CREATE UNIQUE INDEX custom_domains_domain_unique ON custom_domains (domain);

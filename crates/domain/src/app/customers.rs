@@ -7,6 +7,7 @@ use crate::credentials::{self, CredentialKind};
 use crate::naming::validate_tenant;
 use crate::policy::Policy;
 use crate::ports::{Ceiling, CredentialRecord, Storage, StoreResult};
+use crate::text::{text_violation, TextKind};
 use crate::{Customer, Plan, ServiceAccount, StoreError, Violation};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -66,7 +67,8 @@ pub fn unknown_tenant(tenant: &str) -> AppError {
 /// Creates a customer with its bootstrap account (a static policy on `"*"`, named
 /// "{name} bootstrap") and that account's token, hashed through the port, with the
 /// `customer.create` event, all in one storage call. A taken tenant suffix is a
-/// [`AppError::Conflict`]; an empty name is [`AppError::Invalid`] at `/name`.
+/// [`AppError::Conflict`]; an empty name, or one holding a control character
+/// ([`crate::text::check_text`]), is [`AppError::Invalid`] at `/name`.
 pub fn create(
     registry: &Registry,
     command: CreateCustomer,
@@ -84,6 +86,10 @@ pub fn create(
             "/name",
             "must not be empty",
         )]));
+    }
+    // The name is printed in the operator's terminal and in every bootstrap account's name.
+    if let Some(problem) = text_violation("/name", "name", &name, TextKind::Line) {
+        return Err(AppError::Invalid(vec![problem]));
     }
     let customer = Customer {
         id: Uuid::new_v4(),
@@ -364,6 +370,21 @@ mod tests {
             name,
             AppError::Invalid(vec![Violation::new("/name", "must not be empty")])
         );
+        for bad in [
+            "Glo\u{1b}]52;c;aGk=\u{7}bex",
+            "Globex\nInc",
+            "Globex\u{85}",
+            "G\u{2028}",
+        ] {
+            match create(&registry, new("globex", "team", bad), LATER).unwrap_err() {
+                AppError::Invalid(problems) => {
+                    assert_eq!(problems.len(), 1, "{bad:?}");
+                    assert_eq!(problems[0].pointer, "/name", "{bad:?}");
+                    assert!(problems[0].message.contains("control"), "{bad:?}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
         assert_eq!(store.customers().unwrap().len(), 1);
         assert_eq!(store.events(), before);
     }

@@ -39,6 +39,10 @@ pub enum Action {
     CustomerCreate,
     /// An operator changed a customer's plan from the command line (`customer set-plan`).
     CustomerUpdate,
+    /// An operator disabled a customer from the command line (`customer disable`).
+    CustomerDisable,
+    /// An operator enabled a disabled customer again (`customer enable`).
+    CustomerEnable,
     /// A customer's service was registered.
     ServiceCreate,
     /// A customer's service's title or description changed.
@@ -79,9 +83,11 @@ pub enum Action {
 
 impl Action {
     /// Every action, in the contract's order.
-    pub const ALL: [Action; 20] = [
+    pub const ALL: [Action; 22] = [
         Action::CustomerCreate,
         Action::CustomerUpdate,
+        Action::CustomerDisable,
+        Action::CustomerEnable,
         Action::ServiceCreate,
         Action::ServiceUpdate,
         Action::ServiceDelete,
@@ -107,6 +113,8 @@ impl Action {
         match self {
             Action::CustomerCreate => "customer.create",
             Action::CustomerUpdate => "customer.update",
+            Action::CustomerDisable => "customer.disable",
+            Action::CustomerEnable => "customer.enable",
             Action::ServiceCreate => "service.create",
             Action::ServiceUpdate => "service.update",
             Action::ServiceDelete => "service.delete",
@@ -340,6 +348,61 @@ impl Resource {
     }
 }
 
+/// One member an update changed, with its value before and after, as the API shows them
+/// (`null` for none). Never a secret: a token, a secret or its hash is never a member recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberChange {
+    /// The member's name as the API or the command line shows it (`plan`, `disabledAt`, `title`).
+    pub member: String,
+    /// Its value before the update.
+    pub old: Value,
+    /// Its value after it.
+    pub new: Value,
+}
+
+/// The changes of an event as the trail shows and stores them: `{"plan": {"old": "free",
+/// "new": "team"}}`.
+pub fn changes_to_json(changes: &[MemberChange]) -> Value {
+    Value::Object(
+        changes
+            .iter()
+            .map(|c| {
+                (
+                    c.member.clone(),
+                    json!({"old": c.old.clone(), "new": c.new.clone()}),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The changes [`changes_to_json`] wrote; `None` when `value` is not of that shape.
+pub fn changes_from_json(value: &Value) -> Option<Vec<MemberChange>> {
+    value
+        .as_object()?
+        .iter()
+        .map(|(member, change)| {
+            let change = change.as_object()?;
+            Some(MemberChange {
+                member: member.clone(),
+                old: change.get("old")?.clone(),
+                new: change.get("new")?.clone(),
+            })
+        })
+        .collect()
+}
+
+/// An instant as a change's value: RFC 3339 in whole seconds, as every timestamp of the API;
+/// `null` for none.
+pub fn instant_value(at: Option<OffsetDateTime>) -> Value {
+    at.map_or(Value::Null, |at| {
+        at.replace_nanosecond(0)
+            .unwrap_or(at)
+            .format(&Rfc3339)
+            .map_or(Value::Null, Value::String)
+    })
+}
+
 /// One change, as the trail keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEvent {
@@ -359,6 +422,8 @@ pub struct AuditEvent {
     pub ip: Option<String>,
     /// The request's `X-Request-Id`, for changes requested over HTTP.
     pub request_id: Option<String>,
+    /// What an update changed, member by member; empty for events that are not updates.
+    pub changes: Vec<MemberChange>,
 }
 
 impl AuditEvent {
@@ -379,7 +444,21 @@ impl AuditEvent {
             actor,
             ip: None,
             request_id: None,
+            changes: Vec::new(),
         }
+    }
+
+    /// The event recording that `member` went from `old` to `new` (after the members recorded
+    /// before it). A member whose value is the same before and after is not recorded.
+    pub fn with_change(mut self, member: &str, old: Value, new: Value) -> AuditEvent {
+        if old != new {
+            self.changes.push(MemberChange {
+                member: member.to_owned(),
+                old,
+                new,
+            });
+        }
+        self
     }
 
     /// The event with the client's address and request id of the HTTP request that made it.
@@ -422,6 +501,9 @@ impl AuditEvent {
         }
         if let Some(request_id) = &self.request_id {
             event["requestId"] = request_id.clone().into();
+        }
+        if !self.changes.is_empty() {
+            event["changes"] = changes_to_json(&self.changes);
         }
         event
     }
@@ -580,6 +662,40 @@ mod tests {
             .map(|after| Cursor { after }.encode().len())
             .collect();
         assert_eq!(lengths.len(), 1);
+    }
+
+    #[test]
+    fn an_update_shows_the_members_it_changed_with_old_and_new_values() {
+        let event = AuditEvent::new(
+            Action::CustomerUpdate,
+            Resource::customer(Uuid::nil()),
+            Actor::operator(),
+            None,
+            OffsetDateTime::UNIX_EPOCH,
+        )
+        .with_change("plan", json!("free"), json!("team"))
+        .with_change("name", json!("Acme"), json!("Acme"));
+        let json = event.to_json();
+        assert_eq!(
+            json["changes"],
+            json!({"plan": {"old": "free", "new": "team"}})
+        );
+        assert_eq!(
+            changes_from_json(&json["changes"]).as_deref(),
+            Some(event.changes.as_slice())
+        );
+        let plain = AuditEvent {
+            changes: Vec::new(),
+            ..event
+        };
+        assert!(plain.to_json().get("changes").is_none());
+        assert_eq!(changes_from_json(&json!({"plan": "team"})), None);
+    }
+
+    #[test]
+    fn customer_disable_and_enable_are_actions_of_their_own() {
+        assert_eq!(Action::CustomerDisable.as_str(), "customer.disable");
+        assert_eq!("customer.enable".parse(), Ok(Action::CustomerEnable));
     }
 
     #[test]

@@ -170,16 +170,19 @@ fn backoff(first: Duration, longest: Duration, attempts: u32) -> Duration {
     (first * factor).min(longest)
 }
 
-/// Checks a domain a customer asks for: a lower-case DNS name of at least two labels, no
-/// wildcard, no port, at most 253 characters, neither the API's host nor under the issuers'
-/// base. The violation points at `/domain`.
+/// Checks a domain a customer asks for: a lower-case DNS name of at least two labels whose
+/// last label is alphabetic, no IP address in any form a resolver reads as one (`127.0.0.1`,
+/// `0x7f.1`, `0177.0.0.1`), no wildcard, no port, at most 253 characters, and neither the API's
+/// host nor the issuers' base, nor a name under them or above them
+/// ([`Issuers::refuses_custom_domain`]). The violation points at `/domain`.
 ///
 /// ```
 /// use registry_domain::custom_domain::check_domain;
 /// use registry_domain::issuer::Issuers;
 /// let issuers = Issuers::new("https://{subdomain}.oidc.example.com", "https://registry.example.com").unwrap();
 /// assert!(check_domain("login.acme.com", &issuers).is_ok());
-/// for bad in ["Login.acme.com", "acme", "*.acme.com", "acme.com:443", "a..b", "-a.com", "x.oidc.example.com"] {
+/// for bad in ["Login.acme.com", "acme", "*.acme.com", "acme.com:443", "a..b", "-a.com", "x.oidc.example.com",
+///             "127.0.0.1", "0x7f.1", "login.acme.123", "example.com", "x.registry.example.com"] {
 ///     assert_eq!(check_domain(bad, &issuers).unwrap_err().pointer, "/domain", "{bad}");
 /// }
 /// ```
@@ -203,16 +206,44 @@ pub fn check_domain(domain: &str, issuers: &Issuers) -> Result<(), Violation> {
             && l.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     };
+    // Before the label rules: `2130706433` is one label, and its answer should say why.
+    if is_ipv4_literal(domain) {
+        return refuse(format!(
+            "{domain:?} is an IP address as a resolver reads it: a custom domain is a DNS name"
+        ));
+    }
     if labels.len() < 2 || !labels.iter().all(label_ok) {
         return refuse(format!(
             "{domain:?} is not a lower-case DNS name of at least two labels (letters, digits and \
              hyphens, such as login.example.com)"
         ));
     }
+    // A top-level domain is letters: a numeric last label is how resolvers and URL parsers tell
+    // an IPv4 address in one of its many spellings from a name.
+    if !labels
+        .last()
+        .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_lowercase()))
+    {
+        return refuse(format!(
+            "the last label of {domain:?} is not alphabetic: it is not a name on the public DNS"
+        ));
+    }
     match issuers.refuses_custom_domain(domain) {
         Some(why) => refuse(why),
         None => Ok(()),
     }
+}
+
+/// Whether `text` is an IPv4 address as `inet_aton` (and so most resolvers and URL parsers)
+/// reads it: one to four parts separated by dots, each decimal, octal (a leading `0`) or
+/// hexadecimal (`0x`): `127.0.0.1`, `0177.0.0.1`, `0x7f.1`, `2130706433`.
+fn is_ipv4_literal(text: &str) -> bool {
+    let part_ok = |part: &str| match part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+        Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        None => !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()),
+    };
+    let parts: Vec<&str> = text.split('.').collect();
+    parts.len() <= 4 && parts.into_iter().all(part_ok)
 }
 
 impl CustomDomain {
@@ -364,6 +395,92 @@ mod tests {
             not_after: T0 + Duration::days(days),
             issuer: "CN=Pebble".into(),
         }
+    }
+
+    #[test]
+    fn ip_literals_in_every_spelling_and_numeric_last_labels_are_refused() {
+        let issuers = Issuers::new(
+            "https://{subdomain}.oidc.example.com",
+            "https://registry.example.com",
+        )
+        .unwrap();
+        for bad in [
+            "127.0.0.1",
+            "169.254.169.254",
+            "0x7f.1",
+            "0x7f.0x0.0x0.0x1",
+            "0177.0.0.1",
+            "2130706433",
+            "10.1",
+            "0x0a000001",
+            "login.acme.123",
+            "login.acme.0x7f",
+            "acme.c0m",
+            "acme.co-m",
+        ] {
+            let refused = check_domain(bad, &issuers).unwrap_err();
+            assert_eq!(refused.pointer, "/domain", "{bad}");
+        }
+        assert!(check_domain("127.0.0.1", &issuers)
+            .unwrap_err()
+            .message
+            .contains("IP address"));
+        for good in [
+            "login.acme.com",
+            "1.acme.com",
+            "0x7f.acme.io",
+            "123.example.org",
+        ] {
+            assert_eq!(check_domain(good, &issuers), Ok(()), "{good}");
+        }
+    }
+
+    #[test]
+    fn the_api_host_the_issuer_base_and_names_above_or_below_them_are_refused() {
+        let issuers = Issuers::new(
+            "https://{subdomain}.oidc.example.com",
+            "https://api.registry.example.com:8443",
+        )
+        .unwrap();
+        for bad in [
+            "api.registry.example.com",
+            "x.api.registry.example.com",
+            "registry.example.com",
+            "example.com",
+            "oidc.example.com",
+            "acme.oidc.example.com",
+            "a.b.oidc.example.com",
+        ] {
+            assert_eq!(
+                check_domain(bad, &issuers).unwrap_err().pointer,
+                "/domain",
+                "{bad}"
+            );
+        }
+        for good in [
+            "login.example.org",
+            "xexample.com",
+            "oidc.example.com.evil.net",
+            "registry.example.net",
+        ] {
+            assert_eq!(check_domain(good, &issuers), Ok(()), "{good}");
+        }
+        // An issuer template with its subdomain inside a label: its base is the zone it is in.
+        let dashed = Issuers::new(
+            "https://{subdomain}-oidc.example.com",
+            "https://registry.example.net",
+        )
+        .unwrap();
+        for bad in [
+            "acme-oidc.example.com",
+            "example.com",
+            "x.example.com",
+            "x.registry.example.net",
+            "example.net",
+        ] {
+            assert!(check_domain(bad, &dashed).is_err(), "{bad}");
+        }
+        assert_eq!(check_domain("login.example.org", &dashed), Ok(()));
     }
 
     #[test]

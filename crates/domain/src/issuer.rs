@@ -122,27 +122,49 @@ impl Issuers {
         name_of(&self.authority_of(subdomain)).to_owned()
     }
 
-    /// Why `domain` (lower case, no port) cannot be a custom domain: the API's host, or a host
-    /// under the issuers' own base (`acme.oidc.example.com`, or `oidc.example.com` itself).
+    /// Why `domain` (lower case, no port) cannot be a custom domain: the API's host or the
+    /// issuers' base (the zone their hosts are in: `oidc.example.com` for
+    /// `{subdomain}.oidc.example.com`, `example.com` for `{subdomain}-oidc.example.com`), a
+    /// name under one of them (`acme.oidc.example.com`, `x.registry.example.com`), or a name
+    /// above one of them (`example.com`): a tenant holding any of these would answer for the
+    /// registry's own hosts or their certificates.
     ///
     /// ```
     /// use registry_domain::issuer::Issuers;
     /// let issuers = Issuers::new("https://{subdomain}.oidc.example.com", "https://registry.example.com").unwrap();
     /// assert!(issuers.refuses_custom_domain("login.customer.com").is_none());
     /// assert!(issuers.refuses_custom_domain("registry.example.com").is_some());
+    /// assert!(issuers.refuses_custom_domain("x.registry.example.com").is_some());
     /// assert!(issuers.refuses_custom_domain("a.oidc.example.com").is_some());
     /// assert!(issuers.refuses_custom_domain("oidc.example.com").is_some());
+    /// assert!(issuers.refuses_custom_domain("example.com").is_some());
     /// ```
     pub fn refuses_custom_domain(&self, domain: &str) -> Option<String> {
-        if domain.eq_ignore_ascii_case(&self.api_host) {
-            return Some(format!("{domain:?} is the registry's API host"));
+        // `a` is `b` or a name under it, at a label boundary.
+        let at_or_under = |a: &str, b: &str| {
+            !b.is_empty()
+                && (a.eq_ignore_ascii_case(b)
+                    || strip_suffix_ignore_case(a, b).is_some_and(|head| head.ends_with('.')))
+        };
+        if at_or_under(domain, &self.api_host) || at_or_under(&self.api_host, domain) {
+            return Some(format!(
+                "{domain:?} is the registry's API host {:?}, a name under it or a name above it",
+                self.api_host
+            ));
         }
-        let base = self.host_suffix.trim_start_matches('.');
-        let under = !base.is_empty()
-            && (domain.eq_ignore_ascii_case(base)
-                || strip_suffix_ignore_case(domain, &self.host_suffix).is_some());
-        under.then(|| {
-            format!("{domain:?} is under {base:?}, where the registry's own issuers are served")
+        // `.oidc.example.com` → `oidc.example.com`; `-oidc.example.com` → `example.com`.
+        let base = match self.host_suffix.split_once('.') {
+            Some((_, zone)) => zone,
+            None => self.host_suffix.as_str(),
+        };
+        let refused = strip_suffix_ignore_case(domain, &self.host_suffix).is_some()
+            || at_or_under(domain, base)
+            || at_or_under(base, domain);
+        refused.then(|| {
+            format!(
+                "{domain:?} is the issuers' base {base:?}, a name under it or a name above it, \
+                 where the registry's own issuers are served"
+            )
         })
     }
 

@@ -61,6 +61,7 @@ pub mod refusal;
 pub mod service;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod text;
 
 /// The policy engine, the crate `registry-policy`: documents, claim patterns, `evaluate`,
 /// `explain`, lint, policy tests and `compare`. Re-exported here so that the registry's code

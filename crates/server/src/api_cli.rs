@@ -5,6 +5,7 @@
 //! problem is one sentence on stderr (title, detail, each pointer) and exit 1; a wrong command
 //! line is clap's usage and exit 2.
 
+use registry_domain::text::escape_controls;
 use registry_oidc::sync::{config_path, path_segment as segment, Credentials, RegistryApi};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -492,7 +493,8 @@ fn problem_sentence(status: u16, body: &Value) -> String {
             error["message"].as_str().unwrap_or("")
         ));
     }
-    sentence
+    // The detail and messages may quote what the caller sent.
+    escape_controls(&sentence).into_owned()
 }
 
 /// The API client of a command and the runtime that drives it.
@@ -670,10 +672,7 @@ fn table(call: &Call, answer: &Value) -> String {
                 "firstPublishedAt": answer["firstPublishedAt"],
             }));
             for pending in answer["pending"].as_array().into_iter().flatten() {
-                text.push_str(&format!(
-                    "\npending: {}",
-                    pending["message"].as_str().unwrap_or_default()
-                ));
+                text.push_str(&format!("\npending: {}", cell(pending.get("message"))));
             }
             text.push_str("\n\n");
             text.push_str(&list(&answer["verifiers"], VERIFIERS));
@@ -728,14 +727,18 @@ fn table(call: &Call, answer: &Value) -> String {
     }
 }
 
-/// A value as a cell: text as it is, `-` for nothing, anything else as compact JSON.
+/// A value as a cell: text as it is, `-` for nothing, anything else as compact JSON; any
+/// control character escaped (`\u{1b}`), since a stored title or agent printed raw would act
+/// on the operator's terminal (docs/api.md, "Text people read").
 fn cell(value: Option<&Value>) -> String {
-    match value {
-        None | Some(Value::Null) => "-".into(),
-        Some(Value::String(text)) if text.is_empty() => "-".into(),
-        Some(Value::String(text)) => text.clone(),
+    let text = match value {
+        None | Some(Value::Null) => return "-".into(),
+        Some(Value::String(text)) if text.is_empty() => return "-".into(),
+        Some(Value::String(text)) => return escape_controls(text).into_owned(),
+        // serde_json leaves C1 controls and U+2028/U+2029 as they are.
         Some(other) => other.to_string(),
-    }
+    };
+    escape_controls(&text).into_owned()
 }
 
 /// Rows as aligned columns under their headers.
@@ -795,6 +798,31 @@ fn fields(answer: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_escape_sequence_is_printed_escaped_in_tables_fields_and_problems() {
+        let osc52 = "Dev\u{1b}]52;c;aGFjaw==\u{7}\u{1b}[2J\u{9b}31m\u{2028}";
+        let rows = [json!({"subdomain": "k3s-acme", "title": osc52,
+            "issuer": "http://k3s-acme.localhost:8080", "createdAt": "2026-11-26T10:00:00Z"})];
+        let text = rows_table(&rows, SERVICES);
+        assert!(
+            text.contains("Dev\\u{1b}]52;c;aGFjaw==\\u{7}\\u{1b}[2J\\u{9b}31m\\u{2028}"),
+            "{text}"
+        );
+        let one = fields(&json!({"title": osc52, "tags": [osc52]}));
+        let problem = problem_sentence(
+            400,
+            &json!({"title": "Invalid request", "detail": osc52, "errors": [{"pointer": "/title", "message": osc52}]}),
+        );
+        for shown in [text, one, problem] {
+            assert!(
+                !shown
+                    .chars()
+                    .any(|c| c != '\n' && registry_domain::text::is_control(c)),
+                "{shown:?}"
+            );
+        }
+    }
 
     #[test]
     fn lists_are_aligned_columns_with_a_dash_for_nothing() {

@@ -10,6 +10,7 @@ use actix_web::http::header;
 use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, HttpRequest};
 use futures_util::{Stream, StreamExt};
+use registry_domain::text::{text_violation, TextKind};
 use registry_domain::violation::escape_token;
 use registry_domain::Violation;
 use serde_json::{Map, Value};
@@ -277,6 +278,27 @@ impl<'a> Fields<'a> {
                     .push(Violation::new(pointer, format!("{name} must be a string")));
                 None
             }
+        }
+    }
+
+    /// A string field that people read (a title, a name, a description): [`Fields::string`],
+    /// and then inert (docs/api.md, "Text people read"): no control character beyond those
+    /// `kind` allows.
+    pub fn text(
+        &mut self,
+        name: &str,
+        required: bool,
+        max_len: usize,
+        kind: TextKind,
+    ) -> Option<String> {
+        let value = self.string(name, required, max_len)?;
+        let pointer = format!("{}/{name}", self.prefix);
+        match text_violation(&pointer, name, &value, kind) {
+            Some(problem) => {
+                self.problems.push(problem);
+                None
+            }
+            None => Some(value),
         }
     }
 

@@ -28,6 +28,7 @@ pub fn init(format: LogFormat) {
     crate::request_line::set_format(format);
     match format {
         LogFormat::Text => builder
+            .fmt_fields(QuotedFields)
             .event_format(WithRequestId::text(format::format()))
             .init(),
         LogFormat::Json => builder
@@ -70,9 +71,10 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let Some(id) = registry_auth::request_id() else {
+        let id = registry_auth::request_id();
+        if id.is_none() && !self.json {
             return self.inner.format_event(ctx, writer, event);
-        };
+        }
         let mut line = String::new();
         self.inner
             .format_event(ctx, Writer::new(&mut line), event)?;
@@ -80,12 +82,120 @@ where
         // Under a library's own span (debug levels) a JSON line already has "span": it keeps
         // that one.
         let own_spans = ctx.lookup_current().is_some();
-        let line = match self.json {
-            true if own_spans => line,
-            true => json_with_id(line, &id),
-            false => text_with_id(line, &id, target),
+        let line = match (self.json, id) {
+            (true, Some(id)) if !own_spans => json_with_id(line, &id),
+            (true, _) => line,
+            (false, Some(id)) => text_with_id(line, &id, target),
+            (false, None) => line,
         };
-        writer.write_str(&line)
+        if self.json {
+            writer.write_str(&json_escape_separators(&line))
+        } else {
+            writer.write_str(&line)
+        }
+    }
+}
+
+/// A JSON line with DEL, the C1 controls and U+2028/U+2029 escaped (`\u0085`), which serde_json
+/// writes raw: in a JSON text they can only stand inside a string, where the escape means the
+/// same character (docs/api.md, "Text people read").
+fn json_escape_separators(line: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| {
+        c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c) || c == '\u{2028}' || c == '\u{2029}'
+    };
+    if !line.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 12);
+    for c in line.chars() {
+        if escaped(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The fields of a text line, written as tracing's default writes them (the message first,
+/// then `name=value` separated by spaces) except that a value that may hold a space, a quote,
+/// `=` or a control character is quoted as `{:?}` quotes it, whatever way it was recorded
+/// (`%value` writes it with `Display`, unquoted), and the message has its control characters
+/// escaped: a client's text in a field (an agent, a refused call's detail) cannot pass for
+/// fields of its own (docs/api.md, "Text people read").
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuotedFields;
+
+impl<'writer> FormatFields<'writer> for QuotedFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut visitor = QuotingVisitor {
+            writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+/// Writes one line's fields for [`QuotedFields`].
+struct QuotingVisitor<'writer> {
+    writer: Writer<'writer>,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl QuotingVisitor<'_> {
+    fn write(&mut self, field: &tracing::field::Field, value: &str, quote_always: bool) {
+        let name = field.name();
+        // The fields tracing-log adds to a `log` record: tracing's own format leaves them out.
+        if self.result.is_err() || name.starts_with("log.") {
+            return;
+        }
+        let separator = if self.first { "" } else { " " };
+        self.first = false;
+        let plain = |v: &str| {
+            !v.is_empty()
+                && v.chars().all(|c| {
+                    !c.is_whitespace()
+                        && !registry_domain::text::is_control(c)
+                        && !matches!(c, '"' | '\\' | '=')
+                })
+        };
+        self.result = if name == "message" {
+            write!(
+                self.writer,
+                "{separator}{}",
+                registry_domain::text::escape_controls(value)
+            )
+        } else if !quote_always && plain(value) {
+            write!(
+                self.writer,
+                "{separator}{}={value}",
+                name.trim_start_matches("r#")
+            )
+        } else {
+            write!(
+                self.writer,
+                "{separator}{}={value:?}",
+                name.trim_start_matches("r#")
+            )
+        };
+    }
+}
+
+impl tracing::field::Visit for QuotingVisitor<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        // As tracing writes a string: always quoted.
+        self.write(field, value, true);
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        self.write(field, &format!("{value:?}"), false);
     }
 }
 
@@ -114,10 +224,17 @@ mod tests {
     /// What a subscriber with `format` writes for one warning, inside a request whose id is
     /// `id` (when there is one).
     fn logged(json: bool, id: Option<&'static str>) -> String {
+        logged_event(json, id, || {
+            tracing::warn!(attempts = 3, "authentication failed")
+        })
+    }
+
+    /// What a subscriber with `format` writes for the events of `warn`, inside a request whose
+    /// id is `id` (when there is one).
+    fn logged_event(json: bool, id: Option<&'static str>, warn: fn()) -> String {
         let out = Arc::new(Mutex::new(Vec::<u8>::new()));
         let sink = Arc::clone(&out);
         let make_writer = move || Sink(Arc::clone(&sink));
-        let warn = || tracing::warn!(attempts = 3, "authentication failed");
         let builder = tracing_subscriber::fmt()
             .with_writer(make_writer)
             .with_ansi(false);
@@ -130,6 +247,7 @@ mod tests {
                 .into()
         } else {
             builder
+                .fmt_fields(QuotedFields)
                 .event_format(WithRequestId::text(format::format()))
                 .into()
         };
@@ -184,5 +302,44 @@ mod tests {
         let outside = logged(true, None);
         let value: serde_json::Value = serde_json::from_str(outside.trim()).unwrap();
         assert!(value.get("span").is_none(), "{outside}");
+    }
+
+    #[test]
+    fn a_text_value_that_could_forge_a_field_is_quoted_and_controls_are_escaped() {
+        for id in [None, Some("r-1")] {
+            let line = logged_event(false, id, || {
+                let agent = "curl x=1 \"y\"";
+                tracing::warn!(
+                    agent = %agent,
+                    path = "/a b",
+                    plain = %"ok",
+                    count = 2,
+                    "refused \u{1b}[2J"
+                )
+            });
+            assert!(
+                line.contains(
+                    "refused \\u{1b}[2J agent=\"curl x=1 \\\"y\\\"\" path=\"/a b\" plain=ok count=2"
+                ),
+                "{line}"
+            );
+            assert!(!line.contains('\u{1b}'), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_json_line_escapes_c1_del_and_the_separators() {
+        for id in [None, Some("r-1")] {
+            let line = logged_event(true, id, || {
+                tracing::warn!(agent = "a\u{85}b\u{2028}\u{7f}", "m\u{2029}é")
+            });
+            for raw in ['\u{85}', '\u{2028}', '\u{2029}', '\u{7f}'] {
+                assert!(!line.contains(raw), "{line:?}");
+            }
+            assert!(line.contains("a\\u0085b\\u2028\\u007f"), "{line}");
+            let value: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+            assert_eq!(value["agent"], "a\u{85}b\u{2028}\u{7f}", "{line}");
+            assert_eq!(value["message"], "m\u{2029}é", "{line}");
+        }
     }
 }

@@ -91,17 +91,17 @@ impl RequestLine<'_> {
         line.extend_from_slice(concat!("Z  INFO ", module_path!(), ": request method=").as_bytes());
         line.extend_from_slice(self.method.as_bytes());
         line.extend_from_slice(b" route=");
-        line.extend_from_slice(self.route.as_bytes());
+        push_value(line, self.route);
         if let Some(path) = self.path {
             line.extend_from_slice(b" path=");
-            line.extend_from_slice(path.as_bytes());
+            push_value(line, path);
         }
         line.extend_from_slice(b" status=");
         push_decimal(line, self.status.into());
         line.extend_from_slice(b" latency_ms=");
         latency_ms(line, self.latency);
         line.extend_from_slice(b" request_id=");
-        line.extend_from_slice(self.request_id.as_bytes());
+        push_value(line, self.request_id);
         if let Some(client) = self.client {
             line.extend_from_slice(b" client=");
             push_ip(line, client);
@@ -185,6 +185,22 @@ fn push_ip(line: &mut Vec<u8>, ip: IpAddr) {
     }
 }
 
+/// A value of the text line that a client may choose (the path, the request id): as it is when
+/// it is printable ASCII without a space, a quote, a backslash or `=`, as almost every path is;
+/// else quoted ([`push_quoted`]), so that `/x" route=/services` cannot pass for a field of its
+/// own (docs/api.md, "Text people read").
+fn push_value(line: &mut Vec<u8>, text: &str) {
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| (0x21..0x7f).contains(&b) && b != b'"' && b != b'\\' && b != b'=');
+    if plain {
+        line.extend_from_slice(text.as_bytes());
+    } else {
+        push_quoted(line, text);
+    }
+}
+
 /// `text` quoted as `{:?}` quotes it (as tracing writes a string field): as it is between
 /// quotes when it is printable ASCII without quotes or backslashes, as almost every header is.
 fn push_quoted(line: &mut Vec<u8>, text: &str) {
@@ -208,26 +224,51 @@ fn latency_ms(line: &mut Vec<u8>, latency: Duration) {
     push_padded(line, micros % 1000, 3);
 }
 
-/// `text` as a JSON string: the runs that need no escape are copied whole.
+/// `text` as a JSON string: the runs that need no escape are copied whole. Besides what JSON
+/// requires, DEL, the C1 controls and U+2028/U+2029 are escaped (`\\u0085`): a log viewer or a
+/// JavaScript reader of the line must not meet them raw (docs/api.md, "Text people read").
 fn json_string(line: &mut Vec<u8>, text: &str) {
     line.push(b'"');
     let mut rest = text.as_bytes();
+    // 0xC2 leads the UTF-8 of U+0080–U+00BF (the C1 controls among them), 0xE2 that of
+    // U+2000–U+2FFF (the separators among them): only those lead bytes are looked at again.
     while let Some(at) = rest
         .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20 || b == 0x7f || b == 0xc2 || b == 0xe2)
     {
         line.extend_from_slice(&rest[..at]);
-        match rest[at] {
-            b'"' => line.extend_from_slice(b"\\\""),
-            b'\\' => line.extend_from_slice(b"\\\\"),
-            control => {
-                let _ = write!(line, "\\u{control:04x}");
+        let (escape, width) = match rest[at..] {
+            [b'"', ..] => (None, 1),
+            [b'\\', ..] => (None, 1),
+            [0xc2, second @ 0x80..=0x9f, ..] => (Some(u16::from(second)), 2),
+            [0xe2, 0x80, third @ (0xa8 | 0xa9), ..] => (Some(0x2028 + u16::from(third - 0xa8)), 3),
+            [lead @ (0xc2 | 0xe2), ..] => {
+                // Another character: copied, and the search goes on after its lead byte.
+                line.push(lead);
+                rest = &rest[at + 1..];
+                continue;
             }
+            [control, ..] => (Some(u16::from(control)), 1),
+            [] => break,
+        };
+        match (escape, rest[at]) {
+            (None, b'"') => line.extend_from_slice(b"\\\""),
+            (None, _) => line.extend_from_slice(b"\\\\"),
+            (Some(code), _) => push_unicode_escape(line, code),
         }
-        rest = &rest[at + 1..];
+        rest = &rest[at + width..];
     }
     line.extend_from_slice(rest);
     line.push(b'"');
+}
+
+/// `\\u` and four lower-case hex digits.
+fn push_unicode_escape(line: &mut Vec<u8>, code: u16) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    line.extend_from_slice(b"\\u");
+    for shift in [12, 8, 4, 0] {
+        line.push(HEX[usize::from((code >> shift) & 0xf)]);
+    }
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.` of a second since the Unix epoch (UTC), as the other lines start.
@@ -339,6 +380,59 @@ mod tests {
                 value,
                 "{text}"
             );
+        }
+    }
+
+    #[test]
+    fn a_path_that_could_forge_a_field_is_quoted_and_a_plain_one_is_not() {
+        let text_of = |path: &'static str| {
+            written(|l| {
+                RequestLine {
+                    route: "(unmatched)",
+                    path: Some(path),
+                    client: None,
+                    host: None,
+                    user_agent: None,
+                    ..line()
+                }
+                .text(l, "2026-11-26T12:00:00.", 7)
+            })
+        };
+        let forged = text_of("/x\" route=/services status=200");
+        assert!(
+            forged.contains(
+                " route=(unmatched) path=\"/x\\\" route=/services status=200\" status=200 "
+            ),
+            "{forged}"
+        );
+        assert_eq!(forged.matches(" route=").count(), 2, "{forged}");
+        assert!(text_of("/a=b").contains(" path=\"/a=b\" "));
+        assert!(text_of("/a\u{1b}[2J").contains(" path=\"/a\\u{1b}[2J\" "));
+        assert!(text_of("/services/api-acme").contains(" path=/services/api-acme "));
+        for (value, shown) in [
+            ("", "\"\""),
+            ("a b", "\"a b\""),
+            ("a\\b", "\"a\\\\b\""),
+            ("r-1", "r-1"),
+        ] {
+            assert_eq!(written(|l| push_value(l, value)), shown);
+        }
+    }
+
+    #[test]
+    fn json_strings_escape_c1_del_and_the_separators_and_nothing_printable() {
+        for (value, shown) in [
+            ("a\u{85}b", "\"a\\u0085b\""),
+            ("\u{80}\u{9f}", "\"\\u0080\\u009f\""),
+            ("x\u{2028}y\u{2029}", "\"x\\u2028y\\u2029\""),
+            ("\u{7f}", "\"\\u007f\""),
+            ("\u{1b}]52;c;aGk=\u{7}", "\"\\u001b]52;c;aGk=\\u0007\""),
+            ("é\u{a0}€\u{2027}\u{202a}ÿ", "\"é\u{a0}€\u{2027}\u{202a}ÿ\""),
+            ("\u{c2}", "\"\u{c2}\""),
+        ] {
+            let text = written(|l| json_string(l, value));
+            assert_eq!(text, shown, "{value:?}");
+            assert_eq!(serde_json::from_str::<String>(&text).unwrap(), value);
         }
     }
 

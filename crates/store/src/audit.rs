@@ -8,8 +8,8 @@ use crate::schema::{audit_events, refusals};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::{
-    Action, Actor, ActorKind, AuditEvent, AuditPage, AuditQuery, Cursor, Resource, ResourceKind,
-    Trail,
+    changes_from_json, changes_to_json, Action, Actor, ActorKind, AuditEvent, AuditPage,
+    AuditQuery, Cursor, Resource, ResourceKind, Trail,
 };
 use registry_domain::ports::{AuditLog, RefusalLog, StoreResult};
 use registry_domain::refusal::{is_near_record, KEPT_PER_ACCOUNT};
@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 /// Appends `event` (inside the caller's transaction).
 pub(crate) fn insert(conn: &mut Db, event: &AuditEvent) -> Res<()> {
+    let changes = (!event.changes.is_empty()).then(|| changes_to_json(&event.changes).to_string());
     let values = (
         audit_events::id.eq(id_text(event.id)),
         audit_events::customer_id.eq(event.customer_id.map(id_text)),
@@ -33,6 +34,7 @@ pub(crate) fn insert(conn: &mut Db, event: &AuditEvent) -> Res<()> {
         audit_events::actor_sub.eq(event.actor.sub.as_deref()),
         audit_events::ip.eq(event.ip.as_deref()),
         audit_events::request_id.eq(event.request_id.as_deref()),
+        audit_events::changes.eq(changes),
     );
     on_backend!(conn, |c| diesel::insert_into(audit_events::table)
         .values(values)
@@ -56,6 +58,7 @@ struct EventRow {
     actor_sub: Option<String>,
     ip: Option<String>,
     request_id: Option<String>,
+    changes: Option<String>,
 }
 
 fn corrupt(seq: i64, what: &str, value: &str) -> Failure {
@@ -90,6 +93,14 @@ impl EventRow {
             },
             ip: self.ip,
             request_id: self.request_id,
+            changes: match self.changes {
+                None => Vec::new(),
+                Some(text) => serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .as_ref()
+                    .and_then(changes_from_json)
+                    .ok_or_else(|| corrupt(seq, "changes", &text))?,
+            },
         })
     }
 }

@@ -88,6 +88,7 @@ diesel::table! {
         actor_sub -> Nullable<Text>,
         ip -> Nullable<Text>,
         request_id -> Nullable<Text>,
+        changes -> Nullable<Text>,
     }
 }
 

@@ -275,6 +275,68 @@ fn every_change_writes_one_event_with_its_actor_and_failed_ones_none() {
     assert_eq!(actions(&printed), ["key.delete"]);
 }
 
+/// The event of an update says which members changed, with their old and new values, and a
+/// token's regeneration shows no secret (docs/api.md, "Audit trail and last use").
+#[test]
+fn an_update_event_says_which_members_changed_and_never_a_secret() {
+    let server = server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    let patched = server
+        .authed(Method::PATCH, &format!("/services/{sub}"), &acme.token)
+        .json(&json!({"title": "API v2", "description": "Public keys"}))
+        .send()
+        .unwrap();
+    assert_eq!(patched.status(), 200);
+    let account = super::create_account(
+        &server,
+        &acme,
+        "deployer",
+        json!({"kind": "static", "services": ["*"]}),
+    );
+    let id = account["id"].as_str().unwrap();
+    let renamed = server
+        .authed(
+            Method::PATCH,
+            &format!("/service-accounts/{id}"),
+            &acme.token,
+        )
+        .json(&json!({"name": "deployer-2"}))
+        .send()
+        .unwrap();
+    assert_eq!(renamed.status(), 200);
+    let regenerated = server
+        .authed(
+            Method::POST,
+            &format!("/service-accounts/{id}/regenerate-token"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(regenerated.status(), 200);
+    let token = json(regenerated)["token"].as_str().unwrap().to_owned();
+
+    let page = json(server.get("/audit-events?action=service.update", &acme.token));
+    assert_eq!(
+        page["events"][0]["changes"],
+        json!({"title": {"old": "api", "new": "API v2"}, "description": {"old": null, "new": "Public keys"}}),
+        "{page}"
+    );
+    let page = json(server.get("/audit-events?action=account.update", &acme.token));
+    assert_eq!(
+        page["events"][0]["changes"],
+        json!({"name": {"old": "deployer", "new": "deployer-2"}}),
+        "{page}"
+    );
+    let page = json(server.get("/audit-events?action=account.regenerate-token", &acme.token));
+    assert!(page["events"][0].get("changes").is_none(), "{page}");
+    let everything = json(server.get("/audit-events", &token)).to_string();
+    assert!(
+        !everything.contains(&token[token.len() - 16..]),
+        "{everything}"
+    );
+}
+
 #[test]
 fn federated_anonymous_and_system_actors() {
     let server = server();

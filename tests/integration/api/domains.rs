@@ -179,6 +179,59 @@ fn a_domain_is_asked_for_read_and_removed_with_the_records_to_set() {
     assert_eq!(events["events"].as_array().unwrap().len(), 1);
 }
 
+/// Fourth security review (docs/api.md, "Custom domains"): an IP address in any spelling a
+/// resolver reads, a numeric last label, and the registry's own names (the API's host
+/// `registry.test`, the issuers' base `oidc.test`) with what is under or above them, are 400 at
+/// `/domain`, and nothing is held for them.
+#[test]
+fn ip_literals_numeric_last_labels_and_the_registrys_own_names_are_refused() {
+    let ca = TestCa::new("operator CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let (server, _) = taking_domains(&ca, &files);
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    for bad in [
+        "127.0.0.1",
+        "169.254.169.254",
+        "0x7f.1",
+        "0x7f.0.0.1",
+        "0177.0.0.1",
+        "2130706433",
+        "10.0.1",
+        "login.customer.123",
+        "login.customer.0x1",
+        "login.customer.t3st",
+        "registry.test",
+        "x.registry.test",
+        "a.b.registry.test",
+        "oidc.test",
+        "k3s-acme.oidc.test",
+    ] {
+        let problem = assert_problem(
+            put_domain(&server, &sub, &acme.token, json!({"domain": bad})),
+            400,
+            "validation-failed",
+        );
+        assert_eq!(pointers(&problem), ["/domain"], "{bad}: {problem}");
+    }
+    assert_problem(
+        domain_call(&server, Method::GET, &sub, &acme.token),
+        404,
+        "not-found",
+    );
+    // A name with digits where a name may have them is a name.
+    assert_eq!(
+        put_domain(
+            &server,
+            &sub,
+            &acme.token,
+            json!({"domain": "127.0.0.1.customer.test"})
+        )
+        .status(),
+        202
+    );
+}
+
 #[test]
 fn without_an_acme_directory_custom_domains_are_refused() {
     let server = TestServer::start();

@@ -734,11 +734,57 @@ fn set_plan_writes_a_customer_update_event() {
         update["resource"],
         json!({"type": "customer", "id": acme["customer"]["id"]})
     );
+    assert_eq!(
+        update["changes"],
+        json!({"plan": {"old": "team", "new": "enterprise"}})
+    );
     let filtered = super::audit::cli_audit(
         &server,
         &["--tenant", "acme", "--action", "customer.update"],
     );
     assert_eq!(filtered, std::slice::from_ref(update));
+}
+
+/// `customer disable` and `customer enable` write `customer.disable` and `customer.enable`
+/// (docs/api.md, "Audit trail and last use"), each with `disabledAt` before and after, seen
+/// through `GET /audit-events` as through `registry audit`; doing either again writes none.
+#[test]
+fn disable_and_enable_are_audit_actions_of_their_own_saying_what_changed() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "team");
+    let cli = |args: &[&str]| run_cli(args, &server.database_url).unwrap();
+
+    let disabled = cli(&["customer", "disable", "--tenant", "acme"]);
+    let since = disabled["disabledAt"].as_str().unwrap().to_owned();
+    cli(&["customer", "disable", "--tenant", "acme"]);
+    let enabled = cli(&["customer", "enable", "--tenant", "acme"]);
+    assert!(enabled["disabledAt"].is_null());
+    cli(&["customer", "enable", "--tenant", "acme"]);
+
+    let events = super::audit::cli_audit(&server, &["--tenant", "acme"]);
+    let actions: Vec<&str> = events
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        ["customer.enable", "customer.disable", "customer.create"]
+    );
+    assert_eq!(
+        events[1]["changes"],
+        json!({"disabledAt": {"old": null, "new": since}})
+    );
+    assert_eq!(
+        events[0]["changes"],
+        json!({"disabledAt": {"old": since, "new": null}})
+    );
+    assert_eq!(events[0]["actor"], json!({"kind": "operator"}));
+    // The API shows the same, and filters by the new actions.
+    let page = json(server.get("/audit-events?action=customer.disable", &acme.token));
+    assert_eq!(page["events"].as_array().unwrap().len(), 1, "{page}");
+    assert_eq!(page["events"][0], events[1]);
+    let page = json(server.get("/audit-events?action=customer.update", &acme.token));
+    assert_eq!(page["events"], json!([]), "{page}");
 }
 
 /// Every failing command says one sentence on stderr and exits 1, never with a backtrace or a

@@ -5,6 +5,7 @@
 mod bodies;
 mod fuzz_seeds;
 mod hosting_bounds;
+mod inert_text;
 mod jwt;
 mod leaks;
 mod least_privilege;

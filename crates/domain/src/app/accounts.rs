@@ -195,7 +195,8 @@ pub fn create(
 }
 
 /// Changes the name and/or the policy of `account`, found by [`managed`] (checked again here):
-/// the new policy passes the checks of [`create`], and its kind is the old one's.
+/// the new policy passes the checks of [`create`], and its kind is the old one's. Its
+/// `account.update` event records the members that changed, with their old and new values.
 pub fn update(
     registry: &Registry,
     caller: &Caller,
@@ -204,6 +205,7 @@ pub fn update(
     now: OffsetDateTime,
 ) -> Result<Updated, AppError> {
     caller.may_manage(Some(&account.policy))?;
+    let before = account.clone();
     let mut problems = command.problems;
     let mut warnings = Vec::new();
     if let Some(document) = &command.policy {
@@ -222,7 +224,14 @@ pub fn update(
     if let Some(name) = command.name {
         account.name = name;
     }
-    let event = account_event(caller, Action::AccountUpdate, account.id, now);
+    // The policy is recorded whole: it is what grants access, and holds no secret.
+    let event = account_event(caller, Action::AccountUpdate, account.id, now)
+        .with_change("name", before.name.into(), account.name.clone().into())
+        .with_change(
+            "policy",
+            before.policy.document().clone(),
+            account.policy.document().clone(),
+        );
     let id = account.id;
     registry
         .store
@@ -696,6 +705,16 @@ mod tests {
         let event = w.store.last_event().unwrap();
         assert_eq!(event.action, Action::AccountUpdate);
         assert_eq!(event.resource, Resource::account(created.account.id));
+        let changes = &event.to_json()["changes"];
+        assert_eq!(changes["name"], json!({"old": "ci", "new": "ci-2"}));
+        assert_eq!(
+            changes["policy"]["old"]["rules"][0]["claims"]["iss"],
+            "https://ci.example"
+        );
+        assert_eq!(
+            changes["policy"]["new"]["rules"][0]["claims"]["iss"],
+            "https://other.example"
+        );
     }
 
     #[test]

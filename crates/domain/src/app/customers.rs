@@ -2,11 +2,12 @@
 //! command line. There is no caller: the actor of their events is the operator.
 
 use crate::app::{AppError, Registry};
-use crate::audit::{Action, Actor, AuditEvent, Resource};
+use crate::audit::{instant_value, Action, Actor, AuditEvent, Resource};
 use crate::credentials::{self, CredentialKind};
 use crate::naming::validate_tenant;
 use crate::policy::Policy;
 use crate::ports::{Ceiling, CredentialRecord, Storage, StoreResult};
+use crate::text::{text_violation, TextKind};
 use crate::{Customer, Plan, ServiceAccount, StoreError, Violation};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -66,7 +67,8 @@ pub fn unknown_tenant(tenant: &str) -> AppError {
 /// Creates a customer with its bootstrap account (a static policy on `"*"`, named
 /// "{name} bootstrap") and that account's token, hashed through the port, with the
 /// `customer.create` event, all in one storage call. A taken tenant suffix is a
-/// [`AppError::Conflict`]; an empty name is [`AppError::Invalid`] at `/name`.
+/// [`AppError::Conflict`]; an empty name, or one holding a control character
+/// ([`crate::text::check_text`]), is [`AppError::Invalid`] at `/name`.
 pub fn create(
     registry: &Registry,
     command: CreateCustomer,
@@ -84,6 +86,10 @@ pub fn create(
             "/name",
             "must not be empty",
         )]));
+    }
+    // The name is printed in the operator's terminal and in every bootstrap account's name.
+    if let Some(problem) = text_violation("/name", "name", &name, TextKind::Line) {
+        return Err(AppError::Invalid(vec![problem]));
     }
     let customer = Customer {
         id: Uuid::new_v4(),
@@ -155,19 +161,26 @@ pub fn list(registry: &Registry) -> Result<Vec<Customer>, AppError> {
     Ok(registry.store.customers()?)
 }
 
-/// Changes the plan of the customer with that tenant suffix, with the `customer.update` event.
-/// The plan it already has is no change: the customer is answered as it is and no event is
-/// written (docs/api.md, "Audit trail and last use"). An unknown plan is a 400, an unknown tenant a
-/// 404 ([`unknown_tenant`]).
+/// Changes the plan of the customer with that tenant suffix, with the `customer.update` event
+/// recording the plan before and after. The plan it already has is no change: the customer is
+/// answered as it is and no event is written (docs/api.md, "Audit trail and last use"). An
+/// unknown plan is a 400, an unknown tenant a 404 ([`unknown_tenant`]).
 pub fn set_plan(
     registry: &Registry,
     command: SetPlan,
     now: OffsetDateTime,
 ) -> Result<Customer, AppError> {
     let plan = plan(&command.plan)?;
-    update(registry, &command.tenant, now, |store, event| {
-        store.set_plan(&command.tenant, plan, event)
-    })
+    update(
+        registry,
+        &command.tenant,
+        Action::CustomerUpdate,
+        now,
+        |before, event| {
+            event.with_change("plan", json!(before.plan.as_str()), json!(plan.as_str()))
+        },
+        |store, event| store.set_plan(&command.tenant, plan, event),
+    )
 }
 
 /// The customer with that tenant suffix, or the 404 of [`unknown_tenant`].
@@ -178,42 +191,68 @@ fn by_tenant(registry: &Registry, tenant: &str) -> Result<Customer, AppError> {
         .ok_or_else(|| unknown_tenant(tenant))
 }
 
-/// An operator's change to the customer with that tenant suffix, made by `change` with the
-/// `customer.update` event (which the store writes only when something changed): the customer
-/// as it is after it.
+/// An operator's change to the customer with that tenant suffix, made by `change` with an event
+/// of `action` (which the store writes only when something changed) carrying what `record`
+/// says changed, from the customer as it was: the customer as it is after it.
 fn update(
     registry: &Registry,
     tenant: &str,
+    action: Action,
     now: OffsetDateTime,
+    record: impl FnOnce(&Customer, AuditEvent) -> AuditEvent,
     change: impl FnOnce(&dyn Storage, &AuditEvent) -> StoreResult<Option<Customer>>,
 ) -> Result<Customer, AppError> {
     // Tenant suffixes never change: the id read here is the one the store changes (or, should
-    // the customer be deleted meanwhile, the store finds no one).
+    // the customer be deleted meanwhile, the store finds no one). Operators' changes of one
+    // customer are rare enough that the values read here are those the change replaces.
     let customer = by_tenant(registry, tenant)?;
     let event = AuditEvent::new(
-        Action::CustomerUpdate,
+        action,
         Resource::customer(customer.id),
         Actor::operator(),
         Some(customer.id),
         now,
     );
+    let event = record(&customer, event);
     change(&*registry.store, &event)?.ok_or_else(|| unknown_tenant(tenant))
 }
 
 /// `registry customer disable` (`disabled`: true) and `enable`: the customer by tenant suffix
 /// is disabled since `now` (its credentials are refused and its services' documents not served,
-/// on every replica from its next request) or enabled again, with a `customer.update` event
-/// when that changes it. Disabling a disabled customer changes nothing (it stays disabled since
-/// the first time). An unknown tenant is a 404 ([`unknown_tenant`]).
+/// on every replica from its next request) or enabled again, with a `customer.disable` or
+/// `customer.enable` event recording `disabledAt` before and after, when that changes it.
+/// Disabling a disabled customer changes nothing (it stays disabled since the first time). An
+/// unknown tenant is a 404 ([`unknown_tenant`]).
 pub fn set_disabled(
     registry: &Registry,
     tenant: &str,
     disabled: bool,
     now: OffsetDateTime,
 ) -> Result<Customer, AppError> {
-    update(registry, tenant, now, |store, event| {
-        store.set_disabled(tenant, disabled.then_some(now), event)
-    })
+    let action = if disabled {
+        Action::CustomerDisable
+    } else {
+        Action::CustomerEnable
+    };
+    update(
+        registry,
+        tenant,
+        action,
+        now,
+        |before, event| {
+            let after = if disabled {
+                before.disabled_at.or(Some(now))
+            } else {
+                None
+            };
+            event.with_change(
+                "disabledAt",
+                instant_value(before.disabled_at),
+                instant_value(after),
+            )
+        },
+        |store, event| store.set_disabled(tenant, disabled.then_some(now), event),
+    )
 }
 
 /// `registry customer delete`: the customer by tenant suffix and everything it holds, gone from
@@ -364,6 +403,21 @@ mod tests {
             name,
             AppError::Invalid(vec![Violation::new("/name", "must not be empty")])
         );
+        for bad in [
+            "Glo\u{1b}]52;c;aGk=\u{7}bex",
+            "Globex\nInc",
+            "Globex\u{85}",
+            "G\u{2028}",
+        ] {
+            match create(&registry, new("globex", "team", bad), LATER).unwrap_err() {
+                AppError::Invalid(problems) => {
+                    assert_eq!(problems.len(), 1, "{bad:?}");
+                    assert_eq!(problems[0].pointer, "/name", "{bad:?}");
+                    assert!(problems[0].message.contains("control"), "{bad:?}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
         assert_eq!(store.customers().unwrap().len(), 1);
         assert_eq!(store.events(), before);
     }
@@ -401,6 +455,10 @@ mod tests {
         assert_eq!(event.resource, Resource::customer(acme.id));
         assert_eq!(event.at, LATER);
         assert_eq!(Action::CustomerUpdate.as_str(), "customer.update");
+        assert_eq!(
+            event.to_json()["changes"],
+            json!({"plan": {"old": "free", "new": "enterprise"}})
+        );
     }
 
     #[test]
@@ -441,7 +499,13 @@ mod tests {
         assert_eq!(disabled.disabled_at, Some(LATER));
         assert!(store.account(account).unwrap().is_none());
         assert_eq!(store.events().len(), before + 1);
-        assert_eq!(store.last_event().unwrap().action, Action::CustomerUpdate);
+        let event = store.last_event().unwrap();
+        assert_eq!(event.action, Action::CustomerDisable);
+        assert_eq!(event.to_json()["action"], "customer.disable");
+        assert_eq!(
+            event.to_json()["changes"],
+            json!({"disabledAt": {"old": null, "new": "2026-11-24T09:30:00Z"}})
+        );
         // Again: nothing changes, no event, disabled since the first time.
         let again = set_disabled(&registry, "globex", true, LATER + time::Duration::hours(1));
         assert_eq!(again.unwrap().disabled_at, Some(LATER));
@@ -455,6 +519,17 @@ mod tests {
 
         let enabled = set_disabled(&registry, "globex", false, LATER).unwrap();
         assert_eq!(enabled.disabled_at, None);
+        let event = store.last_event().unwrap();
+        assert_eq!(event.action, Action::CustomerEnable);
+        assert_eq!(
+            event.to_json()["changes"],
+            json!({"disabledAt": {"old": "2026-11-24T09:30:00Z", "new": null}})
+        );
+        assert_eq!(store.events().len(), before + 2);
+        // Enabling an enabled customer: no event.
+        set_disabled(&registry, "globex", false, LATER).unwrap();
+        assert_eq!(store.events().len(), before + 2);
+        assert!(store.events_of(Action::CustomerUpdate).is_empty());
         assert_eq!(store.account(account).unwrap().map(|a| a.id), Some(account));
         assert!(matches!(
             set_disabled(&registry, "nobody", true, LATER),

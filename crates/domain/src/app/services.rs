@@ -122,7 +122,9 @@ fn service_action(service: &Service, customers: Action, anonymous: Action) -> Ac
     }
 }
 
-/// Changes the title and description of `service` (granted to the caller).
+/// Changes the title and description of `service` (granted to the caller), with the
+/// `service.update` (or `anonymous.update`) event recording the members that changed, with their
+/// old and new values.
 pub fn update(
     registry: &Registry,
     caller: &Caller,
@@ -130,6 +132,7 @@ pub fn update(
     command: UpdateService,
     now: OffsetDateTime,
 ) -> Result<Service, AppError> {
+    let before = service;
     let mut service = service.clone();
     if let Some(title) = command.title {
         service.title = Some(title);
@@ -138,7 +141,18 @@ pub fn update(
         service.description = description;
     }
     let action = service_action(&service, Action::ServiceUpdate, Action::AnonymousUpdate);
-    let event = caller.service_event(action, &service, now);
+    let event = caller
+        .service_event(action, &service, now)
+        .with_change(
+            "title",
+            before.title.clone().into(),
+            service.title.clone().into(),
+        )
+        .with_change(
+            "description",
+            before.description.clone().into(),
+            service.description.clone().into(),
+        );
     let key = service.subdomain.clone();
     registry
         .store
@@ -403,6 +417,13 @@ mod tests {
         assert_eq!(event.customer_id, Some(customer.id));
         assert_eq!(event.request_id.as_deref(), Some("req-1"));
         assert_eq!(event.at, later);
+        assert_eq!(
+            event.to_json()["changes"],
+            serde_json::json!({
+                "title": {"old": "Old", "new": "New"},
+                "description": {"old": "to clear", "new": null},
+            })
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::accounts::{self, CreateAccount, NewToken, UpdateAccount, MAX_NAME};
+use registry_domain::text::TextKind;
 use registry_domain::Violation;
 use serde_json::Value;
 
@@ -37,7 +38,7 @@ async fn account_body(
 ) -> ApiResult<(Option<String>, Option<Value>, Vec<Violation>)> {
     let body = read_json(req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["name", "policy"])?;
-    let name = fields.string("name", false, MAX_NAME);
+    let name = fields.text("name", false, MAX_NAME, TextKind::Line);
     let policy = fields.raw("policy").cloned();
     Ok((name, policy, fields.problems))
 }

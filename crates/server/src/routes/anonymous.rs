@@ -13,6 +13,7 @@ use registry_domain::anonymous::lifetime;
 use registry_domain::app::anonymous::{self, CreateAnonymous};
 use registry_domain::app::services::{MAX_DESCRIPTION, MAX_TITLE};
 use registry_domain::app::Origin;
+use registry_domain::text::TextKind;
 use serde_json::Value;
 
 /// Creates an anonymous service.
@@ -56,8 +57,8 @@ pub async fn create(
 /// The body: `{title?, description?, ttlHours?}`, every problem reported at once.
 fn command(body: Option<&Value>) -> ApiResult<CreateAnonymous> {
     let mut fields = Fields::new(body, &["title", "description", "ttlHours"])?;
-    let title = fields.string("title", false, MAX_TITLE);
-    let description = fields.string("description", false, MAX_DESCRIPTION);
+    let title = fields.text("title", false, MAX_TITLE, TextKind::Line);
+    let description = fields.text("description", false, MAX_DESCRIPTION, TextKind::Paragraph);
     let ttl = lifetime(fields.raw("ttlHours"))
         .map_err(|violation| fields.problems.push(violation))
         .ok();

@@ -11,6 +11,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::services::{self, CreateService, UpdateService};
 use registry_domain::app::services::{MAX_DESCRIPTION, MAX_TITLE};
 use registry_domain::naming::check_service_name;
+use registry_domain::text::TextKind;
 use registry_domain::Violation;
 
 /// `POST /services`: register a service.
@@ -22,7 +23,7 @@ pub async fn create(
 ) -> ApiResult<HttpResponse> {
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["title", "serviceName", "description"])?;
-    let title = fields.string("title", true, MAX_TITLE);
+    let title = fields.text("title", true, MAX_TITLE, TextKind::Line);
     // Length and label rules of serviceName belong to the naming module.
     let service_name = fields.string("serviceName", false, 1024);
     if let Some(Err(problem)) = service_name.as_deref().map(check_service_name) {
@@ -30,7 +31,7 @@ pub async fn create(
             .problems
             .push(Violation::new(SERVICE_NAME_POINTER, problem.to_string()));
     }
-    let description = fields.string("description", false, MAX_DESCRIPTION);
+    let description = fields.text("description", false, MAX_DESCRIPTION, TextKind::Paragraph);
     fields.finish()?;
     let command = CreateService {
         title,
@@ -81,12 +82,12 @@ pub async fn patch(
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["title", "description"])?;
     let clears_description = fields.raw("description").is_some_and(|v| v.is_null());
-    let title = fields.string("title", false, MAX_TITLE);
+    let title = fields.text("title", false, MAX_TITLE, TextKind::Line);
     let description = if clears_description {
         Some(None)
     } else {
         fields
-            .string("description", false, MAX_DESCRIPTION)
+            .text("description", false, MAX_DESCRIPTION, TextKind::Paragraph)
             .map(Some)
     };
     fields.finish()?;

@@ -27,12 +27,12 @@
 use crate::publishing::{no_overlap_warning, publish, Publication};
 // The upload's retention is read with the rest of the upload (`publishing`); its rules are
 // the key lifecycle's.
+use crate::network::Network;
+use crate::ports::VerifierCandidate;
 pub use crate::publishing::{
     lead_seconds, retain_hours, DEFAULT_LEAD_SECONDS, DEFAULT_RETAIN_HOURS, MAX_LEAD_SECONDS,
     MAX_RETAIN_HOURS,
 };
-use crate::network::Network;
-use crate::ports::VerifierCandidate;
 use crate::{Violation, Violations};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -166,7 +166,12 @@ pub fn verifiers_of(candidates: &[VerifierCandidate], min_hours: u32) -> Vec<Key
     (chosen.into_iter())
         .map(|c| KeyVerifier {
             agent: c.agent.clone(),
-            networks: c.networks.iter().take(MAX_VERIFIER_NETWORKS).copied().collect(),
+            networks: c
+                .networks
+                .iter()
+                .take(MAX_VERIFIER_NETWORKS)
+                .copied()
+                .collect(),
             last_fetched_at: c.last_at,
         })
         .collect()
@@ -1146,7 +1151,11 @@ mod tests {
         }
         // Blue's sync goes: the key stays current, green's alone.
         let without_blue = both.without_source("blue", t0, None).unwrap();
-        let kept = without_blue.keys.iter().find(|k| k.kid == "shared").unwrap();
+        let kept = without_blue
+            .keys
+            .iter()
+            .find(|k| k.kid == "shared")
+            .unwrap();
         assert_eq!((kept.state(), kept.source.as_str()), ("current", "green"));
         assert!(kept.also_sources.is_empty());
         assert!(!without_blue.sources.contains_key("blue"));

@@ -106,7 +106,13 @@ mod tests {
             Network::of("10.1.2.3".parse().unwrap()),
             Network::of("10.1.3.3".parse().unwrap())
         );
-        for bad in ["10.1.2.3/24", "10.1.2.0/16", "10.1.2.0", "x/24", "2001:db8::1/48"] {
+        for bad in [
+            "10.1.2.3/24",
+            "10.1.2.0/16",
+            "10.1.2.0",
+            "x/24",
+            "2001:db8::1/48",
+        ] {
             assert!(bad.parse::<Network>().is_err(), "{bad}");
         }
     }

@@ -21,6 +21,7 @@
 
 use crate::audit::{Action, AuditEvent, AuditPage, AuditQuery, Cursor, Trail};
 use crate::custom_domain::{CustomDomain, DomainProblem};
+use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
     fetch_hour, AccountStore, AgentFetches, AuditLog, Ceiling, Change, ChangeFeed, CredentialOwner,
@@ -29,7 +30,6 @@ use crate::ports::{
     ServiceStore, StoreResult, StoredCredential, TokenSignatureCheck, VerifierCandidate,
     OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_NETWORKS_PER_AGENT,
 };
-use crate::network::Network;
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{PublishedConfig, VersionHistory};
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
@@ -402,8 +402,10 @@ impl CustomerStore for MemoryStore {
         s.services.retain(|x| x.customer_id != Some(id));
         s.accounts.retain(|a| a.customer_id != id);
         s.refusals.retain(|r| !accounts.contains(&r.account));
-        s.fetches.retain(|(service, _, _), _| !services.contains(service));
-        s.key_safe.retain(|(service, _), _| !services.contains(service));
+        s.fetches
+            .retain(|(service, _, _), _| !services.contains(service));
+        s.key_safe
+            .retain(|(service, _), _| !services.contains(service));
         s.purges.retain(|service, _| !services.contains(service));
         s.events.retain(|e| e.customer_id != Some(id));
         s.customers.retain(|c| c.id != id);
@@ -978,8 +980,9 @@ impl DomainStore for MemoryStore {
         if mine.is_none_or(|(d, _)| d.domain != proven.domain) {
             return Ok(false);
         }
-        let held_by_another = (s.domains.values())
-            .any(|(d, _)| d.domain == proven.domain && d.service_id != proven.service_id && d.is_held());
+        let held_by_another = (s.domains.values()).any(|(d, _)| {
+            d.domain == proven.domain && d.service_id != proven.service_id && d.is_held()
+        });
         if held_by_another {
             return Ok(false);
         }

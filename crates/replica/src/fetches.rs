@@ -347,7 +347,14 @@ mod tests {
         for i in 0..200u8 {
             let elsewhere = Network::V4([198, 51, i]);
             fetches.record(service, DOC, false, b"AWS STS", elsewhere, AT);
-            fetches.record(service, DOC, false, b"AWS STS", home, AT + time::Duration::SECOND);
+            fetches.record(
+                service,
+                DOC,
+                false,
+                b"AWS STS",
+                home,
+                AT + time::Duration::SECOND,
+            );
         }
         let taken = fetches.take();
         let networks = &taken[0].agents[0].networks;
@@ -356,7 +363,10 @@ mod tests {
         assert_eq!(kept.last_at, AT + time::Duration::SECOND);
         // Given back, they go with the next flush.
         fetches.give_back(taken);
-        assert_eq!(fetches.take()[0].agents[0].networks.len(), NETWORKS_PER_AGENT);
+        assert_eq!(
+            fetches.take()[0].agents[0].networks.len(),
+            NETWORKS_PER_AGENT
+        );
     }
 
     #[test]

@@ -51,7 +51,9 @@ async fn advance(state: &AppState, domain: CustomDomain) -> Result<(), crate::pr
         DomainStatus::Verifying => {
             let now = state.now();
             let looked = worker.look(domain, now).await;
-            state.write(move |r| domains::looked(r, looked, now)).await?;
+            state
+                .write(move |r| domains::looked(r, looked, now))
+                .await?;
             return Ok(());
         }
         DomainStatus::Issuing | DomainStatus::Active => {

@@ -152,8 +152,10 @@ impl CustomerStore for Store {
             let services = services::table
                 .filter(services::customer_id.eq(&id))
                 .select(services::id);
-            diesel::delete(fetch_networks::table.filter(fetch_networks::service_id.eq_any(services)))
-                .execute(conn)?;
+            diesel::delete(
+                fetch_networks::table.filter(fetch_networks::service_id.eq_any(services)),
+            )
+            .execute(conn)?;
             diesel::delete(fetch_agents::table.filter(fetch_agents::service_id.eq_any(services)))
                 .execute(conn)?;
             diesel::delete(fetch_counts::table.filter(fetch_counts::service_id.eq_any(services)))

@@ -145,7 +145,10 @@ fn domain_row(conn: &mut Db, service_id: Uuid) -> Res<Option<CustomDomain>> {
 
 /// Whether a service other than `service_id` holds `domain` proven (issuing or active).
 fn held_by_another(conn: &mut Db, domain: &str, service_id: Uuid) -> Res<bool> {
-    let held = [DomainStatus::Issuing.as_str(), DomainStatus::Active.as_str()];
+    let held = [
+        DomainStatus::Issuing.as_str(),
+        DomainStatus::Active.as_str(),
+    ];
     let holders = custom_domains::table
         .filter(custom_domains::domain.eq(domain))
         .filter(custom_domains::status.eq_any(held))
@@ -170,11 +173,18 @@ impl DomainStore for Store {
     fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>> {
         self.read(|conn| {
             // The holder when there is one; else the oldest claim.
-            let held = [DomainStatus::Issuing.as_str(), DomainStatus::Active.as_str()];
+            let held = [
+                DomainStatus::Issuing.as_str(),
+                DomainStatus::Active.as_str(),
+            ];
             let held_first = custom_domains::status.eq_any(held).desc();
             custom_domains::table
                 .filter(custom_domains::domain.eq(domain))
-                .order((held_first, custom_domains::created_at, custom_domains::service_id))
+                .order((
+                    held_first,
+                    custom_domains::created_at,
+                    custom_domains::service_id,
+                ))
                 .select(domain_columns!())
                 .first::<DomainRow>(conn)
                 .optional()?
@@ -233,13 +243,15 @@ impl DomainStore for Store {
                 .filter(custom_domains::service_id.ne(id_text(proven.service_id)))
                 .select(custom_domains::service_id)
                 .load::<String>(conn)?;
-            diesel::update(custom_domains::table.filter(custom_domains::service_id.eq_any(&others)))
-                .set((
-                    custom_domains::status.eq(DomainStatus::Failed.as_str()),
-                    custom_domains::error_code.eq(&taken.code),
-                    custom_domains::error_message.eq(&taken.message),
-                ))
-                .execute(conn)?;
+            diesel::update(
+                custom_domains::table.filter(custom_domains::service_id.eq_any(&others)),
+            )
+            .set((
+                custom_domains::status.eq(DomainStatus::Failed.as_str()),
+                custom_domains::error_code.eq(&taken.code),
+                custom_domains::error_message.eq(&taken.message),
+            ))
+            .execute(conn)?;
             for other in &others {
                 changed.push(Change::Service(uuid(other)?));
             }

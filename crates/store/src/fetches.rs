@@ -34,7 +34,10 @@ fn count(n: u64) -> i64 {
 }
 
 /// The key sets' documents as stored: under the subdomain and under the custom domain.
-const KEY_SETS: [&str; 2] = [FetchedDocument::Jwks.key(), FetchedDocument::DomainJwks.key()];
+const KEY_SETS: [&str; 2] = [
+    FetchedDocument::Jwks.key(),
+    FetchedDocument::DomainJwks.key(),
+];
 
 /// Adds `agent`'s last fetch from each of `networks` to the bucket `(service, document, hour)`:
 /// a network already there moves forward, a new one is added while the agent has fewer than

@@ -566,7 +566,11 @@ fn a_caches_log_lines_for_a_custom_domain_count_for_its_issuer() {
     );
     let store = Store::connect(&server.database_url).unwrap();
     let domain = store.domain_named(DOMAIN).unwrap().unwrap();
-    activate(&store, domain, &TestCa::new("domain CA").server_certificate(&[DOMAIN]));
+    activate(
+        &store,
+        domain,
+        &TestCa::new("domain CA").server_certificate(&[DOMAIN]),
+    );
     let now = time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap();

@@ -283,7 +283,14 @@ fn a_shared_key_stays_while_a_source_has_it_and_sources_are_bounded() {
     let (anon, secret) = server.anonymous_service();
     let key = SigningKey::generate(KeyKind::P256, "a1");
     let anonymous_put = |source: &str| {
-        put_keys_as(&server, &secret, &anon, Some(source), &[key.public_jwk()], None)
+        put_keys_as(
+            &server,
+            &secret,
+            &anon,
+            Some(source),
+            &[key.public_jwk()],
+            None,
+        )
     };
     assert_eq!(anonymous_put("default").status(), 200);
     assert_problem(anonymous_put("other"), 409, "too-many-sources");

@@ -122,7 +122,6 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
     std::thread::sleep(Duration::from_millis(1_500));
     server.advance_clock(5);
 
-
     // A lead out of range is refused, naming it.
     let refused = server
         .authed(Method::PUT, &format!("/services/{sub}/config"), &acme.token)
@@ -150,7 +149,9 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
     assert_eq!(verifiers.len(), 2);
     assert!(verifiers.iter().all(|v| v["fetchedSinceKey"] == false));
     assert!(
-        verifiers.iter().all(|v| v["networks"] == json!(["127.0.0.0/24"])),
+        verifiers
+            .iter()
+            .all(|v| v["networks"] == json!(["127.0.0.0/24"])),
         "{answer}"
     );
     // k1 keeps the default lead of its upload.
@@ -242,7 +243,10 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
     let server = server();
     let acme = server.customer("acme", "business");
     let sub = register_service(&server, &acme, "api");
-    assert_eq!(put(&server, &acme.token, &sub, &["k1"], Some(json!(0))), 200);
+    assert_eq!(
+        put(&server, &acme.token, &sub, &["k1"], Some(json!(0))),
+        200
+    );
     // The verifier: two hours of fetches from 127.0.0.0/24.
     fetch_keys(&server, &sub, "aws-sts");
     wait_for_agent(&server, &acme.token, &sub, "aws-sts");
@@ -262,7 +266,10 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
     outsider("new-agent/1.0");
     wait_for_agent(&server, &acme.token, &sub, "new-agent/1.0");
     server.advance_clock(5);
-    assert_eq!(put(&server, &acme.token, &sub, &["k1", "k2"], Some(json!(0))), 200);
+    assert_eq!(
+        put(&server, &acme.token, &sub, &["k1", "k2"], Some(json!(0))),
+        200
+    );
     server.advance_clock(1);
     let before = readiness(&server, &acme.token, &sub, "k2");
     assert_eq!(pending(&before), ["aws-sts"], "{before}");
@@ -290,22 +297,40 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
 
     // The verifier itself, from its own network: safe.
     fetch_keys(&server, &sub, "aws-sts");
-    let safe = readiness_once(&server, &acme.token, &sub, "k2", |a| a["safeToSign"] == true);
+    let safe = readiness_once(&server, &acme.token, &sub, "k2", |a| {
+        a["safeToSign"] == true
+    });
     assert_eq!(safe["verifiers"][0]["networks"], json!(["127.0.0.0/24"]));
 
     // A verifier that will never come back is dismissed by the owner (an audit event).
-    assert_eq!(put(&server, &acme.token, &sub, &["k2", "k3"], Some(json!(0))), 200);
+    assert_eq!(
+        put(&server, &acme.token, &sub, &["k2", "k3"], Some(json!(0))),
+        200
+    );
     server.advance_clock(1);
-    assert_eq!(pending(&readiness(&server, &acme.token, &sub, "k3")), ["aws-sts"]);
+    assert_eq!(
+        pending(&readiness(&server, &acme.token, &sub, "k3")),
+        ["aws-sts"]
+    );
     let path = format!("/services/{sub}/keys/k3/readiness/verifiers/aws-sts");
-    let response = server.authed(Method::DELETE, &path, &acme.token).send().unwrap();
+    let response = server
+        .authed(Method::DELETE, &path, &acme.token)
+        .send()
+        .unwrap();
     assert_eq!(response.status(), 204);
     let answer = readiness(&server, &acme.token, &sub, "k3");
     assert_eq!(answer["safeToSign"], true, "{answer}");
-    let response = server.authed(Method::DELETE, &path, &acme.token).send().unwrap();
+    let response = server
+        .authed(Method::DELETE, &path, &acme.token)
+        .send()
+        .unwrap();
     assert_problem(response, 404, "not-found");
     let audit = server.get("/audit-events?action=verifier.dismiss", &acme.token);
     assert_eq!(audit.status(), 200);
     let events = json(audit);
-    assert_eq!(events["events"].as_array().map(Vec::len), Some(1), "{events}");
+    assert_eq!(
+        events["events"].as_array().map(Vec::len),
+        Some(1),
+        "{events}"
+    );
 }

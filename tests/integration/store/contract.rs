@@ -13,8 +13,8 @@ use registry_domain::custom_domain::{CustomDomain, DomainCertificate, Schedule};
 use registry_domain::keys::{KeyRecord, KeyState};
 use registry_domain::policy::PolicyKind;
 use registry_domain::ports::{
-    AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument, NetworkFetch,
-    Storage, OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_NETWORKS_PER_AGENT,
+    AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument, NetworkFetch, Storage,
+    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_NETWORKS_PER_AGENT,
 };
 use registry_domain::testing::MemoryStore;
 use registry_domain::StoreError;
@@ -1809,7 +1809,12 @@ fn counts(service: Uuid, at: OffsetDateTime, agents: &[(&str, u64)]) -> Document
 }
 
 /// A fetch of `service`'s key set by `agent` from each of `networks` at `at`.
-fn fetched_from(service: Uuid, at: OffsetDateTime, agent: &str, networks: &[&str]) -> DocumentFetches {
+fn fetched_from(
+    service: Uuid,
+    at: OffsetDateTime,
+    agent: &str,
+    networks: &[&str],
+) -> DocumentFetches {
     let mut fetched = counts(service, at, &[(agent, 1)]);
     fetched.agents[0].networks = (networks.iter())
         .map(|n| NetworkFetch {
@@ -1830,33 +1835,53 @@ fn verifiers_are_found_by_their_hours_and_networks(store: &dyn Storage) {
     let service = Uuid::new_v4();
     let (aws, bot) = ("10.0.1.0/24", "192.0.2.0/24");
     let hours = |h: i64| NOON - Duration::hours(h);
-    store.record_fetches(&[fetched_from(service, hours(30), "aws", &[aws])]).unwrap();
-    store.record_fetches(&[fetched_from(service, hours(2), "aws", &[aws, bot])]).unwrap();
+    store
+        .record_fetches(&[fetched_from(service, hours(30), "aws", &[aws])])
+        .unwrap();
+    store
+        .record_fetches(&[fetched_from(service, hours(2), "aws", &[aws, bot])])
+        .unwrap();
     // The custom domain's key set counts as the same key set.
     let mut on_domain = fetched_from(service, hours(3), "aws", &[aws]);
     on_domain.document = FetchedDocument::DomainJwks;
     store.record_fetches(&[on_domain]).unwrap();
     // After the publication (in its hour): not before it.
     store
-        .record_fetches(&[fetched_from(service, NOON + Duration::minutes(5), "late", &[bot])])
+        .record_fetches(&[fetched_from(
+            service,
+            NOON + Duration::minutes(5),
+            "late",
+            &[bot],
+        )])
         .unwrap();
-    store.record_fetches(&[fetched_from(service, hours(9 * 24), "ancient", &[aws])]).unwrap();
+    store
+        .record_fetches(&[fetched_from(service, hours(9 * 24), "ancient", &[aws])])
+        .unwrap();
     let mut found = store
         .verifier_candidates(service, NOON - Duration::days(7), NOON)
         .unwrap();
     found.sort_by(|a, b| a.agent.cmp(&b.agent));
     assert_eq!(found.len(), 1, "{found:?}");
     let candidate = &found[0];
-    assert_eq!((candidate.agent.as_str(), candidate.count, candidate.hours), ("aws", 3, 3));
+    assert_eq!(
+        (candidate.agent.as_str(), candidate.count, candidate.hours),
+        ("aws", 3, 3)
+    );
     assert_eq!(candidate.last_at, hours(2));
     let networks: Vec<String> = candidate.networks.iter().map(|n| n.to_string()).collect();
     assert_eq!(networks, [aws, bot], "the most seen first");
 
     // Since the publication: the last fetch of each agent from each network.
     let after = |m: i64| NOON + Duration::minutes(m);
-    store.record_fetches(&[fetched_from(service, after(10), "aws", &[bot])]).unwrap();
-    store.record_fetches(&[fetched_from(service, after(70), "aws", &[bot])]).unwrap();
-    store.record_fetches(&[fetched_from(service, after(20), "gcp", &[aws])]).unwrap();
+    store
+        .record_fetches(&[fetched_from(service, after(10), "aws", &[bot])])
+        .unwrap();
+    store
+        .record_fetches(&[fetched_from(service, after(70), "aws", &[bot])])
+        .unwrap();
+    store
+        .record_fetches(&[fetched_from(service, after(20), "gcp", &[aws])])
+        .unwrap();
     let mut seen = store
         .verifier_fetches(service, &["aws".into(), "late".into()], NOON)
         .unwrap();
@@ -1874,7 +1899,10 @@ fn verifiers_are_found_by_their_hours_and_networks(store: &dyn Storage) {
     // The networks go with their hours.
     let pruned = store.prune_fetches(NOON + Duration::days(1)).unwrap();
     assert!(pruned > 0);
-    assert!(store.verifier_fetches(service, &["aws".into()], NOON).unwrap().is_empty());
+    assert!(store
+        .verifier_fetches(service, &["aws".into()], NOON)
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -1889,7 +1917,9 @@ fn stored_evidence_is_bounded_per_hour(store: &dyn Storage) {
     for flush in 0..2 {
         let agents: Vec<(String, u64)> = (0..50).map(|i| (format!("bot {flush}-{i}"), 1)).collect();
         let agents: Vec<(&str, u64)> = agents.iter().map(|(a, n)| (a.as_str(), *n)).collect();
-        store.record_fetches(&[counts(service, NOON, &agents)]).unwrap();
+        store
+            .record_fetches(&[counts(service, NOON, &agents)])
+            .unwrap();
     }
     let read = store.fetches(service, NOON, 1000).unwrap();
     let agents = &read[0].agents;
@@ -1897,15 +1927,25 @@ fn stored_evidence_is_bounded_per_hour(store: &dyn Storage) {
     let others = agents.iter().find(|a| a.agent == OTHER_AGENTS).unwrap();
     assert_eq!(others.count, 100 - STORED_AGENTS_PER_HOUR as u64);
     // A known agent still counts as itself.
-    store.record_fetches(&[counts(service, NOON, &[("bot 0-0", 5)])]).unwrap();
+    store
+        .record_fetches(&[counts(service, NOON, &[("bot 0-0", 5)])])
+        .unwrap();
     let read = store.fetches(service, NOON, 1000).unwrap();
-    let known = read[0].agents.iter().find(|a| a.agent == "bot 0-0").unwrap();
+    let known = read[0]
+        .agents
+        .iter()
+        .find(|a| a.agent == "bot 0-0")
+        .unwrap();
     assert_eq!(known.count, 6);
     // Networks per agent and hour are bounded too.
     let many: Vec<String> = (0..40).map(|i| format!("10.0.{i}.0/24")).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
-    store.record_fetches(&[fetched_from(service, NOON, "bot 0-1", &many)]).unwrap();
-    let seen = store.verifier_fetches(service, &["bot 0-1".into()], NOON).unwrap();
+    store
+        .record_fetches(&[fetched_from(service, NOON, "bot 0-1", &many)])
+        .unwrap();
+    let seen = store
+        .verifier_fetches(service, &["bot 0-1".into()], NOON)
+        .unwrap();
     assert_eq!(seen.len(), STORED_NETWORKS_PER_AGENT);
 }
 
@@ -2132,7 +2172,10 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
     assert!(store.delete_customer("acme").unwrap());
     assert!(store.fetches(s.id, now, 10).unwrap().is_empty());
     let agents = ["aws".to_owned()];
-    assert!(store.verifier_fetches(s.id, &agents, now).unwrap().is_empty());
+    assert!(store
+        .verifier_fetches(s.id, &agents, now)
+        .unwrap()
+        .is_empty());
     assert_eq!(store.key_safe_at(s.id, "k1").unwrap(), None);
     assert_eq!(store.purged_through(s.id).unwrap(), None);
     assert_eq!(store.customer(c.id).unwrap(), None);

@@ -40,7 +40,10 @@ pub fn set(
     check_domain(domain, &registry.settings.issuers).map_err(|v| AppError::Invalid(vec![v]))?;
     let current = registry.store.domain_of(service.id)?;
     // The same domain again changes nothing, unless it failed: a PUT starts it over.
-    if let Some(current) = current.as_ref().filter(|c| c.status != DomainStatus::Failed) {
+    if let Some(current) = current
+        .as_ref()
+        .filter(|c| c.status != DomainStatus::Failed)
+    {
         if current.domain == domain {
             return Ok(current.clone());
         }
@@ -48,7 +51,8 @@ pub fn set(
     // Unproven claims are bounded per customer: each costs every replica's worker lookups.
     if let Some(customer) = service.customer_id {
         let replaced = current.is_some_and(|c| c.status == DomainStatus::Verifying);
-        let pending = (registry.store.pending_domains(customer)?).saturating_sub(usize::from(replaced));
+        let pending =
+            (registry.store.pending_domains(customer)?).saturating_sub(usize::from(replaced));
         let most = registry.settings.max_pending_domains;
         if pending >= most {
             return Err(AppError::TooManyPendingDomains(format!(
@@ -279,7 +283,14 @@ mod tests {
             panic!("{refused:?}")
         };
         assert!(!detail.contains(&b.subdomain), "{detail}");
-        assert_eq!(store.domain_named("login.acme.com").unwrap().unwrap().service_id, b.id);
+        assert_eq!(
+            store
+                .domain_named("login.acme.com")
+                .unwrap()
+                .unwrap()
+                .service_id,
+            b.id
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! them.
 
 use crate::app::{AppError, Registry};
-use crate::ports::{DocumentFetches, FetchedDocument};
+use crate::ports::{DocumentFetches, FetchedDocument, OTHER_AGENTS};
 use crate::Service;
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
@@ -88,7 +88,14 @@ pub fn evidence(
                 .map(|f| f.agents.as_slice())
                 .unwrap_or_default()
                 .iter()
-                .map(|a| json!({"agent": a.agent, "count": a.count, "lastFetchedAt": rfc3339(a.last_at)}))
+                .map(|a| {
+                    // The agents past the stored bound, counted together.
+                    let agent = match a.agent == OTHER_AGENTS {
+                        true => "other",
+                        false => a.agent.as_str(),
+                    };
+                    json!({"agent": agent, "count": a.count, "lastFetchedAt": rfc3339(a.last_at)})
+                })
                 .collect();
             json!({
                 "issuer": issuer.issuer,

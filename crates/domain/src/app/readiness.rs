@@ -332,7 +332,13 @@ mod tests {
 
     fn fetch(agent: &str, network: &str, at: OffsetDateTime) -> (String, NetworkFetch) {
         let network = net(network);
-        (agent.into(), NetworkFetch { network, last_at: at })
+        (
+            agent.into(),
+            NetworkFetch {
+                network,
+                last_at: at,
+            },
+        )
     }
 
     #[test]
@@ -378,7 +384,12 @@ mod tests {
     }
 
     /// A fetch of the service's key set by `agent` from `address` at `at`.
-    fn fetched(service: &Service, agent: &str, address: &str, at: OffsetDateTime) -> DocumentFetches {
+    fn fetched(
+        service: &Service,
+        agent: &str,
+        address: &str,
+        at: OffsetDateTime,
+    ) -> DocumentFetches {
         DocumentFetches {
             service_id: service.id,
             document: FetchedDocument::Jwks,
@@ -405,7 +416,14 @@ mod tests {
     }
 
     /// Publishes the key `kid` at `at` with this lead.
-    fn publish(registry: &Registry, service: &Service, who: &Caller, kid: &str, lead: u32, at: OffsetDateTime) {
+    fn publish(
+        registry: &Registry,
+        service: &Service,
+        who: &Caller,
+        kid: &str,
+        lead: u32,
+        at: OffsetDateTime,
+    ) {
         let x = match kid {
             "new" => "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo",
             _ => "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08",
@@ -434,7 +452,13 @@ mod tests {
 
     fn reasons(answer: &Value) -> Vec<String> {
         (answer["pending"].as_array().unwrap().iter())
-            .map(|p| p["agent"].as_str().or(p["reason"].as_str()).unwrap().to_owned())
+            .map(|p| {
+                p["agent"]
+                    .as_str()
+                    .or(p["reason"].as_str())
+                    .unwrap()
+                    .to_owned()
+            })
             .collect()
     }
 
@@ -445,12 +469,20 @@ mod tests {
         let hours = |h: i64| T0 - Duration::hours(h);
         // aws fetched in two distinct hours of the week before; gcp in one only; a bot under
         // many agents, each in one hour.
-        store.record_fetches(&[fetched(&service, "aws", "10.0.1.7", hours(30))]).unwrap();
-        store.record_fetches(&[fetched(&service, "aws", "10.0.1.8", hours(2))]).unwrap();
-        store.record_fetches(&[fetched(&service, "gcp", "10.0.2.7", hours(2))]).unwrap();
+        store
+            .record_fetches(&[fetched(&service, "aws", "10.0.1.7", hours(30))])
+            .unwrap();
+        store
+            .record_fetches(&[fetched(&service, "aws", "10.0.1.8", hours(2))])
+            .unwrap();
+        store
+            .record_fetches(&[fetched(&service, "gcp", "10.0.2.7", hours(2))])
+            .unwrap();
         for i in 0..50 {
             let agent = format!("bot {i}");
-            store.record_fetches(&[fetched(&service, &agent, "192.0.2.1", hours(1))]).unwrap();
+            store
+                .record_fetches(&[fetched(&service, &agent, "192.0.2.1", hours(1))])
+                .unwrap();
         }
         publish(&registry, &service, &who, "new", 0, T0);
         let at = |s: i64| T0 + Duration::seconds(s);
@@ -459,14 +491,22 @@ mod tests {
         assert_eq!(answer["verifiers"][0]["networks"], json!(["10.0.1.0/24"]));
         // An agent first seen after the publication never joins; the verifier's agent from
         // another network counts for nothing.
-        store.record_fetches(&[fetched(&service, "late", "10.0.9.1", at(2))]).unwrap();
-        store.record_fetches(&[fetched(&service, "late", "10.0.9.1", at(3700))]).unwrap();
-        store.record_fetches(&[fetched(&service, "aws", "192.0.2.1", at(3))]).unwrap();
+        store
+            .record_fetches(&[fetched(&service, "late", "10.0.9.1", at(2))])
+            .unwrap();
+        store
+            .record_fetches(&[fetched(&service, "late", "10.0.9.1", at(3700))])
+            .unwrap();
+        store
+            .record_fetches(&[fetched(&service, "aws", "192.0.2.1", at(3))])
+            .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(3800)).unwrap();
         assert_eq!(reasons(&answer), ["aws"], "{answer}");
         assert_eq!(answer["safeToSign"], false);
         // Its own network: safe.
-        store.record_fetches(&[fetched(&service, "aws", "10.0.1.200", at(3900))]).unwrap();
+        store
+            .record_fetches(&[fetched(&service, "aws", "10.0.1.200", at(3900))])
+            .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(3901)).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
         assert_eq!(answer["verifiers"][0]["fetchedSinceKey"], true);
@@ -478,7 +518,9 @@ mod tests {
         let store = &registry.store;
         for h in [3, 2] {
             let at = T0 - Duration::hours(h);
-            store.record_fetches(&[fetched(&service, "gone", "10.0.3.1", at)]).unwrap();
+            store
+                .record_fetches(&[fetched(&service, "gone", "10.0.3.1", at)])
+                .unwrap();
         }
         publish(&registry, &service, &who, "new", 0, T0);
         let later = T0 + Duration::minutes(1);
@@ -501,7 +543,9 @@ mod tests {
         let store = &registry.store;
         for days in [2, 1] {
             let at = T0 - Duration::days(days);
-            store.record_fetches(&[fetched(&service, "aws", "10.0.1.1", at)]).unwrap();
+            store
+                .record_fetches(&[fetched(&service, "aws", "10.0.1.1", at)])
+                .unwrap();
         }
         publish(&registry, &service, &who, "new", 60, T0);
         let at = |s: i64| T0 + Duration::seconds(s);
@@ -512,14 +556,18 @@ mod tests {
             .map(|p| p["reason"].as_str().unwrap())
             .collect();
         assert_eq!(reasons, ["lead", "verifier"]);
-        store.record_fetches(&[fetched(&service, "aws", "10.0.1.1", at(90))]).unwrap();
+        store
+            .record_fetches(&[fetched(&service, "aws", "10.0.1.1", at(90))])
+            .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(100)).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
         assert_eq!(answer["safeToSignAt"], rfc3339(at(90)));
         assert_eq!(answer["pending"], json!([]));
         assert_eq!(answer["verifiers"][0]["fetchedSinceKey"], true);
         // Evidence that would move the time does not: it stays what it was found.
-        store.record_fetches(&[fetched(&service, "aws", "10.0.1.1", at(500))]).unwrap();
+        store
+            .record_fetches(&[fetched(&service, "aws", "10.0.1.1", at(500))])
+            .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(600)).unwrap();
         assert_eq!(answer["safeToSignAt"], rfc3339(at(90)));
         assert!(matches!(

@@ -4,8 +4,8 @@
 //! exactly as a fetch the registry answered itself would count.
 
 use crate::body::{content_type, read_bytes};
-use crate::problem::{ApiError, ApiResult};
 use crate::client_ip;
+use crate::problem::{ApiError, ApiResult};
 use crate::public::{custom_domain, served_document};
 use crate::state::AppState;
 use actix_web::http::header;
@@ -92,9 +92,9 @@ fn parse(number: usize, text: &str) -> Result<Option<Fetch>, Violation> {
     .ok_or_else(|| malformed("status is not a number".into()))?;
     let address = match line.client_address.as_deref() {
         None | Some("-") => client_ip::UNKNOWN,
-        Some(text) => text.parse::<IpAddr>().map_err(|_| {
-            malformed(format!("clientAddress {text:?} is not an IP address"))
-        })?,
+        Some(text) => text
+            .parse::<IpAddr>()
+            .map_err(|_| malformed(format!("clientAddress {text:?} is not an IP address")))?,
     };
     let counted = matches!(line.method.as_str(), "GET" | "HEAD") && matches!(status, 200 | 304);
     let document = served_document(&line.path).filter(|_| counted);
@@ -213,7 +213,11 @@ mod tests {
         assert_eq!(fetch.document, FetchedDocument::Jwks);
         assert!(fetch.not_modified);
         assert_eq!(fetch.at.millisecond(), 250);
-        assert_eq!(fetch.network, Network::of(client_ip::UNKNOWN), "no address: unknown");
+        assert_eq!(
+            fetch.network,
+            Network::of(client_ip::UNKNOWN),
+            "no address: unknown"
+        );
         assert!(parse(
             1,
             &line("HEAD", "/.well-known/openid-configuration", "\"200\"")

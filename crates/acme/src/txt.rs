@@ -8,6 +8,9 @@ use hickory_resolver::proto::rr::RData;
 use hickory_resolver::TokioResolver;
 use std::net::SocketAddr;
 
+/// How long one TXT lookup may take.
+pub const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Looks up TXT records.
 pub struct TxtLookup {
     resolver: TokioResolver,
@@ -52,7 +55,16 @@ impl TxtLookup {
     /// counts joined). No record, or no such name, is `false`.
     pub async fn holds(&self, name: &str, value: &str) -> Result<bool, AcmeError> {
         let fqdn = format!("{}.", name.trim_end_matches('.'));
-        match self.resolver.txt_lookup(fqdn).await {
+        // A name whose DNS server never answers costs this long, no more (docs/api.md, "Custom
+        // domains": one customer's domains must not stall another's).
+        let asked = tokio::time::timeout(LOOKUP_TIMEOUT, self.resolver.txt_lookup(fqdn));
+        let Ok(answered) = asked.await else {
+            return Err(AcmeError::Dns {
+                name: name.to_owned(),
+                why: format!("no answer within {} s", LOOKUP_TIMEOUT.as_secs()),
+            });
+        };
+        match answered {
             Ok(found) => Ok(found.answers().iter().any(|record| match &record.data {
                 RData::TXT(txt) => {
                     let joined: Vec<u8> = txt.txt_data.iter().flatten().copied().collect();

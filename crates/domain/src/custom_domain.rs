@@ -246,6 +246,48 @@ fn is_ipv4_literal(text: &str) -> bool {
     parts.len() <= 4 && parts.into_iter().all(part_ok)
 }
 
+/// The order the worker serves the domains due in (docs/api.md, "Custom domains"), each with
+/// its customer: renewals first, then new orders, then TXT lookups; within each, one domain of
+/// each customer in turn (round-robin, each customer's in the order given), so that one
+/// customer's many domains never delay another's.
+///
+/// ```
+/// use registry_domain::custom_domain::{in_fair_order, CustomDomain};
+/// use time::macros::datetime;
+/// let at = datetime!(2026-11-28 10:00 UTC);
+/// let claim = |name: &str| CustomDomain::new(uuid::Uuid::new_v4(), name.into(), "t".into(), at);
+/// let (greedy, other) = (Some(uuid::Uuid::from_u128(1)), Some(uuid::Uuid::from_u128(2)));
+/// let due = vec![(claim("a1.x.com"), greedy), (claim("a2.x.com"), greedy),
+///                (claim("a3.x.com"), greedy), (claim("b.y.com"), other)];
+/// let names: Vec<String> = in_fair_order(due).into_iter().map(|d| d.domain).collect();
+/// assert_eq!(names, ["a1.x.com", "b.y.com", "a2.x.com", "a3.x.com"]);
+/// ```
+pub fn in_fair_order(due: Vec<(CustomDomain, Option<Uuid>)>) -> Vec<CustomDomain> {
+    let class = |d: &CustomDomain| match d.status {
+        DomainStatus::Active => 0,
+        DomainStatus::Issuing => 1,
+        DomainStatus::Verifying | DomainStatus::Failed => 2,
+    };
+    let mut ordered = Vec::with_capacity(due.len());
+    for rank in 0..3 {
+        // Each customer's queue, customers in the order they first come.
+        let mut queues: Vec<(Option<Uuid>, std::collections::VecDeque<CustomDomain>)> = Vec::new();
+        for (domain, customer) in due.iter().filter(|(d, _)| class(d) == rank) {
+            match queues.iter_mut().find(|(c, _)| c == customer) {
+                Some((_, queue)) => queue.push_back(domain.clone()),
+                None => queues.push((*customer, [domain.clone()].into())),
+            }
+        }
+        while !queues.is_empty() {
+            for (_, queue) in &mut queues {
+                ordered.extend(queue.pop_front());
+            }
+            queues.retain(|(_, queue)| !queue.is_empty());
+        }
+    }
+    ordered
+}
+
 impl CustomDomain {
     /// A domain just added at `now`, waiting for its TXT record to hold `txt_token`.
     pub fn new(service_id: Uuid, domain: String, txt_token: String, now: OffsetDateTime) -> Self {

@@ -6,11 +6,12 @@
 
 use crate::hosting::{Document, Hosted};
 use crate::near::{Copied, Near};
-use registry_domain::custom_domain::CustomDomain;
+use registry_domain::custom_domain::{CustomDomain, DomainStatus};
 use registry_domain::publishing::point_at;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// A custom domain served now.
@@ -94,7 +95,23 @@ pub struct Domains {
     /// Bumped, under the write lock, by every change of the domains served.
     changes: AtomicU64,
     near: Near<String, Served>,
+    /// The domains held (proven, issuing or active), by name, with when the worker next orders
+    /// for them: an ACME server's HTTP-01 request is answered from the database only while an
+    /// order for its host may be under way (docs/api.md, "Custom domains").
+    held: RwLock<HashMap<String, Held>>,
 }
+
+/// A domain held, as the HTTP-01 path needs it.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    service_id: Uuid,
+    issuing: bool,
+    next_attempt_at: OffsetDateTime,
+}
+
+/// How long after an order's due time its HTTP-01 answers may still be asked for: an order takes
+/// minutes at most (the ordering lock is held 5).
+const ORDER_TAKES: time::Duration = time::Duration::minutes(10);
 
 /// Domains each worker thread keeps its own copies of.
 const NEAR_DOMAINS: usize = 256;
@@ -106,6 +123,7 @@ impl Default for Domains {
             count: AtomicUsize::default(),
             changes: AtomicU64::default(),
             near: Near::new(NEAR_DOMAINS),
+            held: RwLock::default(),
         }
     }
 }
@@ -137,6 +155,28 @@ impl Domains {
             .cloned()
     }
 
+    /// Whether an order for the domain `name` may be under way at `now`: it is held, and
+    /// issuing, or its renewal is due. Else its HTTP-01 answers are not asked for, and the
+    /// database is not read for them.
+    pub fn order_pending(&self, name: &str, now: OffsetDateTime) -> bool {
+        let held = self.held.read().unwrap_or_else(PoisonError::into_inner);
+        held.get(name)
+            .is_some_and(|h| h.issuing || h.next_attempt_at <= now + ORDER_TAKES)
+    }
+
+    fn hold(&self, service_id: Uuid, domain: Option<&CustomDomain>) {
+        let mut held = self.held.write().unwrap_or_else(PoisonError::into_inner);
+        held.retain(|_, h| h.service_id != service_id);
+        if let Some(domain) = domain.filter(|d| d.is_held()) {
+            let entry = Held {
+                service_id,
+                issuing: domain.status == DomainStatus::Issuing,
+                next_attempt_at: domain.next_attempt_at,
+            };
+            held.insert(domain.domain.clone(), entry);
+        }
+    }
+
     /// Every domain served.
     pub fn all(&self) -> Vec<Arc<Served>> {
         self.read().values().cloned().collect()
@@ -153,6 +193,7 @@ impl Domains {
         service_id: Uuid,
         found: Option<(CustomDomain, String)>,
     ) -> Vec<DomainChanged> {
+        self.hold(service_id, found.as_ref().map(|(domain, _)| domain));
         let mut by_name = self.by_name.write().unwrap_or_else(PoisonError::into_inner);
         let mut changes = Vec::new();
         let before: Vec<String> = (by_name.iter())
@@ -181,6 +222,9 @@ impl Domains {
 
     /// Replaces every domain with `served` (with their subdomains): the start-up load.
     pub(crate) fn load(&self, served: Vec<(CustomDomain, String)>) -> Vec<DomainChanged> {
+        for (domain, _) in &served {
+            self.hold(domain.service_id, Some(domain));
+        }
         let mut by_name = self.by_name.write().unwrap_or_else(PoisonError::into_inner);
         let mut changes: Vec<DomainChanged> = by_name
             .drain()

@@ -12,7 +12,8 @@ use registry_domain::ports::{Storage, StoreResult};
 use registry_replica::domains::DomainChanged;
 use registry_replica::Replica;
 use registry_tls::Reloading;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// What the worker needs: the ACME directory, the key that seals what it stores, the DNS
 /// lookups, and the schedule.
@@ -22,7 +23,13 @@ pub struct CustomDomains {
     key: DataKey,
     txt: TxtLookup,
     schedule: Schedule,
+    /// HTTP-01 answers read from the database, by host and token: an ACME server asks each
+    /// several times, from several places.
+    answers: Mutex<HashMap<(String, String), String>>,
 }
+
+/// HTTP-01 answers kept in memory at most (then forgotten all at once: they are read again).
+const KEPT_ANSWERS: usize = 1024;
 
 impl CustomDomains {
     /// The custom domains of `settings`: `None` without `REGISTRY_ACME_DIRECTORY`; an error (for
@@ -58,11 +65,27 @@ impl CustomDomains {
                 first_check: check,
                 ..Schedule::default()
             },
+            answers: Mutex::default(),
         }))
     }
 }
 
 impl CustomDomains {
+    /// The HTTP-01 answer for `host` and `token` kept from an earlier read, if any.
+    pub fn known_answer(&self, host: &str, token: &str) -> Option<String> {
+        let answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+        answers.get(&(host.to_owned(), token.to_owned())).cloned()
+    }
+
+    /// Keeps an HTTP-01 answer read from the database.
+    pub fn keep_answer(&self, host: String, token: String, answer: String) {
+        let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+        if answers.len() >= KEPT_ANSWERS {
+            answers.clear();
+        }
+        answers.insert((host, token), answer);
+    }
+
     /// The schedule of lookups, orders and renewals.
     pub fn schedule(&self) -> &Schedule {
         &self.schedule

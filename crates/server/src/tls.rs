@@ -76,14 +76,29 @@ pub async fn challenge(req: &ServiceRequest) -> Option<HttpResponse> {
         .expect("the app's state");
     let host = crate::public::host(req.head()).map(crate::public::name_of_host);
     let not_found = || ApiError::NotFound("no such challenge".into()).error_response();
-    let (Some(host), Some(_)) = (host, state.custom_domains.as_ref()) else {
+    let (Some(host), Some(worker)) = (host, state.custom_domains.as_ref()) else {
         return Some(not_found());
     };
+    // From memory: a host with no order under way has no answer, and the database is not read
+    // for it (anyone can send these requests, as often as they like).
+    if !state.replica.domains.order_pending(&host, state.now()) {
+        return Some(not_found());
+    }
+    let answer = |answer: String| {
+        HttpResponse::Ok()
+            .content_type("application/octet-stream")
+            .body(answer)
+    };
+    if let Some(known) = worker.known_answer(&host, &token) {
+        return Some(answer(known));
+    }
+    let (name, asked) = (host.clone(), token.clone());
     Some(
-        match state.replica.db(move |s| s.challenge(&host, &token)).await {
-            Ok(Some(answer)) => HttpResponse::Ok()
-                .content_type("application/octet-stream")
-                .body(answer),
+        match state.replica.db(move |s| s.challenge(&name, &asked)).await {
+            Ok(Some(found)) => {
+                worker.keep_answer(host, token, found.clone());
+                answer(found)
+            }
             Ok(None) => not_found(),
             Err(error) => ApiError::from(error).error_response(),
         },

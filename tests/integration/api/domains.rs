@@ -418,8 +418,18 @@ fn an_active_domain_serves_the_documents_under_its_own_issuer_and_certificate() 
             .send()
             .unwrap()
     };
+    // No order is under way for the active domain: answered from memory, 404, the database
+    // not read (fourth security review).
     let answer = get(&format!("{DOMAIN}:80"), "/.well-known/acme-challenge/tok3n");
-    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.status(), 404);
+    // Its renewal comes due: the answer stored is served.
+    let mut due = store.domain_named(DOMAIN).unwrap().unwrap();
+    due.next_attempt_at = time::OffsetDateTime::now_utc() + time::Duration::minutes(2);
+    assert!(store.update_domain(&due).unwrap());
+    eventually("the renewal's challenge is answered", || {
+        get(&format!("{DOMAIN}:80"), "/.well-known/acme-challenge/tok3n").status() == 200
+    });
+    let answer = get(&format!("{DOMAIN}:80"), "/.well-known/acme-challenge/tok3n");
     assert_eq!(answer.text().unwrap(), "tok3n.thumbprint");
     assert_eq!(
         get(DOMAIN, "/.well-known/acme-challenge/other").status(),

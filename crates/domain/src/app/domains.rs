@@ -4,7 +4,9 @@
 
 use crate::app::{AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
-use crate::custom_domain::{check_domain, CustomDomain, DomainProblem, DomainStatus, DOMAIN_TAKEN};
+use crate::custom_domain::{
+    check_domain, in_fair_order, CustomDomain, DomainProblem, DomainStatus, DOMAIN_TAKEN,
+};
 use crate::{Service, StoreError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -134,13 +136,20 @@ pub fn issuer(
     }
 }
 
-/// Up to `limit` domains the worker has something to do for at `now`.
+/// Up to `limit` domains the worker has something to do for at `now`, in the order it serves
+/// them ([`in_fair_order`]: renewals, new orders, then lookups, customers in turn).
 pub fn due(
     registry: &Registry,
     now: OffsetDateTime,
     limit: usize,
 ) -> Result<Vec<CustomDomain>, AppError> {
-    Ok(registry.store.domains_due(now, limit)?)
+    let due = registry.store.domains_due(now, limit)?;
+    let mut with_customers = Vec::with_capacity(due.len());
+    for domain in due {
+        let customer = (registry.store.service(domain.service_id)?).and_then(|s| s.customer_id);
+        with_customers.push((domain, customer));
+    }
+    Ok(in_fair_order(with_customers))
 }
 
 /// Takes the ordering lock of the service's domain until `until`: `false` when another replica

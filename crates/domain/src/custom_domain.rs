@@ -30,6 +30,35 @@ use uuid::Uuid;
 /// then the domain.
 pub const CHALLENGE_LABEL: &str = "_registry-challenge";
 
+/// New orders (first certificates) one customer may place in an hour (docs/api.md, "Custom
+/// domains").
+pub const NEW_ORDERS_PER_CUSTOMER_HOUR: usize = 3;
+/// Orders, renewals included, the registry's ACME account places in [`ACCOUNT_WINDOW`], at
+/// most: below Let's Encrypt's 300 new orders per account per 3 hours, shared by every tenant.
+pub const ORDERS_PER_ACCOUNT: usize = 250;
+/// The period of [`ORDERS_PER_ACCOUNT`].
+pub const ACCOUNT_WINDOW: Duration = Duration::hours(3);
+/// How long an order the budget refuses waits before it asks again.
+pub const BUDGET_WAIT: Duration = Duration::minutes(5);
+
+/// Whether one more order fits the budget: a renewal (`renewal`) or a new order, given the
+/// customer's new orders in the last hour and the account's orders in [`ACCOUNT_WINDOW`].
+///
+/// ```
+/// use registry_domain::custom_domain::may_order;
+/// assert!(may_order(false, 2, 10));
+/// assert!(!may_order(false, 3, 10), "a customer's fourth new order in an hour");
+/// assert!(may_order(true, 3, 10), "renewals are not the customer's new orders");
+/// assert!(!may_order(true, 0, 250), "the account's budget holds for everyone");
+/// ```
+pub fn may_order(renewal: bool, customer_new_orders: usize, account_orders: usize) -> bool {
+    account_orders < ORDERS_PER_ACCOUNT
+        && (renewal || customer_new_orders < NEW_ORDERS_PER_CUSTOMER_HOUR)
+}
+
+/// Failed orders of a domain's first certificate before the domain is `failed`.
+pub const MAX_FAILED_ORDERS: u32 = 5;
+
 /// The code of a claim another service proved first.
 pub const DOMAIN_TAKEN: &str = "domain-taken";
 
@@ -314,6 +343,18 @@ impl CustomDomain {
         format!("{CHALLENGE_LABEL}.{}", self.domain)
     }
 
+    /// Whether its next order is a renewal: it has a certificate.
+    pub fn renews(&self) -> bool {
+        self.certificate.is_some()
+    }
+
+    /// The domain with its next order put off until `until` (the budget is spent): nothing
+    /// failed, no attempt counted.
+    pub fn postponed(mut self, until: OffsetDateTime) -> Self {
+        self.next_attempt_at = self.next_attempt_at.max(until);
+        self
+    }
+
     /// Whether its service holds the name: proven by its TXT record (issuing or active). Until
     /// then it is a claim, and other services may claim the name too.
     pub fn is_held(&self) -> bool {
@@ -370,6 +411,12 @@ impl CustomDomain {
                 let wait = backoff(schedule.first_retry, schedule.longest_retry, self.attempts);
                 self.attempts = self.attempts.saturating_add(1);
                 self.next_attempt_at = now + wait;
+                // A first certificate that keeps failing stops costing every tenant's ACME
+                // budget until its owner asks again (a PUT); a renewal keeps trying, the domain
+                // served with its certificate meanwhile.
+                if self.status == DomainStatus::Issuing && self.attempts >= MAX_FAILED_ORDERS {
+                    self.status = DomainStatus::Failed;
+                }
                 self.problem = Some(DomainProblem {
                     code: "acme-order-failed".into(),
                     message,
@@ -421,6 +468,28 @@ fn rfc3339(at: OffsetDateTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_certificate_failing_five_times_fails_the_domain_and_a_renewal_keeps_trying() {
+        let t0 = time::macros::datetime!(2026-11-28 10:00 UTC);
+        let schedule = Schedule::default();
+        let mut domain = CustomDomain::new(Uuid::nil(), "login.acme.com".into(), "t".into(), t0)
+            .checked(true, &schedule, t0);
+        for i in 1..=MAX_FAILED_ORDERS {
+            assert_eq!(domain.status, DomainStatus::Issuing, "before failure {i}");
+            domain = domain.ordered(Err("rejected".into()), &schedule, t0);
+        }
+        assert_eq!(domain.status, DomainStatus::Failed);
+        assert_eq!(domain.problem.unwrap().code, "acme-order-failed");
+        let mut active = CustomDomain {
+            status: DomainStatus::Active,
+            ..CustomDomain::new(Uuid::nil(), "login.acme.com".into(), "t".into(), t0)
+        };
+        for _ in 0..10 {
+            active = active.ordered(Err("rejected".into()), &schedule, t0);
+        }
+        assert_eq!(active.status, DomainStatus::Active);
+    }
     use time::macros::datetime;
 
     const T0: OffsetDateTime = datetime!(2026-11-28 10:00 UTC);

@@ -607,6 +607,27 @@ pub trait DomainStore: Send + Sync {
     /// another service's unproven claim of it is no conflict; `NotFound` when the service is
     /// gone.
     fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()>;
+    /// The ACME orders placed on `directory` (its account): how many new orders (not renewals)
+    /// of `customer_id`'s domains since `customer_since`, and how many orders since
+    /// `account_since`.
+    fn acme_orders(
+        &self,
+        directory: &str,
+        customer_id: Option<Uuid>,
+        customer_since: OffsetDateTime,
+        account_since: OffsetDateTime,
+    ) -> StoreResult<(usize, usize)>;
+    /// Records an order placed at `at` on `directory` for `domain` (of `customer_id`; a renewal
+    /// or a new order), and forgets the orders before `forget_before`.
+    fn record_acme_order(
+        &self,
+        directory: &str,
+        domain: &str,
+        customer_id: Option<Uuid>,
+        renewal: bool,
+        at: OffsetDateTime,
+        forget_before: OffsetDateTime,
+    ) -> StoreResult<()>;
     /// How many of the customer's services' domains are unproven claims (verifying).
     fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize>;
     /// Records that `proven` (its TXT record found, now issuing) holds its name, and turns every

@@ -73,6 +73,8 @@ struct State {
     fetches: BTreeMap<(Uuid, FetchedDocument, i64), FetchBucket>,
     key_safe: BTreeMap<(Uuid, String), OffsetDateTime>,
     purges: BTreeMap<Uuid, OffsetDateTime>,
+    /// The ACME orders placed: directory, customer, renewal, when.
+    acme_orders: Vec<(String, Option<Uuid>, bool, OffsetDateTime)>,
     /// By service, with the ordering lock's end.
     domains: BTreeMap<Uuid, (CustomDomain, Option<OffsetDateTime>)>,
     /// `(domain, token)` → key authorization.
@@ -395,6 +397,11 @@ impl CustomerStore for MemoryStore {
         for service in &services {
             s.configs.remove(service);
             s.remove_credentials_of(CredentialOwner::AnonymousService(*service));
+            if let Some((gone, _)) = s.domains.remove(service) {
+                if gone.is_held() {
+                    s.challenges.retain(|(d, _), _| *d != gone.domain);
+                }
+            }
         }
         for account in &accounts {
             s.remove_credentials_of(CredentialOwner::Account(*account));
@@ -539,7 +546,7 @@ impl ServiceStore for MemoryStore {
         }
         s.services.retain(|x| x.id != id);
         s.configs.remove(&id);
-        if let Some((gone, _)) = s.domains.remove(&id) {
+        if let Some((gone, _)) = s.domains.remove(&id).filter(|(d, _)| d.is_held()) {
             s.challenges.retain(|(domain, _), _| *domain != gone.domain);
         }
         s.remove_credentials_of(CredentialOwner::AnonymousService(id));
@@ -962,6 +969,42 @@ impl DomainStore for MemoryStore {
         Ok(named.first().map(|d| (*d).clone()))
     }
 
+    fn acme_orders(
+        &self,
+        directory: &str,
+        customer_id: Option<Uuid>,
+        customer_since: OffsetDateTime,
+        account_since: OffsetDateTime,
+    ) -> StoreResult<(usize, usize)> {
+        let s = self.lock();
+        let of_account = s.acme_orders.iter().filter(|o| o.0 == directory);
+        let account = of_account
+            .clone()
+            .filter(|o| o.3 >= ms(account_since))
+            .count();
+        let customer = (of_account)
+            .filter(|o| customer_id.is_some() && o.1 == customer_id && !o.2)
+            .filter(|o| o.3 >= ms(customer_since))
+            .count();
+        Ok((customer, account))
+    }
+
+    fn record_acme_order(
+        &self,
+        directory: &str,
+        _domain: &str,
+        customer_id: Option<Uuid>,
+        renewal: bool,
+        at: OffsetDateTime,
+        forget_before: OffsetDateTime,
+    ) -> StoreResult<()> {
+        let mut s = self.lock();
+        s.acme_orders.retain(|o| o.3 >= ms(forget_before));
+        s.acme_orders
+            .push((directory.to_owned(), customer_id, renewal, ms(at)));
+        Ok(())
+    }
+
     fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize> {
         let s = self.lock();
         let services: Vec<Uuid> = (s.services.iter())
@@ -1014,8 +1057,10 @@ impl DomainStore for MemoryStore {
             return Err(StoreError::Conflict("domain taken".into()));
         }
         if let Some((old, _)) = s.domains.get(&domain.service_id) {
-            let old = old.domain.clone();
-            s.challenges.retain(|(d, _), _| *d != old);
+            let (old, held) = (old.domain.clone(), old.is_held());
+            if held {
+                s.challenges.retain(|(d, _), _| *d != old);
+            }
         }
         s.domains
             .insert(domain.service_id, (stored_domain(domain), None));
@@ -1028,7 +1073,9 @@ impl DomainStore for MemoryStore {
         let Some((gone, _)) = s.domains.remove(&service_id) else {
             return Ok(false);
         };
-        s.challenges.retain(|(d, _), _| *d != gone.domain);
+        if gone.is_held() {
+            s.challenges.retain(|(d, _), _| *d != gone.domain);
+        }
         s.commit(event, &[Change::Service(service_id)]);
         Ok(true)
     }

@@ -86,6 +86,11 @@ impl CustomDomains {
         answers.insert((host, token), answer);
     }
 
+    /// The ACME directory (one account each).
+    pub fn directory(&self) -> &str {
+        self.acme.directory()
+    }
+
     /// The schedule of lookups, orders and renewals.
     pub fn schedule(&self) -> &Schedule {
         &self.schedule

@@ -86,6 +86,14 @@ async fn advance(state: &AppState, domain: CustomDomain) -> Result<(), crate::pr
             {
                 return Ok(());
             }
+            // Within the ACME budget, or put off (docs/api.md, "Custom domains").
+            let (asked, directory) = (domain.clone(), worker.directory().to_owned());
+            if !state
+                .read(move |r| domains::take_order(r, &asked, &directory, now))
+                .await?
+            {
+                return Ok(());
+            }
             let outcome = worker.order(&state.replica, &domain).await;
             if let Err(why) = &outcome {
                 tracing::warn!(

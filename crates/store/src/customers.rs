@@ -152,6 +152,8 @@ impl CustomerStore for Store {
             let services = services::table
                 .filter(services::customer_id.eq(&id))
                 .select(services::id);
+            let ids: Vec<String> = services.load(conn)?;
+            crate::domains::forget_challenges_of(conn, &ids)?;
             diesel::delete(
                 fetch_networks::table.filter(fetch_networks::service_id.eq_any(services)),
             )

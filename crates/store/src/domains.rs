@@ -5,7 +5,7 @@
 use crate::error::{Failure, Res};
 use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis, readable, uuid};
-use crate::schema::{acme_accounts, acme_challenges, custom_domains, services};
+use crate::schema::{acme_accounts, acme_challenges, acme_orders, custom_domains, services};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
@@ -158,6 +158,23 @@ fn held_by_another(conn: &mut Db, domain: &str, service_id: Uuid) -> Res<bool> {
     Ok(holders > 0)
 }
 
+/// Forgets the challenges of the names `services` hold (before they go): challenges are kept
+/// by name, and only a name's holder orders, so they are its.
+pub(crate) fn forget_challenges_of(conn: &mut Db, services: &[String]) -> Res<()> {
+    let held = [
+        DomainStatus::Issuing.as_str(),
+        DomainStatus::Active.as_str(),
+    ];
+    let names = custom_domains::table
+        .filter(custom_domains::service_id.eq_any(services))
+        .filter(custom_domains::status.eq_any(held))
+        .select(custom_domains::domain)
+        .load::<String>(conn)?;
+    diesel::delete(acme_challenges::table.filter(acme_challenges::domain.eq_any(names)))
+        .execute(conn)?;
+    Ok(())
+}
+
 /// Challenges are kept by name: only the name's holder orders, so they are its.
 fn forget_challenges(conn: &mut Db, domain: &str) -> Res<()> {
     diesel::delete(acme_challenges::table.filter(acme_challenges::domain.eq(domain)))
@@ -201,7 +218,7 @@ impl DomainStore for Store {
                     domain.domain
                 ))));
             }
-            if let Some(old) = domain_row(conn, domain.service_id)? {
+            if let Some(old) = domain_row(conn, domain.service_id)?.filter(CustomDomain::is_held) {
                 forget_challenges(conn, &old.domain)?;
             }
             write_domain(conn, domain)?;
@@ -210,6 +227,60 @@ impl DomainStore for Store {
                 .set(custom_domains::locked_until.eq(None::<i64>))
                 .execute(conn)?;
             changed.push(Change::Service(domain.service_id));
+            Ok(())
+        })
+    }
+
+    fn acme_orders(
+        &self,
+        directory: &str,
+        customer_id: Option<Uuid>,
+        customer_since: OffsetDateTime,
+        account_since: OffsetDateTime,
+    ) -> StoreResult<(usize, usize)> {
+        self.read(|conn| {
+            let of_account = acme_orders::table.filter(acme_orders::directory.eq(directory));
+            let account = of_account
+                .filter(acme_orders::at.ge(millis(account_since)))
+                .count()
+                .get_result::<i64>(conn)?;
+            let customer = match customer_id {
+                Some(customer) => of_account
+                    .filter(acme_orders::customer_id.eq(id_text(customer)))
+                    .filter(acme_orders::renewal.eq(false))
+                    .filter(acme_orders::at.ge(millis(customer_since)))
+                    .count()
+                    .get_result::<i64>(conn)?,
+                None => 0,
+            };
+            let count = |n: i64| usize::try_from(n).unwrap_or(usize::MAX);
+            Ok((count(customer), count(account)))
+        })
+    }
+
+    fn record_acme_order(
+        &self,
+        directory: &str,
+        domain: &str,
+        customer_id: Option<Uuid>,
+        renewal: bool,
+        at: OffsetDateTime,
+        forget_before: OffsetDateTime,
+    ) -> StoreResult<()> {
+        self.write_aside(|conn| {
+            diesel::delete(acme_orders::table.filter(acme_orders::at.lt(millis(forget_before))))
+                .execute(conn)?;
+            let row = (
+                acme_orders::directory.eq(directory),
+                acme_orders::domain.eq(domain),
+                acme_orders::at.eq(millis(at)),
+                acme_orders::customer_id.eq(customer_id.map(id_text)),
+                acme_orders::renewal.eq(renewal),
+            );
+            on_backend!(&mut *conn, |c| diesel::insert_into(acme_orders::table)
+                .values(row)
+                .on_conflict_do_nothing()
+                .execute(c))?;
             Ok(())
         })
     }
@@ -264,7 +335,9 @@ impl DomainStore for Store {
             let Some(old) = domain_row(conn, service_id)? else {
                 return Ok(false);
             };
-            forget_challenges(conn, &old.domain)?;
+            if old.is_held() {
+                forget_challenges(conn, &old.domain)?;
+            }
             diesel::delete(custom_domains::table.find(id_text(service_id))).execute(conn)?;
             changed.push(Change::Service(service_id));
             Ok(true)

@@ -123,7 +123,18 @@ diesel::allow_tables_to_appear_in_same_query!(
     custom_domains,
     acme_challenges,
     acme_accounts,
+    acme_orders,
 );
+
+diesel::table! {
+    acme_orders (directory, domain, at) {
+        directory -> Text,
+        domain -> Text,
+        at -> BigInt,
+        customer_id -> Nullable<Text>,
+        renewal -> Bool,
+    }
+}
 
 diesel::table! {
     custom_domains (service_id) {

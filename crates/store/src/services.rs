@@ -240,7 +240,9 @@ impl ServiceStore for Store {
 
     fn delete_service(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
         self.write(Some(event), |conn, changed| {
-            // Its configuration and secret go with it (ON DELETE CASCADE).
+            // Its configuration, secret and domain go with it (ON DELETE CASCADE); the HTTP-01
+            // answers of the name it holds are kept by name.
+            crate::domains::forget_challenges_of(conn, &[id_text(id)])?;
             let deleted = diesel::delete(services::table.find(id_text(id))).execute(conn)?;
             if deleted > 0 {
                 changed.push(Change::Service(id));

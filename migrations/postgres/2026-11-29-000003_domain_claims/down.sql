@@ -1,3 +1,4 @@
+DROP TABLE acme_orders;
 DROP INDEX custom_domains_held;
 DROP INDEX custom_domains_by_domain;
 ALTER TABLE custom_domains ADD CONSTRAINT custom_domains_domain_key UNIQUE (domain);

@@ -6,3 +6,15 @@ ALTER TABLE custom_domains DROP CONSTRAINT custom_domains_domain_key;
 CREATE INDEX custom_domains_by_domain ON custom_domains (domain);
 CREATE UNIQUE INDEX custom_domains_held ON custom_domains (domain)
     WHERE status IN ('issuing', 'active');
+-- The ACME orders placed, by directory (one account each): new orders are budgeted per customer
+-- (3 an hour) and every order per account (250 in 3 hours), whichever replica places it. Kept
+-- 3 hours.
+CREATE TABLE acme_orders (
+    directory TEXT NOT NULL,
+    domain TEXT NOT NULL,
+    at BIGINT NOT NULL,
+    customer_id TEXT,
+    renewal BOOLEAN NOT NULL,
+    PRIMARY KEY (directory, domain, at)
+);
+CREATE INDEX acme_orders_by_time ON acme_orders (directory, at);

@@ -9,7 +9,9 @@
 
 use super::*;
 use registry_domain::audit::{AuditQuery, Cursor, Trail};
-use registry_domain::custom_domain::{CustomDomain, DomainCertificate, Schedule};
+use registry_domain::custom_domain::{
+    CustomDomain, DomainCertificate, DomainProblem, DomainStatus, Schedule,
+};
 use registry_domain::keys::{KeyRecord, KeyState};
 use registry_domain::policy::PolicyKind;
 use registry_domain::ports::{
@@ -2230,11 +2232,39 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
         Some(added.clone())
     );
     assert_eq!(all_changes(store)[before..], [Change::Service(a.id)]);
-    // Another service: the name is taken, whatever its status.
-    let taken = store.put_domain(&domain_of(b.id, "login.acme.com", 11), &ev());
-    assert!(matches!(taken, Err(StoreError::Conflict(_))), "{taken:?}");
+    // Another service may claim the name while it is unproven; the first proven holds it, and
+    // the other claim fails with the problem given.
+    let claim_b = domain_of(b.id, "login.acme.com", 11);
+    store.put_domain(&claim_b, &ev()).unwrap();
+    let taken = DomainProblem {
+        code: "domain-taken".into(),
+        message: "taken".into(),
+    };
+    let proven = CustomDomain {
+        status: DomainStatus::Issuing,
+        ..added.clone()
+    };
+    assert!(store.hold_domain(&proven, &taken).unwrap());
+    let lost = store.domain_of(b.id).unwrap().unwrap();
+    assert_eq!(
+        (lost.status, lost.problem.map(|p| p.code)),
+        (DomainStatus::Failed, Some("domain-taken".into()))
+    );
+    let late = CustomDomain {
+        status: DomainStatus::Issuing,
+        ..claim_b
+    };
+    assert!(!store.hold_domain(&late, &taken).unwrap(), "held already");
+    assert_eq!(
+        store.domain_named("login.acme.com").unwrap(),
+        Some(proven.clone())
+    );
+    // Held: another service's claim of it is a conflict now.
+    let again = store.put_domain(&domain_of(b.id, "login.acme.com", 11), &ev());
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
     let gone = store.put_domain(&domain_of(Uuid::new_v4(), "x.acme.com", 11), &ev());
     assert_eq!(gone, Err(StoreError::NotFound));
+    let added = proven;
     // Another name replaces the service's domain; its challenges go with the old name.
     store
         .put_challenge("login.acme.com", "t", "t.k", at(12))
@@ -2247,10 +2277,22 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
         .put_domain(&domain_of(a.id, "id.acme.com", 13), &ev())
         .unwrap();
     assert_eq!(store.challenge("login.acme.com", "t").unwrap(), None);
-    assert_eq!(store.domain_named("login.acme.com").unwrap(), None);
+    assert_eq!(
+        store
+            .domain_named("login.acme.com")
+            .unwrap()
+            .map(|d| d.service_id),
+        Some(b.id),
+        "only b's failed claim is left"
+    );
     // The worker's progress on a replaced name is not written.
     assert!(!store.update_domain(&added).unwrap());
-    // The service goes, and its domain and challenges with it.
+    // The service goes, and its domain and the challenges of the name it holds with it.
+    let held = CustomDomain {
+        status: DomainStatus::Issuing,
+        ..domain_of(a.id, "id.acme.com", 13)
+    };
+    assert!(store.hold_domain(&held, &taken).unwrap());
     store
         .put_challenge("id.acme.com", "u", "u.k", at(14))
         .unwrap();
@@ -2258,6 +2300,68 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
     assert_eq!(store.domain_of(a.id).unwrap(), None);
     assert_eq!(store.challenge("id.acme.com", "u").unwrap(), None);
     assert!(!store.delete_domain(a.id, &ev()).unwrap());
+}
+
+#[test]
+fn unproven_claims_are_counted_per_customer_and_acme_orders_per_account_on_every_store() {
+    on_every_store(unproven_claims_are_counted_per_customer_and_acme_orders_per_account);
+}
+
+fn unproven_claims_are_counted_per_customer_and_acme_orders_per_account(store: &dyn Storage) {
+    let (customer, _, _) = seeded(store, "acme");
+    let mine: Vec<Service> = (0..3)
+        .map(|i| registered(customer.id, &format!("d{i}-acme"), 3))
+        .collect();
+    for s in &mine {
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
+    }
+    assert_eq!(store.pending_domains(customer.id).unwrap(), 0);
+    for (i, s) in mine.iter().enumerate() {
+        let name = format!("d{i}.acme.com");
+        store
+            .put_domain(&domain_of(s.id, &name, 10), &ev())
+            .unwrap();
+    }
+    let proven = CustomDomain {
+        status: DomainStatus::Issuing,
+        ..domain_of(mine[0].id, "d0.acme.com", 10)
+    };
+    let taken = DomainProblem {
+        code: "domain-taken".into(),
+        message: "taken".into(),
+    };
+    assert!(store.hold_domain(&proven, &taken).unwrap());
+    assert_eq!(store.pending_domains(customer.id).unwrap(), 2);
+    assert_eq!(store.pending_domains(Uuid::new_v4()).unwrap(), 0);
+
+    let directory = "https://acme.example/dir";
+    let orders = |customer_since: i64, account_since: i64| {
+        let who = Some(customer.id);
+        store
+            .acme_orders(directory, who, at(customer_since), at(account_since))
+            .unwrap()
+    };
+    assert_eq!(orders(0, 0), (0, 0));
+    let record = |domain: &str, renewal: bool, when: i64, forget: i64| {
+        let who = Some(customer.id);
+        store
+            .record_acme_order(directory, domain, who, renewal, at(when), at(forget))
+            .unwrap()
+    };
+    record("d0.acme.com", false, 100, 0);
+    record("d1.acme.com", true, 200, 0);
+    store
+        .record_acme_order("https://other/dir", "x.com", None, false, at(200), at(0))
+        .unwrap();
+    assert_eq!(
+        orders(0, 0),
+        (1, 2),
+        "renewals are no new orders; one directory"
+    );
+    assert_eq!(orders(150, 150), (0, 1));
+    // Older orders are forgotten when one is recorded.
+    record("d2.acme.com", false, 300, 150);
+    assert_eq!(orders(0, 0), (1, 2));
 }
 
 #[test]

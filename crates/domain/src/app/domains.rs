@@ -5,12 +5,13 @@
 use crate::app::{AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::{
-    check_domain, in_fair_order, CustomDomain, DomainProblem, DomainStatus, DOMAIN_TAKEN,
+    check_domain, in_fair_order, may_order, CustomDomain, DomainProblem, DomainStatus,
+    ACCOUNT_WINDOW, BUDGET_WAIT, DOMAIN_TAKEN,
 };
 use crate::{Service, StoreError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use time::OffsetDateTime;
+use time::{Duration, OffsetDateTime};
 
 /// The 404 of a service with no custom domain.
 pub fn no_domain(subdomain: &str) -> AppError {
@@ -161,6 +162,41 @@ pub fn lock(
     now: OffsetDateTime,
 ) -> Result<bool, AppError> {
     Ok(registry.store.lock_domain(service_id, until, now)?)
+}
+
+/// Takes one order of the ACME account of `directory` for `domain` at `now`, when the budget
+/// allows it (docs/api.md, "Custom domains": 3 new orders per customer an hour, 250 orders per
+/// account in 3 hours): `true`, recorded, whichever replica asks next sees it; `false` when the
+/// budget is spent, and the domain is put off ([`BUDGET_WAIT`]).
+pub fn take_order(
+    registry: &Registry,
+    domain: &CustomDomain,
+    directory: &str,
+    now: OffsetDateTime,
+) -> Result<bool, AppError> {
+    let customer = (registry.store.service(domain.service_id)?).and_then(|s| s.customer_id);
+    let account_since = now - ACCOUNT_WINDOW;
+    let (new_orders, orders) = (registry.store).acme_orders(
+        directory,
+        customer,
+        now - Duration::hours(1),
+        account_since,
+    )?;
+    let renewal = domain.renews();
+    if !may_order(renewal, new_orders, orders) {
+        let later = domain.clone().postponed(now + BUDGET_WAIT);
+        registry.store.update_domain(&later)?;
+        return Ok(false);
+    }
+    (registry.store).record_acme_order(
+        directory,
+        &domain.domain,
+        customer,
+        renewal,
+        now,
+        account_since,
+    )?;
+    Ok(true)
 }
 
 /// Records the worker's step (`next`), unless the domain was removed or replaced meanwhile.

@@ -56,6 +56,11 @@ pub fn may_order(renewal: bool, customer_new_orders: usize, account_orders: usiz
         && (renewal || customer_new_orders < NEW_ORDERS_PER_CUSTOMER_HOUR)
 }
 
+/// The ACME problem type of an order refused for the server's rate limits (RFC 8555 §6.7).
+pub const RATE_LIMITED: &str = "urn:ietf:params:acme:error:rateLimited";
+/// How long an order refused with [`RATE_LIMITED`] waits.
+pub const RATE_LIMITED_WAIT: Duration = Duration::hours(1);
+
 /// Failed orders of a domain's first certificate before the domain is `failed`.
 pub const MAX_FAILED_ORDERS: u32 = 5;
 
@@ -407,6 +412,16 @@ impl CustomDomain {
                 self.next_attempt_at = certificate.renew_at();
                 self.certificate = Some(certificate);
             }
+            // The ACME server's own limit: no failure of the domain's, and retrying sooner
+            // only spends the shared account's budget. The ACME client does not hand over the
+            // answer's Retry-After, so an hour (Let's Encrypt's limits refill within hours).
+            Err(message) if message.contains(RATE_LIMITED) => {
+                self.next_attempt_at = now + RATE_LIMITED_WAIT;
+                self.problem = Some(DomainProblem {
+                    code: "acme-order-failed".into(),
+                    message,
+                });
+            }
             Err(message) => {
                 let wait = backoff(schedule.first_retry, schedule.longest_retry, self.attempts);
                 self.attempts = self.attempts.saturating_add(1);
@@ -489,6 +504,16 @@ mod tests {
             active = active.ordered(Err("rejected".into()), &schedule, t0);
         }
         assert_eq!(active.status, DomainStatus::Active);
+        // Refused for the server's rate limit: an hour's wait, no attempt counted.
+        let issuing = CustomDomain::new(Uuid::nil(), "a.acme.com".into(), "t".into(), t0)
+            .checked(true, &schedule, t0);
+        let limited = format!("new order: {RATE_LIMITED}: too many new orders recently");
+        let waiting = issuing.ordered(Err(limited), &schedule, t0);
+        assert_eq!(
+            (waiting.status, waiting.attempts),
+            (DomainStatus::Issuing, 0)
+        );
+        assert_eq!(waiting.next_attempt_at, t0 + RATE_LIMITED_WAIT);
     }
     use time::macros::datetime;
 

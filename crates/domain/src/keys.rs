@@ -154,12 +154,14 @@ pub const MAX_VERIFIER_NETWORKS: usize = 8;
 pub const VERIFIER_HOURS: u32 = 2;
 
 /// The verifiers of a key published now, from the agents that fetched the key set in the week
-/// before (`candidates`): those seen in at least `min_hours` distinct hours from at least one
-/// network, the [`MAX_VERIFIERS`] most active, each with its [`MAX_VERIFIER_NETWORKS`] most
-/// seen networks.
+/// before (`candidates`): those seen in at least `min_hours` distinct hours, the
+/// [`MAX_VERIFIERS`] most active, each with its [`MAX_VERIFIER_NETWORKS`] most seen networks.
+/// One seen from no known network (its fetches stored before networks were, or shipped in a
+/// cache's log without the client's address) can be satisfied by no fetch: it holds the key
+/// until it has not been seen for 7 days, or its owner dismisses it, never the other way.
 pub fn verifiers_of(candidates: &[VerifierCandidate], min_hours: u32) -> Vec<KeyVerifier> {
     let mut chosen: Vec<&VerifierCandidate> = (candidates.iter())
-        .filter(|c| c.hours >= min_hours && !c.networks.is_empty())
+        .filter(|c| c.hours >= min_hours)
         .collect();
     chosen.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.agent.cmp(&b.agent)));
     chosen.truncate(MAX_VERIFIERS);
@@ -345,9 +347,16 @@ pub fn rotate(
             });
             continue;
         }
-        // The same key, current already: listed once, held by this source too.
+        // The same key, current already: listed once. This source's own upload of it replaces
+        // its other members (`alg`, `use`…), another source's is held by this one too.
         if let Some(before) = before.filter(|k| k.retired_at.is_none()) {
-            current.push(before.held_also_by(source));
+            current.push(match before.held_by(source) {
+                true => KeyRecord {
+                    jwk: jwk.clone(),
+                    ..(*before).clone()
+                },
+                false => before.held_also_by(source),
+            });
             continue;
         }
         if before.is_none() {
@@ -1140,6 +1149,11 @@ mod tests {
             (retired, state)
         };
         let (_, blue) = upload(&KeyState::default(), "blue", &[key("shared", X1)]);
+        // A source's own upload of its key again replaces its other members.
+        let mut with_alg = key("shared", X1);
+        with_alg["alg"] = json!("EdDSA");
+        let (_, again) = upload(&blue, "blue", &[with_alg]);
+        assert_eq!(again.keys[0].jwk["alg"], "EdDSA");
         let (_, both) = upload(&blue, "green", &[key("shared", X1), key("g1", X2)]);
         let shared = both.keys.iter().find(|k| k.kid == "shared").unwrap();
         assert_eq!(shared.sources().collect::<Vec<_>>(), ["blue", "green"]);

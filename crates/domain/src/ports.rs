@@ -501,7 +501,11 @@ pub const OTHER_AGENTS: &str = "\u{1}other";
 pub const STORED_AGENTS_PER_HOUR: usize = 64;
 
 /// Networks stored per agent, document, issuer and hour, at most.
-pub const STORED_NETWORKS_PER_AGENT: usize = 16;
+pub const STORED_NETWORKS_PER_AGENT: usize = 8;
+
+/// New agents stored per network, document, issuer and hour, at most: one network's made-up
+/// agents cannot take the places of the hour's other agents (a verifier's among them).
+pub const STORED_AGENTS_PER_NETWORK: usize = 4;
 
 /// An agent that fetched a service's key set in the week before a key's publication: what
 /// decides whether it is one of the key's verifiers (docs/api.md, "Key readiness").
@@ -639,8 +643,9 @@ pub trait DomainStore: Send + Sync {
     /// Records the worker's progress on a domain (no audit event), unless the service's domain
     /// is no longer this name (deleted or replaced meanwhile): `false` then, nothing written.
     fn update_domain(&self, domain: &CustomDomain) -> StoreResult<bool>;
-    /// Every domain that is served (active, with its certificate): what a replica loads at start.
-    fn served_domains(&self) -> StoreResult<Vec<CustomDomain>>;
+    /// Every domain held (proven: issuing, or active): what a replica loads at start (it serves
+    /// the active ones with their certificate, and answers HTTP-01 for the ones ordering).
+    fn held_domains(&self) -> StoreResult<Vec<CustomDomain>>;
     /// Up to `limit` domains the worker has something to do for at `now`, most overdue first.
     fn domains_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<CustomDomain>>;
     /// Takes the ordering lock of the service's domain until `until`, when nobody holds it at

@@ -28,7 +28,7 @@ use crate::ports::{
     CredentialRecord, CredentialStore, CustomerStore, DocumentFetches, DomainStore, FetchLog,
     FetchedDocument, HasherBusy, KeyImport, NetworkFetch, Randomness, RefusalLog, SecretHasher,
     ServiceStore, StoreResult, StoredCredential, TokenSignatureCheck, VerifierCandidate,
-    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_NETWORKS_PER_AGENT,
+    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{PublishedConfig, VersionHistory};
@@ -1094,12 +1094,12 @@ impl DomainStore for MemoryStore {
         Ok(true)
     }
 
-    fn served_domains(&self) -> StoreResult<Vec<CustomDomain>> {
+    fn held_domains(&self) -> StoreResult<Vec<CustomDomain>> {
         let s = self.lock();
         Ok(s.domains
             .values()
             .map(|(d, _)| d)
-            .filter(|d| d.is_served())
+            .filter(|d| d.is_held())
             .cloned()
             .collect())
     }
@@ -1188,8 +1188,15 @@ impl FetchLog for MemoryStore {
             for a in &f.agents {
                 let at = ms(a.last_at);
                 // Past the bound, a new agent counts as one of the others, as the real store does.
+                let from = |network: &Network| {
+                    (bucket.agents.values())
+                        .filter(|b| b.networks.contains_key(network))
+                        .count()
+                };
+                let crowded = !a.networks.is_empty()
+                    && (a.networks.iter()).all(|n| from(&n.network) >= STORED_AGENTS_PER_NETWORK);
                 let name = match bucket.agents.contains_key(&a.agent)
-                    || bucket.agents.len() < STORED_AGENTS_PER_HOUR
+                    || (bucket.agents.len() < STORED_AGENTS_PER_HOUR && !crowded)
                 {
                     true => a.agent.clone(),
                     false => OTHER_AGENTS.to_owned(),

@@ -222,6 +222,7 @@ impl Domains {
 
     /// Replaces every domain with `served` (with their subdomains): the start-up load.
     pub(crate) fn load(&self, served: Vec<(CustomDomain, String)>) -> Vec<DomainChanged> {
+        (self.held.write().unwrap_or_else(PoisonError::into_inner)).clear();
         for (domain, _) in &served {
             self.hold(domain.service_id, Some(domain));
         }

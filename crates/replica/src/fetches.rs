@@ -80,14 +80,15 @@ pub fn clean_agent(agent: &[u8]) -> std::borrow::Cow<'_, str> {
 
 impl Fetches {
     /// Counts a public fetch of `service`'s `document` at `at` (304 when `not_modified`) by
-    /// `agent`, the User-Agent header's bytes (empty without one), from `network`.
+    /// `agent`, the User-Agent header's bytes (empty without one), from `network` (`None`: an
+    /// address not known, which recognises no verifier).
     pub fn record(
         &self,
         service: Uuid,
         document: FetchedDocument,
         not_modified: bool,
         agent: &[u8],
-        network: Network,
+        network: Option<Network>,
         at: OffsetDateTime,
     ) {
         let mut shard = self.mine();
@@ -101,8 +102,14 @@ impl Fetches {
             counts.ok += 1;
         }
         counts.last_at = counts.last_at.max(at);
-        let networks = [(network, 1, at)];
-        count_agent(&mut counts.agents, &clean_agent(agent), 1, at, &networks);
+        let networks = network.map(|network| (network, 1, at));
+        count_agent(
+            &mut counts.agents,
+            &clean_agent(agent),
+            1,
+            at,
+            networks.as_slice(),
+        );
     }
 
     /// Puts back counts [`Fetches::take`] gave that could not be stored (the database was
@@ -288,7 +295,7 @@ mod tests {
 
     const AT: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
     const DOC: FetchedDocument = FetchedDocument::Jwks;
-    const NET: Network = Network::V4([10, 0, 0]);
+    const NET: Option<Network> = Some(Network::V4([10, 0, 0]));
 
     #[test]
     fn counts_200s_304s_and_agents_until_taken() {
@@ -344,18 +351,14 @@ mod tests {
         let fetches = Fetches::default();
         let service = Uuid::new_v4();
         let home = Network::V4([203, 0, 113]);
+        let later = AT + time::Duration::SECOND;
         for i in 0..200u8 {
-            let elsewhere = Network::V4([198, 51, i]);
+            let elsewhere = Some(Network::V4([198, 51, i]));
             fetches.record(service, DOC, false, b"AWS STS", elsewhere, AT);
-            fetches.record(
-                service,
-                DOC,
-                false,
-                b"AWS STS",
-                home,
-                AT + time::Duration::SECOND,
-            );
+            fetches.record(service, DOC, false, b"AWS STS", Some(home), later);
         }
+        // An address not known is no network.
+        fetches.record(service, DOC, false, b"AWS STS", None, later);
         let taken = fetches.take();
         let networks = &taken[0].agents[0].networks;
         assert_eq!(networks.len(), NETWORKS_PER_AGENT);

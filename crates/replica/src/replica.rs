@@ -248,7 +248,7 @@ impl Replica {
             .db(|s| {
                 let latest = s.latest_change()?;
                 let mut domains = Vec::new();
-                for domain in s.served_domains()? {
+                for domain in s.held_domains()? {
                     if let Some(service) = s.service(domain.service_id)? {
                         domains.push((domain, service.subdomain));
                     }

@@ -176,8 +176,9 @@ async fn serve(
         };
         // Key readiness recognises a verifier by its networks too (docs/api.md, "Key
         // readiness").
+        // An address the forwarding chain does not reveal is no network: it recognises no one.
         let address = crate::client_ip::client_ip(req, &state.trusted_proxies);
-        let network = Network::of(address);
+        let network = (address != crate::client_ip::UNKNOWN).then(|| Network::of(address));
         let service = hosted.service_id();
         (state.replica.fetches).record(service, fetched, not_modified, agent, network, now);
     }

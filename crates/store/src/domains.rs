@@ -356,11 +356,14 @@ impl DomainStore for Store {
         })
     }
 
-    fn served_domains(&self) -> StoreResult<Vec<CustomDomain>> {
+    fn held_domains(&self) -> StoreResult<Vec<CustomDomain>> {
         self.read(|conn| {
+            let held = [
+                DomainStatus::Issuing.as_str(),
+                DomainStatus::Active.as_str(),
+            ];
             let rows = custom_domains::table
-                .filter(custom_domains::status.eq(DomainStatus::Active.as_str()))
-                .filter(custom_domains::certificate_chain.is_not_null())
+                .filter(custom_domains::status.eq_any(held))
                 .order(custom_domains::service_id)
                 .select(domain_columns!())
                 .load::<DomainRow>(conn)?;

@@ -12,7 +12,7 @@ use registry_domain::network::Network;
 use registry_domain::ports::{
     fetch_hour, AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
     StoreResult, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
-    STORED_NETWORKS_PER_AGENT,
+    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use registry_domain::StoreError;
 use std::collections::{HashMap, HashSet};
@@ -38,6 +38,31 @@ const KEY_SETS: [&str; 2] = [
     FetchedDocument::Jwks.key(),
     FetchedDocument::DomainJwks.key(),
 ];
+
+/// Whether every one of `networks` (at least one) already brought
+/// [`STORED_AGENTS_PER_NETWORK`] agents to the bucket `(service, document, hour)`.
+fn crowded(
+    conn: &mut Db,
+    (service, document, hour): (&str, &str, i64),
+    networks: &[NetworkFetch],
+) -> Res<bool> {
+    if networks.is_empty() {
+        return Ok(false);
+    }
+    for n in networks {
+        let agents = fetch_networks::table
+            .filter(fetch_networks::service_id.eq(service))
+            .filter(fetch_networks::document.eq(document))
+            .filter(fetch_networks::hour.eq(hour))
+            .filter(fetch_networks::network.eq(n.network.to_string()))
+            .count()
+            .get_result::<i64>(conn)?;
+        if agents < count(STORED_AGENTS_PER_NETWORK as u64) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
 
 /// Adds `agent`'s last fetch from each of `networks` to the bucket `(service, document, hour)`:
 /// a network already there moves forward, a new one is added while the agent has fewer than
@@ -137,10 +162,12 @@ impl FetchLog for Store {
                         .count()
                         .get_result::<i64>(conn)?
                         > 0;
-                    // Past the bound, whatever outsiders send, a new agent is one of the others.
+                    // Past the bounds, whatever outsiders send, a new agent is one of the others:
+                    // the hour's agents are bounded, and so are each network's.
                     let full = !known
-                        && bucket.count().get_result::<i64>(conn)?
-                            >= count(STORED_AGENTS_PER_HOUR as u64);
+                        && (bucket.count().get_result::<i64>(conn)?
+                            >= count(STORED_AGENTS_PER_HOUR as u64)
+                            || crowded(conn, (&service, document, hour), &a.networks)?);
                     let agent = if full { OTHER_AGENTS } else { a.agent.as_str() };
                     if !full {
                         record_networks(conn, (&service, document, hour), agent, &a.networks)?;

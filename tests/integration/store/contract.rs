@@ -16,7 +16,7 @@ use registry_domain::keys::{KeyRecord, KeyState};
 use registry_domain::policy::PolicyKind;
 use registry_domain::ports::{
     AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument, NetworkFetch, Storage,
-    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_NETWORKS_PER_AGENT,
+    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use registry_domain::testing::MemoryStore;
 use registry_domain::StoreError;
@@ -1939,6 +1939,27 @@ fn stored_evidence_is_bounded_per_hour(store: &dyn Storage) {
         .find(|a| a.agent == "bot 0-0")
         .unwrap();
     assert_eq!(known.count, 6);
+    // One network brings at most 4 new agents an hour: its others are the others.
+    let crowd: Vec<DocumentFetches> = (0..10)
+        .map(|i| fetched_from(service, NOON, &format!("crowd {i}"), &["192.0.2.0/24"]))
+        .collect();
+    let later = NOON + Duration::hours(1);
+    let crowd: Vec<DocumentFetches> = (crowd.into_iter())
+        .map(|mut f| {
+            f.last_at = later;
+            f.agents[0].last_at = later;
+            f.agents[0].networks[0].last_at = later;
+            f
+        })
+        .collect();
+    store.record_fetches(&crowd).unwrap();
+    let read = store.fetches(service, later, 1000).unwrap();
+    let hour: Vec<&str> = (read[0].agents.iter()).map(|a| a.agent.as_str()).collect();
+    assert_eq!(
+        hour.iter().filter(|a| a.starts_with("crowd")).count(),
+        STORED_AGENTS_PER_NETWORK,
+        "{hour:?}"
+    );
     // Networks per agent and hour are bounded too.
     let many: Vec<String> = (0..40).map(|i| format!("10.0.{i}.0/24")).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
@@ -2418,7 +2439,7 @@ fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store:
     assert!(!store.lock_domain(Uuid::new_v4(), at(300), at(0)).unwrap());
 
     // Served once active with a certificate, which reads back as written.
-    assert!(store.served_domains().unwrap().is_empty());
+    assert!(store.held_domains().unwrap().is_empty());
     let issuing = store
         .domain_of(c)
         .unwrap()
@@ -2433,7 +2454,7 @@ fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store:
     };
     let active = issuing.ordered(Ok(certificate), &schedule, at(2));
     assert!(store.update_domain(&active).unwrap());
-    assert_eq!(store.served_domains().unwrap(), [active]);
+    assert_eq!(store.held_domains().unwrap(), [active]);
 
     // ACME accounts: the first kept wins.
     assert_eq!(store.acme_account("https://acme/dir").unwrap(), None);

@@ -124,8 +124,9 @@ pub fn publish(
 pub const MAX_SOURCES: usize = 8;
 /// Key sources an anonymous service may publish from.
 pub const MAX_ANONYMOUS_SOURCES: usize = 1;
-/// The most a service's key state may take, stored (every source's keys, retired ones and
-/// their verifiers): whatever is uploaded, what one service costs every replica is bounded.
+/// The most a service's key state may take, stored (every source's keys, the retired ones,
+/// each source's discovery document; the verifiers the registry records aside): whatever is
+/// uploaded, what one service costs every replica is bounded.
 pub const MAX_KEY_STATE_BYTES: usize = 1 << 20;
 
 /// Refuses a key state past the bounds: more sources than the service may have (409
@@ -146,7 +147,13 @@ fn within_bounds(service: &Service, keys: &KeyState) -> Result<(), AppError> {
             names.join(", ")
         )));
     }
-    let size = serde_json::to_vec(keys).map_or(0, |bytes| bytes.len());
+    // What uploads made: the verifiers the registry records (at most 32 a key) are its own,
+    // and no outsider's fetches may push an owner's upload over the bound.
+    let mut uploaded = keys.clone();
+    for key in &mut uploaded.keys {
+        key.verifiers = None;
+    }
+    let size = serde_json::to_vec(&uploaded).map_or(0, |bytes| bytes.len());
     if size > MAX_KEY_STATE_BYTES {
         return Err(AppError::TooLarge(format!(
             "{:?}'s key state would take {size} bytes stored, every source's keys and the \

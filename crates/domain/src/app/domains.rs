@@ -221,6 +221,17 @@ pub fn looked(
             looked.domain
         ),
     };
+    // Every replica looks: another may have proven the claim, or its owner replaced or removed
+    // it, while this lookup waited. Only the claim as it was looked up is written.
+    let current = registry.store.domain_of(looked.service_id)?;
+    let unchanged = current.is_some_and(|c| {
+        c.domain == looked.domain
+            && c.txt_token == looked.txt_token
+            && c.status == DomainStatus::Verifying
+    });
+    if !unchanged {
+        return Ok(false);
+    }
     match looked.status {
         DomainStatus::Issuing => {
             if registry.store.hold_domain(&looked, &taken)? {

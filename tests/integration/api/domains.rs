@@ -19,22 +19,30 @@ use std::time::{Duration, Instant};
 const DOMAIN: &str = "login.customer.test";
 const DATA_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
-/// A server on HTTPS taking custom domains: an ACME directory that is never reached (no TXT
-/// record is ever found: the DNS server named does not answer), its plain listener, the data key.
-fn taking_domains(ca: &TestCa, files: &Files) -> (TestServer, String) {
+/// A server on HTTPS taking custom domains: an ACME directory that is never reached, its plain
+/// listener (answered too), the data key, and the DNS server `dns` (`None`: one that does not
+/// answer, so no TXT record is ever found), with the settings of `more`.
+fn taking_domains_with(
+    ca: &TestCa,
+    files: &Files,
+    dns: Option<&str>,
+    more: &[(&str, &str)],
+) -> (TestServer, String) {
     let plain = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
-    let dns = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
-    let server = https_server(
-        ca,
-        files,
-        &[
-            ("REGISTRY_ACME_DIRECTORY", "https://127.0.0.1:9/dir"),
-            ("REGISTRY_DATA_KEY", DATA_KEY),
-            ("REGISTRY_DNS_RESOLVER", &dns),
-            ("REGISTRY_HTTP_REDIRECT_LISTEN", &plain),
-        ],
-    );
-    (server, plain)
+    let silent = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
+    let mut settings = vec![
+        ("REGISTRY_ACME_DIRECTORY", "https://127.0.0.1:9/dir"),
+        ("REGISTRY_DATA_KEY", DATA_KEY),
+        ("REGISTRY_DNS_RESOLVER", dns.unwrap_or(&silent)),
+        ("REGISTRY_HTTP_REDIRECT_LISTEN", &plain),
+    ];
+    settings.extend_from_slice(more);
+    (https_server(ca, files, &settings), plain)
+}
+
+/// [`taking_domains_with`] its DNS server that does not answer, and no other setting.
+fn taking_domains(ca: &TestCa, files: &Files) -> (TestServer, String) {
+    taking_domains_with(ca, files, None, &[])
 }
 
 fn domain_call(
@@ -557,20 +565,11 @@ fn a_caches_log_lines_for_a_custom_domain_count_for_its_issuer() {
     const TOKEN: &str = "log-shipper-secret-of-at-least-32-characters";
     let ca = TestCa::new("operator CA");
     let files = Files::with(&ca.server_certificate(&NAMES));
-    let plain = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
-    let dns = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
-    let server = https_server(
-        &ca,
-        &files,
-        &[
-            ("REGISTRY_ACME_DIRECTORY", "https://127.0.0.1:9/dir"),
-            ("REGISTRY_DATA_KEY", DATA_KEY),
-            ("REGISTRY_DNS_RESOLVER", &dns),
-            ("REGISTRY_FETCH_LOG_TOKEN", TOKEN),
-            ("REGISTRY_FETCH_FLUSH_SECONDS", "1"),
-            ("REGISTRY_HTTP_REDIRECT_LISTEN", &plain),
-        ],
-    );
+    let more = [
+        ("REGISTRY_FETCH_LOG_TOKEN", TOKEN),
+        ("REGISTRY_FETCH_FLUSH_SECONDS", "1"),
+    ];
+    let (server, _) = taking_domains_with(&ca, &files, None, &more);
     let acme = server.customer("acme", "business");
     let sub = register_service(&server, &acme, "k3s");
     let key = SigningKey::generate(KeyKind::P256, "k1");
@@ -681,19 +680,11 @@ fn one_customers_silent_domains_do_not_stall_anothers() {
     let dns = dns_server(records.clone());
     let ca = TestCa::new("operator CA");
     let files = Files::with(&ca.server_certificate(&NAMES));
-    let plain = format!("127.0.0.1:{}", registry_testkit::free_port().unwrap());
-    let server = https_server(
-        &ca,
-        &files,
-        &[
-            ("REGISTRY_ACME_DIRECTORY", "https://127.0.0.1:9/dir"),
-            ("REGISTRY_DATA_KEY", DATA_KEY),
-            ("REGISTRY_DNS_RESOLVER", &dns),
-            ("REGISTRY_HTTP_REDIRECT_LISTEN", &plain),
-            ("REGISTRY_MAX_PENDING_DOMAINS", "20"),
-            ("REGISTRY_DOMAIN_CHECK_SECONDS", "1"),
-        ],
-    );
+    let more = [
+        ("REGISTRY_MAX_PENDING_DOMAINS", "20"),
+        ("REGISTRY_DOMAIN_CHECK_SECONDS", "1"),
+    ];
+    let (server, _) = taking_domains_with(&ca, &files, Some(&dns), &more);
     let greedy = server.customer("greedy", "business");
     for i in 0..20 {
         let sub = register_service(&server, &greedy, &format!("s{i}"));

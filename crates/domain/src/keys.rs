@@ -28,7 +28,6 @@ use crate::publishing::{no_overlap_warning, publish, Publication};
 // The upload's retention is read with the rest of the upload (`publishing`); its rules are
 // the key lifecycle's.
 use crate::network::Network;
-use crate::ports::VerifierCandidate;
 pub use crate::publishing::{
     lead_seconds, retain_hours, DEFAULT_LEAD_SECONDS, DEFAULT_RETAIN_HOURS, MAX_LEAD_SECONDS,
     MAX_RETAIN_HOURS,
@@ -143,6 +142,26 @@ pub struct KeyVerifier {
     #[serde(with = "time::serde::rfc3339")]
     pub last_fetched_at: OffsetDateTime,
 }
+
+/// An agent that fetched a service's key set in the week before a key's publication: what
+/// decides whether it is one of the key's verifiers (docs/api.md, "Key readiness").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifierCandidate {
+    /// The User-Agent.
+    pub agent: String,
+    /// Its fetches in the period.
+    pub count: u64,
+    /// In how many distinct clock hours it fetched.
+    pub hours: u32,
+    /// Its last fetch in the period.
+    pub last_at: OffsetDateTime,
+    /// The networks it fetched from, the most often seen first.
+    pub networks: Vec<Network>,
+}
+
+/// How far back a verifier counts, from a key's first publication and from now (docs/api.md,
+/// "Key readiness").
+pub const VERIFIER_WINDOW: time::Duration = time::Duration::days(7);
 
 /// Verifiers a key holds at most: the most active agents.
 pub const MAX_VERIFIERS: usize = 32;

@@ -7,6 +7,8 @@
 
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
 use crate::custom_domain::{CustomDomain, DomainProblem};
+/// The agents that may become a key's verifiers, as the fetch evidence reads them.
+pub use crate::keys::VerifierCandidate;
 use crate::network::Network;
 use crate::service::PublishedConfig;
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
@@ -506,22 +508,6 @@ pub const STORED_NETWORKS_PER_AGENT: usize = 8;
 /// New agents stored per network, document, issuer and hour, at most: one network's made-up
 /// agents cannot take the places of the hour's other agents (a verifier's among them).
 pub const STORED_AGENTS_PER_NETWORK: usize = 4;
-
-/// An agent that fetched a service's key set in the week before a key's publication: what
-/// decides whether it is one of the key's verifiers (docs/api.md, "Key readiness").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifierCandidate {
-    /// The User-Agent.
-    pub agent: String,
-    /// Its fetches in the period.
-    pub count: u64,
-    /// In how many distinct clock hours it fetched.
-    pub hours: u32,
-    /// Its last fetch in the period.
-    pub last_at: OffsetDateTime,
-    /// The networks it fetched from, the most often seen first.
-    pub networks: Vec<Network>,
-}
 
 /// A replica's fetches of one service's document since its last flush (or, read back, the
 /// sum of every replica's over a period).

@@ -1,7 +1,7 @@
 //! A service's published configuration: publish (with the key lifecycle: docs/api.md, "Key
 //! lifecycle"), read, withdraw.
 
-use crate::app::{readiness, services, AppError, Caller, Registry};
+use crate::app::{services, AppError, Caller, Registry};
 use crate::audit::Action;
 use crate::keys::{self, KeyState};
 use crate::publishing::Publication;
@@ -9,6 +9,7 @@ use crate::service::PublishedConfig;
 use crate::Service;
 use serde_json::Value;
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 /// The 404 of a service with nothing published.
 pub fn nothing_published(subdomain: &str) -> AppError {
@@ -51,7 +52,7 @@ pub fn publish(
     let event = caller.service_event(Action::ConfigPut, service, now);
     // The verifiers of any key this upload publishes first, fixed now (docs/api.md, "Key
     // readiness"): read before the transaction, which holds the service's row.
-    let verifiers = readiness::verifiers_at(registry, service.id, now)?;
+    let verifiers = verifiers_at(registry, service.id, now)?;
     let mut outcome = None;
     registry
         .store
@@ -238,6 +239,22 @@ pub fn source_upload(
         .keys
         .source_upload(source, &published)
         .ok_or_else(|| no_source(&service.subdomain, source))
+}
+
+/// The verifiers a key of `service_id` first published at `published` gets (docs/api.md, "Key
+/// readiness"): the agents that fetched the key set in the week before, as
+/// [`keys::verifiers_of`] chooses them.
+pub fn verifiers_at(
+    registry: &Registry,
+    service_id: Uuid,
+    published: OffsetDateTime,
+) -> Result<Vec<keys::KeyVerifier>, AppError> {
+    let since = published - keys::VERIFIER_WINDOW;
+    let candidates = (registry.store).verifier_candidates(service_id, since, published)?;
+    Ok(keys::verifiers_of(
+        &candidates,
+        registry.settings.verifier_hours,
+    ))
 }
 
 /// The key state of what `service` publishes (empty when nothing is).

@@ -15,7 +15,7 @@
 
 use crate::app::{config, AppError, Caller, Registry};
 use crate::audit::Action;
-use crate::keys::{verifiers_of, KeyRecord, KeyVerifier};
+use crate::keys::{KeyRecord, KeyVerifier};
 use crate::network::Network;
 use crate::ports::NetworkFetch;
 use crate::service::PublishedConfig;
@@ -23,10 +23,8 @@ use crate::Service;
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
-use uuid::Uuid;
 
-/// How far back a verifier counts, from the key's first publication and from now.
-pub const VERIFIER_WINDOW: Duration = Duration::days(7);
+pub use crate::keys::VERIFIER_WINDOW;
 
 /// One verifier of a key: who, from where, when it last fetched the key set, whether that was
 /// after the key was first published.
@@ -124,18 +122,6 @@ fn rfc3339(at: OffsetDateTime) -> String {
     at.format(&Rfc3339).unwrap_or_default()
 }
 
-/// The verifiers a key of `service_id` first published at `published` gets: the agents that
-/// fetched the key set in the week before, as [`verifiers_of`] chooses them.
-pub fn verifiers_at(
-    registry: &Registry,
-    service_id: Uuid,
-    published: OffsetDateTime,
-) -> Result<Vec<KeyVerifier>, AppError> {
-    let candidates =
-        (registry.store).verifier_candidates(service_id, published - VERIFIER_WINDOW, published)?;
-    Ok(verifiers_of(&candidates, registry.settings.verifier_hours))
-}
-
 /// The verifiers of `key`: fixed at its publication, or, for a key published before they were,
 /// found now from the evidence of its week before.
 fn verifiers_of_key(
@@ -145,7 +131,7 @@ fn verifiers_of_key(
 ) -> Result<Vec<KeyVerifier>, AppError> {
     match &key.verifiers {
         Some(fixed) => Ok(fixed.clone()),
-        None => verifiers_at(registry, service.id, millis(key.first_published_at)),
+        None => config::verifiers_at(registry, service.id, millis(key.first_published_at)),
     }
 }
 

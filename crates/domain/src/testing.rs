@@ -1253,17 +1253,23 @@ impl FetchLog for MemoryStore {
     ) -> StoreResult<Vec<VerifierCandidate>> {
         let (from, to, until) = (fetch_hour(since), fetch_hour(until), ms(until));
         let s = self.lock();
-        let mut by_agent: BTreeMap<&str, (VerifierCandidate, BTreeMap<Network, u32>)> =
-            BTreeMap::new();
+        // Per agent: the candidate, its distinct hours, and each network's distinct hours (both
+        // issuers' key sets in one hour are one hour), as the real store counts them.
+        type Seen = (
+            VerifierCandidate,
+            BTreeSet<i64>,
+            BTreeMap<Network, BTreeSet<i64>>,
+        );
+        let mut by_agent: BTreeMap<&str, Seen> = BTreeMap::new();
         let buckets = s.fetches.iter().filter(|((service, document, hour), _)| {
             *service == service_id && document.is_jwks() && (from..=to).contains(hour)
         });
-        for (_, bucket) in buckets {
+        for ((_, _, hour), bucket) in buckets {
             for (agent, fetched) in &bucket.agents {
                 if agent == OTHER_AGENTS || fetched.last_at >= until {
                     continue;
                 }
-                let (candidate, networks) = by_agent.entry(agent).or_insert_with(|| {
+                let (candidate, hours, networks) = by_agent.entry(agent).or_insert_with(|| {
                     let candidate = VerifierCandidate {
                         agent: agent.clone(),
                         count: 0,
@@ -1271,32 +1277,22 @@ impl FetchLog for MemoryStore {
                         last_at: fetched.last_at,
                         networks: Vec::new(),
                     };
-                    (candidate, BTreeMap::new())
+                    (candidate, BTreeSet::new(), BTreeMap::new())
                 });
                 candidate.count += fetched.count;
                 candidate.last_at = candidate.last_at.max(fetched.last_at);
-                for network in fetched.networks.keys() {
-                    *networks.entry(*network).or_default() += 1;
-                }
-            }
-        }
-        // Distinct hours per agent: both issuers' key sets in one hour are one hour.
-        let mut hours: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
-        for ((service, document, hour), bucket) in &s.fetches {
-            if *service != service_id || !document.is_jwks() || !(from..=to).contains(hour) {
-                continue;
-            }
-            for (agent, fetched) in &bucket.agents {
-                if fetched.last_at < until {
-                    hours.entry(agent).or_default().insert(*hour);
+                hours.insert(*hour);
+                for (network, _) in fetched.networks.iter().filter(|(_, at)| **at < until) {
+                    networks.entry(*network).or_default().insert(*hour);
                 }
             }
         }
         Ok(by_agent
-            .into_iter()
-            .map(|(agent, (mut candidate, networks))| {
-                candidate.hours = hours.get(agent).map_or(0, |h| h.len() as u32);
-                let mut networks: Vec<(Network, u32)> = networks.into_iter().collect();
+            .into_values()
+            .map(|(mut candidate, hours, networks)| {
+                candidate.hours = u32::try_from(hours.len()).unwrap_or(u32::MAX);
+                let mut networks: Vec<(Network, usize)> =
+                    (networks.into_iter()).map(|(n, h)| (n, h.len())).collect();
                 networks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 candidate.networks = networks.into_iter().map(|(n, _)| n).collect();
                 candidate

@@ -5,28 +5,19 @@
 //! missing, and runs the `node:test` suite, which starts the binary and drives the system's
 //! Chromium (playwright's own browser download does not work everywhere, and is not needed).
 
-use crate::cmd::{self, root, succeeds};
-use anyhow::{bail, Result};
+use crate::cmd::{self, root};
+use anyhow::Result;
 use std::path::PathBuf;
 use std::process::Command;
 
 const DEFAULT_CHROMIUM: &str = "/usr/bin/chromium";
 
 /// Runs the browser tests; `node_args` go to `node --test`, e.g. `--test-name-pattern=expir`.
+/// Node.js, npm and Chromium are checked first (`cargo xtask setup --for e2e`), and installed
+/// when missing where that can be done.
 pub fn run(node_args: &[String]) -> Result<()> {
-    let chromium = std::env::var_os("CHROMIUM_PATH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| DEFAULT_CHROMIUM.into());
-    if !chromium.is_file() {
-        bail!(
-            "Chromium not found at {}: install it (Debian: `apt-get update && apt-get install -y \
-             chromium`), or point CHROMIUM_PATH at a Chromium or Chrome binary",
-            chromium.display()
-        );
-    }
-    if !succeeds(Command::new("npm").arg("--version")) {
-        bail!("npm not found: the browser tests need Node.js 20 or later with npm");
-    }
+    crate::setup::ensure(crate::setup::Scope::E2e, true)?;
+    let chromium = chromium();
 
     let binary = crate::registry::build(false)?;
 
@@ -48,4 +39,11 @@ pub fn run(node_args: &[String]) -> Result<()> {
             .env("REGISTRY_BINARY", &binary)
             .env("CHROMIUM_PATH", &chromium),
     )
+}
+
+/// The Chromium the tests drive: `CHROMIUM_PATH`, else Debian's `/usr/bin/chromium`.
+pub fn chromium() -> PathBuf {
+    std::env::var_os("CHROMIUM_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| DEFAULT_CHROMIUM.into())
 }

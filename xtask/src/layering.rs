@@ -84,6 +84,7 @@ pub fn check() -> Result<()> {
     problems.extend(migration_problems()?);
     problems.extend(route_problems()?);
     problems.extend(settle_problems()?);
+    problems.extend(storage_problems()?);
     problems.extend(cycle_problems()?);
     problems.extend(outside_citation_problems()?);
     if problems.is_empty() {
@@ -216,6 +217,141 @@ fn settle_problems() -> Result<Vec<String>> {
                      state.write(…) instead, the one write path",
                     file.display()
                 ));
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// The storage ports' roles (`registry_domain::ports`): what names one outside its holders below
+/// reaches storage around the use cases.
+const STORAGE_ROLES: [&str; 15] = [
+    "Storage",
+    "CustomerStore",
+    "ServiceStore",
+    "AccountStore",
+    "CredentialStore",
+    "ChangeFeed",
+    "AuditLog",
+    "RefusalLog",
+    "ActivityLog",
+    "FetchLog",
+    "ReadinessLog",
+    "PurgeLog",
+    "DomainStore",
+    "ReplicaSource",
+    "Database",
+];
+
+/// (a file, or a folder ending in `/`, under the workspace root; the roles it may name, `*` for
+/// every one): one door to storage. The use cases (`registry_domain::app`) hold every role and
+/// are the only writers; the store implements them, the in-memory fakes too; each other
+/// consumer holds the narrow role it needs.
+const STORAGE_HOLDERS: [(&str, &[&str]); 9] = [
+    ("crates/domain/src/app/", &["*"]),
+    ("crates/domain/src/ports.rs", &["*"]),
+    ("crates/domain/src/testing.rs", &["*"]),
+    ("crates/store/", &["*"]),
+    // The read model reads the change log and the rows it names, and writes nothing.
+    (
+        "crates/replica/src/replica.rs",
+        &["ReplicaSource", "Database"],
+    ),
+    // Last uses and refusals, outside the change log.
+    ("crates/auth/src/", &["ActivityLog"]),
+    // The wiring: the store, built once, handed to the use cases, the replica and the
+    // authenticator.
+    ("crates/server/src/state.rs", &["Storage", "Database"]),
+    // `registry audit`: an operator's read of the trail, on the machine that holds the database.
+    ("crates/server/src/audit.rs", &["AuditLog", "CustomerStore"]),
+    // `registry-tests` and the benches drive the store itself.
+    ("crates/store/benches/", &["*"]),
+];
+
+/// Whether `code` names `word` as a whole identifier.
+fn names(code: &str, word: &str) -> bool {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices(word).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + word.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+/// What of `code` names the ports: every `use` of `registry_domain::ports` (to its `;`, over
+/// several lines) and each `ports::…` path elsewhere. A port is named there, or not used: a
+/// trait's methods need it in scope.
+fn port_paths(code: &[(usize, &str)]) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut open: Option<(usize, String)> = None;
+    for &(number, line) in code {
+        if let Some((_, text)) = open.as_mut() {
+            text.push_str(line);
+        } else if line.trim_start().starts_with("use ") && line.contains("ports") {
+            open = Some((number, line.to_owned()));
+        } else if let Some(at) = line.find("ports::") {
+            found.push((number, line[at..].to_owned()));
+        }
+        if open.as_ref().is_some_and(|(_, text)| text.contains(';')) {
+            found.extend(open.take());
+        }
+    }
+    found
+}
+
+/// `file` (relative to the root): each storage role it names that its holder entry does not
+/// allow, and each reach into the use cases' own handle on storage (`registry.store`).
+fn storage_names_in(file: &str, text: &str) -> Vec<String> {
+    let allowed: &[&str] = STORAGE_HOLDERS
+        .iter()
+        .find(|(holder, _)| match holder.strip_suffix('/') {
+            Some(folder) => file.starts_with(&format!("{folder}/")),
+            None => file == *holder,
+        })
+        .map_or(&[], |(_, roles)| roles);
+    if allowed.contains(&"*") {
+        return Vec::new();
+    }
+    let code: Vec<(usize, &str)> = code_lines(text).collect();
+    let mut problems = Vec::new();
+    for (number, named) in port_paths(&code) {
+        let glob = named.contains("ports::*");
+        for role in STORAGE_ROLES {
+            if (glob || names(&named, role)) && !allowed.contains(&role) {
+                problems.push(format!(
+                    "{file}:{number}: names the storage port `{role}`: storage is reached through \
+                     the use cases of registry_domain::app (or the narrow role this file holds)"
+                ));
+            }
+        }
+    }
+    for (number, line) in code {
+        if line.contains("registry.store") {
+            problems.push(format!(
+                "{file}:{number}: reaches the use cases' storage (`registry.store`): call a use \
+                 case of registry_domain::app instead"
+            ));
+        }
+    }
+    problems
+}
+
+/// One door to storage: no crate's sources name a storage role they do not hold.
+fn storage_problems() -> Result<Vec<String>> {
+    let root = crate::cmd::root();
+    let mut problems = Vec::new();
+    for crate_dir in std::fs::read_dir(root.join("crates"))? {
+        let crate_dir = crate_dir?.path();
+        for folder in ["src", "benches"] {
+            let dir = crate_dir.join(folder);
+            if !dir.is_dir() {
+                continue;
+            }
+            for path in rust_files(&dir)? {
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let file = path.strip_prefix(&root).unwrap_or(&path);
+                problems.extend(storage_names_in(&file.to_string_lossy(), &text));
             }
         }
     }
@@ -781,6 +917,39 @@ mod tests {
         );
         // The name is allowed in routes/mod.rs only.
         assert_eq!(decided_statuses_in("keys.rs", routes).len(), 3);
+    }
+
+    #[test]
+    fn storage_is_named_only_by_its_holders_and_each_holds_its_role() {
+        let auth = "use registry_domain::ports::{ActivityLog, Storage};\n";
+        let found = storage_names_in("crates/auth/src/last_use.rs", auth);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("`Storage`"), "{found:?}");
+        let server = "let s = state.registry.store.clone(); // Storage, a comment\n\
+                      let x = \"FetchLog\"; Command::FetchLog(a);\n";
+        let found = storage_names_in("crates/server/src/background.rs", server);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("registry.store"), "{found:?}");
+        assert!(storage_names_in("crates/store/src/fetches.rs", auth).is_empty());
+        assert!(storage_names_in("crates/domain/src/app/keys.rs", auth).is_empty());
+        let replica = "use registry_domain::ports::{\n    DatabaseSides, ReplicaSource,\n    Database,\n};\nfn x(d: &dyn registry_domain::ports::FetchLog) {}\n";
+        let found = storage_names_in("crates/replica/src/replica.rs", replica);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("crates/replica/src/replica.rs:5:"),
+            "{found:?}"
+        );
+        assert_eq!(
+            storage_names_in("crates/replica/src/directory.rs", replica).len(),
+            3
+        );
+        let glob = "use registry_domain::ports::*;\n";
+        assert_eq!(
+            storage_names_in("crates/oidc/src/lib.rs", glob).len(),
+            STORAGE_ROLES.len()
+        );
+        let tests = "#[cfg(test)]\nuse registry_domain::ports::Storage;\n";
+        assert!(storage_names_in("crates/server/src/tls.rs", tests).is_empty());
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod processes;
 mod python;
 mod registry;
 mod schemathesis;
+mod setup;
 mod soak;
 
 use anyhow::{Context, Result};
@@ -38,9 +39,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Chore {
-    /// The layering check, the deployment files (`manifests`), `cargo test --workspace` (unit, doc and
-    /// integration tests on SQLite), then the integration suite again on a throwaway PostgreSQL
-    /// cluster.
+    /// The tools it needs (`setup --for test`), the layering check, the deployment files
+    /// (`manifests`), `cargo test --workspace` (unit, doc and integration tests on SQLite), then
+    /// the integration suite again on a throwaway PostgreSQL cluster, the standby scenario,
+    /// `cdn` and `acme`.
     Test {
         /// Only the integration suite on PostgreSQL.
         #[arg(long)]
@@ -49,17 +51,25 @@ enum Chore {
         #[arg(last = true)]
         test_args: Vec<String>,
     },
-    /// rustfmt, clippy and rustdoc (warnings are errors), the examples of registry-domain,
-    /// `cargo package` of registry-policy (with its verification build) and registry-domain,
-    /// the layering check, and `cargo deny` when it is installed.
+    /// The tools it needs (`setup --for lint`), rustfmt, clippy and rustdoc (warnings are
+    /// errors), the examples of registry-domain, `cargo package` of registry-policy (with its
+    /// verification build) and registry-domain, the layering check, and `cargo deny`.
     Lint,
+    /// The external tools of `test` (or `lint`, `e2e`, `all`), checked at once: what is missing
+    /// is installed where it can be, else named with its package and the command to install it.
+    ///
+    /// Debian's packages are installed with apt-get when running as root, cargo-deny with `cargo
+    /// install`, rustfmt and clippy with rustup; whatever is still missing is named, all of it in
+    /// one message, and the command fails. `test`, `lint` and `e2e` run this first, each for
+    /// its own tools.
+    Setup(setup::Options),
     /// The layering check alone (no build).
     Layering,
     /// deploy/: the Kubernetes manifests against the Kubernetes schemas (cert-manager's
     /// Certificate against its CRD's), the systemd unit with `systemd-analyze verify`, and the
     /// registry binary's shared libraries against the container's base image.
     Manifests,
-    /// The browser tests of the pages (e2e/; needs Node.js and Chromium).
+    /// The browser tests of the pages (e2e/; needs Node.js and Chromium: `setup --for e2e`).
     E2e {
         /// Passed to `node --test` (after `--`).
         #[arg(last = true)]
@@ -99,6 +109,7 @@ fn main() -> ExitCode {
             test_args,
         } => test(postgres_only, &test_args),
         Chore::Lint => lint(),
+        Chore::Setup(options) => setup::run_options(&options),
         Chore::Layering => layering::check(),
         Chore::Manifests => manifests::check(),
         Chore::E2e { node_args } => e2e::run(&node_args),
@@ -135,6 +146,9 @@ pub(crate) fn prometheus_parser() -> Result<std::path::PathBuf> {
 }
 
 fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
+    // Every tool of every step, before the first: a missing one stops the run now, not after
+    // the suites.
+    setup::ensure(setup::Scope::Test, true)?;
     if !postgres_only {
         banner("layering");
         layering::check()?;
@@ -188,6 +202,7 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
 }
 
 fn lint() -> Result<()> {
+    setup::ensure(setup::Scope::Lint, true)?;
     banner("rustfmt");
     run(&mut cargo("fmt --all -- --check"))?;
     banner("clippy");
@@ -208,14 +223,7 @@ fn lint() -> Result<()> {
     banner("layering");
     layering::check()?;
     banner("cargo deny");
-    if cmd::succeeds(&mut cargo("deny --version")) {
-        run(&mut cargo("deny check bans licenses sources"))?;
-    } else {
-        println!(
-            "cargo-deny is not installed: skipped (install: cargo install --locked cargo-deny)"
-        );
-    }
-    Ok(())
+    run(&mut cargo("deny check bans licenses sources"))
 }
 
 /// The names of `crates/domain/examples/*.rs`, sorted. Each example asserts what it prints, so

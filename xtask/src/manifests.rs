@@ -89,7 +89,7 @@ fn kubernetes() -> Result<()> {
 /// prints is a failure too.
 fn systemd_unit() -> Result<()> {
     let analyze = which("systemd-analyze")
-        .context("systemd-analyze is missing: install Debian's systemd package (.ci/run does)")?;
+        .context("systemd-analyze is missing: install Debian's systemd package (`cargo xtask setup` does, as root)")?;
     let unit = std::fs::read_to_string(root().join("deploy/systemd/registry.service"))
         .context("reading deploy/systemd/registry.service")?;
     ensure!(

@@ -337,13 +337,25 @@ impl Drop for Cluster {
     }
 }
 
-/// The directory holding initdb, pg_ctl, postgres and psql, and where it came from: `PATH`
-/// first, else the newest `/usr/lib/postgresql/N/bin`, else the wheel (also when
-/// `XTASK_POSTGRES=wheel`).
+/// The directory holding initdb, pg_ctl, postgres and psql, and where it came from: the
+/// machine's ([`machine_binaries`]), else the wheel (also when `XTASK_POSTGRES=wheel`).
 fn binaries() -> Result<(PathBuf, String)> {
     if std::env::var(FROM_VAR).as_deref() == Ok("wheel") {
         return wheel();
     }
+    match machine_binaries() {
+        Some(bin) => {
+            let origin = format!("the machine's, {}", bin.display());
+            Ok((bin, origin))
+        }
+        None => wheel(),
+    }
+}
+
+/// The machine's own server binaries: the directory of `initdb` on `PATH` when it holds them
+/// all, else the newest `/usr/lib/postgresql/N/bin` that does (what `cargo xtask setup` checks,
+/// with `pg_basebackup` there for the standby).
+pub fn machine_binaries() -> Option<PathBuf> {
     let mut versioned: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -357,13 +369,7 @@ fn binaries() -> Result<(PathBuf, String)> {
         .and_then(|initdb| std::fs::canonicalize(initdb).ok())
         .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
         .filter(|dir| has_all(dir));
-    match on_path.or_else(|| versioned.pop().map(|(_, bin)| bin)) {
-        Some(bin) => {
-            let origin = format!("the machine's, {}", bin.display());
-            Ok((bin, origin))
-        }
-        None => wheel(),
-    }
+    on_path.or_else(|| versioned.pop().map(|(_, bin)| bin))
 }
 
 /// The binaries of the `pgserver` wheel, installed now unless they already are.

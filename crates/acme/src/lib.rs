@@ -5,9 +5,13 @@
 //!
 //! The ACME protocol is `instant-acme`'s and DNS is `hickory-resolver`'s: this crate only says
 //! which calls the registry makes, and turns their failures into sentences a customer can act on.
+//! It implements the domain's ports of what leaves the process (`ports`): `AcmeClient` is a
+//! `CertificateAuthority`, `TxtLookup` an `OwnershipCheck`, `DataKey` the `Sealing`; the use
+//! case `registry_domain::app::domains::advance` drives them.
 
 mod certificate;
 mod order;
+mod ports;
 mod sealed;
 mod txt;
 

@@ -11,7 +11,7 @@
 
 use crossbeam_utils::CachePadded;
 use registry_domain::audit::last_used_minute;
-use registry_domain::ports::Storage;
+use registry_domain::ports::ActivityLog;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -101,17 +101,17 @@ impl LastUse {
 
     /// Records that `account` made a successful request at `now`: a write to the database in
     /// the background when this minute is news.
-    pub fn used(&self, store: &Arc<dyn Storage>, account: Uuid, now: OffsetDateTime) {
+    pub fn used(&self, activity: &Arc<dyn ActivityLog>, account: Uuid, now: OffsetDateTime) {
         if !self.due(account, now.unix_timestamp().div_euclid(60)) {
             return;
         }
         let minute = last_used_minute(now);
-        let store = Arc::clone(store);
+        let activity = Arc::clone(activity);
         let counts = Arc::clone(&self.counts);
         counts.statements.fetch_add(1, Relaxed);
         tokio::spawn(async move {
             let written =
-                registry_replica::blocking(move || store.record_use(account, minute)).await;
+                registry_replica::blocking(move || activity.record_use(account, minute)).await;
             match written {
                 Ok(Ok(true)) => {
                     counts.rows_written.fetch_add(1, Relaxed);

@@ -2,13 +2,13 @@
 //! refusals"), for the owner of the accounts that trust the token's issuer. Runs on refused
 //! requests only: the accepted path neither calls it nor pays for it.
 
-use registry_domain::ports::VerifiedToken;
+use registry_domain::ports::{ActivityLog, VerifiedToken};
 use registry_domain::refusal::{self, Refused};
 use registry_domain::{Service, ServiceAccount};
-use registry_replica::Replica;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// Refusals recorded per account, class and minute, at most: the log keeps the newest 100 of
@@ -65,7 +65,12 @@ pub struct RefusedRequest<'a> {
 impl RefusalBudget {
     /// Records `refused` in the refusal log of the accounts' owner, within each account's
     /// budget for this minute.
-    pub async fn record(&self, replica: &Replica, refused: RefusedRequest<'_>) {
+    pub async fn record(
+        &self,
+        activity: &Arc<dyn ActivityLog>,
+        at: OffsetDateTime,
+        refused: RefusedRequest<'_>,
+    ) {
         let chosen_owner = refused.chosen.and_then(|id| {
             refused
                 .candidates
@@ -81,7 +86,6 @@ impl RefusalBudget {
         ) else {
             return;
         };
-        let at = replica.now();
         let minute = at.unix_timestamp().div_euclid(60);
         let request_id = crate::request_id();
         let facts = Refused {
@@ -106,7 +110,10 @@ impl RefusalBudget {
         if records.is_empty() {
             return;
         }
-        if let Err(error) = replica.db(move |s| s.record_refusals(&records, at)).await {
+        let activity = Arc::clone(activity);
+        let recorded =
+            registry_replica::blocking(move || activity.record_refusals(&records, at)).await;
+        if let Ok(Err(error)) = recorded {
             tracing::warn!(%error, "could not record a refused request");
         }
     }

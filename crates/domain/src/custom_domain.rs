@@ -41,6 +41,9 @@ pub const ACCOUNT_WINDOW: Duration = Duration::hours(3);
 /// How long an order the budget refuses waits before it asks again.
 pub const BUDGET_WAIT: Duration = Duration::minutes(5);
 
+/// How long one replica holds a domain's ordering lock: longer than an order takes.
+pub const ORDER_LOCK: Duration = Duration::minutes(5);
+
 /// Whether one more order fits the budget: a renewal (`renewal`) or a new order, given the
 /// customer's new orders in the last hour and the account's orders in [`ACCOUNT_WINDOW`].
 ///

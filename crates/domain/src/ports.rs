@@ -1,7 +1,11 @@
 //! Ports: what the domain needs from the outside world, as traits the adapters implement.
 //!
 //! Storage is split by subject ([`CustomerStore`], [`ServiceStore`], [`AccountStore`],
-//! [`CredentialStore`], [`ChangeFeed`]); one adapter (`registry-store`) implements them all. The
+//! [`CredentialStore`], [`ChangeFeed`], [`AuditLog`], [`RefusalLog`], [`FetchLog`],
+//! [`ReadinessLog`], [`PurgeLog`], [`DomainStore`]: together [`Storage`], what the use cases of
+//! [`crate::app`] hold); one adapter (`registry-store`) implements them all. Outside the use
+//! cases, each consumer holds the narrow role it needs: the replica a [`ReplicaSource`] (reads
+//! only) and the [`Database`], the authenticator an [`ActivityLog`]. The
 //! storage traits are synchronous: diesel is, and the server runs them on a blocking pool.
 //! [`IdentityTokenVerifier`] is asynchronous because fetching an issuer's keys is.
 
@@ -261,11 +265,6 @@ pub trait AccountStore: Send + Sync {
     ) -> StoreResult<()>;
     /// Accounts with at least one OIDC rule whose `iss` is exactly `issuer` (an indexed look-up).
     fn accounts_by_issuer(&self, issuer: &str) -> StoreResult<Vec<ServiceAccount>>;
-    /// Records a use of an account at `minute` (see [`crate::audit::last_used_minute`]) unless
-    /// a later or equal one is recorded: replicas never move it backwards, and a minute is
-    /// written once. `Ok(false)` when nothing changed. Not a change of the change log: no
-    /// cache holds it.
-    fn record_use(&self, account_id: Uuid, minute: OffsetDateTime) -> StoreResult<bool>;
     /// Every account whose policy is `oidc`, of every customer: the set of trusted issuers a
     /// server holds in memory, so that tokens of any other issuer cost nothing.
     fn oidc_accounts(&self) -> StoreResult<Vec<ServiceAccount>>;
@@ -382,10 +381,15 @@ pub trait AuditLog: Send + Sync {
     fn prune_audit(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
 }
 
-/// The refusal log (docs/api.md, "Explaining refusals"): per account and class (near misses of its
-/// rules, others), the newest [`crate::refusal::KEPT_PER_ACCOUNT`] records of federated requests
-/// refused after their signature verified.
-pub trait RefusalLog: Send + Sync {
+/// What callers' requests leave behind as they are served, outside the change log (no cache
+/// holds it): the last use of accounts and the refusals worth explaining. The authenticator's
+/// one storage port.
+pub trait ActivityLog: Send + Sync + std::fmt::Debug {
+    /// Records a use of an account at `minute` (see [`crate::audit::last_used_minute`]) unless
+    /// a later or equal one is recorded: replicas never move it backwards, and a minute is
+    /// written once. `Ok(false)` when nothing changed. Not a change of the change log: no
+    /// cache holds it.
+    fn record_use(&self, account_id: Uuid, minute: OffsetDateTime) -> StoreResult<bool>;
     /// Appends `record` (see [`crate::refusal::record`]) to the log of each account given, in
     /// the class [`crate::refusal::is_near_record`] says, and keeps each class of each log to
     /// its newest `KEPT_PER_ACCOUNT`: records of one class never push out the other's.
@@ -394,6 +398,12 @@ pub trait RefusalLog: Send + Sync {
         records: &[(Uuid, serde_json::Value)],
         at: OffsetDateTime,
     ) -> StoreResult<()>;
+}
+
+/// The refusal log (docs/api.md, "Explaining refusals"): per account and class (near misses of its
+/// rules, others), the newest [`crate::refusal::KEPT_PER_ACCOUNT`] records of federated requests
+/// refused after their signature verified.
+pub trait RefusalLog: Send + Sync {
     /// An account's refusals of both classes at or after `since`, newest first, `limit` at most.
     fn refusals(
         &self,
@@ -435,21 +445,6 @@ impl FetchedDocument {
             Self::Discovery | Self::DomainDiscovery => "/.well-known/openid-configuration",
             Self::Jwks | Self::DomainJwks => crate::publishing::JWKS_PATH,
         }
-    }
-
-    /// What the store keeps it as: the path, after `domain:` under a custom domain.
-    pub const fn key(self) -> &'static str {
-        match self {
-            Self::Discovery => "/.well-known/openid-configuration",
-            Self::Jwks => crate::publishing::JWKS_PATH,
-            Self::DomainDiscovery => "domain:/.well-known/openid-configuration",
-            Self::DomainJwks => "domain:/openid/v1/jwks",
-        }
-    }
-
-    /// The document a [`FetchedDocument::key`] names.
-    pub fn from_key(key: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|d| d.key() == key)
     }
 
     /// Whether it is a key set (under either issuer).
@@ -560,6 +555,11 @@ pub trait FetchLog: Send + Sync {
     /// Deletes the buckets of hours before `older_than`'s, and the readiness of keys found safe
     /// before it; how many went.
     fn prune_fetches(&self, older_than: OffsetDateTime) -> StoreResult<usize>;
+}
+
+/// Key readiness as found (docs/api.md, "Key readiness"): when each key became safe to sign
+/// with, recorded once, whichever replica finds it first.
+pub trait ReadinessLog: Send + Sync {
     /// When key `kid` of `service_id` was found safe to sign with (docs/api.md, "Key
     /// readiness"), if it was: once safe, a key stays safe.
     fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>>;
@@ -571,6 +571,11 @@ pub trait FetchLog: Send + Sync {
         kid: &str,
         at: OffsetDateTime,
     ) -> StoreResult<OffsetDateTime>;
+}
+
+/// The purges of the caches in front of the registry that succeeded (docs/api.md, "Behind a
+/// CDN"), which key readiness waits for.
+pub trait PurgeLog: Send + Sync {
     /// Records that every cache in front of the registry dropped its copies of `service_id`'s
     /// documents as of their change at `changed_at` (docs/api.md, "Behind a CDN"); a later
     /// change recorded before stays.
@@ -659,6 +664,164 @@ pub trait DomainStore: Send + Sync {
     fn put_acme_account(&self, directory: &str, sealed: &str) -> StoreResult<String>;
 }
 
+/// An HTTP-01 challenge of an ACME order: `GET /.well-known/acme-challenge/{token}` on the
+/// domain, on port 80, answers `key_authorization`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AcmeChallenge {
+    /// The token, the last path segment.
+    pub token: String,
+    /// The body to answer.
+    pub key_authorization: String,
+}
+
+impl std::fmt::Debug for AcmeChallenge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcmeChallenge")
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A certificate as a certificate authority issued it, with its new private key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IssuedCertificate {
+    /// The chain, leaf first (PEM).
+    pub chain_pem: String,
+    /// The leaf's private key (PKCS#8 PEM), for [`Sealing::seal`] at once.
+    pub key_pem: String,
+    /// The leaf's first valid instant.
+    pub not_before: OffsetDateTime,
+    /// The leaf's last valid instant.
+    pub not_after: OffsetDateTime,
+    /// The issuer's distinguished name (RFC 4514 text).
+    pub issuer: String,
+}
+
+impl std::fmt::Debug for IssuedCertificate {
+    // Never the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedCertificate")
+            .field("not_after", &self.not_after)
+            .field("issuer", &self.issuer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The certificate authority of custom domains (docs/api.md, "Custom domains"): an ACME directory
+/// with HTTP-01. Synchronous, like storage: the worker's step runs where waiting is allowed.
+/// `Err` is the sentence a domain's `error.message` shows.
+pub trait CertificateAuthority: Send + Sync {
+    /// The directory orders go to (one account each).
+    fn directory(&self) -> &str;
+    /// A new account: its credentials, for the caller to keep (sealed) and use.
+    fn new_account(&self) -> Result<String, String>;
+    /// A certificate for `domain`, ordered under the account whose credentials are `account`:
+    /// each HTTP-01 challenge goes to `publish` (which makes every replica answer it) before the
+    /// authority is told to validate; the certificate comes with a new key.
+    fn order(
+        &self,
+        account: &str,
+        domain: &str,
+        publish: &mut dyn FnMut(&AcmeChallenge) -> Result<(), String>,
+    ) -> Result<IssuedCertificate, String>;
+}
+
+/// The proof of a custom domain's ownership: its TXT record, looked up in DNS, never cached.
+pub trait OwnershipCheck: Send + Sync {
+    /// Whether a TXT record of `name` holds `token`; `Err` the sentence of a failed lookup (not
+    /// an absent record: that is `Ok(false)`).
+    fn holds(&self, name: &str, token: &str) -> Result<bool, String>;
+}
+
+/// What is stored sealed under `REGISTRY_DATA_KEY`: ACME accounts and certificates' keys.
+pub trait Sealing: Send + Sync {
+    /// `plain`, sealed (text to store).
+    fn seal(&self, plain: &[u8]) -> String;
+    /// What `sealed` holds; `Err` when it does not open under this key.
+    fn open(&self, sealed: &str) -> Result<Vec<u8>, String>;
+}
+
+/// What a replica reads to keep its caches as fresh as the database (docs/api.md, "Consistency"):
+/// the change log, and the rows a change names. Reads only: a replica writes nothing, the use
+/// cases do. Every adapter of the storage ports has it.
+pub trait ReplicaSource: Send + Sync + std::fmt::Debug {
+    /// See [`CredentialStore::credential_and_latest_change`].
+    fn credential_and_latest_change(
+        &self,
+        lookup_id: &str,
+    ) -> StoreResult<Option<(StoredCredential, i64)>>;
+    /// See [`ChangeFeed::changes_since`].
+    fn changes_since(&self, after: i64, limit: usize) -> StoreResult<(i64, Vec<Change>)>;
+    /// See [`ChangeFeed::latest_change`].
+    fn latest_change(&self) -> StoreResult<i64>;
+    /// See [`ChangeFeed::oldest_change`].
+    fn oldest_change(&self) -> StoreResult<Option<i64>>;
+    /// See [`AccountStore::account`].
+    fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>>;
+    /// See [`AccountStore::oidc_accounts`].
+    fn oidc_accounts(&self) -> StoreResult<Vec<ServiceAccount>>;
+    /// See [`ServiceStore::service`].
+    fn service(&self, id: Uuid) -> StoreResult<Option<Service>>;
+    /// See [`ServiceStore::find_service`].
+    fn find_service(&self, subdomain_or_id: &str) -> StoreResult<Option<Service>>;
+    /// See [`ServiceStore::config`].
+    fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>>;
+    /// See [`ServiceStore::published_by_subdomain`].
+    fn published_by_subdomain(
+        &self,
+        subdomain: &str,
+    ) -> StoreResult<Option<(Service, PublishedConfig)>>;
+    /// See [`DomainStore::domain_of`].
+    fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>>;
+    /// See [`DomainStore::held_domains`].
+    fn held_domains(&self) -> StoreResult<Vec<CustomDomain>>;
+}
+
+impl<T: Storage> ReplicaSource for T {
+    fn credential_and_latest_change(
+        &self,
+        lookup_id: &str,
+    ) -> StoreResult<Option<(StoredCredential, i64)>> {
+        CredentialStore::credential_and_latest_change(self, lookup_id)
+    }
+    fn changes_since(&self, after: i64, limit: usize) -> StoreResult<(i64, Vec<Change>)> {
+        ChangeFeed::changes_since(self, after, limit)
+    }
+    fn latest_change(&self) -> StoreResult<i64> {
+        ChangeFeed::latest_change(self)
+    }
+    fn oldest_change(&self) -> StoreResult<Option<i64>> {
+        ChangeFeed::oldest_change(self)
+    }
+    fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>> {
+        AccountStore::account(self, id)
+    }
+    fn oidc_accounts(&self) -> StoreResult<Vec<ServiceAccount>> {
+        AccountStore::oidc_accounts(self)
+    }
+    fn service(&self, id: Uuid) -> StoreResult<Option<Service>> {
+        ServiceStore::service(self, id)
+    }
+    fn find_service(&self, subdomain_or_id: &str) -> StoreResult<Option<Service>> {
+        ServiceStore::find_service(self, subdomain_or_id)
+    }
+    fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>> {
+        ServiceStore::config(self, service_id)
+    }
+    fn published_by_subdomain(
+        &self,
+        subdomain: &str,
+    ) -> StoreResult<Option<(Service, PublishedConfig)>> {
+        ServiceStore::published_by_subdomain(self, subdomain)
+    }
+    fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>> {
+        DomainStore::domain_of(self, service_id)
+    }
+    fn held_domains(&self) -> StoreResult<Vec<CustomDomain>> {
+        DomainStore::held_domains(self)
+    }
+}
+
 /// Every storage port at once: what a server holds (as `Arc<dyn Storage>`), so that it depends
 /// on the ports, not on one adapter.
 pub trait Storage:
@@ -669,7 +832,10 @@ pub trait Storage:
     + ChangeFeed
     + AuditLog
     + RefusalLog
+    + ActivityLog
     + FetchLog
+    + ReadinessLog
+    + PurgeLog
     + DomainStore
     + std::fmt::Debug
 {
@@ -683,7 +849,10 @@ impl<T> Storage for T where
         + ChangeFeed
         + AuditLog
         + RefusalLog
+        + ActivityLog
         + FetchLog
+        + ReadinessLog
+        + PurgeLog
         + DomainStore
         + std::fmt::Debug
 {

@@ -1,7 +1,9 @@
 //! In-memory adapters of the ports, for tests: a [`MemoryStore`] that keeps every storage
 //! port's contract over plain collections, deterministic randomness ([`FixedRandomness`]), a
-//! readable hasher ([`PlainHasher`]), a key import that accepts everything ([`AcceptAllKeys`])
-//! and a signature check that reads the signature ([`GoodSignatures`]).
+//! readable hasher ([`PlainHasher`]), a key import that accepts everything ([`AcceptAllKeys`]),
+//! a signature check that reads the signature ([`GoodSignatures`]), and what custom domains reach
+//! outside the process: a certificate authority ([`MemoryAuthority`]), DNS ([`MemoryDns`]) and
+//! a sealing key ([`MarkSealing`]).
 //!
 //! The use cases' unit tests run over them. Other crates' tests get them from the cargo feature
 //! `testing` (off by default: only test dev-dependencies enable it, never the server's build).
@@ -24,19 +26,21 @@ use crate::custom_domain::{CustomDomain, DomainProblem};
 use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
-    fetch_hour, AccountStore, AgentFetches, AuditLog, Ceiling, Change, ChangeFeed, CredentialOwner,
-    CredentialRecord, CredentialStore, CustomerStore, DocumentFetches, DomainStore, FetchLog,
-    FetchedDocument, HasherBusy, KeyImport, NetworkFetch, Randomness, RefusalLog, SecretHasher,
-    ServiceStore, StoreResult, StoredCredential, TokenSignatureCheck, VerifierCandidate,
-    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+    fetch_hour, AccountStore, AcmeChallenge, ActivityLog, AgentFetches, AuditLog, Ceiling,
+    CertificateAuthority, Change, ChangeFeed, CredentialOwner, CredentialRecord, CredentialStore,
+    CustomerStore, DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy,
+    IssuedCertificate, KeyImport, NetworkFetch, OwnershipCheck, PurgeLog, Randomness, ReadinessLog,
+    RefusalLog, Sealing, SecretHasher, ServiceStore, StoreResult, StoredCredential,
+    TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
+    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{PublishedConfig, VersionHistory};
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -758,19 +762,6 @@ impl AccountStore for MemoryStore {
         }))
     }
 
-    fn record_use(&self, account_id: Uuid, minute: OffsetDateTime) -> StoreResult<bool> {
-        let minute = ms(minute);
-        let mut s = self.lock();
-        let Some(account) = s.accounts.iter_mut().find(|a| a.id == account_id) else {
-            return Ok(false);
-        };
-        if account.last_used_at.is_some_and(|at| at >= minute) {
-            return Ok(false);
-        }
-        account.last_used_at = Some(minute);
-        Ok(true)
-    }
-
     fn oidc_accounts(&self) -> StoreResult<Vec<ServiceAccount>> {
         let s = self.lock();
         Ok(s.sorted_accounts(|a| {
@@ -884,7 +875,20 @@ impl AuditLog for MemoryStore {
     }
 }
 
-impl RefusalLog for MemoryStore {
+impl ActivityLog for MemoryStore {
+    fn record_use(&self, account_id: Uuid, minute: OffsetDateTime) -> StoreResult<bool> {
+        let minute = ms(minute);
+        let mut s = self.lock();
+        let Some(account) = s.accounts.iter_mut().find(|a| a.id == account_id) else {
+            return Ok(false);
+        };
+        if account.last_used_at.is_some_and(|at| at >= minute) {
+            return Ok(false);
+        }
+        account.last_used_at = Some(minute);
+        Ok(true)
+    }
+
     /// One transaction: an account that does not exist fails the whole call (`NotFound`).
     fn record_refusals(&self, records: &[(Uuid, Value)], at: OffsetDateTime) -> StoreResult<()> {
         let mut s = self.lock();
@@ -914,7 +918,9 @@ impl RefusalLog for MemoryStore {
         }
         Ok(())
     }
+}
 
+impl RefusalLog for MemoryStore {
     fn refusals(
         &self,
         account_id: Uuid,
@@ -1142,10 +1148,10 @@ impl DomainStore for MemoryStore {
         key_authorization: &str,
         _now: OffsetDateTime,
     ) -> StoreResult<()> {
-        self.lock().challenges.insert(
-            (domain.to_owned(), token.to_owned()),
-            key_authorization.to_owned(),
-        );
+        // The first answer stays, as the real store's `ON CONFLICT DO NOTHING` keeps it.
+        (self.lock().challenges)
+            .entry((domain.to_owned(), token.to_owned()))
+            .or_insert_with(|| key_authorization.to_owned());
         Ok(())
     }
 
@@ -1406,7 +1412,9 @@ impl FetchLog for MemoryStore {
         s.key_safe.retain(|_, at| *at >= older_than);
         Ok(pruned + before - s.key_safe.len())
     }
+}
 
+impl ReadinessLog for MemoryStore {
     fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>> {
         Ok(self
             .lock()
@@ -1427,7 +1435,9 @@ impl FetchLog for MemoryStore {
             .entry((service_id, kid.to_owned()))
             .or_insert(ms(at)))
     }
+}
 
+impl PurgeLog for MemoryStore {
     fn record_purge(&self, service_id: Uuid, changed_at: OffsetDateTime) -> StoreResult<()> {
         let mut s = self.lock();
         let purged = s.purges.entry(service_id).or_insert(ms(changed_at));
@@ -1513,5 +1523,173 @@ impl TokenSignatureCheck for GoodSignatures {
         let signature = parts.nth(1).and_then(|s| engine.decode(s).ok());
         signature.as_deref() == Some(b"good".as_slice())
             && kid.is_none_or(|k| jwk.get("kid") == Some(k))
+    }
+}
+
+/// A certificate authority in memory: accounts numbered, each order's one HTTP-01 challenge
+/// handed to `publish` and recorded, a certificate valid for 90 days from the clock it is given
+/// (`set_now`), or the failure set with [`MemoryAuthority::fail_with`].
+#[derive(Debug)]
+pub struct MemoryAuthority {
+    directory: String,
+    state: Mutex<AuthorityState>,
+}
+
+#[derive(Debug, Default)]
+struct AuthorityState {
+    accounts: u64,
+    now: Option<OffsetDateTime>,
+    failure: Option<String>,
+    /// (account, domain, challenge token) of each order, in order.
+    orders: Vec<(String, String, String)>,
+}
+
+impl MemoryAuthority {
+    /// An authority whose directory is `directory`.
+    pub fn new(directory: &str) -> Self {
+        Self {
+            directory: directory.to_owned(),
+            state: Mutex::default(),
+        }
+    }
+
+    /// Certificates issued from now on are valid from `now`.
+    pub fn set_now(&self, now: OffsetDateTime) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .now = Some(now);
+    }
+
+    /// Orders fail with `why` from now on (`None`: they succeed again).
+    pub fn fail_with(&self, why: Option<&str>) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .failure = why.map(str::to_owned);
+    }
+
+    /// How many accounts were made.
+    pub fn accounts_made(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .accounts
+    }
+
+    /// (account, domain, challenge token) of each order placed, oldest first.
+    pub fn orders(&self) -> Vec<(String, String, String)> {
+        (self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .orders)
+            .clone()
+    }
+}
+
+impl CertificateAuthority for MemoryAuthority {
+    fn directory(&self) -> &str {
+        &self.directory
+    }
+
+    fn new_account(&self) -> Result<String, String> {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.accounts += 1;
+        Ok(format!("{{\"account\":{}}}", s.accounts))
+    }
+
+    fn order(
+        &self,
+        account: &str,
+        domain: &str,
+        publish: &mut dyn FnMut(&AcmeChallenge) -> Result<(), String>,
+    ) -> Result<IssuedCertificate, String> {
+        let (n, now, failure) = {
+            let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            (s.orders.len(), s.now, s.failure.clone())
+        };
+        let challenge = AcmeChallenge {
+            token: format!("token-{n}"),
+            key_authorization: format!("token-{n}.thumbprint"),
+        };
+        publish(&challenge)?;
+        (self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .orders)
+            .push((account.to_owned(), domain.to_owned(), challenge.token));
+        if let Some(why) = failure {
+            return Err(why);
+        }
+        let not_before = now.unwrap_or(OffsetDateTime::UNIX_EPOCH);
+        Ok(IssuedCertificate {
+            chain_pem: format!(
+                "-----BEGIN CERTIFICATE-----\n{domain} {n}\n-----END CERTIFICATE-----\n"
+            ),
+            key_pem: format!("private key {n}"),
+            not_before,
+            not_after: not_before + time::Duration::days(90),
+            issuer: "CN=Memory CA".to_owned(),
+        })
+    }
+}
+
+/// DNS in memory: the TXT records set with [`MemoryDns::put`], or every lookup failing.
+#[derive(Debug, Default)]
+pub struct MemoryDns {
+    records: Mutex<HashMap<String, Vec<String>>>,
+    down: AtomicBool,
+}
+
+impl MemoryDns {
+    /// Adds a TXT record `value` to `name`.
+    pub fn put(&self, name: &str, value: &str) {
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        records
+            .entry(name.to_owned())
+            .or_default()
+            .push(value.to_owned());
+    }
+
+    /// Every lookup fails from now on (`true`), or answers again.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::Relaxed);
+    }
+}
+
+impl OwnershipCheck for MemoryDns {
+    fn holds(&self, name: &str, token: &str) -> Result<bool, String> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(format!("DNS lookup of {name} failed: no answer"));
+        }
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(records
+            .get(name)
+            .is_some_and(|values| values.iter().any(|v| v == token)))
+    }
+}
+
+/// Sealing that marks instead of encrypting: `sealed:` and the bytes as hex. Tests read what
+/// was sealed; nothing opens that was not sealed here.
+#[derive(Debug, Default)]
+pub struct MarkSealing;
+
+impl Sealing for MarkSealing {
+    fn seal(&self, plain: &[u8]) -> String {
+        let hex: String = plain.iter().map(|b| format!("{b:02x}")).collect();
+        format!("sealed:{hex}")
+    }
+
+    fn open(&self, sealed: &str) -> Result<Vec<u8>, String> {
+        let hex = sealed
+            .strip_prefix("sealed:")
+            .ok_or_else(|| "not sealed under this key".to_owned())?;
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
+            .collect::<Result<_, _>>()
+            .map_err(|_| "not sealed under this key".to_owned())
     }
 }

@@ -1,15 +1,15 @@
 //! The replica's view of the data: the directory (services, accounts, the trust index) and the
 //! hosted documents, kept as fresh as the database by the change log (see `directory` for how),
 //! with the one read every authenticated request makes. Handlers and the authenticator reach the
-//! database's current state through it; the use cases of `registry_domain::app` write through
-//! the store and then [`Replica::settle_write`].
+//! database's current state through it; it reads a [`ReplicaSource`] and writes nothing: the use
+//! cases of `registry_domain::app` write, and then [`Replica::settle_write`].
 
 use crate::directory::{bounded, Directory, BATCH};
 use crate::domains::{DomainChanged, Domains};
 use crate::hosting::{Generation, Hosted, HostingCache, Lookup};
 use crate::ReplicaResult;
 use registry_domain::ports::{
-    Change, Clock, Database, DatabaseSides, Storage, StoreResult, StoredCredential,
+    Change, Clock, Database, DatabaseSides, ReplicaSource, StoreResult, StoredCredential,
 };
 use registry_domain::{Service, ServiceAccount};
 use std::borrow::Cow;
@@ -21,7 +21,8 @@ use uuid::Uuid;
 /// The directory and the hosted documents of this replica, over the store and the clock.
 #[derive(Debug)]
 pub struct Replica {
-    store: Arc<dyn Storage>,
+    /// What it reads: the change log and the rows a change names.
+    source: Arc<dyn ReplicaSource>,
     /// The same database, for the reads taken in place and its sides.
     database: Arc<dyn Database>,
     clock: Arc<dyn Clock>,
@@ -52,14 +53,14 @@ pub struct DocumentsChanged {
 }
 
 impl Replica {
-    /// A replica of `store` with empty caches ([`Replica::reload_everything`] fills them).
-    pub fn new<S>(store: Arc<S>, clock: Arc<dyn Clock>, hosting: HostingCache) -> Self
+    /// A replica of `database` with empty caches ([`Replica::reload_everything`] fills them).
+    pub fn new<S>(database: Arc<S>, clock: Arc<dyn Clock>, hosting: HostingCache) -> Self
     where
-        S: Storage + Database + 'static,
+        S: ReplicaSource + Database + 'static,
     {
         Self {
-            store: store.clone(),
-            database: store,
+            source: database.clone(),
+            database,
             clock,
             directory: Directory::default(),
             hosting,
@@ -118,19 +119,14 @@ impl Replica {
         self.clock.now()
     }
 
-    /// The database.
-    pub fn store(&self) -> &Arc<dyn Storage> {
-        &self.store
-    }
-
-    /// Runs a storage call on the blocking pool.
-    pub async fn db<T, F>(&self, f: F) -> ReplicaResult<T>
+    /// Runs reads of the replica's source on the blocking pool.
+    async fn db<T, F>(&self, f: F) -> ReplicaResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Storage) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&dyn ReplicaSource) -> StoreResult<T> + Send + 'static,
     {
-        let store = self.store.clone();
-        Ok(crate::blocking(move || f(&*store)).await??)
+        let source = self.source.clone();
+        Ok(crate::blocking(move || f(&*source)).await??)
     }
 
     /// The connections of each side's pool now.

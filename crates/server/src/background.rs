@@ -4,7 +4,7 @@
 
 use crate::state::AppState;
 use actix_web::web;
-use registry_domain::app::{fetches, upkeep};
+use registry_domain::app::{fetches, readiness, upkeep};
 use std::time::Duration;
 
 const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -69,10 +69,9 @@ pub async fn purge_changes(state: web::Data<AppState>) {
                     .await;
             }
             if purger.purge(&authority, &crate::public::PUBLIC_PATHS).await && purged {
-                let store = state.registry.store.clone();
                 let (id, at) = (change.service_id, change.changed_at);
-                let recorded = registry_replica::blocking(move || store.record_purge(id, at)).await;
-                if !matches!(recorded, Ok(Ok(()))) {
+                let recorded = state.write(move |r| readiness::purged(r, id, at)).await;
+                if recorded.is_err() {
                     tracing::warn!(service = %id, "a purge succeeded but could not be recorded");
                 }
             }

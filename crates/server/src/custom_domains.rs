@@ -1,16 +1,15 @@
-//! What custom domains need from outside (docs/api.md, "Custom domains"): the TXT lookup that
-//! proves ownership, the ACME order of a certificate (its HTTP-01 answers stored for every
-//! replica to serve, its key sealed), and the hand-over of a served domain's certificate to the
-//! TLS listener. `domain_worker` runs them; the rules (when to look again, when to give up, when
-//! to renew) are `registry_domain::custom_domain`'s.
+//! What custom domains need from outside (docs/api.md, "Custom domains"), built from the
+//! settings: the adapters of the worker's ports (`registry-acme`'s ACME client, TXT lookup and
+//! sealing key), the HTTP-01 answers kept in memory, and the hand-over of a served domain's
+//! certificate to the TLS listener. `domain_worker` runs the use case
+//! `registry_domain::app::domains::advance` over them.
 
 use crate::settings::Settings;
 use anyhow::bail;
 use registry_acme::{AcmeClient, DataKey, TxtLookup};
-use registry_domain::custom_domain::{CustomDomain, DomainCertificate, Schedule};
-use registry_domain::ports::{Storage, StoreResult};
+use registry_domain::app::domains::Outside;
+use registry_domain::custom_domain::Schedule;
 use registry_replica::domains::DomainChanged;
-use registry_replica::Replica;
 use registry_tls::Reloading;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -86,94 +85,15 @@ impl CustomDomains {
         answers.insert((host, token), answer);
     }
 
-    /// The ACME directory (one account each).
-    pub fn directory(&self) -> &str {
-        self.acme.directory()
-    }
-
-    /// The schedule of lookups, orders and renewals.
-    pub fn schedule(&self) -> &Schedule {
-        &self.schedule
-    }
-
-    /// `domain` after one look for its TXT record at `now` (a failed lookup counts as not
-    /// found: it is looked up again later).
-    pub async fn look(&self, domain: CustomDomain, now: time::OffsetDateTime) -> CustomDomain {
-        let found = match self
-            .txt
-            .holds(&domain.challenge_name(), &domain.txt_token)
-            .await
-        {
-            Ok(found) => found,
-            Err(error) => {
-                tracing::info!(domain = domain.domain, %error, "custom domain: TXT lookup failed");
-                false
-            }
-        };
-        if found {
-            tracing::info!(domain = domain.domain, "custom domain: ownership proven");
+    /// What the worker's step reaches outside the process: the ACME directory, the DNS
+    /// lookups, the sealing key, with the schedule.
+    pub fn outside(&self) -> Outside<'_> {
+        Outside {
+            authority: &self.acme,
+            dns: &self.txt,
+            sealing: &self.key,
+            schedule: &self.schedule,
         }
-        domain.checked(found, &self.schedule, now)
-    }
-
-    /// A certificate for `domain` by ACME: the directory's account (made once, kept sealed),
-    /// the HTTP-01 answers stored for every replica to serve, the new key sealed. `Err` is the
-    /// sentence the domain's `error` shows.
-    pub async fn order(
-        &self,
-        replica: &Replica,
-        domain: &CustomDomain,
-    ) -> Result<DomainCertificate, String> {
-        let account = self.account(replica).await.map_err(|e| e.to_string())?;
-        let issued = self
-            .acme
-            .order(&account, &domain.domain, |challenge| {
-                let name = domain.domain.clone();
-                let now = replica.now();
-                async move {
-                    stored(replica, move |s| {
-                        s.put_challenge(&name, &challenge.token, &challenge.key_authorization, now)
-                    })
-                    .await
-                    .map_err(|e| format!("storing the HTTP-01 answer: {e}"))
-                }
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-        tracing::info!(domain = domain.domain, not_after = %issued.validity.not_after, "custom domain: certificate issued");
-        Ok(DomainCertificate {
-            sealed_key: self.key.seal(issued.key_pem.as_bytes()),
-            chain_pem: issued.chain_pem,
-            not_before: issued.validity.not_before,
-            not_after: issued.validity.not_after,
-            issuer: issued.validity.issuer,
-        })
-    }
-
-    /// The ACME account of the directory: the one kept (by whichever replica made it first), or
-    /// a new one, kept.
-    async fn account(&self, replica: &Replica) -> anyhow::Result<registry_acme::Account> {
-        let directory = self.acme.directory().to_owned();
-        let kept = {
-            let directory = directory.clone();
-            stored(replica, move |s| s.acme_account(&directory)).await?
-        };
-        let opened = match kept {
-            Some(sealed) => Some(String::from_utf8(self.key.open(&sealed)?)?),
-            None => None,
-        };
-        let (account, made) = self.acme.account(opened.as_deref()).await?;
-        let Some(credentials) = made else {
-            return Ok(account);
-        };
-        let sealed = self.key.seal(credentials.as_bytes());
-        let kept = stored(replica, move |s| s.put_acme_account(&directory, &sealed)).await?;
-        let kept = String::from_utf8(self.key.open(&kept)?)?;
-        if kept == credentials {
-            return Ok(account);
-        }
-        // Another replica made one first: that one is used, by every replica.
-        Ok(self.acme.account(Some(&kept)).await?.0)
     }
 
     /// Hands a change of the domains served to the TLS listener: a served domain's certificate
@@ -206,12 +126,4 @@ impl CustomDomains {
             }
         }
     }
-}
-
-/// Runs a storage call on the blocking pool.
-async fn stored<T: Send + 'static>(
-    replica: &Replica,
-    f: impl FnOnce(&dyn Storage) -> StoreResult<T> + Send + 'static,
-) -> anyhow::Result<T> {
-    Ok(replica.db(f).await?)
 }

@@ -5,7 +5,7 @@
 
 use crate::state::AppState;
 use actix_web::web;
-use registry_domain::app::domains;
+use registry_domain::app::domains::{self, Step};
 use registry_domain::custom_domain::{CustomDomain, DomainStatus};
 use registry_replica::domains::DomainChanged;
 use std::time::Duration;
@@ -17,8 +17,6 @@ const BATCH: usize = 256;
 /// TXT lookups under way at once: each waits at most 3 s for its DNS server, so a round of
 /// lookups whose servers never answer costs seconds, not one customer's count times 3 s.
 const LOOKUPS_AT_ONCE: usize = 16;
-/// How long one replica holds a domain's ordering lock: longer than an order takes.
-const ORDER_LOCK: time::Duration = time::Duration::minutes(5);
 
 /// The worker's loop; returns at once when custom domains are off.
 pub async fn work(state: web::Data<AppState>) {
@@ -55,60 +53,31 @@ pub async fn work(state: web::Data<AppState>) {
     }
 }
 
-/// One step of one domain, its failure logged (it is retried).
+/// One step of one domain (`domains::advance`, through the one write path: this replica serves
+/// the new state at once), what it did logged; a failed step is retried.
 async fn step(state: &AppState, domain: CustomDomain) {
-    let name = domain.domain.clone();
-    if let Err(error) = advance(state, domain).await {
-        tracing::warn!(domain = name, %error, "custom domain: the step failed; retried");
-    }
-}
-
-/// One step of one domain: a TXT lookup, or an order (when this replica takes the lock).
-async fn advance(state: &AppState, domain: CustomDomain) -> Result<(), crate::problem::ApiError> {
     let Some(worker) = state.custom_domains.clone() else {
-        return Ok(());
+        return;
     };
-    let next = match domain.status {
-        DomainStatus::Verifying => {
-            let now = state.now();
-            let looked = worker.look(domain, now).await;
-            state
-                .write(move |r| domains::looked(r, looked, now))
-                .await?;
-            return Ok(());
+    let (name, now) = (domain.domain.clone(), state.now());
+    let stepped = state
+        .write(move |r| domains::advance(r, &worker.outside(), domain, now))
+        .await;
+    match stepped {
+        Ok(Step::Looked { proven: true, .. }) => {
+            tracing::info!(domain = name, "custom domain: ownership proven");
         }
-        DomainStatus::Issuing | DomainStatus::Active => {
-            let (id, now) = (domain.service_id, state.now());
-            let until = now + ORDER_LOCK;
-            if !state
-                .read(move |r| domains::lock(r, id, until, now))
-                .await?
-            {
-                return Ok(());
-            }
-            // Within the ACME budget, or put off (docs/api.md, "Custom domains").
-            let (asked, directory) = (domain.clone(), worker.directory().to_owned());
-            if !state
-                .read(move |r| domains::take_order(r, &asked, &directory, now))
-                .await?
-            {
-                return Ok(());
-            }
-            let outcome = worker.order(&state.replica, &domain).await;
-            if let Err(why) = &outcome {
-                tracing::warn!(
-                    domain = domain.domain,
-                    why,
-                    "custom domain: the order failed"
-                );
-            }
-            domain.ordered(outcome, worker.schedule(), state.now())
+        Ok(Step::Looked {
+            failed: Some(why), ..
+        }) => tracing::info!(domain = name, why, "custom domain: TXT lookup failed"),
+        Ok(Step::Ordered(Err(why))) => {
+            tracing::warn!(domain = name, why, "custom domain: the order failed");
         }
-        DomainStatus::Failed => return Ok(()),
-    };
-    // Through the one write path: this replica serves the new state at once.
-    state.write(move |r| domains::progress(r, &next)).await?;
-    Ok(())
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(domain = name, %error, "custom domain: the step failed; retried");
+        }
+    }
 }
 
 /// Hands each served domain's certificate to the TLS listener as this replica applies it:

@@ -92,6 +92,7 @@ impl AppState {
         let auth = Arc::new(Authenticator::new(
             limits,
             replica.clone(),
+            store.clone(),
             verifier,
             hasher.clone(),
             metrics.clone(),

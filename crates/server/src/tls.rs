@@ -8,6 +8,7 @@ use actix_web::dev::ServiceRequest;
 use actix_web::http::header;
 use actix_web::{web, HttpResponse, ResponseError};
 use anyhow::bail;
+use registry_domain::app::domains;
 use registry_tls::{CertificateFiles, Reloading};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,13 +95,16 @@ pub async fn challenge(req: &ServiceRequest) -> Option<HttpResponse> {
     }
     let (name, asked) = (host.clone(), token.clone());
     Some(
-        match state.replica.db(move |s| s.challenge(&name, &asked)).await {
+        match state
+            .read(move |r| domains::challenge(r, &name, &asked))
+            .await
+        {
             Ok(Some(found)) => {
                 worker.keep_answer(host, token, found.clone());
                 answer(found)
             }
             Ok(None) => not_found(),
-            Err(error) => ApiError::from(error).error_response(),
+            Err(error) => error.error_response(),
         },
     )
 }

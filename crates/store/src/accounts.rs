@@ -234,22 +234,6 @@ impl AccountStore for Store {
         })
     }
 
-    fn record_use(&self, account_id: Uuid, minute: time::OffsetDateTime) -> StoreResult<bool> {
-        let minute = millis(minute);
-        self.write_aside(|conn| {
-            let updated = diesel::update(
-                service_accounts::table.find(id_text(account_id)).filter(
-                    service_accounts::last_used_at
-                        .is_null()
-                        .or(service_accounts::last_used_at.lt(minute)),
-                ),
-            )
-            .set(service_accounts::last_used_at.eq(minute))
-            .execute(conn)?;
-            Ok(updated > 0)
-        })
-    }
-
     fn oidc_accounts(&self) -> StoreResult<Vec<ServiceAccount>> {
         self.read(|conn| {
             load(

@@ -1,17 +1,17 @@
-//! [`AuditLog`] and [`RefusalLog`] on [`Store`], and the insert that every audited write runs in
+//! [`AuditLog`], [`RefusalLog`] and [`ActivityLog`] on [`Store`], and the insert that every audited write runs in
 //! its transaction.
 
 use crate::error::{Failure, Res};
 use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis, uuid};
-use crate::schema::{audit_events, refusals};
+use crate::schema::{audit_events, refusals, service_accounts};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::{
     changes_from_json, changes_to_json, Action, Actor, ActorKind, AuditEvent, AuditPage,
     AuditQuery, Cursor, Resource, ResourceKind, Trail,
 };
-use registry_domain::ports::{AuditLog, RefusalLog, StoreResult};
+use registry_domain::ports::{ActivityLog, AuditLog, RefusalLog, StoreResult};
 use registry_domain::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use registry_domain::StoreError;
 use serde_json::Value;
@@ -174,7 +174,24 @@ impl AuditLog for Store {
     }
 }
 
-impl RefusalLog for Store {
+impl ActivityLog for Store {
+    /// Outside the change log: no cache holds it.
+    fn record_use(&self, account_id: Uuid, minute: time::OffsetDateTime) -> StoreResult<bool> {
+        let minute = millis(minute);
+        self.write_aside(|conn| {
+            let updated = diesel::update(
+                service_accounts::table.find(id_text(account_id)).filter(
+                    service_accounts::last_used_at
+                        .is_null()
+                        .or(service_accounts::last_used_at.lt(minute)),
+                ),
+            )
+            .set(service_accounts::last_used_at.eq(minute))
+            .execute(conn)?;
+            Ok(updated > 0)
+        })
+    }
+
     /// One transaction, outside the change log: no cache holds refusals.
     fn record_refusals(
         &self,
@@ -218,7 +235,9 @@ impl RefusalLog for Store {
             Ok(())
         })
     }
+}
 
+impl RefusalLog for Store {
     fn refusals(
         &self,
         account_id: Uuid,

@@ -1,10 +1,10 @@
 //! [`FetchLog`] on [`Store`]: the fetch evidence (docs/api.md, "Fetch evidence"), one row per
 //! service, document and hour (and per agent), which every replica adds its counts to.
 
-use crate::error::{Failure, Res};
+use crate::error::Res;
 use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis};
-use crate::schema::{fetch_agents, fetch_counts, fetch_networks, key_readiness, purges};
+use crate::schema::{fetch_agents, fetch_counts, fetch_networks, key_readiness};
 use crate::Store;
 use diesel::prelude::*;
 use diesel::upsert::excluded;
@@ -14,29 +14,33 @@ use registry_domain::ports::{
     StoreResult, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
     STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
-use registry_domain::StoreError;
 use std::collections::{HashMap, HashSet};
 use time::OffsetDateTime;
 use uuid::Uuid;
-
-/// When key `kid` of `service` was found safe to sign with (Unix milliseconds), if it was.
-fn safe_at(conn: &mut Db, service: &str, kid: &str) -> Res<Option<i64>> {
-    Ok(key_readiness::table
-        .filter(key_readiness::service_id.eq(service))
-        .filter(key_readiness::kid.eq(kid))
-        .select(key_readiness::safe_at)
-        .first::<i64>(conn)
-        .optional()?)
-}
 
 fn count(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// What a document is stored as: its path, after `domain:` under a custom domain.
+const fn key_of(document: FetchedDocument) -> &'static str {
+    match document {
+        FetchedDocument::Discovery => "/.well-known/openid-configuration",
+        FetchedDocument::Jwks => "/openid/v1/jwks",
+        FetchedDocument::DomainDiscovery => "domain:/.well-known/openid-configuration",
+        FetchedDocument::DomainJwks => "domain:/openid/v1/jwks",
+    }
+}
+
+/// The document a stored name ([`key_of`]) names.
+fn document_of(key: &str) -> Option<FetchedDocument> {
+    FetchedDocument::ALL.into_iter().find(|d| key_of(*d) == key)
+}
+
 /// The key sets' documents as stored: under the subdomain and under the custom domain.
 const KEY_SETS: [&str; 2] = [
-    FetchedDocument::Jwks.key(),
-    FetchedDocument::DomainJwks.key(),
+    key_of(FetchedDocument::Jwks),
+    key_of(FetchedDocument::DomainJwks),
 ];
 
 /// Removes the least frequent agent of the bucket `(service, document, hour)` (the others'
@@ -147,7 +151,7 @@ impl FetchLog for Store {
     fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
         self.write_aside(|conn| {
             for f in counts {
-                let (service, document) = (id_text(f.service_id), f.document.key());
+                let (service, document) = (id_text(f.service_id), key_of(f.document));
                 let (hour, last) = (fetch_hour(f.last_at), millis(f.last_at));
                 let row = (
                     fetch_counts::service_id.eq(&service),
@@ -272,7 +276,7 @@ impl FetchLog for Store {
                 .load::<(String, i64, i64, i64)>(conn)?;
             let mut sums: Vec<DocumentFetches> = Vec::new();
             for (document, ok, not_modified, last) in rows {
-                let Some(document) = FetchedDocument::from_key(&document) else {
+                let Some(document) = document_of(&document) else {
                     continue;
                 };
                 let last = instant(last)?;
@@ -313,7 +317,7 @@ impl FetchLog for Store {
             for sum in &mut sums {
                 let mut list = by_agent
                     .iter()
-                    .filter(|((document, _), _)| document == sum.document.key())
+                    .filter(|((document, _), _)| document == key_of(sum.document))
                     .map(|((_, agent), (n, last))| {
                         Ok(AgentFetches {
                             agent: agent.clone(),
@@ -447,70 +451,6 @@ impl FetchLog for Store {
             )
             .execute(conn)?;
             Ok(networks + agents + counts + ready)
-        })
-    }
-
-    fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>> {
-        let service = id_text(service_id);
-        self.read(|conn| safe_at(conn, &service, kid)?.map(instant).transpose())
-    }
-
-    /// Outside the change log, like the counts it is derived from; the first time recorded
-    /// stays (`ON CONFLICT DO NOTHING`).
-    fn record_key_safe(
-        &self,
-        service_id: Uuid,
-        kid: &str,
-        at: OffsetDateTime,
-    ) -> StoreResult<OffsetDateTime> {
-        let service = id_text(service_id);
-        self.write_aside(|conn| {
-            let row = (
-                key_readiness::service_id.eq(&service),
-                key_readiness::kid.eq(kid),
-                key_readiness::safe_at.eq(millis(at)),
-            );
-            on_backend!(&mut *conn, |c| diesel::insert_into(key_readiness::table)
-                .values(row)
-                .on_conflict((key_readiness::service_id, key_readiness::kid))
-                .do_nothing()
-                .execute(c))?;
-            let stored = safe_at(conn, &service, kid)?;
-            instant(stored.ok_or(Failure(StoreError::NotFound))?)
-        })
-    }
-
-    /// Outside the change log; the newest change only moves forward.
-    fn record_purge(&self, service_id: Uuid, changed_at: OffsetDateTime) -> StoreResult<()> {
-        let service = id_text(service_id);
-        let at = millis(changed_at);
-        self.write_aside(|conn| {
-            let row = (purges::service_id.eq(&service), purges::changed_at.eq(at));
-            on_backend!(&mut *conn, |c| diesel::insert_into(purges::table)
-                .values(row)
-                .on_conflict(purges::service_id)
-                .do_nothing()
-                .execute(c))?;
-            diesel::update(
-                purges::table
-                    .filter(purges::service_id.eq(&service))
-                    .filter(purges::changed_at.lt(at)),
-            )
-            .set(purges::changed_at.eq(at))
-            .execute(conn)?;
-            Ok(())
-        })
-    }
-
-    fn purged_through(&self, service_id: Uuid) -> StoreResult<Option<OffsetDateTime>> {
-        let service = id_text(service_id);
-        self.read(|conn| {
-            let at = purges::table
-                .filter(purges::service_id.eq(&service))
-                .select(purges::changed_at)
-                .first::<i64>(conn)
-                .optional()?;
-            at.map(instant).transpose()
         })
     }
 }

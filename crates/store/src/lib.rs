@@ -55,6 +55,7 @@ mod fetches;
 mod in_place;
 mod migrate;
 mod pool;
+mod readiness;
 mod rows;
 mod schema;
 mod services;

@@ -8,7 +8,9 @@
 use super::{create_service, oidc_account};
 use registry_domain::audit::{AuditEvent, Resource};
 use registry_domain::policy::Policy;
-use registry_domain::ports::{AccountStore, Ceiling, CredentialRecord, CustomerStore, RefusalLog};
+use registry_domain::ports::{
+    AccountStore, ActivityLog, Ceiling, CredentialRecord, CustomerStore, RefusalLog,
+};
 use registry_domain::{Customer, Plan, ServiceAccount};
 use registry_store::Store;
 use registry_tests::issuer::TestIssuer;

@@ -2071,6 +2071,78 @@ fn the_first_time_a_key_is_found_safe_stays(store: &dyn Storage) {
     assert_eq!(store.key_safe_at(service, "k2").unwrap(), None);
 }
 
+#[test]
+fn a_purge_recorded_only_moves_forward_per_service_on_every_store() {
+    on_every_store(a_purge_recorded_only_moves_forward_per_service);
+}
+
+fn a_purge_recorded_only_moves_forward_per_service(store: &dyn Storage) {
+    const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    let (service, other) = (Uuid::new_v4(), Uuid::new_v4());
+    assert_eq!(store.purged_through(service).unwrap(), None);
+    let at = NOON + Duration::milliseconds(1234) + Duration::nanoseconds(999);
+    store.record_purge(service, at).unwrap();
+    let kept = NOON + Duration::milliseconds(1234);
+    assert_eq!(
+        store.purged_through(service).unwrap(),
+        Some(kept),
+        "to the millisecond"
+    );
+    // A purge of an earlier change, recorded late, leaves the later one.
+    store.record_purge(service, NOON).unwrap();
+    assert_eq!(store.purged_through(service).unwrap(), Some(kept));
+    let later = NOON + Duration::minutes(5);
+    store.record_purge(service, later).unwrap();
+    assert_eq!(store.purged_through(service).unwrap(), Some(later));
+    assert_eq!(store.purged_through(other).unwrap(), None);
+}
+
+#[test]
+fn the_first_acme_account_and_challenge_answer_kept_are_everyones_on_every_store() {
+    on_every_store(the_first_acme_account_and_challenge_answer_kept_are_everyones);
+}
+
+fn the_first_acme_account_and_challenge_answer_kept_are_everyones(store: &dyn Storage) {
+    const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    let directory = "https://ca.test/directory";
+    assert_eq!(store.acme_account(directory).unwrap(), None);
+    assert_eq!(
+        store.put_acme_account(directory, "sealed-a").unwrap(),
+        "sealed-a"
+    );
+    // Another replica made one meanwhile: the first kept is the one every replica uses.
+    assert_eq!(
+        store.put_acme_account(directory, "sealed-b").unwrap(),
+        "sealed-a"
+    );
+    assert_eq!(
+        store.acme_account(directory).unwrap().as_deref(),
+        Some("sealed-a")
+    );
+    assert_eq!(store.acme_account("https://other.test/dir").unwrap(), None);
+
+    assert_eq!(store.challenge("login.acme.com", "t1").unwrap(), None);
+    store
+        .put_challenge("login.acme.com", "t1", "t1.answer", NOON)
+        .unwrap();
+    store
+        .put_challenge("login.acme.com", "t1", "t1.other", NOON)
+        .unwrap();
+    store
+        .put_challenge("www.acme.com", "t1", "t1.www", NOON)
+        .unwrap();
+    assert_eq!(
+        store.challenge("login.acme.com", "t1").unwrap().as_deref(),
+        Some("t1.answer"),
+        "the first answer stays"
+    );
+    assert_eq!(
+        store.challenge("www.acme.com", "t1").unwrap().as_deref(),
+        Some("t1.www")
+    );
+    assert_eq!(store.challenge("login.acme.com", "t2").unwrap(), None);
+}
+
 /// `api-acme`, a service of `customer` with a published configuration.
 fn published_api(store: &dyn Storage, customer: Uuid) -> Service {
     let s = registered(customer, "api-acme", 1);

@@ -17,7 +17,7 @@ use registry_domain::access::{self, Credential, Grant, Refusal, Request};
 use registry_domain::app::{Caller, Origin};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::policy::Action;
-use registry_domain::ports::{CredentialOwner, IdentityTokenVerifier, VerifiedToken};
+use registry_domain::ports::{ActivityLog, CredentialOwner, IdentityTokenVerifier, VerifiedToken};
 use registry_domain::{Service, ServiceAccount};
 use registry_hasher::HashingLanes;
 use registry_replica::Replica;
@@ -33,6 +33,8 @@ const SECRET_FAILURES_PER_MINUTE: usize = 10;
 #[derive(Debug)]
 pub struct Authenticator {
     pub(crate) replica: Arc<Replica>,
+    /// Where last uses and refusals go: the authenticator's one storage port.
+    activity: Arc<dyn ActivityLog>,
     pub(crate) verifier: Arc<dyn IdentityTokenVerifier>,
     hasher: Arc<HashingLanes>,
     pub(crate) counters: Arc<dyn Counters>,
@@ -63,12 +65,14 @@ impl Authenticator {
     pub fn new(
         limits: Limits,
         replica: Arc<Replica>,
+        activity: Arc<dyn ActivityLog>,
         verifier: Arc<dyn IdentityTokenVerifier>,
         hasher: Arc<HashingLanes>,
         counters: Arc<dyn Counters>,
     ) -> Self {
         Self {
             replica,
+            activity,
             verifier,
             hasher,
             counters,
@@ -352,7 +356,7 @@ fn granted(
         }
     }
     if let Some(id) = account {
-        auth.last_use.used(auth.replica.store(), id, now);
+        auth.last_use.used(&auth.activity, id, now);
     }
     // Only changes carry the request id (into their audit events): reads pay for no copy.
     let request_id = if changes { request_id() } else { None };
@@ -390,7 +394,9 @@ async fn refused_federated(
     let ip = request.ip;
     if !matches!(refusal, Refusal::NotFound) {
         request.ambiguous = matches!(refusal, Refusal::Ambiguous);
-        auth.refusals.record(&auth.replica, request).await;
+        auth.refusals
+            .record(&auth.activity, auth.replica.now(), request)
+            .await;
     }
     record_failure(auth, ip, refused(refusal, key))
 }

@@ -1,13 +1,15 @@
-//! A service's custom domain (docs/api.md, "Custom domains"): set, read, remove. The worker that
-//! takes a domain from `verifying` to `active` is the server's (it does I/O); the rules it
-//! follows are [`crate::custom_domain`]'s.
+//! A service's custom domain (docs/api.md, "Custom domains"): set, read, remove, and the worker's
+//! step ([`advance`]) that takes a domain from `verifying` to `active` and renews it, over the
+//! ports of what leaves the process ([`Outside`]: the certificate authority, the DNS lookup, the
+//! sealing key); the rules it follows are [`crate::custom_domain`]'s.
 
 use crate::app::{AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::{
-    check_domain, in_fair_order, may_order, CustomDomain, DomainProblem, DomainStatus,
-    ACCOUNT_WINDOW, BUDGET_WAIT, DOMAIN_TAKEN,
+    check_domain, in_fair_order, may_order, CustomDomain, DomainCertificate, DomainProblem,
+    DomainStatus, Schedule, ACCOUNT_WINDOW, BUDGET_WAIT, DOMAIN_TAKEN, ORDER_LOCK,
 };
+use crate::ports::{AcmeChallenge, CertificateAuthority, OwnershipCheck, Sealing};
 use crate::{Service, StoreError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -153,9 +155,142 @@ pub fn due(
     Ok(in_fair_order(with_customers))
 }
 
+/// What the worker's step needs from outside the process, and its schedule.
+#[derive(Clone, Copy)]
+pub struct Outside<'a> {
+    /// Where certificates are ordered.
+    pub authority: &'a dyn CertificateAuthority,
+    /// The TXT lookups that prove ownership.
+    pub dns: &'a dyn OwnershipCheck,
+    /// What seals the ACME account and the certificates' keys.
+    pub sealing: &'a dyn Sealing,
+    /// When to look again, retry, renew.
+    pub schedule: &'a Schedule,
+}
+
+impl std::fmt::Debug for Outside<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outside")
+            .field("directory", &self.authority.directory())
+            .field("schedule", &self.schedule)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one step of one domain did, for the worker's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to do (a failed domain).
+    Nothing,
+    /// The TXT record was looked up: whether it proved ownership, and why a lookup failed
+    /// (a failed lookup counts as not found: it is looked up again later).
+    Looked {
+        /// Ownership proven.
+        proven: bool,
+        /// The lookup's failure, if it failed.
+        failed: Option<String>,
+    },
+    /// Another replica holds the domain's ordering lock.
+    Locked,
+    /// The ACME budget is spent: put off.
+    PutOff,
+    /// A certificate was ordered: until when it is valid, or why the order failed.
+    Ordered(Result<OffsetDateTime, String>),
+}
+
+/// One step of the worker for `domain` at `now` (docs/api.md, "Custom domains"): a TXT lookup
+/// of a claim being verified, recorded ([`looked`]); or, for a domain to issue or renew, under
+/// the domain's ordering lock (one replica at a time) and within the ACME budget, an order, its
+/// HTTP-01 answers stored for every replica to serve, its key sealed, recorded with the next
+/// step's time. Every write is this function's: the caller settles it on its replica.
+pub fn advance(
+    registry: &Registry,
+    outside: &Outside<'_>,
+    domain: CustomDomain,
+    now: OffsetDateTime,
+) -> Result<Step, AppError> {
+    match domain.status {
+        DomainStatus::Verifying => {
+            let holds = outside
+                .dns
+                .holds(&domain.challenge_name(), &domain.txt_token);
+            let proven = holds == Ok(true);
+            let checked = domain.checked(proven, outside.schedule, now);
+            looked(registry, checked, now)?;
+            Ok(Step::Looked {
+                proven,
+                failed: holds.err(),
+            })
+        }
+        DomainStatus::Issuing | DomainStatus::Active => {
+            if !lock(registry, domain.service_id, now + ORDER_LOCK, now)? {
+                return Ok(Step::Locked);
+            }
+            if !take_order(registry, &domain, outside.authority.directory(), now)? {
+                return Ok(Step::PutOff);
+            }
+            let outcome = order(registry, outside, &domain.domain, now);
+            let step = Step::Ordered(outcome.as_ref().map(|c| c.not_after).map_err(Clone::clone));
+            progress(registry, &domain.ordered(outcome, outside.schedule, now))?;
+            Ok(step)
+        }
+        DomainStatus::Failed => Ok(Step::Nothing),
+    }
+}
+
+/// A certificate for `domain` by the authority: the directory's account (made once, kept
+/// sealed, the same for every replica), the HTTP-01 answers stored, the new key sealed. `Err`
+/// is the sentence the domain's `error` shows.
+fn order(
+    registry: &Registry,
+    outside: &Outside<'_>,
+    domain: &str,
+    now: OffsetDateTime,
+) -> Result<DomainCertificate, String> {
+    let account = acme_account(registry, outside)?;
+    let mut publish = |challenge: &AcmeChallenge| {
+        (registry.store)
+            .put_challenge(domain, &challenge.token, &challenge.key_authorization, now)
+            .map_err(|e| format!("storing the HTTP-01 answer: {e}"))
+    };
+    let issued = outside.authority.order(&account, domain, &mut publish)?;
+    Ok(DomainCertificate {
+        sealed_key: outside.sealing.seal(issued.key_pem.as_bytes()),
+        chain_pem: issued.chain_pem,
+        not_before: issued.not_before,
+        not_after: issued.not_after,
+        issuer: issued.issuer,
+    })
+}
+
+/// The credentials of the ACME account of the authority's directory: the one kept (by
+/// whichever replica made it first), or a new one, kept.
+fn acme_account(registry: &Registry, outside: &Outside<'_>) -> Result<String, String> {
+    let directory = outside.authority.directory();
+    let stored = |e: StoreError| format!("the ACME account: {e}");
+    let sealed = match registry.store.acme_account(directory).map_err(stored)? {
+        Some(sealed) => sealed,
+        None => {
+            let made = outside.authority.new_account()?;
+            let sealed = outside.sealing.seal(made.as_bytes());
+            // Another replica may have kept one first: that one is everyone's.
+            (registry.store)
+                .put_acme_account(directory, &sealed)
+                .map_err(stored)?
+        }
+    };
+    let opened = outside.sealing.open(&sealed)?;
+    String::from_utf8(opened).map_err(|_| "the stored ACME account is not text".to_owned())
+}
+
+/// The HTTP-01 answer stored for `host` and `token`, if an order asked for one.
+pub fn challenge(registry: &Registry, host: &str, token: &str) -> Result<Option<String>, AppError> {
+    Ok(registry.store.challenge(host, token)?)
+}
+
 /// Takes the ordering lock of the service's domain until `until`: `false` when another replica
 /// holds it.
-pub fn lock(
+fn lock(
     registry: &Registry,
     service_id: uuid::Uuid,
     until: OffsetDateTime,
@@ -168,7 +303,7 @@ pub fn lock(
 /// allows it (docs/api.md, "Custom domains": 3 new orders per customer an hour, 250 orders per
 /// account in 3 hours): `true`, recorded, whichever replica asks next sees it; `false` when the
 /// budget is spent, and the domain is put off ([`BUDGET_WAIT`]).
-pub fn take_order(
+fn take_order(
     registry: &Registry,
     domain: &CustomDomain,
     directory: &str,
@@ -200,7 +335,7 @@ pub fn take_order(
 }
 
 /// Records the worker's step (`next`), unless the domain was removed or replaced meanwhile.
-pub fn progress(registry: &Registry, next: &CustomDomain) -> Result<bool, AppError> {
+fn progress(registry: &Registry, next: &CustomDomain) -> Result<bool, AppError> {
     Ok(registry.store.update_domain(next)?)
 }
 
@@ -209,7 +344,7 @@ pub fn progress(registry: &Registry, next: &CustomDomain) -> Result<bool, AppErr
 /// (`domain-taken`), unless another service proved it first (then this one fails so); a claim
 /// not proven in time is deleted, its name free again (a `system` event); any other outcome is
 /// recorded as it is.
-pub fn looked(
+fn looked(
     registry: &Registry,
     looked: CustomDomain,
     now: OffsetDateTime,
@@ -375,6 +510,135 @@ mod tests {
         ));
         // Replacing one's own claim is no new one.
         set(&registry, &caller, &services[1], "b2.acme.com", NOW).unwrap();
+    }
+
+    /// The worker's whole flow over the in-memory certificate authority, DNS and sealing key:
+    /// verify, order, serve, renew, delete.
+    #[test]
+    fn a_domain_is_verified_ordered_renewed_and_deleted_by_the_worker() {
+        use crate::testing::{MarkSealing, MemoryAuthority, MemoryDns};
+        let (registry, store, caller, a, _) = two_services(true);
+        let (authority, dns) = (
+            MemoryAuthority::new("https://ca.test/dir"),
+            MemoryDns::default(),
+        );
+        let schedule = Schedule::default();
+        let outside = Outside {
+            authority: &authority,
+            dns: &dns,
+            sealing: &MarkSealing,
+            schedule: &schedule,
+        };
+        let step = |now| {
+            let domain = get(&registry, &a).unwrap();
+            advance(&registry, &outside, domain, now).unwrap()
+        };
+        let claim = set(&registry, &caller, &a, "login.acme.com", NOW).unwrap();
+
+        // Verify: a failed lookup and an absent record leave it verifying, looked up later.
+        dns.set_down(true);
+        let Step::Looked {
+            proven: false,
+            failed: Some(why),
+        } = step(NOW)
+        else {
+            panic!("a failed lookup is a lookup")
+        };
+        assert!(
+            why.contains("_registry-challenge") || why.contains("login.acme.com"),
+            "{why}"
+        );
+        dns.set_down(false);
+        assert_eq!(
+            step(NOW),
+            Step::Looked {
+                proven: false,
+                failed: None
+            }
+        );
+        let waiting = get(&registry, &a).unwrap();
+        assert_eq!(waiting.status, DomainStatus::Verifying);
+        assert!(waiting.next_attempt_at > NOW);
+        dns.put(&claim.challenge_name(), &claim.txt_token);
+        assert_eq!(
+            step(NOW),
+            Step::Looked {
+                proven: true,
+                failed: None
+            }
+        );
+        assert_eq!(get(&registry, &a).unwrap().status, DomainStatus::Issuing);
+
+        // Order: one account, made once and kept sealed; the challenge stored for every
+        // replica; the certificate's key sealed, never kept in the clear.
+        authority.set_now(NOW);
+        let Step::Ordered(Ok(not_after)) = step(NOW) else {
+            panic!("the first order succeeds")
+        };
+        assert_eq!(not_after, NOW + Duration::days(90));
+        let served = get(&registry, &a).unwrap();
+        assert_eq!(served.status, DomainStatus::Active);
+        let certificate = served.certificate.clone().unwrap();
+        assert_eq!(
+            MarkSealing.open(&certificate.sealed_key).unwrap(),
+            b"private key 0"
+        );
+        assert!(!certificate.sealed_key.contains("private key"));
+        let kept = store.acme_account("https://ca.test/dir").unwrap().unwrap();
+        assert!(kept.starts_with("sealed:"), "the account is kept sealed");
+        assert_eq!(
+            challenge(&registry, "login.acme.com", "token-0")
+                .unwrap()
+                .as_deref(),
+            Some("token-0.thumbprint")
+        );
+        assert_eq!(
+            challenge(&registry, "login.acme.com", "other").unwrap(),
+            None
+        );
+
+        // While another replica holds the ordering lock, nothing is ordered.
+        let renew = served.next_attempt_at;
+        assert!(store.lock_domain(a.id, renew + ORDER_LOCK, renew).unwrap());
+        assert_eq!(step(renew), Step::Locked);
+        assert_eq!(authority.orders().len(), 1);
+
+        // Renew: after the lock, at the renewal time, a new order under the same account; a
+        // failed renewal keeps serving the certificate it has.
+        let later = renew + ORDER_LOCK;
+        authority.fail_with(Some("the ACME server is down"));
+        assert_eq!(
+            step(later),
+            Step::Ordered(Err("the ACME server is down".into()))
+        );
+        let kept_serving = get(&registry, &a).unwrap();
+        assert_eq!(kept_serving.status, DomainStatus::Active);
+        assert_eq!(kept_serving.certificate, Some(certificate.clone()));
+        authority.fail_with(None);
+        authority.set_now(later);
+        let retry = kept_serving.next_attempt_at.max(later + ORDER_LOCK);
+        let Step::Ordered(Ok(renewed)) = step(retry) else {
+            panic!("the renewal succeeds")
+        };
+        assert_eq!(renewed, later + Duration::days(90));
+        assert_eq!(authority.accounts_made(), 1, "one account, kept");
+        let orders = authority.orders();
+        assert_eq!(orders.len(), 3);
+        assert!(orders.iter().all(|(account, domain, _)| {
+            account == "{\"account\":1}" && domain == "login.acme.com"
+        }));
+
+        // Delete: no longer served, its certificate gone; a failed domain takes no step.
+        remove(&registry, &caller, &a, retry).unwrap();
+        assert!(store.domain_named("login.acme.com").unwrap().is_none());
+        let failed = CustomDomain {
+            status: DomainStatus::Failed,
+            ..claim
+        };
+        assert_eq!(
+            advance(&registry, &outside, failed, retry).unwrap(),
+            Step::Nothing
+        );
     }
 
     #[test]

@@ -224,6 +224,17 @@ pub fn readiness(
     }))
 }
 
+/// Records that every cache in front of the registry dropped its copies of `service_id`'s
+/// documents as of their change at `changed_at` (docs/api.md, "Behind a CDN"): what a key's
+/// readiness waits for when caches are purged.
+pub fn purged(
+    registry: &Registry,
+    service_id: uuid::Uuid,
+    changed_at: OffsetDateTime,
+) -> Result<(), AppError> {
+    Ok(registry.store.record_purge(service_id, changed_at)?)
+}
+
 /// `DELETE /services/{s}/keys/{kid}/readiness/verifiers/{agent}`: the owner dismisses a
 /// verifier of key `kid` that will never come back; it no longer holds the key back. 404 for a
 /// key not published or an agent that is not one of its verifiers.
@@ -590,15 +601,12 @@ mod tests {
         assert_eq!(answer["safeToSign"], false);
         assert_eq!(answer["pending"][0]["reason"], "purge");
         // A purge of an earlier change does not count; the publication's does.
-        let store = &registry.store;
-        store
-            .record_purge(service.id, T0 - Duration::hours(1))
-            .unwrap();
+        purged(&registry, service.id, T0 - Duration::hours(1)).unwrap();
         let answer = readiness(&registry, &service, "new", true, later).unwrap();
         assert_eq!(answer["safeToSign"], false);
-        store.record_purge(service.id, T0).unwrap();
+        purged(&registry, service.id, T0).unwrap();
         let answer = readiness(&registry, &service, "new", true, later).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
-        assert_eq!(store.purged_through(service.id).unwrap(), Some(T0));
+        assert_eq!(registry.store.purged_through(service.id).unwrap(), Some(T0));
     }
 }

@@ -26,10 +26,16 @@ const WRAPPERS: [(&str, &[&str]); 10] = [
     ("http", &["registry-server"]),
     ("hyper*", &["registry-server"]),
     // registry-tests: its support library drives the servers it starts.
-    // registry-cdn: the purges of the caches in front of the registry.
+    // registry-cdn: the purges of the caches in front of the registry; registry-client: the
+    // calls of the registry's API.
     (
         "reqwest",
-        &["registry-oidc", "registry-cdn", "registry-tests"],
+        &[
+            "registry-oidc",
+            "registry-cdn",
+            "registry-client",
+            "registry-tests",
+        ],
     ),
     // registry-testkit: the signing keys and identity tokens of the tests and the chores, which
     // reach josekit only through it. It does not ship in the binary.

@@ -5,8 +5,8 @@
 //! problem is one sentence on stderr (title, detail, each pointer) and exit 1; a wrong command
 //! line is clap's usage and exit 2.
 
+use registry_client::{config_path, path_segment as segment, Credentials, RegistryApi};
 use registry_domain::text::escape_controls;
-use registry_oidc::sync::{config_path, path_segment as segment, Credentials, RegistryApi};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 

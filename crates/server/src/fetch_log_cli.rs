@@ -4,7 +4,7 @@
 //! least every second while lines come.
 
 use anyhow::Context;
-use registry_oidc::sync::{Credentials, RegistryApi};
+use registry_client::{Credentials, RegistryApi};
 use serde_json::json;
 use std::io::BufRead;
 use std::sync::mpsc::{channel, RecvTimeoutError};

@@ -3,10 +3,9 @@
 //! With `--interval` it keeps going: a failed cycle is one line on stderr and a retry after a
 //! backoff (1 s, doubling, at most the interval), never an exit.
 
+use registry_client::{ClientError, Credentials, RegistryApi};
 use registry_domain::keys::sync_plan;
-use registry_oidc::sync::{
-    Credentials, RegistryApi, Source, SyncError, IN_CLUSTER_DIR, IN_CLUSTER_URL,
-};
+use registry_oidc::sync::{Source, SyncError, IN_CLUSTER_DIR, IN_CLUSTER_URL};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -89,9 +88,18 @@ fn source(args: &SyncArgs) -> Source {
     }
 }
 
-fn credentials(args: &SyncArgs) -> Result<Credentials, SyncError> {
+fn credentials(args: &SyncArgs) -> Result<Credentials, ClientError> {
     Credentials::from_flags(args.token.as_deref(), args.identity_token_file.as_deref())
-        .ok_or(SyncError::NoCredentials)
+        .ok_or(ClientError::NoCredentials)
+}
+
+/// Why a cycle failed: the source, or the registry.
+#[derive(Debug, thiserror::Error)]
+enum CycleError {
+    #[error(transparent)]
+    Source(#[from] SyncError),
+    #[error(transparent)]
+    Registry(#[from] ClientError),
 }
 
 /// One cycle: the JSON line to print.
@@ -100,7 +108,7 @@ async fn cycle(
     source: &Source,
     service: &str,
     source_name: Option<&str>,
-) -> Result<serde_json::Value, SyncError> {
+) -> Result<serde_json::Value, CycleError> {
     let (discovery, jwks) = source.fetch().await?;
     let published = api.published(service, source_name).await?;
     let plan = sync_plan(published.as_ref(), &discovery, &jwks);

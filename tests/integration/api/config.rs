@@ -25,12 +25,12 @@ fn publish_read_and_remove_a_configuration() {
         .authed(Method::GET, &path, &acme.token)
         .send()
         .unwrap();
-    assert_problem(none, 404, "not-found");
+    assert_problem(none, 404, "nothing-published");
     let none = server
         .authed(Method::DELETE, &path, &acme.token)
         .send()
         .unwrap();
-    assert_problem(none, 404, "not-found");
+    assert_problem(none, 404, "nothing-published");
 
     let put = server
         .authed(Method::PUT, &path, &acme.token)
@@ -99,7 +99,7 @@ fn publish_read_and_remove_a_configuration() {
             .send()
             .unwrap(),
         404,
-        "not-found",
+        "nothing-published",
     );
     // The service stays.
     let kept = server

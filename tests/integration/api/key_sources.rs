@@ -160,7 +160,7 @@ fn two_clusters_publish_under_one_issuer_and_one_retires_while_the_other_stays()
             &format!("/services/{sub}/config?source=default"),
         ),
         404,
-        "not-found",
+        "nothing-published",
     );
     assert_problem(
         server
@@ -172,7 +172,7 @@ fn two_clusters_publish_under_one_issuer_and_one_retires_while_the_other_stays()
             .send()
             .unwrap(),
         404,
-        "not-found",
+        "nothing-published",
     );
     server.advance_clock(2 * 3600 + 60);
     let (set, _) = public_keys(&server, &sub);

@@ -188,7 +188,7 @@ fn oversized_and_deeply_nested_bodies_are_refused_on_every_endpoint() {
             .send()
             .unwrap(),
         404,
-        "not-found",
+        "nothing-published",
     );
     assert_eq!(
         server

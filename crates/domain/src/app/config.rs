@@ -13,12 +13,12 @@ use uuid::Uuid;
 
 /// The 404 of a service with nothing published.
 pub fn nothing_published(subdomain: &str) -> AppError {
-    AppError::NotFound(format!("nothing is published for {subdomain:?}"))
+    AppError::NothingPublished(format!("nothing is published for {subdomain:?}"))
 }
 
 /// The 404 of a key source that has no current key.
 pub fn no_source(subdomain: &str, source: &str) -> AppError {
-    AppError::NotFound(format!("{subdomain:?} has no key source {source:?}"))
+    AppError::NothingPublished(format!("{subdomain:?} has no key source {source:?}"))
 }
 
 /// The key source a request names (`?source=`), checked; absent: the default source.

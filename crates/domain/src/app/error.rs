@@ -37,6 +37,10 @@ pub enum AppError {
     /// No such thing for this caller (404), with a sentence.
     #[error("{0}")]
     NotFound(String),
+    /// The service publishes nothing, or nothing under the key source named (404,
+    /// `nothing-published`): a client tells it from a missing service by its slug.
+    #[error("{0}")]
+    NothingPublished(String),
     /// The state forbids it (409), with a sentence.
     #[error("{0}")]
     Conflict(String),

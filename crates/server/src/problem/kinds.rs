@@ -65,8 +65,11 @@ kinds! {
         "The customer's plan does not include what the request asked for (a chosen service name on a free or team plan).",
         "Leave `serviceName` out to get a generated name, or move to a plan that includes it.";
     NOT_FOUND = "not-found", 404, "Not found",
-        "There is no such resource for this caller, nothing is published there, or no such endpoint.",
+        "There is no such resource for this caller, or no such endpoint.",
         "Check the path and the credential: resources of other customers are answered the same way as missing ones.";
+    NOTHING_PUBLISHED = "nothing-published", 404, "Nothing published",
+        "The service exists but publishes nothing, or nothing under the key source named.",
+        "Upload a discovery document and key set (`PUT /services/{s}/config`, or `registry sync`), or name a key source that has published.";
     METHOD_NOT_ALLOWED = "method-not-allowed", 405, "Method not allowed",
         "The path does not serve this method.",
         "Use one of the methods the `Allow` header lists.";

@@ -65,6 +65,9 @@ pub enum ApiError {
     /// The resource does not exist, or is not the caller's.
     #[error("{0}")]
     NotFound(String),
+    /// Nothing published (404, `nothing-published`).
+    #[error("{0}")]
+    NothingPublished(String),
     /// The method is not supported on this path; the methods that are.
     #[error("method not allowed: this path accepts {0}")]
     MethodNotAllowed(&'static str),
@@ -198,6 +201,7 @@ impl From<AppError> for ApiError {
                 ApiError::Forbidden(detail)
             }
             AppError::NotFound(detail) => ApiError::NotFound(detail),
+            AppError::NothingPublished(detail) => ApiError::NothingPublished(detail),
             AppError::Conflict(detail) => ApiError::Conflict(detail),
             AppError::DomainTaken(detail) => ApiError::DomainTaken(detail),
             AppError::CustomDomainsDisabled(detail) => ApiError::CustomDomainsDisabled(detail),
@@ -233,6 +237,7 @@ impl ApiError {
             ApiError::Forbidden(_) => &kinds::FORBIDDEN,
             ApiError::ActionNotAllowed(_) => &kinds::ACTION_NOT_ALLOWED,
             ApiError::NotFound(_) => &kinds::NOT_FOUND,
+            ApiError::NothingPublished(_) => &kinds::NOTHING_PUBLISHED,
             ApiError::MethodNotAllowed(_) => &kinds::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => &kinds::CONFLICT,
             ApiError::DomainTaken(_) => &kinds::DOMAIN_TAKEN,

@@ -1,0 +1,365 @@
+//! A client of the registry's API (docs/api.md): typed calls over one base URL and one
+//! credential, and refusals as [`Problem`]s matched by their `type` slug. `registry sync`, the
+//! command line's client commands and `registry fetch-log` call the registry through it.
+//!
+//! ```
+//! use registry_client::{config_path, Problem};
+//! use serde_json::json;
+//!
+//! assert_eq!(config_path("k3s acme", Some("blue")), "/services/k3s%20acme/config?source=blue");
+//! let refused = Problem::from_answer(404, &json!({
+//!     "type": "https://registry.example.com/problems/nothing-published",
+//!     "detail": "nothing is published for \"k3s-acme\"",
+//! }));
+//! assert!(refused.is("nothing-published"));
+//! ```
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long one call may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer read.
+const MAX_BYTES: usize = 1024 * 1024;
+
+/// A refusal of the API: what its `application/problem+json` body says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The HTTP status.
+    pub status: u16,
+    /// The last segment of the problem's `type` (`nothing-published`); empty when the answer
+    /// was no problem document (a proxy's page).
+    pub slug: String,
+    /// What the problem says of this call (its `detail`), with each validation error
+    /// (`; /pointer message`) after it.
+    pub detail: String,
+}
+
+impl Problem {
+    /// The problem of an answer with `status` and JSON `body` (`Null` when it was none).
+    pub fn from_answer(status: u16, body: &Value) -> Self {
+        let slug = (body.get("type").and_then(Value::as_str))
+            .and_then(|t| t.rsplit('/').next())
+            .unwrap_or_default()
+            .to_owned();
+        let mut detail = (body.get("detail").and_then(Value::as_str))
+            .unwrap_or("no detail")
+            .to_owned();
+        for e in (body.get("errors").and_then(Value::as_array))
+            .into_iter()
+            .flatten()
+        {
+            detail.push_str(&format!(
+                "; {} {}",
+                e["pointer"].as_str().unwrap_or(""),
+                e["message"].as_str().unwrap_or("")
+            ));
+        }
+        Self {
+            status,
+            slug,
+            detail,
+        }
+    }
+
+    /// Whether it is the problem `slug` (docs/api.md, "Errors").
+    pub fn is(&self, slug: &str) -> bool {
+        self.slug == slug
+    }
+}
+
+/// What went wrong calling the registry: one sentence each.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The registry did not answer.
+    #[error("cannot reach the registry at {url}: {reason}")]
+    Unreachable {
+        /// The URL.
+        url: String,
+        /// Why, as the HTTP client says.
+        reason: String,
+    },
+    /// The registry refused the call.
+    #[error("the registry answered {} to {method} {url}: {}", problem.status, problem.detail)]
+    Refused {
+        /// The method.
+        method: &'static str,
+        /// The URL.
+        url: String,
+        /// What it said.
+        problem: Problem,
+    },
+    /// The identity token file could not be read.
+    #[error("cannot read {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// No way to authenticate was given.
+    #[error("no credentials for the registry: set REGISTRY_TOKEN or --identity-token-file")]
+    NoCredentials,
+}
+
+/// A path segment of the API made of the user's text: what is not unreserved (RFC 3986) is
+/// percent-encoded.
+///
+/// ```
+/// assert_eq!(registry_client::path_segment("a b/c"), "a%20b%2Fc");
+/// ```
+pub fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+/// The path of `service`'s published configuration, with `?source=` when a key source is named.
+///
+/// ```
+/// use registry_client::config_path;
+/// assert_eq!(config_path("k3s-acme", None), "/services/k3s-acme/config");
+/// assert_eq!(config_path("k3s-acme", Some("blue")), "/services/k3s-acme/config?source=blue");
+/// ```
+pub fn config_path(service: &str, source: Option<&str>) -> String {
+    let path = format!("/services/{}/config", path_segment(service));
+    match source {
+        Some(source) => format!("{path}?source={}", path_segment(source)),
+        None => path,
+    }
+}
+
+/// How a client authenticates to the registry.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    /// A static token (`REGISTRY_TOKEN`).
+    Token(String),
+    /// An identity token in a file, read afresh before every call: a projected service-account
+    /// token rotates on disk.
+    IdentityTokenFile(PathBuf),
+}
+
+impl Credentials {
+    /// What the command line's flags give: an identity token file first, else a static token
+    /// that is not empty; `None` without either.
+    pub fn from_flags(token: Option<&str>, identity_token_file: Option<&Path>) -> Option<Self> {
+        match (token, identity_token_file) {
+            (_, Some(file)) => Some(Credentials::IdentityTokenFile(file.to_owned())),
+            (Some(token), None) if !token.is_empty() => Some(Credentials::Token(token.to_owned())),
+            _ => None,
+        }
+    }
+}
+
+/// A chain of errors as one line.
+fn reason(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The registry's API at one base URL, with one credential.
+#[derive(Debug, Clone)]
+pub struct RegistryApi {
+    base: String,
+    credentials: Credentials,
+    client: reqwest::Client,
+}
+
+impl RegistryApi {
+    /// A client of the registry at `base` (`https://registry.example.com`).
+    pub fn new(base: &str, credentials: Credentials) -> Result<Self, ClientError> {
+        let client = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::limited(3))
+            .build()
+            .map_err(|e| ClientError::Unreachable {
+                url: base.to_owned(),
+                reason: reason(&e),
+            })?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            credentials,
+            client,
+        })
+    }
+
+    fn bearer(&self) -> Result<String, ClientError> {
+        match &self.credentials {
+            Credentials::Token(token) => Ok(token.clone()),
+            Credentials::IdentityTokenFile(path) => std::fs::read_to_string(path)
+                .map(|token| token.trim().to_owned())
+                .map_err(|e| ClientError::File {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                }),
+        }
+    }
+
+    /// One call of the API (`GET`, `PUT`, `POST`, `PATCH` or `DELETE` on `path`, with a JSON
+    /// body): the status and the body as JSON (`Null` when it has none or is not JSON). An
+    /// error only when the registry does not answer.
+    pub async fn call(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), ClientError> {
+        let body = body.map(|body| ("application/json", body.to_string()));
+        self.send(method, path, body).await
+    }
+
+    /// One call with a body of another type (`content type`, text): as [`RegistryApi::call`].
+    pub async fn send(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<(&'static str, String)>,
+    ) -> Result<(u16, Value), ClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut request = match method {
+            "PUT" => self.client.put(&url),
+            "POST" => self.client.post(&url),
+            "PATCH" => self.client.patch(&url),
+            "DELETE" => self.client.delete(&url),
+            _ => self.client.get(&url),
+        }
+        .bearer_auth(self.bearer()?);
+        if let Some((content_type, body)) = body {
+            request = request.header("content-type", content_type).body(body);
+        }
+        let unreachable = |e: reqwest::Error| ClientError::Unreachable {
+            url: url.clone(),
+            reason: reason(&e),
+        };
+        let response = request.send().await.map_err(unreachable)?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(unreachable)?;
+        let body = &bytes[..bytes.len().min(MAX_BYTES)];
+        Ok((status, serde_json::from_slice(body).unwrap_or(Value::Null)))
+    }
+
+    fn refused(&self, method: &'static str, path: &str, status: u16, body: &Value) -> ClientError {
+        ClientError::Refused {
+            method,
+            url: format!("{}{path}", self.base),
+            problem: Problem::from_answer(status, body),
+        }
+    }
+
+    /// What `service` publishes (`GET /services/{s}/config`), or what key source `source`
+    /// uploaded last (`?source=`); `None` when nothing is (the problem `nothing-published`).
+    pub async fn published(
+        &self,
+        service: &str,
+        source: Option<&str>,
+    ) -> Result<Option<Value>, ClientError> {
+        let path = config_path(service, source);
+        match self.call("GET", &path, None).await? {
+            (200, body) => Ok(Some(body)),
+            (status, body) => match self.refused("GET", &path, status, &body) {
+                ClientError::Refused { problem, .. } if problem.is("nothing-published") => Ok(None),
+                refused => Err(refused),
+            },
+        }
+    }
+
+    /// The keys among `kids` that `service` publishes and that are not safe to sign with yet
+    /// (`GET …/keys/{kid}/readiness`), each as `{kid, reasons}`; keys not published are left out.
+    pub async fn pending(&self, service: &str, kids: &[&str]) -> Result<Vec<Value>, ClientError> {
+        let mut pending = Vec::new();
+        for kid in kids {
+            let path = format!(
+                "/services/{}/keys/{}/readiness",
+                path_segment(service),
+                path_segment(kid)
+            );
+            match self.call("GET", &path, None).await? {
+                (200, body) if body["safeToSign"] == false => {
+                    let reasons: Vec<Value> = (body["pending"].as_array().into_iter().flatten())
+                        .map(|p| p["reason"].clone())
+                        .collect();
+                    pending.push(serde_json::json!({"kid": kid, "reasons": reasons}));
+                }
+                (200 | 404, _) => {}
+                (status, body) => return Err(self.refused("GET", &path, status, &body)),
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Uploads the documents, as key source `source` when one is named; the response's
+    /// `warnings`.
+    pub async fn publish(
+        &self,
+        service: &str,
+        source: Option<&str>,
+        discovery: &Value,
+        jwks: &Value,
+    ) -> Result<Vec<String>, ClientError> {
+        let path = config_path(service, source);
+        let body = serde_json::json!({"openidConfiguration": discovery, "jwks": jwks});
+        match self.call("PUT", &path, Some(&body)).await? {
+            (200, body) => Ok((body["warnings"].as_array().into_iter().flatten())
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()),
+            (status, body) => Err(self.refused("PUT", &path, status, &body)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_problem_is_its_slug_and_its_detail_with_every_error() {
+        let problem = Problem::from_answer(
+            400,
+            &json!({
+                "type": "http://localhost:8080/problems/validation-failed",
+                "detail": "the policy is invalid",
+                "errors": [{"pointer": "/policy/rules/0", "message": "is empty"}],
+            }),
+        );
+        assert!(problem.is("validation-failed"));
+        assert!(!problem.is("not-found"));
+        assert_eq!(
+            problem.detail,
+            "the policy is invalid; /policy/rules/0 is empty"
+        );
+        let page = Problem::from_answer(502, &Value::Null);
+        assert_eq!(
+            (page.slug.as_str(), page.detail.as_str()),
+            ("", "no detail")
+        );
+    }
+
+    #[test]
+    fn credentials_prefer_the_identity_token_file_and_ignore_an_empty_token() {
+        let file = Path::new("/var/run/token");
+        assert!(matches!(
+            Credentials::from_flags(Some("t"), Some(file)),
+            Some(Credentials::IdentityTokenFile(_))
+        ));
+        assert!(Credentials::from_flags(Some(""), None).is_none());
+        assert!(matches!(
+            Credentials::from_flags(Some("t"), None),
+            Some(Credentials::Token(t)) if t == "t"
+        ));
+    }
+}

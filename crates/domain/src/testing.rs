@@ -27,12 +27,12 @@ use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
     fetch_hour, AccountStore, AcmeChallenge, ActivityLog, AgentFetches, AuditLog, Ceiling,
-    CertificateAuthority, Change, ChangeFeed, CredentialOwner, CredentialRecord, CredentialStore,
-    CustomerStore, DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy,
-    IssuedCertificate, KeyImport, NetworkFetch, OwnershipCheck, PurgeLog, Randomness, ReadinessLog,
-    RefusalLog, Sealing, SecretHasher, ServiceStore, StoreResult, StoredCredential,
-    TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
-    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+    CertificateAuthority, Change, ChangeFeed, Clock, CredentialOwner, CredentialRecord,
+    CredentialStore, CustomerStore, Database, DatabaseSides, DocumentFetches, DomainStore,
+    FetchLog, FetchedDocument, HasherBusy, IssuedCertificate, KeyImport, NetworkFetch,
+    OwnershipCheck, PoolUse, PurgeLog, Randomness, ReadinessLog, RefusalLog, Sealing, SecretHasher,
+    ServiceStore, StoreResult, StoredCredential, TokenSignatureCheck, VerifierCandidate,
+    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{PublishedConfig, VersionHistory};
@@ -58,6 +58,9 @@ use uuid::Uuid;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    /// The [`Database`] side: reads "would wait" (not in place), the database "down".
+    waits: AtomicBool,
+    down: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -767,6 +770,60 @@ impl AccountStore for MemoryStore {
         Ok(s.sorted_accounts(|a| {
             a.policy.kind() == PolicyKind::Oidc && !s.disabled(Some(a.customer_id))
         }))
+    }
+}
+
+impl MemoryStore {
+    /// From now on the reads taken in place answer that they would wait (`true`: the caller
+    /// reads where waiting is allowed), as the real store does on PostgreSQL.
+    pub fn set_waits(&self, waits: bool) {
+        self.waits.store(waits, Ordering::Relaxed);
+    }
+
+    /// From now on [`Database::ping`] fails (`true`), or answers again.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::Relaxed);
+    }
+}
+
+/// The operational side, in memory: reads in place answer at once (unless
+/// [`MemoryStore::set_waits`]), one primary that answers (unless [`MemoryStore::set_down`]), no
+/// pool.
+impl Database for MemoryStore {
+    fn credential_and_latest_change_now(
+        &self,
+        lookup_id: &str,
+    ) -> Option<StoreResult<Option<(StoredCredential, i64)>>> {
+        (!self.waits.load(Ordering::Relaxed))
+            .then(|| CredentialStore::credential_and_latest_change(self, lookup_id))
+    }
+
+    fn latest_change_now(&self) -> Option<StoreResult<i64>> {
+        (!self.waits.load(Ordering::Relaxed)).then(|| ChangeFeed::latest_change(self))
+    }
+
+    fn ping(&self) -> StoreResult<()> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(StoreError::Unavailable(
+                "the in-memory store is down".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn sides(&self) -> DatabaseSides {
+        DatabaseSides {
+            primary: self.ping().is_ok(),
+            read_replica: None,
+        }
+    }
+
+    fn pools(&self) -> Vec<PoolUse> {
+        vec![PoolUse {
+            side: "primary",
+            in_use: 0,
+            idle: 0,
+        }]
     }
 }
 
@@ -1691,5 +1748,32 @@ impl Sealing for MarkSealing {
             .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
             .collect::<Result<_, _>>()
             .map_err(|_| "not sealed under this key".to_owned())
+    }
+}
+
+/// A clock that stands still until told: [`ManualClock::set`], [`ManualClock::advance`].
+#[derive(Debug)]
+pub struct ManualClock(Mutex<OffsetDateTime>);
+
+impl ManualClock {
+    /// A clock at `now`.
+    pub fn at(now: OffsetDateTime) -> Self {
+        Self(Mutex::new(now))
+    }
+
+    /// Moves it to `now`.
+    pub fn set(&self, now: OffsetDateTime) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = now;
+    }
+
+    /// Moves it on by `by`.
+    pub fn advance(&self, by: time::Duration) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> OffsetDateTime {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

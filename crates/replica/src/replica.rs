@@ -423,3 +423,6 @@ impl Replica {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

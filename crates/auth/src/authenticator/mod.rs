@@ -524,7 +524,7 @@ pub fn not_found_service(key: &str) -> AuthError {
 }
 
 #[cfg(test)]
-mod tests {
+mod shape_tests {
     use super::{base64url, looks_like_jwt};
 
     #[test]
@@ -551,3 +551,6 @@ mod tests {
         assert!(!looks_like_jwt("a..c"));
     }
 }
+
+#[cfg(test)]
+mod tests;

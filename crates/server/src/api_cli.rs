@@ -333,6 +333,15 @@ fn read_json(path: &PathBuf) -> Result<Value, ClientError> {
         .map_err(|e| ClientError::File(format!("{} is not JSON: {e}", path.display())))
 }
 
+/// Whether the API has a route for `method` on `path`: every call the commands make is one of
+/// the route table's (`routes::table`), checked before it leaves.
+fn routed(method: &str, path: &str) -> bool {
+    use crate::routes::table::{serves, ROUTES};
+    ROUTES
+        .iter()
+        .any(|route| route.verb.method() == method && serves(route, path))
+}
+
 fn request(call: &Call) -> Result<Request, ClientError> {
     let service = |s: &str| format!("/services/{}", segment(s));
     let account = |id: &str| format!("/service-accounts/{}", segment(id));
@@ -522,6 +531,11 @@ fn call(
     (api, runtime): &(RegistryApi, tokio::runtime::Runtime),
     (method, path, body): &Request,
 ) -> Result<Value, ClientError> {
+    if !routed(method, path) {
+        return Err(ClientError::Unreachable(format!(
+            "{method} {path} is no route of the registry's API"
+        )));
+    }
     let (status, answer) = runtime
         .block_on(api.call(method, path, body.as_ref()))
         .map_err(|e| ClientError::Unreachable(e.to_string()))?;
@@ -798,6 +812,59 @@ fn fields(answer: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The commands' calls are routes of the table, however their arguments are spelled.
+    #[test]
+    fn every_command_calls_a_route_of_the_table() {
+        let s = || "api acme/x".to_owned();
+        let calls = [
+            Call::Services(ServicesCommand::List),
+            Call::Services(ServicesCommand::Get { service: s() }),
+            Call::Services(ServicesCommand::Delete { service: s() }),
+            Call::Config(ConfigCommand::Get {
+                service: s(),
+                source: Some("blue".into()),
+            }),
+            Call::Config(ConfigCommand::Delete {
+                service: s(),
+                source: None,
+            }),
+            Call::Domain(DomainCommand::Get { service: s() }),
+            Call::Domain(DomainCommand::Delete { service: s() }),
+            Call::Keys(KeysCommand::List { service: s() }),
+            Call::Keys(KeysCommand::Delete {
+                service: s(),
+                kid: "k/1".into(),
+            }),
+            Call::Keys(KeysCommand::Readiness {
+                service: s(),
+                kid: "k 1".into(),
+            }),
+            Call::Accounts(AccountsCommand::List),
+            Call::Accounts(AccountsCommand::Get { id: "a".into() }),
+            Call::Accounts(AccountsCommand::Delete { id: "a".into() }),
+            Call::Accounts(AccountsCommand::Regenerate { id: "a".into() }),
+            Call::Preflight {
+                service: s(),
+                token_file: None,
+            },
+            Call::Fetches { service: s() },
+            Call::AuditEvents {
+                since: None,
+                action: Some("config.put".into()),
+                limit: Some(5),
+            },
+        ];
+        for call in &calls {
+            let (method, path, _) = request(call).unwrap();
+            assert!(routed(method, &path), "{method} {path}");
+        }
+        assert!(
+            !routed("POST", "/services/x/keys"),
+            "a method the path does not serve"
+        );
+        assert!(!routed("GET", "/services/x/nothing"));
+    }
 
     #[test]
     fn a_stored_escape_sequence_is_printed_escaped_in_tables_fields_and_problems() {

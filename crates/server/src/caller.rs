@@ -9,7 +9,8 @@
 
 use crate::client_ip::client_ip;
 use crate::problem::ApiError;
-use actix_web::http::{header, Method};
+use crate::routes::table::{Access, ResourceAccess, Verb};
+use actix_web::http::header;
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use ipnetwork::IpNetwork;
@@ -43,15 +44,11 @@ pub struct Manager(pub Caller);
 #[derive(Debug)]
 pub struct Auditor(pub Caller);
 
-/// The one call that is a POST and changes nothing. (`POST …/preflight` changes nothing either,
-/// but counts against the credential's writes per minute: checking a token against the keys
-/// of a service costs signature checks.)
-const EXPLAIN_ROUTE: &str = "/service-accounts/{id}/explain";
-
-/// What authentication reads of `req`.
+/// What authentication reads of `req`: the action and whether the call changes something come
+/// from the route table (`routes::table`), through the resource's data.
 fn presented<'r>(gate: &Gate, req: &'r HttpRequest) -> Presented<'r> {
-    let reads = matches!(*req.method(), Method::GET | Method::HEAD);
-    let route = req.match_pattern();
+    let verb = Verb::of(req.method());
+    let access = req.app_data::<ResourceAccess>().and_then(|a| a.of(verb?));
     Presented {
         ip: client_ip(req, &gate.trusted_proxies),
         authorization: req
@@ -59,31 +56,12 @@ fn presented<'r>(gate: &Gate, req: &'r HttpRequest) -> Presented<'r> {
             .get(header::AUTHORIZATION)
             .map(|v| v.as_bytes()),
         service_account: req.headers().get("x-service-account").map(|v| v.as_bytes()),
-        changes: !reads && route.as_deref() != Some(EXPLAIN_ROUTE),
-        action: action_of(route.as_deref().unwrap_or_default(), reads),
-    }
-}
-
-/// The action a call takes (docs/api.md, "Actions"): by its route, and whether it only reads.
-/// `…/explain` and `…/preflight` are POSTs that read.
-pub fn action_of(route: &str, reads: bool) -> Action {
-    let read_or_write = |read, write| if reads { read } else { write };
-    match route {
-        "/services" | "/services/{subdomain}" => {
-            read_or_write(Action::ServicesRead, Action::ServicesWrite)
-        }
-        "/services/{subdomain}/preflight" => Action::ConfigRead,
-        r if r.starts_with("/services/{subdomain}/") => {
-            read_or_write(Action::ConfigRead, Action::ConfigWrite)
-        }
-        EXPLAIN_ROUTE => Action::AccountsRead,
-        r if r.starts_with("/service-accounts") => {
-            read_or_write(Action::AccountsRead, Action::AccountsWrite)
-        }
-        "/audit-events" => Action::AuditRead,
-        // A route that takes a caller and is not listed here: the widest action, so that a
-        // forgotten entry refuses rather than lets through (a test lists every route).
-        _ => Action::AccountsWrite,
+        changes: verb != Some(Verb::Get) && !matches!(access, Some(Access::Reads(_))),
+        // A caller on a route the table gives no action: the widest, so that a mistake refuses
+        // rather than lets through.
+        action: access
+            .and_then(Access::action)
+            .unwrap_or(Action::AccountsWrite),
     }
 }
 
@@ -139,58 +117,5 @@ impl FromRequest for ServiceCaller {
                 service_caller(&gate.auth, &presented(&gate, &req), key).await?;
             Ok(ServiceCaller { service, caller })
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::action_of;
-    use registry_domain::policy::Action::{self, *};
-
-    /// Every call that takes a caller, with its action (docs/api.md's table).
-    #[test]
-    fn every_call_takes_the_action_of_the_table() {
-        let table: &[(&str, bool, Action)] = &[
-            ("/services", true, ServicesRead),
-            ("/services", false, ServicesWrite),
-            ("/services/{subdomain}", true, ServicesRead),
-            ("/services/{subdomain}", false, ServicesWrite),
-            ("/services/{subdomain}/config", true, ConfigRead),
-            ("/services/{subdomain}/config", false, ConfigWrite),
-            ("/services/{subdomain}/domain", true, ConfigRead),
-            ("/services/{subdomain}/domain", false, ConfigWrite),
-            ("/services/{subdomain}/keys", true, ConfigRead),
-            ("/services/{subdomain}/keys/{kid}", false, ConfigWrite),
-            (
-                "/services/{subdomain}/keys/{kid}/readiness",
-                true,
-                ConfigRead,
-            ),
-            (
-                "/services/{subdomain}/keys/{kid}/readiness/verifiers/{agent}",
-                false,
-                ConfigWrite,
-            ),
-            ("/services/{subdomain}/federation", true, ConfigRead),
-            ("/services/{subdomain}/preflight", true, ConfigRead),
-            ("/services/{subdomain}/preflight", false, ConfigRead),
-            ("/services/{subdomain}/fetches", true, ConfigRead),
-            ("/service-accounts", true, AccountsRead),
-            ("/service-accounts", false, AccountsWrite),
-            ("/service-accounts/{id}", true, AccountsRead),
-            ("/service-accounts/{id}", false, AccountsWrite),
-            (
-                "/service-accounts/{id}/regenerate-token",
-                false,
-                AccountsWrite,
-            ),
-            ("/service-accounts/{id}/explain", false, AccountsRead),
-            ("/service-accounts/{id}/refusals", true, AccountsRead),
-            ("/audit-events", true, AuditRead),
-            ("/unlisted", true, AccountsWrite),
-        ];
-        for &(route, reads, action) in table {
-            assert_eq!(action_of(route, reads), action, "{route} (reads: {reads})");
-        }
     }
 }

@@ -7,7 +7,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
-const OPENAPI: &str = include_str!("../openapi.json");
+pub(crate) const OPENAPI: &str = include_str!("../openapi.json");
 
 /// `GET /healthz`: the process answers.
 pub async fn healthz() -> HttpResponse {

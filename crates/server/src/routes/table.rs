@@ -1,0 +1,357 @@
+//! The one table of routes: each declared once, with its method, path, access and handler. The
+//! router (`routes::configure`), the `Allow` header of a 405, the action a caller must be
+//! allowed (`caller`), the paths of `/openapi.json` (checked against the document) and the
+//! client commands' calls (checked against the table) all derive from it. A route's `access` is
+//! a field every entry must give: a route without one does not compile.
+
+use super::{
+    accounts, anonymous, audit, config, domains, fetch_log, keys, ops, preflight, refusals,
+    services,
+};
+use crate::dashboard;
+use actix_web::web;
+use registry_domain::policy::Action::{self, *};
+
+/// The HTTP methods of the API. `Get` serves HEAD too (RFC 9110 §9.3.2: a server answers HEAD
+/// wherever it answers GET; actix leaves the body out of a response to HEAD).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// GET and HEAD.
+    Get,
+    /// POST.
+    Post,
+    /// PUT.
+    Put,
+    /// PATCH.
+    Patch,
+    /// DELETE.
+    Delete,
+}
+
+impl Verb {
+    /// The methods it answers, as an `Allow` header names them.
+    pub fn allows(self) -> &'static str {
+        match self {
+            Verb::Get => "GET, HEAD",
+            Verb::Post => "POST",
+            Verb::Put => "PUT",
+            Verb::Patch => "PATCH",
+            Verb::Delete => "DELETE",
+        }
+    }
+
+    /// The method's name (`GET` for both GET and HEAD).
+    pub fn method(self) -> &'static str {
+        match self {
+            Verb::Get => "GET",
+            Verb::Post => "POST",
+            Verb::Put => "PUT",
+            Verb::Patch => "PATCH",
+            Verb::Delete => "DELETE",
+        }
+    }
+
+    /// The verb of a request's method; HEAD is GET's.
+    pub fn of(method: &actix_web::http::Method) -> Option<Self> {
+        use actix_web::http::Method;
+        Some(match *method {
+            Method::GET | Method::HEAD => Verb::Get,
+            Method::POST => Verb::Post,
+            Method::PUT => Verb::Put,
+            Method::PATCH => Verb::Patch,
+            Method::DELETE => Verb::Delete,
+            _ => return None,
+        })
+    }
+
+    /// An actix route guarded by this method.
+    pub(super) fn guarded(self) -> actix_web::Route {
+        use actix_web::guard;
+        match self {
+            Verb::Get => web::route().guard(guard::Any(guard::Get()).or(guard::Head())),
+            Verb::Post => web::post(),
+            Verb::Put => web::put(),
+            Verb::Patch => web::patch(),
+            Verb::Delete => web::delete(),
+        }
+    }
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// A caller whose policy allows this action (docs/api.md, "Actions"); a call that is not a
+    /// GET counts against the credential's changes per minute.
+    Caller(Action),
+    /// A caller allowed this action, on a POST that changes nothing (not counted as a change).
+    Reads(Action),
+    /// No caller: the handler decides (an anonymous creation, the fetch log's token, the
+    /// operator's endpoints, the documents anyone may read).
+    Anyone,
+    /// A browser page: not part of the API, not in `/openapi.json`.
+    Page,
+}
+
+impl Access {
+    /// The action a caller must be allowed, if the route takes a caller.
+    pub fn action(self) -> Option<Action> {
+        match self {
+            Access::Caller(action) | Access::Reads(action) => Some(action),
+            Access::Anyone | Access::Page => None,
+        }
+    }
+}
+
+/// One route.
+#[derive(Clone, Copy)]
+pub struct Route {
+    /// The scope it is registered in (`""` for none): the router matches a scope's `{subdomain}`
+    /// or `{id}` once, then the rest of the path against fixed names.
+    pub scope: &'static str,
+    /// Its path within the scope.
+    pub path: &'static str,
+    /// Its method.
+    pub verb: Verb,
+    /// Who may call it.
+    pub access: Access,
+    /// Its handler, on the guarded route given.
+    pub to: fn(actix_web::Route) -> actix_web::Route,
+}
+
+impl Route {
+    /// Its whole path pattern (`/services/{subdomain}/config`).
+    pub fn pattern(&self) -> String {
+        format!("{}{}", self.scope, self.path)
+    }
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} {}{} ({:?})",
+            self.verb, self.scope, self.path, self.access
+        )
+    }
+}
+
+/// A service's routes are under this scope.
+const SERVICE: &str = "/services/{subdomain}";
+/// An account's routes are under this scope.
+const ACCOUNT: &str = "/service-accounts/{id}";
+
+macro_rules! routes {
+    ($($scope:expr, $path:literal, $verb:ident, $access:expr, $handler:path;)*) => {
+        /// Every route, in the order the router tries them (resources of one path together).
+        pub const ROUTES: &[Route] = &[$(Route {
+            scope: $scope,
+            path: $path,
+            verb: Verb::$verb,
+            access: $access,
+            to: |route| route.to($handler),
+        }),*];
+    };
+}
+
+use Access::{Anyone, Caller, Page, Reads};
+
+routes! {
+    "", "/services", Get, Caller(ServicesRead), services::list;
+    "", "/services", Post, Caller(ServicesWrite), services::create;
+    SERVICE, "", Get, Caller(ServicesRead), services::get;
+    SERVICE, "", Patch, Caller(ServicesWrite), services::patch;
+    SERVICE, "", Delete, Caller(ServicesWrite), services::delete;
+    SERVICE, "/config", Get, Caller(ConfigRead), config::get;
+    SERVICE, "/config", Put, Caller(ConfigWrite), config::put;
+    SERVICE, "/config", Delete, Caller(ConfigWrite), config::delete;
+    SERVICE, "/domain", Get, Caller(ConfigRead), domains::get;
+    SERVICE, "/domain", Put, Caller(ConfigWrite), domains::put;
+    SERVICE, "/domain", Delete, Caller(ConfigWrite), domains::delete;
+    SERVICE, "/keys", Get, Caller(ConfigRead), keys::list;
+    SERVICE, "/keys/{kid}", Delete, Caller(ConfigWrite), keys::delete;
+    SERVICE, "/keys/{kid}/readiness", Get, Caller(ConfigRead), keys::readiness;
+    SERVICE, "/keys/{kid}/readiness/verifiers/{agent}", Delete, Caller(ConfigWrite),
+        keys::dismiss_verifier;
+    SERVICE, "/federation", Get, Caller(ConfigRead), keys::federation;
+    SERVICE, "/preflight", Get, Caller(ConfigRead), preflight::documents;
+    // Checking a token costs signature checks: it counts against the writes per minute.
+    SERVICE, "/preflight", Post, Caller(ConfigRead), preflight::token;
+    SERVICE, "/fetches", Get, Caller(ConfigRead), preflight::fetches;
+    "", "/anonymous/services", Post, Anyone, anonymous::create;
+    "", "/service-accounts", Get, Caller(AccountsRead), accounts::list;
+    "", "/service-accounts", Post, Caller(AccountsWrite), accounts::create;
+    ACCOUNT, "", Get, Caller(AccountsRead), accounts::get;
+    ACCOUNT, "", Patch, Caller(AccountsWrite), accounts::patch;
+    ACCOUNT, "", Delete, Caller(AccountsWrite), accounts::delete;
+    ACCOUNT, "/regenerate-token", Post, Caller(AccountsWrite), accounts::regenerate_token;
+    ACCOUNT, "/explain", Post, Reads(AccountsRead), refusals::explain;
+    ACCOUNT, "/refusals", Get, Caller(AccountsRead), refusals::list;
+    "", "/audit-events", Get, Caller(AuditRead), audit::list;
+    "", "/fetch-log", Post, Anyone, fetch_log::post;
+    "", "/", Get, Page, dashboard::landing;
+    "", "/dashboard/anonymous/{subdomain}", Get, Page, dashboard::anonymous;
+    "", "/healthz", Get, Anyone, ops::healthz;
+    "", "/readyz", Get, Anyone, ops::readyz;
+    "", "/metrics", Get, Anyone, ops::metrics;
+    "", "/openapi.json", Get, Anyone, ops::openapi;
+    "", "/problems/{slug}", Get, Anyone, crate::problem::pages::page;
+    "", "/schemas/service-account-policy/v1.json", Get, Anyone, ops::policy_schema;
+    "", "/schemas/service-account-policy/v2.json", Get, Anyone, ops::policy_schema_v2;
+}
+
+/// What a resource's routes ask of a caller, by method: what the caller arguments read (as the
+/// resource's app data) to know the action a call takes.
+#[derive(Debug, Clone)]
+pub struct ResourceAccess(pub Vec<(Verb, Access)>);
+
+impl ResourceAccess {
+    /// The access of the route that serves `verb`.
+    pub fn of(&self, verb: Verb) -> Option<Access> {
+        self.0.iter().find(|(v, _)| *v == verb).map(|(_, a)| *a)
+    }
+}
+
+/// The resources of the table, in order: (scope, path, the routes of that path).
+pub fn resources() -> Vec<(&'static str, &'static str, Vec<&'static Route>)> {
+    let mut resources: Vec<(&str, &str, Vec<&Route>)> = Vec::new();
+    for route in ROUTES {
+        match resources
+            .iter_mut()
+            .find(|(scope, path, _)| *scope == route.scope && *path == route.path)
+        {
+            Some((_, _, routes)) => routes.push(route),
+            None => resources.push((route.scope, route.path, vec![route])),
+        }
+    }
+    resources
+}
+
+/// The `Allow` header of a resource serving `routes`: GET and HEAD first, then the others in
+/// the table's order.
+pub fn allow(routes: &[&Route]) -> String {
+    let mut verbs: Vec<Verb> = routes.iter().map(|r| r.verb).collect();
+    verbs.sort_by_key(|v| *v != Verb::Get);
+    verbs
+        .iter()
+        .map(|v| v.allows())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether `path` (a path the client calls, query string left out) is served by `route`'s
+/// pattern: each `{name}` stands for one segment.
+pub fn serves(route: &Route, path: &str) -> bool {
+    let pattern = route.pattern();
+    let path = path.split('?').next().unwrap_or_default();
+    let (want, got): (Vec<&str>, Vec<&str>) =
+        (pattern.split('/').collect(), path.split('/').collect());
+    want.len() == got.len()
+        && want
+            .iter()
+            .zip(&got)
+            .all(|(w, g)| (w.starts_with('{') && !g.is_empty()) || w == g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Every call that takes a caller, with its action (docs/api.md's table of actions).
+    #[test]
+    fn every_call_takes_the_action_of_the_table() {
+        let expected: &[(&str, Verb, Action)] = &[
+            ("/services", Verb::Get, ServicesRead),
+            ("/services", Verb::Post, ServicesWrite),
+            ("/services/{subdomain}", Verb::Get, ServicesRead),
+            ("/services/{subdomain}", Verb::Patch, ServicesWrite),
+            ("/services/{subdomain}/config", Verb::Put, ConfigWrite),
+            (
+                "/services/{subdomain}/keys/{kid}",
+                Verb::Delete,
+                ConfigWrite,
+            ),
+            ("/services/{subdomain}/preflight", Verb::Post, ConfigRead),
+            ("/service-accounts/{id}/explain", Verb::Post, AccountsRead),
+            (
+                "/service-accounts/{id}/regenerate-token",
+                Verb::Post,
+                AccountsWrite,
+            ),
+            ("/audit-events", Verb::Get, AuditRead),
+        ];
+        for (pattern, verb, action) in expected {
+            let route = ROUTES
+                .iter()
+                .find(|r| r.pattern() == *pattern && r.verb == *verb)
+                .unwrap_or_else(|| panic!("{verb:?} {pattern} is in the table"));
+            assert_eq!(route.access.action(), Some(*action), "{route:?}");
+        }
+        // Reads are GETs, and the reading POSTs; nothing else.
+        for route in ROUTES {
+            let is_read = |a: Action| a.as_str().ends_with(":read");
+            let reads = matches!(route.access.action(), Some(a) if is_read(a));
+            let writes = matches!(route.access.action(), Some(a) if !is_read(a));
+            assert!(
+                !(writes && route.verb == Verb::Get),
+                "{route:?}: a GET that writes"
+            );
+            if let Access::Reads(_) = route.access {
+                assert!(reads, "{route:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_route_is_declared_once_and_allow_names_its_resources_methods() {
+        let mut seen = BTreeSet::new();
+        for route in ROUTES {
+            assert!(
+                seen.insert((route.pattern(), route.verb.method().to_lowercase())),
+                "{route:?} twice"
+            );
+        }
+        let resources = resources();
+        let of = |pattern: &str| {
+            let (_, _, routes) = (resources.iter())
+                .find(|(s, p, _)| format!("{s}{p}") == pattern)
+                .unwrap();
+            allow(routes)
+        };
+        assert_eq!(of("/services"), "GET, HEAD, POST");
+        assert_eq!(of("/services/{subdomain}"), "GET, HEAD, PATCH, DELETE");
+        assert_eq!(of("/services/{subdomain}/keys/{kid}"), "DELETE");
+        assert_eq!(of("/anonymous/services"), "POST");
+    }
+
+    /// `/openapi.json` documents exactly the table's routes, pages aside.
+    #[test]
+    fn the_api_document_names_every_route_and_no_other() {
+        let doc: serde_json::Value = serde_json::from_str(crate::routes::ops::OPENAPI).unwrap();
+        let mut documented = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for method in ["get", "post", "put", "patch", "delete"] {
+                if item.get(method).is_some() {
+                    documented.insert((path.clone(), method.to_owned()));
+                }
+            }
+        }
+        let routed: BTreeSet<(String, String)> = (ROUTES.iter())
+            .filter(|r| r.access != Access::Page)
+            .map(|r| (r.pattern(), r.verb.method().to_lowercase()))
+            .collect();
+        assert_eq!(documented, routed);
+    }
+
+    #[test]
+    fn a_pattern_serves_paths_segment_by_segment() {
+        let route = ROUTES
+            .iter()
+            .find(|r| r.pattern() == "/services/{subdomain}/keys/{kid}/readiness")
+            .unwrap();
+        assert!(serves(route, "/services/api-acme/keys/k%201/readiness"));
+        assert!(serves(route, "/services/api-acme/keys/k1/readiness?x=1"));
+        assert!(!serves(route, "/services/api-acme/keys//readiness"));
+        assert!(!serves(route, "/services/api-acme/keys/k1"));
+    }
+}

@@ -336,7 +336,8 @@ fn read_json(path: &PathBuf) -> Result<Value, ClientError> {
 /// Whether the API has a route for `method` on `path`: every call the commands make is one of
 /// the route table's (`routes::table`), checked before it leaves.
 fn routed(method: &str, path: &str) -> bool {
-    use crate::routes::table::{serves, ROUTES};
+    use crate::route::serves;
+    use crate::routes::table::ROUTES;
     ROUTES
         .iter()
         .any(|route| route.verb.method() == method && serves(route, path))

@@ -9,7 +9,7 @@
 
 use crate::client_ip::client_ip;
 use crate::problem::ApiError;
-use crate::routes::table::{Access, ResourceAccess, Verb};
+use crate::route::{Access, ResourceAccess, Verb};
 use actix_web::http::header;
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use futures_util::future::LocalBoxFuture;

@@ -31,6 +31,7 @@ mod problem;
 mod process;
 mod public;
 mod request_line;
+mod route;
 mod routes;
 pub mod settings;
 mod state;

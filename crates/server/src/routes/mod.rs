@@ -17,16 +17,16 @@ pub mod services;
 pub mod table;
 
 use crate::problem::ApiError;
+use crate::route::{allow, ResourceAccess, Route};
 use actix_web::web;
 use std::sync::OnceLock;
-use table::{ResourceAccess, Route};
 
 /// Each resource's `Allow` header, built once from the table, in its order.
 fn allows() -> &'static [String] {
     static ALLOWS: OnceLock<Vec<String>> = OnceLock::new();
     ALLOWS.get_or_init(|| {
         (table::resources().iter())
-            .map(|(_, _, routes)| table::allow(routes))
+            .map(|(_, _, routes)| allow(routes))
             .collect()
     })
 }

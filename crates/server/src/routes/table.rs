@@ -1,4 +1,4 @@
-//! The one table of routes: each declared once, with its method, path, access and handler. The
+//! The one table of routes (the types are [`crate::route`]'s): each declared once, with its method, path, access and handler. The
 //! router (`routes::configure`), the `Allow` header of a 405, the action a caller must be
 //! allowed (`caller`), the paths of `/openapi.json` (checked against the document) and the
 //! client commands' calls (checked against the table) all derive from it. A route's `access` is
@@ -9,131 +9,8 @@ use super::{
     services,
 };
 use crate::dashboard;
-use actix_web::web;
-use registry_domain::policy::Action::{self, *};
-
-/// The HTTP methods of the API. `Get` serves HEAD too (RFC 9110 §9.3.2: a server answers HEAD
-/// wherever it answers GET; actix leaves the body out of a response to HEAD).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
-    /// GET and HEAD.
-    Get,
-    /// POST.
-    Post,
-    /// PUT.
-    Put,
-    /// PATCH.
-    Patch,
-    /// DELETE.
-    Delete,
-}
-
-impl Verb {
-    /// The methods it answers, as an `Allow` header names them.
-    pub fn allows(self) -> &'static str {
-        match self {
-            Verb::Get => "GET, HEAD",
-            Verb::Post => "POST",
-            Verb::Put => "PUT",
-            Verb::Patch => "PATCH",
-            Verb::Delete => "DELETE",
-        }
-    }
-
-    /// The method's name (`GET` for both GET and HEAD).
-    pub fn method(self) -> &'static str {
-        match self {
-            Verb::Get => "GET",
-            Verb::Post => "POST",
-            Verb::Put => "PUT",
-            Verb::Patch => "PATCH",
-            Verb::Delete => "DELETE",
-        }
-    }
-
-    /// The verb of a request's method; HEAD is GET's.
-    pub fn of(method: &actix_web::http::Method) -> Option<Self> {
-        use actix_web::http::Method;
-        Some(match *method {
-            Method::GET | Method::HEAD => Verb::Get,
-            Method::POST => Verb::Post,
-            Method::PUT => Verb::Put,
-            Method::PATCH => Verb::Patch,
-            Method::DELETE => Verb::Delete,
-            _ => return None,
-        })
-    }
-
-    /// An actix route guarded by this method.
-    pub(super) fn guarded(self) -> actix_web::Route {
-        use actix_web::guard;
-        match self {
-            Verb::Get => web::route().guard(guard::Any(guard::Get()).or(guard::Head())),
-            Verb::Post => web::post(),
-            Verb::Put => web::put(),
-            Verb::Patch => web::patch(),
-            Verb::Delete => web::delete(),
-        }
-    }
-}
-
-/// Who may call a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// A caller whose policy allows this action (docs/api.md, "Actions"); a call that is not a
-    /// GET counts against the credential's changes per minute.
-    Caller(Action),
-    /// A caller allowed this action, on a POST that changes nothing (not counted as a change).
-    Reads(Action),
-    /// No caller: the handler decides (an anonymous creation, the fetch log's token, the
-    /// operator's endpoints, the documents anyone may read).
-    Anyone,
-    /// A browser page: not part of the API, not in `/openapi.json`.
-    Page,
-}
-
-impl Access {
-    /// The action a caller must be allowed, if the route takes a caller.
-    pub fn action(self) -> Option<Action> {
-        match self {
-            Access::Caller(action) | Access::Reads(action) => Some(action),
-            Access::Anyone | Access::Page => None,
-        }
-    }
-}
-
-/// One route.
-#[derive(Clone, Copy)]
-pub struct Route {
-    /// The scope it is registered in (`""` for none): the router matches a scope's `{subdomain}`
-    /// or `{id}` once, then the rest of the path against fixed names.
-    pub scope: &'static str,
-    /// Its path within the scope.
-    pub path: &'static str,
-    /// Its method.
-    pub verb: Verb,
-    /// Who may call it.
-    pub access: Access,
-    /// Its handler, on the guarded route given.
-    pub to: fn(actix_web::Route) -> actix_web::Route,
-}
-
-impl Route {
-    /// Its whole path pattern (`/services/{subdomain}/config`).
-    pub fn pattern(&self) -> String {
-        format!("{}{}", self.scope, self.path)
-    }
-}
-
-impl std::fmt::Debug for Route {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:?} {}{} ({:?})",
-            self.verb, self.scope, self.path, self.access
-        )
-    }
-}
+use crate::route::{Access, Route, Verb};
+use registry_domain::policy::Action::*;
 
 /// A service's routes are under this scope.
 const SERVICE: &str = "/services/{subdomain}";
@@ -199,18 +76,6 @@ routes! {
     "", "/schemas/service-account-policy/v2.json", Get, Anyone, ops::policy_schema_v2;
 }
 
-/// What a resource's routes ask of a caller, by method: what the caller arguments read (as the
-/// resource's app data) to know the action a call takes.
-#[derive(Debug, Clone)]
-pub struct ResourceAccess(pub Vec<(Verb, Access)>);
-
-impl ResourceAccess {
-    /// The access of the route that serves `verb`.
-    pub fn of(&self, verb: Verb) -> Option<Access> {
-        self.0.iter().find(|(v, _)| *v == verb).map(|(_, a)| *a)
-    }
-}
-
 /// The resources of the table, in order: (scope, path, the routes of that path).
 pub fn resources() -> Vec<(&'static str, &'static str, Vec<&'static Route>)> {
     let mut resources: Vec<(&str, &str, Vec<&Route>)> = Vec::new();
@@ -226,35 +91,11 @@ pub fn resources() -> Vec<(&'static str, &'static str, Vec<&'static Route>)> {
     resources
 }
 
-/// The `Allow` header of a resource serving `routes`: GET and HEAD first, then the others in
-/// the table's order.
-pub fn allow(routes: &[&Route]) -> String {
-    let mut verbs: Vec<Verb> = routes.iter().map(|r| r.verb).collect();
-    verbs.sort_by_key(|v| *v != Verb::Get);
-    verbs
-        .iter()
-        .map(|v| v.allows())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Whether `path` (a path the client calls, query string left out) is served by `route`'s
-/// pattern: each `{name}` stands for one segment.
-pub fn serves(route: &Route, path: &str) -> bool {
-    let pattern = route.pattern();
-    let path = path.split('?').next().unwrap_or_default();
-    let (want, got): (Vec<&str>, Vec<&str>) =
-        (pattern.split('/').collect(), path.split('/').collect());
-    want.len() == got.len()
-        && want
-            .iter()
-            .zip(&got)
-            .all(|(w, g)| (w.starts_with('{') && !g.is_empty()) || w == g)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::route::{allow, serves};
+    use registry_domain::policy::Action;
     use std::collections::BTreeSet;
 
     /// Every call that takes a caller, with its action (docs/api.md's table of actions).

@@ -253,7 +253,7 @@ const STORAGE_ROLES: [&str; 15] = [
 /// every one): one door to storage. The use cases (`registry_domain::app`) hold every role and
 /// are the only writers; the store implements them, the in-memory fakes too; each other
 /// consumer holds the narrow role it needs.
-const STORAGE_HOLDERS: [(&str, &[&str]); 9] = [
+const STORAGE_HOLDERS: [(&str, &[&str]); 8] = [
     ("crates/domain/src/app/", &["*"]),
     ("crates/domain/src/ports.rs", &["*"]),
     ("crates/domain/src/testing.rs", &["*"]),
@@ -268,8 +268,6 @@ const STORAGE_HOLDERS: [(&str, &[&str]); 9] = [
     // The wiring: the store, built once, handed to the use cases, the replica and the
     // authenticator.
     ("crates/server/src/state.rs", &["Storage", "Database"]),
-    // `registry audit`: an operator's read of the trail, on the machine that holds the database.
-    ("crates/server/src/audit.rs", &["AuditLog", "CustomerStore"]),
     // `registry-tests` and the benches drive the store itself.
     ("crates/store/benches/", &["*"]),
 ];

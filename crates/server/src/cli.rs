@@ -1,15 +1,17 @@
-//! The command line: the server and the operator's commands (`registry serve | migrate | customer …
-//! | audit | sync | policy …`), and the client of the API (`services`, `config`, `keys`,
-//! `accounts`, `preflight`, `fetches`, `audit-events`: `api_cli`).
+//! The command line of the binary's three programs: the server (`registry serve | migrate`:
+//! `crate::app`), the operator's commands (`customer …`, `audit`, `policy …`: `crate::operator`)
+//! and the customer's client of the API (`services`, `config`, `keys`, `domain`, `accounts`,
+//! `preflight`, `fetches`, `audit-events`, `sync`, `fetch-log`: `crate::client`).
 
-use crate::api_cli::{
-    self, AccountsCommand, Call, ConfigCommand, Connection, DomainCommand, KeysCommand,
-    ServicesCommand,
+use crate::client::commands::{
+    AccountsCommand, Call, ConfigCommand, Connection, DomainCommand, KeysCommand, ServicesCommand,
 };
-use crate::policy_cli::PolicyCommand;
+use crate::client::sync::SyncArgs;
+use crate::client::{requests, sync};
+use crate::operator::policy::PolicyCommand;
+use crate::operator::{audit, customers, policy};
 use crate::settings::{DatabaseArgs, Settings};
-use crate::sync::SyncArgs;
-use crate::{app, audit, customers, log_buffer, policy_cli, sync};
+use crate::{app, log_buffer};
 use clap::{Parser, Subcommand};
 
 /// Runs a command; `serve` on an actix `System` of its own, until a signal stops it (the caller
@@ -41,7 +43,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Audit(args) => app::with_command_store(&args.database.database_url, |store| {
             audit::print_trail(
-                store,
+                &customers::registry(store),
                 args.tenant.as_deref(),
                 args.action,
                 args.since,
@@ -49,22 +51,22 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }),
         Command::Sync(args) => sync::run(args),
-        Command::FetchLog(args) => crate::fetch_log_cli::run(args),
+        Command::FetchLog(args) => crate::client::fetch_log::run(args),
         Command::Services {
             command,
             connection,
-        } => Ok(api_cli::run(&connection, Call::Services(command))?),
+        } => Ok(requests::run(&connection, Call::Services(command))?),
         Command::Config {
             command,
             connection,
-        } => Ok(api_cli::run(&connection, Call::Config(command))?),
+        } => Ok(requests::run(&connection, Call::Config(command))?),
         Command::Keys {
             command: command @ KeysCommand::Wait { .. },
             connection,
-        } => api_cli::wait(&connection, Call::Keys(command)).map_err(|error| {
+        } => requests::wait(&connection, Call::Keys(command)).map_err(|error| {
             let code = match error {
-                api_cli::WaitError::TimedOut { .. } => 1,
-                api_cli::WaitError::Api(_) => 2,
+                requests::WaitError::TimedOut { .. } => 1,
+                requests::WaitError::Api(_) => 2,
             };
             Exit {
                 code,
@@ -75,20 +77,20 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys {
             command,
             connection,
-        } => Ok(api_cli::run(&connection, Call::Keys(command))?),
+        } => Ok(requests::run(&connection, Call::Keys(command))?),
         Command::Accounts {
             command,
             connection,
-        } => Ok(api_cli::run(&connection, Call::Accounts(command))?),
+        } => Ok(requests::run(&connection, Call::Accounts(command))?),
         Command::Domain {
             command,
             connection,
-        } => Ok(api_cli::run(&connection, Call::Domain(command))?),
+        } => Ok(requests::run(&connection, Call::Domain(command))?),
         Command::Preflight {
             service,
             token_file,
             connection,
-        } => Ok(api_cli::run(
+        } => Ok(requests::run(
             &connection,
             Call::Preflight {
                 service,
@@ -98,13 +100,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Fetches {
             service,
             connection,
-        } => Ok(api_cli::run(&connection, Call::Fetches { service })?),
+        } => Ok(requests::run(&connection, Call::Fetches { service })?),
         Command::AuditEvents {
             since,
             action,
             limit,
             connection,
-        } => Ok(api_cli::run(
+        } => Ok(requests::run(
             &connection,
             Call::AuditEvents {
                 since,
@@ -112,7 +114,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 limit,
             },
         )?),
-        Command::Policy { command } => policy_cli::run(command),
+        Command::Policy { command } => policy::run(command),
         Command::Customer { command } => {
             let output = match command {
                 CustomerCommand::Create {
@@ -284,7 +286,7 @@ pub enum Command {
     /// refused or the registry stayed unreachable for 60 s, 2 wrong command line.
     ///
     /// Example: `varnishncsa -j -F "$(cat deploy/cdn/varnishncsa.format)" | registry fetch-log --api-url https://registry.example.com`
-    FetchLog(crate::fetch_log_cli::FetchLogArgs),
+    FetchLog(crate::client::fetch_log::FetchLogArgs),
     /// Your services (a client of the API: REGISTRY_API_URL, REGISTRY_TOKEN; --format json for
     /// the API's JSON). Exit codes: 0 done, 1 refused by the API (one sentence) or unreachable,
     /// 2 wrong command line.

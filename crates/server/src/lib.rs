@@ -6,27 +6,24 @@
 //! `type` addresses (the first server's), the log (whatever `tracing` subscriber the process
 //! installed) and its buffer ([`log_line`], [`flush_log`]).
 
-mod api_cli;
 mod app;
-mod audit;
 mod background;
 mod body;
 mod caller;
 pub mod cli;
+mod client;
 mod client_ip;
 mod connections;
 mod custom_domains;
-mod customers;
 mod dashboard;
 mod domain_worker;
-mod fetch_log_cli;
 mod http_date;
 mod listeners;
 mod log_buffer;
 mod log_format;
 mod metrics;
 mod observe;
-mod policy_cli;
+mod operator;
 mod problem;
 mod process;
 mod public;
@@ -35,7 +32,6 @@ mod route;
 mod routes;
 pub mod settings;
 mod state;
-mod sync;
 mod system;
 mod tls;
 mod views;

@@ -88,6 +88,23 @@ pub fn list(
     }
 }
 
+/// The trail an operator reads (`registry audit`): one customer's, by its tenant suffix, or the
+/// anonymous services' (`None`). No caller: the operator's access is the database's.
+pub fn operator_trail(registry: &Registry, tenant: Option<&str>) -> Result<Trail, AppError> {
+    let Some(tenant) = tenant else {
+        return Ok(Trail::Anonymous);
+    };
+    let customer = (registry.store.customer_by_tenant(tenant)?).ok_or_else(|| {
+        AppError::NotFound(format!("no customer has the tenant suffix {tenant:?}"))
+    })?;
+    Ok(Trail::Customer(customer.id))
+}
+
+/// A page of the trail `query` names, for the operator (see [`operator_trail`]).
+pub fn operator_page(registry: &Registry, query: &AuditQuery) -> Result<AuditPage, AppError> {
+    Ok(registry.store.audit_events(query)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

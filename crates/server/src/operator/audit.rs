@@ -3,28 +3,22 @@
 //! transactions.
 
 use anyhow::Context;
-use registry_domain::audit::{Action, AuditQuery, Trail, MAX_PAGE};
-use registry_domain::ports::{AuditLog, CustomerStore};
+use registry_domain::app::{audit, Registry};
+use registry_domain::audit::{Action, AuditQuery, MAX_PAGE};
 use time::OffsetDateTime;
 
 /// `registry audit`: every event of the trail asked for, newest first, one JSON object a line.
-pub fn print_trail<S: AuditLog + CustomerStore>(
-    store: &S,
+pub fn print_trail(
+    registry: &Registry,
     tenant: Option<&str>,
     action: Option<Action>,
     since: Option<OffsetDateTime>,
     out: &mut impl std::io::Write,
 ) -> anyhow::Result<()> {
-    let trail = match tenant {
-        Some(tenant) => {
-            let customer = store
-                .customer_by_tenant(tenant)
-                .context("could not read the customers")?
-                .with_context(|| format!("no customer has the tenant suffix {tenant:?}"))?;
-            Trail::Customer(customer.id)
-        }
-        None => Trail::Anonymous,
-    };
+    let trail = audit::operator_trail(registry, tenant).map_err(|e| match e {
+        registry_domain::app::AppError::NotFound(why) => anyhow::anyhow!(why),
+        other => anyhow::Error::new(other).context("could not read the customers"),
+    })?;
     let mut query = AuditQuery {
         trail,
         cursor: None,
@@ -33,9 +27,8 @@ pub fn print_trail<S: AuditLog + CustomerStore>(
         limit: MAX_PAGE,
     };
     loop {
-        let page = store
-            .audit_events(&query)
-            .context("could not read the audit trail")?;
+        let page =
+            audit::operator_page(registry, &query).context("could not read the audit trail")?;
         for event in &page.events {
             writeln!(out, "{}", event.to_json())?;
         }

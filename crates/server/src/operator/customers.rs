@@ -13,8 +13,9 @@ use registry_store::Store;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// The use cases' ports over `store`; secrets are hashed on this thread.
-fn registry(store: &Store) -> Registry {
+/// The use cases' ports over `store`, for the operator's commands; secrets are hashed on this
+/// thread.
+pub fn registry(store: &Store) -> Registry {
     Registry {
         store: Arc::new(store.clone()),
         random: Arc::new(OsRandomness),

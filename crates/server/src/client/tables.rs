@@ -1,0 +1,298 @@
+//! What the client commands print of an answer: aligned columns for lists, `field: value`
+//! lines for one resource, every control character escaped (docs/api.md, "Text people read").
+
+use super::commands::{AccountsCommand, Call, DomainCommand, KeysCommand, ServicesCommand};
+use registry_domain::text::escape_controls;
+use serde_json::{json, Value};
+
+/// The columns of a list: header and the JSON pointer of each row's value.
+type Columns = &'static [(&'static str, &'static str)];
+
+const SERVICES: Columns = &[
+    ("SUBDOMAIN", "/subdomain"),
+    ("TITLE", "/title"),
+    ("ISSUER", "/issuer"),
+    ("CREATED", "/createdAt"),
+];
+const ACCOUNTS: Columns = &[
+    ("ID", "/id"),
+    ("NAME", "/name"),
+    ("KIND", "/policy/kind"),
+    ("LAST USED", "/lastUsedAt"),
+];
+const KEYS: Columns = &[
+    ("KID", "/kid"),
+    ("STATE", "/state"),
+    ("SOURCE", "/source"),
+    ("ALG", "/alg"),
+    ("FIRST PUBLISHED", "/firstPublishedAt"),
+    ("PUBLISHED UNTIL", "/publishedUntil"),
+];
+const EVENTS: Columns = &[
+    ("AT", "/at"),
+    ("ACTION", "/action"),
+    ("RESOURCE", "/resource/type"),
+    ("ID", "/resource/id"),
+    ("ACTOR", "/actor/kind"),
+];
+const VERIFIERS: Columns = &[
+    ("VERIFIER", "/agent"),
+    ("LAST FETCH", "/lastFetchedAt"),
+    ("FETCHED SINCE KEY", "/fetchedSinceKey"),
+];
+const RECORDS: Columns = &[("TYPE", "/type"), ("NAME", "/name"), ("VALUE", "/value")];
+const FETCHES: Columns = &[
+    ("ISSUER", "/issuer"),
+    ("PATH", "/path"),
+    ("FETCHED SINCE CHANGE", "/fetchedSinceChange"),
+    ("FETCHES 24H", "/fetches24h"),
+    ("LAST FETCH", "/lastFetchedAt"),
+];
+
+/// What a table mode prints for the answer to `call`.
+pub(super) fn table(call: &Call, answer: &Value) -> String {
+    let list = |rows: &Value, columns: Columns| {
+        rows_table(rows.as_array().map_or(&[], Vec::as_slice), columns)
+    };
+    match call {
+        Call::Services(ServicesCommand::List) => list(answer, SERVICES),
+        Call::Accounts(AccountsCommand::List) => list(answer, ACCOUNTS),
+        Call::Keys(KeysCommand::List { .. }) => list(&answer["keys"], KEYS),
+        Call::Keys(KeysCommand::Readiness { .. }) => {
+            let mut text = fields(&json!({
+                "kid": answer["kid"],
+                "state": answer["state"],
+                "safeToSign": answer["safeToSign"],
+                "safeToSignAt": answer["safeToSignAt"],
+                "leadSeconds": answer["leadSeconds"],
+                "firstPublishedAt": answer["firstPublishedAt"],
+            }));
+            for pending in answer["pending"].as_array().into_iter().flatten() {
+                text.push_str(&format!("\npending: {}", cell(pending.get("message"))));
+            }
+            text.push_str("\n\n");
+            text.push_str(&list(&answer["verifiers"], VERIFIERS));
+            text
+        }
+        Call::AuditEvents { .. } => list(&answer["events"], EVENTS),
+        Call::Fetches { .. } => list(&answer["documents"], FETCHES),
+        Call::Preflight { .. } => {
+            let mut rows = Vec::new();
+            for (cloud, verdict) in answer["clouds"].as_object().into_iter().flatten() {
+                let findings: Vec<&str> = verdict["findings"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f["code"].as_str())
+                    .collect();
+                rows.push(json!({"cloud": cloud, "ready": verdict["ready"], "findings": findings.join(", ")}));
+            }
+            rows_table(
+                &rows,
+                &[
+                    ("CLOUD", "/cloud"),
+                    ("READY", "/ready"),
+                    ("FINDINGS", "/findings"),
+                ],
+            )
+        }
+        Call::Domain(DomainCommand::Get { .. } | DomainCommand::Set { .. }) => {
+            let mut summary = json!({"domain": answer["domain"], "status": answer["status"]});
+            if let Some(certificate) = answer.get("certificate") {
+                summary["certificate"] = json!(format!(
+                    "{} until {}",
+                    cell(certificate.get("issuer")),
+                    cell(certificate.get("notAfter"))
+                ));
+            }
+            if let Some(error) = answer.get("error") {
+                summary["error"] = json!(format!(
+                    "{}: {}",
+                    cell(error.get("code")),
+                    cell(error.get("message"))
+                ));
+            }
+            format!(
+                "{}\n\n{}",
+                fields(&summary),
+                list(&answer["records"], RECORDS)
+            )
+        }
+        _ if answer.is_null() => "done".into(),
+        _ => fields(answer),
+    }
+}
+
+/// A value as a cell: text as it is, `-` for nothing, anything else as compact JSON; any
+/// control character escaped (`\u{1b}`), since a stored title or agent printed raw would act
+/// on the operator's terminal (docs/api.md, "Text people read").
+fn cell(value: Option<&Value>) -> String {
+    let text = match value {
+        None | Some(Value::Null) => return "-".into(),
+        Some(Value::String(text)) if text.is_empty() => return "-".into(),
+        Some(Value::String(text)) => return escape_controls(text).into_owned(),
+        // serde_json leaves C1 controls and U+2028/U+2029 as they are.
+        Some(other) => other.to_string(),
+    };
+    escape_controls(&text).into_owned()
+}
+
+/// Rows as aligned columns under their headers.
+fn rows_table(rows: &[Value], columns: Columns) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            columns
+                .iter()
+                .map(|(_, at)| cell(row.pointer(at)))
+                .collect()
+        })
+        .collect();
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (header, _))| {
+            cells
+                .iter()
+                .map(|row| row[i].chars().count())
+                .chain([header.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |values: Vec<&str>| {
+        values
+            .iter()
+            .zip(&widths)
+            .map(|(value, width)| format!("{value:<width$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    let mut out = vec![line(columns.iter().map(|(header, _)| *header).collect())];
+    out.extend(
+        cells
+            .iter()
+            .map(|row| line(row.iter().map(String::as_str).collect())),
+    );
+    out.join("\n")
+}
+
+/// One resource as `field: value` lines, in the API's order.
+fn fields(answer: &Value) -> String {
+    match answer.as_object() {
+        Some(object) => object
+            .iter()
+            .map(|(name, value)| format!("{name}: {}", cell(Some(value))))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => cell(Some(answer)),
+    }
+}
+
+/// A problem answer as one sentence: its title, its detail, and each pointer with its message.
+pub(super) fn problem_sentence(status: u16, body: &Value) -> String {
+    let title = body["title"].as_str().unwrap_or("the API refused the call");
+    let mut sentence = format!("{title} ({status})");
+    if let Some(detail) = body["detail"].as_str() {
+        sentence.push_str(&format!(": {detail}"));
+    }
+    for error in body["errors"].as_array().into_iter().flatten() {
+        sentence.push_str(&format!(
+            "; {} {}",
+            error["pointer"].as_str().unwrap_or(""),
+            error["message"].as_str().unwrap_or("")
+        ));
+    }
+    // The detail and messages may quote what the caller sent.
+    escape_controls(&sentence).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::requests::request;
+
+    #[test]
+    fn a_stored_escape_sequence_is_printed_escaped_in_tables_fields_and_problems() {
+        let osc52 = "Dev\u{1b}]52;c;aGFjaw==\u{7}\u{1b}[2J\u{9b}31m\u{2028}";
+        let rows = [json!({"subdomain": "k3s-acme", "title": osc52,
+            "issuer": "http://k3s-acme.localhost:8080", "createdAt": "2026-11-26T10:00:00Z"})];
+        let text = rows_table(&rows, SERVICES);
+        assert!(
+            text.contains("Dev\\u{1b}]52;c;aGFjaw==\\u{7}\\u{1b}[2J\\u{9b}31m\\u{2028}"),
+            "{text}"
+        );
+        let one = fields(&json!({"title": osc52, "tags": [osc52]}));
+        let problem = problem_sentence(
+            400,
+            &json!({"title": "Invalid request", "detail": osc52, "errors": [{"pointer": "/title", "message": osc52}]}),
+        );
+        for shown in [text, one, problem] {
+            assert!(
+                !shown
+                    .chars()
+                    .any(|c| c != '\n' && registry_domain::text::is_control(c)),
+                "{shown:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn lists_are_aligned_columns_with_a_dash_for_nothing() {
+        let rows = [
+            json!({"subdomain": "k3s-acme", "title": "Dev", "issuer": "http://k3s-acme.localhost:8080", "createdAt": "2026-11-26T10:00:00Z"}),
+            json!({"subdomain": "a-acme", "title": null, "issuer": "http://a-acme.localhost:8080", "createdAt": "2026-11-26T11:00:00Z"}),
+        ];
+        let text = rows_table(&rows, SERVICES);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "SUBDOMAIN  TITLE  ISSUER                          CREATED"
+        );
+        assert_eq!(
+            lines[2],
+            "a-acme     -      http://a-acme.localhost:8080    2026-11-26T11:00:00Z"
+        );
+    }
+
+    #[test]
+    fn a_domain_shows_its_status_certificate_problem_and_records() {
+        let answer = json!({"domain": "login.acme.com", "status": "active",
+            "records": [
+                {"type": "CNAME", "name": "login.acme.com", "value": "k3s-acme.oidc.example.com"},
+                {"type": "TXT", "name": "_registry-challenge.login.acme.com", "value": "t0k3n"}],
+            "certificate": {"notBefore": "2026-11-28T00:00:00Z", "notAfter": "2027-02-26T00:00:00Z",
+                "issuer": "CN=R11"},
+            "error": {"code": "acme-order-failed", "message": "the renewal failed"}});
+        let call = Call::Domain(DomainCommand::Get {
+            service: "k3s-acme".into(),
+        });
+        let text = table(&call, &answer);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..4],
+            [
+                "domain: login.acme.com",
+                "status: active",
+                "certificate: CN=R11 until 2027-02-26T00:00:00Z",
+                "error: acme-order-failed: the renewal failed",
+            ]
+        );
+        assert_eq!(lines[5], "TYPE   NAME                                VALUE");
+        assert_eq!(lines[7], "TXT    _registry-challenge.login.acme.com  t0k3n");
+        let set = Call::Domain(DomainCommand::Set {
+            service: "k3s-acme".into(),
+            domain: "login.acme.com".into(),
+        });
+        assert_eq!(
+            request(&set).ok(),
+            Some((
+                "PUT",
+                "/services/k3s-acme/domain".to_owned(),
+                Some(json!({"domain": "login.acme.com"}))
+            ))
+        );
+    }
+}

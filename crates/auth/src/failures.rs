@@ -7,8 +7,9 @@
 //! counts failures in a minute.
 
 use crate::rate_limit::{RetryAfter, MAX_KEYS};
+use registry_domain::ports::Ticks;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The failures of each lookup id within the last window.
@@ -16,15 +17,17 @@ use std::time::{Duration, Instant};
 pub struct SecretFailures {
     limit: usize,
     window: Duration,
+    ticks: Arc<dyn Ticks>,
     ids: Mutex<HashMap<String, VecDeque<Instant>>>,
 }
 
 impl SecretFailures {
-    /// At most `limit` failures per lookup id in any `window`.
-    pub fn new(limit: usize, window: Duration) -> Self {
+    /// At most `limit` failures per lookup id in any `window`, counted in `ticks`.
+    pub fn new(limit: usize, window: Duration, ticks: Arc<dyn Ticks>) -> Self {
         Self {
             limit: limit.max(1),
             window,
+            ticks,
             ids: Mutex::default(),
         }
     }
@@ -32,7 +35,7 @@ impl SecretFailures {
     /// Whether a secret for `lookup_id` may be checked now; refused while `limit` failures fell
     /// within the window, until the oldest of them leaves it.
     pub fn check(&self, lookup_id: &str) -> Result<(), RetryAfter> {
-        let now = Instant::now();
+        let now = self.ticks.now();
         let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(failures) = ids.get_mut(lookup_id) else {
             return Ok(());
@@ -53,7 +56,7 @@ impl SecretFailures {
 
     /// Counts a failed secret for `lookup_id`.
     pub fn record(&self, lookup_id: &str) {
-        let now = Instant::now();
+        let now = self.ticks.now();
         let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
         if ids.len() >= MAX_KEYS && !ids.contains_key(lookup_id) {
             // Memory stays bounded: ids whose failures all left the window go first, and if
@@ -78,24 +81,31 @@ impl SecretFailures {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use registry_domain::testing::ManualTicks;
 
     #[test]
     fn the_limit_holds_in_any_window_and_comes_back() {
-        let failures = SecretFailures::new(3, Duration::from_millis(300));
+        let ticks = Arc::new(ManualTicks::default());
+        let failures = SecretFailures::new(3, Duration::from_secs(60), ticks.clone());
         for _ in 0..3 {
             assert!(failures.check("a").is_ok());
             failures.record("a");
+            ticks.advance(Duration::from_secs(10));
         }
+        // The oldest failure, 30 s ago, leaves the window in 30 s.
         let RetryAfter(wait) = failures.check("a").unwrap_err();
-        assert!(wait <= Duration::from_millis(300));
+        assert_eq!(wait, Duration::from_secs(30));
         assert!(failures.check("b").is_ok());
-        std::thread::sleep(Duration::from_millis(320));
+        ticks.advance(Duration::from_secs(29));
+        assert!(failures.check("a").is_err());
+        ticks.advance(Duration::from_secs(1));
         assert!(failures.check("a").is_ok());
     }
 
     #[test]
     fn sprayed_ids_stay_within_the_bound() {
-        let failures = SecretFailures::new(10, Duration::from_secs(60));
+        let ticks = Arc::new(ManualTicks::default());
+        let failures = SecretFailures::new(10, Duration::from_secs(60), ticks);
         for n in 0..(MAX_KEYS + 10) {
             failures.record(&n.to_string());
         }

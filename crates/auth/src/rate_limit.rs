@@ -8,16 +8,38 @@
 //! every key starts again from a full allowance. Spraying can then reset limits, but never grow
 //! memory; an attacker with that many addresses had as many allowances anyway.
 
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota};
+use governor::state::keyed::DashMapStateStore;
+use governor::Quota;
 use registry_domain::limits::rate_limit_key;
+use registry_domain::ports::Ticks;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
+
+/// The injected monotonic time, as governor's clock: the limits and their refusals count in one
+/// time, which tests move.
+#[derive(Debug, Clone)]
+struct TicksClock(Arc<dyn Ticks>);
+
+impl governor::clock::Clock for TicksClock {
+    type Instant = Instant;
+
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+}
+
+/// The keyed GCRA state, on the injected time.
+type Keyed<K> = governor::RateLimiter<
+    K,
+    DashMapStateStore<K>,
+    TicksClock,
+    governor::middleware::NoOpMiddleware<Instant>,
+>;
 
 /// Most keys whose state a limiter keeps (about 6.4 MB of addresses).
 pub const MAX_KEYS: usize = 100_000;
@@ -27,7 +49,8 @@ pub const MAX_KEYS: usize = 100_000;
 #[derive(Debug)]
 pub struct RateLimiter<K: Hash + Eq + Clone = IpAddr> {
     quota: Quota,
-    limiter: RwLock<DefaultKeyedRateLimiter<K>>,
+    clock: TicksClock,
+    limiter: RwLock<Keyed<K>>,
     /// Keys refused by [`RateLimiter::hit_key`], and until when: what
     /// [`RateLimiter::check_key`] reads (governor has no look without counting). Only keys over
     /// their limit are here, at most [`MAX_KEYS`].
@@ -52,29 +75,31 @@ impl RetryAfter {
 }
 
 impl<K: Hash + Eq + Clone> RateLimiter<K> {
-    /// `limit` events per `window`, all of them at once if need be.
-    pub fn new(limit: u32, window: Duration) -> Self {
+    /// `limit` events per `window`, all of them at once if need be, counted in `ticks`.
+    pub fn new(limit: u32, window: Duration, ticks: Arc<dyn Ticks>) -> Self {
         let burst = NonZeroU32::new(limit.max(1)).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::with_period(window / burst.get())
             .unwrap_or_else(|| Quota::per_second(burst))
             .allow_burst(burst);
+        let clock = TicksClock(ticks);
         Self {
             quota,
-            limiter: RwLock::new(governor::RateLimiter::keyed(quota)),
+            limiter: RwLock::new(Keyed::dashmap_with_clock(quota, clock.clone())),
             refused: Mutex::default(),
             refusals_end: AtomicU64::new(0),
-            created: Instant::now(),
+            created: clock.0.now(),
+            clock,
         }
     }
 
     /// `limit` events per minute.
-    pub fn per_minute(limit: u32) -> Self {
-        Self::new(limit, Duration::from_secs(60))
+    pub fn per_minute(limit: u32, ticks: Arc<dyn Ticks>) -> Self {
+        Self::new(limit, Duration::from_secs(60), ticks)
     }
 
     /// `limit` events per hour.
-    pub fn per_hour(limit: u32) -> Self {
-        Self::new(limit, Duration::from_secs(3600))
+    pub fn per_hour(limit: u32, ticks: Arc<dyn Ticks>) -> Self {
+        Self::new(limit, Duration::from_secs(3600), ticks)
     }
 
     /// Counts one event for `key`; refuses when its allowance is used up.
@@ -87,9 +112,9 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             self.bound();
         }
         outcome.map_err(|not_until| {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            let now = self.clock.0.now();
+            let wait = not_until.wait_time_from(now);
             let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
-            let now = Instant::now();
             if refused.len() >= MAX_KEYS {
                 refused.retain(|_, until| now < *until);
                 if refused.len() >= MAX_KEYS {
@@ -106,7 +131,8 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// Whether `key` is over its limit now (its last event was refused and the allowance has
     /// not come back yet), without counting an event.
     pub fn check_key(&self, key: &K) -> Result<(), RetryAfter> {
-        if self.nanos_at(Instant::now()) >= self.refusals_end.load(Ordering::Relaxed) {
+        let now = self.clock.0.now();
+        if self.nanos_at(now) >= self.refusals_end.load(Ordering::Relaxed) {
             return Ok(());
         }
         let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
@@ -114,7 +140,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             return Ok(());
         }
         match refused.get(key) {
-            Some(until) => match until.checked_duration_since(Instant::now()) {
+            Some(until) => match until.checked_duration_since(now) {
                 Some(wait) if !wait.is_zero() => Err(RetryAfter(wait)),
                 _ => Ok(()),
             },
@@ -143,7 +169,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         }
         limiter.retain_recent();
         if limiter.len() > MAX_KEYS / 2 {
-            *limiter = governor::RateLimiter::keyed(self.quota);
+            *limiter = Keyed::dashmap_with_clock(self.quota, self.clock.clone());
         }
         limiter.shrink_to_fit();
     }
@@ -164,6 +190,13 @@ impl RateLimiter<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use registry_domain::testing::ManualTicks;
+
+    /// A limiter of `limit` per `window` on time that moves only when told.
+    fn limiter(limit: u32, window: Duration) -> (RateLimiter, Arc<ManualTicks>) {
+        let ticks = Arc::new(ManualTicks::default());
+        (RateLimiter::new(limit, window, ticks.clone()), ticks)
+    }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -171,7 +204,7 @@ mod tests {
 
     #[test]
     fn counts_per_address() {
-        let limiter: RateLimiter = RateLimiter::new(2, Duration::from_secs(3600));
+        let (limiter, _) = limiter(2, Duration::from_secs(3600));
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
         assert!(limiter.check(ip("192.0.2.1")).is_ok());
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
@@ -185,18 +218,29 @@ mod tests {
 
     #[test]
     fn the_allowance_comes_back() {
-        let limiter: RateLimiter = RateLimiter::new(2, Duration::from_millis(200));
+        let (limiter, ticks) = limiter(2, Duration::from_secs(60));
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
-        assert!(limiter.hit(ip("192.0.2.1")).is_err());
-        std::thread::sleep(Duration::from_millis(120));
+        let RetryAfter(wait) = limiter.hit(ip("192.0.2.1")).unwrap_err();
+        assert_eq!(
+            wait,
+            Duration::from_secs(30),
+            "one event comes back every 30 s"
+        );
+        ticks.advance(Duration::from_secs(29));
+        assert!(limiter.check(ip("192.0.2.1")).is_err(), "not yet");
+        ticks.advance(Duration::from_secs(1));
         assert!(limiter.check(ip("192.0.2.1")).is_ok());
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
+        assert!(
+            limiter.hit(ip("192.0.2.1")).is_err(),
+            "one came back, not two"
+        );
     }
 
     #[test]
     fn ipv6_counts_by_64_and_mapped_ipv4_as_ipv4() {
-        let limiter: RateLimiter = RateLimiter::new(2, Duration::from_secs(10));
+        let (limiter, _) = limiter(2, Duration::from_secs(10));
         assert!(limiter.hit(ip("2001:db8:0:1::1")).is_ok());
         assert!(limiter.hit(ip("2001:db8:0:1:ffff::2")).is_ok());
         assert!(limiter.hit(ip("2001:db8:0:1::3")).is_err());
@@ -210,7 +254,7 @@ mod tests {
 
     #[test]
     fn a_million_sprayed_addresses_stay_within_the_bound() {
-        let limiter: RateLimiter = RateLimiter::new(1, Duration::from_secs(3600));
+        let (limiter, _) = limiter(1, Duration::from_secs(3600));
         let victim = ip("192.0.2.1");
         assert!(limiter.hit(victim).is_ok());
         let mut most = 0;

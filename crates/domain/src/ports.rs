@@ -42,6 +42,14 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now(&self) -> OffsetDateTime;
 }
 
+/// Monotonic time, which limits and caches count durations in (never the time of day: that is
+/// [`Clock`]). Production reads the system's; tests move it when they like. Injected like the
+/// clock, so that no limit or cache reads the time itself.
+pub trait Ticks: Send + Sync + std::fmt::Debug {
+    /// The current instant.
+    fn now(&self) -> std::time::Instant;
+}
+
 /// A source of cryptographically secure random bytes.
 pub trait Randomness: Send + Sync {
     /// Fills `buf` with random bytes.

@@ -31,7 +31,7 @@ use crate::ports::{
     CredentialStore, CustomerStore, Database, DatabaseSides, DocumentFetches, DomainStore,
     FetchLog, FetchedDocument, HasherBusy, IssuedCertificate, KeyImport, NetworkFetch,
     OwnershipCheck, PoolUse, PurgeLog, Randomness, ReadinessLog, RefusalLog, Sealing, SecretHasher,
-    ServiceStore, StoreResult, StoredCredential, TokenSignatureCheck, VerifierCandidate,
+    ServiceStore, StoreResult, StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate,
     OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
@@ -1774,6 +1774,29 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> OffsetDateTime {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Monotonic time that stands still until told ([`ManualTicks::advance`]).
+#[derive(Debug)]
+pub struct ManualTicks(Mutex<std::time::Instant>);
+
+impl Default for ManualTicks {
+    fn default() -> Self {
+        Self(Mutex::new(std::time::Instant::now()))
+    }
+}
+
+impl ManualTicks {
+    /// Moves it on by `by`.
+    pub fn advance(&self, by: std::time::Duration) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) += by;
+    }
+}
+
+impl Ticks for ManualTicks {
+    fn now(&self) -> std::time::Instant {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -11,6 +11,7 @@ use crate::config::OidcConfig;
 use crate::error::OidcError;
 use crate::fetch::Fetcher;
 use crate::keys::KeySet;
+use registry_domain::ports::Ticks;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,6 +82,8 @@ fn elapsed_since(at: Option<Instant>, now: Instant) -> Duration {
 pub struct KeyCache {
     fetcher: Fetcher,
     config: OidcConfig,
+    /// The time freshness, grace and refetch intervals count in.
+    ticks: Arc<dyn Ticks>,
     issuers: RwLock<HashMap<String, Arc<Issuer>>>,
     counters: Counters,
     /// Bumped by every look-up: a logical clock for least-recently-used eviction.
@@ -88,11 +91,12 @@ pub struct KeyCache {
 }
 
 impl KeyCache {
-    /// An empty cache fetching with `fetcher`.
-    pub fn new(fetcher: Fetcher, config: OidcConfig) -> Self {
+    /// An empty cache fetching with `fetcher`, its keys' ages counted in `ticks`.
+    pub fn new(fetcher: Fetcher, config: OidcConfig, ticks: Arc<dyn Ticks>) -> Self {
         Self {
             fetcher,
             config,
+            ticks,
             issuers: RwLock::default(),
             counters: Counters::default(),
             uses: AtomicU64::new(0),
@@ -112,7 +116,7 @@ impl KeyCache {
     /// stale, or `kid` is unknown (at most once per refetch interval).
     pub async fn keys(&self, iss: &str, kid: Option<&str>) -> Result<Arc<CachedKeys>, OidcError> {
         let issuer = self.issuer(iss)?;
-        let fallback = match self.decide(&issuer, kid, Instant::now(), false) {
+        let fallback = match self.decide(&issuer, kid, self.ticks.now(), false) {
             Decision::Use(keys) => return Ok(self.hit(keys)),
             Decision::Unavailable => return Err(OidcError::Unavailable(iss.to_owned())),
             Decision::Fetch { fallback } => fallback,
@@ -127,7 +131,7 @@ impl KeyCache {
             _ => issuer.gate.lock().await,
         };
         // Decided again behind the gate: the fetch this caller waited for may have settled it.
-        let fallback = match self.decide(&issuer, kid, Instant::now(), true) {
+        let fallback = match self.decide(&issuer, kid, self.ticks.now(), true) {
             Decision::Use(keys) => return Ok(self.hit(keys)),
             Decision::Unavailable => return Err(OidcError::Unavailable(iss.to_owned())),
             Decision::Fetch { fallback } => fallback,
@@ -138,7 +142,7 @@ impl KeyCache {
             Ok(result) => result,
             Err(_) => Err(OidcError::Timeout(iss.to_owned())),
         };
-        let now = Instant::now();
+        let now = self.ticks.now();
         let mut state = issuer.state.lock().unwrap_or_else(|e| e.into_inner());
         match fetched {
             Ok((set, max_age)) => {
@@ -307,7 +311,8 @@ mod tests {
             max_issuers,
             ..OidcConfig::default()
         };
-        KeyCache::new(Fetcher::new(&config).unwrap(), config)
+        let ticks = Arc::new(registry_domain::testing::ManualTicks::default());
+        KeyCache::new(Fetcher::new(&config).unwrap(), config, ticks)
     }
 
     /// One customer's many issuers (the probe: 1,000 of them, each kept fresh) never lock

@@ -17,11 +17,17 @@
 //! `iss` some policy rule names, so that strangers cannot make the registry fetch at will.
 //!
 //! ```no_run
-//! use registry_domain::ports::{IdentityTokenVerifier, IssuerKeys};
+//! use registry_domain::ports::{IdentityTokenVerifier, IssuerKeys, Ticks};
 //! use registry_oidc::{OidcConfig, OidcVerifier};
 //! use std::sync::Arc;
+//! # #[derive(Debug)]
+//! # struct SystemTicks;
+//! # impl Ticks for SystemTicks {
+//! #     fn now(&self) -> std::time::Instant { std::time::Instant::now() }
+//! # }
 //! # async fn run(token: &str) -> Result<(), Box<dyn std::error::Error>> {
-//! let verifier: Arc<dyn IdentityTokenVerifier> = Arc::new(OidcVerifier::new(OidcConfig::default())?);
+//! let verifier = OidcVerifier::new(OidcConfig::default(), Arc::new(SystemTicks))?;
+//! let verifier: Arc<dyn IdentityTokenVerifier> = Arc::new(verifier);
 //! let now = time::OffsetDateTime::now_utc();
 //! let verified = verifier.verify(token, IssuerKeys::Fetched, now).await?;
 //! println!("{} says sub={:?}", verified.issuer, verified.claims.get("sub"));
@@ -55,7 +61,7 @@ use fetch::Fetcher;
 use hosted::HostedSets;
 use registry_domain::claims;
 use registry_domain::ports::{
-    IdentityTokenVerifier, IssuerKeys, TokenRejection, Verification, VerifiedToken,
+    IdentityTokenVerifier, IssuerKeys, Ticks, TokenRejection, Verification, VerifiedToken,
 };
 use std::sync::Arc;
 use time::OffsetDateTime;
@@ -70,13 +76,13 @@ pub struct OidcVerifier {
 }
 
 impl OidcVerifier {
-    /// A verifier with an empty key cache.
-    pub fn new(config: OidcConfig) -> Result<Self, OidcError> {
+    /// A verifier with an empty key cache, whose keys' ages count in `ticks`.
+    pub fn new(config: OidcConfig, ticks: Arc<dyn Ticks>) -> Result<Self, OidcError> {
         let fetcher = Fetcher::new(&config)?;
         Ok(Self {
             max_token_bytes: config.max_token_bytes,
             hosted: Arc::new(HostedSets::new(config.max_issuers)),
-            cache: Arc::new(KeyCache::new(fetcher, config)),
+            cache: Arc::new(KeyCache::new(fetcher, config, ticks)),
         })
     }
 

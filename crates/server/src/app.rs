@@ -256,10 +256,13 @@ async fn launch(
     let store =
         registry_replica::blocking(move || open_serving_store(&url, read_url.as_deref(), max_lag))
             .await??;
-    let verifier = OidcVerifier::new(OidcConfig {
-        allow_insecure_issuers: settings.oidc_allow_insecure_issuers,
-        ..OidcConfig::default()
-    })
+    let verifier = OidcVerifier::new(
+        OidcConfig {
+            allow_insecure_issuers: settings.oidc_allow_insecure_issuers,
+            ..OidcConfig::default()
+        },
+        Arc::new(crate::system::SystemTicks),
+    )
     .context("cannot build the OIDC verifier")?;
     log_trust_roots();
     let workers = settings.workers.unwrap_or_else(|| {

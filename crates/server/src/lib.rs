@@ -40,4 +40,4 @@ pub use app::{serve, start, Injected, Running};
 pub use log_buffer::{flush_log, log_line, LogLine};
 pub use log_format::init as init_log;
 pub use settings::{LogFormat, Settings};
-pub use system::SystemClock;
+pub use system::{SystemClock, SystemTicks};

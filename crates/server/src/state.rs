@@ -5,13 +5,13 @@
 use crate::metrics::Metrics;
 use crate::problem::{ApiError, ApiResult};
 use crate::settings::Settings;
-use crate::system::OsRandomness;
+use crate::system::{OsRandomness, SystemTicks};
 use ipnetwork::IpNetwork;
 use registry_auth::rate_limit::RateLimiter;
 use registry_auth::{Authenticator, Limits};
 use registry_domain::app::{AppError, Caller, Registry};
 use registry_domain::issuer::Issuers;
-use registry_domain::ports::{Clock, Database, IdentityTokenVerifier, Storage};
+use registry_domain::ports::{Clock, Database, IdentityTokenVerifier, Storage, Ticks};
 use registry_hasher::HashingLanes;
 use registry_oidc::{OidcVerifier, VerifierKeyImport, VerifierSignatureCheck};
 use registry_replica::hosting::HostingCache;
@@ -85,9 +85,11 @@ impl AppState {
         let trusted_proxies = settings.trusted_proxy_networks()?;
         let purger = settings.purger()?.map(Arc::new);
         let custom_domains = custom_domains.map(Arc::new);
+        let ticks: Arc<dyn Ticks> = Arc::new(SystemTicks);
         let limits = Limits {
             auth_failures_per_minute: settings.auth_failures_per_minute,
             writes_per_minute: settings.writes_per_minute,
+            ticks: ticks.clone(),
         };
         let auth = Arc::new(Authenticator::new(
             limits,
@@ -122,8 +124,11 @@ impl AppState {
             registry,
             metrics,
             oidc,
-            anon_limiter: Arc::new(RateLimiter::per_hour(settings.anon_create_per_hour)),
-            explains: Arc::new(RateLimiter::per_minute(settings.explain_per_minute)),
+            anon_limiter: Arc::new(RateLimiter::per_hour(
+                settings.anon_create_per_hour,
+                ticks.clone(),
+            )),
+            explains: Arc::new(RateLimiter::per_minute(settings.explain_per_minute, ticks)),
             clock,
             settings,
             certificate,

@@ -1,7 +1,8 @@
-//! The machine's clock and random source, behind the domain's `Clock` and `Randomness` ports.
+//! The machine's clocks and random source, behind the domain's `Clock`, `Ticks` and `Randomness`
+//! ports.
 
 use rand::TryRngCore;
-use registry_domain::ports::{Clock, Randomness};
+use registry_domain::ports::{Clock, Randomness, Ticks};
 use time::OffsetDateTime;
 
 /// The system clock.
@@ -11,6 +12,16 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> OffsetDateTime {
         OffsetDateTime::now_utc()
+    }
+}
+
+/// The system's monotonic time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemTicks;
+
+impl Ticks for SystemTicks {
+    fn now(&self) -> std::time::Instant {
+        std::time::Instant::now()
     }
 }
 

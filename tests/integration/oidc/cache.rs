@@ -183,11 +183,11 @@ async fn an_empty_key_set_is_a_withdrawal() {
 }
 
 fn short_lived(config: OidcConfig) -> OidcVerifier {
-    OidcVerifier::new(OidcConfig {
+    let config = OidcConfig {
         min_key_ttl: Duration::from_secs(1),
         ..config
-    })
-    .unwrap()
+    };
+    OidcVerifier::new(config, Arc::new(registry_server::SystemTicks)).unwrap()
 }
 
 #[tokio::test]

@@ -8,17 +8,26 @@ mod tokens;
 use registry_domain::ports::VerifiedToken;
 use registry_oidc::{OidcConfig, OidcError, OidcVerifier};
 use serde_json::{json, Value};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use time::OffsetDateTime;
 
 /// A verifier admitting the loopback test issuer.
 fn verifier() -> OidcVerifier {
-    OidcVerifier::new(OidcConfig::insecure()).unwrap()
+    OidcVerifier::new(
+        OidcConfig::insecure(),
+        Arc::new(registry_server::SystemTicks),
+    )
+    .unwrap()
 }
 
 /// A verifier with production settings (https and public addresses only).
 fn secure_verifier() -> OidcVerifier {
-    OidcVerifier::new(OidcConfig::default()).unwrap()
+    OidcVerifier::new(
+        OidcConfig::default(),
+        Arc::new(registry_server::SystemTicks),
+    )
+    .unwrap()
 }
 
 fn now() -> OffsetDateTime {

@@ -17,7 +17,9 @@ use registry_domain::access::{self, Credential, Grant, Refusal, Request};
 use registry_domain::app::{Caller, Origin};
 use registry_domain::credentials::{self, CredentialKind};
 use registry_domain::policy::Action;
-use registry_domain::ports::{ActivityLog, CredentialOwner, IdentityTokenVerifier, VerifiedToken};
+use registry_domain::ports::{
+    ActivityLog, CredentialOwner, IdentityTokenVerifier, Ticks, VerifiedToken,
+};
 use registry_domain::{Service, ServiceAccount};
 use registry_hasher::HashingLanes;
 use registry_replica::Replica;
@@ -51,13 +53,16 @@ pub struct Authenticator {
     refusals: RefusalBudget,
 }
 
-/// The limits an authenticator enforces (docs/api.md, "Authentication" and "Errors").
-#[derive(Debug, Clone, Copy)]
+/// The limits an authenticator enforces (docs/api.md, "Authentication" and "Errors"), and the
+/// monotonic time they count in.
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Failed authentications per client address and minute.
     pub auth_failures_per_minute: u32,
     /// Changes per credential and minute.
     pub writes_per_minute: u32,
+    /// The time the limits count in.
+    pub ticks: Arc<dyn Ticks>,
 }
 
 impl Authenticator {
@@ -84,12 +89,14 @@ impl Authenticator {
             auth_failures: RateLimiter::new(
                 limits.auth_failures_per_minute,
                 std::time::Duration::from_secs(60),
+                limits.ticks.clone(),
             ),
             secret_failures: SecretFailures::new(
                 SECRET_FAILURES_PER_MINUTE,
                 std::time::Duration::from_secs(60),
+                limits.ticks.clone(),
             ),
-            writes: RateLimiter::per_minute(limits.writes_per_minute),
+            writes: RateLimiter::per_minute(limits.writes_per_minute, limits.ticks),
             writes_per_minute: limits.writes_per_minute,
             last_use: LastUse::default(),
             refusals: RefusalBudget::default(),

@@ -9,7 +9,7 @@ use registry_domain::issuer::Issuers;
 use registry_domain::policy::Action;
 use registry_domain::ports::{AccountStore, IdentityTokenVerifier, IssuerKeys, Verification};
 use registry_domain::testing::{
-    AcceptAllKeys, FixedRandomness, GoodSignatures, ManualClock, MemoryStore,
+    AcceptAllKeys, FixedRandomness, GoodSignatures, ManualClock, ManualTicks, MemoryStore,
 };
 use registry_hasher::HashingLanes;
 use registry_replica::hosting::HostingCache;
@@ -72,6 +72,7 @@ fn world() -> World {
     let limits = Limits {
         auth_failures_per_minute: 100,
         writes_per_minute: 100,
+        ticks: Arc::new(ManualTicks::default()),
     };
     let auth = Authenticator::new(
         limits,

@@ -22,7 +22,7 @@ mod token_cache;
 
 pub use authenticator::federation::verify_identity;
 pub use authenticator::{
-    auditor, collection_caller, manager, service_caller, Authenticator, Limits,
+    auditor, collection_caller, manager, service_caller, shipper, Authenticator, Limits,
 };
 pub use error::{AuthError, AuthResult};
 pub use request::{request_id, Presented, REQUEST_ID};

@@ -296,6 +296,7 @@ async fn launch(
         let gate = web::Data::new(Gate {
             auth: shared.auth.clone(),
             trusted_proxies: shared.trusted_proxies.clone(),
+            fetch_log_token: shared.settings.fetch_log_token.clone(),
         });
         App::new()
             .app_data(app_state)

@@ -15,7 +15,7 @@ use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use ipnetwork::IpNetwork;
 use registry_auth::Authenticator;
-use registry_auth::{auditor, collection_caller, manager, service_caller, Presented};
+use registry_auth::{auditor, collection_caller, manager, service_caller, shipper, Presented};
 use registry_domain::app::Caller;
 use registry_domain::policy::Action;
 use registry_domain::Service;
@@ -29,6 +29,9 @@ pub struct Gate {
     pub auth: Arc<Authenticator>,
     /// Trusted proxy networks.
     pub trusted_proxies: Vec<IpNetwork>,
+    /// The token a cache's log shipper presents (`REGISTRY_FETCH_LOG_TOKEN`); without one,
+    /// `POST /fetch-log` is not served.
+    pub fetch_log_token: Option<String>,
 }
 
 /// A caller on no one service (`/services`): an account, never an anonymous secret.
@@ -93,6 +96,30 @@ macro_rules! caller_argument {
 caller_argument!(Collection, collection_caller);
 caller_argument!(Manager, manager);
 caller_argument!(Auditor, auditor);
+
+/// The cache's log shipper (`POST /fetch-log`, docs/api.md, "Behind a CDN"): its bearer is the
+/// fetch-log token, checked by the authenticator (a wrong one counts against the address's
+/// failures). Without a token configured, the endpoint is not served: the answer of any
+/// unknown path.
+#[derive(Debug)]
+pub struct Shipper;
+
+impl FromRequest for Shipper {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let gate = gate(&req)?;
+            let Some(expected) = gate.fetch_log_token.as_deref() else {
+                return Err(ApiError::NotFound("no such endpoint".into()));
+            };
+            shipper(&gate.auth, &presented(&gate, &req), expected)?;
+            Ok(Shipper)
+        })
+    }
+}
 
 /// A caller allowed to act on the service of the path's `{subdomain}` segment (a subdomain or
 /// an id), with that service.

@@ -78,8 +78,10 @@ pub enum Access {
     Caller(Action),
     /// A caller allowed this action, on a POST that changes nothing (not counted as a change).
     Reads(Action),
-    /// No caller: the handler decides (an anonymous creation, the fetch log's token, the
-    /// operator's endpoints, the documents anyone may read).
+    /// A cache's log shipper, by the fetch-log token (`REGISTRY_FETCH_LOG_TOKEN`).
+    Shipper,
+    /// No caller: the handler decides (an anonymous creation, the operator's endpoints, the
+    /// documents anyone may read).
     Anyone,
     /// A browser page: not part of the API, not in `/openapi.json`.
     Page,
@@ -90,7 +92,7 @@ impl Access {
     pub fn action(self) -> Option<Action> {
         match self {
             Access::Caller(action) | Access::Reads(action) => Some(action),
-            Access::Anyone | Access::Page => None,
+            Access::Shipper | Access::Anyone | Access::Page => None,
         }
     }
 }

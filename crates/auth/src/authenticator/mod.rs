@@ -23,8 +23,10 @@ use registry_domain::ports::{
 use registry_domain::{Service, ServiceAccount};
 use registry_hasher::HashingLanes;
 use registry_replica::Replica;
+use sha2::Digest;
 use std::net::IpAddr;
 use std::sync::Arc;
+use subtle::ConstantTimeEq;
 use time::OffsetDateTime;
 
 /// Failed secrets for one lookup id per minute, from any address (docs/api.md, "Authentication").
@@ -495,6 +497,26 @@ fn request<'s>(call: Call<'_>, service: &'s Option<Arc<Service>>) -> Request<'s>
         Call::Accounts => Request::Accounts { target: None },
         Call::AuditTrail => Request::AuditTrail,
     }
+}
+
+/// Authenticates a cache shipping its access log (`POST /fetch-log`, docs/api.md, "Behind a
+/// CDN"): the bearer must be `expected` (`REGISTRY_FETCH_LOG_TOKEN`), compared in constant time
+/// (both hashed first, so the comparison's length is the digest's); a wrong one counts against
+/// the address's failures like any refused credential.
+pub fn shipper(auth: &Authenticator, req: &Presented<'_>, expected: &str) -> AuthResult<()> {
+    let now = auth.replica.now();
+    let (ip, given) = admitted(auth, req, now)?;
+    let same: bool = sha2::Sha256::digest(given)
+        .ct_eq(&sha2::Sha256::digest(expected))
+        .into();
+    if !same {
+        return Err(record_failure(
+            auth,
+            ip,
+            unauthorized("wrong fetch-log token"),
+        ));
+    }
+    Ok(())
 }
 
 /// Authenticates a call on `/services` (list or create). Anonymous secrets are refused with 403.

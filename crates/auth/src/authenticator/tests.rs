@@ -2,7 +2,7 @@
 //! a static token is accepted, stops at the next request once regenerated or its account
 //! deleted, an unknown secret is a 401, and the last use goes to the activity log once a minute.
 
-use super::{collection_caller, service_caller, Authenticator, Limits};
+use super::{collection_caller, service_caller, shipper, Authenticator, Limits};
 use crate::{AuthError, Counters, Presented};
 use registry_domain::app::{accounts, customers, services, Caller, Origin, Registry};
 use registry_domain::issuer::Issuers;
@@ -225,4 +225,33 @@ fn an_unknown_or_malformed_secret_is_refused() {
             );
         }
     });
+}
+
+#[test]
+fn a_log_shipper_presents_the_fetch_log_token_and_wrong_ones_count_as_failures() {
+    let w = world();
+    let expected = "a-fetch-log-token-of-thirty-two-chars";
+    let with = |bearer: &'static str| presented(bearer, Action::ConfigRead);
+    assert!(shipper(
+        &w.auth,
+        &with("Bearer a-fetch-log-token-of-thirty-two-chars"),
+        expected
+    )
+    .is_ok());
+    for wrong in [
+        "Bearer a-fetch-log-token-of-thirty-two-char",
+        "Bearer ",
+        "Basic eDp5",
+    ] {
+        let refused = shipper(&w.auth, &with(wrong), expected);
+        assert!(
+            matches!(refused, Err(AuthError::Unauthorized { .. })),
+            "{wrong}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        w.auth.auth_failures.tracked_keys(),
+        1,
+        "the address's failures were counted"
+    );
 }

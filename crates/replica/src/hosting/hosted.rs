@@ -13,8 +13,12 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// What glibc's allocator takes for a request of `len` bytes: a header of 8 bytes, rounded up
-/// to 16, 32 at least.
+/// What an allocation of `len` bytes is counted as: glibc's malloc's cost (a header of 8
+/// bytes, rounded up to 16, 32 at least). The `registry` binary does not run glibc's malloc but
+/// jemalloc (`tikv-jemallocator`, the global allocator of crates/server/src/main.rs), which keeps
+/// no header and rounds up to its size classes (16 bytes apart up to 128, then four per
+/// doubling): up to 128 bytes this counts at least what jemalloc takes, above it jemalloc may
+/// take up to a quarter more. Every allocation an entry keeps is counted, at this estimate.
 const fn allocation(len: usize) -> usize {
     if len == 0 {
         return 0;

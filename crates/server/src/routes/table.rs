@@ -30,7 +30,7 @@ macro_rules! routes {
     };
 }
 
-use Access::{Anyone, Caller, Page, Reads};
+use Access::{Anyone, Caller, Page, Reads, Shipper};
 
 routes! {
     "", "/services", Get, Caller(ServicesRead), services::list;
@@ -64,7 +64,7 @@ routes! {
     ACCOUNT, "/explain", Post, Reads(AccountsRead), refusals::explain;
     ACCOUNT, "/refusals", Get, Caller(AccountsRead), refusals::list;
     "", "/audit-events", Get, Caller(AuditRead), audit::list;
-    "", "/fetch-log", Post, Anyone, fetch_log::post;
+    "", "/fetch-log", Post, Shipper, fetch_log::post;
     "", "/", Get, Page, dashboard::landing;
     "", "/dashboard/anonymous/{subdomain}", Get, Page, dashboard::anonymous;
     "", "/healthz", Get, Anyone, ops::healthz;

@@ -1,8 +1,9 @@
 //! The caches in front of the registry (docs/api.md, "Behind a CDN"): when a service's public
 //! documents change, each replica asks every cache of `REGISTRY_PURGE_URLS` to drop its copies
 //! (`PURGE {path}` with the issuer's `Host`), so that a new key set is visible through the cache
-//! at once instead of when its copy expires.
+//! at once instead of when its copy expires. [`Purger`] is the domain's `CachePurger` port.
 
+use registry_domain::ports::{CachePurger, Purging};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 use url::Url;
@@ -164,5 +165,11 @@ mod tests {
         ] {
             assert!(Purger::new(&[bad.into()]).is_err(), "{bad}");
         }
+    }
+}
+
+impl CachePurger for Purger {
+    fn purge<'a>(&'a self, authority: &'a str, paths: &'a [&'a str]) -> Purging<'a> {
+        Box::pin(Purger::purge(self, authority, paths))
     }
 }

@@ -749,6 +749,18 @@ pub trait Sealing: Send + Sync {
     fn open(&self, sealed: &str) -> Result<Vec<u8>, String>;
 }
 
+/// A purge under way: whether every cache dropped its copies.
+pub type Purging<'a> = std::pin::Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
+
+/// The caches in front of the registry (docs/api.md, "Behind a CDN"). Asynchronous, like the
+/// verifier of identity tokens: a purge retries for up to a minute, and holds no thread
+/// meanwhile.
+pub trait CachePurger: Send + Sync + std::fmt::Debug {
+    /// Drops every cache's copies of `paths` under the host `authority` (retried with backoff);
+    /// whether every cache did.
+    fn purge<'a>(&'a self, authority: &'a str, paths: &'a [&'a str]) -> Purging<'a>;
+}
+
 /// What a replica reads to keep its caches as fresh as the database (docs/api.md, "Consistency"):
 /// the change log, and the rows a change names. Reads only: a replica writes nothing, the use
 /// cases do. Every adapter of the storage ports has it.

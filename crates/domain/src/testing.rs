@@ -26,13 +26,14 @@ use crate::custom_domain::{CustomDomain, DomainProblem};
 use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
-    fetch_hour, AccountStore, AcmeChallenge, ActivityLog, AgentFetches, AuditLog, Ceiling,
-    CertificateAuthority, Change, ChangeFeed, Clock, CredentialOwner, CredentialRecord,
+    fetch_hour, AccountStore, AcmeChallenge, ActivityLog, AgentFetches, AuditLog, CachePurger,
+    Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, CredentialOwner, CredentialRecord,
     CredentialStore, CustomerStore, Database, DatabaseSides, DocumentFetches, DomainStore,
     FetchLog, FetchedDocument, HasherBusy, IssuedCertificate, KeyImport, NetworkFetch,
-    OwnershipCheck, PoolUse, PurgeLog, Randomness, ReadinessLog, RefusalLog, Sealing, SecretHasher,
-    ServiceStore, StoreResult, StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate,
-    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+    OwnershipCheck, PoolUse, PurgeLog, Purging, Randomness, ReadinessLog, RefusalLog, Sealing,
+    SecretHasher, ServiceStore, StoreResult, StoredCredential, Ticks, TokenSignatureCheck,
+    VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
+    STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{PublishedConfig, VersionHistory};
@@ -1798,5 +1799,55 @@ impl ManualTicks {
 impl Ticks for ManualTicks {
     fn now(&self) -> std::time::Instant {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The caches in front of the registry, in memory: every purge recorded as `(host, path)`, and
+/// the hosts whose purges fail ([`MemoryPurger::fail`]).
+#[derive(Debug, Default)]
+pub struct MemoryPurger {
+    purged: Mutex<Vec<(String, String)>>,
+    failing: Mutex<BTreeSet<String>>,
+}
+
+impl MemoryPurger {
+    /// Purges of `host` fail from now on.
+    pub fn fail(&self, host: &str) {
+        (self.failing.lock().unwrap_or_else(PoisonError::into_inner)).insert(host.to_owned());
+    }
+
+    /// Every purge that succeeded, oldest first.
+    pub fn purged(&self) -> Vec<(String, String)> {
+        self.purged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl CachePurger for MemoryPurger {
+    fn purge<'a>(&'a self, authority: &'a str, paths: &'a [&'a str]) -> Purging<'a> {
+        let fails =
+            (self.failing.lock().unwrap_or_else(PoisonError::into_inner)).contains(authority);
+        if !fails {
+            let mut purged = self.purged.lock().unwrap_or_else(PoisonError::into_inner);
+            purged.extend(
+                paths
+                    .iter()
+                    .map(|p| (authority.to_owned(), (*p).to_owned())),
+            );
+        }
+        Box::pin(std::future::ready(!fails))
+    }
+}
+
+/// The output of a future that is ready at its first poll (the in-memory ports' futures): the
+/// use cases' unit tests need no runtime. Panics on a future that is not ready.
+pub fn ready<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => panic!("an in-memory future waited"),
     }
 }

@@ -59,16 +59,19 @@ pub async fn purge_changes(state: web::Data<AppState>) {
     while let Some(change) = changes.recv().await {
         let (state, purger) = (state.clone(), purger.clone());
         actix_web::rt::spawn(async move {
-            let issuers = state.replica.hosting.issuers();
-            let authority = issuers.authority_of(&change.subdomain);
             // The service's custom domain serves the same documents under its own host.
-            let mut purged = true;
+            let mut hosts = Vec::new();
             if let Some(served) = state.replica.domains.of_service(change.service_id) {
-                purged = purger
-                    .purge(&served.domain.domain, &crate::public::PUBLIC_PATHS)
-                    .await;
+                hosts.push(served.domain.domain.clone());
             }
-            if purger.purge(&authority, &crate::public::PUBLIC_PATHS).await && purged {
+            hosts.push(
+                state
+                    .replica
+                    .hosting
+                    .issuers()
+                    .authority_of(&change.subdomain),
+            );
+            if readiness::purge(&*purger, &hosts, &crate::public::PUBLIC_PATHS).await {
                 let (id, at) = (change.service_id, change.changed_at);
                 let recorded = state.write(move |r| readiness::purged(r, id, at)).await;
                 if recorded.is_err() {

@@ -17,7 +17,7 @@ use crate::app::{config, AppError, Caller, Registry};
 use crate::audit::Action;
 use crate::keys::{KeyRecord, KeyVerifier};
 use crate::network::Network;
-use crate::ports::NetworkFetch;
+use crate::ports::{CachePurger, NetworkFetch};
 use crate::service::PublishedConfig;
 use crate::Service;
 use serde_json::{json, Value};
@@ -222,6 +222,18 @@ pub fn readiness(
         "pending": pending,
         "verifiers": verifiers,
     }))
+}
+
+/// Purges every cache in front of the registry of `paths` under each of `hosts` (a service's
+/// subdomain, and its custom domain when one is served) after a change of its documents
+/// (docs/api.md, "Behind a CDN"): whether every purge succeeded, which the caller then records
+/// ([`purged`]); key readiness waits for that record. Every host is purged even when one fails.
+pub async fn purge(purger: &dyn CachePurger, hosts: &[String], paths: &[&str]) -> bool {
+    let mut all = true;
+    for host in hosts {
+        all &= purger.purge(host, paths).await;
+    }
+    all
 }
 
 /// Records that every cache in front of the registry dropped its copies of `service_id`'s
@@ -591,6 +603,23 @@ mod tests {
             readiness(&registry, &service, "other", false, at(600)),
             Err(AppError::NotFound(_))
         ));
+    }
+
+    /// Purging without a cache: every host is purged even when one fails, and only a purge of
+    /// them all counts.
+    #[test]
+    fn a_purge_succeeds_only_when_every_host_was_purged() {
+        use crate::testing::MemoryPurger;
+        let purger = MemoryPurger::default();
+        let hosts = ["k.oidc.test".to_owned(), "login.acme.com".to_owned()];
+        let paths = ["/.well-known/openid-configuration", "/openid/v1/jwks"];
+        assert!(crate::testing::ready(purge(&purger, &hosts, &paths)));
+        assert_eq!(purger.purged().len(), 4);
+        purger.fail("k.oidc.test");
+        assert!(!crate::testing::ready(purge(&purger, &hosts, &paths)));
+        let purged = purger.purged();
+        assert_eq!(purged.len(), 6, "the other host was purged all the same");
+        assert!(purged[4..].iter().all(|(host, _)| host == "login.acme.com"));
     }
 
     #[test]

@@ -134,6 +134,12 @@ impl Purger {
     }
 }
 
+impl CachePurger for Purger {
+    fn purge<'a>(&'a self, authority: &'a str, paths: &'a [&'a str]) -> Purging<'a> {
+        Box::pin(Purger::purge(self, authority, paths))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,11 +171,5 @@ mod tests {
         ] {
             assert!(Purger::new(&[bad.into()]).is_err(), "{bad}");
         }
-    }
-}
-
-impl CachePurger for Purger {
-    fn purge<'a>(&'a self, authority: &'a str, paths: &'a [&'a str]) -> Purging<'a> {
-        Box::pin(Purger::purge(self, authority, paths))
     }
 }

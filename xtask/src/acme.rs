@@ -51,6 +51,15 @@ pub fn run() -> Result<()> {
     let work = WorkDir::in_target("acme")?;
     let dir = &work.0;
     let dns = MockDns::start(dir)?;
+    // The real DNS lookup keeps the contract the in-memory fake keeps (crates/acme/tests).
+    crate::cmd::run(
+        crate::cmd::cargo("test --quiet -p registry-acme --test contract -- --ignored")
+            .env("REGISTRY_TEST_DNS", format!("127.0.0.1:{}", dns.port))
+            .env(
+                "REGISTRY_TEST_DNS_MANAGEMENT",
+                format!("127.0.0.1:{}", dns.management_port),
+            ),
+    )?;
     let pebble = Pebble::start(dir, dns.port)?;
     let cluster = Cluster::start()?;
     let url = cluster.admin_url();
@@ -522,6 +531,8 @@ struct MockDns {
     _process: Killed,
     /// Its DNS port (UDP and TCP) on 127.0.0.1.
     port: u16,
+    /// Its management API's port on 127.0.0.1.
+    management_port: u16,
     management: Http,
 }
 
@@ -538,6 +549,7 @@ impl MockDns {
                 .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""]),
             &log,
         )?;
+        let management_port = management;
         let management = Http::local(management);
         ready(&mut process, &log, "pebble-challtestsrv", || {
             management.call("GET", "/", None, None).is_ok()
@@ -545,6 +557,7 @@ impl MockDns {
         Ok(MockDns {
             _process: process,
             port,
+            management_port,
             management,
         })
     }

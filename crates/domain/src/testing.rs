@@ -1694,6 +1694,47 @@ impl CertificateAuthority for MemoryAuthority {
     }
 }
 
+/// A DNS name as one spelling: with its final dot.
+fn fqdn(name: &str) -> String {
+    format!("{}.", name.trim_end_matches('.'))
+}
+
+/// The contract of an [`OwnershipCheck`], written once: the domain's tests run it on
+/// [`MemoryDns`], and `cargo xtask acme` on `registry-acme`'s DNS lookup against
+/// pebble-challtestsrv (`crates/acme/tests/contract.rs`): where they differ, the fake is wrong.
+/// `put(name, value)` adds `value` to the TXT records of `name`.
+pub fn ownership_contract(check: &dyn OwnershipCheck, put: &mut dyn FnMut(&str, &str)) {
+    let name = "_registry-challenge.contract.example.test";
+    assert_eq!(
+        check.holds(name, "token-1"),
+        Ok(false),
+        "no record is no proof"
+    );
+    put(name, "token-1");
+    assert_eq!(check.holds(name, "token-1"), Ok(true));
+    assert_eq!(
+        check.holds(&format!("{name}."), "token-1"),
+        Ok(true),
+        "the same name"
+    );
+    assert_eq!(
+        check.holds(name, "token-2"),
+        Ok(false),
+        "another token is no proof"
+    );
+    assert_eq!(
+        check.holds(name, "token-"),
+        Ok(false),
+        "nor is a part of it"
+    );
+    let other = "_registry-challenge.other.example.test";
+    assert_eq!(
+        check.holds(other, "token-1"),
+        Ok(false),
+        "another name is no proof"
+    );
+}
+
 /// DNS in memory: the TXT records set with [`MemoryDns::put`], or every lookup failing.
 #[derive(Debug, Default)]
 pub struct MemoryDns {
@@ -1706,7 +1747,7 @@ impl MemoryDns {
     pub fn put(&self, name: &str, value: &str) {
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
         records
-            .entry(name.to_owned())
+            .entry(fqdn(name))
             .or_default()
             .push(value.to_owned());
     }
@@ -1724,7 +1765,7 @@ impl OwnershipCheck for MemoryDns {
         }
         let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(records
-            .get(name)
+            .get(&fqdn(name))
             .is_some_and(|values| values.iter().any(|v| v == token)))
     }
 }

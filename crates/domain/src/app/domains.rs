@@ -642,6 +642,12 @@ mod tests {
     }
 
     #[test]
+    fn the_in_memory_dns_keeps_the_ownership_contract() {
+        let dns = crate::testing::MemoryDns::default();
+        crate::testing::ownership_contract(&dns, &mut |name, value| dns.put(name, value));
+    }
+
+    #[test]
     fn without_an_acme_directory_domains_are_refused() {
         let (registry, _, caller, a, _) = two_services(false);
         assert!(matches!(

@@ -7,17 +7,14 @@
 
 use crate::cmd::{self, root};
 use anyhow::Result;
-use std::path::PathBuf;
 use std::process::Command;
-
-const DEFAULT_CHROMIUM: &str = "/usr/bin/chromium";
 
 /// Runs the browser tests; `node_args` go to `node --test`, e.g. `--test-name-pattern=expir`.
 /// Node.js, npm and Chromium are checked first (`cargo xtask setup --for e2e`), and installed
 /// when missing where that can be done.
 pub fn run(node_args: &[String]) -> Result<()> {
     crate::setup::ensure(crate::setup::Scope::E2e, true)?;
-    let chromium = chromium();
+    let chromium = crate::setup::chromium();
 
     let binary = crate::registry::build(false)?;
 
@@ -39,11 +36,4 @@ pub fn run(node_args: &[String]) -> Result<()> {
             .env("REGISTRY_BINARY", &binary)
             .env("CHROMIUM_PATH", &chromium),
     )
-}
-
-/// The Chromium the tests drive: `CHROMIUM_PATH`, else Debian's `/usr/bin/chromium`.
-pub fn chromium() -> PathBuf {
-    std::env::var_os("CHROMIUM_PATH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| DEFAULT_CHROMIUM.into())
 }

@@ -593,7 +593,7 @@ fn probe(tool: &Tool) -> Result<(), String> {
             }
         }
         Probe::Chromium => {
-            let chromium = crate::e2e::chromium();
+            let chromium = chromium();
             if chromium.is_file() {
                 Ok(())
             } else {
@@ -622,6 +622,16 @@ fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     path.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Debian's Chromium, the browser tests' default.
+const DEFAULT_CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The Chromium the tests drive: `CHROMIUM_PATH`, else Debian's `/usr/bin/chromium`.
+pub fn chromium() -> PathBuf {
+    std::env::var_os("CHROMIUM_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| DEFAULT_CHROMIUM.into())
 }
 
 #[cfg(test)]

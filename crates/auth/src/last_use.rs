@@ -2,7 +2,7 @@
 //! a minute per account and replica, off the request's path, never once per request.
 //!
 //! Each replica remembers the minute it last wrote for each account; a request in a later
-//! minute schedules one guarded write (`AccountStore::record_use`), which never moves the value
+//! minute schedules one guarded write (`ActivityLog::record_use`), which never moves the value
 //! backwards, so two replicas in the same minute change the row once.
 //!
 //! Each worker thread also remembers the minutes it has seen, and asks the replica's map (under

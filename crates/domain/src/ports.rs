@@ -1,13 +1,16 @@
 //! Ports: what the domain needs from the outside world, as traits the adapters implement.
 //!
 //! Storage is split by subject ([`CustomerStore`], [`ServiceStore`], [`AccountStore`],
-//! [`CredentialStore`], [`ChangeFeed`], [`AuditLog`], [`RefusalLog`], [`FetchLog`],
-//! [`ReadinessLog`], [`PurgeLog`], [`DomainStore`]: together [`Storage`], what the use cases of
+//! [`CredentialStore`], [`ChangeFeed`], [`AuditLog`], [`RefusalLog`], [`ActivityLog`],
+//! [`FetchLog`], [`ReadinessLog`], [`PurgeLog`], [`DomainStore`]: together [`Storage`], what the use cases of
 //! [`crate::app`] hold); one adapter (`registry-store`) implements them all. Outside the use
 //! cases, each consumer holds the narrow role it needs: the replica a [`ReplicaSource`] (reads
 //! only) and the [`Database`], the authenticator an [`ActivityLog`]. The
-//! storage traits are synchronous: diesel is, and the server runs them on a blocking pool.
-//! [`IdentityTokenVerifier`] is asynchronous because fetching an issuer's keys is.
+//! storage traits are synchronous: diesel is, and the server runs them on a blocking pool; so are
+//! the ports of custom domains ([`CertificateAuthority`], [`OwnershipCheck`], [`Sealing`]), run
+//! by the worker's step on that pool. [`IdentityTokenVerifier`] and [`CachePurger`] are
+//! asynchronous: fetching an issuer's keys, and a purge's minute of retries, must hold no thread.
+//! Time comes in as [`Clock`] (the time of day) and [`Ticks`] (monotonic time).
 
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
 use crate::custom_domain::{CustomDomain, DomainProblem};

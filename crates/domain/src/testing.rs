@@ -51,7 +51,7 @@ use uuid::Uuid;
 ///
 /// What it keeps as the real store keeps it: times truncated toward the past to the millisecond,
 /// subdomains in lower case, lists oldest first by creation time (then id), an account's last
-/// use only through [`AccountStore::record_use`], the rows a constraint would refuse refused with
+/// use only through [`ActivityLog::record_use`], the rows a constraint would refuse refused with
 /// the same [`StoreError`] (a taken id, tenant, subdomain or lookup id; a customer or account
 /// that does not exist). One difference remains: the domain reads no clock, so a change of the
 /// change log is dated by its audit event, where the real store dates it by the time of its

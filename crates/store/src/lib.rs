@@ -2,7 +2,8 @@
 //!
 //! The storage adapter of the registry: one [`Store`] that implements every storage port of
 //! [`registry_domain::ports`] (`CustomerStore`, `ServiceStore`, `AccountStore`,
-//! `CredentialStore`, `ChangeFeed`, `AuditLog`) on SQLite or PostgreSQL, chosen by the
+//! `CredentialStore`, `ChangeFeed`, `AuditLog`, `RefusalLog`, `ActivityLog`, `FetchLog`,
+//! `ReadinessLog`, `PurgeLog`, `DomainStore`, and `Database`) on SQLite or PostgreSQL, chosen by the
 //! database URL.
 //!
 //! * One schema for both backends (`migrations/{sqlite,postgres}`, same folder names),

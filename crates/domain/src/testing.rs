@@ -1894,3 +1894,51 @@ pub fn ready<F: std::future::Future>(future: F) -> F::Output {
         std::task::Poll::Pending => panic!("an in-memory future waited"),
     }
 }
+
+/// A customer created as an operator creates one, with its first account: what tests of the
+/// layers above the use cases start from.
+#[derive(Debug)]
+pub struct Tenant {
+    /// The use cases' ports and settings.
+    pub registry: crate::app::Registry,
+    /// The customer's first account (static, on every service), as a caller.
+    pub caller: crate::app::Caller,
+    /// That account's static token.
+    pub token: String,
+}
+
+/// The use cases over `store` with the in-memory ports (secrets hashed by `hasher`:
+/// [`PlainHasher`], unless the test verifies them for real), the hosted issuers of `template`
+/// under the API's `base_url`, and the business customer `acme` created at `now`.
+pub fn tenant(
+    store: std::sync::Arc<dyn crate::ports::Storage>,
+    hasher: std::sync::Arc<dyn SecretHasher>,
+    (template, base_url): (&str, &str),
+    now: OffsetDateTime,
+) -> Tenant {
+    use crate::app::{customers, Caller, Origin, Registry, Settings};
+    use std::sync::Arc;
+    let registry = Registry {
+        store,
+        random: Arc::new(FixedRandomness::default()),
+        hasher,
+        key_import: Arc::new(AcceptAllKeys),
+        signatures: Arc::new(GoodSignatures),
+        settings: Settings {
+            issuers: crate::issuer::Issuers::new(template, base_url).expect("a usable template"),
+            ..Settings::default()
+        },
+    };
+    let command = customers::CreateCustomer {
+        tenant: "acme".into(),
+        plan: "business".into(),
+        name: "Acme".into(),
+    };
+    let created = customers::create(&registry, command, now).expect("acme is created");
+    let origin = Origin::new(std::net::IpAddr::from([192, 0, 2, 1]), None);
+    Tenant {
+        caller: Caller::account(Arc::new(created.account), None, None, origin),
+        registry,
+        token: created.token,
+    }
+}

@@ -5,12 +5,12 @@
 //!
 //! `cargo bench -p registry-store --bench readiness [-- AGENTS]` (100,000 by default).
 
-use registry_domain::app::{config, customers, readiness, services, Caller, Origin, Registry};
+use registry_domain::app::{config, readiness, services};
 use registry_domain::network::Network;
 use registry_domain::ports::{
     AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
 };
-use registry_domain::testing::{AcceptAllKeys, FixedRandomness, GoodSignatures, PlainHasher};
+use registry_domain::testing::{self, PlainHasher, Tenant};
 use registry_store::Store;
 use serde_json::json;
 use std::sync::Arc;
@@ -42,24 +42,12 @@ fn main() {
     let url = format!("sqlite://{}", dir.join("registry.db").display());
     let store = Arc::new(Store::connect(&url).unwrap());
     store.migrate().unwrap();
-    let registry = Registry {
-        store: store.clone(),
-        random: Arc::new(FixedRandomness::default()),
-        hasher: Arc::new(PlainHasher),
-        key_import: Arc::new(AcceptAllKeys),
-        signatures: Arc::new(GoodSignatures),
-        settings: Default::default(),
-    };
     // 2026-11-29 12:00 UTC.
     let t0 = OffsetDateTime::from_unix_timestamp(1_795_953_600).unwrap();
-    let command = customers::CreateCustomer {
-        tenant: "acme".into(),
-        plan: "business".into(),
-        name: "Acme".into(),
-    };
-    let created = customers::create(&registry, command, t0).unwrap();
-    let origin = Origin::new("127.0.0.1".parse().unwrap(), None);
-    let caller = Caller::account(Arc::new(created.account), None, None, origin);
+    let template = ("http://{subdomain}.localhost:8080", "http://localhost:8080");
+    let Tenant {
+        registry, caller, ..
+    } = testing::tenant(store.clone(), Arc::new(PlainHasher), template, t0);
     let command = services::CreateService::default();
     let service = services::create(&registry, &caller, command, t0).unwrap();
 

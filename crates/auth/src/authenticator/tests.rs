@@ -4,13 +4,10 @@
 
 use super::{collection_caller, service_caller, shipper, Authenticator, Limits};
 use crate::{AuthError, Counters, Presented};
-use registry_domain::app::{accounts, customers, services, Caller, Origin, Registry};
-use registry_domain::issuer::Issuers;
+use registry_domain::app::{accounts, services, Caller, Registry};
 use registry_domain::policy::Action;
 use registry_domain::ports::{AccountStore, IdentityTokenVerifier, IssuerKeys, Verification};
-use registry_domain::testing::{
-    AcceptAllKeys, FixedRandomness, GoodSignatures, ManualClock, ManualTicks, MemoryStore,
-};
+use registry_domain::testing::{self, ManualClock, ManualTicks, MemoryStore};
 use registry_hasher::HashingLanes;
 use registry_replica::hosting::HostingCache;
 use registry_replica::Replica;
@@ -54,19 +51,11 @@ struct World {
 fn world() -> World {
     let store = Arc::new(MemoryStore::default());
     let clock = Arc::new(ManualClock::at(T0));
+    // Secrets hashed for real: the authenticator verifies them with argon2.
     let hasher = Arc::new(HashingLanes::start(1).unwrap());
-    let issuers = Issuers::new("https://{subdomain}.oidc.test", "https://registry.test").unwrap();
-    let registry = Registry {
-        store: store.clone(),
-        random: Arc::new(FixedRandomness::default()),
-        hasher: hasher.clone(),
-        key_import: Arc::new(AcceptAllKeys),
-        signatures: Arc::new(GoodSignatures),
-        settings: registry_domain::app::Settings {
-            issuers: issuers.clone(),
-            ..Default::default()
-        },
-    };
+    let template = ("https://{subdomain}.oidc.test", "https://registry.test");
+    let tenant = testing::tenant(store.clone(), hasher.clone(), template, T0);
+    let issuers = tenant.registry.settings.issuers.clone();
     let hosting = HostingCache::new(issuers, 1 << 20, |at| bytes::Bytes::from(at.to_string()));
     let replica = Arc::new(Replica::new(store.clone(), clock.clone(), hosting));
     let limits = Limits {
@@ -82,21 +71,13 @@ fn world() -> World {
         hasher,
         Arc::new(NoCounters),
     );
-    let command = customers::CreateCustomer {
-        tenant: "acme".into(),
-        plan: "business".into(),
-        name: "Acme".into(),
-    };
-    let created = customers::create(&registry, command, T0).unwrap();
-    let origin = Origin::new("192.0.2.1".parse().unwrap(), None);
-    let caller = Caller::account(Arc::new(created.account), None, None, origin);
     World {
         store,
         clock,
-        registry,
+        registry: tenant.registry,
         auth,
-        caller,
-        token: created.token,
+        caller: tenant.caller,
+        token: tenant.token,
     }
 }
 

@@ -4,12 +4,9 @@
 
 use super::Replica;
 use crate::hosting::{HostingCache, Lookup};
-use registry_domain::app::{accounts, config, customers, services, Caller, Origin, Registry};
-use registry_domain::issuer::Issuers;
+use registry_domain::app::{accounts, config, services, Caller, Registry};
 use registry_domain::ports::{ChangeFeed, Clock, CredentialOwner, ServiceStore};
-use registry_domain::testing::{
-    AcceptAllKeys, FixedRandomness, GoodSignatures, ManualClock, MemoryStore, PlainHasher,
-};
+use registry_domain::testing::{self, ManualClock, MemoryStore, PlainHasher};
 use registry_domain::Service;
 use serde_json::json;
 use std::sync::Arc;
@@ -29,38 +26,23 @@ struct World {
     token: String,
 }
 
+/// The hosted issuers of these tests.
+const TEMPLATE: (&str, &str) = ("https://{subdomain}.oidc.test", "https://registry.test");
+
 fn world() -> World {
     let store = Arc::new(MemoryStore::default());
     let clock = Arc::new(ManualClock::at(T0));
-    let issuers = Issuers::new("https://{subdomain}.oidc.test", "https://registry.test").unwrap();
-    let registry = Registry {
-        store: store.clone(),
-        random: Arc::new(FixedRandomness::default()),
-        hasher: Arc::new(PlainHasher),
-        key_import: Arc::new(AcceptAllKeys),
-        signatures: Arc::new(GoodSignatures),
-        settings: registry_domain::app::Settings {
-            issuers: issuers.clone(),
-            ..Default::default()
-        },
-    };
+    let tenant = testing::tenant(store.clone(), Arc::new(PlainHasher), TEMPLATE, T0);
+    let issuers = tenant.registry.settings.issuers.clone();
     let hosting = HostingCache::new(issuers, 1 << 20, |at| bytes::Bytes::from(at.to_string()));
     let replica = Replica::new(store.clone(), clock.clone(), hosting);
-    let command = customers::CreateCustomer {
-        tenant: "acme".into(),
-        plan: "business".into(),
-        name: "Acme".into(),
-    };
-    let created = customers::create(&registry, command, T0).unwrap();
-    let origin = Origin::new("192.0.2.1".parse().unwrap(), None);
-    let caller = Caller::account(Arc::new(created.account), None, None, origin);
     World {
         store,
         clock,
-        registry,
+        registry: tenant.registry,
         replica,
-        caller,
-        token: created.token,
+        caller: tenant.caller,
+        token: tenant.token,
     }
 }
 

@@ -1,6 +1,6 @@
-//! The one table of routes (the types are [`crate::route`]'s): each declared once, with its method, path, access and handler. The
-//! router (`routes::configure`), the `Allow` header of a 405, the action a caller must be
-//! allowed (`caller`), the paths of `/openapi.json` (checked against the document) and the
+//! The one table of routes (the types are [`crate::route`]'s): each declared once, with its
+//! method, path, access and handler. The router (`routes::configure`), the `Allow` header of a
+//! 405, the action a caller must be allowed (`caller`), the paths of `/openapi.json` (checked against the document) and the
 //! client commands' calls (checked against the table) all derive from it. A route's `access` is
 //! a field every entry must give: a route without one does not compile.
 

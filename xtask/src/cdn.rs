@@ -111,6 +111,16 @@ pub fn run() -> Result<()> {
     };
     let k1 = Signer::generate("k1")?;
     api.publish(&service, &with_lead(k1.jwks()))?;
+    // The purger keeps the contract the in-memory caches keep (crates/cdn/tests), on this cache.
+    run_command(
+        crate::cmd::cargo("test --quiet -p registry-cdn --test contract -- --ignored")
+            .env("REGISTRY_TEST_CACHE", format!("127.0.0.1:{cache_port}"))
+            .env(
+                "REGISTRY_TEST_CACHE_HOST",
+                format!("{service}.localhost:{cache_port}"),
+            )
+            .env("REGISTRY_TEST_CACHE_PATH", "/openid/v1/jwks"),
+    )?;
     let verify = |party: &str, token: &str| -> Result<()> {
         let out = match party {
             JOSE => Command::new("node")

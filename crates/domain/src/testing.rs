@@ -1663,10 +1663,16 @@ impl CertificateAuthority for MemoryAuthority {
         domain: &str,
         publish: &mut dyn FnMut(&AcmeChallenge) -> Result<(), String>,
     ) -> Result<IssuedCertificate, String> {
-        let (n, now, failure) = {
+        let (n, now, failure, accounts) = {
             let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            (s.orders.len(), s.now, s.failure.clone())
+            (s.orders.len(), s.now, s.failure.clone(), s.accounts)
         };
+        let made_here = (1..=accounts).any(|a| account == format!("{{\"account\":{a}}}"));
+        if !made_here {
+            return Err(format!(
+                "the stored ACME account: {account:?} is no account of this authority"
+            ));
+        }
         let challenge = AcmeChallenge {
             token: format!("token-{n}"),
             key_authorization: format!("token-{n}.thumbprint"),
@@ -1686,7 +1692,7 @@ impl CertificateAuthority for MemoryAuthority {
             chain_pem: format!(
                 "-----BEGIN CERTIFICATE-----\n{domain} {n}\n-----END CERTIFICATE-----\n"
             ),
-            key_pem: format!("private key {n}"),
+            key_pem: format!("-----BEGIN PRIVATE KEY-----\n{n}\n-----END PRIVATE KEY-----\n"),
             not_before,
             not_after: not_before + time::Duration::days(90),
             issuer: "CN=Memory CA".to_owned(),
@@ -1733,6 +1739,54 @@ pub fn ownership_contract(check: &dyn OwnershipCheck, put: &mut dyn FnMut(&str, 
         Ok(false),
         "another name is no proof"
     );
+}
+
+/// The contract of a [`CertificateAuthority`], written once: the domain's tests run it on
+/// [`MemoryAuthority`], and `cargo xtask acme` on `registry-acme`'s ACME client against Pebble
+/// (`crates/acme/tests/contract.rs`). `domain` is a name the authority validates by HTTP-01;
+/// `answer(challenge)` makes the domain answer the challenge.
+pub fn authority_contract(
+    authority: &dyn CertificateAuthority,
+    domain: &str,
+    answer: &mut dyn FnMut(&AcmeChallenge) -> Result<(), String>,
+) {
+    assert!(
+        authority.directory().starts_with("http"),
+        "{}",
+        authority.directory()
+    );
+    let account = authority.new_account().expect("an account is made");
+    let mut answered = 0;
+    let issued = authority.order(&account, domain, &mut |challenge| {
+        answered += 1;
+        answer(challenge)
+    });
+    let issued = issued.expect("a certificate is issued");
+    assert!(
+        answered >= 1,
+        "each authorization's challenge is handed over"
+    );
+    assert!(
+        issued.chain_pem.contains("-----BEGIN CERTIFICATE-----"),
+        "a PEM chain"
+    );
+    assert!(
+        issued.key_pem.contains("PRIVATE KEY-----"),
+        "with its new key"
+    );
+    assert!(issued.not_before < issued.not_after);
+    assert!(!issued.issuer.is_empty());
+    // A challenge that cannot be answered: no certificate, and the sentence says why.
+    let refused = authority.order(&account, domain, &mut |_| {
+        Err("the answer is not stored".into())
+    });
+    assert!(
+        matches!(&refused, Err(why) if why.contains("the answer is not stored")),
+        "{refused:?}"
+    );
+    // Credentials the authority did not make: no certificate.
+    let stranger = authority.order("{}", domain, &mut |challenge| answer(challenge));
+    assert!(stranger.is_err(), "{stranger:?}");
 }
 
 /// DNS in memory: the TXT records set with [`MemoryDns::put`], or every lookup failing.
@@ -1845,10 +1899,12 @@ impl Ticks for ManualTicks {
     }
 }
 
-/// The caches in front of the registry, in memory: every purge recorded as `(host, path)`, and
-/// the hosts whose purges fail ([`MemoryPurger::fail`]).
+/// The caches in front of the registry, in memory: what a GET through them would find cached
+/// ([`MemoryPurger::get`]), every purge recorded as `(host, path)`, and the hosts whose purges
+/// fail ([`MemoryPurger::fail`]).
 #[derive(Debug, Default)]
 pub struct MemoryPurger {
+    cached: Mutex<BTreeSet<(String, String)>>,
     purged: Mutex<Vec<(String, String)>>,
     failing: Mutex<BTreeSet<String>>,
 }
@@ -1866,6 +1922,13 @@ impl MemoryPurger {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// A GET of `path` under `host` through the caches: whether a cache answered it (a miss
+    /// keeps the answer, as a cache does).
+    pub fn get(&self, host: &str, path: &str) -> bool {
+        let mut cached = self.cached.lock().unwrap_or_else(PoisonError::into_inner);
+        !cached.insert((host.to_owned(), path.to_owned()))
+    }
 }
 
 impl CachePurger for MemoryPurger {
@@ -1873,15 +1936,48 @@ impl CachePurger for MemoryPurger {
         let fails =
             (self.failing.lock().unwrap_or_else(PoisonError::into_inner)).contains(authority);
         if !fails {
+            let mut cached = self.cached.lock().unwrap_or_else(PoisonError::into_inner);
             let mut purged = self.purged.lock().unwrap_or_else(PoisonError::into_inner);
-            purged.extend(
-                paths
-                    .iter()
-                    .map(|p| (authority.to_owned(), (*p).to_owned())),
-            );
+            for path in paths {
+                cached.remove(&(authority.to_owned(), (*path).to_owned()));
+                purged.push((authority.to_owned(), (*path).to_owned()));
+            }
         }
         Box::pin(std::future::ready(!fails))
     }
+}
+
+/// The contract of a [`CachePurger`], written once: the domain's tests run it on
+/// [`MemoryPurger`], and `cargo xtask cdn` on `registry-cdn`'s purger against Varnish
+/// (`crates/cdn/tests/contract.rs`). `host` serves `path` through the caches;
+/// `from_cache(host, path)` makes a GET through them and answers whether a cache answered it.
+pub async fn purger_contract(
+    purger: &dyn CachePurger,
+    host: &str,
+    path: &str,
+    from_cache: &mut dyn FnMut(&str, &str) -> bool,
+) {
+    from_cache(host, path);
+    assert!(
+        from_cache(host, path),
+        "a second GET is answered by the cache"
+    );
+    assert!(
+        purger.purge(host, &[path]).await,
+        "the caches took the purge"
+    );
+    assert!(
+        !from_cache(host, path),
+        "the purge dropped the cache's copy"
+    );
+    assert!(from_cache(host, path), "and the next GET kept the new one");
+    // Under another host, the same path is another copy: purging it is a success that leaves
+    // this one.
+    assert!(purger.purge("other.example.test", &[path]).await);
+    assert!(
+        from_cache(host, path),
+        "another host's purge leaves this host's copy"
+    );
 }
 
 /// The output of a future that is ready at its first poll (the in-memory ports' futures): the

@@ -579,11 +579,9 @@ mod tests {
         let served = get(&registry, &a).unwrap();
         assert_eq!(served.status, DomainStatus::Active);
         let certificate = served.certificate.clone().unwrap();
-        assert_eq!(
-            MarkSealing.open(&certificate.sealed_key).unwrap(),
-            b"private key 0"
-        );
-        assert!(!certificate.sealed_key.contains("private key"));
+        let key = MarkSealing.open(&certificate.sealed_key).unwrap();
+        assert!(String::from_utf8(key).unwrap().contains("PRIVATE KEY"));
+        assert!(!certificate.sealed_key.contains("PRIVATE KEY"));
         let kept = store.acme_account("https://ca.test/dir").unwrap().unwrap();
         assert!(kept.starts_with("sealed:"), "the account is kept sealed");
         assert_eq!(
@@ -639,6 +637,12 @@ mod tests {
             advance(&registry, &outside, failed, retry).unwrap(),
             Step::Nothing
         );
+    }
+
+    #[test]
+    fn the_in_memory_authority_keeps_the_authority_contract() {
+        let authority = crate::testing::MemoryAuthority::new("https://ca.test/dir");
+        crate::testing::authority_contract(&authority, "login.acme.com", &mut |_| Ok(()));
     }
 
     #[test]

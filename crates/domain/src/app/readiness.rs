@@ -623,6 +623,19 @@ mod tests {
     }
 
     #[test]
+    fn the_in_memory_caches_keep_the_purger_contract() {
+        use crate::testing::{purger_contract, ready, MemoryPurger};
+        let purger = MemoryPurger::default();
+        let mut from_cache = |host: &str, path: &str| purger.get(host, path);
+        ready(purger_contract(
+            &purger,
+            "k.oidc.test",
+            "/openid/v1/jwks",
+            &mut from_cache,
+        ));
+    }
+
+    #[test]
     fn with_caches_to_purge_a_key_waits_for_the_purge_of_its_publication() {
         let (registry, service) = published(0);
         let later = T0 + Duration::seconds(5);

@@ -199,7 +199,7 @@ pub enum Step {
 }
 
 /// One step of the worker for `domain` at `now` (docs/api.md, "Custom domains"): a TXT lookup
-/// of a claim being verified, recorded ([`looked`]); or, for a domain to issue or renew, under
+/// of a claim being verified, recorded (`looked`); or, for a domain to issue or renew, under
 /// the domain's ordering lock (one replica at a time) and within the ACME budget, an order, its
 /// HTTP-01 answers stored for every replica to serve, its key sealed, recorded with the next
 /// step's time. Every write is this function's: the caller settles it on its replica.

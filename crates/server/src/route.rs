@@ -118,6 +118,19 @@ impl Route {
     pub fn pattern(&self) -> String {
         format!("{}{}", self.scope, self.path)
     }
+
+    /// Its path with `values` in its `{name}` segments, in order, each percent-encoded as one
+    /// segment (what a client calls).
+    pub fn path_with(&self, values: &[&str]) -> String {
+        let mut values = values.iter();
+        (self.pattern().split('/'))
+            .map(|segment| match segment.starts_with('{') {
+                true => registry_client::path_segment(values.next().copied().unwrap_or_default()),
+                false => segment.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
 }
 
 impl std::fmt::Debug for Route {
@@ -156,6 +169,7 @@ pub fn allow(routes: &[&Route]) -> String {
 
 /// Whether `path` (a path the client calls, query string left out) is served by `route`'s
 /// pattern: each `{name}` stands for one segment.
+#[cfg(test)]
 pub fn serves(route: &Route, path: &str) -> bool {
     let pattern = route.pattern();
     let path = path.split('?').next().unwrap_or_default();

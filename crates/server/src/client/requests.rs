@@ -7,7 +7,9 @@ use super::commands::{
     ServicesCommand,
 };
 use super::tables::{problem_sentence, table};
-use registry_client::{config_path, path_segment as segment, Credentials, RegistryApi};
+use crate::route::Verb::{self, Delete, Get, Patch, Post, Put};
+use crate::routes::table;
+use registry_client::{path_segment as segment, Credentials, RegistryApi};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -35,22 +37,38 @@ fn read_json(path: &PathBuf) -> Result<Value, ClientError> {
         .map_err(|e| ClientError::File(format!("{} is not JSON: {e}", path.display())))
 }
 
-/// Whether the API has a route for `method` on `path`: every call the commands make is one of
-/// the route table's (`routes::table`), checked before it leaves.
-fn routed(method: &str, path: &str) -> bool {
-    use crate::route::serves;
-    use crate::routes::table::ROUTES;
-    ROUTES
-        .iter()
-        .any(|route| route.verb.method() == method && serves(route, path))
+/// The request of the route of the table (`routes::table`) that serves `verb` on `pattern`,
+/// its `{name}` segments filled with `values` (each percent-encoded), with `body`: every call a
+/// command makes is derived from the table, so it names a route the server serves.
+fn api(
+    verb: Verb,
+    pattern: &str,
+    values: &[&str],
+    body: Option<Value>,
+) -> Result<Request, ClientError> {
+    let route = table::find(verb, pattern).ok_or_else(|| {
+        ClientError::Unreachable(format!(
+            "{} {pattern} is no route of the registry's API",
+            verb.method()
+        ))
+    })?;
+    Ok((verb.method(), route.path_with(values), body))
+}
+
+/// `request` with `?source=` when a key source is named.
+fn with_source((method, path, body): Request, source: Option<&str>) -> Request {
+    match source {
+        Some(source) => (method, format!("{path}?source={}", segment(source)), body),
+        None => (method, path, body),
+    }
 }
 
 pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
-    let service = |s: &str| format!("/services/{}", segment(s));
-    let account = |id: &str| format!("/service-accounts/{}", segment(id));
+    const SERVICE: &str = "/services/{subdomain}";
+    const ACCOUNT: &str = "/service-accounts/{id}";
     Ok(match call {
-        Call::Services(ServicesCommand::List) => ("GET", "/services".into(), None),
-        Call::Services(ServicesCommand::Get { service: s }) => ("GET", service(s), None),
+        Call::Services(ServicesCommand::List) => api(Get, "/services", &[], None)?,
+        Call::Services(ServicesCommand::Get { service: s }) => api(Get, SERVICE, &[s], None)?,
         Call::Services(ServicesCommand::Create {
             name,
             title,
@@ -66,12 +84,13 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
                     body[field] = json!(value);
                 }
             }
-            ("POST", "/services".into(), Some(body))
+            api(Post, "/services", &[], Some(body))?
         }
-        Call::Services(ServicesCommand::Delete { service: s }) => ("DELETE", service(s), None),
-        Call::Config(ConfigCommand::Get { service: s, source }) => {
-            ("GET", config_path(s, source.as_deref()), None)
-        }
+        Call::Services(ServicesCommand::Delete { service: s }) => api(Delete, SERVICE, &[s], None)?,
+        Call::Config(ConfigCommand::Get { service: s, source }) => with_source(
+            api(Get, "/services/{subdomain}/config", &[s], None)?,
+            source.as_deref(),
+        ),
         Call::Config(ConfigCommand::Push {
             service: s,
             source,
@@ -90,47 +109,46 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
             if let Some(seconds) = lead_seconds {
                 body["rotationLeadSeconds"] = json!(seconds);
             }
-            ("PUT", config_path(s, source.as_deref()), Some(body))
+            let put = api(Put, "/services/{subdomain}/config", &[s], Some(body))?;
+            with_source(put, source.as_deref())
         }
-        Call::Config(ConfigCommand::Delete { service: s, source }) => {
-            ("DELETE", config_path(s, source.as_deref()), None)
-        }
-        Call::Domain(DomainCommand::Get { service: s }) => {
-            ("GET", format!("{}/domain", service(s)), None)
-        }
-        Call::Domain(DomainCommand::Set { service: s, domain }) => (
-            "PUT",
-            format!("{}/domain", service(s)),
-            Some(json!({"domain": domain})),
+        Call::Config(ConfigCommand::Delete { service: s, source }) => with_source(
+            api(Delete, "/services/{subdomain}/config", &[s], None)?,
+            source.as_deref(),
         ),
+        Call::Domain(DomainCommand::Get { service: s }) => {
+            api(Get, "/services/{subdomain}/domain", &[s], None)?
+        }
+        Call::Domain(DomainCommand::Set { service: s, domain }) => {
+            let body = Some(json!({"domain": domain}));
+            api(Put, "/services/{subdomain}/domain", &[s], body)?
+        }
         Call::Domain(DomainCommand::Delete { service: s }) => {
-            ("DELETE", format!("{}/domain", service(s)), None)
+            api(Delete, "/services/{subdomain}/domain", &[s], None)?
         }
         Call::Keys(KeysCommand::List { service: s }) => {
-            ("GET", format!("{}/keys", service(s)), None)
+            api(Get, "/services/{subdomain}/keys", &[s], None)?
         }
-        Call::Keys(KeysCommand::Delete { service: s, kid }) => (
-            "DELETE",
-            format!("{}/keys/{}", service(s), segment(kid)),
-            None,
-        ),
+        Call::Keys(KeysCommand::Delete { service: s, kid }) => {
+            api(Delete, "/services/{subdomain}/keys/{kid}", &[s, kid], None)?
+        }
         Call::Keys(
             KeysCommand::Readiness { service: s, kid }
             | KeysCommand::Wait {
                 service: s, kid, ..
             },
-        ) => (
-            "GET",
-            format!("{}/keys/{}/readiness", service(s), segment(kid)),
+        ) => api(
+            Get,
+            "/services/{subdomain}/keys/{kid}/readiness",
+            &[s, kid],
             None,
-        ),
-        Call::Accounts(AccountsCommand::List) => ("GET", "/service-accounts".into(), None),
-        Call::Accounts(AccountsCommand::Get { id }) => ("GET", account(id), None),
-        Call::Accounts(AccountsCommand::Create { name, policy_file }) => (
-            "POST",
-            "/service-accounts".into(),
-            Some(json!({"name": name, "policy": read_json(policy_file)?})),
-        ),
+        )?,
+        Call::Accounts(AccountsCommand::List) => api(Get, "/service-accounts", &[], None)?,
+        Call::Accounts(AccountsCommand::Get { id }) => api(Get, ACCOUNT, &[id], None)?,
+        Call::Accounts(AccountsCommand::Create { name, policy_file }) => {
+            let body = json!({"name": name, "policy": read_json(policy_file)?});
+            api(Post, "/service-accounts", &[], Some(body))?
+        }
         Call::Accounts(AccountsCommand::Update {
             id,
             name,
@@ -143,29 +161,26 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
             if let Some(file) = policy_file {
                 body["policy"] = read_json(file)?;
             }
-            ("PATCH", account(id), Some(body))
+            api(Patch, ACCOUNT, &[id], Some(body))?
         }
-        Call::Accounts(AccountsCommand::Delete { id }) => ("DELETE", account(id), None),
+        Call::Accounts(AccountsCommand::Delete { id }) => api(Delete, ACCOUNT, &[id], None)?,
         Call::Accounts(AccountsCommand::Regenerate { id }) => {
-            ("POST", format!("{}/regenerate-token", account(id)), None)
+            api(Post, "/service-accounts/{id}/regenerate-token", &[id], None)?
         }
         Call::Preflight {
             service: s,
             token_file: None,
-        } => ("GET", format!("{}/preflight", service(s)), None),
+        } => api(Get, "/services/{subdomain}/preflight", &[s], None)?,
         Call::Preflight {
             service: s,
             token_file: Some(file),
         } => {
             let token = std::fs::read_to_string(file)
                 .map_err(|e| ClientError::File(format!("cannot read {}: {e}", file.display())))?;
-            (
-                "POST",
-                format!("{}/preflight", service(s)),
-                Some(json!({"token": token.trim()})),
-            )
+            let body = Some(json!({"token": token.trim()}));
+            api(Post, "/services/{subdomain}/preflight", &[s], body)?
         }
-        Call::Fetches { service: s } => ("GET", format!("{}/fetches", service(s)), None),
+        Call::Fetches { service: s } => api(Get, "/services/{subdomain}/fetches", &[s], None)?,
         Call::AuditEvents {
             since,
             action,
@@ -186,7 +201,8 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
             } else {
                 format!("?{}", query.join("&"))
             };
-            ("GET", format!("/audit-events{query}"), None)
+            let (method, path, body) = api(Get, "/audit-events", &[], None)?;
+            (method, format!("{path}{query}"), body)
         }
     })
 }
@@ -216,11 +232,6 @@ fn call(
     (api, runtime): &(RegistryApi, tokio::runtime::Runtime),
     (method, path, body): &Request,
 ) -> Result<Value, ClientError> {
-    if !routed(method, path) {
-        return Err(ClientError::Unreachable(format!(
-            "{method} {path} is no route of the registry's API"
-        )));
-    }
     let (status, answer) = runtime
         .block_on(api.call(method, path, body.as_ref()))
         .map_err(|e| ClientError::Unreachable(e.to_string()))?;
@@ -355,13 +366,17 @@ mod tests {
         ];
         for call in &calls {
             let (method, path, _) = request(call).unwrap();
-            assert!(routed(method, &path), "{method} {path}");
+            let served = (table::ROUTES.iter())
+                .any(|r| r.verb.method() == method && crate::route::serves(r, &path));
+            assert!(served, "{method} {path}");
         }
-        assert!(
-            !routed("POST", "/services/x/keys"),
-            "a method the path does not serve"
+        let (_, path, _) = request(&calls[9]).unwrap();
+        assert_eq!(
+            path, "/services/api%20acme%2Fx/keys/k%201/readiness",
+            "one segment each"
         );
-        assert!(!routed("GET", "/services/x/nothing"));
+        assert!(api(Post, "/services/{subdomain}/keys", &["x"], None).is_err());
+        assert!(api(Get, "/services/{subdomain}/nothing", &["x"], None).is_err());
     }
 
     #[test]

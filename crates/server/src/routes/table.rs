@@ -1,8 +1,9 @@
 //! The one table of routes (the types are [`crate::route`]'s): each declared once, with its
 //! method, path, access and handler. The router (`routes::configure`), the `Allow` header of a
-//! 405, the action a caller must be allowed (`caller`), the paths of `/openapi.json` (checked against the document) and the
-//! client commands' calls (checked against the table) all derive from it. A route's `access` is
-//! a field every entry must give: a route without one does not compile.
+//! 405, the action a caller must be allowed (`caller`), the paths of `/openapi.json` (checked
+//! against the document) and the client commands' calls (`client::requests::api`: a route of the
+//! table, its segments filled) all derive from it. A route's `access` is a field every entry must
+//! give: a route without one does not compile.
 
 use super::{
     accounts, anonymous, audit, config, domains, fetch_log, keys, ops, preflight, refusals,
@@ -74,6 +75,13 @@ routes! {
     "", "/problems/{slug}", Get, Anyone, crate::problem::pages::page;
     "", "/schemas/service-account-policy/v1.json", Get, Anyone, ops::policy_schema;
     "", "/schemas/service-account-policy/v2.json", Get, Anyone, ops::policy_schema_v2;
+}
+
+/// The route serving `verb` on the path pattern `pattern`, if the table has one.
+pub fn find(verb: Verb, pattern: &str) -> Option<&'static Route> {
+    ROUTES
+        .iter()
+        .find(|route| route.verb == verb && route.pattern() == pattern)
 }
 
 /// The resources of the table, in order: (scope, path, the routes of that path).

@@ -2038,3 +2038,14 @@ pub fn tenant(
         token: created.token,
     }
 }
+
+/// The body of `PUT /services/{s}/config` that publishes `key` (a JWK) under a minimal discovery
+/// document whose signing algorithm is `alg`: what the tests above the use cases publish.
+pub fn upload_of(key: Value, alg: &str) -> Value {
+    serde_json::json!({
+        "openidConfiguration": {"issuer": "https://k.example",
+            "jwks_uri": "https://k.example/jwks", "response_types_supported": ["id_token"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": [alg]},
+        "jwks": {"keys": [key]}})
+}

@@ -87,13 +87,8 @@ fn main() {
 
     let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": "k2",
         "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
-    let body = json!({
-        "openidConfiguration": {"issuer": "https://k.example",
-            "jwks_uri": "https://k.example/jwks", "response_types_supported": ["id_token"],
-            "subject_types_supported": ["public"],
-            "id_token_signing_alg_values_supported": ["EdDSA"]},
-        "jwks": {"keys": [key]},
-        "rotationLeadSeconds": 0});
+    let mut body = testing::upload_of(key, "EdDSA");
+    body["rotationLeadSeconds"] = json!(0);
     let command = config::PublishConfig {
         body,
         source: "default".into(),

@@ -157,12 +157,7 @@ mod tests {
         let n = URL_SAFE_NO_PAD.encode(&n);
         let upload = |kid: &str| {
             let key = json!({"kty": "RSA", "kid": kid, "alg": "RS256", "e": "AQAB", "n": n});
-            let body = json!({
-                "openidConfiguration": {"issuer": "https://k.example",
-                    "jwks_uri": "https://k.example/jwks", "response_types_supported": ["id_token"],
-                    "subject_types_supported": ["public"],
-                    "id_token_signing_alg_values_supported": ["RS256"]},
-                "jwks": {"keys": [key]}});
+            let body = crate::testing::upload_of(key, "RS256");
             config::publish(
                 &registry,
                 &caller,

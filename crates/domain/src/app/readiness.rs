@@ -458,13 +458,8 @@ mod tests {
             _ => "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08",
         };
         let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": x});
-        let body = json!({
-            "openidConfiguration": {"issuer": "https://k.example",
-                "jwks_uri": "https://k.example/jwks", "response_types_supported": ["id_token"],
-                "subject_types_supported": ["public"],
-                "id_token_signing_alg_values_supported": ["EdDSA"]},
-            "jwks": {"keys": [key]},
-            "rotationLeadSeconds": lead});
+        let mut body = crate::testing::upload_of(key, "EdDSA");
+        body["rotationLeadSeconds"] = json!(lead);
         let command = config_app::PublishConfig {
             body,
             source: crate::keys::DEFAULT_SOURCE.into(),

@@ -67,12 +67,7 @@ impl World {
     fn publish(&self, service: &Service, kid: &str) {
         let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": kid,
             "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
-        let body = json!({
-            "openidConfiguration": {"issuer": "https://k.example",
-                "jwks_uri": "https://k.example/jwks", "response_types_supported": ["id_token"],
-                "subject_types_supported": ["public"],
-                "id_token_signing_alg_values_supported": ["EdDSA"]},
-            "jwks": {"keys": [key]}});
+        let body = testing::upload_of(key, "EdDSA");
         let command = config::PublishConfig {
             body,
             source: registry_domain::keys::DEFAULT_SOURCE.into(),

@@ -182,36 +182,42 @@ async fn an_empty_key_set_is_a_withdrawal() {
     );
 }
 
-fn short_lived(config: OidcConfig) -> OidcVerifier {
+/// A verifier whose keys may be fresh for as little as a second, on time the test moves.
+fn short_lived(config: OidcConfig) -> (OidcVerifier, Arc<ManualTicks>) {
     let config = OidcConfig {
         min_key_ttl: Duration::from_secs(1),
         ..config
     };
-    OidcVerifier::new(config, Arc::new(registry_server::SystemTicks)).unwrap()
+    let ticks = Arc::new(ManualTicks::default());
+    (OidcVerifier::new(config, ticks.clone()).unwrap(), ticks)
 }
 
 #[tokio::test]
 async fn max_age_sets_freshness() {
     let issuer = TestIssuer::start();
-    let verifier = short_lived(OidcConfig::insecure());
+    let (verifier, ticks) = short_lived(OidcConfig::insecure());
     let token = issuer.mint("ES256", claims(&issuer.url()));
     issuer.set_cache_control(Some("public, max-age=1"));
     verify(&verifier, &token).await.unwrap();
     issuer.set_cache_control(Some("max-age=3600"));
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ticks.advance(Duration::from_millis(999));
+    verify(&verifier, &token).await.unwrap();
+    assert_eq!(issuer.fetches(JWKS_PATH), 1, "fresh for its max-age");
+    ticks.advance(Duration::from_millis(1));
     verify(&verifier, &token).await.unwrap();
     assert_eq!(issuer.fetches(JWKS_PATH), 2, "stale after max-age");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ticks.advance(Duration::from_secs(3599));
     verify(&verifier, &token).await.unwrap();
     assert_eq!(issuer.fetches(JWKS_PATH), 2, "fresh for an hour now");
 
     // The lower bound applies to small and missing-but-forbidding values alike.
     let clamped = TestIssuer::start();
     clamped.set_cache_control(Some("no-store"));
-    let default_min = super::verifier();
+    let ticks = Arc::new(ManualTicks::default());
+    let default_min = OidcVerifier::new(OidcConfig::insecure(), ticks.clone()).unwrap();
     let token = clamped.mint("ES256", claims(&clamped.url()));
     verify(&default_min, &token).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ticks.advance(Duration::from_secs(299));
     verify(&default_min, &token).await.unwrap();
     assert_eq!(
         clamped.fetches(JWKS_PATH),
@@ -223,7 +229,7 @@ async fn max_age_sets_freshness() {
 #[tokio::test]
 async fn stale_keys_work_through_an_outage_until_the_grace_ends() {
     let issuer = TestIssuer::start();
-    let verifier = short_lived(OidcConfig {
+    let (verifier, ticks) = short_lived(OidcConfig {
         stale_key_grace: Duration::from_secs(3),
         retry_after_failure: Duration::from_millis(200),
         ..OidcConfig::insecure()
@@ -232,7 +238,7 @@ async fn stale_keys_work_through_an_outage_until_the_grace_ends() {
     let token = issuer.mint("ES256", claims(&issuer.url()));
     verify(&verifier, &token).await.unwrap();
     issuer.set_behaviour(Behaviour::Unavailable);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ticks.advance(Duration::from_millis(1100));
     verify(&verifier, &token)
         .await
         .expect("stale keys within the grace");
@@ -241,9 +247,19 @@ async fn stale_keys_work_through_an_outage_until_the_grace_ends() {
         1,
         "a refresh was attempted"
     );
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    ticks.advance(Duration::from_millis(1899));
+    verify(&verifier, &token)
+        .await
+        .expect("stale keys until the grace's last moment");
+    ticks.advance(Duration::from_millis(1));
     assert!(verify(&verifier, &token).await.is_err(), "grace over");
     issuer.set_behaviour(Behaviour::Normal);
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    // The last fetch failed 1 ms ago (the one of the grace's last moment): none is tried within
+    // retry_after_failure of it, whatever the issuer does meanwhile.
+    assert!(
+        verify(&verifier, &token).await.is_err(),
+        "no fetch sooner than retry_after_failure after the last failure"
+    );
+    ticks.advance(Duration::from_millis(199));
     verify(&verifier, &token).await.expect("the issuer is back");
 }

@@ -6,6 +6,7 @@ mod guard;
 mod tokens;
 
 use registry_domain::ports::VerifiedToken;
+use registry_domain::testing::ManualTicks;
 use registry_oidc::{OidcConfig, OidcError, OidcVerifier};
 use serde_json::{json, Value};
 use std::sync::Arc;

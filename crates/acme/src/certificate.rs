@@ -5,26 +5,6 @@ use crate::AcmeError;
 use time::OffsetDateTime;
 use x509_parser::pem::Pem;
 
-/// A certificate chain and its private key, as an order produced them.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Issued {
-    /// The chain, leaf first (PEM).
-    pub chain_pem: String,
-    /// The leaf's private key (PKCS#8 PEM).
-    pub key_pem: String,
-    /// The leaf's validity and issuer.
-    pub validity: Validity,
-}
-
-impl std::fmt::Debug for Issued {
-    // Never print the key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Issued")
-            .field("validity", &self.validity)
-            .finish_non_exhaustive()
-    }
-}
-
 /// A leaf certificate's validity and issuer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Validity {

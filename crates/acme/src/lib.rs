@@ -15,10 +15,10 @@ mod ports;
 mod sealed;
 mod txt;
 
-pub use certificate::{Issued, Validity};
+pub use certificate::Validity;
 /// The ACME account orders are made with.
 pub use instant_acme::Account;
-pub use order::{AcmeClient, Challenge};
+pub use order::AcmeClient;
 pub use sealed::DataKey;
 pub use txt::TxtLookup;
 

@@ -2,33 +2,16 @@
 //! caller), one order per domain, the HTTP-01 challenge published by the caller wherever every
 //! replica answers it, then the certificate.
 
-use crate::certificate::{Issued, Validity};
+use crate::certificate::Validity;
 use crate::AcmeError;
 use instant_acme::{
     Account, AccountBuilder, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier,
     NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
+use registry_domain::ports::{AcmeChallenge, IssuedCertificate};
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// An HTTP-01 challenge to answer: `GET /.well-known/acme-challenge/{token}` on the domain, on
-/// port 80, answers `key_authorization`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Challenge {
-    /// The token, the last path segment.
-    pub token: String,
-    /// The body to answer.
-    pub key_authorization: String,
-}
-
-impl std::fmt::Debug for Challenge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Challenge")
-            .field("token", &self.token)
-            .finish_non_exhaustive()
-    }
-}
 
 /// The ACME directory certificates are ordered from (`REGISTRY_ACME_DIRECTORY`), with the
 /// account's contact (`REGISTRY_ACME_EMAIL`) and, for a private CA, the root its HTTPS is
@@ -134,9 +117,9 @@ impl AcmeClient {
         account: &Account,
         domain: &str,
         mut publish: F,
-    ) -> Result<Issued, AcmeError>
+    ) -> Result<IssuedCertificate, AcmeError>
     where
-        F: FnMut(Challenge) -> Fut,
+        F: FnMut(AcmeChallenge) -> Fut,
         Fut: Future<Output = Result<(), String>>,
     {
         let identifiers = [Identifier::Dns(domain.to_owned())];
@@ -157,7 +140,7 @@ impl AcmeClient {
                     .ok_or_else(|| {
                         AcmeError::Order("the ACME server offers no HTTP-01 challenge".into())
                     })?;
-            publish(Challenge {
+            publish(AcmeChallenge {
                 token: challenge.token.clone(),
                 key_authorization: challenge.key_authorization().as_str().to_owned(),
             })
@@ -186,10 +169,12 @@ impl AcmeClient {
             .await
             .map_err(|e| problem("downloading the certificate", e))?;
         let validity = Validity::of_chain(&chain_pem)?;
-        Ok(Issued {
+        Ok(IssuedCertificate {
             chain_pem,
             key_pem,
-            validity,
+            not_before: validity.not_before,
+            not_after: validity.not_after,
+            issuer: validity.issuer,
         })
     }
 }

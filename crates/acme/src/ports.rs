@@ -32,24 +32,15 @@ impl CertificateAuthority for AcmeClient {
     ) -> Result<IssuedCertificate, String> {
         let issued = finish(async {
             let (account, _) = self.account(Some(account)).await?;
-            let publish = |challenge: crate::Challenge| {
-                let published = publish(&AcmeChallenge {
-                    token: challenge.token,
-                    key_authorization: challenge.key_authorization,
-                });
+            let publish = |challenge: AcmeChallenge| {
+                let published = publish(&challenge);
                 async move { published }
             };
             AcmeClient::order(self, &account, domain, publish).await
         })
         .map_err(|e| e.to_string())?;
-        tracing::info!(domain, not_after = %issued.validity.not_after, "custom domain: certificate issued");
-        Ok(IssuedCertificate {
-            chain_pem: issued.chain_pem,
-            key_pem: issued.key_pem,
-            not_before: issued.validity.not_before,
-            not_after: issued.validity.not_after,
-            issuer: issued.validity.issuer,
-        })
+        tracing::info!(domain, not_after = %issued.not_after, "custom domain: certificate issued");
+        Ok(issued)
     }
 }
 

@@ -101,6 +101,40 @@ pub enum ClientError {
     /// No way to authenticate was given.
     #[error("no credentials for the registry: set REGISTRY_TOKEN or --identity-token-file")]
     NoCredentials,
+    /// The registry accepted the call but its answer is not what the call answers.
+    #[error("the registry's answer to {method} {url} is not {expected}")]
+    Unexpected {
+        /// The method.
+        method: &'static str,
+        /// The URL.
+        url: String,
+        /// What the answer should have been (`{header, signature, kid}`).
+        expected: &'static str,
+    },
+}
+
+/// A signature the registry made with one of a service's managed keys (`POST
+/// /services/{s}/sign`): the token is `header.claims.signature`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signature {
+    /// The token's first segment, base64url: the JSON header `{"alg", "kid", "typ": "JWT"}`.
+    pub header: String,
+    /// The token's third segment, base64url: the signature of `header.claims`.
+    pub signature: String,
+    /// The key that signed, as the header names it.
+    pub kid: String,
+}
+
+impl Signature {
+    /// The signature of a 200 answer's body; `None` when a member is missing or not a string.
+    fn from_answer(body: &Value) -> Option<Self> {
+        let member = |name: &str| body.get(name).and_then(Value::as_str).map(str::to_owned);
+        Some(Self {
+            header: member("header")?,
+            signature: member("signature")?,
+            kid: member("kid")?,
+        })
+    }
 }
 
 /// A path segment of the API made of the user's text: what is not unreserved (RFC 3986) is
@@ -319,6 +353,50 @@ impl RegistryApi {
             (status, body) => Err(self.refused("PUT", &path, status, &body)),
         }
     }
+
+    /// Has the registry sign `claims` (the token's payload, base64url without padding: exactly
+    /// its second segment) with `service`'s current managed key (`POST /services/{s}/sign`,
+    /// action `tokens:sign`). Any answer but a 200 is [`ClientError::Refused`]: `invalid-claims`,
+    /// `no-key-ready` (no managed key is safe to sign with yet), a 429, a 5xx.
+    pub async fn sign(&self, service: &str, claims: &str) -> Result<Signature, ClientError> {
+        let path = format!("/services/{}/sign", path_segment(service));
+        let body = serde_json::json!({"claims": claims});
+        match self.call("POST", &path, Some(&body)).await? {
+            (200, body) => Signature::from_answer(&body).ok_or_else(|| ClientError::Unexpected {
+                method: "POST",
+                url: format!("{}{path}", self.base),
+                expected: "{header, signature, kid}",
+            }),
+            (status, body) => Err(self.refused("POST", &path, status, &body)),
+        }
+    }
+
+    /// How `service` signs (`GET /services/{s}/signing`, action `config:read`): `{algorithm,
+    /// rotationPeriodSeconds, maxTokenSeconds, leadSeconds, nextRotationAt, keys}`, each key
+    /// `{kid, state, algorithm, createdAt, safeToSignAt, signingSince, lastSignedAt, withdrawAt,
+    /// publicKey}` with `state` `next`, `current` or `retiring` and `publicKey` the DER
+    /// SubjectPublicKeyInfo in base64 (standard alphabet, padded). A service that does not sign
+    /// is a 404, [`ClientError::Refused`] like any answer but a 200.
+    pub async fn signing(&self, service: &str) -> Result<Value, ClientError> {
+        let path = format!("/services/{}/signing", path_segment(service));
+        match self.call("GET", &path, None).await? {
+            (200, body) => Ok(body),
+            (status, body) => Err(self.refused("GET", &path, status, &body)),
+        }
+    }
+
+    /// Every key `service` publishes or keeps, current ones first (`GET /services/{s}/keys`,
+    /// action `config:read`): `{keys: [{kid, kty, alg, thumbprint, state, source, sources,
+    /// firstPublishedAt, retiredAt, publishedUntil}]}`, `state` `current` or `retired`, `source`
+    /// the key source that published it first (`managed` for the keys the registry makes). Any
+    /// answer but a 200 is [`ClientError::Refused`].
+    pub async fn keys(&self, service: &str) -> Result<Value, ClientError> {
+        let path = format!("/services/{}/keys", path_segment(service));
+        match self.call("GET", &path, None).await? {
+            (200, body) => Ok(body),
+            (status, body) => Err(self.refused("GET", &path, status, &body)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -347,6 +425,28 @@ mod tests {
             (page.slug.as_str(), page.detail.as_str()),
             ("", "no detail")
         );
+    }
+
+    #[test]
+    fn a_signature_is_its_three_members_and_nothing_less() {
+        let answer = json!({"header": "eyJh", "signature": "c2ln", "kid": "k1", "extra": 1});
+        assert_eq!(
+            Signature::from_answer(&answer),
+            Some(Signature {
+                header: "eyJh".into(),
+                signature: "c2ln".into(),
+                kid: "k1".into(),
+            })
+        );
+        assert_eq!(
+            Signature::from_answer(&json!({"header": "eyJh", "signature": "c2ln"})),
+            None
+        );
+        assert_eq!(
+            Signature::from_answer(&json!({"header": "eyJh", "signature": 1, "kid": "k1"})),
+            None
+        );
+        assert_eq!(Signature::from_answer(&Value::Null), None);
     }
 
     #[test]

@@ -430,7 +430,9 @@ fn decide_federated_service<'a>(
 /// creates, changes, deletes or re-keys (`target`, the new policy or the existing one) is no
 /// broader than the caller: within its addresses, and allowed no action the caller may not
 /// take itself (`caller_actions`, [`actions_of`]). No account mints, widens or takes over an
-/// account broader than itself.
+/// account broader than itself, with one exception: `tokens:sign` is never implied, so granting
+/// it is left to the accounts that manage every service (`accounts:write` on `"*"`, the
+/// customer's first account among them), which may grant it without holding it.
 ///
 /// ```
 /// use registry_domain::access::{may_manage, Refusal};
@@ -460,6 +462,11 @@ fn decide_federated_service<'a>(
 ///     may_manage(&scope, manager.actions(), &manager, Some(&writer)),
 ///     Err(Refusal::Forbidden(_))
 /// ));
+///
+/// // It may mint a signer, though it cannot sign itself.
+/// let signer = policy(json!({"$schema": v2, "kind": "static", "services": ["api-acme"],
+///     "actions": ["tokens:sign", "config:read"]}));
+/// assert!(may_manage(&scope, manager.actions(), &manager, Some(&signer)).is_ok());
 /// ```
 pub fn may_manage(
     caller_scope: &crate::policy::Scope<'_>,
@@ -485,6 +492,12 @@ pub fn may_manage(
                 .into(),
         ));
     }
+    // Minting tokens is never implied (not by "*"), so a manager of every service grants it
+    // without holding it.
+    let caller_actions = match caller_actions.contains(Action::AccountsWrite) {
+        true => caller_actions.union(Actions::of(&[Action::TokensSign])),
+        false => caller_actions,
+    };
     if !caller_actions.includes(target.actions()) {
         let missing: Vec<&str> = target
             .actions()
@@ -784,18 +797,45 @@ mod tests {
             ask(Request::Service(Some(&theirs)), Action::ServicesWrite),
             Err(Refusal::NotFound)
         );
-        // A version-1 policy allows every action, as before.
+        // A version-1 policy allows every action, as before, but minting tokens.
         let v1 = static_account(json!({"kind": "static", "services": ["*"]}));
-        for action in Action::ALL {
-            let service = service_of(v1.customer_id, "api-acme");
-            assert!(decide(
+        let service = service_of(v1.customer_id, "api-acme");
+        let ask_v1 = |action| {
+            decide(
                 Credential::Account(&v1),
                 Request::Service(Some(&service)),
                 action,
                 ip,
-                NOW
+                NOW,
             )
-            .is_ok());
+            .map(|_| ())
+        };
+        for action in Action::ALL {
+            match action {
+                Action::TokensSign => assert_eq!(
+                    ask_v1(action),
+                    Err(Refusal::ActionNotAllowed(Action::TokensSign))
+                ),
+                _ => assert_eq!(ask_v1(action), Ok(())),
+            }
+        }
+        // Nor does "*" in version 2; naming it does.
+        let star = static_account(
+            json!({"$schema": V2, "kind": "static", "services": ["*"], "actions": ["*"]}),
+        );
+        let signer = static_account(
+            json!({"$schema": V2, "kind": "static", "services": ["api-acme"], "actions": ["tokens:sign"]}),
+        );
+        for (account, allowed) in [(&star, false), (&signer, true)] {
+            let service = service_of(account.customer_id, "api-acme");
+            let decided = decide(
+                Credential::Account(account),
+                Request::Service(Some(&service)),
+                Action::TokensSign,
+                ip,
+                NOW,
+            );
+            assert_eq!(decided.is_ok(), allowed);
         }
     }
 

@@ -79,11 +79,23 @@ pub enum Action {
     DomainDelete,
     /// The owner dismissed a verifier of a key (docs/api.md, "Key readiness").
     VerifierDismiss,
+    /// Managed signing was turned on (docs/api.md, "Managed signing").
+    SigningEnable,
+    /// Managed signing's settings changed.
+    SigningUpdate,
+    /// Managed signing was turned off.
+    SigningDisable,
+    /// A next managed key was made: a rotation started (asked, compromised, or its period over).
+    SigningRotate,
+    /// The next managed key became safe and signs now; the previous one retires.
+    SigningSwitch,
+    /// Managed keys left the key set: every token they signed has expired.
+    SigningWithdraw,
 }
 
 impl Action {
     /// Every action, in the contract's order.
-    pub const ALL: [Action; 22] = [
+    pub const ALL: [Action; 28] = [
         Action::CustomerCreate,
         Action::CustomerUpdate,
         Action::CustomerDisable,
@@ -106,6 +118,12 @@ impl Action {
         Action::DomainPut,
         Action::DomainDelete,
         Action::VerifierDismiss,
+        Action::SigningEnable,
+        Action::SigningUpdate,
+        Action::SigningDisable,
+        Action::SigningRotate,
+        Action::SigningSwitch,
+        Action::SigningWithdraw,
     ];
 
     /// The action's name, such as `config.put`.
@@ -133,6 +151,12 @@ impl Action {
             Action::DomainPut => "domain.put",
             Action::DomainDelete => "domain.delete",
             Action::VerifierDismiss => "verifier.dismiss",
+            Action::SigningEnable => "signing.enable",
+            Action::SigningUpdate => "signing.update",
+            Action::SigningDisable => "signing.disable",
+            Action::SigningRotate => "signing.rotate",
+            Action::SigningSwitch => "signing.switch",
+            Action::SigningWithdraw => "signing.withdraw",
         }
     }
 }

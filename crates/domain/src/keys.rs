@@ -759,6 +759,73 @@ impl KeyState {
         Some(state.without_empty_sources())
     }
 
+    /// This state with the managed keys (docs/api.md, "Managed signing") as `managed` lists them
+    /// (`kid` and public JWK): a key new to the state is first published at `now` with `lead`
+    /// seconds and the `verifiers` of keys published now; a managed key no longer listed leaves
+    /// the key set at once (the managed keys' own life keeps it as long as its tokens live).
+    /// Every other source's keys stay as they are.
+    pub fn with_managed(
+        &self,
+        managed: &[(String, Map<String, Value>)],
+        lead: u32,
+        verifiers: &[KeyVerifier],
+        now: OffsetDateTime,
+    ) -> KeyState {
+        let source = crate::signing::MANAGED_SOURCE;
+        let listed = |kid: &str| managed.iter().any(|(k, _)| k == kid);
+        let mut keys: Vec<KeyRecord> = Vec::new();
+        for key in &self.keys {
+            if key.retired_at.is_some() || !key.held_by(source) || listed(&key.kid) {
+                keys.push(key.clone());
+            } else if let Some(kept) = key.without_holder(source) {
+                keys.push(kept);
+            }
+        }
+        for (kid, jwk) in managed {
+            if keys.iter().any(|k| k.kid == *kid && k.retired_at.is_none()) {
+                continue;
+            }
+            let Some(thumbprint) = thumbprint(jwk) else {
+                continue;
+            };
+            keys.push(KeyRecord {
+                kid: kid.clone(),
+                jwk: jwk.clone(),
+                thumbprint,
+                first_published_at: now,
+                retired_at: None,
+                published_until: None,
+                lead_seconds: lead,
+                source: source.to_owned(),
+                also_sources: Vec::new(),
+                verifiers: Some(verifiers.to_vec()),
+            });
+        }
+        // Current keys first, then the retired ones, each in their order.
+        keys.sort_by_key(|k| k.retired_at.is_some());
+        let mut sources = self.sources();
+        sources.insert(
+            source.to_owned(),
+            SourceUpload {
+                discovery: None,
+                retain_hours: 0,
+            },
+        );
+        KeyState { keys, sources }.without_empty_sources()
+    }
+
+    /// Whether there are current keys and every one is managed: the discovery document is then
+    /// the registry's own.
+    pub fn only_managed(&self) -> bool {
+        let mut current = self
+            .keys
+            .iter()
+            .filter(|k| k.retired_at.is_none())
+            .peekable();
+        current.peek().is_some()
+            && current.all(|k| k.sources().all(|s| s == crate::signing::MANAGED_SOURCE))
+    }
+
     /// The public key set's current part: every source's current keys (`{"keys": [...]}`),
     /// what the store keeps as the published key set.
     pub fn current_set(&self) -> Value {

@@ -17,6 +17,8 @@
 //! * [`anonymous`]: lifetime of anonymous services.
 //! * [`credentials`]: the shape of static tokens and anonymous secrets.
 //! * [`claims`]: time-based checks of a verified JWT's registered claims.
+//! * [`signing`]: managed signing: the keys the registry holds for a service, their rotation,
+//!   the checks of the claims it signs.
 //! * [`ports`]: the traits the adapters implement (storage, clock, randomness, hashing, tokens).
 //! * `testing` (the cargo feature `testing`, off by default): in-memory adapters of the ports
 //!   for tests, `MemoryStore` first, held to the real store's contract by the integration suite.
@@ -59,6 +61,7 @@ pub mod preflight;
 pub mod publishing;
 pub mod refusal;
 pub mod service;
+pub mod signing;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;

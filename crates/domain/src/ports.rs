@@ -2,7 +2,7 @@
 //!
 //! Storage is split by subject ([`CustomerStore`], [`ServiceStore`], [`AccountStore`],
 //! [`CredentialStore`], [`ChangeFeed`], [`AuditLog`], [`RefusalLog`], [`ActivityLog`],
-//! [`FetchLog`], [`ReadinessLog`], [`PurgeLog`], [`DomainStore`]: together [`Storage`], what the use cases of
+//! [`FetchLog`], [`ReadinessLog`], [`PurgeLog`], [`DomainStore`], [`SigningStore`]: together [`Storage`], what the use cases of
 //! [`crate::app`] hold); one adapter (`registry-store`) implements them all. Outside the use
 //! cases, each consumer holds the narrow role it needs: the replica a [`ReplicaSource`] (reads
 //! only) and the [`Database`], the authenticator an [`ActivityLog`]. The
@@ -752,6 +752,63 @@ pub trait Sealing: Send + Sync {
     fn open(&self, sealed: &str) -> Result<Vec<u8>, String>;
 }
 
+/// The keys of managed signing (docs/api.md, "Managed signing"): made here, their private half
+/// sealed under the data key at once, so that it never reaches the domain nor storage in clear.
+/// Synchronous and CPU-bound: a use case calls it where waiting is allowed.
+pub trait ManagedKeys: Send + Sync {
+    /// A new key pair of `algorithm` (P-256 for ES256, a 2048-bit modulus for RS256): its public
+    /// JWK and DER, its private key sealed.
+    fn make(&self, algorithm: crate::signing::Algorithm)
+        -> Result<crate::signing::MadeKey, String>;
+    /// The JWS signature of `message` (the header and the claims, as a JWT joins them) with the
+    /// sealed key `kid` of `algorithm`: ES256's is `R || S`, 64 bytes. The adapter may keep the
+    /// opened key in memory, by `kid`.
+    fn sign(
+        &self,
+        kid: &str,
+        algorithm: crate::signing::Algorithm,
+        sealed: &str,
+        message: &[u8],
+    ) -> Result<Vec<u8>, String>;
+}
+
+/// Managed signing's state (docs/api.md, "Managed signing"): one row per service that turned it
+/// on, its settings and keys (each private key sealed), and when the rotation step is due.
+pub trait SigningStore: Send + Sync {
+    /// The service's managed signing, if it was turned on and has keys left.
+    fn signing(&self, service_id: Uuid) -> StoreResult<Option<crate::signing::Signing>>;
+    /// Changes the service's signing and, with it, its published configuration, in one
+    /// transaction: `change` gets both as stored and answers what to write (`None`: nothing).
+    /// The configuration's change is logged for the replicas; `event` (none for a step that only
+    /// moves the due time) is recorded when something was written. The row is locked for the
+    /// transaction: replicas racing for one rotation write it once. `NotFound` when the service
+    /// is gone.
+    fn update_signing(
+        &self,
+        service_id: Uuid,
+        change: &mut dyn FnMut(
+            Option<crate::signing::Signing>,
+            Option<PublishedConfig>,
+        ) -> Option<SigningChange>,
+        event: Option<&AuditEvent>,
+    ) -> StoreResult<bool>;
+    /// Records a signature by `kid` at `at` (no audit event, no change log: no cache holds it).
+    fn record_signature(&self, service_id: Uuid, kid: &str, at: OffsetDateTime) -> StoreResult<()>;
+    /// Up to `limit` services whose rotation step is due at `now`, most overdue first.
+    fn signing_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>>;
+}
+
+/// What one change of managed signing writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigningChange {
+    /// The signing after the change; `None` removes it (no key left).
+    pub signing: Option<crate::signing::Signing>,
+    /// When its rotation step is due next.
+    pub due_at: Option<OffsetDateTime>,
+    /// The published configuration after the change, when it changed (its managed keys).
+    pub config: Option<PublishedConfig>,
+}
+
 /// A purge under way: whether every cache dropped its copies.
 pub type Purging<'a> = std::pin::Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
 
@@ -860,6 +917,7 @@ pub trait Storage:
     + ReadinessLog
     + PurgeLog
     + DomainStore
+    + SigningStore
     + std::fmt::Debug
 {
 }
@@ -877,6 +935,7 @@ impl<T> Storage for T where
         + ReadinessLog
         + PurgeLog
         + DomainStore
+        + SigningStore
         + std::fmt::Debug
 {
 }

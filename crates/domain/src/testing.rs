@@ -29,14 +29,15 @@ use crate::ports::{
     fetch_hour, AccountStore, AcmeChallenge, ActivityLog, AgentFetches, AuditLog, CachePurger,
     Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, CredentialOwner, CredentialRecord,
     CredentialStore, CustomerStore, Database, DatabaseSides, DocumentFetches, DomainStore,
-    FetchLog, FetchedDocument, HasherBusy, IssuedCertificate, KeyImport, NetworkFetch,
+    FetchLog, FetchedDocument, HasherBusy, IssuedCertificate, KeyImport, ManagedKeys, NetworkFetch,
     OwnershipCheck, PoolUse, PurgeLog, Purging, Randomness, ReadinessLog, RefusalLog, Sealing,
-    SecretHasher, ServiceStore, StoreResult, StoredCredential, Ticks, TokenSignatureCheck,
-    VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
-    STORED_NETWORKS_PER_AGENT,
+    SecretHasher, ServiceStore, SigningChange, SigningStore, StoreResult, StoredCredential, Ticks,
+    TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
+    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{PublishedConfig, VersionHistory};
+use crate::signing::Signing;
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -88,6 +89,8 @@ struct State {
     /// `(domain, token)` → key authorization.
     challenges: BTreeMap<(String, String), String>,
     acme_accounts: BTreeMap<String, String>,
+    /// Managed signing by service, with when its step is due.
+    signing: BTreeMap<Uuid, (Signing, Option<OffsetDateTime>)>,
 }
 
 #[derive(Debug)]
@@ -554,6 +557,7 @@ impl ServiceStore for MemoryStore {
         }
         s.services.retain(|x| x.id != id);
         s.configs.remove(&id);
+        s.signing.remove(&id);
         if let Some((gone, _)) = s.domains.remove(&id).filter(|(d, _)| d.is_held()) {
             s.challenges.retain(|(domain, _), _| *domain != gone.domain);
         }
@@ -1015,6 +1019,122 @@ fn stored_domain(domain: &CustomDomain) -> CustomDomain {
         certificate.not_after = ms(certificate.not_after);
     }
     kept
+}
+
+impl SigningStore for MemoryStore {
+    fn signing(&self, service_id: Uuid) -> StoreResult<Option<Signing>> {
+        Ok(self.lock().signing.get(&service_id).map(|(s, _)| s.clone()))
+    }
+
+    fn update_signing(
+        &self,
+        service_id: Uuid,
+        change: &mut dyn FnMut(Option<Signing>, Option<PublishedConfig>) -> Option<SigningChange>,
+        event: Option<&AuditEvent>,
+    ) -> StoreResult<bool> {
+        let mut s = self.lock();
+        if !s.service_exists(service_id) {
+            return Err(StoreError::NotFound);
+        }
+        let stored = s.signing.get(&service_id).map(|(s, _)| s.clone());
+        let config = s.configs.get(&service_id).cloned();
+        let history = config.as_ref().map(VersionHistory::of);
+        let Some(written) = change(stored, config) else {
+            return Ok(false);
+        };
+        match written.signing {
+            Some(signing) => {
+                s.signing
+                    .insert(service_id, (signing, written.due_at.map(ms)));
+            }
+            None => {
+                s.signing.remove(&service_id);
+            }
+        }
+        let changes: &[Change] = match written.config {
+            Some(config) => {
+                let config = VersionHistory::date(history.as_ref(), config);
+                s.configs.insert(service_id, stored_config(config));
+                &[Change::Service(service_id)]
+            }
+            None => &[],
+        };
+        match event {
+            Some(event) => s.commit(event, changes),
+            None => s.log(changes, OffsetDateTime::UNIX_EPOCH),
+        }
+        Ok(true)
+    }
+
+    fn record_signature(&self, service_id: Uuid, kid: &str, at: OffsetDateTime) -> StoreResult<()> {
+        if let Some((signing, _)) = self.lock().signing.get_mut(&service_id) {
+            signing.record_signature(kid, at);
+        }
+        Ok(())
+    }
+
+    fn signing_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>> {
+        let s = self.lock();
+        let mut due: Vec<(OffsetDateTime, Uuid)> = (s.signing.iter())
+            .filter_map(|(id, (_, at))| Some(((*at)?, *id)))
+            .filter(|(at, _)| *at <= now)
+            .collect();
+        due.sort();
+        Ok(due.into_iter().take(limit).map(|(_, id)| id).collect())
+    }
+}
+
+/// Managed keys without cryptography, for use-case tests: each key a distinct fake EC public
+/// key, its "private key" sealed by [`MarkSealing`]'s rule, and a "signature" the SHA-256 of
+/// the kid and the message, so a test can tell which key signed what.
+#[derive(Debug, Default)]
+pub struct CountingKeys {
+    made: std::sync::atomic::AtomicU32,
+}
+
+impl CountingKeys {
+    /// The signature [`CountingKeys::sign`] makes of `message` with `kid`.
+    pub fn signature_of(kid: &str, message: &[u8]) -> Vec<u8> {
+        use sha2::Digest;
+        let mut hash = sha2::Sha256::new();
+        hash.update(kid.as_bytes());
+        hash.update(b".");
+        hash.update(message);
+        hash.finalize().to_vec()
+    }
+}
+
+impl ManagedKeys for CountingKeys {
+    fn make(
+        &self,
+        algorithm: crate::signing::Algorithm,
+    ) -> Result<crate::signing::MadeKey, String> {
+        let n = self.made.fetch_add(1, Ordering::SeqCst);
+        let jwk = match algorithm {
+            crate::signing::Algorithm::Es256 => {
+                serde_json::json!({"kty": "EC", "crv": "P-256", "x": format!("x-{n}"), "y": "y"})
+            }
+            crate::signing::Algorithm::Rs256 => {
+                serde_json::json!({"kty": "RSA", "n": format!("n-{n}"), "e": "AQAB"})
+            }
+        };
+        Ok(crate::signing::MadeKey {
+            jwk: jwk.as_object().cloned().unwrap_or_default(),
+            public_key_der: n.to_be_bytes().to_vec(),
+            sealed: MarkSealing.seal(format!("private-{n}").as_bytes()),
+        })
+    }
+
+    fn sign(
+        &self,
+        kid: &str,
+        _algorithm: crate::signing::Algorithm,
+        sealed: &str,
+        message: &[u8],
+    ) -> Result<Vec<u8>, String> {
+        MarkSealing.open(sealed)?;
+        Ok(Self::signature_of(kid, message))
+    }
 }
 
 impl DomainStore for MemoryStore {
@@ -2020,6 +2140,7 @@ pub fn tenant(
         hasher,
         key_import: Arc::new(AcceptAllKeys),
         signatures: Arc::new(GoodSignatures),
+        managed_keys: Some(Arc::new(CountingKeys::default())),
         settings: Settings {
             issuers: crate::issuer::Issuers::new(template, base_url).expect("a usable template"),
             ..Settings::default()

@@ -41,6 +41,7 @@ mod error;
 mod fetch;
 mod hosted;
 mod keys;
+mod managed;
 pub mod sync;
 mod tls;
 mod token;
@@ -54,6 +55,7 @@ pub use config::OidcConfig;
 pub use error::OidcError;
 pub use hosted::HostedKeys;
 pub use keys::{Alg, VerifierKeyImport, VerifierSignatureCheck};
+pub use managed::SealedKeys;
 pub use tls::{trust_roots, TrustRoots};
 
 use cache::KeyCache;

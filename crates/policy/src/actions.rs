@@ -1,7 +1,9 @@
 //! What a call does ([`Action`]) and what a policy lets its holder do ([`Actions`]).
 //!
 //! A version-2 policy lists the actions it allows (`actions`, top level for a static policy, in
-//! each rule of an OIDC one); a version-1 policy allows every action.
+//! each rule of an OIDC one); a version-1 policy allows every action but one: minting tokens
+//! ([`Action::TokensSign`]) is never implied, neither by `"*"` nor by version 1, only granted by
+//! a version-2 policy that names it.
 
 use crate::violation::Violation;
 use crate::Violations;
@@ -37,11 +39,14 @@ pub enum Action {
     AccountsWrite,
     /// `audit:read`: read the audit trail.
     AuditRead,
+    /// `tokens:sign`: have the registry sign a token with a service's managed key. Only a
+    /// version-2 policy that names it allows it: `"*"` does not.
+    TokensSign,
 }
 
 impl Action {
     /// Every action, in the order of the documentation (and of [`Actions::iter`]).
-    pub const ALL: [Action; 7] = [
+    pub const ALL: [Action; 8] = [
         Action::ServicesRead,
         Action::ServicesWrite,
         Action::ConfigRead,
@@ -49,6 +54,7 @@ impl Action {
         Action::AccountsRead,
         Action::AccountsWrite,
         Action::AuditRead,
+        Action::TokensSign,
     ];
 
     /// The name a policy writes (`"services:read"`, …).
@@ -61,6 +67,7 @@ impl Action {
             Action::AccountsRead => "accounts:read",
             Action::AccountsWrite => "accounts:write",
             Action::AuditRead => "audit:read",
+            Action::TokensSign => "tokens:sign",
         }
     }
 
@@ -114,11 +121,12 @@ pub(crate) fn accepted_values() -> String {
     )
 }
 
-/// A set of actions. `Actions::ALL` is what `"*"` grants (every action, and any added later) and
-/// what every version-1 document grants.
+/// A set of actions. `Actions::ALL` is what `"*"` grants (every action, and any added later,
+/// except [`Action::TokensSign`], which is never implied) and what every version-1 document
+/// grants.
 ///
-/// `"*"` is not the list of today's seven actions: a policy that lists them all does not grant
-/// an action added later, so it does not [include](Actions::includes) `Actions::ALL`.
+/// `"*"` is not the list of today's seven other actions: a policy that lists them all does not
+/// grant an action added later, so it does not [include](Actions::includes) `Actions::ALL`.
 ///
 /// ```
 /// use registry_policy::{Action, Actions};
@@ -128,8 +136,12 @@ pub(crate) fn accepted_values() -> String {
 /// assert!(!read.contains(Action::ConfigWrite));
 /// assert!(Actions::ALL.includes(read));
 /// assert!(!read.includes(Actions::ALL));
-/// let seven = Actions::of(&Action::ALL);
+/// let seven = Actions::of(&Action::ALL[..7]);
 /// assert!(Actions::ALL.includes(seven) && !seven.includes(Actions::ALL));
+/// // Minting tokens is never implied by "*".
+/// assert!(!Actions::ALL.contains(Action::TokensSign));
+/// let signer = Actions::ALL.union(Actions::of(&[Action::TokensSign]));
+/// assert!(signer.is_all() && signer.contains(Action::TokensSign));
 /// assert_eq!(read.union(Actions::of(&[Action::AuditRead])).iter().count(), 3);
 /// assert!(Actions::NONE.is_empty() && Actions::default().is_empty());
 /// ```
@@ -137,8 +149,8 @@ pub(crate) fn accepted_values() -> String {
 pub struct Actions(u16);
 
 impl Actions {
-    /// Every action, and any added later (`"*"`).
-    pub const ALL: Actions = Actions(u16::MAX);
+    /// Every action, and any added later (`"*"`), but [`Action::TokensSign`].
+    pub const ALL: Actions = Actions(u16::MAX & !(1 << Action::TokensSign as u16));
     /// No action.
     pub const NONE: Actions = Actions(0);
 
@@ -168,9 +180,10 @@ impl Actions {
         self.0 == 0
     }
 
-    /// Whether the set is `"*"` (every action, and any added later).
+    /// Whether the set holds `"*"` (every action, and any added later, but
+    /// [`Action::TokensSign`], which it may hold besides).
     pub fn is_all(self) -> bool {
-        self == Actions::ALL
+        self.includes(Actions::ALL)
     }
 
     /// The actions of the set, in the order of [`Action::ALL`].
@@ -178,8 +191,8 @@ impl Actions {
         Action::ALL.into_iter().filter(move |a| self.contains(*a))
     }
 
-    /// The set as a policy writes it: `["*"]` for [`Actions::ALL`], else the names in the
-    /// order of [`Action::ALL`].
+    /// The set as a policy writes it: `["*"]` for [`Actions::ALL`] (then `"tokens:sign"` when
+    /// it holds that too), else the names in the order of [`Action::ALL`].
     ///
     /// ```
     /// use registry_policy::{Action, Actions};
@@ -191,7 +204,11 @@ impl Actions {
     /// ```
     pub fn to_json(self) -> Value {
         if self.is_all() {
-            return Value::from(vec!["*"]);
+            let mut names = vec!["*"];
+            if self.contains(Action::TokensSign) {
+                names.push(Action::TokensSign.as_str());
+            }
+            return Value::from(names);
         }
         Value::from(self.iter().map(Action::as_str).collect::<Vec<_>>())
     }
@@ -225,7 +242,7 @@ impl Actions {
         let mut actions = Actions::NONE;
         for (i, item) in items.iter().enumerate() {
             match item.as_str() {
-                Some("*") => actions = Actions::ALL,
+                Some("*") => actions = actions.union(Actions::ALL),
                 Some(name) => match Action::parse(name) {
                     Some(action) => actions = actions.union(Actions::of(&[action])),
                     None => problems.push(unknown_action(&format!("{pointer}/{i}"), item)),
@@ -253,7 +270,10 @@ impl fmt::Display for Actions {
     /// `*`, or the names separated by `, ` (`none` for the empty set).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_all() {
-            return f.write_str("*");
+            return match self.contains(Action::TokensSign) {
+                true => f.write_str("*, tokens:sign"),
+                false => f.write_str("*"),
+            };
         }
         if self.is_empty() {
             return f.write_str("none");
@@ -283,11 +303,12 @@ mod tests {
 
     #[test]
     fn all_is_not_the_list_of_seven() {
-        let seven = Actions::of(&Action::ALL);
+        let seven = Actions::of(&Action::ALL[..7]);
         assert_ne!(seven, Actions::ALL);
-        assert!(Action::ALL
+        assert!(Action::ALL[..7]
             .iter()
             .all(|a| seven.contains(*a) && Actions::ALL.contains(*a)));
+        assert!(!Actions::ALL.contains(Action::TokensSign));
         assert!(!seven.includes(Actions::ALL));
         assert!(Actions::ALL.includes(seven));
         assert!(Actions::NONE.iter().next().is_none());

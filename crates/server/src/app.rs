@@ -332,6 +332,7 @@ async fn launch(
     actix_web::rt::spawn(background::follow_changes(state.clone()));
     actix_web::rt::spawn(background::reap_expired(state.clone()));
     actix_web::rt::spawn(background::flush_fetches(state.clone()));
+    actix_web::rt::spawn(background::step_signing(state.clone()));
     actix_web::rt::spawn(background::purge_changes(state.clone()));
     actix_web::rt::spawn(crate::domain_worker::work(state.clone()));
     actix_web::rt::spawn(crate::domain_worker::install_certificates(state.clone()));

@@ -4,7 +4,7 @@
 
 use crate::state::AppState;
 use actix_web::web;
-use registry_domain::app::{fetches, readiness, upkeep};
+use registry_domain::app::{fetches, readiness, signing, upkeep};
 use std::time::Duration;
 
 const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -94,6 +94,34 @@ pub async fn flush_fetches(state: web::Data<AppState>) {
         if let Err(error) = state.write(move |r| fetches::record(r, &counts)).await {
             tracing::warn!(%error, "fetch counts not recorded: kept for the next flush");
             state.replica.fetches.give_back(kept);
+        }
+    }
+}
+
+/// How often the rotation step looks for managed signing with something due.
+const SIGNING_EVERY: Duration = Duration::from_secs(2);
+
+/// Services stepped per look; the rest wait for the next one, most overdue first.
+const SIGNING_BATCH: usize = 100;
+
+/// Managed signing's rotation step (docs/api.md, "Managed signing"), forever: for every service
+/// with something due (a next key to check, a rotation to start, a retiring key to withdraw),
+/// one step. Every replica runs it; each transition is written once, by whichever gets there
+/// first, and what is due is read from the database, so a restart resumes where it stopped.
+pub async fn step_signing(state: web::Data<AppState>) {
+    if state.registry.managed_keys.is_none() {
+        return;
+    }
+    let purging = state.purging();
+    let mut interval = tokio::time::interval(SIGNING_EVERY);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let now = state.now();
+        match (state.write(move |r| signing::advance_due(r, purging, SIGNING_BATCH, now))).await {
+            Ok(0) => {}
+            Ok(transitions) => tracing::info!(transitions, "managed signing stepped"),
+            Err(error) => tracing::warn!(%error, "managed signing's step failed; retried"),
         }
     }
 }

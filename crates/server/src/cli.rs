@@ -1,7 +1,7 @@
 //! The command line of the binary's three programs: the server (`registry serve | migrate`:
 //! `crate::app`), the operator's commands (`customer …`, `audit`, `policy …`: `crate::operator`)
 //! and the customer's client of the API (`services`, `config`, `keys`, `domain`, `accounts`,
-//! `preflight`, `fetches`, `audit-events`, `sync`, `fetch-log`: `crate::client`).
+//! `preflight`, `fetches`, `audit-events`, `sync`, `fetch-log`, `signer`: `crate::client`).
 
 use crate::client::commands::{
     AccountsCommand, Call, ConfigCommand, Connection, DomainCommand, KeysCommand, ServicesCommand,
@@ -52,6 +52,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }),
         Command::Sync(args) => sync::run(args),
         Command::FetchLog(args) => crate::client::fetch_log::run(args),
+        Command::Signer(args) => crate::client::signer::run(args),
         Command::Services {
             command,
             connection,
@@ -287,6 +288,17 @@ pub enum Command {
     ///
     /// Example: `varnishncsa -j -F "$(cat deploy/cdn/varnishncsa.format)" | registry fetch-log --api-url https://registry.example.com`
     FetchLog(crate::client::fetch_log::FetchLogArgs),
+    /// Serve kube-apiserver's external JWT signer (`ExternalJWTSigner` v1) on a Unix socket for
+    /// a service with managed signing: `Sign` through `POST /services/{s}/sign`, `FetchKeys` from
+    /// a copy of the service's keys read every 10 s (answered while the registry is
+    /// unreachable), `Metadata` its `maxTokenSeconds`. Runs until SIGTERM or SIGINT. Exit codes:
+    /// 0 stopped by a signal, 1 could not serve (another live plugin on the socket, no
+    /// credentials), 2 wrong command line. The least policy it needs (version 2): `{"$schema":
+    /// "{base_url}/schemas/service-account-policy/v2.json", "kind": "static", "services":
+    /// ["k3s-acme"], "actions": ["tokens:sign", "config:read"]}`.
+    ///
+    /// Example: `REGISTRY_TOKEN=rgst_… registry signer --service k3s-acme --socket /var/run/registry-signer.sock`
+    Signer(crate::client::signer::SignerArgs),
     /// Your services (a client of the API: REGISTRY_API_URL, REGISTRY_TOKEN; --format json for
     /// the API's JSON). Exit codes: 0 done, 1 refused by the API (one sentence) or unreachable,
     /// 2 wrong command line.

@@ -49,7 +49,18 @@ struct Counts {
     token_cache_hits: u64,
     identity_token_cache_hits: u64,
     argon2_verifications: u64,
+    signatures: [u64; SIGN_RESULTS.len()],
 }
+
+/// The outcomes of `POST /services/{s}/sign`, as `registry_signatures_total{result}` labels them
+/// (docs/api.md, "Managed signing").
+pub const SIGN_RESULTS: [&str; 5] = [
+    "signed",
+    "invalid_claims",
+    "no_key_ready",
+    "rate_limited",
+    "refused",
+];
 
 /// One route's requests: latencies by bucket (the last is `+Inf`), their sum, and the
 /// responses by (method, status), of which a route sees a handful.
@@ -148,8 +159,23 @@ impl Metrics {
             total.token_cache_hits += counts.token_cache_hits;
             total.identity_token_cache_hits += counts.identity_token_cache_hits;
             total.argon2_verifications += counts.argon2_verifications;
+            for (sum, n) in total.signatures.iter_mut().zip(counts.signatures) {
+                *sum += n;
+            }
         }
         total
+    }
+
+    /// Counts one `POST …/sign` with its outcome (an index into [`SIGN_RESULTS`]).
+    pub fn signature(&self, result: usize) {
+        if let Some(n) = self.mine().signatures.get_mut(result) {
+            *n += 1;
+        }
+    }
+
+    /// The signatures counted by outcome, in the order of [`SIGN_RESULTS`].
+    pub fn signatures(&self) -> [u64; SIGN_RESULTS.len()] {
+        self.total().signatures
     }
 
     /// Counts one finished request, in this thread's counts.

@@ -243,6 +243,12 @@ pub struct Settings {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub explain_per_minute: u32,
 
+    /// `POST /services/{s}/sign` calls one customer (an anonymous service: itself) may make per
+    /// minute; past it 429 with `Retry-After` (docs/api.md, "Managed signing").
+    #[arg(long, env = "REGISTRY_SIGN_PER_MINUTE", default_value_t = 6000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sign_per_minute: u32,
+
     /// Comma-separated CIDRs of the client addresses that may read `/metrics`; others get 404.
     #[arg(
         long,

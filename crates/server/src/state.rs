@@ -46,6 +46,7 @@ pub struct AppState {
     /// Explained tokens and claims, and tokens checked by preflight, per customer (an
     /// anonymous service is its own customer).
     explains: Arc<RateLimiter<uuid::Uuid>>,
+    signs: Arc<RateLimiter<uuid::Uuid>>,
     clock: Arc<dyn Clock>,
     /// The certificate the HTTPS listener serves (re-read when its files change); `None` over
     /// plain HTTP.
@@ -105,6 +106,7 @@ impl AppState {
             hasher,
             key_import: Arc::new(VerifierKeyImport),
             signatures: Arc::new(VerifierSignatureCheck),
+            managed_keys: managed_keys(&settings)?,
             settings: registry_domain::app::Settings {
                 issuers,
                 max_services_per_customer: settings.max_services_per_customer,
@@ -128,7 +130,11 @@ impl AppState {
                 settings.anon_create_per_hour,
                 ticks.clone(),
             )),
-            explains: Arc::new(RateLimiter::per_minute(settings.explain_per_minute, ticks)),
+            explains: Arc::new(RateLimiter::per_minute(
+                settings.explain_per_minute,
+                ticks.clone(),
+            )),
+            signs: Arc::new(RateLimiter::per_minute(settings.sign_per_minute, ticks)),
             clock,
             settings,
             certificate,
@@ -162,6 +168,29 @@ impl AppState {
             })
     }
 
+    /// Counts one signature against the customer's budget per minute
+    /// (`REGISTRY_SIGN_PER_MINUTE`); an anonymous secret's is its service's (docs/api.md,
+    /// "Managed signing").
+    pub fn within_sign_budget(&self, caller: &Caller, service: uuid::Uuid) -> ApiResult<()> {
+        let key = caller.customer_id().unwrap_or(service);
+        let limit = self.settings.sign_per_minute;
+        self.signs
+            .hit_key(key)
+            .map_err(|retry| ApiError::RateLimited {
+                retry_after_secs: retry.seconds(),
+                detail: format!(
+                    "this customer asked for more than {limit} signatures in a minute \
+                 (REGISTRY_SIGN_PER_MINUTE); retry later"
+                ),
+            })
+    }
+
+    /// Whether caches in front of the registry are purged: key readiness then waits for the
+    /// purge of the change that published a key.
+    pub fn purging(&self) -> bool {
+        self.purger.is_some()
+    }
+
     /// The current time.
     pub fn now(&self) -> OffsetDateTime {
         self.clock.now()
@@ -191,4 +220,17 @@ impl AppState {
         self.replica.settle_write().await;
         written
     }
+}
+
+/// The keys of managed signing, sealed under `REGISTRY_DATA_KEY` (docs/api.md, "Managed
+/// signing"); `None` without it (signing is refused, `signing-disabled`).
+fn managed_keys(
+    settings: &Settings,
+) -> anyhow::Result<Option<Arc<dyn registry_domain::ports::ManagedKeys>>> {
+    let Some(key) = &settings.data_key else {
+        return Ok(None);
+    };
+    let sealing: Arc<dyn registry_domain::ports::Sealing> =
+        Arc::new(registry_acme::DataKey::from_base64(key)?);
+    Ok(Some(Arc::new(registry_oidc::SealedKeys::new(sealing))))
 }

@@ -3,7 +3,7 @@
 //! The storage adapter of the registry: one [`Store`] that implements every storage port of
 //! [`registry_domain::ports`] (`CustomerStore`, `ServiceStore`, `AccountStore`,
 //! `CredentialStore`, `ChangeFeed`, `AuditLog`, `RefusalLog`, `ActivityLog`, `FetchLog`,
-//! `ReadinessLog`, `PurgeLog`, `DomainStore`, and `Database`) on SQLite or PostgreSQL, chosen by the
+//! `ReadinessLog`, `PurgeLog`, `DomainStore`, `SigningStore`, and `Database`) on SQLite or PostgreSQL, chosen by the
 //! database URL.
 //!
 //! * One schema for both backends (`migrations/{sqlite,postgres}`, same folder names),
@@ -60,6 +60,7 @@ mod readiness;
 mod rows;
 mod schema;
 mod services;
+mod signing;
 mod standby;
 mod store;
 mod target;

@@ -124,7 +124,16 @@ diesel::allow_tables_to_appear_in_same_query!(
     acme_challenges,
     acme_accounts,
     acme_orders,
+    managed_signing,
 );
+
+diesel::table! {
+    managed_signing (service_id) {
+        service_id -> Text,
+        state -> Text,
+        due_at -> Nullable<BigInt>,
+    }
+}
 
 diesel::table! {
     acme_orders (directory, domain, at) {

@@ -38,7 +38,7 @@ fn by_id(conn: &mut Db, id: &str) -> Res<Option<Service>> {
         .transpose()
 }
 
-fn exists(conn: &mut Db, id: &str) -> Res<bool> {
+pub(crate) fn exists(conn: &mut Db, id: &str) -> Res<bool> {
     let query = services::table.find(id).select(services::id);
     Ok(on_backend!(conn, |c| query.get_result::<String>(c))
         .optional()?
@@ -48,7 +48,7 @@ fn exists(conn: &mut Db, id: &str) -> Res<bool> {
 /// Inserts or replaces a configuration (inside the caller's transaction, whose write lock makes
 /// update-else-insert race free: there is no portable upsert). `stored_expiry`: the
 /// `key_expires_at` of the row being replaced, when the caller read it.
-fn write_config(
+pub(crate) fn write_config(
     conn: &mut Db,
     config: &PublishedConfig,
     stored_expiry: Option<Option<i64>>,

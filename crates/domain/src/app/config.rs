@@ -28,6 +28,19 @@ pub fn source_of(name: Option<&str>) -> Result<String, AppError> {
         .map_err(|why| AppError::BadRequest(format!("query parameter source: {why}")))
 }
 
+/// The key source an upload or a removal names, which may not be the registry's own
+/// (`managed`: docs/api.md, "Managed signing").
+pub fn upload_source_of(name: Option<&str>) -> Result<String, AppError> {
+    let source = source_of(name)?;
+    if source == crate::signing::MANAGED_SOURCE {
+        return Err(AppError::BadRequest(format!(
+            "query parameter source: {source:?} is the registry's own key source (managed \
+             signing: PUT or DELETE /services/{{s}}/signing); name another"
+        )));
+    }
+    Ok(source)
+}
+
 /// `PUT /services/{s}/config[?source=…]`: the whole body, `{"openidConfiguration": {...},
 /// "jwks": {...}, "retainRemovedKeysHours"?, "rotationLeadSeconds"?}`, uploaded as `source`.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,7 +150,9 @@ fn within_bounds(service: &Service, keys: &KeyState) -> Result<(), AppError> {
         Some(_) => MAX_SOURCES,
         None => MAX_ANONYMOUS_SOURCES,
     };
-    let sources = keys.sources();
+    let mut sources = keys.sources();
+    // The registry's own keys are no upload: they count against no limit of sources.
+    sources.remove(crate::signing::MANAGED_SOURCE);
     if sources.len() > most {
         let names: Vec<&str> = sources.keys().map(String::as_str).collect();
         return Err(AppError::TooManySources(format!(

@@ -57,6 +57,26 @@ pub enum AppError {
     /// The service has as many key sources as it may (409, `too-many-sources`).
     #[error("{0}")]
     TooManySources(String),
+    /// Managed signing needs the data key, which is not set (409, `signing-disabled`).
+    #[error("{0}")]
+    SigningDisabled(String),
+    /// No managed key is safe to sign with yet (409, `no-key-ready`, with `Retry-After`).
+    #[error("{detail}")]
+    NoKeyReady {
+        /// When to try again.
+        retry_after_secs: u64,
+        /// A sentence for the client.
+        detail: String,
+    },
+    /// A next managed key exists already (409, `rotation-in-progress`).
+    #[error("{0}")]
+    RotationInProgress(String),
+    /// Making or using a managed key failed (500): the sentence is for the log.
+    #[error("{0}")]
+    Keys(String),
+    /// The claims to sign break a rule (400, `invalid-claims`), naming the claim.
+    #[error("{0}")]
+    InvalidClaims(String),
     /// What the change would store is larger than the registry keeps (413, with a sentence).
     #[error("{0}")]
     TooLarge(String),

@@ -33,13 +33,16 @@ pub mod keys;
 pub mod preflight;
 pub mod readiness;
 pub mod services;
+pub mod signing;
 pub mod upkeep;
 
 pub use caller::{Caller, Origin};
 pub use error::AppError;
 
 use crate::issuer::Issuers;
-use crate::ports::{KeyImport, Randomness, SecretHasher, Storage, TokenSignatureCheck};
+use crate::ports::{
+    KeyImport, ManagedKeys, Randomness, SecretHasher, Storage, TokenSignatureCheck,
+};
 use std::sync::Arc;
 
 /// The settings the use cases apply (docs/api.md, "Errors"): the server reads them from its
@@ -94,6 +97,9 @@ pub struct Registry {
     /// The check of a preflight token's signature against one published key (docs/api.md,
     /// "Preflight").
     pub signatures: Arc<dyn TokenSignatureCheck>,
+    /// The keys of managed signing (docs/api.md, "Managed signing"); `None` without a data key
+    /// to seal them under: signing is then refused (`signing-disabled`).
+    pub managed_keys: Option<Arc<dyn ManagedKeys>>,
     /// The settings.
     pub settings: Settings,
 }

@@ -135,20 +135,17 @@ fn verifiers_of_key(
     }
 }
 
-/// `GET /services/{s}/keys/{kid}/readiness`: whether key `kid` of `service` is safe to sign
-/// with (404 for a key the service does not publish), `purging` when caches in front of the
-/// registry are purged. The first time it is found safe is recorded: from then on it stays safe.
-pub fn readiness(
+/// Whether `key` of `service` is safe at `now` (`purging`: caches in front of the registry are
+/// purged), with what the evidence says: when it became safe, recorded the first time it is
+/// found so (from then on it stays safe).
+pub fn assess_key(
     registry: &Registry,
     service: &Service,
-    kid: &str,
+    key: &KeyRecord,
     purging: bool,
     now: OffsetDateTime,
-) -> Result<Value, AppError> {
-    let keys = config::key_state(registry, service)?;
-    let key = (keys.keys.iter())
-        .find(|k| k.kid == kid && k.is_published_at(now))
-        .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
+) -> Result<(Readiness, Option<OffsetDateTime>), AppError> {
+    let kid = key.kid.as_str();
     let verifiers = verifiers_of_key(registry, service, key)?;
     let agents: Vec<String> = verifiers.iter().map(|v| v.agent.clone()).collect();
     let fetches = match agents.is_empty() {
@@ -170,6 +167,24 @@ pub fn readiness(
             None => None,
         },
     };
+    Ok((assessed, safe_at))
+}
+
+/// `GET /services/{s}/keys/{kid}/readiness`: whether key `kid` of `service` is safe to sign
+/// with (404 for a key the service does not publish), `purging` when caches in front of the
+/// registry are purged. The first time it is found safe is recorded: from then on it stays safe.
+pub fn readiness(
+    registry: &Registry,
+    service: &Service,
+    kid: &str,
+    purging: bool,
+    now: OffsetDateTime,
+) -> Result<Value, AppError> {
+    let keys = config::key_state(registry, service)?;
+    let key = (keys.keys.iter())
+        .find(|k| k.kid == kid && k.is_published_at(now))
+        .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
+    let (assessed, safe_at) = assess_key(registry, service, key, purging, now)?;
     let pending: Vec<Value> = match safe_at {
         Some(_) => Vec::new(),
         None => (assessed.pending.iter())

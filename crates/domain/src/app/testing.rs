@@ -36,6 +36,7 @@ pub(crate) fn registry_over(
         hasher: Arc::new(PlainHasher),
         key_import: Arc::new(AcceptAllKeys),
         signatures: Arc::new(GoodSignatures),
+        managed_keys: Some(Arc::new(crate::testing::CountingKeys::default())),
         settings: Settings::default(),
     };
     let (customer, account) = add_customer(&registry, "acme", plan, now);

@@ -21,6 +21,8 @@ pub fn registry(store: &Store) -> Registry {
         random: Arc::new(OsRandomness),
         hasher: Arc::new(Argon2Hasher::default()),
         key_import: Arc::new(VerifierKeyImport),
+        // The operator's commands make and use no managed key.
+        managed_keys: None,
         signatures: Arc::new(VerifierSignatureCheck),
         settings: Settings::default(),
     }

@@ -85,6 +85,18 @@ kinds! {
     TOO_MANY_SOURCES = "too-many-sources", 409, "Too many key sources",
         "The service publishes keys from as many key sources as it may (8; 1 for an anonymous service).",
         "Upload as a source the service has already, or remove one (DELETE /services/{s}/config?source=NAME).";
+    SIGNING_DISABLED = "signing-disabled", 409, "Signing disabled",
+        "This registry holds no keys: its operator has not set the data key managed keys are sealed under (REGISTRY_DATA_KEY).",
+        "Ask the operator to set REGISTRY_DATA_KEY, or sign with your own keys and upload their public half.";
+    NO_KEY_READY = "no-key-ready", 409, "No key ready",
+        "No managed key of the service is safe to sign with yet: a key signs only once every verifier can know it.",
+        "Retry after the `Retry-After` seconds; GET /services/{s}/signing and the key's readiness say what it waits for.";
+    ROTATION_IN_PROGRESS = "rotation-in-progress", 409, "Rotation in progress",
+        "A next managed key is published already and signs once it is safe.",
+        "Wait for it (GET /services/{s}/signing), or rotate with ?compromised=true to replace every key at once.";
+    INVALID_CLAIMS = "invalid-claims", 400, "Invalid claims",
+        "The claims to sign break a rule: the detail names the claim.",
+        "Send the token's payload as base64url (the JWT's second segment): a JSON object of at most 16 KB with the service's `iss`, integer `iat` and `exp`, `exp` in the future and within `maxTokenSeconds` of `iat`.";
     CUSTOM_DOMAINS_DISABLED = "custom-domains-disabled", 409, "Custom domains disabled",
         "This registry takes no custom domains: its operator has not configured an ACME directory (REGISTRY_ACME_DIRECTORY).",
         "Ask the operator to enable custom domains, or use the service's own issuer URL.";

@@ -86,6 +86,21 @@ pub enum ApiError {
     /// The service has as many key sources as it may.
     #[error("{0}")]
     TooManySources(String),
+    /// Managed signing needs a data key the operator has not set.
+    #[error("{0}")]
+    SigningDisabled(String),
+    /// No managed key is safe to sign with yet.
+    #[error("{detail}")]
+    NoKeyReady {
+        retry_after_secs: u64,
+        detail: String,
+    },
+    /// A rotation of managed keys is in progress.
+    #[error("{0}")]
+    RotationInProgress(String),
+    /// The claims to sign break a rule, naming the claim.
+    #[error("{0}")]
+    InvalidClaims(String),
     /// What a change would store is too large, with a sentence.
     #[error("{0}")]
     TooLarge(String),
@@ -207,6 +222,21 @@ impl From<AppError> for ApiError {
             AppError::CustomDomainsDisabled(detail) => ApiError::CustomDomainsDisabled(detail),
             AppError::TooManyPendingDomains(detail) => ApiError::TooManyPendingDomains(detail),
             AppError::TooManySources(detail) => ApiError::TooManySources(detail),
+            AppError::SigningDisabled(detail) => ApiError::SigningDisabled(detail),
+            AppError::NoKeyReady {
+                retry_after_secs,
+                detail,
+            } => ApiError::NoKeyReady {
+                retry_after_secs,
+                detail,
+            },
+            AppError::RotationInProgress(detail) => ApiError::RotationInProgress(detail),
+            AppError::InvalidClaims(detail) => ApiError::InvalidClaims(detail),
+            AppError::Keys(reason) => {
+                // Never key material: the adapters' sentences name the step that failed.
+                tracing::error!(%reason, "managed keys failed");
+                ApiError::Internal
+            }
             AppError::TooLarge(detail) => ApiError::TooLarge(detail),
             AppError::QuotaExceeded(detail) => ApiError::QuotaExceeded(detail),
             AppError::Capacity {
@@ -244,6 +274,10 @@ impl ApiError {
             ApiError::CustomDomainsDisabled(_) => &kinds::CUSTOM_DOMAINS_DISABLED,
             ApiError::TooManyPendingDomains(_) => &kinds::TOO_MANY_PENDING_DOMAINS,
             ApiError::TooManySources(_) => &kinds::TOO_MANY_SOURCES,
+            ApiError::SigningDisabled(_) => &kinds::SIGNING_DISABLED,
+            ApiError::NoKeyReady { .. } => &kinds::NO_KEY_READY,
+            ApiError::RotationInProgress(_) => &kinds::ROTATION_IN_PROGRESS,
+            ApiError::InvalidClaims(_) => &kinds::INVALID_CLAIMS,
             ApiError::TooLarge(_) => &kinds::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout(_) => &kinds::REQUEST_TIMEOUT,
             ApiError::QuotaExceeded(_) => &kinds::QUOTA_EXCEEDED,
@@ -343,6 +377,9 @@ impl ResponseError for ApiError {
                 retry_after_secs, ..
             }
             | ApiError::Capacity {
+                retry_after_secs, ..
+            }
+            | ApiError::NoKeyReady {
                 retry_after_secs, ..
             } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));

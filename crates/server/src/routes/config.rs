@@ -59,7 +59,7 @@ pub async fn put(
                 "the body must be {\"openidConfiguration\": {...}, \"jwks\": {\"keys\": [...]}}",
             )])
         })?;
-    let source = config::source_of(query.into_inner().source.as_deref())?;
+    let source = config::upload_source_of(query.into_inner().source.as_deref())?;
     let now = state.now();
     let command = PublishConfig { body, source };
     let publication = state
@@ -87,7 +87,7 @@ pub async fn delete(
                 .await?
         }
         Some(name) => {
-            let source = config::source_of(Some(&name))?;
+            let source = config::upload_source_of(Some(&name))?;
             state
                 .write(move |registry| {
                     config::withdraw_source(registry, &caller, &service, &source, now)

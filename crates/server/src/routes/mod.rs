@@ -13,6 +13,7 @@ pub mod ops;
 pub mod preflight;
 pub mod refusals;
 pub mod services;
+pub mod signing;
 
 pub mod table;
 

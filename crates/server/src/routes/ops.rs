@@ -146,6 +146,15 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> ApiResult<
             ));
         }
     }
+    let signatures = state.metrics.signatures();
+    for (result, count) in crate::metrics::SIGN_RESULTS.iter().zip(signatures) {
+        labeled.push((
+            "registry_signatures_total",
+            "Calls of POST /services/{s}/sign by outcome (signed, invalid_claims, no_key_ready, rate_limited, refused: any other refusal).",
+            vec![("result", (*result).to_owned())],
+            count as f64,
+        ));
+    }
     for pool in state.replica.pools() {
         for (kind, count) in [("in_use", pool.in_use), ("idle", pool.idle)] {
             labeled.push((

@@ -1,0 +1,793 @@
+//! Managed signing (docs/api.md, "Managed signing"): turning it on, changing it, turning it off,
+//! a rotation asked for, a signature, and the rotation step that runs by itself.
+//!
+//! Every change writes the signing's state and the service's published key set in one
+//! transaction ([`SigningStore::update_signing`](crate::ports::SigningStore::update_signing)),
+//! so that a managed key is published exactly while its state says so. The rotation step
+//! ([`advance`]) runs on whichever replica gets there first: it reads the state, decides, and
+//! writes only when the state it decided on is still the one stored, so one transition is
+//! written once however many replicas race for it, and a restart at any point resumes from what
+//! is stored.
+
+use crate::app::{config, readiness, AppError, Caller, Registry};
+use crate::audit::{Action, Actor, AuditEvent, Resource};
+use crate::custom_domain::DomainStatus;
+use crate::keys::KeyVerifier;
+use crate::ports::{ManagedKeys, SigningChange};
+use crate::service::PublishedConfig;
+use crate::signing::{
+    self, check_claims, discovery_document, Algorithm, ClaimRules, ManagedKey, Signing,
+    SigningSettings, Stage, Transition,
+};
+use crate::Service;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::Value;
+use time::OffsetDateTime;
+
+/// A signature made (`POST /services/{s}/sign`'s answer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signed {
+    /// The JWS header, base64url.
+    pub header: String,
+    /// The signature of `header.claims`, base64url.
+    pub signature: String,
+    /// The key that signed.
+    pub kid: String,
+}
+
+fn keys_of(registry: &Registry) -> Result<&dyn ManagedKeys, AppError> {
+    registry.managed_keys.as_deref().ok_or_else(|| {
+        AppError::SigningDisabled(
+            "managed signing needs REGISTRY_DATA_KEY, the key its private keys are sealed under: \
+             the operator has not set it"
+                .to_owned(),
+        )
+    })
+}
+
+fn not_on(service: &Service) -> AppError {
+    AppError::NotFound(format!(
+        "managed signing is not turned on for {:?} (PUT /services/{{s}}/signing)",
+        service.subdomain
+    ))
+}
+
+/// A new key of `algorithm`, at `stage`.
+fn make(
+    registry: &Registry,
+    algorithm: Algorithm,
+    stage: Stage,
+    now: OffsetDateTime,
+) -> Result<ManagedKey, AppError> {
+    let made = keys_of(registry)?
+        .make(algorithm)
+        .map_err(|why| AppError::Keys(format!("making a key: {why}")))?;
+    ManagedKey::new(made, algorithm, stage, now)
+        .ok_or_else(|| AppError::Keys("the key made has no thumbprint".to_owned()))
+}
+
+/// The service's published configuration with its managed keys as `signing` lists them: keys new
+/// to the key set are first published now (with the signing's lead and the verifiers of now);
+/// the discovery document is the registry's own while every current key is managed. `None` when
+/// the key set does not change.
+fn publish(
+    registry: &Registry,
+    service: &Service,
+    signing: &Signing,
+    stored: Option<PublishedConfig>,
+    verifiers: &[KeyVerifier],
+    now: OffsetDateTime,
+) -> Option<PublishedConfig> {
+    let before = stored.as_ref().map(|c| c.keys.clone()).unwrap_or_default();
+    let keys = before.with_managed(
+        &signing.published(),
+        signing.settings.lead_seconds,
+        verifiers,
+        now,
+    );
+    if stored.is_some() && keys == before {
+        return None;
+    }
+    let document = match (keys.only_managed(), &stored) {
+        (false, Some(stored)) => stored.openid_configuration.clone(),
+        _ => {
+            let algorithms: Vec<Algorithm> = signing.keys.iter().map(|k| k.algorithm).collect();
+            discovery_document(&registry.issuer_of(&service.subdomain), &algorithms).to_string()
+        }
+    };
+    Some(PublishedConfig {
+        service_id: service.id,
+        openid_configuration: document,
+        jwks: keys.current_set().to_string(),
+        updated_at: now,
+        // Recorded by the store, which reads the version replaced.
+        previous_change_at: None,
+        keys,
+    })
+}
+
+/// Writes `signing` (changed by `apply` from the state stored, which must be `expected` when
+/// given: otherwise another replica changed it first and nothing is written) with the key set
+/// it publishes. Whether it was written.
+fn write(
+    registry: &Registry,
+    service: &Service,
+    expected: Option<&Signing>,
+    apply: &mut dyn FnMut(Option<Signing>) -> Option<Signing>,
+    event: Option<&AuditEvent>,
+    now: OffsetDateTime,
+) -> Result<bool, AppError> {
+    let verifiers = config::verifiers_at(registry, service.id, now)?;
+    let mut change = |stored: Option<Signing>, config: Option<PublishedConfig>| {
+        if expected.is_some() && stored.as_ref() != expected {
+            return None;
+        }
+        let signing = apply(stored)?;
+        Some(SigningChange {
+            config: publish(registry, service, &signing, config, &verifiers, now),
+            due_at: signing.due_at(now),
+            signing: (!signing.keys.is_empty()).then_some(signing),
+        })
+    };
+    registry
+        .store
+        .update_signing(service.id, &mut change, event)
+        .map_err(AppError::gone(|| {
+            format!("no service {:?}", service.subdomain)
+        }))
+}
+
+fn service_event(
+    caller: &Caller,
+    action: Action,
+    service: &Service,
+    now: OffsetDateTime,
+) -> AuditEvent {
+    caller.service_event(action, service, now)
+}
+
+fn system_event(action: Action, service: &Service, now: OffsetDateTime) -> AuditEvent {
+    AuditEvent::new(
+        action,
+        Resource::service(service.id, &service.subdomain),
+        Actor::system(),
+        service.customer_id,
+        now,
+    )
+}
+
+/// `GET /services/{s}/signing`: the settings and the keys (404 when it is not turned on).
+pub fn get(registry: &Registry, service: &Service) -> Result<Value, AppError> {
+    match registry.store.signing(service.id)? {
+        Some(signing) if signing.enabled => Ok(signing.view()),
+        _ => Err(not_on(service)),
+    }
+}
+
+/// `PUT /services/{s}/signing`: turns it on (its first key made, published as `next`, signing
+/// once safe) or changes its settings (a new algorithm or lead applies from the next key). The
+/// state after it, and after the rotation step it may allow at once (a first key with a lead of
+/// 0 and no verifier signs at once).
+pub fn put(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    body: &Value,
+    purging: bool,
+    now: OffsetDateTime,
+) -> Result<Value, AppError> {
+    keys_of(registry)?;
+    let stored = registry.store.signing(service.id)?;
+    let on = stored.as_ref().filter(|s| s.enabled);
+    let settings =
+        SigningSettings::parse(body, on.map(|s| &s.settings)).map_err(AppError::Invalid)?;
+    let (action, made) = match on {
+        Some(_) => (Action::SigningUpdate, None),
+        None => (
+            Action::SigningEnable,
+            Some(make(registry, settings.algorithm, Stage::Next, now)?),
+        ),
+    };
+    let event = service_event(caller, action, service, now);
+    let mut apply = |stored: Option<Signing>| match (stored, &made) {
+        (Some(mut on), None) => {
+            on.settings = settings;
+            Some(on)
+        }
+        (Some(mut off), Some(made)) => {
+            off.enable(settings, made.clone());
+            Some(off)
+        }
+        (None, Some(made)) => Some(Signing::new(settings, made.clone())),
+        (None, None) => None,
+    };
+    if !write(
+        registry,
+        service,
+        stored.as_ref(),
+        &mut apply,
+        Some(&event),
+        now,
+    )? {
+        return Err(AppError::Conflict(
+            "managed signing changed meanwhile (another request or the rotation step): try \
+             again"
+                .to_owned(),
+        ));
+    }
+    advance(registry, service, purging, now)?;
+    get(registry, service)
+}
+
+/// `DELETE /services/{s}/signing`: nothing signs from now on; every managed key stays published
+/// until the tokens it signed have expired, then leaves.
+pub fn delete(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    now: OffsetDateTime,
+) -> Result<(), AppError> {
+    let stored = registry.store.signing(service.id)?;
+    let Some(on) = stored.filter(|s| s.enabled) else {
+        return Err(not_on(service));
+    };
+    let event = service_event(caller, Action::SigningDisable, service, now);
+    let mut apply = |stored: Option<Signing>| {
+        let mut signing = stored?;
+        signing.disable(now);
+        Some(signing)
+    };
+    if !write(registry, service, Some(&on), &mut apply, Some(&event), now)? {
+        return Err(AppError::Conflict(
+            "managed signing changed meanwhile: try again".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /services/{s}/signing/rotate[?compromised=true]`: a next key is made and published;
+/// it signs once safe (409 `rotation-in-progress` while a next key exists). Compromised: the new
+/// key signs at once and every other managed key leaves the key set at once. The state after.
+pub fn rotate(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    compromised: bool,
+    purging: bool,
+    now: OffsetDateTime,
+) -> Result<Value, AppError> {
+    let stored = registry.store.signing(service.id)?;
+    let Some(on) = stored.filter(|s| s.enabled) else {
+        return Err(not_on(service));
+    };
+    if let (Some(next), false) = (on.next(), compromised) {
+        return Err(in_progress(next));
+    }
+    let stage = match compromised {
+        true => Stage::Current,
+        false => Stage::Next,
+    };
+    let made = make(registry, on.settings.algorithm, stage, now)?;
+    let event = service_event(caller, Action::SigningRotate, service, now)
+        .with_change("nextKid", Value::Null, Value::String(made.kid.clone()))
+        .with_change("compromised", Value::Bool(false), Value::Bool(compromised));
+    let mut refused = None;
+    let mut apply = |stored: Option<Signing>| {
+        let mut signing = stored?;
+        if compromised {
+            signing.replace_compromised(made.clone());
+        } else if let Err(next) = signing.rotate(made.clone()) {
+            refused = Some(in_progress(next));
+            return None;
+        }
+        Some(signing)
+    };
+    let written = write(registry, service, None, &mut apply, Some(&event), now)?;
+    if let Some(refused) = refused {
+        return Err(refused);
+    }
+    if !written {
+        return Err(not_on(service));
+    }
+    advance(registry, service, purging, now)?;
+    get(registry, service)
+}
+
+fn in_progress(next: &ManagedKey) -> AppError {
+    AppError::RotationInProgress(format!(
+        "a rotation is in progress: key {:?} is published as next and signs once it is safe \
+         (GET /services/{{s}}/keys/{:?}/readiness)",
+        next.kid, next.kid
+    ))
+}
+
+/// The rotation step of `service` at `now` (`purging`: caches in front of the registry are
+/// purged): the one transition due, if any (a safe next key switches, retiring keys past their
+/// time leave, the period over starts a rotation), written once whichever replica gets there
+/// first. When nothing is due, only the time of the next look is written.
+pub fn advance(
+    registry: &Registry,
+    service: &Service,
+    purging: bool,
+    now: OffsetDateTime,
+) -> Result<Option<Transition>, AppError> {
+    let Some(signing) = registry.store.signing(service.id)? else {
+        return Ok(None);
+    };
+    let next_safe_at = match signing.next() {
+        Some(next) => next_safe_at(registry, service, next, purging, now)?,
+        None => None,
+    };
+    let due = signing.due(next_safe_at, now);
+    let made = match due {
+        Some(Transition::Rotate) => Some(make(
+            registry,
+            signing.settings.algorithm,
+            Stage::Next,
+            now,
+        )?),
+        _ => None,
+    };
+    let (event, due) = match due {
+        None => (None, None),
+        Some(transition) => {
+            let action = match &transition {
+                Transition::Switch { .. } => Action::SigningSwitch,
+                Transition::Rotate => Action::SigningRotate,
+                Transition::Withdraw { .. } => Action::SigningWithdraw,
+            };
+            let event = system_event(action, service, now);
+            let event = match (&transition, &made) {
+                (Transition::Switch { kid }, _) => event.with_change(
+                    "currentKid",
+                    signing
+                        .current()
+                        .map_or(Value::Null, |k| Value::String(k.kid.clone())),
+                    Value::String(kid.clone()),
+                ),
+                (Transition::Withdraw { kids }, _) => event.with_change(
+                    "withdrawnKids",
+                    Value::Null,
+                    kids.iter().cloned().map(Value::String).collect(),
+                ),
+                (Transition::Rotate, Some(made)) => {
+                    event.with_change("nextKid", Value::Null, Value::String(made.kid.clone()))
+                }
+                (Transition::Rotate, None) => event,
+            };
+            (Some(event), Some(transition))
+        }
+    };
+    let mut apply = |stored: Option<Signing>| {
+        let mut signing = stored?;
+        match &due {
+            Some(Transition::Switch { .. }) => signing.switch(next_safe_at.unwrap_or(now), now),
+            Some(Transition::Withdraw { kids }) => signing.withdraw(kids),
+            Some(Transition::Rotate) => {
+                signing.rotate(made.clone()?).ok()?;
+            }
+            None => {}
+        }
+        Some(signing)
+    };
+    let written = write(
+        registry,
+        service,
+        Some(&signing),
+        &mut apply,
+        event.as_ref(),
+        now,
+    )?;
+    Ok(due.filter(|_| written))
+}
+
+/// When the next key `next` became safe, if it is (its readiness, as `GET …/readiness` says).
+fn next_safe_at(
+    registry: &Registry,
+    service: &Service,
+    next: &ManagedKey,
+    purging: bool,
+    now: OffsetDateTime,
+) -> Result<Option<OffsetDateTime>, AppError> {
+    let keys = config::key_state(registry, service)?;
+    let Some(record) = keys.published(now).find(|k| k.kid == next.kid) else {
+        // Not published (the configuration was deleted meanwhile): the step's write publishes
+        // it again, and its lead starts over.
+        return Ok(None);
+    };
+    Ok(readiness::assess_key(registry, service, record, purging, now)?.1)
+}
+
+/// The rotation steps due at `now`: up to `limit` services, each stepped once (`purging` as for
+/// [`advance`]). How many transitions were written.
+pub fn advance_due(
+    registry: &Registry,
+    purging: bool,
+    limit: usize,
+    now: OffsetDateTime,
+) -> Result<usize, AppError> {
+    let mut written = 0;
+    for id in registry.store.signing_due(now, limit)? {
+        let Some(service) = registry.store.service(id)? else {
+            continue;
+        };
+        if advance(registry, &service, purging, now)?.is_some() {
+            written += 1;
+        }
+    }
+    Ok(written)
+}
+
+/// `POST /services/{s}/sign`: the signature of `claims` (the token's payload, base64url, as the
+/// JWT's second segment) with the current managed key, once the claims are checked. 409
+/// `no-key-ready` while no managed key is safe; 400 `invalid-claims` naming the claim.
+pub fn sign(
+    registry: &Registry,
+    service: &Service,
+    claims: &str,
+    now: OffsetDateTime,
+) -> Result<Signed, AppError> {
+    let keys = keys_of(registry)?;
+    let signing = match registry.store.signing(service.id)? {
+        Some(signing) if signing.enabled => signing,
+        _ => return Err(not_on(service)),
+    };
+    let Some(key) = signing.current() else {
+        let retry_after_secs = signing::READINESS_POLL
+            .whole_seconds()
+            .unsigned_abs()
+            .max(1);
+        return Err(AppError::NoKeyReady {
+            retry_after_secs,
+            detail: format!(
+                "no managed key of {:?} is safe to sign with yet: the next key signs once every \
+                 verifier has fetched the key set with it and its lead is over (GET \
+                 /services/{{s}}/signing)",
+                service.subdomain
+            ),
+        });
+    };
+    let subdomain_issuer = [registry.issuer_of(&service.subdomain)];
+    let rules = |issuers| ClaimRules {
+        issuers,
+        max_token_seconds: signing.settings.max_token_seconds,
+        expires_at: service.expires_at,
+    };
+    if let Err(refused) = check_claims(claims, &rules(&subdomain_issuer), now) {
+        // A custom domain's issuer is looked up only for a token that names another issuer.
+        let domain = match refused.starts_with("iss ") {
+            true => registry.store.domain_of(service.id)?,
+            false => None,
+        };
+        match domain.filter(|d| d.status == DomainStatus::Active) {
+            Some(domain) => {
+                let both = [
+                    subdomain_issuer[0].clone(),
+                    format!("https://{}", domain.domain),
+                ];
+                check_claims(claims, &rules(&both), now).map_err(AppError::InvalidClaims)?;
+            }
+            None => return Err(AppError::InvalidClaims(refused)),
+        }
+    }
+    let header = signing::header(key.algorithm, &key.kid);
+    let message = format!("{header}.{claims}");
+    let signature = keys
+        .sign(&key.kid, key.algorithm, &key.sealed, message.as_bytes())
+        .map_err(|why| AppError::Keys(format!("signing: {why}")))?;
+    if Signing::signature_worth_recording(key, now) {
+        registry.store.record_signature(service.id, &key.kid, now)?;
+    }
+    Ok(Signed {
+        header,
+        signature: URL_SAFE_NO_PAD.encode(signature),
+        kid: key.kid.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::services::{self, CreateService};
+    use crate::app::testing::{caller, registry_over, MemoryStore};
+    use crate::ports::{AuditLog, ServiceStore, SigningStore};
+    use crate::testing::CountingKeys;
+    use crate::Plan;
+    use serde_json::json;
+    use std::sync::Arc;
+    use time::macros::datetime;
+    use time::Duration;
+
+    const T0: OffsetDateTime = datetime!(2026-11-30 10:00 UTC);
+
+    fn setup() -> (Registry, Arc<MemoryStore>, Caller, Service) {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, _, account) = registry_over(store.clone(), Plan::Business, T0);
+        let caller = caller(account);
+        let service = services::create(&registry, &caller, CreateService::default(), T0).unwrap();
+        (registry, store, caller, service)
+    }
+
+    fn claims(registry: &Registry, service: &Service, iat: OffsetDateTime, life: i64) -> String {
+        let payload = json!({
+            "iss": registry.issuer_of(&service.subdomain),
+            "sub": "system:serviceaccount:default:default",
+            "iat": iat.unix_timestamp(),
+            "exp": iat.unix_timestamp() + life,
+        });
+        URL_SAFE_NO_PAD.encode(payload.to_string())
+    }
+
+    fn actions(store: &MemoryStore, service: &Service) -> Vec<&'static str> {
+        let query = crate::audit::AuditQuery {
+            trail: crate::audit::Trail::Customer(service.customer_id.unwrap()),
+            cursor: None,
+            action: None,
+            since: None,
+            limit: 100,
+        };
+        let page = store.audit_events(&query).unwrap();
+        page.events.iter().map(|e| e.action.as_str()).collect()
+    }
+
+    fn published_kids(registry: &Registry, service: &Service) -> Vec<String> {
+        let keys = config::key_state(registry, service).unwrap();
+        keys.published(T0 + Duration::days(400))
+            .map(|k| k.kid.clone())
+            .collect()
+    }
+
+    #[test]
+    fn without_a_data_key_signing_is_disabled() {
+        let (mut registry, _, caller, service) = setup();
+        registry.managed_keys = None;
+        let refused = put(&registry, &caller, &service, &json!({}), false, T0).unwrap_err();
+        assert!(
+            matches!(refused, AppError::SigningDisabled(_)),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            get(&registry, &service),
+            Err(AppError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn a_first_key_with_no_lead_and_no_verifier_signs_at_once_with_a_document_of_its_own() {
+        let (registry, store, caller, service) = setup();
+        let view = put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 0}),
+            false,
+            T0,
+        )
+        .unwrap();
+        assert_eq!(view["keys"][0]["state"], "current", "{view}");
+        let kid = view["keys"][0]["kid"].as_str().unwrap().to_owned();
+        // Published as the key source `managed`, with the registry's own discovery document.
+        let config = store.config(service.id).unwrap().unwrap();
+        assert_eq!(config.keys.keys[0].source, "managed");
+        let document: Value = serde_json::from_str(&config.openid_configuration).unwrap();
+        assert_eq!(
+            document["id_token_signing_alg_values_supported"],
+            json!(["ES256"])
+        );
+        assert_eq!(document["issuer"], registry.issuer_of(&service.subdomain));
+        // It signs exactly `header.claims`.
+        let claims = claims(&registry, &service, T0, 3600);
+        let signed = sign(&registry, &service, &claims, T0).unwrap();
+        assert_eq!(signed.kid, kid);
+        let expected =
+            CountingKeys::signature_of(&kid, format!("{}.{claims}", signed.header).as_bytes());
+        assert_eq!(URL_SAFE_NO_PAD.decode(&signed.signature).unwrap(), expected);
+        // Its last signature is recorded, to the minute.
+        let state = get(&registry, &service).unwrap();
+        assert!(state["keys"][0]["lastSignedAt"].is_string(), "{state}");
+        assert_eq!(
+            actions(&store, &service)[..2],
+            ["signing.switch", "signing.enable"]
+        );
+    }
+
+    #[test]
+    fn with_a_lead_no_key_is_ready_until_it_is_over() {
+        let (registry, _, caller, service) = setup();
+        let view = put(&registry, &caller, &service, &json!({}), false, T0).unwrap();
+        assert_eq!(view["keys"][0]["state"], "next");
+        let claims = claims(&registry, &service, T0, 3600);
+        let refused = sign(&registry, &service, &claims, T0).unwrap_err();
+        assert!(
+            matches!(refused, AppError::NoKeyReady { .. }),
+            "{refused:?}"
+        );
+        // The step, once the 600 s lead is over, switches.
+        let later = T0 + Duration::seconds(600);
+        assert_eq!(advance_due(&registry, false, 10, later).unwrap(), 1);
+        let state = get(&registry, &service).unwrap();
+        assert_eq!(state["keys"][0]["state"], "current", "{state}");
+        assert!(sign(&registry, &service, &claims, later).is_ok());
+    }
+
+    #[test]
+    fn a_rotation_keeps_the_old_key_signing_until_the_next_is_safe_then_retires_it() {
+        let (registry, store, caller, service) = setup();
+        let settings = json!({"leadSeconds": 0, "maxTokenSeconds": 600});
+        let first = put(&registry, &caller, &service, &settings, false, T0).unwrap()["keys"][0]
+            ["kid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let claims_at = |at| claims(&registry, &service, at, 600);
+        sign(&registry, &service, &claims_at(T0), T0).unwrap();
+        // A lead of 120 s for the next key: the old one signs meanwhile.
+        put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 120}),
+            false,
+            T0,
+        )
+        .unwrap();
+        let t1 = T0 + Duration::seconds(10);
+        let view = rotate(&registry, &caller, &service, false, false, t1).unwrap();
+        let next = view["keys"][1]["kid"].as_str().unwrap().to_owned();
+        assert_eq!(view["keys"][1]["state"], "next");
+        assert!(matches!(
+            rotate(&registry, &caller, &service, false, false, t1),
+            Err(AppError::RotationInProgress(_))
+        ));
+        assert_eq!(
+            published_kids(&registry, &service),
+            [first.clone(), next.clone()]
+        );
+        assert_eq!(
+            sign(&registry, &service, &claims_at(t1), t1).unwrap().kid,
+            first
+        );
+        let t2 = t1 + Duration::seconds(120);
+        advance_due(&registry, false, 10, t2).unwrap();
+        assert_eq!(
+            sign(&registry, &service, &claims_at(t2), t2).unwrap().kid,
+            next
+        );
+        let state = get(&registry, &service).unwrap();
+        assert_eq!(state["keys"][0]["state"], "retiring", "{state}");
+        // The retiring key stays until its last token has expired: its last signature is kept
+        // to the minute (T0; the one at T0 + 10 s expires at T0 + 610) and 300 s more.
+        assert_eq!(
+            published_kids(&registry, &service),
+            [first.clone(), next.clone()]
+        );
+        let gone = T0 + Duration::seconds(600 + 300);
+        assert_eq!(state["keys"][0]["withdrawAt"], "2026-11-30T10:15:00Z");
+        assert_eq!(
+            advance_due(&registry, false, 10, gone - Duration::seconds(1)).unwrap(),
+            0
+        );
+        assert_eq!(advance_due(&registry, false, 10, gone).unwrap(), 1);
+        assert_eq!(published_kids(&registry, &service), [next]);
+        let trail = actions(&store, &service);
+        for action in ["signing.rotate", "signing.switch", "signing.withdraw"] {
+            assert!(trail.contains(&action), "{trail:?}");
+        }
+    }
+
+    #[test]
+    fn a_compromise_signs_with_a_new_key_at_once_and_withdraws_every_other() {
+        let (registry, _, caller, service) = setup();
+        let first = put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 0}),
+            false,
+            T0,
+        )
+        .unwrap()["keys"][0]["kid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let view = rotate(&registry, &caller, &service, true, false, T0).unwrap();
+        let keys = view["keys"].as_array().unwrap();
+        assert_eq!(keys.len(), 1, "{view}");
+        assert_eq!(keys[0]["state"], "current");
+        assert_ne!(keys[0]["kid"], first.as_str());
+        assert!(!published_kids(&registry, &service).contains(&first));
+        let claims = claims(&registry, &service, T0, 3600);
+        assert_eq!(
+            sign(&registry, &service, &claims, T0).unwrap().kid,
+            keys[0]["kid"]
+        );
+    }
+
+    #[test]
+    fn turned_off_nothing_signs_and_the_keys_leave_after_their_tokens() {
+        let (registry, _, caller, service) = setup();
+        put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 0, "maxTokenSeconds": 600}),
+            false,
+            T0,
+        )
+        .unwrap();
+        let claims = claims(&registry, &service, T0, 600);
+        sign(&registry, &service, &claims, T0).unwrap();
+        delete(&registry, &caller, &service, T0).unwrap();
+        assert!(matches!(
+            get(&registry, &service),
+            Err(AppError::NotFound(_))
+        ));
+        assert!(matches!(
+            sign(&registry, &service, &claims, T0),
+            Err(AppError::NotFound(_))
+        ));
+        assert_eq!(published_kids(&registry, &service).len(), 1);
+        advance_due(&registry, false, 10, T0 + Duration::seconds(900)).unwrap();
+        assert!(published_kids(&registry, &service).is_empty());
+    }
+
+    #[test]
+    fn claims_are_checked_against_the_services_issuer_and_settings() {
+        let (registry, _, caller, service) = setup();
+        put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 0, "maxTokenSeconds": 600}),
+            false,
+            T0,
+        )
+        .unwrap();
+        let too_long = claims(&registry, &service, T0, 601);
+        let refused = sign(&registry, &service, &too_long, T0).unwrap_err();
+        assert!(
+            matches!(&refused, AppError::InvalidClaims(why) if why.contains("exp")),
+            "{refused:?}"
+        );
+        let other = URL_SAFE_NO_PAD.encode(
+            json!({"iss": "https://elsewhere.example", "iat": T0.unix_timestamp(), "exp": T0.unix_timestamp() + 60})
+                .to_string(),
+        );
+        let refused = sign(&registry, &service, &other, T0).unwrap_err();
+        assert!(
+            matches!(&refused, AppError::InvalidClaims(why) if why.contains("iss")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn two_replicas_stepping_one_rotation_write_it_once() {
+        let (registry, store, caller, service) = setup();
+        put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 0}),
+            false,
+            T0,
+        )
+        .unwrap();
+        rotate(&registry, &caller, &service, false, false, T0).unwrap();
+        // The rotate's own step switched at once (lead 0, no verifier); the old key, which never
+        // signed, leaves at the next step, once, whichever replica steps first.
+        let before = actions(&store, &service).len();
+        let withdrawn = advance(&registry, &service, false, T0).unwrap();
+        assert!(
+            matches!(withdrawn, Some(Transition::Withdraw { .. })),
+            "{withdrawn:?}"
+        );
+        assert!(advance(&registry, &service, false, T0).unwrap().is_none());
+        assert_eq!(actions(&store, &service).len(), before + 1);
+        // A step decided on a state another replica changed meanwhile writes nothing.
+        let stale = store.signing(service.id).unwrap().unwrap();
+        let mut apply = |s: Option<Signing>| s;
+        rotate(&registry, &caller, &service, true, false, T0).unwrap();
+        assert!(!write(&registry, &service, Some(&stale), &mut apply, None, T0).unwrap());
+    }
+}

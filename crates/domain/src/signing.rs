@@ -1,0 +1,814 @@
+//! Managed signing (docs/api.md, "Managed signing"): keys the registry makes and holds for a
+//! service, signs with once they are safe, and rotates itself.
+//!
+//! A managed key is `next` (published, not signing yet), `current` (the one that signs) or
+//! `retiring` (replaced, still published until every token it signed has expired). The rules
+//! here are pure: what the settings may be, which transition is due, what a token's claims must
+//! hold, the header a signature covers. Time is a parameter; the keys' material is the
+//! [`ManagedKeys`](crate::ports::ManagedKeys) port's.
+//!
+//! ```
+//! use registry_domain::signing::{header, Algorithm, SigningSettings};
+//! use serde_json::json;
+//!
+//! let settings = SigningSettings::parse(&json!({"algorithm": "RS256"}), None).unwrap();
+//! assert_eq!(settings.algorithm, Algorithm::Rs256);
+//! assert_eq!(settings.max_token_seconds, 86_400);
+//! assert!(SigningSettings::parse(&json!({"leadSeconds": -1}), None).is_err());
+//! // {"alg":"ES256","kid":"k1","typ":"JWT"}
+//! assert_eq!(header(Algorithm::Es256, "k1"), "eyJhbGciOiJFUzI1NiIsImtpZCI6ImsxIiwidHlwIjoiSldUIn0");
+//! ```
+
+use crate::Violation;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use time::format_description::well_known::Rfc3339;
+use time::{Duration, OffsetDateTime};
+
+/// The key source the managed keys are published under (docs/api.md, "Key sources"): no upload
+/// may name it.
+pub const MANAGED_SOURCE: &str = "managed";
+
+/// Seconds after a retiring key's last possible token expiry before it leaves the key set.
+pub const WITHDRAW_MARGIN_SECONDS: i64 = 300;
+
+/// How far ahead of the registry's clock a token's `iat` may be.
+pub const IAT_LEEWAY_SECONDS: i64 = 60;
+
+/// The largest payload signed, decoded.
+pub const MAX_CLAIMS_BYTES: usize = 16 * 1024;
+
+/// How often a rotation in progress looks again at whether its next key is safe.
+pub const READINESS_POLL: Duration = Duration::seconds(5);
+
+/// How coarsely a key's last signature is recorded: at most once a minute per key, so that a
+/// signature costs no write; `withdrawAt` keeps a margin larger than this.
+pub const LAST_SIGNED_GRAIN: Duration = Duration::seconds(60);
+
+/// The algorithm of a managed key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Algorithm {
+    /// ECDSA over P-256 with SHA-256 (the default).
+    #[serde(rename = "ES256")]
+    Es256,
+    /// RSASSA-PKCS1-v1_5 with SHA-256, a 2048-bit modulus.
+    #[serde(rename = "RS256")]
+    Rs256,
+}
+
+impl Algorithm {
+    /// The name a JWS header writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::Es256 => "ES256",
+            Algorithm::Rs256 => "RS256",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Algorithm> {
+        [Algorithm::Es256, Algorithm::Rs256]
+            .into_iter()
+            .find(|a| a.as_str() == name)
+    }
+}
+
+/// How a service's managed signing runs (`PUT /services/{s}/signing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SigningSettings {
+    /// The algorithm of the keys made from now on.
+    pub algorithm: Algorithm,
+    /// How long the current key signs before the next one is made.
+    pub rotation_period_seconds: u32,
+    /// The longest a token it signs may live (`exp − iat`).
+    pub max_token_seconds: u32,
+    /// How long each key it makes is published before it may sign (docs/api.md, "Key readiness").
+    pub lead_seconds: u32,
+}
+
+impl Default for SigningSettings {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::Es256,
+            rotation_period_seconds: 2_592_000,
+            max_token_seconds: 86_400,
+            lead_seconds: 600,
+        }
+    }
+}
+
+/// The bounds of each numeric member of the settings.
+const BOUNDS: [(&str, u32, u32); 3] = [
+    ("rotationPeriodSeconds", 3_600, 31_536_000),
+    ("maxTokenSeconds", 600, 31_536_000),
+    ("leadSeconds", 0, 604_800),
+];
+
+impl SigningSettings {
+    /// The settings a `PUT` body asks for: every member optional, the others kept from
+    /// `current` (or the defaults). Every problem with its pointer.
+    pub fn parse(
+        body: &Value,
+        current: Option<&SigningSettings>,
+    ) -> Result<SigningSettings, Vec<Violation>> {
+        let Some(members) = body.as_object() else {
+            return Err(vec![Violation::new("", "the body must be a JSON object")]);
+        };
+        let mut settings = current.copied().unwrap_or_default();
+        let mut problems = Vec::new();
+        for (name, value) in members {
+            let pointer = format!("/{name}");
+            if name == "algorithm" {
+                match value.as_str().and_then(Algorithm::parse) {
+                    Some(algorithm) => settings.algorithm = algorithm,
+                    None => problems.push(Violation::new(
+                        &pointer,
+                        format!("{value} is not an algorithm: \"ES256\" or \"RS256\""),
+                    )),
+                }
+                continue;
+            }
+            let Some((_, low, high)) = BOUNDS.iter().find(|(n, _, _)| n == name) else {
+                problems.push(Violation::new(
+                    &pointer,
+                    format!(
+                        "{name:?} is not a member of the signing settings: algorithm, \
+                         rotationPeriodSeconds, maxTokenSeconds, leadSeconds"
+                    ),
+                ));
+                continue;
+            };
+            match value.as_u64().and_then(|v| u32::try_from(v).ok()) {
+                Some(v) if (*low..=*high).contains(&v) => match name.as_str() {
+                    "rotationPeriodSeconds" => settings.rotation_period_seconds = v,
+                    "maxTokenSeconds" => settings.max_token_seconds = v,
+                    _ => settings.lead_seconds = v,
+                },
+                _ => problems.push(Violation::new(
+                    &pointer,
+                    format!("{name} must be an integer from {low} to {high}; got {value}"),
+                )),
+            }
+        }
+        match problems.is_empty() {
+            true => Ok(settings),
+            false => Err(problems),
+        }
+    }
+}
+
+/// Where a managed key is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    /// Published, waiting to be safe; it signs once it is and replaces the current key.
+    Next,
+    /// The key that signs.
+    Current,
+    /// Replaced: published until every token it signed has expired.
+    Retiring,
+}
+
+impl Stage {
+    /// Its name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Next => "next",
+            Stage::Current => "current",
+            Stage::Retiring => "retiring",
+        }
+    }
+}
+
+/// One managed key. Its private half is only ever stored sealed (`sealed`), and is never part of
+/// any answer.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedKey {
+    /// Its `kid`: the RFC 7638 thumbprint of its public key.
+    pub kid: String,
+    /// Where it is in its life.
+    pub stage: Stage,
+    /// Its algorithm.
+    pub algorithm: Algorithm,
+    /// When it was made (and first published).
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When it became safe to sign with.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub safe_at: Option<OffsetDateTime>,
+    /// When it started signing.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub signing_since: Option<OffsetDateTime>,
+    /// Its last signature, kept to the minute.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub last_signed_at: Option<OffsetDateTime>,
+    /// When it leaves the key set (retiring keys only).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub withdraw_at: Option<OffsetDateTime>,
+    /// The public key as a verifier reads it (a JWK with `kid`, `alg` and `use`).
+    pub jwk: Map<String, Value>,
+    /// The public key, DER SubjectPublicKeyInfo, base64.
+    pub public_key: String,
+    /// The private key, sealed under the data key.
+    pub sealed: String,
+}
+
+impl std::fmt::Debug for ManagedKey {
+    // Never the sealed key, even sealed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagedKey")
+            .field("kid", &self.kid)
+            .field("stage", &self.stage)
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A key just made by the [`ManagedKeys`](crate::ports::ManagedKeys) port.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MadeKey {
+    /// The public JWK (`kty` and its members; the rest is added here).
+    pub jwk: Map<String, Value>,
+    /// The public key, DER SubjectPublicKeyInfo.
+    pub public_key_der: Vec<u8>,
+    /// The private key, sealed.
+    pub sealed: String,
+}
+
+impl std::fmt::Debug for MadeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MadeKey").finish_non_exhaustive()
+    }
+}
+
+impl ManagedKey {
+    /// A key made at `now`, as a `stage` key of `algorithm`; `None` when the made key has no
+    /// thumbprint (not a public key the registry publishes).
+    pub fn new(
+        made: MadeKey,
+        algorithm: Algorithm,
+        stage: Stage,
+        now: OffsetDateTime,
+    ) -> Option<ManagedKey> {
+        let kid = crate::keys::thumbprint(&made.jwk)?;
+        let mut jwk = made.jwk;
+        jwk.insert("kid".into(), kid.clone().into());
+        jwk.insert("alg".into(), algorithm.as_str().into());
+        jwk.insert("use".into(), "sig".into());
+        let current = stage == Stage::Current;
+        Some(ManagedKey {
+            kid,
+            stage,
+            algorithm,
+            created_at: now,
+            safe_at: current.then_some(now),
+            signing_since: current.then_some(now),
+            last_signed_at: None,
+            withdraw_at: None,
+            jwk,
+            public_key: base64::engine::general_purpose::STANDARD.encode(&made.public_key_der),
+            sealed: made.sealed,
+        })
+    }
+
+    /// When it leaves the key set once it stops signing at `now`: the expiry of the last token
+    /// it may have signed, and a margin; at once when it never signed.
+    fn withdrawal(&self, max_token_seconds: u32, now: OffsetDateTime) -> OffsetDateTime {
+        match self.last_signed_at {
+            // A token's `iat` may be up to a minute ahead, and the last signature is kept to
+            // the minute: the margin covers both.
+            Some(at) => {
+                at + Duration::seconds(i64::from(max_token_seconds) + WITHDRAW_MARGIN_SECONDS)
+            }
+            None => now,
+        }
+    }
+}
+
+/// A service's managed signing: its settings and its keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Signing {
+    /// The settings.
+    pub settings: SigningSettings,
+    /// Whether it is on: off (after `DELETE`) it signs nothing, and its keys only wait to leave.
+    pub enabled: bool,
+    /// Its keys, oldest first.
+    pub keys: Vec<ManagedKey>,
+}
+
+/// A transition of managed signing, each an audit event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// The next key is safe: it signs now, the previous one retires.
+    Switch {
+        /// The key that signs now.
+        kid: String,
+    },
+    /// The rotation period is over: a next key is made.
+    Rotate,
+    /// Retiring keys whose tokens have all expired leave the key set.
+    Withdraw {
+        /// Their `kid`s.
+        kids: Vec<String>,
+    },
+}
+
+fn rfc3339(at: Option<OffsetDateTime>) -> Value {
+    at.and_then(|t| t.replace_nanosecond(0).ok())
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .map_or(Value::Null, Value::String)
+}
+
+impl Signing {
+    /// Turned on with `settings` and its first key.
+    pub fn new(settings: SigningSettings, first: ManagedKey) -> Signing {
+        Signing {
+            settings,
+            enabled: true,
+            keys: vec![first],
+        }
+    }
+
+    /// The key that signs, if any.
+    pub fn current(&self) -> Option<&ManagedKey> {
+        self.keys.iter().find(|k| k.stage == Stage::Current)
+    }
+
+    /// The next key, while a rotation is in progress.
+    pub fn next(&self) -> Option<&ManagedKey> {
+        self.keys.iter().find(|k| k.stage == Stage::Next)
+    }
+
+    /// When the next rotation starts by itself: the current key's start of signing and the
+    /// period; `None` while off, rotating already, or without a current key.
+    pub fn next_rotation_at(&self) -> Option<OffsetDateTime> {
+        if !self.enabled || self.next().is_some() {
+            return None;
+        }
+        let since = self.current()?.signing_since?;
+        Some(since + Duration::seconds(i64::from(self.settings.rotation_period_seconds)))
+    }
+
+    /// `GET /services/{s}/signing`'s answer (never a private key, sealed or not).
+    pub fn view(&self) -> Value {
+        let keys: Vec<Value> = (self.keys.iter())
+            .map(|k| {
+                json!({
+                    "kid": k.kid,
+                    "state": k.stage.as_str(),
+                    "algorithm": k.algorithm.as_str(),
+                    "createdAt": rfc3339(Some(k.created_at)),
+                    "safeToSignAt": rfc3339(k.safe_at),
+                    "signingSince": rfc3339(k.signing_since),
+                    "lastSignedAt": rfc3339(k.last_signed_at),
+                    "withdrawAt": rfc3339(k.withdraw_at),
+                    "publicKey": k.public_key,
+                })
+            })
+            .collect();
+        json!({
+            "algorithm": self.settings.algorithm.as_str(),
+            "rotationPeriodSeconds": self.settings.rotation_period_seconds,
+            "maxTokenSeconds": self.settings.max_token_seconds,
+            "leadSeconds": self.settings.lead_seconds,
+            "nextRotationAt": rfc3339(self.next_rotation_at()),
+            "keys": keys,
+        })
+    }
+
+    /// When the rotation step next has something to do: look again at a next key's readiness,
+    /// start a rotation, withdraw a retiring key; `None` when nothing will happen by itself.
+    pub fn due_at(&self, now: OffsetDateTime) -> Option<OffsetDateTime> {
+        let withdrawals = self.keys.iter().filter_map(|k| k.withdraw_at);
+        let poll = self.next().map(|_| now + READINESS_POLL);
+        withdrawals.chain(poll).chain(self.next_rotation_at()).min()
+    }
+
+    /// A rotation asked for (`POST …/signing/rotate`): `made` becomes the next key. `Err` while a
+    /// next key exists already.
+    pub fn rotate(&mut self, made: ManagedKey) -> Result<(), &ManagedKey> {
+        if let Some(pending) = self.keys.iter().position(|k| k.stage == Stage::Next) {
+            return Err(&self.keys[pending]);
+        }
+        self.keys.push(made);
+        Ok(())
+    }
+
+    /// A compromise (`?compromised=true`): `made` signs at once, and every other key leaves the
+    /// key set at once; their `kid`s.
+    pub fn replace_compromised(&mut self, made: ManagedKey) -> Vec<String> {
+        let withdrawn = self.keys.iter().map(|k| k.kid.clone()).collect();
+        self.keys = vec![made];
+        withdrawn
+    }
+
+    /// Turned off at `now` (`DELETE`): nothing signs; every key retires until its tokens have
+    /// expired (a key that never signed leaves at once).
+    pub fn disable(&mut self, now: OffsetDateTime) {
+        self.enabled = false;
+        let max = self.settings.max_token_seconds;
+        for key in &mut self.keys {
+            if key.stage != Stage::Retiring {
+                key.stage = Stage::Retiring;
+                key.withdraw_at = Some(key.withdrawal(max, now));
+            }
+        }
+    }
+
+    /// Turned on again (a `PUT` after `DELETE`), with `made` as its next key.
+    pub fn enable(&mut self, settings: SigningSettings, made: ManagedKey) {
+        self.settings = settings;
+        self.enabled = true;
+        self.keys.retain(|k| k.stage == Stage::Retiring);
+        self.keys.push(made);
+    }
+
+    /// The transition due at `now`, given whether the next key is safe (`next_safe_at`: when it
+    /// became so), in order: a safe next key switches; retiring keys past their time leave; the
+    /// period over starts a rotation (`Rotate`: the caller makes the key). `None`: nothing due.
+    pub fn due(
+        &self,
+        next_safe_at: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+    ) -> Option<Transition> {
+        if let (Some(next), Some(_)) = (self.next(), next_safe_at) {
+            if self.enabled {
+                return Some(Transition::Switch {
+                    kid: next.kid.clone(),
+                });
+            }
+        }
+        let leaving: Vec<String> = (self.keys.iter())
+            .filter(|k| k.withdraw_at.is_some_and(|at| at <= now))
+            .map(|k| k.kid.clone())
+            .collect();
+        if !leaving.is_empty() {
+            return Some(Transition::Withdraw { kids: leaving });
+        }
+        match self.next_rotation_at() {
+            Some(at) if at <= now => Some(Transition::Rotate),
+            _ => None,
+        }
+    }
+
+    /// The next key signs from `now` (it became safe at `safe_at`); the current one retires
+    /// until the tokens it signed have expired.
+    pub fn switch(&mut self, safe_at: OffsetDateTime, now: OffsetDateTime) {
+        let max = self.settings.max_token_seconds;
+        for key in &mut self.keys {
+            match key.stage {
+                Stage::Current => {
+                    key.stage = Stage::Retiring;
+                    key.withdraw_at = Some(key.withdrawal(max, now));
+                }
+                Stage::Next => {
+                    key.stage = Stage::Current;
+                    key.safe_at = Some(safe_at);
+                    key.signing_since = Some(now);
+                }
+                Stage::Retiring => {}
+            }
+        }
+    }
+
+    /// Without the keys `kids` (withdrawn).
+    pub fn withdraw(&mut self, kids: &[String]) {
+        self.keys.retain(|k| !kids.contains(&k.kid));
+    }
+
+    /// Records a signature by `kid` at `at`: its `lastSignedAt`, and, should it be retiring
+    /// already (a signature that raced the switch), a `withdrawAt` no earlier than that
+    /// signature's tokens' expiry. `false` when nothing changed.
+    pub fn record_signature(&mut self, kid: &str, at: OffsetDateTime) -> bool {
+        let max = self.settings.max_token_seconds;
+        let Some(key) = self.keys.iter_mut().find(|k| k.kid == kid) else {
+            return false;
+        };
+        if key.last_signed_at.is_some_and(|last| last >= at) {
+            return false;
+        }
+        key.last_signed_at = Some(at);
+        if let Some(until) = key.withdraw_at {
+            key.withdraw_at = Some(until.max(key.withdrawal(max, at)));
+        }
+        true
+    }
+
+    /// Whether a signature by `key` at `now` should be recorded: its last one is older than
+    /// [`LAST_SIGNED_GRAIN`].
+    pub fn signature_worth_recording(key: &ManagedKey, now: OffsetDateTime) -> bool {
+        key.last_signed_at
+            .is_none_or(|last| now - last >= LAST_SIGNED_GRAIN)
+    }
+
+    /// The managed keys as the key set publishes them: every key, whatever its stage, with its
+    /// lead.
+    pub fn published(&self) -> Vec<(String, Map<String, Value>)> {
+        (self.keys.iter())
+            .map(|k| (k.kid.clone(), k.jwk.clone()))
+            .collect()
+    }
+}
+
+/// The discovery document of a service whose only keys are managed (docs/api.md, "Managed
+/// signing"), as kube-apiserver writes its own: `issuer`, `jwks_uri` and what it supports.
+pub fn discovery_document(issuer: &str, algorithms: &[Algorithm]) -> Value {
+    let mut names: Vec<&str> = algorithms.iter().map(|a| a.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    json!({
+        "issuer": issuer,
+        "jwks_uri": crate::publishing::jwks_uri(issuer),
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": names,
+    })
+}
+
+/// The base64url of a signature's JWS header: exactly `{"alg", "kid", "typ": "JWT"}`.
+pub fn header(algorithm: Algorithm, kid: &str) -> String {
+    let header = json!({"alg": algorithm.as_str(), "kid": kid, "typ": "JWT"});
+    URL_SAFE_NO_PAD.encode(header.to_string())
+}
+
+/// What the claims of a token to sign must hold, beyond the service's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRules<'a> {
+    /// The service's issuers: its subdomain's and its active custom domain's.
+    pub issuers: &'a [String],
+    /// The longest a token may live.
+    pub max_token_seconds: u32,
+    /// An anonymous service's end: no token it signs outlives it.
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// Checks the payload to sign (`claims`: base64url without padding, the JWT's second segment)
+/// at `now`: a JSON object of at most [`MAX_CLAIMS_BYTES`], `iss` one of the service's issuers,
+/// integer `iat` and `exp`, `exp − iat` within the service's `maxTokenSeconds`, `exp` in the
+/// future, `iat` at most a minute ahead. `Err` names the claim (the problem `invalid-claims`).
+///
+/// ```
+/// use base64::Engine;
+/// use registry_domain::signing::{check_claims, ClaimRules};
+/// use time::OffsetDateTime;
+///
+/// let now = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+/// let issuers = ["https://k3s-acme.example.com".to_owned()];
+/// let rules = ClaimRules { issuers: &issuers, max_token_seconds: 3600, expires_at: None };
+/// let encode = |v: serde_json::Value| {
+///     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+/// };
+/// let good = encode(serde_json::json!({"iss": issuers[0], "iat": 1_800_000_000i64, "exp": 1_800_003_600i64}));
+/// assert!(check_claims(&good, &rules, now).is_ok());
+/// let long = encode(serde_json::json!({"iss": issuers[0], "iat": 1_800_000_000i64, "exp": 1_800_003_601i64}));
+/// assert!(check_claims(&long, &rules, now).unwrap_err().contains("exp"));
+/// ```
+pub fn check_claims(
+    claims: &str,
+    rules: &ClaimRules<'_>,
+    now: OffsetDateTime,
+) -> Result<(), String> {
+    if claims.len() > MAX_CLAIMS_BYTES * 4 / 3 + 4 {
+        return Err(format!(
+            "the claims take more than {MAX_CLAIMS_BYTES} bytes"
+        ));
+    }
+    let bytes = URL_SAFE_NO_PAD.decode(claims).map_err(|_| {
+        "claims must be the token's payload as base64url without padding (the JWT's second \
+         segment)"
+            .to_owned()
+    })?;
+    if bytes.len() > MAX_CLAIMS_BYTES {
+        return Err(format!(
+            "the claims take {} bytes; at most {MAX_CLAIMS_BYTES} are signed",
+            bytes.len()
+        ));
+    }
+    let payload: Map<String, Value> = serde_json::from_slice(&bytes)
+        .map_err(|_| "the claims must be a JSON object".to_owned())?;
+    match payload.get("iss").and_then(Value::as_str) {
+        Some(iss) if rules.issuers.iter().any(|i| i == iss) => {}
+        Some(iss) => {
+            return Err(format!(
+                "iss {iss:?} is not an issuer of this service ({})",
+                rules.issuers.join(", ")
+            ))
+        }
+        None => return Err("iss is required: the service's issuer URL".to_owned()),
+    }
+    let time = |name: &str| match payload.get(name) {
+        Some(Value::Number(n)) if n.is_i64() => Ok(n.as_i64().unwrap_or_default()),
+        Some(other) => Err(format!(
+            "{name} must be an integer (seconds since the epoch); got {other}"
+        )),
+        None => Err(format!("{name} is required (seconds since the epoch)")),
+    };
+    let (iat, exp) = (time("iat")?, time("exp")?);
+    let now_s = now.unix_timestamp();
+    if iat > now_s + IAT_LEEWAY_SECONDS {
+        return Err(format!(
+            "iat {iat} is more than {IAT_LEEWAY_SECONDS} s ahead of the registry's clock ({now_s})"
+        ));
+    }
+    if exp <= now_s {
+        return Err(format!("exp {exp} is not in the future (now {now_s})"));
+    }
+    if exp - iat > i64::from(rules.max_token_seconds) {
+        return Err(format!(
+            "exp − iat is {} s; the service's maxTokenSeconds is {}",
+            exp - iat,
+            rules.max_token_seconds
+        ));
+    }
+    if let Some(end) = rules.expires_at {
+        if exp > end.unix_timestamp() {
+            return Err(format!(
+                "exp {exp} is after the anonymous service expires ({})",
+                end.unix_timestamp()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(1_800_000_000 + s).unwrap()
+    }
+
+    fn key(n: u8, stage: Stage, now: OffsetDateTime) -> ManagedKey {
+        let jwk = json!({"kty": "EC", "crv": "P-256", "x": format!("x{n}"), "y": "y"});
+        let made = MadeKey {
+            jwk: jwk.as_object().unwrap().clone(),
+            public_key_der: vec![n],
+            sealed: format!("sealed-{n}"),
+        };
+        ManagedKey::new(made, Algorithm::Es256, stage, now).unwrap()
+    }
+
+    #[test]
+    fn settings_take_defaults_ranges_and_point_at_every_problem() {
+        let defaults = SigningSettings::parse(&json!({}), None).unwrap();
+        assert_eq!(defaults, SigningSettings::default());
+        assert_eq!(defaults.rotation_period_seconds, 2_592_000);
+        let problems = SigningSettings::parse(
+            &json!({"algorithm": "HS256", "rotationPeriodSeconds": 3599, "maxTokenSeconds": 599,
+                    "leadSeconds": 604_801, "extra": 1}),
+            None,
+        )
+        .unwrap_err();
+        let pointers: Vec<&str> = problems.iter().map(|p| p.pointer.as_str()).collect();
+        for pointer in [
+            "/algorithm",
+            "/rotationPeriodSeconds",
+            "/maxTokenSeconds",
+            "/leadSeconds",
+            "/extra",
+        ] {
+            assert!(pointers.contains(&pointer), "{pointer} in {pointers:?}");
+        }
+        let kept = SigningSettings::parse(
+            &json!({"leadSeconds": 0}),
+            Some(&SigningSettings {
+                algorithm: Algorithm::Rs256,
+                ..SigningSettings::default()
+            }),
+        )
+        .unwrap();
+        assert_eq!((kept.algorithm, kept.lead_seconds), (Algorithm::Rs256, 0));
+    }
+
+    #[test]
+    fn a_rotation_publishes_next_switches_once_safe_and_withdraws_after_the_last_token() {
+        let mut signing = Signing::new(SigningSettings::default(), key(1, Stage::Current, at(0)));
+        assert_eq!(signing.due(None, at(10)), None);
+        let period = i64::from(signing.settings.rotation_period_seconds);
+        assert_eq!(signing.next_rotation_at(), Some(at(period)));
+        assert_eq!(signing.due(None, at(period)), Some(Transition::Rotate));
+        signing.record_signature(&signing.keys[0].kid.clone(), at(period));
+        signing.rotate(key(2, Stage::Next, at(period))).unwrap();
+        assert!(signing.rotate(key(3, Stage::Next, at(period))).is_err());
+        assert_eq!(
+            signing.due_at(at(period)),
+            Some(at(period) + READINESS_POLL)
+        );
+        // Not safe yet: the current key keeps signing.
+        assert_eq!(signing.due(None, at(period + 5)), None);
+        let next = signing.next().unwrap().kid.clone();
+        assert_eq!(
+            signing.due(Some(at(period + 600)), at(period + 605)),
+            Some(Transition::Switch { kid: next.clone() })
+        );
+        signing.switch(at(period + 600), at(period + 605));
+        assert_eq!(signing.current().unwrap().kid, next);
+        let retiring = &signing.keys[0];
+        assert_eq!(retiring.stage, Stage::Retiring);
+        let withdraw = at(period + 86_400 + 300);
+        assert_eq!(retiring.withdraw_at, Some(withdraw));
+        assert_eq!(signing.due(None, withdraw - Duration::seconds(1)), None);
+        let kids = vec![retiring.kid.clone()];
+        assert_eq!(
+            signing.due(None, withdraw),
+            Some(Transition::Withdraw { kids: kids.clone() })
+        );
+        signing.withdraw(&kids);
+        assert_eq!(signing.keys.len(), 1);
+    }
+
+    #[test]
+    fn a_signature_racing_the_switch_pushes_the_withdrawal_back() {
+        let mut signing = Signing::new(SigningSettings::default(), key(1, Stage::Current, at(0)));
+        let old = signing.keys[0].kid.clone();
+        signing.rotate(key(2, Stage::Next, at(10))).unwrap();
+        signing.switch(at(20), at(20));
+        // It never signed: it leaves at once…
+        assert_eq!(signing.keys[0].withdraw_at, Some(at(20)));
+        // …unless a signature made before the switch is recorded after it.
+        assert!(signing.record_signature(&old, at(19)));
+        assert_eq!(signing.keys[0].withdraw_at, Some(at(19 + 86_400 + 300)));
+        assert!(!signing.record_signature(&old, at(19)));
+    }
+
+    #[test]
+    fn a_compromise_leaves_one_key_signing_and_disabling_retires_every_key() {
+        let mut signing = Signing::new(SigningSettings::default(), key(1, Stage::Current, at(0)));
+        signing.rotate(key(2, Stage::Next, at(10))).unwrap();
+        let withdrawn = signing.replace_compromised(key(3, Stage::Current, at(20)));
+        assert_eq!(withdrawn.len(), 2);
+        assert_eq!(signing.keys.len(), 1);
+        assert_eq!(signing.current().unwrap().signing_since, Some(at(20)));
+        let kid = signing.keys[0].kid.clone();
+        signing.record_signature(&kid, at(30));
+        signing.disable(at(40));
+        assert!(signing.current().is_none());
+        assert_eq!(signing.keys[0].withdraw_at, Some(at(30 + 86_400 + 300)));
+        assert_eq!(signing.next_rotation_at(), None);
+    }
+
+    #[test]
+    fn the_view_holds_no_private_key() {
+        let signing = Signing::new(SigningSettings::default(), key(1, Stage::Current, at(0)));
+        let view = signing.view().to_string();
+        assert!(!view.contains("sealed-1"), "{view}");
+        assert!(view.contains("\"state\":\"current\""));
+        assert!(!format!("{:?}", signing).contains("sealed-1"));
+    }
+
+    #[test]
+    fn claims_are_checked_and_each_refusal_names_its_claim() {
+        let issuers = ["https://a.example".to_owned()];
+        let rules = ClaimRules {
+            issuers: &issuers,
+            max_token_seconds: 600,
+            expires_at: Some(at(500)),
+        };
+        let encode = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
+        let base = |iat: i64, exp: i64| json!({"iss": "https://a.example", "iat": at(iat).unix_timestamp(), "exp": at(exp).unix_timestamp()});
+        assert!(check_claims(&encode(base(0, 300)), &rules, at(0)).is_ok());
+        let cases = [
+            (
+                json!({"iss": "https://b.example", "iat": 0, "exp": 1}),
+                "iss",
+            ),
+            (json!([1, 2]), "JSON object"),
+            (
+                json!({"iss": "https://a.example", "iat": "0", "exp": 1}),
+                "iat",
+            ),
+            (base(61, 300), "iat"),
+            (base(-700, -1), "exp"),
+            (base(0, 601), "exp"),
+            (base(0, 501), "exp"),
+        ];
+        for (claims, named) in cases {
+            let refused = check_claims(&encode(claims.clone()), &rules, at(0)).unwrap_err();
+            assert!(refused.contains(named), "{claims}: {refused}");
+        }
+        assert!(check_claims("not base64!", &rules, at(0)).is_err());
+        let big = encode(json!({"iss": "https://a.example", "pad": "x".repeat(MAX_CLAIMS_BYTES)}));
+        assert!(check_claims(&big, &rules, at(0))
+            .unwrap_err()
+            .contains("bytes"));
+    }
+
+    #[test]
+    fn the_written_discovery_document_lists_the_published_algorithms() {
+        let doc = discovery_document(
+            "https://a.example",
+            &[Algorithm::Rs256, Algorithm::Es256, Algorithm::Es256],
+        );
+        assert_eq!(doc["jwks_uri"], "https://a.example/openid/v1/jwks");
+        assert_eq!(
+            doc["id_token_signing_alg_values_supported"],
+            json!(["ES256", "RS256"])
+        );
+        assert_eq!(doc["response_types_supported"], json!(["id_token"]));
+    }
+}

@@ -1,0 +1,1 @@
+DROP TABLE managed_signing;

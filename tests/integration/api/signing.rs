@@ -1,0 +1,619 @@
+//! Managed signing (docs/api.md, "Managed signing"): keys the registry makes, publishes as the key
+//! source `managed`, signs with only once safe, and rotates itself. Tokens are assembled from
+//! what `POST …/sign` answers and verified by josekit against the key set served over HTTP, as a
+//! relying party would.
+
+use super::{create_account, register_service};
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine;
+use registry_tests::server::{assert_problem, json, pointers, Customer, ServerOptions, TestServer};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The data key managed keys are sealed under.
+pub const DATA_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// The version-2 policy schema.
+const V2: &str = "http://localhost:8080/schemas/service-account-policy/v2.json";
+
+fn options(more: &[(&str, &str)]) -> ServerOptions {
+    let mut env = vec![("REGISTRY_DATA_KEY".to_owned(), DATA_KEY.to_owned())];
+    env.extend(more.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    ServerOptions {
+        env,
+        ..ServerOptions::default()
+    }
+}
+
+/// A server holding keys (`REGISTRY_DATA_KEY` set).
+pub fn signing_server() -> TestServer {
+    TestServer::start_with(options(&[]))
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// A token's payload for `issuer`, living `life` seconds from `iat`, as base64url.
+pub fn payload(issuer: &str, iat: i64, life: i64) -> String {
+    let claims = json!({"iss": issuer, "sub": "system:serviceaccount:default:default",
+        "aud": ["sts.amazonaws.com"], "iat": iat, "nbf": iat, "exp": iat + life});
+    URL_SAFE_NO_PAD.encode(claims.to_string())
+}
+
+/// `PUT …/signing` with `body`; the answer.
+pub fn turn_on(server: &TestServer, token: &str, sub: &str, body: Value) -> Value {
+    let response = server
+        .authed(Method::PUT, &format!("/services/{sub}/signing"), token)
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    json(response)
+}
+
+/// `POST …/sign` of `claims`: the status and the body.
+pub fn sign(server: &TestServer, token: &str, sub: &str, claims: &str) -> (u16, Value) {
+    let response = server
+        .authed(Method::POST, &format!("/services/{sub}/sign"), token)
+        .json(&json!({"claims": claims}))
+        .send()
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, json(response))
+}
+
+/// The compact JWT of a signature answer and its claims.
+pub fn token_of(signed: &Value, claims: &str) -> String {
+    format!(
+        "{}.{claims}.{}",
+        signed["header"].as_str().unwrap(),
+        signed["signature"].as_str().unwrap()
+    )
+}
+
+/// The service's key set as served publicly.
+pub fn hosted_keys(server: &TestServer, sub: &str) -> Value {
+    let response = server
+        .hosted(Method::GET, sub, "/openid/v1/jwks")
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    json(response)
+}
+
+/// Whether josekit verifies `token` with the key of its `kid` in `set`, whatever its algorithm.
+pub fn verifies(set: &Value, token: &str) -> bool {
+    let header = josekit::jwt::decode_header(token).unwrap();
+    let kid = header.claim("kid").and_then(Value::as_str).unwrap();
+    let Some(jwk) = (set["keys"].as_array().unwrap().iter()).find(|k| k["kid"] == kid) else {
+        return false;
+    };
+    let jwk = josekit::jwk::Jwk::from_map(jwk.as_object().unwrap().clone()).unwrap();
+    let verified = match header.claim("alg").and_then(Value::as_str) {
+        Some("ES256") => josekit::jwt::decode_with_verifier(
+            token,
+            &josekit::jws::ES256.verifier_from_jwk(&jwk).unwrap(),
+        ),
+        Some("RS256") => josekit::jwt::decode_with_verifier(
+            token,
+            &josekit::jws::RS256.verifier_from_jwk(&jwk).unwrap(),
+        ),
+        other => panic!("unexpected alg {other:?}"),
+    };
+    verified.is_ok()
+}
+
+/// An account of `customer` whose version-2 policy allows `actions` on `sub`; its token.
+pub fn account_for(
+    server: &TestServer,
+    customer: &Customer,
+    sub: &str,
+    actions: &[&str],
+) -> String {
+    let policy = json!({"$schema": V2, "kind": "static", "services": [sub], "actions": actions});
+    let created = create_account(
+        server,
+        customer,
+        &format!("signer-{}", actions.len()),
+        policy,
+    );
+    created["token"].as_str().unwrap().to_owned()
+}
+
+/// Waits until `holds` holds of the service's signing state (the rotation step runs every 2 s).
+pub fn signing_once(
+    server: &TestServer,
+    token: &str,
+    sub: &str,
+    holds: impl Fn(&Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    loop {
+        let state = json(server.get(&format!("/services/{sub}/signing"), token));
+        if holds(&state) {
+            return state;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{state}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn kids(state: &Value, stage: &str) -> Vec<String> {
+    (state["keys"].as_array().unwrap().iter())
+        .filter(|k| k["state"] == stage)
+        .map(|k| k["kid"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn without_a_data_key_signing_is_refused_with_signing_disabled() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let refused = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{sub}/signing"),
+            &acme.token,
+        )
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_problem(refused, 409, "signing-disabled");
+    let unknown = server.get(&format!("/services/{sub}/signing"), &acme.token);
+    assert_problem(unknown, 404, "not-found");
+}
+
+#[test]
+fn settings_out_of_range_or_unknown_are_refused_with_their_pointers() {
+    let server = signing_server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let refused = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{sub}/signing"),
+            &acme.token,
+        )
+        .json(&json!({"algorithm": "HS256", "rotationPeriodSeconds": 60,
+            "maxTokenSeconds": 31_536_001, "leadSeconds": -1, "colour": "blue"}))
+        .send()
+        .unwrap();
+    let mut found = pointers(&assert_problem(refused, 400, "validation-failed"));
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "/algorithm",
+            "/colour",
+            "/leadSeconds",
+            "/maxTokenSeconds",
+            "/rotationPeriodSeconds"
+        ]
+    );
+    // Nothing was turned on.
+    assert_eq!(
+        server
+            .get(&format!("/services/{sub}/signing"), &acme.token)
+            .status(),
+        404
+    );
+}
+
+#[test]
+fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_hosted_set() {
+    let server = signing_server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    // A first key with no lead and no verifier is safe at once.
+    let state = turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 0}));
+    assert_eq!(state["algorithm"], "ES256");
+    assert_eq!(state["rotationPeriodSeconds"], 2_592_000);
+    assert_eq!(state["maxTokenSeconds"], 86_400);
+    assert_eq!(state["leadSeconds"], 0);
+    assert!(state["nextRotationAt"].is_string(), "{state}");
+    let key = &state["keys"][0];
+    assert_eq!(key["state"], "current", "{state}");
+    for member in [
+        "kid",
+        "createdAt",
+        "safeToSignAt",
+        "signingSince",
+        "publicKey",
+    ] {
+        assert!(key[member].is_string(), "{member} in {state}");
+    }
+    assert!(key["withdrawAt"].is_null() && key["lastSignedAt"].is_null());
+    let der = STANDARD.decode(key["publicKey"].as_str().unwrap()).unwrap();
+    assert!(openssl::pkey::PKey::public_key_from_der(&der).is_ok());
+    let kid = key["kid"].as_str().unwrap();
+
+    // The key set and the discovery document, written by the registry (nothing was uploaded).
+    let set = hosted_keys(&server, &sub);
+    assert_eq!(set["keys"][0]["kid"], kid);
+    assert!(set["keys"][0].get("d").is_none());
+    let discovery = json(
+        server
+            .hosted(Method::GET, &sub, "/.well-known/openid-configuration")
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(discovery["issuer"], issuer.as_str());
+    assert_eq!(discovery["jwks_uri"], format!("{issuer}/openid/v1/jwks"));
+    assert_eq!(
+        discovery["id_token_signing_alg_values_supported"],
+        json!(["ES256"])
+    );
+    assert_eq!(discovery["response_types_supported"], json!(["id_token"]));
+    assert_eq!(discovery["subject_types_supported"], json!(["public"]));
+    let listed = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    assert_eq!(listed["keys"][0]["source"], "managed", "{listed}");
+
+    // Minting is never implied: not by the customer's first account ("*"), nor by "*" in v2.
+    let claims = payload(&issuer, now(), 600);
+    let (status, body) = sign(&server, &acme.token, &sub, &claims);
+    assert_eq!(
+        (
+            status,
+            body["type"]
+                .as_str()
+                .unwrap()
+                .ends_with("action-not-allowed")
+        ),
+        (403, true),
+        "{body}"
+    );
+    let everything = account_for(&server, &acme, &sub, &["*"]);
+    assert_eq!(sign(&server, &everything, &sub, &claims).0, 403);
+    // The first account grants it though (it manages every service), without holding it.
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign", "config:read"]);
+    let (status, signed) = sign(&server, &signer, &sub, &claims);
+    assert_eq!(status, 200, "{signed}");
+    assert_eq!(signed["kid"], kid);
+    let header: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(signed["header"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header, json!({"alg": "ES256", "kid": kid, "typ": "JWT"}));
+    assert_eq!(
+        signed["header"].as_str().unwrap(),
+        URL_SAFE_NO_PAD.encode(format!(r#"{{"alg":"ES256","kid":"{kid}","typ":"JWT"}}"#)),
+        "exactly alg, kid, typ"
+    );
+    let token = token_of(&signed, &claims);
+    assert!(verifies(&hosted_keys(&server, &sub), &token), "{token}");
+    // A signer without config:write cannot change signing.
+    let refused = server
+        .authed(
+            Method::POST,
+            &format!("/services/{sub}/signing/rotate"),
+            &signer,
+        )
+        .send()
+        .unwrap();
+    assert_problem(refused, 403, "action-not-allowed");
+    // The signature is counted; the last signature recorded.
+    assert!(server
+        .metrics_text()
+        .contains("registry_signatures_total{result=\"signed\"} 1"));
+    let state = json(server.get(&format!("/services/{sub}/signing"), &acme.token));
+    assert!(state["keys"][0]["lastSignedAt"].is_string(), "{state}");
+    // The registry's own key source may not be uploaded to.
+    let refused = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{sub}/config?source=managed"),
+            &acme.token,
+        )
+        .json(&super::upload(&["k1"]))
+        .send()
+        .unwrap();
+    assert_problem(refused, 400, "validation-failed");
+}
+
+#[test]
+fn claims_are_checked_and_a_refusal_names_the_claim() {
+    let server = signing_server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    turn_on(
+        &server,
+        &acme.token,
+        &sub,
+        json!({"leadSeconds": 0, "maxTokenSeconds": 600}),
+    );
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
+    let t = now();
+    let encode = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
+    let cases = [
+        (payload(&issuer, t, 601), "exp"),
+        (payload(&issuer, t - 700, 600), "exp"),
+        (payload(&issuer, t + 120, 300), "iat"),
+        (payload("https://elsewhere.example", t, 60), "iss"),
+        (
+            encode(json!({"iss": issuer, "iat": "now", "exp": t + 60})),
+            "iat",
+        ),
+        (encode(json!([1, 2, 3])), "JSON object"),
+        ("not base64url!".to_owned(), "base64url"),
+        (
+            encode(json!({"iss": issuer, "iat": t, "exp": t + 60, "pad": "x".repeat(17_000)})),
+            "bytes",
+        ),
+    ];
+    for (claims, named) in cases {
+        let (status, body) = sign(&server, &signer, &sub, &claims);
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["type"].as_str().unwrap().ends_with("/invalid-claims"),
+            "{body}"
+        );
+        assert!(
+            body["detail"].as_str().unwrap().contains(named),
+            "{named}: {body}"
+        );
+    }
+    // A body without claims is a validation error pointing at it.
+    let refused = server
+        .authed(Method::POST, &format!("/services/{sub}/sign"), &signer)
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(
+        pointers(&assert_problem(refused, 400, "validation-failed")),
+        ["/claims"]
+    );
+    assert!(server
+        .metrics_text()
+        .contains("registry_signatures_total{result=\"invalid_claims\"} 8"));
+}
+
+#[test]
+fn signatures_are_limited_per_customer_and_an_anonymous_secret_signs_for_its_own_service() {
+    let server = TestServer::start_with(options(&[("REGISTRY_SIGN_PER_MINUTE", "2")]));
+    let (anon, secret) = server.anonymous_service();
+    let issuer = server.issuer(&anon);
+    turn_on(
+        &server,
+        &secret,
+        &anon,
+        json!({"leadSeconds": 0, "maxTokenSeconds": 600}),
+    );
+    let claims = payload(&issuer, now(), 600);
+    for _ in 0..2 {
+        let (status, body) = sign(&server, &secret, &anon, &claims);
+        assert_eq!(status, 200, "{body}");
+    }
+    let limited = server
+        .authed(Method::POST, &format!("/services/{anon}/sign"), &secret)
+        .json(&json!({"claims": claims}))
+        .send()
+        .unwrap();
+    assert!(limited.headers().contains_key("retry-after"));
+    assert_problem(limited, 429, "rate-limited");
+    // No token of an anonymous service outlives it.
+    let service = json(server.get(&format!("/services/{anon}"), &secret));
+    let expires = time::OffsetDateTime::parse(
+        service["expiresAt"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap()
+    .unix_timestamp();
+    let server = TestServer::start_with(options(&[]));
+    let (anon, secret) = server.anonymous_service();
+    let issuer = server.issuer(&anon);
+    turn_on(
+        &server,
+        &secret,
+        &anon,
+        json!({"leadSeconds": 0, "maxTokenSeconds": 31_536_000}),
+    );
+    let service = json(server.get(&format!("/services/{anon}"), &secret));
+    let expires_here = time::OffsetDateTime::parse(
+        service["expiresAt"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap()
+    .unix_timestamp();
+    assert!(expires_here >= expires - 60);
+    let t = now();
+    let (status, body) = sign(
+        &server,
+        &secret,
+        &anon,
+        &payload(&issuer, t, expires_here - t + 10),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("exp"), "{body}");
+}
+
+#[test]
+fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_withdraws_at_once() {
+    let server = signing_server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    let first = turn_on(
+        &server,
+        &acme.token,
+        &sub,
+        json!({"leadSeconds": 0, "maxTokenSeconds": 600}),
+    );
+    let first = kids(&first, "current")[0].clone();
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
+    let claims = || payload(&issuer, now(), 600);
+    let signed_by = |claims: &str| {
+        let (status, signed) = sign(&server, &signer, &sub, claims);
+        assert_eq!(status, 200, "{signed}");
+        signed
+    };
+    signed_by(&claims());
+    // The next key gets a lead the test moves the clock past.
+    turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 60}));
+    let rotated = server
+        .authed(
+            Method::POST,
+            &format!("/services/{sub}/signing/rotate"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(rotated.status(), 200);
+    let rotated = json(rotated);
+    let next = kids(&rotated, "next")[0].clone();
+    assert_eq!(rotated["nextRotationAt"], Value::Null);
+    let again = server
+        .authed(
+            Method::POST,
+            &format!("/services/{sub}/signing/rotate"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_problem(again, 409, "rotation-in-progress");
+    // Published at once, beside the current key, which still signs.
+    let set = hosted_keys(&server, &sub);
+    let published: Vec<&str> = set["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert!(published.contains(&first.as_str()) && published.contains(&next.as_str()));
+    let c = claims();
+    let signed = signed_by(&c);
+    assert_eq!(signed["kid"], first.as_str());
+    let before_switch = token_of(&signed, &c);
+    let readiness = json(server.get(
+        &format!("/services/{sub}/keys/{next}/readiness"),
+        &acme.token,
+    ));
+    assert_eq!(readiness["safeToSign"], false, "{readiness}");
+    // Once the lead is over, the step switches: the next key signs, the old one retires.
+    server.advance_clock(61);
+    let state = signing_once(&server, &acme.token, &sub, |s| {
+        kids(s, "current") == [next.clone()]
+    });
+    assert_eq!(kids(&state, "retiring"), [first.clone()]);
+    let retiring = &state["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kid"] == first.as_str())
+        .unwrap()
+        .clone();
+    assert!(retiring["withdrawAt"].is_string(), "{state}");
+    let c = claims();
+    let signed = signed_by(&c);
+    assert_eq!(signed["kid"], next.as_str());
+    let set = hosted_keys(&server, &sub);
+    assert!(verifies(&set, &token_of(&signed, &c)));
+    assert!(
+        verifies(&set, &before_switch),
+        "the retiring key still verifies its tokens"
+    );
+    // A compromise: a new key signs at once, every other leaves the key set at once.
+    let compromised = server
+        .authed(
+            Method::POST,
+            &format!("/services/{sub}/signing/rotate?compromised=true"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(compromised.status(), 200);
+    let state = json(compromised);
+    assert_eq!(state["keys"].as_array().unwrap().len(), 1, "{state}");
+    let newest = kids(&state, "current")[0].clone();
+    let set = hosted_keys(&server, &sub);
+    assert!(!verifies(&set, &before_switch));
+    let c = claims();
+    assert_eq!(signed_by(&c)["kid"], newest.as_str());
+    // Each transition is in the audit trail; no signature is.
+    let trail = json(server.get("/audit-events", &acme.token));
+    let actions: Vec<&str> = (trail["events"].as_array().unwrap().iter())
+        .filter_map(|e| e["action"].as_str())
+        .filter(|a| a.starts_with("signing."))
+        .collect();
+    for action in [
+        "signing.enable",
+        "signing.update",
+        "signing.rotate",
+        "signing.switch",
+    ] {
+        assert!(actions.contains(&action), "{actions:?}");
+    }
+    assert_eq!(
+        actions.iter().filter(|a| **a == "signing.rotate").count(),
+        2,
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
+    let server = signing_server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    let state = turn_on(
+        &server,
+        &acme.token,
+        &sub,
+        json!({"leadSeconds": 0, "maxTokenSeconds": 600, "algorithm": "RS256"}),
+    );
+    let kid = kids(&state, "current")[0].clone();
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
+    let claims = payload(&issuer, now(), 600);
+    let (status, signed) = sign(&server, &signer, &sub, &claims);
+    assert_eq!(status, 200);
+    let token = token_of(&signed, &claims);
+    assert!(
+        verifies(&hosted_keys(&server, &sub), &token),
+        "RS256 verifies"
+    );
+    let deleted = server
+        .authed(
+            Method::DELETE,
+            &format!("/services/{sub}/signing"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(sign(&server, &signer, &sub, &claims).0, 404);
+    assert_eq!(
+        server
+            .get(&format!("/services/{sub}/signing"), &acme.token)
+            .status(),
+        404
+    );
+    assert!(
+        verifies(&hosted_keys(&server, &sub), &token),
+        "published until its tokens expire"
+    );
+    // 600 s of token and 300 s more: then it leaves.
+    server.advance_clock(901);
+    let start = Instant::now();
+    while hosted_keys(&server, &sub)["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|k| k["kid"] == kid.as_str())
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the key never left"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

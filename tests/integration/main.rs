@@ -2,6 +2,7 @@ mod api;
 mod https;
 mod oidc;
 mod security;
+mod signer;
 mod store;
 mod sync;
 mod walkthrough;

@@ -36,13 +36,10 @@ impl Drop for Killed {
     }
 }
 
-pub fn run() -> Result<()> {
-    require("varnishd", "varnish")?;
-    require("varnishncsa", "varnish")?;
-    if !succeeds(Command::new("npm").arg("--version")) {
-        bail!("npm not found: the jose relying party needs Node.js 20 or later with npm");
-    }
-    let binary = registry::build(false)?;
+/// The relying parties' folder (`xtask/cdn`: jose's `verify.mjs` with its `node_modules`,
+/// PyJWT's `verify.py`), jose installed (`npm ci`) when it is not yet: this chore's verifiers,
+/// and the integration suite's (`signer`, through `REGISTRY_TEST_RELYING_PARTIES`).
+pub(crate) fn relying_parties() -> Result<PathBuf> {
     let relying = root().join("xtask/cdn");
     if !relying.join("node_modules/jose").is_dir() {
         run_command(
@@ -51,6 +48,17 @@ pub fn run() -> Result<()> {
                 .current_dir(&relying),
         )?;
     }
+    Ok(relying)
+}
+
+pub fn run() -> Result<()> {
+    require("varnishd", "varnish")?;
+    require("varnishncsa", "varnish")?;
+    if !succeeds(Command::new("npm").arg("--version")) {
+        bail!("npm not found: the jose relying party needs Node.js 20 or later with npm");
+    }
+    let binary = registry::build(false)?;
+    let relying = relying_parties()?;
     let python = crate::prometheus_parser()?;
     let work = WorkDir::in_target("cdn")?;
     let dir = &work.0;

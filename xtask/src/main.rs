@@ -158,7 +158,8 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
         println!("(with every unit and doc test of the workspace)");
         run(cargo("test --workspace --")
             .args(test_args)
-            .env("REGISTRY_TEST_PYTHON", prometheus_parser()?))?;
+            .env("REGISTRY_TEST_PYTHON", prometheus_parser()?)
+            .env("REGISTRY_TEST_RELYING_PARTIES", cdn::relying_parties()?))?;
         if test_args.is_empty() {
             banner("the policy engine from Python (crates/policy-python, pytest)");
             python::test_policy_binding()?;
@@ -177,6 +178,7 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
             .args(args)
             .env("REGISTRY_TEST_POSTGRES_URL", cluster.admin_url())
             .env("REGISTRY_TEST_PYTHON", &parser)
+            .env("REGISTRY_TEST_RELYING_PARTIES", cdn::relying_parties()?)
             .env("PATH", cluster.path_with_binaries()?))
     };
     let args: Vec<&str> = test_args.iter().map(String::as_str).collect();

@@ -150,7 +150,7 @@ pub struct Actions(u16);
 
 impl Actions {
     /// Every action, and any added later (`"*"`), but [`Action::TokensSign`].
-    pub const ALL: Actions = Actions(u16::MAX & !(1 << Action::TokensSign as u16));
+    pub const ALL: Actions = Actions(!(1 << Action::TokensSign as u16));
     /// No action.
     pub const NONE: Actions = Actions(0);
 

@@ -22,7 +22,7 @@ mod readiness;
 mod refusals;
 mod replicas;
 mod services;
-mod signing;
+pub mod signing;
 mod workers;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

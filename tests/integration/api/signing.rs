@@ -503,7 +503,7 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
     let state = signing_once(&server, &acme.token, &sub, |s| {
         kids(s, "current") == [next.clone()]
     });
-    assert_eq!(kids(&state, "retiring"), [first.clone()]);
+    assert_eq!(kids(&state, "retiring"), [first.as_str()]);
     let retiring = &state["keys"]
         .as_array()
         .unwrap()
@@ -616,4 +616,61 @@ fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The `signing.*` actions of the customer's trail, oldest first, with their actors' kinds.
+fn signing_events(server: &TestServer, token: &str) -> Vec<(String, String)> {
+    let trail = json(server.get("/audit-events?limit=500", token));
+    let mut events: Vec<(String, String)> = (trail["events"].as_array().unwrap().iter())
+        .filter(|e| e["action"].as_str().unwrap().starts_with("signing."))
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["actor"]["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    events.reverse();
+    events
+}
+
+#[test]
+fn two_replicas_racing_for_one_rotation_write_each_transition_once() {
+    let a = signing_server();
+    let b = TestServer::start_with(ServerOptions {
+        database_url: Some(a.database_url.clone()),
+        ..options(&[])
+    });
+    let acme = a.customer("acme", "business");
+    let sub = register_service(&a, &acme, "k3s");
+    let first = turn_on(
+        &a,
+        &acme.token,
+        &sub,
+        json!({"leadSeconds": 0, "rotationPeriodSeconds": 3600}),
+    );
+    let first = kids(&first, "current");
+    // The period is over on both replicas at once: each one's step finds the rotation due.
+    a.advance_clock(3601);
+    b.advance_clock(3601);
+    // The first key (which never signed) leaves once the second signs.
+    let state = signing_once(&b, &acme.token, &sub, |s| {
+        s["keys"].as_array().unwrap().len() == 1 && kids(s, "current") != first
+    });
+    // Rotated by the registry, switched at once (lead 0, no verifier), the first key withdrawn
+    // (it never signed): each transition once, by the system, whichever replica wrote it.
+    std::thread::sleep(Duration::from_secs(5));
+    let events = signing_events(&a, &acme.token);
+    let count = |action: &str| events.iter().filter(|(e, _)| e == action).count();
+    assert_eq!(count("signing.enable"), 1, "{events:?}");
+    assert_eq!(count("signing.rotate"), 1, "{events:?}");
+    assert_eq!(count("signing.switch"), 2, "{events:?}");
+    assert_eq!(count("signing.withdraw"), 1, "{events:?}");
+    assert!(
+        events.iter().skip(2).all(|(_, actor)| actor == "system"),
+        "{events:?}"
+    );
+    assert_eq!(kids(&state, "current").len(), 1);
+    // Both replicas serve the same key set.
+    assert_eq!(hosted_keys(&a, &sub), hosted_keys(&b, &sub));
 }

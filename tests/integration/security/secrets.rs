@@ -48,7 +48,7 @@ impl Transcript<'_> {
 }
 
 /// The whole database as SQL text.
-fn dump(database_url: &str) -> String {
+pub(super) fn dump(database_url: &str) -> String {
     let output = match database_url.strip_prefix("sqlite://") {
         Some(path) => sqlite_python(path, "print('\\n'.join(db.iterdump()))", ""),
         None => Command::new(postgres_tool("pg_dump"))

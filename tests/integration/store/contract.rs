@@ -18,6 +18,7 @@ use registry_domain::ports::{
     AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument, NetworkFetch, Storage,
     OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
+use registry_domain::signing::ManagedKey;
 use registry_domain::testing::MemoryStore;
 use registry_domain::StoreError;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -2551,4 +2552,144 @@ fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store:
         store.acme_account("https://acme/dir").unwrap().as_deref(),
         Some("first")
     );
+}
+
+/// A managed key of `n`, made at `at`.
+fn managed_key(n: u8, stage: registry_domain::signing::Stage, at: OffsetDateTime) -> ManagedKey {
+    let jwk = serde_json::json!({"kty": "EC", "crv": "P-256", "x": format!("x{n}"), "y": "y"});
+    let made = registry_domain::signing::MadeKey {
+        jwk: jwk.as_object().unwrap().clone(),
+        public_key_der: vec![n],
+        sealed: format!("sealed:{n:02x}"),
+    };
+    ManagedKey::new(made, registry_domain::signing::Algorithm::Es256, stage, at).unwrap()
+}
+
+#[test]
+fn update_signing_writes_the_signing_with_its_key_set_once_on_every_store() {
+    on_every_store(update_signing_writes_the_signing_with_its_key_set_once);
+}
+
+fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) {
+    use registry_domain::ports::SigningChange;
+    use registry_domain::signing::{Signing, SigningSettings, Stage};
+    let s = anonymous("abcdefghijkl-anon", 0, 3600);
+    store
+        .create_service(&s, None, Ceiling::NONE, &ev())
+        .unwrap();
+    let t0 = datetime!(2026-11-30 10:00:00.123 UTC);
+    assert_eq!(store.signing(s.id).unwrap(), None);
+    let first = Signing::new(
+        SigningSettings::default(),
+        managed_key(1, Stage::Current, t0),
+    );
+    let published = config(s.id, "http://abcdefghijkl-anon.localhost:8080", 1);
+    let changes_before = all_changes(store).len();
+    // Nothing decided: nothing written, no event, no change.
+    let written = store
+        .update_signing(
+            s.id,
+            &mut |stored, config| {
+                assert_eq!((stored, config), (None, None));
+                None
+            },
+            Some(&ev()),
+        )
+        .unwrap();
+    assert!(!written);
+    assert_eq!(all_changes(store).len(), changes_before);
+    // The signing and the configuration, in one write, with the event and one change.
+    let due = t0 + time::Duration::hours(1);
+    let written = store
+        .update_signing(
+            s.id,
+            &mut |_, _| {
+                Some(SigningChange {
+                    signing: Some(first.clone()),
+                    due_at: Some(due),
+                    config: Some(published.clone()),
+                })
+            },
+            Some(&ev()),
+        )
+        .unwrap();
+    assert!(written);
+    assert_eq!(store.signing(s.id).unwrap(), Some(first.clone()));
+    assert_eq!(store.config(s.id).unwrap().unwrap().jwks, published.jwks);
+    assert_eq!(
+        all_changes(store)[changes_before..],
+        [Change::Service(s.id)]
+    );
+    // The change sees what is stored; a step with no event moves the due time only.
+    let written = store
+        .update_signing(
+            s.id,
+            &mut |stored, config| {
+                assert_eq!(stored.as_ref(), Some(&first));
+                assert!(config.is_some());
+                Some(SigningChange {
+                    signing: stored,
+                    due_at: Some(t0),
+                    config: None,
+                })
+            },
+            None,
+        )
+        .unwrap();
+    assert!(written);
+    assert_eq!(all_changes(store).len(), changes_before + 1);
+    // Due: at or before now, most overdue first, up to the limit.
+    assert_eq!(
+        store
+            .signing_due(t0 - time::Duration::seconds(1), 10)
+            .unwrap(),
+        Vec::<Uuid>::new()
+    );
+    assert_eq!(store.signing_due(t0, 10).unwrap(), [s.id]);
+    assert_eq!(store.signing_due(t0, 0).unwrap(), Vec::<Uuid>::new());
+    // A signature is recorded (no change, no event), on the key it names.
+    store
+        .record_signature(s.id, &first.keys[0].kid, t0)
+        .unwrap();
+    let signed = store.signing(s.id).unwrap().unwrap();
+    assert_eq!(signed.keys[0].last_signed_at, Some(t0));
+    assert_eq!(all_changes(store).len(), changes_before + 1);
+    // No key left: removed.
+    store
+        .update_signing(
+            s.id,
+            &mut |_, _| {
+                Some(SigningChange {
+                    signing: None,
+                    due_at: None,
+                    config: None,
+                })
+            },
+            Some(&ev()),
+        )
+        .unwrap();
+    assert_eq!(store.signing(s.id).unwrap(), None);
+    assert_eq!(store.signing_due(t0, 10).unwrap(), Vec::<Uuid>::new());
+    // A service gone: not found; deleting a service removes its signing.
+    let gone = Uuid::new_v4();
+    let refused = store
+        .update_signing(gone, &mut |_, _| None, None)
+        .unwrap_err();
+    assert_eq!(refused, StoreError::NotFound);
+    store
+        .update_signing(
+            s.id,
+            &mut |_, _| {
+                Some(SigningChange {
+                    signing: Some(first.clone()),
+                    due_at: Some(t0),
+                    config: None,
+                })
+            },
+            Some(&ev()),
+        )
+        .unwrap();
+    assert!(store.delete_service(s.id, &ev()).unwrap());
+    assert_eq!(store.signing(s.id).unwrap(), None);
+    assert_eq!(store.signing_due(t0, 10).unwrap(), Vec::<Uuid>::new());
 }

@@ -1,0 +1,442 @@
+//! `registry signer` (docs/api.md, "Managed signing") end to end: the real binary as the registry
+//! and as the plugin, a gRPC client generated from the KEP's `v1` proto speaking over the plugin's
+//! Unix socket as kube-apiserver does (`Metadata`, `FetchKeys`, `Sign`), tokens assembled from
+//! its answers and verified against the key set the registry hosts by two relying-party
+//! libraries that fetch it themselves (jose's `createRemoteJWKSet`, PyJWT's `PyJWKClient`: the
+//! CDN chore's, `xtask/cdn/verify.*`; `cargo xtask test` installs them) and by josekit. Those two
+//! are the service's verifiers: across a rotation, their fetches are what make the next key safe.
+//! A compromise withdraws at once. The test prints its timeline (`--nocapture`), each step with
+//! its time.
+
+use crate::api::register_service;
+use crate::api::signing::{account_for, hosted_keys, turn_on, verifies, DATA_KEY};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use registry_signer::proto::external_jwt_signer_client::ExternalJwtSignerClient;
+use registry_signer::proto::{FetchKeysRequest, MetadataRequest, SignJwtRequest};
+use registry_testkit::TempDir;
+use registry_tests::server::{json, registry_binary, run_registry, ServerOptions, TestServer};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tonic::transport::{Channel, Endpoint};
+
+/// The relying parties that verify the cluster's tokens, by their User-Agent.
+const JOSE: &str = "jose-relying-party";
+const PYJWT: &str = "pyjwt-relying-party";
+
+/// Has `party` (jose or PyJWT) fetch the key set at `jwks_url` and verify `token`: the `kid` it
+/// verified, or why it refused.
+fn relying_party(party: &str, jwks_url: &str, token: &str) -> Result<String, String> {
+    let dir = std::env::var("REGISTRY_TEST_RELYING_PARTIES")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../xtask/cdn").to_owned());
+    let dir = Path::new(&dir);
+    let mut command = match party {
+        JOSE => {
+            let mut node = Command::new("node");
+            node.arg(dir.join("verify.mjs"));
+            node
+        }
+        _ => {
+            let python = std::env::var("REGISTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+            let mut python = Command::new(python);
+            python.arg(dir.join("verify.py"));
+            python
+        }
+    };
+    let out = (command.args([jwks_url, token, party]).output())
+        .unwrap_or_else(|e| panic!("{party}: {e} (run the tests with cargo xtask test)"));
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned()),
+        false => Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+    }
+}
+
+/// Both relying parties verify `token`, each fetching the key set: its `kid`.
+fn both_verify(jwks_url: &str, token: &str) -> String {
+    let jose = relying_party(JOSE, jwks_url, token).expect("jose verifies");
+    let pyjwt = relying_party(PYJWT, jwks_url, token).expect("PyJWT verifies");
+    assert_eq!(jose, pyjwt);
+    jose
+}
+
+/// The timeline of the test, printed as it goes.
+struct Timeline(Instant);
+
+impl Timeline {
+    fn step(&self, what: &str) {
+        eprintln!("[{:>6.1} s] {what}", self.0.elapsed().as_secs_f64());
+    }
+}
+
+/// A running `registry signer`, stopped (SIGTERM) when dropped.
+struct Plugin {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Plugin {
+    fn start(server: &TestServer, token: &str, sub: &str, socket: &Path) -> Self {
+        let child = Command::new(registry_binary())
+            .args(["signer", "--service", sub, "--socket"])
+            .arg(socket)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("REGISTRY_API_URL", &server.base)
+            .env("REGISTRY_TOKEN", token)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start registry signer");
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the plugin never served"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            socket: socket.to_owned(),
+        }
+    }
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// kube-apiserver's side: the client generated from the proto, over the socket.
+struct ApiServer {
+    runtime: tokio::runtime::Runtime,
+    client: ExternalJwtSignerClient<Channel>,
+}
+
+impl ApiServer {
+    fn connect(socket: &Path) -> Self {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let endpoint = Endpoint::from_shared(format!("unix:{}", socket.display())).unwrap();
+        let channel = runtime
+            .block_on(endpoint.connect())
+            .expect("connect to the plugin");
+        Self {
+            runtime,
+            client: ExternalJwtSignerClient::new(channel),
+        }
+    }
+
+    fn max_token_seconds(&mut self) -> i64 {
+        let answer = self
+            .runtime
+            .block_on(self.client.metadata(MetadataRequest {}));
+        answer.unwrap().into_inner().max_token_expiration_seconds
+    }
+
+    /// The key ids `FetchKeys` answers, after checking each entry's shape.
+    fn fetch_keys(&mut self) -> Vec<String> {
+        let answer = self
+            .runtime
+            .block_on(self.client.fetch_keys(FetchKeysRequest {}));
+        let keys = answer.unwrap().into_inner();
+        assert_eq!(keys.refresh_hint_seconds, 60);
+        assert!(keys.data_timestamp.is_some_and(|t| t.seconds > 0));
+        (keys.keys.into_iter())
+            .map(|key| {
+                assert!(!key.exclude_from_oidc_discovery);
+                assert!(openssl::pkey::PKey::public_key_from_der(&key.key).is_ok());
+                key.key_id
+            })
+            .collect()
+    }
+
+    /// `Sign` of `claims`: the compact token, or the status.
+    fn sign(&mut self, claims: &str) -> Result<String, tonic::Status> {
+        let request = SignJwtRequest {
+            claims: claims.to_owned(),
+        };
+        let signed = self
+            .runtime
+            .block_on(self.client.sign(request))?
+            .into_inner();
+        Ok(format!("{}.{claims}.{}", signed.header, signed.signature))
+    }
+
+    /// Waits until `FetchKeys` answers exactly `kids` (the plugin reads the registry every 10 s).
+    fn keys_become(&mut self, kids: &[&str]) {
+        let mut want: Vec<String> = kids.iter().map(|k| (*k).to_owned()).collect();
+        want.sort();
+        let start = Instant::now();
+        loop {
+            let mut found = self.fetch_keys();
+            found.sort();
+            if found == want {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "FetchKeys: {found:?}, not {want:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// The payload kube-apiserver sends for a pod's token of `issuer`.
+fn pod_claims(issuer: &str) -> String {
+    let iat = now();
+    URL_SAFE_NO_PAD.encode(
+        json!({"aud": ["sts.amazonaws.com"], "exp": iat + 600, "iat": iat, "iss": issuer,
+            "kubernetes.io": {"namespace": "default", "serviceaccount": {"name": "default"}},
+            "nbf": iat, "sub": "system:serviceaccount:default:default"})
+        .to_string(),
+    )
+}
+
+fn kid_of(token: &str) -> String {
+    let header = josekit::jwt::decode_header(token).unwrap();
+    header
+        .claim("kid")
+        .and_then(Value::as_str)
+        .unwrap()
+        .to_owned()
+}
+
+fn signing_state(server: &TestServer, token: &str, sub: &str) -> Value {
+    json(server.get(&format!("/services/{sub}/signing"), token))
+}
+
+fn stage_of(state: &Value, kid: &str) -> Option<String> {
+    (state["keys"].as_array().unwrap().iter())
+        .find(|k| k["kid"] == kid)
+        .map(|k| k["state"].as_str().unwrap().to_owned())
+}
+
+#[test]
+fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
+    let timeline = Timeline(Instant::now());
+    let server = TestServer::start_with(ServerOptions::binary(&[
+        ("REGISTRY_DATA_KEY", DATA_KEY),
+        ("REGISTRY_FETCH_FLUSH_SECONDS", "1"),
+        // One clock hour of fetches makes a verifier: the test cannot wait for a second hour.
+        ("REGISTRY_TEST_VERIFIER_HOURS", "1"),
+    ]));
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    let state = turn_on(
+        &server,
+        &acme.token,
+        &sub,
+        json!({"leadSeconds": 0, "maxTokenSeconds": 600}),
+    );
+    let first = state["keys"][0]["kid"].as_str().unwrap().to_owned();
+    assert_eq!(state["keys"][0]["state"], "current");
+    timeline.step(&format!(
+        "signing on: first key {first} current (lead 0, no verifier yet)"
+    ));
+    let plugin_token = account_for(&server, &acme, &sub, &["tokens:sign", "config:read"]);
+    let dir = TempDir::new("signer");
+    let socket = dir.0.join("signer.sock");
+    let plugin = Plugin::start(&server, &plugin_token, &sub, &socket);
+    let mode = std::fs::metadata(&plugin.socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the socket is the owner's only");
+    timeline.step("registry signer serving on its socket (mode 0600)");
+    // A second plugin on the same socket is refused, in one sentence.
+    let (code, _, stderr) = run_registry(
+        &[
+            "signer",
+            "--service",
+            &sub,
+            "--socket",
+            socket.to_str().unwrap(),
+        ],
+        &[
+            ("REGISTRY_API_URL", server.base.as_str()),
+            ("REGISTRY_TOKEN", plugin_token.as_str()),
+        ],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(socket.to_str().unwrap()), "{stderr}");
+
+    let mut apiserver = ApiServer::connect(&socket);
+    assert_eq!(apiserver.max_token_seconds(), 600);
+    assert_eq!(apiserver.fetch_keys(), [first.as_str()]);
+    let jwks_url = format!("{issuer}/openid/v1/jwks");
+    let before = apiserver.sign(&pod_claims(&issuer)).expect("Sign");
+    assert_eq!(kid_of(&before), first);
+    // Only they fetch the key set before the rotation: they are its verifiers.
+    assert_eq!(both_verify(&jwks_url, &before), first);
+    timeline
+        .step("Sign → a token by the first key; jose and PyJWT verify it (fetching the key set)");
+    // They are now the service's verifiers: they fetched the key set before the next key.
+    let start = Instant::now();
+    loop {
+        let fetches = server
+            .get(&format!("/services/{sub}/fetches"), &acme.token)
+            .text()
+            .unwrap();
+        if fetches.contains(JOSE) && fetches.contains(PYJWT) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the verifiers' fetches never counted"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Rotate: the next key is published, the first keeps signing.
+    turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 1}));
+    let rotated = server
+        .authed(
+            Method::POST,
+            &format!("/services/{sub}/signing/rotate"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(rotated.status(), 200);
+    let rotated = json(rotated);
+    let next = (rotated["keys"].as_array().unwrap().iter())
+        .find(|k| k["state"] == "next")
+        .and_then(|k| k["kid"].as_str())
+        .expect("a next key")
+        .to_owned();
+    timeline.step(&format!(
+        "rotate: next key {next} published; no verifier has fetched it"
+    ));
+    apiserver.keys_become(&[&first, &next]);
+    timeline.step("FetchKeys lists both keys");
+    std::thread::sleep(Duration::from_secs(3));
+    let waiting = apiserver.sign(&pod_claims(&issuer)).expect("Sign");
+    assert_eq!(
+        kid_of(&waiting),
+        first,
+        "the next key is not safe: its verifiers lack it"
+    );
+    let readiness = json(server.get(
+        &format!("/services/{sub}/keys/{next}/readiness"),
+        &acme.token,
+    ));
+    assert_eq!(readiness["safeToSign"], false, "{readiness}");
+    let mut holding: Vec<&str> = (readiness["pending"].as_array().unwrap().iter())
+        .filter_map(|p| p["agent"].as_str())
+        .collect();
+    holding.sort_unstable();
+    assert_eq!(holding, [JOSE, PYJWT], "{readiness}");
+    timeline.step("Sign → still the first key: the next waits for jose and PyJWT");
+
+    // The verifiers fetch the set with the next key (verifying a token of the first): safe, the
+    // step switches.
+    assert_eq!(both_verify(&jwks_url, &waiting), first);
+    timeline.step("jose and PyJWT fetch the key set holding the next key");
+    let start = Instant::now();
+    while stage_of(&signing_state(&server, &acme.token, &sub), &next).as_deref() != Some("current")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the next key never switched"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    timeline.step("the step switches: the next key signs, the first retires");
+    let after = apiserver.sign(&pod_claims(&issuer)).expect("Sign");
+    assert_eq!(kid_of(&after), next);
+    let state = signing_state(&server, &acme.token, &sub);
+    assert_eq!(
+        stage_of(&state, &first).as_deref(),
+        Some("retiring"),
+        "{state}"
+    );
+    assert_eq!(both_verify(&jwks_url, &after), next);
+    assert_eq!(
+        both_verify(&jwks_url, &before),
+        first,
+        "the retiring key still verifies"
+    );
+    let set = hosted_keys(&server, &sub);
+    assert!(verifies(&set, &after) && verifies(&set, &before) && verifies(&set, &waiting));
+    assert!(
+        apiserver.fetch_keys().contains(&first),
+        "the retiring key stays for the plugin"
+    );
+    timeline
+        .step("Sign → the next key; tokens of both keys verify; FetchKeys keeps the retiring key");
+
+    // A compromise: a new key signs at once; every other leaves the key set at once.
+    let compromised = server
+        .authed(
+            Method::POST,
+            &format!("/services/{sub}/signing/rotate?compromised=true"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(compromised.status(), 200);
+    let newest = json(compromised)["keys"][0]["kid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let fresh = apiserver.sign(&pod_claims(&issuer)).expect("Sign");
+    assert_eq!(kid_of(&fresh), newest);
+    assert_eq!(both_verify(&jwks_url, &fresh), newest);
+    for party in [JOSE, PYJWT] {
+        assert!(
+            relying_party(party, &jwks_url, &after).is_err(),
+            "{party}: withdrawn at once"
+        );
+    }
+    let set = hosted_keys(&server, &sub);
+    assert!(verifies(&set, &fresh));
+    assert!(
+        !verifies(&set, &before) && !verifies(&set, &after),
+        "withdrawn at once"
+    );
+    apiserver.keys_become(&[&newest]);
+    timeline.step(&format!(
+        "compromised rotation: {newest} signs at once, the others are withdrawn"
+    ));
+
+    // Claims the registry refuses are INVALID_ARGUMENT.
+    let wrong = URL_SAFE_NO_PAD.encode(
+        json!({"iss": "https://elsewhere.example", "iat": now(), "exp": now() + 60}).to_string(),
+    );
+    let refused = apiserver.sign(&wrong).unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("iss"), "{refused:?}");
+
+    // The registry unreachable: FetchKeys answers from the plugin's copy; Sign is UNAVAILABLE.
+    drop(server);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(apiserver.fetch_keys(), [newest.as_str()]);
+    let unavailable = apiserver.sign(&pod_claims(&issuer)).unwrap_err();
+    assert_eq!(
+        unavailable.code(),
+        tonic::Code::Unavailable,
+        "{unavailable:?}"
+    );
+    timeline.step("registry stopped: FetchKeys answers from the copy, Sign is UNAVAILABLE");
+    drop(plugin);
+}

@@ -9,7 +9,7 @@
 //! its time.
 
 use crate::api::register_service;
-use crate::api::signing::{account_for, hosted_keys, turn_on, verifies, DATA_KEY};
+use crate::api::signing::{account_for, hosted_keys, rotate, turn_on, verifies, DATA_KEY};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use registry_signer::proto::external_jwt_signer_client::ExternalJwtSignerClient;
@@ -309,14 +309,7 @@ fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
 
     // Rotate: the next key is published, the first keeps signing.
     turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 1}));
-    let rotated = server
-        .authed(
-            Method::POST,
-            &format!("/services/{sub}/signing/rotate"),
-            &acme.token,
-        )
-        .send()
-        .unwrap();
+    let rotated = rotate(&server, &acme.token, &sub, false);
     assert_eq!(rotated.status(), 200);
     let rotated = json(rotated);
     let next = (rotated["keys"].as_array().unwrap().iter())
@@ -386,14 +379,7 @@ fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
         .step("Sign → the next key; tokens of both keys verify; FetchKeys keeps the retiring key");
 
     // A compromise: a new key signs at once; every other leaves the key set at once.
-    let compromised = server
-        .authed(
-            Method::POST,
-            &format!("/services/{sub}/signing/rotate?compromised=true"),
-            &acme.token,
-        )
-        .send()
-        .unwrap();
+    let compromised = rotate(&server, &acme.token, &sub, true);
     assert_eq!(compromised.status(), 200);
     let newest = json(compromised)["keys"][0]["kid"]
         .as_str()

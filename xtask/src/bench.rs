@@ -12,8 +12,9 @@
 //!   token whose issuer is a service hosted by the same registry (`http://idp-acme.localhost:PORT`).
 //! * P4: `PUT /services/{s}/config` on SQLite.
 //! * P5: start-up to `/readyz`, resident memory idle and after 10,000 published services.
-//! * `--workers 1,2,4,8` alone: P1, JWKS, P1-TLS against nginx, P2 and P3, with each number of
-//!   workers, the servers and wrk on disjoint cores (`bench/scaling.rs`).
+//! * `--workers 1,2,4,8` alone: P1, JWKS, P1-TLS against nginx, P2 and P3, and signing
+//!   (`POST /services/{s}/sign`, static token, ES256 and RS256), with each number of workers,
+//!   the servers and wrk on disjoint cores (`bench/scaling.rs`).
 //! * `--services N` alone: a replica over N published services on SQLite and PostgreSQL
 //!   (`bench/scale.rs`).
 //! * P6: two replicas on one throwaway PostgreSQL cluster: how long a PUT on one takes to be
@@ -187,12 +188,18 @@ fn measure(options: &Options, binary: &Path, dir: &Path, report: &mut Report) ->
     Ok(())
 }
 
+/// The data key of the benchmarks' managed keys (docs/api.md, "Managed signing").
+const DATA_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
 /// A server whose identity tokens may come from an `http` issuer it hosts itself, on loopback,
-/// with the server's default workers.
+/// with the server's default workers; it holds managed keys, and its signatures per minute are
+/// not what is measured (no limit in reach).
 fn federated_server(binary: &Path, database_url: &str, log: &Path) -> registry::Options {
     registry::Options::new(binary, database_url, log)
         .workers(None)
         .env("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true")
+        .env("REGISTRY_DATA_KEY", DATA_KEY)
+        .env("REGISTRY_SIGN_PER_MINUTE", "4000000000")
 }
 
 /// P1–P4: sets the scene through the API, then runs the rounds.

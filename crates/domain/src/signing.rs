@@ -67,7 +67,8 @@ impl Algorithm {
         }
     }
 
-    fn parse(name: &str) -> Option<Algorithm> {
+    /// The algorithm a JWS header names, if it is one of these.
+    pub fn parse(name: &str) -> Option<Algorithm> {
         [Algorithm::Es256, Algorithm::Rs256]
             .into_iter()
             .find(|a| a.as_str() == name)

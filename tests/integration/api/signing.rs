@@ -56,6 +56,28 @@ pub fn turn_on(server: &TestServer, token: &str, sub: &str, body: Value) -> Valu
     json(response)
 }
 
+/// `POST …/signing/rotate`, compromised or not: the response.
+pub fn rotate(
+    server: &TestServer,
+    token: &str,
+    sub: &str,
+    compromised: bool,
+) -> reqwest::blocking::Response {
+    let query = if compromised { "?compromised=true" } else { "" };
+    let path = format!("/services/{sub}/signing/rotate{query}");
+    server.authed(Method::POST, &path, token).send().unwrap()
+}
+
+/// A server holding keys, a customer, its service `k3s` with managed signing turned on with
+/// `settings`: the customer, the subdomain, its issuer and the signing's first state.
+fn signing_service(server: &TestServer, settings: Value) -> (Customer, String, String, Value) {
+    let acme = server.customer("acme", "business");
+    let sub = register_service(server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    let state = turn_on(server, &acme.token, &sub, settings);
+    (acme, sub, issuer, state)
+}
+
 /// `POST …/sign` of `claims`: the status and the body.
 pub fn sign(server: &TestServer, token: &str, sub: &str, claims: &str) -> (u16, Value) {
     let response = server
@@ -208,11 +230,8 @@ fn settings_out_of_range_or_unknown_are_refused_with_their_pointers() {
 #[test]
 fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_hosted_set() {
     let server = signing_server();
-    let acme = server.customer("acme", "business");
-    let sub = register_service(&server, &acme, "k3s");
-    let issuer = server.issuer(&sub);
     // A first key with no lead and no verifier is safe at once.
-    let state = turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 0}));
+    let (acme, sub, issuer, state) = signing_service(&server, json!({"leadSeconds": 0}));
     assert_eq!(state["algorithm"], "ES256");
     assert_eq!(state["rotationPeriodSeconds"], 2_592_000);
     assert_eq!(state["maxTokenSeconds"], 86_400);
@@ -291,14 +310,7 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
     let token = token_of(&signed, &claims);
     assert!(verifies(&hosted_keys(&server, &sub), &token), "{token}");
     // A signer without config:write cannot change signing.
-    let refused = server
-        .authed(
-            Method::POST,
-            &format!("/services/{sub}/signing/rotate"),
-            &signer,
-        )
-        .send()
-        .unwrap();
+    let refused = rotate(&server, &signer, &sub, false);
     assert_problem(refused, 403, "action-not-allowed");
     // The signature is counted; the last signature recorded.
     assert!(server
@@ -322,15 +334,8 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
 #[test]
 fn claims_are_checked_and_a_refusal_names_the_claim() {
     let server = signing_server();
-    let acme = server.customer("acme", "business");
-    let sub = register_service(&server, &acme, "k3s");
-    let issuer = server.issuer(&sub);
-    turn_on(
-        &server,
-        &acme.token,
-        &sub,
-        json!({"leadSeconds": 0, "maxTokenSeconds": 600}),
-    );
+    let (acme, sub, issuer, _) =
+        signing_service(&server, json!({"leadSeconds": 0, "maxTokenSeconds": 600}));
     let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
     let t = now();
     let encode = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
@@ -439,15 +444,8 @@ fn signatures_are_limited_per_customer_and_an_anonymous_secret_signs_for_its_own
 #[test]
 fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_withdraws_at_once() {
     let server = signing_server();
-    let acme = server.customer("acme", "business");
-    let sub = register_service(&server, &acme, "k3s");
-    let issuer = server.issuer(&sub);
-    let first = turn_on(
-        &server,
-        &acme.token,
-        &sub,
-        json!({"leadSeconds": 0, "maxTokenSeconds": 600}),
-    );
+    let (acme, sub, issuer, first) =
+        signing_service(&server, json!({"leadSeconds": 0, "maxTokenSeconds": 600}));
     let first = kids(&first, "current")[0].clone();
     let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
     let claims = || payload(&issuer, now(), 600);
@@ -459,26 +457,12 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
     signed_by(&claims());
     // The next key gets a lead the test moves the clock past.
     turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 60}));
-    let rotated = server
-        .authed(
-            Method::POST,
-            &format!("/services/{sub}/signing/rotate"),
-            &acme.token,
-        )
-        .send()
-        .unwrap();
+    let rotated = rotate(&server, &acme.token, &sub, false);
     assert_eq!(rotated.status(), 200);
     let rotated = json(rotated);
     let next = kids(&rotated, "next")[0].clone();
     assert_eq!(rotated["nextRotationAt"], Value::Null);
-    let again = server
-        .authed(
-            Method::POST,
-            &format!("/services/{sub}/signing/rotate"),
-            &acme.token,
-        )
-        .send()
-        .unwrap();
+    let again = rotate(&server, &acme.token, &sub, false);
     assert_problem(again, 409, "rotation-in-progress");
     // Published at once, beside the current key, which still signs.
     let set = hosted_keys(&server, &sub);
@@ -522,14 +506,7 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
         "the retiring key still verifies its tokens"
     );
     // A compromise: a new key signs at once, every other leaves the key set at once.
-    let compromised = server
-        .authed(
-            Method::POST,
-            &format!("/services/{sub}/signing/rotate?compromised=true"),
-            &acme.token,
-        )
-        .send()
-        .unwrap();
+    let compromised = rotate(&server, &acme.token, &sub, true);
     assert_eq!(compromised.status(), 200);
     let state = json(compromised);
     assert_eq!(state["keys"].as_array().unwrap().len(), 1, "{state}");
@@ -562,13 +539,8 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
 #[test]
 fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
     let server = signing_server();
-    let acme = server.customer("acme", "business");
-    let sub = register_service(&server, &acme, "k3s");
-    let issuer = server.issuer(&sub);
-    let state = turn_on(
+    let (acme, sub, issuer, state) = signing_service(
         &server,
-        &acme.token,
-        &sub,
         json!({"leadSeconds": 0, "maxTokenSeconds": 600, "algorithm": "RS256"}),
     );
     let kid = kids(&state, "current")[0].clone();

@@ -8,7 +8,9 @@
 //!
 //! The scenarios: P1 (discovery document by `Host`), JWKS (the key set), P1-TLS, each against
 //! nginx serving the same bytes; P2 (`GET /services/{s}/config` with a static token) and P3
-//! (the same with an identity token of an issuer the registry hosts), as ratios to P1. A second
+//! (the same with an identity token of an issuer the registry hosts), as ratios to P1; S-ES256 and
+//! S-RS256 (`POST /services/{s}/sign` with a static token: a signature by a managed key, docs/api.md,
+//! "Managed signing"), as ratios to P2. A second
 //! table gives what each request cost the server on the CPU (`bench/cpu.rs`), user and system
 //! time: steadier than the rates on a small or busy machine, and, growing with W, the mark of
 //! workers that wait for one another.
@@ -47,7 +49,7 @@ const WRK_THREADS: usize = 8;
 const CONNECTIONS: u32 = 256;
 
 /// The scenarios of one W, in the order they run.
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 10] = [
     "P1",
     "P1 nginx",
     "JWKS",
@@ -56,6 +58,8 @@ const SCENARIOS: [&str; 8] = [
     "P1-TLS nginx",
     "P2",
     "P3",
+    "S-ES256",
+    "S-RS256",
 ];
 
 /// One scenario in one round: requests a second, and the server's CPU time per request
@@ -67,7 +71,7 @@ struct Measured {
 }
 
 /// Every scenario of one round, in the order of [`SCENARIOS`].
-type Round = [Measured; 8];
+type Round = [Measured; SCENARIOS.len()];
 
 /// Where the servers and wrk run for W workers on a machine with `cores` cores: `None` when wrk
 /// would have no core of its own (and sharing was not asked for).
@@ -106,6 +110,8 @@ struct Scene {
     discovery: Vec<u8>,
     jwks: Vec<u8>,
     tls: (PathBuf, PathBuf),
+    /// wrk's scripts of `POST /services/{s}/sign` (ES256, RS256), with the signer's token.
+    signing: [(String, PathBuf); 2],
 }
 
 /// Runs the plan; answers the section for docs/benchmarks.md.
@@ -160,6 +166,10 @@ fn scene(binary: &Path, dir: &Path) -> Result<Scene> {
     let tls = (dir.join("tls.crt"), dir.join("tls.key"));
     let pair = TestCa::new("bench CA").server_certificate(&["localhost", "*.localhost"]);
     pair.write(&tls.0, &tls.1)?;
+    let signing = [
+        signing_scene(&api, dir, "ES256", port)?,
+        signing_scene(&api, dir, "RS256", port)?,
+    ];
     Ok(Scene {
         database_url,
         port,
@@ -169,7 +179,43 @@ fn scene(binary: &Path, dir: &Path) -> Result<Scene> {
         discovery,
         jwks,
         tls,
+        signing,
     })
+}
+
+/// A service signing with a managed key of `algorithm` (safe at once: a lead of 0, no verifier),
+/// an account allowed `tokens:sign` on it, and wrk's script of one signature of a day-long token
+/// (the longest its `maxTokenSeconds` allows): the service's sign URL and the script.
+fn signing_scene(api: &Api, dir: &Path, algorithm: &str, port: u16) -> Result<(String, PathBuf)> {
+    use base64::Engine;
+    let service = api.create_service(&format!("sign-{}", algorithm.to_lowercase()))?;
+    let settings = serde_json::json!({"algorithm": algorithm, "leadSeconds": 0});
+    let state = api.expect(
+        "PUT",
+        &format!("/services/{service}/signing"),
+        Some(&settings),
+        200,
+    )?;
+    if state["keys"][0]["state"] != "current" {
+        bail!("the first managed key of {service} does not sign at once: {state}");
+    }
+    let policy = serde_json::json!({
+        "$schema": "https://registry.example/schemas/service-account-policy/v2.json",
+        "kind": "static", "services": [service], "actions": ["tokens:sign"]});
+    let (_, token) = api.create_account(&format!("signer-{service}"), policy)?;
+    let token = token.context("a static account has a token")?;
+    let iat = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let claims = serde_json::json!({
+        "iss": format!("http://{service}.localhost:{port}"),
+        "sub": "system:serviceaccount:default:default", "aud": ["sts.amazonaws.com"],
+        "iat": iat, "nbf": iat, "exp": iat + 86_400});
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims.to_string());
+    let body = serde_json::json!({"claims": claims}).to_string();
+    let script = dir.join(format!("sign-{algorithm}.lua"));
+    std::fs::write(&script, super::wrk::script("POST", &token, &body))?;
+    Ok((format!("/services/{service}/sign"), script))
 }
 
 /// Each round's requests per second of every scenario ([`SCENARIOS`]) with W workers.
@@ -214,7 +260,7 @@ fn measure(
     let load = |url: String, headers: Vec<(String, String)>| Load {
         url,
         headers,
-        script: None,
+        script: None::<PathBuf>,
         connections: CONNECTIONS,
         seconds: plan.seconds,
         cpus: placement.wrk.clone(),
@@ -225,7 +271,11 @@ fn measure(
     let config = format!("{}/services/{}/config", plain.base(), scene.service);
     // Each scenario's load, beside the process whose CPU time it costs.
     let (http, https, static_files) = (plain.pid(), tls.pid(), nginx.pid());
-    let loads: [(Load, u32); 8] = [
+    let sign = |(path, script): &(String, PathBuf)| Load {
+        script: Some(script.clone()),
+        ..load(format!("{}{path}", plain.base()), Vec::new())
+    };
+    let loads: [(Load, u32); SCENARIOS.len()] = [
         (load(on(plain.port, "http", discovery), host.clone()), http),
         (
             load(on(nginx.port, "http", discovery), host.clone()),
@@ -243,6 +293,8 @@ fn measure(
         ),
         (load(config.clone(), bearer(&scene.token)), http),
         (load(config, bearer(&scene.jwt)), http),
+        (sign(&scene.signing[0]), http),
+        (sign(&scene.signing[1]), http),
     ];
     for (i, (load, server)) in loads.iter().enumerate() {
         let warm_up = Load {
@@ -265,7 +317,7 @@ fn measure(
     }
     let mut rounds = Vec::new();
     for round in 0..plan.rounds {
-        let mut measured = [Measured::default(); 8];
+        let mut measured = [Measured::default(); SCENARIOS.len()];
         for (i, (load, server)) in loads.iter().enumerate() {
             let before = cpu::of_tree(*server)?;
             let sample = load.run()?;
@@ -337,7 +389,11 @@ fn perf_record(pid: u32, seconds: u32, file: &Path) -> Command {
 
 /// The goals of issue 39 for W workers, from the median ratios: (what, ratio, at least).
 fn goals(workers: usize, ratio: impl Fn(usize, usize) -> f64) -> Vec<(String, f64, f64)> {
-    let mut goals = vec![(format!("P2 / P1 at W={workers}"), ratio(6, 0), 0.6)];
+    let mut goals = vec![
+        (format!("P2 / P1 at W={workers}"), ratio(6, 0), 0.6),
+        // Issue 53: a signature costs no more than twice an authenticated read.
+        (format!("S-ES256 / P2 at W={workers}"), ratio(8, 6), 0.5),
+    ];
     if workers == 8 {
         goals.push(("P3 / P1 at W=8".into(), ratio(7, 0), 0.5));
     }
@@ -369,7 +425,8 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
     );
     out.push_str(
         "| W | servers / wrk CPUs | P1 / nginx | JWKS / nginx | P1-TLS / nginx-TLS | P2 / P1 | \
-         P3 / P1 | P1 req/s | P2 req/s | P3 req/s |\n|---|---|---|---|---|---|---|---|---|---|\n",
+         P3 / P1 | S-ES256 / P2 | S-RS256 / P2 | P1 req/s | P2 req/s | P3 req/s | S-ES256 req/s | \
+         S-RS256 req/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut checks = Vec::new();
     for (workers, measured) in rows {
@@ -377,7 +434,7 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
             let _ = writeln!(
                 out,
                 "| {workers} | not measured: {workers} worker(s) and wrk need {} cores, this \
-                 machine has {cores} | | | | | | | | |",
+                 machine has {cores} | | | | | | | | | | | | |",
                 workers + 1
             );
             continue;
@@ -395,15 +452,20 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {workers} | {cpus} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} |",
+            "| {workers} | {cpus} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} \
+             | {:.0} |",
             ratios(0, 1),
             ratios(2, 3),
             ratios(4, 5),
             ratios(6, 0),
             ratios(7, 0),
+            ratios(8, 6),
+            ratios(9, 6),
             rate(0),
             rate(6),
             rate(7),
+            rate(8),
+            rate(9),
         );
         let median_ratio =
             |a: usize, b: usize| median(rounds.iter().map(|r| r[a].rate / r[b].rate));
@@ -490,7 +552,10 @@ mod tests {
             perf: None,
         };
         let p = placement(1, 2, false).unwrap();
-        let round = [130.0, 100.0, 125.0, 100.0, 119.0, 100.0, 70.0, 60.0].map(|rate| Measured {
+        let round = [
+            130.0, 100.0, 125.0, 100.0, 119.0, 100.0, 70.0, 60.0, 42.0, 7.0,
+        ]
+        .map(|rate| Measured {
             rate,
             cpu: CpuTime {
                 user: 400.0 / rate,
@@ -517,6 +582,14 @@ mod tests {
         );
         assert!(
             text.contains("- P1-TLS / nginx at W=1: 1.190 (at least 1.2): not met"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- S-ES256 / P2 at W=1: 0.600 (at least 0.5): met"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| 0.60, 0.60 | 0.10, 0.10 | 130 | 70 | 60 | 42 | 7 |"),
             "{text}"
         );
     }

@@ -181,7 +181,9 @@ fn within_bounds(service: &Service, keys: &KeyState) -> Result<(), AppError> {
     Ok(())
 }
 
-/// Stops publishing `service`'s documents; the service stays.
+/// Stops publishing `service`'s documents; the service stays. The keys of managed signing
+/// (docs/api.md, "Managed signing") are not an upload: they stay, alone, with the discovery
+/// document the registry writes for them, until managed signing withdraws them itself.
 pub fn withdraw(
     registry: &Registry,
     caller: &Caller,
@@ -189,10 +191,66 @@ pub fn withdraw(
     now: OffsetDateTime,
 ) -> Result<(), AppError> {
     let event = caller.service_event(Action::ConfigDelete, service, now);
-    if registry.store.delete_config(service.id, &event)? {
-        Ok(())
-    } else {
-        Err(nothing_published(&service.subdomain))
+    let managed = crate::signing::MANAGED_SOURCE;
+    let holds_managed = |config: &PublishedConfig| {
+        (config.keys.keys.iter()).any(|k| k.retired_at.is_none() && k.held_by(managed))
+    };
+    let mut found = false;
+    registry
+        .store
+        .update_config(
+            service.id,
+            &mut |current| {
+                let current = current?;
+                found = true;
+                if !holds_managed(&current) {
+                    return None;
+                }
+                let keys = KeyState {
+                    keys: (current.keys.keys.iter())
+                        .filter(|k| k.retired_at.is_none() && k.held_by(managed))
+                        .map(|k| keys::KeyRecord {
+                            source: managed.to_owned(),
+                            also_sources: Vec::new(),
+                            ..k.clone()
+                        })
+                        .collect(),
+                    sources: (current.keys.sources.iter())
+                        .filter(|(name, _)| *name == managed)
+                        .map(|(name, upload)| (name.clone(), upload.clone()))
+                        .collect(),
+                };
+                let algorithms: Vec<crate::signing::Algorithm> = (keys.keys.iter())
+                    .filter_map(|k| k.jwk.get("alg")?.as_str())
+                    .filter_map(crate::signing::Algorithm::parse)
+                    .collect();
+                let issuer = registry.issuer_of(&service.subdomain);
+                Some(PublishedConfig {
+                    openid_configuration: crate::signing::discovery_document(&issuer, &algorithms)
+                        .to_string(),
+                    jwks: keys.current_set().to_string(),
+                    updated_at: now,
+                    previous_change_at: None,
+                    keys,
+                    ..current
+                })
+            },
+            &event,
+        )
+        .map_err(AppError::gone(|| {
+            format!("no service {:?}", service.subdomain)
+        }))?;
+    if !found {
+        return Err(nothing_published(&service.subdomain));
+    }
+    // Nothing managed: the whole configuration goes, as it always did.
+    match registry.store.config(service.id)? {
+        Some(config) if holds_managed(&config) => Ok(()),
+        Some(_) => match registry.store.delete_config(service.id, &event)? {
+            true => Ok(()),
+            false => Err(nothing_published(&service.subdomain)),
+        },
+        None => Err(nothing_published(&service.subdomain)),
     }
 }
 

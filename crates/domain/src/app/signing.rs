@@ -762,6 +762,55 @@ mod tests {
     }
 
     #[test]
+    fn uploads_and_managed_keys_share_the_key_set_and_removing_the_uploads_keeps_the_managed() {
+        let (registry, store, caller, service) = setup();
+        let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": "file-1",
+            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
+        let command = config::PublishConfig {
+            body: crate::testing::upload_of(key, "EdDSA"),
+            source: "files".into(),
+        };
+        config::publish(&registry, &caller, &service, command, T0).unwrap();
+        let uploaded = store
+            .config(service.id)
+            .unwrap()
+            .unwrap()
+            .openid_configuration;
+        put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 0}),
+            false,
+            T0,
+        )
+        .unwrap();
+        // Both sources' keys; the uploaded discovery document stays the one served.
+        let config = store.config(service.id).unwrap().unwrap();
+        let sources: Vec<&str> = config.keys.keys.iter().map(|k| k.source.as_str()).collect();
+        assert_eq!(sources, ["files", "managed"]);
+        assert_eq!(config.openid_configuration, uploaded);
+        // Removing every upload keeps the managed keys, under the registry's own document.
+        config::withdraw(&registry, &caller, &service, T0).unwrap();
+        let config = store.config(service.id).unwrap().unwrap();
+        let sources: Vec<&str> = config.keys.keys.iter().map(|k| k.source.as_str()).collect();
+        assert_eq!(sources, ["managed"]);
+        let document: Value = serde_json::from_str(&config.openid_configuration).unwrap();
+        assert_eq!(
+            document["id_token_signing_alg_values_supported"],
+            json!(["ES256"])
+        );
+        // Without managed keys, the configuration goes whole.
+        rotate(&registry, &caller, &service, true, false, T0).unwrap();
+        delete(&registry, &caller, &service, T0).unwrap();
+        advance(&registry, &service, false, T0).unwrap();
+        assert!(config::key_state(&registry, &service)
+            .unwrap()
+            .keys
+            .is_empty());
+    }
+
+    #[test]
     fn two_replicas_stepping_one_rotation_write_it_once() {
         let (registry, store, caller, service) = setup();
         put(

@@ -62,7 +62,7 @@ pub const SCHEMA_V2_PLACEHOLDER_ID: &str =
 ///
 /// ```
 /// let schema = registry_policy::schema_v2();
-/// assert_eq!(schema["$defs"]["Actions"]["items"]["enum"][7], "*");
+/// assert_eq!(schema["$defs"]["Actions"]["items"]["enum"][8], "*");
 /// ```
 pub fn schema_v2() -> &'static Value {
     static SCHEMA: OnceLock<Value> = OnceLock::new();

@@ -78,9 +78,10 @@ fn the_version_is_told_by_the_schema_address() {
     let v1 = parse(static_v1);
     assert_eq!(v1.actions(), Actions::ALL);
     assert_eq!(v1.rules_actions(&[]), Actions::ALL);
-    // A version-1 document allows every action.
+    // A version-1 document allows every action but minting tokens, which is never implied.
     for action in Action::ALL {
-        assert!(v1.evaluate(None, Some("x"), None, action).is_allowed());
+        let allowed = v1.evaluate(None, Some("x"), None, action).is_allowed();
+        assert_eq!(allowed, action != Action::TokensSign, "{action}");
     }
 }
 
@@ -120,7 +121,7 @@ fn unknown_actions_are_pointed_at_with_the_accepted_values() {
         found[0].1
     );
     assert!(
-        found[0].1.contains("\"audit:read\", \"*\""),
+        found[0].1.contains("\"audit:read\", \"tokens:sign\", \"*\""),
         "{}",
         found[0].1
     );
@@ -470,7 +471,8 @@ fn compare_knows_actions() {
     let read = static_v2(&["config:read"]);
     let write = static_v2(&["config:read", "config:write"]);
     let star = static_v2(&["*"]);
-    let seven = static_v2(&Action::ALL.map(Action::as_str));
+    let seven = static_v2(&Action::ALL[..7].iter().map(|a| a.as_str()).collect::<Vec<_>>());
+    let signer = static_v2(&["*", "tokens:sign"]);
     let v1 = parse(json!({"kind": "static", "services": ["api-acme"]}));
     assert_eq!(
         compare(&write, &read).result,
@@ -486,6 +488,11 @@ fn compare_knows_actions() {
         CompareResult::NarrowerOrEqual
     );
     assert_ne!(compare(&read, &v1).result, CompareResult::NarrowerOrEqual);
+    // Minting tokens is not in "*": naming it widens.
+    let minting = compare(&star, &signer);
+    assert_eq!(minting.result, CompareResult::Widens);
+    assert_eq!(minting.witnesses[0].action, Some(Action::TokensSign));
+    assert_eq!(compare(&signer, &star).result, CompareResult::NarrowerOrEqual);
     let added = compare(&read, &write);
     assert_eq!(added.result, CompareResult::Widens);
     let witness = &added.witnesses[0];

@@ -16,7 +16,6 @@ use registry_signer::proto::external_jwt_signer_client::ExternalJwtSignerClient;
 use registry_signer::proto::{FetchKeysRequest, MetadataRequest, SignJwtRequest};
 use registry_testkit::TempDir;
 use registry_tests::server::{json, registry_binary, run_registry, ServerOptions, TestServer};
-use reqwest::Method;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -256,7 +255,7 @@ fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
     let plugin_token = account_for(&server, &acme, &sub, &["tokens:sign", "config:read"]);
     let dir = TempDir::new("signer");
     let socket = dir.0.join("signer.sock");
-    let plugin = Plugin::start(&server, &plugin_token, &sub, &socket);
+    let mut plugin = Plugin::start(&server, &plugin_token, &sub, &socket);
     let mode = std::fs::metadata(&plugin.socket)
         .unwrap()
         .permissions()
@@ -424,5 +423,18 @@ fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
         "{unavailable:?}"
     );
     timeline.step("registry stopped: FetchKeys answers from the copy, Sign is UNAVAILABLE");
-    drop(plugin);
+    // A termination stops the plugin, though kube-apiserver's side is still connected.
+    let _ = Command::new("kill")
+        .arg(plugin.child.id().to_string())
+        .status();
+    let start = Instant::now();
+    while plugin.child.try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "SIGTERM did not stop the plugin"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!socket.exists(), "the plugin removed its socket");
+    drop(apiserver);
 }

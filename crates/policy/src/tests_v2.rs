@@ -121,7 +121,9 @@ fn unknown_actions_are_pointed_at_with_the_accepted_values() {
         found[0].1
     );
     assert!(
-        found[0].1.contains("\"audit:read\", \"tokens:sign\", \"*\""),
+        found[0]
+            .1
+            .contains("\"audit:read\", \"tokens:sign\", \"*\""),
         "{}",
         found[0].1
     );
@@ -471,7 +473,12 @@ fn compare_knows_actions() {
     let read = static_v2(&["config:read"]);
     let write = static_v2(&["config:read", "config:write"]);
     let star = static_v2(&["*"]);
-    let seven = static_v2(&Action::ALL[..7].iter().map(|a| a.as_str()).collect::<Vec<_>>());
+    let seven = static_v2(
+        &Action::ALL[..7]
+            .iter()
+            .map(|a| a.as_str())
+            .collect::<Vec<_>>(),
+    );
     let signer = static_v2(&["*", "tokens:sign"]);
     let v1 = parse(json!({"kind": "static", "services": ["api-acme"]}));
     assert_eq!(
@@ -492,7 +499,10 @@ fn compare_knows_actions() {
     let minting = compare(&star, &signer);
     assert_eq!(minting.result, CompareResult::Widens);
     assert_eq!(minting.witnesses[0].action, Some(Action::TokensSign));
-    assert_eq!(compare(&signer, &star).result, CompareResult::NarrowerOrEqual);
+    assert_eq!(
+        compare(&signer, &star).result,
+        CompareResult::NarrowerOrEqual
+    );
     let added = compare(&read, &write);
     assert_eq!(added.result, CompareResult::Widens);
     let witness = &added.witnesses[0];

@@ -49,6 +49,9 @@ use tokio::net::UnixListener;
 /// How often the copy of the keys is read again from the registry.
 const REFRESH_EVERY: Duration = Duration::from_secs(10);
 
+/// How long the calls in flight may take once a termination signal came.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// Serves kube-apiserver's `ExternalJWTSigner` for `service` on the Unix socket `socket`, through
 /// the registry `api`, until the process receives SIGTERM or SIGINT; then it stops serving,
 /// removes its socket and returns `Ok`.
@@ -117,8 +120,9 @@ impl Signer {
     }
 
     /// Serves the gRPC service on the socket until `shutdown` completes, reading the keys again
-    /// every 10 s meanwhile; then waits for the calls in flight, removes the socket (when it is
-    /// still this plugin's) and returns.
+    /// every 10 s meanwhile; then waits for the calls in flight (at most 2 s: kube-apiserver
+    /// keeps its connection open, and would hold a graceful stop forever), removes the socket
+    /// (when it is still this plugin's) and returns.
     pub async fn serve_until<F>(self, shutdown: F) -> Result<(), SignerError>
     where
         F: Future<Output = ()>,
@@ -133,13 +137,31 @@ impl Signer {
         tracing::info!(service, socket = %socket.path().display(), "serving ExternalJWTSigner v1");
         let refresher = tokio::spawn(Arc::clone(&keys).keep_fresh(REFRESH_EVERY));
         let plugin = Plugin::new(api, service, keys);
-        let served = tonic::transport::Server::builder()
-            .serve_with_incoming_shutdown(
-                ExternalJwtSignerServer::new(plugin),
-                tokio_stream::wrappers::UnixListenerStream::new(listener),
-                shutdown,
-            )
-            .await;
+        // kube-apiserver keeps its connection open: a graceful shutdown alone would wait for it
+        // forever. The calls in flight get a grace, then the plugin stops regardless.
+        let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tonic::transport::Server::builder().serve_with_incoming_shutdown(
+            ExternalJwtSignerServer::new(plugin),
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            async move {
+                shutdown.await;
+                let _ = stopping.send(());
+            },
+        );
+        let grace_over = async move {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let served = tokio::select! {
+            served = serving => served,
+            () = grace_over => {
+                tracing::info!("stopping: calls still open after the grace, closed");
+                Ok(())
+            }
+        };
         refresher.abort();
         socket.remove();
         served.map_err(|e| SignerError::Serve {

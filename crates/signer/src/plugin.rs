@@ -247,6 +247,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_termination_stops_the_plugin_though_kube_apiserver_stays_connected() {
+        let registry = FakeRegistry::start().await;
+        let mut running = Running::start(registry.api()).await;
+        // One call, so that the connection is open and in use, as kube-apiserver keeps it.
+        let _ = running.fetch_keys().await;
+        running.stop.send(()).unwrap();
+        let stopped =
+            tokio::time::timeout(std::time::Duration::from_secs(10), running.served).await;
+        assert!(stopped.is_ok(), "the plugin waited for its client to leave");
+        drop(running.client);
+    }
+
+    #[tokio::test]
     async fn metadata_fetch_keys_and_sign_answer_through_the_registry() {
         let registry = FakeRegistry::start().await;
         let (m1, m1_entry) = managed("m1", "current");

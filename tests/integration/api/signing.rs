@@ -646,3 +646,27 @@ fn two_replicas_racing_for_one_rotation_write_each_transition_once() {
     // Both replicas serve the same key set.
     assert_eq!(hosted_keys(&a, &sub), hosted_keys(&b, &sub));
 }
+
+#[test]
+fn a_rotation_started_before_a_restart_finishes_after_it() {
+    let first = signing_server();
+    let (acme, sub, _, _) = signing_service(&first, json!({"leadSeconds": 0}));
+    turn_on(&first, &acme.token, &sub, json!({"leadSeconds": 30}));
+    let rotated = json(rotate(&first, &acme.token, &sub, false));
+    let next = kids(&rotated, "next");
+    assert_eq!(next.len(), 1, "{rotated}");
+    let database_url = first.database_url.clone();
+    drop(first);
+    // Another process on the same database: the state it reads is where the first stopped.
+    let second = TestServer::start_with(ServerOptions {
+        database_url: Some(database_url),
+        ..options(&[])
+    });
+    let state = json(second.get(&format!("/services/{sub}/signing"), &acme.token));
+    assert_eq!(kids(&state, "next"), next);
+    second.advance_clock(31);
+    // The next key signs, and the first, which never signed, leaves at the step after.
+    signing_once(&second, &acme.token, &sub, |s| {
+        kids(s, "current") == next && s["keys"].as_array().unwrap().len() == 1
+    });
+}

@@ -55,6 +55,10 @@ pub const MAX_PUBLISHED_KEYS: usize = 100;
 /// The key source of an upload that names none (docs/api.md, "Key sources").
 pub const DEFAULT_SOURCE: &str = "default";
 
+/// The key source of the keys the registry makes and signs with (docs/api.md, "Managed
+/// signing"): no upload may name it.
+pub const MANAGED_SOURCE: &str = "managed";
+
 /// Longest key source name.
 pub const MAX_SOURCE_NAME: usize = 32;
 
@@ -771,7 +775,7 @@ impl KeyState {
         verifiers: &[KeyVerifier],
         now: OffsetDateTime,
     ) -> KeyState {
-        let source = crate::signing::MANAGED_SOURCE;
+        let source = MANAGED_SOURCE;
         let listed = |kid: &str| managed.iter().any(|(k, _)| k == kid);
         let mut keys: Vec<KeyRecord> = Vec::new();
         for key in &self.keys {
@@ -822,8 +826,7 @@ impl KeyState {
             .iter()
             .filter(|k| k.retired_at.is_none())
             .peekable();
-        current.peek().is_some()
-            && current.all(|k| k.sources().all(|s| s == crate::signing::MANAGED_SOURCE))
+        current.peek().is_some() && current.all(|k| k.sources().all(|s| s == MANAGED_SOURCE))
     }
 
     /// The public key set's current part: every source's current keys (`{"keys": [...]}`),

@@ -27,9 +27,8 @@ use serde_json::{json, Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
-/// The key source the managed keys are published under (docs/api.md, "Key sources"): no upload
-/// may name it.
-pub const MANAGED_SOURCE: &str = "managed";
+/// The key source the managed keys are published under (docs/api.md, "Key sources").
+pub use crate::keys::MANAGED_SOURCE;
 
 /// Seconds after a retiring key's last possible token expiry before it leaves the key set.
 pub const WITHDRAW_MARGIN_SECONDS: i64 = 300;

@@ -138,15 +138,8 @@ fn write(
         }))
 }
 
-fn service_event(
-    caller: &Caller,
-    action: Action,
-    service: &Service,
-    now: OffsetDateTime,
-) -> AuditEvent {
-    caller.service_event(action, service, now)
-}
-
+/// The event of a transition the registry makes by itself (a rotation at the end of the period,
+/// a switch, a withdrawal).
 fn system_event(action: Action, service: &Service, now: OffsetDateTime) -> AuditEvent {
     AuditEvent::new(
         action,
@@ -189,7 +182,7 @@ pub fn put(
             Some(make(registry, settings.algorithm, Stage::Next, now)?),
         ),
     };
-    let event = service_event(caller, action, service, now);
+    let event = caller.service_event(action, service, now);
     let mut apply = |stored: Option<Signing>| match (stored, &made) {
         (Some(mut on), None) => {
             on.settings = settings;
@@ -232,7 +225,7 @@ pub fn delete(
     let Some(on) = stored.filter(|s| s.enabled) else {
         return Err(not_on(service));
     };
-    let event = service_event(caller, Action::SigningDisable, service, now);
+    let event = caller.service_event(Action::SigningDisable, service, now);
     let mut apply = |stored: Option<Signing>| {
         let mut signing = stored?;
         signing.disable(now);
@@ -269,7 +262,8 @@ pub fn rotate(
         false => Stage::Next,
     };
     let made = make(registry, on.settings.algorithm, stage, now)?;
-    let event = service_event(caller, Action::SigningRotate, service, now)
+    let event = caller
+        .service_event(Action::SigningRotate, service, now)
         .with_change("nextKid", Value::Null, Value::String(made.kid.clone()))
         .with_change("compromised", Value::Bool(false), Value::Bool(compromised));
     let mut refused = None;

@@ -16,7 +16,7 @@ const FORBIDDEN_IN_DOMAIN: [&str; 6] = ["actix", "diesel", "reqwest", "tokio", "
 /// (dependency name or `prefix*`, the workspace members allowed to depend on it directly as a
 /// normal dependency). Dev-dependencies are free: tests may use anything. The `[bans]` of
 /// `deny.toml` say the same for the crates both name (a unit test below holds them equal).
-const WRAPPERS: [(&str, &[&str]); 10] = [
+const WRAPPERS: [(&str, &[&str]); 11] = [
     ("diesel*", &["registry-store"]),
     ("libsqlite3-sys", &["registry-store"]),
     ("pq-sys", &["registry-store"]),
@@ -45,6 +45,9 @@ const WRAPPERS: [(&str, &[&str]); 10] = [
     ),
     ("rustls", &["registry-tls"]),
     ("rcgen", &["registry-testkit", "registry-tls"]),
+    // gRPC is the cluster's plugin's (kube-apiserver's external signer, on a Unix socket), not
+    // the registry's API; registry-tests: kube-apiserver's side, the client from the proto.
+    ("tonic", &["registry-signer", "registry-tests"]),
 ];
 
 /// The migrations of the two backends carry the same folder names, so that neither schema can

@@ -14,3 +14,37 @@ pub mod requests;
 pub mod signer;
 pub mod sync;
 pub mod tables;
+
+use registry_client::{ClientError, Credentials, RegistryApi};
+use std::path::PathBuf;
+
+/// How `registry sync` and `registry signer`, which run for long beside a cluster, reach the
+/// API: its address and one credential (the client commands' [`commands::Connection`] is the
+/// same, global to their subcommands, with `--format`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApiFlags {
+    /// The registry's API.
+    #[arg(
+        long,
+        env = "REGISTRY_API_URL",
+        default_value = "http://localhost:8080"
+    )]
+    pub api_url: String,
+    /// A static token of the registry (prefer the environment: a flag shows in `ps`).
+    #[arg(long, env = "REGISTRY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// An identity token file (a projected service-account token whose audience is the
+    /// registry), read afresh before every call, for an `oidc` service account: no stored secret.
+    #[arg(long, conflicts_with = "token")]
+    pub identity_token_file: Option<PathBuf>,
+}
+
+impl ApiFlags {
+    /// The API these flags name; `NoCredentials` without a token or an identity token file.
+    pub fn api(&self) -> Result<RegistryApi, ClientError> {
+        let credentials =
+            Credentials::from_flags(self.token.as_deref(), self.identity_token_file.as_deref())
+                .ok_or(ClientError::NoCredentials)?;
+        RegistryApi::new(&self.api_url, credentials)
+    }
+}

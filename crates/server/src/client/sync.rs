@@ -3,7 +3,7 @@
 //! With `--interval` it keeps going: a failed cycle is one line on stderr and a retry after a
 //! backoff (1 s, doubling, at most the interval), never an exit.
 
-use registry_client::{ClientError, Credentials, RegistryApi};
+use registry_client::{ClientError, RegistryApi};
 use registry_domain::keys::sync_plan;
 use registry_oidc::sync::{Source, SyncError, IN_CLUSTER_DIR, IN_CLUSTER_URL};
 use serde_json::json;
@@ -16,20 +16,9 @@ pub struct SyncArgs {
     /// The service (subdomain or id) whose documents to keep in step.
     #[arg(long)]
     pub service: String,
-    /// The registry's API.
-    #[arg(
-        long,
-        env = "REGISTRY_API_URL",
-        default_value = "http://localhost:8080"
-    )]
-    pub api_url: String,
-    /// A static token of the registry (prefer the environment: a flag shows in `ps`).
-    #[arg(long, env = "REGISTRY_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// An identity token file (a projected service-account token whose audience is the
-    /// registry), read afresh before every call, for an `oidc` service account: no stored secret.
-    #[arg(long, conflicts_with = "token")]
-    pub identity_token_file: Option<std::path::PathBuf>,
+    /// The registry's API and the credential.
+    #[command(flatten)]
+    pub api: super::ApiFlags,
     /// The source issuer (default: the in-cluster API server,
     /// `https://kubernetes.default.svc`, with the in-cluster CA and token).
     #[arg(long, conflicts_with_all = ["discovery_file", "jwks_file"])]
@@ -88,11 +77,6 @@ fn source(args: &SyncArgs) -> Source {
     }
 }
 
-fn credentials(args: &SyncArgs) -> Result<Credentials, ClientError> {
-    Credentials::from_flags(args.token.as_deref(), args.identity_token_file.as_deref())
-        .ok_or(ClientError::NoCredentials)
-}
-
 /// Why a cycle failed: the source, or the registry.
 #[derive(Debug, thiserror::Error)]
 enum CycleError {
@@ -138,7 +122,7 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let api = RegistryApi::new(&args.api_url, credentials(&args)?)?;
+        let api = args.api.api()?;
         let source = source(&args);
         let Some(interval) = args.interval.map(Duration::from_secs) else {
             let line = cycle(&api, &source, &args.service, args.source_name.as_deref()).await?;

@@ -191,8 +191,14 @@ impl Credentials {
     }
 }
 
-/// A chain of errors as one line.
-fn reason(error: &dyn std::error::Error) -> String {
+/// A chain of errors as one line (`outer: cause: cause`): what the API's callers log when the
+/// registry cannot be reached.
+///
+/// ```
+/// let io = std::io::Error::new(std::io::ErrorKind::Other, "refused");
+/// assert_eq!(registry_client::error_chain(&io), "refused");
+/// ```
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -221,7 +227,7 @@ impl RegistryApi {
             .build()
             .map_err(|e| ClientError::Unreachable {
                 url: base.to_owned(),
-                reason: reason(&e),
+                reason: error_chain(&e),
             })?;
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
@@ -276,7 +282,7 @@ impl RegistryApi {
         }
         let unreachable = |e: reqwest::Error| ClientError::Unreachable {
             url: url.clone(),
-            reason: reason(&e),
+            reason: error_chain(&e),
         };
         let response = request.send().await.map_err(unreachable)?;
         let status = response.status().as_u16();

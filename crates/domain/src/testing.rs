@@ -1051,17 +1051,21 @@ impl SigningStore for MemoryStore {
                 s.signing.remove(&service_id);
             }
         }
-        let changes: &[Change] = match written.config {
-            Some(config) => {
-                let config = VersionHistory::date(history.as_ref(), config);
-                s.configs.insert(service_id, stored_config(config));
-                &[Change::Service(service_id)]
-            }
-            None => &[],
+        let published = written.config.map(|config| {
+            let config = VersionHistory::date(history.as_ref(), config);
+            s.configs.insert(service_id, stored_config(config.clone()));
+            config.updated_at
+        });
+        // As the real store: a transition is logged as a change of its service even when the key
+        // set stays, since the change log is what carries its audit event.
+        let changes: &[Change] = match published.is_some() || event.is_some() {
+            true => &[Change::Service(service_id)],
+            false => &[],
         };
-        match event {
-            Some(event) => s.commit(event, changes),
-            None => s.log(changes, OffsetDateTime::UNIX_EPOCH),
+        match (event, published) {
+            (Some(event), _) => s.commit(event, changes),
+            (None, Some(at)) => s.log(changes, at),
+            (None, None) => {}
         }
         Ok(true)
     }

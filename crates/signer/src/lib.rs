@@ -165,7 +165,7 @@ impl Signer {
         refresher.abort();
         socket.remove();
         served.map_err(|e| SignerError::Serve {
-            reason: error::chain(&e),
+            reason: registry_client::error_chain(&e),
         })
     }
 }

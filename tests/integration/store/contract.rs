@@ -2654,6 +2654,22 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
     let signed = store.signing(s.id).unwrap().unwrap();
     assert_eq!(signed.keys[0].last_signed_at, Some(t0));
     assert_eq!(all_changes(store).len(), changes_before + 1);
+    // A transition with its event and the key set unchanged: the event, and one change.
+    let written = store
+        .update_signing(
+            s.id,
+            &mut |stored, _| {
+                Some(SigningChange {
+                    signing: stored,
+                    due_at: Some(t0),
+                    config: None,
+                })
+            },
+            Some(&ev()),
+        )
+        .unwrap();
+    assert!(written);
+    assert_eq!(all_changes(store).len(), changes_before + 2);
     // No key left: removed.
     store
         .update_signing(

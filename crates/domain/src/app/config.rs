@@ -195,15 +195,16 @@ pub fn withdraw(
     let holds_managed = |config: &PublishedConfig| {
         (config.keys.keys.iter()).any(|k| k.retired_at.is_none() && k.held_by(managed))
     };
-    let mut found = false;
+    // `None`: nothing published; `Some(false)`: nothing managed either.
+    let mut managed_kept = None;
     registry
         .store
         .update_config(
             service.id,
             &mut |current| {
                 let current = current?;
-                found = true;
-                if !holds_managed(&current) {
+                managed_kept = Some(holds_managed(&current));
+                if managed_kept == Some(false) {
                     return None;
                 }
                 let keys = KeyState {
@@ -240,17 +241,11 @@ pub fn withdraw(
         .map_err(AppError::gone(|| {
             format!("no service {:?}", service.subdomain)
         }))?;
-    if !found {
-        return Err(nothing_published(&service.subdomain));
-    }
-    // Nothing managed: the whole configuration goes, as it always did.
-    match registry.store.config(service.id)? {
-        Some(config) if holds_managed(&config) => Ok(()),
-        Some(_) => match registry.store.delete_config(service.id, &event)? {
-            true => Ok(()),
-            false => Err(nothing_published(&service.subdomain)),
-        },
-        None => Err(nothing_published(&service.subdomain)),
+    match managed_kept {
+        Some(true) => Ok(()),
+        // Nothing managed: the whole configuration goes, as it always did.
+        Some(false) if registry.store.delete_config(service.id, &event)? => Ok(()),
+        _ => Err(nothing_published(&service.subdomain)),
     }
 }
 

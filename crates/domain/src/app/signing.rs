@@ -109,16 +109,27 @@ fn publish(
 
 /// Writes `signing` (changed by `apply` from the state stored, which must be `expected` when
 /// given: otherwise another replica changed it first and nothing is written) with the key set
-/// it publishes. Whether it was written.
+/// it publishes; `adds_key`: `apply` adds a key made for this write. Whether it was written.
 fn write(
     registry: &Registry,
     service: &Service,
     expected: Option<&Signing>,
+    adds_key: bool,
     apply: &mut dyn FnMut(Option<Signing>) -> Option<Signing>,
     event: Option<&AuditEvent>,
     now: OffsetDateTime,
 ) -> Result<bool, AppError> {
-    let verifiers = config::verifiers_at(registry, service.id, now)?;
+    // The verifiers of a key first published now read a week of fetch evidence: only when this
+    // write may publish one (a key made for it, or a managed key the key set lacks).
+    let first_publication = adds_key
+        || match expected {
+            Some(signing) => unpublished(registry, service, signing)?,
+            None => true,
+        };
+    let verifiers = match first_publication {
+        true => config::verifiers_at(registry, service.id, now)?,
+        false => Vec::new(),
+    };
     let mut change = |stored: Option<Signing>, config: Option<PublishedConfig>| {
         if expected.is_some() && stored.as_ref() != expected {
             return None;
@@ -136,6 +147,17 @@ fn write(
         .map_err(AppError::gone(|| {
             format!("no service {:?}", service.subdomain)
         }))
+}
+
+/// Whether a managed key of `signing` is missing from the service's key set.
+fn unpublished(
+    registry: &Registry,
+    service: &Service,
+    signing: &Signing,
+) -> Result<bool, AppError> {
+    let keys = config::key_state(registry, service)?;
+    Ok((signing.keys.iter())
+        .any(|managed| !(keys.keys.iter()).any(|k| k.kid == managed.kid && k.retired_at.is_none())))
 }
 
 /// The event of a transition the registry makes by itself (a rotation at the end of the period,
@@ -199,6 +221,7 @@ pub fn put(
         registry,
         service,
         stored.as_ref(),
+        made.is_some(),
         &mut apply,
         Some(&event),
         now,
@@ -231,7 +254,15 @@ pub fn delete(
         signing.disable(now);
         Some(signing)
     };
-    if !write(registry, service, Some(&on), &mut apply, Some(&event), now)? {
+    if !write(
+        registry,
+        service,
+        Some(&on),
+        false,
+        &mut apply,
+        Some(&event),
+        now,
+    )? {
         return Err(AppError::Conflict(
             "managed signing changed meanwhile: try again".to_owned(),
         ));
@@ -277,7 +308,7 @@ pub fn rotate(
         }
         Some(signing)
     };
-    let written = write(registry, service, None, &mut apply, Some(&event), now)?;
+    let written = write(registry, service, None, true, &mut apply, Some(&event), now)?;
     if let Some(refused) = refused {
         return Err(refused);
     }
@@ -323,36 +354,26 @@ pub fn advance(
         )?),
         _ => None,
     };
-    let (event, due) = match due {
-        None => (None, None),
-        Some(transition) => {
-            let action = match &transition {
-                Transition::Switch { .. } => Action::SigningSwitch,
-                Transition::Rotate => Action::SigningRotate,
-                Transition::Withdraw { .. } => Action::SigningWithdraw,
-            };
-            let event = system_event(action, service, now);
-            let event = match (&transition, &made) {
-                (Transition::Switch { kid }, _) => event.with_change(
-                    "currentKid",
-                    signing
-                        .current()
-                        .map_or(Value::Null, |k| Value::String(k.kid.clone())),
-                    Value::String(kid.clone()),
-                ),
-                (Transition::Withdraw { kids }, _) => event.with_change(
-                    "withdrawnKids",
-                    Value::Null,
-                    kids.iter().cloned().map(Value::String).collect(),
-                ),
-                (Transition::Rotate, Some(made)) => {
-                    event.with_change("nextKid", Value::Null, Value::String(made.kid.clone()))
-                }
-                (Transition::Rotate, None) => event,
-            };
-            (Some(event), Some(transition))
-        }
-    };
+    let kid = |key: Option<&ManagedKey>| key.map_or(Value::Null, |k| Value::String(k.kid.clone()));
+    let event = due.as_ref().map(|transition| match transition {
+        Transition::Switch { kid: next } => system_event(Action::SigningSwitch, service, now)
+            .with_change(
+                "currentKid",
+                kid(signing.current()),
+                Value::String(next.clone()),
+            ),
+        Transition::Withdraw { kids } => system_event(Action::SigningWithdraw, service, now)
+            .with_change(
+                "withdrawnKids",
+                Value::Null,
+                kids.iter().cloned().map(Value::String).collect(),
+            ),
+        Transition::Rotate => system_event(Action::SigningRotate, service, now).with_change(
+            "nextKid",
+            Value::Null,
+            kid(made.as_ref()),
+        ),
+    });
     let mut apply = |stored: Option<Signing>| {
         let mut signing = stored?;
         match &due {
@@ -369,6 +390,7 @@ pub fn advance(
         registry,
         service,
         Some(&signing),
+        made.is_some(),
         &mut apply,
         event.as_ref(),
         now,
@@ -831,6 +853,15 @@ mod tests {
         let stale = store.signing(service.id).unwrap().unwrap();
         let mut apply = |s: Option<Signing>| s;
         rotate(&registry, &caller, &service, true, false, T0).unwrap();
-        assert!(!write(&registry, &service, Some(&stale), &mut apply, None, T0).unwrap());
+        assert!(!write(
+            &registry,
+            &service,
+            Some(&stale),
+            false,
+            &mut apply,
+            None,
+            T0
+        )
+        .unwrap());
     }
 }

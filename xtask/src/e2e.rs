@@ -1,5 +1,5 @@
-//! `cargo xtask e2e [-- NODE TEST ARGS]`: the browser tests of the landing page and the
-//! anonymous service's dashboard (`e2e/`).
+//! `cargo xtask e2e [-- NODE TEST ARGS]`: the browser tests of the landing page, the anonymous
+//! service's dashboard and the registered customers' console (`e2e/`).
 //!
 //! Builds the `registry` binary, installs the pinned playwright-core with `npm ci` when it is
 //! missing, and runs the `node:test` suite, which starts the binary and drives the system's
@@ -8,6 +8,9 @@
 use crate::cmd::{self, root};
 use anyhow::Result;
 use std::process::Command;
+
+/// The test files, run one after the other (each starts its own registry).
+const TEST_FILES: [&str; 2] = ["dashboard.test.mjs", "console.test.mjs"];
 
 /// Runs the browser tests; `node_args` go to `node --test`, e.g. `--test-name-pattern=expir`.
 /// Node.js, npm and Chromium are checked first (`cargo xtask setup --for e2e`), and installed
@@ -26,12 +29,12 @@ pub fn run(node_args: &[String]) -> Result<()> {
                 .current_dir(&dir),
         )?;
     }
-    // What `npm test` runs, with room for node's own flags before the file.
+    // What `npm test` runs, with room for node's own flags before the files.
     cmd::run(
         Command::new("node")
             .args(["--test", "--test-concurrency=1"])
             .args(node_args)
-            .arg("dashboard.test.mjs")
+            .args(TEST_FILES)
             .current_dir(&dir)
             .env("REGISTRY_BINARY", &binary)
             .env("CHROMIUM_PATH", &chromium),

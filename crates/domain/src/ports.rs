@@ -515,6 +515,19 @@ pub const STORED_NETWORKS_PER_AGENT: usize = 8;
 /// agents cannot take the places of the hour's other agents (a verifier's among them).
 pub const STORED_AGENTS_PER_NETWORK: usize = 4;
 
+/// One agent's fetches of a service's key set in one clock hour, summed over its issuers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentHour {
+    /// The User-Agent as stored ([`OTHER_AGENTS`] for those past the bound).
+    pub agent: String,
+    /// The start of the hour.
+    pub hour: OffsetDateTime,
+    /// How many fetches.
+    pub count: u64,
+    /// The last one in that hour.
+    pub last_at: OffsetDateTime,
+}
+
 /// A replica's fetches of one service's document since its last flush (or, read back, the
 /// sum of every replica's over a period).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -563,6 +576,17 @@ pub trait FetchLog: Send + Sync {
         agents: &[String],
         since: OffsetDateTime,
     ) -> StoreResult<Vec<(String, NetworkFetch)>>;
+    /// Each agent's fetches of `service_id`'s key set (under any of its issuers) per clock hour,
+    /// from `since`'s hour on ([`OTHER_AGENTS`] included), in no particular order.
+    fn key_set_hours(&self, service_id: Uuid, since: OffsetDateTime)
+        -> StoreResult<Vec<AgentHour>>;
+    /// The last fetch of each of `service_ids`' key sets (under any of their issuers) from
+    /// `since`'s hour on; a service whose key set nobody fetched is left out.
+    fn last_key_set_fetches(
+        &self,
+        service_ids: &[Uuid],
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<(Uuid, OffsetDateTime)>>;
     /// Deletes the buckets of hours before `older_than`'s, and the readiness of keys found safe
     /// before it; how many went.
     fn prune_fetches(&self, older_than: OffsetDateTime) -> StoreResult<usize>;

@@ -26,14 +26,14 @@ use crate::custom_domain::{CustomDomain, DomainProblem};
 use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
-    fetch_hour, AccountStore, AcmeChallenge, ActivityLog, AgentFetches, AuditLog, CachePurger,
-    Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, CredentialOwner, CredentialRecord,
-    CredentialStore, CustomerStore, Database, DatabaseSides, DocumentFetches, DomainStore,
-    FetchLog, FetchedDocument, HasherBusy, IssuedCertificate, KeyImport, ManagedKeys, NetworkFetch,
-    OwnershipCheck, PoolUse, PurgeLog, Purging, Randomness, ReadinessLog, RefusalLog, Sealing,
-    SecretHasher, ServiceStore, SigningChange, SigningStore, StoreResult, StoredCredential, Ticks,
-    TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
-    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+    fetch_hour, AccountStore, AcmeChallenge, ActivityLog, AgentFetches, AgentHour, AuditLog,
+    CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, CredentialOwner,
+    CredentialRecord, CredentialStore, CustomerStore, Database, DatabaseSides, DocumentFetches,
+    DomainStore, FetchLog, FetchedDocument, HasherBusy, IssuedCertificate, KeyImport, ManagedKeys,
+    NetworkFetch, OwnershipCheck, PoolUse, PurgeLog, Purging, Randomness, ReadinessLog, RefusalLog,
+    Sealing, SecretHasher, ServiceStore, SigningChange, SigningStore, StoreResult,
+    StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS,
+    STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{PublishedConfig, VersionHistory};
@@ -1517,6 +1517,56 @@ impl FetchLog for MemoryStore {
                 (agent.to_owned(), NetworkFetch { network, last_at })
             })
             .collect())
+    }
+
+    fn key_set_hours(
+        &self,
+        service_id: Uuid,
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<AgentHour>> {
+        let since = fetch_hour(since);
+        let s = self.lock();
+        // Both issuers' key sets in one hour are one hour, as the real store sums them.
+        let mut by_hour: BTreeMap<(&str, i64), (u64, OffsetDateTime)> = BTreeMap::new();
+        let buckets = s.fetches.iter().filter(|((service, document, hour), _)| {
+            *service == service_id && document.is_jwks() && *hour >= since
+        });
+        for ((_, _, hour), bucket) in buckets {
+            for (agent, fetched) in &bucket.agents {
+                let entry = by_hour
+                    .entry((agent, *hour))
+                    .or_insert((0, fetched.last_at));
+                entry.0 += fetched.count;
+                entry.1 = entry.1.max(fetched.last_at);
+            }
+        }
+        Ok(by_hour
+            .into_iter()
+            .map(|((agent, hour), (count, last_at))| AgentHour {
+                agent: agent.to_owned(),
+                hour: OffsetDateTime::from_unix_timestamp(hour / 1000)
+                    .expect("an hour the store made"),
+                count,
+                last_at,
+            })
+            .collect())
+    }
+
+    fn last_key_set_fetches(
+        &self,
+        service_ids: &[Uuid],
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<(Uuid, OffsetDateTime)>> {
+        let since = fetch_hour(since);
+        let s = self.lock();
+        let mut last: BTreeMap<Uuid, OffsetDateTime> = BTreeMap::new();
+        for ((service, document, hour), bucket) in &s.fetches {
+            if service_ids.contains(service) && document.is_jwks() && *hour >= since {
+                let entry = last.entry(*service).or_insert(bucket.last_at);
+                *entry = (*entry).max(bucket.last_at);
+            }
+        }
+        Ok(last.into_iter().collect())
     }
 
     fn fetches(

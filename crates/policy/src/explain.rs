@@ -299,7 +299,8 @@ impl Policy {
                         pointer: Some("/actions".into()),
                         code: ReasonCode::ActionNotAllowed,
                         message: format!(
-                            "the policy's actions do not include \"{action}\", the action                              the call needs"
+                            "the policy's actions do not include \"{action}\", the action the \
+                             call needs"
                         ),
                     });
                     return deny(reasons, hints);

@@ -3,6 +3,7 @@
 use crate::state::AppState;
 use registry_domain::anonymous::remaining_seconds;
 use registry_domain::app::anonymous::CreatedAnonymous;
+use registry_domain::app::services::ServiceStatus;
 use registry_domain::{Service, ServiceAccount};
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
@@ -32,6 +33,24 @@ pub fn service(state: &AppState, service: &Service, now: OffsetDateTime) -> Valu
         body["remainingSeconds"] = json!(remaining_seconds(expires_at, now));
     }
     body
+}
+
+/// What a list adds to a service with `?include=status`.
+pub fn service_status(status: &ServiceStatus) -> Value {
+    json!({
+        "published": status.published,
+        "keyCount": status.key_count,
+        "lastFetchedAt": status.last_fetched_at.map(timestamp),
+        "domain": status.domain.as_ref().map(|(domain, state)| {
+            json!({"domain": domain, "status": state.as_str()})
+        }),
+        "signing": status.signing.map(|signing| {
+            json!({
+                "algorithm": signing.algorithm.as_str(),
+                "nextRotationAt": signing.next_rotation_at.map(timestamp),
+            })
+        }),
+    })
 }
 
 /// A service account, never with a token.

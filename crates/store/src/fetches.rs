@@ -3,14 +3,14 @@
 
 use crate::error::Res;
 use crate::pool::{on_backend, Db};
-use crate::rows::{id_text, instant, millis};
+use crate::rows::{id_text, instant, millis, uuid};
 use crate::schema::{fetch_agents, fetch_counts, fetch_networks, key_readiness};
 use crate::Store;
 use diesel::prelude::*;
 use diesel::upsert::excluded;
 use registry_domain::network::Network;
 use registry_domain::ports::{
-    fetch_hour, AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
+    fetch_hour, AgentFetches, AgentHour, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
     StoreResult, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
     STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
@@ -433,6 +433,77 @@ impl FetchLog for Store {
                 fetches.push((agent, NetworkFetch { network, last_at }));
             }
             Ok(fetches)
+        })
+    }
+
+    fn key_set_hours(
+        &self,
+        service_id: Uuid,
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<AgentHour>> {
+        let service = id_text(service_id);
+        self.read(|conn| {
+            // At most 64 agents an hour, document and issuer: 8 days of them is a bounded read,
+            // summed here (SQL's sum of a BIGINT has another type on each backend).
+            let rows = fetch_agents::table
+                .filter(fetch_agents::service_id.eq(&service))
+                .filter(fetch_agents::document.eq_any(KEY_SETS))
+                .filter(fetch_agents::hour.ge(fetch_hour(since)))
+                .select((
+                    fetch_agents::agent,
+                    fetch_agents::hour,
+                    fetch_agents::count,
+                    fetch_agents::last_at,
+                ))
+                .load::<(String, i64, i64, i64)>(conn)?;
+            let mut by_hour: HashMap<(String, i64), (u64, i64)> = HashMap::new();
+            for (agent, hour, n, last) in rows {
+                let entry = by_hour.entry((agent, hour)).or_default();
+                entry.0 += n.max(0).unsigned_abs();
+                entry.1 = entry.1.max(last);
+            }
+            by_hour
+                .into_iter()
+                .map(|((agent, hour), (count, last))| {
+                    Ok(AgentHour {
+                        agent,
+                        hour: instant(hour)?,
+                        count,
+                        last_at: instant(last)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn last_key_set_fetches(
+        &self,
+        service_ids: &[Uuid],
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<(Uuid, OffsetDateTime)>> {
+        let since = fetch_hour(since);
+        self.read(|conn| {
+            let mut last = Vec::new();
+            // Bounded lists of bound parameters, whatever the customer's number of services.
+            for chunk in service_ids.chunks(500) {
+                let ids: Vec<String> = chunk.iter().copied().map(id_text).collect();
+                let rows = fetch_counts::table
+                    .filter(fetch_counts::service_id.eq_any(&ids))
+                    .filter(fetch_counts::document.eq_any(KEY_SETS))
+                    .filter(fetch_counts::hour.ge(since))
+                    .group_by(fetch_counts::service_id)
+                    .select((
+                        fetch_counts::service_id,
+                        diesel::dsl::max(fetch_counts::last_at),
+                    ))
+                    .load::<(String, Option<i64>)>(conn)?;
+                for (service, at) in rows {
+                    if let Some(at) = at {
+                        last.push((uuid(&service)?, instant(at)?));
+                    }
+                }
+            }
+            Ok(last)
         })
     }
 

@@ -33,6 +33,11 @@ fn count(html: &str, tag: &str) -> usize {
 }
 
 fn assert_strict_page(response: Response) -> String {
+    assert_strict_page_defaulting_to(response, "'none'")
+}
+
+/// [`assert_strict_page`] whose `default-src` is `default_src`.
+fn assert_strict_page_defaulting_to(response: Response, default_src: &str) -> String {
     assert_eq!(response.status(), 200);
     assert_eq!(
         header(&response, "content-type"),
@@ -50,7 +55,7 @@ fn assert_strict_page(response: Response) -> String {
             .clone()
     };
     for (name, expected) in [
-        ("default-src", "'none'"),
+        ("default-src", default_src),
         ("connect-src", "'self'"),
         ("base-uri", "'none'"),
         ("form-action", "'none'"),
@@ -160,9 +165,25 @@ fn the_dashboard_is_strict_self_contained_and_the_same_for_every_path() {
 }
 
 #[test]
+fn the_console_is_strict_self_contained_and_holds_no_data() {
+    let server = TestServer::start();
+    let response = server.request(Method::GET, "/console").send().unwrap();
+    // DECISIONS §23's words: its own origin by default, never framed.
+    let html = assert_strict_page_defaulting_to(response, "'self'");
+    assert!(html.contains("<title>Console: registry</title>"));
+    // Signed in or not, the same bytes: the token lives in the tab, never in the page.
+    let customer = server.customer("acme", "business");
+    let with_token = server
+        .authed(Method::GET, "/console", &customer.token)
+        .send()
+        .unwrap();
+    assert_eq!(with_token.text().unwrap(), html);
+}
+
+#[test]
 fn the_pages_answer_get_and_head_only() {
     let server = TestServer::start();
-    for path in ["/", "/dashboard/anonymous/abc-anon"] {
+    for path in ["/", "/dashboard/anonymous/abc-anon", "/console"] {
         for method in [Method::POST, Method::PUT, Method::DELETE] {
             let response = server.request(method.clone(), path).send().unwrap();
             assert_eq!(response.status(), 405, "{method} {path}");

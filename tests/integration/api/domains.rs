@@ -105,6 +105,15 @@ fn a_domain_is_asked_for_read_and_removed_with_the_records_to_set() {
         json(domain_call(&server, Method::GET, &sub, &acme.token)),
         added
     );
+    // The list shows it, in one request.
+    let listed = json(server.get("/services?include=status", &acme.token));
+    let shown = (listed.as_array().unwrap().iter())
+        .find(|s| s["subdomain"] == sub.as_str())
+        .unwrap();
+    assert_eq!(
+        shown["status"]["domain"],
+        json!({"domain": DOMAIN, "status": "verifying"})
+    );
 
     // Another service's claim of it while it is unproven: no conflict, a claim of its own
     // (fourth security review: a domain is held only once proven; `cargo xtask acme` and the

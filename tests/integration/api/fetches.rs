@@ -1,7 +1,7 @@
 //! Fetch evidence (docs/api.md, "Fetch evidence"): `GET /services/{s}/fetches` sums the public
 //! fetches every replica counted, within 60 s (here 1 s: `REGISTRY_FETCH_FLUSH_SECONDS`).
 
-use super::{publish_api, publish_kids};
+use super::{publish_api, publish_kids, register_service};
 use registry_tests::server::{json, ServerOptions, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -177,4 +177,72 @@ fn anonymous_secrets_see_their_own_services_evidence_and_no_other() {
         .send()
         .unwrap();
     assert_eq!(post.status(), 405);
+}
+
+#[test]
+fn the_history_and_the_list_say_who_fetched_the_key_set_and_when() {
+    let server = flushing_every_second(None);
+    let acme = server.customer("acme", "business");
+    let sub = publish_api(&server, &acme);
+    let quiet = register_service(&server, &acme, "quiet");
+    let history_path = format!("/services/{sub}/fetches/history");
+    let empty = json(server.get(&history_path, &acme.token));
+    assert_eq!(empty["agents"], json!([]), "{empty}");
+
+    for _ in 0..2 {
+        assert_eq!(fetch(&server, &sub, JWKS, "AWS STS", None), 200);
+    }
+    assert_eq!(fetch(&server, &sub, "/keys", "Google", None), 200);
+    // Not the key set: no verifier's fetch of the keys.
+    assert_eq!(fetch(&server, &sub, DISCOVERY, "curl", None), 200);
+    let start = Instant::now();
+    let history = loop {
+        let history = json(server.get(&history_path, &acme.token));
+        if history["agents"].as_array().unwrap().len() == 2 {
+            break history;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{history}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let agents = history["agents"].as_array().unwrap();
+    assert_eq!(
+        agents[0]["agent"], "AWS STS",
+        "most active first: {history}"
+    );
+    assert_eq!(agents[0]["count"], 2);
+    assert_eq!(agents[1]["agent"], "Google");
+    let hours = agents[0]["hours"].as_array().unwrap();
+    assert_eq!(hours.len(), 1, "{history}");
+    assert_eq!(hours[0]["count"], 2);
+    assert!(hours[0]["hour"].as_str().unwrap().ends_with(":00:00Z"));
+    assert_eq!(hours[0]["lastFetchedAt"], agents[0]["lastFetchedAt"]);
+    let since = history["since"].as_str().unwrap();
+    assert!(since.ends_with(":00:00Z") && since < hours[0]["hour"].as_str().unwrap());
+
+    // The list, in one request: the last fetch, the keys, nothing else on.
+    let listed = json(server.get("/services?include=status", &acme.token));
+    let status = |sub: &str| {
+        (listed.as_array().unwrap().iter())
+            .find(|s| s["subdomain"] == sub)
+            .unwrap_or_else(|| panic!("no {sub} in {listed}"))["status"]
+            .clone()
+    };
+    let api = status(&sub);
+    assert_eq!(api["published"], true, "{listed}");
+    assert_eq!(api["keyCount"], 1);
+    assert!(api["lastFetchedAt"].is_string(), "{listed}");
+    assert_eq!(
+        (&api["domain"], &api["signing"]),
+        (&Value::Null, &Value::Null)
+    );
+    assert_eq!(
+        status(&quiet),
+        json!({"published": false, "keyCount": 0, "lastFetchedAt": null, "domain": null,
+               "signing": null})
+    );
+    let plain = json(server.get("/services", &acme.token));
+    assert!(plain[0].get("status").is_none(), "only when asked: {plain}");
+    let wrong = server.get("/services?include=keys", &acme.token);
+    assert_eq!(wrong.status(), 400);
+    assert!(wrong.text().unwrap().contains("query parameter include"));
 }

@@ -252,6 +252,14 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
     let der = STANDARD.decode(key["publicKey"].as_str().unwrap()).unwrap();
     assert!(openssl::pkey::PKey::public_key_from_der(&der).is_ok());
     let kid = key["kid"].as_str().unwrap();
+    // The list shows it, in one request.
+    let listed = json(server.get("/services?include=status", &acme.token));
+    assert_eq!(
+        listed[0]["status"]["signing"],
+        json!({"algorithm": "ES256", "nextRotationAt": state["nextRotationAt"]})
+    );
+    assert_eq!(listed[0]["status"]["keyCount"], 1);
+    assert_eq!(listed[0]["status"]["published"], true);
 
     // The key set and the discovery document, written by the registry (nothing was uploaded).
     let set = hosted_keys(&server, &sub);

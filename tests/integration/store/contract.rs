@@ -1829,6 +1829,66 @@ fn fetched_from(
 }
 
 #[test]
+fn key_set_fetches_are_summed_per_agent_and_hour_on_every_store() {
+    on_every_store(key_set_fetches_are_summed_per_agent_and_hour);
+}
+
+fn key_set_fetches_are_summed_per_agent_and_hour(store: &dyn Storage) {
+    const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    let (service, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let at = |minutes: i64| NOON + Duration::minutes(minutes);
+    store
+        .record_fetches(&[counts(service, at(5), &[("aws", 2), ("gcp", 1)])])
+        .unwrap();
+    // The custom domain's key set is the same key set; the discovery document is not one.
+    let mut on_domain = counts(service, at(40), &[("aws", 3)]);
+    on_domain.document = FetchedDocument::DomainJwks;
+    let mut discovery = counts(service, at(50), &[("aws", 7)]);
+    discovery.document = FetchedDocument::Discovery;
+    store.record_fetches(&[on_domain, discovery]).unwrap();
+    store
+        .record_fetches(&[counts(service, at(75), &[("aws", 1)])])
+        .unwrap();
+    store
+        .record_fetches(&[counts(service, at(-60 * 24 * 9), &[("ancient", 1)])])
+        .unwrap();
+    store
+        .record_fetches(&[counts(other, at(-30), &[("aws", 1)])])
+        .unwrap();
+
+    let mut hours: Vec<(String, OffsetDateTime, u64, OffsetDateTime)> = store
+        .key_set_hours(service, NOON - Duration::days(8))
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.agent, h.hour, h.count, h.last_at))
+        .collect();
+    hours.sort();
+    assert_eq!(
+        hours,
+        [
+            ("aws".into(), NOON, 5, at(40)),
+            ("aws".into(), at(60), 1, at(75)),
+            ("gcp".into(), NOON, 1, at(5)),
+        ]
+    );
+
+    let mut last = store
+        .last_key_set_fetches(&[service, other, Uuid::new_v4()], NOON - Duration::days(8))
+        .unwrap();
+    last.sort();
+    let mut expected = vec![(service, at(75)), (other, at(-30))];
+    expected.sort();
+    assert_eq!(
+        last, expected,
+        "the last key set fetch of each service fetched"
+    );
+    assert!(store
+        .last_key_set_fetches(&[service], at(120))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
 fn verifiers_are_found_by_their_hours_and_networks_on_every_store() {
     on_every_store(verifiers_are_found_by_their_hours_and_networks);
 }

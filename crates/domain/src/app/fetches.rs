@@ -4,9 +4,10 @@
 //! them.
 
 use crate::app::{AppError, Registry};
-use crate::ports::{DocumentFetches, FetchedDocument, OTHER_AGENTS};
+use crate::ports::{fetch_hour, AgentHour, DocumentFetches, FetchedDocument, OTHER_AGENTS};
 use crate::Service;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
@@ -89,12 +90,8 @@ pub fn evidence(
                 .unwrap_or_default()
                 .iter()
                 .map(|a| {
-                    // The agents past the stored bound, counted together.
-                    let agent = match a.agent == OTHER_AGENTS {
-                        true => "other",
-                        false => a.agent.as_str(),
-                    };
-                    json!({"agent": agent, "count": a.count, "lastFetchedAt": rfc3339(a.last_at)})
+                    json!({"agent": shown_agent(&a.agent), "count": a.count,
+                           "lastFetchedAt": rfc3339(a.last_at)})
                 })
                 .collect();
             json!({
@@ -110,6 +107,67 @@ pub fn evidence(
         })
         .collect();
     Ok(json!({ "documents": documents }))
+}
+
+/// How many agents the history lists: the most active, every verifier among them (a key has at
+/// most 32).
+pub const HISTORY_AGENTS: usize = 32;
+
+/// `GET /services/{s}/fetches/history`: who fetched the service's key set (under any of its
+/// issuers), per clock hour, over the [`KEPT_FOR`] the store keeps: what a timeline of a
+/// rotation draws beside the keys. The [`HISTORY_AGENTS`] most active agents, most active
+/// first, each with its hours, oldest first.
+pub fn history(
+    registry: &Registry,
+    service: &Service,
+    now: OffsetDateTime,
+) -> Result<Value, AppError> {
+    let since = now - KEPT_FOR;
+    let mut by_agent: BTreeMap<String, Vec<AgentHour>> = BTreeMap::new();
+    for hour in registry.store.key_set_hours(service.id, since)? {
+        by_agent.entry(hour.agent.clone()).or_default().push(hour);
+    }
+    let mut agents: Vec<(String, u64, Vec<AgentHour>)> = by_agent
+        .into_iter()
+        .map(|(agent, mut hours)| {
+            hours.sort_by_key(|h| h.hour);
+            (agent, hours.iter().map(|h| h.count).sum(), hours)
+        })
+        .collect();
+    agents.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    agents.truncate(HISTORY_AGENTS);
+    let agents: Vec<Value> = agents
+        .into_iter()
+        .map(|(agent, count, hours)| {
+            let last = hours.iter().map(|h| h.last_at).max();
+            let hours: Vec<Value> = (hours.iter())
+                .map(|h| {
+                    json!({"hour": rfc3339(h.hour), "count": h.count,
+                           "lastFetchedAt": rfc3339(h.last_at)})
+                })
+                .collect();
+            json!({
+                "agent": shown_agent(&agent),
+                "count": count,
+                "lastFetchedAt": last.map(rfc3339),
+                "hours": hours,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "since": rfc3339(OffsetDateTime::from_unix_timestamp(fetch_hour(since) / 1000).unwrap_or(since)),
+        "until": rfc3339(now),
+        "agents": agents,
+    }))
+}
+
+/// An agent as the API names it: the agents past the stored bound, counted together, are
+/// `"other"`.
+fn shown_agent(agent: &str) -> &str {
+    match agent == OTHER_AGENTS {
+        true => "other",
+        false => agent,
+    }
 }
 
 fn rfc3339(at: OffsetDateTime) -> String {
@@ -257,5 +315,78 @@ mod tests {
         assert_eq!(documents[3]["agents"][0]["agent"], "gcp");
         assert_eq!(documents[1]["agents"][0]["agent"], "aws");
         assert_eq!(documents[1]["fetches24h"], 3);
+    }
+
+    #[test]
+    fn the_history_lists_key_set_fetches_per_agent_and_hour_for_eight_days() {
+        let (registry, _, account) = registry(Plan::Business, NOW);
+        let command = services::CreateService::default();
+        let service = services::create(&registry, &caller(account), command, NOW).unwrap();
+        let fetched = [
+            count(
+                &service,
+                FetchedDocument::Jwks,
+                "aws",
+                NOW - Duration::hours(50),
+            ),
+            count(
+                &service,
+                FetchedDocument::DomainJwks,
+                "aws",
+                NOW - Duration::minutes(5),
+            ),
+            count(
+                &service,
+                FetchedDocument::Jwks,
+                "aws",
+                NOW - Duration::minutes(1),
+            ),
+            count(
+                &service,
+                FetchedDocument::Jwks,
+                "gcp",
+                NOW - Duration::minutes(3),
+            ),
+            count(
+                &service,
+                FetchedDocument::Discovery,
+                "curl",
+                NOW - Duration::minutes(3),
+            ),
+            count(
+                &service,
+                FetchedDocument::Jwks,
+                "old",
+                NOW - Duration::days(9),
+            ),
+        ];
+        for one in fetched {
+            record(&registry, &[one]).unwrap();
+        }
+        let answer = history(&registry, &service, NOW).unwrap();
+        assert_eq!(answer["since"], "2026-11-17T12:00:00Z");
+        assert_eq!(answer["until"], "2026-11-25T12:00:00Z");
+        let agents = answer["agents"].as_array().unwrap();
+        let names: Vec<&str> = agents
+            .iter()
+            .map(|a| a["agent"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["aws", "gcp"],
+            "most active first; no discovery, nothing older"
+        );
+        assert_eq!(agents[0]["count"], 9);
+        assert_eq!(agents[0]["lastFetchedAt"], "2026-11-25T11:59:00Z");
+        assert_eq!(
+            agents[0]["hours"],
+            json!([
+                {"hour": "2026-11-23T10:00:00Z", "count": 3,
+                 "lastFetchedAt": "2026-11-23T10:00:00Z"},
+                {"hour": "2026-11-25T11:00:00Z", "count": 6,
+                 "lastFetchedAt": "2026-11-25T11:59:00Z"},
+            ]),
+            "both issuers' key sets in one hour are one hour"
+        );
     }
 }

@@ -1,11 +1,13 @@
 //! Registered services: create, list, read, change, delete (spec §3).
 
-use crate::app::{AppError, Caller, Registry};
+use crate::app::{fetches, AppError, Caller, Registry};
 use crate::audit::Action;
+use crate::custom_domain::DomainStatus;
 use crate::limits::quota_reached;
 use crate::naming::registered_subdomain;
 use crate::ports::Ceiling;
 use crate::{Service, StoreError};
+use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -110,6 +112,66 @@ pub fn list(registry: &Registry, caller: &Caller) -> Result<Vec<Service>, AppErr
         .into_iter()
         .filter(|s| caller.may_act_on(&s.subdomain))
         .collect())
+}
+
+/// What a list shows of a service beside the service itself (`GET /services?include=status`):
+/// the facts an owner scans a list for, each read from the store, never from a replica's memory,
+/// so every replica answers the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceStatus {
+    /// Whether it publishes documents.
+    pub published: bool,
+    /// The keys of its public key set, retired ones included.
+    pub key_count: usize,
+    /// The last fetch of its key set, under any of its issuers, in the fetch evidence's window.
+    pub last_fetched_at: Option<OffsetDateTime>,
+    /// Its custom domain and where that stands.
+    pub domain: Option<(String, DomainStatus)>,
+    /// Its managed signing, while on.
+    pub signing: Option<SigningStatus>,
+}
+
+/// Managed signing as a list shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SigningStatus {
+    /// The algorithm of the keys it makes.
+    pub algorithm: crate::signing::Algorithm,
+    /// When the next rotation starts by itself.
+    pub next_rotation_at: Option<OffsetDateTime>,
+}
+
+/// [`list`], each service with its [`ServiceStatus`]: three indexed reads per service and one
+/// for every service's last fetch.
+pub fn list_with_status(
+    registry: &Registry,
+    caller: &Caller,
+    now: OffsetDateTime,
+) -> Result<Vec<(Service, ServiceStatus)>, AppError> {
+    let services = list(registry, caller)?;
+    let ids: Vec<Uuid> = services.iter().map(|s| s.id).collect();
+    let fetched: HashMap<Uuid, OffsetDateTime> = (registry.store)
+        .last_key_set_fetches(&ids, now - fetches::KEPT_FOR)?
+        .into_iter()
+        .collect();
+    services
+        .into_iter()
+        .map(|service| {
+            let config = registry.store.config(service.id)?;
+            let signing = registry.store.signing(service.id)?;
+            let domain = registry.store.domain_of(service.id)?;
+            let status = ServiceStatus {
+                published: config.is_some(),
+                key_count: config.map_or(0, |c| c.keys.published(now).count()),
+                last_fetched_at: fetched.get(&service.id).copied(),
+                domain: domain.map(|d| (d.domain, d.status)),
+                signing: (signing.filter(|s| s.enabled)).map(|s| SigningStatus {
+                    algorithm: s.settings.algorithm,
+                    next_rotation_at: s.next_rotation_at(),
+                }),
+            };
+            Ok((service, status))
+        })
+        .collect()
 }
 
 /// The action of a change to the service itself: `service.*` for a customer's, `anonymous.*`
@@ -478,5 +540,55 @@ mod tests {
         let err = delete(&registry, &admin_caller, &service, NOW).unwrap_err();
         assert!(matches!(err, AppError::NotFound(_)), "{err:?}");
         assert_eq!(store.events_of(Action::ServiceDelete).len(), 1);
+    }
+
+    #[test]
+    fn the_status_of_each_listed_service_has_its_last_key_set_fetch() {
+        use crate::ports::{AgentFetches, DocumentFetches, FetchLog, FetchedDocument};
+        let store = Arc::new(MemoryStore::default());
+        let (registry, _, admin) = registry_over(store.clone(), Plan::Business, NOW);
+        let fetched = create(&registry, &caller(admin.clone()), named("a", "A"), NOW).unwrap();
+        let quiet = create(&registry, &caller(admin.clone()), named("b", "B"), NOW).unwrap();
+        let at = NOW - time::Duration::hours(30);
+        let fetch = |document| DocumentFetches {
+            service_id: fetched.id,
+            document,
+            ok: 1,
+            not_modified: 0,
+            last_at: at,
+            agents: vec![AgentFetches {
+                agent: "aws".into(),
+                count: 1,
+                last_at: at,
+                networks: Vec::new(),
+            }],
+        };
+        store
+            .record_fetches(&[fetch(FetchedDocument::Jwks)])
+            .unwrap();
+        // A discovery document's fetch is no verifier's fetch of the keys.
+        let later = DocumentFetches {
+            last_at: NOW,
+            ..fetch(FetchedDocument::Discovery)
+        };
+        store.record_fetches(&[later]).unwrap();
+
+        let listed = list_with_status(&registry, &caller(admin), NOW).unwrap();
+        let of = |id: Uuid| &listed.iter().find(|(s, _)| s.id == id).unwrap().1;
+        let nothing = ServiceStatus {
+            published: false,
+            key_count: 0,
+            last_fetched_at: None,
+            domain: None,
+            signing: None,
+        };
+        assert_eq!(of(quiet.id), &nothing);
+        assert_eq!(
+            of(fetched.id),
+            &ServiceStatus {
+                last_fetched_at: Some(at),
+                ..nothing
+            }
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! The browser pages: the landing page (`GET /`) and the anonymous service's dashboard
-//! (`GET /dashboard/anonymous/{subdomain}`).
+//! The browser pages: the landing page (`GET /`), the anonymous service's dashboard
+//! (`GET /dashboard/anonymous/{subdomain}`) and the registered customers' console
+//! (`GET /console`).
 //!
 //! Each page is one self-contained HTML document: its CSS and JS are inlined into the `<style>`
 //! and `<script>` placeholders once, at first use, and the Content-Security-Policy allows exactly
@@ -19,6 +20,29 @@ const LANDING_HTML: &str = include_str!("landing.html");
 const LANDING_JS: &str = include_str!("landing.js");
 const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 const DASHBOARD_JS: &str = include_str!("dashboard.js");
+const CONSOLE_HTML: &str = include_str!("console/console.html");
+const CONSOLE_CSS: &str = include_str!("console/console.css");
+/// The console's script, a part per concern, in the order they run: one scope (they share the
+/// token and the view's state), strict, nothing global.
+const CONSOLE_JS: &[&str] = &[
+    include_str!("console/base.js"),
+    include_str!("console/session.js"),
+    include_str!("console/services.js"),
+    include_str!("console/service.js"),
+    include_str!("console/timeline.js"),
+    include_str!("console/panels.js"),
+    include_str!("console/accounts.js"),
+    include_str!("console/audit.js"),
+    include_str!("console/start.js"),
+];
+
+/// [`CONSOLE_JS`] as the page's one script.
+fn console_script() -> String {
+    format!(
+        "\"use strict\";\n(() => {{\n{}}})();\n",
+        CONSOLE_JS.concat()
+    )
+}
 
 const STYLE_SLOT: &str = "<style></style>";
 const SCRIPT_SLOT: &str = "<script></script>";
@@ -34,6 +58,12 @@ impl Page {
     /// Inlines `css` and `js` into the template's empty `<style>` and `<script>` elements.
     /// Panics on a malformed template: the templates are compiled in, and a unit test builds both.
     fn assemble(template: &str, css: &str, js: &str) -> Self {
+        Self::assemble_with(template, css, js, "'none'")
+    }
+
+    /// [`Page::assemble`] with another `default-src`: the console's is `'self'` (DECISIONS
+    /// §23), which changes nothing it may load, every other directive being named.
+    fn assemble_with(template: &str, css: &str, js: &str, default_src: &str) -> Self {
         assert_eq!(
             template.matches(STYLE_SLOT).count(),
             1,
@@ -53,7 +83,7 @@ impl Page {
         // form-action 'none': a form submitted without its script (say, the script failed) must
         // not send its fields anywhere, not even to this page's own query string.
         let csp = format!(
-            "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; \
+            "default-src {default_src}; script-src '{}'; style-src '{}'; connect-src 'self'; \
              img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
             csp_hash(js),
             csp_hash(css),
@@ -87,6 +117,11 @@ static LANDING: LazyLock<Page> = LazyLock::new(|| Page::assemble(LANDING_HTML, S
 static DASHBOARD: LazyLock<Page> =
     LazyLock::new(|| Page::assemble(DASHBOARD_HTML, STYLE, DASHBOARD_JS));
 
+static CONSOLE: LazyLock<Page> = LazyLock::new(|| {
+    let css = format!("{STYLE}{CONSOLE_CSS}");
+    Page::assemble_with(CONSOLE_HTML, &css, &console_script(), "'self'")
+});
+
 /// `GET /`: what the registry is, and a button that creates an anonymous service.
 pub async fn landing() -> HttpResponse {
     LANDING.respond()
@@ -98,24 +133,42 @@ pub async fn anonymous() -> HttpResponse {
     DASHBOARD.respond()
 }
 
+/// `GET /console`: the registered customer's console, signed in with a service account's token
+/// kept in the tab's `sessionStorage` only.
+pub async fn console() -> HttpResponse {
+    CONSOLE.respond()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn both_pages_assemble_and_their_policy_names_the_inlined_blocks() {
-        for (page, js) in [(&*LANDING, LANDING_JS), (&*DASHBOARD, DASHBOARD_JS)] {
+        let (console_css, console_js) = (format!("{STYLE}{CONSOLE_CSS}"), console_script());
+        for (page, js, css) in [
+            (&*LANDING, LANDING_JS, STYLE),
+            (&*DASHBOARD, DASHBOARD_JS, STYLE),
+            (&*CONSOLE, console_js.as_str(), console_css.as_str()),
+        ] {
             assert!(page.html.contains(&format!("<script>{js}</script>")));
-            assert!(page.html.contains(&format!("<style>{STYLE}</style>")));
+            assert!(page.html.contains(&format!("<style>{css}</style>")));
             assert!(page
                 .csp
                 .contains(&format!("script-src '{}';", csp_hash(js))));
             assert!(page
                 .csp
-                .contains(&format!("style-src '{}';", csp_hash(STYLE))));
-            assert!(page.csp.starts_with("default-src 'none';"));
+                .contains(&format!("style-src '{}';", csp_hash(css))));
+            assert!(page.csp.contains("frame-ancestors 'none'"));
             assert!(!page.csp.contains("unsafe"));
         }
+    }
+
+    #[test]
+    fn the_console_defaults_to_its_own_origin_and_the_others_to_nothing() {
+        assert!(CONSOLE.csp.starts_with("default-src 'self';"));
+        assert!(LANDING.csp.starts_with("default-src 'none';"));
+        assert!(DASHBOARD.csp.starts_with("default-src 'none';"));
     }
 
     #[test]

@@ -89,3 +89,16 @@ pub async fn fetches(
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }
+
+/// `GET /services/{subdomain}/fetches/history`: who fetched the key set, per clock hour, over
+/// the 8 days the evidence is kept (what the console's timeline draws).
+pub async fn history(
+    ServiceCaller { service, .. }: ServiceCaller,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let now = state.now();
+    let answer = state
+        .read(move |registry| fetches::history(registry, &service, now))
+        .await?;
+    Ok(HttpResponse::Ok().json(answer))
+}

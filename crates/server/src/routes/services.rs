@@ -3,7 +3,7 @@
 
 use crate::body::{read_json, Fields};
 use crate::caller::{Collection, ServiceCaller};
-use crate::problem::{ApiResult, SERVICE_NAME_POINTER};
+use crate::problem::{ApiError, ApiResult, SERVICE_NAME_POINTER};
 use crate::state::AppState;
 use crate::views;
 use actix_web::http::header;
@@ -13,6 +13,7 @@ use registry_domain::app::services::{MAX_DESCRIPTION, MAX_TITLE};
 use registry_domain::naming::check_service_name;
 use registry_domain::text::TextKind;
 use registry_domain::Violation;
+use serde::Deserialize;
 
 /// `POST /services`: register a service.
 pub async fn create(
@@ -48,19 +49,44 @@ pub async fn create(
         .json(views::service(&state, &service, now)))
 }
 
-/// `GET /services`: the customer's services that the caller's patterns cover.
+/// `?include=`: what a list adds to each service.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    include: Option<String>,
+}
+
+/// `GET /services[?include=status]`: the customer's services that the caller's patterns cover;
+/// with `include=status`, each with its [`views::service_status`] (the console's list, in one
+/// request). The query comes first: a malformed one is a 400 before any authentication.
 pub async fn list(
+    query: web::Query<ListQuery>,
     Collection(caller): Collection,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let services = state
-        .read(move |registry| services::list(registry, &caller))
-        .await?;
     let now = state.now();
-    let shown: Vec<_> = services
-        .iter()
-        .map(|s| views::service(&state, s, now))
-        .collect();
+    let shown: Vec<_> = match query.into_inner().include.as_deref() {
+        None => state
+            .read(move |registry| services::list(registry, &caller))
+            .await?
+            .iter()
+            .map(|s| views::service(&state, s, now))
+            .collect(),
+        Some("status") => state
+            .read(move |registry| services::list_with_status(registry, &caller, now))
+            .await?
+            .iter()
+            .map(|(service, status)| {
+                let mut shown = views::service(&state, service, now);
+                shown["status"] = views::service_status(status);
+                shown
+            })
+            .collect(),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "query parameter include: {other:?} is not one of: status"
+            )))
+        }
+    };
     Ok(HttpResponse::Ok().json(shown))
 }
 

@@ -61,6 +61,7 @@ routes! {
     // Checking a token costs signature checks: it counts against the writes per minute.
     SERVICE, "/preflight", Post, Caller(ConfigRead), preflight::token;
     SERVICE, "/fetches", Get, Caller(ConfigRead), preflight::fetches;
+    SERVICE, "/fetches/history", Get, Caller(ConfigRead), preflight::history;
     "", "/anonymous/services", Post, Anyone, anonymous::create;
     "", "/service-accounts", Get, Caller(AccountsRead), accounts::list;
     "", "/service-accounts", Post, Caller(AccountsWrite), accounts::create;
@@ -74,6 +75,7 @@ routes! {
     "", "/fetch-log", Post, Shipper, fetch_log::post;
     "", "/", Get, Page, dashboard::landing;
     "", "/dashboard/anonymous/{subdomain}", Get, Page, dashboard::anonymous;
+    "", "/console", Get, Page, dashboard::console;
     "", "/healthz", Get, Anyone, ops::healthz;
     "", "/readyz", Get, Anyone, ops::readyz;
     "", "/metrics", Get, Anyone, ops::metrics;

@@ -1,20 +1,23 @@
 // Browser tests of the registered customers' console (`GET /console`, DECISIONS §23).
 //
-// The real `registry` binary (support.mjs) with managed signing on (a data key), one clock hour
-// of fetches enough to make an agent a verifier, and fetch counts flushed every second; Debian's
-// Chromium through playwright-core. Controls are found as a screen reader finds them: by role
-// and accessible name. Run with `cargo xtask e2e`, or `npm test` here once the binary is built.
+// The real `registry` binary (support.mjs) over HTTPS, with managed signing on (a data key), one
+// clock hour of fetches enough to make an agent a verifier, fetch counts flushed every second, and
+// custom domains taken without anything outside ever reached (an ACME directory on a closed port,
+// a DNS server where nothing answers, as tests/integration/api/domains.rs has them); Debian's
+// Chromium through playwright-core, told to accept the registry's self-signed certificate.
+// Controls are found as a screen reader finds them: by role and accessible name. Run with `cargo xtask e2e`, or `npm test` here once the binary is built.
 // Screenshots of each view at 1280 and 390 px wide go to ../docs/screenshots/console-*.png.
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import { chromium } from "playwright-core";
-import { CHROMIUM, CHROMIUM_ARGS, callApi, hostedGet, screenshot, startRegistry } from "./support.mjs";
+import { CHROMIUM, CHROMIUM_ARGS, callApi, freePort, hostedGet, screenshot, startRegistry } from "./support.mjs";
 
 const AWS = "AWS Security Token Service";
 const GOOGLE = "Google";
 const TOKEN_KEY = "registry-console-token";
+const DOMAIN = "login.customer.test";
 const WIDTHS = [
   { width: 1280, height: 900 },
   { width: 390, height: 844 },
@@ -90,14 +93,23 @@ before(async () => {
     // Managed signing on: 32 bytes, base64 (docs/operations.md, "The data key").
     REGISTRY_DATA_KEY: randomBytes(32).toString("base64"),
     REGISTRY_WRITES_PER_MINUTE: "10000",
-  });
+    // Custom domains, which need HTTPS: the ACME directory is never reached (a domain is only
+    // ordered a certificate once its TXT record is seen), nor is the DNS server (nothing
+    // answers on its port), so a domain stays `verifying`.
+    REGISTRY_ACME_DIRECTORY: "https://127.0.0.1:9/dir",
+    REGISTRY_DNS_RESOLVER: `127.0.0.1:${await freePort()}`,
+  }, { tls: true });
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
   context = await browser.newContext({
     viewport: WIDTHS[0],
     colorScheme: "light",
     locale: "en-GB",
     timezoneId: "UTC",
+    // The registry's certificate is its own, self-signed.
+    ignoreHTTPSErrors: true,
   });
+  // The domain panel's Copy buttons write the clipboard; the test reads it back.
+  await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: registry.base });
   context.setDefaultTimeout(15_000);
   context.on("request", (request) => requests.push(request));
 });
@@ -154,11 +166,24 @@ function auditRows(page) {
   return page.getByRole("table", { name: "Audit events, newest first" }).locator("tbody tr");
 }
 
+/** A panel's facts (its `dl`): each term's text and its definition's. */
+async function factsOf(panel) {
+  const terms = await panel.locator("dl dt").allTextContents();
+  const definitions = await panel.locator("dl dd").allTextContents();
+  return Object.fromEntries(terms.map((term, i) => [term, definitions[i]]));
+}
+
+/** How wide the page is: wider than the window, it scrolls sideways (its tables never should). */
+function pageWidth(page) {
+  return page.evaluate(() => document.documentElement.scrollWidth);
+}
+
 async function shoot(page, name) {
   for (const size of WIDTHS) {
     await page.setViewportSize(size);
     // The timeline redraws at the new width (after a short debounce).
     await page.waitForTimeout(300);
+    assert.ok(await pageWidth(page) <= size.width, `the ${name} view is wider than ${size.width} px`);
     await screenshot(page, `console-${name}-${size.width}.png`);
   }
   await page.setViewportSize(WIDTHS[0]);
@@ -221,7 +246,7 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     // The columns `?include=status` fills: published, 2 keys, fetched, no domain, signing off.
     const cells = await page.getByRole("row").filter({ has: link }).getByRole("cell").allTextContents();
     assert.equal(cells[0], `${k3s} Cluster k3s`);
-    assert.equal(cells[1], `http://${k3s}.localhost:${registry.port}`);
+    assert.equal(cells[1], registry.issuer(k3s));
     assert.equal(cells[2], "yes", cells.join(" | "));
     assert.equal(cells[3], "2", cells.join(" | "));
     assert.notEqual(cells[4], "never", cells.join(" | "));
@@ -278,13 +303,63 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     assert.match(await svg.getAttribute("aria-label"), /8 days/);
     assert.equal(await svg.locator("[data-kid]").count(), 2);
     await page.getByLabel("Window", { exact: true }).selectOption({ label: "24 hours" });
-    // Preflight per cloud, and no custom domain.
+    // Preflight per cloud (an HTTPS issuer with ES256 keys: Azure verifies RS256 only; AWS
+    // warns of the issuer's port), and no custom domain.
     await page.getByText("No custom domain.").waitFor();
-    for (const cloud of ["AWS", "GCP", "Azure"]) {
-      await page.getByRole("listitem").filter({ hasText: `${cloud}: not ready` }).first().waitFor();
+    for (const [cloud, verdict] of [["AWS", "ready"], ["GCP", "ready"], ["Azure", "not ready"]]) {
+      await page.getByRole("listitem").filter({ hasText: `${cloud}: ${verdict}` }).first().waitFor();
     }
+    await page.getByRole("listitem").filter({ hasText: "AWS: ready" })
+      .getByRole("listitem").filter({ hasText: "issuer-has-port" }).waitFor();
     await page.getByText("Managed signing is off.").waitFor();
     assert.equal(await page.getByRole("button", { name: "Rotate now" }).count(), 0);
+  });
+
+  await t.test("k3s's custom domain: its two DNS records, each copied by its button, and the Services column", async () => {
+    const put = await api("PUT", `/services/${k3s}/domain`, token, { domain: DOMAIN });
+    assert.equal(put.status, 202, JSON.stringify(put.body));
+    assert.equal(put.body.status, "verifying");
+    const challenge = put.body.records.find((r) => r.type === "TXT")?.value;
+    assert.ok(challenge && challenge.length >= 32, JSON.stringify(put.body));
+    const records = [
+      { type: "CNAME", name: DOMAIN, value: new URL(registry.issuer(k3s)).hostname },
+      { type: "TXT", name: `_registry-challenge.${DOMAIN}`, value: challenge },
+    ];
+    assert.deepEqual(put.body.records, records);
+
+    // The Services view's column: the domain and its status.
+    await view(page, "Services").click();
+    const link = page.getByRole("link", { name: k3s, exact: true });
+    // The list shown before stays until the new one replaces it.
+    const serviceRow = page.getByRole("row").filter({ has: link });
+    await serviceRow.getByRole("cell", { name: `${DOMAIN} (verifying)`, exact: true }).waitFor();
+    const cells = await serviceRow.getByRole("cell").allTextContents();
+    assert.equal(cells[5], `${DOMAIN} (verifying)`, cells.join(" | "));
+    // A domain still verifying is no issuer yet.
+    assert.equal(cells[1], registry.issuer(k3s));
+
+    // The service, opened afresh (its panels are read when it opens).
+    await link.click();
+    await page.getByRole("heading", { level: 1, name: k3s }).waitFor();
+    const panel = page.getByRole("region", { name: "Custom domain", exact: true });
+    const table = panel.getByRole("table", { name: "DNS records to set" });
+    await table.waitFor();
+    assert.deepEqual(await factsOf(panel), { Domain: DOMAIN, Status: "verifying" });
+    assert.equal(await panel.getByText("No custom domain.").isVisible(), false);
+    const rows = table.locator("tbody tr");
+    assert.equal(await rows.count(), 2);
+    for (const [i, record] of records.entries()) {
+      assert.deepEqual(await rows.nth(i).getByRole("cell").allTextContents(),
+        [record.type, record.name, record.value, `Copy ${record.type} record`]);
+    }
+
+    // Each button puts exactly its record's value on the clipboard, and says so.
+    for (const record of records) {
+      await page.evaluate(() => navigator.clipboard.writeText("nothing copied yet"));
+      await panel.getByRole("button", { name: `Copy ${record.type} record`, exact: true }).click();
+      await panel.getByRole("status").filter({ hasText: `Copied the ${record.type} record's value.` }).waitFor();
+      assert.equal(await page.evaluate(() => navigator.clipboard.readText()), record.value);
+    }
   });
 
   await t.test("c. managed signing: Rotate now, Confirm, and the new key is drawn", async () => {
@@ -396,9 +471,20 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     await view(page, "Services").click();
     await page.getByRole("link", { name: signer, exact: true }).waitFor();
     await shoot(page, "services");
+    // At 360 px the table scrolls inside its box, and the issuers wrap within what it shows.
+    await page.setViewportSize({ width: 360, height: 740 });
+    assert.ok(await pageWidth(page) <= 360);
+    const edges = await page.getByRole("table", { name: "The services this account may see" }).evaluate((table) => ({
+      box: table.parentElement.getBoundingClientRect().right,
+      issuers: [...table.querySelectorAll("tbody td:nth-child(2) code")].map((code) => code.getBoundingClientRect().right),
+    }));
+    assert.equal(edges.issuers.length, 2);
+    for (const right of edges.issuers) assert.ok(right <= edges.box, `an issuer ends at ${right}, past ${edges.box}`);
+    await page.setViewportSize(WIDTHS[0]);
     await page.getByRole("link", { name: k3s, exact: true }).click();
     await timeline(page, k3s).locator('[data-kid="key-b"]').waitFor({ state: "attached" });
     await readiness(page, "key-b").filter({ hasText: /^safe$/ }).waitFor();
+    await page.getByRole("button", { name: "Copy TXT record", exact: true }).waitFor();
     await shoot(page, "service");
   });
 
@@ -457,7 +543,7 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     await signIn(page, lister.body.token);
     await page.getByRole("link", { name: k3s, exact: true }).click();
     // The service itself is readable; its keys, signing, domain and preflight are not.
-    await page.getByRole("region", { name: k3s, exact: true }).getByText(`http://${k3s}.localhost:${registry.port}`).waitFor();
+    await page.getByRole("region", { name: k3s, exact: true }).getByText(registry.issuer(k3s)).waitFor();
     const refusals = page.getByRole("alert").filter({ hasText: '"config:read"' });
     await until("a refusal in every panel", async () => (await refusals.count()) === 5);
     await page.getByRole("button", { name: "Sign out" }).click();

@@ -36,7 +36,7 @@ pub enum Scope {
     Test,
     /// `cargo xtask lint`: rustfmt, clippy, cargo-deny.
     Lint,
-    /// `cargo xtask e2e`: Node.js with npm, Chromium.
+    /// `cargo xtask e2e`: Node.js with npm, Chromium, openssl.
     E2e,
     /// All of the above.
     All,
@@ -204,8 +204,9 @@ const TOOLS: &[Tool] = &[
         name: "openssl",
         source: Source::Apt("openssl"),
         probe: Probe::OnPath,
-        scopes: TEST,
-        used_for: "the README's walk-through",
+        scopes: &[Scope::Test, Scope::E2e],
+        used_for: "the README's walk-through; the console's browser tests make their \
+                   server's certificate with it",
     },
     Tool {
         name: "kill",
@@ -683,7 +684,7 @@ mod tests {
         assert_eq!(test[0], "PostgreSQL server");
         assert!(!test.contains(&"cargo-deny") && !test.contains(&"chromium"));
         assert_eq!(names(Scope::Lint), ["rustfmt", "clippy", "cargo-deny"]);
-        assert_eq!(names(Scope::E2e), ["node", "npm", "chromium"]);
+        assert_eq!(names(Scope::E2e), ["openssl", "node", "npm", "chromium"]);
         assert_eq!(names(Scope::All).len(), TOOLS.len());
     }
 

@@ -15,6 +15,9 @@
 //! * `--workers 1,2,4,8` alone: P1, JWKS, P1-TLS against nginx, P2 and P3, and signing
 //!   (`POST /services/{s}/sign`, static token, ES256 and RS256), with each number of workers,
 //!   the servers and wrk on disjoint cores (`bench/scaling.rs`).
+//! * `--verifiers [--issuers N] [--workers …]` alone: what verifiers do, against nginx: a random
+//!   one of N issuers' key sets, warm and right after a start, and one key set over a new TLS
+//!   connection per GET (`bench/verifiers.rs`).
 //! * `--services N` alone: a replica over N published services on SQLite and PostgreSQL
 //!   (`bench/scale.rs`).
 //! * P6: two replicas on one throwaway PostgreSQL cluster: how long a PUT on one takes to be
@@ -30,6 +33,7 @@ mod nginx;
 mod report;
 mod scale;
 mod scaling;
+mod verifiers;
 pub mod wrk;
 
 use crate::api::{hosted_issuer, oidc_policy, upload, Api, Signer};
@@ -63,6 +67,15 @@ pub struct Options {
     /// requests a second, and the servers' CPU time per request.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=256))]
     workers: Vec<u64>,
+    /// Run the verifiers' benchmark alone: `--issuers` issuers' key sets by random `Host`, warm
+    /// and right after a start, and one key set over a new TLS connection per GET, each against
+    /// nginx, with each of `--workers` (default 1) on disjoint cores.
+    #[arg(long)]
+    verifiers: bool,
+    /// With `--verifiers`: how many issuers (services copied in the database, nginx's
+    /// directories).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    issuers: u64,
     /// With `--workers`: measure a number of workers even when wrk cannot have a core of its
     /// own (the figure is marked as measured on shared cores).
     #[arg(long)]
@@ -118,6 +131,19 @@ pub fn run(options: &Options) -> Result<()> {
     };
     let dir = std::env::temp_dir().join(format!("registry-bench-{}", std::process::id()));
     let work = WorkDir::at(dir)?;
+    if options.verifiers {
+        let plan = verifiers::Plan {
+            workers: match options.workers.is_empty() {
+                true => vec![1],
+                false => options.workers.iter().map(|&w| w as usize).collect(),
+            },
+            issuers: options.issuers as usize,
+            rounds: options.rounds,
+            seconds: options.seconds,
+        };
+        let section = verifiers::run(&binary, &work.0, &plan)?;
+        return publish(options, verifiers::TITLE, &section);
+    }
     if !options.workers.is_empty() {
         if options.perf.is_some() {
             require("perf", "linux-perf")?;

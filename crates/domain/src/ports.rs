@@ -333,6 +333,13 @@ pub trait Database: Send + Sync + std::fmt::Debug {
     /// [`ChangeFeed::latest_change`] run in place, or `None` when that would wait (see
     /// [`Database::credential_and_latest_change_now`]).
     fn latest_change_now(&self) -> Option<StoreResult<i64>>;
+    /// [`ServiceStore::published_by_subdomain`] run in place, or `None` when that would wait
+    /// (see [`Database::credential_and_latest_change_now`]): the first public fetch of an
+    /// issuer a replica does not hold yet.
+    fn published_by_subdomain_now(
+        &self,
+        subdomain: &str,
+    ) -> Option<StoreResult<Option<(Service, PublishedConfig)>>>;
     /// Whether the database answers (the primary: where writes go).
     fn ping(&self) -> StoreResult<()>;
     /// Which sides of the database answer now (docs/api.md, "Read replicas and the primary down").

@@ -807,6 +807,14 @@ impl Database for MemoryStore {
         (!self.waits.load(Ordering::Relaxed)).then(|| ChangeFeed::latest_change(self))
     }
 
+    fn published_by_subdomain_now(
+        &self,
+        subdomain: &str,
+    ) -> Option<StoreResult<Option<(Service, PublishedConfig)>>> {
+        (!self.waits.load(Ordering::Relaxed))
+            .then(|| ServiceStore::published_by_subdomain(self, subdomain))
+    }
+
     fn ping(&self) -> StoreResult<()> {
         if self.down.load(Ordering::Relaxed) {
             return Err(StoreError::Unavailable(

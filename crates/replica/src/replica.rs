@@ -385,7 +385,8 @@ impl Replica {
     }
 
     /// Reads a subdomain's documents from the database (one indexed read, outside the catch-up
-    /// lock: made-up names must not queue behind each other) and keeps them, or keeps that
+    /// lock: made-up names must not queue behind each other; in place when the store can do
+    /// that without waiting, like [`Replica::credential`]) and keeps them, or keeps that
     /// nothing is published there, unless a change was applied since `generation`: the read
     /// may be older than that change.
     async fn read_hosted(
@@ -394,8 +395,13 @@ impl Replica {
         generation: Generation,
         now: OffsetDateTime,
     ) -> ReplicaResult<Option<Arc<Hosted>>> {
-        let key = subdomain.to_owned();
-        let found = self.db(move |s| s.published_by_subdomain(&key)).await?;
+        let found = match self.database.published_by_subdomain_now(subdomain) {
+            Some(found) => found?,
+            None => {
+                let key = subdomain.to_owned();
+                self.db(move |s| s.published_by_subdomain(&key)).await?
+            }
+        };
         Ok(self.hosting.fill(generation, subdomain, found, now))
     }
 

@@ -16,11 +16,20 @@ use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, Writer};
 use tracing_subscriber::fmt::FmtContext;
 use tracing_subscriber::registry::LookupSpan;
 
+/// rustls's level unless `RUST_LOG` names it.
+const QUIET_TLS: &str = "rustls=error";
+
 /// Installs `serve`'s log: `RUST_LOG`'s levels (default `info`), lines to the log buffer
 /// ([`crate::log_line`]), in `format`; request lines follow the same format.
 pub fn init(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // rustls warns, once per handshake, of what any client may send (an IP address as SNI, as
+    // wrk and `openssl s_client` do): a line per connection, chosen by whoever connects. Its
+    // errors stay; naming rustls in RUST_LOG sets its level as usual.
+    if !std::env::var("RUST_LOG").is_ok_and(|levels| levels.contains("rustls")) {
+        filter = filter.add_directive(QUIET_TLS.parse().expect("a valid directive"));
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(crate::log_line)

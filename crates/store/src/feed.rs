@@ -13,7 +13,8 @@ use registry_domain::ports::{
     Change, ChangeFeed, CredentialOwner, CredentialStore, Database, DatabaseSides, PoolUse,
     StoreResult, StoredCredential,
 };
-use registry_domain::StoreError;
+use registry_domain::service::PublishedConfig;
+use registry_domain::{Service, StoreError};
 
 /// The credential row of a lookup id, with the change log's newest sequence read by the same
 /// statement (a sub-select), so that the caller knows how fresh its caches must be.
@@ -148,6 +149,17 @@ impl Database for Store {
             |threads| threads.latest_change(latest_change),
             latest_change,
         )
+    }
+
+    /// In place as [`Database::credential_and_latest_change_now`] is: on SQLite the first
+    /// fetch of an issuer reads its row on the worker, which costs less than handing the read
+    /// to the blocking pool and waking the worker again.
+    fn published_by_subdomain_now(
+        &self,
+        subdomain: &str,
+    ) -> Option<StoreResult<Option<(Service, PublishedConfig)>>> {
+        let read = |conn: &mut Db| crate::services::published_by_subdomain(conn, subdomain);
+        self.read_now(|threads| threads.read(read), read)
     }
 
     fn ping(&self) -> StoreResult<()> {

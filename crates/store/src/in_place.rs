@@ -125,6 +125,12 @@ impl InPlace {
         )
     }
 
+    /// What `read` answers on the thread's connection, kept nowhere (what it reads is too large
+    /// to keep per thread, and the caller keeps it itself).
+    pub(crate) fn read<T>(&self, read: impl FnOnce(&mut Db) -> Res<T>) -> Option<StoreResult<T>> {
+        self.answer(|_| None, read, |_, _| {})
+    }
+
     /// `recall`ed from the thread's memo while the database's version is the one it was kept
     /// at, else `read` on the thread's connection and kept. `None` when there is no connection
     /// to use now (it cannot be opened, or the thread is already in a read): the caller then

@@ -355,22 +355,29 @@ impl ServiceStore for Store {
         &self,
         subdomain: &str,
     ) -> StoreResult<Option<(Service, PublishedConfig)>> {
-        // PostgreSQL text cannot hold NUL, so no subdomain has one (see `find_service`).
-        if subdomain.contains('\0') {
-            return Ok(None);
-        }
-        self.read(|conn| {
-            let query = services::table
-                .inner_join(published_configs::table)
-                .filter(services::subdomain.eq(subdomain.to_lowercase()))
-                .filter(enabled!());
-            let row = on_backend!(conn, |c| query
-                .get_result::<(ServiceRow, ConfigRow)>(c)
-                .optional())?;
-            Ok(readable("published service", row, |(s, c)| {
-                Ok((s.into_domain()?, c.into_domain()?))
-            })?
-            .pop())
-        })
+        self.read(|conn| published_by_subdomain(conn, subdomain))
     }
+}
+
+/// The published service whose subdomain is `subdomain`, with its configuration: one indexed
+/// read (`ServiceStore::published_by_subdomain`, and in place `Database::published_by_subdomain_now`).
+pub(crate) fn published_by_subdomain(
+    conn: &mut Db,
+    subdomain: &str,
+) -> Res<Option<(Service, PublishedConfig)>> {
+    // PostgreSQL text cannot hold NUL, so no subdomain has one (see `find_service`).
+    if subdomain.contains('\0') {
+        return Ok(None);
+    }
+    let query = services::table
+        .inner_join(published_configs::table)
+        .filter(services::subdomain.eq(subdomain.to_lowercase()))
+        .filter(enabled!());
+    let row = on_backend!(conn, |c| query
+        .get_result::<(ServiceRow, ConfigRow)>(c)
+        .optional())?;
+    Ok(readable("published service", row, |(s, c)| {
+        Ok((s.into_domain()?, c.into_domain()?))
+    })?
+    .pop())
 }

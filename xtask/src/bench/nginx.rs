@@ -45,55 +45,63 @@ impl Nginx {
             std::fs::create_dir_all(root.join("openid/v1"))?;
             std::fs::write(root.join("openid/v1/jwks"), jwks)?;
         }
-        let (port, tls_port) = (free_port()?, free_port()?);
-        let log = dir.join("access.log");
-        let d = dir.display();
-        // As a static file server would be tuned: sendfile, cached file descriptors, long
-        // keep-alive. It logs every request like the registry does, through a buffer like the
-        // registry's (64 KiB, written at least every second).
-        let config = format!(
-            "worker_processes {workers};
-daemon off;
-pid {d}/nginx.pid;
-error_log {d}/error.log;
-events {{ worker_connections 1024; }}
-http {{
-    access_log {log} combined buffer=64k flush=1s;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    open_file_cache max=64;
-    keepalive_requests 1000000;
-    client_body_temp_path {d}/tmp-body;
-    proxy_temp_path {d}/tmp-proxy;
-    fastcgi_temp_path {d}/tmp-fastcgi;
-    uwsgi_temp_path {d}/tmp-uwsgi;
-    scgi_temp_path {d}/tmp-scgi;
-    ssl_certificate {cert};
-    ssl_certificate_key {key};
-    ssl_protocols TLSv1.2 TLSv1.3;
-    server {{
-        listen 127.0.0.1:{port};
-        listen 127.0.0.1:{tls_port} ssl;
-        root {root};
+        let ports = (free_port()?, free_port()?);
+        let site = format!(
+            "root {root};
         location = /.well-known/openid-configuration {{
             default_type application/json;
             add_header Cache-Control \"public, max-age=30\";
             add_header Access-Control-Allow-Origin \"*\";
         }}
-        location = /openid/v1/jwks {{
-            default_type application/jwk-set+json;
-            add_header Cache-Control \"public, max-age=30\";
-            add_header Access-Control-Allow-Origin \"*\";
-        }}
-    }}
-}}
-",
-            log = log.display(),
+        {JWKS_LOCATION}",
             root = root.display(),
-            cert = cert.display(),
-            key = key.display(),
         );
+        let config = config(dir, workers, "max=64", (cert, key), ports, &site);
+        Nginx::launch(dir, config, cpus, ports, None)
+    }
+
+    /// Starts nginx as a host of many issuers would be set up: `www/<host>/openid/v1/jwks` per
+    /// issuer (the key set `root` for every name in `hosts`, a directory each), chosen by the
+    /// request's `Host` (`root …/$host`), with the descriptors of the last 1,000 files cached
+    /// (`open_file_cache`, as a tuned host of many small files is: 100,000 of them would not
+    /// fit in a real host's cache either).
+    pub fn start_hosts(
+        dir: &Path,
+        jwks: &[u8],
+        hosts: &[String],
+        cpus: Option<&str>,
+        workers: usize,
+        (cert, key): (&Path, &Path),
+    ) -> Result<Nginx> {
+        let root = dir.join("www");
+        for host in hosts {
+            let keys = root.join(host).join("openid/v1");
+            std::fs::create_dir_all(&keys)?;
+            std::fs::write(keys.join("jwks"), jwks)?;
+        }
+        let ports = (free_port()?, free_port()?);
+        // `$host`: the Host header's name, lower case, without its port.
+        let site = format!(
+            "root {root}/$host;\n        {JWKS_LOCATION}",
+            root = root.display()
+        );
+        let open_files = "max=1000 inactive=60s;\n    open_file_cache_valid 60s;\n    \
+                          open_file_cache_errors on";
+        let config = config(dir, workers, open_files, (cert, key), ports, &site);
+        let probe = hosts.first().map(String::as_str);
+        Nginx::launch(dir, config, cpus, ports, probe)
+    }
+
+    /// Writes `config` and starts nginx on it; ready once it serves its first document (the
+    /// discovery document, or the key set of the host `probe`).
+    fn launch(
+        dir: &Path,
+        config: String,
+        cpus: Option<&str>,
+        (port, tls_port): (u16, u16),
+        probe: Option<&str>,
+    ) -> Result<Nginx> {
+        let log = dir.join("access.log");
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, &config)?;
         let mut command = match cpus {
@@ -123,9 +131,12 @@ http {{
         };
         let started = Instant::now();
         let http = Http::local(port);
-        let path = "/.well-known/openid-configuration";
+        let path = match probe {
+            Some(_) => "/openid/v1/jwks",
+            None => "/.well-known/openid-configuration",
+        };
         while http
-            .call("GET", path, None, None)
+            .send("GET", path, None, None, probe)
             .map_or(true, |r| r.status != 200)
         {
             if started.elapsed() > Duration::from_secs(10) {
@@ -138,6 +149,60 @@ http {{
         }
         Ok(nginx)
     }
+}
+
+/// The key set's location, with the registry's headers.
+const JWKS_LOCATION: &str = "location = /openid/v1/jwks {
+            default_type application/jwk-set+json;
+            add_header Cache-Control \"public, max-age=30\";
+            add_header Access-Control-Allow-Origin \"*\";
+        }";
+
+/// nginx.conf for `workers` worker processes in `dir`, tuned as a static file server would be
+/// (sendfile, cached file descriptors: `open_file_cache`'s arguments, long keep-alive), logging
+/// every request like the registry does, through a buffer like the registry's (64 KiB, written
+/// at least every second), on plain HTTP and HTTPS (`ports`) with the certificate `tls`, and
+/// serving `site` (the server block's root and locations).
+fn config(
+    dir: &Path,
+    workers: usize,
+    open_files: &str,
+    (cert, key): (&Path, &Path),
+    (port, tls_port): (u16, u16),
+    site: &str,
+) -> String {
+    let d = dir.display();
+    format!(
+        "worker_processes {workers};
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+    access_log {d}/access.log combined buffer=64k flush=1s;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    open_file_cache {open_files};
+    keepalive_requests 1000000;
+    client_body_temp_path {d}/tmp-body;
+    proxy_temp_path {d}/tmp-proxy;
+    fastcgi_temp_path {d}/tmp-fastcgi;
+    uwsgi_temp_path {d}/tmp-uwsgi;
+    scgi_temp_path {d}/tmp-scgi;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    server {{
+        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{tls_port} ssl;
+        {site}
+    }}
+}}
+",
+        cert = cert.display(),
+        key = key.display(),
+    )
 }
 
 impl Drop for Nginx {

@@ -36,7 +36,7 @@ pub const TITLE: &str = "## Scale (`cargo xtask bench --services N`)";
 
 /// Which database a measurement ran on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
+pub(super) enum Backend {
     Sqlite,
     Postgres,
 }
@@ -155,7 +155,7 @@ fn measure(
 }
 
 /// The subdomain of copy `i` (0: the service published through the API).
-fn subdomain(i: usize) -> String {
+pub(super) fn subdomain(i: usize) -> String {
     if i == 0 {
         "bench-acme".into()
     } else {
@@ -191,7 +191,13 @@ fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
 
 /// The SQL that copies the service `id` (with its published configuration) `services` times
 /// and the account `account` (with its issuer index rows) `accounts` times.
-fn copies(backend: Backend, id: &str, services: usize, account: &str, accounts: usize) -> String {
+pub(super) fn copies(
+    backend: Backend,
+    id: &str,
+    services: usize,
+    account: &str,
+    accounts: usize,
+) -> String {
     let (series, hex) = match backend {
         // SQLite has no generate_series without an extension: a recursive CTE counts.
         Backend::Sqlite => ("n", "printf('%012x', n.i)"),
@@ -254,7 +260,7 @@ fn copies(backend: Backend, id: &str, services: usize, account: &str, accounts: 
 
 /// Runs `sql` on the database: SQLite through Python's `sqlite3` (no SQLite command line is
 /// needed), PostgreSQL through `psql`.
-fn execute(backend: Backend, url: &str, sql: &str) -> Result<()> {
+pub(super) fn execute(backend: Backend, url: &str, sql: &str) -> Result<()> {
     match backend {
         Backend::Sqlite => {
             let path = url.trim_start_matches("sqlite://");

@@ -75,7 +75,7 @@ type Round = [Measured; SCENARIOS.len()];
 
 /// Where the servers and wrk run for W workers on a machine with `cores` cores: `None` when wrk
 /// would have no core of its own (and sharing was not asked for).
-fn placement(workers: usize, cores: usize, share: bool) -> Option<Placement> {
+pub(super) fn placement(workers: usize, cores: usize, share: bool) -> Option<Placement> {
     if workers < cores {
         let wrk_cores = cores - workers;
         return Some(Placement {
@@ -93,10 +93,10 @@ fn placement(workers: usize, cores: usize, share: bool) -> Option<Placement> {
 
 /// CPUs (`taskset` lists) of the servers and of wrk; `None`: unpinned, sharing every core.
 #[derive(Debug, Clone)]
-struct Placement {
-    servers: Option<String>,
-    wrk: Option<String>,
-    wrk_threads: usize,
+pub(super) struct Placement {
+    pub(super) servers: Option<String>,
+    pub(super) wrk: Option<String>,
+    pub(super) wrk_threads: usize,
 }
 
 /// What the scenarios need: the registry's data on SQLite, and what to ask it.
@@ -218,6 +218,42 @@ fn signing_scene(api: &Api, dir: &Path, algorithm: &str, port: u16) -> Result<(S
     Ok((format!("/services/{service}/sign"), script))
 }
 
+/// W workers on the servers' CPUs.
+pub(super) struct Placed<'a> {
+    pub(super) workers: usize,
+    pub(super) placement: &'a Placement,
+}
+
+/// The registry over HTTP on `port` (the issuer URLs of the published documents name it), and
+/// over HTTPS with the certificate `tls` (chain, key) serving the same issuers, both on the
+/// servers' CPUs with W workers, their logs in `dir`.
+pub(super) fn registries(
+    binary: &Path,
+    dir: &Path,
+    database_url: &str,
+    port: u16,
+    (cert, key): &(PathBuf, PathBuf),
+    placed: &Placed,
+) -> Result<(Registry, Registry)> {
+    let options = |name: &str| registry::Options {
+        cpus: placed.placement.servers.clone(),
+        ..federated_server(binary, database_url, &dir.join(format!("{name}.log")))
+            .workers(Some(placed.workers))
+    };
+    let plain = Registry::start(&registry::Options {
+        port: Some(port),
+        ..options("registry")
+    })?;
+    let tls = Registry::start(
+        &options("registry-tls")
+            .env("REGISTRY_TLS_CERT", &cert.display().to_string())
+            .env("REGISTRY_TLS_KEY", &key.display().to_string())
+            .env("REGISTRY_BASE_URL", &plain.base())
+            .env("REGISTRY_ISSUER_URL_TEMPLATE", &plain.issuer_template()),
+    )?;
+    Ok((plain, tls))
+}
+
 /// Each round's requests per second of every scenario ([`SCENARIOS`]) with W workers.
 fn measure(
     binary: &Path,
@@ -227,27 +263,16 @@ fn measure(
     workers: usize,
     placement: &Placement,
 ) -> Result<Vec<Round>> {
-    let options = |name: &str| registry::Options {
-        cpus: placement.servers.clone(),
-        ..federated_server(
-            binary,
-            &scene.database_url,
-            &dir.join(format!("{name}.log")),
-        )
-        .workers(Some(workers))
-    };
-    let plain = Registry::start(&registry::Options {
-        port: Some(scene.port),
-        ..options("registry")
-    })?;
-    let (cert, key) = (&scene.tls.0, &scene.tls.1);
-    let tls = Registry::start(
-        &options("registry-tls")
-            .env("REGISTRY_TLS_CERT", &cert.display().to_string())
-            .env("REGISTRY_TLS_KEY", &key.display().to_string())
-            .env("REGISTRY_BASE_URL", &plain.base())
-            .env("REGISTRY_ISSUER_URL_TEMPLATE", &plain.issuer_template()),
+    let placed = Placed { workers, placement };
+    let (plain, tls) = registries(
+        binary,
+        dir,
+        &scene.database_url,
+        scene.port,
+        &scene.tls,
+        &placed,
     )?;
+    let (cert, key) = (&scene.tls.0, &scene.tls.1);
     let nginx = Nginx::start(
         &dir.join(format!("nginx-{workers}")),
         (&scene.discovery, Some(&scene.jwks)),
@@ -387,24 +412,22 @@ fn perf_record(pid: u32, seconds: u32, file: &Path) -> Command {
     perf
 }
 
-/// The goals of issue 39 for W workers, from the median ratios: (what, ratio, at least).
+/// The goals for W workers (issue 55, which keeps issue 39's ratios to P1 at every W and makes
+/// parity with nginx the bar for a hot document: a bare actix-web handler costs what nginx
+/// does), from the median ratios: (what, ratio, at least).
 fn goals(workers: usize, ratio: impl Fn(usize, usize) -> f64) -> Vec<(String, f64, f64)> {
     let mut goals = vec![
         (format!("P2 / P1 at W={workers}"), ratio(6, 0), 0.6),
+        (format!("P3 / P1 at W={workers}"), ratio(7, 0), 0.5),
         // Issue 53: a signature costs no more than twice an authenticated read.
         (format!("S-ES256 / P2 at W={workers}"), ratio(8, 6), 0.5),
     ];
-    if workers == 8 {
-        goals.push(("P3 / P1 at W=8".into(), ratio(7, 0), 0.5));
-    }
-    if workers == 1 || workers == 8 {
-        for (name, of, nginx) in [("P1", 0, 1), ("JWKS", 2, 3), ("P1-TLS", 4, 5)] {
-            goals.push((
-                format!("{name} / nginx at W={workers}"),
-                ratio(of, nginx),
-                1.2,
-            ));
-        }
+    for (name, of, nginx) in [("P1", 0, 1), ("JWKS", 2, 3), ("P1-TLS", 4, 5)] {
+        goals.push((
+            format!("{name} / nginx at W={workers}"),
+            ratio(of, nginx),
+            1.0,
+        ));
     }
     goals
 }

@@ -140,6 +140,31 @@ fn a_settled_write_is_served_at_once_and_a_withdrawal_too() {
 }
 
 #[test]
+fn an_issuer_not_in_memory_is_read_in_place_or_through_the_blocking_pool() {
+    let w = world();
+    run(async {
+        w.replica.reload_everything().await.unwrap();
+        let (api, web) = (w.service("api"), w.service("web"));
+        w.publish(&api, "k1");
+        w.publish(&web, "k2");
+        w.replica.settle_write().await;
+        for (service, kid, waits) in [(&api, "\"k1\"", false), (&web, "\"k2\"", true)] {
+            w.replica.hosting.remove(service.id);
+            // `waits`: the store cannot read without waiting, and the read goes to the pool.
+            w.store.set_waits(waits);
+            let hosted = w.replica.current(&service.subdomain, T0).await.unwrap();
+            let body = hosted.expect("published").jwks.body.clone();
+            assert!(std::str::from_utf8(&body).unwrap().contains(kid));
+            assert!(matches!(
+                w.replica.hosting.lookup(&service.subdomain, T0),
+                Lookup::Hit(_)
+            ));
+        }
+        w.store.set_waits(false);
+    });
+}
+
+#[test]
 fn a_read_older_than_a_change_applied_meanwhile_is_not_kept() {
     let w = world();
     run(async {

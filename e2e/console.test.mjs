@@ -1,4 +1,4 @@
-// Browser tests of the registered customers' console (`GET /console`, DECISIONS §23).
+// Browser tests of the registered customers' console (`GET /console`, docs/api.md "Console").
 //
 // The real `registry` binary (support.mjs) over HTTPS, with managed signing on (a data key), one
 // clock hour of fetches enough to make an agent a verifier, fetch counts flushed every second, and

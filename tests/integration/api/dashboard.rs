@@ -168,7 +168,7 @@ fn the_dashboard_is_strict_self_contained_and_the_same_for_every_path() {
 fn the_console_is_strict_self_contained_and_holds_no_data() {
     let server = TestServer::start();
     let response = server.request(Method::GET, "/console").send().unwrap();
-    // DECISIONS §23's words: its own origin by default, never framed.
+    // docs/api.md, "Pages": its own origin by default, never framed.
     let html = assert_strict_page_defaulting_to(response, "'self'");
     assert!(html.contains("<title>Console: registry</title>"));
     // Signed in or not, the same bytes: the token lives in the tab, never in the page.

@@ -61,8 +61,8 @@ impl Page {
         Self::assemble_with(template, css, js, "'none'")
     }
 
-    /// [`Page::assemble`] with another `default-src`: the console's is `'self'` (DECISIONS
-    /// §23), which changes nothing it may load, every other directive being named.
+    /// [`Page::assemble`] with another `default-src`: the console's is `'self'` (docs/api.md,
+    /// "Pages"), which changes nothing it may load, every other directive being named.
     fn assemble_with(template: &str, css: &str, js: &str, default_src: &str) -> Self {
         assert_eq!(
             template.matches(STYLE_SLOT).count(),

@@ -1,10 +1,10 @@
-// The registered customers' console (DECISIONS §23; the calls are docs/api.md's). Signing in is
-// pasting a service account's token: it is kept in this tab's sessionStorage and in memory, and
-// sent to the API on this origin as a bearer token, never in an address, a cookie or
-// localStorage. Everything shown comes from the API with that token, so the account's policy
-// decides what can be seen and done, and a refusal is shown with the problem's own words.
-// Everything the server or the address holds is rendered with textContent or as an attribute,
-// never parsed as HTML.
+// The registered customers' console (docs/api.md, "Console"; the calls are its other
+// sections). Signing in is pasting a service account's token: it is kept in this tab's
+// sessionStorage and in memory, and sent to the API on this origin as a bearer token, never in
+// an address, a cookie or localStorage. Everything shown comes from the API with that token, so
+// the account's policy decides what can be seen and done, and a refusal is shown with the
+// problem's own words. Everything the server or the address holds is rendered with textContent
+// or as an attribute, never parsed as HTML.
 const $ = (id) => document.getElementById(id);
 // The SVG namespace, as the HTML parser gave it to the page's own <svg> (the page holds no
 // absolute URL, not even this one: see tests/integration/api/dashboard.rs).

@@ -159,7 +159,7 @@ function timeline(page, subdomain) {
 }
 
 function readiness(page, kid) {
-  return page.getByRole("list", { name: "Readiness" }).locator(`[data-kid="${kid}"] .readiness`);
+  return page.getByRole("list", { name: "Readiness" }).locator(`[data-readiness-of="${kid}"] .readiness`);
 }
 
 function auditRows(page) {
@@ -288,12 +288,18 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     assert.match(pending, new RegExp(`verifier ${AWS}`));
     assert.match(pending, /verifier Google/);
 
+    // The key's one row on the page, the timeline's, says its readiness too.
+    assert.equal(await page.locator("[data-kid]").count(), 2, "one element per key carries data-kid");
+    assert.match(await page.locator('[data-kid="key-b"]').textContent(), /pending: verifier /);
+    assert.match(await page.locator('[data-kid="key-a"]').textContent(), /\bsafe\b/);
+
     // The verifiers fetch again: without a reload, B reads safe within 10 s. Focus stays put.
     await page.getByLabel("Window", { exact: true }).focus();
     await page.evaluate(() => (window.notReloaded = true));
     for (const agent of [AWS, GOOGLE]) assert.equal((await fetchKeySet(k3s, agent)).status, 200);
     const fetched = Date.now();
     await readiness(page, "key-b").filter({ hasText: /^safe$/ }).waitFor({ timeout: 10_000 });
+    await page.locator('[data-kid="key-b"] text.readiness-mark').filter({ hasText: /^safe$/ }).waitFor();
     console.log(`key-b read safe ${Date.now() - fetched} ms after the verifiers fetched`);
     assert.equal(await page.evaluate(() => window.notReloaded), true);
     assert.equal(await page.evaluate(() => document.activeElement.id), "timeline-window");

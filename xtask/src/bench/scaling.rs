@@ -600,11 +600,15 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("- P1 / nginx at W=1: 1.300 (at least 1.2): met"),
+            text.contains("- P3 / P1 at W=1: 0.462 (at least 0.5): not met"),
             "{text}"
         );
         assert!(
-            text.contains("- P1-TLS / nginx at W=1: 1.190 (at least 1.2): not met"),
+            text.contains("- P1 / nginx at W=1: 1.300 (at least 1): met"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- P1-TLS / nginx at W=1: 1.190 (at least 1): met"),
             "{text}"
         );
         assert!(

@@ -11,6 +11,14 @@ function readinessBody(kid) {
   return result && result.ok && result.body ? result.body : null;
 }
 
+// What a key's readiness reads: `safe`, or `pending: ` and its reasons; null while unknown.
+function readinessText(body) {
+  if (!body) return null;
+  if (body.safeToSign) return "safe";
+  const pending = Array.isArray(body.pending) ? body.pending : [];
+  return "pending: " + (pending.length ? pending.map(pendingReason).join("; ") : "unknown");
+}
+
 // Each key, uploaded or managed, with the times its spans start and end (ms, or null).
 function keyModel() {
   const keys = new Map();
@@ -153,7 +161,18 @@ function drawTimeline() {
   }
   for (const key of keys) {
     const g = svgEl("g", { "data-kid": key.kid });
-    g.append(label(key.kid + " \u00b7 " + key.state + " \u00b7 " + key.source, pad, y + 12, plot));
+    // The row says its key's readiness too, at its right end (cut to the room left; the whole
+    // sentence in its tooltip): the row is where a reader, and a test, looks for the key.
+    const ready = readinessText(readinessBody(key.kid));
+    const readyRoom = ready === null ? 0 : Math.min(Math.floor(plot / 2), ready.length * 7 + 8);
+    g.append(label(key.kid + " \u00b7 " + key.state + " \u00b7 " + key.source, pad, y + 12, plot - readyRoom));
+    if (ready !== null) {
+      const fits = Math.max(8, Math.floor(readyRoom / 7));
+      const shown = ready.length > fits ? ready.slice(0, fits - 1) + "\u2026" : ready;
+      const state = ready === "safe" ? "is-safe" : "is-pending";
+      const mark = svgEl("text", { class: "readiness-mark " + state, x: pad + plot, y: y + 12, "text-anchor": "end" }, shown);
+      g.append(shown === ready ? mark : titled(mark, ready));
+    }
     g.append(svgEl("rect", { class: "track", x: pad, y: y + 17, width: plot, height: BAR, rx: 2 }));
     for (const s of keySpans(key, now)) {
       if (s.to <= start || s.from >= now) continue;
@@ -241,20 +260,16 @@ function renderReadiness() {
   const problems = [];
   for (const key of svc.keys) {
     const item = el("li");
-    item.dataset.kid = key.kid;
+    // Not `data-kid`: that names the key's one row, the timeline's.
+    item.dataset.readinessOf = key.kid;
     item.append(code(key.kid), " ");
     const result = svc.readiness.get(key.kid);
     const state = el("span", null, "readiness");
     const body = readinessBody(key.kid);
     if (body) {
       const pending = Array.isArray(body.pending) ? body.pending : [];
-      if (body.safeToSign) {
-        state.textContent = "safe";
-        state.classList.add("is-safe");
-      } else {
-        state.textContent = "pending: " + (pending.length ? pending.map(pendingReason).join("; ") : "unknown");
-        state.classList.add("is-pending");
-      }
+      state.textContent = readinessText(body);
+      state.classList.add(body.safeToSign ? "is-safe" : "is-pending");
       item.append(state);
       item.append(el("span", " (" + key.state + (body.safeToSignAt ? ", safe since " + dateText(body.safeToSignAt) : "") + ")", "hint"));
       if (!body.safeToSign && pending.length) {

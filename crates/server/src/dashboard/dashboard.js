@@ -1,5 +1,3 @@
-
-"use strict";
 // The anonymous service's dashboard. Everything from the server or the address is rendered with
 // textContent (or as an input's value), never as HTML: the subdomain in the path is untrusted.
 (() => {
@@ -85,40 +83,9 @@
     return "the registry answered " + result.status;
   }
 
-  // ---- Talking to the API. ----
-  async function api(method, suffix, body) {
-    const init = {
-      method,
-      headers: { Authorization: "Bearer " + secret, Accept: "application/json" },
-      cache: "no-store",
-      credentials: "omit",
-      redirect: "error",
-      referrerPolicy: "no-referrer",
-    };
-    if (body !== undefined) {
-      init.headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    let response;
-    try {
-      response = await fetch(serviceUrl + suffix, init);
-    } catch (_) {
-      return { status: 0, ok: false, body: null };
-    }
-    let data = null;
-    if (response.status !== 204) {
-      try {
-        data = await response.json();
-      } catch (_) {
-        data = null;
-      }
-    }
-    return {
-      status: response.status,
-      ok: response.ok,
-      body: data,
-      retryAfter: response.headers.get("Retry-After"),
-    };
+  // ---- Talking to the API (shared/request.js). ----
+  function api(method, suffix, body) {
+    return callRegistry(serviceUrl + suffix, secret, method, body);
   }
 
   // ---- States that end the page's use. ----

@@ -20,6 +20,8 @@ const LANDING_HTML: &str = include_str!("landing.html");
 const LANDING_JS: &str = include_str!("landing.js");
 const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 const DASHBOARD_JS: &str = include_str!("dashboard.js");
+/// What the dashboard's and the console's scripts share: the one way they call the API.
+const REQUEST_JS: &str = include_str!("shared/request.js");
 const CONSOLE_HTML: &str = include_str!("console/console.html");
 const CONSOLE_CSS: &str = include_str!("console/console.css");
 /// The console's script, a part per concern, in the order they run: one scope (they share the
@@ -39,9 +41,14 @@ const CONSOLE_JS: &[&str] = &[
 /// [`CONSOLE_JS`] as the page's one script.
 fn console_script() -> String {
     format!(
-        "\"use strict\";\n(() => {{\n{}}})();\n",
+        "\"use strict\";\n(() => {{\n{REQUEST_JS}{}}})();\n",
         CONSOLE_JS.concat()
     )
+}
+
+/// The dashboard's one script (its own function scope inside).
+fn dashboard_script() -> String {
+    format!("\"use strict\";\n{REQUEST_JS}{DASHBOARD_JS}")
 }
 
 const STYLE_SLOT: &str = "<style></style>";
@@ -115,7 +122,7 @@ fn csp_hash(block: &str) -> String {
 
 static LANDING: LazyLock<Page> = LazyLock::new(|| Page::assemble(LANDING_HTML, STYLE, LANDING_JS));
 static DASHBOARD: LazyLock<Page> =
-    LazyLock::new(|| Page::assemble(DASHBOARD_HTML, STYLE, DASHBOARD_JS));
+    LazyLock::new(|| Page::assemble(DASHBOARD_HTML, STYLE, &dashboard_script()));
 
 static CONSOLE: LazyLock<Page> = LazyLock::new(|| {
     let css = format!("{STYLE}{CONSOLE_CSS}");
@@ -146,9 +153,10 @@ mod tests {
     #[test]
     fn both_pages_assemble_and_their_policy_names_the_inlined_blocks() {
         let (console_css, console_js) = (format!("{STYLE}{CONSOLE_CSS}"), console_script());
+        let dashboard_js = dashboard_script();
         for (page, js, css) in [
             (&*LANDING, LANDING_JS, STYLE),
-            (&*DASHBOARD, DASHBOARD_JS, STYLE),
+            (&*DASHBOARD, dashboard_js.as_str(), STYLE),
             (&*CONSOLE, console_js.as_str(), console_css.as_str()),
         ] {
             assert!(page.html.contains(&format!("<script>{js}</script>")));

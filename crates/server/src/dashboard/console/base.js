@@ -176,37 +176,12 @@ function problemText(result) {
   return "the registry answered " + result.status;
 }
 
+// A call with the signed-in token (shared/request.js).
 async function api(method, path, body) {
   const sent = token;
-  const init = {
-    method,
-    headers: { Authorization: "Bearer " + sent, Accept: "application/json" },
-    cache: "no-store",
-    credentials: "omit",
-    redirect: "error",
-    referrerPolicy: "no-referrer",
-  };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  let response;
-  try {
-    response = await fetch(API + path, init);
-  } catch (_) {
-    return { status: 0, ok: false, body: null };
-  }
-  let data = null;
-  if (response.status !== 204) {
-    try {
-      data = await response.json();
-    } catch (_) {
-      data = null;
-    }
-  }
-  const result = { status: response.status, ok: response.ok, body: data };
+  const result = await callRegistry(API + path, sent, method, body);
   // The token was refused (revoked, expired, mistyped): it is no use keeping it.
-  if (response.status === 401 && sent === token && token) {
+  if (result.status === 401 && sent === token && token) {
     signOut("The registry did not accept this token: " + problemText(result) + " Sign in with a valid token.");
   }
   return result;

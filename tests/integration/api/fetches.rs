@@ -240,6 +240,25 @@ fn the_history_and_the_list_say_who_fetched_the_key_set_and_when() {
         json!({"published": false, "keyCount": 0, "lastFetchedAt": null, "domain": null,
                "signing": null})
     );
+    // An account that may list the services but not read their configuration: no status.
+    let lister = super::create_account(
+        &server,
+        &acme,
+        "lister",
+        json!({"$schema": "https://registry.example/schemas/service-account-policy/v2.json",
+               "kind": "static", "services": ["*"], "actions": ["services:read"]}),
+    );
+    let lister = lister["token"].as_str().unwrap();
+    let listed = json(server.get("/services?include=status", lister));
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["status"].is_null()),
+        "{listed}"
+    );
     let plain = json(server.get("/services", &acme.token));
     assert!(plain[0].get("status").is_none(), "only when asked: {plain}");
     let wrong = server.get("/services?include=keys", &acme.token);

@@ -89,6 +89,18 @@ impl Caller {
         self.scope().is_some_and(|s| s.matches(subdomain))
     }
 
+    /// Whether the caller's policy allows `action` on `subdomain`, judged as a call on that
+    /// service would be (its address, and an identity token's claims, included): what a call
+    /// on several services may show of each. An anonymous secret: nothing.
+    pub fn allows(&self, action: crate::policy::Action, subdomain: &str) -> bool {
+        let Some(account) = &self.account else {
+            return false;
+        };
+        let claims = self.token.as_ref().map(|t| &t.claims);
+        let decision = (account.policy).evaluate(claims, Some(subdomain), self.origin.ip, action);
+        matches!(decision, crate::policy::Decision::Allow { .. })
+    }
+
     /// Who the caller is in the audit trail: a static token's account, a federated token's
     /// account with the token's `iss` and `sub`, or an anonymous secret. Built only for changes:
     /// reads pay for no copy of the claims.

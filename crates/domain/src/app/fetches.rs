@@ -109,8 +109,8 @@ pub fn evidence(
     Ok(json!({ "documents": documents }))
 }
 
-/// How many agents the history lists: the most active, every verifier among them (a key has at
-/// most 32).
+/// How many agents the history lists: the most active (as many as a key has verifiers at most;
+/// a verifier less active than 32 others is left out, and its readiness still names it).
 pub const HISTORY_AGENTS: usize = 32;
 
 /// `GET /services/{s}/fetches/history`: who fetched the service's key set (under any of its

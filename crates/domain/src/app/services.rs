@@ -140,15 +140,22 @@ pub struct SigningStatus {
     pub next_rotation_at: Option<OffsetDateTime>,
 }
 
-/// [`list`], each service with its [`ServiceStatus`]: three indexed reads per service and one
-/// for every service's last fetch.
+/// [`list`], each service with its [`ServiceStatus`] where the caller may read its
+/// configuration (`config:read`: the status says what `GET …/config`, `…/domain`, `…/signing`
+/// and `…/fetches` would), else `None`: three indexed reads per such service and one for every
+/// service's last fetch.
 pub fn list_with_status(
     registry: &Registry,
     caller: &Caller,
     now: OffsetDateTime,
-) -> Result<Vec<(Service, ServiceStatus)>, AppError> {
+) -> Result<Vec<(Service, Option<ServiceStatus>)>, AppError> {
     let services = list(registry, caller)?;
-    let ids: Vec<Uuid> = services.iter().map(|s| s.id).collect();
+    let readable = |s: &Service| caller.allows(crate::policy::Action::ConfigRead, &s.subdomain);
+    let ids: Vec<Uuid> = services
+        .iter()
+        .filter(|s| readable(s))
+        .map(|s| s.id)
+        .collect();
     let fetched: HashMap<Uuid, OffsetDateTime> = (registry.store)
         .last_key_set_fetches(&ids, now - fetches::KEPT_FOR)?
         .into_iter()
@@ -156,6 +163,9 @@ pub fn list_with_status(
     services
         .into_iter()
         .map(|service| {
+            if !readable(&service) {
+                return Ok((service, None));
+            }
             let config = registry.store.config(service.id)?;
             let signing = registry.store.signing(service.id)?;
             let domain = registry.store.domain_of(service.id)?;
@@ -169,7 +179,7 @@ pub fn list_with_status(
                     next_rotation_at: s.next_rotation_at(),
                 }),
             };
-            Ok((service, status))
+            Ok((service, Some(status)))
         })
         .collect()
 }
@@ -574,7 +584,12 @@ mod tests {
         store.record_fetches(&[later]).unwrap();
 
         let listed = list_with_status(&registry, &caller(admin), NOW).unwrap();
-        let of = |id: Uuid| &listed.iter().find(|(s, _)| s.id == id).unwrap().1;
+        let of = |id: Uuid| {
+            let status = &listed.iter().find(|(s, _)| s.id == id).unwrap().1;
+            status
+                .clone()
+                .expect("the first account reads every configuration")
+        };
         let nothing = ServiceStatus {
             published: false,
             key_count: 0,
@@ -582,13 +597,45 @@ mod tests {
             domain: None,
             signing: None,
         };
-        assert_eq!(of(quiet.id), &nothing);
+        assert_eq!(of(quiet.id), nothing);
         assert_eq!(
             of(fetched.id),
-            &ServiceStatus {
+            ServiceStatus {
                 last_fetched_at: Some(at),
                 ..nothing
             }
         );
+    }
+
+    #[test]
+    fn a_caller_that_may_not_read_configurations_gets_no_status() {
+        let (registry, customer, admin) = registry(Plan::Business, NOW);
+        let api = create(&registry, &caller(admin.clone()), named("api", "API"), NOW).unwrap();
+        create(&registry, &caller(admin), named("web", "Web"), NOW).unwrap();
+        let lister = add_account(
+            &registry,
+            &customer,
+            json!({"$schema": "https://registry.example/schemas/service-account-policy/v2.json",
+                   "kind": "static", "services": ["*"], "actions": ["services:read"]}),
+            NOW,
+        );
+        let listed = list_with_status(&registry, &caller(lister), NOW).unwrap();
+        assert_eq!(listed.len(), 2);
+        assert!(
+            listed.iter().all(|(_, status)| status.is_none()),
+            "{listed:?}"
+        );
+        // With `config:read` as well, on the one service it lists: that status.
+        let reader = add_account(
+            &registry,
+            &customer,
+            json!({"$schema": "https://registry.example/schemas/service-account-policy/v2.json",
+                   "kind": "static", "services": [api.subdomain],
+                   "actions": ["services:read", "config:read"]}),
+            NOW,
+        );
+        let listed = list_with_status(&registry, &caller(reader), NOW).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].1.is_some());
     }
 }

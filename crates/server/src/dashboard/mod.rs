@@ -69,7 +69,7 @@ impl Page {
     }
 
     /// [`Page::assemble`] with another `default-src`: the console's is `'self'` (docs/api.md,
-    /// "Pages"), which changes nothing it may load, every other directive being named.
+    /// "Pages"), which changes nothing it may load: every kind of resource is named.
     fn assemble_with(template: &str, css: &str, js: &str, default_src: &str) -> Self {
         assert_eq!(
             template.matches(STYLE_SLOT).count(),
@@ -88,10 +88,13 @@ impl Page {
             .replacen(STYLE_SLOT, &format!("<style>{css}</style>"), 1)
             .replacen(SCRIPT_SLOT, &format!("<script>{js}</script>"), 1);
         // form-action 'none': a form submitted without its script (say, the script failed) must
-        // not send its fields anywhere, not even to this page's own query string.
+        // not send its fields anywhere, not even to this page's own query string. Every kind of
+        // resource is named, so `default-src` (the console's `'self'`) admits nothing more.
         let csp = format!(
             "default-src {default_src}; script-src '{}'; style-src '{}'; connect-src 'self'; \
-             img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+             img-src 'self' data:; font-src 'none'; media-src 'none'; object-src 'none'; \
+             frame-src 'none'; worker-src 'none'; manifest-src 'none'; base-uri 'none'; \
+             form-action 'none'; frame-ancestors 'none'",
             csp_hash(js),
             csp_hash(css),
         );

@@ -14,6 +14,7 @@ use registry_domain::naming::check_service_name;
 use registry_domain::text::TextKind;
 use registry_domain::Violation;
 use serde::Deserialize;
+use serde_json::Value;
 
 /// `POST /services`: register a service.
 pub async fn create(
@@ -57,7 +58,7 @@ pub struct ListQuery {
 
 /// `GET /services[?include=status]`: the customer's services that the caller's patterns cover;
 /// with `include=status`, each with its [`views::service_status`] (the console's list, in one
-/// request). The query comes first: a malformed one is a 400 before any authentication.
+/// request), `null` where the caller may not read the service's configuration. The query comes first: a malformed one is a 400 before any authentication.
 pub async fn list(
     query: web::Query<ListQuery>,
     Collection(caller): Collection,
@@ -77,7 +78,7 @@ pub async fn list(
             .iter()
             .map(|(service, status)| {
                 let mut shown = views::service(&state, service, now);
-                shown["status"] = views::service_status(status);
+                shown["status"] = status.as_ref().map_or(Value::Null, views::service_status);
                 shown
             })
             .collect(),

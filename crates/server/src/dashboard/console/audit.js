@@ -1,8 +1,13 @@
 // ---- Audit trail. ----
 let auditCursor = null;
+// Each load of the list is numbered: only the newest is drawn (a kind chosen, or More pressed,
+// while an earlier answer is on its way).
+let auditAsked = 0;
 
 async function loadAudit(append) {
   const gen = generation;
+  const asked = ++auditAsked;
+  $("audit-more").disabled = true;
   const message = $("audit-message");
   clear(message);
   const kind = $("audit-kind").value;
@@ -11,7 +16,8 @@ async function loadAudit(append) {
   if (append && auditCursor) path += "&cursor=" + encodeURIComponent(auditCursor);
   // Accounts by name rather than id, where the token may list them (else ids it is).
   const [result] = await Promise.all([api("GET", path), append || accounts.length ? null : loadAccountNames()]);
-  if (gen !== generation) return;
+  if (gen !== generation || asked !== auditAsked) return;
+  $("audit-more").disabled = false;
   if (!result.ok || !result.body || !Array.isArray(result.body.events)) {
     if (!append) $("audit-body").replaceChildren();
     $("audit-more").hidden = true;
@@ -34,8 +40,9 @@ async function loadAudit(append) {
 }
 
 async function loadAccountNames() {
+  const gen = generation;
   const result = await api("GET", "/service-accounts");
-  if (result.ok && Array.isArray(result.body)) accounts = result.body;
+  if (gen === generation && result.ok && Array.isArray(result.body)) accounts = result.body;
 }
 
 function accountName(id) {

@@ -179,6 +179,8 @@ function problemText(result) {
 // A call with the signed-in token (shared/request.js).
 async function api(method, path, body) {
   const sent = token;
+  // Signed out while a view was loading: what it still asks for is not asked.
+  if (!sent) return { status: 0, ok: false, body: null, retryAfter: null };
   const result = await callRegistry(API + path, sent, method, body);
   // The token was refused (revoked, expired, mistyped): it is no use keeping it.
   if (result.status === 401 && sent === token && token) {

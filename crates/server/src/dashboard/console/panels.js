@@ -63,6 +63,8 @@ async function confirmRotate() {
   clear($("signing-message"));
   signingAlert = null;
   $("signing-status").textContent = "Rotating\u2026";
+  // No poll meanwhile: its answer, from before the rotation, would be drawn after it.
+  stopPolling();
   const result = await api("POST", servicePath(subdomain, "/signing/rotate"));
   if (gen !== generation) return;
   if (!result.ok) {
@@ -81,7 +83,7 @@ async function confirmRotate() {
 async function refreshLive(gen) {
   stopPolling();
   const live = await fetchLive(svc.subdomain);
-  if (gen !== generation) return;
+  if (gen !== generation || live.asked < liveDrawn) return;
   applyLive(live);
   renderLive();
   schedulePoll(gen);

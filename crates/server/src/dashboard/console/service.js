@@ -60,7 +60,13 @@ async function loadService(subdomain) {
 
 // The calls that change while a rotation goes on: keys (then each key's readiness), signing
 // and the fetch history, all at once.
+// Each reading of the live parts is numbered: an answer older than one already drawn (a poll
+// that was in flight while a rotation's own reading came back) is dropped.
+let liveAsked = 0;
+let liveDrawn = 0;
+
 async function fetchLive(subdomain) {
+  const asked = ++liveAsked;
   const keysAndReadiness = api("GET", servicePath(subdomain, "/keys")).then(async (keys) => {
     const list = keys.ok && keys.body && Array.isArray(keys.body.keys) ? keys.body.keys : [];
     const readiness = await Promise.all(list.map((key) =>
@@ -72,7 +78,7 @@ async function fetchLive(subdomain) {
     api("GET", servicePath(subdomain, "/signing")),
     fetchHistory(subdomain),
   ]);
-  return { keys: both.keys, readiness: both.readiness, signing, history };
+  return { asked, keys: both.keys, readiness: both.readiness, signing, history };
 }
 
 async function fetchHistory(subdomain) {
@@ -124,6 +130,7 @@ function fetchAgents(documents) {
 }
 
 function applyLive(live) {
+  liveDrawn = Math.max(liveDrawn, live.asked || 0);
   svc.keysResult = live.keys;
   svc.keys = live.keys.ok && live.keys.body && Array.isArray(live.keys.body.keys) ? live.keys.body.keys : [];
   svc.readiness = new Map(live.readiness);
@@ -189,8 +196,10 @@ function transient(result) {
 
 async function poll(gen) {
   if (gen !== generation || !svc) return;
+  // A hidden tab asks nothing; it asks again once shown (start.js).
+  if (document.hidden) return;
   const live = await fetchLive(svc.subdomain);
-  if (gen !== generation) return;
+  if (gen !== generation || live.asked < liveDrawn) return;
   if (transient(live.keys)) {
     show($("timeline-message"), "The registry did not answer (" + problemText(live.keys) + "); asking again in a few seconds.");
     pollTimer = setTimeout(() => poll(gen), POLL_MS);

@@ -65,9 +65,37 @@ const SCENARIOS: [&str; 10] = [
 /// One scenario in one round: requests a second, and the server's CPU time per request
 /// (microseconds).
 #[derive(Debug, Clone, Copy, Default)]
-struct Measured {
-    rate: f64,
-    cpu: CpuTime,
+pub(super) struct Measured {
+    pub(super) rate: f64,
+    pub(super) cpu: CpuTime,
+}
+
+impl Measured {
+    /// Runs `load` against the server whose process is `pid`: its rate, and the CPU time the
+    /// server and its children spent per request. Any failed request fails the scenario `what`.
+    pub(super) fn run(load: &Load, pid: u32, what: &str) -> Result<Measured> {
+        let before = cpu::of_tree(pid)?;
+        let sample = load.run()?;
+        let after = cpu::of_tree(pid)?;
+        if sample.failures > 0 {
+            bail!("{what}: {} failed requests", sample.failures);
+        }
+        Ok(Measured {
+            rate: sample.requests_per_sec,
+            cpu: after.per_request_since(before, sample.requests),
+        })
+    }
+}
+
+/// The goals' lines: each with its median ratio, its bar, and whether it is met.
+pub(super) fn write_goals(out: &mut String, goals: Vec<(String, f64, f64)>) {
+    if goals.is_empty() {
+        out.push_str("- none measured\n");
+    }
+    for (what, value, least) in goals {
+        let verdict = if value >= least { "met" } else { "not met" };
+        let _ = writeln!(out, "- {what}: {value:.3} (at least {least}): {verdict}");
+    }
 }
 
 /// Every scenario of one round, in the order of [`SCENARIOS`].
@@ -344,20 +372,8 @@ fn measure(
     for round in 0..plan.rounds {
         let mut measured = [Measured::default(); SCENARIOS.len()];
         for (i, (load, server)) in loads.iter().enumerate() {
-            let before = cpu::of_tree(*server)?;
-            let sample = load.run()?;
-            let after = cpu::of_tree(*server)?;
-            if sample.failures > 0 {
-                bail!(
-                    "{} with {workers} worker(s): {} failed requests",
-                    SCENARIOS[i],
-                    sample.failures
-                );
-            }
-            measured[i] = Measured {
-                rate: sample.requests_per_sec,
-                cpu: after.per_request_since(before, sample.requests),
-            };
+            let what = format!("{} with {workers} worker(s)", SCENARIOS[i]);
+            measured[i] = Measured::run(load, *server, &what)?;
         }
         let rates = measured.map(|m| m.rate);
         let costs = measured.map(|m| m.cpu.total());
@@ -496,13 +512,7 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
     }
     cpu_table(&mut out, rows);
     out.push_str("\nGoals (median of the rounds):\n\n");
-    if checks.is_empty() {
-        out.push_str("- none measured\n");
-    }
-    for (what, value, least) in checks {
-        let verdict = if value >= least { "met" } else { "not met" };
-        let _ = writeln!(out, "- {what}: {value:.3} (at least {least}): {verdict}");
-    }
+    write_goals(&mut out, checks);
     out
 }
 

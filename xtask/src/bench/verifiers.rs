@@ -16,11 +16,10 @@
 //! with 1,000 open files cached (`bench/nginx.rs`). Servers and wrk on disjoint cores as in
 //! `--workers` (`bench/scaling.rs`): a W that leaves wrk no core is not measured, and says so.
 
-use super::cpu::{self, CpuTime};
 use super::nginx::Nginx;
 use super::report::median;
 use super::scale::{copies, execute, subdomain, Backend};
-use super::scaling::{placement, registries, Placed, Placement};
+use super::scaling::{placement, registries, write_goals, Measured, Placed, Placement};
 use super::wrk::Load;
 use super::{federated_server, machine};
 use crate::api::{upload, Api, Signer};
@@ -53,13 +52,6 @@ const JWKS: &str = "/openid/v1/jwks";
 
 /// The scenarios, each the registry's then nginx's, in the order they run in a round.
 const SCENARIOS: [&str; 3] = ["wide, cold", "wide", "fresh"];
-
-/// One side of one scenario in one round: requests a second, CPU per request.
-#[derive(Debug, Clone, Copy, Default)]
-struct Measured {
-    rate: f64,
-    cpu: CpuTime,
-}
 
 /// One round: per scenario, (registry, nginx).
 type Round = [(Measured, Measured); SCENARIOS.len()];
@@ -247,20 +239,8 @@ fn measure(
         cpus: placement.wrk.clone(),
         threads: placement.wrk_threads.min(WRK_THREADS) as u32,
     };
-    let run = |load: &Load, pid: u32, what: &str| -> Result<Measured> {
-        let before = cpu::of_tree(pid)?;
-        let sample = load.run()?;
-        let after = cpu::of_tree(pid)?;
-        if sample.failures > 0 {
-            bail!(
-                "{what} with {workers} worker(s): {} failed requests",
-                sample.failures
-            );
-        }
-        Ok(Measured {
-            rate: sample.requests_per_sec,
-            cpu: after.per_request_since(before, sample.requests),
-        })
+    let run = |load: &Load, pid: u32, what: &str| {
+        Measured::run(load, pid, &format!("{what} with {workers} worker(s)"))
     };
     let mut rounds = Vec::new();
     for round in 0..plan.rounds {
@@ -365,11 +345,8 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
         }
         goal_lines.extend(goals(*workers, ratio));
     }
-    let _ = writeln!(out);
-    for (what, ratio, least) in goal_lines {
-        let met = if ratio >= least { "met" } else { "NOT met" };
-        let _ = writeln!(out, "- {what}: {ratio:.2} (goal ≥ {least}): {met}");
-    }
+    out.push_str("\nGoals (median of the rounds):\n\n");
+    write_goals(&mut out, goal_lines);
     out
 }
 

@@ -149,12 +149,16 @@ pub fn list_with_status(
     caller: &Caller,
     now: OffsetDateTime,
 ) -> Result<Vec<(Service, Option<ServiceStatus>)>, AppError> {
-    let services = list(registry, caller)?;
-    let readable = |s: &Service| caller.allows(crate::policy::Action::ConfigRead, &s.subdomain);
-    let ids: Vec<Uuid> = services
-        .iter()
-        .filter(|s| readable(s))
-        .map(|s| s.id)
+    // The policy judges each service once.
+    let services: Vec<(Service, bool)> = (list(registry, caller)?.into_iter())
+        .map(|s| {
+            let readable = caller.allows(crate::policy::Action::ConfigRead, &s.subdomain);
+            (s, readable)
+        })
+        .collect();
+    let ids: Vec<Uuid> = (services.iter())
+        .filter(|(_, readable)| *readable)
+        .map(|(s, _)| s.id)
         .collect();
     let fetched: HashMap<Uuid, OffsetDateTime> = (registry.store)
         .last_key_set_fetches(&ids, now - fetches::KEPT_FOR)?
@@ -162,8 +166,8 @@ pub fn list_with_status(
         .collect();
     services
         .into_iter()
-        .map(|service| {
-            if !readable(&service) {
+        .map(|(service, readable)| {
+            if !readable {
                 return Ok((service, None));
             }
             let config = registry.store.config(service.id)?;

@@ -89,11 +89,62 @@ fn fresh_postgres(admin_url: &str, n: u32) -> String {
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", psql.display()));
         if output.status.success() {
+            DroppedWithTheTest::register(&psql, admin_url, &name);
             return with_database(admin_url, &name);
         }
         last_error = String::from_utf8_lossy(&output.stderr).trim().to_owned();
     }
     panic!("cannot create database {name} on {POSTGRES_URL_VAR}: {last_error}");
+}
+
+/// The databases a test made, dropped when its thread ends: a run makes some three hundred of
+/// them, several gigabytes when all are kept.
+///
+/// Only a test's own thread (libtest names it for the test) registers; a database made on a thread
+/// the test spawned lives until the cluster goes, since that thread may end before its test does.
+/// The thread's locals (its servers, its stores) are gone by the time its thread-locals are
+/// dropped, also after a panic; `WITH (FORCE)` closes what a server left behind.
+struct DroppedWithTheTest {
+    psql: PathBuf,
+    admin_url: String,
+    names: Vec<String>,
+}
+
+thread_local! {
+    static MADE_BY_THIS_TEST: std::cell::RefCell<Option<DroppedWithTheTest>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl DroppedWithTheTest {
+    fn register(psql: &Path, admin_url: &str, name: &str) {
+        let thread = std::thread::current();
+        if thread.name().is_none_or(|n| n == "main") {
+            return;
+        }
+        // A thread-local being torn down cannot take more: the database then stays.
+        let _ = MADE_BY_THIS_TEST.try_with(|made| {
+            made.borrow_mut()
+                .get_or_insert_with(|| DroppedWithTheTest {
+                    psql: psql.to_owned(),
+                    admin_url: admin_url.to_owned(),
+                    names: Vec::new(),
+                })
+                .names
+                .push(name.to_owned());
+        });
+    }
+}
+
+impl Drop for DroppedWithTheTest {
+    fn drop(&mut self) {
+        // Never panics: a panic here would abort the whole test binary.
+        for name in &self.names {
+            let _ = Command::new(&self.psql)
+                .args(["-X", "-q", "-d", &self.admin_url, "-c"])
+                .arg(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                .output();
+        }
+    }
 }
 
 /// Runs one SQL statement on a test database (SQLite or `psql`), as if someone changed a row

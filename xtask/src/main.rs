@@ -187,6 +187,10 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
         banner("PostgreSQL-only tests (ignored on SQLite)");
         result = on_postgres(&["--ignored", "api::outage"]);
     }
+    if result.is_err() {
+        // Many failures at once mean the server, not the tests: say what it saw, last.
+        cluster.report();
+    }
     drop(cluster);
     if result.is_ok() && test_args.is_empty() {
         banner("a primary and a synchronous standby: read replica, primary down, fail-over");

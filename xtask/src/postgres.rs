@@ -22,6 +22,9 @@ const WHEEL: &str = "pgserver==0.1.4";
 /// Set to `wheel`, the binaries come from the wheel even when the machine has its own.
 const FROM_VAR: &str = "XTASK_POSTGRES";
 
+/// The lines of the server's log printed after a failed run ([`Cluster::report`]).
+const REPORTED_LOG_LINES: usize = 60;
+
 /// A running cluster; dropping it stops it (`pg_ctl stop -m immediate`) and deletes its files.
 #[derive(Debug)]
 pub struct Cluster {
@@ -313,6 +316,33 @@ impl Cluster {
         } else {
             Command::new(program)
         }
+    }
+
+    /// Prints what a failed run needs to tell a broken server from broken tests: the last lines
+    /// of the server's log, the room left on the cluster's disk and the memory left.
+    pub fn report(&self) {
+        let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(REPORTED_LOG_LINES)..];
+        eprintln!("xtask: the last {} lines of PostgreSQL's log:", tail.len());
+        for line in tail {
+            eprintln!("  {line}");
+        }
+        let disk = output(
+            Command::new("df")
+                .args(["-h", "--output=avail,target"])
+                .arg(&self.dir),
+        );
+        eprintln!(
+            "xtask: room on its disk: {}",
+            disk.unwrap_or_default()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let memory = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let available = memory.lines().find(|l| l.starts_with("MemAvailable"));
+        eprintln!("xtask: memory: {}", available.unwrap_or("unknown"));
     }
 
     fn version(&self) -> String {

@@ -53,6 +53,13 @@ fn server(cache_bytes: u64, database_url: Option<String>) -> TestServer {
             ("REGISTRY_MAX_BODY_BYTES".into(), (128 * 1024).to_string()),
             // The publications are the set-up, not what is measured.
             ("REGISTRY_WRITES_PER_MINUTE".into(), "1000000".into()),
+            // Resident memory as close to what is kept as jemalloc allows: one arena, and freed
+            // pages returned at once (by default they stay resident for seconds, and the bounded
+            // server, which evicts, frees far more of them than the reference does).
+            (
+                "_RJEM_MALLOC_CONF".into(),
+                "narenas:1,dirty_decay_ms:0,muzzy_decay_ms:0".into(),
+            ),
         ],
         database_url,
         // Its memory is measured.

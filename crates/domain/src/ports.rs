@@ -340,6 +340,11 @@ pub trait Database: Send + Sync + std::fmt::Debug {
         &self,
         subdomain: &str,
     ) -> Option<StoreResult<Option<(Service, PublishedConfig)>>>;
+    /// [`SigningStore::signing`] run in place, or `None` when that would wait (see
+    /// [`Database::credential_and_latest_change_now`]): a signature then costs no hand-over to
+    /// a thread where waiting is allowed.
+    fn signing_now(&self, service_id: Uuid)
+        -> Option<StoreResult<Option<crate::signing::Signing>>>;
     /// Whether the database answers (the primary: where writes go).
     fn ping(&self) -> StoreResult<()>;
     /// Which sides of the database answer now (docs/api.md, "Read replicas and the primary down").

@@ -66,6 +66,13 @@ impl Algorithm {
         }
     }
 
+    /// Whether one signature takes tens of microseconds (ES256: about 25) rather than hundreds
+    /// (RS256: about 350), short enough to make where a request is served without holding the
+    /// other requests there.
+    pub fn signs_quickly(self) -> bool {
+        self == Algorithm::Es256
+    }
+
     /// The algorithm a JWS header names, if it is one of these.
     pub fn parse(name: &str) -> Option<Algorithm> {
         [Algorithm::Es256, Algorithm::Rs256]

@@ -815,6 +815,10 @@ impl Database for MemoryStore {
             .then(|| ServiceStore::published_by_subdomain(self, subdomain))
     }
 
+    fn signing_now(&self, service_id: Uuid) -> Option<StoreResult<Option<Signing>>> {
+        (!self.waits.load(Ordering::Relaxed)).then(|| SigningStore::signing(self, service_id))
+    }
+
     fn ping(&self) -> StoreResult<()> {
         if self.down.load(Ordering::Relaxed) {
             return Err(StoreError::Unavailable(

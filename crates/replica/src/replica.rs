@@ -312,6 +312,17 @@ impl Replica {
         Ok(())
     }
 
+    /// A service's managed signing, read in place ([`Database::signing_now`]), or `None` when
+    /// that would wait: the caller then reads it where waiting is allowed. Never kept: a
+    /// rotation or a compromise applies to the next signature on every replica.
+    pub fn signing_now(
+        &self,
+        service_id: Uuid,
+    ) -> Option<ReplicaResult<Option<registry_domain::signing::Signing>>> {
+        let read = self.database.signing_now(service_id)?;
+        Some(read.map_err(Into::into))
+    }
+
     /// A service by subdomain (case folded) or id, as
     /// [`ServiceStore::find_service`](registry_domain::ports::ServiceStore::find_service) finds it.
     pub async fn service(&self, subdomain_or_id: &str) -> ReplicaResult<Option<Arc<Service>>> {

@@ -14,6 +14,7 @@ use registry_domain::ports::{
     StoreResult, StoredCredential,
 };
 use registry_domain::service::PublishedConfig;
+use registry_domain::signing::Signing;
 use registry_domain::{Service, StoreError};
 
 /// The credential row of a lookup id, with the change log's newest sequence read by the same
@@ -159,6 +160,12 @@ impl Database for Store {
         subdomain: &str,
     ) -> Option<StoreResult<Option<(Service, PublishedConfig)>>> {
         let read = |conn: &mut Db| crate::services::published_by_subdomain(conn, subdomain);
+        self.read_now(|threads| threads.read(read), read)
+    }
+
+    /// In place as [`Database::credential_and_latest_change_now`] is.
+    fn signing_now(&self, service_id: uuid::Uuid) -> Option<StoreResult<Option<Signing>>> {
+        let read = |conn: &mut Db| crate::signing::stored(conn, &crate::rows::id_text(service_id));
         self.read_now(|threads| threads.read(read), read)
     }
 

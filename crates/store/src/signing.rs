@@ -28,7 +28,7 @@ fn corrupt(service: &str) -> Failure {
 }
 
 /// The stored signing of `service` (its id as text), if any.
-fn stored(conn: &mut Db, service: &str) -> Res<Option<Signing>> {
+pub(crate) fn stored(conn: &mut Db, service: &str) -> Res<Option<Signing>> {
     let query = managed_signing::table
         .find(service)
         .select(managed_signing::state);

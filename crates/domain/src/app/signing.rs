@@ -444,8 +444,63 @@ pub fn sign(
     claims: &str,
     now: OffsetDateTime,
 ) -> Result<Signed, AppError> {
+    let signing = registry.store.signing(service.id)?;
+    let mut domain = CustomIssuer::Unread;
+    loop {
+        match signature(registry, service, signing.as_ref(), &domain, claims, now)? {
+            Signature::Made { signed, record } => {
+                if record {
+                    record_use(registry, service, &signed.kid, now)?;
+                }
+                return Ok(signed);
+            }
+            // Once read, the domain is known: the second turn signs or refuses.
+            Signature::NeedsDomain => {
+                domain = CustomIssuer::Read(registry.store.domain_of(service.id)?);
+            }
+        }
+    }
+}
+
+/// The service's custom domain, as far as the caller has read it: a token may name its issuer
+/// instead of the subdomain's.
+#[derive(Debug)]
+pub enum CustomIssuer {
+    /// Not read (it costs a read, and most tokens name the subdomain's issuer).
+    Unread,
+    /// Read: the service's domain, if it has one.
+    Read(Option<crate::custom_domain::CustomDomain>),
+}
+
+/// What [`signature`] made of the claims.
+#[derive(Debug)]
+pub enum Signature {
+    /// Signed. `record`: the key's last use is due to be written ([`record_use`]): once a
+    /// minute at most, since it only moves the withdrawal of a retired key.
+    Made {
+        /// The signature.
+        signed: Signed,
+        /// Whether to call [`record_use`].
+        record: bool,
+    },
+    /// The claims name an issuer other than the subdomain's, and the custom domain is
+    /// [`CustomIssuer::Unread`]: read it and ask again.
+    NeedsDomain,
+}
+
+/// The signature of `claims` by the current key of `signing` (the service's, as the caller read
+/// it), storage untouched: what [`sign`] does between its reads, and what a caller that read
+/// the signing where that costs least (in place, on SQLite) runs itself.
+pub fn signature(
+    registry: &Registry,
+    service: &Service,
+    signing: Option<&Signing>,
+    domain: &CustomIssuer,
+    claims: &str,
+    now: OffsetDateTime,
+) -> Result<Signature, AppError> {
     let keys = keys_of(registry)?;
-    let signing = match registry.store.signing(service.id)? {
+    let signing = match signing {
         Some(signing) if signing.enabled => signing,
         _ => return Err(not_on(service)),
     };
@@ -472,9 +527,10 @@ pub fn sign(
     };
     if let Err(refused) = check_claims(claims, &rules(&subdomain_issuer), now) {
         // A custom domain's issuer is looked up only for a token that names another issuer.
-        let domain = match refused.starts_with("iss ") {
-            true => registry.store.domain_of(service.id)?,
-            false => None,
+        let domain = match (refused.starts_with("iss "), domain) {
+            (true, CustomIssuer::Unread) => return Ok(Signature::NeedsDomain),
+            (true, CustomIssuer::Read(domain)) => domain.as_ref(),
+            (false, _) => None,
         };
         match domain.filter(|d| d.status == DomainStatus::Active) {
             Some(domain) => {
@@ -492,14 +548,25 @@ pub fn sign(
     let signature = keys
         .sign(&key.kid, key.algorithm, &key.sealed, message.as_bytes())
         .map_err(|why| AppError::Keys(format!("signing: {why}")))?;
-    if Signing::signature_worth_recording(key, now) {
-        registry.store.record_signature(service.id, &key.kid, now)?;
-    }
-    Ok(Signed {
-        header,
-        signature: URL_SAFE_NO_PAD.encode(signature),
-        kid: key.kid.clone(),
+    Ok(Signature::Made {
+        signed: Signed {
+            header,
+            signature: URL_SAFE_NO_PAD.encode(signature),
+            kid: key.kid.clone(),
+        },
+        record: Signing::signature_worth_recording(key, now),
     })
+}
+
+/// Writes that `kid`, a managed key of `service`, signed at `now` (after [`Signature::Made`]
+/// with `record`): a retired key is withdrawn only once its last token has expired.
+pub fn record_use(
+    registry: &Registry,
+    service: &Service,
+    kid: &str,
+    now: OffsetDateTime,
+) -> Result<(), AppError> {
+    Ok(registry.store.record_signature(service.id, kid, now)?)
 }
 
 #[cfg(test)]
@@ -690,6 +757,69 @@ mod tests {
         for action in ["signing.rotate", "signing.switch", "signing.withdraw"] {
             assert!(trail.contains(&action), "{trail:?}");
         }
+    }
+
+    #[test]
+    fn a_token_of_the_custom_domains_issuer_needs_the_domain_read_and_signs_once_it_is_active() {
+        use crate::custom_domain::CustomDomain;
+        use crate::ports::DomainStore;
+        let (registry, store, caller, service) = setup();
+        put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 0}),
+            false,
+            T0,
+        )
+        .unwrap();
+        let signing = store.signing(service.id).unwrap();
+        let of = |iss: &str| {
+            let payload = json!({"iss": iss, "sub": "s", "iat": T0.unix_timestamp(),
+                                 "exp": T0.unix_timestamp() + 600});
+            URL_SAFE_NO_PAD.encode(payload.to_string())
+        };
+        let at = |domain: &CustomIssuer, claims: &str| {
+            signature(&registry, &service, signing.as_ref(), domain, claims, T0)
+        };
+        // The subdomain's issuer: signed without the domain, its use due to be recorded.
+        let own = of(&registry.issuer_of(&service.subdomain));
+        assert!(matches!(
+            at(&CustomIssuer::Unread, &own),
+            Ok(Signature::Made { record: true, .. })
+        ));
+        // Another issuer: the domain is asked for; read and absent, the claim is refused.
+        let custom = of("https://login.customer.test");
+        assert!(matches!(
+            at(&CustomIssuer::Unread, &custom),
+            Ok(Signature::NeedsDomain)
+        ));
+        let refused = at(&CustomIssuer::Read(None), &custom).unwrap_err();
+        assert!(
+            matches!(&refused, AppError::InvalidClaims(why) if why.starts_with("iss ")),
+            "{refused:?}"
+        );
+        // The service's domain, active: `sign` reads it and signs.
+        let mut domain =
+            CustomDomain::new(service.id, "login.customer.test".into(), "t".into(), T0);
+        assert!(
+            sign(&registry, &service, &custom, T0).is_err(),
+            "no domain yet"
+        );
+        domain.status = DomainStatus::Active;
+        let event = AuditEvent::new(
+            Action::DomainPut,
+            Resource::service(service.id, &service.subdomain),
+            Actor::system(),
+            service.customer_id,
+            T0,
+        );
+        store.put_domain(&domain, &event).unwrap();
+        assert!(sign(&registry, &service, &custom, T0).is_ok());
+        assert!(
+            sign(&registry, &service, &of("https://elsewhere.test"), T0).is_err(),
+            "only the service's own issuers"
+        );
     }
 
     #[test]

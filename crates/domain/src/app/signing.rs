@@ -445,8 +445,12 @@ pub fn sign(
     now: OffsetDateTime,
 ) -> Result<Signed, AppError> {
     let signing = registry.store.signing(service.id)?;
-    let mut domain = CustomIssuer::Unread;
+    let mut read: Option<Option<crate::custom_domain::CustomDomain>> = None;
     loop {
+        let domain = match &read {
+            None => CustomIssuer::Unread,
+            Some(domain) => CustomIssuer::Read(domain.as_ref()),
+        };
         match signature(registry, service, signing.as_ref(), &domain, claims, now)? {
             Signature::Made { signed, record } => {
                 if record {
@@ -455,21 +459,19 @@ pub fn sign(
                 return Ok(signed);
             }
             // Once read, the domain is known: the second turn signs or refuses.
-            Signature::NeedsDomain => {
-                domain = CustomIssuer::Read(registry.store.domain_of(service.id)?);
-            }
+            Signature::NeedsDomain => read = Some(registry.store.domain_of(service.id)?),
         }
     }
 }
 
 /// The service's custom domain, as far as the caller has read it: a token may name its issuer
 /// instead of the subdomain's.
-#[derive(Debug)]
-pub enum CustomIssuer {
+#[derive(Debug, Clone, Copy)]
+pub enum CustomIssuer<'a> {
     /// Not read (it costs a read, and most tokens name the subdomain's issuer).
     Unread,
     /// Read: the service's domain, if it has one.
-    Read(Option<crate::custom_domain::CustomDomain>),
+    Read(Option<&'a crate::custom_domain::CustomDomain>),
 }
 
 /// What [`signature`] made of the claims.
@@ -495,7 +497,7 @@ pub fn signature(
     registry: &Registry,
     service: &Service,
     signing: Option<&Signing>,
-    domain: &CustomIssuer,
+    domain: &CustomIssuer<'_>,
     claims: &str,
     now: OffsetDateTime,
 ) -> Result<Signature, AppError> {
@@ -529,7 +531,7 @@ pub fn signature(
         // A custom domain's issuer is looked up only for a token that names another issuer.
         let domain = match (refused.starts_with("iss "), domain) {
             (true, CustomIssuer::Unread) => return Ok(Signature::NeedsDomain),
-            (true, CustomIssuer::Read(domain)) => domain.as_ref(),
+            (true, CustomIssuer::Read(domain)) => *domain,
             (false, _) => None,
         };
         match domain.filter(|d| d.status == DomainStatus::Active) {

@@ -616,6 +616,19 @@ mod tests {
         page.events.iter().map(|e| e.action.as_str()).collect()
     }
 
+    /// Signing turned on at `T0` with a lead of 0: its first key signs at once. Its view.
+    fn on_at_once(registry: &Registry, caller: &Caller, service: &Service) -> Value {
+        put(
+            registry,
+            caller,
+            service,
+            &json!({"leadSeconds": 0}),
+            false,
+            T0,
+        )
+        .unwrap()
+    }
+
     fn published_kids(registry: &Registry, service: &Service) -> Vec<String> {
         let keys = config::key_state(registry, service).unwrap();
         keys.published(T0 + Duration::days(400))
@@ -641,15 +654,7 @@ mod tests {
     #[test]
     fn a_first_key_with_no_lead_and_no_verifier_signs_at_once_with_a_document_of_its_own() {
         let (registry, store, caller, service) = setup();
-        let view = put(
-            &registry,
-            &caller,
-            &service,
-            &json!({"leadSeconds": 0}),
-            false,
-            T0,
-        )
-        .unwrap();
+        let view = on_at_once(&registry, &caller, &service);
         assert_eq!(view["keys"][0]["state"], "current", "{view}");
         let kid = view["keys"][0]["kid"].as_str().unwrap().to_owned();
         // Published as the key source `managed`, with the registry's own discovery document.
@@ -766,15 +771,7 @@ mod tests {
         use crate::custom_domain::CustomDomain;
         use crate::ports::DomainStore;
         let (registry, store, caller, service) = setup();
-        put(
-            &registry,
-            &caller,
-            &service,
-            &json!({"leadSeconds": 0}),
-            false,
-            T0,
-        )
-        .unwrap();
+        on_at_once(&registry, &caller, &service);
         let signing = store.signing(service.id).unwrap();
         let of = |iss: &str| {
             let payload = json!({"iss": iss, "sub": "s", "iat": T0.unix_timestamp(),
@@ -924,15 +921,7 @@ mod tests {
             .unwrap()
             .unwrap()
             .openid_configuration;
-        put(
-            &registry,
-            &caller,
-            &service,
-            &json!({"leadSeconds": 0}),
-            false,
-            T0,
-        )
-        .unwrap();
+        on_at_once(&registry, &caller, &service);
         // Both sources' keys; the uploaded discovery document stays the one served.
         let config = store.config(service.id).unwrap().unwrap();
         let sources: Vec<&str> = config.keys.keys.iter().map(|k| k.source.as_str()).collect();
@@ -961,15 +950,7 @@ mod tests {
     #[test]
     fn two_replicas_stepping_one_rotation_write_it_once() {
         let (registry, store, caller, service) = setup();
-        put(
-            &registry,
-            &caller,
-            &service,
-            &json!({"leadSeconds": 0}),
-            false,
-            T0,
-        )
-        .unwrap();
+        on_at_once(&registry, &caller, &service);
         rotate(&registry, &caller, &service, false, false, T0).unwrap();
         // The rotate's own step switched at once (lead 0, no verifier); the old key, which never
         // signed, leaves at the next step, once, whichever replica steps first.

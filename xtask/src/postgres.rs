@@ -106,10 +106,13 @@ impl Cluster {
     pub fn start_server(&mut self) -> Result<()> {
         // A cluster that lives for one test run needs no durability, unless it is crashed.
         let durability = if self.durable { "on" } else { "off" };
+        // Dynamic shared memory (the statistics of every database the tests make among its
+        // users) in files of the data directory rather than in /dev/shm, which a container
+        // may size at 64 MB.
         let mut options = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=300 \
              -c fsync={durability} -c synchronous_commit={durability} \
-             -c full_page_writes={durability}",
+             -c full_page_writes={durability} -c dynamic_shared_memory_type=mmap",
             self.port,
             self.dir.join("socket").display()
         );

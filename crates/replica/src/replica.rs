@@ -313,8 +313,9 @@ impl Replica {
     }
 
     /// A service's managed signing, read in place ([`Database::signing_now`]), or `None` when
-    /// that would wait: the caller then reads it where waiting is allowed. Never kept: a
-    /// rotation or a compromise applies to the next signature on every replica.
+    /// that would wait: the caller then reads it where waiting is allowed. Kept by nothing here,
+    /// and by the store only while the database is unchanged: a rotation or a compromise
+    /// applies to the next signature on every replica.
     pub fn signing_now(
         &self,
         service_id: Uuid,

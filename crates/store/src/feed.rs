@@ -163,10 +163,11 @@ impl Database for Store {
         self.read_now(|threads| threads.read(read), read)
     }
 
-    /// In place as [`Database::credential_and_latest_change_now`] is.
+    /// In place as [`Database::credential_and_latest_change_now`] is, and kept by each thread
+    /// as credentials are: while the database is unchanged, a signature reads no row.
     fn signing_now(&self, service_id: uuid::Uuid) -> Option<StoreResult<Option<Signing>>> {
         let read = |conn: &mut Db| crate::signing::stored(conn, &crate::rows::id_text(service_id));
-        self.read_now(|threads| threads.read(read), read)
+        self.read_now(|threads| threads.signing(service_id, read), read)
     }
 
     fn ping(&self) -> StoreResult<()> {

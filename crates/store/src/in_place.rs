@@ -13,10 +13,12 @@ use crate::pool::{Db, Manager};
 use crate::wal_index::{Version, WalIndex};
 use crossbeam_utils::CachePadded;
 use registry_domain::ports::{StoreResult, StoredCredential};
+use registry_domain::signing::Signing;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use thread_local::ThreadLocal;
+use uuid::Uuid;
 
 /// The threads' connections to one SQLite file, opened by each thread at its first read.
 pub(crate) struct InPlace {
@@ -38,6 +40,10 @@ struct Thread {
 /// that it forgets them all (made-up lookup ids cannot grow memory).
 const CREDENTIALS_KEPT: usize = 4096;
 
+/// How many services' signings a thread keeps for one version of the database; past that it
+/// forgets them all.
+const SIGNINGS_KEPT: usize = 1024;
+
 /// What a thread read while the database was at one version.
 #[derive(Debug, Default)]
 struct Memo {
@@ -45,6 +51,8 @@ struct Memo {
     latest_change: Option<i64>,
     /// By lookup id; `None`: no such credential.
     credentials: HashMap<Box<str>, Option<StoredCredential>>,
+    /// Managed signings by service; `None`: signing was never turned on.
+    signings: HashMap<Uuid, Option<Signing>>,
 }
 
 impl Memo {
@@ -54,7 +62,15 @@ impl Memo {
             self.version = version;
             self.latest_change = None;
             self.credentials.clear();
+            self.signings.clear();
         }
+    }
+
+    fn keep_signing(&mut self, service_id: Uuid, found: &Option<Signing>) {
+        if self.signings.len() >= SIGNINGS_KEPT {
+            self.signings.clear();
+        }
+        self.signings.insert(service_id, found.clone());
     }
 
     fn credential(&self, lookup_id: &str) -> Option<Option<(StoredCredential, i64)>> {
@@ -122,6 +138,21 @@ impl InPlace {
             |memo| memo.latest_change,
             read,
             |memo, latest| memo.latest_change = Some(*latest),
+        )
+    }
+
+    /// The managed signing of `service_id`, as [`InPlace::credential`] answers a credential: a
+    /// signature reads it, and it changes only with a commit (a rotation, a compromise, a
+    /// signature's recorded use), which changes the version.
+    pub(crate) fn signing(
+        &self,
+        service_id: Uuid,
+        read: impl FnOnce(&mut Db) -> Res<Option<Signing>>,
+    ) -> Option<StoreResult<Option<Signing>>> {
+        self.answer(
+            |memo| memo.signings.get(&service_id).cloned(),
+            read,
+            |memo, found| memo.keep_signing(service_id, found),
         )
     }
 
@@ -345,6 +376,25 @@ mod tests {
         // The failed connection closed; the other one's locks must not go with it, as they
         // would if a descriptor of the file had been closed.
         assert!(locks_on(std::path::Path::new(&shm)) > 0);
+    }
+
+    #[test]
+    fn a_memos_signings_go_with_its_version_and_past_their_bound() {
+        let mut memo = Memo::default();
+        let service = Uuid::new_v4();
+        memo.keep_signing(service, &None);
+        assert_eq!(
+            memo.signings.get(&service),
+            Some(&None),
+            "no signing is an answer"
+        );
+        memo.now_at(None);
+        assert!(memo.signings.is_empty(), "no version: nothing kept");
+        for _ in 0..SIGNINGS_KEPT {
+            memo.keep_signing(Uuid::new_v4(), &None);
+        }
+        memo.keep_signing(service, &None);
+        assert_eq!(memo.signings.len(), 1);
     }
 
     #[test]

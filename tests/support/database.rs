@@ -30,7 +30,9 @@ pub fn backend_name() -> &'static str {
 
 /// The URL of a new, empty database (no schema): a new database on the cluster named by
 /// [`POSTGRES_URL_VAR`] when it is set, else a new SQLite file in a temporary directory
-/// (`sqlite://…`). Panics with the reason when the database cannot be made.
+/// (`sqlite://…`). Panics with the reason when the database cannot be made. A PostgreSQL
+/// database made on a named thread (libtest names each test's) is dropped when that thread
+/// ends: a helper thread that makes one for its test must stay unnamed.
 pub fn fresh_database_url() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     match postgres_admin_url() {

@@ -324,7 +324,8 @@ impl Cluster {
     /// Prints what a failed run needs to tell a broken server from broken tests: the last lines
     /// of the server's log, the room left on the cluster's disk and the memory left.
     pub fn report(&self) {
-        let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        let log = std::fs::read(self.dir.join("server.log")).unwrap_or_default();
+        let log = String::from_utf8_lossy(&log);
         let lines: Vec<&str> = log.lines().collect();
         let tail = &lines[lines.len().saturating_sub(REPORTED_LOG_LINES)..];
         eprintln!("xtask: the last {} lines of PostgreSQL's log:", tail.len());

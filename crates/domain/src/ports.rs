@@ -790,7 +790,9 @@ pub trait Sealing: Send + Sync {
 
 /// The keys of managed signing (docs/api.md, "Managed signing"): made here, their private half
 /// sealed under the data key at once, so that it never reaches the domain nor storage in clear.
-/// Synchronous and CPU-bound: a use case calls it where waiting is allowed.
+/// Synchronous and CPU-bound, and never waits: an ES256 signature (tens of microseconds, a key's
+/// first use opening it once) is made where the request is served, the rest where waiting is
+/// allowed.
 pub trait ManagedKeys: Send + Sync {
     /// A new key pair of `algorithm` (P-256 for ES256, a 2048-bit modulus for RS256): its public
     /// JWK and DER, its private key sealed.

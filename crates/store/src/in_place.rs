@@ -41,8 +41,9 @@ struct Thread {
 const CREDENTIALS_KEPT: usize = 4096;
 
 /// How many services' signings a thread keeps for one version of the database; past that it
-/// forgets them all.
-const SIGNINGS_KEPT: usize = 1024;
+/// forgets them all. A signing holds every managed key with its sealed private half (a few
+/// kilobytes each): 128 of them are about a megabyte a thread.
+const SIGNINGS_KEPT: usize = 128;
 
 /// What a thread read while the database was at one version.
 #[derive(Debug, Default)]

@@ -444,6 +444,8 @@ pub fn sign(
     claims: &str,
     now: OffsetDateTime,
 ) -> Result<Signed, AppError> {
+    // Without a data key the answer is `signing-disabled`, whatever the store says.
+    keys_of(registry)?;
     let signing = registry.store.signing(service.id)?;
     let mut read: Option<Option<crate::custom_domain::CustomDomain>> = None;
     loop {

@@ -149,6 +149,8 @@ fn on_the_worker(
     claims: &str,
     now: time::OffsetDateTime,
 ) -> Option<ApiResult<(signing::Signed, bool)>> {
+    // Without a data key `signing::sign` answers `signing-disabled`, before any read.
+    state.registry.managed_keys.as_ref()?;
     let signing = match state.replica.signing_now(service.id)? {
         Ok(signing) => signing,
         Err(e) => return Some(Err(e.into())),

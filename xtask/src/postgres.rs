@@ -120,14 +120,14 @@ impl Cluster {
             options.push_str(&format!(" -c {name}={value}"));
         }
         self.running = true;
-        let log = self.dir.join("server.log");
+        let log = self.server_log();
         let started = output(
             self.pg_ctl("-w -l")
                 .arg(log)
                 .args(["-o", &options, "start"]),
         );
         if let Err(e) = started {
-            let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+            let log = self.server_log_text();
             return Err(e.context(format!("pg_ctl start failed; server log:\n{log}")));
         }
         Ok(())
@@ -321,11 +321,16 @@ impl Cluster {
         }
     }
 
+    /// The server's log so far (empty when it cannot be read; bytes that are not UTF-8 replaced).
+    fn server_log_text(&self) -> String {
+        let log = std::fs::read(self.server_log()).unwrap_or_default();
+        String::from_utf8_lossy(&log).into_owned()
+    }
+
     /// Prints what a failed run needs to tell a broken server from broken tests: the last lines
     /// of the server's log, the room left on the cluster's disk and the memory left.
     pub fn report(&self) {
-        let log = std::fs::read(self.dir.join("server.log")).unwrap_or_default();
-        let log = String::from_utf8_lossy(&log);
+        let log = self.server_log_text();
         let lines: Vec<&str> = log.lines().collect();
         let tail = &lines[lines.len().saturating_sub(REPORTED_LOG_LINES)..];
         eprintln!("xtask: the last {} lines of PostgreSQL's log:", tail.len());

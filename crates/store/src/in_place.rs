@@ -68,10 +68,7 @@ impl Memo {
     }
 
     fn keep_signing(&mut self, service_id: Uuid, found: &Option<Signing>) {
-        if self.signings.len() >= SIGNINGS_KEPT {
-            self.signings.clear();
-        }
-        self.signings.insert(service_id, found.clone());
+        keep_bounded(&mut self.signings, SIGNINGS_KEPT, service_id, found.clone());
     }
 
     fn credential(&self, lookup_id: &str) -> Option<Option<(StoredCredential, i64)>> {
@@ -82,15 +79,31 @@ impl Memo {
     }
 
     fn keep_credential(&mut self, lookup_id: &str, found: &Option<(StoredCredential, i64)>) {
-        if self.credentials.len() >= CREDENTIALS_KEPT {
-            self.credentials.clear();
-        }
         if let Some((_, latest)) = found {
             self.latest_change = Some(*latest);
         }
-        self.credentials
-            .insert(lookup_id.into(), found.as_ref().map(|(c, _)| c.clone()));
+        let credential = found.as_ref().map(|(c, _)| c.clone());
+        keep_bounded(
+            &mut self.credentials,
+            CREDENTIALS_KEPT,
+            lookup_id.into(),
+            credential,
+        );
     }
+}
+
+/// Inserts into a map that forgets everything once it holds `bound` entries: what the keys
+/// name comes from requests, so it must not grow memory without end.
+fn keep_bounded<K: std::hash::Hash + Eq, V>(
+    map: &mut HashMap<K, V>,
+    bound: usize,
+    key: K,
+    value: V,
+) {
+    if map.len() >= bound {
+        map.clear();
+    }
+    map.insert(key, value);
 }
 
 impl std::fmt::Debug for InPlace {

@@ -82,7 +82,9 @@ pub struct Options {
     share_cores: bool,
     /// With `--workers`: record where the registry spends its time during each of its
     /// scenarios' warm-up runs (`perf record`, 999 samples a second, no call graphs) into
-    /// `DIR/<scenario>-W<workers>.data`; the measured rounds run without it.
+    /// `DIR/<scenario>-W<workers>.data`; the measured rounds run without it. With
+    /// `--verifiers`: the registry's cold and warm runs of the first round, into
+    /// `DIR/wide-cold-W<workers>.data` and `DIR/wide-W<workers>.data`.
     #[arg(long, value_name = "DIR")]
     perf: Option<PathBuf>,
     /// Skip P6 (two replicas on PostgreSQL).
@@ -131,6 +133,9 @@ pub fn run(options: &Options) -> Result<()> {
     };
     let dir = std::env::temp_dir().join(format!("registry-bench-{}", std::process::id()));
     let work = WorkDir::at(dir)?;
+    if options.perf.is_some() {
+        require("perf", "linux-perf")?;
+    }
     if options.verifiers {
         let plan = verifiers::Plan {
             workers: match options.workers.is_empty() {
@@ -140,14 +145,12 @@ pub fn run(options: &Options) -> Result<()> {
             issuers: options.issuers as usize,
             rounds: options.rounds,
             seconds: options.seconds,
+            perf: options.perf.clone(),
         };
         let section = verifiers::run(&binary, &work.0, &plan)?;
         return publish(options, verifiers::TITLE, &section);
     }
     if !options.workers.is_empty() {
-        if options.perf.is_some() {
-            require("perf", "linux-perf")?;
-        }
         let plan = scaling::Plan {
             workers: options.workers.iter().map(|&w| w as usize).collect(),
             rounds: options.rounds,

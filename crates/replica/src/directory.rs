@@ -370,17 +370,27 @@ mod tests {
             entries.services.insert(a.id, a.clone());
             entries.accounts.insert(reader.id, reader.clone());
         });
+        let once = directory.service("a-x", None).expect("in memory");
+        assert!(
+            Arc::ptr_eq(&once, &a),
+            "the first use is served the shared entry"
+        );
         let first = directory.service("a-x", None).expect("in memory");
-        assert!(!Arc::ptr_eq(&first, &a), "a copy of its own");
+        assert!(
+            !Arc::ptr_eq(&first, &a),
+            "a copy of its own from the second use"
+        );
         assert_eq!(*first, *a);
         assert!(Arc::ptr_eq(
             &directory.service("a-x", None).unwrap(),
             &first
         ));
+        directory.account(reader.id).expect("in memory");
         let mine = directory.account(reader.id).expect("in memory");
         assert!(!Arc::ptr_eq(&mine, &reader));
         std::thread::scope(|scope| {
             scope.spawn(|| {
+                directory.service("a-x", None).expect("in memory");
                 let theirs = directory.service("a-x", None).expect("in memory");
                 assert!(!Arc::ptr_eq(&theirs, &first), "each thread has its own");
             });
@@ -404,6 +414,7 @@ mod tests {
         let issuer = "https://ci.example";
         let first = account(issuer);
         directory.load_trust(vec![first.clone()]);
+        directory.accounts_trusting(issuer).expect("trusted");
         let trusting = directory.accounts_trusting(issuer).expect("trusted");
         assert_eq!(trusting.len(), 1);
         let again = directory.accounts_trusting(issuer).expect("trusted");

@@ -6,6 +6,11 @@
 //! own copy (its own allocations, so its own reference counts) reads no lock and writes no line
 //! another worker reads.
 //!
+//! A copy is made at a thread's second use of an entry, not its first: the first is served from
+//! the shared entry and leaves only a note. Verifiers fetch from very many issuers, most of them
+//! seldom: copying each one at its first fetch (a few kilobytes, several allocations) cost more
+//! than the lock and the count it saves, and pushed the hot entries' copies out of the budget.
+//!
 //! A copy is trusted only as of the owner's count of changes it was checked at: the owner bumps
 //! that count, under its write lock, with every change of the shared map. After any change, a
 //! worker's next use of a copy reads the shared entry once (the lock, as without copies) and
@@ -27,6 +32,11 @@ pub(crate) trait Copied {
 
     /// What the copy counts against a thread's budget ([`Near::new`]).
     fn weight(&self) -> usize {
+        1
+    }
+
+    /// What the note of a first use (no copy yet) counts against the budget.
+    fn note_weight(&self) -> usize {
         1
     }
 }
@@ -60,7 +70,17 @@ struct Copy<T: ?Sized> {
     checked_at: u64,
     /// The shared entry it was made from (held, so that its address names it).
     origin: Arc<T>,
-    own: Arc<T>,
+    /// `None`: used once, not copied yet.
+    own: Option<Arc<T>>,
+}
+
+impl<T: Copied + ?Sized> Copy<T> {
+    fn weight(&self) -> usize {
+        match self.own {
+            Some(_) => self.origin.weight(),
+            None => self.origin.note_weight(),
+        }
+    }
 }
 
 impl<K, T> Near<K, T>
@@ -109,17 +129,18 @@ where
         let copies: &RefCell<Copies<K, T>> = self.copies.get()?;
         let copies = copies.borrow();
         let copy = copies.by_key.get(key)?;
+        let own = copy.own.as_ref()?;
         if copy.checked_at != changes {
             return None;
         }
         seen(&copy.origin);
-        Some(copy.own.clone())
+        Some(own.clone())
     }
 
     /// This thread's copy of `origin`, the entry at `key` that the shared map held once the owner's
-    /// count was `changes`: the copy it has when made from the same entry, else a new one, kept
-    /// for the next requests. An entry heavier than a quarter of the budget is not copied: the
-    /// answer is `origin` itself.
+    /// count was `changes`: the copy it has when made from the same entry, a new one at the
+    /// thread's second use of that entry, kept for the next requests; `origin` itself at the
+    /// first use (noted), and for an entry heavier than a quarter of the budget (never copied).
     fn copy_of<Q>(&self, key: &Q, origin: &Arc<T>, changes: u64) -> Arc<T>
     where
         K: Borrow<Q>,
@@ -130,29 +151,32 @@ where
             return origin.clone();
         }
         let mut copies = self.copies.get_or_default().borrow_mut();
+        let mut used_before = false;
         if let Some(copy) = copies.by_key.get_mut(key) {
             if Arc::ptr_eq(&copy.origin, origin) {
                 copy.checked_at = changes;
-                return copy.own.clone();
+                if let Some(own) = &copy.own {
+                    return own.clone();
+                }
+                used_before = true;
             }
         }
         if let Some(old) = copies.by_key.remove(key) {
-            copies.weight -= old.origin.weight();
+            copies.weight -= old.weight();
         }
+        let copy = Copy {
+            checked_at: changes,
+            origin: origin.clone(),
+            own: used_before.then(|| origin.copied()),
+        };
+        let weight = copy.weight();
         if copies.weight + weight > self.budget {
             *copies = Copies::default();
         }
-        let own = origin.copied();
+        let served = copy.own.clone().unwrap_or_else(|| origin.clone());
         copies.weight += weight;
-        copies.by_key.insert(
-            key.to_owned(),
-            Copy {
-                checked_at: changes,
-                origin: origin.clone(),
-                own: own.clone(),
-            },
-        );
-        own
+        copies.by_key.insert(key.to_owned(), copy);
+        served
     }
 }
 
@@ -173,12 +197,31 @@ mod tests {
         }
     }
 
+    /// `origin` used twice by this thread at `changes`: its copy, made at the second use.
+    fn used_twice(
+        near: &Near<String, Entry>,
+        key: &str,
+        origin: &Arc<Entry>,
+        changes: u64,
+    ) -> Arc<Entry> {
+        let first = near.copy_of(key, origin, changes);
+        assert!(
+            Arc::ptr_eq(&first, origin),
+            "the first use is served the shared entry"
+        );
+        assert!(
+            near.current(key, changes, |_| {}).is_none(),
+            "nothing copied at the first use"
+        );
+        near.copy_of(key, origin, changes)
+    }
+
     #[test]
     fn a_copy_is_its_own_allocation_and_serves_until_the_count_moves() {
         let near: Near<String, Entry> = Near::new(100);
         let origin = Arc::new(Entry("a".into()));
         assert!(near.current("k", 0, |_| {}).is_none());
-        let own = near.copy_of("k", &origin, 0);
+        let own = used_twice(&near, "k", &origin, 0);
         assert_eq!(own, origin);
         assert!(!Arc::ptr_eq(&own, &origin), "the copy shares no count");
         let again = near
@@ -193,10 +236,10 @@ mod tests {
             "the same origin keeps its copy"
         );
         assert!(near.current("k", 1, |_| {}).is_some());
-        // A new entry under the key: a new copy.
+        // A new entry under the key: a new copy, at its second use.
         let replaced = Arc::new(Entry("b".into()));
         assert!(near.current("k", 2, |_| {}).is_none());
-        let fresh = near.copy_of("k", &replaced, 2);
+        let fresh = used_twice(&near, "k", &replaced, 2);
         assert_eq!(fresh.0, "b");
         assert_eq!(
             near.current("k", 2, |_| {}).map(|e| e.0.clone()),
@@ -208,14 +251,14 @@ mod tests {
     fn each_thread_has_its_own_copies() {
         let near: Near<String, Entry> = Near::new(100);
         let origin = Arc::new(Entry("a".into()));
-        let mine = near.copy_of("k", &origin, 0);
+        let mine = used_twice(&near, "k", &origin, 0);
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 assert!(
                     near.current("k", 0, |_| {}).is_none(),
                     "another thread copies its own"
                 );
-                let theirs = near.copy_of("k", &origin, 0);
+                let theirs = used_twice(&near, "k", &origin, 0);
                 assert!(!Arc::ptr_eq(&theirs, &mine));
             });
         });
@@ -232,7 +275,7 @@ mod tests {
         );
         assert!(near.current("heavy", 0, |_| {}).is_none());
         for (i, key) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
-            near.copy_of(key, &Arc::new(Entry("xx".into())), 0);
+            used_twice(&near, key, &Arc::new(Entry("xx".into())), 0);
             let kept = ["a", "b", "c", "d", "e"][..=i]
                 .iter()
                 .filter(|k| near.current(**k, 0, |_| {}).is_some())

@@ -391,15 +391,26 @@ fn measure(
 
 /// Runs `load` while `perf record` samples the process `pid` and its threads into `file`: a flat
 /// profile (no call graphs, which a release build without frame pointers would garble) of where
-/// the workers spend their time. A machine that does not let perf sample (a container without
-/// the capability, say) gets a warning, and the measurement goes on.
+/// the workers spend their time.
 fn recorded(load: &Load, pid: u32, file: &Path) -> Result<()> {
-    let perf = perf_record(pid, load.seconds, file)
+    while_recorded(pid, load.seconds, file, || load.run().map(drop))
+}
+
+/// Runs `work` (`seconds` long) while `perf record` samples the process `pid` and its threads
+/// into `file`. A machine that does not let perf sample (a container without the capability,
+/// say) gets a warning, and the work goes on.
+pub(super) fn while_recorded<T>(
+    pid: u32,
+    seconds: u32,
+    file: &Path,
+    work: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let perf = perf_record(pid, seconds, file)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .context("starting perf record")?;
-    load.run()?;
+    let done = work()?;
     let out = perf.wait_with_output().context("waiting for perf record")?;
     if !out.status.success() {
         println!(
@@ -408,7 +419,7 @@ fn recorded(load: &Load, pid: u32, file: &Path) -> Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(())
+    Ok(done)
 }
 
 /// `perf record` of the process `pid` and its threads for `seconds`, into `file`.

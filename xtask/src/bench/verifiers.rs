@@ -19,7 +19,9 @@
 use super::nginx::Nginx;
 use super::report::median;
 use super::scale::{copies, execute, subdomain, Backend};
-use super::scaling::{placement, registries, write_goals, Measured, Placed, Placement};
+use super::scaling::{
+    placement, registries, while_recorded, write_goals, Measured, Placed, Placement,
+};
 use super::wrk::Load;
 use super::{federated_server, machine};
 use crate::api::{upload, Api, Signer};
@@ -42,6 +44,8 @@ pub struct Plan {
     pub issuers: usize,
     pub rounds: u64,
     pub seconds: u32,
+    /// Where to put a `perf record` of the registry's cold and warm runs of the first round.
+    pub perf: Option<PathBuf>,
 }
 
 /// wrk's threads at most, and its connections (as `--workers`).
@@ -244,6 +248,15 @@ fn measure(
     };
     let mut rounds = Vec::new();
     for round in 0..plan.rounds {
+        // The cold scenario has no warm-up to sample (it would warm the issuers): the first
+        // round's own runs are recorded, at a cost of about one sample a millisecond.
+        let profiled = |load: &Load, pid: u32, what: &str| match &plan.perf {
+            Some(dir) if round == 0 => {
+                let file = dir.join(format!("{}-W{workers}.data", what.replace(", ", "-")));
+                while_recorded(pid, load.seconds, &file, || run(load, pid, what))
+            }
+            _ => run(load, pid, what),
+        };
         let servers = Servers::start(binary, dir, scene, workers, placement)?;
         let (plain, tls, nginx) = (&servers.plain, &servers.tls, &servers.nginx);
         let wide = |port: u16| {
@@ -259,12 +272,12 @@ fn measure(
             load(format!("https://127.0.0.1:{port}{JWKS}"), headers, None)
         };
         let cold = (
-            run(&wide(plain.port), plain.pid(), "wide, cold")?,
+            profiled(&wide(plain.port), plain.pid(), "wide, cold")?,
             run(&wide(nginx.port), nginx.pid(), "wide, cold nginx")?,
         );
         servers.sweep(scene)?;
         let warm = (
-            run(&wide(plain.port), plain.pid(), "wide")?,
+            profiled(&wide(plain.port), plain.pid(), "wide")?,
             run(&wide(nginx.port), nginx.pid(), "wide nginx")?,
         );
         let fresh = (

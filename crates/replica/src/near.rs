@@ -51,7 +51,7 @@ pub(crate) struct Near<K: Send, T: Send + Sync + ?Sized> {
 
 #[derive(Debug)]
 struct Copies<K, T: ?Sized> {
-    by_key: HashMap<K, Copy<T>>,
+    by_key: HashMap<K, Kept<T>>,
     weight: usize,
 }
 
@@ -64,23 +64,33 @@ impl<K, T: ?Sized> Default for Copies<K, T> {
     }
 }
 
+/// What a thread keeps of a key it used.
+#[derive(Debug)]
+enum Kept<T: ?Sized> {
+    /// Used once: nothing copied, and the shared entry not held (a note must not keep it in
+    /// memory once the owner let it go). `weight`: the entry's note weight.
+    Noted {
+        weight: usize,
+    },
+    Copied(Copy<T>),
+}
+
+impl<T: Copied + ?Sized> Kept<T> {
+    fn weight(&self) -> usize {
+        match self {
+            Kept::Noted { weight } => *weight,
+            Kept::Copied(copy) => copy.origin.weight(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Copy<T: ?Sized> {
     /// The owner's count of changes when the copy was last found current.
     checked_at: u64,
     /// The shared entry it was made from (held, so that its address names it).
     origin: Arc<T>,
-    /// `None`: used once, not copied yet.
-    own: Option<Arc<T>>,
-}
-
-impl<T: Copied + ?Sized> Copy<T> {
-    fn weight(&self) -> usize {
-        match self.own {
-            Some(_) => self.origin.weight(),
-            None => self.origin.note_weight(),
-        }
-    }
+    own: Arc<T>,
 }
 
 impl<K, T> Near<K, T>
@@ -128,54 +138,64 @@ where
     {
         let copies: &RefCell<Copies<K, T>> = self.copies.get()?;
         let copies = copies.borrow();
-        let copy = copies.by_key.get(key)?;
-        let own = copy.own.as_ref()?;
+        let Kept::Copied(copy) = copies.by_key.get(key)? else {
+            return None;
+        };
         if copy.checked_at != changes {
             return None;
         }
         seen(&copy.origin);
-        Some(own.clone())
+        Some(copy.own.clone())
     }
 
     /// This thread's copy of `origin`, the entry at `key` that the shared map held once the owner's
-    /// count was `changes`: the copy it has when made from the same entry, a new one at the
-    /// thread's second use of that entry, kept for the next requests; `origin` itself at the
-    /// first use (noted), and for an entry heavier than a quarter of the budget (never copied).
+    /// count was `changes`: the copy it has when made from the same entry, else a new one when
+    /// the thread used the key before, kept for the next requests; `origin` itself at the
+    /// thread's first use of the key (noted), and for an entry heavier than a quarter of the
+    /// budget (never copied).
     fn copy_of<Q>(&self, key: &Q, origin: &Arc<T>, changes: u64) -> Arc<T>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let weight = origin.weight();
-        if weight > self.budget / 4 {
+        if origin.weight() > self.budget / 4 {
             return origin.clone();
         }
         let mut copies = self.copies.get_or_default().borrow_mut();
-        let mut used_before = false;
-        if let Some(copy) = copies.by_key.get_mut(key) {
+        if let Some(Kept::Copied(copy)) = copies.by_key.get_mut(key) {
             if Arc::ptr_eq(&copy.origin, origin) {
                 copy.checked_at = changes;
-                if let Some(own) = &copy.own {
-                    return own.clone();
-                }
-                used_before = true;
+                return copy.own.clone();
             }
         }
-        if let Some(old) = copies.by_key.remove(key) {
-            copies.weight -= old.weight();
-        }
-        let copy = Copy {
-            checked_at: changes,
-            origin: origin.clone(),
-            own: used_before.then(|| origin.copied()),
+        let used_before = match copies.by_key.remove(key) {
+            Some(old) => {
+                copies.weight -= old.weight();
+                true
+            }
+            None => false,
         };
-        let weight = copy.weight();
+        let (kept, served) = match used_before {
+            true => {
+                let own = origin.copied();
+                let copy = Copy {
+                    checked_at: changes,
+                    origin: origin.clone(),
+                    own: own.clone(),
+                };
+                (Kept::Copied(copy), own)
+            }
+            false => {
+                let weight = origin.note_weight();
+                (Kept::Noted { weight }, origin.clone())
+            }
+        };
+        let weight = kept.weight();
         if copies.weight + weight > self.budget {
             *copies = Copies::default();
         }
-        let served = copy.own.clone().unwrap_or_else(|| origin.clone());
         copies.weight += weight;
-        copies.by_key.insert(key.to_owned(), copy);
+        copies.by_key.insert(key.to_owned(), kept);
         served
     }
 }
@@ -236,10 +256,11 @@ mod tests {
             "the same origin keeps its copy"
         );
         assert!(near.current("k", 1, |_| {}).is_some());
-        // A new entry under the key: a new copy, at its second use.
+        // A new entry under a key used before: a new copy at once.
         let replaced = Arc::new(Entry("b".into()));
         assert!(near.current("k", 2, |_| {}).is_none());
-        let fresh = used_twice(&near, "k", &replaced, 2);
+        let fresh = near.copy_of("k", &replaced, 2);
+        assert!(!Arc::ptr_eq(&fresh, &replaced));
         assert_eq!(fresh.0, "b");
         assert_eq!(
             near.current("k", 2, |_| {}).map(|e| e.0.clone()),

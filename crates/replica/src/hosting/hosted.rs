@@ -166,8 +166,8 @@ impl crate::near::Copied for Hosted {
         self.footprint
     }
 
-    /// A note holds the subdomain (a key of up to 63 bytes: an allocation of 80 at most), the
-    /// entry's address and the count it was checked at, in a map slot (56 bytes): 160 at most.
+    /// A note holds the subdomain (a key of up to 63 bytes: an allocation of 80 at most) in a
+    /// map slot (56 bytes with its value), and not the entry: 160 at most.
     fn note_weight(&self) -> usize {
         160
     }

@@ -84,7 +84,8 @@ pub struct Options {
     /// scenarios' warm-up runs (`perf record`, 999 samples a second, no call graphs) into
     /// `DIR/<scenario>-W<workers>.data`; the measured rounds run without it. With
     /// `--verifiers`: the registry's cold and warm runs of the first round, into
-    /// `DIR/wide-cold-W<workers>.data` and `DIR/wide-W<workers>.data`.
+    /// `DIR/wide-cold-W<workers>.data` and `DIR/wide-W<workers>.data` (those runs count in the
+    /// medians: the profiler takes about one sample a millisecond of the registry's CPU).
     #[arg(long, value_name = "DIR")]
     perf: Option<PathBuf>,
     /// Skip P6 (two replicas on PostgreSQL).

@@ -41,8 +41,9 @@ pub(crate) trait Copied {
     }
 }
 
-/// Each thread's copies of the entries of one shared map, by key, at most `budget` in weight per
-/// thread (past it, the thread starts again from the shared map).
+/// Each thread's copies of the entries of one shared map, by key, and its notes of keys used
+/// once, together at most `budget` in weight per thread (past it, the thread starts again from
+/// the shared map).
 #[derive(Debug)]
 pub(crate) struct Near<K: Send, T: Send + Sync + ?Sized> {
     copies: ThreadLocal<CachePadded<RefCell<Copies<K, T>>>>,
@@ -107,8 +108,9 @@ where
     }
 
     /// The entry at `key` as of the owner's count `changes` (read before the call): this thread's
-    /// copy when it was found current at that count, else a copy of what `shared` reads from the
-    /// shared map (`None` when the map holds nothing there). `seen` is shown the shared entry
+    /// copy when it was found current at that count, else what `shared` reads from the shared map
+    /// (`None` when the map holds nothing there): the shared entry itself at this thread's first
+    /// use of `key`, a copy of it from the second use on. `seen` is shown the shared entry
     /// behind a copy served as current (the owner's bookkeeping of use, which should write to it
     /// rarely).
     pub(crate) fn get<Q>(

@@ -167,7 +167,8 @@ impl crate::near::Copied for Hosted {
     }
 
     /// A note holds the subdomain (a key of up to 63 bytes: an allocation of 80 at most) in a
-    /// map slot (56 bytes with its value), and not the entry: 160 at most.
+    /// map slot with its value, and not the entry: about 160 bytes, the map's spare slots
+    /// included.
     fn note_weight(&self) -> usize {
         160
     }

@@ -357,11 +357,8 @@ fn measure(
         match &plan.perf {
             Some(dir) if *server != static_files => {
                 let name = SCENARIOS[i].replace(' ', "-");
-                recorded(
-                    &warm_up,
-                    *server,
-                    &dir.join(format!("{name}-W{workers}.data")),
-                )?;
+                let file = dir.join(format!("{name}-W{workers}.data"));
+                while_recorded(*server, warm_up.seconds, &file, || warm_up.run())?;
             }
             _ => {
                 warm_up.run()?;
@@ -389,16 +386,10 @@ fn measure(
     Ok(rounds)
 }
 
-/// Runs `load` while `perf record` samples the process `pid` and its threads into `file`: a flat
-/// profile (no call graphs, which a release build without frame pointers would garble) of where
-/// the workers spend their time.
-fn recorded(load: &Load, pid: u32, file: &Path) -> Result<()> {
-    while_recorded(pid, load.seconds, file, || load.run().map(drop))
-}
-
 /// Runs `work` (`seconds` long) while `perf record` samples the process `pid` and its threads
-/// into `file`. A machine that does not let perf sample (a container without the capability,
-/// say) gets a warning, and the work goes on.
+/// into `file`: a flat profile (no call graphs, which a release build without frame pointers
+/// would garble) of where the workers spend their time. A machine that does not let perf
+/// sample (a container without the capability, say) gets a warning, and the work goes on.
 pub(super) fn while_recorded<T>(
     pid: u32,
     seconds: u32,

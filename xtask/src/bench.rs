@@ -134,8 +134,10 @@ pub fn run(options: &Options) -> Result<()> {
     };
     let dir = std::env::temp_dir().join(format!("registry-bench-{}", std::process::id()));
     let work = WorkDir::at(dir)?;
-    if options.perf.is_some() {
+    if let Some(perf) = &options.perf {
         require("perf", "linux-perf")?;
+        std::fs::create_dir_all(perf)
+            .with_context(|| format!("creating the profiles' folder {}", perf.display()))?;
     }
     if options.verifiers {
         let plan = verifiers::Plan {

@@ -68,7 +68,7 @@ impl Served {
         let mut doc: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(&hosted.discovery.body).unwrap_or_default();
         point_at(&mut doc, &self.domain.issuer());
-        let document = Document::new(&serde_json::Value::Object(doc).to_string());
+        let document = Document::new(serde_json::Value::Object(doc).to_string());
         *kept = Some((hosted.discovery.etag.clone(), document.clone()));
         document
     }

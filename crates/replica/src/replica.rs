@@ -297,8 +297,9 @@ impl Replica {
         match (service, config) {
             // Replaced in one step: a public GET in between sees the old documents or the new.
             (Some(service), Some(config)) => {
-                self.hosting.put(&service, &config, self.now());
-                self.documents_changed(id, service.subdomain, config.updated_at);
+                let updated_at = config.updated_at;
+                self.hosting.put(&service, config, self.now());
+                self.documents_changed(id, service.subdomain, updated_at);
             }
             // Only documents this replica served are purged: what a cache holds came through a
             // replica that served it, and that one purges (errors, 404s included, are never

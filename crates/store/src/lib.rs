@@ -36,20 +36,11 @@
 //! assert_eq!(store.latest_change().unwrap(), 0);
 //! ```
 
-/// The ids of the disabled customers, as a sub-select: the reads that serve requests leave out
-/// what they hold (docs/api.md, "Customers").
-macro_rules! disabled_customers {
-    () => {
-        customers::table
-            .filter(customers::disabled_at.is_not_null())
-            .select(customers::id)
-    };
-}
-
 mod accounts;
 mod audit;
 mod customers;
 mod domains;
+mod enabled;
 mod error;
 mod feed;
 mod fetches;

@@ -1,9 +1,10 @@
 //! [`ServiceStore`] on [`Store`].
 
+use crate::enabled::enabled;
 use crate::error::Res;
 use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, key_state_text, millis, readable, ConfigRow, ServiceRow};
-use crate::schema::{credentials, customers, published_configs, services};
+use crate::schema::{credentials, published_configs, services};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
@@ -17,21 +18,11 @@ use uuid::Uuid;
 /// Bound parameters per `IN (…)` query, far below every backend's limit.
 const IN_CHUNK: usize = 500;
 
-/// The services that are anonymous or whose customer is not disabled: the others do not exist
-/// for the reads that serve requests (docs/api.md, "Customers").
-macro_rules! enabled {
-    () => {
-        services::customer_id.is_null().or(diesel::dsl::not(
-            services::customer_id.eq_any(disabled_customers!().nullable()),
-        ))
-    };
-}
-
 /// A service by id, unless its customer is disabled.
 fn by_id(conn: &mut Db, id: &str) -> Res<Option<Service>> {
     services::table
         .find(id)
-        .filter(enabled!())
+        .filter(enabled(services::customer_id))
         .get_result::<ServiceRow>(conn)
         .optional()?
         .map(ServiceRow::into_domain)
@@ -164,7 +155,7 @@ impl ServiceStore for Store {
             }
             services::table
                 .filter(services::subdomain.eq(subdomain_or_id.to_lowercase()))
-                .filter(enabled!())
+                .filter(enabled(services::customer_id))
                 .get_result::<ServiceRow>(conn)
                 .optional()?
                 .map(ServiceRow::into_domain)
@@ -372,7 +363,7 @@ pub(crate) fn published_by_subdomain(
     let query = services::table
         .inner_join(published_configs::table)
         .filter(services::subdomain.eq(subdomain.to_lowercase()))
-        .filter(enabled!());
+        .filter(enabled(services::customer_id));
     let row = on_backend!(conn, |c| query
         .get_result::<(ServiceRow, ConfigRow)>(c)
         .optional())?;

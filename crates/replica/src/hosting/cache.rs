@@ -132,7 +132,7 @@ impl HostingCache {
             return None;
         };
         let issuer = self.issuers.issuer_of(&service.subdomain);
-        let hosted = Arc::new(Hosted::new(&service, &config, &issuer, now, self.date_text));
+        let hosted = Arc::new(Hosted::new(&service, config, &issuer, now, self.date_text));
         let mut hosts = self.write();
         if self.generation.load(Ordering::Acquire) == generation.0 {
             self.insert(&mut hosts, &service.subdomain, hosted.clone());
@@ -142,7 +142,7 @@ impl HostingCache {
 
     /// Publishes a service's documents as of `now`, replacing what it served before in one
     /// step: a change applied from the change log.
-    pub fn put(&self, service: &Service, config: &PublishedConfig, now: OffsetDateTime) {
+    pub fn put(&self, service: &Service, config: PublishedConfig, now: OffsetDateTime) {
         let issuer = self.issuers.issuer_of(&service.subdomain);
         let hosted = Arc::new(Hosted::new(service, config, &issuer, now, self.date_text));
         let mut hosts = self.write();
@@ -390,7 +390,7 @@ mod tests {
         ] {
             let issuer =
                 issuer.map_or_else(|| issuers().issuer_of(&service.subdomain), str::to_owned);
-            let hosted = Hosted::new(&service, &config, &issuer, now, text);
+            let hosted = Hosted::new(&service, config.clone(), &issuer, now, text);
             let sizes = sizes_of(&hosted, &service.subdomain);
             assert!(
                 sizes <= hosted.footprint && hosted.footprint <= sizes + OVERHEAD,
@@ -412,11 +412,11 @@ mod tests {
         let now = OffsetDateTime::now_utc();
         let (service, config) = large("r-x", 2_000, 10, 3, now);
         let issuer = issuers().issuer_of("r-x");
-        let hosted = Hosted::new(&service, &config, &issuer, now, text);
+        let hosted = Hosted::new(&service, config.clone(), &issuer, now, text);
         let later = now + time::Duration::hours(2);
         assert!(hosted.is_stale_at(later));
         let rebuilt = hosted.rebuilt("r-x", later).expect("a source is kept");
-        let fresh = Hosted::new(&service, &config, &issuer, later, text);
+        let fresh = Hosted::new(&service, config.clone(), &issuer, later, text);
         assert_eq!(rebuilt.jwks.body, fresh.jwks.body);
         assert_eq!(rebuilt.jwks.etag, fresh.jwks.etag);
         assert_eq!(rebuilt.last_modified, fresh.last_modified);
@@ -491,8 +491,9 @@ mod tests {
         let at = |ms: i64| second + time::Duration::milliseconds(ms);
         let (service, mut config) = published("v-x", 10);
         let issuer = issuers().issuer_of("v-x");
-        let build =
-            |config: &PublishedConfig, now| Hosted::new(&service, config, &issuer, now, text);
+        let build = |config: &PublishedConfig, now| {
+            Hosted::new(&service, config.clone(), &issuer, now, text)
+        };
         config.updated_at = at(900);
         // A lone version, or one whose predecessor is a second older: the date decides.
         for previous in [None, Some(at(-100))] {
@@ -523,8 +524,8 @@ mod tests {
         let cache = HostingCache::new(issuers(), 1 << 20, text);
         let old = published("api-x", 10);
         let new = published("api-x", 20);
-        cache.put(&old.0, &old.1, OffsetDateTime::now_utc());
-        cache.put(&new.0, &new.1, OffsetDateTime::now_utc());
+        cache.put(&old.0, old.1.clone(), OffsetDateTime::now_utc());
+        cache.put(&new.0, new.1.clone(), OffsetDateTime::now_utc());
         // The old id's removal arrives after the new service was published (log order).
         cache.remove(old.0.id);
         let served = cache.get("api-x").expect("the new service is still served");
@@ -543,7 +544,7 @@ mod tests {
         );
         let each = Hosted::new(
             &a.0,
-            &a.1,
+            a.1.clone(),
             "http://a-x.localhost",
             OffsetDateTime::now_utc(),
             text,
@@ -552,10 +553,10 @@ mod tests {
         // Two fit, three do not.
         let bound = 2 * each + each / 2;
         let cache = HostingCache::new(issuers(), bound, text);
-        cache.put(&a.0, &a.1, OffsetDateTime::now_utc());
-        cache.put(&b.0, &b.1, OffsetDateTime::now_utc());
+        cache.put(&a.0, a.1.clone(), OffsetDateTime::now_utc());
+        cache.put(&b.0, b.1.clone(), OffsetDateTime::now_utc());
         assert!(cache.get("a-x").is_some()); // a is served after b was published
-        cache.put(&c.0, &c.1, OffsetDateTime::now_utc());
+        cache.put(&c.0, c.1.clone(), OffsetDateTime::now_utc());
         assert!(cache.bytes() <= bound, "{}", cache.bytes());
         let now = OffsetDateTime::now_utc();
         // b left memory altogether: it is read again when asked for.
@@ -576,7 +577,7 @@ mod tests {
         assert!(matches!(cache.lookup("b-x", now), Lookup::Unknown(_)));
         // A republication replaces in one step, and the bytes follow.
         let before = cache.bytes();
-        cache.put(&a.0, &a.1, OffsetDateTime::now_utc());
+        cache.put(&a.0, a.1.clone(), OffsetDateTime::now_utc());
         assert_eq!(cache.bytes(), before);
         assert_eq!(cache.read().subdomain_of.len(), cache.in_memory());
     }
@@ -599,7 +600,7 @@ mod tests {
         ));
         // A publication applied clears the miss at once.
         let (service, config) = published("n-x", 10);
-        cache.put(&service, &config, now);
+        cache.put(&service, config.clone(), now);
         assert!(matches!(cache.lookup("n-x", now), Lookup::Hit(_)));
         cache.remove(service.id);
         assert!(matches!(cache.lookup("n-x", now), Lookup::Unknown(_)));
@@ -629,7 +630,7 @@ mod tests {
         let Lookup::Unknown(before) = cache.lookup("g-x", now) else {
             panic!("not in memory");
         };
-        cache.put(&service, &new, now);
+        cache.put(&service, new.clone(), now);
         let served = cache.fill(before, "g-x", Some((service.clone(), old)), now);
         assert!(served.is_some(), "the read still answers its own request");
         let kept = cache.get("g-x").expect("the applied version");
@@ -639,7 +640,7 @@ mod tests {
         let Lookup::Unknown(before) = cache.lookup("g-x", now) else {
             panic!("removed");
         };
-        cache.put(&service, &new, now);
+        cache.put(&service, new.clone(), now);
         cache.remove(service.id);
         cache.fill(before, "g-x", None, now);
         assert!(matches!(cache.lookup("g-x", now), Lookup::Unknown(_)));
@@ -657,7 +658,7 @@ mod tests {
         let cache = HostingCache::new(issuers(), 1 << 20, text);
         let now = OffsetDateTime::now_utc();
         let (service, old) = published("n-x", 10);
-        cache.put(&service, &old, now);
+        cache.put(&service, old.clone(), now);
         let shared = cache.get("n-x").expect("in memory");
         assert!(
             Arc::ptr_eq(&hit(&cache, "n-x", now), &shared),
@@ -683,20 +684,20 @@ mod tests {
         });
         // A change of another service: the copy is checked, and kept.
         let (other, config) = published("o-x", 10);
-        cache.put(&other, &config, now);
+        cache.put(&other, config.clone(), now);
         assert!(Arc::ptr_eq(&hit(&cache, "n-x", now), &first));
         // A new configuration is served at once, and so is a withdrawal.
         let new = PublishedConfig {
             jwks: r#"{"keys":[{"kid":"new"}]}"#.into(),
             ..old.clone()
         };
-        cache.put(&service, &new, now);
+        cache.put(&service, new.clone(), now);
         assert_eq!(hit(&cache, "n-x", now).uploaded_jwks, new.jwks.as_bytes());
         cache.remove(service.id);
         assert!(matches!(cache.lookup("n-x", now), Lookup::Unknown(_)));
         // A rebuilt entry (a retired key's time ran out) is served at once too.
         let (service, config) = large("r-x", 100, 3, 1, now);
-        cache.put(&service, &config, now);
+        cache.put(&service, config.clone(), now);
         let before = hit(&cache, "r-x", now);
         let later = now + time::Duration::hours(2);
         assert!(before.is_stale_at(later));

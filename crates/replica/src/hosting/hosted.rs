@@ -55,8 +55,8 @@ pub struct Document {
 }
 
 impl Document {
-    pub(crate) fn new(text: &str) -> Self {
-        Self::of(Bytes::copy_from_slice(text.as_bytes()))
+    pub(crate) fn new(text: String) -> Self {
+        Self::of(owned(text))
     }
 
     fn of(body: Bytes) -> Self {
@@ -72,6 +72,15 @@ impl Document {
             etag: Bytes::copy_from_slice(&etag),
         }
     }
+}
+
+/// `text`'s bytes, moved rather than copied (a cold issuer's first fetch builds its entry from
+/// the strings its row was read into), in an allocation of exactly their length: what the
+/// entry's footprint counts.
+fn owned(text: String) -> Bytes {
+    let mut bytes = text.into_bytes();
+    bytes.shrink_to_fit();
+    Bytes::from(bytes)
 }
 
 /// What an entry keeps to build itself again when a retired key's time runs out, without the
@@ -197,21 +206,18 @@ pub(super) fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
 }
 
 impl Hosted {
-    /// The documents of `service` as `config` publishes them under `issuer`, at `now`.
+    /// The documents of `service` as `config` publishes them under `issuer`, at `now`; the
+    /// documents' text is moved into the entry, not copied.
     pub(super) fn new(
         service: &Service,
-        config: &PublishedConfig,
+        config: PublishedConfig,
         issuer: &str,
         now: OffsetDateTime,
         date_text: DateText,
     ) -> Self {
         let retired = KeyState {
-            keys: config
-                .keys
-                .keys
-                .iter()
+            keys: (config.keys.keys.into_iter())
                 .filter(|k| k.retired_at.is_some())
-                .cloned()
                 .collect(),
             ..KeyState::default()
         };
@@ -221,8 +227,8 @@ impl Hosted {
                 service_id: service.id,
                 subdomain: &service.subdomain,
                 expires_at: service.expires_at,
-                discovery: Document::new(&current_discovery(&config.openid_configuration, issuer)),
-                uploaded_jwks: Bytes::copy_from_slice(config.jwks.as_bytes()),
+                discovery: Document::new(current_discovery(config.openid_configuration, issuer)),
+                uploaded_jwks: owned(config.jwks),
                 retired: &retired,
                 updated_at: config.updated_at,
                 previous_change_at: config.previous_change_at,
@@ -242,7 +248,7 @@ impl Hosted {
             None => Document::of(parts.uploaded_jwks.clone()),
             Some(_) => {
                 let uploaded = serde_json::from_slice(&parts.uploaded_jwks).unwrap_or_default();
-                Document::new(&retired.served(&uploaded, now).to_string())
+                Document::new(retired.served(&uploaded, now).to_string())
             }
         };
         // Every change of the documents this entry knows of: its publication, then each
@@ -356,7 +362,7 @@ impl Hosted {
 /// The stored discovery document, re-pointed at `issuer` when it was published under another
 /// issuer URL (the operator changed `REGISTRY_ISSUER_URL_TEMPLATE`): verifiers refuse a
 /// document whose `issuer` is not the URL they fetched it from.
-fn current_discovery<'a>(stored: &'a str, issuer: &str) -> std::borrow::Cow<'a, str> {
+fn current_discovery(stored: String, issuer: &str) -> String {
     // The registry stores the document as serde_json writes it, `issuer` first unless the
     // upload put it later: then the answer is known without parsing the whole document.
     if let Some(rest) = stored.strip_prefix(r#"{"issuer":"#) {
@@ -365,18 +371,18 @@ fn current_discovery<'a>(stored: &'a str, issuer: &str) -> std::borrow::Cow<'a, 
             .strip_prefix(quoted.as_str())
             .is_some_and(|after| after.starts_with([',', '}']))
         {
-            return std::borrow::Cow::Borrowed(stored);
+            return stored;
         }
     }
-    std::borrow::Cow::Owned(match serde_json::from_str::<serde_json::Value>(stored) {
+    match serde_json::from_str::<serde_json::Value>(&stored) {
         Ok(serde_json::Value::Object(mut doc))
             if doc.get("issuer").and_then(|i| i.as_str()) != Some(issuer) =>
         {
             point_at(&mut doc, issuer);
             serde_json::Value::Object(doc).to_string()
         }
-        _ => stored.to_owned(),
-    })
+        _ => stored,
+    }
 }
 
 #[cfg(test)]
@@ -387,11 +393,14 @@ mod tests {
     fn documents_published_under_another_template_are_re_pointed() {
         let stored = r#"{"issuer":"http://a-acme.old:1","jwks_uri":"http://a-acme.old:1/openid/v1/jwks","x":1}"#;
         assert_eq!(
-            current_discovery(stored, "https://a-acme.new"),
+            current_discovery(stored.to_owned(), "https://a-acme.new"),
             r#"{"issuer":"https://a-acme.new","jwks_uri":"https://a-acme.new/openid/v1/jwks","x":1}"#
         );
         let current =
             r#"{"issuer":"https://a-acme.new","jwks_uri":"https://a-acme.new/openid/v1/jwks"}"#;
-        assert_eq!(current_discovery(current, "https://a-acme.new"), current);
+        assert_eq!(
+            current_discovery(current.to_owned(), "https://a-acme.new"),
+            current
+        );
     }
 }

@@ -1,10 +1,9 @@
 //! [`AccountStore`] on [`Store`].
 
-use crate::enabled::enabled;
 use crate::error::{Failure, Res};
 use crate::pool::Db;
 use crate::rows::{id_text, millis, policy_text, AccountRow};
-use crate::schema::{account_issuers, credentials, service_accounts};
+use crate::schema::{account_issuers, credentials, customers, service_accounts};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
@@ -119,7 +118,7 @@ impl AccountStore for Store {
         self.read(|conn| {
             service_accounts::table
                 .find(id_text(id))
-                .filter(enabled(service_accounts::customer_id))
+                .filter(enabled!(service_accounts::customer_id))
                 .get_result::<AccountRow>(conn)
                 .optional()?
                 .map(AccountRow::into_domain)
@@ -223,7 +222,7 @@ impl AccountStore for Store {
                 service_accounts::table
                     .inner_join(account_issuers::table)
                     .filter(account_issuers::issuer.eq(issuer))
-                    .filter(enabled(service_accounts::customer_id))
+                    .filter(enabled!(service_accounts::customer_id))
                     .select(service_accounts::all_columns)
                     .order((service_accounts::created_at, service_accounts::id))
                     .load(conn)?,
@@ -236,7 +235,7 @@ impl AccountStore for Store {
             load(
                 service_accounts::table
                     .filter(service_accounts::kind.eq("oidc"))
-                    .filter(enabled(service_accounts::customer_id))
+                    .filter(enabled!(service_accounts::customer_id))
                     .order((service_accounts::created_at, service_accounts::id))
                     .load(conn)?,
             )

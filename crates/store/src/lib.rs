@@ -36,11 +36,27 @@
 //! assert_eq!(store.latest_change().unwrap(), 0);
 //! ```
 
+/// Whether the customer of a row (`$customer_id`, its `customer_id` column) is not disabled, or
+/// the row has none (an anonymous service): the reads that serve requests leave out what
+/// disabled customers hold (docs/api.md, "Customers"). A correlated `NOT EXISTS`, one lookup of
+/// the customer's primary key per row: `customer_id NOT IN (SELECT id FROM customers WHERE …)`,
+/// the form it replaced, made SQLite read every customer at each execution, so that a cold
+/// issuer's first fetch read all of them (`services::tests` checks the plan).
+macro_rules! enabled {
+    ($customer_id:expr) => {
+        diesel::dsl::not(diesel::dsl::exists(
+            customers::table
+                .select(customers::id)
+                .filter(customers::id.nullable().eq($customer_id.nullable()))
+                .filter(customers::disabled_at.is_not_null()),
+        ))
+    };
+}
+
 mod accounts;
 mod audit;
 mod customers;
 mod domains;
-mod enabled;
 mod error;
 mod feed;
 mod fetches;

@@ -1,10 +1,9 @@
 //! [`ServiceStore`] on [`Store`].
 
-use crate::enabled::enabled;
 use crate::error::Res;
 use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, key_state_text, millis, readable, ConfigRow, ServiceRow};
-use crate::schema::{credentials, published_configs, services};
+use crate::schema::{credentials, customers, published_configs, services};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
@@ -22,7 +21,7 @@ const IN_CHUNK: usize = 500;
 fn by_id(conn: &mut Db, id: &str) -> Res<Option<Service>> {
     services::table
         .find(id)
-        .filter(enabled(services::customer_id))
+        .filter(enabled!(services::customer_id))
         .get_result::<ServiceRow>(conn)
         .optional()?
         .map(ServiceRow::into_domain)
@@ -155,7 +154,7 @@ impl ServiceStore for Store {
             }
             services::table
                 .filter(services::subdomain.eq(subdomain_or_id.to_lowercase()))
-                .filter(enabled(services::customer_id))
+                .filter(enabled!(services::customer_id))
                 .get_result::<ServiceRow>(conn)
                 .optional()?
                 .map(ServiceRow::into_domain)
@@ -363,7 +362,7 @@ pub(crate) fn published_by_subdomain(
     let query = services::table
         .inner_join(published_configs::table)
         .filter(services::subdomain.eq(subdomain.to_lowercase()))
-        .filter(enabled(services::customer_id));
+        .filter(enabled!(services::customer_id));
     let row = on_backend!(conn, |c| query
         .get_result::<(ServiceRow, ConfigRow)>(c)
         .optional())?;
@@ -371,4 +370,69 @@ pub(crate) fn published_by_subdomain(
         Ok((s.into_domain()?, c.into_domain()?))
     })?
     .pop())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Store;
+    use diesel::query_builder::QueryId;
+
+    #[derive(QueryableByName)]
+    struct Step {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        detail: String,
+    }
+
+    /// What SQLite plans for a read of one enabled service by its subdomain.
+    fn plan() -> Vec<String> {
+        let store = Store::connect("sqlite::memory:").unwrap();
+        store.migrate().unwrap();
+        let query = services::table
+            .filter(services::subdomain.eq("api-acme"))
+            .filter(enabled!(services::customer_id))
+            .select(services::id);
+        let sql = diesel::debug_query::<diesel::sqlite::Sqlite, _>(&query).to_string();
+        let sql = sql.split(" -- binds").next().unwrap().to_owned();
+        store
+            .read(|conn| {
+                let Db::Sqlite(conn) = conn else {
+                    unreachable!("a SQLite store")
+                };
+                let steps = diesel::sql_query(format!("EXPLAIN QUERY PLAN {sql}"))
+                    .bind::<diesel::sql_types::Text, _>("api-acme")
+                    .load::<Step>(conn)?;
+                Ok(steps.into_iter().map(|s| s.detail).collect())
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_services_customer_is_looked_up_by_its_key_not_scanned() {
+        let plan = plan();
+        assert!(
+            plan.iter()
+                .any(|step| step.starts_with("SEARCH customers USING")),
+            "{plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|step| step.contains("SCAN customers")),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn a_read_of_enabled_services_stays_in_the_connections_statement_cache() {
+        // Diesel keeps a prepared statement by its query's type only when the type fixes the
+        // SQL; a query with SQL text in it is prepared again at every execution.
+        fn kept<Q: QueryId>(_: &Q) -> bool {
+            Q::HAS_STATIC_QUERY_ID
+        }
+        let query = services::table
+            .filter(services::subdomain.eq("api-acme"))
+            .filter(enabled!(services::customer_id));
+        assert!(kept(&query));
+        let text = services::table.filter(diesel::dsl::sql::<diesel::sql_types::Bool>("1"));
+        assert!(!kept(&text), "the test can tell");
+    }
 }

@@ -76,6 +76,10 @@ pub struct Options {
     /// directories).
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     issuers: u64,
+    /// With `--verifiers`: how many customers the issuers belong to, spread evenly (the first
+    /// publishes through the API; the others are rows added to the database).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    customers: u64,
     /// With `--workers`: measure a number of workers even when wrk cannot have a core of its
     /// own (the figure is marked as measured on shared cores).
     #[arg(long)]
@@ -146,6 +150,7 @@ pub fn run(options: &Options) -> Result<()> {
                 false => options.workers.iter().map(|&w| w as usize).collect(),
             },
             issuers: options.issuers as usize,
+            customers: options.customers as usize,
             rounds: options.rounds,
             seconds: options.seconds,
             perf: options.perf.clone(),

@@ -42,6 +42,8 @@ pub const TITLE: &str = "## Where verifiers are (`cargo xtask bench --verifiers`
 pub struct Plan {
     pub workers: Vec<usize>,
     pub issuers: usize,
+    /// How many customers the issuers belong to, spread evenly.
+    pub customers: usize,
     pub rounds: u64,
     pub seconds: u32,
     /// Where to put a `perf record` of the registry's cold and warm runs of the first round.
@@ -75,7 +77,11 @@ struct Scene {
 pub fn run(binary: &Path, dir: &Path, plan: &Plan) -> Result<String> {
     ensure!(plan.issuers >= 1, "--issuers must be at least 1");
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let scene = scene(binary, dir, plan.issuers)?;
+    ensure!(
+        (1..=plan.issuers).contains(&plan.customers),
+        "--customers must be between 1 and the number of issuers"
+    );
+    let scene = scene(binary, dir, plan.issuers, plan.customers)?;
     let mut rows = Vec::new();
     for &workers in &plan.workers {
         let Some(placement) = placement(workers, cores, false) else {
@@ -91,8 +97,9 @@ pub fn run(binary: &Path, dir: &Path, plan: &Plan) -> Result<String> {
 }
 
 /// The service `bench-acme` published through the API, copied `issuers − 1` times in the
-/// database; its key set as nginx's files, one directory per issuer.
-fn scene(binary: &Path, dir: &Path, issuers: usize) -> Result<Scene> {
+/// database and spread over `customers` (the copies' other customers are rows of the
+/// database too); its key set as nginx's files, one directory per issuer.
+fn scene(binary: &Path, dir: &Path, issuers: usize, customers: usize) -> Result<Scene> {
     let database_url = format!("sqlite://{}", dir.join("verifiers.db").display());
     let token = create_customer(binary, &database_url, "acme")?;
     let port = free_port()?;
@@ -118,6 +125,9 @@ fn scene(binary: &Path, dir: &Path, issuers: usize) -> Result<Scene> {
         &database_url,
         &copies(Backend::Sqlite, &id, issuers - 1, "", 0),
     )?;
+    if customers > 1 {
+        execute(Backend::Sqlite, &database_url, &spread(customers))?;
+    }
     println!(
         "{issuers} issuers in the database in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -139,6 +149,23 @@ fn scene(binary: &Path, dir: &Path, issuers: usize) -> Result<Scene> {
         hosts,
         script,
     })
+}
+
+/// SQL that adds `customers − 1` customers beside `acme` (the business plan, like it) and moves
+/// the services to them in turn by row: a registry's issuers belong to many customers, and
+/// reads that leave out disabled customers' services must cost the same with one or ten thousand.
+fn spread(customers: usize) -> String {
+    let id = |of: &str| format!("printf('00000000-0000-4000-8000-%012x', {of})");
+    format!(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {others}) \
+         INSERT INTO customers (id, name, tenant, plan, created_at) \
+         SELECT {new}, 'Customer ' || n.i, 'c' || n.i, plan, created_at \
+         FROM customers, n WHERE tenant = 'acme';\n\
+         UPDATE services SET customer_id = {moved} WHERE rowid % {customers} != 0;\n",
+        others = customers - 1,
+        new = id("n.i"),
+        moved = id(&format!("rowid % {customers}")),
+    )
 }
 
 /// wrk's script: each request the key set of a random one of the `issuers`, by the `Host` of
@@ -318,7 +345,7 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
     let _ = writeln!(out, "{TITLE}\n");
     let _ = writeln!(
         out,
-        "Machine: {}. {} issuers; {} round(s) of {} s per scenario and side, each round on \
+        "Machine: {}. {} issuers of {} customer(s); {} round(s) of {} s per scenario and side, each round on \
          servers started anew (the cold scenario first, then a sweep over every issuer, the \
          warm one, fresh TLS); wrk with {CONNECTIONS} connections and up to {WRK_THREADS} \
          threads on the cores the servers do not have. Cells: the median of the rounds, \
@@ -326,6 +353,7 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
          user + system time per request (µs).\n",
         machine(),
         plan.issuers,
+        plan.customers,
         plan.rounds,
         plan.seconds,
     );
@@ -378,5 +406,46 @@ mod tests {
             "bench-acme",
             "the name of issuer 0 in the script"
         );
+    }
+
+    #[test]
+    fn the_issuers_are_spread_over_the_customers_on_sqlite() {
+        use crate::cmd::output;
+        use std::process::Command;
+        let dir = std::env::temp_dir().join(format!("spread-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("spread.db");
+        let url = format!("sqlite://{}", file.display());
+        let schema = "CREATE TABLE customers (id TEXT PRIMARY KEY, name TEXT, tenant TEXT UNIQUE, \
+                      plan TEXT, created_at BIGINT);
+                      CREATE TABLE services (id TEXT PRIMARY KEY, customer_id TEXT);
+                      INSERT INTO customers VALUES ('acme-id', 'Acme', 'acme', 'business', 7);
+                      WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 8)
+                      INSERT INTO services SELECT 's' || i, 'acme-id' FROM n;";
+        execute(Backend::Sqlite, &url, schema).unwrap();
+        execute(Backend::Sqlite, &url, &spread(4)).unwrap();
+        let count = |sql: &str| {
+            let script = "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])";
+            let out = output(
+                Command::new("python3")
+                    .args(["-c", script])
+                    .arg(&file)
+                    .arg(sql),
+            );
+            out.unwrap().trim().to_owned()
+        };
+        let customers = count("SELECT count(*) FROM customers WHERE plan = 'business'");
+        let owners = count("SELECT count(DISTINCT customer_id) FROM services");
+        let uneven = count(
+            "SELECT max(n) - min(n) FROM (SELECT count(*) AS n FROM services GROUP BY customer_id)",
+        );
+        let orphans = count(
+            "SELECT count(*) FROM services WHERE customer_id NOT IN (SELECT id FROM customers)",
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(customers, "4");
+        assert_eq!(owners, "4");
+        assert_eq!(uneven, "0", "two services each");
+        assert_eq!(orphans, "0", "every service's customer exists");
     }
 }

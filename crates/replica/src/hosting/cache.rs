@@ -390,7 +390,7 @@ mod tests {
         ] {
             let issuer =
                 issuer.map_or_else(|| issuers().issuer_of(&service.subdomain), str::to_owned);
-            let hosted = Hosted::new(&service, config.clone(), &issuer, now, text);
+            let hosted = Hosted::new(&service, config, &issuer, now, text);
             let sizes = sizes_of(&hosted, &service.subdomain);
             assert!(
                 sizes <= hosted.footprint && hosted.footprint <= sizes + OVERHEAD,
@@ -524,8 +524,8 @@ mod tests {
         let cache = HostingCache::new(issuers(), 1 << 20, text);
         let old = published("api-x", 10);
         let new = published("api-x", 20);
-        cache.put(&old.0, old.1.clone(), OffsetDateTime::now_utc());
-        cache.put(&new.0, new.1.clone(), OffsetDateTime::now_utc());
+        cache.put(&old.0, old.1, OffsetDateTime::now_utc());
+        cache.put(&new.0, new.1, OffsetDateTime::now_utc());
         // The old id's removal arrives after the new service was published (log order).
         cache.remove(old.0.id);
         let served = cache.get("api-x").expect("the new service is still served");
@@ -556,7 +556,7 @@ mod tests {
         cache.put(&a.0, a.1.clone(), OffsetDateTime::now_utc());
         cache.put(&b.0, b.1.clone(), OffsetDateTime::now_utc());
         assert!(cache.get("a-x").is_some()); // a is served after b was published
-        cache.put(&c.0, c.1.clone(), OffsetDateTime::now_utc());
+        cache.put(&c.0, c.1, OffsetDateTime::now_utc());
         assert!(cache.bytes() <= bound, "{}", cache.bytes());
         let now = OffsetDateTime::now_utc();
         // b left memory altogether: it is read again when asked for.
@@ -577,7 +577,7 @@ mod tests {
         assert!(matches!(cache.lookup("b-x", now), Lookup::Unknown(_)));
         // A republication replaces in one step, and the bytes follow.
         let before = cache.bytes();
-        cache.put(&a.0, a.1.clone(), OffsetDateTime::now_utc());
+        cache.put(&a.0, a.1, OffsetDateTime::now_utc());
         assert_eq!(cache.bytes(), before);
         assert_eq!(cache.read().subdomain_of.len(), cache.in_memory());
     }
@@ -600,7 +600,7 @@ mod tests {
         ));
         // A publication applied clears the miss at once.
         let (service, config) = published("n-x", 10);
-        cache.put(&service, config.clone(), now);
+        cache.put(&service, config, now);
         assert!(matches!(cache.lookup("n-x", now), Lookup::Hit(_)));
         cache.remove(service.id);
         assert!(matches!(cache.lookup("n-x", now), Lookup::Unknown(_)));
@@ -640,7 +640,7 @@ mod tests {
         let Lookup::Unknown(before) = cache.lookup("g-x", now) else {
             panic!("removed");
         };
-        cache.put(&service, new.clone(), now);
+        cache.put(&service, new, now);
         cache.remove(service.id);
         cache.fill(before, "g-x", None, now);
         assert!(matches!(cache.lookup("g-x", now), Lookup::Unknown(_)));
@@ -684,7 +684,7 @@ mod tests {
         });
         // A change of another service: the copy is checked, and kept.
         let (other, config) = published("o-x", 10);
-        cache.put(&other, config.clone(), now);
+        cache.put(&other, config, now);
         assert!(Arc::ptr_eq(&hit(&cache, "n-x", now), &first));
         // A new configuration is served at once, and so is a withdrawal.
         let new = PublishedConfig {
@@ -697,7 +697,7 @@ mod tests {
         assert!(matches!(cache.lookup("n-x", now), Lookup::Unknown(_)));
         // A rebuilt entry (a retired key's time ran out) is served at once too.
         let (service, config) = large("r-x", 100, 3, 1, now);
-        cache.put(&service, config.clone(), now);
+        cache.put(&service, config, now);
         let before = hit(&cache, "r-x", now);
         let later = now + time::Duration::hours(2);
         assert!(before.is_stale_at(later));

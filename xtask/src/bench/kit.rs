@@ -1,14 +1,16 @@
-//! `cargo xtask bench-kit`: `cargo xtask bench --workers` packed for a machine that has no Rust,
-//! no wrk, no nginx and no network, such as a lent many-core machine (issue 39's table needs 16
-//! cores; the build machines have two).
+//! `cargo xtask bench-kit`: `cargo xtask bench --workers` (and `--verifiers`) packed for a
+//! machine that has no Rust, no wrk, no nginx and no network, such as a lent many-core machine
+//! (issue 39's and issue 55's tables need 16 cores; the build machines have two).
 //!
 //! The kit is two files: `kit.tar.gz` and `run.sh`. The archive holds the stripped release
 //! registry, this xtask, nginx, wrk, taskset and, where this machine has it, perf (`real/`),
 //! every shared library they load and the dynamic loader (`lib/`), and one launcher each
 //! (`bin/`) that starts the program through the carried loader with the carried libraries, so
-//! that nothing depends on what the other machine has installed but a shell, `tar` and `gzip`.
-//! `run.sh` unpacks it into a temporary folder, puts `bin/` first on the `PATH` and runs
-//! `xtask bench --no-write --binary bin/registry` with its own arguments.
+//! that nothing depends on what the other machine has installed but a shell, `tar`, `gzip`,
+//! `mktemp`, `getconf` and `date`, and for `--verifiers`, Python's `sqlite3` (the copies of the
+//! rows). `run.sh` says first what of these the machine lacks, then unpacks the kit into a
+//! temporary folder, puts `bin/` first on the `PATH` and runs `xtask bench --no-write --binary
+//! bin/registry` with its own arguments.
 
 use super::require;
 use crate::cmd::{output, root, shared_libraries};
@@ -23,7 +25,8 @@ use std::process::Command;
 #[command(
     after_help = "Example, then on the other machine (its figures printed, nothing written):\n  \
     cargo xtask bench-kit\n  \
-    bash target/bench-kit/run.sh --workers 1,2,4,8 --rounds 2 --seconds 5"
+    bash target/bench-kit/run.sh --workers 1,2,4,8 --rounds 2 --seconds 5\n  \
+    bash target/bench-kit/run.sh --verifiers --workers 1,2,4,8 --rounds 2 --seconds 5"
 )]
 pub struct Options {
     /// The folder that receives `kit.tar.gz` and `run.sh` (emptied first).
@@ -136,8 +139,9 @@ pub fn run(options: &Options) -> Result<()> {
         script.display()
     );
     println!(
-        "on the other machine: bash {}/run.sh --workers 1,2,4,8 --rounds 2 --seconds 5",
-        options.out.display()
+        "on the other machine: bash {out}/run.sh --workers 1,2,4,8 --rounds 2 --seconds 5\n  \
+         and: bash {out}/run.sh --verifiers --workers 1,2,4,8 --rounds 2 --seconds 5",
+        out = options.out.display()
     );
     Ok(())
 }
@@ -166,6 +170,22 @@ const RUN_SCRIPT: &str = r#"#!/bin/sh
 # cargo xtask bench, from the kit `cargo xtask bench-kit` made: no Rust, wrk or nginx needed here.
 # Usage: run.sh --workers 1,2,4,8 [--rounds N] [--seconds S] [any other flag of `bench`]
 set -eu
+# What the kit does not carry, this machine must have: what unpacks it, what the benchmark
+# calls besides its carried programs, and for --verifiers and --services, Python's sqlite3
+# (the copies of the rows). Said at once, rather than as a failure minutes into a run.
+missing=""
+for tool in tar gzip mktemp getconf date; do
+    command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+done
+case " $* " in
+*" --verifiers "* | *" --services "* | *" --services="*)
+    python3 -c "import sqlite3" >/dev/null 2>&1 || missing="$missing python3-with-sqlite3"
+    ;;
+esac
+if [ -n "$missing" ]; then
+    echo "run.sh: this machine lacks what the kit does not carry:$missing" >&2
+    exit 2
+fi
 here="$(cd "$(dirname "$0")" && pwd)"
 kit="$(mktemp -d "${TMPDIR:-/tmp}/registry-bench-kit.XXXXXX")"
 trap 'rm -rf "$kit"' EXIT
@@ -209,6 +229,40 @@ mod tests {
                 "--library-path {k}/lib {k}/real/wrk -t2 two words",
                 k = kit.display()
             )
+        );
+    }
+
+    #[test]
+    fn run_sh_names_what_this_machine_lacks_before_it_starts() {
+        let dir = registry_testkit::TempDir::new("bench-kit-lacks");
+        std::fs::write(dir.0.join("run.sh"), RUN_SCRIPT).unwrap();
+        // A machine with what unpacks the kit and `date`, but no getconf and no python3.
+        let tools = dir.0.join("tools");
+        std::fs::create_dir_all(&tools).unwrap();
+        for tool in ["tar", "gzip", "mktemp", "date", "dirname"] {
+            let path = crate::cmd::which(tool).unwrap();
+            std::os::unix::fs::symlink(path, tools.join(tool)).unwrap();
+        }
+        let run = |args: &[&str]| {
+            Command::new("/bin/sh")
+                .arg(dir.0.join("run.sh"))
+                .args(args)
+                .env("PATH", &tools)
+                .output()
+                .unwrap()
+        };
+
+        let workers = run(&["--workers", "1,2"]);
+        assert_eq!(workers.status.code(), Some(2));
+        assert_eq!(
+            String::from_utf8_lossy(&workers.stderr).trim(),
+            "run.sh: this machine lacks what the kit does not carry: getconf"
+        );
+        let verifiers = run(&["--verifiers", "--workers", "1"]);
+        assert_eq!(verifiers.status.code(), Some(2));
+        assert_eq!(
+            String::from_utf8_lossy(&verifiers.stderr).trim(),
+            "run.sh: this machine lacks what the kit does not carry: getconf python3-with-sqlite3"
         );
     }
 

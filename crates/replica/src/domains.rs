@@ -69,7 +69,10 @@ impl Served {
             serde_json::from_slice(&hosted.discovery.body).unwrap_or_default();
         point_at(&mut doc, &self.domain.issuer());
         let document = Document::new(serde_json::Value::Object(doc).to_string());
-        *kept = Some((hosted.discovery.etag.clone(), document.clone()));
+        // The tag copied: a slice of the entry's buffer would keep all of it in memory once
+        // the cache let the entry go.
+        let from = bytes::Bytes::copy_from_slice(&hosted.discovery.etag);
+        *kept = Some((from, document.clone()));
         document
     }
 }

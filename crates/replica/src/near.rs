@@ -10,6 +10,8 @@
 //! the shared entry and leaves only a note. Verifiers fetch from very many issuers, most of them
 //! seldom: copying each one at its first fetch (a few kilobytes, several allocations) cost more
 //! than the lock and the count it saves, and pushed the hot entries' copies out of the budget.
+//! The notes are a table of fixed size apart from the copies ([`Notes`]): a stream of keys used
+//! once costs no allocation and never pushes a copy out.
 //!
 //! A copy is trusted only as of the owner's count of changes it was checked at: the owner bumps
 //! that count, under its write lock, with every change of the shared map. After any change, a
@@ -21,7 +23,7 @@ use crossbeam_utils::CachePadded;
 use std::borrow::Borrow;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use thread_local::ThreadLocal;
 
@@ -34,16 +36,11 @@ pub(crate) trait Copied {
     fn weight(&self) -> usize {
         1
     }
-
-    /// What the note of a first use (no copy yet) counts against the budget.
-    fn note_weight(&self) -> usize {
-        1
-    }
 }
 
-/// Each thread's copies of the entries of one shared map, by key, and its notes of keys used
-/// once, together at most `budget` in weight per thread (past it, the thread starts again from
-/// the shared map).
+/// Each thread's copies of the entries of one shared map, by key, at most `budget` in weight
+/// per thread (past it, the thread starts again from the shared map), and its notes of keys
+/// used once.
 #[derive(Debug)]
 pub(crate) struct Near<K: Send, T: Send + Sync + ?Sized> {
     copies: ThreadLocal<CachePadded<RefCell<Copies<K, T>>>>,
@@ -52,8 +49,9 @@ pub(crate) struct Near<K: Send, T: Send + Sync + ?Sized> {
 
 #[derive(Debug)]
 struct Copies<K, T: ?Sized> {
-    by_key: HashMap<K, Kept<T>>,
+    by_key: HashMap<K, Copy<T>>,
     weight: usize,
+    notes: Notes,
 }
 
 impl<K, T: ?Sized> Default for Copies<K, T> {
@@ -61,27 +59,47 @@ impl<K, T: ?Sized> Default for Copies<K, T> {
         Self {
             by_key: HashMap::new(),
             weight: 0,
+            notes: Notes::default(),
         }
     }
 }
 
-/// What a thread keeps of a key it used.
-#[derive(Debug)]
-enum Kept<T: ?Sized> {
-    /// Used once: nothing copied, and the shared entry not held (a note must not keep it in
-    /// memory once the owner let it go). `weight`: the entry's note weight.
-    Noted {
-        weight: usize,
-    },
-    Copied(Copy<T>),
+/// Slots of a thread's notes per map: 32 KiB.
+const NOTE_SLOTS: usize = 4096;
+
+/// The keys a thread used once lately, each by a fingerprint (a keyed hash of it, never 0) in
+/// the slot the fingerprint names: a new note takes the place of the one there, so the table
+/// never grows, and holds no entry (a note must not keep one in memory once the owner let it
+/// go). A note lost that way costs one more use served from the shared entry; a fingerprint
+/// mistaken for another's, a copy made one use early.
+#[derive(Debug, Default)]
+struct Notes {
+    /// Made at the first note.
+    slots: Option<Box<[u64; NOTE_SLOTS]>>,
 }
 
-impl<T: Copied + ?Sized> Kept<T> {
-    fn weight(&self) -> usize {
-        match self {
-            Kept::Noted { weight } => *weight,
-            Kept::Copied(copy) => copy.origin.weight(),
+impl Notes {
+    fn slot(fingerprint: u64) -> usize {
+        (fingerprint % NOTE_SLOTS as u64) as usize
+    }
+
+    /// Notes a first use.
+    fn put(&mut self, fingerprint: u64) {
+        let slots = self.slots.get_or_insert_with(|| Box::new([0; NOTE_SLOTS]));
+        slots[Self::slot(fingerprint)] = fingerprint;
+    }
+
+    /// Whether a use was noted, forgetting it.
+    fn take(&mut self, fingerprint: u64) -> bool {
+        let Some(slot) = (self.slots.as_mut()).map(|slots| &mut slots[Self::slot(fingerprint)])
+        else {
+            return false;
+        };
+        let noted = *slot == fingerprint;
+        if noted {
+            *slot = 0;
         }
+        noted
     }
 }
 
@@ -140,9 +158,7 @@ where
     {
         let copies: &RefCell<Copies<K, T>> = self.copies.get()?;
         let copies = copies.borrow();
-        let Kept::Copied(copy) = copies.by_key.get(key)? else {
-            return None;
-        };
+        let copy = copies.by_key.get(key)?;
         if copy.checked_at != changes {
             return None;
         }
@@ -164,41 +180,42 @@ where
             return origin.clone();
         }
         let mut copies = self.copies.get_or_default().borrow_mut();
-        if let Some(Kept::Copied(copy)) = copies.by_key.get_mut(key) {
+        let copies = &mut *copies;
+        if let Some(copy) = copies.by_key.get_mut(key) {
             if Arc::ptr_eq(&copy.origin, origin) {
                 copy.checked_at = changes;
                 return copy.own.clone();
             }
         }
-        let used_before = match copies.by_key.remove(key) {
+        // A copy of an entry the shared map no longer holds: a new one at once.
+        let replaced = match copies.by_key.remove(key) {
             Some(old) => {
-                copies.weight -= old.weight();
+                copies.weight -= old.origin.weight();
                 true
             }
             None => false,
         };
-        let (kept, served) = match used_before {
-            true => {
-                let own = origin.copied();
-                let copy = Copy {
-                    checked_at: changes,
-                    origin: origin.clone(),
-                    own: own.clone(),
-                };
-                (Kept::Copied(copy), own)
+        if !replaced {
+            let fingerprint = copies.by_key.hasher().hash_one(key) | 1;
+            if !copies.notes.take(fingerprint) {
+                copies.notes.put(fingerprint);
+                return origin.clone();
             }
-            false => {
-                let weight = origin.note_weight();
-                (Kept::Noted { weight }, origin.clone())
-            }
-        };
-        let weight = kept.weight();
+        }
+        let own = origin.copied();
+        let weight = origin.weight();
         if copies.weight + weight > self.budget {
-            *copies = Copies::default();
+            copies.by_key.clear();
+            copies.weight = 0;
         }
         copies.weight += weight;
-        copies.by_key.insert(key.to_owned(), kept);
-        served
+        let copy = Copy {
+            checked_at: changes,
+            origin: origin.clone(),
+            own: own.clone(),
+        };
+        copies.by_key.insert(key.to_owned(), copy);
+        own
     }
 }
 
@@ -285,6 +302,25 @@ mod tests {
                 assert!(!Arc::ptr_eq(&theirs, &mine));
             });
         });
+    }
+
+    #[test]
+    fn keys_used_once_never_push_a_copy_out() {
+        let near: Near<String, Entry> = Near::new(100);
+        let hot = Arc::new(Entry("hot".into()));
+        let own = used_twice(&near, "hot", &hot, 0);
+        // A hundred thousand issuers fetched once each, as a verifier's sweep does.
+        for i in 0..100_000 {
+            let once = Arc::new(Entry("x".into()));
+            let served = near.copy_of(&format!("once-{i}"), &once, 0);
+            assert!(Arc::ptr_eq(&served, &once), "served the shared entry");
+        }
+        let still = near.current("hot", 0, |_| {}).expect("the copy stays");
+        assert!(Arc::ptr_eq(&still, &own));
+        // A key noted lately is copied at its next use.
+        let last = Arc::new(Entry("last".into()));
+        let copy = near.copy_of("once-99999", &last, 0);
+        assert!(!Arc::ptr_eq(&copy, &last), "copied at the second use");
     }
 
     #[test]

@@ -408,6 +408,47 @@ mod tests {
     }
 
     #[test]
+    fn an_entrys_documents_and_headers_are_slices_of_one_buffer_and_a_copys_of_its_own() {
+        use crate::near::Copied;
+        let now = OffsetDateTime::now_utc();
+        // Retired keys still published: the served key set is not the uploaded one.
+        let (service, config) = large("s-x", 1_000, 4, 2, now);
+        let issuer = issuers().issuer_of("s-x");
+        let hosted = Hosted::new(&service, config, &issuer, now, text);
+        let parts = |h: &Hosted| {
+            [
+                h.discovery.body.clone(),
+                h.discovery.etag.clone(),
+                h.jwks.body.clone(),
+                h.jwks.etag.clone(),
+                h.uploaded_jwks.clone(),
+                h.last_modified.clone(),
+                h.surrogate_key.clone(),
+            ]
+        };
+        let in_its_buffer = |h: &Hosted| {
+            let buffer = h.text.as_ptr_range();
+            parts(h).iter().all(|part| {
+                let part = part.as_ptr_range();
+                buffer.start <= part.start && part.end <= buffer.end
+            })
+        };
+        assert!(in_its_buffer(&hosted));
+        assert_ne!(hosted.jwks.body, hosted.uploaded_jwks);
+        assert_eq!(hosted.surrogate_key, service.id.to_string().as_bytes());
+        assert_eq!(hosted.jwks.etag.len(), 34);
+
+        let copy = hosted.copied();
+        assert!(in_its_buffer(&copy));
+        assert_ne!(
+            copy.text.as_ptr(),
+            hosted.text.as_ptr(),
+            "a buffer of its own"
+        );
+        assert_eq!(parts(&copy), parts(&hosted), "the same bytes");
+    }
+
+    #[test]
     fn a_rebuilt_entry_counts_what_it_keeps_and_serves_what_a_fresh_one_would() {
         let now = OffsetDateTime::now_utc();
         let (service, config) = large("r-x", 2_000, 10, 3, now);

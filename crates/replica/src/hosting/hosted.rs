@@ -8,6 +8,7 @@ use registry_domain::publishing::point_at;
 use registry_domain::service::PublishedConfig;
 use registry_domain::Service;
 use sha2::{Digest, Sha256};
+use std::ops::Range;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use time::OffsetDateTime;
@@ -55,32 +56,67 @@ pub struct Document {
 }
 
 impl Document {
+    /// `text` and its ETag, in one allocation.
     pub(crate) fn new(text: String) -> Self {
-        Self::of(owned(text))
-    }
-
-    fn of(body: Bytes) -> Self {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let digest = Sha256::digest(&body);
-        let mut etag = [b'"'; 34];
-        for (i, byte) in digest[..16].iter().enumerate() {
-            etag[1 + 2 * i] = HEX[usize::from(byte >> 4)];
-            etag[2 + 2 * i] = HEX[usize::from(byte & 15)];
-        }
+        let mut parts = Text::with_capacity(text.len() + ETAG_LEN);
+        let body = parts.push(text.as_bytes());
+        let etag = parts.etag_of(body.clone());
+        let bytes = parts.freeze();
         Self {
-            body,
-            etag: Bytes::copy_from_slice(&etag),
+            body: bytes.slice(body),
+            etag: bytes.slice(etag),
         }
     }
 }
 
-/// `text`'s bytes, moved rather than copied (a cold issuer's first fetch builds its entry from
-/// the strings its row was read into), in an allocation of exactly their length: what the
-/// entry's footprint counts.
-fn owned(text: String) -> Bytes {
-    let mut bytes = text.into_bytes();
-    bytes.shrink_to_fit();
-    Bytes::from(bytes)
+/// A quoted ETag's length: 32 hexadecimal digits between quotes.
+const ETAG_LEN: usize = 34;
+
+/// An entry's text written into one buffer, each part then a slice of it: the clones a
+/// response makes of its body and headers count references in one place, where one
+/// allocation per part would put each count on a line of memory of its own (a seldom fetched
+/// issuer's entry is not in the processor's cache: each of those lines would be a miss).
+struct Text(Vec<u8>);
+
+impl Text {
+    fn with_capacity(len: usize) -> Self {
+        Self(Vec::with_capacity(len))
+    }
+
+    /// Appends `part`; answers where it is.
+    fn push(&mut self, part: &[u8]) -> Range<usize> {
+        let start = self.0.len();
+        self.0.extend_from_slice(part);
+        start..self.0.len()
+    }
+
+    /// Appends the strong ETag of the part at `body` (a digest of its bytes, quoted).
+    fn etag_of(&mut self, body: Range<usize>) -> Range<usize> {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let digest = Sha256::digest(&self.0[body]);
+        let mut etag = [b'"'; ETAG_LEN];
+        for (i, byte) in digest[..16].iter().enumerate() {
+            etag[1 + 2 * i] = HEX[usize::from(byte >> 4)];
+            etag[2 + 2 * i] = HEX[usize::from(byte & 15)];
+        }
+        self.push(&etag)
+    }
+
+    /// The buffer, in an allocation of exactly its length (what the entry's footprint counts).
+    fn freeze(self) -> Bytes {
+        let mut bytes = self.0;
+        bytes.shrink_to_fit();
+        Bytes::from(bytes)
+    }
+}
+
+/// `part`, a slice of `from`, as the same slice of `to` (a copy of `from`).
+fn moved(part: &Bytes, from: &Bytes, to: &Bytes) -> Bytes {
+    if part.is_empty() {
+        return Bytes::new();
+    }
+    let start = part.as_ptr() as usize - from.as_ptr() as usize;
+    to.slice(start..start + part.len())
 }
 
 /// What an entry keeps to build itself again when a retired key's time runs out, without the
@@ -97,8 +133,8 @@ pub(super) struct Source {
 ///
 /// Everything it keeps is counted in `Hosted::footprint`, which the cache's byte bound sums
 /// (docs/api.md, "Limits that hold (second security review)", "Hosting memory"): its documents and
-/// their headers, the uploaded key set when it differs from the served one, what it is rebuilt
-/// from, and its share of the cache's map.
+/// their headers, the uploaded key set when it differs from the served one (all of these slices
+/// of one buffer), what it is rebuilt from, and its share of the cache's map.
 #[derive(Debug)]
 pub struct Hosted {
     /// The discovery document.
@@ -134,6 +170,8 @@ pub struct Hosted {
     pub(super) service_id: Uuid,
     /// Bytes of memory it keeps, its key in the cache's map included.
     pub(super) footprint: usize,
+    /// The buffer every document and header above is a slice of.
+    pub(super) text: Bytes,
 }
 
 /// A worker's own copy (see `near`): every byte in its own buffers, so that sending it touches
@@ -141,21 +179,16 @@ pub struct Hosted {
 /// entry is rebuilt.
 impl crate::near::Copied for Hosted {
     fn copied(&self) -> Arc<Self> {
-        let own = |bytes: &Bytes| Bytes::copy_from_slice(bytes);
+        let text = Bytes::copy_from_slice(&self.text);
+        let own = |part: &Bytes| moved(part, &self.text, &text);
         let document = |document: &Document| Document {
             body: own(&document.body),
             etag: own(&document.etag),
         };
-        let jwks = document(&self.jwks);
-        let uploaded_jwks = if self.uploaded_jwks.as_ptr() == self.jwks.body.as_ptr() {
-            jwks.body.clone()
-        } else {
-            own(&self.uploaded_jwks)
-        };
         Arc::new(Self {
             discovery: document(&self.discovery),
-            jwks,
-            uploaded_jwks,
+            jwks: document(&self.jwks),
+            uploaded_jwks: own(&self.uploaded_jwks),
             modified_at: self.modified_at,
             last_modified: own(&self.last_modified),
             surrogate_key: own(&self.surrogate_key),
@@ -168,18 +201,12 @@ impl crate::near::Copied for Hosted {
             last_served: AtomicU64::new(0),
             service_id: self.service_id,
             footprint: self.footprint,
+            text,
         })
     }
 
     fn weight(&self) -> usize {
         self.footprint
-    }
-
-    /// A note holds the subdomain (a key of up to 63 bytes: an allocation of 80 at most) in a
-    /// map slot with its value, and not the entry: about 160 bytes, the map's spare slots
-    /// included.
-    fn note_weight(&self) -> usize {
-        160
     }
 }
 
@@ -193,8 +220,8 @@ struct Parts<'a> {
     service_id: Uuid,
     subdomain: &'a str,
     expires_at: Option<OffsetDateTime>,
-    discovery: Document,
-    uploaded_jwks: Bytes,
+    discovery: &'a [u8],
+    uploaded_jwks: &'a [u8],
     /// The retired keys (current ones have no end).
     retired: &'a KeyState,
     updated_at: OffsetDateTime,
@@ -206,8 +233,7 @@ pub(super) fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
 }
 
 impl Hosted {
-    /// The documents of `service` as `config` publishes them under `issuer`, at `now`; the
-    /// documents' text is moved into the entry, not copied.
+    /// The documents of `service` as `config` publishes them under `issuer`, at `now`.
     pub(super) fn new(
         service: &Service,
         config: PublishedConfig,
@@ -227,8 +253,8 @@ impl Hosted {
                 service_id: service.id,
                 subdomain: &service.subdomain,
                 expires_at: service.expires_at,
-                discovery: Document::new(current_discovery(config.openid_configuration, issuer)),
-                uploaded_jwks: owned(config.jwks),
+                discovery: current_discovery(config.openid_configuration, issuer).as_bytes(),
+                uploaded_jwks: config.jwks.as_bytes(),
                 retired: &retired,
                 updated_at: config.updated_at,
                 previous_change_at: config.previous_change_at,
@@ -243,14 +269,11 @@ impl Hosted {
             updated_at,
             ..
         } = parts;
-        let jwks = match retired.published(now).next() {
-            // The served set is the uploaded one: one copy of the bytes, one ETag.
-            None => Document::of(parts.uploaded_jwks.clone()),
-            Some(_) => {
-                let uploaded = serde_json::from_slice(&parts.uploaded_jwks).unwrap_or_default();
-                Document::new(retired.served(&uploaded, now).to_string())
-            }
-        };
+        // The served set is the uploaded one unless retired keys are still published.
+        let served_jwks = retired.published(now).next().map(|_| {
+            let uploaded = serde_json::from_slice(parts.uploaded_jwks).unwrap_or_default();
+            retired.served(&uploaded, now).to_string()
+        });
         // Every change of the documents this entry knows of: its publication, then each
         // retired key that left the set since (a change of the set, at the time it left).
         let changes = || {
@@ -278,13 +301,45 @@ impl Hosted {
                 previous_change_at: parts.previous_change_at,
             })
         });
+        let last_modified = (parts.date_text)(modified_at);
+        let mut surrogate_key = Uuid::encode_buffer();
+        let surrogate_key = parts
+            .service_id
+            .hyphenated()
+            .encode_lower(&mut surrogate_key);
+        let mut text = Text::with_capacity(
+            parts.discovery.len()
+                + parts.uploaded_jwks.len()
+                + served_jwks.as_ref().map_or(0, String::len)
+                + 2 * ETAG_LEN
+                + last_modified.len()
+                + surrogate_key.len(),
+        );
+        let discovery = text.push(parts.discovery);
+        let discovery_etag = text.etag_of(discovery.clone());
+        let uploaded_jwks = text.push(parts.uploaded_jwks);
+        let jwks = match &served_jwks {
+            Some(served) => text.push(served.as_bytes()),
+            // One copy of the bytes, one ETag.
+            None => uploaded_jwks.clone(),
+        };
+        let jwks_etag = text.etag_of(jwks.clone());
+        let last_modified = text.push(&last_modified);
+        let surrogate_key = text.push(surrogate_key.as_bytes());
+        let text = text.freeze();
         let mut hosted = Self {
-            discovery: parts.discovery,
-            jwks,
-            uploaded_jwks: parts.uploaded_jwks,
+            discovery: Document {
+                body: text.slice(discovery),
+                etag: text.slice(discovery_etag),
+            },
+            jwks: Document {
+                body: text.slice(jwks),
+                etag: text.slice(jwks_etag),
+            },
+            uploaded_jwks: text.slice(uploaded_jwks),
             modified_at,
-            last_modified: (parts.date_text)(modified_at),
-            surrogate_key: Bytes::from(parts.service_id.hyphenated().to_string()),
+            last_modified: text.slice(last_modified),
+            surrogate_key: text.slice(surrogate_key),
             date_text: parts.date_text,
             changed_at: changed,
             modified_second_shared: in_that_second > 1,
@@ -294,6 +349,7 @@ impl Hosted {
             last_served: AtomicU64::new(0),
             service_id: parts.service_id,
             footprint: 0,
+            text,
         };
         hosted.footprint = hosted.kept_bytes(parts.subdomain);
         hosted
@@ -309,8 +365,8 @@ impl Hosted {
                 service_id: self.service_id,
                 subdomain,
                 expires_at: self.expires_at,
-                discovery: self.discovery.clone(),
-                uploaded_jwks: self.uploaded_jwks.clone(),
+                discovery: &self.discovery.body,
+                uploaded_jwks: &self.uploaded_jwks,
                 retired: &retired,
                 updated_at: source.updated_at,
                 previous_change_at: source.previous_change_at,
@@ -330,15 +386,9 @@ impl Hosted {
     }
 
     /// Every allocation the entry keeps, as the allocator counts it: the entry itself (behind
-    /// its `Arc`), its documents and headers, the uploaded key set unless it shares the served
-    /// one's bytes, its source, and its keys and slots in the cache's two maps.
+    /// its `Arc`), the buffer of its documents and headers, its source, and its keys and slots
+    /// in the cache's two maps.
     fn kept_bytes(&self, subdomain: &str) -> usize {
-        let header = |value: &Bytes| shared_bytes(value.len());
-        let uploaded = if self.uploaded_jwks.as_ptr() == self.jwks.body.as_ptr() {
-            0
-        } else {
-            shared_bytes(self.uploaded_jwks.len())
-        };
         let source = self.source.as_ref().map_or(0, |source| {
             allocation(std::mem::size_of::<Source>()) + allocation(source.retired.len())
         });
@@ -346,13 +396,7 @@ impl Hosted {
         // Its service's entry in the map by id: the id, the subdomain again.
         let by_id = std::mem::size_of::<(Uuid, String)>() + 1;
         allocation(std::mem::size_of::<Hosted>() + 2 * std::mem::size_of::<usize>())
-            + shared_bytes(self.discovery.body.len())
-            + header(&self.discovery.etag)
-            + shared_bytes(self.jwks.body.len())
-            + header(&self.jwks.etag)
-            + uploaded
-            + header(&self.last_modified)
-            + header(&self.surrogate_key)
+            + shared_bytes(self.text.len())
             + source
             + 2 * allocation(subdomain.len())
             + MAP_SLOTS_PER_ENTRY * (slot + by_id)

@@ -297,12 +297,14 @@ impl TokenCache {
     }
 
     /// Remembers the verification of an identity token at `now`, against the hosted key set of
-    /// `key_version` when its issuer is one this registry hosts.
+    /// `key_version` when its issuer is one this registry hosts. The version is copied: the
+    /// caller's bytes may be a slice of a hosted entry's buffer, which a remembered slice would
+    /// keep in memory after the hosting cache let the entry go.
     pub fn remember_identity(
         &self,
         token: &str,
         verified: Arc<VerifiedToken>,
-        key_version: Option<KeyVersion>,
+        key_version: Option<&[u8]>,
         now: OffsetDateTime,
     ) {
         // A NumericDate may have a fraction (RFC 7519 §2); rounding down stops trusting early.
@@ -326,7 +328,7 @@ impl TokenCache {
         let accepted_at = entries.get(&digest).map_or(now, |e| e.accepted_at.max(now));
         let entry = RememberedIdentity {
             token: verified,
-            key_version,
+            key_version: key_version.map(KeyVersion::copy_from_slice),
             until,
             accepted_at,
         };
@@ -405,20 +407,30 @@ mod tests {
         assert!(!cache.verified("id", "hash-1", "new", now));
 
         let version = |v: &'static str| Some(bytes::Bytes::from_static(v.as_bytes()));
-        cache.remember_identity("a.b.c", token(1_000_000 + 3600), version("v1"), now);
+        let entry = Some(bytes::Bytes::from_static(
+            b"an entry's buffer: v1, and more",
+        ));
+        let v1 = entry.as_ref().map(|buffer| buffer.slice(19..21));
+        cache.remember_identity("a.b.c", token(1_000_000 + 3600), v1.as_deref(), now);
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 let seen = cache.verified_identity("a.b.c", now).unwrap();
                 assert_eq!(seen.key_version, version("v1"));
+                let kept = seen.key_version.as_ref().unwrap().as_ptr_range();
+                let buffer = entry.as_ref().unwrap().as_ptr_range();
+                assert!(
+                    kept.end <= buffer.start || buffer.end <= kept.start,
+                    "a copy, not a slice of the entry's buffer"
+                );
                 // Verified again there against a newer key set.
-                cache.remember_identity("a.b.c", token(1_000_000 + 3600), version("v2"), now);
+                cache.remember_identity("a.b.c", token(1_000_000 + 3600), Some(&b"v2"[..]), now);
                 let later = now + Duration::seconds(30);
                 assert!(cache.verified_identity("a.b.c", later).is_some());
             });
         });
         let seen = cache.verified_identity("a.b.c", now).unwrap();
         assert_eq!(seen.key_version, version("v1"), "this thread's copy");
-        cache.remember_identity("a.b.c", token(1_000_000 + 3600), version("v2"), now);
+        cache.remember_identity("a.b.c", token(1_000_000 + 3600), Some(&b"v2"[..]), now);
         let seen = cache.verified_identity("a.b.c", now).unwrap();
         assert_eq!(
             seen.key_version,

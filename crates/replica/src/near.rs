@@ -64,8 +64,9 @@ impl<K, T: ?Sized> Default for Copies<K, T> {
     }
 }
 
-/// Slots of a thread's notes per map: 32 KiB.
-const NOTE_SLOTS: usize = 4096;
+/// A thread's notes per map: 2^12 slots, 32 KiB.
+const NOTE_BITS: u32 = 12;
+const NOTE_SLOTS: usize = 1 << NOTE_BITS;
 
 /// The keys a thread used once lately, each by a fingerprint (a keyed hash of it, never 0) in
 /// the slot the fingerprint names: a new note takes the place of the one there, so the table
@@ -79,8 +80,9 @@ struct Notes {
 }
 
 impl Notes {
+    /// The fingerprint's high bits (its low bit is always set).
     fn slot(fingerprint: u64) -> usize {
-        (fingerprint % NOTE_SLOTS as u64) as usize
+        (fingerprint >> (u64::BITS - NOTE_BITS)) as usize
     }
 
     /// Notes a first use.
@@ -302,6 +304,15 @@ mod tests {
                 assert!(!Arc::ptr_eq(&theirs, &mine));
             });
         });
+    }
+
+    #[test]
+    fn notes_use_every_slot() {
+        let keys = std::collections::hash_map::RandomState::new();
+        let slots: std::collections::HashSet<usize> = (0..100_000)
+            .map(|i| Notes::slot(keys.hash_one(i) | 1))
+            .collect();
+        assert_eq!(slots.len(), NOTE_SLOTS);
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! every shared library they load and the dynamic loader (`lib/`), and one launcher each
 //! (`bin/`) that starts the program through the carried loader with the carried libraries, so
 //! that nothing depends on what the other machine has installed but a shell, `tar`, `gzip`,
-//! `mktemp`, `getconf` and `date`, and for `--verifiers`, Python's `sqlite3` (the copies of the
-//! rows). `run.sh` says first what of these the machine lacks, then unpacks the kit into a
+//! `mktemp`, `dirname`, `rm`, `getconf` and `date`, and for `--verifiers`, Python's `sqlite3`
+//! (the copies of the rows). `run.sh` says first what of these the machine lacks, then unpacks the kit into a
 //! temporary folder, puts `bin/` first on the `PATH` and runs `xtask bench --no-write --binary
 //! bin/registry` with its own arguments.
 
@@ -174,7 +174,7 @@ set -eu
 # calls besides its carried programs, and for --verifiers and --services, Python's sqlite3
 # (the copies of the rows). Said at once, rather than as a failure minutes into a run.
 missing=""
-for tool in tar gzip mktemp getconf date; do
+for tool in tar gzip mktemp dirname rm getconf date; do
     command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
 done
 case " $* " in
@@ -239,7 +239,7 @@ mod tests {
         // A machine with what unpacks the kit and `date`, but no getconf and no python3.
         let tools = dir.0.join("tools");
         std::fs::create_dir_all(&tools).unwrap();
-        for tool in ["tar", "gzip", "mktemp", "date", "dirname"] {
+        for tool in ["tar", "gzip", "mktemp", "dirname", "rm", "date"] {
             let path = crate::cmd::which(tool).unwrap();
             std::os::unix::fs::symlink(path, tools.join(tool)).unwrap();
         }

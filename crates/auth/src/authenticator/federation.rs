@@ -68,7 +68,7 @@ async fn verified_token(
     let key_version = hosted.as_ref().and_then(|published| {
         published
             .as_ref()
-            .map(|documents| documents.jwks.etag.clone())
+            .map(|documents| documents.jwks.etag.as_ref())
     });
     if let Some(remembered) = remembered {
         // A hosted issuer's token counts as verified only against the key set published now;
@@ -76,7 +76,7 @@ async fn verified_token(
         // (a custom domain removed).
         let still_published = match &hosted {
             None => remembered.key_version.is_none(),
-            Some(_) => key_version.is_some() && remembered.key_version == key_version,
+            Some(_) => key_version.is_some() && remembered.key_version.as_deref() == key_version,
         };
         if still_published {
             auth.counters.identity_token_cache_hit();

@@ -373,7 +373,7 @@ mod tests {
     }
 
     /// What counting adds to the sizes at most: the allocator's headers and rounding of the
-    /// dozen allocations an entry makes, shared headers of its `Bytes`, map slots.
+    /// few allocations an entry makes, the shared header of its buffer, map slots.
     const OVERHEAD: usize = 1024;
 
     #[test]

@@ -115,6 +115,8 @@ fn moved(part: &Bytes, from: &Bytes, to: &Bytes) -> Bytes {
     if part.is_empty() {
         return Bytes::new();
     }
+    let (part_at, from_at) = (part.as_ptr_range(), from.as_ptr_range());
+    debug_assert!(from_at.start <= part_at.start && part_at.end <= from_at.end);
     let start = part.as_ptr() as usize - from.as_ptr() as usize;
     to.slice(start..start + part.len())
 }
@@ -174,7 +176,7 @@ pub struct Hosted {
     pub(super) text: Bytes,
 }
 
-/// A worker's own copy (see `near`): every byte in its own buffers, so that sending it touches
+/// A worker's own copy (see `near`): every byte in its own buffer, so that sending it touches
 /// no reference count another worker touches. Without what it is rebuilt from: only the shared
 /// entry is rebuilt.
 impl crate::near::Copied for Hosted {

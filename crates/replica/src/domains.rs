@@ -68,7 +68,7 @@ impl Served {
         let mut doc: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(&hosted.discovery.body).unwrap_or_default();
         point_at(&mut doc, &self.domain.issuer());
-        let document = Document::new(serde_json::Value::Object(doc).to_string());
+        let document = Document::new(&serde_json::Value::Object(doc).to_string());
         // The tag copied: a slice of the entry's buffer would keep all of it in memory once
         // the cache let the entry go.
         let from = bytes::Bytes::copy_from_slice(&hosted.discovery.etag);

@@ -57,7 +57,7 @@ pub struct Document {
 
 impl Document {
     /// `text` and its ETag, in one allocation.
-    pub(crate) fn new(text: String) -> Self {
+    pub(crate) fn new(text: &str) -> Self {
         let mut parts = Text::with_capacity(text.len() + ETAG_LEN);
         let body = parts.push(text.as_bytes());
         let etag = parts.etag_of(body.clone());
@@ -117,7 +117,7 @@ fn moved(part: &Bytes, from: &Bytes, to: &Bytes) -> Bytes {
     }
     let (part_at, from_at) = (part.as_ptr_range(), from.as_ptr_range());
     debug_assert!(from_at.start <= part_at.start && part_at.end <= from_at.end);
-    let start = part.as_ptr() as usize - from.as_ptr() as usize;
+    let start = part_at.start as usize - from_at.start as usize;
     to.slice(start..start + part.len())
 }
 

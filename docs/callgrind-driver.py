@@ -1,8 +1,10 @@
 """Instructions per request of a registry binary under callgrind (P1: public discovery by Host;
 P1TLS: P1 over HTTPS, keep-alive, TLS 1.3; P2: GET /services/{s}/config with a static token;
 P3: the same with an RS256 identity token of the service's own hosted issuer, through an oidc
-account; needs Python's `cryptography`).
-Usage: [RUST_LOG=info] callgrind-driver.py BINARY P1|P1TLS|P2|P3 N"""
+account; needs Python's `cryptography`; COLD: the key set of N issuers, each fetched once, every
+fetch a first one that reads the database: the service is published before the server runs under
+callgrind and copied 3,000 times in the database, as `cargo xtask bench --verifiers` does).
+Usage: [RUST_LOG=info] callgrind-driver.py BINARY P1|P1TLS|P2|P3|COLD N"""
 import json, os, socket, ssl, subprocess, sys, tempfile, time, http.client, glob, re
 
 binary, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -31,15 +33,19 @@ subprocess.run([binary, "migrate"], env=env, capture_output=True, check=True)
 out = subprocess.run([binary, "customer", "create", "--tenant", "acme", "--plan", "business", "--name", "Acme"],
                      env=env, capture_output=True, text=True, check=True).stdout
 token = json.loads(out)["token"]
-proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/cg.out",
-                         "--dump-instr=no", binary, "serve"], env=env,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-for _ in range(600):
-    try:
-        c = connect(5); c.request("GET", "/healthz")
-        if c.getresponse().status == 200: break
-    except OSError: time.sleep(0.2)
-c = connect(60)
+def start(counted):
+    """The server, under callgrind when `counted`, once it answers; and a connection to it."""
+    global c
+    tool = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/cg.out", "--dump-instr=no"] if counted else []
+    proc = subprocess.Popen(tool + [binary, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            probe = connect(5); probe.request("GET", "/healthz")
+            if probe.getresponse().status == 200: break
+        except OSError: time.sleep(0.2)
+    c = connect(60)
+    return proc
+proc = start(which != "COLD")
 def call(method, path, body=None, headers=None):
     h = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     h.update(headers or {})
@@ -61,6 +67,23 @@ upload = {"openidConfiguration": {"issuer": "x", "jwks_uri": "x", "response_type
           "jwks": {"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "alg": "RS256", "e": "AQAB", "n": nb}]}}
 st, data = call("PUT", f"/services/{sub}/config", upload); assert st in (200, 201), (st, data)
 bearer = token
+if which == "COLD":
+    import sqlite3
+    proc.terminate(); proc.wait()
+    d = sqlite3.connect(f"{work}/r.db")
+    sid = d.execute("SELECT id FROM services WHERE subdomain = ?", (sub,)).fetchone()[0]
+    # Each copy: the id's last 12 digits and the subdomain replaced in every text that holds them.
+    new_id, new_sub = f"substr('{sid}', 1, 24) || printf('%012x', n.i)", "'s' || n.i || '-acme'"
+    text = lambda col: f"replace(replace({col}, '{sid}', {new_id}), '{sub}', {new_sub})"
+    series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) "
+    d.execute(f"{series}INSERT INTO services (id, customer_id, subdomain, title, description, created_at, expires_at) "
+              f"SELECT {new_id}, customer_id, {new_sub}, title, description, created_at, expires_at FROM services, n WHERE id = '{sid}'")
+    d.execute(f"{series}INSERT INTO published_configs (service_id, openid_configuration, jwks, updated_at, key_state, key_expires_at, previous_change_at) "
+              f"SELECT {new_id}, {text('openid_configuration')}, {text('jwks')}, updated_at, {text('key_state')}, key_expires_at, previous_change_at "
+              f"FROM published_configs, n WHERE service_id = '{sid}'")
+    d.commit(); d.close()
+    assert n <= 3000, "at most 3,000 issuers"
+    proc = start(True)
 if which == "P3":
     issuer = f"http://{sub}.localhost:{port}"
     policy = {"kind": "oidc", "rules": [{"services": [sub],
@@ -72,7 +95,9 @@ if which == "P3":
     signature = key.sign(f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
     bearer = f"{head}.{body}.{b64(signature)}"
 for i in range(n):
-    if which in ("P1", "P1TLS"):
+    if which == "COLD":
+        c.request("GET", "/.well-known/jwks.json", headers={"Host": f"s{i + 1}-acme.localhost:{port}"})
+    elif which in ("P1", "P1TLS"):
         c.request("GET", "/.well-known/openid-configuration", headers={"Host": f"{sub}.localhost:{port}"})
     else:
         c.request("GET", f"/services/{sub}/config", headers={"Authorization": f"Bearer {bearer}"})

@@ -17,7 +17,7 @@ use crate::custom_domain::{CustomDomain, DomainProblem};
 /// The agents that may become a key's verifiers, as the fetch evidence reads them.
 pub use crate::keys::VerifierCandidate;
 use crate::network::Network;
-use crate::service::PublishedConfig;
+use crate::service::{Publication, PublishedConfig};
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use std::future::Future;
 use time::OffsetDateTime;
@@ -213,13 +213,10 @@ pub trait ServiceStore: Send + Sync {
     fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>>;
     /// Removes a published configuration; `false` when nothing was published.
     fn delete_config(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
-    /// The service whose subdomain is `subdomain` (case folded) with its published
-    /// configuration, when it has one: one indexed read, what a replica reads for a subdomain
-    /// whose documents are not in memory. A row that cannot be read back is `None` (and logged).
-    fn published_by_subdomain(
-        &self,
-        subdomain: &str,
-    ) -> StoreResult<Option<(Service, PublishedConfig)>>;
+    /// What the service whose subdomain is `subdomain` (case folded) publishes, when it does:
+    /// one indexed read, what a replica reads for a subdomain whose documents are not in memory.
+    /// A row that cannot be read back is `None` (and logged).
+    fn published_by_subdomain(&self, subdomain: &str) -> StoreResult<Option<Publication>>;
 }
 
 /// The most rows of one kind that may exist once a creation commits: a customer's services or
@@ -339,7 +336,7 @@ pub trait Database: Send + Sync + std::fmt::Debug {
     fn published_by_subdomain_now(
         &self,
         subdomain: &str,
-    ) -> Option<StoreResult<Option<(Service, PublishedConfig)>>>;
+    ) -> Option<StoreResult<Option<Publication>>>;
     /// [`SigningStore::signing`] run in place, or `None` when that would wait (see
     /// [`Database::credential_and_latest_change_now`]): a signature then costs no hand-over to
     /// a thread where waiting is allowed.
@@ -885,10 +882,7 @@ pub trait ReplicaSource: Send + Sync + std::fmt::Debug {
     /// See [`ServiceStore::config`].
     fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>>;
     /// See [`ServiceStore::published_by_subdomain`].
-    fn published_by_subdomain(
-        &self,
-        subdomain: &str,
-    ) -> StoreResult<Option<(Service, PublishedConfig)>>;
+    fn published_by_subdomain(&self, subdomain: &str) -> StoreResult<Option<Publication>>;
     /// See [`DomainStore::domain_of`].
     fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>>;
     /// See [`DomainStore::held_domains`].
@@ -926,10 +920,7 @@ impl<T: Storage> ReplicaSource for T {
     fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>> {
         ServiceStore::config(self, service_id)
     }
-    fn published_by_subdomain(
-        &self,
-        subdomain: &str,
-    ) -> StoreResult<Option<(Service, PublishedConfig)>> {
+    fn published_by_subdomain(&self, subdomain: &str) -> StoreResult<Option<Publication>> {
         ServiceStore::published_by_subdomain(self, subdomain)
     }
     fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>> {

@@ -63,6 +63,49 @@ pub struct PublishedConfig {
     pub keys: crate::keys::KeyState,
 }
 
+/// What a subdomain serves, as hosting reads it for an issuer it does not hold: the service's
+/// public documents and what dates them, without what only the API shows (title, description,
+/// the records of the current keys). The store parses the key state only when a retired key
+/// has an end, so a first fetch of an issuer that retired nothing reads no JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publication {
+    /// The service it belongs to (`Surrogate-Key`).
+    pub service_id: Uuid,
+    /// Its subdomain, lower case.
+    pub subdomain: String,
+    /// Expiry, for anonymous services only.
+    pub expires_at: Option<OffsetDateTime>,
+    /// As [`PublishedConfig::openid_configuration`].
+    pub openid_configuration: String,
+    /// As [`PublishedConfig::jwks`]: the key set as uploaded.
+    pub jwks: String,
+    /// As [`PublishedConfig::updated_at`].
+    pub updated_at: OffsetDateTime,
+    /// As [`PublishedConfig::previous_change_at`].
+    pub previous_change_at: Option<OffsetDateTime>,
+    /// The retired keys, each with the time it leaves the key set (the current ones are
+    /// `jwks`).
+    pub retired: Vec<crate::keys::KeyRecord>,
+}
+
+impl Publication {
+    /// What `service` serves under `config`.
+    pub fn of(service: &Service, config: PublishedConfig) -> Self {
+        Self {
+            service_id: service.id,
+            subdomain: service.subdomain.clone(),
+            expires_at: service.expires_at,
+            openid_configuration: config.openid_configuration,
+            jwks: config.jwks,
+            updated_at: config.updated_at,
+            previous_change_at: config.previous_change_at,
+            retired: (config.keys.keys.into_iter())
+                .filter(|k| k.retired_at.is_some())
+                .collect(),
+        }
+    }
+}
+
 /// What `Last-Modified` needs to know of the version a write replaces (docs/api.md, "Public
 /// hosting"): every storage adapter dates the version it writes by it, in the write's
 /// transaction ([`VersionHistory::date`]).

@@ -36,7 +36,7 @@ use crate::ports::{
     STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
-use crate::service::{PublishedConfig, VersionHistory};
+use crate::service::{Publication, PublishedConfig, VersionHistory};
 use crate::signing::Signing;
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use serde_json::Value;
@@ -649,16 +649,13 @@ impl ServiceStore for MemoryStore {
         Ok(true)
     }
 
-    fn published_by_subdomain(
-        &self,
-        subdomain: &str,
-    ) -> StoreResult<Option<(Service, PublishedConfig)>> {
+    fn published_by_subdomain(&self, subdomain: &str) -> StoreResult<Option<Publication>> {
         let s = self.lock();
         let subdomain = subdomain.to_lowercase();
         Ok(s.services
             .iter()
             .filter(|x| x.subdomain == subdomain && !s.disabled(x.customer_id))
-            .find_map(|x| Some((x.clone(), s.configs.get(&x.id)?.clone()))))
+            .find_map(|x| Some(Publication::of(x, s.configs.get(&x.id)?.clone()))))
     }
 }
 
@@ -810,7 +807,7 @@ impl Database for MemoryStore {
     fn published_by_subdomain_now(
         &self,
         subdomain: &str,
-    ) -> Option<StoreResult<Option<(Service, PublishedConfig)>>> {
+    ) -> Option<StoreResult<Option<Publication>>> {
         (!self.waits.load(Ordering::Relaxed))
             .then(|| ServiceStore::published_by_subdomain(self, subdomain))
     }

@@ -11,6 +11,7 @@ use crate::ReplicaResult;
 use registry_domain::ports::{
     Change, Clock, Database, DatabaseSides, ReplicaSource, StoreResult, StoredCredential,
 };
+use registry_domain::service::Publication;
 use registry_domain::{Service, ServiceAccount};
 use std::borrow::Cow;
 use std::sync::{Arc, PoisonError};
@@ -298,7 +299,8 @@ impl Replica {
             // Replaced in one step: a public GET in between sees the old documents or the new.
             (Some(service), Some(config)) => {
                 let updated_at = config.updated_at;
-                self.hosting.put(&service, config, self.now());
+                self.hosting
+                    .put(Publication::of(&service, config), self.now());
                 self.documents_changed(id, service.subdomain, updated_at);
             }
             // Only documents this replica served are purged: what a cache holds came through a

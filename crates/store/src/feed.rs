@@ -13,9 +13,9 @@ use registry_domain::ports::{
     Change, ChangeFeed, CredentialOwner, CredentialStore, Database, DatabaseSides, PoolUse,
     StoreResult, StoredCredential,
 };
-use registry_domain::service::PublishedConfig;
+use registry_domain::service::Publication;
 use registry_domain::signing::Signing;
-use registry_domain::{Service, StoreError};
+use registry_domain::StoreError;
 
 /// The credential row of a lookup id, with the change log's newest sequence read by the same
 /// statement (a sub-select), so that the caller knows how fresh its caches must be.
@@ -158,7 +158,7 @@ impl Database for Store {
     fn published_by_subdomain_now(
         &self,
         subdomain: &str,
-    ) -> Option<StoreResult<Option<(Service, PublishedConfig)>>> {
+    ) -> Option<StoreResult<Option<Publication>>> {
         let read = |conn: &mut Db| crate::services::published_by_subdomain(conn, subdomain);
         self.read_now(|threads| threads.read(read), read)
     }

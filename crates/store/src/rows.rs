@@ -7,7 +7,7 @@ use crate::error::{Failure, Res};
 use diesel::Queryable;
 use registry_domain::keys::KeyState;
 use registry_domain::policy::Policy;
-use registry_domain::service::PublishedConfig;
+use registry_domain::service::{Publication, PublishedConfig};
 use registry_domain::{Customer, Plan, Service, ServiceAccount, StoreError};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -236,6 +236,32 @@ impl ConfigRow {
             updated_at,
             previous_change_at,
             keys,
+        })
+    }
+}
+
+impl ConfigRow {
+    /// What `service` serves under this row. The key state is parsed only when a retired key has
+    /// an end (`key_expires_at`): without one, every key it records is current and `jwks` holds
+    /// them, so the public path's read parses no JSON.
+    pub(crate) fn into_publication(self, service: Service) -> Res<Publication> {
+        if self.key_expires_at.is_some() {
+            return Ok(Publication::of(&service, self.into_domain()?));
+        }
+        let (_, updated_at, previous_change_at) = naming(
+            self.id_and_times(),
+            "the configuration of service",
+            &self.service_id,
+        )?;
+        Ok(Publication {
+            service_id: service.id,
+            subdomain: service.subdomain,
+            expires_at: service.expires_at,
+            openid_configuration: self.openid_configuration,
+            jwks: self.jwks,
+            updated_at,
+            previous_change_at,
+            retired: Vec::new(),
         })
     }
 }

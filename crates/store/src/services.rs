@@ -8,7 +8,7 @@ use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
 use registry_domain::ports::{Ceiling, Change, CredentialRecord, ServiceStore, StoreResult};
-use registry_domain::service::{PublishedConfig, VersionHistory};
+use registry_domain::service::{Publication, PublishedConfig, VersionHistory};
 use registry_domain::{Service, StoreError};
 use std::collections::HashSet;
 use time::OffsetDateTime;
@@ -341,20 +341,14 @@ impl ServiceStore for Store {
     /// One indexed read (the unique, lower-case subdomain), services joined with their
     /// configuration: what the public path reads for a subdomain that is not in memory. A row
     /// that cannot be read back is left out (`None`) and logged, as lists leave it out.
-    fn published_by_subdomain(
-        &self,
-        subdomain: &str,
-    ) -> StoreResult<Option<(Service, PublishedConfig)>> {
+    fn published_by_subdomain(&self, subdomain: &str) -> StoreResult<Option<Publication>> {
         self.read(|conn| published_by_subdomain(conn, subdomain))
     }
 }
 
 /// The published service whose subdomain is `subdomain`, with its configuration: one indexed
 /// read (`ServiceStore::published_by_subdomain`, and in place `Database::published_by_subdomain_now`).
-pub(crate) fn published_by_subdomain(
-    conn: &mut Db,
-    subdomain: &str,
-) -> Res<Option<(Service, PublishedConfig)>> {
+pub(crate) fn published_by_subdomain(conn: &mut Db, subdomain: &str) -> Res<Option<Publication>> {
     // PostgreSQL text cannot hold NUL, so no subdomain has one (see `find_service`).
     if subdomain.contains('\0') {
         return Ok(None);
@@ -367,7 +361,7 @@ pub(crate) fn published_by_subdomain(
         .get_result::<(ServiceRow, ConfigRow)>(c)
         .optional())?;
     Ok(readable("published service", row, |(s, c)| {
-        Ok((s.into_domain()?, c.into_domain()?))
+        c.into_publication(s.into_domain()?)
     })?
     .pop())
 }

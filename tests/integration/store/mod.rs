@@ -13,7 +13,7 @@ mod corrupt_rows;
 use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
 use registry_domain::policy::Policy;
 use registry_domain::ports::{Ceiling, CredentialRecord, CustomerStore};
-use registry_domain::service::PublishedConfig;
+use registry_domain::service::{Publication, PublishedConfig};
 use registry_domain::{Customer, Plan, Service, ServiceAccount};
 use registry_store::Store;
 use serde_json::{json, Value};

@@ -6,8 +6,7 @@ use super::hosts::Hosts;
 use crate::absent::Absent;
 use crate::near::Near;
 use registry_domain::issuer::Issuers;
-use registry_domain::service::PublishedConfig;
-use registry_domain::Service;
+use registry_domain::service::Publication;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use time::OffsetDateTime;
@@ -120,34 +119,36 @@ impl HostingCache {
         &self,
         generation: Generation,
         subdomain: &str,
-        found: Option<(Service, PublishedConfig)>,
+        found: Option<Publication>,
         now: OffsetDateTime,
     ) -> Option<Arc<Hosted>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let Some((service, config)) = found else {
+        let Some(publication) = found else {
             let mut misses = self.misses.lock();
             if self.generation.load(Ordering::Acquire) == generation.0 {
                 misses.remember(subdomain, now);
             }
             return None;
         };
-        let issuer = self.issuers.issuer_of(&service.subdomain);
-        let hosted = Arc::new(Hosted::new(&service, config, &issuer, now, self.date_text));
+        let issuer = self.issuers.issuer_of(&publication.subdomain);
+        let subdomain = publication.subdomain.clone();
+        let hosted = Arc::new(Hosted::new(publication, &issuer, now, self.date_text));
         let mut hosts = self.write();
         if self.generation.load(Ordering::Acquire) == generation.0 {
-            self.insert(&mut hosts, &service.subdomain, hosted.clone());
+            self.insert(&mut hosts, &subdomain, hosted.clone());
         }
         Some(hosted)
     }
 
     /// Publishes a service's documents as of `now`, replacing what it served before in one
     /// step: a change applied from the change log.
-    pub fn put(&self, service: &Service, config: PublishedConfig, now: OffsetDateTime) {
-        let issuer = self.issuers.issuer_of(&service.subdomain);
-        let hosted = Arc::new(Hosted::new(service, config, &issuer, now, self.date_text));
+    pub fn put(&self, publication: Publication, now: OffsetDateTime) {
+        let issuer = self.issuers.issuer_of(&publication.subdomain);
+        let subdomain = publication.subdomain.clone();
+        let hosted = Arc::new(Hosted::new(publication, &issuer, now, self.date_text));
         let mut hosts = self.write();
-        self.applied(Some(&service.subdomain));
-        self.insert(&mut hosts, &service.subdomain, hosted);
+        self.applied(Some(&subdomain));
+        self.insert(&mut hosts, &subdomain, hosted);
     }
 
     /// Builds a subdomain's entry again from what it keeps, once its key set changed by itself
@@ -268,6 +269,8 @@ mod tests {
     use bytes::Bytes;
     use registry_domain::keys::{KeyRecord, KeyState};
     use registry_domain::publishing::point_at;
+    use registry_domain::service::PublishedConfig;
+    use registry_domain::Service;
 
     fn published(subdomain: &str, padding: usize) -> (Service, PublishedConfig) {
         let now = OffsetDateTime::now_utc();
@@ -390,7 +393,7 @@ mod tests {
         ] {
             let issuer =
                 issuer.map_or_else(|| issuers().issuer_of(&service.subdomain), str::to_owned);
-            let hosted = Hosted::new(&service, config, &issuer, now, text);
+            let hosted = Hosted::new(Publication::of(&service, config), &issuer, now, text);
             let sizes = sizes_of(&hosted, &service.subdomain);
             assert!(
                 sizes <= hosted.footprint && hosted.footprint <= sizes + OVERHEAD,
@@ -414,7 +417,7 @@ mod tests {
         // Retired keys still published: the served key set is not the uploaded one.
         let (service, config) = large("s-x", 1_000, 4, 2, now);
         let issuer = issuers().issuer_of("s-x");
-        let hosted = Hosted::new(&service, config, &issuer, now, text);
+        let hosted = Hosted::new(Publication::of(&service, config), &issuer, now, text);
         let parts = |h: &Hosted| {
             [
                 h.discovery.body.clone(),
@@ -453,11 +456,21 @@ mod tests {
         let now = OffsetDateTime::now_utc();
         let (service, config) = large("r-x", 2_000, 10, 3, now);
         let issuer = issuers().issuer_of("r-x");
-        let hosted = Hosted::new(&service, config.clone(), &issuer, now, text);
+        let hosted = Hosted::new(
+            Publication::of(&service, config.clone()),
+            &issuer,
+            now,
+            text,
+        );
         let later = now + time::Duration::hours(2);
         assert!(hosted.is_stale_at(later));
         let rebuilt = hosted.rebuilt("r-x", later).expect("a source is kept");
-        let fresh = Hosted::new(&service, config.clone(), &issuer, later, text);
+        let fresh = Hosted::new(
+            Publication::of(&service, config.clone()),
+            &issuer,
+            later,
+            text,
+        );
         assert_eq!(rebuilt.jwks.body, fresh.jwks.body);
         assert_eq!(rebuilt.jwks.etag, fresh.jwks.etag);
         assert_eq!(rebuilt.last_modified, fresh.last_modified);
@@ -495,7 +508,7 @@ mod tests {
                 let (service, config) = &services[i];
                 if let Lookup::Unknown(generation) = cache.lookup(&service.subdomain, now) {
                     // What the handler does: read it, then serve it.
-                    let found = Some((service.clone(), config.clone()));
+                    let found = Some(Publication::of(service, config.clone()));
                     assert!(cache
                         .fill(generation, &service.subdomain, found, now)
                         .is_some());
@@ -533,7 +546,12 @@ mod tests {
         let (service, mut config) = published("v-x", 10);
         let issuer = issuers().issuer_of("v-x");
         let build = |config: &PublishedConfig, now| {
-            Hosted::new(&service, config.clone(), &issuer, now, text)
+            Hosted::new(
+                Publication::of(&service, config.clone()),
+                &issuer,
+                now,
+                text,
+            )
         };
         config.updated_at = at(900);
         // A lone version, or one whose predecessor is a second older: the date decides.
@@ -565,8 +583,8 @@ mod tests {
         let cache = HostingCache::new(issuers(), 1 << 20, text);
         let old = published("api-x", 10);
         let new = published("api-x", 20);
-        cache.put(&old.0, old.1, OffsetDateTime::now_utc());
-        cache.put(&new.0, new.1, OffsetDateTime::now_utc());
+        cache.put(Publication::of(&old.0, old.1), OffsetDateTime::now_utc());
+        cache.put(Publication::of(&new.0, new.1), OffsetDateTime::now_utc());
         // The old id's removal arrives after the new service was published (log order).
         cache.remove(old.0.id);
         let served = cache.get("api-x").expect("the new service is still served");
@@ -584,8 +602,7 @@ mod tests {
             published("c-x", 1000),
         );
         let each = Hosted::new(
-            &a.0,
-            a.1.clone(),
+            Publication::of(&a.0, a.1.clone()),
             "http://a-x.localhost",
             OffsetDateTime::now_utc(),
             text,
@@ -594,10 +611,16 @@ mod tests {
         // Two fit, three do not.
         let bound = 2 * each + each / 2;
         let cache = HostingCache::new(issuers(), bound, text);
-        cache.put(&a.0, a.1.clone(), OffsetDateTime::now_utc());
-        cache.put(&b.0, b.1.clone(), OffsetDateTime::now_utc());
+        cache.put(
+            Publication::of(&a.0, a.1.clone()),
+            OffsetDateTime::now_utc(),
+        );
+        cache.put(
+            Publication::of(&b.0, b.1.clone()),
+            OffsetDateTime::now_utc(),
+        );
         assert!(cache.get("a-x").is_some()); // a is served after b was published
-        cache.put(&c.0, c.1, OffsetDateTime::now_utc());
+        cache.put(Publication::of(&c.0, c.1), OffsetDateTime::now_utc());
         assert!(cache.bytes() <= bound, "{}", cache.bytes());
         let now = OffsetDateTime::now_utc();
         // b left memory altogether: it is read again when asked for.
@@ -610,7 +633,12 @@ mod tests {
             panic!("b is not in memory");
         };
         assert!(cache
-            .fill(generation, "b-x", Some(b.clone()), now)
+            .fill(
+                generation,
+                "b-x",
+                Some(Publication::of(&b.0, b.1.clone())),
+                now
+            )
             .is_some());
         assert!(matches!(cache.lookup("b-x", now), Lookup::Hit(_)));
         assert!(cache.bytes() <= bound);
@@ -618,7 +646,7 @@ mod tests {
         assert!(matches!(cache.lookup("b-x", now), Lookup::Unknown(_)));
         // A republication replaces in one step, and the bytes follow.
         let before = cache.bytes();
-        cache.put(&a.0, a.1, OffsetDateTime::now_utc());
+        cache.put(Publication::of(&a.0, a.1), OffsetDateTime::now_utc());
         assert_eq!(cache.bytes(), before);
         assert_eq!(cache.read().subdomain_of.len(), cache.in_memory());
     }
@@ -641,7 +669,7 @@ mod tests {
         ));
         // A publication applied clears the miss at once.
         let (service, config) = published("n-x", 10);
-        cache.put(&service, config, now);
+        cache.put(Publication::of(&service, config), now);
         assert!(matches!(cache.lookup("n-x", now), Lookup::Hit(_)));
         cache.remove(service.id);
         assert!(matches!(cache.lookup("n-x", now), Lookup::Unknown(_)));
@@ -671,8 +699,8 @@ mod tests {
         let Lookup::Unknown(before) = cache.lookup("g-x", now) else {
             panic!("not in memory");
         };
-        cache.put(&service, new.clone(), now);
-        let served = cache.fill(before, "g-x", Some((service.clone(), old)), now);
+        cache.put(Publication::of(&service, new.clone()), now);
+        let served = cache.fill(before, "g-x", Some(Publication::of(&service, old)), now);
         assert!(served.is_some(), "the read still answers its own request");
         let kept = cache.get("g-x").expect("the applied version");
         assert_eq!(kept.uploaded_jwks, new.jwks.as_bytes());
@@ -681,7 +709,7 @@ mod tests {
         let Lookup::Unknown(before) = cache.lookup("g-x", now) else {
             panic!("removed");
         };
-        cache.put(&service, new, now);
+        cache.put(Publication::of(&service, new), now);
         cache.remove(service.id);
         cache.fill(before, "g-x", None, now);
         assert!(matches!(cache.lookup("g-x", now), Lookup::Unknown(_)));
@@ -699,7 +727,7 @@ mod tests {
         let cache = HostingCache::new(issuers(), 1 << 20, text);
         let now = OffsetDateTime::now_utc();
         let (service, old) = published("n-x", 10);
-        cache.put(&service, old.clone(), now);
+        cache.put(Publication::of(&service, old.clone()), now);
         let shared = cache.get("n-x").expect("in memory");
         assert!(
             Arc::ptr_eq(&hit(&cache, "n-x", now), &shared),
@@ -725,20 +753,20 @@ mod tests {
         });
         // A change of another service: the copy is checked, and kept.
         let (other, config) = published("o-x", 10);
-        cache.put(&other, config, now);
+        cache.put(Publication::of(&other, config), now);
         assert!(Arc::ptr_eq(&hit(&cache, "n-x", now), &first));
         // A new configuration is served at once, and so is a withdrawal.
         let new = PublishedConfig {
             jwks: r#"{"keys":[{"kid":"new"}]}"#.into(),
             ..old.clone()
         };
-        cache.put(&service, new.clone(), now);
+        cache.put(Publication::of(&service, new.clone()), now);
         assert_eq!(hit(&cache, "n-x", now).uploaded_jwks, new.jwks.as_bytes());
         cache.remove(service.id);
         assert!(matches!(cache.lookup("n-x", now), Lookup::Unknown(_)));
         // A rebuilt entry (a retired key's time ran out) is served at once too.
         let (service, config) = large("r-x", 100, 3, 1, now);
-        cache.put(&service, config, now);
+        cache.put(Publication::of(&service, config), now);
         let before = hit(&cache, "r-x", now);
         let later = now + time::Duration::hours(2);
         assert!(before.is_stale_at(later));

@@ -1,12 +1,11 @@
-//! One subdomain's documents, ready to send ([`Hosted`]), built from a service and its published
-//! configuration, with every byte it keeps counted (its `footprint`, which the cache's bound
+//! One subdomain's documents, ready to send ([`Hosted`]), built from what its service publishes
+//! ([`Publication`]), with every byte it keeps counted (its `footprint`, which the cache's bound
 //! sums) and what it needs to build itself again when a retired key's time runs out.
 
 use bytes::Bytes;
 use registry_domain::keys::KeyState;
 use registry_domain::publishing::point_at;
-use registry_domain::service::PublishedConfig;
-use registry_domain::Service;
+use registry_domain::service::Publication;
 use sha2::{Digest, Sha256};
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
@@ -235,31 +234,28 @@ pub(super) fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
 }
 
 impl Hosted {
-    /// The documents of `service` as `config` publishes them under `issuer`, at `now`.
+    /// The documents `publication` serves under `issuer`, at `now`.
     pub(super) fn new(
-        service: &Service,
-        config: PublishedConfig,
+        publication: Publication,
         issuer: &str,
         now: OffsetDateTime,
         date_text: DateText,
     ) -> Self {
         let retired = KeyState {
-            keys: (config.keys.keys.into_iter())
-                .filter(|k| k.retired_at.is_some())
-                .collect(),
+            keys: publication.retired,
             ..KeyState::default()
         };
         Self::build(
             Parts {
                 date_text,
-                service_id: service.id,
-                subdomain: &service.subdomain,
-                expires_at: service.expires_at,
-                discovery: current_discovery(config.openid_configuration, issuer).as_bytes(),
-                uploaded_jwks: config.jwks.as_bytes(),
+                service_id: publication.service_id,
+                subdomain: &publication.subdomain,
+                expires_at: publication.expires_at,
+                discovery: current_discovery(publication.openid_configuration, issuer).as_bytes(),
+                uploaded_jwks: publication.jwks.as_bytes(),
                 retired: &retired,
-                updated_at: config.updated_at,
-                previous_change_at: config.previous_change_at,
+                updated_at: publication.updated_at,
+                previous_change_at: publication.previous_change_at,
             },
             now,
         )

@@ -2,21 +2,20 @@
 //! service, document and hour (and per agent), which every replica adds its counts to.
 
 use crate::error::Res;
-use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis, uuid};
 use crate::schema::{fetch_agents, fetch_counts, fetch_networks, key_readiness};
 use crate::Store;
 use diesel::prelude::*;
-use diesel::upsert::excluded;
 use registry_domain::network::Network;
 use registry_domain::ports::{
     fetch_hour, AgentFetches, AgentHour, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
-    StoreResult, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
-    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+    StoreResult, VerifierCandidate, OTHER_AGENTS,
 };
 use std::collections::{HashMap, HashSet};
 use time::OffsetDateTime;
 use uuid::Uuid;
+
+mod flush;
 
 fn count(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -43,216 +42,12 @@ const KEY_SETS: [&str; 2] = [
     key_of(FetchedDocument::DomainJwks),
 ];
 
-/// Removes the least frequent agent of the bucket `(service, document, hour)` (the others'
-/// row aside) with its networks, and answers its count: the place a new agent takes, with that
-/// count (space-saving); `None` when there is no such agent.
-fn give_place(conn: &mut Db, (service, document, hour): (&str, &str, i64)) -> Res<Option<i64>> {
-    let bucket = fetch_agents::table
-        .filter(fetch_agents::service_id.eq(service))
-        .filter(fetch_agents::document.eq(document))
-        .filter(fetch_agents::hour.eq(hour));
-    let least = bucket
-        .filter(fetch_agents::agent.ne(OTHER_AGENTS))
-        .order((fetch_agents::count.asc(), fetch_agents::last_at.asc()))
-        .select((fetch_agents::agent, fetch_agents::count))
-        .first::<(String, i64)>(conn)
-        .optional()?;
-    let Some((agent, n)) = least else {
-        return Ok(None);
-    };
-    diesel::delete(bucket.filter(fetch_agents::agent.eq(&agent))).execute(conn)?;
-    diesel::delete(
-        fetch_networks::table
-            .filter(fetch_networks::service_id.eq(service))
-            .filter(fetch_networks::document.eq(document))
-            .filter(fetch_networks::hour.eq(hour))
-            .filter(fetch_networks::agent.eq(&agent)),
-    )
-    .execute(conn)?;
-    Ok(Some(n))
-}
-
-/// Whether every one of `networks` (at least one) already brought
-/// [`STORED_AGENTS_PER_NETWORK`] agents to the bucket `(service, document, hour)`.
-fn crowded(
-    conn: &mut Db,
-    (service, document, hour): (&str, &str, i64),
-    networks: &[NetworkFetch],
-) -> Res<bool> {
-    if networks.is_empty() {
-        return Ok(false);
-    }
-    for n in networks {
-        let agents = fetch_networks::table
-            .filter(fetch_networks::service_id.eq(service))
-            .filter(fetch_networks::document.eq(document))
-            .filter(fetch_networks::hour.eq(hour))
-            .filter(fetch_networks::network.eq(n.network.to_string()))
-            .count()
-            .get_result::<i64>(conn)?;
-        if agents < count(STORED_AGENTS_PER_NETWORK as u64) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Adds `agent`'s last fetch from each of `networks` to the bucket `(service, document, hour)`:
-/// a network already there moves forward, a new one is added while the agent has fewer than
-/// [`STORED_NETWORKS_PER_AGENT`] there.
-fn record_networks(
-    conn: &mut Db,
-    (service, document, hour): (&str, &str, i64),
-    agent: &str,
-    networks: &[NetworkFetch],
-) -> Res<()> {
-    if networks.is_empty() {
-        return Ok(());
-    }
-    let bucket = fetch_networks::table
-        .filter(fetch_networks::service_id.eq(service))
-        .filter(fetch_networks::document.eq(document))
-        .filter(fetch_networks::hour.eq(hour))
-        .filter(fetch_networks::agent.eq(agent));
-    let known: Vec<String> = bucket.select(fetch_networks::network).load(conn)?;
-    let mut room = STORED_NETWORKS_PER_AGENT.saturating_sub(known.len());
-    for n in networks {
-        let (network, at) = (n.network.to_string(), millis(n.last_at));
-        if known.contains(&network) {
-            diesel::update(
-                bucket
-                    .filter(fetch_networks::network.eq(&network))
-                    .filter(fetch_networks::last_at.lt(at)),
-            )
-            .set(fetch_networks::last_at.eq(at))
-            .execute(conn)?;
-        } else if room > 0 {
-            room -= 1;
-            let row = (
-                fetch_networks::service_id.eq(service),
-                fetch_networks::document.eq(document),
-                fetch_networks::hour.eq(hour),
-                fetch_networks::agent.eq(agent),
-                fetch_networks::network.eq(&network),
-                fetch_networks::last_at.eq(at),
-            );
-            on_backend!(&mut *conn, |c| diesel::insert_into(fetch_networks::table)
-                .values(row)
-                .on_conflict_do_nothing()
-                .execute(c))?;
-        }
-    }
-    Ok(())
-}
-
 impl FetchLog for Store {
     /// One transaction, outside the change log: no cache holds fetch counts. Counts add up
     /// (`ON CONFLICT … DO UPDATE`), and the last fetch only moves forward.
     fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
-        self.write_aside(|conn| {
-            for f in counts {
-                let (service, document) = (id_text(f.service_id), key_of(f.document));
-                let (hour, last) = (fetch_hour(f.last_at), millis(f.last_at));
-                let row = (
-                    fetch_counts::service_id.eq(&service),
-                    fetch_counts::document.eq(document),
-                    fetch_counts::hour.eq(hour),
-                    fetch_counts::ok.eq(count(f.ok)),
-                    fetch_counts::not_modified.eq(count(f.not_modified)),
-                    fetch_counts::last_at.eq(last),
-                );
-                on_backend!(&mut *conn, |c| diesel::insert_into(fetch_counts::table)
-                    .values(row)
-                    .on_conflict((
-                        fetch_counts::service_id,
-                        fetch_counts::document,
-                        fetch_counts::hour,
-                    ))
-                    .do_update()
-                    .set((
-                        fetch_counts::ok.eq(fetch_counts::ok + excluded(fetch_counts::ok)),
-                        fetch_counts::not_modified
-                            .eq(fetch_counts::not_modified + excluded(fetch_counts::not_modified)),
-                    ))
-                    .execute(c))?;
-                diesel::update(
-                    fetch_counts::table
-                        .filter(fetch_counts::service_id.eq(&service))
-                        .filter(fetch_counts::document.eq(document))
-                        .filter(fetch_counts::hour.eq(hour))
-                        .filter(fetch_counts::last_at.lt(last)),
-                )
-                .set(fetch_counts::last_at.eq(last))
-                .execute(conn)?;
-                for a in &f.agents {
-                    let at = millis(a.last_at);
-                    let bucket = fetch_agents::table
-                        .filter(fetch_agents::service_id.eq(&service))
-                        .filter(fetch_agents::document.eq(document))
-                        .filter(fetch_agents::hour.eq(hour));
-                    let known = bucket
-                        .filter(fetch_agents::agent.eq(&a.agent))
-                        .count()
-                        .get_result::<i64>(conn)?
-                        > 0;
-                    // Whatever outsiders send, the hour's agents are bounded: one network's new
-                    // agents past its bound are the others; past the hour's bound, the least
-                    // frequent agent gives its place, and its count, to the new one
-                    // (space-saving: an agent more frequent than the hour's fetches over 64 is
-                    // never pushed out, so a verifier stays while one-off agents churn).
-                    let key = (service.as_str(), document, hour);
-                    let crowded_out = !known && crowded(conn, key, &a.networks)?;
-                    let full = !known
-                        && !crowded_out
-                        && bucket.count().get_result::<i64>(conn)?
-                            >= count(STORED_AGENTS_PER_HOUR as u64);
-                    let inherited = match full {
-                        true => give_place(conn, key)?,
-                        false => Some(0),
-                    };
-                    let (agent, inherited) = match (crowded_out, inherited) {
-                        (false, Some(n)) => (a.agent.as_str(), n),
-                        _ => (OTHER_AGENTS, 0),
-                    };
-                    if agent != OTHER_AGENTS {
-                        record_networks(conn, key, agent, &a.networks)?;
-                    }
-                    let row = (
-                        fetch_agents::service_id.eq(&service),
-                        fetch_agents::document.eq(document),
-                        fetch_agents::hour.eq(hour),
-                        fetch_agents::agent.eq(agent),
-                        fetch_agents::count.eq(count(a.count).saturating_add(inherited)),
-                        fetch_agents::last_at.eq(at),
-                    );
-                    on_backend!(&mut *conn, |c| diesel::insert_into(fetch_agents::table)
-                        .values(row)
-                        .on_conflict((
-                            fetch_agents::service_id,
-                            fetch_agents::document,
-                            fetch_agents::hour,
-                            fetch_agents::agent,
-                        ))
-                        .do_update()
-                        .set(
-                            fetch_agents::count
-                                .eq(fetch_agents::count + excluded(fetch_agents::count)),
-                        )
-                        .execute(c))?;
-                    diesel::update(
-                        fetch_agents::table
-                            .filter(fetch_agents::service_id.eq(&service))
-                            .filter(fetch_agents::document.eq(document))
-                            .filter(fetch_agents::hour.eq(hour))
-                            .filter(fetch_agents::agent.eq(agent))
-                            .filter(fetch_agents::last_at.lt(at)),
-                    )
-                    .set(fetch_agents::last_at.eq(at))
-                    .execute(conn)?;
-                }
-            }
-            Ok(())
-        })
+        let flush = flush::Flush::of(counts);
+        self.write_aside(|conn| flush.record(conn))
     }
 
     fn fetches(

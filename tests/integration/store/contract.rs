@@ -2045,6 +2045,84 @@ fn stored_evidence_is_bounded_per_hour(store: &dyn Storage) {
 }
 
 #[test]
+fn a_flush_of_many_documents_adds_up_as_small_ones_do_on_every_store() {
+    on_every_store(a_flush_of_many_documents_adds_up_as_small_ones_do);
+}
+
+/// A flush larger than one statement's rows (the store writes known rows a thousand a
+/// statement), where the same document and agent come twice, agents known and new side by side,
+/// and a known agent brings more networks than it may keep.
+fn a_flush_of_many_documents_adds_up_as_small_ones_do(store: &dyn Storage) {
+    const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    let services: Vec<Uuid> = (0..1_200).map(|_| Uuid::new_v4()).collect();
+    let at = |minutes: i64| NOON + Duration::minutes(minutes);
+    let home = "10.0.0.0/24";
+    let first: Vec<DocumentFetches> = (services.iter())
+        .map(|s| fetched_from(*s, at(10), "aws", &[home]))
+        .collect();
+    store.record_fetches(&first).unwrap();
+    let mut second: Vec<DocumentFetches> = (services.iter())
+        .map(|s| fetched_from(*s, at(20), "aws", &[home]))
+        .collect();
+    // The first service: twice in one flush, once with an older fetch, and a new agent.
+    second.push(fetched_from(services[0], at(5), "aws", &[home]));
+    second.push(fetched_from(services[0], at(15), "gcp", &[home]));
+    // The last: its known agent from 12 new networks at once, 7 of which it may keep.
+    let many: Vec<String> = (1..=12).map(|i| format!("10.0.{i}.0/24")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    second.push(fetched_from(services[1_199], at(25), "aws", &many));
+    store.record_fetches(&second).unwrap();
+
+    let read = |service: Uuid| store.fetches(service, NOON, 10).unwrap().remove(0);
+    let middle = read(services[600]);
+    assert_eq!(
+        (middle.ok, middle.not_modified, middle.last_at),
+        (4, 2, at(20))
+    );
+    let agents: Vec<(&str, u64, OffsetDateTime)> = (middle.agents.iter())
+        .map(|a| (a.agent.as_str(), a.count, a.last_at))
+        .collect();
+    assert_eq!(agents, [("aws", 2, at(20))]);
+
+    let first = read(services[0]);
+    assert_eq!(
+        (first.ok, first.last_at),
+        (8, at(20)),
+        "summed; the latest kept"
+    );
+    let agents: Vec<(&str, u64, OffsetDateTime)> = (first.agents.iter())
+        .map(|a| (a.agent.as_str(), a.count, a.last_at))
+        .collect();
+    assert_eq!(agents, [("aws", 3, at(20)), ("gcp", 1, at(15))]);
+    let seen = store
+        .verifier_fetches(services[0], &["aws".into(), "gcp".into()], NOON)
+        .unwrap();
+    let seen: Vec<(String, String, OffsetDateTime)> = (seen.into_iter())
+        .map(|(agent, f)| (agent, f.network.to_string(), f.last_at))
+        .collect();
+    assert_eq!(
+        seen.len(),
+        2,
+        "one network each, its last fetch the latest: {seen:?}"
+    );
+    assert!(
+        seen.contains(&("aws".into(), home.into(), at(20))),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&("gcp".into(), home.into(), at(15))),
+        "{seen:?}"
+    );
+
+    let last = store
+        .verifier_fetches(services[1_199], &["aws".into()], NOON)
+        .unwrap();
+    assert_eq!(last.len(), STORED_NETWORKS_PER_AGENT, "{last:?}");
+    let at_home = last.iter().find(|(_, f)| f.network.to_string() == home);
+    assert_eq!(at_home.map(|(_, f)| f.last_at), Some(at(20)), "{last:?}");
+}
+
+#[test]
 fn replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned_on_every_store() {
     on_every_store(replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned);
 }

@@ -1,0 +1,83 @@
+//! What a replica's flush of fetch evidence costs the database (docs/api.md, "Fetch evidence"):
+//! the key sets of DOCUMENTS services, each fetched by one agent from one network since the last
+//! flush, as the wide verifiers' scenario makes them (`cargo xtask bench --verifiers`). First in
+//! an hour that holds none of them (every row new), then again in the same hour (every row
+//! known: a busy replica's usual flush), on a real SQLite database.
+//!
+//! `cargo bench -p registry-store --bench flush [-- DOCUMENTS]` (16,384 by default: the most
+//! services a replica counts between two flushes).
+
+use registry_domain::network::Network;
+use registry_domain::ports::{
+    AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
+};
+use registry_store::Store;
+use std::time::Instant;
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+/// Flushes of known rows measured (the median is shown).
+const AGAIN: usize = 5;
+
+fn flush(services: &[Uuid], at: OffsetDateTime) -> Vec<DocumentFetches> {
+    let network = Network::of("203.0.113.9".parse().unwrap());
+    services
+        .iter()
+        .map(|&service_id| DocumentFetches {
+            service_id,
+            document: FetchedDocument::Jwks,
+            ok: 3,
+            not_modified: 0,
+            last_at: at,
+            agents: vec![AgentFetches {
+                agent: "wrk".into(),
+                count: 3,
+                last_at: at,
+                networks: vec![NetworkFetch {
+                    network,
+                    last_at: at,
+                }],
+            }],
+        })
+        .collect()
+}
+
+fn main() {
+    let documents: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(16_384);
+    let dir = std::env::temp_dir().join(format!("flush-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("registry.db").display());
+    let store = Store::connect(&url).unwrap();
+    store.migrate().unwrap();
+    let services: Vec<Uuid> = (0..documents).map(|_| Uuid::new_v4()).collect();
+    // 2026-11-29 12:00 UTC: every flush below falls in that hour.
+    let t0 = OffsetDateTime::from_unix_timestamp(1_795_953_600).unwrap();
+
+    let timed = |at: OffsetDateTime| {
+        let counts = flush(&services, at);
+        let started = Instant::now();
+        store.record_fetches(&counts).unwrap();
+        started.elapsed().as_secs_f64()
+    };
+    let per_document = |seconds: f64| seconds * 1e6 / documents as f64;
+    let new = timed(t0);
+    let mut known: Vec<f64> = (1..=AGAIN)
+        .map(|i| timed(t0 + Duration::seconds(30 * i as i64)))
+        .collect();
+    known.sort_by(f64::total_cmp);
+    let median = known[AGAIN / 2];
+    println!(
+        "flush of {documents} documents, every row new: {:.0} ms, {:.1} µs a document",
+        new * 1e3,
+        per_document(new)
+    );
+    println!(
+        "flush of {documents} documents, every row known (median of {AGAIN}): {:.0} ms, {:.1} µs a document",
+        median * 1e3,
+        per_document(median)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,543 @@
+//! A replica's flush of fetch evidence, merged per hour bucket and agent, and written a thousand
+//! rows a statement where the rows are known. Diesel prepares every `UPDATE` and every upsert
+//! again at each execution (it never caches them), so a flush written a row at a time spent
+//! most of its time parsing SQL: 48 µs a document (docs/benchmarks.md, "A flush of fetch
+//! evidence in a few statements"). Only an agent new to its bucket still goes a row at a time:
+//! whether it gets a place depends on the bucket as the agents before it left it.
+
+use super::{count, key_of};
+use crate::error::Res;
+use crate::pool::{on_backend, Db};
+use crate::rows::{id_text, millis};
+use crate::schema::{fetch_agents, fetch_counts, fetch_networks};
+use diesel::dsl::{case_when, Eq, Filter};
+use diesel::prelude::*;
+use diesel::upsert::excluded;
+use registry_domain::ports::{
+    fetch_hour, DocumentFetches, NetworkFetch, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
+    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// Rows a statement writes or keys it reads, at most: at six columns a row, well under the
+/// parameters SQLite and PostgreSQL accept in one statement (32,766 and 65,535).
+const ROWS: usize = 1_000;
+
+/// A document's hour: its service and document as stored, and the hour.
+type Bucket = (String, &'static str, i64);
+
+/// What a flush adds to one bucket.
+#[derive(Debug)]
+struct Counts {
+    bucket: Bucket,
+    ok: i64,
+    not_modified: i64,
+    last_at: i64,
+}
+
+/// What a flush adds of one agent to one bucket.
+#[derive(Debug)]
+struct Agent {
+    /// Its bucket, an index into [`Flush::buckets`].
+    bucket: usize,
+    name: String,
+    count: i64,
+    last_at: i64,
+    /// Each network once (in the order the replica gave them: the most frequent first), with
+    /// the agent's last fetch from there.
+    networks: Vec<(String, i64)>,
+}
+
+/// A flush's counts, each bucket and each agent of a bucket once (two replicas' counts, or
+/// two threads', may name the same), in the order they first appear.
+#[derive(Debug, Default)]
+pub(super) struct Flush {
+    buckets: Vec<Counts>,
+    agents: Vec<Agent>,
+}
+
+impl Flush {
+    /// `counts` merged: counts summed, the last fetches the latest.
+    pub(super) fn of(counts: &[DocumentFetches]) -> Self {
+        let mut flush = Self::default();
+        let mut buckets: HashMap<Bucket, usize> = HashMap::new();
+        let mut agents: HashMap<(usize, &str), usize> = HashMap::new();
+        for f in counts {
+            let bucket = (
+                id_text(f.service_id),
+                key_of(f.document),
+                fetch_hour(f.last_at),
+            );
+            let last_at = millis(f.last_at);
+            let b = *buckets.entry(bucket.clone()).or_insert_with(|| {
+                flush.buckets.push(Counts {
+                    bucket,
+                    ok: 0,
+                    not_modified: 0,
+                    last_at,
+                });
+                flush.buckets.len() - 1
+            });
+            let counts = &mut flush.buckets[b];
+            counts.ok = counts.ok.saturating_add(count(f.ok));
+            counts.not_modified = counts.not_modified.saturating_add(count(f.not_modified));
+            counts.last_at = counts.last_at.max(last_at);
+            for a in &f.agents {
+                let last_at = millis(a.last_at);
+                let i = *agents.entry((b, a.agent.as_str())).or_insert_with(|| {
+                    flush.agents.push(Agent {
+                        bucket: b,
+                        name: a.agent.clone(),
+                        count: 0,
+                        last_at,
+                        networks: Vec::new(),
+                    });
+                    flush.agents.len() - 1
+                });
+                let agent = &mut flush.agents[i];
+                agent.count = agent.count.saturating_add(count(a.count));
+                agent.last_at = agent.last_at.max(last_at);
+                for NetworkFetch { network, last_at } in &a.networks {
+                    let (network, last_at) = (network.to_string(), millis(*last_at));
+                    match agent.networks.iter_mut().find(|(n, _)| *n == network) {
+                        Some((_, at)) => *at = (*at).max(last_at),
+                        None => agent.networks.push((network, last_at)),
+                    }
+                }
+            }
+        }
+        flush
+    }
+
+    /// Adds the flush in the caller's transaction: the buckets' counts; the agents their
+    /// buckets hold already, with their networks; then each new agent as the bounds on a
+    /// bucket's agents let it in (decided one by one, in the flush's order, from what the
+    /// database holds and what the agents before it took; written together).
+    pub(super) fn record(&self, conn: &mut Db) -> Res<()> {
+        self.add_counts(conn)?;
+        let stored = self.stored(conn)?;
+        let (known, new): (Vec<&Agent>, Vec<&Agent>) =
+            (self.agents.iter()).partition(|a| stored.contains_key(&(a.bucket, a.name.as_str())));
+        let mut rows = Rows::default();
+        for a in known {
+            let there = &stored[&(a.bucket, a.name.as_str())];
+            let mut room = STORED_NETWORKS_PER_AGENT.saturating_sub(there.len());
+            let networks = a.networks.iter().filter(|(network, _)| {
+                there.contains(network) || {
+                    let fits = room > 0;
+                    room = room.saturating_sub(1);
+                    fits
+                }
+            });
+            rows.add(a.bucket, &a.name, a.count, a.last_at, networks);
+        }
+        // Written before the new agents are placed: a full bucket's least frequent agent is
+        // read from the database.
+        rows.write(conn, self)?;
+        let mut places = Places::default();
+        let mut rows = Rows::default();
+        for a in new {
+            self.place(conn, a, &mut places, &mut rows)?;
+        }
+        rows.write(conn, self)
+    }
+
+    /// A bucket as stored: service, document, hour.
+    fn key(&self, bucket: usize) -> (&str, &'static str, i64) {
+        let (service, document, hour) = &self.buckets[bucket].bucket;
+        (service.as_str(), document, *hour)
+    }
+
+    /// One upsert per [`ROWS`] buckets; the last fetch only moves forward.
+    fn add_counts(&self, conn: &mut Db) -> Res<()> {
+        for chunk in self.buckets.chunks(ROWS) {
+            let rows: Vec<_> = (chunk.iter())
+                .map(|c| {
+                    (
+                        fetch_counts::service_id.eq(c.bucket.0.as_str()),
+                        fetch_counts::document.eq(c.bucket.1),
+                        fetch_counts::hour.eq(c.bucket.2),
+                        fetch_counts::ok.eq(c.ok),
+                        fetch_counts::not_modified.eq(c.not_modified),
+                        fetch_counts::last_at.eq(c.last_at),
+                    )
+                })
+                .collect();
+            let last_at = case_when(
+                fetch_counts::last_at.lt(excluded(fetch_counts::last_at)),
+                excluded(fetch_counts::last_at),
+            )
+            .otherwise(fetch_counts::last_at);
+            on_backend!(&mut *conn, |c| diesel::insert_into(fetch_counts::table)
+                .values(&rows)
+                .on_conflict((
+                    fetch_counts::service_id,
+                    fetch_counts::document,
+                    fetch_counts::hour,
+                ))
+                .do_update()
+                .set((
+                    fetch_counts::ok.eq(fetch_counts::ok + excluded(fetch_counts::ok)),
+                    fetch_counts::not_modified
+                        .eq(fetch_counts::not_modified + excluded(fetch_counts::not_modified)),
+                    fetch_counts::last_at.eq(last_at),
+                ))
+                .execute(c))?;
+        }
+        Ok(())
+    }
+
+    /// The agents the flush's buckets hold already, each with its networks there: one read per
+    /// [`ROWS`] services of a document and hour, for agents and for networks.
+    fn stored(&self, conn: &mut Db) -> Res<HashMap<(usize, &str), HashSet<String>>> {
+        let mut groups: BTreeMap<(&str, i64), HashMap<&str, usize>> = BTreeMap::new();
+        for (i, c) in self.buckets.iter().enumerate() {
+            let (service, document, hour) = &c.bucket;
+            (groups.entry((*document, *hour)).or_default()).insert(service.as_str(), i);
+        }
+        let mut wanted: HashMap<usize, Vec<&str>> = HashMap::new();
+        for a in &self.agents {
+            wanted.entry(a.bucket).or_default().push(a.name.as_str());
+        }
+        let mut stored: HashMap<(usize, &str), HashSet<String>> = HashMap::new();
+        for ((document, hour), services) in &groups {
+            // The flush's own agent, from a row the read found.
+            let ours = |service: &str, agent: &str| {
+                let bucket = *services.get(service)?;
+                let name = wanted.get(&bucket)?.iter().find(|name| **name == agent)?;
+                Some((bucket, *name))
+            };
+            let ids: Vec<&str> = services.keys().copied().collect();
+            for chunk in ids.chunks(ROWS) {
+                // Only the flush's agents: a bucket may hold 64, each from 8 networks.
+                let names: BTreeSet<&str> = (chunk.iter())
+                    .filter_map(|service| wanted.get(&services[service]))
+                    .flatten()
+                    .copied()
+                    .collect();
+                let names: Vec<&str> = names.into_iter().collect();
+                let agents: Vec<(String, String)> = fetch_agents::table
+                    .filter(fetch_agents::document.eq(*document))
+                    .filter(fetch_agents::hour.eq(*hour))
+                    .filter(fetch_agents::service_id.eq_any(chunk))
+                    .filter(fetch_agents::agent.eq_any(&names))
+                    .select((fetch_agents::service_id, fetch_agents::agent))
+                    .load(conn)?;
+                for (service, agent) in agents {
+                    if let Some(key) = ours(&service, &agent) {
+                        stored.entry(key).or_default();
+                    }
+                }
+                let networks: Vec<(String, String, String)> = fetch_networks::table
+                    .filter(fetch_networks::document.eq(*document))
+                    .filter(fetch_networks::hour.eq(*hour))
+                    .filter(fetch_networks::service_id.eq_any(chunk))
+                    .filter(fetch_networks::agent.eq_any(&names))
+                    .select((
+                        fetch_networks::service_id,
+                        fetch_networks::agent,
+                        fetch_networks::network,
+                    ))
+                    .load(conn)?;
+                for (service, agent, network) in networks {
+                    let known = ours(&service, &agent).and_then(|key| stored.get_mut(&key));
+                    if let Some(known) = known {
+                        known.insert(network);
+                    }
+                }
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Places an agent new to its bucket. Whatever outsiders send, the hour's agents are
+    /// bounded: one network's new agents past its bound are the others; past the hour's bound,
+    /// the least frequent agent gives its place, and its count, to the new one (space-saving:
+    /// an agent more frequent than the hour's fetches over 64 is never pushed out, so a
+    /// verifier stays while one-off agents churn).
+    fn place<'a>(
+        &'a self,
+        conn: &mut Db,
+        a: &'a Agent,
+        places: &mut Places<'a>,
+        rows: &mut Rows<'a>,
+    ) -> Res<()> {
+        let key = self.key(a.bucket);
+        let mut crowded_out = !a.networks.is_empty();
+        for (network, _) in &a.networks {
+            if places.network_agents(conn, key, a.bucket, network)?
+                < count(STORED_AGENTS_PER_NETWORK as u64)
+            {
+                crowded_out = false;
+                break;
+            }
+        }
+        let full = !crowded_out
+            && places.agents(conn, key, a.bucket)? >= count(STORED_AGENTS_PER_HOUR as u64);
+        let inherited = match full {
+            true => {
+                let inherited = give_place(conn, key)?;
+                places.forget(a.bucket);
+                inherited
+            }
+            false => Some(0),
+        };
+        match (crowded_out, inherited) {
+            (false, Some(inherited)) => {
+                let networks = a.networks.iter().take(STORED_NETWORKS_PER_AGENT);
+                for (network, _) in networks.clone() {
+                    places.took_network(a.bucket, network);
+                }
+                places.took(a.bucket);
+                let count = a.count.saturating_add(inherited);
+                rows.add(a.bucket, &a.name, count, a.last_at, networks);
+            }
+            _ => {
+                if !places.others(conn, key, a.bucket)? {
+                    places.took(a.bucket);
+                    places.others_taken.insert(a.bucket);
+                }
+                rows.add(
+                    a.bucket,
+                    OTHER_AGENTS,
+                    a.count,
+                    a.last_at,
+                    std::iter::empty(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The agent and network rows a flush adds, each once: upserts that add counts and move the
+/// last fetch forward, [`ROWS`] rows a statement.
+#[derive(Debug, Default)]
+struct Rows<'a> {
+    agents: Vec<(usize, &'a str, i64, i64)>,
+    /// An agent row's index in `agents`, by bucket and agent (the others' row of a bucket
+    /// takes several agents' counts).
+    index: HashMap<(usize, &'a str), usize>,
+    networks: Vec<(usize, &'a str, &'a str, i64)>,
+}
+
+impl<'a> Rows<'a> {
+    fn add(
+        &mut self,
+        bucket: usize,
+        agent: &'a str,
+        count: i64,
+        last_at: i64,
+        networks: impl Iterator<Item = &'a (String, i64)>,
+    ) {
+        match self.index.get(&(bucket, agent)) {
+            Some(&i) => {
+                let row = &mut self.agents[i];
+                row.2 = row.2.saturating_add(count);
+                row.3 = row.3.max(last_at);
+            }
+            None => {
+                self.index.insert((bucket, agent), self.agents.len());
+                self.agents.push((bucket, agent, count, last_at));
+            }
+        }
+        (self.networks)
+            .extend(networks.map(|(network, at)| (bucket, agent, network.as_str(), *at)));
+    }
+
+    fn write(&self, conn: &mut Db, flush: &Flush) -> Res<()> {
+        for chunk in self.agents.chunks(ROWS) {
+            let rows: Vec<_> = (chunk.iter())
+                .map(|(bucket, agent, count, last_at)| {
+                    let (service, document, hour) = flush.key(*bucket);
+                    (
+                        fetch_agents::service_id.eq(service),
+                        fetch_agents::document.eq(document),
+                        fetch_agents::hour.eq(hour),
+                        fetch_agents::agent.eq(*agent),
+                        fetch_agents::count.eq(*count),
+                        fetch_agents::last_at.eq(*last_at),
+                    )
+                })
+                .collect();
+            let last_at = case_when(
+                fetch_agents::last_at.lt(excluded(fetch_agents::last_at)),
+                excluded(fetch_agents::last_at),
+            )
+            .otherwise(fetch_agents::last_at);
+            on_backend!(&mut *conn, |c| diesel::insert_into(fetch_agents::table)
+                .values(&rows)
+                .on_conflict((
+                    fetch_agents::service_id,
+                    fetch_agents::document,
+                    fetch_agents::hour,
+                    fetch_agents::agent,
+                ))
+                .do_update()
+                .set((
+                    fetch_agents::count.eq(fetch_agents::count + excluded(fetch_agents::count)),
+                    fetch_agents::last_at.eq(last_at),
+                ))
+                .execute(c))?;
+        }
+        for chunk in self.networks.chunks(ROWS) {
+            let rows: Vec<_> = (chunk.iter())
+                .map(|(bucket, agent, network, at)| {
+                    let (service, document, hour) = flush.key(*bucket);
+                    (
+                        fetch_networks::service_id.eq(service),
+                        fetch_networks::document.eq(document),
+                        fetch_networks::hour.eq(hour),
+                        fetch_networks::agent.eq(*agent),
+                        fetch_networks::network.eq(*network),
+                        fetch_networks::last_at.eq(*at),
+                    )
+                })
+                .collect();
+            let last_at = case_when(
+                fetch_networks::last_at.lt(excluded(fetch_networks::last_at)),
+                excluded(fetch_networks::last_at),
+            )
+            .otherwise(fetch_networks::last_at);
+            on_backend!(&mut *conn, |c| diesel::insert_into(fetch_networks::table)
+                .values(&rows)
+                .on_conflict((
+                    fetch_networks::service_id,
+                    fetch_networks::document,
+                    fetch_networks::hour,
+                    fetch_networks::agent,
+                    fetch_networks::network,
+                ))
+                .do_update()
+                .set(fetch_networks::last_at.eq(last_at))
+                .execute(c))?;
+        }
+        Ok(())
+    }
+}
+
+/// What the buckets hold while new agents are placed: what the database held when first asked
+/// (one count each), and what the agents placed before took.
+#[derive(Debug, Default)]
+struct Places<'a> {
+    stored_agents: HashMap<usize, i64>,
+    stored_network_agents: HashMap<(usize, &'a str), i64>,
+    stored_others: HashMap<usize, bool>,
+    taken: HashMap<usize, i64>,
+    taken_networks: HashMap<(usize, &'a str), i64>,
+    others_taken: HashSet<usize>,
+}
+
+impl<'a> Places<'a> {
+    /// The agents of the bucket, the others' row included.
+    fn agents(&mut self, conn: &mut Db, key: (&str, &str, i64), bucket: usize) -> Res<i64> {
+        let stored = match self.stored_agents.get(&bucket) {
+            Some(n) => *n,
+            None => {
+                let n = agents_of(key).count().get_result::<i64>(conn)?;
+                *self.stored_agents.entry(bucket).or_insert(n)
+            }
+        };
+        Ok(stored + self.taken.get(&bucket).copied().unwrap_or(0))
+    }
+
+    /// The agents that brought `network` to the bucket.
+    fn network_agents(
+        &mut self,
+        conn: &mut Db,
+        (service, document, hour): (&str, &str, i64),
+        bucket: usize,
+        network: &'a str,
+    ) -> Res<i64> {
+        let stored = match self.stored_network_agents.get(&(bucket, network)) {
+            Some(n) => *n,
+            None => {
+                let n = fetch_networks::table
+                    .filter(fetch_networks::service_id.eq(service))
+                    .filter(fetch_networks::document.eq(document))
+                    .filter(fetch_networks::hour.eq(hour))
+                    .filter(fetch_networks::network.eq(network))
+                    .count()
+                    .get_result::<i64>(conn)?;
+                *self
+                    .stored_network_agents
+                    .entry((bucket, network))
+                    .or_insert(n)
+            }
+        };
+        Ok(stored + (self.taken_networks.get(&(bucket, network)).copied()).unwrap_or(0))
+    }
+
+    /// Whether the bucket has its others' row.
+    fn others(&mut self, conn: &mut Db, key: (&str, &str, i64), bucket: usize) -> Res<bool> {
+        if self.others_taken.contains(&bucket) {
+            return Ok(true);
+        }
+        if let Some(stored) = self.stored_others.get(&bucket) {
+            return Ok(*stored);
+        }
+        let n = (agents_of(key).filter(fetch_agents::agent.eq(OTHER_AGENTS)))
+            .count()
+            .get_result::<i64>(conn)?;
+        Ok(*self.stored_others.entry(bucket).or_insert(n > 0))
+    }
+
+    /// An agent placed in the bucket.
+    fn took(&mut self, bucket: usize) {
+        *self.taken.entry(bucket).or_default() += 1;
+    }
+
+    /// An agent placed in the bucket brought `network`.
+    fn took_network(&mut self, bucket: usize, network: &'a str) {
+        *self.taken_networks.entry((bucket, network)).or_default() += 1;
+    }
+
+    /// The bucket lost an agent and its networks to a new one: what the database holds of it
+    /// is read again when next asked.
+    fn forget(&mut self, bucket: usize) {
+        self.stored_agents.remove(&bucket);
+        self.stored_network_agents.retain(|(b, _), _| *b != bucket);
+    }
+}
+
+/// The agent rows of a bucket.
+fn agents_of<'a>(
+    (service, document, hour): (&'a str, &'a str, i64),
+) -> Filter<
+    Filter<
+        Filter<fetch_agents::table, Eq<fetch_agents::service_id, &'a str>>,
+        Eq<fetch_agents::document, &'a str>,
+    >,
+    Eq<fetch_agents::hour, i64>,
+> {
+    fetch_agents::table
+        .filter(fetch_agents::service_id.eq(service))
+        .filter(fetch_agents::document.eq(document))
+        .filter(fetch_agents::hour.eq(hour))
+}
+
+/// Removes the least frequent agent of the bucket `(service, document, hour)` (the others'
+/// row aside) with its networks, and answers its count: the place a new agent takes, with that
+/// count (space-saving); `None` when there is no such agent.
+fn give_place(conn: &mut Db, (service, document, hour): (&str, &str, i64)) -> Res<Option<i64>> {
+    let bucket = agents_of((service, document, hour));
+    let least = bucket
+        .filter(fetch_agents::agent.ne(OTHER_AGENTS))
+        .order((fetch_agents::count.asc(), fetch_agents::last_at.asc()))
+        .select((fetch_agents::agent, fetch_agents::count))
+        .first::<(String, i64)>(conn)
+        .optional()?;
+    let Some((agent, n)) = least else {
+        return Ok(None);
+    };
+    diesel::delete(bucket.filter(fetch_agents::agent.eq(&agent))).execute(conn)?;
+    diesel::delete(
+        fetch_networks::table
+            .filter(fetch_networks::service_id.eq(service))
+            .filter(fetch_networks::document.eq(document))
+            .filter(fetch_networks::hour.eq(hour))
+            .filter(fetch_networks::agent.eq(&agent)),
+    )
+    .execute(conn)?;
+    Ok(Some(n))
+}

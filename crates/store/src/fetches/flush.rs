@@ -500,16 +500,15 @@ impl<'a> Places<'a> {
     }
 }
 
+/// The agent rows of one service's bucket, before the document and hour are named.
+type OfService<'a> = Filter<fetch_agents::table, Eq<fetch_agents::service_id, &'a str>>;
+
+/// The query of a bucket's agent rows.
+type AgentsOf<'a> =
+    Filter<Filter<OfService<'a>, Eq<fetch_agents::document, &'a str>>, Eq<fetch_agents::hour, i64>>;
+
 /// The agent rows of a bucket.
-fn agents_of<'a>(
-    (service, document, hour): (&'a str, &'a str, i64),
-) -> Filter<
-    Filter<
-        Filter<fetch_agents::table, Eq<fetch_agents::service_id, &'a str>>,
-        Eq<fetch_agents::document, &'a str>,
-    >,
-    Eq<fetch_agents::hour, i64>,
-> {
+fn agents_of<'a>((service, document, hour): (&'a str, &'a str, i64)) -> AgentsOf<'a> {
     fetch_agents::table
         .filter(fetch_agents::service_id.eq(service))
         .filter(fetch_agents::document.eq(document))

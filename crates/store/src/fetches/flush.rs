@@ -19,6 +19,14 @@ use registry_domain::ports::{
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+/// `column` as an upsert leaves it: the upserted row's value when later, else the stored one
+/// (a last fetch only moves forward, whichever replica flushes first).
+macro_rules! later {
+    ($column:expr) => {
+        case_when($column.lt(excluded($column)), excluded($column)).otherwise($column)
+    };
+}
+
 /// Rows a statement writes or keys it reads, at most: at six columns a row, well under the
 /// parameters SQLite and PostgreSQL accept in one statement (32,766 and 65,535).
 const ROWS: usize = 1_000;
@@ -163,11 +171,6 @@ impl Flush {
                     )
                 })
                 .collect();
-            let last_at = case_when(
-                fetch_counts::last_at.lt(excluded(fetch_counts::last_at)),
-                excluded(fetch_counts::last_at),
-            )
-            .otherwise(fetch_counts::last_at);
             on_backend!(&mut *conn, |c| diesel::insert_into(fetch_counts::table)
                 .values(&rows)
                 .on_conflict((
@@ -180,7 +183,7 @@ impl Flush {
                     fetch_counts::ok.eq(fetch_counts::ok + excluded(fetch_counts::ok)),
                     fetch_counts::not_modified
                         .eq(fetch_counts::not_modified + excluded(fetch_counts::not_modified)),
-                    fetch_counts::last_at.eq(last_at),
+                    fetch_counts::last_at.eq(later!(fetch_counts::last_at)),
                 ))
                 .execute(c))?;
         }
@@ -360,11 +363,6 @@ impl<'a> Rows<'a> {
                     )
                 })
                 .collect();
-            let last_at = case_when(
-                fetch_agents::last_at.lt(excluded(fetch_agents::last_at)),
-                excluded(fetch_agents::last_at),
-            )
-            .otherwise(fetch_agents::last_at);
             on_backend!(&mut *conn, |c| diesel::insert_into(fetch_agents::table)
                 .values(&rows)
                 .on_conflict((
@@ -376,7 +374,7 @@ impl<'a> Rows<'a> {
                 .do_update()
                 .set((
                     fetch_agents::count.eq(fetch_agents::count + excluded(fetch_agents::count)),
-                    fetch_agents::last_at.eq(last_at),
+                    fetch_agents::last_at.eq(later!(fetch_agents::last_at)),
                 ))
                 .execute(c))?;
         }
@@ -394,11 +392,6 @@ impl<'a> Rows<'a> {
                     )
                 })
                 .collect();
-            let last_at = case_when(
-                fetch_networks::last_at.lt(excluded(fetch_networks::last_at)),
-                excluded(fetch_networks::last_at),
-            )
-            .otherwise(fetch_networks::last_at);
             on_backend!(&mut *conn, |c| diesel::insert_into(fetch_networks::table)
                 .values(&rows)
                 .on_conflict((
@@ -409,7 +402,7 @@ impl<'a> Rows<'a> {
                     fetch_networks::network,
                 ))
                 .do_update()
-                .set(fetch_networks::last_at.eq(last_at))
+                .set(fetch_networks::last_at.eq(later!(fetch_networks::last_at)))
                 .execute(c))?;
         }
         Ok(())

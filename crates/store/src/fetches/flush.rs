@@ -1,9 +1,10 @@
 //! A replica's flush of fetch evidence, merged per hour bucket and agent, and written a thousand
-//! rows a statement where the rows are known. Diesel prepares every `UPDATE` and every upsert
-//! again at each execution (it never caches them), so a flush written a row at a time spent
-//! most of its time parsing SQL: 48 µs a document (docs/benchmarks.md, "A flush of fetch
-//! evidence in a few statements"). Only an agent new to its bucket still goes a row at a time:
-//! whether it gets a place depends on the bucket as the agents before it left it.
+//! rows a statement. Diesel prepares every `UPDATE` and every upsert again at each execution
+//! (it never caches them), so a flush written a row at a time spent most of its time parsing
+//! SQL: 48 µs a document (docs/benchmarks.md, "A cold issuer's read without the key state, and
+//! a flush of fetch evidence in a few statements"). Only an agent new to its bucket is still
+//! decided one at a time, since whether it gets a place depends on the bucket as the agents
+//! before it left it; its rows are written with the rest.
 
 use super::{count, key_of};
 use crate::error::Res;

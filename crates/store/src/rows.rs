@@ -210,12 +210,27 @@ impl ConfigRow {
     }
 
     pub(crate) fn into_domain(self) -> Res<PublishedConfig> {
+        self.into_config(true)
+    }
+
+    /// What `service` serves under this row. The key state is read only when a retired key has
+    /// an end (`key_expires_at`): without one, every key it records is current and `jwks` holds
+    /// them, so the public path's read parses no JSON.
+    pub(crate) fn into_publication(self, service: Service) -> Res<Publication> {
+        let with_keys = self.key_expires_at.is_some();
+        Ok(Publication::of(&service, self.into_config(with_keys)?))
+    }
+
+    /// The configuration, with its key state when `with_keys` (else none).
+    fn into_config(self, with_keys: bool) -> Res<PublishedConfig> {
         let (service_id, updated_at, previous_change_at) = naming(
             self.id_and_times(),
             "the configuration of service",
             &self.service_id,
         )?;
-        let keys = if self.key_state.is_empty() {
+        let keys = if !with_keys {
+            KeyState::default()
+        } else if self.key_state.is_empty() {
             // Published before the lifecycle was recorded: every key current.
             let jwks: serde_json::Value = serde_json::from_str(&self.jwks).map_err(|e| {
                 corrupt(format_args!("key set of service {}: {e}", self.service_id))
@@ -236,32 +251,6 @@ impl ConfigRow {
             updated_at,
             previous_change_at,
             keys,
-        })
-    }
-}
-
-impl ConfigRow {
-    /// What `service` serves under this row. The key state is parsed only when a retired key has
-    /// an end (`key_expires_at`): without one, every key it records is current and `jwks` holds
-    /// them, so the public path's read parses no JSON.
-    pub(crate) fn into_publication(self, service: Service) -> Res<Publication> {
-        if self.key_expires_at.is_some() {
-            return Ok(Publication::of(&service, self.into_domain()?));
-        }
-        let (_, updated_at, previous_change_at) = naming(
-            self.id_and_times(),
-            "the configuration of service",
-            &self.service_id,
-        )?;
-        Ok(Publication {
-            service_id: service.id,
-            subdomain: service.subdomain,
-            expires_at: service.expires_at,
-            openid_configuration: self.openid_configuration,
-            jwks: self.jwks,
-            updated_at,
-            previous_change_at,
-            retired: Vec::new(),
         })
     }
 }

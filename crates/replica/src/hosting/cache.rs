@@ -130,9 +130,7 @@ impl HostingCache {
             }
             return None;
         };
-        let issuer = self.issuers.issuer_of(&publication.subdomain);
-        let subdomain = publication.subdomain.clone();
-        let hosted = Arc::new(Hosted::new(publication, &issuer, now, self.date_text));
+        let (subdomain, hosted) = self.entry(publication, now);
         let mut hosts = self.write();
         if self.generation.load(Ordering::Acquire) == generation.0 {
             self.insert(&mut hosts, &subdomain, hosted.clone());
@@ -143,12 +141,19 @@ impl HostingCache {
     /// Publishes a service's documents as of `now`, replacing what it served before in one
     /// step: a change applied from the change log.
     pub fn put(&self, publication: Publication, now: OffsetDateTime) {
-        let issuer = self.issuers.issuer_of(&publication.subdomain);
-        let subdomain = publication.subdomain.clone();
-        let hosted = Arc::new(Hosted::new(publication, &issuer, now, self.date_text));
+        let (subdomain, hosted) = self.entry(publication, now);
         let mut hosts = self.write();
         self.applied(Some(&subdomain));
         self.insert(&mut hosts, &subdomain, hosted);
+    }
+
+    /// The entry `publication` makes at `now`, with its subdomain (outside the lock: building
+    /// it hashes and copies the documents).
+    fn entry(&self, publication: Publication, now: OffsetDateTime) -> (String, Arc<Hosted>) {
+        let issuer = self.issuers.issuer_of(&publication.subdomain);
+        let subdomain = publication.subdomain.clone();
+        let hosted = Hosted::new(publication, &issuer, now, self.date_text);
+        (subdomain, Arc::new(hosted))
     }
 
     /// Builds a subdomain's entry again from what it keeps, once its key set changed by itself

@@ -3,8 +3,9 @@ P1TLS: P1 over HTTPS, keep-alive, TLS 1.3; P2: GET /services/{s}/config with a s
 P3: the same with an RS256 identity token of the service's own hosted issuer, through an oidc
 account; needs Python's `cryptography`; COLD: the key set of N issuers, each fetched once, every
 fetch a first one that reads the database: the service is published before the server runs under
-callgrind and copied 3,000 times in the database, as `cargo xtask bench --verifiers` does).
-Usage: [RUST_LOG=info] callgrind-driver.py BINARY P1|P1TLS|P2|P3|COLD N"""
+callgrind and copied 3,000 times in the database, as `cargo xtask bench --verifiers` does; SIGN:
+`POST /services/{s}/sign` with a static token, a managed ES256 key, as `--workers` does).
+Usage: [RUST_LOG=info] callgrind-driver.py BINARY P1|P1TLS|P2|P3|COLD|SIGN N"""
 import json, os, socket, ssl, subprocess, sys, tempfile, time, http.client, glob, re
 
 binary, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -17,7 +18,10 @@ env = {"PATH": os.environ["PATH"], "REGISTRY_DATABASE_URL": db, "REGISTRY_LISTEN
        # `warn` unless RUST_LOG says otherwise: `RUST_LOG=info` counts the request line and the
        # rest of the log as `serve` writes them by default.
        "RUST_LOG": os.environ.get("RUST_LOG", "warn"),
-       "REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS": "true"}
+       "REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS": "true",
+       # Managed keys (the benchmarks' data key), with no signature limit in reach.
+       "REGISTRY_DATA_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+       "REGISTRY_SIGN_PER_MINUTE": "4000000000"}
 tls = which == "P1TLS"
 if tls:
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
@@ -94,8 +98,21 @@ if which == "P3":
     body = b64(json.dumps({"iss": issuer, "aud": "registry", "sub": "ci", "iat": now, "exp": now + 3600}).encode())
     signature = key.sign(f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
     bearer = f"{head}.{body}.{b64(signature)}"
+if which == "SIGN":
+    st, data = call("PUT", f"/services/{sub}/signing", {"algorithm": "ES256", "leadSeconds": 0})
+    assert st == 200 and json.loads(data)["keys"][0]["state"] == "current", (st, data)
+    policy = {"$schema": "https://registry.example/schemas/service-account-policy/v2.json",
+              "kind": "static", "services": [sub], "actions": ["tokens:sign"]}
+    st, data = call("POST", "/service-accounts", {"name": "signer", "policy": policy}); assert st == 201, (st, data)
+    bearer = json.loads(data)["token"]
+    now = int(time.time())
+    claims = b64(json.dumps({"iss": f"http://{sub}.localhost:{port}", "sub": "system:serviceaccount:default:default",
+                             "aud": ["sts.amazonaws.com"], "iat": now, "nbf": now, "exp": now + 86400}).encode())
 for i in range(n):
-    if which == "COLD":
+    if which == "SIGN":
+        c.request("POST", f"/services/{sub}/sign", body=json.dumps({"claims": claims}),
+                  headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"})
+    elif which == "COLD":
         c.request("GET", "/.well-known/jwks.json", headers={"Host": f"s{i + 1}-acme.localhost:{port}"})
     elif which in ("P1", "P1TLS"):
         c.request("GET", "/.well-known/openid-configuration", headers={"Host": f"{sub}.localhost:{port}"})

@@ -91,10 +91,24 @@ pub struct Publication {
 impl Publication {
     /// What `service` serves under `config`.
     pub fn of(service: &Service, config: PublishedConfig) -> Self {
+        debug_assert_eq!(
+            service.id, config.service_id,
+            "the service's own configuration"
+        );
+        Self::at(service.subdomain.clone(), service.expires_at, config)
+    }
+
+    /// What the service of `config` serves at `subdomain`, expiring at `expires_at`: for a
+    /// reader that has only these of the service (the store's read by subdomain).
+    pub fn at(
+        subdomain: String,
+        expires_at: Option<OffsetDateTime>,
+        config: PublishedConfig,
+    ) -> Self {
         Self {
-            service_id: service.id,
-            subdomain: service.subdomain.clone(),
-            expires_at: service.expires_at,
+            service_id: config.service_id,
+            subdomain,
+            expires_at,
             openid_configuration: config.openid_configuration,
             jwks: config.jwks,
             updated_at: config.updated_at,

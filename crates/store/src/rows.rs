@@ -134,6 +134,15 @@ impl ServiceRow {
     }
 }
 
+/// What the public path reads of a service besides its configuration (whose `service_id` is
+/// the service's id): the index it is found by holds all of it (`services_published`), so the
+/// read does not visit the service's row.
+#[derive(Queryable)]
+pub(crate) struct HostRow {
+    subdomain: String,
+    expires_at: Option<i64>,
+}
+
 #[derive(Queryable)]
 pub(crate) struct AccountRow {
     id: String,
@@ -216,9 +225,12 @@ impl ConfigRow {
     /// What `service` serves under this row. The key state is read only when a retired key has
     /// an end (`key_expires_at`): without one, every key it records is current and `jwks` holds
     /// them, so the public path's read parses no JSON.
-    pub(crate) fn into_publication(self, service: Service) -> Res<Publication> {
+    pub(crate) fn into_publication(self, host: HostRow) -> Res<Publication> {
         let with_keys = self.key_expires_at.is_some();
-        Ok(Publication::of(&service, self.into_config(with_keys)?))
+        let expires_at = host.expires_at.map(instant).transpose();
+        let expires_at = naming(expires_at, "service", &self.service_id)?;
+        let config = self.into_config(with_keys)?;
+        Ok(Publication::at(host.subdomain, expires_at, config))
     }
 
     /// The configuration, with its key state when `with_keys` (else none).

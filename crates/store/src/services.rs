@@ -2,7 +2,7 @@
 
 use crate::error::Res;
 use crate::pool::{on_backend, Db};
-use crate::rows::{id_text, key_state_text, millis, readable, ConfigRow, ServiceRow};
+use crate::rows::{id_text, key_state_text, millis, readable, ConfigRow, HostRow, ServiceRow};
 use crate::schema::{credentials, customers, published_configs, services};
 use crate::Store;
 use diesel::prelude::*;
@@ -346,22 +346,49 @@ impl ServiceStore for Store {
     }
 }
 
+/// The public path's read of an enabled service's configuration by subdomain, with what it needs
+/// of the service (a macro: the query's type is diesel's to name, and a test checks its plan).
+macro_rules! published_read {
+    ($subdomain:expr) => {
+        services::table
+            .inner_join(published_configs::table)
+            .filter(services::subdomain.eq($subdomain))
+            .filter(enabled!(services::customer_id))
+            .select((
+                (services::subdomain, services::expires_at),
+                (
+                    published_configs::service_id,
+                    published_configs::openid_configuration,
+                    published_configs::jwks,
+                    published_configs::updated_at,
+                    // Read only where it is parsed (`ConfigRow::into_publication`).
+                    diesel::dsl::case_when(
+                        published_configs::key_expires_at.is_not_null(),
+                        published_configs::key_state,
+                    )
+                    .otherwise(""),
+                    published_configs::key_expires_at,
+                    published_configs::previous_change_at,
+                ),
+            ))
+    };
+}
+
 /// The published service whose subdomain is `subdomain`, with its configuration: one indexed
 /// read (`ServiceStore::published_by_subdomain`, and in place `Database::published_by_subdomain_now`).
+/// Of the service it reads only what the index `services_published` holds: the service's row
+/// is not visited (a first fetch of each of many issuers reads pages no cache holds).
 pub(crate) fn published_by_subdomain(conn: &mut Db, subdomain: &str) -> Res<Option<Publication>> {
     // PostgreSQL text cannot hold NUL, so no subdomain has one (see `find_service`).
     if subdomain.contains('\0') {
         return Ok(None);
     }
-    let query = services::table
-        .inner_join(published_configs::table)
-        .filter(services::subdomain.eq(subdomain.to_lowercase()))
-        .filter(enabled!(services::customer_id));
+    let query = published_read!(subdomain.to_lowercase());
     let row = on_backend!(conn, |c| query
-        .get_result::<(ServiceRow, ConfigRow)>(c)
+        .get_result::<(HostRow, ConfigRow)>(c)
         .optional())?;
-    Ok(readable("published service", row, |(s, c)| {
-        c.into_publication(s.into_domain()?)
+    Ok(readable("published service", row, |(host, config)| {
+        config.into_publication(host)
     })?
     .pop())
 }
@@ -380,12 +407,21 @@ mod tests {
 
     /// What SQLite plans for a read of one enabled service by its subdomain.
     fn plan() -> Vec<String> {
+        plan_of(
+            services::table
+                .filter(services::subdomain.eq("api-acme"))
+                .filter(enabled!(services::customer_id))
+                .select(services::id),
+        )
+    }
+
+    /// What SQLite plans for `query`, whose one bind is a subdomain.
+    fn plan_of<Q>(query: Q) -> Vec<String>
+    where
+        Q: diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>,
+    {
         let store = Store::connect("sqlite::memory:").unwrap();
         store.migrate().unwrap();
-        let query = services::table
-            .filter(services::subdomain.eq("api-acme"))
-            .filter(enabled!(services::customer_id))
-            .select(services::id);
         let sql = diesel::debug_query::<diesel::sqlite::Sqlite, _>(&query).to_string();
         let sql = sql.split(" -- binds").next().unwrap().to_owned();
         store
@@ -416,6 +452,21 @@ mod tests {
     }
 
     #[test]
+    fn the_public_read_finds_the_service_in_one_index_without_its_row() {
+        let plan = plan_of(published_read!("api-acme"));
+        assert!(
+            plan.iter().any(|step| step
+                == "SEARCH services USING COVERING INDEX services_published (subdomain=?)"),
+            "{plan:?}"
+        );
+        assert!(
+            plan.iter()
+                .any(|step| step.starts_with("SEARCH published_configs USING")),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
     fn a_read_of_enabled_services_stays_in_the_connections_statement_cache() {
         // Diesel keeps a prepared statement by its query's type only when the type fixes the
         // SQL; a query with SQL text in it is prepared again at every execution.
@@ -426,6 +477,7 @@ mod tests {
             .filter(services::subdomain.eq("api-acme"))
             .filter(enabled!(services::customer_id));
         assert!(kept(&query));
+        assert!(kept(&published_read!("api-acme")), "the public path's read");
         let text = services::table.filter(diesel::dsl::sql::<diesel::sql_types::Bool>("1"));
         assert!(!kept(&text), "the test can tell");
     }

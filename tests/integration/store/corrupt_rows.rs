@@ -50,13 +50,14 @@ fn a_corrupt_service_is_left_out_of_its_customers_list() {
 }
 
 #[test]
-fn a_corrupt_service_or_configuration_is_not_published() {
+fn a_service_is_published_only_while_what_it_serves_reads_back() {
     let (store, url) = store_and_url();
     let (c, ..) = seeded(&store, "acme");
-    let [a, bad_keys, bad_service, b, quiet] =
-        [1, 2, 3, 4, 5].map(|n| registered(c.id, &format!("p{n}-acme"), n));
+    let [a, bad_keys, bad_expiry, bad_created, b, quiet] =
+        [1, 2, 3, 4, 5, 6].map(|n| registered(c.id, &format!("p{n}-acme"), n));
+    let all = [&a, &bad_keys, &bad_expiry, &bad_created, &b, &quiet];
     let mut expected = Vec::new();
-    for s in [&a, &bad_keys, &bad_service, &b, &quiet] {
+    for s in all {
         store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
         let mut published = config(s.id, &format!("http://{}", s.subdomain), 10);
         if s.id == bad_keys.id {
@@ -64,7 +65,7 @@ fn a_corrupt_service_or_configuration_is_not_published() {
             published.keys.keys.push(retired("old", at(900)));
         }
         store.put_config(&published, &ev()).unwrap();
-        if [a.id, b.id, quiet.id].contains(&s.id) {
+        if [a.id, b.id, quiet.id, bad_created.id].contains(&s.id) {
             expected.push(Publication::of(s, published));
         }
     }
@@ -77,24 +78,30 @@ fn a_corrupt_service_or_configuration_is_not_published() {
             ),
         );
     }
-    execute_sql(
-        &url,
-        &format!(
-            "UPDATE services SET created_at = {NO_DATE} WHERE id = '{}'",
-            bad_service.id
-        ),
-    );
+    for (column, broken) in [("expires_at", &bad_expiry), ("created_at", &bad_created)] {
+        execute_sql(
+            &url,
+            &format!(
+                "UPDATE services SET {column} = {NO_DATE} WHERE id = '{}'",
+                broken.id
+            ),
+        );
+    }
 
-    // `quiet` retired no key: what it serves is its documents alone, which read back, so its
-    // issuer stays up; the API, which shows the key state, names the row.
-    for s in [&a, &bad_keys, &bad_service, &b, &quiet] {
+    // `quiet` retired no key and `bad_created`'s creation time is no part of what it serves:
+    // what each serves reads back, so its issuer stays up; the API, which shows the key state
+    // and the creation time, names the row. An expiry that cannot be read withholds the issuer.
+    for s in all {
         let published = store.published_by_subdomain(&s.subdomain).unwrap();
         let wanted = expected.iter().find(|e| e.service_id == s.id).cloned();
         assert_eq!(published, wanted, "{}", s.subdomain);
     }
     assert_corrupt_naming(store.config(bad_keys.id), &bad_keys.id.to_string());
     assert_corrupt_naming(store.config(quiet.id), &quiet.id.to_string());
-    assert!(store.config(bad_service.id).unwrap().is_some());
+    for broken in [&bad_expiry, &bad_created] {
+        assert_corrupt_naming(store.service(broken.id), &broken.id.to_string());
+        assert!(store.config(broken.id).unwrap().is_some());
+    }
 }
 
 /// A retired key that left the public set at `until` (the reaper withdraws it).

@@ -1,0 +1,1 @@
+DROP INDEX services_published;

@@ -85,6 +85,12 @@ impl Measured {
             cpu: after.per_request_since(before, sample.requests),
         })
     }
+
+    /// The share of `cpus` CPUs the server kept busy: its CPU time over the run's wall time. Well
+    /// below 1, the rate measured the load generator's limit, not the server's.
+    pub(super) fn busy(&self, cpus: usize) -> f64 {
+        self.rate * self.cpu.total() / 1e6 / cpus.max(1) as f64
+    }
 }
 
 /// The goals' lines: each with its median ratio, its bar, and whether it is met.

@@ -362,7 +362,7 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
         "| W | scenario | registry | nginx | registry / nginx | CPU µs registry | CPU µs nginx |"
     );
     let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|");
-    let mut goal_lines = Vec::new();
+    let (mut goal_lines, mut limits) = (Vec::new(), Vec::new());
     for (workers, measured) in rows {
         let Some((_, rounds)) = measured else {
             let _ = writeln!(
@@ -385,15 +385,53 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
             );
         }
         goal_lines.extend(goals(*workers, ratio));
+        for (i, name) in SCENARIOS.iter().enumerate() {
+            let busy = median(rounds.iter().map(|r| r[i].0.busy(*workers)));
+            let cpu = median(
+                rounds
+                    .iter()
+                    .map(|r| r[i].1.cpu.total() / r[i].0.cpu.total()),
+            );
+            limits.extend(unsaturated(name, *workers, busy, cpu));
+        }
     }
     out.push_str("\nGoals (median of the rounds):\n\n");
     write_goals(&mut out, goal_lines);
+    if !limits.is_empty() {
+        out.push_str("\nWhere the registry was not the limit:\n\n");
+        out.push_str(&limits.concat());
+    }
     out
+}
+
+/// A note when the registry kept less than 90 % of its W CPUs busy in `scenario` (`busy`): its
+/// rate, and the ratio, are then the load generator's limit; `cpu` (nginx's CPU time a request
+/// over the registry's) says what each side's request cost instead.
+fn unsaturated(scenario: &str, workers: usize, busy: f64, cpu: f64) -> Option<String> {
+    (busy < 0.9).then(|| {
+        format!(
+            "- {scenario} at W={workers}: the registry kept {:.0} % of its CPU busy, so the rate is \
+             wrk's limit; CPU a request, nginx / registry: {cpu:.2}\n",
+            busy * 100.0
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_the_registry_did_not_saturate_is_named_with_its_cpu_ratio() {
+        assert_eq!(unsaturated("wide", 1, 0.95, 1.4), None);
+        assert_eq!(
+            unsaturated("fresh", 8, 0.541, 1.553).as_deref(),
+            Some(
+                "- fresh at W=8: the registry kept 54 % of its CPU busy, so the rate is wrk's \
+                 limit; CPU a request, nginx / registry: 1.55\n"
+            )
+        );
+    }
 
     #[test]
     fn the_script_picks_every_issuer_by_its_host() {

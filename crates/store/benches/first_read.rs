@@ -13,7 +13,6 @@ use diesel::{Connection, SqliteConnection};
 use registry_domain::app::{config, services};
 use registry_domain::ports::Database;
 use registry_domain::testing::{self, PlainHasher, Tenant};
-use registry_store::Store;
 use std::sync::Arc;
 use std::time::Instant;
 use time::OffsetDateTime;
@@ -21,17 +20,12 @@ use time::OffsetDateTime;
 /// Passes timed with the index and without it, alternately (the median of each is shown).
 const PASSES: usize = 3;
 
+mod common;
+
 fn main() {
-    let issuers: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(100_000);
-    let dir = std::env::temp_dir().join(format!("first-read-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("registry.db");
-    let url = format!("sqlite://{}", file.display());
-    let store = Arc::new(Store::connect(&url).unwrap());
-    store.migrate().unwrap();
+    let issuers = common::count_argument(100_000);
+    let scratch = common::Scratch::new("first-read");
+    let (store, file) = (&scratch.store, &scratch.file);
     // 2026-11-29 12:00 UTC.
     let t0 = OffsetDateTime::from_unix_timestamp(1_795_953_600).unwrap();
     let template = ("http://{subdomain}.localhost:8080", "http://localhost:8080");
@@ -118,5 +112,4 @@ fn main() {
         median(with),
         median(without)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }

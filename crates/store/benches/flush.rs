@@ -11,7 +11,6 @@ use registry_domain::network::Network;
 use registry_domain::ports::{
     AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
 };
-use registry_store::Store;
 use std::time::Instant;
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
@@ -42,16 +41,12 @@ fn flush(services: &[Uuid], at: OffsetDateTime) -> Vec<DocumentFetches> {
         .collect()
 }
 
+mod common;
+
 fn main() {
-    let documents: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(16_384);
-    let dir = std::env::temp_dir().join(format!("flush-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let url = format!("sqlite://{}", dir.join("registry.db").display());
-    let store = Store::connect(&url).unwrap();
-    store.migrate().unwrap();
+    let documents = common::count_argument(16_384);
+    let scratch = common::Scratch::new("flush");
+    let store = &scratch.store;
     let services: Vec<Uuid> = (0..documents).map(|_| Uuid::new_v4()).collect();
     // 2026-11-29 12:00 UTC: every flush below falls in that hour.
     let t0 = OffsetDateTime::from_unix_timestamp(1_795_953_600).unwrap();
@@ -79,5 +74,4 @@ fn main() {
         median * 1e3,
         per_document(median)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }

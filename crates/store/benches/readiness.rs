@@ -11,7 +11,6 @@ use registry_domain::ports::{
     AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
 };
 use registry_domain::testing::{self, PlainHasher, Tenant};
-use registry_store::Store;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,16 +31,12 @@ fn fetch(agent: String, network: Network, at: OffsetDateTime) -> AgentFetches {
     }
 }
 
+mod common;
+
 fn main() {
-    let agents: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(100_000);
-    let dir = std::env::temp_dir().join(format!("readiness-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let url = format!("sqlite://{}", dir.join("registry.db").display());
-    let store = Arc::new(Store::connect(&url).unwrap());
-    store.migrate().unwrap();
+    let agents = common::count_argument(100_000);
+    let scratch = common::Scratch::new("readiness");
+    let store = &scratch.store;
     // 2026-11-29 12:00 UTC.
     let t0 = OffsetDateTime::from_unix_timestamp(1_795_953_600).unwrap();
     let template = ("http://{subdomain}.localhost:8080", "http://localhost:8080");
@@ -116,5 +111,4 @@ fn main() {
         "readiness, 1,000 calls ({verifiers} verifiers): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
         times[499], times[989], times[999]
     );
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -222,9 +222,9 @@ impl ConfigRow {
         self.into_config(true)
     }
 
-    /// What `service` serves under this row. The key state is read only when a retired key has
-    /// an end (`key_expires_at`): without one, every key it records is current and `jwks` holds
-    /// them, so the public path's read parses no JSON.
+    /// What the service of this row serves at `host`'s subdomain. The key state is read only
+    /// when a retired key has an end (`key_expires_at`): without one, every key it records is
+    /// current and `jwks` holds them, so the public path's read parses no JSON.
     pub(crate) fn into_publication(self, host: HostRow) -> Res<Publication> {
         let with_keys = self.key_expires_at.is_some();
         let expires_at = host.expires_at.map(instant).transpose();

@@ -373,27 +373,22 @@ fn render(plan: &Plan, cores: usize, rows: &[Row]) -> String {
         };
         let ratio = |i: usize| median(rounds.iter().map(|r| r[i].0.rate / r[i].1.rate));
         for (i, name) in SCENARIOS.iter().enumerate() {
-            let of = |f: fn(&(Measured, Measured)) -> f64| median(rounds.iter().map(|r| f(&r[i])));
+            let of =
+                |f: &dyn Fn(&(Measured, Measured)) -> f64| median(rounds.iter().map(|r| f(&r[i])));
             let _ = writeln!(
                 out,
                 "| {workers} | {name} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} |",
-                of(|m| m.0.rate),
-                of(|m| m.1.rate),
+                of(&|m| m.0.rate),
+                of(&|m| m.1.rate),
                 ratio(i),
-                of(|m| m.0.cpu.total()),
-                of(|m| m.1.cpu.total()),
+                of(&|m| m.0.cpu.total()),
+                of(&|m| m.1.cpu.total()),
             );
-        }
-        goal_lines.extend(goals(*workers, ratio));
-        for (i, name) in SCENARIOS.iter().enumerate() {
-            let busy = median(rounds.iter().map(|r| r[i].0.busy(*workers)));
-            let cpu = median(
-                rounds
-                    .iter()
-                    .map(|r| r[i].1.cpu.total() / r[i].0.cpu.total()),
-            );
+            let busy = of(&|m| m.0.busy(*workers));
+            let cpu = of(&|m| m.1.cpu.total() / m.0.cpu.total());
             limits.extend(unsaturated(name, *workers, busy, cpu));
         }
+        goal_lines.extend(goals(*workers, ratio));
     }
     out.push_str("\nGoals (median of the rounds):\n\n");
     write_goals(&mut out, goal_lines);

@@ -3,9 +3,11 @@ P1TLS: P1 over HTTPS, keep-alive, TLS 1.3; P2: GET /services/{s}/config with a s
 P3: the same with an RS256 identity token of the service's own hosted issuer, through an oidc
 account; needs Python's `cryptography`; COLD: the key set of N issuers, each fetched once, every
 fetch a first one that reads the database: the service is published before the server runs under
-callgrind and copied 3,000 times in the database, as `cargo xtask bench --verifiers` does; SIGN:
+callgrind and copied 3,000 times in the database, as `cargo xtask bench --verifiers` does; WIDE:
+the same 3,000 issuers fetched once each, then N key sets of issuers drawn at random, every one
+a fetch the replica answers from memory (the verifiers' wide scenario, on 3,000 issuers); SIGN:
 `POST /services/{s}/sign` with a static token, a managed ES256 key, as `--workers` does).
-Usage: [RUST_LOG=info] callgrind-driver.py BINARY P1|P1TLS|P2|P3|COLD|SIGN N"""
+Usage: [RUST_LOG=info] callgrind-driver.py BINARY P1|P1TLS|P2|P3|COLD|WIDE|SIGN N"""
 import json, os, socket, ssl, subprocess, sys, tempfile, time, http.client, glob, re
 
 binary, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -49,7 +51,7 @@ def start(counted):
         except OSError: time.sleep(0.2)
     c = connect(60)
     return proc
-proc = start(which != "COLD")
+proc = start(which not in ("COLD", "WIDE"))
 def call(method, path, body=None, headers=None):
     h = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     h.update(headers or {})
@@ -71,7 +73,7 @@ upload = {"openidConfiguration": {"issuer": "x", "jwks_uri": "x", "response_type
           "jwks": {"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "alg": "RS256", "e": "AQAB", "n": nb}]}}
 st, data = call("PUT", f"/services/{sub}/config", upload); assert st in (200, 201), (st, data)
 bearer = token
-if which == "COLD":
+if which in ("COLD", "WIDE"):
     import sqlite3
     proc.terminate(); proc.wait()
     d = sqlite3.connect(f"{work}/r.db")
@@ -86,7 +88,7 @@ if which == "COLD":
               f"SELECT {new_id}, {text('openid_configuration')}, {text('jwks')}, updated_at, {text('key_state')}, key_expires_at, previous_change_at "
               f"FROM published_configs, n WHERE service_id = '{sid}'")
     d.commit(); d.close()
-    assert n <= 3000, "at most 3,000 issuers"
+    assert which == "WIDE" or n <= 3000, "at most 3,000 issuers"
     proc = start(True)
 if which == "P3":
     issuer = f"http://{sub}.localhost:{port}"
@@ -108,12 +110,21 @@ if which == "SIGN":
     now = int(time.time())
     claims = b64(json.dumps({"iss": f"http://{sub}.localhost:{port}", "sub": "system:serviceaccount:default:default",
                              "aud": ["sts.amazonaws.com"], "iat": now, "nbf": now, "exp": now + 86400}).encode())
+def get_jwks(i):
+    c.request("GET", "/.well-known/jwks.json", headers={"Host": f"s{i}-acme.localhost:{port}"})
+    r = c.getresponse(); r.read(); assert r.status == 200, r.status
+if which == "WIDE":
+    import random
+    for i in range(1, 3001): get_jwks(i)
+    drawn = random.Random(55)
 for i in range(n):
+    if which == "WIDE":
+        get_jwks(drawn.randint(1, 3000)); continue
     if which == "SIGN":
         c.request("POST", f"/services/{sub}/sign", body=json.dumps({"claims": claims}),
                   headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"})
     elif which == "COLD":
-        c.request("GET", "/.well-known/jwks.json", headers={"Host": f"s{i + 1}-acme.localhost:{port}"})
+        get_jwks(i + 1); continue
     elif which in ("P1", "P1TLS"):
         c.request("GET", "/.well-known/openid-configuration", headers={"Host": f"{sub}.localhost:{port}"})
     else:

@@ -16,7 +16,7 @@ use registry_domain::network::Network;
 use registry_domain::ports::{AgentFetches, DocumentFetches, FetchedDocument, NetworkFetch};
 use smallvec::SmallVec;
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use thread_local::ThreadLocal;
@@ -181,7 +181,7 @@ impl Fetches {
 
     /// Every count since the last call, and none left: what to add to the store.
     pub fn take(&self) -> Vec<DocumentFetches> {
-        let mut all = Shard::new();
+        let mut all = Shard::default();
         for shard in &self.per_thread {
             let counts = std::mem::take(&mut *shard.lock().unwrap_or_else(PoisonError::into_inner));
             self.documents.fetch_sub(counts.len(), Ordering::Relaxed);

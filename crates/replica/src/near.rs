@@ -22,7 +22,7 @@
 use crossbeam_utils::CachePadded;
 use std::borrow::Borrow;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use thread_local::ThreadLocal;
@@ -57,7 +57,7 @@ struct Copies<K, T: ?Sized> {
 impl<K, T: ?Sized> Default for Copies<K, T> {
     fn default() -> Self {
         Self {
-            by_key: HashMap::new(),
+            by_key: HashMap::default(),
             weight: 0,
             notes: Notes::default(),
         }

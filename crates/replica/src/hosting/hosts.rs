@@ -2,7 +2,7 @@
 //! evicting the least recently served past the cache's bound.
 
 use super::hosted::{Hosted, MAP_SLOTS_PER_ENTRY};
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uuid::Uuid;

@@ -11,12 +11,12 @@
 
 use crate::hosting::{Document, Hosted};
 use crossbeam_utils::CachePadded;
+use foldhash::HashMap;
 use registry_domain::app::fetches::{Current, Served};
 use registry_domain::network::Network;
 use registry_domain::ports::{AgentFetches, DocumentFetches, FetchedDocument, NetworkFetch};
 use smallvec::SmallVec;
 use std::collections::hash_map::Entry;
-use foldhash::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use thread_local::ThreadLocal;

@@ -20,9 +20,9 @@
 //! than what the shared map held when the request read the count.
 
 use crossbeam_utils::CachePadded;
+use foldhash::HashMap;
 use std::borrow::Borrow;
 use std::cell::RefCell;
-use foldhash::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use thread_local::ThreadLocal;

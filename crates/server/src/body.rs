@@ -3,11 +3,9 @@
 //! review)").
 
 use crate::problem::{ApiError, ApiResult};
-use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::error::PayloadError;
 use actix_web::http::header;
-use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, HttpRequest};
 use futures_util::{Stream, StreamExt};
 use registry_domain::text::{text_violation, TextKind};
@@ -26,8 +24,8 @@ use tokio::time::{sleep_until, Instant, Sleep};
 /// hold (second security review)").
 pub const BODY_DEADLINE_SECS: u64 = 10;
 
-/// The middleware that holds every request body to [`BODY_DEADLINE_SECS`], whatever the
-/// handler does with it.
+/// The step of the way in (`app::way_in`) that holds every request body to
+/// [`BODY_DEADLINE_SECS`], whatever the handler does with it.
 ///
 /// actix times out the headers (5 s) but never a body: a client that declares
 /// `Content-Length: 100` and sends one byte kept a handler waiting, and its connection open,
@@ -40,13 +38,16 @@ pub const BODY_DEADLINE_SECS: u64 = 10;
 /// whose request body is unread when it sends the response; had the handler's copy of a
 /// chunked body been the last one, actix would instead drain it for as long as the client
 /// keeps it coming.
-pub async fn deadline(
+pub async fn deadline<B, Rest>(
     mut req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    next: impl FnOnce(ServiceRequest) -> Rest,
+) -> Result<ServiceResponse<B>, actix_web::Error>
+where
+    Rest: Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
+{
     let payload = req.take_payload();
     if matches!(payload, Payload::None) {
-        return next.call(req).await;
+        return next(req).await;
     }
     let due = Instant::now() + Duration::from_secs(BODY_DEADLINE_SECS);
     // Only a chunked body is drained when dropped; actix closes after any other unread one.
@@ -59,7 +60,7 @@ pub async fn deadline(
             timed_out: false,
         }),
     });
-    let response = next.call(req).await;
+    let response = next(req).await;
     let unread = body.borrow_mut().take();
     if let Some(unread) = unread.filter(|_| chunked) {
         // actix decides between closing and draining as it sends the response, as soon as

@@ -15,11 +15,11 @@
 
 use crate::problem::ApiError;
 use crate::tls;
-use actix_web::body::{EitherBody, MessageBody};
+use actix_web::body::EitherBody;
 use actix_web::dev::{Extensions, Service, ServiceFactory, ServiceRequest, ServiceResponse};
-use actix_web::middleware::Next;
 use actix_web::rt::net::TcpStream;
 use actix_web::ResponseError;
+use std::future::Future;
 use std::net::Shutdown;
 
 mod limit;
@@ -92,15 +92,19 @@ pub fn on_connect(
 #[derive(Debug, Clone, Copy)]
 struct Refused;
 
-/// The middleware that runs no request of a refused connection: a shutdown socket still gives
-/// up the bytes that arrived before it, and a request among them must have no effect (its
-/// client is told nothing, and takes the connection for closed). Outermost, so that a flood
-/// of them is neither logged nor counted one by one ([`ConnectionLimit`] warns instead).
+/// The step of the way in (`app::way_in`) that runs no request of a refused connection: a
+/// shutdown socket still gives up the bytes that arrived before it, and a request among them
+/// must have no effect (its client is told nothing, and takes the connection for closed).
+/// First, so that a flood of them is neither logged nor counted one by one
+/// ([`ConnectionLimit`] warns instead).
 /// On the plain listener beside HTTPS it runs only what [`tls::redirect`] lets through.
-pub async fn admitted(
+pub async fn admitted<B, Rest>(
     req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    next: impl FnOnce(ServiceRequest) -> Rest,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error>
+where
+    Rest: Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
+{
     if req.conn_data::<Refused>().is_some() {
         let response = ApiError::Busy.error_response();
         return Ok(req.into_response(response).map_into_right_body());
@@ -114,7 +118,5 @@ pub async fn admitted(
             return Ok(req.into_response(response).map_into_right_body());
         }
     }
-    next.call(req)
-        .await
-        .map(ServiceResponse::map_into_left_body)
+    next(req).await.map(ServiceResponse::map_into_left_body)
 }

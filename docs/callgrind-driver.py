@@ -7,7 +7,9 @@ callgrind and copied 3,000 times in the database, as `cargo xtask bench --verifi
 the same 3,000 issuers fetched once each, then N key sets of issuers drawn at random, every one
 a fetch the replica answers from memory (the verifiers' wide scenario, on 3,000 issuers); SIGN:
 `POST /services/{s}/sign` with a static token, a managed ES256 key, as `--workers` does).
-Usage: [RUST_LOG=info] callgrind-driver.py BINARY P1|P1TLS|P2|P3|COLD|WIDE|SIGN N"""
+With CALLGRIND_CACHE=1, valgrind also simulates the caches (a last level of 2 MiB, smaller
+than the 3,000 issuers' entries) and the misses of each level are printed after the count.
+Usage: [RUST_LOG=info] [CALLGRIND_CACHE=1] callgrind-driver.py BINARY P1|P1TLS|P2|P3|COLD|WIDE|SIGN N"""
 import json, os, socket, ssl, subprocess, sys, tempfile, time, http.client, glob, re
 
 binary, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -42,7 +44,8 @@ token = json.loads(out)["token"]
 def start(counted):
     """The server, under callgrind when `counted`, once it answers; and a connection to it."""
     global c
-    tool = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/cg.out", "--dump-instr=no"] if counted else []
+    caches = ["--cache-sim=yes", "--LL=2097152,16,64"] if os.environ.get("CALLGRIND_CACHE") else []
+    tool = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/cg.out", "--dump-instr=no"] + caches if counted else []
     proc = subprocess.Popen(tool + [binary, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
@@ -131,9 +134,15 @@ for i in range(n):
         c.request("GET", f"/services/{sub}/config", headers={"Authorization": f"Bearer {bearer}"})
     r = c.getresponse(); r.read(); assert r.status == 200, r.status
 proc.terminate(); proc.wait()
-total = 0
+events, totals = [], []
 for f in glob.glob(f"{work}/cg.out*"):
     for line in open(f):
-        m = re.match(r"summary: (\d+)", line) or re.match(r"totals: (\d+)", line)
-        if m: total += int(m.group(1)); break
-print(which, n, total)
+        if line.startswith("events:"): events = line.split()[1:]
+        m = re.match(r"(?:summary|totals):((?: \d+)+)", line)
+        if m:
+            counts = [int(c) for c in m.group(1).split()]
+            totals = [a + b for a, b in zip(totals, counts)] if totals else counts
+            break
+print(which, n, totals[0])
+if len(totals) > 1:
+    print(" ".join(f"{e}={c}" for e, c in zip(events, totals)))

@@ -5,7 +5,10 @@ account; needs Python's `cryptography`; COLD: the key set of N issuers, each fet
 fetch a first one that reads the database: the service is published before the server runs under
 callgrind and copied 3,000 times in the database, as `cargo xtask bench --verifiers` does; WIDE:
 the same 3,000 issuers fetched once each, then N key sets of issuers drawn at random, every one
-a fetch the replica answers from memory (the verifiers' wide scenario, on 3,000 issuers); SIGN:
+a fetch the replica answers from memory (the verifiers' wide scenario, on 3,000 issuers), and
+only those N counted: the counts are zeroed after the first fetches and taken before the server
+stops (its start and its shutdown, which frees every entry, are not in them), so that one run
+gives a request's count, the total over N; SIGN:
 `POST /services/{s}/sign` with a static token, a managed ES256 key, as `--workers` does).
 With CALLGRIND_CACHE=1, valgrind also simulates the caches (a last level of 2 MiB, smaller
 than the 3,000 issuers' entries) and the misses of each level are printed after the count.
@@ -120,6 +123,7 @@ if which == "WIDE":
     import random
     for i in range(1, 3001): get_jwks(i)
     drawn = random.Random(55)
+    subprocess.run(["callgrind_control", "--zero", str(proc.pid)], check=True, capture_output=True)
 for i in range(n):
     if which == "WIDE":
         get_jwks(drawn.randint(1, 3000)); continue
@@ -133,9 +137,13 @@ for i in range(n):
     else:
         c.request("GET", f"/services/{sub}/config", headers={"Authorization": f"Bearer {bearer}"})
     r = c.getresponse(); r.read(); assert r.status == 200, r.status
+counted = f"{work}/cg.out*"
+if which == "WIDE":
+    subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True, capture_output=True)
+    counted = f"{work}/cg.out.1"
 proc.terminate(); proc.wait()
 events, totals = [], []
-for f in glob.glob(f"{work}/cg.out*"):
+for f in glob.glob(counted):
     for line in open(f):
         if line.startswith("events:"): events = line.split()[1:]
         m = re.match(r"(?:summary|totals):((?: \d+)+)", line)

@@ -262,20 +262,27 @@ fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
     assert_eq!(usage.status.code(), Some(2));
 
     // --interval keeps going through a registry outage, one line per failed cycle.
+    let scratch = registry_tests::server::TempDir::new("sync-errors");
+    let errors = scratch.0.join("stderr");
     let mut running = sync_command(&sub, &registry_down, source, ca, token_file, token)
         .args(["--interval", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&errors).unwrap())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    // Two cycles a second apart, however long a loaded machine takes to start the binary.
+    let started = Instant::now();
+    let written = || std::fs::read_to_string(&errors).unwrap();
+    while written().lines().count() < 2 && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(
         running.try_wait().unwrap().is_none(),
         "still running after failed cycles"
     );
     let _ = running.kill();
-    let output = running.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    running.wait().unwrap();
+    let stderr = written();
     assert!(stderr.lines().count() >= 2, "{stderr}");
     assert!(
         stderr

@@ -313,6 +313,20 @@ impl TestServer {
         }
     }
 
+    /// The server's log once `logged` holds of it, or as it stands after 10 s (the binary).
+    /// The binary writes its log through per-thread buffers a background thread flushes every
+    /// 50 ms: on a loaded machine a line may reach the file well after its request was answered.
+    pub fn log_when(&self, logged: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if logged(&log) || std::time::Instant::now() >= deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Runs `registry customer create` against this server's database; returns its output.
     pub fn create_customer(&self, tenant: &str, plan: &str) -> Value {
         run_cli(

@@ -124,9 +124,9 @@ fn request_ids_are_echoed_or_made() {
     let made = server.request(Method::GET, "/healthz").send().unwrap();
     let id = made.headers()["x-request-id"].to_str().unwrap().to_owned();
     assert!(uuid::Uuid::parse_str(&id).is_ok());
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let log = server.log();
-    assert!(log.contains("abc-123") && log.contains(&id), "{log}");
+    let logged = |log: &str| log.contains("abc-123") && log.contains(&id);
+    let log = server.log_when(logged);
+    assert!(logged(&log), "{log}");
 }
 
 #[test]

@@ -278,8 +278,11 @@ fn request_logs_say_who_asked_for_what() {
         .send()
         .unwrap();
     assert_eq!(refused.status(), 401);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let log = server.log();
+    let log = server.log_when(|log| {
+        ["nothing-here.", "refused-1", "authentication failed"]
+            .iter()
+            .all(|line| log.contains(line))
+    });
     let lines: Vec<Value> = log
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())

@@ -82,6 +82,28 @@ fn wait_for_agent(server: &TestServer, token: &str, sub: &str, agent: &str) {
     }
 }
 
+/// Waits until the key set's fetch history (flushed every second here) shows each of `agents`
+/// fetching in `hours` distinct hours.
+fn wait_for_hours(server: &TestServer, token: &str, sub: &str, agents: &[&str], hours: usize) {
+    let start = Instant::now();
+    loop {
+        let history = json(server.get(&format!("/services/{sub}/fetches/history"), token));
+        let fetched_in = |agent: &str| {
+            (history["agents"].as_array().unwrap().iter())
+                .find(|a| a["agent"] == agent)
+                .map_or(0, |a| a["hours"].as_array().unwrap().len())
+        };
+        if agents.iter().all(|agent| fetched_in(agent) == hours) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{agents:?} never counted in {hours} hours: {history}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// A client whose connections come from `address` (on loopback: another /24 than 127.0.0.1's).
 fn client_from(address: &str) -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
@@ -119,7 +141,7 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
     server.advance_clock(3600);
     fetch_keys(&server, &sub, "aws-sts");
     fetch_keys(&server, &sub, "gcp-sts");
-    std::thread::sleep(Duration::from_millis(1_500));
+    wait_for_hours(&server, &acme.token, &sub, &["aws-sts", "gcp-sts"], 2);
     server.advance_clock(5);
 
     // A lead out of range is refused, naming it.

@@ -378,7 +378,7 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
     // The request sent on a refused connection created nothing.
     let services = json(server.get("/services", &acme.token));
     assert_eq!(services, serde_json::json!([]), "{services}");
-    let log = server.log();
+    let log = server.log_when(|log| log.contains("REGISTRY_MAX_CONNECTIONS_PER_ADDRESS"));
     assert!(
         log.contains("REGISTRY_MAX_CONNECTIONS_PER_ADDRESS"),
         "the refusal is logged"

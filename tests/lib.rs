@@ -23,3 +23,6 @@ pub use support::proxy;
 /// The registry on a free port, in the test process or the real binary (see
 /// [`server::TestServer`]).
 pub use support::server;
+
+/// How a test waits for what happens in the background (see [`wait::within`]).
+pub use support::wait;

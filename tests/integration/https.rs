@@ -14,6 +14,7 @@ use registry_tests::server::{
     assert_problem, https_client, json, registry_binary, series_in, ServerOptions, TempDir,
     TestServer, AUDIENCE,
 };
+use registry_tests::wait::within;
 use reqwest::blocking::Client;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -682,10 +683,9 @@ fn connections_past_the_limit_are_closed_before_a_handshake_and_their_places_com
     // Half a second for the server to close a connection it should not, then as long as a
     // loaded machine takes to close the three past the limit (well before a handshake's bound).
     std::thread::sleep(Duration::from_millis(500));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while held.iter().filter(|stream| closed(stream)).count() < 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    within(Duration::from_secs(5), || {
+        held.iter().filter(|stream| closed(stream)).count() >= 3
+    });
     let (refused, waiting): (Vec<_>, Vec<_>) = held.into_iter().partition(closed);
     assert_eq!(
         (waiting.len(), refused.len()),

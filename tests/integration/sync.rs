@@ -6,6 +6,7 @@
 use registry_tests::issuer::{compact, KeyKind, SigningKey};
 use registry_tests::kube::KubeApiServer;
 use registry_tests::server::{json, registry_binary, unix_now, TestServer, AUDIENCE};
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -271,11 +272,8 @@ fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
         .spawn()
         .unwrap();
     // Two cycles a second apart, however long a loaded machine takes to start the binary.
-    let started = Instant::now();
     let written = || std::fs::read_to_string(&errors).unwrap();
-    while written().lines().count() < 2 && started.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    within(Duration::from_secs(30), || written().lines().count() >= 2);
     assert!(
         running.try_wait().unwrap().is_none(),
         "still running after failed cycles"

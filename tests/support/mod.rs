@@ -5,3 +5,4 @@ pub mod issuer;
 pub mod kube;
 pub mod proxy;
 pub mod server;
+pub mod wait;

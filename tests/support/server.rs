@@ -317,14 +317,12 @@ impl TestServer {
     /// The binary writes its log through per-thread buffers a background thread flushes every
     /// 50 ms: on a loaded machine a line may reach the file well after its request was answered.
     pub fn log_when(&self, logged: impl Fn(&str) -> bool) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let log = self.log();
-            if logged(&log) || std::time::Instant::now() >= deadline {
-                return log;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut log = String::new();
+        super::wait::within(Duration::from_secs(10), || {
+            log = self.log();
+            logged(&log)
+        });
+        log
     }
 
     /// Runs `registry customer create` against this server's database; returns its output.

@@ -7,10 +7,11 @@ use registry_tests::issuer::TestIssuer;
 use registry_tests::server::{
     assert_problem, claims, json, run_cli, Customer, ServerOptions, TestServer, AUDIENCE,
 };
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A server whose reaper runs every second on a clock the test moves, admitting the loopback
 /// test issuer.
@@ -79,12 +80,11 @@ pub(super) fn cli_audit(server: &TestServer, args: &[&str]) -> Vec<Value> {
     }
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait_for(what: &str, done: impl FnMut() -> bool) {
+    assert!(
+        within(Duration::from_secs(20), done),
+        "timed out waiting for {what}"
+    );
 }
 
 #[test]

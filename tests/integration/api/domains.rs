@@ -12,6 +12,7 @@ use registry_store::Store;
 use registry_testkit::tls::{ServerCertificate, TestCa};
 use registry_tests::issuer::{KeyKind, SigningKey};
 use registry_tests::server::{assert_problem, https_client, json, pointers, TestServer, AUDIENCE};
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -290,12 +291,11 @@ fn activate(store: &Store, domain: CustomDomain, certificate: &ServerCertificate
 }
 
 /// Waits until `check` holds (the replicas apply the change log within half a second).
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(Instant::now() < deadline, "not within 10 s: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn eventually(what: &str, check: impl FnMut() -> bool) {
+    assert!(
+        within(Duration::from_secs(10), check),
+        "not within 10 s: {what}"
+    );
 }
 
 #[test]

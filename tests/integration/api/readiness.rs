@@ -6,9 +6,10 @@ use super::{cluster_discovery, register_service, rsa_key};
 use registry_tests::server::{
     assert_problem, json, pointers, run_registry, ServerOptions, TestServer,
 };
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn server() -> TestServer {
     TestServer::start_with(ServerOptions {
@@ -54,54 +55,41 @@ fn readiness_once(
     kid: &str,
     ready: impl Fn(&Value) -> bool,
 ) -> Value {
-    let start = Instant::now();
-    loop {
-        let answer = readiness(server, token, sub, kid);
-        if ready(&answer) {
-            return answer;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{answer}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut answer = Value::Null;
+    let in_time = within(Duration::from_secs(30), || {
+        answer = readiness(server, token, sub, kid);
+        ready(&answer)
+    });
+    assert!(in_time, "{answer}");
+    answer
 }
 
 /// Waits until the service's fetch evidence (flushed every second here) shows `agent`.
 fn wait_for_agent(server: &TestServer, token: &str, sub: &str, agent: &str) {
-    let start = Instant::now();
-    while !server
-        .get(&format!("/services/{sub}/fetches"), token)
-        .text()
-        .unwrap()
-        .contains(agent)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "fetches of {agent} never counted"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let counted = within(Duration::from_secs(30), || {
+        let fetches = server.get(&format!("/services/{sub}/fetches"), token);
+        fetches.text().unwrap().contains(agent)
+    });
+    assert!(counted, "fetches of {agent} never counted");
 }
 
 /// Waits until the key set's fetch history (flushed every second here) shows each of `agents`
 /// fetching in `hours` distinct hours.
 fn wait_for_hours(server: &TestServer, token: &str, sub: &str, agents: &[&str], hours: usize) {
-    let start = Instant::now();
-    loop {
-        let history = json(server.get(&format!("/services/{sub}/fetches/history"), token));
+    let mut history = Value::Null;
+    let counted = within(Duration::from_secs(30), || {
+        history = json(server.get(&format!("/services/{sub}/fetches/history"), token));
         let fetched_in = |agent: &str| {
             (history["agents"].as_array().unwrap().iter())
                 .find(|a| a["agent"] == agent)
                 .map_or(0, |a| a["hours"].as_array().unwrap().len())
         };
-        if agents.iter().all(|agent| fetched_in(agent) == hours) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{agents:?} never counted in {hours} hours: {history}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        agents.iter().all(|agent| fetched_in(agent) == hours)
+    });
+    assert!(
+        counted,
+        "{agents:?} never counted in {hours} hours: {history}"
+    );
 }
 
 /// A client whose connections come from `address` (on loopback: another /24 than 127.0.0.1's).
@@ -303,15 +291,12 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
     }
     outsider("aws-sts");
     // All of them counted (the key set's evidence lists only its top agents).
-    let start = Instant::now();
-    loop {
-        let evidence = json(server.get(&format!("/services/{sub}/fetches"), &acme.token));
-        if evidence["documents"][1]["fetches24h"].as_u64() >= Some(5_004) {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{evidence}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut evidence = Value::Null;
+    let counted = within(Duration::from_secs(30), || {
+        evidence = json(server.get(&format!("/services/{sub}/fetches"), &acme.token));
+        evidence["documents"][1]["fetches24h"].as_u64() >= Some(5_004)
+    });
+    assert!(counted, "{evidence}");
     let after = readiness(&server, &acme.token, &sub, "k2");
     assert_eq!(after["safeToSign"], false, "{after}");
     assert_eq!(after["pending"], before["pending"], "{after}");

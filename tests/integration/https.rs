@@ -304,14 +304,11 @@ fn a_renewal_under_load_fails_no_request() {
         }
         files.install(&pair);
         let written = pair.der.clone();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while served_now(&client, &url) != written {
-            assert!(
-                Instant::now() < deadline,
-                "renewal {round} not served within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        assert!(
+            within(Duration::from_secs(10), || served_now(&client, &url)
+                == written),
+            "renewal {round} not served within 10 s"
+        );
         renewals.push(written);
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -531,15 +528,10 @@ fn tls_healthz(
 /// Waits (10 s at most) until a TLS connection gets `/healthz` again; else fails with `why`.
 #[track_caller]
 fn place_comes_back(ca: &TestCa, port: u16, why: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_again, answer) = tls_healthz(ca, port);
-        if answer.starts_with("HTTP/1.1 200") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{why}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let back = within(Duration::from_secs(10), || {
+        tls_healthz(ca, port).1.starts_with("HTTP/1.1 200")
+    });
+    assert!(back, "{why}");
 }
 
 #[test]

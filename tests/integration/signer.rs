@@ -16,6 +16,7 @@ use registry_signer::proto::external_jwt_signer_client::ExternalJwtSignerClient;
 use registry_signer::proto::{FetchKeysRequest, MetadataRequest, SignJwtRequest};
 use registry_testkit::TempDir;
 use registry_tests::server::{json, registry_binary, run_registry, ServerOptions, TestServer};
+use registry_tests::wait::within;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -90,14 +91,10 @@ impl Plugin {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start registry signer");
-        let start = Instant::now();
-        while std::os::unix::net::UnixStream::connect(socket).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the plugin never served"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let serving = within(Duration::from_secs(20), || {
+            std::os::unix::net::UnixStream::connect(socket).is_ok()
+        });
+        assert!(serving, "the plugin never served");
         Self {
             child,
             socket: socket.to_owned(),
@@ -176,19 +173,13 @@ impl ApiServer {
     fn keys_become(&mut self, kids: &[&str]) {
         let mut want: Vec<String> = kids.iter().map(|k| (*k).to_owned()).collect();
         want.sort();
-        let start = Instant::now();
-        loop {
-            let mut found = self.fetch_keys();
+        let mut found = Vec::new();
+        let became = within(Duration::from_secs(30), || {
+            found = self.fetch_keys();
             found.sort();
-            if found == want {
-                return;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "FetchKeys: {found:?}, not {want:?}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            found == want
+        });
+        assert!(became, "FetchKeys: {found:?}, not {want:?}");
     }
 }
 
@@ -290,21 +281,14 @@ fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
     timeline
         .step("Sign → a token by the first key; jose and PyJWT verify it (fetching the key set)");
     // They are now the service's verifiers: they fetched the key set before the next key.
-    let start = Instant::now();
-    loop {
+    let counted = within(Duration::from_secs(30), || {
         let fetches = server
             .get(&format!("/services/{sub}/fetches"), &acme.token)
             .text()
             .unwrap();
-        if fetches.contains(JOSE) && fetches.contains(PYJWT) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the verifiers' fetches never counted"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        fetches.contains(JOSE) && fetches.contains(PYJWT)
+    });
+    assert!(counted, "the verifiers' fetches never counted");
 
     // Rotate: the next key is published, the first keeps signing.
     turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 1}));
@@ -344,15 +328,10 @@ fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
     // step switches.
     assert_eq!(both_verify(&jwks_url, &waiting), first);
     timeline.step("jose and PyJWT fetch the key set holding the next key");
-    let start = Instant::now();
-    while stage_of(&signing_state(&server, &acme.token, &sub), &next).as_deref() != Some("current")
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the next key never switched"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let switched = within(Duration::from_secs(30), || {
+        stage_of(&signing_state(&server, &acme.token, &sub), &next).as_deref() == Some("current")
+    });
+    assert!(switched, "the next key never switched");
     timeline.step("the step switches: the next key signs, the first retires");
     let after = apiserver.sign(&pod_claims(&issuer)).expect("Sign");
     assert_eq!(kid_of(&after), next);
@@ -427,14 +406,10 @@ fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
     let _ = Command::new("kill")
         .arg(plugin.child.id().to_string())
         .status();
-    let start = Instant::now();
-    while plugin.child.try_wait().unwrap().is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "SIGTERM did not stop the plugin"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let stopped = within(Duration::from_secs(10), || {
+        plugin.child.try_wait().unwrap().is_some()
+    });
+    assert!(stopped, "SIGTERM did not stop the plugin");
     assert!(!socket.exists(), "the plugin removed its socket");
     drop(apiserver);
 }

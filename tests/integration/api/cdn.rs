@@ -6,12 +6,13 @@ use super::{publish_kids, register_service};
 use registry_tests::server::{
     assert_problem, json, pointers, registry_binary, ServerOptions, TestServer,
 };
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TOKEN: &str = "log-shipper-secret-of-at-least-32-characters";
 
@@ -86,14 +87,10 @@ fn a_change_purges_every_public_path_of_its_issuer_from_every_cache_and_readines
     .iter()
     .map(|path| format!("PURGE {path} {authority}"))
     .collect();
-    let start = Instant::now();
-    while first_seen.lock().unwrap().len() < 5 || second_seen.lock().unwrap().len() < 5 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "purges never came"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let came = within(Duration::from_secs(10), || {
+        first_seen.lock().unwrap().len() >= 5 && second_seen.lock().unwrap().len() >= 5
+    });
+    assert!(came, "purges never came: {first_seen:?} {second_seen:?}");
     for seen in [&first_seen, &second_seen] {
         let mut seen = seen.lock().unwrap().clone();
         seen.sort();
@@ -111,17 +108,17 @@ fn a_change_purges_every_public_path_of_its_issuer_from_every_cache_and_readines
         .send()
         .unwrap();
     assert_eq!(put.status(), 200);
-    let start = Instant::now();
-    loop {
+    let mut answer = Value::Null;
+    let safe = within(Duration::from_secs(10), || {
         let path = format!("/services/{sub}/keys/k2/readiness");
-        let answer = json(server.get(&path, &acme.token));
+        answer = json(server.get(&path, &acme.token));
         if answer["safeToSign"] == true {
-            break;
+            return true;
         }
         assert_eq!(answer["pending"][0]["reason"], "purge", "{answer}");
-        assert!(start.elapsed() < Duration::from_secs(10), "{answer}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        false
+    });
+    assert!(safe, "{answer}");
     let metrics = server.metrics_text();
     assert!(
         metrics.contains("registry_purges_total{result=\"purged\"} 20"),
@@ -166,17 +163,14 @@ fn post_log(
 
 /// The agents of the key set's evidence once `agent` shows in it.
 fn agents_once(server: &TestServer, token: &str, sub: &str, agent: &str) -> Vec<Value> {
-    let start = Instant::now();
-    loop {
-        let answer = json(server.get(&format!("/services/{sub}/fetches"), token));
-        let jwks = answer["documents"][1].clone();
-        let agents = jwks["agents"].as_array().cloned().unwrap_or_default();
-        if agents.iter().any(|a| a["agent"] == agent) {
-            return agents;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{answer}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let (mut answer, mut agents) = (Value::Null, Vec::new());
+    let counted = within(Duration::from_secs(30), || {
+        answer = json(server.get(&format!("/services/{sub}/fetches"), token));
+        agents = (answer["documents"][1]["agents"].as_array().cloned()).unwrap_or_default();
+        agents.iter().any(|a| a["agent"] == agent)
+    });
+    assert!(counted, "{answer}");
+    agents
 }
 
 #[test]

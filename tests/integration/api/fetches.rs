@@ -3,9 +3,10 @@
 
 use super::{publish_api, publish_kids, register_service};
 use registry_tests::server::{json, ServerOptions, TestServer};
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const JWKS: &str = "/openid/v1/jwks";
 const DISCOVERY: &str = "/.well-known/openid-configuration";
@@ -51,17 +52,15 @@ fn evidence_once(
     sub: &str,
     ready: impl Fn(&Value) -> bool,
 ) -> Value {
-    let start = Instant::now();
-    loop {
+    let mut answer = Value::Null;
+    let in_time = within(Duration::from_secs(60), || {
         let response = server.get(&format!("/services/{sub}/fetches"), token);
         assert_eq!(response.status(), 200);
-        let answer = json(response);
-        if ready(&answer) {
-            return answer;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "{answer}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        answer = json(response);
+        ready(&answer)
+    });
+    assert!(in_time, "{answer}");
+    answer
 }
 
 fn agent_count(doc: &Value, agent: &str) -> u64 {
@@ -94,11 +93,12 @@ fn every_replicas_fetches_are_summed_and_say_whether_a_change_was_picked_up() {
         assert_eq!(fetch(&a, &sub, JWKS, "AWS STS", None), 200);
     }
     // On the other replica (once it serves the documents), and a 304.
-    let start = Instant::now();
-    while fetch(&b, &sub, "/keys", "Google", None) != 200 {
-        assert!(start.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(
+        within(Duration::from_secs(10), || {
+            fetch(&b, &sub, "/keys", "Google", None) == 200
+        }),
+        "B never served the key set"
+    );
     assert_eq!(fetch(&b, &sub, JWKS, "Google", Some(&etag)), 304);
     assert_eq!(fetch(&b, &sub, DISCOVERY, "Azure\tAD", None), 200);
     let long = "x".repeat(300);
@@ -133,14 +133,12 @@ fn every_replicas_fetches_are_summed_and_say_whether_a_change_was_picked_up() {
         "{changed}"
     );
     assert_eq!(document(&changed, JWKS)["fetches24h"], 5);
-    let start = Instant::now();
-    while fetch(&b, &sub, JWKS, "AWS STS", Some(&etag)) != 200 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "B serves the new set"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(
+        within(Duration::from_secs(10), || {
+            fetch(&b, &sub, JWKS, "AWS STS", Some(&etag)) == 200
+        }),
+        "B serves the new set"
+    );
     let picked_up = evidence_once(&a, &acme.token, &sub, |answer| {
         document(answer, JWKS)["fetchedSinceChange"] == true
     });
@@ -195,15 +193,12 @@ fn the_history_and_the_list_say_who_fetched_the_key_set_and_when() {
     assert_eq!(fetch(&server, &sub, "/keys", "Google", None), 200);
     // Not the key set: no verifier's fetch of the keys.
     assert_eq!(fetch(&server, &sub, DISCOVERY, "curl", None), 200);
-    let start = Instant::now();
-    let history = loop {
-        let history = json(server.get(&history_path, &acme.token));
-        if history["agents"].as_array().unwrap().len() == 2 {
-            break history;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "{history}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let mut history = Value::Null;
+    let counted = within(Duration::from_secs(60), || {
+        history = json(server.get(&history_path, &acme.token));
+        history["agents"].as_array().unwrap().len() == 2
+    });
+    assert!(counted, "{history}");
     let agents = history["agents"].as_array().unwrap();
     assert_eq!(
         agents[0]["agent"], "AWS STS",

@@ -6,9 +6,10 @@
 use super::{cluster_discovery, register_service};
 use registry_tests::issuer::{compact, KeyKind, SigningKey};
 use registry_tests::server::{assert_problem, json, pointers, unix_now, ServerOptions, TestServer};
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A server on a clock the test moves (every in-process server's is).
 fn clocked_server() -> TestServer {
@@ -404,7 +405,6 @@ fn retirement_expiry_and_withdrawal_reach_the_other_replica() {
         );
     }
     let until = |server: &TestServer, expected: &[&str]| {
-        let started = Instant::now();
         let served = || {
             let response = server
                 .hosted(Method::GET, &sub, "/openid/v1/jwks")
@@ -412,13 +412,13 @@ fn retirement_expiry_and_withdrawal_reach_the_other_replica() {
                 .unwrap();
             (response.status() == 200).then(|| kids(&json(response)))
         };
-        while served().is_none_or(|found| found != expected) {
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "{expected:?} not served"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        assert!(
+            within(Duration::from_secs(5), || {
+                served().is_some_and(|found| found == expected)
+            }),
+            "{expected:?} not served: {:?}",
+            served()
+        );
     };
     until(&b, &["k3", "k2", "k1"]);
     let withdrawn = a

@@ -7,9 +7,10 @@ use super::{create_account, register_service};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use registry_tests::server::{assert_problem, json, pointers, Customer, ServerOptions, TestServer};
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The data key managed keys are sealed under.
 pub const DATA_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -154,15 +155,13 @@ pub fn signing_once(
     sub: &str,
     holds: impl Fn(&Value) -> bool,
 ) -> Value {
-    let start = Instant::now();
-    loop {
-        let state = json(server.get(&format!("/services/{sub}/signing"), token));
-        if holds(&state) {
-            return state;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{state}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut state = Value::Null;
+    let held = within(Duration::from_secs(30), || {
+        state = json(server.get(&format!("/services/{sub}/signing"), token));
+        holds(&state)
+    });
+    assert!(held, "{state}");
+    state
 }
 
 fn kids(state: &Value, stage: &str) -> Vec<String> {
@@ -583,19 +582,11 @@ fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
     );
     // 600 s of token and 300 s more: then it leaves.
     server.advance_clock(901);
-    let start = Instant::now();
-    while hosted_keys(&server, &sub)["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|k| k["kid"] == kid.as_str())
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the key never left"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let left = within(Duration::from_secs(30), || {
+        let published = hosted_keys(&server, &sub);
+        !(published["keys"].as_array().unwrap().iter()).any(|k| k["kid"] == kid.as_str())
+    });
+    assert!(left, "the key never left: {}", hosted_keys(&server, &sub));
 }
 
 /// The `signing.*` actions of the customer's trail, oldest first, with their actors' kinds.

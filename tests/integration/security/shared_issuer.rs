@@ -6,6 +6,7 @@ use registry_tests::issuer::{compact, Behaviour, KeyKind, SigningKey, TestIssuer
 use registry_tests::server::{
     assert_problem, claims, insecure_server, json, ServerOptions, TestServer, AUDIENCE,
 };
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -219,10 +220,9 @@ fn a_hosted_issuer_is_read_from_the_registrys_own_data() {
     let (by_old, by_new) = (sign(&old, "ES256", "a"), sign(&new, "RS256", "b"));
     // Within the propagation time of docs/api.md, "Public hosting", the account is on the second
     // replica too.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while second.get(&path, &by_old).status() != 200 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    within(std::time::Duration::from_secs(5), || {
+        second.get(&path, &by_old).status() == 200
+    });
     for server in [&first, &second] {
         let response = server.get(&path, &by_old);
         let status = response.status();

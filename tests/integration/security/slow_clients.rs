@@ -9,6 +9,7 @@
 
 use super::create_service;
 use registry_tests::server::{json, ServerOptions, TestServer};
+use registry_tests::wait::within;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::thread;
@@ -333,17 +334,14 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
     // The places come back as connections close: all of them, not just one.
     drop(held);
     let reopened = Instant::now();
-    loop {
-        let (status, _) = healthz_from("127.0.0.1", port);
-        if status.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        assert!(
-            reopened.elapsed() < Duration::from_secs(3),
-            "127.0.0.1 still refused after its connections closed"
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        within(Duration::from_secs(3), || {
+            healthz_from("127.0.0.1", port)
+                .0
+                .starts_with("HTTP/1.1 200")
+        }),
+        "127.0.0.1 still refused after its connections closed"
+    );
     // Every place comes back, not only the first: the server counts a close when its worker
     // gets to it, later on a busy machine, so the whole set is tried again for a while.
     let again = loop {

@@ -430,8 +430,7 @@ fn a_start_warns_of_names_and_schemes_the_certificate_does_not_fit() {
         let tcp = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
         assert!(ssl.connect(tcp).is_ok(), "the handshake completes");
     }
-    std::thread::sleep(Duration::from_millis(1500));
-    let log = server.log();
+    let log = server.final_log();
     assert!(!log.contains("SNI"), "a line per handshake:\n{log}");
     let good = https_server(&ca, &files, &[]);
     assert_eq!(good.status_of("/healthz"), 200);

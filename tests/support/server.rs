@@ -437,6 +437,19 @@ impl TestServer {
 
     /// Sends SIGTERM to the binary and waits for its exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.terminated()
+    }
+
+    /// Stops the binary (SIGTERM) and returns its whole log, every buffer written out at exit.
+    /// For what must *not* be in the log: a read while it runs may miss the newest lines, still
+    /// in a buffer, and so pass without having searched them.
+    pub fn final_log(mut self) -> String {
+        let status = self.terminated();
+        assert!(status.success(), "the registry exited with {status}");
+        self.log()
+    }
+
+    fn terminated(&mut self) -> std::process::ExitStatus {
         self.binary("SIGTERM");
         let Process::Binary { process, .. } = &mut self.process else {
             unreachable!("checked above")

@@ -96,7 +96,7 @@ fn crud_of_service_accounts_with_a_one_time_token() {
         404,
         "not-found",
     );
-    assert!(!server.log().contains(token));
+    assert!(!server.final_log().contains(token));
 }
 
 #[test]

@@ -50,7 +50,10 @@ fn create_returns_the_secret_once_with_a_working_dashboard_url() {
     assert_eq!(got["expiresAt"], expires);
     assert!(got["remainingSeconds"].as_i64().unwrap() <= remaining);
     assert!(got.get("secret").is_none());
-    assert!(!server.log().contains(secret), "the secret reached the log");
+    assert!(
+        !server.final_log().contains(secret),
+        "the secret reached the log"
+    );
 }
 
 #[test]

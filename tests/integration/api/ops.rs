@@ -425,7 +425,7 @@ fn a_fresh_start_logs_no_error() {
     for _ in 0..5 {
         let server = TestServer::start_binary();
         assert_eq!(server.status_of("/readyz"), 200);
-        let log = server.log();
+        let log = server.final_log();
         assert!(!log.contains("ERROR"), "{log}");
     }
 }

@@ -112,7 +112,7 @@ fn hostile_kids_are_refused_like_any_unknown_kid() {
         Some(1)
     );
     // A kid cannot forge a log line: whatever it holds stays inside one line's field.
-    let log = server.log();
+    let log = server.final_log();
     assert!(
         !log.lines()
             .any(|l| l.trim_start().starts_with("forged-log-line")),

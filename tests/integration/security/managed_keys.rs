@@ -99,7 +99,7 @@ fn managed_private_keys_are_in_no_answer_log_or_column_in_clear() {
     }
     answers.push(server.metrics_text());
     let database = dump(&server.database_url);
-    let log = server.log();
+    let log = server.final_log();
 
     // Every private key the registry holds, opened as only it can.
     let sealed: Vec<&str> = database

@@ -215,6 +215,10 @@ pub struct ManagedKey {
     /// When it leaves the key set (retiring keys only).
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub withdraw_at: Option<OffsetDateTime>,
+    /// The longest `maxTokenSeconds` the settings had before their latest change, while it could
+    /// sign: a token it signed then may outlive the settings' present bound (0: never changed).
+    #[serde(default)]
+    pub token_seconds: u32,
     /// The public key as a verifier reads it (a JWK with `kid`, `alg` and `use`).
     pub jwk: Map<String, Value>,
     /// The public key, DER SubjectPublicKeyInfo, base64.
@@ -275,6 +279,7 @@ impl ManagedKey {
             signing_since: current.then_some(now),
             last_signed_at: None,
             withdraw_at: None,
+            token_seconds: 0,
             jwk,
             public_key: base64::engine::general_purpose::STANDARD.encode(&made.public_key_der),
             sealed: made.sealed,
@@ -282,14 +287,14 @@ impl ManagedKey {
     }
 
     /// When it leaves the key set once it stops signing at `now`: the expiry of the last token
-    /// it may have signed, and a margin; at once when it never signed.
+    /// it may have signed (under `max_token_seconds`, or under a longer bound the settings had
+    /// earlier), and a margin; at once when it never signed.
     fn withdrawal(&self, max_token_seconds: u32, now: OffsetDateTime) -> OffsetDateTime {
+        let lifetime = self.token_seconds.max(max_token_seconds);
         match self.last_signed_at {
             // A token's `iat` may be up to a minute ahead, and the last signature is kept to
             // the minute: the margin covers both.
-            Some(at) => {
-                at + Duration::seconds(i64::from(max_token_seconds) + WITHDRAW_MARGIN_SECONDS)
-            }
+            Some(at) => at + Duration::seconds(i64::from(lifetime) + WITHDRAW_MARGIN_SECONDS),
             None => now,
         }
     }
@@ -424,6 +429,19 @@ impl Signing {
                 key.withdraw_at = Some(key.withdrawal(max, now));
             }
         }
+    }
+
+    /// New settings while on (a `PUT`): a new algorithm or lead applies from the next key made;
+    /// each key that may still sign keeps the longest token lifetime it may have signed under,
+    /// so that lowering `maxTokenSeconds` never withdraws it before an earlier token expires.
+    pub fn change(&mut self, settings: SigningSettings) {
+        let before = self.settings.max_token_seconds;
+        for key in &mut self.keys {
+            if key.stage != Stage::Retiring {
+                key.token_seconds = key.token_seconds.max(before);
+            }
+        }
+        self.settings = settings;
     }
 
     /// Turned on again (a `PUT` after `DELETE`), with `made` as its next key.
@@ -741,6 +759,45 @@ mod tests {
         assert!(signing.record_signature(&old, at(19)));
         assert_eq!(signing.keys[0].withdraw_at, Some(at(19 + 86_400 + 300)));
         assert!(!signing.record_signature(&old, at(19)));
+    }
+
+    #[test]
+    fn lowering_max_token_seconds_never_withdraws_a_key_before_its_earlier_tokens_expire() {
+        let mut signing = Signing::new(SigningSettings::default(), key(1, Stage::Current, at(0)));
+        let old = signing.keys[0].kid.clone();
+        // Tokens of a day, then the bound lowered to ten minutes, then a rotation.
+        signing.record_signature(&old, at(100));
+        let short = SigningSettings {
+            max_token_seconds: 600,
+            ..SigningSettings::default()
+        };
+        signing.change(short);
+        assert_eq!(signing.settings, short);
+        signing.rotate(key(2, Stage::Next, at(200))).unwrap();
+        signing.switch(at(300), at(300));
+        assert_eq!(
+            signing.keys[0].withdraw_at,
+            Some(at(100 + 86_400 + 300)),
+            "the day-long token signed at 100 s still verifies"
+        );
+        // The next key only ever signed under the short bound (it was made after the change).
+        let new = signing.current().unwrap().kid.clone();
+        signing.record_signature(&new, at(400));
+        signing.disable(at(500));
+        let new = signing.keys.iter().find(|k| k.kid == new).unwrap();
+        assert_eq!(new.withdraw_at, Some(at(400 + 600 + 300)));
+        // Raised again, then lowered: the longest bound is kept, not the latest.
+        let mut signing = Signing::new(SigningSettings::default(), key(3, Stage::Current, at(0)));
+        for max in [172_800, 600] {
+            signing.change(SigningSettings {
+                max_token_seconds: max,
+                ..SigningSettings::default()
+            });
+        }
+        let kid = signing.keys[0].kid.clone();
+        signing.record_signature(&kid, at(10));
+        signing.disable(at(20));
+        assert_eq!(signing.keys[0].withdraw_at, Some(at(10 + 172_800 + 300)));
     }
 
     #[test]

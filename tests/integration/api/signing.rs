@@ -361,6 +361,12 @@ fn claims_are_checked_and_a_refusal_names_the_claim() {
             encode(json!({"iss": issuer, "iat": t, "exp": t + 60, "pad": "x".repeat(17_000)})),
             "bytes",
         ),
+        // Longer than any payload read before (40 KB: its base64url is past 32 KiB), still
+        // within the body's limit: the same problem, not a malformed field.
+        (
+            encode(json!({"iss": issuer, "iat": t, "exp": t + 60, "pad": "x".repeat(40_000)})),
+            "bytes",
+        ),
     ];
     for (claims, named) in cases {
         let (status, body) = sign(&server, &signer, &sub, &claims);
@@ -386,7 +392,7 @@ fn claims_are_checked_and_a_refusal_names_the_claim() {
     );
     assert!(server
         .metrics_text()
-        .contains("registry_signatures_total{result=\"invalid_claims\"} 8"));
+        .contains("registry_signatures_total{result=\"invalid_claims\"} 9"));
 }
 
 #[test]
@@ -587,6 +593,107 @@ fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
         !(published["keys"].as_array().unwrap().iter()).any(|k| k["kid"] == kid.as_str())
     });
     assert!(left, "the key never left: {}", hosted_keys(&server, &sub));
+}
+
+/// Lowering `maxTokenSeconds` never withdraws a key before the longer tokens it signed expire.
+#[test]
+fn a_lowered_token_lifetime_keeps_a_retiring_key_until_its_longer_tokens_expire() {
+    let server = signing_server();
+    let (acme, sub, issuer, first) = signing_service(&server, json!({"leadSeconds": 0}));
+    let first = kids(&first, "current")[0].clone();
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
+    // A token of a day (the default bound), then the bound lowered to ten minutes.
+    let claims = payload(&issuer, now(), 86_400);
+    let (status, signed) = sign(&server, &signer, &sub, &claims);
+    assert_eq!(status, 200, "{signed}");
+    let token = token_of(&signed, &claims);
+    let lowered = turn_on(&server, &acme.token, &sub, json!({"maxTokenSeconds": 600}));
+    assert_eq!(lowered["maxTokenSeconds"], 600);
+    assert_eq!(rotate(&server, &acme.token, &sub, false).status(), 200);
+    // Lead 0 and no verifier: the step switches at once.
+    let state = signing_once(&server, &acme.token, &sub, |s| {
+        kids(s, "retiring") == [first.clone()]
+    });
+    let retiring = (state["keys"].as_array().unwrap().iter())
+        .find(|k| k["kid"] == first.as_str())
+        .unwrap();
+    let at = |member: &str| {
+        let text = retiring[member]
+            .as_str()
+            .unwrap_or_else(|| panic!("{member}: {state}"));
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).unwrap()
+    };
+    assert!(
+        at("withdrawAt") - at("lastSignedAt") >= time::Duration::seconds(86_400 + 300),
+        "withdrawn before the day-long token expires: {state}"
+    );
+    // Past the lowered bound and its margin, the day-long token still verifies.
+    server.advance_clock(901);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        verifies(&hosted_keys(&server, &sub), &token),
+        "the retiring key left with a token of its still valid"
+    );
+}
+
+/// The README's move from file keys to the signer: the file keys published as their own source,
+/// signing turned on, then that source removed. The discovery document becomes the registry's
+/// own, as for a service that never had an upload, naming the managed key's algorithm.
+#[test]
+fn removing_the_last_uploaded_source_leaves_the_registrys_own_discovery_document() {
+    let server = signing_server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    let uploaded = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{sub}/config?source=files"),
+            &acme.token,
+        )
+        .json(&super::upload(&["file-key"]))
+        .send()
+        .unwrap();
+    assert!(uploaded.status().is_success(), "{}", uploaded.status());
+    turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 0}));
+    let discovery = || {
+        let served = server
+            .hosted(Method::GET, &sub, "/.well-known/openid-configuration")
+            .send()
+            .unwrap();
+        assert_eq!(served.status(), 200);
+        json(served)
+    };
+    assert_eq!(
+        discovery()["id_token_signing_alg_values_supported"],
+        json!(["RS256"]),
+        "the cluster's document while its file keys are current"
+    );
+    let removed = server
+        .authed(
+            Method::DELETE,
+            &format!("/services/{sub}/config?source=files"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(removed.status(), 204);
+    let written = discovery();
+    assert_eq!(written["issuer"], issuer.as_str(), "{written}");
+    assert_eq!(written["jwks_uri"], format!("{issuer}/openid/v1/jwks"));
+    assert_eq!(written["response_types_supported"], json!(["id_token"]));
+    assert_eq!(written["subject_types_supported"], json!(["public"]));
+    assert_eq!(
+        written["id_token_signing_alg_values_supported"],
+        json!(["ES256"]),
+        "{written}"
+    );
+    // The file key stays in the key set, retired, for its source's retention.
+    let set = hosted_keys(&server, &sub);
+    assert!(
+        (set["keys"].as_array().unwrap().iter()).any(|k| k["kid"] == "file-key"),
+        "{set}"
+    );
 }
 
 /// The `signing.*` actions of the customer's trail, oldest first, with their actors' kinds.

@@ -221,14 +221,8 @@ pub fn withdraw(
                         .map(|(name, upload)| (name.clone(), upload.clone()))
                         .collect(),
                 };
-                let algorithms: Vec<crate::signing::Algorithm> = (keys.keys.iter())
-                    .filter_map(|k| k.jwk.get("alg")?.as_str())
-                    .filter_map(crate::signing::Algorithm::parse)
-                    .collect();
-                let issuer = registry.issuer_of(&service.subdomain);
                 Some(PublishedConfig {
-                    openid_configuration: crate::signing::discovery_document(&issuer, &algorithms)
-                        .to_string(),
+                    openid_configuration: written_discovery(registry, service, &keys),
                     jwks: keys.current_set().to_string(),
                     updated_at: now,
                     previous_change_at: None,
@@ -249,8 +243,22 @@ pub fn withdraw(
     }
 }
 
+/// The discovery document the registry writes for a service whose current keys are all managed
+/// (docs/api.md, "Managed signing"): their algorithms, as kube-apiserver writes its own.
+fn written_discovery(registry: &Registry, service: &Service, keys: &KeyState) -> String {
+    let algorithms: Vec<crate::signing::Algorithm> = (keys.keys.iter())
+        .filter(|k| k.retired_at.is_none())
+        .filter_map(|k| k.jwk.get("alg")?.as_str())
+        .filter_map(crate::signing::Algorithm::parse)
+        .collect();
+    let issuer = registry.issuer_of(&service.subdomain);
+    crate::signing::discovery_document(&issuer, &algorithms).to_string()
+}
+
 /// `DELETE /services/{s}/config?source=…`: `source`'s keys retire (for its upload's
-/// retention), every other source's stay, and so does the discovery document.
+/// retention), every other source's stay, and so does the discovery document, unless only
+/// managed keys are left current: then the registry writes it, as for a service that never had
+/// an upload.
 pub fn withdraw_source(
     registry: &Registry,
     caller: &Caller,
@@ -271,7 +279,12 @@ pub fn withdraw_source(
                     .keys
                     .without_source(source, now, service.expires_at)?;
                 found = Some(true);
+                let openid_configuration = match keys.only_managed() {
+                    true => written_discovery(registry, service, &keys),
+                    false => current.openid_configuration,
+                };
                 Some(PublishedConfig {
+                    openid_configuration,
                     jwks: keys.current_set().to_string(),
                     updated_at: now,
                     previous_change_at: None,

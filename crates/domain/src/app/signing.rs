@@ -207,7 +207,7 @@ pub fn put(
     let event = caller.service_event(action, service, now);
     let mut apply = |stored: Option<Signing>| match (stored, &made) {
         (Some(mut on), None) => {
-            on.settings = settings;
+            on.change(settings);
             Some(on)
         }
         (Some(mut off), Some(made)) => {

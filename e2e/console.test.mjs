@@ -291,6 +291,7 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     // The key's one row on the page, the timeline's, says its readiness too.
     assert.equal(await page.locator("[data-kid]").count(), 2, "one element per key carries data-kid");
     assert.match(await page.locator('[data-kid="key-b"]').textContent(), /pending: verifier /);
+    assert.doesNotMatch(await page.locator('[data-kid="key-b"]').textContent(), /\bsafe\b/, "a pending key's row reads safe nowhere");
     assert.match(await page.locator('[data-kid="key-a"]').textContent(), /\bsafe\b/);
 
     // The verifiers fetch again: without a reload, B reads safe within 10 s. Focus stays put.
@@ -592,6 +593,32 @@ test("f. 200 services render within a second of signing in, from one request", a
   assert.equal(await auditRows(page).count(), 100);
   await more.click();
   await until("the second page", async () => (await auditRows(page).count()) === 200);
+  await page.close();
+});
+
+test("g. a rotation begun elsewhere shows in an open service view, without a reload", async () => {
+  const quiet = await registry.cli(["customer", "create", "--tenant", "quiet", "--plan", "business", "--name", "Quiet"]);
+  tokens.add(quiet.token);
+  const created = await api("POST", "/services", quiet.token, { title: "Quiet", serviceName: "quiet" });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const sub = created.body.subdomain;
+  const keyA = ecKey("key-a");
+  assert.equal((await upload(sub, quiet.token, [keyA])).status, 200);
+  const page = await newPage();
+  await page.goto(`${registry.base}/console`);
+  await signIn(page, quiet.token);
+  await page.getByRole("link", { name: sub, exact: true }).click();
+  await page.getByRole("heading", { level: 1, name: sub }).waitFor();
+  await readiness(page, "key-a").filter({ hasText: /^safe$/ }).waitFor();
+  // Nothing pending: the view says it is not waiting on anything.
+  assert.equal(await page.locator("#timeline-live").textContent(), "");
+  await page.evaluate(() => (window.notReloaded = true));
+  // Key B uploaded by another client (`registry sync`, a script): drawn within 10 s.
+  assert.equal((await upload(sub, quiet.token, [keyA, ecKey("key-b")])).status, 200);
+  const uploaded = Date.now();
+  await timeline(page, sub).locator('[data-kid="key-b"]').waitFor({ state: "attached", timeout: 10_000 });
+  console.log(`key-b drawn ${Date.now() - uploaded} ms after its upload elsewhere`);
+  assert.equal(await page.evaluate(() => window.notReloaded), true);
   await page.close();
 });
 

@@ -13,6 +13,7 @@ const SVG_NS = document.getElementById("timeline").namespaceURI;
 const API = location.pathname.replace(/\/console\/?$/, "");
 const TOKEN_KEY = "registry-console-token";
 const POLL_MS = 3000;
+const QUIET_POLL_MS = 5000;
 const HOUR_MS = 3600 * 1000;
 const VIEWS = ["services", "service", "accounts", "audit"];
 const CLOUDS = [["aws", "AWS"], ["gcp", "GCP"], ["azure", "Azure"]];

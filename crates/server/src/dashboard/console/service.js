@@ -167,9 +167,11 @@ function renderServiceHeader(service, domain) {
   $("service-created").replaceChildren(timeNode(s.createdAt));
 }
 
-// ---- Live updates: while a key waits to be safe (or a managed rotation is under way) the
-// view asks again every few seconds, and redraws in place (focus stays where it is). ----
-function needsPolling() {
+// ---- Live updates: the open view asks again every few seconds and redraws in place (focus
+// stays where it is): every 3 s while a key waits to be safe or a managed rotation is under way,
+// every 5 s otherwise, so that a rotation begun elsewhere (an upload, `registry sync`, the
+// signing schedule) shows too. ----
+function underWay() {
   if (!svc) return false;
   for (const key of svc.keys) {
     if (key.state !== "current") continue;
@@ -181,12 +183,12 @@ function needsPolling() {
 
 function schedulePoll(gen) {
   stopPolling();
-  if (gen !== generation || !needsPolling()) {
-    $("timeline-live").textContent = "";
-    return;
-  }
-  $("timeline-live").textContent = "A key is not safe to sign with yet: this view updates every few seconds.";
-  pollTimer = setTimeout(() => poll(gen), POLL_MS);
+  if (gen !== generation) return;
+  const pending = underWay();
+  $("timeline-live").textContent = pending
+    ? "A key is not safe to sign with yet: this view updates every few seconds."
+    : "";
+  pollTimer = setTimeout(() => poll(gen), pending ? POLL_MS : QUIET_POLL_MS);
 }
 
 // No answer, or a failing server: keep what is drawn and ask again.

@@ -23,7 +23,7 @@ $("audit-more").addEventListener("click", () => loadAudit(true));
 window.addEventListener("hashchange", route);
 // Polling pauses in a hidden tab (service.js); shown again, the view catches up at once.
 document.addEventListener("visibilitychange", () => {
-  if (!document.hidden && svc && !$("view-service").hidden && needsPolling()) poll(generation);
+  if (!document.hidden && svc && !$("view-service").hidden) poll(generation);
 });
 window.addEventListener("resize", debounce(() => {
   if (!$("view-service").hidden) drawTimeline();

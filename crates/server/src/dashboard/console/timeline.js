@@ -1,6 +1,7 @@
 // ---- The timeline (SVG), its table, and readiness. ----
 const SPAN_LABEL = {
-  published: "published, not yet safe",
+  // Not "safe": a row holds its spans' titles, and a pending key's row must not read as safe.
+  published: "published, not yet ready to sign",
   safe: "safe to sign",
   signing: "signing",
   retiring: "retiring",

@@ -10,7 +10,7 @@ use crate::proto::{
 use registry_client::{ClientError, RegistryApi};
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 /// How often kube-apiserver is asked to call `FetchKeys` again, in seconds.
 pub(crate) const REFRESH_HINT_SECONDS: i64 = 60;
@@ -97,9 +97,12 @@ fn never_read() -> Status {
     )
 }
 
-/// A failed `Sign`: the registry refusing (a 4xx) is `INVALID_ARGUMENT` with the problem's
-/// detail; a registry that cannot be reached, answers a 5xx or an answer that is not a signature
-/// is `UNAVAILABLE` with the reason. Logged without the claims.
+/// A failed `Sign`, with the problem's detail: the registry refusing the claims (a 400) is
+/// `INVALID_ARGUMENT`; refusing the plugin's credential `UNAUTHENTICATED` (401) or
+/// `PERMISSION_DENIED` (403); signing off or no such service `FAILED_PRECONDITION` (404); no key
+/// safe yet (409) `UNAVAILABLE` and the signature budget spent (429) `RESOURCE_EXHAUSTED`, both
+/// worth another try later; a registry that cannot be reached, answers a 5xx or an answer that is
+/// not a signature is `UNAVAILABLE` with the reason. Logged without the claims.
 fn sign_failed(service: &str, error: &ClientError) -> Status {
     match error {
         ClientError::Refused { problem, .. } if (400..500).contains(&problem.status) => {
@@ -109,10 +112,19 @@ fn sign_failed(service: &str, error: &ClientError) -> Status {
                 problem = problem.slug,
                 "the registry refused to sign"
             );
-            Status::invalid_argument(format!(
+            let code = match problem.status {
+                401 => Code::Unauthenticated,
+                403 => Code::PermissionDenied,
+                404 => Code::FailedPrecondition,
+                409 => Code::Unavailable,
+                429 => Code::ResourceExhausted,
+                _ => Code::InvalidArgument,
+            };
+            let message = format!(
                 "the registry refused to sign ({} {}): {}",
                 problem.status, problem.slug, problem.detail
-            ))
+            );
+            Status::new(code, message)
         }
         other => {
             tracing::warn!(service, error = %other, "cannot sign");
@@ -137,7 +149,6 @@ mod tests {
     use serde_json::{json, Value};
     use tokio::sync::oneshot;
     use tonic::transport::{Channel, Endpoint};
-    use tonic::Code;
 
     const SIGNING: &str = "/services/k3s-acme/signing";
     const KEYS: &str = "/services/k3s-acme/keys";
@@ -367,7 +378,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_refusal_is_invalid_argument_and_a_failing_registry_unavailable() {
+    async fn a_refusal_of_the_claims_is_invalid_argument_and_a_failing_registry_unavailable() {
         let registry = FakeRegistry::start().await;
         let (_, m1_entry) = managed("m1", "current");
         registry.set("GET", SIGNING, 200, signing(&[&m1_entry]));
@@ -384,11 +395,27 @@ mod tests {
             refused.message(),
             "the registry refused to sign (400 invalid-claims): exp is more than maxTokenSeconds after iat"
         );
-        registry.set("POST", SIGN, 409, json!({"type": "http://registry.test/problems/no-key-ready", "detail": "no key is safe yet"}));
-        assert_eq!(
-            plugin.sign("eyJleHAiOjF9").await.unwrap_err().code(),
-            Code::InvalidArgument
-        );
+        // Refusals that are not the claims': each its own code.
+        for (status, slug, code) in [
+            (409, "no-key-ready", Code::Unavailable),
+            (429, "rate-limited", Code::ResourceExhausted),
+            (401, "unauthorized", Code::Unauthenticated),
+            (403, "action-not-allowed", Code::PermissionDenied),
+            (404, "not-found", Code::FailedPrecondition),
+        ] {
+            let problem =
+                json!({"type": format!("http://registry.test/problems/{slug}"), "detail": "why"});
+            registry.set("POST", SIGN, status, problem);
+            let refused = plugin.sign("eyJleHAiOjF9").await.unwrap_err();
+            assert_eq!(refused.code(), code, "{status}");
+            assert!(
+                refused
+                    .message()
+                    .ends_with(&format!("({status} {slug}): why")),
+                "{}",
+                refused.message()
+            );
+        }
         registry.set("POST", SIGN, 503, json!({"type": "http://registry.test/problems/unavailable", "detail": "the primary is down"}));
         let failed = plugin.sign("eyJleHAiOjF9").await.unwrap_err();
         assert_eq!(failed.code(), Code::Unavailable);

@@ -470,6 +470,13 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
     signed_by(&claims());
     // The next key gets a lead the test moves the clock past.
     turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 60}));
+    // The update's event says what changed (the other members were kept).
+    let page = json(server.get("/audit-events?action=signing.update", &acme.token));
+    assert_eq!(
+        page["events"][0]["changes"],
+        json!({"leadSeconds": {"old": 0, "new": 60}}),
+        "{page}"
+    );
     let rotated = rotate(&server, &acme.token, &sub, false);
     assert_eq!(rotated.status(), 200);
     let rotated = json(rotated);

@@ -204,7 +204,32 @@ pub fn put(
             Some(make(registry, settings.algorithm, Stage::Next, now)?),
         ),
     };
-    let event = caller.service_event(action, service, now);
+    let mut event = caller.service_event(action, service, now);
+    if let Some(on) = on {
+        // An update records each member it changed, as every update's event does.
+        let (old, new) = (on.settings, settings);
+        event = event
+            .with_change(
+                "algorithm",
+                old.algorithm.as_str().into(),
+                new.algorithm.as_str().into(),
+            )
+            .with_change(
+                "rotationPeriodSeconds",
+                old.rotation_period_seconds.into(),
+                new.rotation_period_seconds.into(),
+            )
+            .with_change(
+                "maxTokenSeconds",
+                old.max_token_seconds.into(),
+                new.max_token_seconds.into(),
+            )
+            .with_change(
+                "leadSeconds",
+                old.lead_seconds.into(),
+                new.lead_seconds.into(),
+            );
+    }
     let mut apply = |stored: Option<Signing>| match (stored, &made) {
         (Some(mut on), None) => {
             on.change(settings);

@@ -173,33 +173,49 @@ pub const MAX_VERIFIERS: usize = 32;
 /// Networks a verifier keeps at most.
 pub const MAX_VERIFIER_NETWORKS: usize = 8;
 
+/// Verifiers one network gives a key at most: however many agents it made up over the week,
+/// one network holds a key back by at most this many (the owner dismisses them, or they fetch).
+pub const VERIFIERS_PER_NETWORK: usize = 4;
+
 /// In how many distinct clock hours an agent must have fetched the key set to be a verifier.
 pub const VERIFIER_HOURS: u32 = 2;
 
 /// The verifiers of a key published now, from the agents that fetched the key set in the week
 /// before (`candidates`): those seen in at least `min_hours` distinct hours, the
-/// [`MAX_VERIFIERS`] most active, each with its [`MAX_VERIFIER_NETWORKS`] most seen networks.
+/// [`MAX_VERIFIERS`] most active, each with its [`MAX_VERIFIER_NETWORKS`] most seen networks,
+/// and no more than [`VERIFIERS_PER_NETWORK`] whose every network has given that many already.
 /// One seen from no known network (its fetches stored before networks were, or shipped in a
 /// cache's log without the client's address) can be satisfied by no fetch: it holds the key
 /// until it has not been seen for 7 days, or its owner dismisses it, never the other way.
 pub fn verifiers_of(candidates: &[VerifierCandidate], min_hours: u32) -> Vec<KeyVerifier> {
-    let mut chosen: Vec<&VerifierCandidate> = (candidates.iter())
+    let mut ranked: Vec<&VerifierCandidate> = (candidates.iter())
         .filter(|c| c.hours >= min_hours)
         .collect();
-    chosen.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.agent.cmp(&b.agent)));
-    chosen.truncate(MAX_VERIFIERS);
-    (chosen.into_iter())
-        .map(|c| KeyVerifier {
+    ranked.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.agent.cmp(&b.agent)));
+    let mut given: std::collections::HashMap<Network, usize> = Default::default();
+    let mut chosen = Vec::new();
+    for c in ranked {
+        if chosen.len() == MAX_VERIFIERS {
+            break;
+        }
+        let networks: Vec<Network> = (c.networks.iter())
+            .take(MAX_VERIFIER_NETWORKS)
+            .copied()
+            .collect();
+        let spent = |n: &Network| given.get(n).is_some_and(|&k| k >= VERIFIERS_PER_NETWORK);
+        if !networks.is_empty() && networks.iter().all(spent) {
+            continue;
+        }
+        for network in &networks {
+            *given.entry(*network).or_default() += 1;
+        }
+        chosen.push(KeyVerifier {
             agent: c.agent.clone(),
-            networks: c
-                .networks
-                .iter()
-                .take(MAX_VERIFIER_NETWORKS)
-                .copied()
-                .collect(),
+            networks,
             last_fetched_at: c.last_at,
-        })
-        .collect()
+        });
+    }
+    chosen
 }
 
 fn default_lead_seconds() -> u32 {
@@ -1005,6 +1021,54 @@ mod tests {
     const X1: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
     const X2: &str = "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08";
     const X3: &str = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs";
+
+    #[test]
+    fn verifiers_are_the_most_active_of_two_hours_and_one_network_gives_four_at_most() {
+        let at = datetime!(2026-11-23 10:00 UTC);
+        let candidate =
+            |agent: &str, count: u64, hours: u32, networks: &[&str]| VerifierCandidate {
+                agent: agent.to_owned(),
+                count,
+                hours,
+                last_at: at,
+                networks: networks.iter().map(|n| n.parse().unwrap()).collect(),
+            };
+        let mut candidates = vec![
+            candidate("once", 1_000, 1, &["198.51.100.0/24"]),
+            candidate("AWS", 10, 2, &["198.51.100.0/24"]),
+            candidate("Google", 5, 3, &["203.0.113.0/24", "192.0.2.0/24"]),
+        ];
+        // Ten made-up agents of one network, more active than the real verifiers.
+        for i in 0..10 {
+            candidates.push(candidate(
+                &format!("bot {i}"),
+                100 + i,
+                2,
+                &["192.0.2.0/24"],
+            ));
+        }
+        let chosen: Vec<String> = (verifiers_of(&candidates, 2).into_iter())
+            .map(|v| v.agent)
+            .collect();
+        // The bots' network gives four; Google, seen from another network too, still counts;
+        // an agent of one hour never does.
+        assert_eq!(
+            chosen,
+            ["bot 9", "bot 8", "bot 7", "bot 6", "AWS", "Google"],
+            "{chosen:?}"
+        );
+        let many: Vec<VerifierCandidate> = (0..40)
+            .map(|i| {
+                candidate(
+                    &format!("agent {i:02}"),
+                    100 - i,
+                    2,
+                    &[&format!("10.0.{i}.0/24")],
+                )
+            })
+            .collect();
+        assert_eq!(verifiers_of(&many, 2).len(), MAX_VERIFIERS);
+    }
 
     #[test]
     fn expired_keys_are_found_and_withdrawn_one_by_one() {

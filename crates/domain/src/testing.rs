@@ -1390,13 +1390,15 @@ impl FetchLog for MemoryStore {
                         .filter(|b| b.networks.contains_key(network))
                         .count()
                 };
-                let crowded = !a.networks.is_empty()
+                let full = bucket.agents.len() >= STORED_AGENTS_PER_HOUR;
+                let crowded = full
+                    && !a.networks.is_empty()
                     && (a.networks.iter()).all(|n| from(&n.network) >= STORED_AGENTS_PER_NETWORK);
                 let known = bucket.agents.contains_key(&a.agent);
                 // Space-saving, as the real store: past the bound the least frequent agent (the
                 // others aside) gives its place and its count.
                 let mut inherited = 0;
-                let name = if known || (!crowded && bucket.agents.len() < STORED_AGENTS_PER_HOUR) {
+                let name = if known || !full {
                     a.agent.clone()
                 } else if crowded {
                     OTHER_AGENTS.to_owned()

@@ -63,6 +63,39 @@ fn evidence_once(
     answer
 }
 
+/// Twelve agents, all from this host: the ten most frequent are listed with their counts (the
+/// bound on one network's agents only applies to an hour that is full).
+#[test]
+fn the_ten_most_frequent_agents_are_listed_though_they_share_one_network() {
+    let server = flushing_every_second(None);
+    let acme = server.customer("acme", "business");
+    let sub = publish_api(&server, &acme);
+    for i in 0..12_u16 {
+        for _ in 0..(13 - i) {
+            assert_eq!(
+                fetch(&server, &sub, JWKS, &format!("agent {i:02}"), None),
+                200
+            );
+        }
+    }
+    let answer = evidence_once(&server, &acme.token, &sub, |answer| {
+        document(answer, JWKS)["fetches24h"] == (2..=13).sum::<u64>()
+    });
+    let jwks = document(&answer, JWKS);
+    let listed: Vec<(String, u64)> = (jwks["agents"].as_array().unwrap().iter())
+        .map(|a| {
+            (
+                a["agent"].as_str().unwrap().to_owned(),
+                a["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, u64)> = (0..10_u16)
+        .map(|i| (format!("agent {i:02}"), u64::from(13 - i)))
+        .collect();
+    assert_eq!(listed, expected, "{answer}");
+}
+
 fn agent_count(doc: &Value, agent: &str) -> u64 {
     doc["agents"]
         .as_array()

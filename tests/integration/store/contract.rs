@@ -2006,32 +2006,50 @@ fn stored_evidence_is_bounded_per_hour(store: &dyn Storage) {
     let read = store.fetches(service, NOON, 1000).unwrap();
     let kept = read[0].agents.iter().find(|a| a.agent == "verifier");
     assert!(kept.is_some_and(|a| a.count >= 5), "{:?}", read[0].agents);
-    // One network brings at most 4 new agents an hour: its others are the others.
-    let crowd: Vec<DocumentFetches> = (0..10)
-        .map(|i| fetched_from(service, NOON, &format!("crowd {i}"), &["192.0.2.0/24"]))
-        .collect();
+    // While the hour has room, one network brings any number of agents (clients behind one
+    // address, a test on one host); once it is full, a network holding 4 brings no new agent,
+    // its new ones are the others, while another network's new agent still takes a place.
     let later = NOON + Duration::hours(1);
-    let crowd: Vec<DocumentFetches> = (crowd.into_iter())
-        .map(|mut f| {
-            f.last_at = later;
-            f.agents[0].last_at = later;
-            f.agents[0].networks[0].last_at = later;
-            f
-        })
+    let from = |agent: &str, network: &str| fetched_from(service, later, agent, &[network]);
+    let crowd: Vec<DocumentFetches> = (0..STORED_AGENTS_PER_HOUR)
+        .map(|i| from(&format!("crowd {i}"), "192.0.2.0/24"))
         .collect();
     store.record_fetches(&crowd).unwrap();
-    let read = store.fetches(service, later, 1000).unwrap();
-    let hour: Vec<&str> = (read[0].agents.iter()).map(|a| a.agent.as_str()).collect();
+    let hour = || {
+        let read = store.fetches(service, later, 1000).unwrap();
+        read[0].agents.clone()
+    };
+    let named = |agents: &[AgentFetches], prefix: &str| {
+        (agents.iter())
+            .filter(|a| a.agent.starts_with(prefix))
+            .count()
+    };
+    assert_eq!(named(&hour(), "crowd"), STORED_AGENTS_PER_HOUR);
+    let more: Vec<DocumentFetches> = (0..6)
+        .map(|i| from(&format!("more {i}"), "192.0.2.0/24"))
+        .collect();
+    store.record_fetches(&more).unwrap();
+    let agents = hour();
+    assert_eq!(named(&agents, "more"), 0, "{agents:?}");
+    let others = agents.iter().find(|a| a.agent == OTHER_AGENTS);
+    assert_eq!(others.map(|a| a.count), Some(6), "{agents:?}");
+    // Another network, up to its bound: each new agent takes the least frequent one's place.
+    let verifiers: Vec<DocumentFetches> = (0..=STORED_AGENTS_PER_NETWORK)
+        .map(|i| from(&format!("verifier {i}"), "198.51.100.0/24"))
+        .collect();
+    store.record_fetches(&verifiers).unwrap();
+    let agents = hour();
     assert_eq!(
-        hour.iter().filter(|a| a.starts_with("crowd")).count(),
+        named(&agents, "verifier"),
         STORED_AGENTS_PER_NETWORK,
-        "{hour:?}"
+        "{agents:?}"
     );
-    let others = read[0].agents.iter().find(|a| a.agent == OTHER_AGENTS);
     assert_eq!(
-        others.map(|a| a.count),
-        Some(10 - STORED_AGENTS_PER_NETWORK as u64)
+        named(&agents, "crowd"),
+        STORED_AGENTS_PER_HOUR - STORED_AGENTS_PER_NETWORK
     );
+    let others = agents.iter().find(|a| a.agent == OTHER_AGENTS);
+    assert_eq!(others.map(|a| a.count), Some(7), "{agents:?}");
     // Networks per agent and hour are bounded too.
     let many: Vec<String> = (0..40).map(|i| format!("10.0.{i}.0/24")).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();

@@ -255,10 +255,12 @@ impl Flush {
     }
 
     /// Places an agent new to its bucket. Whatever outsiders send, the hour's agents are
-    /// bounded: one network's new agents past its bound are the others; past the hour's bound,
-    /// the least frequent agent gives its place, and its count, to the new one (space-saving:
-    /// an agent more frequent than the hour's fetches over 64 is never pushed out, so a
-    /// verifier stays while one-off agents churn).
+    /// bounded: while the hour has room, every new agent takes a place; once it is full, a new
+    /// agent from networks that hold their bound of agents already is one of the others, and
+    /// any other new agent takes the place, and the count, of the least frequent one
+    /// (space-saving: an agent more frequent than the hour's fetches over 64 is never pushed
+    /// out, and one network's made-up agents cannot push out another network's, a verifier's
+    /// among them).
     fn place<'a>(
         &'a self,
         conn: &mut Db,
@@ -267,18 +269,19 @@ impl Flush {
         rows: &mut Rows<'a>,
     ) -> Res<()> {
         let key = self.key(a.bucket);
-        let mut crowded_out = !a.networks.is_empty();
-        for (network, _) in &a.networks {
-            if places.network_agents(conn, key, a.bucket, network)?
-                < count(STORED_AGENTS_PER_NETWORK as u64)
-            {
-                crowded_out = false;
-                break;
+        let full = places.agents(conn, key, a.bucket)? >= count(STORED_AGENTS_PER_HOUR as u64);
+        let mut crowded_out = full && !a.networks.is_empty();
+        if crowded_out {
+            for (network, _) in &a.networks {
+                if places.network_agents(conn, key, a.bucket, network)?
+                    < count(STORED_AGENTS_PER_NETWORK as u64)
+                {
+                    crowded_out = false;
+                    break;
+                }
             }
         }
-        let full = !crowded_out
-            && places.agents(conn, key, a.bucket)? >= count(STORED_AGENTS_PER_HOUR as u64);
-        let inherited = match full {
+        let inherited = match full && !crowded_out {
             true => {
                 let inherited = give_place(conn, key)?;
                 places.forget(a.bucket);

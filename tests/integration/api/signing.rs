@@ -602,6 +602,38 @@ fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
     assert!(left, "the key never left: {}", hosted_keys(&server, &sub));
 }
 
+/// A first key with a lead is not safe at once: signing answers 409 `no-key-ready` with a
+/// `Retry-After` until the lead is over, then signs.
+#[test]
+fn while_no_key_is_safe_signing_answers_no_key_ready_with_retry_after() {
+    let server = signing_server();
+    let (acme, sub, issuer, state) = signing_service(&server, json!({"leadSeconds": 120}));
+    assert_eq!(kids(&state, "current"), Vec::<String>::new(), "{state}");
+    assert_eq!(kids(&state, "next").len(), 1, "{state}");
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
+    let claims = payload(&issuer, now(), 600);
+    let refused = server
+        .authed(Method::POST, &format!("/services/{sub}/sign"), &signer)
+        .json(&json!({"claims": claims}))
+        .send()
+        .unwrap();
+    let retry_after: u64 = (refused.headers().get("retry-after"))
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After in {:?}", refused.headers()));
+    assert!(
+        (1..=120).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
+    assert_problem(refused, 409, "no-key-ready");
+    // The lead over, the step switches the key in and it signs.
+    server.advance_clock(121);
+    signing_once(&server, &acme.token, &sub, |s| {
+        kids(s, "current").len() == 1
+    });
+    let (status, signed) = sign(&server, &signer, &sub, &claims);
+    assert_eq!(status, 200, "{signed}");
+}
+
 /// Lowering `maxTokenSeconds` never withdraws a key before the longer tokens it signed expire.
 #[test]
 fn a_lowered_token_lifetime_keeps_a_retiring_key_until_its_longer_tokens_expire() {

@@ -730,4 +730,13 @@ fn one_customers_silent_domains_do_not_stall_anothers() {
     });
     assert!(issuing, "still {shown} after 15 s");
     eprintln!("proven TXT to issuing in {:?}", proven_at.elapsed());
+    // The greedy customer, at its limit of waiting claims, asks for the name the victim holds:
+    // taken, the answer that says why (no claim would come of it).
+    let refused = put_domain(
+        &server,
+        &register_service(&server, &greedy, "s21"),
+        &greedy.token,
+        json!({"domain": "login.victim.test"}),
+    );
+    assert_problem(refused, 409, "domain-taken");
 }

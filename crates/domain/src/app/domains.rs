@@ -53,6 +53,13 @@ pub fn set(
             return Ok(current.clone());
         }
     }
+    // A name another service holds is refused as such first: no claim would come of it, so the
+    // customer's pending claims are beside the point.
+    let held_elsewhere = (registry.store.domain_named(domain)?)
+        .is_some_and(|named| named.is_held() && named.service_id != service.id);
+    if held_elsewhere {
+        return Err(taken(domain));
+    }
     // Unproven claims are bounded per customer: each costs every replica's worker lookups.
     if let Some(customer) = service.customer_id {
         let replaced = current.is_some_and(|c| c.status == DomainStatus::Verifying);
@@ -77,12 +84,17 @@ pub fn set(
     let event = caller.service_event(Action::DomainPut, service, now);
     match registry.store.put_domain(&added, &event) {
         Ok(()) => Ok(added),
-        Err(StoreError::Conflict(_)) => Err(AppError::DomainTaken(format!(
-            "{domain:?} is held by another service, whose owner proved it with the TXT record"
-        ))),
+        Err(StoreError::Conflict(_)) => Err(taken(domain)),
         Err(StoreError::NotFound) => Err(crate::app::services::not_found(&service.subdomain)),
         Err(other) => Err(other.into()),
     }
+}
+
+/// The refusal of a name another service holds (it names neither that service nor its owner).
+fn taken(domain: &str) -> AppError {
+    AppError::DomainTaken(format!(
+        "{domain:?} is held by another service, whose owner proved it with the TXT record"
+    ))
 }
 
 /// `GET /services/{s}/domain`.

@@ -248,6 +248,12 @@ fn a_caches_access_log_counts_as_the_fetches_it_records() {
     let problem = assert_problem(refused, 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/1"]);
     assert!(problem.to_string().contains("line 2"), "{problem}");
+    // Members a log format adds are not read: the line counts.
+    let mut extra: Value =
+        serde_json::from_str(&log_line(&host, "/keys", 200, "GET", "fastly")).unwrap();
+    extra["bytes"] = json!(1234);
+    let answer = post_log(&server, TOKEN, "application/x-ndjson", extra.to_string());
+    assert_eq!(json(answer), json!({"accepted": 1, "skipped": 0}));
     // The wrong token, the wrong type, too much.
     let line = log_line(&host, "/keys", 200, "GET", "azure");
     assert_problem(

@@ -270,6 +270,15 @@ fn without_an_acme_directory_custom_domains_are_refused() {
         409,
         "custom-domains-disabled",
     );
+    // Who may ask, and what was asked, are answered first, whatever the settings.
+    let invalid = put_domain(&server, &sub, &acme.token, json!({"domain": "no-dot"}));
+    assert_eq!(
+        pointers(&assert_problem(invalid, 400, "validation-failed")),
+        ["/domain"]
+    );
+    let (anon, secret) = server.anonymous_service();
+    let refused = put_domain(&server, &anon, &secret, json!({"domain": DOMAIN}));
+    assert_eq!(refused.status(), 403);
 }
 
 /// `domain` made active with `certificate`, as the worker records an order.

@@ -30,6 +30,13 @@ pub fn set(
     domain: &str,
     now: OffsetDateTime,
 ) -> Result<CustomDomain, AppError> {
+    // Who may ask, and what was asked, are answered whatever the operator's settings.
+    if service.customer_id.is_none() {
+        return Err(AppError::Forbidden(
+            "an anonymous service cannot have a custom domain: register a service".into(),
+        ));
+    }
+    check_domain(domain, &registry.settings.issuers).map_err(|v| AppError::Invalid(vec![v]))?;
     if !registry.settings.custom_domains {
         return Err(AppError::CustomDomainsDisabled(
             "custom domains are not enabled on this registry (the operator sets \
@@ -37,12 +44,6 @@ pub fn set(
                 .into(),
         ));
     }
-    if service.customer_id.is_none() {
-        return Err(AppError::Forbidden(
-            "an anonymous service cannot have a custom domain: register a service".into(),
-        ));
-    }
-    check_domain(domain, &registry.settings.issuers).map_err(|v| AppError::Invalid(vec![v]))?;
     let current = registry.store.domain_of(service.id)?;
     // The same domain again changes nothing, unless it failed: a PUT starts it over.
     if let Some(current) = current

@@ -23,9 +23,10 @@ use time::{Duration, OffsetDateTime};
 /// The media type of the body: one JSON object a line.
 pub const NDJSON: &str = "application/x-ndjson";
 
-/// One line of a cache's access log.
+/// One line of a cache's access log. Other members a log format adds (a size, a duration) are
+/// not read: a cache writes what it writes.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct Line {
     time: String,
     host: String,

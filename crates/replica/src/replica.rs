@@ -51,6 +51,9 @@ pub struct DocumentsChanged {
     pub subdomain: String,
     /// When the documents changed.
     pub changed_at: OffsetDateTime,
+    /// The custom domains this change stopped serving them under: caches may still hold their
+    /// copies there.
+    pub dropped_domains: Vec<String>,
 }
 
 impl Replica {
@@ -104,14 +107,10 @@ impl Replica {
         receiver
     }
 
-    fn documents_changed(&self, service_id: Uuid, subdomain: String, changed_at: OffsetDateTime) {
+    fn documents_changed(&self, change: DocumentsChanged) {
         let watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(watcher) = watcher.as_ref() {
-            let _ = watcher.send(DocumentsChanged {
-                service_id,
-                subdomain,
-                changed_at,
-            });
+            let _ = watcher.send(change);
         }
     }
 
@@ -282,7 +281,12 @@ impl Replica {
         let _one_at_a_time = self.directory.one_at_a_time().await;
         let now = self.now();
         if let Some(service_id) = self.hosting.refresh(subdomain, now) {
-            self.documents_changed(service_id, subdomain.to_owned(), now);
+            self.documents_changed(DocumentsChanged {
+                service_id,
+                subdomain: subdomain.to_owned(),
+                changed_at: now,
+                dropped_domains: Vec::new(),
+            });
         }
     }
 
@@ -294,21 +298,37 @@ impl Replica {
             .await?;
         let served = domain.zip(service.as_ref().map(|s| s.subdomain.clone()));
         let changes = self.domains.apply(id, served);
+        let dropped_domains: Vec<String> = (changes.iter())
+            .filter_map(|change| match change {
+                DomainChanged::Dropped(name) => Some(name.clone()),
+                DomainChanged::Served(_) => None,
+            })
+            .collect();
         self.domains_changed(changes);
         match (service, config) {
             // Replaced in one step: a public GET in between sees the old documents or the new.
             (Some(service), Some(config)) => {
-                let updated_at = config.updated_at;
+                let changed_at = config.updated_at;
                 self.hosting
                     .put(Publication::of(&service, config), self.now());
-                self.documents_changed(id, service.subdomain, updated_at);
+                self.documents_changed(DocumentsChanged {
+                    service_id: id,
+                    subdomain: service.subdomain,
+                    changed_at,
+                    dropped_domains,
+                });
             }
             // Only documents this replica served are purged: what a cache holds came through a
             // replica that served it, and that one purges (errors, 404s included, are never
             // cached: they say `no-store`).
             _ => {
                 if let Some(subdomain) = self.hosting.remove(id) {
-                    self.documents_changed(id, subdomain, self.now());
+                    self.documents_changed(DocumentsChanged {
+                        service_id: id,
+                        subdomain,
+                        changed_at: self.now(),
+                        dropped_domains,
+                    });
                 }
             }
         }

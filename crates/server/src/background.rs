@@ -59,8 +59,9 @@ pub async fn purge_changes(state: web::Data<AppState>) {
     while let Some(change) = changes.recv().await {
         let (state, purger) = (state.clone(), purger.clone());
         actix_web::rt::spawn(async move {
-            // The service's custom domain serves the same documents under its own host.
-            let mut hosts = Vec::new();
+            // The service's custom domain serves the same documents under its own host; one
+            // this change stopped serving them under held them until now.
+            let mut hosts = change.dropped_domains.clone();
             if let Some(served) = state.replica.domains.of_service(change.service_id) {
                 hosts.push(served.domain.domain.clone());
             }

@@ -17,7 +17,7 @@ use std::time::Duration;
 const TOKEN: &str = "log-shipper-secret-of-at-least-32-characters";
 
 /// A cache that answers every request 200 and remembers each as `METHOD path host`.
-fn cache() -> (String, Arc<Mutex<Vec<String>>>) {
+pub(super) fn cache() -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = format!("http://{}", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));

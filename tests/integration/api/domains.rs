@@ -299,6 +299,42 @@ fn activate(store: &Store, domain: CustomDomain, certificate: &ServerCertificate
     assert!(store.update_domain(&active).unwrap());
 }
 
+/// A domain added or removed purges its host from the caches in front of the registry: once
+/// removed, a cache must not keep serving the documents under a name the registry left.
+#[test]
+fn adding_and_removing_an_active_domain_purge_its_host_from_the_caches() {
+    let (cache, seen) = super::cdn::cache();
+    let ca = TestCa::new("operator CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let purging = [("REGISTRY_PURGE_URLS", cache.as_str())];
+    let (server, _) = taking_domains_with(&ca, &files, None, &purging);
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    super::publish_kids(&server, &acme.token, &sub, &["k1"]);
+    assert_eq!(
+        put_domain(&server, &sub, &acme.token, json!({"domain": DOMAIN})).status(),
+        202
+    );
+    let store = Store::connect(&server.database_url).unwrap();
+    let domain = store.domain_named(DOMAIN).unwrap().unwrap();
+    activate(
+        &store,
+        domain,
+        &TestCa::new("domain CA").server_certificate(&[DOMAIN]),
+    );
+    let purged = format!("PURGE /openid/v1/jwks {DOMAIN}");
+    eventually("the domain's host purged once it is served", || {
+        seen.lock().unwrap().contains(&purged)
+    });
+    seen.lock().unwrap().clear();
+    let removed = domain_call(&server, Method::DELETE, &sub, &acme.token);
+    assert_eq!(removed.status(), 204);
+    eventually(
+        "the domain's host purged once it is no longer served",
+        || seen.lock().unwrap().contains(&purged),
+    );
+}
+
 /// Waits until `check` holds (the replicas apply the change log within half a second).
 fn eventually(what: &str, check: impl FnMut() -> bool) {
     assert!(

@@ -61,20 +61,24 @@ impl Purger {
         }))
     }
 
-    /// Purges `paths` under the host `authority` (as clients send it: with the port when the
-    /// issuer URL has one) from every cache, each retried with backoff for up to [`RETRY_FOR`];
-    /// true when every cache purged every path.
-    pub async fn purge(&self, authority: &str, paths: &[&str]) -> bool {
-        let mut all = true;
-        for (index, target) in self.targets.iter().enumerate() {
-            for path in paths {
-                let ok = self.purge_one(index, target, authority, path).await;
-                let counter = if ok { &self.purged } else { &self.failed };
-                counter.fetch_add(1, Relaxed);
-                all &= ok;
-            }
-        }
-        all
+    /// Purges `paths` under each host of `authorities` (as clients send it: with the port when
+    /// the issuer URL has one) from every cache, each retried with backoff for up to
+    /// [`RETRY_FOR`]; true when every cache purged every path. All at once: a cache that is
+    /// down, or a path it refuses, holds up no other purge while it is retried.
+    pub async fn purge(&self, authorities: &[String], paths: &[&str]) -> bool {
+        let targets = self.targets.iter().enumerate();
+        let each = targets.flat_map(|(index, target)| {
+            authorities.iter().flat_map(move |authority| {
+                (paths.iter()).map(move |path| async move {
+                    let ok = self.purge_one(index, target, authority, path).await;
+                    let counter = if ok { &self.purged } else { &self.failed };
+                    counter.fetch_add(1, Relaxed);
+                    ok
+                })
+            })
+        });
+        let outcomes = futures_util::future::join_all(each).await;
+        outcomes.into_iter().all(|ok| ok)
     }
 
     async fn purge_one(&self, index: usize, target: &Url, authority: &str, path: &str) -> bool {
@@ -135,8 +139,8 @@ impl Purger {
 }
 
 impl CachePurger for Purger {
-    fn purge<'a>(&'a self, authority: &'a str, paths: &'a [&'a str]) -> Purging<'a> {
-        Box::pin(Purger::purge(self, authority, paths))
+    fn purge<'a>(&'a self, authorities: &'a [String], paths: &'a [&'a str]) -> Purging<'a> {
+        Box::pin(Purger::purge(self, authorities, paths))
     }
 }
 
@@ -155,6 +159,79 @@ mod tests {
         assert!(purger.outage_ends(0));
         assert!(!purger.outage_ends(0));
         assert!(purger.outage_begins(0), "the next outage");
+    }
+
+    /// A cache answering 200 to every request, remembering each request line.
+    fn cache() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut stream = stream;
+                    loop {
+                        let mut request = String::new();
+                        if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let mut header = String::from("-");
+                        while !header.trim().is_empty() {
+                            header.clear();
+                            reader.read_line(&mut header).unwrap();
+                        }
+                        log.lock().unwrap().push(request.trim().to_owned());
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                        stream.write_all(ok).unwrap();
+                    }
+                });
+            }
+        });
+        (address, seen)
+    }
+
+    #[tokio::test]
+    async fn a_cache_that_is_down_holds_up_no_other_while_it_is_retried() {
+        // A port nothing listens on: every attempt is refused, and retried for a minute.
+        let down = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}", listener.local_addr().unwrap())
+        };
+        let (up, seen) = cache();
+        let purger = std::sync::Arc::new(Purger::new(&[down, up]).unwrap().unwrap());
+        let paths = ["/a", "/b", "/c"];
+        let purging = tokio::spawn({
+            let purger = purger.clone();
+            let hosts = ["k3s.example.com".into(), "login.example.com".into()];
+            async move { purger.purge(&hosts, &paths).await }
+        });
+        let started = std::time::Instant::now();
+        while seen.lock().unwrap().len() < 2 * paths.len() {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the cache that is up waited for the one that is down: {:?}",
+                seen.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut purged = seen.lock().unwrap().clone();
+        purged.sort();
+        let each = [
+            "PURGE /a HTTP/1.1",
+            "PURGE /b HTTP/1.1",
+            "PURGE /c HTTP/1.1",
+        ];
+        let both: Vec<&str> = each.iter().flat_map(|line| [*line, *line]).collect();
+        assert_eq!(purged, both, "every path of both hosts");
+        assert!(
+            !purging.is_finished(),
+            "the cache that is down is still retried"
+        );
+        purging.abort();
     }
 
     #[test]

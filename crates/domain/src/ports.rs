@@ -853,9 +853,9 @@ pub type Purging<'a> = std::pin::Pin<Box<dyn Future<Output = bool> + Send + 'a>>
 /// verifier of identity tokens: a purge retries for up to a minute, and holds no thread
 /// meanwhile.
 pub trait CachePurger: Send + Sync + std::fmt::Debug {
-    /// Drops every cache's copies of `paths` under the host `authority` (retried with backoff);
-    /// whether every cache did.
-    fn purge<'a>(&'a self, authority: &'a str, paths: &'a [&'a str]) -> Purging<'a>;
+    /// Drops every cache's copies of `paths` under each host of `authorities` (each retried
+    /// with backoff, none waiting for another); whether every cache dropped every one.
+    fn purge<'a>(&'a self, authorities: &'a [String], paths: &'a [&'a str]) -> Purging<'a>;
 }
 
 /// What a replica reads to keep its caches as fresh as the database (docs/api.md, "Consistency"):

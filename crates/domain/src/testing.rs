@@ -2117,18 +2117,23 @@ impl MemoryPurger {
 }
 
 impl CachePurger for MemoryPurger {
-    fn purge<'a>(&'a self, authority: &'a str, paths: &'a [&'a str]) -> Purging<'a> {
-        let fails =
-            (self.failing.lock().unwrap_or_else(PoisonError::into_inner)).contains(authority);
-        if !fails {
+    fn purge<'a>(&'a self, authorities: &'a [String], paths: &'a [&'a str]) -> Purging<'a> {
+        let mut all = true;
+        for authority in authorities {
+            let fails =
+                (self.failing.lock().unwrap_or_else(PoisonError::into_inner)).contains(authority);
+            all &= !fails;
+            if fails {
+                continue;
+            }
             let mut cached = self.cached.lock().unwrap_or_else(PoisonError::into_inner);
             let mut purged = self.purged.lock().unwrap_or_else(PoisonError::into_inner);
             for path in paths {
-                cached.remove(&(authority.to_owned(), (*path).to_owned()));
-                purged.push((authority.to_owned(), (*path).to_owned()));
+                cached.remove(&(authority.clone(), (*path).to_owned()));
+                purged.push((authority.clone(), (*path).to_owned()));
             }
         }
-        Box::pin(std::future::ready(!fails))
+        Box::pin(std::future::ready(all))
     }
 }
 
@@ -2148,7 +2153,7 @@ pub async fn purger_contract(
         "a second GET is answered by the cache"
     );
     assert!(
-        purger.purge(host, &[path]).await,
+        purger.purge(&[host.to_owned()], &[path]).await,
         "the caches took the purge"
     );
     assert!(
@@ -2158,7 +2163,11 @@ pub async fn purger_contract(
     assert!(from_cache(host, path), "and the next GET kept the new one");
     // Under another host, the same path is another copy: purging it is a success that leaves
     // this one.
-    assert!(purger.purge("other.example.test", &[path]).await);
+    assert!(
+        purger
+            .purge(&["other.example.test".to_owned()], &[path])
+            .await
+    );
     assert!(
         from_cache(host, path),
         "another host's purge leaves this host's copy"

@@ -242,13 +242,10 @@ pub fn readiness(
 /// Purges every cache in front of the registry of `paths` under each of `hosts` (a service's
 /// subdomain, and its custom domain when one is served) after a change of its documents
 /// (docs/api.md, "Behind a CDN"): whether every purge succeeded, which the caller then records
-/// ([`purged`]); key readiness waits for that record. Every host is purged even when one fails.
+/// ([`purged`]); key readiness waits for that record. Every host is purged even when one fails,
+/// and none waits for another's retries.
 pub async fn purge(purger: &dyn CachePurger, hosts: &[String], paths: &[&str]) -> bool {
-    let mut all = true;
-    for host in hosts {
-        all &= purger.purge(host, paths).await;
-    }
-    all
+    purger.purge(hosts, paths).await
 }
 
 /// Records that every cache in front of the registry dropped its copies of `service_id`'s

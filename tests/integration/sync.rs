@@ -101,6 +101,45 @@ fn public_kids(server: &TestServer, sub: &str) -> Vec<String> {
     crate::api::keys::kids(&set)
 }
 
+/// `pending` names each reason once: two verifiers waited for are one `verifier`.
+#[test]
+fn sync_names_each_pending_reason_once() {
+    let server = TestServer::start_with(registry_tests::server::ServerOptions {
+        env: vec![
+            ("REGISTRY_FETCH_FLUSH_SECONDS".into(), "1".into()),
+            // One clock hour of fetches makes an agent a verifier (the test cannot wait two).
+            ("REGISTRY_TEST_VERIFIER_HOURS".into(), "1".into()),
+        ],
+        ..Default::default()
+    });
+    let acme = server.customer("acme", "business");
+    let sub = crate::api::register_service(&server, &acme, "k3s");
+    let k1 = SigningKey::generate(KeyKind::P256, "k1");
+    let k2 = SigningKey::generate(KeyKind::P256, "k2");
+    let kube = KubeApiServer::start(vec![k1.public_jwk()]);
+    line(&sync(&server, &kube, &sub, Some(&acme.token), &["--once"]));
+    for agent in ["aws-sts", "gcp-sts"] {
+        let fetched = (server.hosted(Method::GET, &sub, "/openid/v1/jwks"))
+            .header("user-agent", agent)
+            .send()
+            .unwrap();
+        assert_eq!(fetched.status(), 200);
+    }
+    let mut evidence = Value::Null;
+    let counted = within(Duration::from_secs(30), || {
+        evidence = json(server.get(&format!("/services/{sub}/fetches"), &acme.token));
+        let text = evidence.to_string();
+        text.contains("aws-sts") && text.contains("gcp-sts")
+    });
+    assert!(counted, "{evidence}");
+    kube.set_keys(vec![k1.public_jwk(), k2.public_jwk()]);
+    let added = line(&sync(&server, &kube, &sub, Some(&acme.token), &[]));
+    let pending = (added["pending"].as_array().unwrap().iter())
+        .find(|p| p["kid"] == "k2")
+        .unwrap_or_else(|| panic!("k2 not pending: {added}"));
+    assert_eq!(pending["reasons"], json!(["lead", "verifier"]), "{added}");
+}
+
 #[test]
 fn sync_follows_a_clusters_rotation_with_one_upload_per_change() {
     let server = TestServer::start();

@@ -328,9 +328,13 @@ impl RegistryApi {
             );
             match self.call("GET", &path, None).await? {
                 (200, body) if body["safeToSign"] == false => {
-                    let reasons: Vec<Value> = (body["pending"].as_array().into_iter().flatten())
-                        .map(|p| p["reason"].clone())
-                        .collect();
+                    // Each reason once: two verifiers waited for are one `verifier`.
+                    let mut reasons: Vec<Value> = Vec::new();
+                    for entry in body["pending"].as_array().into_iter().flatten() {
+                        if !reasons.contains(&entry["reason"]) {
+                            reasons.push(entry["reason"].clone());
+                        }
+                    }
                     pending.push(serde_json::json!({"kid": kid, "reasons": reasons}));
                 }
                 (200 | 404, _) => {}

@@ -6,7 +6,7 @@
 use super::{create_account, register_service};
 use crate::https::{https_server, leaf, Files, NAMES};
 use registry_acme::DataKey;
-use registry_domain::custom_domain::{CustomDomain, DomainCertificate};
+use registry_domain::custom_domain::DomainCertificate;
 use registry_domain::ports::DomainStore;
 use registry_store::Store;
 use registry_testkit::tls::{ServerCertificate, TestCa};
@@ -281,8 +281,15 @@ fn without_an_acme_directory_custom_domains_are_refused() {
     assert_eq!(refused.status(), 403);
 }
 
-/// `domain` made active with `certificate`, as the worker records an order.
-fn activate(store: &Store, domain: CustomDomain, certificate: &ServerCertificate) {
+/// `DOMAIN` asked for by `sub` (202), then made active with `certificate`, as the worker records
+/// an order.
+fn activate(server: &TestServer, sub: &str, token: &str, certificate: &ServerCertificate) {
+    assert_eq!(
+        put_domain(server, sub, token, json!({"domain": DOMAIN})).status(),
+        202
+    );
+    let store = Store::connect(&server.database_url).unwrap();
+    let domain = store.domain_named(DOMAIN).unwrap().unwrap();
     let key = DataKey::from_base64(DATA_KEY).unwrap();
     let now = time::OffsetDateTime::now_utc();
     let active = domain.ordered(
@@ -311,17 +318,8 @@ fn adding_and_removing_an_active_domain_purge_its_host_from_the_caches() {
     let acme = server.customer("acme", "business");
     let sub = register_service(&server, &acme, "k3s");
     super::publish_kids(&server, &acme.token, &sub, &["k1"]);
-    assert_eq!(
-        put_domain(&server, &sub, &acme.token, json!({"domain": DOMAIN})).status(),
-        202
-    );
-    let store = Store::connect(&server.database_url).unwrap();
-    let domain = store.domain_named(DOMAIN).unwrap().unwrap();
-    activate(
-        &store,
-        domain,
-        &TestCa::new("domain CA").server_certificate(&[DOMAIN]),
-    );
+    let certificate = TestCa::new("domain CA").server_certificate(&[DOMAIN]);
+    activate(&server, &sub, &acme.token, &certificate);
     let purged = format!("PURGE /openid/v1/jwks {DOMAIN}");
     eventually("the domain's host purged once it is served", || {
         seen.lock().unwrap().contains(&purged)
@@ -357,15 +355,9 @@ fn an_active_domain_serves_the_documents_under_its_own_issuer_and_certificate() 
         .send()
         .unwrap();
     assert_eq!(published.status(), 200);
-    assert_eq!(
-        put_domain(&server, &sub, &acme.token, json!({"domain": DOMAIN})).status(),
-        202
-    );
-    let store = Store::connect(&server.database_url).unwrap();
-    let domain = store.domain_named(DOMAIN).unwrap().unwrap();
     let domain_ca = TestCa::new("domain CA");
     let certificate = domain_ca.server_certificate(&[DOMAIN]);
-    activate(&store, domain, &certificate);
+    activate(&server, &sub, &acme.token, &certificate);
 
     // A client that trusts only the domain's CA gets its certificate, by SNI.
     let port = server.port;
@@ -471,6 +463,7 @@ fn an_active_domain_serves_the_documents_under_its_own_issuer_and_certificate() 
     assert_eq!(server.metric("registry_oidc_key_fetches_total"), 0);
 
     // The plain listener answers an HTTP-01 challenge stored for the domain, and redirects it.
+    let store = Store::connect(&server.database_url).unwrap();
     store
         .put_challenge(
             DOMAIN,
@@ -633,17 +626,8 @@ fn a_caches_log_lines_for_a_custom_domain_count_for_its_issuer() {
         .send()
         .unwrap();
     assert_eq!(published.status(), 200);
-    assert_eq!(
-        put_domain(&server, &sub, &acme.token, json!({"domain": DOMAIN})).status(),
-        202
-    );
-    let store = Store::connect(&server.database_url).unwrap();
-    let domain = store.domain_named(DOMAIN).unwrap().unwrap();
-    activate(
-        &store,
-        domain,
-        &TestCa::new("domain CA").server_certificate(&[DOMAIN]),
-    );
+    let certificate = TestCa::new("domain CA").server_certificate(&[DOMAIN]);
+    activate(&server, &sub, &acme.token, &certificate);
     let now = time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap();

@@ -6,7 +6,7 @@ use hickory_resolver::config::{NameServerConfig, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::RData;
 use hickory_resolver::TokioResolver;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 
 /// How long one TXT lookup may take.
 pub const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -28,11 +28,18 @@ impl TxtLookup {
     pub fn new(server: Option<&str>) -> Result<Self, AcmeError> {
         let builder = match server {
             Some(server) => {
-                let address: SocketAddr = server.parse().map_err(|_| {
-                    AcmeError::Setting(format!(
-                        "REGISTRY_DNS_RESOLVER {server:?} is not an address and port such as 127.0.0.1:53"
-                    ))
-                })?;
+                // `host:port`: an address, or a name looked up once, at the start.
+                let address: SocketAddr = match server.parse() {
+                    Ok(address) => address,
+                    Err(_) => (server.to_socket_addrs().ok())
+                        .and_then(|mut found| found.next())
+                        .ok_or_else(|| {
+                            AcmeError::Setting(format!(
+                                "REGISTRY_DNS_RESOLVER {server:?} is not a host and port (such as \
+                                 127.0.0.1:53 or dns.internal:53) that resolves"
+                            ))
+                        })?,
+                };
                 let mut name_server = NameServerConfig::udp_and_tcp(address.ip());
                 for connection in &mut name_server.connections {
                     connection.port = address.port();
@@ -77,6 +84,25 @@ impl TxtLookup {
                 name: name.to_owned(),
                 why: error.to_string(),
             }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resolver_is_a_host_and_port() {
+        for server in ["127.0.0.1:53", "[::1]:8053", "localhost:8053"] {
+            assert!(TxtLookup::new(Some(server)).is_ok(), "{server}");
+        }
+        for server in ["127.0.0.1", "localhost", ""] {
+            let refused = TxtLookup::new(Some(server)).unwrap_err().to_string();
+            assert!(
+                refused.contains("REGISTRY_DNS_RESOLVER"),
+                "{server}: {refused}"
+            );
         }
     }
 }

@@ -25,8 +25,32 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A loopback port that is free now. Nothing holds it: a server binds it a moment later, and
-/// [`Launch`] takes another when something else was faster.
+/// [`Launch`] takes another when something else was faster. Taken below the system's ephemeral
+/// range where it can be: meanwhile, another test's outgoing connection or listener on port 0
+/// takes its port from that range, and so never this one (an in-process server given a
+/// `REGISTRY_HTTP_REDIRECT_LISTEN` has no second try).
 pub fn free_port() -> io::Result<u16> {
+    static TAKEN: AtomicU64 = AtomicU64::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    // Up to 12,000 ports under it, above the well-known and registered ones most used.
+    let span = low.saturating_sub(10_000).min(12_000);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    let seed = u64::from(std::process::id()).wrapping_mul(7_919) ^ nanos;
+    for _ in 0..if span > 0 { 64 } else { 0 } {
+        let n = TAKEN.fetch_add(1, Ordering::Relaxed);
+        let offset = seed.wrapping_add(n.wrapping_mul(2_654_435_761)) % span;
+        let Ok(port) = u16::try_from(low - 1 - offset) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -115,10 +139,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_free_port_can_be_bound() {
-        let port = free_port().unwrap();
-        assert_ne!(port, 0);
-        TcpListener::bind(("127.0.0.1", port)).expect("the free port binds");
+    fn a_free_port_can_be_bound_and_lies_below_the_ephemeral_range() {
+        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .map_or(32_768, |range| {
+                range.split_whitespace().next().unwrap().parse().unwrap()
+            });
+        let ports: Vec<u16> = (0..20).map(|_| free_port().unwrap()).collect();
+        for port in &ports {
+            assert!(
+                *port < low && *port >= 1024,
+                "{port} (ephemeral from {low})"
+            );
+            TcpListener::bind(("127.0.0.1", *port)).expect("the free port binds");
+        }
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 15, "{ports:?}");
     }
 
     #[test]

@@ -577,7 +577,7 @@ fn a_start_without_what_custom_domains_need_fails_with_one_sentence_before_the_d
                 tls[2].clone(),
                 ("REGISTRY_DNS_RESOLVER", "nowhere".to_owned()),
             ],
-            "REGISTRY_DNS_RESOLVER \"nowhere\" is not an address and port",
+            "REGISTRY_DNS_RESOLVER \"nowhere\" is not a host and port",
         ),
     ];
     for (more, says) in cases {

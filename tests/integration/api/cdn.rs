@@ -64,6 +64,41 @@ pub(super) fn cache() -> (String, Arc<Mutex<Vec<String>>>) {
     (address, seen)
 }
 
+/// A cache that is down holds up no other: while its purges are retried (for up to a minute
+/// each), the cache that is up gets every path at once.
+#[test]
+fn a_cache_that_is_down_holds_up_no_others_purges() {
+    // A port nothing listens on: every attempt there is refused, and retried.
+    let down = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let (up, seen) = cache();
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_PURGE_URLS".into(), format!("{down},{up}"))],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    publish_kids(&server, &acme.token, &sub, &["k1"]);
+    let issuer = server.issuer(&sub);
+    let authority = issuer.split_once("://").unwrap().1;
+    let purged = within(Duration::from_secs(5), || seen.lock().unwrap().len() >= 5);
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        purged,
+        "the cache that is up waited for the one that is down: {seen:?}"
+    );
+    for path in [
+        "/.well-known/openid-configuration",
+        "/openid/v1/jwks",
+        "/keys",
+    ] {
+        let line = format!("PURGE {path} {authority}");
+        assert!(seen.contains(&line), "{line} in {seen:?}");
+    }
+}
+
 #[test]
 fn a_change_purges_every_public_path_of_its_issuer_from_every_cache_and_readiness_waits_for_it() {
     let (first, first_seen) = cache();

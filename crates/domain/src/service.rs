@@ -59,8 +59,24 @@ pub struct PublishedConfig {
     /// second as `updated_at`, a date cannot tell the two versions apart (docs/api.md, "Public
     /// hosting").
     pub previous_change_at: Option<OffsetDateTime>,
+    /// When each document last changed, as the store dated it ([`VersionHistory::date`]).
+    pub dates: DocumentDates,
     /// Every key published, current and retired (docs/api.md, "Key lifecycle").
     pub keys: crate::keys::KeyState,
+}
+
+/// When each public document last changed: its bytes, hence its `ETag` (docs/api.md, "Fetch
+/// evidence"). A version that changes one document leaves the other's date as it was, so that
+/// a verifier that fetched the discovery document before a key rotation has still fetched it
+/// since it changed. `None`: at the version's `updated_at` (a version not yet dated, and rows
+/// written before the dates were recorded).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DocumentDates {
+    /// The discovery document's last change.
+    pub discovery: Option<OffsetDateTime>,
+    /// The key set's last change by a write; a retired key leaving later changes it again, at
+    /// the time it leaves (the replica adds those).
+    pub jwks: Option<OffsetDateTime>,
 }
 
 /// What a subdomain serves, as hosting reads it for an issuer it does not hold: the service's
@@ -83,6 +99,8 @@ pub struct Publication {
     pub updated_at: OffsetDateTime,
     /// As [`PublishedConfig::previous_change_at`].
     pub previous_change_at: Option<OffsetDateTime>,
+    /// As [`PublishedConfig::dates`].
+    pub dates: DocumentDates,
     /// The retired keys, each with the time it leaves the key set (the current ones are
     /// `jwks`).
     pub retired: Vec<crate::keys::KeyRecord>,
@@ -113,6 +131,7 @@ impl Publication {
             jwks: config.jwks,
             updated_at: config.updated_at,
             previous_change_at: config.previous_change_at,
+            dates: config.dates,
             retired: (config.keys.keys.into_iter())
                 .filter(|k| k.retired_at.is_some())
                 .collect(),
@@ -129,6 +148,12 @@ pub struct VersionHistory {
     previous_change_at: Option<OffsetDateTime>,
     /// The retired keys that leave (or left) the public set after `updated_at`: `kid`, when.
     leaving: Vec<(String, OffsetDateTime)>,
+    /// What the version serves, to tell which document a write changes.
+    openid_configuration: String,
+    jwks: String,
+    /// Every retired key: `kid`, end (`None`: published until withdrawn).
+    retired: Vec<(String, Option<OffsetDateTime>)>,
+    dates: DocumentDates,
 }
 
 impl VersionHistory {
@@ -145,6 +170,44 @@ impl VersionHistory {
             updated_at: config.updated_at,
             previous_change_at: config.previous_change_at,
             leaving,
+            openid_configuration: config.openid_configuration.clone(),
+            jwks: config.jwks.clone(),
+            retired: retired_keys(config),
+            dates: config.dates,
+        }
+    }
+
+    /// `config`'s [`DocumentDates`], as it replaces this version at its `updated_at` (already
+    /// dated): a document whose bytes stay as they were keeps its date. The key set served at
+    /// that time is the uploaded one and the retired keys still published then.
+    fn dates_of(&self, config: &PublishedConfig) -> DocumentDates {
+        let at = config.updated_at;
+        let discovery = match config.openid_configuration == self.openid_configuration {
+            true => self.dates.discovery.unwrap_or(self.updated_at),
+            false => at,
+        };
+        let published = |retired: &[(String, Option<OffsetDateTime>)]| -> Vec<String> {
+            (retired.iter())
+                .filter(|(_, until)| until.is_none_or(|until| at < until))
+                .map(|(kid, _)| kid.clone())
+                .collect()
+        };
+        let same_set = config.jwks == self.jwks
+            && published(&retired_keys(config)) == published(&self.retired);
+        let jwks = match same_set {
+            // Unchanged by the write; changed meanwhile by every key that left until then.
+            true => (self.leaving.iter())
+                .map(|(_, until)| *until)
+                .filter(|until| *until <= at)
+                .fold(
+                    self.dates.jwks.unwrap_or(self.updated_at),
+                    OffsetDateTime::max,
+                ),
+            false => at,
+        };
+        DocumentDates {
+            discovery: Some(discovery),
+            jwks: Some(jwks),
         }
     }
 
@@ -180,10 +243,12 @@ impl VersionHistory {
                 }
                 None => config.previous_change_at = self.previous_change_at,
             }
+            config.dates = self.dates_of(&config);
             return config;
         }
         config.updated_at = config.updated_at.max(self.updated_at);
         config.previous_change_at = self.last_change(config.updated_at, true);
+        config.dates = self.dates_of(&config);
         config
     }
 
@@ -194,10 +259,22 @@ impl VersionHistory {
             Some(history) => history.applied_to(config),
             None => PublishedConfig {
                 previous_change_at: None,
+                dates: DocumentDates {
+                    discovery: Some(config.updated_at),
+                    jwks: Some(config.updated_at),
+                },
                 ..config
             },
         }
     }
+}
+
+/// `config`'s retired keys: `kid`, end.
+fn retired_keys(config: &PublishedConfig) -> Vec<(String, Option<OffsetDateTime>)> {
+    (config.keys.keys.iter())
+        .filter(|k| k.retired_at.is_some())
+        .map(|k| (k.kid.clone(), k.published_until))
+        .collect()
 }
 
 #[cfg(test)]
@@ -228,6 +305,7 @@ mod tests {
             jwks: "{}".into(),
             updated_at: at,
             previous_change_at: None,
+            dates: DocumentDates::default(),
             keys: KeyState {
                 keys,
                 ..KeyState::default()
@@ -267,14 +345,69 @@ mod tests {
         let left = t + time::Duration::hours(24);
         let current = PublishedConfig {
             previous_change_at: Some(t - time::Duration::hours(1)),
+            dates: DocumentDates {
+                discovery: Some(t - time::Duration::hours(2)),
+                jwks: Some(t),
+            },
             ..version(t, vec![key("a", None), key("old", Some(left))])
         };
         // The reaper: the same version, without the key whose time ran out.
         let reaped = VersionHistory::of(&current).applied_to(version(t, vec![key("a", None)]));
         assert_eq!(reaped.updated_at, left);
         assert_eq!(reaped.previous_change_at, Some(t));
+        assert_eq!(
+            reaped.dates.jwks,
+            Some(left),
+            "the key set changed when the key left"
+        );
+        assert_eq!(reaped.dates.discovery, current.dates.discovery);
         // A write that keeps the version and its keys keeps its history.
         let same = VersionHistory::of(&current).applied_to(current.clone());
         assert_eq!(same, current);
+    }
+
+    #[test]
+    fn a_document_a_write_leaves_as_it_was_keeps_its_date() {
+        let t = datetime!(2026-11-25 10:00:00 UTC);
+        let first = VersionHistory::date(None, version(t, vec![key("a", None)]));
+        assert_eq!(first.dates.discovery, Some(t));
+        assert_eq!(first.dates.jwks, Some(t));
+        // A key rotation: a new key set, the same discovery document.
+        let rotated_at = t + time::Duration::hours(1);
+        let rotated = PublishedConfig {
+            jwks: r#"{"keys":["b"]}"#.into(),
+            ..version(
+                rotated_at,
+                vec![key("b", None), key("a", Some(t + time::Duration::days(1)))],
+            )
+        };
+        let rotated = VersionHistory::of(&first).applied_to(rotated);
+        assert_eq!(rotated.dates.discovery, Some(t));
+        assert_eq!(rotated.dates.jwks, Some(rotated_at));
+        // The same documents again: neither date moves, though the version is newer.
+        let again_at = rotated_at + time::Duration::hours(1);
+        let again = VersionHistory::of(&rotated).applied_to(PublishedConfig {
+            updated_at: again_at,
+            ..rotated.clone()
+        });
+        assert_eq!(again.updated_at, again_at);
+        assert_eq!(again.dates, rotated.dates);
+        // Only the discovery document changes.
+        let edited_at = again_at + time::Duration::hours(1);
+        let edited = VersionHistory::of(&again).applied_to(PublishedConfig {
+            openid_configuration: r#"{"claims_supported":["sub"]}"#.into(),
+            updated_at: edited_at,
+            ..again.clone()
+        });
+        assert_eq!(edited.dates.discovery, Some(edited_at));
+        assert_eq!(edited.dates.jwks, Some(rotated_at));
+        // A retired key that left before the write changed the key set when it left.
+        let late = t + time::Duration::days(2);
+        let after_leaving = VersionHistory::of(&edited).applied_to(PublishedConfig {
+            updated_at: late,
+            ..edited.clone()
+        });
+        assert_eq!(after_leaving.dates.jwks, Some(t + time::Duration::days(1)));
+        assert_eq!(after_leaving.dates.discovery, Some(edited_at));
     }
 }

@@ -36,7 +36,7 @@ use crate::ports::{
     STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
-use crate::service::{Publication, PublishedConfig, VersionHistory};
+use crate::service::{DocumentDates, Publication, PublishedConfig, VersionHistory};
 use crate::signing::Signing;
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};
 use serde_json::Value;
@@ -154,6 +154,10 @@ fn stored_config(config: PublishedConfig) -> PublishedConfig {
     PublishedConfig {
         updated_at: ms(config.updated_at),
         previous_change_at: config.previous_change_at.map(ms),
+        dates: DocumentDates {
+            discovery: config.dates.discovery.map(ms),
+            jwks: config.dates.jwks.map(ms),
+        },
         ..config
     }
 }

@@ -287,11 +287,14 @@ pub fn served(hosted: Option<&Hosted>) -> Current {
 /// What `hosted` serves with `discovery` as its discovery document (a custom domain's), as the
 /// fetch evidence reports it.
 pub fn served_as(hosted: &Hosted, discovery: &Document) -> Current {
-    let served = |etag: &bytes::Bytes| Served {
+    let served = |etag: &bytes::Bytes, changed_at| Served {
         etag: String::from_utf8_lossy(etag).into_owned(),
-        changed_at: hosted.changed_at,
+        changed_at,
     };
-    Some([served(&discovery.etag), served(&hosted.jwks.etag)])
+    Some([
+        served(&discovery.etag, hosted.discovery_changed_at),
+        served(&hosted.jwks.etag, hosted.jwks_changed_at),
+    ])
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::error::{Failure, Res};
 use diesel::Queryable;
 use registry_domain::keys::KeyState;
 use registry_domain::policy::Policy;
-use registry_domain::service::{Publication, PublishedConfig};
+use registry_domain::service::{DocumentDates, Publication, PublishedConfig};
 use registry_domain::{Customer, Plan, Service, ServiceAccount, StoreError};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -201,6 +201,8 @@ pub(crate) struct ConfigRow {
     // What `key_state` says, kept as a column for the reaper's query.
     key_expires_at: Option<i64>,
     previous_change_at: Option<i64>,
+    discovery_changed_at: Option<i64>,
+    jwks_changed_at: Option<i64>,
 }
 
 impl ConfigRow {
@@ -210,11 +212,15 @@ impl ConfigRow {
     }
 
     /// Its id and times: what can be corrupt besides the key state.
-    fn id_and_times(&self) -> Res<(Uuid, OffsetDateTime, Option<OffsetDateTime>)> {
+    fn id_and_times(&self) -> Res<(Uuid, OffsetDateTime, Option<OffsetDateTime>, DocumentDates)> {
         Ok((
             uuid(&self.service_id)?,
             instant(self.updated_at)?,
             self.previous_change_at.map(instant).transpose()?,
+            DocumentDates {
+                discovery: self.discovery_changed_at.map(instant).transpose()?,
+                jwks: self.jwks_changed_at.map(instant).transpose()?,
+            },
         ))
     }
 
@@ -235,7 +241,7 @@ impl ConfigRow {
 
     /// The configuration, with its key state when `with_keys` (else none).
     fn into_config(self, with_keys: bool) -> Res<PublishedConfig> {
-        let (service_id, updated_at, previous_change_at) = naming(
+        let (service_id, updated_at, previous_change_at, dates) = naming(
             self.id_and_times(),
             "the configuration of service",
             &self.service_id,
@@ -262,6 +268,7 @@ impl ConfigRow {
             jwks: self.jwks,
             updated_at,
             previous_change_at,
+            dates,
             keys,
         })
     }

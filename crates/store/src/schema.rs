@@ -60,6 +60,8 @@ diesel::table! {
         key_state -> Text,
         key_expires_at -> Nullable<BigInt>,
         previous_change_at -> Nullable<BigInt>,
+        discovery_changed_at -> Nullable<BigInt>,
+        jwks_changed_at -> Nullable<BigInt>,
     }
 }
 

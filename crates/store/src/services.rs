@@ -52,6 +52,8 @@ pub(crate) fn write_config(
         published_configs::updated_at.eq(millis(config.updated_at)),
         published_configs::key_state.eq(&key_state),
         published_configs::previous_change_at.eq(config.previous_change_at.map(millis)),
+        published_configs::discovery_changed_at.eq(config.dates.discovery.map(millis)),
+        published_configs::jwks_changed_at.eq(config.dates.jwks.map(millis)),
     );
     let row = published_configs::table.find(&id);
     let updated = if stored_expiry == Some(expiry) {
@@ -369,6 +371,8 @@ macro_rules! published_read {
                     .otherwise(""),
                     published_configs::key_expires_at,
                     published_configs::previous_change_at,
+                    published_configs::discovery_changed_at,
+                    published_configs::jwks_changed_at,
                 ),
             ))
     };

@@ -1,7 +1,7 @@
 //! Fetch evidence (docs/api.md, "Fetch evidence"): `GET /services/{s}/fetches` sums the public
 //! fetches every replica counted, within 60 s (here 1 s: `REGISTRY_FETCH_FLUSH_SECONDS`).
 
-use super::{publish_api, publish_kids, register_service};
+use super::{publish_api, publish_kids, register_service, upload};
 use registry_tests::server::{json, ServerOptions, TestServer};
 use registry_tests::wait::within;
 use reqwest::Method;
@@ -175,7 +175,38 @@ fn every_replicas_fetches_are_summed_and_say_whether_a_change_was_picked_up() {
     let picked_up = evidence_once(&a, &acme.token, &sub, |answer| {
         document(answer, JWKS)["fetchedSinceChange"] == true
     });
-    assert_eq!(document(&picked_up, DISCOVERY)["fetchedSinceChange"], false);
+    // The upload rotated keys only: the discovery document is as it was, with its date, and
+    // its fetches before the rotation are still fetches since its last change.
+    let discovery = document(&picked_up, DISCOVERY);
+    let discovery_before = document(&before, DISCOVERY);
+    assert_eq!(discovery["currentETag"], discovery_before["currentETag"]);
+    assert_eq!(
+        discovery["lastChangedAt"],
+        discovery_before["lastChangedAt"]
+    );
+    assert_eq!(discovery["fetchedSinceChange"], true, "{picked_up}");
+    let jwks_changed_at = document(&picked_up, JWKS)["lastChangedAt"].clone();
+    assert_ne!(jwks_changed_at, document(&before, JWKS)["lastChangedAt"]);
+
+    // Then only the discovery document changes: the key set keeps its date and its evidence,
+    // on both replicas.
+    let mut edited = upload(&["k1", "k2"]);
+    edited["openidConfiguration"]["claims_supported"] = json!(["sub", "aud"]);
+    let put = (a.authed(Method::PUT, &format!("/services/{sub}/config"), &acme.token))
+        .json(&edited)
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    for server in [&a, &b] {
+        let answer = evidence_once(server, &acme.token, &sub, |answer| {
+            document(answer, DISCOVERY)["currentETag"] != discovery["currentETag"]
+        });
+        let (edited, jwks) = (document(&answer, DISCOVERY), document(&answer, JWKS));
+        assert_eq!(edited["fetchedSinceChange"], false, "{answer}");
+        assert_ne!(edited["lastChangedAt"], discovery_before["lastChangedAt"]);
+        assert_eq!(jwks["lastChangedAt"], jwks_changed_at, "{answer}");
+        assert_eq!(jwks["fetchedSinceChange"], true, "{answer}");
+    }
 }
 
 #[test]

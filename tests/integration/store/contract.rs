@@ -275,6 +275,10 @@ fn times_read_back_truncated_to_the_millisecond(store: &dyn Storage) {
     let published = PublishedConfig {
         updated_at: precise,
         previous_change_at: Some(precise),
+        dates: DocumentDates {
+            discovery: Some(precise),
+            jwks: Some(precise),
+        },
         ..config(s.id, "http://abcdefghijkl-anon", 0)
     };
     store.put_config(&published, &ev()).unwrap();
@@ -292,6 +296,10 @@ fn times_read_back_truncated_to_the_millisecond(store: &dyn Storage) {
     assert_eq!(
         (read.updated_at, read.previous_change_at),
         (kept, Some(kept))
+    );
+    assert_eq!(
+        (read.dates.discovery, read.dates.jwks),
+        (Some(kept), Some(kept))
     );
     assert_eq!(trail(store, Trail::Customer(c.id))[0].at, kept);
 }
@@ -735,6 +743,7 @@ fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn
     assert!(wrote);
     let first = PublishedConfig {
         previous_change_at: None,
+        dates: dates(10, 10),
         ..first
     };
     assert_eq!(read(), first);
@@ -765,6 +774,8 @@ fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn
         read(),
         PublishedConfig {
             previous_change_at: Some(at(10)),
+            // A new discovery document; the key set as it was.
+            dates: dates(20, 10),
             ..second
         }
     );
@@ -779,6 +790,7 @@ fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn
         PublishedConfig {
             updated_at: at(20),
             previous_change_at: Some(at(20)),
+            dates: dates(20, 10),
             ..behind
         }
     );
@@ -788,6 +800,11 @@ fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn
     store
         .update_config(s.id, &mut |_| Some(retiring.clone()), &ev())
         .unwrap();
+    assert_eq!(
+        read().dates,
+        dates(30, 30),
+        "a retired key joined the key set"
+    );
     let reaped = PublishedConfig {
         keys: KeyState {
             keys: retiring.keys.keys[..1].to_vec(),
@@ -803,9 +820,18 @@ fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn
         PublishedConfig {
             updated_at: at(100),
             previous_change_at: Some(at(30)),
+            dates: dates(30, 100),
             ..reaped
         }
     );
+}
+
+/// Both documents' dates, as seconds of [`at`].
+fn dates(discovery: i64, jwks: i64) -> DocumentDates {
+    DocumentDates {
+        discovery: Some(at(discovery)),
+        jwks: Some(at(jwks)),
+    }
 }
 
 #[test]

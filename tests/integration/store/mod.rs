@@ -13,7 +13,7 @@ mod corrupt_rows;
 use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
 use registry_domain::policy::Policy;
 use registry_domain::ports::{Ceiling, CredentialRecord, CustomerStore};
-use registry_domain::service::{Publication, PublishedConfig};
+use registry_domain::service::{DocumentDates, Publication, PublishedConfig};
 use registry_domain::{Customer, Plan, Service, ServiceAccount};
 use registry_store::Store;
 use serde_json::{json, Value};
@@ -132,6 +132,7 @@ fn config(service_id: Uuid, issuer: &str, updated: i64) -> PublishedConfig {
         jwks: jwks.into(),
         updated_at: at(updated),
         previous_change_at: None,
+        dates: DocumentDates::default(),
         keys: registry_domain::keys::KeyState::of_uploaded(
             &serde_json::from_str(jwks).unwrap(),
             at(updated),

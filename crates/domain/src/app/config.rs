@@ -5,7 +5,7 @@ use crate::app::{services, AppError, Caller, Registry};
 use crate::audit::Action;
 use crate::keys::{self, KeyState};
 use crate::publishing::Publication;
-use crate::service::PublishedConfig;
+use crate::service::{DocumentDates, PublishedConfig};
 use crate::Service;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -108,6 +108,7 @@ pub fn publish(
                             updated_at: now,
                             // Recorded by the store, which reads the version replaced.
                             previous_change_at: None,
+                            dates: DocumentDates::default(),
                             keys,
                         };
                         outcome = Some(Ok(publication));

@@ -14,7 +14,7 @@ use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::DomainStatus;
 use crate::keys::KeyVerifier;
 use crate::ports::{ManagedKeys, SigningChange};
-use crate::service::PublishedConfig;
+use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
     self, check_claims, discovery_document, Algorithm, ClaimRules, ManagedKey, Signing,
     SigningSettings, Stage, Transition,
@@ -103,6 +103,7 @@ fn publish(
         updated_at: now,
         // Recorded by the store, which reads the version replaced.
         previous_change_at: None,
+        dates: DocumentDates::default(),
         keys,
     })
 }

@@ -211,6 +211,7 @@ mod tests {
             jwks: r#"{"keys":[]}"#.into(),
             updated_at: NOW,
             previous_change_at: None,
+            dates: Default::default(),
             keys: KeyState {
                 keys: vec![key("current", None), key("old", Some(until))],
                 ..KeyState::default()

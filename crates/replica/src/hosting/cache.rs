@@ -294,6 +294,7 @@ mod tests {
             jwks: r#"{"keys":[]}"#.into(),
             updated_at: now,
             previous_change_at: None,
+            dates: Default::default(),
             keys: registry_domain::keys::KeyState::default(),
         };
         (service, config)

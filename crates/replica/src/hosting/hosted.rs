@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use registry_domain::keys::KeyState;
 use registry_domain::publishing::point_at;
-use registry_domain::service::Publication;
+use registry_domain::service::{DocumentDates, Publication};
 use sha2::{Digest, Sha256};
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
@@ -128,6 +128,7 @@ pub(super) struct Source {
     pub(super) retired: Box<str>,
     updated_at: OffsetDateTime,
     previous_change_at: Option<OffsetDateTime>,
+    dates: DocumentDates,
 }
 
 /// What a subdomain serves.
@@ -153,9 +154,11 @@ pub struct Hosted {
     /// CDN"), made once per entry like the other headers rather than at every response.
     pub surrogate_key: Bytes,
     date_text: DateText,
-    /// When the documents last changed, to the millisecond (the fetch evidence: docs/api.md, "Fetch
-    /// evidence").
-    pub changed_at: OffsetDateTime,
+    /// When the discovery document last changed, to the millisecond (the fetch evidence:
+    /// docs/api.md, "Fetch evidence").
+    pub discovery_changed_at: OffsetDateTime,
+    /// When the key set last changed (by a write, or a retired key leaving), to the millisecond.
+    pub jwks_changed_at: OffsetDateTime,
     /// Whether another change of the documents falls in the second of `modified_at`: a client
     /// holding that date may hold an older version, so the date alone never answers 304.
     pub modified_second_shared: bool,
@@ -194,7 +197,8 @@ impl crate::near::Copied for Hosted {
             last_modified: own(&self.last_modified),
             surrogate_key: own(&self.surrogate_key),
             date_text: self.date_text,
-            changed_at: self.changed_at,
+            discovery_changed_at: self.discovery_changed_at,
+            jwks_changed_at: self.jwks_changed_at,
             modified_second_shared: self.modified_second_shared,
             expires_at: self.expires_at,
             refresh_at: self.refresh_at,
@@ -227,6 +231,7 @@ struct Parts<'a> {
     retired: &'a KeyState,
     updated_at: OffsetDateTime,
     previous_change_at: Option<OffsetDateTime>,
+    dates: DocumentDates,
 }
 
 pub(super) fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
@@ -256,6 +261,7 @@ impl Hosted {
                 retired: &retired,
                 updated_at: publication.updated_at,
                 previous_change_at: publication.previous_change_at,
+                dates: publication.dates,
             },
             now,
         )
@@ -284,6 +290,10 @@ impl Hosted {
             )
         };
         let changed = changes().fold(updated_at, OffsetDateTime::max);
+        // The key set's own date: its last write (the store dates the keys that left before
+        // it), then the keys that left since.
+        let jwks_changed_at =
+            (changes().skip(1)).fold(parts.dates.jwks.unwrap_or(updated_at), OffsetDateTime::max);
         let modified_at = whole_second(changed);
         let in_that_second = changes()
             .chain(parts.previous_change_at)
@@ -297,6 +307,7 @@ impl Hosted {
                     .into_boxed_str(),
                 updated_at,
                 previous_change_at: parts.previous_change_at,
+                dates: parts.dates,
             })
         });
         let last_modified = (parts.date_text)(modified_at);
@@ -339,7 +350,8 @@ impl Hosted {
             last_modified: text.slice(last_modified),
             surrogate_key: text.slice(surrogate_key),
             date_text: parts.date_text,
-            changed_at: changed,
+            discovery_changed_at: parts.dates.discovery.unwrap_or(updated_at),
+            jwks_changed_at,
             modified_second_shared: in_that_second > 1,
             expires_at: parts.expires_at,
             refresh_at,
@@ -368,6 +380,7 @@ impl Hosted {
                 retired: &retired,
                 updated_at: source.updated_at,
                 previous_change_at: source.previous_change_at,
+                dates: source.dates,
             },
             now,
         ))

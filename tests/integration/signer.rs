@@ -8,8 +8,10 @@
 //! A compromise withdraws at once. The test prints its timeline (`--nocapture`), each step with
 //! its time.
 
-use crate::api::register_service;
-use crate::api::signing::{account_for, hosted_keys, rotate, turn_on, verifies, DATA_KEY};
+use crate::api::signing::{
+    account_for, hosted_keys, payload, rotate, sign, turn_on, verifies, DATA_KEY,
+};
+use crate::api::{publish_kids, register_service};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use registry_signer::proto::external_jwt_signer_client::ExternalJwtSignerClient;
@@ -412,4 +414,61 @@ fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
     assert!(stopped, "SIGTERM did not stop the plugin");
     assert!(!socket.exists(), "the plugin removed its socket");
     drop(apiserver);
+}
+
+/// A plugin started after signing was turned off, and after an upload retired a key, still
+/// answers every key that may verify the service's tokens: the managed key until its
+/// `withdrawAt`, the retired key until its end (both read from `GET …/keys`, which carries each
+/// key's public `jwk`).
+#[test]
+fn a_plugin_started_after_signing_stopped_still_answers_the_keys_that_verify_its_tokens() {
+    let server = TestServer::start_with(ServerOptions::binary(&[("REGISTRY_DATA_KEY", DATA_KEY)]));
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    let state = turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 0}));
+    let managed = state["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign", "config:read"]);
+    let (status, signed) = sign(&server, &signer, &sub, &payload(&issuer, now(), 600));
+    assert_eq!(
+        (status, signed["kid"].as_str()),
+        (200, Some(managed.as_str()))
+    );
+    // Keys of an uploaded source: k1 retired by the next upload, before any plugin met it.
+    publish_kids(&server, &acme.token, &sub, &["k1"]);
+    publish_kids(&server, &acme.token, &sub, &["k2"]);
+    let off = (server.authed(
+        reqwest::Method::DELETE,
+        &format!("/services/{sub}/signing"),
+        &acme.token,
+    ))
+    .send()
+    .unwrap();
+    assert_eq!(off.status(), 204);
+    let listed = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    let state_of = |kid: &str| {
+        (listed["keys"].as_array().unwrap().iter())
+            .find(|k| k["kid"] == kid)
+            .map(|k| (k["state"].clone(), k["jwk"]["kid"].clone()))
+    };
+    assert_eq!(
+        state_of("k1"),
+        Some((json!("retired"), json!("k1"))),
+        "{listed}"
+    );
+    assert_eq!(
+        state_of(&managed),
+        Some((json!("current"), json!(managed))),
+        "{listed}"
+    );
+
+    let dir = TempDir::new("signer-after");
+    let socket = dir.0.join("signer.sock");
+    let _plugin = Plugin::start(&server, &signer, &sub, &socket);
+    let mut apiserver = ApiServer::connect(&socket);
+    let mut answered = apiserver.fetch_keys();
+    answered.sort();
+    let mut expected = vec!["k1".to_owned(), "k2".to_owned(), managed];
+    expected.sort();
+    assert_eq!(answered, expected);
 }

@@ -1001,6 +1001,9 @@ impl KeyState {
                 if let Some(until) = k.published_until {
                     view["publishedUntil"] = rfc3339(until).into();
                 }
+                // The public key as the key set serves it: a retired key's material is read
+                // nowhere else (the external signer's plugin answers it to kube-apiserver).
+                view["jwk"] = Value::Object(k.jwk.clone());
                 view
             })
             .collect();

@@ -4,14 +4,11 @@
 //!
 //! One read is `GET /services/{s}/signing` (the managed keys in every state, each with its
 //! public key, and `maxTokenSeconds`) and `GET /services/{s}/keys` (every key the service
-//! publishes, current and retired, with its source). `…/keys` names a key's source and state, not
-//! its material: the public key of an uploaded source's key is taken from `GET
-//! /services/{s}/config` (every source's current keys, as uploaded) when the copy first meets it,
-//! and kept while `…/keys` lists it, so a key that retires stays in the copy. A key that was
-//! retired before the plugin first met it has no material the API answers, and is left out (one
-//! log line). A service whose signing is off (`…/signing` a 404) still has its managed keys
-//! listed by `…/keys` until their `withdrawAt`: the copy keeps answering them with the material
-//! it read before.
+//! publishes, current and retired, with its source and its public `jwk`). A key's material is
+//! converted once, when the copy first meets it, and kept while the registry lists the key. A
+//! service whose signing is off (`…/signing` a 404) still has its managed keys listed by
+//! `…/keys` until their `withdrawAt`, so a plugin started after signing was turned off still
+//! answers them.
 
 use crate::jwk::{spki_of_base64, spki_of_jwk};
 use crate::proto::Key;
@@ -204,8 +201,6 @@ impl KeyCopy {
                 keys.extend(der.map(|der| key_of(kid, der)));
             }
         }
-        // Read when a key's material is first needed, at most once per read.
-        let mut published: Option<Option<Value>> = None;
         for entry in members(&inventory, "keys", "GET …/keys")? {
             let Some(kid) = entry.get("kid").and_then(Value::as_str) else {
                 continue;
@@ -220,21 +215,7 @@ impl KeyCopy {
                 keys.extend(known.clone().map(|der| key_of(kid, der)));
                 continue;
             }
-            let mut jwk = embedded_jwk(entry).cloned();
-            if jwk.is_none() && source != MANAGED {
-                if published.is_none() {
-                    published = Some(
-                        self.api
-                            .published(&self.service, None)
-                            .await
-                            .map_err(error)?,
-                    );
-                }
-                jwk = published
-                    .as_ref()
-                    .and_then(|p| uploaded_jwk(p.as_ref()?, kid));
-            }
-            match jwk.map(|jwk| spki_of_jwk(&jwk)) {
+            match entry.get("jwk").map(spki_of_jwk) {
                 Some(Ok(der)) => {
                     material.insert(kid.to_owned(), Some(der.clone()));
                     keys.push(key_of(kid, der));
@@ -243,22 +224,12 @@ impl KeyCopy {
                     tracing::warn!(service = self.service, kid, source, %reason, "FetchKeys leaves out a key kube-apiserver cannot verify with");
                     material.insert(kid.to_owned(), None);
                 }
-                // A current key is in the uploaded key set: looked for again at the next read.
-                None if entry.get("state").and_then(Value::as_str) == Some("current") => {
-                    tracing::debug!(
-                        service = self.service,
-                        kid,
-                        source,
-                        "a current key not in GET …/config yet"
-                    );
-                }
                 None => {
                     tracing::warn!(
                         service = self.service,
                         kid,
                         source,
-                        "FetchKeys leaves out a key retired before the plugin read it: the API \
-                         answers no public key of a retired key"
+                        "GET …/keys answered no jwk: FetchKeys leaves the key out"
                     );
                     material.insert(kid.to_owned(), None);
                 }
@@ -285,21 +256,4 @@ fn key_of(kid: &str, der: Vec<u8>) -> Key {
 /// The array `name` of an answer.
 fn members<'a>(body: &'a Value, name: &str, call: &str) -> Result<&'a Vec<Value>, String> {
     (body.get(name).and_then(Value::as_array)).ok_or_else(|| format!("{call} answered no {name}"))
-}
-
-/// The JWK of an entry of `…/keys`, when it carries one: as its member `jwk`, or as its own
-/// members (`n`, `x`).
-fn embedded_jwk(entry: &Value) -> Option<&Value> {
-    match entry.get("jwk") {
-        Some(jwk) if jwk.is_object() => Some(jwk),
-        _ => (entry.get("n").is_some() || entry.get("x").is_some()).then_some(entry),
-    }
-}
-
-/// The key `kid` of the uploaded key set of `GET …/config`.
-fn uploaded_jwk(published: &Value, kid: &str) -> Option<Value> {
-    let keys = published.get("jwks")?.get("keys")?.as_array()?;
-    keys.iter()
-        .find(|key| key.get("kid").and_then(Value::as_str) == Some(kid))
-        .cloned()
 }

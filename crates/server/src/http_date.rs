@@ -4,12 +4,52 @@ use actix_web::http::header::HeaderValue;
 use actix_web::web;
 use time::format_description::FormatItem;
 use time::macros::format_description;
-use time::OffsetDateTime;
+use time::parsing::Parsed;
+use time::{OffsetDateTime, PrimitiveDateTime};
 
-/// The HTTP-date format (RFC 9110 §5.6.7), always GMT: how `If-Modified-Since` is read.
+/// The HTTP-date format (RFC 9110 §5.6.7), always GMT: the IMF-fixdate every date is written in.
 pub const HTTP_DATE: &[FormatItem<'static>] = format_description!(
     "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
 );
+
+/// The obsolete RFC 850 form, with a two-digit year: `Sunday, 06-Nov-94 08:49:37 GMT`.
+const RFC_850: &[FormatItem<'static>] = format_description!(
+    "[weekday repr:long], [day]-[month repr:short]-[year repr:last_two] [hour]:[minute]:[second] GMT"
+);
+
+/// The obsolete form of C's `asctime()`: `Sun Nov  6 08:49:37 1994`.
+const ASCTIME: &[FormatItem<'static>] = format_description!(
+    "[weekday repr:short] [month repr:short] [day padding:space] [hour]:[minute]:[second] [year]"
+);
+
+/// An HTTP date as a client sends it (`If-Modified-Since`), in any of the three forms a
+/// recipient must accept (RFC 9110 §5.6.7): the IMF-fixdate first, the one every client of
+/// today sends. An RFC 850 date's two-digit year is the year within 50 years of `now` that
+/// ends in those digits. `None`: not a date.
+pub fn parse(value: &str, now: OffsetDateTime) -> Option<OffsetDateTime> {
+    if let Ok(at) = PrimitiveDateTime::parse(value, HTTP_DATE) {
+        return Some(at.assume_utc());
+    }
+    if let Ok(at) = PrimitiveDateTime::parse(value, ASCTIME) {
+        return Some(at.assume_utc());
+    }
+    let mut parsed = Parsed::new();
+    let rest = parsed.parse_items(value.as_bytes(), RFC_850).ok()?;
+    if !rest.is_empty() {
+        return None;
+    }
+    let this_year = now.year();
+    let mut year = this_year - this_year.rem_euclid(100) + i32::from(parsed.year_last_two()?);
+    if year > this_year + 50 {
+        year -= 100;
+    } else if year <= this_year - 50 {
+        year += 100;
+    }
+    parsed.set_year(year)?;
+    PrimitiveDateTime::try_from(parsed)
+        .ok()
+        .map(PrimitiveDateTime::assume_utc)
+}
 
 /// An HTTP date's length: `Sun, 06 Nov 1994 08:49:37 GMT`.
 const LEN: usize = 29;
@@ -63,6 +103,39 @@ fn with_written<T>(at: OffsetDateTime, with: impl FnOnce(&[u8]) -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn the_three_forms_of_an_http_date_are_read() {
+        let now = datetime!(2026-11-30 12:00 UTC);
+        let example = datetime!(1994-11-06 08:49:37 UTC);
+        assert_eq!(parse("Sun, 06 Nov 1994 08:49:37 GMT", now), Some(example));
+        assert_eq!(parse("Sunday, 06-Nov-94 08:49:37 GMT", now), Some(example));
+        assert_eq!(parse("Sun Nov  6 08:49:37 1994", now), Some(example));
+        // A two-digit year is the one within 50 years of now.
+        assert_eq!(
+            parse("Monday, 30-Nov-26 12:00:00 GMT", now),
+            Some(datetime!(2026-11-30 12:00 UTC))
+        );
+        assert_eq!(
+            parse("Wednesday, 01-Jan-76 00:00:00 GMT", now),
+            Some(datetime!(2076-01-01 00:00 UTC))
+        );
+        assert_eq!(
+            parse("Saturday, 01-Jan-77 00:00:00 GMT", now),
+            Some(datetime!(1977-01-01 00:00 UTC))
+        );
+        for not_a_date in [
+            "",
+            "yesterday",
+            "Sun, 06 Nov 1994 08:49:37 GMT trailing",
+            "Sunday, 06-Nov-94 08:49:37 GMT trailing",
+            "Sun, 06 Nov 1994 08:49:37 CET",
+            "Sun, 31 Feb 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(parse(not_a_date, now), None, "{not_a_date:?}");
+        }
+    }
 
     #[test]
     fn dates_are_written_as_the_format_writes_them() {

@@ -2,7 +2,7 @@
 //! (docs/api.md, "Public hosting"), from the replica's memory; and the configuration body of the
 //! API's GET.
 
-use crate::http_date::{http_date, HTTP_DATE};
+use crate::http_date::{self, http_date};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use actix_web::dev::{RequestHead, ServiceRequest, ServiceResponse};
@@ -17,7 +17,7 @@ use registry_replica::domains::Served;
 use registry_replica::hosting::{Document, Hosted};
 use std::cell::RefCell;
 use std::sync::Arc;
-use time::{OffsetDateTime, PrimitiveDateTime};
+use time::OffsetDateTime;
 
 /// A header value of bytes the replica keeps: shared, not copied.
 fn shared_header(bytes: &web::Bytes) -> HeaderValue {
@@ -201,8 +201,8 @@ fn respond(
             .headers()
             .get(header::IF_MODIFIED_SINCE)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| PrimitiveDateTime::parse(v, HTTP_DATE).ok())
-            .is_some_and(|since| unchanged_since(hosted, since.assume_utc())),
+            .and_then(|v| http_date::parse(v, now))
+            .is_some_and(|since| unchanged_since(hosted, since)),
     };
     let (date_at, date) = date(now);
     // A replica whose clock is behind the one that took the write would otherwise date the

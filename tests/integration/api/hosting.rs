@@ -70,6 +70,29 @@ fn documents_are_public_by_host_with_caching_headers() {
         .send()
         .unwrap();
     assert_eq!(since.status(), 304);
+    // The two obsolete forms of the same date, which a recipient must accept too (RFC 9110
+    // §5.6.7).
+    let at = time::PrimitiveDateTime::parse(
+        &last_modified,
+        time::macros::format_description!(
+            "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+        ),
+    )
+    .unwrap();
+    let rfc_850 = time::macros::format_description!(
+        "[weekday repr:long], [day]-[month repr:short]-[year repr:last_two] [hour]:[minute]:[second] GMT"
+    );
+    let asctime = time::macros::format_description!(
+        "[weekday repr:short] [month repr:short] [day padding:space] [hour]:[minute]:[second] [year]"
+    );
+    for obsolete in [at.format(rfc_850).unwrap(), at.format(asctime).unwrap()] {
+        let since = server
+            .hosted(Method::GET, &sub, "/.well-known/openid-configuration")
+            .header("if-modified-since", &obsolete)
+            .send()
+            .unwrap();
+        assert_eq!(since.status(), 304, "{obsolete}");
+    }
     let other = server
         .hosted(Method::GET, &sub, "/.well-known/openid-configuration")
         .header("if-none-match", "\"something-else\"")

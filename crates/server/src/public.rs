@@ -99,9 +99,14 @@ impl Named {
 /// logged and counted, and its body held to its deadline, as any other (`serve` never reads it).
 pub async fn answer(req: ServiceRequest, state: &AppState, named: Named) -> ServiceResponse {
     let (request, _unread) = req.into_parts();
-    let response = serve(&request, state, named)
-        .await
-        .unwrap_or_else(|error| error.error_response());
+    let response = serve(&request, state, named).await.unwrap_or_else(|error| {
+        // Open to every origin like the documents: a page reading an issuer learns it is
+        // unknown (404), not that the browser hid the answer.
+        let mut response = error.error_response();
+        let headers = response.headers_mut();
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, ANY_ORIGIN);
+        response
+    });
     ServiceResponse::new(request, response)
 }
 

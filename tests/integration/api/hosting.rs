@@ -136,11 +136,14 @@ fn unknown_unpublished_and_removed_issuers_answer_404_at_once() {
         .send()
         .unwrap();
     assert_eq!(unknown.status(), 404);
+    // Open to every origin, like the documents: a page learns the issuer is unknown.
+    assert_eq!(unknown.headers()["access-control-allow-origin"], "*");
     let other_path = server
         .hosted(Method::GET, &sub, "/services")
         .send()
         .unwrap();
     assert_eq!(other_path.status(), 404);
+    assert_eq!(other_path.headers()["access-control-allow-origin"], "*");
 }
 
 #[test]

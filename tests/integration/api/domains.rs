@@ -156,18 +156,21 @@ fn a_domain_is_asked_for_read_and_removed_with_the_records_to_set() {
         json!({"domain": "a.example.com", "port": 443}),
     );
     assert_problem(extra, 400, "validation-failed");
-    // An anonymous service has no custom domain.
+    // An anonymous service has no custom domain: its secret's every domain call is a 403, a
+    // PUT's before its body is read.
     let (anonymous, secret) = server.anonymous_service();
-    assert_problem(
-        put_domain(
-            &server,
-            &anonymous,
-            &secret,
-            json!({"domain": "anon.example.com"}),
-        ),
-        403,
-        "forbidden",
-    );
+    for body in [json!({"domain": "anon.example.com"}), json!({})] {
+        assert_problem(
+            put_domain(&server, &anonymous, &secret, body),
+            403,
+            "forbidden",
+        );
+    }
+    let path = format!("/services/{anonymous}/domain");
+    for method in [Method::GET, Method::DELETE] {
+        let refused = server.authed(method, &path, &secret).send().unwrap();
+        assert_problem(refused, 403, "forbidden");
+    }
     // Nothing is served for the domain while it is verifying.
     let client = https_client(&[ca.pem()], &[DOMAIN], server.port);
     let served = client

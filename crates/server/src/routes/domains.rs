@@ -21,6 +21,8 @@ pub async fn put(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
+    // Who may ask is answered before what was asked is read.
+    domains::registered_only(&service)?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["domain"])?;
     let domain = fields.string("domain", true, 1024);

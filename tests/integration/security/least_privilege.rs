@@ -284,6 +284,16 @@ fn explain_takes_an_action() {
     assert_eq!(refused["decision"], "deny", "{refused}");
     let reason = &refused["reasons"][0];
     assert_eq!(reason["code"], "action-not-allowed", "{refused}");
+    // A code the published schema lists, for the explanation and for the refusal log alike.
+    let openapi = json(server.request(Method::GET, "/openapi.json").send().unwrap());
+    let schemas = &openapi["components"]["schemas"];
+    for codes in [
+        &schemas["Explanation"]["properties"]["reasons"]["items"]["properties"]["code"]["enum"],
+        &schemas["Refusal"]["properties"]["code"]["enum"],
+    ] {
+        let codes = codes.as_array().unwrap();
+        assert!(codes.contains(&reason["code"]), "{codes:?}");
+    }
     assert!(
         reason["message"]
             .as_str()

@@ -251,13 +251,15 @@ fn policy_commands_read_at_most_a_mebibyte_per_file() {
     let (code, stderr, _) = policy(&["check", &at_limit]);
     assert_eq!(code, Some(0), "{stderr}");
 
-    let refused: [Vec<&str>; 6] = [
+    let refused: [Vec<&str>; 8] = [
         vec!["check", &over],
         vec!["check", &two_mib],
         vec!["check", "/dev/zero"],
         vec!["explain", &at_limit, "--claims", "/dev/zero"],
         vec!["test", &at_limit, "/dev/zero"],
         vec!["test", "/dev/zero", &cases],
+        vec!["compare", &over, &at_limit],
+        vec!["compare", &at_limit, "/dev/zero"],
     ];
     for args in refused {
         let (code, stderr, took) = policy(&args);

@@ -117,11 +117,12 @@ fn read_bounded(path: &Path) -> anyhow::Result<String> {
         .read_to_end(&mut bytes)
         .with_context(cannot)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
-        anyhow::bail!(
+        return Err(TooLarge(format!(
             "{} is larger than {} MiB, the most a policy command reads of a file",
             path.display(),
             MAX_FILE_BYTES / (1024 * 1024)
-        );
+        ))
+        .into());
     }
     String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
 }
@@ -175,6 +176,12 @@ fn show(format: OutputFormat, json: Value, text: &dyn std::fmt::Display) {
         OutputFormat::Text => println!("{text}"),
     }
 }
+
+/// A file past [`MAX_FILE_BYTES`]: exit 1 for every policy command (docs/api.md, "Limits that
+/// hold (second security review)"), `compare` included.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TooLarge(String);
 
 /// A command that ran but found problems: exit 1 with nothing more on stderr than the output
 /// already says.
@@ -257,9 +264,11 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             deny_widening,
         } => {
             // Exit 2 for a file that is not a policy, so that a review gate tells a broken file
-            // from a widening (exit 1).
+            // from a widening (exit 1); a file too large to read is exit 1, as for every policy
+            // command.
             let (old, new) = match read_policy(&old).and_then(|o| Ok((o, read_policy(&new)?))) {
                 Ok(policies) => policies,
+                Err(error) if error.downcast_ref::<TooLarge>().is_some() => return Err(error),
                 Err(error) => {
                     let message = format!("{error:#}");
                     let line: Vec<&str> = message.split_whitespace().collect();

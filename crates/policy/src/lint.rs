@@ -190,6 +190,8 @@ struct RuleParts {
     text: String,
     claims: Map<String, Value>,
     services: Vec<String>,
+    /// A version 2 rule's actions; `None`: the rule lists none (version 1: every action).
+    actions: Option<Vec<String>>,
 }
 
 impl RuleParts {
@@ -198,6 +200,11 @@ impl RuleParts {
             text: rule.to_string(),
             claims: claims_of(rule),
             services: services_of(rule),
+            actions: (rule.get("actions").and_then(Value::as_array)).map(|actions| {
+                (actions.iter().filter_map(Value::as_str))
+                    .map(str::to_owned)
+                    .collect()
+            }),
         }
     }
 
@@ -209,9 +216,11 @@ impl RuleParts {
     }
 }
 
-/// Whether rule `earlier` admits every token `later` admits, for at least `later`'s services: it
-/// pins the same issuer, every claim it checks `later` checks with the same pattern (or it
-/// accepts any value), and its services cover `later`'s.
+/// Whether rule `earlier` admits every token `later` admits, for at least `later`'s services and
+/// actions: it pins the same issuer, every claim it checks `later` checks with the same pattern
+/// (or, when `later` checks the claim at all, it accepts any value: `*` never matches a missing
+/// claim), its services cover `later`'s, and so do its actions (the actions of the rules that
+/// match are united, so a later rule that adds one still decides something).
 fn shadows(earlier: &RuleParts, later: &RuleParts) -> bool {
     let (a, b) = (&earlier.claims, &later.claims);
     if a.get("iss") != b.get("iss") {
@@ -219,10 +228,22 @@ fn shadows(earlier: &RuleParts, later: &RuleParts) -> bool {
     }
     let claims_covered = a.iter().all(|(name, pattern)| {
         let pattern = pattern.as_str().unwrap_or_default();
-        name == "iss" || any_string(pattern) || b.get(name).and_then(Value::as_str) == Some(pattern)
+        let theirs = b.get(name);
+        name == "iss"
+            || (any_string(pattern) && theirs.is_some())
+            || theirs.and_then(Value::as_str) == Some(pattern)
     });
     let (sa, sb) = (&earlier.services, &later.services);
-    claims_covered && (sa.iter().any(|s| s == "*") || sb.iter().all(|s| sa.contains(s)))
+    let services_covered = sa.iter().any(|s| s == "*") || sb.iter().all(|s| sa.contains(s));
+    let actions_covered = match (&earlier.actions, &later.actions) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        // `*` is every action but `tokens:sign`, which only naming it grants.
+        (Some(theirs), Some(ours)) => ours.iter().all(|action| {
+            theirs.contains(action) || (action != "tokens:sign" && theirs.iter().any(|a| a == "*"))
+        }),
+    };
+    claims_covered && services_covered && actions_covered
 }
 
 /// For each rule, the first earlier rule it repeats (`Ok`) or, failing that, the first earlier
@@ -522,6 +543,28 @@ mod tests {
                 "sub": "team-*", "ref": "main"}}),
         ]}));
         assert!(shadowed.contains(&("shadowed-rule", "/rules/1".into())));
+        // A later rule that adds an action (the actions of matching rules are united), or that
+        // lacks a claim the earlier one requires with `*` (never matching a missing claim), still
+        // decides something.
+        let v2 = "http://localhost:8080/schemas/service-account-policy/v2.json";
+        let claims = json!({"iss": "https://ci.example", "aud": "registry", "sub": "team-a"});
+        let adds_an_action = codes(json!({"$schema": v2, "kind": "oidc", "rules": [
+            {"services": ["*"], "actions": ["services:read"], "claims": claims},
+            {"services": ["api-x"], "actions": ["config:write"], "claims": claims},
+            {"services": ["api-x"], "actions": ["services:read"], "claims": claims},
+        ]}));
+        assert!(!adds_an_action.contains(&("shadowed-rule", "/rules/1".into())));
+        assert!(adds_an_action.contains(&("shadowed-rule", "/rules/2".into())));
+        let star_needs_the_claim = codes(json!({"kind": "oidc", "rules": [
+            {"services": ["*"], "claims": {"iss": "https://ci.example", "aud": "registry",
+                "sub": "team-a", "environment": "*"}},
+            {"services": ["api-x"], "claims": {"iss": "https://ci.example", "aud": "registry",
+                "sub": "team-a"}},
+            {"services": ["api-x"], "claims": {"iss": "https://ci.example", "aud": "registry",
+                "sub": "team-a", "environment": "prod"}},
+        ]}));
+        assert!(!star_needs_the_claim.contains(&("shadowed-rule", "/rules/1".into())));
+        assert!(star_needs_the_claim.contains(&("shadowed-rule", "/rules/2".into())));
         assert_eq!(
             codes(json!({"kind": "static", "services": ["*"], "ip_allowlist": ["::/0"]})),
             [

@@ -58,7 +58,7 @@ impl Issuers {
     /// The issuers of `template` (`{subdomain}` in the host part, no path); the host of
     /// `base_url`, the API's, is never an issuer's.
     pub fn new(template: &str, base_url: &str) -> Result<Self, UnusableUrl> {
-        let host = host_of(template)?;
+        let host = host_of(template, "REGISTRY_ISSUER_URL_TEMPLATE")?;
         let path = template
             .split_once("://")
             .map(|(_, rest)| rest.split_once('/').map_or("", |(_, path)| path))
@@ -76,7 +76,7 @@ impl Issuers {
         Ok(Self {
             host_prefix: host_prefix.to_owned(),
             host_suffix: host_suffix.to_owned(),
-            api_host: host_of(base_url)?,
+            api_host: host_of(base_url, "REGISTRY_BASE_URL")?,
             api_origin: base_url.trim_end_matches('/').to_owned(),
             template_parts: template.split("{subdomain}").map(str::to_owned).collect(),
             template: template.to_owned(),
@@ -258,11 +258,11 @@ fn strip_prefix_ignore_case<'a>(host: &'a str, prefix: &str) -> Option<&'a str> 
 #[error("{0}")]
 pub struct UnusableUrl(String);
 
-fn host_of(url: &str) -> Result<String, UnusableUrl> {
+fn host_of(url: &str, setting: &str) -> Result<String, UnusableUrl> {
     let rest = url
         .split_once("://")
         .map(|(_, rest)| rest)
-        .ok_or_else(|| UnusableUrl(format!("{url:?} is not an absolute URL")))?;
+        .ok_or_else(|| UnusableUrl(format!("{setting} {url:?} is not an absolute URL")))?;
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     Ok(strip_port(authority)
         .trim_end_matches('.')

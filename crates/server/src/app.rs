@@ -247,6 +247,9 @@ async fn launch(
     settings.trusted_proxy_networks()?;
     settings.metrics_allow_networks()?;
     settings.check_fetch_log_token()?;
+    settings.check_data_key()?;
+    settings.check_read_url()?;
+    settings.purger()?;
     let certificate = tls::certificate(&settings, &issuers.names_served())?;
     let custom_domains = CustomDomains::from_settings(&settings, certificate.as_ref())?;
     let at = match &listen {
@@ -257,11 +260,10 @@ async fn launch(
         Listen::Address(address) => listeners::bind(&address),
         Listen::Listener(listener) => Ok(vec![listener]),
     }
-    .with_context(|| format!("cannot listen on {at}"))?;
+    .with_context(|| format!("cannot listen on {at} (REGISTRY_LISTEN)"))?;
     let redirecting = match &settings.http_redirect_listen {
-        Some(plain) => {
-            listeners::bind(plain).with_context(|| format!("cannot listen on {plain}"))?
-        }
+        Some(plain) => listeners::bind(plain)
+            .with_context(|| format!("cannot listen on {plain} (REGISTRY_HTTP_REDIRECT_LISTEN)"))?,
         None => Vec::new(),
     };
 
@@ -317,6 +319,11 @@ async fn launch(
             .app_data(app_state)
             // What the caller arguments take by themselves (`caller`).
             .app_data(gate)
+            // A query string the route cannot read is a problem like any other bad input
+            // (actix answers plain text by itself).
+            .app_data(web::QueryConfig::default().error_handler(|error, _| {
+                problem::ApiError::BadRequest(format!("query string: {error}")).into()
+            }))
             .wrap(middleware::from_fn(way_in))
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))

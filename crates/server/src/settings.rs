@@ -316,6 +316,40 @@ impl Settings {
         }
     }
 
+    /// Refuses a `REGISTRY_DATA_KEY` that is not a key (checked at the start, before the
+    /// database is touched: docs/api.md, "Operations").
+    pub fn check_data_key(&self) -> anyhow::Result<()> {
+        if let Some(key) = &self.data_key {
+            registry_acme::DataKey::from_base64(key)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses a read replica beside anything but PostgreSQL (checked at the start, before
+    /// either database is touched).
+    pub fn check_read_url(&self) -> anyhow::Result<()> {
+        let postgres = |url: &str| {
+            let scheme = url
+                .split_once("://")
+                .map(|(scheme, _)| scheme.to_ascii_lowercase());
+            matches!(scheme.as_deref(), Some("postgres" | "postgresql"))
+        };
+        match self
+            .database_read_url
+            .as_deref()
+            .filter(|u| !u.trim().is_empty())
+        {
+            Some(read) if !postgres(read) || !postgres(&self.database.database_url) => {
+                anyhow::bail!(
+                    "REGISTRY_DATABASE_READ_URL: a read replica needs PostgreSQL: \
+                     REGISTRY_DATABASE_URL and REGISTRY_DATABASE_READ_URL must both be \
+                     postgres:// URLs"
+                )
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The trusted proxy networks, parsed.
     pub fn trusted_proxy_networks(&self) -> anyhow::Result<Vec<IpNetwork>> {
         networks("REGISTRY_TRUSTED_PROXIES", &self.trusted_proxies)

@@ -103,6 +103,34 @@ fn malformed_bodies_are_problems() {
     assert_eq!(list, json!([]));
 }
 
+/// A query string a route cannot read is a problem too, naming what is wrong (actix alone
+/// answers it in plain text).
+#[test]
+fn unreadable_query_strings_are_problems() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = super::register_service(&server, &acme, "api");
+    let rotate = format!("/services/{sub}/signing/rotate?compromised=yes");
+    let not_a_bool = server
+        .authed(Method::POST, &rotate, &acme.token)
+        .send()
+        .unwrap();
+    let body = assert_problem(not_a_bool, 400, "validation-failed");
+    assert!(
+        body["detail"].as_str().unwrap().contains("query string"),
+        "{body}"
+    );
+    let twice = server
+        .authed(
+            Method::GET,
+            "/services?include=status&include=status",
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_problem(twice, 400, "validation-failed");
+}
+
 #[test]
 fn unknown_routes_and_methods_are_problems() {
     let server = TestServer::start();

@@ -622,6 +622,27 @@ fn serve_reports_its_settings_and_listeners_before_the_database() {
         !database.exists(),
         "serve touched the database before it could listen"
     );
+    // Each setting parsed further is checked before the database too, its error naming it.
+    let bad_settings = [
+        ("REGISTRY_DATA_KEY", "not a key"),
+        ("REGISTRY_PURGE_URLS", "ftp://cache.example"),
+        ("REGISTRY_DATABASE_READ_URL", "mysql://db.example/registry"),
+        ("REGISTRY_LISTEN", "localhost"),
+        ("REGISTRY_BASE_URL", "registry.example.com"),
+        (
+            "REGISTRY_ISSUER_URL_TEMPLATE",
+            "{subdomain}.oidc.example.com",
+        ),
+    ];
+    for (variable, value) in bad_settings {
+        let (code, _, stderr) = run_registry(
+            &["serve"],
+            &[("REGISTRY_DATABASE_URL", &url), (variable, value)],
+        );
+        assert_eq!(code, Some(1), "{variable}: {stderr}");
+        assert!(stderr.contains(variable), "{variable}: {stderr}");
+        assert!(!database.exists(), "{variable}: the database was touched");
+    }
 
     let (code, _, stderr) = run_registry(
         &["serve"],

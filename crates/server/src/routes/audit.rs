@@ -2,9 +2,9 @@
 //! last use"), over `registry_domain::app::audit`.
 
 use crate::caller::Auditor;
-use crate::problem::{ApiError, ApiResult};
+use crate::problem::ApiResult;
 use crate::state::AppState;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use registry_domain::app::audit::{self, ListEvents};
 use registry_domain::audit::Cursor;
 use serde::Deserialize;
@@ -22,12 +22,10 @@ pub struct Params {
 /// `GET /audit-events`: for callers whose patterns include `"*"`; only their customer's events.
 pub async fn list(
     Auditor(caller): Auditor,
-    req: HttpRequest,
+    params: web::Query<Params>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let params = web::Query::<Params>::from_query(req.query_string())
-        .map_err(|e| ApiError::BadRequest(format!("query string: {e}")))?
-        .into_inner();
+    let params = params.into_inner();
     let command = ListEvents {
         limit: params.limit,
         cursor: params.cursor,

@@ -112,6 +112,15 @@ fn naming_rules_follow_the_plan() {
         .send()
         .unwrap();
     assert_problem(chosen, 403, "plan-required");
+    // Whatever the name: one it could never have is refused for the plan first.
+    for name in ["Not_A_Label", "web-anon"] {
+        let chosen = server
+            .authed(Method::POST, "/services", &free.token)
+            .json(&json!({"title": "x", "serviceName": name}))
+            .send()
+            .unwrap();
+        assert_problem(chosen, 403, "plan-required");
+    }
 
     // After an upgrade the same request works.
     registry_tests::server::run_cli(

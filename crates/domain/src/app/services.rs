@@ -4,7 +4,7 @@ use crate::app::{fetches, AppError, Caller, Registry};
 use crate::audit::Action;
 use crate::custom_domain::DomainStatus;
 use crate::limits::quota_reached;
-use crate::naming::registered_subdomain;
+use crate::naming::{registered_subdomain, NamingError};
 use crate::ports::Ceiling;
 use crate::{Service, StoreError};
 use std::collections::HashMap;
@@ -41,6 +41,18 @@ pub struct UpdateService {
 /// The 404 of a service that does not exist for this caller.
 pub fn not_found(key: &str) -> AppError {
     AppError::NotFound(format!("no service {key:?}"))
+}
+
+/// Refuses a `serviceName` on a plan that does not choose names (403 `plan-required`), before
+/// anything else is said of the name: a caller that may not choose one learns that first.
+pub fn may_choose_service_name(registry: &Registry, caller: &Caller) -> Result<(), AppError> {
+    let customer = (registry.store.customer(caller.customer()?)?).ok_or(
+        AppError::Unauthenticated("the caller's customer no longer exists"),
+    )?;
+    match customer.plan.may_choose_service_name() {
+        true => Ok(()),
+        false => Err(NamingError::PlanRequired(customer.plan).into()),
+    }
 }
 
 /// Registers a service for the caller's customer, under a name its scope covers, within the

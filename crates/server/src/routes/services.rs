@@ -29,6 +29,12 @@ pub async fn create(
     // Length and label rules of serviceName belong to the naming module.
     let service_name = fields.string("serviceName", false, 1024);
     if let Some(Err(problem)) = service_name.as_deref().map(check_service_name) {
+        // A name sent on a plan that does not choose one is refused as such, whatever it is
+        // (read only on this path: a valid name's plan is checked with the write).
+        let asking = caller.clone();
+        state
+            .read(move |registry| services::may_choose_service_name(registry, &asking))
+            .await?;
         fields
             .problems
             .push(Violation::new(SERVICE_NAME_POINTER, problem.to_string()));

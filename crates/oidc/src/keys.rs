@@ -155,10 +155,9 @@ impl registry_domain::ports::KeyImport for VerifierKeyImport {
             // The domain's checks name the member; this is for callers that skip them.
             return Err("the RSA key's modulus or exponent is out of bounds".into());
         }
-        // One verifier proves the material imports: the others differ only in the hash.
-        let imports = Alg::candidates(&parsed)
-            .first()
-            .is_some_and(|alg| alg.verifier(&parsed).is_ok());
+        // One verifier proves the material imports: the others differ only in the hash. The
+        // first that takes it, since a key's `alg` (RS384, PS256…) admits its own alone.
+        let imports = (Alg::candidates(&parsed).iter()).any(|alg| alg.verifier(&parsed).is_ok());
         match imports {
             true => Ok(()),
             false => Err(match jwk.get("kty").and_then(Value::as_str) {
@@ -358,9 +357,19 @@ mod tests {
         let rsa = Jwk::generate_rsa_key(2048).unwrap();
         let mut key = public(&rsa, "only");
         key["alg"] = json!("PS256");
-        let set = KeySet::from_document(&json!({"keys": [key]})).unwrap();
+        let set = KeySet::from_document(&json!({"keys": [key.clone()]})).unwrap();
         assert!(set.verifier(None, Alg::Ps256).is_ok());
         assert!(set.verifier(None, Alg::Rs256).is_err());
+        // An upload of such a key imports, whatever RSA algorithm it names.
+        use registry_domain::ports::KeyImport;
+        for alg in ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512"] {
+            key["alg"] = json!(alg);
+            assert_eq!(
+                VerifierKeyImport.import(key.as_object().unwrap()),
+                Ok(()),
+                "{alg}"
+            );
+        }
         assert!(KeySet::from_document(&json!({"nokeys": []})).is_err());
         assert!(KeySet::from_document(&json!({"keys": []}))
             .unwrap()

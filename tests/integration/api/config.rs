@@ -1,7 +1,7 @@
 use super::{cluster_discovery, rsa_key, upload};
 use registry_tests::server::{assert_problem, json, pointers, Customer, TestServer};
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn service(server: &TestServer, customer: &Customer, name: &str) -> String {
     let body = json(
@@ -107,6 +107,36 @@ fn publish_read_and_remove_a_configuration() {
         .send()
         .unwrap();
     assert_eq!(kept.status(), 200);
+}
+
+/// An RSA key may name any RSA algorithm a verifier accepts: each one is published.
+#[test]
+fn rsa_keys_of_every_accepted_algorithm_are_published() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = service(&server, &acme, "api");
+    let algorithms = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512"];
+    let keys: Vec<Value> = (algorithms.iter())
+        .map(|alg| {
+            let mut key = rsa_key(&format!("key-{alg}"));
+            key["alg"] = json!(alg);
+            key
+        })
+        .collect();
+    let mut body = upload(&[]);
+    body["jwks"]["keys"] = json!(keys);
+    let put = server
+        .authed(Method::PUT, &format!("/services/{sub}/config"), &acme.token)
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200, "{}", put.text().unwrap());
+    let served = json(
+        (server.hosted(Method::GET, &sub, "/openid/v1/jwks"))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(served["keys"], json!(keys));
 }
 
 #[test]

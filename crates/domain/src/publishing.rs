@@ -323,7 +323,16 @@ fn rewrite(
 ) -> Value {
     let mut doc = doc.clone();
     match doc.get("issuer") {
-        Some(Value::String(uploaded)) if uploaded.trim_end_matches('/') == issuer => {}
+        Some(Value::String(uploaded)) if uploaded == issuer => {}
+        // Verifiers compare issuers exactly: a token carrying the uploaded one is refused.
+        Some(Value::String(uploaded)) if uploaded.trim_end_matches('/') == issuer => {
+            warnings.push(format!(
+                "the uploaded issuer {uploaded:?} differs from the hosted issuer {issuer:?} by a \
+                 trailing slash: verifiers compare issuers exactly, so tokens must carry the \
+                 hosted issuer; set --service-account-issuer={issuer} on the kube-apiserver (or \
+                 the issuer setting of your identity provider)"
+            ))
+        }
         Some(uploaded) => warnings.push(format!(
             "the uploaded issuer {uploaded} differs from the hosted issuer {issuer:?}: tokens must \
              carry the hosted issuer, so set --service-account-issuer={issuer} on the \

@@ -57,6 +57,20 @@ fn rewrites_issuer_and_jwks_uri_in_place_keeping_member_order() {
 }
 
 #[test]
+fn an_issuer_that_differs_only_by_a_trailing_slash_is_warned_of() {
+    let with_issuer = |issuer: &str| {
+        let mut doc = discovery();
+        doc["issuer"] = json!(issuer);
+        let upload = json!({"openidConfiguration": doc, "jwks": {"keys": [ec_key("a")]}});
+        publish(&upload, ISSUER, None).unwrap().warnings
+    };
+    assert!(with_issuer(ISSUER).is_empty());
+    let warned = with_issuer(&format!("{ISSUER}/"));
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("trailing slash"), "{warned:?}");
+}
+
+#[test]
 fn adds_missing_issuer_and_jwks_uri_without_warning() {
     let mut doc = discovery();
     doc.as_object_mut().unwrap().remove("issuer");

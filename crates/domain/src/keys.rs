@@ -130,6 +130,15 @@ pub struct KeyRecord {
     /// of its week before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifiers: Option<Vec<KeyVerifier>>,
+    /// When the owner last dismissed a verifier that had not fetched it yet (docs/api.md, "Key
+    /// readiness"): a key that dismissal makes safe became safe then, not when the evidence
+    /// alone would date it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub dismissed_at: Option<OffsetDateTime>,
 }
 
 /// A verifier of a key (docs/api.md, "Key readiness"): an agent that fetched the service's key
@@ -412,6 +421,7 @@ pub fn rotate(
             source: source.to_owned(),
             also_sources: Vec::new(),
             verifiers: before.and_then(|k| k.verifiers.clone()),
+            dismissed_at: None,
         });
     }
     let until = retirement_end(retain, now, expires_at);
@@ -819,6 +829,7 @@ impl KeyState {
                 source: source.to_owned(),
                 also_sources: Vec::new(),
                 verifiers: Some(verifiers.to_vec()),
+                dismissed_at: None,
             });
         }
         // Current keys first, then the retired ones, each in their order.
@@ -893,6 +904,7 @@ impl KeyState {
                             source: default_source(),
                             also_sources: Vec::new(),
                             verifiers: None,
+                            dismissed_at: None,
                         })
                     })
                     .collect()

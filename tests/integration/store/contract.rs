@@ -81,6 +81,7 @@ fn retired(kid: &str, until: OffsetDateTime) -> KeyRecord {
         source: registry_domain::keys::DEFAULT_SOURCE.into(),
         also_sources: Vec::new(),
         verifiers: None,
+        dismissed_at: None,
     }
 }
 

@@ -107,9 +107,11 @@ pub fn assess(
     );
     let safe_at = pending.is_empty().then(|| {
         let last_fetch = verifiers.iter().map(|v| v.last_fetched_at).max();
-        last_fetch
-            .map_or(lead_ends, |at| at.max(lead_ends))
-            .min(now)
+        (std::iter::once(lead_ends)
+            .chain(last_fetch)
+            .chain(key.dismissed_at))
+        .fold(lead_ends, OffsetDateTime::max)
+        .min(now)
     });
     Readiness {
         verifiers,
@@ -276,6 +278,15 @@ pub fn dismiss_verifier(
         .find(|k| k.kid == kid && k.is_published_at(now))
         .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
     let found = verifiers_of_key(registry, service, key)?;
+    // Whether the dismissed verifier still held the key back: then the key is safe no earlier
+    // than now.
+    let fetches = (registry.store).verifier_fetches(
+        service.id,
+        &[agent.to_owned()],
+        key.first_published_at,
+    )?;
+    let held_back = (assess(key, &found, &fetches, now).pending.iter())
+        .any(|p| matches!(p, Pending::Verifier(waiting) if waiting == agent));
     let event = caller.service_event(Action::VerifierDismiss, service, now);
     let mut outcome = None;
     registry
@@ -293,6 +304,9 @@ pub fn dismiss_verifier(
                     return None;
                 }
                 key.verifiers = Some(verifiers);
+                if held_back {
+                    key.dismissed_at = Some(now);
+                }
                 Some(PublishedConfig {
                     updated_at: now,
                     previous_change_at: None,
@@ -340,6 +354,7 @@ mod tests {
             source: crate::keys::DEFAULT_SOURCE.into(),
             also_sources: Vec::new(),
             verifiers: None,
+            dismissed_at: None,
         }
     }
 
@@ -566,9 +581,12 @@ mod tests {
         assert!(matches!(refused, Err(AppError::NotFound(_))), "{refused:?}");
         let refused = dismiss_verifier(&registry, &who, &service, "nokey", "gone", later);
         assert!(matches!(refused, Err(AppError::NotFound(_))), "{refused:?}");
-        dismiss_verifier(&registry, &who, &service, "new", "gone", later).unwrap();
-        let answer = readiness(&registry, &service, "new", false, later).unwrap();
+        let dismissed = later + Duration::seconds(30);
+        dismiss_verifier(&registry, &who, &service, "new", "gone", dismissed).unwrap();
+        let answer = readiness(&registry, &service, "new", false, dismissed).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
+        // It became safe when the dismissal let it, not at its publication.
+        assert_eq!(answer["safeToSignAt"], rfc3339(dismissed), "{answer}");
         assert_eq!(answer["verifiers"], json!([]));
     }
 

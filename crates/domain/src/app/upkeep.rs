@@ -156,6 +156,7 @@ mod tests {
             source: crate::keys::DEFAULT_SOURCE.into(),
             also_sources: Vec::new(),
             verifiers: None,
+            dismissed_at: None,
         }
     }
 

@@ -339,6 +339,7 @@ mod tests {
                 source: registry_domain::keys::DEFAULT_SOURCE.into(),
                 also_sources: Vec::new(),
                 verifiers: None,
+                dismissed_at: None,
             }
         };
         let records: Vec<KeyRecord> = (0..keys).map(key).collect();

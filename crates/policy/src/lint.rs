@@ -228,10 +228,10 @@ fn shadows(earlier: &RuleParts, later: &RuleParts) -> bool {
     }
     let claims_covered = a.iter().all(|(name, pattern)| {
         let pattern = pattern.as_str().unwrap_or_default();
-        let theirs = b.get(name);
+        let later_pattern = b.get(name);
         name == "iss"
-            || (any_string(pattern) && theirs.is_some())
-            || theirs.and_then(Value::as_str) == Some(pattern)
+            || (any_string(pattern) && later_pattern.is_some())
+            || later_pattern.and_then(Value::as_str) == Some(pattern)
     });
     let (sa, sb) = (&earlier.services, &later.services);
     let services_covered = sa.iter().any(|s| s == "*") || sb.iter().all(|s| sa.contains(s));
@@ -239,8 +239,9 @@ fn shadows(earlier: &RuleParts, later: &RuleParts) -> bool {
         (None, _) => true,
         (Some(_), None) => false,
         // `*` is every action but `tokens:sign`, which only naming it grants.
-        (Some(theirs), Some(ours)) => ours.iter().all(|action| {
-            theirs.contains(action) || (action != "tokens:sign" && theirs.iter().any(|a| a == "*"))
+        (Some(granted), Some(asked)) => asked.iter().all(|action| {
+            granted.contains(action)
+                || (action != "tokens:sign" && granted.iter().any(|a| a == "*"))
         }),
     };
     claims_covered && services_covered && actions_covered

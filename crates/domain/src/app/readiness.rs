@@ -107,11 +107,9 @@ pub fn assess(
     );
     let safe_at = pending.is_empty().then(|| {
         let last_fetch = verifiers.iter().map(|v| v.last_fetched_at).max();
-        (std::iter::once(lead_ends)
-            .chain(last_fetch)
-            .chain(key.dismissed_at))
-        .fold(lead_ends, OffsetDateTime::max)
-        .min(now)
+        (last_fetch.into_iter().chain(key.dismissed_at))
+            .fold(lead_ends, OffsetDateTime::max)
+            .min(now)
     });
     Readiness {
         verifiers,

@@ -68,11 +68,12 @@ pub(super) fn cache() -> (String, Arc<Mutex<Vec<String>>>) {
 /// each), the cache that is up gets every path at once.
 #[test]
 fn a_cache_that_is_down_holds_up_no_others_purges() {
-    // A port nothing listens on: every attempt there is refused, and retried.
-    let down = {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("http://{}", listener.local_addr().unwrap())
-    };
+    // A port nothing listens on (below the ephemeral range, so no outgoing connection takes
+    // it meanwhile): every attempt there is refused, and retried.
+    let down = format!(
+        "http://127.0.0.1:{}",
+        registry_testkit::free_port().unwrap()
+    );
     let (up, seen) = cache();
     let server = TestServer::start_with(ServerOptions {
         env: vec![("REGISTRY_PURGE_URLS".into(), format!("{down},{up}"))],

@@ -41,7 +41,8 @@ pub const ACCOUNT_WINDOW: Duration = Duration::hours(3);
 /// How long an order the budget refuses waits before it asks again.
 pub const BUDGET_WAIT: Duration = Duration::minutes(5);
 
-/// How long one replica holds a domain's ordering lock: longer than an order takes.
+/// How long one replica holds a domain's ordering lock: longer than an order may take (the ACME
+/// adapter gives up on an order a minute before).
 pub const ORDER_LOCK: Duration = Duration::minutes(5);
 
 /// Whether one more order fits the budget: a renewal (`renewal`) or a new order, given the
@@ -184,6 +185,26 @@ pub struct CustomDomain {
     pub problem: Option<DomainProblem>,
     /// Its certificate, once there is one.
     pub certificate: Option<DomainCertificate>,
+}
+
+/// What the worker does for a domain due. The two kinds go on side by side, so that no order
+/// (minutes, on a slow ACME server) holds back a TXT lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DomainWork {
+    /// Looking up the TXT record of a claim being verified.
+    Lookup,
+    /// Ordering a certificate: a renewal (active) or a first one (issuing).
+    Order,
+}
+
+impl DomainWork {
+    /// The statuses of the domains with this work, in the order they are served.
+    pub fn statuses(self) -> &'static [DomainStatus] {
+        match self {
+            DomainWork::Lookup => &[DomainStatus::Verifying],
+            DomainWork::Order => &[DomainStatus::Active, DomainStatus::Issuing],
+        }
+    }
 }
 
 /// How often the worker looks again (docs/api.md, "Custom domains").
@@ -379,6 +400,19 @@ impl CustomDomain {
     /// then it is a claim, and other services may claim the name too.
     pub fn is_held(&self) -> bool {
         matches!(self.status, DomainStatus::Issuing | DomainStatus::Active)
+    }
+
+    /// Whether this domain (as stored now) is still `was`, as a step of the worker read it:
+    /// the same name, status, TXT token, next attempt (to the millisecond) and attempt count.
+    /// Anything else means another step, or the owner, changed it meanwhile.
+    pub fn is_still(&self, was: &CustomDomain) -> bool {
+        let ms = |t: OffsetDateTime| t.unix_timestamp_nanos() / 1_000_000;
+        self.service_id == was.service_id
+            && self.domain == was.domain
+            && self.status == was.status
+            && self.txt_token == was.txt_token
+            && ms(self.next_attempt_at) == ms(was.next_attempt_at)
+            && self.attempts == was.attempts
     }
 
     /// Whether its documents are served now: active, with a certificate.

@@ -13,7 +13,7 @@
 //! Time comes in as [`Clock`] (the time of day) and [`Ticks`] (monotonic time).
 
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
-use crate::custom_domain::{CustomDomain, DomainProblem};
+use crate::custom_domain::{CustomDomain, DomainProblem, DomainWork};
 /// The agents that may become a key's verifiers, as the fetch evidence reads them.
 pub use crate::keys::VerifierCandidate;
 use crate::network::Network;
@@ -673,18 +673,40 @@ pub trait DomainStore: Send + Sync {
     fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize>;
     /// Records that `proven` (its TXT record found, now issuing) holds its name, and turns every
     /// other service's claim of the name failed with `taken`; `false`, nothing written, when
-    /// another service holds the name already or the service's domain is no longer this name.
-    fn hold_domain(&self, proven: &CustomDomain, taken: &DomainProblem) -> StoreResult<bool>;
-    /// Removes the service's domain, its certificate and its challenges; `false` when it had none.
-    fn delete_domain(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
-    /// Records the worker's progress on a domain (no audit event), unless the service's domain
-    /// is no longer this name (deleted or replaced meanwhile): `false` then, nothing written.
-    fn update_domain(&self, domain: &CustomDomain) -> StoreResult<bool>;
+    /// another service holds the name already or the service's domain is no longer `was`, the
+    /// claim as the worker looked it up (as [`DomainStore::update_domain`] says).
+    fn hold_domain(
+        &self,
+        was: &CustomDomain,
+        proven: &CustomDomain,
+        taken: &DomainProblem,
+    ) -> StoreResult<bool>;
+    /// Removes the service's domain, its certificate and its challenges, when it is still `was`
+    /// (`None`: whatever it is); `false`, nothing removed, when it has none or another.
+    fn delete_domain(
+        &self,
+        service_id: Uuid,
+        was: Option<&CustomDomain>,
+        event: &AuditEvent,
+    ) -> StoreResult<bool>;
+    /// Records the worker's step on a domain (no audit event) from `was`, the domain as the
+    /// worker read it, to `next`, unless the service's domain is no longer `was` (the same
+    /// name, status, TXT token, next attempt to the millisecond and attempt count): another
+    /// replica's step, or its owner's PUT or DELETE, came first, and a step decided on what was
+    /// read before it never undoes it. `false` then, nothing written.
+    fn update_domain(&self, was: &CustomDomain, next: &CustomDomain) -> StoreResult<bool>;
     /// Every domain held (proven: issuing, or active): what a replica loads at start (it serves
     /// the active ones with their certificate, and answers HTTP-01 for the ones ordering).
     fn held_domains(&self) -> StoreResult<Vec<CustomDomain>>;
-    /// Up to `limit` domains the worker has something to do for at `now`, most overdue first.
-    fn domains_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<CustomDomain>>;
+    /// Up to `limit` domains with `work` to do at `now`, as the primary has them (a step
+    /// decided on a lagging copy would be refused): orders with renewals first, then each kind
+    /// most overdue first.
+    fn domains_due(
+        &self,
+        now: OffsetDateTime,
+        work: DomainWork,
+        limit: usize,
+    ) -> StoreResult<Vec<CustomDomain>>;
     /// Takes the ordering lock of the service's domain until `until`, when nobody holds it at
     /// `now`: one replica orders for a domain at a time.
     fn lock_domain(

@@ -22,7 +22,7 @@
 //! ```
 
 use crate::audit::{Action, AuditEvent, AuditPage, AuditQuery, Cursor, Trail};
-use crate::custom_domain::{CustomDomain, DomainProblem};
+use crate::custom_domain::{CustomDomain, DomainProblem, DomainWork};
 use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
@@ -1218,10 +1218,15 @@ impl DomainStore for MemoryStore {
             .count())
     }
 
-    fn hold_domain(&self, proven: &CustomDomain, taken: &DomainProblem) -> StoreResult<bool> {
+    fn hold_domain(
+        &self,
+        was: &CustomDomain,
+        proven: &CustomDomain,
+        taken: &DomainProblem,
+    ) -> StoreResult<bool> {
         let mut s = self.lock();
         let mine = s.domains.get(&proven.service_id);
-        if mine.is_none_or(|(d, _)| d.domain != proven.domain) {
+        if mine.is_none_or(|(d, _)| !d.is_still(was)) {
             return Ok(false);
         }
         let held_by_another = (s.domains.values()).any(|(d, _)| {
@@ -1269,8 +1274,17 @@ impl DomainStore for MemoryStore {
         Ok(())
     }
 
-    fn delete_domain(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
+    fn delete_domain(
+        &self,
+        service_id: Uuid,
+        was: Option<&CustomDomain>,
+        event: &AuditEvent,
+    ) -> StoreResult<bool> {
         let mut s = self.lock();
+        let changed = |(d, _): &(CustomDomain, _)| was.is_some_and(|was| !d.is_still(was));
+        if s.domains.get(&service_id).is_none_or(changed) {
+            return Ok(false);
+        }
         let Some((gone, _)) = s.domains.remove(&service_id) else {
             return Ok(false);
         };
@@ -1281,12 +1295,12 @@ impl DomainStore for MemoryStore {
         Ok(true)
     }
 
-    fn update_domain(&self, domain: &CustomDomain) -> StoreResult<bool> {
+    fn update_domain(&self, was: &CustomDomain, domain: &CustomDomain) -> StoreResult<bool> {
         let mut s = self.lock();
         let Some((kept, _)) = s.domains.get_mut(&domain.service_id) else {
             return Ok(false);
         };
-        if kept.domain != domain.domain {
+        if !kept.is_still(was) {
             return Ok(false);
         }
         *kept = stored_domain(domain);
@@ -1305,16 +1319,23 @@ impl DomainStore for MemoryStore {
             .collect())
     }
 
-    fn domains_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<CustomDomain>> {
+    fn domains_due(
+        &self,
+        now: OffsetDateTime,
+        work: DomainWork,
+        limit: usize,
+    ) -> StoreResult<Vec<CustomDomain>> {
         let s = self.lock();
+        let statuses = work.statuses();
         let mut due: Vec<CustomDomain> = s
             .domains
             .values()
             .map(|(d, _)| d)
-            .filter(|d| d.is_due(now))
+            .filter(|d| d.is_due(now) && statuses.contains(&d.status))
             .cloned()
             .collect();
-        due.sort_by_key(|d| (d.next_attempt_at, d.service_id));
+        let rank = |d: &CustomDomain| statuses.iter().position(|s| *s == d.status);
+        due.sort_by_key(|d| (rank(d), d.next_attempt_at, d.service_id));
         due.truncate(limit);
         Ok(due)
     }

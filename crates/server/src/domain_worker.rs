@@ -1,12 +1,12 @@
 //! The custom domains' worker (docs/api.md, "Custom domains"), which every replica runs: each
-//! second, the domains due get their next step (a TXT lookup, an order, a renewal), one replica
-//! ordering for a domain at a time (a lock in the database); and the installer that hands each
-//! served domain's certificate to this replica's TLS listener.
+//! second, the domains due get their next step (TXT lookups; apart from them, orders and
+//! renewals), one replica ordering for a domain at a time (a lock in the database); and the
+//! installer that hands each served domain's certificate to this replica's TLS listener.
 
 use crate::state::AppState;
 use actix_web::web;
 use registry_domain::app::domains::{self, Step};
-use registry_domain::custom_domain::{CustomDomain, DomainStatus};
+use registry_domain::custom_domain::{CustomDomain, DomainWork};
 use registry_replica::domains::DomainChanged;
 use std::time::Duration;
 
@@ -18,38 +18,47 @@ const BATCH: usize = 256;
 /// lookups whose servers never answer costs seconds, not one customer's count times 3 s.
 const LOOKUPS_AT_ONCE: usize = 16;
 
-/// The worker's loop; returns at once when custom domains are off.
+/// The worker's loops, one for the TXT lookups and one for the orders, so that no order (it may
+/// take minutes) holds back a lookup; returns at once when custom domains are off.
 pub async fn work(state: web::Data<AppState>) {
     if state.custom_domains.is_none() {
         return;
     }
+    let state = &state;
+    futures_util::future::join(
+        each_second(state, DomainWork::Lookup, |due| async move {
+            // Several at once, each customer's in turn (`due` is in that order).
+            for round in due.chunks(LOOKUPS_AT_ONCE) {
+                let steps = round.iter().map(|domain| step(state, domain.clone()));
+                futures_util::future::join_all(steps).await;
+            }
+        }),
+        each_second(state, DomainWork::Order, |due| async move {
+            // One at a time: renewals first, then new orders, each customer's in turn.
+            for domain in due {
+                step(state, domain).await;
+            }
+        }),
+    )
+    .await;
+}
+
+/// Each second, the domains with `work` due, handed to `serve`, which the next second waits for.
+async fn each_second<F, Fut>(state: &AppState, work: DomainWork, serve: F)
+where
+    F: Fn(Vec<CustomDomain>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let mut interval = tokio::time::interval(LOOK_EVERY);
     loop {
         interval.tick().await;
         let now = state.now();
-        let due = match state.read(move |r| domains::due(r, now, BATCH)).await {
-            Ok(due) => due,
+        match state.read(move |r| domains::due(r, now, work, BATCH)).await {
+            Ok(due) => serve(due).await,
             Err(error) => {
-                tracing::warn!(%error, "custom domains: cannot read the domains due");
-                continue;
+                tracing::warn!(%error, ?work, "custom domains: cannot read the domains due");
             }
-        };
-        // `due` is in the order to serve (renewals, new orders, then lookups, each customer's in
-        // turn): the orders go one at a time, beside the lookups, several at once.
-        let (lookups, orders): (Vec<_>, Vec<_>) =
-            (due.into_iter()).partition(|d| d.status == DomainStatus::Verifying);
-        let ordering = async {
-            for domain in orders {
-                step(&state, domain).await;
-            }
-        };
-        let looking = async {
-            for round in lookups.chunks(LOOKUPS_AT_ONCE) {
-                let steps = round.iter().map(|domain| step(&state, domain.clone()));
-                futures_util::future::join_all(steps).await;
-            }
-        };
-        futures_util::future::join(ordering, looking).await;
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
 use registry_domain::custom_domain::{
-    CustomDomain, DomainCertificate, DomainProblem, DomainStatus,
+    CustomDomain, DomainCertificate, DomainProblem, DomainStatus, DomainWork,
 };
 use registry_domain::ports::{Change, DomainStore, StoreResult};
 use registry_domain::StoreError;
@@ -141,6 +141,26 @@ fn domain_row(conn: &mut Db, service_id: Uuid) -> Res<Option<CustomDomain>> {
         .optional()?
         .map(DomainRow::into_domain)
         .transpose()
+}
+
+/// Locks the service's domain row while it is still `was` as a step of the worker read it
+/// ([`CustomDomain::is_still`]): `false` when it is not. The check is the `UPDATE`'s own
+/// condition, so that on PostgreSQL a second step racing this one waits for the row and finds
+/// it changed, rather than both reading it unchanged.
+fn still(conn: &mut Db, was: &CustomDomain) -> Res<bool> {
+    let next_attempt_at = millis(was.next_attempt_at);
+    let locked = diesel::update(
+        custom_domains::table
+            .find(id_text(was.service_id))
+            .filter(custom_domains::domain.eq(&was.domain))
+            .filter(custom_domains::status.eq(was.status.as_str()))
+            .filter(custom_domains::txt_token.eq(&was.txt_token))
+            .filter(custom_domains::next_attempt_at.eq(next_attempt_at))
+            .filter(custom_domains::attempts.eq(i32::try_from(was.attempts).unwrap_or(i32::MAX))),
+    )
+    .set(custom_domains::next_attempt_at.eq(next_attempt_at))
+    .execute(conn)?;
+    Ok(locked == 1)
 }
 
 /// Whether a service other than `service_id` holds `domain` proven (issuing or active).
@@ -299,12 +319,14 @@ impl DomainStore for Store {
         })
     }
 
-    fn hold_domain(&self, proven: &CustomDomain, taken: &DomainProblem) -> StoreResult<bool> {
+    fn hold_domain(
+        &self,
+        was: &CustomDomain,
+        proven: &CustomDomain,
+        taken: &DomainProblem,
+    ) -> StoreResult<bool> {
         self.write(None, |conn, changed| {
-            let current = domain_row(conn, proven.service_id)?;
-            if current.is_none_or(|c| c.domain != proven.domain)
-                || held_by_another(conn, &proven.domain, proven.service_id)?
-            {
+            if held_by_another(conn, &proven.domain, proven.service_id)? || !still(conn, was)? {
                 return Ok(false);
             }
             write_domain(conn, proven)?;
@@ -330,8 +352,18 @@ impl DomainStore for Store {
         })
     }
 
-    fn delete_domain(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
+    fn delete_domain(
+        &self,
+        service_id: Uuid,
+        was: Option<&CustomDomain>,
+        event: &AuditEvent,
+    ) -> StoreResult<bool> {
         self.write(Some(event), |conn, changed| {
+            if let Some(was) = was {
+                if was.service_id != service_id || !still(conn, was)? {
+                    return Ok(false);
+                }
+            }
             let Some(old) = domain_row(conn, service_id)? else {
                 return Ok(false);
             };
@@ -344,10 +376,9 @@ impl DomainStore for Store {
         })
     }
 
-    fn update_domain(&self, domain: &CustomDomain) -> StoreResult<bool> {
+    fn update_domain(&self, was: &CustomDomain, domain: &CustomDomain) -> StoreResult<bool> {
         self.write(None, |conn, changed| {
-            let current = domain_row(conn, domain.service_id)?;
-            if current.is_none_or(|c| c.domain != domain.domain) {
+            if was.service_id != domain.service_id || !still(conn, was)? {
                 return Ok(false);
             }
             write_domain(conn, domain)?;
@@ -371,17 +402,31 @@ impl DomainStore for Store {
         })
     }
 
-    fn domains_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<CustomDomain>> {
-        self.read(|conn| {
-            let rows = custom_domains::table
-                .filter(custom_domains::next_attempt_at.le(millis(now)))
-                .filter(custom_domains::status.ne(DomainStatus::Failed.as_str()))
-                .order((custom_domains::next_attempt_at, custom_domains::service_id))
-                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-                .select(domain_columns!())
-                .load::<DomainRow>(conn)?;
-            readable("custom domain", rows, DomainRow::into_domain)
-        })
+    fn domains_due(
+        &self,
+        now: OffsetDateTime,
+        work: DomainWork,
+        limit: usize,
+    ) -> StoreResult<Vec<CustomDomain>> {
+        // Each status apart, in the order served (renewals first): a query ordered by status
+        // would rest on how the names sort.
+        let mut left = limit;
+        let mut due = Vec::new();
+        for status in work.statuses() {
+            let rows = self.read_primary(|conn| {
+                let rows = custom_domains::table
+                    .filter(custom_domains::status.eq(status.as_str()))
+                    .filter(custom_domains::next_attempt_at.le(millis(now)))
+                    .order((custom_domains::next_attempt_at, custom_domains::service_id))
+                    .limit(i64::try_from(left).unwrap_or(i64::MAX))
+                    .select(domain_columns!())
+                    .load::<DomainRow>(conn)?;
+                readable("custom domain", rows, DomainRow::into_domain)
+            })?;
+            left -= rows.len();
+            due.extend(rows);
+        }
+        Ok(due)
     }
 
     fn lock_domain(

@@ -6,7 +6,7 @@
 use super::{create_account, register_service};
 use crate::https::{https_server, leaf, Files, NAMES};
 use registry_acme::DataKey;
-use registry_domain::custom_domain::DomainCertificate;
+use registry_domain::custom_domain::{CustomDomain, DomainCertificate};
 use registry_domain::ports::DomainStore;
 use registry_store::Store;
 use registry_testkit::tls::{ServerCertificate, TestCa};
@@ -295,7 +295,7 @@ fn activate(server: &TestServer, sub: &str, token: &str, certificate: &ServerCer
     let domain = store.domain_named(DOMAIN).unwrap().unwrap();
     let key = DataKey::from_base64(DATA_KEY).unwrap();
     let now = time::OffsetDateTime::now_utc();
-    let active = domain.ordered(
+    let active = domain.clone().ordered(
         Ok(DomainCertificate {
             chain_pem: certificate.chain.clone(),
             sealed_key: key.seal(certificate.key.as_bytes()),
@@ -306,7 +306,7 @@ fn activate(server: &TestServer, sub: &str, token: &str, certificate: &ServerCer
         &Default::default(),
         now,
     );
-    assert!(store.update_domain(&active).unwrap());
+    assert!(store.update_domain(&domain, &active).unwrap());
 }
 
 /// A domain added or removed purges its host from the caches in front of the registry: once
@@ -491,9 +491,12 @@ fn an_active_domain_serves_the_documents_under_its_own_issuer_and_certificate() 
     let answer = get(&format!("{DOMAIN}:80"), "/.well-known/acme-challenge/tok3n");
     assert_eq!(answer.status(), 404);
     // Its renewal comes due: the answer stored is served.
-    let mut due = store.domain_named(DOMAIN).unwrap().unwrap();
-    due.next_attempt_at = time::OffsetDateTime::now_utc() + time::Duration::minutes(2);
-    assert!(store.update_domain(&due).unwrap());
+    let active = store.domain_named(DOMAIN).unwrap().unwrap();
+    let due = CustomDomain {
+        next_attempt_at: time::OffsetDateTime::now_utc() + time::Duration::minutes(2),
+        ..active.clone()
+    };
+    assert!(store.update_domain(&active, &due).unwrap());
     eventually("the renewal's challenge is answered", || {
         get(&format!("{DOMAIN}:80"), "/.well-known/acme-challenge/tok3n").status() == 200
     });

@@ -10,7 +10,7 @@
 use super::*;
 use registry_domain::audit::{AuditQuery, Cursor, Trail};
 use registry_domain::custom_domain::{
-    CustomDomain, DomainCertificate, DomainProblem, DomainStatus, Schedule,
+    CustomDomain, DomainCertificate, DomainProblem, DomainStatus, DomainWork, Schedule,
 };
 use registry_domain::keys::{KeyRecord, KeyState};
 use registry_domain::policy::PolicyKind;
@@ -2532,17 +2532,30 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
         status: DomainStatus::Issuing,
         ..added.clone()
     };
-    assert!(store.hold_domain(&proven, &taken).unwrap());
+    assert!(store.hold_domain(&added, &proven, &taken).unwrap());
     let lost = store.domain_of(b.id).unwrap().unwrap();
     assert_eq!(
-        (lost.status, lost.problem.map(|p| p.code)),
+        (lost.status, lost.problem.clone().map(|p| p.code)),
         (DomainStatus::Failed, Some("domain-taken".into()))
     );
     let late = CustomDomain {
         status: DomainStatus::Issuing,
-        ..claim_b
+        ..claim_b.clone()
     };
-    assert!(!store.hold_domain(&late, &taken).unwrap(), "held already");
+    assert!(
+        !store.hold_domain(&claim_b, &late, &taken).unwrap(),
+        "held already"
+    );
+    // A lookup of b's claim that began before a proved the name ends after: its outcome, decided
+    // on the claim as it was, is not written over the failure.
+    let looked_late = claim_b.clone().checked(false, &Schedule::default(), at(12));
+    assert!(!store.update_domain(&claim_b, &looked_late).unwrap());
+    let deleted_late = store.delete_domain(b.id, Some(&claim_b), &ev()).unwrap();
+    assert!(
+        !deleted_late,
+        "a claim that changed is not deleted as it was"
+    );
+    assert_eq!(store.domain_of(b.id).unwrap(), Some(lost));
     assert_eq!(
         store.domain_named("login.acme.com").unwrap(),
         Some(proven.clone())
@@ -2574,20 +2587,21 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
         "only b's failed claim is left"
     );
     // The worker's progress on a replaced name is not written.
-    assert!(!store.update_domain(&added).unwrap());
+    assert!(!store.update_domain(&added, &added).unwrap());
     // The service goes, and its domain and the challenges of the name it holds with it.
     let held = CustomDomain {
         status: DomainStatus::Issuing,
         ..domain_of(a.id, "id.acme.com", 13)
     };
-    assert!(store.hold_domain(&held, &taken).unwrap());
+    let claim = domain_of(a.id, "id.acme.com", 13);
+    assert!(store.hold_domain(&claim, &held, &taken).unwrap());
     store
         .put_challenge("id.acme.com", "u", "u.k", at(14))
         .unwrap();
     assert!(store.delete_service(a.id, &ev()).unwrap());
     assert_eq!(store.domain_of(a.id).unwrap(), None);
     assert_eq!(store.challenge("id.acme.com", "u").unwrap(), None);
-    assert!(!store.delete_domain(a.id, &ev()).unwrap());
+    assert!(!store.delete_domain(a.id, None, &ev()).unwrap());
 }
 
 #[test]
@@ -2618,7 +2632,8 @@ fn unproven_claims_are_counted_per_customer_and_acme_orders_per_account(store: &
         code: "domain-taken".into(),
         message: "taken".into(),
     };
-    assert!(store.hold_domain(&proven, &taken).unwrap());
+    let claim = domain_of(mine[0].id, "d0.acme.com", 10);
+    assert!(store.hold_domain(&claim, &proven, &taken).unwrap());
     assert_eq!(store.pending_domains(customer.id).unwrap(), 2);
     assert_eq!(store.pending_domains(Uuid::new_v4()).unwrap(), 0);
 
@@ -2677,25 +2692,25 @@ fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store:
     }
     // a: looked at, next in 10 s; b: failed; c: due now.
     let a = store.domain_of(services[0].id).unwrap().unwrap();
-    assert!(store
-        .update_domain(&a.checked(false, &schedule, at(0)))
-        .unwrap());
+    let looked = a.clone().checked(false, &schedule, at(0));
+    assert!(store.update_domain(&a, &looked).unwrap());
+    // The same step again (another replica's, decided on the same read): refused.
+    let again = a.clone().checked(false, &schedule, at(1));
+    assert!(!store.update_domain(&a, &again).unwrap());
+    assert_eq!(store.domain_of(services[0].id).unwrap(), Some(looked));
     let b = store.domain_of(services[1].id).unwrap().unwrap();
-    let failed = b.checked(false, &schedule, at(0) + time::Duration::hours(72));
-    assert!(store.update_domain(&failed).unwrap());
-    let due: Vec<String> = store
-        .domains_due(at(5), 10)
-        .unwrap()
-        .into_iter()
-        .map(|d| d.domain)
-        .collect();
-    assert_eq!(due, ["c.example.com"]);
-    assert_eq!(
-        store.domains_due(at(10), 10).unwrap().len(),
-        2,
-        "a's time came"
-    );
-    assert_eq!(store.domains_due(at(10), 1).unwrap().len(), 1);
+    let failed = b
+        .clone()
+        .checked(false, &schedule, at(0) + time::Duration::hours(72));
+    assert!(store.update_domain(&b, &failed).unwrap());
+    let due = |now: i64, work: DomainWork, limit: usize| -> Vec<String> {
+        let due = store.domains_due(at(now), work, limit).unwrap();
+        due.into_iter().map(|d| d.domain).collect()
+    };
+    assert_eq!(due(5, DomainWork::Lookup, 10), ["c.example.com"]);
+    assert_eq!(due(10, DomainWork::Lookup, 10).len(), 2, "a's time came");
+    assert_eq!(due(10, DomainWork::Lookup, 1).len(), 1);
+    assert!(due(10, DomainWork::Order, 10).is_empty(), "none is held");
     assert_eq!(store.domain_of(services[1].id).unwrap().unwrap(), failed);
 
     // One lock holder at a time, until its lock ends.
@@ -2707,11 +2722,8 @@ fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store:
 
     // Served once active with a certificate, which reads back as written.
     assert!(store.held_domains().unwrap().is_empty());
-    let issuing = store
-        .domain_of(c)
-        .unwrap()
-        .unwrap()
-        .checked(true, &schedule, at(1));
+    let claim_c = store.domain_of(c).unwrap().unwrap();
+    let issuing = claim_c.clone().checked(true, &schedule, at(1));
     let certificate = DomainCertificate {
         chain_pem: "-----BEGIN CERTIFICATE-----".into(),
         sealed_key: "sealed".into(),
@@ -2720,8 +2732,25 @@ fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store:
         issuer: "CN=Pebble".into(),
     };
     let active = issuing.ordered(Ok(certificate), &schedule, at(2));
-    assert!(store.update_domain(&active).unwrap());
-    assert_eq!(store.held_domains().unwrap(), [active]);
+    assert!(store.update_domain(&claim_c, &active).unwrap());
+    assert_eq!(store.held_domains().unwrap(), [active.clone()]);
+    // Orders apart from lookups, renewals first: a's first order, due long before c's renewal,
+    // comes after it.
+    let claim_a = store.domain_of(services[0].id).unwrap().unwrap();
+    let issuing_a = claim_a.clone().checked(true, &schedule, at(20));
+    let taken = DomainProblem {
+        code: "domain-taken".into(),
+        message: "taken".into(),
+    };
+    assert!(store.hold_domain(&claim_a, &issuing_a, &taken).unwrap());
+    let renewal = (active.next_attempt_at - at(0)).whole_seconds();
+    assert_eq!(
+        due(renewal, DomainWork::Order, 10),
+        ["c.example.com", "a.example.com"]
+    );
+    assert_eq!(due(renewal, DomainWork::Order, 1), ["c.example.com"]);
+    assert_eq!(due(renewal - 1, DomainWork::Order, 10), ["a.example.com"]);
+    assert!(due(renewal, DomainWork::Lookup, 10).is_empty());
 
     // ACME accounts: the first kept wins.
     assert_eq!(store.acme_account("https://acme/dir").unwrap(), None);

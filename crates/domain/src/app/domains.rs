@@ -7,7 +7,7 @@ use crate::app::{AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::{
     check_domain, in_fair_order, may_order, CustomDomain, DomainCertificate, DomainProblem,
-    DomainStatus, Schedule, ACCOUNT_WINDOW, BUDGET_WAIT, DOMAIN_TAKEN, ORDER_LOCK,
+    DomainStatus, DomainWork, Schedule, ACCOUNT_WINDOW, BUDGET_WAIT, DOMAIN_TAKEN, ORDER_LOCK,
 };
 use crate::ports::{AcmeChallenge, CertificateAuthority, OwnershipCheck, Sealing};
 use crate::{Service, StoreError};
@@ -123,7 +123,7 @@ pub fn remove(
 ) -> Result<(), AppError> {
     registered_only(service)?;
     let event = caller.service_event(Action::DomainDelete, service, now);
-    if registry.store.delete_domain(service.id, &event)? {
+    if registry.store.delete_domain(service.id, None, &event)? {
         Ok(())
     } else {
         Err(no_domain(&service.subdomain))
@@ -161,14 +161,15 @@ pub fn issuer(
     }
 }
 
-/// Up to `limit` domains the worker has something to do for at `now`, in the order it serves
-/// them ([`in_fair_order`]: renewals, new orders, then lookups, customers in turn).
+/// Up to `limit` domains with `work` to do at `now`, in the order the worker serves them
+/// ([`in_fair_order`]: renewals before new orders, customers in turn).
 pub fn due(
     registry: &Registry,
     now: OffsetDateTime,
+    work: DomainWork,
     limit: usize,
 ) -> Result<Vec<CustomDomain>, AppError> {
-    let due = registry.store.domains_due(now, limit)?;
+    let due = registry.store.domains_due(now, work, limit)?;
     let mut with_customers = Vec::with_capacity(due.len());
     for domain in due {
         let customer = (registry.store.service(domain.service_id)?).and_then(|s| s.customer_id);
@@ -237,8 +238,8 @@ pub fn advance(
                 .dns
                 .holds(&domain.challenge_name(), &domain.txt_token);
             let proven = holds == Ok(true);
-            let checked = domain.checked(proven, outside.schedule, now);
-            looked(registry, checked, now)?;
+            let checked = domain.clone().checked(proven, outside.schedule, now);
+            looked(registry, &domain, checked, now)?;
             Ok(Step::Looked {
                 proven,
                 failed: holds.err(),
@@ -253,7 +254,8 @@ pub fn advance(
             }
             let outcome = order(registry, outside, &domain.domain, now);
             let step = Step::Ordered(outcome.as_ref().map(|c| c.not_after).map_err(Clone::clone));
-            progress(registry, &domain.ordered(outcome, outside.schedule, now))?;
+            let next = domain.clone().ordered(outcome, outside.schedule, now);
+            progress(registry, &domain, &next)?;
             Ok(step)
         }
         DomainStatus::Failed => Ok(Step::Nothing),
@@ -342,7 +344,7 @@ fn take_order(
     let renewal = domain.renews();
     if !may_order(renewal, new_orders, orders) {
         let later = domain.clone().postponed(now + BUDGET_WAIT);
-        registry.store.update_domain(&later)?;
+        registry.store.update_domain(domain, &later)?;
         return Ok(false);
     }
     (registry.store).record_acme_order(
@@ -356,18 +358,25 @@ fn take_order(
     Ok(true)
 }
 
-/// Records the worker's step (`next`), unless the domain was removed or replaced meanwhile.
-fn progress(registry: &Registry, next: &CustomDomain) -> Result<bool, AppError> {
-    Ok(registry.store.update_domain(next)?)
+/// Records the worker's step from `was` to `next`, unless the domain changed meanwhile.
+fn progress(
+    registry: &Registry,
+    was: &CustomDomain,
+    next: &CustomDomain,
+) -> Result<bool, AppError> {
+    Ok(registry.store.update_domain(was, next)?)
 }
 
-/// Records a TXT lookup's outcome (`looked`: the claim after [`CustomDomain::checked`]) at
-/// `now`: a claim proven holds the name, and every other service's claim of it turns failed
+/// Records a TXT lookup's outcome (`looked`: the claim `was` after [`CustomDomain::checked`])
+/// at `now`: a claim proven holds the name, and every other service's claim of it turns failed
 /// (`domain-taken`), unless another service proved it first (then this one fails so); a claim
 /// not proven in time is deleted, its name free again (a `system` event); any other outcome is
-/// recorded as it is.
+/// recorded as it is. Every replica looks: another may have proven the claim, or its owner
+/// replaced or removed it, while this lookup waited; each write is made only to the claim as it
+/// was looked up (`was`), so that no late outcome undoes one recorded meanwhile.
 fn looked(
     registry: &Registry,
+    was: &CustomDomain,
     looked: CustomDomain,
     now: OffsetDateTime,
 ) -> Result<bool, AppError> {
@@ -378,20 +387,9 @@ fn looked(
             looked.domain
         ),
     };
-    // Every replica looks: another may have proven the claim, or its owner replaced or removed
-    // it, while this lookup waited. Only the claim as it was looked up is written.
-    let current = registry.store.domain_of(looked.service_id)?;
-    let unchanged = current.is_some_and(|c| {
-        c.domain == looked.domain
-            && c.txt_token == looked.txt_token
-            && c.status == DomainStatus::Verifying
-    });
-    if !unchanged {
-        return Ok(false);
-    }
     match looked.status {
         DomainStatus::Issuing => {
-            if registry.store.hold_domain(&looked, &taken)? {
+            if registry.store.hold_domain(was, &looked, &taken)? {
                 return Ok(true);
             }
             let refused = CustomDomain {
@@ -399,7 +397,7 @@ fn looked(
                 problem: Some(taken),
                 ..looked
             };
-            Ok(registry.store.update_domain(&refused)?)
+            Ok(registry.store.update_domain(was, &refused)?)
         }
         DomainStatus::Failed => {
             let Some(service) = registry.store.service(looked.service_id)? else {
@@ -412,9 +410,11 @@ fn looked(
                 service.customer_id,
                 now,
             );
-            Ok(registry.store.delete_domain(service.id, &event)?)
+            Ok(registry
+                .store
+                .delete_domain(service.id, Some(was), &event)?)
         }
-        _ => Ok(registry.store.update_domain(&looked)?),
+        _ => Ok(registry.store.update_domain(was, &looked)?),
     }
 }
 
@@ -482,14 +482,17 @@ mod tests {
         assert_ne!(claim_a.txt_token, claim_b.txt_token);
         // b proves it first: it holds the name, a's claim fails.
         let proven = claim_b.clone().checked(true, &schedule, NOW);
-        assert!(looked(&registry, proven, NOW).unwrap());
+        assert!(looked(&registry, &claim_b, proven, NOW).unwrap());
         assert_eq!(get(&registry, &b).unwrap().status, DomainStatus::Issuing);
         let lost = get(&registry, &a).unwrap();
         assert_eq!(lost.status, DomainStatus::Failed);
         assert_eq!(lost.problem.unwrap().code, "domain-taken");
-        // a's late proof changes nothing; a new claim of the name is a 409 naming no one.
-        let late = claim_a.checked(true, &schedule, NOW);
-        looked(&registry, late, NOW).unwrap();
+        // a's late proof, or a lookup that found nothing and ends after b's proof, changes
+        // nothing; a new claim of the name is a 409 naming no one.
+        let late = claim_a.clone().checked(true, &schedule, NOW);
+        assert!(!looked(&registry, &claim_a, late, NOW).unwrap());
+        let not_found = claim_a.clone().checked(false, &schedule, NOW);
+        assert!(!looked(&registry, &claim_a, not_found, NOW).unwrap());
         assert_eq!(get(&registry, &a).unwrap().status, DomainStatus::Failed);
         let refused = set(&registry, &caller, &a, "login.acme.com", NOW);
         let Err(AppError::DomainTaken(detail)) = refused else {
@@ -512,8 +515,8 @@ mod tests {
         let schedule = crate::custom_domain::Schedule::default();
         let claim = set(&registry, &caller, &a, "login.acme.com", NOW).unwrap();
         let later = NOW + schedule.give_up_after;
-        let expired = claim.checked(false, &schedule, later);
-        assert!(looked(&registry, expired, later).unwrap());
+        let expired = claim.clone().checked(false, &schedule, later);
+        assert!(looked(&registry, &claim, expired, later).unwrap());
         assert!(matches!(get(&registry, &a), Err(AppError::NotFound(_))));
         assert!(store.domain_named("login.acme.com").unwrap().is_none());
         let deleted = store.events_of(Action::DomainDelete);

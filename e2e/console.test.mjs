@@ -409,6 +409,10 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     await page.getByRole("button", { name: "Rotate now" }).click();
     await page.getByRole("button", { name: "Confirm" }).click();
     await page.getByRole("alert").filter({ hasText: `Not rotated: a rotation is in progress: key "${fresh[0]}"` }).waitFor();
+    // The refusal leaves the view following the keys: the verifier fetches, and without a
+    // reload the new key reads safe within 10 s.
+    assert.equal((await fetchKeySet(signer, AWS)).status, 200);
+    await readiness(page, fresh[0]).filter({ hasText: /^safe$/ }).waitFor({ timeout: 10_000 });
   });
 
   await t.test("d. explain: a refusal and its reasons", async () => {

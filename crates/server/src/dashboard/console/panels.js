@@ -71,6 +71,8 @@ async function confirmRotate() {
     clear($("signing-status"));
     show($("signing-message"), "Not rotated: " + problemText(result));
     signingAlert = "rotate";
+    // The keys go on changing (a pending key turns safe): the view keeps following them.
+    schedulePoll(gen);
     return;
   }
   const made = result.body && Array.isArray(result.body.keys) ? result.body.keys.filter((k) => !before.has(k.kid)) : [];
@@ -117,15 +119,17 @@ function renderDomain(result) {
   $("domain").hidden = false;
 }
 
+// Success is a status; a failure is an error, shown in the alert like every other.
 async function copyRecord(record) {
   const status = $("domain-status");
+  clear($("domain-message"));
   try {
     await navigator.clipboard.writeText(String(record.value));
     status.className = "message ok";
     status.textContent = "Copied the " + record.type + " record's value.";
   } catch (_) {
-    status.className = "message error";
-    status.textContent = "Copying is not allowed here: select the " + record.type + " record's value and copy it by hand.";
+    clear(status);
+    show($("domain-message"), "Copying is not allowed here: select the " + record.type + " record's value and copy it by hand.");
   }
 }
 

@@ -1425,7 +1425,7 @@ impl FetchLog for MemoryStore {
                 let mut inherited = 0;
                 let name = if known || !full {
                     a.agent.clone()
-                } else if crowded {
+                } else if crowded || a.agent == OTHER_AGENTS {
                     OTHER_AGENTS.to_owned()
                 } else {
                     let least = (bucket.agents.iter())

@@ -2,8 +2,12 @@
 //! the 200s and 304s, the last fetch, and the most frequent User-Agents, in memory until the next
 //! flush to the store ([`Fetches::take`]). Bounded whatever clients send: at most
 //! [`MAX_SERVICES`] services between two flushes (fetches of others are dropped, and counted),
-//! [`AGENTS_PER_DOCUMENT`] agents per document (the space-saving algorithm: a new agent takes
-//! the place of the least frequent one, and its count), each cut to [`AGENT_CHARS`] characters.
+//! [`AGENTS_PER_DOCUMENT`] agents per document, each cut to [`AGENT_CHARS`] characters. Past
+//! that bound a new agent takes the place of the least frequent one (the space-saving
+//! algorithm: it is ranked with that agent's count, so that a frequent agent is never pushed out
+//! by many rare ones), but reports its own fetches only; the fetches of the agent that gave its
+//! place are counted as the others' ([`OTHER_AGENTS`]). No agent is reported with a fetch it did
+//! not make, and every fetch is counted once.
 //!
 //! Each worker thread counts in its own map, under a lock only [`Fetches::take`] also takes:
 //! the fetches of one popular document on many workers never wait for one another. `take` adds
@@ -14,7 +18,9 @@ use crossbeam_utils::CachePadded;
 use foldhash::HashMap;
 use registry_domain::app::fetches::{Current, Served};
 use registry_domain::network::Network;
-use registry_domain::ports::{AgentFetches, DocumentFetches, FetchedDocument, NetworkFetch};
+use registry_domain::ports::{
+    AgentFetches, DocumentFetches, FetchedDocument, NetworkFetch, OTHER_AGENTS,
+};
 use smallvec::SmallVec;
 use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -37,7 +43,10 @@ const MAX_DOCUMENTS: usize = MAX_SERVICES * 2;
 #[derive(Debug)]
 struct Agent {
     name: Box<str>,
+    /// Its rank: its own fetches, and `inherited`.
     count: u64,
+    /// The rank it took over with its place (not its fetches).
+    inherited: u64,
     last_at: OffsetDateTime,
     /// Where it fetched from: how often from each network, and when last. The first in place:
     /// a verifier usually fetches from one network.
@@ -54,6 +63,9 @@ struct Counts {
     not_modified: u64,
     last_at: OffsetDateTime,
     agents: SmallVec<[Agent; 1]>,
+    /// The fetches of the agents that gave their place, and the last of them (boxed: most
+    /// documents never have any).
+    others: Option<Box<(u64, OffsetDateTime)>>,
 }
 
 type Shard = HashMap<(Uuid, FetchedDocument), Counts>;
@@ -109,13 +121,7 @@ impl Fetches {
         }
         counts.last_at = counts.last_at.max(at);
         let networks = network.map(|network| (network, 1, at));
-        count_agent(
-            &mut counts.agents,
-            &clean_agent(agent),
-            1,
-            at,
-            networks.as_slice(),
-        );
+        counts.count_agent(&clean_agent(agent), 1, at, networks.as_slice());
     }
 
     /// Puts back counts [`Fetches::take`] gave that could not be stored (the database was
@@ -130,11 +136,15 @@ impl Fetches {
                 continue;
             };
             for a in &f.agents {
+                if a.agent == OTHER_AGENTS {
+                    counts.count_others(a.count, a.last_at);
+                    continue;
+                }
                 // The counts per network went with the flush; each comes back as one fetch.
                 let networks: Vec<_> = (a.networks.iter())
                     .map(|n| (n.network, 1, n.last_at))
                     .collect();
-                count_agent(&mut counts.agents, &a.agent, a.count, a.last_at, &networks);
+                counts.count_agent(&a.agent, a.count, a.last_at, &networks);
             }
             counts.ok += f.ok;
             counts.not_modified += f.not_modified;
@@ -174,6 +184,7 @@ impl Fetches {
                     not_modified: 0,
                     last_at: at,
                     agents: SmallVec::new(),
+                    others: None,
                 }))
             }
         }
@@ -203,12 +214,18 @@ impl Fetches {
                 agents: (c.agents.into_iter())
                     .map(|a| AgentFetches {
                         agent: a.name.into(),
-                        count: a.count,
+                        count: a.count - a.inherited,
                         last_at: a.last_at,
                         networks: (a.networks.into_iter())
                             .map(|(network, _, last_at)| NetworkFetch { network, last_at })
                             .collect(),
                     })
+                    .chain(c.others.map(|others| AgentFetches {
+                        agent: OTHER_AGENTS.into(),
+                        count: others.0,
+                        last_at: others.1,
+                        networks: Vec::new(),
+                    }))
                     .collect(),
             })
             .collect()
@@ -222,60 +239,81 @@ impl Counts {
         self.not_modified += other.not_modified;
         self.last_at = self.last_at.max(other.last_at);
         for a in other.agents {
-            count_agent(&mut self.agents, &a.name, a.count, a.last_at, &a.networks);
+            let own = a.count - a.inherited;
+            self.count_agent(&a.name, own, a.last_at, &a.networks);
+        }
+        if let Some(others) = other.others {
+            self.count_others(others.0, others.1);
+        }
+    }
+
+    /// Adds `n` fetches, the last at `at`, to the others'.
+    fn count_others(&mut self, n: u64, at: OffsetDateTime) {
+        add_others(&mut self.others, n, at);
+    }
+
+    /// Adds `n` fetches by `agent`, from `networks` (space-saving, for agents and for each
+    /// agent's networks: a new one past the bound takes the place of the least frequent one,
+    /// ranked with its count; an agent that gives its place leaves its fetches to the others).
+    fn count_agent(
+        &mut self,
+        agent: &str,
+        n: u64,
+        at: OffsetDateTime,
+        networks: &[(Network, u64, OffsetDateTime)],
+    ) {
+        let agents = &mut self.agents;
+        let known = match agents.iter().position(|a| *a.name == *agent) {
+            Some(i) => &mut agents[i],
+            None if agents.len() < AGENTS_PER_DOCUMENT => {
+                agents.push(Agent {
+                    name: agent.into(),
+                    count: 0,
+                    inherited: 0,
+                    last_at: at,
+                    networks: SmallVec::new(),
+                });
+                let last = agents.len() - 1;
+                &mut agents[last]
+            }
+            None => {
+                let Some(least) = agents.iter_mut().min_by_key(|a| a.count) else {
+                    return;
+                };
+                let (gone, gone_at) = (least.count - least.inherited, least.last_at);
+                // It takes the rank, not the fetches nor the networks: those were another's.
+                *least = Agent {
+                    name: agent.into(),
+                    count: least.count,
+                    inherited: least.count,
+                    last_at: at,
+                    networks: SmallVec::new(),
+                };
+                add_others(&mut self.others, gone, gone_at);
+                least
+            }
+        };
+        known.count += n;
+        known.last_at = known.last_at.max(at);
+        for &(network, m, last) in networks {
+            let kept = &mut known.networks;
+            if let Some(seen) = kept.iter_mut().find(|(k, _, _)| *k == network) {
+                seen.1 += m;
+                seen.2 = seen.2.max(last);
+            } else if kept.len() < NETWORKS_PER_AGENT {
+                kept.push((network, m, last));
+            } else if let Some(least) = kept.iter_mut().min_by_key(|(_, count, _)| *count) {
+                *least = (network, least.1 + m, last);
+            }
         }
     }
 }
 
-/// Adds `n` fetches by `agent` to `agents`, from `networks` (space-saving, for agents and for
-/// each agent's networks: a new one past the bound takes the place of the least frequent one,
-/// and its count).
-fn count_agent(
-    agents: &mut SmallVec<[Agent; 1]>,
-    agent: &str,
-    n: u64,
-    at: OffsetDateTime,
-    networks: &[(Network, u64, OffsetDateTime)],
-) {
-    let known = match agents.iter().position(|a| *a.name == *agent) {
-        Some(i) => &mut agents[i],
-        None if agents.len() < AGENTS_PER_DOCUMENT => {
-            agents.push(Agent {
-                name: agent.into(),
-                count: 0,
-                last_at: at,
-                networks: SmallVec::new(),
-            });
-            let last = agents.len() - 1;
-            &mut agents[last]
-        }
-        None => {
-            let Some(least) = agents.iter_mut().min_by_key(|a| a.count) else {
-                return;
-            };
-            // It takes the count, not the networks: those were another agent's.
-            *least = Agent {
-                name: agent.into(),
-                count: least.count,
-                last_at: at,
-                networks: SmallVec::new(),
-            };
-            least
-        }
-    };
-    known.count += n;
-    known.last_at = known.last_at.max(at);
-    for &(network, m, last) in networks {
-        let kept = &mut known.networks;
-        if let Some(seen) = kept.iter_mut().find(|(k, _, _)| *k == network) {
-            seen.1 += m;
-            seen.2 = seen.2.max(last);
-        } else if kept.len() < NETWORKS_PER_AGENT {
-            kept.push((network, m, last));
-        } else if let Some(least) = kept.iter_mut().min_by_key(|(_, count, _)| *count) {
-            *least = (network, least.1 + m, last);
-        }
-    }
+/// Adds `n` fetches, the last at `at`, to `others` (a document's others').
+fn add_others(others: &mut Option<Box<(u64, OffsetDateTime)>>, n: u64, at: OffsetDateTime) {
+    let others = others.get_or_insert_with(|| Box::new((0, at)));
+    others.0 += n;
+    others.1 = others.1.max(at);
 }
 
 /// What `hosted` serves, as the fetch evidence reports it.
@@ -348,11 +386,81 @@ mod tests {
         }
         let taken = fetches.take();
         let agents = &taken[0].agents;
-        assert_eq!(agents.len(), AGENTS_PER_DOCUMENT);
-        let top = agents.iter().max_by_key(|a| a.count).unwrap();
-        assert_eq!(top.agent, "AWS STS");
-        assert!(top.count >= 1000, "space-saving never undercounts");
+        // The bound, and the others' entry last.
+        assert_eq!(agents.len(), AGENTS_PER_DOCUMENT + 1);
+        let others = agents.last().unwrap();
+        assert_eq!(others.agent, OTHER_AGENTS);
+        assert!(others.networks.is_empty());
+        let named = agents.iter().filter(|a| a.agent != OTHER_AGENTS);
+        let top = named.max_by_key(|a| a.count).unwrap();
+        assert_eq!((top.agent.as_str(), top.count), ("AWS STS", 1000));
+        // No agent reported with a fetch it did not make, and every fetch counted once.
+        let bots = agents.iter().filter(|a| a.agent.starts_with("bot "));
+        assert!(bots.clone().all(|a| a.count == 1), "{agents:?}");
+        assert_eq!(bots.count(), AGENTS_PER_DOCUMENT - 1);
+        assert_eq!(others.count, 10_000 - (AGENTS_PER_DOCUMENT as u64 - 1));
+        assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), 11_000);
         assert_eq!(taken[0].ok, 11_000);
+        // Given back (the store was down), the others stay the others'.
+        fetches.give_back(taken);
+        let again = fetches.take();
+        let others = again[0].agents.iter().filter(|a| a.agent == OTHER_AGENTS);
+        assert_eq!(others.map(|a| a.count).collect::<Vec<_>>(), [9_969]);
+        assert_eq!(again[0].agents.iter().map(|a| a.count).sum::<u64>(), 11_000);
+    }
+
+    /// The probe of the fourth security review: a frequent agent that comes after a flood of
+    /// made-up ones is reported with its own fetches, and none of the flood is reported with
+    /// fetches it did not make.
+    #[test]
+    fn an_agent_after_a_flood_is_counted_with_its_own_fetches() {
+        let fetches = Fetches::default();
+        let service = Uuid::new_v4();
+        let mut record = |agent: &str, times: usize| {
+            for _ in 0..times {
+                fetches.record(service, DOC, false, agent.as_bytes(), NET, AT);
+            }
+        };
+        record("top A", 100);
+        record("top B", 50);
+        for i in 0..1_000 {
+            record(&format!("single {i}"), 1);
+        }
+        record("top C", 20);
+        let taken = fetches.take();
+        let counts: HashMap<&str, u64> = (taken[0].agents.iter())
+            .map(|a| (a.agent.as_str(), a.count))
+            .collect();
+        assert_eq!(counts["top A"], 100);
+        assert_eq!(counts["top B"], 50);
+        assert_eq!(counts["top C"], 20);
+        assert!((counts.iter())
+            .filter(|(agent, _)| agent.starts_with("single"))
+            .all(|(_, count)| *count == 1));
+        assert_eq!(counts.values().sum::<u64>(), 1_170);
+    }
+
+    #[test]
+    fn the_others_of_every_thread_are_added_up() {
+        let fetches = Fetches::default();
+        let service = Uuid::new_v4();
+        std::thread::scope(|scope| {
+            for thread in 0..2 {
+                let fetches = &fetches;
+                scope.spawn(move || {
+                    for i in 0..AGENTS_PER_DOCUMENT + 10 {
+                        let agent = format!("{thread} {i}");
+                        fetches.record(service, DOC, false, agent.as_bytes(), NET, AT);
+                    }
+                });
+            }
+        });
+        let taken = fetches.take();
+        let agents = &taken[0].agents;
+        assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), taken[0].ok);
+        assert!(agents
+            .iter()
+            .all(|a| a.count == 1 || a.agent == OTHER_AGENTS));
     }
 
     #[test]

@@ -130,7 +130,7 @@ pub async fn read_json(
     // it for application/octet-stream): 415, like any other type, rather than a guess.
     let essence = content_type(req);
     if essence != "application/json" && !essence.ends_with("+json") {
-        return Err(ApiError::UnsupportedMediaType);
+        return Err(ApiError::UnsupportedMediaType("application/json"));
     }
     let value: Value =
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;

@@ -297,10 +297,17 @@ fn a_caches_access_log_counts_as_the_fetches_it_records() {
         401,
         "unauthorized",
     );
-    assert_problem(
+    let problem = assert_problem(
         post_log(&server, TOKEN, "application/json", line.clone()),
         415,
         "unsupported-media-type",
+    );
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("application/x-ndjson"),
+        "the type it reads: {problem}"
     );
     // Up to 1 MiB, whatever the general body limit (64 KiB here); more is a 413.
     let bulk = log_line(&host, "/keys", 200, "GET", "bulk");
@@ -363,6 +370,44 @@ fn a_caches_access_log_counts_as_the_fetches_it_records() {
     let agents = agents_once(&server, &acme.token, &sub, "oci");
     let azure = agents.iter().find(|a| a["agent"] == "azure").unwrap();
     assert_eq!(azure["count"], 2);
+}
+
+/// The fourth security review's probe, in one batch (so in one flush of the replica's counts):
+/// a thousand one-off agents between two frequent ones and a third after them. The frequent
+/// ones are listed with their own fetches, the flood's past the bound are `other`, and no agent
+/// is listed with a fetch it did not make.
+#[test]
+fn a_flood_of_agents_is_the_others_and_no_agent_is_given_fetches_it_did_not_make() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_FETCH_LOG_TOKEN".into(), TOKEN.into())],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    publish_kids(&server, &acme.token, &sub, &["k1"]);
+    let host = server.issuer(&sub).split_once("://").unwrap().1.to_owned();
+    let lines_of = |agent: &str, times: usize| {
+        vec![log_line(&host, "/openid/v1/jwks", 200, "GET", agent); times]
+    };
+    let mut lines = [lines_of("top A", 100), lines_of("top B", 50)].concat();
+    lines.extend((0..1_000).map(|i| log_line(&host, "/keys", 200, "GET", &format!("single {i}"))));
+    lines.extend(lines_of("top C", 20));
+    let answer = post_log(&server, TOKEN, "application/x-ndjson", lines.join("\n"));
+    assert_eq!(json(answer), json!({"accepted": 1_170, "skipped": 0}));
+    let agents = agents_once(&server, &acme.token, &sub, "top C");
+    let count = |agent: &str| {
+        let listed = agents.iter().find(|a| a["agent"] == agent);
+        listed.map_or(0, |a| a["count"].as_u64().unwrap())
+    };
+    assert_eq!(
+        (count("top A"), count("top B"), count("top C")),
+        (100, 50, 20),
+        "{agents:?}"
+    );
+    assert!(count("other") > 900, "{agents:?}");
+    let mut flood = (agents.iter()).filter(|a| a["agent"].as_str().unwrap().starts_with("single"));
+    assert!(flood.all(|a| a["count"] == 1), "{agents:?}");
+    assert_eq!(agents.len(), 10, "the ten most frequent");
 }
 
 #[test]

@@ -2077,6 +2077,25 @@ fn stored_evidence_is_bounded_per_hour(store: &dyn Storage) {
     );
     let others = agents.iter().find(|a| a.agent == OTHER_AGENTS);
     assert_eq!(others.map(|a| a.count), Some(7), "{agents:?}");
+    // A replica's own others (agents that gave their place there) are the others here: on a
+    // full hour they take no one's place nor count.
+    // (Both hours read together: NOON's, full and without others yet, and the later one's 7.)
+    let before = store.fetches(service, NOON, 1000).unwrap()[0]
+        .agents
+        .clone();
+    store
+        .record_fetches(&[counts(service, NOON, &[(OTHER_AGENTS, 10)])])
+        .unwrap();
+    let after = store.fetches(service, NOON, 1000).unwrap()[0]
+        .agents
+        .clone();
+    let others = after.iter().find(|a| a.agent == OTHER_AGENTS);
+    assert_eq!(others.map(|a| a.count), Some(17), "{after:?}");
+    let named =
+        |agents: &[AgentFetches]| (agents.iter()).filter(|a| a.agent != OTHER_AGENTS).count();
+    assert_eq!(named(&after), named(&before), "no agent gave its place");
+    let total = |agents: &[AgentFetches]| agents.iter().map(|a| a.count).sum::<u64>();
+    assert_eq!(total(&after), total(&before) + 10);
     // Networks per agent and hour are bounded too.
     let many: Vec<String> = (0..40).map(|i| format!("10.0.{i}.0/24")).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();

@@ -110,8 +110,8 @@ kinds! {
         "The request body is larger than the server accepts.",
         "Send a smaller body (a key set with fewer keys, a shorter policy).";
     UNSUPPORTED_MEDIA_TYPE = "unsupported-media-type", 415, "Unsupported media type",
-        "The body is not declared as JSON.",
-        "Send Content-Type: application/json.";
+        "The body is not declared with the media type the endpoint reads.",
+        "Send the Content-Type the detail names: application/json for the API, application/x-ndjson for a cache's access log.";
     RATE_LIMITED = "rate-limited", 429, "Too many requests",
         "This client, credential or customer made more requests of this kind than it may in the time.",
         "Wait as many seconds as `Retry-After` says, then retry; spread the calls out.";

@@ -114,9 +114,9 @@ pub enum ApiError {
     /// The body is larger than allowed.
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
-    /// The body is not JSON by its Content-Type.
-    #[error("the request body must be JSON (Content-Type: application/json)")]
-    UnsupportedMediaType,
+    /// The body's Content-Type is not the one the endpoint reads (named).
+    #[error("the request body must be sent as Content-Type: {0}")]
+    UnsupportedMediaType(&'static str),
     /// Too many requests from this client.
     #[error("{detail}")]
     RateLimited {
@@ -282,7 +282,7 @@ impl ApiError {
             ApiError::RequestTimeout(_) => &kinds::REQUEST_TIMEOUT,
             ApiError::QuotaExceeded(_) => &kinds::QUOTA_EXCEEDED,
             ApiError::PayloadTooLarge(_) => &kinds::PAYLOAD_TOO_LARGE,
-            ApiError::UnsupportedMediaType => &kinds::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::UnsupportedMediaType(_) => &kinds::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RateLimited { .. } => &kinds::RATE_LIMITED,
             ApiError::Unavailable => &kinds::DATABASE_UNAVAILABLE,
             ApiError::Busy => &kinds::UNAVAILABLE,

@@ -119,7 +119,7 @@ pub async fn post(
 ) -> ApiResult<HttpResponse> {
     let body = read_bytes(&req, payload, MAX_BATCH_BYTES).await?;
     if content_type(&req) != NDJSON {
-        return Err(ApiError::UnsupportedMediaType);
+        return Err(ApiError::UnsupportedMediaType(NDJSON));
     }
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::BadRequest("the body is not UTF-8 text".into()))?;

@@ -270,7 +270,8 @@ impl Flush {
     ) -> Res<()> {
         let key = self.key(a.bucket);
         let full = places.agents(conn, key, a.bucket)? >= count(STORED_AGENTS_PER_HOUR as u64);
-        let mut crowded_out = full && !a.networks.is_empty();
+        // The replica's others (agents that gave their place there) are the others here too.
+        let mut crowded_out = a.name == OTHER_AGENTS || (full && !a.networks.is_empty());
         if crowded_out {
             for (network, _) in &a.networks {
                 if places.network_agents(conn, key, a.bucket, network)?

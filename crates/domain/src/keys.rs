@@ -302,6 +302,12 @@ pub struct SourceUpload {
     pub discovery: Option<Value>,
     /// Its `retainRemovedKeysHours`: how long its keys stay published when the source is removed.
     pub retain_hours: u32,
+    /// The `kid`s of its upload in their order, which its keys are listed in (a key it shares
+    /// has its place in each source's upload; the key set lists it once, where its first source
+    /// put it). Empty in states written before it was recorded, and for the managed keys: then
+    /// the key set's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kids: Vec<String>,
 }
 
 /// What an upload did to the keys.
@@ -309,6 +315,8 @@ pub struct SourceUpload {
 pub struct Rotation {
     /// The keys after the upload.
     pub state: KeyState,
+    /// The `kid`s of the upload, in its order.
+    pub uploaded: Vec<String>,
     /// `kid`s of the uploaded keys that were not published before.
     pub added: Vec<String>,
     /// `kid`s that this upload retired (kept published for a while, unless the retention is 0).
@@ -424,10 +432,11 @@ pub fn rotate(
             dismissed_at: None,
         });
     }
+    let uploaded: Vec<String> = (current.iter()).map(|k| k.kid.clone()).collect();
     let until = retirement_end(retain, now, expires_at);
     let mut retired = Vec::new();
     let mut kept = Vec::new();
-    for key in live {
+    for &key in &live {
         if current.iter().any(|c| c.kid == key.kid) {
             continue;
         }
@@ -452,8 +461,14 @@ pub fn rotate(
             }
         }
     }
-    // Stable: upload order within a source.
-    current.sort_by(|a, b| a.source.cmp(&b.source));
+    // Upload order within a source: this upload's for its own keys, and the order of before for
+    // every other source's (a key of another source that this upload shares stays where that
+    // source put it).
+    let place = |k: &KeyRecord| match k.source == source {
+        true => uploaded.iter().position(|kid| *kid == k.kid),
+        false => live.iter().position(|l| l.kid == k.kid),
+    };
+    current.sort_by_cached_key(|k| (k.source.clone(), place(k)));
     let total = current.len() + kept.len();
     if total > MAX_PUBLISHED_KEYS {
         let names: Vec<&str> = kept.iter().map(|k| k.kid.as_str()).collect();
@@ -483,6 +498,7 @@ pub fn rotate(
             keys: current,
             sources: previous.sources.clone(),
         },
+        uploaded,
         added,
         retired,
         retired_until,
@@ -706,22 +722,24 @@ impl KeyState {
                 SourceUpload {
                     discovery: None,
                     retain_hours: DEFAULT_RETAIN_HOURS,
+                    kids: Vec::new(),
                 },
             );
         }
         sources
     }
 
-    /// This state, made by `source`'s upload from `previous`, with that upload recorded: its
-    /// discovery document becomes the published one, so the source whose document was
-    /// published until now (`published_before`, the document) keeps its own; sources left with
-    /// no current key are dropped.
+    /// This state, made by `source`'s upload of `uploaded` (its `kid`s, in order) from
+    /// `previous`, with that upload recorded: its discovery document becomes the published one,
+    /// so the source whose document was published until now (`published_before`, the document)
+    /// keeps its own; sources left with no current key are dropped.
     pub fn with_upload(
         self,
         previous: &KeyState,
         published_before: Option<Value>,
         source: &str,
         retain_hours: u32,
+        uploaded: Vec<String>,
     ) -> KeyState {
         let mut sources = previous.sources();
         for (name, kept) in &mut sources {
@@ -734,6 +752,7 @@ impl KeyState {
             SourceUpload {
                 discovery: None,
                 retain_hours,
+                kids: uploaded,
             },
         );
         KeyState { sources, ..self }.without_empty_sources()
@@ -840,6 +859,7 @@ impl KeyState {
             SourceUpload {
                 discovery: None,
                 retain_hours: 0,
+                kids: Vec::new(),
             },
         );
         KeyState { keys, sources }.without_empty_sources()
@@ -877,9 +897,15 @@ impl KeyState {
     pub fn source_upload(&self, source: &str, published: &Value) -> Option<Value> {
         let recorded = self.sources();
         let upload = recorded.get(source)?;
+        let mut keys: Vec<&KeyRecord> = (self.keys.iter())
+            .filter(|k| k.retired_at.is_none() && k.held_by(source))
+            .collect();
+        // In its upload's order (stable: the key set's order for states that have none).
+        keys.sort_by_key(|k| upload.kids.iter().position(|kid| *kid == k.kid));
+        let keys: Vec<Value> = keys.iter().map(|k| Value::Object(k.jwk.clone())).collect();
         Some(json!({
             "openidConfiguration": upload.discovery.as_ref().unwrap_or(published),
-            "jwks": self.current_keys(|of| of == source),
+            "jwks": {"keys": keys},
         }))
     }
 
@@ -1250,6 +1276,7 @@ mod tests {
                 Some(json!({"n": source})),
                 source,
                 retain,
+                rotation.uploaded.clone(),
             );
             (rotation, state)
         };
@@ -1313,8 +1340,15 @@ mod tests {
         let upload = |state: &KeyState, source: &str, keys: &[Value]| {
             let rotation = rotate(state, source, keys, 24, t0, None).unwrap();
             let retired = rotation.retired.clone();
-            let state = rotation.state.with_upload(state, None, source, 24);
+            let state = rotation
+                .state
+                .with_upload(state, None, source, 24, rotation.uploaded);
             (retired, state)
+        };
+        let kids_of = |listed: &Value| -> Vec<String> {
+            (listed["keys"].as_array().unwrap().iter())
+                .map(|k| k["kid"].as_str().unwrap().to_owned())
+                .collect()
         };
         let (_, blue) = upload(&KeyState::default(), "blue", &[key("shared", X1)]);
         // A source's own upload of its key again replaces its other members.
@@ -1330,6 +1364,25 @@ mod tests {
             let listed = both.source_upload(source, &json!({})).unwrap();
             let kids = listed["jwks"]["keys"].to_string();
             assert!(kids.contains("\"shared\""), "{source}: {kids}");
+        }
+        // Each source's upload is listed in its own order, and the key set in each source's
+        // order: a key it shares stays where its first source put it.
+        {
+            let listed = |state: &KeyState, source: &str| {
+                kids_of(&state.source_upload(source, &json!({})).unwrap()["jwks"])
+            };
+            let (_, first) = upload(
+                &KeyState::default(),
+                "blue",
+                &[key("b1", X3), key("shared", X1)],
+            );
+            let (_, second) = upload(&first, "green", &[key("g1", X2), key("shared", X1)]);
+            assert_eq!(listed(&second, "blue"), ["b1", "shared"]);
+            assert_eq!(listed(&second, "green"), ["g1", "shared"]);
+            assert_eq!(kids_of(&second.current_set()), ["b1", "shared", "g1"]);
+            let (_, third) = upload(&second, "blue", &[key("shared", X1), key("b1", X3)]);
+            assert_eq!(kids_of(&third.current_set()), ["shared", "b1", "g1"]);
+            assert_eq!(listed(&third, "green"), ["g1", "shared"]);
         }
         // Blue's sync goes: the key stays current, green's alone.
         let without_blue = both.without_source("blue", t0, None).unwrap();

@@ -239,19 +239,39 @@ fn a_shared_key_stays_while_a_source_has_it_and_sources_are_bounded() {
     let acme = server.customer("acme", "business");
     let sub = register_service(&server, &acme, "k3s");
     let shared = SigningKey::generate(KeyKind::P256, "shared");
+    let (b1, g1) = (
+        SigningKey::generate(KeyKind::P256, "b1"),
+        SigningKey::generate(KeyKind::P256, "g1"),
+    );
     let put = |source: &str, keys: &[&SigningKey]| {
         let jwks: Vec<Value> = keys.iter().map(|k| k.public_jwk()).collect();
         put_keys_as(&server, &acme.token, &sub, Some(source), &jwks, None)
     };
-    assert_eq!(put("blue", &[&shared]).status(), 200);
-    assert_eq!(put("green", &[&shared]).status(), 200);
-    for source in ["blue", "green"] {
+    assert_eq!(put("blue", &[&b1, &shared]).status(), 200);
+    assert_eq!(put("green", &[&g1, &shared]).status(), 200);
+    // Each source's upload as it was uploaded, in its order; the key set in each source's.
+    for (source, own) in [("blue", &b1), ("green", &g1)] {
         let upload = json(config_of(
             &server,
             &acme.token,
             &format!("/services/{sub}/config?source={source}"),
         ));
-        assert_eq!(kids(&upload["jwks"]), ["shared"], "{source}");
+        let uploaded = json!({"keys": [own.public_jwk(), shared.public_jwk()]});
+        assert_eq!(upload["jwks"], uploaded, "{source}");
+    }
+    assert_eq!(kids(&public_keys(&server, &sub).0), ["b1", "shared", "g1"]);
+    // Each drops its own key, at once (retained 0 hours): `shared` alone is left, both sources'.
+    for source in ["blue", "green"] {
+        let jwks = [shared.public_jwk()];
+        let answer = put_keys_as(
+            &server,
+            &acme.token,
+            &sub,
+            Some(source),
+            &jwks,
+            Some(json!(0)),
+        );
+        assert_eq!(answer.status(), 200, "{source}");
     }
     let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
     assert_eq!(inventory["keys"][0]["sources"], json!(["blue", "green"]));

@@ -91,6 +91,7 @@ pub fn publish(
                             published_before,
                             &command.source,
                             upload.retain_hours,
+                            upload.rotation.uploaded,
                         );
                         for key in &mut keys.keys {
                             if upload.rotation.added.contains(&key.kid) {

@@ -232,6 +232,10 @@ pub fn update(
             before.policy.document().clone(),
             account.policy.document().clone(),
         );
+    // A change that changes nothing is not written, nor recorded (docs/api.md, "Audit trail").
+    if event.changes.is_empty() {
+        return Ok(Updated { account, warnings });
+    }
     let id = account.id;
     registry
         .store
@@ -715,6 +719,16 @@ mod tests {
             changes["policy"]["new"]["rules"][0]["claims"]["iss"],
             "https://other.example"
         );
+        // The same again changes nothing: no event.
+        let events = w.store.events_of(Action::AccountUpdate).len();
+        let same = UpdateAccount {
+            name: Some("ci-2".into()),
+            policy: Some(oidc("https://other.example")),
+            problems: Vec::new(),
+        };
+        let again = update(&w.registry, &w.admin, updated.account.clone(), same, NOW).unwrap();
+        assert_eq!(again.account.name, "ci-2");
+        assert_eq!(w.store.events_of(Action::AccountUpdate).len(), events);
     }
 
     #[test]

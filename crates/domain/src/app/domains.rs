@@ -59,7 +59,9 @@ pub fn set(
     }
     // Unproven claims are bounded per customer: each costs every replica's worker lookups.
     if let Some(customer) = service.customer_id {
-        let replaced = current.is_some_and(|c| c.status == DomainStatus::Verifying);
+        let replaced = current
+            .as_ref()
+            .is_some_and(|c| c.status == DomainStatus::Verifying);
         let pending =
             (registry.store.pending_domains(customer)?).saturating_sub(usize::from(replaced));
         let most = registry.settings.max_pending_domains;
@@ -78,7 +80,17 @@ pub fn set(
         URL_SAFE_NO_PAD.encode(token),
         now,
     );
-    let event = caller.service_event(Action::DomainPut, service, now);
+    let mut event = caller.service_event(Action::DomainPut, service, now);
+    // A PUT that replaces the service's domain (or starts a failed one over) says what changed.
+    if let Some(old) = &current {
+        event = event
+            .with_change("domain", old.domain.as_str().into(), domain.into())
+            .with_change(
+                "status",
+                old.status.as_str().into(),
+                added.status.as_str().into(),
+            );
+    }
     match registry.store.put_domain(&added, &event) {
         Ok(()) => Ok(added),
         Err(StoreError::Conflict(_)) => Err(taken(domain)),
@@ -469,6 +481,15 @@ mod tests {
         assert_eq!(store.events_of(Action::DomainDelete).len(), 1);
         // Free again: the other service takes it.
         assert!(set(&registry, &caller, &b, "login.acme.com", NOW).is_ok());
+        let first = store.events_of(Action::DomainPut).pop().unwrap();
+        assert!(first.changes.is_empty(), "a first domain is no update");
+        // Another name replaces it: the event says what changed.
+        set(&registry, &caller, &b, "id.acme.com", NOW).unwrap();
+        let replaced = store.events_of(Action::DomainPut).pop().unwrap();
+        assert_eq!(
+            replaced.to_json()["changes"],
+            serde_json::json!({"domain": {"old": "login.acme.com", "new": "id.acme.com"}})
+        );
     }
 
     /// The fourth security review: a domain is held only once proven; other claims of it are

@@ -241,6 +241,10 @@ pub fn update(
             before.description.clone().into(),
             service.description.clone().into(),
         );
+    // A change that changes nothing is not written, nor recorded (docs/api.md, "Audit trail").
+    if event.changes.is_empty() {
+        return Ok(service);
+    }
     let key = service.subdomain.clone();
     registry
         .store
@@ -498,7 +502,7 @@ mod tests {
         assert_eq!(updated.title.as_deref(), Some("New"));
         assert_eq!(updated.description, None);
         assert_eq!(updated.subdomain, "api-acme");
-        assert_eq!(store.service(service.id).unwrap(), Some(updated));
+        assert_eq!(store.service(service.id).unwrap(), Some(updated.clone()));
         let event = store.last_event().unwrap();
         assert_eq!(event.action, Action::ServiceUpdate);
         assert_eq!(event.resource.id, service.id.to_string());
@@ -512,6 +516,17 @@ mod tests {
                 "description": {"old": "to clear", "new": null},
             })
         );
+        // The same again changes nothing: no event.
+        let events = store.events_of(Action::ServiceUpdate).len();
+        let same = UpdateService {
+            title: Some("New".into()),
+            description: Some(None),
+        };
+        assert_eq!(
+            update(&registry, &admin, &updated, same, later).unwrap(),
+            updated
+        );
+        assert_eq!(store.events_of(Action::ServiceUpdate).len(), events);
     }
 
     #[test]

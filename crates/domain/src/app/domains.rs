@@ -72,14 +72,17 @@ pub fn set(
             )));
         }
     }
-    let mut token = [0u8; 24];
-    registry.random.fill_bytes(&mut token);
-    let added = CustomDomain::new(
-        service.id,
-        domain.to_owned(),
-        URL_SAFE_NO_PAD.encode(token),
-        now,
-    );
+    // The same name started over keeps its TXT record (a PUT of the domain the service has
+    // answers the same records): its owner set it once.
+    let txt_token = match current.as_ref().filter(|c| c.domain == domain) {
+        Some(again) => again.txt_token.clone(),
+        None => {
+            let mut token = [0u8; 24];
+            registry.random.fill_bytes(&mut token);
+            URL_SAFE_NO_PAD.encode(token)
+        }
+    };
+    let added = CustomDomain::new(service.id, domain.to_owned(), txt_token, now);
     let mut event = caller.service_event(Action::DomainPut, service, now);
     // A PUT that replaces the service's domain (or starts a failed one over) says what changed.
     if let Some(old) = &current {
@@ -483,6 +486,16 @@ mod tests {
         assert!(set(&registry, &caller, &b, "login.acme.com", NOW).is_ok());
         let first = store.events_of(Action::DomainPut).pop().unwrap();
         assert!(first.changes.is_empty(), "a first domain is no update");
+        // A failed claim started over keeps its records.
+        let failed = CustomDomain {
+            status: DomainStatus::Failed,
+            ..store.domain_of(b.id).unwrap().unwrap()
+        };
+        let was = store.domain_of(b.id).unwrap().unwrap();
+        assert!(store.update_domain(&was, &failed).unwrap());
+        let again = set(&registry, &caller, &b, "login.acme.com", NOW).unwrap();
+        assert_eq!(again.status, DomainStatus::Verifying);
+        assert_eq!(again.txt_token, was.txt_token, "the same records");
         // Another name replaces it: the event says what changed.
         set(&registry, &caller, &b, "id.acme.com", NOW).unwrap();
         let replaced = store.events_of(Action::DomainPut).pop().unwrap();

@@ -416,7 +416,7 @@ mod tests {
     fn an_agent_after_a_flood_is_counted_with_its_own_fetches() {
         let fetches = Fetches::default();
         let service = Uuid::new_v4();
-        let mut record = |agent: &str, times: usize| {
+        let record = |agent: &str, times: usize| {
             for _ in 0..times {
                 fetches.record(service, DOC, false, agent.as_bytes(), NET, AT);
             }

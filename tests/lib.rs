@@ -8,6 +8,13 @@
 
 mod support;
 
+/// The repository's README, whose Rust example (embedding the policy engine) runs as this
+/// crate's doc test, so that it keeps to the engine's signatures; its other blocks are shell,
+/// JSON and the like, which rustdoc does not run.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;
+
 pub use support::database::{
     backend_name, execute_sql, fresh_database_url, postgres_tool, sqlite_python, POSTGRES_URL_VAR,
 };

@@ -3,7 +3,7 @@
 use crate::{Violation, Violations};
 
 /// Why the engine could not do what it was asked: every fallible function of the crate answers
-/// this type.
+/// this type, but the parse of an action's name, which answers [`crate::UnknownAction`].
 ///
 /// ```
 /// use registry_policy::{Policy, PolicyError};

@@ -216,6 +216,29 @@ fn near_misses(rule: usize, pointer: &str, pattern: &str, value: &Value, hints: 
 }
 
 impl Policy {
+    /// The refusal of the action a call needs, which `member` (of `rule`) does not grant, as
+    /// `message` says. A version-1 document has no `actions` (nor `version`): it grants every
+    /// action but `tokens:sign`, and the refusal points at the whole document (`""`).
+    fn action_refused(&self, rule: Option<usize>, member: String, message: String) -> Reason {
+        let (pointer, message) = match self.version() {
+            1 => (
+                String::new(),
+                format!(
+                    "a version 1 policy allows every action but \"{}\", which only a version 2 \
+                     policy allows, by naming it in its actions",
+                    Action::TokensSign
+                ),
+            ),
+            _ => (member, message),
+        };
+        Reason {
+            rule,
+            pointer: Some(pointer),
+            code: ReasonCode::ActionNotAllowed,
+            message,
+        }
+    }
+
     /// Explains the decision of [`Policy::evaluate`] for the same arguments: `claims` (`None`: a
     /// static token), the requested `service` (`None`: a call on no one service), the
     /// client's address `ip` (an [`IpAddr`], or `None`: not checked) and the `action` the call
@@ -270,8 +293,11 @@ impl Policy {
             }
             refused
         };
+        // An OIDC policy asked without claims is asked about a token that names no issuer.
+        let no_claims = Map::new();
         let claims = match (self.kind(), claims) {
             (PolicyKind::Oidc, Some(claims)) => claims,
+            (PolicyKind::Oidc, None) => &no_claims,
             _ => {
                 if address_refused(&mut reasons) {
                     return deny(reasons, hints);
@@ -294,15 +320,14 @@ impl Policy {
                     return deny(reasons, hints);
                 }
                 if let Some(action) = action.filter(|a| !self.actions().contains(*a)) {
-                    reasons.push(Reason {
-                        rule: None,
-                        pointer: Some("/actions".into()),
-                        code: ReasonCode::ActionNotAllowed,
-                        message: format!(
+                    reasons.push(self.action_refused(
+                        None,
+                        "/actions".into(),
+                        format!(
                             "the policy's actions do not include \"{action}\", the action the \
                              call needs"
                         ),
-                    });
+                    ));
                     return deny(reasons, hints);
                 }
                 return Explanation {
@@ -423,16 +448,15 @@ impl Policy {
                     Some(service) => format!("and covers {service:?}"),
                     None => "(a call on no one service)".to_owned(),
                 };
-                reasons.push(Reason {
-                    rule: Some(rule.index),
-                    pointer: Some(format!("/rules/{}/actions", rule.index)),
-                    code: ReasonCode::ActionNotAllowed,
-                    message: format!(
+                reasons.push(self.action_refused(
+                    Some(rule.index),
+                    format!("/rules/{}/actions", rule.index),
+                    format!(
                         "rule {} accepts the token {scope}, but its actions do not include \
                          \"{action}\"",
                         rule.index
                     ),
-                });
+                ));
             }
             return deny(reasons, hints);
         }
@@ -479,6 +503,40 @@ mod tests {
             Some("192.0.2.1".parse().unwrap()),
             None,
         )
+    }
+
+    /// Every pointer points at a member the document has: an OIDC policy asked without claims
+    /// names no `/services` (it has none), and a version-1 document's refused action points at
+    /// the whole document (it has no `actions`).
+    #[test]
+    fn pointers_point_at_members_the_document_has() {
+        let oidc = policy(&[("sub", "registry", &["api-x"])], &[]);
+        let unasked = oidc.explain(None, Some("api-x"), None, None);
+        assert!(!unasked.allowed);
+        assert_eq!(unasked.reasons[0].code, ReasonCode::IssuerUnknown);
+        assert!(!oidc.evaluate(None, Some("api-x"), None, None).is_allowed());
+        let claims = json!({"iss": "https://ci.example", "aud": "registry", "sub": "sub"});
+        for (document, pointer) in [
+            (json!({"kind": "static", "services": ["*"]}), ""),
+            (
+                json!({"$schema": format!("https://registry.example{}", crate::SCHEMA_V2_PATH),
+                    "kind": "static", "services": ["*"], "actions": ["*"]}),
+                "/actions",
+            ),
+            (oidc.document().clone(), ""),
+        ] {
+            let policy = Policy::parse(&document).unwrap().policy;
+            let refused =
+                policy.explain(claims.as_object(), Some("api-x"), None, Action::TokensSign);
+            assert!(!refused.allowed, "{document}");
+            let reason = &refused.reasons[0];
+            assert_eq!(reason.code, ReasonCode::ActionNotAllowed);
+            assert_eq!(reason.pointer.as_deref(), Some(pointer), "{document}");
+            assert!(
+                document.pointer(pointer).is_some(),
+                "{document} has {pointer}"
+            );
+        }
     }
 
     #[test]

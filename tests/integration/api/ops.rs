@@ -935,6 +935,14 @@ fn policy_check_prints_findings_and_exits_by_severity() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+    // A file that is not JSON is the check's own finding: with --format json, one JSON document
+    // on stdout still.
+    let output = run(&["check", &not_json, "--format", "json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let findings: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(findings["findings"][0]["code"], "json", "{findings}");
+    assert_eq!(findings["findings"][0]["severity"], "error");
+    assert_eq!(findings["findings"][0]["pointer"], "");
     assert_eq!(run(&["check"]).status.code(), Some(2));
 }
 

@@ -6,8 +6,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use clap::Subcommand;
 use registry_domain::policy::{
-    compare, lint_document, parse_cases, run_cases, Action, CompareResult, Finding, Policy, Tally,
-    TestCase,
+    compare, lint_document, parse_cases, run_cases, Action, CompareResult, Finding, Policy,
+    Severity, Tally, TestCase,
 };
 use serde_json::{json, Map, Value};
 use std::io::Read;
@@ -57,7 +57,8 @@ pub enum PolicyCommand {
         #[arg(long)]
         ip: Option<std::net::IpAddr>,
         /// The action the call would take (services:read, services:write, config:read,
-        /// config:write, accounts:read, accounts:write, audit:read); not checked when absent.
+        /// config:write, accounts:read, accounts:write, audit:read, tokens:sign); not checked
+        /// when absent.
         #[arg(long, value_parser = parse_action)]
         action: Option<Action>,
         /// Output format.
@@ -197,7 +198,17 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             format,
             deny_warnings,
         } => {
-            let findings = lint_document(&read_json(&file)?);
+            // A file that is not JSON is the check's own finding (the document it checks),
+            // printed like the others; one that cannot be read is an error of the command.
+            let findings = match serde_json::from_str(&read_bounded(&file)?) {
+                Ok(document) => lint_document(&document),
+                Err(error) => vec![Finding {
+                    code: "json",
+                    severity: Severity::Error,
+                    pointer: String::new(),
+                    message: format!("{} is not JSON: {error}", file.display()),
+                }],
+            };
             let json =
                 json!({"findings": findings.iter().map(Finding::to_json).collect::<Vec<_>>()});
             match format {

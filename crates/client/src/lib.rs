@@ -101,6 +101,14 @@ pub enum ClientError {
     /// No way to authenticate was given.
     #[error("no credentials for the registry: set REGISTRY_TOKEN or --identity-token-file")]
     NoCredentials,
+    /// A success whose body is not JSON: what answered is not the registry's API.
+    #[error("the answer to {method} {url} is not JSON: is REGISTRY_API_URL the registry's API?")]
+    NotJson {
+        /// The method.
+        method: &'static str,
+        /// The URL.
+        url: String,
+    },
     /// The registry accepted the call but its answer is not what the call answers.
     #[error("the registry's answer to {method} {url} is not {expected}")]
     Unexpected {
@@ -249,8 +257,9 @@ impl RegistryApi {
     }
 
     /// One call of the API (`GET`, `PUT`, `POST`, `PATCH` or `DELETE` on `path`, with a JSON
-    /// body): the status and the body as JSON (`Null` when it has none or is not JSON). An
-    /// error only when the registry does not answer.
+    /// body): the status and the body as JSON (`Null` when it has none, or for a failure, when
+    /// it is not JSON). An error when the registry does not answer, or when a success's body is
+    /// not JSON (a page, a proxy's answer: not the registry's API).
     pub async fn call(
         &self,
         method: &'static str,
@@ -288,7 +297,13 @@ impl RegistryApi {
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(unreachable)?;
         let body = &bytes[..bytes.len().min(MAX_BYTES)];
-        Ok((status, serde_json::from_slice(body).unwrap_or(Value::Null)))
+        match serde_json::from_slice(body) {
+            Ok(json) => Ok((status, json)),
+            Err(_) if (200..300).contains(&status) && !body.is_empty() => {
+                Err(ClientError::NotJson { method, url })
+            }
+            Err(_) => Ok((status, Value::Null)),
+        }
     }
 
     fn refused(&self, method: &'static str, path: &str, status: u16, body: &Value) -> ClientError {

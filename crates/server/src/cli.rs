@@ -11,7 +11,7 @@ use crate::client::{requests, sync};
 use crate::operator::policy::PolicyCommand;
 use crate::operator::{audit, customers, policy};
 use crate::settings::{DatabaseArgs, Settings};
-use crate::{app, log_buffer};
+use crate::{app, log_buffer, stdout};
 use clap::{Parser, Subcommand};
 
 /// Runs a command; `serve` on an actix `System` of its own, until a signal stops it (the caller
@@ -28,27 +28,40 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             if args.check {
                 let pending = app::pending_migrations(url)?;
                 if pending.is_empty() {
-                    println!("{}: up to date", app::redact(url));
+                    stdout::line(format_args!("{}: up to date", app::redact(url)));
                     return Ok(());
                 }
-                println!("{}: {} pending", app::redact(url), pending.len());
+                stdout::line(format_args!(
+                    "{}: {} pending",
+                    app::redact(url),
+                    pending.len()
+                ));
                 for name in &pending {
-                    println!("  {name}");
+                    stdout::line(format_args!("  {name}"));
                 }
                 return Err(PendingMigrations(pending.len()).into());
             }
             let applied = app::migrate(url)?;
-            println!("{}: {applied} applied, up to date", app::redact(url));
+            stdout::line(format_args!(
+                "{}: {applied} applied, up to date",
+                app::redact(url)
+            ));
             Ok(())
         }
         Command::Audit(args) => app::with_command_store(&args.database.database_url, |store| {
-            audit::print_trail(
+            let printed = audit::print_trail(
                 &customers::registry(store),
                 args.tenant.as_deref(),
                 args.action,
                 args.since,
                 &mut std::io::stdout().lock(),
-            )
+            );
+            // A reader that went away ends the output, as `stdout` says.
+            let reader_gone = |e: &anyhow::Error| {
+                (e.downcast_ref::<std::io::Error>())
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            };
+            printed.or_else(|e| if reader_gone(&e) { Ok(()) } else { Err(e) })
         }),
         Command::Sync(args) => sync::run(args),
         Command::FetchLog(args) => crate::client::fetch_log::run(args),
@@ -56,11 +69,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Services {
             command,
             connection,
-        } => Ok(requests::run(&connection, Call::Services(command))?),
+        } => client_done(requests::run(&connection, Call::Services(command))),
         Command::Config {
             command,
             connection,
-        } => Ok(requests::run(&connection, Call::Config(command))?),
+        } => client_done(requests::run(&connection, Call::Config(command))),
         Command::Keys {
             command: command @ KeysCommand::Wait { .. },
             connection,
@@ -78,43 +91,43 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys {
             command,
             connection,
-        } => Ok(requests::run(&connection, Call::Keys(command))?),
+        } => client_done(requests::run(&connection, Call::Keys(command))),
         Command::Accounts {
             command,
             connection,
-        } => Ok(requests::run(&connection, Call::Accounts(command))?),
+        } => client_done(requests::run(&connection, Call::Accounts(command))),
         Command::Domain {
             command,
             connection,
-        } => Ok(requests::run(&connection, Call::Domain(command))?),
+        } => client_done(requests::run(&connection, Call::Domain(command))),
         Command::Preflight {
             service,
             token_file,
             connection,
-        } => Ok(requests::run(
+        } => client_done(requests::run(
             &connection,
             Call::Preflight {
                 service,
                 token_file,
             },
-        )?),
+        )),
         Command::Fetches {
             service,
             connection,
-        } => Ok(requests::run(&connection, Call::Fetches { service })?),
+        } => client_done(requests::run(&connection, Call::Fetches { service })),
         Command::AuditEvents {
             since,
             action,
             limit,
             connection,
-        } => Ok(requests::run(
+        } => client_done(requests::run(
             &connection,
             Call::AuditEvents {
                 since,
                 action,
                 limit,
             },
-        )?),
+        )),
         Command::Policy { command } => policy::run(command),
         Command::Customer { command } => {
             let output = match command {
@@ -232,11 +245,17 @@ pub struct MigrateArgs {
     pub database: DatabaseArgs,
 }
 
+/// A client command's outcome: a command line that cannot make a call (no credentials, an API
+/// URL that is none) exits 2 like any other usage error; the rest exit 1.
+fn client_done(done: Result<(), requests::ClientError>) -> anyhow::Result<()> {
+    match done {
+        Err(requests::ClientError::Usage(message)) => Err(Exit { code: 2, message }.into()),
+        other => Ok(other?),
+    }
+}
+
 fn print_json(value: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_default()
-    );
+    stdout::line(serde_json::to_string_pretty(value).unwrap_or_default());
 }
 
 /// Publishes OpenID Connect discovery documents and key sets of customer services, hosts

@@ -32,6 +32,7 @@ mod route;
 mod routes;
 pub mod settings;
 mod state;
+mod stdout;
 mod system;
 mod tls;
 mod views;

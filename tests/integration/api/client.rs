@@ -187,3 +187,106 @@ fn a_customer_works_with_the_api_from_the_command_line() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("cannot reach the registry"), "{stderr}");
 }
+
+/// A server at `127.0.0.1:port` that answers every request 200 with a page, as a proxy or a
+/// web server where the API should be would.
+fn a_page_server() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let page = "<html>not an API</html>";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    address
+}
+
+/// What is no registry's answer is no success; a command line that cannot make a call is a
+/// usage error; an identity token file wins over `REGISTRY_TOKEN`; a reader that goes away ends
+/// the output quietly.
+#[test]
+fn the_client_takes_no_page_for_an_answer_and_ends_quietly_with_its_reader() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    // A page where the API should be: one sentence, exit 1 (2 for `keys wait`), nothing printed.
+    let page = a_page_server();
+    for (args, expected) in [
+        (&["services", "list"][..], 1),
+        (&["services", "list", "--format", "json"][..], 1),
+        (
+            &[
+                "keys",
+                "wait",
+                "--service",
+                "a",
+                "--kid",
+                "b",
+                "--timeout",
+                "2",
+            ][..],
+            2,
+        ),
+    ] {
+        let env = [("REGISTRY_API_URL", page.as_str()), ("REGISTRY_TOKEN", "x")];
+        let (code, stdout, stderr) = run_registry(args, &env);
+        assert_eq!(code, Some(expected), "{args:?}: {stderr}");
+        assert!(stderr.contains("is not JSON"), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+    }
+    // `..` would be a step up to `/` in a URL: no name the registry gives, a usage error.
+    let (code, stdout, stderr) = client(&server, &acme.token, &["services", "get", ".."]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(stderr.contains("no name the registry gives"), "{stderr}");
+    // No credentials, or an API URL that is none: usage errors, exit 2, one sentence.
+    let (code, _, stderr) = run_registry(&["services", "list", "--api-url", &server.base], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("no credentials"), "{stderr}");
+    let (code, _, stderr) = run_registry(
+        &["services", "list", "--api-url", "notaurl", "--token", "x"],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("REGISTRY_API_URL"), "{stderr}");
+    // An identity token file with REGISTRY_TOKEN in the environment: the file is used.
+    let dir = registry_tests::server::TempDir::new("client-token-file");
+    let file = dir.0.join("token");
+    std::fs::write(&file, &acme.token).unwrap();
+    let (code, _, stderr) = client(
+        &server,
+        "rgst_wrong",
+        &[
+            "services",
+            "list",
+            "--identity-token-file",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    // A reader that goes away before the output ends: exit 0, no panic.
+    for _ in 0..3 {
+        let mut child = std::process::Command::new(registry_tests::server::registry_binary())
+            .args(["audit-events", "--limit", "500"])
+            .env_clear()
+            .env("REGISTRY_API_URL", &server.base)
+            .env("REGISTRY_TOKEN", &acme.token)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

@@ -17,8 +17,9 @@ pub struct Connection {
     /// A static token or an anonymous secret (prefer the environment: a flag shows in `ps`).
     #[arg(long, global = true, env = "REGISTRY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// A file holding an identity token for an `oidc` service account, read at each call.
-    #[arg(long, global = true, conflicts_with = "token")]
+    /// A file holding an identity token for an `oidc` service account, read at each call; it
+    /// wins over a token (`REGISTRY_TOKEN` set in the environment too).
+    #[arg(long, global = true)]
     pub identity_token_file: Option<PathBuf>,
     /// What to print: a table for people, or the API's JSON for programs.
     #[arg(long, global = true, value_enum, default_value = "table")]

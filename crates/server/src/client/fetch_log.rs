@@ -125,7 +125,7 @@ impl Batch {
                 Ok((200, answer)) => {
                     let line = json!({"lines": lines, "accepted": answer["accepted"],
                         "skipped": answer["skipped"]});
-                    println!("{line}");
+                    crate::stdout::line(&line);
                     return 0;
                 }
                 // The registry will refuse these lines again: say why, and go on.

@@ -35,7 +35,8 @@ pub struct ApiFlags {
     pub token: Option<String>,
     /// An identity token file (a projected service-account token whose audience is the
     /// registry), read afresh before every call, for an `oidc` service account: no stored secret.
-    #[arg(long, conflicts_with = "token")]
+    /// It wins over a token (`REGISTRY_TOKEN` set in the environment too).
+    #[arg(long)]
     pub identity_token_file: Option<PathBuf>,
 }
 

@@ -19,7 +19,11 @@ pub enum ClientError {
     /// A file named on the command line could not be read or is not JSON.
     #[error("{0}")]
     File(String),
-    /// The registry did not answer, or the credentials are missing.
+    /// The command line cannot make a call: no credentials, an API URL that is none (exit 2,
+    /// as for any other usage error).
+    #[error("{0}")]
+    Usage(String),
+    /// The registry did not answer, or not as the registry does.
     #[error("{0}")]
     Unreachable(String),
     /// The API answered a problem.
@@ -46,6 +50,16 @@ fn api(
     values: &[&str],
     body: Option<Value>,
 ) -> Result<Request, ClientError> {
+    // A URL takes `.` and `..` (encoded or not) for steps of its path: `services get ..` would
+    // ask for `/`. No name of the registry is one.
+    if let Some(dots) = values
+        .iter()
+        .find(|v| v.is_empty() || v.chars().all(|c| c == '.'))
+    {
+        return Err(ClientError::Usage(format!(
+            "{dots:?} is no name the registry gives: a name cannot be empty, . or .."
+        )));
+    }
     let route = table::find(verb, pattern).ok_or_else(|| {
         ClientError::Unreachable(format!(
             "{} {pattern} is no route of the registry's API",
@@ -214,10 +228,16 @@ fn client(connection: &Connection) -> Result<(RegistryApi, tokio::runtime::Runti
         connection.identity_token_file.as_deref(),
     )
     .ok_or_else(|| {
-        ClientError::Unreachable(
+        ClientError::Usage(
             "no credentials: set REGISTRY_TOKEN (or --token, or --identity-token-file)".into(),
         )
     })?;
+    let url = &connection.api_url;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(ClientError::Usage(format!(
+            "REGISTRY_API_URL (--api-url) {url:?} is not an http:// or https:// URL"
+        )));
+    }
     let api = RegistryApi::new(&connection.api_url, credentials)
         .map_err(|e| ClientError::Unreachable(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -283,7 +303,7 @@ pub fn wait(connection: &Connection, command: Call) -> Result<(), WaitError> {
                 "safeToSignAt": answer["safeToSignAt"],
                 "pending": pending,
             });
-            println!("{line}");
+            crate::stdout::line(line);
             printed = Some(pending);
         }
         if safe {
@@ -314,7 +334,7 @@ pub fn run(connection: &Connection, call: Call) -> Result<(), ClientError> {
         Format::Table => table(&call, &answer),
     };
     if !text.is_empty() {
-        println!("{}", text.trim_end());
+        crate::stdout::line(text.trim_end());
     }
     Ok(())
 }

@@ -126,14 +126,14 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
         let source = source(&args);
         let Some(interval) = args.interval.map(Duration::from_secs) else {
             let line = cycle(&api, &source, &args.service, args.source_name.as_deref()).await?;
-            println!("{line}");
+            crate::stdout::line(&line);
             return Ok(());
         };
         let mut backoff = Duration::from_secs(1);
         loop {
             match cycle(&api, &source, &args.service, args.source_name.as_deref()).await {
                 Ok(line) => {
-                    println!("{line}");
+                    crate::stdout::line(&line);
                     backoff = Duration::from_secs(1);
                     tokio::time::sleep(interval).await;
                 }

@@ -1,6 +1,7 @@
 //! `registry policy …`: policy documents offline, through the domain crate alone (docs/api.md,
 //! "Explaining refusals").
 
+use crate::stdout;
 use anyhow::Context;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -173,8 +174,8 @@ fn read_cases(path: &Path) -> anyhow::Result<Vec<TestCase>> {
 /// Prints an answer of the engine: its JSON, or its text (`registry_policy::report`), as a line.
 fn show(format: OutputFormat, json: Value, text: &dyn std::fmt::Display) {
     match format {
-        OutputFormat::Json => println!("{json}"),
-        OutputFormat::Text => println!("{text}"),
+        OutputFormat::Json => stdout::line(json),
+        OutputFormat::Text => stdout::line(text),
     }
 }
 
@@ -213,10 +214,10 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                 json!({"findings": findings.iter().map(Finding::to_json).collect::<Vec<_>>()});
             match format {
                 OutputFormat::Text if findings.is_empty() => {
-                    println!("{}: no findings", file.display())
+                    stdout::line(format_args!("{}: no findings", file.display()))
                 }
-                OutputFormat::Text => findings.iter().for_each(|f| println!("{f}")),
-                OutputFormat::Json => println!("{json}"),
+                OutputFormat::Text => findings.iter().for_each(stdout::line),
+                OutputFormat::Json => stdout::line(json),
             }
             let tally = Tally::of(&findings);
             if tally.errors > 0 || (deny_warnings && tally.warnings > 0) {
@@ -259,8 +260,8 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             let cases = read_cases(&cases)?;
             let run = run_cases(&policy, &cases);
             match format {
-                OutputFormat::Json => println!("{}", run.report(&cases).to_json()),
-                OutputFormat::Text => print!("{}", run.report(&cases)),
+                OutputFormat::Json => stdout::line(run.report(&cases).to_json()),
+                OutputFormat::Text => stdout::text(run.report(&cases)),
             }
             let failed = run.failed();
             if failed > 0 {

@@ -1,0 +1,29 @@
+//! What the commands print on stdout, in one place. A reader that goes away before the end
+//! (`registry audit-events | head -1`) ends the output, and the command with it, quietly and
+//! with exit 0, as `grep` or `kubectl` end: the rest of the output was not wanted. Rust's
+//! `println!` would panic there (exit 101, a backtrace); a signal's default could not be
+//! restored without `unsafe`, which the workspace forbids.
+
+use std::fmt::Display;
+use std::io::{ErrorKind, Write};
+
+/// Prints `text` and a line feed.
+pub fn line(text: impl Display) {
+    write(format_args!("{text}\n"));
+}
+
+/// Prints `text` as it is (it ends its own lines).
+pub fn text(text: impl Display) {
+    write(format_args!("{text}"));
+}
+
+fn write(text: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        if error.kind() == ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("registry: cannot write the output: {error}");
+        std::process::exit(1);
+    }
+}

@@ -481,7 +481,14 @@ fn customers_see_only_their_own_trail_and_only_with_a_star() {
             .unwrap(),
     );
     let narrow_token = narrow["token"].as_str().unwrap();
-    assert_problem(server.get("/audit-events", narrow_token), 403, "forbidden");
+    let refused = assert_problem(server.get("/audit-events", narrow_token), 403, "forbidden");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("reading the audit trail needs"),
+        "the detail names what was asked: {refused}"
+    );
     let anon = json(
         server
             .request(Method::POST, "/anonymous/services")

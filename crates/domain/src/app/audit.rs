@@ -72,15 +72,15 @@ impl ListEvents {
     }
 }
 
-/// A page of the caller's customer's trail; for callers that manage accounts (their patterns
-/// include `"*"`). A cursor that names no event of this customer's is a 400, like a forged one
+/// A page of the caller's customer's trail; for callers that cover every service (their
+/// patterns include `"*"`). A cursor that names no event of this customer's is a 400, like a forged one
 /// (docs/api.md, "Audit trail and last use").
 pub fn list(
     registry: &Registry,
     caller: &Caller,
     command: ListEvents,
 ) -> Result<AuditPage, AppError> {
-    caller.may_manage(None)?;
+    caller.covers_every_service("reading the audit trail")?;
     let query = command.query(Trail::Customer(caller.customer()?))?;
     match registry.store.audit_events(&query) {
         Err(StoreError::NotFound) if query.cursor.is_some() => Err(bad("cursor", BadCursor)),

@@ -156,6 +156,19 @@ impl Caller {
         })
     }
 
+    /// Whether the caller covers every service of its customer (its patterns include `"*"`),
+    /// which `needed_for` (a read of the whole customer, as "reading the audit trail") needs: a
+    /// 403 that says so otherwise.
+    pub fn covers_every_service(&self, needed_for: &str) -> Result<(), AppError> {
+        self.customer()?;
+        match self.scope().unwrap_or_default().includes_all() {
+            true => Ok(()),
+            false => Err(AppError::Forbidden(format!(
+                "{needed_for} needs a service account whose services include \"*\""
+            ))),
+        }
+    }
+
     /// [`access::may_manage`]: the caller manages the customer's accounts (its patterns include
     /// `"*"`), and `target` (a new policy, or the one of an account it would change, delete or
     /// re-key) is no broader than the caller: within its addresses and its actions.

@@ -407,6 +407,13 @@ mod tests {
             problem_sentence(400, &body),
             "Invalid request (400): the request body is invalid (2 problems, see errors); /name is required; /policy is required"
         );
+        // One problem, told by the detail already: said once.
+        let body = json!({"title": "Invalid request", "detail": "the request body is invalid: /title: title is required",
+            "errors": [{"pointer": "/title", "message": "title is required"}]});
+        assert_eq!(
+            problem_sentence(400, &body),
+            "Invalid request (400): the request body is invalid: /title: title is required"
+        );
     }
 
     #[test]

@@ -49,6 +49,14 @@ const FETCHES: Columns = &[
     ("LAST FETCH", "/lastFetchedAt"),
 ];
 
+const AGENTS: Columns = &[
+    ("ISSUER", "/issuer"),
+    ("PATH", "/path"),
+    ("AGENT", "/agent"),
+    ("FETCHES 24H", "/count"),
+    ("LAST FETCH", "/lastFetchedAt"),
+];
+
 /// What a table mode prints for the answer to `call`.
 pub(super) fn table(call: &Call, answer: &Value) -> String {
     let list = |rows: &Value, columns: Columns| {
@@ -75,7 +83,24 @@ pub(super) fn table(call: &Call, answer: &Value) -> String {
             text
         }
         Call::AuditEvents { .. } => list(&answer["events"], EVENTS),
-        Call::Fetches { .. } => list(&answer["documents"], FETCHES),
+        Call::Fetches { .. } => {
+            // Who fetched: each document's agents, in a table of their own.
+            let mut agents = Vec::new();
+            for document in answer["documents"].as_array().into_iter().flatten() {
+                for agent in document["agents"].as_array().into_iter().flatten() {
+                    agents.push(
+                        json!({"issuer": document["issuer"], "path": document["path"],
+                        "agent": agent["agent"], "count": agent["count"],
+                        "lastFetchedAt": agent["lastFetchedAt"]}),
+                    );
+                }
+            }
+            format!(
+                "{}\n\n{}",
+                list(&answer["documents"], FETCHES),
+                rows_table(&agents, AGENTS)
+            )
+        }
         Call::Preflight { .. } => {
             let mut rows = Vec::new();
             for (cloud, verdict) in answer["clouds"].as_object().into_iter().flatten() {
@@ -195,15 +220,17 @@ fn fields(answer: &Value) -> String {
 pub(super) fn problem_sentence(status: u16, body: &Value) -> String {
     let title = body["title"].as_str().unwrap_or("the API refused the call");
     let mut sentence = format!("{title} ({status})");
-    if let Some(detail) = body["detail"].as_str() {
+    let detail = body["detail"].as_str().unwrap_or_default();
+    if !detail.is_empty() {
         sentence.push_str(&format!(": {detail}"));
     }
     for error in body["errors"].as_array().into_iter().flatten() {
-        sentence.push_str(&format!(
-            "; {} {}",
-            error["pointer"].as_str().unwrap_or(""),
-            error["message"].as_str().unwrap_or("")
-        ));
+        let pointer = error["pointer"].as_str().unwrap_or("");
+        let message = error["message"].as_str().unwrap_or("");
+        // A detail that tells the one problem already (`…: /title: title is required`).
+        if !detail.contains(&format!("{pointer}: {message}")) {
+            sentence.push_str(&format!("; {pointer} {message}"));
+        }
     }
     // The detail and messages may quote what the caller sent.
     escape_controls(&sentence).into_owned()
@@ -213,6 +240,27 @@ pub(super) fn problem_sentence(status: u16, body: &Value) -> String {
 mod tests {
     use super::*;
     use crate::client::requests::request;
+
+    #[test]
+    fn the_fetches_say_who_fetched() {
+        let answer = json!({"documents": [{"issuer": "http://k3s-acme.localhost:8080",
+            "path": "/openid/v1/jwks", "fetchedSinceChange": true, "fetches24h": 3,
+            "lastFetchedAt": "2026-11-30T10:00:00Z",
+            "agents": [{"agent": "aws-sts", "count": 2, "lastFetchedAt": "2026-11-30T10:00:00Z"},
+                       {"agent": "other", "count": 1, "lastFetchedAt": "2026-11-30T09:00:00Z"}]}]});
+        let text = table(
+            &Call::Fetches {
+                service: "k3s-acme".into(),
+            },
+            &answer,
+        );
+        let agents: Vec<&str> = text.lines().skip_while(|l| !l.contains("AGENT")).collect();
+        assert!(
+            agents.len() == 3 && agents[1].contains("aws-sts") && agents[1].contains(" 2 "),
+            "{text}"
+        );
+        assert!(agents[2].contains("other"), "{text}");
+    }
 
     #[test]
     fn a_stored_escape_sequence_is_printed_escaped_in_tables_fields_and_problems() {

@@ -193,7 +193,7 @@ pub fn decide<'a>(
         }
         Request::AuditTrail => {
             let grant = decide(credential, Request::Services, action, ip, now)?;
-            manages(&grant, None)?;
+            covers_every_service(&grant, "reading the audit trail")?;
             return Ok(grant);
         }
         services => services,
@@ -295,6 +295,32 @@ fn refusal_of(reason: DenyReason) -> Refusal {
 }
 
 /// [`may_manage`] for a granted caller: an anonymous secret manages nothing.
+/// Whether `grant` covers every service of its customer, which `needed_for` (a call on the
+/// whole customer) needs: see [`covers_all`].
+fn covers_every_service(grant: &Grant<'_>, needed_for: &str) -> Result<(), Refusal> {
+    match grant {
+        Grant::Account { account, rules } => covers_all(
+            &scope_of(account, rules.as_deref()).unwrap_or_default(),
+            needed_for,
+        ),
+        Grant::AnonymousService(_) => Err(Refusal::Forbidden(
+            "an anonymous service's secret only works on that service's own calls".into(),
+        )),
+    }
+}
+
+/// Whether `scope` covers every service of its customer (its patterns include `"*"`), which
+/// `needed_for` (a call on the whole customer, as "reading the audit trail") needs: a 403 that
+/// says so otherwise.
+pub fn covers_all(scope: &crate::policy::Scope<'_>, needed_for: &str) -> Result<(), Refusal> {
+    match scope.includes_all() {
+        true => Ok(()),
+        false => Err(Refusal::Forbidden(format!(
+            "{needed_for} needs a service account whose services include \"*\""
+        ))),
+    }
+}
+
 fn manages(grant: &Grant<'_>, target: Option<&Policy>) -> Result<(), Refusal> {
     match grant {
         Grant::Account { account, rules } => {

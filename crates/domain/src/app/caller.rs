@@ -161,12 +161,12 @@ impl Caller {
     /// 403 that says so otherwise.
     pub fn covers_every_service(&self, needed_for: &str) -> Result<(), AppError> {
         self.customer()?;
-        match self.scope().unwrap_or_default().includes_all() {
-            true => Ok(()),
-            false => Err(AppError::Forbidden(format!(
-                "{needed_for} needs a service account whose services include \"*\""
-            ))),
-        }
+        let scope = self.scope().unwrap_or_default();
+        access::covers_all(&scope, needed_for).map_err(|refusal| match refusal {
+            Refusal::Forbidden(detail) => AppError::Forbidden(detail),
+            // `covers_all` answers only 403s.
+            other => AppError::Forbidden(format!("{other:?}")),
+        })
     }
 
     /// [`access::may_manage`]: the caller manages the customer's accounts (its patterns include

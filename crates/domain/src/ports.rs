@@ -650,7 +650,7 @@ pub trait DomainStore: Send + Sync {
     fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()>;
     /// The ACME orders placed on `directory` (its account): how many new orders (not renewals)
     /// of `customer_id`'s domains since `customer_since`, and how many orders since
-    /// `account_since`.
+    /// `account_since`; as the primary has them (the budget is every replica's).
     fn acme_orders(
         &self,
         directory: &str,
@@ -669,7 +669,8 @@ pub trait DomainStore: Send + Sync {
         at: OffsetDateTime,
         forget_before: OffsetDateTime,
     ) -> StoreResult<()>;
-    /// How many of the customer's services' domains are unproven claims (verifying).
+    /// How many of the customer's services' domains are unproven claims (verifying), as the
+    /// primary has them.
     fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize>;
     /// Records that `proven` (its TXT record found, now issuing) holds its name, and turns every
     /// other service's claim of the name failed with `taken`; `false`, nothing written, when

@@ -258,7 +258,8 @@ impl DomainStore for Store {
         customer_since: OffsetDateTime,
         account_since: OffsetDateTime,
     ) -> StoreResult<(usize, usize)> {
-        self.read(|conn| {
+        // From the primary: a budget read on a lagging copy would let replicas order past it.
+        self.read_primary(|conn| {
             let of_account = acme_orders::table.filter(acme_orders::directory.eq(directory));
             let account = of_account
                 .filter(acme_orders::at.ge(millis(account_since)))
@@ -306,7 +307,8 @@ impl DomainStore for Store {
     }
 
     fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize> {
-        self.read(|conn| {
+        // From the primary, as the budget: a bound counted on a lagging copy would let one more in.
+        self.read_primary(|conn| {
             let services = services::table
                 .filter(services::customer_id.eq(id_text(customer_id)))
                 .select(services::id);

@@ -865,6 +865,17 @@ impl KeyState {
         KeyState { keys, sources }.without_empty_sources()
     }
 
+    /// The `alg` of every key published at `now` (retired ones still published included), once
+    /// each: what a discovery document the registry writes says it supports.
+    pub fn algorithms(&self, now: OffsetDateTime) -> Vec<&str> {
+        let mut algorithms: Vec<&str> = (self.published(now))
+            .filter_map(|k| k.jwk.get("alg")?.as_str())
+            .collect();
+        algorithms.sort_unstable();
+        algorithms.dedup();
+        algorithms
+    }
+
     /// Whether there are current keys and every one is managed: the discovery document is then
     /// the registry's own.
     pub fn only_managed(&self) -> bool {

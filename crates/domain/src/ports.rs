@@ -835,7 +835,8 @@ pub trait ManagedKeys: Send + Sync {
 /// Managed signing's state (docs/api.md, "Managed signing"): one row per service that turned it
 /// on, its settings and keys (each private key sealed), and when the rotation step is due.
 pub trait SigningStore: Send + Sync {
-    /// The service's managed signing, if it was turned on and has keys left.
+    /// The service's managed signing, if it was turned on and has keys left; as the primary
+    /// has it (a signature follows every change at once).
     fn signing(&self, service_id: Uuid) -> StoreResult<Option<crate::signing::Signing>>;
     /// Changes the service's signing and, with it, its published configuration, in one
     /// transaction: `change` gets both as stored and answers what to write (`None`: nothing).

@@ -66,8 +66,11 @@ fn put(conn: &mut Db, service: &str, signing: Option<&Signing>, due_at: Option<i
 
 impl SigningStore for Store {
     fn signing(&self, service_id: Uuid) -> StoreResult<Option<Signing>> {
+        // From the primary: a signature with a key a lagging copy still calls current (after a
+        // compromise, a DELETE, a switch) would never verify, and a state just written must
+        // read back as written.
         let service = id_text(service_id);
-        self.read(|conn| stored(conn, &service))
+        self.read_primary(|conn| stored(conn, &service))
     }
 
     fn update_signing(

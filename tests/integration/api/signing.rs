@@ -722,16 +722,31 @@ fn removing_the_last_uploaded_source_leaves_the_registrys_own_discovery_document
     assert_eq!(written["jwks_uri"], format!("{issuer}/openid/v1/jwks"));
     assert_eq!(written["response_types_supported"], json!(["id_token"]));
     assert_eq!(written["subject_types_supported"], json!(["public"]));
+    // Every published key's algorithm: the file key stays in the key set, retired, for its
+    // source's retention.
     assert_eq!(
         written["id_token_signing_alg_values_supported"],
-        json!(["ES256"]),
+        json!(["ES256", "RS256"]),
         "{written}"
     );
-    // The file key stays in the key set, retired, for its source's retention.
     let set = hosted_keys(&server, &sub);
     assert!(
         (set["keys"].as_array().unwrap().iter()).any(|k| k["kid"] == "file-key"),
         "{set}"
+    );
+    // Once it leaves, the document names the managed key's algorithm alone.
+    let gone = server
+        .authed(
+            Method::DELETE,
+            &format!("/services/{sub}/keys/file-key"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(gone.status(), 204);
+    assert_eq!(
+        discovery()["id_token_signing_alg_values_supported"],
+        json!(["ES256"])
     );
 }
 

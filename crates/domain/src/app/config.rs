@@ -224,7 +224,7 @@ pub fn withdraw(
                         .collect(),
                 };
                 Some(PublishedConfig {
-                    openid_configuration: written_discovery(registry, service, &keys),
+                    openid_configuration: written_discovery(registry, service, &keys, now),
                     jwks: keys.current_set().to_string(),
                     updated_at: now,
                     previous_change_at: None,
@@ -245,16 +245,37 @@ pub fn withdraw(
     }
 }
 
+/// `config` with `keys` instead of its own (a retired key gone): a discovery document the
+/// registry writes (only managed keys current) follows the algorithms they publish.
+pub(crate) fn rekeyed(
+    registry: &Registry,
+    service: &Service,
+    config: PublishedConfig,
+    keys: KeyState,
+    now: OffsetDateTime,
+) -> PublishedConfig {
+    let openid_configuration = match keys.only_managed() {
+        true => written_discovery(registry, service, &keys, now),
+        false => config.openid_configuration,
+    };
+    PublishedConfig {
+        keys,
+        openid_configuration,
+        ..config
+    }
+}
+
 /// The discovery document the registry writes for a service whose current keys are all managed
-/// (docs/api.md, "Managed signing"): their algorithms, as kube-apiserver writes its own.
-fn written_discovery(registry: &Registry, service: &Service, keys: &KeyState) -> String {
-    let algorithms: Vec<crate::signing::Algorithm> = (keys.keys.iter())
-        .filter(|k| k.retired_at.is_none())
-        .filter_map(|k| k.jwk.get("alg")?.as_str())
-        .filter_map(crate::signing::Algorithm::parse)
-        .collect();
+/// (docs/api.md, "Managed signing"): the algorithms of every key it publishes at `now` (retired
+/// uploaded keys still published included), as kube-apiserver writes its own.
+fn written_discovery(
+    registry: &Registry,
+    service: &Service,
+    keys: &KeyState,
+    now: OffsetDateTime,
+) -> String {
     let issuer = registry.issuer_of(&service.subdomain);
-    crate::signing::discovery_document(&issuer, &algorithms).to_string()
+    crate::signing::discovery_document(&issuer, &keys.algorithms(now)).to_string()
 }
 
 /// `DELETE /services/{s}/config?source=…`: `source`'s keys retire (for its upload's
@@ -282,7 +303,7 @@ pub fn withdraw_source(
                     .without_source(source, now, service.expires_at)?;
                 found = Some(true);
                 let openid_configuration = match keys.only_managed() {
-                    true => written_discovery(registry, service, &keys),
+                    true => written_discovery(registry, service, &keys, now),
                     false => current.openid_configuration,
                 };
                 Some(PublishedConfig {

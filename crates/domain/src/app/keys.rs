@@ -42,11 +42,11 @@ pub fn withdraw(
                 let config = current?;
                 outcome = config.keys.without_retired(kid, now);
                 let keys = outcome.clone().ok()?;
-                Some(PublishedConfig {
-                    keys,
+                let config = PublishedConfig {
                     updated_at: now,
                     ..config
-                })
+                };
+                Some(config::rekeyed(registry, service, config, keys, now))
             },
             &event,
         )

@@ -92,8 +92,8 @@ fn publish(
     let document = match (keys.only_managed(), &stored) {
         (false, Some(stored)) => stored.openid_configuration.clone(),
         _ => {
-            let algorithms: Vec<Algorithm> = signing.keys.iter().map(|k| k.algorithm).collect();
-            discovery_document(&registry.issuer_of(&service.subdomain), &algorithms).to_string()
+            let issuer = registry.issuer_of(&service.subdomain);
+            discovery_document(&issuer, &keys.algorithms(now)).to_string()
         }
     };
     Some(PublishedConfig {
@@ -325,7 +325,8 @@ pub fn rotate(
         .with_change("compromised", Value::Bool(false), Value::Bool(compromised));
     let mut refused = None;
     let mut apply = |stored: Option<Signing>| {
-        let mut signing = stored?;
+        // Signing may have been turned off since the read above: then nothing is rotated.
+        let mut signing = stored.filter(|s| s.enabled)?;
         if compromised {
             signing.replace_compromised(made.clone());
         } else if let Err(next) = signing.rotate(made.clone()) {

@@ -7,7 +7,7 @@
 //! A retired key leaves the public key set on time whether or not this ran (the set is computed
 //! for the instant it is served): upkeep makes the stored state, and the trail, say so.
 
-use crate::app::Registry;
+use crate::app::{config, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::service::PublishedConfig;
 use crate::StoreError;
@@ -121,7 +121,7 @@ fn expire_keys_of(registry: &Registry, id: Uuid, now: OffsetDateTime) -> Result<
             &mut |current: Option<PublishedConfig>| {
                 let config = current?;
                 let keys = config.keys.without_expired(&kid, now)?;
-                Some(PublishedConfig { keys, ..config })
+                Some(config::rekeyed(registry, &service, config, keys, now))
             },
             &event,
         )?;

@@ -89,9 +89,15 @@ pub fn pending_migrations(url: &str) -> anyhow::Result<Vec<String>> {
     opened(Store::pending_migrations(url), url)
 }
 
-/// What opening the database a URL names gave, its failure said with the URL.
+/// What opening the database a URL names gave, its failure said with the URL and the setting
+/// it came from.
 fn opened<T>(connected: Result<T, registry_store::SetupError>, url: &str) -> anyhow::Result<T> {
-    connected.with_context(|| format!("cannot open the database {}", redact(url)))
+    connected.with_context(|| {
+        format!(
+            "cannot open the database {} (REGISTRY_DATABASE_URL)",
+            redact(url)
+        )
+    })
 }
 
 fn migrated(
@@ -282,9 +288,10 @@ async fn launch(
     )
     .context("cannot build the OIDC verifier")?;
     log_trust_roots();
-    let workers = settings.workers.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
-    });
+    let workers = settings.workers.map_or_else(
+        || std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
+        usize::from,
+    );
     let identity = injected
         .verifier
         .unwrap_or_else(|| Arc::new(verifier.clone()));

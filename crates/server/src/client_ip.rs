@@ -77,10 +77,12 @@ fn forwarded_for_parameter(element: &str) -> Option<&str> {
     })
 }
 
-/// One `X-Forwarded-For` entry: an address, `ip:port` or `[v6]:port`.
+/// One `X-Forwarded-For` entry, or one `for=` of `Forwarded`: an address, `ip:port`,
+/// `[v6]:port`, or `[v6]` (RFC 7239's own form of an IPv6 address without a port).
 fn parse_hop(entry: &str) -> Option<IpAddr> {
     let entry = entry.trim();
-    let ip = entry
+    let bracketed = entry.strip_prefix('[').and_then(|e| e.strip_suffix(']'));
+    let ip = (bracketed.unwrap_or(entry))
         .parse::<IpAddr>()
         .or_else(|_| entry.parse::<SocketAddr>().map(|a| a.ip()))
         .ok()?;
@@ -194,6 +196,10 @@ mod tests {
             Some("[2001:db8:cafe::17]:4711")
         );
         assert_eq!(forwarded_for_parameter("by=10.0.0.1"), None);
+        // RFC 7239's own form of an IPv6 address without a port: brackets, in quotes.
+        let bare = forwarded_for_parameter(r#"for="[2001:db8:cafe::17]""#).unwrap();
+        assert_eq!(parse_hop(bare), Some(ip("2001:db8:cafe::17")));
+        assert_eq!(parse_hop("[2001:db8::19]:443"), Some(ip("2001:db8::19")));
         let trusted = nets(&["127.0.0.1/32"]);
         let chain = [Some("[2001:db8:cafe::17]:4711"), Some("198.51.100.7")];
         let chain: Vec<&str> = chain.iter().map(|e| e.unwrap_or("")).collect();

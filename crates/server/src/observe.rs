@@ -127,7 +127,10 @@ pub async fn observe(
                     }
                 })
         };
-        let host = header(header::HOST, 255);
+        // HTTP/2 names the host in `:authority`, which is the URI's.
+        let host = header(header::HOST, 255).or_else(|| {
+            (request.uri().authority()).map(|authority| Cow::Borrowed(cut(authority.as_str(), 255)))
+        });
         let user_agent = header(header::USER_AGENT, 100);
         let client = state.as_ref().map_or_else(
             || request.peer_addr().map(|a| a.ip()),

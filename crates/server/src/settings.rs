@@ -262,9 +262,9 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_MAX_BODY_BYTES", default_value_t = 65536)]
     pub max_body_bytes: usize,
 
-    /// HTTP worker threads (default: the number of cores).
-    #[arg(long, env = "REGISTRY_WORKERS")]
-    pub workers: Option<usize>,
+    /// HTTP worker threads, at least 1 (default: the number of cores).
+    #[arg(long, env = "REGISTRY_WORKERS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: Option<u16>,
 
     /// Log format.
     #[arg(long, env = "REGISTRY_LOG_FORMAT", value_enum, default_value = "text")]

@@ -643,6 +643,25 @@ fn serve_reports_its_settings_and_listeners_before_the_database() {
         assert!(stderr.contains(variable), "{variable}: {stderr}");
         assert!(!database.exists(), "{variable}: the database was touched");
     }
+    // No workers at all: a value the command line refuses (exit 2), naming the variable.
+    let (code, _, stderr) = run_registry(
+        &["serve"],
+        &[("REGISTRY_DATABASE_URL", &url), ("REGISTRY_WORKERS", "0")],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("REGISTRY_WORKERS"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !database.exists(),
+        "REGISTRY_WORKERS: the database was touched"
+    );
+    // A database URL of no backend the registry knows names its variable too.
+    let (code, _, stderr) = run_registry(
+        &["serve"],
+        &[("REGISTRY_DATABASE_URL", "mysql://db.example/registry")],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("REGISTRY_DATABASE_URL"), "{stderr}");
 
     let (code, _, stderr) = run_registry(
         &["serve"],

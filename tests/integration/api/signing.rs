@@ -319,10 +319,14 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
     // A signer without config:write cannot change signing.
     let refused = rotate(&server, &signer, &sub, false);
     assert_problem(refused, 403, "action-not-allowed");
-    // The signature is counted; the last signature recorded.
-    assert!(server
-        .metrics_text()
-        .contains("registry_signatures_total{result=\"signed\"} 1"));
+    // The signature is counted, and so are the two callers refused before the call; the last
+    // signature recorded.
+    let metrics = server.metrics_text();
+    assert!(metrics.contains("registry_signatures_total{result=\"signed\"} 1"));
+    assert!(
+        metrics.contains("registry_signatures_total{result=\"refused\"} 2"),
+        "{metrics}"
+    );
     let state = json(server.get(&format!("/services/{sub}/signing"), &acme.token));
     assert!(state["keys"][0]["lastSignedAt"].is_string(), "{state}");
     // The registry's own key source may not be uploaded to.

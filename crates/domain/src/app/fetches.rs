@@ -156,7 +156,7 @@ pub fn history(
         .collect();
     Ok(json!({
         "since": rfc3339(OffsetDateTime::from_unix_timestamp(fetch_hour(since) / 1000).unwrap_or(since)),
-        "until": rfc3339(now),
+        "until": rfc3339(now.replace_nanosecond(0).unwrap_or(now)),
         "agents": agents,
     }))
 }
@@ -364,6 +364,9 @@ mod tests {
             record(&registry, &[one]).unwrap();
         }
         let answer = history(&registry, &service, NOW).unwrap();
+        // Whole seconds, like every time of the API that is no fetch's.
+        let later = history(&registry, &service, NOW + time::Duration::milliseconds(250));
+        assert_eq!(later.unwrap()["until"], "2026-11-25T12:00:00Z");
         assert_eq!(answer["since"], "2026-11-17T12:00:00Z");
         assert_eq!(answer["until"], "2026-11-25T12:00:00Z");
         let agents = answer["agents"].as_array().unwrap();

@@ -75,14 +75,20 @@ pub async fn rotate(
 }
 
 /// `POST /services/{subdomain}/sign` `{claims}`: `{header, signature, kid}`. Counted in
-/// `registry_signatures_total{result}`.
+/// `registry_signatures_total{result}`, a caller refused before the call (401, 403, 404)
+/// included: the extractor's refusal comes here to be counted.
 pub async fn sign(
-    ServiceCaller { service, caller }: ServiceCaller,
+    called: Result<ServiceCaller, ApiError>,
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let outcome = signed(service, caller, req, payload, &state).await;
+    let outcome = match called {
+        Ok(ServiceCaller { service, caller }) => {
+            signed(service, caller, req, payload, &state).await
+        }
+        Err(refused) => Err(refused),
+    };
     let result = match &outcome {
         Ok(_) => "signed",
         Err(ApiError::InvalidClaims(_)) => "invalid_claims",

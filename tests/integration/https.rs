@@ -391,6 +391,20 @@ fn plain_http_answers_healthz_and_redirects_the_api_and_the_issuers_only() {
     }
     // A host that is neither the API nor an issuer is not sent anywhere.
     assert_problem(get("elsewhere.example", "/"), 404, "not-found");
+    // Like any other answer, these carry the request's id, and a problem its instance
+    // (`assert_problem` checks it is the id).
+    let asked = |host: &str, id: &str| {
+        let response = client
+            .get(format!("http://{listen}/x"))
+            .header("host", host)
+            .header("x-request-id", id)
+            .send()
+            .unwrap();
+        assert_eq!(response.headers()["x-request-id"], id, "{host}");
+        response
+    };
+    assert_eq!(asked(API, "redirected-1").status(), 308);
+    assert_problem(asked("elsewhere.example", "refused-1"), 404, "not-found");
     // The HTTPS listener itself speaks nothing else.
     let plain_to_tls = client
         .get(format!("http://127.0.0.1:{port}/healthz"))

@@ -82,6 +82,10 @@ pub async fn observe(
     let named = (state.as_ref()).and_then(|state| public::Named::of(state, req.head()));
     let hosted = named.is_some();
     let answered = async {
+        // The plain listener beside HTTPS answers most requests itself (a redirect).
+        if let Some(response) = crate::tls::plain(&req).await {
+            return Ok(req.into_response(response).map_into_right_body());
+        }
         match (named, &state) {
             (Some(named), Some(state)) => Ok(public::answer(req, state, named)
                 .await

@@ -97,7 +97,6 @@ struct Refused;
 /// must have no effect (its client is told nothing, and takes the connection for closed).
 /// First, so that a flood of them is neither logged nor counted one by one
 /// ([`ConnectionLimit`] warns instead).
-/// On the plain listener beside HTTPS it runs only what [`tls::redirect`] lets through.
 pub async fn admitted<B, Rest>(
     req: ServiceRequest,
     next: impl FnOnce(ServiceRequest) -> Rest,
@@ -108,15 +107,6 @@ where
     if req.conn_data::<Refused>().is_some() {
         let response = ApiError::Busy.error_response();
         return Ok(req.into_response(response).map_into_right_body());
-    }
-    if req.conn_data::<tls::Plain>().is_some() {
-        let answered = match tls::challenge(&req).await {
-            Some(response) => Some(response),
-            None => tls::redirect(&req),
-        };
-        if let Some(response) = answered {
-            return Ok(req.into_response(response).map_into_right_body());
-        }
     }
     next(req).await.map(ServiceResponse::map_into_left_body)
 }

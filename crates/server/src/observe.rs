@@ -83,8 +83,10 @@ pub async fn observe(
     let hosted = named.is_some();
     let answered = async {
         // The plain listener beside HTTPS answers most requests itself (a redirect).
-        if let Some(response) = crate::tls::plain(&req).await {
-            return Ok(req.into_response(response).map_into_right_body());
+        if crate::tls::is_plain(&req) {
+            if let Some(response) = crate::tls::plain(&req).await {
+                return Ok(req.into_response(response).map_into_right_body());
+            }
         }
         match (named, &state) {
             (Some(named), Some(state)) => Ok(public::answer(req, state, named)

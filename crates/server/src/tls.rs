@@ -109,14 +109,16 @@ pub async fn challenge(req: &ServiceRequest) -> Option<HttpResponse> {
     )
 }
 
-/// What the plain-HTTP listener beside HTTPS answers itself, `None` for what it runs
-/// (`/healthz`): an ACME server's HTTP-01 request ([`challenge`]), else a redirect
+/// Whether `req` came to the plain-HTTP listener beside HTTPS.
+pub fn is_plain(req: &ServiceRequest) -> bool {
+    req.conn_data::<Plain>().is_some()
+}
+
+/// What the plain-HTTP listener beside HTTPS answers itself ([`is_plain`]), `None` for what it
+/// runs (`/healthz`): an ACME server's HTTP-01 request ([`challenge`]), else a redirect
 /// ([`redirect`]). Asked by `observe`, so that these answers carry a request id, and are logged
 /// and counted, like any other.
 pub async fn plain(req: &ServiceRequest) -> Option<HttpResponse> {
-    if req.conn_data::<Plain>().is_none() {
-        return None;
-    }
     match challenge(req).await {
         Some(response) => Some(response),
         None => redirect(req),

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 /// How long one call may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest answer read.
-const MAX_BYTES: usize = 1024 * 1024;
+/// The largest answer taken (a page of 500 audit events, each with whole policies, fits).
+const MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// A refusal of the API: what its `application/problem+json` body says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -296,10 +296,16 @@ impl RegistryApi {
         let response = request.send().await.map_err(unreachable)?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(unreachable)?;
-        let body = &bytes[..bytes.len().min(MAX_BYTES)];
-        match serde_json::from_slice(body) {
+        if bytes.len() > MAX_BYTES {
+            return Err(ClientError::Unexpected {
+                method,
+                url,
+                expected: "an answer of at most 16 MiB",
+            });
+        }
+        match serde_json::from_slice(&bytes) {
             Ok(json) => Ok((status, json)),
-            Err(_) if (200..300).contains(&status) && !body.is_empty() => {
+            Err(_) if (200..300).contains(&status) && !bytes.is_empty() => {
                 Err(ClientError::NotJson { method, url })
             }
             Err(_) => Ok((status, Value::Null)),

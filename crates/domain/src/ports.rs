@@ -708,11 +708,13 @@ pub trait DomainStore: Send + Sync {
         work: DomainWork,
         limit: usize,
     ) -> StoreResult<Vec<CustomDomain>>;
-    /// Takes the ordering lock of the service's domain until `until`, when nobody holds it at
-    /// `now`: one replica orders for a domain at a time.
+    /// Takes the ordering lock of the domain `was` (as the worker read it) until `until`, when
+    /// nobody holds it at `now` and the domain is still `was` ([`DomainStore::update_domain`]):
+    /// one replica orders for a domain at a time, and never on a copy another step made stale
+    /// (an order placed on it would be thrown away, its budget spent).
     fn lock_domain(
         &self,
-        service_id: Uuid,
+        was: &CustomDomain,
         until: OffsetDateTime,
         now: OffsetDateTime,
     ) -> StoreResult<bool>;

@@ -1342,15 +1342,15 @@ impl DomainStore for MemoryStore {
 
     fn lock_domain(
         &self,
-        service_id: Uuid,
+        was: &CustomDomain,
         until: OffsetDateTime,
         now: OffsetDateTime,
     ) -> StoreResult<bool> {
         let mut s = self.lock();
-        let Some((_, lock)) = s.domains.get_mut(&service_id) else {
+        let Some((domain, lock)) = s.domains.get_mut(&was.service_id) else {
             return Ok(false);
         };
-        if lock.is_some_and(|end| now < end) {
+        if !domain.is_still(was) || lock.is_some_and(|end| now < end) {
             return Ok(false);
         }
         *lock = Some(ms(until));

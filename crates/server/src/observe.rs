@@ -82,9 +82,10 @@ pub async fn observe(
     let named = (state.as_ref()).and_then(|state| public::Named::of(state, req.head()));
     let hosted = named.is_some();
     let answered = async {
-        // The plain listener beside HTTPS answers most requests itself (a redirect).
+        // The plain listener beside HTTPS answers most requests itself (a redirect). Boxed: its
+        // future would otherwise widen every request's, the public path's included.
         if crate::tls::is_plain(&req) {
-            if let Some(response) = crate::tls::plain(&req).await {
+            if let Some(response) = Box::pin(crate::tls::plain(&req)).await {
                 return Ok(req.into_response(response).map_into_right_body());
             }
         }

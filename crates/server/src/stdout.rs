@@ -9,19 +9,25 @@ use std::io::{ErrorKind, Write};
 
 /// Prints `text` and a line feed.
 pub fn line(text: impl Display) {
-    write(format_args!("{text}\n"));
+    write(format_args!("{text}\n"), 0);
 }
 
 /// Prints `text` as it is (it ends its own lines).
 pub fn text(text: impl Display) {
-    write(format_args!("{text}"));
+    write(format_args!("{text}"), 0);
 }
 
-fn write(text: std::fmt::Arguments<'_>) {
+/// Prints a line of a command whose exit code says how it ended (`registry keys wait`: 0 is
+/// "safe"): a reader that goes away ends it with 1, the code of "not known to be safe".
+pub fn progress(text: impl Display) {
+    write(format_args!("{text}\n"), 1);
+}
+
+fn write(text: std::fmt::Arguments<'_>, reader_gone: i32) {
     let mut stdout = std::io::stdout().lock();
     if let Err(error) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
         if error.kind() == ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            std::process::exit(reader_gone);
         }
         eprintln!("registry: cannot write the output: {error}");
         std::process::exit(1);

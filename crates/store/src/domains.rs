@@ -433,18 +433,24 @@ impl DomainStore for Store {
 
     fn lock_domain(
         &self,
-        service_id: Uuid,
+        was: &CustomDomain,
         until: OffsetDateTime,
         now: OffsetDateTime,
     ) -> StoreResult<bool> {
         self.write_aside(|conn| {
+            if !still(conn, was)? {
+                return Ok(false);
+            }
             let free = custom_domains::locked_until
                 .is_null()
                 .or(custom_domains::locked_until.le(millis(now)));
-            let taken =
-                diesel::update(custom_domains::table.find(id_text(service_id)).filter(free))
-                    .set(custom_domains::locked_until.eq(millis(until)))
-                    .execute(conn)?;
+            let taken = diesel::update(
+                custom_domains::table
+                    .find(id_text(was.service_id))
+                    .filter(free),
+            )
+            .set(custom_domains::locked_until.eq(millis(until)))
+            .execute(conn)?;
             Ok(taken == 1)
         })
     }

@@ -2732,12 +2732,22 @@ fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store:
     assert!(due(10, DomainWork::Order, 10).is_empty(), "none is held");
     assert_eq!(store.domain_of(services[1].id).unwrap().unwrap(), failed);
 
-    // One lock holder at a time, until its lock ends.
+    // One lock holder at a time, until its lock ends; never on a copy made stale.
     let c = services[2].id;
-    assert!(store.lock_domain(c, at(300), at(0)).unwrap());
-    assert!(!store.lock_domain(c, at(600), at(299)).unwrap());
-    assert!(store.lock_domain(c, at(900), at(300)).unwrap());
-    assert!(!store.lock_domain(Uuid::new_v4(), at(300), at(0)).unwrap());
+    let read = store.domain_of(c).unwrap().unwrap();
+    assert!(store.lock_domain(&read, at(300), at(0)).unwrap());
+    assert!(!store.lock_domain(&read, at(600), at(299)).unwrap());
+    assert!(store.lock_domain(&read, at(900), at(300)).unwrap());
+    let stale = CustomDomain {
+        attempts: read.attempts + 1,
+        ..read.clone()
+    };
+    assert!(!store.lock_domain(&stale, at(2000), at(1000)).unwrap());
+    let elsewhere = CustomDomain {
+        service_id: Uuid::new_v4(),
+        ..read.clone()
+    };
+    assert!(!store.lock_domain(&elsewhere, at(300), at(0)).unwrap());
 
     // Served once active with a certificate, which reads back as written.
     assert!(store.held_domains().unwrap().is_empty());

@@ -245,8 +245,9 @@ pub fn withdraw(
     }
 }
 
-/// `config` with `keys` instead of its own (a retired key gone): a discovery document the
-/// registry writes (only managed keys current) follows the algorithms they publish.
+/// `config` with `keys` instead of its own (a retired key withdrawn, a new version): a
+/// discovery document the registry writes (only managed keys current) follows the algorithms
+/// they publish.
 pub(crate) fn rekeyed(
     registry: &Registry,
     service: &Service,

@@ -261,7 +261,7 @@ pub fn advance(
             })
         }
         DomainStatus::Issuing | DomainStatus::Active => {
-            if !lock(registry, domain.service_id, now + ORDER_LOCK, now)? {
+            if !lock(registry, &domain, now + ORDER_LOCK, now)? {
                 return Ok(Step::Locked);
             }
             if !take_order(registry, &domain, outside.authority.directory(), now)? {
@@ -327,15 +327,15 @@ pub fn challenge(registry: &Registry, host: &str, token: &str) -> Result<Option<
     Ok(registry.store.challenge(host, token)?)
 }
 
-/// Takes the ordering lock of the service's domain until `until`: `false` when another replica
-/// holds it.
+/// Takes the ordering lock of the domain `was` until `until`: `false` when another replica
+/// holds it, or another step changed the domain since it was read.
 fn lock(
     registry: &Registry,
-    service_id: uuid::Uuid,
+    was: &CustomDomain,
     until: OffsetDateTime,
     now: OffsetDateTime,
 ) -> Result<bool, AppError> {
-    Ok(registry.store.lock_domain(service_id, until, now)?)
+    Ok(registry.store.lock_domain(was, until, now)?)
 }
 
 /// Takes one order of the ACME account of `directory` for `domain` at `now`, when the budget
@@ -656,7 +656,9 @@ mod tests {
 
         // While another replica holds the ordering lock, nothing is ordered.
         let renew = served.next_attempt_at;
-        assert!(store.lock_domain(a.id, renew + ORDER_LOCK, renew).unwrap());
+        assert!(store
+            .lock_domain(&served, renew + ORDER_LOCK, renew)
+            .unwrap());
         assert_eq!(step(renew), Step::Locked);
         assert_eq!(authority.orders().len(), 1);
 

@@ -7,7 +7,7 @@
 //! A retired key leaves the public key set on time whether or not this ran (the set is computed
 //! for the instant it is served): upkeep makes the stored state, and the trail, say so.
 
-use crate::app::{config, Registry};
+use crate::app::Registry;
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::service::PublishedConfig;
 use crate::StoreError;
@@ -120,8 +120,10 @@ fn expire_keys_of(registry: &Registry, id: Uuid, now: OffsetDateTime) -> Result<
             id,
             &mut |current: Option<PublishedConfig>| {
                 let config = current?;
+                // The version stays (it is dated when the key left, which the row no longer
+                // tells): a document the registry writes is written again at its next change.
                 let keys = config.keys.without_expired(&kid, now)?;
-                Some(config::rekeyed(registry, &service, config, keys, now))
+                Some(PublishedConfig { keys, ..config })
             },
             &event,
         )?;

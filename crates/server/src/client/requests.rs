@@ -233,7 +233,10 @@ fn client(connection: &Connection) -> Result<(RegistryApi, tokio::runtime::Runti
         )
     })?;
     let url = &connection.api_url;
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("http" | "https")) {
         return Err(ClientError::Usage(format!(
             "REGISTRY_API_URL (--api-url) {url:?} is not an http:// or https:// URL"
         )));
@@ -303,7 +306,7 @@ pub fn wait(connection: &Connection, command: Call) -> Result<(), WaitError> {
                 "safeToSignAt": answer["safeToSignAt"],
                 "pending": pending,
             });
-            crate::stdout::line(line);
+            crate::stdout::progress(line);
             printed = Some(pending);
         }
         if safe {

@@ -471,15 +471,27 @@ pub fn rotate(
     current.sort_by_cached_key(|k| (k.source.clone(), place(k)));
     let total = current.len() + kept.len();
     if total > MAX_PUBLISHED_KEYS {
-        let names: Vec<&str> = kept.iter().map(|k| k.kid.as_str()).collect();
+        // Only keys retired before this upload can be deleted now; those it would retire are
+        // still current.
+        let deletable: Vec<&str> = (kept.iter())
+            .filter(|k| !retired.contains(&k.kid))
+            .map(|k| k.kid.as_str())
+            .collect();
+        let way_out = match deletable.is_empty() {
+            true => "Upload fewer keys, or the same with \"retainRemovedKeysHours\": 0 (the \
+                     keys it drops then leave at once)"
+                .to_owned(),
+            false => format!(
+                "Delete retired keys first (DELETE /services/{{s}}/keys/{{kid}}): {}",
+                deletable.join(", ")
+            ),
+        };
         problems.push(RotationProblem {
             violation: Violation::new(
                 "/jwks/keys",
                 format!(
                     "the public key set would hold {total} keys, every source's, uploaded and \
-                     retained; at most {MAX_PUBLISHED_KEYS} are published. Delete retired keys \
-                     first (DELETE /services/{{s}}/keys/{{kid}}): {}",
-                    names.join(", ")
+                     retained; at most {MAX_PUBLISHED_KEYS} are published. {way_out}"
                 ),
             ),
             kid_reused: false,
@@ -1268,7 +1280,21 @@ mod tests {
         let refused =
             rotate(&first.state, DEFAULT_SOURCE, &many("b", 60), 24, t0, None).unwrap_err();
         assert_eq!(refused[0].violation.pointer, "/jwks/keys");
-        assert!(refused[0].violation.message.contains("a59"));
+        // The a-keys are current until this upload: no key to delete, another way out.
+        let message = &refused[0].violation.message;
+        assert!(
+            !message.contains("a59") && message.contains("retainRemovedKeysHours"),
+            "{message}"
+        );
+        // Retired earlier, the a-keys are named; the c-keys this upload would retire are not.
+        let second = rotate(&first.state, DEFAULT_SOURCE, &many("c", 30), 24, t0, None).unwrap();
+        let refused =
+            rotate(&second.state, DEFAULT_SOURCE, &many("d", 30), 24, t0, None).unwrap_err();
+        let message = &refused[0].violation.message;
+        assert!(
+            message.contains("a59") && !message.contains("c0"),
+            "{message}"
+        );
         let state = first.state.without_retired("a1", t0);
         assert_eq!(state, Err(KeyDeleteError::Current));
         assert_eq!(

@@ -265,8 +265,21 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
     } else if explained.allowed {
         return None;
     } else {
-        let first = explained.reasons.first()?;
-        (first.code, first.rule)
+        // The reason that decided: a rule that accepted every claim refused the address, the
+        // action or the service; only when none did, the first rule's mismatch (the
+        // explanation lists every rule's reasons, another rule's mismatch perhaps first).
+        let accepted_by_a_rule = |code: ReasonCode| {
+            matches!(
+                code,
+                ReasonCode::AddressNotAllowed
+                    | ReasonCode::ActionNotAllowed
+                    | ReasonCode::ServiceNotAllowed
+            )
+        };
+        let decided = (explained.reasons.iter())
+            .find(|r| accepted_by_a_rule(r.code))
+            .or(explained.reasons.first())?;
+        (decided.code, decided.rule)
     };
     let mut shown = Map::new();
     for name in ["iss", "sub", "aud"]
@@ -353,6 +366,33 @@ mod tests {
         assert_eq!(
             super::record(&policy, &ambiguous).unwrap()["code"],
             "account-ambiguous"
+        );
+    }
+
+    /// The probe of the session's review: a token that rule 0 accepts, on a service rule 0 does
+    /// not cover, beside a rule 1 whose subject it misses, is recorded as rule 0's refusal of
+    /// the service (what decided), not as rule 1's mismatch.
+    #[test]
+    fn the_record_names_the_reason_that_decided() {
+        let policy = oidc(json!([
+            {"services": ["life-acme"], "claims": {"iss": "https://ci", "aud": "registry", "sub": "svcna"}},
+            {"services": ["*"], "claims": {"iss": "https://ci", "aud": "registry", "sub": "other"}},
+        ]));
+        let claims = json!({"iss": "https://ci", "aud": "registry", "sub": "svcna"});
+        let refused = Refused {
+            claims: claims.as_object().unwrap(),
+            service: Some("life2-acme"),
+            action: Action::ServicesRead,
+            ip: "192.0.2.7".parse().unwrap(),
+            ambiguous: false,
+            request_id: None,
+            at: OffsetDateTime::UNIX_EPOCH,
+        };
+        let recorded = record(&policy, &refused).unwrap();
+        assert_eq!(
+            (recorded["code"].as_str(), recorded["rule"].as_u64()),
+            (Some("service-not-allowed"), Some(0)),
+            "{recorded}"
         );
     }
 

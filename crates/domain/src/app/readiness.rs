@@ -230,7 +230,10 @@ pub fn readiness(
     Ok(json!({
         "kid": key.kid,
         "state": key.state(),
-        "firstPublishedAt": rfc3339(key.first_published_at),
+        // In whole seconds, as `GET …/keys` gives it.
+        "firstPublishedAt": rfc3339(
+            (key.first_published_at.replace_nanosecond(0)).unwrap_or(key.first_published_at)
+        ),
         "safeToSign": safe_at.is_some(),
         "safeToSignAt": safe_at.map(rfc3339),
         "leadSeconds": key.lead_seconds,
@@ -509,6 +512,16 @@ mod tests {
                     .to_owned()
             })
             .collect()
+    }
+
+    /// The time of a key's publication in whole seconds, as `GET …/keys` gives it.
+    #[test]
+    fn the_publication_time_has_whole_seconds() {
+        let (registry, service, who) = new_service();
+        let published = T0 + Duration::milliseconds(560);
+        publish(&registry, &service, &who, "new", 0, published);
+        let answer = readiness(&registry, &service, "new", false, T0 + Duration::seconds(1));
+        assert_eq!(answer.unwrap()["firstPublishedAt"], "2026-11-26T12:00:00Z");
     }
 
     #[test]

@@ -203,9 +203,7 @@ pub fn decide<'a>(
         Credential::AnonymousSecret(id) => match request {
             Request::Service(Some(service)) if service.id == id => Ok(Grant::AnonymousService(id)),
             Request::Service(_) => Err(Refusal::NotFound),
-            _ => Err(Refusal::Forbidden(
-                "an anonymous service's secret only works on that service's own calls".into(),
-            )),
+            _ => Err(Refusal::Forbidden(OWN_CALLS_ONLY.into())),
         },
         Credential::IdentityToken {
             claims,
@@ -294,7 +292,10 @@ fn refusal_of(reason: DenyReason) -> Refusal {
     }
 }
 
-/// [`may_manage`] for a granted caller: an anonymous secret manages nothing.
+/// The refusal of an anonymous service's secret on any call but its own service's.
+pub const OWN_CALLS_ONLY: &str =
+    "an anonymous service's secret only works on that service's own calls";
+
 /// Whether `grant` covers every service of its customer, which `needed_for` (a call on the
 /// whole customer) needs: see [`covers_all`].
 fn covers_every_service(grant: &Grant<'_>, needed_for: &str) -> Result<(), Refusal> {
@@ -303,9 +304,7 @@ fn covers_every_service(grant: &Grant<'_>, needed_for: &str) -> Result<(), Refus
             &scope_of(account, rules.as_deref()).unwrap_or_default(),
             needed_for,
         ),
-        Grant::AnonymousService(_) => Err(Refusal::Forbidden(
-            "an anonymous service's secret only works on that service's own calls".into(),
-        )),
+        Grant::AnonymousService(_) => Err(Refusal::Forbidden(OWN_CALLS_ONLY.into())),
     }
 }
 
@@ -321,6 +320,7 @@ pub fn covers_all(scope: &crate::policy::Scope<'_>, needed_for: &str) -> Result<
     }
 }
 
+/// [`may_manage`] for a granted caller: an anonymous secret manages nothing.
 fn manages(grant: &Grant<'_>, target: Option<&Policy>) -> Result<(), Refusal> {
     match grant {
         Grant::Account { account, rules } => {
@@ -328,9 +328,7 @@ fn manages(grant: &Grant<'_>, target: Option<&Policy>) -> Result<(), Refusal> {
             let actions = actions_of(account, rules.as_deref());
             may_manage(&scope, actions, &account.policy, target)
         }
-        Grant::AnonymousService(_) => Err(Refusal::Forbidden(
-            "an anonymous service's secret only works on that service's own calls".into(),
-        )),
+        Grant::AnonymousService(_) => Err(Refusal::Forbidden(OWN_CALLS_ONLY.into())),
     }
 }
 

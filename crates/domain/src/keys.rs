@@ -902,15 +902,17 @@ impl KeyState {
     /// The public key set's current part: every source's current keys (`{"keys": [...]}`),
     /// what the store keeps as the published key set.
     pub fn current_set(&self) -> Value {
-        self.current_keys(|_| true)
+        Self::key_set(self.current_of(|_| true))
     }
 
-    /// `{"keys": [...]}` of the current keys one of whose sources `of` accepts.
-    fn current_keys(&self, of: impl Fn(&str) -> bool) -> Value {
-        let keys: Vec<Value> = (self.keys.iter())
-            .filter(|k| k.retired_at.is_none() && k.sources().any(&of))
-            .map(|k| Value::Object(k.jwk.clone()))
-            .collect();
+    /// The current keys one of whose sources `of` accepts, in the key set's order.
+    fn current_of(&self, of: impl Fn(&str) -> bool) -> impl Iterator<Item = &KeyRecord> {
+        (self.keys.iter()).filter(move |k| k.retired_at.is_none() && k.sources().any(&of))
+    }
+
+    /// `{"keys": [...]}` of `keys`.
+    fn key_set<'k>(keys: impl Iterator<Item = &'k KeyRecord>) -> Value {
+        let keys: Vec<Value> = keys.map(|k| Value::Object(k.jwk.clone())).collect();
         json!({"keys": keys})
     }
 
@@ -920,15 +922,12 @@ impl KeyState {
     pub fn source_upload(&self, source: &str, published: &Value) -> Option<Value> {
         let recorded = self.sources();
         let upload = recorded.get(source)?;
-        let mut keys: Vec<&KeyRecord> = (self.keys.iter())
-            .filter(|k| k.retired_at.is_none() && k.held_by(source))
-            .collect();
+        let mut keys: Vec<&KeyRecord> = self.current_of(|of| of == source).collect();
         // In its upload's order (stable: the key set's order for states that have none).
         keys.sort_by_key(|k| upload.kids.iter().position(|kid| *kid == k.kid));
-        let keys: Vec<Value> = keys.iter().map(|k| Value::Object(k.jwk.clone())).collect();
         Some(json!({
             "openidConfiguration": upload.discovery.as_ref().unwrap_or(published),
-            "jwks": {"keys": keys},
+            "jwks": Self::key_set(keys.into_iter()),
         }))
     }
 

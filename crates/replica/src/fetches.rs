@@ -137,7 +137,7 @@ impl Fetches {
             };
             for a in &f.agents {
                 if a.agent == OTHER_AGENTS {
-                    counts.count_others(a.count, a.last_at);
+                    add_others(&mut counts.others, a.count, a.last_at);
                     continue;
                 }
                 // The counts per network went with the flush; each comes back as one fetch.
@@ -243,13 +243,8 @@ impl Counts {
             self.count_agent(&a.name, own, a.last_at, &a.networks);
         }
         if let Some(others) = other.others {
-            self.count_others(others.0, others.1);
+            add_others(&mut self.others, others.0, others.1);
         }
-    }
-
-    /// Adds `n` fetches, the last at `at`, to the others'.
-    fn count_others(&mut self, n: u64, at: OffsetDateTime) {
-        add_others(&mut self.others, n, at);
     }
 
     /// Adds `n` fetches by `agent`, from `networks` (space-saving, for agents and for each

@@ -49,19 +49,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Audit(args) => app::with_command_store(&args.database.database_url, |store| {
-            let printed = audit::print_trail(
+            audit::print_trail(
                 &customers::registry(store),
                 args.tenant.as_deref(),
                 args.action,
                 args.since,
-                &mut std::io::stdout().lock(),
-            );
-            // A reader that went away ends the output, as `stdout` says.
-            let reader_gone = |e: &anyhow::Error| {
-                (e.downcast_ref::<std::io::Error>())
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            };
-            printed.or_else(|e| if reader_gone(&e) { Ok(()) } else { Err(e) })
+            )
         }),
         Command::Sync(args) => sync::run(args),
         Command::FetchLog(args) => crate::client::fetch_log::run(args),

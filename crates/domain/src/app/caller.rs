@@ -149,11 +149,8 @@ impl Caller {
     /// The customer of a caller on a collection call (`/services`, `/service-accounts…`):
     /// anonymous secrets act on their own service only.
     pub fn customer(&self) -> Result<Uuid, AppError> {
-        self.customer_id().ok_or_else(|| {
-            AppError::Forbidden(
-                "an anonymous service's secret only works on that service's own calls".into(),
-            )
-        })
+        self.customer_id()
+            .ok_or_else(|| AppError::Forbidden(access::OWN_CALLS_ONLY.into()))
     }
 
     /// Whether the caller covers every service of its customer (its patterns include `"*"`),
@@ -162,30 +159,27 @@ impl Caller {
     pub fn covers_every_service(&self, needed_for: &str) -> Result<(), AppError> {
         self.customer()?;
         let scope = self.scope().unwrap_or_default();
-        access::covers_all(&scope, needed_for).map_err(|refusal| match refusal {
-            Refusal::Forbidden(detail) => AppError::Forbidden(detail),
-            // `covers_all` answers only 403s.
-            other => AppError::Forbidden(format!("{other:?}")),
-        })
+        access::covers_all(&scope, needed_for).map_err(forbidden)
     }
 
     /// [`access::may_manage`]: the caller manages the customer's accounts (its patterns include
     /// `"*"`), and `target` (a new policy, or the one of an account it would change, delete or
     /// re-key) is no broader than the caller: within its addresses and its actions.
     pub fn may_manage(&self, target: Option<&Policy>) -> Result<(), AppError> {
-        let account = self.account.as_ref().ok_or_else(|| {
-            AppError::Forbidden(
-                "an anonymous service's secret only works on that service's own calls".into(),
-            )
-        })?;
+        let account = self
+            .account
+            .as_ref()
+            .ok_or_else(|| AppError::Forbidden(access::OWN_CALLS_ONLY.into()))?;
         let scope = self.scope().unwrap_or_default();
         let actions = access::actions_of(account, self.rules.as_deref());
-        access::may_manage(&scope, actions, &account.policy, target).map_err(
-            |refusal| match refusal {
-                Refusal::Forbidden(detail) => AppError::Forbidden(detail),
-                // `may_manage` answers only 403s.
-                other => AppError::Forbidden(format!("{other:?}")),
-            },
-        )
+        access::may_manage(&scope, actions, &account.policy, target).map_err(forbidden)
+    }
+}
+
+/// A refusal of `access::may_manage` or `access::covers_all`, which answer only 403s.
+fn forbidden(refusal: Refusal) -> AppError {
+    match refusal {
+        Refusal::Forbidden(detail) => AppError::Forbidden(detail),
+        other => AppError::Forbidden(format!("{other:?}")),
     }
 }

@@ -245,9 +245,9 @@ pub fn withdraw(
     }
 }
 
-/// `config` with `keys` instead of its own (a retired key withdrawn, a new version): a
-/// discovery document the registry writes (only managed keys current) follows the algorithms
-/// they publish.
+/// `config` with `keys` instead of its own (a source removed, a retired key withdrawn: a new
+/// version): a discovery document the registry writes (only managed keys current) follows the
+/// algorithms they publish.
 pub(crate) fn rekeyed(
     registry: &Registry,
     service: &Service,
@@ -303,18 +303,13 @@ pub fn withdraw_source(
                     .keys
                     .without_source(source, now, service.expires_at)?;
                 found = Some(true);
-                let openid_configuration = match keys.only_managed() {
-                    true => written_discovery(registry, service, &keys, now),
-                    false => current.openid_configuration,
-                };
-                Some(PublishedConfig {
-                    openid_configuration,
+                let config = PublishedConfig {
                     jwks: keys.current_set().to_string(),
                     updated_at: now,
                     previous_change_at: None,
-                    keys,
                     ..current
-                })
+                };
+                Some(rekeyed(registry, service, config, keys, now))
             },
             &event,
         )

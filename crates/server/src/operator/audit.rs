@@ -7,13 +7,13 @@ use registry_domain::app::{audit, Registry};
 use registry_domain::audit::{Action, AuditQuery, MAX_PAGE};
 use time::OffsetDateTime;
 
-/// `registry audit`: every event of the trail asked for, newest first, one JSON object a line.
+/// `registry audit`: every event of the trail asked for, newest first, one JSON object a line
+/// on stdout (`crate::stdout`: a reader that goes away ends it quietly).
 pub fn print_trail(
     registry: &Registry,
     tenant: Option<&str>,
     action: Option<Action>,
     since: Option<OffsetDateTime>,
-    out: &mut impl std::io::Write,
 ) -> anyhow::Result<()> {
     let trail = audit::operator_trail(registry, tenant).map_err(|e| match e {
         registry_domain::app::AppError::NotFound(why) => anyhow::anyhow!(why),
@@ -30,7 +30,7 @@ pub fn print_trail(
         let page =
             audit::operator_page(registry, &query).context("could not read the audit trail")?;
         for event in &page.events {
-            writeln!(out, "{}", event.to_json())?;
+            crate::stdout::line(event.to_json());
         }
         match page.next {
             Some(next) => query.cursor = Some(next),

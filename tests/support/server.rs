@@ -449,6 +449,20 @@ impl TestServer {
         self.log()
     }
 
+    /// Sends the signal `name` (`TERM`, `INT`) to the binary.
+    pub fn signal(&self, name: &str) {
+        self.binary("a signal").signal(name).expect("kill");
+    }
+
+    /// The binary's exit status, once it has exited by itself (within `limit`).
+    pub fn exit_within(mut self, limit: std::time::Duration) -> std::process::ExitStatus {
+        self.binary("an exit");
+        let Process::Binary { process, .. } = &mut self.process else {
+            unreachable!("checked above")
+        };
+        process.exit_within(limit).expect("the registry exits")
+    }
+
     fn terminated(&mut self) -> std::process::ExitStatus {
         self.binary("SIGTERM");
         let Process::Binary { process, .. } = &mut self.process else {

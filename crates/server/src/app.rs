@@ -130,11 +130,13 @@ pub fn redact(url: &str) -> String {
 /// on `REGISTRY_LISTEN` and the system clock.
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let listen = Listen::Address(settings.listen.clone());
-    let running = launch(settings, listen, Injected::none(), Signals::Stop).await?;
+    let running = launch(settings, listen, Injected::none()).await?;
     let addrs = running.addrs.clone();
-    // Tests and scripts read this line to learn a port chosen with `:0`, and may send SIGTERM
-    // as soon as they have it. The server installs its signal handlers when first polled, in
-    // the `await` below, before this task gets its turn.
+    // Installed before the line below: tests and scripts read it to learn a port chosen with
+    // `:0`, and may send SIGTERM as soon as they have it.
+    let drain = crate::drain::on_signals(running.handle(), running.drain.clone())
+        .context("cannot handle SIGTERM and SIGINT")?;
+    actix_web::rt::spawn(drain);
     actix_web::rt::spawn(async move {
         for (addr, scheme) in addrs {
             println!("registry listening on {scheme}://{addr}");
@@ -179,13 +181,7 @@ pub async fn start(
     listener: std::net::TcpListener,
     injected: Injected,
 ) -> anyhow::Result<Running> {
-    launch(
-        settings,
-        Listen::Listener(listener),
-        injected,
-        Signals::Ignore,
-    )
-    .await
+    launch(settings, Listen::Listener(listener), injected).await
 }
 
 /// A started server.
@@ -193,6 +189,7 @@ pub struct Running {
     server: actix_web::dev::Server,
     store: Store,
     addrs: Vec<(SocketAddr, &'static str)>,
+    drain: Arc<crate::drain::Drain>,
 }
 
 impl std::fmt::Debug for Running {
@@ -232,19 +229,7 @@ enum Listen {
     Listener(std::net::TcpListener),
 }
 
-/// Whether SIGTERM and SIGINT stop the server: only in a process of its own.
-#[derive(PartialEq, Eq)]
-enum Signals {
-    Stop,
-    Ignore,
-}
-
-async fn launch(
-    settings: Settings,
-    listen: Listen,
-    injected: Injected,
-    signals: Signals,
-) -> anyhow::Result<Running> {
+async fn launch(settings: Settings, listen: Listen, injected: Injected) -> anyhow::Result<Running> {
     problem::set_base_url(settings.base());
     // Everything that can be checked without the database is, first: the settings that are
     // parsed further, the certificate, and the listeners (a port in use is reported before
@@ -335,7 +320,7 @@ async fn launch(
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
     };
-    let server = Listeners::new(app, connections, workers, signals == Signals::Stop);
+    let server = Listeners::new(app, connections, workers);
     let tls = certificate.map(registry_tls::server_config);
     let server = bound
         .into_iter()
@@ -367,6 +352,7 @@ async fn launch(
         server,
         store,
         addrs,
+        drain: state.drain.clone(),
     })
 }
 

@@ -17,6 +17,7 @@ mod connections;
 mod custom_domains;
 mod dashboard;
 mod domain_worker;
+mod drain;
 mod http_date;
 mod listeners;
 mod log_buffer;

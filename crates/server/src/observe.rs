@@ -79,6 +79,8 @@ pub async fn observe(
     };
     let method = method_name(req.method());
     let state = req.app_data::<web::Data<AppState>>().cloned();
+    // Until answered or its client goes: a drain waits for it.
+    let _in_flight = state.as_ref().map(|state| state.drain.enter());
     let named = (state.as_ref()).and_then(|state| public::Named::of(state, req.head()));
     let hosted = named.is_some();
     let answered = async {

@@ -56,6 +56,8 @@ pub struct AppState {
     /// Custom domains' ACME directory, sealing key and DNS lookups (`REGISTRY_ACME_DIRECTORY`),
     /// if custom domains are on.
     pub custom_domains: Option<Arc<crate::custom_domains::CustomDomains>>,
+    /// Whether the replica drains, and the requests in flight.
+    pub drain: Arc<crate::drain::Drain>,
 }
 
 impl AppState {
@@ -140,6 +142,7 @@ impl AppState {
             certificate,
             purger,
             custom_domains,
+            drain: Arc::default(),
         })
     }
 

@@ -206,12 +206,26 @@ impl Launched {
     /// SIGTERM (with the `kill` command), then waits for the exit (a graceful shutdown) at most
     /// 40 s; its exit status.
     pub fn terminate(&mut self) -> io::Result<ExitStatus> {
+        self.signal("TERM")?;
+        self.exit_within(STOP_LIMIT)
+    }
+
+    /// Sends the signal `name` (`TERM`, `INT`) with the `kill` command.
+    pub fn signal(&self, name: &str) -> io::Result<()> {
         let pid = self.pid().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status()?;
-        if !sent.success() {
-            return Err(io::Error::other(format!("kill -TERM {pid}: {sent}")));
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()?;
+        if sent.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("kill -{name} {pid}: {sent}")))
         }
-        let deadline = Instant::now() + STOP_LIMIT;
+    }
+
+    /// Its exit status, waiting for it at most `limit` (then an error: it still runs).
+    pub fn exit_within(&mut self, limit: Duration) -> io::Result<ExitStatus> {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait()? {
                 return Ok(status);
@@ -219,7 +233,7 @@ impl Launched {
             if Instant::now() > deadline {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "the registry did not stop on SIGTERM",
+                    format!("the registry still runs after {limit:?}"),
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));

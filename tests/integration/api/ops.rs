@@ -474,6 +474,53 @@ fn sigterm_closes_idle_keep_alive_connections_at_once() {
     }
 }
 
+/// After SIGTERM the replica drains: `/readyz` answers 503 `draining` (on a new connection)
+/// while a request that came before the signal is still in flight, that request is answered,
+/// and the process then exits by itself, cleanly.
+#[test]
+fn sigterm_drains_readiness_answers_503_until_the_request_in_flight_is_answered() {
+    use std::io::{Read, Write};
+    let server = TestServer::start_binary();
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let body = br#"{"title": "drained"}"#;
+    let (first, rest) = body.split_at(5);
+    write!(
+        slow,
+        "POST /anonymous/services HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    slow.write_all(first).unwrap();
+    slow.flush().unwrap();
+    // The handler waits for the rest of the body.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    server.signal("TERM");
+    let mut readiness = Value::Null;
+    let draining = registry_tests::wait::within(std::time::Duration::from_secs(5), || {
+        let response = server.request(Method::GET, "/readyz").send().unwrap();
+        let status = response.status();
+        readiness = json(response);
+        status == 503
+    });
+    assert!(draining, "/readyz after SIGTERM: {readiness}");
+    assert_eq!(readiness["status"], "draining", "{readiness}");
+    // Still serving meanwhile: the body's end is read and the request answered.
+    assert_eq!(server.status_of("/healthz"), 200);
+    slow.write_all(rest).unwrap();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = [0u8; 64];
+    let read = slow.read(&mut answer).unwrap();
+    assert!(
+        answer[..read].starts_with(b"HTTP/1.1 201"),
+        "{}",
+        String::from_utf8_lossy(&answer[..read])
+    );
+    drop(slow);
+    let status = server.exit_within(std::time::Duration::from_secs(10));
+    assert!(status.success(), "{status}");
+}
+
 /// Scripts send SIGTERM as soon as the server has said where it listens. The line used to come
 /// before the signal handlers were installed, and such a SIGTERM killed the process outright
 /// (32 of 40 times in a shell loop).

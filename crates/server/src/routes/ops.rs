@@ -15,16 +15,22 @@ pub async fn healthz() -> HttpResponse {
 }
 
 /// `GET /readyz`: whether this replica serves (docs/api.md, "Readiness"). It answers only once
-/// the replica has started (migrated, loaded), and its listener closes when it drains after
-/// SIGTERM; while it serves, it is ready, whatever the shared database does: with a side of the
-/// database down it is 200 `degraded` and says which, because every replica shares that database,
-/// and taking them all out of service would stop the public documents memory still serves.
+/// the replica has started (migrated, loaded), and 503 `draining` after SIGTERM until its
+/// listeners close ([`crate::drain`]); while it serves, it is ready, whatever the shared
+/// database does: with a side of the database down it is 200 `degraded` and says which, because
+/// every replica shares that database, and taking them all out of service would stop the public
+/// documents memory still serves.
 pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     let sides = state.replica.sides().await?;
     let word = |up: bool| if up { "up" } else { "down" };
     let every_side_up = sides.primary && sides.read_replica.is_none_or(|r| r.up);
+    let draining = state.drain.draining();
     let mut body = json!({
-        "status": if every_side_up { "ready" } else { "degraded" },
+        "status": match (draining, every_side_up) {
+            (true, _) => "draining",
+            (false, true) => "ready",
+            (false, false) => "degraded",
+        },
         "primary": word(sides.primary),
         "readReplica": sides.read_replica.map_or("none", |r| match r {
             r if r.up && r.lagging => "lagging",
@@ -35,7 +41,12 @@ pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     if let Some(lag) = sides.read_replica.and_then(|r| r.lag_seconds) {
         body["readReplicaLagSeconds"] = json!(lag);
     }
-    Ok(HttpResponse::Ok()
+    let mut response = if draining {
+        HttpResponse::ServiceUnavailable()
+    } else {
+        HttpResponse::Ok()
+    };
+    Ok(response
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(body))
 }

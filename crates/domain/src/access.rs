@@ -188,13 +188,13 @@ pub fn decide<'a>(
         Request::Service(service) => Request::Service(service.filter(|s| !s.is_expired_at(now))),
         Request::Accounts { target } => {
             let grant = decide(credential, Request::Services, action, ip, now)?;
+            let grant = on_every_service(grant, "managing service accounts")?;
             manages(&grant, target)?;
             return Ok(grant);
         }
         Request::AuditTrail => {
             let grant = decide(credential, Request::Services, action, ip, now)?;
-            covers_every_service(&grant, "reading the audit trail")?;
-            return Ok(grant);
+            return on_every_service(grant, "reading the audit trail");
         }
         services => services,
     };
@@ -296,14 +296,22 @@ fn refusal_of(reason: DenyReason) -> Refusal {
 pub const OWN_CALLS_ONLY: &str =
     "an anonymous service's secret only works on that service's own calls";
 
-/// Whether `grant` covers every service of its customer, which `needed_for` (a call on the
-/// whole customer) needs: see [`covers_all`].
-fn covers_every_service(grant: &Grant<'_>, needed_for: &str) -> Result<(), Refusal> {
+/// `grant` for a call on the whole customer (`needed_for`, as "reading the audit trail"): its
+/// patterns include `"*"` (see [`covers_all`]). An identity token acts by the rules among
+/// those it matched that cover every service by themselves: no rule lends `"*"` to another
+/// rule's actions (docs/api.md, "Actions").
+fn on_every_service<'a>(grant: Grant<'a>, needed_for: &str) -> Result<Grant<'a>, Refusal> {
     match grant {
-        Grant::Account { account, rules } => covers_all(
-            &scope_of(account, rules.as_deref()).unwrap_or_default(),
-            needed_for,
-        ),
+        Grant::Account { account, rules } => {
+            let rules = rules.map(|rules| {
+                (rules.into_iter())
+                    .filter(|&rule| account.policy.rules_scope(&[rule]).includes_all())
+                    .collect::<Vec<usize>>()
+            });
+            let scope = scope_of(account, rules.as_deref()).unwrap_or_default();
+            covers_all(&scope, needed_for)?;
+            Ok(Grant::Account { account, rules })
+        }
         Grant::AnonymousService(_) => Err(Refusal::Forbidden(OWN_CALLS_ONLY.into())),
     }
 }
@@ -389,6 +397,11 @@ fn decide_federated_collection<'a>(
     if !account.policy.allows_ip(ip) {
         return Err(outside_allowlist());
     }
+    // The caller acts by the rules that allow the action: their services are its scope, and
+    // no other rule's patterns widen them (a rule's actions hold on its own services only).
+    let rules: Vec<usize> = (rules.into_iter())
+        .filter(|&rule| account.policy.rules_actions(&[rule]).contains(action))
+        .collect();
     allows(account.policy.rules_actions(&rules), action)?;
     Ok(Grant::Account {
         account,
@@ -978,5 +991,117 @@ mod tests {
             .map(|_| ()),
             Err(Refusal::ActionNotAllowed(Action::AuditRead))
         );
+    }
+
+    /// A call on no one service (or on the whole customer) acts by the matching rules that
+    /// allow its action: another rule's `"*"` lends them nothing (the review's four cases).
+    #[test]
+    fn no_rule_lends_its_services_to_another_rules_actions() {
+        let customer = Uuid::new_v4();
+        let ip = "192.0.2.1".parse().unwrap();
+        let sub = "repo:acme/infra:ref:refs/heads/main";
+        let rule = |services: Value, actions: Value| {
+            json!({"services": services, "actions": actions,
+                "claims": {"iss": GITHUB, "aud": "registry", "sub": sub}})
+        };
+        let claims = claims(sub);
+        let ask = |rules: Value, request: Request<'_>, action| {
+            let candidates = [account_with(
+                customer,
+                &json!({"$schema": V2, "kind": "oidc", "rules": rules}),
+            )];
+            let credential = Credential::IdentityToken {
+                claims: &claims,
+                candidates: &candidates,
+                chosen: None,
+            };
+            decide(credential, request, action, ip, NOW).map(|grant| {
+                let account = grant.account().unwrap();
+                let Grant::Account { rules, .. } = &grant else {
+                    unreachable!("an account")
+                };
+                let scope = scope_of(account, rules.as_deref()).unwrap_or_default();
+                (
+                    scope.includes_all(),
+                    scope.matches("prod-acme"),
+                    actions_of(account, rules.as_deref()),
+                )
+            })
+        };
+        let forbidden = |result: Result<_, Refusal>| matches!(result, Err(Refusal::Forbidden(_)));
+        // Account management: "*" from one rule, accounts:write from another.
+        let takeover = json!([
+            rule(json!(["*"]), json!(["services:read"])),
+            rule(
+                json!(["sandbox-*"]),
+                json!(["accounts:read", "accounts:write"])
+            ),
+        ]);
+        let minted = Policy::parse(&json!({"$schema": V2, "kind": "static", "services": ["*"],
+            "actions": ["accounts:write"]}))
+        .unwrap()
+        .policy;
+        let target = Some(&minted);
+        assert!(forbidden(ask(
+            takeover.clone(),
+            Request::Accounts { target },
+            Action::AccountsWrite
+        )));
+        assert!(forbidden(ask(
+            takeover,
+            Request::Accounts { target: None },
+            Action::AccountsRead
+        )));
+        // The audit trail likewise.
+        let audit = json!([
+            rule(json!(["*"]), json!(["config:read"])),
+            rule(json!(["x-*"]), json!(["audit:read"])),
+        ]);
+        assert!(forbidden(ask(
+            audit,
+            Request::AuditTrail,
+            Action::AuditRead
+        )));
+        // Creating and listing services: the scope is that of the rules with the action.
+        let create = json!([
+            rule(json!(["ci-*"]), json!(["services:write"])),
+            rule(json!(["*"]), json!(["config:write"])),
+        ]);
+        let (all, prod, _) = ask(create, Request::Services, Action::ServicesWrite).unwrap();
+        assert!(!all && !prod, "services:write holds on ci-* only");
+        let list = json!([
+            rule(json!(["api-*"]), json!(["services:read"])),
+            rule(json!(["*"]), json!(["config:read"])),
+        ]);
+        let (all, prod, _) = ask(list, Request::Services, Action::ServicesRead).unwrap();
+        assert!(!all && !prod, "services:read holds on api-* only");
+        // A rule that has both manages, with its own actions only: the other rule's
+        // config:write on sandbox-* is not the manager's to grant on "*".
+        let manager = json!([
+            rule(json!(["*"]), json!(["accounts:read", "accounts:write"])),
+            rule(
+                json!(["sandbox-*"]),
+                json!(["accounts:write", "config:write"])
+            ),
+        ]);
+        let (all, _, actions) = ask(
+            manager.clone(),
+            Request::Accounts { target: None },
+            Action::AccountsWrite,
+        )
+        .unwrap();
+        assert!(all);
+        assert!(!actions.contains(Action::ConfigWrite));
+        let writer = Policy::parse(&json!({"$schema": V2, "kind": "static", "services": ["*"],
+            "actions": ["config:write"]}))
+        .unwrap()
+        .policy;
+        assert!(forbidden(ask(
+            manager,
+            Request::Accounts {
+                target: Some(&writer)
+            },
+            Action::AccountsWrite
+        )));
     }
 }

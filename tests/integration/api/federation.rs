@@ -690,3 +690,60 @@ fn identity_tokens_are_checked_by_the_verifier_port_the_server_is_given() {
     assert_eq!(server.get("/services", MADE_UP_TOKEN).status(), 401);
     assert_eq!(verifications(), 1);
 }
+
+/// A federated call on no one service acts by the rules that match the token and allow its
+/// action: one rule's `"*"` lends nothing to another rule's actions (a review's capture: with
+/// `"*"` from a read-only rule and `accounts:write` from a `sandbox-*` rule, a token minted a
+/// static account over every service).
+#[test]
+fn no_rule_lends_its_services_to_another_rules_actions() {
+    const V2: &str = "http://localhost:8080/schemas/service-account-policy/v2.json";
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let api = register_service(&server, &acme, "api");
+    let web = register_service(&server, &acme, "web");
+    let sub = "repo:acme/infra:ref:refs/heads/main";
+    let rule = |services: &[&str], actions: &[&str]| {
+        json!({"services": services, "actions": actions,
+            "claims": {"iss": &iss, "aud": AUDIENCE, "sub": sub}})
+    };
+    let policy = json!({"$schema": V2, "kind": "oidc", "rules": [
+        rule(&["*"], &["services:read", "config:read"]),
+        rule(&["sandbox-*"], &["accounts:read", "accounts:write", "audit:read"]),
+        rule(&[&api], &["services:write"]),
+    ]});
+    let created = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(&json!({"name": "mixed", "policy": policy}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let token = issuer.mint("ES256", claims(&iss, sub));
+
+    let minted = server
+        .authed(Method::POST, "/service-accounts", &token)
+        .json(
+            &json!({"name": "takeover", "policy": {"$schema": V2, "kind": "static",
+            "services": ["*"], "actions": ["accounts:write"]}}),
+        )
+        .send()
+        .unwrap();
+    let problem = assert_problem(minted, 403, "forbidden");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("\"*\""),
+        "{problem}"
+    );
+    assert_problem(server.get("/audit-events", &token), 403, "forbidden");
+    // Listing is services:read, which the "*" rule allows: every service.
+    let listed = json(server.get("/services", &token));
+    assert_eq!(subdomains(&listed), [api.as_str(), web.as_str()]);
+    // Creating is services:write, on api-* only: another name is refused.
+    let other = server
+        .authed(Method::POST, "/services", &token)
+        .json(&json!({"title": "prod", "serviceName": "prod"}))
+        .send()
+        .unwrap();
+    assert_eq!(other.status(), 403, "{}", other.text().unwrap());
+}

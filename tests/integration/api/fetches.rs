@@ -2,7 +2,7 @@
 //! fetches every replica counted, within 60 s (here 1 s: `REGISTRY_FETCH_FLUSH_SECONDS`).
 
 use super::{publish_api, publish_kids, register_service, upload};
-use registry_tests::server::{json, ServerOptions, TestServer};
+use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
 use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -230,6 +230,25 @@ fn anonymous_secrets_see_their_own_services_evidence_and_no_other() {
     assert_eq!(server.get(&path, &globex.token).status(), 404);
     let anon_path = format!("/services/{anon}/fetches");
     assert_eq!(server.get(&anon_path, &acme.token).status(), 404);
+    // The fetch history and dismissing a verifier are registered customers' calls.
+    let history = server.get(&format!("/services/{anon}/fetches/history"), secret);
+    let problem = assert_problem(history, 403, "forbidden");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("registered services"),
+        "{problem}"
+    );
+    let dismiss = server
+        .authed(
+            Method::DELETE,
+            &format!("/services/{anon}/keys/k1/readiness/verifiers/AWS"),
+            secret,
+        )
+        .send()
+        .unwrap();
+    assert_problem(dismiss, 403, "forbidden");
     assert_eq!(
         server.request(Method::GET, &path).send().unwrap().status(),
         401

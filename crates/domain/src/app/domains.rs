@@ -109,15 +109,10 @@ fn taken(domain: &str) -> AppError {
     ))
 }
 
-/// The refusal of every domain call on an anonymous service (an anonymous secret's calls are
-/// the ones docs/api.md lists; a custom domain is for registered services): 403.
+/// The refusal of every domain call on an anonymous service: see
+/// [`crate::app::services::registered_only`].
 pub fn registered_only(service: &Service) -> Result<(), AppError> {
-    match service.customer_id {
-        Some(_) => Ok(()),
-        None => Err(AppError::Forbidden(
-            "an anonymous service cannot have a custom domain: register a service".into(),
-        )),
-    }
+    crate::app::services::registered_only(service, "a custom domain")
 }
 
 /// `GET /services/{s}/domain`.

@@ -330,8 +330,54 @@ fn describe(at: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{SCHEMA_SOURCE, SCHEMA_V2_SOURCE};
+    use super::{validator, SCHEMA_SOURCE, SCHEMA_V2_SOURCE};
     use std::path::Path;
+
+    /// The published schemas state the size limits, so a document valid under them is not
+    /// refused for its size; a document over one is refused once, in the limit's words.
+    #[test]
+    fn the_schemas_state_the_size_limits_and_a_refusal_says_it_once() {
+        use crate::limits::{
+            MAX_CLAIMS_PER_RULE, MAX_PATTERN_CHARS, MAX_RULES, MAX_SERVICES_ENTRIES,
+        };
+        use serde_json::json;
+        let services: Vec<String> = (0..=MAX_SERVICES_ENTRIES)
+            .map(|i| format!("s{i}-*"))
+            .collect();
+        let rule = |sub: String| json!({"services": ["*"], "claims": {"iss": "https://ci.example", "aud": "a", "sub": sub}});
+        let mut claims = serde_json::Map::new();
+        for i in 0..=MAX_CLAIMS_PER_RULE {
+            claims.insert(format!("c{i}"), json!("x"));
+        }
+        claims.insert("iss".into(), json!("https://ci.example"));
+        let oversized = [
+            ("/services", json!({"kind": "static", "services": services})),
+            (
+                "/rules",
+                json!({"kind": "oidc", "rules": vec![rule("s".into()); MAX_RULES + 1]}),
+            ),
+            (
+                "/rules/0/claims/sub",
+                json!({"kind": "oidc", "rules": [rule("x".repeat(MAX_PATTERN_CHARS + 1))]}),
+            ),
+            (
+                "/rules/0/claims",
+                json!({"kind": "oidc", "rules": [{"services": ["*"], "claims": claims}]}),
+            ),
+        ];
+        for (pointer, document) in oversized {
+            assert!(
+                !validator(1).is_valid(&document),
+                "the schema allows {pointer}"
+            );
+            let refused = crate::Policy::parse(&document)
+                .unwrap_err()
+                .into_violations();
+            let at: Vec<_> = refused.iter().filter(|v| v.pointer == pointer).collect();
+            assert_eq!(at.len(), 1, "{pointer}: {refused:?}");
+            assert!(at[0].message.contains("at most"), "{:?}", at[0]);
+        }
+    }
 
     #[test]
     fn the_crate_copies_are_the_published_schemas() {

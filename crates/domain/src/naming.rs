@@ -152,6 +152,8 @@ pub fn registered_subdomain(
 /// assert!(check_service_name("Api-2").is_ok());
 /// assert!(matches!(check_service_name("api_2"), Err(NamingError::InvalidServiceName { .. })));
 /// assert!(matches!(check_service_name("web-anon"), Err(NamingError::ReservedSuffix(_))));
+/// assert!(matches!(check_service_name("xn--abc"), Err(NamingError::InvalidServiceName { .. })));
+/// assert!(check_service_name("a--b").is_ok());
 /// ```
 pub fn check_service_name(requested: &str) -> Result<(), NamingError> {
     let name = requested.to_ascii_lowercase();
@@ -160,6 +162,16 @@ pub fn check_service_name(requested: &str) -> Result<(), NamingError> {
             name: requested.to_owned(),
             reason: "use a-z, 0-9 and '-', starting and ending with a letter or digit, at most 63 \
                      characters"
+                .to_owned(),
+        });
+    }
+    // The subdomain starts with the name: a label with "--" as its third and fourth characters
+    // is IDNA's (`xn--…`, RFC 5891 §4.2.3.1), and URL parsers refuse one that does not decode.
+    if name.get(2..4) == Some("--") {
+        return Err(NamingError::InvalidServiceName {
+            name: requested.to_owned(),
+            reason: "'--' as the third and fourth characters is reserved for internationalized \
+                     names (as in 'xn--'), which URL parsers check"
                 .to_owned(),
         });
     }

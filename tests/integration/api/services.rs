@@ -149,7 +149,7 @@ fn naming_rules_follow_the_plan() {
     assert_problem(taken, 409, "conflict");
     // Label rules, the reserved suffix and (with the tenant) the subdomain's length: each a 400
     // that points at the field.
-    for bad in ["-api", "a_b", "x-anon", &"a".repeat(60)] {
+    for bad in ["-api", "a_b", "x-anon", "xn--abc", &"a".repeat(60)] {
         let response = server
             .authed(Method::POST, "/services", &free.token)
             .json(&json!({"title": "y", "serviceName": bad}))

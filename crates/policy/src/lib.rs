@@ -16,6 +16,7 @@ pub mod report;
 mod rules;
 mod schema;
 mod services;
+mod unique;
 pub mod violation;
 
 pub use actions::{Action, Actions, UnknownAction};
@@ -119,7 +120,8 @@ impl Policy {
     /// (the server puts `/policy` in front): first the JSON Schema's (that of the document's
     /// [version](Policy::version)), then the size limits of [`limits::check_policy`], both
     /// checked before any pattern is compiled; and when the document passes both, the checks
-    /// the schema cannot express (each `ip_allowlist` entry parses as an address or CIDR range).
+    /// the schema cannot express (entries unique as they are matched, each `ip_allowlist` entry
+    /// parses as an address or CIDR range).
     ///
     /// ```
     /// use registry_policy::Policy;
@@ -148,6 +150,9 @@ impl Policy {
             .filter(|v| !limits.iter().any(|limit| limit.pointer == v.pointer))
             .collect();
         violations.extend(limits);
+        if violations.is_empty() {
+            violations = unique::check_unique(document);
+        }
         if !violations.is_empty() {
             return Err(PolicyError::Invalid(violations));
         }

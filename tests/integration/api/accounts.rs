@@ -173,6 +173,20 @@ fn invalid_policies_report_every_problem_under_policy() {
         .unwrap();
     let problem = assert_problem(missing_sub, 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/policy/rules/0/claims/sub"]);
+    // Unique as matched: one name in two cases, one address in two spellings.
+    let repeated = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(
+            &json!({"name": "x", "policy": {"kind": "static", "services": ["ci-*", "CI-*"],
+            "ip_allowlist": ["2001:db8::1", "2001:DB8::1/128"]}}),
+        )
+        .send()
+        .unwrap();
+    let problem = assert_problem(repeated, 400, "validation-failed");
+    assert_eq!(
+        pointers(&problem),
+        ["/policy/services/1", "/policy/ip_allowlist/1"]
+    );
 }
 
 #[test]

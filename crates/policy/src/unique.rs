@@ -1,0 +1,96 @@
+//! Entries unique as they are matched, which JSON Schema's `uniqueItems` (exact equality) cannot
+//! say: service names and patterns are matched without regard to case, so `api-acme` and
+//! `API-ACME` are one entry; an `ip_allowlist` entry is an address range, so `2001:db8::1`,
+//! `2001:DB8::1` and `2001:db8::1/128` are one. [`crate::Policy::parse`] refuses the second of
+//! each; a stored document is served as it is.
+
+use crate::violation::Violation;
+use crate::Violations;
+use ipnetwork::IpNetwork;
+use serde_json::Value;
+
+/// The entries of `document` that repeat an earlier entry of their list, each with its pointer.
+pub(crate) fn check_unique(document: &Value) -> Violations {
+    let mut problems = Violations::new();
+    let strings = |value: Option<&Value>| -> Vec<Option<String>> {
+        (value.and_then(Value::as_array).into_iter().flatten())
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut lists = vec![("/services".to_owned(), strings(document.get("services")))];
+    if let Some(rules) = document.get("rules").and_then(Value::as_array) {
+        for (r, rule) in rules.iter().enumerate() {
+            lists.push((
+                format!("/rules/{r}/services"),
+                strings(rule.get("services")),
+            ));
+        }
+    }
+    for (pointer, entries) in lists {
+        let folded: Vec<Option<String>> = (entries.iter())
+            .map(|e| e.as_deref().map(str::to_ascii_lowercase))
+            .collect();
+        repeated(
+            &folded,
+            &pointer,
+            "service names are matched without regard to case",
+            &mut problems,
+        );
+    }
+    let ranges: Vec<Option<IpNetwork>> = strings(document.get("ip_allowlist"))
+        .iter()
+        .map(|e| e.as_deref().and_then(|e| e.parse::<IpNetwork>().ok()))
+        .map(|n| n.and_then(|n| IpNetwork::new(n.network(), n.prefix()).ok()))
+        .collect();
+    repeated(
+        &ranges,
+        "/ip_allowlist",
+        "it is the same address range",
+        &mut problems,
+    );
+    problems
+}
+
+/// A problem at `pointer/i` for each entry `i` equal to an earlier one (entries that are `None`
+/// are other checks' business).
+fn repeated<T: PartialEq>(
+    entries: &[Option<T>],
+    pointer: &str,
+    why: &str,
+    problems: &mut Violations,
+) {
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(entry) = entry else { continue };
+        if let Some(first) = entries[..i].iter().position(|e| e.as_ref() == Some(entry)) {
+            problems.push(Violation::new(
+                format!("{pointer}/{i}"),
+                format!("entry {i} repeats entry {first} ({why})"),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn entries_repeated_as_matched_are_refused_with_their_pointer() {
+        let document = json!({"kind": "static", "services": ["api-acme", "web-*", "API-ACME"],
+            "ip_allowlist": ["2001:db8::1", "10.0.0.0/8", "2001:DB8::1/128", "10.1.2.3/8"]});
+        let pointers: Vec<String> = check_unique(&document)
+            .into_iter()
+            .map(|v| v.pointer)
+            .collect();
+        assert_eq!(
+            pointers,
+            ["/services/2", "/ip_allowlist/2", "/ip_allowlist/3"]
+        );
+        let oidc =
+            json!({"kind": "oidc", "rules": [{"services": ["a-*", "A-*"]}, {"services": ["a-*"]}]});
+        let pointers: Vec<String> = check_unique(&oidc).into_iter().map(|v| v.pointer).collect();
+        assert_eq!(pointers, ["/rules/0/services/1"]);
+        assert!(check_unique(&json!({"kind": "static", "services": ["a", "b"]})).is_empty());
+    }
+}

@@ -170,6 +170,64 @@ pub fn execute_sql(database_url: &str, statement: &str) {
     );
 }
 
+/// The lock a registry takes to apply its migrations (SQLite's write lock, PostgreSQL's advisory
+/// lock `registry`), held by another process until dropped: a start that waits for it.
+#[derive(Debug)]
+pub struct HeldMigrationLock(std::process::Child);
+
+/// Takes the migration lock of the database `database_url` names; returns once it is held.
+pub fn hold_migration_lock(database_url: &str) -> HeldMigrationLock {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let mut child = match database_url.strip_prefix("sqlite://") {
+        Some(path) => Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import sqlite3, sys\n\
+                 db = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+                 db.execute('BEGIN IMMEDIATE')\n\
+                 print('locked', flush=True)\n\
+                 sys.stdin.read()\n\
+                 db.execute('COMMIT')",
+            )
+            .arg(path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3"),
+        None => {
+            let mut psql = Command::new(postgres_tool("psql"))
+                .args([database_url, "-q", "-v", "ON_ERROR_STOP=1"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("psql");
+            // The registry's `MIGRATION_LOCK` (0x7265_6769_7374_7279, "registry").
+            writeln!(
+                psql.stdin.as_mut().expect("stdin"),
+                "BEGIN;\nSELECT pg_advisory_xact_lock(8243108395577799289);\n\\echo locked"
+            )
+            .expect("write to psql");
+            psql
+        }
+    };
+    let stdout = child.stdout.take().expect("stdout");
+    let locked = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.trim() == "locked");
+    assert!(locked, "the migration lock was not taken");
+    HeldMigrationLock(child)
+}
+
+impl Drop for HeldMigrationLock {
+    fn drop(&mut self) {
+        // Closing stdin ends the transaction (Python commits, psql's session ends).
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
 /// Runs `code` with Python's `sqlite3` module, `db` open on the SQLite file at `path` and
 /// `sys.argv[2]` = `argument`: the Python every machine of ours has, rather than the sqlite3
 /// shell, which would be one more package to install.

@@ -32,7 +32,7 @@ use std::sync::Arc;
 /// and it is logged and counted, and answered there when it is a hosted issuer's (`observe`).
 /// One middleware calling the three in turn, not three: each middleware of actix boxes the
 /// future of each request it passes on (docs/benchmarks.md).
-async fn way_in(
+pub(crate) async fn way_in(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
@@ -257,6 +257,9 @@ async fn launch(settings: Settings, listen: Listen, injected: Injected) -> anyho
             .with_context(|| format!("cannot listen on {plain} (REGISTRY_HTTP_REDIRECT_LISTEN)"))?,
         None => Vec::new(),
     };
+    let tls = certificate.clone().map(registry_tls::server_config);
+    let starting = crate::starting::Starting::serve(&bound, tls.as_ref(), &settings)
+        .context("cannot serve on the listener")?;
 
     let url = settings.database.database_url.clone();
     let read_url = settings.database_read_url.clone();
@@ -320,8 +323,8 @@ async fn launch(settings: Settings, listen: Listen, injected: Injected) -> anyho
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
     };
+    starting.stop().await;
     let server = Listeners::new(app, connections, workers);
-    let tls = certificate.map(registry_tls::server_config);
     let server = bound
         .into_iter()
         .try_fold(server, |server, listener| match &tls {

@@ -32,6 +32,7 @@ mod request_line;
 mod route;
 mod routes;
 pub mod settings;
+mod starting;
 mod state;
 mod stdout;
 mod system;

@@ -474,6 +474,66 @@ fn sigterm_closes_idle_keep_alive_connections_at_once() {
     }
 }
 
+/// While a replica starts (here: waiting for the migration lock another process holds), its
+/// listener answers: `/healthz` 200, `/readyz` 503 `unavailable` with `Retry-After`; once it
+/// has started, `/readyz` is 200.
+#[test]
+fn readiness_is_503_while_the_replica_starts_and_health_answers() {
+    let database_url = registry_tests::fresh_database_url();
+    let (migrated, _, stderr) = run_registry(
+        &["migrate"],
+        &[("REGISTRY_DATABASE_URL", database_url.as_str())],
+    );
+    assert_eq!(migrated, Some(0), "{stderr}");
+    let lock = registry_tests::hold_migration_lock(&database_url);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(registry_binary())
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("REGISTRY_LISTEN", format!("127.0.0.1:{port}"))
+        .env("REGISTRY_DATABASE_URL", &database_url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn registry");
+    let client = reqwest::blocking::Client::new();
+    let get = |path: &str| {
+        client
+            .get(format!("http://127.0.0.1:{port}{path}"))
+            .timeout(std::time::Duration::from_secs(2))
+            .send()
+    };
+    let healthy = registry_tests::wait::within(std::time::Duration::from_secs(10), || {
+        get("/healthz").is_ok_and(|r| r.status() == 200)
+    });
+    assert!(healthy, "/healthz does not answer while the replica starts");
+    let starting = get("/readyz").unwrap();
+    assert_eq!(starting.headers()["retry-after"], "1");
+    assert!(starting.headers().contains_key("x-request-id"));
+    let problem = registry_tests::server::assert_problem(starting, 503, "unavailable");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("starting"),
+        "{problem}"
+    );
+    assert_eq!(get("/services").unwrap().status(), 503);
+    drop(lock);
+    let ready = registry_tests::wait::within(std::time::Duration::from_secs(10), || {
+        get("/readyz").is_ok_and(|r| r.status() == 200)
+    });
+    assert!(ready, "/readyz after the start");
+    assert_eq!(get("/services").unwrap().status(), 401);
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(child.wait().unwrap().success());
+}
+
 /// After SIGTERM the replica drains: `/readyz` answers 503 `draining` (on a new connection)
 /// while a request that came before the signal is still in flight, that request is answered,
 /// and the process then exits by itself, cleanly.

@@ -119,7 +119,7 @@ kinds! {
         "The database does not answer. Public documents in memory are still served; the server recovers by itself.",
         "Retry after `Retry-After` seconds. Operators: check the database (and `/readyz`, which says which side is down).";
     UNAVAILABLE = "unavailable", 503, "Service unavailable",
-        "Too many credential checks are waiting; nothing else is affected.",
+        "Too many credential checks are waiting (nothing else is affected), or this replica is still starting (applying migrations, loading what it serves).",
         "Retry after `Retry-After` seconds.";
     CAPACITY = "capacity", 503, "Capacity reached",
         "A ceiling shared by every client is reached (live anonymous services).",

@@ -138,6 +138,11 @@ pub enum ApiError {
     /// Too much secret hashing is queued; nothing else is affected.
     #[error("the server is busy checking credentials, retry shortly")]
     Busy,
+    /// The replica is starting (`crate::starting`).
+    #[error(
+        "this replica is starting (applying migrations, loading what it serves): retry shortly"
+    )]
+    Starting,
     /// A bug.
     #[error("internal error")]
     Internal,
@@ -285,7 +290,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => &kinds::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RateLimited { .. } => &kinds::RATE_LIMITED,
             ApiError::Unavailable => &kinds::DATABASE_UNAVAILABLE,
-            ApiError::Busy => &kinds::UNAVAILABLE,
+            ApiError::Busy | ApiError::Starting => &kinds::UNAVAILABLE,
             ApiError::Capacity { .. } => &kinds::CAPACITY,
             ApiError::Internal => &kinds::INTERNAL,
         }
@@ -384,7 +389,7 @@ impl ResponseError for ApiError {
             } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
             }
-            ApiError::Busy => {
+            ApiError::Busy | ApiError::Starting => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             // A restart or a fail-over of the database takes seconds (docs/api.md, "Read replicas

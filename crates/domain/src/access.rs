@@ -102,8 +102,10 @@ pub enum Request<'a> {
 /// Who acts, once access is granted.
 #[derive(Debug, Clone)]
 pub enum Grant<'a> {
-    /// A service account. For an identity token, the rules its claims matched (all of them:
-    /// the caller's scope is their services).
+    /// A service account. For an identity token, the rules it acts by (their services are the
+    /// caller's scope): on one service, every rule its claims matched; on no one service, those
+    /// of them that allow the call's action, or on the whole customer those whose services
+    /// include `"*"`.
     Account {
         /// The account.
         account: &'a Arc<ServiceAccount>,
@@ -187,44 +189,104 @@ pub fn decide<'a>(
     let request = match request {
         Request::Service(service) => Request::Service(service.filter(|s| !s.is_expired_at(now))),
         Request::Accounts { target } => {
-            let grant = decide(credential, Request::Services, action, ip, now)?;
-            let grant = on_every_service(grant, "managing service accounts")?;
+            let grant = decide_on(credential, Some(MANAGING), action, ip)?;
             manages(&grant, target)?;
             return Ok(grant);
         }
-        Request::AuditTrail => {
-            let grant = decide(credential, Request::Services, action, ip, now)?;
-            return on_every_service(grant, "reading the audit trail");
-        }
+        Request::AuditTrail => return decide_on(credential, Some(READING_AUDIT), action, ip),
         services => services,
     };
+    match request {
+        Request::Service(service) => decide_on_service(credential, service, action, ip),
+        _ => decide_on(credential, None, action, ip),
+    }
+}
+
+/// The service a call is judged on by the policy engine (`explain`, the refusal log), as
+/// [`decide`] judges it: the call's own, or, for a call on the whole customer (managing service
+/// accounts, reading the audit trail), `"*"`: a rule must cover every service, as only the
+/// pattern `"*"` does.
+///
+/// ```
+/// use registry_domain::access::judged_service;
+/// use registry_domain::policy::Action;
+/// assert_eq!(judged_service(None, Some(Action::AccountsWrite)), Some("*"));
+/// assert_eq!(judged_service(None, Some(Action::ServicesRead)), None);
+/// assert_eq!(judged_service(Some("api-acme"), Some(Action::ConfigRead)), Some("api-acme"));
+/// ```
+pub fn judged_service(service: Option<&str>, action: Option<Action>) -> Option<&str> {
+    match (service, action) {
+        (None, Some(Action::AccountsRead | Action::AccountsWrite | Action::AuditRead)) => Some("*"),
+        (service, _) => service,
+    }
+}
+
+/// What managing service accounts is called in its refusals.
+const MANAGING: &str = "managing service accounts";
+/// What reading the audit trail is called in its refusals.
+const READING_AUDIT: &str = "reading the audit trail";
+
+/// A call on no one service: on the whole customer when `every_service` names it (the
+/// caller's patterns must include `"*"`), else on the collection of services.
+fn decide_on<'a>(
+    credential: Credential<'a>,
+    every_service: Option<&str>,
+    action: Action,
+    ip: IpAddr,
+) -> Result<Grant<'a>, Refusal> {
     match credential {
-        Credential::Account(account) => decide_static(account, request, action, ip),
-        Credential::AnonymousSecret(id) => match request {
-            Request::Service(Some(service)) if service.id == id => Ok(Grant::AnonymousService(id)),
-            Request::Service(_) => Err(Refusal::NotFound),
-            _ => Err(Refusal::Forbidden(OWN_CALLS_ONLY.into())),
+        Credential::Account(account) => {
+            let grant = decide_static(account, Request::Services, action, ip)?;
+            if let Some(needed_for) = every_service {
+                let scope = scope_of(account, None).unwrap_or_default();
+                covers_all(&scope, needed_for)?;
+            }
+            Ok(grant)
+        }
+        Credential::AnonymousSecret(_) => Err(Refusal::Forbidden(OWN_CALLS_ONLY.into())),
+        Credential::IdentityToken {
+            claims,
+            candidates,
+            chosen,
+        } => {
+            // A token of an issuer that several customers trust names its account: no
+            // customer's rules may decide whether another customer's token acts in its
+            // tenant, nor how that token is answered.
+            if chosen.is_none() && spans_customers(candidates) {
+                return Err(Refusal::Ambiguous);
+            }
+            let eligible = candidates
+                .iter()
+                .filter(move |a| chosen.is_none_or(|id| a.id == id));
+            decide_federated_collection(claims, eligible, every_service, action, ip)
+        }
+    }
+}
+
+/// A call on one service (`None`: none by that name for anyone, or expired).
+fn decide_on_service<'a>(
+    credential: Credential<'a>,
+    service: Option<&Service>,
+    action: Action,
+    ip: IpAddr,
+) -> Result<Grant<'a>, Refusal> {
+    match credential {
+        Credential::Account(account) => {
+            decide_static(account, Request::Service(service), action, ip)
+        }
+        Credential::AnonymousSecret(id) => match service {
+            Some(service) if service.id == id => Ok(Grant::AnonymousService(id)),
+            _ => Err(Refusal::NotFound),
         },
         Credential::IdentityToken {
             claims,
             candidates,
             chosen,
         } => {
-            let eligible = || {
-                candidates
-                    .iter()
-                    .filter(move |a| chosen.is_none_or(|id| a.id == id))
-            };
-            match request {
-                // A token of an issuer that several customers trust names its account: no
-                // customer's rules may decide whether another customer's token acts in its
-                // tenant, nor how that token is answered.
-                Request::Service(service) => {
-                    decide_federated_service(claims, eligible(), service, action, ip)
-                }
-                _ if chosen.is_none() && spans_customers(candidates) => Err(Refusal::Ambiguous),
-                _ => decide_federated_collection(claims, eligible(), action, ip),
-            }
+            let eligible = candidates
+                .iter()
+                .filter(move |a| chosen.is_none_or(|id| a.id == id));
+            decide_federated_service(claims, eligible, service, action, ip)
         }
     }
 }
@@ -296,26 +358,6 @@ fn refusal_of(reason: DenyReason) -> Refusal {
 pub const OWN_CALLS_ONLY: &str =
     "an anonymous service's secret only works on that service's own calls";
 
-/// `grant` for a call on the whole customer (`needed_for`, as "reading the audit trail"): its
-/// patterns include `"*"` (see [`covers_all`]). An identity token acts by the rules among
-/// those it matched that cover every service by themselves: no rule lends `"*"` to another
-/// rule's actions (docs/api.md, "Actions").
-fn on_every_service<'a>(grant: Grant<'a>, needed_for: &str) -> Result<Grant<'a>, Refusal> {
-    match grant {
-        Grant::Account { account, rules } => {
-            let rules = rules.map(|rules| {
-                (rules.into_iter())
-                    .filter(|&rule| account.policy.rules_scope(&[rule]).includes_all())
-                    .collect::<Vec<usize>>()
-            });
-            let scope = scope_of(account, rules.as_deref()).unwrap_or_default();
-            covers_all(&scope, needed_for)?;
-            Ok(Grant::Account { account, rules })
-        }
-        Grant::AnonymousService(_) => Err(Refusal::Forbidden(OWN_CALLS_ONLY.into())),
-    }
-}
-
 /// Whether `scope` covers every service of its customer (its patterns include `"*"`), which
 /// `needed_for` (a call on the whole customer, as "reading the audit trail") needs: a 403 that
 /// says so otherwise.
@@ -378,9 +420,15 @@ fn accepted(account: &ServiceAccount, claims: &Map<String, Value>) -> Option<Vec
     (!rules.is_empty()).then_some(rules)
 }
 
+/// An identity token on no one service: the caller acts by the matching rules that allow the
+/// action, their services its scope (a rule's actions hold on its own services only, so no
+/// other rule's patterns widen them). On the whole customer (`every_service` names the call),
+/// by the matching rules whose services include `"*"`, one of which must allow the action:
+/// their actions are what the caller may grant an account it manages.
 fn decide_federated_collection<'a>(
     claims: &Map<String, Value>,
     mut eligible: impl Iterator<Item = &'a Arc<ServiceAccount>>,
+    every_service: Option<&str>,
     action: Action,
     ip: IpAddr,
 ) -> Result<Grant<'a>, Refusal> {
@@ -397,12 +445,27 @@ fn decide_federated_collection<'a>(
     if !account.policy.allows_ip(ip) {
         return Err(outside_allowlist());
     }
-    // The caller acts by the rules that allow the action: their services are its scope, and
-    // no other rule's patterns widen them (a rule's actions hold on its own services only).
-    let rules: Vec<usize> = (rules.into_iter())
-        .filter(|&rule| account.policy.rules_actions(&[rule]).contains(action))
-        .collect();
-    allows(account.policy.rules_actions(&rules), action)?;
+    let policy = &account.policy;
+    let allowing = |rule: &usize| policy.rules_actions(&[*rule]).contains(action);
+    let rules: Vec<usize> = match every_service {
+        None => rules.into_iter().filter(allowing).collect(),
+        Some(needed_for) => {
+            let everywhere: Vec<usize> = (rules.iter().copied())
+                .filter(|&rule| policy.rules_scope(&[rule]).includes_all())
+                .collect();
+            if !everywhere.iter().any(allowing) && rules.iter().any(allowing) {
+                return Err(Refusal::Forbidden(format!(
+                    "{needed_for} needs a rule that accepts this identity token, allows {} and \
+                     whose services include \"*\"",
+                    action.as_str()
+                )));
+            }
+            everywhere
+        }
+    };
+    if !rules.iter().any(allowing) {
+        return Err(Refusal::ActionNotAllowed(action));
+    }
     Ok(Grant::Account {
         account,
         rules: Some(rules),
@@ -1103,5 +1166,27 @@ mod tests {
             },
             Action::AccountsWrite
         )));
+        // Two rules on every service: the manager may grant what either allows.
+        let everywhere = json!([
+            rule(json!(["*"]), json!(["accounts:read", "accounts:write"])),
+            rule(json!(["*"]), json!(["config:read", "config:write"])),
+        ]);
+        assert_eq!(
+            ask(
+                everywhere,
+                Request::Accounts {
+                    target: Some(&writer)
+                },
+                Action::AccountsWrite
+            )
+            .map(|(all, _, actions)| all && actions.contains(Action::ConfigWrite)),
+            Ok(true)
+        );
+        // No matching rule allows the action at all: the action is what refuses.
+        let reader = json!([rule(json!(["*"]), json!(["services:read"]))]);
+        assert_eq!(
+            ask(reader, Request::AuditTrail, Action::AuditRead),
+            Err(Refusal::ActionNotAllowed(Action::AuditRead))
+        );
     }
 }

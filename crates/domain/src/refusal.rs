@@ -254,9 +254,10 @@ pub fn shown(records: Vec<Value>, max: usize) -> Vec<Value> {
 /// the account's rules accept it). `None` when this account's policy admits the request (the
 /// refusal was another account's business, or the client chose another).
 pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
+    let service = crate::access::judged_service(refused.service, Some(refused.action));
     let explained = policy.explain(
         Some(refused.claims),
-        refused.service,
+        service,
         Some(refused.ip),
         refused.action,
     );
@@ -312,7 +313,7 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
     if let Some(rule) = rule {
         record["rule"] = rule.into();
     }
-    if let Some(service) = refused.service {
+    if let Some(service) = service {
         record["service"] = service.into();
     }
     Some(record)

@@ -720,6 +720,7 @@ fn no_rule_lends_its_services_to_another_rules_actions() {
         .send()
         .unwrap();
     assert_eq!(created.status(), 201);
+    let id = json(created)["id"].as_str().unwrap().to_owned();
     let token = issuer.mint("ES256", claims(&iss, sub));
 
     let minted = server
@@ -736,6 +737,30 @@ fn no_rule_lends_its_services_to_another_rules_actions() {
         "{problem}"
     );
     assert_problem(server.get("/audit-events", &token), 403, "forbidden");
+    // The owner learns why, as the call was judged: on every service.
+    let explained = json(
+        server
+            .authed(
+                Method::POST,
+                &format!("/service-accounts/{id}/explain"),
+                &acme.token,
+            )
+            .json(&json!({"claims": claims(&iss, sub), "action": "accounts:write"}))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(explained["decision"], "deny", "{explained}");
+    // Recorded beside the answer, not before it.
+    let mut refusals = Value::Null;
+    let recorded = registry_tests::wait::within(Duration::from_secs(5), || {
+        refusals = json(server.get(&format!("/service-accounts/{id}/refusals"), &acme.token));
+        let actions: Vec<&str> = (refusals.as_array().unwrap().iter())
+            .filter(|r| r["service"] == "*")
+            .map(|r| r["action"].as_str().unwrap())
+            .collect();
+        actions == ["audit:read", "accounts:write"]
+    });
+    assert!(recorded, "{refusals}");
     // Listing is services:read, which the "*" rule allows: every service.
     let listed = json(server.get("/services", &token));
     assert_eq!(subdomains(&listed), [api.as_str(), web.as_str()]);

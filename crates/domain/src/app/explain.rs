@@ -81,16 +81,14 @@ pub fn explain(command: Explain) -> String {
         ip,
         action,
     } = command;
+    // A call on the whole customer is judged as `decide` judges it: on every service.
+    let service = crate::access::judged_service(service.as_deref(), action);
     let explanation = match evidence {
-        Evidence::Claims(claims) => {
-            account
-                .policy
-                .explain(claims.as_ref(), service.as_deref(), ip, action)
-        }
+        Evidence::Claims(claims) => account.policy.explain(claims.as_ref(), service, ip, action),
         Evidence::Token(Ok(verified)) => {
             account
                 .policy
-                .explain(Some(&verified.claims), service.as_deref(), ip, action)
+                .explain(Some(&verified.claims), service, ip, action)
         }
         Evidence::Token(Err(rejection)) => refused_token(rejection.code, rejection.detail),
         Evidence::UnnamedIssuer(issuer) => refused_token(

@@ -142,17 +142,14 @@ impl Policy {
     pub fn parse(document: &Value) -> Result<ParsedPolicy, PolicyError> {
         // Nothing is compiled before the schema and the size limits pass: an oversized pattern
         // costs its check, never its compilation.
-        // The schema states the size limits too (its readers see them); where both refuse one
-        // member, the limit's sentence says it, once.
-        let limits = limits::check_policy(document);
-        let mut violations: Violations = schema::check(document, version_of(document))
-            .into_iter()
-            .filter(|v| !limits.iter().any(|limit| limit.pointer == v.pointer))
-            .collect();
-        violations.extend(limits);
-        if violations.is_empty() {
-            violations = unique::check_unique(document);
+        let mut violations = schema::check(document, version_of(document));
+        for problem in limits::check_policy(document) {
+            if !violations.contains(&problem) {
+                violations.push(problem);
+            }
         }
+        // Repeats are reported with the rest (they compile nothing).
+        violations.extend(unique::check_unique(document));
         if !violations.is_empty() {
             return Err(PolicyError::Invalid(violations));
         }

@@ -271,6 +271,14 @@ fn translate(error: &ValidationError<'_>, document: &Value, version: u8) -> Vec<
             last_token(at),
             if *limit == 1 { "y" } else { "ies" }
         )),
+        // The size limits the schema states are `limits::check_policy`'s to say, in its words
+        // (`Policy::parse` runs both): once, and with every other problem of the member kept.
+        ValidationErrorKind::MaxItems { .. } if at == "/rules" || at.ends_with("/services") => {
+            Vec::new()
+        }
+        ValidationErrorKind::MaxLength { .. } | ValidationErrorKind::MaxProperties { .. } => {
+            Vec::new()
+        }
         ValidationErrorKind::MaxItems { limit } => one(format!(
             "\"{}\" lists {} entries; at most {limit} are allowed",
             last_token(at),

@@ -27,6 +27,10 @@ pub(crate) fn check_unique(document: &Value) -> Violations {
         }
     }
     for (pointer, entries) in lists {
+        // Exact repeats are the schema's `uniqueItems` to report, for the whole list.
+        if exact_repeats(&entries) {
+            continue;
+        }
         let folded: Vec<Option<String>> = (entries.iter())
             .map(|e| e.as_deref().map(str::to_ascii_lowercase))
             .collect();
@@ -37,7 +41,11 @@ pub(crate) fn check_unique(document: &Value) -> Violations {
             &mut problems,
         );
     }
-    let ranges: Vec<Option<IpNetwork>> = strings(document.get("ip_allowlist"))
+    let addresses = strings(document.get("ip_allowlist"));
+    if exact_repeats(&addresses) {
+        return problems;
+    }
+    let ranges: Vec<Option<IpNetwork>> = addresses
         .iter()
         .map(|e| e.as_deref().and_then(|e| e.parse::<IpNetwork>().ok()))
         .map(|n| n.and_then(|n| IpNetwork::new(n.network(), n.prefix()).ok()))
@@ -49,6 +57,11 @@ pub(crate) fn check_unique(document: &Value) -> Violations {
         &mut problems,
     );
     problems
+}
+
+/// Whether an entry of `entries` is exactly an earlier one.
+fn exact_repeats(entries: &[Option<String>]) -> bool {
+    (entries.iter().enumerate()).any(|(i, e)| e.is_some() && entries[..i].contains(e))
 }
 
 /// A problem at `pointer/i` for each entry `i` equal to an earlier one (entries that are `None`

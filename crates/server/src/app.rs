@@ -206,7 +206,8 @@ impl Running {
         &self.addrs
     }
 
-    /// What stops it (`stop(true)` finishes in-flight requests first, for up to 30 s).
+    /// What stops it (`stop(true)` finishes in-flight requests first, for up to
+    /// [`crate::drain::FINISH_AT_MOST`]).
     pub fn handle(&self) -> ServerHandle {
         self.server.handle()
     }

@@ -1,16 +1,26 @@
-//! Draining after SIGTERM (docs/api.md, "Readiness"): the replica keeps its listeners open and
-//! `/readyz` answers 503 while the requests in flight at the signal, and any that came since,
-//! finish; at the first moment none is in flight (at most [`DRAIN_TIME`] after the signal) the
-//! listeners close. A load balancer that probes readiness sees the replica leave, and one still
-//! sending it requests gets answers, not refused connections.
+//! Draining after SIGTERM (docs/api.md, "Readiness"). For a moment the replica keeps its
+//! listeners open: `/readyz` answers 503 `draining`, so that a load balancer that probes
+//! readiness takes it out, while every other request is still served (HTTP/1.1 answers then
+//! close their connection, so that keep-alive clients go elsewhere). At the first moment no
+//! request is in flight, or after [`OPEN_AT_MOST`], the listeners close and the requests in
+//! flight are finished: all within [`DRAIN_TIME`] of the signal.
 
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use thread_local::ThreadLocal;
 
-/// The longest a drain waits for a quiet moment; past it the requests still in flight are cut.
+/// The longest a drain keeps the listeners open for new requests.
+pub const OPEN_AT_MOST: Duration = Duration::from_secs(5);
+
+/// The longest the requests in flight get once the listeners are closed
+/// (`Listeners`' graceful stop).
+pub const FINISH_AT_MOST: Duration = Duration::from_secs(25);
+
+/// The longest a drain takes, from the signal to the end.
 pub const DRAIN_TIME: Duration = Duration::from_secs(30);
+
+const _: () = assert!(OPEN_AT_MOST.as_secs() + FINISH_AT_MOST.as_secs() == DRAIN_TIME.as_secs());
 
 /// How often a drain looks for a quiet moment.
 const LOOK_EVERY: Duration = Duration::from_millis(20);
@@ -41,7 +51,8 @@ impl Drain {
         InFlight(mine)
     }
 
-    /// Whether SIGTERM (or SIGINT) came: readiness says 503.
+    /// Whether SIGTERM (or SIGINT) came: readiness says 503, connections close after their
+    /// answer.
     pub fn draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
     }
@@ -53,55 +64,64 @@ impl Drain {
             .sum()
     }
 
-    /// Starts draining; completes at the first moment no request is in flight (`true`) or
-    /// [`DRAIN_TIME`] after it started (`false`).
-    pub async fn quiet(&self) -> bool {
+    /// Starts draining; completes at the first moment no request is in flight, or `open`
+    /// after it started.
+    pub async fn quiet(&self, open: Duration) {
         self.draining.store(true, Ordering::Relaxed);
-        let deadline = Instant::now() + DRAIN_TIME;
-        loop {
-            if self.in_flight() == 0 {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
+        let deadline = Instant::now() + open;
+        while self.in_flight() > 0 && Instant::now() < deadline {
             actix_web::rt::time::sleep(LOOK_EVERY).await;
         }
     }
 }
 
-/// What drains at the first SIGTERM or SIGINT, then stops `server`: gracefully once quiet, at
-/// once at the drain's end or at a second signal. The handlers are installed here, before the
-/// future is first polled (a signal that comes meanwhile waits for it).
+/// What drains at the first SIGTERM or SIGINT, then stops `server` gracefully (the requests in
+/// flight get [`FINISH_AT_MOST`]). A second signal, or SIGQUIT, ends the process at once
+/// (exit status 1). The handlers are installed here, before the future is first polled (a
+/// signal that comes meanwhile waits for it).
 pub fn on_signals(
     server: actix_web::dev::ServerHandle,
     drain: std::sync::Arc<Drain>,
 ) -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (mut term, mut int) = (
+    let (mut term, mut int, mut quit) = (
         signal(SignalKind::terminate())?,
         signal(SignalKind::interrupt())?,
+        signal(SignalKind::quit())?,
     );
     Ok(async move {
+        let mut quit = std::pin::pin!(async move {
+            quit.recv().await;
+        });
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
+            () = &mut quit => at_once(),
         }
         tracing::info!(
-            "draining: readiness answers 503 until no request is in flight (30 s at most)"
+            "draining: readiness answers 503 until no request is in flight ({} s at most), \
+             then the listeners close",
+            OPEN_AT_MOST.as_secs()
         );
-        let quiet = tokio::select! {
-            quiet = drain.quiet() => quiet,
-            _ = term.recv() => false,
-            _ = int.recv() => false,
+        let ended = async {
+            drain.quiet(OPEN_AT_MOST).await;
+            tracing::info!("closing the listeners and finishing the requests in flight");
+            server.stop(true).await;
         };
-        if quiet {
-            tracing::info!("drained: closing the listeners");
-        } else {
-            tracing::warn!("stopping with requests in flight: the drain's end or a second signal");
+        tokio::select! {
+            () = ended => {}
+            _ = term.recv() => at_once(),
+            _ = int.recv() => at_once(),
+            () = &mut quit => at_once(),
         }
-        server.stop(quiet).await;
     })
+}
+
+/// The end of a drain cut short: what is in flight is dropped.
+fn at_once() -> ! {
+    tracing::warn!("stopping at once: a second signal (or SIGQUIT) came while draining");
+    crate::log_buffer::flush_log();
+    std::process::exit(1)
 }
 
 #[cfg(test)]
@@ -109,24 +129,32 @@ mod tests {
     use super::*;
 
     #[actix_web::test]
-    async fn a_drain_ends_when_the_last_request_in_flight_ends() {
+    async fn a_drain_ends_when_the_last_request_in_flight_ends_or_at_its_bound() {
         let drain = std::sync::Arc::new(Drain::default());
         assert!(!drain.draining());
+        let (entered, wait) = std::sync::mpsc::channel();
         let outside = drain.clone();
         let other_thread = std::thread::spawn(move || {
             let request = outside.enter();
+            entered.send(()).unwrap();
             std::thread::sleep(Duration::from_millis(200));
             drop(request);
         });
+        wait.recv().unwrap();
         let here = drain.enter();
-        std::thread::sleep(Duration::from_millis(20));
         assert_eq!(drain.in_flight(), 2);
         drop(here);
         let started = Instant::now();
-        assert!(drain.quiet().await);
+        drain.quiet(Duration::from_secs(10)).await;
         assert!(drain.draining());
-        assert!(started.elapsed() >= Duration::from_millis(100));
         assert_eq!(drain.in_flight(), 0);
+        assert!(started.elapsed() < Duration::from_secs(5));
         other_thread.join().unwrap();
+        // A request that never ends holds the listeners open no longer than asked.
+        let _stuck = drain.enter();
+        let started = Instant::now();
+        drain.quiet(Duration::from_millis(100)).await;
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert_eq!(drain.in_flight(), 1);
     }
 }

@@ -69,13 +69,13 @@ where
     B: MessageBody + 'static,
 {
     /// A server of `app` (a new one for each worker of each listener) on `workers` workers,
-    /// whose listeners count connections with `limit`. In-flight requests get up to 30 s on a
-    /// graceful stop. Signals are not actix's to handle: `registry serve` drains first
-    /// ([`crate::drain`]).
+    /// whose listeners count connections with `limit`. In-flight requests get
+    /// [`crate::drain::FINISH_AT_MOST`] on a graceful stop. Signals are not actix's to handle:
+    /// `registry serve` drains first ([`crate::drain`]).
     pub fn new(app: F, limit: Arc<ConnectionLimit>, workers: usize) -> Self {
         let builder = Server::build()
             .workers(workers)
-            .shutdown_timeout(30)
+            .shutdown_timeout(crate::drain::FINISH_AT_MOST.as_secs())
             .disable_signals();
         Self {
             shutdown: builder.graceful_shutdown_signal(),

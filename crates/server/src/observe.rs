@@ -19,6 +19,7 @@ use crate::state::AppState;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::ConnectionType;
 use actix_web::middleware::Next;
 use actix_web::web;
 use std::borrow::Cow;
@@ -160,6 +161,10 @@ pub async fn observe(
     }
     if let Some(state) = &state {
         state.metrics.request(&route, method, status, elapsed);
+        // While the replica drains, keep-alive clients are sent elsewhere (HTTP/1.1).
+        if state.drain.draining() {
+            (response.response_mut().head_mut()).set_connection_type(ConnectionType::Close);
+        }
     }
     // Visible ASCII only: made here or checked by `acceptable_id`.
     if let Ok(request_id) = HeaderValue::from_maybe_shared(request_id) {

@@ -564,8 +564,11 @@ fn sigterm_drains_readiness_answers_503_until_the_request_in_flight_is_answered(
     });
     assert!(draining, "/readyz after SIGTERM: {readiness}");
     assert_eq!(readiness["status"], "draining", "{readiness}");
-    // Still serving meanwhile: the body's end is read and the request answered.
-    assert_eq!(server.status_of("/healthz"), 200);
+    // Still serving meanwhile, each answer closing its connection (keep-alive clients go
+    // elsewhere); the body's end is read and the request answered.
+    let health = server.request(Method::GET, "/healthz").send().unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.headers()["connection"], "close");
     slow.write_all(rest).unwrap();
     slow.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
@@ -579,6 +582,29 @@ fn sigterm_drains_readiness_answers_503_until_the_request_in_flight_is_answered(
     drop(slow);
     let status = server.exit_within(std::time::Duration::from_secs(10));
     assert!(status.success(), "{status}");
+}
+
+/// A second signal while the replica drains ends it at once, exit status 1: an operator's
+/// second Ctrl-C does not wait for a request that hangs.
+#[test]
+fn a_second_signal_while_draining_stops_at_once() {
+    use std::io::Write;
+    let server = TestServer::start_binary();
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    slow.write_all(
+        b"POST /anonymous/services HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{",
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    server.signal("TERM");
+    let draining = registry_tests::wait::within(std::time::Duration::from_secs(5), || {
+        server.status_of("/readyz") == 503
+    });
+    assert!(draining);
+    server.signal("INT");
+    let status = server.exit_within(std::time::Duration::from_secs(3));
+    assert_eq!(status.code(), Some(1), "{status}");
+    drop(slow);
 }
 
 /// Scripts send SIGTERM as soon as the server has said where it listens. The line used to come

@@ -52,9 +52,10 @@ def start(counted):
     proc = subprocess.Popen(tool + [binary, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
-            probe = connect(5); probe.request("GET", "/healthz")
+            probe = connect(5); probe.request("GET", "/readyz")
             if probe.getresponse().status == 200: break
-        except OSError: time.sleep(0.2)
+        except OSError: pass
+        time.sleep(0.2)
     c = connect(60)
     return proc
 proc = start(which not in ("COLD", "WIDE"))

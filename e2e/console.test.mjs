@@ -596,9 +596,18 @@ test("f. 200 services render within a second of signing in, from one request", a
   assert.equal(await page.getByRole("table", { name: "The services this account may see" }).getByRole("link").count(), 200);
   await page.getByRole("link", { name: "svc199-bulk", exact: true }).waitFor();
   assert.deepEqual(listed, [`${registry.base}/services?include=status`]);
-  // One request and one drawing: a second on a quiet machine (debug build); room for a loaded
-  // one, the time logged above.
-  assert.ok(elapsed < 5000, `200 services took ${elapsed} ms`);
+  // The contract's second (a quarter of it here, debug build). A machine that stalled once
+  // signs in again, twice at most: the best of the tries must be within the second.
+  const tries = [elapsed];
+  while (Math.min(...tries) >= 1000 && tries.length < 3) {
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByLabel("Token", { exact: true }).fill(bulk.token);
+    const again = Date.now();
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.waitForFunction(() => document.body.dataset.servicesRendered === "200", null, { polling: "raf" });
+    tries.push(Date.now() - again);
+  }
+  assert.ok(Math.min(...tries) < 1000, `200 services took ${tries.join(", ")} ms`);
 
   // 200 creations are more events than a page: More brings the older ones.
   await view(page, "Audit").click();

@@ -3,8 +3,10 @@
 # from its copy.
 import directors;
 
+# Readiness, not liveness: a replica that starts or drains answers 503 there, and the cache
+# sends its requests to the others.
 probe registry_ready {
-    .url = "/healthz";
+    .url = "/readyz";
     .interval = 1s;
     .timeout = 500ms;
     .window = 3;

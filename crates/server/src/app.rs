@@ -1,22 +1,18 @@
 //! Wiring: open the store, warm the caches, start the HTTP server and the background tasks.
 
 use crate::background;
-use crate::body;
 use crate::caller::Gate;
-use crate::connections;
 use crate::connections::ConnectionLimit;
 use crate::custom_domains::CustomDomains;
 use crate::listeners::{self, Listeners};
-use crate::observe::observe;
 use crate::problem;
 use crate::routes;
 use crate::settings::Settings;
 use crate::state::AppState;
 use crate::system::SystemClock;
 use crate::tls;
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServerHandle, ServiceRequest, ServiceResponse};
-use actix_web::middleware::{self, Next};
+use actix_web::dev::ServerHandle;
+use actix_web::middleware;
 use actix_web::{web, App};
 use anyhow::Context;
 use registry_domain::issuer::Issuers;
@@ -25,19 +21,6 @@ use registry_oidc::{OidcConfig, OidcVerifier};
 use registry_store::Store;
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-/// Every request's way in, ahead of the router, in this order: a refused connection's request
-/// stops (`connections::admitted`, first, so that a flood of them is neither logged nor
-/// counted), its body is held to its deadline (`body::deadline`, ahead of the public path too),
-/// and it is logged and counted, and answered there when it is a hosted issuer's (`observe`).
-/// One middleware calling the three in turn, not three: each middleware of actix boxes the
-/// future of each request it passes on (docs/benchmarks.md).
-pub(crate) async fn way_in(
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    connections::admitted(req, |req| body::deadline(req, |req| observe(req, next))).await
-}
 
 /// Opens the database named by a URL for the server and applies pending migrations.
 pub fn open_store(url: &str) -> anyhow::Result<Store> {
@@ -320,7 +303,7 @@ async fn launch(settings: Settings, listen: Listen, injected: Injected) -> anyho
             .app_data(web::QueryConfig::default().error_handler(|error, _| {
                 problem::ApiError::BadRequest(format!("query string: {error}")).into()
             }))
-            .wrap(middleware::from_fn(way_in))
+            .wrap(middleware::from_fn(crate::way_in::way_in))
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
     };

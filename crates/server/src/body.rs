@@ -24,7 +24,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 /// hold (second security review)").
 pub const BODY_DEADLINE_SECS: u64 = 10;
 
-/// The step of the way in (`app::way_in`) that holds every request body to
+/// The step of the way in (`way_in`) that holds every request body to
 /// [`BODY_DEADLINE_SECS`], whatever the handler does with it.
 ///
 /// actix times out the headers (5 s) but never a body: a client that declares

@@ -38,6 +38,7 @@ mod stdout;
 mod system;
 mod tls;
 mod views;
+mod way_in;
 
 pub use app::{serve, start, Injected, Running};
 pub use log_buffer::{flush_log, log_line, LogLine};

@@ -67,7 +67,7 @@ fn method_name(method: &actix_web::http::Method) -> &'static str {
     }
 }
 
-/// The last step of the way in (`app::way_in`). It reads the host first: a hosted issuer's
+/// The last step of the way in (`way_in`). It reads the host first: a hosted issuer's
 /// request is answered here (`public::answer`); any other goes on to the router.
 pub async fn observe(
     req: ServiceRequest,

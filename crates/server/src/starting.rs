@@ -33,7 +33,7 @@ impl Starting {
         );
         let app = || {
             App::new()
-                .wrap(middleware::from_fn(crate::app::way_in))
+                .wrap(middleware::from_fn(crate::way_in::way_in))
                 .route("/healthz", web::get().to(crate::routes::ops::healthz))
                 .default_service(web::to(starting))
         };

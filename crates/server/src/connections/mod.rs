@@ -92,7 +92,7 @@ pub fn on_connect(
 #[derive(Debug, Clone, Copy)]
 struct Refused;
 
-/// The step of the way in (`app::way_in`) that runs no request of a refused connection: a
+/// The step of the way in (`way_in`) that runs no request of a refused connection: a
 /// shutdown socket still gives up the bytes that arrived before it, and a request among them
 /// must have no effect (its client is told nothing, and takes the connection for closed).
 /// First, so that a flood of them is neither logged nor counted one by one

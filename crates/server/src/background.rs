@@ -73,8 +73,10 @@ pub async fn purge_changes(state: web::Data<AppState>) {
                     .authority_of(&change.subdomain),
             );
             if readiness::purge(&*purger, &hosts, &crate::public::PUBLIC_PATHS).await {
-                let (id, at) = (change.service_id, change.changed_at);
-                let recorded = state.write(move |r| readiness::purged(r, id, at)).await;
+                let (id, at, now) = (change.service_id, change.changed_at, state.now());
+                let recorded = state
+                    .write(move |r| readiness::purged(r, id, at, now))
+                    .await;
                 if recorded.is_err() {
                     tracing::warn!(service = %id, "a purge succeeded but could not be recorded");
                 }

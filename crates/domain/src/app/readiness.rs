@@ -146,6 +146,25 @@ pub fn assess_key(
     now: OffsetDateTime,
 ) -> Result<(Readiness, Option<OffsetDateTime>), AppError> {
     let kid = key.kid.as_str();
+    let assessed = evidence(registry, service, key, purging, now)?;
+    let safe_at = match registry.store.key_safe_at(service.id, kid)? {
+        Some(at) => Some(at),
+        None => match assessed.safe_at {
+            Some(at) => Some(registry.store.record_key_safe(service.id, kid, at)?),
+            None => None,
+        },
+    };
+    Ok((assessed, safe_at))
+}
+
+/// What the evidence says of `key` at `now`, nothing recorded.
+fn evidence(
+    registry: &Registry,
+    service: &Service,
+    key: &KeyRecord,
+    purging: bool,
+    now: OffsetDateTime,
+) -> Result<Readiness, AppError> {
     let verifiers = verifiers_of_key(registry, service, key)?;
     let agents: Vec<String> = verifiers.iter().map(|v| v.agent.clone()).collect();
     let fetches = match agents.is_empty() {
@@ -160,14 +179,7 @@ pub fn assess_key(
             assessed.safe_at = None;
         }
     }
-    let safe_at = match registry.store.key_safe_at(service.id, kid)? {
-        Some(at) => Some(at),
-        None => match assessed.safe_at {
-            Some(at) => Some(registry.store.record_key_safe(service.id, kid, at)?),
-            None => None,
-        },
-    };
-    Ok((assessed, safe_at))
+    Ok(assessed)
 }
 
 /// `GET /services/{s}/keys/{kid}/readiness`: whether key `kid` of `service` is safe to sign
@@ -252,14 +264,34 @@ pub async fn purge(purger: &dyn CachePurger, hosts: &[String], paths: &[&str]) -
 }
 
 /// Records that every cache in front of the registry dropped its copies of `service_id`'s
-/// documents as of their change at `changed_at` (docs/api.md, "Behind a CDN"): what a key's
-/// readiness waits for when caches are purged.
+/// documents as of their change at `changed_at` (docs/api.md, "Behind a CDN"), at `now`: what a
+/// key's readiness waits for when caches are purged. A key of that change that waited for this
+/// purge alone became safe now, not when its other conditions were met: its time is recorded
+/// so, before any readiness call could date it earlier.
 pub fn purged(
     registry: &Registry,
     service_id: uuid::Uuid,
     changed_at: OffsetDateTime,
+    now: OffsetDateTime,
 ) -> Result<(), AppError> {
-    Ok(registry.store.record_purge(service_id, changed_at)?)
+    registry.store.record_purge(service_id, changed_at)?;
+    let Some(service) = registry.store.service(service_id)? else {
+        return Ok(());
+    };
+    let keys = config::key_state(registry, &service)?;
+    let purged_now = (keys.keys.iter())
+        .filter(|k| k.is_published_at(now) && millis(k.first_published_at) <= changed_at);
+    for key in purged_now {
+        if registry.store.key_safe_at(service_id, &key.kid)?.is_some() {
+            continue;
+        }
+        if let Some(at) = evidence(registry, &service, key, true, now)?.safe_at {
+            registry
+                .store
+                .record_key_safe(service_id, &key.kid, at.max(now))?;
+        }
+    }
+    Ok(())
 }
 
 /// `DELETE /services/{s}/keys/{kid}/readiness/verifiers/{agent}`: the owner dismisses a
@@ -680,12 +712,23 @@ mod tests {
         assert_eq!(answer["safeToSign"], false);
         assert_eq!(answer["pending"][0]["reason"], "purge");
         // A purge of an earlier change does not count; the publication's does.
-        purged(&registry, service.id, T0 - Duration::hours(1)).unwrap();
+        purged(&registry, service.id, T0 - Duration::hours(1), later).unwrap();
         let answer = readiness(&registry, &service, "new", true, later).unwrap();
         assert_eq!(answer["safeToSign"], false);
-        purged(&registry, service.id, T0).unwrap();
-        let answer = readiness(&registry, &service, "new", true, later).unwrap();
+        // The purge succeeds 10 s later: the key became safe then, though its lead (0 s) and its
+        // verifiers (none) held nothing back before.
+        let purge_done = later + Duration::seconds(10);
+        purged(&registry, service.id, T0, purge_done).unwrap();
+        let answer = readiness(
+            &registry,
+            &service,
+            "new",
+            true,
+            purge_done + Duration::seconds(5),
+        )
+        .unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
+        assert_eq!(answer["safeToSignAt"], rfc3339(purge_done), "{answer}");
         assert_eq!(registry.store.purged_through(service.id).unwrap(), Some(T0));
     }
 }

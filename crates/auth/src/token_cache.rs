@@ -182,11 +182,16 @@ impl TokenCache {
             |entry: &RememberedSecret| entry.stored_hash == stored_hash && entry.is(secret);
         let second = now.unix_timestamp();
         // Written once a second at most: every thread that accepts the secret reads this line.
-        let accepted = |entry: &RememberedSecret| {
+        let accepted = |entry: &Arc<RememberedSecret>| {
             if entry.accepted_at.load(Relaxed) != second {
                 entry.accepted_at.store(second, Relaxed);
-                // A use the shared cache sees, for its idle expiry.
-                let _ = self.secrets.get(lookup_id);
+                // A use the shared cache sees, for its idle expiry. An entry it let go (idle
+                // while this thread's copy served) is this one again: the shared entry is what
+                // says, on every thread, when the secret was last accepted.
+                match self.secrets.get(lookup_id) {
+                    Some(shared) if Arc::ptr_eq(&shared, entry) => {}
+                    _ => self.secrets.insert(lookup_id.to_owned(), Arc::clone(entry)),
+                }
             }
         };
         // Read in place: a clone of the entry would write its reference count, which every
@@ -369,6 +374,12 @@ mod tests {
         // Accepted again from memory: recent again.
         assert!(cache.verified("id", "hash-1", "secret", later));
         assert!(cache.recently_verified_secret("id", "secret", later));
+        // The shared cache let the entry go (idle) while this thread's copy kept accepting it:
+        // the next acceptance puts it back, and it is recent again on every thread.
+        cache.secrets.invalidate("id");
+        let again = later + Duration::seconds(1);
+        assert!(cache.verified("id", "hash-1", "secret", again));
+        assert!(cache.recently_verified_secret("id", "secret", again));
     }
 
     #[test]

@@ -189,9 +189,13 @@ pub(crate) fn probe(manager: &Manager) -> Result<(), ConnectError> {
     manager.open().map(drop)
 }
 
-/// How much of a SQLite file connections read through a memory map (address space, not memory:
-/// the kernel's page cache holds the pages, shared by every connection).
-const SQLITE_MMAP_BYTES: u64 = 1 << 30;
+/// How much of a SQLite file each connection reads through a memory map. The kernel's page cache
+/// holds the pages, but each connection maps the file on its own, and a page read through a
+/// map counts in the process's resident memory once per map: eight connections of 1 GiB took a
+/// replica of a million services past 1 GiB resident (docs/api.md's bound) after 38,000
+/// distinct GETs. 32 MiB a connection keeps the maps within 256 MiB; a small database is read
+/// through the map whole, a large one past its first 32 MiB with `pread`.
+const SQLITE_MMAP_BYTES: u64 = 32 << 20;
 
 /// How long a SQLite writer waits for another one before giving up with "database is locked".
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;

@@ -51,7 +51,9 @@ pub const SECRET_IDLE: Duration = Duration::minutes(10);
 pub struct RememberedIdentity {
     /// The verification.
     pub token: Arc<VerifiedToken>,
-    /// For an issuer this registry hosts, the version of the key set it verified against.
+    /// The version of the keys it verified against: for an issuer this registry hosts, its key
+    /// set's; for one fetched over HTTP, the verifier's count of withdrawals then
+    /// (`IdentityTokenVerifier::withdrawals`).
     pub key_version: Option<KeyVersion>,
     until: OffsetDateTime,
     /// When this replica last accepted the token (verified it, or found it verified).

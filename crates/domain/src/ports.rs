@@ -1050,6 +1050,13 @@ pub trait IdentityTokenVerifier: Send + Sync + std::fmt::Debug {
     /// no policy trusts before any key is fetched.
     fn unverified_issuer(&self, token: &str) -> Option<String>;
 
+    /// How many times an issuer this verifier fetches keys of has withdrawn them (its keys
+    /// dropped at that fetch): a verification remembered before the count moved is done again.
+    /// A verifier that never drops keys answers 0.
+    fn withdrawals(&self) -> u64 {
+        0
+    }
+
     /// Verifies `token` at `now` with the keys `keys` says: signature, algorithm rules, and the
     /// registered claims (see [`crate::claims`]).
     fn verify<'a>(

@@ -88,6 +88,8 @@ pub struct KeyCache {
     counters: Counters,
     /// Bumped by every look-up: a logical clock for least-recently-used eviction.
     uses: AtomicU64,
+    /// How many times an issuer withdrew its keys (see [`KeyCache::withdrawals`]).
+    withdrawals: AtomicU64,
 }
 
 impl KeyCache {
@@ -100,7 +102,15 @@ impl KeyCache {
             issuers: RwLock::default(),
             counters: Counters::default(),
             uses: AtomicU64::new(0),
+            withdrawals: AtomicU64::new(0),
         }
+    }
+
+    /// How many times an issuer answered that its keys are gone (404, 410, an empty set) and
+    /// its cached keys were dropped: a verification remembered before the count moved may rest
+    /// on withdrawn keys (docs/api.md, "Authentication").
+    pub fn withdrawals(&self) -> u64 {
+        self.withdrawals.load(Ordering::Acquire)
     }
 
     /// A snapshot of the counters.
@@ -172,6 +182,7 @@ impl KeyCache {
                         "the issuer withdrew its keys: its cached keys are dropped"
                     );
                     state.keys = None;
+                    self.withdrawals.fetch_add(1, Ordering::Release);
                     return Err(error);
                 }
                 tracing::warn!(

@@ -175,6 +175,10 @@ impl IdentityTokenVerifier for OidcVerifier {
         OidcVerifier::unverified_issuer(self, token)
     }
 
+    fn withdrawals(&self) -> u64 {
+        self.cache.withdrawals()
+    }
+
     fn verify<'a>(
         &'a self,
         token: &'a str,

@@ -772,3 +772,35 @@ fn no_rule_lends_its_services_to_another_rules_actions() {
         .unwrap();
     assert_eq!(other.status(), 403, "{}", other.text().unwrap());
 }
+
+/// An issuer that withdraws its keys (its key set answers 404) stops its tokens at once, those
+/// this replica remembers as verified too: the fetch that finds the keys gone ends the memory
+/// of every verification made with fetched keys before it.
+#[test]
+fn a_withdrawal_ends_the_remembered_verifications_at_once() {
+    use registry_tests::issuer::Behaviour;
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let api = register_service(&server, &acme, "api");
+    oidc_account(
+        &server,
+        &acme,
+        &iss,
+        &[(&[api.as_str()], "repo:acme/*")],
+        None,
+    );
+    let token = issuer.mint("ES256", claims(&iss, "repo:acme/api"));
+    let path = format!("/services/{api}");
+    assert_eq!(server.get(&path, &token).status(), 200);
+    assert_eq!(server.get(&path, &token).status(), 200, "remembered");
+    issuer.set_behaviour(Behaviour::NotFound);
+    // A token naming a key the registry does not hold makes it fetch: the keys are gone.
+    let unknown_kid = issuer.mint_with_header(
+        json!({"alg": "ES256", "kid": "not-published", "typ": "JWT"}),
+        claims(&iss, "repo:acme/api"),
+    );
+    assert_refused(&server, &path, &unknown_kid);
+    assert_refused(&server, &path, &token);
+}

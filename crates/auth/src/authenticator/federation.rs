@@ -65,19 +65,19 @@ async fn verified_token(
         return Err(untrusted_issuer());
     };
     let hosted = auth.replica.hosted_issuer(&issuer, now).await?;
-    let key_version = hosted.as_ref().and_then(|published| {
-        published
-            .as_ref()
-            .map(|documents| documents.jwks.etag.as_ref())
-    });
+    // Read before the verification: a withdrawal meanwhile makes the next request verify again.
+    let withdrawals = auth.verifier.withdrawals().to_be_bytes();
+    let key_version = match &hosted {
+        Some(published) => (published.as_ref()).map(|documents| documents.jwks.etag.as_ref()),
+        None => Some(&withdrawals[..]),
+    };
     if let Some(remembered) = remembered {
-        // A hosted issuer's token counts as verified only against the key set published now;
-        // one verified against hosted keys is not verified once the issuer is no longer hosted
-        // (a custom domain removed).
-        let still_published = match &hosted {
-            None => remembered.key_version.is_none(),
-            Some(_) => key_version.is_some() && remembered.key_version.as_deref() == key_version,
-        };
+        // A hosted issuer's token counts as verified only against the key set published now,
+        // another issuer's only while no issuer withdrew its keys since (those of this one may
+        // be gone: docs/api.md, "Authentication"); one verified against hosted keys is not
+        // verified once the issuer is no longer hosted (a custom domain removed).
+        let still_published =
+            key_version.is_some() && remembered.key_version.as_deref() == key_version;
         if still_published {
             auth.counters.identity_token_cache_hit();
             return Ok((remembered.token, candidates));

@@ -189,8 +189,8 @@ impl Running {
         &self.addrs
     }
 
-    /// What stops it (`stop(true)` finishes in-flight requests first, for up to
-    /// [`crate::drain::FINISH_AT_MOST`]).
+    /// What stops it (`stop(true)` finishes in-flight requests first, for up to 25 s: the
+    /// drain's `FINISH_AT_MOST`).
     pub fn handle(&self) -> ServerHandle {
         self.server.handle()
     }

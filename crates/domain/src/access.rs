@@ -255,10 +255,13 @@ fn decide_on<'a>(
             if chosen.is_none() && spans_customers(candidates) {
                 return Err(Refusal::Ambiguous);
             }
-            let eligible = candidates
-                .iter()
-                .filter(move |a| chosen.is_none_or(|id| a.id == id));
-            decide_federated_collection(claims, eligible, every_service, action, ip)
+            decide_federated_collection(
+                claims,
+                eligible(candidates, chosen),
+                every_service,
+                action,
+                ip,
+            )
         }
     }
 }
@@ -282,13 +285,17 @@ fn decide_on_service<'a>(
             claims,
             candidates,
             chosen,
-        } => {
-            let eligible = candidates
-                .iter()
-                .filter(move |a| chosen.is_none_or(|id| a.id == id));
-            decide_federated_service(claims, eligible, service, action, ip)
-        }
+        } => decide_federated_service(claims, eligible(candidates, chosen), service, action, ip),
     }
+}
+
+/// The candidate accounts of an identity token: the one `chosen` with `X-Service-Account`, or
+/// all of them.
+fn eligible(
+    candidates: &[Arc<ServiceAccount>],
+    chosen: Option<Uuid>,
+) -> impl Iterator<Item = &Arc<ServiceAccount>> + Clone {
+    (candidates.iter()).filter(move |a| chosen.is_none_or(|id| a.id == id))
 }
 
 fn decide_static<'a>(

@@ -38,8 +38,14 @@ type Keyed<K> = governor::RateLimiter<
     K,
     DashMapStateStore<K>,
     TicksClock,
-    governor::middleware::NoOpMiddleware<Instant>,
+    governor::middleware::StateInformationMiddleware,
 >;
+
+/// The keyed state of `quota`, on `clock`, each event's outcome with the state it left.
+fn keyed<K: Hash + Eq + Clone>(quota: Quota, clock: &TicksClock) -> Keyed<K> {
+    governor::RateLimiter::dashmap_with_clock(quota, clock.clone())
+        .with_middleware::<governor::middleware::StateInformationMiddleware>()
+}
 
 /// Most keys whose state a limiter keeps (about 6.4 MB of addresses).
 pub const MAX_KEYS: usize = 100_000;
@@ -84,7 +90,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         let clock = TicksClock(ticks);
         Self {
             quota,
-            limiter: RwLock::new(Keyed::dashmap_with_clock(quota, clock.clone())),
+            limiter: RwLock::new(keyed(quota, &clock)),
             refused: Mutex::default(),
             refusals_end: AtomicU64::new(0),
             created: clock.0.now(),
@@ -111,25 +117,42 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         if over_bound {
             self.bound();
         }
-        outcome.map_err(|not_until| {
-            let now = self.clock.0.now();
-            let wait = not_until.wait_time_from(now);
-            let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
-            if refused.len() >= MAX_KEYS {
-                refused.retain(|_, until| now < *until);
-                if refused.len() >= MAX_KEYS {
-                    refused.clear();
+        let now = self.clock.0.now();
+        match outcome {
+            // The event that used the last of the allowance: the key is over its limit until
+            // one comes back, so that [`RateLimiter::check_key`] refuses the next event (a
+            // limit of N lets N through, not N + 1).
+            Ok(state) => {
+                if state.remaining_burst_capacity() == 0 {
+                    self.refuse(key, now, self.quota.replenish_interval());
                 }
+                Ok(())
             }
-            refused.insert(key, now + wait);
-            self.refusals_end
-                .fetch_max(self.nanos_at(now + wait), Ordering::Relaxed);
-            RetryAfter(wait)
-        })
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(now);
+                self.refuse(key, now, wait);
+                Err(RetryAfter(wait))
+            }
+        }
     }
 
-    /// Whether `key` is over its limit now (its last event was refused and the allowance has
-    /// not come back yet), without counting an event.
+    /// Notes that `key` is over its limit for `wait` from `now` (what
+    /// [`RateLimiter::check_key`] reads).
+    fn refuse(&self, key: K, now: Instant, wait: Duration) {
+        let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        if refused.len() >= MAX_KEYS {
+            refused.retain(|_, until| now < *until);
+            if refused.len() >= MAX_KEYS {
+                refused.clear();
+            }
+        }
+        refused.insert(key, now + wait);
+        self.refusals_end
+            .fetch_max(self.nanos_at(now + wait), Ordering::Relaxed);
+    }
+
+    /// Whether `key` is over its limit now (its allowance is used up and has not come back
+    /// yet), without counting an event.
     pub fn check_key(&self, key: &K) -> Result<(), RetryAfter> {
         let now = self.clock.0.now();
         if self.nanos_at(now) >= self.refusals_end.load(Ordering::Relaxed) {
@@ -169,7 +192,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         }
         limiter.retain_recent();
         if limiter.len() > MAX_KEYS / 2 {
-            *limiter = Keyed::dashmap_with_clock(self.quota, self.clock.clone());
+            *limiter = keyed(self.quota, &self.clock);
         }
         limiter.shrink_to_fit();
     }
@@ -208,6 +231,8 @@ mod tests {
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
         assert!(limiter.check(ip("192.0.2.1")).is_ok());
         assert!(limiter.hit(ip("192.0.2.1")).is_ok());
+        // The allowance is used up: the next event is refused before it is counted.
+        assert!(limiter.check(ip("192.0.2.1")).is_err());
         let RetryAfter(wait) = limiter.hit(ip("192.0.2.1")).unwrap_err();
         // One event comes back every half hour.
         assert!(wait > Duration::from_secs(1790) && wait <= Duration::from_secs(1800));

@@ -171,6 +171,19 @@ fn a_neighbour_cannot_lock_out_a_working_token() {
     assert_eq!(from(&idle, "2001:db8:7:8::1").status(), 200);
 }
 
+/// A limit of N failed authentications a minute lets N through from an address: the next
+/// request is a 429 before its credential is looked at (an unknown lookup id let one more
+/// through: refused only at the hit that went over, answered 401 itself).
+#[test]
+fn the_failed_authentication_limit_lets_exactly_its_number_through() {
+    let server = server_with(&[("REGISTRY_AUTH_FAILURES_PER_MINUTE", "3")]);
+    let junk = "rgst_0000000000000000_notavalidsecretnotavalidsecretnotavalidsecret";
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| server.get("/services", junk).status().as_u16())
+        .collect();
+    assert_eq!(statuses, [401, 401, 401, 429, 429]);
+}
+
 /// Finding 10: wrong secrets for one lookup id, paced under the per-address limit from many
 /// addresses, made the registry run argon2 for each. Now at most 10 a minute per lookup id
 /// from any address; a secret this replica verified is still accepted.

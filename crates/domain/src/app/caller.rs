@@ -176,6 +176,19 @@ impl Caller {
     }
 }
 
+/// The 403 of a call on an anonymous service that its secret does not make (docs/api.md,
+/// "Authentication", lists those it makes): `what` (as "a custom domain") is for registered
+/// services. Only the secret reaches an anonymous service, so the service says who calls.
+pub fn registered_only(service: &Service, what: &str) -> Result<(), AppError> {
+    match service.customer_id {
+        Some(_) => Ok(()),
+        None => Err(AppError::Forbidden(format!(
+            "{what} is for registered services: an anonymous service's secret does not make \
+             this call (register a service)"
+        ))),
+    }
+}
+
 /// A refusal of `access::may_manage` or `access::covers_all`, which answer only 403s.
 fn forbidden(refusal: Refusal) -> AppError {
     match refusal {

@@ -110,9 +110,9 @@ fn taken(domain: &str) -> AppError {
 }
 
 /// The refusal of every domain call on an anonymous service: see
-/// [`crate::app::services::registered_only`].
+/// [`crate::app::registered_only`].
 pub fn registered_only(service: &Service) -> Result<(), AppError> {
-    crate::app::services::registered_only(service, "a custom domain")
+    crate::app::registered_only(service, "a custom domain")
 }
 
 /// `GET /services/{s}/domain`.

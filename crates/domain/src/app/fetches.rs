@@ -122,7 +122,7 @@ pub fn history(
     service: &Service,
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
-    crate::app::services::registered_only(service, "the fetch history")?;
+    crate::app::registered_only(service, "the fetch history")?;
     let since = now - KEPT_FOR;
     let mut by_agent: BTreeMap<String, Vec<AgentHour>> = BTreeMap::new();
     for hour in registry.store.key_set_hours(service.id, since)? {

@@ -36,7 +36,7 @@ pub mod services;
 pub mod signing;
 pub mod upkeep;
 
-pub use caller::{Caller, Origin};
+pub use caller::{registered_only, Caller, Origin};
 pub use error::AppError;
 
 use crate::issuer::Issuers;

@@ -305,7 +305,7 @@ pub fn dismiss_verifier(
     agent: &str,
     now: OffsetDateTime,
 ) -> Result<(), AppError> {
-    crate::app::services::registered_only(service, "dismissing a verifier")?;
+    crate::app::registered_only(service, "dismissing a verifier")?;
     // A key published before verifiers were fixed gets them fixed now, without the dismissed one.
     let keys = config::key_state(registry, service)?;
     let key = (keys.keys.iter())

@@ -38,19 +38,6 @@ pub struct UpdateService {
     pub description: Option<Option<String>>,
 }
 
-/// The 403 of a call on an anonymous service that its secret does not make (docs/api.md,
-/// "Authentication", lists those it makes): `what` (as "a custom domain") is for registered
-/// services. Only the secret reaches an anonymous service, so the service says who calls.
-pub fn registered_only(service: &Service, what: &str) -> Result<(), AppError> {
-    match service.customer_id {
-        Some(_) => Ok(()),
-        None => Err(AppError::Forbidden(format!(
-            "{what} is for registered services: an anonymous service's secret does not make \
-             this call (register a service)"
-        ))),
-    }
-}
-
 /// The 404 of a service that does not exist for this caller.
 pub fn not_found(key: &str) -> AppError {
     AppError::NotFound(format!("no service {key:?}"))

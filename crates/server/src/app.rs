@@ -309,13 +309,7 @@ async fn launch(settings: Settings, listen: Listen, injected: Injected) -> anyho
     };
     starting.stop().await;
     let server = Listeners::new(app, connections, workers);
-    let server = bound
-        .into_iter()
-        .try_fold(server, |server, listener| match &tls {
-            Some(tls) => server.https(listener, tls.clone()),
-            None => server.plain(listener, false),
-        })
-        .context("cannot serve on the listener")?;
+    let server = (server.serving(bound, tls.as_ref())).context("cannot serve on the listener")?;
     let server = redirecting
         .into_iter()
         .try_fold(server, |server, listener| server.plain(listener, true))

@@ -110,6 +110,19 @@ where
         Ok(self)
     }
 
+    /// Adds the listeners of `REGISTRY_LISTEN`: HTTPS with `tls` when the registry has a
+    /// certificate, else plain HTTP.
+    pub fn serving(
+        self,
+        listeners: impl IntoIterator<Item = TcpListener>,
+        tls: Option<&actix_tls::accept::rustls_0_23::reexports::ServerConfig>,
+    ) -> io::Result<Self> {
+        (listeners.into_iter()).try_fold(self, |server, listener| match tls {
+            Some(tls) => server.https(listener, tls.clone()),
+            None => server.plain(listener, false),
+        })
+    }
+
     /// Adds an HTTPS listener with `tls` (its certificate resolver, which follows renewals):
     /// a connection is admitted by its address before the handshake, which must then finish
     /// within [`HANDSHAKE_TIMEOUT`].

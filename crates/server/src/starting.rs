@@ -37,15 +37,9 @@ impl Starting {
                 .route("/healthz", web::get().to(crate::routes::ops::healthz))
                 .default_service(web::to(starting))
         };
-        let mut server = Listeners::new(app, limit, 1);
-        for listener in bound {
-            let copy = listener.try_clone()?;
-            server = match tls {
-                Some(tls) => server.https(copy, tls.clone())?,
-                None => server.plain(copy, false)?,
-            };
-        }
-        let server = server.run();
+        let copies =
+            (bound.iter().map(TcpListener::try_clone)).collect::<std::io::Result<Vec<_>>>()?;
+        let server = Listeners::new(app, limit, 1).serving(copies, tls)?.run();
         let handle = server.handle();
         actix_web::rt::spawn(server);
         Ok(Self { handle })

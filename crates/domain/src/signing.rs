@@ -643,10 +643,11 @@ pub fn check_claims(
     if exp <= now_s {
         return Err(format!("exp {exp} is not in the future (now {now_s})"));
     }
-    if exp - iat > i64::from(rules.max_token_seconds) {
+    // In i128: an `iat` near i64::MIN must not wrap the difference into a small one.
+    let lifetime = i128::from(exp) - i128::from(iat);
+    if lifetime > i128::from(rules.max_token_seconds) {
         return Err(format!(
-            "exp − iat is {} s; the service's maxTokenSeconds is {}",
-            exp - iat,
+            "exp − iat is {lifetime} s; the service's maxTokenSeconds is {}",
             rules.max_token_seconds
         ));
     }
@@ -851,6 +852,11 @@ mod tests {
             (base(-700, -1), "exp"),
             (base(0, 601), "exp"),
             (base(0, 501), "exp"),
+            // Far in the past: exp − iat past i64::MAX must not wrap into a short lifetime.
+            (
+                json!({"iss": "https://a.example", "iat": i64::MIN, "exp": at(300).unix_timestamp()}),
+                "maxTokenSeconds",
+            ),
         ];
         for (claims, named) in cases {
             let refused = check_claims(&encode(claims.clone()), &rules, at(0)).unwrap_err();

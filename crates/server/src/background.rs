@@ -122,8 +122,14 @@ pub async fn step_signing(state: web::Data<AppState>) {
         interval.tick().await;
         let now = state.now();
         match (state.write(move |r| signing::advance_due(r, purging, SIGNING_BATCH, now))).await {
-            Ok(0) => {}
-            Ok(transitions) => tracing::info!(transitions, "managed signing stepped"),
+            Ok(steps) => {
+                if steps.written > 0 {
+                    tracing::info!(transitions = steps.written, "managed signing stepped");
+                }
+                for (service_id, error) in steps.failed {
+                    tracing::warn!(%service_id, %error, "a service's signing step failed; retried");
+                }
+            }
             Err(error) => tracing::warn!(%error, "managed signing's step failed; retried"),
         }
     }

@@ -24,6 +24,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::Value;
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 /// A signature made (`POST /services/{s}/sign`'s answer).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -442,24 +443,42 @@ fn next_safe_at(
     Ok(readiness::assess_key(registry, service, record, purging, now)?.1)
 }
 
+/// What one look at the due services did: the transitions written, and the services whose step
+/// failed (retried at the next look).
+#[derive(Debug, Default)]
+pub struct Steps {
+    /// How many transitions were written.
+    pub written: usize,
+    /// Each service whose step failed, by id, with why.
+    pub failed: Vec<(Uuid, AppError)>,
+}
+
 /// The rotation steps due at `now`: up to `limit` services, each stepped once (`purging` as for
-/// [`advance`]). How many transitions were written.
+/// [`advance`]). One service's failure does not hold back the others' steps: it is reported in
+/// [`Steps::failed`], and only a failure to read what is due is an error.
 pub fn advance_due(
     registry: &Registry,
     purging: bool,
     limit: usize,
     now: OffsetDateTime,
-) -> Result<usize, AppError> {
-    let mut written = 0;
+) -> Result<Steps, AppError> {
+    let mut steps = Steps::default();
     for id in registry.store.signing_due(now, limit)? {
-        let Some(service) = registry.store.service(id)? else {
-            continue;
-        };
-        if advance(registry, &service, purging, now)?.is_some() {
-            written += 1;
+        let stepped = registry
+            .store
+            .service(id)
+            .map_err(AppError::from)
+            .and_then(|service| match service {
+                Some(service) => advance(registry, &service, purging, now),
+                None => Ok(None),
+            });
+        match stepped {
+            Ok(Some(_)) => steps.written += 1,
+            Ok(None) => {}
+            Err(error) => steps.failed.push((id, error)),
         }
     }
-    Ok(written)
+    Ok(steps)
 }
 
 /// `POST /services/{s}/sign`: the signature of `claims` (the token's payload, base64url, as the
@@ -609,6 +628,7 @@ mod tests {
     use crate::testing::CountingKeys;
     use crate::Plan;
     use serde_json::json;
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use time::macros::datetime;
     use time::Duration;
@@ -663,6 +683,62 @@ mod tests {
         keys.published(T0 + Duration::days(400))
             .map(|k| k.kid.clone())
             .collect()
+    }
+
+    /// Keys that can no longer be made for RSA once `refuse` is set (a failing adapter).
+    #[derive(Default)]
+    struct NoMoreRsa {
+        keys: CountingKeys,
+        refuse: std::sync::atomic::AtomicBool,
+    }
+
+    impl ManagedKeys for NoMoreRsa {
+        fn make(&self, algorithm: Algorithm) -> Result<crate::signing::MadeKey, String> {
+            if algorithm == Algorithm::Rs256 && self.refuse.load(Ordering::SeqCst) {
+                return Err("no RSA today".to_owned());
+            }
+            self.keys.make(algorithm)
+        }
+
+        fn sign(
+            &self,
+            kid: &str,
+            algorithm: Algorithm,
+            sealed: &str,
+            message: &[u8],
+        ) -> Result<Vec<u8>, String> {
+            self.keys.sign(kid, algorithm, sealed, message)
+        }
+    }
+
+    #[test]
+    fn one_services_failing_step_holds_back_no_other_service() {
+        let (mut registry, _, caller, failing) = setup();
+        let keys = Arc::new(NoMoreRsa::default());
+        registry.managed_keys = Some(keys.clone());
+        let other = services::create(
+            &registry,
+            &caller,
+            CreateService {
+                title: Some("Other".to_owned()),
+                service_name: Some("other".to_owned()),
+                description: None,
+            },
+            T0,
+        )
+        .unwrap();
+        let settings = |algorithm| json!({"algorithm": algorithm, "leadSeconds": 0, "rotationPeriodSeconds": 3600});
+        // The failing service's rotation falls due first, so it is stepped first.
+        put(&registry, &caller, &failing, &settings("RS256"), false, T0).unwrap();
+        let later = T0 + Duration::seconds(1);
+        put(&registry, &caller, &other, &settings("ES256"), false, later).unwrap();
+        keys.refuse.store(true, Ordering::SeqCst);
+        let steps = advance_due(&registry, false, 10, later + Duration::seconds(3600)).unwrap();
+        assert_eq!(steps.written, 1, "{steps:?}");
+        assert_eq!(steps.failed.len(), 1, "{steps:?}");
+        assert_eq!(steps.failed[0].0, failing.id);
+        let other_keys = get(&registry, &other).unwrap()["keys"].clone();
+        assert_eq!(other_keys[1]["state"], "next", "{other_keys}");
     }
 
     #[test]
@@ -724,7 +800,7 @@ mod tests {
         );
         // The step, once the 600 s lead is over, switches.
         let later = T0 + Duration::seconds(600);
-        assert_eq!(advance_due(&registry, false, 10, later).unwrap(), 1);
+        assert_eq!(advance_due(&registry, false, 10, later).unwrap().written, 1);
         let state = get(&registry, &service).unwrap();
         assert_eq!(state["keys"][0]["state"], "current", "{state}");
         assert!(sign(&registry, &service, &claims, later).is_ok());
@@ -784,10 +860,12 @@ mod tests {
         let gone = T0 + Duration::seconds(600 + 300);
         assert_eq!(state["keys"][0]["withdrawAt"], "2026-11-30T10:15:00Z");
         assert_eq!(
-            advance_due(&registry, false, 10, gone - Duration::seconds(1)).unwrap(),
+            advance_due(&registry, false, 10, gone - Duration::seconds(1))
+                .unwrap()
+                .written,
             0
         );
-        assert_eq!(advance_due(&registry, false, 10, gone).unwrap(), 1);
+        assert_eq!(advance_due(&registry, false, 10, gone).unwrap().written, 1);
         assert_eq!(published_kids(&registry, &service), [next]);
         let trail = actions(&store, &service);
         for action in ["signing.rotate", "signing.switch", "signing.withdraw"] {

@@ -232,6 +232,14 @@ pub fn put(
                 new.lead_seconds.into(),
             );
     }
+    // A service's very first key (nothing published before it): no cache can hold a key set
+    // that lacks it, only a 404 no verifier trusts, so it need not wait for a purge to be safe.
+    let first_of_all = made.is_some()
+        && stored.as_ref().is_none_or(|s| s.keys.is_empty())
+        && config::key_state(registry, service)?
+            .published(now)
+            .next()
+            .is_none();
     let mut apply = |stored: Option<Signing>| match (stored, &made) {
         (Some(mut on), None) => {
             on.change(settings);
@@ -259,7 +267,7 @@ pub fn put(
                 .to_owned(),
         ));
     }
-    advance(registry, service, purging, now)?;
+    advance(registry, service, purging && !first_of_all, now)?;
     get(registry, service)
 }
 
@@ -785,6 +793,22 @@ mod tests {
             actions(&store, &service)[..2],
             ["signing.switch", "signing.enable"]
         );
+    }
+
+    #[test]
+    fn a_services_very_first_key_waits_for_no_purge_but_a_later_one_does() {
+        let (registry, _, caller, service) = setup();
+        let settings = json!({"leadSeconds": 0});
+        let view = put(&registry, &caller, &service, &settings, true, T0).unwrap();
+        assert_eq!(view["keys"][0]["state"], "current", "{view}");
+        let claims = claims(&registry, &service, T0, 3600);
+        assert!(sign(&registry, &service, &claims, T0).is_ok());
+        // A caches' copy may now hold the first key's set: the next key waits for the purge.
+        let t1 = T0 + Duration::seconds(10);
+        rotate(&registry, &caller, &service, false, true, t1).unwrap();
+        advance_due(&registry, true, 10, t1 + Duration::seconds(5)).unwrap();
+        let state = get(&registry, &service).unwrap();
+        assert_eq!(state["keys"][1]["state"], "next", "{state}");
     }
 
     #[test]

@@ -856,7 +856,14 @@ pub trait SigningStore: Send + Sync {
         event: Option<&AuditEvent>,
     ) -> StoreResult<bool>;
     /// Records a signature by `kid` at `at` (no audit event, no change log: no cache holds it).
-    fn record_signature(&self, service_id: Uuid, kid: &str, at: OffsetDateTime) -> StoreResult<()>;
+    /// `false`: the service holds no key `kid` any more (withdrawn since the signature was
+    /// made), so the signature must not be handed out.
+    fn record_signature(
+        &self,
+        service_id: Uuid,
+        kid: &str,
+        at: OffsetDateTime,
+    ) -> StoreResult<bool>;
     /// Up to `limit` services whose rotation step is due at `now`, most overdue first.
     fn signing_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>>;
 }

@@ -1083,11 +1083,21 @@ impl SigningStore for MemoryStore {
         Ok(true)
     }
 
-    fn record_signature(&self, service_id: Uuid, kid: &str, at: OffsetDateTime) -> StoreResult<()> {
-        if let Some((signing, _)) = self.lock().signing.get_mut(&service_id) {
-            signing.record_signature(kid, at);
+    fn record_signature(
+        &self,
+        service_id: Uuid,
+        kid: &str,
+        at: OffsetDateTime,
+    ) -> StoreResult<bool> {
+        let mut s = self.lock();
+        let Some((signing, _)) = s.signing.get_mut(&service_id) else {
+            return Ok(false);
+        };
+        if !signing.keys.iter().any(|key| key.kid == kid) {
+            return Ok(false);
         }
-        Ok(())
+        signing.record_signature(kid, at);
+        Ok(true)
     }
 
     fn signing_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>> {

@@ -116,13 +116,21 @@ impl SigningStore for Store {
         Ok(written)
     }
 
-    fn record_signature(&self, service_id: Uuid, kid: &str, at: OffsetDateTime) -> StoreResult<()> {
+    fn record_signature(
+        &self,
+        service_id: Uuid,
+        kid: &str,
+        at: OffsetDateTime,
+    ) -> StoreResult<bool> {
         let service = id_text(service_id);
         // In the writers' lock, like every change of the row: never over a transition.
         self.write(None, |conn, _| {
             let Some(mut signing) = stored(conn, &service)? else {
-                return Ok(());
+                return Ok(false);
             };
+            if !signing.keys.iter().any(|key| key.kid == kid) {
+                return Ok(false);
+            }
             if signing.record_signature(kid, at) {
                 let due_at = managed_signing::table
                     .find(&service)
@@ -136,7 +144,7 @@ impl SigningStore for Store {
                 };
                 put(conn, &service, Some(&signing), due_at)?;
             }
-            Ok(())
+            Ok(true)
         })
     }
 

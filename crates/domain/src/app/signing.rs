@@ -617,14 +617,27 @@ pub fn signature(
 }
 
 /// Writes that `kid`, a managed key of `service`, signed at `now` (after [`Signature::Made`]
-/// with `record`): a retired key is withdrawn only once its last token has expired.
+/// with `record`): a retired key is withdrawn only once its last token has expired. 409
+/// `no-key-ready` when the key was withdrawn since it signed: the signature is not handed out.
 pub fn record_use(
     registry: &Registry,
     service: &Service,
     kid: &str,
     now: OffsetDateTime,
 ) -> Result<(), AppError> {
-    Ok(registry.store.record_signature(service.id, kid, now)?)
+    if registry.store.record_signature(service.id, kid, now)? {
+        return Ok(());
+    }
+    // A switch and the old key's withdrawal both landed between the read that signed and this
+    // write (the key had signed nothing yet, so it left at once): that token would name a key
+    // no verifier can fetch. The caller asks again and gets the new key.
+    Err(AppError::NoKeyReady {
+        retry_after_secs: 1,
+        detail: format!(
+            "key {kid:?} of {:?} was withdrawn while it signed: ask again",
+            service.subdomain
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -809,6 +822,44 @@ mod tests {
         advance_due(&registry, true, 10, t1 + Duration::seconds(5)).unwrap();
         let state = get(&registry, &service).unwrap();
         assert_eq!(state["keys"][1]["state"], "next", "{state}");
+    }
+
+    #[test]
+    fn a_signature_whose_key_left_meanwhile_is_not_handed_out() {
+        let (registry, store, caller, service) = setup();
+        let first = on_at_once(&registry, &caller, &service)["keys"][0]["kid"].clone();
+        // The sign's read: the first key, which has signed nothing yet, is current.
+        let read = store.signing(service.id).unwrap();
+        let claims = claims(&registry, &service, T0, 3600);
+        let made = signature(
+            &registry,
+            &service,
+            read.as_ref(),
+            &CustomIssuer::Unread,
+            &claims,
+            T0,
+        );
+        let Ok(Signature::Made {
+            signed,
+            record: true,
+        }) = made
+        else {
+            panic!("{made:?}");
+        };
+        assert_eq!(signed.kid, first.as_str().unwrap());
+        // Meanwhile the next key switches in at once, and the first, with no token to outlive,
+        // leaves.
+        rotate(&registry, &caller, &service, false, false, T0).unwrap();
+        advance_due(&registry, false, 10, T0).unwrap();
+        assert_eq!(published_kids(&registry, &service).len(), 1);
+        let refused = record_use(&registry, &service, &signed.kid, T0).unwrap_err();
+        assert!(
+            matches!(refused, AppError::NoKeyReady { .. }),
+            "{refused:?}"
+        );
+        // Asked again, it signs with the new key.
+        let again = sign(&registry, &service, &claims, T0).unwrap();
+        assert_ne!(again.kid, signed.kid);
     }
 
     #[test]

@@ -875,8 +875,20 @@ pub struct SigningChange {
     pub signing: Option<crate::signing::Signing>,
     /// When its rotation step is due next.
     pub due_at: Option<OffsetDateTime>,
-    /// The published configuration after the change, when it changed (its managed keys).
-    pub config: Option<PublishedConfig>,
+    /// What becomes of the published configuration (its managed keys).
+    pub config: ConfigChange,
+}
+
+/// What a change of managed signing does to the service's published configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigChange {
+    /// It stays as it is.
+    Keep,
+    /// It is written: the key set changed.
+    Write(PublishedConfig),
+    /// It is removed: the last managed key left a service that keeps nothing uploaded, so
+    /// nothing is published any more (`published: false`, the documents 404).
+    Remove,
 }
 
 /// A purge under way: whether every cache dropped its copies.

@@ -27,12 +27,12 @@ use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
     fetch_hour, AccountStore, AcmeChallenge, ActivityLog, AgentFetches, AgentHour, AuditLog,
-    CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, CredentialOwner,
-    CredentialRecord, CredentialStore, CustomerStore, Database, DatabaseSides, DocumentFetches,
-    DomainStore, FetchLog, FetchedDocument, HasherBusy, IssuedCertificate, KeyImport, ManagedKeys,
-    NetworkFetch, OwnershipCheck, PoolUse, PurgeLog, Purging, Randomness, ReadinessLog, RefusalLog,
-    Sealing, SecretHasher, ServiceStore, SigningChange, SigningStore, StoreResult,
-    StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS,
+    CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, ConfigChange,
+    CredentialOwner, CredentialRecord, CredentialStore, CustomerStore, Database, DatabaseSides,
+    DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy, IssuedCertificate,
+    KeyImport, ManagedKeys, NetworkFetch, OwnershipCheck, PoolUse, PurgeLog, Purging, Randomness,
+    ReadinessLog, RefusalLog, Sealing, SecretHasher, ServiceStore, SigningChange, SigningStore,
+    StoreResult, StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS,
     STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
@@ -1064,11 +1064,18 @@ impl SigningStore for MemoryStore {
                 s.signing.remove(&service_id);
             }
         }
-        let published = written.config.map(|config| {
-            let config = VersionHistory::date(history.as_ref(), config);
-            s.configs.insert(service_id, stored_config(config.clone()));
-            config.updated_at
-        });
+        let published = match written.config {
+            ConfigChange::Keep => None,
+            ConfigChange::Write(config) => {
+                let config = VersionHistory::date(history.as_ref(), config);
+                s.configs.insert(service_id, stored_config(config.clone()));
+                Some(config.updated_at)
+            }
+            ConfigChange::Remove => {
+                s.configs.remove(&service_id);
+                event.map(|event| event.at)
+            }
+        };
         // As the real store: a transition is logged as a change of its service even when the key
         // set stays, since the change log is what carries its audit event.
         let changes: &[Change] = match published.is_some() || event.is_some() {

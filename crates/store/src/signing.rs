@@ -14,7 +14,7 @@ use crate::services::{exists, write_config};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
-use registry_domain::ports::{Change, SigningChange, SigningStore, StoreResult};
+use registry_domain::ports::{Change, ConfigChange, SigningChange, SigningStore, StoreResult};
 use registry_domain::service::{PublishedConfig, VersionHistory};
 use registry_domain::signing::Signing;
 use registry_domain::StoreError;
@@ -100,10 +100,17 @@ impl SigningStore for Store {
                 update.signing.as_ref(),
                 update.due_at.map(millis),
             )?;
-            let published = update.config.is_some();
-            if let Some(config) = update.config {
-                let config = VersionHistory::date(history.as_ref(), config);
-                write_config(conn, &config, stored_expiry)?;
+            let published = update.config != ConfigChange::Keep;
+            match update.config {
+                ConfigChange::Keep => {}
+                ConfigChange::Write(config) => {
+                    let config = VersionHistory::date(history.as_ref(), config);
+                    write_config(conn, &config, stored_expiry)?;
+                }
+                ConfigChange::Remove => {
+                    let row = published_configs::table.find(&service);
+                    on_backend!(&mut *conn, |c| diesel::delete(row).execute(c))?;
+                }
             }
             // A transition is logged as a change of its service even when the key set stays
             // (a switch): the change log is what carries its audit event.

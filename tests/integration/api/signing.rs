@@ -597,13 +597,17 @@ fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
         verifies(&hosted_keys(&server, &sub), &token),
         "published until its tokens expire"
     );
-    // 600 s of token and 300 s more: then it leaves.
+    // 600 s of token and 300 s more: then it leaves, and with it everything the service
+    // published (nothing was uploaded): no empty key set is left behind.
     server.advance_clock(901);
-    let left = within(Duration::from_secs(30), || {
-        let published = hosted_keys(&server, &sub);
-        !(published["keys"].as_array().unwrap().iter()).any(|k| k["kid"] == kid.as_str())
-    });
-    assert!(left, "the key never left: {}", hosted_keys(&server, &sub));
+    let jwks_status = || {
+        let response = server.hosted(Method::GET, &sub, "/openid/v1/jwks").send();
+        response.unwrap().status().as_u16()
+    };
+    let left = within(Duration::from_secs(30), || jwks_status() == 404);
+    assert!(left, "{kid} never left: {}", jwks_status());
+    let config = server.get(&format!("/services/{sub}/config"), &acme.token);
+    assert_eq!(config.status(), 404);
 }
 
 /// A first key with a lead is not safe at once: signing answers 409 `no-key-ready` with a

@@ -2816,7 +2816,7 @@ fn update_signing_writes_the_signing_with_its_key_set_once_on_every_store() {
 }
 
 fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) {
-    use registry_domain::ports::SigningChange;
+    use registry_domain::ports::{ConfigChange, SigningChange};
     use registry_domain::signing::{Signing, SigningSettings, Stage};
     let s = anonymous("abcdefghijkl-anon", 0, 3600);
     store
@@ -2852,7 +2852,7 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
                 Some(SigningChange {
                     signing: Some(first.clone()),
                     due_at: Some(due),
-                    config: Some(published.clone()),
+                    config: ConfigChange::Write(published.clone()),
                 })
             },
             Some(&ev()),
@@ -2875,7 +2875,7 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
                 Some(SigningChange {
                     signing: stored,
                     due_at: Some(t0),
-                    config: None,
+                    config: ConfigChange::Keep,
                 })
             },
             None,
@@ -2893,9 +2893,9 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
     assert_eq!(store.signing_due(t0, 10).unwrap(), [s.id]);
     assert_eq!(store.signing_due(t0, 0).unwrap(), Vec::<Uuid>::new());
     // A signature is recorded (no change, no event), on the key it names.
-    store
+    assert!(store
         .record_signature(s.id, &first.keys[0].kid, t0)
-        .unwrap();
+        .unwrap());
     let signed = store.signing(s.id).unwrap().unwrap();
     assert_eq!(signed.keys[0].last_signed_at, Some(t0));
     assert_eq!(all_changes(store).len(), changes_before + 1);
@@ -2907,7 +2907,7 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
                 Some(SigningChange {
                     signing: stored,
                     due_at: Some(t0),
-                    config: None,
+                    config: ConfigChange::Keep,
                 })
             },
             Some(&ev()),
@@ -2915,7 +2915,9 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
         .unwrap();
     assert!(written);
     assert_eq!(all_changes(store).len(), changes_before + 2);
-    // No key left: removed.
+    // A signature by a key the service no longer holds is not recorded, and says so.
+    assert!(!store.record_signature(s.id, "no-such-kid", t0).unwrap());
+    // No key left: removed, and with it the configuration it alone published.
     store
         .update_signing(
             s.id,
@@ -2923,13 +2925,18 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
                 Some(SigningChange {
                     signing: None,
                     due_at: None,
-                    config: None,
+                    config: ConfigChange::Remove,
                 })
             },
             Some(&ev()),
         )
         .unwrap();
     assert_eq!(store.signing(s.id).unwrap(), None);
+    assert_eq!(store.config(s.id).unwrap(), None);
+    assert_eq!(all_changes(store).len(), changes_before + 3);
+    assert!(!store
+        .record_signature(s.id, &first.keys[0].kid, t0)
+        .unwrap());
     assert_eq!(store.signing_due(t0, 10).unwrap(), Vec::<Uuid>::new());
     // A service gone: not found; deleting a service removes its signing.
     let gone = Uuid::new_v4();
@@ -2944,7 +2951,7 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
                 Some(SigningChange {
                     signing: Some(first.clone()),
                     due_at: Some(t0),
-                    config: None,
+                    config: ConfigChange::Keep,
                 })
             },
             Some(&ev()),

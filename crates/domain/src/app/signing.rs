@@ -13,7 +13,7 @@ use crate::app::{config, readiness, AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::DomainStatus;
 use crate::keys::KeyVerifier;
-use crate::ports::{ManagedKeys, SigningChange};
+use crate::ports::{ConfigChange, ManagedKeys, SigningChange};
 use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
     self, check_claims, discovery_document, Algorithm, ClaimRules, ManagedKey, Signing,
@@ -70,8 +70,9 @@ fn make(
 
 /// The service's published configuration with its managed keys as `signing` lists them: keys new
 /// to the key set are first published now (with the signing's lead and the verifiers of now);
-/// the discovery document is the registry's own while every current key is managed. `None` when
-/// the key set does not change.
+/// the discovery document is the registry's own while every current key is managed. Kept when
+/// the key set does not change; removed when the last managed key left and no other key is
+/// left in it (nothing uploaded, no removed source's key retained).
 fn publish(
     registry: &Registry,
     service: &Service,
@@ -79,7 +80,7 @@ fn publish(
     stored: Option<PublishedConfig>,
     verifiers: &[KeyVerifier],
     now: OffsetDateTime,
-) -> Option<PublishedConfig> {
+) -> ConfigChange {
     let before = stored.as_ref().map(|c| c.keys.clone()).unwrap_or_default();
     let keys = before.with_managed(
         &signing.published(),
@@ -88,7 +89,13 @@ fn publish(
         now,
     );
     if stored.is_some() && keys == before {
-        return None;
+        return ConfigChange::Keep;
+    }
+    if keys.keys.is_empty() {
+        return match stored {
+            Some(_) => ConfigChange::Remove,
+            None => ConfigChange::Keep,
+        };
     }
     let document = match (keys.only_managed(), &stored) {
         (false, Some(stored)) => stored.openid_configuration.clone(),
@@ -97,7 +104,7 @@ fn publish(
             discovery_document(&issuer, &keys.algorithms(now)).to_string()
         }
     };
-    Some(PublishedConfig {
+    ConfigChange::Write(PublishedConfig {
         service_id: service.id,
         openid_configuration: document,
         jwks: keys.current_set().to_string(),
@@ -1127,6 +1134,8 @@ mod tests {
             .unwrap()
             .keys
             .is_empty());
+        // Nothing is published any more: no empty key set under the registry's document.
+        assert_eq!(store.config(service.id).unwrap(), None);
     }
 
     #[test]

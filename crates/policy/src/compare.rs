@@ -399,6 +399,43 @@ fn claim_pattern_covers(outer: &str, inner: &str, budget: &mut Budget<'_>) -> bo
     !boolean && glob_covers(outer, inner, Wildcards::StarAndQuestion, budget)
 }
 
+/// The proof's coverage of patterns on its own budget, for the lint's shadowed rules: a
+/// question it cannot afford to answer is answered `false` (no warning), never a guess.
+pub(crate) struct Coverage {
+    left: u64,
+}
+
+impl Coverage {
+    /// A budget as large as a comparison's.
+    pub(crate) fn new() -> Self {
+        Coverage {
+            left: SEARCH_BUDGET,
+        }
+    }
+
+    /// Runs `proof` on what is left of the budget, and keeps what it did not spend.
+    fn with_budget(&mut self, proof: impl FnOnce(&mut Budget<'_>) -> bool) -> bool {
+        let mut keep_going = || true;
+        let mut budget = Budget::new(&mut keep_going);
+        budget.refill(self.left);
+        let proven = proof(&mut budget);
+        self.left = budget.left;
+        proven
+    }
+
+    /// Whether every claim value the pattern `inner` admits, `outer` admits (a boolean only
+    /// the same literal `true` or `false`).
+    pub(crate) fn claim(&mut self, outer: &str, inner: &str) -> bool {
+        self.with_budget(|budget| claim_pattern_covers(outer, inner, budget))
+    }
+
+    /// Whether every service the `inner` patterns name, one of the `outer` patterns names
+    /// (both lower case).
+    pub(crate) fn services(&mut self, outer: &[String], inner: &[String]) -> bool {
+        self.with_budget(|budget| inner.iter().all(|i| service_covered(outer, i, budget)))
+    }
+}
+
 /// Whether one of the `outer` service patterns covers the service pattern `inner`.
 fn service_covered(outer: &[String], inner: &str, budget: &mut Budget<'_>) -> bool {
     outer

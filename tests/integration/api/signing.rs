@@ -560,6 +560,29 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
     );
 }
 
+/// First PUTs at once make one first key: one turns signing on, the others update it, and
+/// every answer names the key that stays.
+#[test]
+fn first_puts_at_once_turn_signing_on_once() {
+    let server = signing_server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let answers: Vec<Value> = std::thread::scope(|scope| {
+        let puts: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 0}))))
+            .collect();
+        puts.into_iter().map(|put| put.join().unwrap()).collect()
+    });
+    let state = json(server.get(&format!("/services/{sub}/signing"), &acme.token));
+    assert_eq!(state["keys"].as_array().unwrap().len(), 1, "{state}");
+    let kid = kids(&state, "current");
+    for answer in &answers {
+        assert_eq!(kids(answer, "current"), kid, "{answer}");
+    }
+    let enabled = json(server.get("/audit-events?action=signing.enable", &acme.token));
+    assert_eq!(enabled["events"].as_array().unwrap().len(), 1, "{enabled}");
+}
+
 #[test]
 fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
     let server = signing_server();

@@ -192,7 +192,8 @@ pub fn get(registry: &Registry, service: &Service) -> Result<Value, AppError> {
 /// `PUT /services/{s}/signing`: turns it on (its first key made, published as `next`, signing
 /// once safe) or changes its settings (a new algorithm or lead applies from the next key). The
 /// state after it, and after the rotation step it may allow at once (a first key with a lead of
-/// 0 and no verifier signs at once).
+/// 0 and no verifier signs at once). PUTs at once are applied one after the other: of two first
+/// PUTs, one turns signing on and the other, reading again, updates its settings.
 pub fn put(
     registry: &Registry,
     caller: &Caller,
@@ -202,6 +203,31 @@ pub fn put(
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
     keys_of(registry)?;
+    for _ in 0..PUT_ATTEMPTS {
+        if let Some(first_of_all) = put_once(registry, caller, service, body, now)? {
+            advance(registry, service, purging && !first_of_all, now)?;
+            return get(registry, service);
+        }
+    }
+    Err(AppError::Conflict(
+        "managed signing kept changing meanwhile (other requests or the rotation step): try \
+         again"
+            .to_owned(),
+    ))
+}
+
+/// How often a PUT reads again after another change won the race.
+const PUT_ATTEMPTS: usize = 8;
+
+/// One attempt of [`put`] from a fresh read: `None` when another change was written first;
+/// otherwise whether it made the service's very first key.
+fn put_once(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    body: &Value,
+    now: OffsetDateTime,
+) -> Result<Option<bool>, AppError> {
     let stored = registry.store.signing(service.id)?;
     let on = stored.as_ref().filter(|s| s.enabled);
     let settings =
@@ -247,7 +273,11 @@ pub fn put(
             .published(now)
             .next()
             .is_none();
+    let read = stored.clone();
     let mut apply = |stored: Option<Signing>| match (stored, &made) {
+        // Another PUT (or the step) wrote since the read: this one starts over from what it
+        // wrote. (`write` compares only a state that was read, not its absence.)
+        (stored, _) if stored != read => None,
         (Some(mut on), None) => {
             on.change(settings);
             Some(on)
@@ -259,7 +289,7 @@ pub fn put(
         (None, Some(made)) => Some(Signing::new(settings, made.clone())),
         (None, None) => None,
     };
-    if !write(
+    let written = write(
         registry,
         service,
         stored.as_ref(),
@@ -267,15 +297,8 @@ pub fn put(
         &mut apply,
         Some(&event),
         now,
-    )? {
-        return Err(AppError::Conflict(
-            "managed signing changed meanwhile (another request or the rotation step): try \
-             again"
-                .to_owned(),
-        ));
-    }
-    advance(registry, service, purging && !first_of_all, now)?;
-    get(registry, service)
+    )?;
+    Ok(written.then_some(first_of_all))
 }
 
 /// `DELETE /services/{s}/signing`: nothing signs from now on; every managed key stays published

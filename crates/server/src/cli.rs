@@ -58,7 +58,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }),
         Command::Sync(args) => sync::run(args),
         Command::FetchLog(args) => crate::client::fetch_log::run(args),
-        Command::Signer(args) => crate::client::signer::run(args),
+        Command::Signer(args) => match args.usage_problem() {
+            Some(message) => Err(Exit { code: 2, message }.into()),
+            None => crate::client::signer::run(args),
+        },
         Command::Services {
             command,
             connection,

@@ -40,6 +40,16 @@ pub struct ApiFlags {
     pub identity_token_file: Option<PathBuf>,
 }
 
+/// Why `url` cannot be the registry's API, if it cannot (a usage error): it must be an
+/// `http://` or `https://` URL.
+pub fn api_url_problem(url: &str) -> Option<String> {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    (!matches!(scheme.as_deref(), Some("http" | "https")))
+        .then(|| format!("REGISTRY_API_URL (--api-url) {url:?} is not an http:// or https:// URL"))
+}
+
 impl ApiFlags {
     /// The API these flags name; `NoCredentials` without a token or an identity token file.
     pub fn api(&self) -> Result<RegistryApi, ClientError> {

@@ -232,14 +232,8 @@ fn client(connection: &Connection) -> Result<(RegistryApi, tokio::runtime::Runti
             "no credentials: set REGISTRY_TOKEN (or --token, or --identity-token-file)".into(),
         )
     })?;
-    let url = &connection.api_url;
-    let scheme = url
-        .split_once("://")
-        .map(|(scheme, _)| scheme.to_ascii_lowercase());
-    if !matches!(scheme.as_deref(), Some("http" | "https")) {
-        return Err(ClientError::Usage(format!(
-            "REGISTRY_API_URL (--api-url) {url:?} is not an http:// or https:// URL"
-        )));
+    if let Some(problem) = super::api_url_problem(&connection.api_url) {
+        return Err(ClientError::Usage(problem));
     }
     let api = RegistryApi::new(&connection.api_url, credentials)
         .map_err(|e| ClientError::Unreachable(e.to_string()))?;

@@ -18,6 +18,19 @@ pub struct SignerArgs {
     pub api: super::ApiFlags,
 }
 
+impl SignerArgs {
+    /// What makes this command line unusable (exit 2), if anything: an API address that is no
+    /// URL, or no service named.
+    pub fn usage_problem(&self) -> Option<String> {
+        if self.service.trim().is_empty() {
+            return Some(
+                "--service is empty: name the service whose keys sign (its subdomain)".into(),
+            );
+        }
+        super::api_url_problem(&self.api.api_url)
+    }
+}
+
 /// Serves until SIGTERM or SIGINT; the error of a plugin that could not start (another live
 /// plugin on the socket, a path that is not a socket, no credentials).
 pub fn run(args: SignerArgs) -> anyhow::Result<()> {

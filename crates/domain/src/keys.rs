@@ -584,11 +584,29 @@ pub fn upload(
             .published(now)
             .any(|k| Some(k.kid.as_str()) == kid && Some(&k.thumbprint) == print.as_ref())
     };
+    // A key the registry holds for managed signing is published by it alone: a copy under
+    // another source would outlive its withdrawal (a compromise must end every token it signed).
+    let managed = |jwk: &Map<String, Value>| {
+        let kid = jwk.get("kid").and_then(Value::as_str)?;
+        (previous.keys.iter())
+            .any(|k| k.kid == kid && k.held_by(MANAGED_SOURCE))
+            .then(|| kid.to_owned())
+    };
     let unusable: Violations = keys
         .iter()
         .enumerate()
         .filter_map(|(i, key)| {
             let jwk = key.as_object()?;
+            if let Some(kid) = managed(jwk) {
+                return Some(Violation::new(
+                    format!("/jwks/keys/{i}"),
+                    format!(
+                        "{kid:?} is a managed signing key of this service: the registry \
+                         publishes it itself (source \"managed\") and withdraws it; upload only \
+                         the keys you hold"
+                    ),
+                ));
+            }
             if known(jwk) {
                 return None;
             }

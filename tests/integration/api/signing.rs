@@ -340,6 +340,22 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
         .send()
         .unwrap();
     assert_problem(refused, 400, "validation-failed");
+    // Nor may a managed key be uploaded under another source: its copy there would outlive
+    // the key's withdrawal (a compromise must end every token it signed).
+    let mut copied = super::upload(&["k1"]);
+    let keys = copied["jwks"]["keys"].as_array_mut().unwrap();
+    keys.push(listed["keys"][0]["jwk"].clone());
+    let refused = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{sub}/config?source=green"),
+            &acme.token,
+        )
+        .json(&copied)
+        .send()
+        .unwrap();
+    let problem = assert_problem(refused, 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/jwks/keys/1"], "{problem}");
 }
 
 #[test]

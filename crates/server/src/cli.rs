@@ -267,7 +267,10 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP server (applies pending migrations first).
+    /// Run the HTTP server (applies pending migrations first). Every setting is a flag and a
+    /// `REGISTRY_*` variable; none is needed to start.
+    ///
+    /// Example: `registry serve --listen 0.0.0.0:8080 --database-url sqlite:///var/lib/registry/registry.db`
     Serve(Box<Settings>),
     /// Apply the pending database migrations and exit (creating a SQLite database that does not
     /// exist yet); with --check, only say which are pending (exit 1 when some are). Several
@@ -278,6 +281,8 @@ pub enum Command {
     /// Example: `registry migrate --check --database-url postgres://registry@db/registry`
     Migrate(MigrateArgs),
     /// Manage customers (tenants).
+    ///
+    /// Example: `registry customer create --tenant acme --plan business --name "Acme Corp"`
     Customer {
         /// What to do with customers.
         #[command(subcommand)]
@@ -286,6 +291,8 @@ pub enum Command {
     /// Print the audit trail of a customer (or of anonymous services) as JSON lines, newest
     /// first, for operators. Exit codes: 0 printed (perhaps nothing), 1 failed (no such tenant,
     /// database unreachable), 2 wrong command line.
+    ///
+    /// Example: `registry audit --tenant acme --action config.put --since 2026-11-01T00:00:00Z`
     Audit(AuditArgs),
     /// Keep a service's published documents in step with a source issuer (a Kubernetes API
     /// server, any issuer URL, or files): upload only when they differ. Prints one JSON line per
@@ -294,6 +301,8 @@ pub enum Command {
     /// "{base_url}/schemas/service-account-policy/v2.json", "kind": "static", "services":
     /// ["k3s-acme"], "actions": ["config:read", "config:write"]}` (or the same `services` and
     /// `actions` in the rule of an `oidc` account).
+    ///
+    /// Example: `REGISTRY_TOKEN=rgst_… registry sync --service k3s-acme --interval 300`
     Sync(SyncArgs),
     /// Ship a cache's access log to the registry as fetch evidence: JSON lines on stdin
     /// (`{time, host, path, status, method, userAgent}`, as `varnishncsa -j` writes them with
@@ -409,6 +418,8 @@ pub enum Command {
         connection: Connection,
     },
     /// Work with policy documents offline: no database, no network.
+    ///
+    /// Example: `registry policy check deployer.json --deny-warnings`
     Policy {
         /// What to do with a policy.
         #[command(subcommand)]
@@ -454,6 +465,8 @@ fn action(text: &str) -> Result<registry_domain::audit::Action, String> {
 pub enum CustomerCommand {
     /// Create a customer and its first service account (policy `{"kind":"static","services":["*"]}`);
     /// prints the customer, the account and the account's token as one JSON object.
+    ///
+    /// Example: `registry customer create --tenant acme --plan business --name "Acme Corp"`
     Create {
         /// Tenant suffix: 2–20 characters of a-z and 0-9 (no '-').
         #[arg(long)]
@@ -468,11 +481,15 @@ pub enum CustomerCommand {
         database: DatabaseArgs,
     },
     /// List customers as a JSON array.
+    ///
+    /// Example: `registry customer list --database-url postgres://registry@db/registry`
     List {
         #[command(flatten)]
         database: DatabaseArgs,
     },
-    /// Change a customer's plan.
+    /// Change a customer's plan. Prints the customer.
+    ///
+    /// Example: `registry customer set-plan --tenant acme --plan enterprise`
     SetPlan {
         /// Tenant suffix of the customer.
         #[arg(long)]
@@ -531,4 +548,31 @@ pub enum CustomerCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every command, and every subcommand of a group, shows an example in its `--help`.
+    #[test]
+    fn every_commands_help_has_an_example() {
+        fn walk(command: &clap::Command, path: String, missing: &mut Vec<String>) {
+            for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
+                let path = format!("{path} {}", sub.get_name());
+                let help = sub.clone().render_long_help().to_string();
+                if !help.contains("Example: `registry ")
+                    && !help.contains("Example: `REGISTRY_")
+                    && !help.contains("Example: `varnishncsa")
+                {
+                    missing.push(path.clone());
+                }
+                walk(sub, path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "registry".to_owned(), &mut missing);
+        assert!(missing.is_empty(), "no example in the help of: {missing:?}");
+    }
 }

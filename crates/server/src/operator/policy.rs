@@ -29,6 +29,8 @@ pub enum PolicyCommand {
     /// Check a policy document: its schema violations (errors) and the findings of the lint
     /// (warnings), each with a code, a pointer and a sentence. Exit 1 on an error, and on a
     /// warning with --deny-warnings; 0 otherwise.
+    ///
+    /// Example: `registry policy check deployer.json --deny-warnings`
     Check {
         /// The policy document (JSON).
         file: std::path::PathBuf,
@@ -42,6 +44,8 @@ pub enum PolicyCommand {
     /// Explain what a policy decides for a token's claims: the matching rule, or for each rule
     /// of the token's issuer the first check that failed, and hints for near misses. The policy
     /// alone: no signature and no time checks. Exit 0 whatever the decision.
+    ///
+    /// Example: `registry policy explain deployer.json --token "$(cat token.jwt)" --service k3s-acme --action config:write`
     Explain {
         /// The policy document (JSON).
         file: std::path::PathBuf,
@@ -69,6 +73,8 @@ pub enum PolicyCommand {
     /// Run test cases against a policy: a JSON list of {name, claims, service?, ip?, action?,
     /// expect: "allow"|"deny", rule?}. Prints each result and the rules no case exercised. Exit 1 when
     /// a case fails.
+    ///
+    /// Example: `registry policy test deployer.json cases.json`
     Test {
         /// The policy document (JSON).
         file: std::path::PathBuf,
@@ -82,6 +88,8 @@ pub enum PolicyCommand {
     /// narrower-or-equal (proven), widens (with requests NEW admits and OLD refuses, each
     /// confirmed by evaluating both policies) or undetermined. Exit 0, or 1 on widens with
     /// --deny-widening; 2 when a file cannot be read or is not a valid policy.
+    ///
+    /// Example: `registry policy compare deployer.json deployer-new.json --deny-widening`
     Compare {
         /// The policy as it is (JSON).
         old: std::path::PathBuf,

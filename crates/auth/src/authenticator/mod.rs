@@ -304,7 +304,11 @@ async fn secret_holder(auth: &Authenticator, token: &str, ip: IpAddr) -> AuthRes
             .await?
             .map(SecretHolder::Account)
             .ok_or_else(|| {
-                record_failure(auth, ip, unauthorized("the token's account was deleted"))
+                record_failure(
+                    auth,
+                    ip,
+                    unauthorized("the token's account was deleted, or its customer is disabled"),
+                )
             }),
         CredentialOwner::AnonymousService(id) => Ok(SecretHolder::AnonymousService(id)),
     }

@@ -161,12 +161,13 @@ impl fmt::Display for Severity {
 ///     "claims": {"iss": "https://ci.example", "aud": "*", "sub": "repo:acme/api:*"}}]}));
 /// assert_eq!(findings[0].to_string(), format!("warning any-audience /rules/0/claims/aud: {}",
 ///     findings[0].message));
-/// assert!(lint_document(&json!([]))[0].to_string().starts_with("error schema /: "));
+/// // The whole document (RFC 6901's empty pointer; `/` would name a member "").
+/// assert!(lint_document(&json!([]))[0].to_string().starts_with("error schema \"\": "));
 /// ```
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let pointer = if self.pointer.is_empty() {
-            "/"
+            "\"\""
         } else {
             &self.pointer
         };
@@ -422,7 +423,7 @@ mod tests {
             )
         );
         let invalid = lint_document(&json!([]));
-        assert!(invalid[0].to_string().starts_with("error schema /: "));
+        assert!(invalid[0].to_string().starts_with("error schema \"\": "));
     }
 
     #[test]

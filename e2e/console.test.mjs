@@ -548,6 +548,11 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     // Its other views say why they are empty, too.
     await view(page, "Accounts").click();
     await page.getByRole("alert").filter({ hasText: "accounts:read" }).waitFor();
+    // Explain, with no account it may list, says that refusal, not "the list is empty".
+    await page.getByRole("button", { name: "Explain" }).click();
+    const explainRefusal = page.locator("#explain-message");
+    await explainRefusal.filter({ hasText: "accounts:read" }).waitFor();
+    assert.equal(await explainRefusal.getAttribute("role"), "alert");
     await page.getByRole("button", { name: "Sign out" }).click();
     assert.equal((await storage(page)).session, null);
   });

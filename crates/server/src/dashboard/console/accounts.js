@@ -1,5 +1,7 @@
 // ---- Accounts and explain. ----
 let accounts = [];
+// Why the list of accounts could not be read, if it could not: explain says so too.
+let accountsRefusal = "";
 
 async function loadAccounts() {
   const gen = generation;
@@ -8,10 +10,12 @@ async function loadAccounts() {
   if (gen !== generation) return;
   if (!result.ok || !Array.isArray(result.body)) {
     accounts = [];
+    accountsRefusal = problemText(result);
     renderAccounts();
-    show($("accounts-message"), "The accounts could not be listed: " + problemText(result));
+    show($("accounts-message"), "The accounts could not be listed: " + accountsRefusal);
     return;
   }
+  accountsRefusal = "";
   accounts = result.body;
   renderAccounts();
 }
@@ -69,7 +73,9 @@ async function explain(event) {
   clear(message);
   const id = $("explain-account").value;
   if (!id) {
-    show(message, "There is no account to explain: the list of accounts is empty.");
+    show(message, accountsRefusal
+      ? "There is no account to explain: the accounts could not be listed: " + accountsRefusal
+      : "There is no account to explain: the list of accounts is empty.");
     return;
   }
   let claims = {};

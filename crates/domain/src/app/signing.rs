@@ -12,7 +12,7 @@
 use crate::app::{config, readiness, AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::DomainStatus;
-use crate::keys::KeyVerifier;
+use crate::keys::{KeyVerifier, MAX_PUBLISHED_KEYS};
 use crate::ports::{ConfigChange, ManagedKeys, SigningChange};
 use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
@@ -158,6 +158,26 @@ fn write(
         }))
 }
 
+/// Whether the service's key set has room for one more key: its cap counts every source's keys,
+/// the managed ones and the retired ones still published included.
+fn room_for_a_key(
+    registry: &Registry,
+    service: &Service,
+    now: OffsetDateTime,
+) -> Result<bool, AppError> {
+    let keys = config::key_state(registry, service)?;
+    Ok(keys.published(now).count() < MAX_PUBLISHED_KEYS)
+}
+
+/// The refusal of a new managed key the key set has no room for.
+fn key_set_full() -> AppError {
+    AppError::Conflict(format!(
+        "the key set already holds {MAX_PUBLISHED_KEYS} keys (every source's, the managed and \
+         the retired ones still published included), its most: delete retired keys first \
+         (DELETE /services/{{s}}/keys/{{kid}}) or wait until retiring ones leave"
+    ))
+}
+
 /// Whether a managed key of `signing` is missing from the service's key set.
 fn unpublished(
     registry: &Registry,
@@ -232,6 +252,9 @@ fn put_once(
     let on = stored.as_ref().filter(|s| s.enabled);
     let settings =
         SigningSettings::parse(body, on.map(|s| &s.settings)).map_err(AppError::Invalid)?;
+    if on.is_none() && !room_for_a_key(registry, service, now)? {
+        return Err(key_set_full());
+    }
     let (action, made) = match on {
         Some(_) => (Action::SigningUpdate, None),
         None => (
@@ -357,6 +380,10 @@ pub fn rotate(
         true => Stage::Current,
         false => Stage::Next,
     };
+    // A compromise withdraws every other managed key: it never grows the key set.
+    if !compromised && !room_for_a_key(registry, service, now)? {
+        return Err(key_set_full());
+    }
     let made = make(registry, on.settings.algorithm, stage, now)?;
     let event = caller
         .service_event(Action::SigningRotate, service, now)
@@ -410,7 +437,12 @@ pub fn advance(
         Some(next) => next_safe_at(registry, service, next, purging, now)?,
         None => None,
     };
-    let due = signing.due(next_safe_at, now);
+    let mut due = signing.due(next_safe_at, now);
+    // A rotation that would push the key set past its cap waits until a key leaves it (a
+    // retiring key's withdrawal, a retired upload's end): it is looked at again each step.
+    if due == Some(Transition::Rotate) && !room_for_a_key(registry, service, now)? {
+        due = None;
+    }
     let made = match due {
         Some(Transition::Rotate) => Some(make(
             registry,
@@ -1115,6 +1147,44 @@ mod tests {
         assert!(
             matches!(&refused, AppError::InvalidClaims(why) if why.contains("iss")),
             "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn no_managed_key_pushes_the_key_set_past_its_cap() {
+        let (registry, _, caller, service) = setup();
+        let keys: Vec<Value> = (0..MAX_PUBLISHED_KEYS as u8 - 1)
+            .map(|i| {
+                json!({"kty": "OKP", "crv": "Ed25519", "kid": format!("file-{i}"),
+                    "x": URL_SAFE_NO_PAD.encode([i; 32])})
+            })
+            .collect();
+        let mut body = crate::testing::upload_of(keys[0].clone(), "EdDSA");
+        body["jwks"]["keys"] = Value::Array(keys);
+        let command = config::PublishConfig {
+            body,
+            source: "files".into(),
+        };
+        config::publish(&registry, &caller, &service, command, T0).unwrap();
+        // The first managed key is the 100th: room for it, and for no other.
+        let settings = json!({"leadSeconds": 0, "rotationPeriodSeconds": 3600});
+        put(&registry, &caller, &service, &settings, false, T0).unwrap();
+        let full = rotate(&registry, &caller, &service, false, false, T0).unwrap_err();
+        assert!(
+            matches!(&full, AppError::Conflict(why) if why.contains("100 keys")),
+            "{full:?}"
+        );
+        // The period's rotation waits; a compromise, which withdraws the other key, does not.
+        let steps = advance_due(&registry, false, 10, T0 + Duration::seconds(3600)).unwrap();
+        assert_eq!(steps.written, 0, "{steps:?}");
+        assert_eq!(
+            published_kids(&registry, &service).len(),
+            MAX_PUBLISHED_KEYS
+        );
+        rotate(&registry, &caller, &service, true, false, T0).unwrap();
+        assert_eq!(
+            published_kids(&registry, &service).len(),
+            MAX_PUBLISHED_KEYS
         );
     }
 

@@ -1,7 +1,7 @@
 //! Published keys: the inventory and the withdrawal of a retired key (docs/api.md, "Key
 //! lifecycle").
 
-use crate::app::{config, AppError, Caller, Registry};
+use crate::app::{config, signing, AppError, Caller, Registry};
 use crate::audit::{Action, Resource};
 use crate::keys::KeyDeleteError;
 use crate::service::PublishedConfig;
@@ -19,7 +19,8 @@ pub fn inventory(
 }
 
 /// Withdraws the retired key `kid` of `service` at once (a compromised key): a current key is a
-/// 409, an unknown one a 404.
+/// 409, an unknown one a 404. A managed key is retired when it is retiring
+/// ([`signing::withdraw_key`]).
 pub fn withdraw(
     registry: &Registry,
     caller: &Caller,
@@ -27,6 +28,9 @@ pub fn withdraw(
     kid: &str,
     now: OffsetDateTime,
 ) -> Result<(), AppError> {
+    if signing::withdraw_key(registry, caller, service, kid, now)?.is_some() {
+        return Ok(());
+    }
     let event = caller.event(
         Action::KeyDelete,
         Resource::key(kid, &service.subdomain),

@@ -324,6 +324,59 @@ fn put_once(
     Ok(written.then_some(first_of_all))
 }
 
+/// `DELETE /services/{s}/keys/{kid}` of a managed key: a retiring one (it signs no more:
+/// replaced, or signing turned off) is withdrawn at once, as a retired upload's key is, so that
+/// a compromised key need not wait out its tokens; the key that signs, or the next one, is a
+/// 409 (a compromised rotation replaces them at once). `None` when `kid` is no managed key of
+/// the service.
+pub fn withdraw_key(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    kid: &str,
+    now: OffsetDateTime,
+) -> Result<Option<()>, AppError> {
+    let Some(stored) = registry.store.signing(service.id)? else {
+        return Ok(None);
+    };
+    let Some(key) = stored.keys.iter().find(|k| k.kid == kid) else {
+        return Ok(None);
+    };
+    if key.stage != Stage::Retiring {
+        return Err(AppError::Conflict(format!(
+            "key {kid:?} is managed signing's {} key: a compromised rotation (POST \
+             /services/{{s}}/signing/rotate?compromised=true) replaces it at once",
+            key.stage.as_str()
+        )));
+    }
+    let event = caller.event(
+        Action::KeyDelete,
+        Resource::key(kid, &service.subdomain),
+        service.customer_id,
+        now,
+    );
+    let kids = [kid.to_owned()];
+    let mut apply = |stored: Option<Signing>| {
+        let mut signing = stored?;
+        signing.withdraw(&kids);
+        Some(signing)
+    };
+    if !write(
+        registry,
+        service,
+        Some(&stored),
+        false,
+        &mut apply,
+        Some(&event),
+        now,
+    )? {
+        return Err(AppError::Conflict(
+            "managed signing changed meanwhile: try again".to_owned(),
+        ));
+    }
+    Ok(Some(()))
+}
+
 /// `DELETE /services/{s}/signing`: nothing signs from now on; every managed key stays published
 /// until the tokens it signed have expired, then leaves.
 pub fn delete(
@@ -705,6 +758,7 @@ pub fn record_use(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::keys;
     use crate::app::services::{self, CreateService};
     use crate::app::testing::{caller, registry_over, MemoryStore};
     use crate::ports::{AuditLog, ServiceStore, SigningStore};
@@ -1186,6 +1240,32 @@ mod tests {
             published_kids(&registry, &service).len(),
             MAX_PUBLISHED_KEYS
         );
+    }
+
+    #[test]
+    fn a_retiring_managed_key_is_withdrawn_at_once_by_its_owner_the_signing_one_is_not() {
+        let (registry, store, caller, service) = setup();
+        let first = on_at_once(&registry, &caller, &service)["keys"][0]["kid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let claims = claims(&registry, &service, T0, 3600);
+        sign(&registry, &service, &claims, T0).unwrap();
+        let view = rotate(&registry, &caller, &service, false, false, T0).unwrap();
+        let second = view["keys"][1]["kid"].as_str().unwrap().to_owned();
+        assert_eq!(view["keys"][0]["state"], "retiring", "{view}");
+        // The key that signs: a compromised rotation replaces it, not a withdrawal.
+        let refused = keys::withdraw(&registry, &caller, &service, &second, T0).unwrap_err();
+        assert!(matches!(&refused, AppError::Conflict(why) if why.contains("compromised")));
+        // The retiring one leaves at once, though its tokens would still verify for an hour.
+        keys::withdraw(&registry, &caller, &service, &first, T0).unwrap();
+        assert_eq!(published_kids(&registry, &service), [second.clone()]);
+        assert_eq!(actions(&store, &service)[0], "key.delete");
+        // Signing off, every key retires: the last one can be pulled at once too.
+        delete(&registry, &caller, &service, T0).unwrap();
+        keys::withdraw(&registry, &caller, &service, &second, T0).unwrap();
+        assert!(published_kids(&registry, &service).is_empty());
+        assert_eq!(store.config(service.id).unwrap(), None);
     }
 
     #[test]

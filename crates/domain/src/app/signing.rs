@@ -1259,7 +1259,10 @@ mod tests {
         assert!(matches!(&refused, AppError::Conflict(why) if why.contains("compromised")));
         // The retiring one leaves at once, though its tokens would still verify for an hour.
         keys::withdraw(&registry, &caller, &service, &first, T0).unwrap();
-        assert_eq!(published_kids(&registry, &service), [second.clone()]);
+        assert_eq!(
+            published_kids(&registry, &service),
+            std::slice::from_ref(&second)
+        );
         assert_eq!(actions(&store, &service)[0], "key.delete");
         // Signing off, every key retires: the last one can be pulled at once too.
         delete(&registry, &caller, &service, T0).unwrap();

@@ -395,9 +395,20 @@ impl Signing {
     /// When the rotation step next has something to do: look again at a next key's readiness,
     /// start a rotation, withdraw a retiring key; `None` when nothing will happen by itself.
     pub fn due_at(&self, now: OffsetDateTime) -> Option<OffsetDateTime> {
+        self.due_at_holding_rotation(now, None)
+    }
+
+    /// [`Signing::due_at`], with a rotation that must wait (the key set has no room for its
+    /// key) looked at again no earlier than `held_until`.
+    pub fn due_at_holding_rotation(
+        &self,
+        now: OffsetDateTime,
+        held_until: Option<OffsetDateTime>,
+    ) -> Option<OffsetDateTime> {
         let withdrawals = self.keys.iter().filter_map(|k| k.withdraw_at);
         let poll = self.next().map(|_| now + READINESS_POLL);
-        withdrawals.chain(poll).chain(self.next_rotation_at()).min()
+        let rotation = (self.next_rotation_at()).map(|at| held_until.map_or(at, |h| at.max(h)));
+        withdrawals.chain(poll).chain(rotation).min()
     }
 
     /// A rotation asked for (`POST …/signing/rotate`): `made` becomes the next key. `Err` while a

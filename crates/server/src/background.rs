@@ -127,7 +127,13 @@ pub async fn step_signing(state: web::Data<AppState>) {
                     tracing::info!(transitions = steps.written, "managed signing stepped");
                 }
                 for (service_id, error) in steps.failed {
-                    tracing::warn!(%service_id, %error, "a service's signing step failed; retried");
+                    tracing::warn!(%service_id, %error, "a service's signing step failed; retried in a minute");
+                }
+                for service_id in steps.held_back {
+                    tracing::warn!(
+                        %service_id,
+                        "a service's rotation waits: its key set holds 100 keys; looked at again in a minute"
+                    );
                 }
             }
             Err(error) => tracing::warn!(%error, "managed signing's step failed; retried"),

@@ -128,6 +128,23 @@ fn write(
     event: Option<&AuditEvent>,
     now: OffsetDateTime,
 ) -> Result<bool, AppError> {
+    write_holding(
+        registry, service, expected, adds_key, apply, event, None, now,
+    )
+}
+
+/// [`write`], with a rotation that has to wait looked at again no earlier than `held_until`.
+#[allow(clippy::too_many_arguments)]
+fn write_holding(
+    registry: &Registry,
+    service: &Service,
+    expected: Option<&Signing>,
+    adds_key: bool,
+    apply: &mut dyn FnMut(Option<Signing>) -> Option<Signing>,
+    event: Option<&AuditEvent>,
+    held_until: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+) -> Result<bool, AppError> {
     // The verifiers of a key first published now read a week of fetch evidence: only when this
     // write may publish one (a key made for it, or a managed key the key set lacks).
     let first_publication = adds_key
@@ -146,7 +163,7 @@ fn write(
         let signing = apply(stored)?;
         Some(SigningChange {
             config: publish(registry, service, &signing, config, &verifiers, now),
-            due_at: signing.due_at(now),
+            due_at: signing.due_at_holding_rotation(now, held_until),
             signing: (!signing.keys.is_empty()).then_some(signing),
         })
     };
@@ -225,7 +242,16 @@ pub fn put(
     keys_of(registry)?;
     for _ in 0..PUT_ATTEMPTS {
         if let Some(first_of_all) = put_once(registry, caller, service, body, now)? {
-            advance(registry, service, purging && !first_of_all, now)?;
+            // A step another request wrote meanwhile is read again: a first key with no lead
+            // answers `current` even when another PUT changed the settings in between.
+            for _ in 0..PUT_ATTEMPTS {
+                if !matches!(
+                    step(registry, service, purging && !first_of_all, now)?,
+                    Step::Lost
+                ) {
+                    break;
+                }
+            }
             return get(registry, service);
         }
     }
@@ -483,8 +509,37 @@ pub fn advance(
     purging: bool,
     now: OffsetDateTime,
 ) -> Result<Option<Transition>, AppError> {
+    Ok(match step(registry, service, purging, now)? {
+        Step::Written(transition) => Some(transition),
+        Step::Nothing | Step::Lost | Step::HeldBack => None,
+    })
+}
+
+/// What one step of a service's signing did.
+enum Step {
+    /// A transition was written.
+    Written(Transition),
+    /// Nothing was due.
+    Nothing,
+    /// Another change was written since the step read the state: nothing was.
+    Lost,
+    /// A rotation is due, but the key set has no room for its key: it waits.
+    HeldBack,
+}
+
+/// How long a service's step that cannot proceed (a rotation with no room in the key set, a
+/// failure) waits before it is looked at again.
+const LOOK_AGAIN_AFTER: time::Duration = time::Duration::seconds(60);
+
+/// One step of [`advance`], saying why nothing was written.
+fn step(
+    registry: &Registry,
+    service: &Service,
+    purging: bool,
+    now: OffsetDateTime,
+) -> Result<Step, AppError> {
     let Some(signing) = registry.store.signing(service.id)? else {
-        return Ok(None);
+        return Ok(Step::Nothing);
     };
     let next_safe_at = match signing.next() {
         Some(next) => next_safe_at(registry, service, next, purging, now)?,
@@ -492,9 +547,12 @@ pub fn advance(
     };
     let mut due = signing.due(next_safe_at, now);
     // A rotation that would push the key set past its cap waits until a key leaves it (a
-    // retiring key's withdrawal, a retired upload's end): it is looked at again each step.
+    // retiring key's withdrawal, a retired upload's end): looked at again a minute later, so
+    // that it does not hold the front of the step's queue.
+    let mut held_until = None;
     if due == Some(Transition::Rotate) && !room_for_a_key(registry, service, now)? {
         due = None;
+        held_until = Some(now + LOOK_AGAIN_AFTER);
     }
     let made = match due {
         Some(Transition::Rotate) => Some(make(
@@ -537,16 +595,22 @@ pub fn advance(
         }
         Some(signing)
     };
-    let written = write(
+    let written = write_holding(
         registry,
         service,
         Some(&signing),
         made.is_some(),
         &mut apply,
         event.as_ref(),
+        held_until,
         now,
     )?;
-    Ok(due.filter(|_| written))
+    Ok(match (due, written) {
+        (Some(transition), true) => Step::Written(transition),
+        (_, false) => Step::Lost,
+        (None, true) if held_until.is_some() => Step::HeldBack,
+        (None, true) => Step::Nothing,
+    })
 }
 
 /// When the next key `next` became safe, if it is (its readiness, as `GET …/readiness` says).
@@ -572,8 +636,11 @@ fn next_safe_at(
 pub struct Steps {
     /// How many transitions were written.
     pub written: usize,
-    /// Each service whose step failed, by id, with why.
+    /// Each service whose step failed, by id, with why; its next look is put off by a
+    /// minute (when that could be written), so that it does not hold the front of the queue.
     pub failed: Vec<(Uuid, AppError)>,
+    /// Each service whose rotation waits for room in its key set (100 keys), by id.
+    pub held_back: Vec<Uuid>,
 }
 
 /// The rotation steps due at `now`: up to `limit` services, each stepped once (`purging` as for
@@ -592,16 +659,33 @@ pub fn advance_due(
             .service(id)
             .map_err(AppError::from)
             .and_then(|service| match service {
-                Some(service) => advance(registry, &service, purging, now),
-                None => Ok(None),
+                Some(service) => step(registry, &service, purging, now),
+                None => Ok(Step::Nothing),
             });
         match stepped {
-            Ok(Some(_)) => steps.written += 1,
-            Ok(None) => {}
-            Err(error) => steps.failed.push((id, error)),
+            Ok(Step::Written(_)) => steps.written += 1,
+            Ok(Step::HeldBack) => steps.held_back.push(id),
+            Ok(Step::Nothing | Step::Lost) => {}
+            Err(error) => {
+                postpone(registry, id, now + LOOK_AGAIN_AFTER);
+                steps.failed.push((id, error));
+            }
         }
     }
     Ok(steps)
+}
+
+/// Puts the next step of service `id` off until `until`, its state as it is (after a failed
+/// step). A state that cannot even be read keeps its place: the failure is reported anyway.
+fn postpone(registry: &Registry, id: Uuid, until: OffsetDateTime) {
+    let mut change = |stored: Option<Signing>, _| {
+        Some(SigningChange {
+            due_at: stored.as_ref().map(|_| until),
+            signing: stored,
+            config: ConfigChange::Keep,
+        })
+    };
+    let _ = registry.store.update_signing(id, &mut change, None);
 }
 
 /// `POST /services/{s}/sign`: the signature of `claims` (the token's payload, base64url, as the
@@ -870,10 +954,16 @@ mod tests {
         let later = T0 + Duration::seconds(1);
         put(&registry, &caller, &other, &settings("ES256"), false, later).unwrap();
         keys.refuse.store(true, Ordering::SeqCst);
-        let steps = advance_due(&registry, false, 10, later + Duration::seconds(3600)).unwrap();
+        let then = later + Duration::seconds(3600);
+        let steps = advance_due(&registry, false, 10, then).unwrap();
         assert_eq!(steps.written, 1, "{steps:?}");
         assert_eq!(steps.failed.len(), 1, "{steps:?}");
         assert_eq!(steps.failed[0].0, failing.id);
+        // The failing one is looked at again a minute later, not at the front of every look.
+        let store = registry.store.clone();
+        assert!(!store.signing_due(then, 10).unwrap().contains(&failing.id));
+        let minute = then + Duration::seconds(60);
+        assert!(store.signing_due(minute, 10).unwrap().contains(&failing.id));
         let other_keys = get(&registry, &other).unwrap()["keys"].clone();
         assert_eq!(other_keys[1]["state"], "next", "{other_keys}");
     }
@@ -1206,7 +1296,7 @@ mod tests {
 
     #[test]
     fn no_managed_key_pushes_the_key_set_past_its_cap() {
-        let (registry, _, caller, service) = setup();
+        let (registry, store, caller, service) = setup();
         let keys: Vec<Value> = (0..MAX_PUBLISHED_KEYS as u8 - 1)
             .map(|i| {
                 json!({"kty": "OKP", "crv": "Ed25519", "kid": format!("file-{i}"),
@@ -1229,8 +1319,14 @@ mod tests {
             "{full:?}"
         );
         // The period's rotation waits; a compromise, which withdraws the other key, does not.
-        let steps = advance_due(&registry, false, 10, T0 + Duration::seconds(3600)).unwrap();
+        let due = T0 + Duration::seconds(3600);
+        let steps = advance_due(&registry, false, 10, due).unwrap();
         assert_eq!(steps.written, 0, "{steps:?}");
+        assert_eq!(steps.held_back, [service.id], "{steps:?}");
+        // Looked at again a minute later, not at every look meanwhile.
+        assert_eq!(store.signing_due(due, 10).unwrap(), Vec::<Uuid>::new());
+        let minute = due + Duration::seconds(60);
+        assert_eq!(store.signing_due(minute, 10).unwrap(), [service.id]);
         assert_eq!(
             published_kids(&registry, &service).len(),
             MAX_PUBLISHED_KEYS

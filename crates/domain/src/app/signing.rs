@@ -314,14 +314,18 @@ fn put_once(
                 new.lead_seconds.into(),
             );
     }
-    // A service's very first key (nothing published before it): no cache can hold a key set
-    // that lacks it, only a 404 no verifier trusts, so it need not wait for a purge to be safe.
+    // A service's very first key: nothing published now, and no key set of it fetched for a
+    // week (directly or through a cache's log). No cache can then hold a key set that lacks
+    // the key, only a 404 no verifier trusts, so it need not wait for a purge to be safe.
     let first_of_all = made.is_some()
         && stored.as_ref().is_none_or(|s| s.keys.is_empty())
         && config::key_state(registry, service)?
             .published(now)
             .next()
-            .is_none();
+            .is_none()
+        && (registry.store)
+            .last_key_set_fetches(&[service.id], now - crate::keys::VERIFIER_WINDOW)?
+            .is_empty();
     let read = stored.clone();
     let mut apply = |stored: Option<Signing>| match (stored, &made) {
         // Another PUT (or the step) wrote since the read: this one starts over from what it
@@ -1022,7 +1026,7 @@ mod tests {
         assert_eq!(view["keys"][0]["state"], "current", "{view}");
         let claims = claims(&registry, &service, T0, 3600);
         assert!(sign(&registry, &service, &claims, T0).is_ok());
-        // A caches' copy may now hold the first key's set: the next key waits for the purge.
+        // A cache's copy may now hold the first key's set: the next key waits for the purge.
         let t1 = T0 + Duration::seconds(10);
         rotate(&registry, &caller, &service, false, true, t1).unwrap();
         advance_due(&registry, true, 10, t1 + Duration::seconds(5)).unwrap();
@@ -1066,6 +1070,45 @@ mod tests {
         // Asked again, it signs with the new key.
         let again = sign(&registry, &service, &claims, T0).unwrap();
         assert_ne!(again.kid, signed.kid);
+    }
+
+    #[test]
+    fn a_key_set_fetched_in_the_week_before_makes_no_first_key_safe_before_its_purge() {
+        use crate::network::Network;
+        use crate::ports::{
+            AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
+        };
+        let (registry, store, caller, service) = setup();
+        // Something was published and fetched two days ago, then removed: a cache may still
+        // hold that key set (stale on error), which lacks the new key.
+        let fetched_at = T0 - Duration::days(2);
+        let fetch = DocumentFetches {
+            service_id: service.id,
+            document: FetchedDocument::Jwks,
+            ok: 1,
+            not_modified: 0,
+            last_at: fetched_at,
+            agents: vec![AgentFetches {
+                agent: "aws".into(),
+                count: 1,
+                last_at: fetched_at,
+                networks: vec![NetworkFetch {
+                    network: Network::of("10.0.1.7".parse().unwrap()),
+                    last_at: fetched_at,
+                }],
+            }],
+        };
+        store.record_fetches(&[fetch]).unwrap();
+        let view = put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 0}),
+            true,
+            T0,
+        )
+        .unwrap();
+        assert_eq!(view["keys"][0]["state"], "next", "{view}");
     }
 
     #[test]

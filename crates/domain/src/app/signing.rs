@@ -72,7 +72,7 @@ fn make(
 /// to the key set are first published now (with the signing's lead and the verifiers of now);
 /// the discovery document is the registry's own while every current key is managed. Kept when
 /// the key set does not change; removed when the last managed key left and no other key is
-/// left in it (nothing uploaded, no removed source's key retained).
+/// published (nothing uploaded, no removed source's key still retained).
 fn publish(
     registry: &Registry,
     service: &Service,
@@ -91,7 +91,9 @@ fn publish(
     if stored.is_some() && keys == before {
         return ConfigChange::Keep;
     }
-    if keys.keys.is_empty() {
+    // Nothing left to publish: every key gone, or only retired ones whose time ran out and
+    // that the upkeep has not dropped yet.
+    if keys.published(now).next().is_none() {
         return match stored {
             Some(_) => ConfigChange::Remove,
             None => ConfigChange::Keep,
@@ -1407,6 +1409,38 @@ mod tests {
         delete(&registry, &caller, &service, T0).unwrap();
         keys::withdraw(&registry, &caller, &service, &second, T0).unwrap();
         assert!(published_kids(&registry, &service).is_empty());
+        assert_eq!(store.config(service.id).unwrap(), None);
+    }
+
+    #[test]
+    fn the_last_managed_key_leaving_after_a_removed_sources_retention_unpublishes_the_service() {
+        let (registry, store, caller, service) = setup();
+        let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": "file-1",
+            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
+        let mut body = crate::testing::upload_of(key, "EdDSA");
+        body["retainRemovedKeysHours"] = json!(1);
+        let command = config::PublishConfig {
+            body,
+            source: "files".into(),
+        };
+        config::publish(&registry, &caller, &service, command, T0).unwrap();
+        let settings = json!({"leadSeconds": 0, "maxTokenSeconds": 7200});
+        put(&registry, &caller, &service, &settings, false, T0).unwrap();
+        sign(
+            &registry,
+            &service,
+            &claims(&registry, &service, T0, 600),
+            T0,
+        )
+        .unwrap();
+        // The files' key retires for an hour; the managed key stays 2 h 05 min past its last
+        // signature.
+        config::withdraw_source(&registry, &caller, &service, "files", T0).unwrap();
+        delete(&registry, &caller, &service, T0).unwrap();
+        let gone = T0 + Duration::seconds(7200 + 300);
+        advance_due(&registry, false, 10, gone).unwrap();
+        // The retired key's hour is long over (not yet dropped by the upkeep): nothing is
+        // published any more, rather than an empty key set.
         assert_eq!(store.config(service.id).unwrap(), None);
     }
 

@@ -841,8 +841,9 @@ impl KeyState {
     /// This state with the managed keys (docs/api.md, "Managed signing") as `managed` lists them
     /// (`kid` and public JWK): a key new to the state is first published at `now` with `lead`
     /// seconds and the `verifiers` of keys published now; a managed key no longer listed leaves
-    /// the key set at once (the managed keys' own life keeps it as long as its tokens live).
-    /// Every other source's keys stay as they are.
+    /// the key set at once (the managed keys' own life keeps it as long as its tokens live),
+    /// even a copy another source uploaded before such copies were refused: a withdrawn or
+    /// compromised key must stop verifying. Every other source's keys stay as they are.
     pub fn with_managed(
         &self,
         managed: &[(String, Map<String, Value>)],
@@ -856,8 +857,6 @@ impl KeyState {
         for key in &self.keys {
             if key.retired_at.is_some() || !key.held_by(source) || listed(&key.kid) {
                 keys.push(key.clone());
-            } else if let Some(kept) = key.without_holder(source) {
-                keys.push(kept);
             }
         }
         for (kid, jwk) in managed {
@@ -1102,6 +1101,17 @@ mod tests {
     const X1: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
     const X2: &str = "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08";
     const X3: &str = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs";
+
+    #[test]
+    fn a_managed_key_that_leaves_takes_any_other_sources_copy_with_it() {
+        let t0 = datetime!(2026-11-23 10:00 UTC);
+        let jwk = key("m-1", X1).as_object().unwrap().clone();
+        let mut shared = KeyState::default().with_managed(&[("m-1".to_owned(), jwk)], 0, &[], t0);
+        // A copy another source uploaded before such uploads were refused.
+        shared.keys[0].also_sources.push("files".to_owned());
+        let after = shared.with_managed(&[], 0, &[], t0 + Duration::seconds(1));
+        assert_eq!(after.published(t0 + Duration::seconds(1)).count(), 0);
+    }
 
     #[test]
     fn verifiers_are_the_most_active_of_two_hours_and_one_network_gives_four_at_most() {

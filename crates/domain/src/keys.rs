@@ -585,11 +585,13 @@ pub fn upload(
             .any(|k| Some(k.kid.as_str()) == kid && Some(&k.thumbprint) == print.as_ref())
     };
     // A key the registry holds for managed signing is published by it alone: a copy under
-    // another source would outlive its withdrawal (a compromise must end every token it signed).
+    // another source would outlive its withdrawal (a compromise must end every token it
+    // signed). Its kid with other material is `kid-reused`, as for any other source's key.
     let managed = |jwk: &Map<String, Value>| {
         let kid = jwk.get("kid").and_then(Value::as_str)?;
+        let print = thumbprint(jwk)?;
         (previous.keys.iter())
-            .any(|k| k.kid == kid && k.held_by(MANAGED_SOURCE))
+            .any(|k| k.kid == kid && k.thumbprint == print && k.held_by(MANAGED_SOURCE))
             .then(|| kid.to_owned())
     };
     let unusable: Violations = keys

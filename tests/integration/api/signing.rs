@@ -356,6 +356,19 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
         .unwrap();
     let problem = assert_problem(refused, 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/jwks/keys/1"], "{problem}");
+    // Its kid with other material is kid-reused, as any other source's.
+    let mut reused = super::upload(&["k1"]);
+    reused["jwks"]["keys"][0]["kid"] = listed["keys"][0]["kid"].clone();
+    let refused = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{sub}/config?source=green"),
+            &acme.token,
+        )
+        .json(&reused)
+        .send()
+        .unwrap();
+    assert_problem(refused, 400, "kid-reused");
 }
 
 #[test]

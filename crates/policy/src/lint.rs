@@ -3,7 +3,7 @@
 //! document and a sentence. Schema violations are errors; everything here is a warning.
 
 use super::compare::Coverage;
-use super::pattern::ClaimPattern;
+use super::pattern::{ClaimPattern, Key};
 use super::Policy;
 use crate::violation::escape_token;
 use crate::Violations;
@@ -193,13 +193,30 @@ struct RuleParts {
     services: Vec<String>,
     /// A version 2 rule's actions; `None`: the rule lists none (version 1: every action).
     actions: Option<Vec<String>>,
+    /// What every subject it admits starts with: its whole `sub` when that has no wildcard
+    /// (`exact`), else the literal text before the first wildcard ("" without a `sub`).
+    subject_head: String,
+    /// Whether `sub` is exact (no wildcard).
+    subject_exact: bool,
 }
 
 impl RuleParts {
     fn of(rule: &Value) -> Self {
+        let claims = claims_of(rule);
+        let sub = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .map(ClaimPattern::new);
+        let (subject_head, subject_exact) = match sub.as_ref().and_then(ClaimPattern::key) {
+            Some(Key::Exact(value)) => (value.to_owned(), true),
+            Some(Key::Head(head)) => (head.to_owned(), false),
+            None => (String::new(), false),
+        };
         Self {
             text: rule.to_string(),
-            claims: claims_of(rule),
+            subject_head,
+            subject_exact,
+            claims,
             services: services_of(rule),
             actions: (rule.get("actions").and_then(Value::as_array)).map(|actions| {
                 (actions.iter().filter_map(Value::as_str))
@@ -209,12 +226,9 @@ impl RuleParts {
         }
     }
 
-    /// Its issuer, and its subject when that is exact (no wildcard): an exact subject covers
-    /// only itself, so which earlier rules can shadow a later one is looked up by these.
-    fn subject_key(&self) -> (Option<&str>, Option<&str>) {
-        let claim = |name: &str| self.claims.get(name).and_then(Value::as_str);
-        let exact = claim("sub").filter(|p| ClaimPattern::new(p).is_exact());
-        (claim("iss"), exact)
+    /// Its issuer (`iss` is compared exactly).
+    fn issuer(&self) -> Option<&str> {
+        self.claims.get("iss").and_then(Value::as_str)
     }
 }
 
@@ -257,12 +271,12 @@ fn shadows(earlier: &RuleParts, later: &RuleParts, coverage: &mut Coverage) -> b
 /// policy once took 0.8 s to lint).
 fn repeats_and_shadows(rules: &[Value]) -> Vec<Option<Result<usize, usize>>> {
     let parts: Vec<RuleParts> = rules.iter().map(RuleParts::of).collect();
-    let mut coverage = Coverage::new();
     let mut first_with_text: HashMap<&str, usize> = HashMap::new();
-    // Earlier rules by issuer and exact subject; and by issuer alone, those whose subject is a
-    // pattern with wildcards or missing, which may cover any subject.
+    // Earlier rules by issuer and exact subject (which covers only itself); and by issuer and
+    // the literal head of a subject with wildcards ("" without one), which covers only
+    // subjects that start with that head.
     let mut by_subject: HashMap<(Option<&str>, &str), Vec<usize>> = HashMap::new();
-    let mut open_subject: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
+    let mut by_head: HashMap<(Option<&str>, &str), Vec<usize>> = HashMap::new();
     let mut found = Vec::with_capacity(rules.len());
     for (i, rule) in parts.iter().enumerate() {
         if let Some(&j) = first_with_text.get(rule.text.as_str()) {
@@ -270,20 +284,26 @@ fn repeats_and_shadows(rules: &[Value]) -> Vec<Option<Result<usize, usize>>> {
             continue;
         }
         first_with_text.insert(&rule.text, i);
-        let (issuer, subject) = rule.subject_key();
-        let same_subject = subject.and_then(|s| by_subject.get(&(issuer, s)));
-        let open = open_subject.get(&issuer);
-        let shadowing = [same_subject, open]
-            .into_iter()
-            .flatten()
+        let issuer = rule.issuer();
+        let head = rule.subject_head.as_str();
+        let same_subject = (rule.subject_exact)
+            .then(|| by_subject.get(&(issuer, head)))
+            .flatten();
+        // Every earlier head this rule's subjects start with: each prefix of its own head.
+        let heads = (head.char_indices().map(|(at, _)| at))
+            .chain([head.len()])
+            .filter_map(|end| by_head.get(&(issuer, &head[..end])));
+        // Each rule its own budget: one costly policy part cannot silence the rest.
+        let mut coverage = Coverage::new();
+        let shadowing = (same_subject.into_iter().chain(heads))
             .filter_map(|earlier| {
                 (earlier.iter()).find(|&&j| shadows(&parts[j], rule, &mut coverage))
             })
             .min();
         found.push(shadowing.map(|&j| Err(j)));
-        match subject {
-            Some(subject) => by_subject.entry((issuer, subject)).or_default().push(i),
-            None => open_subject.entry(issuer).or_default().push(i),
+        match rule.subject_exact {
+            true => by_subject.entry((issuer, head)).or_default().push(i),
+            false => by_head.entry((issuer, head)).or_default().push(i),
         }
     }
     found
@@ -492,7 +512,16 @@ mod tests {
     #[test]
     fn the_index_finds_what_comparing_every_pair_finds() {
         let issuers = ["https://a.example", "https://b.example"];
-        let subjects = [None, Some("*"), Some("ci"), Some("ci-*"), Some("deploy")];
+        let subjects = [
+            None,
+            Some("*"),
+            Some("ci"),
+            Some("ci-*"),
+            Some("c*"),
+            Some("ci-?"),
+            Some("ci-a"),
+            Some("deploy"),
+        ];
         let services = [json!(["*"]), json!(["api-x"]), json!(["api-x", "web-x"])];
         let audiences = [None, Some("*"), Some("sts")];
         // Every rule of a small grid, in a scrambled order, and repeated.

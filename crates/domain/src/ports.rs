@@ -864,6 +864,14 @@ pub trait SigningStore: Send + Sync {
         kid: &str,
         at: OffsetDateTime,
     ) -> StoreResult<bool>;
+    /// Puts the next step of `service_id` off until `until`, if it is due at `now` (after a
+    /// failed step), without reading or writing its state (which may be what failed).
+    fn postpone_signing(
+        &self,
+        service_id: Uuid,
+        until: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> StoreResult<()>;
     /// Up to `limit` services whose rotation step is due at `now`, most overdue first.
     fn signing_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>>;
 }
@@ -886,8 +894,9 @@ pub enum ConfigChange {
     Keep,
     /// It is written: the key set changed.
     Write(PublishedConfig),
-    /// It is removed: the last managed key left a service that keeps nothing uploaded, so
-    /// nothing is published any more (`published: false`, the documents 404).
+    /// It is removed: the last managed key left and no other key is published (nothing
+    /// uploaded, no removed source's key still retained), so nothing is published any more
+    /// (`published: false`, the documents 404).
     Remove,
 }
 

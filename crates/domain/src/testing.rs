@@ -1107,6 +1107,20 @@ impl SigningStore for MemoryStore {
         Ok(true)
     }
 
+    fn postpone_signing(
+        &self,
+        service_id: Uuid,
+        until: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        if let Some((_, due)) = self.lock().signing.get_mut(&service_id) {
+            if due.is_some_and(|at| at <= now) {
+                *due = Some(ms(until));
+            }
+        }
+        Ok(())
+    }
+
     fn signing_due(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Uuid>> {
         let s = self.lock();
         let mut due: Vec<(OffsetDateTime, Uuid)> = (s.signing.iter())

@@ -143,15 +143,32 @@ impl SigningStore for Store {
                     .find(&service)
                     .select(managed_signing::due_at);
                 let due_at = on_backend!(&mut *conn, |c| due_at.get_result::<Option<i64>>(c))?;
-                // A later withdrawal may move the step's due time.
-                let due = signing.due_at(at).map(millis);
-                let due_at = match (due_at, due) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                // The step's due time stays: a signature only moves a withdrawal later, and a
+                // step put off (a rotation waiting for room, a failure) stays put off.
+                let due_at = due_at.or_else(|| signing.due_at(at).map(millis));
                 put(conn, &service, Some(&signing), due_at)?;
             }
             Ok(true)
+        })
+    }
+
+    fn postpone_signing(
+        &self,
+        service_id: Uuid,
+        until: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        let service = id_text(service_id);
+        self.write(None, |conn, _| {
+            // Only a step still due: one rescheduled meanwhile (a change, another replica's
+            // step) keeps its time. The state is neither read nor written.
+            let due = managed_signing::table
+                .find(&service)
+                .filter(managed_signing::due_at.le(millis(now)));
+            diesel::update(due)
+                .set(managed_signing::due_at.eq(Some(millis(until))))
+                .execute(conn)?;
+            Ok(())
         })
     }
 

@@ -2892,12 +2892,23 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
     );
     assert_eq!(store.signing_due(t0, 10).unwrap(), [s.id]);
     assert_eq!(store.signing_due(t0, 0).unwrap(), Vec::<Uuid>::new());
-    // A signature is recorded (no change, no event), on the key it names.
+    // A failed step is put off, only while it is due, its state untouched.
+    let minute = t0 + time::Duration::seconds(60);
+    let before = t0 - time::Duration::seconds(1);
+    store.postpone_signing(s.id, minute, before).unwrap();
+    assert_eq!(store.signing_due(t0, 10).unwrap(), [s.id]);
+    store.postpone_signing(s.id, minute, t0).unwrap();
+    assert_eq!(store.signing_due(t0, 10).unwrap(), Vec::<Uuid>::new());
+    assert_eq!(store.signing_due(minute, 10).unwrap(), [s.id]);
+    assert_eq!(store.signing(s.id).unwrap(), Some(first.clone()));
+    // A signature is recorded (no change, no event), on the key it names; the step stays put
+    // off.
     assert!(store
         .record_signature(s.id, &first.keys[0].kid, t0)
         .unwrap());
     let signed = store.signing(s.id).unwrap().unwrap();
     assert_eq!(signed.keys[0].last_signed_at, Some(t0));
+    assert_eq!(store.signing_due(t0, 10).unwrap(), Vec::<Uuid>::new());
     assert_eq!(all_changes(store).len(), changes_before + 1);
     // A transition with its event and the key set unchanged: the event, and one change.
     let written = store

@@ -673,25 +673,13 @@ pub fn advance_due(
             Ok(Step::HeldBack) => steps.held_back.push(id),
             Ok(Step::Nothing | Step::Lost) => {}
             Err(error) => {
-                postpone(registry, id, now + LOOK_AGAIN_AFTER);
+                // Best effort: a store that cannot take this either fails the next look too.
+                let _ = (registry.store).postpone_signing(id, now + LOOK_AGAIN_AFTER, now);
                 steps.failed.push((id, error));
             }
         }
     }
     Ok(steps)
-}
-
-/// Puts the next step of service `id` off until `until`, its state as it is (after a failed
-/// step). A state that cannot even be read keeps its place: the failure is reported anyway.
-fn postpone(registry: &Registry, id: Uuid, until: OffsetDateTime) {
-    let mut change = |stored: Option<Signing>, _| {
-        Some(SigningChange {
-            due_at: stored.as_ref().map(|_| until),
-            signing: stored,
-            config: ConfigChange::Keep,
-        })
-    };
-    let _ = registry.store.update_signing(id, &mut change, None);
 }
 
 /// `POST /services/{s}/sign`: the signature of `claims` (the token's payload, base64url, as the

@@ -584,15 +584,15 @@ pub fn upload(
             .published(now)
             .any(|k| Some(k.kid.as_str()) == kid && Some(&k.thumbprint) == print.as_ref())
     };
-    // A key the registry holds for managed signing is published by it alone: a copy under
-    // another source would outlive its withdrawal (a compromise must end every token it
-    // signed). Its kid with other material is `kid-reused`, as for any other source's key.
+    // A key the registry holds for managed signing is published by it alone: a copy of its
+    // material, under its kid or another, would outlive its withdrawal (a compromise must end
+    // every token it signed). Its kid with other material is `kid-reused`, as for any other
+    // source's key.
     let managed = |jwk: &Map<String, Value>| {
-        let kid = jwk.get("kid").and_then(Value::as_str)?;
         let print = thumbprint(jwk)?;
         (previous.keys.iter())
-            .any(|k| k.kid == kid && k.thumbprint == print && k.held_by(MANAGED_SOURCE))
-            .then(|| kid.to_owned())
+            .find(|k| k.thumbprint == print && k.held_by(MANAGED_SOURCE))
+            .map(|k| k.kid.clone())
     };
     let unusable: Violations = keys
         .iter()
@@ -603,7 +603,7 @@ pub fn upload(
                 return Some(Violation::new(
                     format!("/jwks/keys/{i}"),
                     format!(
-                        "{kid:?} is a managed signing key of this service: the registry \
+                        "this is managed signing key {kid:?} of this service: the registry \
                          publishes it itself (source \"managed\") and withdraws it; upload only \
                          the keys you hold"
                     ),

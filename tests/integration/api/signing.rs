@@ -369,6 +369,25 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
         .send()
         .unwrap();
     assert_problem(refused, 400, "kid-reused");
+    // Nor its material under another kid.
+    let mut renamed = super::upload(&["k1"]);
+    let mut material = listed["keys"][0]["jwk"].clone();
+    material["kid"] = json!("a-copy");
+    renamed["jwks"]["keys"]
+        .as_array_mut()
+        .unwrap()
+        .push(material);
+    let refused = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{sub}/config?source=green"),
+            &acme.token,
+        )
+        .json(&renamed)
+        .send()
+        .unwrap();
+    let problem = assert_problem(refused, 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/jwks/keys/1"], "{problem}");
 }
 
 #[test]

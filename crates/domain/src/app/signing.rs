@@ -245,12 +245,12 @@ pub fn put(
     for _ in 0..PUT_ATTEMPTS {
         if let Some(first_of_all) = put_once(registry, caller, service, body, now)? {
             // A step another request wrote meanwhile is read again: a first key with no lead
-            // answers `current` even when another PUT changed the settings in between.
+            // answers `current` even when another PUT changed the settings in between. The
+            // purge is waived only for the very first key this PUT made, should another
+            // request have replaced it meanwhile.
+            let waived = first_of_all.as_deref();
             for _ in 0..PUT_ATTEMPTS {
-                if !matches!(
-                    step(registry, service, purging && !first_of_all, now)?,
-                    Step::Lost
-                ) {
+                if !matches!(step(registry, service, purging, waived, now)?, Step::Lost) {
                     break;
                 }
             }
@@ -268,14 +268,14 @@ pub fn put(
 const PUT_ATTEMPTS: usize = 8;
 
 /// One attempt of [`put`] from a fresh read: `None` when another change was written first;
-/// otherwise whether it made the service's very first key.
+/// otherwise the kid of the service's very first key when it made it (its purge is waived).
 fn put_once(
     registry: &Registry,
     caller: &Caller,
     service: &Service,
     body: &Value,
     now: OffsetDateTime,
-) -> Result<Option<bool>, AppError> {
+) -> Result<Option<Option<String>>, AppError> {
     let stored = registry.store.signing(service.id)?;
     let on = stored.as_ref().filter(|s| s.enabled);
     let settings =
@@ -353,7 +353,8 @@ fn put_once(
         Some(&event),
         now,
     )?;
-    Ok(written.then_some(first_of_all))
+    let waived = made.filter(|_| first_of_all).map(|key| key.kid);
+    Ok(written.then_some(waived))
 }
 
 /// `DELETE /services/{s}/keys/{kid}` of a managed key: a retiring one (it signs no more:
@@ -515,7 +516,7 @@ pub fn advance(
     purging: bool,
     now: OffsetDateTime,
 ) -> Result<Option<Transition>, AppError> {
-    Ok(match step(registry, service, purging, now)? {
+    Ok(match step(registry, service, purging, None, now)? {
         Step::Written(transition) => Some(transition),
         Step::Nothing | Step::Lost | Step::HeldBack => None,
     })
@@ -537,18 +538,23 @@ enum Step {
 /// failure) waits before it is looked at again.
 const LOOK_AGAIN_AFTER: time::Duration = time::Duration::seconds(60);
 
-/// One step of [`advance`], saying why nothing was written.
+/// One step of [`advance`], saying why nothing was written; `waived`: a next key with that
+/// kid (a service's very first) waits for no purge.
 fn step(
     registry: &Registry,
     service: &Service,
     purging: bool,
+    waived: Option<&str>,
     now: OffsetDateTime,
 ) -> Result<Step, AppError> {
     let Some(signing) = registry.store.signing(service.id)? else {
         return Ok(Step::Nothing);
     };
     let next_safe_at = match signing.next() {
-        Some(next) => next_safe_at(registry, service, next, purging, now)?,
+        Some(next) => {
+            let purging = purging && waived != Some(next.kid.as_str());
+            next_safe_at(registry, service, next, purging, now)?
+        }
         None => None,
     };
     let mut due = signing.due(next_safe_at, now);
@@ -665,7 +671,7 @@ pub fn advance_due(
             .service(id)
             .map_err(AppError::from)
             .and_then(|service| match service {
-                Some(service) => step(registry, &service, purging, now),
+                Some(service) => step(registry, &service, purging, None, now),
                 None => Ok(Step::Nothing),
             });
         match stepped {

@@ -118,7 +118,7 @@ const PROOF_BUDGET: u64 = 100_000_000;
 /// The work [`compare`] may spend looking for witnesses, in the same units: a request costs
 /// 16 units and one more for each 64 bytes of the two documents and of its claims (what
 /// evaluating it under both policies can cost: their rules, services and address ranges).
-const SEARCH_BUDGET: u64 = 10_000_000;
+pub(crate) const SEARCH_BUDGET: u64 = 10_000_000;
 
 /// How much work passes between two calls of the hook of [`compare_with`].
 const POLL_EVERY: u64 = 200_000;
@@ -406,11 +406,14 @@ pub(crate) struct Coverage {
 }
 
 impl Coverage {
-    /// A budget as large as a comparison's.
-    pub(crate) fn new() -> Self {
-        Coverage {
-            left: SEARCH_BUDGET,
-        }
+    /// A budget of `units` (a comparison has [`SEARCH_BUDGET`]).
+    pub(crate) fn with(units: u64) -> Self {
+        Coverage { left: units }
+    }
+
+    /// What is left of the budget.
+    pub(crate) fn left(&self) -> u64 {
+        self.left
     }
 
     /// Runs `proof` on what is left of the budget, and keeps what it did not spend.

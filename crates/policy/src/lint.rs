@@ -2,7 +2,7 @@
 //! policy check` prints. Each finding has a stable code, a severity, a pointer into the policy
 //! document and a sentence. Schema violations are errors; everything here is a warning.
 
-use super::compare::Coverage;
+use super::compare::{self, Coverage};
 use super::pattern::{ClaimPattern, Key};
 use super::Policy;
 use crate::violation::escape_token;
@@ -264,6 +264,13 @@ fn shadows(earlier: &RuleParts, later: &RuleParts, coverage: &mut Coverage) -> b
         && coverage.services(&earlier.services, &later.services)
 }
 
+/// The most one rule's shadowing proofs may cost (a comparison's budget).
+const RULE_BUDGET: u64 = compare::SEARCH_BUDGET;
+
+/// The most all of a policy's shadowing proofs may cost together: rules past it are not found
+/// shadowed (no warning rather than a guess).
+const LINT_BUDGET: u64 = 5 * RULE_BUDGET;
+
 /// For each rule, the first earlier rule it repeats (`Ok`) or, failing that, the first earlier
 /// rule that shadows it (`Err`). Linear in the rules for the usual policy: only earlier rules
 /// with the same issuer, and the same exact subject or a subject pattern with wildcards (or
@@ -271,6 +278,7 @@ fn shadows(earlier: &RuleParts, later: &RuleParts, coverage: &mut Coverage) -> b
 /// policy once took 0.8 s to lint).
 fn repeats_and_shadows(rules: &[Value]) -> Vec<Option<Result<usize, usize>>> {
     let parts: Vec<RuleParts> = rules.iter().map(RuleParts::of).collect();
+    let mut lint_budget = LINT_BUDGET;
     let mut first_with_text: HashMap<&str, usize> = HashMap::new();
     // Earlier rules by issuer and exact subject (which covers only itself); and by issuer and
     // the literal head of a subject with wildcards ("" without one), which covers only
@@ -293,13 +301,15 @@ fn repeats_and_shadows(rules: &[Value]) -> Vec<Option<Result<usize, usize>>> {
         let heads = (head.char_indices().map(|(at, _)| at))
             .chain([head.len()])
             .filter_map(|end| by_head.get(&(issuer, &head[..end])));
-        // Each rule its own budget: one costly policy part cannot silence the rest.
-        let mut coverage = Coverage::new();
+        // Each rule its own budget (one costly part cannot silence the rest), all of them
+        // together at most a few comparisons' worth.
+        let mut coverage = Coverage::with(RULE_BUDGET.min(lint_budget));
         let shadowing = (same_subject.into_iter().chain(heads))
             .filter_map(|earlier| {
                 (earlier.iter()).find(|&&j| shadows(&parts[j], rule, &mut coverage))
             })
             .min();
+        lint_budget -= RULE_BUDGET.min(lint_budget) - coverage.left();
         found.push(shadowing.map(|&j| Err(j)));
         match rule.subject_exact {
             true => by_subject.entry((issuer, head)).or_default().push(i),
@@ -500,7 +510,7 @@ mod tests {
                 if let Some(j) = earlier.clone().find(|&j| rules[j] == rules[i]) {
                     return Some(Ok(j));
                 }
-                let mut coverage = Coverage::new();
+                let mut coverage = Coverage::with(RULE_BUDGET);
                 earlier
                     .clone()
                     .find(|&j| shadows(&parts[j], &parts[i], &mut coverage))

@@ -120,24 +120,10 @@ fn publish(
 
 /// Writes `signing` (changed by `apply` from the state stored, which must be `expected` when
 /// given: otherwise another replica changed it first and nothing is written) with the key set
-/// it publishes; `adds_key`: `apply` adds a key made for this write. Whether it was written.
-fn write(
-    registry: &Registry,
-    service: &Service,
-    expected: Option<&Signing>,
-    adds_key: bool,
-    apply: &mut dyn FnMut(Option<Signing>) -> Option<Signing>,
-    event: Option<&AuditEvent>,
-    now: OffsetDateTime,
-) -> Result<bool, AppError> {
-    write_holding(
-        registry, service, expected, adds_key, apply, event, None, now,
-    )
-}
-
-/// [`write`], with a rotation that has to wait looked at again no earlier than `held_until`.
+/// it publishes; `adds_key`: `apply` adds a key made for this write; `held_until`: a rotation
+/// that has to wait is looked at again no earlier. Whether it was written.
 #[allow(clippy::too_many_arguments)]
-fn write_holding(
+fn write(
     registry: &Registry,
     service: &Service,
     expected: Option<&Signing>,
@@ -351,6 +337,7 @@ fn put_once(
         made.is_some(),
         &mut apply,
         Some(&event),
+        None,
         now,
     )?;
     let waived = made.filter(|_| first_of_all).map(|key| key.kid);
@@ -401,6 +388,7 @@ pub fn withdraw_key(
         false,
         &mut apply,
         Some(&event),
+        None,
         now,
     )? {
         return Err(AppError::Conflict(
@@ -435,6 +423,7 @@ pub fn delete(
         false,
         &mut apply,
         Some(&event),
+        None,
         now,
     )? {
         return Err(AppError::Conflict(
@@ -487,7 +476,16 @@ pub fn rotate(
         }
         Some(signing)
     };
-    let written = write(registry, service, None, true, &mut apply, Some(&event), now)?;
+    let written = write(
+        registry,
+        service,
+        None,
+        true,
+        &mut apply,
+        Some(&event),
+        None,
+        now,
+    )?;
     if let Some(refused) = refused {
         return Err(refused);
     }
@@ -607,7 +605,7 @@ fn step(
         }
         Some(signing)
     };
-    let written = write_holding(
+    let written = write(
         registry,
         service,
         Some(&signing),
@@ -897,6 +895,21 @@ mod tests {
             T0,
         )
         .unwrap()
+    }
+
+    /// An Ed25519 key `kid` of the `files` source, as a cluster's key file would give it.
+    fn file_key(kid: &str) -> Value {
+        json!({"kty": "OKP", "crv": "Ed25519", "kid": kid,
+            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"})
+    }
+
+    /// Uploads `body` as the key source `files` at `T0`.
+    fn upload_files(registry: &Registry, caller: &Caller, service: &Service, body: Value) {
+        let command = config::PublishConfig {
+            body,
+            source: "files".into(),
+        };
+        config::publish(registry, caller, service, command, T0).unwrap();
     }
 
     fn published_kids(registry: &Registry, service: &Service) -> Vec<String> {
@@ -1344,11 +1357,7 @@ mod tests {
             .collect();
         let mut body = crate::testing::upload_of(keys[0].clone(), "EdDSA");
         body["jwks"]["keys"] = Value::Array(keys);
-        let command = config::PublishConfig {
-            body,
-            source: "files".into(),
-        };
-        config::publish(&registry, &caller, &service, command, T0).unwrap();
+        upload_files(&registry, &caller, &service, body);
         // The first managed key is the 100th: room for it, and for no other.
         let settings = json!({"leadSeconds": 0, "rotationPeriodSeconds": 3600});
         put(&registry, &caller, &service, &settings, false, T0).unwrap();
@@ -1409,15 +1418,9 @@ mod tests {
     #[test]
     fn the_last_managed_key_leaving_after_a_removed_sources_retention_unpublishes_the_service() {
         let (registry, store, caller, service) = setup();
-        let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": "file-1",
-            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
-        let mut body = crate::testing::upload_of(key, "EdDSA");
+        let mut body = crate::testing::upload_of(file_key("file-1"), "EdDSA");
         body["retainRemovedKeysHours"] = json!(1);
-        let command = config::PublishConfig {
-            body,
-            source: "files".into(),
-        };
-        config::publish(&registry, &caller, &service, command, T0).unwrap();
+        upload_files(&registry, &caller, &service, body);
         let settings = json!({"leadSeconds": 0, "maxTokenSeconds": 7200});
         put(&registry, &caller, &service, &settings, false, T0).unwrap();
         sign(
@@ -1441,13 +1444,8 @@ mod tests {
     #[test]
     fn uploads_and_managed_keys_share_the_key_set_and_removing_the_uploads_keeps_the_managed() {
         let (registry, store, caller, service) = setup();
-        let key = json!({"kty": "OKP", "crv": "Ed25519", "kid": "file-1",
-            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
-        let command = config::PublishConfig {
-            body: crate::testing::upload_of(key, "EdDSA"),
-            source: "files".into(),
-        };
-        config::publish(&registry, &caller, &service, command, T0).unwrap();
+        let body = crate::testing::upload_of(file_key("file-1"), "EdDSA");
+        upload_files(&registry, &caller, &service, body);
         let uploaded = store
             .config(service.id)
             .unwrap()
@@ -1506,6 +1504,7 @@ mod tests {
             Some(&stale),
             false,
             &mut apply,
+            None,
             None,
             T0
         )

@@ -266,7 +266,13 @@ fn put_once(
     let on = stored.as_ref().filter(|s| s.enabled);
     let settings =
         SigningSettings::parse(body, on.map(|s| &s.settings)).map_err(AppError::Invalid)?;
-    if on.is_none() && !room_for_a_key(registry, service, now)? {
+    // Turning it on makes a key: how many the key set publishes now, read once, says whether it
+    // has room for one and whether it is the service's first.
+    let published = match on {
+        None => Some(config::key_state(registry, service)?.published(now).count()),
+        Some(_) => None,
+    };
+    if published.is_some_and(|n| n >= MAX_PUBLISHED_KEYS) {
         return Err(key_set_full());
     }
     let (action, made) = match on {
@@ -307,10 +313,7 @@ fn put_once(
     // the key, only a 404 no verifier trusts, so it need not wait for a purge to be safe.
     let first_of_all = made.is_some()
         && stored.as_ref().is_none_or(|s| s.keys.is_empty())
-        && config::key_state(registry, service)?
-            .published(now)
-            .next()
-            .is_none()
+        && published == Some(0)
         && (registry.store)
             .last_key_set_fetches(&[service.id], now - crate::keys::VERIFIER_WINDOW)?
             .is_empty();

@@ -115,6 +115,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             since,
             action,
             limit,
+            cursor,
             connection,
         } => client_done(requests::run(
             &connection,
@@ -122,6 +123,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 since,
                 action,
                 limit,
+                cursor,
             },
         )),
         Command::Policy { command } => policy::run(command),
@@ -414,6 +416,10 @@ pub enum Command {
         /// At most this many (1–500, default 100).
         #[arg(long)]
         limit: Option<u32>,
+        /// The page after an earlier one: the `nextCursor` it ended with (a table's last line
+        /// prints it).
+        #[arg(long)]
+        cursor: Option<String>,
         #[command(flatten)]
         connection: Connection,
     },

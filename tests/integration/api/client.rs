@@ -145,6 +145,22 @@ fn a_customer_works_with_the_api_from_the_command_line() {
         &["audit-events", "--action", "config.put"],
     );
     assert_eq!(events.lines().count(), 2, "{events}");
+    // A page at a time: the table's last line is the flag for the next page.
+    let first = ok(&server, &acme.token, &["audit-events", "--limit", "1"]);
+    let cursor = (first.lines().last())
+        .and_then(|l| l.strip_prefix("more: --cursor "))
+        .unwrap_or_else(|| panic!("{first}"));
+    let second = ok(
+        &server,
+        &acme.token,
+        &["audit-events", "--limit", "1", "--cursor", cursor],
+    );
+    assert_eq!(second.lines().count(), 3, "{second}");
+    assert_ne!(
+        first.lines().nth(1),
+        second.lines().nth(1),
+        "{first}\n{second}"
+    );
     assert!(ok(&server, &acme.token, &["accounts", "delete", id]).contains("done"));
     std::fs::remove_file(&policy).unwrap();
 

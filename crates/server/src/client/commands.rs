@@ -292,7 +292,7 @@ pub enum Call {
         /// Subdomain or id.
         service: String,
     },
-    /// `registry audit-events [--since T] [--action A] [--limit N]`.
+    /// `registry audit-events [--since T] [--action A] [--limit N] [--cursor C]`.
     AuditEvents {
         /// Events at or after this RFC 3339 time.
         since: Option<String>,
@@ -300,5 +300,7 @@ pub enum Call {
         action: Option<String>,
         /// At most this many (1–500).
         limit: Option<u32>,
+        /// The `nextCursor` of the page before.
+        cursor: Option<String>,
     },
 }

@@ -199,6 +199,7 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
             since,
             action,
             limit,
+            cursor,
         } => {
             let mut query = Vec::new();
             if let Some(limit) = limit {
@@ -209,6 +210,9 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
             }
             if let Some(since) = since {
                 query.push(format!("since={}", segment(since)));
+            }
+            if let Some(cursor) = cursor {
+                query.push(format!("cursor={}", segment(cursor)));
             }
             let query = if query.is_empty() {
                 String::new()
@@ -379,6 +383,7 @@ mod tests {
                 since: None,
                 action: Some("config.put".into()),
                 limit: Some(5),
+                cursor: Some("c".into()),
             },
         ];
         for call in &calls {

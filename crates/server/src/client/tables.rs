@@ -82,7 +82,14 @@ pub(super) fn table(call: &Call, answer: &Value) -> String {
             text.push_str(&list(&answer["verifiers"], VERIFIERS));
             text
         }
-        Call::AuditEvents { .. } => list(&answer["events"], EVENTS),
+        Call::AuditEvents { .. } => {
+            let mut text = list(&answer["events"], EVENTS);
+            // Where the next page starts, as the flag that asks for it.
+            if let Some(next) = answer["nextCursor"].as_str() {
+                text.push_str(&format!("\nmore: --cursor {next}"));
+            }
+            text
+        }
         Call::Fetches { .. } => {
             // Who fetched: each document's agents, in a table of their own.
             let mut agents = Vec::new();

@@ -434,6 +434,16 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     const freshShown = Date.now();
     const freshLag = freshShown - Math.min(await freshSafe, freshShown);
     assert.ok(freshLag <= LIVE_WITHIN_MS, `the new key read safe ${freshLag} ms after the API`);
+
+    // A compromise withdraws both keys at once: their rows stay, ended where they left.
+    const pulled = await api("POST", `/services/${signer}/signing/rotate?compromised=true`, token);
+    assert.equal(pulled.status, 200, JSON.stringify(pulled.body));
+    await until("three rows, two withdrawn", async () =>
+      (await svg.locator("[data-kid]").count()) === 3 && (await svg.locator("[data-kid] line.withdrawn").count()) === 2);
+    for (const kid of after) {
+      assert.match(await svg.locator(`[data-kid="${kid}"] line.withdrawn title`).textContent(), /withdrawn at /);
+      assert.match(await svg.locator(`[data-kid="${kid}"] > text`).first().textContent(), /withdrawn/);
+    }
   });
 
   await t.test("d. explain: a refusal and its reasons", async () => {

@@ -32,6 +32,7 @@ pub use crate::publishing::{
     lead_seconds, retain_hours, DEFAULT_LEAD_SECONDS, DEFAULT_RETAIN_HOURS, MAX_LEAD_SECONDS,
     MAX_RETAIN_HOURS,
 };
+use crate::withdrawn::WithdrawnKey;
 use crate::{Violation, Violations};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -290,6 +291,11 @@ pub struct KeyState {
     /// sources existed: their keys are the default source's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sources: BTreeMap<String, SourceUpload>,
+    /// The keys that left the key set in the eight days before its last write, newest first:
+    /// recorded by the store as it writes, whatever use case dropped them
+    /// ([`crate::withdrawn::remembered`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withdrawn: Vec<WithdrawnKey>,
 }
 
 /// What the registry keeps of a key source's latest upload besides its keys.
@@ -509,6 +515,7 @@ pub fn rotate(
         state: KeyState {
             keys: current,
             sources: previous.sources.clone(),
+            withdrawn: previous.withdrawn.clone(),
         },
         uploaded,
         added,
@@ -836,6 +843,7 @@ impl KeyState {
         let state = KeyState {
             keys: current,
             sources,
+            withdrawn: self.withdrawn.clone(),
         };
         Some(state.without_empty_sources())
     }
@@ -893,7 +901,13 @@ impl KeyState {
                 kids: Vec::new(),
             },
         );
-        KeyState { keys, sources }.without_empty_sources()
+        let withdrawn = self.withdrawn.clone();
+        KeyState {
+            keys,
+            sources,
+            withdrawn,
+        }
+        .without_empty_sources()
     }
 
     /// The `alg` of every key published at `now` (retired ones still published included), once
@@ -979,7 +993,7 @@ impl KeyState {
             .unwrap_or_default();
         KeyState {
             keys,
-            sources: BTreeMap::new(),
+            ..KeyState::default()
         }
     }
 
@@ -1017,10 +1031,9 @@ impl KeyState {
 
     /// The state without the key `kid`, if its time ran out at or before `now`.
     pub fn without_expired(&self, kid: &str, now: OffsetDateTime) -> Option<KeyState> {
-        self.expired(now).any(|k| k.kid == kid).then(|| KeyState {
-            keys: self.keys.iter().filter(|k| k.kid != kid).cloned().collect(),
-            sources: self.sources.clone(),
-        })
+        self.expired(now)
+            .any(|k| k.kid == kid)
+            .then(|| self.without(kid))
     }
 
     /// The earliest end of a retired key the state holds, expired or not: when the reaper
@@ -1043,11 +1056,15 @@ impl KeyState {
         match self.published(now).find(|k| k.kid == kid) {
             None => Err(KeyDeleteError::Unknown),
             Some(k) if k.retired_at.is_none() => Err(KeyDeleteError::Current),
-            Some(_) => Ok(KeyState {
-                keys: self.keys.iter().filter(|k| k.kid != kid).cloned().collect(),
-                sources: self.sources.clone(),
-            }),
+            Some(_) => Ok(self.without(kid)),
         }
+    }
+
+    /// The state without the key `kid`.
+    fn without(&self, kid: &str) -> KeyState {
+        let mut state = self.clone();
+        state.keys.retain(|k| k.kid != kid);
+        state
     }
 
     /// The inventory of `GET /services/{s}/keys` at `now`.
@@ -1086,7 +1103,25 @@ impl KeyState {
                 view
             })
             .collect();
-        json!({"keys": keys})
+        // Keys whose retention ran out before the upkeep dropped them have left already.
+        let live = |kid: &str| self.published(now).any(|k| k.kid == kid);
+        let withdrawn = crate::withdrawn::remembered(self, live, now);
+        let withdrawn: Vec<Value> = (withdrawn.iter())
+            .map(|w| {
+                let mut view = json!({
+                    "kid": w.kid,
+                    "thumbprint": w.thumbprint,
+                    "source": w.source,
+                    "firstPublishedAt": rfc3339(w.first_published_at),
+                    "withdrawnAt": rfc3339(w.withdrawn_at),
+                });
+                if let Some(at) = w.retired_at {
+                    view["retiredAt"] = rfc3339(at).into();
+                }
+                view
+            })
+            .collect();
+        json!({"keys": keys, "withdrawn": withdrawn})
     }
 }
 

@@ -14,6 +14,7 @@
 //!   customer), and the keys of per-address limits.
 //! * [`keys`]: the key lifecycle of a published service: retired keys that stay published for
 //!   a while, thumbprints, the key inventory.
+//! * [`withdrawn`]: what a service remembers of the keys that left its key set, for eight days.
 //! * [`anonymous`]: lifetime of anonymous services.
 //! * [`credentials`]: the shape of static tokens and anonymous secrets.
 //! * [`claims`]: time-based checks of a verified JWT's registered claims.
@@ -65,6 +66,7 @@ pub mod signing;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;
+pub mod withdrawn;
 
 /// The policy engine, the crate `registry-policy`: documents, claim patterns, `evaluate`,
 /// `explain`, lint, policy tests and `compare`. Re-exported here so that the registry's code

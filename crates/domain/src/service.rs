@@ -1,5 +1,7 @@
 //! Services: the things whose discovery documents are published.
 
+use crate::keys::KeyState;
+use crate::withdrawn;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -62,7 +64,7 @@ pub struct PublishedConfig {
     /// When each document last changed, as the store dated it ([`VersionHistory::date`]).
     pub dates: DocumentDates,
     /// Every key published, current and retired (docs/api.md, "Key lifecycle").
-    pub keys: crate::keys::KeyState,
+    pub keys: KeyState,
 }
 
 /// When each public document last changed: its bytes, hence its `ETag` (docs/api.md, "Fetch
@@ -154,6 +156,8 @@ pub struct VersionHistory {
     /// Every retired key: `kid`, end (`None`: published until withdrawn).
     retired: Vec<(String, Option<OffsetDateTime>)>,
     dates: DocumentDates,
+    /// The version's keys, to remember those a write drops ([`crate::withdrawn`]).
+    keys: KeyState,
 }
 
 impl VersionHistory {
@@ -174,6 +178,7 @@ impl VersionHistory {
             jwks: config.jwks.clone(),
             retired: retired_keys(config),
             dates: config.dates,
+            keys: config.keys.clone(),
         }
     }
 
@@ -227,7 +232,16 @@ impl VersionHistory {
     /// a version is never dated before the one it replaces (replicas' clocks differ), and when
     /// a write keeps the version but drops retired keys that had already left (the reaper), the
     /// version is dated when the last of them left, since the row will no longer tell.
-    pub fn applied_to(&self, mut config: PublishedConfig) -> PublishedConfig {
+    pub fn applied_to(&self, config: PublishedConfig) -> PublishedConfig {
+        let mut config = self.dated(config);
+        let held = |kid: &str| config.keys.keys.iter().any(|k| k.kid == kid);
+        let withdrawn = withdrawn::remembered(&self.keys, held, config.updated_at);
+        config.keys.withdrawn = withdrawn;
+        config
+    }
+
+    /// `config` with its dates ([`Self::applied_to`]).
+    fn dated(&self, mut config: PublishedConfig) -> PublishedConfig {
         if config.updated_at == self.updated_at {
             let kept = |kid: &str| config.keys.keys.iter().any(|k| k.kid == kid);
             let left = self
@@ -253,7 +267,7 @@ impl VersionHistory {
     }
 
     /// `config` as it is stored when it replaces the version `history` describes (`None`:
-    /// it is the first, and no change came before it).
+    /// it is the first, and no change came before it), with the keys it withdraws remembered.
     pub fn date(history: Option<&Self>, config: PublishedConfig) -> PublishedConfig {
         match history {
             Some(history) => history.applied_to(config),
@@ -262,6 +276,10 @@ impl VersionHistory {
                 dates: DocumentDates {
                     discovery: Some(config.updated_at),
                     jwks: Some(config.updated_at),
+                },
+                keys: KeyState {
+                    withdrawn: Vec::new(),
+                    ..config.keys
                 },
                 ..config
             },

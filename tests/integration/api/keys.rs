@@ -215,6 +215,9 @@ fn retired_keys_can_be_withdrawn_and_retention_zero_drops_them() {
         .send()
         .unwrap();
     assert_problem(unknown, 404, "not-found");
+    let listed = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    let a_thumbprint = listed["keys"][1]["thumbprint"].clone();
+    assert_eq!(listed["keys"][1]["kid"], "a");
     let withdrawn = server
         .authed(
             Method::DELETE,
@@ -225,6 +228,13 @@ fn retired_keys_can_be_withdrawn_and_retention_zero_drops_them() {
         .unwrap();
     assert_eq!(withdrawn.status(), 204);
     assert_eq!(kids(&public_keys(&server, &sub).0), ["b"]);
+    // The key set remembers it: when it was published, retired and withdrawn.
+    let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    let gone = &inventory["withdrawn"];
+    assert_eq!(gone.as_array().unwrap().len(), 1, "{inventory}");
+    assert_eq!(gone[0]["kid"], "a");
+    assert_eq!(gone[0]["thumbprint"], a_thumbprint);
+    assert!(gone[0]["retiredAt"].as_str().unwrap() <= gone[0]["withdrawnAt"].as_str().unwrap());
     // A retired kid that comes back with its own material is current again.
     assert_eq!(
         put_keys(&server, &acme.token, &sub, &[c.public_jwk()], None).status(),
@@ -258,6 +268,12 @@ fn retired_keys_can_be_withdrawn_and_retention_zero_drops_them() {
     );
     assert!(!warnings.contains("keeps the old keys"), "{warnings}");
     assert_eq!(kids(&public_keys(&server, &sub).0), ["a"]);
+    // `a` is published again: no longer withdrawn; `b` and `c` left at once.
+    let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    let gone: Vec<&str> = (inventory["withdrawn"].as_array().unwrap().iter())
+        .map(|w| w["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(gone, ["b", "c"], "{inventory}");
     // Deleting the configuration removes everything.
     let deleted = server
         .authed(
@@ -274,7 +290,7 @@ fn retired_keys_can_be_withdrawn_and_retention_zero_drops_them() {
         .unwrap();
     assert_eq!(gone.status(), 404);
     let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
-    assert_eq!(inventory, json!({"keys": []}));
+    assert_eq!(inventory, json!({"keys": [], "withdrawn": []}));
 }
 
 #[test]
@@ -387,7 +403,11 @@ fn the_wiring_guide_names_the_issuer_and_pins_aud_and_sub() {
 
 #[test]
 fn retirement_expiry_and_withdrawal_reach_the_other_replica() {
-    let a = clocked_server();
+    // Its upkeep drops a key whose time ran out within a second.
+    let a = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_TEST_REAP_EVERY_SECONDS".into(), "1".into())],
+        ..ServerOptions::default()
+    });
     let b = TestServer::start_with(ServerOptions {
         database_url: Some(a.database_url.clone()),
         ..ServerOptions::default()
@@ -431,8 +451,25 @@ fn retirement_expiry_and_withdrawal_reach_the_other_replica() {
         .unwrap();
     assert_eq!(withdrawn.status(), 204);
     until(&b, &["k3", "k1"]);
+    let inventory =
+        |server: &TestServer| json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    let k1_until = inventory(&a)["keys"][1]["publishedUntil"].clone();
     a.advance_clock(3601);
     b.advance_clock(3601);
     until(&b, &["k3"]);
     until(&a, &["k3"]);
+    // Once the upkeep dropped k1, every replica still lists it as withdrawn, when its time ran out.
+    let expired = || {
+        let page = json(a.get("/audit-events?action=key.expire", &acme.token));
+        !page["events"].as_array().unwrap().is_empty()
+    };
+    assert!(within(Duration::from_secs(10), expired), "k1 not dropped");
+    for server in [&a, &b] {
+        let gone = inventory(server)["withdrawn"].clone();
+        let kids: Vec<&str> = (gone.as_array().unwrap().iter())
+            .map(|w| w["kid"].as_str().unwrap())
+            .collect();
+        assert_eq!(kids, ["k1", "k2"], "{gone}");
+        assert_eq!(gone[0]["withdrawnAt"], k1_until);
+    }
 }

@@ -222,6 +222,7 @@ pub fn withdraw(
                         .filter(|(name, _)| *name == managed)
                         .map(|(name, upload)| (name.clone(), upload.clone()))
                         .collect(),
+                    withdrawn: current.keys.withdrawn.clone(),
                 };
                 Some(PublishedConfig {
                     openid_configuration: written_discovery(registry, service, &keys, now),

@@ -133,6 +133,7 @@ function applyLive(live) {
   liveDrawn = Math.max(liveDrawn, live.asked || 0);
   svc.keysResult = live.keys;
   svc.keys = live.keys.ok && live.keys.body && Array.isArray(live.keys.body.keys) ? live.keys.body.keys : [];
+  svc.withdrawn = live.keys.ok && live.keys.body && Array.isArray(live.keys.body.withdrawn) ? live.keys.body.withdrawn : [];
   svc.readiness = new Map(live.readiness);
   if (live.signing.status === 404) svc.signing = null;
   else if (live.signing.ok && live.signing.body) svc.signing = live.signing.body;

@@ -56,6 +56,21 @@ function keyModel() {
       key.retiring = successor ? ms(successor.signingSince) : (ms(m.lastSignedAt) ?? key.signingSince ?? key.safe);
     }
   });
+  // Keys that left the key set: their rows end where they were withdrawn.
+  for (const w of svc.withdrawn || []) {
+    if (keys.has(w.kid)) continue;
+    keys.set(w.kid, {
+      kid: String(w.kid),
+      source: String(w.source ?? ""),
+      state: "withdrawn",
+      managed: false,
+      published: ms(w.firstPublishedAt),
+      safe: null,
+      signingSince: null,
+      retiring: ms(w.retiredAt),
+      end: ms(w.withdrawnAt),
+    });
+  }
   return [...keys.values()];
 }
 
@@ -134,7 +149,8 @@ function drawTimeline() {
   const pad = 10;
   const plot = width - 2 * pad;
   const x = (t) => pad + ((Math.min(now, Math.max(start, t)) - start) / span) * plot;
-  const keys = keyModel();
+  // A key withdrawn before the window has nothing to draw in it.
+  const keys = keyModel().filter((k) => k.state !== "withdrawn" || k.end >= start);
   const agents = verifierModel();
   const ROW = 40;
   const BAR = 14;

@@ -3,7 +3,7 @@
 //! run the async clients to completion on the runtime of that pool ([`finish`]).
 
 use crate::{AcmeClient, DataKey, TxtLookup};
-use registry_domain::custom_domain::ORDER_LOCK;
+use registry_domain::custom_domain::{CHALLENGE_SETTLES, ORDER_LOCK};
 use registry_domain::ports::{
     AcmeChallenge, CertificateAuthority, IssuedCertificate, OwnershipCheck, Sealing,
 };
@@ -58,9 +58,15 @@ impl CertificateAuthority for AcmeClient {
     ) -> Result<IssuedCertificate, String> {
         let issued = finish_within("the order", ORDER_TIME, async {
             let (account, _) = self.account(Some(account)).await?;
+            // Every replica answers it once its read of the host's answers is fresh enough.
             let publish = |challenge: AcmeChallenge| {
                 let published = publish(&challenge);
-                async move { published }
+                async move {
+                    if published.is_ok() {
+                        tokio::time::sleep(CHALLENGE_SETTLES).await;
+                    }
+                    published
+                }
             };
             AcmeClient::order(self, &account, domain, publish).await
         })?;

@@ -45,6 +45,24 @@ pub const BUDGET_WAIT: Duration = Duration::minutes(5);
 /// adapter gives up on an order a minute before).
 pub const ORDER_LOCK: Duration = Duration::minutes(5);
 
+/// How long a domain's HTTP-01 answers are kept: a day is more than any order takes.
+pub const CHALLENGE_KEPT: Duration = Duration::days(1);
+
+/// The most HTTP-01 answers of one domain a replica reads at once (the newest): an order asks
+/// for one, and a day holds few orders of a domain.
+pub const MAX_CHALLENGES_READ: usize = 16;
+
+/// How old a replica's read of a domain's HTTP-01 answers may be when it answers from it: the
+/// reads of a host are at most one this often, whatever is asked, and an answer stored is seen
+/// by every replica within it. The ACME adapter waits [`CHALLENGE_SETTLES`] after storing an
+/// answer before it tells the server to validate.
+pub const CHALLENGES_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long the ACME adapter waits between storing an HTTP-01 answer and asking the server to
+/// validate it: longer than [`CHALLENGES_FRESH`], so that no replica answers from a read that
+/// came before the answer was stored.
+pub const CHALLENGE_SETTLES: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Whether one more order fits the budget: a renewal (`renewal`) or a new order, given the
 /// customer's new orders in the last hour and the account's orders in [`ACCOUNT_WINDOW`].
 ///

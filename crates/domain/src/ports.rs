@@ -726,8 +726,10 @@ pub trait DomainStore: Send + Sync {
         key_authorization: &str,
         now: OffsetDateTime,
     ) -> StoreResult<()>;
-    /// The answer of `domain`'s challenge `token`, if one is kept.
-    fn challenge(&self, domain: &str, token: &str) -> StoreResult<Option<String>>;
+    /// The challenges kept for `domain` (token, answer), the newest first, at most
+    /// [`crate::custom_domain::MAX_CHALLENGES_READ`]: a replica reads them all at once, so that
+    /// one read answers every token an ACME server asks for (docs/api.md, "Custom domains").
+    fn challenges(&self, domain: &str) -> StoreResult<Vec<(String, String)>>;
     /// The ACME account of `directory` (its credentials, sealed), if one was made.
     fn acme_account(&self, directory: &str) -> StoreResult<Option<String>>;
     /// Keeps the ACME account of `directory`, unless one is kept already (another replica made

@@ -22,7 +22,7 @@
 //! ```
 
 use crate::audit::{Action, AuditEvent, AuditPage, AuditQuery, Cursor, Trail};
-use crate::custom_domain::{CustomDomain, DomainProblem, DomainWork};
+use crate::custom_domain::{CustomDomain, DomainProblem, DomainWork, CHALLENGE_KEPT};
 use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
@@ -87,7 +87,7 @@ struct State {
     /// By service, with the ordering lock's end.
     domains: BTreeMap<Uuid, (CustomDomain, Option<OffsetDateTime>)>,
     /// `(domain, token)` → key authorization.
-    challenges: BTreeMap<(String, String), String>,
+    challenges: BTreeMap<(String, String), (String, OffsetDateTime)>,
     acme_accounts: BTreeMap<String, String>,
     /// Managed signing by service, with when its step is due.
     signing: BTreeMap<Uuid, (Signing, Option<OffsetDateTime>)>,
@@ -1393,20 +1393,28 @@ impl DomainStore for MemoryStore {
         domain: &str,
         token: &str,
         key_authorization: &str,
-        _now: OffsetDateTime,
+        now: OffsetDateTime,
     ) -> StoreResult<()> {
+        let mut s = self.lock();
+        // A day's challenges are all an order can still be answering.
+        (s.challenges).retain(|(d, _), (_, at)| d != domain || *at > now - CHALLENGE_KEPT);
         // The first answer stays, as the real store's `ON CONFLICT DO NOTHING` keeps it.
-        (self.lock().challenges)
+        (s.challenges)
             .entry((domain.to_owned(), token.to_owned()))
-            .or_insert_with(|| key_authorization.to_owned());
+            .or_insert_with(|| (key_authorization.to_owned(), now));
         Ok(())
     }
 
-    fn challenge(&self, domain: &str, token: &str) -> StoreResult<Option<String>> {
+    fn challenges(&self, domain: &str) -> StoreResult<Vec<(String, String)>> {
         let s = self.lock();
-        Ok(s.challenges
-            .get(&(domain.to_owned(), token.to_owned()))
-            .cloned())
+        let mut kept: Vec<(&(String, String), &(String, OffsetDateTime))> = (s.challenges.iter())
+            .filter(|((d, _), _)| d == domain)
+            .collect();
+        kept.sort_by(|a, b| (b.1 .1.cmp(&a.1 .1)).then(a.0 .1.cmp(&b.0 .1)));
+        Ok((kept.into_iter())
+            .take(crate::custom_domain::MAX_CHALLENGES_READ)
+            .map(|((_, token), (answer, _))| (token.clone(), answer.clone()))
+            .collect())
     }
 
     fn acme_account(&self, directory: &str) -> StoreResult<Option<String>> {

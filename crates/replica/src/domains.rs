@@ -6,7 +6,7 @@
 
 use crate::hosting::{Document, Hosted};
 use crate::near::{Copied, Near};
-use registry_domain::custom_domain::{CustomDomain, DomainStatus};
+use registry_domain::custom_domain::CustomDomain;
 use registry_domain::publishing::point_at;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -108,13 +108,12 @@ pub struct Domains {
 #[derive(Debug, Clone, Copy)]
 struct Held {
     service_id: Uuid,
-    issuing: bool,
     next_attempt_at: OffsetDateTime,
 }
 
-/// How long after an order's due time its HTTP-01 answers may still be asked for: an order takes
-/// minutes at most (the ordering lock is held 5).
-const ORDER_TAKES: time::Duration = time::Duration::minutes(10);
+/// How long before its due time, by this replica's clock, an order may have begun on another
+/// replica's: the replicas' clocks differ by less.
+const CLOCKS_DIFFER: time::Duration = time::Duration::minutes(1);
 
 /// Domains each worker thread keeps its own copies of.
 const NEAR_DOMAINS: usize = 256;
@@ -158,13 +157,15 @@ impl Domains {
             .cloned()
     }
 
-    /// Whether an order for the domain `name` may be under way at `now`: it is held, and
-    /// issuing, or its renewal is due. Else its HTTP-01 answers are not asked for, and the
-    /// database is not read for them.
+    /// Whether an order for the domain `name` may be under way at `now`: it is held, and its
+    /// next order (a first certificate, a retry or a renewal) is due, give or take
+    /// [`CLOCKS_DIFFER`]; an order under way leaves it due until it ends. Else its HTTP-01
+    /// answers are not asked for, and the database is not read for them: a domain waiting an
+    /// hour for its retry, or put off by the order budget, is not pending.
     pub fn order_pending(&self, name: &str, now: OffsetDateTime) -> bool {
         let held = self.held.read().unwrap_or_else(PoisonError::into_inner);
         held.get(name)
-            .is_some_and(|h| h.issuing || h.next_attempt_at <= now + ORDER_TAKES)
+            .is_some_and(|h| h.next_attempt_at <= now + CLOCKS_DIFFER)
     }
 
     fn hold(&self, service_id: Uuid, domain: Option<&CustomDomain>) {
@@ -173,7 +174,6 @@ impl Domains {
         if let Some(domain) = domain.filter(|d| d.is_held()) {
             let entry = Held {
                 service_id,
-                issuing: domain.status == DomainStatus::Issuing,
                 next_attempt_at: domain.next_attempt_at,
             };
             held.insert(domain.domain.clone(), entry);
@@ -240,5 +240,39 @@ impl Domains {
         self.count.store(by_name.len(), Ordering::Relaxed);
         self.changes.fetch_add(1, Ordering::Release);
         changes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use registry_domain::custom_domain::DomainStatus;
+    use time::macros::datetime;
+
+    #[test]
+    fn a_domain_is_pending_only_while_its_order_is_due() {
+        let now = datetime!(2026-12-01 12:00 UTC);
+        let domains = Domains::default();
+        let id = Uuid::new_v4();
+        let mut domain = CustomDomain::new(id, "login.acme.com".into(), "t".into(), now);
+        // Claimed, not proven: not held.
+        domains.hold(id, Some(&domain));
+        assert!(!domains.order_pending("login.acme.com", now));
+        domain.status = DomainStatus::Issuing;
+        for (due, pending) in [
+            (now - time::Duration::minutes(4), true), // an order under way
+            (now + time::Duration::seconds(30), true), // another replica's clock
+            (now + time::Duration::minutes(5), false), // put off by the budget
+            (now + time::Duration::hours(1), false),  // a retry's wait
+        ] {
+            domain.next_attempt_at = due;
+            domains.hold(id, Some(&domain));
+            assert_eq!(
+                domains.order_pending("login.acme.com", now),
+                pending,
+                "{due}"
+            );
+        }
+        assert!(!domains.order_pending("other.acme.com", now));
     }
 }

@@ -4,6 +4,7 @@
 //! certificate to the TLS listener. `domain_worker` runs the use case
 //! `registry_domain::app::domains::advance` over them.
 
+use crate::challenge_answers::ChallengeAnswers;
 use crate::settings::Settings;
 use anyhow::bail;
 use registry_acme::{AcmeClient, DataKey, TxtLookup};
@@ -11,8 +12,7 @@ use registry_domain::app::domains::Outside;
 use registry_domain::custom_domain::Schedule;
 use registry_replica::domains::DomainChanged;
 use registry_tls::Reloading;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 /// What the worker needs: the ACME directory, the key that seals what it stores, the DNS
 /// lookups, and the schedule.
@@ -22,13 +22,9 @@ pub struct CustomDomains {
     key: DataKey,
     txt: TxtLookup,
     schedule: Schedule,
-    /// HTTP-01 answers read from the database, by host and token: an ACME server asks each
-    /// several times, from several places.
-    answers: Mutex<HashMap<(String, String), String>>,
+    /// HTTP-01 answers read from the database.
+    pub answers: ChallengeAnswers,
 }
-
-/// HTTP-01 answers kept in memory at most (then forgotten all at once: they are read again).
-const KEPT_ANSWERS: usize = 1024;
 
 impl CustomDomains {
     /// The custom domains of `settings`: `None` without `REGISTRY_ACME_DIRECTORY`; an error (for
@@ -64,27 +60,12 @@ impl CustomDomains {
                 first_check: check,
                 ..Schedule::default()
             },
-            answers: Mutex::default(),
+            answers: ChallengeAnswers::default(),
         }))
     }
 }
 
 impl CustomDomains {
-    /// The HTTP-01 answer for `host` and `token` kept from an earlier read, if any.
-    pub fn known_answer(&self, host: &str, token: &str) -> Option<String> {
-        let answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
-        answers.get(&(host.to_owned(), token.to_owned())).cloned()
-    }
-
-    /// Keeps an HTTP-01 answer read from the database.
-    pub fn keep_answer(&self, host: String, token: String, answer: String) {
-        let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
-        if answers.len() >= KEPT_ANSWERS {
-            answers.clear();
-        }
-        answers.insert((host, token), answer);
-    }
-
     /// What the worker's step reaches outside the process: the ACME directory, the DNS
     /// lookups, the sealing key, with the schedule.
     pub fn outside(&self) -> Outside<'_> {

@@ -10,6 +10,7 @@ mod app;
 mod background;
 mod body;
 mod caller;
+mod challenge_answers;
 pub mod cli;
 mod client;
 mod client_ip;

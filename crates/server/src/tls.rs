@@ -90,23 +90,13 @@ pub async fn challenge(req: &ServiceRequest) -> Option<HttpResponse> {
             .content_type("application/octet-stream")
             .body(answer)
     };
-    if let Some(known) = worker.known_answer(&host, &token) {
-        return Some(answer(known));
-    }
-    let (name, asked) = (host.clone(), token.clone());
-    Some(
-        match state
-            .read(move |r| domains::challenge(r, &name, &asked))
-            .await
-        {
-            Ok(Some(found)) => {
-                worker.keep_answer(host, token, found.clone());
-                answer(found)
-            }
-            Ok(None) => not_found(),
-            Err(error) => error.error_response(),
-        },
-    )
+    let name = host.clone();
+    let read = || state.read(move |r| domains::challenges(r, &name));
+    Some(match worker.answers.answer(&host, &token, read).await {
+        Ok(Some(found)) => answer(found),
+        Ok(None) => not_found(),
+        Err(error) => error.error_response(),
+    })
 }
 
 /// Whether `req` came to the plain-HTTP listener beside HTTPS.

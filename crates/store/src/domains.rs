@@ -10,7 +10,8 @@ use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
 use registry_domain::custom_domain::{
-    CustomDomain, DomainCertificate, DomainProblem, DomainStatus, DomainWork,
+    CustomDomain, DomainCertificate, DomainProblem, DomainStatus, DomainWork, CHALLENGE_KEPT,
+    MAX_CHALLENGES_READ,
 };
 use registry_domain::ports::{Change, DomainStore, StoreResult};
 use registry_domain::StoreError;
@@ -463,6 +464,14 @@ impl DomainStore for Store {
         now: OffsetDateTime,
     ) -> StoreResult<()> {
         self.write_aside(|conn| {
+            // A day's challenges are all an order can still be answering.
+            let old = millis(now - CHALLENGE_KEPT);
+            diesel::delete(
+                acme_challenges::table
+                    .filter(acme_challenges::domain.eq(domain))
+                    .filter(acme_challenges::created_at.lt(old)),
+            )
+            .execute(conn)?;
             let row = (
                 acme_challenges::domain.eq(domain),
                 acme_challenges::token.eq(token),
@@ -478,14 +487,15 @@ impl DomainStore for Store {
         })
     }
 
-    fn challenge(&self, domain: &str, token: &str) -> StoreResult<Option<String>> {
-        // From the primary: Pebble asks the moment the ordering replica wrote it.
+    fn challenges(&self, domain: &str) -> StoreResult<Vec<(String, String)>> {
+        // From the primary: the ACME server asks moments after the ordering replica wrote it.
         self.read_primary(|conn| {
             Ok(acme_challenges::table
-                .find((domain, token))
-                .select(acme_challenges::key_authorization)
-                .get_result::<String>(conn)
-                .optional()?)
+                .filter(acme_challenges::domain.eq(domain))
+                .order((acme_challenges::created_at.desc(), acme_challenges::token))
+                .limit(MAX_CHALLENGES_READ as i64)
+                .select((acme_challenges::token, acme_challenges::key_authorization))
+                .load::<(String, String)>(conn)?)
         })
     }
 

@@ -11,6 +11,7 @@ use super::*;
 use registry_domain::audit::{AuditQuery, Cursor, Trail};
 use registry_domain::custom_domain::{
     CustomDomain, DomainCertificate, DomainProblem, DomainStatus, DomainWork, Schedule,
+    CHALLENGE_KEPT, MAX_CHALLENGES_READ,
 };
 use registry_domain::keys::{KeyRecord, KeyState};
 use registry_domain::policy::PolicyKind;
@@ -2328,7 +2329,7 @@ fn the_first_acme_account_and_challenge_answer_kept_are_everyones(store: &dyn St
     );
     assert_eq!(store.acme_account("https://other.test/dir").unwrap(), None);
 
-    assert_eq!(store.challenge("login.acme.com", "t1").unwrap(), None);
+    assert_eq!(answer(store, "login.acme.com", "t1"), None);
     store
         .put_challenge("login.acme.com", "t1", "t1.answer", NOON)
         .unwrap();
@@ -2339,15 +2340,48 @@ fn the_first_acme_account_and_challenge_answer_kept_are_everyones(store: &dyn St
         .put_challenge("www.acme.com", "t1", "t1.www", NOON)
         .unwrap();
     assert_eq!(
-        store.challenge("login.acme.com", "t1").unwrap().as_deref(),
+        answer(store, "login.acme.com", "t1").as_deref(),
         Some("t1.answer"),
         "the first answer stays"
     );
     assert_eq!(
-        store.challenge("www.acme.com", "t1").unwrap().as_deref(),
+        answer(store, "www.acme.com", "t1").as_deref(),
         Some("t1.www")
     );
-    assert_eq!(store.challenge("login.acme.com", "t2").unwrap(), None);
+    assert_eq!(answer(store, "login.acme.com", "t2"), None);
+
+    // A host's answers come in one read, the newest first, at most MAX_CHALLENGES_READ; a
+    // day-old answer goes when the next is stored.
+    for i in 0..=MAX_CHALLENGES_READ {
+        let at = NOON + time::Duration::minutes(i as i64);
+        store
+            .put_challenge("login.acme.com", &format!("n{i:02}"), "k", at)
+            .unwrap();
+    }
+    let read = store.challenges("login.acme.com").unwrap();
+    assert_eq!(read.len(), MAX_CHALLENGES_READ);
+    assert_eq!(read[0].0, format!("n{MAX_CHALLENGES_READ:02}"));
+    let later = NOON + CHALLENGE_KEPT + time::Duration::minutes(1);
+    store
+        .put_challenge("login.acme.com", "late", "late.k", later)
+        .unwrap();
+    let read = store.challenges("login.acme.com").unwrap();
+    let tokens: Vec<&str> = read.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(tokens[..3], ["late", "n16", "n15"], "{tokens:?}");
+    assert_eq!(answer(store, "login.acme.com", "t1"), None, "a day old");
+    assert_eq!(
+        answer(store, "www.acme.com", "t1").as_deref(),
+        Some("t1.www")
+    );
+}
+
+/// The answer kept for `domain`'s challenge `token`, as a replica finds it in its read.
+fn answer(store: &dyn Storage, domain: &str, token: &str) -> Option<String> {
+    let answers = store.challenges(domain).unwrap();
+    answers
+        .into_iter()
+        .find(|(t, _)| t == token)
+        .map(|(_, a)| a)
 }
 
 /// `api-acme`, a service of `customer` with a published configuration.
@@ -2589,14 +2623,11 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
     store
         .put_challenge("login.acme.com", "t", "t.k", at(12))
         .unwrap();
-    assert_eq!(
-        store.challenge("login.acme.com", "t").unwrap().as_deref(),
-        Some("t.k")
-    );
+    assert_eq!(answer(store, "login.acme.com", "t").as_deref(), Some("t.k"));
     store
         .put_domain(&domain_of(a.id, "id.acme.com", 13), &ev())
         .unwrap();
-    assert_eq!(store.challenge("login.acme.com", "t").unwrap(), None);
+    assert_eq!(answer(store, "login.acme.com", "t"), None);
     assert_eq!(
         store
             .domain_named("login.acme.com")
@@ -2619,7 +2650,7 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
         .unwrap();
     assert!(store.delete_service(a.id, &ev()).unwrap());
     assert_eq!(store.domain_of(a.id).unwrap(), None);
-    assert_eq!(store.challenge("id.acme.com", "u").unwrap(), None);
+    assert_eq!(answer(store, "id.acme.com", "u"), None);
     assert!(!store.delete_domain(a.id, None, &ev()).unwrap());
 }
 

@@ -317,9 +317,9 @@ fn acme_account(registry: &Registry, outside: &Outside<'_>) -> Result<String, St
     String::from_utf8(opened).map_err(|_| "the stored ACME account is not text".to_owned())
 }
 
-/// The HTTP-01 answer stored for `host` and `token`, if an order asked for one.
-pub fn challenge(registry: &Registry, host: &str, token: &str) -> Result<Option<String>, AppError> {
-    Ok(registry.store.challenge(host, token)?)
+/// The HTTP-01 answers stored for `host` (token, answer), the newest first.
+pub fn challenges(registry: &Registry, host: &str) -> Result<Vec<(String, String)>, AppError> {
+    Ok(registry.store.challenges(host)?)
 }
 
 /// Takes the ordering lock of the domain `was` until `until`: `false` when another replica
@@ -639,14 +639,8 @@ mod tests {
         let kept = store.acme_account("https://ca.test/dir").unwrap().unwrap();
         assert!(kept.starts_with("sealed:"), "the account is kept sealed");
         assert_eq!(
-            challenge(&registry, "login.acme.com", "token-0")
-                .unwrap()
-                .as_deref(),
-            Some("token-0.thumbprint")
-        );
-        assert_eq!(
-            challenge(&registry, "login.acme.com", "other").unwrap(),
-            None
+            challenges(&registry, "login.acme.com").unwrap(),
+            [("token-0".to_owned(), "token-0.thumbprint".to_owned())]
         );
 
         // While another replica holds the ordering lock, nothing is ordered.

@@ -1407,13 +1407,15 @@ impl DomainStore for MemoryStore {
 
     fn challenges(&self, domain: &str) -> StoreResult<Vec<(String, String)>> {
         let s = self.lock();
-        let mut kept: Vec<(&(String, String), &(String, OffsetDateTime))> = (s.challenges.iter())
+        // Newest first, then by token, as the real store orders them.
+        let mut kept: Vec<(OffsetDateTime, String, String)> = (s.challenges.iter())
             .filter(|((d, _), _)| d == domain)
+            .map(|((_, token), (answer, at))| (*at, token.clone(), answer.clone()))
             .collect();
-        kept.sort_by(|a, b| (b.1 .1.cmp(&a.1 .1)).then(a.0 .1.cmp(&b.0 .1)));
+        kept.sort_by(|a, b| (b.0.cmp(&a.0)).then(a.1.cmp(&b.1)));
         Ok((kept.into_iter())
             .take(crate::custom_domain::MAX_CHALLENGES_READ)
-            .map(|((_, token), (answer, _))| (token.clone(), answer.clone()))
+            .map(|(_, token, answer)| (token, answer))
             .collect())
     }
 

@@ -52,9 +52,9 @@ impl ChallengeAnswers {
             Arc::clone(hosts.entry(host.to_owned()).or_default())
         };
         let mut kept = slot.lock().await;
-        if !kept
+        if kept
             .read_at
-            .is_some_and(|at| at.elapsed() < CHALLENGES_FRESH)
+            .is_none_or(|at| at.elapsed() >= CHALLENGES_FRESH)
         {
             let began = Instant::now();
             let answers = read().await?;

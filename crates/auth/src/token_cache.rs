@@ -56,11 +56,18 @@ pub struct RememberedIdentity {
     /// (`IdentityTokenVerifier::withdrawals`).
     pub key_version: Option<KeyVersion>,
     until: OffsetDateTime,
-    /// When this replica last accepted the token (verified it, or found it verified).
-    accepted_at: OffsetDateTime,
+    /// When this replica last granted a request with the token; `None` while it never did: a
+    /// token that verifies but that no account accepts is no working credential, and must not
+    /// pass the per-address limit on failed authentications.
+    accepted_at: Option<OffsetDateTime>,
 }
 
 impl RememberedIdentity {
+    /// Whether this replica ever granted a request with the token.
+    pub fn accepted(&self) -> bool {
+        self.accepted_at.is_some()
+    }
+
     /// A copy in this thread's own allocations, for its [`Front`]: the clones a request makes of
     /// it then write no reference count that another thread writes.
     fn own_copy(&self) -> Self {
@@ -249,8 +256,10 @@ impl TokenCache {
     pub fn sweep(&self, now: OffsetDateTime) {
         self.secrets.run_pending_tasks();
         // Kept a minute past their end: [`TokenCache::recently_verified_identity`] reads them.
-        self.identities()
-            .retain(|_, entry| now <= entry.until.max(entry.accepted_at + RECENTLY));
+        self.identities().retain(|_, entry| {
+            let recent = entry.accepted_at.map(|at| at + RECENTLY);
+            now <= entry.until.max(recent.unwrap_or(entry.until))
+        });
     }
 
     /// How many verifications are remembered: secrets, identity tokens.
@@ -268,16 +277,16 @@ impl TokenCache {
         // A thread's copy holds in `accepted_at` when it last told the shared entry.
         let seen = self.identities_seen.with(|seen| {
             let entry = seen.get_mut(&digest).filter(|entry| now <= entry.until)?;
-            let tell = now - entry.accepted_at >= SHARE_ACCEPTANCE_EVERY;
+            let tell = (entry.accepted_at).is_some_and(|at| now - at >= SHARE_ACCEPTANCE_EVERY);
             if tell {
-                entry.accepted_at = now;
+                entry.accepted_at = Some(now);
             }
             Some((entry.clone(), tell))
         });
         if let Some((entry, tell)) = seen {
             if tell {
                 if let Some(shared) = self.identities().get_mut(&digest) {
-                    shared.accepted_at = shared.accepted_at.max(now);
+                    shared.accepted_at = shared.accepted_at.max(Some(now));
                 }
             }
             return Some(entry);
@@ -287,20 +296,39 @@ impl TokenCache {
             let entry = entries
                 .get_mut(&digest)
                 .filter(|entry| now <= entry.until)?;
-            entry.accepted_at = now;
+            if entry.accepted_at.is_some() {
+                entry.accepted_at = Some(now);
+            }
             entry.own_copy()
         };
         self.identities_seen.keep(digest, entry.clone());
         Some(entry)
     }
 
-    /// Whether this replica accepted exactly this identity token within `RECENTLY` of `now`
-    /// (see [`TokenCache::recently_verified_secret`]).
+    /// Whether this replica granted a request with exactly this identity token within
+    /// `RECENTLY` of `now` (see [`TokenCache::recently_verified_secret`]).
     pub fn recently_verified_identity(&self, token: &str, now: OffsetDateTime) -> bool {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         self.identities()
             .get(&digest)
-            .is_some_and(|entry| now <= entry.accepted_at + RECENTLY)
+            .and_then(|entry| entry.accepted_at)
+            .is_some_and(|at| now <= at + RECENTLY)
+    }
+
+    /// Records that a request with this remembered identity token was granted at `now`, in the
+    /// shared entry and this thread's copy: from then on, finding it remembered counts as
+    /// accepting it ([`TokenCache::verified_identity`]). Called once per copy, when
+    /// [`RememberedIdentity::accepted`] says it was never granted.
+    pub fn accept_identity(&self, token: &str, now: OffsetDateTime) {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(shared) = self.identities().get_mut(&digest) {
+            shared.accepted_at = shared.accepted_at.max(Some(now));
+        }
+        self.identities_seen.with(|seen| {
+            if let Some(copy) = seen.get_mut(&digest) {
+                copy.accepted_at = copy.accepted_at.max(Some(now));
+            }
+        });
     }
 
     /// Remembers the verification of an identity token at `now`, against the hosted key set of
@@ -332,7 +360,8 @@ impl TokenCache {
                 entries.clear();
             }
         }
-        let accepted_at = entries.get(&digest).map_or(now, |e| e.accepted_at.max(now));
+        // A token granted before stays a working credential when it verifies again.
+        let accepted_at = entries.get(&digest).and_then(|e| e.accepted_at);
         let entry = RememberedIdentity {
             token: verified,
             key_version: key_version.map(KeyVersion::copy_from_slice),
@@ -425,6 +454,11 @@ mod tests {
         ));
         let v1 = entry.as_ref().map(|buffer| buffer.slice(19..21));
         cache.remember_identity("a.b.c", token(1_000_000 + 3600), v1.as_deref(), now);
+        // Verified, but no request was granted with it yet: not a working credential.
+        assert!(!cache.verified_identity("a.b.c", now).unwrap().accepted());
+        assert!(!cache.recently_verified_identity("a.b.c", now));
+        cache.accept_identity("a.b.c", now);
+        assert!(cache.recently_verified_identity("a.b.c", now));
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 let seen = cache.verified_identity("a.b.c", now).unwrap();

@@ -2,7 +2,9 @@
 //! "Authentication"): quotas per customer, write rates per credential, and failed authentications
 //! that cannot lock out a working credential nor buy argon2 work.
 
-use super::{create_service, server_with, static_account};
+use super::{create_service, oidc_account, server_with, static_account};
+use registry_tests::issuer::TestIssuer;
+use registry_tests::server::claims;
 use registry_tests::server::{assert_problem, json};
 use reqwest::blocking::Response;
 use reqwest::Method;
@@ -169,6 +171,43 @@ fn a_neighbour_cannot_lock_out_a_working_token() {
     assert_rate_limited(from(&idle, "2001:db8:7:7::3"));
     // Another /64 is not affected.
     assert_eq!(from(&idle, "2001:db8:7:8::1").status(), 200);
+}
+
+/// A genuine identity token that no account accepts is no working credential: once it verified,
+/// its refusals went past the per-address limit for good (each still a database read and a
+/// policy match). Refused like junk once the limit is reached; the same token accepted once is
+/// spared.
+#[test]
+fn a_verified_token_no_account_accepts_is_limited_like_junk() {
+    let server = server_with(&[
+        ("REGISTRY_AUTH_FAILURES_PER_MINUTE", "3"),
+        ("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true"),
+    ]);
+    let issuer = TestIssuer::start();
+    let acme = server.customer("acme", "business");
+    let (api, _) = create_service(&server, &acme, "api");
+    oidc_account(&server, &acme, &issuer.url(), "repo:acme/*");
+    let path = format!("/services/{api}");
+    let refused = issuer.mint("ES256", claims(&issuer.url(), "repo:other/x"));
+    let statuses: Vec<u16> = (0..6)
+        .map(|_| server.get(&path, &refused).status().as_u16())
+        .collect();
+    // The owner's first argon2 check counted too (each counts before it runs).
+    assert_eq!(statuses, [401, 401, 429, 429, 429, 429]);
+    // A token granted just before is spared, from the same address.
+    let other = server_with(&[
+        ("REGISTRY_AUTH_FAILURES_PER_MINUTE", "3"),
+        ("REGISTRY_OIDC_ALLOW_INSECURE_ISSUERS", "true"),
+    ]);
+    let acme = other.customer("acme", "business");
+    let (api, _) = create_service(&other, &acme, "api");
+    oidc_account(&other, &acme, &issuer.url(), "repo:acme/*");
+    let path = format!("/services/{api}");
+    let working = issuer.mint("ES256", claims(&issuer.url(), "repo:acme/api"));
+    assert_eq!(other.get(&path, &working).status(), 200);
+    let junk = "rgst_0000000000000000_notavalidsecretnotavalidsecretnotavalidsecret";
+    assert!((0..6).any(|_| other.get(&path, junk).status() == 429));
+    assert_eq!(other.get(&path, &working).status(), 200);
 }
 
 /// A limit of N failed authentications a minute lets N through from an address: the next

@@ -20,9 +20,10 @@ fn untrusted_issuer() -> AuthError {
     unauthorized("no service account trusts the token's issuer")
 }
 
-/// A verified identity token, the accounts that name its issuer, and the account the client
-/// chose with `X-Service-Account`.
-pub(super) type Federated = (Arc<VerifiedToken>, Trusting, Option<Uuid>);
+/// A verified identity token, the accounts that name its issuer, the account the client chose
+/// with `X-Service-Account`, and whether this replica granted a request with the token before
+/// (`TokenCache::accept_identity` is told of the first grant).
+pub(super) type Federated = (Arc<VerifiedToken>, Trusting, Option<Uuid>, bool);
 
 /// Verifies the token (or finds it verified before), and finds the accounts that name its
 /// issuer and the client's choice among them; `registry_domain::access` decides the rest.
@@ -32,14 +33,14 @@ pub(super) async fn verified(
     token: &str,
 ) -> AuthResult<Federated> {
     let chosen = chosen_account(req)?;
-    let (verified, candidates) = verified_token(auth, token).await?;
-    Ok((verified, candidates, chosen))
+    let (verified, candidates, accepted) = verified_token(auth, token).await?;
+    Ok((verified, candidates, chosen, accepted))
 }
 
 async fn verified_token(
     auth: &Authenticator,
     token: &str,
-) -> AuthResult<(Arc<VerifiedToken>, Trusting)> {
+) -> AuthResult<(Arc<VerifiedToken>, Trusting, bool)> {
     let now = auth.replica.now();
     // A look-up only: the token cache keeps tokens that verified, nothing else.
     let remembered = auth.tokens.verified_identity(token, now);
@@ -80,7 +81,8 @@ async fn verified_token(
             key_version.is_some() && remembered.key_version.as_deref() == key_version;
         if still_published {
             auth.counters.identity_token_cache_hit();
-            return Ok((remembered.token, candidates));
+            let accepted = remembered.accepted();
+            return Ok((remembered.token, candidates, accepted));
         }
     }
     let verified = verify(auth, token, &issuer, hosted.as_ref(), now)
@@ -89,7 +91,7 @@ async fn verified_token(
     let verified = Arc::new(verified);
     auth.tokens
         .remember_identity(token, verified.clone(), key_version, now);
-    Ok((verified, candidates))
+    Ok((verified, candidates, false))
 }
 
 /// Verifies a token as a request would, without the token cache (explaining a token): an

@@ -433,7 +433,8 @@ async fn authorize(
     let named = key.unwrap_or_default();
     if looks_like_jwt(token) {
         let federated = federation::verified(auth, req, token).await;
-        let (verified, candidates, chosen) = federated.map_err(|e| record_failure(auth, ip, e))?;
+        let (verified, candidates, chosen, accepted) =
+            federated.map_err(|e| record_failure(auth, ip, e))?;
         let service = the_service(auth, key).await?;
         let credential = Credential::IdentityToken {
             claims: &verified.claims,
@@ -455,6 +456,9 @@ async fn authorize(
             }
         };
         let caller = granted(auth, req, &grant, Some(&verified), ip, now)?;
+        if !accepted {
+            auth.tokens.accept_identity(token, now);
+        }
         return Ok((caller, service));
     }
     let holder = secret_holder(auth, token, ip).await?;

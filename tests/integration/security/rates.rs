@@ -266,6 +266,43 @@ fn wrong_secrets_for_one_lookup_id_cost_little_argon2() {
     assert_eq!(owner.status(), 200);
 }
 
+/// Wrong secrets for one lookup id sent at once, after nine failed: those waiting behind the
+/// tenth were hashed too (each had passed the allowance before its turn came).
+#[test]
+fn wrong_secrets_at_once_cost_no_more_argon2() {
+    let server = server_with(&[("REGISTRY_TRUSTED_PROXIES", "127.0.0.1/32")]);
+    let acme = server.customer("acme", "business");
+    let lookup_id = acme.token.split('_').nth(1).expect("rgst_<id>_<secret>");
+    let secret_len = acme.token.rsplit('_').next().unwrap().len();
+    let wrong = |n: usize| format!("rgst_{lookup_id}_{:0>secret_len$}", n);
+    let send = |n: usize| {
+        server
+            .authed(Method::GET, "/services", &wrong(n))
+            .header("x-forwarded-for", format!("198.51.100.{}", n + 1))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let before = server.metric("registry_argon2_verifications_total");
+    for n in 0..9 {
+        assert_eq!(send(n), 401);
+    }
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let sent: Vec<_> = (9..15).map(|n| scope.spawn(move || send(n))).collect();
+        sent.into_iter().map(|s| s.join().unwrap()).collect()
+    });
+    assert!(
+        statuses.iter().all(|s| [401, 429, 503].contains(s)),
+        "{statuses:?}"
+    );
+    let hashed = server.metric("registry_argon2_verifications_total") - before;
+    assert!(
+        hashed <= 10,
+        "{hashed} argon2 verifications for one lookup id: {statuses:?}"
+    );
+}
+
 /// Finding 5: explaining cost 18–25 ms a call with large array claims, with no limit, on the
 /// HTTP workers. Now at most REGISTRY_EXPLAIN_PER_MINUTE a minute per customer (the work runs
 /// on the blocking pool); another customer is not affected, and other calls go on.

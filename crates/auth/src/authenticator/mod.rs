@@ -267,6 +267,11 @@ async fn verify_secret(
         auth.counters.token_cache_hit();
         return Ok(stored.owner);
     }
+    // Or the last failure the lookup id's allowance had room for: those that waited behind it
+    // are not hashed either.
+    auth.secret_failures
+        .check(lookup_id)
+        .map_err(too_many_wrong_secrets)?;
     auth.counters.argon2_verification();
     let ok = auth
         .hasher

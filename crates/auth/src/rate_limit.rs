@@ -67,6 +67,15 @@ pub struct RateLimiter<K: Hash + Eq + Clone = IpAddr> {
     /// every worker took on every request).
     refusals_end: AtomicU64,
     created: Instant,
+    /// Events given back by [`RateLimiter::give_back_key`] (counted, then found not to count),
+    /// by key, with when the last was: the key's next events spend them before its allowance,
+    /// within a window of the last. At most [`MAX_KEYS`] keys.
+    given_back: Mutex<HashMap<K, (u32, Instant)>>,
+    /// Whether `given_back` holds anything: every hit asks, and only reads this while it is
+    /// empty.
+    any_given_back: std::sync::atomic::AtomicBool,
+    /// The time the whole allowance takes to come back.
+    window: Duration,
 }
 
 /// Refused: retry after this long.
@@ -95,7 +104,53 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             refusals_end: AtomicU64::new(0),
             created: clock.0.now(),
             clock,
+            given_back: Mutex::default(),
+            any_given_back: std::sync::atomic::AtomicBool::new(false),
+            window,
         }
+    }
+
+    /// Gives back an event of `key` that [`RateLimiter::hit_key`] counted but that turned out
+    /// not to count (a creation refused because the registry is full): the key's next event
+    /// within the window spends it instead of its allowance, and a refusal it caused is lifted.
+    pub fn give_back_key(&self, key: K) {
+        let now = self.clock.0.now();
+        (self.refused.lock().unwrap_or_else(PoisonError::into_inner)).remove(&key);
+        let mut back = self
+            .given_back
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if back.len() >= MAX_KEYS {
+            back.clear();
+        }
+        let entry = back.entry(key).or_insert((0, now));
+        *entry = (entry.0 + 1, now);
+        self.any_given_back.store(true, Ordering::Release);
+    }
+
+    /// Spends an event given back to `key`, if one is there and recent: `true` when it did.
+    fn spend_given_back(&self, key: &K) -> bool {
+        if !self.any_given_back.load(Ordering::Acquire) {
+            return false;
+        }
+        let now = self.clock.0.now();
+        let mut back = self
+            .given_back
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some((left, at)) = back.get_mut(key) else {
+            return false;
+        };
+        // Past a window the allowance came back whole anyway.
+        let recent = now.saturating_duration_since(*at) < self.window;
+        *left -= 1;
+        if !recent || *left == 0 {
+            back.remove(key);
+        }
+        if back.is_empty() {
+            self.any_given_back.store(false, Ordering::Release);
+        }
+        recent
     }
 
     /// `limit` events per minute.
@@ -110,6 +165,9 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
 
     /// Counts one event for `key`; refuses when its allowance is used up.
     pub fn hit_key(&self, key: K) -> Result<(), RetryAfter> {
+        if self.spend_given_back(&key) {
+            return Ok(());
+        }
         let (outcome, over_bound) = {
             let limiter = self.limiter.read().unwrap_or_else(PoisonError::into_inner);
             (limiter.check_key(&key), limiter.len() > MAX_KEYS)
@@ -208,6 +266,12 @@ impl RateLimiter<IpAddr> {
     pub fn check(&self, ip: IpAddr) -> Result<(), RetryAfter> {
         self.check_key(&rate_limit_key(ip))
     }
+
+    /// Gives back an event the client address `ip` was counted for
+    /// ([`RateLimiter::give_back_key`]).
+    pub fn give_back(&self, ip: IpAddr) {
+        self.give_back_key(rate_limit_key(ip));
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +303,30 @@ mod tests {
         assert!(limiter.check(ip("192.0.2.1")).is_err());
         assert!(limiter.hit(ip("192.0.2.2")).is_ok());
         assert!(limiter.check(ip("192.0.2.2")).is_ok());
+    }
+
+    #[test]
+    fn an_event_given_back_is_spent_first_and_only_within_a_window() {
+        let (limiter, ticks) = limiter(2, Duration::from_secs(3600));
+        let a = ip("192.0.2.1");
+        assert!(limiter.hit(a).is_ok());
+        assert!(limiter.hit(a).is_ok());
+        assert!(limiter.check(a).is_err());
+        // The second did not count after all: the address may try again at once, once.
+        limiter.give_back(a);
+        assert!(limiter.check(a).is_ok());
+        assert!(limiter.hit(a).is_ok());
+        assert!(limiter.hit(a).is_err());
+        // Another address's events are its own.
+        limiter.give_back(ip("192.0.2.2"));
+        assert!(limiter.hit(a).is_err());
+        // One given back and not spent within the window is forgotten: the allowance came
+        // back by then anyway.
+        limiter.give_back(a);
+        ticks.advance(Duration::from_secs(3600));
+        assert!(limiter.hit(a).is_ok());
+        assert!(limiter.hit(a).is_ok());
+        assert!(limiter.hit(a).is_err());
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct AppState {
     pub oidc: OidcVerifier,
     /// Anonymous creations per client address.
     pub anon_limiter: Arc<RateLimiter>,
+    /// The last creation that found the registry full of anonymous services.
+    pub anon_full: Arc<crate::routes::anonymous::Full>,
     /// Explained tokens and claims, and tokens checked by preflight, per customer (an
     /// anonymous service is its own customer).
     explains: Arc<RateLimiter<uuid::Uuid>>,
@@ -132,6 +134,7 @@ impl AppState {
                 settings.anon_create_per_hour,
                 ticks.clone(),
             )),
+            anon_full: Default::default(),
             explains: Arc::new(RateLimiter::per_minute(
                 settings.explain_per_minute,
                 ticks.clone(),

@@ -248,3 +248,45 @@ fn creation_is_rate_limited_per_client_address() {
     assert!(retry_after > 0 && retry_after <= 3600);
     assert_problem(limited, 429, "rate-limited");
 }
+
+/// Creations refused because the registry holds as many anonymous services as it keeps do not
+/// count against the address: once a place is free, it gets one (it got 429 for up to an hour).
+#[test]
+fn creations_the_registry_is_too_full_for_do_not_count_against_the_address() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![
+            ("REGISTRY_ANON_CREATE_PER_HOUR".into(), "1".into()),
+            ("REGISTRY_ANON_MAX_ACTIVE".into(), "1".into()),
+            ("REGISTRY_TRUSTED_PROXIES".into(), "127.0.0.1/32".into()),
+        ],
+        ..ServerOptions::default()
+    });
+    let from = |address: &str| {
+        server
+            .request(Method::POST, "/anonymous/services")
+            .header("x-forwarded-for", address)
+            .json(&json!({}))
+            .send()
+            .unwrap()
+    };
+    let first = from("198.51.100.1");
+    assert_eq!(first.status(), 201);
+    let first = json(first);
+    for _ in 0..3 {
+        assert_problem(from("198.51.100.2"), 503, "capacity");
+    }
+    let subdomain = first["service"]["subdomain"].as_str().unwrap();
+    let secret = first["secret"].as_str().unwrap();
+    let deleted = server
+        .authed(Method::DELETE, &format!("/services/{subdomain}"), secret)
+        .send()
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    // The last refusal is repeated from memory for a second.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(from("198.51.100.2").status(), 201);
+    assert_problem(from("198.51.100.3"), 503, "capacity");
+    // Its one creation an hour is spent now.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_problem(from("198.51.100.2"), 429, "rate-limited");
+}

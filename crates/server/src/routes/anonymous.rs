@@ -1,6 +1,7 @@
 //! `POST /anonymous/services`: a temporary service for anyone, managed with a one-time secret.
 //! Parse, hold the per-address creation limit, call `registry_domain::app::anonymous::create`,
-//! shape the answer.
+//! shape the answer. A creation the registry is too full for does not count against the
+//! address (docs/api.md, "Anonymous services"): nothing but the ceiling refuses it.
 
 use crate::body::{read_json, Fields};
 use crate::client_ip::client_ip;
@@ -15,6 +16,8 @@ use registry_domain::app::services::{MAX_DESCRIPTION, MAX_TITLE};
 use registry_domain::app::Origin;
 use registry_domain::text::TextKind;
 use serde_json::Value;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Creates an anonymous service.
 pub async fn create(
@@ -24,6 +27,7 @@ pub async fn create(
 ) -> ApiResult<HttpResponse> {
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let command = command(body.as_ref())?;
+    state.anon_full.still()?;
     let ip = client_ip(&req, &state.trusted_proxies);
     state
         .anon_limiter
@@ -39,7 +43,17 @@ pub async fn create(
     let clock = state.clone();
     let created = state
         .write(move |registry| anonymous::create(registry, origin, command, || clock.now()))
-        .await?;
+        .await
+        .inspect_err(|error| {
+            if let ApiError::Capacity {
+                retry_after_secs,
+                detail,
+            } = error
+            {
+                state.anon_limiter.give_back(ip);
+                state.anon_full.found(*retry_after_secs, detail);
+            }
+        })?;
     let (secret, service) = (&created.secret, &created.service);
     let now = service.created_at;
     // The creator's first call should not pay for argon2 again.
@@ -52,6 +66,37 @@ pub async fn create(
         .insert_header((header::LOCATION, location))
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(views::anonymous_created(&state, &created, now)))
+}
+
+/// How long a creation that found the registry full answers for the others: they are told the
+/// same from memory, without a database read, so a flood of creations while it is full costs a
+/// read a second.
+const FULL_FOR: Duration = Duration::from_secs(1);
+
+/// The last creation that found the registry full, and its answer.
+#[derive(Debug, Default)]
+pub struct Full(Mutex<Option<(Instant, u64, String)>>);
+
+impl Full {
+    /// The 503 a creation found less than [`FULL_FOR`] ago, if one did.
+    fn still(&self) -> ApiResult<()> {
+        let full = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*full {
+            Some((at, retry_after_secs, detail)) if at.elapsed() < FULL_FOR => {
+                Err(ApiError::Capacity {
+                    retry_after_secs: *retry_after_secs,
+                    detail: detail.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Remembers a creation's `capacity` answer.
+    fn found(&self, retry_after_secs: u64, detail: &str) {
+        let mut full = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *full = Some((Instant::now(), retry_after_secs, detail.to_owned()));
+    }
 }
 
 /// The body: `{title?, description?, ttlHours?}`, every problem reported at once.

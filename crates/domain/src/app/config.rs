@@ -224,8 +224,13 @@ pub fn withdraw(
                         .collect(),
                     withdrawn: current.keys.withdrawn.clone(),
                 };
+                let document = written_discovery(registry, service, &keys, now);
+                // Nothing uploaded is left to stop publishing: nothing changes, no event.
+                if keys == current.keys && document == current.openid_configuration {
+                    return None;
+                }
                 Some(PublishedConfig {
-                    openid_configuration: written_discovery(registry, service, &keys, now),
+                    openid_configuration: document,
                     jwks: keys.current_set().to_string(),
                     updated_at: now,
                     previous_change_at: None,

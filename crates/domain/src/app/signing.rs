@@ -282,32 +282,37 @@ fn put_once(
             Some(make(registry, settings.algorithm, Stage::Next, now)?),
         ),
     };
-    let mut event = caller.service_event(action, service, now);
-    if let Some(on) = on {
-        // An update records each member it changed, as every update's event does.
-        let (old, new) = (on.settings, settings);
-        event = event
-            .with_change(
-                "algorithm",
-                old.algorithm.as_str().into(),
-                new.algorithm.as_str().into(),
-            )
-            .with_change(
-                "rotationPeriodSeconds",
-                old.rotation_period_seconds.into(),
-                new.rotation_period_seconds.into(),
-            )
-            .with_change(
-                "maxTokenSeconds",
-                old.max_token_seconds.into(),
-                new.max_token_seconds.into(),
-            )
-            .with_change(
-                "leadSeconds",
-                old.lead_seconds.into(),
-                new.lead_seconds.into(),
-            );
-    }
+    let event = caller.service_event(action, service, now);
+    let event = match on {
+        None => Some(event),
+        Some(on) => {
+            // An update records each member it changed, as every update's event does, and one
+            // that changes nothing writes no event, as no other update does.
+            let (old, new) = (on.settings, settings);
+            let changed = event
+                .with_change(
+                    "algorithm",
+                    old.algorithm.as_str().into(),
+                    new.algorithm.as_str().into(),
+                )
+                .with_change(
+                    "rotationPeriodSeconds",
+                    old.rotation_period_seconds.into(),
+                    new.rotation_period_seconds.into(),
+                )
+                .with_change(
+                    "maxTokenSeconds",
+                    old.max_token_seconds.into(),
+                    new.max_token_seconds.into(),
+                )
+                .with_change(
+                    "leadSeconds",
+                    old.lead_seconds.into(),
+                    new.lead_seconds.into(),
+                );
+            (!changed.changes.is_empty()).then_some(changed)
+        }
+    };
     // A service's very first key: nothing published now, and no key set of it fetched for a
     // week (directly or through a cache's log). No cache can then hold a key set that lacks
     // the key, only a 404 no verifier trusts, so it need not wait for a purge to be safe.
@@ -339,7 +344,7 @@ fn put_once(
         stored.as_ref(),
         made.is_some(),
         &mut apply,
-        Some(&event),
+        event.as_ref(),
         None,
         now,
     )?;
@@ -463,10 +468,21 @@ pub fn rotate(
         return Err(key_set_full());
     }
     let made = make(registry, on.settings.algorithm, stage, now)?;
-    let event = caller
-        .service_event(Action::SigningRotate, service, now)
-        .with_change("nextKid", Value::Null, Value::String(made.kid.clone()))
-        .with_change("compromised", Value::Bool(false), Value::Bool(compromised));
+    let event = caller.service_event(Action::SigningRotate, service, now);
+    let new_kid = Value::String(made.kid.clone());
+    let event = match compromised {
+        false => event.with_change("nextKid", Value::Null, new_kid),
+        // The new key signs at once, and every other key is withdrawn at once: the one event
+        // says both, as a switch's and a withdrawal's would.
+        true => {
+            let current = on.current().map_or(Value::Null, |k| k.kid.clone().into());
+            let withdrawn: Vec<Value> = on.keys.iter().map(|k| k.kid.clone().into()).collect();
+            event
+                .with_change("currentKid", current, new_kid)
+                .with_change("withdrawnKids", Value::Null, withdrawn.into())
+                .with_change("compromised", Value::Bool(false), Value::Bool(true))
+        }
+    };
     let mut refused = None;
     let mut apply = |stored: Option<Signing>| {
         // Signing may have been turned off since the read above: then nothing is rotated.
@@ -1266,7 +1282,7 @@ mod tests {
 
     #[test]
     fn a_compromise_signs_with_a_new_key_at_once_and_withdraws_every_other() {
-        let (registry, _, caller, service) = setup();
+        let (registry, store, caller, service) = setup();
         let first = put(
             &registry,
             &caller,
@@ -1290,6 +1306,40 @@ mod tests {
             sign(&registry, &service, &claims, T0).unwrap().kid,
             keys[0]["kid"]
         );
+        // Its event says which key signs now and which left.
+        let event = store.events_of(Action::SigningRotate).pop().unwrap();
+        let changes: Vec<(&str, Value, Value)> = (event.changes.iter())
+            .map(|c| (c.member.as_str(), c.old.clone(), c.new.clone()))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                ("currentKid", json!(first), keys[0]["kid"].clone()),
+                ("withdrawnKids", Value::Null, json!([first])),
+                ("compromised", json!(false), json!(true)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_put_that_changes_nothing_writes_no_event() {
+        let (registry, store, caller, service) = setup();
+        let body = json!({"leadSeconds": 0});
+        put(&registry, &caller, &service, &body, false, T0).unwrap();
+        let before = store.events().len();
+        put(&registry, &caller, &service, &body, false, T0).unwrap();
+        put(&registry, &caller, &service, &json!({}), false, T0).unwrap();
+        assert_eq!(store.events().len(), before);
+        put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 5}),
+            false,
+            T0,
+        )
+        .unwrap();
+        assert_eq!(actions(&store, &service)[0], "signing.update");
     }
 
     #[test]
@@ -1470,6 +1520,11 @@ mod tests {
             document["id_token_signing_alg_values_supported"],
             json!(["ES256"])
         );
+        // Again: nothing uploaded is left, nothing changes, and no event says it did.
+        let events = store.events().len();
+        config::withdraw(&registry, &caller, &service, T0 + Duration::seconds(1)).unwrap();
+        assert_eq!(store.events().len(), events);
+        assert_eq!(store.config(service.id).unwrap().unwrap(), config);
         // Without managed keys, the configuration goes whole.
         rotate(&registry, &caller, &service, true, false, T0).unwrap();
         delete(&registry, &caller, &service, T0).unwrap();

@@ -279,6 +279,17 @@ fn without_an_acme_directory_custom_domains_are_refused() {
         pointers(&assert_problem(invalid, 400, "validation-failed")),
         ["/domain"]
     );
+    // With an unknown member: both problems at once.
+    let both = put_domain(
+        &server,
+        &sub,
+        &acme.token,
+        json!({"foo": 1, "domain": "no-dot"}),
+    );
+    assert_eq!(
+        pointers(&assert_problem(both, 400, "validation-failed")),
+        ["/foo", "/domain"]
+    );
     let (anon, secret) = server.anonymous_service();
     let refused = put_domain(&server, &anon, &secret, json!({"domain": DOMAIN}));
     assert_eq!(refused.status(), 403);

@@ -364,6 +364,17 @@ fn explain_answers_like_the_accounts_other_calls() {
         let problem = assert_problem(response, 400, "validation-failed");
         assert_eq!(problem["errors"][0]["pointer"], pointer, "{bad}: {problem}");
     }
+    // Every problem at once: an unknown member and the missing token or claims.
+    let response = server
+        .authed(Method::POST, &path, &acme.token)
+        .json(&json!({"foo": 1}))
+        .send()
+        .unwrap();
+    let problem = assert_problem(response, 400, "validation-failed");
+    let pointers: Vec<&str> = (problem["errors"].as_array().unwrap().iter())
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(pointers, ["/foo", ""], "{problem}");
     let refusals_of_other = server.get(&format!("/service-accounts/{id}/refusals"), &globex.token);
     assert_problem(refusals_of_other, 404, "not-found");
 }

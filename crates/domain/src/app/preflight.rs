@@ -80,27 +80,34 @@ pub fn token(
     command: CheckToken,
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
-    let invalid = |message: String| AppError::Invalid(vec![Violation::new("/token", message)]);
     let body = command.body.as_object().ok_or_else(|| {
         AppError::Invalid(vec![Violation::new(
             "",
             "the body must be {\"token\": \"<a JWT the workload would present>\"}",
         )])
     })?;
-    let unknown: Vec<Violation> = body
+    // Every problem of the body at once: its unknown members and its token.
+    let mut problems: Vec<Violation> = body
         .keys()
         .filter(|k| *k != "token")
-        .map(|k| Violation::new(format!("/{k}"), "unknown field: the body is {\"token\"}"))
+        .map(|k| {
+            let pointer = format!("/{}", crate::violation::escape_token(k));
+            Violation::new(pointer, "unknown field: the body is {\"token\"}")
+        })
         .collect();
-    if !unknown.is_empty() {
-        return Err(AppError::Invalid(unknown));
-    }
-    let text = match body.get("token") {
-        Some(Value::String(text)) => text.trim(),
-        Some(_) => return Err(invalid("the token must be a string".into())),
-        None => return Err(invalid("the token is required".into())),
+    let token = match body.get("token") {
+        Some(Value::String(text)) => Jws::parse(text.trim()).map(|jws| (text.trim(), jws)),
+        Some(_) => Err("the token must be a string".into()),
+        None => Err("the token is required".into()),
     };
-    let jws = Jws::parse(text).map_err(invalid)?;
+    let (text, jws) = match token {
+        Ok(token) if problems.is_empty() => token,
+        Ok(_) => return Err(AppError::Invalid(problems)),
+        Err(message) => {
+            problems.push(Violation::new("/token", message));
+            return Err(AppError::Invalid(problems));
+        }
+    };
     let issuer = crate::app::domains::issuer(registry, service, command.issuer.as_deref())?;
     let served = served(registry, service, &issuer, now)?;
     let published = served.as_ref().map(|(discovery, jwks)| Published {
@@ -261,6 +268,22 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(refused, AppError::Invalid(v) if v[0].pointer == "/more"));
+        // Every problem at once, each at its escaped pointer.
+        let both = json!({"token": "abc", "a/b": 1});
+        let refused = token(
+            &registry,
+            &service,
+            CheckToken {
+                body: both,
+                issuer: None,
+            },
+            NOW,
+        );
+        let Err(AppError::Invalid(violations)) = refused else {
+            panic!("{refused:?}")
+        };
+        let pointers: Vec<&str> = violations.iter().map(|v| v.pointer.as_str()).collect();
+        assert_eq!(pointers, ["/a~1b", "/token"]);
     }
 
     #[test]

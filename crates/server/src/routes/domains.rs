@@ -7,7 +7,7 @@ use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::domains;
-use registry_domain::custom_domain::CustomDomain;
+use registry_domain::custom_domain::{check_domain, CustomDomain};
 
 /// The answer of the domain calls: the domain, its status, the records to set.
 fn answer(state: &AppState, subdomain: &str, domain: &CustomDomain) -> serde_json::Value {
@@ -26,6 +26,12 @@ pub async fn put(
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["domain"])?;
     let domain = fields.string("domain", true, 1024);
+    // The name's own problems are reported with the body's others, all at once.
+    if let Some(Err(problem)) =
+        (domain.as_deref()).map(|d| check_domain(d, &state.registry.settings.issuers))
+    {
+        fields.problems.push(problem);
+    }
     fields.finish()?;
     let domain = domain.unwrap_or_default();
     let now = state.now();

@@ -105,8 +105,10 @@ impl ExplainBody {
             }
             None => None,
         };
-        let exactly_one = token.is_some() != fields.raw("claims").is_some();
-        if !exactly_one && fields.problems.is_empty() {
+        // Of the members given, not of those that parsed: a token that is no string is its own
+        // problem, reported with the others.
+        let exactly_one = fields.raw("token").is_some() != fields.raw("claims").is_some();
+        if !exactly_one {
             fields.problems.push(Violation::new(
                 "",
                 "give either token (a JWT, verified like a real request) or claims (judged by \

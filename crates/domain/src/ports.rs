@@ -833,7 +833,17 @@ pub trait ManagedKeys: Send + Sync {
         algorithm: crate::signing::Algorithm,
         sealed: &str,
         message: &[u8],
-    ) -> Result<Vec<u8>, String>;
+    ) -> Result<Vec<u8>, SignFailure>;
+}
+
+/// Why a managed key did not sign.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignFailure {
+    /// Its sealed private key does not open here: sealed under another data key than this
+    /// registry's (a replica started with another `REGISTRY_DATA_KEY`), or altered.
+    Sealed(String),
+    /// Anything else (the cryptographic library's error).
+    Failed(String),
 }
 
 /// Managed signing's state (docs/api.md, "Managed signing"): one row per service that turned it

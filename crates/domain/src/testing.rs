@@ -31,9 +31,9 @@ use crate::ports::{
     CredentialOwner, CredentialRecord, CredentialStore, CustomerStore, Database, DatabaseSides,
     DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy, IssuedCertificate,
     KeyImport, ManagedKeys, NetworkFetch, OwnershipCheck, PoolUse, PurgeLog, Purging, Randomness,
-    ReadinessLog, RefusalLog, Sealing, SecretHasher, ServiceStore, SigningChange, SigningStore,
-    StoreResult, StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS,
-    STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+    ReadinessLog, RefusalLog, Sealing, SecretHasher, ServiceStore, SignFailure, SigningChange,
+    SigningStore, StoreResult, StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate,
+    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{DocumentDates, Publication, PublishedConfig, VersionHistory};
@@ -1179,8 +1179,8 @@ impl ManagedKeys for CountingKeys {
         _algorithm: crate::signing::Algorithm,
         sealed: &str,
         message: &[u8],
-    ) -> Result<Vec<u8>, String> {
-        MarkSealing.open(sealed)?;
+    ) -> Result<Vec<u8>, SignFailure> {
+        MarkSealing.open(sealed).map_err(SignFailure::Sealed)?;
         Ok(Self::signature_of(kid, message))
     }
 }

@@ -13,7 +13,7 @@ use openssl::nid::Nid;
 use openssl::pkey::{PKey, Private};
 use openssl::rsa::Rsa;
 use openssl::sign::Signer;
-use registry_domain::ports::{ManagedKeys, Sealing};
+use registry_domain::ports::{ManagedKeys, Sealing, SignFailure};
 use registry_domain::signing::{Algorithm, MadeKey};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -78,6 +78,10 @@ fn failed(what: &str) -> impl Fn(openssl::error::ErrorStack) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
+fn sign_failed(what: &str) -> impl Fn(openssl::error::ErrorStack) -> SignFailure + '_ {
+    move |e| SignFailure::Failed(format!("{what}: {e}"))
+}
+
 impl ManagedKeys for SealedKeys {
     fn make(&self, algorithm: Algorithm) -> Result<MadeKey, String> {
         let (key, jwk) = match algorithm {
@@ -130,23 +134,32 @@ impl ManagedKeys for SealedKeys {
         algorithm: Algorithm,
         sealed: &str,
         message: &[u8],
-    ) -> Result<Vec<u8>, String> {
-        let key = self.opened(kid, sealed)?;
+    ) -> Result<Vec<u8>, SignFailure> {
+        let key = self.opened(kid, sealed).map_err(SignFailure::Sealed)?;
         match algorithm {
             Algorithm::Es256 => {
-                let ec = key.ec_key().map_err(failed("not an EC key"))?;
-                let digest = hash(MessageDigest::sha256(), message).map_err(failed("SHA-256"))?;
-                let signature = EcdsaSig::sign(&digest, &ec).map_err(failed("ECDSA"))?;
+                let ec = key.ec_key().map_err(sign_failed("not an EC key"))?;
+                let digest =
+                    hash(MessageDigest::sha256(), message).map_err(sign_failed("SHA-256"))?;
+                let signature = EcdsaSig::sign(&digest, &ec).map_err(sign_failed("ECDSA"))?;
                 // JWS (RFC 7518 §3.4): R and S, 32 bytes each, not DER.
-                let mut joined = signature.r().to_vec_padded(32).map_err(failed("ECDSA"))?;
-                joined.extend(signature.s().to_vec_padded(32).map_err(failed("ECDSA"))?);
+                let mut joined = signature
+                    .r()
+                    .to_vec_padded(32)
+                    .map_err(sign_failed("ECDSA"))?;
+                joined.extend(
+                    signature
+                        .s()
+                        .to_vec_padded(32)
+                        .map_err(sign_failed("ECDSA"))?,
+                );
                 Ok(joined)
             }
             Algorithm::Rs256 => {
                 let mut signer =
-                    Signer::new(MessageDigest::sha256(), &key).map_err(failed("RSA"))?;
-                signer.update(message).map_err(failed("RSA"))?;
-                signer.sign_to_vec().map_err(failed("RSA"))
+                    Signer::new(MessageDigest::sha256(), &key).map_err(sign_failed("RSA"))?;
+                signer.update(message).map_err(sign_failed("RSA"))?;
+                signer.sign_to_vec().map_err(sign_failed("RSA"))
             }
         }
     }

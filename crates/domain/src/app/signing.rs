@@ -13,7 +13,7 @@ use crate::app::{config, readiness, AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::DomainStatus;
 use crate::keys::{KeyVerifier, MAX_PUBLISHED_KEYS};
-use crate::ports::{ConfigChange, ManagedKeys, SigningChange};
+use crate::ports::{ConfigChange, ManagedKeys, SignFailure, SigningChange};
 use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
     self, check_claims, discovery_document, Algorithm, ClaimRules, ManagedKey, Signing,
@@ -819,9 +819,17 @@ pub fn signature(
     }
     let header = signing::header(key.algorithm, &key.kid);
     let message = format!("{header}.{claims}");
-    let signature = keys
-        .sign(&key.kid, key.algorithm, &key.sealed, message.as_bytes())
-        .map_err(|why| AppError::Keys(format!("signing: {why}")))?;
+    let signature = (keys.sign(&key.kid, key.algorithm, &key.sealed, message.as_bytes())).map_err(
+        |failure| match failure {
+            SignFailure::Sealed(why) => AppError::SigningDisabled(format!(
+                "the managed keys of {:?} do not open on this registry ({why}): it was started \
+                 with another REGISTRY_DATA_KEY than the one they were sealed under; the \
+                 operator starts every replica with the same key",
+                service.subdomain
+            )),
+            SignFailure::Failed(why) => AppError::Keys(format!("signing: {why}")),
+        },
+    )?;
     Ok(Signature::Made {
         signed: Signed {
             header,
@@ -938,6 +946,33 @@ mod tests {
             .collect()
     }
 
+    /// Keys sealed under another data key than this registry's: made, never opened.
+    #[derive(Default)]
+    struct AnotherDataKey(CountingKeys);
+
+    impl ManagedKeys for AnotherDataKey {
+        fn make(&self, algorithm: Algorithm) -> Result<crate::signing::MadeKey, String> {
+            self.0.make(algorithm)
+        }
+
+        fn sign(&self, _: &str, _: Algorithm, _: &str, _: &[u8]) -> Result<Vec<u8>, SignFailure> {
+            Err(SignFailure::Sealed("sealed data does not open".to_owned()))
+        }
+    }
+
+    #[test]
+    fn keys_sealed_under_another_data_key_are_signing_disabled_not_an_internal_error() {
+        let (mut registry, _, caller, service) = setup();
+        registry.managed_keys = Some(Arc::new(AnotherDataKey::default()));
+        on_at_once(&registry, &caller, &service);
+        let claims = claims(&registry, &service, T0, 600);
+        let refused = sign(&registry, &service, &claims, T0).unwrap_err();
+        assert!(
+            matches!(&refused, AppError::SigningDisabled(d) if d.contains("REGISTRY_DATA_KEY")),
+            "{refused:?}"
+        );
+    }
+
     /// Keys that can no longer be made for RSA once `refuse` is set (a failing adapter).
     #[derive(Default)]
     struct NoMoreRsa {
@@ -959,7 +994,7 @@ mod tests {
             algorithm: Algorithm,
             sealed: &str,
             message: &[u8],
-        ) -> Result<Vec<u8>, String> {
+        ) -> Result<Vec<u8>, crate::ports::SignFailure> {
             self.keys.sign(kid, algorithm, sealed, message)
         }
     }

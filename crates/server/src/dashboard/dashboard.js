@@ -127,8 +127,10 @@
   function survivable(result, where) {
     switch (result.status) {
       case 401:
-        lockOut("The secret in this link is not valid for this service. Check that the whole " +
-          "link was copied, including everything after #secret=.", true);
+        // An expired service's secret is refused like a wrong one once the reaper deleted it.
+        lockOut("The secret in this link is not valid for this service: the link was cut short " +
+          "(check that everything after #secret= was copied), or the service expired or was " +
+          "deleted (anonymous services live at most 24 hours).", true);
         return false;
       case 404:
         lockOut("There is no service \u201c" + subdomain + "\u201d any more. Anonymous services " +

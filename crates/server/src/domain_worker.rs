@@ -68,9 +68,10 @@ async fn step(state: &AppState, domain: CustomDomain) {
     let Some(worker) = state.custom_domains.clone() else {
         return;
     };
-    let (name, now) = (domain.domain.clone(), state.now());
+    let name = domain.domain.clone();
+    let clock = state.clone();
     let stepped = state
-        .write(move |r| domains::advance(r, &worker.outside(), domain, now))
+        .write(move |r| domains::advance(r, &worker.outside(), domain, &|| clock.now()))
         .await;
     match stepped {
         Ok(Step::Looked { proven: true, .. }) => {

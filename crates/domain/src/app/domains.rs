@@ -231,17 +231,20 @@ pub enum Step {
     Ordered(Result<OffsetDateTime, String>),
 }
 
-/// One step of the worker for `domain` at `now` (docs/api.md, "Custom domains"): a TXT lookup
-/// of a claim being verified, recorded (`looked`); or, for a domain to issue or renew, under
-/// the domain's ordering lock (one replica at a time) and within the ACME budget, an order, its
-/// HTTP-01 answers stored for every replica to serve, its key sealed, recorded with the next
-/// step's time. Every write is this function's: the caller settles it on its replica.
+/// One step of the worker for `domain` at `clock()` (docs/api.md, "Custom domains"): a TXT
+/// lookup of a claim being verified, recorded (`looked`); or, for a domain to issue or renew,
+/// under the domain's ordering lock (one replica at a time) and within the ACME budget, an
+/// order, its HTTP-01 answers stored for every replica to serve, its key sealed, recorded with
+/// the next step's time, counted from when the order ended (it may take minutes: a retry's
+/// wait counted from its start would be over before it began). Every write is this function's:
+/// the caller settles it on its replica.
 pub fn advance(
     registry: &Registry,
     outside: &Outside<'_>,
     domain: CustomDomain,
-    now: OffsetDateTime,
+    clock: &dyn Fn() -> OffsetDateTime,
 ) -> Result<Step, AppError> {
+    let now = clock();
     match domain.status {
         DomainStatus::Verifying => {
             let holds = outside
@@ -264,7 +267,7 @@ pub fn advance(
             }
             let outcome = order(registry, outside, &domain.domain, now);
             let step = Step::Ordered(outcome.as_ref().map(|c| c.not_after).map_err(Clone::clone));
-            let next = domain.clone().ordered(outcome, outside.schedule, now);
+            let next = domain.clone().ordered(outcome, outside.schedule, clock());
             progress(registry, &domain, &next)?;
             Ok(step)
         }
@@ -585,7 +588,7 @@ mod tests {
         };
         let step = |now| {
             let domain = get(&registry, &a).unwrap();
-            advance(&registry, &outside, domain, now).unwrap()
+            advance(&registry, &outside, domain, &|| now).unwrap()
         };
         let claim = set(&registry, &caller, &a, "login.acme.com", NOW).unwrap();
 
@@ -655,11 +658,22 @@ mod tests {
         // failed renewal keeps serving the certificate it has.
         let later = renew + ORDER_LOCK;
         authority.fail_with(Some("the ACME server is down"));
+        // The order takes 200 s: its retry waits from when it ended, not from when it began.
+        let asked = std::cell::Cell::new(0);
+        let slow = || {
+            asked.set(asked.get() + 1);
+            match asked.get() {
+                1 => later,
+                _ => later + Duration::seconds(200),
+            }
+        };
+        let domain = get(&registry, &a).unwrap();
         assert_eq!(
-            step(later),
+            advance(&registry, &outside, domain, &slow).unwrap(),
             Step::Ordered(Err("the ACME server is down".into()))
         );
         let kept_serving = get(&registry, &a).unwrap();
+        assert!(kept_serving.next_attempt_at > later + Duration::seconds(200));
         assert_eq!(kept_serving.status, DomainStatus::Active);
         assert_eq!(kept_serving.certificate, Some(certificate.clone()));
         authority.fail_with(None);
@@ -684,7 +698,7 @@ mod tests {
             ..claim
         };
         assert_eq!(
-            advance(&registry, &outside, failed, retry).unwrap(),
+            advance(&registry, &outside, failed, &|| retry).unwrap(),
             Step::Nothing
         );
     }

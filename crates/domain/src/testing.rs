@@ -1282,7 +1282,13 @@ impl DomainStore for MemoryStore {
         Ok(true)
     }
 
-    fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()> {
+    fn put_domain(
+        &self,
+        domain: &CustomDomain,
+        was: Option<&CustomDomain>,
+        pending: Ceiling,
+        event: &AuditEvent,
+    ) -> StoreResult<bool> {
         let mut s = self.lock();
         if !s.service_exists(domain.service_id) {
             return Err(StoreError::NotFound);
@@ -1293,6 +1299,28 @@ impl DomainStore for MemoryStore {
         if taken {
             return Err(StoreError::Conflict("domain taken".into()));
         }
+        let unchanged = match (s.domains.get(&domain.service_id), was) {
+            (None, None) => true,
+            (Some((current, _)), Some(was)) => current.is_still(was),
+            _ => false,
+        };
+        if !unchanged {
+            return Ok(false);
+        }
+        let customer = (s.services.iter())
+            .find(|x| x.id == domain.service_id)
+            .and_then(|x| x.customer_id);
+        let others = (s.domains.values())
+            .filter(|(d, _)| d.service_id != domain.service_id)
+            .filter(|(d, _)| d.status == crate::custom_domain::DomainStatus::Verifying)
+            .filter(|(d, _)| {
+                (s.services.iter()).any(|x| x.id == d.service_id && x.customer_id == customer)
+            })
+            .count() as u64;
+        let claim = domain.status == crate::custom_domain::DomainStatus::Verifying;
+        if claim && customer.is_some() && !pending.admits(others) {
+            return Err(StoreError::CeilingReached(pending.0));
+        }
         if let Some((old, _)) = s.domains.get(&domain.service_id) {
             let (old, held) = (old.domain.clone(), old.is_held());
             if held {
@@ -1302,7 +1330,7 @@ impl DomainStore for MemoryStore {
         s.domains
             .insert(domain.service_id, (stored_domain(domain), None));
         s.commit(event, &[Change::Service(domain.service_id)]);
-        Ok(())
+        Ok(true)
     }
 
     fn delete_domain(

@@ -13,7 +13,7 @@ use registry_domain::custom_domain::{
     CustomDomain, DomainCertificate, DomainProblem, DomainStatus, DomainWork, CHALLENGE_KEPT,
     MAX_CHALLENGES_READ,
 };
-use registry_domain::ports::{Change, DomainStore, StoreResult};
+use registry_domain::ports::{Ceiling, Change, DomainStore, StoreResult};
 use registry_domain::StoreError;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -196,6 +196,30 @@ pub(crate) fn forget_challenges_of(conn: &mut Db, services: &[String]) -> Res<()
     Ok(())
 }
 
+/// The unproven claims (verifying) of the services of `service_id`'s customer, that service's
+/// own left out (a claim replaces it).
+fn pending_claims(conn: &mut Db, service_id: Uuid) -> Res<u64> {
+    let customer = services::table
+        .find(id_text(service_id))
+        .select(services::customer_id)
+        .get_result::<Option<String>>(conn)
+        .optional()?
+        .flatten();
+    let Some(customer) = customer else {
+        return Ok(0);
+    };
+    let services = services::table
+        .filter(services::customer_id.eq(customer))
+        .select(services::id);
+    let pending = custom_domains::table
+        .filter(custom_domains::service_id.eq_any(services))
+        .filter(custom_domains::service_id.ne(id_text(service_id)))
+        .filter(custom_domains::status.eq(DomainStatus::Verifying.as_str()))
+        .count()
+        .get_result::<i64>(conn)?;
+    Ok(u64::try_from(pending).unwrap_or(u64::MAX))
+}
+
 /// Challenges are kept by name: only the name's holder orders, so they are its.
 fn forget_challenges(conn: &mut Db, domain: &str) -> Res<()> {
     diesel::delete(acme_challenges::table.filter(acme_challenges::domain.eq(domain)))
@@ -231,7 +255,13 @@ impl DomainStore for Store {
         })
     }
 
-    fn put_domain(&self, domain: &CustomDomain, event: &AuditEvent) -> StoreResult<()> {
+    fn put_domain(
+        &self,
+        domain: &CustomDomain,
+        was: Option<&CustomDomain>,
+        pending: Ceiling,
+        event: &AuditEvent,
+    ) -> StoreResult<bool> {
         self.write(Some(event), |conn, changed| {
             if held_by_another(conn, &domain.domain, domain.service_id)? {
                 return Err(Failure(StoreError::Conflict(format!(
@@ -239,7 +269,22 @@ impl DomainStore for Store {
                     domain.domain
                 ))));
             }
-            if let Some(old) = domain_row(conn, domain.service_id)?.filter(CustomDomain::is_held) {
+            let current = domain_row(conn, domain.service_id)?;
+            let unchanged = match (&current, was) {
+                (None, None) => true,
+                (Some(current), Some(was)) => current.is_still(was),
+                _ => false,
+            };
+            if !unchanged {
+                return Ok(false);
+            }
+            if domain.status == DomainStatus::Verifying && pending != Ceiling::NONE {
+                let others = pending_claims(conn, domain.service_id)?;
+                if !pending.admits(others) {
+                    return Err(Failure(StoreError::CeilingReached(pending.0)));
+                }
+            }
+            if let Some(old) = current.filter(CustomDomain::is_held) {
                 forget_challenges(conn, &old.domain)?;
             }
             write_domain(conn, domain)?;
@@ -248,7 +293,7 @@ impl DomainStore for Store {
                 .set(custom_domains::locked_until.eq(None::<i64>))
                 .execute(conn)?;
             changed.push(Change::Service(domain.service_id));
-            Ok(())
+            Ok(true)
         })
     }
 

@@ -787,3 +787,60 @@ fn one_customers_silent_domains_do_not_stall_anothers() {
     );
     assert_problem(refused, 409, "domain-taken");
 }
+
+/// PUTs at once: of one name on one service, every answer names the one TXT record kept (each
+/// made its own, and the last written replaced the others'); of claims on several services,
+/// never more unproven claims than the bound (each counted before any wrote).
+#[test]
+fn puts_at_once_answer_one_txt_record_and_never_pass_the_pending_bound() {
+    let ca = TestCa::new("operator CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let bound = [("REGISTRY_MAX_PENDING_DOMAINS", "2")];
+    let (server, _) = taking_domains_with(&ca, &files, None, &bound);
+    let acme = server.customer("acme", "business");
+    let subs: Vec<String> = (0..6)
+        .map(|i| register_service(&server, &acme, &format!("s{i}")))
+        .collect();
+    let at_once = |puts: Vec<(&str, String)>| -> Vec<(u16, Value)> {
+        let barrier = std::sync::Barrier::new(puts.len());
+        std::thread::scope(|scope| {
+            let sent: Vec<_> = (puts.iter())
+                .map(|(sub, name)| {
+                    let (barrier, server, token) = (&barrier, &server, &acme.token);
+                    scope.spawn(move || {
+                        barrier.wait();
+                        let answer = put_domain(server, sub, token, json!({"domain": name}));
+                        (answer.status().as_u16(), json(answer))
+                    })
+                })
+                .collect();
+            sent.into_iter().map(|s| s.join().unwrap()).collect()
+        })
+    };
+    let same = at_once(
+        (0..8)
+            .map(|_| (subs[0].as_str(), "one.example.com".into()))
+            .collect(),
+    );
+    assert!(same.iter().all(|(status, _)| *status == 202), "{same:?}");
+    let kept = json(domain_call(&server, Method::GET, &subs[0], &acme.token));
+    for (_, answer) in &same {
+        assert_eq!(answer["records"][1], kept["records"][1], "{same:?}");
+    }
+    let claims = at_once(
+        (subs[1..].iter())
+            .enumerate()
+            .map(|(i, sub)| (sub.as_str(), format!("d{i}.example.com")))
+            .collect(),
+    );
+    let made = claims.iter().filter(|(status, _)| *status == 202).count();
+    assert_eq!(made, 1, "one more claim fits the bound of 2: {claims:?}");
+    assert!(
+        (claims.iter()).all(|(status, answer)| *status == 202
+            || answer["type"]
+                .as_str()
+                .unwrap()
+                .ends_with("/too-many-pending-domains")),
+        "{claims:?}"
+    );
+}

@@ -21,6 +21,7 @@ use registry_domain::ports::{
 };
 use registry_domain::signing::ManagedKey;
 use registry_domain::testing::MemoryStore;
+use registry_domain::withdrawn::WithdrawnKey;
 use registry_domain::StoreError;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use time::macros::datetime;
@@ -817,12 +818,19 @@ fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn
     store
         .update_config(s.id, &mut |_| Some(reaped.clone()), &ev())
         .unwrap();
+    // The key that left is remembered, when it left (docs/api.md, "Key lifecycle").
+    let left = WithdrawnKey::of(&retiring.keys.keys[1], at(100));
+    assert_eq!(left.withdrawn_at, at(100));
     assert_eq!(
         read(),
         PublishedConfig {
             updated_at: at(100),
             previous_change_at: Some(at(30)),
             dates: dates(30, 100),
+            keys: KeyState {
+                withdrawn: vec![left],
+                ..reaped.keys.clone()
+            },
             ..reaped
         }
     );
@@ -2375,6 +2383,12 @@ fn the_first_acme_account_and_challenge_answer_kept_are_everyones(store: &dyn St
     );
 }
 
+/// `domain` put as the service's domain over what it has now, with no bound on claims.
+fn put_domain(store: &dyn Storage, domain: &CustomDomain) -> Result<bool, StoreError> {
+    let was = store.domain_of(domain.service_id)?;
+    store.put_domain(domain, was.as_ref(), Ceiling::NONE, &ev())
+}
+
 /// The answer kept for `domain`'s challenge `token`, as a replica finds it in its read.
 fn answer(store: &dyn Storage, domain: &str, token: &str) -> Option<String> {
     let answers = store.challenges(domain).unwrap();
@@ -2566,7 +2580,7 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
     }
     let before = all_changes(store).len();
     let added = domain_of(a.id, "login.acme.com", 10);
-    store.put_domain(&added, &ev()).unwrap();
+    assert!(put_domain(store, &added).unwrap());
     assert_eq!(store.domain_of(a.id).unwrap(), Some(added.clone()));
     assert_eq!(
         store.domain_named("login.acme.com").unwrap(),
@@ -2576,7 +2590,7 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
     // Another service may claim the name while it is unproven; the first proven holds it, and
     // the other claim fails with the problem given.
     let claim_b = domain_of(b.id, "login.acme.com", 11);
-    store.put_domain(&claim_b, &ev()).unwrap();
+    assert!(put_domain(store, &claim_b).unwrap());
     let taken = DomainProblem {
         code: "domain-taken".into(),
         message: "taken".into(),
@@ -2614,9 +2628,9 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
         Some(proven.clone())
     );
     // Held: another service's claim of it is a conflict now.
-    let again = store.put_domain(&domain_of(b.id, "login.acme.com", 11), &ev());
+    let again = put_domain(store, &domain_of(b.id, "login.acme.com", 11));
     assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
-    let gone = store.put_domain(&domain_of(Uuid::new_v4(), "x.acme.com", 11), &ev());
+    let gone = put_domain(store, &domain_of(Uuid::new_v4(), "x.acme.com", 11));
     assert_eq!(gone, Err(StoreError::NotFound));
     let added = proven;
     // Another name replaces the service's domain; its challenges go with the old name.
@@ -2624,9 +2638,7 @@ fn a_custom_domain_is_held_by_one_service_and_goes_with_it(store: &dyn Storage) 
         .put_challenge("login.acme.com", "t", "t.k", at(12))
         .unwrap();
     assert_eq!(answer(store, "login.acme.com", "t").as_deref(), Some("t.k"));
-    store
-        .put_domain(&domain_of(a.id, "id.acme.com", 13), &ev())
-        .unwrap();
+    assert!(put_domain(store, &domain_of(a.id, "id.acme.com", 13)).unwrap());
     assert_eq!(answer(store, "login.acme.com", "t"), None);
     assert_eq!(
         store
@@ -2670,9 +2682,7 @@ fn unproven_claims_are_counted_per_customer_and_acme_orders_per_account(store: &
     assert_eq!(store.pending_domains(customer.id).unwrap(), 0);
     for (i, s) in mine.iter().enumerate() {
         let name = format!("d{i}.acme.com");
-        store
-            .put_domain(&domain_of(s.id, &name, 10), &ev())
-            .unwrap();
+        assert!(put_domain(store, &domain_of(s.id, &name, 10)).unwrap());
     }
     let proven = CustomDomain {
         status: DomainStatus::Issuing,
@@ -2686,6 +2696,33 @@ fn unproven_claims_are_counted_per_customer_and_acme_orders_per_account(store: &
     assert!(store.hold_domain(&claim, &proven, &taken).unwrap());
     assert_eq!(store.pending_domains(customer.id).unwrap(), 2);
     assert_eq!(store.pending_domains(Uuid::new_v4()).unwrap(), 0);
+    // The bound is counted in the write: a claim that would make a third is refused, one that
+    // replaces its own service's claim is not, and nothing is written on a refusal.
+    let fourth = registered(customer.id, "d3-acme", 3);
+    store
+        .create_service(&fourth, None, Ceiling::NONE, &ev())
+        .unwrap();
+    let claim = domain_of(fourth.id, "d3.acme.com", 11);
+    let refused = store.put_domain(&claim, None, Ceiling(2), &ev());
+    assert_eq!(refused, Err(StoreError::CeilingReached(2)));
+    assert_eq!(store.domain_of(fourth.id).unwrap(), None);
+    let mine_1 = store.domain_of(mine[1].id).unwrap();
+    let again = domain_of(mine[1].id, "d1-again.acme.com", 11);
+    assert_eq!(
+        store.put_domain(&again, mine_1.as_ref(), Ceiling(2), &ev()),
+        Ok(true)
+    );
+    // Written by another request since it was read: nothing written, `false`.
+    let stale = domain_of(mine[1].id, "d1-stale.acme.com", 12);
+    assert_eq!(
+        store.put_domain(&stale, mine_1.as_ref(), Ceiling::NONE, &ev()),
+        Ok(false)
+    );
+    assert_eq!(
+        store.put_domain(&stale, None, Ceiling::NONE, &ev()),
+        Ok(false)
+    );
+    assert_eq!(store.domain_of(mine[1].id).unwrap(), Some(again));
 
     let directory = "https://acme.example/dir";
     let orders = |customer_since: i64, account_since: i64| {
@@ -2738,7 +2775,7 @@ fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store:
     let schedule = Schedule::default();
     let names = ["a.example.com", "b.example.com", "c.example.com"];
     for (s, name) in services.iter().zip(names) {
-        store.put_domain(&domain_of(s.id, name, 0), &ev()).unwrap();
+        assert!(put_domain(store, &domain_of(s.id, name, 0)).unwrap());
     }
     // a: looked at, next in 10 s; b: failed; c: due now.
     let a = store.domain_of(services[0].id).unwrap().unwrap();

@@ -9,7 +9,7 @@ use crate::custom_domain::{
     check_domain, in_fair_order, may_order, CustomDomain, DomainCertificate, DomainProblem,
     DomainStatus, DomainWork, Schedule, ACCOUNT_WINDOW, BUDGET_WAIT, DOMAIN_TAKEN, ORDER_LOCK,
 };
-use crate::ports::{AcmeChallenge, CertificateAuthority, OwnershipCheck, Sealing};
+use crate::ports::{AcmeChallenge, Ceiling, CertificateAuthority, OwnershipCheck, Sealing};
 use crate::{Service, StoreError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -40,6 +40,30 @@ pub fn set(
                 .into(),
         ));
     }
+    // A PUT that lost a race with another write to the service's domain reads it again: two
+    // PUTs of one name at once answer the same TXT record.
+    for _ in 0..PUT_ATTEMPTS {
+        if let Some(set) = put_once(registry, caller, service, domain, now)? {
+            return Ok(set);
+        }
+    }
+    Err(AppError::Conflict(
+        "the service's domain kept changing meanwhile: try again".to_owned(),
+    ))
+}
+
+/// How often a PUT reads again after another write to the service's domain won the race.
+const PUT_ATTEMPTS: usize = 4;
+
+/// One attempt of [`set`] from a fresh read: `None` when another write changed the service's
+/// domain first.
+fn put_once(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    domain: &str,
+    now: OffsetDateTime,
+) -> Result<Option<CustomDomain>, AppError> {
     let current = registry.store.domain_of(service.id)?;
     // The same domain again changes nothing, unless it failed: a PUT starts it over.
     if let Some(current) = current
@@ -47,7 +71,7 @@ pub fn set(
         .filter(|c| c.status != DomainStatus::Failed)
     {
         if current.domain == domain {
-            return Ok(current.clone());
+            return Ok(Some(current.clone()));
         }
     }
     // A name another service holds is refused as such first: no claim would come of it, so the
@@ -56,21 +80,6 @@ pub fn set(
         .is_some_and(|named| named.is_held() && named.service_id != service.id);
     if held_elsewhere {
         return Err(taken(domain));
-    }
-    // Unproven claims are bounded per customer: each costs every replica's worker lookups.
-    if let Some(customer) = service.customer_id {
-        let replaced = current
-            .as_ref()
-            .is_some_and(|c| c.status == DomainStatus::Verifying);
-        let pending =
-            (registry.store.pending_domains(customer)?).saturating_sub(usize::from(replaced));
-        let most = registry.settings.max_pending_domains;
-        if pending >= most {
-            return Err(AppError::TooManyPendingDomains(format!(
-                "your services have {pending} custom domains waiting for their TXT record; at \
-                 most {most} may wait at once: prove or remove one first"
-            )));
-        }
     }
     // The same name started over keeps its TXT record (a PUT of the domain the service has
     // answers the same records): its owner set it once.
@@ -94,10 +103,21 @@ pub fn set(
                 added.status.as_str().into(),
             );
     }
-    match registry.store.put_domain(&added, &event) {
-        Ok(()) => Ok(added),
+    // Unproven claims are bounded per customer (each costs every replica's worker lookups),
+    // counted in the write's own transaction: claims at once never pass the bound together.
+    let most = registry.settings.max_pending_domains;
+    let pending = match service.customer_id {
+        Some(_) => Ceiling(u64::try_from(most).unwrap_or(u64::MAX)),
+        None => Ceiling::NONE,
+    };
+    match (registry.store).put_domain(&added, current.as_ref(), pending, &event) {
+        Ok(written) => Ok(written.then_some(added)),
         Err(StoreError::Conflict(_)) => Err(taken(domain)),
         Err(StoreError::NotFound) => Err(crate::app::services::not_found(&service.subdomain)),
+        Err(StoreError::CeilingReached(_)) => Err(AppError::TooManyPendingDomains(format!(
+            "your services have {most} custom domains waiting for their TXT record; at most \
+             {most} may wait at once: prove or remove one first"
+        ))),
         Err(other) => Err(other.into()),
     }
 }

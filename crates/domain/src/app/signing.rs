@@ -870,7 +870,7 @@ mod tests {
     use crate::app::keys;
     use crate::app::services::{self, CreateService};
     use crate::app::testing::{caller, registry_over, MemoryStore};
-    use crate::ports::{AuditLog, ServiceStore, SigningStore};
+    use crate::ports::{AuditLog, Ceiling, ServiceStore, SigningStore};
     use crate::testing::CountingKeys;
     use crate::Plan;
     use serde_json::json;
@@ -1307,7 +1307,9 @@ mod tests {
             service.customer_id,
             T0,
         );
-        store.put_domain(&domain, &event).unwrap();
+        assert!(store
+            .put_domain(&domain, None, Ceiling::NONE, &event)
+            .unwrap());
         assert!(sign(&registry, &service, &custom, T0).is_ok());
         assert!(
             sign(&registry, &service, &of("https://elsewhere.test"), T0).is_err(),

@@ -635,6 +635,26 @@ pub fn fetch_hour(at: OffsetDateTime) -> i64 {
     at.unix_timestamp().div_euclid(3600) * 3_600_000
 }
 
+/// An ACME order a worker is about to place, and the windows its budget counts in
+/// ([`DomainStore::take_acme_order`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcmeOrder<'a> {
+    /// The ACME directory, whose account places it.
+    pub directory: &'a str,
+    /// The domain it is for.
+    pub domain: &'a str,
+    /// The customer whose service holds the domain.
+    pub customer_id: Option<Uuid>,
+    /// A renewal (else a new order, counted against the customer).
+    pub renewal: bool,
+    /// When it is placed.
+    pub at: OffsetDateTime,
+    /// Since when the customer's new orders count.
+    pub customer_since: OffsetDateTime,
+    /// Since when the account's orders count.
+    pub account_since: OffsetDateTime,
+}
+
 /// Custom domains (docs/api.md, "Custom domains"): one per service at most, a name held by one
 /// service at a time. Every change is logged as a change of its service, so that replicas reload
 /// the domain with the service's documents.
@@ -667,17 +687,16 @@ pub trait DomainStore: Send + Sync {
         customer_since: OffsetDateTime,
         account_since: OffsetDateTime,
     ) -> StoreResult<(usize, usize)>;
-    /// Records an order placed at `at` on `directory` for `domain` (of `customer_id`; a renewal
-    /// or a new order), and forgets the orders before `forget_before`.
-    fn record_acme_order(
+    /// Takes `order` when `admits(the customer's new orders since order.customer_since, the
+    /// account's orders since order.account_since)` says the budget has room: counted and
+    /// recorded in one transaction, which every other replica's waits for, so that orders at
+    /// once never pass the budget together. `false`: the budget is spent, nothing recorded.
+    /// Orders before `account_since` are forgotten.
+    fn take_acme_order(
         &self,
-        directory: &str,
-        domain: &str,
-        customer_id: Option<Uuid>,
-        renewal: bool,
-        at: OffsetDateTime,
-        forget_before: OffsetDateTime,
-    ) -> StoreResult<()>;
+        order: &AcmeOrder<'_>,
+        admits: &dyn Fn(usize, usize) -> bool,
+    ) -> StoreResult<bool>;
     /// How many of the customer's services' domains are unproven claims (verifying), as the
     /// primary has them.
     fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize>;

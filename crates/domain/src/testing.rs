@@ -26,8 +26,8 @@ use crate::custom_domain::{CustomDomain, DomainProblem, DomainWork, CHALLENGE_KE
 use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
-    fetch_hour, AccountStore, AcmeChallenge, ActivityLog, AgentFetches, AgentHour, AuditLog,
-    CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, ConfigChange,
+    fetch_hour, AccountStore, AcmeChallenge, AcmeOrder, ActivityLog, AgentFetches, AgentHour,
+    AuditLog, CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, ConfigChange,
     CredentialOwner, CredentialRecord, CredentialStore, CustomerStore, Database, DatabaseSides,
     DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy, IssuedCertificate,
     KeyImport, ManagedKeys, NetworkFetch, OwnershipCheck, PoolUse, PurgeLog, Purging, Randomness,
@@ -1221,20 +1221,29 @@ impl DomainStore for MemoryStore {
         Ok((customer, account))
     }
 
-    fn record_acme_order(
+    fn take_acme_order(
         &self,
-        directory: &str,
-        _domain: &str,
-        customer_id: Option<Uuid>,
-        renewal: bool,
-        at: OffsetDateTime,
-        forget_before: OffsetDateTime,
-    ) -> StoreResult<()> {
+        order: &AcmeOrder<'_>,
+        admits: &dyn Fn(usize, usize) -> bool,
+    ) -> StoreResult<bool> {
+        // Counted and recorded under one lock, as the real store does in one transaction.
         let mut s = self.lock();
-        s.acme_orders.retain(|o| o.3 >= ms(forget_before));
+        let of_account = || (s.acme_orders.iter()).filter(|o| o.0 == order.directory);
+        let account = of_account()
+            .filter(|o| o.3 >= ms(order.account_since))
+            .count();
+        let customer = of_account()
+            .filter(|o| order.customer_id.is_some() && o.1 == order.customer_id && !o.2)
+            .filter(|o| o.3 >= ms(order.customer_since))
+            .count();
+        if !admits(customer, account) {
+            return Ok(false);
+        }
+        s.acme_orders.retain(|o| o.3 >= ms(order.account_since));
+        let row = (order.directory.to_owned(), order.customer_id);
         s.acme_orders
-            .push((directory.to_owned(), customer_id, renewal, ms(at)));
-        Ok(())
+            .push((row.0, row.1, order.renewal, ms(order.at)));
+        Ok(true)
     }
 
     fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize> {

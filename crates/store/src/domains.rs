@@ -13,7 +13,7 @@ use registry_domain::custom_domain::{
     CustomDomain, DomainCertificate, DomainProblem, DomainStatus, DomainWork, CHALLENGE_KEPT,
     MAX_CHALLENGES_READ,
 };
-use registry_domain::ports::{Ceiling, Change, DomainStore, StoreResult};
+use registry_domain::ports::{AcmeOrder, Ceiling, Change, DomainStore, StoreResult};
 use registry_domain::StoreError;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -220,6 +220,33 @@ fn pending_claims(conn: &mut Db, service_id: Uuid) -> Res<u64> {
     Ok(u64::try_from(pending).unwrap_or(u64::MAX))
 }
 
+/// The orders of `directory`'s account: `customer_id`'s new orders (not renewals) since
+/// `customer_since`, and all of them since `account_since`.
+fn order_counts(
+    conn: &mut Db,
+    directory: &str,
+    customer_id: Option<Uuid>,
+    customer_since: OffsetDateTime,
+    account_since: OffsetDateTime,
+) -> Res<(usize, usize)> {
+    let of_account = acme_orders::table.filter(acme_orders::directory.eq(directory));
+    let account = of_account
+        .filter(acme_orders::at.ge(millis(account_since)))
+        .count()
+        .get_result::<i64>(conn)?;
+    let customer = match customer_id {
+        Some(customer) => of_account
+            .filter(acme_orders::customer_id.eq(id_text(customer)))
+            .filter(acme_orders::renewal.eq(false))
+            .filter(acme_orders::at.ge(millis(customer_since)))
+            .count()
+            .get_result::<i64>(conn)?,
+        None => 0,
+    };
+    let count = |n: i64| usize::try_from(n).unwrap_or(usize::MAX);
+    Ok((count(customer), count(account)))
+}
+
 /// Challenges are kept by name: only the name's holder orders, so they are its.
 fn forget_challenges(conn: &mut Db, domain: &str) -> Res<()> {
     diesel::delete(acme_challenges::table.filter(acme_challenges::domain.eq(domain)))
@@ -306,49 +333,42 @@ impl DomainStore for Store {
     ) -> StoreResult<(usize, usize)> {
         // From the primary: a budget read on a lagging copy would let replicas order past it.
         self.read_primary(|conn| {
-            let of_account = acme_orders::table.filter(acme_orders::directory.eq(directory));
-            let account = of_account
-                .filter(acme_orders::at.ge(millis(account_since)))
-                .count()
-                .get_result::<i64>(conn)?;
-            let customer = match customer_id {
-                Some(customer) => of_account
-                    .filter(acme_orders::customer_id.eq(id_text(customer)))
-                    .filter(acme_orders::renewal.eq(false))
-                    .filter(acme_orders::at.ge(millis(customer_since)))
-                    .count()
-                    .get_result::<i64>(conn)?,
-                None => 0,
-            };
-            let count = |n: i64| usize::try_from(n).unwrap_or(usize::MAX);
-            Ok((count(customer), count(account)))
+            order_counts(conn, directory, customer_id, customer_since, account_since)
         })
     }
 
-    fn record_acme_order(
+    fn take_acme_order(
         &self,
-        directory: &str,
-        domain: &str,
-        customer_id: Option<Uuid>,
-        renewal: bool,
-        at: OffsetDateTime,
-        forget_before: OffsetDateTime,
-    ) -> StoreResult<()> {
-        self.write_aside(|conn| {
-            diesel::delete(acme_orders::table.filter(acme_orders::at.lt(millis(forget_before))))
-                .execute(conn)?;
+        order: &AcmeOrder<'_>,
+        admits: &dyn Fn(usize, usize) -> bool,
+    ) -> StoreResult<bool> {
+        // A write: on PostgreSQL it waits for every other replica's (the change log's lock),
+        // so the count it reads is the one its record joins.
+        self.write(None, |conn, _| {
+            let (customer, account) = order_counts(
+                conn,
+                order.directory,
+                order.customer_id,
+                order.customer_since,
+                order.account_since,
+            )?;
+            if !admits(customer, account) {
+                return Ok(false);
+            }
+            let old = acme_orders::at.lt(millis(order.account_since));
+            diesel::delete(acme_orders::table.filter(old)).execute(conn)?;
             let row = (
-                acme_orders::directory.eq(directory),
-                acme_orders::domain.eq(domain),
-                acme_orders::at.eq(millis(at)),
-                acme_orders::customer_id.eq(customer_id.map(id_text)),
-                acme_orders::renewal.eq(renewal),
+                acme_orders::directory.eq(order.directory),
+                acme_orders::domain.eq(order.domain),
+                acme_orders::at.eq(millis(order.at)),
+                acme_orders::customer_id.eq(order.customer_id.map(id_text)),
+                acme_orders::renewal.eq(order.renewal),
             );
             on_backend!(&mut *conn, |c| diesel::insert_into(acme_orders::table)
                 .values(row)
                 .on_conflict_do_nothing()
                 .execute(c))?;
-            Ok(())
+            Ok(true)
         })
     }
 

@@ -16,8 +16,9 @@ use registry_domain::custom_domain::{
 use registry_domain::keys::{KeyRecord, KeyState};
 use registry_domain::policy::PolicyKind;
 use registry_domain::ports::{
-    AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument, NetworkFetch, Storage,
-    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+    AcmeOrder, AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument,
+    NetworkFetch, Storage, OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
+    STORED_NETWORKS_PER_AGENT,
 };
 use registry_domain::signing::ManagedKey;
 use registry_domain::testing::MemoryStore;
@@ -2732,17 +2733,40 @@ fn unproven_claims_are_counted_per_customer_and_acme_orders_per_account(store: &
             .unwrap()
     };
     assert_eq!(orders(0, 0), (0, 0));
-    let record = |domain: &str, renewal: bool, when: i64, forget: i64| {
-        let who = Some(customer.id);
-        store
-            .record_acme_order(directory, domain, who, renewal, at(when), at(forget))
-            .unwrap()
+    let customer_id = Some(customer.id);
+    let order = |directory: &'static str, domain: &'static str, renewal, when, since| AcmeOrder {
+        directory,
+        domain,
+        customer_id,
+        renewal,
+        at: at(when),
+        customer_since: at(since),
+        account_since: at(since),
+    };
+    let record = |domain: &'static str, renewal: bool, when: i64, forget: i64| {
+        let taken = store
+            .take_acme_order(&order(directory, domain, renewal, when, forget), &|_, _| {
+                true
+            });
+        assert!(taken.unwrap());
     };
     record("d0.acme.com", false, 100, 0);
     record("d1.acme.com", true, 200, 0);
-    store
-        .record_acme_order("https://other/dir", "x.com", None, false, at(200), at(0))
-        .unwrap();
+    let elsewhere = AcmeOrder {
+        customer_id: None,
+        ..order("https://other/dir", "x.com", false, 200, 0)
+    };
+    assert!(store.take_acme_order(&elsewhere, &|_, _| true).unwrap());
+    // The budget is asked with the counts the order would join, in its transaction: spent,
+    // nothing is recorded.
+    let asked = std::cell::Cell::new((usize::MAX, usize::MAX));
+    let spent = |customer, account| {
+        asked.set((customer, account));
+        false
+    };
+    let refused = store.take_acme_order(&order(directory, "d9.acme.com", false, 250, 0), &spent);
+    assert!(!refused.unwrap());
+    assert_eq!(asked.get(), (1, 2));
     assert_eq!(
         orders(0, 0),
         (1, 2),

@@ -9,7 +9,9 @@ use crate::custom_domain::{
     check_domain, in_fair_order, may_order, CustomDomain, DomainCertificate, DomainProblem,
     DomainStatus, DomainWork, Schedule, ACCOUNT_WINDOW, BUDGET_WAIT, DOMAIN_TAKEN, ORDER_LOCK,
 };
-use crate::ports::{AcmeChallenge, Ceiling, CertificateAuthority, OwnershipCheck, Sealing};
+use crate::ports::{
+    AcmeChallenge, AcmeOrder, Ceiling, CertificateAuthority, OwnershipCheck, Sealing,
+};
 use crate::{Service, StoreError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -367,27 +369,22 @@ fn take_order(
     now: OffsetDateTime,
 ) -> Result<bool, AppError> {
     let customer = (registry.store.service(domain.service_id)?).and_then(|s| s.customer_id);
-    let account_since = now - ACCOUNT_WINDOW;
-    let (new_orders, orders) = (registry.store).acme_orders(
-        directory,
-        customer,
-        now - Duration::hours(1),
-        account_since,
-    )?;
     let renewal = domain.renews();
-    if !may_order(renewal, new_orders, orders) {
+    let order = AcmeOrder {
+        directory,
+        domain: &domain.domain,
+        customer_id: customer,
+        renewal,
+        at: now,
+        customer_since: now - Duration::hours(1),
+        account_since: now - ACCOUNT_WINDOW,
+    };
+    let admits = |new_orders, orders| may_order(renewal, new_orders, orders);
+    if !registry.store.take_acme_order(&order, &admits)? {
         let later = domain.clone().postponed(now + BUDGET_WAIT);
         registry.store.update_domain(domain, &later)?;
         return Ok(false);
     }
-    (registry.store).record_acme_order(
-        directory,
-        &domain.domain,
-        customer,
-        renewal,
-        now,
-        account_since,
-    )?;
     Ok(true)
 }
 

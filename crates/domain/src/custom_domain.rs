@@ -63,6 +63,11 @@ pub const CHALLENGES_FRESH: std::time::Duration = std::time::Duration::from_secs
 /// came before the answer was stored.
 pub const CHALLENGE_SETTLES: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The last orders of the account's budget, which only renewals may take: renewals come first
+/// (an active domain's certificate must not lapse for other tenants' first ones), also when new
+/// orders keep the budget spent.
+pub const RENEWALS_RESERVED: usize = 25;
+
 /// Whether one more order fits the budget: a renewal (`renewal`) or a new order, given the
 /// customer's new orders in the last hour and the account's orders in [`ACCOUNT_WINDOW`].
 ///
@@ -71,11 +76,16 @@ pub const CHALLENGE_SETTLES: std::time::Duration = std::time::Duration::from_sec
 /// assert!(may_order(false, 2, 10));
 /// assert!(!may_order(false, 3, 10), "a customer's fourth new order in an hour");
 /// assert!(may_order(true, 3, 10), "renewals are not the customer's new orders");
+/// assert!(!may_order(false, 0, 225), "the budget's last 25 are the renewals'");
+/// assert!(may_order(true, 0, 249));
 /// assert!(!may_order(true, 0, 250), "the account's budget holds for everyone");
 /// ```
 pub fn may_order(renewal: bool, customer_new_orders: usize, account_orders: usize) -> bool {
-    account_orders < ORDERS_PER_ACCOUNT
-        && (renewal || customer_new_orders < NEW_ORDERS_PER_CUSTOMER_HOUR)
+    let room = match renewal {
+        true => ORDERS_PER_ACCOUNT,
+        false => ORDERS_PER_ACCOUNT - RENEWALS_RESERVED,
+    };
+    account_orders < room && (renewal || customer_new_orders < NEW_ORDERS_PER_CUSTOMER_HOUR)
 }
 
 /// The ACME problem type of an order refused for the server's rate limits (RFC 8555 §6.7).

@@ -6,6 +6,7 @@
 //! `type` addresses (the first server's), the log (whatever `tracing` subscriber the process
 //! installed) and its buffer ([`log_line`], [`flush_log`]).
 
+mod anonymous_ceiling;
 mod app;
 mod background;
 mod body;

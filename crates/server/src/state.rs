@@ -44,7 +44,7 @@ pub struct AppState {
     /// Anonymous creations per client address.
     pub anon_limiter: Arc<RateLimiter>,
     /// The last creation that found the registry full of anonymous services.
-    pub anon_full: Arc<crate::routes::anonymous::Full>,
+    pub anon_full: Arc<crate::anonymous_ceiling::Full>,
     /// Explained tokens and claims, and tokens checked by preflight, per customer (an
     /// anonymous service is its own customer).
     explains: Arc<RateLimiter<uuid::Uuid>>,

@@ -16,8 +16,6 @@ use registry_domain::app::services::{MAX_DESCRIPTION, MAX_TITLE};
 use registry_domain::app::Origin;
 use registry_domain::text::TextKind;
 use serde_json::Value;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
 /// Creates an anonymous service.
 pub async fn create(
@@ -66,37 +64,6 @@ pub async fn create(
         .insert_header((header::LOCATION, location))
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(views::anonymous_created(&state, &created, now)))
-}
-
-/// How long a creation that found the registry full answers for the others: they are told the
-/// same from memory, without a database read, so a flood of creations while it is full costs a
-/// read a second.
-const FULL_FOR: Duration = Duration::from_secs(1);
-
-/// The last creation that found the registry full, and its answer.
-#[derive(Debug, Default)]
-pub struct Full(Mutex<Option<(Instant, u64, String)>>);
-
-impl Full {
-    /// The 503 a creation found less than [`FULL_FOR`] ago, if one did.
-    fn still(&self) -> ApiResult<()> {
-        let full = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*full {
-            Some((at, retry_after_secs, detail)) if at.elapsed() < FULL_FOR => {
-                Err(ApiError::Capacity {
-                    retry_after_secs: *retry_after_secs,
-                    detail: detail.clone(),
-                })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Remembers a creation's `capacity` answer.
-    fn found(&self, retry_after_secs: u64, detail: &str) {
-        let mut full = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *full = Some((Instant::now(), retry_after_secs, detail.to_owned()));
-    }
 }
 
 /// The body: `{title?, description?, ttlHours?}`, every problem reported at once.

@@ -288,26 +288,18 @@ fn translate(error: &ValidationError<'_>, document: &Value, version: u8) -> Vec<
             one(format!("{} must not be an empty string", describe(at)))
         }
         ValidationErrorKind::UniqueItems => {
-            // Each repeat at its own pointer, as a repeat that differs only in case is.
-            let items = instance.as_array().map_or(&[][..], Vec::as_slice);
-            let repeats: Vec<Violation> = (items.iter().enumerate())
-                .filter_map(|(i, v)| Some((i, v, items[..i].iter().position(|e| e == v)?)))
-                .map(|(i, v, first)| {
-                    let message = format!(
-                        "\"{}\" lists {v} more than once (entry {i} repeats entry {first}); \
-                         entries must be unique",
-                        last_token(at)
-                    );
-                    Violation::new(format!("{at}/{i}"), message)
-                })
-                .collect();
-            match repeats.is_empty() {
-                true => one(format!(
-                    "\"{}\" lists an entry more than once; entries must be unique",
-                    last_token(at)
-                )),
-                false => repeats,
-            }
+            let duplicate = instance.as_array().and_then(|items| {
+                items
+                    .iter()
+                    .enumerate()
+                    .find(|(i, v)| items[..*i].contains(v))
+                    .map(|(_, v)| v.to_string())
+            });
+            one(format!(
+                "\"{}\" lists {} more than once; entries must be unique",
+                last_token(at),
+                duplicate.unwrap_or_else(|| "an entry".to_owned())
+            ))
         }
         ValidationErrorKind::Pattern { .. } if place_of_claim(at) == Some("iss") => one(format!(
             "claim \"iss\" must be the exact issuer URL: \"*\" and \"?\" are not allowed in it \

@@ -136,7 +136,7 @@ fn unknown_actions_are_pointed_at_with_the_accepted_values() {
     assert_eq!(found[0].0, "/actions");
     let found = pointers(v2(json!({"kind": "static", "services": ["*"],
         "actions": ["audit:read", "audit:read"]})));
-    assert_eq!(found[0].0, "/actions/1", "the repeat, at its own pointer");
+    assert_eq!(found[0].0, "/actions");
     assert!(found[0].1.contains("more than once"), "{}", found[0].1);
 }
 

@@ -68,14 +68,14 @@ pub struct RateLimiter<K: Hash + Eq + Clone = IpAddr> {
     refusals_end: AtomicU64,
     created: Instant,
     /// Events given back by [`RateLimiter::give_back_key`] (counted, then found not to count),
-    /// by key, with when the last was: the key's next events spend them before its allowance,
-    /// within a window of the last. At most [`MAX_KEYS`] keys.
-    given_back: Mutex<HashMap<K, (u32, Instant)>>,
+    /// by key, each with when it was given back: the key's next events spend them before its
+    /// allowance. Each lasts the time one event takes to come back (after it the allowance has
+    /// that one back anyway), and a key holds at most its burst of them: given back or not, a
+    /// key never has more than its allowance. At most [`MAX_KEYS`] keys.
+    given_back: Mutex<HashMap<K, std::collections::VecDeque<Instant>>>,
     /// Whether `given_back` holds anything: every hit asks, and only reads this while it is
     /// empty.
     any_given_back: std::sync::atomic::AtomicBool,
-    /// The time the whole allowance takes to come back.
-    window: Duration,
 }
 
 /// Refused: retry after this long.
@@ -106,51 +106,48 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             clock,
             given_back: Mutex::default(),
             any_given_back: std::sync::atomic::AtomicBool::new(false),
-            window,
         }
     }
 
     /// Gives back an event of `key` that [`RateLimiter::hit_key`] counted but that turned out
     /// not to count (a creation refused because the registry is full): the key's next event
-    /// within the window spends it instead of its allowance, and a refusal it caused is lifted.
+    /// within the time one event takes to come back spends it instead of its allowance, and a
+    /// refusal it caused is lifted.
     pub fn give_back_key(&self, key: K) {
         let now = self.clock.0.now();
         (self.refused.lock().unwrap_or_else(PoisonError::into_inner)).remove(&key);
-        let mut back = self
-            .given_back
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut back = (self.given_back.lock()).unwrap_or_else(PoisonError::into_inner);
         if back.len() >= MAX_KEYS {
             back.clear();
         }
-        let entry = back.entry(key).or_insert((0, now));
-        *entry = (entry.0 + 1, now);
+        let credits = back.entry(key).or_default();
+        if credits.len() >= self.quota.burst_size().get() as usize {
+            credits.pop_front();
+        }
+        credits.push_back(now);
         self.any_given_back.store(true, Ordering::Release);
     }
 
-    /// Spends an event given back to `key`, if one is there and recent: `true` when it did.
+    /// Spends an event given back to `key`, if one is there and still lasts: `true` when it did.
     fn spend_given_back(&self, key: &K) -> bool {
         if !self.any_given_back.load(Ordering::Acquire) {
             return false;
         }
         let now = self.clock.0.now();
-        let mut back = self
-            .given_back
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some((left, at)) = back.get_mut(key) else {
+        let lasts = self.quota.replenish_interval();
+        let mut back = (self.given_back.lock()).unwrap_or_else(PoisonError::into_inner);
+        let Some(credits) = back.get_mut(key) else {
             return false;
         };
-        // Past a window the allowance came back whole anyway.
-        let recent = now.saturating_duration_since(*at) < self.window;
-        *left -= 1;
-        if !recent || *left == 0 {
+        credits.retain(|at| now.saturating_duration_since(*at) < lasts);
+        let spent = credits.pop_front().is_some();
+        if credits.is_empty() {
             back.remove(key);
         }
         if back.is_empty() {
             self.any_given_back.store(false, Ordering::Release);
         }
-        recent
+        spent
     }
 
     /// `limit` events per minute.
@@ -306,7 +303,7 @@ mod tests {
     }
 
     #[test]
-    fn an_event_given_back_is_spent_first_and_only_within_a_window() {
+    fn an_event_given_back_is_spent_first_and_lasts_as_long_as_one_takes_to_come_back() {
         let (limiter, ticks) = limiter(2, Duration::from_secs(3600));
         let a = ip("192.0.2.1");
         assert!(limiter.hit(a).is_ok());
@@ -320,13 +317,26 @@ mod tests {
         // Another address's events are its own.
         limiter.give_back(ip("192.0.2.2"));
         assert!(limiter.hit(a).is_err());
-        // One given back and not spent within the window is forgotten: the allowance came
-        // back by then anyway.
+        // One given back lasts the half hour one event takes to come back: then the allowance
+        // has it back anyway, and the two never add up.
         limiter.give_back(a);
-        ticks.advance(Duration::from_secs(3600));
-        assert!(limiter.hit(a).is_ok());
+        ticks.advance(Duration::from_secs(1800));
         assert!(limiter.hit(a).is_ok());
         assert!(limiter.hit(a).is_err());
+        // Given back more often than counted (requests at once, all refused): never more than
+        // the burst.
+        let b = ip("192.0.2.3");
+        for _ in 0..5 {
+            limiter.give_back(b);
+        }
+        assert!(limiter.hit(b).is_ok());
+        assert!(limiter.hit(b).is_ok());
+        assert!(limiter.hit(b).is_ok());
+        assert!(limiter.hit(b).is_ok());
+        assert!(
+            limiter.hit(b).is_err(),
+            "two given back, and the allowance of two"
+        );
     }
 
     #[test]

@@ -283,10 +283,27 @@ impl TokenCache {
             }
             Some((entry.clone(), tell))
         });
-        if let Some((entry, tell)) = seen {
+        if let Some((mut entry, tell)) = seen {
             if tell {
-                if let Some(shared) = self.identities().get_mut(&digest) {
-                    shared.accepted_at = shared.accepted_at.max(Some(now));
+                let forgotten = match self.identities().get_mut(&digest) {
+                    Some(RememberedIdentity {
+                        accepted_at: Some(at),
+                        ..
+                    }) => {
+                        *at = (*at).max(now);
+                        false
+                    }
+                    // Another thread saw it refused since ([`TokenCache::forget_acceptance`]).
+                    Some(_) => true,
+                    None => false,
+                };
+                if forgotten {
+                    entry.accepted_at = None;
+                    self.identities_seen.with(|seen| {
+                        if let Some(copy) = seen.get_mut(&digest) {
+                            copy.accepted_at = None;
+                        }
+                    });
                 }
             }
             return Some(entry);
@@ -313,6 +330,21 @@ impl TokenCache {
             .get(&digest)
             .and_then(|entry| entry.accepted_at)
             .is_some_and(|at| now <= at + RECENTLY)
+    }
+
+    /// Forgets that requests with this identity token were granted (no account accepts it any
+    /// more: deleted, or its trust narrowed), in the shared entry and this thread's copy: the
+    /// per-address limit no longer spares it until a request with it is granted again.
+    pub fn forget_acceptance(&self, token: &str) {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(shared) = self.identities().get_mut(&digest) {
+            shared.accepted_at = None;
+        }
+        self.identities_seen.with(|seen| {
+            if let Some(copy) = seen.get_mut(&digest) {
+                copy.accepted_at = None;
+            }
+        });
     }
 
     /// Records that a request with this remembered identity token was granted at `now`, in the
@@ -457,6 +489,12 @@ mod tests {
         // Verified, but no request was granted with it yet: not a working credential.
         assert!(!cache.verified_identity("a.b.c", now).unwrap().accepted());
         assert!(!cache.recently_verified_identity("a.b.c", now));
+        cache.accept_identity("a.b.c", now);
+        assert!(cache.recently_verified_identity("a.b.c", now));
+        // Refused since (its account deleted): not spared until granted again.
+        cache.forget_acceptance("a.b.c");
+        assert!(!cache.recently_verified_identity("a.b.c", now));
+        assert!(!cache.verified_identity("a.b.c", now).unwrap().accepted());
         cache.accept_identity("a.b.c", now);
         assert!(cache.recently_verified_identity("a.b.c", now));
         std::thread::scope(|scope| {

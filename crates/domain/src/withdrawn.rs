@@ -18,6 +18,10 @@ pub const WITHDRAWN_KEPT: Duration = Duration::days(8);
 /// state stays small whatever the rate of rotation.
 pub const MAX_WITHDRAWN: usize = 100;
 
+/// At most this many bytes of `kid`s, thumbprints and source names are remembered per service
+/// (the most recent keys' first): a `kid` has no length of its own.
+pub const MAX_WITHDRAWN_BYTES: usize = 64 * 1024;
+
 /// A key that left the public key set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -74,6 +78,11 @@ pub fn remembered(
     let mut seen = std::collections::HashSet::new();
     withdrawn.retain(|w| seen.insert(w.kid.clone()));
     withdrawn.truncate(MAX_WITHDRAWN);
+    let mut bytes = 0;
+    withdrawn.retain(|w| {
+        bytes += w.kid.len() + w.thumbprint.len() + w.source.len();
+        bytes <= MAX_WITHDRAWN_BYTES
+    });
     withdrawn
 }
 
@@ -174,5 +183,9 @@ mod tests {
         assert!(!got
             .iter()
             .any(|w| w.kid == format!("k{}", MAX_WITHDRAWN - 1)));
+        // Long kids: as many of the latest as their bytes allow.
+        let long = |i: usize| key(&format!("{i}{}", "k".repeat(15_000)), None, None);
+        let before = state(vec![long(1), long(2), long(3)], Vec::new());
+        assert_eq!(remembered(&before, |_| false, t).len(), 2);
     }
 }

@@ -50,17 +50,16 @@ impl SealedKeys {
     }
 
     /// The parsed private key `kid`, opened from `sealed` the first time.
-    fn opened(&self, kid: &str, sealed: &str) -> Result<Arc<PKey<Private>>, String> {
+    fn opened(&self, kid: &str, sealed: &str) -> Result<Arc<PKey<Private>>, SignFailure> {
         let known = self.opened.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(key) = known.get(kid) {
             return Ok(key.clone());
         }
         drop(known);
-        let der = self.sealing.open(sealed)?;
-        let key = Arc::new(
-            PKey::private_key_from_pkcs8(&der)
-                .map_err(|e| format!("a sealed key does not parse: {e}"))?,
-        );
+        let der = self.sealing.open(sealed).map_err(SignFailure::Sealed)?;
+        let key = Arc::new(PKey::private_key_from_pkcs8(&der).map_err(|e| {
+            SignFailure::Failed(format!("a sealed key opened but does not parse: {e}"))
+        })?);
         let mut known = self.opened.write().unwrap_or_else(PoisonError::into_inner);
         if known.len() >= MAX_OPENED {
             known.clear();
@@ -135,7 +134,7 @@ impl ManagedKeys for SealedKeys {
         sealed: &str,
         message: &[u8],
     ) -> Result<Vec<u8>, SignFailure> {
-        let key = self.opened(kid, sealed).map_err(SignFailure::Sealed)?;
+        let key = self.opened(kid, sealed)?;
         match algorithm {
             Algorithm::Es256 => {
                 let ec = key.ec_key().map_err(sign_failed("not an EC key"))?;

@@ -256,7 +256,9 @@ fn forget_challenges(conn: &mut Db, domain: &str) -> Res<()> {
 
 impl DomainStore for Store {
     fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>> {
-        self.read(|conn| domain_row(conn, service_id))
+        // From the primary: a PUT writes only over the domain it read (`put_domain`'s `was`),
+        // and a lagging copy's would never be it.
+        self.read_primary(|conn| domain_row(conn, service_id))
     }
 
     fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>> {

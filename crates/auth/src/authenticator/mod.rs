@@ -449,6 +449,10 @@ async fn authorize(
         let grant = match access::decide(credential, request(call, &service), req.action, ip, now) {
             Ok(grant) => grant,
             Err(refusal) => {
+                // No account accepts it (any more): no working credential, whatever it was.
+                if matches!(refusal, Refusal::Unauthenticated(_) | Refusal::Ambiguous) {
+                    auth.tokens.forget_acceptance(token);
+                }
                 let request = refused_request(
                     ip,
                     &verified,

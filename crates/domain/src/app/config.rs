@@ -166,11 +166,13 @@ fn within_bounds(service: &Service, keys: &KeyState) -> Result<(), AppError> {
         )));
     }
     // What uploads made: the verifiers the registry records (at most 32 a key) are its own,
-    // and no outsider's fetches may push an owner's upload over the bound.
+    // and no outsider's fetches may push an owner's upload over the bound; nor may the memory
+    // of withdrawn keys (at most 100, eight days), which no upload can clear.
     let mut uploaded = keys.clone();
     for key in &mut uploaded.keys {
         key.verifiers = None;
     }
+    uploaded.withdrawn = Vec::new();
     let size = serde_json::to_vec(&uploaded).map_or(0, |bytes| bytes.len());
     if size > MAX_KEY_STATE_BYTES {
         return Err(AppError::TooLarge(format!(

@@ -665,18 +665,20 @@ pub trait DomainStore: Send + Sync {
     fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>>;
     /// Adds the service's claim of a domain, or replaces it (another name starts over), with
     /// `event`, when the service's domain is still `was` as the caller read it (`None`: it had
-    /// none; [`CustomDomain::is_still`]): `Ok(false)`, nothing written, when another write
-    /// changed it since. `Conflict` when another service holds the name proven (issuing or
-    /// active); another service's unproven claim of it is no conflict; `NotFound` when the
-    /// service is gone; `CeilingReached` when a claim would leave its customer's services more
-    /// than `pending` unproven claims, counted in the same transaction.
+    /// none; [`CustomDomain::is_still`]): `Ok(Err(now))`, nothing written, when it is not (another
+    /// write changed it since, or the caller read a lagging copy), with what the transaction
+    /// found, for the caller to decide again. `Conflict` when another service holds the name
+    /// proven (issuing or active); another service's unproven claim of it is no conflict;
+    /// `NotFound` when the service is gone; `CeilingReached` when a claim would leave its
+    /// customer's services more than `pending` unproven claims, counted in the same
+    /// transaction.
     fn put_domain(
         &self,
         domain: &CustomDomain,
         was: Option<&CustomDomain>,
         pending: Ceiling,
         event: &AuditEvent,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<Result<(), Option<CustomDomain>>>;
     /// The ACME orders placed on `directory` (its account): how many new orders (not renewals)
     /// of `customer_id`'s domains since `customer_since`, and how many orders since
     /// `account_since`; as the primary has them (the budget is every replica's).

@@ -1297,7 +1297,7 @@ impl DomainStore for MemoryStore {
         was: Option<&CustomDomain>,
         pending: Ceiling,
         event: &AuditEvent,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Result<(), Option<CustomDomain>>> {
         let mut s = self.lock();
         if !s.service_exists(domain.service_id) {
             return Err(StoreError::NotFound);
@@ -1308,13 +1308,14 @@ impl DomainStore for MemoryStore {
         if taken {
             return Err(StoreError::Conflict("domain taken".into()));
         }
-        let unchanged = match (s.domains.get(&domain.service_id), was) {
+        let current = s.domains.get(&domain.service_id).map(|(d, _)| d.clone());
+        let unchanged = match (&current, was) {
             (None, None) => true,
-            (Some((current, _)), Some(was)) => current.is_still(was),
+            (Some(current), Some(was)) => current.is_still(was),
             _ => false,
         };
         if !unchanged {
-            return Ok(false);
+            return Ok(Err(current));
         }
         let customer = (s.services.iter())
             .find(|x| x.id == domain.service_id)
@@ -1339,7 +1340,7 @@ impl DomainStore for MemoryStore {
         s.domains
             .insert(domain.service_id, (stored_domain(domain), None));
         s.commit(event, &[Change::Service(domain.service_id)]);
-        Ok(true)
+        Ok(Ok(()))
     }
 
     fn delete_domain(

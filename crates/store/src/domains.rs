@@ -256,9 +256,7 @@ fn forget_challenges(conn: &mut Db, domain: &str) -> Res<()> {
 
 impl DomainStore for Store {
     fn domain_of(&self, service_id: Uuid) -> StoreResult<Option<CustomDomain>> {
-        // From the primary: a PUT writes only over the domain it read (`put_domain`'s `was`),
-        // and a lagging copy's would never be it.
-        self.read_primary(|conn| domain_row(conn, service_id))
+        self.read(|conn| domain_row(conn, service_id))
     }
 
     fn domain_named(&self, domain: &str) -> StoreResult<Option<CustomDomain>> {
@@ -290,7 +288,7 @@ impl DomainStore for Store {
         was: Option<&CustomDomain>,
         pending: Ceiling,
         event: &AuditEvent,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Result<(), Option<CustomDomain>>> {
         self.write(Some(event), |conn, changed| {
             if held_by_another(conn, &domain.domain, domain.service_id)? {
                 return Err(Failure(StoreError::Conflict(format!(
@@ -305,7 +303,7 @@ impl DomainStore for Store {
                 _ => false,
             };
             if !unchanged {
-                return Ok(false);
+                return Ok(Err(current));
             }
             if domain.status == DomainStatus::Verifying && pending != Ceiling::NONE {
                 let others = pending_claims(conn, domain.service_id)?;
@@ -322,7 +320,7 @@ impl DomainStore for Store {
                 .set(custom_domains::locked_until.eq(None::<i64>))
                 .execute(conn)?;
             changed.push(Change::Service(domain.service_id));
-            Ok(true)
+            Ok(Ok(()))
         })
     }
 

@@ -2384,10 +2384,12 @@ fn the_first_acme_account_and_challenge_answer_kept_are_everyones(store: &dyn St
     );
 }
 
-/// `domain` put as the service's domain over what it has now, with no bound on claims.
+/// `domain` put as the service's domain over what it has now, with no bound on claims: whether
+/// it was written.
 fn put_domain(store: &dyn Storage, domain: &CustomDomain) -> Result<bool, StoreError> {
     let was = store.domain_of(domain.service_id)?;
-    store.put_domain(domain, was.as_ref(), Ceiling::NONE, &ev())
+    let put = store.put_domain(domain, was.as_ref(), Ceiling::NONE, &ev())?;
+    Ok(put.is_ok())
 }
 
 /// The answer kept for `domain`'s challenge `token`, as a replica finds it in its read.
@@ -2711,17 +2713,18 @@ fn unproven_claims_are_counted_per_customer_and_acme_orders_per_account(store: &
     let again = domain_of(mine[1].id, "d1-again.acme.com", 11);
     assert_eq!(
         store.put_domain(&again, mine_1.as_ref(), Ceiling(2), &ev()),
-        Ok(true)
+        Ok(Ok(()))
     );
-    // Written by another request since it was read: nothing written, `false`.
+    // Written by another request since it was read: nothing written, and what is there now
+    // (as the write found it) for the caller to decide again.
     let stale = domain_of(mine[1].id, "d1-stale.acme.com", 12);
     assert_eq!(
         store.put_domain(&stale, mine_1.as_ref(), Ceiling::NONE, &ev()),
-        Ok(false)
+        Ok(Err(Some(again.clone())))
     );
     assert_eq!(
         store.put_domain(&stale, None, Ceiling::NONE, &ev()),
-        Ok(false)
+        Ok(Err(Some(again.clone())))
     );
     assert_eq!(store.domain_of(mine[1].id).unwrap(), Some(again));
 

@@ -42,11 +42,14 @@ pub fn set(
                 .into(),
         ));
     }
-    // A PUT that lost a race with another write to the service's domain reads it again: two
-    // PUTs of one name at once answer the same TXT record.
+    // A PUT that lost a race with another write to the service's domain (or read a lagging
+    // copy) decides again from what the write found: two PUTs of one name at once answer the
+    // same TXT record.
+    let mut current = registry.store.domain_of(service.id)?;
     for _ in 0..PUT_ATTEMPTS {
-        if let Some(set) = put_once(registry, caller, service, domain, now)? {
-            return Ok(set);
+        match put_once(registry, caller, service, domain, current, now)? {
+            Ok(set) => return Ok(set),
+            Err(found) => current = found,
         }
     }
     Err(AppError::Conflict(
@@ -54,26 +57,26 @@ pub fn set(
     ))
 }
 
-/// How often a PUT reads again after another write to the service's domain won the race.
+/// How often a PUT decides again after another write to the service's domain won the race.
 const PUT_ATTEMPTS: usize = 4;
 
-/// One attempt of [`set`] from a fresh read: `None` when another write changed the service's
-/// domain first.
+/// One attempt of [`set`] over `current`, the service's domain as last read: `Err` with the
+/// domain the write found instead when that was not it.
 fn put_once(
     registry: &Registry,
     caller: &Caller,
     service: &Service,
     domain: &str,
+    current: Option<CustomDomain>,
     now: OffsetDateTime,
-) -> Result<Option<CustomDomain>, AppError> {
-    let current = registry.store.domain_of(service.id)?;
+) -> Result<Result<CustomDomain, Option<CustomDomain>>, AppError> {
     // The same domain again changes nothing, unless it failed: a PUT starts it over.
     if let Some(current) = current
         .as_ref()
         .filter(|c| c.status != DomainStatus::Failed)
     {
         if current.domain == domain {
-            return Ok(Some(current.clone()));
+            return Ok(Ok(current.clone()));
         }
     }
     // A name another service holds is refused as such first: no claim would come of it, so the
@@ -113,7 +116,7 @@ fn put_once(
         None => Ceiling::NONE,
     };
     match (registry.store).put_domain(&added, current.as_ref(), pending, &event) {
-        Ok(written) => Ok(written.then_some(added)),
+        Ok(written) => Ok(written.map(|()| added)),
         Err(StoreError::Conflict(_)) => Err(taken(domain)),
         Err(StoreError::NotFound) => Err(crate::app::services::not_found(&service.subdomain)),
         Err(StoreError::CeilingReached(_)) => Err(AppError::TooManyPendingDomains(format!(

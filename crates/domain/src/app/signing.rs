@@ -1307,9 +1307,8 @@ mod tests {
             service.customer_id,
             T0,
         );
-        assert!(store
-            .put_domain(&domain, None, Ceiling::NONE, &event)
-            .unwrap());
+        let put = store.put_domain(&domain, None, Ceiling::NONE, &event);
+        assert_eq!(put, Ok(Ok(())));
         assert!(sign(&registry, &service, &custom, T0).is_ok());
         assert!(
             sign(&registry, &service, &of("https://elsewhere.test"), T0).is_err(),

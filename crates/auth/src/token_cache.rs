@@ -350,7 +350,7 @@ impl TokenCache {
     /// Records that a request with this remembered identity token was granted at `now`, in the
     /// shared entry and this thread's copy: from then on, finding it remembered counts as
     /// accepting it ([`TokenCache::verified_identity`]). Called once per copy, when
-    /// [`RememberedIdentity::accepted`] says it was never granted.
+    /// `RememberedIdentity::accepted` says it was never granted.
     pub fn accept_identity(&self, token: &str, now: OffsetDateTime) {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(shared) = self.identities().get_mut(&digest) {

@@ -159,7 +159,7 @@ impl Domains {
 
     /// Whether an order for the domain `name` may be under way at `now`: it is held, and its
     /// next order (a first certificate, a retry or a renewal) is due, give or take
-    /// [`CLOCKS_DIFFER`]; an order under way leaves it due until it ends. Else its HTTP-01
+    /// `CLOCKS_DIFFER` (a minute); an order under way leaves it due until it ends. Else its HTTP-01
     /// answers are not asked for, and the database is not read for them: a domain waiting an
     /// hour for its retry, or put off by the order budget, is not pending.
     pub fn order_pending(&self, name: &str, now: OffsetDateTime) -> bool {

@@ -443,6 +443,16 @@ impl CustomDomain {
             && self.attempts == was.attempts
     }
 
+    /// Whether a service's domain now (`current`) is still the one a request read (`was`;
+    /// `None`: it had none then, or has none now).
+    pub fn still_as_read(current: Option<&CustomDomain>, was: Option<&CustomDomain>) -> bool {
+        match (current, was) {
+            (None, None) => true,
+            (Some(current), Some(was)) => current.is_still(was),
+            _ => false,
+        }
+    }
+
     /// Whether its documents are served now: active, with a certificate.
     pub fn is_served(&self) -> bool {
         self.status == DomainStatus::Active && self.certificate.is_some()

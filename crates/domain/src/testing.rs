@@ -1309,12 +1309,7 @@ impl DomainStore for MemoryStore {
             return Err(StoreError::Conflict("domain taken".into()));
         }
         let current = s.domains.get(&domain.service_id).map(|(d, _)| d.clone());
-        let unchanged = match (&current, was) {
-            (None, None) => true,
-            (Some(current), Some(was)) => current.is_still(was),
-            _ => false,
-        };
-        if !unchanged {
+        if !CustomDomain::still_as_read(current.as_ref(), was) {
             return Ok(Err(current));
         }
         let customer = (s.services.iter())

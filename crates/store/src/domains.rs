@@ -297,12 +297,7 @@ impl DomainStore for Store {
                 ))));
             }
             let current = domain_row(conn, domain.service_id)?;
-            let unchanged = match (&current, was) {
-                (None, None) => true,
-                (Some(current), Some(was)) => current.is_still(was),
-                _ => false,
-            };
-            if !unchanged {
+            if !CustomDomain::still_as_read(current.as_ref(), was) {
                 return Ok(Err(current));
             }
             if domain.status == DomainStatus::Verifying && pending != Ceiling::NONE {

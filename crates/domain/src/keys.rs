@@ -266,6 +266,20 @@ impl KeyRecord {
         })
     }
 
+    /// The key as it is remembered once it left the key set at `at`, or at the end of its
+    /// retention if that came first (a retired key leaves on its own before the upkeep drops
+    /// it).
+    pub fn withdrawn(&self, at: OffsetDateTime) -> WithdrawnKey {
+        WithdrawnKey {
+            kid: self.kid.clone(),
+            thumbprint: self.thumbprint.clone(),
+            source: self.source.clone(),
+            first_published_at: self.first_published_at,
+            retired_at: self.retired_at,
+            withdrawn_at: self.published_until.filter(|u| *u <= at).unwrap_or(at),
+        }
+    }
+
     /// Whether the key is in the public key set at `now`.
     pub fn is_published_at(&self, now: OffsetDateTime) -> bool {
         self.published_until.is_none_or(|until| now < until)
@@ -1060,6 +1074,17 @@ impl KeyState {
         }
     }
 
+    /// The withdrawn keys remembered at `at` once of this state's keys only those `held` are
+    /// still there (a new version's, or those published at `at`): the others, and those it
+    /// remembers already ([`crate::withdrawn::remembered`]).
+    pub fn remembered(&self, held: impl Fn(&str) -> bool, at: OffsetDateTime) -> Vec<WithdrawnKey> {
+        let left = (self.keys.iter())
+            .filter(|k| !held(&k.kid))
+            .map(|k| k.withdrawn(at))
+            .collect();
+        crate::withdrawn::remembered(left, &self.withdrawn, held, at)
+    }
+
     /// The state without the key `kid`.
     fn without(&self, kid: &str) -> KeyState {
         let mut state = self.clone();
@@ -1105,7 +1130,7 @@ impl KeyState {
             .collect();
         // Keys whose retention ran out before the upkeep dropped them have left already.
         let live = |kid: &str| self.published(now).any(|k| k.kid == kid);
-        let withdrawn = crate::withdrawn::remembered(self, live, now);
+        let withdrawn = self.remembered(live, now);
         let withdrawn: Vec<Value> = (withdrawn.iter())
             .map(|w| {
                 let mut view = json!({
@@ -1138,6 +1163,28 @@ mod tests {
     const X1: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
     const X2: &str = "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08";
     const X3: &str = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs";
+
+    #[test]
+    fn a_key_that_leaves_is_remembered_when_it_left() {
+        let t = datetime!(2026-11-25 12:00 UTC);
+        let jwks = json!({"keys": [key("now", X1), key("ended", X2), key("pulled", X3)]});
+        let mut state = KeyState::of_uploaded(&jwks, t - Duration::days(2));
+        let retired = Some(t - Duration::days(1));
+        // Its retention ended an hour before the upkeep dropped it.
+        state.keys[1].retired_at = retired;
+        state.keys[1].published_until = Some(t - Duration::hours(1));
+        // Withdrawn at once, its retention still running.
+        state.keys[2].retired_at = retired;
+        state.keys[2].published_until = Some(t + Duration::hours(5));
+        let got = state.remembered(|kid| kid == "now", t);
+        let at: Vec<(&str, OffsetDateTime)> = got
+            .iter()
+            .map(|w| (w.kid.as_str(), w.withdrawn_at))
+            .collect();
+        assert_eq!(at, [("pulled", t), ("ended", t - Duration::hours(1))]);
+        assert_eq!(got[0].retired_at, retired);
+        assert_eq!(got[0].thumbprint, state.keys[2].thumbprint);
+    }
 
     #[test]
     fn a_managed_key_that_leaves_takes_any_other_sources_copy_with_it() {

@@ -1,7 +1,6 @@
 //! Services: the things whose discovery documents are published.
 
 use crate::keys::KeyState;
-use crate::withdrawn;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -235,7 +234,7 @@ impl VersionHistory {
     pub fn applied_to(&self, config: PublishedConfig) -> PublishedConfig {
         let mut config = self.dated(config);
         let held = |kid: &str| config.keys.keys.iter().any(|k| k.kid == kid);
-        let withdrawn = withdrawn::remembered(&self.keys, held, config.updated_at);
+        let withdrawn = self.keys.remembered(held, config.updated_at);
         config.keys.withdrawn = withdrawn;
         config
     }

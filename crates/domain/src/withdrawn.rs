@@ -4,10 +4,10 @@
 //!
 //! Every storage adapter records the withdrawals as it writes a new version of a service's key
 //! state ([`crate::service::VersionHistory::date`]), by comparing it with the version it
-//! replaces: whichever use case dropped a key (an upload, a withdrawal, the upkeep, a managed
-//! rotation), it is remembered the same way, and no use case has to.
+//! replaces (`KeyState::remembered`): whichever use case dropped a key (an upload, a
+//! withdrawal, the upkeep, a managed rotation), it is remembered the same way, and no use case
+//! has to.
 
-use crate::keys::{KeyRecord, KeyState};
 use serde::{Deserialize, Serialize};
 use time::{Duration, OffsetDateTime};
 
@@ -44,34 +44,17 @@ pub struct WithdrawnKey {
     pub withdrawn_at: OffsetDateTime,
 }
 
-impl WithdrawnKey {
-    /// `key` as it is remembered once it left the key set at `at`, or at the end of its
-    /// retention if that came first (a retired key leaves on its own before the upkeep drops it).
-    pub fn of(key: &KeyRecord, at: OffsetDateTime) -> WithdrawnKey {
-        WithdrawnKey {
-            kid: key.kid.clone(),
-            thumbprint: key.thumbprint.clone(),
-            source: key.source.clone(),
-            first_published_at: key.first_published_at,
-            retired_at: key.retired_at,
-            withdrawn_at: key.published_until.filter(|u| *u <= at).unwrap_or(at),
-        }
-    }
-}
-
-/// The withdrawn keys remembered at `at` when of `before`'s keys only those `held` are still
-/// there: the others, and those `before` remembered, for [`WITHDRAWN_KEPT`] after they left,
-/// newest first, one per `kid` (a key published again is no longer withdrawn), at most
-/// [`MAX_WITHDRAWN`].
+/// The withdrawn keys remembered at `at`: the keys that `left` now, and those remembered
+/// `before`, for [`WITHDRAWN_KEPT`] after they left and unless `held` again (a key published
+/// again is no longer withdrawn), newest first, one per `kid`, at most [`MAX_WITHDRAWN`] and
+/// [`MAX_WITHDRAWN_BYTES`].
 pub fn remembered(
-    before: &KeyState,
+    left: Vec<WithdrawnKey>,
+    before: &[WithdrawnKey],
     held: impl Fn(&str) -> bool,
     at: OffsetDateTime,
 ) -> Vec<WithdrawnKey> {
-    let left = (before.keys.iter())
-        .filter(|k| !held(&k.kid))
-        .map(|k| WithdrawnKey::of(k, at));
-    let mut withdrawn: Vec<WithdrawnKey> = (left.chain(before.withdrawn.iter().cloned()))
+    let mut withdrawn: Vec<WithdrawnKey> = (left.into_iter().chain(before.iter().cloned()))
         .filter(|w| !held(&w.kid) && w.withdrawn_at > at - WITHDRAWN_KEPT)
         .collect();
     withdrawn.sort_by(|a, b| (b.withdrawn_at.cmp(&a.withdrawn_at)).then(a.kid.cmp(&b.kid)));
@@ -89,103 +72,52 @@ pub fn remembered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::DEFAULT_SOURCE;
     use time::macros::datetime;
 
-    fn key(kid: &str, retired: Option<OffsetDateTime>, until: Option<OffsetDateTime>) -> KeyRecord {
-        KeyRecord {
+    const T: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+
+    fn gone(kid: &str, at: OffsetDateTime) -> WithdrawnKey {
+        WithdrawnKey {
             kid: kid.into(),
-            jwk: serde_json::Map::new(),
             thumbprint: format!("t-{kid}"),
+            source: "default".into(),
             first_published_at: datetime!(2026-11-20 09:00 UTC),
-            retired_at: retired,
-            published_until: until,
-            lead_seconds: 600,
-            source: DEFAULT_SOURCE.into(),
-            also_sources: Vec::new(),
-            verifiers: None,
-            dismissed_at: None,
+            retired_at: None,
+            withdrawn_at: at,
         }
-    }
-
-    fn state(keys: Vec<KeyRecord>, withdrawn: Vec<WithdrawnKey>) -> KeyState {
-        KeyState {
-            keys,
-            withdrawn,
-            ..KeyState::default()
-        }
-    }
-
-    #[test]
-    fn a_key_that_leaves_is_remembered_when_it_left() {
-        let t = datetime!(2026-11-25 12:00 UTC);
-        let retired = Some(datetime!(2026-11-24 12:00 UTC));
-        let before = state(
-            vec![
-                key("now", None, None),
-                // Its retention ended an hour before the upkeep dropped it.
-                key("ended", retired, Some(t - Duration::hours(1))),
-                // Withdrawn at once, its retention still running.
-                key("pulled", retired, Some(t + Duration::hours(5))),
-            ],
-            Vec::new(),
-        );
-        let after = state(vec![key("now", None, None)], Vec::new());
-        let got = remembered(&before, |kid| after.keys.iter().any(|k| k.kid == kid), t);
-        let at: Vec<(&str, OffsetDateTime)> = got
-            .iter()
-            .map(|w| (w.kid.as_str(), w.withdrawn_at))
-            .collect();
-        assert_eq!(at, [("pulled", t), ("ended", t - Duration::hours(1))]);
-        assert_eq!(got[0].retired_at, retired);
-        assert_eq!(got[0].thumbprint, "t-pulled");
     }
 
     #[test]
     fn a_withdrawal_is_forgotten_after_eight_days_or_when_its_key_comes_back() {
-        let t = datetime!(2026-11-25 12:00 UTC);
-        let gone = |kid: &str, at| WithdrawnKey::of(&key(kid, None, None), at);
-        let before = state(
-            vec![key("back", None, None)],
-            vec![
-                gone("recent", t - Duration::days(7)),
-                gone("old", t - WITHDRAWN_KEPT),
-                gone("back", t - Duration::days(1)),
-            ],
-        );
-        let got = remembered(&before, |kid| kid == "back", t);
+        let before = [
+            gone("recent", T - Duration::days(7)),
+            gone("old", T - WITHDRAWN_KEPT),
+            gone("back", T - Duration::days(1)),
+        ];
+        let got = remembered(vec![gone("now", T)], &before, |kid| kid == "back", T);
         let kids: Vec<&str> = got.iter().map(|w| w.kid.as_str()).collect();
-        assert_eq!(kids, ["recent"]);
+        assert_eq!(kids, ["now", "recent"]);
     }
 
     #[test]
     fn at_most_the_latest_hundred_are_kept_one_per_kid() {
-        let t = datetime!(2026-11-25 12:00 UTC);
         let mut older: Vec<WithdrawnKey> = (0..MAX_WITHDRAWN)
-            .map(|i| {
-                WithdrawnKey::of(
-                    &key(&format!("k{i}"), None, None),
-                    t - Duration::minutes(i as i64 + 1),
-                )
-            })
+            .map(|i| gone(&format!("k{i}"), T - Duration::minutes(i as i64 + 1)))
             .collect();
         // The same kid withdrawn twice (published again in between): the later one stays.
-        older.push(WithdrawnKey::of(
-            &key("k0", None, None),
-            t - Duration::days(2),
-        ));
-        let before = state(vec![key("last", None, None)], older);
-        let got = remembered(&before, |_| false, t);
+        older.push(gone("k0", T - Duration::days(2)));
+        let got = remembered(vec![gone("last", T)], &older, |_| false, T);
         assert_eq!(got.len(), MAX_WITHDRAWN);
         assert_eq!(got[0].kid, "last");
         assert_eq!(got[1].kid, "k0");
-        assert_eq!(got[1].withdrawn_at, t - Duration::minutes(1));
-        assert!(!got
-            .iter()
-            .any(|w| w.kid == format!("k{}", MAX_WITHDRAWN - 1)));
+        assert_eq!(got[1].withdrawn_at, T - Duration::minutes(1));
+        let last = format!("k{}", MAX_WITHDRAWN - 1);
+        assert!(!got.iter().any(|w| w.kid == last));
         // Long kids: as many of the latest as their bytes allow.
-        let long = |i: usize| key(&format!("{i}{}", "k".repeat(15_000)), None, None);
-        let before = state(vec![long(1), long(2), long(3)], Vec::new());
-        assert_eq!(remembered(&before, |_| false, t).len(), 2);
+        let long = |i: usize| gone(&format!("{i}{}", "k".repeat(15_000)), T);
+        assert_eq!(
+            remembered(vec![long(1), long(2), long(3)], &[], |_| false, T).len(),
+            2
+        );
     }
 }

@@ -22,7 +22,6 @@ use registry_domain::ports::{
 };
 use registry_domain::signing::ManagedKey;
 use registry_domain::testing::MemoryStore;
-use registry_domain::withdrawn::WithdrawnKey;
 use registry_domain::StoreError;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use time::macros::datetime;
@@ -820,7 +819,7 @@ fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn
         .update_config(s.id, &mut |_| Some(reaped.clone()), &ev())
         .unwrap();
     // The key that left is remembered, when it left (docs/api.md, "Key lifecycle").
-    let left = WithdrawnKey::of(&retiring.keys.keys[1], at(100));
+    let left = retiring.keys.keys[1].withdrawn(at(100));
     assert_eq!(left.withdrawn_at, at(100));
     assert_eq!(
         read(),

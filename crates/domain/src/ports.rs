@@ -679,16 +679,6 @@ pub trait DomainStore: Send + Sync {
         pending: Ceiling,
         event: &AuditEvent,
     ) -> StoreResult<Result<(), Option<CustomDomain>>>;
-    /// The ACME orders placed on `directory` (its account): how many new orders (not renewals)
-    /// of `customer_id`'s domains since `customer_since`, and how many orders since
-    /// `account_since`; as the primary has them (the budget is every replica's).
-    fn acme_orders(
-        &self,
-        directory: &str,
-        customer_id: Option<Uuid>,
-        customer_since: OffsetDateTime,
-        account_since: OffsetDateTime,
-    ) -> StoreResult<(usize, usize)>;
     /// Takes `order` when `admits(the customer's new orders since order.customer_since, the
     /// account's orders since order.account_since)` says the budget has room: counted and
     /// recorded in one transaction, which every other replica's waits for, so that orders at
@@ -699,9 +689,6 @@ pub trait DomainStore: Send + Sync {
         order: &AcmeOrder<'_>,
         admits: &dyn Fn(usize, usize) -> bool,
     ) -> StoreResult<bool>;
-    /// How many of the customer's services' domains are unproven claims (verifying), as the
-    /// primary has them.
-    fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize>;
     /// Records that `proven` (its TXT record found, now issuing) holds its name, and turns every
     /// other service's claim of the name failed with `taken`; `false`, nothing written, when
     /// another service holds the name already or the service's domain is no longer `was`, the

@@ -1201,26 +1201,6 @@ impl DomainStore for MemoryStore {
         Ok(named.first().map(|d| (*d).clone()))
     }
 
-    fn acme_orders(
-        &self,
-        directory: &str,
-        customer_id: Option<Uuid>,
-        customer_since: OffsetDateTime,
-        account_since: OffsetDateTime,
-    ) -> StoreResult<(usize, usize)> {
-        let s = self.lock();
-        let of_account = s.acme_orders.iter().filter(|o| o.0 == directory);
-        let account = of_account
-            .clone()
-            .filter(|o| o.3 >= ms(account_since))
-            .count();
-        let customer = (of_account)
-            .filter(|o| customer_id.is_some() && o.1 == customer_id && !o.2)
-            .filter(|o| o.3 >= ms(customer_since))
-            .count();
-        Ok((customer, account))
-    }
-
     fn take_acme_order(
         &self,
         order: &AcmeOrder<'_>,
@@ -1244,18 +1224,6 @@ impl DomainStore for MemoryStore {
         s.acme_orders
             .push((row.0, row.1, order.renewal, ms(order.at)));
         Ok(true)
-    }
-
-    fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize> {
-        let s = self.lock();
-        let services: Vec<Uuid> = (s.services.iter())
-            .filter(|x| x.customer_id == Some(customer_id))
-            .map(|x| x.id)
-            .collect();
-        Ok((s.domains.values())
-            .filter(|(d, _)| services.contains(&d.service_id))
-            .filter(|(d, _)| d.status == crate::custom_domain::DomainStatus::Verifying)
-            .count())
     }
 
     fn hold_domain(

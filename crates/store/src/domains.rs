@@ -319,19 +319,6 @@ impl DomainStore for Store {
         })
     }
 
-    fn acme_orders(
-        &self,
-        directory: &str,
-        customer_id: Option<Uuid>,
-        customer_since: OffsetDateTime,
-        account_since: OffsetDateTime,
-    ) -> StoreResult<(usize, usize)> {
-        // From the primary: a budget read on a lagging copy would let replicas order past it.
-        self.read_primary(|conn| {
-            order_counts(conn, directory, customer_id, customer_since, account_since)
-        })
-    }
-
     fn take_acme_order(
         &self,
         order: &AcmeOrder<'_>,
@@ -364,21 +351,6 @@ impl DomainStore for Store {
                 .on_conflict_do_nothing()
                 .execute(c))?;
             Ok(true)
-        })
-    }
-
-    fn pending_domains(&self, customer_id: Uuid) -> StoreResult<usize> {
-        // From the primary, as the budget: a bound counted on a lagging copy would let one more in.
-        self.read_primary(|conn| {
-            let services = services::table
-                .filter(services::customer_id.eq(id_text(customer_id)))
-                .select(services::id);
-            let pending = custom_domains::table
-                .filter(custom_domains::service_id.eq_any(services))
-                .filter(custom_domains::status.eq(DomainStatus::Verifying.as_str()))
-                .count()
-                .get_result::<i64>(conn)?;
-            Ok(usize::try_from(pending).unwrap_or(usize::MAX))
         })
     }
 

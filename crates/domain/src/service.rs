@@ -147,38 +147,33 @@ impl Publication {
 pub struct VersionHistory {
     updated_at: OffsetDateTime,
     previous_change_at: Option<OffsetDateTime>,
-    /// The retired keys that leave (or left) the public set after `updated_at`: `kid`, when.
-    leaving: Vec<(String, OffsetDateTime)>,
     /// What the version serves, to tell which document a write changes.
     openid_configuration: String,
     jwks: String,
-    /// Every retired key: `kid`, end (`None`: published until withdrawn).
-    retired: Vec<(String, Option<OffsetDateTime>)>,
     dates: DocumentDates,
-    /// The version's keys, to remember those a write drops ([`crate::withdrawn`]).
+    /// The version's keys: which retired ones leave when, and those a write drops, to remember
+    /// ([`crate::withdrawn`]).
     keys: KeyState,
 }
 
 impl VersionHistory {
     /// The history of the stored version `config`.
     pub fn of(config: &PublishedConfig) -> Self {
-        let leaving = config
-            .keys
-            .keys
-            .iter()
-            .filter_map(|k| Some((k.kid.clone(), k.published_until?)))
-            .filter(|(_, until)| *until > config.updated_at)
-            .collect();
         Self {
             updated_at: config.updated_at,
             previous_change_at: config.previous_change_at,
-            leaving,
             openid_configuration: config.openid_configuration.clone(),
             jwks: config.jwks.clone(),
-            retired: retired_keys(config),
             dates: config.dates,
             keys: config.keys.clone(),
         }
+    }
+
+    /// The retired keys that leave (or left) the public set after `updated_at`: `kid`, when.
+    fn leaving(&self) -> impl Iterator<Item = (&str, OffsetDateTime)> {
+        (self.keys.keys.iter())
+            .filter_map(|k| Some((k.kid.as_str(), k.published_until?)))
+            .filter(|(_, until)| *until > self.updated_at)
     }
 
     /// `config`'s [`DocumentDates`], as it replaces this version at its `updated_at` (already
@@ -197,11 +192,11 @@ impl VersionHistory {
                 .collect()
         };
         let same_set = config.jwks == self.jwks
-            && published(&retired_keys(config)) == published(&self.retired);
+            && published(&retired_keys(&config.keys)) == published(&retired_keys(&self.keys));
         let jwks = match same_set {
             // Unchanged by the write; changed meanwhile by every key that left until then.
-            true => (self.leaving.iter())
-                .map(|(_, until)| *until)
+            true => (self.leaving())
+                .map(|(_, until)| until)
                 .filter(|until| *until <= at)
                 .fold(
                     self.dates.jwks.unwrap_or(self.updated_at),
@@ -219,7 +214,7 @@ impl VersionHistory {
     /// its publication, or a retired key's leaving.
     fn last_change(&self, at: OffsetDateTime, inclusive: bool) -> Option<OffsetDateTime> {
         std::iter::once(self.updated_at)
-            .chain(self.leaving.iter().map(|(_, until)| *until))
+            .chain(self.leaving().map(|(_, until)| until))
             .filter(|change| *change < at || (inclusive && *change == at))
             .max()
     }
@@ -243,11 +238,9 @@ impl VersionHistory {
     fn dated(&self, mut config: PublishedConfig) -> PublishedConfig {
         if config.updated_at == self.updated_at {
             let kept = |kid: &str| config.keys.keys.iter().any(|k| k.kid == kid);
-            let left = self
-                .leaving
-                .iter()
+            let left = (self.leaving())
                 .filter(|(kid, _)| !kept(kid))
-                .map(|(_, until)| *until)
+                .map(|(_, until)| until)
                 .max();
             match left {
                 Some(left) => {
@@ -286,9 +279,9 @@ impl VersionHistory {
     }
 }
 
-/// `config`'s retired keys: `kid`, end.
-fn retired_keys(config: &PublishedConfig) -> Vec<(String, Option<OffsetDateTime>)> {
-    (config.keys.keys.iter())
+/// The retired keys of `keys`: `kid`, end (`None`: published until withdrawn).
+fn retired_keys(keys: &KeyState) -> Vec<(String, Option<OffsetDateTime>)> {
+    (keys.keys.iter())
         .filter(|k| k.retired_at.is_some())
         .map(|k| (k.kid.clone(), k.published_until))
         .collect()

@@ -606,15 +606,25 @@ pub trait FetchLog: Send + Sync {
 /// Key readiness as found (docs/api.md, "Key readiness"): when each key became safe to sign
 /// with, recorded once, whichever replica finds it first.
 pub trait ReadinessLog: Send + Sync {
-    /// When key `kid` of `service_id` was found safe to sign with (docs/api.md, "Key
-    /// readiness"), if it was: once safe, a key stays safe.
-    fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>>;
-    /// Records that key `kid` of `service_id` became safe to sign with at `at`, unless a time is
-    /// recorded already; answers the time recorded (the first one, when replicas race).
+    /// When key `kid` of `service_id`, first published at `published_at`, was found safe to
+    /// sign with (docs/api.md, "Key readiness"), if it was: once safe, a key stays safe. A time
+    /// before `published_at` (to the millisecond) is not its own: an earlier key under the same
+    /// `kid`, withdrawn since, and is not answered.
+    fn key_safe_at(
+        &self,
+        service_id: Uuid,
+        kid: &str,
+        published_at: OffsetDateTime,
+    ) -> StoreResult<Option<OffsetDateTime>>;
+    /// Records that key `kid` of `service_id`, first published at `published_at`, became safe
+    /// to sign with at `at`, unless a time of its own is recorded already (one of an earlier
+    /// key under that `kid` is replaced); answers the time recorded (the first one, when
+    /// replicas race).
     fn record_key_safe(
         &self,
         service_id: Uuid,
         kid: &str,
+        published_at: OffsetDateTime,
         at: OffsetDateTime,
     ) -> StoreResult<OffsetDateTime>;
 }

@@ -1725,25 +1725,33 @@ impl FetchLog for MemoryStore {
 }
 
 impl ReadinessLog for MemoryStore {
-    fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>> {
-        Ok(self
-            .lock()
-            .key_safe
-            .get(&(service_id, kid.to_owned()))
-            .copied())
+    fn key_safe_at(
+        &self,
+        service_id: Uuid,
+        kid: &str,
+        published_at: OffsetDateTime,
+    ) -> StoreResult<Option<OffsetDateTime>> {
+        let s = self.lock();
+        let at = s.key_safe.get(&(service_id, kid.to_owned())).copied();
+        Ok(at.filter(|at| *at >= ms(published_at)))
     }
 
     fn record_key_safe(
         &self,
         service_id: Uuid,
         kid: &str,
+        published_at: OffsetDateTime,
         at: OffsetDateTime,
     ) -> StoreResult<OffsetDateTime> {
         let mut s = self.lock();
-        Ok(*s
+        let recorded = s
             .key_safe
             .entry((service_id, kid.to_owned()))
-            .or_insert(ms(at)))
+            .or_insert(ms(at));
+        if *recorded < ms(published_at) {
+            *recorded = ms(at);
+        }
+        Ok(*recorded)
     }
 }
 

@@ -13,32 +13,51 @@ use registry_domain::StoreError;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// When key `kid` of `service` was found safe to sign with (Unix milliseconds), if it was.
-fn safe_at(conn: &mut Db, service: &str, kid: &str) -> Res<Option<i64>> {
+/// When key `kid` of `service`, first published at `published` (Unix milliseconds), was found
+/// safe to sign with (Unix milliseconds), if it was.
+fn safe_at(conn: &mut Db, service: &str, kid: &str, published: i64) -> Res<Option<i64>> {
     Ok(key_readiness::table
         .filter(key_readiness::service_id.eq(service))
         .filter(key_readiness::kid.eq(kid))
+        .filter(key_readiness::safe_at.ge(published))
         .select(key_readiness::safe_at)
         .first::<i64>(conn)
         .optional()?)
 }
 
 impl ReadinessLog for Store {
-    fn key_safe_at(&self, service_id: Uuid, kid: &str) -> StoreResult<Option<OffsetDateTime>> {
+    fn key_safe_at(
+        &self,
+        service_id: Uuid,
+        kid: &str,
+        published_at: OffsetDateTime,
+    ) -> StoreResult<Option<OffsetDateTime>> {
         let service = id_text(service_id);
-        self.read(|conn| safe_at(conn, &service, kid)?.map(instant).transpose())
+        let published = millis(published_at);
+        self.read(|conn| {
+            safe_at(conn, &service, kid, published)?
+                .map(instant)
+                .transpose()
+        })
     }
 
     /// Outside the change log, like the counts it is derived from; the first time recorded
-    /// stays (`ON CONFLICT DO NOTHING`).
+    /// stays (`ON CONFLICT DO NOTHING`), once an earlier key's under the `kid` is deleted.
     fn record_key_safe(
         &self,
         service_id: Uuid,
         kid: &str,
+        published_at: OffsetDateTime,
         at: OffsetDateTime,
     ) -> StoreResult<OffsetDateTime> {
         let service = id_text(service_id);
+        let published = millis(published_at);
         self.write_aside(|conn| {
+            let earlier = key_readiness::table
+                .filter(key_readiness::service_id.eq(&service))
+                .filter(key_readiness::kid.eq(kid))
+                .filter(key_readiness::safe_at.lt(published));
+            on_backend!(&mut *conn, |c| diesel::delete(earlier).execute(c))?;
             let row = (
                 key_readiness::service_id.eq(&service),
                 key_readiness::kid.eq(kid),
@@ -49,7 +68,7 @@ impl ReadinessLog for Store {
                 .on_conflict((key_readiness::service_id, key_readiness::kid))
                 .do_nothing()
                 .execute(c))?;
-            let stored = safe_at(conn, &service, kid)?;
+            let stored = safe_at(conn, &service, kid, published)?;
             instant(stored.ok_or(Failure(StoreError::NotFound))?)
         })
     }

@@ -341,3 +341,42 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
         "{events}"
     );
 }
+
+#[test]
+fn a_key_under_a_kid_used_before_is_not_safe_by_the_earlier_key() {
+    let server = server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    assert_eq!(
+        put(&server, &acme.token, &sub, &["k1"], Some(json!(0))),
+        200
+    );
+    let first = readiness(&server, &acme.token, &sub, "k1");
+    assert_eq!(first["safeToSign"], true, "{first}");
+
+    // The key is withdrawn, and a key under the same kid is published later.
+    let path = format!("/services/{sub}/config");
+    let response = server
+        .authed(Method::DELETE, &path, &acme.token)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    server.advance_clock(5);
+    assert_eq!(
+        put(&server, &acme.token, &sub, &["k1"], Some(json!(600))),
+        200
+    );
+    let again = readiness(&server, &acme.token, &sub, "k1");
+    assert_eq!(again["safeToSign"], false, "{again}");
+    assert_eq!(again["safeToSignAt"], Value::Null, "{again}");
+    assert_eq!(pending(&again), ["lead"]);
+
+    server.advance_clock(600);
+    let safe = readiness(&server, &acme.token, &sub, "k1");
+    assert_eq!(safe["safeToSign"], true, "{safe}");
+    let at = |member: &str| {
+        let text = safe[member].as_str().unwrap_or_default();
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).unwrap()
+    };
+    assert!(at("safeToSignAt") >= at("firstPublishedAt"), "{safe}");
+}

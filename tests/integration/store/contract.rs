@@ -2265,26 +2265,50 @@ fn the_first_time_a_key_is_found_safe_stays_on_every_store() {
 
 fn the_first_time_a_key_is_found_safe_stays(store: &dyn Storage) {
     const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    let published = NOON - Duration::minutes(10);
     let service = Uuid::new_v4();
-    assert_eq!(store.key_safe_at(service, "k2").unwrap(), None);
+    assert_eq!(store.key_safe_at(service, "k2", published).unwrap(), None);
     let at = NOON + Duration::milliseconds(1234) + Duration::nanoseconds(999);
     let kept = NOON + Duration::milliseconds(1234);
     assert_eq!(
-        store.record_key_safe(service, "k2", at).unwrap(),
+        store.record_key_safe(service, "k2", published, at).unwrap(),
         kept,
         "to the millisecond"
     );
     // Another replica found it safe later: the first time stays.
     let later = NOON + Duration::minutes(5);
-    assert_eq!(store.record_key_safe(service, "k2", later).unwrap(), kept);
-    assert_eq!(store.key_safe_at(service, "k2").unwrap(), Some(kept));
-    assert_eq!(store.key_safe_at(service, "k3").unwrap(), None);
-    assert_eq!(store.key_safe_at(Uuid::new_v4(), "k2").unwrap(), None);
+    let recorded = store.record_key_safe(service, "k2", published, later);
+    assert_eq!(recorded.unwrap(), kept);
+    assert_eq!(
+        store.key_safe_at(service, "k2", published).unwrap(),
+        Some(kept)
+    );
+    assert_eq!(store.key_safe_at(service, "k3", published).unwrap(), None);
+    assert_eq!(
+        store.key_safe_at(Uuid::new_v4(), "k2", published).unwrap(),
+        None
+    );
+    // A key published under the same kid after that one was withdrawn is not safe by it.
+    let again = NOON + Duration::hours(1);
+    assert_eq!(store.key_safe_at(service, "k2", again).unwrap(), None);
+    let its_own = again + Duration::minutes(10);
+    let recorded = store.record_key_safe(service, "k2", again, its_own);
+    assert_eq!(recorded.unwrap(), its_own);
+    assert_eq!(
+        store.key_safe_at(service, "k2", again).unwrap(),
+        Some(its_own)
+    );
     // Kept as long as the evidence it came from.
     store.prune_fetches(NOON).unwrap();
-    assert_eq!(store.key_safe_at(service, "k2").unwrap(), Some(kept));
-    assert_eq!(store.prune_fetches(later).unwrap(), 1);
-    assert_eq!(store.key_safe_at(service, "k2").unwrap(), None);
+    assert_eq!(
+        store.key_safe_at(service, "k2", again).unwrap(),
+        Some(its_own)
+    );
+    assert_eq!(
+        store.prune_fetches(its_own + Duration::minutes(1)).unwrap(),
+        1
+    );
+    assert_eq!(store.key_safe_at(service, "k2", again).unwrap(), None);
 }
 
 #[test]
@@ -2524,7 +2548,7 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
     store
         .record_fetches(&[fetched_from(s.id, now, "aws", &["10.0.1.0/24"])])
         .unwrap();
-    store.record_key_safe(s.id, "k1", now).unwrap();
+    store.record_key_safe(s.id, "k1", now, now).unwrap();
     store.record_purge(s.id, now).unwrap();
     let before = store.latest_change().unwrap();
 
@@ -2535,7 +2559,7 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
         .verifier_fetches(s.id, &agents, now)
         .unwrap()
         .is_empty());
-    assert_eq!(store.key_safe_at(s.id, "k1").unwrap(), None);
+    assert_eq!(store.key_safe_at(s.id, "k1", now).unwrap(), None);
     assert_eq!(store.purged_through(s.id).unwrap(), None);
     assert_eq!(store.customer(c.id).unwrap(), None);
     assert_eq!(store.customer_by_tenant("acme").unwrap(), None);

@@ -147,10 +147,11 @@ pub fn assess_key(
 ) -> Result<(Readiness, Option<OffsetDateTime>), AppError> {
     let kid = key.kid.as_str();
     let assessed = evidence(registry, service, key, purging, now)?;
-    let safe_at = match registry.store.key_safe_at(service.id, kid)? {
+    let published = key.first_published_at;
+    let safe_at = match registry.store.key_safe_at(service.id, kid, published)? {
         Some(at) => Some(at),
         None => match assessed.safe_at {
-            Some(at) => Some(registry.store.record_key_safe(service.id, kid, at)?),
+            Some(at) => Some((registry.store).record_key_safe(service.id, kid, published, at)?),
             None => None,
         },
     };
@@ -282,13 +283,15 @@ pub fn purged(
     let purged_now = (keys.keys.iter())
         .filter(|k| k.is_published_at(now) && millis(k.first_published_at) <= changed_at);
     for key in purged_now {
-        if registry.store.key_safe_at(service_id, &key.kid)?.is_some() {
+        let published = key.first_published_at;
+        if (registry.store)
+            .key_safe_at(service_id, &key.kid, published)?
+            .is_some()
+        {
             continue;
         }
         if let Some(at) = evidence(registry, &service, key, true, now)?.safe_at {
-            registry
-                .store
-                .record_key_safe(service_id, &key.kid, at.max(now))?;
+            (registry.store).record_key_safe(service_id, &key.kid, published, at.max(now))?;
         }
     }
     Ok(())

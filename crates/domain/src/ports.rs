@@ -211,8 +211,14 @@ pub trait ServiceStore: Send + Sync {
     ) -> StoreResult<Vec<Uuid>>;
     /// The published configuration of a service.
     fn config(&self, service_id: Uuid) -> StoreResult<Option<PublishedConfig>>;
-    /// Removes a published configuration; `false` when nothing was published.
-    fn delete_config(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
+    /// Removes a published configuration unless `keep` holds of it as the write finds it;
+    /// `false` when nothing was published or it was kept.
+    fn delete_config(
+        &self,
+        service_id: Uuid,
+        keep: &dyn Fn(&PublishedConfig) -> bool,
+        event: &AuditEvent,
+    ) -> StoreResult<bool>;
     /// What the service whose subdomain is `subdomain` (case folded) publishes, when it does:
     /// one indexed read, what a replica reads for a subdomain whose documents are not in memory.
     /// A row that cannot be read back is `None` (and logged).

@@ -644,11 +644,17 @@ impl ServiceStore for MemoryStore {
         Ok(self.lock().configs.get(&service_id).cloned())
     }
 
-    fn delete_config(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
+    fn delete_config(
+        &self,
+        service_id: Uuid,
+        keep: &dyn Fn(&PublishedConfig) -> bool,
+        event: &AuditEvent,
+    ) -> StoreResult<bool> {
         let mut s = self.lock();
-        if s.configs.remove(&service_id).is_none() {
+        if s.configs.get(&service_id).is_none_or(keep) {
             return Ok(false);
         }
+        s.configs.remove(&service_id);
         s.commit(event, &[Change::Service(service_id)]);
         Ok(true)
     }

@@ -329,14 +329,24 @@ impl ServiceStore for Store {
         })
     }
 
-    fn delete_config(&self, service_id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
+    fn delete_config(
+        &self,
+        service_id: Uuid,
+        keep: &dyn Fn(&PublishedConfig) -> bool,
+        event: &AuditEvent,
+    ) -> StoreResult<bool> {
+        let id = id_text(service_id);
         self.write(Some(event), |conn, changed| {
-            let deleted =
-                diesel::delete(published_configs::table.find(id_text(service_id))).execute(conn)?;
-            if deleted > 0 {
-                changed.push(Change::Service(service_id));
+            let stored = (published_configs::table.find(&id))
+                .get_result::<ConfigRow>(conn)
+                .optional()?;
+            match stored.map(ConfigRow::into_domain).transpose()? {
+                Some(config) if !keep(&config) => {}
+                _ => return Ok(false),
             }
-            Ok(deleted > 0)
+            diesel::delete(published_configs::table.find(&id)).execute(conn)?;
+            changed.push(Change::Service(service_id));
+            Ok(true)
         })
     }
 

@@ -694,9 +694,13 @@ fn publishing_inserts_then_replaces_and_unpublishing_removes(store: &dyn Storage
     assert_eq!(store.config(s.id).unwrap(), Some(second.clone()));
     assert_eq!(store.config(other.id).unwrap(), None);
 
-    assert!(store.delete_config(s.id, &ev()).unwrap());
+    // A configuration the write finds as one to keep stays (the check is the write's own).
+    let kept = |c: &PublishedConfig| c.jwks == second.jwks;
+    assert!(!store.delete_config(s.id, &kept, &ev()).unwrap());
+    assert_eq!(store.config(s.id).unwrap(), Some(second.clone()));
+    assert!(store.delete_config(s.id, &|_| false, &ev()).unwrap());
     assert_eq!(store.config(s.id).unwrap(), None);
-    assert!(!store.delete_config(s.id, &ev()).unwrap());
+    assert!(!store.delete_config(s.id, &|_| false, &ev()).unwrap());
     assert_eq!(store.service(s.id).unwrap(), Some(s), "the service stays");
     assert_eq!(
         store
@@ -917,7 +921,7 @@ fn published_by_subdomain_finds_what_a_service_publishes(store: &dyn Storage) {
             "{nothing:?}"
         );
     }
-    assert!(store.delete_config(a.id, &ev()).unwrap());
+    assert!(store.delete_config(a.id, &|_| false, &ev()).unwrap());
     assert_eq!(store.published_by_subdomain("a-acme").unwrap(), None);
 }
 
@@ -1473,7 +1477,7 @@ fn every_write_to_services_and_accounts_is_logged_in_order(store: &dyn Storage) 
             &ev(),
         )
         .unwrap();
-    store.delete_config(s.id, &ev()).unwrap();
+    store.delete_config(s.id, &|_| false, &ev()).unwrap();
     let a = account(c.id, "ci", static_policy(&["*"]), 3);
     store
         .create_account(&a, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
@@ -1537,7 +1541,7 @@ fn failed_and_empty_writes_log_nothing(store: &dyn Storage) {
         .create_service(&registered(c.id, "web-acme", 2), None, Ceiling(1), &ev())
         .is_err());
     assert!(!store.delete_service(Uuid::new_v4(), &ev()).unwrap());
-    assert!(!store.delete_config(s.id, &ev()).unwrap());
+    assert!(!store.delete_config(s.id, &|_| false, &ev()).unwrap());
     assert!(!store.update_config(s.id, &mut |_| None, &ev()).unwrap());
     assert!(!store.delete_account(Uuid::new_v4(), &ev()).unwrap());
     assert!(store
@@ -1670,7 +1674,9 @@ fn events_are_written_with_their_change_and_only_with_it(store: &dyn Storage) {
         .create_service(&over, None, Ceiling(1), &refused)
         .is_err());
     let nothing = event(Action::ConfigDelete, Some(acme.id), 3);
-    assert!(!store.delete_config(service.id, &nothing).unwrap());
+    assert!(!store
+        .delete_config(service.id, &|_| false, &nothing)
+        .unwrap());
     let unwritten = event(Action::ConfigPut, Some(acme.id), 4);
     assert!(!store
         .update_config(service.id, &mut |_| None, &unwritten)

@@ -199,7 +199,32 @@ pub fn withdraw(
     let holds_managed = |config: &PublishedConfig| {
         (config.keys.keys.iter()).any(|k| k.retired_at.is_none() && k.held_by(managed))
     };
-    // `None`: nothing published; `Some(false)`: nothing managed either.
+    // A managed key published meanwhile (signing turned on) is kept: withdraw again.
+    loop {
+        match withdraw_uploads(registry, service, &holds_managed, &event, now)? {
+            Some(true) => return Ok(()),
+            // Nothing managed: the whole configuration goes, as it always did.
+            Some(false)
+                if (registry.store).delete_config(service.id, &holds_managed, &event)? =>
+            {
+                return Ok(())
+            }
+            Some(false) => continue,
+            None => return Err(nothing_published(&service.subdomain)),
+        }
+    }
+}
+
+/// Withdraws the uploaded keys of `service`'s configuration when it `holds_managed` keys (they
+/// stay): `None` when nothing is published, else whether it holds them.
+fn withdraw_uploads(
+    registry: &Registry,
+    service: &Service,
+    holds_managed: &dyn Fn(&PublishedConfig) -> bool,
+    event: &crate::audit::AuditEvent,
+    now: OffsetDateTime,
+) -> Result<Option<bool>, AppError> {
+    let managed = crate::signing::MANAGED_SOURCE;
     let mut managed_kept = None;
     registry
         .store
@@ -240,17 +265,12 @@ pub fn withdraw(
                     ..current
                 })
             },
-            &event,
+            event,
         )
         .map_err(AppError::gone(|| {
             format!("no service {:?}", service.subdomain)
         }))?;
-    match managed_kept {
-        Some(true) => Ok(()),
-        // Nothing managed: the whole configuration goes, as it always did.
-        Some(false) if registry.store.delete_config(service.id, &event)? => Ok(()),
-        _ => Err(nothing_published(&service.subdomain)),
-    }
+    Ok(managed_kept)
 }
 
 /// `config` with `keys` instead of its own (a source removed, a retired key withdrawn: a new

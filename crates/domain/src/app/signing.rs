@@ -134,18 +134,24 @@ fn write(
     now: OffsetDateTime,
 ) -> Result<bool, AppError> {
     // The verifiers of a key first published now read a week of fetch evidence: only when this
-    // write may publish one (a key made for it, or a managed key the key set lacks).
-    let first_publication = adds_key
-        || match expected {
-            Some(signing) => unpublished(registry, service, signing)?,
-            None => true,
-        };
+    // write may publish one (a key made for it, or a managed key the key set lacks, as the
+    // write finds the key set: then it is written again with them).
+    let first_publication = adds_key || expected.is_none();
     let verifiers = match first_publication {
         true => config::verifiers_at(registry, service.id, now)?,
         false => Vec::new(),
     };
+    let mut lacks_verifiers = false;
     let mut change = |stored: Option<Signing>, config: Option<PublishedConfig>| {
         if expected.is_some() && stored.as_ref() != expected {
+            return None;
+        }
+        if !first_publication
+            && stored
+                .as_ref()
+                .is_some_and(|s| unpublished(config.as_ref(), s))
+        {
+            lacks_verifiers = true;
             return None;
         }
         let signing = apply(stored)?;
@@ -155,12 +161,17 @@ fn write(
             signing: (!signing.keys.is_empty()).then_some(signing),
         })
     };
-    registry
-        .store
+    let written = (registry.store)
         .update_signing(service.id, &mut change, event)
         .map_err(AppError::gone(|| {
             format!("no service {:?}", service.subdomain)
-        }))
+        }))?;
+    match lacks_verifiers {
+        true => write(
+            registry, service, expected, true, apply, event, held_until, now,
+        ),
+        false => Ok(written),
+    }
 }
 
 /// Whether the service's key set has room for one more key: its cap counts every source's keys,
@@ -183,15 +194,12 @@ fn key_set_full() -> AppError {
     ))
 }
 
-/// Whether a managed key of `signing` is missing from the service's key set.
-fn unpublished(
-    registry: &Registry,
-    service: &Service,
-    signing: &Signing,
-) -> Result<bool, AppError> {
-    let keys = config::key_state(registry, service)?;
-    Ok((signing.keys.iter())
-        .any(|managed| !(keys.keys.iter()).any(|k| k.kid == managed.kid && k.retired_at.is_none())))
+/// Whether a managed key of `signing` is missing from the service's key set (`config`).
+fn unpublished(config: Option<&PublishedConfig>, signing: &Signing) -> bool {
+    let current = |kid: &str| {
+        config.is_some_and(|c| (c.keys.keys.iter()).any(|k| k.kid == kid && k.retired_at.is_none()))
+    };
+    (signing.keys.iter()).any(|managed| !current(&managed.kid))
 }
 
 /// The event of a transition the registry makes by itself (a rotation at the end of the period,
@@ -1172,6 +1180,50 @@ mod tests {
         )
         .unwrap();
         assert_eq!(view["keys"][0]["state"], "next", "{view}");
+    }
+
+    #[test]
+    fn a_managed_key_the_key_set_lost_is_published_again_with_its_verifiers() {
+        use crate::network::Network;
+        use crate::ports::{
+            AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
+        };
+        let (registry, store, caller, service) = setup();
+        on_at_once(&registry, &caller, &service);
+        // The key set went with the configuration (another replica's write), and a verifier
+        // fetched the service's key set in two hours since.
+        let event = caller.service_event(Action::ConfigDelete, &service, T0);
+        assert!(store.delete_config(service.id, &|_| false, &event).unwrap());
+        for hours in [1, 2] {
+            let fetched_at = T0 + Duration::hours(hours);
+            let fetch = DocumentFetches {
+                service_id: service.id,
+                document: FetchedDocument::Jwks,
+                ok: 1,
+                not_modified: 0,
+                last_at: fetched_at,
+                agents: vec![AgentFetches {
+                    agent: "aws".into(),
+                    count: 1,
+                    last_at: fetched_at,
+                    networks: vec![NetworkFetch {
+                        network: Network::of("10.0.1.7".parse().unwrap()),
+                        last_at: fetched_at,
+                    }],
+                }],
+            };
+            store.record_fetches(&[fetch]).unwrap();
+        }
+        // A settings change finds the key missing: the write that publishes it again fixes
+        // its verifiers, as for any key first published.
+        let later = T0 + Duration::hours(3);
+        let changed = json!({"leadSeconds": 0, "maxTokenSeconds": 600});
+        put(&registry, &caller, &service, &changed, false, later).unwrap();
+        let keys = config::key_state(&registry, &service).unwrap();
+        let verifiers = keys.keys[0].verifiers.as_ref().expect("fixed verifiers");
+        let agents: Vec<&str> = verifiers.iter().map(|v| v.agent.as_str()).collect();
+        assert_eq!(agents, ["aws"]);
+        assert_eq!(keys.keys[0].first_published_at, later);
     }
 
     #[test]

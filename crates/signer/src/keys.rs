@@ -47,9 +47,16 @@ struct Progress {
     finished: u64,
 }
 
-/// What the copy learned of each key the registry lists: its DER, or `None` when it has none
-/// kube-apiserver can use (a key type it cannot verify with, a retired key never met).
-type Material = HashMap<String, Option<Vec<u8>>>;
+/// What the copy learned of each key the registry lists, by `kid`: what it was read from (the
+/// listing's `publicKey` or `jwk`: a `kid` published again with other material is read again),
+/// and its DER, or `None` when it has none kube-apiserver can use (a key type it cannot verify
+/// with, a retired key never met).
+type Material = HashMap<String, (String, Option<Vec<u8>>)>;
+
+/// The DER `material` holds for `kid` when it was read from `origin`.
+fn known<'m>(material: &'m Material, kid: &str, origin: &str) -> Option<&'m Option<Vec<u8>>> {
+    (material.get(kid)).and_then(|(from, der)| (from == origin).then_some(der))
+}
 
 /// The copy of `service`'s keys.
 #[derive(Debug)]
@@ -183,18 +190,19 @@ impl KeyCopy {
                     continue;
                 };
                 listed.insert(kid.to_owned());
-                let der = match material.get(kid) {
+                let public = key.get("publicKey").and_then(Value::as_str);
+                let origin = public.unwrap_or_default();
+                let der = match known(material, kid, origin) {
                     Some(known) => known.clone(),
                     None => {
-                        let der = (key.get("publicKey").and_then(Value::as_str))
-                            .ok_or_else(|| "no publicKey".to_owned())
+                        let der = (public.ok_or_else(|| "no publicKey".to_owned()))
                             .and_then(spki_of_base64);
                         let der = der
                             .map_err(|reason| {
                                 tracing::warn!(service = self.service, kid, %reason, "FetchKeys leaves out a managed key");
                             })
                             .ok();
-                        material.insert(kid.to_owned(), der.clone());
+                        material.insert(kid.to_owned(), (origin.to_owned(), der.clone()));
                         der
                     }
                 };
@@ -211,18 +219,25 @@ impl KeyCopy {
                 continue;
             }
             listed.insert(kid.to_owned());
-            if let Some(known) = material.get(kid) {
+            // A listing without a `jwk` tells nothing new of the key: what was read stays.
+            let origin = entry.get("jwk").map(Value::to_string);
+            let reused = match &origin {
+                Some(origin) => known(material, kid, origin),
+                None => material.get(kid).map(|(_, der)| der),
+            };
+            let origin = origin.unwrap_or_default();
+            if let Some(known) = reused {
                 keys.extend(known.clone().map(|der| key_of(kid, der)));
                 continue;
             }
             match entry.get("jwk").map(spki_of_jwk) {
                 Some(Ok(der)) => {
-                    material.insert(kid.to_owned(), Some(der.clone()));
+                    material.insert(kid.to_owned(), (origin, Some(der.clone())));
                     keys.push(key_of(kid, der));
                 }
                 Some(Err(reason)) => {
                     tracing::warn!(service = self.service, kid, source, %reason, "FetchKeys leaves out a key kube-apiserver cannot verify with");
-                    material.insert(kid.to_owned(), None);
+                    material.insert(kid.to_owned(), (origin, None));
                 }
                 None => {
                     tracing::warn!(
@@ -231,7 +246,7 @@ impl KeyCopy {
                         source,
                         "GET …/keys answered no jwk: FetchKeys leaves the key out"
                     );
-                    material.insert(kid.to_owned(), None);
+                    material.insert(kid.to_owned(), (origin, None));
                 }
             }
         }

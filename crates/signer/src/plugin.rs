@@ -468,6 +468,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_kid_published_again_with_other_material_is_answered_with_the_new() {
+        let registry = FakeRegistry::start().await;
+        let (m1, m1_entry) = managed("m1", "current");
+        let (old, old_jwk) = uploaded("u1");
+        registry.set("GET", SIGNING, 200, signing(&[&m1_entry]));
+        let inventory = |jwk: &Value| json!({"keys": [listed("m1", "current", "managed"), listed_jwk(jwk, "current", "blue")]});
+        registry.set("GET", KEYS, 200, inventory(&old_jwk));
+        let mut plugin = Running::start(registry.api()).await;
+        assert_eq!(
+            plugin.fetch_keys().await.unwrap().keys,
+            [key("m1", &m1), key("u1", &old)]
+        );
+        // u1 was withdrawn (compromised) and a new key published under its kid.
+        let (new, new_jwk) = uploaded("u1");
+        registry.set("GET", KEYS, 200, inventory(&new_jwk));
+        plugin.keys.refresh().await.unwrap();
+        assert_eq!(
+            plugin.fetch_keys().await.unwrap().keys,
+            [key("m1", &m1), key("u1", &new)]
+        );
+        plugin.stop().await;
+        registry.stop().await;
+    }
+
+    #[tokio::test]
     async fn retired_keys_are_answered_met_or_not_and_one_without_material_is_left_out() {
         let registry = FakeRegistry::start().await;
         let (m1, m1_entry) = managed("m1", "current");

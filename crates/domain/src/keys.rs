@@ -607,26 +607,31 @@ pub fn upload(
     };
     // A key the registry holds for managed signing is published by it alone: a copy of its
     // material, under its kid or another, would outlive its withdrawal (a compromise must end
-    // every token it signed). Its kid with other material is `kid-reused`, as for any other
-    // source's key.
+    // every token it signed), and one withdrawn in the days the service remembers it may be
+    // a compromised key a stale copy still lists. Its kid with other material is `kid-reused`,
+    // as for any other source's key.
     let managed = |jwk: &Map<String, Value>| {
         let print = thumbprint(jwk)?;
-        (previous.keys.iter())
+        let held = (previous.keys.iter())
             .find(|k| k.thumbprint == print && k.held_by(MANAGED_SOURCE))
-            .map(|k| k.kid.clone())
+            .map(|k| format!("is managed signing key {:?}", k.kid));
+        held.or_else(|| {
+            (previous.withdrawn.iter())
+                .find(|w| w.thumbprint == print && w.source == MANAGED_SOURCE)
+                .map(|w| format!("was managed signing key {:?}, withdrawn", w.kid))
+        })
     };
     let unusable: Violations = keys
         .iter()
         .enumerate()
         .filter_map(|(i, key)| {
             let jwk = key.as_object()?;
-            if let Some(kid) = managed(jwk) {
+            if let Some(which) = managed(jwk) {
                 return Some(Violation::new(
                     format!("/jwks/keys/{i}"),
                     format!(
-                        "this is managed signing key {kid:?} of this service: the registry \
-                         publishes it itself (source \"managed\") and withdraws it; upload only \
-                         the keys you hold"
+                        "this {which} of this service: the registry publishes its keys itself \
+                         (source \"managed\") and withdraws them; upload only the keys you hold"
                     ),
                 ));
             }

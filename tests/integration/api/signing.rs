@@ -388,6 +388,21 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
         .unwrap();
     let problem = assert_problem(refused, 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/jwks/keys/1"], "{problem}");
+    // Once withdrawn by a compromise, a stale copy of the key list cannot bring it back.
+    let response = rotate(&server, &acme.token, &sub, true);
+    assert_eq!(response.status(), 200);
+    let refused = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{sub}/config?source=green"),
+            &acme.token,
+        )
+        .json(&copied)
+        .send()
+        .unwrap();
+    let problem = assert_problem(refused, 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/jwks/keys/1"], "{problem}");
+    assert!(problem.to_string().contains("withdrawn"), "{problem}");
 }
 
 #[test]

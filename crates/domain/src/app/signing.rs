@@ -372,11 +372,36 @@ pub fn withdraw_key(
     kid: &str,
     now: OffsetDateTime,
 ) -> Result<Option<()>, AppError> {
+    // A signature recorded meanwhile (`lastSignedAt`) changes the state: read it again.
+    for _ in 0..WRITE_ATTEMPTS {
+        if let Some(done) = try_withdraw_key(registry, caller, service, kid, now)? {
+            return Ok(done);
+        }
+    }
+    Err(changed_meanwhile())
+}
+
+/// How many times a call that writes over the managed signing it read tries, when another
+/// write (a signature recorded, the step) changed it in between.
+const WRITE_ATTEMPTS: usize = 8;
+
+fn changed_meanwhile() -> AppError {
+    AppError::Conflict("managed signing changed meanwhile: try again".to_owned())
+}
+
+/// One attempt of [`withdraw_key`]: `None` when the state changed since it was read.
+fn try_withdraw_key(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    kid: &str,
+    now: OffsetDateTime,
+) -> Result<Option<Option<()>>, AppError> {
     let Some(stored) = registry.store.signing(service.id)? else {
-        return Ok(None);
+        return Ok(Some(None));
     };
     let Some(key) = stored.keys.iter().find(|k| k.kid == kid) else {
-        return Ok(None);
+        return Ok(Some(None));
     };
     if key.stage != Stage::Retiring {
         return Err(AppError::Conflict(format!(
@@ -397,7 +422,7 @@ pub fn withdraw_key(
         signing.withdraw(&kids);
         Some(signing)
     };
-    if !write(
+    let written = write(
         registry,
         service,
         Some(&stored),
@@ -406,12 +431,8 @@ pub fn withdraw_key(
         Some(&event),
         None,
         now,
-    )? {
-        return Err(AppError::Conflict(
-            "managed signing changed meanwhile: try again".to_owned(),
-        ));
-    }
-    Ok(Some(()))
+    )?;
+    Ok(written.then_some(Some(())))
 }
 
 /// `DELETE /services/{s}/signing`: nothing signs from now on; every managed key stays published
@@ -422,31 +443,33 @@ pub fn delete(
     service: &Service,
     now: OffsetDateTime,
 ) -> Result<(), AppError> {
-    let stored = registry.store.signing(service.id)?;
-    let Some(on) = stored.filter(|s| s.enabled) else {
-        return Err(not_on(service));
-    };
     let event = caller.service_event(Action::SigningDisable, service, now);
     let mut apply = |stored: Option<Signing>| {
         let mut signing = stored?;
         signing.disable(now);
         Some(signing)
     };
-    if !write(
-        registry,
-        service,
-        Some(&on),
-        false,
-        &mut apply,
-        Some(&event),
-        None,
-        now,
-    )? {
-        return Err(AppError::Conflict(
-            "managed signing changed meanwhile: try again".to_owned(),
-        ));
+    // A signature recorded meanwhile (`lastSignedAt`) changes the state: read it again.
+    for _ in 0..WRITE_ATTEMPTS {
+        let stored = registry.store.signing(service.id)?;
+        let Some(on) = stored.filter(|s| s.enabled) else {
+            return Err(not_on(service));
+        };
+        let expected = Some(&on);
+        if write(
+            registry,
+            service,
+            expected,
+            false,
+            &mut apply,
+            Some(&event),
+            None,
+            now,
+        )? {
+            return Ok(());
+        }
     }
-    Ok(())
+    Err(changed_meanwhile())
 }
 
 /// `POST /services/{s}/signing/rotate[?compromised=true]`: a next key is made and published;
@@ -460,6 +483,26 @@ pub fn rotate(
     purging: bool,
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
+    // A compromise's event names the keys it withdraws: it writes only over the state it read,
+    // read again when another write (a signature recorded, the step) changed it in between.
+    for _ in 0..WRITE_ATTEMPTS {
+        if try_rotate(registry, caller, service, compromised, now)? {
+            advance(registry, service, purging, now)?;
+            return get(registry, service);
+        }
+    }
+    Err(changed_meanwhile())
+}
+
+/// One attempt of [`rotate`]: whether it was written (`false`: a compromise's state changed
+/// since it was read).
+fn try_rotate(
+    registry: &Registry,
+    caller: &Caller,
+    service: &Service,
+    compromised: bool,
+    now: OffsetDateTime,
+) -> Result<bool, AppError> {
     let stored = registry.store.signing(service.id)?;
     let Some(on) = stored.filter(|s| s.enabled) else {
         return Err(not_on(service));
@@ -503,10 +546,11 @@ pub fn rotate(
         }
         Some(signing)
     };
+    let expected = compromised.then_some(&on);
     let written = write(
         registry,
         service,
-        None,
+        expected,
         true,
         &mut apply,
         Some(&event),
@@ -516,11 +560,11 @@ pub fn rotate(
     if let Some(refused) = refused {
         return Err(refused);
     }
-    if !written {
-        return Err(not_on(service));
+    match (written, compromised) {
+        (true, _) => Ok(true),
+        (false, true) => Ok(false),
+        (false, false) => Err(not_on(service)),
     }
-    advance(registry, service, purging, now)?;
-    get(registry, service)
 }
 
 fn in_progress(next: &ManagedKey) -> AppError {

@@ -111,10 +111,9 @@ const SIGNING_BATCH: usize = 100;
 /// with something due (a next key to check, a rotation to start, a retiring key to withdraw),
 /// one step. Every replica runs it; each transition is written once, by whichever gets there
 /// first, and what is due is read from the database, so a restart resumes where it stopped.
+/// Without a data key it still switches and withdraws keys (neither needs a private key); a
+/// rotation due fails, logged, once a minute per service.
 pub async fn step_signing(state: web::Data<AppState>) {
-    if state.registry.managed_keys.is_none() {
-        return;
-    }
     let purging = state.purging();
     let mut interval = tokio::time::interval(SIGNING_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

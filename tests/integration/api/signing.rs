@@ -924,3 +924,39 @@ fn a_rotation_started_before_a_restart_finishes_after_it() {
         kids(s, "current") == next && s["keys"].as_array().unwrap().len() == 1
     });
 }
+
+#[test]
+fn retiring_keys_leave_on_a_registry_started_without_the_data_key() {
+    let first = signing_server();
+    let (acme, sub, issuer, _) =
+        signing_service(&first, json!({"leadSeconds": 0, "maxTokenSeconds": 600}));
+    let signer = account_for(&first, &acme, &sub, &["tokens:sign"]);
+    let (status, signed) = sign(&first, &signer, &sub, &payload(&issuer, now(), 600));
+    assert_eq!(status, 200, "{signed}");
+    let response = (first.authed(
+        Method::DELETE,
+        &format!("/services/{sub}/signing"),
+        &acme.token,
+    ))
+    .send()
+    .unwrap();
+    assert_eq!(response.status(), 204);
+    let database_url = first.database_url.clone();
+    drop(first);
+    // Withdrawing a key needs no private key: a registry without the data key still does it.
+    let second = TestServer::start_with(ServerOptions {
+        database_url: Some(database_url),
+        ..ServerOptions::default()
+    });
+    let managed = |server: &TestServer| {
+        let listed = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+        (listed["keys"].as_array().unwrap().iter())
+            .filter(|k| k["source"] == "managed")
+            .count()
+    };
+    assert_eq!(managed(&second), 1);
+    // Its tokens expire 600 s after it last signed; 300 s more, and it leaves.
+    second.advance_clock(600 + 300 + 61);
+    let left = within(Duration::from_secs(30), || managed(&second) == 0);
+    assert!(left, "the retiring key stayed published");
+}

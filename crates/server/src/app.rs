@@ -77,7 +77,7 @@ pub fn pending_migrations(url: &str) -> anyhow::Result<Vec<String>> {
 fn opened<T>(connected: Result<T, registry_store::SetupError>, url: &str) -> anyhow::Result<T> {
     connected.with_context(|| {
         format!(
-            "cannot open the database {} (REGISTRY_DATABASE_URL)",
+            "cannot open the database {} (--database-url, REGISTRY_DATABASE_URL)",
             redact(url)
         )
     })
@@ -95,18 +95,31 @@ fn migrated(
     Ok(store)
 }
 
-/// A database URL without its password, for messages.
+/// A database URL without its password, for messages: the one in its user part, and any query
+/// parameter whose name ends with `password` (libpq's `?password=`, `?sslpassword=`).
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut redacted = match (base.find("://"), base.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => match base[scheme + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &base[..scheme + 3], &base[at..]),
+            None => base.to_owned(),
+        },
+        _ => base.to_owned(),
+    };
+    if let Some(query) = query {
+        let secret = |name: &str| name.to_ascii_lowercase().ends_with("password");
+        let parameters: Vec<String> = (query.split('&'))
+            .map(|parameter| match parameter.split_once('=') {
+                Some((name, _)) if secret(name) => format!("{name}=***"),
+                _ => parameter.to_owned(),
+            })
+            .collect();
+        redacted = format!("{redacted}?{}", parameters.join("&"));
     }
+    redacted
 }
 
 /// Runs the server until SIGTERM or SIGINT, then finishes in-flight requests: `registry serve`,
@@ -354,5 +367,24 @@ fn log_trust_roots() {
             dirs = %dirs.join(", "),
             "TLS trusts the certificate authorities found here"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn a_database_urls_password_is_masked_in_every_form() {
+        assert_eq!(
+            redact("postgres://registry:S3cret@db:5432/r?sslmode=require"),
+            "postgres://registry:***@db:5432/r?sslmode=require"
+        );
+        assert_eq!(
+            redact("postgres://registry@db/r?password=S3cret&sslmode=require&sslpassword=k"),
+            "postgres://registry@db/r?password=***&sslmode=require&sslpassword=***"
+        );
+        assert_eq!(redact("sqlite://registry.db"), "sqlite://registry.db");
+        assert_eq!(redact("postgres://db/r?PASSWORD=x"), "postgres://db/r?PASSWORD=***");
     }
 }

@@ -199,6 +199,20 @@ impl Store {
         if let Some(file) = missing_file(url)? {
             return Err(SetupError::NoDatabase(file.display().to_string()));
         }
+        // A SQLite file is looked at first over a bare connection: the pool's set each one up
+        // (WAL), which would rewrite a file that is no registry's database, or an empty one.
+        if let Target::Sqlite(path) = target::parse(url)? {
+            let bare = diesel::SqliteConnection::establish(&path).map_err(|e| {
+                SetupError::Unreachable {
+                    backend: Backend::Sqlite.as_str(),
+                    reason: e.to_string(),
+                }
+            });
+            let has_schema = crate::migrate::has_schema(&mut Db::Sqlite(bare?));
+            if !has_schema.map_err(SetupError::Migration)? {
+                return Err(SetupError::NoSchema);
+            }
+        }
         let store = Store::open(url, Pooling::Command)?;
         let mut conn = store.setup_conn()?;
         let has_schema = crate::migrate::has_schema(&mut conn).map_err(SetupError::Migration)?;

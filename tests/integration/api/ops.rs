@@ -677,6 +677,9 @@ fn commands_never_invent_a_database() {
     let (code, _, stderr) = run_registry(&["customer", "list", "--database-url", &empty_url], &[]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("holds no registry"), "{stderr}");
+    // Left as it was: no database written into it, no journal files beside it.
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0);
+    assert!(!dir.join("empty.db-wal").exists() && !dir.join("empty.db-shm").exists());
 
     // `migrate --check`: everything pending, nothing created; `migrate` creates and applies.
     let (code, stdout, _) = run_registry(&["migrate", "--check", "--database-url", &url], &[]);

@@ -385,6 +385,9 @@ mod tests {
             "postgres://registry@db/r?password=***&sslmode=require&sslpassword=***"
         );
         assert_eq!(redact("sqlite://registry.db"), "sqlite://registry.db");
-        assert_eq!(redact("postgres://db/r?PASSWORD=x"), "postgres://db/r?PASSWORD=***");
+        assert_eq!(
+            redact("postgres://db/r?PASSWORD=x"),
+            "postgres://db/r?PASSWORD=***"
+        );
     }
 }

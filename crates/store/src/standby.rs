@@ -119,9 +119,11 @@ fn run(lag: &Weak<Lag>, primary: &Pool, standby: &Pool) {
 const CURRENT: &str =
     "SELECT CAST(pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') AS DOUBLE PRECISION) AS bytes";
 
-/// How far a standby has replayed, in bytes (a primary, not in recovery, answers nothing).
-const REPLAYED: &str = "SELECT CAST(pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0') \
-     AS DOUBLE PRECISION) AS bytes WHERE pg_is_in_recovery()";
+/// How far a standby has replayed, in bytes; a primary (a standby promoted by a fail-over, the
+/// read URL still naming it) has all it wrote: its current position.
+const REPLAYED: &str = "SELECT CAST(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() \
+     THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, '0/0') \
+     AS DOUBLE PRECISION) AS bytes";
 
 #[derive(diesel::QueryableByName)]
 struct Position {

@@ -202,12 +202,11 @@ impl Store {
         // A SQLite file is looked at first over a bare connection: the pool's set each one up
         // (WAL), which would rewrite a file that is no registry's database, or an empty one.
         if let Target::Sqlite(path) = target::parse(url)? {
-            let bare = diesel::SqliteConnection::establish(&path).map_err(|e| {
-                SetupError::Unreachable {
+            let bare =
+                diesel::SqliteConnection::establish(&path).map_err(|e| SetupError::Unreachable {
                     backend: Backend::Sqlite.as_str(),
                     reason: e.to_string(),
-                }
-            });
+                });
             let has_schema = crate::migrate::has_schema(&mut Db::Sqlite(bare?));
             if !has_schema.map_err(SetupError::Migration)? {
                 return Err(SetupError::NoSchema);

@@ -15,7 +15,8 @@
 //!    503 `database-unavailable` with `Retry-After`, while public hosting, authenticated GETs
 //!    and federated authentication keep working from the standby, and `/readyz` stays 200 with
 //!    `"primary": "down"`.
-//! 3. The standby is promoted: writes resume within 10 s, neither registry restarted.
+//! 3. The standby is promoted: writes resume within 10 s, neither registry restarted, and
+//!    `/readyz` says both sides are up (the read URL names the promoted primary).
 //! 4. The ledger of acknowledged writes is checked against the promoted database: with
 //!    `remote_apply`, every write acknowledged before the kill is on the standby.
 
@@ -125,6 +126,17 @@ pub fn read_replica_and_fail_over(binary: &Path, work: &Path) -> Result<String> 
     );
     hb.call("GET", "/services", Some(&identity), None)?
         .expect(200, "a federated call on B after the fail-over")?;
+    // The read URL now names the promoted primary, which serves reads: both sides are up.
+    let both_up = wait_until(Duration::from_secs(10), || {
+        ha.call("GET", "/readyz", None, None).is_ok_and(|r| {
+            r.status == 200 && r.json()["primary"] == "up" && r.json()["readReplica"] == "up"
+        })
+    });
+    ensure!(
+        both_up.is_some(),
+        "GET /readyz after the fail-over: {}",
+        ha.call("GET", "/readyz", None, None)?.body
+    );
     let l = locked(&ledger);
     let verified = l
         .verify(ha, &token)

@@ -58,6 +58,15 @@ impl Issuers {
     /// The issuers of `template` (`{subdomain}` in the host part, no path); the host of
     /// `base_url`, the API's, is never an issuer's.
     pub fn new(template: &str, base_url: &str) -> Result<Self, UnusableUrl> {
+        let scheme = template.split_once("://").map(|(scheme, _)| scheme);
+        if !scheme
+            .is_some_and(|s| s.eq_ignore_ascii_case("https") || s.eq_ignore_ascii_case("http"))
+        {
+            return Err(UnusableUrl(format!(
+                "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must be an https:// (or http://) URL: \
+                 clouds fetch the issuer's documents over it"
+            )));
+        }
         let host = host_of(template, "REGISTRY_ISSUER_URL_TEMPLATE")?;
         let path = template
             .split_once("://")
@@ -334,6 +343,11 @@ mod tests {
                     "{template} {subdomain}"
                 );
             }
+        }
+        // Clouds fetch an issuer over HTTP(S) only.
+        for template in ["ftp://{subdomain}.example.com", "{subdomain}.example.com"] {
+            let refused = Issuers::new(template, base).unwrap_err();
+            assert!(refused.0.contains("https://"), "{}", refused.0);
         }
     }
 

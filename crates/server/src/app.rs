@@ -237,6 +237,7 @@ async fn launch(settings: Settings, listen: Listen, injected: Injected) -> anyho
     settings.check_fetch_log_token()?;
     settings.check_data_key()?;
     settings.check_read_url()?;
+    settings.check_domain_settings()?;
     settings.purger()?;
     let certificate = tls::certificate(&settings, &issuers.names_served())?;
     let custom_domains = CustomDomains::from_settings(&settings, certificate.as_ref())?;

@@ -259,7 +259,7 @@ pub struct Settings {
     pub metrics_allow: Vec<String>,
 
     /// Largest accepted request body, in bytes.
-    #[arg(long, env = "REGISTRY_MAX_BODY_BYTES", default_value_t = 65536)]
+    #[arg(long, env = "REGISTRY_MAX_BODY_BYTES", default_value_t = 65536, value_parser = at_least_one)]
     pub max_body_bytes: usize,
 
     /// HTTP worker threads, at least 1 (default: the number of cores).
@@ -325,6 +325,34 @@ impl Settings {
         Ok(())
     }
 
+    /// Refuses a DNS server that is not `host:port` and an ACME contact that is not an e-mail
+    /// address (checked at the start, whether or not custom domains are on).
+    pub fn check_domain_settings(&self) -> anyhow::Result<()> {
+        if let Some(server) = &self.dns_resolver {
+            let port = server
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+                anyhow::bail!(
+                    "REGISTRY_DNS_RESOLVER {server:?} is not a host and port (such as \
+                     127.0.0.1:53 or dns.internal:53)"
+                );
+            }
+        }
+        if let Some(email) = &self.acme_email {
+            let plain = !email.chars().any(|c| c.is_whitespace() || c.is_control());
+            let parts = email.split_once('@');
+            if !plain
+                || !parts.is_some_and(|(local, domain)| {
+                    !local.is_empty() && domain.contains('.') && !domain.contains('@')
+                })
+            {
+                anyhow::bail!("REGISTRY_ACME_EMAIL {email:?} is not an e-mail address");
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses a read replica beside anything but PostgreSQL (checked at the start, before
     /// either database is touched).
     pub fn check_read_url(&self) -> anyhow::Result<()> {
@@ -367,6 +395,15 @@ impl Settings {
     }
 }
 
+/// A count that must be at least one (a body limit of 0 would refuse every body).
+fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// A list of CIDRs from the setting `name`; blank entries are skipped.
 fn networks(name: &str, entries: &[String]) -> anyhow::Result<Vec<IpNetwork>> {
     entries
@@ -405,5 +442,31 @@ mod tests {
             "{unknown}"
         );
         assert!(Settings::from_vars([("REGISTRY_WRITES_PER_MINUTE", "0")]).is_err());
+        assert!(Settings::from_vars([("REGISTRY_MAX_BODY_BYTES", "0")]).is_err());
+    }
+
+    #[test]
+    fn a_dns_server_and_an_acme_contact_are_checked_at_the_start() {
+        let check = |name: &str, value: &str| {
+            let settings = Settings::from_vars([(name, value)]).unwrap();
+            settings.check_domain_settings().map_err(|e| e.to_string())
+        };
+        assert!(check("REGISTRY_DNS_RESOLVER", "127.0.0.1:53").is_ok());
+        assert!(check("REGISTRY_DNS_RESOLVER", "[::1]:5353").is_ok());
+        assert!(check("REGISTRY_DNS_RESOLVER", "dns.internal:53").is_ok());
+        for bad in ["bad", "127.0.0.1", ":53", "dns:port"] {
+            let refused = check("REGISTRY_DNS_RESOLVER", bad).unwrap_err();
+            assert!(refused.contains("REGISTRY_DNS_RESOLVER"), "{refused}");
+        }
+        assert!(check("REGISTRY_ACME_EMAIL", "ops@example.com").is_ok());
+        for bad in [
+            "notanemail",
+            "@example.com",
+            "ops@localhost",
+            "a b@example.com",
+        ] {
+            let refused = check("REGISTRY_ACME_EMAIL", bad).unwrap_err();
+            assert!(refused.contains("REGISTRY_ACME_EMAIL"), "{refused}");
+        }
     }
 }

@@ -50,14 +50,14 @@ kinds! {
         "A key id (`kid`) that is published now came back with other key material: verifiers that cached the old key would refuse tokens signed by the new one.",
         "Give the new key a new `kid`; keep the old key in the set until tokens signed by it have expired.";
     INVALID_SERVICE_NAME = "invalid-service-name", 400, "Invalid service name",
-        "The service name would make a subdomain longer than 63 characters, or is not a DNS label.",
-        "Choose a shorter name of lower-case letters, digits and hyphens.";
+        "The service name, joined with the customer's tenant, would make a subdomain longer than 63 characters. (A name that is not a DNS label is a `validation-failed` problem at `/serviceName`.)",
+        "Choose a shorter name.";
     UNAUTHORIZED = "unauthorized", 401, "Unauthorized",
         "The request carried no credential, or one that is malformed, unknown, revoked or expired.",
         "Send Authorization: Bearer with a current token (a static token, an anonymous secret or an identity token a policy trusts). A token shown once and lost is replaced by regenerating it.";
     FORBIDDEN = "forbidden", 403, "Forbidden",
-        "The credential is valid, but its policy does not cover what the call acts on.",
-        "Use an account whose policy names this service, or widen the policy (`registry policy explain` shows which rule decides).";
+        "The credential is valid, but may not make this call: its policy does not cover what the call acts on, the request comes from an address outside the account's `ip_allowlist`, an anonymous service's secret was used beyond its own service, or the call is one its kind of credential never makes; `detail` says which.",
+        "Use an account whose policy names this service (from an allowed address), or widen the policy (`registry policy explain` shows which rule decides).";
     ACTION_NOT_ALLOWED = "action-not-allowed", 403, "Action not allowed",
         "The credential may act on what the call names, but its policy (version 2) does not list the call's action; `detail` names the action.",
         "Add the action to the policy's `actions`, or use an account made for this job.";
@@ -74,8 +74,8 @@ kinds! {
         "The path does not serve this method.",
         "Use one of the methods the `Allow` header lists.";
     CONFLICT = "conflict", 409, "Conflict",
-        "The subdomain is taken, or several generated names in a row were.",
-        "Choose another name, or retry to get another generated one.";
+        "The request conflicts with the resource's state: the subdomain is taken (or several generated names in a row were), a key that signs cannot be deleted, or another write changed the same thing meanwhile; `detail` says which.",
+        "Do what `detail` says: choose another name, retry to get another generated one, or send the request again.";
     DOMAIN_TAKEN = "domain-taken", 409, "Domain taken",
         "Another service holds this custom domain: its owner proved it with the TXT record first.",
         "Choose another domain, or have it removed from the service that holds it (DELETE /services/{s}/domain).";

@@ -50,7 +50,7 @@ kinds! {
         "A key id (`kid`) that is published now came back with other key material: verifiers that cached the old key would refuse tokens signed by the new one.",
         "Give the new key a new `kid`; keep the old key in the set until tokens signed by it have expired.";
     INVALID_SERVICE_NAME = "invalid-service-name", 400, "Invalid service name",
-        "The service name, joined with the customer's tenant, would make a subdomain longer than 63 characters. (A name that is not a DNS label is a `validation-failed` problem at `/serviceName`.)",
+        "The service name, joined with the customer's tenant, would make a subdomain longer than 63 characters. A name that is not a DNS label is a `validation-failed` problem at `/serviceName` instead.",
         "Choose a shorter name.";
     UNAUTHORIZED = "unauthorized", 401, "Unauthorized",
         "The request carried no credential, or one that is malformed, unknown, revoked or expired.",

@@ -466,6 +466,14 @@ fn action(text: &str) -> Result<registry_domain::audit::Action, String> {
         .map_err(|e: registry_domain::audit::UnknownAction| e.to_string())
 }
 
+/// A plan's name, checked by the command line (a wrong one is a usage error, exit 2).
+fn plan_name(text: &str) -> Result<String, String> {
+    let plan: registry_domain::Plan = text
+        .parse()
+        .map_err(|e: registry_domain::customer::UnknownPlan| e.to_string())?;
+    Ok(plan.as_str().to_owned())
+}
+
 /// Customer subcommands.
 #[derive(Debug, Subcommand)]
 pub enum CustomerCommand {
@@ -478,7 +486,7 @@ pub enum CustomerCommand {
         #[arg(long)]
         tenant: String,
         /// Plan: free, team, business or enterprise.
-        #[arg(long)]
+        #[arg(long, value_parser = plan_name)]
         plan: String,
         /// Display name.
         #[arg(long)]
@@ -501,7 +509,7 @@ pub enum CustomerCommand {
         #[arg(long)]
         tenant: String,
         /// New plan: free, team, business or enterprise.
-        #[arg(long)]
+        #[arg(long, value_parser = plan_name)]
         plan: String,
         #[command(flatten)]
         database: DatabaseArgs,

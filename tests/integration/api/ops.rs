@@ -866,6 +866,13 @@ fn customer_commands() {
         &server.database_url,
     );
     assert!(bad_plan.unwrap_err().contains("plan"));
+    // A plan that does not exist is a wrong command line: exit 2, as for any usage error.
+    let (code, _, stderr) = run_registry(
+        &["customer", "set-plan", "--tenant", "acme", "--plan", "gold"],
+        &[("REGISTRY_DATABASE_URL", &server.database_url)],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("free, team, business or enterprise"), "{stderr}");
     let updated = run_cli(
         &[
             "customer", "set-plan", "--tenant", "acme", "--plan", "business",

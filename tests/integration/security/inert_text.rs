@@ -181,7 +181,7 @@ fn the_operators_customer_name_holds_no_control_character() {
             &server.database_url,
         )
         .unwrap_err();
-        assert!(error.contains("--name"), "{bad:?}: {error}");
+        assert!(error.contains("--name must not hold"), "{bad:?}: {error}");
         assert!(error.contains("control character"), "{bad:?}: {error}");
     }
     let listed = run_cli(&["customer", "list"], &server.database_url).unwrap();

@@ -33,10 +33,17 @@ pub fn registry(store: &Store) -> Registry {
 fn failure(doing: &'static str) -> impl FnOnce(AppError) -> anyhow::Error {
     move |error| match error {
         AppError::Store(error) => anyhow::Error::new(error).context(doing),
-        // A rule of the command line's flags: `/name` is `--name`.
+        // A rule of the command line's flags: `/name` is `--name` (a message that starts with
+        // the member's name says it once).
         AppError::Invalid(violations) => anyhow::anyhow!(violations
             .iter()
-            .map(|v| format!("--{} {}", v.pointer.trim_start_matches('/'), v.message))
+            .map(|v| {
+                let flag = v.pointer.trim_start_matches('/');
+                let message = (v.message.strip_prefix(flag))
+                    .and_then(|rest| rest.strip_prefix(' '))
+                    .unwrap_or(&v.message);
+                format!("--{flag} {message}")
+            })
             .collect::<Vec<_>>()
             .join("; ")),
         other => anyhow::Error::new(other),

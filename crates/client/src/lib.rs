@@ -90,8 +90,8 @@ pub enum ClientError {
         /// What it said.
         problem: Problem,
     },
-    /// The identity token file could not be read.
-    #[error("cannot read {path}: {reason}")]
+    /// The identity token file could not be read, or holds no token.
+    #[error("the identity token file {path}: {reason}")]
     File {
         /// The file.
         path: PathBuf,
@@ -247,12 +247,18 @@ impl RegistryApi {
     fn bearer(&self) -> Result<String, ClientError> {
         match &self.credentials {
             Credentials::Token(token) => Ok(token.clone()),
-            Credentials::IdentityTokenFile(path) => std::fs::read_to_string(path)
-                .map(|token| token.trim().to_owned())
-                .map_err(|e| ClientError::File {
+            Credentials::IdentityTokenFile(path) => {
+                let read = std::fs::read_to_string(path).map(|token| token.trim().to_owned());
+                let reason = match read {
+                    Ok(token) if !token.is_empty() => return Ok(token),
+                    Ok(_) => "it is empty".to_owned(),
+                    Err(e) => e.to_string(),
+                };
+                Err(ClientError::File {
                     path: path.to_owned(),
-                    reason: e.to_string(),
-                }),
+                    reason,
+                })
+            }
         }
     }
 

@@ -288,6 +288,17 @@ fn the_client_takes_no_page_for_an_answer_and_ends_quietly_with_its_reader() {
         ],
     );
     assert_eq!(code, Some(0), "{stderr}");
+    // An empty one is no token: said so, nothing sent.
+    std::fs::write(&file, "\n").unwrap();
+    let args = [
+        "services",
+        "list",
+        "--identity-token-file",
+        file.to_str().unwrap(),
+    ];
+    let (code, _, stderr) = client(&server, "rgst_wrong", &args);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("is empty"), "{stderr}");
     // A reader that goes away before the output ends: exit 0, no panic.
     for _ in 0..3 {
         let mut child = std::process::Command::new(registry_tests::server::registry_binary())

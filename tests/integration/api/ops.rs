@@ -872,7 +872,10 @@ fn customer_commands() {
         &[("REGISTRY_DATABASE_URL", &server.database_url)],
     );
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("free, team, business or enterprise"), "{stderr}");
+    assert!(
+        stderr.contains("free, team, business or enterprise"),
+        "{stderr}"
+    );
     let updated = run_cli(
         &[
             "customer", "set-plan", "--tenant", "acme", "--plan", "business",

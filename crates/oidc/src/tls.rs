@@ -29,8 +29,11 @@ impl TrustRoots {
 /// environment and the file system now.
 pub fn trust_roots() -> TrustRoots {
     let found = openssl_probe::probe();
+    // The probe may find one directory under two of the names it tries.
+    let mut dirs = found.cert_dir;
+    dirs.dedup();
     TrustRoots {
         file: found.cert_file,
-        dirs: found.cert_dir,
+        dirs,
     }
 }

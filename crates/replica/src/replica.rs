@@ -274,6 +274,20 @@ impl Replica {
         }
     }
 
+    /// The documents of service `service_id` at `subdomain` were deleted here (by a call, or
+    /// the service expired): they leave this replica's memory now, and the caches in front are
+    /// purged of them whether or not this replica held them (the other replicas purge those they
+    /// hold as they apply the deletion; no replica knows what it does not hold).
+    pub fn documents_gone(&self, service_id: Uuid, subdomain: &str) {
+        self.hosting.remove(service_id);
+        self.documents_changed(DocumentsChanged {
+            service_id,
+            subdomain: subdomain.to_owned(),
+            changed_at: self.now(),
+            dropped_domains: Vec::new(),
+        });
+    }
+
     /// Builds a hosted entry again from what it was built from, once its key set changed by itself
     /// (a retired key's time ran out): no database read, and every replica computes the same
     /// documents and ETag. Under the catch-up lock, so a newer configuration applied meanwhile wins.
@@ -318,9 +332,10 @@ impl Replica {
                     dropped_domains,
                 });
             }
-            // Only documents this replica served are purged: what a cache holds came through a
-            // replica that served it, and that one purges (errors, 404s included, are never
-            // cached: they say `no-store`).
+            // Documents this replica holds are purged; a cache may also hold documents that no
+            // replica does any more (dropped for room): the replica whose call or reaper
+            // deleted them purges those ([`Self::documents_gone`]). (Errors, 404s included, are
+            // never cached: they say `no-store`.)
             _ => {
                 if let Some(subdomain) = self.hosting.remove(id) {
                     self.documents_changed(DocumentsChanged {

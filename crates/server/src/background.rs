@@ -34,10 +34,13 @@ pub async fn reap_expired(state: web::Data<AppState>) {
         if let Ok(expired) = state.write(move |r| Ok(upkeep::expire(r, now))).await {
             if expired != upkeep::Expired::default() {
                 tracing::info!(
-                    services = expired.services,
+                    services = expired.services.len(),
                     keys = expired.keys,
                     "expired anonymous services and retired keys"
                 );
+            }
+            for (service_id, subdomain) in &expired.services {
+                state.replica.documents_gone(*service_id, subdomain);
             }
         }
         // The deletions leave the caches through the change log, like every other change (and

@@ -162,6 +162,65 @@ fn a_change_purges_every_public_path_of_its_issuer_from_every_cache_and_readines
     );
 }
 
+/// Documents a replica dropped from memory for room may still be in a cache: deleting them
+/// purges them all the same, a configuration's and a service's alike.
+#[test]
+fn deleted_documents_are_purged_though_no_replica_holds_them_in_memory() {
+    let (address, seen) = cache();
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![
+            ("REGISTRY_PURGE_URLS".into(), address),
+            ("REGISTRY_HOSTING_CACHE_BYTES".into(), "2500".into()),
+        ],
+        ..ServerOptions::default()
+    });
+    let published: Vec<(registry_tests::server::Customer, String)> =
+        ["one", "two", "three", "four"]
+            .iter()
+            .map(|tenant| {
+                let customer = server.customer(tenant, "business");
+                let subdomain = super::publish_api(&server, &customer);
+                (customer, subdomain)
+            })
+            .collect();
+    let held = server.metric("registry_hosted_issuers");
+    assert!(held < 4, "{held} issuers held: none was dropped for room");
+    let purged_with = |subdomain: &str| {
+        let authority = server
+            .issuer(subdomain)
+            .split_once("://")
+            .unwrap()
+            .1
+            .to_owned();
+        let path = format!("PURGE /openid/v1/jwks {authority}");
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|line| **line == path)
+            .count()
+    };
+    // Each publication was purged once.
+    let once = within(Duration::from_secs(10), || {
+        published.iter().all(|(_, sub)| purged_with(sub) == 1)
+    });
+    assert!(once, "{:?}", seen.lock().unwrap());
+    for (i, (customer, subdomain)) in published.iter().enumerate() {
+        let path = match i % 2 {
+            0 => format!("/services/{subdomain}/config"),
+            _ => format!("/services/{subdomain}"),
+        };
+        let response = server
+            .authed(Method::DELETE, &path, &customer.token)
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 204, "{path}");
+    }
+    let again = within(Duration::from_secs(10), || {
+        published.iter().all(|(_, sub)| purged_with(sub) >= 2)
+    });
+    assert!(again, "{:?}", seen.lock().unwrap());
+}
+
 /// When the cache's log says its requests were made: an hour ago (inside the evidence's
 /// 24 hours whatever the day the suite runs), half a second past a second.
 /// A time a cache logs a fetch at: two minutes ago (lines more than ten minutes old are

@@ -20,10 +20,10 @@ const BATCH: usize = 500;
 pub const KEEP_CHANGES: Duration = Duration::hours(1);
 
 /// What a round of [`expire`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Expired {
-    /// Anonymous services deleted.
-    pub services: usize,
+    /// Anonymous services deleted: id, subdomain.
+    pub services: Vec<(uuid::Uuid, String)>,
     /// Retired keys withdrawn.
     pub keys: usize,
 }
@@ -36,7 +36,7 @@ pub struct Expired {
 /// # fn round(registry: &Registry) {
 /// let now = time::OffsetDateTime::now_utc();
 /// let expired = upkeep::expire(registry, now);
-/// println!("{} services and {} keys expired", expired.services, expired.keys);
+/// println!("{} services and {} keys expired", expired.services.len(), expired.keys);
 /// # }
 /// ```
 pub fn expire(registry: &Registry, now: OffsetDateTime) -> Expired {
@@ -63,13 +63,13 @@ pub fn prune(
 }
 
 /// Batch after batch: a burst of creations an hour ago must not take hours to clear.
-fn expire_anonymous(registry: &Registry, now: OffsetDateTime) -> usize {
+fn expire_anonymous(registry: &Registry, now: OffsetDateTime) -> Vec<(uuid::Uuid, String)> {
     let store = &*registry.store;
-    let mut total = 0;
+    let mut gone = Vec::new();
     while let Ok(expired) = store.expired_anonymous(now, BATCH) {
         // A corrupt row is left out of the batch (and logged by the store), so a short batch
         // does not mean the last one: go on until a batch deletes nothing.
-        let mut deleted = 0;
+        let before = gone.len();
         for service in expired {
             let event = AuditEvent::new(
                 Action::AnonymousExpire,
@@ -78,16 +78,15 @@ fn expire_anonymous(registry: &Registry, now: OffsetDateTime) -> usize {
                 None,
                 now,
             );
-            if store.delete_service(service.id, &event).is_ok() {
-                deleted += 1;
+            if let Ok(true) = store.delete_service(service.id, &event) {
+                gone.push((service.id, service.subdomain));
             }
         }
-        if deleted == 0 {
+        if gone.len() == before {
             break;
         }
-        total += deleted;
     }
-    total
+    gone
 }
 
 fn expire_keys(registry: &Registry, now: OffsetDateTime) -> usize {
@@ -186,10 +185,15 @@ mod tests {
         let created = anonymous::create(&registry, origin(), command, || NOW).unwrap();
         let id = created.service.id;
 
-        assert_eq!(expire(&registry, NOW + Duration::minutes(119)).services, 0);
+        assert!(expire(&registry, NOW + Duration::minutes(119))
+            .services
+            .is_empty());
         assert!(store.service(id).unwrap().is_some());
 
-        assert_eq!(expire(&registry, NOW + Duration::hours(2)).services, 1);
+        assert_eq!(
+            expire(&registry, NOW + Duration::hours(2)).services.len(),
+            1
+        );
         assert_eq!(store.service(id).unwrap(), None);
         let trail = actions(&store, Trail::Anonymous);
         assert_eq!(trail.first(), Some(&Action::AnonymousExpire), "{trail:?}");

@@ -80,6 +80,7 @@ pub async fn delete(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
+    let (id, subdomain) = (service.id, service.subdomain.clone());
     match query.into_inner().source {
         None => {
             state
@@ -95,5 +96,7 @@ pub async fn delete(
                 .await?
         }
     }
+    // What is left (another source's keys, the managed ones) is read again when asked for.
+    state.replica.documents_gone(id, &subdomain);
     Ok(HttpResponse::NoContent().finish())
 }

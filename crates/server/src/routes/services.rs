@@ -138,8 +138,10 @@ pub async fn delete(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
+    let (id, subdomain) = (service.id, service.subdomain.clone());
     state
         .write(move |registry| services::delete(registry, &caller, &service, now))
         .await?;
+    state.replica.documents_gone(id, &subdomain);
     Ok(HttpResponse::NoContent().finish())
 }

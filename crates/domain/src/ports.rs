@@ -867,6 +867,9 @@ pub trait ManagedKeys: Send + Sync {
         sealed: &str,
         message: &[u8],
     ) -> Result<Vec<u8>, SignFailure>;
+    /// Whether the sealed key `kid` opens here (not under another data key): checked before a
+    /// key is made beside it, so that every key of a service opens on the same replicas.
+    fn opens(&self, kid: &str, sealed: &str) -> Result<(), SignFailure>;
 }
 
 /// Why a managed key did not sign.

@@ -47,6 +47,19 @@ fn keys_of(registry: &Registry) -> Result<&dyn ManagedKeys, AppError> {
     })
 }
 
+/// The answer when a managed key of `service` could not be used here.
+fn sign_failure(service: &Service, failure: SignFailure) -> AppError {
+    match failure {
+        SignFailure::Sealed(why) => AppError::SigningDisabled(format!(
+            "the managed keys of {:?} do not open on this registry ({why}): it was started with \
+             another REGISTRY_DATA_KEY than the one they were sealed under; the operator starts \
+             every replica with the same key",
+            service.subdomain
+        )),
+        SignFailure::Failed(why) => AppError::Keys(format!("signing: {why}")),
+    }
+}
+
 fn not_on(service: &Service) -> AppError {
     AppError::NotFound(format!(
         "managed signing is not turned on for {:?} (PUT /services/{{s}}/signing)",
@@ -57,11 +70,20 @@ fn not_on(service: &Service) -> AppError {
 /// A new key of `algorithm`, at `stage`.
 fn make(
     registry: &Registry,
+    service: &Service,
+    beside: Option<&Signing>,
     algorithm: Algorithm,
     stage: Stage,
     now: OffsetDateTime,
 ) -> Result<ManagedKey, AppError> {
-    let made = keys_of(registry)?
+    let keys = keys_of(registry)?;
+    // A replica started with another data key would add a key the others cannot open (and
+    // take over signing with it): the keys already there must open here first.
+    if let Some(key) = beside.and_then(|signing| signing.keys.first()) {
+        keys.opens(&key.kid, &key.sealed)
+            .map_err(|failure| sign_failure(service, failure))?;
+    }
+    let made = keys
         .make(algorithm)
         .map_err(|why| AppError::Keys(format!("making a key: {why}")))?;
     ManagedKey::new(made, algorithm, stage, now)
@@ -236,14 +258,14 @@ pub fn put(
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
     keys_of(registry)?;
-    for _ in 0..PUT_ATTEMPTS {
+    for _ in 0..WRITE_ATTEMPTS {
         if let Some(first_of_all) = put_once(registry, caller, service, body, now)? {
             // A step another request wrote meanwhile is read again: a first key with no lead
             // answers `current` even when another PUT changed the settings in between. The
             // purge is waived only for the very first key this PUT made, should another
             // request have replaced it meanwhile.
             let waived = first_of_all.as_deref();
-            for _ in 0..PUT_ATTEMPTS {
+            for _ in 0..WRITE_ATTEMPTS {
                 if !matches!(step(registry, service, purging, waived, now)?, Step::Lost) {
                     break;
                 }
@@ -257,9 +279,6 @@ pub fn put(
             .to_owned(),
     ))
 }
-
-/// How often a PUT reads again after another change won the race.
-const PUT_ATTEMPTS: usize = 8;
 
 /// One attempt of [`put`] from a fresh read: `None` when another change was written first;
 /// otherwise the kid of the service's very first key when it made it (its purge is waived).
@@ -287,7 +306,14 @@ fn put_once(
         Some(_) => (Action::SigningUpdate, None),
         None => (
             Action::SigningEnable,
-            Some(make(registry, settings.algorithm, Stage::Next, now)?),
+            Some(make(
+                registry,
+                service,
+                stored.as_ref(),
+                settings.algorithm,
+                Stage::Next,
+                now,
+            )?),
         ),
     };
     let event = caller.service_event(action, service, now);
@@ -382,7 +408,7 @@ pub fn withdraw_key(
 }
 
 /// How many times a call that writes over the managed signing it read tries, when another
-/// write (a signature recorded, the step) changed it in between.
+/// write (a signature recorded, the step, another request) changed it in between.
 const WRITE_ATTEMPTS: usize = 8;
 
 fn changed_meanwhile() -> AppError {
@@ -518,7 +544,14 @@ fn try_rotate(
     if !compromised && !room_for_a_key(registry, service, now)? {
         return Err(key_set_full());
     }
-    let made = make(registry, on.settings.algorithm, stage, now)?;
+    let made = make(
+        registry,
+        service,
+        Some(&on),
+        on.settings.algorithm,
+        stage,
+        now,
+    )?;
     let event = caller.service_event(Action::SigningRotate, service, now);
     let new_kid = Value::String(made.kid.clone());
     let event = match compromised {
@@ -638,6 +671,8 @@ fn step(
     let made = match due {
         Some(Transition::Rotate) => Some(make(
             registry,
+            service,
+            Some(&signing),
             signing.settings.algorithm,
             Stage::Next,
             now,
@@ -871,17 +906,8 @@ pub fn signature(
     }
     let header = signing::header(key.algorithm, &key.kid);
     let message = format!("{header}.{claims}");
-    let signature = (keys.sign(&key.kid, key.algorithm, &key.sealed, message.as_bytes())).map_err(
-        |failure| match failure {
-            SignFailure::Sealed(why) => AppError::SigningDisabled(format!(
-                "the managed keys of {:?} do not open on this registry ({why}): it was started \
-                 with another REGISTRY_DATA_KEY than the one they were sealed under; the \
-                 operator starts every replica with the same key",
-                service.subdomain
-            )),
-            SignFailure::Failed(why) => AppError::Keys(format!("signing: {why}")),
-        },
-    )?;
+    let signature = (keys.sign(&key.kid, key.algorithm, &key.sealed, message.as_bytes()))
+        .map_err(|failure| sign_failure(service, failure))?;
     Ok(Signature::Made {
         signed: Signed {
             header,
@@ -1010,6 +1036,10 @@ mod tests {
         fn sign(&self, _: &str, _: Algorithm, _: &str, _: &[u8]) -> Result<Vec<u8>, SignFailure> {
             Err(SignFailure::Sealed("sealed data does not open".to_owned()))
         }
+
+        fn opens(&self, _: &str, _: &str) -> Result<(), SignFailure> {
+            Err(SignFailure::Sealed("sealed data does not open".to_owned()))
+        }
     }
 
     #[test]
@@ -1023,6 +1053,27 @@ mod tests {
             matches!(&refused, AppError::SigningDisabled(d) if d.contains("REGISTRY_DATA_KEY")),
             "{refused:?}"
         );
+        // Nor does it make a key beside keys it cannot open (the others could not open that
+        // one): no rotation, asked for or due, and no key turning signing on again.
+        let disabled =
+            |result: Result<Value, AppError>| matches!(result, Err(AppError::SigningDisabled(_)));
+        assert!(disabled(rotate(
+            &registry, &caller, &service, false, false, T0
+        )));
+        assert!(disabled(rotate(
+            &registry, &caller, &service, true, false, T0
+        )));
+        let due = T0 + Duration::days(31);
+        assert!(advance(&registry, &service, false, due).is_err());
+        delete(&registry, &caller, &service, T0).unwrap();
+        assert!(disabled(put(
+            &registry,
+            &caller,
+            &service,
+            &json!({}),
+            false,
+            T0
+        )));
     }
 
     /// Keys that can no longer be made for RSA once `refuse` is set (a failing adapter).
@@ -1048,6 +1099,10 @@ mod tests {
             message: &[u8],
         ) -> Result<Vec<u8>, crate::ports::SignFailure> {
             self.keys.sign(kid, algorithm, sealed, message)
+        }
+
+        fn opens(&self, kid: &str, sealed: &str) -> Result<(), SignFailure> {
+            self.keys.opens(kid, sealed)
         }
     }
 

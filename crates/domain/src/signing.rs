@@ -584,9 +584,9 @@ pub struct ClaimRules<'a> {
 }
 
 /// Checks the payload to sign (`claims`: base64url without padding, the JWT's second segment)
-/// at `now`: a JSON object of at most [`MAX_CLAIMS_BYTES`], `iss` one of the service's issuers,
-/// integer `iat` and `exp`, `exp − iat` within the service's `maxTokenSeconds`, `exp` in the
-/// future, `iat` at most a minute ahead. `Err` names the claim (the problem `invalid-claims`).
+/// at `now`: a JSON object of at most [`MAX_CLAIMS_BYTES`] with unique member names, `iss` one
+/// of the service's issuers, integer `iat` and `exp`, `exp` after `iat` and `exp − iat` within
+/// the service's `maxTokenSeconds`, `exp` in the future, `iat` at most a minute ahead. `Err` names the claim (the problem `invalid-claims`).
 ///
 /// ```
 /// use base64::Engine;
@@ -625,8 +625,13 @@ pub fn check_claims(
             bytes.len()
         ));
     }
-    let payload: Map<String, Value> = serde_json::from_slice(&bytes)
-        .map_err(|_| "the claims must be a JSON object".to_owned())?;
+    let payload = serde_json::from_slice::<UniqueClaims>(&bytes)
+        .map_err(|e| match e.to_string() {
+            // serde_json adds where it stopped: the claim's name says enough.
+            why if why.contains(TWICE) => why.split(" at line ").next().unwrap_or(&why).to_owned(),
+            _ => "the claims must be a JSON object".to_owned(),
+        })?
+        .0;
     match payload.get("iss").and_then(Value::as_str) {
         Some(iss) if rules.issuers.iter().any(|i| i == iss) => {}
         Some(iss) => {
@@ -654,6 +659,9 @@ pub fn check_claims(
     if exp <= now_s {
         return Err(format!("exp {exp} is not in the future (now {now_s})"));
     }
+    if exp <= iat {
+        return Err(format!("exp {exp} is not after iat {iat}"));
+    }
     // In i128: an `iat` near i64::MIN must not wrap the difference into a small one.
     let lifetime = i128::from(exp) - i128::from(iat);
     if lifetime > i128::from(rules.max_token_seconds) {
@@ -671,6 +679,44 @@ pub fn check_claims(
         }
     }
     Ok(())
+}
+
+/// What a claim named twice is told.
+const TWICE: &str = "is named twice";
+
+/// A JSON object whose member names are unique, as a JWT's claim names must be (RFC 7519 §4):
+/// verifiers that keep the first of two `exp`s and the registry, which would check the last,
+/// would read two different tokens.
+struct UniqueClaims(Map<String, Value>);
+
+impl<'de> Deserialize<'de> for UniqueClaims {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = UniqueClaims;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut members = Map::new();
+                while let Some((name, value)) = map.next_entry::<String, Value>()? {
+                    if members.contains_key(&name) {
+                        return Err(serde::de::Error::custom(format!(
+                            "the claim {name:?} {TWICE}: claim names must be unique"
+                        )));
+                    }
+                    members.insert(name, value);
+                }
+                Ok(UniqueClaims(members))
+            }
+        }
+        deserializer.deserialize_map(Members)
+    }
 }
 
 #[cfg(test)]
@@ -874,6 +920,17 @@ mod tests {
             assert!(refused.contains(named), "{claims}: {refused}");
         }
         assert!(check_claims("not base64!", &rules, at(0)).is_err());
+        // A token that ends before it was issued is no token.
+        let backwards = check_claims(&encode(base(50, 5)), &rules, at(0)).unwrap_err();
+        assert!(backwards.contains("not after iat"), "{backwards}");
+        // A claim named twice: verifiers could read the first, the check the last.
+        let (iat, exp) = (at(0).unix_timestamp(), at(300).unix_timestamp());
+        let twice = format!(
+            r#"{{"iss":"https://a.example","iat":{iat},"exp":{},"exp":{exp}}}"#,
+            exp + 100_000_000
+        );
+        let refused = check_claims(&URL_SAFE_NO_PAD.encode(twice), &rules, at(0)).unwrap_err();
+        assert_eq!(refused, r#"the claim "exp" is named twice: claim names must be unique"#);
         let big = encode(json!({"iss": "https://a.example", "pad": "x".repeat(MAX_CLAIMS_BYTES)}));
         assert!(check_claims(&big, &rules, at(0))
             .unwrap_err()

@@ -603,7 +603,7 @@ fn try_rotate(
 fn in_progress(next: &ManagedKey) -> AppError {
     AppError::RotationInProgress(format!(
         "a rotation is in progress: key {:?} is published as next and signs once it is safe \
-         (GET /services/{{s}}/keys/{:?}/readiness)",
+         (GET /services/{{s}}/keys/{}/readiness)",
         next.kid, next.kid
     ))
 }

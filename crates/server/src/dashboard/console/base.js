@@ -177,6 +177,11 @@ function problemText(result) {
   return "the registry answered " + result.status;
 }
 
+// `text` ending as a sentence, for another one to follow it.
+function sentence(text) {
+  return /[.!?]$/.test(text) ? text : text + ".";
+}
+
 // A call with the signed-in token (shared/request.js).
 async function api(method, path, body) {
   const sent = token;
@@ -185,7 +190,7 @@ async function api(method, path, body) {
   const result = await callRegistry(API + path, sent, method, body);
   // The token was refused (revoked, expired, mistyped): it is no use keeping it.
   if (result.status === 401 && sent === token && token) {
-    signOut("The registry did not accept this token: " + problemText(result) + " Sign in with a valid token.");
+    signOut("The registry did not accept this token: " + sentence(problemText(result)) + " Sign in with a valid token.");
   }
   return result;
 }

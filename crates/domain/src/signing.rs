@@ -930,7 +930,10 @@ mod tests {
             exp + 100_000_000
         );
         let refused = check_claims(&URL_SAFE_NO_PAD.encode(twice), &rules, at(0)).unwrap_err();
-        assert_eq!(refused, r#"the claim "exp" is named twice: claim names must be unique"#);
+        assert_eq!(
+            refused,
+            r#"the claim "exp" is named twice: claim names must be unique"#
+        );
         let big = encode(json!({"iss": "https://a.example", "pad": "x".repeat(MAX_CLAIMS_BYTES)}));
         assert!(check_claims(&big, &rules, at(0))
             .unwrap_err()

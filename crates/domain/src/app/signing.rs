@@ -866,7 +866,11 @@ pub fn signature(
         _ => return Err(not_on(service)),
     };
     let Some(key) = signing.current() else {
-        let retry_after_secs = signing::READINESS_POLL
+        // No sooner than the next key's lead ends (its verifiers may hold it longer).
+        let lead = time::Duration::seconds(i64::from(signing.settings.lead_seconds));
+        let lead_left =
+            (signing.next()).map_or(time::Duration::ZERO, |next| next.created_at + lead - now);
+        let retry_after_secs = (lead_left.max(signing::READINESS_POLL))
             .whole_seconds()
             .unsigned_abs()
             .max(1);
@@ -1331,11 +1335,16 @@ mod tests {
         let view = put(&registry, &caller, &service, &json!({}), false, T0).unwrap();
         assert_eq!(view["keys"][0]["state"], "next");
         let claims = claims(&registry, &service, T0, 3600);
-        let refused = sign(&registry, &service, &claims, T0).unwrap_err();
-        assert!(
-            matches!(refused, AppError::NoKeyReady { .. }),
-            "{refused:?}"
-        );
+        // Asked to come back no sooner than the lead ends, then every few seconds.
+        let retry = |at: OffsetDateTime| match sign(&registry, &service, &claims, at) {
+            Err(AppError::NoKeyReady {
+                retry_after_secs, ..
+            }) => retry_after_secs,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(retry(T0), 600);
+        assert_eq!(retry(T0 + Duration::seconds(590)), 10);
+        assert_eq!(retry(T0 + Duration::seconds(599)), 5);
         // The step, once the 600 s lead is over, switches.
         let later = T0 + Duration::seconds(600);
         assert_eq!(advance_due(&registry, false, 10, later).unwrap().written, 1);

@@ -91,10 +91,19 @@ pub fn explain(command: Explain) -> String {
                 .explain(Some(&verified.claims), service, ip, action)
         }
         Evidence::Token(Err(rejection)) => refused_token(rejection.code, rejection.detail),
-        Evidence::UnnamedIssuer(issuer) => refused_token(
-            ReasonCode::IssuerUnknown,
-            format!("no rule of this service account names the issuer {issuer:?}"),
-        ),
+        Evidence::UnnamedIssuer(issuer) => {
+            // Its near misses (an issuer named in another case, with a trailing slash) are the
+            // policy's hints for that issuer.
+            let claims = Map::from_iter([("iss".to_owned(), Value::String(issuer.clone()))]);
+            let hints = (account.policy)
+                .explain(Some(&claims), service, ip, action)
+                .hints;
+            let refused = refused_token(
+                ReasonCode::IssuerUnknown,
+                format!("no rule of this service account names the issuer {issuer:?}"),
+            );
+            Explanation { hints, ..refused }
+        }
     };
     explanation.to_json().to_string()
 }
@@ -206,6 +215,17 @@ mod tests {
         assert_eq!(explained["reasons"][0]["code"], "issuer-unknown");
         let message = explained["reasons"][0]["message"].as_str().unwrap();
         assert!(message.contains("\"https://evil.example\""), "{message}");
+        assert_eq!(explained["hints"], json!([]));
+        // An issuer named but for a trailing slash is a near miss, hinted at the rule's iss.
+        let near = screen_token(&account, Some("https://CI.example/".into())).unwrap();
+        let explained = judged(&account, near);
+        assert_eq!(explained["reasons"][0]["code"], "issuer-unknown");
+        assert_eq!(
+            explained["hints"][0]["pointer"], "/rules/0/claims/iss",
+            "{explained}"
+        );
+        let hint = explained["hints"][0]["message"].as_str().unwrap();
+        assert!(hint.contains("trailing slash"), "{hint}");
     }
 
     #[test]

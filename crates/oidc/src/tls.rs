@@ -30,8 +30,9 @@ impl TrustRoots {
 pub fn trust_roots() -> TrustRoots {
     let found = openssl_probe::probe();
     // The probe may find one directory under two of the names it tries.
+    let mut seen = std::collections::HashSet::new();
     let mut dirs = found.cert_dir;
-    dirs.dedup();
+    dirs.retain(|dir| seen.insert(dir.clone()));
     TrustRoots {
         file: found.cert_file,
         dirs,

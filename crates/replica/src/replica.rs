@@ -274,17 +274,25 @@ impl Replica {
         }
     }
 
-    /// The documents of service `service_id` at `subdomain` were deleted here (by a call, or
-    /// the service expired): they leave this replica's memory now, and the caches in front are
-    /// purged of them whether or not this replica held them (the other replicas purge those they
-    /// hold as they apply the deletion; no replica knows what it does not hold).
-    pub fn documents_gone(&self, service_id: Uuid, subdomain: &str) {
-        self.hosting.remove(service_id);
+    /// The custom domain under which this replica serves `service_id`'s documents, if any: read
+    /// before a deletion, for [`Self::documents_gone`].
+    pub fn served_domains(&self, service_id: Uuid) -> Vec<String> {
+        (self.domains.of_service(service_id))
+            .map(|served| vec![served.domain.domain.clone()])
+            .unwrap_or_default()
+    }
+
+    /// Documents of service `service_id` at `subdomain` (and under `domains`, its custom
+    /// domain) were deleted or withdrawn here, by a call or the reaper: the caches in front are
+    /// purged of them whether or not a replica still holds them in memory (each replica purges
+    /// what it held as it applies the change; none knows what it no longer holds). Memory is
+    /// left to the change's own application.
+    pub fn documents_gone(&self, service_id: Uuid, subdomain: &str, domains: Vec<String>) {
         self.documents_changed(DocumentsChanged {
             service_id,
             subdomain: subdomain.to_owned(),
             changed_at: self.now(),
-            dropped_domains: Vec::new(),
+            dropped_domains: domains,
         });
     }
 

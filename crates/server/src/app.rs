@@ -95,31 +95,34 @@ fn migrated(
     Ok(store)
 }
 
-/// A database URL without its password, for messages: the one in its user part, and any query
-/// parameter whose name ends with `password` (libpq's `?password=`, `?sslpassword=`).
+/// A database URL without its password, for messages: the one in its user part (which may hold
+/// a `?` or a `/`: it ends at the last `@`), and any query parameter whose name ends with
+/// `password` (libpq's `?password=`, `?sslpassword=`).
 pub fn redact(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
+    let Some(scheme) = url.find("://").map(|at| at + 3) else {
+        return url.to_owned();
     };
-    let mut redacted = match (base.find("://"), base.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => match base[scheme + 3..at].split_once(':') {
-            Some((user, _)) => format!("{}{user}:***{}", &base[..scheme + 3], &base[at..]),
-            None => base.to_owned(),
+    let (user, rest) = match url.rfind('@').filter(|at| *at >= scheme) {
+        Some(at) => match url[scheme..at].split_once(':') {
+            Some((user, _)) => (format!("{user}:***"), &url[at..]),
+            None => (url[scheme..at].to_owned(), &url[at..]),
         },
-        _ => base.to_owned(),
+        None => (String::new(), &url[scheme..]),
     };
-    if let Some(query) = query {
-        let secret = |name: &str| name.to_ascii_lowercase().ends_with("password");
-        let parameters: Vec<String> = (query.split('&'))
-            .map(|parameter| match parameter.split_once('=') {
-                Some((name, _)) if secret(name) => format!("{name}=***"),
-                _ => parameter.to_owned(),
-            })
-            .collect();
-        redacted = format!("{redacted}?{}", parameters.join("&"));
-    }
-    redacted
+    let rest = match rest.split_once('?') {
+        Some((place, query)) => {
+            let secret = |name: &str| name.to_ascii_lowercase().ends_with("password");
+            let parameters: Vec<String> = (query.split('&'))
+                .map(|parameter| match parameter.split_once('=') {
+                    Some((name, _)) if secret(name) => format!("{name}=***"),
+                    _ => parameter.to_owned(),
+                })
+                .collect();
+            format!("{place}?{}", parameters.join("&"))
+        }
+        None => rest.to_owned(),
+    };
+    format!("{}{user}{rest}", &url[..scheme])
 }
 
 /// Runs the server until SIGTERM or SIGINT, then finishes in-flight requests: `registry serve`,

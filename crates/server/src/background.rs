@@ -34,13 +34,15 @@ pub async fn reap_expired(state: web::Data<AppState>) {
         if let Ok(expired) = state.write(move |r| Ok(upkeep::expire(r, now))).await {
             if expired != upkeep::Expired::default() {
                 tracing::info!(
-                    services = expired.services.len(),
+                    services = expired.services,
                     keys = expired.keys,
                     "expired anonymous services and retired keys"
                 );
             }
-            for (service_id, subdomain) in &expired.services {
-                state.replica.documents_gone(*service_id, subdomain);
+            for (service_id, subdomain) in expired.published {
+                state
+                    .replica
+                    .documents_gone(service_id, &subdomain, Vec::new());
             }
         }
         // The deletions leave the caches through the change log, like every other change (and

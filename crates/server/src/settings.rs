@@ -332,7 +332,12 @@ impl Settings {
             let port = server
                 .rsplit_once(':')
                 .map(|(host, port)| (host, port.parse::<u16>()));
-            if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+            // An IPv6 address is bracketed (`[::1]:53`): a bare one reads as a host and port.
+            let host_ok = |host: &str| {
+                !host.is_empty()
+                    && (!host.contains(':') || host.starts_with('[') && host.ends_with(']'))
+            };
+            if !matches!(port, Some((host, Ok(_))) if host_ok(host)) {
                 anyhow::bail!(
                     "REGISTRY_DNS_RESOLVER {server:?} is not a host and port (such as \
                      127.0.0.1:53 or dns.internal:53)"
@@ -454,7 +459,7 @@ mod tests {
         assert!(check("REGISTRY_DNS_RESOLVER", "127.0.0.1:53").is_ok());
         assert!(check("REGISTRY_DNS_RESOLVER", "[::1]:5353").is_ok());
         assert!(check("REGISTRY_DNS_RESOLVER", "dns.internal:53").is_ok());
-        for bad in ["bad", "127.0.0.1", ":53", "dns:port"] {
+        for bad in ["bad", "127.0.0.1", ":53", "dns:port", "::1"] {
             let refused = check("REGISTRY_DNS_RESOLVER", bad).unwrap_err();
             assert!(refused.contains("REGISTRY_DNS_RESOLVER"), "{refused}");
         }

@@ -1017,9 +1017,12 @@ fn command_errors_are_one_sentence_and_an_exit_code() {
             "{stderr}"
         );
     }
-    let usage = run(&["customer", "create", "--plan", "nope"]);
+    let usage = run(&["customer", "create", "--plan", "free"]);
     assert_eq!(usage.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&usage.stderr).contains("Usage"));
+    let usage = run(&["customer", "create", "--plan", "nope"]);
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("--help"));
 }
 
 /// `registry policy check`: the findings of a policy file, as lines for a person or as JSON,

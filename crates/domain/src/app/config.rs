@@ -200,7 +200,7 @@ pub fn withdraw(
         (config.keys.keys.iter()).any(|k| k.retired_at.is_none() && k.held_by(managed))
     };
     // A managed key published meanwhile (signing turned on) is kept: withdraw again.
-    loop {
+    for _ in 0..WITHDRAW_ATTEMPTS {
         match withdraw_uploads(registry, service, &holds_managed, &event, now)? {
             Some(true) => return Ok(()),
             // Nothing managed: the whole configuration goes, as it always did.
@@ -213,7 +213,13 @@ pub fn withdraw(
             None => return Err(nothing_published(&service.subdomain)),
         }
     }
+    Err(AppError::Conflict(
+        "managed signing kept changing the key set meanwhile: try again".to_owned(),
+    ))
 }
+
+/// How many times [`withdraw`] reads again when managed signing changed the key set in between.
+const WITHDRAW_ATTEMPTS: usize = 8;
 
 /// Withdraws the uploaded keys of `service`'s configuration when it `holds_managed` keys (they
 /// stay): `None` when nothing is published, else whether it holds them.

@@ -275,10 +275,11 @@ pub fn purged(
     changed_at: OffsetDateTime,
     now: OffsetDateTime,
 ) -> Result<(), AppError> {
-    registry.store.record_purge(service_id, changed_at)?;
+    // A deleted service's purge has no key to wait for it, and nothing to keep it for.
     let Some(service) = registry.store.service(service_id)? else {
         return Ok(());
     };
+    registry.store.record_purge(service_id, changed_at)?;
     let keys = config::key_state(registry, &service)?;
     let purged_now = (keys.keys.iter())
         .filter(|k| k.is_published_at(now) && millis(k.first_published_at) <= changed_at);

@@ -22,8 +22,10 @@ pub const KEEP_CHANGES: Duration = Duration::hours(1);
 /// What a round of [`expire`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Expired {
-    /// Anonymous services deleted: id, subdomain.
-    pub services: Vec<(uuid::Uuid, String)>,
+    /// Anonymous services deleted.
+    pub services: usize,
+    /// Those of them that published documents (caches in front may hold them): id, subdomain.
+    pub published: Vec<(uuid::Uuid, String)>,
     /// Retired keys withdrawn.
     pub keys: usize,
 }
@@ -36,12 +38,14 @@ pub struct Expired {
 /// # fn round(registry: &Registry) {
 /// let now = time::OffsetDateTime::now_utc();
 /// let expired = upkeep::expire(registry, now);
-/// println!("{} services and {} keys expired", expired.services.len(), expired.keys);
+/// println!("{} services and {} keys expired", expired.services, expired.keys);
 /// # }
 /// ```
 pub fn expire(registry: &Registry, now: OffsetDateTime) -> Expired {
+    let (services, published) = expire_anonymous(registry, now);
     Expired {
-        services: expire_anonymous(registry, now),
+        services,
+        published,
         keys: expire_keys(registry, now),
     }
 }
@@ -63,13 +67,17 @@ pub fn prune(
 }
 
 /// Batch after batch: a burst of creations an hour ago must not take hours to clear.
-fn expire_anonymous(registry: &Registry, now: OffsetDateTime) -> Vec<(uuid::Uuid, String)> {
+/// How many it deleted, and those of them that published documents: id, subdomain.
+fn expire_anonymous(
+    registry: &Registry,
+    now: OffsetDateTime,
+) -> (usize, Vec<(uuid::Uuid, String)>) {
     let store = &*registry.store;
-    let mut gone = Vec::new();
+    let (mut total, mut published) = (0, Vec::new());
     while let Ok(expired) = store.expired_anonymous(now, BATCH) {
         // A corrupt row is left out of the batch (and logged by the store), so a short batch
         // does not mean the last one: go on until a batch deletes nothing.
-        let before = gone.len();
+        let mut deleted = 0;
         for service in expired {
             let event = AuditEvent::new(
                 Action::AnonymousExpire,
@@ -78,15 +86,21 @@ fn expire_anonymous(registry: &Registry, now: OffsetDateTime) -> Vec<(uuid::Uuid
                 None,
                 now,
             );
+            // Read before it goes: only what was published can be in a cache.
+            let had_documents = matches!(store.config(service.id), Ok(Some(_)));
             if let Ok(true) = store.delete_service(service.id, &event) {
-                gone.push((service.id, service.subdomain));
+                deleted += 1;
+                if had_documents {
+                    published.push((service.id, service.subdomain));
+                }
             }
         }
-        if gone.len() == before {
+        if deleted == 0 {
             break;
         }
+        total += deleted;
     }
-    gone
+    (total, published)
 }
 
 fn expire_keys(registry: &Registry, now: OffsetDateTime) -> usize {
@@ -185,15 +199,12 @@ mod tests {
         let created = anonymous::create(&registry, origin(), command, || NOW).unwrap();
         let id = created.service.id;
 
-        assert!(expire(&registry, NOW + Duration::minutes(119))
-            .services
-            .is_empty());
+        assert_eq!(expire(&registry, NOW + Duration::minutes(119)).services, 0);
         assert!(store.service(id).unwrap().is_some());
 
-        assert_eq!(
-            expire(&registry, NOW + Duration::hours(2)).services.len(),
-            1
-        );
+        // It published nothing: no cache can hold its documents.
+        let expired = expire(&registry, NOW + Duration::hours(2));
+        assert_eq!((expired.services, expired.published), (1, Vec::new()));
         assert_eq!(store.service(id).unwrap(), None);
         let trail = actions(&store, Trail::Anonymous);
         assert_eq!(trail.first(), Some(&Action::AnonymousExpire), "{trail:?}");

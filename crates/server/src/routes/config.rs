@@ -81,6 +81,7 @@ pub async fn delete(
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
     let (id, subdomain) = (service.id, service.subdomain.clone());
+    let domains = state.replica.served_domains(id);
     match query.into_inner().source {
         None => {
             state
@@ -96,7 +97,6 @@ pub async fn delete(
                 .await?
         }
     }
-    // What is left (another source's keys, the managed ones) is read again when asked for.
-    state.replica.documents_gone(id, &subdomain);
+    state.replica.documents_gone(id, &subdomain, domains);
     Ok(HttpResponse::NoContent().finish())
 }

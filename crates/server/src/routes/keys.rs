@@ -33,9 +33,13 @@ pub async fn delete(
 ) -> ApiResult<HttpResponse> {
     let (_, kid) = path.into_inner();
     let now = state.now();
+    // The last key leaving may take the whole configuration with it.
+    let (id, subdomain) = (service.id, service.subdomain.clone());
+    let domains = state.replica.served_domains(id);
     state
         .write(move |registry| keys::withdraw(registry, &caller, &service, &kid, now))
         .await?;
+    state.replica.documents_gone(id, &subdomain, domains);
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -139,9 +139,10 @@ pub async fn delete(
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
     let (id, subdomain) = (service.id, service.subdomain.clone());
+    let domains = state.replica.served_domains(id);
     state
         .write(move |registry| services::delete(registry, &caller, &service, now))
         .await?;
-    state.replica.documents_gone(id, &subdomain);
+    state.replica.documents_gone(id, &subdomain, domains);
     Ok(HttpResponse::NoContent().finish())
 }

@@ -444,6 +444,10 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
       assert.match(await svg.locator(`[data-kid="${kid}"] line.withdrawn title`).textContent(), /withdrawn at /);
       assert.match(await svg.locator(`[data-kid="${kid}"] > text`).first().textContent(), /withdrawn/);
     }
+    // The key that signed keeps its life on its row: safe, then signing until it left.
+    const signed = svg.locator(`[data-kid="${before[0]}"]`);
+    assert.equal(await signed.locator("rect.signing").count(), 1);
+    assert.match(await signed.locator("rect.signing title").textContent(), /signing from .* to /);
   });
 
   await t.test("d. explain: a refusal and its reasons", async () => {

@@ -19,6 +19,7 @@
 //! assert_eq!(header(Algorithm::Es256, "k1"), "eyJhbGciOiJFUzI1NiIsImtpZCI6ImsxIiwidHlwIjoiSldUIn0");
 //! ```
 
+use crate::withdrawn::{MAX_WITHDRAWN, WITHDRAWN_KEPT};
 use crate::Violation;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -209,6 +210,9 @@ pub struct ManagedKey {
     /// When it started signing.
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub signing_since: Option<OffsetDateTime>,
+    /// When it stopped signing (replaced, or signing turned off); `None` while it may sign.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub signing_until: Option<OffsetDateTime>,
     /// Its last signature, kept to the minute.
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub last_signed_at: Option<OffsetDateTime>,
@@ -277,6 +281,7 @@ impl ManagedKey {
             created_at: now,
             safe_at: current.then_some(now),
             signing_since: current.then_some(now),
+            signing_until: None,
             last_signed_at: None,
             withdraw_at: None,
             token_seconds: 0,
@@ -310,6 +315,33 @@ pub struct Signing {
     pub enabled: bool,
     /// Its keys, oldest first.
     pub keys: Vec<ManagedKey>,
+    /// The keys withdrawn in the last [`WITHDRAWN_KEPT`], newest first, at most
+    /// [`MAX_WITHDRAWN`]: what the console draws of a rotation that is over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withdrawn: Vec<WithdrawnManagedKey>,
+}
+
+/// A managed key that left the key set: its life, as `GET …/signing` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WithdrawnManagedKey {
+    /// Its `kid`.
+    pub kid: String,
+    /// When it was made (and first published).
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When it became safe to sign with.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub safe_at: Option<OffsetDateTime>,
+    /// When it started signing.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub signing_since: Option<OffsetDateTime>,
+    /// When it stopped signing.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub signing_until: Option<OffsetDateTime>,
+    /// When it left the key set.
+    #[serde(with = "time::serde::rfc3339")]
+    pub withdrawn_at: OffsetDateTime,
 }
 
 /// A transition of managed signing, each an audit event.
@@ -342,6 +374,7 @@ impl Signing {
             settings,
             enabled: true,
             keys: vec![first],
+            withdrawn: Vec::new(),
         }
     }
 
@@ -382,6 +415,18 @@ impl Signing {
                 })
             })
             .collect();
+        let withdrawn: Vec<Value> = (self.withdrawn.iter())
+            .map(|k| {
+                json!({
+                    "kid": k.kid,
+                    "createdAt": rfc3339(Some(k.created_at)),
+                    "safeToSignAt": rfc3339(k.safe_at),
+                    "signingSince": rfc3339(k.signing_since),
+                    "signingUntil": rfc3339(k.signing_until),
+                    "withdrawnAt": rfc3339(Some(k.withdrawn_at)),
+                })
+            })
+            .collect();
         json!({
             "algorithm": self.settings.algorithm.as_str(),
             "rotationPeriodSeconds": self.settings.rotation_period_seconds,
@@ -389,6 +434,7 @@ impl Signing {
             "leadSeconds": self.settings.lead_seconds,
             "nextRotationAt": rfc3339(self.next_rotation_at()),
             "keys": keys,
+            "withdrawn": withdrawn,
         })
     }
 
@@ -424,9 +470,10 @@ impl Signing {
     /// A compromise (`?compromised=true`): `made` signs at once, and every other key leaves the
     /// key set at once; their `kid`s.
     pub fn replace_compromised(&mut self, made: ManagedKey) -> Vec<String> {
-        let withdrawn = self.keys.iter().map(|k| k.kid.clone()).collect();
+        let kids: Vec<String> = self.keys.iter().map(|k| k.kid.clone()).collect();
+        self.withdraw(&kids, made.created_at);
         self.keys = vec![made];
-        withdrawn
+        kids
     }
 
     /// Turned off at `now` (`DELETE`): nothing signs; every key retires until its tokens have
@@ -436,6 +483,9 @@ impl Signing {
         let max = self.settings.max_token_seconds;
         for key in &mut self.keys {
             if key.stage != Stage::Retiring {
+                if key.stage == Stage::Current {
+                    key.signing_until = Some(now);
+                }
                 key.stage = Stage::Retiring;
                 key.withdraw_at = Some(key.withdrawal(max, now));
             }
@@ -499,6 +549,7 @@ impl Signing {
             match key.stage {
                 Stage::Current => {
                     key.stage = Stage::Retiring;
+                    key.signing_until = Some(now);
                     key.withdraw_at = Some(key.withdrawal(max, now));
                 }
                 Stage::Next => {
@@ -511,9 +562,30 @@ impl Signing {
         }
     }
 
-    /// Without the keys `kids` (withdrawn).
-    pub fn withdraw(&mut self, kids: &[String]) {
-        self.keys.retain(|k| !kids.contains(&k.kid));
+    /// Without the keys `kids`, withdrawn at `now`: remembered for [`WITHDRAWN_KEPT`].
+    pub fn withdraw(&mut self, kids: &[String], now: OffsetDateTime) {
+        let (gone, kept): (Vec<ManagedKey>, Vec<ManagedKey>) = std::mem::take(&mut self.keys)
+            .into_iter()
+            .partition(|k| kids.contains(&k.kid));
+        self.keys = kept;
+        let mut withdrawn: Vec<WithdrawnManagedKey> = (gone.into_iter())
+            .map(|k| WithdrawnManagedKey {
+                kid: k.kid,
+                created_at: k.created_at,
+                safe_at: k.safe_at,
+                signing_since: k.signing_since,
+                // A key withdrawn while it signed (a compromise) signed until then.
+                signing_until: k.signing_until.or(k.signing_since.map(|_| now)),
+                withdrawn_at: now,
+            })
+            .collect();
+        withdrawn.extend(
+            std::mem::take(&mut self.withdrawn)
+                .into_iter()
+                .filter(|w| w.withdrawn_at > now - WITHDRAWN_KEPT),
+        );
+        withdrawn.truncate(MAX_WITHDRAWN);
+        self.withdrawn = withdrawn;
     }
 
     /// Records a signature by `kid` at `at`: its `lastSignedAt`, and, should it be retiring
@@ -628,7 +700,9 @@ pub fn check_claims(
     let payload = serde_json::from_slice::<UniqueClaims>(&bytes)
         .map_err(|e| match e.to_string() {
             // serde_json adds where it stopped: the claim's name says enough.
-            why if why.contains(TWICE) => why.split(" at line ").next().unwrap_or(&why).to_owned(),
+            why if why.starts_with(CLAIM_NAMED) && why.contains(TWICE) => {
+                why.split(" at line ").next().unwrap_or(&why).to_owned()
+            }
             _ => "the claims must be a JSON object".to_owned(),
         })?
         .0;
@@ -681,7 +755,8 @@ pub fn check_claims(
     Ok(())
 }
 
-/// What a claim named twice is told.
+/// What a claim named twice is told: `{CLAIM_NAMED}"exp" {TWICE}…`.
+const CLAIM_NAMED: &str = "the claim ";
 const TWICE: &str = "is named twice";
 
 /// A JSON object whose member names are unique, as a JWT's claim names must be (RFC 7519 §4):
@@ -707,7 +782,7 @@ impl<'de> Deserialize<'de> for UniqueClaims {
                 while let Some((name, value)) = map.next_entry::<String, Value>()? {
                     if members.contains_key(&name) {
                         return Err(serde::de::Error::custom(format!(
-                            "the claim {name:?} {TWICE}: claim names must be unique"
+                            "{CLAIM_NAMED}{name:?} {TWICE}: claim names must be unique"
                         )));
                     }
                     members.insert(name, value);
@@ -802,8 +877,16 @@ mod tests {
             signing.due(None, withdraw),
             Some(Transition::Withdraw { kids: kids.clone() })
         );
-        signing.withdraw(&kids);
+        signing.withdraw(&kids, withdraw);
         assert_eq!(signing.keys.len(), 1);
+        // Remembered with its life, for the console.
+        let gone = &signing.withdrawn[0];
+        assert_eq!(
+            (gone.kid.as_str(), gone.withdrawn_at),
+            (kids[0].as_str(), withdraw)
+        );
+        assert_eq!(gone.signing_until, Some(at(period + 605)));
+        assert_eq!(gone.safe_at, Some(at(0)));
     }
 
     #[test]
@@ -934,6 +1017,11 @@ mod tests {
             refused,
             r#"the claim "exp" is named twice: claim names must be unique"#
         );
+        // A payload that merely says so is not a JSON object.
+        let said = URL_SAFE_NO_PAD.encode(r#""the claim \"x\" is named twice""#);
+        assert!(check_claims(&said, &rules, at(0))
+            .unwrap_err()
+            .contains("JSON object"));
         let big = encode(json!({"iss": "https://a.example", "pad": "x".repeat(MAX_CLAIMS_BYTES)}));
         assert!(check_claims(&big, &rules, at(0))
             .unwrap_err()

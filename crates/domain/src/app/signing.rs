@@ -445,7 +445,7 @@ fn try_withdraw_key(
     let kids = [kid.to_owned()];
     let mut apply = |stored: Option<Signing>| {
         let mut signing = stored?;
-        signing.withdraw(&kids);
+        signing.withdraw(&kids, now);
         Some(signing)
     };
     let written = write(
@@ -703,7 +703,7 @@ fn step(
         let mut signing = stored?;
         match &due {
             Some(Transition::Switch { .. }) => signing.switch(next_safe_at.unwrap_or(now), now),
-            Some(Transition::Withdraw { kids }) => signing.withdraw(kids),
+            Some(Transition::Withdraw { kids }) => signing.withdraw(kids, now),
             Some(Transition::Rotate) => {
                 signing.rotate(made.clone()?).ok()?;
             }
@@ -1497,6 +1497,11 @@ mod tests {
         assert_eq!(keys[0]["state"], "current");
         assert_ne!(keys[0]["kid"], first.as_str());
         assert!(!published_kids(&registry, &service).contains(&first));
+        // Its life stays in the state, for the console's timeline: it signed until withdrawn.
+        let gone = &view["withdrawn"][0];
+        assert_eq!(gone["kid"], first.as_str(), "{view}");
+        assert!(gone["signingSince"].is_string(), "{view}");
+        assert_eq!(gone["signingUntil"], gone["withdrawnAt"], "{view}");
         let claims = claims(&registry, &service, T0, 3600);
         assert_eq!(
             sign(&registry, &service, &claims, T0).unwrap().kid,

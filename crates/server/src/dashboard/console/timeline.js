@@ -56,19 +56,34 @@ function keyModel() {
       key.retiring = successor ? ms(successor.signingSince) : (ms(m.lastSignedAt) ?? key.signingSince ?? key.safe);
     }
   });
-  // Keys that left the key set: their rows end where they were withdrawn.
-  for (const w of svc.withdrawn || []) {
+  // Keys that left the key set: their rows end where they were withdrawn. A managed key's
+  // life (safe, signing, retiring) is what managed signing remembers of it.
+  const lives = new Map();
+  for (const m of (svc.signing && Array.isArray(svc.signing.withdrawn)) ? svc.signing.withdrawn : []) {
+    lives.set(m.kid, m);
+  }
+  const gone = [...(svc.withdrawn || [])];
+  for (const m of lives.values()) {
+    if (!gone.some((w) => w.kid === m.kid)) {
+      gone.push({ kid: m.kid, source: "managed", firstPublishedAt: m.createdAt, withdrawnAt: m.withdrawnAt });
+    }
+  }
+  for (const w of gone) {
     if (keys.has(w.kid)) continue;
+    const life = lives.get(w.kid);
+    const end = ms(w.withdrawnAt);
+    const until = life ? ms(life.signingUntil) : null;
     keys.set(w.kid, {
       kid: String(w.kid),
       source: String(w.source ?? ""),
       state: "withdrawn",
-      managed: false,
+      managed: Boolean(life),
       published: ms(w.firstPublishedAt),
-      safe: null,
-      signingSince: null,
-      retiring: ms(w.retiredAt),
-      end: ms(w.withdrawnAt),
+      safe: life ? ms(life.safeToSignAt) : null,
+      signingSince: life ? ms(life.signingSince) : null,
+      // Signing until the withdrawal itself (a compromise) leaves no time retiring.
+      retiring: life ? (until !== null && until < end ? until : null) : ms(w.retiredAt),
+      end,
     });
   }
   return [...keys.values()];

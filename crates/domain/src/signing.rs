@@ -219,6 +219,10 @@ pub struct ManagedKey {
     /// When it leaves the key set (retiring keys only).
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub withdraw_at: Option<OffsetDateTime>,
+    /// Its lead (`leadSeconds` when it was made: a later change applies to the keys made after
+    /// it); `None` for a key made before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lead_seconds: Option<u32>,
     /// The longest `maxTokenSeconds` the settings had before their latest change, while it could
     /// sign: a token it signed then may outlive the settings' present bound (0: never changed).
     #[serde(default)]
@@ -284,6 +288,7 @@ impl ManagedKey {
             signing_until: None,
             last_signed_at: None,
             withdraw_at: None,
+            lead_seconds: None,
             token_seconds: 0,
             jwk,
             public_key: base64::engine::general_purpose::STANDARD.encode(&made.public_key_der),

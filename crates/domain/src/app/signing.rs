@@ -16,8 +16,8 @@ use crate::keys::{KeyVerifier, MAX_PUBLISHED_KEYS};
 use crate::ports::{ConfigChange, ManagedKeys, SignFailure, SigningChange};
 use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
-    self, check_claims, discovery_document, Algorithm, ClaimRules, ManagedKey, Signing,
-    SigningSettings, Stage, Transition,
+    self, check_claims, discovery_document, ClaimRules, ManagedKey, Signing, SigningSettings,
+    Stage, Transition,
 };
 use crate::Service;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -47,6 +47,14 @@ fn keys_of(registry: &Registry) -> Result<&dyn ManagedKeys, AppError> {
     })
 }
 
+/// Whether this replica can make a key beside `signing`'s: it holds the data key they open with.
+fn makes_keys_beside(registry: &Registry, signing: &Signing) -> bool {
+    let Some(keys) = registry.managed_keys.as_deref() else {
+        return false;
+    };
+    (signing.keys.first()).is_none_or(|key| keys.opens(&key.kid, &key.sealed).is_ok())
+}
+
 /// The answer when a managed key of `service` could not be used here.
 fn sign_failure(service: &Service, failure: SignFailure) -> AppError {
     match failure {
@@ -72,7 +80,7 @@ fn make(
     registry: &Registry,
     service: &Service,
     beside: Option<&Signing>,
-    algorithm: Algorithm,
+    settings: &SigningSettings,
     stage: Stage,
     now: OffsetDateTime,
 ) -> Result<ManagedKey, AppError> {
@@ -84,10 +92,12 @@ fn make(
             .map_err(|failure| sign_failure(service, failure))?;
     }
     let made = keys
-        .make(algorithm)
+        .make(settings.algorithm)
         .map_err(|why| AppError::Keys(format!("making a key: {why}")))?;
-    ManagedKey::new(made, algorithm, stage, now)
-        .ok_or_else(|| AppError::Keys("the key made has no thumbprint".to_owned()))
+    let mut key = ManagedKey::new(made, settings.algorithm, stage, now)
+        .ok_or_else(|| AppError::Keys("the key made has no thumbprint".to_owned()))?;
+    key.lead_seconds = Some(settings.lead_seconds);
+    Ok(key)
 }
 
 /// The service's published configuration with its managed keys as `signing` lists them: keys new
@@ -310,7 +320,7 @@ fn put_once(
                 registry,
                 service,
                 stored.as_ref(),
-                settings.algorithm,
+                &settings,
                 Stage::Next,
                 now,
             )?),
@@ -544,14 +554,7 @@ fn try_rotate(
     if !compromised && !room_for_a_key(registry, service, now)? {
         return Err(key_set_full());
     }
-    let made = make(
-        registry,
-        service,
-        Some(&on),
-        on.settings.algorithm,
-        stage,
-        now,
-    )?;
+    let made = make(registry, service, Some(&on), &on.settings, stage, now)?;
     let event = caller.service_event(Action::SigningRotate, service, now);
     let new_kid = Value::String(made.kid.clone());
     let event = match compromised {
@@ -660,6 +663,11 @@ fn step(
         None => None,
     };
     let mut due = signing.due(next_safe_at, now);
+    // A replica that cannot make a key beside these (no data key, or another one) leaves a due
+    // rotation to those that can: failing it here would put it off for every replica.
+    if due == Some(Transition::Rotate) && !makes_keys_beside(registry, &signing) {
+        return Ok(Step::Nothing);
+    }
     // A rotation that would push the key set past its cap waits until a key leaves it (a
     // retiring key's withdrawal, a retired upload's end): looked at again a minute later, so
     // that it does not hold the front of the step's queue.
@@ -673,7 +681,7 @@ fn step(
             registry,
             service,
             Some(&signing),
-            signing.settings.algorithm,
+            &signing.settings,
             Stage::Next,
             now,
         )?),
@@ -866,10 +874,11 @@ pub fn signature(
         _ => return Err(not_on(service)),
     };
     let Some(key) = signing.current() else {
-        // No sooner than the next key's lead ends (its verifiers may hold it longer).
-        let lead = time::Duration::seconds(i64::from(signing.settings.lead_seconds));
-        let lead_left =
-            (signing.next()).map_or(time::Duration::ZERO, |next| next.created_at + lead - now);
+        // No sooner than the next key's own lead ends (its verifiers may hold it longer).
+        let lead_left = (signing.next()).map_or(time::Duration::ZERO, |next| {
+            let lead = next.lead_seconds.unwrap_or(signing.settings.lead_seconds);
+            next.created_at + time::Duration::seconds(i64::from(lead)) - now
+        });
         let retry_after_secs = (lead_left.max(signing::READINESS_POLL))
             .whole_seconds()
             .unsigned_abs()
@@ -953,6 +962,7 @@ mod tests {
     use crate::app::services::{self, CreateService};
     use crate::app::testing::{caller, registry_over, MemoryStore};
     use crate::ports::{AuditLog, Ceiling, ServiceStore, SigningStore};
+    use crate::signing::Algorithm;
     use crate::testing::CountingKeys;
     use crate::Plan;
     use serde_json::json;
@@ -1048,7 +1058,7 @@ mod tests {
 
     #[test]
     fn keys_sealed_under_another_data_key_are_signing_disabled_not_an_internal_error() {
-        let (mut registry, _, caller, service) = setup();
+        let (mut registry, store, caller, service) = setup();
         registry.managed_keys = Some(Arc::new(AnotherDataKey::default()));
         on_at_once(&registry, &caller, &service);
         let claims = claims(&registry, &service, T0, 600);
@@ -1067,8 +1077,10 @@ mod tests {
         assert!(disabled(rotate(
             &registry, &caller, &service, true, false, T0
         )));
+        // A due rotation is left to a replica that can open them, and put off for none.
         let due = T0 + Duration::days(31);
-        assert!(advance(&registry, &service, false, due).is_err());
+        assert_eq!(advance(&registry, &service, false, due), Ok(None));
+        assert_eq!(store.signing_due(due, 10).unwrap(), [service.id]);
         delete(&registry, &caller, &service, T0).unwrap();
         assert!(disabled(put(
             &registry,
@@ -1345,6 +1357,18 @@ mod tests {
         assert_eq!(retry(T0), 600);
         assert_eq!(retry(T0 + Duration::seconds(590)), 10);
         assert_eq!(retry(T0 + Duration::seconds(599)), 5);
+        // A longer lead set since applies to the keys made after it, not to this one.
+        let longer = json!({"leadSeconds": 604_800});
+        put(
+            &registry,
+            &caller,
+            &service,
+            &longer,
+            false,
+            T0 + Duration::seconds(10),
+        )
+        .unwrap();
+        assert_eq!(retry(T0 + Duration::seconds(20)), 580);
         // The step, once the 600 s lead is over, switches.
         let later = T0 + Duration::seconds(600);
         assert_eq!(advance_due(&registry, false, 10, later).unwrap().written, 1);

@@ -282,12 +282,16 @@ impl Replica {
             .unwrap_or_default()
     }
 
-    /// Documents of service `service_id` at `subdomain` (and under `domains`, its custom
-    /// domain) were deleted or withdrawn here, by a call or the reaper: the caches in front are
-    /// purged of them whether or not a replica still holds them in memory (each replica purges
-    /// what it held as it applies the change; none knows what it no longer holds). Memory is
-    /// left to the change's own application.
+    /// Documents of service `service_id` at `subdomain` (and under `domains`, a custom domain
+    /// the deletion dropped) may have been deleted here, by a call or the reaper, after the
+    /// write's own application: each replica purges what it held as it applies a change, and
+    /// none knows what it no longer holds, so unless this replica holds the service's
+    /// documents now (the change kept some, and its application purged them), the caches in
+    /// front are purged here.
     pub fn documents_gone(&self, service_id: Uuid, subdomain: &str, domains: Vec<String>) {
+        if self.hosting.holds(service_id) {
+            return;
+        }
         self.documents_changed(DocumentsChanged {
             service_id,
             subdomain: subdomain.to_owned(),

@@ -208,6 +208,34 @@ mod tests {
         assert_eq!(store.service(id).unwrap(), None);
         let trail = actions(&store, Trail::Anonymous);
         assert_eq!(trail.first(), Some(&Action::AnonymousExpire), "{trail:?}");
+
+        // One that published: a cache may hold its documents, and the reaper says which.
+        let command = CreateAnonymous {
+            title: None,
+            description: None,
+            ttl: Duration::hours(2),
+        };
+        let published = anonymous::create(&registry, origin(), command, || NOW).unwrap();
+        let service = published.service;
+        let config = PublishedConfig {
+            service_id: service.id,
+            openid_configuration: "{}".into(),
+            jwks: r#"{"keys":[]}"#.into(),
+            updated_at: NOW,
+            previous_change_at: None,
+            dates: Default::default(),
+            keys: KeyState::default(),
+        };
+        let event = AuditEvent::new(
+            Action::ConfigPut,
+            Resource::service(service.id, &service.subdomain),
+            Actor::system(),
+            None,
+            NOW,
+        );
+        store.put_config(&config, &event).unwrap();
+        let expired = expire(&registry, NOW + Duration::hours(3));
+        assert_eq!(expired.published, [(service.id, service.subdomain)]);
     }
 
     #[test]

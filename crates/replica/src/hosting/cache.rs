@@ -211,6 +211,11 @@ impl HostingCache {
         hosts.evict_down_to(self.max_bytes, subdomain);
     }
 
+    /// Whether a service's documents are in memory.
+    pub fn holds(&self, service_id: Uuid) -> bool {
+        self.read().subdomain_of.contains_key(&service_id)
+    }
+
     /// Stops serving a service's documents: a change applied from the change log.
     pub fn remove(&self, service_id: Uuid) -> Option<String> {
         let mut hosts = self.write();

@@ -81,7 +81,6 @@ pub async fn delete(
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
     let (id, subdomain) = (service.id, service.subdomain.clone());
-    let domains = state.replica.served_domains(id);
     match query.into_inner().source {
         None => {
             state
@@ -97,6 +96,8 @@ pub async fn delete(
                 .await?
         }
     }
-    state.replica.documents_gone(id, &subdomain, domains);
+    // The service's custom domain stays served (by what is left, or nothing): the purge's
+    // own look at the replica's domains names it.
+    state.replica.documents_gone(id, &subdomain, Vec::new());
     Ok(HttpResponse::NoContent().finish())
 }

@@ -35,11 +35,10 @@ pub async fn delete(
     let now = state.now();
     // The last key leaving may take the whole configuration with it.
     let (id, subdomain) = (service.id, service.subdomain.clone());
-    let domains = state.replica.served_domains(id);
     state
         .write(move |registry| keys::withdraw(registry, &caller, &service, &kid, now))
         .await?;
-    state.replica.documents_gone(id, &subdomain, domains);
+    state.replica.documents_gone(id, &subdomain, Vec::new());
     Ok(HttpResponse::NoContent().finish())
 }
 

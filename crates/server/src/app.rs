@@ -95,19 +95,21 @@ fn migrated(
     Ok(store)
 }
 
-/// A database URL without its password, for messages: the one in its user part (which may hold
-/// a `?` or a `/`: it ends at the last `@`), and any query parameter whose name ends with
-/// `password` (libpq's `?password=`, `?sslpassword=`).
+/// A database URL without its password, for messages: the one in its user part (which ends,
+/// as libpq reads it, at the first `@` before the path), and any query parameter whose name
+/// ends with `password` (libpq's `?password=`, `?sslpassword=`).
 pub fn redact(url: &str) -> String {
     let Some(scheme) = url.find("://").map(|at| at + 3) else {
         return url.to_owned();
     };
-    let (user, rest) = match url.rfind('@').filter(|at| *at >= scheme) {
-        Some(at) => match url[scheme..at].split_once(':') {
-            Some((user, _)) => (format!("{user}:***"), &url[at..]),
-            None => (url[scheme..at].to_owned(), &url[at..]),
+    let after = &url[scheme..];
+    let authority = &after[..after.find('/').unwrap_or(after.len())];
+    let (user, rest) = match authority.find('@') {
+        Some(at) => match after[..at].split_once(':') {
+            Some((user, _)) => (format!("{user}:***"), &after[at..]),
+            None => (after[..at].to_owned(), &after[at..]),
         },
-        None => (String::new(), &url[scheme..]),
+        None => (String::new(), after),
     };
     let rest = match rest.split_once('?') {
         Some((place, query)) => {
@@ -392,6 +394,19 @@ mod tests {
         assert_eq!(
             redact("postgres://db/r?PASSWORD=x"),
             "postgres://db/r?PASSWORD=***"
+        );
+        // A password holding `?`, a query holding `@`.
+        assert_eq!(
+            redact("postgres://registry:S3c?ret@db/r?sslmode=require"),
+            "postgres://registry:***@db/r?sslmode=require"
+        );
+        assert_eq!(
+            redact("postgres://registry@db/r?password=p@ss"),
+            "postgres://registry@db/r?password=***"
+        );
+        assert_eq!(
+            redact("postgres://db/r?user=svc@tenant&password=S3cret"),
+            "postgres://db/r?user=svc@tenant&password=***"
         );
     }
 }

@@ -1020,9 +1020,12 @@ fn command_errors_are_one_sentence_and_an_exit_code() {
     let usage = run(&["customer", "create", "--plan", "free"]);
     assert_eq!(usage.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&usage.stderr).contains("Usage"));
-    let usage = run(&["customer", "create", "--plan", "nope"]);
+    let usage = run(&[
+        "customer", "create", "--tenant", "p", "--plan", "nope", "--name", "P",
+    ]);
     assert_eq!(usage.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&usage.stderr).contains("--help"));
+    let stderr = String::from_utf8_lossy(&usage.stderr);
+    assert!(stderr.contains("unknown plan \"nope\""), "{stderr}");
 }
 
 /// `registry policy check`: the findings of a policy file, as lines for a person or as JSON,

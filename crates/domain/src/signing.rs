@@ -403,8 +403,8 @@ impl Signing {
         Some(since + Duration::seconds(i64::from(self.settings.rotation_period_seconds)))
     }
 
-    /// `GET /services/{s}/signing`'s answer (never a private key, sealed or not).
-    pub fn view(&self) -> Value {
+    /// `GET /services/{s}/signing`'s answer at `now` (never a private key, sealed or not).
+    pub fn view(&self, now: OffsetDateTime) -> Value {
         let keys: Vec<Value> = (self.keys.iter())
             .map(|k| {
                 json!({
@@ -421,6 +421,7 @@ impl Signing {
             })
             .collect();
         let withdrawn: Vec<Value> = (self.withdrawn.iter())
+            .filter(|k| k.withdrawn_at > now - WITHDRAWN_KEPT)
             .map(|k| {
                 json!({
                     "kid": k.kid,
@@ -569,21 +570,33 @@ impl Signing {
 
     /// Without the keys `kids`, withdrawn at `now`: remembered for [`WITHDRAWN_KEPT`].
     pub fn withdraw(&mut self, kids: &[String], now: OffsetDateTime) {
-        let (gone, kept): (Vec<ManagedKey>, Vec<ManagedKey>) = std::mem::take(&mut self.keys)
-            .into_iter()
-            .partition(|k| kids.contains(&k.kid));
-        self.keys = kept;
-        let mut withdrawn: Vec<WithdrawnManagedKey> = (gone.into_iter())
-            .map(|k| WithdrawnManagedKey {
+        // A key retired before its end was recorded stopped signing when the next one started.
+        let successor_since = |i: usize| (self.keys[i + 1..].iter()).find_map(|k| k.signing_since);
+        let until: Vec<Option<OffsetDateTime>> = (0..self.keys.len())
+            .map(|i| match &self.keys[i] {
+                k if k.signing_until.is_some() || k.signing_since.is_none() => k.signing_until,
+                k if k.stage == Stage::Retiring => successor_since(i).or(k.last_signed_at),
+                // A key withdrawn while it signed (a compromise) signed until then.
+                k => k.signing_since.map(|_| now),
+            })
+            .collect();
+        let mut withdrawn = Vec::new();
+        let mut kept = Vec::new();
+        for (k, until) in std::mem::take(&mut self.keys).into_iter().zip(until) {
+            if !kids.contains(&k.kid) {
+                kept.push(k);
+                continue;
+            }
+            withdrawn.push(WithdrawnManagedKey {
                 kid: k.kid,
                 created_at: k.created_at,
                 safe_at: k.safe_at,
                 signing_since: k.signing_since,
-                // A key withdrawn while it signed (a compromise) signed until then.
-                signing_until: k.signing_until.or(k.signing_since.map(|_| now)),
+                signing_until: until,
                 withdrawn_at: now,
-            })
-            .collect();
+            });
+        }
+        self.keys = kept;
         withdrawn.extend(
             std::mem::take(&mut self.withdrawn)
                 .into_iter()
@@ -882,6 +895,9 @@ mod tests {
             signing.due(None, withdraw),
             Some(Transition::Withdraw { kids: kids.clone() })
         );
+        assert_eq!(signing.keys[0].signing_until, Some(at(period + 605)));
+        // A state written before the end was recorded: the next key's start says it.
+        signing.keys[0].signing_until = None;
         signing.withdraw(&kids, withdraw);
         assert_eq!(signing.keys.len(), 1);
         // Remembered with its life, for the console.
@@ -892,6 +908,10 @@ mod tests {
         );
         assert_eq!(gone.signing_until, Some(at(period + 605)));
         assert_eq!(gone.safe_at, Some(at(0)));
+        // Listed for eight days, not after.
+        let listed = |now| signing.view(now)["withdrawn"].as_array().map(Vec::len);
+        assert_eq!(listed(withdraw + Duration::days(7)), Some(1));
+        assert_eq!(listed(withdraw + WITHDRAWN_KEPT), Some(0));
     }
 
     #[test]
@@ -966,7 +986,7 @@ mod tests {
     #[test]
     fn the_view_holds_no_private_key() {
         let signing = Signing::new(SigningSettings::default(), key(1, Stage::Current, at(0)));
-        let view = signing.view().to_string();
+        let view = signing.view(at(0)).to_string();
         assert!(!view.contains("sealed-1"), "{view}");
         assert!(view.contains("\"state\":\"current\""));
         assert!(!format!("{:?}", signing).contains("sealed-1"));

@@ -47,14 +47,6 @@ fn keys_of(registry: &Registry) -> Result<&dyn ManagedKeys, AppError> {
     })
 }
 
-/// Whether this replica can make a key beside `signing`'s: it holds the data key they open with.
-fn makes_keys_beside(registry: &Registry, signing: &Signing) -> bool {
-    let Some(keys) = registry.managed_keys.as_deref() else {
-        return false;
-    };
-    (signing.keys.first()).is_none_or(|key| keys.opens(&key.kid, &key.sealed).is_ok())
-}
-
 /// The answer when a managed key of `service` could not be used here.
 fn sign_failure(service: &Service, failure: SignFailure) -> AppError {
     match failure {
@@ -246,10 +238,11 @@ fn system_event(action: Action, service: &Service, now: OffsetDateTime) -> Audit
     )
 }
 
-/// `GET /services/{s}/signing`: the settings and the keys (404 when it is not turned on).
-pub fn get(registry: &Registry, service: &Service) -> Result<Value, AppError> {
+/// `GET /services/{s}/signing` at `now`: the settings and the keys (404 when it is not turned
+/// on).
+pub fn get(registry: &Registry, service: &Service, now: OffsetDateTime) -> Result<Value, AppError> {
     match registry.store.signing(service.id)? {
-        Some(signing) if signing.enabled => Ok(signing.view()),
+        Some(signing) if signing.enabled => Ok(signing.view(now)),
         _ => Err(not_on(service)),
     }
 }
@@ -276,11 +269,15 @@ pub fn put(
             // request have replaced it meanwhile.
             let waived = first_of_all.as_deref();
             for _ in 0..WRITE_ATTEMPTS {
-                if !matches!(step(registry, service, purging, waived, now)?, Step::Lost) {
-                    break;
+                match step(registry, service, purging, waived, now) {
+                    Ok(Step::Lost) => continue,
+                    // The settings are written; a rotation due that this replica cannot make
+                    // (another data key) is the step's, failing there, logged, once a minute.
+                    Ok(_) | Err(AppError::SigningDisabled(_)) => break,
+                    Err(other) => return Err(other),
                 }
             }
-            return get(registry, service);
+            return get(registry, service, now);
         }
     }
     Err(AppError::Conflict(
@@ -524,7 +521,7 @@ pub fn rotate(
     for _ in 0..WRITE_ATTEMPTS {
         if try_rotate(registry, caller, service, compromised, now)? {
             advance(registry, service, purging, now)?;
-            return get(registry, service);
+            return get(registry, service, now);
         }
     }
     Err(changed_meanwhile())
@@ -663,11 +660,6 @@ fn step(
         None => None,
     };
     let mut due = signing.due(next_safe_at, now);
-    // A replica that cannot make a key beside these (no data key, or another one) leaves a due
-    // rotation to those that can: failing it here would put it off for every replica.
-    if due == Some(Transition::Rotate) && !makes_keys_beside(registry, &signing) {
-        return Ok(Step::Nothing);
-    }
     // A rotation that would push the key set past its cap waits until a key leaves it (a
     // retiring key's withdrawal, a retired upload's end): looked at again a minute later, so
     // that it does not hold the front of the step's queue.
@@ -1077,10 +1069,16 @@ mod tests {
         assert!(disabled(rotate(
             &registry, &caller, &service, true, false, T0
         )));
-        // A due rotation is left to a replica that can open them, and put off for none.
+        // A due rotation fails (the step logs it and looks again in a minute); a change of
+        // the settings is written all the same.
         let due = T0 + Duration::days(31);
-        assert_eq!(advance(&registry, &service, false, due), Ok(None));
-        assert_eq!(store.signing_due(due, 10).unwrap(), [service.id]);
+        assert!(disabled(
+            advance(&registry, &service, false, due).map(|_| Value::Null)
+        ));
+        let shorter = json!({"leadSeconds": 0, "maxTokenSeconds": 600});
+        put(&registry, &caller, &service, &shorter, false, due).unwrap();
+        let settings = store.signing(service.id).unwrap().unwrap().settings;
+        assert_eq!(settings.max_token_seconds, 600);
         delete(&registry, &caller, &service, T0).unwrap();
         assert!(disabled(put(
             &registry,
@@ -1154,7 +1152,7 @@ mod tests {
         assert!(!store.signing_due(then, 10).unwrap().contains(&failing.id));
         let minute = then + Duration::seconds(60);
         assert!(store.signing_due(minute, 10).unwrap().contains(&failing.id));
-        let other_keys = get(&registry, &other).unwrap()["keys"].clone();
+        let other_keys = get(&registry, &other, T0).unwrap()["keys"].clone();
         assert_eq!(other_keys[1]["state"], "next", "{other_keys}");
     }
 
@@ -1168,7 +1166,7 @@ mod tests {
             "{refused:?}"
         );
         assert!(matches!(
-            get(&registry, &service),
+            get(&registry, &service, T0),
             Err(AppError::NotFound(_))
         ));
     }
@@ -1196,7 +1194,7 @@ mod tests {
             CountingKeys::signature_of(&kid, format!("{}.{claims}", signed.header).as_bytes());
         assert_eq!(URL_SAFE_NO_PAD.decode(&signed.signature).unwrap(), expected);
         // Its last signature is recorded, to the minute.
-        let state = get(&registry, &service).unwrap();
+        let state = get(&registry, &service, T0).unwrap();
         assert!(state["keys"][0]["lastSignedAt"].is_string(), "{state}");
         assert_eq!(
             actions(&store, &service)[..2],
@@ -1216,7 +1214,7 @@ mod tests {
         let t1 = T0 + Duration::seconds(10);
         rotate(&registry, &caller, &service, false, true, t1).unwrap();
         advance_due(&registry, true, 10, t1 + Duration::seconds(5)).unwrap();
-        let state = get(&registry, &service).unwrap();
+        let state = get(&registry, &service, T0).unwrap();
         assert_eq!(state["keys"][1]["state"], "next", "{state}");
     }
 
@@ -1372,7 +1370,7 @@ mod tests {
         // The step, once the 600 s lead is over, switches.
         let later = T0 + Duration::seconds(600);
         assert_eq!(advance_due(&registry, false, 10, later).unwrap().written, 1);
-        let state = get(&registry, &service).unwrap();
+        let state = get(&registry, &service, T0).unwrap();
         assert_eq!(state["keys"][0]["state"], "current", "{state}");
         assert!(sign(&registry, &service, &claims, later).is_ok());
     }
@@ -1420,7 +1418,7 @@ mod tests {
             sign(&registry, &service, &claims_at(t2), t2).unwrap().kid,
             next
         );
-        let state = get(&registry, &service).unwrap();
+        let state = get(&registry, &service, T0).unwrap();
         assert_eq!(state["keys"][0]["state"], "retiring", "{state}");
         // The retiring key stays until its last token has expired: its last signature is kept
         // to the minute (T0; the one at T0 + 10 s expires at T0 + 610) and 300 s more.
@@ -1583,7 +1581,7 @@ mod tests {
         sign(&registry, &service, &claims, T0).unwrap();
         delete(&registry, &caller, &service, T0).unwrap();
         assert!(matches!(
-            get(&registry, &service),
+            get(&registry, &service, T0),
             Err(AppError::NotFound(_))
         ));
         assert!(matches!(

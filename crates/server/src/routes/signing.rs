@@ -33,8 +33,9 @@ pub async fn get(
     ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
+    let now = state.now();
     let view = state
-        .read(move |registry| signing::get(registry, &service))
+        .read(move |registry| signing::get(registry, &service, now))
         .await?;
     Ok(HttpResponse::Ok().json(view))
 }

@@ -1030,6 +1030,31 @@ mod tests {
             .collect()
     }
 
+    /// The agent `aws` fetched the service's key set once at `at`, from one network.
+    fn aws_fetched_keys(store: &MemoryStore, service: &Service, at: OffsetDateTime) {
+        use crate::network::Network;
+        use crate::ports::{
+            AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
+        };
+        let fetch = DocumentFetches {
+            service_id: service.id,
+            document: FetchedDocument::Jwks,
+            ok: 1,
+            not_modified: 0,
+            last_at: at,
+            agents: vec![AgentFetches {
+                agent: "aws".into(),
+                count: 1,
+                last_at: at,
+                networks: vec![NetworkFetch {
+                    network: Network::of("10.0.1.7".parse().unwrap()),
+                    last_at: at,
+                }],
+            }],
+        };
+        store.record_fetches(&[fetch]).unwrap();
+    }
+
     /// Keys sealed under another data key than this registry's: made, never opened.
     #[derive(Default)]
     struct AnotherDataKey(CountingKeys);
@@ -1258,31 +1283,10 @@ mod tests {
 
     #[test]
     fn a_key_set_fetched_in_the_week_before_makes_no_first_key_safe_before_its_purge() {
-        use crate::network::Network;
-        use crate::ports::{
-            AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
-        };
         let (registry, store, caller, service) = setup();
         // Something was published and fetched two days ago, then removed: a cache may still
         // hold that key set (stale on error), which lacks the new key.
-        let fetched_at = T0 - Duration::days(2);
-        let fetch = DocumentFetches {
-            service_id: service.id,
-            document: FetchedDocument::Jwks,
-            ok: 1,
-            not_modified: 0,
-            last_at: fetched_at,
-            agents: vec![AgentFetches {
-                agent: "aws".into(),
-                count: 1,
-                last_at: fetched_at,
-                networks: vec![NetworkFetch {
-                    network: Network::of("10.0.1.7".parse().unwrap()),
-                    last_at: fetched_at,
-                }],
-            }],
-        };
-        store.record_fetches(&[fetch]).unwrap();
+        aws_fetched_keys(&store, &service, T0 - Duration::days(2));
         let view = put(
             &registry,
             &caller,
@@ -1297,10 +1301,6 @@ mod tests {
 
     #[test]
     fn a_managed_key_the_key_set_lost_is_published_again_with_its_verifiers() {
-        use crate::network::Network;
-        use crate::ports::{
-            AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
-        };
         let (registry, store, caller, service) = setup();
         on_at_once(&registry, &caller, &service);
         // The key set went with the configuration (another replica's write), and a verifier
@@ -1308,24 +1308,7 @@ mod tests {
         let event = caller.service_event(Action::ConfigDelete, &service, T0);
         assert!(store.delete_config(service.id, &|_| false, &event).unwrap());
         for hours in [1, 2] {
-            let fetched_at = T0 + Duration::hours(hours);
-            let fetch = DocumentFetches {
-                service_id: service.id,
-                document: FetchedDocument::Jwks,
-                ok: 1,
-                not_modified: 0,
-                last_at: fetched_at,
-                agents: vec![AgentFetches {
-                    agent: "aws".into(),
-                    count: 1,
-                    last_at: fetched_at,
-                    networks: vec![NetworkFetch {
-                        network: Network::of("10.0.1.7".parse().unwrap()),
-                        last_at: fetched_at,
-                    }],
-                }],
-            };
-            store.record_fetches(&[fetch]).unwrap();
+            aws_fetched_keys(&store, &service, T0 + Duration::hours(hours));
         }
         // A settings change finds the key missing: the write that publishes it again fixes
         // its verifiers, as for any key first published.

@@ -187,6 +187,27 @@ mod tests {
         page.events.iter().map(|e| e.action).collect()
     }
 
+    /// `service` publishes `keys` (written as the store takes it, by the system).
+    fn publish(store: &MemoryStore, service: &crate::Service, keys: KeyState) {
+        let config = PublishedConfig {
+            service_id: service.id,
+            openid_configuration: "{}".into(),
+            jwks: r#"{"keys":[]}"#.into(),
+            updated_at: NOW,
+            previous_change_at: None,
+            dates: Default::default(),
+            keys,
+        };
+        let event = AuditEvent::new(
+            Action::ConfigPut,
+            Resource::service(service.id, &service.subdomain),
+            Actor::system(),
+            service.customer_id,
+            NOW,
+        );
+        store.put_config(&config, &event).unwrap();
+    }
+
     #[test]
     fn an_anonymous_service_is_deleted_once_it_expired_and_not_before() {
         let store = Arc::new(MemoryStore::default());
@@ -217,23 +238,7 @@ mod tests {
         };
         let published = anonymous::create(&registry, origin(), command, || NOW).unwrap();
         let service = published.service;
-        let config = PublishedConfig {
-            service_id: service.id,
-            openid_configuration: "{}".into(),
-            jwks: r#"{"keys":[]}"#.into(),
-            updated_at: NOW,
-            previous_change_at: None,
-            dates: Default::default(),
-            keys: KeyState::default(),
-        };
-        let event = AuditEvent::new(
-            Action::ConfigPut,
-            Resource::service(service.id, &service.subdomain),
-            Actor::system(),
-            None,
-            NOW,
-        );
-        store.put_config(&config, &event).unwrap();
+        publish(&store, &service, KeyState::default());
         let expired = expire(&registry, NOW + Duration::hours(3));
         assert_eq!(expired.published, [(service.id, service.subdomain)]);
     }
@@ -251,26 +256,11 @@ mod tests {
         )
         .unwrap();
         let until = NOW + Duration::hours(24);
-        let config = PublishedConfig {
-            service_id: service.id,
-            openid_configuration: "{}".into(),
-            jwks: r#"{"keys":[]}"#.into(),
-            updated_at: NOW,
-            previous_change_at: None,
-            dates: Default::default(),
-            keys: KeyState {
-                keys: vec![key("current", None), key("old", Some(until))],
-                ..KeyState::default()
-            },
+        let keys = KeyState {
+            keys: vec![key("current", None), key("old", Some(until))],
+            ..KeyState::default()
         };
-        let event = AuditEvent::new(
-            Action::ConfigPut,
-            Resource::service(service.id, &service.subdomain),
-            Actor::system(),
-            Some(customer.id),
-            NOW,
-        );
-        store.put_config(&config, &event).unwrap();
+        publish(&store, &service, keys);
 
         assert_eq!(expire(&registry, until - Duration::seconds(1)).keys, 0);
         assert_eq!(expire(&registry, until).keys, 1);

@@ -2322,6 +2322,32 @@ pub fn tenant(
     }
 }
 
+/// One fetch of `service_id`'s key set by `agent` from `address` at `at`: the fetch evidence the
+/// tests above the use cases record.
+pub fn key_set_fetch(
+    service_id: Uuid,
+    agent: &str,
+    address: &str,
+    at: OffsetDateTime,
+) -> DocumentFetches {
+    DocumentFetches {
+        service_id,
+        document: FetchedDocument::Jwks,
+        ok: 1,
+        not_modified: 0,
+        last_at: at,
+        agents: vec![AgentFetches {
+            agent: agent.into(),
+            count: 1,
+            last_at: at,
+            networks: vec![NetworkFetch {
+                network: Network::of(address.parse().expect("an IP address")),
+                last_at: at,
+            }],
+        }],
+    }
+}
+
 /// The body of `PUT /services/{s}/config` that publishes `key` (a JWK) under a minimal discovery
 /// document whose signing algorithm is `alg`: what the tests above the use cases publish.
 pub fn upload_of(key: Value, alg: &str) -> Value {

@@ -370,7 +370,7 @@ mod tests {
     use super::*;
     use crate::app::testing::{caller, registry};
     use crate::app::{config as config_app, services};
-    use crate::ports::{AgentFetches, DocumentFetches, FetchedDocument};
+    use crate::testing::key_set_fetch;
     use crate::Plan;
     use time::macros::datetime;
 
@@ -477,31 +477,6 @@ mod tests {
         assert!(at.pending.is_empty());
     }
 
-    /// A fetch of the service's key set by `agent` from `address` at `at`.
-    fn fetched(
-        service: &Service,
-        agent: &str,
-        address: &str,
-        at: OffsetDateTime,
-    ) -> DocumentFetches {
-        DocumentFetches {
-            service_id: service.id,
-            document: FetchedDocument::Jwks,
-            ok: 1,
-            not_modified: 0,
-            last_at: at,
-            agents: vec![AgentFetches {
-                agent: agent.into(),
-                count: 1,
-                last_at: at,
-                networks: vec![NetworkFetch {
-                    network: Network::of(address.parse().unwrap()),
-                    last_at: at,
-                }],
-            }],
-        }
-    }
-
     fn new_service() -> (Registry, Service, Caller) {
         let (registry, _, account) = registry(Plan::Business, T0);
         let command = services::CreateService::default();
@@ -569,18 +544,18 @@ mod tests {
         // aws fetched in two distinct hours of the week before; gcp in one only; a bot under
         // many agents, each in one hour.
         store
-            .record_fetches(&[fetched(&service, "aws", "10.0.1.7", hours(30))])
+            .record_fetches(&[key_set_fetch(service.id, "aws", "10.0.1.7", hours(30))])
             .unwrap();
         store
-            .record_fetches(&[fetched(&service, "aws", "10.0.1.8", hours(2))])
+            .record_fetches(&[key_set_fetch(service.id, "aws", "10.0.1.8", hours(2))])
             .unwrap();
         store
-            .record_fetches(&[fetched(&service, "gcp", "10.0.2.7", hours(2))])
+            .record_fetches(&[key_set_fetch(service.id, "gcp", "10.0.2.7", hours(2))])
             .unwrap();
         for i in 0..50 {
             let agent = format!("bot {i}");
             store
-                .record_fetches(&[fetched(&service, &agent, "192.0.2.1", hours(1))])
+                .record_fetches(&[key_set_fetch(service.id, &agent, "192.0.2.1", hours(1))])
                 .unwrap();
         }
         publish(&registry, &service, &who, "new", 0, T0);
@@ -591,20 +566,20 @@ mod tests {
         // An agent first seen after the publication never joins; the verifier's agent from
         // another network counts for nothing.
         store
-            .record_fetches(&[fetched(&service, "late", "10.0.9.1", at(2))])
+            .record_fetches(&[key_set_fetch(service.id, "late", "10.0.9.1", at(2))])
             .unwrap();
         store
-            .record_fetches(&[fetched(&service, "late", "10.0.9.1", at(3700))])
+            .record_fetches(&[key_set_fetch(service.id, "late", "10.0.9.1", at(3700))])
             .unwrap();
         store
-            .record_fetches(&[fetched(&service, "aws", "192.0.2.1", at(3))])
+            .record_fetches(&[key_set_fetch(service.id, "aws", "192.0.2.1", at(3))])
             .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(3800)).unwrap();
         assert_eq!(reasons(&answer), ["aws"], "{answer}");
         assert_eq!(answer["safeToSign"], false);
         // Its own network: safe.
         store
-            .record_fetches(&[fetched(&service, "aws", "10.0.1.200", at(3900))])
+            .record_fetches(&[key_set_fetch(service.id, "aws", "10.0.1.200", at(3900))])
             .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(3901)).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
@@ -618,7 +593,7 @@ mod tests {
         for h in [3, 2] {
             let at = T0 - Duration::hours(h);
             store
-                .record_fetches(&[fetched(&service, "gone", "10.0.3.1", at)])
+                .record_fetches(&[key_set_fetch(service.id, "gone", "10.0.3.1", at)])
                 .unwrap();
         }
         publish(&registry, &service, &who, "new", 0, T0);
@@ -646,7 +621,7 @@ mod tests {
         for days in [2, 1] {
             let at = T0 - Duration::days(days);
             store
-                .record_fetches(&[fetched(&service, "aws", "10.0.1.1", at)])
+                .record_fetches(&[key_set_fetch(service.id, "aws", "10.0.1.1", at)])
                 .unwrap();
         }
         publish(&registry, &service, &who, "new", 60, T0);
@@ -659,7 +634,7 @@ mod tests {
             .collect();
         assert_eq!(reasons, ["lead", "verifier"]);
         store
-            .record_fetches(&[fetched(&service, "aws", "10.0.1.1", at(90))])
+            .record_fetches(&[key_set_fetch(service.id, "aws", "10.0.1.1", at(90))])
             .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(100)).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
@@ -668,7 +643,7 @@ mod tests {
         assert_eq!(answer["verifiers"][0]["fetchedSinceKey"], true);
         // Evidence that would move the time does not: it stays what it was found.
         store
-            .record_fetches(&[fetched(&service, "aws", "10.0.1.1", at(500))])
+            .record_fetches(&[key_set_fetch(service.id, "aws", "10.0.1.1", at(500))])
             .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(600)).unwrap();
         assert_eq!(answer["safeToSignAt"], rfc3339(at(90)));

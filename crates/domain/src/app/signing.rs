@@ -1032,26 +1032,8 @@ mod tests {
 
     /// The agent `aws` fetched the service's key set once at `at`, from one network.
     fn aws_fetched_keys(store: &MemoryStore, service: &Service, at: OffsetDateTime) {
-        use crate::network::Network;
-        use crate::ports::{
-            AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
-        };
-        let fetch = DocumentFetches {
-            service_id: service.id,
-            document: FetchedDocument::Jwks,
-            ok: 1,
-            not_modified: 0,
-            last_at: at,
-            agents: vec![AgentFetches {
-                agent: "aws".into(),
-                count: 1,
-                last_at: at,
-                networks: vec![NetworkFetch {
-                    network: Network::of("10.0.1.7".parse().unwrap()),
-                    last_at: at,
-                }],
-            }],
-        };
+        use crate::ports::FetchLog;
+        let fetch = crate::testing::key_set_fetch(service.id, "aws", "10.0.1.7", at);
         store.record_fetches(&[fetch]).unwrap();
     }
 

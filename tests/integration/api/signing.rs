@@ -340,34 +340,24 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
         .send()
         .unwrap();
     assert_problem(refused, 400, "validation-failed");
+    // An upload as the source `green`.
+    let to_green = |body: &Value| {
+        let path = format!("/services/{sub}/config?source=green");
+        let request = server.authed(Method::PUT, &path, &acme.token);
+        request.json(body).send().unwrap()
+    };
     // Nor may a managed key be uploaded under another source: its copy there would outlive
     // the key's withdrawal (a compromise must end every token it signed).
     let mut copied = super::upload(&["k1"]);
     let keys = copied["jwks"]["keys"].as_array_mut().unwrap();
     keys.push(listed["keys"][0]["jwk"].clone());
-    let refused = server
-        .authed(
-            Method::PUT,
-            &format!("/services/{sub}/config?source=green"),
-            &acme.token,
-        )
-        .json(&copied)
-        .send()
-        .unwrap();
+    let refused = to_green(&copied);
     let problem = assert_problem(refused, 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/jwks/keys/1"], "{problem}");
     // Its kid with other material is kid-reused, as any other source's.
     let mut reused = super::upload(&["k1"]);
     reused["jwks"]["keys"][0]["kid"] = listed["keys"][0]["kid"].clone();
-    let refused = server
-        .authed(
-            Method::PUT,
-            &format!("/services/{sub}/config?source=green"),
-            &acme.token,
-        )
-        .json(&reused)
-        .send()
-        .unwrap();
+    let refused = to_green(&reused);
     assert_problem(refused, 400, "kid-reused");
     // Nor its material under another kid.
     let mut renamed = super::upload(&["k1"]);
@@ -377,29 +367,13 @@ fn managed_keys_are_published_sign_only_for_tokens_sign_and_verify_with_the_host
         .as_array_mut()
         .unwrap()
         .push(material);
-    let refused = server
-        .authed(
-            Method::PUT,
-            &format!("/services/{sub}/config?source=green"),
-            &acme.token,
-        )
-        .json(&renamed)
-        .send()
-        .unwrap();
+    let refused = to_green(&renamed);
     let problem = assert_problem(refused, 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/jwks/keys/1"], "{problem}");
     // Once withdrawn by a compromise, a stale copy of the key list cannot bring it back.
     let response = rotate(&server, &acme.token, &sub, true);
     assert_eq!(response.status(), 200);
-    let refused = server
-        .authed(
-            Method::PUT,
-            &format!("/services/{sub}/config?source=green"),
-            &acme.token,
-        )
-        .json(&copied)
-        .send()
-        .unwrap();
+    let refused = to_green(&copied);
     let problem = assert_problem(refused, 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/jwks/keys/1"], "{problem}");
     assert!(problem.to_string().contains("withdrawn"), "{problem}");

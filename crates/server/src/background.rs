@@ -133,6 +133,9 @@ pub async fn step_signing(state: web::Data<AppState>) {
                 for (service_id, error) in steps.failed {
                     tracing::warn!(%service_id, %error, "a service's signing step failed; retried in a minute");
                 }
+                for (service_id, subdomain) in steps.unpublished {
+                    (state.replica).documents_gone(service_id, &subdomain, Vec::new());
+                }
                 for service_id in steps.held_back {
                     tracing::warn!(
                         %service_id,

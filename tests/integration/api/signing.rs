@@ -670,6 +670,59 @@ fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
     assert_eq!(config.status(), 404);
 }
 
+/// The rotation step's withdrawal of the last key a service published removes its documents in
+/// the background: caches in front are purged of them even when no replica holds them in memory
+/// any more (dropped for room).
+#[test]
+fn the_last_managed_keys_withdrawal_is_purged_though_no_replica_holds_the_documents() {
+    let (address, seen) = super::cdn::cache();
+    let server = TestServer::start_with(options(&[
+        ("REGISTRY_PURGE_URLS", &address),
+        ("REGISTRY_HOSTING_CACHE_BYTES", "2500"),
+        // The upkeep would drop the retired key too: the step is the one that withdraws it here.
+        ("REGISTRY_TEST_REAP_EVERY_SECONDS", "3600"),
+    ]));
+    let (acme, sub, _, _) = signing_service(
+        &server,
+        json!({"leadSeconds": 0, "maxTokenSeconds": 600, "algorithm": "RS256"}),
+    );
+    let authority = server.issuer(&sub).split_once("://").unwrap().1.to_owned();
+    let purge = format!("PURGE /openid/v1/jwks {authority}");
+    let purges = || seen.lock().unwrap().iter().filter(|l| **l == purge).count();
+    let deleted = server
+        .authed(
+            Method::DELETE,
+            &format!("/services/{sub}/signing"),
+            &acme.token,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    // Other services published after it leave it out of the hosting cache.
+    for tenant in ["two", "three", "four", "five"] {
+        let customer = server.customer(tenant, "business");
+        super::publish_api(&server, &customer);
+    }
+    let held = server.metric("registry_hosted_issuers");
+    assert!(held < 5, "{held} issuers held: none was dropped for room");
+    let settled = within(Duration::from_secs(10), || purges() >= 1);
+    assert!(settled, "{:?}", seen.lock().unwrap());
+    let before = purges();
+    // 600 s of token and 300 s more: the retiring key leaves, and with it the configuration.
+    server.advance_clock(901);
+    let config_status = || {
+        let path = format!("/services/{sub}/config");
+        server.get(&path, &acme.token).status().as_u16()
+    };
+    assert!(within(Duration::from_secs(30), || config_status() == 404));
+    let purged = within(Duration::from_secs(10), || purges() > before);
+    assert!(
+        purged,
+        "{before} purges, none after: {:?}",
+        seen.lock().unwrap()
+    );
+}
+
 /// A first key with a lead is not safe at once: signing answers 409 `no-key-ready` with a
 /// `Retry-After` until the lead is over, then signs.
 #[test]

@@ -145,7 +145,8 @@ fn publish(
 /// Writes `signing` (changed by `apply` from the state stored, which must be `expected` when
 /// given: otherwise another replica changed it first and nothing is written) with the key set
 /// it publishes; `adds_key`: `apply` adds a key made for this write; `held_until`: a rotation
-/// that has to wait is looked at again no earlier. Whether it was written.
+/// that has to wait is looked at again no earlier. Whether it was written, and whether it left
+/// the service publishing nothing.
 #[allow(clippy::too_many_arguments)]
 fn write(
     registry: &Registry,
@@ -156,7 +157,7 @@ fn write(
     event: Option<&AuditEvent>,
     held_until: Option<OffsetDateTime>,
     now: OffsetDateTime,
-) -> Result<bool, AppError> {
+) -> Result<Written, AppError> {
     // The verifiers of a key first published now read a week of fetch evidence: only when this
     // write may publish one (a key made for it, or a managed key the key set lacks, as the
     // write finds the key set: then it is written again with them).
@@ -166,6 +167,7 @@ fn write(
         false => Vec::new(),
     };
     let mut lacks_verifiers = false;
+    let mut removed = false;
     let mut change = |stored: Option<Signing>, config: Option<PublishedConfig>| {
         if expected.is_some() && stored.as_ref() != expected {
             return None;
@@ -179,8 +181,10 @@ fn write(
             return None;
         }
         let signing = apply(stored)?;
+        let config = publish(registry, service, &signing, config, &verifiers, now);
+        removed = config == ConfigChange::Remove;
         Some(SigningChange {
-            config: publish(registry, service, &signing, config, &verifiers, now),
+            config,
             due_at: signing.due_at_holding_rotation(now, held_until),
             signing: (!signing.keys.is_empty()).then_some(signing),
         })
@@ -190,11 +194,32 @@ fn write(
         .map_err(AppError::gone(|| {
             format!("no service {:?}", service.subdomain)
         }))?;
-    match lacks_verifiers {
-        true => write(
+    match (lacks_verifiers, written, removed) {
+        (true, ..) => write(
             registry, service, expected, true, apply, event, held_until, now,
         ),
-        false => Ok(written),
+        (false, false, _) => Ok(Written::No),
+        (false, true, false) => Ok(Written::Yes),
+        (false, true, true) => Ok(Written::Unpublished),
+    }
+}
+
+/// What [`write`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// Nothing: the state was not the one expected (another change came first).
+    No,
+    /// The new state, with the key set it publishes.
+    Yes,
+    /// The new state, and the service publishes nothing any more: its configuration was
+    /// removed (the last managed key withdrawn, nothing else published).
+    Unpublished,
+}
+
+impl Written {
+    /// Whether anything was written.
+    fn any(self) -> bool {
+        self != Written::No
     }
 }
 
@@ -390,7 +415,7 @@ fn put_once(
         now,
     )?;
     let waived = made.filter(|_| first_of_all).map(|key| key.kid);
-    Ok(written.then_some(waived))
+    Ok(written.any().then_some(waived))
 }
 
 /// `DELETE /services/{s}/keys/{kid}` of a managed key: a retiring one (it signs no more:
@@ -465,7 +490,7 @@ fn try_withdraw_key(
         None,
         now,
     )?;
-    Ok(written.then_some(Some(())))
+    Ok(written.any().then_some(Some(())))
 }
 
 /// `DELETE /services/{s}/signing`: nothing signs from now on; every managed key stays published
@@ -498,7 +523,9 @@ pub fn delete(
             Some(&event),
             None,
             now,
-        )? {
+        )?
+        .any()
+        {
             return Ok(());
         }
     }
@@ -593,7 +620,7 @@ fn try_rotate(
     if let Some(refused) = refused {
         return Err(refused);
     }
-    match (written, compromised) {
+    match (written.any(), compromised) {
         (true, _) => Ok(true),
         (false, true) => Ok(false),
         (false, false) => Err(not_on(service)),
@@ -619,15 +646,16 @@ pub fn advance(
     now: OffsetDateTime,
 ) -> Result<Option<Transition>, AppError> {
     Ok(match step(registry, service, purging, None, now)? {
-        Step::Written(transition) => Some(transition),
+        Step::Written(transition, _) => Some(transition),
         Step::Nothing | Step::Lost | Step::HeldBack => None,
     })
 }
 
 /// What one step of a service's signing did.
 enum Step {
-    /// A transition was written.
-    Written(Transition),
+    /// A transition was written (with what the write did: a withdrawal may have left the
+    /// service publishing nothing).
+    Written(Transition, Written),
     /// Nothing was due.
     Nothing,
     /// Another change was written since the step read the state: nothing was.
@@ -721,8 +749,8 @@ fn step(
         held_until,
         now,
     )?;
-    Ok(match (due, written) {
-        (Some(transition), true) => Step::Written(transition),
+    Ok(match (due, written.any()) {
+        (Some(transition), true) => Step::Written(transition, written),
         (_, false) => Step::Lost,
         (None, true) if held_until.is_some() => Step::HeldBack,
         (None, true) => Step::Nothing,
@@ -757,6 +785,10 @@ pub struct Steps {
     pub failed: Vec<(Uuid, AppError)>,
     /// Each service whose rotation waits for room in its key set (100 keys), by id.
     pub held_back: Vec<Uuid>,
+    /// Each service whose step withdrew the last key it published (its configuration
+    /// removed), by id and subdomain: caches in front may still hold its documents even where
+    /// no replica holds them any more, and are to be purged of them.
+    pub unpublished: Vec<(Uuid, String)>,
 }
 
 /// The rotation steps due at `now`: up to `limit` services, each stepped once (`purging` as for
@@ -775,13 +807,20 @@ pub fn advance_due(
             .service(id)
             .map_err(AppError::from)
             .and_then(|service| match service {
-                Some(service) => step(registry, &service, purging, None, now),
-                None => Ok(Step::Nothing),
+                Some(service) => {
+                    step(registry, &service, purging, None, now).map(|done| (done, Some(service)))
+                }
+                None => Ok((Step::Nothing, None)),
             });
         match stepped {
-            Ok(Step::Written(_)) => steps.written += 1,
-            Ok(Step::HeldBack) => steps.held_back.push(id),
-            Ok(Step::Nothing | Step::Lost) => {}
+            Ok((Step::Written(_, written), service)) => {
+                steps.written += 1;
+                if let (Written::Unpublished, Some(service)) = (written, service) {
+                    steps.unpublished.push((id, service.subdomain));
+                }
+            }
+            Ok((Step::HeldBack, _)) => steps.held_back.push(id),
+            Ok((Step::Nothing | Step::Lost, _)) => {}
             Err(error) => {
                 // Best effort: a store that cannot take this either fails the next look too.
                 let _ = (registry.store).postpone_signing(id, now + LOOK_AGAIN_AFTER, now);
@@ -1744,7 +1783,7 @@ mod tests {
         let stale = store.signing(service.id).unwrap().unwrap();
         let mut apply = |s: Option<Signing>| s;
         rotate(&registry, &caller, &service, true, false, T0).unwrap();
-        assert!(!write(
+        let written = write(
             &registry,
             &service,
             Some(&stale),
@@ -1752,8 +1791,8 @@ mod tests {
             &mut apply,
             None,
             None,
-            T0
-        )
-        .unwrap());
+            T0,
+        );
+        assert_eq!(written.unwrap(), Written::No);
     }
 }

@@ -108,7 +108,18 @@ pub fn classify(ip: IpAddr) -> AddressClass {
     }
 }
 
+/// Cloud metadata endpoints outside link-local space, named on their own: Alibaba Cloud's
+/// (inside carrier-grade NAT space, which insecure mode admits) and Azure's platform endpoint
+/// (the WireServer, on an address that is public only in name).
+const V4_METADATA: [Ipv4Addr; 2] = [
+    Ipv4Addr::new(100, 100, 100, 200),
+    Ipv4Addr::new(168, 63, 129, 16),
+];
+
 fn classify_v4(ip: Ipv4Addr) -> AddressClass {
+    if V4_METADATA.contains(&ip) {
+        return AddressClass::Forbidden;
+    }
     let bits = u32::from(ip);
     V4_RANGES
         .iter()
@@ -159,6 +170,9 @@ mod tests {
             ("172.31.255.255", Internal),
             ("192.168.1.1", Internal),
             ("100.64.0.1", Internal),
+            ("100.100.100.200", Forbidden),
+            ("::ffff:100.100.100.200", Forbidden),
+            ("168.63.129.16", Forbidden),
             ("169.254.169.254", Forbidden),
             ("169.254.0.1", Forbidden),
             ("0.0.0.0", Forbidden),

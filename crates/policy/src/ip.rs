@@ -110,7 +110,7 @@ impl IpAllowlist {
 
 /// The IPv4 clients a range lets in, when it lets any in: an IPv4 range, or an IPv6 range
 /// inside the IPv4-mapped block with a prefix of at least 96 (see [`IpAllowlist::allows`]).
-fn as_v4(net: IpNetwork) -> Option<Ipv4Network> {
+pub(crate) fn as_v4(net: IpNetwork) -> Option<Ipv4Network> {
     match net {
         IpNetwork::V4(n) => Some(n),
         IpNetwork::V6(n) if n.prefix() >= 96 => n

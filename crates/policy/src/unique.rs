@@ -1,9 +1,11 @@
 //! Entries unique as they are matched, which JSON Schema's `uniqueItems` (exact equality) cannot
 //! say: service names and patterns are matched without regard to case, so `api-acme` and
 //! `API-ACME` are one entry; an `ip_allowlist` entry is an address range, so `2001:db8::1`,
-//! `2001:DB8::1` and `2001:db8::1/128` are one. [`crate::Policy::parse`] refuses the second of
+//! `2001:DB8::1` and `2001:db8::1/128` are one, and so are `127.0.0.1` and its IPv4-mapped
+//! spelling `::ffff:127.0.0.1` (one client, [`crate::IpAllowlist::allows`]). [`crate::Policy::parse`] refuses the second of
 //! each; a stored document is served as it is.
 
+use crate::ip::as_v4;
 use crate::violation::Violation;
 use crate::Violations;
 use ipnetwork::IpNetwork;
@@ -49,6 +51,7 @@ pub(crate) fn check_unique(document: &Value) -> Violations {
         .iter()
         .map(|e| e.as_deref().and_then(|e| e.parse::<IpNetwork>().ok()))
         .map(|n| n.and_then(|n| IpNetwork::new(n.network(), n.prefix()).ok()))
+        .map(|n| n.map(|n| as_v4(n).map_or(n, IpNetwork::V4)))
         .collect();
     repeated(
         &ranges,
@@ -105,5 +108,11 @@ mod tests {
         let pointers: Vec<String> = check_unique(&oidc).into_iter().map(|v| v.pointer).collect();
         assert_eq!(pointers, ["/rules/0/services/1"]);
         assert!(check_unique(&json!({"kind": "static", "services": ["a", "b"]})).is_empty());
+        // An IPv4 range and its IPv4-mapped spelling let the same clients in.
+        let mapped = json!({"kind": "static", "services": ["a"],
+            "ip_allowlist": ["127.0.0.1", "::ffff:127.0.0.1/128", "10.0.0.0/8",
+                "::ffff:10.0.0.0/104", "::ffff:0:0/95"]});
+        let pointers: Vec<String> = check_unique(&mapped).into_iter().map(|v| v.pointer).collect();
+        assert_eq!(pointers, ["/ip_allowlist/1", "/ip_allowlist/3"]);
     }
 }

@@ -129,6 +129,13 @@ fn writes_are_limited_per_credential() {
             .send()
             .unwrap();
         assert_eq!(explained.status(), 200);
+        // Nor is checking a token by preflight (the explain budget meters it).
+        let checked = server
+            .authed(Method::POST, &format!("/services/{api}/preflight"), &narrow)
+            .json(&json!({"token": "not-a-jwt"}))
+            .send()
+            .unwrap();
+        assert_ne!(checked.status(), 429);
     }
 }
 

@@ -112,7 +112,10 @@ mod tests {
         let mapped = json!({"kind": "static", "services": ["a"],
             "ip_allowlist": ["127.0.0.1", "::ffff:127.0.0.1/128", "10.0.0.0/8",
                 "::ffff:10.0.0.0/104", "::ffff:0:0/95"]});
-        let pointers: Vec<String> = check_unique(&mapped).into_iter().map(|v| v.pointer).collect();
+        let pointers: Vec<String> = check_unique(&mapped)
+            .into_iter()
+            .map(|v| v.pointer)
+            .collect();
         assert_eq!(pointers, ["/ip_allowlist/1", "/ip_allowlist/3"]);
     }
 }

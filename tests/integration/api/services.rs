@@ -112,11 +112,20 @@ fn naming_rules_follow_the_plan() {
         .send()
         .unwrap();
     assert_problem(chosen, 403, "plan-required");
-    // Whatever the name: one it could never have is refused for the plan first.
-    for name in ["Not_A_Label", "web-anon"] {
+    // Whatever the name (one it could never have, not a string at all) and whatever else the
+    // body gets wrong: refused for the plan first.
+    let bodies = [
+        json!({"title": "x", "serviceName": "Not_A_Label"}),
+        json!({"title": "x", "serviceName": "web-anon"}),
+        json!({"title": "x", "serviceName": ""}),
+        json!({"title": "x", "serviceName": null}),
+        json!({"title": "x", "serviceName": 5}),
+        json!({"serviceName": "api"}),
+    ];
+    for body in bodies {
         let chosen = server
             .authed(Method::POST, "/services", &free.token)
-            .json(&json!({"title": "x", "serviceName": name}))
+            .json(&body)
             .send()
             .unwrap();
         assert_problem(chosen, 403, "plan-required");

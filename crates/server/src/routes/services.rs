@@ -26,15 +26,17 @@ pub async fn create(
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let mut fields = Fields::new(body.as_ref(), &["title", "serviceName", "description"])?;
     let title = fields.text("title", true, MAX_TITLE, TextKind::Line);
-    // Length and label rules of serviceName belong to the naming module.
-    let service_name = fields.string("serviceName", false, 1024);
-    if let Some(Err(problem)) = service_name.as_deref().map(check_service_name) {
-        // A name sent on a plan that does not choose one is refused as such, whatever it is
-        // (read only on this path: a valid name's plan is checked with the write).
+    // A name sent on a plan that does not choose one is refused as such, whatever it is (a
+    // string or not, valid or not) and whatever else the body gets wrong.
+    if fields.raw("serviceName").is_some() {
         let asking = caller.clone();
         state
             .read(move |registry| services::may_choose_service_name(registry, &asking))
             .await?;
+    }
+    // Length and label rules of serviceName belong to the naming module.
+    let service_name = fields.string("serviceName", false, 1024);
+    if let Some(Err(problem)) = service_name.as_deref().map(check_service_name) {
         fields
             .problems
             .push(Violation::new(SERVICE_NAME_POINTER, problem.to_string()));

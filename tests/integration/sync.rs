@@ -440,6 +440,20 @@ fn two_clusters_sync_as_two_sources_and_removing_one_retires_its_keys_only() {
     assert_eq!(as_source(&blue, "blue")["changed"], false);
     assert_eq!(as_source(&green, "green")["changed"], false);
     assert_eq!(puts(&server), 2);
+    // A sync without a source name is the `default` source's, compared with that source's
+    // upload alone: the other sources' keys are not its to retire, nor to upload again.
+    let plain = KubeApiServer::start(vec![
+        SigningKey::generate(KeyKind::P256, "plain").public_jwk()
+    ]);
+    let as_default = || line(&sync(&server, &plain, &sub, Some(&acme.token), &[]));
+    let first_plain = as_default();
+    assert_eq!(
+        (first_plain["added"].clone(), first_plain["retired"].clone()),
+        (json!(["plain"]), json!([])),
+        "{first_plain}"
+    );
+    assert_eq!(as_default()["changed"], false);
+    assert_eq!(puts(&server), 3);
 
     // The blue cluster is gone: its source is removed with the client command.
     let removed = Command::new(registry_binary())
@@ -462,7 +476,7 @@ fn two_clusters_sync_as_two_sources_and_removing_one_retires_its_keys_only() {
     );
     assert_eq!(
         public_kids(&server, &sub),
-        ["green", "blue"],
+        ["plain", "green", "blue"],
         "blue is retired, still published"
     );
     let shown = Command::new(registry_binary())

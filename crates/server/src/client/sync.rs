@@ -86,6 +86,9 @@ enum CycleError {
     Registry(#[from] ClientError),
 }
 
+/// The key source an upload without `?source=` is (docs/api.md, "Key sources").
+const DEFAULT_SOURCE: &str = "default";
+
 /// One cycle: the JSON line to print.
 async fn cycle(
     api: &RegistryApi,
@@ -94,7 +97,10 @@ async fn cycle(
     source_name: Option<&str>,
 ) -> Result<serde_json::Value, CycleError> {
     let (discovery, jwks) = source.fetch().await?;
-    let published = api.published(service, source_name).await?;
+    // Compared with this source's own upload (`default` when none is named), never with the
+    // union of every source's keys: another cluster's keys are not this one's to retire.
+    let own_source = source_name.unwrap_or(DEFAULT_SOURCE);
+    let published = api.published(service, Some(own_source)).await?;
     let plan = sync_plan(published.as_ref(), &discovery, &jwks);
     let warnings = if plan.changed {
         api.publish(service, source_name, &discovery, &jwks).await?

@@ -255,6 +255,35 @@ fn explain_with_real_tokens_agrees_with_the_real_request_and_names_the_reason() 
     assert_eq!(explained["reasons"][0]["pointer"], "/ip_allowlist");
 }
 
+/// An account authorizes only against its own customer's services, even with `"*"`: explain
+/// refuses another customer's service, or none at all, as the real request gets a 404.
+#[test]
+fn explain_refuses_a_service_that_is_not_the_accounts_customers() {
+    let server = insecure_server();
+    let acme = server.customer("acme", "business");
+    let globex = server.customer("globex", "business");
+    let api = register_service(&server, &acme, "api");
+    let theirs = register_service(&server, &globex, "web");
+    let api_id = json(server.get(&format!("/services/{api}"), &acme.token))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let decision = |service: &str| {
+        let body = json!({"claims": {}, "service": service});
+        explain(&server, &acme, &acme.account_id, body)
+    };
+    for own in [api.clone(), api.to_uppercase(), api_id] {
+        assert_eq!(decision(&own)["decision"], "allow", "{own}");
+    }
+    for foreign in [theirs.as_str(), "does-not-exist"] {
+        let explained = decision(foreign);
+        assert_eq!(explained["decision"], "deny", "{foreign}: {explained}");
+        assert_eq!(codes(&explained), ["service-not-allowed"], "{explained}");
+        let real = server.get(&format!("/services/{foreign}"), &acme.token);
+        assert_eq!(real.status(), 404);
+    }
+}
+
 #[test]
 fn hints_name_the_near_misses() {
     let server = insecure_server();

@@ -73,7 +73,11 @@ pub fn screen_token(
 /// The account's explanation of the evidence, as JSON text. With large array claims it takes
 /// milliseconds: run it where that does not hold up other requests (docs/api.md, "Limits that hold
 /// (second security review)"). The token itself is neither kept nor echoed.
-pub fn explain(command: Explain) -> String {
+///
+/// A service named is looked up as a real request's path is (subdomain in any case, or id): one
+/// that is not the account's customer's is a refusal whatever the policy says, as a request
+/// naming it is a 404 (an account authorizes only against its own customer's services).
+pub fn explain(registry: &Registry, command: Explain) -> Result<String, AppError> {
     let Explain {
         account,
         evidence,
@@ -81,6 +85,17 @@ pub fn explain(command: Explain) -> String {
         ip,
         action,
     } = command;
+    let service = match service {
+        Some(named) => match customer_service(registry, &account, &named)? {
+            Some(subdomain) => Some(subdomain),
+            None if matches!(evidence, Evidence::Claims(_) | Evidence::Token(Ok(_))) => {
+                return Ok(not_a_service(&named).to_json().to_string());
+            }
+            // A token refused first is explained as such, as a real request is refused first.
+            None => Some(named),
+        },
+        None => None,
+    };
     // A call on the whole customer is judged as `decide` judges it: on every service.
     let service = crate::access::judged_service(service.as_deref(), action);
     let explanation = match evidence {
@@ -90,7 +105,7 @@ pub fn explain(command: Explain) -> String {
                 .policy
                 .explain(Some(&verified.claims), service, ip, action)
         }
-        Evidence::Token(Err(rejection)) => refused_token(rejection.code, rejection.detail),
+        Evidence::Token(Err(rejection)) => refused_before_policy(rejection.code, rejection.detail),
         Evidence::UnnamedIssuer(issuer) => {
             // Its near misses (an issuer named in another case, with a trailing slash) are the
             // policy's hints for that issuer.
@@ -98,14 +113,38 @@ pub fn explain(command: Explain) -> String {
             let hints = (account.policy)
                 .explain(Some(&claims), service, ip, action)
                 .hints;
-            let refused = refused_token(
+            let refused = refused_before_policy(
                 ReasonCode::IssuerUnknown,
                 format!("no rule of this service account names the issuer {issuer:?}"),
             );
             Explanation { hints, ..refused }
         }
     };
-    explanation.to_json().to_string()
+    Ok(explanation.to_json().to_string())
+}
+
+/// The subdomain of the service `named` (a subdomain in any case, or an id) when it is one of
+/// the account's customer's.
+fn customer_service(
+    registry: &Registry,
+    account: &ServiceAccount,
+    named: &str,
+) -> Result<Option<String>, AppError> {
+    let service = registry.store.find_service(named)?;
+    Ok(service
+        .filter(|s| s.customer_id == Some(account.customer_id))
+        .map(|s| s.subdomain))
+}
+
+/// The refusal of a service that is not the account's customer's (or no service at all).
+fn not_a_service(named: &str) -> Explanation {
+    refused_before_policy(
+        ReasonCode::ServiceNotAllowed,
+        format!(
+            "{named:?} is no service of this account's customer: a request naming it is a 404 \
+             whatever the policy says"
+        ),
+    )
 }
 
 /// `GET /service-accounts/{id}/refusals`: of the last [`KEPT_FOR`], the newest
@@ -125,7 +164,7 @@ pub fn refusals(
 }
 
 /// The explanation of a token refused before the policy was asked.
-fn refused_token(code: ReasonCode, message: String) -> Explanation {
+fn refused_before_policy(code: ReasonCode, message: String) -> Explanation {
     Explanation {
         allowed: false,
         rule: None,
@@ -159,15 +198,38 @@ mod tests {
         claims.as_object().unwrap().clone()
     }
 
-    fn judged(account: &Arc<ServiceAccount>, evidence: Evidence) -> Value {
+    /// The explanation of `evidence` for a request on a service of the account's customer
+    /// (made for it).
+    fn judged(registry: &Registry, account: &Arc<ServiceAccount>, evidence: Evidence) -> Value {
+        let service = Some(customer_service(registry, account));
         let command = Explain {
             account: account.clone(),
             evidence,
-            service: Some("api-acme".into()),
+            service,
             ip: None,
             action: None,
         };
-        serde_json::from_str(&explain(command)).unwrap()
+        serde_json::from_str(&explain(registry, command).unwrap()).unwrap()
+    }
+
+    /// A new service of `account`'s customer, made by an account of that customer with `"*"`:
+    /// its subdomain.
+    fn customer_service(registry: &Registry, account: &Arc<ServiceAccount>) -> String {
+        let maker = ServiceAccount {
+            id: uuid::Uuid::new_v4(),
+            name: "maker".into(),
+            policy: crate::policy::Policy::parse(&json!({"kind": "static", "services": ["*"]}))
+                .unwrap()
+                .policy,
+            ..(**account).clone()
+        };
+        let command = crate::app::services::CreateService {
+            title: Some("api".into()),
+            service_name: None,
+            description: None,
+        };
+        let made = crate::app::services::create(registry, &caller(Arc::new(maker)), command, NOW);
+        made.unwrap().subdomain
     }
 
     /// Another customer, in the registry's store.
@@ -210,7 +272,7 @@ mod tests {
         assert_eq!(screen_token(&account, None), None, "verification says why");
         let screened = screen_token(&account, Some("https://evil.example".into()));
         let evidence = screened.expect("an unnamed issuer is refused at once");
-        let explained = judged(&account, evidence);
+        let explained = judged(&registry, &account, evidence);
         assert_eq!(explained["decision"], "deny");
         assert_eq!(explained["reasons"][0]["code"], "issuer-unknown");
         let message = explained["reasons"][0]["message"].as_str().unwrap();
@@ -218,7 +280,7 @@ mod tests {
         assert_eq!(explained["hints"], json!([]));
         // An issuer named but for a trailing slash is a near miss, hinted at the rule's iss.
         let near = screen_token(&account, Some("https://CI.example/".into())).unwrap();
-        let explained = judged(&account, near);
+        let explained = judged(&registry, &account, near);
         assert_eq!(explained["reasons"][0]["code"], "issuer-unknown");
         assert_eq!(
             explained["hints"][0]["pointer"], "/rules/0/claims/iss",
@@ -236,7 +298,7 @@ mod tests {
             code: ReasonCode::TokenExpired,
             detail: "the token expired 5 minutes ago".into(),
         };
-        let explained = judged(&account, Evidence::Token(Err(rejection)));
+        let explained = judged(&registry, &account, Evidence::Token(Err(rejection)));
         assert_eq!(explained["decision"], "deny");
         assert_eq!(explained["reasons"][0]["code"], "token-expired");
         assert_eq!(
@@ -253,11 +315,31 @@ mod tests {
             issuer: "https://ci.example".into(),
             claims: claims("repo:acme/infra"),
         };
-        let explained = judged(&account, Evidence::Token(Ok(verified)));
+        let explained = judged(&registry, &account, Evidence::Token(Ok(verified)));
         assert_eq!(explained["decision"], "allow", "{explained}");
-        let explained = judged(&account, Evidence::Claims(Some(claims("repo:acme/other"))));
+        let explained = judged(
+            &registry,
+            &account,
+            Evidence::Claims(Some(claims("repo:acme/other"))),
+        );
         assert_eq!(explained["decision"], "deny");
         assert_eq!(explained["reasons"][0]["code"], "claim-mismatch");
+        // Another customer's service, whatever the policy says, and no service at all.
+        let (admin, _) = add_customer(&registry, "other", Plan::Free, NOW);
+        let theirs = add_account(&registry, &admin, oidc_policy(), NOW);
+        for service in [customer_service(&registry, &theirs), "nope-acme".into()] {
+            let command = Explain {
+                account: account.clone(),
+                evidence: Evidence::Claims(Some(claims("repo:acme/infra"))),
+                service: Some(service),
+                ip: None,
+                action: None,
+            };
+            let explained: Value =
+                serde_json::from_str(&explain(&registry, command).unwrap()).unwrap();
+            assert_eq!(explained["decision"], "deny", "{explained}");
+            assert_eq!(explained["reasons"][0]["code"], "service-not-allowed");
+        }
     }
 
     #[test]

@@ -54,7 +54,9 @@ pub async fn explain(
     };
     // On the blocking pool: with large array claims it takes milliseconds
     // (docs/api.md, "Limits that hold (second security review)").
-    let explanation = state.read(move |_| Ok(explain::explain(command))).await?;
+    let explanation = state
+        .read(move |registry| explain::explain(registry, command))
+        .await?;
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .insert_header((header::CACHE_CONTROL, "no-store"))

@@ -202,25 +202,6 @@ pub fn decide<'a>(
     }
 }
 
-/// The service a call is judged on by the policy engine (`explain`, the refusal log), as
-/// [`decide`] judges it: the call's own, or, for a call on the whole customer (managing service
-/// accounts, reading the audit trail), `"*"`: a rule must cover every service, as only the
-/// pattern `"*"` does.
-///
-/// ```
-/// use registry_domain::access::judged_service;
-/// use registry_domain::policy::Action;
-/// assert_eq!(judged_service(None, Some(Action::AccountsWrite)), Some("*"));
-/// assert_eq!(judged_service(None, Some(Action::ServicesRead)), None);
-/// assert_eq!(judged_service(Some("api-acme"), Some(Action::ConfigRead)), Some("api-acme"));
-/// ```
-pub fn judged_service(service: Option<&str>, action: Option<Action>) -> Option<&str> {
-    match (service, action) {
-        (None, Some(Action::AccountsRead | Action::AccountsWrite | Action::AuditRead)) => Some("*"),
-        (service, _) => service,
-    }
-}
-
 /// What managing service accounts is called in its refusals.
 const MANAGING: &str = "managing service accounts";
 /// What reading the audit trail is called in its refusals.

@@ -254,7 +254,7 @@ pub fn shown(records: Vec<Value>, max: usize) -> Vec<Value> {
 /// the account's rules accept it). `None` when this account's policy admits the request (the
 /// refusal was another account's business, or the client chose another).
 pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
-    let service = crate::access::judged_service(refused.service, Some(refused.action));
+    let service = crate::policy::judged_service(refused.service, Some(refused.action));
     let explained = policy.explain(
         Some(refused.claims),
         service,

@@ -159,6 +159,8 @@ impl Policy {
         let claims = claims_of(claims)?;
         let ip = ip_of(ip)?;
         let action = action_of(action)?;
+        // A request on the whole customer is judged as the registry judges it.
+        let service = registry_policy::judged_service(service, action);
         Ok(self
             .policy
             .evaluate(claims.as_ref(), service, ip, action)
@@ -181,6 +183,7 @@ impl Policy {
         let claims = claims_of(claims)?;
         let ip = ip_of(ip)?;
         let action = action_of(action)?;
+        let service = registry_policy::judged_service(service, action);
         let explanation = self.policy.explain(claims.as_ref(), service, ip, action);
         from_json(py, &explanation.to_json())
     }

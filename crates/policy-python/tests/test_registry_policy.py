@@ -269,6 +269,18 @@ def test_the_readme_examples_run(path, heading):
 V2 = "https://registry.example/schemas/service-account-policy/v2.json"
 
 
+def test_a_request_on_the_whole_customer_is_judged_on_every_service():
+    # Managing accounts and reading the audit trail need a rule covering every service, as the
+    # registry (and its explain) judges them; listing services does not.
+    narrow = Policy({"kind": "static", "services": ["api-*"]})
+    assert narrow.evaluate(None, None, action="accounts:write") is False
+    assert narrow.explain(None, action="audit:read")["decision"] == "deny"
+    assert narrow.evaluate(None, None, action="services:read") is True
+    wide = Policy({"kind": "static", "services": ["*"]})
+    assert wide.evaluate(None, None, action="accounts:write") is True
+    assert wide.explain(None, action="accounts:read")["decision"] == "allow"
+
+
 def test_version_2_documents_allow_their_actions():
     policy = Policy({"$schema": V2, "kind": "static", "services": ["api-acme"],
                      "actions": ["config:read", "config:write"]})

@@ -89,6 +89,27 @@ impl fmt::Display for Action {
     }
 }
 
+/// The service a request is judged on: its own, or, for a request on the whole customer rather
+/// than one service (managing service accounts, reading the audit trail: `service` is `None`
+/// and `action` one of those), `"*"`: a rule must cover every service, as only the pattern
+/// `"*"` does. The registry judges those calls so; [`crate::Policy::evaluate`] and
+/// [`crate::Policy::explain`] take the service as given, so every embedding (the registry's
+/// explain and refusal log, the command line, the Python module) passes its service through
+/// this first, and all judge alike.
+///
+/// ```
+/// use registry_policy::{judged_service, Action};
+/// assert_eq!(judged_service(None, Some(Action::AccountsWrite)), Some("*"));
+/// assert_eq!(judged_service(None, Some(Action::ServicesRead)), None);
+/// assert_eq!(judged_service(Some("api-acme"), Some(Action::ConfigRead)), Some("api-acme"));
+/// ```
+pub fn judged_service(service: Option<&str>, action: Option<Action>) -> Option<&str> {
+    match (service, action) {
+        (None, Some(Action::AccountsRead | Action::AccountsWrite | Action::AuditRead)) => Some("*"),
+        (service, _) => service,
+    }
+}
+
 /// The error of `str::parse::<Action>()`: the text names no action.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownAction(pub String);

@@ -138,12 +138,9 @@ pub fn run_cases(policy: &Policy, cases: &[TestCase]) -> TestRun {
     let outcomes = cases
         .iter()
         .map(|case| {
-            let explanation = policy.explain(
-                Some(&case.claims),
-                case.service.as_deref(),
-                case.ip,
-                case.action,
-            );
+            // A case on the whole customer is judged as the registry judges such a request.
+            let service = crate::judged_service(case.service.as_deref(), case.action);
+            let explanation = policy.explain(Some(&case.claims), service, case.ip, case.action);
             exercised.extend(explanation.rule);
             let passed = explanation.allowed == case.allow
                 && (case.rule.is_none() || case.rule == explanation.rule);

@@ -19,7 +19,7 @@ mod services;
 mod unique;
 pub mod violation;
 
-pub use actions::{Action, Actions, UnknownAction};
+pub use actions::{judged_service, Action, Actions, UnknownAction};
 pub use cases::{parse_cases, run_cases, CaseOutcome, TestCase, TestRun};
 pub use compare::{compare, compare_with, CompareResult, Comparison, Witness, MAX_WITNESSES};
 pub use error::PolicyError;

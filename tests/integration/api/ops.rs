@@ -1184,6 +1184,21 @@ fn policy_explain_and_test_answer_offline() {
     let body: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(body["decision"], "allow");
     assert_eq!(body["rule"], json!({"index": 1, "pointer": "/rules/1"}));
+    // Managing accounts is a request on the whole customer: judged on every service, as the
+    // registry judges it, so a rule covering one service does not admit it.
+    let output = run(&[
+        "explain",
+        &policy,
+        "--token",
+        &token,
+        "--action",
+        "accounts:write",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(body["decision"], "deny", "{body}");
 
     let cases = write(
         "cases.json",

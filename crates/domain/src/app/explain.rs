@@ -97,7 +97,7 @@ pub fn explain(registry: &Registry, command: Explain) -> Result<String, AppError
         None => None,
     };
     // A call on the whole customer is judged as `decide` judges it: on every service.
-    let service = crate::access::judged_service(service.as_deref(), action);
+    let service = crate::policy::judged_service(service.as_deref(), action);
     let explanation = match evidence {
         Evidence::Claims(claims) => account.policy.explain(claims.as_ref(), service, ip, action),
         Evidence::Token(Ok(verified)) => {

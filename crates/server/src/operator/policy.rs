@@ -255,7 +255,9 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                 }
                 (None, None) => anyhow::bail!("give --claims FILE or --token JWT"),
             };
-            let explanation = policy.explain(Some(&claims), service.as_deref(), ip, action);
+            // A request on the whole customer is judged as the registry judges it.
+            let service = registry_domain::policy::judged_service(service.as_deref(), action);
+            let explanation = policy.explain(Some(&claims), service, ip, action);
             show(format, explanation.to_json(), &explanation);
             Ok(())
         }

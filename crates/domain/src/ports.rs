@@ -529,7 +529,8 @@ pub const STORED_NETWORKS_PER_AGENT: usize = 8;
 /// Once an hour holds [`STORED_AGENTS_PER_HOUR`] agents, a network that brought this many
 /// brings no new one (its new agents are [`OTHER_AGENTS`]): one network's made-up agents cannot
 /// take the places of the hour's other agents (a verifier's among them). Below the bound every
-/// agent is kept, whatever its network.
+/// agent is kept, whatever its network; past it, a crowd's agents (seen only from networks holding
+/// more than this many) give their places first.
 pub const STORED_AGENTS_PER_NETWORK: usize = 4;
 
 /// One agent's fetches of a service's key set in one clock hour, summed over its issuers.

@@ -1483,10 +1483,20 @@ impl FetchLog for MemoryStore {
                 } else if crowded || a.agent == OTHER_AGENTS {
                     OTHER_AGENTS.to_owned()
                 } else {
-                    let least = (bucket.agents.iter())
-                        .filter(|(name, _)| *name != OTHER_AGENTS)
-                        .min_by_key(|(_, b)| (b.count, b.last_at))
-                        .map(|(name, _)| name.clone());
+                    // The least frequent of the agents no network of their own vouches for
+                    // (seen from none, or only from networks of more than the bound), else
+                    // of all, as the real store.
+                    let exposed = |b: &AgentBucket| {
+                        (b.networks.keys()).all(|n| from(n) > STORED_AGENTS_PER_NETWORK)
+                    };
+                    let least = |only_exposed: bool| {
+                        (bucket.agents.iter())
+                            .filter(|(name, _)| *name != OTHER_AGENTS)
+                            .filter(|(_, b)| !only_exposed || exposed(b))
+                            .min_by_key(|(_, b)| (b.count, b.last_at))
+                            .map(|(name, _)| name.clone())
+                    };
+                    let least = least(true).or_else(|| least(false));
                     match least.and_then(|name| bucket.agents.remove(&name)) {
                         Some(gone) => {
                             inherited = gone.count;

@@ -2092,6 +2092,31 @@ fn stored_evidence_is_bounded_per_hour(store: &dyn Storage) {
     );
     let others = agents.iter().find(|a| a.agent == OTHER_AGENTS);
     assert_eq!(others.map(|a| a.count), Some(7), "{agents:?}");
+    // A crowd that filled an hour while it had room gives its places first: a new agent from
+    // a network of its own takes a crowd agent's place, never a verifier's seen from a network
+    // of its own, however rare that verifier's fetches.
+    let third = NOON + Duration::hours(2);
+    let at_third = |agent: &str, network: &str, n: u64| {
+        let mut fetched = fetched_from(service, third, agent, &[network]);
+        fetched.agents[0].count = n;
+        fetched
+    };
+    let mut crowd = vec![at_third("rare verifier", "203.0.113.0/24", 1)];
+    crowd.extend(
+        (1..STORED_AGENTS_PER_HOUR).map(|i| at_third(&format!("crowd {i}"), "192.0.2.0/24", 5)),
+    );
+    store.record_fetches(&crowd).unwrap();
+    let newcomers: Vec<DocumentFetches> = (0..3)
+        .map(|i| at_third(&format!("newcomer {i}"), &format!("10.9.{i}.0/24"), 1))
+        .collect();
+    store.record_fetches(&newcomers).unwrap();
+    let agents = store.fetches(service, third, 1000).unwrap()[0]
+        .agents
+        .clone();
+    let rare = agents.iter().find(|a| a.agent == "rare verifier");
+    assert_eq!(rare.map(|a| a.count), Some(1), "{agents:?}");
+    let newcomers = (agents.iter()).filter(|a| a.agent.starts_with("newcomer"));
+    assert_eq!(newcomers.count(), 3, "{agents:?}");
     // A replica's own others (agents that gave their place there) are the others here: on a
     // full hour they take no one's place nor count.
     // (Both hours read together: NOON's, full and without others yet, and the later one's 7.)

@@ -513,28 +513,56 @@ fn agents_of<'a>((service, document, hour): (&'a str, &'a str, i64)) -> AgentsOf
         .filter(fetch_agents::hour.eq(hour))
 }
 
-/// Removes the least frequent agent of the bucket `(service, document, hour)` (the others'
-/// row aside) with its networks, and answers its count: the place a new agent takes, with that
-/// count (space-saving); `None` when there is no such agent.
+/// Removes an agent of the bucket `(service, document, hour)` (the others' row aside) with its
+/// networks, and answers its count: the place a new agent takes, with that count
+/// (space-saving); `None` when there is no such agent. The agent is the least frequent of
+/// those no network of its own vouches for ([`exposed`]), else the least frequent of all: one
+/// network's made-up agents, filling the hour while it had room, give their places before a
+/// verifier seen from a network of its own.
 fn give_place(conn: &mut Db, (service, document, hour): (&str, &str, i64)) -> Res<Option<i64>> {
     let bucket = agents_of((service, document, hour));
-    let least = bucket
-        .filter(fetch_agents::agent.ne(OTHER_AGENTS))
-        .order((fetch_agents::count.asc(), fetch_agents::last_at.asc()))
-        .select((fetch_agents::agent, fetch_agents::count))
-        .first::<(String, i64)>(conn)
-        .optional()?;
-    let Some((agent, n)) = least else {
-        return Ok(None);
-    };
-    diesel::delete(bucket.filter(fetch_agents::agent.eq(&agent))).execute(conn)?;
-    diesel::delete(
+    let networks_of = || {
         fetch_networks::table
             .filter(fetch_networks::service_id.eq(service))
             .filter(fetch_networks::document.eq(document))
             .filter(fetch_networks::hour.eq(hour))
-            .filter(fetch_networks::agent.eq(&agent)),
-    )
-    .execute(conn)?;
-    Ok(Some(n))
+    };
+    let agents: Vec<(String, i64, i64)> = bucket
+        .filter(fetch_agents::agent.ne(OTHER_AGENTS))
+        .select((
+            fetch_agents::agent,
+            fetch_agents::count,
+            fetch_agents::last_at,
+        ))
+        .load(conn)?;
+    let networks: Vec<(String, String)> = networks_of()
+        .select((fetch_networks::agent, fetch_networks::network))
+        .load(conn)?;
+    let exposed = exposed(&networks);
+    let least = |only_exposed: bool| {
+        (agents.iter())
+            .filter(|(agent, ..)| !only_exposed || exposed(agent))
+            .min_by_key(|(_, count, last_at)| (*count, *last_at))
+    };
+    let Some((agent, n, _)) = least(true).or_else(|| least(false)) else {
+        return Ok(None);
+    };
+    diesel::delete(bucket.filter(fetch_agents::agent.eq(agent))).execute(conn)?;
+    diesel::delete(networks_of().filter(fetch_networks::agent.eq(agent))).execute(conn)?;
+    Ok(Some(*n))
+}
+
+/// Of a bucket's `(agent, network)` rows, whether an agent is exposed: seen from no network,
+/// or only from networks that hold more than [`STORED_AGENTS_PER_NETWORK`] of the hour's
+/// agents (a crowd's, which no verifier needs: a network vouches for a few agents at most).
+fn exposed(networks: &[(String, String)]) -> impl Fn(&str) -> bool + '_ {
+    let mut agents_of: HashMap<&str, usize> = HashMap::new();
+    for (_, network) in networks {
+        *agents_of.entry(network.as_str()).or_default() += 1;
+    }
+    move |agent: &str| {
+        (networks.iter())
+            .filter(|(a, _)| a == agent)
+            .all(|(_, network)| agents_of[network.as_str()] > STORED_AGENTS_PER_NETWORK)
+    }
 }

@@ -63,6 +63,9 @@ pub fn evidence(
     let counted = registry
         .store
         .fetches(service.id, now - WINDOW, TOP_AGENTS)?;
+    // The last fetch is the latest of all the store keeps, not only of the last 24 hours: a
+    // verifier that picked up a change two days ago and has not come back since did pick it up.
+    let kept = registry.store.fetches(service.id, now - KEPT_FOR, 0)?;
     let documents: Vec<Value> = issuers
         .iter()
         .flat_map(|served| {
@@ -80,7 +83,7 @@ pub fn evidence(
         .map(|(issuer, i, document)| {
             let served = issuer.current.as_ref().map(|c| &c[i]);
             let fetches = counted.iter().find(|f| f.document == document);
-            let last = fetches.map(|f| f.last_at);
+            let last = (kept.iter().find(|f| f.document == document)).map(|f| f.last_at);
             let since_change = match (served, last) {
                 (Some(served), Some(last)) => last >= served.changed_at,
                 _ => false,
@@ -291,6 +294,17 @@ mod tests {
         .unwrap();
         assert_eq!(nothing["documents"][1]["currentETag"], Value::Null);
         assert_eq!(nothing["documents"][1]["fetchedSinceChange"], false);
+        // The discovery document, last fetched two days ago: none in 24 hours, but that fetch
+        // is the last one, and it came after a change three days ago.
+        let long_ago = NOW - Duration::days(2);
+        let fetched = count(&service, FetchedDocument::Discovery, "aws", long_ago);
+        record(&registry, &[fetched]).unwrap();
+        let answer = evidence(&registry, &service, &served(NOW - Duration::days(3)), NOW);
+        let discovery = &answer.unwrap()["documents"][0];
+        assert_eq!(discovery["fetches24h"], 0);
+        assert_eq!(discovery["agents"], json!([]));
+        assert_eq!(discovery["lastFetchedAt"], rfc3339(long_ago));
+        assert_eq!(discovery["fetchedSinceChange"], true);
     }
 
     #[test]

@@ -670,6 +670,52 @@ fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
     assert_eq!(config.status(), 404);
 }
 
+/// A manager of every service grants signing without holding it, but not for a service whose
+/// issuer a federated account broader than the manager trusts: the signer would mint that
+/// account's tokens, and reach further than the manager.
+#[test]
+fn signing_is_granted_only_by_an_account_no_narrower_than_the_federation_it_reaches() {
+    let server = signing_server();
+    let acme = server.customer("acme", "business");
+    let k3s = register_service(&server, &acme, "k3s");
+    let web = register_service(&server, &acme, "web");
+    let manager = create_account(
+        &server,
+        &acme,
+        "manager",
+        json!({"$schema": V2, "kind": "static", "services": ["*"],
+            "actions": ["services:read", "accounts:read", "accounts:write"]}),
+    );
+    let manager = manager["token"].as_str().unwrap().to_owned();
+    let signer_on = |token: &str, sub: &str, name: &str| {
+        let policy =
+            json!({"$schema": V2, "kind": "static", "services": [sub], "actions": ["tokens:sign"]});
+        (server.authed(Method::POST, "/service-accounts", token))
+            .json(&json!({"name": name, "policy": policy}))
+            .send()
+            .unwrap()
+    };
+    // No federated account trusts k3s's issuer yet: the manager grants signing there.
+    let first = signer_on(&manager, &k3s, "first");
+    assert_eq!(first.status(), 201);
+    let first = json(first)["id"].as_str().unwrap().to_owned();
+    // The cluster's administrator, federated on k3s's own issuer, with every action.
+    let admin = json!({"kind": "oidc", "rules": [{"services": ["*"], "claims": {
+        "iss": server.issuer(&k3s), "aud": "registry",
+        "sub": "system:serviceaccount:kube-system:registry-admin"}}]});
+    create_account(&server, &acme, "cluster-admin", admin);
+    let problem = assert_problem(signer_on(&manager, &k3s, "second"), 403, "forbidden");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("\"cluster-admin\""), "{detail}");
+    // Nor may it hand out a new token of the signer it made before.
+    let path = format!("/service-accounts/{first}/regenerate-token");
+    let regenerated = server.authed(Method::POST, &path, &manager).send().unwrap();
+    assert_problem(regenerated, 403, "forbidden");
+    // Elsewhere, and by an account as broad as the administrator, signing is granted.
+    assert_eq!(signer_on(&manager, &web, "third").status(), 201);
+    assert_eq!(signer_on(&acme.token, &k3s, "fourth").status(), 201);
+}
+
 /// The rotation step's withdrawal of the last key a service published removes its documents in
 /// the background: caches in front are purged of them even when no replica holds them in memory
 /// any more (dropped for room).

@@ -273,6 +273,7 @@ pub fn regenerate_token(
     let account = managed(registry, caller, id)?;
     access::may_regenerate_token(account.policy.kind())
         .map_err(|why| AppError::BadRequest(why.into()))?;
+    may_grant_signing(registry, caller, &account.policy)?;
     // Read before hashing: of the calls that race, the first to write wins and the others
     // find the token changed under them (409), so no caller is handed a token that never worked.
     let replaced = registry.store.token_lookup_id(account.id)?;
@@ -337,6 +338,76 @@ fn under_policy(violations: Vec<Violation>) -> AppError {
     )
 }
 
+/// Whether the caller may let `target` sign (`tokens:sign`, docs/api.md, "Managed signing"). A
+/// manager of every service grants signing without holding it, but an account that signs for
+/// a service mints tokens under that service's issuers, and the customer's federated accounts
+/// that trust one of those issuers accept them: through them, the signer reaches as far as
+/// they do. So a caller that does not sign itself grants signing only on services whose
+/// issuers no federated account broader than itself trusts (each such account is a 403 naming
+/// it); one that signs already reaches that far itself.
+fn may_grant_signing(
+    registry: &Registry,
+    caller: &Caller,
+    target: &Policy,
+) -> Result<(), AppError> {
+    let Some(signs) = signing_scope(target) else {
+        return Ok(());
+    };
+    if caller.holds(crate::policy::Action::TokensSign) {
+        return Ok(());
+    }
+    let customer_id = caller.customer()?;
+    let store = &*registry.store;
+    let mut issuers: Vec<(String, String)> = Vec::new();
+    for service in store.services_of(customer_id)? {
+        if !signs.matches(&service.subdomain) {
+            continue;
+        }
+        issuers.push((
+            registry.issuer_of(&service.subdomain),
+            service.subdomain.clone(),
+        ));
+        // A custom domain's issuer, whatever its state: it may be served tomorrow.
+        if let Some(domain) = store.domain_of(service.id)? {
+            issuers.push((domain.issuer(), service.subdomain));
+        }
+    }
+    for federated in store.accounts_of(customer_id)? {
+        let trusted = federated.policy.issuers();
+        let Some((_, subdomain)) = issuers.iter().find(|(i, _)| trusted.contains(&i.as_str()))
+        else {
+            continue;
+        };
+        if caller.may_manage(Some(&federated.policy)).is_err() {
+            return Err(AppError::Forbidden(format!(
+                "an account that signs for {subdomain:?} mints tokens that service account \
+                 {:?} ({}) accepts, and that account may do more than this one: only an \
+                 account no narrower than it may grant tokens:sign there",
+                federated.name, federated.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The services `policy` lets sign (`tokens:sign`), if any: a static policy's, or those of the
+/// rules of an OIDC one that allow it.
+fn signing_scope(policy: &Policy) -> Option<crate::policy::Scope<'_>> {
+    use crate::policy::Action::TokensSign;
+    match policy.kind() {
+        PolicyKind::Static => policy
+            .static_scope()
+            .filter(|_| policy.actions().contains(TokensSign)),
+        _ => {
+            let rules: Vec<usize> = (policy.rule_issuers().into_iter())
+                .map(|(rule, _)| rule)
+                .filter(|rule| policy.rules_actions(&[*rule]).contains(TokensSign))
+                .collect();
+            Some(policy.rules_scope(&rules)).filter(|s| !s.is_empty())
+        }
+    }
+}
+
 /// Parses a policy from the body (pointers under `/policy`) and checks that it keeps within the
 /// limits ([`limits`]: its size, and the issuers and rules of the customer's accounts with it in
 /// place of account `replacing`), that it is no broader than the caller's addresses, and that
@@ -350,6 +421,7 @@ fn checked_policy(
     // `parse` checks the size limits before it compiles a pattern.
     let parsed = Policy::parse(document).map_err(|e| under_policy(e.into_violations()))?;
     caller.may_manage(Some(&parsed.policy))?;
+    may_grant_signing(registry, caller, &parsed.policy)?;
     let customer_id = caller.customer()?;
     let store = &*registry.store;
     if parsed.policy.kind() == PolicyKind::Oidc {

@@ -89,6 +89,13 @@ impl Caller {
         self.scope().is_some_and(|s| s.matches(subdomain))
     }
 
+    /// Whether the caller's policy lets it take `action` on some service (an identity token:
+    /// by the rules its claims matched).
+    pub fn holds(&self, action: crate::policy::Action) -> bool {
+        (self.account.as_ref())
+            .is_some_and(|a| access::actions_of(a, self.rules.as_deref()).contains(action))
+    }
+
     /// Whether the caller's policy allows `action` on `subdomain`, judged as a call on that
     /// service would be (its address, and an identity token's claims, included): what a call
     /// on several services may show of each. An anonymous secret: nothing.

@@ -304,14 +304,22 @@ impl Settings {
         self.base_url.trim_end_matches('/')
     }
 
-    /// Refuses a fetch-log token shorter than [`MIN_FETCH_LOG_TOKEN`] characters (docs/api.md,
-    /// "Behind a CDN"): the token lets anyone who holds it write key readiness's evidence.
+    /// Refuses a fetch-log token shorter than [`MIN_FETCH_LOG_TOKEN`] characters, or holding a
+    /// space or a control character (a bearer token cannot carry one: the token could never
+    /// be presented) (docs/api.md, "Behind a CDN"): the token lets anyone who holds it write
+    /// key readiness's evidence.
     pub fn check_fetch_log_token(&self) -> anyhow::Result<()> {
         match &self.fetch_log_token {
             Some(token) if token.chars().count() < MIN_FETCH_LOG_TOKEN => anyhow::bail!(
                 "REGISTRY_FETCH_LOG_TOKEN must be at least {MIN_FETCH_LOG_TOKEN} characters \
                  long (for example: openssl rand -hex 32)"
             ),
+            Some(token) if token.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+                anyhow::bail!(
+                    "REGISTRY_FETCH_LOG_TOKEN holds a space or a control character, which no \
+                     Authorization header can carry (for example: openssl rand -hex 32)"
+                )
+            }
             _ => Ok(()),
         }
     }
@@ -448,6 +456,24 @@ mod tests {
         );
         assert!(Settings::from_vars([("REGISTRY_WRITES_PER_MINUTE", "0")]).is_err());
         assert!(Settings::from_vars([("REGISTRY_MAX_BODY_BYTES", "0")]).is_err());
+    }
+
+    #[test]
+    fn a_fetch_log_token_is_long_and_presentable() {
+        let check = |value: &str| {
+            let settings = Settings::from_vars([("REGISTRY_FETCH_LOG_TOKEN", value)]).unwrap();
+            settings.check_fetch_log_token().map_err(|e| e.to_string())
+        };
+        assert!(check(&"a".repeat(32)).is_ok());
+        for bad in [
+            "a".repeat(31),
+            " ".repeat(40),
+            format!("{} {}", "a".repeat(20), "b".repeat(20)),
+            format!("{}\t", "a".repeat(32)),
+        ] {
+            let refused = check(&bad).unwrap_err();
+            assert!(refused.contains("REGISTRY_FETCH_LOG_TOKEN"), "{refused}");
+        }
     }
 
     #[test]

@@ -270,5 +270,63 @@ pub(crate) fn build(manager: Manager, pooling: Pooling) -> Pool {
             .connection_customizer(Box::new(SqlitePragmas)),
         Target::Postgres(_) => builder.max_size(16).min_idle(Some(2)),
     };
-    builder.build_unchecked(manager)
+    builder
+        .error_handler(Box::new(ConnectFailures::default()))
+        .build_unchecked(manager)
+}
+
+/// How often a pool logs its failures to connect, at most.
+const FAILURES_LOGGED_EVERY: Duration = Duration::from_secs(10);
+
+/// Logs a pool's failures to connect (or to check a connection) as warnings, one per
+/// [`FAILURES_LOGGED_EVERY`] with the count of those left out since: during an outage the pool
+/// retries in the background many times a second, and r2d2's own handler logs every failure as
+/// an error line.
+#[derive(Debug, Default)]
+struct ConnectFailures {
+    /// When the last line was logged, and the failures left out since.
+    logged: Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl ConnectFailures {
+    /// Whether a failure at `now` is logged, with how many were left out before it.
+    fn log_at(&self, now: std::time::Instant) -> Option<u64> {
+        let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+        match logged.0 {
+            Some(at) if now.duration_since(at) < FAILURES_LOGGED_EVERY => {
+                logged.1 += 1;
+                None
+            }
+            _ => {
+                let left_out = std::mem::take(&mut logged.1);
+                logged.0 = Some(now);
+                Some(left_out)
+            }
+        }
+    }
+}
+
+impl r2d2::HandleError<ConnectError> for ConnectFailures {
+    fn handle_error(&self, error: ConnectError) {
+        if let Some(left_out) = self.log_at(std::time::Instant::now()) {
+            tracing::warn!(%error, failures_not_logged = left_out, "a database connection failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_failures_are_logged_once_per_ten_seconds_with_the_count_left_out() {
+        let failures = ConnectFailures::default();
+        let start = std::time::Instant::now();
+        assert_eq!(failures.log_at(start), Some(0));
+        for ms in [100, 2_000, 9_000] {
+            assert_eq!(failures.log_at(start + Duration::from_millis(ms)), None);
+        }
+        assert_eq!(failures.log_at(start + Duration::from_secs(10)), Some(3));
+        assert_eq!(failures.log_at(start + Duration::from_secs(11)), None);
+    }
 }

@@ -260,7 +260,7 @@ fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
     std::fs::write(&bad_token, "not-the-token").unwrap();
     let other_ca = Some(kube.other_ca_file.as_path());
     // A wrong CA, a refused source token, a source that is down, a registry that is down, a
-    // bad registry token, no token at all.
+    // bad registry token.
     let (api, source) = (server.base.as_str(), kube.url.as_str());
     let cases = [
         (
@@ -290,16 +290,38 @@ fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
             ),
             "the registry answered 401",
         ),
-        (
-            sync_command(&sub, api, source, ca, token_file, None),
-            "REGISTRY_TOKEN",
-        ),
     ];
     for (command, expected) in cases {
         fails(command, expected);
     }
     let usage = sync(&server, &kube, &sub, token, &["--interval", "0"]);
     assert_eq!(usage.status.code(), Some(2));
+    // A command line that can make no call is a usage error, exit 2, never retried: no token
+    // at all, an API address that is no http(s) URL, no service.
+    let usage = [
+        (
+            sync_command(&sub, api, source, ca, token_file, None),
+            "REGISTRY_TOKEN",
+        ),
+        (
+            sync_command(&sub, "ftp://x", source, ca, token_file, token),
+            "http:// or https://",
+        ),
+        (
+            sync_command("", api, source, ca, token_file, token),
+            "--service is empty",
+        ),
+    ];
+    for (mut command, expected) in usage {
+        let output = command.args(["--interval", "1"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "expected {expected:?} in {stderr}"
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    }
 
     // --interval keeps going through a registry outage, one line per failed cycle.
     let scratch = registry_tests::server::TempDir::new("sync-errors");

@@ -43,19 +43,10 @@ impl Problem {
             .and_then(|t| t.rsplit('/').next())
             .unwrap_or_default()
             .to_owned();
-        let mut detail = (body.get("detail").and_then(Value::as_str))
-            .unwrap_or("no detail")
-            .to_owned();
-        for e in (body.get("errors").and_then(Value::as_array))
-            .into_iter()
-            .flatten()
-        {
-            detail.push_str(&format!(
-                "; {} {}",
-                e["pointer"].as_str().unwrap_or(""),
-                e["message"].as_str().unwrap_or("")
-            ));
-        }
+        let detail = match problem_text(body) {
+            text if text.is_empty() => "no detail".to_owned(),
+            text => text,
+        };
         Self {
             status,
             slug,
@@ -67,6 +58,39 @@ impl Problem {
     pub fn is(&self, slug: &str) -> bool {
         self.slug == slug
     }
+}
+
+/// What a problem document says: its `detail`, then each validation error (`; /pointer
+/// message`) the detail does not already tell (a detail that names the one problem says
+/// `…: /title: title is required`); empty when it says nothing.
+///
+/// ```
+/// use registry_client::problem_text;
+/// use serde_json::json;
+/// let one = json!({"detail": "/jwks/keys/0: kid reused",
+///     "errors": [{"pointer": "/jwks/keys/0", "message": "kid reused"}]});
+/// assert_eq!(problem_text(&one), "/jwks/keys/0: kid reused");
+/// let two = json!({"detail": "2 problems", "errors": [{"pointer": "/a", "message": "x"},
+///     {"pointer": "/b", "message": "y"}]});
+/// assert_eq!(problem_text(&two), "2 problems; /a x; /b y");
+/// ```
+pub fn problem_text(body: &Value) -> String {
+    let detail = body
+        .get("detail")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut text = detail.to_owned();
+    for error in (body.get("errors").and_then(Value::as_array))
+        .into_iter()
+        .flatten()
+    {
+        let pointer = error["pointer"].as_str().unwrap_or("");
+        let message = error["message"].as_str().unwrap_or("");
+        if !detail.contains(&format!("{pointer}: {message}")) {
+            text.push_str(&format!("; {pointer} {message}"));
+        }
+    }
+    text.trim_start_matches("; ").to_owned()
 }
 
 /// What went wrong calling the registry: one sentence each.

@@ -56,7 +56,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 args.since,
             )
         }),
-        Command::Sync(args) => sync::run(args),
+        Command::Sync(args) => match args.usage_problem() {
+            Some(message) => Err(Exit { code: 2, message }.into()),
+            None => sync::run(args),
+        },
         Command::FetchLog(args) => crate::client::fetch_log::run(args),
         Command::Signer(args) => match args.usage_problem() {
             Some(message) => Err(Exit { code: 2, message }.into()),

@@ -23,13 +23,19 @@ pub fn progress(text: impl Display) {
     write(format_args!("{text}\n"), 1);
 }
 
+/// Prints a line on stderr (a long-running command's report of a failure it retries): a reader
+/// of stderr that goes away does not end the command, whose work goes on, and nothing panics.
+pub fn report(text: impl Display) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
 fn write(text: std::fmt::Arguments<'_>, reader_gone: i32) {
     let mut stdout = std::io::stdout().lock();
     if let Err(error) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
         if error.kind() == ErrorKind::BrokenPipe {
             std::process::exit(reader_gone);
         }
-        eprintln!("registry: cannot write the output: {error}");
+        report(format_args!("registry: cannot write the output: {error}"));
         std::process::exit(1);
     }
 }

@@ -130,21 +130,19 @@ impl Batch {
                 }
                 // The registry will refuse these lines again: say why, and go on.
                 Ok((status @ 400..=499, answer)) if status != 429 => {
-                    let detail = answer["detail"].as_str().unwrap_or_default();
-                    let first = (answer["errors"].as_array().into_iter().flatten())
-                        .filter_map(|e| e["message"].as_str())
-                        .next()
-                        .unwrap_or_default();
-                    eprintln!(
-                        "registry fetch-log: {lines} lines refused ({status}): {detail} {first}"
-                    );
+                    let text = registry_client::problem_text(&answer);
+                    crate::stdout::report(format_args!(
+                        "registry fetch-log: {lines} lines refused ({status}): {text}"
+                    ));
                     return lines;
                 }
                 Ok((status, _)) => format!("the registry answered {status}"),
                 Err(error) => error.to_string(),
             };
             if started.elapsed() >= RETRY_FOR {
-                eprintln!("registry fetch-log: {lines} lines dropped after {RETRY_FOR:?}: {why}");
+                crate::stdout::report(format_args!(
+                    "registry fetch-log: {lines} lines dropped after {RETRY_FOR:?}: {why}"
+                ));
                 return lines;
             }
             std::thread::sleep(pause);

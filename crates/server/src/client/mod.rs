@@ -51,6 +51,18 @@ pub fn api_url_problem(url: &str) -> Option<String> {
 }
 
 impl ApiFlags {
+    /// What makes these flags unusable for any call (exit 2), if anything: an API address that
+    /// is no http(s) URL, or no credentials.
+    pub fn usage_problem(&self) -> Option<String> {
+        let credentials =
+            Credentials::from_flags(self.token.as_deref(), self.identity_token_file.as_deref());
+        api_url_problem(&self.api_url).or_else(|| {
+            credentials
+                .is_none()
+                .then(|| ClientError::NoCredentials.to_string())
+        })
+    }
+
     /// The API these flags name; `NoCredentials` without a token or an identity token file.
     pub fn api(&self) -> Result<RegistryApi, ClientError> {
         let credentials =

@@ -19,15 +19,15 @@ pub struct SignerArgs {
 }
 
 impl SignerArgs {
-    /// What makes this command line unusable (exit 2), if anything: an API address that is no
-    /// URL, or no service named.
+    /// What makes this command line unusable (exit 2), if anything: no service named, an API
+    /// address that is no URL, or no credentials.
     pub fn usage_problem(&self) -> Option<String> {
         if self.service.trim().is_empty() {
             return Some(
                 "--service is empty: name the service whose keys sign (its subdomain)".into(),
             );
         }
-        super::api_url_problem(&self.api.api_url)
+        self.api.usage_problem()
     }
 }
 

@@ -122,6 +122,19 @@ async fn cycle(
     }))
 }
 
+impl SyncArgs {
+    /// What makes this command line unusable (exit 2), if anything: no service named, an API
+    /// address that is no URL, or no credentials (an interval run would retry them for ever).
+    pub fn usage_problem(&self) -> Option<String> {
+        if self.service.trim().is_empty() {
+            return Some(
+                "--service is empty: name the service to keep in step (its subdomain)".into(),
+            );
+        }
+        self.api.usage_problem()
+    }
+}
+
 /// Runs the command; the error of a failed `--once` run.
 pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -144,7 +157,7 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
                     tokio::time::sleep(interval).await;
                 }
                 Err(error) => {
-                    eprintln!("registry sync: {error}");
+                    crate::stdout::report(format_args!("registry sync: {error}"));
                     tokio::time::sleep(backoff.min(interval)).await;
                     backoff = (backoff * 2).min(interval);
                 }

@@ -227,17 +227,9 @@ fn fields(answer: &Value) -> String {
 pub(super) fn problem_sentence(status: u16, body: &Value) -> String {
     let title = body["title"].as_str().unwrap_or("the API refused the call");
     let mut sentence = format!("{title} ({status})");
-    let detail = body["detail"].as_str().unwrap_or_default();
-    if !detail.is_empty() {
-        sentence.push_str(&format!(": {detail}"));
-    }
-    for error in body["errors"].as_array().into_iter().flatten() {
-        let pointer = error["pointer"].as_str().unwrap_or("");
-        let message = error["message"].as_str().unwrap_or("");
-        // A detail that tells the one problem already (`…: /title: title is required`).
-        if !detail.contains(&format!("{pointer}: {message}")) {
-            sentence.push_str(&format!("; {pointer} {message}"));
-        }
+    let text = registry_client::problem_text(body);
+    if !text.is_empty() {
+        sentence.push_str(&format!(": {text}"));
     }
     // The detail and messages may quote what the caller sent.
     escape_controls(&sentence).into_owned()

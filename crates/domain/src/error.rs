@@ -20,4 +20,9 @@ pub enum StoreError {
     /// transaction, so that concurrent creations never pass it together. Nothing was written.
     #[error("ceiling of {0} reached")]
     CeilingReached(u64),
+    /// An account write's check of the customer's other accounts
+    /// ([`crate::ports::OthersCheck`]) refused it, in the write's own transaction. Nothing was
+    /// written.
+    #[error("over the customer's budget: {0}")]
+    OverBudget(crate::Violation),
 }

@@ -242,16 +242,25 @@ impl Ceiling {
     }
 }
 
+/// What a write of an account checks of its customer's other accounts (all of them but the
+/// one written), in the write's own transaction, so that concurrent writes never pass it
+/// together: the issuers and rules one customer's accounts may hold together
+/// ([`crate::limits::check_customer_budget`]). `Err` refuses the write with
+/// [`StoreError::OverBudget`]; `None` checks nothing.
+pub type OthersCheck<'a> = Option<&'a dyn Fn(&[ServiceAccount]) -> Result<(), crate::Violation>>;
+
 /// Service accounts, their policies and static tokens.
 pub trait AccountStore: Send + Sync {
     /// Creates an account (and its token, for static ones), indexing its rules by issuer.
-    /// `CeilingReached` when its customer already holds `ceiling` accounts, counted in the
-    /// same transaction as the insert.
+    /// `CeilingReached` when its customer already holds `ceiling` accounts, and `OverBudget`
+    /// when `others` refuses its other accounts, each counted in the same transaction as the
+    /// insert.
     fn create_account(
         &self,
         account: &ServiceAccount,
         token: Option<&CredentialRecord>,
         ceiling: Ceiling,
+        others: OthersCheck<'_>,
         event: &AuditEvent,
     ) -> StoreResult<()>;
     /// An account by id.
@@ -260,8 +269,14 @@ pub trait AccountStore: Send + Sync {
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>>;
     /// How many accounts a customer has (its quota: docs/api.md, "Errors").
     fn count_accounts_of(&self, customer_id: Uuid) -> StoreResult<u64>;
-    /// Writes name and policy (re-indexing issuers). `NotFound` when it is gone.
-    fn update_account(&self, account: &ServiceAccount, event: &AuditEvent) -> StoreResult<()>;
+    /// Writes name and policy (re-indexing issuers). `NotFound` when it is gone;
+    /// `OverBudget` when `others` refuses its other accounts (read in the same transaction).
+    fn update_account(
+        &self,
+        account: &ServiceAccount,
+        others: OthersCheck<'_>,
+        event: &AuditEvent,
+    ) -> StoreResult<()>;
     /// Deletes an account with its token and issuer index; `false` when absent.
     fn delete_account(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// The lookup id of an account's token (`None` for an account without one).

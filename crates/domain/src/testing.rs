@@ -30,10 +30,11 @@ use crate::ports::{
     AuditLog, CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, ConfigChange,
     CredentialOwner, CredentialRecord, CredentialStore, CustomerStore, Database, DatabaseSides,
     DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy, IssuedCertificate,
-    KeyImport, ManagedKeys, NetworkFetch, OwnershipCheck, PoolUse, PurgeLog, Purging, Randomness,
-    ReadinessLog, RefusalLog, Sealing, SecretHasher, ServiceStore, SignFailure, SigningChange,
-    SigningStore, StoreResult, StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate,
-    OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+    KeyImport, ManagedKeys, NetworkFetch, OthersCheck, OwnershipCheck, PoolUse, PurgeLog, Purging,
+    Randomness, ReadinessLog, RefusalLog, Sealing, SecretHasher, ServiceStore, SignFailure,
+    SigningChange, SigningStore, StoreResult, StoredCredential, Ticks, TokenSignatureCheck,
+    VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
+    STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{DocumentDates, Publication, PublishedConfig, VersionHistory};
@@ -224,6 +225,19 @@ impl State {
             return Err(StoreError::Conflict("credential lookup id taken".into()));
         }
         Ok(())
+    }
+
+    /// Runs `others` (when given) on the other accounts of `account`'s customer, as the real
+    /// store does in the write's transaction.
+    fn check_others(&self, account: &ServiceAccount, others: OthersCheck<'_>) -> StoreResult<()> {
+        let Some(check) = others else {
+            return Ok(());
+        };
+        let theirs: Vec<ServiceAccount> = (self.accounts.iter())
+            .filter(|a| a.customer_id == account.customer_id && a.id != account.id)
+            .cloned()
+            .collect();
+        check(&theirs).map_err(StoreError::OverBudget)
     }
 
     /// The checks of inserting `account` (with `token`), in the order the database makes them.
@@ -675,6 +689,7 @@ impl AccountStore for MemoryStore {
         account: &ServiceAccount,
         token: Option<&CredentialRecord>,
         ceiling: Ceiling,
+        others: OthersCheck<'_>,
         event: &AuditEvent,
     ) -> StoreResult<()> {
         let mut s = self.lock();
@@ -686,6 +701,7 @@ impl AccountStore for MemoryStore {
         if !ceiling.admits(held as u64) {
             return Err(StoreError::CeilingReached(ceiling.0));
         }
+        s.check_others(account, others)?;
         s.account_insertable(account, token, None)?;
         s.accounts.push(stored_account(account));
         if let Some(token) = token {
@@ -713,8 +729,14 @@ impl AccountStore for MemoryStore {
         Ok(self.accounts_of(customer_id)?.len() as u64)
     }
 
-    fn update_account(&self, account: &ServiceAccount, event: &AuditEvent) -> StoreResult<()> {
+    fn update_account(
+        &self,
+        account: &ServiceAccount,
+        others: OthersCheck<'_>,
+        event: &AuditEvent,
+    ) -> StoreResult<()> {
         let mut s = self.lock();
+        s.check_others(account, others)?;
         let stored = s
             .accounts
             .iter_mut()

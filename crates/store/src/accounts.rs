@@ -7,7 +7,9 @@ use crate::schema::{account_issuers, credentials, customers, service_accounts};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
-use registry_domain::ports::{AccountStore, Ceiling, Change, CredentialRecord, StoreResult};
+use registry_domain::ports::{
+    AccountStore, Ceiling, Change, CredentialRecord, OthersCheck, StoreResult,
+};
 use registry_domain::{ServiceAccount, StoreError};
 use std::collections::BTreeSet;
 use uuid::Uuid;
@@ -79,6 +81,19 @@ fn token_of(conn: &mut Db, id: &str) -> Res<Option<String>> {
 
 /// The accounts of `rows`. A row that cannot be read is left out and logged with its id (asked
 /// for by id, it is a 500): one corrupt row must not take a list, or a server's start, with it.
+/// Runs `others` (when given) on the other accounts of `account`'s customer, as they are in
+/// this transaction.
+fn check_others(conn: &mut Db, account: &ServiceAccount, others: OthersCheck<'_>) -> Res<()> {
+    let Some(check) = others else {
+        return Ok(());
+    };
+    let rows = service_accounts::table
+        .filter(service_accounts::customer_id.eq(id_text(account.customer_id)))
+        .filter(service_accounts::id.ne(id_text(account.id)))
+        .load(conn)?;
+    check(&load(rows)?).map_err(|v| StoreError::OverBudget(v).into())
+}
+
 fn load(rows: Vec<AccountRow>) -> Res<Vec<ServiceAccount>> {
     let mut accounts = Vec::with_capacity(rows.len());
     for row in rows {
@@ -99,6 +114,7 @@ impl AccountStore for Store {
         account: &ServiceAccount,
         token: Option<&CredentialRecord>,
         ceiling: Ceiling,
+        others: OthersCheck<'_>,
         event: &AuditEvent,
     ) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
@@ -108,6 +124,7 @@ impl AccountStore for Store {
             {
                 return Err(StoreError::CeilingReached(ceiling.0).into());
             }
+            check_others(conn, account, others)?;
             insert_account(conn, account, token)?;
             changed.push(Change::Account(account.id));
             Ok(())
@@ -141,8 +158,14 @@ impl AccountStore for Store {
         })
     }
 
-    fn update_account(&self, account: &ServiceAccount, event: &AuditEvent) -> StoreResult<()> {
+    fn update_account(
+        &self,
+        account: &ServiceAccount,
+        others: OthersCheck<'_>,
+        event: &AuditEvent,
+    ) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
+            check_others(conn, account, others)?;
             let id = id_text(account.id);
             let updated = diesel::update(service_accounts::table.find(&id))
                 .set((

@@ -186,7 +186,7 @@ fn the_store_keeps_the_newest_hundred_of_each_class() {
             .policy,
     );
     store
-        .create_account(&other, None, Ceiling::NONE, &event())
+        .create_account(&other, None, Ceiling::NONE, None, &event())
         .unwrap();
 
     for n in 0..3 {

@@ -1,6 +1,6 @@
 use super::*;
 use registry_domain::ports::{AccountStore, Change, ChangeFeed, CredentialStore, ServiceStore};
-use registry_domain::StoreError;
+use registry_domain::{ServiceAccount, StoreError, Violation};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -142,7 +142,7 @@ fn an_account_quota_holds_when_creations_race() {
                 let store = &store;
                 scope.spawn(move || {
                     let a = account(customer.id, &format!("ci{i}"), static_policy(&["*"]), 5);
-                    store.create_account(&a, None, Ceiling(4), &ev())
+                    store.create_account(&a, None, Ceiling(4), None, &ev())
                 })
             })
             .collect();
@@ -158,6 +158,69 @@ fn an_account_quota_holds_when_creations_race() {
         .filter_map(|o| o.as_ref().err())
         .all(|e| *e == StoreError::CeilingReached(4)));
     assert_eq!(store.count_accounts_of(customer.id).unwrap(), 4);
+}
+
+/// An account write's check of the customer's other accounts (the issuers one customer may
+/// trust together) reads them in the write's transaction: creations and updates racing each
+/// other never pass it together.
+#[test]
+fn a_check_of_the_other_accounts_holds_when_writes_race() {
+    let store = store();
+    let (customer, _, _) = seeded(&store, "acme");
+    // Three more than the customer holds now, at most.
+    let before = store.accounts_of(customer.id).unwrap().len();
+    let at_most = move |others: &[ServiceAccount]| match others.len() >= before + 3 {
+        true => Err(Violation::new("/rules/0/claims/iss", "too many")),
+        false => Ok(()),
+    };
+    let outcomes: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..12)
+            .map(|i| {
+                let (store, at_most) = (&store, &at_most);
+                scope.spawn(move || {
+                    let a = account(customer.id, &format!("ci{i}"), static_policy(&["*"]), 5);
+                    let check: &dyn Fn(&[ServiceAccount]) -> Result<(), Violation> = at_most;
+                    store.create_account(&a, None, Ceiling::NONE, Some(check), &ev())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        outcomes.iter().filter(|o| o.is_ok()).count(),
+        3,
+        "{outcomes:?}"
+    );
+    assert!(outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().err())
+        .all(|e| matches!(e, StoreError::OverBudget(v) if v.pointer == "/rules/0/claims/iss")));
+    let accounts = store.accounts_of(customer.id).unwrap();
+    assert_eq!(accounts.len(), before + 3);
+    // An update sees the others but itself: at the most, renaming one passes the check.
+    let last = accounts.last().unwrap();
+    let renamed = ServiceAccount {
+        name: "renamed".into(),
+        ..last.clone()
+    };
+    let check: &dyn Fn(&[ServiceAccount]) -> Result<(), Violation> = &at_most;
+    store.update_account(&renamed, Some(check), &ev()).unwrap();
+    let refused = |others: &[ServiceAccount]| match others.is_empty() {
+        true => Ok(()),
+        false => Err(Violation::new("", "not alone")),
+    };
+    let refused: &dyn Fn(&[ServiceAccount]) -> Result<(), Violation> = &refused;
+    let again = ServiceAccount {
+        name: "again".into(),
+        ..last.clone()
+    };
+    let outcome = store.update_account(&again, Some(refused), &ev());
+    assert!(
+        matches!(outcome, Err(StoreError::OverBudget(_))),
+        "{outcome:?}"
+    );
+    let stored = store.account(again.id).unwrap().unwrap();
+    assert_eq!(stored.name, "renamed", "a refused update writes nothing");
 }
 
 #[test]

@@ -421,7 +421,7 @@ fn an_id_cannot_be_reused(store: &dyn Storage) {
     );
     assert_eq!(
         store
-            .create_account(&first, None, Ceiling::NONE, &ev())
+            .create_account(&first, None, Ceiling::NONE, None, &ev())
             .unwrap_err(),
         StoreError::Conflict("service account id taken".into())
     );
@@ -447,7 +447,7 @@ fn a_service_or_account_of_an_unknown_customer_is_not_found(store: &dyn Storage)
     let token = record(&lookup(), "h");
     assert_eq!(
         store
-            .create_account(&a, Some(&token), Ceiling::NONE, &ev())
+            .create_account(&a, Some(&token), Ceiling::NONE, None, &ev())
             .unwrap_err(),
         StoreError::NotFound
     );
@@ -1011,7 +1011,9 @@ fn a_customers_accounts_past_its_quota_are_a_ceiling_reached(store: &dyn Storage
     let (globex, ..) = seeded(store, "globex");
     for name in ["ci", "deploy"] {
         let a = account(acme.id, name, static_policy(&["*"]), 1);
-        store.create_account(&a, None, Ceiling(3), &ev()).unwrap();
+        store
+            .create_account(&a, None, Ceiling(3), None, &ev())
+            .unwrap();
     }
     let before = store.latest_change().unwrap();
 
@@ -1019,7 +1021,7 @@ fn a_customers_accounts_past_its_quota_are_a_ceiling_reached(store: &dyn Storage
     let token = record(&lookup(), "h");
     assert_eq!(
         store
-            .create_account(&fourth, Some(&token), Ceiling(3), &ev())
+            .create_account(&fourth, Some(&token), Ceiling(3), None, &ev())
             .unwrap_err(),
         StoreError::CeilingReached(3)
     );
@@ -1029,10 +1031,10 @@ fn a_customers_accounts_past_its_quota_are_a_ceiling_reached(store: &dyn Storage
     assert_eq!(store.latest_change().unwrap(), before);
     let theirs = account(globex.id, "ci", static_policy(&["*"]), 2);
     store
-        .create_account(&theirs, None, Ceiling(3), &ev())
+        .create_account(&theirs, None, Ceiling(3), None, &ev())
         .unwrap();
     store
-        .create_account(&fourth, None, Ceiling::NONE, &ev())
+        .create_account(&fourth, None, Ceiling::NONE, None, &ev())
         .unwrap();
     assert_eq!(store.count_accounts_of(acme.id).unwrap(), 4);
 }
@@ -1058,7 +1060,13 @@ fn an_account_reads_back_with_its_policy_document_as_saved(store: &dyn Storage) 
         ..account(c.id, "deployer", policy(document.clone()), 5)
     };
     store
-        .create_account(&a, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+        .create_account(
+            &a,
+            Some(&record(&lookup(), "h")),
+            Ceiling::NONE,
+            None,
+            &ev(),
+        )
         .unwrap();
 
     let read = store.account(a.id).unwrap().unwrap();
@@ -1083,16 +1091,23 @@ fn accounts_of_lists_one_customers_accounts_oldest_first(store: &dyn Storage) {
     let late = account(acme.id, "late", static_policy(&["*"]), 50);
     let mid = account(acme.id, "mid", oidc_policy(&[GITHUB]), 20);
     store
-        .create_account(&late, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+        .create_account(
+            &late,
+            Some(&record(&lookup(), "h")),
+            Ceiling::NONE,
+            None,
+            &ev(),
+        )
         .unwrap();
     store
-        .create_account(&mid, None, Ceiling::NONE, &ev())
+        .create_account(&mid, None, Ceiling::NONE, None, &ev())
         .unwrap();
     store
         .create_account(
             &account(globex.id, "other", static_policy(&["*"]), 1),
             None,
             Ceiling::NONE,
+            None,
             &ev(),
         )
         .unwrap();
@@ -1115,7 +1130,7 @@ fn update_account_writes_name_and_policy_and_reindexes_issuers(store: &dyn Stora
     let (c, ..) = seeded(store, "acme");
     let a = account(c.id, "ci", oidc_policy(&[GITHUB]), 1);
     store
-        .create_account(&a, None, Ceiling::NONE, &ev())
+        .create_account(&a, None, Ceiling::NONE, None, &ev())
         .unwrap();
     assert!(store.record_use(a.id, at(60)).unwrap());
 
@@ -1126,7 +1141,7 @@ fn update_account_writes_name_and_policy_and_reindexes_issuers(store: &dyn Stora
         last_used_at: None,
         ..a.clone()
     };
-    store.update_account(&edited, &ev()).unwrap();
+    store.update_account(&edited, None, &ev()).unwrap();
 
     let read = store.account(a.id).unwrap().unwrap();
     assert_same_account(
@@ -1146,7 +1161,7 @@ fn update_account_writes_name_and_policy_and_reindexes_issuers(store: &dyn Stora
     let before = store.latest_change().unwrap();
     let ghost = account(c.id, "ghost", static_policy(&["*"]), 1);
     assert_eq!(
-        store.update_account(&ghost, &ev()).unwrap_err(),
+        store.update_account(&ghost, None, &ev()).unwrap_err(),
         StoreError::NotFound
     );
     assert_eq!(store.latest_change().unwrap(), before);
@@ -1161,7 +1176,7 @@ fn deleting_an_account_removes_its_token_issuers_and_refusals(store: &dyn Storag
     let (c, first, token) = seeded(store, "acme");
     let ci = account(c.id, "ci", oidc_policy(&[GITHUB]), 1);
     store
-        .create_account(&ci, None, Ceiling::NONE, &ev())
+        .create_account(&ci, None, Ceiling::NONE, None, &ev())
         .unwrap();
     store
         .record_refusals(&[(ci.id, json!({"n": 1}))], at(2))
@@ -1206,7 +1221,7 @@ fn replacing_a_token_swaps_it(store: &dyn Storage) {
     // An account without a token gets one.
     let tokenless = account(c.id, "ci", static_policy(&["*"]), 1);
     store
-        .create_account(&tokenless, None, Ceiling::NONE, &ev())
+        .create_account(&tokenless, None, Ceiling::NONE, None, &ev())
         .unwrap();
     assert_eq!(store.token_lookup_id(tokenless.id).unwrap(), None);
     let given = record(&lookup(), "h");
@@ -1303,7 +1318,9 @@ fn accounts_are_found_by_the_exact_issuer_of_their_rules(store: &dyn Storage) {
     let github = account(globex.id, "gh", oidc_policy(&[GITHUB]), 2);
     let gitlab = account(acme.id, "gl", oidc_policy(&[GITLAB]), 3);
     for a in [&gitlab, &github, &both] {
-        store.create_account(a, None, Ceiling::NONE, &ev()).unwrap();
+        store
+            .create_account(a, None, Ceiling::NONE, None, &ev())
+            .unwrap();
     }
 
     assert_eq!(
@@ -1425,7 +1442,7 @@ fn a_secret_whose_lookup_id_is_taken_leaves_no_service_behind(store: &dyn Storag
     let a = account(c.id, "ci", static_policy(&["*"]), 1);
     assert_eq!(
         store
-            .create_account(&a, Some(&token), Ceiling::NONE, &ev())
+            .create_account(&a, Some(&token), Ceiling::NONE, None, &ev())
             .unwrap_err(),
         StoreError::Conflict("credential lookup id taken".into())
     );
@@ -1480,7 +1497,13 @@ fn every_write_to_services_and_accounts_is_logged_in_order(store: &dyn Storage) 
     store.delete_config(s.id, &|_| false, &ev()).unwrap();
     let a = account(c.id, "ci", static_policy(&["*"]), 3);
     store
-        .create_account(&a, Some(&record(&lookup(), "h")), Ceiling::NONE, &ev())
+        .create_account(
+            &a,
+            Some(&record(&lookup(), "h")),
+            Ceiling::NONE,
+            None,
+            &ev(),
+        )
         .unwrap();
     store
         .update_account(
@@ -1488,6 +1511,7 @@ fn every_write_to_services_and_accounts_is_logged_in_order(store: &dyn Storage) 
                 name: "ci2".into(),
                 ..a.clone()
             },
+            None,
             &ev(),
         )
         .unwrap();
@@ -1722,7 +1746,11 @@ fn the_trail_is_read_in_pages_newest_first_filtered_and_pruned_by_age(store: &dy
     for i in 1..=9 {
         named.name = format!("n{i}");
         store
-            .update_account(&named, &event(Action::AccountUpdate, Some(acme.id), i * 60))
+            .update_account(
+                &named,
+                None,
+                &event(Action::AccountUpdate, Some(acme.id), i * 60),
+            )
             .unwrap();
     }
     let mut query = AuditQuery {
@@ -1786,7 +1814,7 @@ fn the_refusal_log_keeps_the_newest_hundred_per_account_and_class(store: &dyn St
     let (acme, boot, _) = seeded(store, "acme");
     let other = account(acme.id, "other", static_policy(&["*"]), 0);
     store
-        .create_account(&other, None, Ceiling::NONE, &ev())
+        .create_account(&other, None, Ceiling::NONE, None, &ev())
         .unwrap();
     for i in 0..105 {
         store
@@ -2486,7 +2514,7 @@ fn a_disabled_customers_holdings_are_not_read_until_it_is_enabled(store: &dyn St
     let (other, other_first, _) = seeded(store, "globex");
     let federated = account(c.id, "ci", oidc_policy(&["https://ci.example"]), 1);
     store
-        .create_account(&federated, None, Ceiling::NONE, &ev())
+        .create_account(&federated, None, Ceiling::NONE, None, &ev())
         .unwrap();
     let s = published_api(store, c.id);
     let before = store.latest_change().unwrap();

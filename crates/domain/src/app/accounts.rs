@@ -179,12 +179,14 @@ pub fn create(
     let record = token.as_ref().map(NewToken::record);
     let event = account_event(caller, Action::AccountCreate, account.id, now);
     let quota = Ceiling(registry.settings.max_accounts_per_customer);
+    let budget = within_budget(&account.policy);
     store
-        .create_account(&account, record.as_ref(), quota, &event)
+        .create_account(&account, record.as_ref(), quota, budget.as_deref(), &event)
         .map_err(|error| match error {
             StoreError::CeilingReached(max) => {
                 AppError::QuotaExceeded(limits::quota_reached("service accounts", max))
             }
+            StoreError::OverBudget(violation) => under_policy(vec![violation]),
             other => other.into(),
         })?;
     Ok(Created {
@@ -237,12 +239,14 @@ pub fn update(
         return Ok(Updated { account, warnings });
     }
     let id = account.id;
+    let budget = within_budget(&account.policy);
     registry
         .store
-        .update_account(&account, &event)
-        .map_err(AppError::gone(|| {
-            format!("no service account {:?}", id.to_string())
-        }))?;
+        .update_account(&account, budget.as_deref(), &event)
+        .map_err(|error| match error {
+            StoreError::OverBudget(violation) => under_policy(vec![violation]),
+            other => AppError::gone(|| format!("no service account {:?}", id.to_string()))(other),
+        })?;
     Ok(Updated { account, warnings })
 }
 
@@ -407,6 +411,23 @@ fn signing_scope(policy: &Policy) -> Option<crate::policy::Scope<'_>> {
         }
     }
 }
+
+/// The check of an OIDC policy against the customer's other accounts that its write makes in
+/// its own transaction (the issuers and rules one customer may trust together: checked first
+/// by [`checked_policy`], with every other problem, and again by the write, so that concurrent
+/// writes never pass the limits together); `None` for a static policy, which trusts no issuer.
+fn within_budget(policy: &Policy) -> Option<Box<BudgetCheck>> {
+    let policy = policy.clone();
+    (policy.kind() == PolicyKind::Oidc).then(|| {
+        Box::new(move |others: &[ServiceAccount]| {
+            let others: Vec<Policy> = others.iter().map(|a| a.policy.clone()).collect();
+            limits::check_customer_budget(&policy, &others)
+        }) as Box<BudgetCheck>
+    })
+}
+
+/// A check of an account's policy against the customer's other accounts.
+type BudgetCheck = dyn Fn(&[ServiceAccount]) -> Result<(), Violation>;
 
 /// Parses a policy from the body (pointers under `/policy`) and checks that it keeps within the
 /// limits ([`limits`]: its size, and the issuers and rules of the customer's accounts with it in

@@ -286,7 +286,7 @@ pub fn mint_token(
     );
     registry
         .store
-        .create_account(&account, Some(&record), Ceiling::NONE, &event)?;
+        .create_account(&account, Some(&record), Ceiling::NONE, None, &event)?;
     Ok((account, token))
 }
 

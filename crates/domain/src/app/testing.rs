@@ -94,7 +94,7 @@ pub(crate) fn add_account(
     );
     registry
         .store
-        .create_account(&account, None, Ceiling::NONE, &event)
+        .create_account(&account, None, Ceiling::NONE, None, &event)
         .unwrap();
     Arc::new(account)
 }

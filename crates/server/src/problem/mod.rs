@@ -162,7 +162,7 @@ impl From<StoreError> for ApiError {
                 ApiError::Internal
             }
             // Each use case that passes a ceiling answers its own refusal.
-            StoreError::CeilingReached(_) => ApiError::Internal,
+            StoreError::CeilingReached(_) | StoreError::OverBudget(_) => ApiError::Internal,
         }
     }
 }

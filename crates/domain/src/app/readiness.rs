@@ -279,6 +279,7 @@ pub fn purged(
     let Some(service) = registry.store.service(service_id)? else {
         return Ok(());
     };
+    let before = registry.store.purged_through(service_id)?;
     registry.store.record_purge(service_id, changed_at)?;
     let keys = config::key_state(registry, &service)?;
     let purged_now = (keys.keys.iter())
@@ -292,7 +293,11 @@ pub fn purged(
             continue;
         }
         if let Some(at) = evidence(registry, &service, key, true, now)?.safe_at {
-            (registry.store).record_key_safe(service_id, &key.kid, published, at.max(now))?;
+            // A key whose own publication was purged before (its lead or verifiers held it
+            // back then) became safe when they let it go, not at this later change's purge.
+            let purged_before = before.is_some_and(|b| millis(published) <= b);
+            let at = if purged_before { at } else { at.max(now) };
+            (registry.store).record_key_safe(service_id, &key.kid, published, at)?;
         }
     }
     Ok(())
@@ -709,5 +714,21 @@ mod tests {
         assert_eq!(answer["safeToSign"], true, "{answer}");
         assert_eq!(answer["safeToSignAt"], rfc3339(purge_done), "{answer}");
         assert_eq!(registry.store.purged_through(service.id).unwrap(), Some(T0));
+    }
+
+    /// A key whose publication was purged while its lead still held it back became safe at the
+    /// end of its lead: a later change's purge, recorded before anyone asked, does not date it.
+    #[test]
+    fn a_later_changes_purge_does_not_date_a_key_its_own_purge_let_go_before() {
+        let (registry, service) = published(3);
+        purged(&registry, service.id, T0, T0 + Duration::milliseconds(600)).unwrap();
+        let later_change = T0 + Duration::seconds(6);
+        let later_purge = later_change + Duration::milliseconds(600);
+        purged(&registry, service.id, later_change, later_purge).unwrap();
+        let answer = readiness(&registry, &service, "new", true, T0 + Duration::seconds(10));
+        let answer = answer.unwrap();
+        assert_eq!(answer["safeToSign"], true, "{answer}");
+        let lead_end = rfc3339(T0 + Duration::seconds(3));
+        assert_eq!(answer["safeToSignAt"], lead_end, "{answer}");
     }
 }

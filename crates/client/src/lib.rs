@@ -253,6 +253,7 @@ impl RegistryApi {
     /// A client of the registry at `base` (`https://registry.example.com`).
     pub fn new(base: &str, credentials: Credentials) -> Result<Self, ClientError> {
         let client = reqwest::Client::builder()
+            .user_agent(concat!("registry/", env!("CARGO_PKG_VERSION")))
             .timeout(TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::limited(3))

@@ -166,9 +166,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     database,
                 } => {
                     if !yes {
-                        anyhow::bail!(
-                            "deleting the customer {tenant:?} deletes everything it holds and cannot be undone: add --yes"
+                        let message = format!(
+                            "deleting the customer {tenant:?} deletes everything it holds and \
+                             cannot be undone: add --yes"
                         );
+                        return Err(Exit { code: 2, message }.into());
                     }
                     app::with_command_store(&database.database_url, |store| {
                         customers::delete(store, &tenant)

@@ -273,6 +273,10 @@ fn the_client_takes_no_page_for_an_answer_and_ends_quietly_with_its_reader() {
     );
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("REGISTRY_API_URL"), "{stderr}");
+    // An update that changes nothing is no call: a usage error naming what it needs.
+    let (code, _, stderr) = client(&server, &acme.token, &["accounts", "update", "some-id"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--policy-file"), "{stderr}");
     // An identity token file with REGISTRY_TOKEN in the environment: the file is used.
     let dir = registry_tests::server::TempDir::new("client-token-file");
     let file = dir.0.join("token");

@@ -529,7 +529,11 @@ fn a_customers_lifecycle_holds_on_every_replica_at_once() {
     }
 
     // Deleting needs --yes, then takes everything, on both replicas.
-    let refused = cli(&["customer", "delete", "--tenant", "acme"]).unwrap_err();
+    let (code, _, refused) = registry_tests::server::run_registry(
+        &["customer", "delete", "--tenant", "acme"],
+        &[("REGISTRY_DATABASE_URL", &a.database_url)],
+    );
+    assert_eq!(code, Some(2), "a usage error: {refused}");
     assert!(refused.contains("--yes"), "{refused}");
     assert_eq!(status(&b, &acme.token), 200);
     cli(&["customer", "delete", "--tenant", "acme", "--yes"]).unwrap();

@@ -238,9 +238,11 @@ pub enum AccountsCommand {
         #[arg(long)]
         policy_file: PathBuf,
     },
-    /// Change an account's name or policy.
+    /// Change an account's name or policy (at least one of them).
     ///
     /// Example: `registry accounts update 3553eb88-… --policy-file deployer.json`
+    #[command(group = clap::ArgGroup::new("change").required(true).multiple(true)
+        .args(["name", "policy_file"]))]
     Update {
         /// The account's id.
         id: String,

@@ -43,34 +43,15 @@ fn open_serving_store(
     )
 }
 
-/// Runs a command of the command line on the registry database a URL names, then closes the
-/// store (see [`Store::close`]) whatever the command's outcome. Never creates a database nor
-/// changes its schema: a SQLite file that does not exist, a database without the registry's
-/// tables, or one with migrations pending (applied only by `registry migrate` and `registry
-/// serve`, so that an upgrade that applied none can still be rolled back) is an error naming
-/// the URL.
+/// Runs a command of the command line on the registry database a URL names (its pending
+/// migrations applied first), then closes the store (see [`Store::close`]) whatever the
+/// command's outcome. Never creates a database: a SQLite file that does not exist, or a
+/// database without the registry's tables, is an error naming the URL.
 pub fn with_command_store<T>(
     url: &str,
     command: impl FnOnce(&Store) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let store = opened(Store::connect_existing(url), url)?;
-    let pending = match store.pending() {
-        Ok(pending) => pending,
-        Err(error) => {
-            store.close();
-            return Err(error).context(format!("cannot read the database {}", redact(url)));
-        }
-    };
-    if !pending.is_empty() {
-        store.close();
-        anyhow::bail!(
-            "the database {} has {} migration(s) this registry has not applied ({}): apply \
-             them with `registry migrate` (or by starting `registry serve`) first",
-            redact(url),
-            pending.len(),
-            pending.join(", ")
-        );
-    }
+    let store = migrated(Store::connect_existing(url), url)?;
     let outcome = command(&store);
     store.close();
     outcome

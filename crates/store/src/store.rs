@@ -232,16 +232,11 @@ impl Store {
             return Ok(crate::migrate::all());
         }
         let store = Store::connect_for_command(url)?;
-        let pending = store.pending();
+        let pending = store
+            .setup_conn()
+            .and_then(|mut conn| crate::migrate::pending(&mut conn));
         store.close();
         pending
-    }
-
-    /// The migrations this build knows that the store's database has not applied yet (a
-    /// database a newer build migrated is an error).
-    pub fn pending(&self) -> Result<Vec<String>, SetupError> {
-        self.setup_conn()
-            .and_then(|mut conn| crate::migrate::pending(&mut conn))
     }
 
     fn setup_conn(&self) -> Result<Pooled, SetupError> {

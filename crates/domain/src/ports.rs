@@ -242,9 +242,9 @@ impl Ceiling {
     }
 }
 
-/// What a write of an account checks of its customer's other accounts (all of them but the
-/// one written), in the write's own transaction, so that concurrent writes never pass it
-/// together: the issuers and rules one customer's accounts may hold together
+/// What a write of an account checks of its customer's other federated (`oidc`) accounts (all
+/// of them but the one written), in the write's own transaction, so that concurrent writes
+/// never pass it together: the issuers and rules one customer's accounts may hold together
 /// ([`crate::limits::check_customer_budget`]). `Err` refuses the write with
 /// [`StoreError::OverBudget`]; `None` checks nothing.
 pub type OthersCheck<'a> = Option<&'a dyn Fn(&[ServiceAccount]) -> Result<(), crate::Violation>>;

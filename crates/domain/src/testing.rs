@@ -227,14 +227,15 @@ impl State {
         Ok(())
     }
 
-    /// Runs `others` (when given) on the other accounts of `account`'s customer, as the real
-    /// store does in the write's transaction.
+    /// Runs `others` (when given) on the other federated accounts of `account`'s customer, as
+    /// the real store does in the write's transaction.
     fn check_others(&self, account: &ServiceAccount, others: OthersCheck<'_>) -> StoreResult<()> {
         let Some(check) = others else {
             return Ok(());
         };
         let theirs: Vec<ServiceAccount> = (self.accounts.iter())
             .filter(|a| a.customer_id == account.customer_id && a.id != account.id)
+            .filter(|a| a.policy.kind() == crate::policy::PolicyKind::Oidc)
             .cloned()
             .collect();
         check(&theirs).map_err(StoreError::OverBudget)

@@ -304,22 +304,21 @@ impl Settings {
         self.base_url.trim_end_matches('/')
     }
 
-    /// Refuses a fetch-log token shorter than [`MIN_FETCH_LOG_TOKEN`] characters, or holding a
-    /// space or a control character (a bearer token cannot carry one: the token could never
-    /// be presented) (docs/api.md, "Behind a CDN"): the token lets anyone who holds it write
-    /// key readiness's evidence.
+    /// Refuses a fetch-log token shorter than [`MIN_FETCH_LOG_TOKEN`] characters, or holding
+    /// anything but visible ASCII (a header cannot carry a space, a control character or other
+    /// bytes reliably: the token could never be presented) (docs/api.md, "Behind a CDN"): the
+    /// token lets anyone who holds it write key readiness's evidence.
     pub fn check_fetch_log_token(&self) -> anyhow::Result<()> {
         match &self.fetch_log_token {
             Some(token) if token.chars().count() < MIN_FETCH_LOG_TOKEN => anyhow::bail!(
                 "REGISTRY_FETCH_LOG_TOKEN must be at least {MIN_FETCH_LOG_TOKEN} characters \
                  long (for example: openssl rand -hex 32)"
             ),
-            Some(token) if token.chars().any(|c| c.is_whitespace() || c.is_control()) => {
-                anyhow::bail!(
-                    "REGISTRY_FETCH_LOG_TOKEN holds a space or a control character, which no \
-                     Authorization header can carry (for example: openssl rand -hex 32)"
-                )
-            }
+            Some(token) if !token.chars().all(|c| c.is_ascii_graphic()) => anyhow::bail!(
+                "REGISTRY_FETCH_LOG_TOKEN holds a space, a control character or a character \
+                 that is not ASCII, which no Authorization header carries reliably (for \
+                 example: openssl rand -hex 32)"
+            ),
             _ => Ok(()),
         }
     }
@@ -470,6 +469,7 @@ mod tests {
             " ".repeat(40),
             format!("{} {}", "a".repeat(20), "b".repeat(20)),
             format!("{}\t", "a".repeat(32)),
+            format!("{}é", "a".repeat(32)),
         ] {
             let refused = check(&bad).unwrap_err();
             assert!(refused.contains("REGISTRY_FETCH_LOG_TOKEN"), "{refused}");

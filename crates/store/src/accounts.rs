@@ -7,6 +7,7 @@ use crate::schema::{account_issuers, credentials, customers, service_accounts};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
+use registry_domain::policy::PolicyKind;
 use registry_domain::ports::{
     AccountStore, Ceiling, Change, CredentialRecord, OthersCheck, StoreResult,
 };
@@ -79,10 +80,9 @@ fn token_of(conn: &mut Db, id: &str) -> Res<Option<String>> {
         .optional()?)
 }
 
-/// The accounts of `rows`. A row that cannot be read is left out and logged with its id (asked
-/// for by id, it is a 500): one corrupt row must not take a list, or a server's start, with it.
 /// Runs `others` (when given) on the other accounts of `account`'s customer, as they are in
-/// this transaction.
+/// this transaction: its federated ones only (what the budget counts: issuers and their rules,
+/// at most 20 × 200 rules in all), so that the writers' lock is held for no static account.
 fn check_others(conn: &mut Db, account: &ServiceAccount, others: OthersCheck<'_>) -> Res<()> {
     let Some(check) = others else {
         return Ok(());
@@ -90,10 +90,13 @@ fn check_others(conn: &mut Db, account: &ServiceAccount, others: OthersCheck<'_>
     let rows = service_accounts::table
         .filter(service_accounts::customer_id.eq(id_text(account.customer_id)))
         .filter(service_accounts::id.ne(id_text(account.id)))
+        .filter(service_accounts::kind.eq(PolicyKind::Oidc.as_str()))
         .load(conn)?;
     check(&load(rows)?).map_err(|v| StoreError::OverBudget(v).into())
 }
 
+/// The accounts of `rows`. A row that cannot be read is left out and logged with its id (asked
+/// for by id, it is a 500): one corrupt row must not take a list, or a server's start, with it.
 fn load(rows: Vec<AccountRow>) -> Res<Vec<ServiceAccount>> {
     let mut accounts = Vec::with_capacity(rows.len());
     for row in rows {

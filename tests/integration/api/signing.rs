@@ -57,6 +57,13 @@ pub fn turn_on(server: &TestServer, token: &str, sub: &str, body: Value) -> Valu
     json(response)
 }
 
+/// `DELETE …/signing`, answered 204.
+fn turn_off(server: &TestServer, token: &str, sub: &str) {
+    let path = format!("/services/{sub}/signing");
+    let deleted = server.authed(Method::DELETE, &path, token).send().unwrap();
+    assert_eq!(deleted.status(), 204);
+}
+
 /// `POST …/signing/rotate`, compromised or not: the response.
 pub fn rotate(
     server: &TestServer,
@@ -637,15 +644,7 @@ fn turned_off_nothing_signs_and_the_keys_stay_until_their_tokens_expire() {
         verifies(&hosted_keys(&server, &sub), &token),
         "RS256 verifies"
     );
-    let deleted = server
-        .authed(
-            Method::DELETE,
-            &format!("/services/{sub}/signing"),
-            &acme.token,
-        )
-        .send()
-        .unwrap();
-    assert_eq!(deleted.status(), 204);
+    turn_off(&server, &acme.token, &sub);
     assert_eq!(sign(&server, &signer, &sub, &claims).0, 404);
     assert_eq!(
         server
@@ -711,6 +710,18 @@ fn signing_is_granted_only_by_an_account_no_narrower_than_the_federation_it_reac
     let path = format!("/service-accounts/{first}/regenerate-token");
     let regenerated = server.authed(Method::POST, &path, &manager).send().unwrap();
     assert_problem(regenerated, 403, "forbidden");
+    // But a change that gives it no new reach (its name, the same signing) is the manager's.
+    let policy =
+        json!({"$schema": V2, "kind": "static", "services": [k3s], "actions": ["tokens:sign"]});
+    let renamed = (server.authed(
+        Method::PATCH,
+        &format!("/service-accounts/{first}"),
+        &manager,
+    ))
+    .json(&json!({"name": "first-renamed", "policy": policy}))
+    .send()
+    .unwrap();
+    assert_eq!(renamed.status(), 200);
     // Elsewhere, and by an account as broad as the administrator, signing is granted.
     assert_eq!(signer_on(&manager, &web, "third").status(), 201);
     assert_eq!(signer_on(&acme.token, &k3s, "fourth").status(), 201);
@@ -735,15 +746,7 @@ fn the_last_managed_keys_withdrawal_is_purged_though_no_replica_holds_the_docume
     let authority = server.issuer(&sub).split_once("://").unwrap().1.to_owned();
     let purge = format!("PURGE /openid/v1/jwks {authority}");
     let purges = || seen.lock().unwrap().iter().filter(|l| **l == purge).count();
-    let deleted = server
-        .authed(
-            Method::DELETE,
-            &format!("/services/{sub}/signing"),
-            &acme.token,
-        )
-        .send()
-        .unwrap();
-    assert_eq!(deleted.status(), 204);
+    turn_off(&server, &acme.token, &sub);
     // Other services published after it leave it out of the hosting cache.
     for tenant in ["two", "three", "four", "five"] {
         let customer = server.customer(tenant, "business");

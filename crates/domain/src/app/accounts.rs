@@ -211,7 +211,7 @@ pub fn update(
     let mut problems = command.problems;
     let mut warnings = Vec::new();
     if let Some(document) = &command.policy {
-        let checked = checked_policy(registry, caller, document, Some(account.id));
+        let checked = checked_policy(registry, caller, document, Some(&account));
         if let Some(parsed) = with_problems(checked, &mut problems)? {
             if let Err(why) = access::kind_may_change(account.policy.kind(), parsed.policy.kind()) {
                 return Err(AppError::KindImmutable(Violation::new("/policy/kind", why)));
@@ -239,7 +239,11 @@ pub fn update(
         return Ok(Updated { account, warnings });
     }
     let id = account.id;
-    let budget = within_budget(&account.policy);
+    // A rename keeps the policy: nothing to check of the others.
+    let budget = match command.policy {
+        Some(_) => within_budget(&account.policy),
+        None => None,
+    };
     registry
         .store
         .update_account(&account, budget.as_deref(), &event)
@@ -277,7 +281,7 @@ pub fn regenerate_token(
     let account = managed(registry, caller, id)?;
     access::may_regenerate_token(account.policy.kind())
         .map_err(|why| AppError::BadRequest(why.into()))?;
-    may_grant_signing(registry, caller, &account.policy)?;
+    may_grant_signing(registry, caller, &account.policy, None)?;
     // Read before hashing: of the calls that race, the first to write wins and the others
     // find the token changed under them (409), so no caller is handed a token that never worked.
     let replaced = registry.store.token_lookup_id(account.id)?;
@@ -353,10 +357,13 @@ fn may_grant_signing(
     registry: &Registry,
     caller: &Caller,
     target: &Policy,
+    replaced: Option<&Policy>,
 ) -> Result<(), AppError> {
     let Some(signs) = signing_scope(target) else {
         return Ok(());
     };
+    // A policy replacing one that signed already for a service gives it no new reach there.
+    let signed = replaced.and_then(signing_scope);
     if caller.holds(crate::policy::Action::TokensSign) {
         return Ok(());
     }
@@ -364,7 +371,10 @@ fn may_grant_signing(
     let store = &*registry.store;
     let mut issuers: Vec<(String, String)> = Vec::new();
     for service in store.services_of(customer_id)? {
-        if !signs.matches(&service.subdomain) {
+        let signed_before = signed
+            .as_ref()
+            .is_some_and(|s| s.matches(&service.subdomain));
+        if !signs.matches(&service.subdomain) || signed_before {
             continue;
         }
         issuers.push((
@@ -431,18 +441,21 @@ type BudgetCheck = dyn Fn(&[ServiceAccount]) -> Result<(), Violation>;
 
 /// Parses a policy from the body (pointers under `/policy`) and checks that it keeps within the
 /// limits ([`limits`]: its size, and the issuers and rules of the customer's accounts with it in
-/// place of account `replacing`), that it is no broader than the caller's addresses, and that
-/// every non-wildcard `services` entry names a service of the customer (spec §4 rule 1).
+/// place of account `replacing`), that it is no broader than the caller's addresses (nor, by
+/// the signing it grants, than the federation it reaches), and that every non-wildcard
+/// `services` entry names a service of the customer (spec §4 rule 1).
 fn checked_policy(
     registry: &Registry,
     caller: &Caller,
     document: &Value,
-    replacing: Option<Uuid>,
+    replacing: Option<&ServiceAccount>,
 ) -> Result<ParsedPolicy, AppError> {
     // `parse` checks the size limits before it compiles a pattern.
     let parsed = Policy::parse(document).map_err(|e| under_policy(e.into_violations()))?;
     caller.may_manage(Some(&parsed.policy))?;
-    may_grant_signing(registry, caller, &parsed.policy)?;
+    let replaced = replacing.map(|a| &a.policy);
+    may_grant_signing(registry, caller, &parsed.policy, replaced)?;
+    let replacing = replacing.map(|a| a.id);
     let customer_id = caller.customer()?;
     let store = &*registry.store;
     if parsed.policy.kind() == PolicyKind::Oidc {

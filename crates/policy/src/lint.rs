@@ -121,8 +121,11 @@ fn services_of(rule: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Whether a pattern accepts any value: only `*` (`**` alike), or only `*` and `?` with a `*`
+/// (`*?`, `?*`: any value of a character or more, which every real subject and audience is).
 fn any_string(pattern: &str) -> bool {
     ClaimPattern::new(pattern).accepts_any_string()
+        || (pattern.contains('*') && pattern.chars().all(|c| matches!(c, '*' | '?')))
 }
 
 /// Whether a GitHub `sub` pattern pins one repository (`repo:owner/name:…`).

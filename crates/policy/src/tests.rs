@@ -154,9 +154,11 @@ fn warnings_for_rules_accepting_any_subject_or_audience() {
         rule("**", "repo:acme/api:*"),
         rule("*", "***"),
         rule("https://registry.example", "*?"),
+        rule("?*", "repo:acme/api:*"),
+        rule("https://registry.example", "repo:?"),
     ]}));
     let w = &parsed.warnings;
-    assert_eq!(w.len(), 4, "{w:#?}");
+    assert_eq!(w.len(), 6, "{w:#?}");
     assert!(w[0].starts_with("any-subject: rule 1 (/rules/1) accepts any subject (\"sub\": \"*\")"));
     assert!(w[0].contains("every repository of a CI provider"));
     assert!(w[0].contains(GH));
@@ -165,6 +167,13 @@ fn warnings_for_rules_accepting_any_subject_or_audience() {
     );
     assert!(w[2].starts_with("any-subject: rule 3 (/rules/3) accepts any subject"));
     assert!(w[3].starts_with("any-audience: rule 3 (/rules/3) accepts any audience"));
+    // `*?` and `?*` accept any value of a character or more: every real subject or audience.
+    assert!(
+        w[4].starts_with("any-subject: rule 4 (/rules/4) accepts any subject (\"sub\": \"*?\")")
+    );
+    assert!(
+        w[5].starts_with("any-audience: rule 5 (/rules/5) accepts any audience (\"aud\": \"?*\")")
+    );
 
     assert!(parse(json!({"kind": "static", "services": ["*"]}))
         .warnings

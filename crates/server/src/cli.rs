@@ -312,8 +312,10 @@ pub enum Command {
     /// Example: `REGISTRY_TOKEN=rgst_… registry sync --service k3s-acme --interval 300`
     Sync(SyncArgs),
     /// Ship a cache's access log to the registry as fetch evidence: JSON lines on stdin
-    /// (`{time, host, path, status, method, userAgent}`, as `varnishncsa -j` writes them with
-    /// deploy/cdn/varnishncsa.format), posted to `POST /fetch-log` in batches. Prints one JSON line
+    /// (`{time, host, path, status, method, userAgent, clientAddress}`, as `varnishncsa -j`
+    /// writes them with deploy/cdn/varnishncsa.format; without `clientAddress` a line counts as
+    /// a fetch but never as a verifier's for key readiness), posted to `POST /fetch-log` in
+    /// batches. Prints one JSON line
     /// per batch. Exit codes: 0 at the end of stdin with every line shipped, 1 when lines were
     /// refused or the registry stayed unreachable for 60 s, 2 wrong command line.
     ///
@@ -323,8 +325,8 @@ pub enum Command {
     /// a service with managed signing: `Sign` through `POST /services/{s}/sign`, `FetchKeys` from
     /// a copy of the service's keys read every 10 s (answered while the registry is
     /// unreachable), `Metadata` its `maxTokenSeconds`. Runs until SIGTERM or SIGINT. Exit codes:
-    /// 0 stopped by a signal, 1 could not serve (another live plugin on the socket, no
-    /// credentials), 2 wrong command line. The least policy it needs (version 2): `{"$schema":
+    /// 0 stopped by a signal, 1 could not serve (another live plugin on the socket), 2 wrong
+    /// command line (no credentials among them). The least policy it needs (version 2): `{"$schema":
     /// "{base_url}/schemas/service-account-policy/v2.json", "kind": "static", "services":
     /// ["k3s-acme"], "actions": ["tokens:sign", "config:read"]}`.
     ///

@@ -32,7 +32,7 @@ impl SignerArgs {
 }
 
 /// Serves until SIGTERM or SIGINT; the error of a plugin that could not start (another live
-/// plugin on the socket, a path that is not a socket, no credentials).
+/// plugin on the socket, a path that is not a socket).
 pub fn run(args: SignerArgs) -> anyhow::Result<()> {
     let api = args.api.api()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

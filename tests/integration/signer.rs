@@ -476,17 +476,18 @@ fn a_plugin_started_after_signing_stopped_still_answers_the_keys_that_verify_its
 /// A command line the plugin cannot serve from is a usage error (exit 2, one sentence), before
 /// any socket is made: an API address that is no URL, or no service named.
 #[test]
-fn a_plugin_without_a_usable_api_url_or_service_is_a_usage_error() {
+fn a_plugin_without_a_usable_api_url_service_or_credentials_is_a_usage_error() {
     let dir = TempDir::new("signer-usage");
     let socket = dir.0.join("signer.sock");
     let socket = socket.to_str().unwrap();
-    for (service, api_url, named) in [
-        ("k3s-acme", "not a url", "REGISTRY_API_URL"),
-        ("", "http://127.0.0.1:9", "--service"),
+    for (service, api_url, token, named) in [
+        ("k3s-acme", "not a url", "t", "REGISTRY_API_URL"),
+        ("", "http://127.0.0.1:9", "t", "--service"),
+        ("k3s-acme", "http://127.0.0.1:9", "", "REGISTRY_TOKEN"),
     ] {
         let (code, stdout, stderr) = run_registry(
             &["signer", "--service", service, "--socket", socket],
-            &[("REGISTRY_API_URL", api_url), ("REGISTRY_TOKEN", "t")],
+            &[("REGISTRY_API_URL", api_url), ("REGISTRY_TOKEN", token)],
         );
         assert_eq!(code, Some(2), "{stderr}");
         assert!(stderr.contains(named), "{stderr}");

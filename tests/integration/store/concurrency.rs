@@ -154,6 +154,17 @@ fn creations_racing(
     })
 }
 
+/// Asserts that three of `outcomes` succeeded and every other was `refused`.
+fn three_won(outcomes: &[StoreResult<()>], refused: impl Fn(&StoreError) -> bool) {
+    assert_eq!(
+        outcomes.iter().filter(|o| o.is_ok()).count(),
+        3,
+        "{outcomes:?}"
+    );
+    let errors = outcomes.iter().filter_map(|o| o.as_ref().err());
+    assert!(errors.clone().all(refused), "{outcomes:?}");
+}
+
 /// The quota is counted in the insert's transaction: creations racing each other never pass it.
 #[test]
 fn an_account_quota_holds_when_creations_race() {
@@ -162,15 +173,7 @@ fn an_account_quota_holds_when_creations_race() {
     let outcomes = creations_racing(customer.id, |a| {
         store.create_account(a, None, Ceiling(4), None, &ev())
     });
-    assert_eq!(
-        outcomes.iter().filter(|o| o.is_ok()).count(),
-        3,
-        "{outcomes:?}"
-    );
-    assert!(outcomes
-        .iter()
-        .filter_map(|o| o.as_ref().err())
-        .all(|e| *e == StoreError::CeilingReached(4)));
+    three_won(&outcomes, |e| *e == StoreError::CeilingReached(4));
     assert_eq!(store.count_accounts_of(customer.id).unwrap(), 4);
 }
 
@@ -190,15 +193,10 @@ fn a_check_of_the_other_accounts_holds_when_writes_race() {
         let check: &dyn Fn(&[ServiceAccount]) -> Result<(), Violation> = &at_most;
         store.create_account(a, None, Ceiling::NONE, Some(check), &ev())
     });
-    assert_eq!(
-        outcomes.iter().filter(|o| o.is_ok()).count(),
-        3,
-        "{outcomes:?}"
+    three_won(
+        &outcomes,
+        |e| matches!(e, StoreError::OverBudget(v) if v.pointer == "/rules/0/claims/iss"),
     );
-    assert!(outcomes
-        .iter()
-        .filter_map(|o| o.as_ref().err())
-        .all(|e| matches!(e, StoreError::OverBudget(v) if v.pointer == "/rules/0/claims/iss")));
     let accounts = store.accounts_of(customer.id).unwrap();
     let federated: Vec<&ServiceAccount> = (accounts.iter())
         .filter(|a| a.policy.kind() == registry_domain::policy::PolicyKind::Oidc)

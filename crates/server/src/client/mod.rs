@@ -63,6 +63,18 @@ impl ApiFlags {
         })
     }
 
+    /// What makes a command on one service through these flags unusable (exit 2), if
+    /// anything: no service named (`service` empty; `role` says what the service is for, as
+    /// "whose keys sign"), then [`Self::usage_problem`].
+    pub fn service_usage_problem(&self, service: &str, role: &str) -> Option<String> {
+        if service.trim().is_empty() {
+            return Some(format!(
+                "--service is empty: name the service {role} (its subdomain)"
+            ));
+        }
+        self.usage_problem()
+    }
+
     /// The API these flags name; `NoCredentials` without a token or an identity token file.
     pub fn api(&self) -> Result<RegistryApi, ClientError> {
         let credentials =

@@ -22,12 +22,7 @@ impl SignerArgs {
     /// What makes this command line unusable (exit 2), if anything: no service named, an API
     /// address that is no URL, or no credentials.
     pub fn usage_problem(&self) -> Option<String> {
-        if self.service.trim().is_empty() {
-            return Some(
-                "--service is empty: name the service whose keys sign (its subdomain)".into(),
-            );
-        }
-        self.api.usage_problem()
+        (self.api).service_usage_problem(&self.service, "whose keys sign")
     }
 }
 

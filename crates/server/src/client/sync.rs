@@ -126,12 +126,7 @@ impl SyncArgs {
     /// What makes this command line unusable (exit 2), if anything: no service named, an API
     /// address that is no URL, or no credentials (an interval run would retry them for ever).
     pub fn usage_problem(&self) -> Option<String> {
-        if self.service.trim().is_empty() {
-            return Some(
-                "--service is empty: name the service to keep in step (its subdomain)".into(),
-            );
-        }
-        self.api.usage_problem()
+        (self.api).service_usage_problem(&self.service, "to keep in step")
     }
 }
 

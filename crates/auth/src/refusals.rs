@@ -3,7 +3,7 @@
 //! requests only: the accepted path neither calls it nor pays for it.
 
 use registry_domain::ports::{ActivityLog, VerifiedToken};
-use registry_domain::refusal::{self, Refused};
+use registry_domain::refusal::{self, Refused, RefusedBy};
 use registry_domain::{Service, ServiceAccount};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -56,8 +56,8 @@ pub struct RefusedRequest<'a> {
     pub service: Option<&'a Service>,
     /// The action the call needed.
     pub action: registry_domain::policy::Action,
-    /// Refused because several accounts accept the token.
-    pub ambiguous: bool,
+    /// What refused it.
+    pub refused_by: RefusedBy,
 }
 
 /// Records `refused` against the accounts that trust its issuer within one customer. A failure
@@ -93,7 +93,7 @@ impl RefusalBudget {
             service: refused.service.map(|s| s.subdomain.as_str()),
             action: refused.action,
             ip: refused.ip,
-            ambiguous: refused.ambiguous,
+            refused_by: refused.refused_by,
             request_id: request_id.as_deref(),
             at,
         };

@@ -1089,7 +1089,8 @@ impl<T> Storage for T where
 {
 }
 
-/// A JWT whose signature and time claims have been verified.
+/// A JWT whose signature has been verified (and its registered claims, unless a
+/// [`TokenRejection`] carries it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct VerifiedToken {
     /// The `iss` claim.
@@ -1100,13 +1101,16 @@ pub struct VerifiedToken {
 
 /// Why a presented JWT was not accepted: the text goes to the server log, never to the client;
 /// the code goes to the owner of the account, through explain (docs/api.md, "Explaining refusals").
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{detail}")]
 pub struct TokenRejection {
     /// Which of the token checks failed.
     pub code: crate::policy::ReasonCode,
     /// What exactly, in a sentence.
     pub detail: String,
+    /// The token, when its signature verified and only a registered claim refused it (its
+    /// times, its audience): such a refusal goes to the refusal log.
+    pub signed: Option<Box<VerifiedToken>>,
 }
 
 /// Where the keys of a token's issuer come from.

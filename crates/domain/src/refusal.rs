@@ -60,12 +60,24 @@ pub struct Refused<'a> {
     pub action: Action,
     /// The client's address.
     pub ip: IpAddr,
-    /// Refused because several accounts accept the token and none was chosen.
-    pub ambiguous: bool,
+    /// What refused it.
+    pub refused_by: RefusedBy,
     /// The request's id.
     pub request_id: Option<&'a str>,
     /// When.
     pub at: OffsetDateTime,
+}
+
+/// What refused a federated request whose token's signature verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedBy {
+    /// The policies of the accounts that trust its issuer.
+    Policy,
+    /// Several accounts accept the token and the client chose none.
+    Ambiguity,
+    /// A registered claim of the token, before any policy was asked: `token-expired`,
+    /// `token-not-yet-valid`, `token-lifetime-too-long`, `claim-missing` or `audience-mismatch`.
+    Claim(ReasonCode),
 }
 
 /// How much of a rule's `sub` pattern a token's `sub` must share to be a near miss of that rule
@@ -252,7 +264,8 @@ pub fn shown(records: Vec<Value>, max: usize) -> Vec<Value> {
 /// The record of `refused` for an account with `policy`: `{at, code, rule?, hints, claims,
 /// service?, ip, action, requestId, near}` (`near`: see [`is_near_miss`]; an ambiguous request is near,
 /// the account's rules accept it). `None` when this account's policy admits the request (the
-/// refusal was another account's business, or the client chose another).
+/// refusal was another account's business, or the client chose another), unless a claim of the
+/// token refused it: then `rule` is the rule that would have admitted it, if one would.
 pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
     let service = crate::policy::judged_service(refused.service, Some(refused.action));
     let explained = policy.explain(
@@ -261,26 +274,27 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
         Some(refused.ip),
         refused.action,
     );
-    let (code, rule) = if refused.ambiguous {
-        (ReasonCode::AccountAmbiguous, explained.rule)
-    } else if explained.allowed {
-        return None;
-    } else {
-        // The reason that decided: a rule that accepted every claim refused the address, the
-        // action or the service; only when none did, the first rule's mismatch (the
-        // explanation lists every rule's reasons, another rule's mismatch perhaps first).
-        let accepted_by_a_rule = |code: ReasonCode| {
-            matches!(
-                code,
-                ReasonCode::AddressNotAllowed
-                    | ReasonCode::ActionNotAllowed
-                    | ReasonCode::ServiceNotAllowed
-            )
-        };
-        let decided = (explained.reasons.iter())
-            .find(|r| accepted_by_a_rule(r.code))
-            .or(explained.reasons.first())?;
-        (decided.code, decided.rule)
+    let (code, rule) = match refused.refused_by {
+        RefusedBy::Claim(code) => (code, explained.rule),
+        RefusedBy::Ambiguity => (ReasonCode::AccountAmbiguous, explained.rule),
+        RefusedBy::Policy if explained.allowed => return None,
+        RefusedBy::Policy => {
+            // The reason that decided: a rule that accepted every claim refused the address, the
+            // action or the service; only when none did, the first rule's mismatch (the
+            // explanation lists every rule's reasons, another rule's mismatch perhaps first).
+            let accepted_by_a_rule = |code: ReasonCode| {
+                matches!(
+                    code,
+                    ReasonCode::AddressNotAllowed
+                        | ReasonCode::ActionNotAllowed
+                        | ReasonCode::ServiceNotAllowed
+                )
+            };
+            let decided = (explained.reasons.iter())
+                .find(|r| accepted_by_a_rule(r.code))
+                .or(explained.reasons.first())?;
+            (decided.code, decided.rule)
+        }
     };
     let mut shown = Map::new();
     for name in ["iss", "sub", "aud"]
@@ -300,10 +314,10 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
         "ip": refused.ip.to_string(),
         "action": refused.action.as_str(),
         "requestId": refused.request_id,
-        // A rule that accepted every claim left a refusal of the service or the address: the
-        // explanation's matching says so, without matching again.
-        "near": refused.ambiguous
-            || near_miss(policy, refused.claims, || explained.reasons.iter().any(|r| matches!(
+        // A rule that accepted every claim admitted the request or left a refusal of the service
+        // or the address: the explanation's matching says so, without matching again.
+        "near": refused.refused_by == RefusedBy::Ambiguity
+            || near_miss(policy, refused.claims, || explained.allowed || explained.reasons.iter().any(|r| matches!(
                 r.code,
                 ReasonCode::ServiceNotAllowed
                     | ReasonCode::AddressNotAllowed
@@ -337,7 +351,7 @@ mod tests {
             service: Some("api-acme"),
             action: Action::ConfigRead,
             ip: "192.0.2.7".parse().unwrap(),
-            ambiguous: false,
+            refused_by: RefusedBy::Policy,
             request_id: Some("r1"),
             at: OffsetDateTime::UNIX_EPOCH,
         };
@@ -361,7 +375,7 @@ mod tests {
         assert_eq!(record["near"], true, "the owner's repository: near");
         assert!(super::record(&policy, &admitted).is_none());
         let ambiguous = Refused {
-            ambiguous: true,
+            refused_by: RefusedBy::Ambiguity,
             ..admitted
         };
         assert_eq!(
@@ -385,7 +399,7 @@ mod tests {
             service: Some("life2-acme"),
             action: Action::ServicesRead,
             ip: "192.0.2.7".parse().unwrap(),
-            ambiguous: false,
+            refused_by: RefusedBy::Policy,
             request_id: None,
             at: OffsetDateTime::UNIX_EPOCH,
         };
@@ -509,7 +523,7 @@ mod tests {
                 service: Some(service),
                 action: Action::ConfigRead,
                 ip: ip.parse().unwrap(),
-                ambiguous: false,
+                refused_by: RefusedBy::Policy,
                 request_id: None,
                 at: OffsetDateTime::UNIX_EPOCH,
             };
@@ -529,7 +543,7 @@ mod tests {
             service: Some("api-acme"),
             action: Action::ConfigRead,
             ip: "10.1.2.3".parse().unwrap(),
-            ambiguous: false,
+            refused_by: RefusedBy::Policy,
             request_id: None,
             at: OffsetDateTime::UNIX_EPOCH,
         };

@@ -2,7 +2,7 @@
 
 use registry_domain::claims::ClaimProblem;
 use registry_domain::policy::ReasonCode;
-use registry_domain::ports::TokenRejection;
+use registry_domain::ports::{TokenRejection, VerifiedToken};
 
 /// Everything that can go wrong while verifying a token. The text is for the server log.
 #[derive(Debug, thiserror::Error)]
@@ -104,9 +104,19 @@ pub enum OidcError {
     /// The signature does not verify.
     #[error("invalid signature")]
     Signature,
-    /// A registered claim is refused.
+    /// A registered claim is refused before the signature was checked (a token naming another
+    /// issuer than the one whose keys were looked up).
     #[error(transparent)]
     Claims(#[from] ClaimProblem),
+    /// The signature verified, but a registered claim is refused (expired, not yet valid, too
+    /// long-lived, no audience).
+    #[error("{problem}")]
+    Refused {
+        /// The claim refused.
+        problem: ClaimProblem,
+        /// The token, signed by its issuer: the refusal log records it.
+        token: Box<VerifiedToken>,
+    },
 }
 
 impl OidcError {
@@ -165,7 +175,7 @@ impl OidcError {
             | OidcError::NoKeys(_)
             | OidcError::Unavailable(_)
             | OidcError::Timeout(_) => ReasonCode::IssuerUnreachable,
-            OidcError::Claims(problem) => match problem {
+            OidcError::Claims(problem) | OidcError::Refused { problem, .. } => match problem {
                 ClaimProblem::Expired => ReasonCode::TokenExpired,
                 ClaimProblem::NotYetValid | ClaimProblem::IssuedInFuture => {
                     ReasonCode::TokenNotYetValid
@@ -180,9 +190,15 @@ impl OidcError {
 
 impl From<OidcError> for TokenRejection {
     fn from(error: OidcError) -> Self {
+        let (code, detail) = (error.reason_code(), error.detail());
+        let signed = match error {
+            OidcError::Refused { token, .. } => Some(token),
+            _ => None,
+        };
         TokenRejection {
-            code: error.reason_code(),
-            detail: error.detail(),
+            code,
+            detail,
+            signed,
         }
     }
 }

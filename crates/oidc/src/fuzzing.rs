@@ -15,7 +15,6 @@
 use crate::error::OidcError;
 use crate::keys::KeySet;
 use crate::token;
-use registry_domain::claims;
 use registry_domain::ports::VerifiedToken;
 use time::OffsetDateTime;
 
@@ -46,12 +45,7 @@ impl FixedKeys {
     /// keys.
     pub fn verify(&self, token: &str, now: OffsetDateTime) -> Result<VerifiedToken, OidcError> {
         let token = token::parse(token, MAX_TOKEN_BYTES)?;
-        claims::check(&token.claims, now)?;
-        crate::check_signature(&token, &self.set)?;
-        Ok(VerifiedToken {
-            issuer: token.issuer,
-            claims: token.claims,
-        })
+        crate::signed(token, &self.set, now)
     }
 }
 

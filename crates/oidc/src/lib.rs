@@ -7,7 +7,8 @@
 //! issuer's keys come from `{iss}/.well-known/openid-configuration` → `jwks_uri`, fetched
 //! through a client that only connects to public addresses (checked at connect time by its DNS
 //! resolver, see [`classify`]) and cached per issuer as ready verifiers. Then the signature, and
-//! the registered claims through [`registry_domain::claims::check`].
+//! the registered claims through [`registry_domain::claims::check`]: a token refused for its
+//! claims after its signature verified keeps them in its error, for the refusal log.
 //!
 //! The cargo feature `fuzzing` (off by default, never enabled by the server) adds
 //! `registry_oidc::fuzzing`: the same verification against a fixed key set, without the
@@ -95,17 +96,10 @@ impl OidcVerifier {
         now: OffsetDateTime,
     ) -> Result<VerifiedToken, OidcError> {
         let token = token::parse(token, self.max_token_bytes)?;
-        // The claims are checked before they are trusted only to spare a fetch for a token that
-        // would be refused anyway; the signature below still decides.
-        claims::check(&token.claims, now)?;
+        // The keys were looked up by this very `iss`, so the issuer that vouched for the token
+        // is the one it names.
         let keys = self.cache.keys(&token.issuer, token.kid.as_deref()).await?;
-        check_signature(&token, &keys.set)?;
-        Ok(VerifiedToken {
-            // The keys were looked up by this very `iss`, so the issuer that vouched for the
-            // token is the one it names.
-            issuer: token.issuer,
-            claims: token.claims,
-        })
+        signed(token, &keys.set, now)
     }
 
     /// Verifies `token` at `now` against the key set of an issuer this registry hosts, as its
@@ -123,7 +117,6 @@ impl OidcVerifier {
         if token.issuer != issuer {
             return Err(OidcError::Claims(claims::ClaimProblem::Issuer));
         }
-        claims::check(&token.claims, now)?;
         let set = match keys {
             HostedKeys::Withdrawn => {
                 self.hosted.forget(issuer);
@@ -131,11 +124,7 @@ impl OidcVerifier {
             }
             HostedKeys::Published { version, jwks } => self.hosted.set(issuer, version, jwks)?,
         };
-        check_signature(&token, &set)?;
-        Ok(VerifiedToken {
-            issuer: token.issuer,
-            claims: token.claims,
-        })
+        signed(token, &set, now)
     }
 
     /// The `iss` a token claims, read without verifying anything (`None` when the token is not
@@ -159,15 +148,30 @@ impl OidcVerifier {
     }
 }
 
-/// The signature check shared by [`OidcVerifier::verify_token`] and the `fuzzing` entry point.
-fn check_signature(
-    token: &token::UnverifiedToken<'_>,
+/// The signature, then the registered claims at `now`: the checks shared by both verifications
+/// and the `fuzzing` entry point. The signature comes first so that a token refused for its
+/// claims (expired, say) is known to be its issuer's, and its refusal can be recorded for the
+/// owner of the accounts that trust it (docs/api.md, "Explaining refusals").
+fn signed(
+    token: token::UnverifiedToken<'_>,
     set: &keys::KeySet,
-) -> Result<(), OidcError> {
+    now: OffsetDateTime,
+) -> Result<VerifiedToken, OidcError> {
     let verifier = set.verifier(token.kid.as_deref(), token.alg)?;
     verifier
         .verify(token.signing_input, &token.signature)
-        .map_err(|_| OidcError::Signature)
+        .map_err(|_| OidcError::Signature)?;
+    let token = VerifiedToken {
+        issuer: token.issuer,
+        claims: token.claims,
+    };
+    match claims::check(&token.claims, now) {
+        Ok(()) => Ok(token),
+        Err(problem) => Err(OidcError::Refused {
+            problem,
+            token: Box::new(token),
+        }),
+    }
 }
 
 impl IdentityTokenVerifier for OidcVerifier {

@@ -526,3 +526,60 @@ fn an_ambiguous_token_is_recorded_on_each_account_that_accepts_it() {
     assert_eq!(chosen.status(), 200);
     assert_eq!(refusals(&server, &acme, &first).len(), 1);
 }
+
+/// A token its issuer signed but its times refuse (the CI job's token expired, the cluster's
+/// clock runs ahead) is recorded with its reason code and the rule that would have admitted it;
+/// one with a stranger's signature is not, whatever its times.
+#[test]
+fn a_token_refused_for_its_times_is_recorded_once_its_signature_verified() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let api = register_service(&server, &acme, "api");
+    let sub = "repo:acme/app:ref:refs/heads/main";
+    let id = account(
+        &server,
+        &acme,
+        json!({"kind": "oidc", "rules": [{"services": [api], "claims": {
+            "iss": iss, "aud": AUDIENCE, "sub": sub}}]}),
+    );
+    let path = format!("/services/{api}");
+    let now = unix_now();
+    let with = |change: &dyn Fn(&mut Value)| {
+        let mut c = claims(&iss, sub);
+        change(&mut c);
+        c
+    };
+    let forged = compact(
+        &json!({"alg": "ES256", "typ": "JWT", "kid": issuer.key("ES256").kid()}),
+        &with(&|c| c["exp"] = json!(now - 3600)),
+        |m| SigningKey::generate(KeyKind::P256, "x").sign("ES256", m),
+    );
+    let before = server.anonymous_401_detail(&path);
+    let body = assert_problem(server.get(&path, &forged), 401, "unauthorized");
+    assert_eq!(body["detail"], before.as_str(), "the 401 says nothing more");
+    assert!(refusals(&server, &acme, &id).is_empty(), "a forged token");
+
+    let cases = [
+        ("token-expired", with(&|c| c["exp"] = json!(now - 3600))),
+        ("token-not-yet-valid", with(&|c| c["nbf"] = json!(now + 3600))),
+        (
+            "token-lifetime-too-long",
+            with(&|c| c["exp"] = json!(now + 48 * 3600)),
+        ),
+    ];
+    for (code, claims) in &cases {
+        let token = issuer.mint("ES256", claims.clone());
+        let body = assert_problem(server.get(&path, &token), 401, "unauthorized");
+        assert_eq!(body["detail"], before.as_str(), "{code}: says nothing more");
+        let log = refusals(&server, &acme, &id);
+        let record = &log[0];
+        assert_eq!(record["code"], *code, "{log:?}");
+        assert_eq!(record["rule"], 0, "the rule that would have admitted it");
+        assert_eq!(record["service"], api.as_str());
+        assert_eq!(record["claims"]["sub"], sub);
+        assert!(!record.to_string().contains(&token));
+    }
+    assert_eq!(refusals(&server, &acme, &id).len(), cases.len());
+}

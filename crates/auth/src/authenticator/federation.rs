@@ -10,6 +10,7 @@
 use super::{unauthorized, Authenticator};
 use crate::request::{header_text, Presented};
 use crate::{AuthError, AuthResult};
+use registry_domain::policy::ReasonCode;
 use registry_domain::ports::{IssuerKeys, TokenRejection, VerifiedToken};
 use registry_replica::hosting::Hosted;
 use registry_replica::Trusting;
@@ -25,22 +26,54 @@ fn untrusted_issuer() -> AuthError {
 /// (`TokenCache::accept_identity` is told of the first grant).
 pub(super) type Federated = (Arc<VerifiedToken>, Trusting, Option<Uuid>, bool);
 
+/// A token signed by its issuer but refused for a registered claim (its times, its audience),
+/// with what its record in the refusal log needs.
+pub(super) struct SignedRefusal {
+    /// The token.
+    pub token: Box<VerifiedToken>,
+    /// Why: `token-expired` and the like.
+    pub code: ReasonCode,
+    /// The same, in a sentence for the server log.
+    pub detail: String,
+    /// The accounts that name its issuer.
+    pub candidates: Trusting,
+    /// The account the client chose.
+    pub chosen: Option<Uuid>,
+}
+
 /// Verifies the token (or finds it verified before), and finds the accounts that name its
 /// issuer and the client's choice among them; `registry_domain::access` decides the rest.
 pub(super) async fn verified(
     auth: &Authenticator,
     req: &Presented<'_>,
     token: &str,
-) -> AuthResult<Federated> {
+) -> AuthResult<Result<Federated, SignedRefusal>> {
     let chosen = chosen_account(req)?;
-    let (verified, candidates, accepted) = verified_token(auth, token).await?;
-    Ok((verified, candidates, chosen, accepted))
+    Ok(match verified_token(auth, token).await? {
+        Ok((verified, candidates, accepted)) => Ok((verified, candidates, chosen, accepted)),
+        Err((rejection, candidates)) => match rejection.signed {
+            Some(token) => Err(SignedRefusal {
+                token,
+                code: rejection.code,
+                detail: rejection.detail,
+                candidates,
+                chosen,
+            }),
+            None => return Err(refused_token(&rejection.detail)),
+        },
+    })
 }
 
-async fn verified_token(
-    auth: &Authenticator,
-    token: &str,
-) -> AuthResult<(Arc<VerifiedToken>, Trusting, bool)> {
+/// The 401 of a token refused by its verification.
+pub(super) fn refused_token(detail: &str) -> AuthError {
+    unauthorized(&format!("identity token refused: {detail}"))
+}
+
+/// The token verified, the accounts that trust its issuer and whether it was accepted before;
+/// or why it was refused (the accounts with it, for a token its issuer signed).
+type Verification = Result<(Arc<VerifiedToken>, Trusting, bool), (TokenRejection, Trusting)>;
+
+async fn verified_token(auth: &Authenticator, token: &str) -> AuthResult<Verification> {
     let now = auth.replica.now();
     // A look-up only: the token cache keeps tokens that verified, nothing else.
     let remembered = auth.tokens.verified_identity(token, now);
@@ -82,16 +115,16 @@ async fn verified_token(
         if still_published {
             auth.counters.identity_token_cache_hit();
             let accepted = remembered.accepted();
-            return Ok((remembered.token, candidates, accepted));
+            return Ok(Ok((remembered.token, candidates, accepted)));
         }
     }
-    let verified = verify(auth, token, &issuer, hosted.as_ref(), now)
-        .await
-        .map_err(|rejection| unauthorized(&format!("identity token refused: {rejection}")))?;
-    let verified = Arc::new(verified);
+    let verified = match verify(auth, token, &issuer, hosted.as_ref(), now).await {
+        Ok(verified) => Arc::new(verified),
+        Err(rejection) => return Ok(Err((rejection, candidates))),
+    };
     auth.tokens
         .remember_identity(token, verified.clone(), key_version, now);
-    Ok((verified, candidates, false))
+    Ok(Ok((verified, candidates, false)))
 }
 
 /// Verifies a token as a request would, without the token cache (explaining a token): an

@@ -20,6 +20,7 @@ use registry_domain::policy::Action;
 use registry_domain::ports::{
     ActivityLog, CredentialOwner, IdentityTokenVerifier, Ticks, VerifiedToken,
 };
+use registry_domain::refusal::RefusedBy;
 use registry_domain::{Service, ServiceAccount};
 use registry_hasher::HashingLanes;
 use registry_replica::Replica;
@@ -396,7 +397,7 @@ fn refused_request<'a>(
         chosen,
         service,
         action,
-        ambiguous: false,
+        refused_by: RefusedBy::Policy,
     }
 }
 
@@ -411,12 +412,42 @@ async fn refused_federated(
 ) -> AuthError {
     let ip = request.ip;
     if !matches!(refusal, Refusal::NotFound) {
-        request.ambiguous = matches!(refusal, Refusal::Ambiguous);
+        if matches!(refusal, Refusal::Ambiguous) {
+            request.refused_by = RefusedBy::Ambiguity;
+        }
         auth.refusals
             .record(&auth.activity, auth.replica.now(), request)
             .await;
     }
     record_failure(auth, ip, refused(refusal, key))
+}
+
+/// The answer to a federated call whose token its issuer signed but a registered claim refused
+/// (expired, say): a 401, recorded in the refusal log like a refusal of the policies.
+async fn refused_claim(
+    auth: &Authenticator,
+    req: &Presented<'_>,
+    ip: IpAddr,
+    key: Option<&str>,
+    signed: federation::SignedRefusal,
+) -> AuthError {
+    let service = match the_service(auth, key).await {
+        Ok(service) => service,
+        Err(error) => return error,
+    };
+    let mut request = refused_request(
+        ip,
+        &signed.token,
+        &signed.candidates,
+        signed.chosen,
+        service.as_deref(),
+        req.action,
+    );
+    request.refused_by = RefusedBy::Claim(signed.code);
+    auth.refusals
+        .record(&auth.activity, auth.replica.now(), request)
+        .await;
+    record_failure(auth, ip, federation::refused_token(&signed.detail))
 }
 
 /// Authenticates a call and asks `registry_domain::access::decide` about it once: on the
@@ -439,7 +470,10 @@ async fn authorize(
     if looks_like_jwt(token) {
         let federated = federation::verified(auth, req, token).await;
         let (verified, candidates, chosen, accepted) =
-            federated.map_err(|e| record_failure(auth, ip, e))?;
+            match federated.map_err(|e| record_failure(auth, ip, e))? {
+                Ok(federated) => federated,
+                Err(signed) => return Err(refused_claim(auth, req, ip, key, signed).await),
+            };
         let service = the_service(auth, key).await?;
         let credential = Credential::IdentityToken {
             claims: &verified.claims,

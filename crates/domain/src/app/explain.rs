@@ -297,6 +297,7 @@ mod tests {
         let rejection = TokenRejection {
             code: ReasonCode::TokenExpired,
             detail: "the token expired 5 minutes ago".into(),
+            signed: None,
         };
         let explained = judged(&registry, &account, Evidence::Token(Err(rejection)));
         assert_eq!(explained["decision"], "deny");

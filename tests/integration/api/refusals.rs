@@ -563,7 +563,10 @@ fn a_token_refused_for_its_times_is_recorded_once_its_signature_verified() {
 
     let cases = [
         ("token-expired", with(&|c| c["exp"] = json!(now - 3600))),
-        ("token-not-yet-valid", with(&|c| c["nbf"] = json!(now + 3600))),
+        (
+            "token-not-yet-valid",
+            with(&|c| c["nbf"] = json!(now + 3600)),
+        ),
         (
             "token-lifetime-too-long",
             with(&|c| c["exp"] = json!(now + 48 * 3600)),

@@ -550,8 +550,16 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
         &acme.token,
     ));
     assert_eq!(readiness["safeToSign"], false, "{readiness}");
-    // Once the lead is over, the step switches: the next key signs, the old one retires.
+    // Once the lead is over, the next key signs: at once for whoever reads its readiness say
+    // so (the step, on a timer, would switch within seconds), and the old one retires.
     server.advance_clock(61);
+    let readiness = json(server.get(
+        &format!("/services/{sub}/keys/{next}/readiness"),
+        &acme.token,
+    ));
+    assert_eq!(readiness["safeToSign"], true, "{readiness}");
+    let c = claims();
+    assert_eq!(signed_by(&c)["kid"], next.as_str(), "safe, so it signs");
     let state = signing_once(&server, &acme.token, &sub, |s| {
         kids(s, "current") == [next.clone()]
     });

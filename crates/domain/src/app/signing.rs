@@ -651,6 +651,13 @@ pub fn advance(
     })
 }
 
+/// Whether `kid` is the next managed key of `service`: the one its rotation switches to once it
+/// is safe (then [`advance`] switches at once).
+pub fn is_next(registry: &Registry, service: &Service, kid: &str) -> Result<bool, AppError> {
+    let signing = registry.store.signing(service.id)?;
+    Ok(signing.is_some_and(|s| s.next().is_some_and(|next| next.kid == kid)))
+}
+
 /// What one step of a service's signing did.
 enum Step {
     /// A transition was written (with what the write did: a withdrawal may have left the

@@ -7,7 +7,7 @@ use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
-use registry_domain::app::{domains, keys, readiness};
+use registry_domain::app::{domains, keys, readiness, signing};
 use registry_domain::publishing::{wiring_guide, DEFAULT_WIRING_SUBJECT};
 use serde::Deserialize;
 use serde_json::json;
@@ -52,9 +52,22 @@ pub async fn readiness(
     let (_, kid) = path.into_inner();
     let now = state.now();
     let purging = state.purger.is_some();
-    let answer = state
-        .read(move |registry| readiness::readiness(registry, &service, &kid, purging, now))
+    let read_service = service.clone();
+    let (answer, switch) = state
+        .read(move |registry| {
+            let answer = readiness::readiness(registry, &read_service, &kid, purging, now)?;
+            let safe = answer["safeToSign"] == true;
+            let switch = safe && signing::is_next(registry, &read_service, &kid)?;
+            Ok((answer, switch))
+        })
         .await?;
+    // A managed next key found safe signs from now on: whoever reads this signs with it next,
+    // without waiting for the rotation step.
+    if switch {
+        state
+            .write(move |registry| signing::advance(registry, &service, purging, now))
+            .await?;
+    }
     Ok(HttpResponse::Ok().json(answer))
 }
 

@@ -327,7 +327,8 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
     if let Some(rule) = rule {
         record["rule"] = rule.into();
     }
-    if let Some(service) = service {
+    // The service in the path, not the `"*"` a whole-customer call is judged on.
+    if let Some(service) = refused.service {
         record["service"] = service.into();
     }
     Some(record)
@@ -409,6 +410,28 @@ mod tests {
             (Some("service-not-allowed"), Some(0)),
             "{recorded}"
         );
+    }
+
+    /// A call on no service (`GET /service-accounts`) is judged on `"*"`, but its record names
+    /// no service: `service` is the service in the path.
+    #[test]
+    fn a_call_on_no_service_is_recorded_without_one() {
+        let policy = oidc(json!([
+            {"services": ["*"], "claims": {"iss": "https://ci", "aud": "registry", "sub": "me"}},
+        ]));
+        let claims = json!({"iss": "https://ci", "aud": "registry", "sub": "someone-else"});
+        let refused = Refused {
+            claims: claims.as_object().unwrap(),
+            service: None,
+            action: Action::AccountsRead,
+            ip: "192.0.2.7".parse().unwrap(),
+            refused_by: RefusedBy::Policy,
+            request_id: None,
+            at: OffsetDateTime::UNIX_EPOCH,
+        };
+        let recorded = record(&policy, &refused).unwrap();
+        assert_eq!(recorded["code"], "claim-mismatch", "{recorded}");
+        assert!(recorded.get("service").is_none(), "{recorded}");
     }
 
     fn oidc(rules: Value) -> Policy {

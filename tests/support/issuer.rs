@@ -45,6 +45,8 @@ pub enum Behaviour {
     EmptyKeys,
     /// Answers 404 to everything: the issuer withdrew its documents.
     NotFound,
+    /// Answers 403 to everything: an answer, but neither keys nor an outage.
+    Forbidden,
 }
 
 #[derive(Debug)]
@@ -270,6 +272,7 @@ fn serve(mut stream: TcpStream, addr: SocketAddr, shared: &Mutex<State>) {
         Behaviour::CloseConnection => return,
         Behaviour::Unavailable => ("503 Service Unavailable", String::new(), String::new()),
         Behaviour::NotFound => ("404 Not Found", String::new(), String::new()),
+        Behaviour::Forbidden => ("403 Forbidden", String::new(), String::new()),
         Behaviour::Slow(delay) => {
             thread::sleep(delay);
             respond(&path, &base, false, shared)

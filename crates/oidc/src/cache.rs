@@ -52,6 +52,9 @@ struct State {
     keys: Option<Arc<CachedKeys>>,
     last_kid_refetch: Option<Instant>,
     failed_at: Option<Instant>,
+    /// The last fetch failed with an answer that was not the issuer's keys (a 403, a 429, a
+    /// document not its own): no outage, so its last good keys serve only while fresh.
+    no_grace: bool,
 }
 
 /// One issuer: its state, and a gate that lets one fetch run at a time (later callers wait for
@@ -166,6 +169,7 @@ impl KeyCache {
                 });
                 state.keys = Some(keys.clone());
                 state.failed_at = None;
+                state.no_grace = false;
                 Ok(keys)
             }
             Err(error) => {
@@ -190,7 +194,13 @@ impl KeyCache {
                     error = error.detail(),
                     "fetching issuer keys failed"
                 );
-                fallback.ok_or(error)
+                // An issuer that answers, but not with its keys, gets no grace: its last good
+                // keys serve while they are fresh, never after (until a later fetch says more).
+                state.no_grace = !error.is_outage();
+                match state.no_grace {
+                    false => fallback.ok_or(error),
+                    true => fallback.filter(|keys| now < keys.fresh_until).ok_or(error),
+                }
             }
         }
     }
@@ -204,7 +214,14 @@ impl KeyCache {
     /// (only the caller holding the gate commits).
     fn decide(&self, issuer: &Issuer, kid: Option<&str>, now: Instant, commit: bool) -> Decision {
         let mut state = issuer.state.lock().unwrap_or_else(|e| e.into_inner());
-        let usable = state.keys.clone().filter(|k| now < k.usable_until);
+        let no_grace = state.no_grace;
+        let usable = (state.keys.clone()).filter(|k| {
+            now < if no_grace {
+                k.fresh_until
+            } else {
+                k.usable_until
+            }
+        });
         let recently_failed = elapsed_since(state.failed_at, now) < self.config.retry_after_failure;
         match usable {
             Some(keys) if now < keys.fresh_until => {

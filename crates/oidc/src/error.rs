@@ -149,6 +149,19 @@ impl OidcError {
         )
     }
 
+    /// Whether the issuer could not answer: a time-out, a connection error, a 5xx. Only then do
+    /// its last good keys keep working past their freshness (docs/api.md, "Authentication"); an
+    /// issuer that answers something else (a 403, a 429, a document that is not its own) gets
+    /// no grace, and one that answers that its keys are gone withdrew them.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            OidcError::Timeout(_) | OidcError::Unavailable(_) => true,
+            OidcError::Fetch { source, .. } => !source.is_redirect() && !source.is_builder(),
+            OidcError::Status { status, .. } => (500..600).contains(status),
+            _ => false,
+        }
+    }
+
     /// The reason code this failure is reported with (docs/api.md, "Explaining refusals").
     pub fn reason_code(&self) -> ReasonCode {
         match self {

@@ -182,6 +182,40 @@ async fn an_empty_key_set_is_a_withdrawal() {
     );
 }
 
+/// The grace of stale keys is for an issuer that cannot answer (time-out, connection error,
+/// 5xx): one that answers a 403, or a document that is not its own, gets none, and its keys
+/// serve only while fresh. A later outage brings the grace back.
+#[tokio::test]
+async fn an_issuer_that_answers_without_its_keys_gets_no_grace() {
+    let issuer = TestIssuer::start();
+    let (verifier, ticks) = short_lived(OidcConfig {
+        retry_after_failure: Duration::from_millis(200),
+        ..OidcConfig::insecure()
+    });
+    issuer.set_cache_control(Some("max-age=1"));
+    let token = issuer.mint("ES256", claims(&issuer.url()));
+    verify(&verifier, &token).await.unwrap();
+    issuer.set_behaviour(Behaviour::Forbidden);
+    ticks.advance(Duration::from_millis(1100));
+    assert_refused(verify(&verifier, &token).await, "HTTP 403");
+    ticks.advance(Duration::from_millis(100));
+    assert_refused(verify(&verifier, &token).await, "unavailable");
+    // The same keys through an outage: the grace holds.
+    issuer.set_behaviour(Behaviour::Normal);
+    ticks.advance(Duration::from_millis(200));
+    verify(&verifier, &token).await.expect("the issuer is back");
+    issuer.set_behaviour(Behaviour::Unavailable);
+    ticks.advance(Duration::from_millis(1100));
+    verify(&verifier, &token)
+        .await
+        .expect("stale keys within the grace of an outage");
+    // A document naming another issuer is an answer too.
+    issuer.set_behaviour(Behaviour::Normal);
+    issuer.set_discovery_issuer(Some("https://someone-else.example"));
+    ticks.advance(Duration::from_millis(300));
+    assert_refused(verify(&verifier, &token).await, "names issuer");
+}
+
 /// A verifier whose keys may be fresh for as little as a second, on time the test moves.
 fn short_lived(config: OidcConfig) -> (OidcVerifier, Arc<ManualTicks>) {
     let config = OidcConfig {

@@ -207,6 +207,9 @@ impl registry_domain::ports::TokenSignatureCheck for VerifierSignatureCheck {
 #[derive(Debug)]
 pub struct KeySet {
     keys: Vec<Key>,
+    /// How many keys the document held, usable or not: a token without `kid` is refused when
+    /// it held more than one (docs/api.md, "Authentication").
+    published: usize,
 }
 
 impl KeySet {
@@ -227,7 +230,10 @@ impl KeySet {
             .filter_map(|jwk| Key::from_jwk(&jwk))
             .take(MAX_KEYS)
             .collect();
-        Ok(KeySet { keys })
+        Ok(KeySet {
+            keys,
+            published: entries.iter().filter(|e| e.is_object()).count(),
+        })
     }
 
     /// Number of usable keys.
@@ -260,8 +266,8 @@ impl KeySet {
                 .iter()
                 .filter(|k| k.kid.as_deref() == Some(kid))
                 .collect(),
-            None if self.keys.len() == 1 => self.keys.iter().collect(),
-            None => return Err(OidcError::KidRequired(self.keys.len())),
+            None if self.published <= 1 => self.keys.iter().collect(),
+            None => return Err(OidcError::KidRequired(self.published)),
         };
         if candidates.is_empty() {
             return Err(OidcError::UnknownKid(kid.unwrap_or_default().to_owned()));
@@ -319,8 +325,25 @@ mod tests {
         ));
         assert!(matches!(
             set.verifier(None, Alg::Rs256),
+            Err(OidcError::KidRequired(5))
+        ));
+    }
+
+    /// `kid` is required when the set holds more than one key, usable or not: a signing key
+    /// beside an encryption key is no exception.
+    #[test]
+    fn kid_is_required_whenever_the_set_holds_several_keys() {
+        let rsa = Jwk::generate_rsa_key(2048).unwrap();
+        let mut enc = public(&Jwk::generate_rsa_key(2048).unwrap(), "enc");
+        enc["use"] = json!("enc");
+        let alone = KeySet::from_document(&json!({"keys": [public(&rsa, "sig")]})).unwrap();
+        assert!(alone.verifier(None, Alg::Rs256).is_ok());
+        let both = KeySet::from_document(&json!({"keys": [public(&rsa, "sig"), enc]})).unwrap();
+        assert!(matches!(
+            both.verifier(None, Alg::Rs256),
             Err(OidcError::KidRequired(2))
         ));
+        assert!(both.verifier(Some("sig"), Alg::Rs256).is_ok());
     }
 
     #[test]

@@ -473,6 +473,46 @@ fn a_plugin_started_after_signing_stopped_still_answers_the_keys_that_verify_its
     assert_eq!(answered, expected);
 }
 
+/// gRPC's C core (Python's grpcio, here from code generated out of the KEP's proto) names the
+/// socket's path as each call's `:authority`, which the HTTP/2 server under the plugin would
+/// refuse: the plugin's relay serves it all the same.
+#[test]
+fn a_client_of_grpcs_c_core_is_served_though_it_names_the_socket_as_authority() {
+    let server = TestServer::start_with(ServerOptions::binary(&[("REGISTRY_DATA_KEY", DATA_KEY)]));
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    let state = turn_on(
+        &server,
+        &acme.token,
+        &sub,
+        json!({"leadSeconds": 0, "maxTokenSeconds": 900}),
+    );
+    let managed = state["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign", "config:read"]);
+    let dir = TempDir::new("signer-grpcio");
+    let socket = dir.0.join("signer.sock");
+    let _plugin = Plugin::start(&server, &signer, &sub, &socket);
+    let claims = pod_claims(&issuer);
+    let python = std::env::var("REGISTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(python)
+        .arg(root.join("tests/fixtures/grpc_client.py"))
+        .arg(root.join("crates/signer/proto"))
+        .arg(&socket)
+        .arg(&claims)
+        .output()
+        .expect("python (run the tests with cargo xtask test)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "grpcio's calls failed: {stderr}");
+    let answered: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answered["maxTokenSeconds"], 900, "{answered}");
+    assert_eq!(answered["kids"], json!([managed]), "{answered}");
+    let token = answered["token"].as_str().unwrap();
+    assert_eq!(kid_of(token), managed);
+    assert!(verifies(&hosted_keys(&server, &sub), token));
+}
+
 /// A command line the plugin cannot serve from is a usage error (exit 2, one sentence), before
 /// any socket is made: an API address that is no URL, or no service named.
 #[test]

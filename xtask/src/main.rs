@@ -137,11 +137,13 @@ fn banner(title: &str) {
 }
 
 /// The Python of the suite's tests that use Python libraries: the Prometheus project's parser
-/// (`api::ops::metrics_parse_with_the_prometheus_parser`), and pyoidc, PyJWT and httpx as
-/// relying parties over HTTPS and HTTP/2 (`https::the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check`).
+/// (`api::ops::metrics_parse_with_the_prometheus_parser`), pyoidc, PyJWT and httpx as
+/// relying parties over HTTPS and HTTP/2 (`https::the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check`),
+/// and grpcio with its code generator as a client of the signing plugin
+/// (`signer::a_client_of_grpcs_c_core_is_served_though_it_names_the_socket_as_authority`).
 pub(crate) fn prometheus_parser() -> Result<std::path::PathBuf> {
-    let packages =
-        "prometheus-client==0.21.1 pyjwt[crypto]==2.10.1 httpx[http2]==0.28.1 oic==1.7.0";
+    let packages = "prometheus-client==0.21.1 pyjwt[crypto]==2.10.1 httpx[http2]==0.28.1 \
+                    oic==1.7.0 grpcio==1.85.3 grpcio-tools==1.85.1";
     Ok(python::venv("prometheus-client", packages)?.join("bin/python"))
 }
 

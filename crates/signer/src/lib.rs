@@ -24,6 +24,7 @@ mod error;
 mod jwk;
 mod keys;
 mod plugin;
+mod relay;
 mod socket;
 
 /// The code generated from `proto/v1/api.proto` (package `v1` of `k8s.io/externaljwt`): the
@@ -142,7 +143,10 @@ impl Signer {
         let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = tonic::transport::Server::builder().serve_with_incoming_shutdown(
             ExternalJwtSignerServer::new(plugin),
-            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::UnixListenerStream::new(listener),
+                |accepted| accepted.map(relay::relayed),
+            ),
             async move {
                 shutdown.await;
                 let _ = stopping.send(());

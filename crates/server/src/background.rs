@@ -55,12 +55,23 @@ pub async fn reap_expired(state: web::Data<AppState>) {
 
 /// Purges the caches in front of the registry of every change of public documents this replica
 /// applies (docs/api.md, "Behind a CDN"), each in a task of its own (its retries last up to 60 s),
-/// and records the purges that succeeded, which key readiness waits for.
+/// and records the purges that succeeded, which key readiness waits for. With no cache to purge,
+/// each change is recorded as purged as it is: a key published now needs no purge should
+/// `REGISTRY_PURGE_URLS` be set later.
 pub async fn purge_changes(state: web::Data<AppState>) {
+    let mut changes = state.replica.watch_documents();
     let Some(purger) = state.purger.clone() else {
+        while let Some(change) = changes.recv().await {
+            let (id, at) = (change.service_id, change.changed_at);
+            if let Err(error) = state
+                .write(move |r| readiness::nothing_to_purge(r, id, at))
+                .await
+            {
+                tracing::warn!(service = %id, %error, "a change could not be recorded as purged");
+            }
+        }
         return;
     };
-    let mut changes = state.replica.watch_documents();
     while let Some(change) = changes.recv().await {
         let (state, purger) = (state.clone(), purger.clone());
         actix_web::rt::spawn(async move {

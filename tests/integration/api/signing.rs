@@ -1055,6 +1055,30 @@ fn a_rotation_started_before_a_restart_finishes_after_it() {
     });
 }
 
+/// A key published while no cache was purged waits for no purge once `REGISTRY_PURGE_URLS` is
+/// set: the probe's first key, which waited for ever and left signing stuck.
+#[test]
+fn a_key_published_before_caches_were_purged_waits_for_no_purge() {
+    let first = signing_server();
+    let (acme, sub, _, state) = signing_service(&first, json!({"leadSeconds": 30}));
+    let next = kids(&state, "next");
+    assert_eq!(next.len(), 1, "{state}");
+    // The change is recorded in the background, as a purge is (within milliseconds).
+    std::thread::sleep(Duration::from_secs(2));
+    let database_url = first.database_url.clone();
+    drop(first);
+    let (address, _) = super::cdn::cache();
+    let second = TestServer::start_with(ServerOptions {
+        database_url: Some(database_url),
+        ..options(&[("REGISTRY_PURGE_URLS", &address)])
+    });
+    second.advance_clock(31);
+    let path = format!("/services/{sub}/keys/{}/readiness", next[0]);
+    let readiness = json(second.get(&path, &acme.token));
+    assert_eq!(readiness["safeToSign"], true, "{readiness}");
+    signing_once(&second, &acme.token, &sub, |s| kids(s, "current") == next);
+}
+
 #[test]
 fn retiring_keys_leave_on_a_registry_started_without_the_data_key() {
     let first = signing_server();

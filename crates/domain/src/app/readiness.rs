@@ -264,6 +264,17 @@ pub async fn purge(purger: &dyn CachePurger, hosts: &[String], paths: &[&str]) -
     purger.purge(hosts, paths).await
 }
 
+/// Records that `service_id`'s documents as of their change at `changed_at` left no cache to
+/// purge (none is configured): a key they published does not wait for a purge should caches be
+/// purged later (docs/api.md, "Behind a CDN").
+pub fn nothing_to_purge(
+    registry: &Registry,
+    service_id: uuid::Uuid,
+    changed_at: OffsetDateTime,
+) -> Result<(), AppError> {
+    Ok(registry.store.record_purge(service_id, changed_at)?)
+}
+
 /// Records that every cache in front of the registry dropped its copies of `service_id`'s
 /// documents as of their change at `changed_at` (docs/api.md, "Behind a CDN"), at `now`: what a
 /// key's readiness waits for when caches are purged. A key of that change that waited for this

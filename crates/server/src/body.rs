@@ -145,6 +145,14 @@ pub async fn read_json(
     Ok(Some(value))
 }
 
+/// Reads the body of a call that takes none: nothing, or an empty JSON object. Anything else is
+/// refused as any body is (415 for another type, 400 for text that is not JSON, each member an
+/// unknown field), rather than ignored.
+pub async fn read_nothing(req: &HttpRequest, payload: web::Payload, limit: usize) -> ApiResult<()> {
+    let body = read_json(req, payload, limit).await?;
+    Fields::new(body.as_ref(), &[])?.finish()
+}
+
 /// The essence of the request's `Content-Type` (`application/json`), lower case; empty without
 /// one.
 pub fn content_type(req: &HttpRequest) -> String {

@@ -1,7 +1,7 @@
 //! `/service-accounts…`: parse, call the use case of `registry_domain::app::accounts`, shape
 //! the answer (tokens are shown once, with `Cache-Control: no-store`).
 
-use crate::body::{read_json, Fields};
+use crate::body::{read_json, read_nothing, Fields};
 use crate::caller::Manager;
 use crate::problem::ApiResult;
 use crate::state::AppState;
@@ -143,8 +143,11 @@ pub async fn delete(
 pub async fn regenerate_token(
     Manager(caller): Manager,
     path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
+    read_nothing(&req, payload, state.settings.max_body_bytes).await?;
     let now = state.now();
     let regenerated = state
         .write(move |registry| accounts::regenerate_token(registry, &caller, &path, now))

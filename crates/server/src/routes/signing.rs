@@ -1,7 +1,7 @@
 //! `/services/{subdomain}/signing` and `/services/{subdomain}/sign`: managed signing
 //! (docs/api.md, "Managed signing").
 
-use crate::body::{read_json, Fields};
+use crate::body::{read_json, read_nothing, Fields};
 use crate::caller::ServiceCaller;
 use crate::metrics::SIGN_RESULTS;
 use crate::problem::{ApiError, ApiResult};
@@ -55,17 +55,32 @@ pub async fn delete(
 /// `?compromised=true`.
 #[derive(Debug, Deserialize)]
 pub struct RotateQuery {
-    #[serde(default)]
-    compromised: bool,
+    compromised: Option<String>,
 }
 
-/// `POST /services/{subdomain}/signing/rotate[?compromised=true]`.
+impl RotateQuery {
+    /// Whether the rotation replaces a compromised key: `true` or `false`, nothing else.
+    fn compromised(&self) -> ApiResult<bool> {
+        match self.compromised.as_deref() {
+            None | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(other) => Err(ApiError::BadRequest(format!(
+                "the query parameter compromised is true or false, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// `POST /services/{subdomain}/signing/rotate[?compromised=true]`, with no body.
 pub async fn rotate(
     query: web::Query<RotateQuery>,
     ServiceCaller { service, caller }: ServiceCaller,
+    req: HttpRequest,
+    payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let compromised = query.into_inner().compromised;
+    let compromised = query.compromised()?;
+    read_nothing(&req, payload, state.settings.max_body_bytes).await?;
     let (now, purging) = (state.now(), state.purging());
     let view = state
         .write(move |registry| {

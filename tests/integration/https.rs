@@ -462,17 +462,22 @@ fn a_start_with_a_bad_pair_fails_with_one_sentence() {
         (
             cert.clone(),
             other.key().display().to_string(),
-            "is not the key of the certificate",
+            "REGISTRY_TLS_KEY: the TLS key",
         ),
         (
             cert.clone(),
             "/nonexistent/tls.key".into(),
-            "cannot read the TLS key /nonexistent/tls.key",
+            "REGISTRY_TLS_KEY: cannot read the TLS key /nonexistent/tls.key",
         ),
         (
             files.key().display().to_string(),
             files.key().display().to_string(),
-            "holds no CERTIFICATE block",
+            "REGISTRY_TLS_CERT: the TLS certificate",
+        ),
+        (
+            "/nonexistent/tls.crt".into(),
+            files.key().display().to_string(),
+            "REGISTRY_TLS_CERT: cannot read the TLS certificate /nonexistent/tls.crt",
         ),
         (
             cert,

@@ -267,15 +267,30 @@ fn strip_prefix_ignore_case<'a>(host: &'a str, prefix: &str) -> Option<&'a str> 
 #[error("{0}")]
 pub struct UnusableUrl(String);
 
+/// The host of `url`, a setting's value, lower case: an `http://` or `https://` URL with a host,
+/// no space, control character or non-ASCII text in it (links and problem types are built from
+/// it as it is).
 fn host_of(url: &str, setting: &str) -> Result<String, UnusableUrl> {
-    let rest = url
+    let (scheme, rest) = url
         .split_once("://")
-        .map(|(_, rest)| rest)
         .ok_or_else(|| UnusableUrl(format!("{setting} {url:?} is not an absolute URL")))?;
+    if !(scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("http")) {
+        return Err(UnusableUrl(format!(
+            "{setting} {url:?} must be an https:// (or http://) URL"
+        )));
+    }
+    if !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(UnusableUrl(format!(
+            "{setting} {url:?} holds a space, a control character or non-ASCII text: write the \
+             URL percent-encoded"
+        )));
+    }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    Ok(strip_port(authority)
-        .trim_end_matches('.')
-        .to_ascii_lowercase())
+    let host = strip_port(authority).trim_end_matches('.');
+    if host.is_empty() || host.contains('@') {
+        return Err(UnusableUrl(format!("{setting} {url:?} names no host")));
+    }
+    Ok(host.to_ascii_lowercase())
 }
 
 /// The name a `Host` header gives, without its port. A fully qualified name may end in a dot;
@@ -307,6 +322,16 @@ fn strip_port(host: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_base_url_is_an_http_url_with_a_host_and_no_space() {
+        let template = "https://{subdomain}.oidc.example.com";
+        assert!(Issuers::new(template, "http://localhost:8080").is_ok());
+        for base in ["http://a b", "ftp://x", "https://", "https://:8080", "notaurl", "https://é"] {
+            let refused = Issuers::new(template, base).unwrap_err().to_string();
+            assert!(refused.starts_with("REGISTRY_BASE_URL"), "{base}: {refused}");
+        }
+    }
 
     #[test]
     fn a_port_is_the_digits_after_the_last_colon() {

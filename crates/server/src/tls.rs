@@ -9,7 +9,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpResponse, ResponseError};
 use anyhow::bail;
 use registry_domain::app::domains;
-use registry_tls::{CertificateFiles, Reloading};
+use registry_tls::{CertificateFiles, Reloading, TlsError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +38,15 @@ pub fn certificate(
             "REGISTRY_TLS_KEY is set without REGISTRY_TLS_CERT: set both for HTTPS, or neither"
         ),
     };
-    let reloading = Reloading::new(files)?;
+    let reloading = Reloading::new(files).map_err(|error| {
+        let setting = match &error {
+            TlsError::Read { what, .. } | TlsError::Pem { what, .. } if *what == "certificate" => {
+                "REGISTRY_TLS_CERT"
+            }
+            _ => "REGISTRY_TLS_KEY",
+        };
+        anyhow::anyhow!("{setting}: {error}")
+    })?;
     for name in names.iter().filter(|name| !reloading.covers(name)) {
         tracing::warn!(
             name,

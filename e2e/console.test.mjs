@@ -327,6 +327,12 @@ test("a customer's console: services, a key turning safe, rotation, explain, aud
     assert.match(await svg.getAttribute("aria-label"), /8 days/);
     assert.equal(await svg.locator("[data-kid]").count(), 2);
     await page.getByLabel("Window", { exact: true }).selectOption({ label: "24 hours" });
+    // Opened in another case, the view names the service by its own subdomain, its timeline too.
+    await page.evaluate((name) => (location.hash = "#service/" + name), k3s.toUpperCase());
+    await page.getByRole("heading", { level: 1, name: k3s, exact: true }).waitFor();
+    await timeline(page, k3s).waitFor();
+    await page.evaluate((name) => (location.hash = "#service/" + name), k3s);
+    await page.getByRole("heading", { level: 1, name: k3s, exact: true }).waitFor();
     // Preflight per cloud (an HTTPS issuer with ES256 keys: Azure verifies RS256 only; AWS
     // warns of the issuer's port), and no custom domain.
     await page.getByText("No custom domain.").waitFor();

@@ -163,6 +163,12 @@ function renderServiceHeader(service, domain) {
     return;
   }
   const s = service.body;
+  // Opened by id, or in another case: the service's own subdomain names it everywhere after.
+  if (s.subdomain && s.subdomain !== svc.subdomain) {
+    svc.subdomain = s.subdomain;
+    $("service-heading").textContent = s.subdomain;
+    document.title = s.subdomain + ": registry console";
+  }
   $("service-title").textContent = [s.title, s.description].filter(Boolean).join(" \u2014 ");
   $("service-issuers").replaceChildren(...issuers(s, domain.ok ? domain.body : null).map((url) => item(code(url))));
   $("service-created").replaceChildren(timeNode(s.createdAt));

@@ -327,9 +327,19 @@ mod tests {
     fn a_base_url_is_an_http_url_with_a_host_and_no_space() {
         let template = "https://{subdomain}.oidc.example.com";
         assert!(Issuers::new(template, "http://localhost:8080").is_ok());
-        for base in ["http://a b", "ftp://x", "https://", "https://:8080", "notaurl", "https://é"] {
+        for base in [
+            "http://a b",
+            "ftp://x",
+            "https://",
+            "https://:8080",
+            "notaurl",
+            "https://é",
+        ] {
             let refused = Issuers::new(template, base).unwrap_err().to_string();
-            assert!(refused.starts_with("REGISTRY_BASE_URL"), "{base}: {refused}");
+            assert!(
+                refused.starts_with("REGISTRY_BASE_URL"),
+                "{base}: {refused}"
+            );
         }
     }
 

@@ -45,6 +45,8 @@ struct Progress {
     snapshot: Option<Arc<Snapshot>>,
     started: u64,
     finished: u64,
+    /// Why the last read failed, when it did.
+    failure: Option<String>,
 }
 
 /// What the copy learned of each key the registry lists, by `kid`: what it was read from (the
@@ -86,6 +88,11 @@ impl KeyCopy {
         self.progress.borrow().snapshot.clone()
     }
 
+    /// Why the last read failed; `None` when it succeeded (or none ended yet).
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.progress.borrow().failure.clone()
+    }
+
     /// Whether the last successful read has the key `kid`.
     pub(crate) fn knows(&self, kid: &str) -> bool {
         (self.progress.borrow().snapshot.as_ref()).is_some_and(|snapshot| snapshot.knows(kid))
@@ -100,8 +107,9 @@ impl KeyCopy {
         let read = self.read(&mut material, previous.as_deref()).await;
         self.progress.send_modify(|p| {
             p.finished += 1;
-            if let Ok(snapshot) = &read {
-                p.snapshot = Some(Arc::clone(snapshot));
+            match &read {
+                Ok(snapshot) => (p.snapshot, p.failure) = (Some(Arc::clone(snapshot)), None),
+                Err(reason) => p.failure = Some(reason.clone()),
             }
         });
         read.map(drop)

@@ -65,7 +65,7 @@ impl ExternalJwtSigner for Plugin {
         &self,
         _: Request<FetchKeysRequest>,
     ) -> Result<Response<FetchKeysResponse>, Status> {
-        let snapshot = self.keys.snapshot().ok_or_else(never_read)?;
+        let snapshot = self.keys.snapshot().ok_or_else(|| never_read(&self.keys))?;
         Ok(Response::new(FetchKeysResponse {
             keys: snapshot.keys.clone(),
             data_timestamp: Some(snapshot.read_at.into()),
@@ -77,7 +77,7 @@ impl ExternalJwtSigner for Plugin {
         &self,
         _: Request<MetadataRequest>,
     ) -> Result<Response<MetadataResponse>, Status> {
-        let snapshot = self.keys.snapshot().ok_or_else(never_read)?;
+        let snapshot = self.keys.snapshot().ok_or_else(|| never_read(&self.keys))?;
         let max_token_expiration_seconds = snapshot.max_token_seconds.ok_or_else(|| {
             Status::unavailable(format!(
                 "signing is off for the service {}: turn it on with PUT /services/{{s}}/signing",
@@ -90,11 +90,15 @@ impl ExternalJwtSigner for Plugin {
     }
 }
 
-/// The copy has never been read.
-fn never_read() -> Status {
-    Status::unavailable(
-        "the plugin has not read the keys from the registry yet: it tries again every 10 s",
-    )
+/// The copy has never been read: why the last read failed, when one did.
+fn never_read(keys: &KeyCopy) -> Status {
+    let reason = keys
+        .failure()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    Status::unavailable(format!(
+        "the plugin has not read the keys from the registry yet{reason}: it tries again every 10 s"
+    ))
 }
 
 /// A failed `Sign`, with the problem's detail: the registry refusing the claims (a 400) is
@@ -357,11 +361,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn before_any_read_fetch_keys_and_metadata_are_unavailable() {
+    async fn before_any_read_fetch_keys_and_metadata_are_unavailable_with_the_reason() {
         let mut plugin = Running::start(api_at(&nowhere().await)).await;
-        assert_eq!(
-            plugin.fetch_keys().await.unwrap_err().code(),
-            Code::Unavailable
+        let refused = plugin.fetch_keys().await.unwrap_err();
+        assert_eq!(refused.code(), Code::Unavailable);
+        assert!(
+            refused
+                .message()
+                .contains("(cannot reach the registry at http://"),
+            "{}",
+            refused.message()
         );
         let metadata = plugin
             .client

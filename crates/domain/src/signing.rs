@@ -724,12 +724,17 @@ pub fn check_claims(
             _ => "the claims must be a JSON object".to_owned(),
         })?
         .0;
-    match payload.get("iss").and_then(Value::as_str) {
-        Some(iss) if rules.issuers.iter().any(|i| i == iss) => {}
-        Some(iss) => {
+    match payload.get("iss") {
+        Some(Value::String(iss)) if rules.issuers.iter().any(|i| i == iss) => {}
+        Some(Value::String(iss)) => {
             return Err(format!(
                 "iss {iss:?} is not an issuer of this service ({})",
                 rules.issuers.join(", ")
+            ))
+        }
+        Some(other) => {
+            return Err(format!(
+                "iss must be a string, the service's issuer URL; got {other}"
             ))
         }
         None => return Err("iss is required: the service's issuer URL".to_owned()),
@@ -1009,6 +1014,10 @@ mod tests {
                 "iss",
             ),
             (json!([1, 2]), "JSON object"),
+            (
+                json!({"iss": 5, "iat": 0, "exp": 1}),
+                "iss must be a string",
+            ),
             (
                 json!({"iss": "https://a.example", "iat": "0", "exp": 1}),
                 "iat",

@@ -693,7 +693,6 @@ fn signing_is_granted_only_by_an_account_no_narrower_than_the_federation_it_reac
         json!({"$schema": V2, "kind": "static", "services": ["*"],
             "actions": ["services:read", "accounts:read", "accounts:write"]}),
     );
-    let manager_id = manager["id"].as_str().unwrap().to_owned();
     let manager = manager["token"].as_str().unwrap().to_owned();
     let signer_on = |token: &str, sub: &str, name: &str| {
         let policy =
@@ -734,51 +733,6 @@ fn signing_is_granted_only_by_an_account_no_narrower_than_the_federation_it_reac
     // Elsewhere, and by an account as broad as the administrator, signing is granted.
     assert_eq!(signer_on(&manager, &web, "third").status(), 201);
     assert_eq!(signer_on(&acme.token, &k3s, "fourth").status(), 201);
-    // To others only: no account grants itself signing, the broadest included.
-    let grant_itself = |token: &str, id: &str, actions: Value| {
-        let policy =
-            json!({"$schema": V2, "kind": "static", "services": ["*"], "actions": actions});
-        let path = format!("/service-accounts/{id}");
-        (server.authed(Method::PATCH, &path, token))
-            .json(&json!({"policy": policy}))
-            .send()
-            .unwrap()
-    };
-    let actions = json!([
-        "services:read",
-        "accounts:read",
-        "accounts:write",
-        "tokens:sign"
-    ]);
-    let problem = assert_problem(
-        grant_itself(&manager, &manager_id, actions.clone()),
-        403,
-        "forbidden",
-    );
-    assert!(
-        problem["detail"].as_str().unwrap().contains("itself"),
-        "{problem}"
-    );
-    let (status, _) = sign(
-        &server,
-        &manager,
-        &web,
-        &payload(&server.issuer(&web), 0, 60),
-    );
-    assert_eq!(status, 403, "the manager still cannot sign");
-    let bootstrap = acme.account_id.as_str();
-    let widened = grant_itself(&acme.token, bootstrap, json!(["*", "tokens:sign"]));
-    assert_problem(widened, 403, "forbidden");
-    // Its other changes stay its own.
-    let renamed = (server.authed(
-        Method::PATCH,
-        &format!("/service-accounts/{manager_id}"),
-        &manager,
-    ))
-    .json(&json!({"name": "manager-renamed"}))
-    .send()
-    .unwrap();
-    assert_eq!(renamed.status(), 200);
 }
 
 /// The rotation step's withdrawal of the last key a service published removes its documents in

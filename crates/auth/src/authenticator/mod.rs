@@ -435,6 +435,10 @@ async fn refused_claim(
         Ok(service) => service,
         Err(error) => return error,
     };
+    // A path naming no service the registry has is no one's refusal, as a policy's is not.
+    if key.is_some() && service.is_none() {
+        return record_failure(auth, ip, federation::refused_token(&signed.detail));
+    }
     let mut request = refused_request(
         ip,
         &signed.token,

@@ -577,6 +577,7 @@ impl ServiceStore for MemoryStore {
         s.services.retain(|x| x.id != id);
         s.configs.remove(&id);
         s.signing.remove(&id);
+        s.purges.remove(&id);
         if let Some((gone, _)) = s.domains.remove(&id).filter(|(d, _)| d.is_held()) {
             s.challenges.retain(|(domain, _), _| *domain != gone.domain);
         }

@@ -3,7 +3,7 @@
 use crate::error::Res;
 use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, key_state_text, millis, readable, ConfigRow, HostRow, ServiceRow};
-use crate::schema::{credentials, customers, published_configs, services};
+use crate::schema::{credentials, customers, published_configs, purges, services};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::audit::AuditEvent;
@@ -235,6 +235,9 @@ impl ServiceStore for Store {
             // Its configuration, secret and domain go with it (ON DELETE CASCADE); the HTTP-01
             // answers of the name it holds are kept by name.
             crate::domains::forget_challenges_of(conn, &[id_text(id)])?;
+            // Its purge record has no key left to wait for it.
+            diesel::delete(purges::table.filter(purges::service_id.eq(id_text(id))))
+                .execute(conn)?;
             let deleted = diesel::delete(services::table.find(id_text(id))).execute(conn)?;
             if deleted > 0 {
                 changed.push(Change::Service(id));

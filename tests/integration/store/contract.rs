@@ -597,11 +597,18 @@ fn deleting_a_service_removes_its_configuration_and_secret(store: &dyn Storage) 
         store.credential(&secret.lookup_id).unwrap().unwrap().owner,
         CredentialOwner::AnonymousService(s.id)
     );
+    let purged = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+    store.record_purge(s.id, purged).unwrap();
 
     assert!(store.delete_service(s.id, &ev()).unwrap());
 
     assert_eq!(store.service(s.id).unwrap(), None);
     assert_eq!(store.config(s.id).unwrap(), None);
+    assert_eq!(
+        store.purged_through(s.id).unwrap(),
+        None,
+        "its purge record"
+    );
     assert_eq!(store.credential(&secret.lookup_id).unwrap(), None);
     assert_eq!(store.published_by_subdomain(&s.subdomain).unwrap(), None);
     assert!(!store.delete_service(s.id, &ev()).unwrap());

@@ -64,9 +64,12 @@ pub async fn readiness(
     // A managed next key found safe signs from now on: whoever reads this signs with it next,
     // without waiting for the rotation step.
     if switch {
-        state
-            .write(move |registry| signing::advance(registry, &service, purging, now))
-            .await?;
+        // Best effort: the rotation step switches within seconds anyway, and the answer stands.
+        let advanced =
+            (state.write(move |registry| signing::advance(registry, &service, purging, now))).await;
+        if let Err(error) = advanced {
+            tracing::warn!(%error, "a safe next key was not switched to at its readiness call");
+        }
     }
     Ok(HttpResponse::Ok().json(answer))
 }

@@ -49,7 +49,7 @@ pub fn run() -> Result<()> {
     require("curl", "curl")?;
     ports_are_free()?;
     let binary = registry::build(false)?;
-    let python = crate::prometheus_parser()?;
+    let python = crate::test_python()?;
     let work = WorkDir::in_target("acme")?;
     let dir = &work.0;
     let dns = MockDns::start(dir)?;

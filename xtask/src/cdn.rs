@@ -59,7 +59,7 @@ pub fn run() -> Result<()> {
     }
     let binary = registry::build(false)?;
     let relying = relying_parties()?;
-    let python = crate::prometheus_parser()?;
+    let python = crate::test_python()?;
     let work = WorkDir::in_target("cdn")?;
     let dir = &work.0;
     let cluster = Cluster::start()?;

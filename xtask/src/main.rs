@@ -141,10 +141,10 @@ fn banner(title: &str) {
 /// relying parties over HTTPS and HTTP/2 (`https::the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check`),
 /// and grpcio with its code generator as a client of the signing plugin
 /// (`signer::a_client_of_grpcs_c_core_is_served_though_it_names_the_socket_as_authority`).
-pub(crate) fn prometheus_parser() -> Result<std::path::PathBuf> {
+pub(crate) fn test_python() -> Result<std::path::PathBuf> {
     let packages = "prometheus-client==0.21.1 pyjwt[crypto]==2.10.1 httpx[http2]==0.28.1 \
                     oic==1.7.0 grpcio==1.85.3 grpcio-tools==1.85.1";
-    Ok(python::venv("prometheus-client", packages)?.join("bin/python"))
+    Ok(python::venv("test-python", packages)?.join("bin/python"))
 }
 
 fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
@@ -160,7 +160,7 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
         println!("(with every unit and doc test of the workspace)");
         run(cargo("test --workspace --")
             .args(test_args)
-            .env("REGISTRY_TEST_PYTHON", prometheus_parser()?)
+            .env("REGISTRY_TEST_PYTHON", test_python()?)
             .env("REGISTRY_TEST_RELYING_PARTIES", cdn::relying_parties()?))?;
         if test_args.is_empty() {
             banner("the policy engine from Python (crates/policy-python, pytest)");
@@ -171,7 +171,7 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
     // Before starting the cluster, so that compile errors do not wait for initdb.
     let integration = "test -p registry-tests --test integration";
     run(cargo(integration).arg("--no-run"))?;
-    let parser = prometheus_parser()?;
+    let python = test_python()?;
     let cluster = postgres::Cluster::start()?;
     banner("integration suite on PostgreSQL");
     let on_postgres = |args: &[&str]| -> Result<()> {
@@ -179,7 +179,7 @@ fn test(postgres_only: bool, test_args: &[String]) -> Result<()> {
             .arg("--")
             .args(args)
             .env("REGISTRY_TEST_POSTGRES_URL", cluster.admin_url())
-            .env("REGISTRY_TEST_PYTHON", &parser)
+            .env("REGISTRY_TEST_PYTHON", &python)
             .env("REGISTRY_TEST_RELYING_PARTIES", cdn::relying_parties()?)
             .env("PATH", cluster.path_with_binaries()?))
     };

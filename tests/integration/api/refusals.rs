@@ -6,7 +6,8 @@
 use super::{create_account, register_service};
 use registry_tests::issuer::{compact, KeyKind, SigningKey, TestIssuer};
 use registry_tests::server::{
-    assert_problem, claims, insecure_server, json, unix_now, Customer, TestServer, AUDIENCE,
+    assert_problem, claims, insecure_server, json, unix_now, Customer, ServerOptions, TestServer,
+    AUDIENCE,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -343,6 +344,30 @@ fn hints_name_the_near_misses() {
             .any(|(_, p, m)| p == "/rules/0/claims/aud" && m.contains("list of 2")),
         "{audience:?}"
     );
+}
+
+/// Past the customer's explain budget, another customer's account is still a 404, as on the
+/// account's other calls; only an explanation the caller may have is refused for the budget.
+#[test]
+fn explain_answers_a_foreign_account_as_not_found_before_its_budget() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_EXPLAIN_PER_MINUTE".into(), "1".into())],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let globex = server.customer("globex", "business");
+    let body = json!({"claims": {"iss": "https://ci.example", "aud": AUDIENCE, "sub": "x"}});
+    let explain = |token: &str, id: &str| {
+        let path = format!("/service-accounts/{id}/explain");
+        server
+            .authed(Method::POST, &path, token)
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(explain(&acme.token, &acme.account_id).status(), 200);
+    assert_problem(explain(&acme.token, &globex.account_id), 404, "not-found");
+    assert_problem(explain(&acme.token, &acme.account_id), 429, "rate-limited");
 }
 
 #[test]

@@ -17,7 +17,9 @@ use base64::Engine;
 use registry_signer::proto::external_jwt_signer_client::ExternalJwtSignerClient;
 use registry_signer::proto::{FetchKeysRequest, MetadataRequest, SignJwtRequest};
 use registry_testkit::TempDir;
-use registry_tests::server::{json, registry_binary, run_registry, ServerOptions, TestServer};
+use registry_tests::server::{
+    json, registry_binary, run_registry, Customer, ServerOptions, TestServer,
+};
 use registry_tests::wait::within;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -222,6 +224,19 @@ fn stage_of(state: &Value, kid: &str) -> Option<String> {
         .map(|k| k["state"].as_str().unwrap().to_owned())
 }
 
+/// acme's service `k3s` with managed signing on (a lead of 0, `max_token_seconds`): the
+/// customer, the subdomain, its issuer and the first key, which is current at once.
+fn signing_k3s(server: &TestServer, max_token_seconds: i64) -> (Customer, String, String, String) {
+    let acme = server.customer("acme", "business");
+    let sub = register_service(server, &acme, "k3s");
+    let issuer = server.issuer(&sub);
+    let settings = json!({"leadSeconds": 0, "maxTokenSeconds": max_token_seconds});
+    let state = turn_on(server, &acme.token, &sub, settings);
+    assert_eq!(state["keys"][0]["state"], "current", "{state}");
+    let first = state["keys"][0]["kid"].as_str().unwrap().to_owned();
+    (acme, sub, issuer, first)
+}
+
 #[test]
 fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
     let timeline = Timeline(Instant::now());
@@ -231,17 +246,7 @@ fn the_plugin_signs_for_kube_apiserver_across_a_rotation_and_a_compromise() {
         // One clock hour of fetches makes a verifier: the test cannot wait for a second hour.
         ("REGISTRY_TEST_VERIFIER_HOURS", "1"),
     ]));
-    let acme = server.customer("acme", "business");
-    let sub = register_service(&server, &acme, "k3s");
-    let issuer = server.issuer(&sub);
-    let state = turn_on(
-        &server,
-        &acme.token,
-        &sub,
-        json!({"leadSeconds": 0, "maxTokenSeconds": 600}),
-    );
-    let first = state["keys"][0]["kid"].as_str().unwrap().to_owned();
-    assert_eq!(state["keys"][0]["state"], "current");
+    let (acme, sub, issuer, first) = signing_k3s(&server, 600);
     timeline.step(&format!(
         "signing on: first key {first} current (lead 0, no verifier yet)"
     ));
@@ -479,16 +484,7 @@ fn a_plugin_started_after_signing_stopped_still_answers_the_keys_that_verify_its
 #[test]
 fn a_client_of_grpcs_c_core_is_served_though_it_names_the_socket_as_authority() {
     let server = TestServer::start_with(ServerOptions::binary(&[("REGISTRY_DATA_KEY", DATA_KEY)]));
-    let acme = server.customer("acme", "business");
-    let sub = register_service(&server, &acme, "k3s");
-    let issuer = server.issuer(&sub);
-    let state = turn_on(
-        &server,
-        &acme.token,
-        &sub,
-        json!({"leadSeconds": 0, "maxTokenSeconds": 900}),
-    );
-    let managed = state["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let (acme, sub, issuer, managed) = signing_k3s(&server, 900);
     let signer = account_for(&server, &acme, &sub, &["tokens:sign", "config:read"]);
     let dir = TempDir::new("signer-grpcio");
     let socket = dir.0.join("signer.sock");

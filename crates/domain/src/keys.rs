@@ -424,8 +424,26 @@ pub fn rotate(
             continue;
         }
         // The same key, current already: listed once. This source's own upload of it replaces
-        // its other members (`alg`, `use`…), another source's is held by this one too.
+        // its other members (`alg`, `use`…), another source's is held by this one too. One key
+        // set lists it once, so every source that holds it must give it alike: another `alg`
+        // would be published for none of them, or wrongly for the others.
         if let Some(before) = before.filter(|k| k.retired_at.is_none()) {
+            let other = before.sources().find(|s| *s != source);
+            if let Some(other) = other.filter(|_| before.jwk != *jwk) {
+                problems.push(RotationProblem {
+                    violation: Violation::new(
+                        format!("/jwks/keys/{i}"),
+                        format!(
+                            "kid {kid:?} is published by key source {other:?} with the same key \
+                             material but other members (such as alg or use): a key the \
+                             sources share is published once, so upload it as {other:?} does, \
+                             or give this key a new kid"
+                        ),
+                    ),
+                    kid_reused: false,
+                });
+                continue;
+            }
             current.push(match before.held_by(source) {
                 true => KeyRecord {
                     jwk: jwk.clone(),
@@ -1510,6 +1528,20 @@ mod tests {
         let (_, again) = upload(&blue, "blue", &[with_alg]);
         assert_eq!(again.keys[0].jwk["alg"], "EdDSA");
         let (_, both) = upload(&blue, "green", &[key("shared", X1), key("g1", X2)]);
+        // Shared, it is given alike by each: another member would publish it wrongly for one.
+        let mut other_alg = key("shared", X1);
+        other_alg["alg"] = json!("EdDSA");
+        for (source, keys) in [
+            ("green", vec![other_alg.clone()]),
+            ("blue", vec![other_alg]),
+        ] {
+            let refused = rotate(&both, source, &keys, 24, t0, None).unwrap_err();
+            let message = &refused[0].violation.message;
+            assert!(
+                !refused[0].kid_reused && message.contains("other members"),
+                "{message}"
+            );
+        }
         let shared = both.keys.iter().find(|k| k.kid == "shared").unwrap();
         assert_eq!(shared.sources().collect::<Vec<_>>(), ["blue", "green"]);
         assert_eq!(both.keys.iter().filter(|k| k.kid == "shared").count(), 1);

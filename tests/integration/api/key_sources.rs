@@ -210,6 +210,15 @@ fn source_names_are_checked_and_the_cap_counts_every_source() {
             "validation-failed",
         );
     }
+    // A mistyped parameter neither uploads to, nor removes, the whole configuration.
+    let other = register_service(&server, &acme, "other");
+    put_keys_as(&server, &acme.token, &other, None, &[key.public_jwk()], None);
+    let typo = format!("/services/{other}/config?sourc=blue");
+    let deleted = server.authed(Method::DELETE, &typo, &acme.token).send().unwrap();
+    let problem = assert_problem(deleted, 400, "validation-failed");
+    assert!(problem["detail"].to_string().contains("sourc"), "{problem}");
+    let path = format!("/services/{other}/config");
+    assert_eq!(config_of(&server, &acme.token, &path).status(), 200);
     // 60 keys in one source and 41 in another: the union would hold 101.
     let many = |prefix: &str, n: usize| -> Vec<Value> {
         (0..n)

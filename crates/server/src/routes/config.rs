@@ -11,7 +11,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 /// `?source=`: the key source a call reads, uploads or removes (docs/api.md, "Key sources").
+/// Any other parameter is a 400: a mistyped `?source=` must not upload to, or remove, the
+/// whole configuration.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SourceQuery {
     source: Option<String>,
 }

@@ -280,7 +280,8 @@ fn backoff(first: Duration, longest: Duration, attempts: u32) -> Duration {
 /// let issuers = Issuers::new("https://{subdomain}.oidc.example.com", "https://registry.example.com").unwrap();
 /// assert!(check_domain("login.acme.com", &issuers).is_ok());
 /// for bad in ["Login.acme.com", "acme", "*.acme.com", "acme.com:443", "a..b", "-a.com", "x.oidc.example.com",
-///             "127.0.0.1", "0x7f.1", "login.acme.123", "example.com", "x.registry.example.com"] {
+///             "127.0.0.1", "0x7f.1", "login.acme.123", "example.com", "x.registry.example.com",
+///             "https://login.acme.com", "::1", "[::1]"] {
 ///     assert_eq!(check_domain(bad, &issuers).unwrap_err().pointer, "/domain", "{bad}");
 /// }
 /// ```
@@ -291,6 +292,16 @@ pub fn check_domain(domain: &str, issuers: &Issuers) -> Result<(), Violation> {
     }
     if domain.contains('*') {
         return refuse("a wildcard cannot be a custom domain: name one host".into());
+    }
+    if domain.contains("://") || domain.contains('/') {
+        return refuse(format!(
+            "{domain:?} is a URL: a custom domain is a host name alone, such as login.example.com"
+        ));
+    }
+    if domain.contains(':') && !domain.contains('.') || domain.starts_with('[') {
+        return refuse(format!(
+            "{domain:?} is an IP address: a custom domain is a DNS name"
+        ));
     }
     if domain.contains(':') {
         return refuse("a domain has no port: relying parties reach it on 443".into());
@@ -717,6 +728,23 @@ mod tests {
             assert!(check_domain(bad, &dashed).is_err(), "{bad}");
         }
         assert_eq!(check_domain("login.example.org", &dashed), Ok(()));
+    }
+
+    /// A URL or an IPv6 address given as a domain is refused for what it is, not for a port.
+    #[test]
+    fn a_refused_domain_is_told_what_it_is() {
+        let issuers = Issuers::new("https://{subdomain}.oidc.example.com", "https://r.example.com")
+            .unwrap();
+        for (bad, says) in [
+            ("https://login.acme.com", "is a URL"),
+            ("login.acme.com/x", "is a URL"),
+            ("::1", "is an IP address"),
+            ("[::1]", "is an IP address"),
+            ("login.acme.com:8443", "no port"),
+        ] {
+            let refused = check_domain(bad, &issuers).unwrap_err();
+            assert!(refused.message.contains(says), "{bad}: {}", refused.message);
+        }
     }
 
     #[test]

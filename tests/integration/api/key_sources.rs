@@ -212,9 +212,19 @@ fn source_names_are_checked_and_the_cap_counts_every_source() {
     }
     // A mistyped parameter neither uploads to, nor removes, the whole configuration.
     let other = register_service(&server, &acme, "other");
-    put_keys_as(&server, &acme.token, &other, None, &[key.public_jwk()], None);
+    put_keys_as(
+        &server,
+        &acme.token,
+        &other,
+        None,
+        &[key.public_jwk()],
+        None,
+    );
     let typo = format!("/services/{other}/config?sourc=blue");
-    let deleted = server.authed(Method::DELETE, &typo, &acme.token).send().unwrap();
+    let deleted = server
+        .authed(Method::DELETE, &typo, &acme.token)
+        .send()
+        .unwrap();
     let problem = assert_problem(deleted, 400, "validation-failed");
     assert!(problem["detail"].to_string().contains("sourc"), "{problem}");
     let path = format!("/services/{other}/config");

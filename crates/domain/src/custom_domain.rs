@@ -733,8 +733,11 @@ mod tests {
     /// A URL or an IPv6 address given as a domain is refused for what it is, not for a port.
     #[test]
     fn a_refused_domain_is_told_what_it_is() {
-        let issuers = Issuers::new("https://{subdomain}.oidc.example.com", "https://r.example.com")
-            .unwrap();
+        let issuers = Issuers::new(
+            "https://{subdomain}.oidc.example.com",
+            "https://r.example.com",
+        )
+        .unwrap();
         for (bad, says) in [
             ("https://login.acme.com", "is a URL"),
             ("login.acme.com/x", "is a URL"),

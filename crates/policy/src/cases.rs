@@ -50,6 +50,11 @@ impl TestRun {
     }
 }
 
+/// The members a case may have.
+const CASE_MEMBERS: [&str; 7] = [
+    "name", "claims", "service", "ip", "action", "expect", "rule",
+];
+
 /// Reads a JSON list of cases (`[{"name", "claims", "expect": "allow"|"deny", "service"?,
 /// "ip"?, "action"?, "rule"?}]`); the error ([`PolicyError::Cases`]) names the first case that is not
 /// one, and why (`case 2: claims is not an object`), or says `is not a JSON list of cases`.
@@ -79,6 +84,16 @@ pub fn parse_cases(document: &Value) -> Result<Vec<TestCase>, PolicyError> {
         .enumerate()
         .map(|(i, item)| {
             let wrong = |what: &str| PolicyError::Cases(format!("case {i}: {what}"));
+            // A mistyped member (`sevrice`) would leave the case judged without it.
+            if let Some(unknown) = (item.as_object().into_iter().flatten())
+                .map(|(member, _)| member)
+                .find(|member| !CASE_MEMBERS.contains(&member.as_str()))
+            {
+                return Err(wrong(&format!(
+                    "{unknown:?} is not a member of a case (accepted: {})",
+                    CASE_MEMBERS.join(", ")
+                )));
+            }
             let name = item["name"]
                 .as_str()
                 .ok_or_else(|| wrong("name is not a string"))?;
@@ -162,5 +177,25 @@ pub fn run_cases(policy: &Policy, cases: &[TestCase]) -> TestRun {
     TestRun {
         outcomes,
         uncovered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A mistyped member is refused, naming it: the case would be judged without it.
+    #[test]
+    fn a_case_with_a_member_of_no_case_is_refused() {
+        let cases = json!([{"name": "x", "claims": {}, "expect": "allow", "sevrice": "api"}]);
+        let refused = parse_cases(&cases).unwrap_err().to_string();
+        assert!(
+            refused.contains("case 0") && refused.contains("\"sevrice\""),
+            "{refused}"
+        );
+        let fine = json!([{"name": "x", "claims": {}, "expect": "deny", "service": "api",
+            "ip": "192.0.2.1", "action": "services:read", "rule": 0}]);
+        assert_eq!(parse_cases(&fine).unwrap().len(), 1);
     }
 }

@@ -87,7 +87,8 @@ pub enum PolicyCommand {
     /// Compare two versions of a policy: does NEW admit a request OLD refuses? Prints
     /// narrower-or-equal (proven), widens (with requests NEW admits and OLD refuses, each
     /// confirmed by evaluating both policies) or undetermined. Exit 0, or 1 on widens with
-    /// --deny-widening; 2 when a file cannot be read or is not a valid policy.
+    /// --deny-widening; 2 when a file cannot be read or is not a valid policy (1 for a file over
+    /// 1 MiB, as for every policy command).
     ///
     /// Example: `registry policy compare deployer.json deployer-new.json --deny-widening`
     Compare {

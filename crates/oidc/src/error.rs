@@ -175,6 +175,8 @@ impl OidcError {
             OidcError::MissingIssuer | OidcError::Claims(ClaimProblem::Issuer) => {
                 ReasonCode::IssuerUnknown
             }
+            // An issuer that answers that its keys are gone knows the token's key no more.
+            error if error.is_withdrawal() => ReasonCode::KeyUnknown,
             OidcError::UnknownKid(_) | OidcError::KidRequired(_) | OidcError::Withdrawn(_) => {
                 ReasonCode::KeyUnknown
             }

@@ -180,6 +180,14 @@ async fn an_empty_key_set_is_a_withdrawal() {
         verify(&verifier, &token).await,
         "publishes no usable signing key",
     );
+    // Explained as a key the issuer no longer has, not as an issuer out of reach; a 404 too.
+    for behaviour in [Behaviour::EmptyKeys, Behaviour::NotFound] {
+        let gone = TestIssuer::start();
+        gone.set_behaviour(behaviour);
+        let token = gone.mint("EdDSA", claims(&gone.url()));
+        let refused = verify(&verifier, &token).await.unwrap_err();
+        assert_eq!(refused.reason_code().as_str(), "key-unknown", "{refused}");
+    }
 }
 
 /// The grace of stale keys is for an issuer that cannot answer (time-out, connection error,

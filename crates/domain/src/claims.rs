@@ -37,7 +37,12 @@ pub enum ClaimProblem {
     Audience,
 }
 
-fn seconds(claims: &Map<String, Value>, name: &'static str) -> Result<Option<i64>, ClaimProblem> {
+/// A time claim as seconds since the epoch: an integer, or a finite number cut to one (RFC 7519's
+/// NumericDate may have a fraction); `Err` when it is no number.
+pub(crate) fn seconds(
+    claims: &Map<String, Value>,
+    name: &'static str,
+) -> Result<Option<i64>, ClaimProblem> {
     match claims.get(name) {
         None => Ok(None),
         Some(v) => v

@@ -267,19 +267,23 @@ pub fn shown(records: Vec<Value>, max: usize) -> Vec<Value> {
 /// out of the class outsiders cannot fill.
 const NEAR_AFTER_EXPIRY: time::Duration = time::Duration::minutes(10);
 
-/// Whether `refused` may be a near miss by its times: always, unless a claim refused it and its
-/// `exp` ended more than [`NEAR_AFTER_EXPIRY`] ago, or lies more than a day ahead (a token too
-/// long-lived stays replayable until then), or is missing.
+/// Whether `refused` may be a near miss by its times: always, unless a claim refused it and it
+/// was not issued within the last day (plus [`NEAR_AFTER_EXPIRY`]), or expired more than
+/// [`NEAR_AFTER_EXPIRY`] ago. A token living too long is near for a day after its issue, not
+/// until its far `exp`. Times are read as the claim checks read them.
 fn lately_valid(refused: &Refused<'_>) -> bool {
     if !matches!(refused.refused_by, RefusedBy::Claim(_)) {
         return true;
     }
-    let exp = refused.claims.get("exp").and_then(Value::as_i64);
-    let at = refused.at.unix_timestamp();
-    exp.is_some_and(|exp| {
-        exp >= at - NEAR_AFTER_EXPIRY.whole_seconds()
-            && exp <= at + crate::claims::MAX_LIFETIME.whole_seconds()
-    })
+    let time = |name| crate::claims::seconds(refused.claims, name).ok().flatten();
+    let (at, grace) = (
+        refused.at.unix_timestamp(),
+        NEAR_AFTER_EXPIRY.whole_seconds(),
+    );
+    let issued_lately = time("iat")
+        .is_some_and(|iat| iat >= at - crate::claims::MAX_LIFETIME.whole_seconds() - grace);
+    let expired_lately = time("exp").is_some_and(|exp| exp >= at - grace);
+    issued_lately && expired_lately
 }
 
 /// The record of `refused` for an account with `policy`: `{at, code, rule?, hints, claims,
@@ -442,9 +446,9 @@ mod tests {
             {"services": ["*"], "claims": {"iss": "https://ci", "aud": "registry", "sub": "repo:acme/x"}},
         ]));
         let at = OffsetDateTime::UNIX_EPOCH + time::Duration::days(30);
-        let record_of = |exp: OffsetDateTime| {
+        let record_of = |iat: OffsetDateTime, exp: serde_json::Value| {
             let claims = json!({"iss": "https://ci", "aud": "registry", "sub": "repo:acme/x",
-                "exp": exp.unix_timestamp()});
+                "iat": iat.unix_timestamp(), "exp": exp});
             let refused = Refused {
                 claims: claims.as_object().unwrap(),
                 service: Some("api-acme"),
@@ -456,14 +460,23 @@ mod tests {
             };
             record(&policy, &refused).unwrap()
         };
-        let lately = record_of(at - time::Duration::minutes(5));
+        let hours = |h: i64| at + time::Duration::hours(h);
+        let stamp = |t: OffsetDateTime| json!(t.unix_timestamp());
+        let five_minutes_ago = at - time::Duration::minutes(5);
+        let lately = record_of(hours(-1), stamp(five_minutes_ago));
         assert_eq!(
             (lately["code"].as_str(), lately["rule"].as_u64()),
             (Some("token-expired"), Some(0))
         );
         assert_eq!(lately["near"], true, "{lately}");
-        assert_eq!(record_of(at - time::Duration::hours(2))["near"], false);
-        assert_eq!(record_of(at + time::Duration::days(30))["near"], false);
+        // A fraction of a second is a time as the checks read it.
+        let fraction = json!(five_minutes_ago.unix_timestamp() as f64 + 0.5);
+        assert_eq!(record_of(hours(-1), fraction)["near"], true);
+        assert_eq!(record_of(hours(-3), stamp(hours(-2)))["near"], false);
+        // Living too long: near for a day after its issue, whatever its far exp.
+        assert_eq!(record_of(hours(0), stamp(hours(48)))["near"], true);
+        assert_eq!(record_of(hours(-30), stamp(hours(48)))["near"], false);
+        assert_eq!(record_of(hours(-1), json!(null))["near"], false, "no exp");
     }
 
     /// A call on no service (`GET /service-accounts`) is judged on `"*"`, but its record names

@@ -429,15 +429,17 @@ pub fn rotate(
         // would be published for none of them, or wrongly for the others.
         if let Some(before) = before.filter(|k| k.retired_at.is_none()) {
             let other = before.sources().find(|s| *s != source);
-            if let Some(other) = other.filter(|_| before.jwk != *jwk) {
+            let differs = |member: &str| before.jwk.get(member) != jwk.get(member);
+            let used_otherwise = ["alg", "use", "key_ops"].into_iter().any(differs);
+            if let Some(other) = other.filter(|_| used_otherwise) {
                 problems.push(RotationProblem {
                     violation: Violation::new(
                         format!("/jwks/keys/{i}"),
                         format!(
                             "kid {kid:?} is published by key source {other:?} with the same key \
-                             material but other members (such as alg or use): a key the \
-                             sources share is published once, so upload it as {other:?} does, \
-                             or give this key a new kid"
+                             material but another alg, use or key_ops: a key the sources share \
+                             is published once, so upload it as {other:?} does (or have it \
+                             dropped there first), or give this key a new kid"
                         ),
                     ),
                     kid_reused: false,
@@ -1528,7 +1530,7 @@ mod tests {
         let (_, again) = upload(&blue, "blue", &[with_alg]);
         assert_eq!(again.keys[0].jwk["alg"], "EdDSA");
         let (_, both) = upload(&blue, "green", &[key("shared", X1), key("g1", X2)]);
-        // Shared, it is given alike by each: another member would publish it wrongly for one.
+        // Shared, it is used alike by each: another alg would publish it wrongly for one.
         let mut other_alg = key("shared", X1);
         other_alg["alg"] = json!("EdDSA");
         for (source, keys) in [
@@ -1538,10 +1540,14 @@ mod tests {
             let refused = rotate(&both, source, &keys, 24, t0, None).unwrap_err();
             let message = &refused[0].violation.message;
             assert!(
-                !refused[0].kid_reused && message.contains("other members"),
+                !refused[0].kid_reused && message.contains("another alg"),
                 "{message}"
             );
         }
+        // A member that says nothing of its use (a certificate chain, say) is the first's.
+        let mut with_chain = key("shared", X1);
+        with_chain["x5t"] = json!("abc");
+        assert!(rotate(&both, "green", &[with_chain], 24, t0, None).is_ok());
         let shared = both.keys.iter().find(|k| k.kid == "shared").unwrap();
         assert_eq!(shared.sources().collect::<Vec<_>>(), ["blue", "green"]);
         assert_eq!(both.keys.iter().filter(|k| k.kid == "shared").count(), 1);

@@ -175,11 +175,15 @@ impl OidcError {
             OidcError::MissingIssuer | OidcError::Claims(ClaimProblem::Issuer) => {
                 ReasonCode::IssuerUnknown
             }
-            // An issuer that answers that its keys are gone knows the token's key no more.
-            error if error.is_withdrawal() => ReasonCode::KeyUnknown,
-            OidcError::UnknownKid(_) | OidcError::KidRequired(_) | OidcError::Withdrawn(_) => {
-                ReasonCode::KeyUnknown
-            }
+            // An issuer that answers that its keys are gone knows the token's key no more (the
+            // withdrawals of `is_withdrawal`).
+            OidcError::UnknownKid(_)
+            | OidcError::KidRequired(_)
+            | OidcError::Withdrawn(_)
+            | OidcError::NoKeys(_)
+            | OidcError::Status {
+                status: 404 | 410, ..
+            } => ReasonCode::KeyUnknown,
             OidcError::Client(_)
             | OidcError::RefusedUrl { .. }
             | OidcError::Fetch { .. }
@@ -187,7 +191,6 @@ impl OidcError {
             | OidcError::ResponseTooLarge { .. }
             | OidcError::Document { .. }
             | OidcError::IssuerMismatch { .. }
-            | OidcError::NoKeys(_)
             | OidcError::Unavailable(_)
             | OidcError::Timeout(_) => ReasonCode::IssuerUnreachable,
             OidcError::Claims(problem) | OidcError::Refused { problem, .. } => match problem {

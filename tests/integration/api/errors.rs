@@ -155,6 +155,17 @@ fn unreadable_query_strings_are_problems() {
         detail.contains("compromised") && detail.contains("\"yes\""),
         "{body}"
     );
+    // A mistyped parameter is no ordinary rotation.
+    let typo = format!("/services/{sub}/signing/rotate?compromized=true");
+    let refused = server
+        .authed(Method::POST, &typo, &acme.token)
+        .send()
+        .unwrap();
+    let body = assert_problem(refused, 400, "validation-failed");
+    assert!(
+        body["detail"].as_str().unwrap().contains("compromized"),
+        "{body}"
+    );
     let twice = server
         .authed(
             Method::GET,

@@ -52,8 +52,10 @@ pub async fn delete(
     Ok(HttpResponse::NoContent().finish())
 }
 
-/// `?compromised=true`.
+/// `?compromised=true`. Any other parameter is a 400: a mistyped `?compromized=true` must not
+/// leave a compromised key signing behind an ordinary rotation.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RotateQuery {
     compromised: Option<String>,
 }

@@ -52,10 +52,14 @@ pub fn relayed(client: UnixStream) -> DuplexStream {
         let _ = to_client.shutdown().await;
     });
     tokio::spawn(async move {
-        if let Err(error) = client_to_server(&mut from_client, &mut to_server).await {
-            // A client that breaks HTTP/2 would have been refused by the server too; one the
-            // relay refuses that the server would take is a bug worth seeing.
-            tracing::warn!(%error, "a client's connection to the plugin was closed");
+        match client_to_server(&mut from_client, &mut to_server).await {
+            // The relay's own refusals: a client the server might have taken is a bug worth
+            // seeing. A connection that merely ends (a liveness probe, a restart) is not.
+            Err(error) if error.kind() == io::ErrorKind::InvalidData => {
+                tracing::warn!(%error, "the relay closed a client's connection to the plugin");
+            }
+            Err(error) => tracing::debug!(%error, "a client's connection to the plugin ended"),
+            Ok(()) => {}
         }
         let _ = to_server.shutdown().await;
     });
@@ -82,7 +86,12 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut preface = [0; PREFACE.len()];
-    client.read_exact(&mut preface).await?;
+    match client.read_exact(&mut preface).await {
+        Ok(_) => {}
+        // Connected and gone: the socket's liveness check, or a client that changed its mind.
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+        Err(e) => return Err(e),
+    }
     server.write_all(&preface).await?;
     if &preface != PREFACE {
         // Not HTTP/2: the server refuses it as it is.
@@ -260,6 +269,16 @@ mod tests {
         frame
     }
 
+    /// A client that connects and closes (the socket's liveness check) ends nothing in error.
+    #[tokio::test]
+    async fn a_connection_closed_before_its_preface_is_no_error() {
+        let mut server = Vec::new();
+        client_to_server(&mut [].as_slice(), &mut server)
+            .await
+            .unwrap();
+        assert!(server.is_empty());
+    }
+
     /// What the relay sends the server for `input`, after the preface; or why it closed.
     async fn relayed(input: &[u8]) -> Result<Vec<u8>, io::Error> {
         let client = [PREFACE.as_slice(), input].concat();
@@ -392,7 +411,18 @@ mod tests {
         // The entry just added is the dynamic table's first, index 62: 0x80 | 62 names it again.
         bomb.extend(std::iter::repeat_n(0x80 | 62, 100));
         let bomb = headers(END_HEADERS, &bomb);
+        let many = (0..=MAX_CONTINUATIONS)
+            .map(|_| continuation(0, &[]))
+            .collect::<Vec<_>>();
+        let many = [headers(0, &block[..1]), many.concat()].concat();
+        let fragment = vec![0; MAX_FRAME];
+        let long = (0..5)
+            .map(|_| continuation(0, &fragment))
+            .collect::<Vec<_>>();
+        let long = [headers(0, &block[..1]), long.concat()].concat();
         for (input, says) in [
+            (many, "longer than the relay takes"),
+            (long, "longer than the relay takes"),
             (interrupted, "interrupted"),
             (other_stream, "interrupted"),
             (oversized, "SETTINGS_MAX_FRAME_SIZE"),

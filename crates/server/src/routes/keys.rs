@@ -62,9 +62,9 @@ pub async fn readiness(
         })
         .await?;
     // A managed next key found safe signs from now on: whoever reads this signs with it next,
-    // without waiting for the rotation step.
+    // without waiting for the rotation step (which switches it should this write fail).
     if switch {
-        // Best effort: the rotation step switches within seconds anyway, and the answer stands.
+        // Best effort: the rotation step switches at its next look anyway, and the answer stands.
         let advanced =
             (state.write(move |registry| signing::advance(registry, &service, purging, now))).await;
         if let Err(error) = advanced {

@@ -298,7 +298,12 @@ pub fn check_domain(domain: &str, issuers: &Issuers) -> Result<(), Violation> {
             "{domain:?} is a URL: a custom domain is a host name alone, such as login.example.com"
         ));
     }
-    if domain.contains(':') && !domain.contains('.') || domain.starts_with('[') {
+    let unbracketed = domain
+        .trim_start_matches('[')
+        .split(']')
+        .next()
+        .unwrap_or(domain);
+    if unbracketed.parse::<std::net::Ipv6Addr>().is_ok() {
         return refuse(format!(
             "{domain:?} is an IP address: a custom domain is a DNS name"
         ));
@@ -743,7 +748,10 @@ mod tests {
             ("login.acme.com/x", "is a URL"),
             ("::1", "is an IP address"),
             ("[::1]", "is an IP address"),
+            ("[::1]:443", "is an IP address"),
+            ("::ffff:192.0.2.1", "is an IP address"),
             ("login.acme.com:8443", "no port"),
+            ("localhost:8443", "no port"),
         ] {
             let refused = check_domain(bad, &issuers).unwrap_err();
             assert!(refused.message.contains(says), "{bad}: {}", refused.message);

@@ -610,4 +610,8 @@ fn a_token_refused_for_its_times_is_recorded_once_its_signature_verified() {
         assert!(!record.to_string().contains(&token));
     }
     assert_eq!(refusals(&server, &acme, &id).len(), cases.len());
+    // A path naming no service is no one's refusal, as a policy's is not.
+    let expired = issuer.mint("ES256", cases[0].1.clone());
+    assert_eq!(server.get("/services/missing-acme", &expired).status(), 401);
+    assert_eq!(refusals(&server, &acme, &id).len(), cases.len());
 }

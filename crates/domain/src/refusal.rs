@@ -261,6 +261,17 @@ pub fn shown(records: Vec<Value>, max: usize) -> Vec<Value> {
         .collect()
 }
 
+/// Whether a reason is one a rule gives after it accepted every claim: the address, the action
+/// or the service was refused, not the token.
+fn left_by_an_accepting_rule(code: ReasonCode) -> bool {
+    matches!(
+        code,
+        ReasonCode::AddressNotAllowed
+            | ReasonCode::ActionNotAllowed
+            | ReasonCode::ServiceNotAllowed
+    )
+}
+
 /// How long after its `exp` a token a claim refused still counts as a near miss: a job whose
 /// token just expired is the owner's, but an expired token copied out of a log may be replayed
 /// by anyone for as long as its issuer keeps the key, and would crowd the owner's own refusals
@@ -307,20 +318,19 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
             // The reason that decided: a rule that accepted every claim refused the address, the
             // action or the service; only when none did, the first rule's mismatch (the
             // explanation lists every rule's reasons, another rule's mismatch perhaps first).
-            let accepted_by_a_rule = |code: ReasonCode| {
-                matches!(
-                    code,
-                    ReasonCode::AddressNotAllowed
-                        | ReasonCode::ActionNotAllowed
-                        | ReasonCode::ServiceNotAllowed
-                )
-            };
             let decided = (explained.reasons.iter())
-                .find(|r| accepted_by_a_rule(r.code))
+                .find(|r| left_by_an_accepting_rule(r.code))
                 .or(explained.reasons.first())?;
             (decided.code, decided.rule)
         }
     };
+    // A rule that accepted every claim admitted the request or left a refusal of the service or
+    // the address: the explanation's matching says so, without matching again.
+    let claims_accepted = || {
+        explained.allowed || (explained.reasons.iter()).any(|r| left_by_an_accepting_rule(r.code))
+    };
+    let near = refused.refused_by == RefusedBy::Ambiguity
+        || (lately_valid(refused) && near_miss(policy, refused.claims, claims_accepted));
     let mut shown = Map::new();
     for name in ["iss", "sub", "aud"]
         .into_iter()
@@ -339,15 +349,7 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
         "ip": refused.ip.to_string(),
         "action": refused.action.as_str(),
         "requestId": refused.request_id,
-        // A rule that accepted every claim admitted the request or left a refusal of the service
-        // or the address: the explanation's matching says so, without matching again.
-        "near": refused.refused_by == RefusedBy::Ambiguity
-            || (lately_valid(refused) && near_miss(policy, refused.claims, || explained.allowed || explained.reasons.iter().any(|r| matches!(
-                r.code,
-                ReasonCode::ServiceNotAllowed
-                    | ReasonCode::AddressNotAllowed
-                    | ReasonCode::ActionNotAllowed
-            )))),
+        "near": near,
     });
     if let Some(rule) = rule {
         record["rule"] = rule.into();

@@ -295,6 +295,18 @@ impl KeyRecord {
     }
 }
 
+/// A managed key that no longer signs (docs/api.md, "Managed signing"): still current in the
+/// key state, which keeps it published, but listed as retired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retiring {
+    /// Its `kid`.
+    pub kid: String,
+    /// When it stopped signing.
+    pub retired_at: OffsetDateTime,
+    /// When it leaves the key set: every token it signed has expired by then.
+    pub published_until: OffsetDateTime,
+}
+
 /// Every key a service publishes: the current ones by source (in the order of the sources'
 /// names) and in upload order within a source, then the retired ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -1117,8 +1129,10 @@ impl KeyState {
         state
     }
 
-    /// The inventory of `GET /services/{s}/keys` at `now`.
-    pub fn inventory(&self, now: OffsetDateTime) -> Value {
+    /// The inventory of `GET /services/{s}/keys` at `now`, current keys first. A key of
+    /// `retiring` (managed keys that no longer sign, published until their tokens expire) is
+    /// listed as retired, with when it stopped signing and when it leaves.
+    pub fn inventory(&self, now: OffsetDateTime, retiring: &[Retiring]) -> Value {
         // Whole seconds, like every timestamp of the API.
         let rfc3339 = |t: OffsetDateTime| {
             t.replace_nanosecond(0)
@@ -1126,14 +1140,22 @@ impl KeyState {
                 .format(&time::format_description::well_known::Rfc3339)
                 .unwrap_or_default()
         };
-        let keys: Vec<Value> = self
-            .published(now)
+        let retirement = |k: &KeyRecord| match k.retired_at {
+            Some(at) => Some((at, k.published_until)),
+            None => (retiring.iter())
+                .find(|r| r.kid == k.kid && k.held_by(MANAGED_SOURCE))
+                .map(|r| (r.retired_at, Some(r.published_until))),
+        };
+        let mut published: Vec<&KeyRecord> = self.published(now).collect();
+        published.sort_by_key(|k| retirement(k).is_some());
+        let keys: Vec<Value> = (published.into_iter())
             .map(|k| {
+                let retired = retirement(k);
                 let mut view = json!({
                     "kid": k.kid,
                     "kty": k.jwk.get("kty").cloned().unwrap_or(Value::Null),
                     "thumbprint": k.thumbprint,
-                    "state": k.state(),
+                    "state": if retired.is_some() { "retired" } else { "current" },
                     "source": k.source,
                     "sources": k.sources().collect::<Vec<_>>(),
                     "firstPublishedAt": rfc3339(k.first_published_at),
@@ -1141,11 +1163,11 @@ impl KeyState {
                 if let Some(alg) = k.jwk.get("alg") {
                     view["alg"] = alg.clone();
                 }
-                if let Some(at) = k.retired_at {
+                if let Some((at, until)) = retired {
                     view["retiredAt"] = rfc3339(at).into();
-                }
-                if let Some(until) = k.published_until {
-                    view["publishedUntil"] = rfc3339(until).into();
+                    if let Some(until) = until {
+                        view["publishedUntil"] = rfc3339(until).into();
+                    }
                 }
                 // The public key as the key set serves it: a retired key's material is read
                 // nowhere else (the external signer's plugin answers it to kube-apiserver).

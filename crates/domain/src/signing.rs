@@ -19,6 +19,7 @@
 //! assert_eq!(header(Algorithm::Es256, "k1"), "eyJhbGciOiJFUzI1NiIsImtpZCI6ImsxIiwidHlwIjoiSldUIn0");
 //! ```
 
+use crate::keys::Retiring;
 use crate::withdrawn::{MAX_WITHDRAWN, WITHDRAWN_KEPT};
 use crate::Violation;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -631,6 +632,26 @@ impl Signing {
             .is_none_or(|last| now - last >= LAST_SIGNED_GRAIN)
     }
 
+    /// The keys that no longer sign and wait to leave the key set, as `GET …/keys` lists them:
+    /// since they stopped signing (or, for one that never signed, since they stopped waiting to),
+    /// until their `withdrawAt`.
+    pub fn retiring(&self) -> Vec<Retiring> {
+        (self.keys.iter().enumerate())
+            .filter(|(_, k)| k.stage == Stage::Retiring)
+            .filter_map(|(i, k)| {
+                let published_until = k.withdraw_at?;
+                // A key retired before its end was recorded stopped when the next one started.
+                let successor_since = (self.keys[i + 1..].iter()).find_map(|k| k.signing_since);
+                let retired_at = (k.signing_until.or(successor_since)).unwrap_or(published_until);
+                Some(Retiring {
+                    kid: k.kid.clone(),
+                    retired_at: retired_at.min(published_until),
+                    published_until,
+                })
+            })
+            .collect()
+    }
+
     /// The managed keys as the key set publishes them: every key, whatever its stage, with its
     /// lead.
     pub fn published(&self) -> Vec<(String, Map<String, Value>)> {
@@ -901,8 +922,15 @@ mod tests {
             Some(Transition::Withdraw { kids: kids.clone() })
         );
         assert_eq!(signing.keys[0].signing_until, Some(at(period + 605)));
+        let listed_retired = Retiring {
+            kid: kids[0].clone(),
+            retired_at: at(period + 605),
+            published_until: withdraw,
+        };
+        assert_eq!(signing.retiring(), [listed_retired.clone()]);
         // A state written before the end was recorded: the next key's start says it.
         signing.keys[0].signing_until = None;
+        assert_eq!(signing.retiring(), [listed_retired]);
         signing.withdraw(&kids, withdraw);
         assert_eq!(signing.keys.len(), 1);
         // Remembered with its life, for the console.

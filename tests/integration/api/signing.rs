@@ -572,6 +572,26 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
         .unwrap()
         .clone();
     assert!(retiring["withdrawAt"].is_string(), "{state}");
+    // The inventory lists it as retired, after the keys that may sign, until its withdrawal.
+    let listed = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    let states: Vec<(&str, &str)> = (listed["keys"].as_array().unwrap().iter())
+        .map(|k| (k["kid"].as_str().unwrap(), k["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        [(next.as_str(), "current"), (first.as_str(), "retired")],
+        "{listed}"
+    );
+    assert_eq!(
+        listed["keys"][1]["publishedUntil"], retiring["withdrawAt"],
+        "{listed}"
+    );
+    assert!(listed["keys"][1]["retiredAt"].is_string(), "{listed}");
+    let readiness = json(server.get(
+        &format!("/services/{sub}/keys/{first}/readiness"),
+        &acme.token,
+    ));
+    assert_eq!(readiness["state"], "retired", "{readiness}");
     let c = claims();
     let signed = signed_by(&c);
     assert_eq!(signed["kid"], next.as_str());

@@ -9,13 +9,15 @@ use crate::Service;
 use serde_json::Value;
 use time::OffsetDateTime;
 
-/// Every key `service` publishes or keeps, current ones first (`GET /services/{s}/keys`).
+/// Every key `service` publishes or keeps, current ones first (`GET /services/{s}/keys`); a
+/// managed key that no longer signs is listed as retired.
 pub fn inventory(
     registry: &Registry,
     service: &Service,
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
-    Ok(config::key_state(registry, service)?.inventory(now))
+    let retiring = (registry.store.signing(service.id)?).map_or_else(Vec::new, |s| s.retiring());
+    Ok(config::key_state(registry, service)?.inventory(now, &retiring))
 }
 
 /// Withdraws the retired key `kid` of `service` at once (a compromised key): a current key is a

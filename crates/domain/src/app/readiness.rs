@@ -198,6 +198,12 @@ pub fn readiness(
         .find(|k| k.kid == kid && k.is_published_at(now))
         .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
     let (assessed, safe_at) = assess_key(registry, service, key, purging, now)?;
+    // A managed key that no longer signs is retired, as `GET …/keys` lists it.
+    let retiring = key.retired_at.is_none()
+        && key.held_by(crate::keys::MANAGED_SOURCE)
+        && (registry.store.signing(service.id)?)
+            .is_some_and(|s| s.retiring().iter().any(|r| r.kid == key.kid));
+    let state = if retiring { "retired" } else { key.state() };
     let pending: Vec<Value> = match safe_at {
         Some(_) => Vec::new(),
         None => (assessed.pending.iter())
@@ -242,7 +248,7 @@ pub fn readiness(
         .collect();
     Ok(json!({
         "kid": key.kid,
-        "state": key.state(),
+        "state": state,
         // In whole seconds, as `GET …/keys` gives it.
         "firstPublishedAt": rfc3339(
             (key.first_published_at.replace_nanosecond(0)).unwrap_or(key.first_published_at)

@@ -102,12 +102,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Preflight {
             service,
             token_file,
+            issuer,
             connection,
         } => client_done(requests::run(
             &connection,
             Call::Preflight {
                 service,
                 token_file,
+                issuer,
             },
         )),
         Command::Fetches {
@@ -390,13 +392,18 @@ pub enum Command {
     /// What AWS, GCP and Azure will say of a service's documents, and of a token your workload
     /// would present (a client of the API).
     ///
-    /// Example: `registry preflight k3s-acme --token-file token.jwt`
+    /// Example: `registry preflight k3s-acme --token-file token.jwt`, or for the service's
+    /// custom domain: `registry preflight k3s-acme --issuer https://issuer.acme.example`
     Preflight {
         /// Subdomain or id.
         service: String,
         /// A token to check too (a file holding the JWT).
         #[arg(long)]
         token_file: Option<std::path::PathBuf>,
+        /// Which of the service's issuers to describe (its custom domain's URL); default the
+        /// subdomain's.
+        #[arg(long)]
+        issuer: Option<String>,
         #[command(flatten)]
         connection: Connection,
     },

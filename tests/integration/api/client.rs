@@ -91,6 +91,29 @@ fn a_customer_works_with_the_api_from_the_command_line() {
         preflight.starts_with("CLOUD") && preflight.contains("aws"),
         "{preflight}"
     );
+    // `--issuer` chooses one of the service's issuers; another is refused, naming them.
+    let described = |args: &[&str]| -> Value {
+        let mut all = vec!["preflight", "k3s-acme", "--format", "json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&ok(&server, &acme.token, &all)).unwrap()
+    };
+    let issuer = described(&[])["issuer"].as_str().unwrap().to_owned();
+    assert_eq!(described(&["--issuer", &issuer])["issuer"], issuer.as_str());
+    let (code, _, stderr) = client(
+        &server,
+        &acme.token,
+        &[
+            "preflight",
+            "k3s-acme",
+            "--issuer",
+            "https://elsewhere.test/a b",
+        ],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("elsewhere.test/a b") && stderr.contains(&issuer),
+        "{stderr}"
+    );
     let fetches = ok(&server, &acme.token, &["fetches", "k3s-acme"]);
     assert!(
         fetches.starts_with("ISSUER") && fetches.contains("PATH"),

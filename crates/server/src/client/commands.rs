@@ -282,12 +282,14 @@ pub enum Call {
     Domain(DomainCommand),
     /// `registry accounts …`.
     Accounts(AccountsCommand),
-    /// `registry preflight SERVICE [--token-file F]`.
+    /// `registry preflight SERVICE [--token-file F] [--issuer URL]`.
     Preflight {
         /// Subdomain or id.
         service: String,
         /// A token a workload would present, checked too.
         token_file: Option<PathBuf>,
+        /// Which of the service's issuers (default its subdomain's).
+        issuer: Option<String>,
     },
     /// `registry fetches SERVICE`.
     Fetches {

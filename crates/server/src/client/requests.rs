@@ -70,9 +70,14 @@ fn api(
 }
 
 /// `request` with `?source=` when a key source is named.
-fn with_source((method, path, body): Request, source: Option<&str>) -> Request {
-    match source {
-        Some(source) => (method, format!("{path}?source={}", segment(source)), body),
+fn with_source(request: Request, source: Option<&str>) -> Request {
+    with_query(request, "source", source)
+}
+
+/// `request` with `?{name}=` when `value` is given.
+fn with_query((method, path, body): Request, name: &str, value: Option<&str>) -> Request {
+    match value {
+        Some(value) => (method, format!("{path}?{name}={}", segment(value)), body),
         None => (method, path, body),
     }
 }
@@ -183,16 +188,20 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
         }
         Call::Preflight {
             service: s,
-            token_file: None,
-        } => api(Get, "/services/{subdomain}/preflight", &[s], None)?,
-        Call::Preflight {
-            service: s,
-            token_file: Some(file),
+            token_file,
+            issuer,
         } => {
-            let token = std::fs::read_to_string(file)
-                .map_err(|e| ClientError::File(format!("cannot read {}: {e}", file.display())))?;
-            let body = Some(json!({"token": token.trim()}));
-            api(Post, "/services/{subdomain}/preflight", &[s], body)?
+            let request = match token_file {
+                None => api(Get, "/services/{subdomain}/preflight", &[s], None)?,
+                Some(file) => {
+                    let token = std::fs::read_to_string(file).map_err(|e| {
+                        ClientError::File(format!("cannot read {}: {e}", file.display()))
+                    })?;
+                    let body = Some(json!({"token": token.trim()}));
+                    api(Post, "/services/{subdomain}/preflight", &[s], body)?
+                }
+            };
+            with_query(request, "issuer", issuer.as_deref())
         }
         Call::Fetches { service: s } => api(Get, "/services/{subdomain}/fetches", &[s], None)?,
         Call::AuditEvents {

@@ -26,6 +26,7 @@ mod log_buffer;
 mod log_format;
 mod metrics;
 mod observe;
+mod one_at_a_time;
 mod operator;
 mod problem;
 mod process;

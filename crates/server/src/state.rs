@@ -60,6 +60,8 @@ pub struct AppState {
     pub custom_domains: Option<Arc<crate::custom_domains::CustomDomains>>,
     /// Whether the replica drains, and the requests in flight.
     pub drain: Arc<crate::drain::Drain>,
+    /// The accounts whose token is being regenerated here (one call at a time each).
+    pub regenerations: crate::one_at_a_time::InFlight<uuid::Uuid>,
 }
 
 impl AppState {
@@ -146,6 +148,7 @@ impl AppState {
             purger,
             custom_domains,
             drain: Arc::default(),
+            regenerations: Default::default(),
         })
     }
 

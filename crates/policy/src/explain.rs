@@ -441,9 +441,11 @@ impl Policy {
                 hints: Vec::new(),
             };
         }
-        let covering: Vec<_> = matched.iter().filter(|r| covers(r)).collect();
-        if let (Some(action), false) = (action, covering.is_empty()) {
-            for rule in covering {
+        // The rules that cover the service refused the action (what decided, listed first);
+        // each of the others refused the service, its first failing check.
+        let (covering, others): (Vec<_>, Vec<_>) = matched.into_iter().partition(|r| covers(r));
+        if let Some(action) = action {
+            for rule in &covering {
                 let scope = match service {
                     Some(service) => format!("and covers {service:?}"),
                     None => "(a call on no one service)".to_owned(),
@@ -458,10 +460,9 @@ impl Policy {
                     ),
                 ));
             }
-            return deny(reasons, hints);
         }
         let service = service.unwrap_or_default();
-        for rule in matched {
+        for rule in others {
             reasons.push(Reason {
                 rule: Some(rule.index),
                 pointer: Some(format!("/rules/{}/services", rule.index)),

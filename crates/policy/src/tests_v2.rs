@@ -258,6 +258,26 @@ fn oidc_v2_unites_the_actions_of_the_rules_that_match_and_cover() {
         .reasons
         .iter()
         .any(|r| r.message.contains("\"config:write\"")));
+    // Every rule of the issuer is explained: rule 2 accepts web's token, refused the service.
+    let mut rules: Vec<(Option<usize>, ReasonCode)> = (explained.reasons.iter())
+        .map(|r| (r.rule, r.code))
+        .collect();
+    rules.sort_by_key(|(rule, _)| *rule);
+    assert_eq!(
+        rules,
+        [
+            (Some(0), ReasonCode::ActionNotAllowed),
+            (Some(1), ReasonCode::ClaimMismatch),
+            (Some(2), ReasonCode::ServiceNotAllowed),
+            (Some(3), ReasonCode::ClaimMismatch),
+        ],
+        "{explained:?}"
+    );
+    // The action's refusal decided: it comes before the services'.
+    let first_accepting = (explained.reasons.iter())
+        .find(|r| r.code != ReasonCode::ClaimMismatch)
+        .unwrap();
+    assert_eq!(first_accepting.code, ReasonCode::ActionNotAllowed);
     // Rule 0 covers api-acme but not web-acme; rule 1 covers web-acme for api's token.
     assert!(matches!(
         decide(&web, Some("web-acme"), Some(Action::ConfigRead)).0,

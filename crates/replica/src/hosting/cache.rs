@@ -661,6 +661,19 @@ mod tests {
         cache.put(Publication::of(&a.0, a.1), OffsetDateTime::now_utc());
         assert_eq!(cache.bytes(), before);
         assert_eq!(cache.read().subdomain_of.len(), cache.in_memory());
+
+        // Documents larger than the bound by themselves are served, never kept.
+        let tiny = HostingCache::new(issuers(), each / 2, text);
+        let d = published("d-x", 1000);
+        tiny.put(Publication::of(&d.0, d.1), now);
+        assert_eq!((tiny.bytes(), tiny.in_memory()), (0, 0));
+        let Lookup::Unknown(generation) = tiny.lookup("b-x", now) else {
+            panic!("b is not in memory");
+        };
+        let served = tiny.fill(generation, "b-x", Some(Publication::of(&b.0, b.1)), now);
+        assert_eq!(served.map(|h| h.service_id), Some(b.0.id));
+        assert_eq!((tiny.bytes(), tiny.in_memory()), (0, 0));
+        assert!(!tiny.holds(b.0.id));
     }
 
     #[test]

@@ -386,6 +386,7 @@ mod tests {
             Call::Preflight {
                 service: s(),
                 token_file: None,
+                issuer: Some("https://issuer.acme.example".into()),
             },
             Call::Fetches { service: s() },
             Call::AuditEvents {

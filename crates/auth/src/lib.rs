@@ -25,7 +25,7 @@ pub use authenticator::{
     auditor, collection_caller, manager, service_caller, shipper, Authenticator, Limits,
 };
 pub use error::{AuthError, AuthResult};
-pub use request::{request_id, Presented, REQUEST_ID};
+pub use request::{request_id, Presented, RequestScope, REQUEST};
 pub use token_cache::TokenCache;
 
 /// What authentication counts, for the metrics the server exposes.

@@ -2,21 +2,61 @@
 
 use bytes::Bytes;
 use registry_domain::policy::Action;
+use std::cell::Cell;
 use std::net::IpAddr;
+use time::OffsetDateTime;
+use uuid::Uuid;
 
 tokio::task_local! {
-    /// The `X-Request-Id` of the API request being handled: the server sets it around the
-    /// handler, where audit events and refusal records are built. A task-local rather than a
-    /// request extension, which cost every federated read about 1 % (docs/benchmarks.md).
-    pub static REQUEST_ID: Bytes;
+    /// The API request being handled: the server sets it around the handler, where audit
+    /// events and refusal records are built, and reads it back once the answer is made. A
+    /// task-local rather than a request extension, which cost every federated read about 1 %
+    /// (docs/benchmarks.md).
+    pub static REQUEST: RequestScope;
+}
+
+/// What the handling of one request shares with the server around it.
+#[derive(Debug)]
+pub struct RequestScope {
+    id: Bytes,
+    used_by: Cell<Option<(Uuid, OffsetDateTime)>>,
+}
+
+impl RequestScope {
+    /// A request whose `X-Request-Id` is `id`.
+    pub fn new(id: Bytes) -> Self {
+        Self {
+            id,
+            used_by: Cell::new(None),
+        }
+    }
+
+    /// Its `X-Request-Id`.
+    pub fn id(&self) -> &Bytes {
+        &self.id
+    }
+
+    /// The service account the request was granted to, and when: its use, which counts
+    /// (`lastUsedAt`) only once the request succeeded.
+    pub fn used_by(&self) -> Option<(Uuid, OffsetDateTime)> {
+        self.used_by.get()
+    }
 }
 
 /// The `X-Request-Id` of the API request being handled, if the server gave it one.
 pub fn request_id() -> Option<String> {
-    REQUEST_ID
-        .try_with(|id| std::str::from_utf8(id).ok().map(str::to_owned))
+    REQUEST
+        .try_with(|scope| std::str::from_utf8(&scope.id).ok().map(str::to_owned))
         .ok()
         .flatten()
+}
+
+/// Notes that `account` was granted the request being handled at `now`, for the server to
+/// count once the answer succeeded; `false` outside a request's scope (nothing noted).
+pub(crate) fn note_use(account: Uuid, now: OffsetDateTime) -> bool {
+    REQUEST
+        .try_with(|scope| scope.used_by.set(Some((account, now))))
+        .is_ok()
 }
 
 /// A request as authentication sees it.

@@ -5,7 +5,7 @@
 //! `request_id`). Making, entering, leaving and closing it cost every API request about 4,500
 //! instructions, most of them formatting its field up front (docs/benchmarks.md), for lines
 //! that almost no request writes. The id is already in the request's task-local
-//! (`registry_auth::REQUEST_ID`, set around every request); [`WithRequestId`] reads it when a
+//! (`registry_auth::REQUEST`, set around every request); [`WithRequestId`] reads it when a
 //! line is written and adds what the span added: `request{request_id="…"}: ` before the target
 //! in text, `"span"` and `"spans"` in JSON.
 
@@ -261,7 +261,10 @@ mod tests {
                 .into()
         };
         tracing::dispatcher::with_default(&dispatch, || match id {
-            Some(id) => registry_auth::REQUEST_ID.sync_scope(actix_web::web::Bytes::from(id), warn),
+            Some(id) => registry_auth::REQUEST.sync_scope(
+                registry_auth::RequestScope::new(actix_web::web::Bytes::from(id)),
+                warn,
+            ),
             None => warn(),
         });
         let bytes = out.lock().unwrap().clone();

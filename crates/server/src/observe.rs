@@ -22,6 +22,7 @@ use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::ConnectionType;
 use actix_web::middleware::Next;
 use actix_web::web;
+use registry_auth::RequestScope;
 use std::borrow::Cow;
 use std::time::Instant;
 
@@ -102,10 +103,20 @@ pub async fn observe(
     // For audit events, refusal records, problems' `instance` and every line logged meanwhile
     // (`log_format`), in a task-local for the handler's duration (no allocation in the
     // request's extensions, no copy of the id, no tracing span).
-    let call = registry_auth::REQUEST_ID.scope(request_id, answered);
+    let call = registry_auth::REQUEST.scope(RequestScope::new(request_id), answered);
     let mut scoped = std::pin::pin!(call);
     let mut response = (&mut scoped).await?;
-    let request_id = scoped.as_mut().take_value().unwrap_or_else(new_request_id);
+    let scope = scoped.as_mut().take_value();
+    let status = response.status();
+    // A service account's request counts as its use once it succeeded (`lastUsedAt`).
+    if let (Some((account, at)), Some(state)) =
+        (scope.as_ref().and_then(RequestScope::used_by), &state)
+    {
+        if status.is_success() || status.is_redirection() {
+            state.auth.used(account, at);
+        }
+    }
+    let request_id = scope.map_or_else(new_request_id, |scope| scope.id().clone());
     let request = response.request();
     let pattern = if hosted {
         None
@@ -117,7 +128,7 @@ pub async fn observe(
         None if hosted => Cow::Borrowed(HOSTED_ROUTE),
         None => Cow::Borrowed(UNMATCHED_ROUTE),
     };
-    let status = response.status().as_u16();
+    let status = status.as_u16();
     let elapsed = started.elapsed();
     // The line's fields are read only when it is written.
     if let Some(format) = crate::request_line::enabled() {

@@ -629,4 +629,31 @@ fn last_used_at_moves_with_use_and_is_written_once_a_minute() {
         server.metric("registry_last_used_rows_written_total")
             <= server.metric("registry_last_used_statements_total")
     );
+
+    // Only a successful request is a use: a call its account may make but that fails (a body
+    // the handler refuses, a key that is not there) leaves `lastUsedAt` as it was.
+    let account = super::create_account(
+        &server,
+        &acme,
+        "deployer",
+        json!({"kind": "static", "services": ["*"]}),
+    );
+    let (id, token) = (
+        account["id"].as_str().unwrap(),
+        account["token"].as_str().unwrap(),
+    );
+    let deployer =
+        || json(server.get(&format!("/service-accounts/{id}"), &acme.token))["lastUsedAt"].clone();
+    let refused = (server.authed(Method::POST, "/services", token))
+        .json(&json!({"serviceName": "Not A Name"}))
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let sub = register_service(&server, &acme, "api");
+    let missing = server.get(&format!("/services/{sub}/keys/nope/readiness"), token);
+    assert_eq!(missing.status(), 404);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(deployer(), Value::Null, "failed requests are no use");
+    assert_eq!(server.get("/services", token).status(), 200);
+    wait_for("the deployer's lastUsedAt", || deployer().is_string());
 }

@@ -110,6 +110,12 @@ impl Authenticator {
     pub fn verifier(&self) -> &dyn IdentityTokenVerifier {
         &*self.verifier
     }
+
+    /// Counts a successful request of `account` at `now` (`lastUsedAt`: docs/api.md, "Audit
+    /// trail and last use"): written at most once a minute, off the request's path.
+    pub fn used(&self, account: uuid::Uuid, now: OffsetDateTime) {
+        self.last_use.used(&self.activity, account, now);
+    }
 }
 
 /// The bearer token of the request.
@@ -374,8 +380,12 @@ fn granted(
                 })?;
         }
     }
+    // Counted once the request succeeded (the server calls `Authenticator::used`); at once
+    // outside a request's scope.
     if let Some(id) = account {
-        auth.last_use.used(&auth.activity, id, now);
+        if !crate::request::note_use(id, now) {
+            auth.used(id, now);
+        }
     }
     // Only changes carry the request id (into their audit events): reads pay for no copy.
     let request_id = if changes { request_id() } else { None };

@@ -114,7 +114,10 @@ pub const DEFAULT_WIRING_SUBJECT: &str = "system:serviceaccount:default:default"
 
 /// What to register in AWS, GCP and Azure to trust `issuer` (docs/api.md, "Key lifecycle", the
 /// wiring guide), for tokens whose `sub` is `subject`. The AWS trust policy conditions on `aud`
-/// **and** `sub`: a policy on `aud` alone lets every subject of the issuer assume the role.
+/// **and** `sub`: a policy on `aud` alone lets every subject of the issuer assume the role. A
+/// subject with IAM's wildcards (`*`, `?`) is compared by `StringLike`, where they are
+/// wildcards (`StringEquals` would compare them as characters no token holds); `aud` always
+/// by `StringEquals`.
 ///
 /// ```
 /// use registry_domain::publishing::wiring_guide;
@@ -123,12 +126,27 @@ pub const DEFAULT_WIRING_SUBJECT: &str = "system:serviceaccount:default:default"
 /// assert_eq!(condition["k3s-acme.oidc.example.com:aud"], "sts.amazonaws.com");
 /// assert_eq!(condition["k3s-acme.oidc.example.com:sub"], "system:serviceaccount:ci:deployer");
 /// assert_eq!(guide["jwksUri"], "https://k3s-acme.oidc.example.com/openid/v1/jwks");
+///
+/// let any = wiring_guide("https://k3s-acme.oidc.example.com", "system:serviceaccount:ci:*");
+/// let condition = &any["aws"]["trustPolicy"]["Statement"][0]["Condition"];
+/// assert_eq!(condition["StringEquals"]["k3s-acme.oidc.example.com:aud"], "sts.amazonaws.com");
+/// assert_eq!(condition["StringLike"]["k3s-acme.oidc.example.com:sub"], "system:serviceaccount:ci:*");
+/// assert!(condition["StringEquals"].get("k3s-acme.oidc.example.com:sub").is_none());
 /// ```
 pub fn wiring_guide(issuer: &str, subject: &str) -> Value {
     let host_and_path = issuer
         .split_once("://")
         .map_or(issuer, |(_, rest)| rest)
         .trim_end_matches('/');
+    let aud = format!("{host_and_path}:aud");
+    let sub = format!("{host_and_path}:sub");
+    let condition = match subject.contains(['*', '?']) {
+        false => serde_json::json!({"StringEquals": {aud: "sts.amazonaws.com", sub: subject}}),
+        true => serde_json::json!({
+            "StringEquals": {aud: "sts.amazonaws.com"},
+            "StringLike": {sub: subject}
+        }),
+    };
     serde_json::json!({
         "issuer": issuer,
         "jwksUri": jwks_uri(issuer),
@@ -143,12 +161,7 @@ pub fn wiring_guide(issuer: &str, subject: &str) -> Value {
                         "Federated": format!("arn:aws:iam::<ACCOUNT_ID>:oidc-provider/{host_and_path}")
                     },
                     "Action": "sts:AssumeRoleWithWebIdentity",
-                    "Condition": {
-                        "StringEquals": {
-                            format!("{host_and_path}:aud"): "sts.amazonaws.com",
-                            format!("{host_and_path}:sub"): subject
-                        }
-                    }
+                    "Condition": condition
                 }]
             }
         },

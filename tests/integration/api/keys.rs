@@ -373,6 +373,21 @@ fn the_wiring_guide_names_the_issuer_and_pins_aud_and_sub() {
     );
     assert_eq!(guide["azure"]["audience"], "api://AzureADTokenExchange");
     assert_eq!(guide["gcp"]["issuerUri"], issuer.as_str());
+    // IAM's wildcards in the subject: `StringLike`, where they are wildcards.
+    let any = json(server.get(
+        &format!("/services/{sub}/federation?subject=system:serviceaccount:ci:*"),
+        &acme.token,
+    ));
+    let condition = &any["aws"]["trustPolicy"]["Statement"][0]["Condition"];
+    assert_eq!(
+        condition["StringLike"][format!("{host}:sub")],
+        "system:serviceaccount:ci:*",
+        "{condition}"
+    );
+    assert_eq!(
+        condition["StringEquals"],
+        json!({format!("{host}:aud"): "sts.amazonaws.com"})
+    );
     let default = json(server.get(&format!("/services/{sub}/federation"), &acme.token));
     assert_eq!(
         default["azure"]["subjectExample"],

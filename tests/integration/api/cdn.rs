@@ -429,6 +429,23 @@ fn a_caches_access_log_counts_as_the_fetches_it_records() {
     let agents = agents_once(&server, &acme.token, &sub, "oci");
     let azure = agents.iter().find(|a| a["agent"] == "azure").unwrap();
     assert_eq!(azure["count"], 2);
+    // A batch larger than the endpoint takes is a usage error, not batches refused (413).
+    let too_large = std::process::Command::new(registry_binary())
+        .args([
+            "fetch-log",
+            "--api-url",
+            &server.base,
+            "--batch-bytes",
+            "1048577",
+        ])
+        .env_clear()
+        .env("REGISTRY_FETCH_LOG_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&too_large.stderr);
+    assert_eq!(too_large.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("1024..=1048576"), "{stderr}");
 }
 
 /// The fourth security review's probe, in one batch (so in one flush of the replica's counts):

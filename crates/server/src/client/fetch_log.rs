@@ -23,10 +23,14 @@ pub struct FetchLogArgs {
     /// The registry's REGISTRY_FETCH_LOG_TOKEN (prefer the environment: a flag shows in `ps`).
     #[arg(long, env = "REGISTRY_FETCH_LOG_TOKEN", hide_env_values = true)]
     pub token: String,
-    /// Most bytes posted at once: at most the registry's REGISTRY_MAX_BODY_BYTES.
-    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1024..))]
+    /// Most bytes posted at once, 1024 to 1048576 (`POST /fetch-log` takes up to 1 MiB,
+    /// whatever the registry's REGISTRY_MAX_BODY_BYTES).
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1024..=MAX_BATCH_BYTES))]
     pub batch_bytes: u64,
 }
+
+/// The largest body `POST /fetch-log` takes.
+const MAX_BATCH_BYTES: u64 = 1024 * 1024;
 
 /// A batch waits at most this long for more lines.
 const SHIP_EVERY: Duration = Duration::from_secs(1);

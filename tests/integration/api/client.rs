@@ -91,6 +91,21 @@ fn a_customer_works_with_the_api_from_the_command_line() {
         preflight.starts_with("CLOUD") && preflight.contains("aws"),
         "{preflight}"
     );
+    // A key source's name the API would refuse is a wrong command line, for every command.
+    for args in [
+        &["config", "get", "k3s-acme", "--source", "Blue"][..],
+        &[
+            "sync",
+            "--service",
+            "k3s-acme",
+            "--source-name",
+            "blue green",
+        ][..],
+    ] {
+        let (code, _, stderr) = client(&server, &acme.token, args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("is not a key source name"), "{stderr}");
+    }
     // `--issuer` chooses one of the service's issuers; another is refused, naming them.
     let described = |args: &[&str]| -> Value {
         let mut all = vec!["preflight", "k3s-acme", "--format", "json"];

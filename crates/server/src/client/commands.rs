@@ -73,6 +73,12 @@ pub enum ServicesCommand {
 }
 
 /// `registry config …`.
+/// A key source's name as `--source` and `--source-name` take it: one the API would refuse is a
+/// wrong command line (exit 2), not a refusal of the API.
+pub(crate) fn source_name(text: &str) -> Result<String, String> {
+    registry_domain::keys::source_name(Some(text)).map(str::to_owned)
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum ConfigCommand {
     /// Show what a service publishes, or what one key source uploaded last.
@@ -82,7 +88,7 @@ pub enum ConfigCommand {
         /// Subdomain or id.
         service: String,
         /// Only this key source's latest upload.
-        #[arg(long, value_name = "NAME")]
+        #[arg(long, value_name = "NAME", value_parser = source_name)]
         source: Option<String>,
     },
     /// Publish a discovery document and a key set (keys dropped stay published, retired).
@@ -93,7 +99,7 @@ pub enum ConfigCommand {
         service: String,
         /// Upload as this key source (`[a-z0-9-]{1,32}`, default `default`): its keys replace
         /// that source's only, every other source's stay published.
-        #[arg(long, value_name = "NAME")]
+        #[arg(long, value_name = "NAME", value_parser = source_name)]
         source: Option<String>,
         /// The discovery document (`kubectl get --raw /.well-known/openid-configuration`).
         #[arg(long)]
@@ -116,7 +122,7 @@ pub enum ConfigCommand {
         /// Subdomain or id.
         service: String,
         /// Retire only this key source's keys; the others and the discovery document stay.
-        #[arg(long, value_name = "NAME")]
+        #[arg(long, value_name = "NAME", value_parser = source_name)]
         source: Option<String>,
     },
 }

@@ -38,7 +38,7 @@ pub struct SyncArgs {
     /// Upload as this key source (`[a-z0-9-]{1,32}`), so that several clusters publish under
     /// one issuer, each through its own `registry sync`; removing a source
     /// (`registry config delete SERVICE --source NAME`) retires its keys only.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = super::commands::source_name)]
     pub source_name: Option<String>,
     /// Run once and exit (the default).
     #[arg(long, conflicts_with = "interval")]

@@ -281,13 +281,15 @@ pub trait AccountStore: Send + Sync {
     fn delete_account(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// The lookup id of an account's token (`None` for an account without one).
     fn token_lookup_id(&self, account_id: Uuid) -> StoreResult<Option<String>>;
-    /// Replaces an account's token atomically, if its token is still `replaced` (a lookup id
-    /// read by [`AccountStore::token_lookup_id`]): of regenerations racing each other, one
-    /// replaces the token and the others get `Conflict`, so that nobody is handed a token
-    /// that never worked. `NotFound` when the account is gone.
+    /// Replaces `account`'s token atomically, if its token is still `replaced` (a lookup id
+    /// read by [`AccountStore::token_lookup_id`]) and its policy still `account`'s: of
+    /// regenerations racing each other, one replaces the token and the others get `Conflict`,
+    /// so that nobody is handed a token that never worked; and a policy changed meanwhile
+    /// (widened after the caller was judged no narrower than it) is a `Conflict` too.
+    /// `NotFound` when the account is gone.
     fn replace_token(
         &self,
-        account_id: Uuid,
+        account: &crate::ServiceAccount,
         replaced: Option<&str>,
         token: &CredentialRecord,
         event: &AuditEvent,

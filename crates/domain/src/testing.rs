@@ -769,14 +769,20 @@ impl AccountStore for MemoryStore {
 
     fn replace_token(
         &self,
-        account_id: Uuid,
+        account: &ServiceAccount,
         replaced: Option<&str>,
         token: &CredentialRecord,
         event: &AuditEvent,
     ) -> StoreResult<()> {
+        let account_id = account.id;
         let mut s = self.lock();
-        if !s.account_exists(account_id) {
+        let Some(stored) = s.accounts.iter().find(|a| a.id == account_id) else {
             return Err(StoreError::NotFound);
+        };
+        if stored.policy.document() != account.policy.document() {
+            return Err(StoreError::Conflict(
+                "the account's policy changed meanwhile: try again".into(),
+            ));
         }
         let current = s.token_of(account_id);
         if current.as_deref() != replaced {

@@ -206,21 +206,30 @@ impl AccountStore for Store {
 
     fn replace_token(
         &self,
-        account_id: Uuid,
+        account: &ServiceAccount,
         replaced: Option<&str>,
         token: &CredentialRecord,
         event: &AuditEvent,
     ) -> StoreResult<()> {
+        let account_id = account.id;
         self.write(Some(event), |conn, changed| {
             let id = id_text(account_id);
-            let exists = service_accounts::table
+            let Some(policy) = service_accounts::table
                 .find(&id)
-                .select(service_accounts::id)
+                .select(service_accounts::policy)
                 .get_result::<String>(conn)
                 .optional()?
-                .is_some();
-            if !exists {
+            else {
                 return Err(StoreError::NotFound.into());
+            };
+            // Compared as documents: the text of a row written by an older release may
+            // differ in form only.
+            let stored: Option<serde_json::Value> = serde_json::from_str(&policy).ok();
+            if stored.as_ref() != Some(account.policy.document()) {
+                return Err(StoreError::Conflict(
+                    "the account's policy changed meanwhile: try again".into(),
+                )
+                .into());
             }
             // Writers are serialised, so this read and the replacement are one step.
             if token_of(conn, &id)?.as_deref() != replaced {

@@ -106,8 +106,8 @@ fn a_token_is_replaced_only_if_it_is_still_the_one_read() {
         let handles: Vec<_> = replacements
             .iter()
             .map(|new| {
-                let (store, old) = (&store, &old);
-                scope.spawn(move || store.replace_token(first.id, Some(&old.lookup_id), new, &ev()))
+                let (store, old, first) = (&store, &old, &first);
+                scope.spawn(move || store.replace_token(first, Some(&old.lookup_id), new, &ev()))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()

@@ -1214,7 +1214,7 @@ fn replacing_a_token_swaps_it(store: &dyn Storage) {
         Some(&*old.lookup_id)
     );
     store
-        .replace_token(first.id, Some(&old.lookup_id), &new, &ev())
+        .replace_token(&first, Some(&old.lookup_id), &new, &ev())
         .unwrap();
 
     assert_eq!(store.credential(&old.lookup_id).unwrap(), None);
@@ -1233,7 +1233,7 @@ fn replacing_a_token_swaps_it(store: &dyn Storage) {
     assert_eq!(store.token_lookup_id(tokenless.id).unwrap(), None);
     let given = record(&lookup(), "h");
     store
-        .replace_token(tokenless.id, None, &given, &ev())
+        .replace_token(&tokenless, None, &given, &ev())
         .unwrap();
     assert_eq!(
         store.token_lookup_id(tokenless.id).unwrap(),
@@ -1252,14 +1252,14 @@ fn a_token_replaced_meanwhile_is_a_conflict(store: &dyn Storage) {
     let (_, first, old) = seeded(store, "acme");
     let winner = record(&lookup(), "$argon2id$winner");
     store
-        .replace_token(first.id, Some(&old.lookup_id), &winner, &ev())
+        .replace_token(&first, Some(&old.lookup_id), &winner, &ev())
         .unwrap();
     let before = store.latest_change().unwrap();
 
     for stale in [Some(old.lookup_id.as_str()), None] {
         let late = record(&lookup(), "$argon2id$late");
         let err = store
-            .replace_token(first.id, stale, &late, &ev())
+            .replace_token(&first, stale, &late, &ev())
             .unwrap_err();
         assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
         assert_eq!(store.credential(&late.lookup_id).unwrap(), None);
@@ -1270,6 +1270,26 @@ fn a_token_replaced_meanwhile_is_a_conflict(store: &dyn Storage) {
     );
     assert!(store.credential(&winner.lookup_id).unwrap().is_some());
     assert_eq!(store.latest_change().unwrap(), before);
+
+    // A policy changed since the account was read (who may regenerate it was judged on the
+    // old one) is a conflict too; a change of another member is not.
+    let renamed = ServiceAccount {
+        name: "renamed".into(),
+        ..first.clone()
+    };
+    store.update_account(&renamed, None, &ev()).unwrap();
+    let changed = ServiceAccount {
+        policy: static_policy(&["api-*"]),
+        ..renamed.clone()
+    };
+    store.update_account(&changed, None, &ev()).unwrap();
+    let late = record(&lookup(), "$argon2id$late");
+    let err = (store.replace_token(&first, Some(&winner.lookup_id), &late, &ev())).unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert_eq!(store.credential(&late.lookup_id).unwrap(), None);
+    store
+        .replace_token(&changed, Some(&winner.lookup_id), &late, &ev())
+        .unwrap();
 }
 
 #[test]
@@ -1282,7 +1302,7 @@ fn a_replacement_whose_lookup_id_is_taken_keeps_the_old_token(store: &dyn Storag
     let (_, _, someone_elses) = seeded(store, "globex");
 
     let err = store
-        .replace_token(first.id, Some(&old.lookup_id), &someone_elses, &ev())
+        .replace_token(&first, Some(&old.lookup_id), &someone_elses, &ev())
         .unwrap_err();
 
     assert_eq!(
@@ -1303,10 +1323,9 @@ fn replacing_the_token_of_a_missing_account_is_not_found_on_every_store() {
 
 fn replacing_the_token_of_a_missing_account_is_not_found(store: &dyn Storage) {
     let t = record(&lookup(), "h");
+    let gone = account(Uuid::new_v4(), "gone", static_policy(&["*"]), 9);
     assert_eq!(
-        store
-            .replace_token(Uuid::new_v4(), None, &t, &ev())
-            .unwrap_err(),
+        store.replace_token(&gone, None, &t, &ev()).unwrap_err(),
         StoreError::NotFound
     );
     assert_eq!(store.credential(&t.lookup_id).unwrap(), None);
@@ -1524,7 +1543,7 @@ fn every_write_to_services_and_accounts_is_logged_in_order(store: &dyn Storage) 
         .unwrap();
     let replaced = store.token_lookup_id(a.id).unwrap();
     store
-        .replace_token(a.id, replaced.as_deref(), &record(&lookup(), "h2"), &ev())
+        .replace_token(&a, replaced.as_deref(), &record(&lookup(), "h2"), &ev())
         .unwrap();
     store.delete_account(a.id, &ev()).unwrap();
     store.delete_service(s.id, &ev()).unwrap();
@@ -1579,7 +1598,12 @@ fn failed_and_empty_writes_log_nothing(store: &dyn Storage) {
         .put_config(&config(Uuid::new_v4(), "http://x", 1), &ev())
         .is_err());
     assert!(store
-        .replace_token(Uuid::new_v4(), None, &record(&lookup(), "h"), &ev())
+        .replace_token(
+            &account(Uuid::new_v4(), "gone", static_policy(&["*"]), 9),
+            None,
+            &record(&lookup(), "h"),
+            &ev(),
+        )
         .is_err());
     // Writes no cache needs to hear of.
     store.set_plan("acme", Plan::Team, &ev()).unwrap();

@@ -289,7 +289,7 @@ pub fn regenerate_token(
     let event = account_event(caller, Action::AccountRegenerateToken, account.id, now);
     registry
         .store
-        .replace_token(account.id, replaced.as_deref(), &token.record(), &event)
+        .replace_token(&account, replaced.as_deref(), &token.record(), &event)
         .map_err(AppError::gone(|| format!("no service account {id:?}")))?;
     Ok(Regenerated { account, token })
 }

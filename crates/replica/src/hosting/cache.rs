@@ -188,6 +188,17 @@ impl HostingCache {
 
     fn insert(&self, hosts: &mut Hosts, subdomain: &str, hosted: Arc<Hosted>) {
         let service_id = hosted.service_id;
+        // Larger than the bound by itself: served from the read that built it, never kept (nor
+        // making room, which would empty the cache at each read of it); what the name or the
+        // service kept before is stale.
+        if hosted.footprint > self.max_bytes {
+            hosts.forget(service_id);
+            if let Some(old) = hosts.by_subdomain.remove(subdomain) {
+                hosts.bytes -= old.footprint;
+                hosts.subdomain_of.remove(&old.service_id);
+            }
+            return;
+        }
         hosted.last_served.store(
             self.served.fetch_add(1, Ordering::Relaxed),
             Ordering::Relaxed,
@@ -658,22 +669,42 @@ mod tests {
         assert!(matches!(cache.lookup("b-x", now), Lookup::Unknown(_)));
         // A republication replaces in one step, and the bytes follow.
         let before = cache.bytes();
-        cache.put(Publication::of(&a.0, a.1), OffsetDateTime::now_utc());
+        cache.put(
+            Publication::of(&a.0, a.1.clone()),
+            OffsetDateTime::now_utc(),
+        );
         assert_eq!(cache.bytes(), before);
         assert_eq!(cache.read().subdomain_of.len(), cache.in_memory());
 
-        // Documents larger than the bound by themselves are served, never kept.
-        let tiny = HostingCache::new(issuers(), each / 2, text);
-        let d = published("d-x", 1000);
-        tiny.put(Publication::of(&d.0, d.1), now);
-        assert_eq!((tiny.bytes(), tiny.in_memory()), (0, 0));
-        let Lookup::Unknown(generation) = tiny.lookup("b-x", now) else {
-            panic!("b is not in memory");
+        // Documents larger than the bound by themselves are served, never kept, and take no
+        // one else's place; what their name kept before goes (it is stale).
+        let small = published("s-x", 10);
+        let big = |subdomain| published(subdomain, 4 * each);
+        let held = |cache: &HostingCache| cache.read().by_subdomain.len();
+        let shared = HostingCache::new(issuers(), bound, text);
+        shared.put(Publication::of(&small.0, small.1.clone()), now);
+        shared.put(Publication::of(&a.0, a.1.clone()), now);
+        let before = shared.bytes();
+        let d = big("d-x");
+        shared.put(Publication::of(&d.0, d.1), now);
+        let Lookup::Unknown(generation) = shared.lookup("e-x", now) else {
+            panic!("e is not in memory");
         };
-        let served = tiny.fill(generation, "b-x", Some(Publication::of(&b.0, b.1)), now);
-        assert_eq!(served.map(|h| h.service_id), Some(b.0.id));
-        assert_eq!((tiny.bytes(), tiny.in_memory()), (0, 0));
-        assert!(!tiny.holds(b.0.id));
+        let e = big("e-x");
+        let served = shared.fill(generation, "e-x", Some(Publication::of(&e.0, e.1)), now);
+        assert_eq!(served.map(|h| h.service_id), Some(e.0.id));
+        assert_eq!((shared.bytes(), held(&shared)), (before, 2));
+        assert!(shared.holds(small.0.id) && shared.holds(a.0.id));
+        assert!(!shared.holds(d.0.id) && !shared.holds(e.0.id));
+        // The small service's upload grows past the bound: its old documents leave.
+        let grown = PublishedConfig {
+            service_id: small.0.id,
+            ..published("s-x", 4 * each).1
+        };
+        shared.put(Publication::of(&small.0, grown), now);
+        assert!(!shared.holds(small.0.id));
+        assert!(matches!(shared.lookup("s-x", now), Lookup::Unknown(_)));
+        assert_eq!(held(&shared), 1);
     }
 
     #[test]

@@ -37,20 +37,15 @@ impl Hosts {
         Some(subdomain)
     }
 
-    /// Evicts the least recently served documents until they fit `max_bytes`, `keep`'s last:
-    /// documents larger than the bound by themselves are served from the read that built them,
-    /// never kept, so the bound holds whatever one service uploads.
+    /// Evicts the least recently served documents (never `keep`'s) until they fit `max_bytes`.
     pub(super) fn evict_down_to(&mut self, max_bytes: usize, keep: &str) {
         while self.bytes > max_bytes {
-            let oldest = (self.by_subdomain.iter())
+            let oldest = self
+                .by_subdomain
+                .iter()
                 .filter(|(subdomain, _)| subdomain.as_str() != keep)
                 .min_by_key(|(_, hosted)| hosted.last_served.load(Ordering::Relaxed))
-                .map(|(subdomain, _)| subdomain.clone())
-                .or_else(|| {
-                    self.by_subdomain
-                        .contains_key(keep)
-                        .then(|| keep.to_owned())
-                });
+                .map(|(subdomain, _)| subdomain.clone());
             let Some(subdomain) = oldest else {
                 return;
             };

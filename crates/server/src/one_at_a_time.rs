@@ -1,11 +1,12 @@
-//! Calls on one resource that must not overlap on a replica (docs/api.md, "Regenerating a
-//! token"): while one is in flight, until its answer is written, another on the same resource
-//! is refused (409) rather than run after it.
+//! Calls on one resource that must not overlap on a replica (docs/api.md, `conflict`): while
+//! one is in flight, until its write has settled and its answer is made, another on the same
+//! resource is refused (409) rather than run after it.
 //!
 //! The store's check (the token replaced is the one read before hashing) orders calls whose
 //! reads and writes interleave; it cannot see a call that reads after another's write but
-//! before that other's answer left (a write's answer waits for the replica to settle): both
+//! before that other's answer is made (a write's answer waits for the replica to settle): both
 //! would succeed one after the other, and the first caller would hold a token that never worked.
+//! Across replicas only the store's check holds.
 
 use std::collections::HashSet;
 use std::hash::Hash;

@@ -60,8 +60,9 @@ pub struct AppState {
     pub custom_domains: Option<Arc<crate::custom_domains::CustomDomains>>,
     /// Whether the replica drains, and the requests in flight.
     pub drain: Arc<crate::drain::Drain>,
-    /// The accounts whose token is being regenerated here (one call at a time each).
-    pub regenerations: crate::one_at_a_time::InFlight<uuid::Uuid>,
+    /// The accounts (by customer and id) whose token is being regenerated here (one call at a
+    /// time each).
+    pub regenerations: crate::one_at_a_time::InFlight<(uuid::Uuid, uuid::Uuid)>,
 }
 
 impl AppState {

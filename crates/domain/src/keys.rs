@@ -293,6 +293,21 @@ impl KeyRecord {
             "current"
         }
     }
+
+    /// When it was retired and until when it stays published, as `GET …/keys` lists it: an
+    /// uploaded key dropped by an upload, or a managed key of `retiring` (no longer signing);
+    /// `None` for a current key.
+    pub fn retirement(
+        &self,
+        retiring: &[Retiring],
+    ) -> Option<(OffsetDateTime, Option<OffsetDateTime>)> {
+        match self.retired_at {
+            Some(at) => Some((at, self.published_until)),
+            None => (retiring.iter())
+                .find(|r| r.kid == self.kid && self.held_by(MANAGED_SOURCE))
+                .map(|r| (r.retired_at, Some(r.published_until))),
+        }
+    }
 }
 
 /// A managed key that no longer signs (docs/api.md, "Managed signing"): still current in the
@@ -1140,17 +1155,11 @@ impl KeyState {
                 .format(&time::format_description::well_known::Rfc3339)
                 .unwrap_or_default()
         };
-        let retirement = |k: &KeyRecord| match k.retired_at {
-            Some(at) => Some((at, k.published_until)),
-            None => (retiring.iter())
-                .find(|r| r.kid == k.kid && k.held_by(MANAGED_SOURCE))
-                .map(|r| (r.retired_at, Some(r.published_until))),
-        };
         let mut published: Vec<&KeyRecord> = self.published(now).collect();
-        published.sort_by_key(|k| retirement(k).is_some());
+        published.sort_by_key(|k| k.retirement(retiring).is_some());
         let keys: Vec<Value> = (published.into_iter())
             .map(|k| {
-                let retired = retirement(k);
+                let retired = k.retirement(retiring);
                 let mut view = json!({
                     "kid": k.kid,
                     "kty": k.jwk.get("kty").cloned().unwrap_or(Value::Null),

@@ -569,16 +569,30 @@ impl Signing {
         }
     }
 
+    /// When the key at `i` stopped signing: as recorded, or, for a key retired before its end
+    /// was recorded, when the next one started (else its last signature). `None` while it may
+    /// sign, and for a key that never signed.
+    fn stopped_signing(&self, i: usize) -> Option<OffsetDateTime> {
+        let key = &self.keys[i];
+        if key.signing_until.is_some()
+            || key.signing_since.is_none()
+            || key.stage != Stage::Retiring
+        {
+            return key.signing_until;
+        }
+        (self.keys[i + 1..].iter())
+            .find_map(|k| k.signing_since)
+            .or(key.last_signed_at)
+    }
+
     /// Without the keys `kids`, withdrawn at `now`: remembered for [`WITHDRAWN_KEPT`].
     pub fn withdraw(&mut self, kids: &[String], now: OffsetDateTime) {
-        // A key retired before its end was recorded stopped signing when the next one started.
-        let successor_since = |i: usize| (self.keys[i + 1..].iter()).find_map(|k| k.signing_since);
         let until: Vec<Option<OffsetDateTime>> = (0..self.keys.len())
-            .map(|i| match &self.keys[i] {
-                k if k.signing_until.is_some() || k.signing_since.is_none() => k.signing_until,
-                k if k.stage == Stage::Retiring => successor_since(i).or(k.last_signed_at),
+            .map(|i| {
+                let key = &self.keys[i];
                 // A key withdrawn while it signed (a compromise) signed until then.
-                k => k.signing_since.map(|_| now),
+                let signing = key.stage != Stage::Retiring && key.signing_since.is_some();
+                self.stopped_signing(i).or(signing.then_some(now))
             })
             .collect();
         let mut withdrawn = Vec::new();
@@ -633,16 +647,14 @@ impl Signing {
     }
 
     /// The keys that no longer sign and wait to leave the key set, as `GET …/keys` lists them:
-    /// since they stopped signing (or, for one that never signed, since they stopped waiting to),
-    /// until their `withdrawAt`.
+    /// since they stopped signing, until their `withdrawAt` (a key that never signed stopped
+    /// waiting to at its `withdrawAt`: it leaves at once).
     pub fn retiring(&self) -> Vec<Retiring> {
         (self.keys.iter().enumerate())
             .filter(|(_, k)| k.stage == Stage::Retiring)
             .filter_map(|(i, k)| {
                 let published_until = k.withdraw_at?;
-                // A key retired before its end was recorded stopped when the next one started.
-                let successor_since = (self.keys[i + 1..].iter()).find_map(|k| k.signing_since);
-                let retired_at = (k.signing_until.or(successor_since)).unwrap_or(published_until);
+                let retired_at = self.stopped_signing(i).unwrap_or(published_until);
                 Some(Retiring {
                     kid: k.kid.clone(),
                     retired_at: retired_at.min(published_until),

@@ -16,8 +16,9 @@ pub fn inventory(
     service: &Service,
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
-    let retiring = (registry.store.signing(service.id)?).map_or_else(Vec::new, |s| s.retiring());
-    Ok(config::key_state(registry, service)?.inventory(now, &retiring))
+    let keys = config::key_state(registry, service)?;
+    let retiring = signing::retiring(registry, service, &keys)?;
+    Ok(keys.inventory(now, &retiring))
 }
 
 /// Withdraws the retired key `kid` of `service` at once (a compromised key): a current key is a

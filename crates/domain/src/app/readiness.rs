@@ -199,11 +199,11 @@ pub fn readiness(
         .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
     let (assessed, safe_at) = assess_key(registry, service, key, purging, now)?;
     // A managed key that no longer signs is retired, as `GET …/keys` lists it.
-    let retiring = key.retired_at.is_none()
-        && key.held_by(crate::keys::MANAGED_SOURCE)
-        && (registry.store.signing(service.id)?)
-            .is_some_and(|s| s.retiring().iter().any(|r| r.kid == key.kid));
-    let state = if retiring { "retired" } else { key.state() };
+    let retiring = crate::app::signing::retiring(registry, service, &keys)?;
+    let state = match key.retirement(&retiring) {
+        Some(_) => "retired",
+        None => "current",
+    };
     let pending: Vec<Value> = match safe_at {
         Some(_) => Vec::new(),
         None => (assessed.pending.iter())

@@ -12,7 +12,7 @@
 use crate::app::{config, readiness, AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::DomainStatus;
-use crate::keys::{KeyVerifier, MAX_PUBLISHED_KEYS};
+use crate::keys::{KeyState, KeyVerifier, Retiring, MANAGED_SOURCE, MAX_PUBLISHED_KEYS};
 use crate::ports::{ConfigChange, ManagedKeys, SignFailure, SigningChange};
 use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
@@ -261,6 +261,19 @@ fn system_event(action: Action, service: &Service, now: OffsetDateTime) -> Audit
         service.customer_id,
         now,
     )
+}
+
+/// The managed keys of `service` that no longer sign, as `GET …/keys` lists them (read only
+/// when `keys`, its key state, holds a managed key).
+pub fn retiring(
+    registry: &Registry,
+    service: &Service,
+    keys: &KeyState,
+) -> Result<Vec<Retiring>, AppError> {
+    if !(keys.keys.iter()).any(|k| k.held_by(MANAGED_SOURCE)) {
+        return Ok(Vec::new());
+    }
+    Ok((registry.store.signing(service.id)?).map_or_else(Vec::new, |s| s.retiring()))
 }
 
 /// `GET /services/{s}/signing` at `now`: the settings and the keys (404 when it is not turned

@@ -30,7 +30,7 @@ pub struct FetchLogArgs {
 }
 
 /// The largest body `POST /fetch-log` takes.
-const MAX_BATCH_BYTES: u64 = 1024 * 1024;
+const MAX_BATCH_BYTES: u64 = crate::routes::fetch_log::MAX_BATCH_BYTES as u64;
 
 /// A batch waits at most this long for more lines.
 const SHIP_EVERY: Duration = Duration::from_secs(1);

@@ -38,7 +38,7 @@ function keyModel() {
     });
   }
   const managed = svc.signing && Array.isArray(svc.signing.keys) ? svc.signing.keys : [];
-  managed.forEach((m, i) => {
+  managed.forEach((m) => {
     let key = keys.get(m.kid);
     if (!key) {
       key = { kid: String(m.kid), source: "managed", published: ms(m.createdAt), safe: null, retiring: null, end: null };
@@ -50,10 +50,10 @@ function keyModel() {
     key.signingSince = ms(m.signingSince);
     key.end = ms(m.withdrawAt) ?? key.end;
     key.lastSignedAt = m.lastSignedAt;
-    if (m.state === "retiring") {
-      // It stopped signing when the key made after it started (the list is in creation order).
-      const successor = managed.slice(i + 1).find((other) => ms(other.signingSince) !== null);
-      key.retiring = successor ? ms(successor.signingSince) : (ms(m.lastSignedAt) ?? key.signingSince ?? key.safe);
+    // A retiring key's `retiredAt` (GET …/keys) is when it stopped signing; the others are not
+    // retiring.
+    if (m.state !== "retiring") {
+      key.retiring = null;
     }
   });
   // Keys that left the key set: their rows end where they were withdrawn. A managed key's

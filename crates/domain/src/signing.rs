@@ -939,7 +939,7 @@ mod tests {
             retired_at: at(period + 605),
             published_until: withdraw,
         };
-        assert_eq!(signing.retiring(), [listed_retired.clone()]);
+        assert_eq!(signing.retiring(), std::slice::from_ref(&listed_retired));
         // A state written before the end was recorded: the next key's start says it.
         signing.keys[0].signing_until = None;
         assert_eq!(signing.retiring(), [listed_retired]);

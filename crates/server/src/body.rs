@@ -241,9 +241,13 @@ impl<'a> Fields<'a> {
             .keys()
             .filter(|k| !allowed.contains(&k.as_str()))
             .map(|k| {
+                let accepted = match allowed {
+                    [] => "this call takes no member: send {} or no body".to_owned(),
+                    _ => format!("accepted: {}", allowed.join(", ")),
+                };
                 Violation::new(
                     format!("/{}", escape_token(k)),
-                    format!("unknown field {k:?} (accepted: {})", allowed.join(", ")),
+                    format!("unknown field {k:?} ({accepted})"),
                 )
             })
             .collect();

@@ -131,6 +131,8 @@ fn calls_without_a_body_refuse_one() {
         "validation-failed",
     );
     assert_eq!(member["errors"][0]["pointer"], "/x", "{member}");
+    let message = member["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("takes no member"), "{member}");
     // The token still works: nothing was regenerated.
     assert_eq!(server.get("/services", &acme.token).status(), 200);
     let taken = post(Some("application/json"), "{}");

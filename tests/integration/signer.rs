@@ -461,9 +461,11 @@ fn a_plugin_started_after_signing_stopped_still_answers_the_keys_that_verify_its
         Some((json!("retired"), json!("k1"))),
         "{listed}"
     );
+    // Signing stopped: the managed key signs no more, listed as retired until its tokens
+    // expire.
     assert_eq!(
         state_of(&managed),
-        Some((json!("current"), json!(managed))),
+        Some((json!("retired"), json!(managed))),
         "{listed}"
     );
 

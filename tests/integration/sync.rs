@@ -525,9 +525,10 @@ fn two_clusters_sync_as_two_sources_and_removing_one_retires_its_keys_only() {
         Some(&acme.token),
         &["--source-name", "Green!"],
     );
-    assert_eq!(bad.status.code(), Some(1));
+    // A name the API would refuse is a wrong command line, told before any call.
+    assert_eq!(bad.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("query parameter source"),
+        String::from_utf8_lossy(&bad.stderr).contains("is not a key source name"),
         "{}",
         String::from_utf8_lossy(&bad.stderr)
     );

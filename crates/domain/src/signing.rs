@@ -664,6 +664,45 @@ impl Signing {
             .collect()
     }
 
+    /// The keys withdrawn in the last [`WITHDRAWN_KEPT`] before `now`, as a key state remembers
+    /// a withdrawn key (a managed key's `kid` is its thumbprint): what a service that publishes
+    /// nothing any more still refuses to publish again (a compromised key's copy, say) and
+    /// lists as withdrawn.
+    pub fn remembered(&self, now: OffsetDateTime) -> Vec<crate::withdrawn::WithdrawnKey> {
+        (self.withdrawn.iter())
+            .filter(|w| w.withdrawn_at > now - WITHDRAWN_KEPT)
+            .map(|w| crate::withdrawn::WithdrawnKey {
+                kid: w.kid.clone(),
+                thumbprint: w.kid.clone(),
+                source: MANAGED_SOURCE.to_owned(),
+                first_published_at: w.created_at,
+                // Signing until its withdrawal (a compromise): withdrawn while current.
+                retired_at: w.signing_until.filter(|until| *until < w.withdrawn_at),
+                withdrawn_at: w.withdrawn_at,
+            })
+            .collect()
+    }
+
+    /// Gives the managed keys among `withdrawn` (a key state's memory, which knew them current
+    /// to the end) the time they stopped signing, when they stopped before they left.
+    pub fn date_withdrawals(&self, withdrawn: &mut [crate::withdrawn::WithdrawnKey]) {
+        for key in withdrawn.iter_mut() {
+            if key.source != MANAGED_SOURCE || key.retired_at.is_some() {
+                continue;
+            }
+            key.retired_at = (self.withdrawn.iter())
+                .find(|w| w.kid == key.kid)
+                .and_then(|w| w.signing_until)
+                .filter(|until| *until < key.withdrawn_at);
+        }
+    }
+
+    /// Whether it is worth keeping: keys, or withdrawn keys still remembered at `now`.
+    pub fn worth_keeping(&self, now: OffsetDateTime) -> bool {
+        !self.keys.is_empty()
+            || (self.withdrawn.iter()).any(|w| w.withdrawn_at > now - WITHDRAWN_KEPT)
+    }
+
     /// The managed keys as the key set publishes them: every key, whatever its stage, with its
     /// lead.
     pub fn published(&self) -> Vec<(String, Map<String, Value>)> {

@@ -609,6 +609,17 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
     let newest = kids(&state, "current")[0].clone();
     let set = hosted_keys(&server, &sub);
     assert!(!verifies(&set, &before_switch));
+    // Listed as withdrawn: the retiring one with when it stopped signing, the one that
+    // signed until the compromise without.
+    let listed = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    let withdrawn = |kid: &str| {
+        (listed["withdrawn"].as_array().unwrap().iter())
+            .find(|w| w["kid"] == kid)
+            .cloned()
+            .unwrap_or_else(|| panic!("{kid} is not listed: {listed}"))
+    };
+    assert!(withdrawn(&first)["retiredAt"].is_string(), "{listed}");
+    assert!(withdrawn(&next).get("retiredAt").is_none(), "{listed}");
     let c = claims();
     assert_eq!(signed_by(&c)["kid"], newest.as_str());
     // Each transition is in the audit trail; no signature is.
@@ -630,6 +641,64 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
         2,
         "{actions:?}"
     );
+}
+
+/// A compromised key stays refused once the service publishes nothing: its withdrawal is
+/// remembered though the key state went with the last key (a copy of it published again
+/// would make every token it signed verify again).
+#[test]
+fn a_compromised_key_stays_refused_after_the_service_stopped_publishing() {
+    let server = signing_server();
+    let (acme, sub, issuer, state) =
+        signing_service(&server, json!({"leadSeconds": 0, "maxTokenSeconds": 600}));
+    let compromised = kids(&state, "current")[0].clone();
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
+    let claims = payload(&issuer, now(), 600);
+    let (status, signed) = sign(&server, &signer, &sub, &claims);
+    assert_eq!(status, 200, "{signed}");
+    let set = hosted_keys(&server, &sub);
+    let jwk = set["keys"][0].clone();
+    assert_eq!(jwk["kid"], compromised.as_str());
+    assert_eq!(rotate(&server, &acme.token, &sub, true).status(), 200);
+    // Signing off: the new key, which never signed, leaves at once; nothing is published.
+    turn_off(&server, &acme.token, &sub);
+    let gone = within(Duration::from_secs(30), || {
+        (server
+            .hosted(Method::GET, &sub, "/openid/v1/jwks")
+            .send()
+            .unwrap())
+        .status()
+            == 404
+    });
+    assert!(gone, "the service still publishes");
+    let listed = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    let withdrawn: Vec<&str> = (listed["withdrawn"].as_array().unwrap().iter())
+        .filter_map(|w| w["kid"].as_str())
+        .collect();
+    assert!(withdrawn.contains(&compromised.as_str()), "{listed}");
+    // Its copy, under its kid or another, is refused; the token it signed stays refused.
+    for kid in [compromised.as_str(), "copy"] {
+        let mut copy = jwk.clone();
+        copy["kid"] = kid.into();
+        let put = (server.authed(
+            Method::PUT,
+            &format!("/services/{sub}/config?source=blue"),
+            &acme.token,
+        ))
+        .json(&json!({
+            "openidConfiguration": {"issuer": issuer, "jwks_uri": format!("{issuer}/openid/v1/jwks"),
+                "response_types_supported": ["id_token"], "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["ES256"]},
+            "jwks": {"keys": [copy]},
+        }))
+        .send()
+        .unwrap();
+        let problem = assert_problem(put, 400, "validation-failed");
+        assert!(
+            problem.to_string().contains("withdrawn"),
+            "{kid}: {problem}"
+        );
+    }
 }
 
 /// First PUTs at once make one first key: one turns signing on, the others update it, and

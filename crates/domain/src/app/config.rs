@@ -1,7 +1,7 @@
 //! A service's published configuration: publish (with the key lifecycle: docs/api.md, "Key
 //! lifecycle"), read, withdraw.
 
-use crate::app::{services, AppError, Caller, Registry};
+use crate::app::{services, signing, AppError, Caller, Registry};
 use crate::audit::Action;
 use crate::keys::{self, KeyState};
 use crate::publishing::Publication;
@@ -66,15 +66,19 @@ pub fn publish(
     // The verifiers of any key this upload publishes first, fixed now (docs/api.md, "Key
     // readiness"): read before the transaction, which holds the service's row.
     let verifiers = verifiers_at(registry, service.id, now)?;
+    // What a service that publishes nothing still remembers of its withdrawn managed keys (a
+    // compromised key's copy stays refused).
+    let remembered = signing::remembered(registry, service, now)?;
     let mut outcome = None;
     registry
         .store
         .update_config(
             service.id,
             &mut |current| {
-                let (previous, published_before) = current
-                    .map(|c| (c.keys, serde_json::from_str(&c.openid_configuration).ok()))
-                    .unwrap_or_default();
+                let (previous, published_before) = match current {
+                    Some(c) => (c.keys, serde_json::from_str(&c.openid_configuration).ok()),
+                    None => (unpublished(remembered.clone()), None),
+                };
                 match keys::upload(
                     &command.body,
                     &issuer,
@@ -389,6 +393,27 @@ pub fn verifiers_at(
         &candidates,
         registry.settings.verifier_hours,
     ))
+}
+
+/// The key state of what `service` publishes; when nothing is, only the managed keys it
+/// withdrew and still remembers (at `now`).
+pub fn key_state_at(
+    registry: &Registry,
+    service: &Service,
+    now: OffsetDateTime,
+) -> Result<KeyState, AppError> {
+    match registry.store.config(service.id)? {
+        Some(config) => Ok(config.keys),
+        None => Ok(unpublished(signing::remembered(registry, service, now)?)),
+    }
+}
+
+/// The key state of a service that publishes nothing: the withdrawn keys it still remembers.
+fn unpublished(withdrawn: Vec<crate::withdrawn::WithdrawnKey>) -> KeyState {
+    KeyState {
+        withdrawn,
+        ..KeyState::default()
+    }
 }
 
 /// The key state of what `service` publishes (empty when nothing is).

@@ -16,8 +16,12 @@ pub fn inventory(
     service: &Service,
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
-    let keys = config::key_state(registry, service)?;
-    let retiring = signing::retiring(registry, service, &keys)?;
+    let mut keys = config::key_state_at(registry, service, now)?;
+    let signing = signing::of_managed(registry, service, &keys)?;
+    let retiring = signing.as_ref().map_or_else(Vec::new, |s| s.retiring());
+    if let Some(signing) = &signing {
+        signing.date_withdrawals(&mut keys.withdrawn);
+    }
     Ok(keys.inventory(now, &retiring))
 }
 

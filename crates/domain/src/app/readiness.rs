@@ -199,7 +199,8 @@ pub fn readiness(
         .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
     let (assessed, safe_at) = assess_key(registry, service, key, purging, now)?;
     // A managed key that no longer signs is retired, as `GET …/keys` lists it.
-    let retiring = crate::app::signing::retiring(registry, service, &keys)?;
+    let signing = crate::app::signing::of_managed(registry, service, &keys)?;
+    let retiring = signing.map_or_else(Vec::new, |s| s.retiring());
     let state = match key.retirement(&retiring) {
         Some(_) => "retired",
         None => "current",

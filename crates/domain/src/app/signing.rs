@@ -12,7 +12,7 @@
 use crate::app::{config, readiness, AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::DomainStatus;
-use crate::keys::{KeyState, KeyVerifier, Retiring, MANAGED_SOURCE, MAX_PUBLISHED_KEYS};
+use crate::keys::{KeyState, KeyVerifier, MANAGED_SOURCE, MAX_PUBLISHED_KEYS};
 use crate::ports::{ConfigChange, ManagedKeys, SignFailure, SigningChange};
 use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
@@ -186,7 +186,9 @@ fn write(
         Some(SigningChange {
             config,
             due_at: signing.due_at_holding_rotation(now, held_until),
-            signing: (!signing.keys.is_empty()).then_some(signing),
+            // Kept without keys while it remembers withdrawn ones: a service that publishes
+            // nothing any more must still refuse a compromised key's copy.
+            signing: signing.worth_keeping(now).then_some(signing),
         })
     };
     let written = (registry.store)
@@ -263,17 +265,30 @@ fn system_event(action: Action, service: &Service, now: OffsetDateTime) -> Audit
     )
 }
 
-/// The managed keys of `service` that no longer sign, as `GET …/keys` lists them (read only
-/// when `keys`, its key state, holds a managed key).
-pub fn retiring(
+/// The managed keys `service` withdrew in the last eight days, as a key state remembers them:
+/// for a service that publishes nothing any more, whose key state (and its memory) went with
+/// its last key.
+pub fn remembered(
+    registry: &Registry,
+    service: &Service,
+    now: OffsetDateTime,
+) -> Result<Vec<crate::withdrawn::WithdrawnKey>, AppError> {
+    Ok((registry.store.signing(service.id)?).map_or_else(Vec::new, |s| s.remembered(now)))
+}
+
+/// The managed signing of `service`, read only when `keys`, its key state, holds or remembers
+/// a managed key (what `GET …/keys` and readiness say of them).
+pub fn of_managed(
     registry: &Registry,
     service: &Service,
     keys: &KeyState,
-) -> Result<Vec<Retiring>, AppError> {
-    if !(keys.keys.iter()).any(|k| k.held_by(MANAGED_SOURCE)) {
-        return Ok(Vec::new());
+) -> Result<Option<Signing>, AppError> {
+    let held = (keys.keys.iter()).any(|k| k.held_by(MANAGED_SOURCE));
+    let remembered = (keys.withdrawn.iter()).any(|w| w.source == MANAGED_SOURCE);
+    match held || remembered {
+        true => Ok(registry.store.signing(service.id)?),
+        false => Ok(None),
     }
-    Ok((registry.store.signing(service.id)?).map_or_else(Vec::new, |s| s.retiring()))
 }
 
 /// `GET /services/{s}/signing` at `now`: the settings and the keys (404 when it is not turned

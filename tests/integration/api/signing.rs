@@ -660,17 +660,14 @@ fn a_compromised_key_stays_refused_after_the_service_stopped_publishing() {
     let jwk = set["keys"][0].clone();
     assert_eq!(jwk["kid"], compromised.as_str());
     assert_eq!(rotate(&server, &acme.token, &sub, true).status(), 200);
-    // Signing off: the new key, which never signed, leaves at once; nothing is published.
+    // Signing off: the new key, which never signed, leaves with the answer; nothing is
+    // published, and the event says which key left.
     turn_off(&server, &acme.token, &sub);
-    let gone = within(Duration::from_secs(30), || {
-        (server
-            .hosted(Method::GET, &sub, "/openid/v1/jwks")
-            .send()
-            .unwrap())
-        .status()
-            == 404
-    });
-    assert!(gone, "the service still publishes");
+    let jwks = server.hosted(Method::GET, &sub, "/openid/v1/jwks").send();
+    assert_eq!(jwks.unwrap().status(), 404, "the service still publishes");
+    let page = json(server.get("/audit-events?action=signing.disable", &acme.token));
+    let left = &page["events"][0]["changes"]["withdrawnKids"]["new"];
+    assert_eq!(left.as_array().map(Vec::len), Some(1), "{page}");
     let listed = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
     let withdrawn: Vec<&str> = (listed["withdrawn"].as_array().unwrap().iter())
         .filter_map(|w| w["kid"].as_str())
@@ -836,13 +833,19 @@ fn the_last_managed_keys_withdrawal_is_purged_though_no_replica_holds_the_docume
         // The upkeep would drop the retired key too: the step is the one that withdraws it here.
         ("REGISTRY_TEST_REAP_EVERY_SECONDS", "3600"),
     ]));
-    let (acme, sub, _, _) = signing_service(
+    let (acme, sub, issuer, _) = signing_service(
         &server,
         json!({"leadSeconds": 0, "maxTokenSeconds": 600, "algorithm": "RS256"}),
     );
     let authority = server.issuer(&sub).split_once("://").unwrap().1.to_owned();
     let purge = format!("PURGE /openid/v1/jwks {authority}");
     let purges = || seen.lock().unwrap().iter().filter(|l| **l == purge).count();
+    // It signed: turned off, it stays published until that token has expired.
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
+    assert_eq!(
+        sign(&server, &signer, &sub, &payload(&issuer, now(), 600)).0,
+        200
+    );
     turn_off(&server, &acme.token, &sub);
     // Other services published after it leave it out of the hosting cache.
     for tenant in ["two", "three", "four", "five"] {

@@ -529,23 +529,38 @@ pub fn delete(
     service: &Service,
     now: OffsetDateTime,
 ) -> Result<(), AppError> {
-    let event = caller.service_event(Action::SigningDisable, service, now);
-    let mut apply = |stored: Option<Signing>| {
-        let mut signing = stored?;
+    // Off, and without the keys that never signed: they leave with the answer, not at the
+    // rotation step's next turn (no token of theirs needs them).
+    let off = |mut signing: Signing| {
         signing.disable(now);
-        Some(signing)
+        let leaving: Vec<String> = (signing.keys.iter())
+            .filter(|k| k.withdraw_at.is_some_and(|at| at <= now))
+            .map(|k| k.kid.clone())
+            .collect();
+        signing.withdraw(&leaving, now);
+        (signing, leaving)
     };
+    let mut apply = |stored: Option<Signing>| Some(off(stored?).0);
     // A signature recorded meanwhile (`lastSignedAt`) changes the state: read it again.
     for _ in 0..WRITE_ATTEMPTS {
         let stored = registry.store.signing(service.id)?;
         let Some(on) = stored.filter(|s| s.enabled) else {
             return Err(not_on(service));
         };
-        let expected = Some(&on);
+        let leaving = off(on.clone()).1;
+        let event = caller.service_event(Action::SigningDisable, service, now);
+        let event = match leaving.is_empty() {
+            true => event,
+            false => event.with_change(
+                "withdrawnKids",
+                Value::Null,
+                leaving.into_iter().map(Value::String).collect(),
+            ),
+        };
         if write(
             registry,
             service,
-            expected,
+            Some(&on),
             false,
             &mut apply,
             Some(&event),
@@ -1160,6 +1175,12 @@ mod tests {
         put(&registry, &caller, &service, &shorter, false, due).unwrap();
         let settings = store.signing(service.id).unwrap().unwrap().settings;
         assert_eq!(settings.max_token_seconds, 600);
+        // Nor turned on again beside one that stays published after it was turned off (it
+        // signed, on a replica holding the key that opens it).
+        let kid = store.signing(service.id).unwrap().unwrap().keys[0]
+            .kid
+            .clone();
+        record_use(&registry, &service, &kid, T0).unwrap();
         delete(&registry, &caller, &service, T0).unwrap();
         assert!(disabled(put(
             &registry,
@@ -1723,7 +1744,9 @@ mod tests {
             std::slice::from_ref(&second)
         );
         assert_eq!(actions(&store, &service)[0], "key.delete");
-        // Signing off, every key retires: the last one can be pulled at once too.
+        // Signing off, every key retires (one that never signed leaves with it): the last one
+        // can be pulled at once too.
+        sign(&registry, &service, &claims, T0).unwrap();
         delete(&registry, &caller, &service, T0).unwrap();
         keys::withdraw(&registry, &caller, &service, &second, T0).unwrap();
         assert!(published_kids(&registry, &service).is_empty());

@@ -1693,7 +1693,7 @@ mod tests {
             .collect();
         let mut body = crate::testing::upload_of(keys[0].clone(), "EdDSA");
         body["jwks"]["keys"] = Value::Array(keys);
-        upload_files(&registry, &caller, &service, body);
+        upload_files(&registry, &caller, &service, body.clone());
         // The first managed key is the 100th: room for it, and for no other.
         let settings = json!({"leadSeconds": 0, "rotationPeriodSeconds": 3600});
         put(&registry, &caller, &service, &settings, false, T0).unwrap();
@@ -1701,6 +1701,20 @@ mod tests {
         assert!(
             matches!(&full, AppError::Conflict(why) if why.contains("100 keys")),
             "{full:?}"
+        );
+        // An upload past the cap is told that managed keys which no longer sign may go too.
+        let mut more = body.clone();
+        more["jwks"]["keys"].as_array_mut().unwrap().push(
+            json!({"kty": "OKP", "crv": "Ed25519", "kid": "file-x", "x": URL_SAFE_NO_PAD.encode([200; 32])}),
+        );
+        let command = config::PublishConfig {
+            body: more,
+            source: "files".into(),
+        };
+        let refused = config::publish(&registry, &caller, &service, command, T0).unwrap_err();
+        assert!(
+            matches!(&refused, AppError::Invalid(v) if v[0].message.contains("managed signing keys")),
+            "{refused:?}"
         );
         // The period's rotation waits; a compromise, which withdraws the other key, does not.
         let due = T0 + Duration::seconds(3600);

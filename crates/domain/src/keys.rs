@@ -544,7 +544,7 @@ pub fn rotate(
             .filter(|k| !retired.contains(&k.kid))
             .map(|k| k.kid.as_str())
             .collect();
-        let mut way_out = match deletable.is_empty() {
+        let way_out = match deletable.is_empty() {
             true => "Upload fewer keys, or the same with \"retainRemovedKeysHours\": 0 (the \
                      keys it drops then leave at once)"
                 .to_owned(),
@@ -553,13 +553,6 @@ pub fn rotate(
                 deletable.join(", ")
             ),
         };
-        // Managed keys that no longer sign are current here, and listed retired elsewhere.
-        if current.iter().any(|k| k.held_by(MANAGED_SOURCE)) {
-            way_out.push_str(
-                "; managed signing keys that no longer sign (GET /services/{s}/keys lists them \
-                 retired) may be withdrawn the same way",
-            );
-        }
         problems.push(RotationProblem {
             violation: Violation::new(
                 "/jwks/keys",

@@ -696,6 +696,35 @@ fn a_compromised_key_stays_refused_after_the_service_stopped_publishing() {
             "{kid}: {problem}"
         );
     }
+    // Still refused once something else is published again (the key state written then
+    // remembers nothing of its own), and still listed.
+    let other = (server.authed(
+        Method::PUT,
+        &format!("/services/{sub}/config?source=green"),
+        &acme.token,
+    ))
+    .json(&super::upload(&["green-1"]))
+    .send()
+    .unwrap();
+    assert_eq!(other.status(), 200);
+    let mut copy = jwk.clone();
+    copy["kid"] = "copy".into();
+    let mut body = super::upload(&["green-1"]);
+    body["jwks"]["keys"].as_array_mut().unwrap().push(copy);
+    let put = (server.authed(
+        Method::PUT,
+        &format!("/services/{sub}/config?source=green"),
+        &acme.token,
+    ))
+    .json(&body)
+    .send()
+    .unwrap();
+    assert_problem(put, 400, "validation-failed");
+    let listed = json(server.get(&format!("/services/{sub}/keys"), &acme.token));
+    assert!(
+        (listed["withdrawn"].as_array().unwrap().iter()).any(|w| w["kid"] == compromised.as_str()),
+        "{listed}"
+    );
 }
 
 /// First PUTs at once make one first key: one turns signing on, the others update it, and

@@ -1,11 +1,12 @@
 //! A service's published configuration: publish (with the key lifecycle: docs/api.md, "Key
 //! lifecycle"), read, withdraw.
 
-use crate::app::{services, signing, AppError, Caller, Registry};
+use crate::app::{services, AppError, Caller, Registry};
 use crate::audit::Action;
 use crate::keys::{self, KeyState};
 use crate::publishing::Publication;
 use crate::service::{DocumentDates, PublishedConfig};
+use crate::signing::Signing;
 use crate::Service;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -66,9 +67,10 @@ pub fn publish(
     // The verifiers of any key this upload publishes first, fixed now (docs/api.md, "Key
     // readiness"): read before the transaction, which holds the service's row.
     let verifiers = verifiers_at(registry, service.id, now)?;
-    // What a service that publishes nothing still remembers of its withdrawn managed keys (a
-    // compromised key's copy stays refused).
-    let remembered = signing::remembered(registry, service, now)?;
+    // The managed keys withdrawn in the last eight days, as managed signing remembers them
+    // (a compromised key's copy stays refused, whatever the key state still remembers: it
+    // forgets when the service publishes nothing).
+    let signing = registry.store.signing(service.id)?;
     let mut outcome = None;
     registry
         .store
@@ -77,8 +79,9 @@ pub fn publish(
             &mut |current| {
                 let (previous, published_before) = match current {
                     Some(c) => (c.keys, serde_json::from_str(&c.openid_configuration).ok()),
-                    None => (unpublished(remembered.clone()), None),
+                    None => (KeyState::default(), None),
                 };
+                let previous = with_remembered(previous, signing.as_ref(), now);
                 match keys::upload(
                     &command.body,
                     &issuer,
@@ -395,25 +398,24 @@ pub fn verifiers_at(
     ))
 }
 
-/// The key state of what `service` publishes; when nothing is, only the managed keys it
-/// withdrew and still remembers (at `now`).
-pub fn key_state_at(
-    registry: &Registry,
-    service: &Service,
+/// `keys` remembering, besides its own withdrawn keys, the managed keys `signing` withdrew in
+/// the last eight days before `now`: a key state forgets its withdrawals when the service
+/// publishes nothing, managed signing does not (the one listed for a `kid` is the latest).
+pub fn with_remembered(
+    mut keys: KeyState,
+    signing: Option<&Signing>,
     now: OffsetDateTime,
-) -> Result<KeyState, AppError> {
-    match registry.store.config(service.id)? {
-        Some(config) => Ok(config.keys),
-        None => Ok(unpublished(signing::remembered(registry, service, now)?)),
+) -> KeyState {
+    if let Some(signing) = signing {
+        let remembered = crate::withdrawn::remembered(
+            signing.remembered(now),
+            &keys.withdrawn,
+            |kid| keys.keys.iter().any(|k| k.kid == kid),
+            now,
+        );
+        keys.withdrawn = remembered;
     }
-}
-
-/// The key state of a service that publishes nothing: the withdrawn keys it still remembers.
-fn unpublished(withdrawn: Vec<crate::withdrawn::WithdrawnKey>) -> KeyState {
-    KeyState {
-        withdrawn,
-        ..KeyState::default()
-    }
+    keys
 }
 
 /// The key state of what `service` publishes (empty when nothing is).

@@ -16,8 +16,11 @@ pub fn inventory(
     service: &Service,
     now: OffsetDateTime,
 ) -> Result<Value, AppError> {
-    let mut keys = config::key_state_at(registry, service, now)?;
-    let signing = signing::of_managed(registry, service, &keys)?;
+    // Managed signing says which of its keys no longer sign, and remembers the ones it
+    // withdrew though the key state may have forgotten them.
+    let signing = registry.store.signing(service.id)?;
+    let keys = config::key_state(registry, service)?;
+    let mut keys = config::with_remembered(keys, signing.as_ref(), now);
     let retiring = signing.as_ref().map_or_else(Vec::new, |s| s.retiring());
     if let Some(signing) = &signing {
         signing.date_withdrawals(&mut keys.withdrawn);

@@ -199,8 +199,11 @@ pub fn readiness(
         .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
     let (assessed, safe_at) = assess_key(registry, service, key, purging, now)?;
     // A managed key that no longer signs is retired, as `GET …/keys` lists it.
-    let signing = crate::app::signing::of_managed(registry, service, &keys)?;
-    let retiring = signing.map_or_else(Vec::new, |s| s.retiring());
+    let managed = key.retired_at.is_none() && key.held_by(crate::keys::MANAGED_SOURCE);
+    let retiring = match managed {
+        true => (registry.store.signing(service.id)?).map_or_else(Vec::new, |s| s.retiring()),
+        false => Vec::new(),
+    };
     let state = match key.retirement(&retiring) {
         Some(_) => "retired",
         None => "current",

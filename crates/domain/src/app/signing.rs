@@ -12,7 +12,7 @@
 use crate::app::{config, readiness, AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::DomainStatus;
-use crate::keys::{KeyState, KeyVerifier, MANAGED_SOURCE, MAX_PUBLISHED_KEYS};
+use crate::keys::{KeyVerifier, MAX_PUBLISHED_KEYS};
 use crate::ports::{ConfigChange, ManagedKeys, SignFailure, SigningChange};
 use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
@@ -263,32 +263,6 @@ fn system_event(action: Action, service: &Service, now: OffsetDateTime) -> Audit
         service.customer_id,
         now,
     )
-}
-
-/// The managed keys `service` withdrew in the last eight days, as a key state remembers them:
-/// for a service that publishes nothing any more, whose key state (and its memory) went with
-/// its last key.
-pub fn remembered(
-    registry: &Registry,
-    service: &Service,
-    now: OffsetDateTime,
-) -> Result<Vec<crate::withdrawn::WithdrawnKey>, AppError> {
-    Ok((registry.store.signing(service.id)?).map_or_else(Vec::new, |s| s.remembered(now)))
-}
-
-/// The managed signing of `service`, read only when `keys`, its key state, holds or remembers
-/// a managed key (what `GET …/keys` and readiness say of them).
-pub fn of_managed(
-    registry: &Registry,
-    service: &Service,
-    keys: &KeyState,
-) -> Result<Option<Signing>, AppError> {
-    let held = (keys.keys.iter()).any(|k| k.held_by(MANAGED_SOURCE));
-    let remembered = (keys.withdrawn.iter()).any(|w| w.source == MANAGED_SOURCE);
-    match held || remembered {
-        true => Ok(registry.store.signing(service.id)?),
-        false => Ok(None),
-    }
 }
 
 /// `GET /services/{s}/signing` at `now`: the settings and the keys (404 when it is not turned
@@ -1693,7 +1667,7 @@ mod tests {
             .collect();
         let mut body = crate::testing::upload_of(keys[0].clone(), "EdDSA");
         body["jwks"]["keys"] = Value::Array(keys);
-        upload_files(&registry, &caller, &service, body.clone());
+        upload_files(&registry, &caller, &service, body);
         // The first managed key is the 100th: room for it, and for no other.
         let settings = json!({"leadSeconds": 0, "rotationPeriodSeconds": 3600});
         put(&registry, &caller, &service, &settings, false, T0).unwrap();
@@ -1701,20 +1675,6 @@ mod tests {
         assert!(
             matches!(&full, AppError::Conflict(why) if why.contains("100 keys")),
             "{full:?}"
-        );
-        // An upload past the cap is told that managed keys which no longer sign may go too.
-        let mut more = body.clone();
-        more["jwks"]["keys"].as_array_mut().unwrap().push(
-            json!({"kty": "OKP", "crv": "Ed25519", "kid": "file-x", "x": URL_SAFE_NO_PAD.encode([200; 32])}),
-        );
-        let command = config::PublishConfig {
-            body: more,
-            source: "files".into(),
-        };
-        let refused = config::publish(&registry, &caller, &service, command, T0).unwrap_err();
-        assert!(
-            matches!(&refused, AppError::Invalid(v) if v[0].message.contains("managed signing keys")),
-            "{refused:?}"
         );
         // The period's rotation waits; a compromise, which withdraws the other key, does not.
         let due = T0 + Duration::seconds(3600);

@@ -399,8 +399,9 @@ pub fn verifiers_at(
 }
 
 /// `keys` remembering, besides its own withdrawn keys, the managed keys `signing` withdrew in
-/// the last eight days before `now`: a key state forgets its withdrawals when the service
-/// publishes nothing, managed signing does not (the one listed for a `kid` is the latest).
+/// the last eight days before `now`, each with when it stopped signing: a key state forgets
+/// its withdrawals when the service publishes nothing, and knew a managed key current to the
+/// end; managed signing does neither (the one listed for a `kid` is the latest).
 pub fn with_remembered(
     mut keys: KeyState,
     signing: Option<&Signing>,
@@ -414,6 +415,7 @@ pub fn with_remembered(
             now,
         );
         keys.withdrawn = remembered;
+        signing.date_withdrawals(&mut keys.withdrawn);
     }
     keys
 }

@@ -20,11 +20,8 @@ pub fn inventory(
     // withdrew though the key state may have forgotten them.
     let signing = registry.store.signing(service.id)?;
     let keys = config::key_state(registry, service)?;
-    let mut keys = config::with_remembered(keys, signing.as_ref(), now);
+    let keys = config::with_remembered(keys, signing.as_ref(), now);
     let retiring = signing.as_ref().map_or_else(Vec::new, |s| s.retiring());
-    if let Some(signing) = &signing {
-        signing.date_withdrawals(&mut keys.withdrawn);
-    }
     Ok(keys.inventory(now, &retiring))
 }
 

@@ -204,10 +204,7 @@ pub fn readiness(
         true => (registry.store.signing(service.id)?).map_or_else(Vec::new, |s| s.retiring()),
         false => Vec::new(),
     };
-    let state = match key.retirement(&retiring) {
-        Some(_) => "retired",
-        None => "current",
-    };
+    let state = key.retirement(&retiring).map_or("current", |_| "retired");
     let pending: Vec<Value> = match safe_at {
         Some(_) => Vec::new(),
         None => (assessed.pending.iter())

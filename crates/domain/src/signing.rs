@@ -421,8 +421,7 @@ impl Signing {
                 })
             })
             .collect();
-        let withdrawn: Vec<Value> = (self.withdrawn.iter())
-            .filter(|k| k.withdrawn_at > now - WITHDRAWN_KEPT)
+        let withdrawn: Vec<Value> = (self.still_remembered(now))
             .map(|k| {
                 json!({
                     "kid": k.kid,
@@ -669,8 +668,7 @@ impl Signing {
     /// nothing any more still refuses to publish again (a compromised key's copy, say) and
     /// lists as withdrawn.
     pub fn remembered(&self, now: OffsetDateTime) -> Vec<crate::withdrawn::WithdrawnKey> {
-        (self.withdrawn.iter())
-            .filter(|w| w.withdrawn_at > now - WITHDRAWN_KEPT)
+        (self.still_remembered(now))
             .map(|w| crate::withdrawn::WithdrawnKey {
                 kid: w.kid.clone(),
                 thumbprint: w.kid.clone(),
@@ -699,8 +697,12 @@ impl Signing {
 
     /// Whether it is worth keeping: keys, or withdrawn keys still remembered at `now`.
     pub fn worth_keeping(&self, now: OffsetDateTime) -> bool {
-        !self.keys.is_empty()
-            || (self.withdrawn.iter()).any(|w| w.withdrawn_at > now - WITHDRAWN_KEPT)
+        !self.keys.is_empty() || self.still_remembered(now).next().is_some()
+    }
+
+    /// The withdrawn keys still remembered at `now`: those of the last [`WITHDRAWN_KEPT`].
+    fn still_remembered(&self, now: OffsetDateTime) -> impl Iterator<Item = &WithdrawnManagedKey> {
+        (self.withdrawn.iter()).filter(move |w| w.withdrawn_at > now - WITHDRAWN_KEPT)
     }
 
     /// The managed keys as the key set publishes them: every key, whatever its stage, with its

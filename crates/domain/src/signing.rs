@@ -460,7 +460,17 @@ impl Signing {
         let withdrawals = self.keys.iter().filter_map(|k| k.withdraw_at);
         let poll = self.next().map(|_| now + READINESS_POLL);
         let rotation = (self.next_rotation_at()).map(|at| held_until.map_or(at, |h| at.max(h)));
-        withdrawals.chain(poll).chain(rotation).min()
+        // Kept only for its memory of withdrawals: looked at once that memory ends, when the
+        // step's write lets it go ([`Signing::worth_keeping`]).
+        let forgotten = (self.keys.is_empty())
+            .then(|| self.still_remembered(now).map(|w| w.withdrawn_at).max())
+            .flatten()
+            .map(|last| last + WITHDRAWN_KEPT);
+        withdrawals
+            .chain(poll)
+            .chain(rotation)
+            .chain(forgotten)
+            .min()
     }
 
     /// A rotation asked for (`POST …/signing/rotate`): `made` becomes the next key. `Err` while a

@@ -1119,6 +1119,26 @@ mod tests {
     }
 
     #[test]
+    fn a_state_kept_for_its_memory_of_withdrawals_goes_when_that_memory_ends() {
+        let (registry, store, caller, service) = setup();
+        on_at_once(&registry, &caller, &service);
+        // Turned off before it signed: the key leaves at once, its withdrawal is remembered.
+        delete(&registry, &caller, &service, T0).unwrap();
+        let kept = store
+            .signing(service.id)
+            .unwrap()
+            .expect("kept for its memory");
+        assert!(kept.keys.is_empty());
+        assert_eq!(kept.remembered(T0).len(), 1);
+        let forgotten = T0 + crate::withdrawn::WITHDRAWN_KEPT;
+        let before = forgotten - Duration::seconds(1);
+        assert_eq!(store.signing_due(before, 10).unwrap(), Vec::<Uuid>::new());
+        assert_eq!(store.signing_due(forgotten, 10).unwrap(), [service.id]);
+        advance_due(&registry, false, 10, forgotten).unwrap();
+        assert_eq!(store.signing(service.id).unwrap(), None);
+    }
+
+    #[test]
     fn keys_sealed_under_another_data_key_are_signing_disabled_not_an_internal_error() {
         let (mut registry, store, caller, service) = setup();
         registry.managed_keys = Some(Arc::new(AnotherDataKey::default()));

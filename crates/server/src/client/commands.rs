@@ -72,13 +72,13 @@ pub enum ServicesCommand {
     },
 }
 
-/// `registry config …`.
 /// A key source's name as `--source` and `--source-name` take it: one the API would refuse is a
 /// wrong command line (exit 2), not a refusal of the API.
 pub(crate) fn source_name(text: &str) -> Result<String, String> {
     registry_domain::keys::source_name(Some(text)).map(str::to_owned)
 }
 
+/// `registry config …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum ConfigCommand {
     /// Show what a service publishes, or what one key source uploaded last.

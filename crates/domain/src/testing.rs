@@ -135,7 +135,7 @@ fn stored_customer(customer: &Customer) -> Customer {
 
 fn stored_service(service: &Service) -> Service {
     Service {
-        subdomain: service.subdomain.to_lowercase(),
+        subdomain: service.subdomain.to_ascii_lowercase(),
         created_at: ms(service.created_at),
         expires_at: service.expires_at.map(ms),
         ..service.clone()
@@ -503,7 +503,7 @@ impl ServiceStore for MemoryStore {
         let by_id = Uuid::parse_str(subdomain_or_id)
             .ok()
             .and_then(|id| s.services.iter().filter(served).find(|x| x.id == id));
-        let lower = subdomain_or_id.to_lowercase();
+        let lower = subdomain_or_id.to_ascii_lowercase();
         Ok(by_id
             .or_else(|| {
                 s.services
@@ -548,7 +548,7 @@ impl ServiceStore for MemoryStore {
         let owned = self.services_of(customer_id)?;
         let mut found: Vec<String> = Vec::new();
         for wanted in subdomains {
-            let lower = wanted.to_lowercase();
+            let lower = wanted.to_ascii_lowercase();
             if owned.iter().any(|x| x.subdomain == lower) && !found.contains(wanted) {
                 found.push(wanted.clone());
             }
@@ -677,7 +677,7 @@ impl ServiceStore for MemoryStore {
 
     fn published_by_subdomain(&self, subdomain: &str) -> StoreResult<Option<Publication>> {
         let s = self.lock();
-        let subdomain = subdomain.to_lowercase();
+        let subdomain = subdomain.to_ascii_lowercase();
         Ok(s.services
             .iter()
             .filter(|x| x.subdomain == subdomain && !s.disabled(x.customer_id))

@@ -161,6 +161,16 @@ impl Explanation {
     }
 }
 
+/// Lower case in Unicode's sense: a claim is any text, and a hint that it differs only in case
+/// helps whatever its script (unlike subdomains, which fold ASCII only).
+fn fold_any_case(s: &str) -> Cow<'_, str> {
+    if s.chars().any(char::is_uppercase) {
+        Cow::Owned(s.to_lowercase())
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
 fn near_misses(rule: usize, pointer: &str, pattern: &str, value: &Value, hints: &mut Vec<Hint>) {
     let mut hint = |message: String| {
         hints.push(Hint {
@@ -182,12 +192,12 @@ fn near_misses(rule: usize, pointer: &str, pattern: &str, value: &Value, hints: 
     }
     // The pattern failed on every candidate: folding case (or tidying) can only make it match
     // when it changes something, so the common case compiles no pattern and allocates nothing.
-    let lower_pattern = fold_case(pattern);
+    let lower_pattern = fold_any_case(pattern);
     fn tidy(s: &str) -> &str {
         s.trim().trim_end_matches('/')
     }
     for value in candidates {
-        let lower_value = fold_case(value);
+        let lower_value = fold_any_case(value);
         let folds = matches!(lower_pattern, Cow::Owned(_)) || matches!(lower_value, Cow::Owned(_));
         if folds && ClaimPattern::new(&lower_pattern).matches_str(&lower_value) {
             hint(format!(

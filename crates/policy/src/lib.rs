@@ -447,7 +447,7 @@ impl Policy {
                     let entry = entry.as_str()?;
                     (!services::is_wildcard(entry)).then(|| LiteralService {
                         pointer: format!("{base}/{i}"),
-                        subdomain: entry.to_lowercase(),
+                        subdomain: entry.to_ascii_lowercase(),
                     })
                 })
             })

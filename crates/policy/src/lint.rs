@@ -115,7 +115,7 @@ fn services_of(rule: &Value) -> Vec<String> {
         .map(|s| {
             s.iter()
                 .filter_map(Value::as_str)
-                .map(str::to_lowercase)
+                .map(str::to_ascii_lowercase)
                 .collect()
         })
         .unwrap_or_default()

@@ -14,7 +14,7 @@ impl ServiceSet {
     pub(crate) fn compile<'a>(entries: impl IntoIterator<Item = &'a str>) -> Self {
         let patterns: Box<[Glob]> = entries
             .into_iter()
-            .map(|e| Glob::compile(&e.to_lowercase(), Wildcards::StarOnly))
+            .map(|e| Glob::compile(&e.to_ascii_lowercase(), Wildcards::StarOnly))
             .collect();
         Self {
             includes_all: patterns.iter().any(|g| matches!(g, Glob::Any)),
@@ -105,12 +105,14 @@ impl<'a> Scope<'a> {
     }
 }
 
-/// Lower case, borrowing in the usual case of an already lower-case ASCII subdomain.
+/// ASCII lower case, borrowing in the usual case of an already lower-case subdomain. Only
+/// ASCII folds, as in DNS: Unicode's folding would make `\u{212A}3s-acme` (KELVIN SIGN) name
+/// `k3s-acme`.
 pub(crate) fn fold_case(s: &str) -> Cow<'_, str> {
-    if s.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase()) {
-        Cow::Borrowed(s)
+    if s.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(s.to_ascii_lowercase())
     } else {
-        Cow::Owned(s.to_lowercase())
+        Cow::Borrowed(s)
     }
 }
 
@@ -152,6 +154,9 @@ mod tests {
             (&["a", "b-*"], "b-x", true),
             (&["a", "b-*"], "c", false),
             (&["a?c"], "abc", false),
+            // Only ASCII folds: KELVIN SIGN lower-cases to `k` in Unicode, not in DNS.
+            (&["k3s-acme"], "\u{212A}3s-acme", false),
+            (&["\u{212A}3s-*"], "k3s-acme", false),
         ];
         for (entries, subdomain, expected) in cases {
             assert_eq!(

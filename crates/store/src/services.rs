@@ -120,7 +120,7 @@ impl ServiceStore for Store {
                 .values((
                     services::id.eq(&id),
                     services::customer_id.eq(service.customer_id.map(id_text)),
-                    services::subdomain.eq(service.subdomain.to_lowercase()),
+                    services::subdomain.eq(service.subdomain.to_ascii_lowercase()),
                     services::title.eq(&service.title),
                     services::description.eq(&service.description),
                     services::created_at.eq(millis(service.created_at)),
@@ -155,7 +155,7 @@ impl ServiceStore for Store {
                 }
             }
             services::table
-                .filter(services::subdomain.eq(subdomain_or_id.to_lowercase()))
+                .filter(services::subdomain.eq(subdomain_or_id.to_ascii_lowercase()))
                 .filter(enabled!(services::customer_id))
                 .get_result::<ServiceRow>(conn)
                 .optional()?
@@ -191,7 +191,7 @@ impl ServiceStore for Store {
         self.read(|conn| {
             let wanted: Vec<String> = subdomains
                 .iter()
-                .map(|s| s.to_lowercase())
+                .map(|s| s.to_ascii_lowercase())
                 .collect::<HashSet<_>>()
                 .into_iter()
                 .collect();
@@ -208,7 +208,7 @@ impl ServiceStore for Store {
             let mut seen = HashSet::new();
             Ok(subdomains
                 .iter()
-                .filter(|s| owned.contains(&s.to_lowercase()) && seen.insert(s.as_str()))
+                .filter(|s| owned.contains(&s.to_ascii_lowercase()) && seen.insert(s.as_str()))
                 .cloned()
                 .collect())
         })
@@ -400,7 +400,7 @@ pub(crate) fn published_by_subdomain(conn: &mut Db, subdomain: &str) -> Res<Opti
     if subdomain.contains('\0') {
         return Ok(None);
     }
-    let query = published_read!(subdomain.to_lowercase());
+    let query = published_read!(subdomain.to_ascii_lowercase());
     let row = on_backend!(conn, |c| query
         .get_result::<(HostRow, ConfigRow)>(c)
         .optional())?;

@@ -332,6 +332,13 @@ fn a_service_is_found_by_subdomain_in_any_case_and_by_id(store: &dyn Storage) {
     assert_eq!(store.service(s.id).unwrap(), Some(s.clone()));
     assert_eq!(store.find_service("web-acme").unwrap(), None);
     assert_eq!(store.find_service("api-acme\0").unwrap(), None);
+    // Only ASCII folds, as in DNS: Unicode lower-cases KELVIN SIGN to `k`.
+    let kelvin = registered(c.id, "k3s-acme", 2);
+    store
+        .create_service(&kelvin, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert_eq!(store.find_service("K3S-ACME").unwrap(), Some(kelvin));
+    assert_eq!(store.find_service("\u{212A}3s-acme").unwrap(), None);
     assert_eq!(
         store.find_service(&Uuid::new_v4().to_string()).unwrap(),
         None

@@ -53,6 +53,7 @@ pub mod custom_domain;
 pub mod customer;
 pub mod error;
 pub mod issuer;
+pub mod json;
 pub mod keys;
 pub mod limits;
 pub mod naming;

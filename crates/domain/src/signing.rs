@@ -799,15 +799,16 @@ pub fn check_claims(
             bytes.len()
         ));
     }
-    let payload = serde_json::from_slice::<UniqueClaims>(&bytes)
-        .map_err(|e| match e.to_string() {
-            // serde_json adds where it stopped: the claim's name says enough.
-            why if why.starts_with(CLAIM_NAMED) && why.contains(TWICE) => {
-                why.split(" at line ").next().unwrap_or(&why).to_owned()
-            }
-            _ => "the claims must be a JSON object".to_owned(),
-        })?
-        .0;
+    let payload = match crate::json::parse_unique(&bytes) {
+        Ok(Value::Object(claims)) => claims,
+        // serde_json adds where it stopped: the claim's name says enough.
+        Err(twice) if crate::json::named_twice(&twice) => {
+            let why = twice.to_string();
+            let why = why.split(" at line ").next().unwrap_or(&why);
+            return Err(format!("{why}: claim names must be unique"));
+        }
+        _ => return Err("the claims must be a JSON object".to_owned()),
+    };
     match payload.get("iss") {
         Some(Value::String(iss)) if rules.issuers.iter().any(|i| i == iss) => {}
         Some(Value::String(iss)) => {
@@ -860,45 +861,6 @@ pub fn check_claims(
         }
     }
     Ok(())
-}
-
-/// What a claim named twice is told: `{CLAIM_NAMED}"exp" {TWICE}…`.
-const CLAIM_NAMED: &str = "the claim ";
-const TWICE: &str = "is named twice";
-
-/// A JSON object whose member names are unique, as a JWT's claim names must be (RFC 7519 §4):
-/// verifiers that keep the first of two `exp`s and the registry, which would check the last,
-/// would read two different tokens.
-struct UniqueClaims(Map<String, Value>);
-
-impl<'de> Deserialize<'de> for UniqueClaims {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Members;
-        impl<'de> serde::de::Visitor<'de> for Members {
-            type Value = UniqueClaims;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut members = Map::new();
-                while let Some((name, value)) = map.next_entry::<String, Value>()? {
-                    if members.contains_key(&name) {
-                        return Err(serde::de::Error::custom(format!(
-                            "{CLAIM_NAMED}{name:?} {TWICE}: claim names must be unique"
-                        )));
-                    }
-                    members.insert(name, value);
-                }
-                Ok(UniqueClaims(members))
-            }
-        }
-        deserializer.deserialize_map(Members)
-    }
 }
 
 #[cfg(test)]
@@ -1140,7 +1102,7 @@ mod tests {
         let refused = check_claims(&URL_SAFE_NO_PAD.encode(twice), &rules, at(0)).unwrap_err();
         assert_eq!(
             refused,
-            r#"the claim "exp" is named twice: claim names must be unique"#
+            r#"the member "exp" appears twice in one object: claim names must be unique"#
         );
         // A payload that merely says so is not a JSON object.
         let said = URL_SAFE_NO_PAD.encode(r#""the claim \"x\" is named twice""#);

@@ -132,8 +132,8 @@ pub async fn read_json(
     if essence != "application/json" && !essence.ends_with("+json") {
         return Err(ApiError::UnsupportedMediaType("application/json"));
     }
-    let value: Value =
-        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let value = registry_domain::json::parse_unique(&body)
+        .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     // PostgreSQL text cannot hold NUL: refused here on every backend, rather than stored on
     // SQLite and failing as a 503 on PostgreSQL.
     if let Some(pointer) = nul_pointer(&value) {

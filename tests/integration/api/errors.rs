@@ -93,6 +93,20 @@ fn malformed_bodies_are_problems() {
         .send()
         .unwrap();
     assert_problem(nested, 400, "invalid-json");
+    // A member named twice has no one meaning (serde_json would keep the last, others the first).
+    let twice = server
+        .authed(Method::POST, "/services", &acme.token)
+        .header("content-type", "application/json")
+        .body(r#"{"title": "first", "title": "second"}"#)
+        .send()
+        .unwrap();
+    let problem = assert_problem(twice, 400, "invalid-json");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains(r#"the member "title" appears twice"#)),
+        "{problem}"
+    );
     // Nothing was created by any of it.
     let list: serde_json::Value = server
         .authed(Method::GET, "/services", &acme.token)

@@ -1,0 +1,116 @@
+//! JSON text read strictly: no object names a member twice. RFC 8259 leaves such a document's
+//! meaning to each parser (serde_json keeps the last member, others the first), so a body or a
+//! token's claims that name one twice are refused rather than read as one reader guesses.
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::map::Entry;
+use serde_json::{Map, Value};
+
+/// Parses JSON text in which no object, at any depth, names a member twice; such text fails
+/// with an error for which [`named_twice`] holds, naming the member and where it stopped.
+pub fn parse_unique(text: &[u8]) -> serde_json::Result<Value> {
+    struct Unique(Value);
+    struct UniqueVisitor;
+
+    impl<'de> Deserialize<'de> for Unique {
+        fn deserialize<D: Deserializer<'de>>(json: D) -> Result<Self, D::Error> {
+            json.deserialize_any(UniqueVisitor).map(Unique)
+        }
+    }
+
+    impl<'de> Visitor<'de> for UniqueVisitor {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+            Ok(Value::Bool(b))
+        }
+        fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+            Ok(Value::from(n))
+        }
+        fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+            Ok(Value::from(n))
+        }
+        fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+            Ok(Value::from(n))
+        }
+        fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+            Ok(Value::from(s))
+        }
+        fn visit_string<E>(self, s: String) -> Result<Value, E> {
+            Ok(Value::String(s))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Value, A::Error> {
+            let mut array = Vec::with_capacity(items.size_hint().unwrap_or(0));
+            while let Some(Unique(item)) = items.next_element()? {
+                array.push(item);
+            }
+            Ok(Value::Array(array))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<Value, A::Error> {
+            let mut object = Map::new();
+            while let Some(name) = members.next_key::<String>()? {
+                let Unique(value) = members.next_value()?;
+                match object.entry(name) {
+                    Entry::Vacant(slot) => {
+                        slot.insert(value);
+                    }
+                    Entry::Occupied(slot) => {
+                        return Err(de::Error::custom(format_args!(
+                            "the member {:?} appears twice in one object",
+                            slot.key()
+                        )))
+                    }
+                }
+            }
+            Ok(Value::Object(object))
+        }
+    }
+
+    let mut json = serde_json::Deserializer::from_slice(text);
+    let Unique(value) = Unique::deserialize(&mut json)?;
+    json.end()?;
+    Ok(value)
+}
+
+/// Whether `error`, from [`parse_unique`], is a member named twice (rather than text that is
+/// not JSON).
+pub fn named_twice(error: &serde_json::Error) -> bool {
+    // The visitor takes every JSON type, so the only data error it raises is its own.
+    error.classify() == serde_json::error::Category::Data
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_member_named_twice_is_refused_at_any_depth() {
+        let parsed = |text: &str| parse_unique(text.as_bytes()).map_err(|e| e.to_string());
+        assert_eq!(
+            parsed(r#"{"a": [1, -2, 2.5, "x", null, true], "b": {"c": {}}}"#),
+            Ok(json!({"a": [1, -2, 2.5, "x", null, true], "b": {"c": {}}}))
+        );
+        let twice = parsed(
+            r#"{"name": "a", "policy": {"rules": [{"services": ["web-*"], "services": ["*"]}]}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            twice.starts_with(r#"the member "services" appears twice in one object at line 1"#),
+            "{twice}"
+        );
+        let same = parse_unique(br#"{"a": 1, "a": 1}"#).unwrap_err();
+        assert!(named_twice(&same), "{same}");
+        let broken = parse_unique(br#"{"a": 1,"#).unwrap_err();
+        assert!(!named_twice(&broken), "{broken}");
+        assert!(parsed(r#"[{"a": 1}, {"a": 2}]"#).is_ok());
+        assert!(parsed(r#"{"a": 1} {}"#).is_err(), "trailing text");
+        assert_eq!(parsed(" 7 "), Ok(json!(7)));
+    }
+}

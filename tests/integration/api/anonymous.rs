@@ -1,7 +1,9 @@
 use super::upload;
 use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
+use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
+use std::time::Duration;
 
 fn create(server: &TestServer, body: Value) -> Value {
     let response = server
@@ -130,9 +132,9 @@ fn the_secret_manages_its_own_service_and_nothing_else() {
             .status(),
         204
     );
-    // Deleted: the secret no longer opens anything.
+    // Deleted: the secret no longer opens anything, and its service is not found.
     let after = server.authed(Method::GET, &path, secret).send().unwrap();
-    assert_problem(after, 401, "unauthorized");
+    assert_problem(after, 404, "not-found");
 }
 
 #[test]
@@ -225,6 +227,56 @@ fn an_expired_service_answers_404_everywhere_at_once() {
             .status(),
         404
     );
+}
+
+/// Once the reaper has deleted an expired service, and its secret with it, the secret still
+/// gets the 404 the expired service answered, not a 401; a secret of that shape that never
+/// existed gets 404 there too, and 401 on a service that exists.
+#[test]
+fn a_reaped_services_secret_still_gets_404() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_TEST_REAP_EVERY_SECONDS".into(), "1".into())],
+        ..ServerOptions::default()
+    });
+    let created = create(&server, json!({"ttlHours": 1}));
+    let sub = created["service"]["subdomain"].as_str().unwrap();
+    let secret = created["secret"].as_str().unwrap();
+    let other = create(&server, json!({}));
+    let other_sub = other["service"]["subdomain"].as_str().unwrap();
+    server.advance_clock(3700);
+    assert!(
+        within(Duration::from_secs(30), || {
+            super::audit::cli_audit(&server, &["--anonymous", "--action", "anonymous.expire"]).len()
+                == 1
+        }),
+        "the reaper deleted the expired service"
+    );
+    for path in [
+        format!("/services/{sub}"),
+        format!("/services/{sub}/config"),
+    ] {
+        let gone = server.authed(Method::GET, &path, secret).send().unwrap();
+        assert_problem(gone, 404, "not-found");
+    }
+    use registry_domain::credentials::{LOOKUP_LEN, SECRET_LEN};
+    let made_up = format!("rgan_{}_{}", "a".repeat(LOOKUP_LEN), "b".repeat(SECRET_LEN));
+    assert_eq!(
+        registry_domain::credentials::parse(&made_up).map(|p| p.kind),
+        Some(registry_domain::credentials::CredentialKind::AnonymousSecret),
+        "the made-up secret has the shape of one"
+    );
+    let nowhere = server
+        .authed(Method::GET, &format!("/services/{sub}"), &made_up)
+        .send()
+        .unwrap();
+    assert_problem(nowhere, 404, "not-found");
+    for wrong in [&made_up, secret] {
+        let exists = server
+            .authed(Method::GET, &format!("/services/{other_sub}"), wrong)
+            .send()
+            .unwrap();
+        assert_problem(exists, 401, "unauthorized");
+    }
 }
 
 #[test]

@@ -518,7 +518,13 @@ async fn authorize(
         }
         return Ok((caller, service));
     }
-    let holder = secret_holder(auth, token, ip).await?;
+    let holder = match secret_holder(auth, token, ip).await {
+        Ok(holder) => holder,
+        Err(refused @ AuthError::Unauthorized { .. }) => {
+            return Err(gone_anonymous(auth, token, key).await.unwrap_or(refused))
+        }
+        Err(other) => return Err(other),
+    };
     let service = the_service(auth, key).await?;
     let grant = access::decide(
         holder.credential(),
@@ -529,6 +535,22 @@ async fn authorize(
     )
     .map_err(|refusal| refused(refusal, named))?;
     Ok((granted(auth, req, &grant, None, ip, now)?, service))
+}
+
+/// The 404 of an anonymous secret refused on the path of a service that is no more: an expired
+/// service answers 404 everywhere (docs/api.md, "Anonymous services"), also once the reaper has
+/// deleted it and, with it, its secret. The secret's shape says what it was; any other refusal
+/// stays the 401 it was.
+async fn gone_anonymous(auth: &Authenticator, token: &str, key: Option<&str>) -> Option<AuthError> {
+    let key = key?;
+    let parsed = credentials::parse(token)?;
+    if parsed.kind != CredentialKind::AnonymousSecret {
+        return None;
+    }
+    match the_service(auth, Some(key)).await {
+        Ok(None) => Some(not_found_service(key)),
+        _ => None,
+    }
 }
 
 /// The service the path names, if it names one.

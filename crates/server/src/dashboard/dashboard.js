@@ -127,10 +127,9 @@
   function survivable(result, where) {
     switch (result.status) {
       case 401:
-        // An expired service's secret is refused like a wrong one once the reaper deleted it.
+        // A secret the service does not take: a service that is gone answers 404 instead.
         lockOut("The secret in this link is not valid for this service: the link was cut short " +
-          "(check that everything after #secret= was copied), or the service expired or was " +
-          "deleted (anonymous services live at most 24 hours).", true);
+          "(check that everything after #secret= was copied).", true);
         return false;
       case 404:
         lockOut("There is no service \u201c" + subdomain + "\u201d any more. Anonymous services " +

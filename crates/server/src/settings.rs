@@ -12,9 +12,11 @@ pub struct DatabaseArgs {
     /// Database URL: `sqlite://FILE` or `postgres://…` for several replicas (libpq's URL;
     /// `connect_timeout=5` is added unless it names one). Only `serve` and `migrate` create a
     /// database; other commands refuse one that does not exist or holds no registry.
+    // A URL may carry a password: `--help` names the variable, never its value.
     #[arg(
         long,
         env = "REGISTRY_DATABASE_URL",
+        hide_env_values = true,
         default_value = "sqlite://registry.db"
     )]
     pub database_url: String,
@@ -59,7 +61,7 @@ pub struct Settings {
     /// there, writes go to REGISTRY_DATABASE_URL, and reads fall back to it while the standby
     /// does not answer. Revocation stays immediate on every replica only with a synchronous
     /// standby and `synchronous_commit = remote_apply` (docs/api.md).
-    #[arg(long, env = "REGISTRY_DATABASE_READ_URL")]
+    #[arg(long, env = "REGISTRY_DATABASE_READ_URL", hide_env_values = true)]
     pub database_read_url: Option<String>,
 
     /// With a read replica: the most its replay may lag behind the primary, in seconds, before
@@ -154,6 +156,7 @@ pub struct Settings {
     #[arg(
         long,
         env = "REGISTRY_PURGE_URLS",
+        hide_env_values = true,
         value_delimiter = ',',
         default_value = ""
     )]

@@ -644,6 +644,39 @@ fn sigterm_right_after_the_listening_line_stops_the_server_cleanly() {
 /// The operator's commands never make a database up: a command run from the wrong directory,
 /// or with a mistyped URL, says so instead of creating an empty one. `migrate` creates it,
 /// `migrate --check` says what is pending without changing anything.
+/// A URL in the environment may carry a password: `--help` names the variable, never its value.
+#[test]
+fn help_never_prints_a_url_from_the_environment() {
+    let secret = "S3cretPW";
+    let url = format!("postgres://u:{secret}@db.example/x");
+    let env = [
+        ("REGISTRY_DATABASE_URL", url.as_str()),
+        ("REGISTRY_DATABASE_READ_URL", url.as_str()),
+        (
+            "REGISTRY_PURGE_URLS",
+            "http://purger:S3cretPW@cache.example",
+        ),
+    ];
+    for command in [
+        &["serve", "--help"][..],
+        &["migrate", "--help"],
+        &["customer", "list", "--help"],
+        &["customer", "create", "--help"],
+        &["audit", "--help"],
+    ] {
+        let (code, stdout, stderr) = run_registry(command, &env);
+        assert_eq!(code, Some(0), "{command:?}: {stderr}");
+        assert!(
+            stdout.contains("REGISTRY_DATABASE_URL"),
+            "{command:?}: {stdout}"
+        );
+        assert!(
+            !stdout.contains(secret),
+            "{command:?} printed the password: {stdout}"
+        );
+    }
+}
+
 #[test]
 fn commands_never_invent_a_database() {
     let dir = registry_tests::server::TempDir::new("no-database");

@@ -94,7 +94,7 @@ pub enum OidcError {
     #[error("kid is required: the issuer publishes {0} keys")]
     KidRequired(usize),
     /// The selected key cannot verify this algorithm (type, curve or `alg` mismatch).
-    #[error("key {kid:?} does not fit algorithm {alg}")]
+    #[error("{} does not fit algorithm {alg}", key_named(kid.as_deref()))]
     KeyMismatch {
         /// The key's id, if any.
         kid: Option<String>,
@@ -218,5 +218,13 @@ impl From<OidcError> for TokenRejection {
             detail,
             signed,
         }
+    }
+}
+
+/// A key as a message names it: by its `kid` in quotes, or as the one without.
+fn key_named(kid: Option<&str>) -> String {
+    match kid {
+        Some(kid) => format!("the key {kid:?}"),
+        None => "the key (which has no kid)".to_owned(),
     }
 }

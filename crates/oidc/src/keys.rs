@@ -319,6 +319,11 @@ mod tests {
             set.verifier(Some("rsa"), Alg::Es256),
             Err(OidcError::KeyMismatch { .. })
         ));
+        // Said in words, as explain shows it (no `Some("…")`).
+        assert_eq!(
+            set.verifier(Some("ec"), Alg::Es384).unwrap_err().to_string(),
+            r#"the key "ec" does not fit algorithm ES384"#
+        );
         assert!(matches!(
             set.verifier(Some("hmac"), Alg::Rs256),
             Err(OidcError::UnknownKid(_))

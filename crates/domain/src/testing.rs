@@ -1480,7 +1480,11 @@ impl FetchLog for MemoryStore {
     /// Each count adds to its hour's bucket; the last fetch only moves forward.
     fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
         let mut s = self.lock();
-        for f in counts {
+        // A service deleted since gets no counts back, as in the real store.
+        let live: Vec<&DocumentFetches> = (counts.iter())
+            .filter(|f| s.service_exists(f.service_id))
+            .collect();
+        for f in live {
             let last = ms(f.last_at);
             let key = (f.service_id, f.document, fetch_hour(f.last_at));
             let bucket = s.fetches.entry(key).or_insert(FetchBucket {

@@ -321,7 +321,9 @@ mod tests {
         ));
         // Said in words, as explain shows it (no `Some("…")`).
         assert_eq!(
-            set.verifier(Some("ec"), Alg::Es384).unwrap_err().to_string(),
+            set.verifier(Some("ec"), Alg::Es384)
+                .unwrap_err()
+                .to_string(),
             r#"the key "ec" does not fit algorithm ES384"#
         );
         assert!(matches!(

@@ -152,7 +152,12 @@ impl CustomerStore for Store {
             let services = services::table
                 .filter(services::customer_id.eq(&id))
                 .select(services::id);
-            let ids: Vec<String> = services.load(conn)?;
+            // Locked first on PostgreSQL: a flush of fetch evidence in flight (which reads
+            // them `FOR SHARE`) commits before the evidence below is removed, not after.
+            let ids: Vec<String> = match &mut *conn {
+                Db::Sqlite(c) => services.load(c)?,
+                Db::Postgres(c) => services.for_update().load(c)?,
+            };
             crate::domains::forget_challenges_of(conn, &ids)?;
             diesel::delete(
                 fetch_networks::table.filter(fetch_networks::service_id.eq_any(services)),

@@ -2,8 +2,9 @@
 //! service, document and hour (and per agent), which every replica adds its counts to.
 
 use crate::error::Res;
+use crate::pool::Db;
 use crate::rows::{id_text, instant, millis, uuid};
-use crate::schema::{fetch_agents, fetch_counts, fetch_networks, key_readiness};
+use crate::schema::{fetch_agents, fetch_counts, fetch_networks, key_readiness, services};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::network::Network;
@@ -11,7 +12,7 @@ use registry_domain::ports::{
     fetch_hour, AgentFetches, AgentHour, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
     StoreResult, VerifierCandidate, OTHER_AGENTS,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -42,12 +43,40 @@ const KEY_SETS: [&str; 2] = [
     key_of(FetchedDocument::DomainJwks),
 ];
 
+/// Which of the services `counts` names still exist, read in the caller's transaction.
+fn live_services(conn: &mut Db, counts: &[DocumentFetches]) -> Res<HashSet<Uuid>> {
+    let named: BTreeSet<String> = counts.iter().map(|f| id_text(f.service_id)).collect();
+    let named: Vec<String> = named.into_iter().collect();
+    let mut live = HashSet::new();
+    for chunk in named.chunks(flush::ROWS) {
+        let query = services::table
+            .filter(services::id.eq_any(chunk))
+            .select(services::id);
+        let ids: Vec<String> = match conn {
+            Db::Sqlite(c) => query.load(c)?,
+            Db::Postgres(c) => query.for_share().load(c)?,
+        };
+        for id in ids {
+            live.insert(uuid(&id)?);
+        }
+    }
+    Ok(live)
+}
+
 impl FetchLog for Store {
     /// One transaction, outside the change log: no cache holds fetch counts. Counts add up
     /// (`ON CONFLICT … DO UPDATE`), and the last fetch only moves forward.
+    ///
+    /// Counts of a service deleted since (its customer's, whose evidence went at once) are
+    /// dropped: they would come back as rows of no one's until their retention ends. On
+    /// PostgreSQL the services are read `FOR SHARE`, and a customer's deletion reads them `FOR
+    /// UPDATE` before removing the evidence, so that one of the two waits for the other.
     fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
-        let flush = flush::Flush::of(counts);
-        self.write_aside(|conn| flush.record(conn))
+        self.write_aside(|conn| {
+            let live = live_services(conn, counts)?;
+            let counts = counts.iter().filter(|f| live.contains(&f.service_id));
+            flush::Flush::of(counts).record(conn)
+        })
     }
 
     fn fetches(

@@ -1904,6 +1904,20 @@ fn the_refusal_log_keeps_the_newest_hundred_per_account_and_class(store: &dyn St
 
 // The fetch evidence (docs/api.md, "Fetch evidence").
 
+/// `n` services that exist: fetch evidence is kept for existing services only.
+fn existing_services(store: &dyn Storage, n: usize) -> Vec<Uuid> {
+    let (c, ..) = seeded(store, "fetched");
+    (0..n)
+        .map(|i| {
+            let s = registered(c.id, &format!("f{i}-fetched"), 1);
+            store
+                .create_service(&s, None, Ceiling::NONE, &ev())
+                .unwrap();
+            s.id
+        })
+        .collect()
+}
+
 fn counts(service: Uuid, at: OffsetDateTime, agents: &[(&str, u64)]) -> DocumentFetches {
     DocumentFetches {
         service_id: service,
@@ -1947,7 +1961,9 @@ fn key_set_fetches_are_summed_per_agent_and_hour_on_every_store() {
 
 fn key_set_fetches_are_summed_per_agent_and_hour(store: &dyn Storage) {
     const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
-    let (service, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let [service, other] = existing_services(store, 2)[..] else {
+        unreachable!()
+    };
     let at = |minutes: i64| NOON + Duration::minutes(minutes);
     store
         .record_fetches(&[counts(service, at(5), &[("aws", 2), ("gcp", 1)])])
@@ -2007,7 +2023,7 @@ fn verifiers_are_found_by_their_hours_and_networks_on_every_store() {
 
 fn verifiers_are_found_by_their_hours_and_networks(store: &dyn Storage) {
     const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
-    let service = Uuid::new_v4();
+    let service = existing_services(store, 1)[0];
     let (aws, bot) = ("10.0.1.0/24", "192.0.2.0/24");
     let hours = |h: i64| NOON - Duration::hours(h);
     store
@@ -2087,7 +2103,7 @@ fn stored_evidence_is_bounded_per_hour_on_every_store() {
 
 fn stored_evidence_is_bounded_per_hour(store: &dyn Storage) {
     const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
-    let service = Uuid::new_v4();
+    let service = existing_services(store, 1)[0];
     // Two flushes, 50 agents each, all different: 64 kept; past the bound the least frequent
     // gives its place and its count to the new one (space-saving), so nothing is lost.
     for flush in 0..2 {
@@ -2224,7 +2240,7 @@ fn a_flush_of_many_documents_adds_up_as_small_ones_do_on_every_store() {
 /// and a known agent brings more networks than it may keep.
 fn a_flush_of_many_documents_adds_up_as_small_ones_do(store: &dyn Storage) {
     const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
-    let services: Vec<Uuid> = (0..1_200).map(|_| Uuid::new_v4()).collect();
+    let services = existing_services(store, 1_200);
     let at = |minutes: i64| NOON + Duration::minutes(minutes);
     let home = "10.0.0.0/24";
     let first: Vec<DocumentFetches> = (services.iter())
@@ -2299,7 +2315,9 @@ fn replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned_on_every_store
 
 fn replicas_fetch_counts_add_up_per_hour_and_old_hours_are_pruned(store: &dyn Storage) {
     const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
-    let (service, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let [service, other] = existing_services(store, 2)[..] else {
+        unreachable!()
+    };
     let later = NOON + Duration::minutes(10);
     // Two replicas flush in the same hour, the later fetch first.
     store
@@ -2658,6 +2676,16 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
         .is_empty());
     assert_eq!(store.key_safe_at(s.id, "k1", now).unwrap(), None);
     assert_eq!(store.purged_through(s.id).unwrap(), None);
+    // A replica's flush of fetches it counted before the deletion writes none of them back.
+    store
+        .record_fetches(&[
+            fetched_from(s.id, now, "aws", &["10.0.1.0/24"]),
+            fetched_from(s.id, now, "gcp", &["10.0.2.0/24"]),
+        ])
+        .unwrap();
+    assert!(store.fetches(s.id, now, 10).unwrap().is_empty());
+    let late = ["aws".to_owned(), "gcp".to_owned()];
+    assert!(store.verifier_fetches(s.id, &late, now).unwrap().is_empty());
     assert_eq!(store.customer(c.id).unwrap(), None);
     assert_eq!(store.customer_by_tenant("acme").unwrap(), None);
     assert!(store.account(first.id).unwrap().is_none());

@@ -30,7 +30,7 @@ macro_rules! later {
 
 /// Rows a statement writes or keys it reads, at most: at six columns a row, well under the
 /// parameters SQLite and PostgreSQL accept in one statement (32,766 and 65,535).
-const ROWS: usize = 1_000;
+pub(super) const ROWS: usize = 1_000;
 
 /// A document's hour: its service and document as stored, and the hour.
 type Bucket = (String, &'static str, i64);
@@ -67,7 +67,7 @@ pub(super) struct Flush {
 
 impl Flush {
     /// `counts` merged: counts summed, the last fetches the latest.
-    pub(super) fn of(counts: &[DocumentFetches]) -> Self {
+    pub(super) fn of<'a>(counts: impl IntoIterator<Item = &'a DocumentFetches>) -> Self {
         let mut flush = Self::default();
         let mut buckets: HashMap<Bucket, usize> = HashMap::new();
         let mut agents: HashMap<(usize, &str), usize> = HashMap::new();

@@ -20,6 +20,7 @@ use registry_domain::app::fetches::{Current, Served};
 use registry_domain::network::Network;
 use registry_domain::ports::{
     AgentFetches, DocumentFetches, FetchedDocument, NetworkFetch, OTHER_AGENTS,
+    STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
 };
 use smallvec::SmallVec;
 use std::collections::hash_map::Entry;
@@ -31,8 +32,9 @@ use uuid::Uuid;
 
 /// Services counted between two flushes, at most.
 pub const MAX_SERVICES: usize = 16_384;
-/// Agents kept per document between two flushes.
-pub const AGENTS_PER_DOCUMENT: usize = 32;
+/// Agents kept per document between two flushes: as many as the store keeps of an hour, so
+/// that below that bound no agent's fetch is lost to the others' entry, a verifier's among them.
+pub const AGENTS_PER_DOCUMENT: usize = STORED_AGENTS_PER_HOUR;
 /// Characters kept of a User-Agent.
 pub const AGENT_CHARS: usize = 100;
 /// Networks kept per agent between two flushes (space-saving, as the agents).
@@ -271,8 +273,34 @@ impl Counts {
                 let last = agents.len() - 1;
                 &mut agents[last]
             }
+            // Full, a new agent from networks that each hold their bound of the document's
+            // agents already is one of the others: one network's made-up agents cannot push
+            // out another network's, a verifier's among them (the store's rule for an hour).
+            None if !networks.is_empty()
+                && (networks.iter()).all(|(network, ..)| {
+                    agents_from(agents, network) >= STORED_AGENTS_PER_NETWORK
+                }) =>
+            {
+                add_others(&mut self.others, n, at);
+                return;
+            }
             None => {
-                let Some(least) = agents.iter_mut().min_by_key(|a| a.count) else {
+                // The least frequent of a crowd's agents gives its place first, when there are
+                // such: those seen from no network, or only from networks holding more than
+                // their bound of agents.
+                let exposed = |a: &Agent| {
+                    (a.networks.iter()).all(|(network, ..)| {
+                        agents_from(agents, network) > STORED_AGENTS_PER_NETWORK
+                    })
+                };
+                let least = (agents.iter().enumerate())
+                    .filter(|(_, a)| exposed(a))
+                    .min_by_key(|(_, a)| (a.count, a.last_at))
+                    .or_else(|| {
+                        (agents.iter().enumerate()).min_by_key(|(_, a)| (a.count, a.last_at))
+                    })
+                    .map(|(i, _)| i);
+                let Some(least) = least.map(|i| &mut agents[i]) else {
                     return;
                 };
                 let (gone, gone_at) = (least.count - least.inherited, least.last_at);
@@ -302,6 +330,13 @@ impl Counts {
             }
         }
     }
+}
+
+/// How many of `agents` were seen from `network`.
+fn agents_from(agents: &[Agent], network: &Network) -> usize {
+    (agents.iter())
+        .filter(|a| a.networks.iter().any(|(n, ..)| n == network))
+        .count()
 }
 
 /// Adds `n` fetches, the last at `at`, to `others` (a document's others').
@@ -400,7 +435,10 @@ mod tests {
         fetches.give_back(taken);
         let again = fetches.take();
         let others = again[0].agents.iter().filter(|a| a.agent == OTHER_AGENTS);
-        assert_eq!(others.map(|a| a.count).collect::<Vec<_>>(), [9_969]);
+        assert_eq!(
+            others.map(|a| a.count).collect::<Vec<_>>(),
+            [10_000 - (AGENTS_PER_DOCUMENT as u64 - 1)]
+        );
         assert_eq!(again[0].agents.iter().map(|a| a.count).sum::<u64>(), 11_000);
     }
 
@@ -421,7 +459,11 @@ mod tests {
         for i in 0..1_000 {
             record(&format!("single {i}"), 1);
         }
-        record("top C", 20);
+        // From a network of its own: the flood's network is full of made-up agents already.
+        for _ in 0..20 {
+            let own = Some(Network::V4([198, 51, 100]));
+            fetches.record(service, DOC, false, b"top C", own, AT);
+        }
         let taken = fetches.take();
         let counts: HashMap<&str, u64> = (taken[0].agents.iter())
             .map(|a| (a.agent.as_str(), a.count))
@@ -433,6 +475,42 @@ mod tests {
             .filter(|(agent, _)| agent.starts_with("single"))
             .all(|(_, count)| *count == 1));
         assert_eq!(counts.values().sum::<u64>(), 1_170);
+    }
+
+    /// The probe of this round: a verifier's one fetch from its own network is never lost to
+    /// the others' entry, neither under a flood of one-off agents from one network, nor among
+    /// fewer agents than the store keeps of an hour, each from a network of its own.
+    #[test]
+    fn a_verifiers_one_fetch_stays_through_a_flood() {
+        let verifier = Some(Network::V4([198, 51, 100]));
+        let kept = |fetches: &Fetches| {
+            let taken = fetches.take();
+            let agents = &taken[0].agents;
+            let found = agents.iter().find(|a| a.agent == "AWS STS");
+            found.map(|a| {
+                (
+                    a.count,
+                    a.networks.iter().map(|n| n.network).collect::<Vec<_>>(),
+                )
+            })
+        };
+        let service = Uuid::new_v4();
+        let flooded = Fetches::default();
+        flooded.record(service, DOC, false, b"AWS STS", verifier, AT);
+        for i in 0..5_000 {
+            let agent = format!("junk {i}");
+            flooded.record(service, DOC, false, agent.as_bytes(), NET, AT);
+        }
+        assert_eq!(kept(&flooded), Some((1, vec![verifier.unwrap()])));
+
+        let spread = Fetches::default();
+        spread.record(service, DOC, false, b"AWS STS", verifier, AT);
+        for i in 0..(AGENTS_PER_DOCUMENT - 1) as u8 {
+            let agent = format!("junk {i}");
+            let network = Some(Network::V4([10, i, 0]));
+            spread.record(service, DOC, false, agent.as_bytes(), network, AT);
+        }
+        assert_eq!(kept(&spread), Some((1, vec![verifier.unwrap()])));
     }
 
     #[test]

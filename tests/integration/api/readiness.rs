@@ -302,8 +302,12 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
     assert_eq!(after["pending"], before["pending"], "{after}");
     assert_eq!(after["verifiers"][0]["fetchedSinceKey"], false);
 
-    // The verifier itself, from its own network: safe.
+    // The verifier itself, from its own network: safe, though a flood of one-off agents from
+    // another /24 follows its fetch before the replica's next flush.
     fetch_keys(&server, &sub, "aws-sts");
+    for i in 0..300 {
+        outsider(&format!("flood/{i}"));
+    }
     let safe = readiness_once(&server, &acme.token, &sub, "k2", |a| {
         a["safeToSign"] == true
     });

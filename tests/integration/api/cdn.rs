@@ -491,4 +491,17 @@ fn without_its_token_the_fetch_log_is_not_served() {
     let server = TestServer::start();
     let response = post_log(&server, TOKEN, "application/x-ndjson", "{}".into());
     assert_problem(response, 404, "not-found");
+    // Nor does another method tell that it would be (a 405 would).
+    for method in [Method::GET, Method::PUT, Method::DELETE] {
+        let response = server.request(method.clone(), "/fetch-log").send().unwrap();
+        assert_problem(response, 404, "not-found");
+    }
+    // With a token, the other methods are a 405 naming POST.
+    let served = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_FETCH_LOG_TOKEN".into(), TOKEN.into())],
+        ..ServerOptions::default()
+    });
+    let response = served.request(Method::GET, "/fetch-log").send().unwrap();
+    assert_eq!(response.headers()["allow"], "POST");
+    assert_problem(response, 405, "method-not-allowed");
 }

@@ -108,6 +108,15 @@ fn parse(number: usize, text: &str) -> Result<Option<Fetch>, Violation> {
     }))
 }
 
+/// `/fetch-log` with a method other than POST: 405 when the endpoint is served, and without
+/// `REGISTRY_FETCH_LOG_TOKEN` the 404 of any unknown path, which a 405 would contradict.
+pub async fn other_method(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    if state.settings.fetch_log_token.is_none() {
+        return super::not_found().await;
+    }
+    Err(ApiError::MethodNotAllowed("POST"))
+}
+
 /// `POST /fetch-log` (bearer `REGISTRY_FETCH_LOG_TOKEN`): counts each `GET`/`HEAD` line answered
 /// 200 or 304 for a hosted document, at its time; every other line is skipped. A malformed line
 /// is a 400 naming it, and nothing of the batch is counted.

@@ -83,6 +83,10 @@ fn resource(path: &str, routes: &[&'static Route], allow: &'static str) -> actix
     if path == "/metrics" {
         return resource.default_service(web::to(ops::metrics_other_method));
     }
+    // `/fetch-log` without a token configured is not served, whatever the method.
+    if path == "/fetch-log" {
+        return resource.default_service(web::to(fetch_log::other_method));
+    }
     resource.default_service(web::to(move || not_allowed(allow)))
 }
 

@@ -132,6 +132,17 @@ pub fn registered_subdomain(
     }
     check_service_name(requested)?;
     let subdomain = format!("{}-{tenant}", requested.to_ascii_lowercase());
+    // Paths take a service's id wherever they take its subdomain: a subdomain that reads as an
+    // id could name another customer's service, and its owner could never reach it by name.
+    if uuid::Uuid::try_parse(&subdomain).is_ok() {
+        return Err(NamingError::InvalidServiceName {
+            name: requested.to_owned(),
+            reason: format!(
+                "the subdomain {subdomain:?} would read as a service id (a UUID), which paths \
+                 take in its place"
+            ),
+        });
+    }
     if subdomain.len() > MAX_LABEL_LEN {
         return Err(NamingError::InvalidServiceName {
             name: requested.to_owned(),
@@ -262,6 +273,13 @@ mod tests {
             Err(NamingError::InvalidServiceName { .. })
         ));
         assert!(matches!(ok("x-anon"), Err(NamingError::ReservedSuffix(_))));
+        // A subdomain that reads as a service id, whatever the case.
+        let hex = |n: &str| registered_subdomain(Plan::Enterprise, "bec75d012409", Some(n), &rng);
+        for id_like in ["16d94391-3aa0-4eba-8923", "16D94391-3AA0-4EBA-8923"] {
+            let refused = hex(id_like).unwrap_err().to_string();
+            assert!(refused.contains("service id"), "{refused}");
+        }
+        assert!(hex("16d94391-3aa0-4eba").is_ok());
         assert!(matches!(
             ok(&"a".repeat(59)),
             Err(NamingError::InvalidServiceName { .. })

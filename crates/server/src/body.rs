@@ -304,15 +304,16 @@ impl<'a> Fields<'a> {
         max_len: usize,
         kind: TextKind,
     ) -> Option<String> {
-        let value = self.string(name, required, max_len)?;
-        let pointer = format!("{}/{name}", self.prefix);
-        match text_violation(&pointer, name, &value, kind) {
-            Some(problem) => {
+        // Controls first: a text of one NEL (U+0085) or line separator trims to nothing, and
+        // "must not be empty" would not say what is wrong with it.
+        if let Some(Value::String(raw)) = self.object.get(name) {
+            let pointer = format!("{}/{name}", self.prefix);
+            if let Some(problem) = text_violation(&pointer, name, raw, kind) {
                 self.problems.push(problem);
-                None
+                return None;
             }
-            None => Some(value),
         }
+        self.string(name, required, max_len)
     }
 
     /// Ends the check: the problems, if any, as one 400.

@@ -9,13 +9,15 @@ use reqwest::blocking::Response;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// ESC then OSC 52 (write the clipboard), a line feed, NEL (C1), DEL and the line separator.
-const HOSTILE: [&str; 5] = [
+/// ESC then OSC 52 (write the clipboard), a line feed, NEL (C1), DEL and the line separator;
+/// and a NEL alone (which trims to nothing: the problem is still the control character).
+const HOSTILE: [&str; 6] = [
     "Dev\u{1b}]52;c;aGFjaw==\u{7}",
     "two\nlines",
     "next\u{85}line",
     "del\u{7f}",
     "js\u{2028}line",
+    "\u{85}",
 ];
 
 fn send(

@@ -81,15 +81,16 @@ pub fn create(
     } = command;
     validate_tenant(&tenant)?;
     let plan = plan(&plan_name)?;
+    // The name is printed in the operator's terminal and in every bootstrap account's name.
+    // Checked first: a NEL alone trims to nothing, and is refused for what it holds.
+    if let Some(problem) = text_violation("/name", "name", &name, TextKind::Line) {
+        return Err(AppError::Invalid(vec![problem]));
+    }
     if name.trim().is_empty() {
         return Err(AppError::Invalid(vec![Violation::new(
             "/name",
             "must not be empty",
         )]));
-    }
-    // The name is printed in the operator's terminal and in every bootstrap account's name.
-    if let Some(problem) = text_violation("/name", "name", &name, TextKind::Line) {
-        return Err(AppError::Invalid(vec![problem]));
     }
     let customer = Customer {
         id: Uuid::new_v4(),

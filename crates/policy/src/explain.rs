@@ -431,9 +431,12 @@ impl Policy {
                 message,
             });
         }
-        if matched.is_empty() || address_refused(&mut reasons) {
+        if matched.is_empty() {
             return deny(reasons, hints);
         }
+        // Outside the allowlist, the request is refused whatever the rules say; each rule that
+        // accepts the token still says what else it would refuse.
+        let outside = address_refused(&mut reasons);
         // The rules that matched have no failing check to report; the first that covers the
         // service and allows the action admits the request.
         let lower = service.map(fold_case);
@@ -443,7 +446,7 @@ impl Policy {
                 .is_none_or(|s| rule.services.matches_lower(s))
         };
         let allows = |rule: &&crate::rules::Rule| action.is_none_or(|a| rule.actions.contains(a));
-        if let Some(rule) = matched.iter().find(|r| covers(r) && allows(r)) {
+        if let Some(rule) = matched.iter().find(|r| covers(r) && allows(r) && !outside) {
             return Explanation {
                 allowed: true,
                 rule: Some(rule.index),
@@ -455,7 +458,7 @@ impl Policy {
         // each of the others refused the service, its first failing check.
         let (covering, others): (Vec<_>, Vec<_>) = matched.into_iter().partition(|r| covers(r));
         if let Some(action) = action {
-            for rule in &covering {
+            for rule in covering.iter().filter(|r| !allows(r)) {
                 let scope = match service {
                     Some(service) => format!("and covers {service:?}"),
                     None => "(a call on no one service)".to_owned(),
@@ -609,6 +612,41 @@ mod tests {
             None,
         );
         assert_eq!(address.reasons[0].code, ReasonCode::AddressNotAllowed);
+        // Outside the allowlist, a rule that accepts the token still says what else it refuses.
+        let fenced = policy(
+            &[("x", "registry", &["web-*"]), ("y", "registry", &["*"])],
+            &["10.0.0.0/8"],
+        );
+        let claims = json!({"iss": iss, "aud": "registry", "sub": "x"});
+        let outside = fenced.explain(
+            claims.as_object(),
+            Some("api-acme"),
+            Some("192.0.2.1".parse().unwrap()),
+            None,
+        );
+        let said: Vec<(Option<usize>, &str)> = (outside.reasons.iter())
+            .map(|r| (r.rule, r.code.as_str()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                (Some(1), "claim-mismatch"),
+                (None, "address-not-allowed"),
+                (Some(0), "service-not-allowed")
+            ]
+        );
+        let covered = fenced.explain(
+            claims.as_object(),
+            Some("web-acme"),
+            Some("192.0.2.1".parse().unwrap()),
+            None,
+        );
+        assert!(!covered.allowed);
+        assert!(
+            !(covered.reasons.iter()).any(|r| r.rule == Some(0)),
+            "rule 0 refuses nothing but the address: {:?}",
+            covered.reasons
+        );
         let codes: Vec<&str> = ReasonCode::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(codes.len(), 16);
         assert!(codes.contains(&"account-ambiguous") && codes.contains(&"token-expired"));

@@ -60,7 +60,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Some(message) => Err(Exit { code: 2, message }.into()),
             None => sync::run(args),
         },
-        Command::FetchLog(args) => crate::client::fetch_log::run(args),
+        Command::FetchLog(args) => match args.usage_problem() {
+            Some(message) => Err(Exit { code: 2, message }.into()),
+            None => crate::client::fetch_log::run(args),
+        },
         Command::Signer(args) => match args.usage_problem() {
             Some(message) => Err(Exit { code: 2, message }.into()),
             None => crate::client::signer::run(args),

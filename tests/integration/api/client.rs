@@ -311,6 +311,38 @@ fn the_client_takes_no_page_for_an_answer_and_ends_quietly_with_its_reader() {
     );
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("REGISTRY_API_URL"), "{stderr}");
+    // A token no header can carry was copied wrong: a usage error that never shows it.
+    let copied = format!("{}\u{1b}[31m", acme.token);
+    for command in [
+        &["services", "list"][..],
+        &[
+            "sync",
+            "--service",
+            "api-acme",
+            "--once",
+            "--discovery-file",
+            "x",
+            "--jwks-file",
+            "y",
+        ],
+        &["fetch-log"],
+    ] {
+        let env = [
+            ("REGISTRY_API_URL", server.base.as_str()),
+            ("REGISTRY_TOKEN", copied.as_str()),
+            ("REGISTRY_FETCH_LOG_TOKEN", copied.as_str()),
+        ];
+        let (code, stdout, stderr) = run_registry(command, &env);
+        assert_eq!(code, Some(2), "{command:?}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("TOKEN") && stderr.contains("copied"),
+            "{command:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains(&acme.token[5..]),
+            "{command:?} showed the token"
+        );
+    }
     // An update that changes nothing is no call: a usage error naming what it needs.
     let (code, _, stderr) = client(&server, &acme.token, &["accounts", "update", "some-id"]);
     assert_eq!(code, Some(2), "{stderr}");

@@ -42,6 +42,15 @@ const RETRY_FOR: Duration = Duration::from_secs(60);
 #[error("{0} lines of the log were not counted (see above)")]
 struct Dropped(u64);
 
+impl FetchLogArgs {
+    /// What makes these flags unusable (exit 2), if anything: an API address that is no
+    /// http(s) URL, or a token no header can carry.
+    pub fn usage_problem(&self) -> Option<String> {
+        super::api_url_problem(&self.api_url)
+            .or_else(|| super::token_problem(&self.token, "REGISTRY_FETCH_LOG_TOKEN (--token)"))
+    }
+}
+
 /// Reads stdin to its end, shipping batches as they fill; fails when a batch was dropped.
 pub fn run(args: FetchLogArgs) -> anyhow::Result<()> {
     let api = RegistryApi::new(&args.api_url, Credentials::Token(args.token))?;

@@ -50,17 +50,37 @@ pub fn api_url_problem(url: &str) -> Option<String> {
         .then(|| format!("REGISTRY_API_URL (--api-url) {url:?} is not an http:// or https:// URL"))
 }
 
+/// Why `token`, the value of `variable`, cannot be sent, if it cannot (a usage error): an HTTP
+/// header carries visible ASCII only, and a token with anything else was copied wrong. The
+/// message never shows the token.
+pub fn token_problem(token: &str, variable: &str) -> Option<String> {
+    (!token.bytes().all(|b| b.is_ascii_graphic())).then(|| {
+        format!(
+            "{variable} holds a space, a control character or a non-ASCII character, which no \
+             token has: check what was copied"
+        )
+    })
+}
+
 impl ApiFlags {
     /// What makes these flags unusable for any call (exit 2), if anything: an API address that
     /// is no http(s) URL, or no credentials.
     pub fn usage_problem(&self) -> Option<String> {
         let credentials =
             Credentials::from_flags(self.token.as_deref(), self.identity_token_file.as_deref());
-        api_url_problem(&self.api_url).or_else(|| {
-            credentials
-                .is_none()
-                .then(|| ClientError::NoCredentials.to_string())
-        })
+        api_url_problem(&self.api_url)
+            .or_else(|| {
+                credentials
+                    .is_none()
+                    .then(|| ClientError::NoCredentials.to_string())
+            })
+            .or_else(|| {
+                let token = self
+                    .token
+                    .as_deref()
+                    .filter(|_| self.identity_token_file.is_none());
+                token.and_then(|t| token_problem(t, "REGISTRY_TOKEN (--token)"))
+            })
     }
 
     /// What makes a command on one service through these flags unusable (exit 2), if

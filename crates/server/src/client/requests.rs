@@ -248,6 +248,11 @@ fn client(connection: &Connection) -> Result<(RegistryApi, tokio::runtime::Runti
     if let Some(problem) = super::api_url_problem(&connection.api_url) {
         return Err(ClientError::Usage(problem));
     }
+    if let Credentials::Token(token) = &credentials {
+        if let Some(problem) = super::token_problem(token, "REGISTRY_TOKEN (--token)") {
+            return Err(ClientError::Usage(problem));
+        }
+    }
     let api = RegistryApi::new(&connection.api_url, credentials)
         .map_err(|e| ClientError::Unreachable(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -52,12 +52,38 @@ pub struct RefusedRequest<'a> {
     pub candidates: &'a [Arc<ServiceAccount>],
     /// The account the client chose.
     pub chosen: Option<Uuid>,
-    /// The service in the path, when it exists.
-    pub service: Option<&'a Service>,
+    /// The service in the path, when it exists; or the subdomain of a service the call would
+    /// have created, which no one owns yet.
+    pub service: Option<Named<'a>>,
     /// The action the call needed.
     pub action: registry_domain::policy::Action,
     /// What refused it.
     pub refused_by: RefusedBy,
+}
+
+/// The service a refused call acted on.
+#[derive(Clone, Copy)]
+pub enum Named<'a> {
+    /// One that exists.
+    Existing(&'a Service),
+    /// One the call would have created, under this subdomain.
+    New(&'a str),
+}
+
+impl<'a> Named<'a> {
+    fn owner(self) -> Option<Uuid> {
+        match self {
+            Named::Existing(service) => service.customer_id,
+            Named::New(_) => None,
+        }
+    }
+
+    fn subdomain(self) -> &'a str {
+        match self {
+            Named::Existing(service) => &service.subdomain,
+            Named::New(subdomain) => subdomain,
+        }
+    }
 }
 
 /// Records `refused` against the accounts that trust its issuer within one customer. A failure
@@ -80,7 +106,7 @@ impl RefusalBudget {
         });
         let customers: Vec<Uuid> = refused.candidates.iter().map(|a| a.customer_id).collect();
         let Some(customer) = refusal::recording_customer(
-            refused.service.and_then(|s| s.customer_id),
+            refused.service.and_then(Named::owner),
             chosen_owner,
             &customers,
         ) else {
@@ -90,7 +116,7 @@ impl RefusalBudget {
         let request_id = crate::request_id();
         let facts = Refused {
             claims: &refused.token.claims,
-            service: refused.service.map(|s| s.subdomain.as_str()),
+            service: refused.service.map(Named::subdomain),
             action: refused.action,
             ip: refused.ip,
             refused_by: refused.refused_by,

@@ -522,6 +522,47 @@ fn refused_requests_are_recorded_for_their_owner_only() {
     assert!(log.len() <= 100);
 }
 
+/// `POST /services` outside the caller's patterns is refused by the use case (the subdomain is
+/// known only there), after the token verified: recorded like a refusal of the policies.
+#[test]
+fn a_service_created_outside_the_rules_patterns_is_recorded() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let iss = issuer.url();
+    let acme = server.customer("acme", "business");
+    let sub = "repo:acme/app:ref:refs/heads/main";
+    let id = account(
+        &server,
+        &acme,
+        json!({"kind": "oidc", "rules": [{"services": ["web-*"], "claims": {
+            "iss": iss, "aud": AUDIENCE, "sub": sub}}]}),
+    );
+    let token = issuer.mint("ES256", claims(&iss, sub));
+    let created = server
+        .request(Method::POST, "/services")
+        .bearer_auth(&token)
+        .header("x-request-id", "outside-1")
+        .json(&json!({"title": "API", "serviceName": "api"}))
+        .send()
+        .unwrap();
+    assert_problem(created, 403, "forbidden");
+    let log = refusals(&server, &acme, &id);
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0]["code"], "service-not-allowed");
+    assert_eq!(log[0]["rule"], 0);
+    assert_eq!(log[0]["service"], "api-acme");
+    assert_eq!(log[0]["requestId"], "outside-1");
+    // Inside them, nothing is refused and nothing recorded.
+    let inside = server
+        .request(Method::POST, "/services")
+        .bearer_auth(&token)
+        .json(&json!({"title": "Web", "serviceName": "web-1"}))
+        .send()
+        .unwrap();
+    assert_eq!(inside.status(), 201);
+    assert_eq!(refusals(&server, &acme, &id).len(), 1);
+}
+
 #[test]
 fn an_ambiguous_token_is_recorded_on_each_account_that_accepts_it() {
     let server = insecure_server();

@@ -8,7 +8,7 @@ use crate::failures::SecretFailures;
 use crate::last_use::LastUse;
 use crate::rate_limit::RateLimiter;
 use crate::rate_limit::RetryAfter;
-use crate::refusals::{RefusalBudget, RefusedRequest};
+use crate::refusals::{Named, RefusalBudget, RefusedRequest};
 use crate::request::{header_text, request_id, Presented};
 use crate::token_cache::TokenCache;
 use crate::Counters;
@@ -109,6 +109,30 @@ impl Authenticator {
     /// The verifier of identity tokens.
     pub fn verifier(&self) -> &dyn IdentityTokenVerifier {
         &*self.verifier
+    }
+
+    /// Records a federated call that a use case refused (403) after its token verified: a
+    /// `POST /services` whose new service's `subdomain` the caller's rules do not cover
+    /// (docs/api.md, "Explaining refusals"). The caller's account records it, under its own
+    /// budget; any other caller is no one's refusal.
+    pub async fn refused_creation(&self, caller: &Caller, subdomain: &str, action: Action) {
+        let (Some(account), Some(token)) = (caller.acting_account(), caller.verified_token())
+        else {
+            return;
+        };
+        let candidates = [Arc::clone(account)];
+        let mut refused = refused_request(
+            caller.origin().ip,
+            token,
+            &candidates,
+            Some(account.id),
+            None,
+            action,
+        );
+        refused.service = Some(Named::New(subdomain));
+        self.refusals
+            .record(&self.activity, self.replica.now(), refused)
+            .await;
     }
 
     /// Counts a successful request of `account` at `now` (`lastUsedAt`: docs/api.md, "Audit
@@ -405,7 +429,7 @@ fn refused_request<'a>(
         token,
         candidates,
         chosen,
-        service,
+        service: service.map(Named::Existing),
         action,
         refused_by: RefusedBy::Policy,
     }

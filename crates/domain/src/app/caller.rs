@@ -74,6 +74,12 @@ impl Caller {
         self.account.as_ref().map(|a| a.customer_id)
     }
 
+    /// The identity token a federated caller presented, verified; `None` for a static token or
+    /// an anonymous secret.
+    pub fn verified_token(&self) -> Option<&Arc<VerifiedToken>> {
+        self.token.as_ref()
+    }
+
     /// Where the call came from.
     pub fn origin(&self) -> &Origin {
         &self.origin

@@ -34,6 +34,14 @@ pub enum AppError {
     /// The caller may not do this (403), with a sentence.
     #[error("{0}")]
     Forbidden(String),
+    /// The caller's patterns do not cover the subdomain the new service would get (403): the
+    /// one refusal of a use case that a federated caller's refusal log records (docs/api.md,
+    /// "Explaining refusals"), hence the subdomain.
+    #[error("this service account's policy does not cover the subdomain {subdomain:?}")]
+    NotCovered {
+        /// The subdomain the service would have had.
+        subdomain: String,
+    },
     /// No such thing for this caller (404), with a sentence.
     #[error("{0}")]
     NotFound(String),

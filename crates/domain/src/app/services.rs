@@ -83,9 +83,7 @@ pub fn create(
             &*registry.random,
         )?;
         if !caller.may_act_on(&subdomain) {
-            return Err(AppError::Forbidden(format!(
-                "this service account's policy does not cover the subdomain {subdomain:?}"
-            )));
+            return Err(AppError::NotCovered { subdomain });
         }
         let service = Service {
             id: Uuid::new_v4(),
@@ -418,7 +416,7 @@ mod tests {
         let web_only = caller(web_only);
         let err = create(&registry, &web_only, named("api", "API"), NOW).unwrap_err();
         assert!(
-            matches!(&err, AppError::Forbidden(d) if d.contains("api-acme")),
+            matches!(&err, AppError::NotCovered { subdomain } if subdomain == "api-acme"),
             "{err:?}"
         );
         assert_eq!(store.find_service("api-acme").unwrap(), None);

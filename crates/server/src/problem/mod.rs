@@ -220,6 +220,11 @@ impl From<AppError> for ApiError {
                 tracing::info!(%detail, "call refused");
                 ApiError::Forbidden(detail)
             }
+            error @ AppError::NotCovered { .. } => {
+                let detail = error.to_string();
+                tracing::info!(%detail, "call refused");
+                ApiError::Forbidden(detail)
+            }
             AppError::NotFound(detail) => ApiError::NotFound(detail),
             AppError::NothingPublished(detail) => ApiError::NothingPublished(detail),
             AppError::Conflict(detail) => ApiError::Conflict(detail),

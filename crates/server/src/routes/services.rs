@@ -10,6 +10,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::app::services::{self, CreateService, UpdateService};
 use registry_domain::app::services::{MAX_DESCRIPTION, MAX_TITLE};
+use registry_domain::app::AppError;
 use registry_domain::naming::check_service_name;
 use registry_domain::text::TextKind;
 use registry_domain::Violation;
@@ -49,9 +50,22 @@ pub async fn create(
         description,
     };
     let now = state.now();
-    let service = state
-        .write(move |registry| services::create(registry, &caller, command, now))
+    let asking = caller.clone();
+    let created = state
+        .write(move |registry| Ok(services::create(registry, &asking, command, now)))
         .await?;
+    let service = match created {
+        Ok(service) => service,
+        Err(AppError::NotCovered { subdomain }) => {
+            let action = registry_domain::policy::Action::ServicesWrite;
+            state
+                .auth
+                .refused_creation(&caller, &subdomain, action)
+                .await;
+            return Err(AppError::NotCovered { subdomain }.into());
+        }
+        Err(other) => return Err(other.into()),
+    };
     let location = format!("{}/services/{}", state.settings.base(), service.subdomain);
     Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, location))

@@ -344,6 +344,18 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
         Some(1),
         "{events}"
     );
+    // It names the key and the verifier dismissed.
+    let event = &events["events"][0];
+    assert_eq!(
+        event["resource"],
+        json!({"type": "key", "id": "k3", "subdomain": sub}),
+        "{event}"
+    );
+    assert_eq!(
+        event["changes"],
+        json!({"verifiers": {"old": ["aws-sts"], "new": []}}),
+        "{event}"
+    );
 }
 
 #[test]

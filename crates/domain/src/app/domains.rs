@@ -15,6 +15,7 @@ use crate::ports::{
 use crate::{Service, StoreError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use serde_json::Value;
 use time::{Duration, OffsetDateTime};
 
 /// The 404 of a service with no custom domain.
@@ -98,16 +99,15 @@ fn put_once(
     };
     let added = CustomDomain::new(service.id, domain.to_owned(), txt_token, now);
     let mut event = caller.service_event(Action::DomainPut, service, now);
-    // A PUT that replaces the service's domain (or starts a failed one over) says what changed.
-    if let Some(old) = &current {
-        event = event
-            .with_change("domain", old.domain.as_str().into(), domain.into())
-            .with_change(
-                "status",
-                old.status.as_str().into(),
-                added.status.as_str().into(),
-            );
-    }
+    // The event says what changed: the domain set, or the one replaced (or a failed one
+    // started over), and its status.
+    let (old_domain, old_status) = match &current {
+        Some(old) => (old.domain.as_str().into(), old.status.as_str().into()),
+        None => (Value::Null, Value::Null),
+    };
+    event = event
+        .with_change("domain", old_domain, domain.into())
+        .with_change("status", old_status, added.status.as_str().into());
     // Unproven claims are bounded per customer (each costs every replica's worker lookups),
     // counted in the write's own transaction: claims at once never pass the bound together.
     let most = registry.settings.max_pending_domains;
@@ -149,6 +149,11 @@ pub fn get(registry: &Registry, service: &Service) -> Result<CustomDomain, AppEr
         .ok_or_else(|| no_domain(&service.subdomain))
 }
 
+/// A `domain.delete` event saying which domain went.
+fn deleted(event: AuditEvent, domain: &CustomDomain) -> AuditEvent {
+    event.with_change("domain", domain.domain.as_str().into(), Value::Null)
+}
+
 /// `DELETE /services/{s}/domain`: no longer served, its certificate and key deleted.
 pub fn remove(
     registry: &Registry,
@@ -157,7 +162,11 @@ pub fn remove(
     now: OffsetDateTime,
 ) -> Result<(), AppError> {
     registered_only(service)?;
+    let Some(current) = registry.store.domain_of(service.id)? else {
+        return Err(no_domain(&service.subdomain));
+    };
     let event = caller.service_event(Action::DomainDelete, service, now);
+    let event = deleted(event, &current);
     if registry.store.delete_domain(service.id, None, &event)? {
         Ok(())
     } else {
@@ -443,6 +452,7 @@ fn looked(
                 service.customer_id,
                 now,
             );
+            let event = deleted(event, was);
             Ok(registry
                 .store
                 .delete_domain(service.id, Some(was), &event)?)
@@ -503,7 +513,17 @@ mod tests {
         // Free again: the other service takes it.
         assert!(set(&registry, &caller, &b, "login.acme.com", NOW).is_ok());
         let first = store.events_of(Action::DomainPut).pop().unwrap();
-        assert!(first.changes.is_empty(), "a first domain is no update");
+        assert_eq!(
+            first.to_json()["changes"],
+            serde_json::json!({"domain": {"old": null, "new": "login.acme.com"},
+                "status": {"old": null, "new": "verifying"}}),
+            "a first domain says which"
+        );
+        let gone = store.events_of(Action::DomainDelete).pop().unwrap();
+        assert_eq!(
+            gone.to_json()["changes"],
+            serde_json::json!({"domain": {"old": "login.acme.com", "new": null}})
+        );
         // A failed claim started over keeps its records.
         let failed = CustomDomain {
             status: DomainStatus::Failed,

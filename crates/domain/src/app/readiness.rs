@@ -14,7 +14,7 @@
 //! then on, whatever the evidence says later.
 
 use crate::app::{config, AppError, Caller, Registry};
-use crate::audit::Action;
+use crate::audit::{Action, Resource};
 use crate::keys::{KeyRecord, KeyVerifier};
 use crate::network::Network;
 use crate::ports::{CachePurger, NetworkFetch};
@@ -352,7 +352,20 @@ pub fn dismiss_verifier(
     )?;
     let held_back = (assess(key, &found, &fetches, now).pending.iter())
         .any(|p| matches!(p, Pending::Verifier(waiting) if waiting == agent));
-    let event = caller.service_event(Action::VerifierDismiss, service, now);
+    // The event names the key and says which verifiers it had and has.
+    let agents = |verifiers: &[KeyVerifier]| -> Value {
+        verifiers.iter().map(|v| v.agent.as_str()).collect()
+    };
+    let had = key.verifiers.as_deref().unwrap_or(&found);
+    let kept: Vec<KeyVerifier> = (had.iter()).filter(|v| v.agent != agent).cloned().collect();
+    let event = caller
+        .event(
+            Action::VerifierDismiss,
+            Resource::key(kid, &service.subdomain),
+            service.customer_id,
+            now,
+        )
+        .with_change("verifiers", agents(had), agents(&kept));
     let mut outcome = None;
     registry
         .store

@@ -5,7 +5,7 @@
 use super::keys::{kids, public_keys, put_keys_as, token, verifies};
 use super::{cluster_discovery, register_service};
 use registry_tests::issuer::{KeyKind, SigningKey};
-use registry_tests::server::{assert_problem, json, TestServer};
+use registry_tests::server::{assert_problem, json, ServerOptions, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -247,6 +247,42 @@ fn source_names_are_checked_and_the_cap_counts_every_source() {
         200
     );
     assert_eq!(kids(&public_keys(&server, &sub).0).len(), 100);
+}
+
+/// A service's stored key state is at most 1 MiB, the discovery documents counted: the latest
+/// upload's too, which is published beside the key state rather than in it.
+#[test]
+fn discovery_documents_count_toward_the_key_states_bound() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_MAX_BODY_BYTES".into(), "3000000".into())],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "big");
+    let put = |source: &str, padding: usize| {
+        let mut body = super::upload(&[&format!("k-{source}")]);
+        body["openidConfiguration"]["x_padding"] = json!("x".repeat(padding));
+        server
+            .authed(
+                Method::PUT,
+                &format!("/services/{sub}/config?source={source}"),
+                &acme.token,
+            )
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    assert_problem(put("one", 1_100_000), 413, "payload-too-large");
+    assert_eq!(put("p1", 400_000).status(), 200);
+    assert_eq!(put("p2", 400_000).status(), 200);
+    let third = assert_problem(put("p3", 400_000), 413, "payload-too-large");
+    assert!(
+        third["detail"]
+            .as_str()
+            .unwrap()
+            .contains("discovery documents"),
+        "{third}"
+    );
 }
 
 /// The fourth security review (docs/api.md, "Key sources"): a key two sources upload belongs to

@@ -105,13 +105,14 @@ pub fn publish(
                                 key.verifiers = Some(verifiers.clone());
                             }
                         }
-                        if let Err(refused) = within_bounds(service, &keys) {
+                        let discovery = publication.openid_configuration.to_string();
+                        if let Err(refused) = within_bounds(service, &keys, discovery.len()) {
                             outcome = Some(Err(refused));
                             return None;
                         }
                         let config = PublishedConfig {
                             service_id: service.id,
-                            openid_configuration: publication.openid_configuration.to_string(),
+                            openid_configuration: discovery,
                             jwks: keys.current_set().to_string(),
                             updated_at: now,
                             // Recorded by the store, which reads the version replaced.
@@ -153,8 +154,10 @@ pub const MAX_ANONYMOUS_SOURCES: usize = 1;
 pub const MAX_KEY_STATE_BYTES: usize = 1 << 20;
 
 /// Refuses a key state past the bounds: more sources than the service may have (409
-/// `too-many-sources`), or more than [`MAX_KEY_STATE_BYTES`] stored (413).
-fn within_bounds(service: &Service, keys: &KeyState) -> Result<(), AppError> {
+/// `too-many-sources`), or more than [`MAX_KEY_STATE_BYTES`] stored (413), with the discovery
+/// document published beside it (`discovery` bytes: the latest upload's, which the key state
+/// does not hold).
+fn within_bounds(service: &Service, keys: &KeyState, discovery: usize) -> Result<(), AppError> {
     let most = match service.customer_id {
         Some(_) => MAX_SOURCES,
         None => MAX_ANONYMOUS_SOURCES,
@@ -180,12 +183,13 @@ fn within_bounds(service: &Service, keys: &KeyState) -> Result<(), AppError> {
         key.verifiers = None;
     }
     uploaded.withdrawn = Vec::new();
-    let size = serde_json::to_vec(&uploaded).map_or(0, |bytes| bytes.len());
+    let size = serde_json::to_vec(&uploaded).map_or(0, |bytes| bytes.len()) + discovery;
     if size > MAX_KEY_STATE_BYTES {
         return Err(AppError::TooLarge(format!(
-            "{:?}'s key state would take {size} bytes stored, every source's keys and the \
-             retired ones; at most {MAX_KEY_STATE_BYTES} are kept: upload fewer or smaller keys, \
-             or delete retired ones (DELETE /services/{{s}}/keys/{{kid}})",
+            "{:?}'s key state would take {size} bytes stored, every source's keys, the \
+             retired ones and the discovery documents; at most {MAX_KEY_STATE_BYTES} are kept: \
+             upload fewer or smaller keys or documents, or delete retired keys (DELETE \
+             /services/{{s}}/keys/{{kid}})",
             service.subdomain
         )));
     }

@@ -367,7 +367,7 @@ pub enum Transition {
     },
 }
 
-fn rfc3339(at: Option<OffsetDateTime>) -> Value {
+pub(crate) fn rfc3339(at: Option<OffsetDateTime>) -> Value {
     at.and_then(|t| t.replace_nanosecond(0).ok())
         .and_then(|t| t.format(&Rfc3339).ok())
         .map_or(Value::Null, Value::String)
@@ -485,9 +485,11 @@ impl Signing {
 
     /// A compromise (`?compromised=true`): `made` signs at once, and every other key leaves the
     /// key set at once; their `kid`s.
-    pub fn replace_compromised(&mut self, made: ManagedKey) -> Vec<String> {
+    pub fn replace_compromised(&mut self, mut made: ManagedKey) -> Vec<String> {
         let kids: Vec<String> = self.keys.iter().map(|k| k.kid.clone()).collect();
         self.withdraw(&kids, made.created_at);
+        // It signs before it is safe: when it became safe is Key readiness's to say.
+        made.safe_at = None;
         self.keys = vec![made];
         kids
     }

@@ -267,11 +267,38 @@ fn system_event(action: Action, service: &Service, now: OffsetDateTime) -> Audit
 
 /// `GET /services/{s}/signing` at `now`: the settings and the keys (404 when it is not turned
 /// on).
-pub fn get(registry: &Registry, service: &Service, now: OffsetDateTime) -> Result<Value, AppError> {
-    match registry.store.signing(service.id)? {
-        Some(signing) if signing.enabled => Ok(signing.view(now)),
-        _ => Err(not_on(service)),
+pub fn get(
+    registry: &Registry,
+    service: &Service,
+    purging: bool,
+    now: OffsetDateTime,
+) -> Result<Value, AppError> {
+    let signing = match registry.store.signing(service.id)? {
+        Some(signing) if signing.enabled => signing,
+        _ => return Err(not_on(service)),
+    };
+    let mut view = signing.view(now);
+    // A key not known safe (the next one; one that signs at once after a compromise) is as
+    // Key readiness reports it: a key that signed before it was safe becomes safe later.
+    let unknown: Vec<&ManagedKey> = (signing.keys.iter())
+        .filter(|k| k.safe_at.is_none())
+        .collect();
+    if unknown.is_empty() {
+        return Ok(view);
     }
+    let keys = config::key_state(registry, service)?;
+    for key in unknown {
+        let Some(record) = keys.published(now).find(|r| r.kid == key.kid) else {
+            continue;
+        };
+        let safe_at = readiness::assess_key(registry, service, record, purging, now)?.1;
+        let listed = (view["keys"].as_array_mut().into_iter().flatten())
+            .find(|listed| listed["kid"] == key.kid.as_str());
+        if let (Some(listed), Some(at)) = (listed, safe_at) {
+            listed["safeToSignAt"] = crate::signing::rfc3339(Some(at));
+        }
+    }
+    Ok(view)
 }
 
 /// `PUT /services/{s}/signing`: turns it on (its first key made, published as `next`, signing
@@ -304,7 +331,7 @@ pub fn put(
                     Err(other) => return Err(other),
                 }
             }
-            return get(registry, service, now);
+            return get(registry, service, purging, now);
         }
     }
     Err(AppError::Conflict(
@@ -565,7 +592,7 @@ pub fn rotate(
     for _ in 0..WRITE_ATTEMPTS {
         if try_rotate(registry, caller, service, compromised, now)? {
             advance(registry, service, purging, now)?;
-            return get(registry, service, now);
+            return get(registry, service, purging, now);
         }
     }
     Err(changed_meanwhile())
@@ -1248,7 +1275,7 @@ mod tests {
         assert!(!store.signing_due(then, 10).unwrap().contains(&failing.id));
         let minute = then + Duration::seconds(60);
         assert!(store.signing_due(minute, 10).unwrap().contains(&failing.id));
-        let other_keys = get(&registry, &other, T0).unwrap()["keys"].clone();
+        let other_keys = get(&registry, &other, false, T0).unwrap()["keys"].clone();
         assert_eq!(other_keys[1]["state"], "next", "{other_keys}");
     }
 
@@ -1262,7 +1289,7 @@ mod tests {
             "{refused:?}"
         );
         assert!(matches!(
-            get(&registry, &service, T0),
+            get(&registry, &service, false, T0),
             Err(AppError::NotFound(_))
         ));
     }
@@ -1290,7 +1317,7 @@ mod tests {
             CountingKeys::signature_of(&kid, format!("{}.{claims}", signed.header).as_bytes());
         assert_eq!(URL_SAFE_NO_PAD.decode(&signed.signature).unwrap(), expected);
         // Its last signature is recorded, to the minute.
-        let state = get(&registry, &service, T0).unwrap();
+        let state = get(&registry, &service, false, T0).unwrap();
         assert!(state["keys"][0]["lastSignedAt"].is_string(), "{state}");
         assert_eq!(
             actions(&store, &service)[..2],
@@ -1310,7 +1337,7 @@ mod tests {
         let t1 = T0 + Duration::seconds(10);
         rotate(&registry, &caller, &service, false, true, t1).unwrap();
         advance_due(&registry, true, 10, t1 + Duration::seconds(5)).unwrap();
-        let state = get(&registry, &service, T0).unwrap();
+        let state = get(&registry, &service, false, T0).unwrap();
         assert_eq!(state["keys"][1]["state"], "next", "{state}");
     }
 
@@ -1424,7 +1451,7 @@ mod tests {
         // The step, once the 600 s lead is over, switches.
         let later = T0 + Duration::seconds(600);
         assert_eq!(advance_due(&registry, false, 10, later).unwrap().written, 1);
-        let state = get(&registry, &service, T0).unwrap();
+        let state = get(&registry, &service, false, T0).unwrap();
         assert_eq!(state["keys"][0]["state"], "current", "{state}");
         assert!(sign(&registry, &service, &claims, later).is_ok());
     }
@@ -1472,7 +1499,7 @@ mod tests {
             sign(&registry, &service, &claims_at(t2), t2).unwrap().kid,
             next
         );
-        let state = get(&registry, &service, T0).unwrap();
+        let state = get(&registry, &service, false, T0).unwrap();
         assert_eq!(state["keys"][0]["state"], "retiring", "{state}");
         // The retiring key stays until its last token has expired: its last signature is kept
         // to the minute (T0; the one at T0 + 10 s expires at T0 + 610) and 300 s more.
@@ -1567,11 +1594,25 @@ mod tests {
             .as_str()
             .unwrap()
             .to_owned();
+        // A verifier of the key to come (the first key signed before it was one): two hours of
+        // fetches before it.
+        for hours_before in [30, 2] {
+            let at = T0 - time::Duration::hours(hours_before);
+            let fetched = crate::testing::key_set_fetch(service.id, "aws", "10.0.1.7", at);
+            crate::ports::FetchLog::record_fetches(&*store, &[fetched]).unwrap();
+        }
         let view = rotate(&registry, &caller, &service, true, false, T0).unwrap();
         let keys = view["keys"].as_array().unwrap();
         assert_eq!(keys.len(), 1, "{view}");
         assert_eq!(keys[0]["state"], "current");
         assert_ne!(keys[0]["kid"], first.as_str());
+        // It signs before it is safe: as Key readiness says, until the verifier fetched it.
+        assert_eq!(keys[0]["safeToSignAt"], Value::Null, "{view}");
+        let fetched_at = T0 + time::Duration::minutes(1);
+        let fetched = crate::testing::key_set_fetch(service.id, "aws", "10.0.1.8", fetched_at);
+        crate::ports::FetchLog::record_fetches(&*store, &[fetched]).unwrap();
+        let later = get(&registry, &service, false, T0 + time::Duration::minutes(2)).unwrap();
+        assert!(later["keys"][0]["safeToSignAt"].is_string(), "{later}");
         assert!(!published_kids(&registry, &service).contains(&first));
         // Its life stays in the state, for the console's timeline: it signed until withdrawn.
         let gone = &view["withdrawn"][0];
@@ -1635,7 +1676,7 @@ mod tests {
         sign(&registry, &service, &claims, T0).unwrap();
         delete(&registry, &caller, &service, T0).unwrap();
         assert!(matches!(
-            get(&registry, &service, T0),
+            get(&registry, &service, false, T0),
             Err(AppError::NotFound(_))
         ));
         assert!(matches!(

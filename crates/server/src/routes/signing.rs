@@ -33,9 +33,9 @@ pub async fn get(
     ServiceCaller { service, .. }: ServiceCaller,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    let now = state.now();
+    let (now, purging) = (state.now(), state.purging());
     let view = state
-        .read(move |registry| signing::get(registry, &service, now))
+        .read(move |registry| signing::get(registry, &service, purging, now))
         .await?;
     Ok(HttpResponse::Ok().json(view))
 }

@@ -692,6 +692,33 @@ test("g. a rotation begun elsewhere shows in an open service view, without a rel
   await page.close();
 });
 
+test("text from outside is inert: a right-to-left override in a kid reorders nothing; a dot route reaches no other path", async () => {
+  const spoof = await registry.cli(["customer", "create", "--tenant", "spoof", "--plan", "business", "--name", "Spoof"]);
+  tokens.add(spoof.token);
+  const created = await api("POST", "/services", spoof.token, { title: "Spoof", serviceName: "bidi" });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const sub = created.body.subdomain;
+  const hostile = "k\u202Eevil";
+  assert.equal((await upload(sub, spoof.token, [ecKey(hostile)])).status, 200);
+  const page = await newPage();
+  await page.goto(`${registry.base}/console`);
+  await signIn(page, spoof.token);
+  await page.getByRole("link", { name: sub, exact: true }).click();
+  await page.getByRole("heading", { level: 1, name: sub }).waitFor();
+  await readiness(page, hostile).filter({ hasText: /safe/ }).waitFor();
+  const shown = await page.locator("main").innerText();
+  assert.ok(!shown.includes("\u202E"), "a raw right-to-left override reached the page");
+  assert.ok(shown.includes("k\\u{202e}evil"), "the kid is shown with its override escaped");
+  // `#service/..` names no service: the console goes back to the list, asking no other path.
+  const asked = requests.length;
+  await page.goto(`${registry.base}/console#service/..`);
+  await page.getByRole("heading", { level: 1, name: "Services" }).waitFor();
+  const since = requests.slice(asked).map((r) => new URL(r.url()).pathname);
+  assert.ok(!since.some((path) => path === "/" || /^\/(keys|signing|domain|preflight|fetches)/.test(path)),
+    `asked ${since.join(", ")}`);
+  await page.close();
+});
+
 test("the console runs under its CSP, and the token only ever travels in Authorization", async () => {
   assert.deepEqual(pageProblems, [], "console errors or uncaught exceptions (a CSP refusal shows here)");
   assert.ok(requests.length > 20, `only ${requests.length} requests seen`);

@@ -64,7 +64,7 @@
       const list = document.createElement("ul");
       for (const item of items) {
         const li = document.createElement("li");
-        li.textContent = item;
+        li.textContent = inert(item);
         list.append(li);
       }
       el.append(list);
@@ -205,12 +205,12 @@
     current = service;
     const name = service.title || service.subdomain;
     document.title = name + ": registry";
-    $("service-heading").textContent = name;
-    $("service-description").textContent = service.description || "";
+    $("service-heading").textContent = inert(name);
+    $("service-description").textContent = inert(service.description || "");
     $("service-description").hidden = !service.description;
-    $("subdomain").textContent = service.subdomain;
-    $("issuer").textContent = service.issuer;
-    $("jwks-url").textContent = service.issuer + "/openid/v1/jwks";
+    $("subdomain").textContent = inert(service.subdomain);
+    $("issuer").textContent = inert(service.issuer);
+    $("jwks-url").textContent = inert(service.issuer + "/openid/v1/jwks");
     const expires = $("expires-at");
     expires.dateTime = service.expiresAt;
     const when = new Date(service.expiresAt);
@@ -279,7 +279,7 @@
     const li = document.createElement("li");
     if (pointer) {
       const code = document.createElement("code");
-      code.textContent = pointer;
+      code.textContent = inert(pointer);
       li.append(code, document.createTextNode(" "));
     }
     li.append(document.createTextNode(text));
@@ -355,7 +355,7 @@
     } catch (_) {
       ok = false;
     }
-    el.textContent = url;
+    el.textContent = inert(url);
     if (ok) el.href = url;
     else el.removeAttribute("href");
   }
@@ -364,8 +364,8 @@
     const issuer = current ? current.issuer : "";
     link($("discovery-link"), issuer + "/.well-known/openid-configuration");
     link($("jwks-link"), issuer + "/openid/v1/jwks");
-    $("published-discovery").textContent = JSON.stringify(config.openidConfiguration, null, 2);
-    $("published-jwks").textContent = JSON.stringify(config.jwks, null, 2);
+    $("published-discovery").textContent = inert(JSON.stringify(config.openidConfiguration, null, 2));
+    $("published-jwks").textContent = inert(JSON.stringify(config.jwks, null, 2));
     $("published").hidden = false;
   }
 
@@ -431,7 +431,7 @@
       const cells = [key.kid, key.kty, key.state, dateText(key.firstPublishedAt), dateText(key.publishedUntil)];
       for (const text of cells) {
         const cell = document.createElement("td");
-        cell.textContent = String(text ?? "");
+        cell.textContent = inert(String(text ?? ""));
         row.append(cell);
       }
       const action = document.createElement("td");
@@ -439,7 +439,7 @@
         const button = document.createElement("button");
         button.type = "button";
         button.className = "danger";
-        button.textContent = "Withdraw " + String(key.kid);
+        button.textContent = inert("Withdraw " + String(key.kid));
         button.addEventListener("click", () => withdrawKey(String(key.kid)));
         action.append(button);
       }
@@ -486,10 +486,10 @@
     const result = await api("GET", "/federation" + query);
     if (!survivable(result, message)) return;
     if (result.ok && result.body && result.body.aws) {
-      $("wiring-aws-url").textContent = String(result.body.aws.providerUrl);
-      $("wiring-aws").textContent = JSON.stringify(result.body.aws.trustPolicy, null, 2);
-      $("wiring-gcp").textContent = JSON.stringify(result.body.gcp, null, 2);
-      $("wiring-azure").textContent = JSON.stringify(result.body.azure, null, 2);
+      $("wiring-aws-url").textContent = inert(String(result.body.aws.providerUrl));
+      $("wiring-aws").textContent = inert(JSON.stringify(result.body.aws.trustPolicy, null, 2));
+      $("wiring-gcp").textContent = inert(JSON.stringify(result.body.gcp, null, 2));
+      $("wiring-azure").textContent = inert(JSON.stringify(result.body.azure, null, 2));
       $("wiring").hidden = false;
     } else {
       show(message, "error", "Could not read the wiring guide: " + problemText(result) + ".");
@@ -513,7 +513,7 @@
       const findings = document.createElement("ul");
       for (const f of cloud.findings || []) {
         const li = document.createElement("li");
-        li.textContent = f.severity + " " + f.code + (f.pointer ? " at " + f.pointer : "") + ": " + f.message;
+        li.textContent = inert(f.severity + " " + f.code + (f.pointer ? " at " + f.pointer : "") + ": " + f.message);
         findings.append(li);
       }
       if (findings.childElementCount) item.append(findings);
@@ -561,7 +561,7 @@
       ];
       for (const text of cells) {
         const cell = document.createElement("td");
-        cell.textContent = String(text ?? "");
+        cell.textContent = inert(String(text ?? ""));
         row.append(cell);
       }
       body.append(row);
@@ -614,7 +614,7 @@
 
   // ---- Deleting. ----
   function askDelete() {
-    $("confirm-text").textContent = "\u201c" + (current ? current.title || current.subdomain : subdomain) +
+    $("confirm-text").textContent = "\u201c" + inert(current ? current.title || current.subdomain : subdomain) +
       "\u201d and its published documents will be deleted now. This cannot be undone.";
     $("confirm-delete").showModal();
   }

@@ -22,6 +22,8 @@ const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 const DASHBOARD_JS: &str = include_str!("dashboard.js");
 /// What the dashboard's and the console's scripts share: the one way they call the API.
 const REQUEST_JS: &str = include_str!("shared/request.js");
+/// What they share of showing text from outside: inert, whatever characters it holds.
+const TEXT_JS: &str = include_str!("shared/text.js");
 const CONSOLE_HTML: &str = include_str!("console/console.html");
 const CONSOLE_CSS: &str = include_str!("console/console.css");
 /// The console's script, a part per concern, in the order they run: one scope (they share the
@@ -41,14 +43,14 @@ const CONSOLE_JS: &[&str] = &[
 /// [`CONSOLE_JS`] as the page's one script.
 fn console_script() -> String {
     format!(
-        "\"use strict\";\n(() => {{\n{REQUEST_JS}{}}})();\n",
+        "\"use strict\";\n(() => {{\n{REQUEST_JS}{TEXT_JS}{}}})();\n",
         CONSOLE_JS.concat()
     )
 }
 
 /// The dashboard's one script (its own function scope inside).
 fn dashboard_script() -> String {
-    format!("\"use strict\";\n{REQUEST_JS}{DASHBOARD_JS}")
+    format!("\"use strict\";\n{REQUEST_JS}{TEXT_JS}{DASHBOARD_JS}")
 }
 
 const STYLE_SLOT: &str = "<style></style>";

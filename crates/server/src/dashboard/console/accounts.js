@@ -130,7 +130,7 @@ function renderExplanation(body, name, service, action) {
     for (const r of reasons) {
       const item = el("li");
       if (r.code) item.append(code(r.code), ": ");
-      item.append(String(r.message ?? "") + (r.pointer ? " (at " + r.pointer + ")" : ""));
+      item.append(inert(String(r.message ?? "") + (r.pointer ? " (at " + r.pointer + ")" : "")));
       list.append(item);
     }
     parts.push(list);

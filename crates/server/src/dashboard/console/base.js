@@ -55,7 +55,7 @@ function storeToken(value) {
 // ---- Building the page. ----
 function el(tag, text, className) {
   const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (text !== undefined && text !== null) node.textContent = inert(text);
   if (className) node.className = className;
   return node;
 }
@@ -63,7 +63,7 @@ function el(tag, text, className) {
 function svgEl(tag, attributes, text) {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [name, value] of Object.entries(attributes || {})) node.setAttribute(name, String(value));
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = inert(text);
   return node;
 }
 
@@ -76,7 +76,7 @@ function titled(node, text) {
 function cell(content, className) {
   const td = el("td", null, className);
   if (content instanceof Node) td.append(content);
-  else td.textContent = content === undefined || content === null || content === "" ? "\u2014" : String(content);
+  else td.textContent = content === undefined || content === null || content === "" ? "\u2014" : inert(content);
   return td;
 }
 
@@ -101,13 +101,13 @@ function facts(dl, entries) {
   for (const [term, value] of entries) {
     const dd = el("dd");
     if (value instanceof Node) dd.append(value);
-    else dd.textContent = value === undefined || value === null || value === "" ? "\u2014" : String(value);
+    else dd.textContent = value === undefined || value === null || value === "" ? "\u2014" : inert(value);
     dl.append(el("dt", term), dd);
   }
 }
 
 function show(node, text, items) {
-  node.replaceChildren(document.createTextNode(text));
+  node.replaceChildren(document.createTextNode(inert(text)));
   if (items && items.length) {
     const list = el("ul");
     for (const item of items) list.append(el("li", item));

@@ -148,7 +148,7 @@ function renderPreflight(result) {
     const findings = el("ul");
     for (const f of cloud.findings || []) {
       const line = el("li");
-      line.append(el("span", f.severity + " ", "hint"), code(f.code), document.createTextNode(": " + f.message +
+      line.append(el("span", f.severity + " ", "hint"), code(f.code), document.createTextNode(inert(": " + f.message) +
         (f.pointer ? " (at " + f.pointer + ")" : "")));
       findings.append(line);
     }

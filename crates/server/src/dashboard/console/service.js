@@ -15,7 +15,7 @@ function stopPolling() {
 
 function resetService(subdomain) {
   svc = { subdomain, keys: [], readiness: new Map(), signing: undefined, history: null };
-  $("service-heading").textContent = subdomain;
+  $("service-heading").textContent = inert(subdomain);
   for (const id of [
     "service-title", "service-message", "service-issuers", "service-created", "timeline",
     "timeline-message", "timeline-note", "timeline-live", "timeline-keys-body",
@@ -166,10 +166,10 @@ function renderServiceHeader(service, domain) {
   // Opened by id, or in another case: the service's own subdomain names it everywhere after.
   if (s.subdomain && s.subdomain !== svc.subdomain) {
     svc.subdomain = s.subdomain;
-    $("service-heading").textContent = s.subdomain;
+    $("service-heading").textContent = inert(s.subdomain);
     document.title = s.subdomain + ": registry console";
   }
-  $("service-title").textContent = [s.title, s.description].filter(Boolean).join(" \u2014 ");
+  $("service-title").textContent = inert([s.title, s.description].filter(Boolean).join(" \u2014 "));
   $("service-issuers").replaceChildren(...issuers(s, domain.ok ? domain.body : null).map((url) => item(code(url))));
   $("service-created").replaceChildren(timeNode(s.createdAt));
 }

@@ -85,7 +85,9 @@ function parseRoute(hash) {
     } catch (_) {
       return null;
     }
-    if (subdomain && !subdomain.includes("/")) return { view: "service", subdomain };
+    // A subdomain or an id: letters, digits and '-' only. Anything else ("..", say, which the
+    // URL parser would collapse) names no service, and its calls would reach other paths.
+    if (/^[A-Za-z0-9-]+$/.test(subdomain)) return { view: "service", subdomain };
   }
   return null;
 }

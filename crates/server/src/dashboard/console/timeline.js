@@ -260,7 +260,8 @@ function renderTimelineTables() {
       key.source,
       key.state,
       cell(timeNode(iso(key.published))),
-      cell(timeNode(iso(key.safe), "not yet")),
+      // A withdrawn key's readiness is no longer asked: when it was safe is not known.
+      cell(timeNode(iso(key.safe), key.state === "withdrawn" ? "not known" : "not yet")),
       cell(key.managed ? timeNode(iso(key.signingSince), "not yet") : null),
       cell(timeNode(iso(key.retiring))),
       cell(timeNode(iso(key.end))),
@@ -300,7 +301,7 @@ function renderReadiness() {
     const body = readinessBody(key.kid);
     if (body) {
       const pending = Array.isArray(body.pending) ? body.pending : [];
-      state.textContent = readinessText(body);
+      state.textContent = inert(readinessText(body));
       state.classList.add(body.safeToSign ? "is-safe" : "is-pending");
       item.append(state);
       item.append(el("span", " (" + key.state + (body.safeToSignAt ? ", safe since " + dateText(body.safeToSignAt) : "") + ")", "hint"));

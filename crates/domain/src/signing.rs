@@ -809,6 +809,10 @@ pub fn check_claims(
             let why = why.split(" at line ").next().unwrap_or(&why);
             return Err(format!("{why}: claim names must be unique"));
         }
+        // serde_json reads at most 128 levels of arrays and objects.
+        Err(deep) if deep.to_string().starts_with("recursion limit exceeded") => {
+            return Err("the claims nest arrays and objects more than 128 levels deep".to_owned())
+        }
         _ => return Err("the claims must be a JSON object".to_owned()),
     };
     match payload.get("iss") {
@@ -1106,6 +1110,14 @@ mod tests {
             refused,
             r#"the member "exp" appears twice in one object: claim names must be unique"#
         );
+        // Nested past serde_json's 128 levels: said so, not "not an object".
+        let deep = format!(
+            r#"{{"iss":"https://a.example","iat":{iat},"exp":{exp},"x":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let refused = check_claims(&URL_SAFE_NO_PAD.encode(deep), &rules, at(0)).unwrap_err();
+        assert!(refused.contains("128 levels"), "{refused}");
         // A payload that merely says so is not a JSON object.
         let said = URL_SAFE_NO_PAD.encode(r#""the claim \"x\" is named twice""#);
         assert!(check_claims(&said, &rules, at(0))

@@ -84,6 +84,22 @@ struct Plugin {
 
 impl Plugin {
     fn start(server: &TestServer, token: &str, sub: &str, socket: &Path) -> Self {
+        Self::spawn(server, token, sub, socket, Stdio::inherit())
+    }
+
+    /// [`Plugin::start`], its stderr (its log) written to `log`.
+    fn start_logging(
+        server: &TestServer,
+        token: &str,
+        sub: &str,
+        socket: &Path,
+        log: &Path,
+    ) -> Self {
+        let file = std::fs::File::create(log).unwrap();
+        Self::spawn(server, token, sub, socket, Stdio::from(file))
+    }
+
+    fn spawn(server: &TestServer, token: &str, sub: &str, socket: &Path, stderr: Stdio) -> Self {
         let child = Command::new(registry_binary())
             .args(["signer", "--service", sub, "--socket"])
             .arg(socket)
@@ -92,7 +108,7 @@ impl Plugin {
             .env("REGISTRY_API_URL", &server.base)
             .env("REGISTRY_TOKEN", token)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start registry signer");
         let serving = within(Duration::from_secs(20), || {
@@ -478,6 +494,37 @@ fn a_plugin_started_after_signing_stopped_still_answers_the_keys_that_verify_its
     let mut expected = vec!["k1".to_owned(), "k2".to_owned(), managed];
     expected.sort();
     assert_eq!(answered, expected);
+}
+
+/// A service deleted (its key set a 404 for everyone): the plugin drops its copy at its next
+/// read, as a verifier drops a key set that answers 404, rather than answer keys the registry
+/// withdrew; and it says so on stderr, as it says what it cannot read.
+#[test]
+fn a_plugin_drops_the_keys_of_a_service_that_is_gone() {
+    let server = TestServer::start_with(ServerOptions::binary(&[("REGISTRY_DATA_KEY", DATA_KEY)]));
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let state = turn_on(&server, &acme.token, &sub, json!({"leadSeconds": 0}));
+    let managed = state["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign", "config:read"]);
+    let dir = TempDir::new("signer-gone");
+    let socket = dir.0.join("signer.sock");
+    let log = dir.0.join("signer.log");
+    let plugin = Plugin::start_logging(&server, &signer, &sub, &socket, &log);
+    let mut apiserver = ApiServer::connect(&socket);
+    assert_eq!(apiserver.fetch_keys(), [managed]);
+    let gone = (server.authed(
+        reqwest::Method::DELETE,
+        &format!("/services/{sub}"),
+        &acme.token,
+    ))
+    .send()
+    .unwrap();
+    assert_eq!(gone.status(), 204);
+    apiserver.keys_become(&[]);
+    drop((apiserver, plugin));
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("no such service any more"), "{said}");
 }
 
 /// gRPC's C core (Python's grpcio, here from code generated out of the KEP's proto) names the

@@ -66,7 +66,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Signer(args) => match args.usage_problem() {
             Some(message) => Err(Exit { code: 2, message }.into()),
-            None => crate::client::signer::run(args),
+            None => {
+                let served = crate::client::signer::run(args);
+                log_buffer::flush_log();
+                served
+            }
         },
         Command::Services {
             command,

@@ -20,8 +20,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
         }
     };
-    if let Command::Serve(settings) = &cli.command {
-        registry_server::init_log(settings.log_format);
+    match &cli.command {
+        Command::Serve(settings) => registry_server::init_log(settings.log_format),
+        // The plugin runs for long beside kube-apiserver: what it cannot do (read the keys,
+        // reach the registry) goes to stderr as lines of the server's text log.
+        Command::Signer(_) => registry_server::init_log(registry_server::LogFormat::Text),
+        _ => {}
     }
     match cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -8,7 +8,7 @@
 //! converted once, when the copy first meets it, and kept while the registry lists the key. A
 //! service whose signing is off (`…/signing` a 404) still has its managed keys listed by
 //! `…/keys` until their `withdrawAt`, so a plugin started after signing was turned off still
-//! answers them.
+//! answers them. A service that is gone (`…/keys` a 404) has no key left: the copy empties.
 
 use crate::jwk::{spki_of_base64, spki_of_jwk};
 use crate::proto::Key;
@@ -183,7 +183,22 @@ impl KeyCopy {
             Err(ClientError::Refused { problem, .. }) if problem.is("not-found") => None,
             Err(e) => return Err(error(e)),
         };
-        let inventory = self.api.keys(&self.service).await.map_err(error)?;
+        let inventory = match self.api.keys(&self.service).await {
+            Ok(body) => body,
+            // The service is gone (deleted, or its customer's): as a key set answering 404
+            // tells a verifier its issuer withdrew the keys, no key verifies its tokens any
+            // more. Only a registry that cannot be read keeps the last copy.
+            Err(ClientError::Refused { problem, .. }) if problem.is("not-found") => {
+                if previous.is_some_and(|p| !p.keys.is_empty()) {
+                    tracing::warn!(
+                        service = self.service,
+                        "the registry has no such service any more: FetchKeys answers no key"
+                    );
+                }
+                serde_json::json!({"keys": []})
+            }
+            Err(e) => return Err(error(e)),
+        };
         let read_at = SystemTime::now();
         let mut keys = Vec::new();
         let mut listed = HashSet::new();

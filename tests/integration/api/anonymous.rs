@@ -231,7 +231,8 @@ fn an_expired_service_answers_404_everywhere_at_once() {
 
 /// Once the reaper has deleted an expired service, and its secret with it, the secret still
 /// gets the 404 the expired service answered, not a 401; a secret of that shape that never
-/// existed gets 404 there too, and 401 on a service that exists.
+/// existed gets 404 there too (an anonymous name is random), and 401 on a service that exists
+/// and on any registered service's path.
 #[test]
 fn a_reaped_services_secret_still_gets_404() {
     let server = TestServer::start_with(ServerOptions {
@@ -276,6 +277,17 @@ fn a_reaped_services_secret_still_gets_404() {
             .send()
             .unwrap();
         assert_problem(exists, 401, "unauthorized");
+    }
+    // A registered service's name can be guessed: a made-up secret gets 401 whether it exists
+    // or not, and tells no one which.
+    let acme = server.customer("acme", "business");
+    let registered = super::register_service(&server, &acme, "api");
+    for name in [registered.as_str(), "nothing-acme"] {
+        let answer = server
+            .authed(Method::GET, &format!("/services/{name}"), &made_up)
+            .send()
+            .unwrap();
+        assert_problem(answer, 401, "unauthorized");
     }
 }
 

@@ -561,14 +561,21 @@ async fn authorize(
     Ok((granted(auth, req, &grant, None, ip, now)?, service))
 }
 
-/// The 404 of an anonymous secret refused on the path of a service that is no more: an expired
-/// service answers 404 everywhere (docs/api.md, "Anonymous services"), also once the reaper has
-/// deleted it and, with it, its secret. The secret's shape says what it was; any other refusal
-/// stays the 401 it was.
+/// The 404 of an anonymous secret refused on the path of an anonymous service that is no more:
+/// an expired service answers 404 everywhere (docs/api.md, "Anonymous services"), also once the
+/// reaper has deleted it and, with it, its secret. The secret's shape says what it was; any
+/// other refusal stays the 401 it was. Only a path that names an anonymous service (its
+/// `-anon` subdomain, or an id) answers so: those names are random and cannot be guessed, so
+/// that a made-up secret tells no one whether a registered service exists.
 async fn gone_anonymous(auth: &Authenticator, token: &str, key: Option<&str>) -> Option<AuthError> {
     let key = key?;
     let parsed = credentials::parse(token)?;
     if parsed.kind != CredentialKind::AnonymousSecret {
+        return None;
+    }
+    let unguessable = registry_domain::naming::is_anonymous_subdomain(&key.to_ascii_lowercase())
+        || uuid::Uuid::try_parse(key).is_ok();
+    if !unguessable {
         return None;
     }
     match the_service(auth, Some(key)).await {

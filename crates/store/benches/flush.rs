@@ -7,10 +7,12 @@
 //! `cargo bench -p registry-store --bench flush [-- DOCUMENTS]` (16,384 by default: the most
 //! services a replica counts between two flushes).
 
+use registry_domain::audit::{Action, Actor, AuditEvent, Resource};
 use registry_domain::network::Network;
 use registry_domain::ports::{
-    AgentFetches, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
+    AgentFetches, Ceiling, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch, ServiceStore,
 };
+use registry_domain::Service;
 use std::time::Instant;
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
@@ -41,15 +43,45 @@ fn flush(services: &[Uuid], at: OffsetDateTime) -> Vec<DocumentFetches> {
         .collect()
 }
 
+/// `n` anonymous services that exist at `at`: a flush keeps the counts of existing services
+/// only (those of a service deleted since are dropped).
+fn existing(store: &dyn ServiceStore, n: usize, at: OffsetDateTime) -> Vec<Uuid> {
+    (0..n)
+        .map(|i| {
+            let service = Service {
+                id: Uuid::new_v4(),
+                customer_id: None,
+                subdomain: format!("flush{i:07}-anon"),
+                title: None,
+                description: None,
+                created_at: at,
+                expires_at: Some(at + Duration::days(1)),
+            };
+            let resource = Resource::service(service.id, &service.subdomain);
+            let event = AuditEvent::new(
+                Action::AnonymousCreate,
+                resource,
+                Actor::anonymous(),
+                None,
+                at,
+            );
+            store
+                .create_service(&service, None, Ceiling::NONE, &event)
+                .unwrap();
+            service.id
+        })
+        .collect()
+}
+
 mod common;
 
 fn main() {
     let documents = common::count_argument(16_384);
     let scratch = common::Scratch::new("flush");
     let store = &scratch.store;
-    let services: Vec<Uuid> = (0..documents).map(|_| Uuid::new_v4()).collect();
     // 2026-11-29 12:00 UTC: every flush below falls in that hour.
     let t0 = OffsetDateTime::from_unix_timestamp(1_795_953_600).unwrap();
+    let services = existing(&**store, documents, t0 - Duration::hours(1));
 
     let timed = |at: OffsetDateTime| {
         let counts = flush(&services, at);

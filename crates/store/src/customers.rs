@@ -152,12 +152,10 @@ impl CustomerStore for Store {
             let services = services::table
                 .filter(services::customer_id.eq(&id))
                 .select(services::id);
-            // Locked first on PostgreSQL: a flush of fetch evidence in flight (which reads
-            // them `FOR SHARE`) commits before the evidence below is removed, not after.
-            let ids: Vec<String> = match &mut *conn {
-                Db::Sqlite(c) => services.load(c)?,
-                Db::Postgres(c) => services.for_update().load(c)?,
-            };
+            // A flush of fetch evidence in flight commits before the evidence below is
+            // removed, and one after finds the services gone.
+            crate::fetches::lock_evidence(conn, true)?;
+            let ids: Vec<String> = services.load(conn)?;
             crate::domains::forget_challenges_of(conn, &ids)?;
             diesel::delete(
                 fetch_networks::table.filter(fetch_networks::service_id.eq_any(services)),

@@ -2,7 +2,7 @@
 //! service, document and hour (and per agent), which every replica adds its counts to.
 
 use crate::error::Res;
-use crate::pool::Db;
+use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis, uuid};
 use crate::schema::{fetch_agents, fetch_counts, fetch_networks, key_readiness, services};
 use crate::Store;
@@ -43,19 +43,39 @@ const KEY_SETS: [&str; 2] = [
     key_of(FetchedDocument::DomainJwks),
 ];
 
-/// Which of the services `counts` names still exist, read in the caller's transaction.
+/// On PostgreSQL, the transaction-scoped advisory lock that orders a flush of fetch evidence
+/// (shared: flushes run side by side) and a customer's deletion (exclusive), so that a flush
+/// in flight commits before the deletion removes the evidence, and a flush after it finds the
+/// services gone. No row is locked: writers of `services` never wait on a flush.
+const EVIDENCE_LOCK: i64 = 0x6576_6964_656e_6365; // "evidence"
+
+/// Takes [`EVIDENCE_LOCK`] for the caller's transaction: `exclusive` for a customer's deletion.
+/// SQLite has one writer at a time already.
+pub(crate) fn lock_evidence(conn: &mut Db, exclusive: bool) -> Res<()> {
+    if let Db::Postgres(c) = conn {
+        let lock = match exclusive {
+            true => "pg_advisory_xact_lock",
+            false => "pg_advisory_xact_lock_shared",
+        };
+        diesel::connection::SimpleConnection::batch_execute(
+            c,
+            &format!("SELECT {lock}({EVIDENCE_LOCK})"),
+        )?;
+    }
+    Ok(())
+}
+
+/// Which of the services `counts` names still exist, read in the caller's transaction (after
+/// [`lock_evidence`]).
 fn live_services(conn: &mut Db, counts: &[DocumentFetches]) -> Res<HashSet<Uuid>> {
     let named: BTreeSet<String> = counts.iter().map(|f| id_text(f.service_id)).collect();
     let named: Vec<String> = named.into_iter().collect();
     let mut live = HashSet::new();
     for chunk in named.chunks(flush::ROWS) {
-        let query = services::table
+        let ids: Vec<String> = on_backend!(&mut *conn, |c| services::table
             .filter(services::id.eq_any(chunk))
-            .select(services::id);
-        let ids: Vec<String> = match conn {
-            Db::Sqlite(c) => query.load(c)?,
-            Db::Postgres(c) => query.for_share().load(c)?,
-        };
+            .select(services::id)
+            .load(c))?;
         for id in ids {
             live.insert(uuid(&id)?);
         }
@@ -68,11 +88,10 @@ impl FetchLog for Store {
     /// (`ON CONFLICT … DO UPDATE`), and the last fetch only moves forward.
     ///
     /// Counts of a service deleted since (its customer's, whose evidence went at once) are
-    /// dropped: they would come back as rows of no one's until their retention ends. On
-    /// PostgreSQL the services are read `FOR SHARE`, and a customer's deletion reads them `FOR
-    /// UPDATE` before removing the evidence, so that one of the two waits for the other.
+    /// dropped: they would come back as rows of no one's until their retention ends.
     fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
         self.write_aside(|conn| {
+            lock_evidence(conn, false)?;
             let live = live_services(conn, counts)?;
             let counts = counts.iter().filter(|f| live.contains(&f.service_id));
             flush::Flush::of(counts).record(conn)

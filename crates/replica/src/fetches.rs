@@ -6,8 +6,12 @@
 //! that bound a new agent takes the place of the least frequent one (the space-saving
 //! algorithm: it is ranked with that agent's count, so that a frequent agent is never pushed out
 //! by many rare ones), but reports its own fetches only; the fetches of the agent that gave its
-//! place are counted as the others' ([`OTHER_AGENTS`]). No agent is reported with a fetch it did
-//! not make, and every fetch is counted once.
+//! place are counted as the others' ([`OTHER_AGENTS`]). As in the store's hour, a new agent from
+//! networks that each brought 4 of the document's agents already is one of the others at once,
+//! and a crowd's agents give their places first: one network's flood never pushes out another
+//! network's agent (a verifier's), though an agent first seen after its own network is crowded
+//! gets no place. No agent is reported with a fetch it did not make, and every fetch is counted
+//! once.
 //!
 //! Each worker thread counts in its own map, under a lock only [`Fetches::take`] also takes:
 //! the fetches of one popular document on many workers never wait for one another. `take` adds
@@ -273,25 +277,26 @@ impl Counts {
                 let last = agents.len() - 1;
                 &mut agents[last]
             }
-            // Full, a new agent from networks that each hold their bound of the document's
-            // agents already is one of the others: one network's made-up agents cannot push
-            // out another network's, a verifier's among them (the store's rule for an hour).
-            None if !networks.is_empty()
-                && (networks.iter()).all(|(network, ..)| {
-                    agents_from(agents, network) >= STORED_AGENTS_PER_NETWORK
-                }) =>
-            {
-                add_others(&mut self.others, n, at);
-                return;
-            }
             None => {
+                let crowds = agents_per_network(agents);
+                let from = |network: &Network| crowds.get(network).copied().unwrap_or(0);
+                // Full, a new agent from networks that each hold their bound of the document's
+                // agents already is one of the others: one network's made-up agents cannot
+                // push out another network's, a verifier's among them (the store's rule for an
+                // hour).
+                let crowded = |(network, ..): &(Network, u64, OffsetDateTime)| {
+                    from(network) >= STORED_AGENTS_PER_NETWORK
+                };
+                if !networks.is_empty() && networks.iter().all(crowded) {
+                    add_others(&mut self.others, n, at);
+                    return;
+                }
                 // The least frequent of a crowd's agents gives its place first, when there are
                 // such: those seen from no network, or only from networks holding more than
                 // their bound of agents.
                 let exposed = |a: &Agent| {
-                    (a.networks.iter()).all(|(network, ..)| {
-                        agents_from(agents, network) > STORED_AGENTS_PER_NETWORK
-                    })
+                    (a.networks.iter())
+                        .all(|(network, ..)| from(network) > STORED_AGENTS_PER_NETWORK)
                 };
                 let least = (agents.iter().enumerate())
                     .filter(|(_, a)| exposed(a))
@@ -332,11 +337,16 @@ impl Counts {
     }
 }
 
-/// How many of `agents` were seen from `network`.
-fn agents_from(agents: &[Agent], network: &Network) -> usize {
-    (agents.iter())
-        .filter(|a| a.networks.iter().any(|(n, ..)| n == network))
-        .count()
+/// How many of `agents` were seen from each network: counted once for a new agent past the
+/// bound, at most [`AGENTS_PER_DOCUMENT`] × [`NETWORKS_PER_AGENT`] entries.
+fn agents_per_network(agents: &[Agent]) -> HashMap<Network, usize> {
+    let mut counts = HashMap::default();
+    for a in agents {
+        for (network, ..) in &a.networks {
+            *counts.entry(*network).or_default() += 1;
+        }
+    }
+    counts
 }
 
 /// Adds `n` fetches, the last at `at`, to `others` (a document's others').

@@ -85,6 +85,12 @@ pub fn named_twice(error: &serde_json::Error) -> bool {
     error.classify() == serde_json::error::Category::Data
 }
 
+/// Whether `error`, from [`parse_unique`], is text that nests arrays and objects deeper than
+/// serde_json reads (128 levels).
+pub fn too_deep(error: &serde_json::Error) -> bool {
+    error.is_syntax() && error.to_string().starts_with("recursion limit exceeded")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +118,9 @@ mod tests {
         assert!(parsed(r#"[{"a": 1}, {"a": 2}]"#).is_ok());
         assert!(parsed(r#"{"a": 1} {}"#).is_err(), "trailing text");
         assert_eq!(parsed(" 7 "), Ok(json!(7)));
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let refused = parse_unique(deep.as_bytes()).unwrap_err();
+        assert!(too_deep(&refused) && !named_twice(&refused), "{refused}");
+        assert!(!too_deep(&broken));
     }
 }

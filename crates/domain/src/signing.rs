@@ -810,7 +810,7 @@ pub fn check_claims(
             return Err(format!("{why}: claim names must be unique"));
         }
         // serde_json reads at most 128 levels of arrays and objects.
-        Err(deep) if deep.to_string().starts_with("recursion limit exceeded") => {
+        Err(deep) if crate::json::too_deep(&deep) => {
             return Err("the claims nest arrays and objects more than 128 levels deep".to_owned())
         }
         _ => return Err("the claims must be a JSON object".to_owned()),

@@ -185,7 +185,7 @@ impl KeyCopy {
         };
         let inventory = match self.api.keys(&self.service).await {
             Ok(body) => body,
-            // The service is gone (deleted, or its customer's): as a key set answering 404
+            // The service is gone (deleted): as a key set answering 404
             // tells a verifier its issuer withdrew the keys, no key verifies its tokens any
             // more. Only a registry that cannot be read keeps the last copy.
             Err(ClientError::Refused { problem, .. }) if problem.is("not-found") => {

@@ -1155,6 +1155,21 @@ fn policy_check_prints_findings_and_exits_by_severity() {
     assert_eq!(findings["findings"][0]["code"], "json", "{findings}");
     assert_eq!(findings["findings"][0]["severity"], "error");
     assert_eq!(findings["findings"][0]["pointer"], "");
+    // A member named twice, as the API refuses it: the check says which.
+    let twice = write(
+        "twice.json",
+        r#"{"kind": "static", "services": ["web-*"], "services": ["*"]}"#,
+    );
+    let output = run(&["check", &twice, "--format", "json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let findings: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(findings["findings"][0]["code"], "json", "{findings}");
+    assert!(
+        findings["findings"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(r#""services" appears twice"#)),
+        "{findings}"
+    );
     assert_eq!(run(&["check"]).status.code(), Some(2));
 }
 

@@ -37,7 +37,9 @@ type Request = (&'static str, String, Option<Value>);
 fn read_json(path: &PathBuf) -> Result<Value, ClientError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ClientError::File(format!("cannot read {}: {e}", path.display())))?;
-    serde_json::from_str(&text)
+    // Read as the API reads a body: a member named twice is refused here, not quietly sent
+    // with its last value.
+    registry_domain::json::parse_unique(text.as_bytes())
         .map_err(|e| ClientError::File(format!("{} is not JSON: {e}", path.display())))
 }
 

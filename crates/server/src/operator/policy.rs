@@ -6,6 +6,7 @@ use anyhow::Context;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use clap::Subcommand;
+use registry_domain::json::parse_unique;
 use registry_domain::policy::{
     compare, lint_document, parse_cases, run_cases, Action, CompareResult, Finding, Policy,
     Severity, Tally, TestCase,
@@ -140,7 +141,8 @@ fn read_bounded(path: &Path) -> anyhow::Result<String> {
 
 fn read_json(path: &Path) -> anyhow::Result<Value> {
     let text = read_bounded(path)?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+    // Read as the API reads a policy: a member named twice has no one meaning.
+    parse_unique(text.as_bytes()).with_context(|| format!("{} is not JSON", path.display()))
 }
 
 /// The policy of `path`, or the one sentence of why it is not one.
@@ -210,7 +212,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         } => {
             // A file that is not JSON is the check's own finding (the document it checks),
             // printed like the others; one that cannot be read is an error of the command.
-            let findings = match serde_json::from_str(&read_bounded(&file)?) {
+            let findings = match parse_unique(read_bounded(&file)?.as_bytes()) {
                 Ok(document) => lint_document(&document),
                 Err(error) => vec![Finding {
                     code: "json",

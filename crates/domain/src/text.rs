@@ -52,6 +52,13 @@ pub fn check_text(text: &str, kind: TextKind) -> Result<(), UnreadableText> {
     }
 }
 
+/// Whether `c` is a bidirectional formatting character (U+061C, U+200E–U+200F, U+202A–U+202E,
+/// U+2066–U+2069): accepted in text (any script's writing may need one), but it reorders what a
+/// terminal shows around it, so [`escape_controls`] writes it escaped.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 /// [`check_text`] as the violation of the member at `pointer` (`/title`, `/name`…), named
 /// `name` in the message.
 pub fn text_violation(pointer: &str, name: &str, text: &str, kind: TextKind) -> Option<Violation> {
@@ -61,7 +68,8 @@ pub fn text_violation(pointer: &str, name: &str, text: &str, kind: TextKind) -> 
 }
 
 /// `text` as a terminal may print it raw: every control character ([`is_control`], tab and
-/// line feed included) written as Rust writes it escaped, `\u{1b}`; text without one is
+/// line feed included) and bidirectional control ([`is_bidi_control`]) written as Rust writes
+/// it escaped, `\u{1b}`; text without one is
 /// borrowed as it is. What a command line prints of text it did not write itself (stored
 /// before this rule, or a value the API does not check) goes through this, so that an ESC or
 /// OSC 52 sequence never reaches the terminal.
@@ -70,14 +78,17 @@ pub fn text_violation(pointer: &str, name: &str, text: &str, kind: TextKind) -> 
 /// use registry_domain::text::escape_controls;
 /// assert_eq!(escape_controls("plain"), "plain");
 /// assert_eq!(escape_controls("\u{1b}]52;c;aGk=\u{7}"), "\\u{1b}]52;c;aGk=\\u{7}");
+/// // A right-to-left override would make what follows it read backwards.
+/// assert_eq!(escape_controls("k\u{202e}evil"), "k\\u{202e}evil");
 /// ```
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_control) {
+    let acts = |c: char| is_control(c) || is_bidi_control(c);
+    if !text.chars().any(acts) {
         return Cow::Borrowed(text);
     }
     let mut escaped = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if is_control(c) {
+        if acts(c) {
             escaped.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
         } else {
             escaped.push(c);

@@ -59,7 +59,7 @@
   // ---- Messages. ----
   function show(el, kind, text, items) {
     el.className = "message " + kind;
-    el.replaceChildren(document.createTextNode(text));
+    el.replaceChildren(document.createTextNode(inert(text)));
     if (items && items.length) {
       const list = document.createElement("ul");
       for (const item of items) {
@@ -204,7 +204,7 @@
   function render(service) {
     current = service;
     const name = service.title || service.subdomain;
-    document.title = name + ": registry";
+    document.title = inert(name) + ": registry";
     $("service-heading").textContent = inert(name);
     $("service-description").textContent = inert(service.description || "");
     $("service-description").hidden = !service.description;
@@ -282,7 +282,7 @@
       code.textContent = inert(pointer);
       li.append(code, document.createTextNode(" "));
     }
-    li.append(document.createTextNode(text));
+    li.append(document.createTextNode(inert(text)));
     $(field.errors).append(li);
     $(field.input).setAttribute("aria-invalid", "true");
   }
@@ -521,8 +521,8 @@
     }
     const token = body.token;
     $("preflight-token-summary").textContent = token
-      ? "Token: alg " + String(token.header.alg) + ", kid " + String(token.header.kid ?? "none") +
-        ", iss " + String(token.claims.iss ?? "none") + ", aud " + JSON.stringify(token.claims.aud ?? null)
+      ? inert("Token: alg " + String(token.header.alg) + ", kid " + String(token.header.kid ?? "none") +
+        ", iss " + String(token.claims.iss ?? "none") + ", aud " + JSON.stringify(token.claims.aud ?? null))
       : "";
     $("preflight").hidden = false;
   }

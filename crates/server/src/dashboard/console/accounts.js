@@ -53,7 +53,7 @@ function renderAccounts() {
   $("accounts-body").replaceChildren(rows);
   const select = $("explain-account");
   const chosen = select.value;
-  select.replaceChildren(...accounts.map((a) => new Option(String(a.name), String(a.id))));
+  select.replaceChildren(...accounts.map((a) => new Option(inert(a.name), String(a.id))));
   if (accounts.some((a) => String(a.id) === chosen)) select.value = chosen;
 }
 

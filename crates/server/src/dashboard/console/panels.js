@@ -148,8 +148,8 @@ function renderPreflight(result) {
     const findings = el("ul");
     for (const f of cloud.findings || []) {
       const line = el("li");
-      line.append(el("span", f.severity + " ", "hint"), code(f.code), document.createTextNode(inert(": " + f.message) +
-        (f.pointer ? " (at " + f.pointer + ")" : "")));
+      line.append(el("span", f.severity + " ", "hint"), code(f.code), document.createTextNode(inert(": " + f.message +
+        (f.pointer ? " (at " + f.pointer + ")" : ""))));
       findings.append(line);
     }
     if (findings.childElementCount) item.append(findings);

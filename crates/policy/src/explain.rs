@@ -309,9 +309,8 @@ impl Policy {
             (PolicyKind::Oidc, Some(claims)) => claims,
             (PolicyKind::Oidc, None) => &no_claims,
             _ => {
-                if address_refused(&mut reasons) {
-                    return deny(reasons, hints);
-                }
+                // Outside the allowlist, what else the policy refuses is listed too.
+                let outside = address_refused(&mut reasons);
                 let covered = match (self.static_scope(), service) {
                     (Some(scope), Some(s)) => scope.matches(s),
                     (Some(_), None) => true,
@@ -338,6 +337,9 @@ impl Policy {
                              call needs"
                         ),
                     ));
+                    return deny(reasons, hints);
+                }
+                if outside {
                     return deny(reasons, hints);
                 }
                 return Explanation {
@@ -647,6 +649,19 @@ mod tests {
             "rule 0 refuses nothing but the address: {:?}",
             covered.reasons
         );
+        // A static policy alike.
+        let fenced = Policy::parse(&json!({"kind": "static", "services": ["web-*"],
+            "ip_allowlist": ["10.0.0.0/8"]}))
+        .unwrap()
+        .policy;
+        let outside = fenced.explain(
+            None,
+            Some("api-acme"),
+            Some("192.0.2.1".parse().unwrap()),
+            None,
+        );
+        let codes: Vec<&str> = outside.reasons.iter().map(|r| r.code.as_str()).collect();
+        assert_eq!(codes, ["address-not-allowed", "service-not-allowed"]);
         let codes: Vec<&str> = ReasonCode::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(codes.len(), 16);
         assert!(codes.contains(&"account-ambiguous") && codes.contains(&"token-expired"));

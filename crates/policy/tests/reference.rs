@@ -43,8 +43,9 @@ fn claim_matches(pattern: &str, value: Option<&Value>) -> bool {
 
 fn services_cover(services: &Value, service: &str) -> bool {
     services.as_array().into_iter().flatten().any(|p| {
-        let p = p.as_str().unwrap_or_default().to_lowercase();
-        glob_str(&p, &service.to_lowercase(), false)
+        // Subdomains fold ASCII case only, as DNS does.
+        let p = p.as_str().unwrap_or_default().to_ascii_lowercase();
+        glob_str(&p, &service.to_ascii_lowercase(), false)
     })
 }
 

@@ -492,7 +492,7 @@ mod tests {
     /// fewer agents than the store keeps of an hour, each from a network of its own.
     #[test]
     fn a_verifiers_one_fetch_stays_through_a_flood() {
-        let verifier = Some(Network::V4([198, 51, 100]));
+        let verifier = Network::V4([198, 51, 100]);
         let kept = |fetches: &Fetches| {
             let taken = fetches.take();
             let agents = &taken[0].agents;
@@ -506,21 +506,21 @@ mod tests {
         };
         let service = Uuid::new_v4();
         let flooded = Fetches::default();
-        flooded.record(service, DOC, false, b"AWS STS", verifier, AT);
+        flooded.record(service, DOC, false, b"AWS STS", Some(verifier), AT);
         for i in 0..5_000 {
             let agent = format!("junk {i}");
             flooded.record(service, DOC, false, agent.as_bytes(), NET, AT);
         }
-        assert_eq!(kept(&flooded), Some((1, vec![verifier.unwrap()])));
+        assert_eq!(kept(&flooded), Some((1, vec![verifier])));
 
         let spread = Fetches::default();
-        spread.record(service, DOC, false, b"AWS STS", verifier, AT);
+        spread.record(service, DOC, false, b"AWS STS", Some(verifier), AT);
         for i in 0..(AGENTS_PER_DOCUMENT - 1) as u8 {
             let agent = format!("junk {i}");
             let network = Some(Network::V4([10, i, 0]));
             spread.record(service, DOC, false, agent.as_bytes(), network, AT);
         }
-        assert_eq!(kept(&spread), Some((1, vec![verifier.unwrap()])));
+        assert_eq!(kept(&spread), Some((1, vec![verifier])));
     }
 
     #[test]

@@ -53,14 +53,7 @@ const EVIDENCE_LOCK: i64 = 0x6576_6964_656e_6365; // "evidence"
 /// SQLite has one writer at a time already.
 pub(crate) fn lock_evidence(conn: &mut Db, exclusive: bool) -> Res<()> {
     if let Db::Postgres(c) = conn {
-        let lock = match exclusive {
-            true => "pg_advisory_xact_lock",
-            false => "pg_advisory_xact_lock_shared",
-        };
-        diesel::connection::SimpleConnection::batch_execute(
-            c,
-            &format!("SELECT {lock}({EVIDENCE_LOCK})"),
-        )?;
+        crate::pool::advisory_xact_lock(c, EVIDENCE_LOCK, !exclusive)?;
     }
     Ok(())
 }

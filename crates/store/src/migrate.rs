@@ -2,7 +2,6 @@
 
 use crate::pool::Db;
 use crate::SetupError;
-use diesel::connection::SimpleConnection;
 use diesel::migration::MigrationSource;
 use diesel::result::Error as DieselError;
 use diesel::Connection;
@@ -108,7 +107,7 @@ pub(crate) fn run(conn: &mut Db) -> Result<usize, String> {
                 .map_err(boxed)
         }),
         Db::Postgres(c) => c.transaction(|c| {
-            c.batch_execute(&format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))?;
+            crate::pool::advisory_xact_lock(c, MIGRATION_LOCK, false)?;
             c.run_pending_migrations(POSTGRES)
                 .map(|v| v.len())
                 .map_err(boxed)

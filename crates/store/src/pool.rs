@@ -29,6 +29,21 @@ macro_rules! on_backend {
 }
 pub(crate) use on_backend;
 
+/// Takes the PostgreSQL advisory lock `key` until the end of the current transaction:
+/// `shared` with other shared holders, else alone. Each key is one constant, one purpose (the
+/// migrations', the fetch evidence's).
+pub(crate) fn advisory_xact_lock(
+    conn: &mut PgConnection,
+    key: i64,
+    shared: bool,
+) -> diesel::QueryResult<()> {
+    let lock = match shared {
+        true => "pg_advisory_xact_lock_shared",
+        false => "pg_advisory_xact_lock",
+    };
+    conn.batch_execute(&format!("SELECT {lock}({key})"))
+}
+
 /// Why the pool could not open or check a connection.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnectError {

@@ -37,6 +37,15 @@ function api(method, path, token, body) {
   return callApi(registry.base, method, path, token, body);
 }
 
+/** A business customer of its own (its token kept for the final checks) with one service. */
+async function customerWithService(tenant, name, serviceName) {
+  const customer = await registry.cli(["customer", "create", "--tenant", tenant, "--plan", "business", "--name", name]);
+  tokens.add(customer.token);
+  const created = await api("POST", "/services", customer.token, { title: name, serviceName });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  return { customer, sub: created.body.subdomain };
+}
+
 /** A verifier's fetch of a hosted key set, under its User-Agent. */
 function fetchKeySet(subdomain, agent) {
   return hostedGet(registry.port, subdomain, "/openid/v1/jwks", { "User-Agent": agent });
@@ -665,11 +674,7 @@ test("f. 200 services render within a second of signing in, from one request", a
 });
 
 test("g. a rotation begun elsewhere shows in an open service view, without a reload", async () => {
-  const quiet = await registry.cli(["customer", "create", "--tenant", "quiet", "--plan", "business", "--name", "Quiet"]);
-  tokens.add(quiet.token);
-  const created = await api("POST", "/services", quiet.token, { title: "Quiet", serviceName: "quiet" });
-  assert.equal(created.status, 201, JSON.stringify(created.body));
-  const sub = created.body.subdomain;
+  const { customer: quiet, sub } = await customerWithService("quiet", "Quiet", "quiet");
   const keyA = ecKey("key-a");
   assert.equal((await upload(sub, quiet.token, [keyA])).status, 200);
   const page = await newPage();
@@ -693,11 +698,7 @@ test("g. a rotation begun elsewhere shows in an open service view, without a rel
 });
 
 test("text from outside is inert: a right-to-left override in a kid reorders nothing; a dot route reaches no other path", async () => {
-  const spoof = await registry.cli(["customer", "create", "--tenant", "spoof", "--plan", "business", "--name", "Spoof"]);
-  tokens.add(spoof.token);
-  const created = await api("POST", "/services", spoof.token, { title: "Spoof", serviceName: "bidi" });
-  assert.equal(created.status, 201, JSON.stringify(created.body));
-  const sub = created.body.subdomain;
+  const { customer: spoof, sub } = await customerWithService("spoof", "Spoof", "bidi");
   const hostile = "k\u202Eevil";
   assert.equal((await upload(sub, spoof.token, [ecKey(hostile)])).status, 200);
   const page = await newPage();

@@ -53,7 +53,6 @@ pub mod custom_domain;
 pub mod customer;
 pub mod error;
 pub mod issuer;
-pub mod json;
 pub mod keys;
 pub mod limits;
 pub mod naming;
@@ -73,6 +72,8 @@ pub mod withdrawn;
 /// `explain`, lint, policy tests and `compare`. Re-exported here so that the registry's code
 /// (and code written against earlier versions of this crate) keeps its paths.
 pub use registry_policy as policy;
+/// JSON text read strictly (no member named twice), as the policy engine reads its documents.
+pub use registry_policy::json;
 /// Problems that point into a document ([`Violation`]), from `registry-policy`.
 pub use registry_policy::violation;
 

@@ -202,7 +202,7 @@ fn lint<'py>(document: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let findings = if let Ok(policy) = document.cast::<Policy>() {
         policy.get().policy.lint()
     } else if let Ok(text) = document.cast::<PyString>() {
-        let value = serde_json::from_str(&text.to_cow()?)
+        let value = engine::json::parse_unique(text.to_cow()?.as_bytes())
             .map_err(|e| policy_error(py, engine::PolicyError::Json(e.to_string())))?;
         engine::lint_document(&value)
     } else {

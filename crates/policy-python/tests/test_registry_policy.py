@@ -119,6 +119,17 @@ def test_a_text_that_is_not_json_is_a_policy_error():
         assert raised.value.errors[0]["message"].startswith("not JSON: ")
 
 
+def test_a_member_named_twice_is_refused_as_the_registry_refuses_it():
+    # Python's json keeps the last member, serde_json too: the registry refuses such a text,
+    # so the module must not read an allow-all into a document the registry would refuse.
+    twice = '{"kind": "static", "services": ["api-acme"], "services": ["*"]}'
+    for call in (Policy, lint, lambda d: compare(d, d)):
+        with pytest.raises(PolicyError) as raised:
+            call(twice)
+        message = raised.value.errors[0]["message"]
+        assert 'the member "services" appears twice' in message, message
+
+
 def test_what_json_cannot_hold_is_refused():
     with pytest.raises(TypeError):
         Policy({"kind": "static", "services": {"api-acme"}})

@@ -9,6 +9,7 @@ mod eval;
 mod explain;
 mod index;
 mod ip;
+pub mod json;
 pub mod limits;
 mod lint;
 pub(crate) mod pattern;
@@ -156,7 +157,9 @@ impl Policy {
         Self::compile(document).map_err(PolicyError::Invalid)
     }
 
-    /// [`Policy::parse`] of a JSON text; a text that is not JSON is [`PolicyError::Json`].
+    /// [`Policy::parse`] of a JSON text; a text that is not JSON, or names a member twice in one
+    /// object (read strictly, as the registry reads every body: [`json::parse_unique`]), is
+    /// [`PolicyError::Json`].
     ///
     /// ```
     /// use registry_policy::{Policy, PolicyError};
@@ -164,10 +167,12 @@ impl Policy {
     /// let parsed = Policy::parse_str(r#"{"kind": "static", "services": ["api-acme"]}"#).unwrap();
     /// assert!(parsed.policy.static_scope().unwrap().matches("api-acme"));
     /// assert!(matches!(Policy::parse_str("{ nope"), Err(PolicyError::Json(_))));
+    /// let twice = r#"{"kind": "static", "services": ["api-acme"], "services": ["*"]}"#;
+    /// assert!(matches!(Policy::parse_str(twice), Err(PolicyError::Json(_))));
     /// ```
     pub fn parse_str(text: &str) -> Result<ParsedPolicy, PolicyError> {
-        let document: Value =
-            serde_json::from_str(text).map_err(|e| PolicyError::Json(e.to_string()))?;
+        let document =
+            json::parse_unique(text.as_bytes()).map_err(|e| PolicyError::Json(e.to_string()))?;
         Self::parse(&document)
     }
 

@@ -1,6 +1,8 @@
 //! JSON text read strictly: no object names a member twice. RFC 8259 leaves such a document's
-//! meaning to each parser (serde_json keeps the last member, others the first), so a body or a
-//! token's claims that name one twice are refused rather than read as one reader guesses.
+//! meaning to each parser (serde_json keeps the last member, others the first), so a policy
+//! document, a request's body or the claims to sign that name one twice are refused rather than
+//! read as one reader guesses. The registry reads every text that comes in through this one
+//! reader, so a document the engine takes here is one the registry takes too.
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::map::Entry;

@@ -23,12 +23,12 @@
 //! assert_eq!(event.to_json()["actor"]["kind"], "static");
 //! ```
 
+use crate::timestamp::rfc3339;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{json, Map, Value};
 use std::fmt;
 use std::str::FromStr;
-use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -416,17 +416,6 @@ pub fn changes_from_json(value: &Value) -> Option<Vec<MemberChange>> {
         .collect()
 }
 
-/// An instant as a change's value: RFC 3339 in whole seconds, as every timestamp of the API;
-/// `null` for none.
-pub fn instant_value(at: Option<OffsetDateTime>) -> Value {
-    at.map_or(Value::Null, |at| {
-        at.replace_nanosecond(0)
-            .unwrap_or(at)
-            .format(&Rfc3339)
-            .map_or(Value::Null, Value::String)
-    })
-}
-
 /// One change, as the trail keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEvent {
@@ -514,8 +503,7 @@ impl AuditEvent {
         }
         let mut event = json!({
             "id": self.id.to_string(),
-            // Whole seconds, like every timestamp of the API.
-            "at": self.at.replace_nanosecond(0).unwrap_or(self.at).format(&Rfc3339).unwrap_or_default(),
+            "at": rfc3339(self.at),
             "action": self.action.as_str(),
             "resource": resource,
             "actor": actor,

@@ -21,6 +21,7 @@
 //! ```
 
 use crate::issuer::Issuers;
+use crate::timestamp::rfc3339;
 use crate::Violation;
 use serde_json::{json, Value};
 use time::{Duration, OffsetDateTime};
@@ -576,13 +577,6 @@ impl CustomDomain {
         }
         view
     }
-}
-
-fn rfc3339(at: OffsetDateTime) -> String {
-    at.replace_nanosecond(0)
-        .unwrap_or(at)
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub use crate::publishing::{
     lead_seconds, retain_hours, DEFAULT_LEAD_SECONDS, DEFAULT_RETAIN_HOURS, MAX_LEAD_SECONDS,
     MAX_RETAIN_HOURS,
 };
+use crate::timestamp::rfc3339;
 use crate::withdrawn::WithdrawnKey;
 use crate::{Violation, Violations};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -1148,13 +1149,6 @@ impl KeyState {
     /// `retiring` (managed keys that no longer sign, published until their tokens expire) is
     /// listed as retired, with when it stopped signing and when it leaves.
     pub fn inventory(&self, now: OffsetDateTime, retiring: &[Retiring]) -> Value {
-        // Whole seconds, like every timestamp of the API.
-        let rfc3339 = |t: OffsetDateTime| {
-            t.replace_nanosecond(0)
-                .unwrap_or(t)
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default()
-        };
         let mut published: Vec<&KeyRecord> = self.published(now).collect();
         published.sort_by_key(|k| k.retirement(retiring).is_some());
         let keys: Vec<Value> = (published.into_iter())

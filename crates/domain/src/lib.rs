@@ -66,6 +66,7 @@ pub mod signing;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;
+pub mod timestamp;
 pub mod withdrawn;
 
 /// The policy engine, the crate `registry-policy`: documents, claim patterns, `evaluate`,

@@ -306,13 +306,7 @@ pub(crate) fn no_overlap_warning(
     previous: &[String],
     retained_until: Option<time::OffsetDateTime>,
 ) -> String {
-    let kept = match retained_until.and_then(|until| {
-        until
-            .replace_nanosecond(0)
-            .unwrap_or(until)
-            .format(&time::format_description::well_known::Rfc3339)
-            .ok()
-    }) {
+    let kept = match retained_until.map(crate::timestamp::rfc3339) {
         Some(until) => format!(
             "; the registry keeps the old keys published until {until} \
              (retainRemovedKeysHours), so verifiers that refetch accept tokens signed with them \

@@ -8,9 +8,9 @@
 //! rules ([`is_near_miss`]), which outsiders cannot produce, and the rest.
 
 use crate::policy::{Action, Policy, ReasonCode};
+use crate::timestamp::rfc3339;
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
-use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -341,7 +341,7 @@ pub fn record(policy: &Policy, refused: &Refused<'_>) -> Option<Value> {
         }
     }
     let mut record = json!({
-        "at": refused.at.replace_nanosecond(0).unwrap_or(refused.at).format(&Rfc3339).unwrap_or_default(),
+        "at": rfc3339(refused.at),
         "code": code.as_str(),
         "hints": explained.hints.iter().map(|h| json!({"rule": h.rule, "pointer": h.pointer,
             "message": h.message})).collect::<Vec<_>>(),

@@ -20,13 +20,13 @@
 //! ```
 
 use crate::keys::Retiring;
+use crate::timestamp::rfc3339_or_null;
 use crate::withdrawn::{MAX_WITHDRAWN, WITHDRAWN_KEPT};
 use crate::Violation;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
 /// The key source the managed keys are published under (docs/api.md, "Key sources").
@@ -367,12 +367,6 @@ pub enum Transition {
     },
 }
 
-pub(crate) fn rfc3339(at: Option<OffsetDateTime>) -> Value {
-    at.and_then(|t| t.replace_nanosecond(0).ok())
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .map_or(Value::Null, Value::String)
-}
-
 impl Signing {
     /// Turned on with `settings` and its first key.
     pub fn new(settings: SigningSettings, first: ManagedKey) -> Signing {
@@ -412,11 +406,11 @@ impl Signing {
                     "kid": k.kid,
                     "state": k.stage.as_str(),
                     "algorithm": k.algorithm.as_str(),
-                    "createdAt": rfc3339(Some(k.created_at)),
-                    "safeToSignAt": rfc3339(k.safe_at),
-                    "signingSince": rfc3339(k.signing_since),
-                    "lastSignedAt": rfc3339(k.last_signed_at),
-                    "withdrawAt": rfc3339(k.withdraw_at),
+                    "createdAt": rfc3339_or_null(Some(k.created_at)),
+                    "safeToSignAt": rfc3339_or_null(k.safe_at),
+                    "signingSince": rfc3339_or_null(k.signing_since),
+                    "lastSignedAt": rfc3339_or_null(k.last_signed_at),
+                    "withdrawAt": rfc3339_or_null(k.withdraw_at),
                     "publicKey": k.public_key,
                 })
             })
@@ -425,11 +419,11 @@ impl Signing {
             .map(|k| {
                 json!({
                     "kid": k.kid,
-                    "createdAt": rfc3339(Some(k.created_at)),
-                    "safeToSignAt": rfc3339(k.safe_at),
-                    "signingSince": rfc3339(k.signing_since),
-                    "signingUntil": rfc3339(k.signing_until),
-                    "withdrawnAt": rfc3339(Some(k.withdrawn_at)),
+                    "createdAt": rfc3339_or_null(Some(k.created_at)),
+                    "safeToSignAt": rfc3339_or_null(k.safe_at),
+                    "signingSince": rfc3339_or_null(k.signing_since),
+                    "signingUntil": rfc3339_or_null(k.signing_until),
+                    "withdrawnAt": rfc3339_or_null(Some(k.withdrawn_at)),
                 })
             })
             .collect();
@@ -438,7 +432,7 @@ impl Signing {
             "rotationPeriodSeconds": self.settings.rotation_period_seconds,
             "maxTokenSeconds": self.settings.max_token_seconds,
             "leadSeconds": self.settings.lead_seconds,
-            "nextRotationAt": rfc3339(self.next_rotation_at()),
+            "nextRotationAt": rfc3339_or_null(self.next_rotation_at()),
             "keys": keys,
             "withdrawn": withdrawn,
         })

@@ -4,18 +4,10 @@ use crate::state::AppState;
 use registry_domain::anonymous::remaining_seconds;
 use registry_domain::app::anonymous::CreatedAnonymous;
 use registry_domain::app::services::ServiceStatus;
+use registry_domain::timestamp::rfc3339;
 use registry_domain::{Service, ServiceAccount};
 use serde_json::{json, Value};
-use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-
-/// RFC 3339 UTC, whole seconds (`2026-11-21T10:00:00Z`).
-pub fn timestamp(at: OffsetDateTime) -> String {
-    at.replace_nanosecond(0)
-        .unwrap_or(at)
-        .format(&Rfc3339)
-        .unwrap_or_default()
-}
 
 /// A service as the API shows it; anonymous ones add their name and lifetime.
 pub fn service(state: &AppState, service: &Service, now: OffsetDateTime) -> Value {
@@ -25,11 +17,11 @@ pub fn service(state: &AppState, service: &Service, now: OffsetDateTime) -> Valu
         "title": service.title,
         "description": service.description,
         "issuer": state.registry.issuer_of(&service.subdomain),
-        "createdAt": timestamp(service.created_at),
+        "createdAt": rfc3339(service.created_at),
     });
     if let Some(expires_at) = service.expires_at {
         body["name"] = json!(service.subdomain);
-        body["expiresAt"] = json!(timestamp(expires_at));
+        body["expiresAt"] = json!(rfc3339(expires_at));
         body["remainingSeconds"] = json!(remaining_seconds(expires_at, now));
     }
     body
@@ -40,14 +32,14 @@ pub fn service_status(status: &ServiceStatus) -> Value {
     json!({
         "published": status.published,
         "keyCount": status.key_count,
-        "lastFetchedAt": status.last_fetched_at.map(timestamp),
+        "lastFetchedAt": status.last_fetched_at.map(rfc3339),
         "domain": status.domain.as_ref().map(|(domain, state)| {
             json!({"domain": domain, "status": state.as_str()})
         }),
         "signing": status.signing.map(|signing| {
             json!({
                 "algorithm": signing.algorithm.as_str(),
-                "nextRotationAt": signing.next_rotation_at.map(timestamp),
+                "nextRotationAt": signing.next_rotation_at.map(rfc3339),
             })
         }),
     })
@@ -59,8 +51,8 @@ pub fn account(account: &ServiceAccount) -> Value {
         "id": account.id.to_string(),
         "name": account.name,
         "policy": account.policy.document(),
-        "createdAt": timestamp(account.created_at),
-        "lastUsedAt": account.last_used_at.map(timestamp),
+        "createdAt": rfc3339(account.created_at),
+        "lastUsedAt": account.last_used_at.map(rfc3339),
     })
 }
 
@@ -88,7 +80,7 @@ pub fn anonymous_created(
             state.settings.base(),
             service.subdomain
         ),
-        "expiresAt": timestamp(expires_at),
+        "expiresAt": rfc3339(expires_at),
         "remainingSeconds": remaining_seconds(expires_at, now),
     })
 }

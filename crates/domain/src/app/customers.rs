@@ -2,12 +2,13 @@
 //! command line. There is no caller: the actor of their events is the operator.
 
 use crate::app::{AppError, Registry};
-use crate::audit::{instant_value, Action, Actor, AuditEvent, Resource};
+use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::credentials::{self, CredentialKind};
 use crate::naming::validate_tenant;
 use crate::policy::Policy;
 use crate::ports::{Ceiling, CredentialRecord, Storage, StoreResult};
 use crate::text::{text_violation, TextKind};
+use crate::timestamp::rfc3339_or_null;
 use crate::{Customer, Plan, ServiceAccount, StoreError, Violation};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -248,8 +249,8 @@ pub fn set_disabled(
             };
             event.with_change(
                 "disabledAt",
-                instant_value(before.disabled_at),
-                instant_value(after),
+                rfc3339_or_null(before.disabled_at),
+                rfc3339_or_null(after),
             )
         },
         |store, event| store.set_disabled(tenant, disabled.then_some(now), event),

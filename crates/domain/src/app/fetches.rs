@@ -5,10 +5,10 @@
 
 use crate::app::{AppError, Registry};
 use crate::ports::{fetch_hour, AgentHour, DocumentFetches, FetchedDocument, OTHER_AGENTS};
+use crate::timestamp::rfc3339;
 use crate::Service;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
 /// How far back the evidence reaches.
@@ -172,10 +172,6 @@ fn shown_agent(agent: &str) -> &str {
         true => "other",
         false => agent,
     }
-}
-
-fn rfc3339(at: OffsetDateTime) -> String {
-    at.format(&Rfc3339).unwrap_or_default()
 }
 
 #[cfg(test)]

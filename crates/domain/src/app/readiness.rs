@@ -19,9 +19,9 @@ use crate::keys::{KeyRecord, KeyVerifier};
 use crate::network::Network;
 use crate::ports::{CachePurger, NetworkFetch};
 use crate::service::PublishedConfig;
+use crate::timestamp::rfc3339;
 use crate::Service;
 use serde_json::{json, Value};
-use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
 pub use crate::keys::VERIFIER_WINDOW;
@@ -116,10 +116,6 @@ pub fn assess(
         pending,
         safe_at,
     }
-}
-
-fn rfc3339(at: OffsetDateTime) -> String {
-    at.format(&Rfc3339).unwrap_or_default()
 }
 
 /// The verifiers of `key`: fixed at its publication, or, for a key published before they were,

@@ -295,7 +295,7 @@ pub fn get(
         let listed = (view["keys"].as_array_mut().into_iter().flatten())
             .find(|listed| listed["kid"] == key.kid.as_str());
         if let (Some(listed), Some(at)) = (listed, safe_at) {
-            listed["safeToSignAt"] = crate::signing::rfc3339(Some(at));
+            listed["safeToSignAt"] = crate::timestamp::rfc3339(at).into();
         }
     }
     Ok(view)

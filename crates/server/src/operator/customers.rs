@@ -2,7 +2,6 @@
 //! Each command calls one use case of `registry_domain::app::customers` and prints its answer.
 
 use crate::system::{OsRandomness, SystemClock};
-use crate::views;
 use registry_domain::app::customers::{self, CreateCustomer, SetPlan};
 use registry_domain::app::{AppError, Registry, Settings};
 use registry_domain::ports::Clock;
@@ -56,7 +55,7 @@ fn customer_json(c: &Customer) -> Value {
         "name": c.name,
         "tenant": c.tenant,
         "plan": c.plan.as_str(),
-        "disabledAt": c.disabled_at.map(views::timestamp),
+        "disabledAt": c.disabled_at.map(registry_domain::timestamp::rfc3339),
     })
 }
 
@@ -67,7 +66,7 @@ fn minted_json(account: &ServiceAccount, token: String) -> Value {
             "id": account.id.to_string(),
             "name": account.name,
             "policy": account.policy.document(),
-            "createdAt": views::timestamp(account.created_at),
+            "createdAt": registry_domain::timestamp::rfc3339(account.created_at),
         },
         "token": token,
     })

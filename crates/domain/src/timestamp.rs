@@ -1,0 +1,27 @@
+//! How the API writes an instant (docs/api.md, "Success responses"): RFC 3339 in UTC, whole
+//! seconds (`2026-11-21T10:00:00Z`). Every time a response, an audit event or a warning names
+//! is written here, so that none carries a fraction another one lacks.
+
+use serde_json::Value;
+use time::format_description::well_known::Rfc3339;
+use time::{OffsetDateTime, UtcOffset};
+
+/// `at` as RFC 3339 in UTC, whole seconds.
+///
+/// ```
+/// use registry_domain::timestamp::rfc3339;
+/// let at = time::macros::datetime!(2026-11-21 10:00:00.75 +01:00);
+/// assert_eq!(rfc3339(at), "2026-11-21T09:00:00Z");
+/// ```
+pub fn rfc3339(at: OffsetDateTime) -> String {
+    let at = at.to_offset(UtcOffset::UTC);
+    at.replace_nanosecond(0)
+        .unwrap_or(at)
+        .format(&Rfc3339)
+        .unwrap_or_default()
+}
+
+/// [`rfc3339`] as a JSON string; `null` for what has not happened.
+pub fn rfc3339_or_null(at: Option<OffsetDateTime>) -> Value {
+    at.map_or(Value::Null, |at| Value::String(rfc3339(at)))
+}

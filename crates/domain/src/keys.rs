@@ -726,11 +726,42 @@ pub fn upload(
             .warnings
             .push(no_overlap_warning(&before, rotation.retired_until));
     }
+    publication
+        .warnings
+        .extend(published_again(&keys, previous, now));
     Ok(Upload {
         publication,
         rotation,
         retain_hours: retain,
     })
+}
+
+/// A warning for each uploaded key that the service withdrew in the days it remembers (and
+/// does not publish now): a key withdrawn as compromised that a source still lists (a
+/// cluster's stale key file under `registry sync`) would otherwise come back without a word,
+/// and verifiers accept the tokens it signed again. (A managed key is refused instead.)
+fn published_again(keys: &[Value], previous: &KeyState, now: OffsetDateTime) -> Vec<String> {
+    let remembered = |print: &str| {
+        (previous.withdrawn.iter()).find(|w| {
+            w.thumbprint == print && w.withdrawn_at > now - crate::withdrawn::WITHDRAWN_KEPT
+        })
+    };
+    (keys.iter().filter_map(Value::as_object))
+        .filter_map(|jwk| {
+            let print = thumbprint(jwk)?;
+            if previous.published(now).any(|k| k.thumbprint == print) {
+                return None;
+            }
+            let withdrawn = remembered(&print)?;
+            let kid = jwk.get("kid").and_then(Value::as_str).unwrap_or_default();
+            Some(format!(
+                "key {kid:?} was withdrawn from the public key set at {} and is published \
+                 again: verifiers accept the tokens it signed again; if it was withdrawn because \
+                 it was compromised, upload a set without it (and remove it from its source)",
+                rfc3339(withdrawn.withdrawn_at)
+            ))
+        })
+        .collect()
 }
 
 /// What `registry sync` found comparing a source's documents with what is published.

@@ -235,6 +235,7 @@ fn retired_keys_can_be_withdrawn_and_retention_zero_drops_them() {
     assert_eq!(gone[0]["kid"], "a");
     assert_eq!(gone[0]["thumbprint"], a_thumbprint);
     assert!(gone[0]["retiredAt"].as_str().unwrap() <= gone[0]["withdrawnAt"].as_str().unwrap());
+    let gone_at = gone[0]["withdrawnAt"].clone();
     // A retired kid that comes back with its own material is current again.
     assert_eq!(
         put_keys(&server, &acme.token, &sub, &[c.public_jwk()], None).status(),
@@ -261,12 +262,22 @@ fn retired_keys_can_be_withdrawn_and_retention_zero_drops_them() {
         Some(json!(0)),
     );
     assert_eq!(dropped.status(), 200);
-    let warnings = json(dropped)["warnings"].to_string();
+    let dropped = json(dropped);
+    let warnings = dropped["warnings"].to_string();
     assert!(
         warnings.contains("no key of the previously published set"),
         "{warnings}"
     );
     assert!(!warnings.contains("keeps the old keys"), "{warnings}");
+    // `a` was withdrawn (a compromised key, say, that a stale source still lists): it is
+    // published again, with a warning naming it and when it was withdrawn.
+    let warned = (dropped["warnings"].as_array().unwrap().iter())
+        .filter_map(|w| w.as_str())
+        .find(|w| w.starts_with(r#"key "a" was withdrawn from the public key set at "#))
+        .unwrap_or_else(|| panic!("no warning of the withdrawn key: {warnings}"))
+        .to_owned();
+    let withdrawn_at = gone_at.as_str().unwrap();
+    assert!(warned.contains(withdrawn_at), "{warned}");
     assert_eq!(kids(&public_keys(&server, &sub).0), ["a"]);
     // `a` is published again: no longer withdrawn; `b` and `c` left at once.
     let inventory = json(server.get(&format!("/services/{sub}/keys"), &acme.token));

@@ -297,9 +297,10 @@ impl Jws {
         })
     }
 
-    fn number(&self, name: &str) -> Option<i64> {
-        let value = self.claims.get(name)?;
-        value.as_i64().or_else(|| value.as_f64().map(|f| f as i64))
+    /// A time claim as the registry reads it (`claims::seconds`): `None` when it is missing or
+    /// no number. A huge one is cut to `i64`'s bounds, so what is done with it saturates.
+    fn number(&self, name: &'static str) -> Option<i64> {
+        crate::claims::seconds(&self.claims, name).ok().flatten()
     }
 
     fn audiences(&self) -> Vec<&str> {
@@ -676,7 +677,7 @@ fn token_findings(
             codes::TOKEN_EXPIRED,
             format!(
                 "the token expired {} seconds ago (exp {exp}): present a fresh one",
-                now.unix_timestamp() - exp
+                now.unix_timestamp().saturating_sub(exp)
             ),
             None,
         )),
@@ -688,14 +689,15 @@ fn token_findings(
     }
     if cloud == Cloud::Gcp {
         if let (Some(iat), Some(exp)) = (token.number("iat"), token.number("exp")) {
-            if exp - iat >= GCP_MAX_LIFETIME_SECS {
+            let lifetime = exp.saturating_sub(iat);
+            if lifetime >= GCP_MAX_LIFETIME_SECS {
                 findings.push(Finding::error(
                     codes::TOKEN_LIFETIME_TOO_LONG,
                     format!(
                         "the token lives {} hours from iat to exp: GCP requires exp to be less \
                          than 48 hours after iat. Request tokens with a shorter \
                          expirationSeconds",
-                        (exp - iat) / 3600
+                        lifetime / 3600
                     ),
                     None,
                 ));

@@ -458,6 +458,40 @@ fn token_lifetime_too_long_for_gcp_only() {
 }
 
 #[test]
+fn times_at_the_far_ends_of_i64_are_judged_not_overflowed() {
+    // 1e20 reads as i64::MAX and -1e20 as i64::MIN: every difference saturates, so the
+    // answer is a finding (not a panic, nor a wrapped lifetime that GCP would pass).
+    let at = |exp: Value, iat: Value| {
+        let mut claims = claims();
+        claims["exp"] = exp;
+        claims["iat"] = iat;
+        check_with(
+            vec![rsa("k1")],
+            &jws(json!({"alg": "RS256", "kid": "k1"}), claims),
+            VERIFIED,
+        )
+    };
+    for (exp, iat) in [
+        (json!(1e20), json!(-5)),
+        (json!(i64::MAX), json!(i64::MIN)),
+        (json!(1e20), json!(-1e20)),
+    ] {
+        let report = at(exp, iat);
+        assert_eq!(
+            codes_of(&report, Cloud::Gcp),
+            [codes::TOKEN_LIFETIME_TOO_LONG]
+        );
+        assert!(report.cloud(Cloud::Aws).ready);
+    }
+    for exp in [json!(-1e20), json!(i64::MIN)] {
+        let report = at(exp, json!(NOW.unix_timestamp()));
+        for cloud in Cloud::ALL {
+            assert_eq!(codes_of(&report, cloud), [codes::TOKEN_EXPIRED], "{cloud:?}");
+        }
+    }
+}
+
+#[test]
 fn a_token_for_nothing_published_is_judged_on_its_claims_only() {
     let report = check_token(ISSUER, None, &rs256(), Signature::Unknown, NOW);
     for cloud in Cloud::ALL {

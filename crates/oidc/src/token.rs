@@ -27,8 +27,13 @@ fn decode_object(part: &str, what: &'static str) -> Result<Map<String, Value>, O
     let bytes = URL_SAFE_NO_PAD
         .decode(part)
         .map_err(|_| OidcError::Malformed(what))?;
-    match serde_json::from_slice(&bytes) {
+    // Read strictly, as the registry reads every JSON text: a claim named twice (two `sub`s)
+    // has one meaning to this reader and another to the next, so the token has none.
+    match registry_domain::json::parse_unique(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
+        Err(twice) if registry_domain::json::named_twice(&twice) => Err(OidcError::Malformed(
+            "a member is named twice in the header or the payload",
+        )),
         _ => Err(OidcError::Malformed(what)),
     }
 }
@@ -138,6 +143,17 @@ mod tests {
             (token(r#"{"alg":"RS256"}"#, r#"{"iss":5}"#), "iss"),
             (token(r#"{"alg":"RS256"}"#, "[1]"), "payload"),
             (token("[]", payload), "header"),
+            (
+                token(
+                    r#"{"alg":"RS256"}"#,
+                    r#"{"iss":"https://i","sub":"a","sub":"b"}"#,
+                ),
+                "named twice",
+            ),
+            (
+                token(r#"{"alg":"none","alg":"RS256"}"#, payload),
+                "named twice",
+            ),
             (
                 format!("{}.{}", b64(r#"{"alg":"RS256"}"#), b64(payload)),
                 "three",

@@ -87,6 +87,51 @@ async fn unsigned_and_hmac_tokens_are_refused_before_any_fetch() {
 }
 
 #[tokio::test]
+async fn a_claim_named_twice_is_refused_though_its_signature_holds() {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    let issuer = TestIssuer::start();
+    let verifier = verifier();
+    let key = issuer.key("ES256");
+    let b64 = |text: &str| URL_SAFE_NO_PAD.encode(text);
+    // The genuine subject last: a reader keeping the last member sees it, one keeping the
+    // first sees `repo:evil/api`. The issuer signed both, so the signature holds.
+    let payload = claims(&issuer.url())
+        .to_string()
+        .replacen('{', r#"{"sub":"repo:evil/api","#, 1);
+    let header = json!({"alg": "ES256", "kid": key.kid()}).to_string();
+    let input = format!("{}.{}", b64(&header), b64(&payload));
+    let signature = URL_SAFE_NO_PAD.encode(key.sign("ES256", input.as_bytes()));
+    let token = format!("{input}.{signature}");
+    assert_refused(verify(&verifier, &token).await, "named twice");
+    // So is a header naming `alg` twice.
+    let header = format!(r#"{{"alg":"none","alg":"ES256","kid":"{}"}}"#, key.kid());
+    let input = format!(
+        "{}.{}",
+        b64(&header),
+        b64(&claims(&issuer.url()).to_string())
+    );
+    let signature = URL_SAFE_NO_PAD.encode(key.sign("ES256", input.as_bytes()));
+    assert_refused(
+        verify(&verifier, &format!("{input}.{signature}")).await,
+        "named twice",
+    );
+    // Refused as it is read, before any fetch.
+    assert_eq!(issuer.discovery_fetches() + issuer.jwks_fetches(), 0);
+    // The same token without the twin is accepted.
+    let payload = claims(&issuer.url()).to_string();
+    let input = format!(
+        "{}.{}",
+        b64(&json!({"alg": "ES256", "kid": key.kid()}).to_string()),
+        b64(&payload)
+    );
+    let signature = URL_SAFE_NO_PAD.encode(key.sign("ES256", input.as_bytes()));
+    verify(&verifier, &format!("{input}.{signature}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn keys_named_by_the_header_are_ignored() {
     let issuer = TestIssuer::start();
     let verifier = verifier();

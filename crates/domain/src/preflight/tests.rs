@@ -486,7 +486,11 @@ fn times_at_the_far_ends_of_i64_are_judged_not_overflowed() {
     for exp in [json!(-1e20), json!(i64::MIN)] {
         let report = at(exp, json!(NOW.unix_timestamp()));
         for cloud in Cloud::ALL {
-            assert_eq!(codes_of(&report, cloud), [codes::TOKEN_EXPIRED], "{cloud:?}");
+            assert_eq!(
+                codes_of(&report, cloud),
+                [codes::TOKEN_EXPIRED],
+                "{cloud:?}"
+            );
         }
     }
 }

@@ -533,3 +533,73 @@ fn two_clusters_sync_as_two_sources_and_removing_one_retires_its_keys_only() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+/// Sources outside a cluster, read with care: an issuer whose key set lives on another host
+/// (its own path answers 404) has its `jwks_uri` followed; a source that sends more than a
+/// document holds is given up at 1 MiB; a source that now serves a published key's private part
+/// is uploaded all the same, so that the registry refuses it and says why (never "in sync").
+#[test]
+fn an_issuers_key_set_elsewhere_a_flood_and_a_leaked_private_key() {
+    use registry_tests::issuer::{TestIssuer, JWKS_PATH};
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let token = Some(acme.token.as_str());
+    let sub = crate::api::register_service(&server, &acme, "google");
+    let (issuer, keys_host) = (TestIssuer::start(), TestIssuer::start());
+    let elsewhere = format!("{}{JWKS_PATH}", keys_host.url());
+    issuer.set_jwks_uri(Some(&elsewhere));
+    let run = || {
+        sync_command(&sub, &server.base, &issuer.url(), None, None, token)
+            .output()
+            .unwrap()
+    };
+    assert_eq!(line(&run())["changed"], true);
+    let served: Value = reqwest::blocking::get(&elsewhere).unwrap().json().unwrap();
+    let config = json(server.get(&format!("/services/{sub}/config"), &acme.token));
+    assert_eq!(config["jwks"]["keys"], served["keys"]);
+    assert_eq!(issuer.fetches("/openid/v1/jwks"), 1, "its own path first");
+
+    // 2 MiB of key set: exit 1, one sentence, the published keys unchanged.
+    keys_host.set_jwks_padding(2 * 1024 * 1024);
+    let flooded = run();
+    let stderr = String::from_utf8_lossy(&flooded.stderr);
+    assert_eq!(flooded.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("sent more than 1 MiB"), "{stderr}");
+    keys_host.set_jwks_padding(0);
+    assert_eq!(line(&run())["changed"], false);
+
+    // From files: a key published, then served with its private part.
+    let dir = registry_tests::server::TempDir::new("sync-leak");
+    let files = crate::api::register_service(&server, &acme, "files");
+    let key = SigningKey::generate(KeyKind::P256, "leaky");
+    let (discovery, jwks) = (dir.0.join("discovery.json"), dir.0.join("jwks.json"));
+    let document = json!({"issuer": "https://kubernetes.default.svc",
+        "jwks_uri": "https://10.0.0.1:6443/openid/v1/jwks",
+        "response_types_supported": ["id_token"], "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["ES256"]});
+    std::fs::write(&discovery, document.to_string()).unwrap();
+    let from_files = |keys: Value| {
+        std::fs::write(&jwks, json!({ "keys": [keys] }).to_string()).unwrap();
+        Command::new(registry_binary())
+            .args(["sync", "--service", &files, "--api-url", &server.base])
+            .arg("--discovery-file")
+            .arg(&discovery)
+            .arg("--jwks-file")
+            .arg(&jwks)
+            .env("REGISTRY_TOKEN", &acme.token)
+            .output()
+            .unwrap()
+    };
+    assert_eq!(line(&from_files(key.public_jwk()))["changed"], true);
+    assert_eq!(line(&from_files(key.public_jwk()))["changed"], false);
+    let mut leaked = key.public_jwk();
+    leaked["d"] = json!("nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A");
+    let refused = from_files(leaked);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("private or symmetric key material (d)"),
+        "{stderr}"
+    );
+    assert_eq!(public_kids(&server, &files), ["leaky"]);
+}

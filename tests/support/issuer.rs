@@ -306,7 +306,10 @@ fn respond(
                 .jwks_uri_override
                 .clone()
                 .unwrap_or_else(|| format!("{base}{JWKS_PATH}"));
-            let body = json!({"issuer": issuer, "jwks_uri": jwks_uri, "id_token_signing_alg_values_supported":
+            // The members OpenID Connect Discovery requires, as a real issuer serves them.
+            let body = json!({"issuer": issuer, "jwks_uri": jwks_uri,
+                "response_types_supported": ["id_token"], "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported":
                 ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]});
             ("200 OK", String::new(), body.to_string())
         }

@@ -778,7 +778,8 @@ pub struct SyncPlan {
 /// Compares a source's discovery document and key set with what is published (`published`:
 /// the `{openidConfiguration, jwks}` of `GET /services/{s}/config`, `None` when nothing is).
 /// Keys compare by `kid` and material (RFC 7638 thumbprint); the discovery document by its
-/// members other than `issuer` and `jwks_uri`, which the registry rewrites.
+/// members other than `issuer` and `jwks_uri`, which the registry rewrites. A key set holding
+/// private material is always a change: its upload is refused, saying so.
 ///
 /// ```
 /// use registry_domain::keys::sync_plan;
@@ -792,6 +793,10 @@ pub struct SyncPlan {
 ///     "jwks_uri": "https://k3s-acme.example.com/openid/v1/jwks", "response_types_supported": ["id_token"]},
 ///     "jwks": {"keys": [key]}});
 /// assert!(!sync_plan(Some(&published), &discovery, &jwks).changed);
+/// // The same key, its private part served too: uploaded, so that the registry refuses it.
+/// let mut leaked = key.clone();
+/// leaked["d"] = json!("nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A");
+/// assert!(sync_plan(Some(&published), &discovery, &json!({"keys": [leaked]})).changed);
 /// ```
 pub fn sync_plan(published: Option<&Value>, discovery: &Value, jwks: &Value) -> SyncPlan {
     let fingerprints = |set: &Value| -> Vec<(String, Option<String>)> {
@@ -832,8 +837,22 @@ pub fn sync_plan(published: Option<&Value>, discovery: &Value, jwks: &Value) -> 
         .collect();
     let discovery_changed = rewritten(&published["openidConfiguration"]) != rewritten(discovery);
     let order_changed = current.len() == source.len() && current != source;
+    // A source that now serves a published key with its private part (the thumbprint reads the
+    // public part alone) is uploaded all the same, so that the registry refuses it and says
+    // why: "in sync" would hide a leaked key.
+    let leaked = (jwks
+        .get("keys")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten())
+    .filter_map(Value::as_object)
+    .any(crate::publishing::holds_secret);
     SyncPlan {
-        changed: discovery_changed || order_changed || !added.is_empty() || !retired.is_empty(),
+        changed: discovery_changed
+            || order_changed
+            || leaked
+            || !added.is_empty()
+            || !retired.is_empty(),
         added,
         retired,
     }

@@ -436,14 +436,20 @@ fn check_key_set(jwks: &Value, problems: &mut Violations) -> Vec<String> {
     kids
 }
 
+/// Whether `key` carries private or symmetric material (a member of a private key, or
+/// `kty: oct`): such a key is refused, never stripped, and must be treated as compromised.
+pub fn holds_secret(key: &Map<String, Value>) -> bool {
+    PRIVATE_MEMBERS.iter().any(|m| key.contains_key(*m))
+        || key.get("kty").and_then(Value::as_str) == Some("oct")
+}
+
 /// Checks one key; returns its `kid` when it has a usable one.
 fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> Option<String> {
-    let private: Vec<&str> = PRIVATE_MEMBERS
-        .into_iter()
-        .filter(|m| key.contains_key(*m))
-        .collect();
-    let kty = key.get("kty").and_then(Value::as_str);
-    if !private.is_empty() || kty == Some("oct") {
+    if holds_secret(key) {
+        let private: Vec<&str> = PRIVATE_MEMBERS
+            .into_iter()
+            .filter(|m| key.contains_key(*m))
+            .collect();
         problems.push(Violation::new(
             at,
             format!(
@@ -459,6 +465,7 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
         ));
         return None;
     }
+    let kty = key.get("kty").and_then(Value::as_str);
     let kid = match key.get("kid") {
         Some(Value::String(kid)) if !kid.is_empty() => Some(kid.clone()),
         _ => {

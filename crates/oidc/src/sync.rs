@@ -16,8 +16,8 @@ pub const IN_CLUSTER_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount"
 pub const IN_CLUSTER_URL: &str = "https://kubernetes.default.svc";
 
 const TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest document read from a source or the registry.
-const MAX_BYTES: usize = 1024 * 1024;
+/// Largest document read from a source: reading stops past it, whatever the source sends.
+pub const MAX_BYTES: usize = 1024 * 1024;
 
 /// What went wrong reading the source: one sentence each, for stderr.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +51,12 @@ pub enum SyncError {
         /// What to check.
         hint: &'static str,
     },
+    /// The source sent more than a document can hold ([`MAX_BYTES`]); reading stopped there.
+    #[error("the source {url} sent more than 1 MiB, more than an issuer's document holds")]
+    TooLarge {
+        /// The URL.
+        url: String,
+    },
     /// A document is not JSON (or not an object).
     #[error("{what} is not a JSON object: {reason}")]
     NotJson {
@@ -69,7 +75,9 @@ fn read_file(path: &Path) -> Result<String, SyncError> {
 }
 
 fn parse_object(text: &[u8], what: &str) -> Result<Value, SyncError> {
-    let value: Value = serde_json::from_slice(text).map_err(|e| SyncError::NotJson {
+    // Read strictly, as the registry reads the upload: a key set naming a member twice would
+    // be uploaded as this reader took it, not as the source meant it.
+    let value = registry_domain::json::parse_unique(text).map_err(|e| SyncError::NotJson {
         what: what.to_owned(),
         reason: e.to_string(),
     })?;
@@ -140,9 +148,33 @@ fn reason(error: &dyn std::error::Error) -> String {
     text
 }
 
-async fn read_limited(response: reqwest::Response) -> Result<Vec<u8>, reqwest::Error> {
-    let bytes = response.bytes().await?;
-    Ok(bytes[..bytes.len().min(MAX_BYTES)].to_vec())
+/// The body, read a chunk at a time and given up past [`MAX_BYTES`], so that a broken or
+/// hostile source (or one it redirects to) cannot fill the memory of the process.
+async fn read_limited(url: &str, mut response: reqwest::Response) -> Result<Vec<u8>, SyncError> {
+    let too_large = || SyncError::TooLarge {
+        url: url.to_owned(),
+    };
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| SyncError::SourceUnreachable {
+            url: url.to_owned(),
+            reason: reason(&e),
+        })?
+    {
+        if body.len() + chunk.len() > MAX_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 impl Source {
@@ -164,14 +196,24 @@ impl Source {
                 let client = client(ca.as_deref())?;
                 let base = url.trim_end_matches('/');
                 let discovery_url = format!("{base}/.well-known/openid-configuration");
-                let discovery = get(&client, &discovery_url, token_file.as_deref()).await?;
-                // A Kubernetes API server names its external issuer's key set; in the cluster,
-                // its own path serves the same keys. Another issuer's key set is followed.
-                let jwks_url = match discovery.get("jwks_uri").and_then(Value::as_str) {
-                    Some(uri) if same_host(uri, base) => uri.to_owned(),
-                    _ => format!("{base}/openid/v1/jwks"),
+                let token_file = token_file.as_deref();
+                let discovery = get(&client, &discovery_url, token_file).await?;
+                let own_path = format!("{base}/openid/v1/jwks");
+                let jwks = match discovery.get("jwks_uri").and_then(Value::as_str) {
+                    Some(uri) if same_host(uri, base) => get(&client, uri, token_file).await?,
+                    // A Kubernetes API server names its external issuer's key set (often the
+                    // registry's own copy, which must not be synced from); its own path serves
+                    // the same keys. An issuer whose key set lives on another host (Google's)
+                    // has no such path: its `jwks_uri` is followed then, without the token
+                    // meant for the source.
+                    Some(uri) => match get(&client, &own_path, token_file).await {
+                        Err(SyncError::SourceStatus { status: 404, .. }) => {
+                            get(&client, uri, None).await?
+                        }
+                        read => read?,
+                    },
+                    None => get(&client, &own_path, token_file).await?,
                 };
-                let jwks = get(&client, &jwks_url, token_file.as_deref()).await?;
                 Ok((discovery, jwks))
             }
         }
@@ -216,6 +258,6 @@ async fn get(
             },
         });
     }
-    let body = read_limited(response).await.map_err(unreachable)?;
+    let body = read_limited(url, response).await?;
     parse_object(&body, url)
 }

@@ -1,6 +1,9 @@
-//! The replica's count of public fetches (docs/api.md, "Fetch evidence"): per service and document,
-//! the 200s and 304s, the last fetch, and the most frequent User-Agents, in memory until the next
-//! flush to the store ([`Fetches::take`]). Bounded whatever clients send: at most
+//! The replica's count of public fetches (docs/api.md, "Fetch evidence"): per service, document and
+//! clock hour, the 200s and 304s, the last fetch, and the most frequent User-Agents, in memory
+//! until the next flush to the store ([`Fetches::take`]). The hour is part of the key because the
+//! store counts each fetch in the hour of its time, and key readiness tells a verifier by the
+//! distinct hours it fetched in: two fetches of one flush in two hours (a cache's log shipped
+//! late, a flush across the hour) are two hours, not one. Bounded whatever clients send: at most
 //! [`MAX_SERVICES`] services between two flushes (fetches of others are dropped, and counted),
 //! [`AGENTS_PER_DOCUMENT`] agents per document, each cut to [`AGENT_CHARS`] characters. Past
 //! that bound a new agent takes the place of the least frequent one (the space-saving
@@ -23,7 +26,7 @@ use foldhash::HashMap;
 use registry_domain::app::fetches::{Current, Served};
 use registry_domain::network::Network;
 use registry_domain::ports::{
-    AgentFetches, DocumentFetches, FetchedDocument, NetworkFetch, OTHER_AGENTS,
+    fetch_hour, AgentFetches, DocumentFetches, FetchedDocument, NetworkFetch, OTHER_AGENTS,
     STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
 };
 use smallvec::SmallVec;
@@ -74,7 +77,10 @@ struct Counts {
     others: Option<Box<(u64, OffsetDateTime)>>,
 }
 
-type Shard = HashMap<(Uuid, FetchedDocument), Counts>;
+/// A document's counts of one clock hour (`fetch_hour`).
+type Key = (Uuid, FetchedDocument, i64);
+
+type Shard = HashMap<Key, Counts>;
 
 /// The counts of one replica.
 #[derive(Debug, Default)]
@@ -116,7 +122,8 @@ impl Fetches {
         at: OffsetDateTime,
     ) {
         let mut shard = self.mine();
-        let Some(counts) = self.counts(&mut shard, (service, document), at) else {
+        let key = (service, document, fetch_hour(at));
+        let Some(counts) = self.counts(&mut shard, key, at) else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -135,8 +142,8 @@ impl Fetches {
     pub fn give_back(&self, counts: Vec<DocumentFetches>) {
         let mut shard = self.mine();
         for f in counts {
-            let Some(counts) = self.counts(&mut shard, (f.service_id, f.document), f.last_at)
-            else {
+            let key = (f.service_id, f.document, fetch_hour(f.last_at));
+            let Some(counts) = self.counts(&mut shard, key, f.last_at) else {
                 self.dropped
                     .fetch_add(f.ok + f.not_modified, Ordering::Relaxed);
                 continue;
@@ -174,7 +181,7 @@ impl Fetches {
     fn counts<'s>(
         &self,
         shard: &'s mut Shard,
-        key: (Uuid, FetchedDocument),
+        key: Key,
         at: OffsetDateTime,
     ) -> Option<&'s mut Counts> {
         // One look-up a fetch: the key is hashed once.
@@ -211,7 +218,7 @@ impl Fetches {
             }
         }
         (all.into_iter())
-            .map(|((service_id, document), c)| DocumentFetches {
+            .map(|((service_id, document, _), c)| DocumentFetches {
                 service_id,
                 document,
                 ok: c.ok,
@@ -412,6 +419,30 @@ mod tests {
         );
         assert_eq!(again[1].agents.len(), 2);
         assert_eq!(again[0].ok, 1);
+    }
+
+    #[test]
+    fn fetches_of_one_flush_in_two_hours_are_counted_in_each() {
+        // A cache's log shipped late, or a flush across the hour: the store counts each in its
+        // own hour, so that an agent of two hours is a verifier.
+        let fetches = Fetches::default();
+        let service = Uuid::new_v4();
+        let (before, after) = (
+            AT - time::Duration::minutes(4),
+            AT + time::Duration::minutes(3),
+        );
+        fetches.record(service, DOC, false, b"aws", NET, before);
+        fetches.record(service, DOC, false, b"aws", NET, after);
+        fetches.record(service, DOC, true, b"aws", NET, after);
+        let mut taken = fetches.take();
+        taken.sort_by_key(|f| f.last_at);
+        let hours: Vec<(OffsetDateTime, u64, u64, u64)> = (taken.iter())
+            .map(|f| (f.last_at, f.ok, f.not_modified, f.agents[0].count))
+            .collect();
+        assert_eq!(hours, [(before, 1, 0, 1), (after, 1, 1, 2)]);
+        // Given back, each stays in its hour.
+        fetches.give_back(taken);
+        assert_eq!(fetches.take().len(), 2);
     }
 
     #[test]

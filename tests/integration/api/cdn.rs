@@ -221,8 +221,6 @@ fn deleted_documents_are_purged_though_no_replica_holds_them_in_memory() {
     assert!(again, "{:?}", seen.lock().unwrap());
 }
 
-/// When the cache's log says its requests were made: an hour ago (inside the evidence's
-/// 24 hours whatever the day the suite runs), half a second past a second.
 /// A time a cache logs a fetch at: two minutes ago (lines more than ten minutes old are
 /// skipped).
 fn logged_at() -> time::OffsetDateTime {
@@ -452,6 +450,51 @@ fn a_caches_access_log_counts_as_the_fetches_it_records() {
 /// a thousand one-off agents between two frequent ones and a third after them. The frequent
 /// ones are listed with their own fetches, the flood's past the bound are `other`, and no agent
 /// is listed with a fetch it did not make.
+/// Two lines of one batch in two clock hours are counted each in its own hour (a replica's
+/// counts of one flush went to the hour of the last fetch), so that an agent that fetched in
+/// two hours is a verifier of the next key.
+#[test]
+fn a_batch_across_the_hour_counts_each_line_in_its_hour() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![
+            ("REGISTRY_FETCH_LOG_TOKEN".into(), TOKEN.into()),
+            ("REGISTRY_FETCH_FLUSH_SECONDS".into(), "1".into()),
+        ],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    publish_kids(&server, &acme.token, &sub, &["k1"]);
+    let host = server.issuer(&sub).split_once("://").unwrap().1.to_owned();
+    // The server's clock five minutes past the next hour.
+    let now = time::OffsetDateTime::now_utc();
+    let ahead = 3_600 - now.unix_timestamp().rem_euclid(3_600) + 300;
+    server.advance_clock(ahead);
+    let arrival = now + time::Duration::seconds(ahead);
+    let line = |minutes_ago: i64| {
+        json!({"time": rfc3339(arrival - time::Duration::minutes(minutes_ago)), "host": host,
+            "path": "/openid/v1/jwks", "status": 200, "method": "GET", "userAgent": "aws-sts",
+            "clientAddress": "203.0.113.7"})
+        .to_string()
+    };
+    // 7 minutes ago is the hour before; 2 minutes ago, this one.
+    let body = [line(7), line(2)].join("\n");
+    let answer = post_log(&server, TOKEN, "application/x-ndjson", body);
+    assert_eq!(json(answer), json!({"accepted": 2, "skipped": 0}));
+    let mut history = Value::Null;
+    let in_two = within(Duration::from_secs(30), || {
+        history = json(server.get(&format!("/services/{sub}/fetches/history"), &acme.token));
+        (history["agents"].as_array().unwrap().iter())
+            .find(|a| a["agent"] == "aws-sts")
+            .is_some_and(|a| a["hours"].as_array().unwrap().len() == 2)
+    });
+    assert!(in_two, "{history}");
+    server.advance_clock(1);
+    publish_kids(&server, &acme.token, &sub, &["k1", "k2"]);
+    let readiness = json(server.get(&format!("/services/{sub}/keys/k2/readiness"), &acme.token));
+    assert_eq!(readiness["verifiers"][0]["agent"], "aws-sts", "{readiness}");
+}
+
 #[test]
 fn a_flood_of_agents_is_the_others_and_no_agent_is_given_fetches_it_did_not_make() {
     let server = TestServer::start_with(ServerOptions {

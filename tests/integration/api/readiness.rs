@@ -237,6 +237,76 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
     let (code, _, stderr) = wait("k3", "soon");
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("is not a duration"), "{stderr}");
+    // A registry that does not answer for a while (a restart, a rolling upgrade) is asked
+    // again until the timeout: here it answers after a second and a half, and the wait ends
+    // well; one that never answers ends the wait at its timeout (exit 1), saying so.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let down = format!("http://127.0.0.1:{port}");
+    let waiting = std::process::Command::new(registry_tests::server::registry_binary())
+        .args([
+            "keys",
+            "wait",
+            "--service",
+            &sub,
+            "--kid",
+            "k2",
+            "--timeout",
+            "30s",
+        ])
+        .env_clear()
+        .env("REGISTRY_API_URL", &down)
+        .env("REGISTRY_TOKEN", &acme.token)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    let back = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let body = json!({"kid": "k2", "safeToSign": true, "pending": [],
+            "safeToSignAt": "2026-11-25T12:00:00Z"})
+        .to_string();
+        for stream in back.incoming().flatten().take(3) {
+            let mut stream = stream;
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let output = waiting.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert_eq!(output.status.code(), Some(0), "{stdout} {stderr}");
+    assert!(stdout.contains(r#""safeToSign":true"#), "{stdout}");
+    let env_down = [
+        ("REGISTRY_API_URL", "http://127.0.0.1:9"),
+        ("REGISTRY_TOKEN", acme.token.as_str()),
+    ];
+    let (code, _, stderr) = run_registry(
+        &[
+            "keys",
+            "wait",
+            "--service",
+            &sub,
+            "--kid",
+            "k3",
+            "--timeout",
+            "2s",
+        ],
+        &env_down,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("the registry did not answer"), "{stderr}");
 
     // An unknown kid is a 404; so is another customer's service.
     let response = server.get(&format!("/services/{sub}/keys/nope/readiness"), &acme.token);

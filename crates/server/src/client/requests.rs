@@ -266,16 +266,24 @@ fn client(connection: &Connection) -> Result<(RegistryApi, tokio::runtime::Runti
 
 /// Makes `request`'s call: the answer of a success, the problem sentence of a failure.
 fn call(
-    (api, runtime): &(RegistryApi, tokio::runtime::Runtime),
-    (method, path, body): &Request,
+    api: &(RegistryApi, tokio::runtime::Runtime),
+    request: &Request,
 ) -> Result<Value, ClientError> {
-    let (status, answer) = runtime
-        .block_on(api.call(method, path, body.as_ref()))
-        .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+    let (status, answer) = answered(api, request)?;
     if status >= 400 {
         return Err(ClientError::Problem(problem_sentence(status, &answer)));
     }
     Ok(answer)
+}
+
+/// Makes `request`'s call: its status and body, whatever the status.
+fn answered(
+    (api, runtime): &(RegistryApi, tokio::runtime::Runtime),
+    (method, path, body): &Request,
+) -> Result<(u16, Value), ClientError> {
+    runtime
+        .block_on(api.call(method, path, body.as_ref()))
+        .map_err(|e| ClientError::Unreachable(e.to_string()))
 }
 
 /// How often `registry keys wait` asks.
@@ -300,7 +308,10 @@ pub enum WaitError {
 }
 
 /// `registry keys wait`: polls the key's readiness, prints one JSON line each time `pending`
-/// changes, and returns once the key is safe to sign with, or fails at `timeout`.
+/// changes, and returns once the key is safe to sign with, or fails at `timeout`. A registry
+/// that does not answer for a while (a restart or a rolling upgrade closes the connection, a
+/// draining replica answers 503) is asked again until the timeout, which then says so: a wait
+/// of an hour must not end at the first upgrade.
 pub fn wait(connection: &Connection, command: Call) -> Result<(), WaitError> {
     let Call::Keys(KeysCommand::Wait { kid, timeout, .. }) = &command else {
         return Ok(());
@@ -310,31 +321,45 @@ pub fn wait(connection: &Connection, command: Call) -> Result<(), WaitError> {
     let started = std::time::Instant::now();
     let mut printed: Option<Value> = None;
     loop {
-        let answer = call(&api, &asked)?;
-        let safe = answer["safeToSign"] == true;
-        let pending = answer["pending"].clone();
-        if printed.as_ref() != Some(&pending) {
-            let line = json!({
-                "kid": answer["kid"],
-                "safeToSign": safe,
-                "safeToSignAt": answer["safeToSignAt"],
-                "pending": pending,
-            });
-            crate::stdout::progress(line);
-            printed = Some(pending);
-        }
-        if safe {
-            return Ok(());
+        let (pending, outage) = match answered(&api, &asked) {
+            Ok((status @ 502..=504, answer)) => (None, problem_sentence(status, &answer)),
+            Err(ClientError::Unreachable(why)) => (None, why),
+            Ok((status, answer)) if status >= 400 => {
+                return Err(ClientError::Problem(problem_sentence(status, &answer)).into())
+            }
+            Ok((_, answer)) => (Some(answer), String::new()),
+            Err(other) => return Err(other.into()),
+        };
+        if let Some(answer) = &pending {
+            let safe = answer["safeToSign"] == true;
+            let pending = answer["pending"].clone();
+            if printed.as_ref() != Some(&pending) {
+                let line = json!({
+                    "kid": answer["kid"],
+                    "safeToSign": safe,
+                    "safeToSignAt": answer["safeToSignAt"],
+                    "pending": pending,
+                });
+                crate::stdout::progress(line);
+                printed = Some(pending);
+            }
+            if safe {
+                return Ok(());
+            }
         }
         let waited = started.elapsed();
         if waited >= *timeout {
-            let reasons: Vec<&str> = (answer["pending"].as_array().into_iter().flatten())
-                .filter_map(|p| p["reason"].as_str())
-                .collect();
+            let reasons = match &pending {
+                Some(answer) => (answer["pending"].as_array().into_iter().flatten())
+                    .filter_map(|p| p["reason"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                None => format!("unknown, the registry did not answer: {outage}"),
+            };
             return Err(WaitError::TimedOut {
                 kid: kid.clone(),
                 waited: *timeout,
-                pending: reasons.join(", "),
+                pending: reasons,
             });
         }
         std::thread::sleep(WAIT_POLL.min(*timeout - waited));

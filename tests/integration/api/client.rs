@@ -211,10 +211,18 @@ fn a_customer_works_with_the_api_from_the_command_line() {
     let (code, _, stderr) = client(
         &server,
         &acme.token,
-        &["services", "create", "--name", "Bad Name"],
+        &["services", "create", "--name", "Bad Name", "--title", "Bad"],
     );
     assert_eq!(code, Some(1));
     assert!(stderr.contains("/serviceName"), "{stderr}");
+    // The title the API requires is required by the command itself: a usage error, exit 2.
+    let (code, _, stderr) = client(
+        &server,
+        &acme.token,
+        &["services", "create", "--name", "mix"],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--title"), "{stderr}");
     let (code, _, stderr) = client(&server, "rgst_wrong", &["services", "list"]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("Unauthorized (401)"), "{stderr}");

@@ -56,9 +56,9 @@ pub enum ServicesCommand {
         /// The URL name (business and enterprise plans): the subdomain is `{name}-{tenant}`.
         #[arg(long)]
         name: Option<String>,
-        /// A title.
+        /// Its title (required, as the API requires it).
         #[arg(long)]
-        title: Option<String>,
+        title: String,
         /// A description.
         #[arg(long)]
         description: Option<String>,

@@ -95,12 +95,8 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
             title,
             description,
         }) => {
-            let mut body = json!({});
-            for (field, value) in [
-                ("serviceName", name),
-                ("title", title),
-                ("description", description),
-            ] {
+            let mut body = json!({ "title": title });
+            for (field, value) in [("serviceName", name), ("description", description)] {
                 if let Some(value) = value {
                     body[field] = json!(value);
                 }
@@ -269,7 +265,8 @@ fn call(
     api: &(RegistryApi, tokio::runtime::Runtime),
     request: &Request,
 ) -> Result<Value, ClientError> {
-    let (status, answer) = answered(api, request)?;
+    let (status, answer) =
+        answered(api, request).map_err(|e| ClientError::Unreachable(e.to_string()))?;
     if status >= 400 {
         return Err(ClientError::Problem(problem_sentence(status, &answer)));
     }
@@ -280,10 +277,8 @@ fn call(
 fn answered(
     (api, runtime): &(RegistryApi, tokio::runtime::Runtime),
     (method, path, body): &Request,
-) -> Result<(u16, Value), ClientError> {
-    runtime
-        .block_on(api.call(method, path, body.as_ref()))
-        .map_err(|e| ClientError::Unreachable(e.to_string()))
+) -> Result<(u16, Value), registry_client::ClientError> {
+    runtime.block_on(api.call(method, path, body.as_ref()))
 }
 
 /// How often `registry keys wait` asks.
@@ -323,12 +318,15 @@ pub fn wait(connection: &Connection, command: Call) -> Result<(), WaitError> {
     loop {
         let (pending, outage) = match answered(&api, &asked) {
             Ok((status @ 502..=504, answer)) => (None, problem_sentence(status, &answer)),
-            Err(ClientError::Unreachable(why)) => (None, why),
+            Err(down @ registry_client::ClientError::Unreachable { .. }) => {
+                (None, down.to_string())
+            }
             Ok((status, answer)) if status >= 400 => {
                 return Err(ClientError::Problem(problem_sentence(status, &answer)).into())
             }
             Ok((_, answer)) => (Some(answer), String::new()),
-            Err(other) => return Err(other.into()),
+            // Not the registry's API, or a credential file that cannot be read: no wait mends it.
+            Err(other) => return Err(ClientError::Unreachable(other.to_string()).into()),
         };
         if let Some(answer) = &pending {
             let safe = answer["safeToSign"] == true;

@@ -6,6 +6,11 @@ use serde_json::Value;
 use time::format_description::well_known::Rfc3339;
 use time::{OffsetDateTime, UtcOffset};
 
+/// `at` cut to its second: what [`rfc3339`] writes of it.
+pub fn whole_second(at: OffsetDateTime) -> OffsetDateTime {
+    at.replace_nanosecond(0).unwrap_or(at)
+}
+
 /// `at` as RFC 3339 in UTC, whole seconds.
 ///
 /// ```
@@ -14,9 +19,7 @@ use time::{OffsetDateTime, UtcOffset};
 /// assert_eq!(rfc3339(at), "2026-11-21T09:00:00Z");
 /// ```
 pub fn rfc3339(at: OffsetDateTime) -> String {
-    let at = at.to_offset(UtcOffset::UTC);
-    at.replace_nanosecond(0)
-        .unwrap_or(at)
+    whole_second(at.to_offset(UtcOffset::UTC))
         .format(&Rfc3339)
         .unwrap_or_default()
 }

@@ -7,6 +7,7 @@ use crate::audit::Action;
 use crate::credentials::{self, CredentialKind, GeneratedSecret};
 use crate::naming::anonymous_subdomain;
 use crate::ports::{Ceiling, CredentialRecord};
+use crate::timestamp::whole_second;
 use crate::{Service, StoreError};
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
@@ -72,7 +73,9 @@ pub fn create(
         title: command.title,
         description: command.description,
         created_at: now,
-        expires_at: Some(now + command.ttl),
+        // Whole seconds, as `expiresAt` states it: the service ends at the time the answer
+        // gives, not up to a second after it (nor ever past its 24 hours).
+        expires_at: Some(whole_second(now + command.ttl)),
     };
     let event = Caller::anonymous(origin).service_event(Action::AnonymousCreate, &service, now);
     // Counted again in the insert's transaction: creations racing past the check above
@@ -157,6 +160,11 @@ mod tests {
             .unwrap();
         assert_eq!(stored.owner, CredentialOwner::AnonymousService(service.id));
         assert_eq!(stored.hash, created.hash);
+        // Created in the middle of a second, it ends at the whole second its answer states
+        // (`expiresAt`), not up to a second after.
+        let later = NOW + Duration::milliseconds(750);
+        let created = create(&registry, origin(), command(), || later).unwrap();
+        assert_eq!(created.service.expires_at, Some(NOW + Duration::hours(2)));
     }
 
     #[test]

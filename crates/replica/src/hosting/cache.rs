@@ -285,12 +285,13 @@ pub enum Lookup {
 
 #[cfg(test)]
 mod tests {
-    use super::super::hosted::{whole_second, Source, MAP_SLOTS_PER_ENTRY};
+    use super::super::hosted::{Source, MAP_SLOTS_PER_ENTRY};
     use super::*;
     use bytes::Bytes;
     use registry_domain::keys::{KeyRecord, KeyState};
     use registry_domain::publishing::point_at;
     use registry_domain::service::PublishedConfig;
+    use registry_domain::timestamp::whole_second;
     use registry_domain::Service;
 
     fn published(subdomain: &str, padding: usize) -> (Service, PublishedConfig) {

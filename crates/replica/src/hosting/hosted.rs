@@ -6,6 +6,7 @@ use bytes::Bytes;
 use registry_domain::keys::KeyState;
 use registry_domain::publishing::point_at;
 use registry_domain::service::{DocumentDates, Publication};
+use registry_domain::timestamp::whole_second;
 use sha2::{Digest, Sha256};
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
@@ -232,10 +233,6 @@ struct Parts<'a> {
     updated_at: OffsetDateTime,
     previous_change_at: Option<OffsetDateTime>,
     dates: DocumentDates,
-}
-
-pub(super) fn whole_second(t: OffsetDateTime) -> OffsetDateTime {
-    t.replace_nanosecond(0).unwrap_or(t)
 }
 
 impl Hosted {

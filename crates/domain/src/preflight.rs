@@ -728,25 +728,40 @@ fn audience_finding(cloud: Cloud, audiences: &[&str]) -> Option<Finding> {
             ),
             None,
         )),
-        Cloud::Gcp
-            if !audiences.iter().any(|aud| {
-                aud.starts_with("//iam.googleapis.com/")
-                    || aud.starts_with("https://iam.googleapis.com/")
-            }) =>
-        {
-            Some(Finding::error(
-                codes::AUDIENCE_MISMATCH,
-                format!(
-                    "the token's aud {shown} names no workload identity provider: GCP expects \
+        Cloud::Gcp if !audiences.iter().any(|aud| names_gcp_provider(aud)) => Some(Finding::error(
+            codes::AUDIENCE_MISMATCH,
+            format!(
+                "the token's aud {shown} names no workload identity provider: GCP expects \
                      //iam.googleapis.com/projects/…/locations/global/workloadIdentityPools/…/\
                      providers/… (or the same with https:), unless the provider lists other \
                      allowed audiences"
-                ),
-                None,
-            ))
-        }
+            ),
+            None,
+        )),
         _ => None,
     }
+}
+
+/// Whether `aud` names a workload identity pool provider as GCP's default audience does:
+/// `//iam.googleapis.com/projects/{p}/locations/{l}/workloadIdentityPools/{pool}/providers/{id}`
+/// (or the same with `https:`), every name present.
+fn names_gcp_provider(aud: &str) -> bool {
+    let Some(path) = (aud.strip_prefix("//iam.googleapis.com/"))
+        .or_else(|| aud.strip_prefix("https://iam.googleapis.com/"))
+    else {
+        return false;
+    };
+    let parts: Vec<&str> = path.split('/').collect();
+    let named = [
+        "projects",
+        "locations",
+        "workloadIdentityPools",
+        "providers",
+    ];
+    parts.len() == 8
+        && (parts.chunks(2))
+            .zip(named)
+            .all(|(pair, name)| pair[0] == name && !pair[1].is_empty())
 }
 
 #[cfg(test)]

@@ -417,6 +417,23 @@ fn audience_mismatch_warns_for_aws_and_azure_and_refuses_for_gcp() {
     assert!(!report.cloud(Cloud::Azure).has(codes::AUDIENCE_MISMATCH));
     let report = with_aud(json!("https://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k"));
     assert!(!report.cloud(Cloud::Gcp).has(codes::AUDIENCE_MISMATCH));
+    // The host alone, or a path that names no provider, is no provider's audience.
+    for aud in [
+        "//iam.googleapis.com/",
+        "//iam.googleapis.com/projects/1",
+        "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/",
+        "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k/x",
+    ] {
+        let report = with_aud(json!(aud));
+        assert!(
+            report.cloud(Cloud::Gcp).has(codes::AUDIENCE_MISMATCH),
+            "{aud}"
+        );
+    }
+    let report = with_aud(json!(
+        "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k"
+    ));
+    assert!(!report.cloud(Cloud::Gcp).has(codes::AUDIENCE_MISMATCH));
 }
 
 #[test]

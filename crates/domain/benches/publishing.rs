@@ -17,6 +17,8 @@ fn key(i: usize) -> Value {
     if i % 2 == 0 {
         let mut n = vec![0x5au8; 256];
         n[0] = 0xc5;
+        // Odd, as every RSA modulus is.
+        n[255] = 0x5b;
         json!({"kty": "RSA", "kid": format!("k{i}"), "use": "sig", "alg": "RS256", "e": "AQAB", "n": URL_SAFE_NO_PAD.encode(&n)})
     } else {
         json!({"kty": "EC", "crv": "P-256", "kid": format!("k{i}"), "use": "sig", "alg": "ES256",

@@ -37,13 +37,17 @@ pub enum RsaBound {
         "RSA keys must have a modulus of {MIN_RSA_BITS} to {MAX_RSA_BITS} bits (this one has {0})"
     )]
     ModulusBits(usize),
+    /// The modulus is even: the product of two odd primes never is, and a verifier (Go's,
+    /// ring) refuses to import it.
+    #[error("the RSA modulus is even: no RSA key has one")]
+    EvenModulus,
     /// The exponent is even, below 3 or above [`MAX_RSA_EXPONENT`].
     #[error("the RSA exponent must be odd, from 3 to 2^31-1 ({MAX_RSA_EXPONENT})")]
     Exponent,
 }
 
 /// The size in bits of an RSA modulus given as big-endian bytes (JWK `n`, decoded), if it is
-/// within the bounds. Leading zero bytes do not count.
+/// within the bounds and odd. Leading zero bytes do not count.
 ///
 /// ```
 /// use registry_domain::publishing::{rsa_modulus_bits, RsaBound};
@@ -53,16 +57,20 @@ pub enum RsaBound {
 /// assert_eq!(rsa_modulus_bits(&n), Ok(2048));
 /// assert_eq!(rsa_modulus_bits(&[0xff; 2048]), Err(RsaBound::ModulusBits(16384)));
 /// assert_eq!(rsa_modulus_bits(&[0x01; 256]), Err(RsaBound::ModulusBits(2041)));
+/// n[256] = 0xfe;
+/// assert_eq!(rsa_modulus_bits(&n), Err(RsaBound::EvenModulus));
 /// ```
 pub fn rsa_modulus_bits(n: &[u8]) -> Result<usize, RsaBound> {
     let significant = n.iter().position(|b| *b != 0).map_or(&[][..], |i| &n[i..]);
     let bits = significant.first().map_or(0, |first| {
         significant.len() * 8 - first.leading_zeros() as usize
     });
-    if (MIN_RSA_BITS..=MAX_RSA_BITS).contains(&bits) {
-        Ok(bits)
-    } else {
+    if !(MIN_RSA_BITS..=MAX_RSA_BITS).contains(&bits) {
         Err(RsaBound::ModulusBits(bits))
+    } else if significant.last().is_some_and(|last| last % 2 == 0) {
+        Err(RsaBound::EvenModulus)
+    } else {
+        Ok(bits)
     }
 }
 

@@ -325,6 +325,8 @@ fn rsa_keys_a_verifier_cannot_afford_are_refused_with_their_pointer() {
         }
         take = 1;
     }
+    let mut even_n = real_n.clone();
+    *even_n.last_mut().unwrap() &= 0xfe;
     let refused = [
         (rsa_with("big", &modulus(16384), &f4), "/jwks/keys/1/n"),
         (rsa_with("small", &modulus(1024), &f4), "/jwks/keys/1/n"),
@@ -335,6 +337,8 @@ fn rsa_keys_a_verifier_cannot_afford_are_refused_with_their_pointer() {
             "/jwks/keys/1/e",
         ),
         (rsa_with("n-2", &real_n, &n_minus_2), "/jwks/keys/1/e"),
+        // An even modulus is no RSA key's (Go's verifier refuses to import one).
+        (rsa_with("even-n", &even_n, &f4), "/jwks/keys/1/n"),
     ];
     for (key, pointer) in refused {
         // After a good key, so that the pointer names the bad one.

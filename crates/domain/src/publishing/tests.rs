@@ -261,6 +261,13 @@ fn rsa_keys_are_bounded_in_modulus_and_exponent() {
         key["e"] = json!(URL_SAFE_NO_PAD.encode(e));
         key
     };
+    let even_n = |bits: usize| {
+        let mut n = vec![0xffu8; bits / 8];
+        *n.last_mut().unwrap() = 0xfe;
+        let mut key = rsa_key("r", bits);
+        key["n"] = json!(URL_SAFE_NO_PAD.encode(n));
+        key
+    };
     // An exponent as large as the modulus (the review's n − 2) makes verification cost what
     // signing does.
     let huge_e = vec![0xffu8; 256];
@@ -268,6 +275,7 @@ fn rsa_keys_are_bounded_in_modulus_and_exponent() {
         (rsa_key("r", 16384), "/jwks/keys/0/n"),
         (rsa_key("r", 8200), "/jwks/keys/0/n"),
         (rsa_key("r", 1024), "/jwks/keys/0/n"),
+        (even_n(2048), "/jwks/keys/0/n"),
         (with_e(2048, &[1]), "/jwks/keys/0/e"),
         (with_e(2048, &[0, 0, 1]), "/jwks/keys/0/e"),
         (with_e(2048, &[2]), "/jwks/keys/0/e"),

@@ -170,9 +170,8 @@ pub struct VerifierCandidate {
     pub hours: u32,
     /// Its last fetch in the period.
     pub last_at: OffsetDateTime,
-    /// The networks it fetched from, each with in how many distinct clock hours it did, the
-    /// most often seen first.
-    pub networks: Vec<(Network, u32)>,
+    /// The networks it fetched from, the most often seen first.
+    pub networks: Vec<Network>,
 }
 
 /// How far back a verifier counts, from a key's first publication and from now (docs/api.md,
@@ -196,11 +195,6 @@ pub const VERIFIER_HOURS: u32 = 2;
 /// before (`candidates`): those seen in at least `min_hours` distinct hours, the
 /// [`MAX_VERIFIERS`] most active, each with its [`MAX_VERIFIER_NETWORKS`] most seen networks,
 /// and no more than [`VERIFIERS_PER_NETWORK`] whose every network has given that many already.
-/// A verifier's networks are those it was seen from in `min_hours` distinct hours too, as it
-/// was seen itself: anyone can send its User-Agent once from their own network before a
-/// rotation, and a network so added would let that outsider's one fetch after the
-/// publication stand for the verifier's. Only an agent seen from no network that often (one
-/// whose every fetch came from another network) keeps every network it was seen from.
 /// One seen from no known network (its fetches stored before networks were, or shipped in a
 /// cache's log without the client's address) can be satisfied by no fetch: it holds the key
 /// until it has not been seen for 7 days, or its owner dismisses it, never the other way.
@@ -215,11 +209,9 @@ pub fn verifiers_of(candidates: &[VerifierCandidate], min_hours: u32) -> Vec<Key
         if chosen.len() == MAX_VERIFIERS {
             break;
         }
-        let repeated = c.networks.iter().any(|(_, hours)| *hours >= min_hours);
         let networks: Vec<Network> = (c.networks.iter())
-            .filter(|(_, hours)| !repeated || *hours >= min_hours)
             .take(MAX_VERIFIER_NETWORKS)
-            .map(|(network, _)| *network)
+            .copied()
             .collect();
         let spent = |n: &Network| given.get(n).is_some_and(|&k| k >= VERIFIERS_PER_NETWORK);
         if !networks.is_empty() && networks.iter().all(spent) {
@@ -1314,10 +1306,7 @@ mod tests {
                 count,
                 hours,
                 last_at: at,
-                // Each network seen in every one of the agent's hours.
-                networks: (networks.iter())
-                    .map(|n| (n.parse().unwrap(), hours))
-                    .collect(),
+                networks: networks.iter().map(|n| n.parse().unwrap()).collect(),
             };
         let mut candidates = vec![
             candidate("once", 1_000, 1, &["198.51.100.0/24"]),
@@ -1354,42 +1343,6 @@ mod tests {
             })
             .collect();
         assert_eq!(verifiers_of(&many, 2).len(), MAX_VERIFIERS);
-    }
-
-    #[test]
-    fn a_verifiers_networks_are_those_it_was_seen_from_in_two_hours() {
-        let at = datetime!(2026-11-23 10:00 UTC);
-        let network = |n: &str| -> Network { n.parse().unwrap() };
-        let candidate = |agent: &str, networks: &[(&str, u32)]| VerifierCandidate {
-            agent: agent.to_owned(),
-            count: 10,
-            hours: 3,
-            last_at: at,
-            networks: (networks.iter())
-                .map(|(n, hours)| (network(n), *hours))
-                .collect(),
-        };
-        let candidates = [
-            // Its own network in three hours; an outsider sent its User-Agent once before the
-            // rotation from another: that network is not the verifier's.
-            candidate("AWS", &[("198.51.100.0/24", 3), ("203.0.113.0/24", 1)]),
-            // Every fetch from another network: it keeps them all.
-            candidate("rotating", &[("192.0.2.0/24", 1), ("10.1.2.0/24", 1)]),
-        ];
-        let verifiers = verifiers_of(&candidates, 2);
-        let networks: Vec<(&str, &[Network])> = (verifiers.iter())
-            .map(|v| (v.agent.as_str(), v.networks.as_slice()))
-            .collect();
-        assert_eq!(
-            networks,
-            [
-                ("AWS", &[network("198.51.100.0/24")][..]),
-                (
-                    "rotating",
-                    &[network("192.0.2.0/24"), network("10.1.2.0/24")][..]
-                ),
-            ]
-        );
     }
 
     #[test]

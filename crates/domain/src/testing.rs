@@ -1617,9 +1617,7 @@ impl FetchLog for MemoryStore {
                 let mut networks: Vec<(Network, usize)> =
                     (networks.into_iter()).map(|(n, h)| (n, h.len())).collect();
                 networks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-                candidate.networks = (networks.into_iter())
-                    .map(|(n, h)| (n, u32::try_from(h).unwrap_or(u32::MAX)))
-                    .collect();
+                candidate.networks = networks.into_iter().map(|(n, _)| n).collect();
                 candidate
             })
             .collect())

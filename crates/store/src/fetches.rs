@@ -237,9 +237,7 @@ impl FetchLog for Store {
                     count: n,
                     hours: u32::try_from(hours.len()).unwrap_or(u32::MAX),
                     last_at: instant(last)?,
-                    networks: (networks.into_iter())
-                        .map(|(network, hours)| (network, u32::try_from(hours).unwrap_or(u32::MAX)))
-                        .collect(),
+                    networks: networks.into_iter().map(|(network, _)| network).collect(),
                 });
             }
             Ok(candidates)

@@ -1,6 +1,8 @@
-//! How the API writes an instant (docs/api.md, "Success responses"): RFC 3339 in UTC, whole
-//! seconds (`2026-11-21T10:00:00Z`). Every time a response, an audit event or a warning names
-//! is written here, so that none carries a fraction another one lacks.
+//! How the API writes an instant (docs/api.md, "Responses"): RFC 3339 in UTC, whole seconds
+//! (`2026-11-21T10:00:00Z`), but for the fetch evidence and key readiness, whose times keep
+//! their milliseconds (`2026-11-25T12:03:10.5Z`): a fetch is "since the key" to the
+//! millisecond, and a client comparing the two times must see what the registry compared.
+//! Every time a response, an audit event or a warning names is written here.
 
 use serde_json::Value;
 use time::format_description::well_known::Rfc3339;
@@ -20,6 +22,20 @@ pub fn whole_second(at: OffsetDateTime) -> OffsetDateTime {
 /// ```
 pub fn rfc3339(at: OffsetDateTime) -> String {
     whole_second(at.to_offset(UtcOffset::UTC))
+        .format(&Rfc3339)
+        .unwrap_or_default()
+}
+
+/// `at` as RFC 3339 in UTC, its fraction of a second kept (the fetch evidence's times, stored
+/// to the millisecond).
+///
+/// ```
+/// use registry_domain::timestamp::rfc3339_exact;
+/// let at = time::macros::datetime!(2026-11-25 12:03:10.5 UTC);
+/// assert_eq!(rfc3339_exact(at), "2026-11-25T12:03:10.5Z");
+/// ```
+pub fn rfc3339_exact(at: OffsetDateTime) -> String {
+    at.to_offset(UtcOffset::UTC)
         .format(&Rfc3339)
         .unwrap_or_default()
 }

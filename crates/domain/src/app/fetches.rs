@@ -5,7 +5,7 @@
 
 use crate::app::{AppError, Registry};
 use crate::ports::{fetch_hour, AgentHour, DocumentFetches, FetchedDocument, OTHER_AGENTS};
-use crate::timestamp::rfc3339;
+use crate::timestamp::rfc3339_exact;
 use crate::Service;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -94,15 +94,15 @@ pub fn evidence(
                 .iter()
                 .map(|a| {
                     json!({"agent": shown_agent(&a.agent), "count": a.count,
-                           "lastFetchedAt": rfc3339(a.last_at)})
+                           "lastFetchedAt": rfc3339_exact(a.last_at)})
                 })
                 .collect();
             json!({
                 "issuer": issuer.issuer,
                 "path": document.path(),
                 "currentETag": served.map(|s| s.etag.as_str()),
-                "lastChangedAt": served.map(|s| rfc3339(s.changed_at)),
-                "lastFetchedAt": last.map(rfc3339),
+                "lastChangedAt": served.map(|s| rfc3339_exact(s.changed_at)),
+                "lastFetchedAt": last.map(rfc3339_exact),
                 "fetchedSinceChange": since_change,
                 "fetches24h": fetches.map_or(0, |f| f.ok + f.not_modified),
                 "agents": agents,
@@ -146,21 +146,21 @@ pub fn history(
             let last = hours.iter().map(|h| h.last_at).max();
             let hours: Vec<Value> = (hours.iter())
                 .map(|h| {
-                    json!({"hour": rfc3339(h.hour), "count": h.count,
-                           "lastFetchedAt": rfc3339(h.last_at)})
+                    json!({"hour": rfc3339_exact(h.hour), "count": h.count,
+                           "lastFetchedAt": rfc3339_exact(h.last_at)})
                 })
                 .collect();
             json!({
                 "agent": shown_agent(&agent),
                 "count": count,
-                "lastFetchedAt": last.map(rfc3339),
+                "lastFetchedAt": last.map(rfc3339_exact),
                 "hours": hours,
             })
         })
         .collect();
     Ok(json!({
-        "since": rfc3339(OffsetDateTime::from_unix_timestamp(fetch_hour(since) / 1000).unwrap_or(since)),
-        "until": rfc3339(now.replace_nanosecond(0).unwrap_or(now)),
+        "since": rfc3339_exact(OffsetDateTime::from_unix_timestamp(fetch_hour(since) / 1000).unwrap_or(since)),
+        "until": rfc3339_exact(now.replace_nanosecond(0).unwrap_or(now)),
         "agents": agents,
     }))
 }
@@ -299,7 +299,7 @@ mod tests {
         let discovery = &answer.unwrap()["documents"][0];
         assert_eq!(discovery["fetches24h"], 0);
         assert_eq!(discovery["agents"], json!([]));
-        assert_eq!(discovery["lastFetchedAt"], rfc3339(long_ago));
+        assert_eq!(discovery["lastFetchedAt"], rfc3339_exact(long_ago));
         assert_eq!(discovery["fetchedSinceChange"], true);
     }
 

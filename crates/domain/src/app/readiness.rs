@@ -19,7 +19,7 @@ use crate::keys::{KeyRecord, KeyVerifier};
 use crate::network::Network;
 use crate::ports::{CachePurger, NetworkFetch};
 use crate::service::PublishedConfig;
-use crate::timestamp::rfc3339;
+use crate::timestamp::rfc3339_exact;
 use crate::Service;
 use serde_json::{json, Value};
 use time::{Duration, OffsetDateTime};
@@ -211,7 +211,7 @@ pub fn readiness(
                         "the key has been published for less than its lead time of {} s: it \
                          ends at {}",
                         key.lead_seconds,
-                        rfc3339(*ends)
+                        rfc3339_exact(*ends)
                     ),
                 }),
                 Pending::Purge => json!({
@@ -238,7 +238,7 @@ pub fn readiness(
             json!({
                 "agent": v.agent,
                 "networks": networks,
-                "lastFetchedAt": rfc3339(v.last_fetched_at),
+                "lastFetchedAt": rfc3339_exact(v.last_fetched_at),
                 "fetchedSinceKey": v.fetched_since_key,
             })
         })
@@ -247,11 +247,11 @@ pub fn readiness(
         "kid": key.kid,
         "state": state,
         // In whole seconds, as `GET …/keys` gives it.
-        "firstPublishedAt": rfc3339(
+        "firstPublishedAt": rfc3339_exact(
             (key.first_published_at.replace_nanosecond(0)).unwrap_or(key.first_published_at)
         ),
         "safeToSign": safe_at.is_some(),
-        "safeToSignAt": safe_at.map(rfc3339),
+        "safeToSignAt": safe_at.map(rfc3339_exact),
         "leadSeconds": key.lead_seconds,
         "pending": pending,
         "verifiers": verifiers,
@@ -645,7 +645,7 @@ mod tests {
         let answer = readiness(&registry, &service, "new", false, dismissed).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
         // It became safe when the dismissal let it, not at its publication.
-        assert_eq!(answer["safeToSignAt"], rfc3339(dismissed), "{answer}");
+        assert_eq!(answer["safeToSignAt"], rfc3339_exact(dismissed), "{answer}");
         assert_eq!(answer["verifiers"], json!([]));
     }
 
@@ -674,7 +674,7 @@ mod tests {
             .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(100)).unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
-        assert_eq!(answer["safeToSignAt"], rfc3339(at(90)));
+        assert_eq!(answer["safeToSignAt"], rfc3339_exact(at(90)));
         assert_eq!(answer["pending"], json!([]));
         assert_eq!(answer["verifiers"][0]["fetchedSinceKey"], true);
         // Evidence that would move the time does not: it stays what it was found.
@@ -682,7 +682,7 @@ mod tests {
             .record_fetches(&[key_set_fetch(service.id, "aws", "10.0.1.1", at(500))])
             .unwrap();
         let answer = readiness(&registry, &service, "new", false, at(600)).unwrap();
-        assert_eq!(answer["safeToSignAt"], rfc3339(at(90)));
+        assert_eq!(answer["safeToSignAt"], rfc3339_exact(at(90)));
         assert!(matches!(
             readiness(&registry, &service, "other", false, at(600)),
             Err(AppError::NotFound(_))
@@ -743,7 +743,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
-        assert_eq!(answer["safeToSignAt"], rfc3339(purge_done), "{answer}");
+        assert_eq!(
+            answer["safeToSignAt"],
+            rfc3339_exact(purge_done),
+            "{answer}"
+        );
         assert_eq!(registry.store.purged_through(service.id).unwrap(), Some(T0));
     }
 
@@ -759,7 +763,7 @@ mod tests {
         let answer = readiness(&registry, &service, "new", true, T0 + Duration::seconds(10));
         let answer = answer.unwrap();
         assert_eq!(answer["safeToSign"], true, "{answer}");
-        let lead_end = rfc3339(T0 + Duration::seconds(3));
+        let lead_end = rfc3339_exact(T0 + Duration::seconds(3));
         assert_eq!(answer["safeToSignAt"], lead_end, "{answer}");
     }
 }

@@ -563,8 +563,8 @@ pub struct AgentHour {
     pub last_at: OffsetDateTime,
 }
 
-/// A replica's fetches of one service's document since its last flush (or, read back, the
-/// sum of every replica's over a period).
+/// A replica's fetches of one service's document in one clock hour since its last flush (or,
+/// read back, the sum of every replica's over a period).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DocumentFetches {
     /// The service.

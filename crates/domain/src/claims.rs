@@ -1,8 +1,11 @@
-//! Time and audience rules for a verified JWT's registered claims.
+//! Time and audience rules for a verified JWT's registered claims, and how a compact JWS's
+//! header and payload are read.
 //!
 //! `exp` and `iat` are required; `exp`, `nbf` and `iat` are checked with [`LEEWAY`]; a token
 //! whose `exp - iat` exceeds [`MAX_LIFETIME`] is refused; `aud` must be present and non-empty.
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};
 
@@ -35,6 +38,46 @@ pub enum ClaimProblem {
     /// `aud` is missing or empty.
     #[error("claim aud is missing or empty")]
     Audience,
+}
+
+/// Why a header or payload of a compact JWS cannot be read (each reader says which part).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JwsPartError {
+    /// The part is not base64url.
+    #[error("is not base64url")]
+    NotBase64,
+    /// The part is not a JSON object.
+    #[error("is not a JSON object")]
+    NotObject,
+    /// The part names a member twice.
+    #[error("names a member twice: {0}")]
+    NamedTwice(String),
+}
+
+/// A header or payload of a compact JWS (base64url without padding), read strictly: a member
+/// named twice (two `sub`s, two `alg`s) has one meaning to one reader and another to the next,
+/// so every reader of a token here (the verifier, the preflight, `registry policy explain
+/// --token`) refuses it alike.
+///
+/// ```
+/// use registry_domain::claims::{jws_part, JwsPartError};
+/// assert_eq!(jws_part("eyJzdWIiOiJhIn0").unwrap()["sub"], "a");
+/// // {"sub":"a","sub":"b"}
+/// assert!(matches!(jws_part("eyJzdWIiOiJhIiwic3ViIjoiYiJ9"), Err(JwsPartError::NamedTwice(_))));
+/// assert_eq!(jws_part("WzFd"), Err(JwsPartError::NotObject)); // [1]
+/// assert_eq!(jws_part("!"), Err(JwsPartError::NotBase64));
+/// ```
+pub fn jws_part(part: &str) -> Result<Map<String, Value>, JwsPartError> {
+    let bytes = URL_SAFE_NO_PAD
+        .decode(part)
+        .map_err(|_| JwsPartError::NotBase64)?;
+    match crate::json::parse_unique(&bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Err(twice) if crate::json::named_twice(&twice) => {
+            Err(JwsPartError::NamedTwice(twice.to_string()))
+        }
+        _ => Err(JwsPartError::NotObject),
+    }
 }
 
 /// A time claim as seconds since the epoch: an integer, or a finite number cut to one (RFC 7519's

@@ -254,14 +254,8 @@ impl Jws {
                     .into(),
             );
         };
-        let object = |part: &str, what: &str| -> Result<Map<String, Value>, String> {
-            let bytes = URL_SAFE_NO_PAD
-                .decode(part)
-                .map_err(|_| format!("the token's {what} is not base64url"))?;
-            match serde_json::from_slice(&bytes) {
-                Ok(Value::Object(map)) => Ok(map),
-                _ => Err(format!("the token's {what} is not a JSON object")),
-            }
+        let object = |part: &str, what: &str| {
+            crate::claims::jws_part(part).map_err(|why| format!("the token's {what} {why}"))
         };
         let header = object(header, "header")?;
         let claims = object(payload, "payload")?;

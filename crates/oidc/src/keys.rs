@@ -182,8 +182,7 @@ impl registry_domain::ports::TokenSignatureCheck for VerifierSignatureCheck {
         };
         let header = input
             .split_once('.')
-            .and_then(|(header, _)| URL_SAFE_NO_PAD.decode(header).ok())
-            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+            .and_then(|(header, _)| registry_domain::claims::jws_part(header).ok());
         let alg = header
             .as_ref()
             .and_then(|h| h.get("alg"))

@@ -4,6 +4,7 @@ use crate::error::OidcError;
 use crate::keys::Alg;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use registry_domain::claims::{jws_part, JwsPartError};
 use serde_json::{Map, Value};
 
 /// A compact JWS split into its parts, header and payload decoded but not yet verified.
@@ -24,18 +25,12 @@ pub struct UnverifiedToken<'a> {
 }
 
 fn decode_object(part: &str, what: &'static str) -> Result<Map<String, Value>, OidcError> {
-    let bytes = URL_SAFE_NO_PAD
-        .decode(part)
-        .map_err(|_| OidcError::Malformed(what))?;
-    // Read strictly, as the registry reads every JSON text: a claim named twice (two `sub`s)
-    // has one meaning to this reader and another to the next, so the token has none.
-    match registry_domain::json::parse_unique(&bytes) {
-        Ok(Value::Object(map)) => Ok(map),
-        Err(twice) if registry_domain::json::named_twice(&twice) => Err(OidcError::Malformed(
-            "a member is named twice in the header or the payload",
-        )),
-        _ => Err(OidcError::Malformed(what)),
-    }
+    jws_part(part).map_err(|why| match why {
+        JwsPartError::NamedTwice(_) => {
+            OidcError::Malformed("a member is named twice in the header or the payload")
+        }
+        _ => OidcError::Malformed(what),
+    })
 }
 
 /// Splits and decodes `token`, refusing anything but a compact JWS with an accepted algorithm.

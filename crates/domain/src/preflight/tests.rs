@@ -542,4 +542,15 @@ fn jws_parsing_and_the_summary() {
     }
     let unsigned = format!("{}.{}.", part(json!({"alg": "none"})), part(json!({})));
     assert!(Jws::parse(&unsigned).is_err());
+    // Two `sub`s: refused as the verifier refuses it, not judged on the last.
+    let twice = format!(
+        "{}.{}.c2ln",
+        part(json!({"alg": "ES256"})),
+        URL_SAFE_NO_PAD.encode(r#"{"sub":"repo:evil/x","sub":"s"}"#)
+    );
+    let refused = Jws::parse(&twice).unwrap_err();
+    assert!(
+        refused.starts_with("the token's payload names a member twice"),
+        "{refused}"
+    );
 }

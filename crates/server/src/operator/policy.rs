@@ -3,8 +3,6 @@
 
 use crate::stdout;
 use anyhow::Context;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use clap::Subcommand;
 use registry_domain::json::parse_unique;
 use registry_domain::policy::{
@@ -169,13 +167,8 @@ fn unverified_claims(token: &str) -> anyhow::Result<Map<String, Value>> {
         .split('.')
         .nth(1)
         .context("the token is not a JWT (header.payload.signature)")?;
-    let bytes = URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .context("the token's payload is not base64url")?;
-    match serde_json::from_slice(&bytes) {
-        Ok(Value::Object(claims)) => Ok(claims),
-        _ => anyhow::bail!("the token's payload is not a JSON object"),
-    }
+    registry_domain::claims::jws_part(payload.trim_end_matches('='))
+        .map_err(|why| anyhow::anyhow!("the token's payload {why}"))
 }
 
 fn read_cases(path: &Path) -> anyhow::Result<Vec<TestCase>> {

@@ -564,7 +564,7 @@ fn an_issuers_key_set_elsewhere_a_flood_and_a_leaked_private_key() {
     let flooded = run();
     let stderr = String::from_utf8_lossy(&flooded.stderr);
     assert_eq!(flooded.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("sent more than 1 MiB"), "{stderr}");
+    assert!(stderr.contains("larger than 1 MiB"), "{stderr}");
     keys_host.set_jwks_padding(0);
     assert_eq!(line(&run())["changed"], false);
 
@@ -602,4 +602,19 @@ fn an_issuers_key_set_elsewhere_a_flood_and_a_leaked_private_key() {
         "{stderr}"
     );
     assert_eq!(public_kids(&server, &files), ["leaky"]);
+    // A file is read up to 1 MiB too: `/dev/zero` is refused, not read on.
+    let endless = Command::new(registry_binary())
+        .args(["sync", "--service", &files, "--api-url", &server.base])
+        .arg("--discovery-file")
+        .arg(&discovery)
+        .args(["--jwks-file", "/dev/zero"])
+        .env("REGISTRY_TOKEN", &acme.token)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&endless.stderr);
+    assert_eq!(endless.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("/dev/zero is larger than 1 MiB"),
+        "{stderr}"
+    );
 }

@@ -17,7 +17,7 @@ pub const IN_CLUSTER_URL: &str = "https://kubernetes.default.svc";
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest document read from a source: reading stops past it, whatever the source sends.
-pub const MAX_BYTES: usize = 1024 * 1024;
+const MAX_BYTES: usize = 1024 * 1024;
 
 /// What went wrong reading the source: one sentence each, for stderr.
 #[derive(Debug, thiserror::Error)]
@@ -51,10 +51,10 @@ pub enum SyncError {
         /// What to check.
         hint: &'static str,
     },
-    /// The source sent more than a document can hold ([`MAX_BYTES`]); reading stopped there.
-    #[error("the source {url} sent more than 1 MiB, more than an issuer's document holds")]
+    /// The source holds more than a document can ([`MAX_BYTES`]); reading stopped there.
+    #[error("the source {url} is larger than 1 MiB, more than an issuer's document holds")]
     TooLarge {
-        /// The URL.
+        /// The URL, or the file.
         url: String,
     },
     /// A document is not JSON (or not an object).
@@ -67,11 +67,25 @@ pub enum SyncError {
     },
 }
 
+/// A file read up to [`MAX_BYTES`] (a larger one, `/dev/zero`, is refused without reading on).
 fn read_file(path: &Path) -> Result<String, SyncError> {
-    std::fs::read_to_string(path).map_err(|e| SyncError::File {
+    use std::io::Read;
+    let failed = |e: std::io::Error| SyncError::File {
         path: path.to_owned(),
         reason: e.to_string(),
-    })
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(failed)?
+        .take(MAX_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(failed)?;
+    if text.len() > MAX_BYTES {
+        return Err(SyncError::TooLarge {
+            url: path.display().to_string(),
+        });
+    }
+    Ok(text)
 }
 
 fn parse_object(text: &[u8], what: &str) -> Result<Value, SyncError> {
@@ -207,7 +221,9 @@ impl Source {
                     // has no such path: its `jwks_uri` is followed then, without the token
                     // meant for the source.
                     Some(uri) => match get(&client, &own_path, token_file).await {
-                        Err(SyncError::SourceStatus { status: 404, .. }) => {
+                        Err(SyncError::SourceStatus { status: 404, .. })
+                            if follows_scheme(uri, base) =>
+                        {
                             get(&client, uri, None).await?
                         }
                         read => read?,
@@ -217,6 +233,15 @@ impl Source {
                 Ok((discovery, jwks))
             }
         }
+    }
+}
+
+/// Whether a key set named on another host may be read for a source: over HTTPS, or over the
+/// source's own scheme (a source the operator reads over plain HTTP on a private network).
+fn follows_scheme(uri: &str, source: &str) -> bool {
+    match (url::Url::parse(uri), url::Url::parse(source)) {
+        (Ok(uri), Ok(source)) => uri.scheme() == "https" || uri.scheme() == source.scheme(),
+        _ => false,
     }
 }
 

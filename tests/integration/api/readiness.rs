@@ -288,6 +288,11 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
     );
     assert_eq!(output.status.code(), Some(0), "{stdout} {stderr}");
     assert!(stdout.contains(r#""safeToSign":true"#), "{stdout}");
+    // The outage is told on stderr as it begins and ends, once each.
+    let told: Vec<&str> = stderr.lines().collect();
+    assert_eq!(told.len(), 2, "{stderr}");
+    assert!(told[0].contains("the registry did not answer"), "{stderr}");
+    assert!(told[1].contains("answers again"), "{stderr}");
     let env_down = [
         ("REGISTRY_API_URL", "http://127.0.0.1:9"),
         ("REGISTRY_TOKEN", acme.token.as_str()),

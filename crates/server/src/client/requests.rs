@@ -297,7 +297,8 @@ pub enum WaitError {
         /// The reasons still pending.
         pending: String,
     },
-    /// The registry refused or did not answer (exit 2).
+    /// The registry refused the call, or what answered is not the registry (exit 2). A
+    /// registry that does not answer is asked again until the timeout.
     #[error(transparent)]
     Api(#[from] ClientError),
 }
@@ -315,6 +316,7 @@ pub fn wait(connection: &Connection, command: Call) -> Result<(), WaitError> {
     let api = client(connection)?;
     let started = std::time::Instant::now();
     let mut printed: Option<Value> = None;
+    let mut was_down = false;
     loop {
         let (pending, outage) = match answered(&api, &asked) {
             Ok((status @ 502..=504, answer)) => (None, problem_sentence(status, &answer)),
@@ -328,6 +330,18 @@ pub fn wait(connection: &Connection, command: Call) -> Result<(), WaitError> {
             // Not the registry's API, or a credential file that cannot be read: no wait mends it.
             Err(other) => return Err(ClientError::Unreachable(other.to_string()).into()),
         };
+        // An outage is told on stderr as it begins and ends (stdout stays the JSON lines).
+        if pending.is_none() && !was_down {
+            crate::stdout::report(format_args!(
+                "registry keys wait: the registry did not answer ({outage}); asking again \
+                 every second until the timeout"
+            ));
+        } else if pending.is_some() && was_down {
+            crate::stdout::report(format_args!(
+                "registry keys wait: the registry answers again"
+            ));
+        }
+        was_down = pending.is_none();
         if let Some(answer) = &pending {
             let safe = answer["safeToSign"] == true;
             let pending = answer["pending"].clone();

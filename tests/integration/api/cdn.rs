@@ -446,10 +446,6 @@ fn a_caches_access_log_counts_as_the_fetches_it_records() {
     assert!(stderr.contains("1024..=1048576"), "{stderr}");
 }
 
-/// The fourth security review's probe, in one batch (so in one flush of the replica's counts):
-/// a thousand one-off agents between two frequent ones and a third after them. The frequent
-/// ones are listed with their own fetches, the flood's past the bound are `other`, and no agent
-/// is listed with a fetch it did not make.
 /// Two lines of one batch in two clock hours are counted each in its own hour (a replica's
 /// counts of one flush went to the hour of the last fetch), so that an agent that fetched in
 /// two hours is a verifier of the next key.
@@ -495,6 +491,10 @@ fn a_batch_across_the_hour_counts_each_line_in_its_hour() {
     assert_eq!(readiness["verifiers"][0]["agent"], "aws-sts", "{readiness}");
 }
 
+/// The fourth security review's probe, in one batch (so in one flush of the replica's counts):
+/// a thousand one-off agents between two frequent ones and a third after them. The frequent
+/// ones are listed with their own fetches, the flood's past the bound are `other`, and no agent
+/// is listed with a fetch it did not make.
 #[test]
 fn a_flood_of_agents_is_the_others_and_no_agent_is_given_fetches_it_did_not_make() {
     let server = TestServer::start_with(ServerOptions {

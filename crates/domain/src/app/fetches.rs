@@ -160,7 +160,7 @@ pub fn history(
         .collect();
     Ok(json!({
         "since": rfc3339_exact(OffsetDateTime::from_unix_timestamp(fetch_hour(since) / 1000).unwrap_or(since)),
-        "until": rfc3339_exact(now.replace_nanosecond(0).unwrap_or(now)),
+        "until": crate::timestamp::rfc3339(now),
         "agents": agents,
     }))
 }

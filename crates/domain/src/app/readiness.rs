@@ -247,9 +247,7 @@ pub fn readiness(
         "kid": key.kid,
         "state": state,
         // In whole seconds, as `GET …/keys` gives it.
-        "firstPublishedAt": rfc3339_exact(
-            (key.first_published_at.replace_nanosecond(0)).unwrap_or(key.first_published_at)
-        ),
+        "firstPublishedAt": crate::timestamp::rfc3339(key.first_published_at),
         "safeToSign": safe_at.is_some(),
         "safeToSignAt": safe_at.map(rfc3339_exact),
         "leadSeconds": key.lead_seconds,

@@ -51,7 +51,7 @@ pub enum SyncError {
         /// What to check.
         hint: &'static str,
     },
-    /// The source holds more than a document can ([`MAX_BYTES`]); reading stopped there.
+    /// The source holds more than a document can (1 MiB); reading stopped there.
     #[error("the source {url} is larger than 1 MiB, more than an issuer's document holds")]
     TooLarge {
         /// The URL, or the file.

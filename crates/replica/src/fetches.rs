@@ -51,7 +51,7 @@ pub const NETWORKS_PER_AGENT: usize = 8;
 /// halve the services counted. Counts given back while the database is down keep their hour
 /// and their place: an outage of hours with many services can fill the bound, and fetches past
 /// it are dropped (and counted).
-const MAX_DOCUMENTS: usize = MAX_SERVICES * 4;
+pub const MAX_DOCUMENTS: usize = MAX_SERVICES * 4;
 
 #[derive(Debug)]
 struct Agent {

@@ -578,17 +578,20 @@ fn an_issuers_key_set_elsewhere_a_flood_and_a_leaked_private_key() {
         "response_types_supported": ["id_token"], "subject_types_supported": ["public"],
         "id_token_signing_alg_values_supported": ["ES256"]});
     std::fs::write(&discovery, document.to_string()).unwrap();
-    let from_files = |keys: Value| {
-        std::fs::write(&jwks, json!({ "keys": [keys] }).to_string()).unwrap();
+    let sync_files = |key_set: &Path| {
         Command::new(registry_binary())
             .args(["sync", "--service", &files, "--api-url", &server.base])
             .arg("--discovery-file")
             .arg(&discovery)
             .arg("--jwks-file")
-            .arg(&jwks)
+            .arg(key_set)
             .env("REGISTRY_TOKEN", &acme.token)
             .output()
             .unwrap()
+    };
+    let from_files = |keys: Value| {
+        std::fs::write(&jwks, json!({ "keys": [keys] }).to_string()).unwrap();
+        sync_files(&jwks)
     };
     assert_eq!(line(&from_files(key.public_jwk()))["changed"], true);
     assert_eq!(line(&from_files(key.public_jwk()))["changed"], false);
@@ -603,14 +606,7 @@ fn an_issuers_key_set_elsewhere_a_flood_and_a_leaked_private_key() {
     );
     assert_eq!(public_kids(&server, &files), ["leaky"]);
     // A file is read up to 1 MiB too: `/dev/zero` is refused, not read on.
-    let endless = Command::new(registry_binary())
-        .args(["sync", "--service", &files, "--api-url", &server.base])
-        .arg("--discovery-file")
-        .arg(&discovery)
-        .args(["--jwks-file", "/dev/zero"])
-        .env("REGISTRY_TOKEN", &acme.token)
-        .output()
-        .unwrap();
+    let endless = sync_files(Path::new("/dev/zero"));
     let stderr = String::from_utf8_lossy(&endless.stderr);
     assert_eq!(endless.status.code(), Some(1), "{stderr}");
     assert!(

@@ -170,13 +170,34 @@ pub fn execute_sql(database_url: &str, statement: &str) {
     );
 }
 
-/// The lock a registry takes to apply its migrations (SQLite's write lock, PostgreSQL's advisory
-/// lock `registry`), held by another process until dropped: a start that waits for it.
+/// A database lock held by another process until dropped (see [`hold_migration_lock`] and
+/// [`hold_write_lock`]).
 #[derive(Debug)]
-pub struct HeldMigrationLock(std::process::Child);
+pub struct HeldLock(std::process::Child);
 
-/// Takes the migration lock of the database `database_url` names; returns once it is held.
-pub fn hold_migration_lock(database_url: &str) -> HeldMigrationLock {
+/// The lock a registry takes to apply its migrations (SQLite's write lock, PostgreSQL's advisory
+/// lock `registry`), held by another process until dropped: a start that waits for it. Returns
+/// once it is held.
+pub fn hold_migration_lock(database_url: &str) -> HeldLock {
+    // The registry's `MIGRATION_LOCK` (0x7265_6769_7374_7279, "registry").
+    hold_lock(
+        database_url,
+        "SELECT pg_advisory_xact_lock(8243108395577799289);",
+    )
+}
+
+/// The lock every write of a registry takes first (SQLite's write lock, PostgreSQL's lock on
+/// the change log), held by another process until dropped: writes wait for it, reads do not.
+/// Returns once it is held.
+pub fn hold_write_lock(database_url: &str) -> HeldLock {
+    hold_lock(
+        database_url,
+        "LOCK TABLE changes IN SHARE ROW EXCLUSIVE MODE;",
+    )
+}
+
+/// Holds SQLite's write lock, or runs `postgres_statement` in an open PostgreSQL transaction.
+fn hold_lock(database_url: &str, postgres_statement: &str) -> HeldLock {
     use std::io::{BufRead, BufReader, Write};
     use std::process::Stdio;
     let mut child = match database_url.strip_prefix("sqlite://") {
@@ -202,10 +223,9 @@ pub fn hold_migration_lock(database_url: &str) -> HeldMigrationLock {
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("psql");
-            // The registry's `MIGRATION_LOCK` (0x7265_6769_7374_7279, "registry").
             writeln!(
                 psql.stdin.as_mut().expect("stdin"),
-                "BEGIN;\nSELECT pg_advisory_xact_lock(8243108395577799289);\n\\echo locked"
+                "BEGIN;\n{postgres_statement}\n\\echo locked"
             )
             .expect("write to psql");
             psql
@@ -216,11 +236,11 @@ pub fn hold_migration_lock(database_url: &str) -> HeldMigrationLock {
         .lines()
         .map_while(Result::ok)
         .any(|line| line.trim() == "locked");
-    assert!(locked, "the migration lock was not taken");
-    HeldMigrationLock(child)
+    assert!(locked, "the lock was not taken");
+    HeldLock(child)
 }
 
-impl Drop for HeldMigrationLock {
+impl Drop for HeldLock {
     fn drop(&mut self) {
         // Closing stdin ends the transaction (Python commits, psql's session ends).
         drop(self.0.stdin.take());

@@ -307,7 +307,10 @@ fn explain_takes_an_action() {
 
 /// Finding 7: regenerations at once: one token, the others 409, and the token handed out
 /// works; round after round (a call that reads the token after another's write, while that
-/// other's answer waits for the write to settle, was once a second 200).
+/// other's answer waits for the write to settle, was once a second 200). The database's write
+/// lock is held by the test while the calls arrive, so that they do overlap: on a loaded
+/// machine, a call whose thread started late could otherwise begin after another had answered,
+/// and a second 200 would then be right.
 #[test]
 fn regenerations_at_once_hand_out_one_token() {
     const CALLS: usize = 8;
@@ -316,26 +319,41 @@ fn regenerations_at_once_hand_out_one_token() {
     let (id, mut old) = super::static_account(&server, &acme, &["*"]);
     for round in 0..6 {
         let barrier = Barrier::new(CALLS);
+        let (sender, answered) = std::sync::mpsc::channel::<(u16, Value)>();
+        let lock = registry_tests::hold_write_lock(&server.database_url);
         let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..CALLS)
-                .map(|_| {
-                    let (server, barrier, id, token) = (&server, &barrier, &id, &acme.token);
-                    scope.spawn(move || {
-                        barrier.wait();
-                        let response = server
-                            .authed(
-                                Method::POST,
-                                &format!("/service-accounts/{id}/regenerate-token"),
-                                token,
-                            )
-                            .send()
-                            .unwrap();
-                        let status = response.status().as_u16();
-                        (status, json(response))
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+            for _ in 0..CALLS {
+                let (server, barrier, id, token) = (&server, &barrier, &id, &acme.token);
+                let sender = sender.clone();
+                scope.spawn(move || {
+                    barrier.wait();
+                    let response = server
+                        .authed(
+                            Method::POST,
+                            &format!("/service-accounts/{id}/regenerate-token"),
+                            token,
+                        )
+                        .send()
+                        .unwrap();
+                    let status = response.status().as_u16();
+                    sender.send((status, json(response))).unwrap();
+                });
+            }
+            drop(sender);
+            // The calls that lose answer without writing; the winner waits for the lock, which
+            // is let go once they have (or after three seconds, within SQLite's busy timeout).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            let mut answers = Vec::new();
+            while answers.len() < CALLS - 1 {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match answered.recv_timeout(left) {
+                    Ok(answer) => answers.push(answer),
+                    Err(_) => break,
+                }
+            }
+            drop(lock);
+            answers.extend(answered.iter());
+            answers
         });
         let statuses: Vec<u16> = answers.iter().map(|(s, _)| *s).collect();
         assert_eq!(

@@ -252,9 +252,8 @@ fn failures_are_one_sentence_and_exit_1_and_an_interval_run_survives_them() {
         Some(kube.ca_file.as_path()),
         Some(kube.token_file.as_path()),
     );
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let down = format!("127.0.0.1:{}", closed.local_addr().unwrap().port());
-    drop(closed);
+    // The discard port: nothing listens there (a port just freed could be taken meanwhile).
+    let down = "127.0.0.1:9";
     let (source_down, registry_down) = (format!("https://{down}"), format!("http://{down}"));
     let bad_token_dir = registry_tests::server::TempDir::new("bad-token");
     let bad_token = bad_token_dir.0.join("token");

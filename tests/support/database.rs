@@ -170,6 +170,31 @@ pub fn execute_sql(database_url: &str, statement: &str) {
     );
 }
 
+/// Runs one SQL query on a test database (SQLite or `psql`); returns its rows, each row's
+/// columns joined by `|`.
+pub fn query_sql(database_url: &str, query: &str) -> Vec<String> {
+    let output = match database_url.strip_prefix("sqlite://") {
+        Some(path) => sqlite_python(
+            path,
+            "for row in db.execute(sys.argv[2]): print('|'.join(str(c) for c in row))",
+            query,
+        ),
+        None => Command::new(postgres_tool("psql"))
+            .args([database_url, "-v", "ON_ERROR_STOP=1", "-tA", "-c", query])
+            .output()
+            .expect("run psql"),
+    };
+    assert!(
+        output.status.success(),
+        "{query}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// A database lock held by another process until dropped (see [`hold_migration_lock`] and
 /// [`hold_write_lock`]).
 #[derive(Debug)]

@@ -579,36 +579,49 @@ fn a_hanging_issuer_holds_up_only_its_own_cold_tokens() {
                 })
             })
             .collect();
-        // While those wait on the issuer, everything else answers at once.
+        // While those wait on the issuer, everything else answers at once: a call that waited
+        // for the hanging issuer would take most of its 5 s timeout, one on a loaded machine
+        // far less.
         std::thread::sleep(Duration::from_millis(300));
+        let mut slowest = Duration::ZERO;
         for _ in 0..20 {
+            let timed = |call: &dyn Fn() -> reqwest::blocking::Response| {
+                let sent = Instant::now();
+                let response = call();
+                (response, sent.elapsed())
+            };
             let calls = [
-                server.get(&path, &warm),
-                server.get(&path, &acme.token),
-                server
-                    .hosted(Method::GET, &api, "/openid/v1/jwks")
-                    .send()
-                    .unwrap(),
-                server.request(Method::GET, "/healthz").send().unwrap(),
+                timed(&|| server.get(&path, &warm)),
+                timed(&|| server.get(&path, &acme.token)),
+                timed(&|| {
+                    server
+                        .hosted(Method::GET, &api, "/openid/v1/jwks")
+                        .send()
+                        .unwrap()
+                }),
+                timed(&|| server.request(Method::GET, "/healthz").send().unwrap()),
             ];
-            for response in calls {
+            for (response, took) in calls {
                 assert_eq!(response.status(), 200);
+                slowest = slowest.max(took);
             }
         }
-        let others_done = started.elapsed();
         assert!(
-            others_done < Duration::from_secs(4),
-            "80 other requests took until {others_done:?}: they waited for the hanging issuer"
+            slowest < Duration::from_secs(3),
+            "one of 80 other requests took {slowest:?}: it waited for the hanging issuer"
         );
-        assert!(
-            cold.iter().all(|c| !c.is_finished()),
-            "the cold tokens were answered before the issuer's timeout"
-        );
+        // Only meaningful before the issuer's timeout.
+        if started.elapsed() < Duration::from_millis(4500) {
+            assert!(
+                cold.iter().all(|c| !c.is_finished()),
+                "the cold tokens were answered before the issuer's timeout"
+            );
+        }
         for request in cold {
             let (status, took) = request.join().unwrap();
             assert_eq!(status, 401, "a token whose keys cannot be fetched");
             assert!(
-                took >= Duration::from_secs(4) && took < Duration::from_secs(8),
+                took >= Duration::from_secs(4) && took < Duration::from_secs(15),
                 "a cold token waited {took:?} (the fetch times out after 5 s)"
             );
         }

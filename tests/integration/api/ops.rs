@@ -494,11 +494,7 @@ fn readiness_is_503_while_the_replica_starts_and_health_answers() {
     );
     assert_eq!(migrated, Some(0), "{stderr}");
     let lock = registry_tests::hold_migration_lock(&database_url);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = registry_testkit::free_port().unwrap();
     let mut child = Command::new(registry_binary())
         .arg("serve")
         .env_clear()
@@ -560,8 +556,9 @@ fn sigterm_drains_readiness_answers_503_until_the_request_in_flight_is_answered(
     .unwrap();
     slow.write_all(first).unwrap();
     slow.flush().unwrap();
-    // The handler waits for the rest of the body.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The handler waits for the rest of the body (given time to begin on a loaded machine:
+    // a signal before the request is in flight finds nothing to drain).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     server.signal("TERM");
     let mut readiness = Value::Null;
     let draining = registry_tests::wait::within(std::time::Duration::from_secs(5), || {
@@ -603,7 +600,8 @@ fn a_second_signal_while_draining_stops_at_once() {
         b"POST /anonymous/services HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{",
     )
     .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // In flight before the signal, on a loaded machine too.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     server.signal("TERM");
     let draining = registry_tests::wait::within(std::time::Duration::from_secs(5), || {
         server.status_of("/readyz") == 503

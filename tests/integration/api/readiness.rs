@@ -238,13 +238,11 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("is not a duration"), "{stderr}");
     // A registry that does not answer for a while (a restart, a rolling upgrade) is asked
-    // again until the timeout: here it answers after a second and a half, and the wait ends
-    // well; one that never answers ends the wait at its timeout (exit 1), saying so.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
+    // again until the timeout: here it answers once the wait has said it is down, and the
+    // wait ends well; one that never answers ends the wait at its timeout (exit 1), saying so.
+    let port = registry_testkit::free_port().unwrap();
     let down = format!("http://127.0.0.1:{port}");
-    let waiting = std::process::Command::new(registry_tests::server::registry_binary())
+    let mut waiting = std::process::Command::new(registry_tests::server::registry_binary())
         .args([
             "keys",
             "wait",
@@ -262,7 +260,19 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1_500));
+    // Its stderr, line by line; the registry comes up once the wait has said it is down.
+    let (told, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = waiting.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = told.send(line);
+        }
+    });
+    let first = lines.recv_timeout(Duration::from_secs(20)).unwrap();
     let back = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     std::thread::spawn(move || {
         use std::io::{Read, Write};
@@ -282,14 +292,12 @@ fn a_new_key_is_safe_once_its_lead_is_over_and_every_verifier_fetched_it() {
         }
     });
     let output = waiting.wait_with_output().unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
+    reader.join().unwrap();
+    let told: Vec<String> = std::iter::once(first).chain(lines.iter()).collect();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), told.join("\n"));
     assert_eq!(output.status.code(), Some(0), "{stdout} {stderr}");
     assert!(stdout.contains(r#""safeToSign":true"#), "{stdout}");
     // The outage is told on stderr as it begins and ends, once each.
-    let told: Vec<&str> = stderr.lines().collect();
     assert_eq!(told.len(), 2, "{stderr}");
     assert!(told[0].contains("the registry did not answer"), "{stderr}");
     assert!(told[1].contains("answers again"), "{stderr}");

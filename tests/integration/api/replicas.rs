@@ -371,6 +371,7 @@ fn a_made_up_host_reads_the_database_at_most_once_per_10_s() {
     let server = TestServer::start();
     let status = |subdomain: &str| jwks_status(&server, subdomain);
     let reads = || server.metric("registry_hosting_reads_total");
+    let started = std::time::Instant::now();
     assert_eq!(status("made-up-x"), 404);
     assert_eq!(reads(), 1);
     for _ in 0..5 {
@@ -378,10 +379,13 @@ fn a_made_up_host_reads_the_database_at_most_once_per_10_s() {
         assert_eq!(status("MADE-UP-X"), 404);
     }
     assert_eq!(reads(), 1, "within 10 s, answered from memory");
-    server.advance_clock(9);
+    // The test clock runs with the real one: to 9 s after the first read, less the whole
+    // seconds the calls above took (a slow machine's), then past 10 s.
+    let spent = started.elapsed().as_secs() as i64;
+    server.advance_clock(8 - spent);
     assert_eq!(status("made-up-x"), 404);
     assert_eq!(reads(), 1);
-    server.advance_clock(2);
+    server.advance_clock(3 + spent);
     assert_eq!(status("made-up-x"), 404);
     assert_eq!(reads(), 2, "read again after 10 s");
     for n in 0..20 {
@@ -491,8 +495,9 @@ fn a_customers_lifecycle_holds_on_every_replica_at_once() {
     for server in [&a, &b] {
         assert_problem(server.get("/services", &acme.token), 401, "unauthorized");
         // The public path reads no database: each replica's follower applies the change
-        // within half a second.
-        jwks_status_within(server, &api, 404, Duration::from_secs(2));
+        // within half a second, and every replica within the 5 s documented (a loaded
+        // machine's included).
+        jwks_status_within(server, &api, 404, Duration::from_secs(5));
         assert_problem(
             server
                 .hosted(Method::GET, &api, "/openid/v1/jwks")
@@ -511,7 +516,7 @@ fn a_customers_lifecycle_holds_on_every_replica_at_once() {
     assert!(enabled["disabledAt"].is_null(), "{enabled}");
     for server in [&a, &b] {
         assert_eq!(status(server, &acme.token), 200);
-        jwks_status_within(server, &api, 200, Duration::from_secs(2));
+        jwks_status_within(server, &api, 200, Duration::from_secs(5));
     }
     // The audit trail says the operator did both.
     for action in ["customer.disable", "customer.enable"] {
@@ -540,7 +545,7 @@ fn a_customers_lifecycle_holds_on_every_replica_at_once() {
     for server in [&a, &b] {
         assert_eq!(status(server, &acme.token), 401);
         assert_eq!(status(server, token), 401);
-        jwks_status_within(server, &api, 404, Duration::from_secs(2));
+        jwks_status_within(server, &api, 404, Duration::from_secs(5));
         assert_eq!(status(server, &other.token), 200);
     }
     let unknown = cli(&["customer", "disable", "--tenant", "acme"]).unwrap_err();

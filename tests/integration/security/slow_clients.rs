@@ -218,12 +218,13 @@ fn a_body_that_stops_arriving_gets_408_at_the_deadline_and_its_connection_closes
     for handle in unread {
         let (what, (response, first_byte, closed)) = handle.join().expect("case");
         assert!(
-            first_byte.is_some_and(|t| t < Duration::from_secs(2)),
+            // Well before the body's 10 s deadline, which a wait for the body would reach.
+            first_byte.is_some_and(|t| t < Duration::from_secs(5)),
             "{what}: answered at once, got {response:?} at {first_byte:?}"
         );
         let closed = closed.unwrap_or_else(|| panic!("{what}: the connection stayed open"));
         assert!(
-            closed < Duration::from_secs(4),
+            closed < Duration::from_secs(8),
             "{what}: closed after {closed:?}"
         );
     }
@@ -232,7 +233,7 @@ fn a_body_that_stops_arriving_gets_408_at_the_deadline_and_its_connection_closes
         let at = first_byte.unwrap_or_else(|| panic!("{what}: no answer within 20 s"));
         assert!(
             at >= BODY_DEADLINE - Duration::from_millis(500)
-                && at < BODY_DEADLINE + Duration::from_secs(2),
+                && at < BODY_DEADLINE + Duration::from_secs(5),
             "{what}: answered after {at:?}, not at the deadline"
         );
         assert!(
@@ -309,8 +310,9 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
         let _ = extra.write_all(request.as_bytes());
         let (response, closed) = read_until_closed(&mut extra, Duration::from_secs(3));
         assert_eq!(response, "", "extra connection {i} was answered");
+        // At once: well before the 3 s a client may take to send its request's head.
         assert!(
-            closed.is_some_and(|t| t < Duration::from_secs(1)),
+            closed.is_some_and(|t| t < Duration::from_millis(2500)),
             "extra connection {i} closed after {closed:?}"
         );
     }
@@ -318,7 +320,8 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
     // Another address is served at once, and so is a trusted proxy past the limit.
     let (status, took) = healthz_from("127.0.0.2", port);
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
-    assert!(took < Duration::from_secs(1), "/healthz took {took:?}");
+    // Before: 35 s, behind the held connections.
+    assert!(took < Duration::from_secs(5), "/healthz took {took:?}");
     let mut proxied = hold("127.0.0.3", LIMIT + 10);
     thread::sleep(Duration::from_millis(300));
     for (i, stream) in proxied.iter_mut().enumerate() {
@@ -330,6 +333,12 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
     let (status, _) = healthz_from("127.0.0.3", port);
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
     drop(proxied);
+    // The held bodies were still within their deadline: the closes above were the limit's.
+    assert!(
+        started.elapsed() < BODY_DEADLINE - Duration::from_secs(2),
+        "the test took too long to prove anything: {:?}",
+        started.elapsed()
+    );
 
     // The places come back as connections close: all of them, not just one.
     drop(held);
@@ -344,14 +353,15 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
     );
     // Every place comes back, not only the first: the server counts a close when its worker
     // gets to it, later on a busy machine, so the whole set is tried again for a while.
-    let again = loop {
+    let (again, again_opened) = loop {
+        let opened = Instant::now();
         let mut again = hold("127.0.0.1", LIMIT);
         thread::sleep(Duration::from_millis(300));
         let closed = again
             .iter_mut()
             .position(|stream| !still_open(stream, Duration::from_millis(20)));
         let Some(i) = closed else {
-            break again;
+            break (again, opened);
         };
         drop(again);
         assert!(
@@ -367,9 +377,9 @@ fn connections_past_the_per_address_limit_are_closed_and_their_places_come_back(
         "the limit still holds"
     );
     assert!(
-        started.elapsed() < BODY_DEADLINE - Duration::from_secs(2),
+        again_opened.elapsed() < BODY_DEADLINE - Duration::from_secs(2),
         "the test took too long to prove anything: {:?}",
-        started.elapsed()
+        again_opened.elapsed()
     );
     drop(again);
 

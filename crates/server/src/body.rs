@@ -6,7 +6,7 @@ use crate::problem::{ApiError, ApiResult};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::error::PayloadError;
 use actix_web::http::header;
-use actix_web::{web, HttpMessage, HttpRequest};
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use futures_util::{Stream, StreamExt};
 use registry_domain::text::{text_violation, TextKind};
 use registry_domain::violation::escape_token;
@@ -148,9 +148,41 @@ pub async fn read_json(
 /// Reads the body of a call that takes none: nothing, or an empty JSON object. Anything else is
 /// refused as any body is (415 for another type, 400 for text that is not JSON, each member an
 /// unknown field), rather than ignored.
-pub async fn read_nothing(req: &HttpRequest, payload: web::Payload, limit: usize) -> ApiResult<()> {
+async fn read_nothing(req: &HttpRequest, payload: web::Payload, limit: usize) -> ApiResult<()> {
     let body = read_json(req, payload, limit).await?;
     Fields::new(body.as_ref(), &[])?.finish()
+}
+
+/// The caller `C` of a call that takes no body (a `DELETE`, a token's regeneration, a
+/// rotation), once the body has been read as `read_nothing` reads it: a body such a call
+/// cannot use is refused, not ignored, so that a mistaken request changes nothing. The caller
+/// comes first: a call without credentials is a 401 whatever its body.
+#[derive(Debug)]
+pub struct Bodiless<C>(pub C);
+
+impl<C> FromRequest for Bodiless<C>
+where
+    C: FromRequest<Error = ApiError> + 'static,
+{
+    type Error = ApiError;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let caller = C::from_request(req, &mut Payload::None);
+        let body = web::Payload::from_request(req, payload);
+        let req = req.clone();
+        Box::pin(async move {
+            let caller = caller.await?;
+            let limit = req
+                .app_data::<web::Data<crate::state::AppState>>()
+                .ok_or(ApiError::Internal)?
+                .settings
+                .max_body_bytes;
+            let body = body.await.map_err(|_| ApiError::Internal)?;
+            read_nothing(&req, body, limit).await?;
+            Ok(Bodiless(caller))
+        })
+    }
 }
 
 /// The essence of the request's `Content-Type` (`application/json`), lower case; empty without

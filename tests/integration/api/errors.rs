@@ -1,4 +1,4 @@
-use registry_tests::server::{assert_problem, ServerOptions, TestServer};
+use registry_tests::server::{assert_problem, json, pointers, ServerOptions, TestServer};
 use reqwest::Method;
 use serde_json::json;
 
@@ -147,6 +147,76 @@ fn calls_without_a_body_refuse_one() {
     assert_eq!(member["errors"][0]["pointer"], "/x", "{member}");
     let message = member["errors"][0]["message"].as_str().unwrap();
     assert!(message.contains("takes no member"), "{member}");
+    // A DELETE given a body it cannot take deletes nothing (the probe's `{"confirm": false}`
+    // deleted the account); without credentials it is a 401 whatever its body.
+    let sub = super::register_service(&server, &acme, "api");
+    let created = server
+        .authed(Method::POST, "/service-accounts", &acme.token)
+        .json(&json!({"name": "other", "policy": {"kind": "static", "services": ["*"]}}))
+        .send()
+        .unwrap();
+    let other = json(created)["id"].as_str().unwrap().to_owned();
+    for path in [
+        format!("/services/{sub}"),
+        format!("/services/{sub}/domain"),
+        format!("/service-accounts/{other}"),
+    ] {
+        let delete = |token: &str, content_type: &str, body: &str| {
+            server
+                .authed(Method::DELETE, &path, token)
+                .header("content-type", content_type)
+                .body(body.to_owned())
+                .send()
+                .unwrap()
+        };
+        let member = assert_problem(
+            delete(&acme.token, "application/json", "{\"confirm\": false}"),
+            400,
+            "validation-failed",
+        );
+        assert_eq!(pointers(&member), ["/confirm"], "{path}");
+        assert_problem(
+            delete(&acme.token, "application/json", "{bad"),
+            400,
+            "invalid-json",
+        );
+        assert_problem(
+            delete(&acme.token, "application/xml", "<x/>"),
+            415,
+            "unsupported-media-type",
+        );
+        let large = format!("\"{}\"", "x".repeat(70_000));
+        assert_problem(
+            delete(&acme.token, "application/json", &large),
+            413,
+            "payload-too-large",
+        );
+        assert_problem(
+            delete("rgst_nope_nope", "application/xml", "<x/>"),
+            401,
+            "unauthorized",
+        );
+    }
+    // All of it still there.
+    assert_eq!(
+        server
+            .get(&format!("/services/{sub}"), &acme.token)
+            .status(),
+        200
+    );
+    assert_eq!(
+        server
+            .get(&format!("/service-accounts/{other}"), &acme.token)
+            .status(),
+        200
+    );
+    let deleted = server
+        .authed(Method::DELETE, &format!("/services/{sub}"), &acme.token)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
     // The token still works: nothing was regenerated.
     assert_eq!(server.get("/services", &acme.token).status(), 200);
     let taken = post(Some("application/json"), "{}");

@@ -1,7 +1,7 @@
 //! `/service-accounts…`: parse, call the use case of `registry_domain::app::accounts`, shape
 //! the answer (tokens are shown once, with `Cache-Control: no-store`).
 
-use crate::body::{read_json, read_nothing, Fields};
+use crate::body::{read_json, Bodiless, Fields};
 use crate::caller::Manager;
 use crate::problem::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -128,7 +128,7 @@ pub async fn patch(
 
 /// `DELETE /service-accounts/{id}`: its token stops working at once.
 pub async fn delete(
-    Manager(caller): Manager,
+    Bodiless(Manager(caller)): Bodiless<Manager>,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
@@ -141,13 +141,10 @@ pub async fn delete(
 
 /// `POST /service-accounts/{id}/regenerate-token`: the old token fails from now on.
 pub async fn regenerate_token(
-    Manager(caller): Manager,
+    Bodiless(Manager(caller)): Bodiless<Manager>,
     path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    read_nothing(&req, payload, state.settings.max_body_bytes).await?;
     // Until its write has settled on this replica and its answer is made: a call that
     // overlaps it would otherwise replace the token it answers. Keyed by the caller's customer
     // too, so that no one else's calls can hold a customer's account.

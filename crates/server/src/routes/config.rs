@@ -1,6 +1,6 @@
 //! `/services/{subdomain}/config`: the published discovery document and key set.
 
-use crate::body::read_json;
+use crate::body::{read_json, Bodiless};
 use crate::caller::ServiceCaller;
 use crate::problem::{ApiError, ApiResult};
 use crate::public;
@@ -79,7 +79,7 @@ pub async fn put(
 /// a source, retire that source's keys and keep the rest.
 pub async fn delete(
     query: web::Query<SourceQuery>,
-    ServiceCaller { service, caller }: ServiceCaller,
+    Bodiless(ServiceCaller { service, caller }): Bodiless<ServiceCaller>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();

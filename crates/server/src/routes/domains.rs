@@ -1,7 +1,7 @@
 //! `/services/{subdomain}/domain`: a service's custom domain (docs/api.md, "Custom domains").
 //! The HTTP-01 answers of its certificate orders are the plain listener's (`tls::challenge`).
 
-use crate::body::{read_json, Fields};
+use crate::body::{read_json, Bodiless, Fields};
 use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
@@ -56,7 +56,7 @@ pub async fn get(
 
 /// `DELETE /services/{subdomain}/domain`: 204; no longer served, its certificate deleted.
 pub async fn delete(
-    ServiceCaller { service, caller }: ServiceCaller,
+    Bodiless(ServiceCaller { service, caller }): Bodiless<ServiceCaller>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();

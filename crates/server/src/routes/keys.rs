@@ -3,6 +3,7 @@
 //! cloud to trust the issuer (docs/api.md, "Key lifecycle" and "Key readiness"). Anonymous
 //! secrets may call them on their own service.
 
+use crate::body::Bodiless;
 use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
@@ -27,7 +28,7 @@ pub async fn list(
 /// `DELETE /services/{subdomain}/keys/{kid}`: withdraws a retired key at once (a compromised
 /// key); a current key is a 409, an unknown one a 404.
 pub async fn delete(
-    ServiceCaller { service, caller }: ServiceCaller,
+    Bodiless(ServiceCaller { service, caller }): Bodiless<ServiceCaller>,
     path: web::Path<(String, String)>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
@@ -77,7 +78,7 @@ pub async fn readiness(
 /// `DELETE /services/{subdomain}/keys/{kid}/readiness/verifiers/{agent}`: the owner dismisses a
 /// verifier of the key that will never come back (the agent percent-encoded, `/` as `%2F`).
 pub async fn dismiss_verifier(
-    ServiceCaller { service, caller }: ServiceCaller,
+    Bodiless(ServiceCaller { service, caller }): Bodiless<ServiceCaller>,
     path: web::Path<(String, String, String)>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {

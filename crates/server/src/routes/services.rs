@@ -1,7 +1,7 @@
 //! `/services` and `/services/{subdomain}`: parse, call the use case of
 //! `registry_domain::app::services`, shape the answer.
 
-use crate::body::{read_json, Fields};
+use crate::body::{read_json, Bodiless, Fields};
 use crate::caller::{Collection, ServiceCaller};
 use crate::problem::{ApiError, ApiResult, SERVICE_NAME_POINTER};
 use crate::state::AppState;
@@ -150,7 +150,7 @@ pub async fn patch(
 
 /// `DELETE /services/{subdomain}`: the service, its configuration and its secret.
 pub async fn delete(
-    ServiceCaller { service, caller }: ServiceCaller,
+    Bodiless(ServiceCaller { service, caller }): Bodiless<ServiceCaller>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();

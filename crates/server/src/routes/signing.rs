@@ -1,7 +1,7 @@
 //! `/services/{subdomain}/signing` and `/services/{subdomain}/sign`: managed signing
 //! (docs/api.md, "Managed signing").
 
-use crate::body::{read_json, read_nothing, Fields};
+use crate::body::{read_json, Bodiless, Fields};
 use crate::caller::ServiceCaller;
 use crate::metrics::SIGN_RESULTS;
 use crate::problem::{ApiError, ApiResult};
@@ -42,7 +42,7 @@ pub async fn get(
 
 /// `DELETE /services/{subdomain}/signing`: 204; nothing signs from now on.
 pub async fn delete(
-    ServiceCaller { service, caller }: ServiceCaller,
+    Bodiless(ServiceCaller { service, caller }): Bodiless<ServiceCaller>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = state.now();
@@ -76,13 +76,10 @@ impl RotateQuery {
 /// `POST /services/{subdomain}/signing/rotate[?compromised=true]`, with no body.
 pub async fn rotate(
     query: web::Query<RotateQuery>,
-    ServiceCaller { service, caller }: ServiceCaller,
-    req: HttpRequest,
-    payload: web::Payload,
+    Bodiless(ServiceCaller { service, caller }): Bodiless<ServiceCaller>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let compromised = query.compromised()?;
-    read_nothing(&req, payload, state.settings.max_body_bytes).await?;
     let (now, purging) = (state.now(), state.purging());
     let view = state
         .write(move |registry| {

@@ -135,12 +135,16 @@ pub async fn read_json(
     let value = registry_domain::json::parse_unique(&body)
         .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     // PostgreSQL text cannot hold NUL: refused here on every backend, rather than stored on
-    // SQLite and failing as a 503 on PostgreSQL.
-    if let Some(pointer) = nul_pointer(&value) {
-        return Err(ApiError::Validation(vec![Violation::new(
-            pointer,
-            "text must not contain the NUL character (\\u0000)",
-        )]));
+    // SQLite and failing as a 503 on PostgreSQL; before the other checks, at every place.
+    let nul = nul_pointers(&value);
+    if !nul.is_empty() {
+        return Err(ApiError::Validation(
+            nul.into_iter()
+                .map(|pointer| {
+                    Violation::new(pointer, "text must not contain the NUL character (\\u0000)")
+                })
+                .collect(),
+        ));
     }
     Ok(Some(value))
 }
@@ -226,24 +230,38 @@ pub async fn read_bytes(
     Ok(body)
 }
 
-/// The RFC 6901 pointer of the first string or member name holding NUL, if any. serde_json's
-/// depth limit (128) bounds the recursion.
-fn nul_pointer(value: &Value) -> Option<String> {
+/// The RFC 6901 pointers of every string and member name in `value` that holds NUL, in the
+/// document's order. serde_json's depth limit (128) bounds the recursion.
+fn nul_pointers(value: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    find_nul(value, &mut String::new(), &mut found);
+    found
+}
+
+fn find_nul(value: &Value, at: &mut String, found: &mut Vec<String>) {
+    let depth = at.len();
     match value {
-        Value::String(s) if s.contains('\0') => Some(String::new()),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, item)| nul_pointer(item).map(|rest| format!("/{i}{rest}"))),
-        Value::Object(members) => members.iter().find_map(|(name, item)| {
-            let at = format!("/{}", escape_token(name));
-            if name.contains('\0') {
-                Some(at)
-            } else {
-                nul_pointer(item).map(|rest| format!("{at}{rest}"))
+        Value::String(s) if s.contains('\0') => found.push(at.clone()),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                at.push_str(&format!("/{i}"));
+                find_nul(item, at, found);
+                at.truncate(depth);
             }
-        }),
-        _ => None,
+        }
+        Value::Object(members) => {
+            for (name, item) in members {
+                at.push('/');
+                at.push_str(&escape_token(name));
+                if name.contains('\0') {
+                    found.push(at.clone());
+                } else {
+                    find_nul(item, at, found);
+                }
+                at.truncate(depth);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -360,20 +378,25 @@ impl<'a> Fields<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::nul_pointer;
+    use super::nul_pointers;
     use serde_json::json;
 
     #[test]
     fn nul_is_found_in_strings_and_member_names_with_its_pointer() {
-        assert_eq!(nul_pointer(&json!({"title": "fine", "n": [1, "ok"]})), None);
-        assert_eq!(nul_pointer(&json!("a\u{0}b")).as_deref(), Some(""));
+        assert!(nul_pointers(&json!({"title": "fine", "n": [1, "ok"]})).is_empty());
+        assert_eq!(nul_pointers(&json!("a\u{0}b")), [""]);
         assert_eq!(
-            nul_pointer(&json!({"policy": {"rules": [{"claims": {"sub": "x\u{0}"}}]}})).as_deref(),
-            Some("/policy/rules/0/claims/sub")
+            nul_pointers(&json!({"policy": {"rules": [{"claims": {"sub": "x\u{0}"}}]}})),
+            ["/policy/rules/0/claims/sub"]
         );
         assert_eq!(
-            nul_pointer(&json!({"a/b": {"k\u{0}": 1}})).as_deref(),
-            Some("/a~1b/k\u{0}")
+            nul_pointers(&json!({"a/b": {"k\u{0}": 1}})),
+            ["/a~1b/k\u{0}"]
+        );
+        // Every place, not the first only, in the body's order.
+        assert_eq!(
+            nul_pointers(&json!({"title": "a\u{0}", "tags": ["b", "c\u{0}"], "d": "\u{0}"})),
+            ["/title", "/tags/1", "/d"]
         );
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{create_service, static_account};
 use crate::api::upload;
-use registry_tests::server::{assert_problem, json, TestServer};
+use registry_tests::server::{assert_problem, json, pointers, TestServer};
 use reqwest::blocking::{Body, RequestBuilder};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -245,6 +245,14 @@ fn nul_characters_in_text_fields_are_refused_on_every_backend() {
         assert_eq!(response.status(), 400, "{method} {path} {body}");
         assert_problem(response, 400, "validation-failed");
     }
+    // Every NUL of a body is named at once (they are refused before the other checks).
+    let response = server
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!({"title": nul, "description": nul, "foo": 1}))
+        .send()
+        .unwrap();
+    let problem = assert_problem(response, 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/title", "/description"], "{problem}");
     // In a path, NUL names nothing: 404, as any missing service.
     for path in ["/services/api%00-acme", "/services/api-acme%00/config"] {
         let response = server

@@ -179,6 +179,34 @@ fn a_verifier_keeps_the_old_key_for_the_retention_and_loses_it_after() {
     assert_eq!(inventory["keys"].as_array().unwrap().len(), 1);
 }
 
+/// The warning of an upload that keeps no key of the previous set is for a rotation that
+/// breaks a verifier holding the cached set: a retired key still published comes back without
+/// it (the probe's false warning), a set none of whose keys was published before warns.
+#[test]
+fn a_retired_key_brought_back_keeps_the_overlap() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "k3s");
+    let [r1, r3, r4] = ["r1", "r3", "r4"].map(|kid| SigningKey::generate(KeyKind::P256, kid));
+    let warnings = |keys: &[Value]| {
+        let response = put_keys(&server, &acme.token, &sub, keys, None);
+        assert_eq!(response.status(), 200);
+        json(response)["warnings"].to_string()
+    };
+    const NO_OVERLAP: &str = "no key of the previously published set";
+    assert!(!warnings(&[r1.public_jwk()]).contains(NO_OVERLAP));
+    assert!(warnings(&[r3.public_jwk()]).contains(NO_OVERLAP));
+    assert_eq!(kids(&public_keys(&server, &sub).0), ["r3", "r1"]);
+    let back = warnings(&[r1.public_jwk()]);
+    assert!(!back.contains(NO_OVERLAP), "{back}");
+    assert_eq!(kids(&public_keys(&server, &sub).0), ["r1", "r3"]);
+    let fresh = warnings(&[r4.public_jwk()]);
+    assert!(
+        fresh.contains(NO_OVERLAP) && fresh.contains("(r1)"),
+        "{fresh}"
+    );
+}
+
 #[test]
 fn retired_keys_can_be_withdrawn_and_retention_zero_drops_them() {
     let server = TestServer::start();

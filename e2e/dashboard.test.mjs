@@ -231,7 +231,9 @@ test("an anonymous service from creation to deletion, through the pages", async 
     // Back to the first key alone, as the rest of the walk-through expects.
     await field(page, "Key set (JWKS JSON)").fill(JSON.stringify({ keys: [first.publicJwk] }, null, 2));
     await page.getByRole("button", { name: "Upload and publish" }).click();
-    await message.locator("text=Published").waitFor();
+    // e2e-key-1 was withdrawn minutes ago: published again, with a warning that says so.
+    await message.locator("text=Published, with warnings:").waitFor();
+    await message.getByText(/key "e2e-key-1" was withdrawn from the public key set/).waitFor();
     await page.getByRole("button", { name: "Withdraw e2e-key-2" }).click();
     await page.locator("#keys-message", { hasText: "Withdrawn: e2e-key-2" }).waitFor();
     keys = JSON.parse((await hosted(subdomain, "/openid/v1/jwks")).body).keys;

@@ -697,6 +697,31 @@ test("g. a rotation begun elsewhere shows in an open service view, without a rel
   await page.close();
 });
 
+test("h. the preflight and the domain follow what changes elsewhere, without a reload", async () => {
+  const { customer: late, sub } = await customerWithService("late", "Late", "late");
+  const page = await newPage();
+  await page.goto(`${registry.base}/console`);
+  await signIn(page, late.token);
+  await page.getByRole("link", { name: sub, exact: true }).click();
+  await page.getByRole("heading", { level: 1, name: sub }).waitFor();
+  const clouds = page.locator("#preflight-clouds");
+  await clouds.filter({ hasText: "not-published" }).first().waitFor();
+  await page.evaluate(() => (window.notReloaded = true));
+  // A first upload by another client: the clouds' checks no longer say nothing is published.
+  assert.equal((await upload(sub, late.token, [ecKey("key-a")])).status, 200);
+  const uploaded = Date.now();
+  await until("the preflight drawn again", async () => !(await clouds.innerText()).includes("not-published"), 20_000);
+  const drawnAfter = Date.now() - uploaded;
+  console.log(`the preflight drawn ${drawnAfter} ms after the first upload elsewhere`);
+  assert.ok(drawnAfter <= LIVE_WITHIN_MS, `the preflight drawn ${drawnAfter} ms after the upload`);
+  // A custom domain claimed elsewhere shows too.
+  const claimed = await api("PUT", `/services/${sub}/domain`, late.token, { domain: "login.late.test" });
+  assert.equal(claimed.status, 202, JSON.stringify(claimed.body));
+  await page.locator("#domain-facts").filter({ hasText: "login.late.test" }).waitFor({ timeout: 20_000 });
+  assert.equal(await page.evaluate(() => window.notReloaded), true);
+  await page.close();
+});
+
 test("text from outside is inert: a right-to-left override in a kid reorders nothing; a dot route reaches no other path", async () => {
   const { customer: spoof, sub } = await customerWithService("spoof", "Spoof", "bidi");
   const hostile = "k\u202Eevil";

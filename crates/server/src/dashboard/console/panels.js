@@ -92,7 +92,11 @@ async function refreshLive(gen) {
 }
 
 // ---- Custom domain. ----
+// Drawn when the service opens, and again when a poll's answer differs (service.js).
 function renderDomain(result) {
+  $("domain").hidden = true;
+  $("domain-none").hidden = true;
+  clear($("domain-message"));
   if (result.status === 404) {
     $("domain-none").hidden = false;
     return;
@@ -135,7 +139,9 @@ async function copyRecord(record) {
 
 // ---- Preflight. ----
 function renderPreflight(result) {
+  clear($("preflight-message"));
   if (!result.ok || !result.body || !result.body.clouds) {
+    clear($("preflight-clouds"));
     show($("preflight-message"), "The preflight could not run: " + problemText(result));
     return;
   }

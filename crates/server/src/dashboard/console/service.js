@@ -14,7 +14,7 @@ function stopPolling() {
 }
 
 function resetService(subdomain) {
-  svc = { subdomain, keys: [], readiness: new Map(), signing: undefined, history: null };
+  svc = { subdomain, keys: [], readiness: new Map(), signing: undefined, history: null, drawn: {} };
   $("service-heading").textContent = inert(subdomain);
   for (const id of [
     "service-title", "service-message", "service-issuers", "service-created", "timeline",
@@ -53,9 +53,20 @@ async function loadService(subdomain) {
   renderServiceHeader(service, domain);
   applyLive(live);
   renderLive();
-  renderDomain(domain);
-  renderPreflight(preflight);
+  redrawIfChanged("domain", domain, renderDomain);
+  redrawIfChanged("preflight", preflight, renderPreflight);
   schedulePoll(gen);
+}
+
+// The custom domain and the preflight are asked again with each poll (a domain turns active, a
+// first upload makes the clouds' checks pass), and drawn again only when their answer changed:
+// a redraw would take the focus off their buttons. No answer keeps what is drawn.
+function redrawIfChanged(panel, result, render) {
+  if (svc.drawn[panel] !== undefined && transient(result)) return;
+  const seen = result.status + " " + JSON.stringify(result.body);
+  if (svc.drawn[panel] === seen) return;
+  svc.drawn[panel] = seen;
+  render(result);
 }
 
 // The calls that change while a rotation goes on: keys (then each key's readiness), signing
@@ -207,7 +218,12 @@ async function poll(gen) {
   if (gen !== generation || !svc) return;
   // A hidden tab asks nothing; it asks again once shown (start.js).
   if (document.hidden) return;
-  const live = await fetchLive(svc.subdomain);
+  const subdomain = svc.subdomain;
+  const [live, domain, preflight] = await Promise.all([
+    fetchLive(subdomain),
+    api("GET", servicePath(subdomain, "/domain")),
+    api("GET", servicePath(subdomain, "/preflight")),
+  ]);
   if (gen !== generation || live.asked < liveDrawn) return;
   if (transient(live.keys)) {
     show($("timeline-message"), "The registry did not answer (" + problemText(live.keys) + "); asking again in a few seconds.");
@@ -216,5 +232,7 @@ async function poll(gen) {
   }
   applyLive(live);
   renderLive();
+  redrawIfChanged("domain", domain, renderDomain);
+  redrawIfChanged("preflight", preflight, renderPreflight);
   schedulePoll(gen);
 }

@@ -475,6 +475,16 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
     }
     let kty = key.get("kty").and_then(Value::as_str);
     let kid = match key.get("kid") {
+        // `.` and `..` are steps of a URL's path: a browser resolves `…/keys/../readiness`,
+        // encoded or not, before it asks, so no client could name such a key.
+        Some(Value::String(kid)) if !kid.is_empty() && kid.chars().all(|c| c == '.') => {
+            problems.push(Violation::new(
+                format!("{at}/kid"),
+                "a kid of dots alone cannot be named in a URL (…/keys/{kid}): give the key \
+                 another kid",
+            ));
+            None
+        }
         Some(Value::String(kid)) if !kid.is_empty() => Some(kid.clone()),
         _ => {
             problems.push(Violation::new(

@@ -145,6 +145,8 @@ fn key_set_rules() {
         ),
         (vec![ec_key("a"), ec_key("a")], vec!["/jwks/keys/1/kid"]),
         (vec![ec_key("")], vec!["/jwks/keys/0/kid"]),
+        (vec![ec_key("a"), ec_key("..")], vec!["/jwks/keys/1/kid"]),
+        (vec![ec_key(".")], vec!["/jwks/keys/0/kid"]),
         (
             vec![json!({"kty": "EC", "crv": "P-256", "x": EC_X, "y": EC_Y})],
             vec!["/jwks/keys/0/kid"],

@@ -93,6 +93,65 @@ pub fn problem_text(body: &Value) -> String {
     text.trim_start_matches("; ").to_owned()
 }
 
+/// The most a command reads of one local file: a token, a policy, a document to upload. What
+/// the API takes is far smaller; without a bound, `/dev/zero` or a FIFO that never ends would
+/// take all memory.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Why a local file could not be read as text: one sentence each, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// It could not be opened or read.
+    #[error("cannot read {}: {reason}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why, as the system says.
+        reason: String,
+    },
+    /// It holds more than [`MAX_FILE_BYTES`]; reading stopped there.
+    #[error("{} is larger than 1 MiB, the most a command reads of a file", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// It is not UTF-8.
+    #[error("{} is not UTF-8 text", path.display())]
+    NotText {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// The text of the file `path`, at most [`MAX_FILE_BYTES`]: one byte more is read, never the
+/// rest, so that a file that does not end (a device, a FIFO) fails as soon as it is too large.
+///
+/// ```
+/// let error = registry_client::read_text_file("/dev/zero".as_ref()).unwrap_err();
+/// assert!(matches!(error, registry_client::FileError::TooLarge { .. }));
+/// ```
+pub fn read_text_file(path: &Path) -> Result<String, FileError> {
+    use std::io::Read;
+    let unreadable = |e: std::io::Error| FileError::Unreadable {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(unreadable)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(FileError::TooLarge {
+            path: path.to_owned(),
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| FileError::NotText {
+        path: path.to_owned(),
+    })
+}
+
 /// What went wrong calling the registry: one sentence each.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -273,11 +332,19 @@ impl RegistryApi {
         match &self.credentials {
             Credentials::Token(token) => Ok(token.clone()),
             Credentials::IdentityTokenFile(path) => {
-                let read = std::fs::read_to_string(path).map(|token| token.trim().to_owned());
+                let read = read_text_file(path).map(|token| token.trim().to_owned());
                 let reason = match read {
-                    Ok(token) if !token.is_empty() => return Ok(token),
-                    Ok(_) => "it is empty".to_owned(),
-                    Err(e) => e.to_string(),
+                    Ok(token) if token.is_empty() => "it is empty".to_owned(),
+                    // What no header can carry, and no token holds: the wrong file.
+                    Ok(token) if !token.bytes().all(|b| b.is_ascii_graphic()) => {
+                        "it holds a space, a control character or a non-ASCII character, \
+                         which no token has"
+                            .to_owned()
+                    }
+                    Ok(token) => return Ok(token),
+                    Err(FileError::Unreadable { reason, .. }) => reason,
+                    Err(FileError::TooLarge { .. }) => "it is larger than 1 MiB".to_owned(),
+                    Err(FileError::NotText { .. }) => "it is not UTF-8 text".to_owned(),
                 };
                 Err(ClientError::File {
                     path: path.to_owned(),

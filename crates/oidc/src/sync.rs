@@ -132,11 +132,8 @@ fn client(ca: Option<&Path>) -> Result<reqwest::Client, SyncError> {
         .connect_timeout(Duration::from_secs(5))
         .redirect(reqwest::redirect::Policy::limited(3));
     if let Some(ca) = ca {
-        let pem = std::fs::read(ca).map_err(|e| SyncError::File {
-            path: ca.to_owned(),
-            reason: e.to_string(),
-        })?;
-        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+        let pem = read_file(ca)?;
+        let certificates = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
             .ok()
             .filter(|c| !c.is_empty())
             .ok_or_else(|| SyncError::BadCa(ca.to_owned()))?;

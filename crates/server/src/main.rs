@@ -33,8 +33,10 @@ fn main() -> std::process::ExitCode {
             // One line, the causes joined (libpq's messages span lines): never a backtrace,
             // whatever RUST_BACKTRACE says.
             let message = format!("{error:#}");
+            // What a file or an answer held is quoted inert.
             let line: Vec<&str> = message.split_whitespace().collect();
-            eprintln!("registry: {}", line.join(" "));
+            let line = registry_domain::text::escape_controls(&line.join(" ")).into_owned();
+            eprintln!("registry: {line}");
             let code = error
                 .downcast_ref::<cli::Exit>()
                 .map_or(1, |exit| exit.code);

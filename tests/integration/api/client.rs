@@ -399,3 +399,140 @@ fn the_client_takes_no_page_for_an_answer_and_ends_quietly_with_its_reader() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// What the client reads and prints is bounded and inert (the probe of the command line): no
+/// file or stdin is read past 1 MiB (`/dev/zero` once took all memory), a URL's password is
+/// never shown, a URL with a query, or a service of dots, is a usage error, and what a file
+/// held reaches the terminal escaped.
+#[test]
+fn the_client_reads_within_bounds_and_shows_nothing_it_should_not() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = super::register_service(&server, &acme, "api");
+    // Files that never end: one sentence and exit 1, at once.
+    for args in [
+        &["preflight", sub.as_str(), "--token-file", "/dev/zero"][..],
+        &[
+            "accounts",
+            "create",
+            "--name",
+            "x",
+            "--policy-file",
+            "/dev/zero",
+        ],
+        &["services", "list", "--identity-token-file", "/dev/zero"],
+    ] {
+        let started = std::time::Instant::now();
+        let (code, stdout, stderr) = client(&server, &acme.token, args);
+        assert_eq!(code, Some(1), "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains("larger than 1 MiB"), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+    // A token file holding what no token holds: said so, not an HTTP library's words.
+    let dir = registry_tests::server::TempDir::new("client-bounds");
+    let file = dir.0.join("token");
+    std::fs::write(&file, "a\nb").unwrap();
+    let args = [
+        "services",
+        "list",
+        "--identity-token-file",
+        file.to_str().unwrap(),
+    ];
+    let (code, _, stderr) = client(&server, &acme.token, &args);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("control character"), "{stderr}");
+    // URLs the client cannot put a path after, or that hold a password: usage errors that
+    // never show the password.
+    for url in [
+        "http://user:S3CRET@127.0.0.1:9",
+        "http://127.0.0.1:9/?q=1",
+        "http://127.0.0.1:9/#frag",
+    ] {
+        let (code, _, stderr) =
+            run_registry(&["services", "list", "--api-url", url, "--token", "x"], &[]);
+        assert_eq!(code, Some(2), "{url}: {stderr}");
+        assert!(stderr.contains("REGISTRY_API_URL"), "{url}: {stderr}");
+        assert!(!stderr.contains("S3CRET"), "{url}: {stderr}");
+    }
+    let env = [
+        ("REGISTRY_API_URL", server.base.as_str()),
+        ("REGISTRY_TOKEN", acme.token.as_str()),
+    ];
+    let (code, _, stderr) = run_registry(
+        &[
+            "sync",
+            "--service",
+            &sub,
+            "--source",
+            "https://u:S3CRETSRC@127.0.0.1:9",
+        ],
+        &env,
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(!stderr.contains("S3CRETSRC"), "{stderr}");
+    // A service of dots is a step of a URL's path, not a name.
+    let socket = dir.0.join("signer.sock");
+    for args in [
+        &["sync", "--service", "..", "--once"][..],
+        &[
+            "signer",
+            "--service",
+            ".",
+            "--socket",
+            socket.to_str().unwrap(),
+        ],
+    ] {
+        let (code, _, stderr) = run_registry(args, &env);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("names no service"), "{args:?}: {stderr}");
+    }
+    // `fetch-log`: no token is a usage error naming the variable; a log without line ends is
+    // read a batch at a time, and its line is not posted.
+    let (code, _, stderr) = run_registry(
+        &["fetch-log", "--token", ""],
+        &[("REGISTRY_API_URL", server.base.as_str())],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("REGISTRY_FETCH_LOG_TOKEN"), "{stderr}");
+    let endless = std::process::Command::new(registry_tests::server::registry_binary())
+        .args(["fetch-log", "--batch-bytes", "1024"])
+        .env_clear()
+        .env("REGISTRY_API_URL", &server.base)
+        .env("REGISTRY_FETCH_LOG_TOKEN", "t".repeat(32))
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let pid = endless.id();
+    let rss_kib = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    let _ = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status();
+    let output = endless.wait_with_output().unwrap();
+    assert!(
+        rss_kib < 200 * 1024,
+        "fetch-log holds {rss_kib} KiB of a line"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("memory allocation"), "{stderr}");
+    // What a policy file names reaches the terminal escaped: an author's escape sequences
+    // do not act on a reviewer's screen.
+    let policy = dir.0.join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"kind": "static", "services": ["*"], "bad\u001b]0;pwned\u0007": 1}"#,
+    )
+    .unwrap();
+    let (_, stdout, stderr) = run_registry(&["policy", "check", policy.to_str().unwrap()], &[]);
+    assert!(!stdout.contains('\u{1b}'), "{stdout}");
+    assert!(stdout.contains("\\u{1b}"), "{stdout}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr}");
+}

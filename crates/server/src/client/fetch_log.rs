@@ -22,7 +22,7 @@ pub struct FetchLogArgs {
     pub api_url: String,
     /// The registry's REGISTRY_FETCH_LOG_TOKEN (prefer the environment: a flag shows in `ps`).
     #[arg(long, env = "REGISTRY_FETCH_LOG_TOKEN", hide_env_values = true)]
-    pub token: String,
+    pub token: Option<String>,
     /// Most bytes posted at once, 1024 to 1048576 (`POST /fetch-log` takes up to 1 MiB,
     /// whatever the registry's REGISTRY_MAX_BODY_BYTES).
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1024..=MAX_BATCH_BYTES))]
@@ -44,28 +44,37 @@ struct Dropped(u64);
 
 impl FetchLogArgs {
     /// What makes these flags unusable (exit 2), if anything: an API address that is no
-    /// http(s) URL, or a token no header can carry.
+    /// http(s) URL, or no token, or one no header can carry.
     pub fn usage_problem(&self) -> Option<String> {
-        super::api_url_problem(&self.api_url)
-            .or_else(|| super::token_problem(&self.token, "REGISTRY_FETCH_LOG_TOKEN (--token)"))
+        const TOKEN: &str = "REGISTRY_FETCH_LOG_TOKEN (--token)";
+        super::api_url_problem(&self.api_url).or_else(|| match self.token.as_deref() {
+            None | Some("") => Some(format!(
+                "no fetch-log token: set {TOKEN} to the registry's own"
+            )),
+            Some(token) => super::token_problem(token, TOKEN),
+        })
     }
 }
 
 /// Reads stdin to its end, shipping batches as they fill; fails when a batch was dropped.
 pub fn run(args: FetchLogArgs) -> anyhow::Result<()> {
-    let api = RegistryApi::new(&args.api_url, Credentials::Token(args.token))?;
+    let token = args.token.unwrap_or_default();
+    let api = RegistryApi::new(&args.api_url, Credentials::Token(token))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let limit = usize::try_from(args.batch_bytes).unwrap_or(usize::MAX);
     let (lines, incoming) = channel();
     std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            if lines.send(line).is_err() {
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            let line = read_line(&mut stdin, limit);
+            let end = matches!(line, Ok(None));
+            if end || lines.send(line).is_err() {
                 break;
             }
         }
     });
-    let limit = usize::try_from(args.batch_bytes).unwrap_or(usize::MAX);
     let mut batch = Batch::default();
     let mut dropped = 0;
     loop {
@@ -73,7 +82,18 @@ pub fn run(args: FetchLogArgs) -> anyhow::Result<()> {
             SHIP_EVERY.saturating_sub(since.elapsed())
         });
         let (line, done) = match incoming.recv_timeout(wait) {
-            Ok(line) => (Some(line.context("reading stdin")?), false),
+            Ok(line) => match line.context("reading stdin")? {
+                Some(Line::Text(line)) => (Some(line), false),
+                Some(Line::TooLong) => {
+                    crate::stdout::report(format_args!(
+                        "registry fetch-log: a line longer than --batch-bytes ({limit}) was not \
+                         posted"
+                    ));
+                    dropped += 1;
+                    (None, false)
+                }
+                None => (None, true),
+            },
             Err(RecvTimeoutError::Timeout) => (None, false),
             Err(RecvTimeoutError::Disconnected) => (None, true),
         };
@@ -101,6 +121,49 @@ pub fn run(args: FetchLogArgs) -> anyhow::Result<()> {
             };
         }
     }
+}
+
+/// A line of the log as read.
+enum Line {
+    /// Its text, without its end.
+    Text(String),
+    /// One longer than a batch may be: skipped to its end, never held whole.
+    TooLong,
+}
+
+/// The next line of `input`, at most `limit` bytes of it held (`None` at the end): a log
+/// without line ends (`/dev/zero`) takes no more memory than one batch.
+fn read_line(input: &mut impl BufRead, limit: usize) -> std::io::Result<Option<Line>> {
+    use std::io::Read;
+    let mut line = Vec::new();
+    let bound = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    if input.take(bound).read_until(b'\n', &mut line)? == 0 {
+        return Ok(None);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() > limit {
+        loop {
+            let buffer = input.fill_buf()?;
+            if buffer.is_empty() {
+                break;
+            }
+            match buffer.iter().position(|b| *b == b'\n') {
+                Some(end) => {
+                    input.consume(end + 1);
+                    break;
+                }
+                None => {
+                    let all = buffer.len();
+                    input.consume(all);
+                }
+            }
+        }
+        return Ok(Some(Line::TooLong));
+    }
+    let text = String::from_utf8(line)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    Ok(Some(Line::Text(text)))
 }
 
 /// Lines waiting to be posted, and since when.
@@ -150,6 +213,13 @@ impl Batch {
                     return lines;
                 }
                 Ok((status, _)) => format!("the registry answered {status}"),
+                // Not the registry: asking again for a minute changes nothing.
+                Err(error @ registry_client::ClientError::NotJson { .. }) => {
+                    crate::stdout::report(format_args!(
+                        "registry fetch-log: {lines} lines not posted: {error}"
+                    ));
+                    return lines;
+                }
                 Err(error) => error.to_string(),
             };
             if started.elapsed() >= RETRY_FOR {

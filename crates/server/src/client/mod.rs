@@ -41,13 +41,52 @@ pub struct ApiFlags {
 }
 
 /// Why `url` cannot be the registry's API, if it cannot (a usage error): it must be an
-/// `http://` or `https://` URL.
+/// `http://` or `https://` URL, without a user or password (the registry takes a token, and
+/// a password in a URL shows in every error that names it), a query or a fragment (each path
+/// is put after it).
 pub fn api_url_problem(url: &str) -> Option<String> {
-    let scheme = url
-        .split_once("://")
-        .map(|(scheme, _)| scheme.to_ascii_lowercase());
-    (!matches!(scheme.as_deref(), Some("http" | "https")))
-        .then(|| format!("REGISTRY_API_URL (--api-url) {url:?} is not an http:// or https:// URL"))
+    url_problem(
+        url,
+        "REGISTRY_API_URL (--api-url)",
+        "a token (REGISTRY_TOKEN)",
+    )
+}
+
+/// Why `url`, the value of `variable`, cannot be a base URL the client puts paths after, if it
+/// cannot (see [`api_url_problem`]); `credentials` says what authenticates instead. The
+/// message never shows a URL that holds a password.
+pub fn url_problem(url: &str, variable: &str, credentials: &str) -> Option<String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Some(format!(
+            "{variable} {url:?} is not an http:// or https:// URL"
+        ));
+    };
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
+        return Some(format!(
+            "{variable} {url:?} is not an http:// or https:// URL"
+        ));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Some(format!(
+            "{variable} holds a user or password: authenticate with {credentials}, never in the URL"
+        ));
+    }
+    url.contains(['?', '#'])
+        .then(|| format!("{variable} {url:?} has a query or a fragment: give the base URL alone"))
+}
+
+/// Why `service` cannot name a service, if it cannot (a usage error): empty, or only dots
+/// (`.` and `..` are steps of a URL's path, not names; `role` says what the service is for).
+pub fn service_problem(service: &str, role: &str) -> Option<String> {
+    if service.trim().is_empty() {
+        return Some(format!(
+            "--service is empty: name the service {role} (its subdomain)"
+        ));
+    }
+    service.chars().all(|c| c == '.').then(|| {
+        format!("--service {service:?} names no service: name the service {role} (its subdomain)")
+    })
 }
 
 /// Why `token`, the value of `variable`, cannot be sent, if it cannot (a usage error): an HTTP
@@ -84,15 +123,10 @@ impl ApiFlags {
     }
 
     /// What makes a command on one service through these flags unusable (exit 2), if
-    /// anything: no service named (`service` empty; `role` says what the service is for, as
-    /// "whose keys sign"), then [`Self::usage_problem`].
+    /// anything: no service named ([`service_problem`]; `role` says what the service is for,
+    /// as "whose keys sign"), then [`Self::usage_problem`].
     pub fn service_usage_problem(&self, service: &str, role: &str) -> Option<String> {
-        if service.trim().is_empty() {
-            return Some(format!(
-                "--service is empty: name the service {role} (its subdomain)"
-            ));
-        }
-        self.usage_problem()
+        service_problem(service, role).or_else(|| self.usage_problem())
     }
 
     /// The API these flags name; `NoCredentials` without a token or an identity token file.

@@ -11,7 +11,7 @@ use crate::route::Verb::{self, Delete, Get, Patch, Post, Put};
 use crate::routes::table;
 use registry_client::{path_segment as segment, Credentials, RegistryApi};
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::Path;
 
 /// Why a client command failed: one sentence.
 #[derive(Debug, thiserror::Error)]
@@ -34,9 +34,13 @@ pub enum ClientError {
 /// A request: method, path, body.
 type Request = (&'static str, String, Option<Value>);
 
-fn read_json(path: &PathBuf) -> Result<Value, ClientError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ClientError::File(format!("cannot read {}: {e}", path.display())))?;
+/// A local file's text, bounded (`registry_client::read_text_file`).
+fn read_file(path: &Path) -> Result<String, ClientError> {
+    registry_client::read_text_file(path).map_err(|e| ClientError::File(e.to_string()))
+}
+
+fn read_json(path: &Path) -> Result<Value, ClientError> {
+    let text = read_file(path)?;
     // Read as the API reads a body: a member named twice is refused here, not quietly sent
     // with its last value.
     registry_domain::json::parse_unique(text.as_bytes())
@@ -192,9 +196,7 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
             let request = match token_file {
                 None => api(Get, "/services/{subdomain}/preflight", &[s], None)?,
                 Some(file) => {
-                    let token = std::fs::read_to_string(file).map_err(|e| {
-                        ClientError::File(format!("cannot read {}: {e}", file.display()))
-                    })?;
+                    let token = read_file(file)?;
                     let body = Some(json!({"token": token.trim()}));
                     api(Post, "/services/{subdomain}/preflight", &[s], body)?
                 }

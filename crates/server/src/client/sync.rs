@@ -124,9 +124,15 @@ async fn cycle(
 
 impl SyncArgs {
     /// What makes this command line unusable (exit 2), if anything: no service named, an API
-    /// address that is no URL, or no credentials (an interval run would retry them for ever).
+    /// address that is no URL, or no credentials (an interval run would retry them for ever), a
+    /// source that is no base URL.
     pub fn usage_problem(&self) -> Option<String> {
-        (self.api).service_usage_problem(&self.service, "to keep in step")
+        (self.api)
+            .service_usage_problem(&self.service, "to keep in step")
+            .or_else(|| {
+                let source = self.source.as_deref()?;
+                super::url_problem(source, "--source", "--source-token-file")
+            })
     }
 }
 

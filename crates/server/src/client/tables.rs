@@ -216,7 +216,7 @@ fn fields(answer: &Value) -> String {
     match answer.as_object() {
         Some(object) => object
             .iter()
-            .map(|(name, value)| format!("{name}: {}", cell(Some(value))))
+            .map(|(name, value)| format!("{}: {}", escape_controls(name), cell(Some(value))))
             .collect::<Vec<_>>()
             .join("\n"),
         None => cell(Some(answer)),
@@ -239,6 +239,14 @@ pub(super) fn problem_sentence(status: u16, body: &Value) -> String {
 mod tests {
     use super::*;
     use crate::client::requests::request;
+
+    #[test]
+    fn a_resource_prints_its_field_names_inert_too() {
+        let answer = json!({"id": "a", "name\u{1b}]0;pwned\u{7}": "x"});
+        let text = fields(&answer);
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(text.contains("name\\u{1b}]0;pwned\\u{7}: x"), "{text}");
+    }
 
     #[test]
     fn the_fetches_say_who_fetched() {

@@ -9,8 +9,8 @@ use registry_domain::policy::{
     compare, lint_document, parse_cases, run_cases, Action, CompareResult, Finding, Policy,
     Severity, Tally, TestCase,
 };
+use registry_domain::text::escape_controls;
 use serde_json::{json, Map, Value};
-use std::io::Read;
 use std::path::Path;
 
 /// How a policy command prints its result.
@@ -112,29 +112,13 @@ fn parse_action(text: &str) -> Result<Action, String> {
     })
 }
 
-/// The most a policy command reads of one file (docs/api.md, "Limits that hold (second security
-/// review)"). A policy the API accepts is far smaller; without a bound, `/dev/zero` or a FIFO that
-/// never ends would take all memory.
-pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
-
-/// The text of `path`, at most [`MAX_FILE_BYTES`]: one byte more is read, never the rest, so
-/// a file that does not end (a device, a FIFO) fails as soon as it is too large.
+/// The text of `path`, bounded (`registry_client::read_text_file`): a file too large is
+/// [`TooLarge`].
 fn read_bounded(path: &Path) -> anyhow::Result<String> {
-    let cannot = || format!("cannot read {}", path.display());
-    let file = std::fs::File::open(path).with_context(cannot)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .with_context(cannot)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(TooLarge(format!(
-            "{} is larger than {} MiB, the most a policy command reads of a file",
-            path.display(),
-            MAX_FILE_BYTES / (1024 * 1024)
-        ))
-        .into());
-    }
-    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
+    registry_client::read_text_file(path).map_err(|e| match e {
+        registry_client::FileError::TooLarge { .. } => TooLarge(e.to_string()).into(),
+        e => e.into(),
+    })
 }
 
 fn read_json(path: &Path) -> anyhow::Result<Value> {
@@ -179,11 +163,19 @@ fn read_cases(path: &Path) -> anyhow::Result<Vec<TestCase>> {
 fn show(format: OutputFormat, json: Value, text: &dyn std::fmt::Display) {
     match format {
         OutputFormat::Json => stdout::line(json),
-        OutputFormat::Text => stdout::line(text),
+        OutputFormat::Text => print_text(format_args!("{text}\n")),
     }
 }
 
-/// A file past [`MAX_FILE_BYTES`]: exit 1 for every policy command (docs/api.md, "Limits that
+/// Prints `text`, which ends its own lines, each line inert: the files' names, keys and cases
+/// are their author's (docs/api.md, "Text people read"), and a review in CI shows them.
+fn print_text(text: impl std::fmt::Display) {
+    let text = text.to_string();
+    let lines: Vec<_> = text.split('\n').map(escape_controls).collect();
+    stdout::text(lines.join("\n"))
+}
+
+/// A file past `registry_client::MAX_FILE_BYTES`: exit 1 for every policy command (docs/api.md, "Limits that
 /// hold (second security review)"), `compare` included.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -218,9 +210,11 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                 json!({"findings": findings.iter().map(Finding::to_json).collect::<Vec<_>>()});
             match format {
                 OutputFormat::Text if findings.is_empty() => {
-                    stdout::line(format_args!("{}: no findings", file.display()))
+                    print_text(format_args!("{}: no findings\n", file.display()))
                 }
-                OutputFormat::Text => findings.iter().for_each(stdout::line),
+                OutputFormat::Text => findings
+                    .iter()
+                    .for_each(|finding| print_text(format_args!("{finding}\n"))),
                 OutputFormat::Json => stdout::line(json),
             }
             let tally = Tally::of(&findings);
@@ -267,7 +261,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             let run = run_cases(&policy, &cases);
             match format {
                 OutputFormat::Json => stdout::line(run.report(&cases).to_json()),
-                OutputFormat::Text => stdout::text(run.report(&cases)),
+                OutputFormat::Text => print_text(run.report(&cases)),
             }
             let failed = run.failed();
             if failed > 0 {
@@ -288,10 +282,11 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                 Ok(policies) => policies,
                 Err(error) if error.downcast_ref::<TooLarge>().is_some() => return Err(error),
                 Err(error) => {
-                    let message = format!("{error:#}");
-                    let line: Vec<&str> = message.split_whitespace().collect();
-                    eprintln!("registry: {}", line.join(" "));
-                    std::process::exit(2);
+                    return Err(crate::cli::Exit {
+                        code: 2,
+                        message: format!("{error:#}"),
+                    }
+                    .into())
                 }
             };
             let comparison = compare(&old, &new);

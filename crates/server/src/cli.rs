@@ -138,7 +138,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 cursor,
             },
         )),
-        Command::Policy { command } => policy::run(command),
+        Command::Policy { command } => {
+            policy::run(command).map_err(|error| match error.downcast::<policy::NotAPolicy>() {
+                Ok(policy::NotAPolicy(message)) => Exit { code: 2, message }.into(),
+                Err(error) => error,
+            })
+        }
         Command::Customer { command } => {
             let output = match command {
                 CustomerCommand::Create {

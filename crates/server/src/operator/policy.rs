@@ -175,8 +175,8 @@ fn print_text(text: impl std::fmt::Display) {
     stdout::text(lines.join("\n"))
 }
 
-/// A file past `registry_client::MAX_FILE_BYTES`: exit 1 for every policy command (docs/api.md, "Limits that
-/// hold (second security review)"), `compare` included.
+/// A file past `registry_client::MAX_FILE_BYTES`: exit 1 for every policy command (docs/api.md,
+/// "Limits that hold (second security review)"), `compare` included.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct TooLarge(String);
@@ -186,6 +186,12 @@ struct TooLarge(String);
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Failed(pub String);
+
+/// A file `registry policy compare` was given is no policy: exit 2, so that a review gate
+/// tells a broken file from a widening (exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAPolicy(pub String);
 
 /// Runs a policy command.
 pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
@@ -281,13 +287,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             let (old, new) = match read_policy(&old).and_then(|o| Ok((o, read_policy(&new)?))) {
                 Ok(policies) => policies,
                 Err(error) if error.downcast_ref::<TooLarge>().is_some() => return Err(error),
-                Err(error) => {
-                    return Err(crate::cli::Exit {
-                        code: 2,
-                        message: format!("{error:#}"),
-                    }
-                    .into())
-                }
+                Err(error) => return Err(NotAPolicy(format!("{error:#}")).into()),
             };
             let comparison = compare(&old, &new);
             show(format, comparison.to_json(), &comparison);

@@ -211,9 +211,9 @@ pub fn hold_migration_lock(database_url: &str) -> HeldLock {
     )
 }
 
-/// The lock every write of a registry takes first (SQLite's write lock, PostgreSQL's lock on
-/// the change log), held by another process until dropped: writes wait for it, reads do not.
-/// Returns once it is held.
+/// The lock every logged write of a registry takes first (SQLite's write lock, PostgreSQL's
+/// lock on the change log; not the writes set aside, such as last use), held by another
+/// process until dropped: those writes wait for it, reads do not. Returns once it is held.
 pub fn hold_write_lock(database_url: &str) -> HeldLock {
     hold_lock(
         database_url,

@@ -156,9 +156,17 @@ fn calls_without_a_body_refuse_one() {
         .send()
         .unwrap();
     let other = json(created)["id"].as_str().unwrap().to_owned();
+    let published = server
+        .authed(Method::PUT, &format!("/services/{sub}/config"), &acme.token)
+        .json(&super::upload(&["k1"]))
+        .send()
+        .unwrap();
+    assert_eq!(published.status(), 200);
     for path in [
         format!("/services/{sub}"),
         format!("/services/{sub}/domain"),
+        format!("/services/{sub}/config?source=default"),
+        format!("/services/{sub}/keys/k1"),
         format!("/service-accounts/{other}"),
     ] {
         let delete = |token: &str, content_type: &str, body: &str| {
@@ -198,6 +206,12 @@ fn calls_without_a_body_refuse_one() {
         );
     }
     // All of it still there.
+    assert_eq!(
+        server
+            .get(&format!("/services/{sub}/config"), &acme.token)
+            .status(),
+        200
+    );
     assert_eq!(
         server
             .get(&format!("/services/{sub}"), &acme.token)

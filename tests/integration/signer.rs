@@ -498,7 +498,8 @@ fn a_plugin_started_after_signing_stopped_still_answers_the_keys_that_verify_its
 
 /// A service deleted (its key set a 404 for everyone): the plugin drops its copy at its next
 /// read, as a verifier drops a key set that answers 404, rather than answer keys the registry
-/// withdrew; and it says so on stderr, as it says what it cannot read.
+/// withdrew; and it says so on stderr, as it says what it cannot read, and as it says of a
+/// service it never found.
 #[test]
 fn a_plugin_drops_the_keys_of_a_service_that_is_gone() {
     let server = TestServer::start_with(ServerOptions::binary(&[("REGISTRY_DATA_KEY", DATA_KEY)]));
@@ -524,7 +525,14 @@ fn a_plugin_drops_the_keys_of_a_service_that_is_gone() {
     apiserver.keys_become(&[]);
     drop((apiserver, plugin));
     let said = std::fs::read_to_string(&log).unwrap();
-    assert!(said.contains("no such service any more"), "{said}");
+    assert!(said.contains("no such service"), "{said}");
+    // A service the registry never had (a --service mistyped) is said so at the start.
+    let (socket, log) = (dir.0.join("nope.sock"), dir.0.join("nope.log"));
+    let _plugin = Plugin::start_logging(&server, &signer, "nope-acme", &socket, &log);
+    let said = within(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|said| said.contains("no such service"))
+    });
+    assert!(said, "{:?}", std::fs::read_to_string(&log));
 }
 
 /// gRPC's C core (Python's grpcio, here from code generated out of the KEP's proto) names the

@@ -260,6 +260,17 @@ pub fn config_path(service: &str, source: Option<&str>) -> String {
     }
 }
 
+/// Whether `token` is visible ASCII only, as every token is and as an HTTP header carries:
+/// one with a space, a control character or anything else was copied wrong.
+///
+/// ```
+/// assert!(registry_client::is_token_text("rgst_ab12_cd34"));
+/// assert!(!registry_client::is_token_text("rgst_ab12\ncd34"));
+/// ```
+pub fn is_token_text(token: &str) -> bool {
+    token.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// How a client authenticates to the registry.
 #[derive(Debug, Clone)]
 pub enum Credentials {
@@ -336,7 +347,7 @@ impl RegistryApi {
                 let reason = match read {
                     Ok(token) if token.is_empty() => "it is empty".to_owned(),
                     // What no header can carry, and no token holds: the wrong file.
-                    Ok(token) if !token.bytes().all(|b| b.is_ascii_graphic()) => {
+                    Ok(token) if !is_token_text(&token) => {
                         "it holds a space, a control character or a non-ASCII character, \
                          which no token has"
                             .to_owned()

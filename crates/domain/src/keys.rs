@@ -716,10 +716,15 @@ pub fn upload(
         .filter(|k| k.retired_at.is_none() && k.held_by(source))
         .map(|k| k.kid.clone())
         .collect();
+    let kept_one = rotation
+        .state
+        .keys
+        .iter()
+        .any(|k| k.retired_at.is_none() && before.contains(&k.kid));
     // A verifier that cached the set before this upload holds every key it published, the
-    // retired ones too: any of them uploaded again still verifies what it signs.
-    let kept_one = keys.iter().filter_map(Value::as_object).any(known);
-    if !before.is_empty() && !kept_one {
+    // retired ones too: a set that adds no key new to it (a retired key brought back) breaks
+    // no one.
+    if !before.is_empty() && !kept_one && !rotation.added.is_empty() {
         publication
             .warnings
             .push(no_overlap_warning(&before, rotation.retired_until));

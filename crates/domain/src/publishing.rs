@@ -475,13 +475,13 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
     }
     let kty = key.get("kty").and_then(Value::as_str);
     let kid = match key.get("kid") {
-        // `.` and `..` are steps of a URL's path: a browser resolves `…/keys/../readiness`,
-        // encoded or not, before it asks, so no client could name such a key.
-        Some(Value::String(kid)) if !kid.is_empty() && kid.chars().all(|c| c == '.') => {
+        // A browser resolves `…/keys/../readiness`, encoded or not, before it asks: no client
+        // could name such a key.
+        Some(Value::String(kid)) if crate::naming::is_dot_segment(kid) => {
             problems.push(Violation::new(
                 format!("{at}/kid"),
-                "a kid of dots alone cannot be named in a URL (…/keys/{kid}): give the key \
-                 another kid",
+                "a kid of . or .. cannot be named in a URL (…/keys/{kid}): give the key another \
+                 kid",
             ));
             None
         }

@@ -51,8 +51,11 @@ pub enum SyncError {
         /// What to check.
         hint: &'static str,
     },
-    /// The source holds more than a document can (1 MiB); reading stopped there.
-    #[error("the source {url} is larger than 1 MiB, more than an issuer's document holds")]
+    /// The source, or a file, holds more than a document, a token or a CA bundle can (1 MiB);
+    /// reading stopped there.
+    #[error(
+        "{url} is larger than 1 MiB, more than an issuer's document, a token or a CA bundle holds"
+    )]
     TooLarge {
         /// The URL, or the file.
         url: String,
@@ -68,24 +71,24 @@ pub enum SyncError {
 }
 
 /// A file read up to [`MAX_BYTES`] (a larger one, `/dev/zero`, is refused without reading on).
-fn read_file(path: &Path) -> Result<String, SyncError> {
+fn read_file(path: &Path) -> Result<Vec<u8>, SyncError> {
     use std::io::Read;
     let failed = |e: std::io::Error| SyncError::File {
         path: path.to_owned(),
         reason: e.to_string(),
     };
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     std::fs::File::open(path)
         .map_err(failed)?
         .take(MAX_BYTES as u64 + 1)
-        .read_to_string(&mut text)
+        .read_to_end(&mut bytes)
         .map_err(failed)?;
-    if text.len() > MAX_BYTES {
+    if bytes.len() > MAX_BYTES {
         return Err(SyncError::TooLarge {
             url: path.display().to_string(),
         });
     }
-    Ok(text)
+    Ok(bytes)
 }
 
 fn parse_object(text: &[u8], what: &str) -> Result<Value, SyncError> {
@@ -133,7 +136,7 @@ fn client(ca: Option<&Path>) -> Result<reqwest::Client, SyncError> {
         .redirect(reqwest::redirect::Policy::limited(3));
     if let Some(ca) = ca {
         let pem = read_file(ca)?;
-        let certificates = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
             .ok()
             .filter(|c| !c.is_empty())
             .ok_or_else(|| SyncError::BadCa(ca.to_owned()))?;
@@ -193,11 +196,8 @@ impl Source {
     pub async fn fetch(&self) -> Result<(Value, Value), SyncError> {
         match self {
             Source::Files { discovery, jwks } => Ok((
-                parse_object(
-                    read_file(discovery)?.as_bytes(),
-                    &discovery.display().to_string(),
-                )?,
-                parse_object(read_file(jwks)?.as_bytes(), &jwks.display().to_string())?,
+                parse_object(&read_file(discovery)?, &discovery.display().to_string())?,
+                parse_object(&read_file(jwks)?, &jwks.display().to_string())?,
             )),
             Source::Url {
                 url,
@@ -258,7 +258,7 @@ async fn get(
 ) -> Result<Value, SyncError> {
     let mut request = client.get(url).header("accept", "application/json");
     if let Some(file) = token_file {
-        request = request.bearer_auth(read_file(file)?.trim());
+        request = request.bearer_auth(String::from_utf8_lossy(&read_file(file)?).trim());
     }
     let unreachable = |e: reqwest::Error| SyncError::SourceUnreachable {
         url: url.to_owned(),

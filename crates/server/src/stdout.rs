@@ -25,7 +25,10 @@ pub fn progress(text: impl Display) {
 
 /// Prints a line on stderr (a long-running command's report of a failure it retries): a reader
 /// of stderr that goes away does not end the command, whose work goes on, and nothing panics.
+/// What the line quotes (a registry's or a source's answer) is printed inert.
 pub fn report(text: impl Display) {
+    let text = text.to_string();
+    let text = registry_domain::text::escape_controls(&text);
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 

@@ -189,10 +189,12 @@ impl KeyCopy {
             // tells a verifier its issuer withdrew the keys, no key verifies its tokens any
             // more. Only a registry that cannot be read keeps the last copy.
             Err(ClientError::Refused { problem, .. }) if problem.is("not-found") => {
-                if previous.is_some_and(|p| !p.keys.is_empty()) {
+                // Said once: at the first read (a --service mistyped), or as the keys go.
+                if previous.is_none_or(|p| !p.keys.is_empty()) {
                     tracing::warn!(
                         service = self.service,
-                        "the registry has no such service any more: FetchKeys answers no key"
+                        "the registry has no such service (for this credential): FetchKeys \
+                         answers no key"
                     );
                 }
                 serde_json::json!({"keys": []})

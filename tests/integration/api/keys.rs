@@ -200,9 +200,16 @@ fn a_retired_key_brought_back_keeps_the_overlap() {
     let back = warnings(&[r1.public_jwk()]);
     assert!(!back.contains(NO_OVERLAP), "{back}");
     assert_eq!(kids(&public_keys(&server, &sub).0), ["r1", "r3"]);
+    // A retired key brought back beside a new one: the new one is unknown to a cached set.
+    let r5 = SigningKey::generate(KeyKind::P256, "r5");
+    let mixed = warnings(&[r3.public_jwk(), r5.public_jwk()]);
+    assert!(
+        mixed.contains(NO_OVERLAP) && mixed.contains("(r1)"),
+        "{mixed}"
+    );
     let fresh = warnings(&[r4.public_jwk()]);
     assert!(
-        fresh.contains(NO_OVERLAP) && fresh.contains("(r1)"),
+        fresh.contains(NO_OVERLAP) && fresh.contains("(r3, r5)"),
         "{fresh}"
     );
 }

@@ -201,6 +201,8 @@ fn key_set_rules() {
         let got = pointers(publish(&upload(keys.clone()), ISSUER, None));
         assert_eq!(got, expected, "{}", json!(keys));
     }
+    // Three dots are a name, not a step of a path.
+    assert!(publish(&upload(vec![ec_key("...")]), ISSUER, None).is_ok());
 }
 
 #[test]

@@ -131,8 +131,10 @@ enum Line {
     TooLong,
 }
 
-/// The next line of `input`, at most `limit` bytes of it held (`None` at the end): a log
-/// without line ends (`/dev/zero`) takes no more memory than one batch.
+/// The next line of `input`, without its end (`None` at the end of the input): one that does
+/// not fit a batch of `limit` bytes with its line end is [`Line::TooLong`], read to its end
+/// without more than `limit + 1` bytes of it held, so that a log without line ends
+/// (`/dev/zero`) takes no more memory than a batch.
 fn read_line(input: &mut impl BufRead, limit: usize) -> std::io::Result<Option<Line>> {
     use std::io::Read;
     let mut line = Vec::new();
@@ -140,30 +142,35 @@ fn read_line(input: &mut impl BufRead, limit: usize) -> std::io::Result<Option<L
     if input.take(bound).read_until(b'\n', &mut line)? == 0 {
         return Ok(None);
     }
-    if line.last() == Some(&b'\n') {
+    let ended = line.last() == Some(&b'\n');
+    if ended {
         line.pop();
-    } else if line.len() > limit {
-        loop {
-            let buffer = input.fill_buf()?;
-            if buffer.is_empty() {
-                break;
-            }
-            match buffer.iter().position(|b| *b == b'\n') {
-                Some(end) => {
-                    input.consume(end + 1);
-                    break;
-                }
-                None => {
-                    let all = buffer.len();
-                    input.consume(all);
-                }
-            }
+    }
+    if line.len() >= limit {
+        if !ended {
+            skip_line(input)?;
         }
         return Ok(Some(Line::TooLong));
     }
     let text = String::from_utf8(line)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     Ok(Some(Line::Text(text)))
+}
+
+/// Reads past the end of the current line, holding none of it.
+fn skip_line(input: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let buffer = input.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            input.consume(end + 1);
+            return Ok(());
+        }
+        let all = buffer.len();
+        input.consume(all);
+    }
 }
 
 /// Lines waiting to be posted, and since when.
@@ -231,5 +238,39 @@ impl Batch {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_secs(5));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{read_line, Line};
+
+    fn lines(input: &str, limit: usize) -> Vec<Option<String>> {
+        let mut input = input.as_bytes();
+        std::iter::from_fn(|| read_line(&mut input, limit).unwrap())
+            .map(|line| match line {
+                Line::Text(text) => Some(text),
+                Line::TooLong => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_line_that_fits_a_batch_with_its_end_is_read_and_a_longer_one_skipped() {
+        // A batch of 4 bytes holds a line of 3 and its line end.
+        assert_eq!(
+            lines("abc\nabcd\nab\nabcdefgh\nx", 4),
+            [
+                Some("abc".into()),
+                None,
+                Some("ab".into()),
+                None,
+                Some("x".into())
+            ]
+        );
+        // The last line, without its end, is read as well; a too long one is skipped to the end.
+        assert_eq!(lines("abc", 4), [Some("abc".into())]);
+        assert_eq!(lines("abcdefgh", 4), [None]);
+        assert_eq!(lines("", 4), Vec::<Option<String>>::new());
     }
 }

@@ -16,6 +16,7 @@ pub mod sync;
 pub mod tables;
 
 use registry_client::{ClientError, Credentials, RegistryApi};
+use registry_domain::naming::is_dot_segment;
 use std::path::PathBuf;
 
 /// How `registry sync` and `registry signer`, which run for long beside a cluster, reach the
@@ -84,7 +85,7 @@ pub fn service_problem(service: &str, role: &str) -> Option<String> {
             "--service is empty: name the service {role} (its subdomain)"
         ));
     }
-    service.chars().all(|c| c == '.').then(|| {
+    is_dot_segment(service).then(|| {
         format!("--service {service:?} names no service: name the service {role} (its subdomain)")
     })
 }
@@ -93,7 +94,7 @@ pub fn service_problem(service: &str, role: &str) -> Option<String> {
 /// header carries visible ASCII only, and a token with anything else was copied wrong. The
 /// message never shows the token.
 pub fn token_problem(token: &str, variable: &str) -> Option<String> {
-    (!token.bytes().all(|b| b.is_ascii_graphic())).then(|| {
+    (!registry_client::is_token_text(token)).then(|| {
         format!(
             "{variable} holds a space, a control character or a non-ASCII character, which no \
              token has: check what was copied"

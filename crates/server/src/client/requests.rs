@@ -56,11 +56,10 @@ fn api(
     values: &[&str],
     body: Option<Value>,
 ) -> Result<Request, ClientError> {
-    // A URL takes `.` and `..` (encoded or not) for steps of its path: `services get ..` would
-    // ask for `/`. No name of the registry is one.
+    // `services get ..` would ask for `/`. No name of the registry is one.
     if let Some(dots) = values
         .iter()
-        .find(|v| v.is_empty() || v.chars().all(|c| c == '.'))
+        .find(|v| v.is_empty() || registry_domain::naming::is_dot_segment(v))
     {
         return Err(ClientError::Usage(format!(
             "{dots:?} is no name the registry gives: a name cannot be empty, . or .."

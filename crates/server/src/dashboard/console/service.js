@@ -14,7 +14,7 @@ function stopPolling() {
 }
 
 function resetService(subdomain) {
-  svc = { subdomain, keys: [], readiness: new Map(), signing: undefined, history: null, drawn: {} };
+  svc = { subdomain, keys: [], readiness: new Map(), signing: undefined, history: null, drawn: {}, panelsAskedAt: Date.now() };
   $("service-heading").textContent = inert(subdomain);
   for (const id of [
     "service-title", "service-message", "service-issuers", "service-created", "timeline",
@@ -53,8 +53,8 @@ async function loadService(subdomain) {
   renderServiceHeader(service, domain);
   applyLive(live);
   renderLive();
-  redrawIfChanged("domain", domain, renderDomain);
-  redrawIfChanged("preflight", preflight, renderPreflight);
+  if (domain) redrawIfChanged("domain", domain, renderDomain);
+  if (preflight) redrawIfChanged("preflight", preflight, renderPreflight);
   schedulePoll(gen);
 }
 
@@ -219,10 +219,13 @@ async function poll(gen) {
   // A hidden tab asks nothing; it asks again once shown (start.js).
   if (document.hidden) return;
   const subdomain = svc.subdomain;
+  // The panels change seldom: asked at the quiet pace, even while a key is pending.
+  const panels = Date.now() - svc.panelsAskedAt >= QUIET_POLL_MS;
+  if (panels) svc.panelsAskedAt = Date.now();
   const [live, domain, preflight] = await Promise.all([
     fetchLive(subdomain),
-    api("GET", servicePath(subdomain, "/domain")),
-    api("GET", servicePath(subdomain, "/preflight")),
+    panels ? api("GET", servicePath(subdomain, "/domain")) : null,
+    panels ? api("GET", servicePath(subdomain, "/preflight")) : null,
   ]);
   if (gen !== generation || live.asked < liveDrawn) return;
   if (transient(live.keys)) {

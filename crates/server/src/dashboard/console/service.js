@@ -53,8 +53,8 @@ async function loadService(subdomain) {
   renderServiceHeader(service, domain);
   applyLive(live);
   renderLive();
-  if (domain) redrawIfChanged("domain", domain, renderDomain);
-  if (preflight) redrawIfChanged("preflight", preflight, renderPreflight);
+  redrawIfChanged("domain", domain, renderDomain);
+  redrawIfChanged("preflight", preflight, renderPreflight);
   schedulePoll(gen);
 }
 
@@ -235,7 +235,7 @@ async function poll(gen) {
   }
   applyLive(live);
   renderLive();
-  redrawIfChanged("domain", domain, renderDomain);
-  redrawIfChanged("preflight", preflight, renderPreflight);
+  if (domain) redrawIfChanged("domain", domain, renderDomain);
+  if (preflight) redrawIfChanged("preflight", preflight, renderPreflight);
   schedulePoll(gen);
 }

@@ -234,8 +234,22 @@ pub async fn read_bytes(
 /// document's order. serde_json's depth limit (128) bounds the recursion.
 fn nul_pointers(value: &Value) -> Vec<String> {
     let mut found = Vec::new();
-    find_nul(value, &mut String::new(), &mut found);
+    // Every body is looked at: pointers are written only for one that holds NUL.
+    if holds_nul(value) {
+        find_nul(value, &mut String::new(), &mut found);
+    }
     found
+}
+
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(members) => members
+            .iter()
+            .any(|(name, item)| name.contains('\0') || holds_nul(item)),
+        _ => false,
+    }
 }
 
 fn find_nul(value: &Value, at: &mut String, found: &mut Vec<String>) {

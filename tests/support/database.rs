@@ -152,47 +152,42 @@ impl Drop for DroppedWithTheTest {
 /// Runs one SQL statement on a test database (SQLite or `psql`), as if someone changed a row
 /// outside the registry.
 pub fn execute_sql(database_url: &str, statement: &str) {
-    let output = match database_url.strip_prefix("sqlite://") {
-        Some(path) => sqlite_python(
-            path,
-            "db.executescript(sys.argv[2]); db.commit()",
-            statement,
-        ),
-        None => Command::new(postgres_tool("psql"))
-            .args([database_url, "-v", "ON_ERROR_STOP=1", "-c", statement])
-            .output()
-            .expect("run psql"),
-    };
-    assert!(
-        output.status.success(),
-        "{statement}: {}",
-        String::from_utf8_lossy(&output.stderr)
+    run_sql(
+        database_url,
+        statement,
+        "db.executescript(sys.argv[2]); db.commit()",
+        &[],
     );
 }
 
 /// Runs one SQL query on a test database (SQLite or `psql`); returns its rows, each row's
 /// columns joined by `|`.
 pub fn query_sql(database_url: &str, query: &str) -> Vec<String> {
+    let rows = "for row in db.execute(sys.argv[2]): print('|'.join(str(c) for c in row))";
+    run_sql(database_url, query, rows, &["-tA"])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Runs `sql` on a test database, by Python's `sqlite3` running `python` (`sys.argv[2]` holds
+/// the SQL) or by `psql` with `psql_flags`; its output.
+fn run_sql(database_url: &str, sql: &str, python: &str, psql_flags: &[&str]) -> String {
     let output = match database_url.strip_prefix("sqlite://") {
-        Some(path) => sqlite_python(
-            path,
-            "for row in db.execute(sys.argv[2]): print('|'.join(str(c) for c in row))",
-            query,
-        ),
+        Some(path) => sqlite_python(path, python, sql),
         None => Command::new(postgres_tool("psql"))
-            .args([database_url, "-v", "ON_ERROR_STOP=1", "-tA", "-c", query])
+            .args([database_url, "-v", "ON_ERROR_STOP=1"])
+            .args(psql_flags)
+            .args(["-c", sql])
             .output()
             .expect("run psql"),
     };
     assert!(
         output.status.success(),
-        "{query}: {}",
+        "{sql}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// A database lock held by another process until dropped (see [`hold_migration_lock`] and

@@ -61,6 +61,7 @@ pub mod ports;
 pub mod preflight;
 pub mod publishing;
 pub mod refusal;
+pub mod segment;
 pub mod service;
 pub mod signing;
 #[cfg(any(test, feature = "testing"))]

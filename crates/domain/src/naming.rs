@@ -209,19 +209,6 @@ pub fn is_anonymous_subdomain(subdomain: &str) -> bool {
     subdomain.ends_with(ANON_SUFFIX)
 }
 
-/// Whether `value` is `.` or `..`: a URL takes either for a step of its path (a browser even
-/// when it is percent-encoded), so no path segment can name a thing called so: a `kid`, a
-/// service, an account.
-///
-/// ```
-/// use registry_domain::naming::is_dot_segment;
-/// assert!(is_dot_segment("..") && is_dot_segment("."));
-/// assert!(!is_dot_segment("...") && !is_dot_segment("a.b"));
-/// ```
-pub fn is_dot_segment(value: &str) -> bool {
-    value == "." || value == ".."
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

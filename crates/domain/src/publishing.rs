@@ -477,7 +477,7 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
     let kid = match key.get("kid") {
         // A browser resolves `…/keys/../readiness`, encoded or not, before it asks: no client
         // could name such a key.
-        Some(Value::String(kid)) if crate::naming::is_dot_segment(kid) => {
+        Some(Value::String(kid)) if crate::segment::is_dot_segment(kid) => {
             problems.push(Violation::new(
                 format!("{at}/kid"),
                 "a kid of . or .. cannot be named in a URL (…/keys/{kid}): give the key another \

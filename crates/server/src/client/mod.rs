@@ -16,7 +16,7 @@ pub mod sync;
 pub mod tables;
 
 use registry_client::{ClientError, Credentials, RegistryApi};
-use registry_domain::naming::is_dot_segment;
+use registry_domain::segment::is_dot_segment;
 use std::path::PathBuf;
 
 /// How `registry sync` and `registry signer`, which run for long beside a cluster, reach the

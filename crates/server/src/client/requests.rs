@@ -59,7 +59,7 @@ fn api(
     // `services get ..` would ask for `/`. No name of the registry is one.
     if let Some(dots) = values
         .iter()
-        .find(|v| v.is_empty() || registry_domain::naming::is_dot_segment(v))
+        .find(|v| v.is_empty() || registry_domain::segment::is_dot_segment(v))
     {
         return Err(ClientError::Usage(format!(
             "{dots:?} is no name the registry gives: a name cannot be empty, . or .."

@@ -446,6 +446,8 @@ fn the_client_reads_within_bounds_and_shows_nothing_it_should_not() {
     // never show the password.
     for url in [
         "http://user:S3CRET@127.0.0.1:9",
+        "htps://user:S3CRET@127.0.0.1:9",
+        "user:S3CRET@127.0.0.1:9",
         "http://127.0.0.1:9/?q=1",
         "http://127.0.0.1:9/#frag",
     ] {

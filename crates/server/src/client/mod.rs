@@ -57,20 +57,17 @@ pub fn api_url_problem(url: &str) -> Option<String> {
 /// cannot (see [`api_url_problem`]); `credentials` says what authenticates instead. The
 /// message never shows a URL that holds a password.
 pub fn url_problem(url: &str, variable: &str, credentials: &str) -> Option<String> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Some(format!(
-            "{variable} {url:?} is not an http:// or https:// URL"
-        ));
-    };
-    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
-        return Some(format!(
-            "{variable} {url:?} is not an http:// or https:// URL"
-        ));
-    }
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    // First, so that no other message shows it (`htps://user:password@host` too).
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     if authority.contains('@') {
         return Some(format!(
             "{variable} holds a user or password: authenticate with {credentials}, never in the URL"
+        ));
+    }
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
+        return Some(format!(
+            "{variable} {url:?} is not an http:// or https:// URL"
         ));
     }
     url.contains(['?', '#'])

@@ -58,8 +58,8 @@ async function loadService(subdomain) {
   schedulePoll(gen);
 }
 
-// The custom domain and the preflight are asked again with each poll (a domain turns active, a
-// first upload makes the clouds' checks pass), and drawn again only when their answer changed:
+// The custom domain and the preflight are asked again at the polls' quiet pace (a domain turns
+// active, a first upload makes the clouds' checks pass), and drawn again only when their answer changed:
 // a redraw would take the focus off their buttons. No answer keeps what is drawn.
 function redrawIfChanged(panel, result, render) {
   if (svc.drawn[panel] !== undefined && transient(result)) return;

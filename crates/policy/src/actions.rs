@@ -110,13 +110,27 @@ pub fn judged_service(service: Option<&str>, action: Option<Action>) -> Option<&
     }
 }
 
-/// The error of `str::parse::<Action>()`: the text names no action.
+/// The error of `str::parse::<Action>()`: the text names no action. Its sentence lists the
+/// actions a call can need, without `"*"`: every place that asks for one action (explain's
+/// `action`, a policy test case's, the command line's `--action`) refuses `"*"`, which only a
+/// policy's `actions` grants.
+///
+/// ```
+/// use registry_policy::Action;
+/// let error = "*".parse::<Action>().unwrap_err().to_string();
+/// assert!(error.starts_with("\"*\" is not an action; one of \"services:read\""));
+/// assert!(!error.contains("every action"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownAction(pub String);
 
 impl fmt::Display for UnknownAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} is not an action; {}", self.0, accepted_values())
+        let names: Vec<String> = Action::ALL
+            .iter()
+            .map(|a| format!("\"{}\"", a.as_str()))
+            .collect();
+        write!(f, "{:?} is not an action; one of {}", self.0, names.join(", "))
     }
 }
 

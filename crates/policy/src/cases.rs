@@ -117,12 +117,10 @@ pub fn parse_cases(document: &Value) -> Result<Vec<TestCase>, PolicyError> {
             };
             let action = match &item["action"] {
                 Value::Null => None,
-                Value::String(s) => Some(Action::parse(s).ok_or_else(|| {
-                    wrong(&format!(
-                        "action {s:?} is not an action; {}",
-                        crate::actions::accepted_values()
-                    ))
-                })?),
+                Value::String(s) => Some(
+                    s.parse::<Action>()
+                        .map_err(|e| wrong(&format!("action {e}")))?,
+                ),
                 _ => return Err(wrong("action is not a string")),
             };
             let rule = match &item["rule"] {

@@ -1298,6 +1298,22 @@ fn policy_explain_and_test_answer_offline() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
     assert_eq!(run(&["explain", &policy]).status.code(), Some(2));
+    // `"*"` is what a policy grants, no action a call needs: refused by `--action` (usage, 2)
+    // and in a case (1), each by a sentence that does not offer it.
+    let star_case = write(
+        "star.json",
+        r#"[{"name": "s", "claims": {}, "action": "*", "expect": "allow"}]"#,
+    );
+    for (args, code) in [
+        (vec!["explain", policy.as_str(), "--claims", claims.as_str(), "--action", "*"], 2),
+        (vec!["test", policy.as_str(), star_case.as_str()], 1),
+    ] {
+        let output = run(&args);
+        assert_eq!(output.status.code(), Some(code), "{args:?}");
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains("\"*\" is not an action; one of"), "{stderr}");
+        assert!(!stderr.contains("every action"), "{stderr}");
+    }
 }
 
 fn base64_url(text: &str) -> String {

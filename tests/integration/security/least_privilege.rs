@@ -303,6 +303,13 @@ fn explain_takes_an_action() {
     );
     let problem = assert_problem(explain(json!("services:delete")), 400, "validation-failed");
     assert_eq!(pointers(&problem), ["/action"]);
+    // `"*"` is what a policy grants, not an action a call needs: refused, by a sentence that
+    // does not offer it.
+    let problem = assert_problem(explain(json!("*")), 400, "validation-failed");
+    assert_eq!(pointers(&problem), ["/action"]);
+    let detail = problem["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(detail.contains("\"tokens:sign\""), "{problem}");
+    assert!(!detail.contains("every action"), "{problem}");
 }
 
 /// Finding 7: regenerations at once: one token, the others 409, and the token handed out

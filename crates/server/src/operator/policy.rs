@@ -106,10 +106,7 @@ pub enum PolicyCommand {
 
 /// An action named on the command line.
 fn parse_action(text: &str) -> Result<Action, String> {
-    Action::parse(text).ok_or_else(|| {
-        let known: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
-        format!("unknown action {text:?}: one of {}", known.join(", "))
-    })
+    text.parse::<Action>().map_err(|e| e.to_string())
 }
 
 /// The text of `path`, bounded (`registry_client::read_text_file`): a file too large is

@@ -120,16 +120,12 @@ impl ExplainBody {
                  the policy alone), not both",
             ));
         }
-        let action = match fields
-            .string("action", false, 64)
-            .map(|a| Action::parse(&a))
-        {
-            Some(Some(action)) => Some(action),
-            Some(None) => {
-                let known: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
-                let problem =
-                    Violation::new("/action", format!("action is one of {}", known.join(", ")));
-                fields.problems.push(problem);
+        let action = match fields.string("action", false, 64).map(|a| a.parse::<Action>()) {
+            Some(Ok(action)) => Some(action),
+            Some(Err(unknown)) => {
+                fields
+                    .problems
+                    .push(Violation::new("/action", unknown.to_string()));
                 None
             }
             None => None,

@@ -55,6 +55,10 @@ struct State {
     /// The last fetch failed with an answer that was not the issuer's keys (a 403, a 429, a
     /// document not its own): no outage, so its last good keys serve only while fresh.
     no_grace: bool,
+    /// The last fetch failed because the issuer answered that its keys are gone: until the
+    /// next fetch, its tokens are refused as of keys it no longer has, not as of an issuer out
+    /// of reach.
+    withdrawn: bool,
 }
 
 /// One issuer: its state, and a gate that lets one fetch run at a time (later callers wait for
@@ -74,6 +78,8 @@ enum Decision {
     Fetch { fallback: Option<Arc<CachedKeys>> },
     /// No usable keys and a fetch failed moments ago.
     Unavailable,
+    /// No keys: the issuer answered moments ago that they are gone.
+    Withdrawn,
 }
 
 fn elapsed_since(at: Option<Instant>, now: Instant) -> Duration {
@@ -132,6 +138,7 @@ impl KeyCache {
         let fallback = match self.decide(&issuer, kid, self.ticks.now(), false) {
             Decision::Use(keys) => return Ok(self.hit(keys)),
             Decision::Unavailable => return Err(OidcError::Unavailable(iss.to_owned())),
+            Decision::Withdrawn => return Err(OidcError::Withdrawn(iss.to_owned())),
             Decision::Fetch { fallback } => fallback,
         };
         // Keys that are merely past their max-age (and know the kid) are good enough while
@@ -147,6 +154,7 @@ impl KeyCache {
         let fallback = match self.decide(&issuer, kid, self.ticks.now(), true) {
             Decision::Use(keys) => return Ok(self.hit(keys)),
             Decision::Unavailable => return Err(OidcError::Unavailable(iss.to_owned())),
+            Decision::Withdrawn => return Err(OidcError::Withdrawn(iss.to_owned())),
             Decision::Fetch { fallback } => fallback,
         };
         self.counters.key_fetches.fetch_add(1, Ordering::Relaxed);
@@ -170,6 +178,7 @@ impl KeyCache {
                 state.keys = Some(keys.clone());
                 state.failed_at = None;
                 state.no_grace = false;
+                state.withdrawn = false;
                 Ok(keys)
             }
             Err(error) => {
@@ -177,6 +186,7 @@ impl KeyCache {
                     .key_fetch_failures
                     .fetch_add(1, Ordering::Relaxed);
                 state.failed_at = Some(now);
+                state.withdrawn = error.is_withdrawal();
                 // The grace of stale keys is for an issuer that cannot answer; one that answers
                 // that its keys are gone has withdrawn them (docs/api.md, "Authentication").
                 if error.is_withdrawal() {
@@ -242,6 +252,7 @@ impl KeyCache {
                 }
             }
             Some(keys) if recently_failed => Decision::Use(keys),
+            None if recently_failed && state.withdrawn => Decision::Withdrawn,
             None if recently_failed => Decision::Unavailable,
             fallback => Decision::Fetch { fallback },
         }

@@ -77,8 +77,9 @@ pub enum OidcError {
     /// The key set holds no key this verifier can use.
     #[error("issuer {0} publishes no usable signing key")]
     NoKeys(String),
-    /// An issuer hosted by this registry publishes nothing now (its configuration or service
-    /// was deleted, or it expired).
+    /// The issuer publishes no key set now: one hosted by this registry (its configuration or
+    /// service was deleted, or it expired), or another that answered moments ago that its keys
+    /// are gone (until the next fetch may be tried).
     #[error("issuer {0} publishes no key set")]
     Withdrawn(String),
     /// A recent fetch failed and no good keys are cached; the next attempt waits.

@@ -130,7 +130,12 @@ impl fmt::Display for UnknownAction {
             .iter()
             .map(|a| format!("\"{}\"", a.as_str()))
             .collect();
-        write!(f, "{:?} is not an action; one of {}", self.0, names.join(", "))
+        write!(
+            f,
+            "{:?} is not an action; one of {}",
+            self.0,
+            names.join(", ")
+        )
     }
 }
 

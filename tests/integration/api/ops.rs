@@ -1305,13 +1305,26 @@ fn policy_explain_and_test_answer_offline() {
         r#"[{"name": "s", "claims": {}, "action": "*", "expect": "allow"}]"#,
     );
     for (args, code) in [
-        (vec!["explain", policy.as_str(), "--claims", claims.as_str(), "--action", "*"], 2),
+        (
+            vec![
+                "explain",
+                policy.as_str(),
+                "--claims",
+                claims.as_str(),
+                "--action",
+                "*",
+            ],
+            2,
+        ),
         (vec!["test", policy.as_str(), star_case.as_str()], 1),
     ] {
         let output = run(&args);
         assert_eq!(output.status.code(), Some(code), "{args:?}");
         let stderr = text(&output.stderr);
-        assert!(stderr.contains("\"*\" is not an action; one of"), "{stderr}");
+        assert!(
+            stderr.contains("\"*\" is not an action; one of"),
+            "{stderr}"
+        );
         assert!(!stderr.contains("every action"), "{stderr}");
     }
 }

@@ -120,7 +120,10 @@ impl ExplainBody {
                  the policy alone), not both",
             ));
         }
-        let action = match fields.string("action", false, 64).map(|a| a.parse::<Action>()) {
+        let action = match fields
+            .string("action", false, 64)
+            .map(|a| a.parse::<Action>())
+        {
             Some(Ok(action)) => Some(action),
             Some(Err(unknown)) => {
                 fields

@@ -199,8 +199,9 @@ fn a_verified_token_no_account_accepts_is_limited_like_junk() {
     let statuses: Vec<u16> = (0..6)
         .map(|_| server.get(&path, &refused).status().as_u16())
         .collect();
-    // The owner's first argon2 check counted too (each counts before it runs).
-    assert_eq!(statuses, [401, 401, 429, 429, 429, 429]);
+    // The owner's first argon2 check counted before it ran, and was given back once it
+    // verified.
+    assert_eq!(statuses, [401, 401, 401, 429, 429, 429]);
     // A token granted just before is spared, from the same address.
     let other = server_with(&[
         ("REGISTRY_AUTH_FAILURES_PER_MINUTE", "3"),
@@ -228,6 +229,31 @@ fn the_failed_authentication_limit_lets_exactly_its_number_through() {
         .map(|_| server.get("/services", junk).status().as_u16())
         .collect();
     assert_eq!(statuses, [401, 401, 401, 429, 429]);
+}
+
+/// Working credentials are no failed authentications: each first use of a genuine token (an
+/// argon2 check, counted before it runs) is given back once it verifies. Four working tokens
+/// from one address under a limit of 3 are all accepted (the fourth was a 429), and junk is
+/// still refused after its third failure.
+#[test]
+fn first_uses_of_working_tokens_are_no_failures() {
+    let server = server_with(&[("REGISTRY_AUTH_FAILURES_PER_MINUTE", "3")]);
+    let acme = server.customer("acme", "business");
+    let tokens: Vec<String> = (0..4)
+        .map(|_| static_account(&server, &acme, &["*"]).1)
+        .collect();
+    // Past the minute in which the registry minted them: each use below is an argon2 check.
+    server.advance_clock(120);
+    let statuses: Vec<u16> = tokens
+        .iter()
+        .map(|token| server.get("/services", token).status().as_u16())
+        .collect();
+    assert_eq!(statuses, [200; 4]);
+    let junk = "rgst_0000000000000000_notavalidsecretnotavalidsecretnotavalidsecret";
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| server.get("/services", junk).status().as_u16())
+        .collect();
+    assert_eq!(statuses, [401, 401, 401, 429]);
 }
 
 /// Finding 10: wrong secrets for one lookup id, paced under the per-address limit from many

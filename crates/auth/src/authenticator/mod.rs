@@ -249,8 +249,10 @@ fn record_failure(auth: &Authenticator, ip: IpAddr, error: AuthError) -> AuthErr
 }
 
 /// Verifies a static token or anonymous secret; returns its owner. Counts its own failures
-/// against the client's limit: an argon2 check counts as an attempt before it runs, whatever
-/// its outcome, so a burst of wrong secrets is refused before it is hashed, not after.
+/// against the client's limit: an argon2 check counts as an attempt before it runs, so a burst
+/// of wrong secrets is refused before it is hashed, not after; a secret that verifies gives its
+/// attempt back (no failure: the first uses of working tokens behind one NAT, a replica's
+/// restart, lock out nobody).
 async fn verify_secret(
     auth: &Authenticator,
     token: &str,
@@ -295,6 +297,7 @@ async fn verify_secret(
     let _turn = auth.attempts.turn(lookup_id).await?;
     // The check this one waited for may have been of this very token.
     if remembered() {
+        auth.auth_failures.give_back(ip);
         auth.counters.token_cache_hit();
         return Ok(stored.owner);
     }
@@ -313,6 +316,7 @@ async fn verify_secret(
         return Err(unauthorized("token does not match its stored hash"));
     }
     auth.tokens.remember(lookup_id, &stored.hash, token, now);
+    auth.auth_failures.give_back(ip);
     Ok(stored.owner)
 }
 

@@ -13,10 +13,23 @@ pub const RETRY_FOR: Duration = Duration::from_secs(60);
 /// How long one `PURGE` may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A `REGISTRY_PURGE_URLS` entry that is not an `http(s)://host:port` address.
+/// A `REGISTRY_PURGE_URLS` entry the registry cannot purge at.
 #[derive(Debug, thiserror::Error)]
-#[error("{0:?} is not the address of a cache (http://host:port or https://host:port)")]
-pub struct BadTarget(pub String);
+pub enum BadTarget {
+    /// Not an `http(s)://host:port` address.
+    #[error("{0:?} is not the address of a cache (http://host:port or https://host:port)")]
+    NotACache(String),
+    /// An address with a user or password: a secret that the registry's logs, which name the
+    /// cache of each failed purge, would show. Never echoed.
+    #[error(
+        "an address of a cache holds a user or password (http://user:password@host): the \
+         registry purges with none, and would write it to its logs"
+    )]
+    Credentials,
+    /// The HTTP client could not be made.
+    #[error("the HTTP client cannot start: {0}")]
+    Client(String),
+}
 
 /// The caches to purge, and the outcomes so far.
 #[derive(Debug)]
@@ -37,11 +50,15 @@ impl Purger {
             .map(|t| t.trim())
             .filter(|t| !t.is_empty())
             .map(|t| {
-                Url::parse(t)
-                    .ok()
+                let url = Url::parse(t).map_err(|_| BadTarget::NotACache(t.to_owned()))?;
+                // Looked at first, so that no other message shows the password.
+                if !url.username().is_empty() || url.password().is_some() {
+                    return Err(BadTarget::Credentials);
+                }
+                Some(url)
                     .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-                    .filter(|u| u.path() == "/" && u.query().is_none())
-                    .ok_or_else(|| BadTarget(t.to_owned()))
+                    .filter(|u| u.path() == "/" && u.query().is_none() && u.fragment().is_none())
+                    .ok_or_else(|| BadTarget::NotACache(t.to_owned()))
             })
             .collect::<Result<_, _>>()?;
         if targets.is_empty() {
@@ -51,7 +68,7 @@ impl Purger {
             .timeout(TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| BadTarget(e.to_string()))?;
+            .map_err(|e| BadTarget::Client(e.to_string()))?;
         Ok(Some(Self {
             down: targets.iter().map(|_| AtomicBool::new(false)).collect(),
             targets,
@@ -172,8 +189,19 @@ mod tests {
             "ftp://cdn",
             "http://cdn/purge",
             "http://cdn/?x=1",
+            "http://cdn:80#part",
         ] {
-            assert!(Purger::new(&[bad.into()]).is_err(), "{bad}");
+            let refused = Purger::new(&[bad.into()]).unwrap_err();
+            assert!(matches!(refused, BadTarget::NotACache(_)), "{bad}");
+        }
+        for with_secret in [
+            "http://user:s3cret@cdn:80",
+            "htps://s3cret@cdn",
+            "http://:s3cret@cdn",
+        ] {
+            let refused = Purger::new(&[with_secret.into()]).unwrap_err();
+            assert!(matches!(refused, BadTarget::Credentials), "{with_secret}");
+            assert!(!refused.to_string().contains("s3cret"), "{refused}");
         }
     }
 }

@@ -109,7 +109,8 @@ pub struct Settings {
     pub oidc_allow_insecure_issuers: bool,
 
     /// Anonymous services one client address may create per hour.
-    #[arg(long, env = "REGISTRY_ANON_CREATE_PER_HOUR", default_value_t = 20)]
+    #[arg(long, env = "REGISTRY_ANON_CREATE_PER_HOUR", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub anon_create_per_hour: u32,
 
     /// Most anonymous services live at once, across all clients; beyond it creation answers

@@ -818,18 +818,30 @@ fn serve_reports_its_settings_and_listeners_before_the_database() {
         assert!(stderr.contains(variable), "{variable}: {stderr}");
         assert!(!database.exists(), "{variable}: the database was touched");
     }
-    // No workers at all: a value the command line refuses (exit 2), naming the variable.
+    // A cache's address with a password: refused, and the password shown nowhere.
     let (code, _, stderr) = run_registry(
         &["serve"],
-        &[("REGISTRY_DATABASE_URL", &url), ("REGISTRY_WORKERS", "0")],
+        &[
+            ("REGISTRY_DATABASE_URL", &url),
+            ("REGISTRY_PURGE_URLS", "http://purger:s3cret@127.0.0.1:9"),
+        ],
     );
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("REGISTRY_WORKERS"), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(
-        !database.exists(),
-        "REGISTRY_WORKERS: the database was touched"
-    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("REGISTRY_PURGE_URLS"), "{stderr}");
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    assert!(!database.exists(), "the database was touched");
+    // No workers at all, or no anonymous creation ever allowed (a limit of 0 allowed one an
+    // hour): values the command line refuses (exit 2), naming the variable.
+    for variable in ["REGISTRY_WORKERS", "REGISTRY_ANON_CREATE_PER_HOUR"] {
+        let (code, _, stderr) = run_registry(
+            &["serve"],
+            &[("REGISTRY_DATABASE_URL", &url), (variable, "0")],
+        );
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(variable), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!database.exists(), "{variable}: the database was touched");
+    }
     // A database URL of no backend the registry knows names its variable too.
     let (code, _, stderr) = run_registry(
         &["serve"],

@@ -6,6 +6,7 @@
 
 use crate::naming::random_label;
 use crate::ports::Randomness;
+use std::borrow::Cow;
 
 /// Length of the public lookup id.
 pub const LOOKUP_LEN: usize = 16;
@@ -101,4 +102,54 @@ pub fn parse(bearer: &str) -> Option<ParsedCredential<'_>> {
     };
     (well_formed(lookup_id, LOOKUP_LEN) && well_formed(secret, SECRET_LEN))
         .then_some(ParsedCredential { kind, lookup_id })
+}
+
+/// `text` with every run that starts like one of the registry's secrets (`rgst_`, `rgan_`, then
+/// the secret's characters) cut to its prefix and `[redacted]`: for text a client chose that a
+/// log keeps (a path no route serves, a `Host`, a `User-Agent`), where a careless client may
+/// have put its token. Text without one is returned as it is, after a look at each `_`.
+///
+/// ```
+/// use registry_domain::credentials::redact_secrets;
+/// let secret = format!("rgst_{}_{}", "a".repeat(16), "b".repeat(52));
+/// assert_eq!(redact_secrets(&format!("/nope/{secret}/x")), "/nope/rgst_[redacted]/x");
+/// assert_eq!(redact_secrets("rgan_0123456789abcdef_x.host"), "rgan_[redacted].host");
+/// assert_eq!(redact_secrets("curl/8.5 (x86_64)"), "curl/8.5 (x86_64)");
+/// assert_eq!(redact_secrets("a rgst_x b_rgan_y_z é"), "a rgst_[redacted] b_rgan_[redacted] é");
+/// assert_eq!(redact_secrets("rgst_"), "rgst_[redacted]");
+/// assert!(matches!(redact_secrets("Mozilla/5.0"), std::borrow::Cow::Borrowed(_)));
+/// ```
+pub fn redact_secrets(text: &str) -> Cow<'_, str> {
+    let starts_secret = |at: usize| {
+        at >= 4
+            && [CredentialKind::StaticToken, CredentialKind::AnonymousSecret]
+                .iter()
+                .any(|kind| &text.as_bytes()[at - 4..at] == kind.prefix().as_bytes())
+    };
+    // `match_indices` of a `char` looks for it with `memchr`: most text holds no `_` at all.
+    let Some(first) = text
+        .match_indices('_')
+        .map(|(at, _)| at)
+        .find(|at| starts_secret(*at))
+    else {
+        return Cow::Borrowed(text);
+    };
+    let secret_char = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = first;
+    out.push_str(&text[..first]);
+    while rest < text.len() {
+        // `rest` is the `_` after a prefix already written.
+        let end = (text.as_bytes()[rest + 1..].iter())
+            .position(|b| !secret_char(*b))
+            .map_or(text.len(), |n| rest + 1 + n);
+        out.push_str("_[redacted]");
+        let next = (text[end..].match_indices('_'))
+            .map(|(at, _)| end + at)
+            .find(|at| starts_secret(*at));
+        let stop = next.unwrap_or(text.len());
+        out.push_str(&text[end..stop]);
+        rest = stop;
+    }
+    Cow::Owned(out)
 }

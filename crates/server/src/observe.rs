@@ -134,7 +134,7 @@ pub async fn observe(
     if let Some(format) = crate::request_line::enabled() {
         // The path itself only where no route pattern names the request (never the query
         // string).
-        let path = matches!(route, Cow::Borrowed(_)).then(|| cut(request.path(), 200));
+        let path = matches!(route, Cow::Borrowed(_)).then(|| redacted(cut(request.path(), 200)));
         // Borrowed from the request: nothing is copied for the line (one that is not text,
         // rare, is made text).
         let header = |name: header::HeaderName, most: usize| {
@@ -152,7 +152,10 @@ pub async fn observe(
         let host = header(header::HOST, 255).or_else(|| {
             (request.uri().authority()).map(|authority| Cow::Borrowed(cut(authority.as_str(), 255)))
         });
-        let user_agent = header(header::USER_AGENT, 100);
+        // A token a careless client put where the line shows it is not written (docs/api.md,
+        // "Operations").
+        let host = host.map(redacted);
+        let user_agent = header(header::USER_AGENT, 100).map(redacted);
         let client = state.as_ref().map_or_else(
             || request.peer_addr().map(|a| a.ip()),
             |state| Some(crate::client_ip::client_ip(request, &state.trusted_proxies)),
@@ -160,7 +163,7 @@ pub async fn observe(
         crate::request_line::RequestLine {
             method,
             route: &route,
-            path,
+            path: path.as_deref(),
             status,
             latency: elapsed,
             request_id: std::str::from_utf8(&request_id).unwrap_or_default(),
@@ -182,6 +185,16 @@ pub async fn observe(
         response.headers_mut().insert(REQUEST_ID, request_id);
     }
     Ok(response)
+}
+
+/// `text` with any of the registry's secrets in it cut out
+/// ([`registry_domain::credentials::redact_secrets`]); borrowed as it was when it holds none.
+fn redacted<'a>(text: impl Into<Cow<'a, str>>) -> Cow<'a, str> {
+    let text = text.into();
+    match registry_domain::credentials::redact_secrets(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(cut_out) => Cow::Owned(cut_out),
+    }
 }
 
 /// `text` cut to at most `most` characters (a header is the client's to make as long as it likes).

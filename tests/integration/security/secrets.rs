@@ -30,9 +30,24 @@ impl Transcript<'_> {
         authorization: Option<&str>,
         body: Option<serde_json::Value>,
     ) -> u16 {
+        self.call_with(method, path, authorization, body, &[])
+    }
+
+    /// [`Transcript::call`] with more request headers.
+    fn call_with(
+        &mut self,
+        method: Method,
+        path: &str,
+        authorization: Option<&str>,
+        body: Option<serde_json::Value>,
+        headers: &[(&str, &str)],
+    ) -> u16 {
         let mut request = self.server.request(method.clone(), path);
         if let Some(value) = authorization {
             request = request.header("authorization", value);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         if let Some(body) = body {
             request = request.json(&body);
@@ -45,6 +60,7 @@ impl Transcript<'_> {
         let text = response.text().unwrap();
         // The path may hold a secret on purpose: the label keeps only what precedes a query.
         let route = path.split('?').next().unwrap_or(path);
+        let route = route.split("/rg").next().unwrap_or(route);
         self.seen
             .push(format!("{method} {route} → {status}\n{headers}\n{text}"));
         status
@@ -248,6 +264,24 @@ fn secrets_reach_neither_logs_nor_bodies_nor_the_database_in_plaintext() {
         ),
         401
     );
+    // Or in a path no route serves, a Host, a User-Agent: the line shows them, the token cut
+    // out.
+    assert_eq!(
+        t.call(Method::GET, &format!("/nope/{second}"), None, None),
+        404
+    );
+    let host = format!("{anon_secret}.localhost");
+    let agent = format!("deploy-bot {second}");
+    assert_eq!(
+        t.call_with(
+            Method::GET,
+            "/healthz",
+            None,
+            None,
+            &[("host", &host), ("user-agent", &agent)]
+        ),
+        200
+    );
     let mut leaked = upload(&["k1"]);
     leaked["jwks"]["keys"][0]["d"] = json!(private_d);
     leaked["jwks"]["keys"][0]["p"] = json!(private_p);
@@ -275,6 +309,13 @@ fn secrets_reach_neither_logs_nor_bodies_nor_the_database_in_plaintext() {
         );
     }
     assert_no_secret("the server log", &log, &secrets);
+    for shown in [
+        "path=/nope/rgst_[redacted]",
+        "host=\"rgan_[redacted].localhost\"",
+        "user_agent=\"deploy-bot rgst_[redacted]\"",
+    ] {
+        assert!(log.contains(shown), "no {shown} in {log}");
+    }
     let listed = run_cli(&["customer", "list"], &server.database_url).expect("customer list");
     assert_no_secret("`registry customer list`", &listed.to_string(), &secrets);
 

@@ -39,6 +39,24 @@ pub struct CreatedAnonymous {
     pub hash: String,
 }
 
+/// When a service made at `now` to live `ttl` ends: in whole seconds, as `expiresAt` states it
+/// (the service ends at the time the answer gives, not up to a second after it), rounded up, so
+/// that it lives at least what was asked (a second, at the least), but never past its 24 hours.
+fn expiry(now: OffsetDateTime, ttl: time::Duration) -> OffsetDateTime {
+    let end = now + ttl;
+    let down = whole_second(end);
+    let up = if down == end {
+        end
+    } else {
+        down + time::Duration::SECOND
+    };
+    if up - now <= crate::anonymous::MAX_LIFETIME {
+        up
+    } else {
+        down
+    }
+}
+
 /// Creates an anonymous service for whoever calls from `origin`, below the ceiling of live
 /// anonymous services (`anon_max_active`), with a new secret stored only as its hash and the
 /// `anonymous.create` event.
@@ -73,9 +91,7 @@ pub fn create(
         title: command.title,
         description: command.description,
         created_at: now,
-        // Whole seconds, as `expiresAt` states it: the service ends at the time the answer
-        // gives, not up to a second after it (nor ever past its 24 hours).
-        expires_at: Some(whole_second(now + command.ttl)),
+        expires_at: Some(expiry(now, command.ttl)),
     };
     let event = Caller::anonymous(origin).service_event(Action::AnonymousCreate, &service, now);
     // Counted again in the insert's transaction: creations racing past the check above
@@ -160,11 +176,25 @@ mod tests {
             .unwrap();
         assert_eq!(stored.owner, CredentialOwner::AnonymousService(service.id));
         assert_eq!(stored.hash, created.hash);
-        // Created in the middle of a second, it ends at the whole second its answer states
-        // (`expiresAt`), not up to a second after.
+        // Created in the middle of a second, it ends at a whole second, as its answer states
+        // (`expiresAt`): the next one, so that it lives what was asked, at the least a second.
         let later = NOW + Duration::milliseconds(750);
         let created = create(&registry, origin(), command(), || later).unwrap();
-        assert_eq!(created.service.expires_at, Some(NOW + Duration::hours(2)));
+        let two_hours = NOW + Duration::hours(2) + Duration::SECOND;
+        assert_eq!(created.service.expires_at, Some(two_hours));
+        let one_second = CreateAnonymous {
+            ttl: Duration::SECOND,
+            ..command()
+        };
+        let created = create(&registry, origin(), one_second, || later).unwrap();
+        assert_eq!(created.service.expires_at, Some(NOW + Duration::seconds(2)));
+        // Never past its 24 hours: then the second before.
+        let longest = CreateAnonymous {
+            ttl: crate::anonymous::MAX_LIFETIME,
+            ..command()
+        };
+        let created = create(&registry, origin(), longest, || later).unwrap();
+        assert_eq!(created.service.expires_at, Some(NOW + Duration::hours(24)));
     }
 
     #[test]

@@ -170,8 +170,17 @@ pub struct VerifierCandidate {
     pub hours: u32,
     /// Its last fetch in the period.
     pub last_at: OffsetDateTime,
-    /// The networks it fetched from, the most often seen first.
-    pub networks: Vec<Network>,
+    /// The networks it fetched from, seen in the most distinct hours first.
+    pub networks: Vec<SeenNetwork>,
+}
+
+/// A network an agent fetched the key set from, and in how many distinct clock hours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeenNetwork {
+    /// The network (an IPv4 /24, an IPv6 /48).
+    pub network: Network,
+    /// In how many distinct clock hours the agent fetched from it.
+    pub hours: u32,
 }
 
 /// How far back a verifier counts, from a key's first publication and from now (docs/api.md,
@@ -195,6 +204,11 @@ pub const VERIFIER_HOURS: u32 = 2;
 /// before (`candidates`): those seen in at least `min_hours` distinct hours, the
 /// [`MAX_VERIFIERS`] most active, each with its [`MAX_VERIFIER_NETWORKS`] most seen networks,
 /// and no more than [`VERIFIERS_PER_NETWORK`] whose every network has given that many already.
+/// A verifier's networks are those it was seen from in `min_hours` distinct hours too, when it
+/// has any: one fetch under a verifier's agent from an outsider's network, in the week before,
+/// does not make that network the verifier's (a later fetch from there would satisfy it). One
+/// seen from no network that often (a cloud that fetches from a new address each time) keeps
+/// every network it was seen from.
 /// One seen from no known network (its fetches stored before networks were, or shipped in a
 /// cache's log without the client's address) can be satisfied by no fetch: it holds the key
 /// until it has not been seen for 7 days, or its owner dismisses it, never the other way.
@@ -209,9 +223,11 @@ pub fn verifiers_of(candidates: &[VerifierCandidate], min_hours: u32) -> Vec<Key
         if chosen.len() == MAX_VERIFIERS {
             break;
         }
+        let steady = c.networks.iter().any(|n| n.hours >= min_hours);
         let networks: Vec<Network> = (c.networks.iter())
+            .filter(|n| !steady || n.hours >= min_hours)
             .take(MAX_VERIFIER_NETWORKS)
-            .copied()
+            .map(|n| n.network)
             .collect();
         let spent = |n: &Network| given.get(n).is_some_and(|&k| k >= VERIFIERS_PER_NETWORK);
         if !networks.is_empty() && networks.iter().all(spent) {
@@ -1309,7 +1325,12 @@ mod tests {
                 count,
                 hours,
                 last_at: at,
-                networks: networks.iter().map(|n| n.parse().unwrap()).collect(),
+                networks: (networks.iter())
+                    .map(|n| SeenNetwork {
+                        network: n.parse().unwrap(),
+                        hours,
+                    })
+                    .collect(),
             };
         let mut candidates = vec![
             candidate("once", 1_000, 1, &["198.51.100.0/24"]),
@@ -1346,6 +1367,55 @@ mod tests {
             })
             .collect();
         assert_eq!(verifiers_of(&many, 2).len(), MAX_VERIFIERS);
+    }
+
+    #[test]
+    fn a_verifier_s_networks_are_those_it_was_seen_from_in_two_hours() {
+        let at = datetime!(2026-11-23 10:00 UTC);
+        let seen = |network: &str, hours: u32| SeenNetwork {
+            network: network.parse().unwrap(),
+            hours,
+        };
+        let candidate = |agent: &str, networks: Vec<SeenNetwork>| VerifierCandidate {
+            agent: agent.to_owned(),
+            count: 10,
+            hours: 3,
+            last_at: at,
+            networks,
+        };
+        let candidates = [
+            // Its own network in three hours; an outsider's fetch under its agent in one.
+            candidate(
+                "AWS",
+                vec![seen("203.0.113.0/24", 3), seen("198.51.100.0/24", 1)],
+            ),
+            // A new network each hour: each of them is its.
+            candidate(
+                "roaming",
+                vec![
+                    seen("10.0.1.0/24", 1),
+                    seen("10.0.2.0/24", 1),
+                    seen("10.0.3.0/24", 1),
+                ],
+            ),
+        ];
+        let networks: Vec<(String, Vec<String>)> = (verifiers_of(&candidates, 2).into_iter())
+            .map(|v| (v.agent, v.networks.iter().map(Network::to_string).collect()))
+            .collect();
+        assert_eq!(
+            networks,
+            [
+                ("AWS".to_owned(), vec!["203.0.113.0/24".to_owned()]),
+                (
+                    "roaming".to_owned(),
+                    vec![
+                        "10.0.1.0/24".into(),
+                        "10.0.2.0/24".into(),
+                        "10.0.3.0/24".into()
+                    ]
+                ),
+            ]
+        );
     }
 
     #[test]

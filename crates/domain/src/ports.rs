@@ -15,7 +15,7 @@
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
 use crate::custom_domain::{CustomDomain, DomainProblem, DomainWork};
 /// The agents that may become a key's verifiers, as the fetch evidence reads them.
-pub use crate::keys::VerifierCandidate;
+pub use crate::keys::{SeenNetwork, VerifierCandidate};
 use crate::network::Network;
 use crate::service::{Publication, PublishedConfig};
 use crate::{Customer, Plan, Service, ServiceAccount, StoreError};

@@ -31,10 +31,10 @@ use crate::ports::{
     CredentialOwner, CredentialRecord, CredentialStore, CustomerStore, Database, DatabaseSides,
     DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy, IssuedCertificate,
     KeyImport, ManagedKeys, NetworkFetch, OthersCheck, OwnershipCheck, PoolUse, PurgeLog, Purging,
-    Randomness, ReadinessLog, RefusalLog, Sealing, SecretHasher, ServiceStore, SignFailure,
-    SigningChange, SigningStore, StoreResult, StoredCredential, Ticks, TokenSignatureCheck,
-    VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
-    STORED_NETWORKS_PER_AGENT,
+    Randomness, ReadinessLog, RefusalLog, Sealing, SecretHasher, SeenNetwork, ServiceStore,
+    SignFailure, SigningChange, SigningStore, StoreResult, StoredCredential, Ticks,
+    TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
+    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{DocumentDates, Publication, PublishedConfig, VersionHistory};
@@ -1617,7 +1617,12 @@ impl FetchLog for MemoryStore {
                 let mut networks: Vec<(Network, usize)> =
                     (networks.into_iter()).map(|(n, h)| (n, h.len())).collect();
                 networks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-                candidate.networks = networks.into_iter().map(|(n, _)| n).collect();
+                candidate.networks = (networks.into_iter())
+                    .map(|(network, hours)| SeenNetwork {
+                        network,
+                        hours: u32::try_from(hours).unwrap_or(u32::MAX),
+                    })
+                    .collect();
                 candidate
             })
             .collect())

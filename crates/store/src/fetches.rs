@@ -10,7 +10,7 @@ use diesel::prelude::*;
 use registry_domain::network::Network;
 use registry_domain::ports::{
     fetch_hour, AgentFetches, AgentHour, DocumentFetches, FetchLog, FetchedDocument, NetworkFetch,
-    StoreResult, VerifierCandidate, OTHER_AGENTS,
+    SeenNetwork, StoreResult, VerifierCandidate, OTHER_AGENTS,
 };
 use std::collections::{BTreeSet, HashMap, HashSet};
 use time::OffsetDateTime;
@@ -237,7 +237,12 @@ impl FetchLog for Store {
                     count: n,
                     hours: u32::try_from(hours.len()).unwrap_or(u32::MAX),
                     last_at: instant(last)?,
-                    networks: networks.into_iter().map(|(network, _)| network).collect(),
+                    networks: (networks.into_iter())
+                        .map(|(network, hours)| SeenNetwork {
+                            network,
+                            hours: u32::try_from(hours).unwrap_or(u32::MAX),
+                        })
+                        .collect(),
                 });
             }
             Ok(candidates)

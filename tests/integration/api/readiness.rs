@@ -356,6 +356,9 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
             .unwrap();
         assert_eq!(response.status(), 200);
     };
+    // And one under the verifier's agent, from the outsider's /24: a network seen in one hour
+    // only is not the verifier's (its later fetch from there below would satisfy it).
+    outsider("aws-sts");
     outsider("new-agent/1.0");
     wait_for_agent(&server, &acme.token, &sub, "new-agent/1.0");
     server.advance_clock(5);
@@ -366,6 +369,7 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
     server.advance_clock(1);
     let before = readiness(&server, &acme.token, &sub, "k2");
     assert_eq!(pending(&before), ["aws-sts"], "{before}");
+    assert_eq!(before["verifiers"][0]["networks"], json!(["127.0.0.0/24"]));
 
     // 5,000 GETs under 1,000 made-up agents from another /24, and the verifier's exact agent
     // from another /24: neither safeToSign nor pending moves.

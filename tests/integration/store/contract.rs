@@ -2059,8 +2059,14 @@ fn verifiers_are_found_by_their_hours_and_networks(store: &dyn Storage) {
         ("aws", 3, 3)
     );
     assert_eq!(candidate.last_at, hours(2));
-    let networks: Vec<String> = candidate.networks.iter().map(|n| n.to_string()).collect();
-    assert_eq!(networks, [aws, bot], "the most seen first");
+    let networks: Vec<(String, u32)> = (candidate.networks.iter())
+        .map(|n| (n.network.to_string(), n.hours))
+        .collect();
+    assert_eq!(
+        networks,
+        [(aws.to_owned(), 3), (bot.to_owned(), 1)],
+        "the most seen first, with their hours"
+    );
 
     // Since the publication: the last fetch of each agent from each network.
     let after = |m: i64| NOON + Duration::minutes(m);

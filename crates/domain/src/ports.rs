@@ -745,7 +745,10 @@ pub trait DomainStore: Send + Sync {
     /// worker read it, to `next`, unless the service's domain is no longer `was` (the same
     /// name, status, TXT token, next attempt to the millisecond and attempt count): another
     /// replica's step, or its owner's PUT or DELETE, came first, and a step decided on what was
-    /// read before it never undoes it. `false` then, nothing written.
+    /// read before it never undoes it. `false` then, nothing written. A step written releases
+    /// the domain's ordering lock ([`DomainStore::lock_domain`]): only its holder writes a
+    /// held domain's step, and once it has, the order is over (a failed order's retry waits
+    /// for its own time, not for the lock's end).
     fn update_domain(&self, was: &CustomDomain, next: &CustomDomain) -> StoreResult<bool>;
     /// Every domain held (proven: issuing, or active): what a replica loads at start (it serves
     /// the active ones with their certificate, and answers HTTP-01 for the ones ordering).

@@ -1372,13 +1372,14 @@ impl DomainStore for MemoryStore {
 
     fn update_domain(&self, was: &CustomDomain, domain: &CustomDomain) -> StoreResult<bool> {
         let mut s = self.lock();
-        let Some((kept, _)) = s.domains.get_mut(&domain.service_id) else {
+        let Some((kept, lock)) = s.domains.get_mut(&domain.service_id) else {
             return Ok(false);
         };
         if !kept.is_still(was) {
             return Ok(false);
         }
         *kept = stored_domain(domain);
+        *lock = None;
         let at = kept.created_at;
         s.log(&[Change::Service(domain.service_id)], at);
         Ok(true)

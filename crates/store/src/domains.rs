@@ -417,6 +417,10 @@ impl DomainStore for Store {
                 return Ok(false);
             }
             write_domain(conn, domain)?;
+            // The step is over: its ordering lock, if it held one, goes with it.
+            diesel::update(custom_domains::table.find(id_text(domain.service_id)))
+                .set(custom_domains::locked_until.eq(None::<i64>))
+                .execute(conn)?;
             changed.push(Change::Service(domain.service_id));
             Ok(true)
         })

@@ -2993,6 +2993,11 @@ fn the_worker_finds_due_domains_locks_one_at_a_time_and_loads_served_ones(store:
         ..read.clone()
     };
     assert!(!store.lock_domain(&elsewhere, at(300), at(0)).unwrap());
+    // A step written (the lock holder's, its order over) releases the lock at once.
+    let stepped = read.clone().postponed(at(400));
+    assert!(store.update_domain(&read, &stepped).unwrap());
+    assert!(store.lock_domain(&stepped, at(1300), at(400)).unwrap());
+    assert!(store.update_domain(&stepped, &read).unwrap());
 
     // Served once active with a certificate, which reads back as written.
     assert!(store.held_domains().unwrap().is_empty());

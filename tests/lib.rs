@@ -16,8 +16,8 @@ mod support;
 pub struct ReadmeExamples;
 
 pub use support::database::{
-    backend_name, execute_sql, fresh_database_url, hold_migration_lock, hold_write_lock,
-    postgres_tool, query_sql, sqlite_python, HeldLock, POSTGRES_URL_VAR,
+    backend_name, execute_sql, fresh_database_url, hold_migration_lock, hold_sqlite_reads,
+    hold_write_lock, postgres_tool, query_sql, sqlite_python, HeldLock, POSTGRES_URL_VAR,
 };
 
 /// The test OIDC issuer (see [`issuer::TestIssuer`]).

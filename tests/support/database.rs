@@ -216,6 +216,38 @@ pub fn hold_write_lock(database_url: &str) -> HeldLock {
     )
 }
 
+/// Makes a SQLite database unreadable by any other process until dropped: the locks of its
+/// shared-memory file that every read takes (bytes 120 to 127: the WAL's write, checkpoint,
+/// recovery and readers' marks), held exclusively. Returns once they are held.
+pub fn hold_sqlite_reads(database_url: &str) -> HeldLock {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let path = database_url
+        .strip_prefix("sqlite://")
+        .expect("a SQLite database");
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import fcntl, os, sys\n\
+             fd = os.open(sys.argv[1] + '-shm', os.O_RDWR)\n\
+             fcntl.lockf(fd, fcntl.LOCK_EX, 8, 120)\n\
+             print('locked', flush=True)\n\
+             sys.stdin.read()",
+        )
+        .arg(path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let stdout = child.stdout.take().expect("stdout");
+    let locked = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.trim() == "locked");
+    assert!(locked, "the lock was not taken");
+    HeldLock(child)
+}
+
 /// Holds SQLite's write lock, or runs `postgres_statement` in an open PostgreSQL transaction.
 fn hold_lock(database_url: &str, postgres_statement: &str) -> HeldLock {
     use std::io::{BufRead, BufReader, Write};

@@ -171,7 +171,15 @@ impl Database for Store {
     }
 
     fn ping(&self) -> StoreResult<()> {
-        self.read_primary(|conn| Ok(conn.batch_execute("SELECT 1")?))
+        // SQLite answers `SELECT 1` without reading the database file: a statement that reads
+        // a table is refused while nothing can be read (within the busy timeout). PostgreSQL's
+        // `SELECT 1` is the server's answer, and waits for no table lock.
+        self.read_primary(|conn| {
+            Ok(match conn {
+                Db::Sqlite(_) => conn.batch_execute("SELECT 1 FROM changes LIMIT 1")?,
+                Db::Postgres(_) => conn.batch_execute("SELECT 1")?,
+            })
+        })
     }
 
     fn sides(&self) -> DatabaseSides {

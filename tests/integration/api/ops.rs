@@ -6,6 +6,35 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
+/// On SQLite, a database nothing can be read from is down for `/readyz` and
+/// `registry_database_up`, as a PostgreSQL one out of reach is (`api::outage`): `SELECT 1`,
+/// which SQLite answers without reading the file, said "up" while every read failed. Once
+/// readable again, it is up again.
+#[test]
+fn an_unreadable_sqlite_database_is_down() {
+    if registry_tests::backend_name() != "sqlite" {
+        // PostgreSQL's outage is `api::outage`'s, on its own pass.
+        return;
+    }
+    let server = TestServer::start();
+    let ready = json(server.request(Method::GET, "/readyz").send().unwrap());
+    assert_eq!(ready["primary"], "up", "{ready}");
+    let held = registry_tests::hold_sqlite_reads(&server.database_url);
+    let ready = json(server.request(Method::GET, "/readyz").send().unwrap());
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    assert_eq!(ready["primary"], "down", "{ready}");
+    let text = server.metrics_text();
+    assert!(
+        text.contains("registry_database_up{side=\"primary\"} 0"),
+        "{text}"
+    );
+    drop(held);
+    let back = registry_tests::wait::within(std::time::Duration::from_secs(15), || {
+        json(server.request(Method::GET, "/readyz").send().unwrap())["primary"] == "up"
+    });
+    assert!(back, "the database stayed down once readable");
+}
+
 #[test]
 fn health_readiness_and_metrics() {
     let server = TestServer::start();

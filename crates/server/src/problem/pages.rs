@@ -29,7 +29,7 @@ pub async fn page(req: HttpRequest, slug: web::Path<String>) -> ApiResult<HttpRe
         .body(html(kind)))
 }
 
-/// Whether `Accept` names JSON and not HTML (a browser names HTML; a default is HTML).
+/// Whether `Accept` prefers JSON to HTML (a browser names HTML; a default is HTML).
 fn wants_json(req: &HttpRequest) -> bool {
     let accept = req
         .headers()
@@ -37,7 +37,27 @@ fn wants_json(req: &HttpRequest) -> bool {
         .filter_map(|value| value.to_str().ok())
         .collect::<Vec<_>>()
         .join(",");
-    accept.contains("json") && !accept.contains("text/html")
+    prefers_json(&accept)
+}
+
+/// Whether the media ranges of `accept` rate a JSON type above `text/html`, by their `q`
+/// (1 when absent; `q=0` is "not acceptable"): HTML when they tie, or when neither is named.
+fn prefers_json(accept: &str) -> bool {
+    let (mut json, mut html) = (0.0f32, 0.0f32);
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        let q = (parts.filter_map(|p| p.trim().strip_prefix("q=")))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .filter(|q| (0.0..=1.0).contains(q))
+            .unwrap_or(1.0);
+        if media == "text/html" {
+            html = html.max(q);
+        } else if media.contains("json") {
+            json = json.max(q);
+        }
+    }
+    json > 0.0 && json > html
 }
 
 /// The page as HTML: the text escaped, `code` in backquotes set as code.
@@ -79,6 +99,23 @@ fn html(kind: &Kind) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_is_chosen_only_when_preferred() {
+        for (accept, json) in [
+            ("application/json", true),
+            ("application/problem+json, */*", true),
+            ("text/html, application/json", false),
+            ("text/html;q=0, application/json", true),
+            ("text/html;q=0.5, application/json;q=0.9", true),
+            ("text/html, application/json;q=0", false),
+            ("application/json;q=0", false),
+            ("", false),
+            ("*/*", false),
+        ] {
+            assert_eq!(prefers_json(accept), json, "{accept}");
+        }
+    }
 
     #[test]
     fn pages_escape_their_text_and_set_code() {

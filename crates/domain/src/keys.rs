@@ -561,15 +561,25 @@ pub fn rotate(
             .filter(|k| !retired.contains(&k.kid))
             .map(|k| k.kid.as_str())
             .collect();
-        let way_out = match deletable.is_empty() {
-            true => "Upload fewer keys, or the same with \"retainRemovedKeysHours\": 0 (the \
-                     keys it drops then leave at once)"
-                .to_owned(),
-            false => format!(
+        let retires_kept = kept.iter().any(|k| retired.contains(&k.kid));
+        let mut way_out = match (deletable.is_empty(), retires_kept) {
+            (false, _) => format!(
                 "Delete retired keys first (DELETE /services/{{s}}/keys/{{kid}}): {}",
                 deletable.join(", ")
             ),
+            (true, true) => "Upload fewer keys, or the same with \"retainRemovedKeysHours\": 0 \
+                             (the keys it drops then leave at once)"
+                .to_owned(),
+            (true, false) => "Upload fewer keys".to_owned(),
         };
+        // Other sources' keys count too, and only their own uploads (or removal) change them.
+        let others = current.iter().filter(|k| !k.held_by(source)).count();
+        if others > 0 {
+            way_out.push_str(&format!(
+                "; {others} of them are other sources' (DELETE /services/{{s}}/config?source=NAME \
+                 removes a source's keys)"
+            ));
+        }
         problems.push(RotationProblem {
             violation: Violation::new(
                 "/jwks/keys",

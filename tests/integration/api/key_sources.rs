@@ -242,6 +242,13 @@ fn source_names_are_checked_and_the_cap_counts_every_source() {
     let refused = put_keys_as(&server, &acme.token, &sub, Some("b"), &many("b", 41), None);
     let problem = assert_problem(refused, 400, "validation-failed");
     assert!(problem.to_string().contains("101 keys"), "{problem}");
+    // The way out names the other source's keys; nothing is retired, so no retention helps.
+    let detail = problem["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("60 of them are other sources'"),
+        "{problem}"
+    );
+    assert!(!detail.contains("retainRemovedKeysHours"), "{problem}");
     assert_eq!(
         put_keys_as(&server, &acme.token, &sub, Some("b"), &many("b", 40), None).status(),
         200

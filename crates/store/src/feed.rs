@@ -174,12 +174,11 @@ impl Database for Store {
         // SQLite answers `SELECT 1` without reading the database file: a statement that reads
         // a table is refused while nothing can be read (within the busy timeout). PostgreSQL's
         // `SELECT 1` is the server's answer, and waits for no table lock.
-        self.read_primary(|conn| {
-            Ok(match conn {
-                Db::Sqlite(_) => conn.batch_execute("SELECT 1 FROM changes LIMIT 1")?,
-                Db::Postgres(_) => conn.batch_execute("SELECT 1")?,
-            })
-        })
+        let statement = |conn: &Db| match conn {
+            Db::Sqlite(_) => "SELECT 1 FROM changes LIMIT 1",
+            Db::Postgres(_) => "SELECT 1",
+        };
+        self.read_primary(|conn| Ok(conn.batch_execute(statement(conn))?))
     }
 
     fn sides(&self) -> DatabaseSides {

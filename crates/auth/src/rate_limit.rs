@@ -118,7 +118,15 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         (self.refused.lock().unwrap_or_else(PoisonError::into_inner)).remove(&key);
         let mut back = (self.given_back.lock()).unwrap_or_else(PoisonError::into_inner);
         if back.len() >= MAX_KEYS {
-            back.clear();
+            // Credits last one emission interval: those of addresses that never came back go
+            // first, and all of them only if every one still lasts.
+            let lasts = self.quota.replenish_interval();
+            back.retain(|_, credits| {
+                (credits.back()).is_some_and(|at| now.saturating_duration_since(*at) < lasts)
+            });
+            if back.len() >= MAX_KEYS {
+                back.clear();
+            }
         }
         let credits = back.entry(key).or_default();
         if credits.len() >= self.quota.burst_size().get() as usize {

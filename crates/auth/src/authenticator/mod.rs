@@ -250,9 +250,9 @@ fn record_failure(auth: &Authenticator, ip: IpAddr, error: AuthError) -> AuthErr
 
 /// Verifies a static token or anonymous secret; returns its owner. Counts its own failures
 /// against the client's limit: an argon2 check counts as an attempt before it runs, so a burst
-/// of wrong secrets is refused before it is hashed, not after; a secret that verifies gives its
-/// attempt back (no failure: the first uses of working tokens behind one NAT, a replica's
-/// restart, lock out nobody).
+/// of wrong secrets is refused before it is hashed, not after; a secret that verifies, or is
+/// not hashed at all, gives its attempt back (no failure: the first uses of working tokens
+/// behind one NAT, a replica's restart, lock out nobody).
 async fn verify_secret(
     auth: &Authenticator,
     token: &str,
@@ -291,15 +291,33 @@ async fn verify_secret(
     // comes back: strangers who know a lookup id cannot make the registry hash for it more
     // than a few times a minute, and a secret verified before never gets here.
     auth.auth_failures.hit(ip).map_err(too_many_failures)?;
+    let checked = hashed_check(auth, lookup_id, &stored.hash, token, now).await;
+    // Only a secret hashed and found wrong stays counted: one that verified, or that was not
+    // hashed at all (a queue full, a lookup id refused), is no failure of this address.
+    if !matches!(checked, Err(AuthError::Unauthorized { .. })) {
+        auth.auth_failures.give_back(ip);
+    }
+    checked.map(|()| stored.owner)
+}
+
+/// The argon2 check of `token` against `hash`, one at a time per lookup id: `Ok` when it
+/// verifies (remembered), `Unauthorized` when it does not.
+async fn hashed_check(
+    auth: &Authenticator,
+    lookup_id: &str,
+    hash: &str,
+    token: &str,
+    now: OffsetDateTime,
+) -> AuthResult<()> {
+    let remembered = || auth.tokens.verified(lookup_id, hash, token, now);
     auth.secret_failures
         .check(lookup_id)
         .map_err(too_many_wrong_secrets)?;
     let _turn = auth.attempts.turn(lookup_id).await?;
     // The check this one waited for may have been of this very token.
     if remembered() {
-        auth.auth_failures.give_back(ip);
         auth.counters.token_cache_hit();
-        return Ok(stored.owner);
+        return Ok(());
     }
     // Or the last failure the lookup id's allowance had room for: those that waited behind it
     // are not hashed either.
@@ -309,15 +327,14 @@ async fn verify_secret(
     auth.counters.argon2_verification();
     let ok = auth
         .hasher
-        .verify(token.to_owned(), stored.hash.clone())
+        .verify(token.to_owned(), hash.to_owned())
         .await?;
     if !ok {
         auth.secret_failures.record(lookup_id);
         return Err(unauthorized("token does not match its stored hash"));
     }
-    auth.tokens.remember(lookup_id, &stored.hash, token, now);
-    auth.auth_failures.give_back(ip);
-    Ok(stored.owner)
+    auth.tokens.remember(lookup_id, hash, token, now);
+    Ok(())
 }
 
 /// Who a verified static token or anonymous secret belongs to.

@@ -16,9 +16,10 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// A `REGISTRY_PURGE_URLS` entry the registry cannot purge at.
 #[derive(Debug, thiserror::Error)]
 pub enum BadTarget {
-    /// Not an `http(s)://host:port` address.
-    #[error("{0:?} is not the address of a cache (http://host:port or https://host:port)")]
-    NotACache(String),
+    /// Entry `n` (from 1) is not an `http(s)://host:port` address. The entry is not echoed: a
+    /// password in it (one that did not parse, or was cut at a comma) would be shown.
+    #[error("entry {0} is not the address of a cache (http://host:port or https://host:port)")]
+    NotACache(usize),
     /// An address with a user or password: a secret that the registry's logs, which name the
     /// cache of each failed purge, would show. Never echoed.
     #[error(
@@ -49,16 +50,17 @@ impl Purger {
         let targets: Vec<Url> = (targets.iter())
             .map(|t| t.trim())
             .filter(|t| !t.is_empty())
-            .map(|t| {
-                let url = Url::parse(t).map_err(|_| BadTarget::NotACache(t.to_owned()))?;
-                // Looked at first, so that no other message shows the password.
-                if !url.username().is_empty() || url.password().is_some() {
+            .enumerate()
+            .map(|(i, t)| {
+                // An `@` is a user or password, parsed or not.
+                if t.contains('@') {
                     return Err(BadTarget::Credentials);
                 }
-                Some(url)
+                Url::parse(t)
+                    .ok()
                     .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
                     .filter(|u| u.path() == "/" && u.query().is_none() && u.fragment().is_none())
-                    .ok_or_else(|| BadTarget::NotACache(t.to_owned()))
+                    .ok_or(BadTarget::NotACache(i + 1))
             })
             .collect::<Result<_, _>>()?;
         if targets.is_empty() {
@@ -192,16 +194,22 @@ mod tests {
             "http://cdn:80#part",
         ] {
             let refused = Purger::new(&[bad.into()]).unwrap_err();
-            assert!(matches!(refused, BadTarget::NotACache(_)), "{bad}");
+            assert!(matches!(refused, BadTarget::NotACache(1)), "{bad}");
         }
         for with_secret in [
             "http://user:s3cret@cdn:80",
             "htps://s3cret@cdn",
             "http://:s3cret@cdn",
+            "http://u:s3cret@cdn:99999",
+            "http://u:s3cret@",
         ] {
             let refused = Purger::new(&[with_secret.into()]).unwrap_err();
             assert!(matches!(refused, BadTarget::Credentials), "{with_secret}");
             assert!(!refused.to_string().contains("s3cret"), "{refused}");
         }
+        // A password cut at a comma (the setting's separator) is shown by neither piece.
+        let pieces = ["http://u:s3c".to_owned(), "ret@cdn:80".to_owned()];
+        let refused = Purger::new(&pieces).unwrap_err();
+        assert!(!refused.to_string().contains("s3c"), "{refused}");
     }
 }

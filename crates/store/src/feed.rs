@@ -2,7 +2,7 @@
 //! keep its caches as fresh as the database, and whether the database answers.
 
 use crate::error::{Failure, Res};
-use crate::pool::{on_backend, Db};
+use crate::pool::{on_backend, Db, SQLITE_BUSY_TIMEOUT_MS};
 use crate::rows::uuid;
 use crate::schema::{changes, credentials};
 use crate::store::{CHANGE_ACCOUNT, CHANGE_SERVICE};
@@ -16,6 +16,9 @@ use registry_domain::ports::{
 use registry_domain::service::Publication;
 use registry_domain::signing::Signing;
 use registry_domain::StoreError;
+
+/// How long the database's readiness check waits for a SQLite file's lock.
+const PING_BUSY_TIMEOUT_MS: u32 = 500;
 
 /// The credential row of a lookup id, with the change log's newest sequence read by the same
 /// statement (a sub-select), so that the caller knows how fresh its caches must be.
@@ -171,14 +174,19 @@ impl Database for Store {
     }
 
     fn ping(&self) -> StoreResult<()> {
-        // SQLite answers `SELECT 1` without reading the database file: a statement that reads
-        // a table is refused while nothing can be read (within the busy timeout). PostgreSQL's
-        // `SELECT 1` is the server's answer, and waits for no table lock.
-        let statement = |conn: &Db| match conn {
-            Db::Sqlite(_) => "SELECT 1 FROM changes LIMIT 1",
-            Db::Postgres(_) => "SELECT 1",
-        };
-        self.read_primary(|conn| Ok(conn.batch_execute(statement(conn))?))
+        // SQLite answers `SELECT 1` without reading the database file: the check reads its
+        // schema table, which a file locked by another process refuses, waiting half a second
+        // for the lock (a probe must not wait out every read's 5 s). PostgreSQL's `SELECT 1`
+        // is the server's answer, and waits for no table lock.
+        self.read_primary(|conn| match conn {
+            Db::Sqlite(_) => {
+                conn.batch_execute(&format!("PRAGMA busy_timeout = {PING_BUSY_TIMEOUT_MS}"))?;
+                let read = conn.batch_execute("SELECT 1 FROM sqlite_master LIMIT 1");
+                conn.batch_execute(&format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}"))?;
+                Ok(read?)
+            }
+            Db::Postgres(_) => Ok(conn.batch_execute("SELECT 1")?),
+        })
     }
 
     fn sides(&self) -> DatabaseSides {

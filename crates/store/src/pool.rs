@@ -213,7 +213,7 @@ pub(crate) fn probe(manager: &Manager) -> Result<(), ConnectError> {
 const SQLITE_MMAP_BYTES: u64 = 32 << 20;
 
 /// How long a SQLite writer waits for another one before giving up with "database is locked".
-const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
+pub(crate) const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
 
 /// Session settings every SQLite connection needs: foreign keys (for the cascades) are off by
 /// default, and WAL lets readers run beside the single writer. Reads go through a map of the

@@ -47,7 +47,8 @@ fn prefers_json(accept: &str) -> bool {
     for range in accept.split(',') {
         let mut parts = range.split(';');
         let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
-        let q = (parts.filter_map(|p| p.trim().strip_prefix("q=")))
+        let q = (parts.map(|p| p.trim().to_ascii_lowercase()))
+            .filter_map(|p| p.strip_prefix("q=").map(str::to_owned))
             .find_map(|q| q.trim().parse::<f32>().ok())
             .filter(|q| (0.0..=1.0).contains(q))
             .unwrap_or(1.0);
@@ -109,6 +110,7 @@ mod tests {
             ("text/html;q=0, application/json", true),
             ("text/html;q=0.5, application/json;q=0.9", true),
             ("text/html, application/json;q=0", false),
+            ("text/html;Q=0, application/json", true),
             ("application/json;q=0", false),
             ("", false),
             ("*/*", false),

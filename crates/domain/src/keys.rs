@@ -572,8 +572,11 @@ pub fn rotate(
                 .to_owned(),
             (true, false) => "Upload fewer keys".to_owned(),
         };
-        // Other sources' keys count too, and only their own uploads (or removal) change them.
-        let others = current.iter().filter(|k| !k.held_by(source)).count();
+        // Other sources' keys count too, and only their own uploads (or removal) change them;
+        // managed keys (signing's) are not removed that way, and not counted here.
+        let others = (current.iter())
+            .filter(|k| !k.held_by(source) && !k.held_by(MANAGED_SOURCE))
+            .count();
         if others > 0 {
             way_out.push_str(&format!(
                 "; {others} of them are other sources' (DELETE /services/{{s}}/config?source=NAME \

@@ -16,6 +16,8 @@ pub const MAX_LIFETIME: Duration = Duration::hours(24);
 /// assert_eq!(lifetime(None).unwrap(), Duration::hours(24));
 /// assert_eq!(lifetime(Some(&json!(1.5))).unwrap(), Duration::minutes(90));
 /// assert_eq!(lifetime(Some(&json!(100))).unwrap(), Duration::hours(24));
+/// assert_eq!(lifetime(Some(&json!(0.0005))).unwrap(), Duration::seconds(2)); // 1.8 s
+/// assert_eq!(lifetime(Some(&json!(1e-9))).unwrap(), Duration::seconds(1));
 /// assert!(lifetime(Some(&json!(0))).is_err());
 /// assert!(lifetime(Some(&json!("2"))).is_err());
 /// assert!(lifetime(Some(&json!(null))).is_err());
@@ -28,8 +30,9 @@ pub fn lifetime(ttl_hours: Option<&serde_json::Value>) -> Result<Duration, Viola
     match hours {
         Some(h) if h > 0.0 && h.is_finite() => {
             let seconds = (h * 3600.0).min(MAX_LIFETIME.whole_seconds() as f64);
-            // Below one second the service would be born expired.
-            Ok(Duration::seconds(seconds.max(1.0) as i64))
+            // Below one second the service would be born expired; a part of a second asked
+            // for is given whole.
+            Ok(Duration::seconds(seconds.max(1.0).ceil() as i64))
         }
         _ => Err(Violation::new(
             "/ttlHours",

@@ -99,17 +99,31 @@ pub struct Fetches {
 /// `agent` cut to [`AGENT_CHARS`] characters, control characters removed; borrowed when
 /// nothing is to remove (the usual case).
 pub fn clean_agent(agent: &[u8]) -> std::borrow::Cow<'_, str> {
-    if agent.len() <= AGENT_CHARS && agent.iter().all(|b| (0x20..0x7f).contains(b)) {
+    use registry_domain::credentials::redact_secrets;
+    use std::borrow::Cow;
+    // Each byte looked at without a branch (many at once): printable ASCII, and whether a `_`
+    // is among them, which every token of the registry holds.
+    let (plain, underscore) = (agent.iter()).fold((true, false), |(plain, underscore), b| {
+        (plain & (0x20..0x7f).contains(b), underscore | (*b == b'_'))
+    });
+    if agent.len() <= AGENT_CHARS && plain {
         if let Ok(text) = std::str::from_utf8(agent) {
-            return text.into();
+            // A token a careless client sent as its agent is not kept (the owner reads agents).
+            return match underscore {
+                false => text.into(),
+                true => redact_secrets(text),
+            };
         }
     }
-    String::from_utf8_lossy(agent)
+    let cleaned: String = String::from_utf8_lossy(agent)
         .chars()
         .filter(|c| !c.is_control())
         .take(AGENT_CHARS)
-        .collect::<String>()
-        .into()
+        .collect();
+    match redact_secrets(&cleaned) {
+        Cow::Borrowed(_) => cleaned.into(),
+        Cow::Owned(redacted) => redacted.into(),
+    }
 }
 
 impl Fetches {
@@ -652,5 +666,15 @@ mod tests {
         assert_eq!(clean_agent(long.as_bytes()).chars().count(), AGENT_CHARS);
         assert_eq!(clean_agent(&[b'x'; 500]).len(), AGENT_CHARS);
         assert_eq!(clean_agent(b"\xff ok"), "\u{fffd} ok");
+        let token = format!("rgst_{}_{}", "a".repeat(16), "b".repeat(52));
+        assert_eq!(
+            clean_agent(format!("bot {token}").as_bytes()),
+            "bot rgst_[redacted]"
+        );
+        assert_eq!(
+            clean_agent(format!("bot\t{token}").as_bytes()),
+            "botrgst_[redacted]"
+        );
+        assert_eq!(clean_agent(b"x86_64 curl"), "x86_64 curl");
     }
 }

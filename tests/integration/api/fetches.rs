@@ -136,9 +136,12 @@ fn every_replicas_fetches_are_summed_and_say_whether_a_change_was_picked_up() {
     assert_eq!(fetch(&b, &sub, DISCOVERY, "Azure\tAD", None), 200);
     let long = "x".repeat(300);
     assert_eq!(fetch(&a, &sub, DISCOVERY, &long, None), 200);
+    // A careless client's token as its agent: the owner reads agents, so the token is not kept.
+    let careless = format!("deploy-bot {}", acme.token);
+    assert_eq!(fetch(&a, &sub, DISCOVERY, &careless, None), 200);
 
     let answer = evidence_once(&b, &acme.token, &sub, |answer| {
-        document(answer, JWKS)["fetches24h"] == 5 && document(answer, DISCOVERY)["fetches24h"] == 2
+        document(answer, JWKS)["fetches24h"] == 5 && document(answer, DISCOVERY)["fetches24h"] == 3
     });
     let jwks = document(&answer, JWKS);
     assert_eq!(jwks["fetchedSinceChange"], true, "{answer}");
@@ -154,6 +157,8 @@ fn every_replicas_fetches_are_summed_and_say_whether_a_change_was_picked_up() {
         "control characters removed"
     );
     assert_eq!(agent_count(&discovery, &"x".repeat(100)), 1, "cut to 100");
+    assert_eq!(agent_count(&discovery, "deploy-bot rgst_[redacted]"), 1, "{discovery}");
+    assert!(!answer.to_string().contains(&acme.token), "{answer}");
 
     // A new upload: nothing fetched it yet, on either replica.
     publish_kids(&a, &acme.token, &sub, &["k1", "k2"]);

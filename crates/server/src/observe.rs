@@ -191,10 +191,9 @@ pub async fn observe(
 /// ([`registry_domain::credentials::redact_secrets`]); borrowed as it was when it holds none.
 fn redacted<'a>(text: impl Into<Cow<'a, str>>) -> Cow<'a, str> {
     let text = text.into();
-    // Every secret holds a `_`, and almost no host or agent does: each byte looked at without
-    // a branch, which the compiler does many at once (`match_indices` cost about 270
-    // instructions a request, callgrind).
-    if !text.bytes().fold(false, |seen, b| seen | (b == b'_')) {
+    // Every secret holds a `_`, and almost no host or agent does: looked for with `memchr`
+    // first (`match_indices` cost about 270 instructions a request, callgrind).
+    if !text.as_bytes().contains(&b'_') {
         return text;
     }
     match registry_domain::credentials::redact_secrets(&text) {

@@ -220,12 +220,11 @@ pub fn hold_write_lock(database_url: &str) -> HeldLock {
 /// shared-memory file that every read takes (bytes 120 to 127: the WAL's write, checkpoint,
 /// recovery and readers' marks), held exclusively. Returns once they are held.
 pub fn hold_sqlite_reads(database_url: &str) -> HeldLock {
-    use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let path = database_url
         .strip_prefix("sqlite://")
         .expect("a SQLite database");
-    let mut child = Command::new("python3")
+    let child = Command::new("python3")
         .arg("-c")
         .arg(
             "import fcntl, os, sys\n\
@@ -239,6 +238,12 @@ pub fn hold_sqlite_reads(database_url: &str) -> HeldLock {
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3");
+    once_locked(child)
+}
+
+/// The lock `child` takes, once it says `locked` on its stdout.
+fn once_locked(mut child: std::process::Child) -> HeldLock {
+    use std::io::{BufRead, BufReader};
     let stdout = child.stdout.take().expect("stdout");
     let locked = BufReader::new(stdout)
         .lines()
@@ -250,9 +255,9 @@ pub fn hold_sqlite_reads(database_url: &str) -> HeldLock {
 
 /// Holds SQLite's write lock, or runs `postgres_statement` in an open PostgreSQL transaction.
 fn hold_lock(database_url: &str, postgres_statement: &str) -> HeldLock {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     use std::process::Stdio;
-    let mut child = match database_url.strip_prefix("sqlite://") {
+    let child = match database_url.strip_prefix("sqlite://") {
         Some(path) => Command::new("python3")
             .arg("-c")
             .arg(
@@ -283,13 +288,7 @@ fn hold_lock(database_url: &str, postgres_statement: &str) -> HeldLock {
             psql
         }
     };
-    let stdout = child.stdout.take().expect("stdout");
-    let locked = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .any(|line| line.trim() == "locked");
-    assert!(locked, "the lock was not taken");
-    HeldLock(child)
+    once_locked(child)
 }
 
 impl Drop for HeldLock {

@@ -157,7 +157,11 @@ fn every_replicas_fetches_are_summed_and_say_whether_a_change_was_picked_up() {
         "control characters removed"
     );
     assert_eq!(agent_count(&discovery, &"x".repeat(100)), 1, "cut to 100");
-    assert_eq!(agent_count(&discovery, "deploy-bot rgst_[redacted]"), 1, "{discovery}");
+    assert_eq!(
+        agent_count(&discovery, "deploy-bot rgst_[redacted]"),
+        1,
+        "{discovery}"
+    );
     assert!(!answer.to_string().contains(&acme.token), "{answer}");
 
     // A new upload: nothing fetched it yet, on either replica.

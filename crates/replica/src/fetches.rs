@@ -100,26 +100,19 @@ pub struct Fetches {
 /// nothing is to remove (the usual case).
 pub fn clean_agent(agent: &[u8]) -> std::borrow::Cow<'_, str> {
     use registry_domain::credentials::redact_secrets;
-    use std::borrow::Cow;
+    // A token a careless client sent as its agent is not kept: the owner reads agents.
     if agent.len() <= AGENT_CHARS && agent.iter().all(|b| (0x20..0x7f).contains(b)) {
         if let Ok(text) = std::str::from_utf8(agent) {
-            // A token a careless client sent as its agent is not kept (the owner reads agents).
-            // Every token holds a `_`, which almost no agent does (a `memchr`).
-            return match agent.contains(&b'_') {
-                false => text.into(),
-                true => redact_secrets(text),
-            };
+            return redact_secrets(text);
         }
     }
-    let cleaned: String = String::from_utf8_lossy(agent)
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(AGENT_CHARS)
-        .collect();
-    match redact_secrets(&cleaned) {
-        Cow::Borrowed(_) => cleaned.into(),
-        Cow::Owned(redacted) => redacted.into(),
-    }
+    redact_secrets(
+        String::from_utf8_lossy(agent)
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(AGENT_CHARS)
+            .collect::<String>(),
+    )
 }
 
 impl Fetches {

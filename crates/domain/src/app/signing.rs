@@ -322,15 +322,30 @@ pub fn put(
             // purge is waived only for the very first key this PUT made, should another
             // request have replaced it meanwhile.
             let waived = first_of_all.as_deref();
-            for _ in 0..WRITE_ATTEMPTS {
-                match step(registry, service, purging, waived, now) {
-                    Ok(Step::Lost) => continue,
-                    // The settings are written; a rotation due that this replica cannot make
-                    // (another data key) is the step's, failing there, logged, once a minute.
-                    Ok(_) | Err(AppError::SigningDisabled(_)) => break,
-                    Err(other) => return Err(other),
+            let settle = || -> Result<(), AppError> {
+                for _ in 0..WRITE_ATTEMPTS {
+                    match step(registry, service, purging, waived, now) {
+                        Ok(Step::Lost) => continue,
+                        // The settings are written; a rotation due that this replica cannot
+                        // make (another data key) is the step's, failing there, logged, once
+                        // a minute.
+                        Ok(_) | Err(AppError::SigningDisabled(_)) => break,
+                        Err(other) => return Err(other),
+                    }
                 }
+                Ok(())
+            };
+            settle()?;
+            let view = get(registry, service, purging, now)?;
+            // The first key another PUT made may have turned safe since this one's step looked
+            // (that PUT's purge done meanwhile): it takes its turn now, so that the answer names
+            // the key that signs, as the other PUT's does.
+            let safe_next = (view["keys"].as_array().into_iter().flatten())
+                .any(|k| k["state"] == "next" && !k["safeToSignAt"].is_null());
+            if !safe_next {
+                return Ok(view);
             }
+            settle()?;
             return get(registry, service, purging, now);
         }
     }

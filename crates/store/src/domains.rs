@@ -121,6 +121,9 @@ fn write_domain(conn: &mut Db, domain: &CustomDomain) -> Res<()> {
         custom_domains::not_before.eq(certificate.map(|c| millis(c.not_before))),
         custom_domains::not_after.eq(certificate.map(|c| millis(c.not_after))),
         custom_domains::certificate_issuer.eq(certificate.map(|c| c.issuer.as_str())),
+        // A domain's state written ends the step that held its ordering lock, if one did (only
+        // the lock's holder writes a held domain's step; an owner's PUT starts over).
+        custom_domains::locked_until.eq(None::<i64>),
     );
     let service = id_text(domain.service_id);
     let updated = diesel::update(custom_domains::table.find(&service))
@@ -309,11 +312,8 @@ impl DomainStore for Store {
             if let Some(old) = current.filter(CustomDomain::is_held) {
                 forget_challenges(conn, &old.domain)?;
             }
+            // A new name starts over: no lock of the old one's order (`write_domain` ends it).
             write_domain(conn, domain)?;
-            // A new name starts over: no lock of the old one's order.
-            diesel::update(custom_domains::table.find(id_text(domain.service_id)))
-                .set(custom_domains::locked_until.eq(None::<i64>))
-                .execute(conn)?;
             changed.push(Change::Service(domain.service_id));
             Ok(Ok(()))
         })
@@ -416,11 +416,8 @@ impl DomainStore for Store {
             if was.service_id != domain.service_id || !still(conn, was)? {
                 return Ok(false);
             }
-            write_domain(conn, domain)?;
             // The step is over: its ordering lock, if it held one, goes with it.
-            diesel::update(custom_domains::table.find(id_text(domain.service_id)))
-                .set(custom_domains::locked_until.eq(None::<i64>))
-                .execute(conn)?;
+            write_domain(conn, domain)?;
             changed.push(Change::Service(domain.service_id));
             Ok(true)
         })

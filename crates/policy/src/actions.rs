@@ -126,15 +126,11 @@ pub struct UnknownAction(pub String);
 
 impl fmt::Display for UnknownAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<String> = Action::ALL
-            .iter()
-            .map(|a| format!("\"{}\"", a.as_str()))
-            .collect();
         write!(
             f,
             "{:?} is not an action; one of {}",
             self.0,
-            names.join(", ")
+            quoted_names()
         )
     }
 }
@@ -151,14 +147,16 @@ impl FromStr for Action {
 
 /// The sentence that lists the accepted values of `actions`.
 pub(crate) fn accepted_values() -> String {
+    format!("accepted values: {}, \"*\" (every action)", quoted_names())
+}
+
+/// Every action's name, quoted, separated by `, `.
+fn quoted_names() -> String {
     let names: Vec<String> = Action::ALL
         .iter()
         .map(|a| format!("\"{}\"", a.as_str()))
         .collect();
-    format!(
-        "accepted values: {}, \"*\" (every action)",
-        names.join(", ")
-    )
+    names.join(", ")
 }
 
 /// A set of actions. `Actions::ALL` is what `"*"` grants (every action, and any added later,

@@ -125,7 +125,8 @@ pub const DEFAULT_WIRING_SUBJECT: &str = "system:serviceaccount:default:default"
 /// **and** `sub`: a policy on `aud` alone lets every subject of the issuer assume the role. A
 /// subject with IAM's wildcards (`*`, `?`) is compared by `StringLike`, where they are
 /// wildcards (`StringEquals` would compare them as characters no token holds); `aud` always
-/// by `StringEquals`.
+/// by `StringEquals`. A `$` of the subject is written `${$}` in the trust policy: IAM reads
+/// `${…}` as a policy variable in either comparison.
 ///
 /// ```
 /// use registry_domain::publishing::wiring_guide;
@@ -140,6 +141,11 @@ pub const DEFAULT_WIRING_SUBJECT: &str = "system:serviceaccount:default:default"
 /// assert_eq!(condition["StringEquals"]["k3s-acme.oidc.example.com:aud"], "sts.amazonaws.com");
 /// assert_eq!(condition["StringLike"]["k3s-acme.oidc.example.com:sub"], "system:serviceaccount:ci:*");
 /// assert!(condition["StringEquals"].get("k3s-acme.oidc.example.com:sub").is_none());
+///
+/// let dollar = wiring_guide("https://k3s-acme.oidc.example.com", "user:${aws:username}");
+/// let condition = &dollar["aws"]["trustPolicy"]["Statement"][0]["Condition"]["StringEquals"];
+/// assert_eq!(condition["k3s-acme.oidc.example.com:sub"], "user:${$}{aws:username}");
+/// assert_eq!(dollar["azure"]["subjectExample"], "user:${aws:username}");
 /// ```
 pub fn wiring_guide(issuer: &str, subject: &str) -> Value {
     let host_and_path = issuer
@@ -148,11 +154,12 @@ pub fn wiring_guide(issuer: &str, subject: &str) -> Value {
         .trim_end_matches('/');
     let aud = format!("{host_and_path}:aud");
     let sub = format!("{host_and_path}:sub");
+    let iam_subject = subject.replace('$', "${$}");
     let condition = match subject.contains(['*', '?']) {
-        false => serde_json::json!({"StringEquals": {aud: "sts.amazonaws.com", sub: subject}}),
+        false => serde_json::json!({"StringEquals": {aud: "sts.amazonaws.com", sub: iam_subject}}),
         true => serde_json::json!({
             "StringEquals": {aud: "sts.amazonaws.com"},
-            "StringLike": {sub: subject}
+            "StringLike": {sub: iam_subject}
         }),
     };
     serde_json::json!({

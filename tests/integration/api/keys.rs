@@ -439,6 +439,23 @@ fn the_wiring_guide_names_the_issuer_and_pins_aud_and_sub() {
         default["azure"]["subjectExample"],
         "system:serviceaccount:default:default"
     );
+    // IAM reads `${…}` as a policy variable: a `$` is written as IAM's escape for it.
+    let dollar = json(server.get(
+        &format!("/services/{sub}/federation?subject=repo:a/b:env:%24%7Bx%7D"),
+        &acme.token,
+    ));
+    let condition = &dollar["aws"]["trustPolicy"]["Statement"][0]["Condition"]["StringEquals"];
+    assert_eq!(condition[format!("{host}:sub")], "repo:a/b:env:${$}{x}");
+    assert_eq!(dollar["azure"]["subjectExample"], "repo:a/b:env:${x}");
+    let refused = server.get(
+        &format!("/services/{sub}/federation?subject=system:serviceaccount:ci:a%00b"),
+        &acme.token,
+    );
+    let problem = assert_problem(refused, 400, "validation-failed");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("subject"),
+        "{problem}"
+    );
     // An anonymous secret may use the key and wiring calls of its own service only.
     let (anon, secret) = server.anonymous_service();
     let (anon, secret) = (anon.as_str(), secret.as_str());

@@ -1,9 +1,10 @@
-//! Published keys: the inventory and the withdrawal of a retired key (docs/api.md, "Key
-//! lifecycle").
+//! Published keys: the inventory, the withdrawal of a retired key and the wiring guide that
+//! tells clouds to trust them (docs/api.md, "Key lifecycle").
 
-use crate::app::{config, signing, AppError, Caller, Registry};
+use crate::app::{config, domains, signing, AppError, Caller, Registry};
 use crate::audit::{Action, Resource};
 use crate::keys::KeyDeleteError;
+use crate::publishing::{wiring_guide, DEFAULT_WIRING_SUBJECT};
 use crate::service::PublishedConfig;
 use crate::Service;
 use serde_json::Value;
@@ -23,6 +24,31 @@ pub fn inventory(
     let keys = config::with_remembered(keys, signing.as_ref(), now);
     let retiring = signing.as_ref().map_or_else(Vec::new, |s| s.retiring());
     Ok(keys.inventory(now, &retiring))
+}
+
+/// The wiring guide of `service` (`GET /services/{s}/federation`) for tokens whose `sub` is
+/// `subject` (the default one when absent or empty), for its issuer `issuer` (its hosted one
+/// when absent). A subject holding a control character is a 400: no token's `sub` holds one,
+/// and a cloud's console would not take it.
+pub fn wiring(
+    registry: &Registry,
+    service: &Service,
+    subject: Option<&str>,
+    issuer: Option<&str>,
+) -> Result<Value, AppError> {
+    let subject = subject
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_WIRING_SUBJECT);
+    if let Some(c) = subject.chars().find(|c| c.is_control()) {
+        return Err(AppError::BadRequest(format!(
+            "query parameter subject: holds the control character {c:?}; a subject is \
+             printable text such as {DEFAULT_WIRING_SUBJECT:?}"
+        )));
+    }
+    let issuer = domains::issuer(registry, service, issuer)?;
+    let mut guide = wiring_guide(&issuer, subject);
+    guide["service"] = Value::from(service.subdomain.as_str());
+    Ok(guide)
 }
 
 /// Withdraws the retired key `kid` of `service` at once (a compromised key): a current key is a

@@ -8,10 +8,8 @@ use crate::caller::ServiceCaller;
 use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
-use registry_domain::app::{domains, keys, readiness, signing};
-use registry_domain::publishing::{wiring_guide, DEFAULT_WIRING_SUBJECT};
+use registry_domain::app::{keys, readiness, signing};
 use serde::Deserialize;
-use serde_json::json;
 
 /// `GET /services/{subdomain}/keys`: every published key, current ones first.
 pub async fn list(
@@ -110,14 +108,10 @@ pub async fn federation(
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let WiringQuery { subject, issuer } = query.into_inner();
-    let subject = subject
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| DEFAULT_WIRING_SUBJECT.to_owned());
-    let subdomain = service.subdomain.clone();
-    let issuer = state
-        .read(move |registry| domains::issuer(registry, &service, issuer.as_deref()))
+    let guide = state
+        .read(move |registry| {
+            keys::wiring(registry, &service, subject.as_deref(), issuer.as_deref())
+        })
         .await?;
-    let mut guide = wiring_guide(&issuer, &subject);
-    guide["service"] = json!(subdomain);
     Ok(HttpResponse::Ok().json(guide))
 }

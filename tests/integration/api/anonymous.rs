@@ -59,6 +59,37 @@ fn create_returns_the_secret_once_with_a_working_dashboard_url() {
 }
 
 #[test]
+fn another_sites_page_may_not_create_one() {
+    let server = TestServer::start();
+    // What a field-less form on another site sends: no script needed, and the visitor's
+    // browser would show the secret.
+    for site in ["cross-site", "same-site"] {
+        let refused = server
+            .request(Method::POST, "/anonymous/services")
+            .header("Sec-Fetch-Site", site)
+            .header("Origin", "https://elsewhere.example")
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .send()
+            .unwrap();
+        let problem = assert_problem(refused, 403, "forbidden");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("another site"),
+            "{problem}"
+        );
+    }
+    // The registry's own page, and an address typed in, may.
+    for site in ["same-origin", "none"] {
+        let created = server
+            .request(Method::POST, "/anonymous/services")
+            .header("Sec-Fetch-Site", site)
+            .json(&json!({}))
+            .send()
+            .unwrap();
+        assert_eq!(created.status(), 201, "{site}");
+    }
+}
+
+#[test]
 fn the_secret_manages_its_own_service_and_nothing_else() {
     let server = TestServer::start();
     let mine = create(&server, json!({}));

@@ -23,6 +23,7 @@ pub async fn create(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
+    from_this_site(&req)?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let command = command(body.as_ref())?;
     state.anon_full.still()?;
@@ -64,6 +65,21 @@ pub async fn create(
         .insert_header((header::LOCATION, location))
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(views::anonymous_created(&state, &created, now)))
+}
+
+/// Refuses a browser's request that another site's page made (`Sec-Fetch-Site`): a form with
+/// no field needs no script, spends its visitor's creations for the hour and shows them a
+/// secret. The registry's own pages (`same-origin`), an address typed in (`none`) and programs
+/// (which send no such header) may create.
+fn from_this_site(req: &HttpRequest) -> ApiResult<()> {
+    match req.headers().get("sec-fetch-site").map(|v| v.as_bytes()) {
+        None | Some(b"same-origin" | b"none") => Ok(()),
+        Some(_) => Err(ApiError::Forbidden(
+            "a page of another site may not create anonymous services (Sec-Fetch-Site): \
+             create one from the registry's own page or from a program"
+                .to_owned(),
+        )),
+    }
 }
 
 /// The body: `{title?, description?, ttlHours?}`, every problem reported at once.

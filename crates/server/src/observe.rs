@@ -33,6 +33,8 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const HOSTED_ROUTE: &str = "(hosted)";
 const UNMATCHED_ROUTE: &str = "(unmatched)";
 
+/// A client's request id the log and the answer may carry: 1–128 characters of
+/// `[A-Za-z0-9._:-]`, and no token (a careless client's id would write it to the log).
 fn acceptable_id(value: &HeaderValue) -> bool {
     value.to_str().is_ok_and(|text| {
         !text.is_empty()
@@ -40,6 +42,7 @@ fn acceptable_id(value: &HeaderValue) -> bool {
             && text
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+            && matches!(redact_secrets(text), Cow::Borrowed(_))
     })
 }
 

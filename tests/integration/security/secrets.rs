@@ -282,6 +282,17 @@ fn secrets_reach_neither_logs_nor_bodies_nor_the_database_in_plaintext() {
         ),
         200
     );
+    // A request id holding a token is no request id: a new one is logged and answered.
+    assert_eq!(
+        t.call_with(
+            Method::GET,
+            "/healthz",
+            None,
+            None,
+            &[("x-request-id", &second)]
+        ),
+        200
+    );
     let mut leaked = upload(&["k1"]);
     leaked["jwks"]["keys"][0]["d"] = json!(private_d);
     leaked["jwks"]["keys"][0]["p"] = json!(private_p);

@@ -277,16 +277,30 @@ pub enum Credentials {
     /// A static token (`REGISTRY_TOKEN`).
     Token(String),
     /// An identity token in a file, read afresh before every call: a projected service-account
-    /// token rotates on disk.
-    IdentityTokenFile(PathBuf),
+    /// token rotates on disk. `account` is the id of the `oidc` account to call as, sent as
+    /// `X-Service-Account`: a call naming no service needs it when accounts of several customers
+    /// trust the token's issuer, or several accounts accept the token.
+    IdentityTokenFile {
+        /// The file.
+        file: PathBuf,
+        /// The account's id, when one is named.
+        account: Option<String>,
+    },
 }
 
 impl Credentials {
-    /// What the command line's flags give: an identity token file first, else a static token
-    /// that is not empty; `None` without either.
-    pub fn from_flags(token: Option<&str>, identity_token_file: Option<&Path>) -> Option<Self> {
+    /// What the command line's flags give: an identity token file (with the account it calls
+    /// as, if named) first, else a static token that is not empty; `None` without either.
+    pub fn from_flags(
+        token: Option<&str>,
+        identity_token_file: Option<&Path>,
+        account: Option<&str>,
+    ) -> Option<Self> {
         match (token, identity_token_file) {
-            (_, Some(file)) => Some(Credentials::IdentityTokenFile(file.to_owned())),
+            (_, Some(file)) => Some(Credentials::IdentityTokenFile {
+                file: file.to_owned(),
+                account: account.map(str::to_owned),
+            }),
             (Some(token), None) if !token.is_empty() => Some(Credentials::Token(token.to_owned())),
             _ => None,
         }
@@ -342,7 +356,7 @@ impl RegistryApi {
     fn bearer(&self) -> Result<String, ClientError> {
         match &self.credentials {
             Credentials::Token(token) => Ok(token.clone()),
-            Credentials::IdentityTokenFile(path) => {
+            Credentials::IdentityTokenFile { file: path, .. } => {
                 let read = read_text_file(path).map(|token| token.trim().to_owned());
                 let reason = match read {
                     Ok(token) if token.is_empty() => "it is empty".to_owned(),
@@ -395,6 +409,13 @@ impl RegistryApi {
             _ => self.client.get(&url),
         }
         .bearer_auth(self.bearer()?);
+        if let Credentials::IdentityTokenFile {
+            account: Some(account),
+            ..
+        } = &self.credentials
+        {
+            request = request.header("x-service-account", account);
+        }
         if let Some((content_type, body)) = body {
             request = request.header("content-type", content_type).body(body);
         }
@@ -593,12 +614,12 @@ mod tests {
     fn credentials_prefer_the_identity_token_file_and_ignore_an_empty_token() {
         let file = Path::new("/var/run/token");
         assert!(matches!(
-            Credentials::from_flags(Some("t"), Some(file)),
-            Some(Credentials::IdentityTokenFile(_))
+            Credentials::from_flags(Some("t"), Some(file), Some("a1")),
+            Some(Credentials::IdentityTokenFile { account: Some(a), .. }) if a == "a1"
         ));
-        assert!(Credentials::from_flags(Some(""), None).is_none());
+        assert!(Credentials::from_flags(Some(""), None, None).is_none());
         assert!(matches!(
-            Credentials::from_flags(Some("t"), None),
+            Credentials::from_flags(Some("t"), None, None),
             Some(Credentials::Token(t)) if t == "t"
         ));
     }

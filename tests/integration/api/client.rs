@@ -370,6 +370,14 @@ fn the_client_takes_no_page_for_an_answer_and_ends_quietly_with_its_reader() {
         ],
     );
     assert_eq!(code, Some(0), "{stderr}");
+    // An account to call as goes with an identity token only: a static token is its account.
+    let (code, _, stderr) = client(
+        &server,
+        &acme.token,
+        &["services", "list", "--service-account", "some-id"],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--identity-token-file"), "{stderr}");
     // An empty one is no token: said so, nothing sent.
     std::fs::write(&file, "\n").unwrap();
     let args = [

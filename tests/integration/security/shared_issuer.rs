@@ -4,7 +4,8 @@
 use super::{create_service, oidc_account_for as account};
 use registry_tests::issuer::{compact, Behaviour, KeyKind, SigningKey, TestIssuer};
 use registry_tests::server::{
-    assert_problem, claims, insecure_server, json, ServerOptions, TestServer, AUDIENCE,
+    assert_problem, claims, insecure_server, json, run_registry, ServerOptions, TestServer,
+    AUDIENCE,
 };
 use registry_tests::wait::within;
 use reqwest::Method;
@@ -90,6 +91,29 @@ fn another_tenants_rule_never_captures_a_pipeline() {
     };
     assert_eq!(subdomains(&json(named(&main, &acme_ci))), [ours.as_str()]);
     assert_problem(named(&release, &acme_ci), 401, "unauthorized");
+    // The command line names it too (`--service-account`), and says why when it does not.
+    let dir = registry_tests::server::TempDir::new("shared-issuer-cli");
+    let file = dir.0.join("token");
+    std::fs::write(&file, &main).unwrap();
+    let cli = |extra: &[&str]| {
+        let mut args = vec![
+            "services",
+            "list",
+            "--format",
+            "json",
+            "--identity-token-file",
+        ];
+        args.push(file.to_str().unwrap());
+        args.extend_from_slice(extra);
+        run_registry(&args, &[("REGISTRY_API_URL", &server.base)])
+    };
+    let (code, stdout, stderr) = cli(&["--service-account", &acme_ci]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(subdomains(&listed), [ours.as_str()]);
+    let (code, _, stderr) = cli(&[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("X-Service-Account"), "{stderr}");
 
     // B's tenant is as it was: no service, no account, no event of A's repository.
     assert_eq!(

@@ -21,6 +21,11 @@ pub struct Connection {
     /// wins over a token (`REGISTRY_TOKEN` set in the environment too).
     #[arg(long, global = true)]
     pub identity_token_file: Option<PathBuf>,
+    /// With --identity-token-file: the id of the `oidc` account to call as, when several
+    /// accounts may accept the token (sent as `X-Service-Account`; a call naming no service,
+    /// such as `services list`, needs it when another customer's accounts trust the issuer).
+    #[arg(long, global = true, env = "REGISTRY_SERVICE_ACCOUNT")]
+    pub service_account: Option<String>,
     /// What to print: a table for people, or the API's JSON for programs.
     #[arg(long, global = true, value_enum, default_value = "table")]
     pub format: Format,

@@ -17,7 +17,7 @@ pub mod tables;
 
 use registry_client::{ClientError, Credentials, RegistryApi};
 use registry_domain::segment::is_dot_segment;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// How `registry sync` and `registry signer`, which run for long beside a cluster, reach the
 /// API: its address and one credential (the client commands' [`commands::Connection`] is the
@@ -39,6 +39,10 @@ pub struct ApiFlags {
     /// It wins over a token (`REGISTRY_TOKEN` set in the environment too).
     #[arg(long)]
     pub identity_token_file: Option<PathBuf>,
+    /// With --identity-token-file: the id of the `oidc` account to call as, when several
+    /// accounts may accept the token (sent as `X-Service-Account`).
+    #[arg(long, env = "REGISTRY_SERVICE_ACCOUNT")]
+    pub service_account: Option<String>,
 }
 
 /// Why `url` cannot be the registry's API, if it cannot (a usage error): it must be an
@@ -87,6 +91,29 @@ pub fn service_problem(service: &str, role: &str) -> Option<String> {
     })
 }
 
+/// Why `account` (`--service-account`) cannot be sent, if it cannot (a usage error): it names
+/// the account an identity token calls as, so it goes with an identity token file (a static
+/// token is its account already), and it is an id: visible ASCII, not empty.
+pub fn account_problem(
+    identity_token_file: Option<&Path>,
+    account: Option<&str>,
+) -> Option<String> {
+    let account = account?;
+    if identity_token_file.is_none() {
+        return Some(
+            "REGISTRY_SERVICE_ACCOUNT (--service-account) goes with --identity-token-file: a \
+             static token calls as its own account"
+                .to_owned(),
+        );
+    }
+    (account.is_empty() || !registry_client::is_token_text(account)).then(|| {
+        format!(
+            "REGISTRY_SERVICE_ACCOUNT (--service-account) {account:?} is no account id: give the \
+             id of the oidc account to call as"
+        )
+    })
+}
+
 /// Why `token`, the value of `variable`, cannot be sent, if it cannot (a usage error): an HTTP
 /// header carries visible ASCII only, and a token with anything else was copied wrong. The
 /// message never shows the token.
@@ -103,8 +130,7 @@ impl ApiFlags {
     /// What makes these flags unusable for any call (exit 2), if anything: an API address that
     /// is no http(s) URL, or no credentials.
     pub fn usage_problem(&self) -> Option<String> {
-        let credentials =
-            Credentials::from_flags(self.token.as_deref(), self.identity_token_file.as_deref());
+        let credentials = self.credentials();
         api_url_problem(&self.api_url)
             .or_else(|| {
                 credentials
@@ -118,6 +144,20 @@ impl ApiFlags {
                     .filter(|_| self.identity_token_file.is_none());
                 token.and_then(|t| token_problem(t, "REGISTRY_TOKEN (--token)"))
             })
+            .or_else(|| {
+                account_problem(
+                    self.identity_token_file.as_deref(),
+                    self.service_account.as_deref(),
+                )
+            })
+    }
+
+    fn credentials(&self) -> Option<Credentials> {
+        Credentials::from_flags(
+            self.token.as_deref(),
+            self.identity_token_file.as_deref(),
+            self.service_account.as_deref(),
+        )
     }
 
     /// What makes a command on one service through these flags unusable (exit 2), if
@@ -129,9 +169,7 @@ impl ApiFlags {
 
     /// The API these flags name; `NoCredentials` without a token or an identity token file.
     pub fn api(&self) -> Result<RegistryApi, ClientError> {
-        let credentials =
-            Credentials::from_flags(self.token.as_deref(), self.identity_token_file.as_deref())
-                .ok_or(ClientError::NoCredentials)?;
+        let credentials = self.credentials().ok_or(ClientError::NoCredentials)?;
         RegistryApi::new(&self.api_url, credentials)
     }
 }

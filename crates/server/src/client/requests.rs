@@ -238,6 +238,7 @@ fn client(connection: &Connection) -> Result<(RegistryApi, tokio::runtime::Runti
     let credentials = Credentials::from_flags(
         connection.token.as_deref(),
         connection.identity_token_file.as_deref(),
+        connection.service_account.as_deref(),
     )
     .ok_or_else(|| {
         ClientError::Usage(
@@ -251,6 +252,12 @@ fn client(connection: &Connection) -> Result<(RegistryApi, tokio::runtime::Runti
         if let Some(problem) = super::token_problem(token, "REGISTRY_TOKEN (--token)") {
             return Err(ClientError::Usage(problem));
         }
+    }
+    if let Some(problem) = super::account_problem(
+        connection.identity_token_file.as_deref(),
+        connection.service_account.as_deref(),
+    ) {
+        return Err(ClientError::Usage(problem));
     }
     let api = RegistryApi::new(&connection.api_url, credentials)
         .map_err(|e| ClientError::Unreachable(e.to_string()))?;

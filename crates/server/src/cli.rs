@@ -434,13 +434,13 @@ pub enum Command {
     /// Example: `registry audit-events --action config.put --since 2026-11-01T00:00:00Z`
     AuditEvents {
         /// Events at or after this time (RFC 3339).
-        #[arg(long)]
+        #[arg(long, value_parser = checked(rfc3339))]
         since: Option<String>,
         /// Only this action (`config.put`, `account.create`…).
-        #[arg(long)]
+        #[arg(long, value_parser = checked(action))]
         action: Option<String>,
         /// At most this many (1–500, default 100).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=500))]
         limit: Option<u32>,
         /// The page after an earlier one: the `nextCursor` it ended with (a table's last line
         /// prints it).
@@ -480,6 +480,14 @@ pub struct AuditArgs {
     pub action: Option<registry_domain::audit::Action>,
     #[command(flatten)]
     pub database: DatabaseArgs,
+}
+
+/// A value the API reads, sent as written once `parse` has found it well formed: a wrong one is
+/// a usage error (exit 2) before any call, as for the operators' commands.
+fn checked<T: 'static>(
+    parse: fn(&str) -> Result<T, String>,
+) -> impl Fn(&str) -> Result<String, String> + Clone + Send + Sync + 'static {
+    move |text| parse(text).map(|_| text.to_owned())
 }
 
 fn rfc3339(text: &str) -> Result<time::OffsetDateTime, String> {

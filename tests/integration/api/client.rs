@@ -370,6 +370,27 @@ fn the_client_takes_no_page_for_an_answer_and_ends_quietly_with_its_reader() {
         ],
     );
     assert_eq!(code, Some(0), "{stderr}");
+    // What the client can check is a usage error before any call, as the operators' are.
+    for args in [
+        &["audit-events", "--since", "yesterday"][..],
+        &["audit-events", "--limit", "0"],
+        &["audit-events", "--limit", "501"],
+        &["audit-events", "--action", "config.nothing"],
+        &[
+            "config",
+            "push",
+            "k3s-acme",
+            "--discovery-file",
+            "d",
+            "--jwks-file",
+            "j",
+            "--retain-hours",
+            "169",
+        ],
+    ] {
+        let (code, _, stderr) = client(&server, &acme.token, args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+    }
     // An account to call as goes with an identity token only: a static token is its account.
     let (code, _, stderr) = client(
         &server,

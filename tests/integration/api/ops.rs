@@ -1339,6 +1339,10 @@ fn policy_explain_and_test_answer_offline() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
     assert_eq!(run(&["explain", &policy]).status.code(), Some(2));
+    // An empty service is no service (the API's explain refuses it too).
+    let empty = run(&["explain", &policy, "--claims", &claims, "--service", ""]);
+    assert_eq!(empty.status.code(), Some(2));
+    assert!(text(&empty.stderr).contains("--service"));
     // `"*"` is what a policy grants, no action a call needs: refused by `--action` (usage, 2)
     // and in a case (1), each by a sentence that does not offer it.
     let star_case = write(

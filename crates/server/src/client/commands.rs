@@ -1,6 +1,7 @@
 //! The client commands' command line (clap): how to reach the API ([`Connection`]), what to
 //! print ([`Format`]), each resource's commands, and [`Call`], what a command asks of the API.
 
+use registry_domain::publishing::{MAX_LEAD_SECONDS, MAX_RETAIN_HOURS};
 use std::path::PathBuf;
 
 /// How to reach the API, shared by every client command.
@@ -113,11 +114,11 @@ pub enum ConfigCommand {
         #[arg(long)]
         jwks_file: PathBuf,
         /// How long keys the upload drops stay published, retired (0–168, default 24).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(..=i64::from(MAX_RETAIN_HOURS)))]
         retain_hours: Option<u32>,
         /// How long keys this upload publishes first must be published before they are safe to
         /// sign with (0–604800 seconds, default 600; `registry keys wait`).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(..=i64::from(MAX_LEAD_SECONDS)))]
         lead_seconds: Option<u32>,
     },
     /// Withdraw what a service publishes, or retire one key source's keys.

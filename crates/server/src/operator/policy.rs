@@ -55,7 +55,7 @@ pub enum PolicyCommand {
         #[arg(long)]
         token: Option<String>,
         /// The service (subdomain) the call would act on.
-        #[arg(long)]
+        #[arg(long, value_parser = service_name)]
         service: Option<String>,
         /// The client address.
         #[arg(long)]
@@ -105,6 +105,14 @@ pub enum PolicyCommand {
 }
 
 /// An action named on the command line.
+/// A service's name as the API's explain takes it: not empty.
+fn service_name(text: &str) -> Result<String, String> {
+    match text.trim().is_empty() {
+        true => Err("empty: name the service (its subdomain), or leave --service out".to_owned()),
+        false => Ok(text.to_owned()),
+    }
+}
+
 fn parse_action(text: &str) -> Result<Action, String> {
     text.parse::<Action>().map_err(|e| e.to_string())
 }

@@ -87,8 +87,13 @@ fn a_customer_works_with_the_api_from_the_command_line() {
         "{keys}"
     );
     let preflight = ok(&server, &acme.token, &["preflight", "k3s-acme"]);
+    // The verdicts, then each finding with what to do (this issuer is http://: an error).
     assert!(
-        preflight.starts_with("CLOUD") && preflight.contains("aws"),
+        preflight.starts_with("issuer: http://") && preflight.contains("\nCLOUD"),
+        "{preflight}"
+    );
+    assert!(
+        preflight.contains("WHAT TO DO") && preflight.contains("error     issuer-not-https"),
         "{preflight}"
     );
     // A key source's name the API would refuse is a wrong command line, for every command.

@@ -28,6 +28,12 @@ const KEYS: Columns = &[
     ("FIRST PUBLISHED", "/firstPublishedAt"),
     ("PUBLISHED UNTIL", "/publishedUntil"),
 ];
+const WITHDRAWN: Columns = &[
+    ("WITHDRAWN KID", "/kid"),
+    ("SOURCE", "/source"),
+    ("RETIRED", "/retiredAt"),
+    ("WITHDRAWN", "/withdrawnAt"),
+];
 const EVENTS: Columns = &[
     ("AT", "/at"),
     ("ACTION", "/action"),
@@ -39,6 +45,7 @@ const VERIFIERS: Columns = &[
     ("VERIFIER", "/agent"),
     ("LAST FETCH", "/lastFetchedAt"),
     ("FETCHED SINCE KEY", "/fetchedSinceKey"),
+    ("NETWORKS", "/networks"),
 ];
 const RECORDS: Columns = &[("TYPE", "/type"), ("NAME", "/name"), ("VALUE", "/value")];
 const FETCHES: Columns = &[
@@ -47,6 +54,7 @@ const FETCHES: Columns = &[
     ("FETCHED SINCE CHANGE", "/fetchedSinceChange"),
     ("FETCHES 24H", "/fetches24h"),
     ("LAST FETCH", "/lastFetchedAt"),
+    ("LAST CHANGED", "/lastChangedAt"),
 ];
 
 const AGENTS: Columns = &[
@@ -65,7 +73,18 @@ pub(super) fn table(call: &Call, answer: &Value) -> String {
     match call {
         Call::Services(ServicesCommand::List) => list(answer, SERVICES),
         Call::Accounts(AccountsCommand::List) => list(answer, ACCOUNTS),
-        Call::Keys(KeysCommand::List { .. }) => list(&answer["keys"], KEYS),
+        Call::Keys(KeysCommand::List { .. }) => {
+            let mut text = list(&answer["keys"], KEYS);
+            // The keys gone in the last eight days, which a verifier may still ask for.
+            if answer["withdrawn"]
+                .as_array()
+                .is_some_and(|w| !w.is_empty())
+            {
+                text.push_str("\n\n");
+                text.push_str(&list(&answer["withdrawn"], WITHDRAWN));
+            }
+            text
+        }
         Call::Keys(KeysCommand::Readiness { .. }) => {
             let mut text = fields(&json!({
                 "kid": answer["kid"],
@@ -76,7 +95,11 @@ pub(super) fn table(call: &Call, answer: &Value) -> String {
                 "firstPublishedAt": answer["firstPublishedAt"],
             }));
             for pending in answer["pending"].as_array().into_iter().flatten() {
-                text.push_str(&format!("\npending: {}", cell(pending.get("message"))));
+                text.push_str(&format!(
+                    "\npending: {}: {}",
+                    cell(pending.get("reason")),
+                    cell(pending.get("message"))
+                ));
             }
             text.push_str("\n\n");
             text.push_str(&list(&answer["verifiers"], VERIFIERS));
@@ -109,24 +132,44 @@ pub(super) fn table(call: &Call, answer: &Value) -> String {
             )
         }
         Call::Preflight { .. } => {
-            let mut rows = Vec::new();
+            // Each cloud's verdict, then each finding with what to do about it.
+            let (mut verdicts, mut findings) = (Vec::new(), Vec::new());
             for (cloud, verdict) in answer["clouds"].as_object().into_iter().flatten() {
-                let findings: Vec<&str> = verdict["findings"]
+                let found = verdict["findings"]
                     .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|f| f["code"].as_str())
-                    .collect();
-                rows.push(json!({"cloud": cloud, "ready": verdict["ready"], "findings": findings.join(", ")}));
+                    .map_or(&[][..], Vec::as_slice);
+                verdicts.push(json!({"cloud": cloud, "ready": verdict["ready"],
+                    "findings": found.len()}));
+                findings.extend(found.iter().map(|f| {
+                    json!({"cloud": cloud, "severity": f["severity"], "code": f["code"],
+                        "pointer": f["pointer"], "message": f["message"]})
+                }));
             }
-            rows_table(
-                &rows,
+            let mut text =
+                fields(&json!({"issuer": answer["issuer"], "published": answer["published"]}));
+            text.push_str("\n\n");
+            text.push_str(&rows_table(
+                &verdicts,
                 &[
                     ("CLOUD", "/cloud"),
                     ("READY", "/ready"),
                     ("FINDINGS", "/findings"),
                 ],
-            )
+            ));
+            if !findings.is_empty() {
+                text.push_str("\n\n");
+                text.push_str(&rows_table(
+                    &findings,
+                    &[
+                        ("CLOUD", "/cloud"),
+                        ("SEVERITY", "/severity"),
+                        ("CODE", "/code"),
+                        ("AT", "/pointer"),
+                        ("WHAT TO DO", "/message"),
+                    ],
+                ));
+            }
+            text
         }
         Call::Domain(DomainCommand::Get { .. } | DomainCommand::Set { .. }) => {
             let mut summary = json!({"domain": answer["domain"], "status": answer["status"]});
@@ -267,6 +310,49 @@ mod tests {
             "{text}"
         );
         assert!(agents[2].contains("other"), "{text}");
+    }
+
+    #[test]
+    fn keys_show_the_withdrawn_and_readiness_its_reasons_and_networks() {
+        let keys = json!({"keys": [{"kid": "k2", "state": "current"}],
+            "withdrawn": [{"kid": "k1", "source": "default", "retiredAt": "2026-11-30T10:00:00Z",
+                "withdrawnAt": "2026-11-30T11:00:00Z"}]});
+        let text = table(
+            &Call::Keys(KeysCommand::List {
+                service: "k3s-acme".into(),
+            }),
+            &keys,
+        );
+        let withdrawn: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("WITHDRAWN"))
+            .collect();
+        assert!(
+            withdrawn.len() == 2
+                && withdrawn[1].starts_with("k1")
+                && withdrawn[1].ends_with("11:00:00Z"),
+            "{text}"
+        );
+        let none = json!({"keys": [], "withdrawn": []});
+        let call = Call::Keys(KeysCommand::List {
+            service: "k3s-acme".into(),
+        });
+        assert!(!table(&call, &none).contains("WITHDRAWN"));
+        let readiness = json!({"kid": "k2", "pending": [{"reason": "verifier", "agent": "aws",
+            "message": "aws has not fetched"}],
+            "verifiers": [{"agent": "aws", "networks": ["203.0.113.0/24"], "fetchedSinceKey": false}]});
+        let text = table(
+            &Call::Keys(KeysCommand::Readiness {
+                service: "k3s-acme".into(),
+                kid: "k2".into(),
+            }),
+            &readiness,
+        );
+        assert!(
+            text.contains("pending: verifier: aws has not fetched"),
+            "{text}"
+        );
+        assert!(text.contains("203.0.113.0/24"), "{text}");
     }
 
     #[test]

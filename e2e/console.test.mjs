@@ -745,6 +745,60 @@ test("text from outside is inert: a right-to-left override in a kid reorders not
   await page.close();
 });
 
+test("an identity token whose issuer other customers trust signs in with its account's id", async () => {
+  // The identity provider: a service of the registry's own that signs (managed signing).
+  const { customer: fed, sub: idp } = await customerWithService("fed", "Fed", "idp");
+  const on = await api("PUT", `/services/${idp}/signing`, fed.token, { leadSeconds: 0 });
+  assert.equal(on.status, 200, JSON.stringify(on.body));
+  const iss = registry.issuer(idp);
+  const rule = (aud, sub) => ({ services: ["*"], claims: { iss, aud, sub } });
+  const ours = await api("POST", "/service-accounts", fed.token, {
+    name: "ci", policy: { kind: "oidc", rules: [rule("registry", "ci")] },
+  });
+  assert.equal(ours.status, 201, JSON.stringify(ours.body));
+  // Another customer's account trusts the same issuer: a call naming no service must say whose.
+  const other = await registry.cli(["customer", "create", "--tenant", "other", "--plan", "business", "--name", "Other"]);
+  tokens.add(other.token);
+  const theirs = await api("POST", "/service-accounts", other.token, {
+    name: "theirs", policy: { kind: "oidc", rules: [rule("elsewhere", "nobody")] },
+  });
+  assert.equal(theirs.status, 201, JSON.stringify(theirs.body));
+  // Only a version 2 policy that names `tokens:sign` may sign.
+  const signing = await api("POST", "/service-accounts", fed.token, {
+    name: "signer", policy: policyV2({ kind: "static", services: [idp], actions: ["tokens:sign"] }),
+  });
+  assert.equal(signing.status, 201, JSON.stringify(signing.body));
+  tokens.add(signing.body.token);
+  const now = Math.floor(Date.now() / 1000);
+  const claims = Buffer.from(JSON.stringify({ iss, sub: "ci", aud: "registry", iat: now, exp: now + 600 }))
+    .toString("base64url");
+  let signed;
+  await until("the first managed key signs", async () => {
+    signed = await api("POST", `/services/${idp}/sign`, signing.body.token, { claims });
+    return signed.status === 200;
+  });
+  const identity = `${signed.body.header}.${claims}.${signed.body.signature}`;
+  tokens.add(identity);
+
+  const page = await newPage();
+  await page.goto(`${registry.base}/console`);
+  // Without the account: signed out, told where to name it.
+  await page.getByLabel("Token", { exact: true }).fill(identity);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("alert").filter({ hasText: "Account id" }).waitFor();
+  assert.equal((await storage(page)).session, null);
+  // With it: the customer's services, and the id kept beside the token in this tab only.
+  await page.getByLabel("Token", { exact: true }).fill(identity);
+  await page.getByLabel("Account id (optional)").fill(ours.body.id);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("link", { name: idp, exact: true }).waitFor();
+  assert.equal(await page.getByLabel("Account id (optional)").inputValue(), "");
+  assert.equal(await page.evaluate(() => sessionStorage.getItem("registry-console-account")), ours.body.id);
+  await page.getByRole("button", { name: "Sign out" }).click();
+  assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+  await page.close();
+});
+
 test("the console runs under its CSP, and the token only ever travels in Authorization", async () => {
   assert.deepEqual(pageProblems, [], "console errors or uncaught exceptions (a CSP refusal shows here)");
   assert.ok(requests.length > 20, `only ${requests.length} requests seen`);

@@ -12,6 +12,7 @@ const SVG_NS = document.getElementById("timeline").namespaceURI;
 // The API sits at the path prefix the console is served under.
 const API = location.pathname.replace(/\/console\/?$/, "");
 const TOKEN_KEY = "registry-console-token";
+const ACCOUNT_KEY = "registry-console-account";
 const POLL_MS = 3000;
 const QUIET_POLL_MS = 5000;
 const HOUR_MS = 3600 * 1000;
@@ -28,25 +29,27 @@ const AUDIT_ACTIONS = [
 ];
 
 let token = null;
+// The account an identity token acts as, when the signed-in person named one.
+let account = null;
 // Bumped by every navigation and by signing out: an answer to a request made for an earlier
 // view is dropped instead of drawn over the current one.
 let generation = 0;
 
-// ---- The token. ----
+// ---- The token, and the account it acts as. ----
 // sessionStorage so that a reload keeps the tab signed in; it is per tab, never sent anywhere
 // by the browser, and gone when the tab closes (localStorage would outlive it).
-function storedToken() {
+function stored(key) {
   try {
-    return sessionStorage.getItem(TOKEN_KEY);
+    return sessionStorage.getItem(key);
   } catch (_) {
     return null;
   }
 }
 
-function storeToken(value) {
+function store(key, value) {
   try {
-    if (value) sessionStorage.setItem(TOKEN_KEY, value);
-    else sessionStorage.removeItem(TOKEN_KEY);
+    if (value) sessionStorage.setItem(key, value);
+    else sessionStorage.removeItem(key);
   } catch (_) {
     // Storage disabled: the token lives in memory only, and a reload asks for it again.
   }
@@ -187,10 +190,15 @@ async function api(method, path, body) {
   const sent = token;
   // Signed out while a view was loading: what it still asks for is not asked.
   if (!sent) return { status: 0, ok: false, body: null, retryAfter: null };
-  const result = await callRegistry(API + path, sent, method, body);
+  const result = await callRegistry(API + path, sent, method, body, account);
   // The token was refused (revoked, expired, mistyped): it is no use keeping it.
   if (result.status === 401 && sent === token && token) {
-    signOut("The registry did not accept this token: " + sentence(problemText(result)) + " Sign in with a valid token.");
+    const why = sentence(problemText(result));
+    // The API names its header; here the account is named at sign-in.
+    const next = why.includes("X-Service-Account")
+      ? " Sign in again with the token and your account's id under \u201cAccount id\u201d."
+      : " Sign in with a valid token.";
+    signOut("The registry did not accept this token: " + why + next);
   }
   return result;
 }

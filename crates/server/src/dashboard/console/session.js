@@ -9,12 +9,24 @@ function signIn(event) {
     input.focus();
     return;
   }
+  const named = $("account-input").value.trim();
+  // An id goes in a header: visible ASCII only.
+  if (named && !/^[\x21-\x7e]+$/.test(named)) {
+    show($("signin-message"), "An account id has no space or control character: copy it from the Accounts view or from the account's creation.");
+    $("account-input").setAttribute("aria-invalid", "true");
+    $("account-input").focus();
+    return;
+  }
   // The token leaves the form at once: it is kept in memory and in this tab's storage only.
   input.value = "";
   input.removeAttribute("aria-invalid");
+  $("account-input").value = "";
+  $("account-input").removeAttribute("aria-invalid");
   clear($("signin-message"));
   token = value;
-  storeToken(value);
+  account = named || null;
+  store(TOKEN_KEY, token);
+  store(ACCOUNT_KEY, account);
   enter();
 }
 
@@ -28,7 +40,9 @@ function enter() {
 
 function signOut(message) {
   token = null;
-  storeToken(null);
+  account = null;
+  store(TOKEN_KEY, null);
+  store(ACCOUNT_KEY, null);
   generation += 1;
   stopPolling();
   clearViews();

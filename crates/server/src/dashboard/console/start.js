@@ -29,7 +29,8 @@ window.addEventListener("resize", debounce(() => {
   if (!$("view-service").hidden) drawTimeline();
 }, 150));
 
-token = storedToken();
+token = stored(TOKEN_KEY);
+account = stored(ACCOUNT_KEY);
 if (token) {
   enter();
 } else {

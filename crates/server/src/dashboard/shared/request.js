@@ -1,8 +1,9 @@
 // One call to the registry's API with a bearer credential, as every page makes it: no cookie, no
 // referrer, no cached answer, no redirect followed. The answer's status, whether it is a
 // success, its JSON body (null when it has none or it is not JSON) and its Retry-After; a
-// network failure is status 0.
-async function callRegistry(url, bearer, method, body) {
+// network failure is status 0. `account`, when given, names the service account an identity
+// token acts as (X-Service-Account).
+async function callRegistry(url, bearer, method, body, account) {
   const init = {
     method,
     headers: { Authorization: "Bearer " + bearer, Accept: "application/json" },
@@ -11,6 +12,7 @@ async function callRegistry(url, bearer, method, body) {
     redirect: "error",
     referrerPolicy: "no-referrer",
   };
+  if (account) init.headers["X-Service-Account"] = account;
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);

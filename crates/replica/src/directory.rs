@@ -26,7 +26,6 @@
 //! (see `near`), checked against the shared maps again after any change: a request repeated on
 //! many workers takes no lock and writes no reference count that another worker writes.
 
-use crate::absent::Absent;
 use crate::near::{Copied, Near};
 use registry_domain::ports::Change;
 use registry_domain::{Service, ServiceAccount};
@@ -90,8 +89,6 @@ pub struct Directory {
     /// Bumped, under the trust index's write lock, by every change of it.
     trust_changes: AtomicU64,
     trust_near: Near<String, [Arc<ServiceAccount>]>,
-    /// Issuers no policy named at their last database look-up (docs/api.md, "Authentication").
-    unknown: Absent,
 }
 
 impl Default for Directory {
@@ -106,7 +103,6 @@ impl Default for Directory {
             trust: RwLock::default(),
             trust_changes: AtomicU64::default(),
             trust_near: Near::new(NEAR_ACCOUNTS),
-            unknown: Absent::default(),
         }
     }
 }
@@ -200,20 +196,6 @@ impl Directory {
         let mut trust = self.trust.write().expect("trust lock");
         *trust = TrustIndex::build(oidc_accounts);
         self.trust_changes.fetch_add(1, Ordering::Release);
-        drop(trust);
-        self.unknown.lock().clear();
-    }
-
-    /// Whether the database said no policy names `issuer` within the last 10 s: then the
-    /// request is refused from memory, and a made-up issuer reads the database at most once
-    /// per 10 s.
-    pub fn recently_unknown(&self, issuer: &str, now: time::OffsetDateTime) -> bool {
-        self.unknown.lock().recently(issuer, now)
-    }
-
-    /// Remembers that no policy named `issuer` when the database was read at `now`.
-    pub fn remember_unknown(&self, issuer: &str, now: time::OffsetDateTime) {
-        self.unknown.lock().remember(issuer, now);
     }
 
     /// The OIDC accounts (of any customer) with a rule whose `iss` is exactly `issuer`; `None`
@@ -236,13 +218,6 @@ impl Directory {
         let account = account
             .filter(|a| a.policy.kind() == registry_domain::policy::PolicyKind::Oidc)
             .map(Arc::new);
-        if let Some(account) = &account {
-            // Trusted from now on: no longer refused from memory.
-            let mut unknown = self.unknown.lock();
-            for issuer in account.policy.issuers() {
-                unknown.forget(issuer);
-            }
-        }
         let mut trust = self.trust.write().expect("trust lock");
         trust.replace(id, account);
         self.trust_changes.fetch_add(1, Ordering::Release);

@@ -4,8 +4,8 @@
 //! Candidates are the accounts with a rule whose `iss` equals the token's exactly, found in the
 //! directory's trust index (memory, exact, brought up to date by the request's one database
 //! read): a token whose issuer no policy names is refused before the token cache or the key
-//! cache sees it, and, for 10 s after such a look-up, before the database does too. Which candidate accepts the
-//! token, and for what, is `registry_domain::access::decide`.
+//! cache sees it. Which candidate accepts the token, and for what, is
+//! `registry_domain::access::decide`.
 
 use super::{unauthorized, Authenticator};
 use crate::request::{header_text, Presented};
@@ -84,18 +84,13 @@ async fn verified_token(auth: &Authenticator, token: &str) -> AuthResult<Verific
             .unverified_issuer(token)
             .ok_or_else(|| unauthorized("malformed identity token"))?,
     };
-    // Memory only for an issuer no policy named at its look-up in the last 10 s: made-up
-    // issuers stop here, and cost at most one database read per name per 10 s.
-    let directory = &auth.replica.directory;
-    if directory.accounts_trusting(&issuer).is_none() && directory.recently_unknown(&issuer, now) {
-        return Err(untrusted_issuer());
-    }
     // The request's one database read: revocations and narrowed policies hold at once, and
     // so do the documents of the issuers this registry hosts, and an account created on
-    // another replica a moment ago (its issuer enters this replica's index here).
+    // another replica a moment ago (its issuer enters this replica's index here), even for an
+    // issuer this replica refused a moment before. A made-up issuer costs that read too, as
+    // an unknown static token does; the failed authentications' limit bounds both.
     auth.replica.refresh().await?;
-    let Some(candidates) = directory.accounts_trusting(&issuer) else {
-        directory.remember_unknown(&issuer, now);
+    let Some(candidates) = auth.replica.directory.accounts_trusting(&issuer) else {
         return Err(untrusted_issuer());
     };
     let hosted = auth.replica.hosted_issuer(&issuer, now).await?;

@@ -97,7 +97,8 @@ pub struct KeyCache {
     counters: Counters,
     /// Bumped by every look-up: a logical clock for least-recently-used eviction.
     uses: AtomicU64,
-    /// How many times an issuer withdrew its keys (see [`KeyCache::withdrawals`]).
+    /// How many times an issuer withdrew its keys or dropped one (see
+    /// [`KeyCache::withdrawals`]).
     withdrawals: AtomicU64,
 }
 
@@ -116,8 +117,9 @@ impl KeyCache {
     }
 
     /// How many times an issuer answered that its keys are gone (404, 410, an empty set) and
-    /// its cached keys were dropped: a verification remembered before the count moved may rest
-    /// on withdrawn keys (docs/api.md, "Authentication").
+    /// its cached keys were dropped, or answered a set without one of the keys cached before:
+    /// a verification remembered before the count moved may rest on a withdrawn key
+    /// (docs/api.md, "Authentication").
     pub fn withdrawals(&self) -> u64 {
         self.withdrawals.load(Ordering::Acquire)
     }
@@ -167,6 +169,9 @@ impl KeyCache {
         let mut state = issuer.state.lock().unwrap_or_else(|e| e.into_inner());
         match fetched {
             Ok((set, max_age)) => {
+                if (state.keys.as_ref()).is_some_and(|old| set.drops_any_of(&old.set)) {
+                    self.withdrawals.fetch_add(1, Ordering::Release);
+                }
                 let ttl = max_age
                     .unwrap_or(self.config.default_key_ttl)
                     .clamp(self.config.min_key_ttl, self.config.max_key_ttl);

@@ -101,6 +101,9 @@ impl Alg {
 #[derive(Debug)]
 struct Key {
     kid: Option<String>,
+    /// The key's `kid` and public material as text: what tells a key dropped from a set, or
+    /// replaced under its `kid`, from one still in it.
+    material: String,
     verifiers: Vec<(Alg, Box<dyn JwsVerifier>)>,
 }
 
@@ -135,8 +138,16 @@ impl Key {
             .iter()
             .filter_map(|alg| alg.verifier(jwk).ok().map(|v| (*alg, v)))
             .collect();
+        let material = ["kid", "kty", "crv", "n", "e", "x", "y"]
+            .map(|name| {
+                jwk.parameter(name)
+                    .map(Value::to_string)
+                    .unwrap_or_default()
+            })
+            .join(" ");
         (!verifiers.is_empty()).then(|| Key {
             kid: jwk.key_id().map(str::to_owned),
+            material,
             verifiers,
         })
     }
@@ -244,6 +255,12 @@ impl KeySet {
     /// Whether no key is usable.
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+
+    /// Whether a key of `earlier` is not in this set (its `kid` and material compared): a
+    /// token it verified may no longer verify.
+    pub fn drops_any_of(&self, earlier: &KeySet) -> bool {
+        (earlier.keys.iter()).any(|old| !self.keys.iter().any(|k| k.material == old.material))
     }
 
     /// Whether a key has this `kid`.

@@ -181,6 +181,27 @@ fn an_issuer_that_answers_404_is_no_longer_trusted() {
     assert!(log.contains("withdrew its keys"), "{log}");
 }
 
+/// An issuer that drops a key from its set (a rotation after a compromise): once the registry
+/// has fetched the set without it, a token it verified with that key before is refused too,
+/// not accepted from memory until its verification is forgotten (the probe of federation).
+#[test]
+fn a_key_its_issuer_dropped_verifies_no_remembered_token() {
+    let server = insecure_server();
+    let issuer = TestIssuer::start();
+    let acme = server.customer("acme", "business");
+    let (api, _) = create_service(&server, &acme, "api");
+    account(&server, &acme, &issuer.url(), AUDIENCE, "repo:acme/*");
+    let path = format!("/services/{api}");
+    let old = issuer.mint("RS256", claims(&issuer.url(), "repo:acme/old"));
+    assert_eq!(server.get(&path, &old).status(), 200);
+    issuer.rotate_keys();
+    // The new key's first token makes the registry fetch the set again.
+    let new = issuer.mint("RS256", claims(&issuer.url(), "repo:acme/new"));
+    assert_eq!(server.get(&path, &new).status(), 200);
+    assert_problem(server.get(&path, &old), 401, "unauthorized");
+    assert_eq!(server.get(&path, &new).status(), 200);
+}
+
 /// Finding 2 for an issuer hosted by this registry: read from the registry's own data, never
 /// over HTTP, so a deletion, a withdrawn configuration or a withdrawn key refuses its tokens
 /// at once, on every replica, even a token that verified a moment before.

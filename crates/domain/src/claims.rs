@@ -17,9 +17,12 @@ pub const MAX_LIFETIME: Duration = Duration::hours(24);
 /// Why the claims were refused (for the server log only).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClaimProblem {
-    /// A required claim is missing or has the wrong type.
-    #[error("claim {0} is missing or not a number")]
+    /// A required claim is missing.
+    #[error("claim {0} is missing")]
     Missing(&'static str),
+    /// A time claim is present but no number (`"exp": "soon"`).
+    #[error("claim {0} is not a number")]
+    NotANumber(&'static str),
     /// `iss` is missing or not a string.
     #[error("claim iss is missing or not a string")]
     Issuer,
@@ -81,7 +84,7 @@ pub fn jws_part(part: &str) -> Result<Map<String, Value>, JwsPartError> {
 }
 
 /// A time claim as seconds since the epoch: an integer, or a finite number cut to one (RFC 7519's
-/// NumericDate may have a fraction); `Err` when it is no number.
+/// NumericDate may have a fraction); `NotANumber` when it is present but no number.
 pub(crate) fn seconds(
     claims: &Map<String, Value>,
     name: &'static str,
@@ -92,7 +95,7 @@ pub(crate) fn seconds(
             .as_i64()
             .or_else(|| v.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
             .map(Some)
-            .ok_or(ClaimProblem::Missing(name)),
+            .ok_or(ClaimProblem::NotANumber(name)),
     }
 }
 
@@ -188,7 +191,7 @@ mod tests {
             ),
             (
                 json!({"iss":"i","aud":"a","iat":"x","exp":t}),
-                Err(ClaimProblem::Missing("iat")),
+                Err(ClaimProblem::NotANumber("iat")),
             ),
             (
                 json!({"iss":"i","aud":"a","iat":t,"exp":t+86401}),

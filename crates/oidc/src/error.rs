@@ -202,6 +202,7 @@ impl OidcError {
                 ClaimProblem::TooLongLived => ReasonCode::TokenLifetimeTooLong,
                 ClaimProblem::Audience => ReasonCode::AudienceMismatch,
                 ClaimProblem::Missing(_) | ClaimProblem::Issuer => ReasonCode::ClaimMissing,
+                ClaimProblem::NotANumber(_) => ReasonCode::ClaimTypeMismatch,
             },
         }
     }

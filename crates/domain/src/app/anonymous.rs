@@ -16,6 +16,38 @@ use uuid::Uuid;
 /// reached.
 pub const CEILING_RETRY_AFTER_SECS: u64 = 60;
 
+/// Where a browser says a request comes from (its `Sec-Fetch-Site`); programs say nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestSite {
+    /// No word of it: a program, or an old browser.
+    Unsaid,
+    /// A page of the registry's own origin (`same-origin`), or an address typed in (`none`).
+    ThisSite,
+    /// A page of another site, or of another origin of this one (`cross-site`, `same-site`).
+    OtherSite,
+}
+
+/// Whether a request from `site` may create an anonymous service: not one that another site's
+/// page made, where a form with no field needs no script, spends its visitor's creations for
+/// the hour and shows them a secret (a 403).
+///
+/// ```
+/// use registry_domain::app::anonymous::{may_create, RequestSite};
+/// assert!(may_create(RequestSite::Unsaid).is_ok());
+/// assert!(may_create(RequestSite::ThisSite).is_ok());
+/// assert!(may_create(RequestSite::OtherSite).is_err());
+/// ```
+pub fn may_create(site: RequestSite) -> Result<(), AppError> {
+    match site {
+        RequestSite::Unsaid | RequestSite::ThisSite => Ok(()),
+        RequestSite::OtherSite => Err(AppError::Forbidden(
+            "a page of another site may not create anonymous services (Sec-Fetch-Site): \
+             create one from the registry's own page or from a program"
+                .to_owned(),
+        )),
+    }
+}
+
 /// `POST /anonymous/services`, its body checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateAnonymous {

@@ -11,7 +11,7 @@ use crate::views;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use registry_domain::anonymous::lifetime;
-use registry_domain::app::anonymous::{self, CreateAnonymous};
+use registry_domain::app::anonymous::{self, CreateAnonymous, RequestSite};
 use registry_domain::app::services::{MAX_DESCRIPTION, MAX_TITLE};
 use registry_domain::app::Origin;
 use registry_domain::text::TextKind;
@@ -23,7 +23,7 @@ pub async fn create(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    from_this_site(&req)?;
+    anonymous::may_create(request_site(&req))?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let command = command(body.as_ref())?;
     state.anon_full.still()?;
@@ -67,18 +67,12 @@ pub async fn create(
         .json(views::anonymous_created(&state, &created, now)))
 }
 
-/// Refuses a browser's request that another site's page made (`Sec-Fetch-Site`): a form with
-/// no field needs no script, spends its visitor's creations for the hour and shows them a
-/// secret. The registry's own pages (`same-origin`), an address typed in (`none`) and programs
-/// (which send no such header) may create.
-fn from_this_site(req: &HttpRequest) -> ApiResult<()> {
+/// Where the browser says the request comes from (`Sec-Fetch-Site`).
+fn request_site(req: &HttpRequest) -> RequestSite {
     match req.headers().get("sec-fetch-site").map(|v| v.as_bytes()) {
-        None | Some(b"same-origin" | b"none") => Ok(()),
-        Some(_) => Err(ApiError::Forbidden(
-            "a page of another site may not create anonymous services (Sec-Fetch-Site): \
-             create one from the registry's own page or from a program"
-                .to_owned(),
-        )),
+        None => RequestSite::Unsaid,
+        Some(b"same-origin" | b"none") => RequestSite::ThisSite,
+        Some(_) => RequestSite::OtherSite,
     }
 }
 

@@ -52,8 +52,8 @@ pub struct RememberedIdentity {
     /// The verification.
     pub token: Arc<VerifiedToken>,
     /// The version of the keys it verified against: for an issuer this registry hosts, its key
-    /// set's; for one fetched over HTTP, the verifier's count of withdrawals then
-    /// (`IdentityTokenVerifier::withdrawals`).
+    /// set's; for one fetched over HTTP, the generation of the verifier's keys of that issuer
+    /// then (`IdentityTokenVerifier::key_generation`).
     pub key_version: Option<KeyVersion>,
     until: OffsetDateTime,
     /// When this replica last granted a request with the token; `None` while it never did: a

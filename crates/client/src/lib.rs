@@ -299,7 +299,8 @@ impl Credentials {
         match (token, identity_token_file) {
             (_, Some(file)) => Some(Credentials::IdentityTokenFile {
                 file: file.to_owned(),
-                account: account.map(str::to_owned),
+                // An empty value (a variable set to nothing) names no account.
+                account: account.filter(|a| !a.trim().is_empty()).map(str::to_owned),
             }),
             (Some(token), None) if !token.is_empty() => Some(Credentials::Token(token.to_owned())),
             _ => None,
@@ -616,6 +617,10 @@ mod tests {
         assert!(matches!(
             Credentials::from_flags(Some("t"), Some(file), Some("a1")),
             Some(Credentials::IdentityTokenFile { account: Some(a), .. }) if a == "a1"
+        ));
+        assert!(matches!(
+            Credentials::from_flags(None, Some(file), Some(" ")),
+            Some(Credentials::IdentityTokenFile { account: None, .. })
         ));
         assert!(Credentials::from_flags(Some(""), None, None).is_none());
         assert!(matches!(

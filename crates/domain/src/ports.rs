@@ -1151,10 +1151,11 @@ pub trait IdentityTokenVerifier: Send + Sync + std::fmt::Debug {
     /// no policy trusts before any key is fetched.
     fn unverified_issuer(&self, token: &str) -> Option<String>;
 
-    /// How many times an issuer this verifier fetches keys of has withdrawn them (its keys
-    /// dropped at that fetch): a verification remembered before the count moved is done again.
-    /// A verifier that never drops keys answers 0.
-    fn withdrawals(&self) -> u64 {
+    /// The generation of the keys this verifier holds for `issuer`: it changes when the issuer
+    /// withdraws its keys or drops one of them, and a verification of its tokens remembered
+    /// under another generation is done again. A verifier that never drops keys answers 0.
+    fn key_generation(&self, issuer: &str) -> u64 {
+        let _ = issuer;
         0
     }
 

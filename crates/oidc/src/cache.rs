@@ -63,12 +63,25 @@ struct State {
 
 /// One issuer: its state, and a gate that lets one fetch run at a time (later callers wait for
 /// it and reuse its result instead of fetching again).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Issuer {
     state: Mutex<State>,
     gate: tokio::sync::Mutex<()>,
     /// The cache's use counter when this issuer was last looked up (least recently used goes).
     last_used: AtomicU64,
+    /// Its keys' generation (see [`KeyCache::generation`]).
+    generation: AtomicU64,
+}
+
+impl Issuer {
+    fn new(generation: u64) -> Self {
+        Self {
+            state: Mutex::default(),
+            gate: tokio::sync::Mutex::default(),
+            last_used: AtomicU64::new(0),
+            generation: AtomicU64::new(generation),
+        }
+    }
 }
 
 enum Decision {
@@ -97,9 +110,8 @@ pub struct KeyCache {
     counters: Counters,
     /// Bumped by every look-up: a logical clock for least-recently-used eviction.
     uses: AtomicU64,
-    /// How many times an issuer withdrew its keys or dropped one (see
-    /// [`KeyCache::withdrawals`]).
-    withdrawals: AtomicU64,
+    /// The last generation given to an issuer's keys (see [`KeyCache::generation`]).
+    generations: AtomicU64,
 }
 
 impl KeyCache {
@@ -112,16 +124,23 @@ impl KeyCache {
             issuers: RwLock::default(),
             counters: Counters::default(),
             uses: AtomicU64::new(0),
-            withdrawals: AtomicU64::new(0),
+            generations: AtomicU64::new(0),
         }
     }
 
-    /// How many times an issuer answered that its keys are gone (404, 410, an empty set) and
-    /// its cached keys were dropped, or answered a set without one of the keys cached before:
-    /// a verification remembered before the count moved may rest on a withdrawn key
-    /// (docs/api.md, "Authentication").
-    pub fn withdrawals(&self) -> u64 {
-        self.withdrawals.load(Ordering::Acquire)
+    /// The generation of `iss`'s keys: a number that changes when the issuer answers that its
+    /// keys are gone (404, 410, an empty set) and its cached keys are dropped, when it answers
+    /// a set without one of the keys cached before, and when its entry is made anew (after an
+    /// eviction): a verification remembered under another generation may rest on a withdrawn
+    /// key (docs/api.md, "Authentication"). Never 0, the answer for an issuer that cannot be
+    /// cached. One issuer's rotation leaves the others' remembered verifications alone.
+    pub fn generation(&self, iss: &str) -> u64 {
+        self.issuer(iss)
+            .map_or(0, |issuer| issuer.generation.load(Ordering::Acquire))
+    }
+
+    fn next_generation(&self) -> u64 {
+        self.generations.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// A snapshot of the counters.
@@ -170,7 +189,7 @@ impl KeyCache {
         match fetched {
             Ok((set, max_age)) => {
                 if (state.keys.as_ref()).is_some_and(|old| set.drops_any_of(&old.set)) {
-                    self.withdrawals.fetch_add(1, Ordering::Release);
+                    (issuer.generation).store(self.next_generation(), Ordering::Release);
                 }
                 let ttl = max_age
                     .unwrap_or(self.config.default_key_ttl)
@@ -201,7 +220,7 @@ impl KeyCache {
                         "the issuer withdrew its keys: its cached keys are dropped"
                     );
                     state.keys = None;
-                    self.withdrawals.fetch_add(1, Ordering::Release);
+                    (issuer.generation).store(self.next_generation(), Ordering::Release);
                     return Err(error);
                 }
                 tracing::warn!(
@@ -293,7 +312,10 @@ impl KeyCache {
                 issuers.remove(&name);
             }
         }
-        let issuer = issuers.entry(iss.to_owned()).or_default().clone();
+        let generation = self.next_generation();
+        let issuer = (issuers.entry(iss.to_owned()))
+            .or_insert_with(|| Arc::new(Issuer::new(generation)))
+            .clone();
         issuer.last_used.store(tick, Ordering::Relaxed);
         Ok(issuer)
     }
@@ -357,6 +379,29 @@ mod tests {
         };
         let ticks = Arc::new(registry_domain::testing::ManualTicks::default());
         KeyCache::new(Fetcher::new(&config).unwrap(), config, ticks)
+    }
+
+    /// Each issuer's keys have their own generation (one issuer's rotation leaves the others'
+    /// remembered verifications alone); an entry made anew after an eviction has a new one.
+    #[tokio::test]
+    async fn each_issuer_has_its_own_generation() {
+        let cache = cache(2);
+        let a = cache.generation("http://a.test");
+        assert!(a != 0 && a == cache.generation("http://a.test"));
+        let b = cache.generation("http://b.test");
+        assert_ne!(a, b);
+        assert_eq!(cache.generation("http://b.test"), b);
+        cache.generation("http://c.test");
+        assert_ne!(
+            cache.generation("http://a.test"),
+            a,
+            "evicted, then cached anew"
+        );
+        assert_eq!(
+            cache.generation("http://a.test?x"),
+            0,
+            "an issuer that cannot be cached"
+        );
     }
 
     /// One customer's many issuers (the probe: 1,000 of them, each kept fresh) never lock

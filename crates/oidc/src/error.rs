@@ -230,3 +230,24 @@ fn key_named(kid: Option<&str>) -> String {
         None => "the key (which has no kid)".to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A time claim that is there but no number is a claim of the wrong type, not a missing one.
+    #[test]
+    fn claim_problems_have_their_own_reason_codes() {
+        for (problem, code) in [
+            (ClaimProblem::Missing("exp"), ReasonCode::ClaimMissing),
+            (
+                ClaimProblem::NotANumber("exp"),
+                ReasonCode::ClaimTypeMismatch,
+            ),
+            (ClaimProblem::Expired, ReasonCode::TokenExpired),
+            (ClaimProblem::Audience, ReasonCode::AudienceMismatch),
+        ] {
+            assert_eq!(OidcError::Claims(problem).reason_code(), code);
+        }
+    }
+}

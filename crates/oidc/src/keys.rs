@@ -101,8 +101,8 @@ impl Alg {
 #[derive(Debug)]
 struct Key {
     kid: Option<String>,
-    /// The key's `kid` and public material as text: what tells a key dropped from a set, or
-    /// replaced under its `kid`, from one still in it.
+    /// The key's `kid` and RFC 7638 thumbprint: what tells a key dropped from a set, or
+    /// replaced under its `kid`, from one still in it, whatever the order of its members.
     material: String,
     verifiers: Vec<(Alg, Box<dyn JwsVerifier>)>,
 }
@@ -129,8 +129,9 @@ fn affordable(jwk: &Jwk) -> bool {
 
 impl Key {
     /// The key with its verifiers; `None` when no accepted algorithm can use it, or when it is
-    /// an RSA key beyond the bounds (skipped, like any other unusable key of a set).
-    fn from_jwk(jwk: &Jwk) -> Option<Key> {
+    /// an RSA key beyond the bounds (skipped, like any other unusable key of a set). `map` is
+    /// the JWK as the set holds it.
+    fn from_jwk(jwk: &Jwk, map: &serde_json::Map<String, Value>) -> Option<Key> {
         if !affordable(jwk) {
             return None;
         }
@@ -138,13 +139,11 @@ impl Key {
             .iter()
             .filter_map(|alg| alg.verifier(jwk).ok().map(|v| (*alg, v)))
             .collect();
-        let material = ["kid", "kty", "crv", "n", "e", "x", "y"]
-            .map(|name| {
-                jwk.parameter(name)
-                    .map(Value::to_string)
-                    .unwrap_or_default()
-            })
-            .join(" ");
+        let material = format!(
+            "{:?} {}",
+            jwk.key_id(),
+            registry_domain::keys::thumbprint(map).unwrap_or_default()
+        );
         (!verifiers.is_empty()).then(|| Key {
             kid: jwk.key_id().map(str::to_owned),
             material,
@@ -236,8 +235,7 @@ impl KeySet {
         let keys = entries
             .iter()
             .filter_map(Value::as_object)
-            .filter_map(|map| Jwk::from_map(map.clone()).ok())
-            .filter_map(|jwk| Key::from_jwk(&jwk))
+            .filter_map(|map| Key::from_jwk(&Jwk::from_map(map.clone()).ok()?, map))
             .take(MAX_KEYS)
             .collect();
         Ok(KeySet {
@@ -367,6 +365,50 @@ mod tests {
             Err(OidcError::KidRequired(2))
         ));
         assert!(both.verifier(Some("sig"), Alg::Rs256).is_ok());
+    }
+
+    /// A set drops a key of an earlier one when that key's `kid` or material is gone from it;
+    /// order, other members and their order do not count.
+    #[test]
+    fn a_set_drops_a_key_by_its_kid_and_material() {
+        let (a, b) = (
+            public(
+                &Jwk::generate_ec_key(josekit::jwk::alg::ec::EcCurve::P256).unwrap(),
+                "a",
+            ),
+            public(
+                &Jwk::generate_ec_key(josekit::jwk::alg::ec::EcCurve::P256).unwrap(),
+                "b",
+            ),
+        );
+        let set = |keys: Vec<Value>| KeySet::from_document(&json!({ "keys": keys })).unwrap();
+        let before = set(vec![a.clone(), b.clone()]);
+        // The same keys, reordered, their members in another order, one with `use` added.
+        let mut shuffled = serde_json::Map::new();
+        for (name, value) in a.as_object().unwrap().iter().rev() {
+            shuffled.insert(name.clone(), value.clone());
+        }
+        shuffled.insert("use".into(), json!("sig"));
+        assert!(!set(vec![b.clone(), Value::Object(shuffled)]).drops_any_of(&before));
+        assert!(!set(vec![
+            a.clone(),
+            b.clone(),
+            public(
+                &Jwk::generate_ec_key(josekit::jwk::alg::ec::EcCurve::P256).unwrap(),
+                "c"
+            )
+        ])
+        .drops_any_of(&before));
+        assert!(set(vec![b.clone()]).drops_any_of(&before));
+        let mut renamed = a.clone();
+        renamed["kid"] = json!("a2");
+        assert!(set(vec![renamed, b.clone()]).drops_any_of(&before));
+        let mut replaced = public(
+            &Jwk::generate_ec_key(josekit::jwk::alg::ec::EcCurve::P256).unwrap(),
+            "a",
+        );
+        replaced["kid"] = json!("a");
+        assert!(set(vec![replaced, b]).drops_any_of(&before));
     }
 
     #[test]

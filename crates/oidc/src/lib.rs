@@ -179,8 +179,8 @@ impl IdentityTokenVerifier for OidcVerifier {
         OidcVerifier::unverified_issuer(self, token)
     }
 
-    fn withdrawals(&self) -> u64 {
-        self.cache.withdrawals()
+    fn key_generation(&self, issuer: &str) -> u64 {
+        self.cache.generation(issuer)
     }
 
     fn verify<'a>(

@@ -77,6 +77,14 @@ fn another_sites_page_may_not_create_one() {
             "{problem}"
         );
     }
+    // A browser too old to say `Sec-Fetch-Site` still says `Origin`.
+    let refused = server
+        .request(Method::POST, "/anonymous/services")
+        .header("Origin", "https://elsewhere.example")
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_problem(refused, 403, "forbidden");
     // The registry's own page, and an address typed in, may.
     for site in ["same-origin", "none"] {
         let created = server
@@ -87,6 +95,13 @@ fn another_sites_page_may_not_create_one() {
             .unwrap();
         assert_eq!(created.status(), 201, "{site}");
     }
+    let created = server
+        .request(Method::POST, "/anonymous/services")
+        .header("Origin", server.base.as_str())
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201, "its own origin");
 }
 
 #[test]

@@ -404,6 +404,26 @@ fn the_client_takes_no_page_for_an_answer_and_ends_quietly_with_its_reader() {
     );
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--identity-token-file"), "{stderr}");
+    // A variable set to nothing names no account; an id is a UUID.
+    ok(
+        &server,
+        &acme.token,
+        &["services", "list", "--service-account", ""],
+    );
+    let (code, _, stderr) = client(
+        &server,
+        &acme.token,
+        &[
+            "services",
+            "list",
+            "--identity-token-file",
+            "/dev/null",
+            "--service-account",
+            "ci",
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("UUID"), "{stderr}");
     // An empty one is no token: said so, nothing sent.
     std::fs::write(&file, "\n").unwrap();
     let args = [

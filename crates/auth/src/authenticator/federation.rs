@@ -95,10 +95,10 @@ async fn verified_token(auth: &Authenticator, token: &str) -> AuthResult<Verific
     };
     let hosted = auth.replica.hosted_issuer(&issuer, now).await?;
     // Read before the verification: a withdrawal meanwhile makes the next request verify again.
-    let withdrawals = auth.verifier.withdrawals().to_be_bytes();
+    let generation = auth.verifier.key_generation(&issuer).to_be_bytes();
     let key_version = match &hosted {
         Some(published) => (published.as_ref()).map(|documents| documents.jwks.etag.as_ref()),
-        None => Some(&withdrawals[..]),
+        None => Some(&generation[..]),
     };
     if let Some(remembered) = remembered {
         // A hosted issuer's token counts as verified only against the key set published now,

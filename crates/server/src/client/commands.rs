@@ -1,32 +1,17 @@
 //! The client commands' command line (clap): how to reach the API ([`Connection`]), what to
 //! print ([`Format`]), each resource's commands, and [`Call`], what a command asks of the API.
 
+use super::ApiFlags;
 use registry_domain::publishing::{MAX_LEAD_SECONDS, MAX_RETAIN_HOURS};
 use std::path::PathBuf;
 
-/// How to reach the API, shared by every client command.
+/// How to reach the API, shared by every client command: [`ApiFlags`], as `sync` and `signer`
+/// take them, and what to print.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Connection {
-    /// The registry's API.
-    #[arg(
-        long,
-        global = true,
-        env = "REGISTRY_API_URL",
-        default_value = "http://localhost:8080"
-    )]
-    pub api_url: String,
-    /// A static token or an anonymous secret (prefer the environment: a flag shows in `ps`).
-    #[arg(long, global = true, env = "REGISTRY_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// A file holding an identity token for an `oidc` service account, read at each call; it
-    /// wins over a token (`REGISTRY_TOKEN` set in the environment too).
-    #[arg(long, global = true)]
-    pub identity_token_file: Option<PathBuf>,
-    /// With --identity-token-file: the id of the `oidc` account to call as, when several
-    /// accounts may accept the token (sent as `X-Service-Account`; a call naming no service,
-    /// such as `services list`, needs it when another customer's accounts trust the issuer).
-    #[arg(long, global = true, env = "REGISTRY_SERVICE_ACCOUNT")]
-    pub service_account: Option<String>,
+    /// The API's address and the credential.
+    #[command(flatten)]
+    pub api: ApiFlags,
     /// What to print: a table for people, or the API's JSON for programs.
     #[arg(long, global = true, value_enum, default_value = "table")]
     pub format: Format,

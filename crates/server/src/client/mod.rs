@@ -19,29 +19,32 @@ use registry_client::{ClientError, Credentials, RegistryApi};
 use registry_domain::segment::is_dot_segment;
 use std::path::{Path, PathBuf};
 
-/// How `registry sync` and `registry signer`, which run for long beside a cluster, reach the
-/// API: its address and one credential (the client commands' [`commands::Connection`] is the
-/// same, global to their subcommands, with `--format`).
+/// How every client of the API reaches it (the client commands, through
+/// [`commands::Connection`], `registry sync` and `registry signer`): its address and one
+/// credential. Global: a client command takes them after its subcommand too.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiFlags {
     /// The registry's API.
     #[arg(
         long,
+        global = true,
         env = "REGISTRY_API_URL",
         default_value = "http://localhost:8080"
     )]
     pub api_url: String,
-    /// A static token of the registry (prefer the environment: a flag shows in `ps`).
-    #[arg(long, env = "REGISTRY_TOKEN", hide_env_values = true)]
+    /// A static token, or an anonymous secret where a call takes one (prefer the environment:
+    /// a flag shows in `ps`).
+    #[arg(long, global = true, env = "REGISTRY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// An identity token file (a projected service-account token whose audience is the
     /// registry), read afresh before every call, for an `oidc` service account: no stored secret.
     /// It wins over a token (`REGISTRY_TOKEN` set in the environment too).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub identity_token_file: Option<PathBuf>,
     /// With --identity-token-file: the id of the `oidc` account to call as, when several
-    /// accounts may accept the token (sent as `X-Service-Account`).
-    #[arg(long, env = "REGISTRY_SERVICE_ACCOUNT")]
+    /// accounts may accept the token (sent as `X-Service-Account`; a call naming no service,
+    /// such as `services list`, needs it when another customer's accounts trust the issuer).
+    #[arg(long, global = true, env = "REGISTRY_SERVICE_ACCOUNT")]
     pub service_account: Option<String>,
 }
 
@@ -93,12 +96,13 @@ pub fn service_problem(service: &str, role: &str) -> Option<String> {
 
 /// Why `account` (`--service-account`) cannot be sent, if it cannot (a usage error): it names
 /// the account an identity token calls as, so it goes with an identity token file (a static
-/// token is its account already), and it is an id: visible ASCII, not empty.
+/// token is its account already), and it is an account's id, a UUID. An empty one (a variable
+/// set to nothing) names none.
 pub fn account_problem(
     identity_token_file: Option<&Path>,
     account: Option<&str>,
 ) -> Option<String> {
-    let account = account?;
+    let account = account.filter(|a| !a.trim().is_empty())?;
     if identity_token_file.is_none() {
         return Some(
             "REGISTRY_SERVICE_ACCOUNT (--service-account) goes with --identity-token-file: a \
@@ -106,10 +110,10 @@ pub fn account_problem(
                 .to_owned(),
         );
     }
-    (account.is_empty() || !registry_client::is_token_text(account)).then(|| {
+    uuid::Uuid::parse_str(account).is_err().then(|| {
         format!(
             "REGISTRY_SERVICE_ACCOUNT (--service-account) {account:?} is no account id: give the \
-             id of the oidc account to call as"
+             id (a UUID) of the oidc account to call as"
         )
     })
 }

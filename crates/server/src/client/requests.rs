@@ -9,7 +9,7 @@ use super::commands::{
 use super::tables::{problem_sentence, table};
 use crate::route::Verb::{self, Delete, Get, Patch, Post, Put};
 use crate::routes::table;
-use registry_client::{path_segment as segment, Credentials, RegistryApi};
+use registry_client::{path_segment as segment, RegistryApi};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -235,32 +235,10 @@ pub(super) fn request(call: &Call) -> Result<Request, ClientError> {
 
 /// The API client of a command and the runtime that drives it.
 fn client(connection: &Connection) -> Result<(RegistryApi, tokio::runtime::Runtime), ClientError> {
-    let credentials = Credentials::from_flags(
-        connection.token.as_deref(),
-        connection.identity_token_file.as_deref(),
-        connection.service_account.as_deref(),
-    )
-    .ok_or_else(|| {
-        ClientError::Usage(
-            "no credentials: set REGISTRY_TOKEN (or --token, or --identity-token-file)".into(),
-        )
-    })?;
-    if let Some(problem) = super::api_url_problem(&connection.api_url) {
+    if let Some(problem) = connection.api.usage_problem() {
         return Err(ClientError::Usage(problem));
     }
-    if let Credentials::Token(token) = &credentials {
-        if let Some(problem) = super::token_problem(token, "REGISTRY_TOKEN (--token)") {
-            return Err(ClientError::Usage(problem));
-        }
-    }
-    if let Some(problem) = super::account_problem(
-        connection.identity_token_file.as_deref(),
-        connection.service_account.as_deref(),
-    ) {
-        return Err(ClientError::Usage(problem));
-    }
-    let api = RegistryApi::new(&connection.api_url, credentials)
-        .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+    let api = (connection.api.api()).map_err(|e| ClientError::Unreachable(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -45,7 +45,7 @@ const VERIFIERS: Columns = &[
     ("VERIFIER", "/agent"),
     ("LAST FETCH", "/lastFetchedAt"),
     ("FETCHED SINCE KEY", "/fetchedSinceKey"),
-    ("NETWORKS", "/networks"),
+    ("NETWORKS", "/networkList"),
 ];
 const RECORDS: Columns = &[("TYPE", "/type"), ("NAME", "/name"), ("VALUE", "/value")];
 const FETCHES: Columns = &[
@@ -101,8 +101,20 @@ pub(super) fn table(call: &Call, answer: &Value) -> String {
                     cell(pending.get("message"))
                 ));
             }
+            // A verifier's networks as a list people read (`a, b`), not JSON.
+            let verifiers: Vec<Value> = (answer["verifiers"].as_array().into_iter().flatten())
+                .map(|verifier| {
+                    let networks: Vec<&str> = (verifier["networks"].as_array().into_iter())
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect();
+                    let mut row = verifier.clone();
+                    row["networkList"] = json!(networks.join(", "));
+                    row
+                })
+                .collect();
             text.push_str("\n\n");
-            text.push_str(&list(&answer["verifiers"], VERIFIERS));
+            text.push_str(&rows_table(&verifiers, VERIFIERS));
             text
         }
         Call::AuditEvents { .. } => {
@@ -352,7 +364,10 @@ mod tests {
             text.contains("pending: verifier: aws has not fetched"),
             "{text}"
         );
-        assert!(text.contains("203.0.113.0/24"), "{text}");
+        assert!(
+            text.contains("203.0.113.0/24") && !text.contains("[\""),
+            "{text}"
+        );
     }
 
     #[test]

@@ -104,7 +104,6 @@ pub enum PolicyCommand {
     },
 }
 
-/// An action named on the command line.
 /// A service's name as the API's explain takes it: not empty.
 fn service_name(text: &str) -> Result<String, String> {
     match text.trim().is_empty() {
@@ -113,6 +112,7 @@ fn service_name(text: &str) -> Result<String, String> {
     }
 }
 
+/// An action named on the command line.
 fn parse_action(text: &str) -> Result<Action, String> {
     text.parse::<Action>().map_err(|e| e.to_string())
 }

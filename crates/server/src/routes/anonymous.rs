@@ -23,7 +23,7 @@ pub async fn create(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    anonymous::may_create(request_site(&req))?;
+    anonymous::may_create(request_site(&req, state.settings.base()))?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let command = command(body.as_ref())?;
     state.anon_full.still()?;
@@ -67,12 +67,26 @@ pub async fn create(
         .json(views::anonymous_created(&state, &created, now)))
 }
 
-/// Where the browser says the request comes from (`Sec-Fetch-Site`).
-fn request_site(req: &HttpRequest) -> RequestSite {
-    match req.headers().get("sec-fetch-site").map(|v| v.as_bytes()) {
-        None => RequestSite::Unsaid,
+/// Where the browser says the request comes from: its `Sec-Fetch-Site`, or, from a browser
+/// too old to send one, its `Origin` against the registry's own (`base`: `https://host[:port]`
+/// and perhaps a path).
+fn request_site(req: &HttpRequest, base: &str) -> RequestSite {
+    let headers = req.headers();
+    match headers.get("sec-fetch-site").map(|v| v.as_bytes()) {
         Some(b"same-origin" | b"none") => RequestSite::ThisSite,
         Some(_) => RequestSite::OtherSite,
+        None => match headers.get(header::ORIGIN) {
+            None => RequestSite::Unsaid,
+            Some(origin) => {
+                let (scheme, rest) = base.split_once("://").unwrap_or(("", base));
+                let authority = rest.split('/').next().unwrap_or_default();
+                let own = format!("{scheme}://{authority}");
+                match origin.as_bytes().eq_ignore_ascii_case(own.as_bytes()) {
+                    true => RequestSite::ThisSite,
+                    false => RequestSite::OtherSite,
+                }
+            }
+        },
     }
 }
 

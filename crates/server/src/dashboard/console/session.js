@@ -17,6 +17,13 @@ function signIn(event) {
     $("account-input").focus();
     return;
   }
+  // A static token (rgst_…) is its account already: an id beside it would say nothing.
+  if (named && value.split(".").length !== 3) {
+    show($("signin-message"), "An account id goes with an identity token (a JWT) only: a service account's own token is its account already. Clear the account id, or paste the identity token.");
+    $("account-input").setAttribute("aria-invalid", "true");
+    $("account-input").focus();
+    return;
+  }
   // The token leaves the form at once: it is kept in memory and in this tab's storage only.
   input.value = "";
   input.removeAttribute("aria-invalid");

@@ -909,6 +909,11 @@ pub trait SigningStore: Send + Sync {
     /// The service's managed signing, if it was turned on and has keys left; as the primary
     /// has it (a signature follows every change at once).
     fn signing(&self, service_id: Uuid) -> StoreResult<Option<crate::signing::Signing>>;
+    /// The managed signing of one service other than `besides` that holds a key, any of them
+    /// (among the first few read), if some other service has one: its keys tell whether this
+    /// replica's data key is the one the others seal under, before it makes a service's first
+    /// key.
+    fn other_signing(&self, besides: Uuid) -> StoreResult<Option<crate::signing::Signing>>;
     /// Changes the service's signing and, with it, its published configuration, in one
     /// transaction: `change` gets both as stored and answers what to write (`None`: nothing).
     /// The configuration's change is logged for the replicas; `event` (none for a step that only

@@ -1075,6 +1075,13 @@ impl SigningStore for MemoryStore {
         Ok(self.lock().signing.get(&service_id).map(|(s, _)| s.clone()))
     }
 
+    fn other_signing(&self, besides: Uuid) -> StoreResult<Option<Signing>> {
+        let s = self.lock();
+        let mut others = (s.signing.iter())
+            .filter(|(id, (signing, _))| **id != besides && !signing.keys.is_empty());
+        Ok(others.next().map(|(_, (signing, _))| signing.clone()))
+    }
+
     fn update_signing(
         &self,
         service_id: Uuid,

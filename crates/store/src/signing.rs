@@ -21,6 +21,9 @@ use registry_domain::StoreError;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+/// How many other services' signings `other_signing` reads to find one holding a key.
+const OTHERS_READ: i64 = 16;
+
 fn corrupt(service: &str) -> Failure {
     Failure(StoreError::Corrupt(format!(
         "managed signing of service {service}"
@@ -71,6 +74,24 @@ impl SigningStore for Store {
         // read back as written.
         let service = id_text(service_id);
         self.read_primary(|conn| stored(conn, &service))
+    }
+
+    fn other_signing(&self, besides: Uuid) -> StoreResult<Option<Signing>> {
+        let besides = id_text(besides);
+        self.read_primary(|conn| {
+            // A few rows: a state kept only for its memory of withdrawals holds no key.
+            let query = managed_signing::table
+                .filter(managed_signing::service_id.ne(&besides))
+                .select((managed_signing::service_id, managed_signing::state))
+                .limit(OTHERS_READ);
+            let rows = on_backend!(&mut *conn, |c| query.load::<(String, String)>(c))?;
+            // A row that does not read is another service's trouble, not this one's.
+            let signings = (rows.into_iter())
+                .filter_map(|(_, text)| serde_json::from_str::<Signing>(&text).ok());
+            Ok(signings
+                .into_iter()
+                .find(|signing| !signing.keys.is_empty()))
+        })
     }
 
     fn update_signing(

@@ -3061,6 +3061,56 @@ fn managed_key(n: u8, stage: registry_domain::signing::Stage, at: OffsetDateTime
 }
 
 #[test]
+fn other_signing_finds_another_services_keys_on_every_store() {
+    on_every_store(other_signing_finds_another_services_keys);
+}
+
+fn other_signing_finds_another_services_keys(store: &dyn Storage) {
+    use registry_domain::ports::{ConfigChange, SigningChange};
+    use registry_domain::signing::{Signing, SigningSettings, Stage};
+    let (a, b) = (
+        anonymous("abcdefghijkl-anon", 0, 3600),
+        anonymous("mnopqrstuvwx-anon", 0, 3600),
+    );
+    for s in [&a, &b] {
+        store.create_service(s, None, Ceiling::NONE, &ev()).unwrap();
+    }
+    assert_eq!(store.other_signing(b.id).unwrap(), None);
+    let t0 = datetime!(2026-11-30 10:00:00 UTC);
+    let signing = Signing::new(
+        SigningSettings::default(),
+        managed_key(1, Stage::Current, t0),
+    );
+    let write = |signing: Option<Signing>| {
+        store
+            .update_signing(
+                a.id,
+                &mut |_, _| {
+                    Some(SigningChange {
+                        signing: signing.clone(),
+                        due_at: None,
+                        config: ConfigChange::Keep,
+                    })
+                },
+                None,
+            )
+            .unwrap()
+    };
+    write(Some(signing.clone()));
+    assert_eq!(store.other_signing(b.id).unwrap(), Some(signing.clone()));
+    assert_eq!(
+        store.other_signing(a.id).unwrap(),
+        None,
+        "its own is no other's"
+    );
+    // A state kept for its memory of withdrawals holds no key: none to open.
+    let mut kept = signing;
+    kept.keys.clear();
+    write(Some(kept));
+    assert_eq!(store.other_signing(b.id).unwrap(), None);
+}
+
+#[test]
 fn update_signing_writes_the_signing_with_its_key_set_once_on_every_store() {
     on_every_store(update_signing_writes_the_signing_with_its_key_set_once);
 }

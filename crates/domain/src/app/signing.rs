@@ -47,17 +47,22 @@ fn keys_of(registry: &Registry) -> Result<&dyn ManagedKeys, AppError> {
     })
 }
 
-/// The answer when a managed key of `service` could not be used here.
-fn sign_failure(service: &Service, failure: SignFailure) -> AppError {
+/// The answer when a managed key of `whose` (`"k3s-acme"`, "other services") could not be
+/// used here.
+fn sign_failure(whose: &str, failure: SignFailure) -> AppError {
     match failure {
         SignFailure::Sealed(why) => AppError::SigningDisabled(format!(
-            "the managed keys of {:?} do not open on this registry ({why}): it was started with \
-             another REGISTRY_DATA_KEY than the one they were sealed under; the operator starts \
-             every replica with the same key",
-            service.subdomain
+            "the managed keys of {whose} do not open on this registry ({why}): it was started \
+             with another REGISTRY_DATA_KEY than the one they were sealed under; the operator \
+             starts every replica with the same key"
         )),
         SignFailure::Failed(why) => AppError::Keys(format!("signing: {why}")),
     }
+}
+
+/// A service's subdomain as the sentences quote it.
+fn quoted(service: &Service) -> String {
+    format!("{:?}", service.subdomain)
 }
 
 fn not_on(service: &Service) -> AppError {
@@ -78,10 +83,24 @@ fn make(
 ) -> Result<ManagedKey, AppError> {
     let keys = keys_of(registry)?;
     // A replica started with another data key would add a key the others cannot open (and
-    // take over signing with it): the keys already there must open here first.
-    if let Some(key) = beside.and_then(|signing| signing.keys.first()) {
-        keys.opens(&key.kid, &key.sealed)
-            .map_err(|failure| sign_failure(service, failure))?;
+    // take over signing with it): the keys already there must open here first; for a
+    // service's first key, another service's (a first key sealed under the wrong data key
+    // would leave the service unable to sign or rotate on every other replica).
+    match beside {
+        Some(signing) => {
+            if let Some(key) = signing.keys.first() {
+                keys.opens(&key.kid, &key.sealed)
+                    .map_err(|failure| sign_failure(&quoted(service), failure))?;
+            }
+        }
+        None => {
+            let elsewhere = registry.store.other_signing(service.id)?;
+            if let Some(key) = elsewhere.as_ref().and_then(|s| s.keys.first()) {
+                // A key made here would open on none of the other replicas.
+                keys.opens(&key.kid, &key.sealed)
+                    .map_err(|failure| sign_failure("other services", failure))?;
+            }
+        }
     }
     let made = keys
         .make(settings.algorithm)
@@ -1017,7 +1036,7 @@ pub fn signature(
     let header = signing::header(key.algorithm, &key.kid);
     let message = format!("{header}.{claims}");
     let signature = (keys.sign(&key.kid, key.algorithm, &key.sealed, message.as_bytes()))
-        .map_err(|failure| sign_failure(service, failure))?;
+        .map_err(|failure| sign_failure(&quoted(service), failure))?;
     Ok(Signature::Made {
         signed: Signed {
             header,
@@ -1178,6 +1197,23 @@ mod tests {
         assert_eq!(store.signing_due(forgotten, 10).unwrap(), [service.id]);
         advance_due(&registry, false, 10, forgotten).unwrap();
         assert_eq!(store.signing(service.id).unwrap(), None);
+    }
+
+    /// A replica started with another data key makes no service's first key either: the other
+    /// replicas could open it no more than this one opens theirs (the probe of §22: the service
+    /// could then neither sign nor rotate anywhere else).
+    #[test]
+    fn a_first_key_is_made_only_where_the_other_services_keys_open() {
+        let (mut registry, store, caller, service) = setup();
+        on_at_once(&registry, &caller, &service);
+        let second = services::create(&registry, &caller, CreateService::default(), T0).unwrap();
+        registry.managed_keys = Some(Arc::new(AnotherDataKey::default()));
+        let refused = put(&registry, &caller, &second, &json!({}), false, T0).unwrap_err();
+        assert!(
+            matches!(&refused, AppError::SigningDisabled(d) if d.contains("other services")),
+            "{refused:?}"
+        );
+        assert_eq!(store.signing(second.id).unwrap(), None);
     }
 
     #[test]

@@ -95,10 +95,14 @@ async fn verified_token(auth: &Authenticator, token: &str) -> AuthResult<Verific
     };
     let hosted = auth.replica.hosted_issuer(&issuer, now).await?;
     // Read before the verification: a withdrawal meanwhile makes the next request verify again.
-    let generation = auth.verifier.key_generation(&issuer).to_be_bytes();
+    // Only for an issuer fetched over HTTP: a hosted one has no place in the key cache.
+    let generation;
     let key_version = match &hosted {
         Some(published) => (published.as_ref()).map(|documents| documents.jwks.etag.as_ref()),
-        None => Some(&generation[..]),
+        None => {
+            generation = auth.verifier.key_generation(&issuer).to_be_bytes();
+            Some(&generation[..])
+        }
     };
     if let Some(remembered) = remembered {
         // A hosted issuer's token counts as verified only against the key set published now,

@@ -86,21 +86,18 @@ fn make(
     // take over signing with it): the keys already there must open here first; for a
     // service's first key, another service's (a first key sealed under the wrong data key
     // would leave the service unable to sign or rotate on every other replica).
-    match beside {
-        Some(signing) => {
-            if let Some(key) = signing.keys.first() {
-                keys.opens(&key.kid, &key.sealed)
-                    .map_err(|failure| sign_failure(&quoted(service), failure))?;
-            }
-        }
+    let elsewhere;
+    let (whose, key) = match beside.and_then(|signing| signing.keys.first()) {
+        Some(key) => (quoted(service), Some(key)),
         None => {
-            let elsewhere = registry.store.other_signing(service.id)?;
-            if let Some(key) = elsewhere.as_ref().and_then(|s| s.keys.first()) {
-                // A key made here would open on none of the other replicas.
-                keys.opens(&key.kid, &key.sealed)
-                    .map_err(|failure| sign_failure("other services", failure))?;
-            }
+            elsewhere = registry.store.other_signing(service.id)?;
+            let key = elsewhere.as_ref().and_then(|s| s.keys.first());
+            ("other services".to_owned(), key)
         }
+    };
+    if let Some(key) = key {
+        keys.opens(&key.kid, &key.sealed)
+            .map_err(|failure| sign_failure(&whose, failure))?;
     }
     let made = keys
         .make(settings.algorithm)

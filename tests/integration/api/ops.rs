@@ -224,6 +224,13 @@ fn problems_explain_themselves_and_name_their_request() {
         .to_str()
         .unwrap()
         .starts_with("text/html"));
+    // Plain text under a policy that lets nothing run, load or frame it (the console probe).
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.starts_with("default-src 'none'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(page.headers()["x-content-type-options"], "nosniff");
     let html = page.text().unwrap();
     assert!(
         html.contains("<h1>Unauthorized</h1>") && html.contains("What to do"),

@@ -24,10 +24,19 @@ pub async fn page(req: HttpRequest, slug: web::Path<String>) -> ApiResult<HttpRe
             "whatToDo": kind.to_do,
         })));
     }
+    // The page has no script, style or form of its own: nothing may run, load or frame it.
     Ok(response
         .insert_header((header::CONTENT_TYPE, "text/html; charset=utf-8"))
+        .insert_header((header::CONTENT_SECURITY_POLICY, PAGE_POLICY))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
+        .insert_header((header::REFERRER_POLICY, "no-referrer"))
         .body(html(kind)))
 }
+
+/// The content security policy of a problem's page: plain text, nothing else.
+const PAGE_POLICY: &str =
+    "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// Whether `Accept` prefers JSON to HTML (a browser names HTML; a default is HTML).
 fn wants_json(req: &HttpRequest) -> bool {

@@ -308,6 +308,14 @@ impl Settings {
         self.base_url.trim_end_matches('/')
     }
 
+    /// The origin of [`Self::base`] (`https://registry.example.com:8443`, no path): what a
+    /// browser sends as `Origin` from the registry's own pages.
+    pub fn origin(&self) -> String {
+        let base = self.base();
+        let scheme = base.split_once("://").map_or("", |(scheme, _)| scheme);
+        format!("{scheme}://{}", authority(base))
+    }
+
     /// Refuses a fetch-log token shorter than [`MIN_FETCH_LOG_TOKEN`] characters, or holding
     /// anything but visible ASCII (a header cannot carry a space, a control character or other
     /// bytes reliably: the token could never be presented) (docs/api.md, "Behind a CDN"): the
@@ -431,6 +439,18 @@ fn networks(name: &str, entries: &[String]) -> anyhow::Result<Vec<IpNetwork>> {
                 .map_err(|e| anyhow::anyhow!("{name}: {s:?} is not a CIDR: {e}"))
         })
         .collect()
+}
+
+/// The authority of an absolute URL (`host[:port]`: what stands between `://` and its path).
+///
+/// ```
+/// use registry_server::settings::authority;
+/// assert_eq!(authority("https://login.acme.com:8443/tenant/a"), "login.acme.com:8443");
+/// assert_eq!(authority("http://127.0.0.1:8080"), "127.0.0.1:8080");
+/// ```
+pub fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split('/').next().unwrap_or(rest)
 }
 
 #[cfg(test)]

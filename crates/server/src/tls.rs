@@ -150,9 +150,7 @@ pub fn redirect(req: &ServiceRequest) -> Option<HttpResponse> {
         .or_else(custom)
         .map(|origin| {
             // The origin's authority (its port included), over https.
-            let rest = origin.split_once("://").map_or("", |(_, rest)| rest);
-            let authority = rest.split('/').next().unwrap_or(rest);
-            format!("https://{authority}{path}")
+            format!("https://{}{path}", crate::settings::authority(&origin))
         });
     Some(match location {
         Some(location) => HttpResponse::PermanentRedirect()

@@ -23,7 +23,7 @@ pub async fn create(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
-    anonymous::may_create(request_site(&req, state.settings.base()))?;
+    anonymous::may_create(request_site(&req, &state.settings.origin()))?;
     let body = read_json(&req, payload, state.settings.max_body_bytes).await?;
     let command = command(body.as_ref())?;
     state.anon_full.still()?;
@@ -68,24 +68,18 @@ pub async fn create(
 }
 
 /// Where the browser says the request comes from: its `Sec-Fetch-Site`, or, from a browser
-/// too old to send one, its `Origin` against the registry's own (`base`: `https://host[:port]`
-/// and perhaps a path).
-fn request_site(req: &HttpRequest, base: &str) -> RequestSite {
+/// too old to send one, its `Origin` against the registry's own (`own`).
+fn request_site(req: &HttpRequest, own: &str) -> RequestSite {
     let headers = req.headers();
     match headers.get("sec-fetch-site").map(|v| v.as_bytes()) {
         Some(b"same-origin" | b"none") => RequestSite::ThisSite,
         Some(_) => RequestSite::OtherSite,
         None => match headers.get(header::ORIGIN) {
             None => RequestSite::Unsaid,
-            Some(origin) => {
-                let (scheme, rest) = base.split_once("://").unwrap_or(("", base));
-                let authority = rest.split('/').next().unwrap_or_default();
-                let own = format!("{scheme}://{authority}");
-                match origin.as_bytes().eq_ignore_ascii_case(own.as_bytes()) {
-                    true => RequestSite::ThisSite,
-                    false => RequestSite::OtherSite,
-                }
-            }
+            Some(origin) => match origin.as_bytes().eq_ignore_ascii_case(own.as_bytes()) {
+                true => RequestSite::ThisSite,
+                false => RequestSite::OtherSite,
+            },
         },
     }
 }

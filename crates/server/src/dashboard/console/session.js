@@ -3,38 +3,35 @@ function signIn(event) {
   event.preventDefault();
   const input = $("token-input");
   const value = input.value.trim();
-  if (!value) {
-    show($("signin-message"), "Paste a service account's token first.");
-    input.setAttribute("aria-invalid", "true");
-    input.focus();
-    return;
-  }
-  const named = $("account-input").value.trim();
+  if (!value) return refuseField(input, "Paste a service account's token first.");
+  const accountInput = $("account-input");
+  const named = accountInput.value.trim();
   // An id goes in a header: visible ASCII only.
   if (named && !/^[\x21-\x7e]+$/.test(named)) {
-    show($("signin-message"), "An account id has no space or control character: copy it from the Accounts view or from the account's creation.");
-    $("account-input").setAttribute("aria-invalid", "true");
-    $("account-input").focus();
-    return;
+    return refuseField(accountInput, "An account id has no space or control character: copy it from the Accounts view or from the account's creation.");
   }
   // A static token (rgst_…) is its account already: an id beside it would say nothing.
   if (named && value.split(".").length !== 3) {
-    show($("signin-message"), "An account id goes with an identity token (a JWT) only: a service account's own token is its account already. Clear the account id, or paste the identity token.");
-    $("account-input").setAttribute("aria-invalid", "true");
-    $("account-input").focus();
-    return;
+    return refuseField(accountInput, "An account id goes with an identity token (a JWT) only: a service account's own token is its account already. Clear the account id, or paste the identity token.");
   }
   // The token leaves the form at once: it is kept in memory and in this tab's storage only.
   input.value = "";
   input.removeAttribute("aria-invalid");
-  $("account-input").value = "";
-  $("account-input").removeAttribute("aria-invalid");
+  accountInput.value = "";
+  accountInput.removeAttribute("aria-invalid");
   clear($("signin-message"));
   token = value;
   account = named || null;
   store(TOKEN_KEY, token);
   store(ACCOUNT_KEY, account);
   enter();
+}
+
+// Says why the sign-in form cannot be sent, at the field that is wrong.
+function refuseField(field, message) {
+  show($("signin-message"), message);
+  field.setAttribute("aria-invalid", "true");
+  field.focus();
 }
 
 // Shows the signed-in page and the view the address names (the services by default).

@@ -378,6 +378,16 @@ impl Signing {
         }
     }
 
+    /// The latest moment its keys record (one made, one switched in or out): a request that
+    /// reads this state acts no earlier, whatever the clock said when it started (it may have
+    /// waited behind the write, or run on a replica whose clock is a little behind).
+    pub fn written_through(&self) -> Option<OffsetDateTime> {
+        (self.keys.iter())
+            .flat_map(|k| [Some(k.created_at), k.signing_since, k.signing_until])
+            .flatten()
+            .max()
+    }
+
     /// The key that signs, if any.
     pub fn current(&self) -> Option<&ManagedKey> {
         self.keys.iter().find(|k| k.stage == Stage::Current)

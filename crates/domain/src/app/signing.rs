@@ -12,7 +12,7 @@
 use crate::app::{config, readiness, AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::DomainStatus;
-use crate::keys::{KeyVerifier, MAX_PUBLISHED_KEYS};
+use crate::keys::{KeyState, KeyVerifier, MAX_PUBLISHED_KEYS};
 use crate::ports::{ConfigChange, ManagedKeys, SignFailure, SigningChange};
 use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
@@ -307,6 +307,7 @@ pub fn get(
         let Some(record) = keys.published(now).find(|r| r.kid == key.kid) else {
             continue;
         };
+        let purging = purging && !needs_no_purge(registry, service, &signing, key, &keys, now)?;
         let safe_at = readiness::assess_key(registry, service, record, purging, now)?.1;
         let listed = (view["keys"].as_array_mut().into_iter().flatten())
             .find(|listed| listed["kid"] == key.kid.as_str());
@@ -332,15 +333,12 @@ pub fn put(
 ) -> Result<Value, AppError> {
     keys_of(registry)?;
     for _ in 0..WRITE_ATTEMPTS {
-        if let Some(first_of_all) = put_once(registry, caller, service, body, now)? {
+        if let Some(now) = put_once(registry, caller, service, body, now)? {
             // A step another request wrote meanwhile is read again: a first key with no lead
-            // answers `current` even when another PUT changed the settings in between. The
-            // purge is waived only for the very first key this PUT made, should another
-            // request have replaced it meanwhile.
-            let waived = first_of_all.as_deref();
+            // answers `current` even when another PUT changed the settings in between.
             let settle = || -> Result<(), AppError> {
                 for _ in 0..WRITE_ATTEMPTS {
-                    match step(registry, service, purging, waived, now) {
+                    match step(registry, service, purging, now) {
                         Ok(Step::Lost) => continue,
                         // The settings are written; a rotation due that this replica cannot
                         // make (another data key) is the step's, failing there, logged, once
@@ -373,25 +371,22 @@ pub fn put(
 }
 
 /// One attempt of [`put`] from a fresh read: `None` when another change was written first;
-/// otherwise the kid of the service's very first key when it made it (its purge is waived).
+/// otherwise the moment it acted at, `now` or, when another PUT wrote a key later by this
+/// clock, that key's making (its lead of 0 would not be over at `now`).
 fn put_once(
     registry: &Registry,
     caller: &Caller,
     service: &Service,
     body: &Value,
     now: OffsetDateTime,
-) -> Result<Option<Option<String>>, AppError> {
+) -> Result<Option<OffsetDateTime>, AppError> {
     let stored = registry.store.signing(service.id)?;
+    let now = (stored.as_ref().and_then(Signing::written_through)).map_or(now, |at| at.max(now));
     let on = stored.as_ref().filter(|s| s.enabled);
     let settings =
         SigningSettings::parse(body, on.map(|s| &s.settings)).map_err(AppError::Invalid)?;
-    // Turning it on makes a key: how many the key set publishes now, read once, says whether it
-    // has room for one and whether it is the service's first.
-    let published = match on {
-        None => Some(config::key_state(registry, service)?.published(now).count()),
-        Some(_) => None,
-    };
-    if published.is_some_and(|n| n >= MAX_PUBLISHED_KEYS) {
+    // Turning it on makes a key: the key set must have room for it.
+    if on.is_none() && !room_for_a_key(registry, service, now)? {
         return Err(key_set_full());
     }
     let (action, made) = match on {
@@ -439,15 +434,6 @@ fn put_once(
             (!changed.changes.is_empty()).then_some(changed)
         }
     };
-    // A service's very first key: nothing published now, and no key set of it fetched for a
-    // week (directly or through a cache's log). No cache can then hold a key set that lacks
-    // the key, only a 404 no verifier trusts, so it need not wait for a purge to be safe.
-    let first_of_all = made.is_some()
-        && stored.as_ref().is_none_or(|s| s.keys.is_empty())
-        && published == Some(0)
-        && (registry.store)
-            .last_key_set_fetches(&[service.id], now - crate::keys::VERIFIER_WINDOW)?
-            .is_empty();
     let read = stored.clone();
     let mut apply = |stored: Option<Signing>| match (stored, &made) {
         // Another PUT (or the step) wrote since the read: this one starts over from what it
@@ -474,8 +460,7 @@ fn put_once(
         None,
         now,
     )?;
-    let waived = made.filter(|_| first_of_all).map(|key| key.kid);
-    Ok(written.any().then_some(waived))
+    Ok(written.any().then_some(now))
 }
 
 /// `DELETE /services/{s}/keys/{kid}` of a managed key: a retiring one (it signs no more:
@@ -720,7 +705,7 @@ pub fn advance(
     purging: bool,
     now: OffsetDateTime,
 ) -> Result<Option<Transition>, AppError> {
-    Ok(match step(registry, service, purging, None, now)? {
+    Ok(match step(registry, service, purging, now)? {
         Step::Written(transition, _) => Some(transition),
         Step::Nothing | Step::Lost | Step::HeldBack => None,
     })
@@ -750,23 +735,18 @@ enum Step {
 /// failure) waits before it is looked at again.
 const LOOK_AGAIN_AFTER: time::Duration = time::Duration::seconds(60);
 
-/// One step of [`advance`], saying why nothing was written; `waived`: a next key with that
-/// kid (a service's very first) waits for no purge.
+/// One step of [`advance`], saying why nothing was written.
 fn step(
     registry: &Registry,
     service: &Service,
     purging: bool,
-    waived: Option<&str>,
     now: OffsetDateTime,
 ) -> Result<Step, AppError> {
     let Some(signing) = registry.store.signing(service.id)? else {
         return Ok(Step::Nothing);
     };
     let next_safe_at = match signing.next() {
-        Some(next) => {
-            let purging = purging && waived != Some(next.kid.as_str());
-            next_safe_at(registry, service, next, purging, now)?
-        }
+        Some(next) => next_safe_at(registry, service, &signing, next, purging, now)?,
         None => None,
     };
     let mut due = signing.due(next_safe_at, now);
@@ -839,10 +819,12 @@ fn step(
     })
 }
 
-/// When the next key `next` became safe, if it is (its readiness, as `GET …/readiness` says).
+/// When the next key `next` of `signing` became safe, if it is (its readiness, as
+/// `GET …/readiness` says).
 fn next_safe_at(
     registry: &Registry,
     service: &Service,
+    signing: &Signing,
     next: &ManagedKey,
     purging: bool,
     now: OffsetDateTime,
@@ -853,7 +835,33 @@ fn next_safe_at(
         // it again, and its lead starts over.
         return Ok(None);
     };
+    let purging = purging && !needs_no_purge(registry, service, signing, next, &keys, now)?;
     Ok(readiness::assess_key(registry, service, record, purging, now)?.1)
+}
+
+/// Whether `key`, published in `keys`, is safe without a purge of the caches in front of the
+/// registry: the service's very first key, the only managed key and the only one published,
+/// with no key set of the service fetched in the week before it was made (directly or through
+/// a cache's log). No cache can then hold a key set that lacks it, only a 404 no verifier
+/// trusts. Judged from the stored state, not by the request that made the key, so that every
+/// request and the rotation step judge it alike.
+fn needs_no_purge(
+    registry: &Registry,
+    service: &Service,
+    signing: &Signing,
+    key: &ManagedKey,
+    keys: &KeyState,
+    now: OffsetDateTime,
+) -> Result<bool, AppError> {
+    if signing.keys.len() != 1 || keys.published(now).count() != 1 {
+        return Ok(false);
+    }
+    // The log keeps each hour's last fetch: one since the key was made may hide one before it,
+    // so any fetch from the week before on counts.
+    let since = key.created_at - crate::keys::VERIFIER_WINDOW;
+    Ok((registry.store)
+        .last_key_set_fetches(&[service.id], since)?
+        .is_empty())
 }
 
 /// What one look at the due services did: the transitions written, and the services whose step
@@ -890,7 +898,7 @@ pub fn advance_due(
             .map_err(AppError::from)
             .and_then(|service| match service {
                 Some(service) => {
-                    step(registry, &service, purging, None, now).map(|done| (done, Some(service)))
+                    step(registry, &service, purging, now).map(|done| (done, Some(service)))
                 }
                 None => Ok((Step::Nothing, None)),
             });
@@ -1387,6 +1395,41 @@ mod tests {
         advance_due(&registry, true, 10, t1 + Duration::seconds(5)).unwrap();
         let state = get(&registry, &service, false, T0).unwrap();
         assert_eq!(state["keys"][1]["state"], "next", "{state}");
+    }
+
+    /// Of two first PUTs at once, the one that only updates the settings may step before the
+    /// one that made the first key: it too finds that key needs no purge.
+    #[test]
+    fn a_put_stepping_before_the_one_that_made_the_first_key_finds_it_needs_no_purge() {
+        let (registry, _, caller, service) = setup();
+        let settings = json!({"leadSeconds": 0});
+        assert_eq!(
+            put_once(&registry, &caller, &service, &settings, T0).unwrap(),
+            Some(T0)
+        );
+        let read = get(&registry, &service, true, T0).unwrap();
+        assert_eq!(
+            read["keys"][0]["safeToSignAt"], "2026-11-30T10:00:00Z",
+            "{read}"
+        );
+        let view = put(&registry, &caller, &service, &settings, true, T0).unwrap();
+        assert_eq!(view["keys"][0]["state"], "current", "{view}");
+    }
+
+    /// A PUT whose clock was read before another PUT made the first key (it waited behind that
+    /// write, or its replica's clock is behind) acts no earlier than that key's making: with no
+    /// lead, the key signs.
+    #[test]
+    fn a_put_that_read_its_clock_before_another_made_the_first_key_answers_it_current() {
+        let (registry, _, caller, service) = setup();
+        let settings = json!({"leadSeconds": 0});
+        let later = T0 + Duration::milliseconds(40);
+        assert_eq!(
+            put_once(&registry, &caller, &service, &settings, later).unwrap(),
+            Some(later)
+        );
+        let view = put(&registry, &caller, &service, &settings, false, T0).unwrap();
+        assert_eq!(view["keys"][0]["state"], "current", "{view}");
     }
 
     #[test]

@@ -139,6 +139,9 @@ fn the_api_and_the_issuers_are_served_with_a_chain_and_names_clients_check() {
     let server = https_server(&ca, &files, &[]);
     let response = server.request(Method::GET, "/healthz").send().unwrap();
     assert_eq!(response.status(), 200);
+    // A browser that reached the API host over HTTPS does not try plain HTTP again.
+    let pinned = &response.headers()["strict-transport-security"];
+    assert_eq!(pinned, "max-age=31536000");
     assert_eq!(
         leaf(&response),
         leaf(&server.request(Method::GET, "/readyz").send().unwrap())
@@ -390,6 +393,8 @@ fn plain_http_answers_healthz_and_redirects_the_api_and_the_issuers_only() {
         let response = get(&host, path);
         assert_eq!(response.status(), 308, "{host}{path}");
         assert_eq!(response.headers()["location"], location.as_str());
+        // Pinning is HTTPS's to say (a browser ignores it over plain HTTP).
+        assert!(!response.headers().contains_key("strict-transport-security"));
     }
     // A host that is neither the API nor an issuer is not sent anywhere.
     assert_problem(get("elsewhere.example", "/"), 404, "not-found");

@@ -7,6 +7,7 @@
 //! installed) and its buffer ([`log_line`], [`flush_log`]).
 
 mod anonymous_ceiling;
+mod answer_headers;
 mod app;
 mod background;
 mod body;

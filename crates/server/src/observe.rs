@@ -1,6 +1,6 @@
-//! One log line (`request_line`) and one metrics sample per request, and the `X-Request-Id`
-//! echo; and, since it reads the host first, the turn of a hosted issuer's request to the public
-//! path (`public::answer`) ahead of the router.
+//! One log line (`request_line`) and one metrics sample per request, the `X-Request-Id` echo
+//! and the API host's headers (`answer_headers`); and, since it reads the host first, the turn
+//! of a hosted issuer's request to the public path (`public::answer`) ahead of the router.
 //!
 //! The line holds the method, the route pattern (for hosted documents and paths no route serves,
 //! the path; never the query string, where a careless client might put a secret), the status,
@@ -184,6 +184,9 @@ pub async fn observe(
         if state.drain.draining() {
             (response.response_mut().head_mut()).set_connection_type(ConnectionType::Close);
         }
+    }
+    if !hosted {
+        crate::answer_headers::add(&mut response);
     }
     // Visible ASCII only: made here or checked by `acceptable_id`.
     if let Ok(request_id) = HeaderValue::from_maybe_shared(request_id) {

@@ -64,6 +64,68 @@ fn request_ids_are_random_not_a_counter() {
 }
 
 /// The `nextCursor` of a page of `limit` events of `customer`, with the page's last event id.
+/// An account's answers are kept by no cache, a browser's own included, and no JSON answer of
+/// the API host is read by a browser as anything but JSON; a hosted issuer's documents keep
+/// their public caching.
+#[test]
+fn an_accounts_answers_are_stored_by_no_cache_and_sniffed_by_no_browser() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let (subdomain, _) = create_service(&server, &acme, "k3s");
+    let header = |response: &reqwest::blocking::Response, name: &str| {
+        (response.headers().get(name)).map(|v| v.to_str().unwrap().to_owned())
+    };
+    for path in [
+        "/services",
+        &format!("/services/{subdomain}"),
+        "/service-accounts",
+    ] {
+        let response = server.get(path, &acme.token);
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(
+            header(&response, "cache-control").as_deref(),
+            Some("no-store"),
+            "{path}"
+        );
+        assert_eq!(
+            header(&response, "x-content-type-options").as_deref(),
+            Some("nosniff")
+        );
+        // Over plain HTTP, nothing is pinned.
+        assert_eq!(
+            header(&response, "strict-transport-security"),
+            None,
+            "{path}"
+        );
+    }
+    // Without credentials: never sniffed, its caching left to its route.
+    let open = server.request(Method::GET, "/openapi.json").send().unwrap();
+    assert_eq!(open.status(), 200);
+    assert_eq!(
+        header(&open, "x-content-type-options").as_deref(),
+        Some("nosniff")
+    );
+    assert_eq!(header(&open, "cache-control"), None);
+    // The documents a verifier fetches are still public and cached for 30 s.
+    let put = server
+        .authed(
+            Method::PUT,
+            &format!("/services/{subdomain}/config"),
+            &acme.token,
+        )
+        .json(&crate::api::upload(&["k1"]))
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200, "{}", put.text().unwrap());
+    let hosted = server
+        .hosted(Method::GET, &subdomain, "/openid/v1/jwks")
+        .send()
+        .unwrap();
+    assert_eq!(hosted.status(), 200);
+    let cached = header(&hosted, "cache-control").unwrap();
+    assert!(cached.starts_with("public, max-age=30"), "{cached}");
+}
+
 fn cursor_of_first_page(server: &TestServer, customer: &Customer, limit: usize) -> (String, Uuid) {
     let page = json(server.get(&format!("/audit-events?limit={limit}"), &customer.token));
     let events = page["events"].as_array().unwrap();

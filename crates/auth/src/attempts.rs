@@ -1,20 +1,30 @@
 //! One argon2 check at a time per lookup id. A burst of wrong secrets for one real lookup id
 //! (it is public: it is part of every token) takes one hashing lane, not all of them; a client
 //! that sends its new token on several connections at once waits for the first check, whose
-//! success the others then find in the token cache.
+//! success the others then find in the token cache, or whose failure they are told (a burst of
+//! one wrong secret costs one check).
 
 use crate::{AuthError, AuthResult};
-use std::collections::HashMap;
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// Checks that may wait behind the one running for a lookup id; beyond them, 503 at once.
+/// Other secrets that may wait behind the one checked for a lookup id; beyond them, 503 at
+/// once. Requests with a secret already in line join it whatever their number: they cost no
+/// check of their own once the first is remembered.
 const WAITING_PER_LOOKUP_ID: usize = 4;
+
+/// A secret's place in a line: its SHA-256 (the secret itself is not kept).
+type Fingerprint = [u8; 32];
 
 #[derive(Debug, Default)]
 struct Gate {
     lock: Arc<tokio::sync::Mutex<()>>,
-    /// Checks running or waiting (changed under the map's lock).
-    turns: usize,
+    /// The checks running or waiting, by secret (changed under the map's lock).
+    secrets: HashMap<Fingerprint, usize>,
+    /// The secrets found wrong while some check of the lookup id was in line: those waiting
+    /// with one are refused without a check of their own.
+    wrong: HashSet<Fingerprint>,
 }
 
 /// The checks under way, by lookup id.
@@ -29,14 +39,20 @@ pub struct Attempts {
 struct Ticket<'a> {
     attempts: &'a Attempts,
     lookup_id: Box<str>,
+    secret: Fingerprint,
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         let mut gates = self.attempts.lock();
         if let Some(gate) = gates.get_mut(&self.lookup_id) {
-            gate.turns -= 1;
-            if gate.turns == 0 {
+            if let Some(turns) = gate.secrets.get_mut(&self.secret) {
+                *turns -= 1;
+                if *turns == 0 {
+                    gate.secrets.remove(&self.secret);
+                }
+            }
+            if gate.secrets.is_empty() {
                 gates.remove(&self.lookup_id);
             }
         }
@@ -48,7 +64,24 @@ impl Drop for Ticket<'_> {
 pub struct Turn<'a> {
     // Fields drop in order: the lock is released before the ticket is given back.
     _guard: tokio::sync::OwnedMutexGuard<()>,
-    _ticket: Ticket<'a>,
+    ticket: Ticket<'a>,
+}
+
+impl Turn<'_> {
+    /// Whether a check this one waited behind found its very secret wrong.
+    pub fn found_wrong(&self) -> bool {
+        let ticket = &self.ticket;
+        let gates = ticket.attempts.lock();
+        (gates.get(&ticket.lookup_id)).is_some_and(|gate| gate.wrong.contains(&ticket.secret))
+    }
+
+    /// Records that this check found its secret wrong, for those waiting with the same.
+    pub fn wrong(&self) {
+        let ticket = &self.ticket;
+        if let Some(gate) = ticket.attempts.lock().get_mut(&ticket.lookup_id) {
+            gate.wrong.insert(ticket.secret);
+        }
+    }
 }
 
 impl Attempts {
@@ -56,25 +89,29 @@ impl Attempts {
         self.gates.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits for the turn of `lookup_id`; [`AuthError::Busy`] when too many checks wait already.
-    pub async fn turn(&self, lookup_id: &str) -> AuthResult<Turn<'_>> {
+    /// Waits for the turn of `secret` of `lookup_id`; [`AuthError::Busy`] when too many other
+    /// secrets of it wait already.
+    pub async fn turn(&self, lookup_id: &str, secret: &str) -> AuthResult<Turn<'_>> {
+        let fingerprint: Fingerprint = Sha256::digest(secret.as_bytes()).into();
         let lock = {
             let mut gates = self.lock();
             let gate = gates.entry(lookup_id.into()).or_default();
-            if gate.turns > WAITING_PER_LOOKUP_ID {
+            let in_line = gate.secrets.contains_key(&fingerprint);
+            if !in_line && gate.secrets.len() > WAITING_PER_LOOKUP_ID {
                 return Err(AuthError::Busy);
             }
-            gate.turns += 1;
+            *gate.secrets.entry(fingerprint).or_default() += 1;
             gate.lock.clone()
         };
         let ticket = Ticket {
             attempts: self,
             lookup_id: lookup_id.into(),
+            secret: fingerprint,
         };
         let guard = lock.lock_owned().await;
         Ok(Turn {
             _guard: guard,
-            _ticket: ticket,
+            ticket,
         })
     }
 
@@ -88,28 +125,79 @@ impl Attempts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+    use std::pin::Pin;
+
+    type Waiting<'a> = Vec<Pin<Box<dyn Future<Output = AuthResult<()>> + 'a>>>;
+
+    /// Checks of `secrets` of lookup id "abc", each registered in the line (first poll).
+    fn waiting<'a>(attempts: &'a Attempts, secrets: &[&'a str]) -> Waiting<'a> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        (secrets.iter())
+            .map(|&secret| {
+                let mut check: Pin<Box<dyn Future<Output = _>>> =
+                    Box::pin(async move { attempts.turn("abc", secret).await.map(drop) });
+                assert!(check.as_mut().poll(&mut cx).is_pending());
+                check
+            })
+            .collect()
+    }
 
     #[tokio::test]
-    async fn one_check_per_lookup_id_and_a_bounded_wait() {
+    async fn one_check_per_lookup_id_and_a_bounded_wait_of_other_secrets() {
         let attempts = Attempts::default();
-        let first = attempts.turn("abc").await.unwrap();
-        let other = attempts.turn("xyz").await.unwrap();
+        let first = attempts.turn("abc", "s0").await.unwrap();
+        let other = attempts.turn("xyz", "s0").await.unwrap();
         drop(other);
-        let mut waiting = Vec::new();
-        for _ in 0..WAITING_PER_LOOKUP_ID {
-            let attempts = &attempts;
-            waiting.push(Box::pin(
-                async move { attempts.turn("abc").await.map(drop) },
-            ));
-        }
-        // Each waiting check registers itself on its first poll.
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        for w in &mut waiting {
-            assert!(std::future::Future::poll(w.as_mut(), &mut cx).is_pending());
-        }
-        assert!(matches!(attempts.turn("abc").await, Err(AuthError::Busy)));
+        let waiting = waiting(&attempts, &["s1", "s2", "s3", "s4"]);
+        assert_eq!(waiting.len(), WAITING_PER_LOOKUP_ID);
+        assert!(matches!(
+            attempts.turn("abc", "s5").await,
+            Err(AuthError::Busy)
+        ));
         drop(first);
         for w in waiting {
+            w.await.unwrap();
+        }
+        assert_eq!(attempts.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn those_waiting_with_a_secret_found_wrong_are_told() {
+        let attempts = Attempts::default();
+        let first = attempts.turn("abc", "wrong").await.unwrap();
+        let told = |secret: &'static str| {
+            let attempts = &attempts;
+            let mut check: Pin<Box<dyn Future<Output = bool>>> =
+                Box::pin(async move { attempts.turn("abc", secret).await.unwrap().found_wrong() });
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(check.as_mut().poll(&mut cx).is_pending());
+            check
+        };
+        let (same, other) = (told("wrong"), told("right"));
+        first.wrong();
+        drop(first);
+        assert!(same.await, "the same secret, found wrong");
+        assert!(!other.await, "another secret is checked");
+        let again = attempts.turn("abc", "wrong").await.unwrap();
+        assert!(!again.found_wrong(), "forgotten once nobody was in line");
+    }
+
+    /// A client's new token sent on many connections at once: each request waits for the
+    /// first check (then finds it remembered), none is refused.
+    #[tokio::test]
+    async fn one_secret_sent_many_times_at_once_waits_in_one_line() {
+        let attempts = Attempts::default();
+        let first = attempts.turn("abc", "new").await.unwrap();
+        let same = waiting(&attempts, &["new"; 20]);
+        // Other secrets still have their places beside it.
+        let others = waiting(&attempts, &["s1", "s2", "s3", "s4"]);
+        assert!(matches!(
+            attempts.turn("abc", "s5").await,
+            Err(AuthError::Busy)
+        ));
+        drop(first);
+        for w in same.into_iter().chain(others) {
             w.await.unwrap();
         }
         assert_eq!(attempts.len(), 0);

@@ -5,7 +5,7 @@
 use super::{create_service, oidc_account, server_with, static_account};
 use registry_tests::issuer::TestIssuer;
 use registry_tests::server::claims;
-use registry_tests::server::{assert_problem, json};
+use registry_tests::server::{assert_problem, json, ServerOptions};
 use reqwest::blocking::Response;
 use reqwest::Method;
 use serde_json::json;
@@ -254,6 +254,30 @@ fn first_uses_of_working_tokens_are_no_failures() {
         .map(|_| server.get("/services", junk).status().as_u16())
         .collect();
     assert_eq!(statuses, [401, 401, 401, 429]);
+}
+
+/// A new token sent on many connections at once (a CI job's fan-out right after
+/// `regenerate-token`): one argon2 check, the others wait for it; none is refused as busy.
+#[test]
+fn a_new_token_sent_many_times_at_once_is_checked_once_and_refused_nowhere() {
+    let minting = server_with(&[]);
+    let acme = minting.customer("acme", "business");
+    let (_, token) = static_account(&minting, &acme, &["*"]);
+    // Another replica: it never saw the token (the one that minted it remembers it).
+    let server = registry_tests::server::TestServer::start_with(ServerOptions {
+        database_url: Some(minting.database_url.clone()),
+        ..ServerOptions::default()
+    });
+    let before = server.metric("registry_argon2_verifications_total");
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let sent: Vec<_> = (0..12)
+            .map(|_| scope.spawn(|| server.get("/services", &token).status().as_u16()))
+            .collect();
+        sent.into_iter().map(|s| s.join().unwrap()).collect()
+    });
+    assert_eq!(statuses, [200; 12]);
+    let hashed = server.metric("registry_argon2_verifications_total") - before;
+    assert_eq!(hashed, 1, "argon2 verifications of one token");
 }
 
 /// Finding 10: wrong secrets for one lookup id, paced under the per-address limit from many

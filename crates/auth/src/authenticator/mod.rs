@@ -313,11 +313,14 @@ async fn hashed_check(
     auth.secret_failures
         .check(lookup_id)
         .map_err(too_many_wrong_secrets)?;
-    let _turn = auth.attempts.turn(lookup_id).await?;
-    // The check this one waited for may have been of this very token.
+    let turn = auth.attempts.turn(lookup_id, token).await?;
+    // The check this one waited for may have been of this very token, found right or wrong.
     if remembered() {
         auth.counters.token_cache_hit();
         return Ok(());
+    }
+    if turn.found_wrong() {
+        return Err(unauthorized("token does not match its stored hash"));
     }
     // Or the last failure the lookup id's allowance had room for: those that waited behind it
     // are not hashed either.
@@ -330,6 +333,7 @@ async fn hashed_check(
         .verify(token.to_owned(), hash.to_owned())
         .await?;
     if !ok {
+        turn.wrong();
         auth.secret_failures.record(lookup_id);
         return Err(unauthorized("token does not match its stored hash"));
     }

@@ -1836,6 +1836,19 @@ impl PurgeLog for MemoryStore {
     fn purged_through(&self, service_id: Uuid) -> StoreResult<Option<OffsetDateTime>> {
         Ok(self.lock().purges.get(&service_id).copied())
     }
+
+    fn unpurged(&self) -> StoreResult<Vec<(Uuid, String, OffsetDateTime)>> {
+        let s = self.lock();
+        let mut owed: Vec<(Uuid, String, OffsetDateTime)> = (s.configs.values())
+            .filter(|c| (s.purges.get(&c.service_id)).is_none_or(|at| *at < ms(c.updated_at)))
+            .filter_map(|c| {
+                let service = s.services.iter().find(|v| v.id == c.service_id)?;
+                Some((c.service_id, service.subdomain.clone(), ms(c.updated_at)))
+            })
+            .collect();
+        owed.sort_by_key(|(_, _, at)| *at);
+        Ok(owed)
+    }
 }
 
 /// Deterministic bytes that differ from call to call (each call's bytes come from its call

@@ -4,8 +4,13 @@
 
 use crate::state::AppState;
 use actix_web::web;
+use registry_cdn::Purger;
 use registry_domain::app::{fetches, readiness, signing, upkeep};
+use registry_replica::DocumentsChanged;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use uuid::Uuid;
 
 const POLL_EVERY: Duration = Duration::from_millis(500);
 
@@ -55,9 +60,9 @@ pub async fn reap_expired(state: web::Data<AppState>) {
 
 /// Purges the caches in front of the registry of every change of public documents this replica
 /// applies (docs/api.md, "Behind a CDN"), each in a task of its own (its retries last up to 60 s),
-/// and records the purges that succeeded, which key readiness waits for. With no cache to purge,
-/// each change is recorded as purged as it is: a key published now needs no purge should
-/// `REGISTRY_PURGE_URLS` be set later.
+/// and records the purges that succeeded, which key readiness waits for; one that failed is owed
+/// ([`purge_owed`]). With no cache to purge, each change is recorded as purged as it is: a key
+/// published now needs no purge should `REGISTRY_PURGE_URLS` be set later.
 pub async fn purge_changes(state: web::Data<AppState>) {
     let mut changes = state.replica.watch_documents();
     let Some(purger) = state.purger.clone() else {
@@ -72,32 +77,107 @@ pub async fn purge_changes(state: web::Data<AppState>) {
         }
         return;
     };
+    let owed = Owed::default();
+    actix_web::rt::spawn(purge_owed(state.clone(), purger.clone(), owed.clone()));
     while let Some(change) = changes.recv().await {
-        let (state, purger) = (state.clone(), purger.clone());
-        actix_web::rt::spawn(async move {
-            // The service's custom domain serves the same documents under its own host; one
-            // this change stopped serving them under held them until now.
-            let mut hosts = change.dropped_domains.clone();
-            if let Some(served) = state.replica.domains.of_service(change.service_id) {
-                hosts.push(served.domain.domain.clone());
+        let (state, purger, owed) = (state.clone(), purger.clone(), owed.clone());
+        actix_web::rt::spawn(async move { purge_change(&state, &purger, &owed, change).await });
+    }
+}
+
+/// The changes whose purge is owed, by service: the newest of each (a purge of it covers the
+/// earlier ones), with every custom domain any of them stopped serving.
+type Owed = Arc<Mutex<HashMap<Uuid, DocumentsChanged>>>;
+
+/// How often the changes owed are purged again.
+const PURGE_OWED_EVERY: Duration = Duration::from_secs(30);
+
+/// Purges the caches of `change` and records it; when the purge fails (every retry of its
+/// minute spent), the change is owed.
+async fn purge_change(state: &AppState, purger: &Purger, owed: &Owed, change: DocumentsChanged) {
+    // The service's custom domain serves the same documents under its own host; one this
+    // change stopped serving them under held them until now.
+    let mut hosts = change.dropped_domains.clone();
+    if let Some(served) = state.replica.domains.of_service(change.service_id) {
+        hosts.push(served.domain.domain.clone());
+    }
+    hosts.push(
+        state
+            .replica
+            .hosting
+            .issuers()
+            .authority_of(&change.subdomain),
+    );
+    let (id, at) = (change.service_id, change.changed_at);
+    if !readiness::purge(purger, &hosts, &crate::public::PUBLIC_PATHS).await {
+        let mut owed = owed.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = owed.entry(id).or_insert_with(|| change.clone());
+        for domain in change.dropped_domains {
+            if !entry.dropped_domains.contains(&domain) {
+                entry.dropped_domains.push(domain);
             }
-            hosts.push(
-                state
-                    .replica
-                    .hosting
-                    .issuers()
-                    .authority_of(&change.subdomain),
+        }
+        entry.changed_at = entry.changed_at.max(at);
+        return;
+    }
+    let now = state.now();
+    if let Err(error) = state
+        .write(move |r| readiness::purged(r, id, at, now))
+        .await
+    {
+        tracing::warn!(service = %id, %error, "a purge succeeded but could not be recorded");
+        return;
+    }
+    let mut owed = owed.lock().unwrap_or_else(PoisonError::into_inner);
+    if owed.get(&id).is_some_and(|o| o.changed_at <= at) {
+        owed.remove(&id);
+    }
+}
+
+/// Purges again, every [`PURGE_OWED_EVERY`], the changes owed: those whose purge failed here,
+/// and, from the start, those no replica recorded as purged (one lost with a replica stopped
+/// while it retried), so that a key's readiness is not held back until the next change.
+async fn purge_owed(state: web::Data<AppState>, purger: Arc<Purger>, owed: Owed) {
+    match state.read(readiness::unpurged).await {
+        Ok(unpurged) => {
+            let mut owed = owed.lock().unwrap_or_else(PoisonError::into_inner);
+            for (service_id, subdomain, changed_at) in unpurged {
+                owed.entry(service_id).or_insert(DocumentsChanged {
+                    service_id,
+                    subdomain,
+                    changed_at,
+                    dropped_domains: Vec::new(),
+                });
+            }
+        }
+        Err(error) => tracing::warn!(%error, "the changes no replica purged could not be read"),
+    }
+    let mut interval = tokio::time::interval(PURGE_OWED_EVERY);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let due: Vec<DocumentsChanged> = (owed.lock().unwrap_or_else(PoisonError::into_inner))
+            .values()
+            .cloned()
+            .collect();
+        if !due.is_empty() {
+            tracing::info!(
+                services = due.len(),
+                "purging the caches again of changes owed"
             );
-            if readiness::purge(&*purger, &hosts, &crate::public::PUBLIC_PATHS).await {
-                let (id, at, now) = (change.service_id, change.changed_at, state.now());
-                let recorded = state
-                    .write(move |r| readiness::purged(r, id, at, now))
-                    .await;
-                if recorded.is_err() {
-                    tracing::warn!(service = %id, "a purge succeeded but could not be recorded");
-                }
-            }
-        });
+        }
+        let purges: Vec<_> = (due.into_iter())
+            .map(|change| {
+                let (state, purger, owed) = (state.clone(), purger.clone(), owed.clone());
+                actix_web::rt::spawn(
+                    async move { purge_change(&state, &purger, &owed, change).await },
+                )
+            })
+            .collect();
+        // One pass at a time: a cache still down holds each purge for its minute of retries.
+        for purge in purges {
+            let _ = purge.await;
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 
 use crate::error::{Failure, Res};
 use crate::pool::{on_backend, Db};
-use crate::rows::{id_text, instant, millis};
-use crate::schema::{key_readiness, purges};
+use crate::rows::{id_text, instant, millis, uuid};
+use crate::schema::{key_readiness, published_configs, purges, services};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::ports::{PurgeLog, ReadinessLog, StoreResult};
@@ -94,6 +94,30 @@ impl PurgeLog for Store {
             .set(purges::changed_at.eq(at))
             .execute(conn)?;
             Ok(())
+        })
+    }
+
+    /// One read of every published configuration beside its purge: a replica asks once, as it
+    /// starts, as it reads every configuration to serve them.
+    fn unpurged(&self) -> StoreResult<Vec<(Uuid, String, OffsetDateTime)>> {
+        self.read(|conn| {
+            let owed = published_configs::table
+                .inner_join(services::table)
+                .left_join(purges::table.on(purges::service_id.eq(published_configs::service_id)))
+                .filter(
+                    (purges::changed_at.nullable().is_null())
+                        .or(purges::changed_at.lt(published_configs::updated_at)),
+                )
+                .order(published_configs::updated_at)
+                .select((
+                    published_configs::service_id,
+                    services::subdomain,
+                    published_configs::updated_at,
+                ))
+                .load::<(String, String, i64)>(conn)?;
+            (owed.into_iter())
+                .map(|(id, subdomain, at)| Ok((uuid(&id)?, subdomain, instant(at)?)))
+                .collect()
         })
     }
 

@@ -162,6 +162,49 @@ fn a_change_purges_every_public_path_of_its_issuer_from_every_cache_and_readines
     );
 }
 
+/// A purge lost with the replica that was retrying it (stopped while the cache was down) is
+/// sent by the next replica to start: the key it held back turns safe, not at the next change.
+#[test]
+fn a_purge_lost_with_a_stopped_replica_is_sent_by_the_next_to_start() {
+    let down = format!(
+        "http://127.0.0.1:{}",
+        registry_testkit::free_port().unwrap()
+    );
+    let first = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_PURGE_URLS".into(), down)],
+        ..ServerOptions::default()
+    });
+    let acme = first.customer("acme", "business");
+    let sub = register_service(&first, &acme, "api");
+    let put = first
+        .authed(Method::PUT, &format!("/services/{sub}/config"), &acme.token)
+        .json(&json!({"openidConfiguration": super::cluster_discovery(),
+            "jwks": {"keys": [super::rsa_key("k1")]}, "rotationLeadSeconds": 0}))
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let readiness = format!("/services/{sub}/keys/k1/readiness");
+    let answer = json(first.get(&readiness, &acme.token));
+    assert_eq!(answer["pending"][0]["reason"], "purge", "{answer}");
+    let database_url = first.database_url.clone();
+    drop(first);
+    let (up, seen) = cache();
+    let next = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_PURGE_URLS".into(), up)],
+        database_url: Some(database_url),
+        ..ServerOptions::default()
+    });
+    let mut answer = Value::Null;
+    let safe = within(Duration::from_secs(10), || {
+        answer = json(next.get(&readiness, &acme.token));
+        answer["safeToSign"] == true
+    });
+    assert!(safe, "{answer}");
+    let authority = next.issuer(&sub).split_once("://").unwrap().1.to_owned();
+    let line = format!("PURGE /openid/v1/jwks {authority}");
+    assert!(seen.lock().unwrap().contains(&line), "{line}");
+}
+
 /// Documents a replica dropped from memory for room may still be in a cache: deleting them
 /// purges them all the same, a configuration's and a service's alike.
 #[test]

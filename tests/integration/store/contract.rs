@@ -2459,6 +2459,41 @@ fn a_purge_recorded_only_moves_forward_per_service(store: &dyn Storage) {
 }
 
 #[test]
+fn the_published_documents_changed_since_their_last_purge_are_unpurged_on_every_store() {
+    on_every_store(the_published_documents_changed_since_their_last_purge_are_unpurged);
+}
+
+fn the_published_documents_changed_since_their_last_purge_are_unpurged(store: &dyn Storage) {
+    let made = |subdomain: &str, published: Option<i64>| {
+        let s = anonymous(subdomain, 0, 1_000_000);
+        let secret = record(&lookup(), "$argon2id$anon");
+        (store.create_service(&s, Some(&secret), Ceiling::NONE, &ev())).unwrap();
+        if let Some(updated) = published {
+            let issuer = format!("http://{subdomain}.localhost:8080");
+            store
+                .put_config(&config(s.id, &issuer, updated), &ev())
+                .unwrap();
+        }
+        s
+    };
+    let later = made("bbbbbbbbbbbb-anon", Some(200));
+    let earlier = made("aaaaaaaaaaaa-anon", Some(100));
+    let _unpublished = made("cccccccccccc-anon", None);
+    let purged = made("dddddddddddd-anon", Some(100));
+    store.record_purge(purged.id, at(100)).unwrap();
+    // Purged before its last change: owed again.
+    store.record_purge(later.id, at(150)).unwrap();
+    let owed = |s: &registry_domain::Service, updated| (s.id, s.subdomain.clone(), at(updated));
+    assert_eq!(
+        store.unpurged().unwrap(),
+        [owed(&earlier, 100), owed(&later, 200)],
+        "oldest first"
+    );
+    store.record_purge(later.id, at(200)).unwrap();
+    assert_eq!(store.unpurged().unwrap(), [owed(&earlier, 100)]);
+}
+
+#[test]
 fn the_first_acme_account_and_challenge_answer_kept_are_everyones_on_every_store() {
     on_every_store(the_first_acme_account_and_challenge_answer_kept_are_everyones);
 }

@@ -265,6 +265,14 @@ pub async fn purge(purger: &dyn CachePurger, hosts: &[String], paths: &[&str]) -
     purger.purge(hosts, paths).await
 }
 
+/// The changes of public documents whose purge no replica recorded, each service's newest with
+/// its subdomain: a replica purges them again as it starts (docs/api.md, "Behind a CDN").
+pub fn unpurged(
+    registry: &Registry,
+) -> Result<Vec<(uuid::Uuid, String, OffsetDateTime)>, AppError> {
+    Ok(registry.store.unpurged()?)
+}
+
 /// Records that `service_id`'s documents as of their change at `changed_at` left no cache to
 /// purge (none is configured): a key they published does not wait for a purge should caches be
 /// purged later (docs/api.md, "Behind a CDN").

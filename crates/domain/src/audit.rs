@@ -474,9 +474,10 @@ impl AuditEvent {
         self
     }
 
-    /// The event with the client's address and request id of the HTTP request that made it.
-    pub fn from_request(mut self, ip: String, request_id: Option<String>) -> AuditEvent {
-        self.ip = Some(ip);
+    /// The event with the client's address (`None`: unknown) and request id of the HTTP request
+    /// that made it.
+    pub fn from_request(mut self, ip: Option<String>, request_id: Option<String>) -> AuditEvent {
+        self.ip = ip;
         self.request_id = request_id;
         self
     }
@@ -721,7 +722,7 @@ mod tests {
             None,
             at,
         )
-        .from_request("192.0.2.1".into(), Some("r-1".into()));
+        .from_request(Some("192.0.2.1".into()), Some("r-1".into()));
         let json = event.to_json();
         assert_eq!(json["actor"]["iss"], "https://idp");
         assert_eq!(json["actor"]["sub"], "ci");

@@ -25,6 +25,31 @@ fn server() -> TestServer {
     })
 }
 
+/// Behind a trusted proxy an event records the forwarded client; one the chain does not
+/// reveal (an entry that is no address) is recorded as none, not as a made-up `0.0.0.0`.
+#[test]
+fn an_event_records_the_forwarded_client_or_no_address() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_TRUSTED_PROXIES".into(), "127.0.0.1/32".into())],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    for (forwarded, title) in [("203.0.113.5", "one"), ("garbage", "two")] {
+        let patched = server
+            .authed(Method::PATCH, &format!("/services/{sub}"), &acme.token)
+            .header("x-forwarded-for", forwarded)
+            .json(&json!({"title": title}))
+            .send()
+            .unwrap();
+        assert_eq!(patched.status(), 200);
+    }
+    let events = all_events(&server, &acme.token, "&action=service.update", 10);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[1]["ip"], "203.0.113.5", "{}", events[1]);
+    assert!(events[0].get("ip").is_none(), "{}", events[0]);
+}
+
 /// Every event of the caller's customer, newest first, read page by page.
 fn all_events(server: &TestServer, token: &str, query: &str, limit: usize) -> Vec<Value> {
     let mut events = Vec::new();

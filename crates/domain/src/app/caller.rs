@@ -140,8 +140,11 @@ impl Caller {
         customer_id: Option<Uuid>,
         now: OffsetDateTime,
     ) -> AuditEvent {
+        // The unspecified address stands for one a forwarding chain did not reveal: no address
+        // is recorded rather than a made-up one.
+        let ip = (!self.origin.ip.is_unspecified()).then(|| self.origin.ip.to_string());
         AuditEvent::new(action, resource, self.actor(), customer_id, now)
-            .from_request(self.origin.ip.to_string(), self.origin.request_id.clone())
+            .from_request(ip, self.origin.request_id.clone())
     }
 
     /// The audit event of a change to `service` (its configuration included).

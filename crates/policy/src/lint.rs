@@ -481,7 +481,7 @@ impl Policy {
             .cloned()
             .unwrap_or_default();
         for (k, entry) in addresses.iter().enumerate() {
-            if matches!(entry.as_str(), Some("0.0.0.0/0" | "::/0")) {
+            if entry.as_str().is_some_and(allows_every_address) {
                 findings.push(Finding::warning(
                     "allow-all-addresses",
                     format!("/ip_allowlist/{k}"),
@@ -491,6 +491,16 @@ impl Policy {
         }
         findings
     }
+}
+
+/// Whether an allowlist entry lets every IPv4 or every IPv6 client in, in any spelling
+/// (`0.0.0.0/0`, `::/0`, the IPv4-mapped block `::ffff:0:0/96`); one that does not parse is
+/// the schema's to report.
+fn allows_every_address(entry: &str) -> bool {
+    crate::ip::parse_ip_entry(entry).is_ok_and(|net| {
+        let every_v6 = matches!(net, ipnetwork::IpNetwork::V6(n) if n.prefix() == 0);
+        every_v6 || crate::ip::as_v4(net).is_some_and(|v4| v4.prefix() == 0)
+    })
 }
 
 #[cfg(test)]
@@ -660,6 +670,12 @@ mod tests {
             json!({"services": ["d-*"]}),
             json!({"services": ["e-acme"]})
         ));
+        for every in ["0.0.0.0/0", "::ffff:0:0/96", "::ffff:0.0.0.0/96", "0:0::/0"] {
+            assert!(allows_every_address(every), "{every}");
+        }
+        for some in ["0.0.0.0/1", "::ffff:0:0/97", "::/1", "10.0.0.1", "junk"] {
+            assert!(!allows_every_address(some), "{some}");
+        }
         assert_eq!(
             codes(json!({"kind": "static", "services": ["*"], "ip_allowlist": ["::/0"]})),
             [

@@ -246,8 +246,8 @@ pub fn readiness(
     Ok(json!({
         "kid": key.kid,
         "state": state,
-        // In whole seconds, as `GET …/keys` gives it.
-        "firstPublishedAt": crate::timestamp::rfc3339(key.first_published_at),
+        // To the millisecond, as a fetch is compared with it (`GET …/keys` gives whole seconds).
+        "firstPublishedAt": rfc3339_exact(key.first_published_at),
         "safeToSign": safe_at.is_some(),
         "safeToSignAt": safe_at.map(rfc3339_exact),
         "leadSeconds": key.lead_seconds,
@@ -568,14 +568,15 @@ mod tests {
             .collect()
     }
 
-    /// The time of a key's publication in whole seconds, as `GET …/keys` gives it.
+    /// The time of a key's publication to the millisecond, as a verifier's fetch is compared
+    /// with it: a client comparing the two sees what the registry compared.
     #[test]
-    fn the_publication_time_has_whole_seconds() {
+    fn the_publication_time_keeps_its_milliseconds() {
         let (registry, service, who) = new_service();
         let published = T0 + Duration::milliseconds(560);
         publish(&registry, &service, &who, "new", 0, published);
         let answer = readiness(&registry, &service, "new", false, T0 + Duration::seconds(1));
-        assert_eq!(answer.unwrap()["firstPublishedAt"], "2026-11-26T12:00:00Z");
+        assert_eq!(answer.unwrap()["firstPublishedAt"], "2026-11-26T12:00:00.56Z");
     }
 
     #[test]

@@ -187,7 +187,8 @@ pub struct SeenNetwork {
 /// "Key readiness").
 pub const VERIFIER_WINDOW: time::Duration = time::Duration::days(7);
 
-/// Verifiers a key holds at most: the most active agents.
+/// Verifiers a key holds at most: the most active agents (seen in the most distinct hours,
+/// then with the most fetches).
 pub const MAX_VERIFIERS: usize = 32;
 
 /// Networks a verifier keeps at most.
@@ -202,7 +203,9 @@ pub const VERIFIER_HOURS: u32 = 2;
 
 /// The verifiers of a key published now, from the agents that fetched the key set in the week
 /// before (`candidates`): those seen in at least `min_hours` distinct hours, the
-/// [`MAX_VERIFIERS`] most active, each with its [`MAX_VERIFIER_NETWORKS`] most seen networks,
+/// [`MAX_VERIFIERS`] most active (seen in the most distinct hours of the week, then with the
+/// most fetches: a real verifier fetches hour after hour, and agents made up to push it out
+/// of the places must outlast it, not merely outnumber its fetches), each with its [`MAX_VERIFIER_NETWORKS`] most seen networks,
 /// and no more than [`VERIFIERS_PER_NETWORK`] whose every network has given that many already.
 /// A verifier's networks are those it was seen from in `min_hours` distinct hours too, when it
 /// has any: one fetch under a verifier's agent from an outsider's network, in the week before,
@@ -216,7 +219,11 @@ pub fn verifiers_of(candidates: &[VerifierCandidate], min_hours: u32) -> Vec<Key
     let mut ranked: Vec<&VerifierCandidate> = (candidates.iter())
         .filter(|c| c.hours >= min_hours)
         .collect();
-    ranked.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.agent.cmp(&b.agent)));
+    ranked.sort_by(|a, b| {
+        (b.hours.cmp(&a.hours))
+            .then_with(|| b.count.cmp(&a.count))
+            .then_with(|| a.agent.cmp(&b.agent))
+    });
     let mut given: std::collections::HashMap<Network, usize> = Default::default();
     let mut chosen = Vec::new();
     for c in ranked {
@@ -1362,11 +1369,11 @@ mod tests {
         let chosen: Vec<String> = (verifiers_of(&candidates, 2).into_iter())
             .map(|v| v.agent)
             .collect();
-        // The bots' network gives four; Google, seen from another network too, still counts;
-        // an agent of one hour never does.
+        // Google, seen in the most hours, first; the bots' network gives four, Google's (seen
+        // from another network too) among them; an agent of one hour never counts.
         assert_eq!(
             chosen,
-            ["bot 9", "bot 8", "bot 7", "bot 6", "AWS", "Google"],
+            ["Google", "bot 9", "bot 8", "bot 7", "AWS"],
             "{chosen:?}"
         );
         let many: Vec<VerifierCandidate> = (0..40)
@@ -1380,6 +1387,15 @@ mod tests {
             })
             .collect();
         assert_eq!(verifiers_of(&many, 2).len(), MAX_VERIFIERS);
+        // Forty made-up agents, each on a network of its own and far busier in two hours, do
+        // not push out a verifier seen hour after hour.
+        let mut crowd = many.clone();
+        crowd.push(candidate("AWS", 50, 30, &["198.51.100.0/24"]));
+        for bot in &mut crowd[..40] {
+            bot.count *= 1_000;
+        }
+        let chosen = verifiers_of(&crowd, 2);
+        assert_eq!(chosen[0].agent, "AWS", "{chosen:?}");
     }
 
     #[test]

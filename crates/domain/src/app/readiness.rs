@@ -576,7 +576,10 @@ mod tests {
         let published = T0 + Duration::milliseconds(560);
         publish(&registry, &service, &who, "new", 0, published);
         let answer = readiness(&registry, &service, "new", false, T0 + Duration::seconds(1));
-        assert_eq!(answer.unwrap()["firstPublishedAt"], "2026-11-26T12:00:00.56Z");
+        assert_eq!(
+            answer.unwrap()["firstPublishedAt"],
+            "2026-11-26T12:00:00.56Z"
+        );
     }
 
     #[test]

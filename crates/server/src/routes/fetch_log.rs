@@ -94,7 +94,10 @@ fn parse(number: usize, text: &str) -> Result<Option<Fetch>, Violation> {
     let counted = matches!(line.method.as_str(), "GET" | "HEAD") && matches!(status, 200 | 304);
     // A log that writes the query (not varnishncsa's `%U`) names the document a direct fetch
     // with that query got, and counts as it.
-    let path = line.path.split_once('?').map_or(line.path.as_str(), |(path, _)| path);
+    let path = line
+        .path
+        .split_once('?')
+        .map_or(line.path.as_str(), |(path, _)| path);
     let document = served_document(path).filter(|_| counted);
     Ok(document.map(|document| Fetch {
         network,
@@ -218,7 +221,11 @@ mod tests {
         .unwrap()
         .is_some());
         let queried = parse(1, &line("GET", "/openid/v1/jwks?x=1", "200")).unwrap();
-        assert_eq!(queried.unwrap().document, FetchedDocument::Jwks, "as a direct GET");
+        assert_eq!(
+            queried.unwrap().document,
+            FetchedDocument::Jwks,
+            "as a direct GET"
+        );
         assert!(parse(1, &line("POST", "/keys", "200")).unwrap().is_none());
         assert!(parse(1, &line("GET", "/other", "200")).unwrap().is_none());
         assert!(parse(1, &line("GET", "/keys", "404")).unwrap().is_none());

@@ -228,6 +228,12 @@ pub struct ManagedKey {
     /// sign: a token it signed then may outlive the settings' present bound (0: never changed).
     #[serde(default)]
     pub token_seconds: u32,
+    /// Whether it is the service's very first key, made when nothing was published and nobody
+    /// had fetched the service's key set for a week: no cache can hold a key set without it
+    /// (only a 404 no verifier trusts), so it is safe without a purge. Decided when it is made,
+    /// read by every request and the rotation step alike.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first_of_all: bool,
     /// The public key as a verifier reads it (a JWK with `kid`, `alg` and `use`).
     pub jwk: Map<String, Value>,
     /// The public key, DER SubjectPublicKeyInfo, base64.
@@ -291,6 +297,7 @@ impl ManagedKey {
             withdraw_at: None,
             lead_seconds: None,
             token_seconds: 0,
+            first_of_all: false,
             jwk,
             public_key: base64::engine::general_purpose::STANDARD.encode(&made.public_key_der),
             sealed: made.sealed,

@@ -193,13 +193,17 @@ pub fn readiness(
     let key = (keys.keys.iter())
         .find(|k| k.kid == kid && k.is_published_at(now))
         .ok_or_else(|| AppError::NotFound(format!("no published key {kid:?}")))?;
-    let (assessed, safe_at) = assess_key(registry, service, key, purging, now)?;
-    // A managed key that no longer signs is retired, as `GET …/keys` lists it.
+    // A managed key that no longer signs is retired, as `GET …/keys` lists it; a service's
+    // very first waits for no purge, as managed signing judges it.
     let managed = key.retired_at.is_none() && key.held_by(crate::keys::MANAGED_SOURCE);
-    let retiring = match managed {
-        true => (registry.store.signing(service.id)?).map_or_else(Vec::new, |s| s.retiring()),
-        false => Vec::new(),
+    let signing = match managed {
+        true => registry.store.signing(service.id)?,
+        false => None,
     };
+    let retiring = signing.as_ref().map_or_else(Vec::new, |s| s.retiring());
+    let first_of_all =
+        (signing.iter().flat_map(|s| &s.keys)).any(|k| k.kid == kid && k.first_of_all);
+    let (assessed, safe_at) = assess_key(registry, service, key, purging && !first_of_all, now)?;
     let state = key.retirement(&retiring).map_or("current", |_| "retired");
     let pending: Vec<Value> = match safe_at {
         Some(_) => Vec::new(),
@@ -265,12 +269,17 @@ pub async fn purge(purger: &dyn CachePurger, hosts: &[String], paths: &[&str]) -
     purger.purge(hosts, paths).await
 }
 
-/// The changes of public documents whose purge no replica recorded, each service's newest with
-/// its subdomain: a replica purges them again as it starts (docs/api.md, "Behind a CDN").
+/// The changes of public documents in the week before `now` whose purge no replica recorded,
+/// each service's newest with its subdomain: a replica purges them again as it starts
+/// (docs/api.md, "Behind a CDN"). An older change published no key whose readiness could
+/// still wait for it, unless its purge was owed for a week.
 pub fn unpurged(
     registry: &Registry,
+    now: OffsetDateTime,
 ) -> Result<Vec<(uuid::Uuid, String, OffsetDateTime)>, AppError> {
-    Ok(registry.store.unpurged()?)
+    Ok(registry
+        .store
+        .unpurged(now - crate::keys::VERIFIER_WINDOW)?)
 }
 
 /// Records that `service_id`'s documents as of their change at `changed_at` left no cache to

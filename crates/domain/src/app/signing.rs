@@ -12,7 +12,7 @@
 use crate::app::{config, readiness, AppError, Caller, Registry};
 use crate::audit::{Action, Actor, AuditEvent, Resource};
 use crate::custom_domain::DomainStatus;
-use crate::keys::{KeyState, KeyVerifier, MAX_PUBLISHED_KEYS};
+use crate::keys::{KeyVerifier, MAX_PUBLISHED_KEYS};
 use crate::ports::{ConfigChange, ManagedKeys, SignFailure, SigningChange};
 use crate::service::{DocumentDates, PublishedConfig};
 use crate::signing::{
@@ -307,7 +307,7 @@ pub fn get(
         let Some(record) = keys.published(now).find(|r| r.kid == key.kid) else {
             continue;
         };
-        let purging = purging && !needs_no_purge(registry, service, &signing, key, &keys, now)?;
+        let purging = purging && !key.first_of_all;
         let safe_at = readiness::assess_key(registry, service, record, purging, now)?.1;
         let listed = (view["keys"].as_array_mut().into_iter().flatten())
             .find(|listed| listed["kid"] == key.kid.as_str());
@@ -370,6 +370,10 @@ pub fn put(
     ))
 }
 
+/// How far ahead of a request's clock another's write may move it ([`put_once`]): more than a
+/// write's own duration, less than anything a rotation measures.
+const CLOCK_AHEAD_AT_MOST: time::Duration = time::Duration::seconds(2);
+
 /// One attempt of [`put`] from a fresh read: `None` when another change was written first;
 /// otherwise the moment it acted at, `now` or, when another PUT wrote a key later by this
 /// clock, that key's making (its lead of 0 would not be over at `now`).
@@ -381,7 +385,9 @@ fn put_once(
     now: OffsetDateTime,
 ) -> Result<Option<OffsetDateTime>, AppError> {
     let stored = registry.store.signing(service.id)?;
-    let now = (stored.as_ref().and_then(Signing::written_through)).map_or(now, |at| at.max(now));
+    // A replica whose clock runs ahead moves this one's by no more than a moment.
+    let written = stored.as_ref().and_then(Signing::written_through);
+    let now = written.map_or(now, |at| at.clamp(now, now + CLOCK_AHEAD_AT_MOST));
     let on = stored.as_ref().filter(|s| s.enabled);
     let settings =
         SigningSettings::parse(body, on.map(|s| &s.settings)).map_err(AppError::Invalid)?;
@@ -391,17 +397,18 @@ fn put_once(
     }
     let (action, made) = match on {
         Some(_) => (Action::SigningUpdate, None),
-        None => (
-            Action::SigningEnable,
-            Some(make(
+        None => {
+            let mut made = make(
                 registry,
                 service,
                 stored.as_ref(),
                 &settings,
                 Stage::Next,
                 now,
-            )?),
-        ),
+            )?;
+            made.first_of_all = first_of_all(registry, service, stored.as_ref(), now)?;
+            (Action::SigningEnable, Some(made))
+        }
     };
     let event = caller.service_event(action, service, now);
     let event = match on {
@@ -461,6 +468,29 @@ fn put_once(
         now,
     )?;
     Ok(written.any().then_some(now))
+}
+
+/// Whether a key made now would be `service`'s very first ([`ManagedKey::first_of_all`]): no
+/// managed key before it (`stored`), nothing published, and no key set of the service fetched
+/// in the week before (directly or through a cache's log).
+fn first_of_all(
+    registry: &Registry,
+    service: &Service,
+    stored: Option<&Signing>,
+    now: OffsetDateTime,
+) -> Result<bool, AppError> {
+    if stored.is_some_and(|s| !s.keys.is_empty())
+        || config::key_state(registry, service)?
+            .published(now)
+            .next()
+            .is_some()
+    {
+        return Ok(false);
+    }
+    let since = now - crate::keys::VERIFIER_WINDOW;
+    Ok((registry.store)
+        .last_key_set_fetches(&[service.id], since)?
+        .is_empty())
 }
 
 /// `DELETE /services/{s}/keys/{kid}` of a managed key: a retiring one (it signs no more:
@@ -746,7 +776,7 @@ fn step(
         return Ok(Step::Nothing);
     };
     let next_safe_at = match signing.next() {
-        Some(next) => next_safe_at(registry, service, &signing, next, purging, now)?,
+        Some(next) => next_safe_at(registry, service, next, purging, now)?,
         None => None,
     };
     let mut due = signing.due(next_safe_at, now);
@@ -819,12 +849,10 @@ fn step(
     })
 }
 
-/// When the next key `next` of `signing` became safe, if it is (its readiness, as
-/// `GET …/readiness` says).
+/// When the next key `next` became safe, if it is (its readiness, as `GET …/readiness` says).
 fn next_safe_at(
     registry: &Registry,
     service: &Service,
-    signing: &Signing,
     next: &ManagedKey,
     purging: bool,
     now: OffsetDateTime,
@@ -835,33 +863,8 @@ fn next_safe_at(
         // it again, and its lead starts over.
         return Ok(None);
     };
-    let purging = purging && !needs_no_purge(registry, service, signing, next, &keys, now)?;
+    let purging = purging && !next.first_of_all;
     Ok(readiness::assess_key(registry, service, record, purging, now)?.1)
-}
-
-/// Whether `key`, published in `keys`, is safe without a purge of the caches in front of the
-/// registry: the service's very first key, the only managed key and the only one published,
-/// with no key set of the service fetched in the week before it was made (directly or through
-/// a cache's log). No cache can then hold a key set that lacks it, only a 404 no verifier
-/// trusts. Judged from the stored state, not by the request that made the key, so that every
-/// request and the rotation step judge it alike.
-fn needs_no_purge(
-    registry: &Registry,
-    service: &Service,
-    signing: &Signing,
-    key: &ManagedKey,
-    keys: &KeyState,
-    now: OffsetDateTime,
-) -> Result<bool, AppError> {
-    if signing.keys.len() != 1 || keys.published(now).count() != 1 {
-        return Ok(false);
-    }
-    // The log keeps each hour's last fetch: one since the key was made may hide one before it,
-    // so any fetch from the week before on counts.
-    let since = key.created_at - crate::keys::VERIFIER_WINDOW;
-    Ok((registry.store)
-        .last_key_set_fetches(&[service.id], since)?
-        .is_empty())
 }
 
 /// What one look at the due services did: the transitions written, and the services whose step
@@ -1414,6 +1417,25 @@ mod tests {
         );
         let view = put(&registry, &caller, &service, &settings, true, T0).unwrap();
         assert_eq!(view["keys"][0]["state"], "current", "{view}");
+    }
+
+    /// The only managed key and the only one published, but not the service's first: a
+    /// compromise's replacement (the key set before it was a 200 a cache may hold) waits for
+    /// the purge like any later key, though it signs at once.
+    #[test]
+    fn a_compromises_lone_replacement_still_waits_for_its_purge() {
+        let (registry, _, caller, service) = setup();
+        let view = put(&registry, &caller, &service, &json!({"leadSeconds": 0}), true, T0);
+        assert_eq!(view.unwrap()["keys"][0]["state"], "current");
+        let t1 = T0 + Duration::seconds(10);
+        rotate(&registry, &caller, &service, true, true, t1).unwrap();
+        let state = get(&registry, &service, true, t1).unwrap();
+        let keys = state["keys"].as_array().unwrap();
+        assert_eq!(keys.len(), 1, "{state}");
+        assert_eq!(keys[0]["safeToSignAt"], Value::Null, "{state}");
+        let kid = keys[0]["kid"].as_str().unwrap();
+        let readiness = readiness::readiness(&registry, &service, kid, true, t1).unwrap();
+        assert_eq!(readiness["pending"][0]["reason"], "purge", "{readiness}");
     }
 
     /// A PUT whose clock was read before another PUT made the first key (it waited behind that

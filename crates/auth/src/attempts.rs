@@ -6,13 +6,16 @@
 
 use crate::{AuthError, AuthResult};
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Other secrets that may wait behind the one checked for a lookup id; beyond them, 503 at
-/// once. Requests with a secret already in line join it whatever their number: they cost no
-/// check of their own once the first is remembered.
+/// once.
 const WAITING_PER_LOOKUP_ID: usize = 4;
+
+/// Requests with one secret that may be in line at once: they cost no check of their own once
+/// the first is remembered (or found wrong), so a client's fan-out joins; beyond them, 503.
+const COPIES_PER_SECRET: usize = 64;
 
 /// A secret's place in a line: its SHA-256 (the secret itself is not kept).
 type Fingerprint = [u8; 32];
@@ -21,10 +24,16 @@ type Fingerprint = [u8; 32];
 struct Gate {
     lock: Arc<tokio::sync::Mutex<()>>,
     /// The checks running or waiting, by secret (changed under the map's lock).
-    secrets: HashMap<Fingerprint, usize>,
-    /// The secrets found wrong while some check of the lookup id was in line: those waiting
-    /// with one are refused without a check of their own.
-    wrong: HashSet<Fingerprint>,
+    secrets: HashMap<Fingerprint, Line>,
+}
+
+/// The requests in line with one secret.
+#[derive(Debug, Default)]
+struct Line {
+    /// How many.
+    copies: usize,
+    /// Whether a check of it found it wrong: those still waiting are refused without one.
+    wrong: bool,
 }
 
 /// The checks under way, by lookup id.
@@ -46,9 +55,9 @@ impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         let mut gates = self.attempts.lock();
         if let Some(gate) = gates.get_mut(&self.lookup_id) {
-            if let Some(turns) = gate.secrets.get_mut(&self.secret) {
-                *turns -= 1;
-                if *turns == 0 {
+            if let Some(line) = gate.secrets.get_mut(&self.secret) {
+                line.copies -= 1;
+                if line.copies == 0 {
                     gate.secrets.remove(&self.secret);
                 }
             }
@@ -72,14 +81,18 @@ impl Turn<'_> {
     pub fn found_wrong(&self) -> bool {
         let ticket = &self.ticket;
         let gates = ticket.attempts.lock();
-        (gates.get(&ticket.lookup_id)).is_some_and(|gate| gate.wrong.contains(&ticket.secret))
+        (gates.get(&ticket.lookup_id))
+            .and_then(|gate| gate.secrets.get(&ticket.secret))
+            .is_some_and(|line| line.wrong)
     }
 
     /// Records that this check found its secret wrong, for those waiting with the same.
     pub fn wrong(&self) {
         let ticket = &self.ticket;
-        if let Some(gate) = ticket.attempts.lock().get_mut(&ticket.lookup_id) {
-            gate.wrong.insert(ticket.secret);
+        let mut gates = ticket.attempts.lock();
+        let gate = gates.get_mut(&ticket.lookup_id);
+        if let Some(line) = gate.and_then(|gate| gate.secrets.get_mut(&ticket.secret)) {
+            line.wrong = true;
         }
     }
 }
@@ -96,11 +109,14 @@ impl Attempts {
         let lock = {
             let mut gates = self.lock();
             let gate = gates.entry(lookup_id.into()).or_default();
-            let in_line = gate.secrets.contains_key(&fingerprint);
-            if !in_line && gate.secrets.len() > WAITING_PER_LOOKUP_ID {
+            let full = match gate.secrets.get(&fingerprint) {
+                Some(line) => line.copies >= COPIES_PER_SECRET,
+                None => gate.secrets.len() > WAITING_PER_LOOKUP_ID,
+            };
+            if full {
                 return Err(AuthError::Busy);
             }
-            *gate.secrets.entry(fingerprint).or_default() += 1;
+            gate.secrets.entry(fingerprint).or_default().copies += 1;
             gate.lock.clone()
         };
         let ticket = Ticket {
@@ -189,7 +205,11 @@ mod tests {
     async fn one_secret_sent_many_times_at_once_waits_in_one_line() {
         let attempts = Attempts::default();
         let first = attempts.turn("abc", "new").await.unwrap();
-        let same = waiting(&attempts, &["new"; 20]);
+        let same = waiting(&attempts, &["new"; COPIES_PER_SECRET - 1]);
+        assert!(matches!(
+            attempts.turn("abc", "new").await,
+            Err(AuthError::Busy)
+        ));
         // Other secrets still have their places beside it.
         let others = waiting(&attempts, &["s1", "s2", "s3", "s4"]);
         assert!(matches!(

@@ -662,11 +662,12 @@ pub trait PurgeLog: Send + Sync {
     fn record_purge(&self, service_id: Uuid, changed_at: OffsetDateTime) -> StoreResult<()>;
     /// The newest change of `service_id`'s documents whose purge succeeded, if one did.
     fn purged_through(&self, service_id: Uuid) -> StoreResult<Option<OffsetDateTime>>;
-    /// The services whose published documents changed after the newest change whose purge
-    /// succeeded (or with none recorded): each with its subdomain and that change, oldest first.
-    /// A replica that starts purges them again: a purge lost with the process that was retrying
-    /// it would otherwise hold a key's readiness back until the next change.
-    fn unpurged(&self) -> StoreResult<Vec<(Uuid, String, OffsetDateTime)>>;
+    /// The services whose published documents changed at `since` or later, and after the newest
+    /// change whose purge succeeded (or with none recorded): each with its subdomain and that
+    /// change, oldest first. A replica that starts purges them again: a purge lost with the
+    /// process that was retrying it would otherwise hold a key's readiness back until the next
+    /// change.
+    fn unpurged(&self, since: OffsetDateTime) -> StoreResult<Vec<(Uuid, String, OffsetDateTime)>>;
 }
 
 /// The start of `at`'s hour, in Unix milliseconds: the bucket a fetch counts in.

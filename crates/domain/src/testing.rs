@@ -1837,9 +1837,10 @@ impl PurgeLog for MemoryStore {
         Ok(self.lock().purges.get(&service_id).copied())
     }
 
-    fn unpurged(&self) -> StoreResult<Vec<(Uuid, String, OffsetDateTime)>> {
+    fn unpurged(&self, since: OffsetDateTime) -> StoreResult<Vec<(Uuid, String, OffsetDateTime)>> {
         let s = self.lock();
         let mut owed: Vec<(Uuid, String, OffsetDateTime)> = (s.configs.values())
+            .filter(|c| ms(c.updated_at) >= ms(since))
             .filter(|c| (s.purges.get(&c.service_id)).is_none_or(|at| *at < ms(c.updated_at)))
             .filter_map(|c| {
                 let service = s.services.iter().find(|v| v.id == c.service_id)?;

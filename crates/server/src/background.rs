@@ -4,6 +4,7 @@
 
 use crate::state::AppState;
 use actix_web::web;
+use futures_util::StreamExt;
 use registry_cdn::Purger;
 use registry_domain::app::{fetches, readiness, signing, upkeep};
 use registry_replica::DocumentsChanged;
@@ -110,14 +111,7 @@ async fn purge_change(state: &AppState, purger: &Purger, owed: &Owed, change: Do
     );
     let (id, at) = (change.service_id, change.changed_at);
     if !readiness::purge(purger, &hosts, &crate::public::PUBLIC_PATHS).await {
-        let mut owed = owed.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = owed.entry(id).or_insert_with(|| change.clone());
-        for domain in change.dropped_domains {
-            if !entry.dropped_domains.contains(&domain) {
-                entry.dropped_domains.push(domain);
-            }
-        }
-        entry.changed_at = entry.changed_at.max(at);
+        owe(owed, change);
         return;
     }
     let now = state.now();
@@ -125,7 +119,9 @@ async fn purge_change(state: &AppState, purger: &Purger, owed: &Owed, change: Do
         .write(move |r| readiness::purged(r, id, at, now))
         .await
     {
+        // Owed all the same: recorded at the next pass.
         tracing::warn!(service = %id, %error, "a purge succeeded but could not be recorded");
+        owe(owed, change);
         return;
     }
     let mut owed = owed.lock().unwrap_or_else(PoisonError::into_inner);
@@ -134,11 +130,30 @@ async fn purge_change(state: &AppState, purger: &Purger, owed: &Owed, change: Do
     }
 }
 
+/// Adds `change` to those owed: its service's newest, with every domain either dropped.
+fn owe(owed: &Owed, change: DocumentsChanged) {
+    let mut owed = owed.lock().unwrap_or_else(PoisonError::into_inner);
+    let entry = owed
+        .entry(change.service_id)
+        .or_insert_with(|| change.clone());
+    for domain in change.dropped_domains {
+        if !entry.dropped_domains.contains(&domain) {
+            entry.dropped_domains.push(domain);
+        }
+    }
+    entry.changed_at = entry.changed_at.max(change.changed_at);
+}
+
+/// Purges owed that run at once in a pass: many services owed after a long outage do not all
+/// hold a task and a connection to each cache together.
+const OWED_AT_ONCE: usize = 16;
+
 /// Purges again, every [`PURGE_OWED_EVERY`], the changes owed: those whose purge failed here,
 /// and, from the start, those no replica recorded as purged (one lost with a replica stopped
 /// while it retried), so that a key's readiness is not held back until the next change.
 async fn purge_owed(state: web::Data<AppState>, purger: Arc<Purger>, owed: Owed) {
-    match state.read(readiness::unpurged).await {
+    let now = state.now();
+    match state.read(move |r| readiness::unpurged(r, now)).await {
         Ok(unpurged) => {
             let mut owed = owed.lock().unwrap_or_else(PoisonError::into_inner);
             for (service_id, subdomain, changed_at) in unpurged {
@@ -166,18 +181,12 @@ async fn purge_owed(state: web::Data<AppState>, purger: Arc<Purger>, owed: Owed)
                 "purging the caches again of changes owed"
             );
         }
-        let purges: Vec<_> = (due.into_iter())
-            .map(|change| {
-                let (state, purger, owed) = (state.clone(), purger.clone(), owed.clone());
-                actix_web::rt::spawn(
-                    async move { purge_change(&state, &purger, &owed, change).await },
-                )
-            })
-            .collect();
         // One pass at a time: a cache still down holds each purge for its minute of retries.
-        for purge in purges {
-            let _ = purge.await;
-        }
+        futures_util::stream::iter(due)
+            .for_each_concurrent(OWED_AT_ONCE, |change| {
+                purge_change(&state, &purger, &owed, change)
+            })
+            .await;
     }
 }
 

@@ -97,13 +97,15 @@ impl PurgeLog for Store {
         })
     }
 
-    /// One read of every published configuration beside its purge: a replica asks once, as it
-    /// starts, as it reads every configuration to serve them.
-    fn unpurged(&self) -> StoreResult<Vec<(Uuid, String, OffsetDateTime)>> {
+    /// One read of the configurations published since `since` beside their purges: a replica
+    /// asks once, as it starts, as it reads every configuration to serve them.
+    fn unpurged(&self, since: OffsetDateTime) -> StoreResult<Vec<(Uuid, String, OffsetDateTime)>> {
+        let since = millis(since);
         self.read(|conn| {
             let owed = published_configs::table
                 .inner_join(services::table)
                 .left_join(purges::table.on(purges::service_id.eq(published_configs::service_id)))
+                .filter(published_configs::updated_at.ge(since))
                 .filter(
                     (purges::changed_at.nullable().is_null())
                         .or(purges::changed_at.lt(published_configs::updated_at)),

@@ -63,7 +63,6 @@ fn request_ids_are_random_not_a_counter() {
     assert_eq!(echoed.headers()["x-request-id"], "trace-42");
 }
 
-/// The `nextCursor` of a page of `limit` events of `customer`, with the page's last event id.
 /// An account's answers are kept by no cache, a browser's own included, and no JSON answer of
 /// the API host is read by a browser as anything but JSON; a hosted issuer's documents keep
 /// their public caching.
@@ -126,6 +125,7 @@ fn an_accounts_answers_are_stored_by_no_cache_and_sniffed_by_no_browser() {
     assert!(cached.starts_with("public, max-age=30"), "{cached}");
 }
 
+/// The `nextCursor` of a page of `limit` events of `customer`, with the page's last event id.
 fn cursor_of_first_page(server: &TestServer, customer: &Customer, limit: usize) -> (String, Uuid) {
     let page = json(server.get(&format!("/audit-events?limit={limit}"), &customer.token));
     let events = page["events"].as_array().unwrap();

@@ -2485,12 +2485,17 @@ fn the_published_documents_changed_since_their_last_purge_are_unpurged(store: &d
     store.record_purge(later.id, at(150)).unwrap();
     let owed = |s: &registry_domain::Service, updated| (s.id, s.subdomain.clone(), at(updated));
     assert_eq!(
-        store.unpurged().unwrap(),
+        store.unpurged(at(100)).unwrap(),
         [owed(&earlier, 100), owed(&later, 200)],
         "oldest first"
     );
+    assert_eq!(
+        store.unpurged(at(101)).unwrap(),
+        [owed(&later, 200)],
+        "changed since"
+    );
     store.record_purge(later.id, at(200)).unwrap();
-    assert_eq!(store.unpurged().unwrap(), [owed(&earlier, 100)]);
+    assert_eq!(store.unpurged(at(0)).unwrap(), [owed(&earlier, 100)]);
 }
 
 #[test]

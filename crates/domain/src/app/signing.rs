@@ -1425,7 +1425,14 @@ mod tests {
     #[test]
     fn a_compromises_lone_replacement_still_waits_for_its_purge() {
         let (registry, _, caller, service) = setup();
-        let view = put(&registry, &caller, &service, &json!({"leadSeconds": 0}), true, T0);
+        let view = put(
+            &registry,
+            &caller,
+            &service,
+            &json!({"leadSeconds": 0}),
+            true,
+            T0,
+        );
         assert_eq!(view.unwrap()["keys"][0]["state"], "current");
         let t1 = T0 + Duration::seconds(10);
         rotate(&registry, &caller, &service, true, true, t1).unwrap();

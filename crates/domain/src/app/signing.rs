@@ -391,8 +391,13 @@ fn put_once(
     let on = stored.as_ref().filter(|s| s.enabled);
     let settings =
         SigningSettings::parse(body, on.map(|s| &s.settings)).map_err(AppError::Invalid)?;
-    // Turning it on makes a key: the key set must have room for it.
-    if on.is_none() && !room_for_a_key(registry, service, now)? {
+    // Turning it on makes a key: how many the key set publishes now, read once, says whether it
+    // has room for one and whether it is the service's first.
+    let published = match on {
+        None => Some(config::key_state(registry, service)?.published(now).count()),
+        Some(_) => None,
+    };
+    if published.is_some_and(|n| n >= MAX_PUBLISHED_KEYS) {
         return Err(key_set_full());
     }
     let (action, made) = match on {
@@ -406,7 +411,8 @@ fn put_once(
                 Stage::Next,
                 now,
             )?;
-            made.first_of_all = first_of_all(registry, service, stored.as_ref(), now)?;
+            let alone = published == Some(0);
+            made.first_of_all = first_of_all(registry, service, stored.as_ref(), alone, now)?;
             (Action::SigningEnable, Some(made))
         }
     };
@@ -471,20 +477,16 @@ fn put_once(
 }
 
 /// Whether a key made now would be `service`'s very first ([`ManagedKey::first_of_all`]): no
-/// managed key before it (`stored`), nothing published, and no key set of the service fetched
-/// in the week before (directly or through a cache's log).
+/// managed key before it (`stored`), nothing published (`alone`), and no key set of the service
+/// fetched in the week before (directly or through a cache's log).
 fn first_of_all(
     registry: &Registry,
     service: &Service,
     stored: Option<&Signing>,
+    alone: bool,
     now: OffsetDateTime,
 ) -> Result<bool, AppError> {
-    if stored.is_some_and(|s| !s.keys.is_empty())
-        || config::key_state(registry, service)?
-            .published(now)
-            .next()
-            .is_some()
-    {
+    if !alone || stored.is_some_and(|s| !s.keys.is_empty()) {
         return Ok(false);
     }
     let since = now - crate::keys::VERIFIER_WINDOW;

@@ -207,9 +207,10 @@ pub const VERIFIER_HOURS: u32 = 2;
 /// most fetches: a real verifier fetches hour after hour, and agents made up to push it out
 /// of the places must outlast it, not merely outnumber its fetches), each with its [`MAX_VERIFIER_NETWORKS`] most seen networks,
 /// and no more than [`VERIFIERS_PER_NETWORK`] whose every network has given that many already.
-/// A verifier's networks are those it was seen from in `min_hours` distinct hours too, when it
-/// has any: one fetch under a verifier's agent from an outsider's network, in the week before,
-/// does not make that network the verifier's (a later fetch from there would satisfy it). One
+/// A verifier's networks are those it was seen from in `min_hours` distinct hours too, and in
+/// half as many hours as from its steadiest network at least, when it has any: fetches under a
+/// verifier's agent from an outsider's network, in a few hours of the week before, do not make
+/// that network the verifier's (a later fetch from there would satisfy it). One
 /// seen from no network that often (a cloud that fetches from a new address each time) keeps
 /// every network it was seen from.
 /// One seen from no known network (its fetches stored before networks were, or shipped in a
@@ -230,9 +231,13 @@ pub fn verifiers_of(candidates: &[VerifierCandidate], min_hours: u32) -> Vec<Key
         if chosen.len() == MAX_VERIFIERS {
             break;
         }
-        let steady = c.networks.iter().any(|n| n.hours >= min_hours);
+        let steadiest = c.networks.iter().map(|n| n.hours).max().unwrap_or(0);
+        let steady = steadiest >= min_hours;
+        // Seen in half the hours of its steadiest network at least: an outsider who fetches
+        // under a verifier's well-known agent must do so about as steadily as the verifier.
+        let enough = min_hours.max(steadiest.div_ceil(2));
         let networks: Vec<Network> = (c.networks.iter())
-            .filter(|n| !steady || n.hours >= min_hours)
+            .filter(|n| !steady || n.hours >= enough)
             .take(MAX_VERIFIER_NETWORKS)
             .map(|n| n.network)
             .collect();
@@ -1399,7 +1404,7 @@ mod tests {
     }
 
     #[test]
-    fn a_verifier_s_networks_are_those_it_was_seen_from_in_two_hours() {
+    fn a_verifier_s_networks_are_those_it_was_seen_from_steadily() {
         let at = datetime!(2026-11-23 10:00 UTC);
         let seen = |network: &str, hours: u32| SeenNetwork {
             network: network.parse().unwrap(),
@@ -1413,10 +1418,17 @@ mod tests {
             networks,
         };
         let candidates = [
-            // Its own network in three hours; an outsider's fetch under its agent in one.
+            // Its own networks in forty hours and in twenty; an outsider's fetches under its
+            // agent in one hour, and in two (and in nineteen, not half of forty).
             candidate(
                 "AWS",
-                vec![seen("203.0.113.0/24", 3), seen("198.51.100.0/24", 1)],
+                vec![
+                    seen("203.0.113.0/24", 40),
+                    seen("203.0.114.0/24", 20),
+                    seen("198.51.100.0/24", 19),
+                    seen("198.51.101.0/24", 2),
+                    seen("198.51.102.0/24", 1),
+                ],
             ),
             // A new network each hour: each of them is its.
             candidate(
@@ -1434,7 +1446,10 @@ mod tests {
         assert_eq!(
             networks,
             [
-                ("AWS".to_owned(), vec!["203.0.113.0/24".to_owned()]),
+                (
+                    "AWS".to_owned(),
+                    vec!["203.0.113.0/24".to_owned(), "203.0.114.0/24".to_owned()]
+                ),
                 (
                     "roaming".to_owned(),
                     vec![

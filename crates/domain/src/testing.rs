@@ -1495,6 +1495,16 @@ impl FetchLog for MemoryStore {
         for f in live {
             let last = ms(f.last_at);
             let key = (f.service_id, f.document, fetch_hour(f.last_at));
+            // In how many hours of the week before each agent fetched the document.
+            let week = crate::keys::VERIFIER_WINDOW.whole_milliseconds() as i64;
+            let mut regular: BTreeMap<String, i64> = BTreeMap::new();
+            let week_before = (key.0, key.1, key.2 - week)..(key.0, key.1, key.2);
+            for earlier in s.fetches.range(week_before).map(|(_, bucket)| bucket) {
+                for agent in earlier.agents.keys().filter(|a| *a != OTHER_AGENTS) {
+                    *regular.entry(agent.clone()).or_default() += 1;
+                }
+            }
+            let hours = |agent: &str| regular.get(agent).copied().unwrap_or(0);
             let bucket = s.fetches.entry(key).or_insert(FetchBucket {
                 ok: 0,
                 not_modified: 0,
@@ -1525,9 +1535,10 @@ impl FetchLog for MemoryStore {
                 } else if crowded || a.agent == OTHER_AGENTS {
                     OTHER_AGENTS.to_owned()
                 } else {
-                    // The least frequent of the agents no network of their own vouches for
-                    // (seen from none, or only from networks of more than the bound), else
-                    // of all, as the real store.
+                    // The least regular, then least frequent, of the agents no network of
+                    // their own vouches for (seen from none, or only from networks of more
+                    // than the bound), else of all; past those, only an agent at least as
+                    // regular takes a place, as the real store.
                     let exposed = |b: &AgentBucket| {
                         (b.networks.keys()).all(|n| from(n) > STORED_AGENTS_PER_NETWORK)
                     };
@@ -1535,10 +1546,12 @@ impl FetchLog for MemoryStore {
                         (bucket.agents.iter())
                             .filter(|(name, _)| *name != OTHER_AGENTS)
                             .filter(|(_, b)| !only_exposed || exposed(b))
-                            .min_by_key(|(_, b)| (b.count, b.last_at))
-                            .map(|(name, _)| name.clone())
+                            .min_by_key(|(name, b)| (hours(name), b.count, b.last_at))
+                            .map(|(name, b)| (name.clone(), exposed(b)))
                     };
-                    let least = least(true).or_else(|| least(false));
+                    let least = (least(true).or_else(|| least(false)))
+                        .filter(|(name, exposed)| *exposed || hours(&a.agent) >= hours(name))
+                        .map(|(name, _)| name);
                     match least.and_then(|name| bucket.agents.remove(&name)) {
                         Some(gone) => {
                             inherited = gone.count;

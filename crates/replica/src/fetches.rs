@@ -6,15 +6,18 @@
 //! late, a flush across the hour) are two hours, not one. Bounded whatever clients send: at most
 //! [`MAX_SERVICES`] services between two flushes (fetches of others are dropped, and counted),
 //! [`AGENTS_PER_DOCUMENT`] agents per document, each cut to [`AGENT_CHARS`] characters. Past
-//! that bound a new agent takes the place of the least frequent one (the space-saving
-//! algorithm: it is ranked with that agent's count, so that a frequent agent is never pushed out
-//! by many rare ones), but reports its own fetches only; the fetches of the agent that gave its
-//! place are counted as the others' ([`OTHER_AGENTS`]). As in the store's hour, a new agent from
-//! networks that each brought 4 of the document's agents already is one of the others at once,
-//! and a crowd's agents give their places first: one network's flood never pushes out another
-//! network's agent (a verifier's), though an agent first seen after its own network is crowded
-//! gets no place. No agent is reported with a fetch it did not make, and every fetch is counted
-//! once.
+//! that bound, as in the store's hour, a new agent from networks that each brought 4 of the
+//! document's agents already is one of the others ([`OTHER_AGENTS`]) at once, and a crowd's
+//! agents give their places first: a new agent takes the place of the crowd's least frequent
+//! one (the space-saving algorithm: it is ranked with that agent's count, so that a frequent
+//! agent is never pushed out by many rare ones), but reports its own fetches only; the fetches
+//! of the agent that gave its place are counted as the others'. With no crowd, agents made up on
+//! many networks could push a verifier out by fetching more often: there a new agent takes a
+//! place only from one less regular (seen fetching the service's key set in fewer hours of the
+//! week before, as the store told, [`Fetches::remember_regulars`]), or as regular and seen
+//! later than it; else it is one of the others. One network's flood never pushes out another
+//! network's agent, nor a flood of agents new to the week a regular one. No agent is reported
+//! with a fetch it did not make, and every fetch is counted once.
 //!
 //! Each worker thread counts in its own map, under a lock only [`Fetches::take`] also takes:
 //! the fetches of one popular document on many workers never wait for one another. `take` adds
@@ -30,9 +33,10 @@ use registry_domain::ports::{
     STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
 };
 use smallvec::SmallVec;
+use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use thread_local::ThreadLocal;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -52,6 +56,15 @@ pub const NETWORKS_PER_AGENT: usize = 8;
 /// and their place: an outage of hours with many services can fill the bound, and fetches past
 /// it are dropped (and counted).
 pub const MAX_DOCUMENTS: usize = MAX_SERVICES * 4;
+/// Services whose regular agents a replica keeps, at most: those whose key set's agents
+/// overflowed its bound in the last hour or so (a flood; few at once).
+pub const MAX_REGULAR_SERVICES: usize = 4_096;
+/// Services whose regular agents one flush asks for, at most (the rest at the next).
+pub const REGULARS_PER_FLUSH: usize = 64;
+
+/// The agents the store saw fetch a service's key set in the week before an hour, each with
+/// in how many distinct hours of it.
+pub type Regulars = HashMap<Box<str>, u32>;
 
 #[derive(Debug)]
 struct Agent {
@@ -60,6 +73,8 @@ struct Agent {
     count: u64,
     /// The rank it took over with its place (not its fetches).
     inherited: u64,
+    /// Its first fetch since the last flush (first come, first kept among equals).
+    first_at: OffsetDateTime,
     last_at: OffsetDateTime,
     /// Where it fetched from: how often from each network, and when last. The first in place:
     /// a verifier usually fetches from one network.
@@ -94,6 +109,9 @@ pub struct Fetches {
     /// to it, not at every fetch).
     documents: AtomicUsize,
     dropped: AtomicU64,
+    /// The regular agents of services whose key set overflowed, with the hour (`fetch_hour`)
+    /// they are of: read only when a document's agents are at their bound.
+    regulars: RwLock<HashMap<Uuid, (i64, Arc<Regulars>)>>,
 }
 
 /// `agent` cut to [`AGENT_CHARS`] characters, control characters removed; borrowed when
@@ -141,7 +159,15 @@ impl Fetches {
         }
         counts.last_at = counts.last_at.max(at);
         let networks = network.map(|network| (network, 1, at));
-        counts.count_agent(&clean_agent(agent), 1, at, networks.as_slice());
+        let regulars = || self.regulars_of(service);
+        counts.count_agent(
+            &clean_agent(agent),
+            1,
+            at,
+            at,
+            networks.as_slice(),
+            &regulars,
+        );
     }
 
     /// Puts back counts [`Fetches::take`] gave that could not be stored (the database was
@@ -149,6 +175,7 @@ impl Fetches {
     pub fn give_back(&self, counts: Vec<DocumentFetches>) {
         let mut shard = self.mine();
         for f in counts {
+            let regulars = || self.regulars_of(f.service_id);
             let key = (f.service_id, f.document, fetch_hour(f.last_at));
             let Some(counts) = self.counts(&mut shard, key, f.last_at) else {
                 self.dropped
@@ -164,12 +191,64 @@ impl Fetches {
                 let networks: Vec<_> = (a.networks.iter())
                     .map(|n| (n.network, 1, n.last_at))
                     .collect();
-                counts.count_agent(&a.agent, a.count, a.last_at, &networks);
+                // Seen before anything counted since (its first fetch is not kept).
+                let (first, last) = (a.last_at, a.last_at);
+                counts.count_agent(&a.agent, a.count, first, last, &networks, &regulars);
             }
             counts.ok += f.ok;
             counts.not_modified += f.not_modified;
             counts.last_at = counts.last_at.max(f.last_at);
         }
+    }
+
+    /// The services of `counts` whose key set's agents overflowed the bound and whose regular
+    /// agents are not known for `now`'s hour: those to ask the store for (at most
+    /// [`REGULARS_PER_FLUSH`]).
+    pub fn wanting_regulars(&self, counts: &[DocumentFetches], now: OffsetDateTime) -> Vec<Uuid> {
+        let hour = fetch_hour(now);
+        let known = self.regulars.read().unwrap_or_else(PoisonError::into_inner);
+        let mut wanted: Vec<Uuid> = (counts.iter())
+            .filter(|f| {
+                matches!(
+                    f.document,
+                    FetchedDocument::Jwks | FetchedDocument::DomainJwks
+                )
+            })
+            .filter(|f| f.agents.iter().any(|a| a.agent == OTHER_AGENTS))
+            .filter(|f| known.get(&f.service_id).is_none_or(|(of, _)| *of != hour))
+            .map(|f| f.service_id)
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        wanted.truncate(REGULARS_PER_FLUSH);
+        wanted
+    }
+
+    /// Keeps what the store told of each service's regular agents (the agents that fetched its
+    /// key set in the week before `now`'s hour, each with in how many hours), until the hour
+    /// after next; at most [`MAX_REGULAR_SERVICES`] services.
+    pub fn remember_regulars(&self, found: Vec<(Uuid, Vec<(String, u32)>)>, now: OffsetDateTime) {
+        let hour = fetch_hour(now);
+        let mut known = self
+            .regulars
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        known.retain(|_, (of, _)| *of >= hour - 3_600_000);
+        for (service, agents) in found {
+            if known.len() >= MAX_REGULAR_SERVICES && !known.contains_key(&service) {
+                break;
+            }
+            let agents: Regulars = (agents.into_iter())
+                .map(|(agent, hours)| (agent.into_boxed_str(), hours))
+                .collect();
+            known.insert(service, (hour, Arc::new(agents)));
+        }
+    }
+
+    /// `service`'s regular agents, if the store told them.
+    fn regulars_of(&self, service: Uuid) -> Option<Arc<Regulars>> {
+        let known = self.regulars.read().unwrap_or_else(PoisonError::into_inner);
+        known.get(&service).map(|(_, agents)| agents.clone())
     }
 
     /// Fetches not counted because [`MAX_DOCUMENTS`] counts were kept already.
@@ -221,7 +300,7 @@ impl Fetches {
                     all.insert(key, c);
                     continue;
                 };
-                sum.add(c);
+                sum.add(c, &|| self.regulars_of(key.0));
             }
         }
         (all.into_iter())
@@ -254,28 +333,30 @@ impl Fetches {
 
 impl Counts {
     /// Adds another thread's counts of the same document.
-    fn add(&mut self, other: Counts) {
+    fn add(&mut self, other: Counts, regulars: &dyn Fn() -> Option<Arc<Regulars>>) {
         self.ok += other.ok;
         self.not_modified += other.not_modified;
         self.last_at = self.last_at.max(other.last_at);
         for a in other.agents {
             let own = a.count - a.inherited;
-            self.count_agent(&a.name, own, a.last_at, &a.networks);
+            self.count_agent(&a.name, own, a.first_at, a.last_at, &a.networks, regulars);
         }
         if let Some(others) = other.others {
             add_others(&mut self.others, others.0, others.1);
         }
     }
 
-    /// Adds `n` fetches by `agent`, from `networks` (space-saving, for agents and for each
-    /// agent's networks: a new one past the bound takes the place of the least frequent one,
-    /// ranked with its count; an agent that gives its place leaves its fetches to the others).
+    /// Adds `n` fetches by `agent`, the first at `first`, the last at `at`, from `networks`
+    /// (past the bound, as the module says: `regulars` is asked only then; an agent that gives
+    /// its place leaves its fetches to the others; space-saving for each agent's networks).
     fn count_agent(
         &mut self,
         agent: &str,
         n: u64,
+        first: OffsetDateTime,
         at: OffsetDateTime,
         networks: &[(Network, u64, OffsetDateTime)],
+        regulars: &dyn Fn() -> Option<Arc<Regulars>>,
     ) {
         let agents = &mut self.agents;
         let known = match agents.iter().position(|a| *a.name == *agent) {
@@ -285,6 +366,7 @@ impl Counts {
                     name: agent.into(),
                     count: 0,
                     inherited: 0,
+                    first_at: first,
                     last_at: at,
                     networks: SmallVec::new(),
                 });
@@ -307,27 +389,39 @@ impl Counts {
                 }
                 // The least frequent of a crowd's agents gives its place first, when there are
                 // such: those seen from no network, or only from networks holding more than
-                // their bound of agents.
+                // their bound of agents. It takes the rank (space-saving).
                 let exposed = |a: &Agent| {
                     (a.networks.iter())
                         .all(|(network, ..)| from(network) > STORED_AGENTS_PER_NETWORK)
                 };
-                let least = (agents.iter().enumerate())
+                let crowd = (agents.iter().enumerate())
                     .filter(|(_, a)| exposed(a))
                     .min_by_key(|(_, a)| (a.count, a.last_at))
-                    .or_else(|| {
-                        (agents.iter().enumerate()).min_by_key(|(_, a)| (a.count, a.last_at))
-                    })
-                    .map(|(i, _)| i);
-                let Some(least) = least.map(|i| &mut agents[i]) else {
+                    .map(|(i, a)| (i, a.count));
+                // Else the least regular, seen last, gives it to one more regular, or as
+                // regular and seen before it: busier made-up agents push out no verifier.
+                let place = crowd.or_else(|| {
+                    let regulars = regulars();
+                    let hours = |name: &str| {
+                        (regulars.as_ref()).map_or(0, |r| r.get(name).copied().unwrap_or(0))
+                    };
+                    let rank = |name: &str, first_at| (hours(name), Reverse(first_at));
+                    let (i, least) = (agents.iter().enumerate())
+                        .min_by_key(|(_, a)| rank(&a.name, a.first_at))?;
+                    (rank(agent, first) > rank(&least.name, least.first_at)).then_some((i, 0))
+                });
+                let Some((least, rank)) = place else {
+                    add_others(&mut self.others, n, at);
                     return;
                 };
+                let least = &mut agents[least];
                 let (gone, gone_at) = (least.count - least.inherited, least.last_at);
                 // It takes the rank, not the fetches nor the networks: those were another's.
                 *least = Agent {
                     name: agent.into(),
-                    count: least.count,
-                    inherited: least.count,
+                    count: rank,
+                    inherited: rank,
+                    first_at: first,
                     last_at: at,
                     networks: SmallVec::new(),
                 };
@@ -559,6 +653,97 @@ mod tests {
             spread.record(service, DOC, false, agent.as_bytes(), network, AT);
         }
         assert_eq!(kept(&spread), Some((1, vec![verifier])));
+    }
+
+    /// The probe of §24 (F2): agents made up on many networks, 4 each (no crowd), each
+    /// busier than a verifier, used to push its one fetch out.
+    fn flood(fetches: &Fetches, service: Uuid, round: u8, times: usize, at: OffsetDateTime) {
+        for i in 0..AGENTS_PER_DOCUMENT as u8 {
+            let agent = format!("made-up {round}-{i}");
+            let network = Some(Network::V4([10, round, i / 4]));
+            for _ in 0..times {
+                fetches.record(service, DOC, false, agent.as_bytes(), network, at);
+            }
+        }
+    }
+
+    /// The verifier's count, if it kept its place.
+    fn verifier_kept(taken: &[DocumentFetches]) -> Option<u64> {
+        let agents = &taken[0].agents;
+        let found = agents.iter().find(|a| a.agent == "AWS STS");
+        found.map(|a| a.count)
+    }
+
+    const OWN: Option<Network> = Some(Network::V4([198, 51, 100]));
+
+    #[test]
+    fn agents_made_up_on_many_networks_push_out_no_verifier_seen_first() {
+        let fetches = Fetches::default();
+        let service = Uuid::new_v4();
+        fetches.record(service, DOC, false, b"AWS STS", OWN, AT);
+        for round in 0..3 {
+            flood(&fetches, service, round, 2, AT + time::Duration::SECOND);
+        }
+        let taken = fetches.take();
+        assert_eq!(verifier_kept(&taken), Some(1), "{taken:?}");
+        let agents = &taken[0].agents;
+        assert_eq!(agents.len(), AGENTS_PER_DOCUMENT + 1);
+        assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), 1 + 3 * 64 * 2);
+        // The same across threads: the verifier counted by one, the flood by another.
+        let fetches = Fetches::default();
+        std::thread::scope(|scope| {
+            let fetches = &fetches;
+            scope.spawn(move || fetches.record(service, DOC, false, b"AWS STS", OWN, AT));
+        });
+        std::thread::scope(|scope| {
+            let fetches = &fetches;
+            scope.spawn(move || flood(fetches, service, 0, 2, AT + time::Duration::SECOND));
+        });
+        assert_eq!(verifier_kept(&fetches.take()), Some(1));
+    }
+
+    #[test]
+    fn a_regular_agent_takes_its_place_from_agents_new_to_the_week() {
+        let service = Uuid::new_v4();
+        let flooded_first = |fetches: &Fetches| {
+            flood(fetches, service, 0, 2, AT);
+            fetches.record(
+                service,
+                DOC,
+                false,
+                b"AWS STS",
+                OWN,
+                AT + time::Duration::SECOND,
+            );
+            fetches.take()
+        };
+        // Nothing told: the flood came first, and keeps its places.
+        assert_eq!(verifier_kept(&flooded_first(&Fetches::default())), None);
+        // Told that the verifier fetched in 3 hours of the week, one of the flood's in 1.
+        let fetches = Fetches::default();
+        let regulars = vec![("AWS STS".to_owned(), 3), ("made-up 0-0".to_owned(), 1)];
+        fetches.remember_regulars(vec![(service, regulars)], AT);
+        let taken = flooded_first(&fetches);
+        assert_eq!(verifier_kept(&taken), Some(1), "{taken:?}");
+        let agents = &taken[0].agents;
+        assert!(
+            agents.iter().any(|a| a.agent == "made-up 0-0"),
+            "{agents:?}"
+        );
+        assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), 1 + 64 * 2);
+        // Which the flush asks for: a service whose key set overflowed, once an hour.
+        let other = Uuid::new_v4();
+        flood(&fetches, other, 0, 1, AT);
+        fetches.record(other, DOC, false, b"late", OWN, AT);
+        let taken = fetches.take();
+        assert_eq!(fetches.wanting_regulars(&taken, AT), [other]);
+        fetches.remember_regulars(vec![(other, Vec::new())], AT);
+        assert!(fetches.wanting_regulars(&taken, AT).is_empty());
+        let next_hour = AT + time::Duration::HOUR;
+        assert_eq!(fetches.wanting_regulars(&taken, next_hour), [other]);
+        // Kept until the hour after next.
+        fetches.remember_regulars(Vec::new(), AT + time::Duration::HOUR * 2);
+        assert!(fetches.regulars_of(service).is_none());
     }
 
     #[test]

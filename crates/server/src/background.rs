@@ -198,10 +198,27 @@ pub async fn flush_fetches(state: web::Data<AppState>) {
     loop {
         interval.tick().await;
         let counts = state.replica.fetches.take();
+        let now = state.now();
+        let wanted = state.replica.fetches.wanting_regulars(&counts, now);
         let kept = counts.clone();
         if let Err(error) = state.write(move |r| fetches::record(r, &counts)).await {
             tracing::warn!(%error, "fetch counts not recorded: kept for the next flush");
             state.replica.fetches.give_back(kept);
+            continue;
+        }
+        if wanted.is_empty() {
+            continue;
+        }
+        // Key sets whose agents overflowed (a flood, or a popular issuer): keep their
+        // verifiers' places from now on.
+        match state
+            .read(move |r| fetches::regulars(r, &wanted, now))
+            .await
+        {
+            Ok(found) => state.replica.fetches.remember_regulars(found, now),
+            Err(error) => {
+                tracing::warn!(%error, "regular agents not read: asked again at the next flush")
+            }
         }
     }
 }

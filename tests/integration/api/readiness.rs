@@ -445,6 +445,71 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
     );
 }
 
+/// The probe of §24 (F2): agents made up on many networks (4 each, no crowd), busier than the
+/// verifier in its hour, used to push it out of the hour's 64 places, on the replica and in
+/// the store, until it was seen in too few hours to be a verifier.
+#[test]
+fn agents_made_up_on_many_networks_keep_no_verifier_out_of_its_hour() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_FETCH_FLUSH_SECONDS".into(), "3".into())],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    assert_eq!(put(&server, &acme.token, &sub, &["k1"], None), 200);
+    // Ten fetches in each of two hours (the history lists the 32 busiest agents of the week).
+    for _ in 0..10 {
+        fetch_keys(&server, &sub, "aws-sts");
+    }
+    wait_for_agent(&server, &acme.token, &sub, "aws-sts");
+    server.advance_clock(3600);
+    for _ in 0..10 {
+        fetch_keys(&server, &sub, "aws-sts");
+    }
+    wait_for_hours(&server, &acme.token, &sub, &["aws-sts"], 2);
+    server.advance_clock(3600);
+
+    let fetched = || {
+        let evidence = json(server.get(&format!("/services/{sub}/fetches"), &acme.token));
+        evidence["documents"][1]["fetches24h"].as_u64().unwrap_or(0)
+    };
+    let clients: Vec<reqwest::blocking::Client> = (0..48)
+        .map(|i| client_from(&format!("127.{}.{}.1", 1 + i / 16, i % 16)))
+        .collect();
+    // `agents` made up on 16 networks, 4 each, `times` fetches each.
+    let flood = |networks: &[reqwest::blocking::Client], name: &str, agents: usize, times| {
+        for i in 0..agents {
+            for _ in 0..times {
+                let response = networks[i / 4]
+                    .get(format!("http://127.0.0.1:{}/openid/v1/jwks", server.port))
+                    .header("host", format!("{sub}.localhost:{}", server.port))
+                    .header("user-agent", format!("{name} {i}"))
+                    .send()
+                    .unwrap();
+                assert_eq!(response.status(), 200);
+            }
+        }
+    };
+    // More agents than a replica keeps: the hour's 64 places go to made-up ones, and the
+    // replica learns who fetched the key set in the week before.
+    let before = fetched();
+    flood(&clients[..16], "first", 64, 1);
+    flood(&clients[16..32], "second", 64, 1);
+    let counted = within(Duration::from_secs(30), || fetched() >= before + 128);
+    assert!(counted, "the first floods never counted");
+    // Right after a flush, so that one replica window holds what follows: busier made-up
+    // agents fill the window, the verifier fetches once, and more follow.
+    let before = fetched();
+    assert!(within(Duration::from_secs(10), || fetched() > before || {
+        flood(&clients[32..], "probe", 1, 1);
+        false
+    }));
+    flood(&clients[16..32], "busy", 64, 2);
+    fetch_keys(&server, &sub, "aws-sts");
+    flood(&clients[32..], "busier", 64, 2);
+    wait_for_hours(&server, &acme.token, &sub, &["aws-sts"], 3);
+}
+
 #[test]
 fn a_key_under_a_kid_used_before_is_not_safe_by_the_earlier_key() {
     let server = server();

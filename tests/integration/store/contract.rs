@@ -2237,6 +2237,64 @@ fn stored_evidence_is_bounded_per_hour(store: &dyn Storage) {
 }
 
 #[test]
+fn agents_new_to_the_week_push_out_no_regular_one_on_every_store() {
+    on_every_store(agents_new_to_the_week_push_out_no_regular_one);
+}
+
+/// The probe of §24 (F2): agents made up on many networks, 4 each (no crowd), busier than a
+/// verifier in its hour, used to push it out of the hour's 64 places.
+fn agents_new_to_the_week_push_out_no_regular_one(store: &dyn Storage) {
+    const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    let service = existing_services(store, 1)[0];
+    let verifier = "203.0.113.0/24";
+    // Seen in two hours before.
+    for hours_before in [3, 2] {
+        let at = NOON - Duration::hours(hours_before);
+        store
+            .record_fetches(&[fetched_from(service, at, "aws", &[verifier])])
+            .unwrap();
+    }
+    // A flood that was seen once an hour before: more regular than agents new to the week,
+    // less than the verifier.
+    let flood = |round: u8, n: u64, at: OffsetDateTime| -> Vec<DocumentFetches> {
+        (0..STORED_AGENTS_PER_HOUR as u8)
+            .map(|i| {
+                let network = format!("10.{round}.{}.0/24", i / 4);
+                let mut one = fetched_from(service, at, &format!("bot {round}-{i}"), &[&network]);
+                one.agents[0].count = n;
+                one
+            })
+            .collect()
+    };
+    store
+        .record_fetches(&flood(0, 1, NOON - Duration::hours(1)))
+        .unwrap();
+    // This hour: the verifier once, then three floods, busier each.
+    store
+        .record_fetches(&[fetched_from(service, NOON, "aws", &[verifier])])
+        .unwrap();
+    for (round, n) in [(0, 2), (1, 3), (2, 5)] {
+        store.record_fetches(&flood(round, n, NOON)).unwrap();
+    }
+    let agents = store.fetches(service, NOON, 1000).unwrap()[0]
+        .agents
+        .clone();
+    let aws = agents.iter().find(|a| a.agent == "aws");
+    assert_eq!(aws.map(|a| a.count), Some(1), "{agents:?}");
+    assert_eq!(agents.len(), STORED_AGENTS_PER_HOUR + 1, "{agents:?}");
+    // Agents new to the week take no place of the regular flood's either: they are the others.
+    let regular_flood = (agents.iter()).filter(|a| a.agent.starts_with("bot 0-"));
+    assert_eq!(
+        regular_flood.count(),
+        STORED_AGENTS_PER_HOUR - 1,
+        "{agents:?}"
+    );
+    // Every fetch counted once.
+    let fetched = 1 + 64 * (2 + 3 + 5);
+    assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), fetched);
+}
+
+#[test]
 fn a_flush_of_many_documents_adds_up_as_small_ones_do_on_every_store() {
     on_every_store(a_flush_of_many_documents_adds_up_as_small_ones_do);
 }

@@ -4,12 +4,15 @@
 //! them.
 
 use crate::app::{AppError, Registry};
-use crate::ports::{fetch_hour, AgentHour, DocumentFetches, FetchedDocument, OTHER_AGENTS};
+use crate::ports::{
+    fetch_hour, AgentHour, DocumentFetches, FetchedDocument, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
+};
 use crate::timestamp::rfc3339_exact;
 use crate::Service;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
 
 /// How far back the evidence reaches.
 pub const WINDOW: Duration = Duration::hours(24);
@@ -49,6 +52,29 @@ pub fn record(registry: &Registry, counts: &[DocumentFetches]) -> Result<(), App
         registry.store.record_fetches(counts)?;
     }
     Ok(())
+}
+
+/// The regular agents of each of `service_ids` (docs/api.md, "Fetch evidence"): those that
+/// fetched its key set, under any of its issuers, in the week before `now`'s clock hour, each
+/// with in how many distinct hours of it; the [`STORED_AGENTS_PER_HOUR`] seen in the most
+/// hours, then with the most fetches. A replica whose bound on a key set's agents overflowed
+/// asks for them, so that agents new to the week push out no verifier there.
+pub fn regulars(
+    registry: &Registry,
+    service_ids: &[Uuid],
+    now: OffsetDateTime,
+) -> Result<Vec<(Uuid, Vec<(String, u32)>)>, AppError> {
+    let hour = OffsetDateTime::UNIX_EPOCH + Duration::milliseconds(fetch_hour(now));
+    let mut found = Vec::with_capacity(service_ids.len());
+    for &service_id in service_ids {
+        let since = hour - crate::keys::VERIFIER_WINDOW;
+        let mut agents = (registry.store).verifier_candidates(service_id, since, hour)?;
+        agents.sort_by(|a, b| (b.hours, b.count).cmp(&(a.hours, a.count)));
+        agents.truncate(STORED_AGENTS_PER_HOUR);
+        let agents = agents.into_iter().map(|a| (a.agent, a.hours)).collect();
+        found.push((service_id, agents));
+    }
+    Ok(found)
 }
 
 /// `GET /services/{s}/fetches`: per issuer (the subdomain's, then the custom domain's while it

@@ -14,6 +14,7 @@ use crate::schema::{fetch_agents, fetch_counts, fetch_networks};
 use diesel::dsl::{case_when, Eq, Filter};
 use diesel::prelude::*;
 use diesel::upsert::excluded;
+use registry_domain::keys::VERIFIER_WINDOW;
 use registry_domain::ports::{
     fetch_hour, DocumentFetches, NetworkFetch, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
     STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
@@ -257,10 +258,10 @@ impl Flush {
     /// Places an agent new to its bucket. Whatever outsiders send, the hour's agents are
     /// bounded: while the hour has room, every new agent takes a place; once it is full, a new
     /// agent from networks that hold their bound of agents already is one of the others, and
-    /// any other new agent takes the place, and the count, of the least frequent one
-    /// (space-saving: an agent more frequent than the hour's fetches over 64 is never pushed
-    /// out, and one network's made-up agents cannot push out another network's, a verifier's
-    /// among them).
+    /// any other new agent takes the place, and the count, of the least regular and least
+    /// frequent one ([`give_place`]: one network's made-up agents cannot push out another
+    /// network's, and agents new to the week cannot push out one seen in earlier hours, a
+    /// verifier's among them).
     fn place<'a>(
         &'a self,
         conn: &mut Db,
@@ -284,7 +285,8 @@ impl Flush {
         }
         let inherited = match full && !crowded_out {
             true => {
-                let inherited = give_place(conn, key)?;
+                let regular = places.regular(conn, key, a.bucket)?;
+                let inherited = give_place(conn, key, &a.name, regular)?;
                 places.forget(a.bucket);
                 inherited
             }
@@ -424,6 +426,8 @@ struct Places<'a> {
     taken: HashMap<usize, i64>,
     taken_networks: HashMap<(usize, &'a str), i64>,
     others_taken: HashSet<usize>,
+    /// Per full bucket, the hours of the week before in which each agent fetched.
+    regular: HashMap<usize, HashMap<String, i64>>,
 }
 
 impl<'a> Places<'a> {
@@ -490,6 +494,31 @@ impl<'a> Places<'a> {
         *self.taken_networks.entry((bucket, network)).or_default() += 1;
     }
 
+    /// In how many distinct hours of the week before the bucket's each agent fetched its
+    /// document (read once a bucket, when it is full: earlier hours do not change in a flush).
+    fn regular(
+        &mut self,
+        conn: &mut Db,
+        (service, document, hour): (&str, &str, i64),
+        bucket: usize,
+    ) -> Res<&HashMap<String, i64>> {
+        if !self.regular.contains_key(&bucket) {
+            let week = VERIFIER_WINDOW.whole_milliseconds() as i64;
+            // One row an agent and hour: a week of a bounded hour is a bounded read.
+            let rows: Vec<(String, i64)> = fetch_agents::table
+                .filter(fetch_agents::service_id.eq(service))
+                .filter(fetch_agents::document.eq(document))
+                .filter(fetch_agents::hour.ge(hour - week))
+                .filter(fetch_agents::hour.lt(hour))
+                .filter(fetch_agents::agent.ne(OTHER_AGENTS))
+                .group_by(fetch_agents::agent)
+                .select((fetch_agents::agent, diesel::dsl::count_star()))
+                .load(conn)?;
+            self.regular.insert(bucket, rows.into_iter().collect());
+        }
+        Ok(&self.regular[&bucket])
+    }
+
     /// The bucket lost an agent and its networks to a new one: what the database holds of it
     /// is read again when next asked.
     fn forget(&mut self, bucket: usize) {
@@ -514,12 +543,20 @@ fn agents_of<'a>((service, document, hour): (&'a str, &'a str, i64)) -> AgentsOf
 }
 
 /// Removes an agent of the bucket `(service, document, hour)` (the others' row aside) with its
-/// networks, and answers its count: the place a new agent takes, with that count
-/// (space-saving); `None` when there is no such agent. The agent is the least frequent of
-/// those no network of its own vouches for ([`exposed`]), else the least frequent of all: one
-/// network's made-up agents, filling the hour while it had room, give their places before a
-/// verifier seen from a network of its own.
-fn give_place(conn: &mut Db, (service, document, hour): (&str, &str, i64)) -> Res<Option<i64>> {
+/// networks, and answers its count: the place `newcomer` takes, with that count
+/// (space-saving); `None` when there is no such agent, or none `newcomer` may push out. The
+/// agent is the least regular (seen in the fewest hours of the week before, by `regular`),
+/// then least frequent, of those no network of its own vouches for ([`exposed`]), else of
+/// all: one network's made-up agents, filling the hour while it had room, give their places
+/// before a verifier seen from a network of its own. Past a crowd's, only an agent at least as
+/// regular gets a place: agents made up on many networks, however busy this hour, push out
+/// no verifier seen in earlier hours; to do so they must have been seen in more.
+fn give_place(
+    conn: &mut Db,
+    (service, document, hour): (&str, &str, i64),
+    newcomer: &str,
+    regular: &HashMap<String, i64>,
+) -> Res<Option<i64>> {
     let bucket = agents_of((service, document, hour));
     let networks_of = || {
         fetch_networks::table
@@ -539,14 +576,18 @@ fn give_place(conn: &mut Db, (service, document, hour): (&str, &str, i64)) -> Re
         .select((fetch_networks::agent, fetch_networks::network))
         .load(conn)?;
     let exposed = exposed(&networks);
+    let hours = |agent: &str| regular.get(agent).copied().unwrap_or(0);
     let least = |only_exposed: bool| {
         (agents.iter())
             .filter(|(agent, ..)| !only_exposed || exposed(agent))
-            .min_by_key(|(_, count, last_at)| (*count, *last_at))
+            .min_by_key(|(agent, count, last_at)| (hours(agent), *count, *last_at))
     };
     let Some((agent, n, _)) = least(true).or_else(|| least(false)) else {
         return Ok(None);
     };
+    if !exposed(agent) && hours(newcomer) < hours(agent) {
+        return Ok(None);
+    }
     diesel::delete(bucket.filter(fetch_agents::agent.eq(agent))).execute(conn)?;
     diesel::delete(networks_of().filter(fetch_networks::agent.eq(agent))).execute(conn)?;
     Ok(Some(*n))

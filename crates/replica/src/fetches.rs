@@ -26,7 +26,7 @@
 use crate::hosting::{Document, Hosted};
 use crossbeam_utils::CachePadded;
 use foldhash::HashMap;
-use registry_domain::app::fetches::{Current, Served};
+use registry_domain::app::fetches::{Current, RegularAgents, Served};
 use registry_domain::network::Network;
 use registry_domain::ports::{
     fetch_hour, AgentFetches, DocumentFetches, FetchedDocument, NetworkFetch, OTHER_AGENTS,
@@ -227,7 +227,7 @@ impl Fetches {
     /// Keeps what the store told of each service's regular agents (the agents that fetched its
     /// key set in the week before `now`'s hour, each with in how many hours), until the hour
     /// after next; at most [`MAX_REGULAR_SERVICES`] services.
-    pub fn remember_regulars(&self, found: Vec<(Uuid, Vec<(String, u32)>)>, now: OffsetDateTime) {
+    pub fn remember_regulars(&self, found: Vec<(Uuid, RegularAgents)>, now: OffsetDateTime) {
         let hour = fetch_hour(now);
         let mut known = self
             .regulars

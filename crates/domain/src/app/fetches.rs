@@ -54,6 +54,10 @@ pub fn record(registry: &Registry, counts: &[DocumentFetches]) -> Result<(), App
     Ok(())
 }
 
+/// A service's regular agents: each with in how many distinct clock hours of a week it fetched
+/// the key set.
+pub type RegularAgents = Vec<(String, u32)>;
+
 /// The regular agents of each of `service_ids` (docs/api.md, "Fetch evidence"): those that
 /// fetched its key set, under any of its issuers, in the week before `now`'s clock hour, each
 /// with in how many distinct hours of it; the [`STORED_AGENTS_PER_HOUR`] seen in the most
@@ -63,13 +67,13 @@ pub fn regulars(
     registry: &Registry,
     service_ids: &[Uuid],
     now: OffsetDateTime,
-) -> Result<Vec<(Uuid, Vec<(String, u32)>)>, AppError> {
+) -> Result<Vec<(Uuid, RegularAgents)>, AppError> {
     let hour = OffsetDateTime::UNIX_EPOCH + Duration::milliseconds(fetch_hour(now));
     let mut found = Vec::with_capacity(service_ids.len());
     for &service_id in service_ids {
         let since = hour - crate::keys::VERIFIER_WINDOW;
         let mut agents = (registry.store).verifier_candidates(service_id, since, hour)?;
-        agents.sort_by(|a, b| (b.hours, b.count).cmp(&(a.hours, a.count)));
+        agents.sort_by_key(|a| std::cmp::Reverse((a.hours, a.count)));
         agents.truncate(STORED_AGENTS_PER_HOUR);
         let agents = agents.into_iter().map(|a| (a.agent, a.hours)).collect();
         found.push((service_id, agents));

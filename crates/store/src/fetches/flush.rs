@@ -502,7 +502,7 @@ impl<'a> Places<'a> {
         (service, document, hour): (&str, &str, i64),
         bucket: usize,
     ) -> Res<&HashMap<String, i64>> {
-        if !self.regular.contains_key(&bucket) {
+        if let std::collections::hash_map::Entry::Vacant(place) = self.regular.entry(bucket) {
             let week = VERIFIER_WINDOW.whole_milliseconds() as i64;
             // One row an agent and hour: a week of a bounded hour is a bounded read.
             let rows: Vec<(String, i64)> = fetch_agents::table
@@ -514,7 +514,7 @@ impl<'a> Places<'a> {
                 .group_by(fetch_agents::agent)
                 .select((fetch_agents::agent, diesel::dsl::count_star()))
                 .load(conn)?;
-            self.regular.insert(bucket, rows.into_iter().collect());
+            place.insert(rows.into_iter().collect());
         }
         Ok(&self.regular[&bucket])
     }

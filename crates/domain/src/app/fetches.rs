@@ -256,6 +256,31 @@ mod tests {
     }
 
     #[test]
+    fn regulars_are_the_key_set_s_agents_of_the_week_before_the_hour_most_regular_first() {
+        let (registry, _, account) = registry(Plan::Business, NOW);
+        let command = services::CreateService::default();
+        let service = services::create(&registry, &caller(account), command, NOW).unwrap();
+        let fetched = |document, agent: &str, hours_before: i64| {
+            let at = NOW - Duration::hours(hours_before) + Duration::minutes(10);
+            record(&registry, &[count(&service, document, agent, at)]).unwrap();
+        };
+        for hours_before in [1, 2, 3] {
+            fetched(FetchedDocument::Jwks, "aws", hours_before);
+        }
+        // Under the custom domain's issuer too; the discovery document is no key set.
+        fetched(FetchedDocument::DomainJwks, "gcp", 1);
+        fetched(FetchedDocument::Discovery, "browser", 1);
+        // Neither this hour's fetches nor those of more than a week before.
+        fetched(FetchedDocument::Jwks, "new", 0);
+        fetched(FetchedDocument::Jwks, "gone", 24 * 7 + 1);
+        let found = regulars(&registry, &[service.id], NOW + Duration::minutes(30)).unwrap();
+        assert_eq!(
+            found,
+            [(service.id, vec![("aws".into(), 3), ("gcp".into(), 1)])]
+        );
+    }
+
+    #[test]
     fn sums_replicas_and_says_whether_fetched_since_the_change() {
         let (registry, _, account) = registry(Plan::Business, NOW);
         let command = services::CreateService::default();

@@ -1492,18 +1492,25 @@ impl FetchLog for MemoryStore {
         let live: Vec<&DocumentFetches> = (counts.iter())
             .filter(|f| s.service_exists(f.service_id))
             .collect();
-        for f in live {
+        // In how many hours of the week before its bucket each agent fetched the document, of
+        // the store before this call, as the real store reads it.
+        let week = crate::keys::VERIFIER_WINDOW.whole_milliseconds() as i64;
+        let regulars: Vec<BTreeMap<String, i64>> = (live.iter())
+            .map(|f| {
+                let (service, document, hour) = (f.service_id, f.document, fetch_hour(f.last_at));
+                let mut regular = BTreeMap::new();
+                let week_before = (service, document, hour - week)..(service, document, hour);
+                for earlier in s.fetches.range(week_before).map(|(_, bucket)| bucket) {
+                    for agent in earlier.agents.keys().filter(|a| *a != OTHER_AGENTS) {
+                        *regular.entry(agent.clone()).or_default() += 1;
+                    }
+                }
+                regular
+            })
+            .collect();
+        for (f, regular) in live.into_iter().zip(regulars) {
             let last = ms(f.last_at);
             let key = (f.service_id, f.document, fetch_hour(f.last_at));
-            // In how many hours of the week before each agent fetched the document.
-            let week = crate::keys::VERIFIER_WINDOW.whole_milliseconds() as i64;
-            let mut regular: BTreeMap<String, i64> = BTreeMap::new();
-            let week_before = (key.0, key.1, key.2 - week)..(key.0, key.1, key.2);
-            for earlier in s.fetches.range(week_before).map(|(_, bucket)| bucket) {
-                for agent in earlier.agents.keys().filter(|a| *a != OTHER_AGENTS) {
-                    *regular.entry(agent.clone()).or_default() += 1;
-                }
-            }
             let hours = |agent: &str| regular.get(agent).copied().unwrap_or(0);
             let bucket = s.fetches.entry(key).or_insert(FetchBucket {
                 ok: 0,

@@ -7,16 +7,17 @@
 //! [`MAX_SERVICES`] services between two flushes (fetches of others are dropped, and counted),
 //! [`AGENTS_PER_DOCUMENT`] agents per document, each cut to [`AGENT_CHARS`] characters. Past
 //! that bound, as in the store's hour, a new agent from networks that each brought 4 of the
-//! document's agents already is one of the others ([`OTHER_AGENTS`]) at once, and a crowd's
-//! agents give their places first: a new agent takes the place of the crowd's least frequent
-//! one (the space-saving algorithm: it is ranked with that agent's count, so that a frequent
-//! agent is never pushed out by many rare ones), but reports its own fetches only; the fetches
-//! of the agent that gave its place are counted as the others'. With no crowd, agents made up on
-//! many networks could push a verifier out by fetching more often: there a new agent takes a
-//! place only from one less regular (seen fetching the service's key set in fewer hours of the
-//! week before, as the store told, [`Fetches::remember_regulars`]), or as regular and seen
-//! later than it; else it is one of the others. One network's flood never pushes out another
-//! network's agent, nor a flood of agents new to the week a regular one. No agent is reported
+//! document's agents already is one of the others ([`OTHER_AGENTS`]) at once, and otherwise the
+//! store's rule for a full hour holds here too: a crowd's agents (seen only from networks that
+//! each brought more than 4) give their places first, else the least regular (seen fetching the
+//! service's key set in the fewest hours of the week before, as the store told,
+//! [`Fetches::remember_regulars`]), and among equals the least frequent; a new agent takes that
+//! place when the agent giving it is a crowd's or no more regular than it, else it is one of the
+//! others. It takes the place with its predecessor's count as its rank (the space-saving
+//! algorithm: a frequent agent is never pushed out by many rare ones), but reports its own
+//! fetches only; the fetches of the agent that gave its place are counted as the others'. One
+//! network's flood never pushes out another network's agent, nor a flood of agents new to the
+//! week a regular one. No agent is reported
 //! with a fetch it did not make, and every fetch is counted once.
 //!
 //! Each worker thread counts in its own map, under a lock only [`Fetches::take`] also takes:
@@ -33,7 +34,6 @@ use registry_domain::ports::{
     STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
 };
 use smallvec::SmallVec;
-use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -60,7 +60,9 @@ pub const MAX_DOCUMENTS: usize = MAX_SERVICES * 4;
 /// overflowed its bound in the last hour or so (a flood; few at once).
 pub const MAX_REGULAR_SERVICES: usize = 4_096;
 /// Services whose regular agents one flush asks for, at most (the rest at the next).
-pub const REGULARS_PER_FLUSH: usize = 64;
+pub const REGULARS_PER_FLUSH: usize = 16;
+/// An hour in milliseconds, as `fetch_hour` counts.
+const HOUR_MS: i64 = 3_600_000;
 
 /// The agents the store saw fetch a service's key set in the week before an hour, each with
 /// in how many distinct hours of it.
@@ -73,8 +75,6 @@ struct Agent {
     count: u64,
     /// The rank it took over with its place (not its fetches).
     inherited: u64,
-    /// Its first fetch since the last flush (first come, first kept among equals).
-    first_at: OffsetDateTime,
     last_at: OffsetDateTime,
     /// Where it fetched from: how often from each network, and when last. The first in place:
     /// a verifier usually fetches from one network.
@@ -159,15 +159,8 @@ impl Fetches {
         }
         counts.last_at = counts.last_at.max(at);
         let networks = network.map(|network| (network, 1, at));
-        let regulars = || self.regulars_of(service);
-        counts.count_agent(
-            &clean_agent(agent),
-            1,
-            at,
-            at,
-            networks.as_slice(),
-            &regulars,
-        );
+        let regulars = || self.regulars_of(service, key.2);
+        counts.count_agent(&clean_agent(agent), 1, at, networks.as_slice(), &regulars);
     }
 
     /// Puts back counts [`Fetches::take`] gave that could not be stored (the database was
@@ -175,8 +168,8 @@ impl Fetches {
     pub fn give_back(&self, counts: Vec<DocumentFetches>) {
         let mut shard = self.mine();
         for f in counts {
-            let regulars = || self.regulars_of(f.service_id);
             let key = (f.service_id, f.document, fetch_hour(f.last_at));
+            let regulars = || self.regulars_of(f.service_id, key.2);
             let Some(counts) = self.counts(&mut shard, key, f.last_at) else {
                 self.dropped
                     .fetch_add(f.ok + f.not_modified, Ordering::Relaxed);
@@ -191,9 +184,7 @@ impl Fetches {
                 let networks: Vec<_> = (a.networks.iter())
                     .map(|n| (n.network, 1, n.last_at))
                     .collect();
-                // Seen before anything counted since (its first fetch is not kept).
-                let (first, last) = (a.last_at, a.last_at);
-                counts.count_agent(&a.agent, a.count, first, last, &networks, &regulars);
+                counts.count_agent(&a.agent, a.count, a.last_at, &networks, &regulars);
             }
             counts.ok += f.ok;
             counts.not_modified += f.not_modified;
@@ -202,25 +193,32 @@ impl Fetches {
     }
 
     /// The services of `counts` whose key set's agents overflowed the bound and whose regular
-    /// agents are not known for `now`'s hour: those to ask the store for (at most
-    /// [`REGULARS_PER_FLUSH`]).
+    /// agents are not known for `now`'s hour: those to ask the store for, at most
+    /// [`REGULARS_PER_FLUSH`], in the counts' order (a hash's: no service is always last), and
+    /// only those known already while [`MAX_REGULAR_SERVICES`] are (the others would not be kept).
     pub fn wanting_regulars(&self, counts: &[DocumentFetches], now: OffsetDateTime) -> Vec<Uuid> {
         let hour = fetch_hour(now);
         let known = self.regulars.read().unwrap_or_else(PoisonError::into_inner);
-        let mut wanted: Vec<Uuid> = (counts.iter())
-            .filter(|f| {
-                matches!(
-                    f.document,
-                    FetchedDocument::Jwks | FetchedDocument::DomainJwks
-                )
-            })
-            .filter(|f| f.agents.iter().any(|a| a.agent == OTHER_AGENTS))
-            .filter(|f| known.get(&f.service_id).is_none_or(|(of, _)| *of != hour))
-            .map(|f| f.service_id)
-            .collect();
-        wanted.sort_unstable();
-        wanted.dedup();
-        wanted.truncate(REGULARS_PER_FLUSH);
+        let kept = (known.values()).filter(|(of, _)| *of >= hour - HOUR_MS);
+        let room = kept.count() < MAX_REGULAR_SERVICES;
+        let mut wanted = Vec::new();
+        for f in counts {
+            let key_set = matches!(
+                f.document,
+                FetchedDocument::Jwks | FetchedDocument::DomainJwks
+            );
+            let overflowed = f.agents.iter().any(|a| a.agent == OTHER_AGENTS);
+            let unknown = match known.get(&f.service_id) {
+                Some((of, _)) => *of != hour,
+                None => room,
+            };
+            if key_set && overflowed && unknown && !wanted.contains(&f.service_id) {
+                wanted.push(f.service_id);
+                if wanted.len() == REGULARS_PER_FLUSH {
+                    break;
+                }
+            }
+        }
         wanted
     }
 
@@ -233,7 +231,7 @@ impl Fetches {
             .regulars
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        known.retain(|_, (of, _)| *of >= hour - 3_600_000);
+        known.retain(|_, (of, _)| *of >= hour - HOUR_MS);
         for (service, agents) in found {
             if known.len() >= MAX_REGULAR_SERVICES && !known.contains_key(&service) {
                 break;
@@ -245,10 +243,13 @@ impl Fetches {
         }
     }
 
-    /// `service`'s regular agents, if the store told them.
-    fn regulars_of(&self, service: Uuid) -> Option<Arc<Regulars>> {
+    /// `service`'s regular agents for a fetch in `hour` (`fetch_hour`), if the store told them
+    /// in that hour or the one before (older ones would keep a verifier gone since, or miss a
+    /// new one).
+    fn regulars_of(&self, service: Uuid, hour: i64) -> Option<Arc<Regulars>> {
         let known = self.regulars.read().unwrap_or_else(PoisonError::into_inner);
-        known.get(&service).map(|(_, agents)| agents.clone())
+        let (of, agents) = known.get(&service)?;
+        (*of >= hour - HOUR_MS).then(|| agents.clone())
     }
 
     /// Fetches not counted because [`MAX_DOCUMENTS`] counts were kept already.
@@ -300,7 +301,7 @@ impl Fetches {
                     all.insert(key, c);
                     continue;
                 };
-                sum.add(c, &|| self.regulars_of(key.0));
+                sum.add(c, &|| self.regulars_of(key.0, key.2));
             }
         }
         (all.into_iter())
@@ -339,21 +340,20 @@ impl Counts {
         self.last_at = self.last_at.max(other.last_at);
         for a in other.agents {
             let own = a.count - a.inherited;
-            self.count_agent(&a.name, own, a.first_at, a.last_at, &a.networks, regulars);
+            self.count_agent(&a.name, own, a.last_at, &a.networks, regulars);
         }
         if let Some(others) = other.others {
             add_others(&mut self.others, others.0, others.1);
         }
     }
 
-    /// Adds `n` fetches by `agent`, the first at `first`, the last at `at`, from `networks`
+    /// Adds `n` fetches by `agent`, the last at `at`, from `networks`
     /// (past the bound, as the module says: `regulars` is asked only then; an agent that gives
     /// its place leaves its fetches to the others; space-saving for each agent's networks).
     fn count_agent(
         &mut self,
         agent: &str,
         n: u64,
-        first: OffsetDateTime,
         at: OffsetDateTime,
         networks: &[(Network, u64, OffsetDateTime)],
         regulars: &dyn Fn() -> Option<Arc<Regulars>>,
@@ -366,7 +366,6 @@ impl Counts {
                     name: agent.into(),
                     count: 0,
                     inherited: 0,
-                    first_at: first,
                     last_at: at,
                     networks: SmallVec::new(),
                 });
@@ -387,29 +386,27 @@ impl Counts {
                     add_others(&mut self.others, n, at);
                     return;
                 }
-                // The least frequent of a crowd's agents gives its place first, when there are
-                // such: those seen from no network, or only from networks holding more than
-                // their bound of agents. It takes the rank (space-saving).
+                // The store's rule for a full hour: a crowd's agent gives its place first, when
+                // there are such (seen from no network, or only from networks holding more than
+                // their bound of agents), to any; else the least regular to one as regular at
+                // least, so that busier agents new to the week push out no verifier. Among
+                // equals the least frequent, and the newcomer takes its rank (space-saving).
                 let exposed = |a: &Agent| {
                     (a.networks.iter())
                         .all(|(network, ..)| from(network) > STORED_AGENTS_PER_NETWORK)
                 };
-                let crowd = (agents.iter().enumerate())
-                    .filter(|(_, a)| exposed(a))
-                    .min_by_key(|(_, a)| (a.count, a.last_at))
+                let regulars = regulars();
+                let hours = |name: &str| {
+                    (regulars.as_ref()).map_or(0, |r| r.get(name).copied().unwrap_or(0))
+                };
+                let least = |only_exposed: bool| {
+                    (agents.iter().enumerate())
+                        .filter(|(_, a)| !only_exposed || exposed(a))
+                        .min_by_key(|(_, a)| (hours(&a.name), a.count, a.last_at))
+                };
+                let place = (least(true).or_else(|| least(false)))
+                    .filter(|(_, a)| exposed(a) || hours(agent) >= hours(&a.name))
                     .map(|(i, a)| (i, a.count));
-                // Else the least regular, seen last, gives it to one more regular, or as
-                // regular and seen before it: busier made-up agents push out no verifier.
-                let place = crowd.or_else(|| {
-                    let regulars = regulars();
-                    let hours = |name: &str| {
-                        (regulars.as_ref()).map_or(0, |r| r.get(name).copied().unwrap_or(0))
-                    };
-                    let rank = |name: &str, first_at| (hours(name), Reverse(first_at));
-                    let (i, least) = (agents.iter().enumerate())
-                        .min_by_key(|(_, a)| rank(&a.name, a.first_at))?;
-                    (rank(agent, first) > rank(&least.name, least.first_at)).then_some((i, 0))
-                });
                 let Some((least, rank)) = place else {
                     add_others(&mut self.others, n, at);
                     return;
@@ -421,7 +418,6 @@ impl Counts {
                     name: agent.into(),
                     count: rank,
                     inherited: rank,
-                    first_at: first,
                     last_at: at,
                     networks: SmallVec::new(),
                 };
@@ -676,21 +672,34 @@ mod tests {
 
     const OWN: Option<Network> = Some(Network::V4([198, 51, 100]));
 
+    /// The verifier's regular hours and one of the flood's, as the store tells them.
+    fn told(fetches: &Fetches, service: Uuid) {
+        let regulars = vec![("AWS STS".to_owned(), 3), ("made-up 0-0".to_owned(), 1)];
+        fetches.remember_regulars(vec![(service, regulars)], AT);
+    }
+
     #[test]
-    fn agents_made_up_on_many_networks_push_out_no_verifier_seen_first() {
-        let fetches = Fetches::default();
+    fn agents_made_up_on_many_networks_push_out_no_regular_verifier() {
         let service = Uuid::new_v4();
-        fetches.record(service, DOC, false, b"AWS STS", OWN, AT);
-        for round in 0..3 {
-            flood(&fetches, service, round, 2, AT + time::Duration::SECOND);
-        }
-        let taken = fetches.take();
-        assert_eq!(verifier_kept(&taken), Some(1), "{taken:?}");
-        let agents = &taken[0].agents;
-        assert_eq!(agents.len(), AGENTS_PER_DOCUMENT + 1);
-        assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), 1 + 3 * 64 * 2);
+        let verifier_then_floods = |fetches: &Fetches| {
+            fetches.record(service, DOC, false, b"AWS STS", OWN, AT);
+            for round in 0..3 {
+                flood(fetches, service, round, 2, AT + time::Duration::SECOND);
+            }
+            let taken = fetches.take();
+            let agents = &taken[0].agents;
+            assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), 1 + 3 * 64 * 2);
+            verifier_kept(&taken)
+        };
+        // Nothing told: a busier agent takes the place of the least frequent, the verifier.
+        assert_eq!(verifier_then_floods(&Fetches::default()), None);
+        // Told that it fetched in 3 hours of the week, the flood's agents in none.
+        let fetches = Fetches::default();
+        told(&fetches, service);
+        assert_eq!(verifier_then_floods(&fetches), Some(1));
         // The same across threads: the verifier counted by one, the flood by another.
         let fetches = Fetches::default();
+        told(&fetches, service);
         std::thread::scope(|scope| {
             let fetches = &fetches;
             scope.spawn(move || fetches.record(service, DOC, false, b"AWS STS", OWN, AT));
@@ -705,45 +714,63 @@ mod tests {
     #[test]
     fn a_regular_agent_takes_its_place_from_agents_new_to_the_week() {
         let service = Uuid::new_v4();
-        let flooded_first = |fetches: &Fetches| {
+        let between_floods = |fetches: &Fetches| {
             flood(fetches, service, 0, 2, AT);
-            fetches.record(
-                service,
-                DOC,
-                false,
-                b"AWS STS",
-                OWN,
-                AT + time::Duration::SECOND,
-            );
-            fetches.take()
+            let later = AT + time::Duration::SECOND;
+            fetches.record(service, DOC, false, b"AWS STS", OWN, later);
+            flood(fetches, service, 1, 3, later);
+            let taken = fetches.take();
+            let agents = &taken[0].agents;
+            assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), 1 + 64 * 5);
+            taken
         };
-        // Nothing told: the flood came first, and keeps its places.
-        assert_eq!(verifier_kept(&flooded_first(&Fetches::default())), None);
-        // Told that the verifier fetched in 3 hours of the week, one of the flood's in 1.
+        // Nothing told: it takes a place from the flood (space-saving), and the next gives it.
+        assert_eq!(verifier_kept(&between_floods(&Fetches::default())), None);
+        // Told, it takes a place from an agent new to the week, and keeps it; so does the
+        // flood's agent seen in an hour of the week.
         let fetches = Fetches::default();
-        let regulars = vec![("AWS STS".to_owned(), 3), ("made-up 0-0".to_owned(), 1)];
-        fetches.remember_regulars(vec![(service, regulars)], AT);
-        let taken = flooded_first(&fetches);
+        told(&fetches, service);
+        let taken = between_floods(&fetches);
         assert_eq!(verifier_kept(&taken), Some(1), "{taken:?}");
         let agents = &taken[0].agents;
-        assert!(
-            agents.iter().any(|a| a.agent == "made-up 0-0"),
-            "{agents:?}"
-        );
-        assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), 1 + 64 * 2);
-        // Which the flush asks for: a service whose key set overflowed, once an hour.
-        let other = Uuid::new_v4();
-        flood(&fetches, other, 0, 1, AT);
-        fetches.record(other, DOC, false, b"late", OWN, AT);
+        let regular = agents.iter().find(|a| a.agent == "made-up 0-0");
+        assert_eq!(regular.map(|a| a.count), Some(2), "{agents:?}");
+    }
+
+    #[test]
+    fn the_flush_asks_for_the_regulars_of_key_sets_that_overflowed_once_an_hour() {
+        let fetches = Fetches::default();
+        let service = Uuid::new_v4();
+        flood(&fetches, service, 0, 1, AT);
+        fetches.record(service, DOC, false, b"late", OWN, AT);
         let taken = fetches.take();
-        assert_eq!(fetches.wanting_regulars(&taken, AT), [other]);
-        fetches.remember_regulars(vec![(other, Vec::new())], AT);
+        assert_eq!(fetches.wanting_regulars(&taken, AT), [service]);
+        fetches.remember_regulars(vec![(service, Vec::new())], AT);
         assert!(fetches.wanting_regulars(&taken, AT).is_empty());
         let next_hour = AT + time::Duration::HOUR;
-        assert_eq!(fetches.wanting_regulars(&taken, next_hour), [other]);
-        // Kept until the hour after next.
-        fetches.remember_regulars(Vec::new(), AT + time::Duration::HOUR * 2);
-        assert!(fetches.regulars_of(service).is_none());
+        assert_eq!(fetches.wanting_regulars(&taken, next_hour), [service]);
+        // Used in the hour told and the next only, and kept as long.
+        let hour = |at: OffsetDateTime| fetch_hour(at);
+        assert!(fetches.regulars_of(service, hour(next_hour)).is_some());
+        let after_next = AT + time::Duration::HOUR * 2;
+        assert!(fetches.regulars_of(service, hour(after_next)).is_none());
+        fetches.remember_regulars(Vec::new(), after_next);
+        assert!(fetches.regulars_of(service, hour(AT)).is_none());
+        // At most so many services: a new one is not asked for then, one known still is.
+        let many = (0..MAX_REGULAR_SERVICES).map(|_| (Uuid::new_v4(), Vec::new()));
+        fetches.remember_regulars(many.collect(), AT);
+        assert!(fetches.wanting_regulars(&taken, AT).is_empty());
+        let known = fetches
+            .regulars
+            .read()
+            .unwrap()
+            .keys()
+            .next()
+            .copied()
+            .unwrap();
+        let mut of_known = taken.clone();
+        of_known[0].service_id = known;
+        assert_eq!(fetches.wanting_regulars(&of_known, next_hour), [known]);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use registry_cdn::Purger;
 use registry_domain::app::{fetches, readiness, signing, upkeep};
 use registry_replica::DocumentsChanged;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use uuid::Uuid;
@@ -195,6 +196,8 @@ async fn purge_owed(state: web::Data<AppState>, purger: Arc<Purger>, owed: Owed)
 pub async fn flush_fetches(state: web::Data<AppState>) {
     let every = Duration::from_secs(state.settings.fetch_flush_seconds);
     let mut interval = tokio::time::interval(every);
+    // One read of regular agents at a time, beside the flushes: a slow one delays no count.
+    let reading = Arc::new(AtomicBool::new(false));
     loop {
         interval.tick().await;
         let counts = state.replica.fetches.take();
@@ -206,20 +209,24 @@ pub async fn flush_fetches(state: web::Data<AppState>) {
             state.replica.fetches.give_back(kept);
             continue;
         }
-        if wanted.is_empty() {
+        if wanted.is_empty() || reading.swap(true, Ordering::AcqRel) {
             continue;
         }
         // Key sets whose agents overflowed (a flood, or a popular issuer): keep their
         // verifiers' places from now on.
-        match state
-            .read(move |r| fetches::regulars(r, &wanted, now))
-            .await
-        {
-            Ok(found) => state.replica.fetches.remember_regulars(found, now),
-            Err(error) => {
-                tracing::warn!(%error, "regular agents not read: asked again at the next flush")
+        let (state, reading) = (state.clone(), reading.clone());
+        tokio::spawn(async move {
+            match state
+                .read(move |r| fetches::regulars(r, &wanted, now))
+                .await
+            {
+                Ok(found) => state.replica.fetches.remember_regulars(found, now),
+                Err(error) => {
+                    tracing::warn!(%error, "regular agents not read: asked again at a next flush")
+                }
             }
-        }
+            reading.store(false, Ordering::Release);
+        });
     }
 }
 

@@ -473,10 +473,10 @@ fn agents_made_up_on_many_networks_keep_no_verifier_out_of_its_hour() {
         let evidence = json(server.get(&format!("/services/{sub}/fetches"), &acme.token));
         evidence["documents"][1]["fetches24h"].as_u64().unwrap_or(0)
     };
-    let clients: Vec<reqwest::blocking::Client> = (0..48)
+    let clients: Vec<reqwest::blocking::Client> = (0..72)
         .map(|i| client_from(&format!("127.{}.{}.1", 1 + i / 16, i % 16)))
         .collect();
-    // `agents` made up on 16 networks, 4 each, `times` fetches each.
+    // `agents` made up on as many networks as it takes, 4 each, `times` fetches each.
     let flood = |networks: &[reqwest::blocking::Client], name: &str, agents: usize, times| {
         for i in 0..agents {
             for _ in 0..times {
@@ -490,23 +490,23 @@ fn agents_made_up_on_many_networks_keep_no_verifier_out_of_its_hour() {
             }
         }
     };
-    // More agents than a replica keeps: the hour's 64 places go to made-up ones, and the
-    // replica learns who fetched the key set in the week before.
+    // More agents than a replica keeps, even split by a flush: the hour's 64 places go to
+    // made-up ones, and the replica learns who fetched the key set in the week before.
+    let (first, busy, busier) = (&clients[..40], &clients[40..56], &clients[56..]);
     let before = fetched();
-    flood(&clients[..16], "first", 64, 1);
-    flood(&clients[16..32], "second", 64, 1);
-    let counted = within(Duration::from_secs(30), || fetched() >= before + 128);
-    assert!(counted, "the first floods never counted");
+    flood(first, "first", 160, 1);
+    let counted = within(Duration::from_secs(30), || fetched() >= before + 160);
+    assert!(counted, "the first flood never counted");
     // Right after a flush, so that one replica window holds what follows: busier made-up
     // agents fill the window, the verifier fetches once, and more follow.
     let before = fetched();
     assert!(within(Duration::from_secs(10), || fetched() > before || {
-        flood(&clients[32..], "probe", 1, 1);
+        flood(busier, "probe", 1, 1);
         false
     }));
-    flood(&clients[16..32], "busy", 64, 2);
+    flood(busy, "busy", 64, 2);
     fetch_keys(&server, &sub, "aws-sts");
-    flood(&clients[32..], "busier", 64, 2);
+    flood(busier, "busier", 64, 2);
     wait_for_hours(&server, &acme.token, &sub, &["aws-sts"], 3);
 }
 

@@ -259,9 +259,9 @@ impl Flush {
     /// bounded: while the hour has room, every new agent takes a place; once it is full, a new
     /// agent from networks that hold their bound of agents already is one of the others, and
     /// any other new agent takes the place, and the count, of the least regular and least
-    /// frequent one ([`give_place`]: one network's made-up agents cannot push out another
-    /// network's, and agents new to the week cannot push out one seen in earlier hours, a
-    /// verifier's among them).
+    /// frequent one when [`give_place`] gives it one, else is one of the others too (one
+    /// network's made-up agents cannot push out another network's, and agents new to the week
+    /// cannot push out one seen in earlier hours, a verifier's among them).
     fn place<'a>(
         &'a self,
         conn: &mut Db,
@@ -550,7 +550,7 @@ fn agents_of<'a>((service, document, hour): (&'a str, &'a str, i64)) -> AgentsOf
 /// all: one network's made-up agents, filling the hour while it had room, give their places
 /// before a verifier seen from a network of its own. Past a crowd's, only an agent at least as
 /// regular gets a place: agents made up on many networks, however busy this hour, push out
-/// no verifier seen in earlier hours; to do so they must have been seen in more.
+/// no verifier seen in earlier hours; to do so they must have been seen in as many.
 fn give_place(
     conn: &mut Db,
     (service, document, hour): (&str, &str, i64),

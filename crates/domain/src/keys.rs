@@ -424,16 +424,54 @@ pub struct RotationProblem {
 ///     "NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs"
 /// );
 /// ```
+///
+/// The key's numbers are read in their canonical form (RFC 7638 §3.2: base64url without
+/// padding, an RSA integer in its fewest octets), so that one key written two ways, a modulus
+/// with a leading zero octet, padding, has one thumbprint: a withdrawn key is not published
+/// again, nor a kid's key changed, by writing it another way.
+///
+/// ```
+/// # use registry_domain::keys::thumbprint;
+/// # use serde_json::json;
+/// let key = json!({"kty": "RSA", "e": "AQAB", "n": "wQ"});
+/// let padded = json!({"kty": "RSA", "e": "AAEAAQ==", "n": "AME="});
+/// assert_eq!(
+///     thumbprint(key.as_object().unwrap()),
+///     thumbprint(padded.as_object().unwrap())
+/// );
+/// ```
 pub fn thumbprint(jwk: &Map<String, Value>) -> Option<String> {
     let member = |name: &str| jwk.get(name).and_then(Value::as_str);
+    let number = |name: &str| member(name).map(canonical_number);
+    let octets = |name: &str| member(name).map(canonical_octets);
     // Required members only, in lexicographic order, no white space (RFC 7638 §3.2).
     let canonical = match member("kty")? {
-        "RSA" => json!({"e": member("e")?, "kty": "RSA", "n": member("n")?}),
-        "EC" => json!({"crv": member("crv")?, "kty": "EC", "x": member("x")?, "y": member("y")?}),
-        "OKP" => json!({"crv": member("crv")?, "kty": "OKP", "x": member("x")?}),
+        "RSA" => json!({"e": number("e")?, "kty": "RSA", "n": number("n")?}),
+        "EC" => json!({"crv": member("crv")?, "kty": "EC", "x": octets("x")?, "y": octets("y")?}),
+        "OKP" => json!({"crv": member("crv")?, "kty": "OKP", "x": octets("x")?}),
         _ => return None,
     };
     Some(URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.to_string().as_bytes())))
+}
+
+/// A base64url member without padding; as written when it is not base64url (such a key is
+/// refused on upload).
+fn canonical_octets(text: &str) -> String {
+    match URL_SAFE_NO_PAD.decode(text.trim_end_matches('=')) {
+        Ok(bytes) => URL_SAFE_NO_PAD.encode(bytes),
+        Err(_) => text.to_owned(),
+    }
+}
+
+/// A base64url unsigned integer in its fewest octets (RFC 7518 §6.3.1.1), without padding.
+fn canonical_number(text: &str) -> String {
+    match URL_SAFE_NO_PAD.decode(text.trim_end_matches('=')) {
+        Ok(bytes) => {
+            let zeros = bytes.iter().take_while(|b| **b == 0).count();
+            URL_SAFE_NO_PAD.encode(&bytes[zeros.min(bytes.len().saturating_sub(1))..])
+        }
+        Err(_) => text.to_owned(),
+    }
 }
 
 /// The keys after `source` uploads `uploaded` (the checked `jwks.keys`), `retain` hours of

@@ -649,8 +649,8 @@ fn a_rotation_signs_with_the_old_key_until_the_new_is_safe_and_a_compromise_with
 #[test]
 fn a_compromised_key_stays_refused_after_the_service_stopped_publishing() {
     let server = signing_server();
-    let (acme, sub, issuer, state) =
-        signing_service(&server, json!({"leadSeconds": 0, "maxTokenSeconds": 600}));
+    let settings = json!({"leadSeconds": 0, "maxTokenSeconds": 600, "algorithm": "RS256"});
+    let (acme, sub, issuer, state) = signing_service(&server, settings);
     let compromised = kids(&state, "current")[0].clone();
     let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
     let claims = payload(&issuer, now(), 600);
@@ -673,10 +673,21 @@ fn a_compromised_key_stays_refused_after_the_service_stopped_publishing() {
         .filter_map(|w| w["kid"].as_str())
         .collect();
     assert!(withdrawn.contains(&compromised.as_str()), "{listed}");
-    // Its copy, under its kid or another, is refused; the token it signed stays refused.
-    for kid in [compromised.as_str(), "copy"] {
+    // Its copy, under its kid or another, or written another way (its numbers with a leading
+    // zero octet, which verifiers read as the same key), is refused; the token it signed stays
+    // refused.
+    let zero_led = |number: &Value| {
+        let bytes = URL_SAFE_NO_PAD.decode(number.as_str().unwrap()).unwrap();
+        Value::from(URL_SAFE_NO_PAD.encode([&[0][..], &bytes].concat()))
+    };
+    for (kid, n, e) in [
+        (compromised.as_str(), jwk["n"].clone(), jwk["e"].clone()),
+        ("copy", jwk["n"].clone(), jwk["e"].clone()),
+        ("zero-led", zero_led(&jwk["n"]), zero_led(&jwk["e"])),
+    ] {
         let mut copy = jwk.clone();
         copy["kid"] = kid.into();
+        (copy["n"], copy["e"]) = (n, e);
         let put = (server.authed(
             Method::PUT,
             &format!("/services/{sub}/config?source=blue"),
@@ -685,7 +696,7 @@ fn a_compromised_key_stays_refused_after_the_service_stopped_publishing() {
         .json(&json!({
             "openidConfiguration": {"issuer": issuer, "jwks_uri": format!("{issuer}/openid/v1/jwks"),
                 "response_types_supported": ["id_token"], "subject_types_supported": ["public"],
-                "id_token_signing_alg_values_supported": ["ES256"]},
+                "id_token_signing_alg_values_supported": ["RS256"]},
             "jwks": {"keys": [copy]},
         }))
         .send()

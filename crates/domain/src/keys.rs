@@ -950,6 +950,18 @@ pub enum KeyDeleteError {
 }
 
 impl KeyState {
+    /// The state with each key's thumbprint as [`thumbprint`] reads it now: a state written
+    /// before it read numbers canonically holds another for a key written with a leading zero
+    /// octet, which would make that key's next upload look like other material under its kid.
+    pub fn with_canonical_thumbprints(mut self) -> Self {
+        for key in &mut self.keys {
+            if let Some(print) = thumbprint(&key.jwk) {
+                key.thumbprint = print;
+            }
+        }
+        self
+    }
+
     /// The key sources with current keys, by name: the recorded ones, or the default source
     /// for a state written before sources existed.
     pub fn sources(&self) -> BTreeMap<String, SourceUpload> {
@@ -1840,5 +1852,19 @@ mod tests {
         // Written back, a default-source key carries no source member.
         assert!(!serde_json::to_string(&state).unwrap().contains("source"));
         assert!(state.without_source(DEFAULT_SOURCE, t0, None).is_some());
+    }
+
+    #[test]
+    fn a_state_written_before_canonical_thumbprints_reads_them_canonically() {
+        // A key uploaded with a leading zero octet in `n`, its thumbprint of the time.
+        let stored = r#"{"keys":[{"kid":"a","jwk":{"kty":"RSA","kid":"a","e":"AQAB","n":"AME"},
+            "thumbprint":"as-written","firstPublishedAt":"2026-11-23T10:00:00Z"}]}"#;
+        let state: KeyState = serde_json::from_str(stored).unwrap();
+        let read = state.with_canonical_thumbprints();
+        let canonical = json!({"kty": "RSA", "e": "AQAB", "n": "wQ"});
+        assert_eq!(
+            Some(&read.keys[0].thumbprint),
+            thumbprint(canonical.as_object().unwrap()).as_ref()
+        );
     }
 }

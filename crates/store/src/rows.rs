@@ -255,12 +255,14 @@ impl ConfigRow {
             })?;
             KeyState::of_uploaded(&jwks, updated_at)
         } else {
-            serde_json::from_str(&self.key_state).map_err(|e| {
-                corrupt(format_args!(
-                    "key state of service {}: {e}",
-                    self.service_id
-                ))
-            })?
+            serde_json::from_str::<KeyState>(&self.key_state)
+                .map_err(|e| {
+                    corrupt(format_args!(
+                        "key state of service {}: {e}",
+                        self.service_id
+                    ))
+                })?
+                .with_canonical_thumbprints()
         };
         Ok(PublishedConfig {
             service_id,

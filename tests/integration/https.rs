@@ -524,6 +524,8 @@ fn a_start_with_a_bad_pair_fails_with_one_sentence() {
     ] {
         assert!(help.contains(setting), "serve --help names {setting}");
     }
+    // What the data key seals, and what a registry without it refuses.
+    assert!(help.contains("signing-disabled"), "{help}");
 }
 
 /// A TLS connection to the HTTPS listener, held open, that sends `GET /healthz` and reads what

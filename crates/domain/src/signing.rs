@@ -824,7 +824,16 @@ pub fn check_claims(
         Err(deep) if crate::json::too_deep(&deep) => {
             return Err("the claims nest arrays and objects more than 128 levels deep".to_owned())
         }
-        _ => return Err("the claims must be a JSON object".to_owned()),
+        Err(huge) => match crate::json::out_of_range(&huge, &bytes) {
+            Some(Some(claim)) => {
+                return Err(format!(
+                    "{claim} is a number out of range: times are whole seconds since 1970"
+                ))
+            }
+            Some(None) => return Err("the claims hold a number out of range".to_owned()),
+            None => return Err("the claims must be a JSON object".to_owned()),
+        },
+        Ok(_) => return Err("the claims must be a JSON object".to_owned()),
     };
     match payload.get("iss") {
         Some(Value::String(iss)) if rules.issuers.iter().any(|i| i == iss) => {}
@@ -1129,6 +1138,13 @@ mod tests {
         );
         let refused = check_claims(&URL_SAFE_NO_PAD.encode(deep), &rules, at(0)).unwrap_err();
         assert!(refused.contains("128 levels"), "{refused}");
+        // A number past an f64's: the claim named, not "not an object".
+        let huge = r#"{"iss":"https://a.example","iat":0,"exp":1e400}"#;
+        let refused = check_claims(&URL_SAFE_NO_PAD.encode(huge), &rules, at(0)).unwrap_err();
+        assert!(
+            refused.starts_with("exp is a number out of range"),
+            "{refused}"
+        );
         // A payload that merely says so is not a JSON object.
         let said = URL_SAFE_NO_PAD.encode(r#""the claim \"x\" is named twice""#);
         assert!(check_claims(&said, &rules, at(0))

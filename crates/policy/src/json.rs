@@ -93,10 +93,46 @@ pub fn too_deep(error: &serde_json::Error) -> bool {
     error.is_syntax() && error.to_string().starts_with("recursion limit exceeded")
 }
 
+/// Whether `error`, from [`parse_unique`] of `text`, is a number past what serde_json reads
+/// (beyond an f64's range, such as `1e400`): `Some` with the name of the member it is the
+/// value of when it is a member's (`None` in an array), so that a refusal names it.
+pub fn out_of_range<'t>(error: &serde_json::Error, text: &'t [u8]) -> Option<Option<&'t str>> {
+    if !(error.is_syntax() && error.to_string().starts_with("number out of range")) {
+        return None;
+    }
+    // Where serde_json stopped, in bytes: its column counts bytes from the line's start.
+    let line_starts = (text.split_inclusive(|b| *b == b'\n')).take(error.line() - 1);
+    let at = line_starts.map(<[u8]>::len).sum::<usize>() + error.column();
+    let before = std::str::from_utf8(&text[..at.min(text.len())]).ok();
+    // The member's name is the last string before the last colon (a number holds neither).
+    let member = before.and_then(|before| {
+        let (name, value) = before.rsplit_once(':')?;
+        let name = name.trim_end().strip_suffix('"')?;
+        let name = &name[name.rfind('"')? + 1..];
+        (!value.contains([',', '['])).then_some(name)
+    });
+    Some(member)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_number_out_of_range_is_told_with_its_member() {
+        let read = |text: &str| {
+            let error = parse_unique(text.as_bytes()).unwrap_err();
+            out_of_range(&error, text.as_bytes()).map(|m| m.map(str::to_owned))
+        };
+        assert_eq!(read(r#"{"iss":"a","exp":1e400}"#), Some(Some("exp".into())));
+        assert_eq!(
+            read("{\n  \"a\": {\"nbf\" :\n -1e999}}"),
+            Some(Some("nbf".into()))
+        );
+        assert_eq!(read(r#"{"exp":[1,1e400]}"#), Some(None));
+        assert_eq!(read(r#"{"exp":1,"#), None);
+    }
 
     #[test]
     fn a_member_named_twice_is_refused_at_any_depth() {

@@ -114,9 +114,24 @@ pub struct Route {
 }
 
 impl Route {
-    /// Its whole path pattern (`/services/{subdomain}/config`).
+    /// Its whole path pattern (`/services/{subdomain}/config`), each `{name}` without the
+    /// router's pattern of its segment (`{agent:[^/]*}`: one that may be empty).
     pub fn pattern(&self) -> String {
-        format!("{}{}", self.scope, self.path)
+        let (mut pattern, mut named, mut skipped) = (String::new(), false, false);
+        for c in self.scope.chars().chain(self.path.chars()) {
+            match c {
+                '{' => named = true,
+                ':' if named => {
+                    skipped = true;
+                    continue;
+                }
+                '}' if named => (named, skipped) = (false, false),
+                _ if skipped => continue,
+                _ => {}
+            }
+            pattern.push(c);
+        }
+        pattern
     }
 
     /// Its path with `values` in its `{name}` segments, in order, each percent-encoded as one

@@ -190,8 +190,10 @@ pub struct Settings {
     #[arg(long, env = "REGISTRY_ACME_CA_FILE")]
     pub acme_ca_file: Option<std::path::PathBuf>,
 
-    /// 32 random bytes, base64 (`openssl rand -base64 32`): the key that seals custom domains'
-    /// private keys and the ACME account at rest (AES-256-GCM). The same on every replica.
+    /// 32 random bytes, base64 (`openssl rand -base64 32`): the key that seals managed signing
+    /// keys, custom domains' private keys and the ACME account at rest (AES-256-GCM). The same
+    /// on every replica. Without it, turning managed signing on is refused (409
+    /// `signing-disabled`) and custom domains are too.
     #[arg(long, env = "REGISTRY_DATA_KEY", hide_env_values = true)]
     pub data_key: Option<String>,
 

@@ -510,6 +510,34 @@ fn agents_made_up_on_many_networks_keep_no_verifier_out_of_its_hour() {
     wait_for_hours(&server, &acme.token, &sub, &["aws-sts"], 3);
 }
 
+/// The probe of §22: a verifier that sent no User-Agent (listed as `""`) could not be named
+/// in the dismissal's path, and held every later key back.
+#[test]
+fn a_verifier_without_an_agent_is_dismissed_at_an_empty_segment() {
+    let server = server();
+    let acme = server.customer("acme", "business");
+    let sub = register_service(&server, &acme, "api");
+    assert_eq!(put(&server, &acme.token, &sub, &["k1"], None), 200);
+    fetch_keys(&server, &sub, "");
+    wait_for_hours(&server, &acme.token, &sub, &[""], 1);
+    server.advance_clock(3600);
+    fetch_keys(&server, &sub, "");
+    wait_for_hours(&server, &acme.token, &sub, &[""], 2);
+    assert_eq!(
+        put(&server, &acme.token, &sub, &["k1", "k2"], Some(json!(0))),
+        200
+    );
+    assert_eq!(pending(&readiness(&server, &acme.token, &sub, "k2")), [""]);
+    let path = format!("/services/{sub}/keys/k2/readiness/verifiers/");
+    let response = server
+        .authed(Method::DELETE, &path, &acme.token)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    let answer = readiness(&server, &acme.token, &sub, "k2");
+    assert_eq!(answer["safeToSign"], true, "{answer}");
+}
+
 #[test]
 fn a_key_under_a_kid_used_before_is_not_safe_by_the_earlier_key() {
     let server = server();

@@ -74,7 +74,8 @@ pub async fn readiness(
 }
 
 /// `DELETE /services/{subdomain}/keys/{kid}/readiness/verifiers/{agent}`: the owner dismisses a
-/// verifier of the key that will never come back (the agent percent-encoded, `/` as `%2F`).
+/// verifier of the key that will never come back (the agent percent-encoded, `/` as `%2F`;
+/// empty for one that sent no User-Agent).
 pub async fn dismiss_verifier(
     Bodiless(ServiceCaller { service, caller }): Bodiless<ServiceCaller>,
     path: web::Path<(String, String, String)>,

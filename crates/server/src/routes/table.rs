@@ -54,7 +54,8 @@ routes! {
     SERVICE, "/keys", Get, Caller(ConfigRead), keys::list;
     SERVICE, "/keys/{kid}", Delete, Caller(ConfigWrite), keys::delete;
     SERVICE, "/keys/{kid}/readiness", Get, Caller(ConfigRead), keys::readiness;
-    SERVICE, "/keys/{kid}/readiness/verifiers/{agent}", Delete, Caller(ConfigWrite),
+    // The agent may be empty: a verifier that sent no User-Agent is `""`.
+    SERVICE, "/keys/{kid}/readiness/verifiers/{agent:[^/]*}", Delete, Caller(ConfigWrite),
         keys::dismiss_verifier;
     SERVICE, "/federation", Get, Caller(ConfigRead), keys::federation;
     SERVICE, "/preflight", Get, Caller(ConfigRead), preflight::documents;

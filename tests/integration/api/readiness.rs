@@ -41,6 +41,18 @@ fn fetch_keys(server: &TestServer, sub: &str, agent: &str) {
     assert_eq!(response.status(), 200);
 }
 
+/// `DELETE …/keys/{kid}/readiness/verifiers/{agent}` (an agent of plain characters).
+fn dismiss(
+    server: &TestServer,
+    token: &str,
+    sub: &str,
+    kid: &str,
+    agent: &str,
+) -> reqwest::blocking::Response {
+    let path = format!("/services/{sub}/keys/{kid}/readiness/verifiers/{agent}");
+    server.authed(Method::DELETE, &path, token).send().unwrap()
+}
+
 fn readiness(server: &TestServer, token: &str, sub: &str, kid: &str) -> Value {
     let response = server.get(&format!("/services/{sub}/keys/{kid}/readiness"), token);
     assert_eq!(response.status(), 200);
@@ -410,19 +422,12 @@ fn outsiders_neither_forge_readiness_nor_hold_a_key_back() {
         pending(&readiness(&server, &acme.token, &sub, "k3")),
         ["aws-sts"]
     );
-    let path = format!("/services/{sub}/keys/k3/readiness/verifiers/aws-sts");
-    let response = server
-        .authed(Method::DELETE, &path, &acme.token)
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 204);
+    let dismissed = dismiss(&server, &acme.token, &sub, "k3", "aws-sts");
+    assert_eq!(dismissed.status(), 204);
     let answer = readiness(&server, &acme.token, &sub, "k3");
     assert_eq!(answer["safeToSign"], true, "{answer}");
-    let response = server
-        .authed(Method::DELETE, &path, &acme.token)
-        .send()
-        .unwrap();
-    assert_problem(response, 404, "not-found");
+    let again = dismiss(&server, &acme.token, &sub, "k3", "aws-sts");
+    assert_problem(again, 404, "not-found");
     let audit = server.get("/audit-events?action=verifier.dismiss", &acme.token);
     assert_eq!(audit.status(), 200);
     let events = json(audit);
@@ -528,12 +533,8 @@ fn a_verifier_without_an_agent_is_dismissed_at_an_empty_segment() {
         200
     );
     assert_eq!(pending(&readiness(&server, &acme.token, &sub, "k2")), [""]);
-    let path = format!("/services/{sub}/keys/k2/readiness/verifiers/");
-    let response = server
-        .authed(Method::DELETE, &path, &acme.token)
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 204);
+    // The empty agent, percent-encoded, is an empty segment: `…/verifiers/`.
+    assert_eq!(dismiss(&server, &acme.token, &sub, "k2", "").status(), 204);
     let answer = readiness(&server, &acme.token, &sub, "k2");
     assert_eq!(answer["safeToSign"], true, "{answer}");
 }

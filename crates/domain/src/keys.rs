@@ -454,6 +454,9 @@ pub fn thumbprint(jwk: &Map<String, Value>) -> Option<String> {
     Some(URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.to_string().as_bytes())))
 }
 
+/// The members that write a public key's material, of every key type a thumbprint reads.
+const MATERIAL_MEMBERS: [&str; 5] = ["crv", "e", "n", "x", "y"];
+
 /// A base64url member without padding; as written when it is not base64url (such a key is
 /// refused on upload).
 fn canonical_octets(text: &str) -> String {
@@ -724,13 +727,20 @@ pub fn upload(
         .as_array()
         .cloned()
         .unwrap_or_default();
-    // A key published now with the same material imported when it was first published.
+    // A key published now, its material written as it was imported when first published. The
+    // thumbprint alone reads numbers canonically: a copy with padding or a leading zero octet
+    // would replace text every verifier reads with text some cannot, unchecked.
     let known = |jwk: &Map<String, Value>| {
         let kid = jwk.get("kid").and_then(Value::as_str);
         let print = thumbprint(jwk);
-        previous
-            .published(now)
-            .any(|k| Some(k.kid.as_str()) == kid && Some(&k.thumbprint) == print.as_ref())
+        let written_alike = |k: &KeyRecord| {
+            MATERIAL_MEMBERS
+                .iter()
+                .all(|m| k.jwk.get(*m) == jwk.get(*m))
+        };
+        previous.published(now).any(|k| {
+            Some(k.kid.as_str()) == kid && Some(&k.thumbprint) == print.as_ref() && written_alike(k)
+        })
     };
     // A key the registry holds for managed signing is published by it alone: a copy of its
     // material, under its kid or another, would outlive its withdrawal (a compromise must end
@@ -1852,6 +1862,33 @@ mod tests {
         // Written back, a default-source key carries no source member.
         assert!(!serde_json::to_string(&state).unwrap().contains("source"));
         assert!(state.without_source(DEFAULT_SOURCE, t0, None).is_some());
+    }
+
+    #[test]
+    fn a_published_key_written_otherwise_is_imported_again() {
+        /// An import that cannot read padded base64url, as some verifiers cannot.
+        struct NoPadding;
+        impl KeyImport for NoPadding {
+            fn import(&self, jwk: &Map<String, Value>) -> Result<(), String> {
+                match jwk.values().any(|v| v.as_str().is_some_and(|s| s.ends_with('='))) {
+                    true => Err("padded base64url".to_owned()),
+                    false => Ok(()),
+                }
+            }
+        }
+        let t0 = datetime!(2026-11-23 10:00 UTC);
+        let put = |previous: &KeyState, x: &str| {
+            let body = crate::testing::upload_of(key("k", x), "EdDSA");
+            let issuer = "https://s.example";
+            upload(&body, issuer, DEFAULT_SOURCE, previous, &NoPadding, t0, None)
+        };
+        let first = put(&KeyState::default(), X1).unwrap().rotation.state;
+        // The same key, its thumbprint the same: padded, it is checked and refused.
+        let padded = format!("{X1}=");
+        let refused = put(&first, &padded).unwrap_err();
+        assert!(refused.violations[0].message.contains("padded base64url"));
+        // Written as before, it is not imported again.
+        assert!(put(&first, X1).is_ok());
     }
 
     #[test]

@@ -1870,7 +1870,10 @@ mod tests {
         struct NoPadding;
         impl KeyImport for NoPadding {
             fn import(&self, jwk: &Map<String, Value>) -> Result<(), String> {
-                match jwk.values().any(|v| v.as_str().is_some_and(|s| s.ends_with('='))) {
+                match jwk
+                    .values()
+                    .any(|v| v.as_str().is_some_and(|s| s.ends_with('=')))
+                {
                     true => Err("padded base64url".to_owned()),
                     false => Ok(()),
                 }
@@ -1880,7 +1883,15 @@ mod tests {
         let put = |previous: &KeyState, x: &str| {
             let body = crate::testing::upload_of(key("k", x), "EdDSA");
             let issuer = "https://s.example";
-            upload(&body, issuer, DEFAULT_SOURCE, previous, &NoPadding, t0, None)
+            upload(
+                &body,
+                issuer,
+                DEFAULT_SOURCE,
+                previous,
+                &NoPadding,
+                t0,
+                None,
+            )
         };
         let first = put(&KeyState::default(), X1).unwrap().rotation.state;
         // The same key, its thumbprint the same: padded, it is checked and refused.

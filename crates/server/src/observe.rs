@@ -128,7 +128,7 @@ pub async fn observe(
         request.match_pattern()
     };
     let route: Cow<'static, str> = match pattern {
-        Some(pattern) => Cow::Owned(pattern),
+        Some(pattern) => Cow::Owned(crate::route::named_segments(pattern)),
         None if hosted => Cow::Borrowed(HOSTED_ROUTE),
         None => Cow::Borrowed(UNMATCHED_ROUTE),
     };

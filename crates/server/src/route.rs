@@ -115,23 +115,9 @@ pub struct Route {
 
 impl Route {
     /// Its whole path pattern (`/services/{subdomain}/config`), each `{name}` without the
-    /// router's pattern of its segment (`{agent:[^/]*}`: one that may be empty).
+    /// router's pattern of its segment.
     pub fn pattern(&self) -> String {
-        let (mut pattern, mut named, mut skipped) = (String::new(), false, false);
-        for c in self.scope.chars().chain(self.path.chars()) {
-            match c {
-                '{' => named = true,
-                ':' if named => {
-                    skipped = true;
-                    continue;
-                }
-                '}' if named => (named, skipped) = (false, false),
-                _ if skipped => continue,
-                _ => {}
-            }
-            pattern.push(c);
-        }
-        pattern
+        named_segments(format!("{}{}", self.scope, self.path))
     }
 
     /// Its path with `values` in its `{name}` segments, in order, each percent-encoded as one
@@ -146,6 +132,30 @@ impl Route {
             .collect::<Vec<_>>()
             .join("/")
     }
+}
+
+/// `pattern` (as the router writes a matched route) with each `{name:regex}` written `{name}`
+/// (`{agent:[^/]*}`: a segment that may be empty): the route that logs, metrics and the API
+/// description name.
+pub fn named_segments(pattern: String) -> String {
+    if !pattern.contains(':') {
+        return pattern;
+    }
+    let (mut named_only, mut named, mut skipped) = (String::new(), false, false);
+    for c in pattern.chars() {
+        match c {
+            '{' => named = true,
+            ':' if named => {
+                skipped = true;
+                continue;
+            }
+            '}' if named => (named, skipped) = (false, false),
+            _ if skipped => continue,
+            _ => {}
+        }
+        named_only.push(c);
+    }
+    named_only
 }
 
 impl std::fmt::Debug for Route {
@@ -183,10 +193,13 @@ pub fn allow(routes: &[&Route]) -> String {
 }
 
 /// Whether `path` (a path the client calls, query string left out) is served by `route`'s
-/// pattern: each `{name}` stands for one segment.
+/// pattern: each `{name}` stands for one segment, empty only where the router's pattern of it
+/// (`[^/]*`) allows.
 #[cfg(test)]
 pub fn serves(route: &Route, path: &str) -> bool {
-    let pattern = route.pattern();
+    let (raw, pattern) = (format!("{}{}", route.scope, route.path), route.pattern());
+    let may_be_empty =
+        |name: &str| raw.contains(&format!("{}:[^/]*}}", name.trim_end_matches('}')));
     let path = path.split('?').next().unwrap_or_default();
     let (want, got): (Vec<&str>, Vec<&str>) =
         (pattern.split('/').collect(), path.split('/').collect());
@@ -194,5 +207,5 @@ pub fn serves(route: &Route, path: &str) -> bool {
         && want
             .iter()
             .zip(&got)
-            .all(|(w, g)| (w.starts_with('{') && !g.is_empty()) || w == g)
+            .all(|(w, g)| (w.starts_with('{') && (!g.is_empty() || may_be_empty(w))) || w == g)
 }

@@ -220,5 +220,23 @@ mod tests {
         assert!(serves(route, "/services/api-acme/keys/k1/readiness?x=1"));
         assert!(!serves(route, "/services/api-acme/keys//readiness"));
         assert!(!serves(route, "/services/api-acme/keys/k1"));
+        // A segment whose router pattern allows it empty: served so, and named without it.
+        let verifiers = "/services/{subdomain}/keys/{kid}/readiness/verifiers/{agent}";
+        let route = ROUTES.iter().find(|r| r.pattern() == verifiers).unwrap();
+        assert!(serves(
+            route,
+            "/services/api-acme/keys/k1/readiness/verifiers/"
+        ));
+        assert!(serves(
+            route,
+            "/services/api-acme/keys/k1/readiness/verifiers/curl"
+        ));
+        assert!(!serves(
+            route,
+            "/services/api-acme/keys//readiness/verifiers/curl"
+        ));
+        let matched = format!("{}{}", route.scope, route.path);
+        assert!(matched.contains(':'));
+        assert_eq!(crate::route::named_segments(matched), verifiers);
     }
 }

@@ -826,9 +826,13 @@ pub fn check_claims(
         }
         Err(huge) => match crate::json::out_of_range(&huge, &bytes) {
             Some(Some(claim)) => {
-                return Err(format!(
-                    "{claim} is a number out of range: times are whole seconds since 1970"
-                ))
+                let times = ["exp", "iat", "nbf"].contains(&claim);
+                let why = if times {
+                    ": times are whole seconds since 1970"
+                } else {
+                    ""
+                };
+                return Err(format!("{claim} is a number out of range{why}"));
             }
             Some(None) => return Err("the claims hold a number out of range".to_owned()),
             None => return Err("the claims must be a JSON object".to_owned()),
@@ -1142,9 +1146,13 @@ mod tests {
         let huge = r#"{"iss":"https://a.example","iat":0,"exp":1e400}"#;
         let refused = check_claims(&URL_SAFE_NO_PAD.encode(huge), &rules, at(0)).unwrap_err();
         assert!(
-            refused.starts_with("exp is a number out of range"),
+            refused.starts_with("exp is a number out of range: times are"),
             "{refused}"
         );
+        // Another claim's: no word of times.
+        let huge = r#"{"iss":"https://a.example","iat":0,"exp":1,"amount":1e400}"#;
+        let refused = check_claims(&URL_SAFE_NO_PAD.encode(huge), &rules, at(0)).unwrap_err();
+        assert_eq!(refused, "amount is a number out of range");
         // A payload that merely says so is not a JSON object.
         let said = URL_SAFE_NO_PAD.encode(r#""the claim \"x\" is named twice""#);
         assert!(check_claims(&said, &rules, at(0))

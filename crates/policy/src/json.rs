@@ -101,7 +101,7 @@ pub fn out_of_range<'t>(error: &serde_json::Error, text: &'t [u8]) -> Option<Opt
         return None;
     }
     // Where serde_json stopped, in bytes: its column counts bytes from the line's start.
-    let line_starts = (text.split_inclusive(|b| *b == b'\n')).take(error.line() - 1);
+    let line_starts = (text.split_inclusive(|b| *b == b'\n')).take(error.line().saturating_sub(1));
     let at = line_starts.map(<[u8]>::len).sum::<usize>() + error.column();
     let before = std::str::from_utf8(&text[..at.min(text.len())]).ok();
     // The member's name is the last string before the last colon (a number holds neither).

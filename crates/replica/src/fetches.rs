@@ -159,7 +159,7 @@ impl Fetches {
         }
         counts.last_at = counts.last_at.max(at);
         let networks = network.map(|network| (network, 1, at));
-        let regulars = || self.regulars_of(service, key.2);
+        let regulars = || self.regulars_of(key);
         counts.count_agent(&clean_agent(agent), 1, at, networks.as_slice(), &regulars);
     }
 
@@ -169,7 +169,7 @@ impl Fetches {
         let mut shard = self.mine();
         for f in counts {
             let key = (f.service_id, f.document, fetch_hour(f.last_at));
-            let regulars = || self.regulars_of(f.service_id, key.2);
+            let regulars = || self.regulars_of(key);
             let Some(counts) = self.counts(&mut shard, key, f.last_at) else {
                 self.dropped
                     .fetch_add(f.ok + f.not_modified, Ordering::Relaxed);
@@ -203,10 +203,7 @@ impl Fetches {
         let room = kept.count() < MAX_REGULAR_SERVICES;
         let mut wanted = Vec::new();
         for f in counts {
-            let key_set = matches!(
-                f.document,
-                FetchedDocument::Jwks | FetchedDocument::DomainJwks
-            );
+            let key_set = is_key_set(f.document);
             let overflowed = f.agents.iter().any(|a| a.agent == OTHER_AGENTS);
             let unknown = match known.get(&f.service_id) {
                 Some((of, _)) => *of != hour,
@@ -243,10 +240,14 @@ impl Fetches {
         }
     }
 
-    /// `service`'s regular agents for a fetch in `hour` (`fetch_hour`), if the store told them
-    /// in that hour or the one before (older ones would keep a verifier gone since, or miss a
-    /// new one).
-    fn regulars_of(&self, service: Uuid, hour: i64) -> Option<Arc<Regulars>> {
+    /// The regular agents of the key set counted under `key` (a service, a document, a
+    /// `fetch_hour`), if the store told them in that hour or the one before (older ones would
+    /// keep a verifier gone since, or miss a new one); none for a discovery document, whose
+    /// fetches decide no key's readiness.
+    fn regulars_of(&self, (service, document, hour): Key) -> Option<Arc<Regulars>> {
+        if !is_key_set(document) {
+            return None;
+        }
         let known = self.regulars.read().unwrap_or_else(PoisonError::into_inner);
         let (of, agents) = known.get(&service)?;
         (*of >= hour - HOUR_MS).then(|| agents.clone())
@@ -301,7 +302,7 @@ impl Fetches {
                     all.insert(key, c);
                     continue;
                 };
-                sum.add(c, &|| self.regulars_of(key.0, key.2));
+                sum.add(c, &|| self.regulars_of(key));
             }
         }
         (all.into_iter())
@@ -443,6 +444,14 @@ impl Counts {
 
 /// How many of `agents` were seen from each network: counted once for a new agent past the
 /// bound, at most [`AGENTS_PER_DOCUMENT`] × [`NETWORKS_PER_AGENT`] entries.
+/// Whether `document` is a key set: the fetches whose verifiers a key's readiness counts.
+fn is_key_set(document: FetchedDocument) -> bool {
+    matches!(
+        document,
+        FetchedDocument::Jwks | FetchedDocument::DomainJwks
+    )
+}
+
 fn agents_per_network(agents: &[Agent]) -> HashMap<Network, usize> {
     let mut counts = HashMap::default();
     for a in agents {
@@ -483,6 +492,7 @@ pub fn served_as(hosted: &Hosted, discovery: &Document) -> Current {
 mod tests {
     use super::*;
     use time::macros::datetime;
+    const SECOND: time::Duration = time::Duration::SECOND;
 
     const AT: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
     const DOC: FetchedDocument = FetchedDocument::Jwks;
@@ -654,11 +664,22 @@ mod tests {
     /// The probe of §24 (F2): agents made up on many networks, 4 each (no crowd), each
     /// busier than a verifier, used to push its one fetch out.
     fn flood(fetches: &Fetches, service: Uuid, round: u8, times: usize, at: OffsetDateTime) {
+        flood_of(fetches, (service, DOC), round, times, at);
+    }
+
+    /// [`flood`] of any document.
+    fn flood_of(
+        fetches: &Fetches,
+        (service, document): (Uuid, FetchedDocument),
+        round: u8,
+        times: usize,
+        at: OffsetDateTime,
+    ) {
         for i in 0..AGENTS_PER_DOCUMENT as u8 {
             let agent = format!("made-up {round}-{i}");
             let network = Some(Network::V4([10, round, i / 4]));
             for _ in 0..times {
-                fetches.record(service, DOC, false, agent.as_bytes(), network, at);
+                fetches.record(service, document, false, agent.as_bytes(), network, at);
             }
         }
     }
@@ -681,33 +702,45 @@ mod tests {
     #[test]
     fn agents_made_up_on_many_networks_push_out_no_regular_verifier() {
         let service = Uuid::new_v4();
-        let verifier_then_floods = |fetches: &Fetches| {
-            fetches.record(service, DOC, false, b"AWS STS", OWN, AT);
+        let verifier_then_floods_of = |fetches: &Fetches, document: FetchedDocument| {
+            fetches.record(service, document, false, b"AWS STS", OWN, AT);
             for round in 0..3 {
-                flood(fetches, service, round, 2, AT + time::Duration::SECOND);
+                flood_of(fetches, (service, document), round, 2, AT + SECOND);
             }
             let taken = fetches.take();
             let agents = &taken[0].agents;
             assert_eq!(agents.iter().map(|a| a.count).sum::<u64>(), 1 + 3 * 64 * 2);
             verifier_kept(&taken)
         };
+        let verifier_then_floods = |fetches: &Fetches| verifier_then_floods_of(fetches, DOC);
         // Nothing told: a busier agent takes the place of the least frequent, the verifier.
         assert_eq!(verifier_then_floods(&Fetches::default()), None);
         // Told that it fetched in 3 hours of the week, the flood's agents in none.
         let fetches = Fetches::default();
         told(&fetches, service);
         assert_eq!(verifier_then_floods(&fetches), Some(1));
-        // The same across threads: the verifier counted by one, the flood by another.
+        // The regulars are of the key set: a discovery document's agents are placed without.
         let fetches = Fetches::default();
         told(&fetches, service);
+        let discovery = verifier_then_floods_of(&fetches, FetchedDocument::Discovery);
+        assert_eq!(discovery, None);
+        // The same across threads: the verifier counted by one, the flood by another, both
+        // alive until both counted (a thread that ended gives its counts to the next).
+        let fetches = Fetches::default();
+        told(&fetches, service);
+        let both_counted = std::sync::Barrier::new(2);
         std::thread::scope(|scope| {
-            let fetches = &fetches;
-            scope.spawn(move || fetches.record(service, DOC, false, b"AWS STS", OWN, AT));
+            let (fetches, both_counted) = (&fetches, &both_counted);
+            scope.spawn(move || {
+                fetches.record(service, DOC, false, b"AWS STS", OWN, AT);
+                both_counted.wait();
+            });
+            scope.spawn(move || {
+                flood(fetches, service, 0, 2, AT + SECOND);
+                both_counted.wait();
+            });
         });
-        std::thread::scope(|scope| {
-            let fetches = &fetches;
-            scope.spawn(move || flood(fetches, service, 0, 2, AT + time::Duration::SECOND));
-        });
+        assert_eq!(fetches.per_thread.iter().count(), 2);
         assert_eq!(verifier_kept(&fetches.take()), Some(1));
     }
 
@@ -751,11 +784,15 @@ mod tests {
         assert_eq!(fetches.wanting_regulars(&taken, next_hour), [service]);
         // Used in the hour told and the next only, and kept as long.
         let hour = |at: OffsetDateTime| fetch_hour(at);
-        assert!(fetches.regulars_of(service, hour(next_hour)).is_some());
+        assert!(fetches
+            .regulars_of((service, DOC, hour(next_hour)))
+            .is_some());
         let after_next = AT + time::Duration::HOUR * 2;
-        assert!(fetches.regulars_of(service, hour(after_next)).is_none());
+        assert!(fetches
+            .regulars_of((service, DOC, hour(after_next)))
+            .is_none());
         fetches.remember_regulars(Vec::new(), after_next);
-        assert!(fetches.regulars_of(service, hour(AT)).is_none());
+        assert!(fetches.regulars_of((service, DOC, hour(AT))).is_none());
         // At most so many services: a new one is not asked for then, one known still is.
         let many = (0..MAX_REGULAR_SERVICES).map(|_| (Uuid::new_v4(), Vec::new()));
         fetches.remember_regulars(many.collect(), AT);

@@ -214,8 +214,9 @@ pub async fn flush_fetches(state: web::Data<AppState>) {
         }
         // Key sets whose agents overflowed (a flood, or a popular issuer): keep their
         // verifiers' places from now on.
-        let (state, reading) = (state.clone(), reading.clone());
+        let (state, done) = (state.clone(), ReadDone(reading.clone()));
         tokio::spawn(async move {
+            let _done = done;
             match state
                 .read(move |r| fetches::regulars(r, &wanted, now))
                 .await
@@ -225,8 +226,17 @@ pub async fn flush_fetches(state: web::Data<AppState>) {
                     tracing::warn!(%error, "regular agents not read: asked again at a next flush")
                 }
             }
-            reading.store(false, Ordering::Release);
         });
+    }
+}
+
+/// Clears the flag of a read of regular agents when the read ends, however it ends: one that
+/// panicked holds no later read off.
+struct ReadDone(Arc<AtomicBool>);
+
+impl Drop for ReadDone {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

@@ -285,15 +285,15 @@ fn problems_explain_themselves_and_name_their_request() {
     assert_eq!(unknown.status(), 404);
 }
 
-/// The request line names the client, the host, the User-Agent (cut to 100 characters) and, where
-/// no route pattern does, the path; every line logged while a request is served names its id;
-/// JSON values are plain values.
+/// The request line names the client (none made up where a forwarding chain does not reveal
+/// it), the host, the User-Agent (cut to 100 characters) and, where no route pattern does, the
+/// path; every line logged while a request is served names its id; JSON values are plain values.
 #[test]
 fn request_logs_say_who_asked_for_what() {
-    let server = TestServer::start_with(registry_tests::server::ServerOptions::binary(&[(
-        "REGISTRY_LOG_FORMAT",
-        "json",
-    )]));
+    let server = TestServer::start_with(registry_tests::server::ServerOptions::binary(&[
+        ("REGISTRY_LOG_FORMAT", "json"),
+        ("REGISTRY_TRUSTED_PROXIES", "127.0.0.1/32"),
+    ]));
     let agent = format!("curl/8.0 {}", "x".repeat(200));
     let _ = server
         .hosted(
@@ -314,10 +314,22 @@ fn request_logs_say_who_asked_for_what() {
         .send()
         .unwrap();
     assert_eq!(refused.status(), 401);
+    let unrevealed = server
+        .request(Method::GET, "/openapi.json")
+        .header("forwarded", "for=unknown")
+        .header("x-request-id", "unrevealed-1")
+        .send()
+        .unwrap();
+    assert_eq!(unrevealed.status(), 200);
     let log = server.log_when(|log| {
-        ["nothing-here.", "refused-1", "authentication failed"]
-            .iter()
-            .all(|line| log.contains(line))
+        [
+            "nothing-here.",
+            "refused-1",
+            "authentication failed",
+            "unrevealed-1",
+        ]
+        .iter()
+        .all(|line| log.contains(line))
     });
     let lines: Vec<Value> = log
         .lines()
@@ -350,6 +362,12 @@ fn request_logs_say_who_asked_for_what() {
         .unwrap_or_else(|| panic!("no request line of refused-1 in {log}"));
     assert_eq!(api["route"], "/services", "{api}");
     assert!(api.get("path").is_none(), "{api}");
+    assert_eq!(api["client"], "127.0.0.1", "{api}");
+    let unrevealed = lines
+        .iter()
+        .find(|l| l["message"] == "request" && l["request_id"] == "unrevealed-1")
+        .unwrap_or_else(|| panic!("no request line of unrevealed-1 in {log}"));
+    assert!(unrevealed.get("client").is_none(), "{unrevealed}");
     let failed = lines
         .iter()
         .find(|l| l["message"] == "authentication failed")
@@ -411,6 +429,10 @@ fn openapi_documents_exactly_the_methods_each_route_serves() {
     let doc = json(server.request(Method::GET, "/openapi.json").send().unwrap());
     assert_eq!(doc["openapi"], "3.1.0");
     assert_eq!(doc["servers"][0]["url"], server.base.as_str());
+    assert_eq!(
+        doc["x-public-hosting"]["issuerUrlTemplate"],
+        server.issuer("{subdomain}")
+    );
     let paths = doc["paths"].as_object().unwrap();
     assert!(paths.len() >= 12, "{}", paths.len());
     for (path, item) in paths {
@@ -441,6 +463,68 @@ fn openapi_documents_exactly_the_methods_each_route_serves() {
         allowed.sort();
         assert_eq!(allowed, documented, "{path}");
     }
+}
+
+/// A call that reads a body, even one that takes none (a `DELETE`), refuses text that is not
+/// JSON with 415: exactly those operations document 415, and with it the body's 400 and 413.
+#[test]
+fn openapi_documents_the_body_refusals_of_every_call_that_reads_one() {
+    let shipper = "fetch-log-token-of-32-characters!";
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![("REGISTRY_FETCH_LOG_TOKEN".into(), shipper.into())],
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    // Resources that exist: some calls look their resource up before they read the body.
+    let created = server
+        .authed(Method::POST, "/services", &acme.token)
+        .json(&json!({"title": "some", "serviceName": "some"}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    // Only an account granted `tokens:sign` gets as far as a signature's body.
+    let signer = super::signing::account_for(&server, &acme, "some-acme", &["tokens:sign"]);
+    let doc = json(server.request(Method::GET, "/openapi.json").send().unwrap());
+    let (mut reading, mut wrong) = (0, Vec::new());
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let concrete = path
+            .replace("{subdomain}", "some-acme")
+            .replace("{id}", &acme.account_id)
+            .replace("{kid}", "k1")
+            .replace("{agent}", "agent");
+        for (method, operation) in item.as_object().unwrap() {
+            let Ok(method) = method.to_uppercase().parse::<Method>() else {
+                continue;
+            };
+            if method == Method::GET {
+                continue;
+            }
+            let token = match path.as_str() {
+                "/fetch-log" => shipper,
+                "/services/{subdomain}/sign" => &signer,
+                _ => &acme.token,
+            };
+            let status = server
+                .request(method.clone(), &concrete)
+                .bearer_auth(token)
+                .header("content-type", "text/plain")
+                .body("x")
+                .send()
+                .unwrap()
+                .status();
+            let documented = |code: &str| operation["responses"].get(code).is_some();
+            let reads_a_body = status == 415;
+            reading += usize::from(reads_a_body);
+            if documented("415") != reads_a_body {
+                wrong.push(format!("{method} {path}: {status}"));
+            }
+            if reads_a_body && !(documented("400") && documented("413")) {
+                wrong.push(format!("{method} {path}: 400 or 413 undocumented"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert!(reading >= 20, "{reading}");
 }
 
 #[test]

@@ -282,16 +282,21 @@ pub async fn metrics_other_method(
     Err(ApiError::MethodNotAllowed("GET, HEAD"))
 }
 
-/// The OpenAPI document with this server's base URL.
-pub fn openapi_document(base_url: &str) -> ApiResult<Value> {
+/// The OpenAPI document with this server's base URL and issuer URL template.
+pub fn openapi_document(base_url: &str, issuer_url_template: &str) -> ApiResult<Value> {
     let mut doc: Value = serde_json::from_str(OPENAPI).map_err(|_| ApiError::Internal)?;
     doc["servers"] = json!([{"url": base_url}]);
+    doc["x-public-hosting"]["issuerUrlTemplate"] = json!(issuer_url_template);
     Ok(doc)
 }
 
 /// `GET /openapi.json`.
 pub async fn openapi(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    Ok(HttpResponse::Ok().json(openapi_document(state.settings.base())?))
+    let settings = &state.settings;
+    Ok(HttpResponse::Ok().json(openapi_document(
+        settings.base(),
+        &settings.issuer_url_template,
+    )?))
 }
 
 /// `GET /schemas/service-account-policy/v1.json`: the `{schema_url}` of the spec.

@@ -59,7 +59,9 @@ fn malformed_bodies_are_problems() {
         .body("{\"title\": ")
         .send()
         .unwrap();
-    assert_problem(syntax, 400, "invalid-json");
+    let problem = assert_problem(syntax, 400, "invalid-json");
+    assert_eq!(problem["errors"][0]["pointer"], "", "{problem}");
+    assert!(problem["errors"][0]["message"].is_string(), "{problem}");
     let not_object = server
         .authed(Method::POST, "/services", &acme.token)
         .json(&json!(["x"]))
@@ -103,6 +105,12 @@ fn malformed_bodies_are_problems() {
     let problem = assert_problem(twice, 400, "invalid-json");
     assert!(
         problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains(r#"the member "title" appears twice"#)),
+        "{problem}"
+    );
+    assert!(
+        problem["errors"][0]["message"]
             .as_str()
             .is_some_and(|d| d.contains(r#"the member "title" appears twice"#)),
         "{problem}"

@@ -307,6 +307,8 @@ impl ApiError {
                 Some(v.iter().map(Cow::Borrowed).collect())
             }
             ApiError::KindImmutable(v) => Some(vec![Cow::Borrowed(v)]),
+            // A client that reads `errors` of every 400 finds why here too: the whole body.
+            ApiError::InvalidJson(reason) => Some(vec![Cow::Owned(Violation::new("", reason))]),
             // The one naming rule that needs the tenant (the subdomain's length) is checked
             // after the body; it still points at the field.
             ApiError::Naming(

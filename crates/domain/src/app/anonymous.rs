@@ -41,8 +41,8 @@ pub fn may_create(site: RequestSite) -> Result<(), AppError> {
     match site {
         RequestSite::Unsaid | RequestSite::ThisSite => Ok(()),
         RequestSite::OtherSite => Err(AppError::Forbidden(
-            "a page of another site may not create anonymous services (Sec-Fetch-Site): \
-             create one from the registry's own page or from a program"
+            "a page of another site may not create anonymous services (its Sec-Fetch-Site or \
+             Origin says so): create one from the registry's own page or from a program"
                 .to_owned(),
         )),
     }

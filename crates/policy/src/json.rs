@@ -114,10 +114,118 @@ pub fn out_of_range<'t>(error: &serde_json::Error, text: &'t [u8]) -> Option<Opt
     Some(member)
 }
 
+/// The first number of JSON `text` (already read by [`parse_unique`]) that a [`Value`] cannot
+/// hold exactly, with its line and column (from 1, the column in bytes): an integer beyond 64
+/// bits, or a fraction whose nearest `f64` is another number (`0.10000000000000000001`,
+/// `1e-400`). Such a number would be written back as another one; `1e2` or `0.1`, which come
+/// back as `100.0` and `0.1`, are the same numbers and pass.
+pub fn inexact_number(text: &[u8]) -> Option<(usize, usize, &str)> {
+    let (mut at, mut line, mut line_start) = (0, 1, 0);
+    while at < text.len() {
+        match text[at] {
+            b'"' => {
+                // A string's bytes hold no number; `\"` does not end it.
+                at += 1;
+                while at < text.len() && text[at] != b'"' {
+                    at += if text[at] == b'\\' { 2 } else { 1 };
+                }
+                at += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let end = text[at..]
+                    .iter()
+                    .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                    .map_or(text.len(), |length| at + length);
+                let number = std::str::from_utf8(&text[at..end]).ok()?;
+                if !exact(number) {
+                    return Some((line, at - line_start + 1, number));
+                }
+                at = end;
+            }
+            b'\n' => {
+                at += 1;
+                (line, line_start) = (line + 1, at);
+            }
+            _ => at += 1,
+        }
+    }
+    None
+}
+
+/// Whether the JSON number `text` comes back as the same number from a [`Value`].
+fn exact(text: &str) -> bool {
+    if !text.contains(['.', 'e', 'E']) {
+        return text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok();
+    }
+    match text.parse::<f64>() {
+        // serde_json writes an f64 in its shortest form, as `{:e}` does.
+        Ok(float) if float.is_finite() => {
+            let (given, written) = (decimal(text), decimal(&format!("{float:e}")));
+            given.is_some() && given == written
+        }
+        _ => false,
+    }
+}
+
+/// A decimal number's sign, significant digits and power of ten (a zero, whatever its sign, as
+/// `(false, "", 0)`); `None` for an exponent beyond `i64`, of a number no `f64` holds.
+fn decimal(text: &str) -> Option<(bool, String, i64)> {
+    let (negative, text) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = text.split_once(['e', 'E']).unwrap_or((text, "0"));
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{whole}{fraction}");
+    let significant = digits.trim_start_matches('0').trim_end_matches('0');
+    if significant.is_empty() {
+        return Some((false, String::new(), 0));
+    }
+    let trailing = digits.len() - digits.trim_end_matches('0').len();
+    let exponent: i64 = exponent
+        .strip_prefix('+')
+        .unwrap_or(exponent)
+        .parse()
+        .ok()?;
+    let power = exponent - fraction.len() as i64 + trailing as i64;
+    Some((negative, significant.to_owned(), power))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_number_a_value_cannot_hold_is_found_where_it_is() {
+        let found =
+            |text: &str| inexact_number(text.as_bytes()).map(|(l, c, n)| (l, c, n.to_owned()));
+        for kept in [
+            r#"{"a": [0, -0, 1, -1, 9223372036854775807, -9223372036854775808]}"#,
+            r#"{"a": 18446744073709551615, "b": 1e2, "c": 0.1, "d": -2.5E-3, "e": 1.0}"#,
+            r#"{"a": 1.7976931348623157e308, "b": 5e-324, "c": 0.0e-999, "d": 100e-2}"#,
+            r#"{"a\"1e999": "12345678901234567890123", "b": "0.1000000000000000000001"}"#,
+        ] {
+            assert_eq!(found(kept), None, "{kept}");
+        }
+        assert_eq!(
+            found(r#"{"a": 18446744073709551616}"#),
+            Some((1, 7, "18446744073709551616".into()))
+        );
+        assert_eq!(
+            found("{\n  \"a\": [1,\n -9223372036854775809]}"),
+            Some((3, 2, "-9223372036854775809".into()))
+        );
+        assert_eq!(
+            found(r#"[0.10000000000000000001]"#).map(|f| f.2),
+            Some("0.10000000000000000001".into())
+        );
+        assert_eq!(found(r#"[1.5e-400]"#).map(|f| f.2), Some("1.5e-400".into()));
+        assert_eq!(
+            found(r#"[1e-99999999999999999999]"#).map(|f| f.2),
+            Some("1e-99999999999999999999".into())
+        );
+    }
 
     #[test]
     fn a_number_out_of_range_is_told_with_its_member() {

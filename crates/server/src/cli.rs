@@ -278,7 +278,14 @@ fn print_json(value: &serde_json::Value) {
 /// Publishes OpenID Connect discovery documents and key sets of customer services, hosts
 /// temporary anonymous services, and authenticates service accounts.
 #[derive(Debug, Parser)]
-#[command(name = "registry", version, about)]
+#[command(
+    name = "registry",
+    version,
+    about,
+    after_help = "Example: `registry serve` (then `registry customer create --tenant acme --plan \
+                  team --name Acme` prints a token, and `REGISTRY_TOKEN=rgst_… registry services \
+                  list` uses it). `registry help COMMAND` shows a command's own example."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

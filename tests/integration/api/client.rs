@@ -231,9 +231,11 @@ fn a_customer_works_with_the_api_from_the_command_line() {
     let (code, _, stderr) = client(&server, "rgst_wrong", &["services", "list"]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("Unauthorized (401)"), "{stderr}");
-    // A wrong command line: usage, exit 2; --help has an example.
+    // A wrong command line: usage, exit 2; --help has an example, the binary's own too.
     let (code, _, _) = client(&server, &acme.token, &["services", "frobnicate"]);
     assert_eq!(code, Some(2));
+    let help = ok(&server, &acme.token, &["--help"]);
+    assert!(help.contains("Example: `registry serve`"), "{help}");
     let help = ok(&server, &acme.token, &["services", "list", "--help"]);
     assert!(
         help.contains("Example:") && help.contains("REGISTRY_API_URL"),

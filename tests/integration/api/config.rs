@@ -197,3 +197,53 @@ fn invalid_uploads_are_refused_with_pointers_and_change_nothing() {
         .unwrap();
     assert_problem(oct, 400, "validation-failed");
 }
+
+/// Every member of the discovery document other than `issuer` and `jwks_uri` is served as
+/// uploaded: a number the registry could not give back as sent is refused, naming it, rather
+/// than served as another number; one written otherwise (`1e2`) is served as the same number.
+#[test]
+fn a_number_is_served_as_sent_or_refused() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = service(&server, &acme, "api");
+    let path = format!("/services/{sub}/config");
+    let with = |member: &str| {
+        let text = upload(&["k1"]).to_string();
+        let text = text.replacen(
+            "\"openidConfiguration\":{",
+            &format!("\"openidConfiguration\":{{{member},"),
+            1,
+        );
+        server
+            .authed(Method::PUT, &path, &acme.token)
+            .header("content-type", "application/json")
+            .body(text)
+            .send()
+            .unwrap()
+    };
+    for number in ["18446744073709551616", "0.10000000000000000001", "1.5e-400"] {
+        let problem = assert_problem(with(&format!("\"big\":{number}")), 400, "invalid-json");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(&format!("the number {number} at line 1"))),
+            "{problem}"
+        );
+        let none = server
+            .authed(Method::GET, &path, &acme.token)
+            .send()
+            .unwrap();
+        assert_problem(none, 404, "nothing-published");
+    }
+    let kept = with("\"hundred\":1e2,\"large\":18446744073709551615,\"tenth\":0.1");
+    assert_eq!(kept.status(), 200);
+    let served: Value = json(
+        server
+            .hosted(Method::GET, &sub, "/.well-known/openid-configuration")
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(served["hundred"], json!(100.0), "{served}");
+    assert_eq!(served["large"], json!(18446744073709551615u64), "{served}");
+    assert_eq!(served["tenth"], json!(0.1), "{served}");
+}

@@ -159,6 +159,21 @@ fn key_set_rules() {
         ),
         (
             vec![
+                json!({"kty": "EC", "crv": "P-256", "kid": "a", "key_ops": ["sign"], "x": EC_X, "y": EC_Y}),
+                json!({"kty": "EC", "crv": "P-256", "kid": "b", "key_ops": [], "x": EC_X, "y": EC_Y}),
+                json!({"kty": "EC", "crv": "P-256", "kid": "c", "key_ops": ["verify", "verify"], "x": EC_X, "y": EC_Y}),
+                json!({"kty": "EC", "crv": "P-256", "kid": "d", "key_ops": "verify", "x": EC_X, "y": EC_Y}),
+                json!({"kty": "EC", "crv": "P-256", "kid": "e", "key_ops": ["verify", "sign"], "x": EC_X, "y": EC_Y}),
+            ],
+            vec![
+                "/jwks/keys/0/key_ops",
+                "/jwks/keys/1/key_ops",
+                "/jwks/keys/2/key_ops",
+                "/jwks/keys/3/key_ops",
+            ],
+        ),
+        (
+            vec![
                 json!({"kty": "EC", "crv": "P-256", "kid": "a", "alg": "RS256", "x": EC_X, "y": EC_Y}),
             ],
             vec!["/jwks/keys/0/alg"],

@@ -509,19 +509,15 @@ fn check_key(key: &Map<String, Value>, at: &str, problems: &mut Violations) -> O
             "use must be \"sig\" (or absent): published keys verify signatures",
         )),
     }
-    // A verifier imports a key whose `key_ops` is there only to verify (OpenSSL's JOSE libraries
-    // refuse it otherwise); RFC 7517 forbids an operation listed twice.
+    // A verifier imports a key only when its `key_ops`, if any, allow verifying (josekit, which
+    // imports keys here as the verifiers do, and WebCrypto's `importKey` alike); RFC 7517
+    // forbids an operation listed twice.
     if let Some(ops) = key.get("key_ops") {
         let listed = ops.as_array().and_then(|ops| {
-            let names: Option<Vec<&str>> = ops.iter().map(Value::as_str).collect();
-            names.filter(|names| {
-                names
-                    .iter()
-                    .enumerate()
-                    .all(|(i, n)| !names[..i].contains(n))
-            })
+            let names: Option<HashSet<&str>> = ops.iter().map(Value::as_str).collect();
+            names.filter(|names| names.len() == ops.len())
         });
-        if !listed.is_some_and(|names| names.contains(&"verify")) {
+        if !listed.is_some_and(|names| names.contains("verify")) {
             problems.push(Violation::new(
                 format!("{at}/key_ops"),
                 "key_ops must list \"verify\" (or be absent), each operation once: published \

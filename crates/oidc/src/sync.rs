@@ -92,12 +92,19 @@ fn read_file(path: &Path) -> Result<Vec<u8>, SyncError> {
 }
 
 fn parse_object(text: &[u8], what: &str) -> Result<Value, SyncError> {
-    // Read strictly, as the registry reads the upload: a key set naming a member twice would
-    // be uploaded as this reader took it, not as the source meant it.
+    // Read strictly, as the registry reads the upload: a key set naming a member twice, or a
+    // number this reader would write as another, would be uploaded as this reader took it, not
+    // as the source meant it.
     let value = registry_domain::json::parse_unique(text).map_err(|e| SyncError::NotJson {
         what: what.to_owned(),
         reason: e.to_string(),
     })?;
+    if let Some((_, sentence)) = registry_domain::json::number_changed(text, &value) {
+        return Err(SyncError::NotJson {
+            what: what.to_owned(),
+            reason: sentence,
+        });
+    }
     if value.is_object() {
         Ok(value)
     } else {

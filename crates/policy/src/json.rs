@@ -114,13 +114,42 @@ pub fn out_of_range<'t>(error: &serde_json::Error, text: &'t [u8]) -> Option<Opt
     Some(member)
 }
 
-/// The first number of JSON `text` (already read by [`parse_unique`]) that a [`Value`] cannot
-/// hold exactly, with its line and column (from 1, the column in bytes): an integer beyond 64
-/// bits, or a fraction whose nearest `f64` is another number (`0.10000000000000000001`,
-/// `1e-400`). Such a number would be written back as another one; `1e2` or `0.1`, which come
-/// back as `100.0` and `0.1`, are the same numbers and pass.
-pub fn inexact_number(text: &[u8]) -> Option<(usize, usize, &str)> {
-    let (mut at, mut line, mut line_start) = (0, 1, 0);
+/// Where `value`, read from `text` by [`parse_unique`], holds a number it would write back as
+/// another number, as an RFC 6901 pointer and a sentence naming the number, its line and
+/// column, and what to do ([`inexact_number`]). Every reader whose value is written on (an API
+/// body, a file the command line or `sync` uploads) refuses such text rather than change it.
+pub fn number_changed(text: &[u8], value: &Value) -> Option<(String, String)> {
+    let number = inexact_number(text)?;
+    let sentence = format!(
+        "the number {} (line {}, column {}) would be kept as another number: more digits than \
+         a double keeps, an integer beyond 64 bits, or below a double's range; send it as a \
+         string",
+        number.text, number.line, number.column
+    );
+    Some((number_pointer(value, number.index), sentence))
+}
+
+/// A number of JSON text that a [`Value`] would write back as another number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InexactNumber<'t> {
+    /// The number as the text writes it.
+    text: &'t str,
+    /// Its line, from 1.
+    line: usize,
+    /// Its column in bytes, from 1.
+    column: usize,
+    /// How many numbers come before it in the text: a [`Value`] read with `preserve_order`
+    /// visits its numbers in the same order ([`number_pointer`]).
+    index: usize,
+}
+
+/// The first number of JSON `text` (already read by [`parse_unique`]) that a [`Value`] would
+/// write back as another number: more significant digits than a double keeps
+/// (`0.10000000000000000001`), an integer beyond 64 bits that no double holds
+/// (`18446744073709551616`), or a number below a double's range (`1e-400`). `1e2` or
+/// `100000000000000000000`, written back as `100.0` and `1e20`, are the same numbers and pass.
+fn inexact_number(text: &[u8]) -> Option<InexactNumber<'_>> {
+    let (mut at, mut line, mut line_start, mut index) = (0, 1, 0, 0);
     while at < text.len() {
         match text[at] {
             b'"' => {
@@ -136,11 +165,17 @@ pub fn inexact_number(text: &[u8]) -> Option<(usize, usize, &str)> {
                     .iter()
                     .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
                     .map_or(text.len(), |length| at + length);
-                let number = std::str::from_utf8(&text[at..end]).ok()?;
-                if !exact(number) {
-                    return Some((line, at - line_start + 1, number));
+                // ASCII by the match above; were it not, the number would be refused.
+                let number = std::str::from_utf8(&text[at..end]).unwrap_or_default();
+                if !written_back_as_sent(number) {
+                    return Some(InexactNumber {
+                        text: number,
+                        line,
+                        column: at - line_start + 1,
+                        index,
+                    });
                 }
-                at = end;
+                (at, index) = (end, index + 1);
             }
             b'\n' => {
                 at += 1;
@@ -152,23 +187,17 @@ pub fn inexact_number(text: &[u8]) -> Option<(usize, usize, &str)> {
     None
 }
 
-/// Whether the JSON number `text` comes back as the same number from a [`Value`].
-fn exact(text: &str) -> bool {
-    if !text.contains(['.', 'e', 'E']) {
-        return text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok();
-    }
-    match text.parse::<f64>() {
-        // serde_json writes an f64 in its shortest form, as `{:e}` does.
-        Ok(float) if float.is_finite() => {
-            let (given, written) = (decimal(text), decimal(&format!("{float:e}")));
-            given.is_some() && given == written
-        }
-        _ => false,
+/// Whether the JSON number `text` is written back by a [`Value`] as the same number: read and
+/// written by serde_json itself, whose writer breaks a tie of two shortest forms its own way.
+fn written_back_as_sent(text: &str) -> bool {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => decimal(text).is_some_and(|sent| decimal(&value.to_string()) == Some(sent)),
+        Err(_) => false,
     }
 }
 
 /// A decimal number's sign, significant digits and power of ten (a zero, whatever its sign, as
-/// `(false, "", 0)`); `None` for an exponent beyond `i64`, of a number no `f64` holds.
+/// `(false, "", 0)`); `None` when its power of ten is beyond `i64`, which no double reaches.
 fn decimal(text: &str) -> Option<(bool, String, i64)> {
     let (negative, text) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
@@ -187,8 +216,51 @@ fn decimal(text: &str) -> Option<(bool, String, i64)> {
         .unwrap_or(exponent)
         .parse()
         .ok()?;
-    let power = exponent - fraction.len() as i64 + trailing as i64;
-    Some((negative, significant.to_owned(), power))
+    let shift = i64::try_from(trailing).ok()? - i64::try_from(fraction.len()).ok()?;
+    Some((
+        negative,
+        significant.to_owned(),
+        exponent.checked_add(shift)?,
+    ))
+}
+
+/// The RFC 6901 pointer of the `index`-th number of `value` in document order (members in the
+/// order they were read, as `preserve_order` keeps them), `""` when it has fewer.
+fn number_pointer(value: &Value, index: usize) -> String {
+    fn find(value: &Value, index: &mut usize, at: &mut String) -> bool {
+        match value {
+            Value::Number(_) if *index == 0 => true,
+            Value::Number(_) => {
+                *index -= 1;
+                false
+            }
+            Value::Array(items) => items.iter().enumerate().any(|(i, item)| {
+                let depth = at.len();
+                at.push_str(&format!("/{i}"));
+                let found = find(item, index, at);
+                if !found {
+                    at.truncate(depth);
+                }
+                found
+            }),
+            Value::Object(members) => members.iter().any(|(name, item)| {
+                let depth = at.len();
+                at.push('/');
+                at.push_str(&name.replace('~', "~0").replace('/', "~1"));
+                let found = find(item, index, at);
+                if !found {
+                    at.truncate(depth);
+                }
+                found
+            }),
+            _ => false,
+        }
+    }
+    let mut at = String::new();
+    match find(value, &mut { index }, &mut at) {
+        true => at,
+        false => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -198,33 +270,58 @@ mod tests {
 
     #[test]
     fn a_number_a_value_cannot_hold_is_found_where_it_is() {
-        let found =
-            |text: &str| inexact_number(text.as_bytes()).map(|(l, c, n)| (l, c, n.to_owned()));
+        let found = |text: &str| {
+            inexact_number(text.as_bytes()).map(|n| (n.line, n.column, n.text.to_owned(), n.index))
+        };
         for kept in [
             r#"{"a": [0, -0, 1, -1, 9223372036854775807, -9223372036854775808]}"#,
             r#"{"a": 18446744073709551615, "b": 1e2, "c": 0.1, "d": -2.5E-3, "e": 1.0}"#,
             r#"{"a": 1.7976931348623157e308, "b": 5e-324, "c": 0.0e-999, "d": 100e-2}"#,
             r#"{"a\"1e999": "12345678901234567890123", "b": "0.1000000000000000000001"}"#,
+            r#"{"a": 100000000000000000000, "b": 1E+2, "c": -0.0, "d": 1700000000.1234567}"#,
+            r#"{"a\\": 1, "é": 2.5}"#,
+            "0e-99999999999999999999",
+            // serde_json writes this double 1658206780088562.2 (the other shortest form, …2.3,
+            // is Rust's `{:e}`): what it writes is what passes.
+            "[1658206780088562.2]",
         ] {
             assert_eq!(found(kept), None, "{kept}");
         }
         assert_eq!(
             found(r#"{"a": 18446744073709551616}"#),
-            Some((1, 7, "18446744073709551616".into()))
+            Some((1, 7, "18446744073709551616".into(), 0))
         );
         assert_eq!(
             found("{\n  \"a\": [1,\n -9223372036854775809]}"),
-            Some((3, 2, "-9223372036854775809".into()))
+            Some((3, 2, "-9223372036854775809".into(), 1))
         );
         assert_eq!(
-            found(r#"[0.10000000000000000001]"#).map(|f| f.2),
-            Some("0.10000000000000000001".into())
+            found(r#"{"é\\": [2, 1.5e-400]}"#),
+            Some((1, 14, "1.5e-400".into(), 1))
         );
-        assert_eq!(found(r#"[1.5e-400]"#).map(|f| f.2), Some("1.5e-400".into()));
-        assert_eq!(
-            found(r#"[1e-99999999999999999999]"#).map(|f| f.2),
-            Some("1e-99999999999999999999".into())
-        );
+        for refused in [
+            "0.10000000000000000001",
+            "1658206780088562.3",
+            "1e-99999999999999999999",
+            "1.5e-9223372036854775808",
+            "0.10000000000000001",
+        ] {
+            assert_eq!(
+                found(refused).map(|f| f.2),
+                Some(refused.into()),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_number_is_pointed_at_in_document_order() {
+        let value = json!({"a": [1, {"b~/c": 2}], "d": "3", "e": 4});
+        assert_eq!(number_pointer(&value, 0), "/a/0");
+        assert_eq!(number_pointer(&value, 1), "/a/1/b~0~1c");
+        assert_eq!(number_pointer(&value, 2), "/e");
+        assert_eq!(number_pointer(&value, 3), "");
+        assert_eq!(number_pointer(&json!(7), 0), "");
     }
 
     #[test]

@@ -134,13 +134,10 @@ pub async fn read_json(
     }
     let value = registry_domain::json::parse_unique(&body)
         .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    // What is stored is written back from the parsed value: a number it cannot hold would come
-    // back as another number, so it is refused rather than changed.
-    if let Some((line, column, number)) = registry_domain::json::inexact_number(&body) {
-        return Err(ApiError::InvalidJson(format!(
-            "the number {number} at line {line} column {column} cannot be kept exactly (an \
-             integer of at most 64 bits, or a fraction a double holds): send it as a string"
-        )));
+    if let Some((pointer, sentence)) = registry_domain::json::number_changed(&body, &value) {
+        return Err(ApiError::Validation(vec![Violation::new(
+            pointer, sentence,
+        )]));
     }
     // PostgreSQL text cannot hold NUL: refused here on every backend, rather than stored on
     // SQLite and failing as a 503 on PostgreSQL; before the other checks, at every place.

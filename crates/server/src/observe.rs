@@ -161,15 +161,13 @@ pub async fn observe(
         // "Operations").
         let host = host.map(redact_secrets);
         let user_agent = header(header::USER_AGENT, 100).map(redact_secrets);
-        // The unspecified address stands for one a forwarding chain did not reveal: the line
-        // names no client rather than a made-up one, as the audit trail does.
         let client = state
             .as_ref()
             .map_or_else(
                 || request.peer_addr().map(|a| a.ip()),
                 |state| Some(crate::client_ip::client_ip(request, &state.trusted_proxies)),
             )
-            .filter(|ip| !ip.is_unspecified());
+            .and_then(registry_domain::app::Origin::revealed);
         crate::request_line::RequestLine {
             method,
             route: &route,

@@ -67,6 +67,35 @@ fn a_customer_works_with_the_api_from_the_command_line() {
     .unwrap();
     assert_eq!(json[0]["subdomain"], "k3s-acme");
 
+    // A number the upload would carry as another is refused before anything is sent.
+    let discovery: Value = serde_json::from_str(
+        &std::fs::read_to_string(sample("openid-configuration.json")).unwrap(),
+    )
+    .unwrap();
+    let odd = std::env::temp_dir().join(format!("odd-number-{}.json", std::process::id()));
+    let text = discovery
+        .to_string()
+        .replacen('{', "{\"big\": 18446744073709551616, ", 1);
+    std::fs::write(&odd, text).unwrap();
+    let (code, _, stderr) = client(
+        &server,
+        &acme.token,
+        &[
+            "config",
+            "push",
+            "k3s-acme",
+            "--discovery-file",
+            odd.to_str().unwrap(),
+            "--jwks-file",
+            &sample("jwks-1.json"),
+        ],
+    );
+    std::fs::remove_file(&odd).unwrap();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the number 18446744073709551616 (line 1, column 9)"),
+        "{stderr}"
+    );
     let pushed = ok(
         &server,
         &acme.token,

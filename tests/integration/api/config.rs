@@ -222,11 +222,16 @@ fn a_number_is_served_as_sent_or_refused() {
             .unwrap()
     };
     for number in ["18446744073709551616", "0.10000000000000000001", "1.5e-400"] {
-        let problem = assert_problem(with(&format!("\"big\":{number}")), 400, "invalid-json");
+        let problem = assert_problem(with(&format!("\"big\":{number}")), 400, "validation-failed");
+        assert_eq!(
+            pointers(&problem),
+            ["/openidConfiguration/big"],
+            "{problem}"
+        );
         assert!(
             problem["detail"]
                 .as_str()
-                .is_some_and(|d| d.contains(&format!("the number {number} at line 1"))),
+                .is_some_and(|d| d.contains(&format!("the number {number} (line 1, column"))),
             "{problem}"
         );
         let none = server
@@ -235,7 +240,9 @@ fn a_number_is_served_as_sent_or_refused() {
             .unwrap();
         assert_problem(none, 404, "nothing-published");
     }
-    let kept = with("\"hundred\":1e2,\"large\":18446744073709551615,\"tenth\":0.1");
+    let kept = with(
+        "\"hundred\":1e2,\"large\":18446744073709551615,\"tenth\":0.1,\"huge\":100000000000000000000",
+    );
     assert_eq!(kept.status(), 200);
     let served: Value = json(
         server
@@ -246,4 +253,27 @@ fn a_number_is_served_as_sent_or_refused() {
     assert_eq!(served["hundred"], json!(100.0), "{served}");
     assert_eq!(served["large"], json!(18446744073709551615u64), "{served}");
     assert_eq!(served["tenth"], json!(0.1), "{served}");
+    assert_eq!(served["huge"], json!(1e20), "{served}");
+}
+
+/// `key_ops` is checked before the verifiers' import: a key that may verify is published, one
+/// that may not is refused at its `key_ops`.
+#[test]
+fn a_key_whose_operations_leave_out_verify_is_refused_there() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let sub = service(&server, &acme, "api");
+    let path = format!("/services/{sub}/config");
+    let with_ops = |ops: Value| {
+        let mut body = upload(&["k1"]);
+        body["jwks"]["keys"][0]["key_ops"] = ops;
+        server
+            .authed(Method::PUT, &path, &acme.token)
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    let refused = assert_problem(with_ops(json!(["sign"])), 400, "validation-failed");
+    assert_eq!(pointers(&refused), ["/jwks/keys/0/key_ops"], "{refused}");
+    assert_eq!(with_ops(json!(["verify"])).status(), 200);
 }

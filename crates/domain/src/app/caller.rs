@@ -26,6 +26,13 @@ impl Origin {
     pub fn new(ip: IpAddr, request_id: Option<String>) -> Self {
         Self { ip, request_id }
     }
+
+    /// `ip` as a record may show it: `None` for the unspecified address, which stands for one a
+    /// forwarding chain did not reveal (limits count it as one client), rather than a made-up
+    /// address.
+    pub fn revealed(ip: IpAddr) -> Option<IpAddr> {
+        (!ip.is_unspecified()).then_some(ip)
+    }
 }
 
 /// A caller whose call was granted: a service account (with, for an identity token, the rules
@@ -140,9 +147,7 @@ impl Caller {
         customer_id: Option<Uuid>,
         now: OffsetDateTime,
     ) -> AuditEvent {
-        // The unspecified address stands for one a forwarding chain did not reveal: no address
-        // is recorded rather than a made-up one.
-        let ip = (!self.origin.ip.is_unspecified()).then(|| self.origin.ip.to_string());
+        let ip = Origin::revealed(self.origin.ip).map(|ip| ip.to_string());
         AuditEvent::new(action, resource, self.actor(), customer_id, now)
             .from_request(ip, self.origin.request_id.clone())
     }

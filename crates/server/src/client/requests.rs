@@ -41,10 +41,14 @@ fn read_file(path: &Path) -> Result<String, ClientError> {
 
 fn read_json(path: &Path) -> Result<Value, ClientError> {
     let text = read_file(path)?;
-    // Read as the API reads a body: a member named twice is refused here, not quietly sent
-    // with its last value.
-    registry_domain::json::parse_unique(text.as_bytes())
-        .map_err(|e| ClientError::File(format!("{} is not JSON: {e}", path.display())))
+    // Read as the API reads a body: a member named twice, or a number that would be sent as
+    // another, is refused here, not quietly sent otherwise.
+    let value = registry_domain::json::parse_unique(text.as_bytes())
+        .map_err(|e| ClientError::File(format!("{} is not JSON: {e}", path.display())))?;
+    match registry_domain::json::number_changed(text.as_bytes(), &value) {
+        None => Ok(value),
+        Some((_, sentence)) => Err(ClientError::File(format!("{}: {sentence}", path.display()))),
+    }
 }
 
 /// The request of the route of the table (`routes::table`) that serves `verb` on `pattern`,

@@ -35,8 +35,8 @@ macro_rules! kinds {
 
 kinds! {
     INVALID_JSON = "invalid-json", 400, "Malformed JSON",
-        "The request body does not parse as JSON.",
-        "Send a JSON object with Content-Type: application/json; check quoting and trailing commas.";
+        "The request body does not parse as JSON, or an object in it names a member twice.",
+        "Send a JSON object with Content-Type: application/json; check quoting and trailing commas, and name each member once. `errors` says what and where.";
     VALIDATION_FAILED = "validation-failed", 400, "Invalid request",
         "The request breaks a rule: a field is missing, unknown or of the wrong shape, a value is out of range, or the call does not apply to this resource. Each problem in `errors` points (RFC 6901) at the part of the body it is about.",
         "Fix every entry of `errors` (or what `detail` names) and send the request again; nothing was changed.";

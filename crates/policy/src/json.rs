@@ -116,8 +116,10 @@ pub fn out_of_range<'t>(error: &serde_json::Error, text: &'t [u8]) -> Option<Opt
 
 /// Where `value`, read from `text` by [`parse_unique`], holds a number it would write back as
 /// another number, as an RFC 6901 pointer and a sentence naming the number, its line and
-/// column, and what to do ([`inexact_number`]). Every reader whose value is written on (an API
-/// body, a file the command line or `sync` uploads) refuses such text rather than change it.
+/// column, and what to do: more significant digits than a double keeps, an integer beyond 64
+/// bits that no double holds, or a number below a double's range. Every reader whose value is
+/// written on (an API body, a file the command line or `sync` uploads) refuses such text rather
+/// than change it.
 pub fn number_changed(text: &[u8], value: &Value) -> Option<(String, String)> {
     let number = inexact_number(text)?;
     let sentence = format!(

@@ -77,19 +77,19 @@ fn a_customer_works_with_the_api_from_the_command_line() {
         .to_string()
         .replacen('{', "{\"big\": 18446744073709551616, ", 1);
     std::fs::write(&odd, text).unwrap();
-    let (code, _, stderr) = client(
-        &server,
-        &acme.token,
-        &[
+    let jwks = sample("jwks-1.json");
+    fn push<'a>(discovery: &'a str, jwks: &'a str) -> [&'a str; 7] {
+        [
             "config",
             "push",
             "k3s-acme",
             "--discovery-file",
-            odd.to_str().unwrap(),
+            discovery,
             "--jwks-file",
-            &sample("jwks-1.json"),
-        ],
-    );
+            jwks,
+        ]
+    }
+    let (code, _, stderr) = client(&server, &acme.token, &push(odd.to_str().unwrap(), &jwks));
     std::fs::remove_file(&odd).unwrap();
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
@@ -99,15 +99,7 @@ fn a_customer_works_with_the_api_from_the_command_line() {
     let pushed = ok(
         &server,
         &acme.token,
-        &[
-            "config",
-            "push",
-            "k3s-acme",
-            "--discovery-file",
-            &sample("openid-configuration.json"),
-            "--jwks-file",
-            &sample("jwks-1.json"),
-        ],
+        &push(&sample("openid-configuration.json"), &jwks),
     );
     assert!(pushed.contains("warnings:"), "{pushed}");
     let keys = ok(&server, &acme.token, &["keys", "list", "k3s-acme"]);

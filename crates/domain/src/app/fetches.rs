@@ -148,8 +148,9 @@ pub const HISTORY_AGENTS: usize = 32;
 
 /// `GET /services/{s}/fetches/history`: who fetched the service's key set (under any of its
 /// issuers), per clock hour, over the [`KEPT_FOR`] the store keeps: what a timeline of a
-/// rotation draws beside the keys. The [`HISTORY_AGENTS`] most active agents, most active
-/// first, each with its hours, oldest first.
+/// rotation draws beside the keys. The [`HISTORY_AGENTS`] most active agents (seen in the most
+/// distinct hours, then with the most fetches), most active first, each with its hours, oldest
+/// first.
 pub fn history(
     registry: &Registry,
     service: &Service,
@@ -168,7 +169,13 @@ pub fn history(
             (agent, hours.iter().map(|h| h.count).sum(), hours)
         })
         .collect();
-    agents.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    // Most active as a key's verifiers are ranked: in the most distinct hours, then with the
+    // most fetches, so that agents made up in one busy hour do not push a steady verifier out.
+    agents.sort_by(|a, b| {
+        (b.2.len().cmp(&a.2.len()))
+            .then_with(|| b.1.cmp(&a.1))
+            .then_with(|| a.0.cmp(&b.0))
+    });
     agents.truncate(HISTORY_AGENTS);
     let agents: Vec<Value> = agents
         .into_iter()
@@ -429,6 +436,16 @@ mod tests {
         for one in fetched {
             record(&registry, &[one]).unwrap();
         }
+        // More fetches than aws's in one hour: a steadier agent still ranks first.
+        for _ in 0..4 {
+            let burst = count(
+                &service,
+                FetchedDocument::Jwks,
+                "burst",
+                NOW - Duration::minutes(2),
+            );
+            record(&registry, &[burst]).unwrap();
+        }
         let answer = history(&registry, &service, NOW).unwrap();
         // Whole seconds, like every time of the API that is no fetch's.
         let later = history(&registry, &service, NOW + time::Duration::milliseconds(250));
@@ -442,8 +459,8 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["aws", "gcp"],
-            "most active first; no discovery, nothing older"
+            ["aws", "burst", "gcp"],
+            "most hours first, then most fetches; no discovery, nothing older"
         );
         assert_eq!(agents[0]["count"], 9);
         assert_eq!(agents[0]["lastFetchedAt"], "2026-11-25T11:59:00Z");

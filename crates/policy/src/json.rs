@@ -192,6 +192,14 @@ fn inexact_number(text: &[u8]) -> Option<InexactNumber<'_>> {
 /// Whether the JSON number `text` is written back by a [`Value`] as the same number: read and
 /// written by serde_json itself, whose writer breaks a tie of two shortest forms its own way.
 fn written_back_as_sent(text: &str) -> bool {
+    // An integer of 64 bits (a time, a count: most numbers a body holds) is kept as it is,
+    // known so without a value's reading and writing.
+    let magnitude = text.strip_prefix('-').unwrap_or(text);
+    if magnitude.bytes().all(|b| b.is_ascii_digit())
+        && (text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok())
+    {
+        return true;
+    }
     match serde_json::from_str::<Value>(text) {
         Ok(value) => decimal(text).is_some_and(|sent| decimal(&value.to_string()) == Some(sent)),
         Err(_) => false,

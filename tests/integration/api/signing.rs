@@ -944,6 +944,46 @@ fn while_no_key_is_safe_signing_answers_no_key_ready_with_retry_after() {
     assert_eq!(status, 200, "{signed}");
 }
 
+/// Dismissing the last verifier that held a next key back switches to it at once, as a
+/// readiness call that finds it safe does: the very next signature uses it.
+#[test]
+fn dismissing_the_verifier_that_held_a_next_key_back_switches_to_it_at_once() {
+    let server = TestServer::start_with(options(&[("REGISTRY_FETCH_FLUSH_SECONDS", "1")]));
+    let (acme, sub, issuer, first) = signing_service(&server, json!({"leadSeconds": 0}));
+    let first = kids(&first, "current")[0].clone();
+    // A verifier: it fetched the key set in two distinct hours before the next key.
+    let fetched_in_hours = |hours: usize| {
+        let response = (server.hosted(Method::GET, &sub, "/openid/v1/jwks"))
+            .header("user-agent", "aws-sts")
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let counted = within(Duration::from_secs(30), || {
+            let history =
+                json(server.get(&format!("/services/{sub}/fetches/history"), &acme.token));
+            history["agents"][0]["hours"].as_array().map(Vec::len) == Some(hours)
+        });
+        assert!(counted, "aws-sts never counted in {hours} hours");
+    };
+    fetched_in_hours(1);
+    server.advance_clock(3600);
+    fetched_in_hours(2);
+    let next = kids(&json(rotate(&server, &acme.token, &sub, false)), "next")[0].clone();
+    let signer = account_for(&server, &acme, &sub, &["tokens:sign"]);
+    // The server's clock is an hour ahead of this one.
+    let claims = payload(&issuer, now() + 3600, 600);
+    let (status, signed) = sign(&server, &signer, &sub, &claims);
+    assert_eq!((status, &signed["kid"]), (200, &json!(first)), "{signed}");
+    let path = format!("/services/{sub}/keys/{next}/readiness/verifiers/aws-sts");
+    let dismissed = server
+        .authed(Method::DELETE, &path, &acme.token)
+        .send()
+        .unwrap();
+    assert_eq!(dismissed.status(), 204);
+    let (status, signed) = sign(&server, &signer, &sub, &claims);
+    assert_eq!((status, &signed["kid"]), (200, &json!(next)), "{signed}");
+}
+
 /// Lowering `maxTokenSeconds` never withdraws a key before the longer tokens it signed expire.
 #[test]
 fn a_lowered_token_lifetime_keeps_a_retiring_key_until_its_longer_tokens_expire() {

@@ -9,7 +9,9 @@ use crate::problem::ApiResult;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use registry_domain::app::{keys, readiness, signing};
+use registry_domain::Service;
 use serde::Deserialize;
+use time::OffsetDateTime;
 
 /// `GET /services/{subdomain}/keys`: every published key, current ones first.
 pub async fn list(
@@ -63,14 +65,26 @@ pub async fn readiness(
     // A managed next key found safe signs from now on: whoever reads this signs with it next,
     // without waiting for the rotation step (which switches it should this write fail).
     if switch {
-        // Best effort: the rotation step switches at its next look anyway, and the answer stands.
-        let advanced =
-            (state.write(move |registry| signing::advance(registry, &service, purging, now))).await;
-        if let Err(error) = advanced {
-            tracing::warn!(%error, "a safe next key was not switched to at its readiness call");
-        }
+        switch_to_next(&state, service, purging, now, "its readiness call").await;
     }
     Ok(HttpResponse::Ok().json(answer))
+}
+
+/// Switches `service`'s managed signing to its next key when that key is safe at `now`, as the
+/// rotation step would at its next look. Best effort: that look switches anyway, and the answer
+/// of the call that asked (`at`) stands.
+async fn switch_to_next(
+    state: &AppState,
+    service: std::sync::Arc<Service>,
+    purging: bool,
+    now: OffsetDateTime,
+    at: &'static str,
+) {
+    let advanced =
+        (state.write(move |registry| signing::advance(registry, &service, purging, now))).await;
+    if let Err(error) = advanced {
+        tracing::warn!(%error, "a safe next key was not switched to at {at}");
+    }
 }
 
 /// `DELETE /services/{subdomain}/keys/{kid}/readiness/verifiers/{agent}`: the owner dismisses a
@@ -83,11 +97,18 @@ pub async fn dismiss_verifier(
 ) -> ApiResult<HttpResponse> {
     let (_, kid, agent) = path.into_inner();
     let now = state.now();
-    state
+    let dismissing = service.clone();
+    let next = state
         .write(move |registry| {
-            readiness::dismiss_verifier(registry, &caller, &service, &kid, &agent, now)
+            readiness::dismiss_verifier(registry, &caller, &dismissing, &kid, &agent, now)?;
+            signing::is_next(registry, &dismissing, &kid)
         })
         .await?;
+    // The verifier may have been the last to hold a next key back: it signs from now on, as
+    // after a readiness call that finds it safe (the step looks at its readiness first).
+    if next {
+        switch_to_next(&state, service, state.purger.is_some(), now, "a dismissal").await;
+    }
     Ok(HttpResponse::NoContent().finish())
 }
 

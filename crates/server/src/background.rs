@@ -29,13 +29,14 @@ pub async fn follow_changes(state: web::Data<AppState>) {
     }
 }
 
-/// The reaper, forever: expiry and retention, and the token cache's sweep.
+/// The reaper, forever: expiry and retention, and the token cache's sweep. A round runs every
+/// `REGISTRY_REAP_EVERY_SECONDS`, and as each anonymous service expires in between; retention
+/// runs once a period.
 pub async fn reap_expired(state: web::Data<AppState>) {
     let every = Duration::from_secs(state.settings.reap_every_seconds);
     let keep_audit = time::Duration::days(i64::from(state.settings.audit_retention_days));
-    let mut interval = tokio::time::interval(every);
+    let mut pruned_at: Option<std::time::Instant> = None;
     loop {
-        interval.tick().await;
         let now = state.now();
         state.auth.tokens.sweep(now);
         if let Ok(expired) = state.write(move |r| Ok(upkeep::expire(r, now))).await {
@@ -54,10 +55,42 @@ pub async fn reap_expired(state: web::Data<AppState>) {
         }
         // The deletions leave the caches through the change log, like every other change (and
         // on every replica alike). Until then the handlers' own expiry checks hold.
-        let _ = state
-            .write(move |r| Ok(upkeep::prune(r, now, keep_audit)?))
-            .await;
+        if pruned_at.is_none_or(|at| at.elapsed() >= every) {
+            pruned_at = Some(std::time::Instant::now());
+            let _ = state
+                .write(move |r| Ok(upkeep::prune(r, now, keep_audit)?))
+                .await;
+        }
+        // A service created meanwhile may expire before the round planned: plan again.
+        let mut next_round = tokio::time::Instant::now() + until_next_round(&state, every).await;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next_round) => break,
+                () = state.anonymous_created.notified() => {
+                    let sooner = tokio::time::Instant::now() + until_next_round(&state, every).await;
+                    next_round = next_round.min(sooner);
+                }
+            }
+        }
     }
+}
+
+/// The least time between two rounds of the reaper, however many anonymous services expire in
+/// between: a round reads and writes the database.
+const ROUNDS_APART: Duration = Duration::from_millis(500);
+
+/// How long the reaper sleeps: until the next anonymous service expires (half a second at
+/// least), `every` at most. One already due (its deletion failed this round) waits for the
+/// next full round.
+async fn until_next_round(state: &AppState, every: Duration) -> Duration {
+    let now = state.now();
+    let within = time::Duration::try_from(every).unwrap_or(time::Duration::DAY);
+    let next = state.read(move |r| Ok(upkeep::next_expiry(r, now, within)?));
+    let wait = match next.await {
+        Ok(Some(at)) if at > now => Duration::try_from(at - now).unwrap_or(every),
+        _ => every,
+    };
+    wait.clamp(ROUNDS_APART.min(every), every)
 }
 
 /// Purges the caches in front of the registry of every change of public documents this replica

@@ -63,6 +63,9 @@ pub struct AppState {
     /// The accounts (by customer and id) whose token is being regenerated here (one call at a
     /// time each).
     pub regenerations: crate::one_at_a_time::InFlight<(uuid::Uuid, uuid::Uuid)>,
+    /// Told of each anonymous service created here: the reaper plans its next round for the
+    /// service's expiry, should that come first (its documents are purged as it expires).
+    pub anonymous_created: Arc<tokio::sync::Notify>,
 }
 
 impl AppState {
@@ -150,6 +153,7 @@ impl AppState {
             custom_domains,
             drain: Arc::default(),
             regenerations: Default::default(),
+            anonymous_created: Arc::default(),
         })
     }
 

@@ -264,6 +264,45 @@ fn deleted_documents_are_purged_though_no_replica_holds_them_in_memory() {
     assert!(again, "{:?}", seen.lock().unwrap());
 }
 
+/// An anonymous service's documents leave the caches in front of the registry as it expires,
+/// not at the reaper's next round (an hour away here): it was created after that round was
+/// planned, and expires before it.
+#[test]
+fn an_anonymous_services_documents_are_purged_as_it_expires() {
+    let (address, seen) = cache();
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![
+            ("REGISTRY_PURGE_URLS".into(), address),
+            ("REGISTRY_TEST_REAP_EVERY_SECONDS".into(), "3600".into()),
+        ],
+        ..ServerOptions::default()
+    });
+    // Seven seconds to live.
+    let created = (server.request(Method::POST, "/anonymous/services"))
+        .json(&json!({"ttlHours": 0.002}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let created = json(created);
+    let (sub, secret) = (
+        created["service"]["subdomain"].as_str().unwrap(),
+        created["secret"].as_str().unwrap(),
+    );
+    publish_kids(&server, secret, sub, &["k1"]);
+    let authority = server.issuer(sub).split_once("://").unwrap().1.to_owned();
+    let line = format!("PURGE /openid/v1/jwks {authority}");
+    let purges = || seen.lock().unwrap().iter().filter(|l| **l == line).count();
+    let published = within(Duration::from_secs(10), || purges() == 1);
+    assert!(published, "{:?}", seen.lock().unwrap());
+    let expired = within(Duration::from_secs(30), || purges() >= 2);
+    assert!(expired, "{:?}", seen.lock().unwrap());
+    let gone = server
+        .hosted(Method::GET, sub, "/openid/v1/jwks")
+        .send()
+        .unwrap();
+    assert_eq!(gone.status(), 404);
+}
+
 /// A time a cache logs a fetch at: two minutes ago (lines more than ten minutes old are
 /// skipped).
 fn logged_at() -> time::OffsetDateTime {

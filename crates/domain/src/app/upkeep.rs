@@ -50,6 +50,18 @@ pub fn expire(registry: &Registry, now: OffsetDateTime) -> Expired {
     }
 }
 
+/// When the next anonymous service expires after `now`, if one does by `now + within`: the
+/// reaper's next round is then, so that its documents leave the caches in front of the
+/// registry as it expires (docs/api.md, "Behind a CDN"), not up to a round later.
+pub fn next_expiry(
+    registry: &Registry,
+    now: OffsetDateTime,
+    within: Duration,
+) -> Result<Option<OffsetDateTime>, StoreError> {
+    let due = registry.store.expired_anonymous(now + within, 1)?;
+    Ok(due.first().and_then(|s| s.expires_at))
+}
+
 /// Deletes the change-log rows older than [`KEEP_CHANGES`], audit events older than
 /// `audit_retention`, refusal records past [`KEPT_FOR`](crate::refusal::KEPT_FOR), and the
 /// fetch counts (and key readiness) older than [8 days](crate::app::fetches::KEPT_FOR).
@@ -220,6 +232,10 @@ mod tests {
         let created = anonymous::create(&registry, origin(), command, || NOW).unwrap();
         let id = created.service.id;
 
+        // The reaper's next round is planned for the expiry, when it comes within the period.
+        let next = |within| next_expiry(&registry, NOW, within).unwrap();
+        assert_eq!(next(Duration::hours(3)), Some(NOW + Duration::hours(2)));
+        assert_eq!(next(Duration::hours(1)), None);
         assert_eq!(expire(&registry, NOW + Duration::minutes(119)).services, 0);
         assert!(store.service(id).unwrap().is_some());
 

@@ -53,6 +53,7 @@ pub async fn create(
                 state.anon_full.found(*retry_after_secs, detail);
             }
         })?;
+    state.anonymous_created.notify_one();
     let (secret, service) = (&created.secret, &created.service);
     let now = service.created_at;
     // The creator's first call should not pay for argon2 again.

@@ -490,7 +490,10 @@ mod tests {
         );
         assert!(Settings::from_vars([("REGISTRY_WRITES_PER_MINUTE", "0")]).is_err());
         assert!(Settings::from_vars([("REGISTRY_MAX_BODY_BYTES", "0")]).is_err());
-        let upper = [("REGISTRY_ISSUER_URL_TEMPLATE", "HTTPS://{subdomain}.OIDC.Example.com")];
+        let upper = [(
+            "REGISTRY_ISSUER_URL_TEMPLATE",
+            "HTTPS://{subdomain}.OIDC.Example.com",
+        )];
         assert_eq!(
             Settings::from_vars(upper).unwrap().issuer_url_template,
             "https://{subdomain}.oidc.example.com"

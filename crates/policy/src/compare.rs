@@ -468,9 +468,16 @@ fn symbols(pattern: &str, wildcards: Wildcards) -> Vec<Symbol> {
             '?' if wildcards == Wildcards::StarAndQuestion => Symbol::One,
             c => Symbol::Char(c),
         };
-        // `**` means `*`.
-        if !(symbol == Symbol::Star && out.last() == Some(&Symbol::Star)) {
-            out.push(symbol);
+        match (symbol, out.last()) {
+            // `**` means `*`.
+            (Symbol::Star, Some(Symbol::Star)) => {}
+            // `*?` means `?*`: a run of wildcards is written with its `?`s first, so that the
+            // proof below, which compares symbol by symbol, sees `*?` cover `a*`.
+            (Symbol::One, Some(Symbol::Star)) => {
+                out.pop();
+                out.extend([Symbol::One, Symbol::Star]);
+            }
+            _ => out.push(symbol),
         }
     }
     out
@@ -594,12 +601,21 @@ fn search(old: &Policy, new: &Policy, subsumed: &[bool], budget: &mut Budget<'_>
                 if ip_within && subsumed.get(r).copied().unwrap_or(false) {
                     continue;
                 }
-                'rule: for filler in FILLERS {
+                // A pattern `true` or `false` also matches that boolean, which other patterns
+                // (`*`, `t???`) do not: one more request, with those claims booleans.
+                let words = |p: &str| matches!(p, "true" | "false");
+                let booleans = rule.claims.iter().any(|(_, p)| words(p));
+                let variants =
+                    (FILLERS.iter().map(|f| (*f, false))).chain(booleans.then_some(("", true)));
+                'rule: for (filler, as_booleans) in variants {
                     let mut claims = Map::new();
                     claims.insert("iss".into(), rule.issuer.into());
                     for (name, pattern) in &rule.claims {
-                        let value = instance(pattern, filler, Wildcards::StarAndQuestion);
-                        claims.insert((*name).to_owned(), value.into());
+                        let value = match as_booleans && words(pattern) {
+                            true => Value::Bool(*pattern == "true"),
+                            false => instance(pattern, filler, Wildcards::StarAndQuestion).into(),
+                        };
+                        claims.insert((*name).to_owned(), value);
                     }
                     for service in service_probes(&rule.services) {
                         for &ip in &addresses {
@@ -807,6 +823,9 @@ mod tests {
             ("a?c", "a?c"),
             ("a*", "a**"),
             ("*x*", "ax*"),
+            ("*?", "a*"),
+            ("a*?b", "a?*b"),
+            ("*?*?", "xy"),
         ] {
             assert!(glob_covers(outer, inner, q), "{outer} ⊇ {inner}");
         }
@@ -827,6 +846,32 @@ mod tests {
         assert!(!claim_pattern_covers("t*", "true"));
         assert!(claim_pattern_covers("true", "true"));
         assert!(claim_pattern_covers("t*", "tru?"));
+    }
+
+    /// A pattern `true` matches the boolean, which `*` or `t???` does not: a witness with that
+    /// boolean, not `undetermined`.
+    #[test]
+    fn a_boolean_a_pattern_newly_matches_is_a_witness() {
+        let with_flag = |flag: &str| {
+            oidc(
+                vec![
+                    json!({"services": ["*"], "claims": {"iss": "https://i", "aud": "a",
+                    "sub": "s", "flag": flag}}),
+                ],
+                None,
+            )
+        };
+        for (old, new) in [("*", "true"), ("t???", "true"), ("f*", "false")] {
+            let comparison = compare(&with_flag(old), &with_flag(new));
+            confirmed(&with_flag(old), &with_flag(new), &comparison);
+            assert_eq!(comparison.result, CompareResult::Widens, "{old} → {new}");
+            let claims = comparison.witnesses[0].claims.as_ref().unwrap();
+            assert_eq!(claims["flag"], json!(new == "true"), "{old} → {new}");
+        }
+        assert_eq!(
+            result(&with_flag("true"), &with_flag("true")),
+            CompareResult::NarrowerOrEqual
+        );
     }
 
     #[test]
@@ -966,9 +1011,10 @@ mod tests {
 
     #[test]
     fn patterns_beyond_the_proof_are_undetermined() {
-        // `?*` and `*?` accept the same strings, which the textual proof does not see.
-        let old = oidc(vec![rule("*?", &["*"])], None);
-        let new = oidc(vec![rule("?*", &["*"])], None);
+        // `?*` accepts every string `*a` does (none is empty), which the proof, symbol by
+        // symbol, does not see: the `?` would have to stand for the `*` or the `a`.
+        let old = oidc(vec![rule("?*", &["*"])], None);
+        let new = oidc(vec![rule("*a", &["*"])], None);
         let comparison = compare(&old, &new);
         assert_eq!(comparison.result, CompareResult::Undetermined);
         assert_eq!(comparison.unproven, ["/rules/0"]);

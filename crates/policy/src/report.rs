@@ -383,8 +383,8 @@ mod tests {
         assert!(lines[1].ends_with(" on service \"api-acme\" from 203.0.113.0"));
 
         let undetermined = compare(
-            &oidc(&[("repo:*?", "api-acme")]),
             &oidc(&[("repo:?*", "api-acme")]),
+            &oidc(&[("repo:*a", "api-acme")]),
         );
         assert_eq!(
             undetermined.to_string(),

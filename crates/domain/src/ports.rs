@@ -187,6 +187,13 @@ pub trait ServiceStore: Send + Sync {
     fn delete_service(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// Up to `limit` anonymous services whose expiry is at or before `now`.
     fn expired_anonymous(&self, now: OffsetDateTime, limit: usize) -> StoreResult<Vec<Service>>;
+    /// When the first anonymous service to expire after `after` expires, if one does by
+    /// `until` (the reaper's next round: docs/api.md, "Behind a CDN").
+    fn next_anonymous_expiry(
+        &self,
+        after: OffsetDateTime,
+        until: OffsetDateTime,
+    ) -> StoreResult<Option<OffsetDateTime>>;
     /// How many anonymous services are live at `now` (the ceiling: docs/api.md, "Errors").
     fn live_anonymous(&self, now: OffsetDateTime) -> StoreResult<u64>;
     /// Publishes (inserts or replaces) a configuration. `NotFound` when the service is gone.

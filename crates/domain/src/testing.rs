@@ -600,6 +600,19 @@ impl ServiceStore for MemoryStore {
         Ok(expired)
     }
 
+    fn next_anonymous_expiry(
+        &self,
+        after: OffsetDateTime,
+        until: OffsetDateTime,
+    ) -> StoreResult<Option<OffsetDateTime>> {
+        let (after, until) = (ms(after), ms(until));
+        let s = self.lock();
+        let expiries = (s.services.iter()).filter(|x| x.customer_id.is_none());
+        Ok((expiries.filter_map(|x| x.expires_at))
+            .filter(|at| after < *at && *at <= until)
+            .min())
+    }
+
     fn live_anonymous(&self, now: OffsetDateTime) -> StoreResult<u64> {
         Ok(self.lock().live_anonymous_at(now))
     }

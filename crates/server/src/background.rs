@@ -62,14 +62,12 @@ pub async fn reap_expired(state: web::Data<AppState>) {
                 .await;
         }
         // A service created meanwhile may expire before the round planned: plan again.
-        let mut next_round = tokio::time::Instant::now() + until_next_round(&state, every).await;
+        let plan = || async { tokio::time::Instant::now() + next_round(&state, now, every).await };
+        let mut next = plan().await;
         loop {
             tokio::select! {
-                () = tokio::time::sleep_until(next_round) => break,
-                () = state.anonymous_created.notified() => {
-                    let sooner = tokio::time::Instant::now() + until_next_round(&state, every).await;
-                    next_round = next_round.min(sooner);
-                }
+                () = tokio::time::sleep_until(next) => break,
+                () = state.anonymous_created.notified() => next = next.min(plan().await),
             }
         }
     }
@@ -79,15 +77,15 @@ pub async fn reap_expired(state: web::Data<AppState>) {
 /// between: a round reads and writes the database.
 const ROUNDS_APART: Duration = Duration::from_millis(500);
 
-/// How long the reaper sleeps: until the next anonymous service expires (half a second at
-/// least), `every` at most. One already due (its deletion failed this round) waits for the
-/// next full round.
-async fn until_next_round(state: &AppState, every: Duration) -> Duration {
+/// How long the reaper waits for its next round after the round of `round` (half a second at
+/// least, `every` at most): until the first anonymous service to expire after `round` expires,
+/// at once (after the half second) when it already has.
+async fn next_round(state: &AppState, round: time::OffsetDateTime, every: Duration) -> Duration {
     let now = state.now();
-    let within = time::Duration::try_from(every).unwrap_or(time::Duration::DAY);
-    let next = state.read(move |r| Ok(upkeep::next_expiry(r, now, within)?));
+    let until = now + time::Duration::try_from(every).unwrap_or(time::Duration::DAY);
+    let next = state.read(move |r| Ok(upkeep::next_expiry(r, round, until)?));
     let wait = match next.await {
-        Ok(Some(at)) if at > now => Duration::try_from(at - now).unwrap_or(every),
+        Ok(Some(at)) => Duration::try_from(at - now).unwrap_or(Duration::ZERO),
         _ => every,
     };
     wait.clamp(ROUNDS_APART.min(every), every)

@@ -2,7 +2,9 @@
 
 use crate::error::Res;
 use crate::pool::{on_backend, Db};
-use crate::rows::{id_text, key_state_text, millis, readable, ConfigRow, HostRow, ServiceRow};
+use crate::rows::{
+    id_text, instant, key_state_text, millis, readable, ConfigRow, HostRow, ServiceRow,
+};
 use crate::schema::{credentials, customers, published_configs, purges, services};
 use crate::Store;
 use diesel::prelude::*;
@@ -257,6 +259,22 @@ impl ServiceStore for Store {
                 .limit(i64::try_from(limit).unwrap_or(i64::MAX))
                 .load::<ServiceRow>(conn)?;
             readable("anonymous service", rows, ServiceRow::into_domain)
+        })
+    }
+
+    fn next_anonymous_expiry(
+        &self,
+        after: OffsetDateTime,
+        until: OffsetDateTime,
+    ) -> StoreResult<Option<OffsetDateTime>> {
+        self.read(|conn| {
+            let next: Option<i64> = services::table
+                .filter(services::customer_id.is_null())
+                .filter(services::expires_at.gt(millis(after)))
+                .filter(services::expires_at.le(millis(until)))
+                .select(diesel::dsl::min(services::expires_at))
+                .get_result(conn)?;
+            next.map(instant).transpose()
         })
     }
 

@@ -653,6 +653,13 @@ fn expired_anonymous_lists_due_services_up_to_the_limit_soonest_first(store: &dy
     assert_eq!(expired_ids(at(49), 10), Vec::<Uuid>::new());
     assert_eq!(expired_ids(at(100), 0), Vec::<Uuid>::new());
     assert_eq!(store.expired_anonymous(at(50), 1).unwrap(), vec![due_early]);
+    // The reaper's next round: the first expiry after one time, by another.
+    let next = |after, until| store.next_anonymous_expiry(at(after), at(until)).unwrap();
+    assert_eq!(next(0, 200), Some(at(50)));
+    assert_eq!(next(50, 200), Some(at(70)));
+    assert_eq!(next(100, 101), Some(at(101)));
+    assert_eq!(next(0, 49), None);
+    assert_eq!(next(101, 500), None);
 }
 
 #[test]

@@ -50,16 +50,16 @@ pub fn expire(registry: &Registry, now: OffsetDateTime) -> Expired {
     }
 }
 
-/// When the next anonymous service expires after `now`, if one does by `now + within`: the
-/// reaper's next round is then, so that its documents leave the caches in front of the
-/// registry as it expires (docs/api.md, "Behind a CDN"), not up to a round later.
+/// When the first anonymous service to expire after `after` (the last round's time: those
+/// expired by then were that round's to delete, however it went) expires, if one does by
+/// `until`: the reaper's next round is then, so that its documents leave the caches in front
+/// of the registry as it expires (docs/api.md, "Behind a CDN"), not up to a round later.
 pub fn next_expiry(
     registry: &Registry,
-    now: OffsetDateTime,
-    within: Duration,
+    after: OffsetDateTime,
+    until: OffsetDateTime,
 ) -> Result<Option<OffsetDateTime>, StoreError> {
-    let due = registry.store.expired_anonymous(now + within, 1)?;
-    Ok(due.first().and_then(|s| s.expires_at))
+    registry.store.next_anonymous_expiry(after, until)
 }
 
 /// Deletes the change-log rows older than [`KEEP_CHANGES`], audit events older than
@@ -233,9 +233,13 @@ mod tests {
         let id = created.service.id;
 
         // The reaper's next round is planned for the expiry, when it comes within the period.
-        let next = |within| next_expiry(&registry, NOW, within).unwrap();
-        assert_eq!(next(Duration::hours(3)), Some(NOW + Duration::hours(2)));
-        assert_eq!(next(Duration::hours(1)), None);
+        let next = |after, until| next_expiry(&registry, NOW + after, NOW + until).unwrap();
+        let two_hours = Some(NOW + Duration::hours(2));
+        assert_eq!(next(Duration::ZERO, Duration::hours(3)), two_hours);
+        assert_eq!(next(Duration::ZERO, Duration::hours(2)), two_hours);
+        assert_eq!(next(Duration::ZERO, Duration::hours(1)), None);
+        let after_it = next(Duration::hours(2), Duration::hours(3));
+        assert_eq!(after_it, None, "expired by the last round: not next");
         assert_eq!(expire(&registry, NOW + Duration::minutes(119)).services, 0);
         assert!(store.service(id).unwrap().is_some());
 

@@ -958,12 +958,7 @@ fn dismissing_the_verifier_that_held_a_next_key_back_switches_to_it_at_once() {
             .send()
             .unwrap();
         assert_eq!(response.status(), 200);
-        let counted = within(Duration::from_secs(30), || {
-            let history =
-                json(server.get(&format!("/services/{sub}/fetches/history"), &acme.token));
-            history["agents"][0]["hours"].as_array().map(Vec::len) == Some(hours)
-        });
-        assert!(counted, "aws-sts never counted in {hours} hours");
+        super::readiness::wait_for_hours(&server, &acme.token, &sub, &["aws-sts"], hours);
     };
     fetched_in_hours(1);
     server.advance_clock(3600);

@@ -97,15 +97,19 @@ pub async fn dismiss_verifier(
 ) -> ApiResult<HttpResponse> {
     let (_, kid, agent) = path.into_inner();
     let now = state.now();
-    let dismissing = service.clone();
-    let next = state
+    let (dismissing, read_service) = (service.clone(), service.clone());
+    let dismissed = kid.clone();
+    state
         .write(move |registry| {
-            readiness::dismiss_verifier(registry, &caller, &dismissing, &kid, &agent, now)?;
-            signing::is_next(registry, &dismissing, &kid)
+            readiness::dismiss_verifier(registry, &caller, &dismissing, &kid, &agent, now)
         })
         .await?;
     // The verifier may have been the last to hold a next key back: it signs from now on, as
-    // after a readiness call that finds it safe (the step looks at its readiness first).
+    // after a readiness call that finds it safe (the step looks at its readiness first). Best
+    // effort, as the switch is: the dismissal is done and answered whatever this read meets.
+    let next = (state.read(move |registry| signing::is_next(registry, &read_service, &dismissed)))
+        .await
+        .unwrap_or(false);
     if next {
         switch_to_next(&state, service, state.purger.is_some(), now, "a dismissal").await;
     }

@@ -181,8 +181,14 @@ pub trait ServiceStore: Send + Sync {
         customer_id: Uuid,
         subdomains: &[String],
     ) -> StoreResult<Vec<String>>;
-    /// Writes a service's title and description. `NotFound` when it is gone.
-    fn update_service(&self, service: &Service, event: &AuditEvent) -> StoreResult<()>;
+    /// Writes a service's title and description, read as `before`. `NotFound` when it is gone;
+    /// `Conflict` when another call changed them since (a change of either would be undone).
+    fn update_service(
+        &self,
+        before: &Service,
+        service: &Service,
+        event: &AuditEvent,
+    ) -> StoreResult<()>;
     /// Deletes a service, its published configuration and its secret; `false` when absent.
     fn delete_service(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// Up to `limit` anonymous services whose expiry is at or before `now`.
@@ -276,10 +282,13 @@ pub trait AccountStore: Send + Sync {
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>>;
     /// How many accounts a customer has (its quota: docs/api.md, "Errors").
     fn count_accounts_of(&self, customer_id: Uuid) -> StoreResult<u64>;
-    /// Writes name and policy (re-indexing issuers). `NotFound` when it is gone;
-    /// `OverBudget` when `others` refuses its other accounts (read in the same transaction).
+    /// Writes name and policy (re-indexing issuers) of the account read as `before`.
+    /// `NotFound` when it is gone; `Conflict` when another call changed its name or policy
+    /// since (a change of either would be undone: a policy narrowed, widened again); `OverBudget`
+    /// when `others` refuses its other accounts (read in the same transaction).
     fn update_account(
         &self,
+        before: &ServiceAccount,
         account: &ServiceAccount,
         others: OthersCheck<'_>,
         event: &AuditEvent,

@@ -556,13 +556,23 @@ impl ServiceStore for MemoryStore {
         Ok(found)
     }
 
-    fn update_service(&self, service: &Service, event: &AuditEvent) -> StoreResult<()> {
+    fn update_service(
+        &self,
+        before: &Service,
+        service: &Service,
+        event: &AuditEvent,
+    ) -> StoreResult<()> {
         let mut s = self.lock();
         let stored = s
             .services
             .iter_mut()
             .find(|x| x.id == service.id)
             .ok_or(StoreError::NotFound)?;
+        if (&stored.title, &stored.description) != (&before.title, &before.description) {
+            return Err(StoreError::Conflict(
+                "the service was changed by another call meanwhile: try again".into(),
+            ));
+        }
         stored.title.clone_from(&service.title);
         stored.description.clone_from(&service.description);
         s.commit(event, &[Change::Service(service.id)]);
@@ -746,11 +756,19 @@ impl AccountStore for MemoryStore {
 
     fn update_account(
         &self,
+        before: &ServiceAccount,
         account: &ServiceAccount,
         others: OthersCheck<'_>,
         event: &AuditEvent,
     ) -> StoreResult<()> {
         let mut s = self.lock();
+        let stored =
+            (s.accounts.iter().find(|a| a.id == account.id)).ok_or(StoreError::NotFound)?;
+        if stored.name != before.name || stored.policy.document() != before.policy.document() {
+            return Err(StoreError::Conflict(
+                "the account was changed by another call meanwhile: try again".into(),
+            ));
+        }
         s.check_others(account, others)?;
         let stored = s
             .accounts

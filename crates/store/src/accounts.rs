@@ -163,13 +163,29 @@ impl AccountStore for Store {
 
     fn update_account(
         &self,
+        before: &ServiceAccount,
         account: &ServiceAccount,
         others: OthersCheck<'_>,
         event: &AuditEvent,
     ) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
-            check_others(conn, account, others)?;
             let id = id_text(account.id);
+            let (name, policy) = service_accounts::table
+                .find(&id)
+                .select((service_accounts::name, service_accounts::policy))
+                .get_result::<(String, String)>(conn)
+                .optional()?
+                .ok_or(StoreError::NotFound)?;
+            // Writers are serialised, so this read and the write are one step. The policy is
+            // compared as a document: a row written by an older release may differ in form only.
+            let stored: Option<serde_json::Value> = serde_json::from_str(&policy).ok();
+            if name != before.name || stored.as_ref() != Some(before.policy.document()) {
+                return Err(StoreError::Conflict(
+                    "the account was changed by another call meanwhile: try again".into(),
+                )
+                .into());
+            }
+            check_others(conn, account, others)?;
             let updated = diesel::update(service_accounts::table.find(&id))
                 .set((
                     service_accounts::name.eq(&account.name),

@@ -216,8 +216,26 @@ impl ServiceStore for Store {
         })
     }
 
-    fn update_service(&self, service: &Service, event: &AuditEvent) -> StoreResult<()> {
+    fn update_service(
+        &self,
+        before: &Service,
+        service: &Service,
+        event: &AuditEvent,
+    ) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
+            let stored = services::table
+                .find(id_text(service.id))
+                .select((services::title, services::description))
+                .get_result::<(Option<String>, Option<String>)>(conn)
+                .optional()?
+                .ok_or(StoreError::NotFound)?;
+            // Writers are serialised, so this read and the write are one step.
+            if stored != (before.title.clone(), before.description.clone()) {
+                return Err(StoreError::Conflict(
+                    "the service was changed by another call meanwhile: try again".into(),
+                )
+                .into());
+            }
             let updated = diesel::update(services::table.find(id_text(service.id)))
                 .set((
                     services::title.eq(&service.title),

@@ -99,6 +99,47 @@ fn crud_of_service_accounts_with_a_one_time_token() {
     assert!(!server.final_log().contains(token));
 }
 
+/// A rename and a narrowing of one account sent at once: each that answers 200 is in effect,
+/// never undone by the other's write (the other answers 409 when it read the account before).
+#[test]
+fn patches_at_once_never_undo_each_other() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    named_service(&server, &acme, "api");
+    for round in 0..12 {
+        let created = create_account(
+            &server,
+            &acme,
+            &format!("r{round}"),
+            json!({"kind": "static", "services": ["*"]}),
+        );
+        let path = format!("/service-accounts/{}", created["id"].as_str().unwrap());
+        let name = format!("renamed-{round}");
+        let patch = |body: Value| {
+            let sent = server.authed(Method::PATCH, &path, &acme.token).json(&body);
+            sent.send().unwrap().status().as_u16()
+        };
+        let narrowing = json!({"kind": "static", "services": ["api-acme"]});
+        let (renamed, narrowed) = std::thread::scope(|scope| {
+            let rename = scope.spawn(|| patch(json!({"name": name})));
+            let narrow = scope.spawn(|| patch(json!({"policy": narrowing})));
+            (rename.join().unwrap(), narrow.join().unwrap())
+        });
+        assert!(
+            [renamed, narrowed].iter().all(|s| [200, 409].contains(s)),
+            "{renamed} {narrowed}"
+        );
+        assert!(renamed == 200 || narrowed == 200, "one of them is written");
+        let stored = json(server.get(&path, &acme.token));
+        if renamed == 200 {
+            assert_eq!(stored["name"], json!(name), "round {round}: {stored}");
+        }
+        if narrowed == 200 {
+            assert_eq!(stored["policy"], narrowing, "round {round}: {stored}");
+        }
+    }
+}
+
 #[test]
 fn policies_naming_services_the_customer_does_not_own_are_refused() {
     let server = TestServer::start();

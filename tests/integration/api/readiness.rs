@@ -87,7 +87,13 @@ fn wait_for_agent(server: &TestServer, token: &str, sub: &str, agent: &str) {
 
 /// Waits until the key set's fetch history (flushed every second here) shows each of `agents`
 /// fetching in `hours` distinct hours.
-pub(super) fn wait_for_hours(server: &TestServer, token: &str, sub: &str, agents: &[&str], hours: usize) {
+pub(super) fn wait_for_hours(
+    server: &TestServer,
+    token: &str,
+    sub: &str,
+    agents: &[&str],
+    hours: usize,
+) {
     let mut history = Value::Null;
     let counted = within(Duration::from_secs(30), || {
         history = json(server.get(&format!("/services/{sub}/fetches/history"), token));

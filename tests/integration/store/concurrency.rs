@@ -209,7 +209,9 @@ fn a_check_of_the_other_accounts_holds_when_writes_race() {
         ..last.clone()
     };
     let check: &dyn Fn(&[ServiceAccount]) -> Result<(), Violation> = &at_most;
-    store.update_account(&renamed, Some(check), &ev()).unwrap();
+    store
+        .update_account(last, &renamed, Some(check), &ev())
+        .unwrap();
     let refused = |others: &[ServiceAccount]| match others.is_empty() {
         true => Ok(()),
         false => Err(Violation::new("", "not alone")),
@@ -219,7 +221,7 @@ fn a_check_of_the_other_accounts_holds_when_writes_race() {
         name: "again".into(),
         ..last.clone()
     };
-    let outcome = store.update_account(&again, Some(refused), &ev());
+    let outcome = store.update_account(&renamed, &again, Some(refused), &ev());
     assert!(
         matches!(outcome, Err(StoreError::OverBudget(_))),
         "{outcome:?}"

@@ -556,7 +556,7 @@ fn update_service_writes_title_and_description_only(store: &dyn Storage) {
         created_at: at(99),
         ..s.clone()
     };
-    store.update_service(&edited, &ev()).unwrap();
+    store.update_service(&s, &edited, &ev()).unwrap();
 
     let read = store.service(s.id).unwrap().unwrap();
     assert_eq!(
@@ -570,16 +570,20 @@ fn update_service_writes_title_and_description_only(store: &dyn Storage) {
     let cleared = Service {
         title: None,
         description: None,
-        ..read
+        ..read.clone()
     };
-    store.update_service(&cleared, &ev()).unwrap();
-    assert_eq!(store.service(s.id).unwrap(), Some(cleared));
+    store.update_service(&read, &cleared, &ev()).unwrap();
+    assert_eq!(store.service(s.id).unwrap(), Some(cleared.clone()));
     let before = store.latest_change().unwrap();
     let ghost = registered(c.id, "ghost-acme", 1);
     assert_eq!(
-        store.update_service(&ghost, &ev()).unwrap_err(),
+        store.update_service(&ghost, &ghost, &ev()).unwrap_err(),
         StoreError::NotFound
     );
+    // Read before another call changed it: its write would undo that change.
+    let stale = (store.update_service(&read, &read, &ev())).unwrap_err();
+    assert!(matches!(stale, StoreError::Conflict(_)), "{stale:?}");
+    assert_eq!(store.service(s.id).unwrap(), Some(cleared));
     assert_eq!(store.latest_change().unwrap(), before);
 }
 
@@ -1162,7 +1166,7 @@ fn update_account_writes_name_and_policy_and_reindexes_issuers(store: &dyn Stora
         last_used_at: None,
         ..a.clone()
     };
-    store.update_account(&edited, None, &ev()).unwrap();
+    store.update_account(&a, &edited, None, &ev()).unwrap();
 
     let read = store.account(a.id).unwrap().unwrap();
     assert_same_account(
@@ -1182,9 +1186,19 @@ fn update_account_writes_name_and_policy_and_reindexes_issuers(store: &dyn Stora
     let before = store.latest_change().unwrap();
     let ghost = account(c.id, "ghost", static_policy(&["*"]), 1);
     assert_eq!(
-        store.update_account(&ghost, None, &ev()).unwrap_err(),
+        store
+            .update_account(&ghost, &ghost, None, &ev())
+            .unwrap_err(),
         StoreError::NotFound
     );
+    // Read before another call changed it: a rename would put the old policy back.
+    let rename = ServiceAccount {
+        name: "again".into(),
+        ..a.clone()
+    };
+    let stale = (store.update_account(&a, &rename, None, &ev())).unwrap_err();
+    assert!(matches!(stale, StoreError::Conflict(_)), "{stale:?}");
+    assert_eq!(ids(&store.accounts_by_issuer(GITLAB).unwrap()), [a.id]);
     assert_eq!(store.latest_change().unwrap(), before);
 }
 
@@ -1291,12 +1305,14 @@ fn a_token_replaced_meanwhile_is_a_conflict(store: &dyn Storage) {
         name: "renamed".into(),
         ..first.clone()
     };
-    store.update_account(&renamed, None, &ev()).unwrap();
+    store.update_account(&first, &renamed, None, &ev()).unwrap();
     let changed = ServiceAccount {
         policy: static_policy(&["api-*"]),
         ..renamed.clone()
     };
-    store.update_account(&changed, None, &ev()).unwrap();
+    store
+        .update_account(&renamed, &changed, None, &ev())
+        .unwrap();
     let late = record(&lookup(), "$argon2id$late");
     let err = (store.replace_token(&first, Some(&winner.lookup_id), &late, &ev())).unwrap_err();
     assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
@@ -1517,6 +1533,7 @@ fn every_write_to_services_and_accounts_is_logged_in_order(store: &dyn Storage) 
         .unwrap();
     store
         .update_service(
+            &s,
             &Service {
                 title: Some("t".into()),
                 ..s.clone()
@@ -1547,6 +1564,7 @@ fn every_write_to_services_and_accounts_is_logged_in_order(store: &dyn Storage) 
         .unwrap();
     store
         .update_account(
+            &a,
             &ServiceAccount {
                 name: "ci2".into(),
                 ..a.clone()
@@ -1789,9 +1807,11 @@ fn the_trail_is_read_in_pages_newest_first_filtered_and_pruned_by_age(store: &dy
         .unwrap();
     let mut named = boot.clone();
     for i in 1..=9 {
+        let before = named.clone();
         named.name = format!("n{i}");
         store
             .update_account(
+                &before,
                 &named,
                 None,
                 &event(Action::AccountUpdate, Some(acme.id), i * 60),

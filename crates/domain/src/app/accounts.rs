@@ -228,7 +228,11 @@ pub fn update(
     }
     // The policy is recorded whole: it is what grants access, and holds no secret.
     let event = account_event(caller, Action::AccountUpdate, account.id, now)
-        .with_change("name", before.name.into(), account.name.clone().into())
+        .with_change(
+            "name",
+            before.name.clone().into(),
+            account.name.clone().into(),
+        )
         .with_change(
             "policy",
             before.policy.document().clone(),
@@ -246,7 +250,7 @@ pub fn update(
     };
     registry
         .store
-        .update_account(&account, budget.as_deref(), &event)
+        .update_account(&before, &account, budget.as_deref(), &event)
         .map_err(|error| match error {
             StoreError::OverBudget(violation) => under_policy(vec![violation]),
             other => AppError::gone(|| format!("no service account {:?}", id.to_string()))(other),

@@ -246,7 +246,7 @@ pub fn update(
     let key = service.subdomain.clone();
     registry
         .store
-        .update_service(&service, &event)
+        .update_service(before, &service, &event)
         .map_err(AppError::gone(|| format!("no service {key:?}")))?;
     Ok(service)
 }

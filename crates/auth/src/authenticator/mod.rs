@@ -603,8 +603,14 @@ async fn gone_anonymous(auth: &Authenticator, token: &str, key: Option<&str>) ->
     if !unguessable {
         return None;
     }
+    // Expired, though not yet deleted on this replica: the reaper of another may have deleted
+    // its secret already, and this replica learns so within a catch-up.
+    let now = auth.replica.now();
     match the_service(auth, Some(key)).await {
         Ok(None) => Some(not_found_service(key)),
+        Ok(Some(service)) if service.expires_at.is_some_and(|at| at <= now) => {
+            Some(not_found_service(key))
+        }
         _ => None,
     }
 }

@@ -236,3 +236,41 @@ fn a_log_shipper_presents_the_fetch_log_token_and_wrong_ones_count_as_failures()
         "the address's failures were counted"
     );
 }
+
+/// An expired anonymous service answers 404 to an anonymous secret it does not know, though
+/// this replica has not yet learned of its deletion: another replica's reaper may have deleted
+/// the service, and its secret with it, as it expired.
+#[test]
+fn an_expired_anonymous_service_is_a_404_to_a_secret_before_this_replica_learns_it_is_gone() {
+    let w = world();
+    let command = registry_domain::app::anonymous::CreateAnonymous {
+        title: None,
+        description: None,
+        ttl: Duration::hours(1),
+    };
+    let origin = registry_domain::app::Origin::new("192.0.2.1".parse().unwrap(), None);
+    let created =
+        registry_domain::app::anonymous::create(&w.registry, origin, command, || T0).unwrap();
+    run(async {
+        w.auth.replica.reload_everything().await.unwrap();
+        use registry_domain::credentials::{LOOKUP_LEN, SECRET_LEN};
+        let made_up = format!(
+            "Bearer rgan_{}_{}",
+            "a".repeat(LOOKUP_LEN),
+            "b".repeat(SECRET_LEN)
+        );
+        let sub = created.service.subdomain.clone();
+        let request = presented(&made_up, Action::ServicesRead);
+        let live = service_caller(&w.auth, &request, &sub).await;
+        assert!(
+            matches!(live, Err(AuthError::Unauthorized { .. })),
+            "{live:?}"
+        );
+        w.clock.advance(Duration::hours(1));
+        let expired = service_caller(&w.auth, &request, &sub).await;
+        assert!(
+            matches!(expired, Err(AuthError::NotFound(_))),
+            "{expired:?}"
+        );
+    });
+}

@@ -43,6 +43,48 @@ fn open_serving_store(
     )
 }
 
+/// The serving store, once its database answers. A PostgreSQL server that cannot be reached (a
+/// replica started before its database, or during an outage) is tried again every few seconds,
+/// while the listener answers 503 (docs/api.md, "Operations"), as a running replica rides out
+/// an outage; any other failure (a SQLite file that cannot be opened, a migration that fails)
+/// stops the start.
+async fn store_once_answering(settings: &Settings) -> anyhow::Result<Store> {
+    let url = settings.database.database_url.clone();
+    let read_url = settings.database_read_url.clone();
+    let max_lag = std::time::Duration::from_secs(settings.read_replica_max_lag_seconds);
+    let mut wait = std::time::Duration::from_secs(1);
+    loop {
+        let (url, read_url) = (url.clone(), read_url.clone());
+        let opened = registry_replica::blocking(move || {
+            open_serving_store(&url, read_url.as_deref(), max_lag)
+        })
+        .await?;
+        match opened {
+            Err(error) if unreachable_postgres(&error) => {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    retry_in_seconds = wait.as_secs(),
+                    "the database does not answer: trying again"
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(10));
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// Whether opening the store failed because a PostgreSQL server did not answer.
+fn unreachable_postgres(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<registry_store::SetupError>(),
+        Some(registry_store::SetupError::Unreachable {
+            backend: "postgres",
+            ..
+        })
+    )
+}
+
 /// Runs a command of the command line on the registry database a URL names (its pending
 /// migrations applied first), then closes the store (see [`Store::close`]) whatever the
 /// command's outcome. Never creates a database: a SQLite file that does not exist, or a
@@ -264,12 +306,7 @@ async fn launch(settings: Settings, listen: Listen, injected: Injected) -> anyho
     let starting = crate::starting::Starting::serve(&bound, tls.as_ref(), &settings)
         .context("cannot serve on the listener")?;
 
-    let url = settings.database.database_url.clone();
-    let read_url = settings.database_read_url.clone();
-    let max_lag = std::time::Duration::from_secs(settings.read_replica_max_lag_seconds);
-    let store =
-        registry_replica::blocking(move || open_serving_store(&url, read_url.as_deref(), max_lag))
-            .await??;
+    let store = store_once_answering(&settings).await?;
     let verifier = OidcVerifier::new(
         OidcConfig {
             allow_insecure_issuers: settings.oidc_allow_insecure_issuers,

@@ -71,3 +71,38 @@ fn an_outage_is_a_503_at_once_and_the_server_recovers_by_itself() {
     let listed = json(server.get("/services", &acme.token));
     assert_eq!(listed[0]["subdomain"], "api-acme", "{listed}");
 }
+
+/// A replica started while its database does not answer waits for it, its port answering 503
+/// meanwhile, and serves once it comes back (docs/api.md, "Operations").
+#[test]
+#[ignore = "PostgreSQL only: `cargo xtask test` runs it on its PostgreSQL pass (`--ignored api::outage`)"]
+fn a_replica_started_while_its_database_is_down_waits_for_it() {
+    assert_eq!(registry_tests::backend_name(), "postgres");
+    let (proxy, through) = Proxy::in_front_of(&registry_tests::fresh_database_url());
+    // Built first: the wait below is the database's, not the build's.
+    registry_tests::server::registry_binary();
+    proxy.cut();
+    let back = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(4));
+        proxy.restore();
+        proxy
+    });
+    let started = Instant::now();
+    let server = TestServer::start_with(ServerOptions {
+        database_url: Some(through),
+        ..ServerOptions::binary(&[])
+    });
+    let _proxy = back.join().unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "it did not wait"
+    );
+    let log = server.log();
+    assert!(
+        log.contains("the database does not answer: trying again"),
+        "{log}"
+    );
+    let acme = server.customer("acme", "business");
+    publish_api(&server, &acme);
+    assert_eq!(server.get("/services", &acme.token).status(), 200);
+}

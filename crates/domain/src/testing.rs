@@ -569,9 +569,7 @@ impl ServiceStore for MemoryStore {
             .find(|x| x.id == service.id)
             .ok_or(StoreError::NotFound)?;
         if (&stored.title, &stored.description) != (&before.title, &before.description) {
-            return Err(StoreError::Conflict(
-                "the service was changed by another call meanwhile: try again".into(),
-            ));
+            return Err(StoreError::changed_meanwhile("service"));
         }
         stored.title.clone_from(&service.title);
         stored.description.clone_from(&service.description);
@@ -765,9 +763,7 @@ impl AccountStore for MemoryStore {
         let stored =
             (s.accounts.iter().find(|a| a.id == account.id)).ok_or(StoreError::NotFound)?;
         if stored.name != before.name || stored.policy.document() != before.policy.document() {
-            return Err(StoreError::Conflict(
-                "the account was changed by another call meanwhile: try again".into(),
-            ));
+            return Err(StoreError::changed_meanwhile("account"));
         }
         s.check_others(account, others)?;
         let stored = s

@@ -180,10 +180,7 @@ impl AccountStore for Store {
             // compared as a document: a row written by an older release may differ in form only.
             let stored: Option<serde_json::Value> = serde_json::from_str(&policy).ok();
             if name != before.name || stored.as_ref() != Some(before.policy.document()) {
-                return Err(StoreError::Conflict(
-                    "the account was changed by another call meanwhile: try again".into(),
-                )
-                .into());
+                return Err(StoreError::changed_meanwhile("account").into());
             }
             check_others(conn, account, others)?;
             let updated = diesel::update(service_accounts::table.find(&id))

@@ -231,10 +231,7 @@ impl ServiceStore for Store {
                 .ok_or(StoreError::NotFound)?;
             // Writers are serialised, so this read and the write are one step.
             if stored != (before.title.clone(), before.description.clone()) {
-                return Err(StoreError::Conflict(
-                    "the service was changed by another call meanwhile: try again".into(),
-                )
-                .into());
+                return Err(StoreError::changed_meanwhile("service").into());
             }
             let updated = diesel::update(services::table.find(id_text(service.id)))
                 .set((

@@ -410,7 +410,7 @@ impl Policy {
                 ));
             }
             findings.extend(open_claims(i, &claims));
-            if issuer.starts_with("http://") {
+            if (issuer.get(..7)).is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://")) {
                 findings.push(Finding::warning(
                     "insecure-issuer",
                     at("iss"),

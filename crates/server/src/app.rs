@@ -74,15 +74,23 @@ async fn store_once_answering(settings: &Settings) -> anyhow::Result<Store> {
     }
 }
 
-/// Whether opening the store failed because a PostgreSQL server did not answer.
+/// Whether opening the store failed because a PostgreSQL server did not answer. One that
+/// answered with a refusal no wait will change (a password, a role or a database that is not
+/// there, a host name that does not resolve) stops the start, so that the mistake shows.
 fn unreachable_postgres(error: &anyhow::Error) -> bool {
-    matches!(
-        error.downcast_ref::<registry_store::SetupError>(),
+    const SETTLED: [&str; 4] = [
+        "authentication failed",
+        "does not exist",
+        "no pg_hba.conf entry",
+        "could not translate host name",
+    ];
+    match error.downcast_ref::<registry_store::SetupError>() {
         Some(registry_store::SetupError::Unreachable {
             backend: "postgres",
-            ..
-        })
-    )
+            reason,
+        }) => !SETTLED.iter().any(|settled| reason.contains(settled)),
+        _ => false,
+    }
 }
 
 /// Runs a command of the command line on the registry database a URL names (its pending
@@ -416,6 +424,31 @@ fn log_trust_roots() {
 #[cfg(test)]
 mod tests {
     use super::redact;
+
+    #[test]
+    fn a_start_waits_for_a_database_that_does_not_answer_not_for_one_that_refuses() {
+        let opening = |reason: &str| {
+            let error = registry_store::SetupError::Unreachable {
+                backend: "postgres",
+                reason: reason.to_owned(),
+            };
+            super::unreachable_postgres(&anyhow::Error::new(error).context("opening"))
+        };
+        assert!(opening(
+            "connection to server at \"127.0.0.1\", port 1 failed: Connection refused"
+        ));
+        assert!(opening("server closed the connection unexpectedly"));
+        assert!(!opening(
+            "FATAL:  password authentication failed for user \"registry\""
+        ));
+        assert!(!opening("FATAL:  database \"registry\" does not exist"));
+        assert!(!opening("could not translate host name \"db\" to address"));
+        let sqlite = registry_store::SetupError::Unreachable {
+            backend: "sqlite",
+            reason: "unable to open database file".to_owned(),
+        };
+        assert!(!super::unreachable_postgres(&anyhow::Error::new(sqlite)));
+    }
 
     #[test]
     fn a_database_urls_password_is_masked_in_every_form() {

@@ -7,6 +7,8 @@
 //! first entry that does not parse: everything left of it is whatever the client sent. Such a
 //! chain never resolves to the proxy's own address (a request that came through a proxy is not
 //! the proxy's), but to [`UNKNOWN`], which no allowlist entry narrower than everything contains.
+//! A chain whose every entry is a trusted proxy gives its left-most entry, as nginx's
+//! `real_ip_recursive` does: a client inside the trusted ranges.
 //! When a request carries both headers and they name different clients, one of them is the
 //! client's own invention, and which one cannot be told: the client is [`UNKNOWN`] too.
 

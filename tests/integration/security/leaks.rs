@@ -256,6 +256,8 @@ fn metrics_answer_only_allowed_addresses() {
         (vec![("forwarded", r#"for="[fd00::5]:4711""#)], 200),
         (vec![("forwarded", "for=10.0.0.1, for=203.0.113.7")], 404),
         (vec![("forwarded", "for=unknown")], 404),
+        // A chain of trusted entries only gives its left-most: a client inside the ranges.
+        (vec![("x-forwarded-for", "127.0.0.1")], 200),
         (
             vec![
                 ("forwarded", "for=203.0.113.7"),

@@ -603,8 +603,10 @@ async fn gone_anonymous(auth: &Authenticator, token: &str, key: Option<&str>) ->
     if !unguessable {
         return None;
     }
-    // Expired, though not yet deleted on this replica: the reaper of another may have deleted
-    // its secret already, and this replica learns so within a catch-up.
+    // Deleted by another replica (its secret with it), which this one may not have applied
+    // yet: caught up first, as a request with an identity token is. Expired, though not yet
+    // deleted: the reaper of another may have deleted its secret already.
+    let _ = auth.replica.refresh().await;
     let now = auth.replica.now();
     match the_service(auth, Some(key)).await {
         Ok(None) => Some(not_found_service(key)),

@@ -58,10 +58,7 @@ impl Issuers {
     /// The issuers of `template` (`{subdomain}` in the host part, no path); the host of
     /// `base_url`, the API's, is never an issuer's.
     pub fn new(template: &str, base_url: &str) -> Result<Self, UnusableUrl> {
-        let scheme = template.split_once("://").map(|(scheme, _)| scheme);
-        if !scheme
-            .is_some_and(|s| s.eq_ignore_ascii_case("https") || s.eq_ignore_ascii_case("http"))
-        {
+        if !(has_scheme(template, "https") || has_scheme(template, "http")) {
             return Err(UnusableUrl(format!(
                 "REGISTRY_ISSUER_URL_TEMPLATE {template:?} must be an https:// (or http://) URL: \
                  clouds fetch the issuer's documents over it"
@@ -260,6 +257,20 @@ fn strip_prefix_ignore_case<'a>(host: &'a str, prefix: &str) -> Option<&'a str> 
     let cut = prefix.len();
     (host.is_char_boundary(cut) && host.get(..cut)?.eq_ignore_ascii_case(prefix))
         .then(|| &host[cut..])
+}
+
+/// Whether `url` is of `scheme` (`"https"`): a scheme is the same in any case, and an issuer is
+/// published as the operator wrote it.
+///
+/// ```
+/// use registry_domain::issuer::has_scheme;
+/// assert!(has_scheme("HTTPS://a.example", "https"));
+/// assert!(!has_scheme("http://a.example", "https"));
+/// ```
+pub fn has_scheme(url: &str, scheme: &str) -> bool {
+    strip_prefix_ignore_case(url, scheme)
+        .and_then(|rest| rest.strip_prefix("://"))
+        .is_some()
 }
 
 /// A URL setting the issuers cannot be built from: the sentence a failed start prints.

@@ -502,9 +502,7 @@ fn document_findings(
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
     let pointer = || published.map(|_| ISSUER_POINTER.to_owned());
-    // A scheme is the same in any case; the issuer is published as the operator wrote it.
-    let https = (issuer.get(..8)).is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
-    if !https {
+    if !crate::issuer::has_scheme(issuer, "https") {
         findings.push(Finding::error(
             codes::ISSUER_NOT_HTTPS,
             format!(

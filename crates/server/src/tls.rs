@@ -60,7 +60,7 @@ pub fn certificate(
             &settings.issuer_url_template,
         ),
     ];
-    let plain = |url: &str| (url.get(..7)).is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+    let plain = |url: &str| registry_domain::issuer::has_scheme(url, "http");
     for (setting, _) in urls.iter().filter(|(_, url)| plain(url)) {
         tracing::warn!(
             setting,

@@ -111,6 +111,19 @@ fn load(rows: Vec<AccountRow>) -> Res<Vec<ServiceAccount>> {
     Ok(accounts)
 }
 
+/// The stored name and policy of account `id` (`NotFound` when it is gone), the policy as a
+/// document (`None` when it cannot be read): compared as documents, since the text of a row
+/// written by an older release may differ in form only.
+fn name_and_policy(conn: &mut Db, id: &str) -> Res<(String, Option<serde_json::Value>)> {
+    let (name, policy) = service_accounts::table
+        .find(id)
+        .select((service_accounts::name, service_accounts::policy))
+        .get_result::<(String, String)>(conn)
+        .optional()?
+        .ok_or(StoreError::NotFound)?;
+    Ok((name, serde_json::from_str(&policy).ok()))
+}
+
 impl AccountStore for Store {
     fn create_account(
         &self,
@@ -170,29 +183,19 @@ impl AccountStore for Store {
     ) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
             let id = id_text(account.id);
-            let (name, policy) = service_accounts::table
-                .find(&id)
-                .select((service_accounts::name, service_accounts::policy))
-                .get_result::<(String, String)>(conn)
-                .optional()?
-                .ok_or(StoreError::NotFound)?;
-            // Writers are serialised, so this read and the write are one step. The policy is
-            // compared as a document: a row written by an older release may differ in form only.
-            let stored: Option<serde_json::Value> = serde_json::from_str(&policy).ok();
-            if name != before.name || stored.as_ref() != Some(before.policy.document()) {
+            // Writers are serialised, so this read and the write are one step.
+            let (name, policy) = name_and_policy(conn, &id)?;
+            if name != before.name || policy.as_ref() != Some(before.policy.document()) {
                 return Err(StoreError::changed_meanwhile("account").into());
             }
             check_others(conn, account, others)?;
-            let updated = diesel::update(service_accounts::table.find(&id))
+            diesel::update(service_accounts::table.find(&id))
                 .set((
                     service_accounts::name.eq(&account.name),
                     service_accounts::kind.eq(account.policy.kind().as_str()),
                     service_accounts::policy.eq(policy_text(&account.policy)?),
                 ))
                 .execute(conn)?;
-            if updated == 0 {
-                return Err(StoreError::NotFound.into());
-            }
             diesel::delete(account_issuers::table.filter(account_issuers::account_id.eq(&id)))
                 .execute(conn)?;
             index_issuers(conn, account)?;
@@ -227,18 +230,8 @@ impl AccountStore for Store {
         let account_id = account.id;
         self.write(Some(event), |conn, changed| {
             let id = id_text(account_id);
-            let Some(policy) = service_accounts::table
-                .find(&id)
-                .select(service_accounts::policy)
-                .get_result::<String>(conn)
-                .optional()?
-            else {
-                return Err(StoreError::NotFound.into());
-            };
-            // Compared as documents: the text of a row written by an older release may
-            // differ in form only.
-            let stored: Option<serde_json::Value> = serde_json::from_str(&policy).ok();
-            if stored.as_ref() != Some(account.policy.document()) {
+            let (_, policy) = name_and_policy(conn, &id)?;
+            if policy.as_ref() != Some(account.policy.document()) {
                 return Err(StoreError::Conflict(
                     "the account's policy changed meanwhile: try again".into(),
                 )

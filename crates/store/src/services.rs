@@ -223,25 +223,23 @@ impl ServiceStore for Store {
         event: &AuditEvent,
     ) -> StoreResult<()> {
         self.write(Some(event), |conn, changed| {
+            let id = id_text(service.id);
             let stored = services::table
-                .find(id_text(service.id))
+                .find(&id)
                 .select((services::title, services::description))
                 .get_result::<(Option<String>, Option<String>)>(conn)
                 .optional()?
                 .ok_or(StoreError::NotFound)?;
             // Writers are serialised, so this read and the write are one step.
-            if stored != (before.title.clone(), before.description.clone()) {
+            if (&stored.0, &stored.1) != (&before.title, &before.description) {
                 return Err(StoreError::changed_meanwhile("service").into());
             }
-            let updated = diesel::update(services::table.find(id_text(service.id)))
+            diesel::update(services::table.find(&id))
                 .set((
                     services::title.eq(&service.title),
                     services::description.eq(&service.description),
                 ))
                 .execute(conn)?;
-            if updated == 0 {
-                return Err(StoreError::NotFound.into());
-            }
             changed.push(Change::Service(service.id));
             Ok(())
         })

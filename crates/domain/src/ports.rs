@@ -992,8 +992,9 @@ pub enum ConfigChange {
     Write(PublishedConfig),
     /// It is removed: the last managed key left and no other key is published (nothing
     /// uploaded, no removed source's key still retained), so nothing is published any more
-    /// (`published: false`, the documents 404).
-    Remove,
+    /// (`published: false`, the documents 404). The time of the removal, which the next
+    /// version counts as the change before it (as `ServiceStore::delete_config`'s).
+    Remove(OffsetDateTime),
 }
 
 /// A purge under way: whether every cache dropped its copies.

@@ -258,6 +258,22 @@ impl VersionHistory {
         config
     }
 
+    /// The history of a configuration deleted at `at` (`DELETE …/config`, its last source
+    /// removed): the version published after it is a change at `at`, so that a client holding
+    /// the deleted version's date, in the same second, is not told it holds the new one.
+    pub fn removed(at: OffsetDateTime) -> Self {
+        Self {
+            updated_at: at,
+            // A version published in the very millisecond of the removal still shares its
+            // second with it.
+            previous_change_at: Some(at),
+            openid_configuration: String::new(),
+            jwks: String::new(),
+            dates: DocumentDates::default(),
+            keys: KeyState::default(),
+        }
+    }
+
     /// `config` as it is stored when it replaces the version `history` describes (`None`:
     /// it is the first, and no change came before it), with the keys it withdraws remembered.
     pub fn date(history: Option<&Self>, config: PublishedConfig) -> PublishedConfig {
@@ -346,6 +362,29 @@ mod tests {
             t - time::Duration::milliseconds(50),
             vec![key("c", None)],
         ));
+        assert_eq!(behind.updated_at, t);
+        assert_eq!(behind.previous_change_at, Some(t));
+    }
+
+    #[test]
+    fn a_version_after_a_removal_shares_its_second() {
+        let t = datetime!(2026-11-25 10:00:00.100 UTC);
+        for later in [0, 300] {
+            let at = t + time::Duration::milliseconds(later);
+            let next = VersionHistory::date(
+                Some(&VersionHistory::removed(t)),
+                version(at, vec![key("a", None)]),
+            );
+            assert_eq!(next.updated_at, at);
+            assert_eq!(next.previous_change_at, Some(t), "{later} ms after");
+            assert_eq!(next.dates.discovery, Some(at));
+            assert_eq!(next.dates.jwks, Some(at));
+        }
+        // A replica whose clock is behind dates it at the removal.
+        let behind = VersionHistory::date(
+            Some(&VersionHistory::removed(t)),
+            version(t - time::Duration::milliseconds(50), vec![]),
+        );
         assert_eq!(behind.updated_at, t);
         assert_eq!(behind.previous_change_at, Some(t));
     }

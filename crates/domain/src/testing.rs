@@ -71,6 +71,8 @@ struct State {
     customers: Vec<Customer>,
     services: Vec<Service>,
     configs: BTreeMap<Uuid, PublishedConfig>,
+    /// When each service's configuration was last deleted.
+    configs_removed: BTreeMap<Uuid, OffsetDateTime>,
     accounts: Vec<ServiceAccount>,
     credentials: HashMap<String, StoredCredential>,
     /// `(seq, change, when)`, oldest first.
@@ -213,6 +215,24 @@ impl State {
 
     fn service_exists(&self, id: Uuid) -> bool {
         self.services.iter().any(|s| s.id == id)
+    }
+
+    /// What a write of `id`'s configuration replaces, as the real store reads it.
+    fn history(&self, id: Uuid) -> Option<VersionHistory> {
+        match self.configs.get(&id) {
+            Some(current) => Some(VersionHistory::of(current)),
+            None => self
+                .configs_removed
+                .get(&id)
+                .copied()
+                .map(VersionHistory::removed),
+        }
+    }
+
+    /// Deletes `id`'s configuration at `at`.
+    fn remove_config(&mut self, id: Uuid, at: OffsetDateTime) {
+        self.configs.remove(&id);
+        self.configs_removed.insert(id, at);
     }
 
     fn account_exists(&self, id: Uuid) -> bool {
@@ -649,7 +669,7 @@ impl ServiceStore for MemoryStore {
             return Err(StoreError::NotFound);
         }
         let current = s.configs.get(&service_id).cloned();
-        let history = current.as_ref().map(VersionHistory::of);
+        let history = s.history(service_id);
         let Some(config) = make(current) else {
             return Ok(false);
         };
@@ -691,7 +711,7 @@ impl ServiceStore for MemoryStore {
         if s.configs.get(&service_id).is_none_or(keep) {
             return Ok(false);
         }
-        s.configs.remove(&service_id);
+        s.remove_config(service_id, event.at);
         s.commit(event, &[Change::Service(service_id)]);
         Ok(true)
     }
@@ -1121,7 +1141,7 @@ impl SigningStore for MemoryStore {
         }
         let stored = s.signing.get(&service_id).map(|(s, _)| s.clone());
         let config = s.configs.get(&service_id).cloned();
-        let history = config.as_ref().map(VersionHistory::of);
+        let history = s.history(service_id);
         let Some(written) = change(stored, config) else {
             return Ok(false);
         };
@@ -1141,8 +1161,8 @@ impl SigningStore for MemoryStore {
                 s.configs.insert(service_id, stored_config(config.clone()));
                 Some(config.updated_at)
             }
-            ConfigChange::Remove => {
-                s.configs.remove(&service_id);
+            ConfigChange::Remove(at) => {
+                s.remove_config(service_id, at);
                 event.map(|event| event.at)
             }
         };

@@ -4,7 +4,7 @@
 //! millisecond.
 
 use crate::error::{Failure, Res};
-use diesel::Queryable;
+use diesel::{Queryable, Selectable};
 use registry_domain::keys::KeyState;
 use registry_domain::policy::Policy;
 use registry_domain::service::{DocumentDates, Publication, PublishedConfig};
@@ -97,7 +97,9 @@ impl CustomerRow {
     }
 }
 
-#[derive(Queryable)]
+/// A service's row, less what only writes read (`config_removed_at`).
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = crate::schema::services)]
 pub(crate) struct ServiceRow {
     id: String,
     customer_id: Option<String>,

@@ -20,6 +20,7 @@ diesel::table! {
         description -> Nullable<Text>,
         created_at -> BigInt,
         expires_at -> Nullable<BigInt>,
+        config_removed_at -> Nullable<BigInt>,
     }
 }
 

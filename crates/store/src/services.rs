@@ -24,6 +24,7 @@ fn by_id(conn: &mut Db, id: &str) -> Res<Option<Service>> {
     services::table
         .find(id)
         .filter(enabled!(services::customer_id))
+        .select(ServiceRow::as_select())
         .get_result::<ServiceRow>(conn)
         .optional()?
         .map(ServiceRow::into_domain)
@@ -35,6 +36,35 @@ pub(crate) fn exists(conn: &mut Db, id: &str) -> Res<bool> {
     Ok(on_backend!(conn, |c| query.get_result::<String>(c))
         .optional()?
         .is_some())
+}
+
+/// What a write of the configuration of the service `id` replaces (`current`: the stored
+/// version, read by the caller), for [`VersionHistory::date`]: that version's history, or with
+/// none stored, the deletion of the last one (`DELETE …/config`), which the next version counts
+/// as the change before it.
+pub(crate) fn history(
+    conn: &mut Db,
+    id: &str,
+    current: Option<&PublishedConfig>,
+) -> Res<Option<VersionHistory>> {
+    if let Some(current) = current {
+        return Ok(Some(VersionHistory::of(current)));
+    }
+    let query = services::table.find(id).select(services::config_removed_at);
+    let removed = on_backend!(conn, |c| query.get_result::<Option<i64>>(c)).optional()?;
+    (removed.flatten())
+        .map(|at| instant(at).map(VersionHistory::removed))
+        .transpose()
+}
+
+/// Deletes the configuration of the service `id`, noting when ([`history`]).
+pub(crate) fn remove_config(conn: &mut Db, id: &str, at: OffsetDateTime) -> Res<()> {
+    let row = published_configs::table.find(id);
+    on_backend!(&mut *conn, |c| diesel::delete(row).execute(c))?;
+    let service = services::table.find(id);
+    let noted = diesel::update(service).set(services::config_removed_at.eq(millis(at)));
+    on_backend!(conn, |c| noted.execute(c))?;
+    Ok(())
 }
 
 /// Inserts or replaces a configuration (inside the caller's transaction, whose write lock makes
@@ -159,6 +189,7 @@ impl ServiceStore for Store {
             services::table
                 .filter(services::subdomain.eq(subdomain_or_id.to_ascii_lowercase()))
                 .filter(enabled!(services::customer_id))
+                .select(ServiceRow::as_select())
                 .get_result::<ServiceRow>(conn)
                 .optional()?
                 .map(ServiceRow::into_domain)
@@ -175,6 +206,7 @@ impl ServiceStore for Store {
             let rows = services::table
                 .filter(services::customer_id.eq(id_text(customer_id)))
                 .order((services::created_at, services::id))
+                .select(ServiceRow::as_select())
                 .load::<ServiceRow>(conn)?;
             readable("service", rows, ServiceRow::into_domain)
         })
@@ -270,6 +302,7 @@ impl ServiceStore for Store {
                 .filter(services::expires_at.le(millis(now)))
                 .order(services::expires_at)
                 .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                .select(ServiceRow::as_select())
                 .load::<ServiceRow>(conn)?;
             readable("anonymous service", rows, ServiceRow::into_domain)
         })
@@ -325,7 +358,7 @@ impl ServiceStore for Store {
             let row = on_backend!(&mut *conn, |c| query.get_result::<ConfigRow>(c)).optional()?;
             let stored_expiry = row.as_ref().map(ConfigRow::key_expires_at);
             let current = row.map(ConfigRow::into_domain).transpose()?;
-            let history = current.as_ref().map(VersionHistory::of);
+            let history = history(conn, &id, current.as_ref())?;
             let Some(mut config) = make(current) else {
                 return Ok(false);
             };
@@ -378,7 +411,7 @@ impl ServiceStore for Store {
                 Some(config) if !keep(&config) => {}
                 _ => return Ok(false),
             }
-            diesel::delete(published_configs::table.find(&id)).execute(conn)?;
+            remove_config(conn, &id, event.at)?;
             changed.push(Change::Service(service_id));
             Ok(true)
         })

@@ -111,7 +111,7 @@ impl SigningStore for Store {
             let row = on_backend!(&mut *conn, |c| query.get_result::<ConfigRow>(c)).optional()?;
             let stored_expiry = row.as_ref().map(ConfigRow::key_expires_at);
             let config = row.map(ConfigRow::into_domain).transpose()?;
-            let history = config.as_ref().map(VersionHistory::of);
+            let history = crate::services::history(conn, &service, config.as_ref())?;
             let Some(update) = change(signing, config) else {
                 return Ok(());
             };
@@ -128,10 +128,7 @@ impl SigningStore for Store {
                     let config = VersionHistory::date(history.as_ref(), config);
                     write_config(conn, &config, stored_expiry)?;
                 }
-                ConfigChange::Remove => {
-                    let row = published_configs::table.find(&service);
-                    on_backend!(&mut *conn, |c| diesel::delete(row).execute(c))?;
-                }
+                ConfigChange::Remove(at) => crate::services::remove_config(conn, &service, at)?,
             }
             // A transition is logged as a change of its service even when the key set stays
             // (a switch): the change log is what carries its audit event.

@@ -178,3 +178,63 @@ fn a_lone_upload_revalidates_by_date_and_every_replica_dates_it_alike() {
         get(&replica, &subdomain, JWKS, &since).status()
     );
 }
+
+/// The replicas probe (stop 84): `DELETE …/config` and a new upload within one second; the new
+/// version had no history, so a client holding the deleted version's date was answered 304.
+#[test]
+fn an_upload_after_a_deletion_within_the_same_second_is_never_answered_304_by_date() {
+    let server = TestServer::start();
+    let acme = server.customer("acme", "business");
+    let subdomain = register_service(&server, &acme, "api");
+    let mut attempt = 0;
+    let deleted_modified = loop {
+        attempt += 1;
+        assert!(
+            attempt <= 10,
+            "no deletion and upload fell within one second"
+        );
+        publish(&server, &acme.token, &subdomain, &[&format!("a{attempt}")]);
+        let first = get(&server, &subdomain, JWKS, &[]);
+        let first_modified = header(&first, "last-modified");
+        let deleted = server
+            .authed(
+                Method::DELETE,
+                &format!("/services/{subdomain}/config"),
+                &acme.token,
+            )
+            .send()
+            .unwrap();
+        assert_eq!(deleted.status(), 204);
+        assert_eq!(get_status(&server, &subdomain), 404, "deleted");
+        publish(&server, &acme.token, &subdomain, &[&format!("b{attempt}")]);
+        let again = get(&server, &subdomain, DISCOVERY, &[]);
+        if header(&again, "last-modified") == first_modified {
+            break first_modified;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let since = [("if-modified-since", deleted_modified.as_str())];
+    for path in [JWKS, DISCOVERY] {
+        let response = get(&server, &subdomain, path, &since);
+        assert_eq!(
+            response.status(),
+            200,
+            "{path} If-Modified-Since {deleted_modified}"
+        );
+        if path == JWKS {
+            assert_eq!(kids(response), [format!("b{attempt}")]);
+        }
+    }
+    // A replica that reads the new version from the database dates it alike.
+    let replica = TestServer::start_with(registry_tests::server::ServerOptions {
+        database_url: Some(server.database_url.clone()),
+        ..Default::default()
+    });
+    assert_eq!(get(&replica, &subdomain, JWKS, &since).status(), 200);
+}
+
+/// The status of the key set's GET, whatever it is.
+fn get_status(server: &TestServer, subdomain: &str) -> u16 {
+    let response = server.hosted(Method::GET, subdomain, JWKS).send().unwrap();
+    response.status().as_u16()
+}

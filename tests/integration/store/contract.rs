@@ -863,6 +863,26 @@ fn update_config_writes_what_make_makes_of_the_current_configuration(store: &dyn
             ..reaped
         }
     );
+
+    // A version after a deletion counts the deletion as the change before it: a client holding
+    // the deleted version's date, in the same second, holds another version.
+    let removed_at = AuditEvent {
+        at: at(200),
+        ..ev()
+    };
+    assert!(store.delete_config(s.id, &|_| false, &removed_at).unwrap());
+    let again = config(s.id, "http://again", 200);
+    assert!(store
+        .update_config(s.id, &mut |_| Some(again.clone()), &ev())
+        .unwrap());
+    assert_eq!(
+        read(),
+        PublishedConfig {
+            previous_change_at: Some(at(200)),
+            dates: dates(200, 200),
+            ..again
+        }
+    );
 }
 
 /// Both documents' dates, as seconds of [`at`].
@@ -3361,7 +3381,7 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
                 Some(SigningChange {
                     signing: None,
                     due_at: None,
-                    config: ConfigChange::Remove,
+                    config: ConfigChange::Remove(t0),
                 })
             },
             Some(&ev()),
@@ -3370,6 +3390,15 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
     assert_eq!(store.signing(s.id).unwrap(), None);
     assert_eq!(store.config(s.id).unwrap(), None);
     assert_eq!(all_changes(store).len(), changes_before + 3);
+    // The next version counts the removal as the change before it.
+    store
+        .update_config(s.id, &mut |_| Some(config(s.id, "http://next", 0)), &ev())
+        .unwrap();
+    assert_eq!(
+        store.config(s.id).unwrap().unwrap().previous_change_at,
+        Some(t0)
+    );
+    assert!(store.delete_config(s.id, &|_| false, &ev()).unwrap());
     assert!(!store
         .record_signature(s.id, &first.keys[0].kid, t0)
         .unwrap());

@@ -135,7 +135,7 @@ fn publish(
     // that the upkeep has not dropped yet.
     if keys.published(now).next().is_none() {
         return match stored {
-            Some(_) => ConfigChange::Remove,
+            Some(_) => ConfigChange::Remove(now),
             None => ConfigChange::Keep,
         };
     }
@@ -198,7 +198,7 @@ fn write(
         }
         let signing = apply(stored)?;
         let config = publish(registry, service, &signing, config, &verifiers, now);
-        removed = config == ConfigChange::Remove;
+        removed = matches!(config, ConfigChange::Remove(_));
         Some(SigningChange {
             config,
             due_at: signing.due_at_holding_rotation(now, held_until),

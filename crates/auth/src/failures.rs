@@ -19,6 +19,9 @@ pub struct SecretFailures {
     window: Duration,
     ticks: Arc<dyn Ticks>,
     ids: Mutex<HashMap<String, VecDeque<Instant>>>,
+    /// The failures recorded since the last exchange with the other replicas, by lookup id
+    /// ([`crate::shared`]).
+    tally: Mutex<HashMap<String, u64>>,
 }
 
 impl SecretFailures {
@@ -29,6 +32,29 @@ impl SecretFailures {
             window,
             ticks,
             ids: Mutex::default(),
+            tally: Mutex::default(),
+        }
+    }
+
+    /// The failures recorded since the last call, by lookup id, for the other replicas.
+    pub(crate) fn take_tally(&self) -> HashMap<String, u64> {
+        std::mem::take(&mut *self.tally.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Counts `failures` another replica recorded for `lookup_id`, `ago`.
+    pub(crate) fn absorb(&self, lookup_id: &str, failures: u64, ago: Duration) {
+        let Some(at) = self.ticks.now().checked_sub(ago) else {
+            return;
+        };
+        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = ids.entry(lookup_id.to_owned()).or_default();
+        for _ in 0..failures.min(self.limit as u64) {
+            // In time order: the oldest leaves the window first.
+            let place = kept.partition_point(|t| *t <= at);
+            kept.insert(place, at);
+            if kept.len() > self.limit {
+                kept.pop_front();
+            }
         }
     }
 
@@ -75,6 +101,12 @@ impl SecretFailures {
             failures.pop_front();
         }
         failures.push_back(now);
+        drop(ids);
+        let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
+        if tally.len() >= MAX_KEYS && !tally.contains_key(lookup_id) {
+            tally.clear();
+        }
+        *tally.entry(lookup_id.to_owned()).or_default() += 1;
     }
 }
 

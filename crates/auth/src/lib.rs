@@ -18,6 +18,7 @@ pub mod last_use;
 pub mod rate_limit;
 mod refusals;
 mod request;
+pub mod shared;
 mod token_cache;
 
 pub use authenticator::federation::verify_identity;

@@ -76,6 +76,9 @@ pub struct RateLimiter<K: Hash + Eq + Clone = IpAddr> {
     /// Whether `given_back` holds anything: every hit asks, and only reads this while it is
     /// empty.
     any_given_back: std::sync::atomic::AtomicBool,
+    /// For a limit the replicas share ([`RateLimiter::shared`]): its name there, and the events
+    /// let through since the last exchange, by key.
+    tally: Option<(&'static str, Mutex<HashMap<K, u64>>)>,
 }
 
 /// Refused: retry after this long.
@@ -106,6 +109,91 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             clock,
             given_back: Mutex::default(),
             any_given_back: std::sync::atomic::AtomicBool::new(false),
+            tally: None,
+        }
+    }
+
+    /// The same limit, shared by the replicas under `name` ([`crate::shared`]): it counts the
+    /// events it lets through for the others, and the others' events against its keys.
+    #[must_use]
+    pub fn shared(self, name: &'static str) -> Self {
+        Self {
+            tally: Some((name, Mutex::default())),
+            ..self
+        }
+    }
+
+    /// Counts `n` events of `key` for the other replicas (`n` may be negative: an event given
+    /// back, as long as it was not told yet).
+    fn tell(&self, key: &K, n: i8) {
+        let Some((_, tally)) = &self.tally else {
+            return;
+        };
+        let mut tally = tally.lock().unwrap_or_else(PoisonError::into_inner);
+        if n > 0 {
+            if tally.len() >= MAX_KEYS && !tally.contains_key(key) {
+                // An exchange that keeps failing: the oldest news is no worse to lose.
+                tally.clear();
+            }
+            *tally.entry(key.clone()).or_default() += n.unsigned_abs() as u64;
+        } else if let Some(count) = tally.get_mut(key) {
+            *count = count.saturating_sub(n.unsigned_abs() as u64);
+            if *count == 0 {
+                tally.remove(key);
+            }
+        }
+    }
+
+    /// Its name among the shared limits, if the replicas share it.
+    pub(crate) fn shared_name(&self) -> Option<&'static str> {
+        self.tally.as_ref().map(|(name, _)| *name)
+    }
+
+    /// The events let through since the last call, by key, for the other replicas.
+    pub(crate) fn take_tally(&self) -> HashMap<K, u64> {
+        match &self.tally {
+            Some((_, tally)) => {
+                std::mem::take(&mut *tally.lock().unwrap_or_else(PoisonError::into_inner))
+            }
+            None => HashMap::new(),
+        }
+    }
+
+    /// Counts `events` of another replica for `key`, which it let through `ago`: those its
+    /// allowance has not had back since are spent here (at most all of it).
+    pub fn absorb_key(&self, key: K, events: u64, ago: Duration) {
+        let interval = self.quota.replenish_interval().as_nanos().max(1);
+        let back = u64::try_from(ago.as_nanos() / interval).unwrap_or(u64::MAX);
+        let burst = self.quota.burst_size().get();
+        let mut left = u32::try_from(events.saturating_sub(back))
+            .unwrap_or(u32::MAX)
+            .min(burst);
+        let mut n = left;
+        let mut used_up = None;
+        {
+            let limiter = self.limiter.read().unwrap_or_else(PoisonError::into_inner);
+            // As many as the allowance holds now: all of them, or halves until one does not
+            // fit either.
+            while let Some(take) = NonZeroU32::new(n.min(left)) {
+                match limiter.check_key_n(&key, take) {
+                    Ok(Ok(state)) => {
+                        left -= take.get();
+                        if state.remaining_burst_capacity() == 0 {
+                            used_up = Some(self.quota.replenish_interval());
+                            break;
+                        }
+                    }
+                    Ok(Err(not_until)) if take.get() == 1 => {
+                        used_up = Some(not_until.wait_time_from(self.clock.0.now()));
+                        break;
+                    }
+                    Ok(Err(_)) | Err(_) => n = take.get() / 2,
+                }
+            }
+        }
+        // Used up: [`RateLimiter::check_key`] refuses the key too, as after a hit.
+        if let Some(wait) = used_up {
+            self.refuse(key, self.clock.0.now(), wait);
         }
     }
 
@@ -114,6 +202,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// within the time one event takes to come back spends it instead of its allowance, and a
     /// refusal it caused is lifted.
     pub fn give_back_key(&self, key: K) {
+        self.tell(&key, -1);
         let now = self.clock.0.now();
         (self.refused.lock().unwrap_or_else(PoisonError::into_inner)).remove(&key);
         let mut back = (self.given_back.lock()).unwrap_or_else(PoisonError::into_inner);
@@ -171,6 +260,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// Counts one event for `key`; refuses when its allowance is used up.
     pub fn hit_key(&self, key: K) -> Result<(), RetryAfter> {
         if self.spend_given_back(&key) {
+            self.tell(&key, 1);
             return Ok(());
         }
         let (outcome, over_bound) = {
@@ -186,6 +276,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             // one comes back, so that [`RateLimiter::check_key`] refuses the next event (a
             // limit of N lets N through, not N + 1).
             Ok(state) => {
+                self.tell(&key, 1);
                 if state.remaining_burst_capacity() == 0 {
                     self.refuse(key, now, self.quota.replenish_interval());
                 }
@@ -345,6 +436,61 @@ mod tests {
             limiter.hit(b).is_err(),
             "two given back, and the allowance of two"
         );
+    }
+
+    #[test]
+    fn another_replicas_events_spend_the_allowance_less_what_came_back_since() {
+        let (limiter, ticks) = limiter(10, Duration::from_secs(60));
+        let a = ip("192.0.2.1");
+        for _ in 0..4 {
+            assert!(limiter.hit(a).is_ok());
+        }
+        // Six let through elsewhere just now: the allowance is used up, here too.
+        limiter.absorb_key(a, 6, Duration::ZERO);
+        assert!(
+            limiter.check(a).is_err(),
+            "the check before authentication refuses too"
+        );
+        let RetryAfter(wait) = limiter.hit(a).unwrap_err();
+        assert_eq!(wait, Duration::from_secs(6), "one comes back every 6 s");
+        // More than the allowance spends it all, no more.
+        let b = ip("192.0.2.2");
+        limiter.absorb_key(b, 1_000, Duration::ZERO);
+        assert!(limiter.hit(b).is_err());
+        ticks.advance(Duration::from_secs(6));
+        assert!(limiter.hit(b).is_ok());
+        // Seven let through 30 s ago: five of them have come back since.
+        let c = ip("192.0.2.3");
+        limiter.absorb_key(c, 7, Duration::from_secs(30));
+        for n in 0..8 {
+            assert!(limiter.hit(c).is_ok(), "event {n}");
+        }
+        assert!(limiter.hit(c).is_err());
+    }
+
+    #[test]
+    fn a_shared_limit_tells_what_it_let_through_and_what_it_gave_back() {
+        let ticks = Arc::new(ManualTicks::default());
+        let shared = RateLimiter::<IpAddr>::new(2, Duration::from_secs(60), ticks.clone())
+            .shared("anonymous");
+        let (a, b) = (ip("192.0.2.1"), ip("2001:db8::1"));
+        assert!(shared.hit(a).is_ok());
+        assert!(shared.hit(a).is_ok());
+        assert!(shared.hit(a).is_err(), "a refusal is not an event");
+        assert!(shared.hit(b).is_ok());
+        shared.give_back(b);
+        assert_eq!(shared.shared_name(), Some("anonymous"));
+        let tally = shared.take_tally();
+        assert_eq!(tally, HashMap::from([(a, 2)]), "b's one was given back");
+        assert!(shared.take_tally().is_empty(), "told once");
+        // An event given back is spent as an event.
+        assert!(shared.hit(b).is_ok());
+        assert_eq!(shared.take_tally().get(&rate_limit_key(b)), Some(&1));
+        // An unshared limit keeps no tally.
+        let (alone, _) = limiter(2, Duration::from_secs(60));
+        assert!(alone.hit(a).is_ok());
+        assert!(alone.take_tally().is_empty());
+        assert_eq!(alone.shared_name(), None);
     }
 
     #[test]

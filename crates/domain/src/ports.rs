@@ -1084,6 +1084,57 @@ impl<T: Storage> ReplicaSource for T {
     }
 }
 
+/// Events one replica's rate limit let through for one key, to add to the shared counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateEvents {
+    /// The limit's name (`writes`, `explain`, `sign`, `anonymous`, `secret-failures`).
+    pub limit: String,
+    /// What the limit counts by: a credential, a customer, an address, a lookup id.
+    pub key: String,
+    /// How many.
+    pub events: u64,
+}
+
+/// One replica's count of one limit's events for one key in one clock minute, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateCount {
+    /// As [`RateEvents::limit`].
+    pub limit: String,
+    /// As [`RateEvents::key`].
+    pub key: String,
+    /// The replica that counted them.
+    pub replica: Uuid,
+    /// The minute (its start, in milliseconds since the epoch, by that replica's clock).
+    pub minute: i64,
+    /// Its events in that minute so far: a count only grows.
+    pub events: u64,
+    /// When it last grew.
+    pub written_at: OffsetDateTime,
+}
+
+/// The start of `at`'s clock minute, in milliseconds since the epoch: a [`RateCount`]'s bucket.
+pub fn rate_minute(at: OffsetDateTime) -> i64 {
+    let ms = at.unix_timestamp() * 1000;
+    ms - ms.rem_euclid(60_000)
+}
+
+/// The rate limits' counts shared by the replicas (docs/api.md, "Limits"): each replica adds the
+/// events it let through, and reads what the others let through, so that a credential or a
+/// customer has one allowance however many replicas it calls.
+pub trait RateCountLog: Send + Sync {
+    /// Adds `added` to `replica`'s counts of `now`'s minute, then reads the counts of every
+    /// other replica last written at `since` or later.
+    fn exchange_rate_counts(
+        &self,
+        replica: Uuid,
+        added: &[RateEvents],
+        now: OffsetDateTime,
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<RateCount>>;
+    /// Forgets the counts last written before `before`; how many.
+    fn prune_rate_counts(&self, before: OffsetDateTime) -> StoreResult<usize>;
+}
+
 /// Every storage port at once: what a server holds (as `Arc<dyn Storage>`), so that it depends
 /// on the ports, not on one adapter.
 pub trait Storage:
@@ -1100,6 +1151,7 @@ pub trait Storage:
     + PurgeLog
     + DomainStore
     + SigningStore
+    + RateCountLog
     + std::fmt::Debug
 {
 }
@@ -1118,6 +1170,7 @@ impl<T> Storage for T where
         + PurgeLog
         + DomainStore
         + SigningStore
+        + RateCountLog
         + std::fmt::Debug
 {
 }

@@ -26,15 +26,15 @@ use crate::custom_domain::{CustomDomain, DomainProblem, DomainWork, CHALLENGE_KE
 use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
-    fetch_hour, AccountStore, AcmeChallenge, AcmeOrder, ActivityLog, AgentFetches, AgentHour,
-    AuditLog, CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, ConfigChange,
-    CredentialOwner, CredentialRecord, CredentialStore, CustomerStore, Database, DatabaseSides,
-    DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy, IssuedCertificate,
-    KeyImport, ManagedKeys, NetworkFetch, OthersCheck, OwnershipCheck, PoolUse, PurgeLog, Purging,
-    Randomness, ReadinessLog, RefusalLog, Sealing, SecretHasher, SeenNetwork, ServiceStore,
-    SignFailure, SigningChange, SigningStore, StoreResult, StoredCredential, Ticks,
-    TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
-    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
+    fetch_hour, rate_minute, AccountStore, AcmeChallenge, AcmeOrder, ActivityLog, AgentFetches,
+    AgentHour, AuditLog, CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock,
+    ConfigChange, CredentialOwner, CredentialRecord, CredentialStore, CustomerStore, Database,
+    DatabaseSides, DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy,
+    IssuedCertificate, KeyImport, ManagedKeys, NetworkFetch, OthersCheck, OwnershipCheck, PoolUse,
+    PurgeLog, Purging, Randomness, RateCount, RateCountLog, RateEvents, ReadinessLog, RefusalLog,
+    Sealing, SecretHasher, SeenNetwork, ServiceStore, SignFailure, SigningChange, SigningStore,
+    StoreResult, StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS,
+    STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
 use crate::service::{DocumentDates, Publication, PublishedConfig, VersionHistory};
@@ -94,6 +94,8 @@ struct State {
     acme_accounts: BTreeMap<String, String>,
     /// Managed signing by service, with when its step is due.
     signing: BTreeMap<Uuid, (Signing, Option<OffsetDateTime>)>,
+    /// The rate limits' counts: `(limit, key, replica, minute)` → events, last written.
+    rate_counts: BTreeMap<(String, String, Uuid, i64), (u64, OffsetDateTime)>,
 }
 
 #[derive(Debug)]
@@ -1528,6 +1530,45 @@ impl DomainStore for MemoryStore {
             .entry(directory.to_owned())
             .or_insert_with(|| sealed.to_owned())
             .clone())
+    }
+}
+
+impl RateCountLog for MemoryStore {
+    fn exchange_rate_counts(
+        &self,
+        replica: Uuid,
+        added: &[RateEvents],
+        now: OffsetDateTime,
+        since: OffsetDateTime,
+    ) -> StoreResult<Vec<RateCount>> {
+        let mut s = self.lock();
+        let minute = rate_minute(now);
+        for a in added {
+            let count = (s.rate_counts)
+                .entry((a.limit.clone(), a.key.clone(), replica, minute))
+                .or_insert((0, now));
+            *count = (count.0.saturating_add(a.events), now);
+        }
+        Ok((s.rate_counts.iter())
+            .filter(|((.., from, _), (_, written))| *from != replica && *written >= since)
+            .map(
+                |((limit, key, from, minute), (events, written_at))| RateCount {
+                    limit: limit.clone(),
+                    key: key.clone(),
+                    replica: *from,
+                    minute: *minute,
+                    events: *events,
+                    written_at: *written_at,
+                },
+            )
+            .collect())
+    }
+
+    fn prune_rate_counts(&self, before: OffsetDateTime) -> StoreResult<usize> {
+        let mut s = self.lock();
+        let count = s.rate_counts.len();
+        s.rate_counts.retain(|_, (_, written)| *written >= before);
+        Ok(count - s.rate_counts.len())
     }
 }
 

@@ -389,6 +389,7 @@ async fn launch(settings: Settings, listen: Listen, injected: Injected) -> anyho
     actix_web::rt::spawn(background::follow_changes(state.clone()));
     actix_web::rt::spawn(background::reap_expired(state.clone()));
     actix_web::rt::spawn(background::flush_fetches(state.clone()));
+    actix_web::rt::spawn(background::share_rate_counts(state.clone()));
     actix_web::rt::spawn(background::step_signing(state.clone()));
     actix_web::rt::spawn(background::purge_changes(state.clone()));
     actix_web::rt::spawn(crate::domain_worker::work(state.clone()));

@@ -5,8 +5,9 @@
 use crate::state::AppState;
 use actix_web::web;
 use futures_util::StreamExt;
+use registry_auth::shared::Exchange;
 use registry_cdn::Purger;
-use registry_domain::app::{fetches, readiness, signing, upkeep};
+use registry_domain::app::{fetches, rate_counts, readiness, signing, upkeep};
 use registry_replica::DocumentsChanged;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -258,6 +259,41 @@ pub async fn flush_fetches(state: web::Data<AppState>) {
                 }
             }
         });
+    }
+}
+
+/// How often a replica adds its rate limits' events to the shared counts and takes in the
+/// others' (docs/api.md, "Limits"): what two replicas may let through beyond a limit is about
+/// this long's worth of events.
+const SHARE_RATE_COUNTS_EVERY: Duration = Duration::from_secs(1);
+
+/// Shares the rate limits' counts with the other replicas, forever ([`Exchange`]). Events not
+/// added while the database is away are added at the next exchange that succeeds.
+pub async fn share_rate_counts(state: web::Data<AppState>) {
+    let mut exchange = Exchange::new();
+    let replica = exchange.replica();
+    let mut interval = tokio::time::interval(SHARE_RATE_COUNTS_EVERY);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        interval.tick().await;
+        let added = exchange.to_add(&state.shared_limits());
+        let now = state.now();
+        let since = exchange.since(now, rate_counts::LONGEST_WINDOW);
+        let exchanged = state
+            .write(move |r| rate_counts::exchange(r, replica, &added, now, since))
+            .await;
+        match exchanged {
+            Ok(counts) => {
+                exchange.absorb(counts, &state.shared_limits(), now);
+                failing = false;
+            }
+            Err(error) if !failing => {
+                tracing::warn!(%error, "rate counts not shared: each limit holds on this replica alone until the database is back");
+                failing = true;
+            }
+            Err(_) => {}
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use crate::settings::Settings;
 use crate::system::{OsRandomness, SystemTicks};
 use ipnetwork::IpNetwork;
 use registry_auth::rate_limit::RateLimiter;
+use registry_auth::shared::SharedLimit;
 use registry_auth::{Authenticator, Limits};
 use registry_domain::app::{AppError, Caller, Registry};
 use registry_domain::issuer::Issuers;
@@ -136,16 +137,18 @@ impl AppState {
             registry,
             metrics,
             oidc,
-            anon_limiter: Arc::new(RateLimiter::per_hour(
-                settings.anon_create_per_hour,
-                ticks.clone(),
-            )),
+            anon_limiter: Arc::new(
+                RateLimiter::per_hour(settings.anon_create_per_hour, ticks.clone())
+                    .shared("anonymous"),
+            ),
             anon_full: Default::default(),
-            explains: Arc::new(RateLimiter::per_minute(
-                settings.explain_per_minute,
-                ticks.clone(),
-            )),
-            signs: Arc::new(RateLimiter::per_minute(settings.sign_per_minute, ticks)),
+            explains: Arc::new(
+                RateLimiter::per_minute(settings.explain_per_minute, ticks.clone())
+                    .shared("explain"),
+            ),
+            signs: Arc::new(
+                RateLimiter::per_minute(settings.sign_per_minute, ticks).shared("sign"),
+            ),
             clock,
             settings,
             certificate,
@@ -155,6 +158,19 @@ impl AppState {
             regenerations: Default::default(),
             anonymous_created: Arc::default(),
         })
+    }
+
+    /// Every limit the replicas share (docs/api.md, "Limits"): writes, failed secrets, anonymous
+    /// creations, explain and preflight, signatures.
+    pub fn shared_limits(&self) -> [&dyn SharedLimit; 5] {
+        let [writes, secret_failures] = self.auth.shared_limits();
+        [
+            writes,
+            secret_failures,
+            &*self.anon_limiter,
+            &*self.explains,
+            &*self.signs,
+        ]
     }
 
     /// Counts one explained token or claims, or one token checked by preflight, against the

@@ -63,6 +63,7 @@ mod fetches;
 mod in_place;
 mod migrate;
 mod pool;
+mod rate_counts;
 mod readiness;
 mod rows;
 mod schema;

@@ -128,6 +128,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     acme_accounts,
     acme_orders,
     managed_signing,
+    rate_counts,
 );
 
 diesel::table! {
@@ -229,5 +230,16 @@ diesel::table! {
     purges (service_id) {
         service_id -> Text,
         changed_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    rate_counts (limit_name, subject, replica, minute) {
+        limit_name -> Text,
+        subject -> Text,
+        replica -> Text,
+        minute -> BigInt,
+        events -> BigInt,
+        written_at -> BigInt,
     }
 }

@@ -86,6 +86,59 @@ fn quotas_bound_what_one_customer_makes() {
     server.anonymous_service();
 }
 
+/// The replicas probe (stop 84): each replica counted the limits alone, so two replicas on one
+/// database let a credential make twice its writes. The replicas now share their counts (about
+/// once a second): a credential's writes and a customer's explains have one allowance.
+#[test]
+fn replicas_share_one_allowance_per_credential_and_per_customer() {
+    let env = [
+        ("REGISTRY_WRITES_PER_MINUTE", "3"),
+        ("REGISTRY_EXPLAIN_PER_MINUTE", "3"),
+    ];
+    let server = server_with(&env);
+    let replica = registry_tests::server::TestServer::start_with(ServerOptions {
+        env: (env.iter())
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        database_url: Some(server.database_url.clone()),
+        ..ServerOptions::default()
+    });
+    let acme = server.customer("acme", "business");
+    let (api, _) = create_service(&server, &acme, "api");
+    let patch = |on: &registry_tests::server::TestServer, n: usize| {
+        on.authed(Method::PATCH, &format!("/services/{api}"), &acme.token)
+            .json(&json!({"title": format!("title {n}")}))
+            .send()
+            .unwrap()
+    };
+    let explain = |on: &registry_tests::server::TestServer| {
+        on.authed(
+            Method::POST,
+            &format!("/service-accounts/{}/explain", acme.account_id),
+            &acme.token,
+        )
+        .json(&json!({"claims": {"iss": "https://ci.example", "sub": "x", "aud": "y"}}))
+        .send()
+        .unwrap()
+    };
+    // Two of three on the first replica (the service's creation was the first write).
+    assert_eq!(patch(&server, 1).status(), 200);
+    for _ in 0..2 {
+        assert_eq!(explain(&server).status(), 200);
+    }
+    // Each replica shares its counts about once a second; one event of three comes back every
+    // 20 s, so none does before the end.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(patch(&replica, 2).status(), 200, "the third write");
+    assert_rate_limited(patch(&replica, 3));
+    assert_eq!(explain(&replica).status(), 200, "the third explain");
+    assert_rate_limited(explain(&replica));
+    // And the first replica learns of the second's.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_rate_limited(patch(&server, 4));
+    assert_rate_limited(explain(&server));
+}
+
 /// Finding 6: one anonymous secret made 3,495 PATCHes a second. Now each credential makes at
 /// most REGISTRY_WRITES_PER_MINUTE changes a minute; reads, and other credentials, go on.
 #[test]

@@ -17,8 +17,8 @@ use registry_domain::keys::{KeyRecord, KeyState};
 use registry_domain::policy::PolicyKind;
 use registry_domain::ports::{
     AcmeOrder, AgentFetches, Change, CredentialOwner, DocumentFetches, FetchedDocument,
-    NetworkFetch, Storage, OTHER_AGENTS, STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK,
-    STORED_NETWORKS_PER_AGENT,
+    NetworkFetch, RateCount, RateEvents, Storage, OTHER_AGENTS, STORED_AGENTS_PER_HOUR,
+    STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use registry_domain::signing::ManagedKey;
 use registry_domain::testing::MemoryStore;
@@ -3425,4 +3425,95 @@ fn update_signing_writes_the_signing_with_its_key_set_once(store: &dyn Storage) 
     assert!(store.delete_service(s.id, &ev()).unwrap());
     assert_eq!(store.signing(s.id).unwrap(), None);
     assert_eq!(store.signing_due(t0, 10).unwrap(), Vec::<Uuid>::new());
+}
+
+/// The rate limits' counts shared by the replicas (docs/api.md, "Limits"): each replica's
+/// events add up in its count of the minute, and a replica reads the others' counts written
+/// since its last look, never its own.
+#[test]
+fn rate_counts_add_up_per_replica_and_minute_and_each_reads_the_others_on_every_store() {
+    on_every_store(rate_counts_add_up_per_replica_and_minute_and_each_reads_the_others);
+}
+
+fn rate_counts_add_up_per_replica_and_minute_and_each_reads_the_others(store: &dyn Storage) {
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let events = |limit: &str, key: &str, events: u64| RateEvents {
+        limit: limit.into(),
+        key: key.into(),
+        events,
+    };
+    // `at` is a minute's start: 10:00:00.
+    let t = at(0);
+    let seen = |counts: Vec<RateCount>| -> Vec<(String, String, Uuid, i64, u64)> {
+        let mut seen: Vec<_> = (counts.into_iter())
+            .map(|c| (c.limit, c.key, c.replica, c.minute, c.events))
+            .collect();
+        seen.sort();
+        seen
+    };
+    let minute = |at: OffsetDateTime| registry_domain::ports::rate_minute(at);
+    let read = store
+        .exchange_rate_counts(a, &[events("writes", "k1", 3)], t, t)
+        .unwrap();
+    assert_eq!(seen(read), [], "nothing of the others yet");
+    let read = store
+        .exchange_rate_counts(
+            b,
+            &[events("writes", "k1", 2), events("sign", "c", 1)],
+            t + Duration::seconds(1),
+            t,
+        )
+        .unwrap();
+    assert_eq!(
+        seen(read),
+        [("writes".into(), "k1".into(), a, minute(t), 3)],
+        "b reads a's count, not its own"
+    );
+    // a's events of the same minute add up to its count; a reads b's.
+    let later = t + Duration::seconds(2);
+    let read = store
+        .exchange_rate_counts(a, &[events("writes", "k1", 4)], later, t)
+        .unwrap();
+    let b_counts = [
+        ("sign".into(), "c".into(), b, minute(t), 1),
+        ("writes".into(), "k1".into(), b, minute(t), 2),
+    ];
+    assert_eq!(seen(read), b_counts);
+    let read = store.exchange_rate_counts(b, &[], later, later).unwrap();
+    assert_eq!(
+        seen(read),
+        [("writes".into(), "k1".into(), a, minute(t), 7)]
+    );
+    assert_eq!(read_written(store, b, later), [later]);
+    // Counts written before `since` are not read again.
+    let read = (store.exchange_rate_counts(a, &[], later, later)).unwrap();
+    assert_eq!(seen(read), []);
+    // The next minute is a count of its own.
+    let next = t + Duration::seconds(61);
+    store
+        .exchange_rate_counts(a, &[events("writes", "k1", 1)], next, next)
+        .unwrap();
+    let read = store.exchange_rate_counts(b, &[], next, t).unwrap();
+    assert_eq!(
+        seen(read),
+        [
+            ("writes".into(), "k1".into(), a, minute(t), 7),
+            ("writes".into(), "k1".into(), a, minute(next), 1),
+        ]
+    );
+    // Pruned by when they were last written.
+    assert_eq!(store.prune_rate_counts(later).unwrap(), 2, "b's two counts");
+    let read = store.exchange_rate_counts(b, &[], next, t).unwrap();
+    assert_eq!(seen(read).len(), 2, "a's counts stay");
+    let read = store.exchange_rate_counts(a, &[], next, t).unwrap();
+    assert_eq!(seen(read), []);
+}
+
+/// When the counts `reader` reads from `since` on were last written.
+fn read_written(store: &dyn Storage, reader: Uuid, since: OffsetDateTime) -> Vec<OffsetDateTime> {
+    (store.exchange_rate_counts(reader, &[], since, since))
+        .unwrap()
+        .into_iter()
+        .map(|c| c.written_at)
+        .collect()
 }

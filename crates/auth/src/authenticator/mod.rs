@@ -10,6 +10,7 @@ use crate::rate_limit::RateLimiter;
 use crate::rate_limit::RetryAfter;
 use crate::refusals::{Named, RefusalBudget, RefusedRequest};
 use crate::request::{header_text, request_id, Presented};
+use crate::shared::SharedLimit;
 use crate::token_cache::TokenCache;
 use crate::Counters;
 use crate::{AuthError, AuthResult};
@@ -99,11 +100,18 @@ impl Authenticator {
                 std::time::Duration::from_secs(60),
                 limits.ticks.clone(),
             ),
-            writes: RateLimiter::per_minute(limits.writes_per_minute, limits.ticks),
+            writes: RateLimiter::per_minute(limits.writes_per_minute, limits.ticks)
+                .shared("writes"),
             writes_per_minute: limits.writes_per_minute,
             last_use: LastUse::default(),
             refusals: RefusalBudget::default(),
         }
+    }
+
+    /// Its limits that the replicas share ([`crate::shared`]): writes per credential, failed
+    /// secrets per lookup id.
+    pub fn shared_limits(&self) -> [&dyn SharedLimit; 2] {
+        [&self.writes, &self.secret_failures]
     }
 
     /// The verifier of identity tokens.

@@ -31,6 +31,7 @@ pub mod explain;
 pub mod fetches;
 pub mod keys;
 pub mod preflight;
+pub mod rate_counts;
 pub mod readiness;
 pub mod services;
 pub mod signing;

@@ -64,7 +64,8 @@ pub fn next_expiry(
 
 /// Deletes the change-log rows older than [`KEEP_CHANGES`], audit events older than
 /// `audit_retention`, refusal records past [`KEPT_FOR`](crate::refusal::KEPT_FOR), and the
-/// fetch counts (and key readiness) older than [8 days](crate::app::fetches::KEPT_FOR).
+/// fetch counts (and key readiness) older than [8 days](crate::app::fetches::KEPT_FOR), and the
+/// rate limits' counts older than [2 hours](crate::app::rate_counts::KEPT_FOR).
 pub fn prune(
     registry: &Registry,
     now: OffsetDateTime,
@@ -75,6 +76,7 @@ pub fn prune(
     store.prune_audit(now - audit_retention)?;
     store.prune_refusals(now - crate::refusal::KEPT_FOR)?;
     store.prune_fetches(now - crate::app::fetches::KEPT_FOR)?;
+    store.prune_rate_counts(now - crate::app::rate_counts::KEPT_FOR)?;
     Ok(())
 }
 

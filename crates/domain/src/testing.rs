@@ -73,6 +73,8 @@ struct State {
     configs: BTreeMap<Uuid, PublishedConfig>,
     /// When each service's configuration was last deleted.
     configs_removed: BTreeMap<Uuid, OffsetDateTime>,
+    /// When each subdomain a deleted service held was freed.
+    subdomain_removals: BTreeMap<String, OffsetDateTime>,
     accounts: Vec<ServiceAccount>,
     credentials: HashMap<String, StoredCredential>,
     /// `(seq, change, when)`, oldest first.
@@ -510,6 +512,9 @@ impl ServiceStore for MemoryStore {
         if let Some(secret) = secret {
             s.lookup_id_free(secret)?;
         }
+        if let Some(at) = s.subdomain_removals.get(&stored.subdomain).copied() {
+            s.configs_removed.insert(service.id, at);
+        }
         s.services.push(stored);
         if let Some(secret) = secret {
             s.add_credential(secret, CredentialOwner::AnonymousService(service.id));
@@ -604,8 +609,13 @@ impl ServiceStore for MemoryStore {
         if !s.service_exists(id) {
             return Ok(false);
         }
+        if let Some(gone) = s.services.iter().find(|x| x.id == id) {
+            let subdomain = gone.subdomain.clone();
+            s.subdomain_removals.insert(subdomain, event.at);
+        }
         s.services.retain(|x| x.id != id);
         s.configs.remove(&id);
+        s.configs_removed.remove(&id);
         s.signing.remove(&id);
         s.purges.remove(&id);
         if let Some((gone, _)) = s.domains.remove(&id).filter(|(d, _)| d.is_held()) {
@@ -974,6 +984,7 @@ impl ChangeFeed for MemoryStore {
         let before = s.changes.len();
         s.changes
             .retain(|(seq, _, at)| *at >= older_than || *seq == latest);
+        s.subdomain_removals.retain(|_, at| *at >= older_than);
         Ok(before - s.changes.len())
     }
 }

@@ -4,7 +4,7 @@
 use crate::error::{Failure, Res};
 use crate::pool::{on_backend, Db, SQLITE_BUSY_TIMEOUT_MS};
 use crate::rows::uuid;
-use crate::schema::{changes, credentials};
+use crate::schema::{changes, credentials, subdomain_removals};
 use crate::store::{CHANGE_ACCOUNT, CHANGE_SERVICE};
 use crate::Store;
 use diesel::connection::SimpleConnection;
@@ -126,6 +126,12 @@ impl ChangeFeed for Store {
             else {
                 return Ok(0);
             };
+            // Freed subdomains are kept as long as the change log.
+            diesel::delete(
+                subdomain_removals::table
+                    .filter(subdomain_removals::removed_at.lt(crate::rows::millis(older_than))),
+            )
+            .execute(conn)?;
             Ok(diesel::delete(
                 changes::table
                     .filter(changes::created_at.lt(crate::rows::millis(older_than)))

@@ -129,6 +129,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     acme_orders,
     managed_signing,
     rate_counts,
+    subdomain_removals,
 );
 
 diesel::table! {
@@ -241,5 +242,12 @@ diesel::table! {
         minute -> BigInt,
         events -> BigInt,
         written_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    subdomain_removals (subdomain) {
+        subdomain -> Text,
+        removed_at -> BigInt,
     }
 }

@@ -5,9 +5,12 @@ use crate::pool::{on_backend, Db};
 use crate::rows::{
     id_text, instant, key_state_text, millis, readable, ConfigRow, HostRow, ServiceRow,
 };
-use crate::schema::{credentials, customers, published_configs, purges, services};
+use crate::schema::{
+    credentials, customers, published_configs, purges, services, subdomain_removals,
+};
 use crate::Store;
 use diesel::prelude::*;
+use diesel::upsert::excluded;
 use registry_domain::audit::AuditEvent;
 use registry_domain::ports::{Ceiling, Change, CredentialRecord, ServiceStore, StoreResult};
 use registry_domain::service::{Publication, PublishedConfig, VersionHistory};
@@ -55,6 +58,21 @@ pub(crate) fn history(
     (removed.flatten())
         .map(|at| instant(at).map(VersionHistory::removed))
         .transpose()
+}
+
+/// Notes that `subdomain` was freed at `at`: a service created again under it counts that as
+/// its configuration's deletion ([`history`]).
+fn note_removal(conn: &mut Db, subdomain: &str, at: OffsetDateTime) -> Res<()> {
+    on_backend!(conn, |c| diesel::insert_into(subdomain_removals::table)
+        .values((
+            subdomain_removals::subdomain.eq(subdomain),
+            subdomain_removals::removed_at.eq(millis(at)),
+        ))
+        .on_conflict(subdomain_removals::subdomain)
+        .do_update()
+        .set(subdomain_removals::removed_at.eq(excluded(subdomain_removals::removed_at)))
+        .execute(c))?;
+    Ok(())
 }
 
 /// Deletes the configuration of the service `id`, noting when ([`history`]).
@@ -148,15 +166,24 @@ impl ServiceStore for Store {
                 }
             }
             let id = id_text(service.id);
+            let subdomain = service.subdomain.to_ascii_lowercase();
+            // A service deleted a moment ago under this name published the issuer's last
+            // version ([`history`]).
+            let removed = subdomain_removals::table
+                .find(&subdomain)
+                .select(subdomain_removals::removed_at)
+                .get_result::<i64>(conn)
+                .optional()?;
             diesel::insert_into(services::table)
                 .values((
                     services::id.eq(&id),
                     services::customer_id.eq(service.customer_id.map(id_text)),
-                    services::subdomain.eq(service.subdomain.to_ascii_lowercase()),
+                    services::subdomain.eq(&subdomain),
                     services::title.eq(&service.title),
                     services::description.eq(&service.description),
                     services::created_at.eq(millis(service.created_at)),
                     services::expires_at.eq(service.expires_at.map(millis)),
+                    services::config_removed_at.eq(removed),
                 ))
                 .execute(conn)?;
             if let Some(secret) = secret {
@@ -285,8 +312,13 @@ impl ServiceStore for Store {
             // Its purge record has no key left to wait for it.
             diesel::delete(purges::table.filter(purges::service_id.eq(id_text(id))))
                 .execute(conn)?;
+            let subdomain = (services::table.find(id_text(id)))
+                .select(services::subdomain)
+                .get_result::<String>(conn)
+                .optional()?;
             let deleted = diesel::delete(services::table.find(id_text(id))).execute(conn)?;
-            if deleted > 0 {
+            if let Some(subdomain) = subdomain.filter(|_| deleted > 0) {
+                note_removal(conn, &subdomain, event.at)?;
                 changed.push(Change::Service(id));
             }
             Ok(deleted > 0)

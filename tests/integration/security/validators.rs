@@ -179,10 +179,19 @@ fn a_lone_upload_revalidates_by_date_and_every_replica_dates_it_alike() {
     );
 }
 
-/// The replicas probe (stop 84): `DELETE …/config` and a new upload within one second; the new
-/// version had no history, so a client holding the deleted version's date was answered 304.
+/// The replicas probe (stop 84): `DELETE …/config` (or of the service, then a service created
+/// again under its name) and a new upload within one second; the new version had no history, so
+/// a client holding the deleted version's date was answered 304.
 #[test]
 fn an_upload_after_a_deletion_within_the_same_second_is_never_answered_304_by_date() {
+    for deleted in ["/config", ""] {
+        an_upload_after_a_deletion_of(deleted);
+    }
+}
+
+/// [`an_upload_after_a_deletion_within_the_same_second_is_never_answered_304_by_date`], with
+/// `DELETE /services/{s}{deleted}`.
+fn an_upload_after_a_deletion_of(deleted: &str) {
     let server = TestServer::start();
     let acme = server.customer("acme", "business");
     let subdomain = register_service(&server, &acme, "api");
@@ -196,15 +205,18 @@ fn an_upload_after_a_deletion_within_the_same_second_is_never_answered_304_by_da
         publish(&server, &acme.token, &subdomain, &[&format!("a{attempt}")]);
         let first = get(&server, &subdomain, JWKS, &[]);
         let first_modified = header(&first, "last-modified");
-        let deleted = server
+        let gone = server
             .authed(
                 Method::DELETE,
-                &format!("/services/{subdomain}/config"),
+                &format!("/services/{subdomain}{deleted}"),
                 &acme.token,
             )
             .send()
             .unwrap();
-        assert_eq!(deleted.status(), 204);
+        assert_eq!(gone.status(), 204, "DELETE …{deleted}");
+        if deleted.is_empty() {
+            assert_eq!(register_service(&server, &acme, "api"), subdomain);
+        }
         assert_eq!(get_status(&server, &subdomain), 404, "deleted");
         publish(&server, &acme.token, &subdomain, &[&format!("b{attempt}")]);
         let again = get(&server, &subdomain, DISCOVERY, &[]);
@@ -222,7 +234,7 @@ fn an_upload_after_a_deletion_within_the_same_second_is_never_answered_304_by_da
             "{path} If-Modified-Since {deleted_modified}"
         );
         if path == JWKS {
-            assert_eq!(kids(response), [format!("b{attempt}")]);
+            assert_eq!(kids(response), [format!("b{attempt}")], "DELETE …{deleted}");
         }
     }
     // A replica that reads the new version from the database dates it alike.

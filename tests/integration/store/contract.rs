@@ -3517,3 +3517,62 @@ fn read_written(store: &dyn Storage, reader: Uuid, since: OffsetDateTime) -> Vec
         .map(|c| c.written_at)
         .collect()
 }
+
+/// A service created again under a subdomain freed a moment ago: its first version counts the
+/// deletion as the change before it (`If-Modified-Since` with the deleted service's date, in
+/// the same second, is not the new version's), and a service under a new name knows of none.
+#[test]
+fn a_service_created_again_under_a_freed_subdomain_dates_its_first_version_after_the_deletion_on_every_store(
+) {
+    on_every_store(
+        a_service_created_again_under_a_freed_subdomain_dates_its_first_version_after_the_deletion,
+    );
+}
+
+fn a_service_created_again_under_a_freed_subdomain_dates_its_first_version_after_the_deletion(
+    store: &dyn Storage,
+) {
+    let (c, ..) = seeded(store, "acme");
+    let first = registered(c.id, "api-acme", 1);
+    store
+        .create_service(&first, None, Ceiling::NONE, &ev())
+        .unwrap();
+    store
+        .put_config(&config(first.id, "http://api", 5), &ev())
+        .unwrap();
+    let deleted = AuditEvent { at: at(10), ..ev() };
+    assert!(store.delete_service(first.id, &deleted).unwrap());
+    let publish = |service: &Service| {
+        store
+            .update_config(
+                service.id,
+                &mut |_| Some(config(service.id, "http://api", 10)),
+                &ev(),
+            )
+            .unwrap();
+        store
+            .config(service.id)
+            .unwrap()
+            .unwrap()
+            .previous_change_at
+    };
+    let again = registered(c.id, "API-acme", 10);
+    store
+        .create_service(&again, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert_eq!(publish(&again), Some(at(10)));
+    let other = registered(c.id, "web-acme", 10);
+    store
+        .create_service(&other, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert_eq!(publish(&other), None);
+    // Forgotten with the change log.
+    store.prune_changes(at(11)).unwrap();
+    assert!(store.delete_service(again.id, &deleted).unwrap());
+    store.prune_changes(at(11)).unwrap();
+    let third = registered(c.id, "api-acme", 12);
+    store
+        .create_service(&third, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert_eq!(publish(&third), None);
+}

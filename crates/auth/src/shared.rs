@@ -96,7 +96,7 @@ impl Exchange {
         self.replica
     }
 
-    /// From when the exchange at `now` reads the others' counts: [`OVERLAP`] before the last
+    /// From when the exchange at `now` reads the others' counts: 5 s before the last
     /// exchange, or `window` back at the first.
     pub fn since(&self, now: OffsetDateTime, window: time::Duration) -> OffsetDateTime {
         match self.last {

@@ -1,65 +1,60 @@
-//! Rate limits on `governor` (GCRA): per client address, keyed as docs/api.md says
-//! ("Limits"; [`rate_limit_key`]: an IPv4 address alone, IPv4-mapped as IPv4, IPv6 by its /64), and
-//! per credential, lookup id or customer (docs/api.md, "Authentication" and "Errors").
+//! Rate limits (GCRA, the generic cell rate algorithm): per client address, keyed as docs/api.md
+//! says ("Limits"; [`rate_limit_key`]: an IPv4 address alone, IPv4-mapped as IPv4, IPv6 by its
+//! /64), and per credential, lookup id or customer (docs/api.md, "Authentication" and "Errors").
+//!
+//! A key's state is one time, its theoretical arrival time: every event moves it one emission
+//! interval (the window over the limit) later, and an event is let through while it stays within
+//! one window of now. Our own rather than a crate's, because the replicas share their limits
+//! ([`crate::shared`]): another replica's events move it too, dated when they happened, and
+//! beyond the allowance (a debt that the allowance pays back as it comes back), which no
+//! off-the-shelf limiter allows.
 //!
 //! Memory is bounded under spraying: the keyed state holds at most [`MAX_KEYS`] keys (about
-//! 64 bytes each for an address: a 16-byte key, 8 bytes of GCRA state, the map's overhead).
+//! 64 bytes each for an address: a 16-byte key, 8 bytes of state, the map's overhead).
 //! Past it, the keys whose limit has fully recovered are dropped, and if that is not enough,
 //! every key starts again from a full allowance. Spraying can then reset limits, but never grow
 //! memory; an attacker with that many addresses had as many allowances anyway.
 
-use governor::state::keyed::DashMapStateStore;
-use governor::Quota;
 use registry_domain::limits::rate_limit_key;
 use registry_domain::ports::Ticks;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
-
-/// The injected monotonic time, as governor's clock: the limits and their refusals count in one
-/// time, which tests move.
-#[derive(Debug, Clone)]
-struct TicksClock(Arc<dyn Ticks>);
-
-impl governor::clock::Clock for TicksClock {
-    type Instant = Instant;
-
-    fn now(&self) -> Instant {
-        self.0.now()
-    }
-}
-
-/// The keyed GCRA state, on the injected time.
-type Keyed<K> = governor::RateLimiter<
-    K,
-    DashMapStateStore<K>,
-    TicksClock,
-    governor::middleware::StateInformationMiddleware,
->;
-
-/// The keyed state of `quota`, on `clock`, each event's outcome with the state it left.
-fn keyed<K: Hash + Eq + Clone>(quota: Quota, clock: &TicksClock) -> Keyed<K> {
-    governor::RateLimiter::dashmap_with_clock(quota, clock.clone())
-        .with_middleware::<governor::middleware::StateInformationMiddleware>()
-}
 
 /// Most keys whose state a limiter keeps (about 6.4 MB of addresses).
 pub const MAX_KEYS: usize = 100_000;
+
+/// Where the limiter's time starts, in nanoseconds: a day, the longest an event another replica
+/// let through before this one started can matter (a window of an hour).
+const EPOCH: u64 = 86_400 * 1_000_000_000;
+
+/// The key state's shards: workers counting different keys rarely wait for each other.
+const SHARDS: usize = 16;
+
+/// How far another replica's events can push a key's state beyond now, in windows: a bound on
+/// the debt, however many replicas a client reaches at once.
+const MOST_DEBT_WINDOWS: u64 = 8;
 
 /// At most `limit` events per `window` for each key (a client address unless said otherwise),
 /// refilled continuously.
 #[derive(Debug)]
 pub struct RateLimiter<K: Hash + Eq + Clone = IpAddr> {
-    quota: Quota,
-    clock: TicksClock,
-    limiter: RwLock<Keyed<K>>,
+    /// The emission interval: the time one event takes to come back, in nanoseconds.
+    interval: u64,
+    /// Events at once at most: the limit.
+    burst: u32,
+    ticks: Arc<dyn Ticks>,
+    /// Each key's theoretical arrival time, in nanoseconds after `created`; a key not here has
+    /// its whole allowance. At most [`MAX_KEYS`] keys over all shards.
+    shards: Box<[Mutex<HashMap<K, u64>>]>,
+    hasher: RandomState,
     /// Keys refused by [`RateLimiter::hit_key`], and until when: what
-    /// [`RateLimiter::check_key`] reads (governor has no look without counting). Only keys over
-    /// their limit are here, at most [`MAX_KEYS`].
+    /// [`RateLimiter::check_key`] reads. Only keys over their limit are here, at most
+    /// [`MAX_KEYS`].
     refused: Mutex<HashMap<K, Instant>>,
     /// When the last refusal ends, in nanoseconds after `created`: until then some key may be
     /// refused. Every authenticated request asks [`RateLimiter::check_key`]; past that moment it
@@ -95,18 +90,17 @@ impl RetryAfter {
 impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// `limit` events per `window`, all of them at once if need be, counted in `ticks`.
     pub fn new(limit: u32, window: Duration, ticks: Arc<dyn Ticks>) -> Self {
-        let burst = NonZeroU32::new(limit.max(1)).unwrap_or(NonZeroU32::MIN);
-        let quota = Quota::with_period(window / burst.get())
-            .unwrap_or_else(|| Quota::per_second(burst))
-            .allow_burst(burst);
-        let clock = TicksClock(ticks);
+        let burst = limit.max(1);
+        let interval = u64::try_from(window.as_nanos() / u128::from(burst)).unwrap_or(u64::MAX);
         Self {
-            quota,
-            limiter: RwLock::new(keyed(quota, &clock)),
+            interval: interval.max(1),
+            burst,
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
             refused: Mutex::default(),
             refusals_end: AtomicU64::new(0),
-            created: clock.0.now(),
-            clock,
+            created: ticks.now(),
+            ticks,
             given_back: Mutex::default(),
             any_given_back: std::sync::atomic::AtomicBool::new(false),
             tally: None,
@@ -159,41 +153,62 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         }
     }
 
-    /// Counts `events` of another replica for `key`, which it let through `ago`: those its
-    /// allowance has not had back since are spent here (at most all of it).
+    /// Counts `events` of another replica for `key`, which it let through `ago`: as if they
+    /// had happened here then, beyond the allowance if need be (what came back since is paid;
+    /// the rest is a debt the allowance pays as it comes back).
     pub fn absorb_key(&self, key: K, events: u64, ago: Duration) {
-        let interval = self.quota.replenish_interval().as_nanos().max(1);
-        let back = u64::try_from(ago.as_nanos() / interval).unwrap_or(u64::MAX);
-        let burst = self.quota.burst_size().get();
-        let mut left = u32::try_from(events.saturating_sub(back))
-            .unwrap_or(u32::MAX)
-            .min(burst);
-        let mut n = left;
-        let mut used_up = None;
-        {
-            let limiter = self.limiter.read().unwrap_or_else(PoisonError::into_inner);
-            // As many as the allowance holds now: all of them, or halves until one does not
-            // fit either.
-            while let Some(take) = NonZeroU32::new(n.min(left)) {
-                match limiter.check_key_n(&key, take) {
-                    Ok(Ok(state)) => {
-                        left -= take.get();
-                        if state.remaining_burst_capacity() == 0 {
-                            used_up = Some(self.quota.replenish_interval());
-                            break;
-                        }
-                    }
-                    Ok(Err(not_until)) if take.get() == 1 => {
-                        used_up = Some(not_until.wait_time_from(self.clock.0.now()));
-                        break;
-                    }
-                    Ok(Err(_)) | Err(_) => n = take.get() / 2,
-                }
+        let now_at = self.ticks.now();
+        let now = self.nanos_at(now_at);
+        let at = now.saturating_sub(u64::try_from(ago.as_nanos()).unwrap_or(u64::MAX));
+        let most = now.saturating_add(MOST_DEBT_WINDOWS.saturating_mul(self.window()));
+        let state = {
+            let mut shard = self.shard(&key, now);
+            let state = (shard.get(&key).copied().unwrap_or(0).max(at))
+                .saturating_add(events.saturating_mul(self.interval))
+                .min(most);
+            if state <= now {
+                // Every one of them has come back already.
+                return;
             }
+            shard.insert(key.clone(), state);
+            state
+        };
+        self.note_refusal_after(key, now_at, now, state);
+    }
+
+    /// The time one event takes to come back.
+    fn replenish_interval(&self) -> Duration {
+        Duration::from_nanos(self.interval)
+    }
+
+    /// The window, in nanoseconds: the allowance's worth of intervals.
+    fn window(&self) -> u64 {
+        self.interval.saturating_mul(u64::from(self.burst))
+    }
+
+    /// The shard of `key`'s state, with room for it: past its share of [`MAX_KEYS`], the keys
+    /// whose allowance is whole again at `now` go, and if that is not enough all of them.
+    fn shard(&self, key: &K, now: u64) -> MutexGuard<'_, HashMap<K, u64>> {
+        let index = usize::try_from(self.hasher.hash_one(key)).unwrap_or(0) % SHARDS;
+        let mut shard = (self.shards[index].lock()).unwrap_or_else(PoisonError::into_inner);
+        if shard.len() >= MAX_KEYS / SHARDS && !shard.contains_key(key) {
+            shard.retain(|_, state| *state > now);
+            if shard.len() >= MAX_KEYS / SHARDS / 2 {
+                shard.clear();
+            }
+            shard.shrink_to_fit();
         }
-        // Used up: [`RateLimiter::check_key`] refuses the key too, as after a hit.
-        if let Some(wait) = used_up {
-            self.refuse(key, self.clock.0.now(), wait);
+        shard
+    }
+
+    /// After `key`'s state became `state` at `now`: when its next event would be refused,
+    /// notes until when ([`RateLimiter::check_key`] reads it).
+    fn note_refusal_after(&self, key: K, now_at: Instant, now: u64, state: u64) {
+        let next_allowed = state
+            .saturating_add(self.interval)
+            .saturating_sub(self.window());
+        if next_allowed > now {
+            self.refuse(key, now_at, Duration::from_nanos(next_allowed - now));
         }
     }
 
@@ -203,13 +218,13 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// refusal it caused is lifted.
     pub fn give_back_key(&self, key: K) {
         self.tell(&key, -1);
-        let now = self.clock.0.now();
+        let now = self.ticks.now();
         (self.refused.lock().unwrap_or_else(PoisonError::into_inner)).remove(&key);
         let mut back = (self.given_back.lock()).unwrap_or_else(PoisonError::into_inner);
         if back.len() >= MAX_KEYS {
             // Credits last one emission interval: those of addresses that never came back go
             // first, and all of them only if every one still lasts.
-            let lasts = self.quota.replenish_interval();
+            let lasts = self.replenish_interval();
             back.retain(|_, credits| {
                 (credits.back()).is_some_and(|at| now.saturating_duration_since(*at) < lasts)
             });
@@ -218,7 +233,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             }
         }
         let credits = back.entry(key).or_default();
-        if credits.len() >= self.quota.burst_size().get() as usize {
+        if credits.len() >= self.burst as usize {
             credits.pop_front();
         }
         credits.push_back(now);
@@ -230,8 +245,8 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         if !self.any_given_back.load(Ordering::Acquire) {
             return false;
         }
-        let now = self.clock.0.now();
-        let lasts = self.quota.replenish_interval();
+        let now = self.ticks.now();
+        let lasts = self.replenish_interval();
         let mut back = (self.given_back.lock()).unwrap_or_else(PoisonError::into_inner);
         let Some(credits) = back.get_mut(key) else {
             return false;
@@ -263,28 +278,32 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             self.tell(&key, 1);
             return Ok(());
         }
-        let (outcome, over_bound) = {
-            let limiter = self.limiter.read().unwrap_or_else(PoisonError::into_inner);
-            (limiter.check_key(&key), limiter.len() > MAX_KEYS)
+        let now_at = self.ticks.now();
+        let now = self.nanos_at(now_at);
+        let outcome = {
+            let mut shard = self.shard(&key, now);
+            let next =
+                (shard.get(&key).copied().unwrap_or(0).max(now)).saturating_add(self.interval);
+            let latest = now.saturating_add(self.window());
+            match next <= latest {
+                true => {
+                    shard.insert(key.clone(), next);
+                    Ok(next)
+                }
+                false => Err(Duration::from_nanos(next - latest)),
+            }
         };
-        if over_bound {
-            self.bound();
-        }
-        let now = self.clock.0.now();
         match outcome {
             // The event that used the last of the allowance: the key is over its limit until
             // one comes back, so that [`RateLimiter::check_key`] refuses the next event (a
             // limit of N lets N through, not N + 1).
             Ok(state) => {
                 self.tell(&key, 1);
-                if state.remaining_burst_capacity() == 0 {
-                    self.refuse(key, now, self.quota.replenish_interval());
-                }
+                self.note_refusal_after(key, now_at, now, state);
                 Ok(())
             }
-            Err(not_until) => {
-                let wait = not_until.wait_time_from(now);
-                self.refuse(key, now, wait);
+            Err(wait) => {
+                self.refuse(key, now_at, wait);
                 Err(RetryAfter(wait))
             }
         }
@@ -308,7 +327,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// Whether `key` is over its limit now (its allowance is used up and has not come back
     /// yet), without counting an event.
     pub fn check_key(&self, key: &K) -> Result<(), RetryAfter> {
-        let now = self.clock.0.now();
+        let now = self.ticks.now();
         if self.nanos_at(now) >= self.refusals_end.load(Ordering::Relaxed) {
             return Ok(());
         }
@@ -325,30 +344,20 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         }
     }
 
+    /// `at` in nanoseconds on the limiter's scale: after `created`, plus [`EPOCH`] so that
+    /// another replica's events from before this limiter existed still have a time.
     fn nanos_at(&self, at: Instant) -> u64 {
         let nanos = at.saturating_duration_since(self.created).as_nanos();
-        u64::try_from(nanos).unwrap_or(u64::MAX)
+        u64::try_from(nanos)
+            .unwrap_or(u64::MAX)
+            .saturating_add(EPOCH)
     }
 
     /// Keys whose state is kept now.
     pub fn tracked_keys(&self) -> usize {
-        self.limiter
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
-
-    /// Keeps the state within [`MAX_KEYS`] keys.
-    fn bound(&self) {
-        let mut limiter = self.limiter.write().unwrap_or_else(PoisonError::into_inner);
-        if limiter.len() <= MAX_KEYS {
-            return;
-        }
-        limiter.retain_recent();
-        if limiter.len() > MAX_KEYS / 2 {
-            *limiter = keyed(self.quota, &self.clock);
-        }
-        limiter.shrink_to_fit();
+        (self.shards.iter())
+            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .sum()
     }
 }
 
@@ -453,12 +462,23 @@ mod tests {
         );
         let RetryAfter(wait) = limiter.hit(a).unwrap_err();
         assert_eq!(wait, Duration::from_secs(6), "one comes back every 6 s");
-        // More than the allowance spends it all, no more.
+        // More than the allowance: a debt, paid as the allowance comes back (at most eight
+        // windows of it).
         let b = ip("192.0.2.2");
-        limiter.absorb_key(b, 1_000, Duration::ZERO);
-        assert!(limiter.hit(b).is_err());
-        ticks.advance(Duration::from_secs(6));
+        limiter.absorb_key(b, 12, Duration::ZERO);
+        let RetryAfter(wait) = limiter.hit(b).unwrap_err();
+        assert_eq!(
+            wait,
+            Duration::from_secs(18),
+            "two owed, then one to come back"
+        );
+        ticks.advance(Duration::from_secs(18));
         assert!(limiter.hit(b).is_ok());
+        assert!(limiter.hit(b).is_err());
+        let flood = ip("192.0.2.9");
+        limiter.absorb_key(flood, 1_000_000, Duration::ZERO);
+        let RetryAfter(wait) = limiter.hit(flood).unwrap_err();
+        assert_eq!(wait, Duration::from_secs(8 * 60 - 60 + 6));
         // Seven let through 30 s ago: five of them have come back since.
         let c = ip("192.0.2.3");
         limiter.absorb_key(c, 7, Duration::from_secs(30));
@@ -466,6 +486,30 @@ mod tests {
             assert!(limiter.hit(c).is_ok(), "event {n}");
         }
         assert!(limiter.hit(c).is_err());
+    }
+
+    /// The shared limits probe: two replicas each refilling at the full rate let a client that
+    /// kept calling both through twice as often, since each dropped the other's events beyond an
+    /// empty allowance. Counted as a debt, the two let through one allowance and one rate.
+    #[test]
+    fn two_replicas_called_without_pause_let_through_one_rate() {
+        let ticks = Arc::new(ManualTicks::default());
+        let replica = || RateLimiter::<IpAddr>::new(10, Duration::from_secs(60), ticks.clone());
+        let (a, b) = (replica(), replica());
+        let client = ip("192.0.2.1");
+        let mut allowed = 0;
+        for _ in 0..120 {
+            // A call to each replica every second; each learns of the other's a second later.
+            let on_a = u64::from(a.hit(client).is_ok());
+            let on_b = u64::from(b.hit(client).is_ok());
+            allowed += on_a + on_b;
+            ticks.advance(Duration::from_secs(1));
+            b.absorb_key(client, on_a, Duration::from_secs(1));
+            a.absorb_key(client, on_b, Duration::from_secs(1));
+        }
+        // Ten at once, then one every 6 s for two minutes: 30, and what crossed in the last
+        // second of news.
+        assert!((30..=32).contains(&allowed), "{allowed} let through");
     }
 
     #[test]

@@ -268,7 +268,9 @@ pub async fn flush_fetches(state: web::Data<AppState>) {
 const SHARE_RATE_COUNTS_EVERY: Duration = Duration::from_secs(1);
 
 /// Shares the rate limits' counts with the other replicas, forever ([`Exchange`]). Events not
-/// added while the database is away are added at the next exchange that succeeds.
+/// added while the database is away are added at the next exchange that succeeds. Run beside
+/// the one write path (`AppState::write`): nothing a cache holds changes, so nothing is settled,
+/// and a database away is said once here, not every second as a request's failure.
 pub async fn share_rate_counts(state: web::Data<AppState>) {
     let mut exchange = Exchange::new();
     let replica = exchange.replica();
@@ -280,19 +282,24 @@ pub async fn share_rate_counts(state: web::Data<AppState>) {
         let added = exchange.to_add(&state.shared_limits());
         let now = state.now();
         let since = exchange.since(now, rate_counts::LONGEST_WINDOW);
-        let exchanged = state
-            .write(move |r| rate_counts::exchange(r, replica, &added, now, since))
-            .await;
+        let registry = state.registry.clone();
+        let exchanged = registry_replica::blocking(move || {
+            rate_counts::exchange(&registry, replica, &added, now, since)
+        })
+        .await;
         match exchanged {
-            Ok(counts) => {
+            Ok(Ok(counts)) => {
+                if failing {
+                    tracing::info!("rate counts shared again");
+                }
                 exchange.absorb(counts, &state.shared_limits(), now);
                 failing = false;
             }
-            Err(error) if !failing => {
+            Ok(Err(error)) if !failing => {
                 tracing::warn!(%error, "rate counts not shared: each limit holds on this replica alone until the database is back");
                 failing = true;
             }
-            Err(_) => {}
+            Ok(Err(_)) | Err(_) => {}
         }
     }
 }

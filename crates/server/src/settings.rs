@@ -243,8 +243,9 @@ pub struct Settings {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub writes_per_minute: u32,
 
-    /// `POST /service-accounts/{id}/explain` calls one customer may make per minute; past it
-    /// 429 with `Retry-After`.
+    /// Tokens or claims one customer (an anonymous service: itself) may have explained (`POST
+    /// /service-accounts/{id}/explain`) or checked (`POST /services/{s}/preflight`) per minute,
+    /// together; past it 429 with `Retry-After`.
     #[arg(long, env = "REGISTRY_EXPLAIN_PER_MINUTE", default_value_t = 60,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub explain_per_minute: u32,

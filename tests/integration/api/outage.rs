@@ -21,11 +21,18 @@ fn an_outage_is_a_503_at_once_and_the_server_recovers_by_itself() {
     let (proxy, through) = Proxy::in_front_of(&registry_tests::fresh_database_url());
     let server = TestServer::start_with(ServerOptions {
         database_url: Some(through),
+        env: vec![("REGISTRY_ANON_CREATE_PER_HOUR".into(), "2".into())],
         ..ServerOptions::default()
     });
     let acme = server.customer("acme", "business");
     publish_api(&server, &acme);
     assert_eq!(server.get("/services", &acme.token).status(), 200);
+    let create_anonymous = || {
+        (server.request(Method::POST, "/anonymous/services"))
+            .json(&serde_json::json!({}))
+            .send()
+            .unwrap()
+    };
 
     proxy.cut();
     let mut waits = Vec::new();
@@ -44,6 +51,11 @@ fn an_outage_is_a_503_at_once_and_the_server_recovers_by_itself() {
         waits[1..].iter().all(|w| *w < Duration::from_secs(2)),
         "waits during the outage: {waits:?}"
     );
+    // A creation the outage refused costs no allowance (the shared probe: four 503s left the
+    // address locked out for a quarter of an hour once the database was back).
+    for _ in 0..3 {
+        assert_problem(create_anonymous(), 503, "database-unavailable");
+    }
     // The replica still serves (what it holds in memory): ready, degraded, naming the side.
     let ready = server.request(Method::GET, "/readyz").send().unwrap();
     assert_eq!(ready.status(), 200);
@@ -70,6 +82,14 @@ fn an_outage_is_a_503_at_once_and_the_server_recovers_by_itself() {
     );
     let listed = json(server.get("/services", &acme.token));
     assert_eq!(listed[0]["subdomain"], "api-acme", "{listed}");
+    for n in 0..2 {
+        assert_eq!(
+            create_anonymous().status(),
+            201,
+            "creation {n} after the outage"
+        );
+    }
+    assert_problem(create_anonymous(), 429, "rate-limited");
 }
 
 /// A replica started while its database does not answer waits for it, its port answering 503

@@ -1,7 +1,7 @@
 //! `POST /anonymous/services`: a temporary service for anyone, managed with a one-time secret.
 //! Parse, hold the per-address creation limit, call `registry_domain::app::anonymous::create`,
-//! shape the answer. A creation the registry is too full for does not count against the
-//! address (docs/api.md, "Anonymous services"): nothing but the ceiling refuses it.
+//! shape the answer. A creation that fails (the registry too full, the database away) does not
+//! count against the address (docs/api.md, "Anonymous services").
 
 use crate::body::{read_json, Fields};
 use crate::client_ip::client_ip;
@@ -44,12 +44,14 @@ pub async fn create(
         .write(move |registry| anonymous::create(registry, origin, command, || clock.now()))
         .await
         .inspect_err(|error| {
+            // Nothing was created (the registry full, the database away): the address keeps
+            // its allowance, on every replica.
+            state.anon_limiter.give_back(ip);
             if let ApiError::Capacity {
                 retry_after_secs,
                 detail,
             } = error
             {
-                state.anon_limiter.give_back(ip);
                 state.anon_full.found(*retry_after_secs, detail);
             }
         })?;

@@ -6,7 +6,7 @@
 //! Exact rather than a token bucket: a bucket refills while slow checks run, and the contract
 //! counts failures in a minute.
 
-use crate::rate_limit::{RetryAfter, MAX_KEYS};
+use crate::rate_limit::{RetryAfter, Tally, MAX_KEYS};
 use registry_domain::ports::Ticks;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,7 +21,7 @@ pub struct SecretFailures {
     ids: Mutex<HashMap<String, VecDeque<Instant>>>,
     /// The failures recorded since the last exchange with the other replicas, by lookup id
     /// ([`crate::shared`]).
-    tally: Mutex<HashMap<String, u64>>,
+    tally: Tally<String>,
 }
 
 impl SecretFailures {
@@ -32,13 +32,13 @@ impl SecretFailures {
             window,
             ticks,
             ids: Mutex::default(),
-            tally: Mutex::default(),
+            tally: Tally::default(),
         }
     }
 
     /// The failures recorded since the last call, by lookup id, for the other replicas.
-    pub(crate) fn take_tally(&self) -> HashMap<String, u64> {
-        std::mem::take(&mut *self.tally.lock().unwrap_or_else(PoisonError::into_inner))
+    pub(crate) fn take_tally(&self) -> HashMap<String, i64> {
+        self.tally.take()
     }
 
     /// Counts `failures` another replica recorded for `lookup_id`, `ago`.
@@ -46,7 +46,7 @@ impl SecretFailures {
         let Some(at) = self.ticks.now().checked_sub(ago) else {
             return;
         };
-        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ids = self.room_for(lookup_id);
         let kept = ids.entry(lookup_id.to_owned()).or_default();
         for _ in 0..failures.min(self.limit as u64) {
             // In time order: the oldest leaves the window first.
@@ -80,13 +80,16 @@ impl SecretFailures {
         }
     }
 
-    /// Counts a failed secret for `lookup_id`.
-    pub fn record(&self, lookup_id: &str) {
+    /// The failures by lookup id, with room for `lookup_id`: memory stays bounded, ids whose
+    /// failures all left the window go first, and if that is not enough every id starts again
+    /// (spraying ids only resets counts).
+    fn room_for(
+        &self,
+        lookup_id: &str,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Instant>>> {
         let now = self.ticks.now();
         let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
         if ids.len() >= MAX_KEYS && !ids.contains_key(lookup_id) {
-            // Memory stays bounded: ids whose failures all left the window go first, and if
-            // that is not enough every id starts again (spraying ids only resets counts).
             ids.retain(|_, failures| {
                 failures
                     .back()
@@ -96,17 +99,20 @@ impl SecretFailures {
                 ids.clear();
             }
         }
+        ids
+    }
+
+    /// Counts a failed secret for `lookup_id`.
+    pub fn record(&self, lookup_id: &str) {
+        let now = self.ticks.now();
+        let mut ids = self.room_for(lookup_id);
         let failures = ids.entry(lookup_id.to_owned()).or_default();
         if failures.len() >= self.limit {
             failures.pop_front();
         }
         failures.push_back(now);
         drop(ids);
-        let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
-        if tally.len() >= MAX_KEYS && !tally.contains_key(lookup_id) {
-            tally.clear();
-        }
-        *tally.entry(lookup_id.to_owned()).or_default() += 1;
+        self.tally.add(&lookup_id.to_owned(), 1);
     }
 }
 

@@ -73,7 +73,40 @@ pub struct RateLimiter<K: Hash + Eq + Clone = IpAddr> {
     any_given_back: std::sync::atomic::AtomicBool,
     /// For a limit the replicas share ([`RateLimiter::shared`]): its name there, and the events
     /// let through since the last exchange, by key.
-    tally: Option<(&'static str, Mutex<HashMap<K, u64>>)>,
+    tally: Option<(&'static str, Tally<K>)>,
+}
+
+/// Events let through since the last exchange with the other replicas, by key; an event given
+/// back counts −1 (netted against those not added yet: [`crate::shared::Exchange`]).
+#[derive(Debug)]
+pub(crate) struct Tally<K>(Mutex<HashMap<K, i64>>);
+
+impl<K> Default for Tally<K> {
+    fn default() -> Self {
+        Self(Mutex::default())
+    }
+}
+
+impl<K: Hash + Eq + Clone> Tally<K> {
+    /// Adds `n` events of `key`.
+    pub(crate) fn add(&self, key: &K, n: i64) {
+        let mut tally = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if tally.len() >= MAX_KEYS && !tally.contains_key(key) {
+            // More keys in one second than a limiter keeps: dropping this second's news keeps
+            // memory bounded, as a limiter's own state does.
+            tally.clear();
+        }
+        let count = tally.entry(key.clone()).or_default();
+        *count += n;
+        if *count == 0 {
+            tally.remove(key);
+        }
+    }
+
+    /// The events since the last call, by key.
+    pub(crate) fn take(&self) -> HashMap<K, i64> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 /// Refused: retry after this long.
@@ -112,29 +145,15 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     #[must_use]
     pub fn shared(self, name: &'static str) -> Self {
         Self {
-            tally: Some((name, Mutex::default())),
+            tally: Some((name, Tally::default())),
             ..self
         }
     }
 
-    /// Counts `n` events of `key` for the other replicas (`n` may be negative: an event given
-    /// back, as long as it was not told yet).
-    fn tell(&self, key: &K, n: i8) {
-        let Some((_, tally)) = &self.tally else {
-            return;
-        };
-        let mut tally = tally.lock().unwrap_or_else(PoisonError::into_inner);
-        if n > 0 {
-            if tally.len() >= MAX_KEYS && !tally.contains_key(key) {
-                // An exchange that keeps failing: the oldest news is no worse to lose.
-                tally.clear();
-            }
-            *tally.entry(key.clone()).or_default() += n.unsigned_abs() as u64;
-        } else if let Some(count) = tally.get_mut(key) {
-            *count = count.saturating_sub(n.unsigned_abs() as u64);
-            if *count == 0 {
-                tally.remove(key);
-            }
+    /// Counts `n` events of `key` for the other replicas (−1: an event given back).
+    fn tell(&self, key: &K, n: i64) {
+        if let Some((_, tally)) = &self.tally {
+            tally.add(key, n);
         }
     }
 
@@ -144,18 +163,14 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     }
 
     /// The events let through since the last call, by key, for the other replicas.
-    pub(crate) fn take_tally(&self) -> HashMap<K, u64> {
-        match &self.tally {
-            Some((_, tally)) => {
-                std::mem::take(&mut *tally.lock().unwrap_or_else(PoisonError::into_inner))
-            }
-            None => HashMap::new(),
-        }
+    pub(crate) fn take_tally(&self) -> HashMap<K, i64> {
+        (self.tally.as_ref()).map_or_else(HashMap::new, |(_, tally)| tally.take())
     }
 
-    /// Counts `events` of another replica for `key`, which it let through `ago`: as if they
-    /// had happened here then, beyond the allowance if need be (what came back since is paid;
-    /// the rest is a debt the allowance pays as it comes back).
+    /// Counts `events` of another replica for `key`, which it let through `ago`: what they
+    /// still weigh now (dated then, what came back since is paid) adds to the key's own, beyond
+    /// the allowance if need be (a debt the allowance pays as it comes back). The two streams
+    /// add up as two limiters' would: neither is charged for the other's past.
     pub fn absorb_key(&self, key: K, events: u64, ago: Duration) {
         let now_at = self.ticks.now();
         let now = self.nanos_at(now_at);
@@ -163,8 +178,10 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         let most = now.saturating_add(MOST_DEBT_WINDOWS.saturating_mul(self.window()));
         let state = {
             let mut shard = self.shard(&key, now);
-            let state = (shard.get(&key).copied().unwrap_or(0).max(at))
-                .saturating_add(events.saturating_mul(self.interval))
+            let owed =
+                (at.saturating_add(events.saturating_mul(self.interval))).saturating_sub(now);
+            let state = (shard.get(&key).copied().unwrap_or(0).max(now))
+                .saturating_add(owed)
                 .min(most);
             if state <= now {
                 // Every one of them has come back already.

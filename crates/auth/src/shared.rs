@@ -7,7 +7,7 @@
 
 use crate::failures::SecretFailures;
 use crate::rate_limit::RateLimiter;
-use registry_domain::ports::{RateCount, RateEvents};
+use registry_domain::ports::{rate_minute, RateCount, RateEvents};
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::hash::Hash;
@@ -20,8 +20,8 @@ use uuid::Uuid;
 pub trait SharedLimit: Send + Sync {
     /// Its name among the shared counts.
     fn name(&self) -> &'static str;
-    /// The events it let through since the last call, by key.
-    fn take_tally(&self) -> Vec<(String, u64)>;
+    /// The events it let through since the last call, by key (less those given back).
+    fn take_tally(&self) -> Vec<(String, i64)>;
     /// Counts `events` another replica let through for `key`, `ago`.
     fn absorb(&self, key: &str, events: u64, ago: Duration);
 }
@@ -34,7 +34,7 @@ where
         self.shared_name().unwrap_or("unshared")
     }
 
-    fn take_tally(&self) -> Vec<(String, u64)> {
+    fn take_tally(&self) -> Vec<(String, i64)> {
         (RateLimiter::take_tally(self).into_iter())
             .map(|(key, events)| (key.to_string(), events))
             .collect()
@@ -53,7 +53,7 @@ impl SharedLimit for SecretFailures {
         "secret-failures"
     }
 
-    fn take_tally(&self) -> Vec<(String, u64)> {
+    fn take_tally(&self) -> Vec<(String, i64)> {
         SecretFailures::take_tally(self).into_iter().collect()
     }
 
@@ -76,8 +76,9 @@ pub struct Exchange {
     seen: HashMap<(String, String, Uuid, i64), u64>,
     /// The last exchange that succeeded.
     last: Option<OffsetDateTime>,
-    /// Events let through here and not added yet (an exchange failed), by limit and key.
-    unsent: HashMap<(&'static str, String), u64>,
+    /// Events let through here and not added yet (an exchange failed), by limit, key and the
+    /// minute they were let through in.
+    unsent: HashMap<(&'static str, String, i64), u64>,
 }
 
 impl Exchange {
@@ -105,24 +106,58 @@ impl Exchange {
         }
     }
 
-    /// What `limits` let through since the last exchange that succeeded: the events to add.
-    pub fn to_add(&mut self, limits: &[&dyn SharedLimit]) -> Vec<RateEvents> {
+    /// What `limits` let through since the last exchange that succeeded, taken at `now`: the
+    /// events to add, each with its minute. An event given back is taken off the newest of its
+    /// key not added yet (one already added stays counted).
+    pub fn to_add(&mut self, limits: &[&dyn SharedLimit], now: OffsetDateTime) -> Vec<RateEvents> {
+        let minute = rate_minute(now);
         for limit in limits {
             for (key, events) in limit.take_tally() {
-                if self.unsent.len() >= crate::rate_limit::MAX_KEYS {
-                    // The store has been away long: the oldest news is no worse to lose.
-                    self.unsent.clear();
+                match u64::try_from(events) {
+                    Ok(events) => {
+                        if self.unsent.len() >= crate::rate_limit::MAX_KEYS {
+                            // The store away long, with that many keys: this replica's news is
+                            // lost rather than its memory grown.
+                            self.unsent.clear();
+                        }
+                        *self.unsent.entry((limit.name(), key, minute)).or_default() += events;
+                    }
+                    Err(_) => self.take_back(limit.name(), &key, events.unsigned_abs()),
                 }
-                *self.unsent.entry((limit.name(), key)).or_default() += events;
             }
         }
         (self.unsent.iter())
-            .map(|((limit, key), events)| RateEvents {
+            .map(|((limit, key, minute), events)| RateEvents {
                 limit: (*limit).to_owned(),
                 key: key.clone(),
                 events: *events,
+                minute: *minute,
             })
             .collect()
+    }
+
+    /// Takes `events` given back off the newest events of `limit` and `key` not added yet.
+    fn take_back(&mut self, limit: &'static str, key: &str, mut events: u64) {
+        let mut minutes: Vec<i64> = (self.unsent.keys())
+            .filter(|(l, k, _)| *l == limit && k == key)
+            .map(|(.., minute)| *minute)
+            .collect();
+        minutes.sort_unstable_by(|a, b| b.cmp(a));
+        for minute in minutes {
+            let entry = (limit, key.to_owned(), minute);
+            let Some(count) = self.unsent.get_mut(&entry) else {
+                continue;
+            };
+            let taken = events.min(*count);
+            *count -= taken;
+            events -= taken;
+            if *count == 0 {
+                self.unsent.remove(&entry);
+            }
+            if events == 0 {
+                break;
+            }
+        }
     }
 
     /// Takes in the others' `counts`, read at `now` by the exchange that added [`Self::to_add`]:
@@ -141,7 +176,14 @@ impl Exchange {
             let Some(limit) = limits.iter().find(|l| l.name() == count.limit) else {
                 continue;
             };
-            let ago = Duration::try_from(now - count.written_at).unwrap_or(Duration::ZERO);
+            // Let through within its minute, and no later than written (events held back
+            // while the database was away keep their minute).
+            let minute_end = OffsetDateTime::from_unix_timestamp_nanos(
+                i128::from(count.minute.saturating_add(60_000)) * 1_000_000,
+            )
+            .unwrap_or(count.written_at);
+            let at = count.written_at.min(minute_end);
+            let ago = Duration::try_from(now - at).unwrap_or(Duration::ZERO);
             let seen = (self.seen)
                 .entry((count.limit, count.key.clone(), count.replica, count.minute))
                 .or_default();
@@ -152,7 +194,7 @@ impl Exchange {
             }
         }
         // Counts of minutes the reads no longer reach need no memory.
-        let oldest = registry_domain::ports::rate_minute(now - OVERLAP) - 60_000;
+        let oldest = rate_minute(now - OVERLAP) - 60_000;
         self.seen.retain(|(.., minute), _| *minute >= oldest);
     }
 }
@@ -219,36 +261,72 @@ mod tests {
     }
 
     #[test]
-    fn what_was_let_through_is_added_until_an_exchange_succeeds() {
+    fn what_was_let_through_is_added_until_an_exchange_succeeds_each_in_its_minute() {
         let ticks = Arc::new(ManualTicks::default());
         let signs = RateLimiter::<Uuid>::per_minute(100, ticks.clone()).shared("sign");
+        let anonymous = RateLimiter::<IpAddr>::per_hour(10, ticks.clone()).shared("anonymous");
         let failures = SecretFailures::new(10, Duration::from_secs(60), ticks.clone());
-        let limits: [&dyn SharedLimit; 2] = [&signs, &failures];
+        let limits: [&dyn SharedLimit; 3] = [&signs, &anonymous, &failures];
         let customer = Uuid::new_v4();
+        let address: IpAddr = "192.0.2.1".parse().unwrap();
+        let t = datetime!(2026-12-04 10:00:10 UTC);
+        let minute = |at: OffsetDateTime| rate_minute(at);
         let mut exchange = Exchange::new();
         signs.hit_key(customer).unwrap();
+        anonymous.hit(address).unwrap();
         failures.record("rgsa_abc");
         let sorted = |mut added: Vec<RateEvents>| {
-            added.sort_by(|a, b| a.limit.cmp(&b.limit));
-            added
-                .into_iter()
-                .map(|a| (a.limit, a.key, a.events))
+            added.sort_by(|a, b| (&a.limit, a.minute).cmp(&(&b.limit, b.minute)));
+            (added.into_iter())
+                .map(|a| (a.limit, a.key, a.events, a.minute))
                 .collect::<Vec<_>>()
         };
         let first = vec![
-            ("secret-failures".to_owned(), "rgsa_abc".to_owned(), 1),
-            ("sign".to_owned(), customer.to_string(), 1),
+            ("anonymous".to_owned(), address.to_string(), 1, minute(t)),
+            (
+                "secret-failures".to_owned(),
+                "rgsa_abc".to_owned(),
+                1,
+                minute(t),
+            ),
+            ("sign".to_owned(), customer.to_string(), 1, minute(t)),
         ];
-        assert_eq!(sorted(exchange.to_add(&limits)), first);
-        // That exchange failed: its events are added with the next ones.
+        assert_eq!(sorted(exchange.to_add(&limits, t)), first);
+        // That exchange failed (the database away): its events are added with the next ones,
+        // in their own minute; the anonymous creation failed too and was given back.
+        let later = t + time::Duration::minutes(1);
         signs.hit_key(customer).unwrap();
+        anonymous.give_back(address);
         let second = vec![
-            ("secret-failures".to_owned(), "rgsa_abc".to_owned(), 1),
-            ("sign".to_owned(), customer.to_string(), 2),
+            (
+                "secret-failures".to_owned(),
+                "rgsa_abc".to_owned(),
+                1,
+                minute(t),
+            ),
+            ("sign".to_owned(), customer.to_string(), 1, minute(t)),
+            ("sign".to_owned(), customer.to_string(), 1, minute(later)),
         ];
-        assert_eq!(sorted(exchange.to_add(&limits)), second);
-        exchange.absorb(Vec::new(), &limits, datetime!(2026-12-04 10:00 UTC));
-        assert_eq!(sorted(exchange.to_add(&limits)), []);
+        assert_eq!(sorted(exchange.to_add(&limits, later)), second);
+        exchange.absorb(Vec::new(), &limits, later);
+        assert_eq!(sorted(exchange.to_add(&limits, later)), []);
+    }
+
+    #[test]
+    fn a_count_held_back_by_an_outage_is_dated_in_its_minute() {
+        let ticks = Arc::new(ManualTicks::default());
+        let writes = RateLimiter::<Uuid>::per_minute(10, ticks.clone()).shared("writes");
+        let limits: [&dyn SharedLimit; 1] = [&writes];
+        let account = Uuid::new_v4();
+        let t = datetime!(2026-12-04 10:00:10 UTC);
+        // Ten let through elsewhere at 10:00, written at 10:05 when the database came back:
+        // they all came back by now.
+        let held = RateCount {
+            written_at: t + time::Duration::minutes(5),
+            ..count("writes", &account.to_string(), Uuid::new_v4(), 10, t)
+        };
+        Exchange::new().absorb(vec![held], &limits, t + time::Duration::minutes(5));
+        assert!(writes.hit_key(account).is_ok());
     }
 
     #[test]

@@ -1093,6 +1093,9 @@ pub struct RateEvents {
     pub key: String,
     /// How many.
     pub events: u64,
+    /// The clock minute they were let through in ([`rate_minute`]): events held back while
+    /// the database was away keep their minute.
+    pub minute: i64,
 }
 
 /// One replica's count of one limit's events for one key in one clock minute, as stored.
@@ -1122,8 +1125,8 @@ pub fn rate_minute(at: OffsetDateTime) -> i64 {
 /// events it let through, and reads what the others let through, so that a credential or a
 /// customer has one allowance however many replicas it calls.
 pub trait RateCountLog: Send + Sync {
-    /// Adds `added` to `replica`'s counts of `now`'s minute, then reads the counts of every
-    /// other replica last written at `since` or later.
+    /// Adds `added` to `replica`'s counts of their minutes (written at `now`), then reads the
+    /// counts of every other replica last written at `since` or later.
     fn exchange_rate_counts(
         &self,
         replica: Uuid,

@@ -26,14 +26,14 @@ use crate::custom_domain::{CustomDomain, DomainProblem, DomainWork, CHALLENGE_KE
 use crate::network::Network;
 use crate::policy::PolicyKind;
 use crate::ports::{
-    fetch_hour, rate_minute, AccountStore, AcmeChallenge, AcmeOrder, ActivityLog, AgentFetches,
-    AgentHour, AuditLog, CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock,
-    ConfigChange, CredentialOwner, CredentialRecord, CredentialStore, CustomerStore, Database,
-    DatabaseSides, DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy,
-    IssuedCertificate, KeyImport, ManagedKeys, NetworkFetch, OthersCheck, OwnershipCheck, PoolUse,
-    PurgeLog, Purging, Randomness, RateCount, RateCountLog, RateEvents, ReadinessLog, RefusalLog,
-    Sealing, SecretHasher, SeenNetwork, ServiceStore, SignFailure, SigningChange, SigningStore,
-    StoreResult, StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS,
+    fetch_hour, AccountStore, AcmeChallenge, AcmeOrder, ActivityLog, AgentFetches, AgentHour,
+    AuditLog, CachePurger, Ceiling, CertificateAuthority, Change, ChangeFeed, Clock, ConfigChange,
+    CredentialOwner, CredentialRecord, CredentialStore, CustomerStore, Database, DatabaseSides,
+    DocumentFetches, DomainStore, FetchLog, FetchedDocument, HasherBusy, IssuedCertificate,
+    KeyImport, ManagedKeys, NetworkFetch, OthersCheck, OwnershipCheck, PoolUse, PurgeLog, Purging,
+    Randomness, RateCount, RateCountLog, RateEvents, ReadinessLog, RefusalLog, Sealing,
+    SecretHasher, SeenNetwork, ServiceStore, SignFailure, SigningChange, SigningStore, StoreResult,
+    StoredCredential, Ticks, TokenSignatureCheck, VerifierCandidate, OTHER_AGENTS,
     STORED_AGENTS_PER_HOUR, STORED_AGENTS_PER_NETWORK, STORED_NETWORKS_PER_AGENT,
 };
 use crate::refusal::{is_near_record, KEPT_PER_ACCOUNT};
@@ -450,6 +450,7 @@ impl CustomerStore for MemoryStore {
             .collect();
         for service in &services {
             s.configs.remove(service);
+            s.configs_removed.remove(service);
             s.remove_credentials_of(CredentialOwner::AnonymousService(*service));
             if let Some((gone, _)) = s.domains.remove(service) {
                 if gone.is_held() {
@@ -609,7 +610,7 @@ impl ServiceStore for MemoryStore {
         if !s.service_exists(id) {
             return Ok(false);
         }
-        if let Some(gone) = s.services.iter().find(|x| x.id == id) {
+        if let Some(gone) = (s.services.iter()).find(|x| x.id == id && x.customer_id.is_some()) {
             let subdomain = gone.subdomain.clone();
             s.subdomain_removals.insert(subdomain, event.at);
         }
@@ -1553,10 +1554,9 @@ impl RateCountLog for MemoryStore {
         since: OffsetDateTime,
     ) -> StoreResult<Vec<RateCount>> {
         let mut s = self.lock();
-        let minute = rate_minute(now);
         for a in added {
             let count = (s.rate_counts)
-                .entry((a.limit.clone(), a.key.clone(), replica, minute))
+                .entry((a.limit.clone(), a.key.clone(), replica, a.minute))
                 .or_insert((0, now));
             *count = (count.0.saturating_add(a.events), now);
         }

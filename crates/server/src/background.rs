@@ -279,8 +279,8 @@ pub async fn share_rate_counts(state: web::Data<AppState>) {
     let mut failing = false;
     loop {
         interval.tick().await;
-        let added = exchange.to_add(&state.shared_limits());
         let now = state.now();
+        let added = exchange.to_add(&state.shared_limits(), now);
         let since = exchange.since(now, rate_counts::LONGEST_WINDOW);
         let registry = state.registry.clone();
         let exchanged = registry_replica::blocking(move || {
@@ -299,7 +299,10 @@ pub async fn share_rate_counts(state: web::Data<AppState>) {
                 tracing::warn!(%error, "rate counts not shared: each limit holds on this replica alone until the database is back");
                 failing = true;
             }
-            Ok(Err(_)) | Err(_) => {}
+            Ok(Err(_)) => {}
+            // The task did not finish (a panic): its events are added again next time, counted
+            // twice should its write have committed, which errs on the strict side.
+            Err(error) => tracing::warn!(%error, "a rate count exchange did not finish"),
         }
     }
 }

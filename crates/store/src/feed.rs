@@ -120,18 +120,18 @@ impl ChangeFeed for Store {
 
     fn prune_changes(&self, older_than: time::OffsetDateTime) -> StoreResult<usize> {
         self.write_aside(|conn| {
-            let Some(latest) = changes::table
-                .select(diesel::dsl::max(changes::seq))
-                .get_result::<Option<i64>>(conn)?
-            else {
-                return Ok(0);
-            };
             // Freed subdomains are kept as long as the change log.
             diesel::delete(
                 subdomain_removals::table
                     .filter(subdomain_removals::removed_at.lt(crate::rows::millis(older_than))),
             )
             .execute(conn)?;
+            let Some(latest) = changes::table
+                .select(diesel::dsl::max(changes::seq))
+                .get_result::<Option<i64>>(conn)?
+            else {
+                return Ok(0);
+            };
             Ok(diesel::delete(
                 changes::table
                     .filter(changes::created_at.lt(crate::rows::millis(older_than)))

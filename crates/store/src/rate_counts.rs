@@ -8,7 +8,7 @@ use crate::schema::rate_counts;
 use crate::Store;
 use diesel::prelude::*;
 use diesel::upsert::excluded;
-use registry_domain::ports::{rate_minute, RateCount, RateCountLog, RateEvents, StoreResult};
+use registry_domain::ports::{RateCount, RateCountLog, RateEvents, StoreResult};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -30,7 +30,7 @@ impl RateCountLog for Store {
         since: OffsetDateTime,
     ) -> StoreResult<Vec<RateCount>> {
         let me = id_text(replica);
-        let (minute, written_at) = (rate_minute(now), millis(now));
+        let written_at = millis(now);
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let rows: Vec<_> = (added.iter())
             .map(|a| {
@@ -38,7 +38,7 @@ impl RateCountLog for Store {
                     rate_counts::limit_name.eq(a.limit.as_str()),
                     rate_counts::subject.eq(a.key.as_str()),
                     rate_counts::replica.eq(me.as_str()),
-                    rate_counts::minute.eq(minute),
+                    rate_counts::minute.eq(a.minute),
                     rate_counts::events.eq(count(a.events)),
                     rate_counts::written_at.eq(written_at),
                 )
@@ -60,8 +60,9 @@ impl RateCountLog for Store {
             Ok(rows)
         };
         let stored = if rows.is_empty() {
-            // Nothing to add (most seconds): a read, no write transaction.
-            self.read(read)?
+            // Nothing to add (most seconds): a read, no write transaction; on the primary, since
+            // a standby's lag could hide a count until the next read no longer reaches it.
+            self.read_primary(read)?
         } else {
             self.write_aside(|conn| {
                 for chunk in rows.chunks(ROWS) {

@@ -312,13 +312,16 @@ impl ServiceStore for Store {
             // Its purge record has no key left to wait for it.
             diesel::delete(purges::table.filter(purges::service_id.eq(id_text(id))))
                 .execute(conn)?;
-            let subdomain = (services::table.find(id_text(id)))
-                .select(services::subdomain)
-                .get_result::<String>(conn)
+            let held = (services::table.find(id_text(id)))
+                .select((services::subdomain, services::customer_id))
+                .get_result::<(String, Option<String>)>(conn)
                 .optional()?;
             let deleted = diesel::delete(services::table.find(id_text(id))).execute(conn)?;
-            if let Some(subdomain) = subdomain.filter(|_| deleted > 0) {
-                note_removal(conn, &subdomain, event.at)?;
+            if let Some((subdomain, customer)) = held.filter(|_| deleted > 0) {
+                // An anonymous service's random name is never taken again.
+                if customer.is_some() {
+                    note_removal(conn, &subdomain, event.at)?;
+                }
                 changed.push(Change::Service(id));
             }
             Ok(deleted > 0)

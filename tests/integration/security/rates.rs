@@ -94,6 +94,7 @@ fn replicas_share_one_allowance_per_credential_and_per_customer() {
     let env = [
         ("REGISTRY_WRITES_PER_MINUTE", "3"),
         ("REGISTRY_EXPLAIN_PER_MINUTE", "3"),
+        ("REGISTRY_ANON_CREATE_PER_HOUR", "2"),
     ];
     let server = server_with(&env);
     let replica = registry_tests::server::TestServer::start_with(ServerOptions {
@@ -121,8 +122,16 @@ fn replicas_share_one_allowance_per_credential_and_per_customer() {
         .send()
         .unwrap()
     };
-    // Two of three on the first replica (the service's creation was the first write).
+    let create_anonymous = |on: &registry_tests::server::TestServer| {
+        on.request(Method::POST, "/anonymous/services")
+            .json(&json!({}))
+            .send()
+            .unwrap()
+    };
+    // Two of three on the first replica (the service's creation was the first write), one of
+    // the address's two anonymous services.
     assert_eq!(patch(&server, 1).status(), 200);
+    assert_eq!(create_anonymous(&server).status(), 201);
     for _ in 0..2 {
         assert_eq!(explain(&server).status(), 200);
     }
@@ -133,10 +142,17 @@ fn replicas_share_one_allowance_per_credential_and_per_customer() {
     assert_rate_limited(patch(&replica, 3));
     assert_eq!(explain(&replica).status(), 200, "the third explain");
     assert_rate_limited(explain(&replica));
+    assert_eq!(
+        create_anonymous(&replica).status(),
+        201,
+        "the second creation"
+    );
+    assert_problem(create_anonymous(&replica), 429, "rate-limited");
     // And the first replica learns of the second's.
     std::thread::sleep(std::time::Duration::from_secs(3));
     assert_rate_limited(patch(&server, 4));
     assert_rate_limited(explain(&server));
+    assert_problem(create_anonymous(&server), 429, "rate-limited");
 }
 
 /// Finding 6: one anonymous secret made 3,495 PATCHes a second. Now each credential makes at

@@ -3437,10 +3437,12 @@ fn rate_counts_add_up_per_replica_and_minute_and_each_reads_the_others_on_every_
 
 fn rate_counts_add_up_per_replica_and_minute_and_each_reads_the_others(store: &dyn Storage) {
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    // Let through in `t`'s minute unless said otherwise.
     let events = |limit: &str, key: &str, events: u64| RateEvents {
         limit: limit.into(),
         key: key.into(),
         events,
+        minute: registry_domain::ports::rate_minute(at(0)),
     };
     // `at` is a minute's start: 10:00:00.
     let t = at(0);
@@ -3491,7 +3493,15 @@ fn rate_counts_add_up_per_replica_and_minute_and_each_reads_the_others(store: &d
     // The next minute is a count of its own.
     let next = t + Duration::seconds(61);
     store
-        .exchange_rate_counts(a, &[events("writes", "k1", 1)], next, next)
+        .exchange_rate_counts(
+            a,
+            &[RateEvents {
+                minute: minute(next),
+                ..events("writes", "k1", 1)
+            }],
+            next,
+            next,
+        )
         .unwrap();
     let read = store.exchange_rate_counts(b, &[], next, t).unwrap();
     assert_eq!(
@@ -3566,10 +3576,30 @@ fn a_service_created_again_under_a_freed_subdomain_dates_its_first_version_after
         .create_service(&other, None, Ceiling::NONE, &ev())
         .unwrap();
     assert_eq!(publish(&other), None);
+    // Freed again later: the later deletion counts.
+    assert!(store
+        .delete_service(again.id, &AuditEvent { at: at(11), ..ev() })
+        .unwrap());
+    let fourth = registered(c.id, "api-acme", 11);
+    store
+        .create_service(&fourth, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert_eq!(publish(&fourth), Some(at(11)));
+    // An anonymous service's name is never taken again: nothing is noted.
+    let anon = anonymous("abcdefghijklmnop-anon", 11, 1000);
+    store
+        .create_service(&anon, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert!(store.delete_service(anon.id, &deleted).unwrap());
+    let again_anon = anonymous("abcdefghijklmnop-anon", 12, 1000);
+    store
+        .create_service(&again_anon, None, Ceiling::NONE, &ev())
+        .unwrap();
+    assert_eq!(publish(&again_anon), None);
     // Forgotten with the change log.
-    store.prune_changes(at(11)).unwrap();
-    assert!(store.delete_service(again.id, &deleted).unwrap());
-    store.prune_changes(at(11)).unwrap();
+    store.prune_changes(at(12)).unwrap();
+    assert!(store.delete_service(fourth.id, &deleted).unwrap());
+    store.prune_changes(at(12)).unwrap();
     let third = registered(c.id, "api-acme", 12);
     store
         .create_service(&third, None, Ceiling::NONE, &ev())

@@ -48,15 +48,15 @@ pub struct RateLimiter<K: Hash + Eq + Clone = IpAddr> {
     /// Events at once at most: the limit.
     burst: u32,
     ticks: Arc<dyn Ticks>,
-    /// Each key's theoretical arrival time, in nanoseconds after `created`; a key not here has
-    /// its whole allowance. At most [`MAX_KEYS`] keys over all shards.
+    /// Each key's theoretical arrival time, on the limiter's scale (`nanos_at`); a key not here
+    /// has its whole allowance. At most [`MAX_KEYS`] keys over all shards.
     shards: Box<[Mutex<HashMap<K, u64>>]>,
     hasher: RandomState,
     /// Keys refused by [`RateLimiter::hit_key`], and until when: what
     /// [`RateLimiter::check_key`] reads. Only keys over their limit are here, at most
     /// [`MAX_KEYS`].
     refused: Mutex<HashMap<K, Instant>>,
-    /// When the last refusal ends, in nanoseconds after `created`: until then some key may be
+    /// When the last refusal ends, on the limiter's scale (`nanos_at`): until then some key may be
     /// refused. Every authenticated request asks [`RateLimiter::check_key`]; past that moment it
     /// answers from this one value, which only a refusal writes, without the map's lock (a lock
     /// every worker took on every request).

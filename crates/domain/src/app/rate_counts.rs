@@ -15,8 +15,9 @@ pub const LONGEST_WINDOW: Duration = Duration::hours(1);
 /// How long the store keeps counts: the longest window, and as much again.
 pub const KEPT_FOR: Duration = Duration::hours(2);
 
-/// Adds `added`, this replica's events since its last exchange, to its counts of `now`'s minute,
-/// and reads the other replicas' counts last written at `since` or later.
+/// Adds `added`, this replica's events since its last exchange, to its counts of the minutes
+/// they were let through in (written at `now`), and reads the other replicas' counts last
+/// written at `since` or later.
 pub fn exchange(
     registry: &Registry,
     replica: Uuid,

@@ -26,13 +26,3 @@ pub enum StoreError {
     #[error("over the customer's budget: {0}")]
     OverBudget(crate::Violation),
 }
-
-impl StoreError {
-    /// The [`StoreError::Conflict`] of a write whose `what` (`"service"`, `"account"`) another
-    /// call changed since the caller read it: written, it would undo that change.
-    pub fn changed_meanwhile(what: &str) -> Self {
-        StoreError::Conflict(format!(
-            "the {what} was changed by another call meanwhile: try again"
-        ))
-    }
-}

@@ -181,14 +181,17 @@ pub trait ServiceStore: Send + Sync {
         customer_id: Uuid,
         subdomains: &[String],
     ) -> StoreResult<Vec<String>>;
-    /// Writes a service's title and description, read as `before`. `NotFound` when it is gone;
-    /// `Conflict` when another call changed them since (a change of either would be undone).
+    /// Writes a service's title and description, read as `before`, if they are still stored so
+    /// (a change of either would be undone); otherwise writes nothing and answers `Err` with the
+    /// service as stored now, read in the same transaction on the primary, to decide again
+    /// from (what was read may come from a copy that lags). Nothing is written, nor `event`
+    /// recorded, when `service` is what is stored. `NotFound` when it is gone.
     fn update_service(
         &self,
         before: &Service,
         service: &Service,
         event: &AuditEvent,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<Result<(), Service>>;
     /// Deletes a service, its published configuration and its secret; `false` when absent.
     fn delete_service(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// Up to `limit` anonymous services whose expiry is at or before `now`.
@@ -282,17 +285,20 @@ pub trait AccountStore: Send + Sync {
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>>;
     /// How many accounts a customer has (its quota: docs/api.md, "Errors").
     fn count_accounts_of(&self, customer_id: Uuid) -> StoreResult<u64>;
-    /// Writes name and policy (re-indexing issuers) of the account read as `before`.
-    /// `NotFound` when it is gone; `Conflict` when another call changed its name or policy
-    /// since (a change of either would be undone: a policy narrowed, widened again); `OverBudget`
-    /// when `others` refuses its other accounts (read in the same transaction).
+    /// Writes name and policy (re-indexing issuers) of the account read as `before`, if its
+    /// name and policy are still stored so (a change of either would be undone: a policy
+    /// narrowed, widened again); otherwise writes nothing and answers `Err` with the account as
+    /// stored now, read in the same transaction on the primary, to decide again from. Nothing
+    /// is written, nor `event` recorded, when `account`'s name and policy are what is stored.
+    /// `NotFound` when it is gone; `OverBudget` when `others` refuses its other accounts (read
+    /// in the same transaction).
     fn update_account(
         &self,
         before: &ServiceAccount,
         account: &ServiceAccount,
         others: OthersCheck<'_>,
         event: &AuditEvent,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<Result<(), ServiceAccount>>;
     /// Deletes an account with its token and issuer index; `false` when absent.
     fn delete_account(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool>;
     /// The lookup id of an account's token (`None` for an account without one).

@@ -589,7 +589,7 @@ impl ServiceStore for MemoryStore {
         before: &Service,
         service: &Service,
         event: &AuditEvent,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Result<(), Service>> {
         let mut s = self.lock();
         let stored = s
             .services
@@ -597,12 +597,15 @@ impl ServiceStore for MemoryStore {
             .find(|x| x.id == service.id)
             .ok_or(StoreError::NotFound)?;
         if (&stored.title, &stored.description) != (&before.title, &before.description) {
-            return Err(StoreError::changed_meanwhile("service"));
+            return Ok(Err(stored.clone()));
+        }
+        if (&stored.title, &stored.description) == (&service.title, &service.description) {
+            return Ok(Ok(()));
         }
         stored.title.clone_from(&service.title);
         stored.description.clone_from(&service.description);
         s.commit(event, &[Change::Service(service.id)]);
-        Ok(())
+        Ok(Ok(()))
     }
 
     fn delete_service(&self, id: Uuid, event: &AuditEvent) -> StoreResult<bool> {
@@ -791,12 +794,15 @@ impl AccountStore for MemoryStore {
         account: &ServiceAccount,
         others: OthersCheck<'_>,
         event: &AuditEvent,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Result<(), ServiceAccount>> {
         let mut s = self.lock();
         let stored =
             (s.accounts.iter().find(|a| a.id == account.id)).ok_or(StoreError::NotFound)?;
         if stored.name != before.name || stored.policy.document() != before.policy.document() {
-            return Err(StoreError::changed_meanwhile("account"));
+            return Ok(Err(stored.clone()));
+        }
+        if stored.name == account.name && stored.policy.document() == account.policy.document() {
+            return Ok(Ok(()));
         }
         s.check_others(account, others)?;
         let stored = s
@@ -807,7 +813,7 @@ impl AccountStore for MemoryStore {
         stored.name.clone_from(&account.name);
         stored.policy = account.policy.clone();
         s.commit(event, &[Change::Account(account.id)]);
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// Its token and its refusal log go with it.

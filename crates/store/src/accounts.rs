@@ -114,6 +114,17 @@ fn load(rows: Vec<AccountRow>) -> Res<Vec<ServiceAccount>> {
 /// The stored name and policy of account `id` (`NotFound` when it is gone), the policy as a
 /// document (`None` when it cannot be read): compared as documents, since the text of a row
 /// written by an older release may differ in form only.
+/// The account `id`, unless its customer is disabled.
+fn enabled_account(conn: &mut Db, id: &str) -> Res<Option<ServiceAccount>> {
+    service_accounts::table
+        .find(id)
+        .filter(enabled!(service_accounts::customer_id))
+        .get_result::<AccountRow>(conn)
+        .optional()?
+        .map(AccountRow::into_domain)
+        .transpose()
+}
+
 fn name_and_policy(conn: &mut Db, id: &str) -> Res<(String, Option<serde_json::Value>)> {
     let (name, policy) = service_accounts::table
         .find(id)
@@ -148,15 +159,7 @@ impl AccountStore for Store {
     }
 
     fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>> {
-        self.read(|conn| {
-            service_accounts::table
-                .find(id_text(id))
-                .filter(enabled!(service_accounts::customer_id))
-                .get_result::<AccountRow>(conn)
-                .optional()?
-                .map(AccountRow::into_domain)
-                .transpose()
-        })
+        self.read(|conn| enabled_account(conn, &id_text(id)))
     }
 
     fn count_accounts_of(&self, customer_id: Uuid) -> StoreResult<u64> {
@@ -180,13 +183,17 @@ impl AccountStore for Store {
         account: &ServiceAccount,
         others: OthersCheck<'_>,
         event: &AuditEvent,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Result<(), ServiceAccount>> {
         self.write(Some(event), |conn, changed| {
             let id = id_text(account.id);
             // Writers are serialised, so this read and the write are one step.
-            let (name, policy) = name_and_policy(conn, &id)?;
-            if name != before.name || policy.as_ref() != Some(before.policy.document()) {
-                return Err(StoreError::changed_meanwhile("account").into());
+            let stored = enabled_account(conn, &id)?.ok_or(StoreError::NotFound)?;
+            if stored.name != before.name || stored.policy.document() != before.policy.document() {
+                return Ok(Err(stored));
+            }
+            if stored.name == account.name && stored.policy.document() == account.policy.document()
+            {
+                return Ok(Ok(()));
             }
             check_others(conn, account, others)?;
             diesel::update(service_accounts::table.find(&id))
@@ -200,7 +207,7 @@ impl AccountStore for Store {
                 .execute(conn)?;
             index_issuers(conn, account)?;
             changed.push(Change::Account(account.id));
-            Ok(())
+            Ok(Ok(()))
         })
     }
 

@@ -280,18 +280,16 @@ impl ServiceStore for Store {
         before: &Service,
         service: &Service,
         event: &AuditEvent,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Result<(), Service>> {
         self.write(Some(event), |conn, changed| {
             let id = id_text(service.id);
-            let stored = services::table
-                .find(&id)
-                .select((services::title, services::description))
-                .get_result::<(Option<String>, Option<String>)>(conn)
-                .optional()?
-                .ok_or(StoreError::NotFound)?;
+            let stored = by_id(conn, &id)?.ok_or(StoreError::NotFound)?;
             // Writers are serialised, so this read and the write are one step.
-            if (&stored.0, &stored.1) != (&before.title, &before.description) {
-                return Err(StoreError::changed_meanwhile("service").into());
+            if (&stored.title, &stored.description) != (&before.title, &before.description) {
+                return Ok(Err(stored));
+            }
+            if (&stored.title, &stored.description) == (&service.title, &service.description) {
+                return Ok(Ok(()));
             }
             diesel::update(services::table.find(&id))
                 .set((
@@ -300,7 +298,7 @@ impl ServiceStore for Store {
                 ))
                 .execute(conn)?;
             changed.push(Change::Service(service.id));
-            Ok(())
+            Ok(Ok(()))
         })
     }
 

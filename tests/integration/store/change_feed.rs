@@ -21,7 +21,14 @@ fn a_change_is_dated_by_the_time_of_its_write() {
     store
         .create_service(&last, None, Ceiling::NONE, &event_at(-5))
         .unwrap();
-    store.update_service(&last, &last, &event_at(5)).unwrap();
+    let retitled = Service {
+        title: Some("retitled".into()),
+        ..last.clone()
+    };
+    let updated = store
+        .update_service(&last, &retitled, &event_at(5))
+        .unwrap();
+    assert_eq!(updated, Ok(()));
 
     assert_eq!(
         store

@@ -211,6 +211,7 @@ fn a_check_of_the_other_accounts_holds_when_writes_race() {
     let check: &dyn Fn(&[ServiceAccount]) -> Result<(), Violation> = &at_most;
     store
         .update_account(last, &renamed, Some(check), &ev())
+        .unwrap()
         .unwrap();
     let refused = |others: &[ServiceAccount]| match others.is_empty() {
         true => Ok(()),

@@ -556,7 +556,7 @@ fn update_service_writes_title_and_description_only(store: &dyn Storage) {
         created_at: at(99),
         ..s.clone()
     };
-    store.update_service(&s, &edited, &ev()).unwrap();
+    store.update_service(&s, &edited, &ev()).unwrap().unwrap();
 
     let read = store.service(s.id).unwrap().unwrap();
     assert_eq!(
@@ -572,7 +572,10 @@ fn update_service_writes_title_and_description_only(store: &dyn Storage) {
         description: None,
         ..read.clone()
     };
-    store.update_service(&read, &cleared, &ev()).unwrap();
+    store
+        .update_service(&read, &cleared, &ev())
+        .unwrap()
+        .unwrap();
     assert_eq!(store.service(s.id).unwrap(), Some(cleared.clone()));
     let before = store.latest_change().unwrap();
     let ghost = registered(c.id, "ghost-acme", 1);
@@ -580,11 +583,18 @@ fn update_service_writes_title_and_description_only(store: &dyn Storage) {
         store.update_service(&ghost, &ghost, &ev()).unwrap_err(),
         StoreError::NotFound
     );
-    // Read before another call changed it: its write would undo that change.
-    let stale = (store.update_service(&read, &read, &ev())).unwrap_err();
-    assert!(matches!(stale, StoreError::Conflict(_)), "{stale:?}");
-    assert_eq!(store.service(s.id).unwrap(), Some(cleared));
+    // Read before another call changed it: its write would undo that change, so nothing is
+    // written and the service as stored comes back to decide again from.
+    let stale = (store.update_service(&read, &read, &ev())).unwrap();
+    assert_eq!(stale, Err(cleared.clone()));
+    assert_eq!(store.service(s.id).unwrap(), Some(cleared.clone()));
     assert_eq!(store.latest_change().unwrap(), before);
+    // What is stored already: nothing written, nothing recorded.
+    let events = trail(store, Trail::Anonymous).len();
+    assert!(events > 0, "the updates above are recorded");
+    assert_eq!(store.update_service(&cleared, &cleared, &ev()), Ok(Ok(())));
+    assert_eq!(store.latest_change().unwrap(), before);
+    assert_eq!(trail(store, Trail::Anonymous).len(), events);
 }
 
 #[test]
@@ -1186,7 +1196,10 @@ fn update_account_writes_name_and_policy_and_reindexes_issuers(store: &dyn Stora
         last_used_at: None,
         ..a.clone()
     };
-    store.update_account(&a, &edited, None, &ev()).unwrap();
+    store
+        .update_account(&a, &edited, None, &ev())
+        .unwrap()
+        .unwrap();
 
     let read = store.account(a.id).unwrap().unwrap();
     assert_same_account(
@@ -1216,10 +1229,20 @@ fn update_account_writes_name_and_policy_and_reindexes_issuers(store: &dyn Stora
         name: "again".into(),
         ..a.clone()
     };
-    let stale = (store.update_account(&a, &rename, None, &ev())).unwrap_err();
-    assert!(matches!(stale, StoreError::Conflict(_)), "{stale:?}");
+    let stale = (store.update_account(&a, &rename, None, &ev())).unwrap();
+    let Err(stored) = stale else {
+        panic!("a stale account written: {stale:?}");
+    };
+    assert_same_account(&stored, &read);
     assert_eq!(ids(&store.accounts_by_issuer(GITLAB).unwrap()), [a.id]);
     assert_eq!(store.latest_change().unwrap(), before);
+    // What is stored already: nothing written, nothing recorded.
+    let events = trail(store, Trail::Anonymous).len();
+    assert!(events > 0, "the updates above are recorded");
+    let unchanged = store.update_account(&read, &read, None, &ev()).unwrap();
+    assert!(unchanged.is_ok(), "{unchanged:?}");
+    assert_eq!(store.latest_change().unwrap(), before);
+    assert_eq!(trail(store, Trail::Anonymous).len(), events);
 }
 
 #[test]
@@ -1325,13 +1348,17 @@ fn a_token_replaced_meanwhile_is_a_conflict(store: &dyn Storage) {
         name: "renamed".into(),
         ..first.clone()
     };
-    store.update_account(&first, &renamed, None, &ev()).unwrap();
+    store
+        .update_account(&first, &renamed, None, &ev())
+        .unwrap()
+        .unwrap();
     let changed = ServiceAccount {
         policy: static_policy(&["api-*"]),
         ..renamed.clone()
     };
     store
         .update_account(&renamed, &changed, None, &ev())
+        .unwrap()
         .unwrap();
     let late = record(&lookup(), "$argon2id$late");
     let err = (store.replace_token(&first, Some(&winner.lookup_id), &late, &ev())).unwrap_err();
@@ -1560,6 +1587,7 @@ fn every_write_to_services_and_accounts_is_logged_in_order(store: &dyn Storage) 
             },
             &ev(),
         )
+        .unwrap()
         .unwrap();
     store
         .put_config(&config(s.id, "http://api-acme", 2), &ev())
@@ -1592,6 +1620,7 @@ fn every_write_to_services_and_accounts_is_logged_in_order(store: &dyn Storage) 
             None,
             &ev(),
         )
+        .unwrap()
         .unwrap();
     let replaced = store.token_lookup_id(a.id).unwrap();
     store
@@ -1836,6 +1865,7 @@ fn the_trail_is_read_in_pages_newest_first_filtered_and_pruned_by_age(store: &dy
                 None,
                 &event(Action::AccountUpdate, Some(acme.id), i * 60),
             )
+            .unwrap()
             .unwrap();
     }
     let mut query = AuditQuery {

@@ -302,7 +302,18 @@ fn replay_paused(
         })
         .with_context(|| format!("the new account's token never worked on {name}"))?;
     }
+    // A service both replicas know, to change with replay paused.
+    let subdomain = Api::new(ha, token).create_service("lagging")?;
+    for (name, http) in [("A", ha), ("B", hb)] {
+        wait_until(Duration::from_secs(10), || {
+            let path = format!("/services/{subdomain}");
+            http.call("GET", &path, Some(token), None)
+                .is_ok_and(|r| r.status == 200)
+        })
+        .with_context(|| format!("the new service never showed on {name}"))?;
+    }
     standby.sql("SELECT pg_wal_replay_pause()")?;
+    let patched = patches_over_a_lagging_copy(ha, hb, token, &subdomain)?;
     ha.call(
         "DELETE",
         &format!("/service-accounts/{id}"),
@@ -345,12 +356,41 @@ fn replay_paused(
     })
     .context("the standby never caught up in /readyz after replay resumed")?;
     Ok(format!(
-        "replay paused: a deleted account's token refused within the {} s ceiling ({}), /readyz \
-         200 readReplica lagging ({lag:.1} s), up again {:.1} s after replay resumed",
+        "replay paused: {patched}, a deleted account's token refused within the {} s ceiling \
+         ({}), /readyz 200 readReplica lagging ({lag:.1} s), up again {:.1} s after replay \
+         resumed",
         MAX_LAG.as_secs(),
         refused.join(", "),
         back.as_secs_f64()
     ))
+}
+
+/// With replay paused, `PATCH`es of one service on A and B, one after the other: each replica
+/// reads the service from the standby, which has not seen the other's change, and each answers
+/// 200 with both changes (docs/api.md, "A `PATCH` is made over what is stored"), not a 409.
+fn patches_over_a_lagging_copy(ha: Http, hb: Http, token: &str, subdomain: &str) -> Result<String> {
+    let path = format!("/services/{subdomain}");
+    let changes = [
+        (ha, "A", json!({"title": "from A"})),
+        (hb, "B", json!({"description": "from B"})),
+        (ha, "A", json!({"title": "from A again"})),
+    ];
+    let mut last = Value::Null;
+    for (http, name, change) in changes {
+        let answer = http.call("PATCH", &path, Some(token), Some(&change))?;
+        ensure!(
+            answer.status == 200,
+            "PATCH {path} {change} on {name} with replay paused: {} {}",
+            answer.status,
+            answer.body
+        );
+        last = answer.json();
+    }
+    ensure!(
+        last["title"] == "from A again" && last["description"] == "from B",
+        "the last PATCH with replay paused answered {last}: a change was undone"
+    );
+    Ok("three PATCHes of one service on A, B, A answered 200 with both fields".to_owned())
 }
 
 /// Step 2, with the primary killed: writes are 503 with `Retry-After`, reads and federated

@@ -202,16 +202,39 @@ pub fn create(
 pub fn update(
     registry: &Registry,
     caller: &Caller,
-    mut account: ServiceAccount,
+    account: ServiceAccount,
     command: UpdateAccount,
     now: OffsetDateTime,
 ) -> Result<Updated, AppError> {
-    caller.may_manage(Some(&account.policy))?;
-    let before = account.clone();
-    let mut problems = command.problems;
+    // As a service's `PATCH` (`services::update`): over a lagging copy, or another call's
+    // change, the change is judged and made again over what is stored.
+    let mut before = account;
+    for _ in 0..super::services::UPDATE_ATTEMPTS {
+        match update_once(registry, caller, &before, &command, now)? {
+            Ok(updated) => return Ok(updated),
+            Err(stored) => before = stored,
+        }
+    }
+    Err(AppError::Conflict(
+        "the service account kept changing meanwhile: try again".to_owned(),
+    ))
+}
+
+/// One attempt of [`update`] over `before`, the account as last read: `Err` with the account as
+/// stored when its name or policy changed since.
+fn update_once(
+    registry: &Registry,
+    caller: &Caller,
+    before: &ServiceAccount,
+    command: &UpdateAccount,
+    now: OffsetDateTime,
+) -> Result<Result<Updated, ServiceAccount>, AppError> {
+    caller.may_manage(Some(&before.policy))?;
+    let mut account = before.clone();
+    let mut problems = command.problems.clone();
     let mut warnings = Vec::new();
     if let Some(document) = &command.policy {
-        let checked = checked_policy(registry, caller, document, Some(&account));
+        let checked = checked_policy(registry, caller, document, Some(before));
         if let Some(parsed) = with_problems(checked, &mut problems)? {
             if let Err(why) = access::kind_may_change(account.policy.kind(), parsed.policy.kind()) {
                 return Err(AppError::KindImmutable(Violation::new("/policy/kind", why)));
@@ -223,8 +246,8 @@ pub fn update(
     if !problems.is_empty() {
         return Err(AppError::Invalid(problems));
     }
-    if let Some(name) = command.name {
-        account.name = name;
+    if let Some(name) = &command.name {
+        account.name.clone_from(name);
     }
     // The policy is recorded whole: it is what grants access, and holds no secret.
     let event = account_event(caller, Action::AccountUpdate, account.id, now)
@@ -238,24 +261,22 @@ pub fn update(
             before.policy.document().clone(),
             account.policy.document().clone(),
         );
-    // A change that changes nothing is not written, nor recorded (docs/api.md, "Audit trail").
-    if event.changes.is_empty() {
-        return Ok(Updated { account, warnings });
-    }
+    // Even a change that changes nothing goes to the store, which compares it with what is
+    // stored; it is not written, nor recorded, when stored already (docs/api.md, "Audit trail").
     let id = account.id;
     // A rename keeps the policy: nothing to check of the others.
     let budget = match command.policy {
         Some(_) => within_budget(&account.policy),
         None => None,
     };
-    registry
+    let written = registry
         .store
-        .update_account(&before, &account, budget.as_deref(), &event)
+        .update_account(before, &account, budget.as_deref(), &event)
         .map_err(|error| match error {
             StoreError::OverBudget(violation) => under_policy(vec![violation]),
             other => AppError::gone(|| format!("no service account {:?}", id.to_string()))(other),
         })?;
-    Ok(Updated { account, warnings })
+    Ok(written.map(|()| Updated { account, warnings }))
 }
 
 /// Deletes an account the caller manages: its token stops working at once.
@@ -875,6 +896,42 @@ mod tests {
         };
         let refused = update(&w.registry, &office, created.account, command, NOW).unwrap_err();
         assert!(matches!(refused, AppError::Forbidden(_)), "{refused:?}");
+    }
+
+    #[test]
+    fn an_update_over_a_lagging_copy_is_judged_and_made_over_what_is_stored() {
+        let w = world();
+        let office = w.caller_with(
+            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
+        );
+        let inside =
+            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.8/29"]});
+        let stale = w.create(&office, "inside", inside).unwrap().account;
+        // Another replica's call widened the policy; this copy has not seen it.
+        let widen = UpdateAccount {
+            policy: Some(json!({"kind": "static", "services": ["*"]})),
+            ..UpdateAccount::default()
+        };
+        update(&w.registry, &w.admin, stale.clone(), widen, NOW).unwrap();
+
+        // The office's caller managed the copy, not what is stored now.
+        let rename = |name: &str| UpdateAccount {
+            name: Some(name.into()),
+            ..UpdateAccount::default()
+        };
+        let refused = update(&w.registry, &office, stale.clone(), rename("x"), NOW).unwrap_err();
+        assert!(matches!(refused, AppError::Forbidden(_)), "{refused:?}");
+        // The admin's rename keeps the stored policy: nothing undone, nothing refused.
+        let renamed = update(&w.registry, &w.admin, stale.clone(), rename("y"), NOW).unwrap();
+        let stored = (w.registry.store.account(stale.id).unwrap()).unwrap();
+        assert_eq!(stored.name, "y");
+        assert_eq!(stored.policy.document(), renamed.account.policy.document());
+        assert_eq!(
+            stored.policy.document(),
+            &json!({"kind": "static", "services": ["*"]})
+        );
+        let changes = &w.store.last_event().unwrap().to_json()["changes"];
+        assert_eq!(*changes, json!({"name": {"old": "inside", "new": "y"}}));
     }
 
     #[test]

@@ -218,13 +218,39 @@ pub fn update(
     command: UpdateService,
     now: OffsetDateTime,
 ) -> Result<Service, AppError> {
-    let before = service;
-    let mut service = service.clone();
-    if let Some(title) = command.title {
-        service.title = Some(title);
+    // `service` may be a lagging copy (a read replica's), or another call may change it before
+    // this one writes: the write then answers what is stored, and the change is made again
+    // over it, so of two changes at once neither undoes the other and neither is refused.
+    let mut before = service.clone();
+    for _ in 0..UPDATE_ATTEMPTS {
+        match update_once(registry, caller, &before, &command, now)? {
+            Ok(updated) => return Ok(updated),
+            Err(stored) => before = stored,
+        }
     }
-    if let Some(description) = command.description {
-        service.description = description;
+    Err(AppError::Conflict(
+        "the service kept changing meanwhile: try again".to_owned(),
+    ))
+}
+
+/// How many times a `PATCH` makes its change again over what another write stored meanwhile.
+pub(crate) const UPDATE_ATTEMPTS: usize = 8;
+
+/// One attempt of [`update`] over `before`, the service as last read: `Err` with the service as
+/// stored when it changed since.
+fn update_once(
+    registry: &Registry,
+    caller: &Caller,
+    before: &Service,
+    command: &UpdateService,
+    now: OffsetDateTime,
+) -> Result<Result<Service, Service>, AppError> {
+    let mut service = before.clone();
+    if let Some(title) = &command.title {
+        service.title = Some(title.clone());
+    }
+    if let Some(description) = &command.description {
+        service.description.clone_from(description);
     }
     let action = service_action(&service, Action::ServiceUpdate, Action::AnonymousUpdate);
     let event = caller
@@ -239,16 +265,15 @@ pub fn update(
             before.description.clone().into(),
             service.description.clone().into(),
         );
-    // A change that changes nothing is not written, nor recorded (docs/api.md, "Audit trail").
-    if event.changes.is_empty() {
-        return Ok(service);
-    }
+    // Even a change that changes nothing goes to the store, which compares it with what is
+    // stored (`before` may be a lagging copy); it is not written, nor recorded, when stored
+    // already (docs/api.md, "Audit trail").
     let key = service.subdomain.clone();
-    registry
+    let written = registry
         .store
         .update_service(before, &service, &event)
         .map_err(AppError::gone(|| format!("no service {key:?}")))?;
-    Ok(service)
+    Ok(written.map(|()| service))
 }
 
 /// Deletes `service` (granted to the caller) with its configuration and secret.
@@ -525,6 +550,44 @@ mod tests {
             updated
         );
         assert_eq!(store.events_of(Action::ServiceUpdate).len(), events);
+    }
+
+    #[test]
+    fn update_over_a_lagging_copy_changes_only_its_members_over_what_is_stored() {
+        let store = Arc::new(MemoryStore::default());
+        let (registry, _, admin) = registry_over(store.clone(), Plan::Business, NOW);
+        let admin = caller(admin);
+        let stale = create(&registry, &admin, named("api", "Old"), NOW).unwrap();
+        // Another replica's call changed the description; this copy has not seen it.
+        let described = UpdateService {
+            description: Some(Some("theirs".into())),
+            ..UpdateService::default()
+        };
+        update(&registry, &admin, &stale, described, NOW).unwrap();
+        let events = store.events_of(Action::ServiceUpdate).len();
+
+        let retitled = UpdateService {
+            title: Some("New".into()),
+            ..UpdateService::default()
+        };
+        let updated = update(&registry, &admin, &stale, retitled, NOW).unwrap();
+        assert_eq!(updated.title.as_deref(), Some("New"));
+        assert_eq!(updated.description.as_deref(), Some("theirs"));
+        assert_eq!(store.service(stale.id).unwrap(), Some(updated.clone()));
+        assert_eq!(
+            store.last_event().unwrap().to_json()["changes"],
+            serde_json::json!({"title": {"old": "Old", "new": "New"}})
+        );
+
+        // The lagging copy's title asked for again is a change of what is stored ("New").
+        let back = UpdateService {
+            title: Some("Old".into()),
+            ..UpdateService::default()
+        };
+        let updated = update(&registry, &admin, &stale, back, NOW).unwrap();
+        assert_eq!(updated.title.as_deref(), Some("Old"));
+        assert_eq!(store.service(stale.id).unwrap(), Some(updated));
+        assert_eq!(store.events_of(Action::ServiceUpdate).len(), events + 2);
     }
 
     #[test]

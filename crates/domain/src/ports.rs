@@ -144,9 +144,10 @@ pub trait CustomerStore: Send + Sync {
     ) -> StoreResult<Option<Customer>>;
     /// Deletes the customer and everything it holds (services, their configurations and secrets,
     /// accounts, their tokens, its audit trail), each service and account logged as changed, so
-    /// that every replica stops serving them at its next request. `false` when no customer has
-    /// that tenant suffix.
-    fn delete_customer(&self, tenant: &str) -> StoreResult<bool>;
+    /// that every replica stops serving them at its next request, and each subdomain noted as
+    /// freed `at` (as [`ServiceStore::delete_service`] does). `false` when no customer has that
+    /// tenant suffix.
+    fn delete_customer(&self, tenant: &str, at: OffsetDateTime) -> StoreResult<bool>;
 }
 
 /// Services and their published configurations.

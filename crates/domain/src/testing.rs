@@ -425,7 +425,7 @@ impl CustomerStore for MemoryStore {
         Ok(Some(customer))
     }
 
-    fn delete_customer(&self, tenant: &str) -> StoreResult<bool> {
+    fn delete_customer(&self, tenant: &str, at: OffsetDateTime) -> StoreResult<bool> {
         let mut s = self.lock();
         let Some(id) = s
             .customers
@@ -448,6 +448,13 @@ impl CustomerStore for MemoryStore {
             .filter(|a| a.customer_id == id)
             .map(|a| a.id)
             .collect();
+        let freed: Vec<String> = (s.services.iter())
+            .filter(|x| x.customer_id == Some(id))
+            .map(|x| x.subdomain.clone())
+            .collect();
+        for subdomain in freed {
+            s.subdomain_removals.insert(subdomain, at);
+        }
         for service in &services {
             s.configs.remove(service);
             s.configs_removed.remove(service);
@@ -471,10 +478,6 @@ impl CustomerStore for MemoryStore {
         s.purges.retain(|service, _| !services.contains(service));
         s.events.retain(|e| e.customer_id != Some(id));
         s.customers.retain(|c| c.id != id);
-        let at = s
-            .changes
-            .last()
-            .map_or(OffsetDateTime::UNIX_EPOCH, |(_, _, at)| *at);
         s.log(&changes, at);
         Ok(true)
     }

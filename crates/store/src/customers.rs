@@ -134,7 +134,7 @@ impl CustomerStore for Store {
         })
     }
 
-    fn delete_customer(&self, tenant: &str) -> StoreResult<bool> {
+    fn delete_customer(&self, tenant: &str, at: OffsetDateTime) -> StoreResult<bool> {
         self.write(None, |conn, changed| {
             let Some(id) = customers::table
                 .filter(customers::tenant.eq(tenant))
@@ -157,6 +157,11 @@ impl CustomerStore for Store {
             crate::fetches::lock_evidence(conn, true)?;
             let ids: Vec<String> = services.load(conn)?;
             crate::domains::forget_challenges_of(conn, &ids)?;
+            let subdomains: Vec<String> = services::table
+                .filter(services::customer_id.eq(&id))
+                .select(services::subdomain)
+                .load(conn)?;
+            crate::services::note_removals(conn, &subdomains, at)?;
             diesel::delete(
                 fetch_networks::table.filter(fetch_networks::service_id.eq_any(services)),
             )

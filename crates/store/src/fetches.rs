@@ -64,7 +64,7 @@ fn live_services(conn: &mut Db, counts: &[DocumentFetches]) -> Res<HashSet<Uuid>
     let named: BTreeSet<String> = counts.iter().map(|f| id_text(f.service_id)).collect();
     let named: Vec<String> = named.into_iter().collect();
     let mut live = HashSet::new();
-    for chunk in named.chunks(flush::ROWS) {
+    for chunk in named.chunks(crate::pool::ROWS_A_STATEMENT) {
         let ids: Vec<String> = on_backend!(&mut *conn, |c| services::table
             .filter(services::id.eq_any(chunk))
             .select(services::id)

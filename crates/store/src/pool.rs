@@ -240,6 +240,10 @@ impl r2d2::CustomizeConnection<Db, ConnectError> for SqlitePragmas {
 pub(crate) type Pool = r2d2::Pool<Manager>;
 pub(crate) type Pooled = r2d2::PooledConnection<Manager>;
 
+/// Rows a statement writes or keys it reads, at most: at six columns a row, well under the
+/// parameters SQLite and PostgreSQL accept in one statement (32,766 and 65,535).
+pub(crate) const ROWS_A_STATEMENT: usize = 1_000;
+
 /// How long a caller waits for a pooled connection before the store reports `Unavailable`.
 pub(crate) const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -15,10 +15,6 @@ use uuid::Uuid;
 /// A row as read: limit, subject, replica, minute, events, written.
 type Row = (String, String, String, i64, i64, i64);
 
-/// Rows an upsert writes at most: six parameters a row, well under what SQLite and PostgreSQL
-/// accept in one statement.
-const ROWS: usize = 1_000;
-
 impl RateCountLog for Store {
     /// One transaction outside the change log (no cache holds the counts): the counts add up
     /// (`ON CONFLICT … DO UPDATE`), then the others' are read by when they were written.
@@ -65,7 +61,7 @@ impl RateCountLog for Store {
             self.read_primary(read)?
         } else {
             self.write_aside(|conn| {
-                for chunk in rows.chunks(ROWS) {
+                for chunk in rows.chunks(crate::pool::ROWS_A_STATEMENT) {
                     on_backend!(&mut *conn, |c| diesel::insert_into(rate_counts::table)
                         .values(chunk)
                         .on_conflict((

@@ -60,18 +60,27 @@ pub(crate) fn history(
         .transpose()
 }
 
-/// Notes that `subdomain` was freed at `at`: a service created again under it counts that as
+/// Notes that `subdomains` were freed at `at`: a service created again under one counts that as
 /// its configuration's deletion ([`history`]).
-fn note_removal(conn: &mut Db, subdomain: &str, at: OffsetDateTime) -> Res<()> {
-    on_backend!(conn, |c| diesel::insert_into(subdomain_removals::table)
-        .values((
-            subdomain_removals::subdomain.eq(subdomain),
-            subdomain_removals::removed_at.eq(millis(at)),
-        ))
+pub(crate) fn note_removals(conn: &mut Db, subdomains: &[String], at: OffsetDateTime) -> Res<()> {
+    let rows: Vec<_> = (subdomains.iter())
+        .map(|subdomain| {
+            (
+                subdomain_removals::subdomain.eq(subdomain.as_str()),
+                subdomain_removals::removed_at.eq(millis(at)),
+            )
+        })
+        .collect();
+    for chunk in rows.chunks(crate::pool::ROWS_A_STATEMENT) {
+        on_backend!(&mut *conn, |c| diesel::insert_into(
+            subdomain_removals::table
+        )
+        .values(chunk)
         .on_conflict(subdomain_removals::subdomain)
         .do_update()
         .set(subdomain_removals::removed_at.eq(excluded(subdomain_removals::removed_at)))
         .execute(c))?;
+    }
     Ok(())
 }
 
@@ -318,7 +327,7 @@ impl ServiceStore for Store {
             if let Some((subdomain, customer)) = held.filter(|_| deleted > 0) {
                 // An anonymous service's random name is never taken again.
                 if customer.is_some() {
-                    note_removal(conn, &subdomain, event.at)?;
+                    note_removals(conn, &[subdomain], event.at)?;
                 }
                 changed.push(Change::Service(id));
             }

@@ -2848,7 +2848,7 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
     store.record_purge(s.id, now).unwrap();
     let before = store.latest_change().unwrap();
 
-    assert!(store.delete_customer("acme").unwrap());
+    assert!(store.delete_customer("acme", at(50)).unwrap());
     assert!(store.fetches(s.id, now, 10).unwrap().is_empty());
     let agents = ["aws".to_owned()];
     assert!(store
@@ -2882,7 +2882,7 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
     // The other customer keeps everything; the tenant and the subdomain are free again.
     assert!(store.credential(&other_token.lookup_id).unwrap().is_some());
     assert!(store.account(other_first.id).unwrap().is_some());
-    assert!(!store.delete_customer("acme").unwrap());
+    assert!(!store.delete_customer("acme", at(50)).unwrap());
     seeded(store, "acme");
     let again = registered(
         store.customer_by_tenant("acme").unwrap().unwrap().id,
@@ -2892,6 +2892,17 @@ fn a_deleted_customer_leaves_nothing_behind(store: &dyn Storage) {
     store
         .create_service(&again, None, Ceiling::NONE, &ev())
         .unwrap();
+    // Its subdomain was noted as freed: the new service's first version counts the deletion
+    // as the change before it (as after `delete_service`).
+    store
+        .update_config(
+            again.id,
+            &mut |_| Some(config(again.id, "http://again", 50)),
+            &ev(),
+        )
+        .unwrap();
+    let published = store.config(again.id).unwrap().unwrap();
+    assert_eq!(published.previous_change_at, Some(at(50)));
 }
 
 /// A domain of `service` added at `created`.

@@ -258,9 +258,9 @@ pub fn set_disabled(
 }
 
 /// `registry customer delete`: the customer by tenant suffix and everything it holds, gone from
-/// every replica at its next request. An unknown tenant is a 404 ([`unknown_tenant`]).
-pub fn delete(registry: &Registry, tenant: &str) -> Result<(), AppError> {
-    if registry.store.delete_customer(tenant)? {
+/// every replica at its next request, at `now`. An unknown tenant is a 404 ([`unknown_tenant`]).
+pub fn delete(registry: &Registry, tenant: &str, now: OffsetDateTime) -> Result<(), AppError> {
+    if registry.store.delete_customer(tenant, now)? {
         Ok(())
     } else {
         Err(unknown_tenant(tenant))
@@ -559,12 +559,12 @@ mod tests {
             (Action::AccountCreate, Actor::operator())
         );
 
-        delete(&registry, "globex").unwrap();
+        delete(&registry, "globex", LATER).unwrap();
         assert_eq!(store.customer_by_tenant("globex").unwrap(), None);
         assert!(store.account(created.account.id).unwrap().is_none());
         assert_eq!(store.credential(parsed.lookup_id).unwrap(), None);
         assert!(matches!(
-            delete(&registry, "globex"),
+            delete(&registry, "globex", LATER),
             Err(AppError::NotFound(_))
         ));
         assert!(matches!(

@@ -118,7 +118,7 @@ pub fn set_disabled(store: &Store, tenant: &str, disabled: bool) -> anyhow::Resu
 
 /// Deletes a customer and everything it holds.
 pub fn delete(store: &Store, tenant: &str) -> anyhow::Result<Value> {
-    customers::delete(&registry(store), tenant)
+    customers::delete(&registry(store), tenant, SystemClock.now())
         .map_err(failure("could not delete the customer"))?;
     Ok(json!({"deleted": tenant}))
 }

@@ -8,7 +8,7 @@
 
 use super::{count, key_of};
 use crate::error::Res;
-use crate::pool::{on_backend, Db};
+use crate::pool::{on_backend, Db, ROWS_A_STATEMENT};
 use crate::rows::{id_text, millis};
 use crate::schema::{fetch_agents, fetch_counts, fetch_networks};
 use diesel::dsl::{case_when, Eq, Filter};
@@ -28,10 +28,6 @@ macro_rules! later {
         case_when($column.lt(excluded($column)), excluded($column)).otherwise($column)
     };
 }
-
-/// Rows a statement writes or keys it reads, at most: at six columns a row, well under the
-/// parameters SQLite and PostgreSQL accept in one statement (32,766 and 65,535).
-pub(super) const ROWS: usize = 1_000;
 
 /// A document's hour: its service and document as stored, and the hour.
 type Bucket = (String, &'static str, i64);
@@ -158,9 +154,9 @@ impl Flush {
         (service.as_str(), document, *hour)
     }
 
-    /// One upsert per [`ROWS`] buckets; the last fetch only moves forward.
+    /// One upsert per [`ROWS_A_STATEMENT`] buckets; the last fetch only moves forward.
     fn add_counts(&self, conn: &mut Db) -> Res<()> {
-        for chunk in self.buckets.chunks(ROWS) {
+        for chunk in self.buckets.chunks(ROWS_A_STATEMENT) {
             let rows: Vec<_> = (chunk.iter())
                 .map(|c| {
                     (
@@ -193,7 +189,7 @@ impl Flush {
     }
 
     /// The agents the flush's buckets hold already, each with its networks there: one read per
-    /// [`ROWS`] services of a document and hour, for agents and for networks.
+    /// [`ROWS_A_STATEMENT`] services of a document and hour, for agents and for networks.
     fn stored(&self, conn: &mut Db) -> Res<HashMap<(usize, &str), HashSet<String>>> {
         let mut groups: BTreeMap<(&str, i64), HashMap<&str, usize>> = BTreeMap::new();
         for (i, c) in self.buckets.iter().enumerate() {
@@ -213,7 +209,7 @@ impl Flush {
                 Some((bucket, *name))
             };
             let ids: Vec<&str> = services.keys().copied().collect();
-            for chunk in ids.chunks(ROWS) {
+            for chunk in ids.chunks(ROWS_A_STATEMENT) {
                 // Only the flush's agents: a bucket may hold 64, each from 8 networks.
                 let names: BTreeSet<&str> = (chunk.iter())
                     .filter_map(|service| wanted.get(&services[service]))
@@ -321,7 +317,7 @@ impl Flush {
 }
 
 /// The agent and network rows a flush adds, each once: upserts that add counts and move the
-/// last fetch forward, [`ROWS`] rows a statement.
+/// last fetch forward, [`ROWS_A_STATEMENT`] rows a statement.
 #[derive(Debug, Default)]
 struct Rows<'a> {
     agents: Vec<(usize, &'a str, i64, i64)>,
@@ -356,7 +352,7 @@ impl<'a> Rows<'a> {
     }
 
     fn write(&self, conn: &mut Db, flush: &Flush) -> Res<()> {
-        for chunk in self.agents.chunks(ROWS) {
+        for chunk in self.agents.chunks(ROWS_A_STATEMENT) {
             let rows: Vec<_> = (chunk.iter())
                 .map(|(bucket, agent, count, last_at)| {
                     let (service, document, hour) = flush.key(*bucket);
@@ -385,7 +381,7 @@ impl<'a> Rows<'a> {
                 ))
                 .execute(c))?;
         }
-        for chunk in self.networks.chunks(ROWS) {
+        for chunk in self.networks.chunks(ROWS_A_STATEMENT) {
             let rows: Vec<_> = (chunk.iter())
                 .map(|(bucket, agent, network, at)| {
                     let (service, document, hour) = flush.key(*bucket);

@@ -1642,9 +1642,8 @@ impl FetchLog for MemoryStore {
                     && !a.networks.is_empty()
                     && (a.networks.iter()).all(|n| from(&n.network) >= STORED_AGENTS_PER_NETWORK);
                 let known = bucket.agents.contains_key(&a.agent);
-                // Space-saving, as the real store: past the bound the least frequent agent (the
-                // others aside) gives its place and its count.
-                let mut inherited = 0;
+                // As the real store: past the bound the least frequent agent (the others aside)
+                // gives its place, and the new agent starts from its own count.
                 let name = if known || !full {
                     a.agent.clone()
                 } else if crowded || a.agent == OTHER_AGENTS {
@@ -1669,7 +1668,16 @@ impl FetchLog for MemoryStore {
                         .map(|(name, _)| name);
                     match least.and_then(|name| bucket.agents.remove(&name)) {
                         Some(gone) => {
-                            inherited = gone.count;
+                            // Its fetches are the others' from now on.
+                            let others = (bucket.agents.entry(OTHER_AGENTS.to_owned())).or_insert(
+                                AgentBucket {
+                                    count: 0,
+                                    last_at: gone.last_at,
+                                    networks: BTreeMap::new(),
+                                },
+                            );
+                            others.count += gone.count;
+                            others.last_at = others.last_at.max(gone.last_at);
                             a.agent.clone()
                         }
                         None => OTHER_AGENTS.to_owned(),
@@ -1677,7 +1685,7 @@ impl FetchLog for MemoryStore {
                 };
                 let is_other = name == OTHER_AGENTS;
                 let agent = bucket.agents.entry(name).or_insert(AgentBucket {
-                    count: inherited,
+                    count: 0,
                     last_at: at,
                     networks: BTreeMap::new(),
                 });

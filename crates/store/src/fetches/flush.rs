@@ -254,7 +254,7 @@ impl Flush {
     /// Places an agent new to its bucket. Whatever outsiders send, the hour's agents are
     /// bounded: while the hour has room, every new agent takes a place; once it is full, a new
     /// agent from networks that hold their bound of agents already is one of the others, and
-    /// any other new agent takes the place, and the count, of the least regular and least
+    /// any other new agent takes the place (not the count) of the least regular and least
     /// frequent one when [`give_place`] gives it one, else is one of the others too (one
     /// network's made-up agents cannot push out another network's, and agents new to the week
     /// cannot push out one seen in earlier hours, a verifier's among them).
@@ -279,39 +279,51 @@ impl Flush {
                 }
             }
         }
-        let inherited = match full && !crowded_out {
+        let placed = match full && !crowded_out {
             true => {
                 let regular = places.regular(conn, key, a.bucket)?;
-                let inherited = give_place(conn, key, &a.name, regular)?;
+                let pushed_out = give_place(conn, key, &a.name, regular)?;
                 places.forget(a.bucket);
-                inherited
+                pushed_out.map(Some)
             }
-            false => Some(0),
+            false => Some(None),
         };
-        match (crowded_out, inherited) {
-            (false, Some(inherited)) => {
+        match (crowded_out, placed) {
+            (false, Some(pushed_out)) => {
                 let networks = a.networks.iter().take(STORED_NETWORKS_PER_AGENT);
                 for (network, _) in networks.clone() {
                     places.took_network(a.bucket, network);
                 }
                 places.took(a.bucket);
-                let count = a.count.saturating_add(inherited);
-                rows.add(a.bucket, &a.name, count, a.last_at, networks);
-            }
-            _ => {
-                if !places.others(conn, key, a.bucket)? {
-                    places.took(a.bucket);
-                    places.others_taken.insert(a.bucket);
+                // Its own count, not the one it pushed out: a stored count is what the agent
+                // fetched, which ranks verifiers (a count taken over would let made-up agents
+                // with a fetch or two outrank a verifier's real ones). The fetches of the one
+                // pushed out are the others' from now on: every fetch stays counted once.
+                rows.add(a.bucket, &a.name, a.count, a.last_at, networks);
+                if let Some((count, last_at)) = pushed_out {
+                    self.add_to_others(conn, a.bucket, count, last_at, places, rows)?;
                 }
-                rows.add(
-                    a.bucket,
-                    OTHER_AGENTS,
-                    a.count,
-                    a.last_at,
-                    std::iter::empty(),
-                );
             }
+            _ => self.add_to_others(conn, a.bucket, a.count, a.last_at, places, rows)?,
         }
+        Ok(())
+    }
+
+    /// Counts `count` fetches, the last at `last_at`, as the others' of the bucket.
+    fn add_to_others<'a>(
+        &self,
+        conn: &mut Db,
+        bucket: usize,
+        count: i64,
+        last_at: i64,
+        places: &mut Places<'a>,
+        rows: &mut Rows<'a>,
+    ) -> Res<()> {
+        if !places.others(conn, self.key(bucket), bucket)? {
+            places.took(bucket);
+            places.others_taken.insert(bucket);
+        }
+        rows.add(bucket, OTHER_AGENTS, count, last_at, std::iter::empty());
         Ok(())
     }
 }
@@ -539,8 +551,8 @@ fn agents_of<'a>((service, document, hour): (&'a str, &'a str, i64)) -> AgentsOf
 }
 
 /// Removes an agent of the bucket `(service, document, hour)` (the others' row aside) with its
-/// networks, and answers its count: the place `newcomer` takes, with that count
-/// (space-saving); `None` when there is no such agent, or none `newcomer` may push out. The
+/// networks, and answers its count and last fetch: the place `newcomer` takes (with its own
+/// count); `None` when there is no such agent, or none `newcomer` may push out. The
 /// agent is the least regular (seen in the fewest hours of the week before, by `regular`),
 /// then least frequent, of those no network of its own vouches for ([`exposed`]), else of
 /// all: one network's made-up agents, filling the hour while it had room, give their places
@@ -552,7 +564,7 @@ fn give_place(
     (service, document, hour): (&str, &str, i64),
     newcomer: &str,
     regular: &HashMap<String, i64>,
-) -> Res<Option<i64>> {
+) -> Res<Option<(i64, i64)>> {
     let bucket = agents_of((service, document, hour));
     let networks_of = || {
         fetch_networks::table
@@ -578,7 +590,7 @@ fn give_place(
             .filter(|(agent, ..)| !only_exposed || exposed(agent))
             .min_by_key(|(agent, count, last_at)| (hours(agent), *count, *last_at))
     };
-    let Some((agent, n, _)) = least(true).or_else(|| least(false)) else {
+    let Some((agent, n, last_at)) = least(true).or_else(|| least(false)) else {
         return Ok(None);
     };
     if !exposed(agent) && hours(newcomer) < hours(agent) {
@@ -586,7 +598,7 @@ fn give_place(
     }
     diesel::delete(bucket.filter(fetch_agents::agent.eq(agent))).execute(conn)?;
     diesel::delete(networks_of().filter(fetch_networks::agent.eq(agent))).execute(conn)?;
-    Ok(Some(*n))
+    Ok(Some((*n, *last_at)))
 }
 
 /// Of a bucket's `(agent, network)` rows, whether an agent is exposed: seen from no network,

@@ -819,6 +819,7 @@ fn signing_is_granted_only_by_an_account_no_narrower_than_the_federation_it_reac
         json!({"$schema": V2, "kind": "static", "services": ["*"],
             "actions": ["services:read", "accounts:read", "accounts:write"]}),
     );
+    let me = manager["id"].as_str().unwrap().to_owned();
     let manager = manager["token"].as_str().unwrap().to_owned();
     let signer_on = |token: &str, sub: &str, name: &str| {
         let policy =
@@ -859,6 +860,27 @@ fn signing_is_granted_only_by_an_account_no_narrower_than_the_federation_it_reac
     // Elsewhere, and by an account as broad as the administrator, signing is granted.
     assert_eq!(signer_on(&manager, &web, "third").status(), 201);
     assert_eq!(signer_on(&acme.token, &k3s, "fourth").status(), 201);
+    // Never to itself: it cannot sign, so it cannot make itself sign (the probe of
+    // 2026-12-04: a PATCH of its own policy, then a signature, answered 200).
+    let widened = json!({"$schema": V2, "kind": "static", "services": [web],
+        "actions": ["services:read", "accounts:read", "accounts:write", "tokens:sign"]});
+    let patched = (server.authed(Method::PATCH, &format!("/service-accounts/{me}"), &manager))
+        .json(&json!({"policy": widened}))
+        .send()
+        .unwrap();
+    let problem = assert_problem(patched, 403, "forbidden");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("itself"), "{detail}");
+    // Another account as broad grants it.
+    let patched = (server.authed(
+        Method::PATCH,
+        &format!("/service-accounts/{me}"),
+        &acme.token,
+    ))
+    .json(&json!({"policy": widened}))
+    .send()
+    .unwrap();
+    assert_eq!(patched.status(), 200);
 }
 
 /// The rotation step's withdrawal of the last key a service published removes its documents in

@@ -209,7 +209,7 @@ pub struct Settings {
 
     /// Failed authentications one client address may make per minute before it gets 429
     /// (an IPv4 address alone, IPv6 by its /64). A credential this replica
-    /// verified within the last minute is never refused by it.
+    /// verified within the last minute (the fetch-log token too) is never refused by it.
     #[arg(long, env = "REGISTRY_AUTH_FAILURES_PER_MINUTE", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub auth_failures_per_minute: u32,

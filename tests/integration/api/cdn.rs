@@ -620,6 +620,28 @@ fn a_flood_of_agents_is_the_others_and_no_agent_is_given_fetches_it_did_not_make
     assert_eq!(agents.len(), 10, "the ten most frequent");
 }
 
+/// The per-address limit on failed authentications never refuses the fetch-log token this
+/// replica accepted within the last minute, as it never refuses an account's: wrong tokens
+/// from the shipper's address (a neighbour behind the same NAT) cannot stop the evidence.
+#[test]
+fn failures_from_its_address_do_not_lock_out_a_working_shipper() {
+    let server = TestServer::start_with(ServerOptions {
+        env: vec![
+            ("REGISTRY_FETCH_LOG_TOKEN".into(), TOKEN.into()),
+            ("REGISTRY_AUTH_FAILURES_PER_MINUTE".into(), "3".into()),
+        ],
+        ..ServerOptions::default()
+    });
+    let ship = |token: &str| post_log(&server, token, "application/x-ndjson", String::new());
+    assert_eq!(ship(TOKEN).status(), 200);
+    let wrong = "x".repeat(TOKEN.len());
+    let statuses: Vec<u16> = (0..5).map(|_| ship(&wrong).status().as_u16()).collect();
+    assert_eq!(statuses, [401, 401, 401, 429, 429]);
+    assert_eq!(ship(TOKEN).status(), 200, "the working shipper locked out");
+    // The limit still holds for what it has not seen work.
+    assert_eq!(ship(&wrong).status(), 429);
+}
+
 #[test]
 fn without_its_token_the_fetch_log_is_not_served() {
     let server = TestServer::start();

@@ -11,7 +11,7 @@ use crate::rate_limit::RetryAfter;
 use crate::refusals::{Named, RefusalBudget, RefusedRequest};
 use crate::request::{header_text, request_id, Presented};
 use crate::shared::SharedLimit;
-use crate::token_cache::TokenCache;
+use crate::token_cache::{TokenCache, RECENTLY};
 use crate::Counters;
 use crate::{AuthError, AuthResult};
 use registry_domain::access::{self, Credential, Grant, Refusal, Request};
@@ -55,6 +55,9 @@ pub struct Authenticator {
     /// The minute each account's last use was written.
     pub last_use: LastUse,
     refusals: RefusalBudget,
+    /// When this replica last accepted the fetch-log token (Unix seconds; 0: never), so that
+    /// the per-address limit never refuses a shipper that works ([`shipper`]).
+    shipper_verified_at: std::sync::atomic::AtomicI64,
 }
 
 /// The limits an authenticator enforces (docs/api.md, "Authentication" and "Errors"), and the
@@ -105,6 +108,7 @@ impl Authenticator {
             writes_per_minute: limits.writes_per_minute,
             last_use: LastUse::default(),
             refusals: RefusalBudget::default(),
+            shipper_verified_at: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
@@ -224,12 +228,20 @@ fn admitted<'r>(
     req: &Presented<'r>,
     now: OffsetDateTime,
 ) -> AuthResult<(IpAddr, &'r str)> {
+    admitted_if(auth, req, |token| recently_verified(auth, token, now))
+}
+
+/// [`admitted`], a bearer being one this replica accepted within the last minute when
+/// `recent` says so.
+fn admitted_if<'r>(
+    auth: &Authenticator,
+    req: &Presented<'r>,
+    recent: impl FnOnce(&str) -> bool,
+) -> AuthResult<(IpAddr, &'r str)> {
     let ip = req.ip;
     let token = bearer(req);
     if let Err(retry) = auth.auth_failures.check(ip) {
-        let recent = token
-            .as_ref()
-            .is_ok_and(|token| recently_verified(auth, token, now));
+        let recent = token.as_ref().is_ok_and(|token| recent(token));
         if !recent {
             return Err(too_many_failures(retry));
         }
@@ -663,18 +675,27 @@ fn request<'s>(call: Call<'_>, service: &'s Option<Arc<Service>>) -> Request<'s>
 /// (both hashed first, so the comparison's length is the digest's); a wrong one counts against
 /// the address's failures like any refused credential.
 pub fn shipper(auth: &Authenticator, req: &Presented<'_>, expected: &str) -> AuthResult<()> {
-    let now = auth.replica.now();
-    let (ip, given) = admitted(auth, req, now)?;
-    let same: bool = sha2::Sha256::digest(given)
-        .ct_eq(&sha2::Sha256::digest(expected))
-        .into();
-    if !same {
+    use std::sync::atomic::Ordering::Relaxed;
+    let now = auth.replica.now().unix_timestamp();
+    let same = |given: &str| -> bool {
+        sha2::Sha256::digest(given)
+            .ct_eq(&sha2::Sha256::digest(expected))
+            .into()
+    };
+    // As for an account's token: the limit never refuses the fetch-log token this replica
+    // accepted within the last minute (a neighbour behind the same NAT, or another shipper
+    // with a stale token, cannot stop the evidence).
+    let accepted_at = auth.shipper_verified_at.load(Relaxed);
+    let recently = accepted_at > 0 && now - accepted_at <= RECENTLY.whole_seconds();
+    let (ip, given) = admitted_if(auth, req, |given| recently && same(given))?;
+    if !same(given) {
         return Err(record_failure(
             auth,
             ip,
             unauthorized("wrong fetch-log token"),
         ));
     }
+    auth.shipper_verified_at.fetch_max(now, Relaxed);
     Ok(())
 }
 

@@ -318,6 +318,18 @@ impl ManagedKey {
     }
 }
 
+/// `at`, but never after `ends_at`: an anonymous service's keys never outlive it (it answers
+/// 404 from its end on).
+fn until_end(
+    at: Option<OffsetDateTime>,
+    ends_at: Option<OffsetDateTime>,
+) -> Option<OffsetDateTime> {
+    match ends_at {
+        Some(end) => at.map(|at| at.min(end)),
+        None => at,
+    }
+}
+
 /// A service's managed signing: its settings and its keys.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -415,8 +427,9 @@ impl Signing {
         Some(since + Duration::seconds(i64::from(self.settings.rotation_period_seconds)))
     }
 
-    /// `GET /services/{s}/signing`'s answer at `now` (never a private key, sealed or not).
-    pub fn view(&self, now: OffsetDateTime) -> Value {
+    /// `GET /services/{s}/signing`'s answer at `now` (never a private key, sealed or not), for
+    /// a service that ends at `ends_at` (an anonymous one: its keys never outlive it).
+    pub fn view(&self, now: OffsetDateTime, ends_at: Option<OffsetDateTime>) -> Value {
         let keys: Vec<Value> = (self.keys.iter())
             .map(|k| {
                 json!({
@@ -427,7 +440,7 @@ impl Signing {
                     "safeToSignAt": rfc3339_or_null(k.safe_at),
                     "signingSince": rfc3339_or_null(k.signing_since),
                     "lastSignedAt": rfc3339_or_null(k.last_signed_at),
-                    "withdrawAt": rfc3339_or_null(k.withdraw_at),
+                    "withdrawAt": rfc3339_or_null(until_end(k.withdraw_at, ends_at)),
                     "publicKey": k.public_key,
                 })
             })
@@ -670,12 +683,12 @@ impl Signing {
 
     /// The keys that no longer sign and wait to leave the key set, as `GET …/keys` lists them:
     /// since they stopped signing, until their `withdrawAt` (a key that never signed stopped
-    /// waiting to at its `withdrawAt`: it leaves at once).
-    pub fn retiring(&self) -> Vec<Retiring> {
+    /// waiting to at its `withdrawAt`: it leaves at once), on a service that ends at `ends_at`.
+    pub fn retiring(&self, ends_at: Option<OffsetDateTime>) -> Vec<Retiring> {
         (self.keys.iter().enumerate())
             .filter(|(_, k)| k.stage == Stage::Retiring)
             .filter_map(|(i, k)| {
-                let published_until = k.withdraw_at?;
+                let published_until = until_end(k.withdraw_at, ends_at)?;
                 let retired_at = self.stopped_signing(i).unwrap_or(published_until);
                 Some(Retiring {
                     kid: k.kid.clone(),
@@ -982,10 +995,29 @@ mod tests {
             retired_at: at(period + 605),
             published_until: withdraw,
         };
-        assert_eq!(signing.retiring(), std::slice::from_ref(&listed_retired));
+        assert_eq!(
+            signing.retiring(None),
+            std::slice::from_ref(&listed_retired)
+        );
         // A state written before the end was recorded: the next key's start says it.
         signing.keys[0].signing_until = None;
-        assert_eq!(signing.retiring(), [listed_retired]);
+        assert_eq!(
+            signing.retiring(None),
+            std::slice::from_ref(&listed_retired)
+        );
+        // An anonymous service's keys never outlive it: listed as leaving at its end.
+        let end = withdraw - Duration::seconds(60);
+        let ending = signing.retiring(Some(end));
+        assert_eq!(ending[0].published_until, end);
+        let view = signing.view(at(period + 605), Some(end));
+        assert_eq!(
+            view["keys"][0]["withdrawAt"],
+            crate::timestamp::rfc3339(end)
+        );
+        assert_eq!(
+            signing.retiring(Some(withdraw + Duration::days(1))),
+            [listed_retired]
+        );
         signing.withdraw(&kids, withdraw);
         assert_eq!(signing.keys.len(), 1);
         // Remembered with its life, for the console.
@@ -997,7 +1029,11 @@ mod tests {
         assert_eq!(gone.signing_until, Some(at(period + 605)));
         assert_eq!(gone.safe_at, Some(at(0)));
         // Listed for eight days, not after.
-        let listed = |now| signing.view(now)["withdrawn"].as_array().map(Vec::len);
+        let listed = |now| {
+            signing.view(now, None)["withdrawn"]
+                .as_array()
+                .map(Vec::len)
+        };
         assert_eq!(listed(withdraw + Duration::days(7)), Some(1));
         assert_eq!(listed(withdraw + WITHDRAWN_KEPT), Some(0));
     }
@@ -1074,7 +1110,7 @@ mod tests {
     #[test]
     fn the_view_holds_no_private_key() {
         let signing = Signing::new(SigningSettings::default(), key(1, Stage::Current, at(0)));
-        let view = signing.view(at(0)).to_string();
+        let view = signing.view(at(0), None).to_string();
         assert!(!view.contains("sealed-1"), "{view}");
         assert!(view.contains("\"state\":\"current\""));
         assert!(!format!("{:?}", signing).contains("sealed-1"));

@@ -22,7 +22,9 @@ pub fn inventory(
     let signing = registry.store.signing(service.id)?;
     let keys = config::key_state(registry, service)?;
     let keys = config::with_remembered(keys, signing.as_ref(), now);
-    let retiring = signing.as_ref().map_or_else(Vec::new, |s| s.retiring());
+    let retiring = signing
+        .as_ref()
+        .map_or_else(Vec::new, |s| s.retiring(service.expires_at));
     Ok(keys.inventory(now, &retiring))
 }
 

@@ -200,7 +200,9 @@ pub fn readiness(
         true => registry.store.signing(service.id)?,
         false => None,
     };
-    let retiring = signing.as_ref().map_or_else(Vec::new, |s| s.retiring());
+    let retiring = signing
+        .as_ref()
+        .map_or_else(Vec::new, |s| s.retiring(service.expires_at));
     let first_of_all =
         (signing.iter().flat_map(|s| &s.keys)).any(|k| k.kid == kid && k.first_of_all);
     let (assessed, safe_at) = assess_key(registry, service, key, purging && !first_of_all, now)?;
@@ -251,7 +253,7 @@ pub fn readiness(
         "kid": key.kid,
         "state": state,
         // To the millisecond, as a fetch is compared with it (`GET …/keys` gives whole seconds).
-        "firstPublishedAt": rfc3339_exact(key.first_published_at),
+        "firstPublishedAt": rfc3339_exact(millis(key.first_published_at)),
         "safeToSign": safe_at.is_some(),
         "safeToSignAt": safe_at.map(rfc3339_exact),
         "leadSeconds": key.lead_seconds,
@@ -578,11 +580,12 @@ mod tests {
     }
 
     /// The time of a key's publication to the millisecond, as a verifier's fetch is compared
-    /// with it: a client comparing the two sees what the registry compared.
+    /// with it: a client comparing the two sees what the registry compared (a managed key's,
+    /// taken from the clock with its nanoseconds, no finer).
     #[test]
     fn the_publication_time_keeps_its_milliseconds() {
         let (registry, service, who) = new_service();
-        let published = T0 + Duration::milliseconds(560);
+        let published = T0 + Duration::nanoseconds(560_123_456);
         publish(&registry, &service, &who, "new", 0, published);
         let answer = readiness(&registry, &service, "new", false, T0 + Duration::seconds(1));
         assert_eq!(

@@ -293,7 +293,7 @@ pub fn get(
         Some(signing) if signing.enabled => signing,
         _ => return Err(not_on(service)),
     };
-    let mut view = signing.view(now);
+    let mut view = signing.view(now, service.expires_at);
     // A key not known safe (the next one; one that signs at once after a compromise) is as
     // Key readiness reports it: a key that signed before it was safe becomes safe later.
     let unknown: Vec<&ManagedKey> = (signing.keys.iter())

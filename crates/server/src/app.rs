@@ -365,7 +365,12 @@ async fn launch(settings: Settings, listen: Listen, injected: Injected) -> anyho
             // A query string the route cannot read is a problem like any other bad input
             // (actix answers plain text by itself).
             .app_data(web::QueryConfig::default().error_handler(|error, _| {
-                problem::ApiError::BadRequest(format!("query string: {error}")).into()
+                // The parser's own words, without actix's "Query deserialize error" before them.
+                let why = match error {
+                    actix_web::error::QueryPayloadError::Deserialize(why) => why.to_string(),
+                    other => other.to_string(),
+                };
+                problem::ApiError::BadRequest(format!("query string: {why}")).into()
             }))
             .wrap(middleware::from_fn(crate::way_in::way_in))
             .configure(routes::configure)

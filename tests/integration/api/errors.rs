@@ -274,10 +274,10 @@ fn unreadable_query_strings_are_problems() {
         .send()
         .unwrap();
     let body = assert_problem(refused, 400, "validation-failed");
-    assert!(
-        body["detail"].as_str().unwrap().contains("compromized"),
-        "{body}"
-    );
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("compromized"), "{body}");
+    // In the parser's words, not the framework's.
+    assert!(!detail.contains("deserialize error"), "{body}");
     let twice = server
         .authed(
             Method::GET,

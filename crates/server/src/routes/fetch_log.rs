@@ -14,7 +14,7 @@ use registry_domain::network::Network;
 use registry_domain::ports::FetchedDocument;
 use registry_domain::Violation;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use time::format_description::well_known::Rfc3339;
@@ -31,21 +31,15 @@ struct Line {
     time: String,
     host: String,
     path: String,
-    status: Status,
+    /// A number, or the text of one (log formats write either); read in [`parse`], so that any
+    /// other value is named in the problem.
+    status: Value,
     method: String,
     user_agent: String,
     /// The client's address as the cache saw it (docs/api.md, "Key readiness"): what
     /// recognises a verifier by its network.
     #[serde(default)]
     client_address: Option<String>,
-}
-
-/// A status as a number, or as the text of one (log formats write either).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Status {
-    Number(u16),
-    Text(String),
 }
 
 /// A fetch the line records: when, of what, by whom, and whether it was a 304.
@@ -76,10 +70,16 @@ fn parse(number: usize, text: &str) -> Result<Option<Fetch>, Violation> {
     let at = OffsetDateTime::parse(&line.time, &Rfc3339)
         .map_err(|_| malformed(format!("time {:?} is not an RFC 3339 time", line.time)))?;
     let status = match &line.status {
-        Status::Number(n) => Some(*n),
-        Status::Text(text) => text.parse().ok(),
+        Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+        Value::String(text) => text.parse().ok(),
+        _ => None,
     }
-    .ok_or_else(|| malformed("status is not a number".into()))?;
+    .ok_or_else(|| {
+        malformed(format!(
+            "status {} is not an HTTP status (an integer, or its text)",
+            line.status
+        ))
+    })?;
     // Without the client's address a line still counts as a fetch, but from no network: it
     // recognises no verifier (docs/api.md, "Key readiness").
     let network = match line.client_address.as_deref() {
@@ -239,5 +239,17 @@ mod tests {
         assert!(bad.message.contains("clientAddress"), "{}", bad.message);
         let bad = parse(1, &line("GET", "/keys", "\"two hundred\"")).unwrap_err();
         assert!(bad.message.contains("status"), "{}", bad.message);
+        // Any other value is named, in words (not the parser's "untagged enum").
+        for status in ["200.0", "-1", "1e30", "70000", "null", "[200]"] {
+            let bad = parse(1, &line("GET", "/keys", status)).unwrap_err();
+            assert!(
+                bad.message.contains("status") && !bad.message.contains("enum"),
+                "{status}: {}",
+                bad.message
+            );
+        }
+        assert!(parse(1, &line("GET", "/keys", "\"304\""))
+            .unwrap()
+            .is_some());
     }
 }

@@ -204,8 +204,9 @@ pub const VERIFIER_HOURS: u32 = 2;
 /// The verifiers of a key published now, from the agents that fetched the key set in the week
 /// before (`candidates`): those seen in at least `min_hours` distinct hours, the
 /// [`MAX_VERIFIERS`] most active (seen in the most distinct hours of the week, then with the
-/// most fetches: a real verifier fetches hour after hour, and agents made up to push it out
-/// of the places must outlast it, not merely outnumber its fetches), each with its [`MAX_VERIFIER_NETWORKS`] most seen networks,
+/// most fetches, each agent's own as the store keeps them: a real verifier fetches hour after
+/// hour, and agents made up to push it out of the places must fetch in as many hours, and
+/// more often, each really), each with its [`MAX_VERIFIER_NETWORKS`] most seen networks,
 /// and no more than [`VERIFIERS_PER_NETWORK`] whose every network has given that many already.
 /// A verifier's networks are those it was seen from in `min_hours` distinct hours too, and in
 /// half as many hours as from its steadiest network at least, when it has any: fetches under a

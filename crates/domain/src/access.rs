@@ -217,12 +217,16 @@ fn decide_on<'a>(
 ) -> Result<Grant<'a>, Refusal> {
     match credential {
         Credential::Account(account) => {
-            let grant = decide_static(account, Request::Services, action, ip)?;
-            if let Some(needed_for) = every_service {
+            // In the order of docs/api.md's table: the token's kind and the address (in
+            // `decide_static`), then the `"*"` a call on the whole customer needs, then the
+            // action.
+            let policy = &account.policy;
+            let known = policy.kind() == PolicyKind::Static && policy.allows_ip(ip);
+            if let Some(needed_for) = every_service.filter(|_| known) {
                 let scope = scope_of(account, None).unwrap_or_default();
                 covers_all(&scope, needed_for)?;
             }
-            Ok(grant)
+            decide_static(account, Request::Services, action, ip)
         }
         Credential::AnonymousSecret(_) => Err(Refusal::Forbidden(OWN_CALLS_ONLY.into())),
         Credential::IdentityToken {
@@ -441,7 +445,10 @@ fn decide_federated_collection<'a>(
             let everywhere: Vec<usize> = (rules.iter().copied())
                 .filter(|&rule| policy.rules_scope(&[rule]).includes_all())
                 .collect();
-            if !everywhere.iter().any(allowing) && rules.iter().any(allowing) {
+            // No accepting rule's services include `"*"`: that answer comes before the
+            // action's (docs/api.md's table).
+            let nowhere = everywhere.is_empty();
+            if nowhere || (!everywhere.iter().any(allowing) && rules.iter().any(allowing)) {
                 return Err(Refusal::Forbidden(format!(
                     "{needed_for} needs a rule that accepts this identity token, allows {} and \
                      whose services include \"*\"",
@@ -879,6 +886,15 @@ mod tests {
             ask(Request::Services, Action::ServicesRead),
             Err(Refusal::ActionNotAllowed(Action::ServicesRead))
         );
+        // A call on the whole customer needs "*" first: that refusal comes before the
+        // action's (docs/api.md's table; the probe of 2026-12-04 got action-not-allowed).
+        for (request, action) in [
+            (Request::Accounts { target: None }, Action::AccountsRead),
+            (Request::AuditTrail, Action::AuditRead),
+        ] {
+            let refused = ask(request, action);
+            assert!(matches!(refused, Err(Refusal::Forbidden(_))), "{refused:?}");
+        }
         // Another customer's service is still a 404, whatever the action.
         let theirs = service_of(Uuid::new_v4(), "web-globex");
         assert_eq!(
@@ -1170,6 +1186,13 @@ mod tests {
             .map(|(all, _, actions)| all && actions.contains(Action::ConfigWrite)),
             Ok(true)
         );
+        // No matching rule covers every service: that refuses before the action does.
+        let narrow = json!([rule(json!(["api-*"]), json!(["services:read"]))]);
+        assert!(forbidden(ask(
+            narrow,
+            Request::AuditTrail,
+            Action::AuditRead
+        )));
         // No matching rule allows the action at all: the action is what refuses.
         let reader = json!([rule(json!(["*"]), json!(["services:read"]))]);
         assert_eq!(

@@ -74,6 +74,10 @@ fn an_account_takes_only_the_actions_its_policy_lists() {
         "services:read",
     );
     assert_action_refused(server.get("/services", &sync), "services:read");
+    // A call on the whole customer needs "*" before it needs its action (docs/api.md's table).
+    for path in ["/service-accounts", "/audit-events"] {
+        assert_problem(server.get(path, &sync), 403, "forbidden");
+    }
     // Another customer's service stays a 404, whatever the action.
     let other = server.customer("other", "business");
     let (theirs, _) = create_service(&server, &other, "web");

@@ -111,9 +111,6 @@ fn load(rows: Vec<AccountRow>) -> Res<Vec<ServiceAccount>> {
     Ok(accounts)
 }
 
-/// The stored name and policy of account `id` (`NotFound` when it is gone), the policy as a
-/// document (`None` when it cannot be read): compared as documents, since the text of a row
-/// written by an older release may differ in form only.
 /// The account `id`, unless its customer is disabled.
 fn enabled_account(conn: &mut Db, id: &str) -> Res<Option<ServiceAccount>> {
     service_accounts::table
@@ -125,6 +122,9 @@ fn enabled_account(conn: &mut Db, id: &str) -> Res<Option<ServiceAccount>> {
         .transpose()
 }
 
+/// The stored name and policy of account `id` (`NotFound` when it is gone), the policy as a
+/// document (`None` when it cannot be read): compared as documents, since the text of a row
+/// written by an older release may differ in form only.
 fn name_and_policy(conn: &mut Db, id: &str) -> Res<(String, Option<serde_json::Value>)> {
     let (name, policy) = service_accounts::table
         .find(id)

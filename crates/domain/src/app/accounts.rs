@@ -481,19 +481,28 @@ fn checked_policy(
     let replaced = replacing.map(|a| &a.policy);
     may_grant_signing(registry, caller, &parsed.policy, replaced)?;
     let replacing = replacing.map(|a| a.id);
-    // The grant of `tokens:sign` by an account that does not sign is for the accounts it
-    // makes: it cannot sign itself, so it cannot grant itself the action either.
-    let itself = (caller.acting_account()).is_some_and(|me| Some(me.id) == replacing);
-    let signs = caller.holds(crate::policy::Action::TokensSign);
-    if itself && !signs && signing_scope(&parsed.policy).is_some() {
-        return Err(AppError::Forbidden(
-            "an account cannot grant itself tokens:sign: another account that holds \
-             accounts:write grants it"
-                .to_owned(),
-        ));
-    }
     let customer_id = caller.customer()?;
     let store = &*registry.store;
+    // The grant of `tokens:sign` by an account that does not sign is for the accounts it
+    // makes: it cannot sign itself, so it cannot grant itself the action either: not where
+    // its policy did not sign before (a policy that signed already keeps what it had).
+    let itself = (caller.acting_account()).is_some_and(|me| Some(me.id) == replacing);
+    let signs = caller.holds(crate::policy::Action::TokensSign);
+    if let Some(new) = signing_scope(&parsed.policy).filter(|_| itself && !signs) {
+        let before = replaced.and_then(signing_scope);
+        let widened = match &before {
+            None => true,
+            Some(before) => (store.services_of(customer_id)?.iter())
+                .any(|s| new.matches(&s.subdomain) && !before.matches(&s.subdomain)),
+        };
+        if widened {
+            return Err(AppError::Forbidden(
+                "an account cannot grant itself tokens:sign: another account that holds \
+                 accounts:write grants it"
+                    .to_owned(),
+            ));
+        }
+    }
     if parsed.policy.kind() == PolicyKind::Oidc {
         let others: Vec<Policy> = store
             .accounts_of(customer_id)?

@@ -75,9 +75,10 @@ fn parse(number: usize, text: &str) -> Result<Option<Fetch>, Violation> {
         _ => None,
     }
     .ok_or_else(|| {
+        // Not all of it: a shipper's line may be long, and the answer need not repeat it.
+        let shown: String = line.status.to_string().chars().take(40).collect();
         malformed(format!(
-            "status {} is not an HTTP status (an integer, or its text)",
-            line.status
+            "status {shown} is not an HTTP status (an integer, or its text)"
         ))
     })?;
     // Without the client's address a line still counts as a fetch, but from no network: it

@@ -676,7 +676,15 @@ fn retirement_end(
     now: OffsetDateTime,
     expires_at: Option<OffsetDateTime>,
 ) -> OffsetDateTime {
-    let until = now + time::Duration::hours(i64::from(retain));
+    never_past_end(now + time::Duration::hours(i64::from(retain)), expires_at)
+}
+
+/// `until`, but never past an anonymous service's end (`expires_at`): its keys never outlive
+/// it, uploaded or managed.
+pub(crate) fn never_past_end(
+    until: OffsetDateTime,
+    expires_at: Option<OffsetDateTime>,
+) -> OffsetDateTime {
     expires_at.map_or(until, |end| until.min(end))
 }
 

@@ -19,7 +19,7 @@
 //! assert_eq!(header(Algorithm::Es256, "k1"), "eyJhbGciOiJFUzI1NiIsImtpZCI6ImsxIiwidHlwIjoiSldUIn0");
 //! ```
 
-use crate::keys::Retiring;
+use crate::keys::{never_past_end, Retiring};
 use crate::timestamp::rfc3339_or_null;
 use crate::withdrawn::{MAX_WITHDRAWN, WITHDRAWN_KEPT};
 use crate::Violation;
@@ -318,18 +318,6 @@ impl ManagedKey {
     }
 }
 
-/// `at`, but never after `ends_at`: an anonymous service's keys never outlive it (it answers
-/// 404 from its end on).
-fn until_end(
-    at: Option<OffsetDateTime>,
-    ends_at: Option<OffsetDateTime>,
-) -> Option<OffsetDateTime> {
-    match ends_at {
-        Some(end) => at.map(|at| at.min(end)),
-        None => at,
-    }
-}
-
 /// A service's managed signing: its settings and its keys.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -440,7 +428,7 @@ impl Signing {
                     "safeToSignAt": rfc3339_or_null(k.safe_at),
                     "signingSince": rfc3339_or_null(k.signing_since),
                     "lastSignedAt": rfc3339_or_null(k.last_signed_at),
-                    "withdrawAt": rfc3339_or_null(until_end(k.withdraw_at, ends_at)),
+                    "withdrawAt": rfc3339_or_null(k.withdraw_at.map(|at| never_past_end(at, ends_at))),
                     "publicKey": k.public_key,
                 })
             })
@@ -688,7 +676,7 @@ impl Signing {
         (self.keys.iter().enumerate())
             .filter(|(_, k)| k.stage == Stage::Retiring)
             .filter_map(|(i, k)| {
-                let published_until = until_end(k.withdraw_at, ends_at)?;
+                let published_until = never_past_end(k.withdraw_at?, ends_at);
                 let retired_at = self.stopped_signing(i).unwrap_or(published_until);
                 Some(Retiring {
                     kid: k.kid.clone(),

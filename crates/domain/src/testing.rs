@@ -436,21 +436,17 @@ impl CustomerStore for MemoryStore {
             return Ok(false);
         };
         let changes = s.holdings(id);
-        let services: Vec<Uuid> = s
+        let (services, freed): (Vec<Uuid>, Vec<String>) = s
             .services
             .iter()
             .filter(|x| x.customer_id == Some(id))
-            .map(|x| x.id)
-            .collect();
+            .map(|x| (x.id, x.subdomain.clone()))
+            .unzip();
         let accounts: Vec<Uuid> = s
             .accounts
             .iter()
             .filter(|a| a.customer_id == id)
             .map(|a| a.id)
-            .collect();
-        let freed: Vec<String> = (s.services.iter())
-            .filter(|x| x.customer_id == Some(id))
-            .map(|x| x.subdomain.clone())
             .collect();
         for subdomain in freed {
             s.subdomain_removals.insert(subdomain, at);

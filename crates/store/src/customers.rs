@@ -155,12 +155,12 @@ impl CustomerStore for Store {
             // A flush of fetch evidence in flight commits before the evidence below is
             // removed, and one after finds the services gone.
             crate::fetches::lock_evidence(conn, true)?;
-            let ids: Vec<String> = services.load(conn)?;
-            crate::domains::forget_challenges_of(conn, &ids)?;
-            let subdomains: Vec<String> = services::table
+            let held: Vec<(String, String)> = services::table
                 .filter(services::customer_id.eq(&id))
-                .select(services::subdomain)
+                .select((services::id, services::subdomain))
                 .load(conn)?;
+            let (ids, subdomains): (Vec<String>, Vec<String>) = held.into_iter().unzip();
+            crate::domains::forget_challenges_of(conn, &ids)?;
             crate::services::note_removals(conn, &subdomains, at)?;
             diesel::delete(
                 fetch_networks::table.filter(fetch_networks::service_id.eq_any(services)),

@@ -306,7 +306,7 @@ pub fn regenerate_token(
     let account = managed(registry, caller, id)?;
     access::may_regenerate_token(account.policy.kind())
         .map_err(|why| AppError::BadRequest(why.into()))?;
-    may_grant_signing(registry, caller, &account.policy, None)?;
+    may_grant_signing(registry, caller, &account.policy, None, false)?;
     // Read before hashing: of the calls that race, the first to write wins and the others
     // find the token changed under them (409), so no caller is handed a token that never worked.
     let replaced = registry.store.token_lookup_id(account.id)?;
@@ -377,12 +377,14 @@ fn under_policy(violations: Vec<Violation>) -> AppError {
 /// that trust one of those issuers accept them: through them, the signer reaches as far as
 /// they do. So a caller that does not sign itself grants signing only on services whose
 /// issuers no federated account broader than itself trusts (each such account is a 403 naming
-/// it); one that signs already reaches that far itself.
+/// it); one that signs already reaches that far itself. `itself`: `target` replaces the
+/// caller's own policy, which it may not make sign where it did not.
 fn may_grant_signing(
     registry: &Registry,
     caller: &Caller,
     target: &Policy,
     replaced: Option<&Policy>,
+    itself: bool,
 ) -> Result<(), AppError> {
     let Some(signs) = signing_scope(target) else {
         return Ok(());
@@ -425,6 +427,16 @@ fn may_grant_signing(
                 federated.name, federated.id
             )));
         }
+    }
+    // The grant by an account that does not sign is for the accounts it makes: it cannot sign
+    // itself, so it cannot grant itself the action either, where its policy did not sign
+    // before (a policy that signed already keeps what it had).
+    if itself && (signed.is_none() || !issuers.is_empty()) {
+        return Err(AppError::Forbidden(
+            "an account cannot grant itself tokens:sign: another account that holds \
+             accounts:write grants it"
+                .to_owned(),
+        ));
     }
     Ok(())
 }
@@ -479,30 +491,12 @@ fn checked_policy(
     let parsed = Policy::parse(document).map_err(|e| under_policy(e.into_violations()))?;
     caller.may_manage(Some(&parsed.policy))?;
     let replaced = replacing.map(|a| &a.policy);
-    may_grant_signing(registry, caller, &parsed.policy, replaced)?;
+    let itself =
+        (caller.acting_account()).is_some_and(|me| replacing.is_some_and(|a| a.id == me.id));
+    may_grant_signing(registry, caller, &parsed.policy, replaced, itself)?;
     let replacing = replacing.map(|a| a.id);
     let customer_id = caller.customer()?;
     let store = &*registry.store;
-    // The grant of `tokens:sign` by an account that does not sign is for the accounts it
-    // makes: it cannot sign itself, so it cannot grant itself the action either: not where
-    // its policy did not sign before (a policy that signed already keeps what it had).
-    let itself = (caller.acting_account()).is_some_and(|me| Some(me.id) == replacing);
-    let signs = caller.holds(crate::policy::Action::TokensSign);
-    if let Some(new) = signing_scope(&parsed.policy).filter(|_| itself && !signs) {
-        let before = replaced.and_then(signing_scope);
-        let widened = match &before {
-            None => true,
-            Some(before) => (store.services_of(customer_id)?.iter())
-                .any(|s| new.matches(&s.subdomain) && !before.matches(&s.subdomain)),
-        };
-        if widened {
-            return Err(AppError::Forbidden(
-                "an account cannot grant itself tokens:sign: another account that holds \
-                 accounts:write grants it"
-                    .to_owned(),
-            ));
-        }
-    }
     if parsed.policy.kind() == PolicyKind::Oidc {
         let others: Vec<Policy> = store
             .accounts_of(customer_id)?

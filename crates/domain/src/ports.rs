@@ -307,16 +307,17 @@ pub trait AccountStore: Send + Sync {
     /// Replaces `account`'s token atomically, if its token is still `replaced` (a lookup id
     /// read by [`AccountStore::token_lookup_id`]) and its policy still `account`'s: of
     /// regenerations racing each other, one replaces the token and the others get `Conflict`,
-    /// so that nobody is handed a token that never worked; and a policy changed meanwhile
-    /// (widened after the caller was judged no narrower than it) is a `Conflict` too.
-    /// `NotFound` when the account is gone.
+    /// so that nobody is handed a token that never worked. A policy changed since `account` was
+    /// read (widened after the caller was judged no narrower than it, or a lagging copy) writes
+    /// nothing and answers `Err` with the account as stored now, read in the same transaction
+    /// on the primary, to judge again from. `NotFound` when the account is gone.
     fn replace_token(
         &self,
         account: &crate::ServiceAccount,
         replaced: Option<&str>,
         token: &CredentialRecord,
         event: &AuditEvent,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<Result<(), crate::ServiceAccount>>;
     /// Accounts with at least one OIDC rule whose `iss` is exactly `issuer` (an indexed look-up).
     fn accounts_by_issuer(&self, issuer: &str) -> StoreResult<Vec<ServiceAccount>>;
     /// Every account whose policy is `oidc`, of every customer: the set of trusted issuers a

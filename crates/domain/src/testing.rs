@@ -838,16 +838,14 @@ impl AccountStore for MemoryStore {
         replaced: Option<&str>,
         token: &CredentialRecord,
         event: &AuditEvent,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Result<(), ServiceAccount>> {
         let account_id = account.id;
         let mut s = self.lock();
         let Some(stored) = s.accounts.iter().find(|a| a.id == account_id) else {
             return Err(StoreError::NotFound);
         };
         if stored.policy.document() != account.policy.document() {
-            return Err(StoreError::Conflict(
-                "the account's policy changed meanwhile: try again".into(),
-            ));
+            return Ok(Err(stored.clone()));
         }
         let current = s.token_of(account_id);
         if current.as_deref() != replaced {
@@ -862,7 +860,7 @@ impl AccountStore for MemoryStore {
         s.remove_credentials_of(CredentialOwner::Account(account_id));
         s.add_credential(token, CredentialOwner::Account(account_id));
         s.commit(event, &[Change::Account(account_id)]);
-        Ok(())
+        Ok(Ok(()))
     }
 
     fn accounts_by_issuer(&self, issuer: &str) -> StoreResult<Vec<ServiceAccount>> {

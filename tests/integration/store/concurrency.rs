@@ -112,7 +112,10 @@ fn a_token_is_replaced_only_if_it_is_still_the_one_read() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let won: Vec<_> = outcomes.iter().filter(|o| o.is_ok()).collect();
+    let won: Vec<_> = outcomes
+        .iter()
+        .filter(|o| matches!(o, Ok(Ok(()))))
+        .collect();
     assert_eq!(won.len(), 1, "{outcomes:?}");
     for outcome in outcomes.iter().filter(|o| o.is_err()) {
         assert!(

@@ -312,8 +312,27 @@ fn replay_paused(
         })
         .with_context(|| format!("the new service never showed on {name}"))?;
     }
+    // And an account both know, to change on A and re-key on B with replay paused.
+    let created = ha.call(
+        "POST",
+        "/service-accounts",
+        Some(token),
+        Some(&json!({"name": "rekeyed", "policy": {"kind": "static", "services": ["*"]}})),
+    )?;
+    created.expect(201, "an account to re-key")?;
+    let rekeyed = created.json()["id"]
+        .as_str()
+        .context("an account id")?
+        .to_owned();
+    wait_until(Duration::from_secs(10), || {
+        let path = format!("/service-accounts/{rekeyed}");
+        hb.call("GET", &path, Some(token), None)
+            .is_ok_and(|r| r.status == 200)
+    })
+    .context("the new account never showed on B")?;
     standby.sql("SELECT pg_wal_replay_pause()")?;
     let patched = patches_over_a_lagging_copy(ha, hb, token, &subdomain)?;
+    let regenerated = regeneration_over_a_lagging_copy(ha, hb, token, &rekeyed)?;
     ha.call(
         "DELETE",
         &format!("/service-accounts/{id}"),
@@ -356,7 +375,7 @@ fn replay_paused(
     })
     .context("the standby never caught up in /readyz after replay resumed")?;
     Ok(format!(
-        "replay paused: {patched}, a deleted account's token refused within the {} s ceiling \
+        "replay paused: {patched}, {regenerated}, a deleted account's token refused within the {} s ceiling \
          ({}), /readyz 200 readReplica lagging ({lag:.1} s), up again {:.1} s after replay \
          resumed",
         MAX_LAG.as_secs(),
@@ -391,6 +410,48 @@ fn patches_over_a_lagging_copy(ha: Http, hb: Http, token: &str, subdomain: &str)
         "the last PATCH with replay paused answered {last}: a change was undone"
     );
     Ok("three PATCHes of one service on A, B, A answered 200 with both fields".to_owned())
+}
+
+/// With replay paused, an account's policy changed on A and its token regenerated on B, which
+/// reads the old policy from the standby: B judges the caller again over the stored policy and
+/// answers 200 (docs/api.md, "A `PATCH` is made over what is stored"), not a 409, with a token
+/// that works.
+fn regeneration_over_a_lagging_copy(ha: Http, hb: Http, token: &str, id: &str) -> Result<String> {
+    let path = format!("/service-accounts/{id}");
+    let policy = json!({"kind": "static", "services": ["*"], "ip_allowlist": ["127.0.0.0/8"]});
+    ha.call(
+        "PATCH",
+        &path,
+        Some(token),
+        Some(&json!({ "policy": policy })),
+    )?
+    .expect(200, "an account's policy changed on A, replay paused")?;
+    let answer = hb.call(
+        "POST",
+        &format!("{path}/regenerate-token"),
+        Some(token),
+        None,
+    )?;
+    ensure!(
+        answer.status == 200,
+        "POST {path}/regenerate-token on B after A changed its policy, replay paused: {} {}",
+        answer.status,
+        answer.body
+    );
+    let secret = answer.json()["token"]
+        .as_str()
+        .context("a regenerated token")?
+        .to_owned();
+    // Within the lag's ceiling, as any credential read from the standby (docs/api.md).
+    wait_until(MAX_LAG + Duration::from_secs(10), || {
+        hb.call("GET", "/services", Some(&secret), None)
+            .is_ok_and(|r| r.status == 200)
+    })
+    .context("the token regenerated on B never worked on B")?;
+    Ok(
+        "a token regenerated on B after A changed the account's policy: 200, and it works"
+            .to_owned(),
+    )
 }
 
 /// Step 2, with the primary killed: writes are 503 with `Retry-After`, reads and federated

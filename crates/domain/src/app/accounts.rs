@@ -304,19 +304,55 @@ pub fn regenerate_token(
     now: OffsetDateTime,
 ) -> Result<Regenerated, AppError> {
     let account = managed(registry, caller, id)?;
-    access::may_regenerate_token(account.policy.kind())
-        .map_err(|why| AppError::BadRequest(why.into()))?;
-    may_grant_signing(registry, caller, &account.policy, None, false)?;
+    regenerate(registry, caller, account, now)
+}
+
+/// [`regenerate_token`] of `account`, as read (from a copy that may lag) and found managed.
+fn regenerate(
+    registry: &Registry,
+    caller: &Caller,
+    mut account: ServiceAccount,
+    now: OffsetDateTime,
+) -> Result<Regenerated, AppError> {
+    may_regenerate(registry, caller, &account)?;
     // Read before hashing: of the calls that race, the first to write wins and the others
     // find the token changed under them (409), so no caller is handed a token that never worked.
     let replaced = registry.store.token_lookup_id(account.id)?;
     let token = new_token(registry)?;
     let event = account_event(caller, Action::AccountRegenerateToken, account.id, now);
-    registry
-        .store
-        .replace_token(&account, replaced.as_deref(), &token.record(), &event)
-        .map_err(AppError::gone(|| format!("no service account {id:?}")))?;
-    Ok(Regenerated { account, token })
+    // As an account's `PATCH`: over a lagging copy, or a policy changed meanwhile, the caller
+    // is judged again over the account as stored, and the same token written.
+    for _ in 0..super::services::UPDATE_ATTEMPTS {
+        let written = registry
+            .store
+            .replace_token(&account, replaced.as_deref(), &token.record(), &event)
+            .map_err(AppError::gone(|| {
+                format!("no service account {:?}", account.id.to_string())
+            }))?;
+        match written {
+            Ok(()) => return Ok(Regenerated { account, token }),
+            Err(stored) => {
+                caller.may_manage(Some(&stored.policy))?;
+                may_regenerate(registry, caller, &stored)?;
+                account = stored;
+            }
+        }
+    }
+    Err(AppError::Conflict(
+        "the service account kept changing meanwhile: try again".to_owned(),
+    ))
+}
+
+/// Whether the caller, who manages `account`, may give it a new token: it has one to give
+/// (a `static` account), and the caller may grant what it signs.
+fn may_regenerate(
+    registry: &Registry,
+    caller: &Caller,
+    account: &ServiceAccount,
+) -> Result<(), AppError> {
+    access::may_regenerate_token(account.policy.kind())
+        .map_err(|why| AppError::BadRequest(why.into()))?;
+    may_grant_signing(registry, caller, &account.policy, None, false)
 }
 
 impl NewToken {
@@ -533,7 +569,9 @@ fn checked_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::testing::{add_account, add_customer, caller, registry_over, MemoryStore};
+    use crate::app::testing::{
+        add_account, add_customer, caller, origin, registry_over, MemoryStore,
+    };
     use crate::audit::{Actor, Resource};
     use crate::ports::CredentialOwner;
     use crate::{Customer, Plan, Service};
@@ -993,6 +1031,89 @@ mod tests {
         let event = w.store.last_event().unwrap();
         assert_eq!(event.action, Action::AccountRegenerateToken);
         assert_eq!(event.resource, Resource::account(created.account.id));
+    }
+
+    #[test]
+    fn a_regeneration_over_a_lagging_copy_is_judged_and_made_over_what_is_stored() {
+        let w = world();
+        let office = w.caller_with(
+            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
+        );
+        let inside =
+            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.8/29"]});
+        let created = w.create(&office, "inside", inside).unwrap();
+        let stale = created.account;
+        let renamed = UpdateAccount {
+            name: Some("renamed".into()),
+            ..UpdateAccount::default()
+        };
+        update(&w.registry, &w.admin, stale.clone(), renamed, NOW).unwrap();
+        // A copy behind a rename only: the policy judged is the one stored.
+        let regenerated = regenerate(&w.registry, &office, stale.clone(), NOW).unwrap();
+        let store = &w.registry.store;
+        assert!(store
+            .credential(&created.token.unwrap().lookup_id)
+            .unwrap()
+            .is_none());
+
+        // Another replica's call widened the policy; this copy has not seen it.
+        let widen = UpdateAccount {
+            policy: Some(json!({"kind": "static", "services": ["*"]})),
+            ..UpdateAccount::default()
+        };
+        let widened = update(&w.registry, &w.admin, stale.clone(), widen, NOW).unwrap();
+        // The office's caller managed the copy, not what is stored now: nothing is replaced.
+        let refused = regenerate(&w.registry, &office, stale.clone(), NOW).unwrap_err();
+        assert!(matches!(refused, AppError::Forbidden(_)), "{refused:?}");
+        let token = &regenerated.token.lookup_id;
+        assert_eq!(
+            store.token_lookup_id(stale.id).unwrap().as_ref(),
+            Some(token)
+        );
+        // The admin may: judged again over the stored policy, the token is replaced.
+        let again = regenerate(&w.registry, &w.admin, stale, NOW).unwrap();
+        let policy = again.account.policy.document();
+        assert_eq!(policy, widened.account.policy.document());
+        assert!(store.credential(token).unwrap().is_none());
+        assert!(store.credential(&again.token.lookup_id).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_federated_account_whose_other_rule_signs_keeps_that_signing_in_its_own_patch() {
+        const V2: &str = "https://registry.example/schemas/service-account-policy/v2.json";
+        let w = world();
+        w.service("k3s");
+        w.service("web");
+        let rules = |signs: &[&str]| {
+            json!({"$schema": V2, "kind": "oidc", "rules": [
+                {"services": ["*"], "actions": ["accounts:read", "accounts:write"],
+                 "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "admin"}},
+                {"services": signs, "actions": ["tokens:sign"],
+                 "claims": {"iss": "https://ci.example", "aud": "registry", "sub": "signer"}}]})
+        };
+        let own = add_account(&w.registry, &w.customer, rules(&["k3s"]), NOW);
+        // Acting through its first rule (an identity token that matched it alone).
+        let me = Caller::account(Arc::clone(&own), Some(Box::new([0])), None, origin());
+        let patch = |policy: Value| UpdateAccount {
+            policy: Some(policy),
+            ..UpdateAccount::default()
+        };
+        // What signed already is kept: a PATCH of its own that signs no further is its own.
+        let kept = update(
+            &w.registry,
+            &me,
+            (*own).clone(),
+            patch(rules(&["k3s"])),
+            NOW,
+        );
+        kept.unwrap();
+        // Signing anew, on another service, is another account's to grant.
+        let stored = w.registry.store.account(own.id).unwrap().unwrap();
+        let refused = update(&w.registry, &me, stored, patch(rules(&["k3s", "web"])), NOW);
+        let AppError::Forbidden(why) = refused.unwrap_err() else {
+            panic!("not a 403");
+        };
+        assert!(why.contains("itself"), "{why}");
     }
 
     #[test]

@@ -53,6 +53,20 @@ impl Served {
         DomainChanged::Served(served)
     }
 
+    /// The earliest `Last-Modified` of the documents under this domain: the first whole second
+    /// after its claim was made. Before that the name may have served another service's
+    /// documents (released, then claimed by this one), whose dates a client may hold and
+    /// revalidate with `If-Modified-Since`; none is as late.
+    pub fn modified_since(&self) -> OffsetDateTime {
+        let made = self.domain.created_at;
+        let second = made.replace_nanosecond(0).unwrap_or(made);
+        if second == made {
+            second
+        } else {
+            second + time::Duration::SECOND
+        }
+    }
+
     /// The discovery document of `hosted` (the subdomain's) under this domain's issuer: made
     /// once per version of the subdomain's document.
     pub fn discovery(&self, hosted: &Hosted) -> Document {

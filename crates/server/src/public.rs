@@ -169,7 +169,8 @@ async fn serve(
         (None, true) => (&hosted.discovery, JSON),
         (None, false) => (&hosted.jwks, JWK_SET),
     };
-    let response = respond(req, &hosted, document, now);
+    let since = domain.map(|served| served.modified_since());
+    let response = respond(req, &hosted, document, since, now);
     if req.method() == Method::GET && !counted_from_the_log(req, state) {
         let agent = req.headers().get(header::USER_AGENT);
         let not_modified = response.status() == StatusCode::NOT_MODIFIED;
@@ -191,12 +192,27 @@ async fn serve(
 }
 
 /// The answer with `document` (and its content type): 304 when the client's copy is current.
+/// `since`: the earliest date the documents may have (a custom domain's, `Served::modified_since`).
 fn respond(
     req: &HttpRequest,
     hosted: &Hosted,
     (document, content_type): (&Document, HeaderValue),
+    since: Option<OffsetDateTime>,
     now: OffsetDateTime,
 ) -> HttpResponse {
+    let modified = match since.filter(|since| *since > hosted.modified_at) {
+        // No other change falls in the second: it begins after the claim.
+        Some(since) => Modified {
+            at: since,
+            second_shared: false,
+            text: None,
+        },
+        None => Modified {
+            at: hosted.modified_at,
+            second_shared: hosted.modified_second_shared,
+            text: Some(&hosted.last_modified),
+        },
+    };
     let not_modified = match req.headers().get(header::IF_NONE_MATCH) {
         Some(value) => etag_matches(
             value.to_str().unwrap_or(""),
@@ -207,15 +223,15 @@ fn respond(
             .get(header::IF_MODIFIED_SINCE)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| http_date::parse(v, now))
-            .is_some_and(|since| unchanged_since(hosted, since)),
+            .is_some_and(|held| modified.unchanged_since(held)),
     };
     let (date_at, date) = date(now);
     // A replica whose clock is behind the one that took the write would otherwise date the
     // document after its own Date (RFC 9110 §8.8.2.1); the earlier date only costs a 200.
-    let last_modified = if hosted.modified_at <= date_at {
-        shared_header(&hosted.last_modified)
-    } else {
-        date.clone()
+    let last_modified = match modified.text {
+        _ if modified.at > date_at => date.clone(),
+        Some(text) => shared_header(text),
+        None => http_date::http_date(modified.at),
     };
     // The head's map filled directly, without the builder's conversion and pending-error check
     // around each header.
@@ -237,12 +253,24 @@ fn respond(
     response
 }
 
-/// Whether a client holding `since` as `Last-Modified` holds the current documents (RFC 9110
-/// §13.1.3). Dates have whole seconds: when the second of the last change saw another one, a
-/// client holding that date may hold the older version, so only a later date answers 304
-/// (docs/api.md, "Public hosting").
-fn unchanged_since(hosted: &Hosted, since: OffsetDateTime) -> bool {
-    hosted.modified_at < since || (hosted.modified_at == since && !hosted.modified_second_shared)
+/// The `Last-Modified` of an answer.
+struct Modified<'a> {
+    /// When the documents last changed (whole seconds).
+    at: OffsetDateTime,
+    /// Whether another change of the documents falls in that second.
+    second_shared: bool,
+    /// `at` as the header says it, when made already.
+    text: Option<&'a web::Bytes>,
+}
+
+impl Modified<'_> {
+    /// Whether a client holding `held` as `Last-Modified` holds the current documents (RFC
+    /// 9110 §13.1.3). Dates have whole seconds: when the second of the last change saw another
+    /// one, a client holding that date may hold the older version, so only a later date
+    /// answers 304 (docs/api.md, "Public hosting").
+    fn unchanged_since(&self, held: OffsetDateTime) -> bool {
+        self.at < held || (self.at == held && !self.second_shared)
+    }
 }
 
 /// The `Date` header at `now`, and its second. Sent by this handler rather than by the server,

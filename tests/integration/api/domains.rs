@@ -16,6 +16,7 @@ use registry_tests::wait::within;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use time::format_description::well_known::Rfc2822;
 
 const DOMAIN: &str = "login.customer.test";
 const DATA_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -345,6 +346,80 @@ fn adding_and_removing_an_active_domain_purge_its_host_from_the_caches() {
         "the domain's host purged once it is no longer served",
         || seen.lock().unwrap().contains(&purged),
     );
+}
+
+/// A domain released by one customer's service and claimed by another's serves the new
+/// service's documents: a client that revalidates the old ones by date is answered them, not
+/// a 304 that would keep it trusting the old owner's keys, though the new service's documents
+/// are older than the date it holds.
+#[test]
+fn a_domain_that_changed_hands_is_not_revalidated_by_an_earlier_date() {
+    let ca = TestCa::new("operator CA");
+    let files = Files::with(&ca.server_certificate(&NAMES));
+    let (server, _) = taking_domains(&ca, &files);
+    let (acme, globex) = (
+        server.customer("acme", "business"),
+        server.customer("globex", "business"),
+    );
+    // The new owner's documents first: they are the older ones.
+    let theirs = register_service(&server, &globex, "k3s");
+    super::publish_kids(&server, &globex.token, &theirs, &["globex-key"]);
+    let ours = register_service(&server, &acme, "k3s");
+    super::publish_kids(&server, &acme.token, &ours, &["acme-key"]);
+    let domain_ca = TestCa::new("domain CA");
+    let certificate = domain_ca.server_certificate(&[DOMAIN]);
+    let port = server.port;
+    let client = https_client(&[domain_ca.pem()], &[DOMAIN], port);
+    let url = format!("https://{DOMAIN}:{port}/openid/v1/jwks");
+    let kid_served = |held: Option<&str>| {
+        let mut request = client.get(&url);
+        if let Some(date) = held {
+            request = request.header("If-Modified-Since", date);
+        }
+        // Until the domain is served, the handshake gets the operator's certificate.
+        let Ok(answer) = request.send() else {
+            return (Some("no answer".to_owned()), String::new());
+        };
+        let modified = (answer.headers().get("last-modified"))
+            .map(|date| date.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let kid = match answer.status().as_u16() {
+            304 => None,
+            200 => json(answer)["keys"][0]["kid"].as_str().map(str::to_owned),
+            other => Some(format!("an answer {other}")),
+        };
+        (kid, modified)
+    };
+
+    activate(&server, &ours, &acme.token, &certificate);
+    // Revalidated by its date (a 304), once the second of the claim has passed (until then
+    // the date is the answer's own Date, and a 200 answers it).
+    let mut held = String::new();
+    eventually(
+        "the domain serves its documents, revalidated by date",
+        || {
+            let (kid, date) = kid_served(None);
+            held = date;
+            kid.as_deref() == Some("acme-key") && kid_served(Some(&held)).0.is_none()
+        },
+    );
+    let removed = domain_call(&server, Method::DELETE, &ours, &acme.token);
+    assert_eq!(removed.status(), 204);
+    activate(&server, &theirs, &globex.token, &certificate);
+    eventually("the domain serves the new owner's keys", || {
+        kid_served(None).0.as_deref() == Some("globex-key")
+    });
+
+    let (kid, _) = kid_served(Some(&held));
+    assert_eq!(kid.as_deref(), Some("globex-key"), "not a 304 for {held}");
+    // Its own date revalidates it, once that second has passed; a later one than the old.
+    let mut modified = String::new();
+    eventually("the new owner's date revalidates its documents", || {
+        modified = kid_served(None).1;
+        kid_served(Some(&modified)).0.is_none()
+    });
+    let date = |text: &str| time::OffsetDateTime::parse(text, &Rfc2822).unwrap();
+    assert!(date(&modified) > date(&held), "{modified} after {held}");
 }
 
 /// Waits until `check` holds (the replicas apply the change log within half a second).

@@ -32,7 +32,7 @@ pub struct Problem {
     /// was no problem document (a proxy's page).
     pub slug: String,
     /// What the problem says of this call (its `detail`), with each validation error
-    /// (`; /pointer message`) after it.
+    /// (`: /pointer: message`) after it.
     pub detail: String,
 }
 
@@ -60,9 +60,10 @@ impl Problem {
     }
 }
 
-/// What a problem document says: its `detail`, then each validation error (`; /pointer
-/// message`) the detail does not already tell (a detail that names the one problem says
-/// `…: /title: title is required`); empty when it says nothing.
+/// What a problem document says: its `detail`, then each validation error (`/pointer:
+/// message`, after a colon, `; ` between them) the detail does not already tell (a detail that
+/// names the one problem says `…: /title: title is required`); empty when it says nothing. The
+/// detail's pointer to the `errors` array (", see errors") is left out: they follow it.
 ///
 /// ```
 /// use registry_client::problem_text;
@@ -70,27 +71,36 @@ impl Problem {
 /// let one = json!({"detail": "/jwks/keys/0: kid reused",
 ///     "errors": [{"pointer": "/jwks/keys/0", "message": "kid reused"}]});
 /// assert_eq!(problem_text(&one), "/jwks/keys/0: kid reused");
-/// let two = json!({"detail": "2 problems", "errors": [{"pointer": "/a", "message": "x"},
-///     {"pointer": "/b", "message": "y"}]});
-/// assert_eq!(problem_text(&two), "2 problems; /a x; /b y");
+/// let two = json!({"detail": "invalid (2 problems, see errors)",
+///     "errors": [{"pointer": "/a", "message": "x"}, {"pointer": "/b", "message": "y"}]});
+/// assert_eq!(problem_text(&two), "invalid (2 problems): /a: x; /b: y");
 /// ```
 pub fn problem_text(body: &Value) -> String {
     let detail = body
         .get("detail")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let mut text = detail.to_owned();
-    for error in (body.get("errors").and_then(Value::as_array))
+    let untold: Vec<String> = (body.get("errors").and_then(Value::as_array))
         .into_iter()
         .flatten()
-    {
-        let pointer = error["pointer"].as_str().unwrap_or("");
-        let message = error["message"].as_str().unwrap_or("");
-        if !detail.contains(&format!("{pointer}: {message}")) {
-            text.push_str(&format!("; {pointer} {message}"));
-        }
+        .map(|error| {
+            let pointer = error["pointer"].as_str().unwrap_or("");
+            let message = error["message"].as_str().unwrap_or("");
+            match pointer {
+                "" => message.to_owned(),
+                _ => format!("{pointer}: {message}"),
+            }
+        })
+        .filter(|told| !detail.contains(told.as_str()))
+        .collect();
+    if untold.is_empty() {
+        return detail.to_owned();
     }
-    text.trim_start_matches("; ").to_owned()
+    let detail = detail.replace(", see errors)", ")");
+    match detail.as_str() {
+        "" => untold.join("; "),
+        _ => format!("{detail}: {}", untold.join("; ")),
+    }
 }
 
 /// The most a command reads of one local file: a token, a policy, a document to upload. What
@@ -580,7 +590,7 @@ mod tests {
         assert!(!problem.is("not-found"));
         assert_eq!(
             problem.detail,
-            "the policy is invalid; /policy/rules/0 is empty"
+            "the policy is invalid: /policy/rules/0: is empty"
         );
         let page = Problem::from_answer(502, &Value::Null);
         assert_eq!(

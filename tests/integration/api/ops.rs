@@ -769,9 +769,6 @@ fn sigterm_right_after_the_listening_line_stops_the_server_cleanly() {
     }
 }
 
-/// The operator's commands never make a database up: a command run from the wrong directory,
-/// or with a mistyped URL, says so instead of creating an empty one. `migrate` creates it,
-/// `migrate --check` says what is pending without changing anything.
 /// A URL in the environment may carry a password: `--help` names the variable, never its value.
 #[test]
 fn help_never_prints_a_url_from_the_environment() {
@@ -803,8 +800,27 @@ fn help_never_prints_a_url_from_the_environment() {
             "{command:?} printed the password: {stdout}"
         );
     }
+    // The API's URL too, which a call refuses when it holds a password.
+    let api = [("REGISTRY_API_URL", "http://u:S3cretPW@registry.example")];
+    for command in [
+        &["services", "list", "--help"][..],
+        &["keys", "wait", "--help"],
+        &["fetch-log", "--help"],
+        &["sync", "--help"],
+    ] {
+        let (code, stdout, stderr) = run_registry(command, &api);
+        assert_eq!(code, Some(0), "{command:?}: {stderr}");
+        assert!(stdout.contains("REGISTRY_API_URL"), "{command:?}: {stdout}");
+        assert!(
+            !stdout.contains(secret),
+            "{command:?} printed the password: {stdout}"
+        );
+    }
 }
 
+/// The operator's commands never make a database up: a command run from the wrong directory,
+/// or with a mistyped URL, says so instead of creating an empty one. `migrate` creates it,
+/// `migrate --check` says what is pending without changing anything.
 #[test]
 fn commands_never_invent_a_database() {
     let dir = registry_tests::server::TempDir::new("no-database");

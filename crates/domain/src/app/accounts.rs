@@ -624,6 +624,18 @@ mod tests {
             caller(add_account(&self.registry, &self.customer, policy, NOW))
         }
 
+        /// A caller usable from an office's network only, and the account `inside` it made,
+        /// usable from part of that network.
+        fn office_and_inside(&self) -> (Caller, Created) {
+            let office = self.caller_with(
+                json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
+            );
+            let inside =
+                json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.8/29"]});
+            let created = self.create(&office, "inside", inside).unwrap();
+            (office, created)
+        }
+
         fn create(
             &self,
             as_caller: &Caller,
@@ -936,12 +948,7 @@ mod tests {
     #[test]
     fn an_update_may_not_widen_an_account_beyond_the_caller() {
         let w = world();
-        let office = w.caller_with(
-            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
-        );
-        let inside =
-            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.8/29"]});
-        let created = w.create(&office, "inside", inside).unwrap();
+        let (office, created) = w.office_and_inside();
         let command = UpdateAccount {
             policy: Some(json!({"kind": "static", "services": ["*"]})),
             ..UpdateAccount::default()
@@ -953,12 +960,8 @@ mod tests {
     #[test]
     fn an_update_over_a_lagging_copy_is_judged_and_made_over_what_is_stored() {
         let w = world();
-        let office = w.caller_with(
-            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
-        );
-        let inside =
-            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.8/29"]});
-        let stale = w.create(&office, "inside", inside).unwrap().account;
+        let (office, created) = w.office_and_inside();
+        let stale = created.account;
         // Another replica's call widened the policy; this copy has not seen it.
         let widen = UpdateAccount {
             policy: Some(json!({"kind": "static", "services": ["*"]})),
@@ -1036,12 +1039,7 @@ mod tests {
     #[test]
     fn a_regeneration_over_a_lagging_copy_is_judged_and_made_over_what_is_stored() {
         let w = world();
-        let office = w.caller_with(
-            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.0/24"]}),
-        );
-        let inside =
-            json!({"kind": "static", "services": ["*"], "ip_allowlist": ["203.0.113.8/29"]});
-        let created = w.create(&office, "inside", inside).unwrap();
+        let (office, created) = w.office_and_inside();
         let stale = created.account;
         let renamed = UpdateAccount {
             name: Some("renamed".into()),

@@ -17,6 +17,8 @@ pub struct FetchLogArgs {
     #[arg(
         long,
         env = "REGISTRY_API_URL",
+        // A URL may hold a password, which a call refuses and help must not show.
+        hide_env_values = true,
         default_value = "http://localhost:8080"
     )]
     pub api_url: String,

@@ -29,6 +29,8 @@ pub struct ApiFlags {
         long,
         global = true,
         env = "REGISTRY_API_URL",
+        // A URL may hold a password, which a call refuses and help must not show.
+        hide_env_values = true,
         default_value = "http://localhost:8080"
     )]
     pub api_url: String,

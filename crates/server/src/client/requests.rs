@@ -451,7 +451,7 @@ mod tests {
             "errors": [{"pointer": "/name", "message": "is required"}, {"pointer": "/policy", "message": "is required"}]});
         assert_eq!(
             problem_sentence(400, &body),
-            "Invalid request (400): the request body is invalid (2 problems, see errors); /name is required; /policy is required"
+            "Invalid request (400): the request body is invalid (2 problems): /name: is required; /policy: is required"
         );
         // One problem, told by the detail already: said once.
         let body = json!({"title": "Invalid request", "detail": "the request body is invalid: /title: title is required",

@@ -735,7 +735,8 @@ pub trait DomainStore: Send + Sync {
     /// proven (issuing or active); another service's unproven claim of it is no conflict;
     /// `NotFound` when the service is gone; `CeilingReached` when a claim would leave its
     /// customer's services more than `pending` unproven claims, counted in the same
-    /// transaction.
+    /// transaction. Another name than the one it had takes the old one's fetch evidence with
+    /// it (docs/api.md, "Fetch evidence").
     fn put_domain(
         &self,
         domain: &CustomDomain,
@@ -763,7 +764,7 @@ pub trait DomainStore: Send + Sync {
         proven: &CustomDomain,
         taken: &DomainProblem,
     ) -> StoreResult<bool>;
-    /// Removes the service's domain, its certificate and its challenges, when it is still `was`
+    /// Removes the service's domain, its certificate, its challenges and its fetch evidence, when it is still `was`
     /// (`None`: whatever it is); `false`, nothing removed, when it has none or another.
     fn delete_domain(
         &self,

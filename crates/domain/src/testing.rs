@@ -243,6 +243,13 @@ impl State {
         self.accounts.iter().any(|a| a.id == id)
     }
 
+    /// Drops `service`'s fetch evidence under its custom domain (as the real store does when
+    /// the domain goes or is replaced).
+    fn forget_domain_fetches(&mut self, service: Uuid) {
+        (self.fetches)
+            .retain(|(id, document, _), _| *id != service || !document.is_custom_domain());
+    }
+
     /// `Conflict` when the lookup id is taken, as the credentials' primary key refuses it.
     fn lookup_id_free(&self, record: &CredentialRecord) -> StoreResult<()> {
         if self.credentials.contains_key(&record.lookup_id) {
@@ -1410,6 +1417,9 @@ impl DomainStore for MemoryStore {
         }
         if let Some((old, _)) = s.domains.get(&domain.service_id) {
             let (old, held) = (old.domain.clone(), old.is_held());
+            if old != domain.domain {
+                s.forget_domain_fetches(domain.service_id);
+            }
             if held {
                 s.challenges.retain(|(d, _), _| *d != old);
             }
@@ -1437,6 +1447,7 @@ impl DomainStore for MemoryStore {
         if gone.is_held() {
             s.challenges.retain(|(d, _), _| *d != gone.domain);
         }
+        s.forget_domain_fetches(service_id);
         s.commit(event, &[Change::Service(service_id)]);
         Ok(true)
     }

@@ -309,6 +309,12 @@ impl DomainStore for Store {
                     return Err(Failure(StoreError::CeilingReached(pending.0)));
                 }
             }
+            if current
+                .as_ref()
+                .is_some_and(|old| old.domain != domain.domain)
+            {
+                crate::fetches::forget_domain_fetches(conn, &id_text(domain.service_id))?;
+            }
             if let Some(old) = current.filter(CustomDomain::is_held) {
                 forget_challenges(conn, &old.domain)?;
             }
@@ -405,6 +411,7 @@ impl DomainStore for Store {
             if old.is_held() {
                 forget_challenges(conn, &old.domain)?;
             }
+            crate::fetches::forget_domain_fetches(conn, &id_text(service_id))?;
             diesel::delete(custom_domains::table.find(id_text(service_id))).execute(conn)?;
             changed.push(Change::Service(service_id));
             Ok(true)

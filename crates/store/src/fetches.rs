@@ -43,6 +43,38 @@ const KEY_SETS: [&str; 2] = [
     key_of(FetchedDocument::DomainJwks),
 ];
 
+/// The documents fetched under a custom domain, as stored.
+const ON_DOMAIN: [&str; 2] = [
+    key_of(FetchedDocument::DomainDiscovery),
+    key_of(FetchedDocument::DomainJwks),
+];
+
+/// Removes the fetch evidence of service `id`'s documents under its custom domain (its domain
+/// removed, or another asked for): it was another issuer's, and would be shown, and counted,
+/// as the next domain's. A flush in flight commits first, as for a customer's deletion.
+pub(crate) fn forget_domain_fetches(conn: &mut Db, id: &str) -> Res<()> {
+    lock_evidence(conn, true)?;
+    diesel::delete(
+        fetch_networks::table
+            .filter(fetch_networks::service_id.eq(id))
+            .filter(fetch_networks::document.eq_any(ON_DOMAIN)),
+    )
+    .execute(conn)?;
+    diesel::delete(
+        fetch_agents::table
+            .filter(fetch_agents::service_id.eq(id))
+            .filter(fetch_agents::document.eq_any(ON_DOMAIN)),
+    )
+    .execute(conn)?;
+    diesel::delete(
+        fetch_counts::table
+            .filter(fetch_counts::service_id.eq(id))
+            .filter(fetch_counts::document.eq_any(ON_DOMAIN)),
+    )
+    .execute(conn)?;
+    Ok(())
+}
+
 /// On PostgreSQL, the transaction-scoped advisory lock that orders a flush of fetch evidence
 /// (shared: flushes run side by side) and a customer's deletion (exclusive), so that a flush
 /// in flight commits before the deletion removes the evidence, and a flush after it finds the

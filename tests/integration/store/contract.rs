@@ -2742,6 +2742,53 @@ fn the_first_acme_account_and_challenge_answer_kept_are_everyones(store: &dyn St
     );
 }
 
+/// A custom domain's fetch evidence was its issuer's: once the service's domain is replaced by
+/// another name, or removed, it is gone (it would be shown and counted as the next domain's);
+/// the same name asked for again, and the subdomain's evidence, keep theirs.
+#[test]
+fn a_domain_replaced_or_removed_takes_its_fetch_evidence_on_every_store() {
+    on_every_store(a_domain_replaced_or_removed_takes_its_fetch_evidence);
+}
+
+fn a_domain_replaced_or_removed_takes_its_fetch_evidence(store: &dyn Storage) {
+    const NOON: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+    let service = existing_services(store, 1)[0];
+    let documents = |store: &dyn Storage| -> Vec<FetchedDocument> {
+        let mut read: Vec<_> = (store
+            .fetches(service, NOON - Duration::days(1), 10)
+            .unwrap())
+        .into_iter()
+        .map(|f| f.document)
+        .collect();
+        read.sort_by_key(|d| d.path().to_owned() + if d.is_custom_domain() { "@" } else { "" });
+        read.dedup();
+        read
+    };
+    let fetched_on_domain = |store: &dyn Storage| {
+        let mut on_domain = fetched_from(service, NOON, "aws", &["10.0.1.0/24"]);
+        on_domain.document = FetchedDocument::DomainJwks;
+        let direct = fetched_from(service, NOON, "aws", &["10.0.1.0/24"]);
+        store.record_fetches(&[on_domain, direct]).unwrap();
+    };
+    let claim = |name: &str| CustomDomain::new(service, name.into(), "t".into(), NOON);
+    assert!(put_domain(store, &claim("old.acme.com")).unwrap());
+    fetched_on_domain(store);
+    let both = [FetchedDocument::Jwks, FetchedDocument::DomainJwks];
+    assert_eq!(documents(store), both);
+    // The same name again keeps it.
+    assert!(put_domain(store, &claim("old.acme.com")).unwrap());
+    assert_eq!(documents(store), both);
+    assert!(put_domain(store, &claim("new.acme.com")).unwrap());
+    assert_eq!(documents(store), [FetchedDocument::Jwks]);
+    let found = store
+        .verifier_candidates(service, NOON - Duration::days(1), NOON + Duration::hours(2))
+        .unwrap();
+    assert_eq!(found[0].count, 1, "only the subdomain's fetch: {found:?}");
+    fetched_on_domain(store);
+    assert!(store.delete_domain(service, None, &ev()).unwrap());
+    assert_eq!(documents(store), [FetchedDocument::Jwks]);
+}
+
 /// `domain` put as the service's domain over what it has now, with no bound on claims: whether
 /// it was written.
 fn put_domain(store: &dyn Storage, domain: &CustomDomain) -> Result<bool, StoreError> {

@@ -764,8 +764,9 @@ pub trait DomainStore: Send + Sync {
         proven: &CustomDomain,
         taken: &DomainProblem,
     ) -> StoreResult<bool>;
-    /// Removes the service's domain, its certificate, its challenges and its fetch evidence, when it is still `was`
-    /// (`None`: whatever it is); `false`, nothing removed, when it has none or another.
+    /// Removes the service's domain, its certificate, its challenges and its fetch evidence,
+    /// when it is still `was` (`None`: whatever it is); `false`, nothing removed, when it has
+    /// none or another.
     fn delete_domain(
         &self,
         service_id: Uuid,

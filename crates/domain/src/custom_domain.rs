@@ -112,8 +112,9 @@ pub const MAX_FAILED_ORDERS: u32 = 5;
 /// The code of a claim another service proved first.
 pub const DOMAIN_TAKEN: &str = "domain-taken";
 
-/// Longest domain name (RFC 1035).
-pub const MAX_DOMAIN: usize = 253;
+/// Longest custom domain: its TXT record's name, `_registry-challenge.<domain>`, is a DNS name
+/// too, and has at most 253 characters (RFC 1035).
+pub const MAX_DOMAIN: usize = 253 - CHALLENGE_LABEL.len() - 1;
 
 /// Where a custom domain stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -285,11 +286,19 @@ fn backoff(first: Duration, longest: Duration, attempts: u32) -> Duration {
 ///             "https://login.acme.com", "::1", "[::1]"] {
 ///     assert_eq!(check_domain(bad, &issuers).unwrap_err().pointer, "/domain", "{bad}");
 /// }
+/// // The longest: 233 characters, so that `_registry-challenge.<domain>` has DNS's 253.
+/// let longest = format!("{}.{}.{}.{}.com", "a".repeat(57), "b".repeat(57), "c".repeat(57), "d".repeat(57));
+/// assert_eq!(longest.len(), 233);
+/// assert!(check_domain(&longest, &issuers).is_ok());
+/// assert!(check_domain(&format!("x{longest}"), &issuers).is_err());
 /// ```
 pub fn check_domain(domain: &str, issuers: &Issuers) -> Result<(), Violation> {
     let refuse = |why: String| Err(Violation::new("/domain", why));
     if domain.len() > MAX_DOMAIN {
-        return refuse(format!("a domain has at most {MAX_DOMAIN} characters"));
+        return refuse(format!(
+            "a custom domain has at most {MAX_DOMAIN} characters: its TXT record's name, \
+             {CHALLENGE_LABEL}.<domain>, is a DNS name of at most 253"
+        ));
     }
     if domain.contains('*') {
         return refuse("a wildcard cannot be a custom domain: name one host".into());

@@ -142,6 +142,8 @@ fn a_domain_is_asked_for_read_and_removed_with_the_records_to_set() {
         "x.oidc.test",
         "oidc.test",
         &format!("{}.test", "a".repeat(250)),
+        // 234 characters: `_registry-challenge.<domain>` would pass DNS's 253.
+        &format!("{0}.{0}.{0}.{1}.test", "a".repeat(57), "b".repeat(55)),
     ] {
         let problem = assert_problem(
             put_domain(&server, &other, &acme.token, json!({"domain": bad})),

@@ -802,8 +802,9 @@ impl AccountStore for MemoryStore {
         event: &AuditEvent,
     ) -> StoreResult<Result<(), ServiceAccount>> {
         let mut s = self.lock();
-        let stored =
-            (s.accounts.iter().find(|a| a.id == account.id)).ok_or(StoreError::NotFound)?;
+        let stored = (s.accounts.iter())
+            .find(|a| a.id == account.id && !s.disabled(Some(a.customer_id)))
+            .ok_or(StoreError::NotFound)?;
         if stored.name != before.name || stored.policy.document() != before.policy.document() {
             return Ok(Err(stored.clone()));
         }
@@ -848,7 +849,8 @@ impl AccountStore for MemoryStore {
     ) -> StoreResult<Result<(), ServiceAccount>> {
         let account_id = account.id;
         let mut s = self.lock();
-        let Some(stored) = s.accounts.iter().find(|a| a.id == account_id) else {
+        let enabled = |a: &&ServiceAccount| a.id == account_id && !s.disabled(Some(a.customer_id));
+        let Some(stored) = s.accounts.iter().find(enabled) else {
             return Err(StoreError::NotFound);
         };
         if stored.policy.document() != account.policy.document() {
@@ -1601,9 +1603,14 @@ impl FetchLog for MemoryStore {
     /// Each count adds to its hour's bucket; the last fetch only moves forward.
     fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
         let mut s = self.lock();
-        // A service deleted since gets no counts back, as in the real store.
+        // A service deleted since gets no counts back, as in the real store; nor a domain
+        // asked for after the count's last fetch (or none now).
+        let current = |f: &DocumentFetches| {
+            !f.document.is_custom_domain()
+                || (s.domains.get(&f.service_id)).is_some_and(|(d, _)| f.last_at >= d.created_at)
+        };
         let live: Vec<&DocumentFetches> = (counts.iter())
-            .filter(|f| s.service_exists(f.service_id))
+            .filter(|f| s.service_exists(f.service_id) && current(f))
             .collect();
         // In how many hours of the week before its bucket each agent fetched the document, of
         // the store before this call, as the real store reads it.

@@ -59,12 +59,7 @@ impl Served {
     /// revalidate with `If-Modified-Since`; none is as late.
     pub fn modified_since(&self) -> OffsetDateTime {
         let made = self.domain.created_at;
-        let second = made.replace_nanosecond(0).unwrap_or(made);
-        if second == made {
-            second
-        } else {
-            second + time::Duration::SECOND
-        }
+        made.replace_nanosecond(0).unwrap_or(made) + time::Duration::SECOND
     }
 
     /// The discovery document of `hosted` (the subdomain's) under this domain's issuer: made

@@ -209,7 +209,8 @@ fn respond(
         },
         None => Modified {
             at: hosted.modified_at,
-            second_shared: hosted.modified_second_shared,
+            // A change in the floor's own second: a client may hold that date from before it.
+            second_shared: hosted.modified_second_shared || since == Some(hosted.modified_at),
             text: Some(&hosted.last_modified),
         },
     };

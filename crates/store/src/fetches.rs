@@ -4,7 +4,9 @@
 use crate::error::Res;
 use crate::pool::{on_backend, Db};
 use crate::rows::{id_text, instant, millis, uuid};
-use crate::schema::{fetch_agents, fetch_counts, fetch_networks, key_readiness, services};
+use crate::schema::{
+    custom_domains, fetch_agents, fetch_counts, fetch_networks, key_readiness, services,
+};
 use crate::Store;
 use diesel::prelude::*;
 use registry_domain::network::Network;
@@ -108,17 +110,47 @@ fn live_services(conn: &mut Db, counts: &[DocumentFetches]) -> Res<HashSet<Uuid>
     Ok(live)
 }
 
+/// When each service with counts under its custom domain asked for the domain it has now (as
+/// stored: milliseconds); a service with no domain is absent.
+fn domains_since(conn: &mut Db, counts: &[DocumentFetches]) -> Res<HashMap<Uuid, i64>> {
+    let named: BTreeSet<String> = (counts.iter())
+        .filter(|f| f.document.is_custom_domain())
+        .map(|f| id_text(f.service_id))
+        .collect();
+    let named: Vec<String> = named.into_iter().collect();
+    let mut since = HashMap::new();
+    for chunk in named.chunks(crate::pool::ROWS_A_STATEMENT) {
+        let rows: Vec<(String, i64)> = on_backend!(&mut *conn, |c| custom_domains::table
+            .filter(custom_domains::service_id.eq_any(chunk))
+            .select((custom_domains::service_id, custom_domains::created_at))
+            .load(c))?;
+        for (id, created) in rows {
+            since.insert(uuid(&id)?, created);
+        }
+    }
+    Ok(since)
+}
+
 impl FetchLog for Store {
     /// One transaction, outside the change log: no cache holds fetch counts. Counts add up
     /// (`ON CONFLICT … DO UPDATE`), and the last fetch only moves forward.
     ///
     /// Counts of a service deleted since (its customer's, whose evidence went at once) are
-    /// dropped: they would come back as rows of no one's until their retention ends.
+    /// dropped: they would come back as rows of no one's until their retention ends. So are
+    /// counts under a custom domain whose last fetch came before the service asked for the
+    /// domain it has now (or that has none now): another domain's, arriving late.
     fn record_fetches(&self, counts: &[DocumentFetches]) -> StoreResult<()> {
         self.write_aside(|conn| {
             lock_evidence(conn, false)?;
             let live = live_services(conn, counts)?;
-            let counts = counts.iter().filter(|f| live.contains(&f.service_id));
+            let domains = domains_since(conn, counts)?;
+            let current = |f: &DocumentFetches| {
+                !f.document.is_custom_domain()
+                    || (domains.get(&f.service_id)).is_some_and(|&since| millis(f.last_at) >= since)
+            };
+            let counts = counts
+                .iter()
+                .filter(|f| live.contains(&f.service_id) && current(f));
             flush::Flush::of(counts).record(conn)
         })
     }

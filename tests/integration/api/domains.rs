@@ -755,6 +755,24 @@ fn a_caches_log_lines_for_a_custom_domain_count_for_its_issuer() {
         .send()
         .unwrap();
     assert_eq!(json(answer), json!({"accepted": 3, "skipped": 0}));
+    // A line from before the domain was asked for is another owner's fetch: skipped (the
+    // subdomain's of that time is counted).
+    let earlier = (time::OffsetDateTime::now_utc() - time::Duration::minutes(5))
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let old_line = |host: &str| {
+        json!({"time": earlier, "host": host, "path": "/openid/v1/jwks", "status": 200,
+            "method": "GET", "userAgent": "earlier", "clientAddress": "203.0.113.7"})
+        .to_string()
+    };
+    let answer = server
+        .request(Method::POST, "/fetch-log")
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/x-ndjson")
+        .body([old_line(DOMAIN), old_line(&format!("{sub}.oidc.test"))].join("\n"))
+        .send()
+        .unwrap();
+    assert_eq!(json(answer), json!({"accepted": 1, "skipped": 1}));
     eventually("the domain's key set counted apart", || {
         let evidence = json(server.get(&format!("/services/{sub}/fetches"), &acme.token));
         let on_domain = (evidence["documents"].as_array().unwrap().iter())
@@ -762,7 +780,10 @@ fn a_caches_log_lines_for_a_custom_domain_count_for_its_issuer() {
             .cloned()
             .unwrap_or_default();
         let agents = on_domain["agents"].to_string();
-        agents.contains("gcp-sts") && agents.contains("aws-sts") && !agents.contains("azure")
+        agents.contains("gcp-sts")
+            && agents.contains("aws-sts")
+            && !agents.contains("azure")
+            && !agents.contains("earlier")
     });
 }
 

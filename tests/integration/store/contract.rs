@@ -2066,6 +2066,8 @@ fn key_set_fetches_are_summed_per_agent_and_hour(store: &dyn Storage) {
         .record_fetches(&[counts(service, at(5), &[("aws", 2), ("gcp", 1)])])
         .unwrap();
     // The custom domain's key set is the same key set; the discovery document is not one.
+    let domain = CustomDomain::new(service, "login.acme.com".into(), "t".into(), at(-60 * 24));
+    assert!(put_domain(store, &domain).unwrap());
     let mut on_domain = counts(service, at(40), &[("aws", 3)]);
     on_domain.document = FetchedDocument::DomainJwks;
     let mut discovery = counts(service, at(50), &[("aws", 7)]);
@@ -2130,6 +2132,8 @@ fn verifiers_are_found_by_their_hours_and_networks(store: &dyn Storage) {
         .record_fetches(&[fetched_from(service, hours(2), "aws", &[aws, bot])])
         .unwrap();
     // The custom domain's key set counts as the same key set.
+    let domain = CustomDomain::new(service, "login.acme.com".into(), "t".into(), hours(48));
+    assert!(put_domain(store, &domain).unwrap());
     let mut on_domain = fetched_from(service, hours(3), "aws", &[aws]);
     on_domain.document = FetchedDocument::DomainJwks;
     store.record_fetches(&[on_domain]).unwrap();
@@ -2744,7 +2748,8 @@ fn the_first_acme_account_and_challenge_answer_kept_are_everyones(store: &dyn St
 
 /// A custom domain's fetch evidence was its issuer's: once the service's domain is replaced by
 /// another name, or removed, it is gone (it would be shown and counted as the next domain's);
-/// the same name asked for again, and the subdomain's evidence, keep theirs.
+/// the same name asked for again, and the subdomain's evidence, keep theirs; counts arriving
+/// late for a domain gone are dropped.
 #[test]
 fn a_domain_replaced_or_removed_takes_its_fetch_evidence_on_every_store() {
     on_every_store(a_domain_replaced_or_removed_takes_its_fetch_evidence);
@@ -2778,14 +2783,28 @@ fn a_domain_replaced_or_removed_takes_its_fetch_evidence(store: &dyn Storage) {
     // The same name again keeps it.
     assert!(put_domain(store, &claim("old.acme.com")).unwrap());
     assert_eq!(documents(store), both);
-    assert!(put_domain(store, &claim("new.acme.com")).unwrap());
+    let later = CustomDomain::new(
+        service,
+        "new.acme.com".into(),
+        "t".into(),
+        NOON + Duration::hours(1),
+    );
+    assert!(put_domain(store, &later).unwrap());
     assert_eq!(documents(store), [FetchedDocument::Jwks]);
+    // The old domain's count arriving late (a replica's, a cache's log) is not the new one's.
+    fetched_on_domain(store);
     let found = store
         .verifier_candidates(service, NOON - Duration::days(1), NOON + Duration::hours(2))
         .unwrap();
-    assert_eq!(found[0].count, 1, "only the subdomain's fetch: {found:?}");
-    fetched_on_domain(store);
+    assert_eq!(found[0].count, 2, "only the subdomain's fetches: {found:?}");
+    let mut current = fetched_from(service, NOON + Duration::hours(1), "aws", &["10.0.1.0/24"]);
+    current.document = FetchedDocument::DomainJwks;
+    store.record_fetches(&[current]).unwrap();
+    assert_eq!(documents(store), both);
     assert!(store.delete_domain(service, None, &ev()).unwrap());
+    assert_eq!(documents(store), [FetchedDocument::Jwks]);
+    // With no domain, a count under one is no one's.
+    fetched_on_domain(store);
     assert_eq!(documents(store), [FetchedDocument::Jwks]);
 }
 
@@ -2853,6 +2872,16 @@ fn a_disabled_customers_holdings_are_not_read_until_it_is_enabled(store: &dyn St
     assert_eq!(disabled.disabled_at, Some(at(10)));
     assert_eq!(store.customer(c.id).unwrap(), Some(disabled.clone()));
     assert!(store.account(first.id).unwrap().is_none());
+    // Nor written: its accounts are gone to a rename and a new token alike.
+    let renamed = ServiceAccount {
+        name: "renamed".into(),
+        ..first.clone()
+    };
+    let update = store.update_account(&first, &renamed, None, &ev());
+    assert_eq!(update.unwrap_err(), StoreError::NotFound);
+    let token = record(&lookup(), "h");
+    let replaced = store.replace_token(&first, None, &token, &ev());
+    assert_eq!(replaced.unwrap_err(), StoreError::NotFound);
     assert!(store
         .accounts_by_issuer("https://ci.example")
         .unwrap()

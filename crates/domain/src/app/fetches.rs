@@ -216,9 +216,30 @@ mod tests {
     use super::*;
     use crate::app::services;
     use crate::app::testing::{caller, registry};
-    use crate::ports::AgentFetches;
-    use crate::Plan;
+    use crate::audit::{Action, Actor, AuditEvent, Resource};
+    use crate::custom_domain::CustomDomain;
+    use crate::ports::{AgentFetches, Ceiling};
+    use crate::{Plan, Service};
     use time::macros::datetime;
+
+    /// `service` asked for a custom domain a month ago: counts under a domain are taken only
+    /// for the domain a service has, from when it asked for it.
+    fn with_domain(registry: &Registry, service: &Service) {
+        let asked = NOW - Duration::days(30);
+        let claim = CustomDomain::new(service.id, "login.acme.com".into(), "t".into(), asked);
+        let resource = Resource::service(service.id, &service.subdomain);
+        let event = AuditEvent::new(
+            Action::DomainPut,
+            resource,
+            Actor::operator(),
+            service.customer_id,
+            asked,
+        );
+        let put = registry
+            .store
+            .put_domain(&claim, None, Ceiling::NONE, &event);
+        put.unwrap().unwrap();
+    }
 
     const NOW: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
 
@@ -267,6 +288,7 @@ mod tests {
         let (registry, _, account) = registry(Plan::Business, NOW);
         let command = services::CreateService::default();
         let service = services::create(&registry, &caller(account), command, NOW).unwrap();
+        with_domain(&registry, &service);
         let fetched = |document, agent: &str, hours_before: i64| {
             let at = NOW - Duration::hours(hours_before) + Duration::minutes(10);
             record(&registry, &[count(&service, document, agent, at)]).unwrap();
@@ -370,6 +392,7 @@ mod tests {
         let (registry, _, account) = registry(Plan::Business, NOW);
         let command = services::CreateService::default();
         let service = services::create(&registry, &caller(account), command, NOW).unwrap();
+        with_domain(&registry, &service);
         let at = NOW - Duration::minutes(5);
         let fetched = [
             count(&service, FetchedDocument::Jwks, "aws", at),
@@ -395,6 +418,7 @@ mod tests {
         let (registry, _, account) = registry(Plan::Business, NOW);
         let command = services::CreateService::default();
         let service = services::create(&registry, &caller(account), command, NOW).unwrap();
+        with_domain(&registry, &service);
         let fetched = [
             count(
                 &service,

@@ -155,9 +155,10 @@ pub async fn post(
     if !problems.is_empty() {
         return Err(ApiError::Validation(problems));
     }
-    // The service a host publishes for, and whether the host is its custom domain, looked up
-    // once per host of the batch.
-    let mut services: HashMap<String, Option<(uuid::Uuid, bool)>> = HashMap::new();
+    // The service a host publishes for, and, when the host is its custom domain, when the
+    // domain was asked for, looked up once per host of the batch.
+    let mut services: HashMap<String, Option<(uuid::Uuid, Option<OffsetDateTime>)>> =
+        HashMap::new();
     let mut accepted = 0;
     let now = state.now();
     for fetch in fetches {
@@ -167,9 +168,9 @@ pub async fn post(
         if !services.contains_key(&fetch.host) {
             let issuers = state.replica.hosting.issuers();
             let named = match issuers.subdomain_of_host(&fetch.host) {
-                Some(subdomain) => Some((subdomain.to_string(), false)),
+                Some(subdomain) => Some((subdomain.to_string(), None)),
                 None => custom_domain(&state, &fetch.host)
-                    .map(|served| (served.subdomain.to_string(), true)),
+                    .map(|served| (served.subdomain.to_string(), Some(served.domain.created_at))),
             };
             let service = match named {
                 Some((subdomain, on_domain)) => (state.replica.current(&subdomain, now).await?)
@@ -178,10 +179,12 @@ pub async fn post(
             };
             services.insert(fetch.host.clone(), service);
         }
-        if let Some(Some((service, on_domain))) = services.get(&fetch.host) {
-            let document = match on_domain {
-                true => fetch.document.on_custom_domain(),
-                false => fetch.document,
+        if let Some(Some((service, domain_since))) = services.get(&fetch.host) {
+            let document = match domain_since {
+                // A line from before the domain was asked for was another owner's fetch.
+                Some(since) if fetch.at < *since => continue,
+                Some(_) => fetch.document.on_custom_domain(),
+                None => fetch.document,
             };
             (state.replica.fetches).record(
                 *service,

@@ -10,7 +10,7 @@
 //!    account works at once on B, `/readyz` says both sides are up and `/metrics` shows the lag.
 //!    The standby stopped, reads fall back to the primary; the standby's replay paused (commits
 //!    then not waiting for it), an account deleted on A is refused on A and B within the lag
-//!    ceiling (`REGISTRY_READ_REPLICA_MAX_LAG_SECONDS`, 3 s here), `/readyz` says `lagging`.
+//!    ceiling (`REGISTRY_READ_REPLICA_MAX_LAG_SECONDS`, 5 s here), `/readyz` says `lagging`.
 //! 2. The primary is killed (`kill -9`) under the writers of the `kill` scenario: writes answer
 //!    503 `database-unavailable` with `Retry-After`, while public hosting, authenticated GETs
 //!    and federated authentication keep working from the standby, and `/readyz` stays 200 with
@@ -34,7 +34,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The registries' `REGISTRY_READ_REPLICA_MAX_LAG_SECONDS`.
-const MAX_LAG: Duration = Duration::from_secs(3);
+const MAX_LAG: Duration = Duration::from_secs(5);
 
 /// How soon writes must resume after the standby is promoted (docs/api.md, "Read replicas and the
 /// primary down").
@@ -330,9 +330,11 @@ fn replay_paused(
             .is_ok_and(|r| r.status == 200)
     })
     .context("the new account never showed on B")?;
-    standby.sql("SELECT pg_wal_replay_pause()")?;
-    let patched = patches_over_a_lagging_copy(ha, hb, token, &subdomain)?;
+    pause_replay(primary, standby)?;
+    // Both within the 3.75 s before B leaves the lagging standby for the primary (the ceiling
+    // less the time a change takes to be seen): each shows a copy behind the write.
     let rekeyed_token = regeneration_over_a_lagging_copy(ha, hb, token, &rekeyed)?;
+    let patched = patches_over_a_lagging_copy(ha, hb, token, &subdomain)?;
     ha.call(
         "DELETE",
         &format!("/service-accounts/{id}"),
@@ -392,6 +394,25 @@ fn replay_paused(
     ))
 }
 
+/// Pauses the standby's replay, and waits until it has paused: a pause asked for while the
+/// standby waits for WAL takes effect only when the next record arrives, which would still be
+/// replayed (the run of 2026-12-04 20:53: B read the first change made "with replay paused").
+/// A record written to the primary's own database brings it.
+fn pause_replay(primary: &Cluster, standby: &Cluster) -> Result<()> {
+    standby.sql("SELECT pg_wal_replay_pause()")?;
+    primary.sql("CREATE TABLE IF NOT EXISTS xtask_nudge (at timestamptz)")?;
+    wait_until(Duration::from_secs(10), || {
+        primary
+            .sql("INSERT INTO xtask_nudge VALUES (now())")
+            .is_ok()
+            && standby
+                .sql("SELECT pg_get_wal_replay_pause_state()")
+                .is_ok_and(|state| state.trim() == "paused")
+    })
+    .context("the standby's replay never paused")?;
+    Ok(())
+}
+
 /// With replay paused, `PATCH`es of one service on A and B, one after the other: each replica
 /// reads the service from the standby, which has not seen the other's change, and each answers
 /// 200 with both changes (docs/api.md, "A `PATCH` is made over what is stored"), not a 409.
@@ -404,6 +425,16 @@ fn patches_over_a_lagging_copy(ha: Http, hb: Http, token: &str, subdomain: &str)
     ];
     let mut last = Value::Null;
     for (http, name, change) in changes {
+        // B's copy lags behind A's first change (else the step would show nothing).
+        if name == "B" {
+            let copy = http.call("GET", &path, Some(token), None)?;
+            ensure!(
+                copy.status == 200 && copy.json()["title"] != "from A",
+                "GET {path} on B right after A's PATCH, replay paused, already showed it: {} {}",
+                copy.status,
+                copy.body
+            );
+        }
         let answer = http.call("PATCH", &path, Some(token), Some(&change))?;
         ensure!(
             answer.status == 200,
@@ -438,9 +469,11 @@ fn regeneration_over_a_lagging_copy(ha: Http, hb: Http, token: &str, id: &str) -
     let copy = hb.call("GET", &path, Some(token), None)?;
     ensure!(
         copy.status == 200 && copy.json()["policy"] != policy,
-        "GET {path} on B right after A's PATCH, replay paused, already showed it: {} {}",
+        "GET {path} on B right after A's PATCH, replay paused, already showed it: {} {} (B's \
+         /readyz: {})",
         copy.status,
-        copy.body
+        copy.body,
+        hb.call("GET", "/readyz", None, None)?.body
     );
     let answer = hb.call(
         "POST",

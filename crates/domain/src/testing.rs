@@ -243,6 +243,11 @@ impl State {
         self.accounts.iter().any(|a| a.id == id)
     }
 
+    /// The account `id`, unless its customer is disabled (as the store reads it).
+    fn enabled_account(&self, id: Uuid) -> Option<&ServiceAccount> {
+        (self.accounts.iter()).find(|a| a.id == id && !self.disabled(Some(a.customer_id)))
+    }
+
     /// Drops `service`'s fetch evidence under its custom domain (as the real store does when
     /// the domain goes or is replaced).
     fn forget_domain_fetches(&mut self, service: Uuid) {
@@ -777,11 +782,7 @@ impl AccountStore for MemoryStore {
     }
 
     fn account(&self, id: Uuid) -> StoreResult<Option<ServiceAccount>> {
-        let s = self.lock();
-        Ok(s.accounts
-            .iter()
-            .find(|a| a.id == id && !s.disabled(Some(a.customer_id)))
-            .cloned())
+        Ok(self.lock().enabled_account(id).cloned())
     }
 
     fn accounts_of(&self, customer_id: Uuid) -> StoreResult<Vec<ServiceAccount>> {
@@ -802,9 +803,7 @@ impl AccountStore for MemoryStore {
         event: &AuditEvent,
     ) -> StoreResult<Result<(), ServiceAccount>> {
         let mut s = self.lock();
-        let stored = (s.accounts.iter())
-            .find(|a| a.id == account.id && !s.disabled(Some(a.customer_id)))
-            .ok_or(StoreError::NotFound)?;
+        let stored = s.enabled_account(account.id).ok_or(StoreError::NotFound)?;
         if stored.name != before.name || stored.policy.document() != before.policy.document() {
             return Ok(Err(stored.clone()));
         }
@@ -849,8 +848,7 @@ impl AccountStore for MemoryStore {
     ) -> StoreResult<Result<(), ServiceAccount>> {
         let account_id = account.id;
         let mut s = self.lock();
-        let enabled = |a: &&ServiceAccount| a.id == account_id && !s.disabled(Some(a.customer_id));
-        let Some(stored) = s.accounts.iter().find(enabled) else {
+        let Some(stored) = s.enabled_account(account_id) else {
             return Err(StoreError::NotFound);
         };
         if stored.policy.document() != account.policy.document() {

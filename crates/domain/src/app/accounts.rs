@@ -303,11 +303,11 @@ pub fn regenerate_token(
     id: &str,
     now: OffsetDateTime,
 ) -> Result<Regenerated, AppError> {
-    let account = managed(registry, caller, id)?;
+    let account = get(registry, caller, id)?;
     regenerate(registry, caller, account, now)
 }
 
-/// [`regenerate_token`] of `account`, as read (from a copy that may lag) and found managed.
+/// [`regenerate_token`] of `account`, as read (from a copy that may lag).
 fn regenerate(
     registry: &Registry,
     caller: &Caller,
@@ -332,7 +332,6 @@ fn regenerate(
         match written {
             Ok(()) => return Ok(Regenerated { account, token }),
             Err(stored) => {
-                caller.may_manage(Some(&stored.policy))?;
                 may_regenerate(registry, caller, &stored)?;
                 account = stored;
             }
@@ -343,13 +342,14 @@ fn regenerate(
     ))
 }
 
-/// Whether the caller, who manages `account`, may give it a new token: it has one to give
-/// (a `static` account), and the caller may grant what it signs.
+/// Whether the caller may give `account` a new token: it manages the account, the account has
+/// one to give (a `static` account), and the caller may grant what it signs.
 fn may_regenerate(
     registry: &Registry,
     caller: &Caller,
     account: &ServiceAccount,
 ) -> Result<(), AppError> {
+    caller.may_manage(Some(&account.policy))?;
     access::may_regenerate_token(account.policy.kind())
         .map_err(|why| AppError::BadRequest(why.into()))?;
     may_grant_signing(registry, caller, &account.policy, None, false)
